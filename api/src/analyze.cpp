@@ -1,0 +1,121 @@
+// analyze.cpp - wires the stages: frontend -> shapes -> lowering -> tiling -> predictor -> report.
+#include <filesystem>
+
+#include "neusight/neusight.h"
+#include "neusight/onnx_proto.h"
+
+#ifndef NEUSIGHT_VERSION
+#define NEUSIGHT_VERSION "0.0.0"
+#endif
+
+namespace neusight {
+
+const char* version() { return NEUSIGHT_VERSION; }
+
+namespace {
+
+// The dtype the model computes in: the most common float dtype among its weights and
+// inputs (fp32 when none).
+DType model_dtype(const Graph& g) {
+  std::map<DType, int64_t> count;
+  for (const auto& name : g.initializers) {
+    const TensorInfo* t = g.find(name);
+    if (t && is_float(t->dtype)) count[t->dtype] += std::max<int64_t>(t->num_elements(), 1);
+  }
+  for (const auto& name : g.inputs) {
+    const TensorInfo* t = g.find(name);
+    if (t && is_float(t->dtype)) count[t->dtype] += 1;
+  }
+  DType best = DType::f32;
+  int64_t n = -1;
+  for (const auto& [dt, c] : count)
+    if (c > n) { n = c; best = dt; }
+  return best;
+}
+
+TensorInfo named_tensor(const std::string& name) {
+  TensorInfo t;
+  t.name = name;
+  return t;
+}
+
+}  // namespace
+
+Analysis prepare(const LoadedModel& loaded, const Options& options) {
+  Analysis a;
+  a.graph = loaded.model.graph;
+  bind_dims(a.graph, options.dims);
+  a.shapes = infer_shapes(a.graph, loaded.model);
+  LoweringOptions lo;
+  lo.mode = options.mode;
+  lo.fusion = options.fusion;
+  lo.compute_dtype = options.dtype;
+  a.kernels = lower(a.graph, lo);
+  return a;
+}
+
+Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
+  std::unique_ptr<Predictor> predictor =
+      options.predictor == "roofline" ? make_roofline_predictor() : make_neusight_predictor(options.weights_dir);
+  const auto& kernels = a.kernels.kernels;
+  std::vector<Tiling> tilings;
+  tilings.reserve(kernels.size());
+  for (const auto& k : kernels) tilings.push_back(tile_kernel(k, gpu));
+  std::vector<Prediction> preds = predictor->predict(kernels, tilings, gpu);
+
+  Report r;
+  r.gpu = gpu;
+  r.model_name = model.path.empty() ? model.graph.name : std::filesystem::path(model.path).filename().string();
+  r.predictor = predictor->name();
+  r.mode = options.mode;
+  r.fusion = options.fusion;
+  r.dtype = options.dtype != DType::undefined ? options.dtype : model_dtype(a.graph);
+  r.warnings = a.shapes.warnings;
+  r.unknown_ops = a.kernels.unknown_ops;
+  if (!r.unknown_ops.empty()) {
+    std::string list;
+    for (const auto& u : r.unknown_ops) list += (list.empty() ? "" : ", ") + u;
+    r.warnings.push_back("unknown ops (no kernels predicted): " + list);
+  }
+  for (const auto& name : a.graph.outputs) {
+    const TensorInfo* t = a.graph.find(name);
+    r.graph_outputs.push_back(t ? *t : named_tensor(name));
+  }
+  r.nodes.resize(a.graph.nodes.size());
+  for (size_t i = 0; i < a.graph.nodes.size(); ++i) {
+    const Node& n = a.graph.nodes[i];
+    NodeReport& nr = r.nodes[i];
+    nr.name = n.name;
+    nr.op_type = n.op_type;
+    nr.domain = n.domain;
+    for (const auto& in : n.inputs) {
+      if (in.empty()) continue;
+      const TensorInfo* t = a.graph.find(in);
+      nr.inputs.push_back(t ? *t : named_tensor(in));
+    }
+    for (const auto& o : n.outputs) {
+      if (o.empty()) continue;
+      const TensorInfo* t = a.graph.find(o);
+      nr.outputs.push_back(t ? *t : named_tensor(o));
+    }
+  }
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    KernelReport kr{kernels[i], tilings[i], preds[i]};
+    if (kernels[i].node >= 0 && static_cast<size_t>(kernels[i].node) < r.nodes.size())
+      r.nodes[static_cast<size_t>(kernels[i].node)].kernels.push_back(std::move(kr));
+    else
+      r.extra_kernels.push_back(std::move(kr));
+  }
+  summarize(r);
+  return r;
+}
+
+Report analyze(const LoadedModel& model, const Gpu& gpu, const Options& options) {
+  return predict(prepare(model, options), model.model, gpu, options);
+}
+
+Report analyze(const onnx::ModelProto& proto, const Gpu& gpu, const Options& options) {
+  return analyze(load_model_from_proto(proto, "model"), gpu, options);
+}
+
+}  // namespace neusight

@@ -1,0 +1,59 @@
+// onnx_frontend.h - load and validate ONNX models into the graph IR, write annotated ONNX.
+//
+// Takes: a path to a .onnx file (or an in-memory onnx::ModelProto through onnx_proto.h).
+// Gives: neusight::Model (graph.h). External-data weight files are never opened.
+// Also: writes a copy of the original model with per-node annotations (the only way back
+// to protobuf for later stages).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neusight/graph.h"
+
+namespace neusight {
+
+// Parsed protobuf kept alive next to the IR so that an annotated copy can be written
+// without re-reading the file. Opaque to everything outside the frontend.
+struct ProtoHolder;
+
+struct LoadedModel {
+  Model model;
+  std::shared_ptr<ProtoHolder> proto;
+};
+
+// Reads and validates a model file. Throws InputError with a one-line message naming the
+// file for missing paths, directories, empty/truncated/non-ONNX bytes, cyclic graphs.
+LoadedModel load_model(const std::string& path);
+
+// Parses model bytes (for fuzzing and tests). `what` names the source in errors.
+LoadedModel load_model_from_bytes(const std::string& bytes, const std::string& what);
+
+// Converts the protobuf held by `proto` into the IR (used by load_model and the API).
+Model to_ir(const ProtoHolder& proto, const std::string& path);
+
+// Annotations for the written copy.
+struct NodeAnnotation {
+  std::string node_name;
+  std::string doc;  // appended to the node's doc_string
+};
+struct AnnotatedWrite {
+  std::vector<NodeAnnotation> nodes;
+  std::vector<std::pair<std::string, std::string>> metadata;  // model metadata_props
+  bool write_value_info = true;  // store every inferred tensor shape (Netron shows them)
+};
+
+// Writes the original model with annotations to `out_path` (temporary file, then rename;
+// nothing is left behind on failure). External-data locations are rewritten relative to
+// the new directory so they still resolve. Throws RuntimeError when it cannot write.
+void write_annotated(const LoadedModel& loaded, const Graph& inferred, const AnnotatedWrite& ann,
+                     const std::string& out_path);
+
+// Serialises a ModelProto held by `proto` (for model_builder exports).
+void write_proto(const ProtoHolder& proto, const std::string& out_path);
+
+// Atomically writes a text file (temporary file, then rename). Throws RuntimeError.
+void write_file_atomic(const std::string& path, const std::string& content);
+
+}  // namespace neusight

@@ -1,0 +1,371 @@
+// load.cpp - read ONNX bytes, validate them, convert ModelProto to the graph IR.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+#include <unordered_map>
+
+#include "neusight/onnx_proto.h"
+
+namespace neusight {
+namespace {
+
+constexpr int kMaxSubgraphDepth = 32;
+// Largest integer tensor whose values are kept for shape-value propagation.
+constexpr int64_t kMaxKeptIntValues = 4096;
+
+Shape shape_from_proto(const onnx::TensorShapeProto& s) {
+  Shape out;
+  out.reserve(s.dim_size());
+  for (const auto& d : s.dim()) {
+    if (d.has_dim_value() && d.dim_value() >= 0)
+      out.push_back(Dim::of(d.dim_value()));
+    else if (d.has_dim_param() && !d.dim_param().empty())
+      out.push_back(Dim::sym(d.dim_param()));
+    else
+      out.push_back(Dim{});  // unknown or literal -1
+  }
+  return out;
+}
+
+void set_from_type(TensorInfo& t, const onnx::TypeProto& type) {
+  if (!type.has_tensor_type()) return;
+  const auto& tt = type.tensor_type();
+  t.dtype = static_cast<DType>(tt.elem_type());
+  if (tt.has_shape()) {
+    t.has_shape = true;
+    t.shape = shape_from_proto(tt.shape());
+  }
+}
+
+// Integer values of a small tensor, when present inline.
+std::optional<std::vector<int64_t>> int_values(const onnx::TensorProto& tp) {
+  int64_t n = 1;
+  for (auto d : tp.dims()) {
+    if (d < 0 || d > kMaxKeptIntValues) return std::nullopt;
+    n *= d;
+    if (n > kMaxKeptIntValues) return std::nullopt;
+  }
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) return std::nullopt;
+  std::vector<int64_t> v;
+  v.reserve(n);
+  const auto dt = tp.data_type();
+  if (dt == onnx::TensorProto::INT64) {
+    if (tp.has_raw_data()) {
+      if (tp.raw_data().size() != static_cast<size_t>(n) * 8) return std::nullopt;
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t x;
+        std::memcpy(&x, tp.raw_data().data() + 8 * i, 8);
+        v.push_back(x);
+      }
+    } else {
+      if (tp.int64_data_size() != n) return std::nullopt;
+      v.assign(tp.int64_data().begin(), tp.int64_data().end());
+    }
+  } else if (dt == onnx::TensorProto::INT32 || dt == onnx::TensorProto::INT8 ||
+             dt == onnx::TensorProto::UINT8 || dt == onnx::TensorProto::BOOL ||
+             dt == onnx::TensorProto::INT16 || dt == onnx::TensorProto::UINT16) {
+    if (tp.has_raw_data()) {
+      const int width = dt == onnx::TensorProto::INT32 ? 4
+                        : (dt == onnx::TensorProto::INT16 || dt == onnx::TensorProto::UINT16) ? 2
+                                                                                               : 1;
+      if (tp.raw_data().size() != static_cast<size_t>(n) * width) return std::nullopt;
+      for (int64_t i = 0; i < n; ++i) {
+        const char* p = tp.raw_data().data() + width * i;
+        if (width == 4) {
+          int32_t x;
+          std::memcpy(&x, p, 4);
+          v.push_back(x);
+        } else if (width == 2) {
+          uint16_t x;
+          std::memcpy(&x, p, 2);
+          v.push_back(dt == onnx::TensorProto::INT16 ? static_cast<int16_t>(x) : x);
+        } else {
+          v.push_back(dt == onnx::TensorProto::INT8 ? static_cast<int8_t>(*p)
+                                                    : static_cast<uint8_t>(*p));
+        }
+      }
+    } else {
+      if (tp.int32_data_size() != n) return std::nullopt;
+      v.assign(tp.int32_data().begin(), tp.int32_data().end());
+    }
+  } else if (dt == onnx::TensorProto::FLOAT || dt == onnx::TensorProto::DOUBLE) {
+    // Float scalars/vectors sometimes feed shape arithmetic (e.g. Resize scales); keep them
+    // only when they are integral.
+    std::vector<double> f;
+    if (tp.has_raw_data()) {
+      const size_t w = dt == onnx::TensorProto::FLOAT ? 4 : 8;
+      if (tp.raw_data().size() != static_cast<size_t>(n) * w) return std::nullopt;
+      for (int64_t i = 0; i < n; ++i) {
+        if (w == 4) {
+          float x;
+          std::memcpy(&x, tp.raw_data().data() + 4 * i, 4);
+          f.push_back(x);
+        } else {
+          double x;
+          std::memcpy(&x, tp.raw_data().data() + 8 * i, 8);
+          f.push_back(x);
+        }
+      }
+    } else if (dt == onnx::TensorProto::FLOAT) {
+      if (tp.float_data_size() != n) return std::nullopt;
+      f.assign(tp.float_data().begin(), tp.float_data().end());
+    } else {
+      if (tp.double_data_size() != n) return std::nullopt;
+      f.assign(tp.double_data().begin(), tp.double_data().end());
+    }
+    for (double x : f) {
+      if (!(x == static_cast<double>(static_cast<int64_t>(x)))) return std::nullopt;
+      v.push_back(static_cast<int64_t>(x));
+    }
+  } else {
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::shared_ptr<TensorInfo> tensor_from_proto(const onnx::TensorProto& tp) {
+  auto t = std::make_shared<TensorInfo>();
+  t->name = tp.name();
+  t->dtype = static_cast<DType>(tp.data_type());
+  t->has_shape = true;
+  for (auto d : tp.dims()) {
+    if (d < 0) throw InputError("initializer '" + tp.name() + "' has a negative dimension");
+    t->shape.push_back(Dim::of(d));
+  }
+  t->is_initializer = true;
+  t->external_data = tp.data_location() == onnx::TensorProto::EXTERNAL;
+  t->int_value = int_values(tp);
+  return t;
+}
+
+void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::string& what);
+
+Attribute convert_attribute(const onnx::AttributeProto& ap, int depth, const std::string& what) {
+  Attribute a;
+  switch (ap.type()) {
+    case onnx::AttributeProto::FLOAT: a.kind = Attribute::Kind::f; a.f = ap.f(); break;
+    case onnx::AttributeProto::INT: a.kind = Attribute::Kind::i; a.i = ap.i(); break;
+    case onnx::AttributeProto::STRING: a.kind = Attribute::Kind::s; a.s = ap.s(); break;
+    case onnx::AttributeProto::TENSOR:
+      a.kind = Attribute::Kind::t;
+      a.t = tensor_from_proto(ap.t());
+      break;
+    case onnx::AttributeProto::GRAPH:
+      a.kind = Attribute::Kind::g;
+      a.graphs.push_back(std::make_shared<Graph>());
+      convert_graph(ap.g(), *a.graphs.back(), depth + 1, what);
+      break;
+    case onnx::AttributeProto::FLOATS:
+      a.kind = Attribute::Kind::floats;
+      a.floats.assign(ap.floats().begin(), ap.floats().end());
+      break;
+    case onnx::AttributeProto::INTS:
+      a.kind = Attribute::Kind::ints;
+      a.ints.assign(ap.ints().begin(), ap.ints().end());
+      break;
+    case onnx::AttributeProto::STRINGS:
+      a.kind = Attribute::Kind::strings;
+      a.strings.assign(ap.strings().begin(), ap.strings().end());
+      break;
+    case onnx::AttributeProto::GRAPHS:
+      a.kind = Attribute::Kind::graphs;
+      for (const auto& sg : ap.graphs()) {
+        a.graphs.push_back(std::make_shared<Graph>());
+        convert_graph(sg, *a.graphs.back(), depth + 1, what);
+      }
+      break;
+    default:
+      // Old files leave `type` unset; infer it from what is filled in.
+      if (ap.has_f()) { a.kind = Attribute::Kind::f; a.f = ap.f(); }
+      else if (ap.has_i()) { a.kind = Attribute::Kind::i; a.i = ap.i(); }
+      else if (ap.has_s()) { a.kind = Attribute::Kind::s; a.s = ap.s(); }
+      else if (ap.ints_size()) { a.kind = Attribute::Kind::ints; a.ints.assign(ap.ints().begin(), ap.ints().end()); }
+      else if (ap.floats_size()) { a.kind = Attribute::Kind::floats; a.floats.assign(ap.floats().begin(), ap.floats().end()); }
+      else if (ap.has_t()) { a.kind = Attribute::Kind::t; a.t = tensor_from_proto(ap.t()); }
+      break;
+  }
+  return a;
+}
+
+// Kahn's algorithm; nodes whose inputs are produced later are moved after their producers.
+// Throws InputError on a cycle.
+void topo_sort(Graph& g, const std::string& what) {
+  const size_t n = g.nodes.size();
+  std::unordered_map<std::string, size_t> producer;
+  producer.reserve(n * 2);
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer.emplace(o, i);  // first producer wins for duplicates
+  std::vector<std::vector<size_t>> users(n);
+  std::vector<size_t> indeg(n, 0);
+  bool sorted = true;
+  for (size_t i = 0; i < n; ++i) {
+    std::set<size_t> deps;
+    for (const auto& in : g.nodes[i].inputs) {
+      if (in.empty()) continue;
+      auto it = producer.find(in);
+      if (it != producer.end() && it->second != i) deps.insert(it->second);
+      else if (it != producer.end() && it->second == i)
+        throw InputError(what + ": graph has a cycle (node '" + g.nodes[i].name + "' consumes its own output)");
+    }
+    for (size_t d : deps) {
+      users[d].push_back(i);
+      ++indeg[i];
+      if (d > i) sorted = false;
+    }
+  }
+  if (sorted) return;
+  std::vector<size_t> order;
+  order.reserve(n);
+  std::vector<size_t> ready;
+  for (size_t i = n; i-- > 0;)
+    if (indeg[i] == 0) ready.push_back(i);
+  // Keep original order among ready nodes: use a min-heap via sorted vector.
+  std::set<size_t> q(ready.begin(), ready.end());
+  while (!q.empty()) {
+    size_t i = *q.begin();
+    q.erase(q.begin());
+    order.push_back(i);
+    for (size_t u : users[i])
+      if (--indeg[u] == 0) q.insert(u);
+  }
+  if (order.size() != n) throw InputError(what + ": graph has a cycle");
+  std::vector<Node> nodes;
+  nodes.reserve(n);
+  for (size_t i : order) nodes.push_back(std::move(g.nodes[i]));
+  g.nodes = std::move(nodes);
+}
+
+void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::string& what) {
+  if (depth > kMaxSubgraphDepth) throw InputError(what + ": subgraphs nested too deeply");
+  g.name = gp.name();
+  for (const auto& tp : gp.initializer()) {
+    auto t = tensor_from_proto(tp);
+    g.initializers.push_back(tp.name());
+    g.tensors[tp.name()] = std::move(*t);
+  }
+  for (const auto& sp : gp.sparse_initializer()) {
+    auto t = tensor_from_proto(sp.values());
+    t->name = sp.values().name();
+    t->shape.clear();
+    for (auto d : sp.dims()) t->shape.push_back(Dim::of(d));
+    g.initializers.push_back(t->name);
+    g.tensors[t->name] = std::move(*t);
+  }
+  for (const auto& vi : gp.input()) {
+    TensorInfo& t = g.tensor(vi.name());
+    if (t.is_initializer) {
+      if (!t.has_shape) set_from_type(t, vi.type());
+      continue;  // old IR lists initializers as inputs too
+    }
+    set_from_type(t, vi.type());
+    t.is_graph_input = true;
+    g.inputs.push_back(vi.name());
+  }
+  for (const auto& vi : gp.output()) {
+    g.outputs.push_back(vi.name());
+    TensorInfo& t = g.tensor(vi.name());
+    // Stored output types are kept only as a dtype hint; shapes are re-inferred.
+    if (t.dtype == DType::undefined && vi.type().has_tensor_type())
+      t.dtype = static_cast<DType>(vi.type().tensor_type().elem_type());
+  }
+  g.nodes.reserve(gp.node_size());
+  std::set<std::string> names;
+  std::set<std::string> produced;
+  for (const auto& in : g.inputs) produced.insert(in);
+  for (const auto& in : g.initializers) produced.insert(in);
+  int idx = 0;
+  for (const auto& np : gp.node()) {
+    Node n;
+    n.op_type = np.op_type();
+    n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+    n.name = np.name();
+    if (n.name.empty() || names.count(n.name)) n.name = n.op_type + "_" + std::to_string(idx);
+    while (names.count(n.name)) n.name += "_";
+    names.insert(n.name);
+    n.inputs.assign(np.input().begin(), np.input().end());
+    n.outputs.assign(np.output().begin(), np.output().end());
+    for (const auto& o : n.outputs) {
+      if (o.empty()) continue;
+      if (!produced.insert(o).second)
+        throw InputError(what + ": tensor '" + o + "' is produced twice (node '" + n.name + "')");
+      g.tensor(o);
+    }
+    for (const auto& ap : np.attribute()) n.attributes[ap.name()] = convert_attribute(ap, depth, what);
+    n.doc_string = np.doc_string();
+    g.nodes.push_back(std::move(n));
+    ++idx;
+  }
+  topo_sort(g, what);
+}
+
+}  // namespace
+
+Model to_ir(const ProtoHolder& holder, const std::string& path) {
+  const onnx::ModelProto& mp = holder.model;
+  const std::string what = path.empty() ? std::string("model") : path;
+  if (!mp.has_graph()) throw InputError(what + ": not an ONNX model (no graph)");
+  Model m;
+  m.path = path;
+  m.ir_version = mp.ir_version();
+  m.producer_name = mp.producer_name();
+  for (const auto& op : mp.opset_import())
+    m.opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
+  if (m.opsets.empty()) m.opsets[""] = 1;
+  convert_graph(mp.graph(), m.graph, 0, what);
+  if (m.graph.nodes.empty() && m.graph.outputs.empty())
+    throw InputError(what + ": not an ONNX model (empty graph)");
+  return m;
+}
+
+LoadedModel load_model_from_bytes(const std::string& bytes, const std::string& what) {
+  if (bytes.empty()) throw InputError(what + ": empty file, not an ONNX model");
+  auto holder = std::make_shared<ProtoHolder>();
+  google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
+  google::protobuf::io::CodedInputStream coded(&raw);
+  coded.SetTotalBytesLimit(INT32_MAX);
+  coded.SetRecursionLimit(200);
+  if (!holder->model.ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage())
+    throw InputError(what + ": not a valid ONNX model (protobuf parse failed; truncated or not ONNX)");
+  if (!holder->model.has_graph() || holder->model.ir_version() <= 0)
+    throw InputError(what + ": not an ONNX model (no graph or IR version)");
+  LoadedModel lm;
+  lm.model = to_ir(*holder, what);
+  lm.proto = std::move(holder);
+  return lm;
+}
+
+LoadedModel load_model(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0)
+    throw InputError(path + ": cannot open model: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw InputError(path + ": is a directory, not an ONNX file");
+  if (st.st_size > INT32_MAX)
+    throw InputError(path + ": model file larger than 2 GiB; store weights as external data");
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(path + ": cannot open model: " + std::strerror(errno));
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (static_cast<size_t>(f.gcount()) != bytes.size()) throw InputError(path + ": cannot read model");
+  LoadedModel lm = load_model_from_bytes(bytes, path);
+  lm.model.path = path;
+  return lm;
+}
+
+LoadedModel load_model_from_proto(const onnx::ModelProto& proto, const std::string& what) {
+  auto holder = std::make_shared<ProtoHolder>();
+  holder->model = proto;
+  LoadedModel lm;
+  lm.model = to_ir(*holder, what);
+  lm.proto = std::move(holder);
+  return lm;
+}
+
+}  // namespace neusight

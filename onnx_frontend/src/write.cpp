@@ -1,0 +1,151 @@
+// write.cpp - write the original model back with annotations, atomically.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "neusight/onnx_proto.h"
+
+namespace neusight {
+namespace fs = std::filesystem;
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  if (path.empty()) throw RuntimeError("output path is empty");
+  fs::path p(path);
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) throw RuntimeError(path + ": is a directory, cannot write output");
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) throw RuntimeError(path + ": cannot write output: " + std::strerror(errno));
+    f.write(content.data(), static_cast<std::streamsize>(content.size()));
+    f.flush();
+    if (!f) {
+      f.close();
+      std::remove(tmp.c_str());
+      throw RuntimeError(path + ": cannot write output: " + std::strerror(errno));
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw RuntimeError(path + ": cannot write output: " + why);
+  }
+}
+
+namespace {
+
+void fill_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
+  auto* tt = vi.mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(static_cast<int>(t.dtype == DType::tf32 ? DType::f32 : t.dtype));
+  if (!t.has_shape) return;
+  auto* sh = tt->mutable_shape();
+  for (const auto& d : t.shape) {
+    auto* dp = sh->add_dim();
+    if (d.known()) dp->set_dim_value(d.value);
+    else if (!d.param.empty()) dp->set_dim_param(d.param);
+  }
+}
+
+// Rewrites external-data locations so that they resolve from the new model's directory.
+void relocate_external(onnx::TensorProto& tp, const fs::path& from_dir, const fs::path& to_dir) {
+  if (tp.data_location() != onnx::TensorProto::EXTERNAL) return;
+  for (auto& kv : *tp.mutable_external_data()) {
+    if (kv.key() != "location") continue;
+    fs::path loc(kv.value());
+    if (loc.is_absolute()) continue;
+    std::error_code ec;
+    fs::path abs = fs::weakly_canonical(from_dir / loc, ec);
+    if (ec) continue;
+    fs::path rel = abs.lexically_relative(fs::weakly_canonical(to_dir, ec));
+    kv.set_value(rel.empty() ? abs.string() : rel.string());
+  }
+}
+
+}  // namespace
+
+void write_proto(const ProtoHolder& proto, const std::string& out_path) {
+  std::string bytes;
+  if (!proto.model.SerializeToString(&bytes)) throw RuntimeError(out_path + ": cannot serialise model");
+  write_file_atomic(out_path, bytes);
+}
+
+void write_annotated(const LoadedModel& loaded, const Graph& inferred, const AnnotatedWrite& ann,
+                     const std::string& out_path) {
+  if (!loaded.proto) throw RuntimeError("no model to annotate");
+  onnx::ModelProto mp = loaded.proto->model;  // the one copy of inline weights
+  auto* g = mp.mutable_graph();
+
+  // Node names as the IR saw them (generated names for unnamed nodes are written back so
+  // reports and the annotated graph agree).
+  std::unordered_map<std::string, const NodeAnnotation*> by_name;
+  for (const auto& a : ann.nodes) by_name[a.node_name] = &a;
+  std::unordered_map<std::string, std::string> ir_name_by_output;
+  for (const auto& n : loaded.model.graph.nodes)
+    if (!n.outputs.empty()) ir_name_by_output[n.outputs.front()] = n.name;
+  for (auto& np : *g->mutable_node()) {
+    std::string name = np.name();
+    if (np.output_size() > 0) {
+      auto it = ir_name_by_output.find(np.output(0));
+      if (it != ir_name_by_output.end()) name = it->second;
+    }
+    if (np.name().empty()) np.set_name(name);
+    auto it = by_name.find(name);
+    if (it == by_name.end()) continue;
+    std::string doc = np.doc_string();
+    if (!doc.empty()) doc += "\n";
+    np.set_doc_string(doc + it->second->doc);
+  }
+
+  if (ann.write_value_info) {
+    std::unordered_set<std::string> skip;
+    for (const auto& in : g->input()) skip.insert(in.name());
+    for (const auto& out : g->output()) skip.insert(out.name());
+    for (const auto& init : g->initializer()) skip.insert(init.name());
+    g->clear_value_info();
+    for (const auto& n : inferred.nodes)
+      for (const auto& o : n.outputs) {
+        if (o.empty() || skip.count(o)) continue;
+        const TensorInfo* t = inferred.find(o);
+        if (!t || t->dtype == DType::undefined) continue;
+        auto* vi = g->add_value_info();
+        vi->set_name(o);
+        fill_type(*vi, *t);
+        skip.insert(o);
+      }
+    // Graph outputs: fill inferred shapes where the stored type has none.
+    for (auto& out : *g->mutable_output()) {
+      const TensorInfo* t = inferred.find(out.name());
+      if (!t || t->dtype == DType::undefined) continue;
+      if (!out.has_type() || !out.type().tensor_type().has_shape()) fill_type(out, *t);
+    }
+  }
+
+  for (const auto& [k, v] : ann.metadata) {
+    bool found = false;
+    for (auto& p : *mp.mutable_metadata_props())
+      if (p.key() == k) {
+        p.set_value(v);
+        found = true;
+      }
+    if (!found) {
+      auto* p = mp.add_metadata_props();
+      p->set_key(k);
+      p->set_value(v);
+    }
+  }
+
+  const fs::path from_dir = loaded.model.path.empty() ? fs::current_path()
+                                                      : fs::absolute(fs::path(loaded.model.path)).parent_path();
+  fs::path to_dir = fs::absolute(fs::path(out_path)).parent_path();
+  for (auto& tp : *g->mutable_initializer()) relocate_external(tp, from_dir, to_dir);
+
+  write_proto(ProtoHolder{std::move(mp)}, out_path);
+}
+
+}  // namespace neusight

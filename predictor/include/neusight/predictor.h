@@ -1,0 +1,45 @@
+// predictor.h - NeuSight latency prediction: waves x per-wave time, bounded by the roofline.
+//
+// Takes: kernels (lowering.h), their tilings (tiling.h) and the target Gpu.
+// Gives: a Prediction per kernel. The per-tile utilization comes from small MLPs trained
+// on measured kernels of five older GPUs (weights in predictor/weights, see its MANIFEST).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neusight/gpu.h"
+#include "neusight/lowering.h"
+#include "neusight/tiling.h"
+
+namespace neusight {
+
+struct Prediction {
+  double latency_ms = 0;
+  double roofline_ms = 0;     // plain roofline for the same kernel
+  double utilization = 0;     // achieved fraction of the roofline rate
+  bool compute_bound = false; // roofline regime
+  bool extrapolated = false;  // features outside the training distribution
+};
+
+class Predictor {
+ public:
+  virtual ~Predictor() = default;
+  virtual std::vector<Prediction> predict(const std::vector<Kernel>& kernels,
+                                          const std::vector<Tiling>& tilings,
+                                          const Gpu& gpu) const = 0;
+  virtual std::string name() const = 0;
+};
+
+// Plain roofline: max(flops / peak, bytes / bandwidth) plus nothing else.
+std::unique_ptr<Predictor> make_roofline_predictor();
+
+// The trained NeuSight predictor from a weights directory ("" = built-in weights).
+// Falls back to nothing: throws RuntimeError naming the missing file.
+std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir = "");
+
+// Roofline latency in ms for one kernel on one GPU (shared by all predictors).
+double roofline_ms(const Kernel& kernel, const Gpu& gpu);
+
+}  // namespace neusight

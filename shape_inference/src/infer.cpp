@@ -1,0 +1,797 @@
+// infer.cpp - shape and dtype inference with shape-value propagation, one rule per op family.
+//
+// Rules live in one table (op type -> handler). A handler reads its inputs' TensorInfo and
+// fills its outputs. Shape *values* (int_value) are propagated for the small integer
+// tensors of shape subgraphs so Reshape/Expand/ConstantOfShape get concrete targets.
+#include <algorithm>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+
+#include "neusight/shape_inference.h"
+
+namespace neusight {
+namespace {
+
+constexpr int64_t kMaxDim = int64_t(1) << 62;
+
+int64_t checked_mul(int64_t a, int64_t b, const std::string& where) {
+  if (a < 0 || b < 0) return -1;
+  if (a != 0 && b > kMaxDim / a) throw InputError(where + ": dimension overflow (product exceeds 2^62)");
+  return a * b;
+}
+
+int64_t ceil_div_safe(int64_t a, int64_t b) { return b <= 0 ? 0 : (a + b - 1) / b; }
+
+struct Ctx {
+  Graph& g;
+  const Model& model;
+  const Node& n;
+  ShapeResult& result;
+
+  const TensorInfo* in(size_t i) const {
+    if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
+    return g.find(n.inputs[i]);
+  }
+  bool has_in(size_t i) const { return in(i) != nullptr; }
+  TensorInfo& out(size_t i) { return g.tensor(n.outputs.at(i)); }
+  size_t num_out() const { return n.outputs.size(); }
+  std::string where() const { return "node '" + n.name + "' (" + n.op_type + ")"; }
+  const std::vector<int64_t>* value(size_t i) const {
+    const TensorInfo* t = in(i);
+    return t && t->int_value ? &*t->int_value : nullptr;
+  }
+  int64_t opset() const { return model.opset(n.domain); }
+};
+
+void set_out(Ctx& c, size_t i, DType dt, const Shape& s) {
+  if (i >= c.num_out() || c.n.outputs[i].empty()) return;
+  TensorInfo& t = c.out(i);
+  t.dtype = dt;
+  t.has_shape = true;
+  t.shape = s;
+}
+
+Shape dims_of(const std::vector<int64_t>& v) {
+  Shape s;
+  s.reserve(v.size());
+  for (int64_t x : v) s.push_back(x >= 0 ? Dim::of(x) : Dim{});
+  return s;
+}
+
+int64_t norm_axis(int64_t axis, int64_t rank, const Ctx& c) {
+  if (axis < 0) axis += rank;
+  if (axis < 0 || axis > std::max<int64_t>(rank - 1, 0))
+    throw InputError(c.where() + ": axis out of range");
+  return axis;
+}
+
+// Numpy-style broadcast of two shapes.
+Shape broadcast(const Shape& a, const Shape& b, const Ctx& c) {
+  const size_t r = std::max(a.size(), b.size());
+  Shape out(r);
+  for (size_t i = 0; i < r; ++i) {
+    const Dim* da = i < r - a.size() ? nullptr : &a[i - (r - a.size())];
+    const Dim* db = i < r - b.size() ? nullptr : &b[i - (r - b.size())];
+    if (!da) { out[i] = *db; continue; }
+    if (!db) { out[i] = *da; continue; }
+    if (da->known() && db->known()) {
+      if (da->value == db->value || db->value == 1) out[i] = *da;
+      else if (da->value == 1) out[i] = *db;
+      else throw InputError(c.where() + ": shapes cannot broadcast (" + std::to_string(da->value) +
+                            " vs " + std::to_string(db->value) + ")");
+    } else if (da->known() && da->value != 1) out[i] = *da;
+    else if (db->known() && db->value != 1) out[i] = *db;
+    else if (!da->known() && !db->known() && da->param == db->param) out[i] = *da;
+    else if (da->known()) out[i] = *db;
+    else if (db->known()) out[i] = *da;
+    else out[i] = Dim{};
+  }
+  return out;
+}
+
+// Elementwise broadcast over all inputs; value propagation for integer arithmetic.
+void rule_broadcast(Ctx& c, DType out_dtype, std::function<int64_t(int64_t, int64_t)> op) {
+  Shape s;
+  bool first = true, shaped = true;
+  DType dt = DType::undefined;
+  for (size_t i = 0; i < c.n.inputs.size(); ++i) {
+    const TensorInfo* t = c.in(i);
+    if (!t) continue;
+    if (dt == DType::undefined) dt = t->dtype;
+    if (!t->has_shape) { shaped = false; continue; }
+    s = first ? t->shape : broadcast(s, t->shape, c);
+    first = false;
+  }
+  if (c.n.op_type == "Where" && c.in(1)) dt = c.in(1)->dtype;
+  if (out_dtype != DType::undefined) dt = out_dtype;
+  if (!shaped) {
+    if (c.num_out()) c.out(0).dtype = dt;
+    return;
+  }
+  set_out(c, 0, dt, s);
+  // Value propagation for binary integer ops on small tensors.
+  if (op && c.n.inputs.size() == 2 && c.value(0) && c.value(1)) {
+    const auto& a = *c.value(0);
+    const auto& b = *c.value(1);
+    const size_t n = std::max(a.size(), b.size());
+    if ((a.size() == n || a.size() == 1) && (b.size() == n || b.size() == 1) && n <= 4096) {
+      std::vector<int64_t> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = op(a[a.size() == 1 ? 0 : i], b[b.size() == 1 ? 0 : i]);
+      c.out(0).int_value = v;
+    }
+  }
+}
+
+void rule_unary(Ctx& c) {
+  const TensorInfo* t = c.in(0);
+  if (!t) return;
+  if (t->has_shape) set_out(c, 0, t->dtype, t->shape);
+  else c.out(0).dtype = t->dtype;
+  if (c.n.op_type == "Identity" || c.n.op_type == "Neg" || c.n.op_type == "Abs") {
+    if (t->int_value) {
+      auto v = *t->int_value;
+      if (c.n.op_type == "Neg") for (auto& x : v) x = -x;
+      if (c.n.op_type == "Abs") for (auto& x : v) x = std::abs(x);
+      c.out(0).int_value = v;
+    }
+  }
+}
+
+void rule_cast(Ctx& c) {
+  const TensorInfo* t = c.in(0);
+  const DType to = static_cast<DType>(c.n.attr_i("to", 1));
+  if (!t) return;
+  if (t->has_shape) set_out(c, 0, to, t->shape);
+  else c.out(0).dtype = to;
+  if (t->int_value) c.out(0).int_value = t->int_value;
+}
+
+void rule_matmul(Ctx& c) {
+  const TensorInfo* a = c.in(0);
+  const TensorInfo* b = c.in(1);
+  if (!a || !b || !a->has_shape || !b->has_shape) return;
+  Shape sa = a->shape, sb = b->shape;
+  if (sa.empty() || sb.empty()) throw InputError(c.where() + ": MatMul of a scalar");
+  bool va = sa.size() == 1, vb = sb.size() == 1;
+  if (va) sa.insert(sa.begin(), Dim::of(1));
+  if (vb) sb.push_back(Dim::of(1));
+  const Dim& ka = sa.back();
+  const Dim& kb = sb[sb.size() - 2];
+  if (ka.known() && kb.known() && ka.value != kb.value)
+    throw InputError(c.where() + ": inner dimensions differ (" + std::to_string(ka.value) + " vs " +
+                     std::to_string(kb.value) + ")");
+  Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+  Shape s = broadcast(ba, bb, c);
+  if (!va) s.push_back(sa[sa.size() - 2]);
+  if (!vb) s.push_back(sb.back());
+  DType dt = a->dtype;
+  if (c.n.op_type == "MatMulInteger") dt = DType::i32;
+  set_out(c, 0, dt, s);
+}
+
+void rule_gemm(Ctx& c) {
+  const TensorInfo* a = c.in(0);
+  const TensorInfo* b = c.in(1);
+  if (!a || !b || !a->has_shape || !b->has_shape || a->shape.size() != 2 || b->shape.size() != 2) return;
+  const bool ta = c.n.attr_i("transA", 0), tb = c.n.attr_i("transB", 0);
+  set_out(c, 0, a->dtype, {a->shape[ta ? 1 : 0], b->shape[tb ? 0 : 1]});
+}
+
+void rule_layernorm(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x) return;
+  if (x->has_shape) set_out(c, 0, x->dtype, x->shape);
+  else c.out(0).dtype = x->dtype;
+  // Optional Mean / InvStdDev outputs: reduced over normalised axes.
+  if (x->has_shape && c.num_out() > 1) {
+    int64_t axis = norm_axis(c.n.attr_i("axis", -1), static_cast<int64_t>(x->shape.size()), c);
+    Shape s = x->shape;
+    for (size_t i = static_cast<size_t>(axis); i < s.size(); ++i) s[i] = Dim::of(1);
+    for (size_t o = 1; o < c.num_out(); ++o) set_out(c, o, DType::f32, s);
+  }
+}
+
+void rule_shape(Ctx& c) {
+  const TensorInfo* t = c.in(0);
+  if (!t || !t->has_shape) {
+    if (c.num_out()) c.out(0).dtype = DType::i64;
+    return;
+  }
+  int64_t r = static_cast<int64_t>(t->shape.size());
+  int64_t start = c.n.attr_i("start", 0), end = c.n.attr_i("end", r);
+  if (start < 0) start += r;
+  if (end < 0) end += r;
+  start = std::clamp<int64_t>(start, 0, r);
+  end = std::clamp<int64_t>(end, 0, r);
+  const int64_t len = std::max<int64_t>(end - start, 0);
+  set_out(c, 0, DType::i64, {Dim::of(len)});
+  std::vector<int64_t> v;
+  for (int64_t i = start; i < end; ++i) {
+    if (!t->shape[i].known()) return;
+    v.push_back(t->shape[i].value);
+  }
+  c.out(0).int_value = v;
+}
+
+void rule_size(Ctx& c) {
+  set_out(c, 0, DType::i64, {});
+  const TensorInfo* t = c.in(0);
+  if (t && t->num_elements() >= 0) c.out(0).int_value = std::vector<int64_t>{t->num_elements()};
+}
+
+void rule_constant(Ctx& c) {
+  const Attribute* a = c.n.attr("value");
+  if (a && a->t) {
+    TensorInfo& o = c.out(0);
+    o.dtype = a->t->dtype;
+    o.has_shape = true;
+    o.shape = a->t->shape;
+    o.int_value = a->t->int_value;
+    return;
+  }
+  if ((a = c.n.attr("value_int"))) { set_out(c, 0, DType::i64, {}); c.out(0).int_value = std::vector<int64_t>{a->i}; }
+  else if ((a = c.n.attr("value_ints"))) { set_out(c, 0, DType::i64, {Dim::of(int64_t(a->ints.size()))}); c.out(0).int_value = a->ints; }
+  else if ((a = c.n.attr("value_float"))) set_out(c, 0, DType::f32, {});
+  else if ((a = c.n.attr("value_floats"))) set_out(c, 0, DType::f32, {Dim::of(int64_t(a->floats.size()))});
+}
+
+void rule_reshape(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x) return;
+  std::vector<int64_t> target;
+  if (c.opset() < 5 || (c.n.op_type == "Reshape" && c.n.attr("shape"))) target = c.n.attr_ints("shape");
+  else if (c.value(1)) target = *c.value(1);
+  else {
+    const TensorInfo* s = c.in(1);
+    c.out(0).dtype = x->dtype;
+    if (s && s->fully_known() && s->shape.size() == 1) {
+      set_out(c, 0, x->dtype, Shape(s->shape[0].value));
+    }
+    return;
+  }
+  const bool allowzero = c.n.attr_i("allowzero", 0) != 0;
+  Shape s;
+  int64_t known = 1;
+  int infer = -1;
+  for (size_t i = 0; i < target.size(); ++i) {
+    int64_t v = target[i];
+    if (v == 0 && !allowzero) {
+      if (!x->has_shape || i >= x->shape.size()) { s.push_back(Dim{}); known = -1; continue; }
+      s.push_back(x->shape[i]);
+      if (x->shape[i].known()) known = checked_mul(known, x->shape[i].value, c.where());
+      else known = -1;
+    } else if (v == -1) {
+      if (infer >= 0) throw InputError(c.where() + ": Reshape with two -1 dims");
+      infer = static_cast<int>(i);
+      s.push_back(Dim{});
+    } else if (v < -1) {
+      throw InputError(c.where() + ": Reshape with negative dim " + std::to_string(v));
+    } else {
+      s.push_back(Dim::of(v));
+      known = checked_mul(known, v, c.where());
+    }
+  }
+  if (infer >= 0) {
+    const int64_t total = x->num_elements();
+    if (total >= 0 && known > 0) {
+      if (total % known != 0) throw InputError(c.where() + ": Reshape cannot divide " + std::to_string(total) + " elements into the target shape");
+      s[infer] = Dim::of(total / known);
+    } else if (x->has_shape && known > 0) {
+      // Symbolic: when all but one input dim cancel out, keep the symbol.
+      int64_t kx = 1;
+      std::vector<Dim> syms;
+      for (const auto& d : x->shape) {
+        if (d.known()) kx = checked_mul(kx, d.value, c.where());
+        else syms.push_back(d);
+      }
+      if (syms.size() == 1 && kx == known) s[infer] = syms[0];
+    }
+  }
+  set_out(c, 0, x->dtype, s);
+  if (x->int_value) c.out(0).int_value = x->int_value;
+}
+
+void rule_flatten(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) return;
+  const int64_t r = static_cast<int64_t>(x->shape.size());
+  int64_t axis = c.n.attr_i("axis", 1);
+  if (axis < 0) axis += r;
+  int64_t a = 1, b = 1;
+  for (int64_t i = 0; i < r; ++i) {
+    const Dim& d = x->shape[i];
+    int64_t& acc = i < axis ? a : b;
+    acc = (d.known() && acc >= 0) ? checked_mul(acc, d.value, c.where()) : -1;
+  }
+  set_out(c, 0, x->dtype, {a >= 0 ? Dim::of(a) : Dim{}, b >= 0 ? Dim::of(b) : Dim{}});
+  if (x->int_value) c.out(0).int_value = x->int_value;
+}
+
+std::vector<int64_t> axes_of(Ctx& c, size_t input_index) {
+  if (c.n.attr("axes")) return c.n.attr_ints("axes");
+  if (c.value(input_index)) return *c.value(input_index);
+  return {};
+}
+
+void rule_unsqueeze(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) return;
+  auto axes = axes_of(c, 1);
+  if (axes.empty() && c.has_in(1)) { c.out(0).dtype = x->dtype; return; }
+  const int64_t r = static_cast<int64_t>(x->shape.size() + axes.size());
+  for (auto& a : axes) a = norm_axis(a, r, c);
+  std::sort(axes.begin(), axes.end());
+  Shape s;
+  size_t j = 0;
+  for (int64_t i = 0; i < r; ++i) {
+    if (std::binary_search(axes.begin(), axes.end(), i)) s.push_back(Dim::of(1));
+    else if (j < x->shape.size()) s.push_back(x->shape[j++]);
+  }
+  set_out(c, 0, x->dtype, s);
+  if (x->int_value) c.out(0).int_value = x->int_value;
+}
+
+void rule_squeeze(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) return;
+  auto axes = axes_of(c, 1);
+  const int64_t r = static_cast<int64_t>(x->shape.size());
+  for (auto& a : axes) a = norm_axis(a, r, c);
+  Shape s;
+  for (int64_t i = 0; i < r; ++i) {
+    const bool drop = axes.empty() ? (x->shape[i].known() && x->shape[i].value == 1)
+                                   : std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!drop) s.push_back(x->shape[i]);
+  }
+  set_out(c, 0, x->dtype, s);
+  if (x->int_value) c.out(0).int_value = x->int_value;
+}
+
+void rule_transpose(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) return;
+  auto perm = c.n.attr_ints("perm");
+  const size_t r = x->shape.size();
+  if (perm.empty())
+    for (size_t i = 0; i < r; ++i) perm.push_back(static_cast<int64_t>(r - 1 - i));
+  if (perm.size() != r) throw InputError(c.where() + ": perm has wrong length");
+  Shape s;
+  for (auto p : perm) s.push_back(x->shape.at(static_cast<size_t>(norm_axis(p, static_cast<int64_t>(r), c))));
+  set_out(c, 0, x->dtype, s);
+}
+
+void rule_concat(Ctx& c) {
+  const TensorInfo* first = nullptr;
+  for (size_t i = 0; i < c.n.inputs.size(); ++i)
+    if (c.in(i) && c.in(i)->has_shape) { first = c.in(i); break; }
+  if (!first) return;
+  const int64_t r = static_cast<int64_t>(first->shape.size());
+  const int64_t axis = norm_axis(c.n.attr_i("axis", 0), r, c);
+  Shape s = first->shape;
+  int64_t total = 0;
+  bool all_values = true;
+  std::vector<int64_t> vals;
+  for (size_t i = 0; i < c.n.inputs.size(); ++i) {
+    const TensorInfo* t = c.in(i);
+    if (!t) continue;
+    if (!t->has_shape || static_cast<int64_t>(t->shape.size()) != r) { total = -1; all_values = false; continue; }
+    const Dim& d = t->shape[axis];
+    total = (total >= 0 && d.known()) ? total + d.value : -1;
+    for (int64_t k = 0; k < r; ++k)
+      if (k != axis && !s[k].known() && t->shape[k].known()) s[k] = t->shape[k];
+    if (t->int_value) vals.insert(vals.end(), t->int_value->begin(), t->int_value->end());
+    else all_values = false;
+  }
+  s[axis] = total >= 0 ? Dim::of(total) : Dim{};
+  set_out(c, 0, first->dtype, s);
+  if (all_values && r == 1) c.out(0).int_value = vals;
+}
+
+void rule_gather(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* idx = c.in(1);
+  if (!x || !idx || !x->has_shape || !idx->has_shape) return;
+  const int64_t r = static_cast<int64_t>(x->shape.size());
+  const int64_t axis = norm_axis(c.n.attr_i("axis", 0), r, c);
+  Shape s(x->shape.begin(), x->shape.begin() + axis);
+  s.insert(s.end(), idx->shape.begin(), idx->shape.end());
+  s.insert(s.end(), x->shape.begin() + axis + 1, x->shape.end());
+  set_out(c, 0, x->dtype, s);
+  if (x->int_value && idx->int_value && r == 1) {
+    std::vector<int64_t> v;
+    const int64_t n = static_cast<int64_t>(x->int_value->size());
+    for (int64_t i : *idx->int_value) {
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return;
+      v.push_back((*x->int_value)[i]);
+    }
+    c.out(0).int_value = v;
+  }
+}
+
+void rule_slice(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) return;
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (c.opset() < 10) {
+    starts = c.n.attr_ints("starts");
+    ends = c.n.attr_ints("ends");
+    axes = c.n.attr_ints("axes");
+  } else {
+    if (!c.value(1) || !c.value(2)) {
+      // Rank is known even when bounds are not.
+      Shape s = x->shape;
+      if (c.value(3)) {
+        for (auto a : *c.value(3)) s[norm_axis(a, static_cast<int64_t>(s.size()), c)] = Dim{};
+      } else {
+        for (auto& d : s) d = Dim{};
+      }
+      set_out(c, 0, x->dtype, s);
+      return;
+    }
+    starts = *c.value(1);
+    ends = *c.value(2);
+    if (c.value(3)) axes = *c.value(3);
+    if (c.value(4)) steps = *c.value(4);
+    else if (c.has_in(4)) { c.out(0).dtype = x->dtype; return; }
+    if (c.has_in(3) && !c.value(3)) { c.out(0).dtype = x->dtype; return; }
+  }
+  const int64_t r = static_cast<int64_t>(x->shape.size());
+  if (axes.empty()) for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    throw InputError(c.where() + ": Slice starts/ends/axes/steps lengths differ");
+  Shape s = x->shape;
+  std::vector<int64_t> vals;
+  bool slice_value = x->int_value && r == 1;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t a = norm_axis(axes[i], r, c);
+    const int64_t step = steps[i];
+    if (step == 0) throw InputError(c.where() + ": Slice step 0");
+    const Dim& d = x->shape[a];
+    if (!d.known()) { s[a] = Dim{}; slice_value = false; continue; }
+    const int64_t n = d.value;
+    int64_t st = starts[i], en = ends[i];
+    if (st < 0) st += n;
+    if (en < 0) en += n;
+    int64_t len;
+    if (step > 0) {
+      st = std::clamp<int64_t>(st, 0, n);
+      en = std::clamp<int64_t>(en, 0, n);
+      len = en > st ? (en - st + step - 1) / step : 0;
+    } else {
+      st = std::clamp<int64_t>(st, 0, n - 1);
+      en = std::clamp<int64_t>(en, -1, n - 1);
+      len = st > en ? (st - en + (-step) - 1) / (-step) : 0;
+    }
+    s[a] = Dim::of(len);
+    if (slice_value) {
+      for (int64_t k = 0, p = st; k < len; ++k, p += step) vals.push_back((*x->int_value)[p]);
+    }
+  }
+  set_out(c, 0, x->dtype, s);
+  if (slice_value) c.out(0).int_value = vals;
+}
+
+void rule_reduce(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) { if (x && c.num_out()) c.out(0).dtype = x->dtype; return; }
+  const int64_t r = static_cast<int64_t>(x->shape.size());
+  std::vector<int64_t> axes;
+  const bool axes_as_input = (c.n.op_type == "ReduceSum" && c.opset() >= 13) || c.opset() >= 18;
+  if (axes_as_input && c.has_in(1)) {
+    if (!c.value(1)) { c.out(0).dtype = x->dtype; return; }
+    axes = *c.value(1);
+  } else {
+    axes = c.n.attr_ints("axes");
+  }
+  const bool keep = c.n.attr_i("keepdims", 1) != 0;
+  const bool noop = axes.empty() && c.n.attr_i("noop_with_empty_axes", 0) != 0;
+  if (noop) { set_out(c, 0, x->dtype, x->shape); return; }
+  for (auto& a : axes) a = norm_axis(a, r, c);
+  Shape s;
+  for (int64_t i = 0; i < r; ++i) {
+    const bool red = axes.empty() || std::find(axes.begin(), axes.end(), i) != axes.end();
+    if (!red) s.push_back(x->shape[i]);
+    else if (keep) s.push_back(Dim::of(1));
+  }
+  DType dt = x->dtype;
+  if (c.n.op_type == "ArgMax" || c.n.op_type == "ArgMin") dt = DType::i64;
+  set_out(c, 0, dt, s);
+}
+
+void rule_argminmax(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) return;
+  const int64_t r = static_cast<int64_t>(x->shape.size());
+  const int64_t axis = norm_axis(c.n.attr_i("axis", 0), r, c);
+  Shape s = x->shape;
+  if (c.n.attr_i("keepdims", 1)) s[axis] = Dim::of(1);
+  else s.erase(s.begin() + axis);
+  set_out(c, 0, DType::i64, s);
+}
+
+void rule_expand(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x) return;
+  if (!c.value(1) || !x->has_shape) {
+    const TensorInfo* s = c.in(1);
+    if (s && s->fully_known() && s->shape.size() == 1) {
+      Shape out(static_cast<size_t>(s->shape[0].value));
+      set_out(c, 0, x->dtype, out);
+    } else {
+      c.out(0).dtype = x->dtype;
+    }
+    return;
+  }
+  set_out(c, 0, x->dtype, broadcast(x->shape, dims_of(*c.value(1)), c));
+}
+
+void rule_constant_of_shape(Ctx& c) {
+  DType dt = DType::f32;
+  const Attribute* a = c.n.attr("value");
+  if (a && a->t) dt = a->t->dtype;
+  if (c.value(0)) {
+    for (auto v : *c.value(0))
+      if (v < 0) throw InputError(c.where() + ": negative dim in ConstantOfShape");
+    set_out(c, 0, dt, dims_of(*c.value(0)));
+    if (a && a->t && a->t->int_value && a->t->int_value->size() == 1 && c.value(0)->size() <= 1) {
+      int64_t n = 1;
+      for (auto v : *c.value(0)) n *= v;
+      if (n <= 4096) c.out(0).int_value = std::vector<int64_t>(static_cast<size_t>(n), (*a->t->int_value)[0]);
+    }
+  } else {
+    const TensorInfo* s = c.in(0);
+    if (s && s->fully_known() && s->shape.size() == 1) set_out(c, 0, dt, Shape(s->shape[0].value));
+    else c.out(0).dtype = dt;
+  }
+}
+
+void rule_range(Ctx& c) {
+  const TensorInfo* st = c.in(0);
+  DType dt = st ? st->dtype : DType::i64;
+  if (c.value(0) && c.value(1) && c.value(2) && c.value(0)->size() == 1 && c.value(1)->size() == 1 &&
+      c.value(2)->size() == 1) {
+    const int64_t a = (*c.value(0))[0], b = (*c.value(1))[0], d = (*c.value(2))[0];
+    if (d == 0) throw InputError(c.where() + ": Range with delta 0");
+    int64_t n = std::max<int64_t>(0, (b - a + d + (d > 0 ? -1 : 1)) / d);
+    set_out(c, 0, dt, {Dim::of(n)});
+    if (n <= 4096) {
+      std::vector<int64_t> v;
+      for (int64_t i = 0; i < n; ++i) v.push_back(a + i * d);
+      c.out(0).int_value = v;
+    }
+  } else {
+    set_out(c, 0, dt, {Dim{}});
+  }
+}
+
+void rule_split(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape) return;
+  const int64_t r = static_cast<int64_t>(x->shape.size());
+  const int64_t axis = norm_axis(c.n.attr_i("axis", 0), r, c);
+  std::vector<int64_t> split = c.n.attr_ints("split");
+  if (split.empty() && c.value(1)) split = *c.value(1);
+  const size_t n = c.num_out();
+  const Dim& d = x->shape[axis];
+  if (split.empty() && d.known()) {
+    const int64_t parts = c.n.attr_i("num_outputs", static_cast<int64_t>(n));
+    const int64_t each = ceil_div_safe(d.value, parts);
+    for (size_t i = 0; i < n; ++i)
+      split.push_back(std::min<int64_t>(each, std::max<int64_t>(0, d.value - each * static_cast<int64_t>(i))));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Shape s = x->shape;
+    s[axis] = i < split.size() ? Dim::of(split[i]) : Dim{};
+    set_out(c, i, x->dtype, s);
+  }
+}
+
+void rule_conv(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* w = c.in(1);
+  if (!x || !w || !x->has_shape || !w->has_shape || x->shape.size() < 3) {
+    if (x && c.num_out()) c.out(0).dtype = x->dtype;
+    return;
+  }
+  const size_t sd = x->shape.size() - 2;
+  auto kernel = c.n.attr_ints("kernel_shape");
+  if (kernel.empty())
+    for (size_t i = 0; i < sd; ++i) kernel.push_back(w->shape.size() > 2 + i && w->shape[2 + i].known() ? w->shape[2 + i].value : -1);
+  auto strides = c.n.attr_ints("strides");
+  auto dil = c.n.attr_ints("dilations");
+  auto pads = c.n.attr_ints("pads");
+  strides.resize(sd, 1);
+  dil.resize(sd, 1);
+  pads.resize(2 * sd, 0);
+  const std::string autopad = c.n.attr_s("auto_pad", "NOTSET");
+  const bool transposed = c.n.op_type == "ConvTranspose";
+  Shape s{x->shape[0]};
+  const int64_t group = c.n.attr_i("group", 1);
+  if (transposed) s.push_back(w->shape[1].known() ? Dim::of(w->shape[1].value * group) : Dim{});
+  else s.push_back(w->shape[0]);
+  auto out_pad = c.n.attr_ints("output_padding");
+  out_pad.resize(sd, 0);
+  auto out_shape = c.n.attr_ints("output_shape");
+  for (size_t i = 0; i < sd; ++i) {
+    const Dim& in = x->shape[2 + i];
+    if (!in.known() || kernel[i] < 0) { s.push_back(Dim{}); continue; }
+    const int64_t k = (kernel[i] - 1) * dil[i] + 1;
+    int64_t o;
+    if (transposed) {
+      if (!out_shape.empty()) o = out_shape[i];
+      else if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") o = in.value * strides[i];
+      else o = strides[i] * (in.value - 1) + out_pad[i] + k - pads[i] - pads[i + sd];
+    } else if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") {
+      o = (in.value + strides[i] - 1) / strides[i];
+    } else if (autopad == "VALID") {
+      o = (in.value - k) / strides[i] + 1;
+    } else {
+      o = (in.value + pads[i] + pads[i + sd] - k) / strides[i] + 1;
+    }
+    s.push_back(o >= 0 ? Dim::of(o) : Dim{});
+  }
+  set_out(c, 0, c.n.op_type == "ConvInteger" ? DType::i32 : x->dtype, s);
+}
+
+void rule_pool(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!x || !x->has_shape || x->shape.size() < 3) return;
+  const size_t sd = x->shape.size() - 2;
+  Shape s{x->shape[0], x->shape[1]};
+  const std::string& op = c.n.op_type;
+  if (op.rfind("Global", 0) == 0) {
+    for (size_t i = 0; i < sd; ++i) s.push_back(Dim::of(1));
+    set_out(c, 0, x->dtype, s);
+    return;
+  }
+  auto kernel = c.n.attr_ints("kernel_shape");
+  auto strides = c.n.attr_ints("strides");
+  auto pads = c.n.attr_ints("pads");
+  auto dil = c.n.attr_ints("dilations");
+  kernel.resize(sd, 1);
+  strides.resize(sd, 1);
+  pads.resize(2 * sd, 0);
+  dil.resize(sd, 1);
+  const bool ceil_mode = c.n.attr_i("ceil_mode", 0) != 0;
+  const std::string autopad = c.n.attr_s("auto_pad", "NOTSET");
+  for (size_t i = 0; i < sd; ++i) {
+    const Dim& in = x->shape[2 + i];
+    if (!in.known()) { s.push_back(Dim{}); continue; }
+    const int64_t k = (kernel[i] - 1) * dil[i] + 1;
+    int64_t o;
+    if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") o = (in.value + strides[i] - 1) / strides[i];
+    else if (autopad == "VALID") o = (in.value - k) / strides[i] + 1;
+    else {
+      const int64_t num = in.value + pads[i] + pads[i + sd] - k;
+      o = (ceil_mode ? (num + strides[i] - 1) / strides[i] : num / strides[i]) + 1;
+      if (ceil_mode && (o - 1) * strides[i] >= in.value + pads[i]) --o;
+    }
+    s.push_back(Dim::of(std::max<int64_t>(o, 0)));
+  }
+  set_out(c, 0, x->dtype, s);
+  if (c.num_out() > 1) set_out(c, 1, DType::i64, s);
+}
+
+using Rule = std::function<void(Ctx&)>;
+
+const std::unordered_map<std::string, Rule>& rules() {
+  static const std::unordered_map<std::string, Rule> table = [] {
+    std::unordered_map<std::string, Rule> t;
+    auto bin = [](std::function<int64_t(int64_t, int64_t)> f, DType dt = DType::undefined) {
+      return [f, dt](Ctx& c) { rule_broadcast(c, dt, f); };
+    };
+    t["Add"] = bin([](int64_t a, int64_t b) { return a + b; });
+    t["Sub"] = bin([](int64_t a, int64_t b) { return a - b; });
+    t["Mul"] = bin([](int64_t a, int64_t b) { return a * b; });
+    t["Div"] = bin([](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
+    t["Mod"] = bin([](int64_t a, int64_t b) { return b == 0 ? 0 : a % b; });
+    t["Max"] = bin([](int64_t a, int64_t b) { return std::max(a, b); });
+    t["Min"] = bin([](int64_t a, int64_t b) { return std::min(a, b); });
+    t["Pow"] = bin(nullptr);
+    t["Sum"] = bin(nullptr);
+    t["Mean"] = bin(nullptr);
+    t["PRelu"] = bin(nullptr);
+    t["BitShift"] = bin(nullptr);
+    t["Where"] = bin(nullptr);
+    for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
+      t[op] = bin(
+          std::string(op) == "Equal" ? std::function<int64_t(int64_t, int64_t)>([](int64_t a, int64_t b) { return int64_t(a == b); })
+                                     : nullptr,
+          DType::boolean);
+    for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
+                           "Erf", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Identity", "Dropout",
+                           "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Softplus",
+                           "Softsign", "Clip", "Mish", "ThresholdedRelu", "Tan", "Asin", "Acos", "Atan",
+                           "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "Shrink", "IsNaN", "IsInf",
+                           "Softmax", "LogSoftmax", "Hardmax", "LpNormalization", "InstanceNormalization",
+                           "BatchNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
+                           "ReverseSequence", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd"})
+      t[op] = rule_unary;
+    t["Not"] = [](Ctx& c) { rule_unary(c); if (c.num_out()) c.out(0).dtype = DType::boolean; };
+    t["IsNaN"] = t["Not"];
+    t["IsInf"] = t["Not"];
+    t["Dropout"] = [](Ctx& c) {
+      rule_unary(c);
+      const TensorInfo* x = c.in(0);
+      if (x && x->has_shape && c.num_out() > 1) set_out(c, 1, DType::boolean, x->shape);
+    };
+    t["Cast"] = rule_cast;
+    t["CastLike"] = [](Ctx& c) {
+      rule_unary(c);
+      if (c.in(1) && c.num_out()) c.out(0).dtype = c.in(1)->dtype;
+    };
+    t["MatMul"] = rule_matmul;
+    t["MatMulInteger"] = rule_matmul;
+    t["Gemm"] = rule_gemm;
+    t["LayerNormalization"] = rule_layernorm;
+    t["SimplifiedLayerNormalization"] = rule_layernorm;
+    t["RMSNormalization"] = rule_layernorm;
+    t["Shape"] = rule_shape;
+    t["Size"] = rule_size;
+    t["Constant"] = rule_constant;
+    t["Reshape"] = rule_reshape;
+    t["Flatten"] = rule_flatten;
+    t["Unsqueeze"] = rule_unsqueeze;
+    t["Squeeze"] = rule_squeeze;
+    t["Transpose"] = rule_transpose;
+    t["Concat"] = rule_concat;
+    t["Gather"] = rule_gather;
+    t["Slice"] = rule_slice;
+    for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+      t[op] = rule_reduce;
+    t["ArgMax"] = rule_argminmax;
+    t["ArgMin"] = rule_argminmax;
+    t["Expand"] = rule_expand;
+    t["ConstantOfShape"] = rule_constant_of_shape;
+    t["Range"] = rule_range;
+    t["Split"] = rule_split;
+    t["Conv"] = rule_conv;
+    t["ConvTranspose"] = rule_conv;
+    t["ConvInteger"] = rule_conv;
+    for (const char* op : {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
+      t[op] = rule_pool;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+ShapeResult infer_shapes(Graph& graph, const Model& model) {
+  ShapeResult result;
+  std::set<std::string> unknown;
+  for (const auto& node : graph.nodes) {
+    Ctx c{graph, model, node, result};
+    auto it = rules().find(node.op_type);
+    if (it != rules().end()) {
+      it->second(c);
+    } else {
+      unknown.insert(node.domain.empty() ? node.op_type : node.domain + "." + node.op_type);
+      // Best effort: outputs take the first input's dtype.
+      const TensorInfo* x = c.in(0);
+      for (size_t i = 0; i < c.num_out(); ++i)
+        if (!node.outputs[i].empty() && x && c.out(i).dtype == DType::undefined) c.out(i).dtype = x->dtype;
+    }
+    for (const auto& o : node.outputs) {
+      if (o.empty()) continue;
+      TensorInfo& t = graph.tensor(o);
+      for (const auto& d : t.shape)
+        if (d.known() && d.value > kMaxDim) throw InputError(c.where() + ": dimension exceeds 2^62");
+    }
+  }
+  result.unknown_ops.assign(unknown.begin(), unknown.end());
+  if (!unknown.empty()) {
+    std::string list;
+    for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
+    result.warnings.push_back("no shape rule for: " + list + " (shapes after them may be unknown)");
+  }
+  return result;
+}
+
+}  // namespace neusight

@@ -1,0 +1,102 @@
+"""The main job through the real binary: table, JSON contract, annotated ONNX, bad input."""
+import os
+import subprocess
+import tempfile
+import unittest
+
+from cli_util import EXAMPLE, run, run_json, shared
+
+
+class MainJob(unittest.TestCase):
+    def test_table_on_b200(self):
+        code, out, err = run(EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "1024")
+        self.assertEqual(code, 0, err)
+        self.assertIn("NVIDIA B200", out)
+        self.assertIn("transformer.h.11.mlp.c_fc/MatMul", out)
+        self.assertRegex(out, r"end-to-end latency: [0-9.]+ ms")
+
+    def test_json_contract(self):
+        r = run_json(EXAMPLE, "--gpu", "b200", "--batch", "2", "--seq", "64")
+        for key in ("gpu", "mode", "dtype", "e2e_latency_ms", "forward_ms", "backward_ms", "update_ms",
+                    "graph_outputs", "nodes"):
+            self.assertIn(key, r)
+        self.assertEqual(r["mode"], "inference")
+        self.assertEqual(r["graph_outputs"][0]["shape"], [2, 64, 50257])
+        self.assertGreater(r["e2e_latency_ms"], 0)
+        total = 0.0
+        for n in r["nodes"]:
+            for k in ("name", "op_type", "latency_ms", "outputs", "kernels"):
+                self.assertIn(k, n)
+            for k in n["kernels"]:
+                self.assertIn(k["class"], ("gemm", "elementwise", "softmax", "layernorm", "reduce", "memory",
+                                           "collective", "unknown"))
+                self.assertIn(k["phase"], ("forward", "backward", "update"))
+                for f in ("flops", "bytes", "tile", "waves", "latency_ms"):
+                    self.assertIn(f, k)
+                total += k["latency_ms"]
+        self.assertAlmostEqual(total, r["e2e_latency_ms"], delta=1e-6 * max(1.0, total))
+
+    def test_gpu_list_gives_array(self):
+        r = run_json(EXAMPLE, "--gpu", "b200,h100,t4", "--batch", "1", "--seq", "128")
+        self.assertEqual([x["gpu_alias"] for x in r], ["b200", "h100", "t4"])
+        self.assertLess(r[0]["e2e_latency_ms"], r[2]["e2e_latency_ms"])
+
+    def test_training_mode_splits_phases(self):
+        r = run_json(EXAMPLE, "--gpu", "a100", "--batch", "1", "--seq", "128", "--mode", "training")
+        self.assertGreater(r["backward_ms"], r["forward_ms"])
+        self.assertGreater(r["update_ms"], 0)
+
+    def test_device_json_path(self):
+        r = run_json(EXAMPLE, "--gpu", shared("neusight-data", "device_configs", "Tesla_T4.json"),
+                     "--batch", "1", "--seq", "128")
+        self.assertEqual(r["gpu"], "Tesla T4")
+
+    def test_annotated_model_passes_checker(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "annotated.onnx")
+            code, _, err = run(EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "128", "--out", out, "--quiet")
+            self.assertEqual(code, 0, err)
+            script = (
+                "import onnx,sys\n"
+                "a=onnx.load(sys.argv[1], load_external_data=False)\n"
+                "b=onnx.load(sys.argv[2], load_external_data=False)\n"
+                "onnx.checker.check_model(sys.argv[2])\n"
+                "assert len(a.graph.node)==len(b.graph.node)\n"
+                "assert [i.name for i in a.graph.initializer]==[i.name for i in b.graph.initializer]\n"
+                "assert all('latency_ms=' in n.doc_string for n in b.graph.node if n.op_type=='MatMul')\n"
+                "m={p.key:p.value for p in b.metadata_props}\n"
+                "assert m['neusight.gpu']=='NVIDIA B200', m\n"
+                "assert len(b.graph.value_info) > 100\n")
+            p = subprocess.run(["/usr/bin/python3", "-c", script, EXAMPLE, out], capture_output=True, text=True)
+            self.assertEqual(p.returncode, 0, p.stderr)
+
+
+class BadInput(unittest.TestCase):
+    def assert_input_error(self, *args, needle=""):
+        code, out, err = run(*args)
+        self.assertEqual(code, 2, f"stdout={out} stderr={err}")
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn(needle, lines[0])
+
+    def test_missing_file(self):
+        self.assert_input_error("/nonexistent.onnx", "--gpu", "b200", needle="/nonexistent.onnx")
+
+    def test_not_onnx(self):
+        with tempfile.NamedTemporaryFile(suffix=".onnx") as f:
+            f.write(b"this is not a model")
+            f.flush()
+            self.assert_input_error(f.name, "--gpu", "b200", needle="not a valid ONNX model")
+
+    def test_unknown_gpu(self):
+        self.assert_input_error(EXAMPLE, "--gpu", "b2000", "--batch", "1", "--seq", "8", needle="unknown GPU")
+
+    def test_unbound_dim(self):
+        self.assert_input_error(EXAMPLE, "--gpu", "b200", "--batch", "1", needle="sequence")
+
+    def test_bad_flag(self):
+        self.assert_input_error(EXAMPLE, "--gpu", "b200", "--frobnicate", needle="--frobnicate")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# run.sh - install the build tree into a temporary prefix and build/run the consumer against it.
+set -euo pipefail
+build_dir=$1
+src_dir=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
+cmake -S "$src_dir" -B "$tmp/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$tmp/build" >/dev/null
+# The installed tool finds its data in <prefix>/share/neusight.
+out=$(env -u NEUSIGHT_DATA_DIR "$tmp/build/consumer" "$build_dir/examples/gpt2-small.onnx" b200)
+echo "$out"
+case "$out" in "NVIDIA B200 "*" $tmp/prefix/share/neusight") ;; *) echo "unexpected output: $out" >&2; exit 1 ;; esac
+"$tmp/prefix/bin/neusight-onnx" gpus | grep -q "NVIDIA B200"

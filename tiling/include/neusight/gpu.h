@@ -1,0 +1,80 @@
+// gpu.h - the GPU database: spec-sheet numbers only, loaded from data files.
+//
+// Takes: tiling/data/gpus.json (built in) or a user's device JSON in the
+// neusight-data/device_configs format (Device, Dev_Mem, Mem_Bw, Num_Sm, Core_Per_SM, Freq,
+// SingleFLOPs, L2Cache).
+// Gives: Gpu records, looked up by name or alias (case-insensitive).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "neusight/graph.h"
+
+namespace neusight {
+
+struct Gpu {
+  std::string name;                  // canonical name, e.g. "NVIDIA B200"
+  std::vector<std::string> aliases;  // short alias first ("b200"), then exact Device names
+  std::string vendor = "nvidia";     // "nvidia" | "amd"
+  std::string arch;                  // "sm_60" ... "sm_100", "sm_120", "gfx908" (CDNA) ...
+  int num_sm = 0;                    // SMs (NVIDIA) or compute units (AMD)
+  double boost_mhz = 0;
+  int fp32_cores_per_sm = 0;
+  double fp32_gflops = 0;            // FP32 non-tensor peak
+  // Dense tensor-core (matrix-core) peaks in GFLOP/s; 0 = not supported.
+  double tf32_gflops = 0, fp16_gflops = 0, bf16_gflops = 0, fp8_gflops = 0, int8_gops = 0;
+  double fp16_simt_gflops = 0;       // non-tensor FP16 (0: same as fp32)
+  double fp32_matrix_gflops = 0;     // FP32 on matrix cores (AMD CDNA); 0 = none
+  double mem_gb = 0;
+  double mem_bw_gbps = 0;
+  double l2_mb = 0;
+  double smem_per_sm_kb = 0;
+  int regs_per_sm = 65536;
+  int max_blocks_per_sm = 32;
+  int max_threads_per_sm = 2048;
+  // Interconnect.
+  std::string nvlink;                // "" none, "nvlink3", ...
+  double nvlink_gbps = 0;            // per-GPU unidirectional bandwidth, GB/s
+  double pcie_gbps = 0;              // per-direction PCIe bandwidth, GB/s
+  std::string source;                // where the numbers come from
+
+  // Peak rate for a compute precision on the matrix units (falls back to FP32 SIMT).
+  double peak_gflops(DType compute) const;
+  const std::string& alias() const { return aliases.empty() ? name : aliases.front(); }
+};
+
+class GpuDatabase {
+ public:
+  // Loads the built-in database (the data file next to the binary, in the build tree or
+  // the install tree; NEUSIGHT_DATA_DIR overrides). Throws RuntimeError naming the file.
+  static const GpuDatabase& builtin();
+  // Loads a database file. Throws InputError for malformed or incomplete entries.
+  static GpuDatabase load(const std::string& path);
+
+  const std::vector<Gpu>& all() const { return gpus_; }
+  // Name, alias (case-insensitive) or path to a device JSON. Throws InputError listing the
+  // closest names when nothing matches.
+  Gpu resolve(const std::string& name_or_path) const;
+  const Gpu* find(const std::string& name) const;  // nullptr when unknown
+
+ private:
+  std::vector<Gpu> gpus_;
+};
+
+// Reads a device JSON in the neusight-data/device_configs format. Throws InputError.
+Gpu load_device_json(const std::string& path);
+
+// Directory of the project's data files (gpus.json, tiles, weights): NEUSIGHT_DATA_DIR, else
+// next to the executable (build tree), else the install prefix's share/neusight.
+std::string data_dir();
+
+// Registers a data directory to try after NEUSIGHT_DATA_DIR (the installed package's
+// neusightConfig.cmake points consumers at <prefix>/share/neusight through this).
+void set_default_data_dir(const std::string& dir);
+
+#ifdef NEUSIGHT_DATA_DIR_HINT
+inline const bool kNeusightDataDirHint = (set_default_data_dir(NEUSIGHT_DATA_DIR_HINT), true);
+#endif
+
+}  // namespace neusight

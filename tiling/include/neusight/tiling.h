@@ -1,0 +1,47 @@
+// tiling.h - CUTLASS-style tile shapes and waves of each kernel on a target GPU.
+//
+// Takes: a Kernel (lowering.h) and a Gpu (gpu.h).
+// Gives: the threadblock tile a vendor library would choose, the number of tiles (grid
+// size, batch and split-K included) and waves = ceil(tiles / concurrent tiles).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "neusight/gpu.h"
+#include "neusight/lowering.h"
+
+namespace neusight {
+
+// One threadblock configuration in CUTLASS's vocabulary.
+struct TileConfig {
+  int64_t tb_m = 1, tb_n = 1, tb_k = 1;  // threadblock shape M x N x K
+  int64_t warp_m = 0, warp_n = 0, warp_k = 0;
+  int stages = 1;
+  int split_k = 1;
+  int threads = 128;                     // threads per block
+  bool tensor_core = false;
+};
+
+struct Tiling {
+  TileConfig config;
+  int64_t tiles = 0;          // thread blocks in the grid (batch and split-K included)
+  int64_t blocks_per_sm = 1;  // concurrent tiles per SM (occupancy)
+  int64_t waves = 0;          // ceil(tiles / (num_sm * blocks_per_sm))
+  // Contract string: "ROWSxCOLS" for GEMMs (rows along m, cols along n), elements per tile
+  // for elementwise kernels, row length for softmax / layernorm.
+  std::string tile;
+  // Work of one tile, for the predictor's per-tile features.
+  double tile_flops = 0;
+  double tile_bytes = 0;
+};
+
+// Grid arithmetic (CUTLASS threadblock_swizzle): ceil-divide helpers.
+inline int64_t ceil_div(int64_t a, int64_t b) { return b <= 0 ? 0 : (a + b - 1) / b; }
+inline int64_t waves_for(int64_t tiles, int64_t concurrent) {
+  return concurrent <= 0 ? 0 : ceil_div(tiles, concurrent);
+}
+
+Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu);
+
+}  // namespace neusight

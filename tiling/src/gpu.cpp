@@ -1,0 +1,268 @@
+// gpu.cpp - load the GPU database and device JSONs, resolve names and aliases.
+#include "neusight/gpu.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#ifndef NEUSIGHT_INSTALL_DATA_DIR
+#define NEUSIGHT_INSTALL_DATA_DIR ""
+#endif
+#ifndef NEUSIGHT_SOURCE_DATA_DIR
+#define NEUSIGHT_SOURCE_DATA_DIR ""
+#endif
+
+namespace neusight {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+// Normalised key for matching: lower case, '_' and ' ' treated like '-'.
+std::string key(const std::string& s) {
+  std::string k = lower(s);
+  for (auto& ch : k)
+    if (ch == '_' || ch == ' ') ch = '-';
+  return k;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+double num(const json& j, const char* field, const std::string& what, bool required, double fallback = 0) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) {
+    if (required) throw InputError(what + ": missing field '" + field + "'");
+    return fallback;
+  }
+  if (!it->is_number()) throw InputError(what + ": field '" + std::string(field) + "' must be a number");
+  double v = it->get<double>();
+  if (!(v >= 0) || v > 1e12) throw InputError(what + ": field '" + std::string(field) + "' out of range");
+  return v;
+}
+
+std::string str(const json& j, const char* field, const std::string& what, bool required) {
+  auto it = j.find(field);
+  if (it == j.end()) {
+    if (required) throw InputError(what + ": missing field '" + field + "'");
+    return "";
+  }
+  if (!it->is_string()) throw InputError(what + ": field '" + std::string(field) + "' must be a string");
+  return it->get<std::string>();
+}
+
+Gpu gpu_from_db_entry(const json& j, const std::string& file) {
+  if (!j.is_object()) throw InputError(file + ": every GPU entry must be an object");
+  Gpu g;
+  g.name = str(j, "name", file, true);
+  const std::string what = file + ": GPU '" + g.name + "'";
+  if (auto it = j.find("aliases"); it != j.end()) {
+    if (!it->is_array()) throw InputError(what + ": 'aliases' must be a list of strings");
+    for (const auto& a : *it) {
+      if (!a.is_string()) throw InputError(what + ": 'aliases' must be a list of strings");
+      g.aliases.push_back(a.get<std::string>());
+    }
+  }
+  g.vendor = str(j, "vendor", what, false);
+  if (g.vendor.empty()) g.vendor = "nvidia";
+  g.arch = str(j, "arch", what, true);
+  g.num_sm = static_cast<int>(num(j, "num_sm", what, true));
+  g.boost_mhz = num(j, "boost_mhz", what, true);
+  g.fp32_cores_per_sm = static_cast<int>(num(j, "fp32_cores_per_sm", what, false, 64));
+  g.fp32_gflops = num(j, "fp32_gflops", what, true);
+  g.tf32_gflops = num(j, "tf32_gflops", what, false);
+  g.fp16_gflops = num(j, "fp16_gflops", what, false);
+  g.bf16_gflops = num(j, "bf16_gflops", what, false);
+  g.fp8_gflops = num(j, "fp8_gflops", what, false);
+  g.int8_gops = num(j, "int8_gops", what, false);
+  g.fp16_simt_gflops = num(j, "fp16_simt_gflops", what, false);
+  g.fp32_matrix_gflops = num(j, "fp32_matrix_gflops", what, false);
+  g.mem_gb = num(j, "mem_gb", what, true);
+  g.mem_bw_gbps = num(j, "mem_bw_gbps", what, true);
+  g.l2_mb = num(j, "l2_mb", what, true);
+  g.smem_per_sm_kb = num(j, "smem_per_sm_kb", what, false, 64);
+  g.regs_per_sm = static_cast<int>(num(j, "regs_per_sm", what, false, 65536));
+  g.max_blocks_per_sm = static_cast<int>(num(j, "max_blocks_per_sm", what, false, 32));
+  g.max_threads_per_sm = static_cast<int>(num(j, "max_threads_per_sm", what, false, 2048));
+  g.nvlink = str(j, "nvlink", what, false);
+  g.nvlink_gbps = num(j, "nvlink_gbps", what, false);
+  g.pcie_gbps = num(j, "pcie_gbps", what, false, 16);
+  g.source = str(j, "source", what, false);
+  if (g.num_sm <= 0 || g.fp32_gflops <= 0 || g.mem_bw_gbps <= 0 || g.mem_gb <= 0 || g.l2_mb <= 0 || g.boost_mhz <= 0)
+    throw InputError(what + ": num_sm, boost_mhz, fp32_gflops, mem_gb, mem_bw_gbps and l2_mb must be positive");
+  return g;
+}
+
+json parse_json_file(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) throw InputError(path + ": is a directory, not a JSON file");
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open");
+  try {
+    return json::parse(f);
+  } catch (const json::exception& e) {
+    std::string msg = e.what();
+    throw InputError(path + ": malformed JSON (" + msg.substr(msg.find(']') + 1 == std::string::npos ? 0 : msg.find(']') + 2) + ")");
+  }
+}
+
+std::string exe_dir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "";
+  buf[n] = '\0';
+  return fs::path(buf).parent_path().string();
+}
+
+}  // namespace
+
+double Gpu::peak_gflops(DType compute) const {
+  switch (compute) {
+    case DType::tf32: return tf32_gflops > 0 ? tf32_gflops : (fp32_matrix_gflops > 0 ? fp32_matrix_gflops : fp32_gflops);
+    case DType::f16: return fp16_gflops > 0 ? fp16_gflops : (fp16_simt_gflops > 0 ? fp16_simt_gflops : fp32_gflops);
+    case DType::bf16: return bf16_gflops > 0 ? bf16_gflops : (fp16_gflops > 0 ? fp16_gflops : fp32_gflops);
+    case DType::f8e4m3fn: case DType::f8e4m3fnuz: case DType::f8e5m2: case DType::f8e5m2fnuz:
+      return fp8_gflops > 0 ? fp8_gflops : peak_gflops(DType::f16);
+    case DType::i8: case DType::u8: return int8_gops > 0 ? int8_gops : fp32_gflops;
+    default: return fp32_gflops;
+  }
+}
+
+Gpu load_device_json(const std::string& path) {
+  json j = parse_json_file(path);
+  if (!j.is_object()) throw InputError(path + ": device JSON must be an object");
+  Gpu g;
+  g.name = str(j, "Device", path, true);
+  g.aliases = {g.name};
+  g.num_sm = static_cast<int>(num(j, "Num_Sm", path, true));
+  g.boost_mhz = num(j, "Freq", path, true);
+  g.fp32_cores_per_sm = static_cast<int>(num(j, "Core_Per_SM", path, false, 64));
+  g.mem_gb = num(j, "Dev_Mem", path, true);
+  g.mem_bw_gbps = num(j, "Mem_Bw", path, true);
+  g.l2_mb = num(j, "L2Cache", path, true);
+  if (j.contains("SingleFLOPs")) {
+    g.fp32_gflops = num(j, "SingleFLOPs", path, true);
+  } else if (j.contains("SingleFLOPsVEC")) {
+    g.vendor = "amd";
+    g.fp32_gflops = num(j, "SingleFLOPsVEC", path, true);
+    g.fp32_matrix_gflops = num(j, "SingleFLOPsMM", path, false);
+  } else {
+    throw InputError(path + ": missing field 'SingleFLOPs'");
+  }
+  if (g.num_sm <= 0 || g.fp32_gflops <= 0 || g.mem_bw_gbps <= 0 || g.mem_gb <= 0 || g.l2_mb <= 0 || g.boost_mhz <= 0)
+    throw InputError(path + ": Num_Sm, Freq, SingleFLOPs, Dev_Mem, Mem_Bw and L2Cache must be positive");
+  // Architecture-dependent numbers a device JSON lacks come from the built-in entry of the
+  // same name when there is one, else from conservative defaults.
+  g.arch = g.vendor == "amd" ? "cdna" : "sm_80";
+  g.smem_per_sm_kb = 64;
+  if (const Gpu* known = GpuDatabase::builtin().find(g.name)) {
+    g.arch = known->arch;
+    g.vendor = known->vendor;
+    g.smem_per_sm_kb = known->smem_per_sm_kb;
+    g.regs_per_sm = known->regs_per_sm;
+    g.max_blocks_per_sm = known->max_blocks_per_sm;
+    g.max_threads_per_sm = known->max_threads_per_sm;
+    g.tf32_gflops = known->tf32_gflops;
+    g.fp16_gflops = known->fp16_gflops;
+    g.bf16_gflops = known->bf16_gflops;
+    g.fp8_gflops = known->fp8_gflops;
+    g.int8_gops = known->int8_gops;
+    g.nvlink = known->nvlink;
+    g.nvlink_gbps = known->nvlink_gbps;
+    g.pcie_gbps = known->pcie_gbps;
+  }
+  g.source = path;
+  return g;
+}
+
+namespace {
+std::string& default_data_dir() {
+  static std::string dir;
+  return dir;
+}
+}  // namespace
+
+void set_default_data_dir(const std::string& dir) { default_data_dir() = dir; }
+
+std::string data_dir() {
+  if (const char* env = std::getenv("NEUSIGHT_DATA_DIR"); env && *env) return env;
+  std::error_code ec;
+  const std::string exe = exe_dir();
+  for (const std::string& cand : {default_data_dir(), exe + "/data", exe + "/../data", exe + "/../share/neusight",
+                                  std::string(NEUSIGHT_INSTALL_DATA_DIR), std::string(NEUSIGHT_SOURCE_DATA_DIR)}) {
+    if (!cand.empty() && fs::exists(fs::path(cand) / "gpus.json", ec)) return cand;
+  }
+  return std::string(NEUSIGHT_SOURCE_DATA_DIR);
+}
+
+GpuDatabase GpuDatabase::load(const std::string& path) {
+  json j = parse_json_file(path);
+  if (!j.is_object() || !j.contains("gpus") || !j["gpus"].is_array())
+    throw InputError(path + ": a GPU database needs a 'gpus' list");
+  GpuDatabase db;
+  for (const auto& e : j["gpus"]) db.gpus_.push_back(gpu_from_db_entry(e, path));
+  if (db.gpus_.empty()) throw InputError(path + ": the GPU database is empty");
+  return db;
+}
+
+const GpuDatabase& GpuDatabase::builtin() {
+  static const GpuDatabase db = [] {
+    const std::string path = data_dir() + "/gpus.json";
+    try {
+      return load(path);
+    } catch (const InputError& e) {
+      throw RuntimeError(std::string("built-in GPU database unusable: ") + e.what());
+    }
+  }();
+  return db;
+}
+
+const Gpu* GpuDatabase::find(const std::string& name) const {
+  const std::string k = key(name);
+  for (const auto& g : gpus_) {
+    if (key(g.name) == k) return &g;
+    for (const auto& a : g.aliases)
+      if (key(a) == k) return &g;
+  }
+  return nullptr;
+}
+
+Gpu GpuDatabase::resolve(const std::string& name_or_path) const {
+  if (const Gpu* g = find(name_or_path)) return *g;
+  std::error_code ec;
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               (name_or_path.size() > 5 && name_or_path.substr(name_or_path.size() - 5) == ".json");
+  if (looks_like_path || fs::exists(name_or_path, ec)) {
+    if (!fs::exists(name_or_path, ec)) throw InputError(name_or_path + ": device JSON not found");
+    return load_device_json(name_or_path);
+  }
+  // Suggest the closest names.
+  std::vector<std::pair<size_t, std::string>> cands;
+  const std::string k = key(name_or_path);
+  for (const auto& g : gpus_)
+    for (const auto& a : g.aliases) cands.emplace_back(edit_distance(k, key(a)), a);
+  std::sort(cands.begin(), cands.end());
+  std::string hint;
+  for (size_t i = 0; i < cands.size() && i < 3; ++i) hint += (i ? ", " : "") + cands[i].second;
+  throw InputError("unknown GPU '" + name_or_path + "' (closest: " + hint + "; `neusight-onnx gpus` lists all)");
+}
+
+}  // namespace neusight

@@ -1,0 +1,99 @@
+// args.cpp - command-line flag parsing.
+#include "args.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+
+namespace neusight::cli {
+
+int64_t parse_int(const std::string& text, const std::string& what) {
+  if (text.empty()) throw InputError(what + ": expected an integer, got nothing");
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno == ERANGE || v > (int64_t(1) << 62) || v < -(int64_t(1) << 62))
+    throw InputError(what + ": '" + text + "' is out of range (at most 2^62)");
+  if (*end != '\0') throw InputError(what + ": expected an integer, got '" + text + "'");
+  return v;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+bool stdout_is_tty() { return ::isatty(1) != 0; }
+
+Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>& value_flags,
+           const std::vector<std::string>& switch_flags) {
+  auto is = [](const std::vector<std::string>& v, const std::string& s) {
+    return std::find(v.begin(), v.end(), s) != v.end();
+  };
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a.size() > 1 && a[0] == '-' && !(a.size() > 1 && std::isdigit(static_cast<unsigned char>(a[1])))) {
+      std::string flag = a, value;
+      bool has_value = false;
+      if (auto eq = a.find('='); eq != std::string::npos) {
+        flag = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        has_value = true;
+      }
+      if (is(switch_flags, flag)) {
+        if (has_value) throw InputError(flag + ": takes no value");
+        values_[flag].push_back("1");
+      } else if (is(value_flags, flag)) {
+        if (!has_value) {
+          if (i + 1 >= argv.size()) throw InputError(flag + ": missing value");
+          value = argv[++i];
+        }
+        values_[flag].push_back(value);
+      } else {
+        throw InputError("unknown option '" + flag + "' (see --help)");
+      }
+    } else {
+      positionals_.push_back(a);
+    }
+  }
+}
+
+std::string Args::get(const std::string& flag, const std::string& fallback) const {
+  auto it = values_.find(flag);
+  return it == values_.end() || it->second.empty() ? fallback : it->second.back();
+}
+
+std::vector<std::string> Args::all(const std::string& flag) const {
+  auto it = values_.find(flag);
+  return it == values_.end() ? std::vector<std::string>{} : it->second;
+}
+
+int64_t Args::get_int(const std::string& flag, int64_t fallback, int64_t min) const {
+  if (!has(flag)) return fallback;
+  const int64_t v = parse_int(get(flag), flag);
+  if (v < min) throw InputError(flag + ": must be at least " + std::to_string(min) + ", got " + get(flag));
+  return v;
+}
+
+double Args::get_double(const std::string& flag, double fallback) const {
+  if (!has(flag)) return fallback;
+  const std::string s = get(flag);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !(v > 0)) throw InputError(flag + ": expected a positive number, got '" + s + "'");
+  return v;
+}
+
+}  // namespace neusight::cli

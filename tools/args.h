@@ -1,0 +1,36 @@
+// args.h - command-line flag parsing shared by the CLI's subcommands.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neusight/graph.h"
+
+namespace neusight::cli {
+
+// Parsed command line: positionals plus flags. Flags take one value ("--gpu b200" or
+// "--gpu=b200") unless listed as switches. Repeated flags keep every value.
+class Args {
+ public:
+  Args(const std::vector<std::string>& argv, const std::vector<std::string>& value_flags,
+       const std::vector<std::string>& switch_flags);
+
+  const std::vector<std::string>& positionals() const { return positionals_; }
+  bool has(const std::string& flag) const { return values_.count(flag) > 0; }
+  std::string get(const std::string& flag, const std::string& fallback = "") const;
+  std::vector<std::string> all(const std::string& flag) const;
+  // Integer flag; throws InputError naming the flag for non-integers, or below `min`.
+  int64_t get_int(const std::string& flag, int64_t fallback, int64_t min = 1) const;
+  double get_double(const std::string& flag, double fallback) const;
+
+ private:
+  std::vector<std::string> positionals_;
+  std::map<std::string, std::vector<std::string>> values_;
+};
+
+int64_t parse_int(const std::string& text, const std::string& what);
+std::vector<std::string> split(const std::string& s, char sep);
+bool stdout_is_tty();
+
+}  // namespace neusight::cli

@@ -1,0 +1,137 @@
+// cmd_analyze.cpp - the main job: predict a model's latency on one or more GPUs.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "neusight/model_builder.h"
+#include "neusight/neusight.h"
+
+namespace neusight::cli {
+namespace {
+
+const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim",       "--mode",
+                                              "--dtype", "--fusion", "--json", "--csv",       "--out",
+                                              "--top",  "--config", "--predictor", "--weights"};
+const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
+
+Mode parse_mode(const std::string& s) {
+  if (s == "inference") return Mode::inference;
+  if (s == "training") return Mode::training;
+  throw InputError("--mode: expected inference or training, got '" + s + "'");
+}
+
+Fusion parse_fusion(const std::string& s) {
+  if (s == "none") return Fusion::none;
+  if (s == "eager") return Fusion::eager;
+  if (s == "full") return Fusion::full;
+  throw InputError("--fusion: expected none, eager or full, got '" + s + "'");
+}
+
+std::string fmt(double v, int prec = 4) {
+  std::ostringstream os;
+  os.precision(prec);
+  os << std::fixed << v;
+  return os.str();
+}
+
+// The per-node text Netron shows in the node's properties.
+std::string node_doc(const NodeReport& n) {
+  std::ostringstream os;
+  os << "neusight: latency_ms=" << fmt(n.latency_ms, 5);
+  for (const auto& k : n.kernels) {
+    os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
+       << " latency_ms=" << fmt(k.prediction.latency_ms, 5) << " tile=" << k.tiling.tile
+       << " waves=" << k.tiling.waves << " bound=" << (k.prediction.compute_bound ? "compute" : "memory");
+  }
+  return os.str();
+}
+
+}  // namespace
+
+int cmd_analyze(const Argv& argv) {
+  Args args(argv, kValueFlags, kSwitches);
+  const auto& pos = args.positionals();
+  if (args.has("--config") == !pos.empty())
+    throw InputError(pos.empty() ? "no model given (MODEL.onnx or --config CFG.json)"
+                                 : "give either MODEL.onnx or --config, not both");
+  if (pos.size() > 1) throw InputError("unexpected argument '" + pos[1] + "'");
+  if (!args.has("--gpu")) throw InputError("--gpu is required (see `neusight-onnx gpus`)");
+
+  Options opt;
+  opt.dims.batch = args.get_int("--batch", -1);
+  opt.dims.seq = args.get_int("--seq", -1);
+  for (const auto& d : args.all("--dim")) {
+    const auto eq = d.find('=');
+    if (eq == std::string::npos || eq == 0) throw InputError("--dim: expected NAME=VALUE, got '" + d + "'");
+    const int64_t v = parse_int(d.substr(eq + 1), "--dim " + d.substr(0, eq));
+    if (v < 0) throw InputError("--dim " + d + ": dims must be non-negative");
+    opt.dims.named[d.substr(0, eq)] = v;
+  }
+  opt.mode = parse_mode(args.get("--mode", "inference"));
+  opt.fusion = parse_fusion(args.get("--fusion", "eager"));
+  const std::string dt = args.get("--dtype", "auto");
+  if (dt != "auto") {
+    auto parsed = parse_dtype(dt);
+    if (!parsed || !(is_float(*parsed)))
+      throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
+    opt.dtype = *parsed;
+  }
+  opt.predictor = args.get("--predictor", "roofline");
+  if (opt.predictor != "neusight" && opt.predictor != "roofline")
+    throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
+  opt.weights_dir = args.get("--weights");
+  const int top = static_cast<int>(args.get_int("--top", 0, 0));
+
+  // GPUs first: a typo in --gpu should fail before any model work.
+  std::vector<Gpu> gpus;
+  for (const auto& name : split(args.get("--gpu"), ',')) {
+    if (name.empty()) throw InputError("--gpu: empty GPU name in '" + args.get("--gpu") + "'");
+    gpus.push_back(GpuDatabase::builtin().resolve(name));
+  }
+
+  LoadedModel loaded = args.has("--config") ? build_model(read_hf_config(args.get("--config"))) : load_model(pos[0]);
+  if (args.has("--config")) {
+    loaded.model.path = "";
+    if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError("--config needs --batch N and --seq N");
+  }
+  const Analysis analysis = prepare(loaded, opt);
+
+  std::vector<Report> reports;
+  for (const auto& g : gpus) reports.push_back(predict(analysis, loaded.model, g, opt));
+
+  for (const auto& r : reports)
+    for (const auto& w : r.warnings) std::fprintf(stderr, "neusight-onnx: warning: %s\n", w.c_str());
+  if (reports.size() > 1)
+    for (auto& r : reports) r.warnings.clear();
+
+  if (args.has("--json")) write_file_atomic(args.get("--json"), format_json(reports));
+  if (args.has("--csv")) write_file_atomic(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
+  if (args.has("--out")) {
+    const Report& r = reports.front();
+    AnnotatedWrite ann;
+    for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n)});
+    ann.metadata = {{"neusight.gpu", r.gpu.name},
+                    {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
+                    {"neusight.dtype", dtype_name(r.dtype)},
+                    {"neusight.e2e_latency_ms", fmt(r.e2e_latency_ms, 6)},
+                    {"neusight.predictor", r.predictor},
+                    {"neusight.version", version()}};
+    write_annotated(loaded, analysis.graph, ann, args.get("--out"));
+  }
+
+  if (!args.has("--quiet")) {
+    TableOptions to;
+    to.top = top;
+    to.color = stdout_is_tty() && !args.has("--no-color");
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (i) std::cout << "\n";
+      std::cout << format_table(reports[i], to);
+    }
+    std::cout.flush();
+  }
+  return 0;
+}
+
+}  // namespace neusight::cli

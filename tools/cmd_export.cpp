@@ -1,0 +1,36 @@
+// cmd_export.cpp - `neusight-onnx export --config CFG.json -o MODEL.onnx`.
+#include <cstdio>
+#include <filesystem>
+
+#include "args.h"
+#include "commands.h"
+#include "neusight/model_builder.h"
+#include "neusight/onnx_proto.h"
+
+namespace neusight::cli {
+
+int cmd_export(const Argv& argv) {
+  Args args(argv, {"--config", "-o", "--out", "--batch", "--seq"}, {});
+  if (!args.has("--config")) throw InputError("export: --config CFG.json is required");
+  const std::string out = args.has("-o") ? args.get("-o") : args.get("--out");
+  if (out.empty()) throw InputError("export: -o MODEL.onnx is required");
+  if (!args.positionals().empty()) throw InputError("export: unexpected argument '" + args.positionals()[0] + "'");
+  args.get_int("--batch", 1);  // accepted (dims stay symbolic) but validated
+  args.get_int("--seq", 1);
+  const LoadedModel m = build_model(read_hf_config(args.get("--config")));
+  // Weights are external-data stubs: every initializer points into "<model>.weights", written
+  // as an empty placeholder so ONNX tooling finds the file; its bytes are never materialised.
+  const std::filesystem::path out_path(out);
+  const std::string stub = out_path.stem().string() + ".weights";
+  for (auto& t : *m.proto->model.mutable_graph()->mutable_initializer())
+    for (auto& kv : *t.mutable_external_data())
+      if (kv.key() == "location") kv.set_value(stub);
+  write_proto(*m.proto, out);
+  const std::filesystem::path stub_path = out_path.parent_path() / stub;
+  std::error_code ec;
+  if (!std::filesystem::exists(stub_path, ec)) write_file_atomic(stub_path.string(), "");
+  std::printf("wrote %s (%zu nodes)\n", out.c_str(), m.model.graph.nodes.size());
+  return 0;
+}
+
+}  // namespace neusight::cli

@@ -1,0 +1,24 @@
+// cmd_gpus.cpp - `neusight-onnx gpus`: the GPU database, one GPU a line, with its aliases.
+#include <cstdio>
+
+#include "args.h"
+#include "commands.h"
+#include "neusight/gpu.h"
+
+namespace neusight::cli {
+
+int cmd_gpus(const Argv& argv) {
+  Args args(argv, {"--db"}, {"--json"});
+  const GpuDatabase db = args.has("--db") ? GpuDatabase::load(args.get("--db")) : GpuDatabase::builtin();
+  std::printf("%-26s %-8s %4s %9s %9s %8s %6s  %s\n", "name", "arch", "SMs", "FP32 TF", "FP16 TF", "mem GB/s",
+              "L2 MB", "aliases");
+  for (const auto& g : db.all()) {
+    std::string aliases;
+    for (const auto& a : g.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
+    std::printf("%-26s %-8s %4d %9.1f %9.1f %8.0f %6.1f  %s\n", g.name.c_str(), g.arch.c_str(), g.num_sm,
+                g.fp32_gflops / 1000, g.peak_gflops(DType::f16) / 1000, g.mem_bw_gbps, g.l2_mb, aliases.c_str());
+  }
+  return 0;
+}
+
+}  // namespace neusight::cli
