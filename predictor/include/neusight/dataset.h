@@ -1,0 +1,45 @@
+// dataset.h - read the NeuSight measured-kernel CSVs (neusight-data/kernels/**.csv).
+//
+// Takes: a CSV in the dataset's format (OPName, Latency, Device, ..., Kernel Name, Grid x/y/z,
+// Block x/y/z, ..., then B,M,N,K for matrix products, B,H for vector ops, conv columns).
+// Gives: rows with the measured facts kept apart from a Kernel in the project's IR, so the
+// predictor never sees the measured latency. Dataset GEMM convention: output M x K,
+// reduction N; the IR's GemmShape uses m = M, n = K, k = N.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neusight/lowering.h"
+
+namespace neusight {
+
+struct DatasetRow {
+  std::string op_name;     // "linear", "bmm", "add", "addu", "softmax", "ln", "conv", ...
+  std::string device;      // the Device column as written
+  double latency_ms = -1;  // measured (never an input to prediction)
+  std::string kernel_name;
+  int64_t grid[3] = {0, 0, 0};
+  int64_t block[3] = {0, 0, 0};
+  Kernel kernel;           // the row as a kernel in the IR (fp32 unless a dtype column says otherwise)
+  std::vector<std::string> fields;  // the raw fields, in header order
+};
+
+struct Dataset {
+  std::vector<std::string> header;
+  std::vector<DatasetRow> rows;
+  int column(const std::string& name) const;  // -1 when absent
+};
+
+// Splits one CSV line honouring double quotes ("a,b" stays one field, "" is a quote).
+std::vector<std::string> split_csv_line(const std::string& line);
+
+// Kernel for a dataset row's op and size columns. Throws InputError for unknown ops or
+// missing size columns. `dtype` comes from an optional dtype column (default fp32).
+Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::string, std::string>& columns);
+
+// Reads a CSV file. Throws InputError naming the file and line for malformed input.
+Dataset read_dataset(const std::string& path);
+
+}  // namespace neusight

@@ -1,0 +1,176 @@
+// dataset.cpp - NeuSight kernel CSVs to rows and IR kernels.
+#include "neusight/dataset.h"
+
+#include <cmath>
+#include <fstream>
+
+namespace neusight {
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cur += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        cur += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+int Dataset::column(const std::string& name) const {
+  for (size_t i = 0; i < header.size(); ++i)
+    if (header[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+namespace {
+
+int64_t col_int(const std::map<std::string, std::string>& c, const std::string& name) {
+  auto it = c.find(name);
+  if (it == c.end() || it->second.empty()) throw InputError("missing column '" + name + "'");
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (*end != '\0' || !(v >= 0) || v > 9.2e18) throw InputError("column '" + name + "' is not a size: '" + it->second + "'");
+  return static_cast<int64_t>(std::llround(v));
+}
+
+// Elementwise op names of the dataset; the `u` suffix means tensor-with-scalar.
+bool elementwise_op(const std::string& op, std::string& base, int& inputs) {
+  static const char* ops[] = {"add", "sub", "mul", "div", "pow", "relu", "gelu", "tanh", "sigmoid", "exp"};
+  std::string b = op;
+  bool unary_scalar = false;
+  if (b.size() > 1 && b.back() == 'u') {
+    b.pop_back();
+    unary_scalar = true;
+  }
+  for (const char* o : ops)
+    if (b == o) {
+      base = b;
+      const bool binary = b == "add" || b == "sub" || b == "mul" || b == "div" || b == "pow";
+      inputs = binary && !unary_scalar ? 2 : 1;
+      return true;
+    }
+  return false;
+}
+
+}  // namespace
+
+Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::string, std::string>& c) {
+  Kernel k;
+  k.op = op_name;
+  k.dtype = DType::f32;
+  if (auto it = c.find("dtype"); it != c.end() && !it->second.empty()) {
+    auto dt = parse_dtype(it->second);
+    if (!dt || !is_float(*dt)) throw InputError("unknown dtype '" + it->second + "'");
+    k.dtype = *dt;
+  }
+  const double eb = dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype) / 8.0;
+  std::string base;
+  int inputs = 1;
+  if (op_name == "linear" || op_name == "bmm") {
+    k.cls = KernelClass::gemm;
+    const int64_t B = col_int(c, "B"), M = col_int(c, "M"), N = col_int(c, "N"), K = col_int(c, "K");
+    k.gemm = {op_name == "linear" ? 1 : B, M, K, N};
+    const double b = double(k.gemm.batch);
+    k.flops = 2.0 * b * M * N * K;
+    k.bytes = eb * b * (double(M) * N + double(N) * K + double(M) * K);
+  } else if (op_name == "softmax" || op_name == "ln") {
+    k.cls = op_name == "softmax" ? KernelClass::softmax : KernelClass::layernorm;
+    k.rows = col_int(c, "B");
+    k.cols = col_int(c, "H");
+    const double e = double(k.rows) * k.cols;
+    k.flops = (op_name == "softmax" ? 5.0 : 6.0) * e;
+    k.bytes = 2 * e * eb;
+  } else if (elementwise_op(op_name, base, inputs)) {
+    k.cls = KernelClass::elementwise;
+    k.op = op_name;
+    k.rows = col_int(c, "B");
+    k.cols = col_int(c, "H");
+    k.inputs = inputs;
+    const double e = double(k.rows) * k.cols;
+    k.flops = e;
+    k.bytes = eb * e * (inputs + 1);
+  } else if (op_name == "conv") {
+    // Implicit GEMM of a 2-D convolution with square kernel and input.
+    const int64_t B = col_int(c, "B"), cin = col_int(c, "Input_Channel"), cout = col_int(c, "Output_Channel");
+    const int64_t r = col_int(c, "Kernel_Szie"), in = col_int(c, "Input_Size"), stride = std::max<int64_t>(1, col_int(c, "Stride"));
+    const int64_t pad = col_int(c, "Padding");
+    const int64_t out = (in + 2 * pad - r) / stride + 1;
+    if (out <= 0) throw InputError("conv row with empty output");
+    k.cls = KernelClass::gemm;
+    k.gemm = {1, B * out * out, cout, cin * r * r};
+    k.flops = 2.0 * k.gemm.m * k.gemm.n * k.gemm.k;
+    k.bytes = eb * (double(B) * cin * in * in + double(cout) * cin * r * r + double(B) * cout * out * out);
+  } else {
+    throw InputError("unknown op '" + op_name + "'");
+  }
+  return k;
+}
+
+Dataset read_dataset(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open");
+  Dataset d;
+  std::string line;
+  if (!std::getline(f, line)) throw InputError(path + ": empty CSV");
+  d.header = split_csv_line(line);
+  const int op_col = d.column("OPName");
+  if (op_col < 0) throw InputError(path + ": no OPName column");
+  auto idx = [&](const char* n) { return d.column(n); };
+  const int lat = idx("Latency"), dev = idx("Device"), kn = idx("Kernel Name");
+  const int gx = idx("Grid x"), gy = idx("Grid y"), gz = idx("Grid z");
+  const int bx = idx("Block x"), by = idx("Block y"), bz = idx("Block z");
+  size_t lineno = 1;
+  while (std::getline(f, line)) {
+    ++lineno;
+    if (line.empty() || line == "\r") continue;
+    DatasetRow r;
+    r.fields = split_csv_line(line);
+    if (r.fields.size() != d.header.size())
+      throw InputError(path + ":" + std::to_string(lineno) + ": expected " + std::to_string(d.header.size()) +
+                       " fields, got " + std::to_string(r.fields.size()));
+    std::map<std::string, std::string> cols;
+    for (size_t i = 0; i < d.header.size(); ++i) cols[d.header[i]] = r.fields[i];
+    r.op_name = r.fields[op_col];
+    if (dev >= 0) r.device = r.fields[dev];
+    if (kn >= 0) r.kernel_name = r.fields[kn];
+    auto num = [&](int c) -> double {
+      if (c < 0 || r.fields[c].empty()) return -1;
+      char* end = nullptr;
+      double v = std::strtod(r.fields[c].c_str(), &end);
+      return *end == '\0' ? v : -1;
+    };
+    r.latency_ms = num(lat);
+    const int g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+    for (int i = 0; i < 3; ++i) {
+      r.grid[i] = static_cast<int64_t>(std::max(0.0, num(g[i])));
+      r.block[i] = static_cast<int64_t>(std::max(0.0, num(b[i])));
+    }
+    try {
+      r.kernel = kernel_from_dataset(r.op_name, cols);
+    } catch (const InputError& e) {
+      throw InputError(path + ":" + std::to_string(lineno) + ": " + e.what());
+    }
+    d.rows.push_back(std::move(r));
+  }
+  return d;
+}
+
+}  // namespace neusight

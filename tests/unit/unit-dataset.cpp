@@ -1,0 +1,37 @@
+// unit-dataset.cpp - reading the NeuSight kernel CSVs.
+#include <doctest/doctest.h>
+
+#include "neusight/dataset.h"
+#include "test_util.h"
+
+using namespace neusight;
+
+TEST_CASE("dataset: quoted CSV fields") {
+  auto f = split_csv_line("a,\"b,c\",\"d\"\"e\",");
+  REQUIRE(f.size() == 4);
+  CHECK(f[1] == "b,c");
+  CHECK(f[2] == "d\"e");
+  CHECK(f[3] == "");
+}
+
+TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n") {
+  Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/linear.csv");
+  REQUIRE(!d.rows.empty());
+  const DatasetRow& r = d.rows.front();
+  CHECK(r.op_name == "linear");
+  CHECK(r.latency_ms > 0);
+  CHECK(r.kernel.cls == KernelClass::gemm);
+  // First row: B=1, M=1024, N=2560, K=2560 (output M x K, reduction N).
+  CHECK(r.kernel.gemm.m == 1024);
+  CHECK(r.kernel.gemm.k == 2560);
+  CHECK(r.kernel.gemm.n == 2560);
+  CHECK(r.grid[0] * r.grid[1] * r.grid[2] == 320);
+}
+
+TEST_CASE("dataset: elementwise rows, scalar variants read one tensor") {
+  Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/train/addu/Tesla_T4.csv");
+  REQUIRE(!d.rows.empty());
+  CHECK(d.rows.front().kernel.cls == KernelClass::elementwise);
+  CHECK(d.rows.front().kernel.inputs == 1);
+  CHECK(d.rows.front().kernel.bytes == doctest::Approx(8.0 * d.rows.front().kernel.rows * d.rows.front().kernel.cols));
+}
