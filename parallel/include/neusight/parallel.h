@@ -1,0 +1,182 @@
+// parallel.h - one iteration of multi-GPU training: data, tensor and pipeline parallel.
+//
+// Takes: the shape-inferred Graph, its training KernelList (lowering.h) at the per-GPU
+// micro-batch, the per-kernel predictions (predictor.h), the Gpu and a ParallelConfig.
+// Gives: the per-GPU kernel list under tensor parallelism (Megatron column/row splits plus
+// their all-reduces), and the iteration time: pipeline schedule (GPipe or 1F1B) over the
+// stages, gradient all-reduce buckets overlapped with the backward pass, the bubble,
+// communication (total and exposed) and per-GPU memory.
+//
+// Interconnect: every GPU of the job is assumed to sit on the GPU's own link (NVLink /
+// NVSwitch domain, else PCIe) at `kLinkEfficiency` of the spec-sheet per-direction
+// bandwidth, plus `kLinkStepLatencyUs` per ring step or point-to-point transfer.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "neusight/gpu.h"
+#include "neusight/graph.h"
+#include "neusight/lowering.h"
+#include "neusight/predictor.h"
+
+namespace neusight {
+
+enum class PipelineSchedule { gpipe, one_f_one_b };
+
+struct ParallelConfig {
+  int dp = 1, tp = 1, pp = 1;
+  int microbatches = 1;           // per iteration and data-parallel replica (1: no micro-batching)
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  double link_gbps = 0;           // per-GPU per-direction link bandwidth; 0 = the GPU database's
+  double bucket_mb = 25;          // gradient bucket (PyTorch DDP default), MB = 2^20 bytes
+  bool active = false;            // set when --parallel was given (even dp=tp=pp=1)
+  int gpus() const { return dp * tp * pp; }
+};
+
+// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b]" (any subset, any order;
+// missing degrees are 1). Throws InputError naming the bad part.
+ParallelConfig parse_parallel(const std::string& spec);
+const char* schedule_name(PipelineSchedule s);
+
+// --- interconnect ------------------------------------------------------------------------
+// Achievable fraction of the link's spec bandwidth for large NCCL transfers (nccl-tests bus
+// bandwidth is about 0.75-0.85 of the NVLink per-direction peak on DGX A100 / H100 systems).
+// The same for every GPU and link type.
+inline constexpr double kLinkEfficiency = 0.8;
+// Latency of one ring step / one point-to-point transfer (NCCL launch + synchronisation).
+inline constexpr double kLinkStepLatencyUs = 5.0;
+
+struct Link {
+  std::string kind;        // "nvlink4", "pcie", "override", ...
+  double spec_gbps = 0;    // per GPU, per direction
+  double efficiency = kLinkEfficiency;
+  double step_latency_us = kLinkStepLatencyUs;
+  double gbps() const { return spec_gbps * efficiency; }
+};
+
+// The link between the GPUs: NVLink when the GPU has it, else PCIe; `override_gbps` > 0
+// replaces the spec bandwidth (the efficiency still applies). Throws InputError when the
+// GPU has no link bandwidth at all and no override is given.
+Link link_for(const Gpu& gpu, double override_gbps = 0);
+
+// Ring all-reduce among n GPUs: 2(n-1)/n * bytes / bandwidth + 2(n-1) step latencies.
+double ring_allreduce_ms(double bytes, int n, const Link& link);
+// One point-to-point send/receive.
+double p2p_ms(double bytes, const Link& link);
+
+// --- schedule arithmetic (pure, unit-tested) -----------------------------------------------
+// Idle fraction of a pipeline with equal stages and no communication: (pp-1)/(m+pp-1).
+double bubble_fraction(int pp, int microbatches);
+
+struct PipelineTiming {
+  double span_ms = 0;                 // first forward start to last backward end
+  std::vector<double> stage_busy_ms;  // compute per stage (all microbatches)
+  std::vector<double> stage_end_ms;   // when each stage finishes its last backward
+  double bubble_ms = 0;               // span minus the busiest stage's compute
+};
+// Simulates the schedule: per stage one forward and one backward time per microbatch,
+// `p2p_ms` per activation (forward) or gradient (backward) hop between stages.
+PipelineTiming simulate_pipeline(const std::vector<double>& stage_fwd_ms, const std::vector<double>& stage_bwd_ms,
+                                 int microbatches, PipelineSchedule schedule, double p2p_ms);
+
+struct OverlapTiming {
+  double comm_ms = 0;     // sum of the all-reduce times
+  double end_ms = 0;      // when the last all-reduce ends (backward starts at 0)
+  double exposed_ms = 0;  // max(0, end - backward end)
+  int buckets = 0;
+};
+// Gradient all-reduce overlapped with the backward pass: the backward runs `steps` in
+// order (step i takes step_ms[i] and makes grad_bytes[i] bytes of gradient ready when it
+// ends); gradients fill buckets of `bucket_bytes` in that order, a full bucket (and the
+// last, partial one at the end) is issued when its last gradient is ready, and buckets
+// run one after another on the link, each taking allreduce_ms(bytes).
+template <class F>
+OverlapTiming overlap_allreduce(const std::vector<double>& step_ms, const std::vector<double>& grad_bytes,
+                                double bucket_bytes, F allreduce_ms) {
+  OverlapTiming o;
+  double t = 0, link_free = 0, pending = 0;
+  auto issue = [&](double ready) {
+    const double d = allreduce_ms(pending);
+    const double start = ready > link_free ? ready : link_free;
+    link_free = start + d;
+    o.comm_ms += d;
+    ++o.buckets;
+    pending = 0;
+  };
+  for (size_t i = 0; i < step_ms.size(); ++i) {
+    t += step_ms[i];
+    pending += i < grad_bytes.size() ? grad_bytes[i] : 0;
+    if (pending > 0 && pending >= bucket_bytes) issue(t);
+  }
+  if (pending > 0) issue(t);
+  o.end_ms = link_free > t ? link_free : t;
+  o.exposed_ms = link_free > t ? link_free - t : 0;
+  return o;
+}
+
+// --- per-GPU work under tensor parallelism --------------------------------------------------
+enum class TpRole { replicated, column, row, sharded, vocab_embedding };
+const char* tp_role_name(TpRole r);
+
+// Megatron-style roles of the graph's nodes for `tp` GPUs (documented heuristic for any
+// ONNX graph): a MatMul/Gemm with a 2-D weight whose input is not split is column-parallel
+// (output columns split), one whose input is split is row-parallel (reduction split, its
+// output all-reduced); ops reading split activations are sharded (attention heads, the MLP
+// activation); a Gather from a 2-D weight whose rows equal some weight GEMM's output width
+// (the vocabulary) is a vocabulary-parallel embedding (output all-reduced). A GEMM whose
+// split dimension is not divisible by tp stays replicated. tp = 1: everything replicated.
+std::vector<TpRole> tensor_parallel_roles(const Graph& graph, int tp);
+
+// The kernel list one GPU runs: kernels of split nodes shrunk by tp, TP all-reduces
+// (class collective, op "allreduce") inserted after the row-parallel / vocab-parallel
+// forward kernels and after the column-parallel backward kernels, update kernels of split
+// weights shrunk. Identity when tp = 1.
+KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, int tp);
+
+// --- the iteration ---------------------------------------------------------------------------
+struct StageReport {
+  int first_node = 0, last_node = 0;   // graph node range [first, last]
+  std::string first_name, last_name;
+  double forward_ms = 0, backward_ms = 0, update_ms = 0;  // per microbatch (update: once)
+  double send_bytes = 0;               // activation bytes sent to the next stage per microbatch
+  double params = 0;                   // parameters held by one GPU of this stage
+  double weights_gb = 0, gradients_gb = 0, optimizer_gb = 0, activations_gb = 0, total_gb = 0;
+};
+
+struct ParallelReport {
+  ParallelConfig config;
+  int64_t global_batch = 0, micro_batch = 0;
+  Link link;
+  double iteration_ms = 0;
+  double compute_ms = 0;         // busiest stage: kernels of all microbatches (TP all-reduces included)
+  double tp_comm_ms = 0;         // TP all-reduces per GPU per iteration (on the critical path)
+  double dp_comm_ms = 0;         // gradient all-reduce, all buckets
+  double dp_exposed_ms = 0;      // the part not hidden behind the backward pass
+  int dp_buckets = 0;
+  double pp_comm_ms = 0;         // send/recv per iteration on the critical path
+  double comm_ms = 0;            // tp + dp + pp
+  double exposed_comm_ms = 0;    // tp + pp + dp exposed
+  double bubble_ms = 0, bubble_fraction = 0;  // idle time of the busiest stage, and per span
+  double update_ms = 0;          // optimizer step (slowest stage)
+  double memory_capacity_gb = 0;
+  double peak_memory_gb = 0;     // the fullest GPU
+  std::vector<StageReport> stages;
+  std::vector<std::string> warnings;
+};
+
+// Predicts one iteration. `kernels` is the per-GPU list (after shard_tensor_parallel) at the
+// micro-batch; `preds` its predictions, collectives are filled in here. Throws InputError
+// for a configuration the graph cannot take (more stages than nodes, ...).
+ParallelReport plan_iteration(const Graph& graph, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
+                              const Gpu& gpu, const ParallelConfig& config, int64_t global_batch,
+                              int64_t micro_batch);
+
+// Report section: terminal text and JSON (to_json is found by nlohmann::json).
+std::string format_parallel(const ParallelReport& report);
+void to_json(nlohmann::json& j, const ParallelReport& report);
+
+}  // namespace neusight

@@ -1,0 +1,276 @@
+// iteration.cpp - one training iteration on dp x tp x pp GPUs from per-kernel predictions.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "neusight/parallel.h"
+
+namespace neusight {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double elem_bytes(DType t) {
+  const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
+  return bits > 0 ? bits / 8.0 : 4.0;
+}
+
+bool in_range(int node, size_t n) { return node >= 0 && static_cast<size_t>(node) < n; }
+
+// Float activation bytes crossing each cut position c (between node c-1 and node c).
+std::vector<double> crossing_bytes(const Graph& g, DType compute) {
+  const size_t n = g.nodes.size();
+  std::map<std::string, int> producer;
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = static_cast<int>(i);
+  std::map<std::string, int> last_use;
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& in : g.nodes[i].inputs)
+      if (!in.empty() && producer.count(in)) last_use[in] = static_cast<int>(i);
+  std::vector<double> diff(n + 2, 0);
+  for (const auto& [name, q] : last_use) {
+    const int p = producer[name];
+    const TensorInfo* t = g.find(name);
+    if (!t || !is_float(t->dtype) || q <= p || t->num_elements() <= 0) continue;
+    const double bytes = double(t->num_elements()) * elem_bytes(compute == DType::undefined ? t->dtype : compute);
+    diff[static_cast<size_t>(p) + 1] += bytes;  // crosses cuts p+1 .. q
+    diff[static_cast<size_t>(q) + 1] -= bytes;
+  }
+  std::vector<double> cross(n + 1, 0);
+  double run = 0;
+  for (size_t c = 0; c <= n; ++c) {
+    run += diff[c];
+    cross[c] = run;
+  }
+  return cross;
+}
+
+// Cut positions 0 = c0 < c1 < ... < cp = n balancing `cum` (prefix sums of node cost),
+// preferring the cuts with the least activation traffic (layer boundaries).
+std::vector<int> choose_cuts(const std::vector<double>& cum, const std::vector<double>& cross, int pp) {
+  const int n = static_cast<int>(cum.size()) - 1;
+  const double total = cum[static_cast<size_t>(n)];
+  std::vector<int> cuts = {0};
+  if (pp == 1) return {0, n};
+  std::vector<int> candidates;
+  for (int c = 1; c < n; ++c)
+    if (cum[static_cast<size_t>(c)] > 0 && cum[static_cast<size_t>(c)] < total) candidates.push_back(c);
+  double least = INFINITY;
+  for (int c : candidates) least = std::min(least, cross[static_cast<size_t>(c)]);
+  std::vector<int> cheap;
+  for (int c : candidates)
+    if (cross[static_cast<size_t>(c)] <= least * (1 + 1e-9) + 1) cheap.push_back(c);
+  const std::vector<int>& pool = static_cast<int>(cheap.size()) >= pp - 1 ? cheap : candidates;
+  if (static_cast<int>(pool.size()) < pp - 1)
+    throw InputError("--parallel pp=" + std::to_string(pp) + ": the model has only " +
+                     std::to_string(pool.size() + 1) + " parts with work to place on pipeline stages");
+  size_t from = 0;
+  for (int j = 1; j < pp; ++j) {
+    const double target = total * j / pp;
+    const size_t last_allowed = pool.size() - static_cast<size_t>(pp - 1 - j) - 1;
+    size_t best = from;
+    for (size_t i = from; i <= last_allowed; ++i)
+      if (std::fabs(cum[static_cast<size_t>(pool[i])] - target) < std::fabs(cum[static_cast<size_t>(pool[best])] - target))
+        best = i;
+    cuts.push_back(pool[best]);
+    from = best + 1;
+  }
+  cuts.push_back(n);
+  return cuts;
+}
+
+}  // namespace
+
+ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
+                              const Gpu& gpu, const ParallelConfig& cfg, int64_t global_batch, int64_t micro_batch) {
+  if (cfg.dp < 1 || cfg.tp < 1 || cfg.pp < 1 || cfg.microbatches < 1)
+    throw InputError("--parallel: dp, tp, pp and microbatches must be at least 1");
+  if (preds.size() != kernels.size()) throw RuntimeError("plan_iteration: one prediction per kernel expected");
+  ParallelReport r;
+  r.config = cfg;
+  r.global_batch = global_batch;
+  r.micro_batch = micro_batch;
+  r.link = link_for(gpu, cfg.link_gbps);
+  const size_t nn = g.nodes.size();
+  const int m = cfg.microbatches, pp = cfg.pp;
+
+  DType compute = DType::undefined;
+  for (const auto& k : kernels)
+    if (k.cls == KernelClass::gemm && is_float(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) {
+      compute = k.dtype;
+      break;
+    }
+  const double eb = elem_bytes(compute == DType::undefined ? DType::f32 : compute);
+
+  // Tensor-parallel collectives get their time from the link model.
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (kernels[i].cls == KernelClass::collective) {
+      preds[i] = Prediction{};
+      preds[i].latency_ms = ring_allreduce_ms(kernels[i].bytes, cfg.tp, r.link);
+    }
+
+  // Stages: contiguous node ranges, balanced by forward+backward time, cut where the least
+  // activation data crosses.
+  std::vector<double> node_cost(nn, 0);
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (kernels[i].phase != Phase::update && in_range(kernels[i].node, nn))
+      node_cost[static_cast<size_t>(kernels[i].node)] += preds[i].latency_ms;
+  std::vector<double> cum(nn + 1, 0);
+  for (size_t i = 0; i < nn; ++i) cum[i + 1] = cum[i] + node_cost[i];
+  const std::vector<double> cross = crossing_bytes(g, compute);
+  if (nn == 0) throw InputError("--parallel: the model has no nodes");
+  const std::vector<int> cuts = choose_cuts(cum, cross, pp);
+  std::vector<int> stage_of(nn, 0);
+  for (int s = 0; s < pp; ++s)
+    for (int i = cuts[static_cast<size_t>(s)]; i < cuts[static_cast<size_t>(s) + 1]; ++i) stage_of[static_cast<size_t>(i)] = s;
+
+  // Weights: owned by the stage of their first consumer, sliced when a split node reads them.
+  const std::vector<TpRole> roles = tensor_parallel_roles(g, cfg.tp);
+  std::map<std::string, int> first_consumer;
+  std::set<std::string> split_weights;
+  for (size_t i = 0; i < nn; ++i)
+    for (const auto& name : g.nodes[i].inputs) {
+      const TensorInfo* t = name.empty() ? nullptr : g.find(name);
+      if (!t || !t->is_initializer || !is_float(t->dtype) || t->num_elements() <= 1) continue;
+      if (!first_consumer.count(name)) first_consumer[name] = static_cast<int>(i);
+      if (roles[i] != TpRole::replicated) split_weights.insert(name);
+    }
+  std::vector<double> node_params(nn, 0);  // parameters first read by each node, per GPU
+  for (const auto& [name, node] : first_consumer) {
+    const double e = double(g.find(name)->num_elements());
+    node_params[static_cast<size_t>(node)] += split_weights.count(name) ? e / cfg.tp : e;
+  }
+
+  r.stages.resize(static_cast<size_t>(pp));
+  std::vector<double> fwd(static_cast<size_t>(pp), 0), bwd(static_cast<size_t>(pp), 0), tp_ms(static_cast<size_t>(pp), 0);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const Kernel& k = kernels[i];
+    int s = in_range(k.node, nn) ? stage_of[static_cast<size_t>(k.node)] : -1;
+    if (k.phase == Phase::update) {
+      if (s < 0) {
+        const std::string prefix = "weight update ";
+        auto it = k.note.rfind(prefix, 0) == 0 ? first_consumer.find(k.note.substr(prefix.size())) : first_consumer.end();
+        s = it != first_consumer.end() ? stage_of[static_cast<size_t>(it->second)] : 0;
+      }
+      r.stages[static_cast<size_t>(s)].update_ms += preds[i].latency_ms;
+      continue;
+    }
+    if (s < 0) s = 0;
+    (k.phase == Phase::forward ? fwd : bwd)[static_cast<size_t>(s)] += preds[i].latency_ms;
+    if (k.cls == KernelClass::collective) tp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
+  }
+  double hop = 0;
+  for (int s = 0; s < pp; ++s) {
+    StageReport& st = r.stages[static_cast<size_t>(s)];
+    st.first_node = cuts[static_cast<size_t>(s)];
+    st.last_node = cuts[static_cast<size_t>(s) + 1] - 1;
+    st.first_name = g.nodes[static_cast<size_t>(st.first_node)].name;
+    st.last_name = g.nodes[static_cast<size_t>(st.last_node)].name;
+    st.forward_ms = fwd[static_cast<size_t>(s)];
+    st.backward_ms = bwd[static_cast<size_t>(s)];
+    if (s + 1 < pp) st.send_bytes = cross[static_cast<size_t>(cuts[static_cast<size_t>(s) + 1])];
+    hop = std::max(hop, p2p_ms(st.send_bytes, r.link));
+  }
+
+  // Pipeline schedule, with and without the send/recv hops.
+  const PipelineTiming t = simulate_pipeline(fwd, bwd, m, cfg.schedule, hop);
+  const PipelineTiming t0 = simulate_pipeline(fwd, bwd, m, cfg.schedule, 0);
+
+  // Data parallel: each stage's gradient buckets all-reduced under its last backward.
+  const double bucket = cfg.bucket_mb * 1024 * 1024;
+  auto allreduce = [&](double bytes) { return ring_allreduce_ms(bytes, cfg.dp, r.link); };
+  std::vector<OverlapTiming> dp(static_cast<size_t>(pp));
+  if (cfg.dp > 1) {
+    for (int s = 0; s < pp; ++s) {
+      std::vector<double> step_ms;
+      std::vector<int> step_node;
+      for (size_t i = 0; i < kernels.size(); ++i)
+        if (kernels[i].phase == Phase::backward && in_range(kernels[i].node, nn) &&
+            stage_of[static_cast<size_t>(kernels[i].node)] == s) {
+          step_ms.push_back(preds[i].latency_ms);
+          step_node.push_back(kernels[i].node);
+        }
+      // A node's gradients are ready after the last backward step of it or of any later node.
+      std::vector<int> last_step(nn + 1, -1);
+      for (size_t j = 0; j < step_node.size(); ++j) last_step[static_cast<size_t>(step_node[j])] = static_cast<int>(j);
+      for (size_t i = nn; i-- > 0;) last_step[i] = std::max(last_step[i], last_step[i + 1]);
+      std::vector<double> grad(step_ms.size() + 1, 0);
+      for (int i = cuts[static_cast<size_t>(s)]; i < cuts[static_cast<size_t>(s) + 1]; ++i) {
+        const double bytes = node_params[static_cast<size_t>(i)] * eb;
+        if (bytes <= 0) continue;
+        const int j = last_step[static_cast<size_t>(i)];
+        grad[j < 0 ? 0 : static_cast<size_t>(j)] += bytes;
+      }
+      if (step_ms.empty()) step_ms.push_back(0);
+      dp[static_cast<size_t>(s)] = overlap_allreduce(step_ms, grad, bucket, allreduce);
+    }
+  }
+
+  // The iteration ends when the slowest stage has synchronised and stepped its optimizer.
+  int crit = 0;
+  double best = -1;
+  for (int s = 0; s < pp; ++s) {
+    const double end = t.stage_end_ms[static_cast<size_t>(s)] + dp[static_cast<size_t>(s)].exposed_ms +
+                       r.stages[static_cast<size_t>(s)].update_ms;
+    if (end > best) {
+      best = end;
+      crit = s;
+    }
+  }
+  const auto cs = static_cast<size_t>(crit);
+  r.iteration_ms = best;
+  r.compute_ms = *std::max_element(t.stage_busy_ms.begin(), t.stage_busy_ms.end());
+  r.tp_comm_ms = m * tp_ms[cs];
+  r.dp_comm_ms = dp[cs].comm_ms;
+  r.dp_exposed_ms = dp[cs].exposed_ms;
+  r.dp_buckets = dp[cs].buckets;
+  r.pp_comm_ms = std::max(0.0, t.span_ms - t0.span_ms);
+  r.bubble_ms = t0.bubble_ms;
+  r.bubble_fraction = t0.span_ms > 0 ? t0.bubble_ms / t0.span_ms : 0;
+  r.update_ms = r.stages[cs].update_ms;
+  r.comm_ms = r.tp_comm_ms + r.dp_comm_ms + r.pp_comm_ms;
+  r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms;
+
+  // Memory per GPU: weights, gradients, Adam moments (fp32; plus an fp32 master copy when
+  // training in 16 bits) and the activations of the microbatches in flight.
+  std::vector<char> has_fwd(nn, 0);
+  for (const auto& k : kernels)
+    if (k.phase == Phase::forward && k.cls != KernelClass::collective && in_range(k.node, nn))
+      has_fwd[static_cast<size_t>(k.node)] = 1;
+  r.memory_capacity_gb = gpu.mem_gb;
+  for (int s = 0; s < pp; ++s) {
+    StageReport& st = r.stages[static_cast<size_t>(s)];
+    double act = 0;
+    for (int i = st.first_node; i <= st.last_node; ++i) {
+      st.params += node_params[static_cast<size_t>(i)];
+      if (!has_fwd[static_cast<size_t>(i)]) continue;
+      const bool split = roles[static_cast<size_t>(i)] == TpRole::column || roles[static_cast<size_t>(i)] == TpRole::sharded;
+      for (const auto& o : g.nodes[static_cast<size_t>(i)].outputs) {
+        const TensorInfo* ti = o.empty() ? nullptr : g.find(o);
+        if (!ti || !is_float(ti->dtype) || ti->num_elements() <= 0) continue;
+        act += double(ti->num_elements()) * (compute == DType::undefined ? elem_bytes(ti->dtype) : eb) / (split ? cfg.tp : 1);
+      }
+    }
+    const int in_flight = cfg.schedule == PipelineSchedule::gpipe ? m : std::min(pp - s, m);
+    st.weights_gb = st.params * eb / kGiB;
+    st.gradients_gb = st.weights_gb;
+    st.optimizer_gb = st.params * (8.0 + (eb < 4 ? 4.0 : 0.0)) / kGiB;
+    st.activations_gb = act * in_flight / kGiB;
+    st.total_gb = st.weights_gb + st.gradients_gb + st.optimizer_gb + st.activations_gb;
+    r.peak_memory_gb = std::max(r.peak_memory_gb, st.total_gb);
+  }
+  if (gpu.mem_gb > 0 && r.peak_memory_gb > gpu.mem_gb) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "parallel: %.1f GB per GPU needed (weights, gradients, Adam state, activations) but %s has %.0f GB",
+                  r.peak_memory_gb, gpu.name.c_str(), gpu.mem_gb);
+    r.warnings.push_back(buf);
+  }
+  return r;
+}
+
+}  // namespace neusight

@@ -1,0 +1,227 @@
+// tensor_parallel.cpp - Megatron-style tensor parallelism on a graph's kernel list.
+#include <algorithm>
+#include <set>
+
+#include "neusight/parallel.h"
+
+namespace neusight {
+
+const char* tp_role_name(TpRole r) {
+  switch (r) {
+    case TpRole::replicated: return "replicated";
+    case TpRole::column: return "column";
+    case TpRole::row: return "row";
+    case TpRole::sharded: return "sharded";
+    case TpRole::vocab_embedding: return "vocab_embedding";
+  }
+  return "replicated";
+}
+
+namespace {
+
+const TensorInfo* weight_2d(const Graph& g, const Node& n, size_t i) {
+  if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
+  const TensorInfo* t = g.find(n.inputs[i]);
+  if (!t || !t->is_initializer || !is_float(t->dtype) || !t->fully_known() || t->shape.size() != 2) return nullptr;
+  return t;
+}
+
+bool is_gemm_op(const Node& n) { return n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm"); }
+
+// Output width of a GEMM with a weight operand, 0 when the node has none.
+int64_t weight_out_width(const Graph& g, const Node& n) {
+  if (!is_gemm_op(n)) return 0;
+  const TensorInfo* w = weight_2d(g, n, 1);
+  if (!w) return 0;
+  const bool trans_b = n.op_type == "Gemm" && n.attr_i("transB", 0);
+  return w->shape[trans_b ? 0 : 1].value;
+}
+
+int64_t numel(const TensorInfo* t) { return t ? std::max<int64_t>(t->num_elements(), 0) : 0; }
+
+double elem_bytes(DType t) {
+  const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
+  return bits > 0 ? bits / 8.0 : 4.0;
+}
+
+// Divides one of `dims` (in order of preference) by tp; false when none divides.
+bool divide_first(std::initializer_list<int64_t*> dims, int tp) {
+  for (int64_t* d : dims)
+    if (*d > 0 && *d % tp == 0) {
+      *d /= tp;
+      return true;
+    }
+  return false;
+}
+
+double gemm_traffic(const GemmShape& s) {
+  return double(s.batch) * (double(s.m) * s.k + double(s.k) * s.n + double(s.m) * s.n);
+}
+
+// Keeps the lowering's byte conventions: bytes scale with the operands' sizes.
+void rescale_gemm(Kernel& k, const GemmShape& before) {
+  const double old_traffic = gemm_traffic(before);
+  k.flops = 2.0 * double(k.gemm.batch) * k.gemm.m * k.gemm.n * k.gemm.k;
+  if (old_traffic > 0) k.bytes *= gemm_traffic(k.gemm) / old_traffic;
+}
+
+void shrink_vector(Kernel& k, int tp) {
+  const bool rowwise = k.cls == KernelClass::softmax || k.cls == KernelClass::layernorm || k.cls == KernelClass::reduce;
+  if (rowwise) divide_first({&k.rows, &k.cols}, tp);
+  else divide_first({&k.cols, &k.rows}, tp);
+  k.flops /= tp;
+  k.bytes /= tp;
+}
+
+// Splits one GEMM kernel of a column- (out dim split) or row-parallel (in dim split) node.
+// `f` is the node's forward GEMM {batch, M, N=out, K=in}; backward kernels are the grad
+// input {M, K, N} and grad weight {K, N, M} of it.
+void split_weight_gemm(Kernel& k, const GemmShape* f, bool column, int tp) {
+  const GemmShape before = k.gemm;
+  GemmShape& s = k.gemm;
+  if (k.phase == Phase::forward || !f) {
+    divide_first({column ? &s.n : &s.k}, tp);
+  } else if (s.m == f->m && s.n == f->k && s.k == f->n) {  // grad input
+    divide_first({column ? &s.k : &s.n}, tp);
+  } else if (s.m == f->k && s.n == f->n && s.k == f->m) {  // grad weight
+    divide_first({column ? &s.n : &s.m}, tp);
+  } else {  // unknown layout: the dim equal to the split one
+    const int64_t v = column ? f->n : f->k;
+    if (s.n == v) divide_first({&s.n}, tp);
+    else if (s.k == v) divide_first({&s.k}, tp);
+    else if (s.m == v) divide_first({&s.m}, tp);
+  }
+  rescale_gemm(k, before);
+}
+
+Kernel allreduce_kernel(int node, Phase phase, double bytes, DType dtype, int tp, const std::string& what) {
+  Kernel c;
+  c.cls = KernelClass::collective;
+  c.phase = phase;
+  c.op = "allreduce";
+  c.dtype = dtype;
+  c.node = node;
+  c.rows = 1;
+  c.cols = static_cast<int64_t>(bytes / elem_bytes(dtype));
+  c.bytes = bytes;
+  c.note = "tensor-parallel all-reduce over " + std::to_string(tp) + " GPUs (" + what + ")";
+  return c;
+}
+
+}  // namespace
+
+std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
+  std::vector<TpRole> roles(g.nodes.size(), TpRole::replicated);
+  if (tp <= 1) return roles;
+  std::set<int64_t> vocab_widths;
+  for (const auto& n : g.nodes)
+    if (int64_t w = weight_out_width(g, n)) vocab_widths.insert(w);
+  std::set<std::string> split;
+  auto is_split = [&](const std::string& t) { return !t.empty() && split.count(t) > 0; };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    bool any = false;
+    for (const auto& in : n.inputs) any = any || is_split(in);
+    TpRole role = TpRole::replicated;
+    bool out_split = false;
+    if (const int64_t out = weight_out_width(g, n)) {
+      if (!n.inputs.empty() && is_split(n.inputs[0])) {
+        role = TpRole::row;  // the reduction dim arrives split; the output is summed across GPUs
+      } else if (out % tp == 0) {
+        role = TpRole::column;
+        out_split = true;
+      }
+    } else if (n.domain.empty() && n.op_type == "Gather" && !any) {
+      const TensorInfo* table = weight_2d(g, n, 0);
+      if (table && vocab_widths.count(table->shape[0].value) && table->shape[0].value % tp == 0)
+        role = TpRole::vocab_embedding;
+    } else if (any && n.op_type != "Shape" && n.op_type != "Size") {
+      role = TpRole::sharded;
+      out_split = true;
+    }
+    roles[i] = role;
+    if (out_split)
+      for (const auto& o : n.outputs)
+        if (!o.empty()) split.insert(o);
+  }
+  return roles;
+}
+
+KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
+  if (tp <= 1) return in;
+  const std::vector<TpRole> roles = tensor_parallel_roles(g, tp);
+  auto role_of = [&](int node) {
+    return node >= 0 && static_cast<size_t>(node) < roles.size() ? roles[static_cast<size_t>(node)] : TpRole::replicated;
+  };
+  // Weights held in 1/tp slices: every weight a non-replicated node reads.
+  std::set<std::string> split_weights;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (roles[i] == TpRole::replicated) continue;
+    for (const auto& name : g.nodes[i].inputs) {
+      const TensorInfo* t = name.empty() ? nullptr : g.find(name);
+      if (t && t->is_initializer && is_float(t->dtype)) split_weights.insert(name);
+    }
+  }
+  // The forward GEMM of each weight node (backward kernels are derived from it).
+  std::vector<const GemmShape*> fwd_gemm(g.nodes.size(), nullptr);
+  for (const auto& k : in.kernels)
+    if (k.cls == KernelClass::gemm && k.phase == Phase::forward && k.node >= 0 &&
+        static_cast<size_t>(k.node) < fwd_gemm.size() && !fwd_gemm[static_cast<size_t>(k.node)])
+      fwd_gemm[static_cast<size_t>(k.node)] = &k.gemm;
+
+  KernelList out = in;
+  out.kernels.clear();
+  out.kernels.reserve(in.kernels.size() + 4 * g.nodes.size() / 8);
+  // A TP all-reduce follows the last kernel of a (node, phase) group.
+  auto close_group = [&](int node, Phase phase, DType dtype) {
+    if (node < 0 || static_cast<size_t>(node) >= g.nodes.size()) return;
+    const Node& n = g.nodes[static_cast<size_t>(node)];
+    const TpRole r = roles[static_cast<size_t>(node)];
+    if (phase == Phase::forward && (r == TpRole::row || r == TpRole::vocab_embedding) && !n.outputs.empty()) {
+      const double bytes = double(numel(g.find(n.outputs[0]))) * elem_bytes(dtype);
+      if (bytes > 0)
+        out.kernels.push_back(allreduce_kernel(node, phase, bytes, dtype, tp,
+                                               r == TpRole::row ? "row-parallel output" : "vocab-parallel embedding"));
+    } else if (phase == Phase::backward && r == TpRole::column && !n.inputs.empty()) {
+      const TensorInfo* a = g.find(n.inputs[0]);
+      const double bytes = double(numel(a)) * elem_bytes(dtype);
+      if (a && !a->is_graph_input && bytes > 0)
+        out.kernels.push_back(allreduce_kernel(node, phase, bytes, dtype, tp, "column-parallel input gradient"));
+    }
+  };
+  int cur_node = -1;
+  Phase cur_phase = Phase::forward;
+  DType cur_dtype = DType::f32;
+  for (const Kernel& src : in.kernels) {
+    if (src.node != cur_node || src.phase != cur_phase) {
+      close_group(cur_node, cur_phase, cur_dtype);
+      cur_node = src.node;
+      cur_phase = src.phase;
+      cur_dtype = src.dtype;
+    }
+    Kernel k = src;
+    const TpRole r = role_of(k.node);
+    if (k.phase == Phase::update) {
+      const std::string prefix = "weight update ";
+      if (k.note.rfind(prefix, 0) == 0 && split_weights.count(k.note.substr(prefix.size()))) shrink_vector(k, tp);
+    } else if (r == TpRole::column || r == TpRole::row) {
+      if (k.cls == KernelClass::gemm)
+        split_weight_gemm(k, fwd_gemm[static_cast<size_t>(k.node)], r == TpRole::column, tp);
+      else if (r == TpRole::column)
+        shrink_vector(k, tp);
+    } else if (r == TpRole::sharded) {
+      if (k.cls == KernelClass::gemm) {
+        const GemmShape before = k.gemm;
+        divide_first({&k.gemm.batch, &k.gemm.m, &k.gemm.n}, tp);
+        rescale_gemm(k, before);
+      } else if (k.cls != KernelClass::collective && k.cls != KernelClass::unknown) {
+        shrink_vector(k, tp);
+      }
+    }
+    out.kernels.push_back(std::move(k));
+  }
+  close_group(cur_node, cur_phase, cur_dtype);
+  return out;
+}
+
+}  // namespace neusight
