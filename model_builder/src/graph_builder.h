@@ -39,6 +39,7 @@ class GraphBuilder {
   void attr_ints(const std::string& key, const std::vector<int64_t>& v);
 
   uint64_t weight_bytes() const { return offset_; }
+  onnx::NodeProto* last() { return last_; }
 
  private:
   onnx::GraphProto* g_;

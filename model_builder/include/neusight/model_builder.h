@@ -14,20 +14,36 @@
 namespace neusight {
 
 struct ModelConfig {
-  std::string model_type;  // "gpt2", "bert", "opt", "switch_transformers", "llama", ...
-  int64_t layers = 0;
+  std::string model_type;  // "gpt2", "bert", "opt", "switch_transformers", "llama", "mistral"
+  int64_t layers = 0;        // decoder layers (encoder layers for BERT / Switch)
   int64_t hidden = 0;
   int64_t heads = 0;
   int64_t kv_heads = 0;      // grouped-query attention (0: = heads)
+  int64_t head_dim = 0;      // per-head size (0: hidden / heads; Switch/T5: d_kv)
   int64_t ffn = 0;           // intermediate size
   int64_t vocab = 0;
   int64_t max_positions = 0;
   std::string activation;    // "gelu_new", "gelu", "relu", "silu"
   double layer_norm_eps = 1e-5;
-  // Mixture of experts (Switch): experts per MoE layer, every `sparse_step` layers.
+  float dropout = 0.1f;      // hidden dropout (active in training only)
+  float attn_dropout = 0.1f; // attention-probability dropout
+  // BERT: token-type vocabulary and the sequence-classification head NeuSight measured.
+  int64_t type_vocab = 0;
+  int64_t num_labels = 2;
+  // OPT: layer norm before (true) or after each block; word embedding size when it differs
+  // from the hidden size (project_in / project_out; 0 = hidden).
+  bool pre_norm = true;
+  int64_t embed_dim = 0;
+  // Llama: rotary base, attention projections with bias (Qwen2), tied embeddings.
+  double rope_theta = 10000.0;
+  bool qkv_bias = false;
+  // Mixture of experts (Switch): experts per MoE layer, every `sparse_step`-th layer sparse,
+  // each expert takes at most `expert_capacity` tokens per sequence (top-1 routing).
   int64_t experts = 0;
   int64_t sparse_step = 0;
-  double capacity_factor = 1.0;
+  int64_t expert_capacity = 0;
+  int64_t decoder_layers = 0;  // encoder-decoder models (Switch)
+  int64_t rel_buckets = 32;    // T5 relative-position buckets
   std::string source;        // the config file
 };
 

@@ -1,0 +1,177 @@
+// common.cpp - building blocks shared by the model families.
+#include "common.h"
+
+#include <cmath>
+
+namespace neusight::builder {
+
+namespace {
+std::shared_ptr<ProtoHolder> new_holder(const ModelConfig& c, const std::string& doc) {
+  auto h = std::make_shared<ProtoHolder>();
+  onnx::ModelProto& m = h->model;
+  m.set_ir_version(8);
+  m.set_producer_name("neusight-onnx model_builder");
+  m.set_doc_string(doc + " built from " + c.source);
+  auto* op = m.add_opset_import();
+  op->set_domain("");
+  op->set_version(17);
+  auto* ms = m.add_opset_import();  // com.microsoft.Gelu: PyTorch's one-kernel erf GELU
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
+  m.mutable_graph()->set_name(c.model_type);
+  return h;
+}
+}  // namespace
+
+Net::Net(const ModelConfig& c, const std::string& doc)
+    : holder(new_holder(c, doc)), b(holder->model.mutable_graph(), "weights.bin") {}
+
+std::string Net::token_input(const std::string& name) {
+  b.input(name, kI64, {-1, -1}, {"batch", "sequence"});
+  if (!batch.empty()) return name;
+  const std::string shape = b.node("Shape", "input_shape", {name});
+  const std::string i0 = b.ints("const_idx0", {0}, true);
+  const std::string i1 = b.ints("const_idx1", {1}, true);
+  const std::string ax0 = b.ints("const_axes0", {0});
+  batch_scalar = b.node("Gather", "batch_size", {shape, i0});
+  b.attr_i("axis", 0);
+  seq_scalar = b.node("Gather", "seq_len", {shape, i1});
+  b.attr_i("axis", 0);
+  batch = b.node("Unsqueeze", "batch_size_1d", {batch_scalar, ax0});
+  seq = b.node("Unsqueeze", "seq_len_1d", {seq_scalar, ax0});
+  return name;
+}
+
+void Net::output(const std::string& tensor, const std::vector<std::string>& sym_dims, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> all(sym_dims.size(), -1);
+  all.insert(all.end(), dims.begin(), dims.end());
+  auto* vi = holder->model.mutable_graph()->add_output();
+  vi->set_name(tensor);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(kF32);
+  auto* sh = tt->mutable_shape();
+  size_t p = 0;
+  for (int64_t d : all) {
+    auto* dp = sh->add_dim();
+    if (d >= 0) dp->set_dim_value(d);
+    else dp->set_dim_param(sym_dims[p++]);
+  }
+}
+
+std::string Net::rename_last(const std::string& name) {
+  b.last()->set_output(0, name);
+  return name;
+}
+
+LoadedModel Net::finish(const ModelConfig& c) {
+  LoadedModel lm;
+  lm.model = to_ir(*holder, "");
+  lm.model.graph.name = c.model_type;
+  lm.proto = holder;
+  return lm;
+}
+
+std::string Net::shape_bs(const std::string& name, const std::vector<int64_t>& extra) {
+  std::vector<std::string> parts = {batch, seq};
+  if (!extra.empty()) parts.push_back(b.ints(name + "_dims", extra));
+  const std::string s = b.node("Concat", name, parts);
+  b.attr_i("axis", 0);
+  return s;
+}
+
+std::string f32(Net& n, const std::string& name, float v) { return n.b.scalar_f(name, v); }
+
+std::string fill(Net& n, const std::string& name, const std::string& shape, int elem_type, double value) {
+  const std::string y = n.b.node("ConstantOfShape", name, {shape});
+  auto* a = n.b.last()->add_attribute();
+  a->set_name("value");
+  a->set_type(onnx::AttributeProto::TENSOR);
+  auto* t = a->mutable_t();
+  t->set_data_type(elem_type);
+  t->add_dims(1);
+  if (elem_type == kI64) t->add_int64_data(static_cast<int64_t>(value));
+  else t->add_float_data(static_cast<float>(value));
+  return y;
+}
+
+std::string linear(Net& n, const std::string& prefix, const std::string& x, int64_t in, int64_t out, bool bias) {
+  const std::string w = n.b.weight(prefix + ".weight", {in, out});
+  std::string y = n.b.node("MatMul", prefix + "/MatMul", {x, w});
+  if (bias) {
+    const std::string bb = n.b.weight(prefix + ".bias", {out});
+    y = n.b.node("Add", prefix + "/Add", {y, bb});
+  }
+  return y;
+}
+
+std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps) {
+  const std::string g = n.b.weight(prefix + ".weight", {hidden});
+  const std::string be = n.b.weight(prefix + ".bias", {hidden});
+  const std::string y = n.b.node("LayerNormalization", prefix + "/LayerNormalization", {x, g, be});
+  n.b.attr_i("axis", -1);
+  n.b.attr_f("epsilon", static_cast<float>(eps));
+  return y;
+}
+
+std::string rms_norm(Net& n, const std::string& p, const std::string& x, int64_t hidden, double eps) {
+  const std::string sq = n.b.node("Pow", p + "/Pow", {x, f32(n, p + "/c_two", 2.0f)});
+  const std::string var = n.b.node("ReduceMean", p + "/ReduceMean", {sq});
+  n.b.attr_ints("axes", {-1});
+  n.b.attr_i("keepdims", 1);
+  const std::string ve = n.b.node("Add", p + "/Add", {var, f32(n, p + "/c_eps", static_cast<float>(eps))});
+  const std::string sd = n.b.node("Sqrt", p + "/Sqrt", {ve});
+  const std::string y = n.b.node("Div", p + "/Div", {x, sd});
+  return n.b.node("Mul", p + "/Mul", {n.b.weight(p + ".weight", {hidden}), y});
+}
+
+std::string dropout(Net& n, const std::string& p, const std::string& x, float ratio) {
+  return n.b.node("Dropout", p + "/Dropout", {x, f32(n, p + "/ratio", ratio)});
+}
+
+std::string gelu_new(Net& n, const std::string& p, const std::string& x) {
+  const std::string m0 = n.b.node("Mul", p + "/Mul", {x, f32(n, p + "/c_half", 0.5f)});
+  const std::string pw = n.b.node("Pow", p + "/Pow", {x, f32(n, p + "/c_three", 3.0f)});
+  const std::string m1 = n.b.node("Mul", p + "/Mul_1", {pw, f32(n, p + "/c_coef", 0.044715f)});
+  const std::string a0 = n.b.node("Add", p + "/Add", {x, m1});
+  const std::string m2 =
+      n.b.node("Mul", p + "/Mul_2", {a0, f32(n, p + "/c_s2pi", static_cast<float>(std::sqrt(2.0 / M_PI)))});
+  const std::string th = n.b.node("Tanh", p + "/Tanh", {m2});
+  const std::string a1 = n.b.node("Add", p + "/Add_1", {th, f32(n, p + "/c_one", 1.0f)});
+  return n.b.node("Mul", p + "/Mul_3", {m0, a1});
+}
+
+std::string gelu(Net& n, const std::string& p, const std::string& x) {
+  return n.b.node("Gelu", p + "/Gelu", {x}, 1, "com.microsoft");
+}
+
+std::string activation(Net& n, const std::string& p, const std::string& x, const std::string& act) {
+  if (act == "relu") return n.b.node("Relu", p + "/Relu", {x});
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return gelu_new(n, p + "/gelu", x);
+  if (act == "gelu") return gelu(n, p, x);
+  if (act == "silu" || act == "swish") {
+    const std::string s = n.b.node("Sigmoid", p + "/Sigmoid", {x});
+    return n.b.node("Mul", p + "/Mul", {x, s});
+  }
+  throw InputError("activation '" + act + "' is not supported (gelu_new, gelu, relu, silu)");
+}
+
+std::string split_heads(Net& n, const std::string& p, const std::string& x, int64_t heads, int64_t hd) {
+  const std::string r = n.b.node("Reshape", p + "/Reshape", {x, n.shape_bs(p + "/shape", {heads, hd})});
+  const std::string t = n.b.node("Transpose", p + "/Transpose", {r});
+  n.b.attr_ints("perm", {0, 2, 1, 3});
+  return t;
+}
+
+std::string merge_heads(Net& n, const std::string& p, const std::string& x, int64_t hidden) {
+  const std::string t = n.b.node("Transpose", p + "/Transpose", {x});
+  n.b.attr_ints("perm", {0, 2, 1, 3});
+  return n.b.node("Reshape", p + "/Reshape", {t, n.shape_bs(p + "/shape", {hidden})});
+}
+
+std::string transpose_last(Net& n, const std::string& p, const std::string& k) {
+  const std::string t = n.b.node("Transpose", p + "/Transpose", {k});
+  n.b.attr_ints("perm", {0, 1, 3, 2});
+  return t;
+}
+
+}  // namespace neusight::builder

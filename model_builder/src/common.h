@@ -1,0 +1,73 @@
+// common.h - building blocks shared by the model families (model_builder only).
+//
+// Every helper adds the ONNX nodes that mirror one PyTorch eager operator sequence, one node
+// per kernel PyTorch launches where standard ONNX (opset 17) allows it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graph_builder.h"
+#include "neusight/model_builder.h"
+#include "neusight/onnx_proto.h"
+
+namespace neusight::builder {
+
+constexpr int kF32 = onnx::TensorProto::FLOAT;
+constexpr int kI64 = onnx::TensorProto::INT64;
+constexpr int kBool = onnx::TensorProto::BOOL;
+constexpr float kFloatMin = -3.4028234663852886e38f;  // torch.finfo(torch.float32).min
+
+// One model under construction: the proto, its builder, and the batch/sequence plumbing.
+struct Net {
+  std::shared_ptr<ProtoHolder> holder;
+  GraphBuilder b;
+  // 1-element int64 tensors holding the batch and sequence sizes (Shape -> Gather ->
+  // Unsqueeze of the first input, the way PyTorch exports compute them), and the scalar
+  // sequence length.
+  std::string batch, seq, batch_scalar, seq_scalar;
+
+  Net(const ModelConfig& c, const std::string& doc);
+  // Declares `name` [batch, sequence] int64 and derives batch/seq from the first one.
+  std::string token_input(const std::string& name);
+  // Declares a float graph output with symbolic leading dims plus fixed trailing dims.
+  void output(const std::string& tensor, const std::vector<std::string>& sym_dims, const std::vector<int64_t>& dims);
+  LoadedModel finish(const ModelConfig& c);
+  // Renames the first output of the node added last (e.g. to "logits"); returns the name.
+  std::string rename_last(const std::string& name);
+
+  // Shape tensor [batch, sequence, extra...] for Reshape / Expand.
+  std::string shape_bs(const std::string& name, const std::vector<int64_t>& extra);
+};
+
+// y = x W (+ bias): PyTorch nn.Linear / Conv1D (addmm); W stored [in, out].
+std::string linear(Net& n, const std::string& prefix, const std::string& x, int64_t in, int64_t out,
+                   bool bias = true);
+// nn.LayerNorm over the last dim.
+std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps);
+// RMSNorm as eager PyTorch runs it (T5LayerNorm, LlamaRMSNorm): pow, mean, add eps, rsqrt,
+// mul, mul weight; rsqrt+mul are written Sqrt+Div (same kernel count and sizes).
+std::string rms_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps);
+// nn.Dropout: identity in inference, a mask-and-scale kernel in training.
+std::string dropout(Net& n, const std::string& prefix, const std::string& x, float ratio);
+// HF gelu_new (tanh approximation) as eager PyTorch runs it: 8 elementwise kernels.
+std::string gelu_new(Net& n, const std::string& prefix, const std::string& x);
+// F.gelu (erf form): one fused kernel in PyTorch -> com.microsoft.Gelu.
+std::string gelu(Net& n, const std::string& prefix, const std::string& x);
+// The activation named in a config ("gelu_new", "gelu", "relu", "silu"/"swish").
+std::string activation(Net& n, const std::string& prefix, const std::string& x, const std::string& act);
+
+// [b, s, h] -> [b, heads, s, hd] (view + permute + contiguous copy: one Transpose).
+std::string split_heads(Net& n, const std::string& prefix, const std::string& x, int64_t heads, int64_t hd);
+// [b, heads, s, hd] -> [b, s, heads*hd] (permute + contiguous copy + view).
+std::string merge_heads(Net& n, const std::string& prefix, const std::string& x, int64_t hidden);
+// k [b, heads, s, hd] -> k^T [b, heads, hd, s] (a view in PyTorch; the matmul reads it
+// transposed).
+std::string transpose_last(Net& n, const std::string& prefix, const std::string& k);
+
+std::string f32(Net& n, const std::string& name, float v);
+// ConstantOfShape(shape) filled with `value` (torch.ones / zeros / full: one fill kernel).
+std::string fill(Net& n, const std::string& name, const std::string& shape, int elem_type, double value);
+
+}  // namespace neusight::builder

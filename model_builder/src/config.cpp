@@ -1,0 +1,201 @@
+// config.cpp - Hugging Face config.json -> ModelConfig, and the table of model families.
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "families.h"
+#include "neusight/model_builder.h"
+
+namespace neusight {
+using nlohmann::json;
+
+namespace {
+
+struct Reader {
+  const json& j;
+  const std::string& path;
+
+  int64_t i(std::initializer_list<const char*> keys, bool required, int64_t fallback = 0) const {
+    for (const char* k : keys) {
+      auto it = j.find(k);
+      if (it == j.end() || it->is_null()) continue;
+      if (!it->is_number_integer()) throw InputError(path + ": field '" + k + "' must be an integer");
+      const int64_t v = it->get<int64_t>();
+      if (v < 0) throw InputError(path + ": field '" + k + "' must be non-negative");
+      return v;
+    }
+    if (required) throw InputError(path + ": missing field '" + std::string(*keys.begin()) + "'");
+    return fallback;
+  }
+  double f(std::initializer_list<const char*> keys, double fallback) const {
+    for (const char* k : keys) {
+      auto it = j.find(k);
+      if (it == j.end() || it->is_null()) continue;
+      if (!it->is_number()) throw InputError(path + ": field '" + k + "' must be a number");
+      return it->get<double>();
+    }
+    return fallback;
+  }
+  std::string s(std::initializer_list<const char*> keys, const std::string& fallback) const {
+    for (const char* k : keys) {
+      auto it = j.find(k);
+      if (it != j.end() && it->is_string()) return it->get<std::string>();
+    }
+    return fallback;
+  }
+  bool b(const char* key, bool fallback) const {
+    auto it = j.find(key);
+    return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+  }
+};
+
+void read_gpt2(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"n_layer", "num_hidden_layers"}, true);
+  c.hidden = r.i({"n_embd", "hidden_size"}, true);
+  c.heads = r.i({"n_head", "num_attention_heads"}, true);
+  c.ffn = r.i({"n_inner"}, false, 0);
+  if (c.ffn == 0) c.ffn = 4 * c.hidden;
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"n_positions", "n_ctx"}, false, 1024);
+  c.activation = r.s({"activation_function"}, "gelu_new");
+  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
+  c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.1));
+  c.attn_dropout = static_cast<float>(r.f({"attn_pdrop"}, 0.1));
+}
+
+void read_bert(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  c.ffn = r.i({"intermediate_size"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 512);
+  c.type_vocab = r.i({"type_vocab_size"}, false, 2);
+  c.activation = r.s({"hidden_act"}, "gelu");
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-12);
+  c.dropout = static_cast<float>(r.f({"hidden_dropout_prob"}, 0.1));
+  c.attn_dropout = static_cast<float>(r.f({"attention_probs_dropout_prob"}, 0.1));
+  c.num_labels = r.i({"num_labels"}, false, 2);
+}
+
+void read_opt(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  c.ffn = r.i({"ffn_dim"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 2048);
+  c.activation = r.s({"activation_function"}, "relu");
+  c.dropout = static_cast<float>(r.f({"dropout"}, 0.1));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  c.pre_norm = r.b("do_layer_norm_before", true);
+  c.embed_dim = r.i({"word_embed_proj_dim"}, false, c.hidden);
+}
+
+void read_switch(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_layers"}, true);
+  c.decoder_layers = r.i({"num_decoder_layers"}, false, c.layers);
+  c.hidden = r.i({"d_model"}, true);
+  c.heads = r.i({"num_heads"}, true);
+  c.head_dim = r.i({"d_kv"}, true);
+  c.ffn = r.i({"d_ff"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.experts = r.i({"num_experts"}, true);
+  c.expert_capacity = r.i({"expert_capacity"}, true);
+  c.sparse_step = r.i({"encoder_sparse_step"}, false, 2);
+  c.rel_buckets = r.i({"relative_attention_num_buckets"}, false, 32);
+  c.activation = r.s({"dense_act_fn", "feed_forward_proj"}, "relu");
+  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-6);
+  c.dropout = static_cast<float>(r.f({"dropout_rate"}, 0.1));
+  c.attn_dropout = c.dropout;
+  if (c.experts <= 0 || c.expert_capacity <= 0) throw InputError(r.path + ": num_experts and expert_capacity must be positive");
+  if (c.sparse_step <= 0) throw InputError(r.path + ": encoder_sparse_step must be positive");
+}
+
+void read_llama(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  c.kv_heads = r.i({"num_key_value_heads"}, false, c.heads);
+  c.head_dim = r.i({"head_dim"}, false, 0);
+  c.ffn = r.i({"intermediate_size"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 4096);
+  c.activation = r.s({"hidden_act"}, "silu");
+  c.layer_norm_eps = r.f({"rms_norm_eps"}, 1e-6);
+  c.rope_theta = r.f({"rope_theta"}, 10000.0);
+  c.dropout = 0.0f;
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  c.qkv_bias = r.b("attention_bias", c.model_type == "qwen2");
+  if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
+    throw InputError(r.path + ": num_attention_heads must be a multiple of num_key_value_heads");
+}
+
+struct Family {
+  std::function<void(const Reader&, ModelConfig&)> read;
+  std::function<LoadedModel(const ModelConfig&)> build;
+};
+
+const std::map<std::string, Family>& families() {
+  static const std::map<std::string, Family> t = {
+      {"gpt2", {read_gpt2, builder::build_gpt2}},
+      {"bert", {read_bert, builder::build_bert}},
+      {"opt", {read_opt, builder::build_opt}},
+      {"switch_transformers", {read_switch, builder::build_switch}},
+      {"llama", {read_llama, builder::build_llama}},
+      {"mistral", {read_llama, builder::build_llama}},
+      {"qwen2", {read_llama, builder::build_llama}},
+  };
+  return t;
+}
+
+std::string supported_list() {
+  std::string s;
+  for (const auto& [k, v] : families()) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+}  // namespace
+
+ModelConfig read_hf_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not a config file");
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open config");
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::exception&) {
+    throw InputError(path + ": malformed JSON config");
+  }
+  if (!j.is_object()) throw InputError(path + ": config must be a JSON object");
+  ModelConfig c;
+  c.source = std::filesystem::path(path).filename().string();
+  const Reader r{j, path};
+  c.model_type = r.s({"model_type"}, "");
+  if (c.model_type.empty()) throw InputError(path + ": missing field 'model_type'");
+  auto it = families().find(c.model_type);
+  if (it == families().end())
+    throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
+  it->second.read(r, c);
+  if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.vocab <= 0 || c.ffn <= 0)
+    throw InputError(path + ": layers, hidden size, heads, vocabulary and FFN size must be positive");
+  if (c.head_dim == 0) {
+    if (c.hidden % c.heads != 0) throw InputError(path + ": hidden size must be a multiple of the head count");
+    c.head_dim = c.hidden / c.heads;
+  }
+  if (c.kv_heads == 0) c.kv_heads = c.heads;
+  return c;
+}
+
+LoadedModel build_model(const ModelConfig& c) {
+  auto it = families().find(c.model_type);
+  if (it == families().end()) throw InputError("model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
+  if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.head_dim <= 0)
+    throw InputError("model config: layers, hidden size, heads and head size must be positive");
+  return it->second.build(c);
+}
+
+}  // namespace neusight

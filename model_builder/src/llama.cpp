@@ -1,0 +1,116 @@
+// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2): RMSNorm, rotary embedding,
+// SwiGLU MLP, grouped-query attention, as HF LlamaForCausalLM runs them in eager mode.
+#include <cmath>
+
+#include "common.h"
+#include "families.h"
+
+namespace neusight::builder {
+
+namespace {
+
+// rotate_half(x) = cat(-x2, x1); x_embed = x * cos + rotate_half(x) * sin.
+std::string rotary(Net& n, const std::string& p, const std::string& x, int64_t hd, const std::string& cos,
+                   const std::string& sin) {
+  const std::string ax = n.b.ints(p + "/axis", {3});
+  const std::string x1 = n.b.node("Slice", p + "/x1", {x, n.b.ints(p + "/s0", {0}), n.b.ints(p + "/e0", {hd / 2}), ax});
+  const std::string x2 = n.b.node("Slice", p + "/x2", {x, n.b.ints(p + "/s1", {hd / 2}), n.b.ints(p + "/e1", {hd}), ax});
+  const std::string neg = n.b.node("Neg", p + "/Neg", {x2});
+  const std::string rot = n.b.node("Concat", p + "/rotate_half", {neg, x1});
+  n.b.attr_i("axis", -1);
+  const std::string a = n.b.node("Mul", p + "/Mul_cos", {x, cos});
+  const std::string b = n.b.node("Mul", p + "/Mul_sin", {rot, sin});
+  return n.b.node("Add", p + "/Add", {a, b});
+}
+
+// repeat_kv: [b, kvh, s, hd] -> [b, kvh * rep, s, hd] (expand + reshape copy).
+std::string repeat_kv(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
+  const int64_t rep = c.heads / c.kv_heads;
+  if (rep == 1) return x;
+  const std::string u = n.b.node("Unsqueeze", p + "/Unsqueeze", {x, n.b.ints(p + "/ax2", {2})});
+  const std::string s5 = n.b.node("Concat", p + "/shape5",
+                                  {n.batch, n.b.ints(p + "/kv_rep", {c.kv_heads, rep}), n.seq, n.b.ints(p + "/hd", {c.head_dim})});
+  n.b.attr_i("axis", 0);
+  const std::string e = n.b.node("Expand", p + "/Expand", {u, s5});
+  const std::string s4 = n.b.node("Concat", p + "/shape4",
+                                  {n.batch, n.b.ints(p + "/h", {c.heads}), n.seq, n.b.ints(p + "/hd2", {c.head_dim})});
+  n.b.attr_i("axis", 0);
+  return n.b.node("Reshape", p + "/Reshape", {e, s4});
+}
+
+std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
+                      const std::string& mask, const std::string& cos, const std::string& sin) {
+  const int64_t h = c.hidden, nh = c.heads, kvh = c.kv_heads, hd = c.head_dim;
+  std::string q = split_heads(n, p + "/q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh, hd);
+  std::string k = split_heads(n, p + "/k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
+  std::string v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
+  q = rotary(n, p + "/rotary_q", q, hd, cos, sin);
+  k = rotary(n, p + "/rotary_k", k, hd, cos, sin);
+  k = repeat_kv(n, p + "/repeat_k", k, c);
+  v = repeat_kv(n, p + "/repeat_v", v, c);
+  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
+  s = n.b.node("Div", p + "/Div", {s, f32(n, p + "/scale", static_cast<float>(std::sqrt(double(hd))))});
+  s = n.b.node("Add", p + "/mask_Add", {s, mask});
+  s = n.b.node("Softmax", p + "/Softmax", {s});
+  n.b.attr_i("axis", -1);
+  s = dropout(n, p + ".attn_dropout", s, c.attn_dropout);
+  std::string o = n.b.node("MatMul", p + "/MatMul_1", {s, v});
+  o = merge_heads(n, p + "/merge", o, nh * hd);
+  return linear(n, p + ".o_proj", o, nh * hd, h, false);
+}
+
+}  // namespace
+
+LoadedModel build_llama(const ModelConfig& c) {
+  Net n(c, "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
+  const std::string ids = n.token_input("input_ids");
+  const int64_t h = c.hidden, hd = c.head_dim;
+  if (hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
+  const std::string p0 = "model";
+  std::string x = n.b.node("Gather", p0 + ".embed_tokens/Gather", {n.b.weight(p0 + ".embed_tokens.weight", {c.vocab, h}), ids});
+
+  // Causal mask [b, 1, s, s]: full(min).triu(1), expanded.
+  const std::string ss_shape = n.b.node("Concat", p0 + "/ss_shape", {n.seq, n.seq});
+  n.b.attr_i("axis", 0);
+  std::string causal = fill(n, p0 + "/causal_full", ss_shape, kF32, kFloatMin);
+  causal = n.b.node("Trilu", p0 + "/causal_triu", {causal, n.b.ints("const_one_k", {1}, true)});
+  n.b.attr_i("upper", 1);
+  const std::string b1ss = n.b.node("Concat", p0 + "/b1ss_shape", {n.batch, n.b.ints(p0 + "/one_dim", {1}), n.seq, n.seq});
+  n.b.attr_i("axis", 0);
+  const std::string mask = n.b.node("Expand", p0 + "/causal_expand",
+                                    {n.b.node("Unsqueeze", p0 + "/causal_4d", {causal, n.b.ints("const_axes01", {0, 1})}), b1ss});
+
+  // Rotary tables, once per forward: freqs = inv_freq[:, None] @ positions[None, :].
+  const std::string pos = n.b.node("Range", p0 + "/position_ids",
+                                   {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
+  const std::string posf = n.b.node("Cast", p0 + "/position_ids_float", {pos});
+  n.b.attr_i("to", kF32);
+  const std::string pos_row = n.b.node("Unsqueeze", p0 + "/position_row", {posf, n.b.ints("const_axes0b", {0})});
+  const std::string inv_freq = n.b.weight(p0 + ".rotary_emb.inv_freq", {hd / 2, 1});
+  const std::string freqs = n.b.node("MatMul", p0 + ".rotary_emb/MatMul", {inv_freq, pos_row});
+  const std::string freqs_t = n.b.node("Transpose", p0 + ".rotary_emb/Transpose", {freqs});
+  n.b.attr_ints("perm", {1, 0});
+  const std::string emb = n.b.node("Concat", p0 + ".rotary_emb/Concat", {freqs_t, freqs_t});
+  n.b.attr_i("axis", -1);
+  const std::string cos = n.b.node("Cos", p0 + ".rotary_emb/Cos", {emb});
+  const std::string sin = n.b.node("Sin", p0 + ".rotary_emb/Sin", {emb});
+
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = p0 + ".layers." + std::to_string(l);
+    std::string a = rms_norm(n, p + ".input_layernorm", x, h, c.layer_norm_eps);
+    a = attention(n, p + ".self_attn", a, c, mask, cos, sin);
+    x = n.b.node("Add", p + "/residual_Add", {x, a});
+    const std::string f = rms_norm(n, p + ".post_attention_layernorm", x, h, c.layer_norm_eps);
+    const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false), c.activation);
+    const std::string up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
+    const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});
+    x = n.b.node("Add", p + "/residual_Add_1", {x, linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false)});
+  }
+  x = rms_norm(n, p0 + ".norm", x, h, c.layer_norm_eps);
+  linear(n, "lm_head", x, h, c.vocab, false);
+  n.rename_last("logits");
+  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  return n.finish(c);
+}
+
+}  // namespace neusight::builder

@@ -1,0 +1,279 @@
+// switch.cpp - Switch Transformer (HF SwitchTransformersForConditionalGeneration in eager
+// mode): T5 encoder-decoder with RMS layer norms, relative position bias, and every
+// `sparse_step`-th feed-forward replaced by a top-1 mixture of experts with a fixed capacity.
+#include <cmath>
+
+#include "common.h"
+#include "families.h"
+
+namespace neusight::builder {
+
+namespace {
+
+constexpr int64_t kMaxDistance = 128;  // T5 relative_attention_max_distance
+
+// T5 relative position buckets and bias: [1, heads, q, k] from positions 0..s-1.
+std::string position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional) {
+  const std::string ar = n.b.node("Range", p + "/arange", {n.b.ints(p + "/zero", {0}, true), n.seq_scalar,
+                                                          n.b.ints(p + "/one", {1}, true)});
+  const std::string ctx = n.b.node("Unsqueeze", p + "/context", {ar, n.b.ints(p + "/ax1", {1})});
+  const std::string mem = n.b.node("Unsqueeze", p + "/memory", {ar, n.b.ints(p + "/ax0", {0})});
+  std::string rel = n.b.node("Sub", p + "/relative_position", {mem, ctx});
+  int64_t nb = c.rel_buckets;
+  std::string buckets;
+  if (bidirectional) {
+    nb /= 2;
+    const std::string pos = n.b.node("Cast", p + "/positive", {n.b.node("Greater", p + "/Greater", {rel, n.b.ints(p + "/z", {0}, true)})});
+    n.b.attr_i("to", kI64);
+    buckets = n.b.node("Mul", p + "/bucket_offset", {pos, n.b.ints(p + "/half", {nb}, true)});
+    rel = n.b.node("Abs", p + "/Abs", {rel});
+  } else {
+    rel = n.b.node("Neg", p + "/Neg", {n.b.node("Min", p + "/Min", {rel, n.b.ints(p + "/z", {0}, true)})});
+  }
+  const int64_t max_exact = nb / 2;
+  const std::string small = n.b.node("Less", p + "/is_small", {rel, n.b.ints(p + "/max_exact", {max_exact}, true)});
+  std::string large = n.b.node("Cast", p + "/rel_float", {rel});
+  n.b.attr_i("to", kF32);
+  large = n.b.node("Div", p + "/Div", {large, f32(n, p + "/max_exact_f", float(max_exact))});
+  large = n.b.node("Log", p + "/Log", {large});
+  large = n.b.node("Div", p + "/Div_1", {large, f32(n, p + "/log_ratio", float(std::log(double(kMaxDistance) / max_exact)))});
+  large = n.b.node("Mul", p + "/Mul", {large, f32(n, p + "/span", float(nb - max_exact))});
+  large = n.b.node("Cast", p + "/large_long", {large});
+  n.b.attr_i("to", kI64);
+  large = n.b.node("Add", p + "/Add", {large, n.b.ints(p + "/max_exact_i", {max_exact}, true)});
+  large = n.b.node("Min", p + "/Min_1", {large, n.b.ints(p + "/last_bucket", {nb - 1}, true)});
+  std::string bucket = n.b.node("Where", p + "/Where", {small, rel, large});
+  if (!buckets.empty()) bucket = n.b.node("Add", p + "/Add_1", {buckets, bucket});
+  const std::string vals =
+      n.b.node("Gather", p + ".relative_attention_bias/Gather", {n.b.weight(p + ".relative_attention_bias.weight", {c.rel_buckets, c.heads}), bucket});
+  const std::string perm = n.b.node("Transpose", p + "/permute", {vals});
+  n.b.attr_ints("perm", {2, 0, 1});
+  return n.b.node("Unsqueeze", p + "/bias_4d", {perm, n.b.ints(p + "/ax0b", {0})});
+}
+
+// T5Attention (no score scaling) with a precomputed bias [*, heads, q, k]; kv from `kv`.
+std::string attention(Net& n, const std::string& p, const std::string& x, const std::string& kv,
+                      const ModelConfig& c, const std::string& bias) {
+  const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim, inner = nh * hd;
+  const std::string q = split_heads(n, p + "/q", linear(n, p + ".q", x, d, inner, false), nh, hd);
+  const std::string k = split_heads(n, p + "/k", linear(n, p + ".k", kv, d, inner, false), nh, hd);
+  const std::string v = split_heads(n, p + "/v", linear(n, p + ".v", kv, d, inner, false), nh, hd);
+  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
+  s = n.b.node("Add", p + "/bias_Add", {s, bias});
+  s = n.b.node("Softmax", p + "/Softmax", {s});
+  n.b.attr_i("axis", -1);
+  s = dropout(n, p + ".dropout", s, c.attn_dropout);
+  std::string o = n.b.node("MatMul", p + "/MatMul_1", {s, v});
+  o = merge_heads(n, p + "/merge", o, inner);
+  return linear(n, p + ".o", o, inner, d, false);
+}
+
+std::string dense_mlp(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
+  std::string f = linear(n, p + ".wi", x, c.hidden, c.ffn, false);
+  f = activation(n, p + ".act", f, c.activation);
+  f = dropout(n, p + ".dropout", f, c.dropout);
+  return linear(n, p + ".wo", f, c.ffn, c.hidden, false);
+}
+
+// SwitchTransformersSparseMLP: top-1 router with expert capacity, then for each expert the
+// routed tokens (at most `capacity` per sequence) are gathered, run through the expert MLP
+// and written back; the result is scaled by the router probability.
+struct RouterLogs {
+  std::vector<std::string> logits, index;  // per sparse layer: [b, s, E] and [b, s, 1]
+};
+
+std::string sparse_mlp(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, RouterLogs& logs) {
+  const int64_t d = c.hidden, E = c.experts, C = c.expert_capacity;
+  const std::string logits = linear(n, p + ".router.classifier", x, d, E, false);
+  const std::string probs = n.b.node("Softmax", p + ".router/Softmax", {logits});
+  n.b.attr_i("axis", -1);
+  const std::string top = n.b.node("ArgMax", p + ".router/ArgMax", {probs});
+  n.b.attr_i("axis", -1);
+  n.b.attr_i("keepdims", 1);
+  logs.logits.push_back(logits);
+  logs.index.push_back(top);
+  std::vector<int64_t> ids;
+  for (int64_t e = 0; e < E; ++e) ids.push_back(e);
+  std::string onehot = n.b.node("Cast", p + ".router/one_hot", {n.b.node("Equal", p + ".router/Equal", {top, n.b.ints(p + "/expert_ids", ids)})});
+  n.b.attr_i("to", kF32);
+  const std::string prio = n.b.node("CumSum", p + ".router/token_priority", {onehot, n.b.ints(p + "/axis_seq", {1}, true)});
+  std::string keep = n.b.node("Cast", p + ".router/capacity_mask",
+                              {n.b.node("LessOrEqual", p + ".router/LessOrEqual", {prio, f32(n, p + "/capacity", float(C))})});
+  n.b.attr_i("to", kF32);
+  const std::string routed = n.b.node("Mul", p + ".router/Mul", {onehot, keep});  // [b, s, E]
+  const std::string rprob = n.b.node("ReduceMax", p + ".router/ReduceMax", {probs});
+  n.b.attr_ints("axes", {-1});
+  n.b.attr_i("keepdims", 1);
+
+  // Flat token rows and per-sequence row offsets.
+  const std::string x_flat = n.b.node("Reshape", p + "/tokens_flat", {x, n.b.ints(p + "/flat_shape", {-1, d})});
+  const std::string rows = n.b.node("Range", p + "/batch_rows", {n.b.ints(p + "/r0", {0}, true), n.batch_scalar,
+                                                                 n.b.ints(p + "/r1", {1}, true)});
+  const std::string rows2 = n.b.node("Unsqueeze", p + "/batch_rows_2d", {rows, n.b.ints(p + "/ax1", {1})});
+  const std::string tok_off = n.b.node("Mul", p + "/token_offset", {rows2, n.seq});
+  std::vector<int64_t> slots;
+  for (int64_t j = 1; j <= C; ++j) slots.push_back(j);
+  const std::string slot_ids = n.b.node("Cast", p + "/slot_ids_f", {n.b.ints(p + "/slot_ids", slots)});
+  n.b.attr_i("to", kF32);
+  const std::string slot_off = n.b.node("Mul", p + "/slot_offset", {rows2, n.b.ints(p + "/capacity_i", {C}, true)});
+
+  std::string next = x;  // hidden_states.clone(): tokens no expert takes pass through
+  const std::string ax2 = n.b.ints(p + "/ax2", {2});
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string q = p + ".experts.expert_" + std::to_string(e);
+    const std::string ei = n.b.ints(q + "/index", {e}, true);
+    const std::string sel = n.b.node("Gather", q + "/token_mask", {routed, ei});  // [b, s]
+    n.b.attr_i("axis", 2);
+    const std::string pe = n.b.node("Gather", q + "/priority", {prio, ei});
+    n.b.attr_i("axis", 2);
+    const std::string pr = n.b.node("Mul", q + "/routed_priority", {pe, sel});  // 1..C for routed tokens
+    // Token of each capacity slot: argmax over the sequence of (priority == slot).
+    const std::string hit = n.b.node("Cast", q + "/slot_hit",
+                                     {n.b.node("Equal", q + "/slot_Equal", {n.b.node("Unsqueeze", q + "/priority_3d", {pr, ax2}), slot_ids})});
+    n.b.attr_i("to", kF32);
+    const std::string tok = n.b.node("ArgMax", q + "/slot_token", {hit});  // [b, 1, C]
+    n.b.attr_i("axis", 1);
+    n.b.attr_i("keepdims", 1);
+    const std::string tok_flat = n.b.node("Reshape", q + "/slot_token_flat",
+                                          {n.b.node("Add", q + "/slot_token_Add", {n.b.node("Squeeze", q + "/slot_token_2d", {tok, n.b.ints(q + "/ax1", {1})}), tok_off}),
+                                           n.b.ints(q + "/minus1", {-1})});
+    const std::string xin = n.b.node("Gather", q + "/dispatch", {x_flat, tok_flat});  // [b*C, d]
+    n.b.attr_i("axis", 0);
+    const std::string y = dense_mlp(n, q, xin, c);
+    // Write back: each routed token reads its slot's output row.
+    std::string slot = n.b.node("Sub", q + "/slot_Sub", {pr, f32(n, q + "/c_one", 1.0f)});
+    slot = n.b.node("Max", q + "/slot_Max", {slot, f32(n, q + "/c_zero", 0.0f)});
+    slot = n.b.node("Cast", q + "/slot_long", {slot});
+    n.b.attr_i("to", kI64);
+    slot = n.b.node("Add", q + "/slot_Add", {slot, slot_off});
+    const std::string back = n.b.node("Gather", q + "/combine", {y, slot});  // [b, s, d]
+    n.b.attr_i("axis", 0);
+    const std::string selb = n.b.node("Cast", q + "/token_mask_bool", {n.b.node("Unsqueeze", q + "/token_mask_3d", {sel, ax2})});
+    n.b.attr_i("to", kBool);
+    next = n.b.node("Where", q + "/setitem", {selb, back, next});
+  }
+  return n.b.node("Mul", p + "/router_prob_Mul", {rprob, next});
+}
+
+// Router z-loss and load-balancing loss over all sparse layers of a stack, as the HF model
+// computes them in every forward (output_router_logits): a scalar.
+std::string router_loss(Net& n, const std::string& p, const ModelConfig& c, const RouterLogs& logs) {
+  const int64_t E = c.experts;
+  const std::string logits = n.b.node("Concat", p + "/router_logits_cat", logs.logits);
+  n.b.attr_i("axis", 1);
+  const std::string index = n.b.node("Concat", p + "/expert_index_cat", logs.index);
+  n.b.attr_i("axis", 1);
+  // z-loss: mean(logsumexp(logits)^2).
+  std::string lse = n.b.node("ReduceLogSumExp", p + "/z_logsumexp", {logits});
+  n.b.attr_ints("axes", {-1});
+  n.b.attr_i("keepdims", 0);
+  lse = n.b.node("Pow", p + "/z_Pow", {lse, f32(n, p + "/two", 2.0f)});
+  const std::string z = n.b.node("ReduceMean", p + "/z_mean", {lse});
+  n.b.attr_i("keepdims", 0);
+  // Load balancing: mean(tokens per expert) * mean(router prob per expert) * E^2.
+  const std::string probs = n.b.node("Softmax", p + "/aux_Softmax", {logits});
+  n.b.attr_i("axis", -1);
+  std::vector<int64_t> ids;
+  for (int64_t e = 0; e < E; ++e) ids.push_back(e);
+  std::string mask = n.b.node("Cast", p + "/aux_one_hot", {n.b.node("Equal", p + "/aux_Equal", {index, n.b.ints(p + "/expert_ids", ids)})});
+  n.b.attr_i("to", kF32);
+  const std::string tokens = n.b.node("ReduceMean", p + "/aux_tokens_per_expert", {mask});
+  n.b.attr_ints("axes", {-2});
+  n.b.attr_i("keepdims", 0);
+  const std::string prob = n.b.node("ReduceMean", p + "/aux_prob_per_expert", {probs});
+  n.b.attr_ints("axes", {-2});
+  n.b.attr_i("keepdims", 0);
+  std::string aux = n.b.node("Mul", p + "/aux_Mul", {tokens, prob});
+  aux = n.b.node("ReduceMean", p + "/aux_mean", {aux});
+  n.b.attr_i("keepdims", 0);
+  aux = n.b.node("Mul", p + "/aux_scale", {aux, f32(n, p + "/e2", float(E * E))});
+  return n.b.node("Add", p + "/router_loss", {z, aux});
+}
+
+std::string ff_layer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, bool sparse,
+                     RouterLogs& logs) {
+  const std::string h = rms_norm(n, p + ".layer_norm", x, c.hidden, c.layer_norm_eps);
+  std::string f = sparse ? sparse_mlp(n, p + ".mlp", h, c, logs) : dense_mlp(n, p + ".mlp", h, c);
+  f = dropout(n, p + ".dropout", f, c.dropout);
+  return n.b.node("Add", p + "/residual_Add", {x, f});
+}
+
+std::string attn_layer(Net& n, const std::string& p, const std::string& x, const std::string& kv_src,
+                       const ModelConfig& c, const std::string& bias, const std::string& attn_name) {
+  const std::string h = rms_norm(n, p + ".layer_norm", x, c.hidden, c.layer_norm_eps);
+  std::string a = attention(n, p + "." + attn_name, h, kv_src.empty() ? h : kv_src, c, bias);
+  a = dropout(n, p + ".dropout", a, c.dropout);
+  return n.b.node("Add", p + "/residual_Add", {x, a});
+}
+
+// (1 - mask) * finfo.min for an all-ones mask of [b, 1, 1, s].
+std::string padding_mask(Net& n, const std::string& p) {
+  const std::string ones = fill(n, p + "/attention_mask", n.shape_bs(p + "/bs_shape", {}), kF32, 1.0);
+  const std::string m4 = n.b.node("Unsqueeze", p + "/mask_4d", {ones, n.b.ints(p + "/axes12", {1, 2})});
+  const std::string inv = n.b.node("Sub", p + "/mask_Sub", {f32(n, p + "/one", 1.0f), m4});
+  return n.b.node("Mul", p + "/mask_Mul", {inv, f32(n, p + "/min", kFloatMin)});
+}
+
+bool is_sparse(int64_t layer, int64_t step) { return step == 1 || layer % step == 1; }
+
+}  // namespace
+
+LoadedModel build_switch(const ModelConfig& c) {
+  Net n(c, "Switch Transformer encoder-decoder (SwitchTransformersForConditionalGeneration)");
+  const std::string ids = n.token_input("input_ids");
+  const std::string dec_ids = n.token_input("decoder_input_ids");
+  const int64_t d = c.hidden;
+  const std::string shared = n.b.weight("shared.weight", {c.vocab, d});
+
+  // Encoder.
+  std::string x = n.b.node("Gather", "encoder.embed_tokens/Gather", {shared, ids});
+  x = dropout(n, "encoder.dropout", x, c.dropout);
+  const std::string enc_mask = padding_mask(n, "encoder");
+  const std::string enc_bias = n.b.node("Add", "encoder/position_bias_Add",
+                                        {position_bias(n, "encoder.block.0.layer.0.SelfAttention", c, true), enc_mask});
+  RouterLogs enc_logs, dec_logs;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "encoder.block." + std::to_string(l);
+    x = attn_layer(n, p + ".layer.0", x, "", c, enc_bias, "SelfAttention");
+    x = ff_layer(n, p + ".layer.1", x, c, is_sparse(l, c.sparse_step), enc_logs);
+  }
+  x = rms_norm(n, "encoder.final_layer_norm", x, d, c.layer_norm_eps);
+  const std::string enc_out = dropout(n, "encoder.dropout_1", x, c.dropout);
+
+  // Decoder: causal self-attention with its own relative bias, cross-attention over the
+  // encoder output (zero bias + padding mask).
+  std::string y = n.b.node("Gather", "decoder.embed_tokens/Gather", {shared, dec_ids});
+  y = dropout(n, "decoder.dropout", y, c.dropout);
+  const std::string ss_shape = n.b.node("Concat", "decoder/ss_shape", {n.seq, n.seq});
+  n.b.attr_i("axis", 0);
+  std::string causal = fill(n, "decoder/causal_full", ss_shape, kF32, kFloatMin);
+  causal = n.b.node("Trilu", "decoder/causal_triu", {causal, n.b.ints("decoder/k1", {1}, true)});
+  n.b.attr_i("upper", 1);
+  const std::string dec_mask = n.b.node("Add", "decoder/causal_Add", {padding_mask(n, "decoder"), causal});
+  const std::string dec_bias = n.b.node("Add", "decoder/position_bias_Add",
+                                        {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false), dec_mask});
+  const std::string zshape = n.b.node("Concat", "decoder/cross_bias_shape",
+                                      {n.b.ints("decoder/one_h", {1, c.heads}), n.seq, n.seq});
+  n.b.attr_i("axis", 0);
+  const std::string cross_bias = n.b.node("Add", "decoder/cross_bias_Add",
+                                          {fill(n, "decoder/cross_bias_zeros", zshape, kF32, 0.0), padding_mask(n, "decoder_cross")});
+  const int64_t dl = c.decoder_layers > 0 ? c.decoder_layers : c.layers;
+  for (int64_t l = 0; l < dl; ++l) {
+    const std::string p = "decoder.block." + std::to_string(l);
+    y = attn_layer(n, p + ".layer.0", y, "", c, dec_bias, "SelfAttention");
+    y = attn_layer(n, p + ".layer.1", y, enc_out, c, cross_bias, "EncDecAttention");
+    y = ff_layer(n, p + ".layer.2", y, c, is_sparse(l, c.sparse_step), dec_logs);
+  }
+  y = rms_norm(n, "decoder.final_layer_norm", y, d, c.layer_norm_eps);
+  y = dropout(n, "decoder.dropout_1", y, c.dropout);
+  // Tied embeddings: scale by d_model^-0.5 before the LM head.
+  y = n.b.node("Mul", "lm_head/scale_Mul", {y, f32(n, "lm_head/scale", static_cast<float>(1.0 / std::sqrt(double(d))))});
+  linear(n, "lm_head", y, d, c.vocab, false);
+  n.rename_last("logits");
+  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  if (!enc_logs.logits.empty()) n.output(router_loss(n, "encoder", c, enc_logs), {}, {});
+  if (!dec_logs.logits.empty()) n.output(router_loss(n, "decoder", c, dec_logs), {}, {});
+  return n.finish(c);
+}
+
+}  // namespace neusight::builder

@@ -1,0 +1,111 @@
+"""Models built from Hugging Face configs: `export` writes checker-clean ONNX, and the file fed
+back gives exactly the prediction of `--config`."""
+import glob
+import json
+import os
+import subprocess
+import tempfile
+import time
+import unittest
+
+from cli_util import run, run_json, shared
+
+CONFIGS = sorted(glob.glob(shared("neusight-data", "model_configs", "*.json")))
+GPU = shared("neusight-data", "device_configs", "Tesla_V100-PCIE-32GB.json")
+PYTHON = "/usr/bin/python3"
+LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
+         "num_key_value_heads": 4, "num_hidden_layers": 4, "rms_norm_eps": 1e-5, "vocab_size": 32000,
+         "max_position_embeddings": 4096, "hidden_act": "silu"}
+GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
+             "vocab_size": 50257, "activation_function": "gelu_new"}
+
+
+def check_onnx(path):
+    """Runs onnx.checker (the reference tool) on a file; returns (ok, message)."""
+    p = subprocess.run([PYTHON, "-c", "import onnx,sys; onnx.checker.check_model(sys.argv[1]);"
+                        "m=onnx.load(sys.argv[1], load_external_data=False);"
+                        "print(' '.join(d.dim_param for d in m.graph.input[0].type.tensor_type.shape.dim))", path],
+                       capture_output=True, text=True, timeout=300)
+    return p.returncode == 0, (p.stdout + p.stderr).strip()
+
+
+def batch_seq(cfg):
+    return ("2", "128") if "bert" in cfg or "switch" in cfg else ("1", "256")
+
+
+class ConfigModels(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def configs(self):
+        self.assertTrue(CONFIGS, "no configs under ../shared/neusight-data/model_configs")
+        llama = os.path.join(self.dir, "llama_gqa.json")
+        with open(llama, "w") as f:
+            json.dump(LLAMA, f)
+        return CONFIGS + [llama]
+
+    def test_export_passes_checker_and_matches_config_prediction(self):
+        for cfg in self.configs():
+            name = os.path.splitext(os.path.basename(cfg))[0]
+            with self.subTest(config=name):
+                out = os.path.join(self.dir, name + ".onnx")
+                code, so, se = run("export", "--config", cfg, "-o", out)
+                self.assertEqual(code, 0, se)
+                self.assertTrue(os.path.exists(os.path.join(self.dir, name + ".weights")))
+                ok, msg = check_onnx(out)
+                self.assertTrue(ok, msg)
+                self.assertEqual(msg.splitlines()[-1], "batch sequence")
+                b, s = batch_seq(name)
+                for mode in ("inference", "training"):
+                    via_cfg = run_json("--config", cfg, "--batch", b, "--seq", s, "--gpu", GPU, "--mode", mode)
+                    via_file = run_json(out, "--batch", b, "--seq", s, "--gpu", GPU, "--mode", mode)
+                    self.assertGreater(via_cfg["e2e_latency_ms"], 0)
+                    self.assertEqual(via_cfg["e2e_latency_ms"], via_file["e2e_latency_ms"])
+                    self.assertEqual([n["latency_ms"] for n in via_cfg["nodes"]],
+                                     [n["latency_ms"] for n in via_file["nodes"]])
+                    self.assertFalse([n["name"] for n in via_cfg["nodes"]
+                                      if any(k["class"] == "unknown" for k in n["kernels"])])
+
+    def test_gpt3_175b_builds_instantly_without_weights(self):
+        cfg = os.path.join(self.dir, "gpt3_175b.json")
+        with open(cfg, "w") as f:
+            json.dump(GPT3_175B, f)
+        out = os.path.join(self.dir, "gpt3_175b.onnx")
+        t0 = time.time()
+        code, so, se = run("export", "--config", cfg, "-o", out)
+        self.assertEqual(code, 0, se)
+        self.assertLess(time.time() - t0, 30)
+        self.assertLess(os.path.getsize(out), 50 << 20)
+        self.assertEqual(os.path.getsize(os.path.join(self.dir, "gpt3_175b.weights")), 0)
+        r = run_json("--config", cfg, "--batch", "1", "--seq", "2048", "--gpu", GPU)
+        self.assertGreater(r["e2e_latency_ms"], 0)
+
+    def test_bad_configs_are_input_errors_without_output(self):
+        bad_type = os.path.join(self.dir, "bad_type.json")
+        with open(bad_type, "w") as f:
+            json.dump({"model_type": "mamba", "hidden_size": 8}, f)
+        missing = os.path.join(self.dir, "missing_field.json")
+        with open(missing, "w") as f:
+            json.dump({"model_type": "opt", "hidden_size": 64}, f)
+        out = os.path.join(self.dir, "never.onnx")
+        for cfg in (bad_type, missing, os.path.join(self.dir, "absent.json")):
+            with self.subTest(config=os.path.basename(cfg)):
+                code, so, se = run("export", "--config", cfg, "-o", out)
+                self.assertEqual(code, 2)
+                self.assertEqual(len(se.strip().splitlines()), 1, se)
+                self.assertIn(os.path.basename(cfg), se)
+                self.assertFalse(os.path.exists(out))
+                code, so, se = run("--config", cfg, "--batch", "1", "--seq", "8", "--gpu", GPU)
+                self.assertEqual(code, 2)
+                self.assertEqual(len(se.strip().splitlines()), 1, se)
+        code, so, se = run("export", "--config", CONFIGS[0])
+        self.assertEqual(code, 2)
+        self.assertIn("-o", se)
+
+
+if __name__ == "__main__":
+    unittest.main()

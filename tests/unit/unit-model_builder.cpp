@@ -1,0 +1,207 @@
+// unit-model_builder.cpp - built model graphs against the operator graphs NeuSight traced from
+// PyTorch (../shared/neusight-data/e2e/opgraph): GEMM shapes and vector-kernel sizes.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "neusight/model_builder.h"
+#include "neusight/neusight.h"
+#include "test_util.h"
+
+using namespace neusight;
+
+namespace {
+
+std::string config_path(const std::string& name) {
+  return test::shared_dir() + "/neusight-data/model_configs/" + name + ".json";
+}
+
+// One CSV line split into fields (double-quoted fields may hold commas).
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (char ch : line) {
+    if (ch == '"') quoted = !quoted;
+    else if (ch == ',' && !quoted) out.emplace_back();
+    else out.back() += ch;
+  }
+  return out;
+}
+
+// Forward operators of a traced graph: "Linear M,N,K" / "BMM B,M,N,K" (dataset order) and
+// vector ops as "softmax|ln|vec rows*cols".
+struct Traced {
+  std::multiset<std::string> gemms;
+  std::multiset<std::string> softmax, layernorm;
+  std::multiset<int64_t> elementwise;  // element counts
+};
+
+Traced read_opgraph(const std::string& name) {
+  const std::string path = test::shared_dir() + "/neusight-data/e2e/opgraph/" + name + ".csv";
+  std::ifstream f(path);
+  REQUIRE_MESSAGE(f.good(), "missing shared data: " << path << " (clone ../shared next to the repo)");
+  Traced t;
+  std::string line;
+  std::getline(f, line);
+  const std::regex op(R"(\['(\w+)', \(([0-9, ]+)\)\])");
+  while (std::getline(f, line)) {
+    const auto fields = csv_fields(line);
+    if (fields.size() < 3) continue;
+    for (std::sregex_iterator it(fields[2].begin(), fields[2].end(), op), end; it != end; ++it) {
+      const std::string kind = (*it)[1];
+      std::vector<int64_t> d;
+      std::stringstream ss((*it)[2].str());
+      std::string tok;
+      while (std::getline(ss, tok, ',')) d.push_back(std::stoll(tok));
+      if ((kind == "Linear" && d.size() == 3) || (kind == "BMM" && d.size() == 4)) {
+        std::string s = kind;
+        for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : " ") + std::to_string(d[i]);
+        t.gemms.insert(s);
+      } else if (kind.rfind("VEC", 0) == 0 && d.size() == 2) {
+        const std::string rc = std::to_string(d[0]) + "x" + std::to_string(d[1]);
+        if (kind == "VECsoftmax") t.softmax.insert(rc);
+        else if (kind == "VECln") t.layernorm.insert(rc);
+        else t.elementwise.insert(d[0] * d[1]);
+      }
+    }
+  }
+  return t;
+}
+
+Traced lowered(const ModelConfig& c, int64_t batch, int64_t seq) {
+  Options o;
+  o.dims.batch = batch;
+  o.dims.seq = seq;
+  o.predictor = "roofline";
+  const Analysis a = prepare(build_model(c), o);
+  Traced t;
+  for (const auto& k : a.kernels.kernels) {
+    if (k.phase != Phase::forward) continue;
+    const std::string rc = std::to_string(k.rows) + "x" + std::to_string(k.cols);
+    if (k.cls == KernelClass::gemm) {
+      // CUTLASS words (m rows, n output cols, k reduction) -> dataset (M, N=reduction, K).
+      const auto& g = k.gemm;
+      t.gemms.insert(g.batch == 1 ? "Linear " + std::to_string(g.m) + "," + std::to_string(g.k) + "," + std::to_string(g.n)
+                                  : "BMM " + std::to_string(g.batch) + "," + std::to_string(g.m) + "," +
+                                        std::to_string(g.k) + "," + std::to_string(g.n));
+    } else if (k.cls == KernelClass::softmax) {
+      t.softmax.insert(rc);
+    } else if (k.cls == KernelClass::layernorm) {
+      t.layernorm.insert(rc);
+    } else if (k.cls == KernelClass::elementwise) {
+      t.elementwise.insert(k.rows * k.cols);
+    }
+  }
+  return t;
+}
+
+std::string show(const std::multiset<std::string>& s) {
+  std::string out;
+  for (const auto& x : s) out += "\n  " + x;
+  return out;
+}
+
+// The traced graph is one layer (or, for Switch, the whole model): GEMMs, softmax and layer
+// norms match exactly; every traced elementwise op has a kernel of the same size in ours
+// (ours may hold more: PyTorch kernels the trace files under "misc", such as OPT's max).
+// `fold_batch`: compare matrix products as (B*M, N, K); the Switch trace records some of its
+// batched matmuls as Linear layers of that shape.
+std::multiset<std::string> folded(const std::multiset<std::string>& gemms) {
+  std::multiset<std::string> out;
+  for (const auto& g : gemms) {
+    std::vector<int64_t> d;
+    std::stringstream ss(g.substr(g.find(' ') + 1));
+    std::string tok;
+    while (std::getline(ss, tok, ',')) d.push_back(std::stoll(tok));
+    if (d.size() == 4) d = {d[0] * d[1], d[2], d[3]};
+    out.insert(std::to_string(d[0]) + "," + std::to_string(d[1]) + "," + std::to_string(d[2]));
+  }
+  return out;
+}
+
+void check_matches(const std::string& trace, const ModelConfig& c, int64_t batch, int64_t seq, bool fold_batch = false) {
+  Traced want = read_opgraph(trace);
+  Traced got = lowered(c, batch, seq);
+  if (fold_batch) {
+    want.gemms = folded(want.gemms);
+    got.gemms = folded(got.gemms);
+  }
+  INFO("trace " << trace);
+  CHECK_MESSAGE(got.gemms == want.gemms, "GEMMs built:" << show(got.gemms) << "\ntraced:" << show(want.gemms));
+  CHECK_MESSAGE(got.softmax == want.softmax, "softmax built:" << show(got.softmax) << "\ntraced:" << show(want.softmax));
+  CHECK_MESSAGE(got.layernorm == want.layernorm, "layernorm built:" << show(got.layernorm) << "\ntraced:" << show(want.layernorm));
+  std::multiset<int64_t> missing;
+  std::set_difference(want.elementwise.begin(), want.elementwise.end(), got.elementwise.begin(), got.elementwise.end(),
+                      std::inserter(missing, missing.begin()));
+  std::string m;
+  for (auto e : missing) m += " " + std::to_string(e);
+  CHECK_MESSAGE(missing.empty(), "traced elementwise sizes with no kernel of that size:" << m);
+}
+
+ModelConfig one_layer(const std::string& name) {
+  ModelConfig c = read_hf_config(config_path(name));
+  c.layers = 1;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("model_builder: GPT-2 large layer matches the traced PyTorch graph") {
+  check_matches("gpt2_large-inf-1024-4", one_layer("gpt2_large"), 4, 1024);
+}
+
+TEST_CASE("model_builder: GPT-3 2.7B (GPT-2 form) layer matches the traced PyTorch graph") {
+  check_matches("gpt3_27-inf-2048-2", one_layer("gpt3_27"), 2, 2048);
+}
+
+TEST_CASE("model_builder: BERT large layer matches the traced PyTorch graph") {
+  check_matches("bert_large-inf-512-8", one_layer("bert_large"), 8, 512);
+}
+
+TEST_CASE("model_builder: OPT 1.3B layer matches the traced PyTorch graph") {
+  check_matches("opt_13-inf-2048-2", one_layer("opt_13"), 2, 2048);
+}
+
+TEST_CASE("model_builder: Switch XL (4 experts, capacity 64) matches the traced PyTorch graph") {
+  // The Switch trace holds the whole encoder-decoder, so the whole model is compared.
+  check_matches("switchxl4-inf-512-1", read_hf_config(config_path("switchxl4")), 1, 512, true);
+}
+
+TEST_CASE("model_builder: Llama-style GQA decoder has the expected GEMMs") {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.layers = 1;
+  c.hidden = 256;
+  c.heads = 8;
+  c.kv_heads = 2;
+  c.head_dim = 32;
+  c.ffn = 512;
+  c.vocab = 1000;
+  c.activation = "silu";
+  const Traced t = lowered(c, 2, 64);
+  // q, o: 256x256; k, v: 256 -> 64 (2 kv heads x 32); gate, up 256 -> 512; down 512 -> 256;
+  // lm_head 256 -> 1000; scores and context BMMs over all 8 query heads; rotary table 16x1x64.
+  const std::multiset<std::string> want = {
+      "Linear 128,256,256", "Linear 128,256,64", "Linear 128,256,64", "BMM 16,64,32,64", "BMM 16,64,64,32",
+      "Linear 128,256,256", "Linear 128,256,512", "Linear 128,256,512", "Linear 128,512,256", "Linear 128,256,1000",
+      "Linear 16,1,64"};
+  CHECK_MESSAGE(t.gemms == want, show(t.gemms));
+  CHECK(t.softmax == std::multiset<std::string>{"1024x64"});
+}
+
+TEST_CASE("model_builder: bad configs are input errors naming the file and field") {
+  CHECK_THROWS_AS(read_hf_config(test::shared_dir() + "/no/such.json"), InputError);
+  ModelConfig c = read_hf_config(config_path("gpt2_large"));
+  c.model_type = "mamba";
+  CHECK_THROWS_AS(build_model(c), InputError);
+  c = read_hf_config(config_path("switchxl4"));
+  CHECK(c.experts == 4);
+  CHECK(c.expert_capacity == 64);
+  CHECK(c.head_dim == 128);
+  CHECK(c.decoder_layers == 24);
+}
