@@ -38,3 +38,123 @@ TEST_CASE("tiling: elementwise tile is 512 fp32 elements per block") {
   CHECK(t.tiles == 42);
   CHECK(t.waves == 2);
 }
+
+namespace {
+Kernel gemm_kernel(int64_t batch, int64_t m, int64_t n, int64_t k, DType dt = DType::f32, const char* op = "linear") {
+  Kernel kr;
+  kr.cls = KernelClass::gemm;
+  kr.op = op;
+  kr.dtype = dt;
+  kr.gemm = GemmShape{batch, m, n, k};
+  kr.flops = 2.0 * batch * m * n * k;
+  kr.bytes = 4.0 * batch * (m * k + k * n + m * n);
+  return kr;
+}
+}  // namespace
+
+TEST_CASE("tiling: tile table covers every GPU of the database") {
+  const TileTable& table = TileTable::builtin();
+  for (const Gpu& g : GpuDatabase::builtin().all()) {
+    INFO(g.name << " " << g.arch);
+    const GemmClass& c = table.gemm_class(g.arch);
+    CHECK(!c.simt.empty());
+  }
+  CHECK(table.gemm_class("sm_87").name == table.gemm_class("sm_86").name);  // newest listed at or below
+  CHECK(table.gemm_class("sm_121").name == table.gemm_class("sm_120").name);
+  CHECK_THROWS_AS(table.gemm_class("tpu_v5"), InputError);
+}
+
+TEST_CASE("tiling: GEMM grid arithmetic holds on every GPU and precision") {
+  for (const Gpu& g : GpuDatabase::builtin().all()) {
+    for (DType dt : {DType::f32, DType::tf32, DType::f16, DType::bf16, DType::f8e4m3fn}) {
+      for (const auto& shape : {GemmShape{1, 4096, 4096, 4096}, GemmShape{1, 77, 3000, 13}, GemmShape{48, 512, 64, 512},
+                                GemmShape{1, 64, 64, 65536}}) {
+        INFO(g.name << " dtype " << dtype_name(dt) << " " << shape.batch << "x" << shape.m << "x" << shape.n << "x" << shape.k);
+        const Kernel kr = gemm_kernel(shape.batch, shape.m, shape.n, shape.k, dt, shape.batch > 1 ? "bmm" : "linear");
+        const Tiling t = tile_kernel(kr, g);
+        const TileConfig& c = t.config;
+        CHECK(c.tb_m > 0);
+        CHECK(c.tb_n > 0);
+        CHECK(c.split_k >= 1);
+        CHECK(t.tiles == shape.batch * ceil_div(shape.m, c.tb_m) * ceil_div(shape.n, c.tb_n) * c.split_k);
+        CHECK(t.blocks_per_sm >= 1);
+        CHECK(t.blocks_per_sm <= g.max_blocks_per_sm);
+        CHECK(t.blocks_per_sm * c.threads <= g.max_threads_per_sm);
+        CHECK(t.waves == ceil_div(t.tiles, g.num_sm * t.blocks_per_sm));
+        CHECK(t.tile == std::to_string(c.tb_m) + "x" + std::to_string(c.tb_n));
+        CHECK(t.tile_flops == doctest::Approx(2.0 * c.tb_m * c.tb_n * ceil_div(shape.k, c.split_k)));
+        if (shape.batch > 1) CHECK(c.split_k == 1);  // batched products are never split along k
+        const bool tensor = dt != DType::f32 && g.peak_gflops(dt) > g.fp32_gflops * 1.01 &&
+                            !TileTable::builtin().gemm_class(g.arch).tensor.empty();
+        CHECK(c.tensor_core == tensor);
+      }
+    }
+  }
+}
+
+TEST_CASE("tiling: split-K when the output has few tiles and k is long") {
+  const Gpu& g = GpuDatabase::builtin().resolve("a100-40gb");
+  const Tiling few = tile_kernel(gemm_kernel(1, 64, 64, 65536), g);
+  CHECK(few.config.split_k > 1);
+  CHECK(few.tiles == ceil_div(64, few.config.tb_m) * ceil_div(64, few.config.tb_n) * few.config.split_k);
+  const Tiling many = tile_kernel(gemm_kernel(1, 8192, 8192, 256), g);
+  CHECK(many.config.split_k == 1);
+}
+
+TEST_CASE("tiling: tensor-core tiles keep the bytes per k step across precisions") {
+  const Gpu& g = GpuDatabase::builtin().resolve("h100");
+  const Tiling h = tile_kernel(gemm_kernel(1, 8192, 8192, 8192, DType::f16), g);
+  const Tiling t = tile_kernel(gemm_kernel(1, 8192, 8192, 8192, DType::tf32), g);
+  const Tiling f = tile_kernel(gemm_kernel(1, 8192, 8192, 8192, DType::f8e4m3fn), g);
+  CHECK(h.config.tensor_core);
+  CHECK(h.config.tb_m * h.config.tb_n >= 128 * 128);  // a big problem gets a big tile
+  if (t.config.name == h.config.name) CHECK(t.config.tb_k * 2 == h.config.tb_k);
+  if (f.config.name == h.config.name) CHECK(f.config.tb_k == h.config.tb_k * 2);
+}
+
+TEST_CASE("tiling: softmax rows per block follow PyTorch's warp and block kernels") {
+  const Gpu& g = GpuDatabase::builtin().resolve("v100");
+  Kernel k;
+  k.cls = KernelClass::softmax;
+  k.rows = 1000;
+  k.cols = 512;  // one row per warp, 4 warps per block
+  CHECK(tile_kernel(k, g).tiles == 250);
+  CHECK(tile_kernel(k, g).tile == "512");
+  k.cols = 100;  // two rows per warp
+  CHECK(tile_kernel(k, g).tiles == 125);
+  k.cols = 4096;  // one row per block
+  CHECK(tile_kernel(k, g).tiles == 1000);
+  k.cls = KernelClass::layernorm;
+  k.cols = 512;
+  CHECK(tile_kernel(k, g).tiles == 1000);
+  CHECK(tile_kernel(k, g).waves == ceil_div(1000, 80));
+}
+
+TEST_CASE("tiling: malformed tile tables are rejected with a clear message") {
+  const std::string ok = R"({"arch_classes": {"sm_80": "a"},
+    "gemm": {"a": {"cost": {"dram_fraction": 0.5, "tile_overhead_us": 1, "split_k_overhead_us": 5, "min_k_per_split": 256, "max_split_k": 8},
+                   "simt": [{"name": "s", "tb": [64, 64, 8], "warp": [32, 32, 8], "stages": 2, "threads": 64,
+                             "regs_per_thread": 120, "efficiency": 1}],
+                   "tensor": []}},
+    "elementwise": {"threads": 128, "elements_per_thread": 4},
+    "softmax": {"warp_max_cols": 1024, "warps_per_block": 4, "two_rows_max_cols": 128},
+    "layernorm": {"rows_per_block": 1}})";
+  const TileTable t = TileTable::parse(ok, "t.json");
+  CHECK(t.gemm_class("sm_86").simt.size() == 1);
+  auto broken = [&](const std::string& from, const std::string& to) {
+    std::string s = ok;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  CHECK_THROWS_WITH_AS(TileTable::parse("{", "t.json"), doctest::Contains("malformed"), InputError);
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"tb\": [64, 64, 8]", "\"tb\": [64, 8]"), "t.json"),
+                       doctest::Contains("'tb'"), InputError);
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"efficiency\": 1", "\"efficiency\": -1"), "t.json"),
+                       doctest::Contains("efficiency"), InputError);
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"sm_80\": \"a\"", "\"sm_80\": \"b\""), "t.json"),
+                       doctest::Contains("unknown gemm class"), InputError);
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"max_split_k\": 8", "\"max_split\": 8"), "t.json"),
+                       doctest::Contains("max_split_k"), InputError);
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"layernorm\"", "\"layer_norm\""), "t.json"),
+                       doctest::Contains("layernorm"), InputError);
+}

@@ -84,6 +84,7 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.vendor = str(j, "vendor", what, false);
   if (g.vendor.empty()) g.vendor = "nvidia";
   g.arch = str(j, "arch", what, true);
+  if (g.arch.empty()) throw InputError(what + ": 'arch' must name the architecture (sm_80, gfx942, ...)");
   g.num_sm = static_cast<int>(num(j, "num_sm", what, true));
   g.boost_mhz = num(j, "boost_mhz", what, true);
   g.fp32_cores_per_sm = static_cast<int>(num(j, "fp32_cores_per_sm", what, false, 64));
@@ -218,7 +219,20 @@ GpuDatabase GpuDatabase::load(const std::string& path) {
   if (!j.is_object() || !j.contains("gpus") || !j["gpus"].is_array())
     throw InputError(path + ": a GPU database needs a 'gpus' list");
   GpuDatabase db;
-  for (const auto& e : j["gpus"]) db.gpus_.push_back(gpu_from_db_entry(e, path));
+  std::vector<std::string> keys;
+  for (const auto& e : j["gpus"]) {
+    Gpu g = gpu_from_db_entry(e, path);
+    std::vector<std::string> own = {key(g.name)};
+    for (const auto& a : g.aliases) own.push_back(key(a));
+    std::sort(own.begin(), own.end());
+    own.erase(std::unique(own.begin(), own.end()), own.end());
+    for (const auto& k : own) {
+      if (std::find(keys.begin(), keys.end(), k) != keys.end())
+        throw InputError(path + ": GPU name or alias '" + k + "' appears more than once");
+      keys.push_back(k);
+    }
+    db.gpus_.push_back(std::move(g));
+  }
   if (db.gpus_.empty()) throw InputError(path + ": the GPU database is empty");
   return db;
 }

@@ -1,11 +1,16 @@
-// tile.cpp - threadblock tile choice and wave count per kernel class.
+// tile.cpp - threadblock tile choice and wave count per kernel class, from tiles.json.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "neusight/tiling.h"
 
 namespace neusight {
 namespace {
+using nlohmann::json;
 
 double elem_bytes(DType t) {
   const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
@@ -17,97 +22,313 @@ bool uses_tensor_cores(DType t, const Gpu& gpu) {
          gpu.peak_gflops(t) > gpu.fp32_gflops * 1.01;
 }
 
-// Candidate threadblock shapes (M x N) a library heuristic picks from.
-struct Candidate {
-  int64_t m, n, k;
-  int threads;
+// ---- tiles.json parsing -------------------------------------------------------------------
+
+const json& field(const json& j, const char* name, const std::string& what) {
+  auto it = j.find(name);
+  if (it == j.end()) throw InputError(what + ": missing field '" + name + "'");
+  return *it;
+}
+
+double positive(const json& j, const char* name, const std::string& what) {
+  const json& v = field(j, name, what);
+  if (!v.is_number() || !(v.get<double>() > 0))
+    throw InputError(what + ": field '" + std::string(name) + "' must be a positive number");
+  return v.get<double>();
+}
+
+int64_t dim3(const json& j, const char* name, int i, const std::string& what) {
+  const json& v = field(j, name, what);
+  if (!v.is_array() || v.size() != 3 || !v[i].is_number_integer() || v[i].get<int64_t>() <= 0)
+    throw InputError(what + ": field '" + std::string(name) + "' must be three positive integers");
+  return v[i].get<int64_t>();
+}
+
+bool flag(const json& j, const char* name, bool fallback, const std::string& what) {
+  auto it = j.find(name);
+  if (it == j.end()) return fallback;
+  if (!it->is_boolean()) throw InputError(what + ": field '" + std::string(name) + "' must be true or false");
+  return it->get<bool>();
+}
+
+GemmCandidate parse_candidate(const json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(where + ": every candidate must be an object");
+  GemmCandidate c;
+  const json& name = field(j, "name", where);
+  if (!name.is_string()) throw InputError(where + ": 'name' must be a string");
+  c.config.name = name.get<std::string>();
+  const std::string what = where + " candidate '" + c.config.name + "'";
+  c.config.tb_m = dim3(j, "tb", 0, what);
+  c.config.tb_n = dim3(j, "tb", 1, what);
+  c.config.tb_k = dim3(j, "tb", 2, what);
+  c.config.warp_m = dim3(j, "warp", 0, what);
+  c.config.warp_n = dim3(j, "warp", 1, what);
+  c.config.warp_k = dim3(j, "warp", 2, what);
+  c.config.stages = static_cast<int>(positive(j, "stages", what));
+  c.config.threads = static_cast<int>(positive(j, "threads", what));
+  c.regs_per_thread = static_cast<int>(positive(j, "regs_per_thread", what));
+  c.efficiency = positive(j, "efficiency", what);
+  c.batched_efficiency = j.contains("batched_efficiency") ? positive(j, "batched_efficiency", what) : c.efficiency;
+  c.batched = flag(j, "batched", true, what);
+  c.single = flag(j, "single", true, what);
+  c.split_k = flag(j, "split_k", true, what);
+  if (c.regs_per_thread > 512 || c.config.threads > 1024 || c.efficiency > 4 || c.batched_efficiency > 4)
+    throw InputError(what + ": regs_per_thread <= 512, threads <= 1024 and efficiency <= 4 expected");
+  return c;
+}
+
+std::vector<GemmCandidate> parse_list(const json& j, const std::string& where) {
+  if (!j.is_array()) throw InputError(where + ": must be a list of candidates");
+  std::vector<GemmCandidate> out;
+  for (const auto& c : j) out.push_back(parse_candidate(c, where));
+  return out;
+}
+
+GemmCost parse_cost(const json& j, const std::string& what) {
+  if (!j.is_object()) throw InputError(what + ": 'cost' must be an object");
+  GemmCost c;
+  c.dram_fraction = positive(j, "dram_fraction", what);
+  c.tile_overhead_us = positive(j, "tile_overhead_us", what);
+  c.split_k_overhead_us = positive(j, "split_k_overhead_us", what);
+  c.min_k_per_split = positive(j, "min_k_per_split", what);
+  c.max_split_k = static_cast<int>(positive(j, "max_split_k", what));
+  return c;
+}
+
+int int_field(const json& parent, const char* obj, const char* name, const std::string& what) {
+  const json& o = field(parent, obj, what);
+  return static_cast<int>(positive(o, name, what + " '" + obj + "'"));
+}
+
+// Parses the class `name`, resolving "inherit" (fields it lacks come from the parent).
+GemmClass parse_class(const json& gemm, const std::string& name, const std::string& what, int depth) {
+  if (depth > 8) throw InputError(what + ": 'inherit' chain too deep at class '" + name + "'");
+  auto it = gemm.find(name);
+  if (it == gemm.end() || !it->is_object()) throw InputError(what + ": unknown gemm class '" + name + "'");
+  const json& j = *it;
+  const std::string w = what + " gemm class '" + name + "'";
+  GemmClass c;
+  if (auto p = j.find("inherit"); p != j.end()) {
+    if (!p->is_string()) throw InputError(w + ": 'inherit' must be a class name");
+    c = parse_class(gemm, p->get<std::string>(), what, depth + 1);
+  } else {
+    for (const char* f : {"cost", "simt", "tensor"})
+      if (!j.contains(f)) throw InputError(w + ": missing field '" + f + "'");
+  }
+  c.name = name;
+  if (j.contains("cost")) c.cost = parse_cost(j["cost"], w);
+  if (j.contains("simt")) c.simt = parse_list(j["simt"], w + " simt");
+  if (j.contains("tensor")) c.tensor = parse_list(j["tensor"], w + " tensor");
+  if (c.simt.empty()) throw InputError(w + ": needs at least one SIMT candidate");
+  return c;
+}
+
+// ---- cost model -----------------------------------------------------------------------------
+
+int64_t blocks_per_sm(const GemmCandidate& c, const Gpu& gpu, double in_bytes, int64_t tb_k) {
+  const int64_t threads = c.config.threads;
+  int64_t b = std::max(1, gpu.max_blocks_per_sm);
+  b = std::min<int64_t>(b, gpu.max_threads_per_sm / threads);
+  const int64_t regs = ((c.regs_per_thread + 7) / 8) * 8 * threads;  // allocation granularity 8
+  b = std::min<int64_t>(b, gpu.regs_per_sm / regs);
+  const double smem = c.config.stages * double(c.config.tb_m + c.config.tb_n) * tb_k * in_bytes;
+  if (smem > 0) b = std::min<int64_t>(b, static_cast<int64_t>(gpu.smem_per_sm_kb * 1024 / smem));
+  return std::max<int64_t>(b, 1);
+}
+
+struct Choice {
+  const GemmCandidate* cand = nullptr;
+  int split = 1;
+  int64_t tb_k = 8, bps = 1;
+  double time = std::numeric_limits<double>::infinity();
 };
 
-Tiling tile_gemm(const Kernel& kr, const Gpu& gpu) {
+Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const GemmShape& s = kr.gemm;
-  const bool tc = uses_tensor_cores(kr.dtype, gpu);
-  static const Candidate simt[] = {{128, 128, 8, 256}, {128, 64, 8, 128}, {64, 128, 8, 128},
-                                   {64, 64, 8, 64},    {32, 128, 8, 256}, {128, 32, 8, 256}, {32, 32, 8, 128}};
-  static const Candidate tensor[] = {{256, 128, 32, 256}, {128, 256, 32, 256}, {128, 128, 32, 128},
-                                     {128, 64, 32, 128},  {64, 128, 32, 128},  {64, 64, 32, 128}};
-  const Candidate* begin = tc ? std::begin(tensor) : std::begin(simt);
-  const Candidate* end = tc ? std::end(tensor) : std::end(simt);
-  // Pick the largest tile that still fills the GPU with at least one full wave; else the
-  // tile with the least wasted work (padding + idle SMs).
-  const Candidate* best = nullptr;
-  double best_cost = 1e300;
-  for (const Candidate* c = begin; c != end; ++c) {
-    const int64_t tiles = s.batch * ceil_div(s.m, c->m) * ceil_div(s.n, c->n);
-    const int64_t waves = waves_for(tiles, gpu.num_sm);
-    const double padded = double(s.batch) * ceil_div(s.m, c->m) * c->m * ceil_div(s.n, c->n) * c->n;
-    // Cost: waves x per-tile work (large tiles are more efficient per FLOP: penalise small).
-    const double eff = 1.0 / (1.0 + 32.0 / double(c->m) + 32.0 / double(c->n));
-    const double cost = double(waves) * double(c->m * c->n) / eff + padded * 1e-9;
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = c;
+  const GemmClass& cls = table.gemm_class(gpu.arch);
+  const bool tc = uses_tensor_cores(kr.dtype, gpu) && !cls.tensor.empty();
+  const std::vector<GemmCandidate>& cands = tc ? cls.tensor : cls.simt;
+  const bool batched = kr.op == "bmm" || s.batch > 1;
+  const double eb = elem_bytes(kr.dtype);
+  const double in_bytes = tc ? eb : 4.0;
+  const double sm = gpu.num_sm;
+  const double flops_sm = gpu.peak_gflops(kr.dtype) * 1e9 / sm;
+  const double bw = gpu.mem_bw_gbps * 1e9;
+  const GemmCost& cost = cls.cost;
+
+  bool any_offered = false;
+  for (const auto& c : cands) any_offered |= batched ? c.batched : c.single;
+  Choice best;
+  for (const auto& c : cands) {
+    if (any_offered && !(batched ? c.batched : c.single)) continue;
+    const int64_t tb_k = tc ? std::max<int64_t>(1, static_cast<int64_t>(c.config.tb_k * 2 / eb)) : c.config.tb_k;
+    const int64_t bps = blocks_per_sm(c, gpu, in_bytes, tb_k);
+    const double tm = double(c.config.tb_m), tn = double(c.config.tb_n);
+    const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
+    const int max_split = (batched || !c.split_k) ? 1 : std::max(1, cost.max_split_k);
+    for (int split = 1; split <= max_split; ++split) {
+      const int64_t kper = ceil_div(s.k, split);
+      if (split > 1 && double(kper) < cost.min_k_per_split) break;
+      const int64_t tiles = out_tiles * split;
+      const double waves = double(waves_for(tiles, static_cast<int64_t>(sm) * bps));
+      const double eff = batched ? c.batched_efficiency : c.efficiency;
+      const double t_compute = 2.0 * tm * tn * double(kper) / (eff * flops_sm);
+      const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
+      double time = waves * (double(bps) * std::max(t_compute, t_memory) + cost.tile_overhead_us * 1e-6);
+      if (split > 1) time += cost.split_k_overhead_us * 1e-6 + (split + 1) * double(s.batch * s.m * s.n) * 4.0 / bw;
+      if (time < best.time) best = Choice{&c, split, tb_k, bps, time};
     }
   }
   Tiling t;
-  t.config.tb_m = best->m;
-  t.config.tb_n = best->n;
-  t.config.tb_k = best->k;
-  t.config.threads = best->threads;
+  t.config = best.cand->config;
+  t.config.tb_k = best.tb_k;
+  t.config.warp_k = std::min<int64_t>(t.config.warp_k, best.tb_k);
+  t.config.split_k = best.split;
   t.config.tensor_core = tc;
-  t.config.stages = tc ? 3 : 2;
-  t.tiles = s.batch * ceil_div(s.m, best->m) * ceil_div(s.n, best->n);
-  t.blocks_per_sm = 1;
+  t.tiles = s.batch * ceil_div(s.m, t.config.tb_m) * ceil_div(s.n, t.config.tb_n) * best.split;
+  t.blocks_per_sm = best.bps;
   t.waves = waves_for(t.tiles, gpu.num_sm * t.blocks_per_sm);
-  t.tile = std::to_string(best->m) + "x" + std::to_string(best->n);
-  const double eb = elem_bytes(kr.dtype);
-  t.tile_flops = 2.0 * best->m * best->n * s.k;
-  t.tile_bytes = eb * (double(best->m) * s.k + double(s.k) * best->n + double(best->m) * best->n);
+  t.tile = std::to_string(t.config.tb_m) + "x" + std::to_string(t.config.tb_n);
+  const double kper = double(ceil_div(s.k, best.split));
+  t.tile_flops = 2.0 * t.config.tb_m * t.config.tb_n * kper;
+  t.tile_bytes = eb * (double(t.config.tb_m) * kper + kper * t.config.tb_n + double(t.config.tb_m) * t.config.tb_n);
   return t;
 }
 
-Tiling tile_vector(const Kernel& kr, const Gpu& gpu) {
+Tiling tile_vector(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   Tiling t;
-  const double eb = elem_bytes(kr.dtype);
   const double elems = double(kr.rows) * double(kr.cols);
   if (kr.cls == KernelClass::softmax || kr.cls == KernelClass::layernorm) {
-    t.tiles = std::max<int64_t>(kr.rows, 1);
+    // PyTorch: short rows (softmax) run one row per warp, several warps per block; longer
+    // rows (and layernorm) one row per block.
+    int64_t rows_per_block = table.layernorm_rows_per_block;
+    if (kr.cls == KernelClass::softmax) {
+      rows_per_block = 1;
+      if (kr.cols <= table.softmax_warp_max_cols)
+        rows_per_block = table.softmax_warps_per_block * (kr.cols <= table.softmax_two_rows_max_cols ? 2 : 1);
+    }
+    t.tiles = ceil_div(std::max<int64_t>(kr.rows, 1), rows_per_block);
     t.tile = std::to_string(kr.cols);
-    t.tile_flops = kr.rows > 0 ? kr.flops / double(kr.rows) : 0;
-    t.tile_bytes = kr.rows > 0 ? kr.bytes / double(kr.rows) : 0;
-    t.config.tb_m = 1;
+    t.config.tb_m = rows_per_block;
     t.config.tb_n = kr.cols;
   } else {
-    // PyTorch's vectorised elementwise kernel: 128 threads x 4 elements (16-byte vectors).
-    const int64_t vec = std::max<int64_t>(1, static_cast<int64_t>(16 / eb));
-    const int64_t per_block = 128 * vec;
-    const int64_t total = static_cast<int64_t>(elems > 0 ? elems : 1);
-    t.tiles = ceil_div(total, per_block);
+    // PyTorch's vectorised elementwise kernel: threads x elements per thread per block.
+    const int64_t per_block = int64_t(table.elementwise_threads) * table.elementwise_elements_per_thread;
+    t.tiles = ceil_div(static_cast<int64_t>(elems > 0 ? elems : 1), per_block);
     t.tile = std::to_string(per_block);
     t.config.tb_m = per_block;
-    t.tile_flops = elems > 0 ? kr.flops / double(t.tiles) : 0;
-    t.tile_bytes = elems > 0 ? kr.bytes / double(t.tiles) : 0;
+    t.config.threads = table.elementwise_threads;
   }
+  t.tile_flops = t.tiles > 0 ? kr.flops / double(t.tiles) : 0;
+  t.tile_bytes = t.tiles > 0 ? kr.bytes / double(t.tiles) : 0;
   t.blocks_per_sm = 1;
   t.waves = waves_for(t.tiles, gpu.num_sm);
   return t;
 }
 
+// "sm_89" -> ("sm_", 89); "gfx90a" -> ("gfx", 0x90a); anything else -> (arch, -1).
+int arch_number(const std::string& arch, std::string& family) {
+  const bool sm = arch.compare(0, 3, "sm_") == 0, gfx = arch.compare(0, 3, "gfx") == 0;
+  family = sm || gfx ? arch.substr(0, 3) : arch;
+  if (!sm && !gfx) return -1;
+  try {
+    size_t used = 0;
+    const int n = std::stoi(arch.substr(3), &used, gfx ? 16 : 10);
+    return used == arch.size() - 3 ? n : -1;
+  } catch (...) {
+    return -1;
+  }
+}
+
 }  // namespace
 
-Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu) {
+TileTable TileTable::parse(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InputError(what + ": malformed JSON (" + std::string(e.what()) + ")");
+  }
+  if (!j.is_object()) throw InputError(what + ": must be a JSON object");
+  TileTable t;
+  const json& classes = field(j, "arch_classes", what);
+  const json& gemm = field(j, "gemm", what);
+  if (!classes.is_object() || !gemm.is_object())
+    throw InputError(what + ": 'arch_classes' and 'gemm' must be objects");
+  for (auto it = classes.begin(); it != classes.end(); ++it) {
+    if (!it->is_string()) throw InputError(what + ": arch_classes['" + it.key() + "'] must be a class name");
+    t.arch_classes.emplace_back(it.key(), it->get<std::string>());
+  }
+  for (auto it = gemm.begin(); it != gemm.end(); ++it) t.classes.push_back(parse_class(gemm, it.key(), what, 0));
+  for (const auto& [arch, cls] : t.arch_classes) {
+    bool found = false;
+    for (const auto& c : t.classes) found |= c.name == cls;
+    if (!found) throw InputError(what + ": arch '" + arch + "' maps to unknown gemm class '" + cls + "'");
+  }
+  t.elementwise_threads = int_field(j, "elementwise", "threads", what);
+  t.elementwise_elements_per_thread = int_field(j, "elementwise", "elements_per_thread", what);
+  t.softmax_warp_max_cols = int_field(j, "softmax", "warp_max_cols", what);
+  t.softmax_warps_per_block = int_field(j, "softmax", "warps_per_block", what);
+  t.softmax_two_rows_max_cols = int_field(j, "softmax", "two_rows_max_cols", what);
+  t.layernorm_rows_per_block = int_field(j, "layernorm", "rows_per_block", what);
+  return t;
+}
+
+const TileTable& TileTable::builtin() {
+  static const TileTable table = [] {
+    const std::string path = data_dir() + "/tiles.json";
+    std::ifstream f(path);
+    if (!f) throw RuntimeError(path + ": cannot open the tile table (set NEUSIGHT_DATA_DIR)");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    try {
+      return parse(ss.str(), path);
+    } catch (const InputError& e) {
+      throw RuntimeError(std::string("built-in tile table unusable: ") + e.what());
+    }
+  }();
+  return table;
+}
+
+const GemmClass& TileTable::gemm_class(const std::string& arch) const {
+  std::string family;
+  const int want = arch_number(arch, family);
+  const std::string* best = nullptr;
+  int best_num = -1;
+  for (const auto& [a, cls] : arch_classes) {
+    if (a == arch) {
+      best = &cls;
+      break;
+    }
+    std::string fam;
+    const int n = arch_number(a, fam);
+    if (fam == family && n >= 0 && n <= want && n > best_num) {
+      best = &cls;
+      best_num = n;
+    }
+  }
+  if (!best) throw InputError("no tile table entry for architecture '" + arch + "'");
+  for (const auto& c : classes)
+    if (c.name == *best) return c;
+  throw InputError("no tile table entry for architecture '" + arch + "'");
+}
+
+Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu, const TileTable& table) {
   switch (kernel.cls) {
     case KernelClass::gemm:
-      if (kernel.gemm.m <= 0 || kernel.gemm.n <= 0 || kernel.gemm.k <= 0) return Tiling{};
-      return tile_gemm(kernel, gpu);
+      if (kernel.gemm.m <= 0 || kernel.gemm.n <= 0 || kernel.gemm.k <= 0 || kernel.gemm.batch <= 0) return Tiling{};
+      return tile_gemm(kernel, gpu, table);
     case KernelClass::elementwise:
     case KernelClass::softmax:
     case KernelClass::layernorm:
     case KernelClass::reduce:
     case KernelClass::memory:
-      return tile_vector(kernel, gpu);
+      return tile_vector(kernel, gpu, table);
     default:
       return Tiling{};
   }
 }
+
+Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu) { return tile_kernel(kernel, gpu, TileTable::builtin()); }
 
 }  // namespace neusight

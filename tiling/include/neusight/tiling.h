@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "neusight/gpu.h"
 #include "neusight/lowering.h"
@@ -15,6 +17,7 @@ namespace neusight {
 
 // One threadblock configuration in CUTLASS's vocabulary.
 struct TileConfig {
+  std::string name;                      // candidate name from tiles.json ("" for vector kernels)
   int64_t tb_m = 1, tb_n = 1, tb_k = 1;  // threadblock shape M x N x K
   int64_t warp_m = 0, warp_n = 0, warp_k = 0;
   int stages = 1;
@@ -43,5 +46,50 @@ inline int64_t waves_for(int64_t tiles, int64_t concurrent) {
 }
 
 Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu);
+
+// ---- The data behind tile_kernel (tiling/data/tiles.json), public for the tile_agreement
+// bench, which refits the cost parameters on the training GPUs and rewrites the file.
+
+// One candidate threadblock configuration of a library kernel.
+struct GemmCandidate {
+  TileConfig config;         // threads, stages, warp shape; tb_k for 16-bit inputs
+  int regs_per_thread = 128;
+  double efficiency = 1;     // relative per-SM throughput of one tile of this kernel
+  double batched_efficiency = 1;  // the same in the library's batched (strided) GEMM
+  bool batched = true;       // offered for batched (strided) products
+  bool single = true;        // offered for single products
+  bool split_k = true;       // may be split along k
+};
+
+// Cost model of one architecture class (how a library heuristic weighs candidates).
+struct GemmCost {
+  double dram_fraction = 0.5;      // share of a tile's operand bytes that come from DRAM
+  double tile_overhead_us = 1;     // fixed cost per wave (prologue/epilogue)
+  double split_k_overhead_us = 5;  // extra launch + reduction setup when split-K is used
+  double min_k_per_split = 256;    // each split keeps at least this much of k
+  int max_split_k = 32;
+};
+
+struct GemmClass {
+  std::string name;
+  GemmCost cost;
+  std::vector<GemmCandidate> simt, tensor;
+};
+
+struct TileTable {
+  std::vector<std::pair<std::string, std::string>> arch_classes;  // arch -> class name
+  std::vector<GemmClass> classes;
+  int elementwise_threads = 128, elementwise_elements_per_thread = 4;
+  int softmax_warp_max_cols = 1024, softmax_warps_per_block = 4, softmax_two_rows_max_cols = 128;
+  int layernorm_rows_per_block = 1;
+
+  // The class for an architecture ("sm_89", "gfx942"): exact entry, else the newest listed
+  // architecture of the same family at or below it. Throws InputError when none fits.
+  const GemmClass& gemm_class(const std::string& arch) const;
+  static TileTable parse(const std::string& json_text, const std::string& what);  // InputError
+  static const TileTable& builtin();  // data_dir()/tiles.json; RuntimeError naming the file
+};
+
+Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu, const TileTable& table);
 
 }  // namespace neusight

@@ -1,0 +1,265 @@
+// tile_agreement - how often the derived GEMM tile and tile count match the library's launch.
+//
+// Reads every GEMM row of neusight-data/kernels/{train,test}/{linear,bmm}*, takes the
+// library's threadblock tile from the kernel name (cuBLAS `sgemm_AxB`: A along the output
+// columns, B along the rows; `tilesizeMxN`) and its grid size from Grid x*y*z, and compares
+// them with tile_kernel() on the row's GPU from the built-in database. Prints per GPU and split
+// the share of rows where the tile and the tile count agree, and the baseline "always that
+// GPU's most common tile" (its count computed with that tile, no split-K).
+//
+//   tile_agreement [--shared DIR] [--tiles tiles.json]
+//   tile_agreement --fit [--write tiles.json]   refit the cost model of each architecture class
+//       that has training data, on the train/ rows only (the A100 80GB appears only in test/
+//       and is never used), and optionally rewrite the tile table with the fitted numbers.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "neusight/dataset.h"
+#include "neusight/gpu.h"
+#include "neusight/tiling.h"
+
+using namespace neusight;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Row {
+  Kernel kernel;
+  std::string device;
+  bool train = false;
+  int64_t lib_m = 0, lib_n = 0;  // library tile along IR m (rows) and n (columns)
+  int64_t grid = 0;
+};
+
+struct Sample {
+  const Gpu* gpu;
+  std::vector<Row> rows;
+};
+
+bool library_tile(const std::string& name, int64_t& m, int64_t& n) {
+  static const std::regex sgemm("sgemm_([0-9]+)x([0-9]+)");
+  static const std::regex tilesize("tilesize([0-9]+)x([0-9]+)");
+  std::smatch mt;
+  if (std::regex_search(name, mt, sgemm)) {  // cuBLAS column-major: AxB = A along n, B along m
+    n = std::stoll(mt[1]);
+    m = std::stoll(mt[2]);
+    return true;
+  }
+  if (std::regex_search(name, mt, tilesize)) {
+    n = std::stoll(mt[1]);
+    m = std::stoll(mt[2]);
+    return true;
+  }
+  return false;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::map<std::string, Sample> load_rows(const std::string& shared, const GpuDatabase& db) {
+  std::vector<std::pair<std::string, bool>> files;
+  const std::string base = shared + "/neusight-data/kernels";
+  for (const char* op : {"linear", "bmm"}) {
+    std::vector<std::string> train;
+    for (const auto& e : fs::directory_iterator(base + "/train/" + op)) train.push_back(e.path().string());
+    std::sort(train.begin(), train.end());
+    for (const auto& f : train) files.emplace_back(f, true);
+    files.emplace_back(base + "/test/" + op + ".csv", false);
+  }
+  std::map<std::string, Sample> out;
+  for (const auto& [path, train] : files) {
+    Dataset ds = read_dataset(path);
+    for (auto& r : ds.rows) {
+      Row row;
+      if (!library_tile(r.kernel_name, row.lib_m, row.lib_n)) continue;
+      row.kernel = r.kernel;
+      row.device = r.device;
+      row.train = train;
+      row.grid = r.grid[0] * r.grid[1] * r.grid[2];
+      auto it = out.find(r.device);
+      if (it == out.end()) {
+        const Gpu* g = db.find(r.device);
+        if (!g) throw InputError(path + ": device '" + r.device + "' is not in the GPU database");
+        it = out.emplace(r.device, Sample{g, {}}).first;
+      }
+      it->second.rows.push_back(std::move(row));
+    }
+  }
+  return out;
+}
+
+struct Score {
+  int64_t rows = 0, tile_ok = 0, count_ok = 0, base_tile_ok = 0, base_count_ok = 0;
+  double pct(int64_t v) const { return rows ? 100.0 * v / rows : 0; }
+};
+
+Score score(const Sample& s, const TileTable& table, int which /*0 all, 1 train, 2 test*/) {
+  // Baseline: the GPU's most common library tile (over all its rows).
+  std::map<std::pair<int64_t, int64_t>, int64_t> freq;
+  for (const auto& r : s.rows) ++freq[{r.lib_m, r.lib_n}];
+  std::pair<int64_t, int64_t> common{0, 0};
+  int64_t best = -1;
+  for (const auto& [t, c] : freq)
+    if (c > best) best = c, common = t;
+  Score sc;
+  for (const auto& r : s.rows) {
+    if ((which == 1 && !r.train) || (which == 2 && r.train)) continue;
+    const Tiling t = tile_kernel(r.kernel, *s.gpu, table);
+    ++sc.rows;
+    sc.tile_ok += t.config.tb_m == r.lib_m && t.config.tb_n == r.lib_n;
+    sc.count_ok += t.tiles == r.grid;
+    sc.base_tile_ok += common.first == r.lib_m && common.second == r.lib_n;
+    const GemmShape& g = r.kernel.gemm;
+    sc.base_count_ok += g.batch * ceil_div(g.m, common.first) * ceil_div(g.n, common.second) == r.grid;
+  }
+  return sc;
+}
+
+// ---- fitting ------------------------------------------------------------------------------
+
+double objective(const std::vector<const Sample*>& samples, const TileTable& table) {
+  double v = 0;
+  for (const Sample* s : samples) {
+    const Score sc = score(*s, table, 1);
+    if (sc.rows) v += (double(sc.tile_ok) + double(sc.count_ok)) / double(sc.rows);
+  }
+  return v;
+}
+
+void fit_class(TileTable& table, size_t ci, const std::vector<const Sample*>& samples) {
+  GemmClass& cls = table.classes[ci];
+  std::vector<double*> params;
+  std::vector<std::string> names;
+  for (auto& c : cls.simt) {
+    if (c.single) params.push_back(&c.efficiency), names.push_back(c.config.name + ".efficiency");
+    if (c.batched) params.push_back(&c.batched_efficiency), names.push_back(c.config.name + ".batched_efficiency");
+  }
+  const size_t n_eff = params.size();
+  params.push_back(&cls.cost.dram_fraction), names.push_back("dram_fraction");
+  params.push_back(&cls.cost.tile_overhead_us), names.push_back("tile_overhead_us");
+  params.push_back(&cls.cost.split_k_overhead_us), names.push_back("split_k_overhead_us");
+  params.push_back(&cls.cost.min_k_per_split), names.push_back("min_k_per_split");
+  double best = objective(samples, table);
+  std::printf("fit %s: start objective %.4f (tile + count agreement summed over %zu GPUs)\n", cls.name.c_str(), best,
+              samples.size());
+  const double steps[] = {0.5, 0.7, 0.85, 0.95, 1.05, 1.18, 1.4, 2.0};
+  for (int round = 0; round < 10; ++round) {
+    bool improved = false;
+    for (size_t p = 0; p < params.size(); ++p) {
+      const double orig = *params[p];
+      double best_v = orig;
+      for (double f : steps) {
+        *params[p] = orig * f;
+        if (p < n_eff && *params[p] > 4) continue;
+        const double o = objective(samples, table);
+        if (o > best + 1e-9) best = o, best_v = *params[p], improved = true;
+      }
+      *params[p] = best_v;
+    }
+    std::printf("  round %d: objective %.4f\n", round + 1, best);
+    std::fflush(stdout);
+    if (!improved) break;
+  }
+  for (size_t p = 0; p < params.size(); ++p) std::printf("  %s = %.4g\n", names[p].c_str(), *params[p]);
+}
+
+void write_table(const std::string& path, const TileTable& table, const std::set<std::string>& fitted) {
+  nlohmann::json j = nlohmann::json::parse(read_file(path));
+  auto round4 = [](double v) { return std::round(v * 1e4) / 1e4; };
+  for (const auto& cls : table.classes) {
+    if (!fitted.count(cls.name)) continue;
+    auto& jc = j["gemm"][cls.name];
+    for (auto& c : jc["simt"])
+      for (const auto& cand : cls.simt)
+        if (c["name"] == cand.config.name) {
+          c["efficiency"] = round4(cand.efficiency);
+          c["batched_efficiency"] = round4(cand.batched_efficiency);
+        }
+    jc["cost"]["dram_fraction"] = round4(cls.cost.dram_fraction);
+    jc["cost"]["tile_overhead_us"] = round4(cls.cost.tile_overhead_us);
+    jc["cost"]["split_k_overhead_us"] = round4(cls.cost.split_k_overhead_us);
+    jc["cost"]["min_k_per_split"] = std::round(cls.cost.min_k_per_split);
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << j.dump(1) << "\n";
+    if (!f) throw RuntimeError(tmp + ": cannot write");
+  }
+  fs::rename(tmp, path);
+  std::printf("wrote %s\n", path.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
+  std::string tiles = NEUSIGHT_TILES_JSON, write;
+  bool fit = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--shared" && i + 1 < argc) shared = argv[++i];
+    else if (a == "--tiles" && i + 1 < argc) tiles = argv[++i];
+    else if (a == "--write" && i + 1 < argc) write = argv[++i];
+    else if (a == "--fit") fit = true;
+    else {
+      std::fprintf(stderr, "usage: tile_agreement [--shared DIR] [--tiles tiles.json] [--fit [--write tiles.json]]\n");
+      return 2;
+    }
+  }
+  try {
+    const auto t0 = std::chrono::steady_clock::now();
+    TileTable table = TileTable::parse(read_file(tiles), tiles);
+    const auto samples = load_rows(shared, GpuDatabase::builtin());
+    if (fit) {
+      std::set<std::string> fitted;
+      for (size_t ci = 0; ci < table.classes.size(); ++ci) {
+        std::vector<const Sample*> train;
+        for (const auto& [dev, s] : samples) {
+          bool has_train = false;
+          for (const auto& r : s.rows) has_train |= r.train;
+          if (has_train && &table.gemm_class(s.gpu->arch) == &table.classes[ci]) train.push_back(&s);
+        }
+        if (train.empty()) continue;
+        fit_class(table, ci, train);
+        fitted.insert(table.classes[ci].name);
+      }
+      if (!write.empty()) write_table(write, table, fitted);
+    }
+    std::printf("GEMM rows of neusight-data/kernels (linear + bmm, fp32); tile = threadblock MxN equals the "
+                "library's, count = derived tiles equal Grid x*y*z\n");
+    std::printf("%-24s %-6s %6s %8s %8s %10s %10s  %s\n", "GPU", "split", "rows", "tile%", "count%", "base tile%",
+                "base cnt%", "arch");
+    for (const auto& [dev, s] : samples) {
+      for (int which : {1, 2, 0}) {
+        const Score sc = score(s, table, which);
+        if (!sc.rows) continue;
+        std::printf("%-24s %-6s %6lld %8.1f %8.1f %10.1f %10.1f  %s\n", dev.c_str(),
+                    which == 1 ? "train" : which == 2 ? "test" : "all", static_cast<long long>(sc.rows),
+                    sc.pct(sc.tile_ok), sc.pct(sc.count_ok), sc.pct(sc.base_tile_ok), sc.pct(sc.base_count_ok),
+                    s.gpu->arch.c_str());
+      }
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("(%.1f s)\n", secs);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tile_agreement: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,156 @@
+// unit-gpu-database.cpp - every entry of tiling/data/gpus.json is complete and self-consistent.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "neusight/gpu.h"
+#include "test_util.h"
+
+using namespace neusight;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string norm(std::string s) {
+  for (auto& c : s) c = (c == '_' || c == ' ') ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// log2 distance of a per-SM-per-clock rate from the nearest power of two.
+double pow2_distance(double peak_gflops, const Gpu& g) {
+  const double per_clk = peak_gflops * 1e9 / (g.num_sm * g.boost_mhz * 1e6);
+  const double l = std::log2(per_clk);
+  return std::fabs(l - std::round(l));
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = (fs::temp_directory_path() / ("neusight-unit-" + name)).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("gpu database: every entry is complete and its peaks follow from SMs x clock x per-SM rates") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  REQUIRE(db.all().size() >= 30);
+  for (const Gpu& g : db.all()) {
+    INFO("GPU " << g.name);
+    CHECK(!g.source.empty());
+    CHECK(!g.aliases.empty());
+    CHECK((g.vendor == "nvidia" || g.vendor == "amd"));
+    CHECK((g.arch.rfind(g.vendor == "amd" ? "gfx" : "sm_", 0) == 0));
+    CHECK(g.num_sm > 0);
+    CHECK(g.boost_mhz > 500);
+    CHECK(g.boost_mhz < 3500);
+    CHECK(g.mem_gb > 0);
+    CHECK(g.mem_bw_gbps > 0);
+    CHECK(g.l2_mb > 0);
+    CHECK(g.smem_per_sm_kb >= 48);
+    CHECK(g.regs_per_sm >= 65536);
+    CHECK(g.max_blocks_per_sm >= 16);
+    CHECK(g.max_threads_per_sm >= 1024);
+    CHECK(g.pcie_gbps > 0);
+    CHECK((g.nvlink.empty() == (g.nvlink_gbps == 0)));
+    // FP32 peak = SMs x FP32 lanes x 2 (FMA) x clock, within 15% (datasheets quote other clocks).
+    const double fp32 = g.num_sm * g.fp32_cores_per_sm * 2.0 * g.boost_mhz / 1000.0;
+    CHECK(g.fp32_gflops == doctest::Approx(fp32).epsilon(0.15));
+    // Dense matrix peaks: a power-of-two number of FLOPs per clock per SM (within ~19%).
+    for (double p : {g.tf32_gflops, g.fp16_gflops, g.bf16_gflops, g.fp8_gflops, g.int8_gops, g.fp32_matrix_gflops})
+      if (p > 0) CHECK(pow2_distance(p, g) < 0.25);
+    // Precision ladder: TF32 = FP16 / 2, FP8 = 2 x FP16, BF16 <= FP16, all above FP32 SIMT.
+    if (g.tf32_gflops > 0 && g.fp16_gflops > 0) CHECK(g.tf32_gflops * 2 <= g.fp16_gflops * 1.02);
+    if (g.fp8_gflops > 0) CHECK(g.fp8_gflops == doctest::Approx(2 * g.fp16_gflops).epsilon(0.02));
+    CHECK(g.bf16_gflops <= g.fp16_gflops * 1.001);
+    if (g.fp16_gflops > 0) CHECK(g.fp16_gflops > g.fp32_gflops);
+    // Compute-to-bandwidth balance of a real GPU.
+    CHECK(g.fp32_gflops / g.mem_bw_gbps > 2);
+    CHECK(g.fp32_gflops / g.mem_bw_gbps < 200);
+  }
+}
+
+TEST_CASE("gpu database: aliases are unique, short aliases lower case without vendor") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  std::map<std::string, std::string> seen;
+  for (const Gpu& g : db.all()) {
+    std::set<std::string> own = {norm(g.name)};
+    for (const auto& a : g.aliases) own.insert(norm(a));
+    for (const auto& k : own) {
+      INFO("alias " << k << " of " << g.name);
+      CHECK(seen.count(k) == 0);
+      seen[k] = g.name;
+    }
+    const std::string& s = g.alias();
+    INFO("short alias " << s);
+    CHECK(s == norm(s));
+    CHECK(s.find("nvidia") == std::string::npos);
+    CHECK(s.find("amd") == std::string::npos);
+    CHECK(s.find("tesla") == std::string::npos);
+  }
+  // The GPUs the project promises (CLI_CONTRACT / issue #5).
+  for (const char* a : {"p100", "v100", "v100-sxm", "v100-pcie", "t4", "a10", "a10g", "a100-40gb", "a100-80gb", "a100-sxm-80gb",
+                        "a100", "a40", "a6000", "l4", "l40s", "rtx3090", "rtx4090", "rtx5090", "h100", "h100-pcie", "h100-nvl",
+                        "h200", "h20", "b200", "b100", "gb200", "mi100", "mi210", "mi250x", "mi300x", "mi325x"}) {
+    INFO(a);
+    CHECK(db.find(a) != nullptr);
+  }
+  CHECK(db.resolve("h100").name == "NVIDIA H100 80GB HBM3");
+}
+
+TEST_CASE("gpu database: device_configs entries keep the dataset's numbers exactly") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(test::shared_dir() + "/neusight-data/device_configs")) {
+    std::ifstream f(e.path());
+    const auto j = nlohmann::json::parse(f);
+    const std::string dev = j["Device"].get<std::string>();
+    INFO(dev);
+    const Gpu* g = db.find(dev);
+    REQUIRE(g != nullptr);
+    CHECK(g->num_sm == j["Num_Sm"].get<int>());
+    CHECK(g->boost_mhz == j["Freq"].get<double>());
+    CHECK(g->mem_gb == j["Dev_Mem"].get<double>());
+    CHECK(g->mem_bw_gbps == j["Mem_Bw"].get<double>());
+    CHECK(g->l2_mb == j["L2Cache"].get<double>());
+    CHECK(g->fp32_gflops == (j.contains("SingleFLOPs") ? j["SingleFLOPs"] : j["SingleFLOPsVEC"]).get<double>());
+    if (j.contains("SingleFLOPsMM")) CHECK(g->fp32_matrix_gflops == j["SingleFLOPsMM"].get<double>());
+    ++n;
+  }
+  CHECK(n >= 12);
+}
+
+TEST_CASE("gpu database: malformed or incomplete files are rejected with a clear message") {
+  const std::string good =
+      R"({"name": "X", "aliases": ["x"], "arch": "sm_80", "num_sm": 10, "boost_mhz": 1000, "fp32_gflops": 1280,)"
+      R"( "mem_gb": 8, "mem_bw_gbps": 100, "l2_mb": 4})";
+  CHECK(GpuDatabase::load(write_temp("db-ok.json", "{\"gpus\": [" + good + "]}")).all().size() == 1);
+  CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-empty.json", R"({"gpus": []})")), doctest::Contains("empty"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-nolist.json", R"({"gpu": 1})")), doctest::Contains("'gpus'"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-broken.json", R"({"gpus": [)")), doctest::Contains("malformed"),
+                       InputError);
+  std::string no_sm = good;
+  no_sm.replace(no_sm.find("\"num_sm\": 10, "), 14, "");
+  CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-nosm.json", "{\"gpus\": [" + no_sm + "]}")),
+                       doctest::Contains("num_sm"), InputError);
+  std::string neg = good;
+  neg.replace(neg.find("\"l2_mb\": 4"), 10, "\"l2_mb\": -4");
+  CHECK_THROWS_AS(GpuDatabase::load(write_temp("db-neg.json", "{\"gpus\": [" + neg + "]}")), InputError);
+  std::string str = good;
+  str.replace(str.find("\"mem_gb\": 8"), 11, "\"mem_gb\": \"8\"");
+  CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-str.json", "{\"gpus\": [" + str + "]}")),
+                       doctest::Contains("mem_gb"), InputError);
+  CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-dup.json", "{\"gpus\": [" + good + ", " + good + "]}")),
+                       doctest::Contains("more than once"), InputError);
+  std::string arch = good;
+  arch.replace(arch.find("\"sm_80\""), 7, "\"\"");
+  CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-arch.json", "{\"gpus\": [" + arch + "]}")),
+                       doctest::Contains("arch"), InputError);
+}
