@@ -6,6 +6,8 @@ PACKAGES=(cmake ninja-build g++ pkg-config
           libonnx-dev libprotobuf-dev protobuf-compiler
           libxtensor-dev libxtensor-blas-dev libopenblas-dev
           nlohmann-json3-dev doctest-dev python3 python3-onnx)
+# Extra packages a caller needs on top (scripts/ci_sanitize.sh: clang libclang-rt-14-dev).
+PACKAGES+=("$@")
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

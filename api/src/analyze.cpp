@@ -1,5 +1,6 @@
 // analyze.cpp - wires the stages: frontend -> shapes -> lowering -> tiling -> predictor -> report.
 #include <filesystem>
+#include <set>
 
 #include "neusight/neusight.h"
 #include "neusight/onnx_proto.h"
@@ -70,12 +71,17 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   r.mode = options.mode;
   r.fusion = options.fusion;
   r.dtype = options.dtype != DType::undefined ? options.dtype : model_dtype(a.graph);
-  r.warnings = a.shapes.warnings;
-  r.unknown_ops = a.kernels.unknown_ops;
+  // Unknown ops get one warning: op types without a shape rule and those lowered to
+  // "unknown" kernels, listed once (shape inference's own note about them is folded in).
+  std::set<std::string> unknown(a.kernels.unknown_ops.begin(), a.kernels.unknown_ops.end());
+  unknown.insert(a.shapes.unknown_ops.begin(), a.shapes.unknown_ops.end());
+  for (const auto& w : a.shapes.warnings)
+    if (a.shapes.unknown_ops.empty() || w.rfind("no shape rule for: ", 0) != 0) r.warnings.push_back(w);
+  r.unknown_ops.assign(unknown.begin(), unknown.end());
   if (!r.unknown_ops.empty()) {
     std::string list;
     for (const auto& u : r.unknown_ops) list += (list.empty() ? "" : ", ") + u;
-    r.warnings.push_back("unknown ops (no kernels predicted): " + list);
+    r.warnings.push_back("unknown ops (no shape rule or no kernels predicted): " + list);
   }
   for (const auto& name : a.graph.outputs) {
     const TensorInfo* t = a.graph.find(name);

@@ -139,10 +139,10 @@ std::string pad(const std::string& s, size_t w, bool right = false) {
 }  // namespace
 
 std::string format_json(const std::vector<Report>& reports) {
-  if (reports.size() == 1) return report_json(reports[0]).dump(1) + "\n";
+  if (reports.size() == 1) return report_json(reports[0]).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   json a = json::array();
   for (const auto& r : reports) a.push_back(report_json(r));
-  return a.dump(1) + "\n";
+  return a.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 std::string format_table(const Report& r, const TableOptions& opt) {

@@ -1,0 +1,98 @@
+// stages.cpp - time each stage of one analysis in-process and print one JSON line.
+//
+//   analysis_speed_stages MODEL.onnx --gpu b200 --batch 1 --seq 2048 [--repeat N] [--predictor P]
+//
+// Stages: protobuf parse alone (read bytes + ModelProto parse), load (parse + IR + checks),
+// prepare (bind dims, shape inference, lowering), predict (tiling + prediction), json
+// (report text). Each figure is the median of N repeats, in milliseconds. run.py (same
+// folder) adds the whole CLI, peak RSS and ONNX's own shape inference.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "neusight/neusight.h"
+#include "neusight/onnx_proto.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s MODEL.onnx [--gpu G] [--batch N] [--seq N] [--repeat N] [--predictor P]\n", argv[0]);
+    return 2;
+  }
+  const std::string path = argv[1];
+  std::string gpu_name = "b200";
+  neusight::Options opt;
+  int repeat = 3;
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string f = argv[i], v = argv[i + 1];
+    if (f == "--gpu") gpu_name = v;
+    else if (f == "--batch") opt.dims.batch = std::atoll(v.c_str());
+    else if (f == "--seq") opt.dims.seq = std::atoll(v.c_str());
+    else if (f == "--repeat") repeat = std::max(1, std::atoi(v.c_str()));
+    else if (f == "--predictor") opt.predictor = v;
+    else {
+      std::fprintf(stderr, "unknown option %s\n", f.c_str());
+      return 2;
+    }
+  }
+  try {
+    const neusight::Gpu gpu = neusight::GpuDatabase::builtin().resolve(gpu_name);
+    std::vector<double> parse, load, prep, pred, json;
+    size_t nodes = 0, kernels = 0, json_bytes = 0;
+    double e2e = 0;
+    for (int r = 0; r < repeat; ++r) {
+      auto t0 = Clock::now();
+      {
+        std::ifstream f(path, std::ios::binary);
+        const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        onnx::ModelProto mp;
+        if (!mp.ParseFromString(bytes)) throw neusight::InputError(path + ": protobuf parse failed");
+        parse.push_back(ms_since(t0));
+      }
+      t0 = Clock::now();
+      const neusight::LoadedModel loaded = neusight::load_model(path);
+      load.push_back(ms_since(t0));
+      t0 = Clock::now();
+      const neusight::Analysis a = neusight::prepare(loaded, opt);
+      prep.push_back(ms_since(t0));
+      t0 = Clock::now();
+      const neusight::Report rep = neusight::predict(a, loaded.model, gpu, opt);
+      pred.push_back(ms_since(t0));
+      t0 = Clock::now();
+      const std::string text = neusight::format_json({rep});
+      json.push_back(ms_since(t0));
+      nodes = loaded.model.graph.nodes.size();
+      kernels = a.kernels.kernels.size();
+      e2e = rep.e2e_latency_ms;
+      json_bytes = text.size();
+    }
+    std::printf("{\"nodes\": %zu, \"kernels\": %zu, \"parse_ms\": %.3f, \"load_ms\": %.3f, \"prepare_ms\": %.3f, "
+                "\"predict_ms\": %.3f, \"json_ms\": %.3f, \"json_bytes\": %zu, \"predictor\": \"%s\", "
+                "\"e2e_latency_ms\": %.6f}\n",
+                nodes, kernels, median(parse), median(load), median(prep), median(pred), median(json), json_bytes,
+                opt.predictor.c_str(), e2e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "analysis_speed_stages: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

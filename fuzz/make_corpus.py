@@ -1,0 +1,202 @@
+#!/usr/bin/python3
+"""make_corpus.py - write the fuzzer's seed corpus from the project's own models.
+
+    /usr/bin/python3 fuzz/make_corpus.py NEUSIGHT_BIN OUT_DIR [EXAMPLE.onnx]
+
+Seeds are (1) transformer graphs the tool's own model builder exports from tiny Hugging Face
+style configs (`neusight-onnx export`), (2) the bundled example when given, and (3) tiny
+models written here with python3-onnx, one per family of op rules (matrix products,
+convolutions, shape-value subgraphs, control flow, unknown ops, odd dtypes, huge dims), so
+that mutations start close to every rule. Nothing is downloaded or copied from elsewhere.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import onnx
+from onnx import TensorProto, helper
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+
+# Tiny configs for every model family the builder knows (a family it rejects is skipped).
+CONFIGS = {
+    "gpt2": {"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64,
+             "vocab_size": 101, "activation_function": "gelu_new"},
+    "bert": {"model_type": "bert", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "intermediate_size": 128, "vocab_size": 101, "max_position_embeddings": 64},
+    "opt": {"model_type": "opt", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "ffn_dim": 128, "vocab_size": 101, "max_position_embeddings": 64},
+    "switch": {"model_type": "switch_transformers", "num_layers": 2, "num_decoder_layers": 2, "d_model": 64,
+               "num_heads": 4, "d_kv": 16, "d_ff": 128, "vocab_size": 101, "num_experts": 4,
+               "expert_capacity": 8},
+    "llama": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101,
+              "max_position_embeddings": 64, "hidden_act": "silu"},
+}
+
+
+def vi(name, shape, dtype=F):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def const(name, values, dtype=I64, dims=None):
+    dims = [len(values)] if dims is None else dims
+    return helper.make_tensor(name, dtype, dims, values)
+
+
+def external(name, dims, dtype=F):
+    """A weight whose bytes live in an external file that is never written (like exports)."""
+    t = TensorProto(name=name, data_type=dtype, dims=dims)
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="weights.bin")
+    return t
+
+
+def model(nodes, inputs, outputs, inits=(), opset=17, extra_opsets=(), ir=8):
+    g = helper.make_graph(nodes, "seed", inputs, outputs, initializer=list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)] +
+                          [helper.make_opsetid(d, 1) for d in extra_opsets], producer_name="make_corpus")
+    m.ir_version = ir
+    return m
+
+
+def n(op, ins, outs, **kw):
+    return helper.make_node(op, ins, outs, name=outs[0] + "_" + op, **kw)
+
+
+def seeds():
+    out = {}
+    # Linear layers, activations, GEMM variants.
+    out["mlp"] = model(
+        [n("MatMul", ["X", "W1"], ["h"]), n("Add", ["h", "b1"], ["hb"]), n("Gelu", ["hb"], ["g"], domain="com.microsoft"),
+         n("Gemm", ["g", "W2", "b2"], ["Y"], transB=1, alpha=0.5)],
+        [vi("X", ["batch", 16])], [vi("Y", None)],
+        [const("W1", [0.1] * 512, F, [16, 32]), const("b1", [0.0] * 32, F, [32]),
+         const("W2", [0.2] * 256, F, [8, 32]), const("b2", [0.0] * 8, F, [8])], extra_opsets=["com.microsoft"])
+    # Attention core: batched matmuls, transpose, softmax, masks, layer norm.
+    out["attention"] = model(
+        [n("Reshape", ["X", "s4"], ["x4"]), n("Transpose", ["x4"], ["q"], perm=[0, 2, 1, 3]),
+         n("Transpose", ["x4"], ["kt"], perm=[0, 2, 3, 1]), n("MatMul", ["q", "kt"], ["s"]),
+         n("Div", ["s", "scale"], ["sd"]), n("Where", ["mask", "sd", "neg"], ["sm"]),
+         n("Softmax", ["sm"], ["p"], axis=-1), n("MatMul", ["p", "q"], ["o"]),
+         n("Transpose", ["o"], ["ot"], perm=[0, 2, 1, 3]), n("Reshape", ["ot", "s3"], ["o3"]),
+         n("LayerNormalization", ["o3", "gamma", "beta"], ["Y"], axis=-1, epsilon=1e-5)],
+        [vi("X", ["batch", "sequence", 32]), vi("mask", [1, 1, "sequence", "sequence"], TensorProto.BOOL)],
+        [vi("Y", None)],
+        [const("s4", [0, 0, 4, 8]), const("s3", [0, 0, 32]), const("scale", [2.83], F, []),
+         const("neg", [-1e4], F, []), const("gamma", [1.0] * 32, F, [32]), const("beta", [0.0] * 32, F, [32])])
+    # Shape-value subgraph: Shape -> Gather -> Unsqueeze -> Concat -> Reshape.
+    out["shape_values"] = model(
+        [n("Shape", ["X"], ["sh"]), n("Gather", ["sh", "i0"], ["d0"], axis=0), n("Gather", ["sh", "i1"], ["d1"], axis=0),
+         n("Mul", ["d1", "two"], ["d1x2"]), n("Unsqueeze", ["d0", "ax0"], ["u0"]), n("Unsqueeze", ["d1x2", "ax0"], ["u1"]),
+         n("Concat", ["u0", "u1", "m1"], ["ns"], axis=0), n("Reshape", ["X", "ns"], ["r"]),
+         n("Slice", ["r", "st", "en", "axs"], ["sl"]), n("Expand", ["sl", "ns"], ["Y"])],
+        [vi("X", ["batch", "sequence", 6])], [vi("Y", None)],
+        [const("i0", [0], I64, []), const("i1", [1], I64, []), const("two", [2], I64, []), const("ax0", [0]),
+         const("m1", [-1]), const("st", [0]), const("en", [3]), const("axs", [2])])
+    # Convolution network.
+    out["cnn"] = model(
+        [n("Conv", ["X", "Wc", "bc"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+         n("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"]), n("Relu", ["bn"], ["r"]),
+         n("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+         n("ConvTranspose", ["p", "Wt"], ["ct"], kernel_shape=[2, 2], strides=[2, 2]),
+         n("GlobalAveragePool", ["ct"], ["gp"]), n("Flatten", ["gp"], ["f"], axis=1),
+         n("Gemm", ["f", "Wf"], ["Y"])],
+        [vi("X", ["batch", 3, 16, 16])], [vi("Y", None)],
+        [const("Wc", [0.1] * 216, F, [8, 3, 3, 3]), const("bc", [0.0] * 8, F, [8]),
+         const("g", [1.0] * 8, F, [8]), const("b", [0.0] * 8, F, [8]), const("m", [0.0] * 8, F, [8]),
+         const("v", [1.0] * 8, F, [8]), const("Wt", [0.1] * 128, F, [8, 4, 2, 2]),
+         const("Wf", [0.1] * 40, F, [4, 10])])
+    # Tensor plumbing: split, concat, pad, tile, range, constant-of-shape, cast, reductions.
+    out["plumbing"] = model(
+        [n("Split", ["X", "spl"], ["a", "b"], axis=1), n("Concat", ["b", "a"], ["c"], axis=1),
+         n("Pad", ["c", "pads"], ["pd"]), n("Tile", ["pd", "reps"], ["t"]), n("ReduceMean", ["t"], ["rm"], axes=[1]),
+         n("ReduceSum", ["t", "ax1"], ["rs"], keepdims=0), n("Range", ["zero", "lim", "one"], ["rg"]),
+         n("ConstantOfShape", ["reps"], ["cos"], value=helper.make_tensor("v", F, [1], [1.0])),
+         n("Cast", ["rg"], ["rgf"], to=F), n("ArgMax", ["t"], ["am"], axis=1),
+         n("TopK", ["rs", "k"], ["tv", "ti"], axis=-1), n("CumSum", ["rm", "ax1s"], ["Y"])],
+        [vi("X", ["batch", 8])], [vi("Y", None), vi("rgf", None), vi("tv", None), vi("cos", None), vi("am", None, I64)],
+        [const("spl", [3, 5]), const("pads", [0, 1, 0, 1]), const("reps", [1, 2]), const("ax1", [1]),
+         const("zero", [0], I64, []), const("lim", [5], I64, []), const("one", [1], I64, []), const("k", [1]),
+         const("ax1s", [0], I64, [])])
+    # Embedding lookup, Einsum, Resize, Clip, Erf-based GELU, Pow, Sqrt.
+    out["misc"] = model(
+        [n("Gather", ["E", "ids"], ["e"], axis=0), n("Einsum", ["e", "We"], ["es"], equation="bsh,hk->bsk"),
+         n("Pow", ["es", "p2"], ["sq"]), n("Sqrt", ["sq"], ["rt"]), n("Erf", ["rt"], ["er"]),
+         n("Clip", ["er", "lo", "hi"], ["cl"]), n("Unsqueeze", ["cl", "ax"], ["u"]),
+         n("Resize", ["u", "", "scales"], ["Y"], mode="nearest")],
+        [vi("ids", ["batch", "sequence"], I64)], [vi("Y", None)],
+        [const("E", [0.0] * 160, F, [20, 8]), const("We", [0.0] * 32, F, [8, 4]), const("p2", [2.0], F, []),
+         const("lo", [0.0], F, []), const("hi", [6.0], F, []), const("ax", [1]),
+         const("scales", [1.0, 1.0, 2.0, 2.0], F, [4])])
+    # Control flow: If with two branches, Loop with a body.
+    then_g = helper.make_graph([n("Relu", ["X"], ["tY"])], "then", [], [vi("tY", None)])
+    else_g = helper.make_graph([n("Neg", ["X"], ["eY"])], "else", [], [vi("eY", None)])
+    body = helper.make_graph(
+        [n("Add", ["acc", "X"], ["acc_out"]), n("Identity", ["cond_in"], ["cond_out"])], "body",
+        [vi("iter", [], I64), vi("cond_in", [], TensorProto.BOOL), vi("acc", None)],
+        [vi("cond_out", [], TensorProto.BOOL), vi("acc_out", None)])
+    out["control_flow"] = model(
+        [n("ReduceSum", ["X"], ["s"], keepdims=0), n("Greater", ["s", "z"], ["c"]),
+         n("If", ["c"], ["i"], then_branch=then_g, else_branch=else_g),
+         n("Loop", ["trip", "", "i"], ["Y"], body=body)],
+        [vi("X", ["batch", 4])], [vi("Y", None)],
+        [const("z", [0.0], F, []), const("trip", [3], I64, [])])
+    # Unknown ops in a custom domain between known ones.
+    out["unknown_op"] = model(
+        [n("MatMul", ["X", "W"], ["a"]), n("FancyNorm", ["a"], ["b"], domain="org.example", gain=2.0),
+         n("Relu", ["b"], ["Y"])],
+        [vi("X", ["batch", 8])], [vi("Y", None)], [const("W", [0.0] * 32, F, [8, 4])], extra_opsets=["org.example"])
+    # Half precision weights and inputs.
+    out["fp16"] = model(
+        [n("MatMul", ["X", "W"], ["a"]), n("Softmax", ["a"], ["Y"], axis=-1)],
+        [vi("X", ["batch", 8], TensorProto.FLOAT16)], [vi("Y", None, TensorProto.FLOAT16)],
+        [helper.make_tensor("W", TensorProto.FLOAT16, [8, 8], [0] * 64)])
+    # Huge dims near the 2^62 limit (overflow paths) and an unnamed unknown dim.
+    out["huge_dims"] = model(
+        [n("MatMul", ["X", "W"], ["Y"])], [vi("X", [1 << 31, 1 << 31])], [vi("Y", None)],
+        [external("W", [1 << 31, 4])])
+    out["unknown_dim"] = model([n("Relu", ["X"], ["Y"])], [vi("X", [None, 4])], [vi("Y", None)])
+    # Old IR: initializers listed as graph inputs, older opset.
+    old = model([n("Add", ["X", "B"], ["Y"])], [vi("X", [2, 3]), vi("B", [3])], [vi("Y", None)],
+                [const("B", [1.0, 2.0, 3.0], F, [3])], opset=9, ir=3)
+    out["old_ir"] = old
+    return out
+
+
+def export_configs(binary, out_dir, tmp):
+    for name, cfg in CONFIGS.items():
+        path = os.path.join(tmp, name + ".json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        onnx_path = os.path.join(tmp, name + ".onnx")
+        p = subprocess.run([binary, "export", "--config", path, "-o", onnx_path], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f"make_corpus: skipping {name}: {p.stderr.strip()}", file=sys.stderr)
+            continue
+        shutil.copyfile(onnx_path, os.path.join(out_dir, "export_" + name + ".onnx"))
+
+
+def main():
+    if len(sys.argv) not in (3, 4):
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    binary, out_dir = sys.argv[1], sys.argv[2]
+    os.makedirs(out_dir, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        export_configs(binary, out_dir, tmp)
+    if len(sys.argv) == 4:
+        shutil.copyfile(sys.argv[3], os.path.join(out_dir, "example.onnx"))
+    for name, m in seeds().items():
+        with open(os.path.join(out_dir, "seed_" + name + ".onnx"), "wb") as f:
+            f.write(m.SerializeToString())
+    print(f"make_corpus: {len(os.listdir(out_dir))} seeds in {out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# ci_sanitize.sh - build the project with clang, AddressSanitizer + UndefinedBehaviorSanitizer
+# and libFuzzer coverage into build-sanitize/ and run the test suite (unit, CLI, seed replay)
+# under the sanitizers. Any sanitizer report fails the run. scripts/ci_fuzz.sh then fuzzes
+# with the same build.
+#   scripts/ci_sanitize.sh [extra ctest args]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install_deps.sh clang libclang-rt-14-dev
+BUILD_DIR=${SANITIZE_BUILD_DIR:-build-sanitize}
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  # -O1 keeps the sanitized suite fast; no NDEBUG so assertions stay live.
+  CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DNEUSIGHT_SANITIZE=ON -DNEUSIGHT_FUZZ=ON \
+    -DNEUSIGHT_BUILD_BENCH=OFF >/dev/null
+fi
+cmake --build "$BUILD_DIR" -j "$(nproc)" >&2
+# A sanitizer report exits 86 (never mistaken for the CLI's own exit codes 1 and 2).
+export ASAN_OPTIONS=${ASAN_OPTIONS:-exitcode=86:detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+cd "$BUILD_DIR"
+# install/consumer builds an uninstrumented consumer against the install; it runs in test.sh.
+ctest --output-on-failure -j "$(nproc)" -E '^install/' "$@"
