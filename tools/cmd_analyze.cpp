@@ -3,6 +3,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "args.h"
 #include "commands.h"
 #include "neusight/model_builder.h"
@@ -13,7 +15,8 @@ namespace {
 
 const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim",       "--mode",
                                               "--dtype", "--fusion", "--json", "--csv",       "--out",
-                                              "--top",  "--config", "--predictor", "--weights"};
+                                              "--top",  "--config", "--predictor", "--weights",
+                                              "--html", "--group"};
 const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
 
 Mode parse_mode(const std::string& s) {
@@ -46,6 +49,12 @@ std::string node_doc(const NodeReport& n) {
        << " waves=" << k.tiling.waves << " bound=" << (k.prediction.compute_bound ? "compute" : "memory");
   }
   return os.str();
+}
+
+// "[####      ]" for step `done` of `total` (the TTY progress line on stderr).
+std::string progress_bar(size_t done, size_t total) {
+  const size_t width = 20, filled = total ? width * done / total : width;
+  return "[" + std::string(filled, '#') + std::string(width - filled, ' ') + "]";
 }
 
 }  // namespace
@@ -83,6 +92,8 @@ int cmd_analyze(const Argv& argv) {
     throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
   opt.weights_dir = args.get("--weights");
   const int top = static_cast<int>(args.get_int("--top", 0, 0));
+  const std::string group = args.get("--group", "node");
+  if (group != "node" && group != "layer") throw InputError("--group: expected node or layer, got '" + group + "'");
 
   // GPUs first: a typo in --gpu should fail before any model work.
   std::vector<Gpu> gpus;
@@ -99,7 +110,13 @@ int cmd_analyze(const Argv& argv) {
   const Analysis analysis = prepare(loaded, opt);
 
   std::vector<Report> reports;
-  for (const auto& g : gpus) reports.push_back(predict(analysis, loaded.model, g, opt));
+  const bool progress = ::isatty(2) != 0 && gpus.size() > 1 && !args.has("--quiet");
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    if (progress) std::fprintf(stderr, "\r%s predicting on %s (%zu/%zu)\033[K", progress_bar(i, gpus.size()).c_str(),
+                               gpus[i].alias().c_str(), i + 1, gpus.size());
+    reports.push_back(predict(analysis, loaded.model, gpus[i], opt));
+  }
+  if (progress) std::fprintf(stderr, "\r\033[K");
 
   for (const auto& r : reports)
     for (const auto& w : r.warnings) std::fprintf(stderr, "neusight-onnx: warning: %s\n", w.c_str());
@@ -107,6 +124,7 @@ int cmd_analyze(const Argv& argv) {
     for (auto& r : reports) r.warnings.clear();
 
   if (args.has("--json")) write_file_atomic(args.get("--json"), format_json(reports));
+  if (args.has("--html")) write_file_atomic(args.get("--html"), format_html(reports));
   if (args.has("--csv")) write_file_atomic(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
   if (args.has("--out")) {
     const Report& r = reports.front();
@@ -125,10 +143,12 @@ int cmd_analyze(const Argv& argv) {
     TableOptions to;
     to.top = top;
     to.color = stdout_is_tty() && !args.has("--no-color");
+    to.group_layers = group == "layer";
     for (size_t i = 0; i < reports.size(); ++i) {
       if (i) std::cout << "\n";
       std::cout << format_table(reports[i], to);
     }
+    if (reports.size() > 1) std::cout << "\n" << format_gpu_table(reports);
     std::cout.flush();
   }
   return 0;

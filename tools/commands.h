@@ -11,5 +11,6 @@ using Argv = std::vector<std::string>;
 int cmd_analyze(const Argv& args);  // neusight-onnx MODEL.onnx --gpu GPU ... (the main job)
 int cmd_gpus(const Argv& args);     // neusight-onnx gpus
 int cmd_export(const Argv& args);   // neusight-onnx export --config CFG -o MODEL.onnx
+int cmd_compare(const Argv& args);  // neusight-onnx compare A.onnx B.onnx ... --gpu GPU[,GPU...]
 
 }  // namespace neusight::cli

@@ -19,6 +19,7 @@ struct Command {
 const Command kCommands[] = {
     {"gpus", neusight::cli::cmd_gpus, "list the GPU database with aliases"},
     {"export", neusight::cli::cmd_export, "write the graph built from a Hugging Face config"},
+    {"compare", neusight::cli::cmd_compare, "compare model variants across GPUs (speed-up, class deltas)"},
 };
 
 const char* kUsage =
@@ -26,7 +27,7 @@ const char* kUsage =
     "                     [--mode inference|training] [--dtype auto|fp32|tf32|fp16|bf16|fp8]\n"
     "                     [--fusion none|eager|full] [--predictor neusight|roofline]\n"
     "                     [--json FILE] [--csv FILE] [--csv-kernels] [--out ANNOTATED.onnx]\n"
-    "                     [--top N] [--quiet]\n"
+    "                     [--html FILE] [--top N] [--group node|layer] [--quiet]\n"
     "       neusight-onnx --config HF_CONFIG.json --batch N --seq N --gpu GPU [same options]\n"
     "       neusight-onnx <command> [options]\n"
     "commands:\n";

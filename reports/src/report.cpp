@@ -1,6 +1,8 @@
 // report.cpp - totals, terminal table, JSON (CLI contract) and CSV.
 #include "neusight/report.h"
 
+#include "util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,7 +35,7 @@ void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms + r.backward_ms + r.update_ms;
 }
 
-namespace {
+namespace detail {
 
 std::string shape_str(const TensorInfo& t) {
   if (!t.has_shape) return "?";
@@ -45,6 +47,74 @@ std::string shape_str(const TensorInfo& t) {
   }
   return s + "]";
 }
+
+std::string pad(const std::string& s, size_t w, bool right) {
+  if (s.size() >= w) return s.substr(0, w);
+  return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, std::isfinite(v) ? v : 0.0);
+  return buf;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&#39;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+double finite(double x) { return std::isfinite(x) ? x : 0.0; }
+
+const KernelReport* main_kernel(const NodeReport& n) {
+  const KernelReport* best = nullptr;
+  for (const auto& k : n.kernels) {
+    const bool fwd = k.kernel.phase == Phase::forward;
+    const bool best_fwd = best && best->kernel.phase == Phase::forward;
+    if (!best || (fwd && !best_fwd) || (fwd == best_fwd && k.prediction.latency_ms > best->prediction.latency_ms))
+      best = &k;
+  }
+  return best;
+}
+
+bool any_extrapolated(const NodeReport& n) {
+  for (const auto& k : n.kernels)
+    if (k.prediction.extrapolated) return true;
+  return false;
+}
+
+const char* bound_name(const KernelReport& k) {
+  if (k.kernel.cls == KernelClass::unknown) return "-";
+  return k.prediction.compute_bound ? "compute" : "memory";
+}
+
+std::string mode_name(Mode m) { return m == Mode::training ? "training" : "inference"; }
+
+}  // namespace detail
+
+std::string format_ms(double ms) {
+  char buf[32];
+  ms = detail::finite(ms);
+  if (ms >= 100) std::snprintf(buf, sizeof buf, "%.1f", ms);
+  else if (ms >= 1) std::snprintf(buf, sizeof buf, "%.3f", ms);
+  else std::snprintf(buf, sizeof buf, "%.4f", ms);
+  return buf;
+}
+
+namespace {
+using detail::finite;
+using detail::shape_str;
 
 json shape_json(const TensorInfo& t) {
   json a = json::array();
@@ -60,8 +130,6 @@ json shape_json(const TensorInfo& t) {
 json tensor_json(const TensorInfo& t) {
   return json{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape_json(t)}};
 }
-
-double finite(double x) { return std::isfinite(x) ? x : 0.0; }
 
 json kernel_json(const KernelReport& k) {
   json j{{"class", kernel_class_name(k.kernel.cls)},
@@ -101,39 +169,27 @@ json report_json(const Report& r) {
   j["totals_by_class_ms"] = r.totals_by_class;
   json outs = json::array();
   for (const auto& t : r.graph_outputs) outs.push_back(tensor_json(t));
-  j["graph_outputs"] = outs;
+  j["graph_outputs"] = std::move(outs);
   json nodes = json::array();
   for (const auto& n : r.nodes) {
     json nj{{"name", n.name}, {"op_type", n.op_type}, {"latency_ms", finite(n.latency_ms)}};
     if (!n.domain.empty()) nj["domain"] = n.domain;
     json o = json::array();
     for (const auto& t : n.outputs) o.push_back(tensor_json(t));
-    nj["outputs"] = o;
+    nj["outputs"] = std::move(o);
     json ks = json::array();
     for (const auto& k : n.kernels) ks.push_back(kernel_json(k));
-    nj["kernels"] = ks;
-    nodes.push_back(nj);
+    nj["kernels"] = std::move(ks);
+    nodes.push_back(std::move(nj));  // moves: a node copy per level was most of the JSON time
   }
-  j["nodes"] = nodes;
+  j["nodes"] = std::move(nodes);
   json extra = json::array();
   for (const auto& k : r.extra_kernels) extra.push_back(kernel_json(k));
-  if (!extra.empty()) j["extra_kernels"] = extra;
+  if (!extra.empty()) j["extra_kernels"] = std::move(extra);
+  if (r.parallel) j["parallel"] = *r.parallel;
   j["warnings"] = r.warnings;
   j["unknown_ops"] = r.unknown_ops;
   return j;
-}
-
-std::string fmt_ms(double ms) {
-  char buf[32];
-  if (ms >= 100) std::snprintf(buf, sizeof buf, "%.1f", ms);
-  else if (ms >= 1) std::snprintf(buf, sizeof buf, "%.3f", ms);
-  else std::snprintf(buf, sizeof buf, "%.4f", ms);
-  return buf;
-}
-
-std::string pad(const std::string& s, size_t w, bool right = false) {
-  if (s.size() >= w) return s.substr(0, w);
-  return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
 }
 
 }  // namespace
@@ -145,73 +201,46 @@ std::string format_json(const std::vector<Report>& reports) {
   return a.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-std::string format_table(const Report& r, const TableOptions& opt) {
-  std::ostringstream os;
-  os << "neusight-onnx: " << (r.model_name.empty() ? "model" : r.model_name) << " on " << r.gpu.name << " ("
-     << (r.mode == Mode::training ? "training" : "inference") << ", " << dtype_name(r.dtype) << ", " << r.predictor
-     << ")\n\n";
-  std::vector<const NodeReport*> rows;
-  for (const auto& n : r.nodes)
-    if (!n.kernels.empty()) rows.push_back(&n);
-  if (opt.top > 0) {
-    std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->latency_ms > b->latency_ms; });
-    if (rows.size() > static_cast<size_t>(opt.top)) rows.resize(static_cast<size_t>(opt.top));
-  }
-  os << pad("node", 34) << " " << pad("op", 14) << " " << pad("class", 11) << " " << pad("output", 22) << " "
-     << pad("tile", 9) << " " << pad("waves", 6, true) << " " << pad("bound", 7) << " " << pad("ms", 10, true) << " "
-     << pad("%", 6, true) << "\n";
-  const double total = r.e2e_latency_ms > 0 ? r.e2e_latency_ms : 1;
-  for (const NodeReport* n : rows) {
-    const KernelReport* main = &n->kernels.front();
-    for (const auto& k : n->kernels)
-      if (k.kernel.phase == Phase::forward && k.prediction.latency_ms > main->prediction.latency_ms) main = &k;
-    char pct[16];
-    std::snprintf(pct, sizeof pct, "%.1f", 100.0 * n->latency_ms / total);
-    os << pad(n->name, 34) << " " << pad(n->op_type, 14) << " " << pad(kernel_class_name(main->kernel.cls), 11) << " "
-       << pad(n->outputs.empty() ? "" : shape_str(n->outputs.front()), 22) << " " << pad(main->tiling.tile, 9) << " "
-       << pad(std::to_string(main->tiling.waves), 6, true) << " "
-       << pad(main->kernel.cls == KernelClass::unknown ? "-" : (main->prediction.compute_bound ? "compute" : "memory"), 7)
-       << " " << pad(fmt_ms(n->latency_ms), 10, true) << " " << pad(pct, 6, true) << "\n";
-  }
-  os << "\nby kernel class:";
-  for (const auto& [cls, ms] : r.totals_by_class) os << "  " << cls << " " << fmt_ms(ms) << " ms";
-  os << "\n";
-  if (r.mode == Mode::training)
-    os << "forward " << fmt_ms(r.forward_ms) << " ms, backward " << fmt_ms(r.backward_ms) << " ms, update "
-       << fmt_ms(r.update_ms) << " ms\n";
-  os << "end-to-end latency: " << fmt_ms(r.e2e_latency_ms) << " ms\n";
-  return os.str();
-}
-
 std::string format_csv(const Report& r, bool per_kernel) {
   std::ostringstream os;
+  os.precision(9);
   auto q = [](const std::string& s) {
-    if (s.find_first_of(",\"\n") == std::string::npos) return s;
+    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
     std::string o = "\"";
     for (char ch : s) o += ch == '"' ? std::string("\"\"") : std::string(1, ch);
     return o + "\"";
   };
   if (per_kernel) {
-    os << "node,op_type,class,phase,op,dtype,flops,bytes,tile,tiles,waves,bound,latency_ms\n";
+    os << "node,op_type,class,phase,op,dtype,flops,bytes,tile,tiles,waves,bound,latency_ms,roofline_ms,utilization,"
+          "extrapolated\n";
+    auto row = [&](const std::string& node, const std::string& op_type, const KernelReport& k) {
+      os << q(node) << "," << q(op_type) << "," << kernel_class_name(k.kernel.cls) << ","
+         << phase_name(k.kernel.phase) << "," << q(k.kernel.op) << "," << dtype_name(k.kernel.dtype) << ","
+         << finite(k.kernel.flops) << "," << finite(k.kernel.bytes) << "," << q(k.tiling.tile) << ","
+         << k.tiling.tiles << "," << k.tiling.waves << "," << detail::bound_name(k) << ","
+         << finite(k.prediction.latency_ms) << "," << finite(k.prediction.roofline_ms) << ","
+         << finite(k.prediction.utilization) << "," << (k.prediction.extrapolated ? 1 : 0) << "\n";
+    };
     for (const auto& n : r.nodes)
-      for (const auto& k : n.kernels)
-        os << q(n.name) << "," << q(n.op_type) << "," << kernel_class_name(k.kernel.cls) << ","
-           << phase_name(k.kernel.phase) << "," << q(k.kernel.op) << "," << dtype_name(k.kernel.dtype) << ","
-           << k.kernel.flops << "," << k.kernel.bytes << "," << k.tiling.tile << "," << k.tiling.tiles << ","
-           << k.tiling.waves << "," << (k.prediction.compute_bound ? "compute" : "memory") << ","
-           << k.prediction.latency_ms << "\n";
+      for (const auto& k : n.kernels) row(n.name, n.op_type, k);
+    for (const auto& k : r.extra_kernels) row("", "", k);
     return os.str();
   }
-  os << "node,op_type,output_shape,kernels,flops,bytes,latency_ms,share\n";
+  os << "node,op_type,output_shape,kernels,flops,bytes,latency_ms,share,layer,class,tile,waves,bound,utilization,"
+        "extrapolated\n";
   for (const auto& n : r.nodes) {
     double flops = 0, bytes = 0;
     for (const auto& k : n.kernels) {
-      flops += k.kernel.flops;
-      bytes += k.kernel.bytes;
+      flops += finite(k.kernel.flops);
+      bytes += finite(k.kernel.bytes);
     }
+    const KernelReport* m = detail::main_kernel(n);
     os << q(n.name) << "," << q(n.op_type) << "," << q(n.outputs.empty() ? "" : shape_str(n.outputs.front())) << ","
-       << n.kernels.size() << "," << flops << "," << bytes << "," << n.latency_ms << ","
-       << (r.e2e_latency_ms > 0 ? n.latency_ms / r.e2e_latency_ms : 0) << "\n";
+       << n.kernels.size() << "," << flops << "," << bytes << "," << finite(n.latency_ms) << ","
+       << (r.e2e_latency_ms > 0 ? finite(n.latency_ms / r.e2e_latency_ms) : 0) << "," << q(layer_of(n.name)) << ","
+       << (m ? kernel_class_name(m->kernel.cls) : "") << "," << q(m ? m->tiling.tile : "") << ","
+       << (m ? m->tiling.waves : 0) << "," << (m ? detail::bound_name(*m) : "") << ","
+       << (m ? finite(m->prediction.utilization) : 0) << "," << (detail::any_extrapolated(n) ? 1 : 0) << "\n";
   }
   return os.str();
 }

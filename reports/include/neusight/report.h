@@ -6,11 +6,13 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "neusight/gpu.h"
 #include "neusight/lowering.h"
+#include "neusight/parallel.h"
 #include "neusight/predictor.h"
 #include "neusight/tiling.h"
 
@@ -47,6 +49,9 @@ struct Report {
   std::vector<std::string> warnings;
   std::vector<std::string> unknown_ops;
   std::map<std::string, double> totals_by_class;  // ms per kernel class
+  // Multi-GPU training (--parallel): e2e_latency_ms is then this iteration time, while nodes
+  // and phase totals are one micro-batch on the GPUs of the model-parallel group.
+  std::optional<ParallelReport> parallel;
 };
 
 // Fills the totals (e2e, per phase, per class, per node) from the kernels' predictions.
@@ -59,6 +64,32 @@ struct TableOptions {
 };
 
 std::string format_table(const Report& report, const TableOptions& options);
+
+// The layer a node belongs to, from its name: the prefix through the first all-digit
+// component ("transformer.h.11.mlp.c_fc/MatMul" -> "transformer.h.11",
+// "/model/layers.0/attn/MatMul" -> "/model/layers.0"); else the name without its last
+// "/" part; else the name itself.
+std::string layer_of(const std::string& node_name);
+
+// Nodes summed per layer (in order of first appearance).
+struct LayerSummary {
+  std::string name;
+  int nodes = 0;
+  double latency_ms = 0;
+  double forward_ms = 0, backward_ms = 0, update_ms = 0;
+  std::map<std::string, double> by_class;  // ms per kernel class
+};
+std::vector<LayerSummary> group_by_layer(const Report& report);
+
+// One row per GPU: end-to-end latency, phases, speed-up against the first (GPU lists).
+std::string format_gpu_table(const std::vector<Report>& reports);
+
+// The self-contained HTML report (inline SVG and script, no network) for one model on
+// one or more GPUs; the first report is the one charted in detail.
+std::string format_html(const std::vector<Report>& reports);
+
+// Short "x.xxx" latency text used by every text format.
+std::string format_ms(double ms);
 std::string format_json(const std::vector<Report>& reports);  // one object, or an array for several GPUs
 std::string format_csv(const Report& report, bool per_kernel);
 

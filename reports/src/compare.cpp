@@ -1,0 +1,203 @@
+// compare.cpp - model variants against the first: speed-ups, class deltas, changed nodes.
+#include "neusight/compare.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unordered_map>
+
+#include "util.h"
+
+namespace neusight {
+using detail::finite;
+using detail::pad;
+
+const VariantDelta& Comparison::at(size_t model, size_t gpu) const {
+  for (const auto& d : deltas)
+    if (d.model == model && d.gpu == gpu) return d;
+  throw RuntimeError("comparison has no entry for model " + std::to_string(model) + " on GPU " + std::to_string(gpu));
+}
+
+std::vector<NodeDelta> match_nodes(const Report& base, const Report& variant) {
+  std::vector<NodeDelta> out;
+  std::unordered_map<std::string, size_t> base_by_name;
+  for (size_t i = 0; i < base.nodes.size(); ++i) base_by_name.emplace(base.nodes[i].name, i);
+  std::vector<bool> base_used(base.nodes.size(), false);
+  std::vector<bool> var_used(variant.nodes.size(), false);
+  auto delta = [](const NodeReport* b, const NodeReport* v, const char* how) {
+    NodeDelta d;
+    d.name = v ? v->name : "";
+    d.base_name = b ? b->name : "";
+    d.op_type = v ? v->op_type : b->op_type;
+    d.matched_by = how;
+    d.base_ms = b ? finite(b->latency_ms) : 0;
+    d.ms = v ? finite(v->latency_ms) : 0;
+    return d;
+  };
+  for (size_t j = 0; j < variant.nodes.size(); ++j) {
+    auto it = base_by_name.find(variant.nodes[j].name);
+    if (it == base_by_name.end() || base_used[it->second]) continue;
+    if (base.nodes[it->second].op_type != variant.nodes[j].op_type) continue;
+    base_used[it->second] = var_used[j] = true;
+    out.push_back(delta(&base.nodes[it->second], &variant.nodes[j], "name"));
+  }
+  // The rest by position: the k-th unmatched node of an op type to the k-th of the base.
+  std::map<std::string, std::deque<size_t>> free_base;
+  for (size_t i = 0; i < base.nodes.size(); ++i)
+    if (!base_used[i]) free_base[base.nodes[i].op_type].push_back(i);
+  for (size_t j = 0; j < variant.nodes.size(); ++j) {
+    if (var_used[j]) continue;
+    auto& q = free_base[variant.nodes[j].op_type];
+    if (q.empty()) {
+      out.push_back(delta(nullptr, &variant.nodes[j], "added"));
+      continue;
+    }
+    const size_t i = q.front();
+    q.pop_front();
+    base_used[i] = true;
+    out.push_back(delta(&base.nodes[i], &variant.nodes[j], "position"));
+  }
+  for (size_t i = 0; i < base.nodes.size(); ++i)
+    if (!base_used[i]) out.push_back(delta(&base.nodes[i], nullptr, "removed"));
+  return out;
+}
+
+Comparison compare_reports(std::vector<std::string> models, std::vector<std::vector<Report>> reports, int top_nodes) {
+  if (models.size() != reports.size() || reports.empty()) throw InputError("compare: need one report list per model");
+  const size_t gpus = reports.front().size();
+  for (size_t m = 0; m < reports.size(); ++m) {
+    if (reports[m].size() != gpus) throw InputError("compare: every model must be predicted on the same GPUs");
+    for (size_t g = 0; g < gpus; ++g)
+      if (reports[m][g].gpu.name != reports[0][g].gpu.name)
+        throw InputError("compare: GPU lists differ between " + models[0] + " and " + models[m]);
+  }
+  Comparison c;
+  c.models = std::move(models);
+  c.reports = std::move(reports);
+  for (size_t m = 0; m < c.reports.size(); ++m)
+    for (size_t g = 0; g < gpus; ++g) {
+      const Report& base = c.reports[0][g];
+      const Report& var = c.reports[m][g];
+      VariantDelta d;
+      d.model = m;
+      d.gpu = g;
+      d.e2e_ms = finite(var.e2e_latency_ms);
+      d.base_ms = finite(base.e2e_latency_ms);
+      d.speedup = d.e2e_ms > 0 ? d.base_ms / d.e2e_ms : 0;
+      for (const auto& [cls, ms] : base.totals_by_class) d.class_delta_ms[cls] -= finite(ms);
+      for (const auto& [cls, ms] : var.totals_by_class) d.class_delta_ms[cls] += finite(ms);
+      auto nodes = match_nodes(base, var);
+      for (const auto& n : nodes) {
+        if (n.matched_by == "name") ++d.matched_by_name;
+        else if (n.matched_by == "position") ++d.matched_by_position;
+        else if (n.matched_by == "added") ++d.added;
+        else ++d.removed;
+      }
+      std::stable_sort(nodes.begin(), nodes.end(), [](const NodeDelta& a, const NodeDelta& b) {
+        return std::fabs(a.delta_ms()) > std::fabs(b.delta_ms());
+      });
+      if (m > 0) {
+        if (top_nodes >= 0 && nodes.size() > static_cast<size_t>(top_nodes)) nodes.resize(static_cast<size_t>(top_nodes));
+        d.top_nodes = std::move(nodes);
+      }
+      c.deltas.push_back(std::move(d));
+    }
+  return c;
+}
+
+namespace {
+
+std::string signed_ms(double v) { return (v > 0 ? "+" : v < 0 ? "-" : " ") + format_ms(std::fabs(v)); }
+
+}  // namespace
+
+std::string format_compare_table(const Comparison& c, bool color) {
+  std::ostringstream os;
+  auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
+  const size_t gpus = c.reports.front().size();
+  size_t mw = 5;
+  for (const auto& m : c.models) mw = std::max(mw, m.size());
+  mw = std::min<size_t>(mw, 40);
+  // Model x GPU: end-to-end latency and speed-up against the first model.
+  std::string head = pad("model", mw);
+  for (size_t g = 0; g < gpus; ++g) head += " " + pad(c.reports[0][g].gpu.alias() + " ms", 12, true) + " " + pad("speed-up", 8, true);
+  os << bold("end-to-end latency (speed-up against " + c.models[0] + ")") << "\n" << bold(head) << "\n";
+  for (size_t m = 0; m < c.models.size(); ++m) {
+    os << pad(c.models[m], mw);
+    for (size_t g = 0; g < gpus; ++g) {
+      const auto& d = c.at(m, g);
+      os << " " << pad(format_ms(d.e2e_ms), 12, true) << " " << pad(detail::fixed(d.speedup, 2) + "x", 8, true);
+    }
+    os << "\n";
+  }
+  for (size_t m = 1; m < c.models.size(); ++m)
+    for (size_t g = 0; g < gpus; ++g) {
+      const auto& d = c.at(m, g);
+      os << "\n" << bold(c.models[m] + " vs " + c.models[0] + " on " + c.reports[0][g].gpu.name) << "\n";
+      os << pad("class", 12) << " " << pad("base ms", 11, true) << " " << pad("ms", 11, true) << " "
+         << pad("delta ms", 12, true) << "\n";
+      for (const auto& [cls, delta] : d.class_delta_ms) {
+        auto get = [&](const Report& r) {
+          auto it = r.totals_by_class.find(cls);
+          return it == r.totals_by_class.end() ? 0.0 : it->second;
+        };
+        os << pad(cls, 12) << " " << pad(format_ms(get(c.reports[0][g])), 11, true) << " "
+           << pad(format_ms(get(c.reports[m][g])), 11, true) << " " << pad(signed_ms(delta), 12, true) << "\n";
+      }
+      os << "nodes matched by name " << d.matched_by_name << ", by position " << d.matched_by_position << ", added "
+         << d.added << ", removed " << d.removed << "\n";
+      if (!d.top_nodes.empty()) {
+        size_t nw = 4;
+        for (const auto& n : d.top_nodes) nw = std::max(nw, (n.name.empty() ? n.base_name : n.name).size());
+        nw = std::min<size_t>(nw, 44);
+        os << pad("node", nw) << " " << pad("op", 12) << " " << pad("match", 8) << " " << pad("base ms", 11, true) << " "
+           << pad("ms", 11, true) << " " << pad("delta ms", 12, true) << "\n";
+        for (const auto& n : d.top_nodes)
+          os << pad(n.name.empty() ? n.base_name : n.name, nw) << " " << pad(n.op_type, 12) << " " << pad(n.matched_by, 8)
+             << " " << pad(format_ms(n.base_ms), 11, true) << " " << pad(format_ms(n.ms), 11, true) << " "
+             << pad(signed_ms(n.delta_ms()), 12, true) << "\n";
+      }
+    }
+  return os.str();
+}
+
+std::string format_compare_json(const Comparison& c) {
+  using nlohmann::json;
+  json j;
+  j["models"] = c.models;
+  json gpus = json::array();
+  for (const auto& r : c.reports.front()) gpus.push_back(json{{"name", r.gpu.name}, {"alias", r.gpu.alias()}});
+  j["gpus"] = gpus;
+  json rows = json::array();
+  for (const auto& d : c.deltas) {
+    const Report& r = c.reports[d.model][d.gpu];
+    json row{{"model", c.models[d.model]},
+             {"gpu", r.gpu.name},
+             {"gpu_alias", r.gpu.alias()},
+             {"mode", detail::mode_name(r.mode)},
+             {"dtype", dtype_name(r.dtype)},
+             {"e2e_latency_ms", d.e2e_ms},
+             {"base_latency_ms", d.base_ms},
+             {"speedup", d.speedup},
+             {"forward_ms", finite(r.forward_ms)},
+             {"backward_ms", finite(r.backward_ms)},
+             {"update_ms", finite(r.update_ms)},
+             {"totals_by_class_ms", r.totals_by_class},
+             {"class_delta_ms", d.class_delta_ms},
+             {"matched", {{"name", d.matched_by_name}, {"position", d.matched_by_position}, {"added", d.added},
+                          {"removed", d.removed}}}};
+    json nodes = json::array();
+    for (const auto& n : d.top_nodes)
+      nodes.push_back(json{{"name", n.name}, {"base_name", n.base_name}, {"op_type", n.op_type},
+                           {"matched_by", n.matched_by}, {"base_ms", n.base_ms}, {"ms", n.ms},
+                           {"delta_ms", n.delta_ms()}});
+    row["top_changed_nodes"] = nodes;
+    rows.push_back(row);
+  }
+  j["results"] = rows;
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
+}  // namespace neusight

@@ -1,0 +1,200 @@
+// table.cpp - the terminal report: per-node or per-layer table, class totals, phases, GPU list.
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "neusight/report.h"
+#include "util.h"
+
+namespace neusight {
+using detail::pad;
+
+namespace {
+
+// ANSI styles, empty when colour is off so piped output stays plain.
+struct Style {
+  bool on;
+  std::string operator()(const std::string& s, const char* code) const {
+    return on ? std::string("\033[") + code + "m" + s + "\033[0m" : s;
+  }
+};
+
+std::string pct(double part, double total) { return total > 0 ? detail::fixed(100.0 * part / total, 1) : "0.0"; }
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+void class_totals(std::ostream& os, const Report& r, const Style& st) {
+  std::vector<std::pair<std::string, double>> cls(r.totals_by_class.begin(), r.totals_by_class.end());
+  std::stable_sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::map<std::string, int> count;
+  for (const auto& n : r.nodes)
+    for (const auto& k : n.kernels) ++count[kernel_class_name(k.kernel.cls)];
+  for (const auto& k : r.extra_kernels) ++count[kernel_class_name(k.kernel.cls)];
+  os << "\n" << st("by kernel class", "1") << "\n";
+  os << pad("class", 12) << " " << pad("kernels", 8, true) << " " << pad("ms", 11, true) << " " << pad("%", 6, true)
+     << "\n";
+  for (const auto& [c, ms] : cls)
+    os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
+       << pad(pct(ms, r.e2e_latency_ms), 6, true) << "\n";
+}
+
+void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const Style& st, bool& extrapolated) {
+  std::vector<const NodeReport*> rows;
+  for (const auto& n : r.nodes)
+    if (!n.kernels.empty()) rows.push_back(&n);
+  if (opt.top > 0) {
+    std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->latency_ms > b->latency_ms; });
+    if (rows.size() > static_cast<size_t>(opt.top)) rows.resize(static_cast<size_t>(opt.top));
+  }
+  size_t name_w = 4;
+  for (const NodeReport* n : rows) name_w = std::max(name_w, n->name.size());
+  name_w = std::min<size_t>(name_w, 48);
+  os << st(pad("node", name_w) + " " + pad("op", 14) + " " + pad("class", 11) + " " + pad("output", 20) + " " +
+               pad("tile", 9) + " " + pad("waves", 6, true) + " " + pad("bound", 7) + " " + pad("util%", 6, true) +
+               " " + pad("ms", 11, true) + " " + pad("%", 6, true),
+           "1")
+     << "\n";
+  for (const NodeReport* n : rows) {
+    const KernelReport& m = *detail::main_kernel(*n);
+    const bool ex = detail::any_extrapolated(*n);
+    extrapolated = extrapolated || ex;
+    const std::string bound = detail::bound_name(m);
+    const std::string share = pct(n->latency_ms, r.e2e_latency_ms);
+    const bool unknown = m.kernel.cls == KernelClass::unknown;
+    os << pad(n->name, name_w) << " " << pad(n->op_type, 14) << " " << pad(kernel_class_name(m.kernel.cls), 11) << " "
+       << pad(n->outputs.empty() ? "" : detail::shape_str(n->outputs.front()), 20) << " " << pad(m.tiling.tile, 9)
+       << " " << pad(std::to_string(m.tiling.waves), 6, true) << " "
+       << st(pad(bound, 7), bound == "compute" ? "36" : bound == "memory" ? "33" : "2") << " "
+       << pad(unknown ? "-" : detail::fixed(100.0 * m.prediction.utilization, 1), 6, true) << " "
+       << st(pad(format_ms(n->latency_ms) + (ex ? "*" : ""), 11, true),
+             r.e2e_latency_ms > 0 && n->latency_ms >= 0.05 * r.e2e_latency_ms ? "1;31" : "0")
+       << " " << pad(share, 6, true) << "\n";
+  }
+  if (opt.top > 0)
+    os << "(the " << rows.size() << " slowest of " << r.nodes.size() << " nodes)\n";
+}
+
+void layer_rows(std::ostream& os, const Report& r, const TableOptions& opt, const Style& st) {
+  std::vector<LayerSummary> layers = group_by_layer(r);
+  const size_t all = layers.size();
+  if (opt.top > 0) {
+    std::stable_sort(layers.begin(), layers.end(),
+                     [](const auto& a, const auto& b) { return a.latency_ms > b.latency_ms; });
+    if (layers.size() > static_cast<size_t>(opt.top)) layers.resize(static_cast<size_t>(opt.top));
+  }
+  const bool training = r.mode == Mode::training;
+  size_t name_w = 5;
+  for (const auto& l : layers) name_w = std::max(name_w, l.name.size());
+  name_w = std::min<size_t>(name_w, 48);
+  std::string head = pad("layer", name_w) + " " + pad("nodes", 6, true) + " " + pad("top class", 11) + " ";
+  if (training) head += pad("fwd ms", 10, true) + " " + pad("bwd ms", 10, true) + " " + pad("upd ms", 10, true) + " ";
+  head += pad("ms", 11, true) + " " + pad("%", 6, true);
+  os << st(head, "1") << "\n";
+  for (const auto& l : layers) {
+    std::string top;
+    double top_ms = -1;
+    for (const auto& [c, ms] : l.by_class)
+      if (ms > top_ms) top = c, top_ms = ms;
+    os << pad(l.name, name_w) << " " << pad(std::to_string(l.nodes), 6, true) << " " << pad(top, 11) << " ";
+    if (training)
+      os << pad(format_ms(l.forward_ms), 10, true) << " " << pad(format_ms(l.backward_ms), 10, true) << " "
+         << pad(format_ms(l.update_ms), 10, true) << " ";
+    os << pad(format_ms(l.latency_ms), 11, true) << " " << pad(pct(l.latency_ms, r.e2e_latency_ms), 6, true) << "\n";
+  }
+  if (opt.top > 0) os << "(the " << layers.size() << " slowest of " << all << " layers)\n";
+}
+
+}  // namespace
+
+std::string layer_of(const std::string& name) {
+  size_t pos = 0;
+  while (pos <= name.size()) {
+    size_t next = name.find_first_of("./", pos);
+    const size_t end = next == std::string::npos ? name.size() : next;
+    if (end > pos && all_digits(name.substr(pos, end - pos)) && pos > 0) return name.substr(0, end);
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  const size_t slash = name.rfind('/');
+  if (slash != std::string::npos && slash > 0) return name.substr(0, slash);
+  return name;
+}
+
+std::vector<LayerSummary> group_by_layer(const Report& r) {
+  std::vector<LayerSummary> out;
+  std::map<std::string, size_t> index;
+  for (const auto& n : r.nodes) {
+    if (n.kernels.empty()) continue;
+    const std::string layer = layer_of(n.name);
+    auto it = index.find(layer);
+    if (it == index.end()) {
+      it = index.emplace(layer, out.size()).first;
+      out.push_back(LayerSummary{layer, 0, 0, 0, 0, 0, {}});
+    }
+    LayerSummary& l = out[it->second];
+    ++l.nodes;
+    for (const auto& k : n.kernels) {
+      const double ms = detail::finite(k.prediction.latency_ms);
+      l.latency_ms += ms;
+      (k.kernel.phase == Phase::forward ? l.forward_ms : k.kernel.phase == Phase::backward ? l.backward_ms
+                                                                                            : l.update_ms) += ms;
+      l.by_class[kernel_class_name(k.kernel.cls)] += ms;
+    }
+  }
+  return out;
+}
+
+std::string format_table(const Report& r, const TableOptions& opt) {
+  std::ostringstream os;
+  const Style st{opt.color};
+  os << st("neusight-onnx: " + (r.model_name.empty() ? std::string("model") : r.model_name) + " on " + r.gpu.name,
+           "1")
+     << " (" << detail::mode_name(r.mode) << ", " << dtype_name(r.dtype) << ", " << r.predictor << ")\n\n";
+  bool extrapolated = false;
+  if (opt.group_layers) layer_rows(os, r, opt, st);
+  else node_rows(os, r, opt, st, extrapolated);
+  if (extrapolated) os << "* outside the predictor's training range (extrapolated)\n";
+  class_totals(os, r, st);
+  if (r.mode == Mode::training) {
+    const double t = r.e2e_latency_ms;
+    os << "\n" << st("by phase", "1") << "\n"
+       << pad("forward", 12) << " " << pad(format_ms(r.forward_ms), 11, true) << " " << pad(pct(r.forward_ms, t), 6, true)
+       << "\n"
+       << pad("backward", 12) << " " << pad(format_ms(r.backward_ms), 11, true) << " "
+       << pad(pct(r.backward_ms, t), 6, true) << "\n"
+       << pad("update", 12) << " " << pad(format_ms(r.update_ms), 11, true) << " " << pad(pct(r.update_ms, t), 6, true)
+       << "\n";
+  }
+  if (!r.unknown_ops.empty()) {
+    os << "\nnot predicted (unknown ops, 0 ms):";
+    for (const auto& u : r.unknown_ops) os << " " << u;
+    os << "\n";
+  }
+  os << "\n" << st("end-to-end latency: " + format_ms(r.e2e_latency_ms) + " ms", "1;32") << "\n";
+  return os.str();
+}
+
+std::string format_gpu_table(const std::vector<Report>& reports) {
+  std::ostringstream os;
+  if (reports.empty()) return "";
+  const bool training = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.mode == Mode::training; });
+  size_t w = 3;
+  for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
+  os << pad("gpu", w) << " " << pad("alias", 10) << " ";
+  if (training) os << pad("forward ms", 11, true) << " " << pad("backward ms", 11, true) << " " << pad("update ms", 11, true) << " ";
+  os << pad("e2e ms", 11, true) << " " << pad("vs first", 9, true) << "\n";
+  const double base = reports.front().e2e_latency_ms;
+  for (const auto& r : reports) {
+    os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " ";
+    if (training)
+      os << pad(format_ms(r.forward_ms), 11, true) << " " << pad(format_ms(r.backward_ms), 11, true) << " "
+         << pad(format_ms(r.update_ms), 11, true) << " ";
+    os << pad(format_ms(r.e2e_latency_ms), 11, true) << " "
+       << pad(r.e2e_latency_ms > 0 ? detail::fixed(base / r.e2e_latency_ms, 2) + "x" : "-", 9, true) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace neusight

@@ -1,0 +1,22 @@
+// util.h - small text helpers shared by the report writers (table, CSV, HTML, compare).
+#pragma once
+
+#include <string>
+
+#include "neusight/report.h"
+
+namespace neusight::detail {
+
+std::string shape_str(const TensorInfo& t);  // "[1,128,768]", symbolic names kept, "?" unknown
+std::string pad(const std::string& s, size_t width, bool right = false);  // cuts to width
+std::string fixed(double v, int decimals);
+std::string html_escape(const std::string& s);
+double finite(double x);  // NaN/inf -> 0
+// The kernel that stands for a node in one-line views: its slowest forward kernel (else its
+// slowest kernel); nullptr for a node without kernels.
+const KernelReport* main_kernel(const NodeReport& n);
+bool any_extrapolated(const NodeReport& n);
+const char* bound_name(const KernelReport& k);  // "compute" | "memory" | "-" (unknown class)
+std::string mode_name(Mode m);
+
+}  // namespace neusight::detail

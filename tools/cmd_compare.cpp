@@ -1,0 +1,115 @@
+// cmd_compare.cpp - `neusight-onnx compare A.onnx B.onnx [...] --gpu g1,g2`: model variants
+// side by side (end-to-end latency, speed-up against the first, class deltas, changed nodes).
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "args.h"
+#include "commands.h"
+#include "neusight/compare.h"
+#include "neusight/model_builder.h"
+#include "neusight/neusight.h"
+
+namespace neusight::cli {
+namespace {
+
+const std::vector<std::string> kValueFlags = {"--gpu",  "--batch",     "--seq",     "--dim",  "--mode",
+                                              "--dtype", "--fusion",   "--json",    "--html", "--top",
+                                              "--predictor", "--weights"};
+const std::vector<std::string> kSwitches = {"--quiet", "--no-color"};
+
+Options parse_options(const Args& args) {
+  Options opt;
+  opt.dims.batch = args.get_int("--batch", -1);
+  opt.dims.seq = args.get_int("--seq", -1);
+  for (const auto& d : args.all("--dim")) {
+    const auto eq = d.find('=');
+    if (eq == std::string::npos || eq == 0) throw InputError("--dim: expected NAME=VALUE, got '" + d + "'");
+    const int64_t v = parse_int(d.substr(eq + 1), "--dim " + d.substr(0, eq));
+    if (v < 0) throw InputError("--dim " + d + ": dims must be non-negative");
+    opt.dims.named[d.substr(0, eq)] = v;
+  }
+  const std::string mode = args.get("--mode", "inference");
+  if (mode != "inference" && mode != "training")
+    throw InputError("--mode: expected inference or training, got '" + mode + "'");
+  opt.mode = mode == "training" ? Mode::training : Mode::inference;
+  const std::string fusion = args.get("--fusion", "eager");
+  if (fusion == "none") opt.fusion = Fusion::none;
+  else if (fusion == "eager") opt.fusion = Fusion::eager;
+  else if (fusion == "full") opt.fusion = Fusion::full;
+  else throw InputError("--fusion: expected none, eager or full, got '" + fusion + "'");
+  const std::string dt = args.get("--dtype", "auto");
+  if (dt != "auto") {
+    auto parsed = parse_dtype(dt);
+    if (!parsed || !is_float(*parsed))
+      throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
+    opt.dtype = *parsed;
+  }
+  opt.predictor = args.get("--predictor", "roofline");
+  if (opt.predictor != "neusight" && opt.predictor != "roofline")
+    throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
+  opt.weights_dir = args.get("--weights");
+  return opt;
+}
+
+// A label per model: the file name, made unique with its parent folder when two clash.
+std::vector<std::string> labels_for(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  for (const auto& p : paths) out.push_back(fs::path(p).filename().string());
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = i + 1; j < out.size(); ++j)
+      if (out[i] == out[j]) {
+        out[i] = paths[i];
+        out[j] = paths[j];
+      }
+  return out;
+}
+
+}  // namespace
+
+int cmd_compare(const Argv& argv) {
+  Args args(argv, kValueFlags, kSwitches);
+  const auto& models = args.positionals();
+  if (models.size() < 2) throw InputError("compare: give at least two models (A.onnx B.onnx ...)");
+  if (!args.has("--gpu")) throw InputError("compare: --gpu is required (see `neusight-onnx gpus`)");
+  const Options opt = parse_options(args);
+  const int top = static_cast<int>(args.get_int("--top", 10, 0));
+
+  std::vector<Gpu> gpus;
+  for (const auto& name : split(args.get("--gpu"), ',')) {
+    if (name.empty()) throw InputError("--gpu: empty GPU name in '" + args.get("--gpu") + "'");
+    gpus.push_back(GpuDatabase::builtin().resolve(name));
+  }
+
+  // Every model is loaded and predicted before anything is written.
+  std::vector<std::vector<Report>> reports;
+  for (const auto& path : models) {
+    LoadedModel loaded;
+    const bool config = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+    if (config) {
+      loaded = build_model(read_hf_config(path));
+      loaded.model.path = "";
+      if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError(path + ": a config needs --batch N and --seq N");
+    } else {
+      loaded = load_model(path);
+    }
+    const Analysis analysis = prepare(loaded, opt);
+    std::vector<Report> per_gpu;
+    for (const auto& g : gpus) per_gpu.push_back(predict(analysis, loaded.model, g, opt));
+    for (const auto& w : per_gpu.front().warnings)
+      std::fprintf(stderr, "neusight-onnx: warning: %s: %s\n", path.c_str(), w.c_str());
+    reports.push_back(std::move(per_gpu));
+  }
+  const Comparison c = compare_reports(labels_for(models), std::move(reports), top);
+
+  if (args.has("--json")) write_file_atomic(args.get("--json"), format_compare_json(c));
+  if (args.has("--html")) write_file_atomic(args.get("--html"), format_compare_html(c));
+  if (!args.has("--quiet")) {
+    std::cout << format_compare_table(c, stdout_is_tty() && !args.has("--no-color"));
+    std::cout.flush();
+  }
+  return 0;
+}
+
+}  // namespace neusight::cli
