@@ -15,7 +15,7 @@ namespace {
 
 const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim",       "--mode",
                                               "--dtype", "--fusion", "--json", "--csv",       "--out",
-                                              "--top",  "--config", "--predictor", "--weights",
+                                              "--top",  "--config", "--predictor", "--weights", "--parallel", "--link-bw",
                                               "--html", "--group"};
 const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
 
@@ -91,6 +91,19 @@ int cmd_analyze(const Argv& argv) {
   if (opt.predictor != "neusight" && opt.predictor != "roofline")
     throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
   opt.weights_dir = args.get("--weights");
+  if (args.has("--parallel")) opt.parallel = parse_parallel(args.get("--parallel"));
+  if (args.has("--link-bw")) {
+    if (!opt.parallel.active) throw InputError("--link-bw needs --parallel");
+    const std::string lb = args.get("--link-bw");
+    size_t used = 0;
+    try {
+      opt.parallel.link_gbps = std::stod(lb, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != lb.size() || lb.empty() || !(opt.parallel.link_gbps > 0) || opt.parallel.link_gbps > 1e6)
+      throw InputError("--link-bw: expected a positive bandwidth in GB/s, got '" + lb + "'");
+  }
   const int top = static_cast<int>(args.get_int("--top", 0, 0));
   const std::string group = args.get("--group", "node");
   if (group != "node" && group != "layer") throw InputError("--group: expected node or layer, got '" + group + "'");
@@ -147,6 +160,7 @@ int cmd_analyze(const Argv& argv) {
     for (size_t i = 0; i < reports.size(); ++i) {
       if (i) std::cout << "\n";
       std::cout << format_table(reports[i], to);
+      if (reports[i].parallel) std::cout << format_parallel(*reports[i].parallel);
     }
     if (reports.size() > 1) std::cout << "\n" << format_gpu_table(reports);
     std::cout.flush();

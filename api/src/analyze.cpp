@@ -1,5 +1,6 @@
 // analyze.cpp - wires the stages: frontend -> shapes -> lowering -> tiling -> predictor -> report.
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include "neusight/neusight.h"
@@ -45,13 +46,16 @@ TensorInfo named_tensor(const std::string& name) {
 Analysis prepare(const LoadedModel& loaded, const Options& options) {
   Analysis a;
   a.graph = loaded.model.graph;
-  bind_dims(a.graph, options.dims);
+  DimBindings dims = options.dims;  // --parallel: the graph runs one GPU's micro-batch
+  if (options.parallel.active) dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
+  bind_dims(a.graph, dims);
   a.shapes = infer_shapes(a.graph, loaded.model);
   LoweringOptions lo;
   lo.mode = options.mode;
   lo.fusion = options.fusion;
   lo.compute_dtype = options.dtype;
   a.kernels = lower(a.graph, lo);
+  if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp);
   return a;
 }
 
@@ -63,6 +67,10 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   tilings.reserve(kernels.size());
   for (const auto& k : kernels) tilings.push_back(tile_kernel(k, gpu));
   std::vector<Prediction> preds = predictor->predict(kernels, tilings, gpu);
+  std::optional<ParallelReport> par;
+  if (options.parallel.active)
+    par = plan_iteration(a.graph, kernels, preds, gpu, options.parallel, options.dims.batch,
+                         parallel_micro_batch(options.parallel, options.mode, options.dims.batch));
 
   Report r;
   r.gpu = gpu;
@@ -113,6 +121,11 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
       r.extra_kernels.push_back(std::move(kr));
   }
   summarize(r);
+  if (par) {  // the iteration, not the sum of one micro-batch's kernels
+    r.e2e_latency_ms = par->iteration_ms;
+    r.warnings.insert(r.warnings.end(), par->warnings.begin(), par->warnings.end());
+    r.parallel = std::move(par);
+  }
   return r;
 }
 

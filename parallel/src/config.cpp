@@ -65,6 +65,16 @@ ParallelConfig parse_parallel(const std::string& spec) {
   return c;
 }
 
+int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_batch) {
+  if (mode != Mode::training) throw InputError("--parallel predicts training: add --mode training");
+  if (global_batch <= 0) throw InputError("--parallel needs --batch N (the global batch)");
+  const int64_t replicas = int64_t(c.dp) * c.microbatches;
+  if (global_batch % replicas != 0)
+    throw InputError("--parallel: global batch " + std::to_string(global_batch) + " does not divide into dp=" +
+                     std::to_string(c.dp) + " x microbatches=" + std::to_string(c.microbatches));
+  return global_batch / replicas;
+}
+
 Link link_for(const Gpu& gpu, double override_gbps) {
   Link l;
   if (override_gbps > 0) {

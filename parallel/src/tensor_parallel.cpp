@@ -44,11 +44,17 @@ double elem_bytes(DType t) {
   return bits > 0 ? bits / 8.0 : 4.0;
 }
 
-// Divides one of `dims` (in order of preference) by tp; false when none divides.
+// Divides one of `dims` by tp: the first that divides evenly, else the first positive one
+// rounded up (padded, as Megatron pads the vocabulary to a multiple of tp).
 bool divide_first(std::initializer_list<int64_t*> dims, int tp) {
   for (int64_t* d : dims)
     if (*d > 0 && *d % tp == 0) {
       *d /= tp;
+      return true;
+    }
+  for (int64_t* d : dims)
+    if (*d > 0) {
+      *d = (*d + tp - 1) / tp;
       return true;
     }
   return false;
@@ -75,7 +81,7 @@ void shrink_vector(Kernel& k, int tp) {
 
 // Splits one GEMM kernel of a column- (out dim split) or row-parallel (in dim split) node.
 // `f` is the node's forward GEMM {batch, M, N=out, K=in}; backward kernels are the grad
-// input {M, K, N} and grad weight {K, N, M} of it.
+// input {M, K, N} and the grad weight {K, N, M} (or its transpose {N, K, M}).
 void split_weight_gemm(Kernel& k, const GemmShape* f, bool column, int tp) {
   const GemmShape before = k.gemm;
   GemmShape& s = k.gemm;
@@ -83,8 +89,10 @@ void split_weight_gemm(Kernel& k, const GemmShape* f, bool column, int tp) {
     divide_first({column ? &s.n : &s.k}, tp);
   } else if (s.m == f->m && s.n == f->k && s.k == f->n) {  // grad input
     divide_first({column ? &s.k : &s.n}, tp);
-  } else if (s.m == f->k && s.n == f->n && s.k == f->m) {  // grad weight
+  } else if (s.m == f->k && s.n == f->n && s.k == f->m) {  // grad weight dB = A^T dC
     divide_first({column ? &s.n : &s.m}, tp);
+  } else if (s.m == f->n && s.n == f->k && s.k == f->m) {  // grad weight dB^T = dC^T A
+    divide_first({column ? &s.m : &s.n}, tp);
   } else {  // unknown layout: the dim equal to the split one
     const int64_t v = column ? f->n : f->k;
     if (s.n == v) divide_first({&s.n}, tp);
@@ -127,13 +135,13 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
     if (const int64_t out = weight_out_width(g, n)) {
       if (!n.inputs.empty() && is_split(n.inputs[0])) {
         role = TpRole::row;  // the reduction dim arrives split; the output is summed across GPUs
-      } else if (out % tp == 0) {
+      } else if (out >= tp) {
         role = TpRole::column;
         out_split = true;
       }
     } else if (n.domain.empty() && n.op_type == "Gather" && !any) {
       const TensorInfo* table = weight_2d(g, n, 0);
-      if (table && vocab_widths.count(table->shape[0].value) && table->shape[0].value % tp == 0)
+      if (table && vocab_widths.count(table->shape[0].value) && table->shape[0].value >= tp)
         role = TpRole::vocab_embedding;
     } else if (any && n.op_type != "Shape" && n.op_type != "Size") {
       role = TpRole::sharded;

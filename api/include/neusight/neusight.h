@@ -13,6 +13,7 @@
 #include "neusight/gpu.h"
 #include "neusight/lowering.h"
 #include "neusight/onnx_frontend.h"
+#include "neusight/parallel.h"
 #include "neusight/predictor.h"
 #include "neusight/report.h"
 #include "neusight/shape_inference.h"
@@ -31,6 +32,7 @@ struct Options {
   DType dtype = DType::undefined;  // undefined = auto (from the model's tensors)
   std::string predictor = "neusight";  // "neusight" | "roofline"
   std::string weights_dir;             // "" = built-in weights
+  ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
 };
 
 // Runs every stage. Throws InputError / RuntimeError (graph.h).

@@ -42,6 +42,10 @@ struct ParallelConfig {
 ParallelConfig parse_parallel(const std::string& spec);
 const char* schedule_name(PipelineSchedule s);
 
+// The batch one GPU runs per microbatch: global / (dp * microbatches). Throws InputError
+// unless `mode` is training, the global batch is given (> 0) and divides evenly.
+int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
+
 // --- interconnect ------------------------------------------------------------------------
 // Achievable fraction of the link's spec bandwidth for large NCCL transfers (nccl-tests bus
 // bandwidth is about 0.75-0.85 of the NVLink per-direction peak on DGX A100 / H100 systems).
@@ -127,8 +131,9 @@ const char* tp_role_name(TpRole r);
 // (output columns split), one whose input is split is row-parallel (reduction split, its
 // output all-reduced); ops reading split activations are sharded (attention heads, the MLP
 // activation); a Gather from a 2-D weight whose rows equal some weight GEMM's output width
-// (the vocabulary) is a vocabulary-parallel embedding (output all-reduced). A GEMM whose
-// split dimension is not divisible by tp stays replicated. tp = 1: everything replicated.
+// (the vocabulary) is a vocabulary-parallel embedding (output all-reduced). A split
+// dimension that tp does not divide is padded up (Megatron pads the vocabulary the same
+// way). tp = 1: everything replicated.
 std::vector<TpRole> tensor_parallel_roles(const Graph& graph, int tp);
 
 // The kernel list one GPU runs: kernels of split nodes shrunk by tp, TP all-reduces

@@ -1,0 +1,215 @@
+// unit-parallel.cpp - schedule arithmetic, link model, tensor-parallel sharding, iteration.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "neusight/neusight.h"
+#include "neusight/parallel.h"
+#include "test_util.h"
+
+using namespace neusight;
+
+TEST_CASE("parallel: bubble fraction (pp-1)/(m+pp-1)") {
+  CHECK(bubble_fraction(4, 4) == doctest::Approx(3.0 / 7.0));
+  CHECK(bubble_fraction(4, 1) == doctest::Approx(0.75));
+  CHECK(bubble_fraction(1, 8) == doctest::Approx(0.0));
+  CHECK(bubble_fraction(2, 8) == doctest::Approx(1.0 / 9.0));
+}
+
+TEST_CASE("parallel: GPipe and 1F1B on equal stages take (m+pp-1)(F+B)") {
+  // pp=4, m=4, F=1, B=2: the last backward of stage 0 ends at 7 * 3 = 21; stage 0 computes
+  // 4 * 3 = 12 of it, so the bubble is 9 = 3/7 of the span.
+  const std::vector<double> f(4, 1.0), b(4, 2.0);
+  for (auto sched : {PipelineSchedule::gpipe, PipelineSchedule::one_f_one_b}) {
+    CAPTURE(schedule_name(sched));
+    const PipelineTiming t = simulate_pipeline(f, b, 4, sched, 0);
+    CHECK(t.span_ms == doctest::Approx(21));
+    CHECK(t.bubble_ms == doctest::Approx(9));
+    CHECK(t.bubble_ms / t.span_ms == doctest::Approx(bubble_fraction(4, 4)));
+  }
+}
+
+TEST_CASE("parallel: one microbatch runs the stages one after another, two hops per boundary") {
+  const std::vector<double> f = {1, 2, 3, 4}, b = {2, 4, 6, 8};
+  const PipelineTiming t = simulate_pipeline(f, b, 1, PipelineSchedule::one_f_one_b, 0.5);
+  CHECK(t.span_ms == doctest::Approx(10 + 20 + 2 * 3 * 0.5));
+  CHECK(t.stage_end_ms[0] == doctest::Approx(33));
+}
+
+TEST_CASE("parallel: GPipe with send/recv hops, worked by hand") {
+  // pp=2, m=2, F=B=1, hop 0.5. Stage 1: F0 1.5-2.5, F1 2.5-3.5, B0 3.5-4.5, B1 4.5-5.5.
+  // Stage 0: B0 ready 5.0 -> 5-6, B1 ready 6.0 -> 6-7.
+  const PipelineTiming t = simulate_pipeline({1, 1}, {1, 1}, 2, PipelineSchedule::gpipe, 0.5);
+  CHECK(t.span_ms == doctest::Approx(7));
+  CHECK(t.stage_end_ms[1] == doctest::Approx(5.5));
+  // 1F1B: stage 1 runs F0 B0 F1 B1: 1.5-2.5, 2.5-3.5, 3.5-4.5 (F1 ready at 2.5), 4.5-5.5;
+  // stage 0: F0 0-1, F1 1-2, B0 ready 4.0 -> 4-5, B1 ready 6.0 -> 6-7.
+  const PipelineTiming u = simulate_pipeline({1, 1}, {1, 1}, 2, PipelineSchedule::one_f_one_b, 0.5);
+  CHECK(u.span_ms == doctest::Approx(7));
+}
+
+TEST_CASE("parallel: gradient all-reduce overlaps the backward pass bucket by bucket") {
+  // Four 1 ms backward steps each readying 10 bytes; 20-byte buckets: issued at t=2 and t=4.
+  const std::vector<double> steps(4, 1.0), grads(4, 10.0);
+  OverlapTiming o = overlap_allreduce(steps, grads, 20, [](double) { return 1.5; });
+  CHECK(o.buckets == 2);
+  CHECK(o.comm_ms == doctest::Approx(3));
+  CHECK(o.end_ms == doctest::Approx(5.5));   // 2-3.5, 4-5.5
+  CHECK(o.exposed_ms == doctest::Approx(1.5));
+  // A slow link queues the buckets: 2-5, 5-8 -> 4 ms exposed.
+  o = overlap_allreduce(steps, grads, 20, [](double) { return 3.0; });
+  CHECK(o.exposed_ms == doctest::Approx(4));
+  // Everything in one bucket at the end: nothing overlaps.
+  o = overlap_allreduce(steps, grads, 1e9, [](double b) { return b / 10; });
+  CHECK(o.buckets == 1);
+  CHECK(o.exposed_ms == doctest::Approx(4));
+}
+
+TEST_CASE("parallel: ring all-reduce and point-to-point costs") {
+  Link l;
+  l.spec_gbps = 100;  // x 0.8 = 80 GB/s
+  // 2(n-1)/n = 1.5 of 1 GB at 80 GB/s = 18.75 ms, plus 6 steps of 5 us.
+  CHECK(ring_allreduce_ms(1e9, 4, l) == doctest::Approx(18.75 + 6 * kLinkStepLatencyUs * 1e-3));
+  CHECK(ring_allreduce_ms(1e9, 1, l) == 0);
+  CHECK(p2p_ms(8e6, l) == doctest::Approx(0.1 + kLinkStepLatencyUs * 1e-3));
+  Gpu g;
+  g.name = "x";
+  g.nvlink = "nvlink3";
+  g.nvlink_gbps = 300;
+  g.pcie_gbps = 32;
+  CHECK(link_for(g).spec_gbps == 300);
+  CHECK(link_for(g, 50).spec_gbps == 50);
+  g.nvlink_gbps = 0;
+  CHECK(link_for(g).kind == "pcie");
+  g.pcie_gbps = 0;
+  CHECK_THROWS_AS(link_for(g), InputError);
+}
+
+TEST_CASE("parallel: --parallel spec parsing") {
+  ParallelConfig c = parse_parallel("dp=2,tp=4,pp=3,microbatches=8,schedule=gpipe");
+  CHECK(c.dp == 2);
+  CHECK(c.tp == 4);
+  CHECK(c.pp == 3);
+  CHECK(c.microbatches == 8);
+  CHECK(c.schedule == PipelineSchedule::gpipe);
+  CHECK(c.gpus() == 24);
+  c = parse_parallel("tp=2");
+  CHECK(c.dp == 1);
+  CHECK(c.microbatches == 1);
+  CHECK(c.schedule == PipelineSchedule::one_f_one_b);
+  for (const char* bad : {"", "dp=0", "dp=x", "dp=2,foo=1", "dp", "schedule=zigzag", "tp=-1", "pp=2.5"})
+    CHECK_THROWS_AS(parse_parallel(bad), InputError);
+  CHECK(parallel_micro_batch(parse_parallel("dp=2,microbatches=2"), Mode::training, 8) == 2);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=3"), Mode::training, 8), InputError);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2"), Mode::inference, 8), InputError);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2"), Mode::training, -1), InputError);
+}
+
+namespace {
+
+Analysis example_training(int64_t batch, const ParallelConfig& pc) {
+  LoadedModel m = load_model(test::example_model());
+  Options o;
+  o.dims.batch = batch;
+  o.dims.seq = 128;
+  o.mode = Mode::training;
+  o.parallel = pc;
+  return prepare(m, o);
+}
+
+double gemm_flops(const KernelList& kl, Phase phase) {
+  double f = 0;
+  for (const auto& k : kl.kernels)
+    if (k.cls == KernelClass::gemm && k.phase == phase) f += k.flops;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("parallel: Megatron roles and sharded kernels on GPT-2 small (12 layers)") {
+  LoadedModel m = load_model(test::example_model());
+  const Graph& g = m.model.graph;
+  const auto roles = tensor_parallel_roles(g, 4);
+  std::map<std::string, TpRole> by_name;
+  for (size_t i = 0; i < g.nodes.size(); ++i) by_name[g.nodes[i].name] = roles[i];
+  CHECK(by_name.at("transformer.h.0.attn.c_attn/MatMul") == TpRole::column);
+  CHECK(by_name.at("transformer.h.0.attn.c_proj/MatMul") == TpRole::row);
+  CHECK(by_name.at("transformer.h.5.mlp.c_fc/MatMul") == TpRole::column);
+  CHECK(by_name.at("transformer.h.5.mlp.c_proj/MatMul") == TpRole::row);
+  CHECK(by_name.at("transformer.h.0.attn/attn/Softmax") == TpRole::sharded);
+  CHECK(by_name.at("transformer.h.0.ln_1/LayerNormalization") == TpRole::replicated);
+  CHECK(by_name.at("lm_head/MatMul") == TpRole::column);
+  CHECK(by_name.at("transformer.wte/Gather") == TpRole::vocab_embedding);
+  CHECK(by_name.at("transformer.wpe/Gather") == TpRole::replicated);
+
+  ParallelConfig one = parse_parallel("tp=1");
+  ParallelConfig four = parse_parallel("tp=4");
+  const Analysis a1 = example_training(2, one), a4 = example_training(2, four);
+  // Every GEMM of GPT-2 is split (QKV/fc columns, proj rows, attention heads, vocabulary
+  // 50257 padded to 4 x 12565).
+  CHECK(gemm_flops(a4.kernels, Phase::forward) == doctest::Approx(gemm_flops(a1.kernels, Phase::forward) / 4).epsilon(1e-3));
+  CHECK(gemm_flops(a4.kernels, Phase::backward) == doctest::Approx(gemm_flops(a1.kernels, Phase::backward) / 4).epsilon(1e-3));
+  int fwd_ar = 0, bwd_ar = 0;
+  for (const auto& k : a4.kernels.kernels)
+    if (k.cls == KernelClass::collective) {
+      (k.phase == Phase::forward ? fwd_ar : bwd_ar)++;
+      CHECK(k.bytes == doctest::Approx(2.0 * 128 * 768 * 4));  // one residual-stream tensor
+    }
+  CHECK(fwd_ar == 2 * 12 + 1);  // attention and MLP per layer, vocabulary-parallel embedding
+  CHECK(bwd_ar == 2 * 12 + 1);  // QKV and fc input gradients per layer, LM head
+}
+
+TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
+  const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
+  LoadedModel m = load_model(test::example_model());
+  Options o;
+  o.dims.batch = 8;
+  o.dims.seq = 128;
+  o.mode = Mode::training;
+  o.predictor = "roofline";
+  o.parallel = parse_parallel("dp=2");
+  const Report dp = analyze(m, gpu, o);
+  REQUIRE(dp.parallel);
+  CHECK(dp.parallel->micro_batch == 4);
+  CHECK(dp.parallel->dp_buckets >= 2);
+  CHECK(dp.parallel->dp_exposed_ms > 0);
+  CHECK(dp.parallel->dp_exposed_ms < dp.parallel->dp_comm_ms);  // most of it hides under the backward
+  CHECK(dp.e2e_latency_ms == doctest::Approx(dp.parallel->iteration_ms));
+  CHECK(dp.e2e_latency_ms == doctest::Approx(dp.forward_ms + dp.backward_ms + dp.update_ms + dp.parallel->dp_exposed_ms));
+
+  o.parallel = parse_parallel("pp=2,microbatches=4,schedule=gpipe");
+  const Report pp = analyze(m, gpu, o);
+  REQUIRE(pp.parallel);
+  REQUIRE(pp.parallel->stages.size() == 2);
+  // Stages are cut where only the residual stream crosses: batch 2 x 128 x 768 fp32.
+  CHECK(pp.parallel->stages[0].send_bytes == doctest::Approx(2.0 * 128 * 768 * 4));
+  const auto& s = pp.parallel->stages;
+  CHECK(s[0].forward_ms + s[0].backward_ms == doctest::Approx(s[1].forward_ms + s[1].backward_ms).epsilon(0.25));
+  CHECK(pp.parallel->bubble_fraction > 0);
+  CHECK(pp.parallel->bubble_fraction < bubble_fraction(2, 4) + 0.1);
+  CHECK(pp.parallel->pp_comm_ms > 0);
+  // Memory: 124M parameters (+ untied LM head) at fp32, each stage about half.
+  const double params = s[0].params + s[1].params;
+  CHECK(params > 124e6);
+  CHECK(params < 170e6);
+  CHECK(s[0].weights_gb == doctest::Approx(s[0].params * 4 / (1024.0 * 1024 * 1024)));
+  CHECK(s[0].optimizer_gb == doctest::Approx(2 * s[0].weights_gb));
+  CHECK(pp.parallel->peak_memory_gb < gpu.mem_gb);
+  CHECK(pp.warnings.empty());
+}
+
+TEST_CASE("parallel: memory beyond the GPU warns") {
+  LoadedModel m = load_model(test::example_model());
+  Options o;
+  o.dims.batch = 256;
+  o.dims.seq = 1024;
+  o.mode = Mode::training;
+  o.predictor = "roofline";
+  o.parallel = parse_parallel("dp=2");
+  const Report r = analyze(m, GpuDatabase::builtin().resolve("l4"), o);
+  REQUIRE(r.parallel);
+  CHECK(r.parallel->peak_memory_gb > 24);
+  bool warned = false;
+  for (const auto& w : r.warnings) warned = warned || w.find("GB per GPU") != std::string::npos;
+  CHECK(warned);
+}
