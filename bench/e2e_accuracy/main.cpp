@@ -1,0 +1,308 @@
+// e2e_accuracy - predicted vs measured end-to-end latency of whole models (FP32, PyTorch eager,
+// one GPU) for every single-GPU run in ../shared/neusight-data/e2e/labels, with the NeuSight
+// predictor (when its weights are present) and a plain roofline; then, from the per-op CSVs of
+// one traced layer, which kernel classes are off.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "neusight/model_builder.h"
+#include "neusight/neusight.h"
+
+namespace fs = std::filesystem;
+using namespace neusight;
+
+namespace {
+
+struct Run {
+  std::string gpu_dir, model, mode, stem;
+  int64_t seq = 0, batch = 0;
+  bool fusion = false;
+  double measured_ms = 0, measured_fw = 0, measured_bw = 0;
+  fs::path label_csv, opgraph_csv;
+};
+
+// "gpt2_large-inf-1024-4[-fusion].json"; nullopt for multi-GPU runs (-dp4/-tp4/-pp4...).
+std::optional<Run> parse_label(const fs::path& p) {
+  const std::string stem = p.stem().string();
+  std::vector<std::string> parts;
+  std::stringstream ss(stem);
+  std::string tok;
+  while (std::getline(ss, tok, '-')) parts.push_back(tok);
+  if (parts.size() < 4) return std::nullopt;
+  Run r;
+  r.stem = stem;
+  r.model = parts[0];
+  r.mode = parts[1] == "train" ? "training" : "inference";
+  r.seq = std::stoll(parts[2]);
+  r.batch = std::stoll(parts[3]);
+  for (size_t i = 4; i < parts.size(); ++i) {
+    if (parts[i] == "fusion") r.fusion = true;
+    else return std::nullopt;  // dp4 / tp4 / pp4_1 ...: multi-GPU, another benchmark
+  }
+  return r;
+}
+
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (char ch : line) {
+    if (ch == '"') quoted = !quoted;
+    else if (ch == ',' && !quoted) out.emplace_back();
+    else out.back() += ch;
+  }
+  return out;
+}
+
+std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
+  std::vector<std::map<std::string, std::string>> rows;
+  std::ifstream f(p);
+  std::string line;
+  if (!std::getline(f, line)) return rows;
+  const auto head = csv_fields(line);
+  std::string rec;
+  while (std::getline(f, line)) {
+    rec += line;
+    if (std::count(rec.begin(), rec.end(), '"') % 2) { rec += "\n"; continue; }  // quoted newline
+    const auto v = csv_fields(rec);
+    rec.clear();
+    std::map<std::string, std::string> row;
+    for (size_t i = 0; i < head.size() && i < v.size(); ++i) row[head[i]] = v[i];
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// Kernel class of a traced operator (opgraph OpName) and of one of our kernels.
+std::string traced_class(const std::string& op, const std::string& fwops) {
+  if (op == "Linear") return "linear";
+  if (op == "BMM") return "bmm";
+  if (op == "VECsoftmax") return "softmax";
+  if (op == "VECln") return "layernorm";
+  if (op.rfind("VEC", 0) == 0) return "elementwise";
+  if (fwops.find("MEM") != std::string::npos) return "memory";
+  return "other";
+}
+
+std::string our_class(const Kernel& k) {
+  switch (k.cls) {
+    case KernelClass::gemm: return k.gemm.batch > 1 ? "bmm" : "linear";
+    case KernelClass::softmax: return "softmax";
+    case KernelClass::layernorm: return "layernorm";
+    case KernelClass::elementwise: return "elementwise";
+    case KernelClass::memory: return "memory";
+    default: return "other";
+  }
+}
+
+const std::vector<std::string> kClasses = {"linear", "bmm", "elementwise", "softmax", "layernorm", "memory", "other"};
+
+std::map<std::string, double> by_class(const Report& r) {
+  std::map<std::string, double> m;
+  for (const auto& n : r.nodes)
+    for (const auto& k : n.kernels) m[our_class(k.kernel)] += k.prediction.latency_ms;
+  for (const auto& k : r.extra_kernels) m[our_class(k.kernel)] += k.prediction.latency_ms;
+  return m;
+}
+
+std::string short_gpu(const std::string& dir) {
+  std::string s = dir;
+  for (const char* p : {"NVIDIA_", "Tesla_", "AMD_Instinct_"})
+    if (s.rfind(p, 0) == 0) s = s.substr(std::string(p).size());
+  return s.substr(0, s.find('-'));
+}
+
+double err_pct(double pred, double meas) { return 100.0 * (pred - meas) / meas; }
+
+struct Mean {
+  double sum = 0;
+  int n = 0;
+  void add(double v) { sum += std::fabs(v); ++n; }
+  std::string str() const {
+    char b[64];
+    if (!n) return "   -  ";
+    std::snprintf(b, sizeof b, "%6.1f%% (n=%d)", sum / n, n);
+    return b;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
+  std::string weights;
+  bool per_class = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--shared" && i + 1 < argc) shared = argv[++i];
+    else if (a == "--weights" && i + 1 < argc) weights = argv[++i];
+    else if (a == "--no-per-class") per_class = false;
+    else {
+      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--no-per-class]\n");
+      return 2;
+    }
+  }
+  const fs::path data = fs::path(shared) / "neusight-data";
+  const fs::path labels = data / "e2e" / "labels";
+  if (!fs::is_directory(labels)) {
+    std::fprintf(stderr, "e2e_accuracy: %s: missing shared data (clone ../shared next to the repo)\n", labels.c_str());
+    return 1;
+  }
+  std::vector<Run> runs;
+  for (const auto& gd : fs::directory_iterator(labels)) {
+    if (!gd.is_directory()) continue;
+    for (const auto& f : fs::directory_iterator(gd.path())) {
+      if (f.path().extension() != ".json") continue;
+      auto r = parse_label(f.path());
+      if (!r) continue;
+      r->gpu_dir = gd.path().filename().string();
+      std::ifstream in(f.path());
+      const auto j = nlohmann::json::parse(in);
+      r->measured_fw = j.value("fw_latency", 0.0);
+      r->measured_bw = j.value("bwall_latency", 0.0);
+      r->measured_ms = j.value("e2e_latency", 0.0);
+      r->label_csv = f.path().parent_path() / (r->stem + ".csv");
+      r->opgraph_csv = data / "e2e" / "opgraph" / (r->stem + ".csv");
+      runs.push_back(*r);
+    }
+  }
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) {
+    return std::tie(a.fusion, a.mode, a.model, a.gpu_dir, a.seq, a.batch) <
+           std::tie(b.fusion, b.mode, b.model, b.gpu_dir, b.seq, b.batch);
+  });
+
+  // Is the trained predictor there? (It ships with the predictor stage once trained.)
+  std::string ns_status = "available";
+  try {
+    make_neusight_predictor(weights);
+  } catch (const std::exception& e) {
+    ns_status = std::string("unavailable: ") + e.what();
+  }
+  const bool have_ns = ns_status == "available";
+  std::printf("e2e_accuracy: %zu single-GPU runs from %s\n", runs.size(), labels.c_str());
+  std::printf("FP32, PyTorch eager (fusion runs: --fusion full); NeuSight predictor %s\n\n", ns_status.c_str());
+  std::printf("%-8s %-11s %-5s %5s %3s %-6s %11s %11s %7s %11s %7s\n", "gpu", "model", "mode", "seq", "bs", "fusion",
+              "measured", "neusight", "err%", "roofline", "err%");
+
+  std::map<std::string, ModelConfig> configs;
+  std::map<std::string, std::map<std::string, Mean>> mean;  // [group][predictor]
+  // per class: [class][gpu] -> (pred, measured) sums over runs with per-op CSVs
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum;
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum_rf;
+  for (const auto& r : runs) {
+    try {
+      if (!configs.count(r.model))
+        configs[r.model] = read_hf_config((data / "model_configs" / (r.model + ".json")).string());
+      const ModelConfig& cfg = configs[r.model];
+      const Gpu gpu = GpuDatabase::builtin().resolve((data / "device_configs" / (r.gpu_dir + ".json")).string());
+      Options o;
+      o.dims.batch = r.batch;
+      o.dims.seq = r.seq;
+      o.mode = r.mode == "training" ? Mode::training : Mode::inference;
+      o.fusion = r.fusion ? Fusion::full : Fusion::eager;
+      o.dtype = DType::f32;
+      o.weights_dir = weights;
+      const LoadedModel m = build_model(cfg);
+      const Analysis a = prepare(m, o);
+      Options orf = o;
+      orf.predictor = "roofline";
+      const Report rf = predict(a, m.model, gpu, orf);
+      std::optional<Report> ns;
+      if (have_ns) {
+        Options on = o;
+        on.predictor = "neusight";
+        ns = predict(a, m.model, gpu, on);
+      }
+      const std::string group = r.fusion ? "fusion" : r.mode;
+      char nsb[32] = "          -", nse[16] = "      -";
+      if (ns) {
+        std::snprintf(nsb, sizeof nsb, "%11.1f", ns->e2e_latency_ms);
+        std::snprintf(nse, sizeof nse, "%+7.1f", err_pct(ns->e2e_latency_ms, r.measured_ms));
+        mean[group]["neusight"].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
+      }
+      mean[group]["roofline"].add(err_pct(rf.e2e_latency_ms, r.measured_ms));
+      std::printf("%-8s %-11s %-5s %5lld %3lld %-6s %11.1f %s %s %11.1f %+7.1f\n", short_gpu(r.gpu_dir).c_str(),
+                  r.model.c_str(), r.mode == "training" ? "train" : "inf", (long long)r.seq, (long long)r.batch,
+                  r.fusion ? "full" : "eager", r.measured_ms, nsb, nse, rf.e2e_latency_ms,
+                  err_pct(rf.e2e_latency_ms, r.measured_ms));
+      if (r.mode == "training") {
+        const Report& p = ns ? *ns : rf;
+        std::printf("%-44s fw %.1f / %.1f  bw+update %.1f / %.1f  (predicted / measured, %s)\n", "", p.forward_ms,
+                    r.measured_fw, p.backward_ms + p.update_ms, r.measured_bw, p.predictor.c_str());
+      }
+
+      // Per kernel class on the traced one-layer model (the per-op CSV's scope).
+      if (per_class && !r.fusion && fs::exists(r.label_csv) && fs::exists(r.opgraph_csv)) {
+        std::map<std::string, std::string> op_class;
+        for (auto& row : read_csv(r.opgraph_csv)) op_class[row["Name"]] = traced_class(row["OpName"], row["FwOps"]);
+        std::map<std::string, double> meas;
+        for (auto& row : read_csv(r.label_csv)) {
+          auto it = op_class.find(row["Name"]);
+          meas[it == op_class.end() ? "other" : it->second] += std::atof(row["latency"].c_str());
+        }
+        ModelConfig one = cfg;
+        one.layers = 1;
+        const LoadedModel m1 = build_model(one);
+        const Analysis a1 = prepare(m1, o);
+        auto prf = by_class(predict(a1, m1.model, gpu, orf));
+        std::map<std::string, double> pns;
+        if (have_ns) {
+          Options on = o;
+          on.predictor = "neusight";
+          pns = by_class(predict(a1, m1.model, gpu, on));
+        }
+        const std::string g = short_gpu(r.gpu_dir);
+        for (const auto& c : kClasses) {
+          cls_sum[c][g].first += have_ns ? pns[c] : prf[c];
+          cls_sum[c][g].second += meas[c];
+          cls_sum_rf[c][g].first += prf[c];
+          cls_sum_rf[c][g].second += meas[c];
+        }
+      }
+    } catch (const std::exception& e) {
+      std::printf("%-8s %-11s %s: error: %s\n", short_gpu(r.gpu_dir).c_str(), r.model.c_str(), r.stem.c_str(), e.what());
+    }
+  }
+
+  std::printf("\nmean |error|          neusight            roofline\n");
+  for (const char* g : {"inference", "training", "fusion"})
+    std::printf("%-16s %20s %20s\n", g, mean[g]["neusight"].str().c_str(), mean[g]["roofline"].str().c_str());
+
+  if (per_class && !cls_sum.empty()) {
+    auto table = [&](const char* title, auto& sums) {
+      std::printf("\n%s: predicted / measured per kernel class, one traced layer + embeddings + head,\n"
+                  "summed over the runs with per-op CSVs (1.00 = exact; '-' = class absent)\n", title);
+      std::vector<std::string> gpus;
+      for (auto& [g, v] : sums.begin()->second) gpus.push_back(g);
+      std::printf("%-12s", "class");
+      for (auto& g : gpus) std::printf(" %7s", g.c_str());
+      std::printf("   share of measured\n");
+      double total = 0;
+      for (auto& [c, m] : sums)
+        for (auto& [g, pm] : m) total += pm.second;
+      for (const auto& c : kClasses) {
+        std::printf("%-12s", c.c_str());
+        double share = 0;
+        for (auto& g : gpus) {
+          const auto pm = sums[c][g];
+          share += pm.second;
+          if (pm.second > 0) std::printf(" %7.2f", pm.first / pm.second);
+          else std::printf(" %7s", pm.first > 0 ? "(+)" : "-");
+        }
+        std::printf("   %5.1f%%\n", total > 0 ? 100 * share / total : 0.0);
+      }
+    };
+    if (have_ns) table("NeuSight", cls_sum);
+    table("Roofline", cls_sum_rf);
+  }
+  return 0;
+}
