@@ -3,5 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/build.sh
+# chromium (HTML report) and onnxruntime-node (annotated ONNX) for the report tests.
+scripts/install_test_deps.sh
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure -j "$(nproc)" "$@"

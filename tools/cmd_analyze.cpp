@@ -32,21 +32,22 @@ Fusion parse_fusion(const std::string& s) {
   throw InputError("--fusion: expected none, eager or full, got '" + s + "'");
 }
 
-std::string fmt(double v, int prec = 4) {
-  std::ostringstream os;
-  os.precision(prec);
-  os << std::fixed << v;
-  return os.str();
+// Latency text for annotations: four significant digits, so microsecond kernels stay visible.
+std::string sig(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", ms);
+  return buf;
 }
 
 // The per-node text Netron shows in the node's properties.
 std::string node_doc(const NodeReport& n) {
   std::ostringstream os;
-  os << "neusight: latency_ms=" << fmt(n.latency_ms, 5);
+  os << "neusight: latency_ms=" << sig(n.latency_ms);
   for (const auto& k : n.kernels) {
     os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
-       << " latency_ms=" << fmt(k.prediction.latency_ms, 5) << " tile=" << k.tiling.tile
-       << " waves=" << k.tiling.waves << " bound=" << (k.prediction.compute_bound ? "compute" : "memory");
+       << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
+       << " waves=" << k.tiling.waves << " bound=" << (k.prediction.compute_bound ? "compute" : "memory")
+       << " util=" << sig(100 * k.prediction.utilization) << "%" << (k.prediction.extrapolated ? " extrapolated" : "");
   }
   return os.str();
 }
@@ -146,7 +147,7 @@ int cmd_analyze(const Argv& argv) {
     ann.metadata = {{"neusight.gpu", r.gpu.name},
                     {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
                     {"neusight.dtype", dtype_name(r.dtype)},
-                    {"neusight.e2e_latency_ms", fmt(r.e2e_latency_ms, 6)},
+                    {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
                     {"neusight.predictor", r.predictor},
                     {"neusight.version", version()}};
     write_annotated(loaded, analysis.graph, ann, args.get("--out"));

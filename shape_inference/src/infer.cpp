@@ -718,7 +718,8 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["Dropout"] = [](Ctx& c) {
       rule_unary(c);
       const TensorInfo* x = c.in(0);
-      if (x && x->has_shape && c.num_out() > 1) set_out(c, 1, DType::boolean, x->shape);
+      // The mask is bool from opset 12 on; before that it has the input's type.
+      if (x && x->has_shape && c.num_out() > 1) set_out(c, 1, c.opset() >= 12 ? DType::boolean : x->dtype, x->shape);
     };
     t["Cast"] = rule_cast;
     t["CastLike"] = [](Ctx& c) {

@@ -1,0 +1,170 @@
+"""Terminal table, CSV and GPU lists through the real binary: what a person reads."""
+import csv
+import io
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import tempfile
+import unittest
+
+from cli_util import BIN, EXAMPLE, run, run_json
+
+ARGS = (EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "128")
+ROW = re.compile(r"^(\S+)\s+(\S+)\s+(gemm|elementwise|softmax|layernorm|reduce|memory|collective|unknown)\s")
+
+
+def node_rows(out):
+    return [l for l in out.splitlines() if ROW.match(l)]
+
+
+def row_ms(line):
+    # The last two columns are latency (ms, maybe with '*') and share (%).
+    return float(line.split()[-2].rstrip("*"))
+
+
+class Table(unittest.TestCase):
+    def test_piped_output_is_plain_and_stable(self):
+        code, out, err = run(*ARGS)
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("\033", out)
+        self.assertNotIn("\033", err)
+        for col in ("node", "op", "class", "output", "tile", "waves", "bound", "util%", "ms", "%"):
+            self.assertIn(col, out.splitlines()[2].split())
+        self.assertIn("by kernel class", out)
+        code2, out2, _ = run(*ARGS)
+        self.assertEqual(out, out2)
+
+    def test_rows_match_the_json_report(self):
+        code, out, err = run(*ARGS)
+        self.assertEqual(code, 0, err)
+        r = run_json(*ARGS)
+        with_kernels = [n for n in r["nodes"] if n["kernels"]]
+        rows = node_rows(out)
+        self.assertEqual(len(rows), len(with_kernels))
+        self.assertEqual([l.split()[0] for l in rows], [n["name"] for n in with_kernels])
+        shares = sum(float(l.split()[-1]) for l in rows)
+        self.assertAlmostEqual(shares, 100.0, delta=0.1 * len(rows))
+        # Class totals in the table equal the JSON's.
+        for cls, ms in r["totals_by_class_ms"].items():
+            m = re.search(r"^" + cls + r"\s+\d+\s+([0-9.]+)\s+([0-9.]+)$", out, re.M)
+            self.assertIsNotNone(m, cls)
+            self.assertAlmostEqual(float(m.group(1)), ms, delta=max(1e-4, 1e-3 * ms))
+
+    def test_top_n_is_the_n_slowest(self):
+        code, out, err = run(*ARGS, "--top", "5")
+        self.assertEqual(code, 0, err)
+        rows = node_rows(out)
+        self.assertEqual(len(rows), 5)
+        ms = [row_ms(l) for l in rows]
+        self.assertEqual(ms, sorted(ms, reverse=True))
+        r = run_json(*ARGS)
+        slowest = sorted((n["latency_ms"] for n in r["nodes"]), reverse=True)[:5]
+        for a, b in zip(ms, slowest):
+            self.assertAlmostEqual(a, b, delta=max(1e-4, 2e-3 * b))
+        self.assertIn("lm_head/MatMul", rows[0])
+        self.assertIn("the 5 slowest of", out)
+
+    def test_group_by_layer(self):
+        code, out, err = run(*ARGS, "--group", "layer")
+        self.assertEqual(code, 0, err)
+        layers = re.findall(r"^(transformer\.h\.\d+)\s+(\d+)\s+(\S+)\s+([0-9.]+)\s+([0-9.]+)$", out, re.M)
+        self.assertEqual([l[0] for l in layers], [f"transformer.h.{i}" for i in range(12)])
+        # Identical layers: the same node count, class and time.
+        self.assertEqual(len({(l[1], l[2], l[3]) for l in layers}), 1)
+        self.assertEqual(layers[0][2], "gemm")
+        self.assertNotIn("mlp.c_fc/MatMul", out)
+        code, out, err = run(*ARGS, "--group", "layer", "--top", "1")
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"(?m)^lm_head\s")
+        self.assertIn("the 1 slowest of", out)
+
+    def test_bad_group_is_an_input_error(self):
+        code, _, err = run(*ARGS, "--group", "block")
+        self.assertEqual(code, 2)
+        self.assertIn("--group", err)
+
+    def test_training_splits_phases(self):
+        code, out, err = run(*ARGS, "--mode", "training", "--group", "layer")
+        self.assertEqual(code, 0, err)
+        self.assertIn("by phase", out)
+        r = run_json(*ARGS, "--mode", "training")
+        m = re.search(r"^backward\s+([0-9.]+)\s+([0-9.]+)$", out, re.M)
+        self.assertIsNotNone(m)
+        self.assertAlmostEqual(float(m.group(1)), r["backward_ms"], delta=max(1e-4, 1e-3 * r["backward_ms"]))
+        self.assertIn("bwd ms", out)
+
+    def test_gpu_list_adds_a_gpu_table(self):
+        code, out, err = run(*ARGS[:2], "b200,h100,t4", *ARGS[3:])
+        self.assertEqual(code, 0, err)
+        r = run_json(*ARGS[:2], "b200,h100,t4", *ARGS[3:])
+        table = out[out.rindex("\ngpu "):]
+        rows = [l for l in table.splitlines()[2:] if l.strip()]
+        self.assertEqual(len(rows), 3)
+        self.assertTrue(rows[0].endswith("1.00x"))
+        for line, rep in zip(rows, r):
+            self.assertIn(rep["gpu"], line)
+            speedup = float(line.split()[-1].rstrip("x"))
+            self.assertAlmostEqual(speedup, r[0]["e2e_latency_ms"] / rep["e2e_latency_ms"], delta=0.01)
+
+    def test_colour_and_progress_only_on_a_tty(self):
+        master, slave = pty.openpty()
+        p = subprocess.Popen([BIN, *ARGS[:2], "b200,h100", *ARGS[3:], "--top", "3"], stdout=slave, stderr=slave,
+                             stdin=subprocess.DEVNULL)
+        os.close(slave)
+        data = b""
+        while True:
+            r, _, _ = select.select([master], [], [], 120)
+            if not r:
+                break
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        os.close(master)
+        self.assertEqual(p.wait(timeout=120), 0)
+        text = data.decode("utf-8", "replace")
+        self.assertIn("\033[1m", text)
+        self.assertIn("predicting on", text)
+
+
+class Csv(unittest.TestCase):
+    def test_one_row_per_node_and_per_kernel(self):
+        r = run_json(*ARGS)
+        with tempfile.TemporaryDirectory() as d:
+            nodes_csv, kernels_csv = os.path.join(d, "n.csv"), os.path.join(d, "k.csv")
+            code, _, err = run(*ARGS, "--csv", nodes_csv, "--quiet")
+            self.assertEqual(code, 0, err)
+            code, _, err = run(*ARGS, "--csv", kernels_csv, "--csv-kernels", "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(nodes_csv) as f:
+                nodes = list(csv.DictReader(f))
+            with open(kernels_csv) as f:
+                kernels = list(csv.DictReader(f))
+        self.assertEqual([n["node"] for n in nodes], [n["name"] for n in r["nodes"]])
+        self.assertAlmostEqual(sum(float(n["latency_ms"]) for n in nodes), r["e2e_latency_ms"], delta=1e-6)
+        self.assertAlmostEqual(sum(float(n["share"]) for n in nodes), 1.0, delta=1e-6)
+        for n in nodes:
+            self.assertEqual(n["layer"] != "", n["node"] != "")
+        self.assertEqual(len(kernels), sum(len(n["kernels"]) for n in r["nodes"]))
+        self.assertAlmostEqual(sum(float(k["latency_ms"]) for k in kernels), r["e2e_latency_ms"], delta=1e-6)
+        for k in kernels:
+            self.assertIn(k["class"], ("gemm", "elementwise", "softmax", "layernorm", "reduce", "memory", "collective",
+                                       "unknown"))
+            self.assertIn(k["bound"], ("compute", "memory", "-"))
+
+    def test_unwritable_csv_leaves_nothing(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, _, err = run(*ARGS, "--csv", os.path.join(d, "missing", "n.csv"), "--quiet")
+            self.assertEqual(code, 1)
+            self.assertEqual(len(err.strip().splitlines()), 1)
+            self.assertEqual(os.listdir(d), [])
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,126 @@
+"""`compare` on GPT-2 variants built by `export`: direction, speed-ups, class deltas, node matching."""
+import json
+import os
+import tempfile
+import unittest
+
+from cli_util import SOURCE, run
+
+GPUS = "b200,h100"
+
+
+def export(d, name, **overrides):
+    with open(os.path.join(SOURCE, "examples", "gpt2-small.json")) as f:
+        cfg = json.load(f)
+    cfg.update(overrides)
+    cfg_path = os.path.join(d, name + ".json")
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    out = os.path.join(d, name + ".onnx")
+    code, _, err = run("export", "--config", cfg_path, "-o", out)
+    if code != 0:
+        raise AssertionError(f"export {name}: {err}")
+    return out
+
+
+class Compare(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        d = cls.tmp.name
+        cls.base = export(d, "gpt2_12l")
+        cls.shallow = export(d, "gpt2_6l", n_layer=6)
+        cls.narrow = export(d, "gpt2_512h", n_embd=512, n_head=8)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def compare(self, *models, extra=()):
+        out = os.path.join(self.tmp.name, "c.json")
+        html = os.path.join(self.tmp.name, "c.html")
+        code, table, err = run("compare", *models, "--gpu", GPUS, "--batch", "2", "--seq", "256", "--json", out,
+                               "--html", html, *extra)
+        self.assertEqual(code, 0, err)
+        with open(out) as f:
+            c = json.load(f)
+        with open(html) as f:
+            page = f.read()
+        return c, table, page
+
+    def result(self, c, model, gpu_alias):
+        rows = [r for r in c["results"] if r["model"] == model and r["gpu_alias"] == gpu_alias]
+        self.assertEqual(len(rows), 1)
+        return rows[0]
+
+    def test_fewer_layers_is_faster_on_every_gpu(self):
+        c, table, page = self.compare(self.base, self.shallow)
+        self.assertEqual(c["models"], ["gpt2_12l.onnx", "gpt2_6l.onnx"])
+        self.assertEqual([g["alias"] for g in c["gpus"]], ["b200", "h100"])
+        for gpu in ("b200", "h100"):
+            base = self.result(c, "gpt2_12l.onnx", gpu)
+            var = self.result(c, "gpt2_6l.onnx", gpu)
+            self.assertAlmostEqual(base["speedup"], 1.0)
+            self.assertLess(var["e2e_latency_ms"], base["e2e_latency_ms"])
+            self.assertGreater(var["speedup"], 1.2)
+            # Six of twelve blocks go (the embeddings and the LM head stay): under 2x.
+            self.assertLess(var["speedup"], 2.0)
+            self.assertAlmostEqual(var["speedup"], base["e2e_latency_ms"] / var["e2e_latency_ms"], places=6)
+            for cls in ("gemm", "elementwise", "softmax", "layernorm"):
+                self.assertLess(var["class_delta_ms"][cls], 0, cls)
+            total = sum(var["class_delta_ms"].values())
+            self.assertAlmostEqual(total, var["e2e_latency_ms"] - base["e2e_latency_ms"], delta=1e-6)
+            # Blocks 0-5 keep their names; blocks 6-11 are removed, nothing is added.
+            self.assertGreater(var["matched"]["name"], 0)
+            self.assertEqual(var["matched"]["added"], 0)
+            self.assertGreater(var["matched"]["removed"], 0)
+            top = var["top_changed_nodes"]
+            self.assertEqual(len(top), 10)
+            for n in top:
+                self.assertEqual(n["matched_by"], "removed")
+                self.assertRegex(n["base_name"], r"^transformer\.h\.([6-9]|1[01])\.")
+                self.assertLess(n["delta_ms"], 0)
+            deltas = [abs(n["delta_ms"]) for n in top]
+            self.assertEqual(deltas, sorted(deltas, reverse=True))
+        self.assertIn("gpt2_6l.onnx vs gpt2_12l.onnx on", table)
+        self.assertRegex(table, r"gemm\s+[0-9.]+\s+[0-9.]+\s+-[0-9.]+")
+        self.assertIn("Nodes that changed most", page)
+        self.assertNotIn("https://", page)
+
+    def test_narrower_hidden_shrinks_matched_nodes(self):
+        c, _, _ = self.compare(self.base, self.narrow, extra=("--top", "5"))
+        var = self.result(c, "gpt2_512h.onnx", "b200")
+        self.assertGreater(var["speedup"], 1.0)
+        self.assertEqual(var["matched"]["added"], 0)
+        self.assertEqual(var["matched"]["removed"], 0)
+        self.assertLess(var["class_delta_ms"]["gemm"], 0)
+        top = var["top_changed_nodes"]
+        self.assertEqual(len(top), 5)
+        for n in top:
+            self.assertEqual(n["matched_by"], "name")
+            self.assertEqual(n["name"], n["base_name"])
+            self.assertLess(n["delta_ms"], 0)
+        # The LM head (768 -> 512 times 50257) is the one node that shrinks most.
+        self.assertEqual(top[0]["name"], "lm_head/MatMul")
+
+    def test_three_models_against_the_first(self):
+        c, table, _ = self.compare(self.base, self.shallow, self.narrow)
+        self.assertEqual(len(c["results"]), 6)
+        self.assertEqual(table.count(" vs gpt2_12l.onnx on "), 4)
+
+    def test_bad_input(self):
+        code, _, err = run("compare", self.base, "--gpu", "b200", "--batch", "1", "--seq", "8")
+        self.assertEqual(code, 2)
+        self.assertIn("at least two models", err)
+        code, _, err = run("compare", self.base, "/nonexistent.onnx", "--gpu", "b200", "--batch", "1", "--seq", "8",
+                           "--json", os.path.join(self.tmp.name, "never.json"))
+        self.assertEqual(code, 2)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "never.json")))
+        code, _, err = run("compare", self.base, self.shallow, "--batch", "1", "--seq", "8")
+        self.assertEqual(code, 2)
+        self.assertIn("--gpu", err)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,207 @@
+// unit-reports.cpp - report writers on hand-built reports: layers, table, CSV, HTML, compare.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "neusight/compare.h"
+#include "neusight/report.h"
+
+using namespace neusight;
+
+namespace {
+
+KernelReport kernel(KernelClass cls, double ms, Phase phase = Phase::forward, double flops = 1e9, double bytes = 1e6) {
+  KernelReport k;
+  k.kernel.cls = cls;
+  k.kernel.phase = phase;
+  k.kernel.op = kernel_class_name(cls);
+  k.kernel.flops = flops;
+  k.kernel.bytes = bytes;
+  k.tiling.tile = "128x128";
+  k.tiling.tiles = 10;
+  k.tiling.waves = 2;
+  k.prediction.latency_ms = ms;
+  k.prediction.roofline_ms = ms / 2;
+  k.prediction.utilization = 0.5;
+  k.prediction.compute_bound = cls == KernelClass::gemm;
+  return k;
+}
+
+NodeReport node(const std::string& name, const std::string& op, std::vector<KernelReport> ks) {
+  NodeReport n;
+  n.name = name;
+  n.op_type = op;
+  TensorInfo out;
+  out.name = name + "_out";
+  out.dtype = DType::f32;
+  out.has_shape = true;
+  out.shape = {Dim::of(1), Dim::sym("sequence"), Dim::of(768)};
+  n.outputs.push_back(out);
+  n.kernels = std::move(ks);
+  return n;
+}
+
+// A two-layer model: per layer a MatMul (gemm) and an Add (elementwise), plus a head.
+Report model(int layers, double gemm_ms, const std::string& gpu = "NVIDIA B200") {
+  Report r;
+  r.gpu.name = gpu;
+  r.gpu.aliases = {gpu == "NVIDIA B200" ? "b200" : "h100"};
+  r.gpu.mem_bw_gbps = 8000;
+  r.gpu.fp32_gflops = 80000;
+  r.model_name = "m" + std::to_string(layers);
+  r.predictor = "roofline";
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "transformer.h." + std::to_string(l);
+    r.nodes.push_back(node(p + ".mlp/MatMul", "MatMul", {kernel(KernelClass::gemm, gemm_ms)}));
+    r.nodes.push_back(node(p + ".mlp/Add", "Add", {kernel(KernelClass::elementwise, 0.1, Phase::forward, 1e6, 1e7)}));
+  }
+  r.nodes.push_back(node("lm_head/MatMul", "MatMul", {kernel(KernelClass::gemm, 2.0)}));
+  r.nodes.push_back(node("shape_only", "Shape", {}));
+  summarize(r);
+  return r;
+}
+
+int count_lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST_CASE("reports: layer_of takes the prefix through the first number") {
+  CHECK(layer_of("transformer.h.11.mlp.c_fc/MatMul") == "transformer.h.11");
+  CHECK(layer_of("/model/layers.0/self_attn/q_proj/MatMul") == "/model/layers.0");
+  CHECK(layer_of("lm_head/MatMul") == "lm_head");
+  CHECK(layer_of("encoder/block/3/ff/Relu") == "encoder/block/3");
+  CHECK(layer_of("conv1") == "conv1");
+  CHECK(layer_of("") == "");
+}
+
+TEST_CASE("reports: group_by_layer sums nodes per layer in graph order") {
+  const Report r = model(2, 1.0);
+  const auto layers = group_by_layer(r);
+  REQUIRE(layers.size() == 3);
+  CHECK(layers[0].name == "transformer.h.0");
+  CHECK(layers[0].nodes == 2);
+  CHECK(layers[0].latency_ms == doctest::Approx(1.1));
+  CHECK(layers[0].by_class.at("gemm") == doctest::Approx(1.0));
+  CHECK(layers[2].name == "lm_head");
+  double sum = 0;
+  for (const auto& l : layers) sum += l.latency_ms;
+  CHECK(sum == doctest::Approx(r.e2e_latency_ms));
+}
+
+TEST_CASE("reports: the table shows the top N, class totals and no colour unless asked") {
+  Report r = model(3, 1.0);
+  r.nodes[0].kernels[0].prediction.extrapolated = true;
+  TableOptions o;
+  o.top = 2;
+  const std::string plain = format_table(r, o);
+  CHECK(plain.find('\033') == std::string::npos);
+  CHECK(plain.find("lm_head/MatMul") != std::string::npos);
+  CHECK(plain.find("(the 2 slowest of 8 nodes)") != std::string::npos);
+  CHECK(plain.find("transformer.h.0.mlp/Add") == std::string::npos);
+  CHECK(plain.find("by kernel class") != std::string::npos);
+  CHECK(plain.find("end-to-end latency: 5.300 ms") != std::string::npos);
+  // lm_head first (2 ms), then the extrapolated MatMul of layer 0 (first of the 1 ms ties).
+  CHECK(plain.find("lm_head/MatMul") < plain.find("transformer.h.0.mlp/MatMul"));
+  CHECK(plain.find("1.000*") != std::string::npos);
+  CHECK(plain.find("extrapolated") != std::string::npos);
+  o.color = true;
+  CHECK(format_table(r, o).find("\033[") != std::string::npos);
+  o.color = false;
+  o.top = 0;
+  o.group_layers = true;
+  const std::string layers = format_table(r, o);
+  CHECK(layers.find("transformer.h.2 ") != std::string::npos);
+  CHECK(layers.find("mlp/MatMul") == std::string::npos);
+}
+
+TEST_CASE("reports: training tables split forward, backward and update") {
+  Report r = model(1, 1.0);
+  r.mode = Mode::training;
+  r.nodes[0].kernels.push_back(kernel(KernelClass::gemm, 2.0, Phase::backward));
+  r.nodes[0].kernels.push_back(kernel(KernelClass::elementwise, 0.5, Phase::update));
+  summarize(r);
+  CHECK(r.backward_ms == doctest::Approx(2.0));
+  const std::string t = format_table(r, TableOptions{});
+  CHECK(t.find("by phase") != std::string::npos);
+  CHECK(t.find("backward") != std::string::npos);
+  TableOptions g;
+  g.group_layers = true;
+  CHECK(format_table(r, g).find("bwd ms") != std::string::npos);
+}
+
+TEST_CASE("reports: GPU table gives speed-up against the first GPU") {
+  const std::vector<Report> rs = {model(2, 1.0), model(2, 2.0, "NVIDIA H100")};
+  const std::string t = format_gpu_table(rs);
+  CHECK(count_lines(t) == 3);
+  CHECK(t.find("1.00x") != std::string::npos);
+  // 4.2 ms against 6.2 ms: the second GPU runs at 0.68x the speed of the first.
+  CHECK(t.find("0.68x") != std::string::npos);
+}
+
+TEST_CASE("reports: CSV has one row per node or per kernel, names quoted") {
+  Report r = model(2, 1.0);
+  r.nodes[0].name = "a,\"b\"";
+  const std::string per_node = format_csv(r, false);
+  CHECK(count_lines(per_node) == 1 + static_cast<int>(r.nodes.size()));
+  CHECK(per_node.find("\"a,\"\"b\"\"\"") != std::string::npos);
+  size_t kernels = 0;
+  for (const auto& n : r.nodes) kernels += n.kernels.size();
+  CHECK(count_lines(format_csv(r, true)) == 1 + static_cast<int>(kernels));
+}
+
+TEST_CASE("reports: HTML is self-contained and escapes names") {
+  Report r = model(2, 1.0);
+  r.nodes[1].name = "<script>alert(1)</script>";
+  const std::string h = format_html({r, model(2, 2.0, "NVIDIA H100")});
+  CHECK(h.find("<script>alert(1)") == std::string::npos);
+  CHECK(h.find("&lt;script&gt;alert(1)") != std::string::npos);
+  CHECK(h.find("Content-Security-Policy") != std::string::npos);
+  CHECK(h.find("GPU comparison") != std::string::npos);
+  CHECK(h.find("Roofline on NVIDIA B200") != std::string::npos);
+  // Only the SVG namespace may name a URL; nothing is fetched.
+  size_t pos = 0, urls = 0, ns = 0;
+  while ((pos = h.find("http", pos)) != std::string::npos) {
+    ++urls;
+    if (h.compare(pos, 26, "http://www.w3.org/2000/svg") == 0) ++ns;
+    ++pos;
+  }
+  CHECK(urls == ns);
+  CHECK(h.find("src=") == std::string::npos);
+  CHECK(h.find("<circle") != std::string::npos);  // roofline points
+}
+
+TEST_CASE("compare: nodes match by name, then by position within an op type") {
+  Report a = model(2, 1.0), b = model(1, 1.0);
+  b.nodes[0].name = "renamed/MatMul";  // matched by position (first unmatched MatMul)
+  summarize(b);
+  const auto m = match_nodes(a, b);
+  auto find = [&](const std::string& how) {
+    return static_cast<int>(std::count_if(m.begin(), m.end(), [&](const NodeDelta& d) { return d.matched_by == how; }));
+  };
+  CHECK(find("name") == 3);      // h.0 Add, lm_head, shape_only
+  CHECK(find("position") == 1);  // renamed -> transformer.h.0.mlp/MatMul
+  CHECK(find("removed") == 2);   // layer 1
+  CHECK(find("added") == 0);
+  for (const auto& d : m)
+    if (d.matched_by == "position") CHECK(d.base_name == "transformer.h.0.mlp/MatMul");
+}
+
+TEST_CASE("compare: fewer layers are faster, deltas per class and changed nodes") {
+  const Comparison c = compare_reports({"big.onnx", "small.onnx"}, {{model(4, 1.0)}, {model(2, 1.0)}}, 3);
+  const auto& d = c.at(1, 0);
+  CHECK(d.base_ms == doctest::Approx(6.4));
+  CHECK(d.e2e_ms == doctest::Approx(4.2));
+  CHECK(d.speedup == doctest::Approx(6.4 / 4.2));
+  CHECK(d.class_delta_ms.at("gemm") == doctest::Approx(-2.0));
+  CHECK(d.class_delta_ms.at("elementwise") == doctest::Approx(-0.2));
+  REQUIRE(d.top_nodes.size() == 3);
+  CHECK(d.top_nodes[0].matched_by == "removed");
+  CHECK(d.top_nodes[0].delta_ms() == doctest::Approx(-1.0));
+  CHECK(c.at(0, 0).speedup == doctest::Approx(1.0));
+  const std::string t = format_compare_table(c);
+  CHECK(t.find("1.52x") != std::string::npos);
+  CHECK(format_compare_json(c).find("\"speedup\"") != std::string::npos);
+  CHECK(format_compare_html(c).find("Nodes that changed most") != std::string::npos);
+  CHECK_THROWS_AS(compare_reports({"a", "b"}, {{model(1, 1.0)}, {model(1, 1.0, "NVIDIA H100")}}), InputError);
+}
