@@ -157,7 +157,7 @@ void fit_class(TileTable& table, size_t ci, const std::vector<const Sample*>& sa
   double best = objective(samples, table);
   std::printf("fit %s: start objective %.4f (tile + count agreement summed over %zu GPUs)\n", cls.name.c_str(), best,
               samples.size());
-  const double steps[] = {0.5, 0.7, 0.85, 0.95, 1.05, 1.18, 1.4, 2.0};
+  const double steps[] = {0.25, 0.5, 0.7, 0.85, 0.95, 1.05, 1.18, 1.4, 2.0, 4.0};
   for (int round = 0; round < 10; ++round) {
     bool improved = false;
     for (size_t p = 0; p < params.size(); ++p) {
@@ -211,14 +211,18 @@ int main(int argc, char** argv) {
   std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
   std::string tiles = NEUSIGHT_TILES_JSON, write;
   bool fit = false;
+  std::string only;  // --class NAME: fit only this architecture class
+  std::string dump;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shared" && i + 1 < argc) shared = argv[++i];
     else if (a == "--tiles" && i + 1 < argc) tiles = argv[++i];
     else if (a == "--write" && i + 1 < argc) write = argv[++i];
     else if (a == "--fit") fit = true;
+    else if (a == "--class" && i + 1 < argc) only = argv[++i];
+    else if (a == "--dump" && i + 1 < argc) dump = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tile_agreement [--shared DIR] [--tiles tiles.json] [--fit [--write tiles.json]]\n");
+      std::fprintf(stderr, "usage: tile_agreement [--shared DIR] [--tiles tiles.json] [--fit [--class NAME] [--write tiles.json]] [--dump rows.csv]\n");
       return 2;
     }
   }
@@ -235,11 +239,23 @@ int main(int argc, char** argv) {
           for (const auto& r : s.rows) has_train |= r.train;
           if (has_train && &table.gemm_class(s.gpu->arch) == &table.classes[ci]) train.push_back(&s);
         }
-        if (train.empty()) continue;
+        if (train.empty() || (!only.empty() && table.classes[ci].name != only)) continue;
         fit_class(table, ci, train);
         fitted.insert(table.classes[ci].name);
       }
       if (!write.empty()) write_table(write, table, fitted);
+    }
+    if (!dump.empty()) {  // every row with the library's and the derived choice, for study
+      std::ofstream out(dump);
+      out << "device,split,op,B,M,N,K,lib_tile,lib_grid,tile,tiles,split_k\n";
+      for (const auto& [dev, s] : samples)
+        for (const auto& r : s.rows) {
+          const Tiling t = tile_kernel(r.kernel, *s.gpu, table);
+          const GemmShape& g = r.kernel.gemm;
+          out << dev << "," << (r.train ? "train" : "test") << "," << r.kernel.op << "," << g.batch << "," << g.m << ","
+              << g.k << "," << g.n << "," << r.lib_m << "x" << r.lib_n << "," << r.grid << "," << t.tile << ","
+              << t.tiles << "," << t.config.split_k << "\n";
+        }
     }
     std::printf("GEMM rows of neusight-data/kernels (linear + bmm, fp32); tile = threadblock MxN equals the "
                 "library's, count = derived tiles equal Grid x*y*z\n");
