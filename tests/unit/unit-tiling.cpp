@@ -1,6 +1,7 @@
 // unit-tiling.cpp - GPU database and tile/wave arithmetic.
 #include <doctest/doctest.h>
 
+#include "neusight/dataset.h"
 #include "neusight/gpu.h"
 #include "neusight/tiling.h"
 #include "test_util.h"
@@ -157,4 +158,28 @@ TEST_CASE("tiling: malformed tile tables are rejected with a clear message") {
                        doctest::Contains("max_split_k"), InputError);
   CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"layernorm\"", "\"layer_norm\""), "t.json"),
                        doctest::Contains("layernorm"), InputError);
+}
+
+TEST_CASE("tiling: derived tiles match cuBLAS on the unseen A100 80GB test rows") {
+  // The library's tile is in the kernel name (cuBLAS sgemm_AxB: A along n, B along m) and its
+  // tile count in Grid x*y*z. The tile table was never fitted on these rows.
+  const Gpu& gpu = GpuDatabase::builtin().resolve("a100-80gb");
+  int64_t rows = 0, tile_ok = 0, count_ok = 0;
+  for (const char* f : {"linear.csv", "bmm.csv"}) {
+    const Dataset ds = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/" + f);
+    for (const auto& r : ds.rows) {
+      if (r.device != gpu.name) continue;
+      const auto pos = r.kernel_name.find("sgemm_");
+      if (pos == std::string::npos) continue;
+      const int64_t lib_n = std::stoll(r.kernel_name.substr(pos + 6));
+      const int64_t lib_m = std::stoll(r.kernel_name.substr(r.kernel_name.find('x', pos) + 1));
+      const Tiling t = tile_kernel(r.kernel, gpu);
+      ++rows;
+      tile_ok += t.config.tb_m == lib_m && t.config.tb_n == lib_n;
+      count_ok += t.tiles == r.grid[0] * r.grid[1] * r.grid[2];
+    }
+  }
+  REQUIRE(rows > 3000);
+  CHECK(double(tile_ok) / rows > 0.8);   // 87.4% when written
+  CHECK(double(count_ok) / rows > 0.8);  // 88.8% when written
 }
