@@ -20,6 +20,8 @@ const Command kCommands[] = {
     {"gpus", neusight::cli::cmd_gpus, "list the GPU database with aliases"},
     {"export", neusight::cli::cmd_export, "write the graph built from a Hugging Face config"},
     {"compare", neusight::cli::cmd_compare, "compare model variants across GPUs (speed-up, class deltas)"},
+    {"kernels", neusight::cli::cmd_kernels, "predict each row of a dataset-format kernel CSV"},
+    {"train", neusight::cli::cmd_train, "train the NeuSight utilization MLPs on the dataset"},
 };
 
 const char* kUsage =

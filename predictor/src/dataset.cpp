@@ -54,9 +54,12 @@ int64_t col_int(const std::map<std::string, std::string>& c, const std::string& 
 // Elementwise op names of the dataset; the `u` suffix means tensor-with-scalar.
 bool elementwise_op(const std::string& op, std::string& base, int& inputs) {
   static const char* ops[] = {"add", "sub", "mul", "div", "pow", "relu", "gelu", "tanh", "sigmoid", "exp"};
+  // Exact names first ("gelu", "relu" end in 'u' themselves), then the `u` (scalar) variants.
   std::string b = op;
   bool unary_scalar = false;
-  if (b.size() > 1 && b.back() == 'u') {
+  bool exact = false;
+  for (const char* o : ops) exact = exact || b == o;
+  if (!exact && b.size() > 1 && b.back() == 'u') {
     b.pop_back();
     unary_scalar = true;
   }

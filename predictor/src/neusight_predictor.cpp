@@ -1,13 +1,66 @@
-// neusight_predictor.cpp - the trained tile-utilization MLP predictor (issue #6 fills it in).
+// neusight_predictor.cpp - the trained tile-utilization predictor: batched per class, roofline-bounded.
+#include <algorithm>
 #include <filesystem>
 
+#include "neusight/neusight_model.h"
 #include "neusight/predictor.h"
 
 namespace neusight {
+namespace {
+
+class NeusightPredictor final : public Predictor {
+ public:
+  explicit NeusightPredictor(ModelSet m) : m_(std::move(m)) {}
+
+  std::vector<Prediction> predict(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
+                                  const Gpu& gpu) const override {
+    if (tilings.size() != kernels.size()) throw RuntimeError("predict: one tiling per kernel expected");
+    std::vector<Prediction> out(kernels.size());
+    std::vector<size_t> members[kNumUtilClasses];
+    std::vector<TileFeatures> feats[kNumUtilClasses];
+    const double bw = gpu.mem_bw_gbps * 1e9;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      const Kernel& k = kernels[i];
+      Prediction& p = out[i];
+      p.roofline_ms = roofline_ms(k, gpu);
+      const double peak = gpu.peak_gflops(k.dtype) * 1e9;
+      p.compute_bound = peak > 0 && bw > 0 && k.flops / peak >= k.bytes / bw;
+      p.latency_ms = p.roofline_ms;
+      p.utilization = p.latency_ms > 0 ? 1.0 : 0.0;
+      UtilClass c;
+      if (!util_class_of(k, c) || tilings[i].tiles <= 0 || p.roofline_ms <= 0) continue;
+      const ClassModel& cm = m_.classes[int(c)];
+      if (cm.empty()) continue;
+      TileFeatures f = tile_features(c, k, tilings[i], gpu);
+      if (!(f.base_ms > 0)) continue;
+      members[int(c)].push_back(i);
+      feats[int(c)].push_back(f);
+    }
+    for (int c = 0; c < kNumUtilClasses; ++c) {
+      if (members[c].empty()) continue;
+      std::vector<char> extra;
+      const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra);
+      for (size_t j = 0; j < members[c].size(); ++j) {
+        Prediction& p = out[members[c][j]];
+        // Never faster than the roofline.
+        p.latency_ms = std::max(lat[j], p.roofline_ms);
+        p.utilization = p.roofline_ms / p.latency_ms;
+        p.extrapolated = extra[j] != 0;
+      }
+    }
+    return out;
+  }
+  std::string name() const override { return "neusight"; }
+
+ private:
+  ModelSet m_;
+};
+
+}  // namespace
 
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir) {
   const std::string dir = weights_dir.empty() ? data_dir() + "/weights" : weights_dir;
-  throw RuntimeError(dir + ": no trained NeuSight weights yet; use --predictor roofline");
+  return std::make_unique<NeusightPredictor>(load_model_set(dir));
 }
 
 }  // namespace neusight

@@ -1,0 +1,149 @@
+// kernel_accuracy - prints per-class MAPE on the dataset's test kernels and the prediction speed.
+//
+// (a) test kernels of the five training GPUs, shipped weights;
+// (b) the A100 80GB PCIe test kernels (a GPU never trained on), shipped weights;
+// (c) forward in time: weights trained on P4, P100, T4, V100 only, tested on both A100s.
+// Each beside the plain roofline and the paper's figures (METHOD.md).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "neusight/dataset.h"
+#include "neusight/model_builder.h"
+#include "neusight/neusight.h"
+#include "neusight/neusight_model.h"
+
+using namespace neusight;
+
+namespace {
+
+const char* kClasses[] = {"bmm", "linear", "elementwise", "softmax", "layernorm"};
+// Paper (NeuSight, ASPLOS'25), percent error: in distribution / GPUs not in training.
+const double kPaperIn[] = {26.0, 20.0, 14.0, 19.3, 20.1};
+const double kPaperOut[] = {13.8, 13.9, 19.3, 13.9, 56.7};
+const double kTarget[] = {10, 10, 12, 10, 20};
+
+std::string class_of(const DatasetRow& r) {
+  if (r.op_name == "bmm" || r.op_name == "linear") return r.op_name;
+  if (r.op_name == "softmax") return "softmax";
+  if (r.op_name == "ln") return "layernorm";
+  return "elementwise";
+}
+
+struct Acc {
+  double err = 0, roof = 0;
+  size_t n = 0, extrapolated = 0;
+};
+
+std::map<std::string, Acc> evaluate(const std::vector<DatasetRow>& rows, const Predictor& p) {
+  std::map<std::string, Acc> acc;
+  std::map<std::string, std::vector<const DatasetRow*>> by_dev;
+  for (const auto& r : rows) by_dev[r.device].push_back(&r);
+  auto roofline = make_roofline_predictor();
+  for (const auto& [dev, rs] : by_dev) {
+    const Gpu g = GpuDatabase::builtin().resolve(dev);
+    std::vector<Kernel> ks;
+    std::vector<Tiling> ts;
+    for (const auto* r : rs) {
+      ks.push_back(r->kernel);
+      ts.push_back(tile_kernel(r->kernel, g));
+    }
+    const auto pred = p.predict(ks, ts, g);
+    const auto rl = roofline->predict(ks, ts, g);
+    for (size_t i = 0; i < rs.size(); ++i) {
+      Acc& a = acc[class_of(*rs[i])];
+      const double y = rs[i]->latency_ms;
+      a.err += std::fabs(pred[i].latency_ms - y) / y;
+      a.roof += std::fabs(rl[i].latency_ms - y) / y;
+      a.extrapolated += pred[i].extrapolated ? 1 : 0;
+      ++a.n;
+    }
+  }
+  return acc;
+}
+
+void print(const char* title, const std::map<std::string, Acc>& acc, const double* paper, bool targets) {
+  std::printf("\n%s\n", title);
+  std::printf("  %-12s %7s %10s %10s %8s %8s %s\n", "class", "rows", "neusight%", "roofline%", "paper%", "target%",
+              "extrapolated");
+  for (int c = 0; c < 5; ++c) {
+    auto it = acc.find(kClasses[c]);
+    if (it == acc.end() || it->second.n == 0) continue;
+    const Acc& a = it->second;
+    const double m = 100 * a.err / a.n;
+    std::printf("  %-12s %7zu %10.2f %10.2f %8.1f %8s %zu%s\n", kClasses[c], a.n, m, 100 * a.roof / a.n, paper[c],
+                targets ? std::to_string(int(kTarget[c])).c_str() : "-", a.extrapolated,
+                targets && m > kTarget[c] ? "   MISSES TARGET" : "");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
+  const std::string main_w = argc > 1 ? argv[1] : data_dir() + "/weights";
+  const std::string fit_w = argc > 2 ? argv[2] : data_dir() + "/weights/forward-in-time";
+  const std::string test = shared + "/neusight-data/kernels/test/";
+  std::vector<DatasetRow> rows;
+  for (const char* f : {"bmm.csv", "linear.csv", "elem.csv", "softmax.csv", "ln.csv"}) {
+    Dataset d = read_dataset(test + f);
+    for (auto& r : d.rows)
+      if (r.latency_ms > 0) rows.push_back(std::move(r));
+  }
+  const auto& train = training_devices();
+  std::vector<DatasetRow> a, b, c;
+  for (const auto& r : rows) {
+    if (std::find(train.begin(), train.end(), r.device) != train.end()) a.push_back(r);
+    if (r.device == "NVIDIA A100 80GB PCIe") b.push_back(r);
+    if (r.device == "NVIDIA A100 80GB PCIe" || r.device == "NVIDIA A100-PCIE-40GB") c.push_back(r);
+  }
+  auto shipped = make_neusight_predictor(main_w);
+  auto fit = make_neusight_predictor(fit_w);
+  std::printf("kernel_accuracy: MAPE in percent on %s (weights: %s, %s)\n", test.c_str(), main_w.c_str(), fit_w.c_str());
+  print("(a) test kernels of the five training GPUs (shipped weights)", evaluate(a, *shipped), kPaperIn, false);
+  print("(b) A100 80GB PCIe test kernels, never trained on (shipped weights)", evaluate(b, *shipped), kPaperOut, true);
+  print("(c) forward in time: trained on P4, P100, T4, V100; tested on A100 40GB + 80GB", evaluate(c, *fit), kPaperOut,
+        true);
+
+  // Speed: the kernels of a GPT-3 175B training step (96 layers, 12288 hidden, seq 2048).
+  const std::string cfg = (std::filesystem::temp_directory_path() / "kernel_accuracy_gpt3.json").string();
+  {
+    std::ofstream o(cfg);
+    o << R"({"architectures":["GPT2LMHeadModel"],"model_type":"gpt2","n_embd":12288,"n_head":96,"n_layer":96,)"
+      << R"("n_positions":2048,"n_ctx":2048,"vocab_size":50257,"activation_function":"gelu_new"})";
+  }
+  LoadedModel m = build_model(read_hf_config(cfg));
+  std::filesystem::remove(cfg);
+  Options opt;
+  opt.dims.batch = 1;
+  opt.dims.seq = 2048;
+  opt.mode = Mode::training;
+  const Analysis an = prepare(m, opt);
+  const Gpu h100 = GpuDatabase::builtin().resolve("h100");
+  // CPU time (std::clock) as well as wall time: a loaded machine inflates the wall figure.
+  double best_tile = 1e9, best_pred = 1e9, best_pred_cpu = 1e9;
+  std::vector<Tiling> ts;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    ts.clear();
+    for (const auto& k : an.kernels.kernels) ts.push_back(tile_kernel(k, h100));
+    const auto t1 = std::chrono::steady_clock::now();
+    const std::clock_t c1 = std::clock();
+    const auto p = shipped->predict(an.kernels.kernels, ts, h100);
+    const std::clock_t c2 = std::clock();
+    const auto t2 = std::chrono::steady_clock::now();
+    best_tile = std::min(best_tile, std::chrono::duration<double, std::milli>(t1 - t0).count());
+    best_pred = std::min(best_pred, std::chrono::duration<double, std::milli>(t2 - t1).count());
+    best_pred_cpu = std::min(best_pred_cpu, 1000.0 * double(c2 - c1) / CLOCKS_PER_SEC);
+  }
+  std::printf("\nspeed: %zu kernels of a GPT-3 175B training step (batch 1, seq 2048) on H100, best of 5:\n"
+              "  predict %.2f ms wall (%.2f ms CPU), tiling %.2f ms wall\n",
+              an.kernels.kernels.size(), best_pred, best_pred_cpu, best_tile);
+  return 0;
+}

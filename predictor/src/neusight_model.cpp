@@ -1,0 +1,265 @@
+// neusight_model.cpp - per-tile features, the batched MLP forward pass and the weights file.
+#include "neusight/neusight_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <xtensor-blas/xlinalg.hpp>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
+
+#include "neusight/onnx_frontend.h"
+
+namespace neusight {
+namespace {
+
+double log2c(double v) { return std::log2(std::max(v, 1e-12)); }
+
+// Ops whose per-element work is a transcendental or a division (slower than one FMA per element).
+bool special_op(const std::string& op) {
+  static const char* ops[] = {"pow", "gelu", "tanh", "exp", "sigmoid", "erf", "log", "sqrt", "div", "softplus",
+                              "silu", "swish", "reciprocal", "sin", "cos"};
+  auto match = [&](const std::string& b) {
+    for (const char* o : ops)
+      if (b == o || b.rfind(std::string(o) + "_", 0) == 0) return true;
+    return false;
+  };
+  // "powu", "divu": the dataset's tensor-with-scalar variants.
+  return match(op) || (op.size() > 1 && op.back() == 'u' && match(op.substr(0, op.size() - 1)));
+}
+
+}  // namespace
+
+const char* util_class_name(UtilClass c) {
+  switch (c) {
+    case UtilClass::gemm: return "gemm";
+    case UtilClass::elementwise: return "elementwise";
+    case UtilClass::softmax: return "softmax";
+    case UtilClass::layernorm: return "layernorm";
+  }
+  return "?";
+}
+
+bool util_class_of(const Kernel& k, UtilClass& out) {
+  switch (k.cls) {
+    case KernelClass::gemm: out = UtilClass::gemm; return true;
+    case KernelClass::elementwise:
+    case KernelClass::reduce:
+    case KernelClass::memory: out = UtilClass::elementwise; return true;
+    case KernelClass::softmax: out = UtilClass::softmax; return true;
+    case KernelClass::layernorm: out = UtilClass::layernorm; return true;
+    default: return false;
+  }
+}
+
+const std::vector<std::string>& feature_names(UtilClass c) {
+  // The time one SM needs for its share of a wave at the GPU's per-SM peak compute rate and
+  // per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
+  // wave, then the tile's shape (for GEMMs after split-K). Every input is clamped to the range
+  // seen in training, so the network is never evaluated outside it; new GPUs and larger
+  // kernels extrapolate through the wave-quantized roofline and the law. GPU-wide quantities
+  // with no overlap between GPU generations (L2 size) are left out: on the forward-in-time
+  // split they put the A100 in corners of feature space no training GPU reaches.
+  static const std::vector<std::string> gemm = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
+                                                "last_wave_fill", "log2_tile_m", "log2_tile_n", "log2_reduction"};
+  static const std::vector<std::string> ew = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
+                                              "last_wave_fill", "tensor_inputs", "special_function",
+                                              "log2_element_bytes"};
+  static const std::vector<std::string> row = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
+                                               "last_wave_fill", "log2_row_length", "log2_element_bytes"};
+  switch (c) {
+    case UtilClass::gemm: return gemm;
+    case UtilClass::elementwise: return ew;
+    default: return row;
+  }
+}
+
+TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu) {
+  TileFeatures f;
+  const double peak = gpu.peak_gflops(k.dtype) * 1e9;  // FLOP/s
+  const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
+  const double sms = std::max(1, gpu.num_sm);
+  const double tiles = double(std::max<int64_t>(t.tiles, 1));
+  const double per_sm = double(std::max<int64_t>(t.blocks_per_sm, 1));
+  const double concurrent = sms * per_sm;
+  const double waves = double(std::max<int64_t>(t.waves, 1));
+  // Per-tile work: its FLOPs, and its share of the kernel's compulsory traffic.
+  const double tile_flops = t.tile_flops > 0 ? t.tile_flops : (tiles > 0 ? k.flops / tiles : 0);
+  const double tile_traffic = k.bytes / tiles;
+  const double t_c = peak > 0 ? tile_flops / peak : 0;
+  const double t_m = bw > 0 ? tile_traffic / bw : 0;
+  f.waves = waves;
+  // Wave-quantized roofline: each wave takes the longer of one SM's compute for its tiles at
+  // the per-SM peak, and the active tiles' traffic at the full bandwidth. >= the roofline.
+  const double active = std::min(tiles, concurrent);
+  f.base_ms = waves * std::max(per_sm * t_c * sms, active * t_m) * 1e3;
+  const double tile_bytes = t.tile_bytes > 0 ? t.tile_bytes : tile_traffic;
+  const double eb = std::max(1, dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) / 8.0;
+  double* x = f.x;
+  x[0] = log2c(per_sm * tile_flops / (peak / sms) * 1e6);
+  x[1] = log2c(per_sm * tile_bytes / (bw / sms) * 1e6);
+  x[2] = std::log2(waves);
+  x[3] = tiles / (waves * concurrent);
+  switch (c) {
+    case UtilClass::gemm:
+      x[4] = log2c(double(t.config.tb_m));
+      x[5] = log2c(double(t.config.tb_n));
+      x[6] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
+      break;
+    case UtilClass::elementwise:
+      x[4] = k.cls == KernelClass::elementwise ? double(k.inputs) : 1.0;
+      x[5] = special_op(k.op) ? 1.0 : 0.0;
+      x[6] = std::log2(eb);
+      break;
+    default:
+      x[4] = log2c(double(k.cols));
+      x[5] = std::log2(eb);
+      break;
+  }
+  return f;
+}
+
+double law_latency_ms(double floor, double base_ms, double waves, const double* o, double* util) {
+  const double s1 = 1.0 / (1.0 + std::exp(-o[0]));
+  const double s2 = 1.0 / (1.0 + std::exp(-o[1]));
+  const double s3 = 1.0 / (1.0 + std::exp(-o[2]));
+  const double u = floor + (1 - floor) * s1 * (1 - s2 / waves);
+  if (util) *util = u;
+  return kMaxOverheadMs * s3 + base_ms / u;
+}
+
+std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
+                                       std::vector<char>* extrapolated) {
+  const size_t n = f.size();
+  std::vector<double> lat(n, 0.0);
+  if (extrapolated) extrapolated->assign(n, 0);
+  if (n == 0 || m.nets.empty()) return lat;
+  for (const UtilNet& net : m.nets) {
+    const size_t d = net.lo.size();
+    xt::xtensor<double, 2> a = xt::empty<double>({n, d});
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < d; ++j) {
+        double v = f[i].x[j];
+        const double margin = 0.02 * (net.hi[j] - net.lo[j]) + 1e-9;
+        if (extrapolated && (v < net.lo[j] - margin || v > net.hi[j] + margin)) (*extrapolated)[i] = 1;
+        v = std::min(std::max(v, net.lo[j]), net.hi[j]);
+        a(i, j) = (v - net.mean[j]) * net.scale[j];
+      }
+    for (size_t l = 0; l < net.layers.size(); ++l) {
+      const DenseLayer& L = net.layers[l];
+      auto W = xt::adapt(L.w, std::vector<size_t>{size_t(L.in), size_t(L.out)});
+      auto b = xt::adapt(L.b, std::vector<size_t>{size_t(L.out)});
+      xt::xtensor<double, 2> z = xt::linalg::dot(a, W);
+      z += b;
+      if (l + 1 < net.layers.size()) z = xt::maximum(z, 0.0);
+      a = std::move(z);
+    }
+    for (size_t i = 0; i < n; ++i) lat[i] += law_latency_ms(m.floor, f[i].base_ms, f[i].waves, &a(i, 0), nullptr);
+  }
+  for (double& v : lat) v /= double(m.nets.size());
+  return lat;
+}
+
+// ---- weights file ---------------------------------------------------------------------
+
+namespace {
+
+using nlohmann::json;
+
+json layer_json(const DenseLayer& L) { return {{"in", L.in}, {"out", L.out}, {"w", L.w}, {"b", L.b}}; }
+
+}  // namespace
+
+void save_model_set(const ModelSet& m, const std::string& dir) {
+  json j;
+  j["format"] = "neusight-weights-5";
+  j["law"] = "latency_ms = max_overhead_ms*sigmoid(o2) + base_ms / u, u = floor + (1-floor)*sigmoid(o0)*(1 - sigmoid(o1)/waves)";
+  j["max_overhead_ms"] = kMaxOverheadMs;
+  j["info"] = m.info;
+  json classes = json::object();
+  for (const ClassModel& c : m.classes) {
+    if (c.empty()) continue;
+    json cj;
+    cj["floor"] = c.floor;
+    cj["features"] = feature_names(c.cls);
+    json nets = json::array();
+    for (const UtilNet& n : c.nets) {
+      json nj = {{"lo", n.lo}, {"hi", n.hi}, {"mean", n.mean}, {"scale", n.scale}};
+      json layers = json::array();
+      for (const auto& L : n.layers) layers.push_back(layer_json(L));
+      nj["layers"] = layers;
+      nets.push_back(nj);
+    }
+    cj["nets"] = nets;
+    classes[util_class_name(c.cls)] = cj;
+  }
+  j["classes"] = classes;
+  std::filesystem::create_directories(dir);
+  // Compact floats: 9 significant digits are plenty for the weights.
+  std::string text = j.dump(0);
+  write_file_atomic(dir + "/weights.json", text);
+}
+
+ModelSet load_model_set(const std::string& dir) {
+  const std::string path = dir + "/weights.json";
+  std::ifstream in(path);
+  if (!in) throw RuntimeError(path + ": cannot open the NeuSight weights (retrain with `neusight-onnx train`)");
+  ModelSet m;
+  try {
+    const json j = json::parse(in);
+    if (j.value("format", "") != "neusight-weights-5") throw RuntimeError("unknown format");
+    if (j.contains("info"))
+      for (auto& [k, v] : j["info"].items()) m.info[k] = v.is_string() ? v.get<std::string>() : v.dump();
+    for (int ci = 0; ci < kNumUtilClasses; ++ci) {
+      const UtilClass c = static_cast<UtilClass>(ci);
+      ClassModel& cm = m.classes[ci];
+      cm.cls = c;
+      const auto& cls = j.at("classes");
+      if (!cls.contains(util_class_name(c))) continue;
+      const json& cj = cls.at(util_class_name(c));
+      cm.floor = cj.at("floor").get<double>();
+      if (cj.at("features").get<std::vector<std::string>>() != feature_names(c))
+        throw RuntimeError(std::string("features of class ") + util_class_name(c) + " differ from this build's");
+      const size_t d = feature_names(c).size();
+      for (const json& nj : cj.at("nets")) {
+        UtilNet n;
+        n.lo = nj.at("lo").get<std::vector<double>>();
+        n.hi = nj.at("hi").get<std::vector<double>>();
+        n.mean = nj.at("mean").get<std::vector<double>>();
+        n.scale = nj.at("scale").get<std::vector<double>>();
+        if (n.lo.size() != d || n.hi.size() != d || n.mean.size() != d || n.scale.size() != d)
+          throw RuntimeError("input ranges have the wrong size");
+        int prev = int(d);
+        for (const json& lj : nj.at("layers")) {
+          DenseLayer L;
+          L.in = lj.at("in").get<int>();
+          L.out = lj.at("out").get<int>();
+          L.w = lj.at("w").get<std::vector<double>>();
+          L.b = lj.at("b").get<std::vector<double>>();
+          if (L.in != prev || L.w.size() != size_t(L.in) * L.out || L.b.size() != size_t(L.out))
+            throw RuntimeError("layer shapes do not chain");
+          prev = L.out;
+          n.layers.push_back(std::move(L));
+        }
+        if (prev != kNetOutputs || n.layers.empty()) throw RuntimeError("the last layer must have 3 outputs");
+        cm.nets.push_back(std::move(n));
+      }
+    }
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(path + ": " + e.what());
+  } catch (const std::exception& e) {
+    throw RuntimeError(path + ": malformed weights file: " + e.what());
+  }
+  return m;
+}
+
+const std::vector<std::string>& training_devices() {
+  static const std::vector<std::string> d = {"Tesla P4", "Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB",
+                                             "NVIDIA A100-PCIE-40GB"};
+  return d;
+}
+
+}  // namespace neusight

@@ -1,0 +1,242 @@
+// trainer.cpp - dataset rows to samples, and backprop + Adam for the utilization MLPs (xtensor).
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <xtensor-blas/xlinalg.hpp>
+#include <xtensor/xtensor.hpp>
+#include <xtensor/xview.hpp>
+
+#include "neusight/neusight_model.h"
+
+namespace neusight {
+
+std::vector<Sample> samples_from_dataset(const Dataset& d, const GpuDatabase& db,
+                                         const std::vector<std::string>& devices) {
+  std::vector<Sample> out;
+  std::map<std::string, const Gpu*> gpus;
+  for (const auto& name : devices) {
+    const Gpu* g = db.find(name);
+    if (!g) throw InputError("training device '" + name + "' is not in the GPU database");
+    gpus[name] = g;
+  }
+  for (const DatasetRow& r : d.rows) {
+    auto it = gpus.find(r.device);
+    if (it == gpus.end() || !(r.latency_ms > 0)) continue;
+    Sample s;
+    if (!util_class_of(r.kernel, s.cls)) continue;
+    const Tiling t = tile_kernel(r.kernel, *it->second);
+    if (t.tiles <= 0) continue;
+    s.f = tile_features(s.cls, r.kernel, t, *it->second);
+    if (!(s.f.base_ms > 0)) continue;
+    s.latency_ms = r.latency_ms;
+    s.device = r.device;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+namespace {
+
+using Mat = xt::xtensor<double, 2>;
+using Vec = xt::xtensor<double, 1>;
+
+// Deterministic standard normal (Box-Muller on mt19937_64; independent of the C++ library).
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(uint64_t seed) : g(seed) {}
+  double uniform() { return (double(g() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+  double normal() {
+    const double u1 = uniform(), u2 = uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  size_t below(size_t n) { return size_t(uniform() * double(n)) % n; }
+};
+
+struct Param {
+  Mat w;
+  Vec b;
+  Mat mw, vw;
+  Vec mb, vb;
+};
+
+struct Net {
+  std::vector<Param> p;
+};
+
+Net init_net(int d, int hidden, int layers, Rng& rng) {
+  Net n;
+  int in = d;
+  for (int l = 0; l <= layers; ++l) {
+    const int out = l == layers ? kNetOutputs : hidden;
+    Param P;
+    P.w = Mat({size_t(in), size_t(out)});
+    const double sd = l == layers ? 0.1 / std::sqrt(double(in)) : std::sqrt(2.0 / in);
+    for (auto& v : P.w) v = sd * rng.normal();
+    if (l == layers) xt::view(P.w, xt::all(), 2) = 0.0;
+    P.b = xt::zeros<double>({size_t(out)});
+    if (l == layers) {
+      P.b(0) = 1.0;   // start at gamma ~ 0.73
+      P.b(1) = -1.0;  // and a small wave penalty
+      P.b(2) = -2.0;  // overhead ~ 0.12 x kMaxOverheadMs
+    }
+    P.mw = xt::zeros<double>(P.w.shape());
+    P.vw = xt::zeros<double>(P.w.shape());
+    P.mb = xt::zeros<double>(P.b.shape());
+    P.vb = xt::zeros<double>(P.b.shape());
+    n.p.push_back(std::move(P));
+    in = out;
+  }
+  return n;
+}
+
+UtilNet export_net(const Net& n, const std::vector<double>& lo, const std::vector<double>& hi,
+                   const std::vector<double>& mean, const std::vector<double>& scale) {
+  UtilNet u{lo, hi, mean, scale, {}};
+  for (const Param& P : n.p) {
+    DenseLayer L;
+    L.in = int(P.w.shape(0));
+    L.out = int(P.w.shape(1));
+    L.w.assign(P.w.begin(), P.w.end());
+    L.b.assign(P.b.begin(), P.b.end());
+    u.layers.push_back(std::move(L));
+  }
+  return u;
+}
+
+}  // namespace
+
+double mape_percent(const ClassModel& m, const std::vector<Sample>& samples) {
+  if (samples.empty()) return 0;
+  std::vector<TileFeatures> f;
+  f.reserve(samples.size());
+  for (const auto& s : samples) f.push_back(s.f);
+  const std::vector<double> lat = predict_latency_ms(m, f);
+  double sum = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const double pred = lat[i];
+    sum += std::fabs(pred - samples[i].latency_ms) / samples[i].latency_ms;
+  }
+  return 100.0 * sum / double(samples.size());
+}
+
+ClassModel train_class(UtilClass c, const std::vector<Sample>& all, const TrainOptions& o,
+                       const std::function<void(const TrainProgress&)>& progress) {
+  std::vector<Sample> samples;
+  for (const auto& s : all)
+    if (s.cls == c) samples.push_back(s);
+  ClassModel model;
+  model.cls = c;
+  if (samples.empty()) return model;
+  const size_t d = feature_names(c).size();
+
+  // Floor: a fraction of the lowest utilization measured on any training GPU.
+  double umin = 1.0;
+  for (const auto& s : samples) umin = std::min(umin, s.f.base_ms / s.latency_ms);
+  model.floor = std::clamp(o.floor_fraction * umin, 1e-4, 0.5);
+
+  for (int member = 0; member < std::max(1, o.ensemble); ++member) {
+    Rng rng(o.seed * 1000003ULL + uint64_t(c) * 7919ULL + uint64_t(member));
+    // Split train / validation.
+    std::vector<size_t> idx(samples.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    for (size_t i = idx.size(); i > 1; --i) std::swap(idx[i - 1], idx[rng.below(i)]);
+    const size_t nval = std::min(idx.size() - 1, size_t(o.val_fraction * double(idx.size())));
+    std::vector<size_t> val(idx.begin(), idx.begin() + nval), tr(idx.begin() + nval, idx.end());
+
+    // Input ranges and standardization from the training part.
+    std::vector<double> lo(d, 1e300), hi(d, -1e300), mean(d, 0), scale(d, 1);
+    for (size_t i : tr)
+      for (size_t j = 0; j < d; ++j) {
+        lo[j] = std::min(lo[j], samples[i].f.x[j]);
+        hi[j] = std::max(hi[j], samples[i].f.x[j]);
+        mean[j] += samples[i].f.x[j];
+      }
+    for (size_t j = 0; j < d; ++j) mean[j] /= double(tr.size());
+    std::vector<double> var(d, 0);
+    for (size_t i : tr)
+      for (size_t j = 0; j < d; ++j) var[j] += std::pow(samples[i].f.x[j] - mean[j], 2);
+    for (size_t j = 0; j < d; ++j) {
+      const double sd = std::sqrt(var[j] / double(tr.size()));
+      scale[j] = sd > 1e-9 ? 1.0 / sd : 1.0;
+    }
+
+    Net net = init_net(int(d), o.hidden, o.hidden_layers, rng);
+    const double fl = model.floor;
+    const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    int64_t step = 0;
+    const size_t B = size_t(std::max(8, o.batch));
+    ClassModel probe = model;
+    for (int epoch = 0; epoch < o.epochs; ++epoch) {
+      for (size_t i = tr.size(); i > 1; --i) std::swap(tr[i - 1], tr[rng.below(i)]);
+      // Cosine decay to a tenth of the rate.
+      const double lr = o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(3.141592653589793 * epoch / std::max(1, o.epochs))));
+      double loss_sum = 0;
+      for (size_t start = 0; start < tr.size(); start += B) {
+        const size_t n = std::min(B, tr.size() - start);
+        Mat x({n, d});
+        for (size_t r = 0; r < n; ++r) {
+          const Sample& s = samples[tr[start + r]];
+          for (size_t j = 0; j < d; ++j) x(r, j) = (s.f.x[j] - mean[j]) * scale[j];
+        }
+        // Forward, keeping pre-activations.
+        std::vector<Mat> acts{x}, pre;
+        for (size_t l = 0; l < net.p.size(); ++l) {
+          Mat z = xt::linalg::dot(acts.back(), net.p[l].w);
+          z += net.p[l].b;
+          pre.push_back(z);
+          if (l + 1 < net.p.size()) acts.push_back(xt::maximum(z, 0.0));
+        }
+        const Mat& out = pre.back();
+        Mat dz = xt::zeros<double>({n, size_t(kNetOutputs)});
+        for (size_t r = 0; r < n; ++r) {
+          const Sample& s = samples[tr[start + r]];
+          const double s1 = 1.0 / (1.0 + std::exp(-out(r, 0)));
+          const double s2 = 1.0 / (1.0 + std::exp(-out(r, 1)));
+          const double s3 = 1.0 / (1.0 + std::exp(-out(r, 2)));
+          const double w = s.f.waves;
+          const double u = fl + (1 - fl) * s1 * (1 - s2 / w);
+          const double pred = kMaxOverheadMs * s3 + s.f.base_ms / u;
+          const double res = std::log(pred) - std::log(s.latency_ms);
+          loss_sum += res * res;
+          const double dl_dp = 2.0 * res / pred / double(n);
+          const double dl_du = dl_dp * (-s.f.base_ms / (u * u));
+          dz(r, 0) = dl_du * (1 - fl) * s1 * (1 - s1) * (1 - s2 / w);
+          dz(r, 1) = dl_du * (-(1 - fl) * s1 * s2 * (1 - s2) / w);
+          dz(r, 2) = dl_dp * kMaxOverheadMs * s3 * (1 - s3);
+        }
+        // Backward + Adam.
+        ++step;
+        const double c1 = 1 - std::pow(b1, double(step)), c2 = 1 - std::pow(b2, double(step));
+        for (size_t l = net.p.size(); l-- > 0;) {
+          Param& P = net.p[l];
+          Mat gw = xt::linalg::dot(xt::transpose(acts[l]), dz);
+          // The overhead output is a per-class constant: only its bias learns.
+          if (l + 1 == net.p.size()) xt::view(gw, xt::all(), 2) = 0.0;
+          const Vec gb = xt::sum(dz, {0});
+          if (l > 0) {
+            Mat da = xt::linalg::dot(dz, xt::transpose(P.w));
+            dz = da * xt::cast<double>(pre[l - 1] > 0.0);
+          }
+          P.mw = b1 * P.mw + (1 - b1) * gw;
+          P.vw = b2 * P.vw + (1 - b2) * gw * gw;
+          P.mb = b1 * P.mb + (1 - b1) * gb;
+          P.vb = b2 * P.vb + (1 - b2) * gb * gb;
+          P.w -= lr * (P.mw / c1) / (xt::sqrt(P.vw / c2) + eps);
+          P.b -= lr * (P.mb / c1) / (xt::sqrt(P.vb / c2) + eps);
+        }
+      }
+      if (progress) {
+        probe.nets = {export_net(net, lo, hi, mean, scale)};
+        std::vector<Sample> vs;
+        vs.reserve(val.size());
+        for (size_t i : val) vs.push_back(samples[i]);
+        progress({c, member, epoch + 1, o.epochs, loss_sum / double(tr.size()), mape_percent(probe, vs)});
+      }
+    }
+    model.nets.push_back(export_net(net, lo, hi, mean, scale));
+  }
+  return model;
+}
+
+}  // namespace neusight

@@ -1,0 +1,195 @@
+// cmd_train.cpp - `neusight-onnx train`: fit the tile-utilization MLPs on the training GPUs' kernels.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "neusight/neusight_model.h"
+#include "neusight/onnx_frontend.h"
+
+namespace neusight::cli {
+namespace {
+
+// SHA-256 of a file (FIPS 180-4), for the manifest.
+std::string sha256_file(const std::string& path) {
+  static const uint32_t K[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5, 0xd807aa98,
+      0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+      0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8,
+      0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+      0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819,
+      0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+      0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+      0xc67178f2};
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw InputError(path + ": cannot open");
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  const uint64_t bits = uint64_t(data.size()) * 8;
+  data += char(0x80);
+  while (data.size() % 64 != 56) data += char(0);
+  for (int i = 7; i >= 0; --i) data += char((bits >> (8 * i)) & 0xff);
+  auto rotr = [](uint32_t x, int n) { return (x >> n) | (x << (32 - n)); };
+  for (size_t off = 0; off < data.size(); off += 64) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i)
+      w[i] = uint32_t(uint8_t(data[off + 4 * i])) << 24 | uint32_t(uint8_t(data[off + 4 * i + 1])) << 16 |
+             uint32_t(uint8_t(data[off + 4 * i + 2])) << 8 | uint32_t(uint8_t(data[off + 4 * i + 3]));
+    for (int i = 16; i < 64; ++i) {
+      const uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      const uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], ff = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      const uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & ff) ^ (~e & g)) + K[i] + w[i];
+      const uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g, g = ff, ff = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += ff, h[6] += g, h[7] += hh;
+  }
+  char out[65];
+  for (int i = 0; i < 8; ++i) std::snprintf(out + 8 * i, 9, "%08x", h[i]);
+  return std::string(out, 64);
+}
+
+// Dataset file stem to Device name: "Tesla_P100-PCIE-16GB" -> "Tesla P100-PCIE-16GB".
+std::string device_of_stem(std::string stem) {
+  std::replace(stem.begin(), stem.end(), '_', ' ');
+  return stem;
+}
+
+}  // namespace
+
+int cmd_train(const Argv& argv) {
+  Args args(argv,
+            {"--data", "--out", "--devices", "--seed", "--epochs", "--hidden", "--layers", "--batch", "--lr",
+             "--ensemble", "--max-rows", "--ops", "--classes"},
+            {"--quiet"});
+  if (!args.positionals().empty()) throw InputError("train: unexpected argument '" + args.positionals()[0] + "'");
+  if (!args.has("--data") || !args.has("--out")) throw InputError("train: --data DIR and --out DIR are required");
+  const std::string data = args.get("--data");
+  const std::string out = args.get("--out");
+  TrainOptions o;
+  o.seed = uint64_t(args.get_int("--seed", 1, 0));
+  o.epochs = int(args.get_int("--epochs", o.epochs));
+  o.hidden = int(args.get_int("--hidden", o.hidden));
+  o.hidden_layers = int(args.get_int("--layers", o.hidden_layers));
+  o.batch = int(args.get_int("--batch", o.batch));
+  o.lr = args.get_double("--lr", o.lr);
+  o.ensemble = int(args.get_int("--ensemble", o.ensemble));
+  if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
+  const int64_t max_rows = args.get_int("--max-rows", 0, 0);
+  std::vector<std::string> devices = training_devices();
+  if (args.has("--devices")) devices = split(args.get("--devices"), ',');
+  for (const auto& dv : devices)
+    if (std::find(training_devices().begin(), training_devices().end(), dv) == training_devices().end())
+      throw InputError("--devices: '" + dv + "' is not one of the five training GPUs");
+  // Convolutions are cuDNN kernels, not the GEMM library's; they stay out unless asked for.
+  std::vector<std::string> ops = split(args.get("--ops", "linear,bmm,add,addu,sub,mul,mulu,div,divu,pow,powu,relu,"
+                                                          "gelu,tanh,softmax,ln"),
+                                       ',');
+  std::vector<UtilClass> classes;
+  for (const auto& c : split(args.get("--classes", "gemm,elementwise,softmax,layernorm"), ',')) {
+    bool ok = false;
+    for (int i = 0; i < kNumUtilClasses; ++i)
+      if (c == util_class_name(UtilClass(i))) classes.push_back(UtilClass(i)), ok = true;
+    if (!ok) throw InputError("--classes: unknown class '" + c + "'");
+  }
+
+  const std::filesystem::path root = std::filesystem::path(data) / "kernels" / "train";
+  if (!std::filesystem::is_directory(root)) throw InputError("--data " + data + ": no kernels/train folder");
+  std::vector<std::filesystem::path> files;
+  for (const auto& op : ops) {
+    const auto dir = root / op;
+    if (!std::filesystem::is_directory(dir)) continue;
+    for (const auto& dv : devices) {
+      std::string stem = dv;
+      std::replace(stem.begin(), stem.end(), ' ', '_');
+      const auto f = dir / (stem + ".csv");
+      if (std::filesystem::exists(f)) files.push_back(f);
+    }
+  }
+  if (files.empty()) throw InputError("--data " + data + ": no training CSVs for the chosen devices and ops");
+  std::sort(files.begin(), files.end());
+
+  const bool tty = isatty(STDERR_FILENO) && !args.has("--quiet");
+  const bool quiet = args.has("--quiet");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Sample> samples;
+  std::ostringstream manifest_files;
+  for (const auto& f : files) {
+    Dataset d = read_dataset(f.string());
+    if (max_rows > 0 && int64_t(d.rows.size()) > max_rows) {
+      // Evenly strided subsample (deterministic).
+      std::vector<DatasetRow> keep;
+      for (int64_t i = 0; i < max_rows; ++i) keep.push_back(std::move(d.rows[size_t(i * int64_t(d.rows.size()) / max_rows)]));
+      d.rows = std::move(keep);
+    }
+    const auto s = samples_from_dataset(d, GpuDatabase::builtin(), {device_of_stem(f.stem().string())});
+    samples.insert(samples.end(), s.begin(), s.end());
+    manifest_files << "  " << sha256_file(f.string()) << "  "
+                   << std::filesystem::relative(f, std::filesystem::path(data)).string() << "\n";
+    if (tty) std::fprintf(stderr, "\rread %-60s %zu samples", f.string().c_str(), samples.size());
+  }
+  if (tty) std::fprintf(stderr, "\n");
+
+  ModelSet m;
+  std::ostringstream cmd;
+  cmd << "neusight-onnx train";
+  for (const auto& a : argv) cmd << " " << a;
+  m.info = {{"command", cmd.str()},
+            {"seed", std::to_string(o.seed)},
+            {"devices", [&] {
+               std::string s;
+               for (const auto& d : devices) s += (s.empty() ? "" : ",") + d;
+               return s;
+             }()},
+            {"hyperparameters", "epochs=" + std::to_string(o.epochs) + " hidden=" + std::to_string(o.hidden) +
+                                    " layers=" + std::to_string(o.hidden_layers) + " batch=" + std::to_string(o.batch) +
+                                    " lr=" + std::to_string(o.lr) + " ensemble=" + std::to_string(o.ensemble) +
+                                    " max_rows=" + std::to_string(max_rows) + " loss=squared_log_error optimizer=adam"}};
+  std::ostringstream summary;
+  for (UtilClass c : classes) {
+    auto cb = [&](const TrainProgress& p) {
+      if (tty)
+        std::fprintf(stderr, "\r%-11s net %d/%d epoch %3d/%d  loss %.4f  val MAPE %6.2f%%   ", util_class_name(p.cls),
+                     p.member + 1, o.ensemble, p.epoch, p.epochs, p.loss, p.val_mape);
+    };
+    ClassModel cm = train_class(c, samples, o, tty ? std::function<void(const TrainProgress&)>(cb) : nullptr);
+    if (tty) std::fprintf(stderr, "\n");
+    std::vector<Sample> mine;
+    for (const auto& s : samples)
+      if (s.cls == c) mine.push_back(s);
+    if (cm.empty()) continue;
+    char line[200];
+    std::snprintf(line, sizeof line, "%-11s %7zu samples  floor %.4f  train MAPE %6.2f%%\n", util_class_name(c), mine.size(),
+                  cm.floor, mape_percent(cm, mine));
+    summary << line;
+    if (!quiet) std::fputs(line, stdout), std::fflush(stdout);
+    m.classes[int(c)] = std::move(cm);
+  }
+  save_model_set(m, out);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ostringstream man;
+  man << "NeuSight utilization MLP weights (weights.json), written by `neusight-onnx train`.\n\n"
+      << "command:         " << cmd.str() << "\n"
+      << "seed:            " << o.seed << "\n"
+      << "devices:         " << m.info["devices"] << "\n"
+      << "hyperparameters: " << m.info["hyperparameters"] << "\n"
+      << "training time:   " << int(secs) << " s\n\n"
+      << "result (MAPE on the training samples):\n" << summary.str() << "\n"
+      << "data files (sha256, path relative to --data):\n" << manifest_files.str();
+  write_file_atomic((std::filesystem::path(out) / "MANIFEST").string(), man.str());
+  if (!quiet) std::printf("wrote %s/weights.json and MANIFEST in %.0f s\n", out.c_str(), secs);
+  return 0;
+}
+
+}  // namespace neusight::cli
