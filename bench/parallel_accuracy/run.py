@@ -93,8 +93,8 @@ def main():
         r, why = predict(binary, model, seq, batch, gpu, par, args.predictor)
         spec = parallel_spec(par)
         if r is None:
-            print(f"{model:<12} {seq:>5} {batch:>5} {spec:<20} {gpu:<24} {'-':>12} "
-                  f"{measured if measured else '-':>12} {'-':>8}  ({why})")
+            shown = f"{measured:.1f}" if measured else "-"
+            print(f"{model:<12} {seq:>5} {batch:>5} {spec:<20} {gpu:<24} {'-':>12} {shown:>12} {'-':>8}  ({why})")
             continue
         pred = r["e2e_latency_ms"]
         p = r.get("parallel", {})
