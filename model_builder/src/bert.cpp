@@ -70,15 +70,35 @@ LoadedModel build_bert(const ModelConfig& c) {
     f = n.b.node("Add", p + ".output/residual_Add", {f, x});
     x = layer_norm(n, p + ".output.LayerNorm", f, h, c.layer_norm_eps);
   }
-  // Pooler (first token, dense, tanh) and classifier.
-  std::string pooled = n.b.node("Gather", "bert.pooler/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
-  n.b.attr_i("axis", 1);
-  pooled = linear(n, "bert.pooler.dense", pooled, h, h);
-  pooled = n.b.node("Tanh", "bert.pooler/Tanh", {pooled});
-  pooled = dropout(n, "dropout", pooled, c.dropout);
-  linear(n, "classifier", pooled, h, c.num_labels);
+  const std::string head = c.head.empty() ? "classification" : c.head;
+  if (head != "classification" && head != "pretraining" && head != "lm")
+    throw InputError("bert: head must be classification, pretraining or lm, got '" + head + "'");
+  std::string pooled;
+  if (head != "lm") {  // pooler: first token, dense, tanh
+    pooled = n.b.node("Gather", "bert.pooler/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
+    n.b.attr_i("axis", 1);
+    pooled = linear(n, "bert.pooler.dense", pooled, h, h);
+    pooled = n.b.node("Tanh", "bert.pooler/Tanh", {pooled});
+  }
+  if (head == "classification") {
+    pooled = dropout(n, "dropout", pooled, c.dropout);
+    linear(n, "classifier", pooled, h, c.num_labels);
+    n.rename_last("logits");
+    n.output("logits", {"batch"}, {c.num_labels});
+    return n.finish(c);
+  }
+  // Masked-LM head: transform (dense, activation, LayerNorm) and the vocabulary decoder.
+  std::string t = linear(n, "cls.predictions.transform.dense", x, h, h);
+  t = activation(n, "cls.predictions.transform.act", t, c.activation);
+  t = layer_norm(n, "cls.predictions.transform.LayerNorm", t, h, c.layer_norm_eps);
+  linear(n, "cls.predictions.decoder", t, h, c.vocab);
   n.rename_last("logits");
-  n.output("logits", {"batch"}, {c.num_labels});
+  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  if (head == "pretraining") {
+    linear(n, "cls.seq_relationship", pooled, h, 2);
+    n.rename_last("seq_relationship_logits");
+    n.output("seq_relationship_logits", {"batch"}, {2});
+  }
   return n.finish(c);
 }
 

@@ -78,6 +78,12 @@ void read_bert(const Reader& r, ModelConfig& c) {
   c.dropout = static_cast<float>(r.f({"hidden_dropout_prob"}, 0.1));
   c.attn_dropout = static_cast<float>(r.f({"attention_probs_dropout_prob"}, 0.1));
   c.num_labels = r.i({"num_labels"}, false, 2);
+  std::string arch;
+  auto it = r.j.find("architectures");
+  if (it != r.j.end() && it->is_array() && !it->empty() && it->front().is_string()) arch = it->front().get<std::string>();
+  c.head = arch == "BertForPreTraining"                                  ? "pretraining"
+           : arch == "BertLMHeadModel" || arch == "BertForMaskedLM"      ? "lm"
+                                                                        : "classification";
 }
 
 void read_opt(const Reader& r, ModelConfig& c) {

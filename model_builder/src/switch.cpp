@@ -244,12 +244,21 @@ LoadedModel build_switch(const ModelConfig& c) {
   // encoder output (zero bias + padding mask).
   std::string y = n.b.node("Gather", "decoder.embed_tokens/Gather", {shared, dec_ids});
   y = dropout(n, "decoder.dropout", y, c.dropout);
-  const std::string ss_shape = n.b.node("Concat", "decoder/ss_shape", {n.seq, n.seq});
-  n.b.attr_i("axis", 0);
-  std::string causal = fill(n, "decoder/causal_full", ss_shape, kF32, kFloatMin);
-  causal = n.b.node("Trilu", "decoder/causal_triu", {causal, n.b.ints("decoder/k1", {1}, true)});
-  n.b.attr_i("upper", 1);
-  const std::string dec_mask = n.b.node("Add", "decoder/causal_Add", {padding_mask(n, "decoder"), causal});
+  // Causal extended mask: (seq_ids[None, None, :] <= seq_ids[None, :, None]) * mask[:, None,
+  // None, :], then (1 - m) * finfo.min.
+  const std::string ar = n.b.node("Range", "decoder/seq_ids", {n.b.ints("decoder/r0", {0}, true), n.seq_scalar,
+                                                              n.b.ints("decoder/r1", {1}, true)});
+  const std::string le = n.b.node("LessOrEqual", "decoder/causal_LessOrEqual",
+                                  {n.b.node("Unsqueeze", "decoder/seq_row", {ar, n.b.ints("decoder/ax01", {0, 1})}),
+                                   n.b.node("Unsqueeze", "decoder/seq_col", {ar, n.b.ints("decoder/ax02", {0, 2})})});
+  std::string causal = n.b.node("Cast", "decoder/causal_float", {le});
+  n.b.attr_i("to", kF32);
+  causal = n.b.node("Unsqueeze", "decoder/causal_4d", {causal, n.b.ints("decoder/ax1", {1})});
+  const std::string ones = fill(n, "decoder/attention_mask", n.shape_bs("decoder/bs_shape", {}), kF32, 1.0);
+  const std::string ones4 = n.b.node("Unsqueeze", "decoder/mask_4d", {ones, n.b.ints("decoder/ax12", {1, 2})});
+  const std::string ext = n.b.node("Mul", "decoder/causal_Mul", {causal, ones4});
+  const std::string inv = n.b.node("Sub", "decoder/mask_Sub", {f32(n, "decoder/one", 1.0f), ext});
+  const std::string dec_mask = n.b.node("Mul", "decoder/mask_Mul", {inv, f32(n, "decoder/min", kFloatMin)});
   const std::string dec_bias = n.b.node("Add", "decoder/position_bias_Add",
                                         {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false), dec_mask});
   const std::string zshape = n.b.node("Concat", "decoder/cross_bias_shape",

@@ -143,9 +143,10 @@ void check_matches(const std::string& trace, const ModelConfig& c, int64_t batch
   CHECK_MESSAGE(missing.empty(), "traced elementwise sizes with no kernel of that size:" << m);
 }
 
-ModelConfig one_layer(const std::string& name) {
+ModelConfig one_layer(const std::string& name, const std::string& head = "") {
   ModelConfig c = read_hf_config(config_path(name));
   c.layers = 1;
+  if (!head.empty()) c.head = head;
   return c;
 }
 
@@ -160,7 +161,10 @@ TEST_CASE("model_builder: GPT-3 2.7B (GPT-2 form) layer matches the traced PyTor
 }
 
 TEST_CASE("model_builder: BERT large layer matches the traced PyTorch graph") {
-  check_matches("bert_large-inf-512-8", one_layer("bert_large"), 8, 512);
+  // NeuSight measured inference with BertForSequenceClassification and training with
+  // BertForPreTraining; the shared config names BertLMHeadModel (the "lm" head).
+  CHECK(read_hf_config(config_path("bert_large")).head == "lm");
+  check_matches("bert_large-inf-512-8", one_layer("bert_large", "classification"), 8, 512);
 }
 
 TEST_CASE("model_builder: OPT 1.3B layer matches the traced PyTorch graph") {
@@ -170,6 +174,16 @@ TEST_CASE("model_builder: OPT 1.3B layer matches the traced PyTorch graph") {
 TEST_CASE("model_builder: Switch XL (4 experts, capacity 64) matches the traced PyTorch graph") {
   // The Switch trace holds the whole encoder-decoder, so the whole model is compared.
   check_matches("switchxl4-inf-512-1", read_hf_config(config_path("switchxl4")), 1, 512, true);
+}
+
+TEST_CASE("model_builder: the forward pass of the other traced runs matches too") {
+  // Other model sizes, batch sizes and the training traces (whose forward operators are the
+  // inference ones).
+  check_matches("gpt3_xl-inf-2048-2", one_layer("gpt3_xl"), 2, 2048);
+  check_matches("gpt2_large-train-1024-1", one_layer("gpt2_large"), 1, 1024);
+  check_matches("bert_large-train-512-2", one_layer("bert_large", "pretraining"), 2, 512);
+  check_matches("opt_13-train-2048-1", one_layer("opt_13"), 1, 2048);
+  check_matches("switchxl4-inf-512-2", read_hf_config(config_path("switchxl4")), 2, 512, true);
 }
 
 TEST_CASE("model_builder: Llama-style GQA decoder has the expected GEMMs") {

@@ -27,9 +27,13 @@ struct ModelConfig {
   double layer_norm_eps = 1e-5;
   float dropout = 0.1f;      // hidden dropout (active in training only)
   float attn_dropout = 0.1f; // attention-probability dropout
-  // BERT: token-type vocabulary and the sequence-classification head NeuSight measured.
+  // BERT: token-type vocabulary and the head on the encoder, from `architectures`:
+  // "classification" (pooler + classifier of num_labels, BertForSequenceClassification),
+  // "pretraining" (pooler, masked-LM head and next-sentence head, BertForPreTraining) or
+  // "lm" (masked-LM head, BertLMHeadModel / BertForMaskedLM).
   int64_t type_vocab = 0;
   int64_t num_labels = 2;
+  std::string head;
   // OPT: layer norm before (true) or after each block; word embedding size when it differs
   // from the hidden size (project_in / project_out; 0 = hidden).
   bool pre_norm = true;
