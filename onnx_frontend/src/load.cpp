@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -121,7 +122,8 @@ std::optional<std::vector<int64_t>> int_values(const onnx::TensorProto& tp) {
       f.assign(tp.double_data().begin(), tp.double_data().end());
     }
     for (double x : f) {
-      if (!(x == static_cast<double>(static_cast<int64_t>(x)))) return std::nullopt;
+      // Range first: casting a float outside int64 (or NaN) is undefined behaviour.
+      if (!(x >= -9.0e18 && x <= 9.0e18) || x != std::trunc(x)) return std::nullopt;
       v.push_back(static_cast<int64_t>(x));
     }
   } else {

@@ -4,6 +4,7 @@
 #include "util.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -154,6 +155,7 @@ json kernel_json(const KernelReport& k) {
   return j;
 }
 
+// Everything but "nodes" (see report_text).
 json report_json(const Report& r) {
   json j;
   j["gpu"] = r.gpu.name;
@@ -170,19 +172,7 @@ json report_json(const Report& r) {
   json outs = json::array();
   for (const auto& t : r.graph_outputs) outs.push_back(tensor_json(t));
   j["graph_outputs"] = std::move(outs);
-  json nodes = json::array();
-  for (const auto& n : r.nodes) {
-    json nj{{"name", n.name}, {"op_type", n.op_type}, {"latency_ms", finite(n.latency_ms)}};
-    if (!n.domain.empty()) nj["domain"] = n.domain;
-    json o = json::array();
-    for (const auto& t : n.outputs) o.push_back(tensor_json(t));
-    nj["outputs"] = std::move(o);
-    json ks = json::array();
-    for (const auto& k : n.kernels) ks.push_back(kernel_json(k));
-    nj["kernels"] = std::move(ks);
-    nodes.push_back(std::move(nj));  // moves: a node copy per level was most of the JSON time
-  }
-  j["nodes"] = std::move(nodes);
+  // "nodes" is streamed by report_text (it is the only part that grows with the model).
   json extra = json::array();
   for (const auto& k : r.extra_kernels) extra.push_back(kernel_json(k));
   if (!extra.empty()) j["extra_kernels"] = std::move(extra);
@@ -192,13 +182,179 @@ json report_json(const Report& r) {
   return j;
 }
 
+// Streaming writer for the per-node part of the JSON report, one node a line. Building it as
+// a DOM cost more than load, shapes, lowering and prediction together on a 3,500-node graph.
+void put_str(std::string& out, const std::string& s) {
+  for (unsigned char c : s)
+    if (c >= 0x80 || c < 0x20 || c == '"' || c == '\\') {  // rare: let nlohmann escape (and fix bad UTF-8)
+      out += json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+      return;
+    }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
+void put_num(std::string& out, double v) {
+  char buf[40];
+  const auto r = std::to_chars(buf, buf + sizeof buf, finite(v));
+  out.append(buf, r.ptr);
+}
+
+void put_int(std::string& out, int64_t v) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void put_key(std::string& out, const char* key, bool first = false) {
+  if (!first) out += ", ";
+  out += '"';
+  out += key;
+  out += "\": ";
+}
+
+void put_tensor(std::string& out, const TensorInfo& t) {
+  out += '{';
+  put_key(out, "name", true);
+  put_str(out, t.name);
+  put_key(out, "dtype");
+  put_str(out, dtype_name(t.dtype));
+  put_key(out, "shape");
+  out += '[';
+  if (t.has_shape)
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      if (i) out += ", ";
+      const Dim& d = t.shape[i];
+      if (d.known()) put_int(out, d.value);
+      else if (!d.param.empty()) put_str(out, d.param);
+      else out += "null";
+    }
+  out += "]}";
+}
+
+void put_kernel(std::string& out, const KernelReport& k) {
+  out += '{';
+  put_key(out, "class", true);
+  put_str(out, kernel_class_name(k.kernel.cls));
+  put_key(out, "phase");
+  put_str(out, phase_name(k.kernel.phase));
+  put_key(out, "op");
+  put_str(out, k.kernel.op);
+  put_key(out, "dtype");
+  put_str(out, dtype_name(k.kernel.dtype));
+  put_key(out, "flops");
+  put_num(out, k.kernel.flops);
+  put_key(out, "bytes");
+  put_num(out, k.kernel.bytes);
+  put_key(out, "tile");
+  put_str(out, k.tiling.tile);
+  put_key(out, "tiles");
+  put_int(out, k.tiling.tiles);
+  put_key(out, "waves");
+  put_int(out, k.tiling.waves);
+  put_key(out, "latency_ms");
+  put_num(out, k.prediction.latency_ms);
+  put_key(out, "roofline_ms");
+  put_num(out, k.prediction.roofline_ms);
+  put_key(out, "utilization");
+  put_num(out, k.prediction.utilization);
+  put_key(out, "bound");
+  out += k.prediction.compute_bound ? "\"compute\"" : "\"memory\"";
+  put_key(out, "extrapolated");
+  out += k.prediction.extrapolated ? "true" : "false";
+  if (k.kernel.cls == KernelClass::gemm) {
+    put_key(out, "gemm");
+    out += "{\"batch\": ";
+    put_int(out, k.kernel.gemm.batch);
+    out += ", \"m\": ";
+    put_int(out, k.kernel.gemm.m);
+    out += ", \"n\": ";
+    put_int(out, k.kernel.gemm.n);
+    out += ", \"k\": ";
+    put_int(out, k.kernel.gemm.k);
+    out += '}';
+  } else if (k.kernel.rows > 0) {
+    put_key(out, "vector");
+    out += "{\"rows\": ";
+    put_int(out, k.kernel.rows);
+    out += ", \"cols\": ";
+    put_int(out, k.kernel.cols);
+    out += '}';
+  }
+  if (!k.kernel.note.empty()) {
+    put_key(out, "note");
+    put_str(out, k.kernel.note);
+  }
+  out += '}';
+}
+
+void put_node(std::string& out, const NodeReport& n) {
+  out += '{';
+  put_key(out, "name", true);
+  put_str(out, n.name);
+  put_key(out, "op_type");
+  put_str(out, n.op_type);
+  if (!n.domain.empty()) {
+    put_key(out, "domain");
+    put_str(out, n.domain);
+  }
+  put_key(out, "latency_ms");
+  put_num(out, n.latency_ms);
+  put_key(out, "outputs");
+  out += '[';
+  for (size_t i = 0; i < n.outputs.size(); ++i) {
+    if (i) out += ", ";
+    put_tensor(out, n.outputs[i]);
+  }
+  out += "]";
+  put_key(out, "kernels");
+  out += '[';
+  for (size_t i = 0; i < n.kernels.size(); ++i) {
+    if (i) out += ", ";
+    put_kernel(out, n.kernels[i]);
+  }
+  out += "]}";
+}
+
+// One report object: the streamed "nodes" first, then every other field from report_json.
+void report_text(std::string& out, const Report& r) {
+  out += "{\n \"nodes\": [";
+  for (size_t i = 0; i < r.nodes.size(); ++i) {
+    out += i ? ",\n  " : "\n  ";
+    put_node(out, r.nodes[i]);
+  }
+  out += "\n ]";
+  const json j = report_json(r);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    out += ",\n \"";
+    out += it.key();
+    out += "\": ";
+    out += it.value().dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  out += "\n}";
+}
+
 }  // namespace
 
 std::string format_json(const std::vector<Report>& reports) {
-  if (reports.size() == 1) return report_json(reports[0]).dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  json a = json::array();
-  for (const auto& r : reports) a.push_back(report_json(r));
-  return a.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::string out;
+  size_t kernels = 0;
+  for (const auto& r : reports)
+    for (const auto& n : r.nodes) kernels += n.kernels.size() + 1;
+  out.reserve(512 * kernels + 4096);
+  if (reports.size() == 1) {
+    report_text(out, reports[0]);
+  } else {
+    out += "[\n";
+    for (size_t i = 0; i < reports.size(); ++i) {
+      if (i) out += ",\n";
+      report_text(out, reports[i]);
+    }
+    out += "\n]";
+  }
+  out += '\n';
+  return out;
 }
 
 std::string format_csv(const Report& r, bool per_kernel) {

@@ -215,3 +215,28 @@ TEST_CASE("robust: unknown ops are listed and still get a node, shapes flow arou
   CHECK(r.nodes[2].outputs.at(0).shape.at(0).value == 3);
   CHECK(r.e2e_latency_ms > 0);
 }
+
+TEST_CASE("robust: float initializers beyond int64 load without undefined behaviour") {
+  // Regression (UBSan): the loader keeps integral float values for shape arithmetic and used
+  // to cast -FLT_MAX to int64 before checking the range.
+  onnx::ModelProto m = base_model();
+  auto* g = m.mutable_graph();
+  add_value(g->mutable_input(), "X", {4});
+  add_value(g->mutable_output(), "Y", {}, false);
+  auto add_float = [&](const std::string& name, std::initializer_list<float> values) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (float v : values) t->add_float_data(v);
+  };
+  add_float("huge", {-3.40282e38f, 1e30f, std::nanf(""), 2.0f});
+  add_float("small", {2.0f, -3.0f, 4.0f, 5.0f});
+  add_node(g, "Add", {"X", "huge"}, {"A"}, "add");
+  add_node(g, "Mul", {"A", "small"}, {"Y"}, "mul");
+  const LoadedModel lm = load_model_from_proto(m, "floats");
+  CHECK_FALSE(lm.model.graph.find("huge")->int_value.has_value());
+  REQUIRE(lm.model.graph.find("small")->int_value.has_value());
+  CHECK(*lm.model.graph.find("small")->int_value == std::vector<int64_t>{2, -3, 4, 5});
+  CHECK(pipeline(lm) == "ok");
+}
