@@ -90,6 +90,9 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   if (cfg.dp < 1 || cfg.tp < 1 || cfg.pp < 1 || cfg.microbatches < 1)
     throw InputError("--parallel: dp, tp, pp and microbatches must be at least 1");
   if (preds.size() != kernels.size()) throw RuntimeError("plan_iteration: one prediction per kernel expected");
+  if (double(cfg.pp) * cfg.microbatches > 1e7)
+    throw InputError("--parallel: pp x microbatches = " + std::to_string(double(cfg.pp) * cfg.microbatches) +
+                     " pipeline steps is too many to simulate (at most 10^7)");
   ParallelReport r;
   r.config = cfg;
   r.global_batch = global_batch;

@@ -34,7 +34,7 @@ struct ParallelConfig {
   double link_gbps = 0;           // per-GPU per-direction link bandwidth; 0 = the GPU database's
   double bucket_mb = 25;          // gradient bucket (PyTorch DDP default), MB = 2^20 bytes
   bool active = false;            // set when --parallel was given (even dp=tp=pp=1)
-  int gpus() const { return dp * tp * pp; }
+  int64_t gpus() const { return int64_t(dp) * tp * pp; }
 };
 
 // Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b]" (any subset, any order;
