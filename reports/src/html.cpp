@@ -329,6 +329,9 @@ std::string format_html(const std::vector<Report>& reports) {
     os << "<h2>Training step by phase</h2>\n" << hbar_chart(phases, "ms");
   }
 
+  if (r.parallel)
+    os << "<h2>Multi-GPU training</h2>\n<pre>" << html_escape(format_parallel(*r.parallel)) << "</pre>\n";
+
   // Per-GPU comparison.
   if (reports.size() > 1) {
     os << "<h2>GPU comparison</h2>\n" << legend(classes);
