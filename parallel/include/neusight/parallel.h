@@ -173,6 +173,12 @@ struct ParallelReport {
   std::vector<std::string> warnings;
 };
 
+// Memory per GPU: parameters of its stage (1/tp of the split ones) in the compute dtype,
+// as many gradients, Adam's two fp32 moments (+ an fp32 master copy when training in 16
+// bits), and the activations of the microbatches in flight (GPipe: all m; 1F1B: pp - stage)
+// counted as every float tensor a forward kernel writes - an upper bound, since frameworks
+// keep only what the backward pass reads.
+//
 // Predicts one iteration. `kernels` is the per-GPU list (after shard_tensor_parallel) at the
 // micro-batch; `preds` its predictions, collectives are filled in here. Throws InputError
 // for a configuration the graph cannot take (more stages than nodes, ...).
