@@ -56,20 +56,23 @@ bool util_class_of(const Kernel& k, UtilClass& out) {
 }
 
 const std::vector<std::string>& feature_names(UtilClass c) {
-  // The time one SM needs for its share of a wave at the GPU's per-SM peak compute rate and
-  // per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
-  // wave, then the tile's shape (for GEMMs after split-K). Every input is clamped to the range
-  // seen in training, so the network is never evaluated outside it; new GPUs and larger
-  // kernels extrapolate through the wave-quantized roofline and the law. GPU-wide quantities
-  // with no overlap between GPU generations (L2 size) are left out: on the forward-in-time
-  // split they put the A100 in corners of feature space no training GPU reaches.
+  // GEMM: the time one SM needs for its share of a wave at the GPU's per-SM peak compute rate
+  // and per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
+  // wave, the kernel's footprint relative to L2 (operand reuse; clamped, so it saturates), then
+  // the tile's shape after split-K.
+  // Streaming kernels (elementwise, softmax, layernorm, memory): only the kernel's shape and
+  // waves - the GPU enters through the wave-quantized roofline alone, so a streaming kernel
+  // reaches the same fraction of any GPU's bandwidth as of the trained GPUs' (latency is then
+  // exactly inversely proportional to bandwidth: monotone, and sane on any GPU).
+  // Every input is clamped to the range seen in training, so the network is never evaluated
+  // outside it.
   static const std::vector<std::string> gemm = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
-                                                "last_wave_fill", "log2_tile_m", "log2_tile_n", "log2_reduction"};
-  static const std::vector<std::string> ew = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
-                                              "last_wave_fill", "tensor_inputs", "special_function",
-                                              "log2_element_bytes"};
-  static const std::vector<std::string> row = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
-                                               "last_wave_fill", "log2_row_length", "log2_element_bytes"};
+                                                "last_wave_fill", "log2_footprint_over_l2", "log2_tile_m", "log2_tile_n",
+                                                "log2_reduction"};
+  static const std::vector<std::string> ew = {"log2_waves", "last_wave_fill", "tensor_inputs", "special_function",
+                                              "log2_element_bytes", "log2_tile_elements"};
+  static const std::vector<std::string> row = {"log2_waves", "last_wave_fill", "log2_row_length",
+                                               "log2_element_bytes", "log2_rows_per_tile"};
   switch (c) {
     case UtilClass::gemm: return gemm;
     case UtilClass::elementwise: return ew;
@@ -99,24 +102,31 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double tile_bytes = t.tile_bytes > 0 ? t.tile_bytes : tile_traffic;
   const double eb = std::max(1, dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) / 8.0;
   double* x = f.x;
-  x[0] = log2c(per_sm * tile_flops / (peak / sms) * 1e6);
-  x[1] = log2c(per_sm * tile_bytes / (bw / sms) * 1e6);
-  x[2] = std::log2(waves);
-  x[3] = tiles / (waves * concurrent);
   switch (c) {
     case UtilClass::gemm:
-      x[4] = log2c(double(t.config.tb_m));
-      x[5] = log2c(double(t.config.tb_n));
-      x[6] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
+      x[0] = log2c(per_sm * tile_flops / (peak / sms) * 1e6);
+      x[1] = log2c(per_sm * tile_bytes / (bw / sms) * 1e6);
+      x[2] = std::log2(waves);
+      x[3] = tiles / (waves * concurrent);
+      x[4] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
+      x[5] = log2c(double(t.config.tb_m));
+      x[6] = log2c(double(t.config.tb_n));
+      x[7] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
       break;
     case UtilClass::elementwise:
-      x[4] = k.cls == KernelClass::elementwise ? double(k.inputs) : 1.0;
-      x[5] = special_op(k.op) ? 1.0 : 0.0;
-      x[6] = std::log2(eb);
+      x[0] = std::log2(waves);
+      x[1] = tiles / (waves * concurrent);
+      x[2] = k.cls == KernelClass::elementwise ? double(k.inputs) : 1.0;
+      x[3] = special_op(k.op) ? 1.0 : 0.0;
+      x[4] = std::log2(eb);
+      x[5] = log2c(double(k.rows) * double(k.cols) / tiles);
       break;
     default:
-      x[4] = log2c(double(k.cols));
-      x[5] = std::log2(eb);
+      x[0] = std::log2(waves);
+      x[1] = tiles / (waves * concurrent);
+      x[2] = log2c(double(k.cols));
+      x[3] = std::log2(eb);
+      x[4] = log2c(double(std::max<int64_t>(k.rows, 1)) / tiles);
       break;
   }
   return f;
@@ -175,7 +185,7 @@ json layer_json(const DenseLayer& L) { return {{"in", L.in}, {"out", L.out}, {"w
 
 void save_model_set(const ModelSet& m, const std::string& dir) {
   json j;
-  j["format"] = "neusight-weights-5";
+  j["format"] = "neusight-weights-7";
   j["law"] = "latency_ms = max_overhead_ms*sigmoid(o2) + base_ms / u, u = floor + (1-floor)*sigmoid(o0)*(1 - sigmoid(o1)/waves)";
   j["max_overhead_ms"] = kMaxOverheadMs;
   j["info"] = m.info;
@@ -210,7 +220,7 @@ ModelSet load_model_set(const std::string& dir) {
   ModelSet m;
   try {
     const json j = json::parse(in);
-    if (j.value("format", "") != "neusight-weights-5") throw RuntimeError("unknown format");
+    if (j.value("format", "") != "neusight-weights-7") throw RuntimeError("unknown format");
     if (j.contains("info"))
       for (auto& [k, v] : j["info"].items()) m.info[k] = v.is_string() ? v.get<std::string>() : v.dump();
     for (int ci = 0; ci < kNumUtilClasses; ++ci) {
