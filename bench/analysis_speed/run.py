@@ -14,7 +14,9 @@ For GPT-style graphs at GPT-3 175B width (hidden 12288, 96 heads, sequence 2048)
   * onnx:     Debian python3-onnx on the same file: onnx.load(path, load_external_data=False)
               and onnx.shape_inference.infer_shapes (the latter is "bare shape inference")
 and prints ms, ms per 1,000 nodes, peak RSS (getrusage of each child process) and ratios.
-Times are the median of --repeat runs. Nothing here is a pass/fail test.
+Times are CPU time (user + system; all of it is single-threaded, so on an idle machine it
+equals wall time, and unlike wall time it stays put on a busy one), median of --repeat
+runs; wall times are printed beside them. Nothing here is a pass/fail test.
 """
 import argparse
 import json
@@ -32,12 +34,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 ONNX_SCRIPT = r"""
 import json, resource, sys, time
 import onnx
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 m = onnx.load(sys.argv[1], load_external_data=False)
-t1 = time.perf_counter()
+t1, c1 = time.perf_counter(), time.process_time()
 inferred = onnx.shape_inference.infer_shapes(m)
-t2 = time.perf_counter()
-print(json.dumps({"load_ms": (t1 - t0) * 1e3, "infer_ms": (t2 - t1) * 1e3,
+t2, c2 = time.perf_counter(), time.process_time()
+print(json.dumps({"load_ms": (c1 - c0) * 1e3, "infer_ms": (c2 - c1) * 1e3, "infer_wall_ms": (t2 - t1) * 1e3,
                   "value_info": len(inferred.graph.value_info),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -49,7 +51,7 @@ def gpt3_config(layers):
 
 
 def measured(cmd):
-    """Runs cmd; returns (wall ms, peak RSS MB of this child alone via os.wait4, stdout)."""
+    """Runs cmd; returns (wall ms, peak RSS MB, stdout, CPU ms) of this child alone (os.wait4)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = p.stdout.read()
@@ -59,7 +61,7 @@ def measured(cmd):
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{err.decode()}")
-    return wall, ru.ru_maxrss / 1024.0, out.decode()
+    return wall, ru.ru_maxrss / 1024.0, out.decode(), (ru.ru_utime + ru.ru_stime) * 1e3
 
 
 def main():
@@ -100,28 +102,32 @@ def main():
                 report = json.load(f)
             rows.append({
                 "layers": layers, "nodes": st["nodes"], "kernels": st["kernels"], "file_mb": size_mb,
-                "cli_ms": statistics.median(r[0] for r in cli_runs),
+                "cli_ms": statistics.median(r[3] for r in cli_runs),
+                "cli_wall_ms": statistics.median(r[0] for r in cli_runs),
                 "cli_rss_mb": max(r[1] for r in cli_runs),
                 "parse_ms": st["parse_ms"], "load_ms": st["load_ms"], "prepare_ms": st["prepare_ms"],
                 "predict_ms": st["predict_ms"], "json_ms": st["json_ms"], "predictor": st["predictor"],
                 "onnx_load_ms": statistics.median(r["load_ms"] for r in onnx_runs),
                 "onnx_infer_ms": statistics.median(r["infer_ms"] for r in onnx_runs),
+                "onnx_infer_wall_ms": statistics.median(r["infer_wall_ms"] for r in onnx_runs),
                 "onnx_rss_mb": max(r["rss_mb"] for r in onnx_runs),
                 "e2e_latency_ms": report["e2e_latency_ms"] if isinstance(report, dict) else report[0]["e2e_latency_ms"],
             })
             r = rows[-1]
-            print(f"  measured {layers} layers: {r['nodes']} nodes, cli {r['cli_ms']:.1f} ms", file=sys.stderr)
+            print(f"  measured {layers} layers: {r['nodes']} nodes, cli {r['cli_ms']:.1f} ms CPU", file=sys.stderr)
 
     print(f"analysis_speed: GPT-3-width graphs (hidden 12288, 96 heads, seq 2048), --gpu {a.gpu} --batch 1 "
-          f"--seq 2048, median of {a.repeat}")
-    print(f"{'layers':>6} {'nodes':>6} {'file MB':>7} | {'cli ms':>8} {'ms/1k n':>7} {'RSS MB':>6} | "
-          f"{'parse':>7} {'load':>7} {'prepare':>8} {'predict':>8} {'json':>7} | "
-          f"{'onnx load':>9} {'onnx infer':>10} {'RSS MB':>6} | {'cli/infer':>9} {'cli/parse':>9}")
+          f"--seq 2048; CPU ms (wall ms in brackets), median of {a.repeat}")
+    print(f"{'layers':>6} {'nodes':>6} {'file MB':>7} | {'cli ms':>7} {'[wall]':>8} {'ms/1k n':>7} {'RSS MB':>6} | "
+          f"{'parse':>6} {'load':>6} {'prepare':>7} {'predict':>7} {'json':>6} | "
+          f"{'onnx load':>9} {'onnx infer':>10} {'[wall]':>8} {'RSS MB':>6} | {'cli/infer':>9} {'cli/parse':>9}")
     for r in rows:
-        print(f"{r['layers']:>6} {r['nodes']:>6} {r['file_mb']:>7.2f} | {r['cli_ms']:>8.1f} "
+        print(f"{r['layers']:>6} {r['nodes']:>6} {r['file_mb']:>7.2f} | {r['cli_ms']:>7.1f} "
+              f"{'[' + format(r['cli_wall_ms'], '.1f') + ']':>8} "
               f"{1000 * r['cli_ms'] / r['nodes']:>7.2f} {r['cli_rss_mb']:>6.1f} | "
-              f"{r['parse_ms']:>7.1f} {r['load_ms']:>7.1f} {r['prepare_ms']:>8.1f} {r['predict_ms']:>8.1f} "
-              f"{r['json_ms']:>7.1f} | {r['onnx_load_ms']:>9.1f} {r['onnx_infer_ms']:>10.1f} {r['onnx_rss_mb']:>6.1f} | "
+              f"{r['parse_ms']:>6.1f} {r['load_ms']:>6.1f} {r['prepare_ms']:>7.1f} {r['predict_ms']:>7.1f} "
+              f"{r['json_ms']:>6.1f} | {r['onnx_load_ms']:>9.1f} {r['onnx_infer_ms']:>10.1f} "
+              f"{'[' + format(r['onnx_infer_wall_ms'], '.1f') + ']':>8} {r['onnx_rss_mb']:>6.1f} | "
               f"{r['cli_ms'] / r['onnx_infer_ms']:>9.2f} {r['cli_ms'] / r['parse_ms']:>9.1f}")
     if len(rows) >= 2:
         first, last = rows[0], rows[-1]
@@ -134,8 +140,10 @@ def main():
               f"{1000 * per_last:.2f} (x{per_last / per_first:.2f}; 1.0 = linear)")
     big = rows[-1]
     print(f"largest ({big['layers']} layers, {big['nodes']} nodes, predictor {big['predictor']}): whole analysis "
-          f"{big['cli_ms']:.1f} ms vs ONNX bare shape inference {big['onnx_infer_ms']:.1f} ms "
-          f"(x{big['cli_ms'] / big['onnx_infer_ms']:.2f}; target <= 1), peak RSS {big['cli_rss_mb']:.1f} MB "
+          f"{big['cli_ms']:.1f} ms CPU [{big['cli_wall_ms']:.1f} wall] vs ONNX bare shape inference "
+          f"{big['onnx_infer_ms']:.1f} ms CPU [{big['onnx_infer_wall_ms']:.1f} wall] "
+          f"(x{big['cli_ms'] / big['onnx_infer_ms']:.2f} CPU, x{big['cli_wall_ms'] / big['onnx_infer_wall_ms']:.2f} wall; "
+          f"target <= 1), peak RSS {big['cli_rss_mb']:.1f} MB "
           f"(target < 300), predicted e2e {big['e2e_latency_ms']:.3f} ms")
     return 0
 

@@ -4,10 +4,11 @@
 //
 // Stages: protobuf parse alone (read bytes + ModelProto parse), load (parse + IR + checks),
 // prepare (bind dims, shape inference, lowering), predict (tiling + prediction), json
-// (report text). Each figure is the median of N repeats, in milliseconds. run.py (same
-// folder) adds the whole CLI, peak RSS and ONNX's own shape inference.
+// (report text). Each figure is the median of N repeats, in milliseconds of process CPU
+// time (stable on a busy machine; equal to wall time on an idle one, all single-threaded).
+// run.py (same folder) adds the whole CLI, peak RSS and ONNX's own shape inference.
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -20,10 +21,11 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+// Process CPU time in ms.
+double cpu_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
 double median(std::vector<double> v) {
@@ -60,26 +62,26 @@ int main(int argc, char** argv) {
     size_t nodes = 0, kernels = 0, json_bytes = 0;
     double e2e = 0;
     for (int r = 0; r < repeat; ++r) {
-      auto t0 = Clock::now();
+      double t0 = cpu_ms();
       {
         std::ifstream f(path, std::ios::binary);
         const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
         onnx::ModelProto mp;
         if (!mp.ParseFromString(bytes)) throw neusight::InputError(path + ": protobuf parse failed");
-        parse.push_back(ms_since(t0));
+        parse.push_back(cpu_ms() - t0);
       }
-      t0 = Clock::now();
+      t0 = cpu_ms();
       const neusight::LoadedModel loaded = neusight::load_model(path);
-      load.push_back(ms_since(t0));
-      t0 = Clock::now();
+      load.push_back(cpu_ms() - t0);
+      t0 = cpu_ms();
       const neusight::Analysis a = neusight::prepare(loaded, opt);
-      prep.push_back(ms_since(t0));
-      t0 = Clock::now();
+      prep.push_back(cpu_ms() - t0);
+      t0 = cpu_ms();
       const neusight::Report rep = neusight::predict(a, loaded.model, gpu, opt);
-      pred.push_back(ms_since(t0));
-      t0 = Clock::now();
+      pred.push_back(cpu_ms() - t0);
+      t0 = cpu_ms();
       const std::string text = neusight::format_json({rep});
-      json.push_back(ms_since(t0));
+      json.push_back(cpu_ms() - t0);
       nodes = loaded.model.graph.nodes.size();
       kernels = a.kernels.kernels.size();
       e2e = rep.e2e_latency_ms;
