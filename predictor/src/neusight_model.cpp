@@ -56,7 +56,7 @@ bool util_class_of(const Kernel& k, UtilClass& out) {
 }
 
 const std::vector<std::string>& feature_names(UtilClass c) {
-  // GEMM: the time one SM needs for its share of a wave at the GPU's per-SM peak compute rate
+  // GEMM: the time one SM needs for its share of a wave at the per-SM FP32 peak rate
   // and per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
   // wave, the kernel's footprint relative to L2 (operand reuse; clamped, so it saturates), then
   // the tile's shape after split-K.
@@ -104,7 +104,10 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   double* x = f.x;
   switch (c) {
     case UtilClass::gemm:
-      x[0] = log2c(per_sm * tile_flops / (peak / sms) * 1e6);
+      // The tile's work in units of FP32 SIMT time (the precision all training kernels ran in):
+      // a tensor-core tile then reaches the same fraction of its (higher) peak as the FP32 tile
+      // of the same shape does of the FP32 peak, instead of looking like a tiny kernel.
+      x[0] = log2c(per_sm * tile_flops / (std::max(gpu.fp32_gflops, 1.0) * 1e9 / sms) * 1e6);
       x[1] = log2c(per_sm * tile_bytes / (bw / sms) * 1e6);
       x[2] = std::log2(waves);
       x[3] = tiles / (waves * concurrent);
