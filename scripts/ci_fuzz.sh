@@ -21,9 +21,10 @@ export NEUSIGHT_DATA_DIR=$PWD/$BUILD_DIR/data
 export ASAN_OPTIONS=${ASAN_OPTIONS:-exitcode=86:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # New inputs go to $work; the seeds (and past regressions) are read-only starting points.
+# -max_len keeps every tiny seed whole (the two big exports are cut: truncation paths).
 status=0
 "$BUILD_DIR/bin/neusight_fuzz" "$work" "$BUILD_DIR/fuzz/seeds" fuzz/regressions \
-  -max_total_time="$SECONDS_BUDGET" -timeout=20 -rss_limit_mb=2048 -max_len=262144 \
+  -max_total_time="$SECONDS_BUDGET" -timeout=20 -rss_limit_mb=2048 -max_len=40000 \
   -artifact_prefix="$artifacts/" -print_final_stats=1 >"$BUILD_DIR/fuzz.log" 2>&1 || status=$?
 tail -n 25 "$BUILD_DIR/fuzz.log" >&2
 if [ "$status" -ne 0 ]; then
