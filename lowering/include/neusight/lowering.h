@@ -3,6 +3,20 @@
 // Takes: a shape-inferred Graph.
 // Gives: one KernelList: for every node the kernels it runs (forward; with training also
 // backward and weight-update kernels), with exact work counts (FLOPs, bytes).
+//
+// Kernel grouping (LoweringOptions::fusion):
+//   none  - one kernel per ONNX node that does work on the GPU.
+//   eager - the PyTorch-eager view the measured data comes from: decomposed LayerNorm,
+//           exact-erf GELU and SiLU chains as one kernel each, MatMul+bias as one GEMM with a
+//           bias epilogue (addmm), a Transpose read only by GEMMs as a strided operand (no
+//           kernel), Expand read only by broadcasting ops as a view. The tanh-GELU chain of
+//           HF gelu_new stays eight kernels, exactly as the traced GPT-2 opgraph shows.
+//   full  - also fuses chains of pointwise ops and a pointwise prologue into the following
+//           softmax/layernorm/reduction, like torch.compile (inductor); constant subgraphs
+//           are folded (inference).
+// In every mode, nodes that only compute shape tensors (every output a compile-time
+// value, or tiny integer tensors computed from tiny integer tensors) run on the host and
+// cost nothing, and views (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape, ...) are free.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +34,7 @@ enum class Mode { inference, training };
 
 const char* kernel_class_name(KernelClass c);
 const char* phase_name(Phase p);
+const char* fusion_name(Fusion f);
 
 // GEMM problem in CUTLASS words: C[m x n] = A[m x k] * B[k x n], `batch` independent
 // products. (The NeuSight dataset names these differently: its M = m, its N = k (the
@@ -33,18 +48,30 @@ struct Kernel {
   KernelClass cls = KernelClass::unknown;
   Phase phase = Phase::forward;
   std::string op;      // what runs: "linear", "bmm", "conv", "add", "gelu", "softmax", "ln", ...
-  DType dtype = DType::f32;
+  DType dtype = DType::f32;  // precision the kernel computes in (quantized GEMMs: the weights')
   int node = -1;       // index of the ONNX node in Graph::nodes (-1: not tied to one node)
 
   GemmShape gemm;      // cls == gemm
-  // Vector kernels (elementwise, softmax, layernorm, reduce): `rows` x `cols` elements;
-  // softmax/layernorm normalise each row of length `cols`; elementwise uses rows*cols.
+  // Vector kernels (elementwise, softmax, layernorm, reduce, memory): `rows` x `cols`
+  // elements; softmax/layernorm normalise each row of length `cols`; elementwise uses
+  // rows*cols; reduce reduces each row of `cols` elements to one.
   int64_t rows = 0, cols = 0;
-  int inputs = 1;      // tensor operands read (elementwise)
+  int inputs = 1;      // tensor operands read (elementwise; a 1-element operand is a scalar)
 
   double flops = 0;    // useful floating-point operations
   double bytes = 0;    // bytes read + written from/to memory at minimum
-  std::string note;    // free text for reports (e.g. "bias+gelu epilogue", unknown op type)
+  std::string note;    // free text for reports (e.g. "bias epilogue", unknown op type)
+
+  // --- details (added by the lowering stage; readers may ignore them) -------------------
+  bool trans_a = false, trans_b = false;  // GEMM operand read transposed (strided view)
+  std::string epilogue;                   // GEMM epilogue fused in: "", "bias", ...
+  std::vector<int64_t> operand_elems;     // elements of each tensor operand (broadcast sizes)
+  std::vector<int> fused_nodes;           // other nodes whose work this kernel also does
+  // Node inputs that are the GEMM's A and B operands (-1: an internal tensor of the node,
+  // e.g. the Q/K/V of a fused attention op). Training uses them to skip gradients that no
+  // parameter needs.
+  int a_input = -1, b_input = -1;
+  int64_t steps = 1;                      // recurrent kernels: which step (1-based) this is
 };
 
 struct LoweringOptions {
@@ -52,11 +79,19 @@ struct LoweringOptions {
   Fusion fusion = Fusion::eager;
   // Precision the kernels run in when forced (--dtype); undefined = take the model's.
   DType compute_dtype = DType::undefined;
+  // ai.onnx opset of the model (Softmax axis semantics changed at 13); 0 = latest.
+  int64_t opset = 0;
 };
 
 struct KernelList {
   std::vector<Kernel> kernels;              // execution order: forward, backward, update
   std::vector<std::string> unknown_ops;     // op types lowered to class "unknown"
+  // Per node of the graph: the node whose kernel does its work when it was fused into
+  // another node's kernel, else -1.
+  std::vector<int> fused_into;
+  // Per node: why it launches no kernel ("" when it does or when it was fused): "view",
+  // "host" (shape computation), "strided view read by GEMM", "constant folded", ...
+  std::vector<std::string> free_reason;
 };
 
 KernelList lower(const Graph& graph, const LoweringOptions& options);

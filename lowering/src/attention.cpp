@@ -1,0 +1,231 @@
+// attention.cpp - fused attention ops (com.microsoft Attention / MultiHeadAttention /
+// GroupQueryAttention, opset-23 Attention) to their projection GEMM, QK^T and AV BMMs and
+// the softmax between them; recurrent ops (LSTM, GRU, RNN) to their GEMMs per step.
+#include <algorithm>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+namespace {
+
+int64_t dim(const TensorInfo* t, size_t i) {
+  return t && t->has_shape && i < t->shape.size() && t->shape[i].known() ? t->shape[i].value : -1;
+}
+
+// The core of every attention op: S queries attend to L keys in `bh` (batch x heads)
+// independent problems. K/V heads shared by several query heads (GQA) are read once.
+void emit_attention_core(LowerCtx& c, int64_t bh, int64_t s, int64_t l, int64_t hd, int64_t hd_v,
+                         const std::string& note) {
+  const DType dt = c.dtype(c.in(0));
+  const double eb = elem_bytes(dt);
+  auto bmm = [&](int64_t m, int64_t n, int64_t k, const std::string& what) {
+    Kernel kr = c.base(KernelClass::gemm, "bmm");
+    kr.dtype = dt;
+    kr.gemm = {bh, m, n, k};
+    kr.flops = 2.0 * double(bh) * m * n * k;
+    kr.bytes = double(bh) * (double(m) * k + double(k) * n + double(m) * n) * eb;
+    kr.operand_elems = {bh * m * k, bh * k * n};
+    kr.note = note + ": " + what;
+    c.out.push_back(kr);
+  };
+  bmm(s, l, hd, "QK^T");
+  Kernel sm = c.base(KernelClass::softmax, "softmax");
+  sm.dtype = dt;
+  sm.rows = bh * s;
+  sm.cols = l;
+  sm.flops = 5.0 * double(sm.rows) * double(l);
+  sm.bytes = 2.0 * double(sm.rows) * double(l) * eb;
+  sm.note = note;
+  c.out.push_back(sm);
+  bmm(s, hd_v, l, "AV");
+}
+
+// KV cache: present = concat(past, new) along the sequence, for K and V.
+void emit_kv_concat(LowerCtx& c, const TensorInfo* past_k, const TensorInfo* present_k) {
+  if (!past_k || numel(past_k) == 0) return;
+  Kernel k = c.base(KernelClass::memory, "concat");
+  const double eb = elem_bytes(c.dtype(c.in(0)));
+  const double present = present_k && present_k->fully_known() ? double(numel(present_k)) : double(numel(past_k));
+  k.rows = 1;
+  k.cols = static_cast<int64_t>(present);
+  k.bytes = 2.0 * (double(numel(past_k)) + present) * eb;  // K and V: read past, write present
+  k.note = "KV cache append";
+  c.out.push_back(k);
+}
+
+// com.microsoft Attention(input, weights, bias, mask_index, past, attention_bias, ...).
+void lower_ms_attention(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* w = c.in(1);
+  const int64_t heads = c.n.attr_i("num_heads", 0);
+  if (!c.all_known({x, w}) || x->shape.size() != 3 || w->shape.size() != 2 || heads <= 0) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t B = x->shape[0].value, S = x->shape[1].value, in_h = x->shape[2].value, out3 = w->shape[1].value;
+  auto sizes = c.n.attr_ints("qkv_hidden_sizes");
+  const int64_t qh = sizes.size() == 3 ? sizes[0] : out3 / 3, vh = sizes.size() == 3 ? sizes[2] : out3 / 3;
+  emit_gemm(c, "linear", {1, B * S, out3, in_h}, double(numel(x)), double(numel(w)), 0, 1, "QKV projection");
+  if (const TensorInfo* bias = c.in(2)) {
+    c.out.back().epilogue = "bias";
+    c.out.back().bytes += double(numel(bias)) * elem_bytes(c.out.back().dtype);
+  }
+  const TensorInfo* past = c.in(4);
+  const int64_t P = dim(past, 3) > 0 ? dim(past, 3) : 0;
+  emit_kv_concat(c, past, c.outp(1));
+  emit_attention_core(c, B * heads, S, P + S, qh / heads, vh / heads, "fused Attention");
+}
+
+// com.microsoft MultiHeadAttention(query, key, value, bias, key_padding_mask,
+// attention_bias, past_key, past_value, ...).
+void lower_mha(LowerCtx& c) {
+  const TensorInfo* q = c.in(0);
+  const TensorInfo* k = c.in(1);
+  const TensorInfo* v = c.in(2);
+  const int64_t heads = c.n.attr_i("num_heads", 0);
+  if (!c.all_known({q}) || heads <= 0 || q->shape.size() < 3) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t B = q->shape[0].value, S = q->shape[1].value;
+  int64_t hd = 0, hd_v = 0, L = 0;
+  if (q->shape.size() == 5) {  // packed QKV: (B, S, N, 3, H)
+    hd = hd_v = q->shape[4].value;
+    L = S;
+  } else {
+    hd = q->shape[2].value / heads;
+    if (k && k->fully_known() && k->shape.size() == 4) {  // (B, N, L, H) already projected/cached
+      L = k->shape[2].value;
+      hd_v = v && v->fully_known() && v->shape.size() == 4 ? v->shape[3].value : hd;
+    } else if (k && k->fully_known() && k->shape.size() == 5) {  // packed KV (B, L, N, 2, H)
+      L = k->shape[1].value;
+      hd_v = hd;
+    } else if (k && k->fully_known()) {
+      L = k->shape[1].value;
+      hd_v = v && v->fully_known() ? v->shape.back().value / heads : hd;
+    } else {
+      c.unknown("shapes not inferred");
+      return;
+    }
+    const TensorInfo* past = c.in(6);
+    if (past && past->fully_known() && k && k->shape.size() == 3) {
+      L += dim(past, 2);
+      emit_kv_concat(c, past, c.outp(1));
+    }
+  }
+  emit_attention_core(c, B * heads, S, L, hd, hd_v, "fused MultiHeadAttention");
+}
+
+// com.microsoft GroupQueryAttention(query, key, value, past_key, past_value, seqlens_k,
+// total_sequence_length, cos_cache, sin_cache, ...).
+void lower_gqa(LowerCtx& c) {
+  const TensorInfo* q = c.in(0);
+  const int64_t heads = c.n.attr_i("num_heads", 0), kv_heads = c.n.attr_i("kv_num_heads", heads);
+  if (!c.all_known({q}) || heads <= 0 || kv_heads <= 0 || q->shape.size() != 3) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t B = q->shape[0].value, S = q->shape[1].value;
+  const bool packed = !c.in(1);
+  const int64_t hd = packed ? q->shape[2].value / (heads + 2 * kv_heads) : q->shape[2].value / heads;
+  const TensorInfo* past = c.in(3);
+  const TensorInfo* present = c.outp(1);
+  int64_t L = dim(present, 2);
+  if (L <= 0) L = (dim(past, 2) > 0 ? dim(past, 2) : 0) + S;
+  emit_kv_concat(c, past, present);
+  emit_attention_core(c, B * heads, S, L, hd, hd, "fused GroupQueryAttention");
+}
+
+// ai.onnx Attention (opset 23): Q, K, V as (B, N, S, H) or (B, S, N*H) with
+// q_num_heads/kv_num_heads; optional attn_mask, past_key, past_value.
+void lower_onnx_attention(LowerCtx& c) {
+  const TensorInfo* q = c.in(0);
+  const TensorInfo* k = c.in(1);
+  const TensorInfo* v = c.in(2);
+  if (!c.all_known({q, k, v}) || q->shape.size() < 3) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  int64_t B = q->shape[0].value, N, S, hd, L, hd_v;
+  if (q->shape.size() == 4) {
+    N = q->shape[1].value;
+    S = q->shape[2].value;
+    hd = q->shape[3].value;
+    L = k->shape.size() == 4 ? k->shape[2].value : k->shape[1].value;
+    hd_v = v->shape.size() == 4 ? v->shape[3].value : v->shape[2].value / std::max<int64_t>(c.n.attr_i("kv_num_heads", 1), 1);
+  } else {
+    N = c.n.attr_i("q_num_heads", 0);
+    const int64_t kvn = c.n.attr_i("kv_num_heads", N);
+    if (N <= 0 || kvn <= 0) {
+      c.unknown("3-D Attention inputs need q_num_heads and kv_num_heads");
+      return;
+    }
+    S = q->shape[1].value;
+    hd = q->shape[2].value / N;
+    L = k->shape[1].value;
+    hd_v = v->shape[2].value / kvn;
+  }
+  const TensorInfo* past = c.in(4);
+  const int64_t total = dim(c.outp(1), 2);
+  if (total > 0) L = total;
+  else if (dim(past, 2) > 0) L += dim(past, 2);
+  emit_kv_concat(c, past, c.outp(1));
+  emit_attention_core(c, B * N, S, L, hd, hd_v, "fused Attention");
+}
+
+// LSTM / GRU / RNN (X, W, R, B, sequence_lens, initial_h, ...). cuDNN's schedule: one
+// GEMM for the input projection of every step, then per step the recurrent GEMM and one
+// pointwise gate kernel.
+void lower_rnn(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* w = c.in(1);
+  const int64_t hidden = c.n.attr_i("hidden_size", -1);
+  if (!c.all_known({x, w}) || x->shape.size() != 3 || w->shape.size() != 3 || hidden <= 0) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const bool batch_first = c.n.attr_i("layout", 0) == 1;
+  const int64_t S = x->shape[batch_first ? 1 : 0].value, B = x->shape[batch_first ? 0 : 1].value;
+  const int64_t I = x->shape[2].value;
+  const int64_t dirs = w->shape[0].value, gates = w->shape[1].value / hidden;
+  const std::string cell = c.n.op_type == "LSTM" ? "lstm" : c.n.op_type == "GRU" ? "gru" : "rnn";
+  const double gate_ops = cell == "lstm" ? 12 : cell == "gru" ? 10 : 2;  // per hidden unit
+  const DType dt = c.dtype(x);
+  const double eb = elem_bytes(dt);
+  for (int64_t d = 0; d < dirs; ++d) {
+    const std::string dir = dirs == 2 ? (d == 0 ? "forward " : "reverse ") : "";
+    emit_gemm(c, "linear", {1, S * B, gates * hidden, I}, double(S * B * I), double(gates * hidden * I), 0, 1,
+              dir + cell + " input projection, all steps");
+    for (int64_t t = 0; t < S; ++t) {
+      emit_gemm(c, "linear", {1, B, gates * hidden, hidden}, double(B * hidden), double(gates * hidden * hidden), -1, 2,
+                dir + cell + " recurrent GEMM");
+      c.out.back().steps = t + 1;
+      Kernel g = c.base(KernelClass::elementwise, cell + "_cell");
+      g.dtype = dt;
+      g.rows = B;
+      g.cols = gates * hidden;
+      g.inputs = 3;
+      g.flops = gate_ops * double(B) * double(hidden);
+      g.bytes = (2.0 * B * gates * hidden + 3.0 * B * hidden) * eb;
+      g.steps = t + 1;
+      g.note = dir + "gates";
+      c.out.push_back(g);
+    }
+  }
+}
+
+}  // namespace
+
+void add_attention_rules(RuleTable& r) {
+  r["Attention"] = [](LowerCtx& c) {
+    if (c.n.domain.empty() || c.n.domain == "ai.onnx") lower_onnx_attention(c);
+    else lower_ms_attention(c);
+  };
+  r["MultiHeadAttention"] = lower_mha;
+  r["GroupQueryAttention"] = lower_gqa;
+  r["LSTM"] = lower_rnn;
+  r["GRU"] = lower_rnn;
+  r["RNN"] = lower_rnn;
+}
+
+}  // namespace neusight::lowering_detail

@@ -1,0 +1,637 @@
+// fusion.cpp - the fusion plan: which nodes launch no kernel (host shape math, views,
+// strided operands, constant folding) and which nodes run together as one kernel (eager
+// framework kernels recognised from decomposed ONNX; torch.compile-style pointwise fusion).
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+namespace {
+
+constexpr int64_t kHostMaxElements = 64;  // integer tensors this small are shape math on the host
+
+const std::set<std::string>& view_ops() {
+  static const std::set<std::string> s = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape",
+                                          "Size", "Constant", "Optional", "OptionalGetElement", "StopGradient"};
+  return s;
+}
+
+const std::set<std::string>& gemm_ops() {
+  static const std::set<std::string> s = {"MatMul", "Gemm", "FusedMatMul", "Einsum", "MatMulInteger", "QLinearMatMul"};
+  return s;
+}
+
+// Elementwise ops (one output element from the same position of each broadcast input).
+const std::set<std::string>& pointwise_ops() {
+  static const std::set<std::string> s = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Tanh", "Sigmoid",
+      "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Max", "Min", "Clip", "LeakyRelu", "Elu", "Selu",
+      "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "Sin", "Cos", "Floor", "Ceil", "Round",
+      "Sign", "PRelu", "Sum", "Mean", "BiasAdd", "Swish", "Silu", "Equal", "Less", "Greater", "LessOrEqual",
+      "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Cast", "CastLike", "Dropout",
+      "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "ThresholdedRelu", "Softsign"};
+  return s;
+}
+
+const std::set<std::string>& rowwise_ops() {
+  static const std::set<std::string> s = {
+      "Softmax", "LogSoftmax", "LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+      "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "GroupNormalization", "InstanceNormalization",
+      "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp"};
+  return s;
+}
+
+// Ops that read only some of what feeds them from elsewhere (never absorbed backwards).
+bool is_broadcasting_consumer(const std::string& op) {
+  return pointwise_ops().count(op) || op == "Where";
+}
+
+const TensorInfo* tensor(const Graph& g, const std::string& name) { return name.empty() ? nullptr : g.find(name); }
+
+bool small_int(const TensorInfo* t) {
+  if (!t) return false;
+  if (t->int_value) return true;
+  return is_integer_like(t->dtype) && t->num_elements() >= 0 && t->num_elements() <= kHostMaxElements;
+}
+
+// Shape math: every output is a tiny integer tensor (a compile-time value or not) computed
+// from integer tensors that are tiny or compile-time values. Runs on the host (or is
+// folded) in every framework. Larger integer tensors (an arange over the sequence, a mask)
+// are data the GPU computes, even when their values are known.
+bool host_node(const Graph& g, const Node& n) {
+  if (n.outputs.empty()) return false;
+  for (const auto& o : n.outputs) {
+    if (o.empty()) continue;
+    const TensorInfo* t = g.find(o);
+    if (!t || !(t->int_value || is_integer_like(t->dtype))) return false;
+    const int64_t e = t->int_value ? static_cast<int64_t>(t->int_value->size()) : t->num_elements();
+    if (e < 0 || e > kHostMaxElements) return false;
+  }
+  for (const auto& i : n.inputs)
+    if (!i.empty() && !small_int(g.find(i))) return false;
+  return true;
+}
+
+bool is_scalar_const(const Graph& g, const std::string& name) {
+  const TensorInfo* t = tensor(g, name);
+  return t && t->is_initializer && t->num_elements() == 1;
+}
+
+bool is_const(const Graph& g, const std::string& name, const std::vector<bool>& folded,
+              const std::unordered_map<std::string, int>& producer) {
+  const TensorInfo* t = tensor(g, name);
+  if (!t) return false;
+  if (t->is_initializer || t->int_value) return true;
+  auto it = producer.find(name);
+  return it != producer.end() && folded[static_cast<size_t>(it->second)];
+}
+
+// All consumers of a tensor are in `set` (and it is not a graph output).
+bool consumed_only_by(const Consumers& cons, const std::string& t, const std::set<int>& set) {
+  auto it = cons.find(t);
+  if (it == cons.end()) return true;
+  for (int c : it->second)
+    if (c < 0 || !set.count(c)) return false;
+  return true;
+}
+
+int single_consumer(const Consumers& cons, const std::string& t) {
+  auto it = cons.find(t);
+  if (it == cons.end() || it->second.size() != 1) return -1;
+  return it->second[0];
+}
+
+// ---------------------------------------------------------------------------------------
+// Eager patterns.
+
+// MatMul (weight operand) whose only reader is Add(bias): addmm, one GEMM with epilogue.
+bool match_bias_gemm(const Graph& g, const Consumers& cons, const Plan& plan, int mi, Group& grp) {
+  const Node& m = g.nodes[static_cast<size_t>(mi)];
+  if (m.op_type != "MatMul" || m.outputs.empty() || m.inputs.size() < 2) return false;
+  const TensorInfo* b = tensor(g, m.inputs[1]);
+  const TensorInfo* y = tensor(g, m.outputs[0]);
+  if (!b || !y || !b->fully_known() || !y->fully_known() || b->shape.size() != 2) return false;
+  const int ai = single_consumer(cons, m.outputs[0]);
+  if (ai < 0 || !plan.free_reason[static_cast<size_t>(ai)].empty()) return false;
+  const Node& add = g.nodes[static_cast<size_t>(ai)];
+  if (add.op_type != "Add" || add.inputs.size() != 2) return false;
+  const std::string& other = add.inputs[0] == m.outputs[0] ? add.inputs[1] : add.inputs[0];
+  const TensorInfo* bias = tensor(g, other);
+  const TensorInfo* z = add.outputs.empty() ? nullptr : tensor(g, add.outputs[0]);
+  if (!bias || !bias->is_initializer || !z || !z->fully_known()) return false;
+  if (bias->num_elements() != b->shape[1].value || z->num_elements() != y->num_elements()) return false;
+  grp = Group{"bias_gemm", {mi, ai}, mi, ai};
+  return true;
+}
+
+// Decomposed LayerNorm: ReduceMean -> Sub -> Pow(2)|Mul(d,d) -> ReduceMean -> Add(eps) ->
+// Sqrt -> Div (or Reciprocal + Mul) [-> Mul(gamma)] [-> Add(beta)].
+bool match_layernorm(const Graph& g, const Consumers& cons, int r1, Group& grp) {
+  const Node& mean = g.nodes[static_cast<size_t>(r1)];
+  if (mean.op_type != "ReduceMean" || mean.inputs.empty() || mean.outputs.empty()) return false;
+  const std::string x = mean.inputs[0];
+  std::vector<int> nodes = {r1};
+  auto consumers = [&](const std::string& t) {
+    auto it = cons.find(t);
+    return it == cons.end() ? std::vector<int>{} : it->second;
+  };
+  // Sub(x, mean)
+  int sub = single_consumer(cons, mean.outputs[0]);
+  if (sub < 0) return false;
+  const Node& s = g.nodes[static_cast<size_t>(sub)];
+  if (s.op_type != "Sub" || s.inputs.size() != 2 || s.inputs[0] != x) return false;
+  nodes.push_back(sub);
+  const std::string d = s.outputs[0];
+  // d feeds the square and the normalising division.
+  int sq = -1, div = -1;
+  for (int ci : consumers(d)) {
+    if (ci < 0) return false;
+    const Node& cn = g.nodes[static_cast<size_t>(ci)];
+    if (cn.op_type == "Pow" || (cn.op_type == "Mul" && cn.inputs.size() == 2 && cn.inputs[0] == d && cn.inputs[1] == d))
+      sq = ci;
+    else if (cn.op_type == "Div" && cn.inputs[0] == d)
+      div = ci;
+    else if (cn.op_type == "Mul")
+      div = ci;  // d * reciprocal(std)
+    else
+      return false;
+  }
+  if (sq < 0 || div < 0) return false;
+  nodes.push_back(sq);
+  int r2 = single_consumer(cons, g.nodes[static_cast<size_t>(sq)].outputs[0]);
+  if (r2 < 0 || g.nodes[static_cast<size_t>(r2)].op_type != "ReduceMean") return false;
+  nodes.push_back(r2);
+  int add = single_consumer(cons, g.nodes[static_cast<size_t>(r2)].outputs[0]);
+  if (add < 0 || g.nodes[static_cast<size_t>(add)].op_type != "Add") return false;
+  nodes.push_back(add);
+  int sqrt = single_consumer(cons, g.nodes[static_cast<size_t>(add)].outputs[0]);
+  if (sqrt < 0 || g.nodes[static_cast<size_t>(sqrt)].op_type != "Sqrt") return false;
+  nodes.push_back(sqrt);
+  std::string std_out = g.nodes[static_cast<size_t>(sqrt)].outputs[0];
+  int next = single_consumer(cons, std_out);
+  if (next >= 0 && g.nodes[static_cast<size_t>(next)].op_type == "Reciprocal") {
+    nodes.push_back(next);
+    std_out = g.nodes[static_cast<size_t>(next)].outputs[0];
+    next = single_consumer(cons, std_out);
+  }
+  if (next != div) return false;
+  nodes.push_back(div);
+  int last = div;
+  // Optional affine: Mul(gamma) then Add(beta), constants.
+  for (const char* op : {"Mul", "Add"}) {
+    const int ci = single_consumer(cons, g.nodes[static_cast<size_t>(last)].outputs[0]);
+    if (ci < 0) break;
+    const Node& cn = g.nodes[static_cast<size_t>(ci)];
+    if (cn.op_type != op || cn.inputs.size() != 2) break;
+    const std::string& other = cn.inputs[0] == g.nodes[static_cast<size_t>(last)].outputs[0] ? cn.inputs[1] : cn.inputs[0];
+    const TensorInfo* t = tensor(g, other);
+    if (!t || !t->is_initializer) break;
+    nodes.push_back(ci);
+    last = ci;
+  }
+  std::set<int> set(nodes.begin(), nodes.end());
+  // Every intermediate stays inside.
+  for (int ni : nodes)
+    if (ni != last)
+      for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs)
+        if (!consumed_only_by(cons, o, set)) return false;
+  std::sort(nodes.begin(), nodes.end());
+  grp = Group{"layernorm", nodes, last, nodes.back()};
+  return true;
+}
+
+// Decomposed RMSNorm: Pow(x,2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(x, .) or
+// Reciprocal -> Mul(x, .) [-> Mul(weight)]. (PyTorch eager runs HF's RMSNorm as separate
+// kernels; only --fusion full groups it.)
+bool match_rmsnorm(const Graph& g, const Consumers& cons, int pi, Group& grp) {
+  const Node& p = g.nodes[static_cast<size_t>(pi)];
+  if (!(p.op_type == "Pow" || (p.op_type == "Mul" && p.inputs.size() == 2 && p.inputs[0] == p.inputs[1]))) return false;
+  const std::string x = p.inputs[0];
+  std::vector<int> nodes = {pi};
+  auto step = [&](int from, const char* op) {
+    const int ci = single_consumer(cons, g.nodes[static_cast<size_t>(from)].outputs[0]);
+    if (ci < 0 || g.nodes[static_cast<size_t>(ci)].op_type != op) return -1;
+    nodes.push_back(ci);
+    return ci;
+  };
+  int r = step(pi, "ReduceMean");
+  if (r < 0) return false;
+  int a = step(r, "Add");
+  if (a < 0) return false;
+  int s = step(a, "Sqrt");
+  if (s < 0) return false;
+  int last = -1;
+  const int ci = single_consumer(cons, g.nodes[static_cast<size_t>(s)].outputs[0]);
+  if (ci < 0) return false;
+  const Node& cn = g.nodes[static_cast<size_t>(ci)];
+  if (cn.op_type == "Div" && cn.inputs[0] == x) {
+    nodes.push_back(ci);
+    last = ci;
+  } else if (cn.op_type == "Reciprocal") {
+    nodes.push_back(ci);
+    const int mi = single_consumer(cons, cn.outputs[0]);
+    if (mi < 0) return false;
+    const Node& mn = g.nodes[static_cast<size_t>(mi)];
+    if (mn.op_type != "Mul" || (mn.inputs[0] != x && mn.inputs[1] != x)) return false;
+    nodes.push_back(mi);
+    last = mi;
+  } else {
+    return false;
+  }
+  const int wi = single_consumer(cons, g.nodes[static_cast<size_t>(last)].outputs[0]);
+  if (wi >= 0) {
+    const Node& wn = g.nodes[static_cast<size_t>(wi)];
+    const std::string& other = wn.inputs.size() == 2 ? (wn.inputs[0] == g.nodes[static_cast<size_t>(last)].outputs[0] ? wn.inputs[1] : wn.inputs[0]) : "";
+    const TensorInfo* t = tensor(g, other);
+    if (wn.op_type == "Mul" && t && t->is_initializer) {
+      nodes.push_back(wi);
+      last = wi;
+    }
+  }
+  std::sort(nodes.begin(), nodes.end());
+  grp = Group{"rmsnorm", nodes, last, nodes.back()};
+  return true;
+}
+
+// Single-input pointwise islands: every input of every member is x, a scalar constant or
+// a member's output, and exactly one member output leaves. Classified by op counts.
+struct IslandPattern {
+  const char* kind;
+  std::map<std::string, int> ops;
+  bool eager;  // one kernel in PyTorch eager (nn.GELU, nn.SiLU); else only --fusion full
+};
+
+const std::vector<IslandPattern>& island_patterns() {
+  static const std::vector<IslandPattern> p = {
+      {"gelu", {{"Div", 1}, {"Erf", 1}, {"Add", 1}, {"Mul", 2}}, true},   // x*0.5*(1+erf(x/sqrt2))
+      {"gelu", {{"Erf", 1}, {"Add", 1}, {"Mul", 3}}, true},               // erf(x*0.7071...)
+      {"silu", {{"Sigmoid", 1}, {"Mul", 1}}, true},                       // x*sigmoid(x)
+      // HF gelu_new / NewGELU (python tanh form): 8 eager kernels in the traced GPT-2 opgraph.
+      {"gelu_tanh", {{"Pow", 1}, {"Mul", 4}, {"Add", 2}, {"Tanh", 1}}, false},
+      {"gelu_tanh", {{"Mul", 6}, {"Add", 2}, {"Tanh", 1}}, false},
+      {"quick_gelu", {{"Sigmoid", 1}, {"Mul", 2}}, false},  // HF QuickGELU: 3 eager kernels
+  };
+  return p;
+}
+
+bool match_island(const Graph& g, const Consumers& cons, const Plan& plan, const std::string& x, int first, bool eager,
+                  std::vector<bool>& taken, Group& grp) {
+  std::vector<int> nodes;
+  std::set<std::string> produced;
+  std::map<std::string, int> counts;
+  const size_t max_nodes = 9, window = 48;
+  int last_added = first - 1;
+  for (size_t i = static_cast<size_t>(first); i < g.nodes.size() && i <= static_cast<size_t>(last_added) + window; ++i) {
+    const Node& n = g.nodes[i];
+    if (taken[i] || !plan.free_reason[i].empty() || !pointwise_ops().count(n.op_type) || n.op_type == "Cast") continue;
+    bool reads_island = false, ok = true;
+    for (const auto& in : n.inputs) {
+      if (in.empty()) continue;
+      if (in == x || produced.count(in)) reads_island = true;
+      else if (!is_scalar_const(g, in)) ok = false;
+    }
+    if (!ok || !reads_island) continue;
+    nodes.push_back(static_cast<int>(i));
+    for (const auto& o : n.outputs) produced.insert(o);
+    ++counts[n.op_type];
+    last_added = static_cast<int>(i);
+    if (nodes.size() > max_nodes) return false;
+    for (const auto& p : island_patterns()) {
+      if (p.ops != counts || (eager && !p.eager)) continue;
+      // Exactly one output leaves the island: the last member's.
+      std::set<int> set(nodes.begin(), nodes.end());
+      bool closed = true;
+      for (int ni : nodes)
+        if (ni != last_added)
+          for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs)
+            if (!consumed_only_by(cons, o, set)) closed = false;
+      if (!closed) continue;
+      grp = Group{p.kind, nodes, last_added, last_added};
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------------------
+// torch.compile-style pointwise fusion (--fusion full).
+
+struct UnionFind {
+  std::vector<int> p;
+  explicit UnionFind(size_t n) : p(n) { std::iota(p.begin(), p.end(), 0); }
+  int find(int a) { return p[static_cast<size_t>(a)] == a ? a : p[static_cast<size_t>(a)] = find(p[static_cast<size_t>(a)]); }
+  void join(int a, int b) { p[static_cast<size_t>(find(a))] = find(b); }
+};
+
+void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
+  const size_t n = g.nodes.size();
+  // Units: a node, or an eager group (identified by its first node).
+  std::vector<int> unit(n, -1);
+  for (size_t i = 0; i < n; ++i) {
+    if (!plan.free_reason[i].empty()) continue;
+    unit[i] = plan.group_of[i] >= 0 ? plan.groups[static_cast<size_t>(plan.group_of[i])].nodes.front() : static_cast<int>(i);
+  }
+  auto unit_kind = [&](int u) -> std::string {  // "pointwise", "rowwise", "gather", "" (not fusible)
+    const size_t ui = static_cast<size_t>(u);
+    if (plan.group_of[ui] >= 0) {
+      const std::string& k = plan.groups[static_cast<size_t>(plan.group_of[ui])].kind;
+      if (k == "layernorm" || k == "rmsnorm") return "rowwise";
+      if (k == "bias_gemm") return "";
+      return "pointwise";
+    }
+    const Node& nd = g.nodes[ui];
+    if (pointwise_ops().count(nd.op_type)) return "pointwise";
+    if (rowwise_ops().count(nd.op_type)) return "rowwise";
+    if (nd.op_type == "Gather") return "gather";
+    return "";
+  };
+  UnionFind uf(n);
+  std::vector<int> rowwise_in(n, 0);  // per root: rowwise units inside
+  for (size_t i = 0; i < n; ++i)
+    if (unit[i] == static_cast<int>(i) && unit_kind(static_cast<int>(i)) == "rowwise") rowwise_in[i] = 1;
+  auto merge = [&](int a, int b) {
+    int ra = uf.find(a), rb = uf.find(b);
+    if (ra == rb) return;
+    if (rowwise_in[static_cast<size_t>(ra)] + rowwise_in[static_cast<size_t>(rb)] > 1) return;
+    const int sum = rowwise_in[static_cast<size_t>(ra)] + rowwise_in[static_cast<size_t>(rb)];
+    uf.join(ra, rb);
+    rowwise_in[static_cast<size_t>(uf.find(ra))] = sum;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (unit[i] < 0) continue;
+    const std::string kind = unit_kind(unit[i]);
+    if (kind != "pointwise" && kind != "rowwise") continue;
+    const Node& nd = g.nodes[i];
+    for (size_t k = 0; k < nd.inputs.size(); ++k) {
+      const std::string& in = nd.inputs[k];
+      auto it = plan.producer.find(in);
+      if (it == plan.producer.end() || unit[static_cast<size_t>(it->second)] < 0) continue;
+      const int pu = unit[static_cast<size_t>(it->second)];
+      if (pu == unit[i]) continue;
+      const std::string pk = unit_kind(pu);
+      if (pk != "pointwise" && pk != "gather") continue;
+      if (kind == "rowwise" && k != 0) continue;  // prologue: the normalised input only
+      // Every reader of the tensor is inside this unit (it never reaches memory).
+      auto cit = cons.find(in);
+      bool inside = cit != cons.end();
+      if (inside)
+        for (int c : cit->second)
+          if (c < 0 || unit[static_cast<size_t>(c)] != unit[i]) inside = false;
+      if (!inside) continue;
+      merge(pu, unit[i]);
+    }
+  }
+  // Rebuild the groups: every union-find class with more than one unit is one kernel.
+  std::map<int, std::vector<int>> classes;
+  for (size_t i = 0; i < n; ++i)
+    if (unit[i] >= 0) classes[uf.find(unit[i])].push_back(static_cast<int>(i));
+  std::vector<Group> groups;
+  std::vector<int> group_of(n, -1);
+  for (auto& [root, nodes] : classes) {
+    std::set<int> units;
+    for (int ni : nodes) units.insert(unit[static_cast<size_t>(ni)]);
+    if (units.size() == 1) {
+      if (plan.group_of[static_cast<size_t>(nodes.front())] >= 0) {
+        groups.push_back(plan.groups[static_cast<size_t>(plan.group_of[static_cast<size_t>(nodes.front())])]);
+        for (int ni : nodes) group_of[static_cast<size_t>(ni)] = static_cast<int>(groups.size()) - 1;
+      }
+      continue;
+    }
+    Group grp{"fused", nodes, nodes.back(), nodes.back()};
+    for (int ni : nodes)
+      if (unit_kind(unit[static_cast<size_t>(ni)]) == "rowwise") grp.anchor = ni;
+    groups.push_back(grp);
+    for (int ni : nodes) group_of[static_cast<size_t>(ni)] = static_cast<int>(groups.size()) - 1;
+  }
+  plan.groups = std::move(groups);
+  plan.group_of = std::move(group_of);
+}
+
+}  // namespace
+
+Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons) {
+  const size_t n = g.nodes.size();
+  Plan plan;
+  plan.free_reason.assign(n, "");
+  plan.group_of.assign(n, -1);
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) plan.producer[o] = static_cast<int>(i);
+
+  // Free nodes, every mode.
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = g.nodes[i];
+    if (view_ops().count(nd.op_type)) plan.free_reason[i] = "view";
+    else if (host_node(g, nd)) plan.free_reason[i] = "host (shape computation)";
+    else if (nd.op_type == "Dropout" && opt.mode != Mode::training) plan.free_reason[i] = "identity in inference";
+  }
+  if (opt.fusion == Fusion::none) return plan;
+
+  // Constant folding (full, inference): nodes computed from constants only.
+  if (opt.fusion == Fusion::full && opt.mode == Mode::inference) {
+    std::vector<bool> folded(n, false);
+    for (size_t i = 0; i < n; ++i) {
+      const Node& nd = g.nodes[i];
+      if (nd.inputs.empty() || nd.op_type.rfind("Random", 0) == 0 || nd.op_type == "If" || nd.op_type == "Loop" ||
+          nd.op_type == "Scan")
+        continue;
+      bool all = true;
+      for (const auto& in : nd.inputs)
+        if (!in.empty() && !is_const(g, in, folded, plan.producer)) all = false;
+      if (!all) continue;
+      folded[i] = true;
+      if (plan.free_reason[i].empty()) plan.free_reason[i] = "constant folded";
+    }
+  }
+
+  // Strided views (eager): a Transpose read only by GEMMs (directly or through further
+  // free transposes: PyTorch's permute + transpose before a matmul), an Expand read only by
+  // broadcasting elementwise ops. Consumers come later in topological order: walk backwards.
+  for (size_t i = n; i-- > 0;) {
+    const Node& nd = g.nodes[i];
+    if (!plan.free_reason[i].empty() || nd.outputs.empty()) continue;
+    if (nd.op_type != "Transpose" && nd.op_type != "Expand") continue;
+    auto it = cons.find(nd.outputs[0]);
+    if (it == cons.end() || it->second.empty()) continue;
+    bool all = true;
+    for (int c : it->second) {
+      if (c < 0) { all = false; break; }
+      const std::string& op = g.nodes[static_cast<size_t>(c)].op_type;
+      const bool view_chain = op == "Transpose" && plan.free_reason[static_cast<size_t>(c)] == "strided view read by GEMM";
+      if (nd.op_type == "Transpose" ? !(gemm_ops().count(op) || view_chain) : !is_broadcasting_consumer(op)) all = false;
+    }
+    if (all) plan.free_reason[i] = nd.op_type == "Transpose" ? "strided view read by GEMM" : "broadcast view";
+  }
+
+  // Eager framework kernels.
+  std::vector<bool> taken(n, false);
+  auto add_group = [&](const Group& grp) {
+    for (int m : grp.nodes) {
+      taken[static_cast<size_t>(m)] = true;
+      plan.group_of[static_cast<size_t>(m)] = static_cast<int>(plan.groups.size());
+    }
+    plan.groups.push_back(grp);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (taken[i] || !plan.free_reason[i].empty()) continue;
+    Group grp;
+    if (match_layernorm(g, cons, static_cast<int>(i), grp)) add_group(grp);
+    else if (opt.fusion == Fusion::full && match_rmsnorm(g, cons, static_cast<int>(i), grp)) add_group(grp);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (taken[i] || !plan.free_reason[i].empty()) continue;
+    Group grp;
+    if (match_bias_gemm(g, cons, plan, static_cast<int>(i), grp) && !taken[static_cast<size_t>(grp.nodes[1])]) add_group(grp);
+  }
+  // Pointwise islands, seeded at each float tensor read by a pointwise node.
+  std::set<std::string> seeds_done;
+  for (size_t i = 0; i < n; ++i) {
+    if (taken[i] || !plan.free_reason[i].empty() || !pointwise_ops().count(g.nodes[i].op_type)) continue;
+    for (const auto& x : g.nodes[i].inputs) {
+      if (x.empty() || is_scalar_const(g, x) || seeds_done.count(x)) continue;
+      const TensorInfo* t = g.find(x);
+      if (!t || !is_float(t->dtype)) continue;
+      seeds_done.insert(x);
+      Group grp;
+      if (match_island(g, cons, plan, x, static_cast<int>(i), opt.fusion == Fusion::eager, taken, grp)) {
+        add_group(grp);
+        break;
+      }
+    }
+  }
+  if (opt.fusion == Fusion::full) full_fusion(g, cons, plan);
+  return plan;
+}
+
+// ---------------------------------------------------------------------------------------
+// Group emission.
+
+namespace {
+
+DType compute_dtype(const LoweringOptions& opt, const TensorInfo* t) {
+  if (opt.compute_dtype != DType::undefined && t && is_float(t->dtype)) return opt.compute_dtype;
+  return t && t->dtype != DType::undefined ? t->dtype : DType::f32;
+}
+
+int class_rank(KernelClass c) {
+  switch (c) {
+    case KernelClass::softmax: case KernelClass::layernorm: return 3;
+    case KernelClass::reduce: return 2;
+    case KernelClass::elementwise: return 1;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp, const Consumers& cons,
+                std::vector<Kernel>& out) {
+  const Node& anchor = g.nodes[static_cast<size_t>(grp.anchor)];
+  if (grp.kind == "bias_gemm") {
+    LowerCtx c{g, opt, anchor, grp.anchor, out, &plan};
+    const size_t before = out.size();
+    emit_matmul(c);
+    if (out.size() == before + 1 && out.back().cls == KernelClass::gemm) {
+      Kernel& k = out.back();
+      const Node& add = g.nodes[static_cast<size_t>(grp.nodes[1])];
+      const std::string& bias = add.inputs[0] == anchor.outputs[0] ? add.inputs[1] : add.inputs[0];
+      k.epilogue = "bias";
+      k.note = k.note.empty() ? "bias epilogue (addmm)" : k.note + "; bias epilogue (addmm)";
+      k.bytes += double(numel(g.find(bias))) * elem_bytes(k.dtype);
+      k.fused_nodes = {grp.nodes[1]};
+    }
+    return;
+  }
+  const std::set<int> members(grp.nodes.begin(), grp.nodes.end());
+  // Work: each member (or eager sub-pattern) as it would run alone.
+  std::vector<Kernel> parts;
+  for (int ni : grp.nodes) {
+    const Node& nd = g.nodes[static_cast<size_t>(ni)];
+    LowerCtx c{g, opt, nd, ni, parts, &plan};
+    auto it = rules().find(nd.op_type);
+    if (it != rules().end()) it->second(c);
+  }
+  std::set<std::string> produced;
+  for (int ni : grp.nodes)
+    for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs) produced.insert(o);
+  Kernel k;
+  k.node = grp.anchor;
+  k.phase = Phase::forward;
+  std::set<std::string> seen;
+  double in_bytes = 0, out_bytes = 0;
+  int inputs = 0;
+  const TensorInfo* first_in = nullptr;
+  for (int ni : grp.nodes)
+    for (const auto& in : g.nodes[static_cast<size_t>(ni)].inputs) {
+      if (in.empty() || produced.count(in) || !seen.insert(in).second) continue;
+      const TensorInfo* t = g.find(in);
+      if (!t) continue;
+      auto pit = plan.producer.find(in);
+      if (pit != plan.producer.end() && plan.free_reason[static_cast<size_t>(pit->second)] == "host (shape computation)")
+        continue;  // shape operands are not read by the kernel
+      if (!first_in && is_float(t->dtype)) first_in = t;
+      const int64_t e = numel(t);
+      in_bytes += double(e) * elem_bytes(compute_dtype(opt, t));
+      k.operand_elems.push_back(e);
+      if (e > 1) ++inputs;
+    }
+  const TensorInfo* last_out = nullptr;
+  for (int ni : grp.nodes)
+    for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs) {
+      // Written unless every reader is inside (an output nobody reads is a result).
+      if (o.empty() || (cons.count(o) && consumed_only_by(cons, o, members))) continue;
+      const TensorInfo* t = g.find(o);
+      out_bytes += double(numel(t)) * elem_bytes(compute_dtype(opt, t));
+      last_out = t;
+    }
+  k.dtype = compute_dtype(opt, first_in ? first_in : last_out);
+  k.inputs = std::max(inputs, 1);
+  k.bytes = in_bytes + out_bytes;
+  for (int ni : grp.nodes)
+    if (ni != grp.anchor) k.fused_nodes.push_back(ni);
+  if (grp.kind == "layernorm" || grp.kind == "rmsnorm") {
+    k.cls = KernelClass::layernorm;
+    k.op = grp.kind == "layernorm" ? "ln" : "rmsnorm";
+    const TensorInfo* x = g.find(g.nodes[static_cast<size_t>(grp.nodes.front())].inputs[0]);
+    rows_cols(x, k.rows, k.cols);
+    k.flops = (grp.kind == "layernorm" ? 6.0 : 4.0) * double(k.rows) * double(k.cols);
+    k.note = "decomposed " + std::string(grp.kind == "layernorm" ? "LayerNorm" : "RMSNorm") + " (" +
+             std::to_string(grp.nodes.size()) + " nodes)";
+  } else if (grp.kind == "fused") {
+    // torch.compile-style: one kernel doing every member's work.
+    k.cls = KernelClass::memory;
+    int best = -1;
+    std::string ops;
+    for (const auto& p : parts) {
+      k.flops += p.flops;
+      ops += (ops.empty() ? "" : "+") + p.op;
+      if (class_rank(p.cls) >= best) {
+        best = class_rank(p.cls);
+        k.cls = best == 0 ? KernelClass::memory : p.cls;
+        k.rows = p.rows;
+        k.cols = p.cols;
+        k.op = p.op;
+      }
+    }
+    if (k.cls == KernelClass::elementwise || k.cls == KernelClass::memory) rows_cols(last_out, k.rows, k.cols);
+    if (k.cls == KernelClass::elementwise) k.op = "fused";
+    k.note = "fused: " + ops;
+  } else {
+    // gelu / silu / gelu_tanh / quick_gelu: one elementwise kernel.
+    k.cls = KernelClass::elementwise;
+    k.op = grp.kind;
+    rows_cols(last_out, k.rows, k.cols);
+    k.flops = double(k.rows) * double(k.cols);
+    k.note = "decomposed " + grp.kind + " (" + std::to_string(grp.nodes.size()) + " nodes)";
+  }
+  if (k.rows <= 0 && k.cols <= 0) {
+    k.cls = KernelClass::unknown;
+    k.note = "shapes not inferred";
+  }
+  out.push_back(k);
+}
+
+}  // namespace neusight::lowering_detail

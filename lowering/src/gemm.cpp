@@ -1,0 +1,293 @@
+// gemm.cpp - matrix-product ops to GEMM kernels: MatMul (broadcast batch dims), Gemm,
+// Conv/ConvTranspose as implicit GEMM, Einsum contractions, quantized matmuls.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+
+void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_elems, double b_elems, int a_input,
+               int b_input, const std::string& note) {
+  Kernel kr = c.base(KernelClass::gemm, op);
+  kr.dtype = c.dtype(a_input >= 0 ? c.in(static_cast<size_t>(a_input)) : c.in(0));
+  kr.gemm = s;
+  kr.flops = 2.0 * double(s.batch) * double(s.m) * double(s.n) * double(s.k);
+  const double eb = elem_bytes(kr.dtype);
+  kr.bytes = (a_elems + b_elems + double(s.batch) * s.m * s.n) * eb;
+  kr.operand_elems = {static_cast<int64_t>(a_elems), static_cast<int64_t>(b_elems)};
+  kr.a_input = a_input;
+  kr.b_input = b_input;
+  kr.note = note;
+  c.out.push_back(kr);
+}
+
+namespace {
+
+// Shared by MatMul-like ops: A[..., m, k] x B[..., k, n] with numpy broadcasting of the
+// batch dims. A B operand without (non-unit) batch dims shared by every batch folds the
+// batch into m: one linear layer (PyTorch runs x @ W as one GEMM over all rows).
+void matmul_like(LowerCtx& c, const std::string& op_hint, int a_in, int b_in) {
+  const TensorInfo* a = c.in(static_cast<size_t>(a_in));
+  const TensorInfo* b = c.in(static_cast<size_t>(b_in));
+  if (!c.all_known({a, b}) || a->shape.empty() || b->shape.empty()) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const Shape& sa = a->shape;
+  const Shape& sb = b->shape;
+  const int64_t m = sa.size() >= 2 ? sa[sa.size() - 2].value : 1;
+  const int64_t k = sa.back().value;
+  const int64_t n = sb.size() >= 2 ? sb.back().value : 1;
+  // Broadcast batch dims.
+  const size_t ra = sa.size() >= 2 ? sa.size() - 2 : 0, rb = sb.size() >= 2 ? sb.size() - 2 : 0;
+  const size_t r = std::max(ra, rb);
+  int64_t batch = 1, a_batch = 1, b_batch = 1;
+  for (size_t i = 0; i < r; ++i) {
+    const int64_t da = i + ra >= r ? sa[i + ra - r].value : 1;
+    const int64_t db = i + rb >= r ? sb[i + rb - r].value : 1;
+    batch *= std::max(da, db);
+    a_batch *= da;
+    b_batch *= db;
+  }
+  const double a_elems = double(numel(a));
+  const double b_elems = double(numel(b));
+  std::string note;
+  GemmShape s;
+  std::string op = op_hint;
+  if (b_batch == 1 && batch > 1) {
+    s = {1, batch * m, n, k};  // weight shared by every row: fold the batch into m
+    if (op.empty()) op = "linear";
+  } else {
+    s = {batch, m, n, k};
+    if (op.empty()) op = batch > 1 ? "bmm" : "linear";
+    if (a_batch == 1 && batch > 1) note = "A broadcast over the batch";
+  }
+  emit_gemm(c, op, s, a_elems, b_elems, a_in, b_in, note);
+  Kernel& kr = c.out.back();
+  kr.trans_a = c.transposed_view(static_cast<size_t>(a_in));
+  kr.trans_b = c.transposed_view(static_cast<size_t>(b_in));
+}
+
+void lower_matmul_integer(LowerCtx& c) {
+  // Integer GEMM: the dtype is the weights' (int8/uint8); int32 accumulators written out.
+  matmul_like(c, "", 0, 1);
+  if (c.out.empty() || c.out.back().cls != KernelClass::gemm) return;
+  Kernel& k = c.out.back();
+  const TensorInfo* b = c.in(1);
+  k.dtype = b ? b->dtype : DType::i8;
+  const GemmShape& s = k.gemm;
+  k.bytes = double(k.operand_elems[0]) * elem_bytes(c.in(0)->dtype) + double(k.operand_elems[1]) * elem_bytes(k.dtype) +
+            double(s.batch) * s.m * s.n * elem_bytes(c.outp(0) ? c.outp(0)->dtype : DType::i32);
+  k.note = "integer GEMM";
+}
+
+void lower_qlinear_matmul(LowerCtx& c) {
+  // QLinearMatMul(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp).
+  matmul_like(c, "", 0, 3);
+  if (c.out.empty() || c.out.back().cls != KernelClass::gemm) return;
+  Kernel& k = c.out.back();
+  const TensorInfo* b = c.in(3);
+  k.dtype = b ? b->dtype : DType::i8;
+  const GemmShape& s = k.gemm;
+  k.bytes = (double(k.operand_elems[0]) + double(k.operand_elems[1]) + double(s.batch) * s.m * s.n) * elem_bytes(k.dtype);
+  k.note = "quantized GEMM";
+}
+
+// com.microsoft MatMulNBits(A, B packed [N, blocks, blob], scales, zero_points, ...):
+// Y[..., N] = A[..., K] x dequant(B)^T. Weight bytes are the packed bits plus the scales.
+void lower_matmul_nbits(LowerCtx& c) {
+  const TensorInfo* a = c.in(0);
+  const TensorInfo* y = c.outp(0);
+  const int64_t K = c.n.attr_i("K", -1), N = c.n.attr_i("N", -1), bits = c.n.attr_i("bits", 4);
+  const int64_t block = std::max<int64_t>(c.n.attr_i("block_size", 32), 1);
+  if (!c.all_known({a}) || K <= 0 || N <= 0 || a->shape.empty()) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t rows = numel(a) / K;
+  Kernel kr = c.base(KernelClass::gemm, "linear");
+  kr.dtype = bits == 8 ? DType::u8 : DType::u4;
+  kr.gemm = {1, rows, N, K};
+  kr.flops = 2.0 * double(rows) * double(N) * double(K);
+  const double act = elem_bytes(c.dtype(a));
+  const double weight_bytes = double(N) * K * bits / 8.0 + double(N) * ((K + block - 1) / block) * act;
+  kr.bytes = double(numel(a)) * act + weight_bytes + double(rows) * N * elem_bytes(c.dtype(y ? y : a));
+  kr.operand_elems = {numel(a), N * K};
+  kr.a_input = 0;
+  kr.b_input = 1;
+  kr.note = std::to_string(bits) + "-bit weights, " + std::string(dtype_name(c.dtype(a))) + " activations";
+  c.out.push_back(kr);
+}
+
+void lower_gemm_op(LowerCtx& c) {
+  const TensorInfo* a = c.in(0);
+  const TensorInfo* b = c.in(1);
+  if (!c.all_known({a, b}) || a->shape.size() != 2 || b->shape.size() != 2) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const bool ta = c.n.attr_i("transA", 0), tb = c.n.attr_i("transB", 0);
+  const int64_t m = a->shape[ta ? 1 : 0].value, k = a->shape[ta ? 0 : 1].value;
+  const int64_t n = b->shape[tb ? 0 : 1].value;
+  emit_gemm(c, "linear", {1, m, n, k}, double(numel(a)), double(numel(b)), 0, 1);
+  Kernel& kr = c.out.back();
+  kr.trans_a = ta || c.transposed_view(0);
+  kr.trans_b = tb || c.transposed_view(1);
+  if (const TensorInfo* bias = c.in(2)) {
+    kr.epilogue = "bias";
+    kr.note = "bias epilogue";
+    kr.bytes += double(numel(bias)) * elem_bytes(kr.dtype);
+  }
+}
+
+// Conv / ConvTranspose as implicit GEMM. Depthwise (group == channels, one filter per
+// channel) is no GEMM: it is a memory-bound stencil, lowered as an elementwise kernel with
+// R*S multiply-adds per output.
+void lower_conv(LowerCtx& c) {
+  const bool transposed = c.n.op_type == "ConvTranspose";
+  const bool integer = c.n.op_type == "ConvInteger" || c.n.op_type == "QLinearConv";
+  const size_t xi = 0, wi = c.n.op_type == "QLinearConv" ? 3 : 1;
+  const TensorInfo* x = c.in(xi);
+  const TensorInfo* w = c.in(wi);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({x, w, y}) || y->shape.size() < 3 || x->shape.size() < 3) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t group = std::max<int64_t>(1, c.n.attr_i("group", 1));
+  const int64_t nb = y->shape[0].value;
+  int64_t spatial_out = 1, spatial_in = 1, ksz = 1;
+  for (size_t i = 2; i < y->shape.size(); ++i) spatial_out *= y->shape[i].value;
+  for (size_t i = 2; i < x->shape.size(); ++i) spatial_in *= x->shape[i].value;
+  for (size_t i = 2; i < w->shape.size(); ++i) ksz *= w->shape[i].value;
+  const int64_t cin = x->shape[1].value, cout = y->shape[1].value;
+  const DType dt = integer ? w->dtype : c.dtype(x);
+  const double eb = elem_bytes(dt);
+  if (!transposed && group > 1 && group == cin && cout % cin == 0 && cout / cin <= 4) {
+    Kernel k = c.base(KernelClass::elementwise, "depthwise_conv");
+    k.dtype = dt;
+    rows_cols(y, k.rows, k.cols);
+    k.inputs = 2;
+    k.flops = 2.0 * double(numel(y)) * double(ksz);
+    k.bytes = (double(numel(x)) + double(numel(w)) + double(numel(y)) + double(numel(c.in(2)))) * eb;
+    k.operand_elems = {numel(x), numel(w)};
+    k.note = "depthwise: memory-bound stencil, " + std::to_string(ksz) + " taps";
+    c.out.push_back(k);
+    return;
+  }
+  GemmShape s;
+  std::string note;
+  if (transposed) {
+    // The adjoint of a conv: M over input pixels, N = Cout/group * R*S, K = Cin/group.
+    s = {group, nb * spatial_in, cout / group * ksz, cin / group};
+    note = "implicit GEMM (transposed)";
+  } else {
+    // M = N*P*Q, N = Cout/group, K = Cin/group * R*S; one GEMM per group.
+    s = {group, nb * spatial_out, cout / group, cin / group * ksz};
+    note = group > 1 ? "grouped implicit GEMM" : "implicit GEMM";
+  }
+  emit_gemm(c, "conv", s, double(numel(x)), double(numel(w)), static_cast<int>(xi), static_cast<int>(wi), note);
+  Kernel& kr = c.out.back();
+  kr.dtype = dt;
+  kr.bytes = (double(numel(x)) + double(numel(w)) + double(numel(y))) * eb;
+  if (!integer) {
+    if (const TensorInfo* bias = c.in(2)) {
+      kr.epilogue = "bias";
+      kr.bytes += double(numel(bias)) * eb;
+    }
+  }
+}
+
+// Einsum with one or two operands. Two operands: letters in both inputs and the output
+// are batch, in both inputs only are contracted, in one input and the output are that
+// side's free dims -> one (batched) GEMM. One operand: a permutation (memory) or a
+// reduction.
+void lower_einsum(LowerCtx& c) {
+  std::string eq = c.n.attr_s("equation", "");
+  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  const auto arrow = eq.find("->");
+  std::vector<std::string> ins;
+  std::string lhs = arrow == std::string::npos ? eq : eq.substr(0, arrow);
+  std::string outs = arrow == std::string::npos ? "" : eq.substr(arrow + 2);
+  for (size_t p = 0;;) {
+    const size_t q = lhs.find(',', p);
+    ins.push_back(lhs.substr(p, q == std::string::npos ? std::string::npos : q - p));
+    if (q == std::string::npos) break;
+    p = q + 1;
+  }
+  if (eq.find("...") != std::string::npos || ins.size() != c.n.inputs.size() || ins.size() > 2 || ins.empty()) {
+    c.unknown("einsum '" + eq + "' not supported (ellipsis or more than two operands)");
+    return;
+  }
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const TensorInfo* t = c.in(i);
+    if (!c.all_known({t}) || t->shape.size() != ins[i].size()) {
+      c.unknown("shapes not inferred");
+      return;
+    }
+    for (size_t d = 0; d < ins[i].size(); ++d) size[ins[i][d]] = std::max(size[ins[i][d]], t->shape[d].value);
+  }
+  if (arrow == std::string::npos) {  // implicit output: letters seen once, sorted
+    std::map<char, int> cnt;
+    for (const auto& s : ins)
+      for (char ch : s) ++cnt[ch];
+    for (const auto& [ch, n] : cnt)
+      if (n == 1) outs += ch;
+  }
+  auto in_str = [](const std::string& s, char ch) { return s.find(ch) != std::string::npos; };
+  if (ins.size() == 1) {
+    if (std::set<char>(outs.begin(), outs.end()).size() == std::set<char>(ins[0].begin(), ins[0].end()).size()) {
+      Kernel k = c.base(KernelClass::memory, "transpose");
+      rows_cols(c.outp(0), k.rows, k.cols);
+      k.bytes = 2.0 * double(numel(c.in(0))) * elem_bytes(k.dtype);
+      k.note = "einsum permutation";
+      c.out.push_back(k);
+    } else {
+      Kernel k = c.base(KernelClass::reduce, "reduce_sum");
+      k.rows = std::max<int64_t>(numel(c.outp(0)), 1);
+      k.cols = numel(c.in(0)) / k.rows;
+      k.flops = double(numel(c.in(0)));
+      k.bytes = (double(numel(c.in(0))) + double(k.rows)) * elem_bytes(k.dtype);
+      k.note = "einsum reduction";
+      c.out.push_back(k);
+    }
+    return;
+  }
+  int64_t batch = 1, m = 1, n = 1, k = 1;
+  for (const auto& [ch, sz] : size) {
+    const bool a = in_str(ins[0], ch), b = in_str(ins[1], ch), o = in_str(outs, ch);
+    if (a && b && o) batch *= sz;
+    else if (a && b) k *= sz;
+    else if (a && o) m *= sz;
+    else if (b && o) n *= sz;
+    // a letter summed away inside one operand only is a reduction folded into the read
+  }
+  GemmShape s = {batch, m, n, k};
+  emit_gemm(c, batch > 1 ? "bmm" : "linear", s, double(numel(c.in(0))), double(numel(c.in(1))), 0, 1,
+            "einsum " + eq);
+}
+
+}  // namespace
+
+void emit_matmul(LowerCtx& c) { matmul_like(c, "", 0, 1); }
+
+void add_gemm_rules(RuleTable& r) {
+  r["MatMul"] = emit_matmul;
+  r["FusedMatMul"] = emit_matmul;  // com.microsoft: MatMul with transposes and alpha
+  r["MatMulInteger"] = lower_matmul_integer;
+  r["MatMulIntegerToFloat"] = lower_matmul_integer;
+  r["DynamicQuantizeMatMul"] = lower_matmul_integer;
+  r["QLinearMatMul"] = lower_qlinear_matmul;
+  r["MatMulNBits"] = lower_matmul_nbits;
+  r["Gemm"] = lower_gemm_op;
+  r["Conv"] = lower_conv;
+  r["ConvTranspose"] = lower_conv;
+  r["ConvInteger"] = lower_conv;
+  r["QLinearConv"] = lower_conv;
+  r["Einsum"] = lower_einsum;
+}
+
+}  // namespace neusight::lowering_detail

@@ -1,0 +1,84 @@
+// internal.h - what the lowering files share: the per-node context, byte/shape helpers,
+// the op-type rule table and the fusion plan. Not installed; lowering/src only.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "neusight/lowering.h"
+
+namespace neusight::lowering_detail {
+
+double elem_bytes(DType t);
+int64_t numel(const TensorInfo* t);
+// rows x cols view of a tensor: cols = last dim (a scalar is 1 x 1; unknown is 0 x 0).
+void rows_cols(const TensorInfo* t, int64_t& rows, int64_t& cols);
+bool is_integer_like(DType t);  // integer or bool
+
+// Which nodes read each tensor (graph outputs are read by "-1").
+using Consumers = std::unordered_map<std::string, std::vector<int>>;
+Consumers consumers_of(const Graph& g);
+
+// The fusion plan: which nodes launch no kernel, and which nodes run together as one kernel.
+struct Group {
+  std::string kind;        // "bias_gemm", "layernorm", "rmsnorm", "gelu", "silu", "softmax", "fused"
+  std::vector<int> nodes;  // in topological order
+  int anchor = -1;         // node the kernel is reported under
+  int emit_at = -1;        // node at whose position the kernel runs (the last member)
+};
+
+struct Plan {
+  std::vector<std::string> free_reason;  // per node: non-empty = no kernel
+  std::vector<int> group_of;             // per node: index into groups or -1
+  std::vector<Group> groups;
+  std::unordered_map<std::string, int> producer;  // tensor -> node that writes it
+};
+
+Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons);
+
+struct LowerCtx {
+  const Graph& g;
+  const LoweringOptions& opt;
+  const Node& n;
+  int index;
+  std::vector<Kernel>& out;
+  const Plan* plan = nullptr;
+
+  const TensorInfo* in(size_t i) const;
+  const TensorInfo* outp(size_t i) const;
+  DType dtype(const TensorInfo* t) const;  // compute dtype of a tensor (forced by --dtype)
+  Kernel base(KernelClass cls, const std::string& op) const;
+  void unknown(const std::string& why) const;  // an "unknown" kernel (op kept, zero work)
+  bool all_known(std::initializer_list<const TensorInfo*> ts) const;
+  // True when input i is read as a strided transposed view (free Transpose before a GEMM).
+  bool transposed_view(size_t i) const;
+};
+
+using Rule = std::function<void(LowerCtx&)>;
+using RuleTable = std::unordered_map<std::string, Rule>;
+
+// One registration function per op family file; lower.cpp builds the table once.
+void add_gemm_rules(RuleTable& t);     // gemm.cpp: MatMul, Gemm, Conv, Einsum, quantized
+void add_attention_rules(RuleTable& t);  // attention.cpp: fused attention, LSTM/GRU/RNN
+void add_vector_rules(RuleTable& t);   // vector.cpp: elementwise, softmax, norms, reduce, pool
+void add_memory_rules(RuleTable& t);   // memory.cpp: data movement, views, collectives
+const RuleTable& rules();
+
+// Shared emitters.
+void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_elems, double b_elems,
+               int a_input, int b_input, const std::string& note = "");
+void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_elem = 1);
+void emit_matmul(LowerCtx& c);  // MatMul rules (used by the bias-GEMM group too)
+
+// Kernels of one fusion group (fusion.cpp).
+void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
+                const Consumers& cons, std::vector<Kernel>& out);
+
+// Training (training.cpp): backward kernels in reverse order and the optimizer updates.
+void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
+                          std::vector<Kernel>& out);
+
+}  // namespace neusight::lowering_detail

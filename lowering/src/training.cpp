@@ -1,0 +1,229 @@
+// training.cpp - backward kernels of every forward kernel (reverse order) and the
+// optimizer's update kernels, following METHOD.md and the BwOps/AccOps columns of the
+// traced opgraphs in neusight-data/e2e/opgraph.
+#include <algorithm>
+#include <set>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+namespace {
+
+// Parameters: float initializers with more than one element that some op computes with.
+std::set<std::string> trainable(const Graph& g) {
+  std::set<std::string> used;
+  for (const auto& n : g.nodes) {
+    if (n.op_type == "Shape" || n.op_type == "Size" || n.op_type == "ConstantOfShape") continue;
+    for (const auto& in : n.inputs) used.insert(in);
+  }
+  std::set<std::string> p;
+  for (const auto& name : g.initializers) {
+    const TensorInfo* t = g.find(name);
+    if (t && is_float(t->dtype) && t->num_elements() > 1 && used.count(name)) p.insert(name);
+  }
+  return p;
+}
+
+// Tensors that need a gradient: parameters and every float value computed from one.
+std::set<std::string> requires_grad(const Graph& g, const std::set<std::string>& params) {
+  std::set<std::string> rg = params;
+  for (const auto& n : g.nodes) {
+    bool any = false;
+    for (const auto& in : n.inputs) any = any || (!in.empty() && rg.count(in));
+    if (!any) continue;
+    for (const auto& o : n.outputs) {
+      const TensorInfo* t = o.empty() ? nullptr : g.find(o);
+      if (t && (is_float(t->dtype) || t->dtype == DType::undefined)) rg.insert(o);
+    }
+  }
+  return rg;
+}
+
+struct Backward {
+  const Graph& g;
+  const LoweringOptions& opt;
+  const std::set<std::string>& rg;
+  std::vector<Kernel>& out;
+
+  bool needs(const Node& n, int input) const {
+    return input >= 0 && static_cast<size_t>(input) < n.inputs.size() && rg.count(n.inputs[static_cast<size_t>(input)]);
+  }
+  bool node_needs(const Kernel& f) const {
+    auto check = [&](int ni) {
+      for (const auto& in : g.nodes[static_cast<size_t>(ni)].inputs)
+        if (!in.empty() && rg.count(in)) return true;
+      return false;
+    };
+    if (check(f.node)) return true;
+    for (int ni : f.fused_nodes)
+      if (check(ni)) return true;
+    return false;
+  }
+  void push(const Kernel& f, Kernel k, const std::string& note) {
+    k.phase = Phase::backward;
+    k.node = f.node;
+    k.note = note;
+    k.fused_nodes.clear();
+    out.push_back(k);
+  }
+  // A vector kernel shaped like f: `inputs` tensors read, one written.
+  Kernel vec(const Kernel& f, KernelClass cls, const std::string& op, int inputs, int64_t rows, int64_t cols) const {
+    Kernel k;
+    k.cls = cls;
+    k.op = op;
+    k.dtype = f.dtype;
+    k.rows = rows;
+    k.cols = cols;
+    k.inputs = inputs;
+    const double e = double(rows) * double(cols);
+    k.flops = cls == KernelClass::memory ? 0 : e;
+    k.bytes = (inputs + 1) * e * elem_bytes(f.dtype);
+    return k;
+  }
+
+  void gemm(const Kernel& f, const Node& n) {
+    const bool internal = node_needs(f);
+    const bool a_needs = f.a_input >= 0 ? needs(n, f.a_input) : internal;
+    const bool b_needs = f.b_input >= 0 ? needs(n, f.b_input) : internal;
+    const GemmShape& s = f.gemm;
+    const double eb = elem_bytes(f.dtype);
+    auto make = [&](GemmShape g2, const std::string& what) {
+      Kernel k = f;
+      k.gemm = g2;
+      k.flops = 2.0 * double(g2.batch) * g2.m * g2.n * g2.k;
+      k.bytes = double(g2.batch) * (double(g2.m) * g2.k + double(g2.k) * g2.n + double(g2.m) * g2.n) * eb;
+      k.epilogue.clear();
+      k.trans_a = k.trans_b = false;
+      push(f, k, what);
+    };
+    // dA[m x k] = dC[m x n] B^T.
+    if (a_needs) make({s.batch, s.m, s.k, s.n}, "grad input");
+    // dB: for a weight shared by all rows (linear, batch 1) PyTorch computes
+    // dW[n x k] = dC^T A (dataset order K, M, N); for a BMM dB[k x n] = A^T dC.
+    if (b_needs) {
+      if (s.batch == 1) make({1, s.n, s.k, s.m}, "grad weight");
+      else make({s.batch, s.k, s.n, s.m}, "grad B");
+    }
+  }
+
+  void elementwise(const Kernel& f, const Node& n) {
+    const int64_t r = f.rows, c = f.cols;
+    // Tensor operands (more than one element) of the node that need a gradient.
+    int grads = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const TensorInfo* t = n.inputs[i].empty() ? nullptr : g.find(n.inputs[i]);
+      if (t && numel(t) > 1 && rg.count(n.inputs[i])) ++grads;
+    }
+    if (!f.fused_nodes.empty()) grads = 1;  // a fused chain: the gradient w.r.t. its input
+    const std::string& op = f.op;
+    const bool scalar_form = f.inputs <= 1;
+    if (op == "add" || op == "sub") {  // gradients pass through (the opgraphs count MEM copies)
+      for (int i = 0; i < grads; ++i) push(f, vec(f, KernelClass::memory, "grad_copy", 1, r, c), "grad of " + op);
+    } else if (op == "mul" || op == "div") {
+      for (int i = 0; i < grads; ++i)
+        push(f, vec(f, KernelClass::elementwise, op, scalar_form ? 1 : 2, r, c), "grad of " + op);
+    } else if (op == "pow") {  // d(x^p) = p * x^(p-1) * dy
+      push(f, vec(f, KernelClass::elementwise, "pow", 1, r, c), "grad of pow");
+      push(f, vec(f, KernelClass::elementwise, "mul", 2, r, c), "grad of pow");
+      push(f, vec(f, KernelClass::elementwise, "mul", 1, r, c), "grad of pow");
+    } else if (op == "tanh" || op == "sigmoid") {  // (1 - y^2) dy, y (1 - y) dy
+      push(f, vec(f, KernelClass::elementwise, "mul", 1, r, c), "grad of " + op);
+      push(f, vec(f, KernelClass::elementwise, "add", 1, r, c), "grad of " + op);
+    } else if (op == "depthwise_conv") {
+      Kernel k = f;
+      push(f, k, "grad input");
+      push(f, k, "grad weight");
+    } else {  // one <op>_backward kernel reading dy and x
+      push(f, vec(f, KernelClass::elementwise, op + "_grad", 2, r, c), "grad of " + op);
+    }
+  }
+
+  void memory(const Kernel& f, const Node& n) {
+    if (f.op == "embedding") {
+      // embedding_dense_backward: zero the table gradient, then accumulate the rows (the
+      // opgraphs count both over the whole table).
+      const TensorInfo* table = g.find(n.inputs[0]);
+      if (!table || !rg.count(n.inputs[0])) return;
+      int64_t rows = 0, cols = 0;
+      rows_cols(table, rows, cols);
+      Kernel k = vec(f, KernelClass::memory, "embedding_grad", 0, rows, cols);
+      push(f, k, "zero table gradient");
+      k.bytes = double(numel(table)) * elem_bytes(f.dtype);
+      push(f, k, "accumulate rows");
+      return;
+    }
+    if (f.op == "where") {
+      for (size_t i = 1; i < n.inputs.size(); ++i) {
+        const TensorInfo* t = n.inputs[i].empty() ? nullptr : g.find(n.inputs[i]);
+        if (t && numel(t) > 1 && rg.count(n.inputs[i]))
+          push(f, vec(f, KernelClass::memory, "where_grad", 2, f.rows, f.cols), "grad of where");
+      }
+      return;
+    }
+    Kernel k = f;  // the reverse data movement
+    k.op = f.op + "_grad";
+    k.trans_a = k.trans_b = false;
+    push(f, k, "grad of " + f.op);
+  }
+
+  void run(const Kernel& f) {
+    if (f.node < 0 || static_cast<size_t>(f.node) >= g.nodes.size() || !node_needs(f)) return;
+    const Node& n = g.nodes[static_cast<size_t>(f.node)];
+    switch (f.cls) {
+      case KernelClass::gemm: gemm(f, n); break;
+      case KernelClass::elementwise: elementwise(f, n); break;
+      case KernelClass::softmax:  // a mul and a softmax-sized op
+        push(f, vec(f, KernelClass::elementwise, "mul", 2, f.rows, f.cols), "grad of softmax");
+        {
+          Kernel k = vec(f, KernelClass::softmax, "softmax_grad", 2, f.rows, f.cols);
+          k.flops = f.flops;
+          push(f, k, "grad of softmax");
+        }
+        break;
+      case KernelClass::layernorm:  // a mul over the input (the affine grads are the updates)
+        push(f, vec(f, KernelClass::elementwise, "mul", 2, f.rows, f.cols), "grad of " + f.op);
+        break;
+      case KernelClass::reduce:  // the gradient broadcast back over the input
+        push(f, vec(f, KernelClass::elementwise, "expand", 1, f.rows, f.cols), "grad of " + f.op);
+        break;
+      case KernelClass::memory: memory(f, n); break;
+      default: break;
+    }
+  }
+};
+
+}  // namespace
+
+void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
+                          std::vector<Kernel>& out) {
+  const std::set<std::string> params = trainable(g);
+  const std::set<std::string> rg = requires_grad(g, params);
+  Backward bw{g, opt, rg, out};
+  for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) bw.run(*it);
+  // Optimizer update: one elementwise pass over each parameter (AccOps: VECadd [1, numel]),
+  // reported under the first node that reads it.
+  for (const auto& name : g.initializers) {
+    if (!params.count(name)) continue;
+    const TensorInfo* t = g.find(name);
+    int first = -1;
+    for (size_t i = 0; i < g.nodes.size() && first < 0; ++i)
+      if (std::find(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), name) != g.nodes[i].inputs.end())
+        first = static_cast<int>(i);
+    Kernel k;
+    k.cls = KernelClass::elementwise;
+    k.phase = Phase::update;
+    k.op = "add";
+    k.node = first;
+    k.dtype = opt.compute_dtype != DType::undefined ? opt.compute_dtype : t->dtype;
+    k.rows = 1;
+    k.cols = t->num_elements();
+    k.inputs = 2;
+    k.flops = double(k.cols);
+    k.bytes = 3.0 * double(k.cols) * elem_bytes(k.dtype);
+    k.operand_elems = {k.cols, k.cols};
+    k.note = "weight update " + name;
+    out.push_back(k);
+  }
+}
+
+}  // namespace neusight::lowering_detail

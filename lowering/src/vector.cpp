@@ -1,0 +1,212 @@
+// vector.cpp - vector ops: elementwise (unary/binary with broadcasting), softmax, layer /
+// RMS / group / instance norms, reductions, pooling.
+#include <algorithm>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+
+void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_elem) {
+  const TensorInfo* y = c.outp(0);
+  Kernel k = c.base(KernelClass::elementwise, op);
+  if (!y || !y->fully_known()) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  rows_cols(y, k.rows, k.cols);
+  const double eb = elem_bytes(k.dtype);
+  double in_bytes = 0;
+  int inputs = 0;
+  for (size_t i = 0; i < c.n.inputs.size(); ++i) {
+    const TensorInfo* t = c.in(i);
+    if (!t) continue;
+    const int64_t e = numel(t);
+    if (e > 1) ++inputs;
+    k.operand_elems.push_back(e);
+    in_bytes += double(e) * elem_bytes(c.dtype(t));
+  }
+  k.inputs = std::max(inputs, 1);
+  k.flops = ops_per_elem * double(numel(y));
+  k.bytes = in_bytes + double(numel(y)) * eb;
+  c.out.push_back(k);
+}
+
+namespace {
+
+int64_t norm_axis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
+
+// Row-wise kernel over x: rows x cols with cols = product of dims [axis, end) (`flatten`)
+// or the one dim `axis` (softmax at opset >= 13).
+void emit_rowwise(LowerCtx& c, KernelClass cls, const std::string& op, double ops_per_elem, int64_t axis,
+                  bool flatten, size_t extra_tensor_inputs_from = 1) {
+  const TensorInfo* x = c.in(0);
+  if (!c.all_known({x})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  Kernel k = c.base(cls, op);
+  const size_t r = x->shape.size();
+  if (r == 0) {
+    k.rows = k.cols = 1;
+  } else {
+    axis = std::clamp<int64_t>(norm_axis(axis, r), 0, static_cast<int64_t>(r) - 1);
+    int64_t cols = 1;
+    if (flatten)
+      for (size_t i = static_cast<size_t>(axis); i < r; ++i) cols *= x->shape[i].value;
+    else
+      cols = x->shape[static_cast<size_t>(axis)].value;
+    k.cols = cols;
+    k.rows = cols > 0 ? x->num_elements() / cols : 0;
+  }
+  const double e = double(k.rows) * double(k.cols);
+  const double eb = elem_bytes(k.dtype);
+  k.flops = ops_per_elem * e;
+  double extra = 0;
+  for (size_t i = extra_tensor_inputs_from; i < c.n.inputs.size(); ++i) {
+    const TensorInfo* t = c.in(i);
+    if (t) extra += double(numel(t)) * elem_bytes(c.dtype(t));
+  }
+  k.bytes = 2 * e * eb + extra;
+  k.operand_elems = {numel(x)};
+  c.out.push_back(k);
+}
+
+void lower_softmax(LowerCtx& c, const std::string& op) {
+  const bool old = c.opt.opset > 0 && c.opt.opset < 13;
+  emit_rowwise(c, KernelClass::softmax, op, 5, c.n.attr_i("axis", old ? 1 : -1), old);
+}
+
+void lower_layernorm(LowerCtx& c, const std::string& op, double ops) {
+  emit_rowwise(c, KernelClass::layernorm, op, ops, c.n.attr_i("axis", -1), true);
+}
+
+// com.microsoft SkipLayerNormalization(input, skip, gamma, beta, bias): residual add and
+// layernorm in one kernel (it also reads the skip tensor).
+void lower_skip_layernorm(LowerCtx& c, const std::string& op, double ops) {
+  emit_rowwise(c, KernelClass::layernorm, op, ops + 1, -1, false);
+  if (!c.out.empty() && c.out.back().cls == KernelClass::layernorm) c.out.back().note = "residual add fused";
+}
+
+// GroupNormalization(x, scale, bias, num_groups) / InstanceNormalization: normalise each
+// (sample, group) over its channels x spatial elements.
+void lower_group_norm(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!c.all_known({x}) || x->shape.size() < 2) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t groups = c.n.op_type == "InstanceNormalization" ? x->shape[1].value
+                                                                 : std::max<int64_t>(c.n.attr_i("num_groups", 1), 1);
+  Kernel k = c.base(KernelClass::layernorm, c.n.op_type == "InstanceNormalization" ? "instancenorm" : "groupnorm");
+  k.rows = x->shape[0].value * groups;
+  k.cols = k.rows > 0 ? x->num_elements() / k.rows : 0;
+  const double e = double(numel(x)), eb = elem_bytes(k.dtype);
+  k.flops = 6 * e;
+  k.bytes = 2 * e * eb + (double(numel(c.in(1))) + double(numel(c.in(2)))) * eb;
+  c.out.push_back(k);
+}
+
+void lower_reduce(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({x, y})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  std::string op = c.n.op_type;
+  std::transform(op.begin(), op.end(), op.begin(), ::tolower);
+  Kernel k = c.base(KernelClass::reduce, op);
+  k.dtype = c.dtype(x);
+  k.rows = std::max<int64_t>(numel(y), 1);
+  k.cols = k.rows > 0 ? numel(x) / k.rows : 0;
+  k.flops = double(numel(x));
+  k.bytes = double(numel(x)) * elem_bytes(k.dtype) + double(numel(y)) * elem_bytes(c.dtype(y));
+  k.operand_elems = {numel(x)};
+  c.out.push_back(k);
+}
+
+// MaxPool / AveragePool / LpPool: each output reads its window. A reduction of `window`
+// elements per output (rows = outputs, cols = window).
+void lower_pool(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({x, y})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  int64_t window = 1;
+  for (int64_t v : c.n.attr_ints("kernel_shape")) window *= std::max<int64_t>(v, 1);
+  std::string op = c.n.op_type;
+  std::transform(op.begin(), op.end(), op.begin(), ::tolower);
+  Kernel k = c.base(KernelClass::reduce, op);
+  k.rows = numel(y);
+  k.cols = window;
+  k.flops = double(numel(y)) * double(window);
+  k.bytes = (double(numel(x)) + double(numel(y))) * elem_bytes(k.dtype);
+  k.note = "window " + std::to_string(window);
+  c.out.push_back(k);
+}
+
+}  // namespace
+
+void add_vector_rules(RuleTable& r) {
+  // ONNX op -> kernel name, ops per output element.
+  struct Ew {
+    const char* onnx;
+    const char* name;
+    double ops;
+  };
+  static const Ew ew[] = {
+      {"Add", "add", 1}, {"Sub", "sub", 1}, {"Mul", "mul", 1}, {"Div", "div", 1}, {"Pow", "pow", 1},
+      {"Relu", "relu", 1}, {"Gelu", "gelu", 1}, {"FastGelu", "gelu", 1}, {"BiasGelu", "gelu", 1},
+      {"QuickGelu", "gelu", 1}, {"Tanh", "tanh", 1}, {"Sigmoid", "sigmoid", 1}, {"Exp", "exp", 1},
+      {"Log", "log", 1}, {"Sqrt", "sqrt", 1}, {"Erf", "erf", 1}, {"Neg", "neg", 1}, {"Abs", "abs", 1},
+      {"Reciprocal", "reciprocal", 1}, {"Max", "max", 1}, {"Min", "min", 1}, {"Clip", "clip", 1},
+      {"LeakyRelu", "leakyrelu", 1}, {"Elu", "elu", 1}, {"Selu", "selu", 1}, {"Celu", "celu", 1},
+      {"HardSigmoid", "hardsigmoid", 1}, {"HardSwish", "hardswish", 1}, {"Softplus", "softplus", 1},
+      {"Softsign", "softsign", 1}, {"Mish", "mish", 1}, {"ThresholdedRelu", "relu", 1}, {"Shrink", "shrink", 1},
+      {"Sin", "sin", 1}, {"Cos", "cos", 1}, {"Tan", "tan", 1}, {"Asin", "asin", 1}, {"Acos", "acos", 1},
+      {"Atan", "atan", 1}, {"Sinh", "sinh", 1}, {"Cosh", "cosh", 1}, {"Asinh", "asinh", 1},
+      {"Acosh", "acosh", 1}, {"Atanh", "atanh", 1}, {"Floor", "floor", 1}, {"Ceil", "ceil", 1},
+      {"Round", "round", 1}, {"Sign", "sign", 1}, {"Equal", "equal", 1}, {"Less", "less", 1},
+      {"Greater", "greater", 1}, {"LessOrEqual", "lessequal", 1}, {"GreaterOrEqual", "greaterequal", 1},
+      {"And", "and", 1}, {"Or", "or", 1}, {"Xor", "xor", 1}, {"Not", "not", 1}, {"Mod", "mod", 1},
+      {"BitShift", "bitshift", 1}, {"BitwiseAnd", "and", 1}, {"BitwiseOr", "or", 1}, {"BitwiseXor", "xor", 1},
+      {"BitwiseNot", "not", 1}, {"PRelu", "prelu", 1}, {"Sum", "add", 1}, {"Mean", "mean", 1},
+      {"BiasAdd", "add", 1}, {"IsNaN", "isnan", 1}, {"IsInf", "isinf", 1},
+      {"BatchNormalization", "batchnorm", 2}, {"QuantizeLinear", "quantize", 2},
+      {"DequantizeLinear", "dequantize", 2}, {"DynamicQuantizeLinear", "quantize", 3},
+      {"Swish", "silu", 1}, {"Silu", "silu", 1},
+  };
+  for (const Ew& e : ew) {
+    const std::string name = e.name;
+    const double ops = e.ops;
+    r[e.onnx] = [name, ops](LowerCtx& c) { emit_elementwise(c, name, ops); };
+  }
+  r["Softmax"] = [](LowerCtx& c) { lower_softmax(c, "softmax"); };
+  r["LogSoftmax"] = [](LowerCtx& c) { lower_softmax(c, "logsoftmax"); };
+  r["Hardmax"] = [](LowerCtx& c) { lower_softmax(c, "hardmax"); };
+  r["LayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "ln", 6); };
+  r["SimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "rmsnorm", 4); };
+  r["RMSNormalization"] = r["SimplifiedLayerNormalization"];
+  r["SkipLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "ln", 6); };
+  r["SkipSimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "rmsnorm", 4); };
+  r["GroupNormalization"] = lower_group_norm;
+  r["InstanceNormalization"] = lower_group_norm;
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                         "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "GlobalAveragePool",
+                         "GlobalMaxPool", "GlobalLpPool", "TopK", "CumSum"})
+    r[op] = lower_reduce;
+  for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) r[op] = lower_pool;
+  r["Dropout"] = [](LowerCtx& c) {
+    // Inference: identity (no kernel). Training: a mask-and-scale pass, which the traced
+    // opgraphs count as a memory op.
+    if (c.opt.mode != Mode::training) return;
+    Kernel k = c.base(KernelClass::memory, "dropout");
+    rows_cols(c.outp(0), k.rows, k.cols);
+    k.bytes = 2.0 * double(numel(c.outp(0))) * elem_bytes(k.dtype);
+    c.out.push_back(k);
+  };
+}
+
+}  // namespace neusight::lowering_detail

@@ -1,0 +1,222 @@
+// unit-fusion.cpp - kernel grouping: --fusion none | eager | full on the decomposed patterns
+// ONNX exporters emit (LayerNorm, GELU, SiLU, addmm, strided transposes, pointwise chains).
+#include <doctest/doctest.h>
+
+#include "lowering_graph.h"
+#include "neusight/lowering.h"
+
+using namespace neusight;
+using test::IrGraph;
+using test::lower_with;
+using test::of_class;
+
+namespace {
+
+// x [rows, cols] -> the ReduceMean-Sub-Pow-ReduceMean-Add-Sqrt-Div-Mul-Add chain.
+void decomposed_layernorm(IrGraph& b, const std::string& x, int64_t rows, int64_t cols, const std::string& y) {
+  auto t = [&](const std::string& n) { return b.t(n, {rows, cols}); };
+  auto r = [&](const std::string& n) { return b.t(n, {rows, 1}); };
+  Node& m1 = b.node("ReduceMean", {x}, {r("mean")});
+  m1.attributes["axes"] = test::attr_ints({-1});
+  b.node("Sub", {x, "mean"}, {t("d")});
+  b.node("Pow", {"d", b.w("two", {1})}, {t("sq")});
+  Node& m2 = b.node("ReduceMean", {"sq"}, {r("var")});
+  m2.attributes["axes"] = test::attr_ints({-1});
+  b.node("Add", {"var", b.w("eps", {1})}, {r("ve")});
+  b.node("Sqrt", {"ve"}, {r("std")});
+  b.node("Div", {"d", "std"}, {t("norm")});
+  b.node("Mul", {"norm", b.w("gamma", {cols})}, {t("scaled")});
+  b.node("Add", {"scaled", b.w("beta", {cols})}, {b.t(y, {rows, cols})});
+}
+
+// x*0.5*(1+erf(x/sqrt2)) as torch.onnx exports nn.GELU.
+void erf_gelu(IrGraph& b, const std::string& x, std::vector<int64_t> dims, const std::string& y) {
+  b.node("Div", {x, b.w("sqrt2", {1})}, {b.t("g_div", dims)});
+  b.node("Erf", {"g_div"}, {b.t("g_erf", dims)});
+  b.node("Add", {"g_erf", b.w("one", {1})}, {b.t("g_add", dims)});
+  b.node("Mul", {x, "g_add"}, {b.t("g_mul", dims)});
+  b.node("Mul", {"g_mul", b.w("half", {1})}, {b.t(y, dims)});
+}
+
+// HF gelu_new: 0.5*x*(1+tanh(sqrt(2/pi)*(x+0.044715*x^3))), eight nodes.
+void tanh_gelu(IrGraph& b, const std::string& x, std::vector<int64_t> dims, const std::string& y) {
+  b.node("Mul", {x, b.w("c_half", {1})}, {b.t("m0", dims)});
+  b.node("Pow", {x, b.w("c_three", {1})}, {b.t("pw", dims)});
+  b.node("Mul", {"pw", b.w("c_coef", {1})}, {b.t("m1", dims)});
+  b.node("Add", {x, "m1"}, {b.t("a0", dims)});
+  b.node("Mul", {"a0", b.w("c_s2pi", {1})}, {b.t("m2", dims)});
+  b.node("Tanh", {"m2"}, {b.t("th", dims)});
+  b.node("Add", {"th", b.w("c_one", {1})}, {b.t("a1", dims)});
+  b.node("Mul", {"m0", "a1"}, {b.t(y, dims)});
+}
+
+}  // namespace
+
+TEST_CASE("fusion: decomposed LayerNorm is one layernorm kernel in eager, nine in none") {
+  IrGraph b;
+  b.input("x", {4096, 1280});
+  decomposed_layernorm(b, "x", 4096, 1280, "y");
+  b.output("y");
+  const KernelList none = lower_with(b.g, Fusion::none);
+  CHECK(none.kernels.size() == 9);
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 1);
+  const Kernel& k = eager.kernels[0];
+  CHECK(k.cls == KernelClass::layernorm);
+  CHECK(k.rows == 4096);
+  CHECK(k.cols == 1280);
+  CHECK(k.flops == 6.0 * 4096 * 1280);
+  CHECK(k.fused_nodes.size() == 8);
+  // Reads x, gamma, beta and the two scalars; writes y.
+  CHECK(k.bytes == doctest::Approx((2.0 * 4096 * 1280 + 2 * 1280 + 2) * 4));
+  for (size_t i = 0; i + 1 < b.g.nodes.size(); ++i) CHECK(eager.fused_into[i] == 8);
+}
+
+TEST_CASE("fusion: a LayerNorm chain whose intermediate is read elsewhere is not fused") {
+  IrGraph b;
+  b.input("x", {64, 32});
+  decomposed_layernorm(b, "x", 64, 32, "y");
+  b.node("Relu", {"d"}, {b.t("leak", {64, 32})});  // the centred value escapes
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  CHECK(of_class(eager, KernelClass::layernorm).empty());
+  CHECK(eager.kernels.size() == 10);
+}
+
+TEST_CASE("fusion: exact-erf GELU is one kernel in eager; the tanh form stays eight (as traced)") {
+  IrGraph b;
+  b.input("x", {4096, 5120});
+  erf_gelu(b, "x", {4096, 5120}, "g");
+  tanh_gelu(b, "g", {4096, 5120}, "y");
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 1 + 8);
+  CHECK(eager.kernels[0].op == "gelu");
+  CHECK(eager.kernels[0].cls == KernelClass::elementwise);
+  CHECK(eager.kernels[0].inputs == 1);
+  CHECK(eager.kernels[0].bytes == doctest::Approx((2.0 * 4096 * 5120 + 3) * 4));
+  const KernelList none = lower_with(b.g, Fusion::none);
+  CHECK(none.kernels.size() == 5 + 8);
+  // full: both chains are pointwise, one kernel altogether.
+  const KernelList full = lower_with(b.g, Fusion::full);
+  REQUIRE(full.kernels.size() == 1);
+  CHECK(full.kernels[0].op == "fused");
+  CHECK(full.kernels[0].bytes == doctest::Approx((2.0 * 4096 * 5120 + 3 + 5) * 4));
+  CHECK(full.kernels[0].flops == doctest::Approx((5 + 8) * 4096.0 * 5120));  // one op per fused node
+}
+
+TEST_CASE("fusion: SiLU (x * sigmoid(x)) is one eager kernel") {
+  IrGraph b;
+  b.input("x", {8, 4096});
+  b.node("Sigmoid", {"x"}, {b.t("s", {8, 4096})});
+  b.node("Mul", {"x", "s"}, {b.t("y", {8, 4096})});
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 1);
+  CHECK(eager.kernels[0].op == "silu");
+  CHECK(lower_with(b.g, Fusion::none).kernels.size() == 2);
+}
+
+TEST_CASE("fusion: MatMul + bias Add is one GEMM with a bias epilogue (addmm)") {
+  IrGraph b;
+  b.input("x", {4, 1024, 1280});
+  b.node("MatMul", {"x", b.w("w", {1280, 3840})}, {b.t("h", {4, 1024, 3840})});
+  b.node("Add", {"h", b.w("bias", {3840})}, {b.t("y", {4, 1024, 3840})});
+  const KernelList none = lower_with(b.g, Fusion::none);
+  CHECK(none.kernels.size() == 2);
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 1);
+  const Kernel& k = eager.kernels[0];
+  CHECK(k.cls == KernelClass::gemm);
+  CHECK(k.epilogue == "bias");
+  CHECK(k.node == 0);
+  CHECK(k.fused_nodes == std::vector<int>{1});
+  CHECK(k.flops == 2.0 * 4096 * 3840 * 1280);
+  CHECK(k.bytes == (4096.0 * 1280 + 1280.0 * 3840 + 4096.0 * 3840 + 3840) * 4);
+  CHECK(eager.fused_into[1] == 0);
+}
+
+TEST_CASE("fusion: a Transpose read only by GEMMs is a strided view in eager, a copy in none") {
+  IrGraph b;
+  b.input("q", {2, 8, 128, 64});
+  b.input("k", {2, 8, 128, 64});
+  Node& t = b.node("Transpose", {"k"}, {b.t("kT", {2, 8, 64, 128})});
+  t.attributes["perm"] = test::attr_ints({0, 1, 3, 2});
+  b.node("MatMul", {"q", "kT"}, {b.t("s", {2, 8, 128, 128})});
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 1);
+  CHECK(eager.kernels[0].trans_b);
+  CHECK(eager.free_reason[0] == "strided view read by GEMM");
+  const KernelList none = lower_with(b.g, Fusion::none);
+  REQUIRE(none.kernels.size() == 2);
+  CHECK(none.kernels[0].cls == KernelClass::memory);
+}
+
+TEST_CASE("fusion: full fuses a pointwise prologue into the softmax (BERT's div+add+softmax)") {
+  IrGraph b;
+  const std::vector<int64_t> s = {8, 16, 512, 512};
+  b.input("scores", s);
+  b.input("mask", {8, 1, 1, 512});
+  b.node("Div", {"scores", b.w("scale", {1})}, {b.t("d", s)});
+  b.node("Add", {"d", "mask"}, {b.t("a", s)});
+  b.node("Softmax", {"a"}, {b.t("p", s)});
+  b.node("MatMul", {"p", b.t("v", {8, 16, 512, 64})}, {b.t("o", {8, 16, 512, 64})});
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  CHECK(eager.kernels.size() == 4);
+  const KernelList full = lower_with(b.g, Fusion::full);
+  REQUIRE(full.kernels.size() == 2);
+  const Kernel& k = full.kernels[0];
+  CHECK(k.cls == KernelClass::softmax);
+  CHECK(k.rows == 65536);
+  CHECK(k.cols == 512);
+  const double e = 8.0 * 16 * 512 * 512;
+  CHECK(k.flops == doctest::Approx(e + e + 5 * e));
+  CHECK(k.bytes == doctest::Approx((e + 1 + 8 * 512 + e) * 4));  // scores, scale, mask in; p out
+  CHECK(k.node == 2);
+  CHECK(full.kernels[1].cls == KernelClass::gemm);
+}
+
+TEST_CASE("fusion: full does not fuse a pointwise op whose result is also read elsewhere") {
+  IrGraph b;
+  b.input("x", {1024, 1024});
+  b.node("Relu", {"x"}, {b.t("r", {1024, 1024})});
+  b.node("Exp", {"r"}, {b.t("e", {1024, 1024})});
+  b.node("MatMul", {"r", b.w("w", {1024, 1024})}, {b.t("y", {1024, 1024})});
+  const KernelList full = lower_with(b.g, Fusion::full);
+  CHECK(full.kernels.size() == 3);
+}
+
+TEST_CASE("fusion: full folds constant subgraphs in inference, eager does not") {
+  IrGraph b;
+  b.input("x", {16, 64});
+  Node& t = b.node("Transpose", {b.w("w", {32, 64})}, {b.t("wT", {64, 32})});
+  t.attributes["perm"] = test::attr_ints({1, 0});
+  b.node("Relu", {"wT"}, {b.t("wr", {64, 32})});
+  b.node("MatMul", {"x", "wr"}, {b.t("y", {16, 32})});
+  CHECK(lower_with(b.g, Fusion::eager).kernels.size() == 3);
+  const KernelList full = lower_with(b.g, Fusion::full);
+  REQUIRE(full.kernels.size() == 1);
+  CHECK(full.free_reason[0] == "constant folded");
+  CHECK(full.free_reason[1] == "constant folded");
+  // Training keeps them (the weight's gradient flows through).
+  CHECK(of_class(lower_with(b.g, Fusion::full, Mode::training), KernelClass::gemm).size() == 1);
+  CHECK(lower_with(b.g, Fusion::full, Mode::training).kernels.size() > 3);
+}
+
+TEST_CASE("fusion: permute then transpose before a matmul are both views (PyTorch k.permute().transpose())") {
+  IrGraph b;
+  b.input("k", {2, 128, 8, 64});
+  Node& t1 = b.node("Transpose", {"k"}, {b.t("kh", {2, 8, 128, 64})});
+  t1.attributes["perm"] = test::attr_ints({0, 2, 1, 3});
+  Node& t2 = b.node("Transpose", {"kh"}, {b.t("kT", {2, 8, 64, 128})});
+  t2.attributes["perm"] = test::attr_ints({0, 1, 3, 2});
+  b.input("q", {2, 8, 128, 64});
+  b.node("MatMul", {"q", "kT"}, {b.t("s", {2, 8, 128, 128})});
+  // The merged heads are read by a Reshape: PyTorch's .contiguous() copy.
+  Node& t3 = b.node("Transpose", {"s"}, {b.t("sm", {2, 128, 8, 128})});
+  t3.attributes["perm"] = test::attr_ints({0, 2, 1, 3});
+  b.node("Reshape", {"sm", b.ints("shape", {2, 128, 1024})}, {b.t("merged", {2, 128, 1024})});
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 2);
+  CHECK(eager.kernels[0].cls == KernelClass::gemm);
+  CHECK(eager.kernels[1].op == "transpose");
+  CHECK(eager.free_reason[0] == "strided view read by GEMM");
+  CHECK(eager.free_reason[1] == "strided view read by GEMM");
+}
