@@ -1,7 +1,7 @@
 // analyze.cpp - wires the stages: frontend -> shapes -> lowering -> tiling -> predictor -> report.
 #include <filesystem>
-#include <optional>
 #include <set>
+#include <optional>
 
 #include "neusight/neusight.h"
 #include "neusight/onnx_proto.h"
@@ -49,7 +49,22 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   DimBindings dims = options.dims;  // --parallel: the graph runs one GPU's micro-batch
   if (options.parallel.active) dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
   bind_dims(a.graph, dims);
+  // ONNX's own shape inference (the hints) costs about as much as the whole rest of the
+  // analysis on a large graph, and hints only fill what the project's rules leave unknown:
+  // ask for them only when some node output is still without a full shape.
+  Graph bound = a.graph;
   a.shapes = infer_shapes(a.graph, loaded.model);
+  bool complete = true;
+  for (const auto& n : a.graph.nodes)
+    for (const auto& o : n.outputs) {
+      const TensorInfo* t = o.empty() ? nullptr : a.graph.find(o);
+      if (t && !t->fully_known()) complete = false;
+    }
+  if (!complete) {
+    a.graph = std::move(bound);
+    const auto hints = onnx_shape_hints(loaded, a.graph);
+    a.shapes = infer_shapes(a.graph, loaded.model, &hints);
+  }
   LoweringOptions lo;
   lo.mode = options.mode;
   lo.fusion = options.fusion;

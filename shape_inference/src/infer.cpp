@@ -10,12 +10,9 @@
 #include <set>
 #include <unordered_map>
 
-#include "neusight/shape_inference.h"
+#include "rules.h"
 
-namespace neusight {
-namespace {
-
-constexpr int64_t kMaxDim = int64_t(1) << 62;
+namespace neusight::shape_rules {
 
 int64_t checked_mul(int64_t a, int64_t b, const std::string& where) {
   if (a < 0 || b < 0) return -1;
@@ -23,28 +20,9 @@ int64_t checked_mul(int64_t a, int64_t b, const std::string& where) {
   return a * b;
 }
 
+namespace {
 int64_t ceil_div_safe(int64_t a, int64_t b) { return b <= 0 ? 0 : (a + b - 1) / b; }
-
-struct Ctx {
-  Graph& g;
-  const Model& model;
-  const Node& n;
-  ShapeResult& result;
-
-  const TensorInfo* in(size_t i) const {
-    if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
-    return g.find(n.inputs[i]);
-  }
-  bool has_in(size_t i) const { return in(i) != nullptr; }
-  TensorInfo& out(size_t i) { return g.tensor(n.outputs.at(i)); }
-  size_t num_out() const { return n.outputs.size(); }
-  std::string where() const { return "node '" + n.name + "' (" + n.op_type + ")"; }
-  const std::vector<int64_t>* value(size_t i) const {
-    const TensorInfo* t = in(i);
-    return t && t->int_value ? &*t->int_value : nullptr;
-  }
-  int64_t opset() const { return model.opset(n.domain); }
-};
+}  // namespace
 
 void set_out(Ctx& c, size_t i, DType dt, const Shape& s) {
   if (i >= c.num_out() || c.n.outputs[i].empty()) return;
@@ -52,6 +30,11 @@ void set_out(Ctx& c, size_t i, DType dt, const Shape& s) {
   t.dtype = dt;
   t.has_shape = true;
   t.shape = s;
+}
+
+void set_dtype(Ctx& c, size_t i, DType dt) {
+  if (i >= c.num_out() || c.n.outputs[i].empty()) return;
+  c.out(i).dtype = dt;
 }
 
 Shape dims_of(const std::vector<int64_t>& v) {
@@ -130,13 +113,14 @@ void rule_unary(Ctx& c) {
   if (!t) return;
   if (t->has_shape) set_out(c, 0, t->dtype, t->shape);
   else c.out(0).dtype = t->dtype;
-  if (c.n.op_type == "Identity" || c.n.op_type == "Neg" || c.n.op_type == "Abs") {
-    if (t->int_value) {
-      auto v = *t->int_value;
-      if (c.n.op_type == "Neg") for (auto& x : v) x = -x;
-      if (c.n.op_type == "Abs") for (auto& x : v) x = std::abs(x);
-      c.out(0).int_value = v;
-    }
+  static const std::set<std::string> kValueOps = {"Identity", "Neg", "Abs", "Floor", "Ceil", "Round", "Relu", "Sign"};
+  if (t->int_value && kValueOps.count(c.n.op_type)) {
+    auto v = *t->int_value;
+    if (c.n.op_type == "Neg") for (auto& x : v) x = -x;
+    if (c.n.op_type == "Abs") for (auto& x : v) x = std::abs(x);
+    if (c.n.op_type == "Relu") for (auto& x : v) x = std::max<int64_t>(x, 0);
+    if (c.n.op_type == "Sign") for (auto& x : v) x = (x > 0) - (x < 0);
+    c.out(0).int_value = v;
   }
 }
 
@@ -146,7 +130,11 @@ void rule_cast(Ctx& c) {
   if (!t) return;
   if (t->has_shape) set_out(c, 0, to, t->shape);
   else c.out(0).dtype = to;
-  if (t->int_value) c.out(0).int_value = t->int_value;
+  if (t->int_value) {
+    auto v = *t->int_value;
+    if (to == DType::boolean) for (auto& x : v) x = x != 0;
+    c.out(0).int_value = v;
+  }
 }
 
 void rule_matmul(Ctx& c) {
@@ -336,8 +324,9 @@ void rule_unsqueeze(Ctx& c) {
 
 void rule_squeeze(Ctx& c) {
   const TensorInfo* x = c.in(0);
-  if (!x || !x->has_shape) return;
+  if (!x || !x->has_shape) { if (x) set_dtype(c, 0, x->dtype); return; }
   auto axes = axes_of(c, 1);
+  if (axes.empty() && c.has_in(1) && !c.value(1)) { set_dtype(c, 0, x->dtype); return; }
   const int64_t r = static_cast<int64_t>(x->shape.size());
   for (auto& a : axes) a = norm_axis(a, r, c);
   Shape s;
@@ -576,9 +565,10 @@ void rule_split(Ctx& c) {
   const int64_t axis = norm_axis(c.n.attr_i("axis", 0), r, c);
   std::vector<int64_t> split = c.n.attr_ints("split");
   if (split.empty() && c.value(1)) split = *c.value(1);
+  const bool split_unknown = split.empty() && c.has_in(1);  // sizes fed at run time
   const size_t n = c.num_out();
   const Dim& d = x->shape[axis];
-  if (split.empty() && d.known()) {
+  if (split.empty() && d.known() && !split_unknown) {
     const int64_t parts = c.n.attr_i("num_outputs", static_cast<int64_t>(n));
     const int64_t each = ceil_div_safe(d.value, parts);
     for (size_t i = 0; i < n; ++i)
@@ -677,32 +667,61 @@ void rule_pool(Ctx& c) {
   if (c.num_out() > 1) set_out(c, 1, DType::i64, s);
 }
 
-using Rule = std::function<void(Ctx&)>;
-
-const std::unordered_map<std::string, Rule>& rules() {
-  static const std::unordered_map<std::string, Rule> table = [] {
-    std::unordered_map<std::string, Rule> t;
+void add_core_rules(RuleTable& t) {
+  {
     auto bin = [](std::function<int64_t(int64_t, int64_t)> f, DType dt = DType::undefined) {
       return [f, dt](Ctx& c) { rule_broadcast(c, dt, f); };
     };
     t["Add"] = bin([](int64_t a, int64_t b) { return a + b; });
     t["Sub"] = bin([](int64_t a, int64_t b) { return a - b; });
     t["Mul"] = bin([](int64_t a, int64_t b) { return a * b; });
-    t["Div"] = bin([](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
+    t["Div"] = [](Ctx& c) {
+      rule_broadcast(c, DType::undefined, [](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
+      // A float division of integral values is kept only when it is exact.
+      const auto* a = c.value(0);
+      const auto* b = c.value(1);
+      if (c.num_out() && c.out(0).int_value && is_float(c.out(0).dtype) && a && b) {
+        for (size_t i = 0; i < std::max(a->size(), b->size()); ++i) {
+          const int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
+          if (y == 0 || x % y != 0) { c.out(0).int_value.reset(); break; }
+        }
+      }
+    };
     t["Mod"] = bin([](int64_t a, int64_t b) { return b == 0 ? 0 : a % b; });
     t["Max"] = bin([](int64_t a, int64_t b) { return std::max(a, b); });
     t["Min"] = bin([](int64_t a, int64_t b) { return std::min(a, b); });
     t["Pow"] = bin(nullptr);
     t["Sum"] = bin(nullptr);
     t["Mean"] = bin(nullptr);
-    t["PRelu"] = bin(nullptr);
+    t["PRelu"] = rule_unary;  // the slope broadcasts to X (old opsets: along the channel axis)
     t["BitShift"] = bin(nullptr);
-    t["Where"] = bin(nullptr);
-    for (const char* op : {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor"})
-      t[op] = bin(
-          std::string(op) == "Equal" ? std::function<int64_t(int64_t, int64_t)>([](int64_t a, int64_t b) { return int64_t(a == b); })
-                                     : nullptr,
-          DType::boolean);
+    using F = std::function<int64_t(int64_t, int64_t)>;
+    const std::pair<const char*, F> compare[] = {
+        {"Equal", [](int64_t a, int64_t b) { return int64_t(a == b); }},
+        {"Less", [](int64_t a, int64_t b) { return int64_t(a < b); }},
+        {"Greater", [](int64_t a, int64_t b) { return int64_t(a > b); }},
+        {"LessOrEqual", [](int64_t a, int64_t b) { return int64_t(a <= b); }},
+        {"GreaterOrEqual", [](int64_t a, int64_t b) { return int64_t(a >= b); }},
+        {"And", [](int64_t a, int64_t b) { return int64_t(a && b); }},
+        {"Or", [](int64_t a, int64_t b) { return int64_t(a || b); }},
+        {"Xor", [](int64_t a, int64_t b) { return int64_t(bool(a) != bool(b)); }},
+    };
+    for (const auto& [op, f] : compare) t[op] = bin(f, DType::boolean);
+    t["Where"] = [](Ctx& c) {
+      rule_broadcast(c, DType::undefined, nullptr);
+      const auto* cond = c.value(0);
+      const auto* a = c.value(1);
+      const auto* b = c.value(2);
+      if (!c.num_out() || !cond || !a || !b) return;
+      const size_t n = std::max({cond->size(), a->size(), b->size()});
+      auto at = [n](const std::vector<int64_t>& v, size_t i) { return v.size() == 1 ? v[0] : (v.size() == n ? v[i] : 0); };
+      for (const auto* v : {cond, a, b})
+        if (v->size() != 1 && v->size() != n) return;
+      if (n > kMaxValues) return;
+      std::vector<int64_t> out(n);
+      for (size_t i = 0; i < n; ++i) out[i] = at(*cond, i) ? at(*a, i) : at(*b, i);
+      c.out(0).int_value = out;
+    };
     for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
                            "Erf", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Identity", "Dropout",
                            "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Softplus",
@@ -712,7 +731,16 @@ const std::unordered_map<std::string, Rule>& rules() {
                            "BatchNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
                            "ReverseSequence", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd"})
       t[op] = rule_unary;
-    t["Not"] = [](Ctx& c) { rule_unary(c); if (c.num_out()) c.out(0).dtype = DType::boolean; };
+    t["Not"] = [](Ctx& c) {
+      rule_unary(c);
+      if (!c.num_out()) return;
+      c.out(0).dtype = DType::boolean;
+      if (c.value(0)) {
+        auto v = *c.value(0);
+        for (auto& x : v) x = x == 0;
+        c.out(0).int_value = v;
+      }
+    };
     t["IsNaN"] = t["Not"];
     t["IsInf"] = t["Not"];
     t["Dropout"] = [](Ctx& c) {
@@ -757,23 +785,128 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["ConvInteger"] = rule_conv;
     for (const char* op : {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
       t[op] = rule_pool;
+  }
+}
+
+namespace {
+
+constexpr int kMaxDepth = 32;
+
+const RuleTable& rules() {
+  static const RuleTable table = [] {
+    RuleTable t;
+    add_core_rules(t);
+    add_standard_rules(t);
+    add_contrib_rules(t);
+    add_control_flow_rules(t);
     return t;
   }();
   return table;
 }
 
+const Rule* find_rule(const Node& n) {
+  const RuleTable& t = rules();
+  if (!n.domain.empty()) {
+    auto it = t.find(n.domain + ":" + n.op_type);
+    if (it != t.end()) return &it->second;
+  }
+  auto it = t.find(n.op_type);
+  return it == t.end() ? nullptr : &it->second;
+}
+
+// Fills what the rule left unknown from ONNX's own inference; never overrides the rule.
+// Symbolic hint dims take the values bound on the graph inputs.
+bool merge_hint(TensorInfo& t, const TensorInfo& h, const std::map<std::string, int64_t>& bound) {
+  bool used = false;
+  if (t.dtype == DType::undefined && h.dtype != DType::undefined) { t.dtype = h.dtype; used = true; }
+  if (!h.has_shape) return used;
+  auto resolve = [&](const Dim& d) {
+    if (d.known() || d.param.empty()) return d;
+    if (d.param.rfind("unk__", 0) == 0) return Dim{};  // ONNX's generated names mean "unknown"
+    auto it = bound.find(d.param);
+    return it == bound.end() ? d : Dim::of(it->second);
+  };
+  if (!t.has_shape) {
+    t.has_shape = true;
+    t.shape.clear();
+    for (const auto& d : h.shape) t.shape.push_back(resolve(d));
+    return true;
+  }
+  if (t.shape.size() != h.shape.size()) return used;
+  for (size_t i = 0; i < t.shape.size(); ++i) {
+    if (t.shape[i].known()) continue;
+    Dim d = resolve(h.shape[i]);
+    if (d.known() || (t.shape[i].param.empty() && !d.param.empty())) { t.shape[i] = d; used = true; }
+  }
+  return used;
+}
+
+struct Run {
+  const Model& model;
+  ShapeResult& result;
+  const Hints* hints;
+  std::map<std::string, int64_t> bound;  // symbolic input dim -> bound value (for hints)
+  std::set<std::string> unknown;         // ops with neither a rule nor a hint
+};
+
+void infer_graph(Run& run, Graph& graph, int depth);
+
+// Every dim and every tensor's element count must stay within 2^62 (so later stages can
+// multiply by element sizes without overflow).
+void check_size(const TensorInfo& t, const std::string& where) {
+  int64_t n = 1;
+  for (const auto& d : t.shape) {
+    if (!d.known()) continue;
+    if (d.value > kMaxDim) throw InputError(where + ": tensor '" + t.name + "' has a dimension beyond 2^62 (overflow)");
+    if (d.value != 0 && n > kMaxDim / d.value)
+      throw InputError(where + ": tensor '" + t.name + "' has more than 2^62 elements (size overflow)");
+    n *= d.value;
+  }
+}
+
 }  // namespace
 
-ShapeResult infer_shapes(Graph& graph, const Model& model) {
-  ShapeResult result;
-  std::set<std::string> unknown;
+void infer_subgraph(Ctx& c, Graph& body) {
+  if (c.depth + 1 > kMaxDepth) throw InputError(c.where() + ": subgraphs nested too deeply");
+  // Outer-scope names the body reads become visible to it (copied in, never overwritten).
+  std::set<std::string> local;
+  for (const auto& n : body.nodes)
+    for (const auto& o : n.outputs) local.insert(o);
+  std::function<void(const Graph&)> import = [&](const Graph& g) {
+    for (const auto& n : g.nodes) {
+      for (const auto& in : n.inputs) {
+        if (in.empty() || local.count(in) || body.tensors.count(in)) continue;
+        if (const TensorInfo* t = c.g.find(in)) body.tensors[in] = *t;
+      }
+      for (const auto& [k, a] : n.attributes)
+        for (const auto& sg : a.graphs) import(*sg);
+    }
+  };
+  import(body);
+  for (const auto& o : body.outputs)
+    if (!local.count(o) && !body.tensors.count(o))
+      if (const TensorInfo* t = c.g.find(o)) body.tensors[o] = *t;
+  Run run{c.model, c.result, c.hints, {}, {}};
+  infer_graph(run, body, c.depth + 1);
+}
+
+namespace {
+
+void infer_graph(Run& run, Graph& graph, int depth) {
   for (const auto& node : graph.nodes) {
-    Ctx c{graph, model, node, result};
-    auto it = rules().find(node.op_type);
-    if (it != rules().end()) {
-      it->second(c);
-    } else {
-      unknown.insert(node.domain.empty() ? node.op_type : node.domain + "." + node.op_type);
+    Ctx c{graph, run.model, node, run.result, run.hints, depth};
+    const Rule* rule = find_rule(node);
+    if (rule) (*rule)(c);
+    bool hinted = false;
+    if (run.hints) {
+      for (const auto& o : node.outputs) {
+        if (o.empty()) continue;
+        auto it = run.hints->find(o);
+        if (it != run.hints->end()) hinted |= merge_hint(graph.tensor(o), it->second, run.bound);
+      }
+    }
+    if (!rule && !hinted) {
+      run.unknown.insert(node.domain.empty() ? node.op_type : node.domain + "." + node.op_type);
       // Best effort: outputs take the first input's dtype.
       const TensorInfo* x = c.in(0);
       for (size_t i = 0; i < c.num_out(); ++i)
@@ -782,14 +915,44 @@ ShapeResult infer_shapes(Graph& graph, const Model& model) {
     for (const auto& o : node.outputs) {
       if (o.empty()) continue;
       TensorInfo& t = graph.tensor(o);
-      for (const auto& d : t.shape)
-        if (d.known() && d.value > kMaxDim) throw InputError(c.where() + ": dimension exceeds 2^62");
+      check_size(t, c.where());
+      if (t.int_value && t.int_value->size() > kMaxValues) t.int_value.reset();
     }
   }
-  result.unknown_ops.assign(unknown.begin(), unknown.end());
-  if (!unknown.empty()) {
+  if (!run.unknown.empty()) {
+    for (const auto& u : run.unknown) run.result.unknown_ops.push_back(u);
+    run.unknown.clear();
+  }
+}
+
+}  // namespace
+}  // namespace neusight::shape_rules
+
+namespace neusight {
+
+ShapeResult infer_shapes(Graph& graph, const Model& model, const std::map<std::string, TensorInfo>* hints) {
+  using namespace shape_rules;
+  ShapeResult result;
+  Run run{model, result, hints, {}, {}};
+  // What bind_dims did: symbolic dims of the loaded inputs against the bound ones.
+  for (const auto& name : graph.inputs) {
+    const TensorInfo* now = graph.find(name);
+    const TensorInfo* was = model.graph.find(name);
+    if (!now || !was || now->shape.size() != was->shape.size()) continue;
+    for (size_t i = 0; i < now->shape.size(); ++i)
+      if (now->shape[i].known() && !was->shape[i].known() && !was->shape[i].param.empty())
+        run.bound.emplace(was->shape[i].param, now->shape[i].value);
+  }
+  for (const auto& name : graph.inputs)
+    if (const TensorInfo* t = graph.find(name)) check_size(*t, "input '" + name + "'");
+  for (const auto& name : graph.initializers)
+    if (const TensorInfo* t = graph.find(name)) check_size(*t, "initializer '" + name + "'");
+  infer_graph(run, graph, 0);
+  std::sort(result.unknown_ops.begin(), result.unknown_ops.end());
+  result.unknown_ops.erase(std::unique(result.unknown_ops.begin(), result.unknown_ops.end()), result.unknown_ops.end());
+  if (!result.unknown_ops.empty()) {
     std::string list;
-    for (const auto& u : unknown) list += (list.empty() ? "" : ", ") + u;
+    for (const auto& u : result.unknown_ops) list += (list.empty() ? "" : ", ") + u;
     result.warnings.push_back("no shape rule for: " + list + " (shapes after them may be unknown)");
   }
   return result;

@@ -6,6 +6,7 @@
 // to protobuf for later stages).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,13 @@ LoadedModel load_model_from_bytes(const std::string& bytes, const std::string& w
 
 // Converts the protobuf held by `proto` into the IR (used by load_model and the API).
 Model to_ir(const ProtoHolder& proto, const std::string& path);
+
+// Shapes and dtypes that ONNX's own shape inference (with data propagation) gives for the
+// model when its graph inputs have the shapes in `bound` (dims already bound). Keyed by
+// tensor name, subgraph tensors included. Debian's ONNX 1.12 knows opsets <= 17 and infers
+// nothing for newer ops, so these are hints for tensors the project's rules leave unknown.
+// Never throws for a bad model (returns what was inferred before the failure).
+std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, const Graph& bound);
 
 // Annotations for the written copy.
 struct NodeAnnotation {

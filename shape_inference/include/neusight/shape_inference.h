@@ -31,6 +31,10 @@ struct ShapeResult {
 void bind_dims(Graph& graph, const DimBindings& bindings);
 
 // Infers shapes in place (graph must be topologically sorted, as the frontend leaves it).
-ShapeResult infer_shapes(Graph& graph, const Model& model);
+// `hints` (optional, e.g. onnx_shape_hints() of the frontend) fill what the project's own
+// rules leave unknown; they never override a rule. Symbolic hint dims take the values bound
+// on the graph inputs. If/Loop/Scan bodies are inferred too.
+ShapeResult infer_shapes(Graph& graph, const Model& model,
+                         const std::map<std::string, TensorInfo>* hints = nullptr);
 
 }  // namespace neusight

@@ -1,0 +1,133 @@
+// onnx_hints.cpp - run ONNX's own shape inference as a fallback source of shape hints.
+//
+// Debian's ONNX 1.12 knows opsets up to 17 and silently infers nothing for newer ones, so
+// its results are hints only: shape_inference uses them for tensors its own rules leave
+// unknown and never lets them override a rule.
+#include <onnx/shape_inference/implementation.h>
+
+#include <algorithm>
+#include <set>
+
+#include "neusight/onnx_proto.h"
+
+namespace neusight {
+namespace {
+
+// Initializers up to this many elements travel with their data (ONNX's data propagation
+// reads shape tensors from them); larger ones only as typed inputs.
+constexpr int64_t kMaxCopiedElements = 4096;
+
+TensorInfo info_from_type(const std::string& name, const onnx::TypeProto& type) {
+  TensorInfo t;
+  t.name = name;
+  if (!type.has_tensor_type()) return t;
+  const auto& tt = type.tensor_type();
+  t.dtype = static_cast<DType>(tt.elem_type());
+  if (!tt.has_shape()) return t;
+  t.has_shape = true;
+  for (const auto& d : tt.shape().dim()) {
+    if (d.has_dim_value() && d.dim_value() >= 0) t.shape.push_back(Dim::of(d.dim_value()));
+    else if (d.has_dim_param() && !d.dim_param().empty()) t.shape.push_back(Dim::sym(d.dim_param()));
+    else t.shape.push_back(Dim{});
+  }
+  return t;
+}
+
+void set_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
+  auto* tt = vi.mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(static_cast<int>(t.dtype == DType::tf32 ? DType::f32 : t.dtype));
+  if (!t.has_shape) return;
+  auto* sh = tt->mutable_shape();
+  for (const auto& d : t.shape) {
+    auto* dp = sh->add_dim();
+    if (d.known()) dp->set_dim_value(d.value);
+    else if (!d.param.empty()) dp->set_dim_param(d.param);
+  }
+}
+
+int64_t elements(const onnx::TensorProto& tp) {
+  int64_t n = 1;
+  for (auto d : tp.dims()) {
+    if (d < 0 || d > kMaxCopiedElements) return kMaxCopiedElements + 1;
+    n *= d;
+    if (n > kMaxCopiedElements) return n;
+  }
+  return n;
+}
+
+// Drops stored value_info and output shapes (they may be wrong, and ONNX throws when its
+// result disagrees with them) in a graph and every subgraph.
+void strip_stored_shapes(onnx::GraphProto& g) {
+  g.clear_value_info();
+  for (auto& o : *g.mutable_output()) o.clear_type();
+  for (auto& n : *g.mutable_node())
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) strip_stored_shapes(*a.mutable_g());
+      for (auto& sg : *a.mutable_graphs()) strip_stored_shapes(sg);
+    }
+}
+
+void collect(const onnx::GraphProto& g, std::map<std::string, TensorInfo>& out) {
+  auto add = [&](const onnx::ValueInfoProto& vi) {
+    if (vi.name().empty() || !vi.type().has_tensor_type()) return;
+    out.emplace(vi.name(), info_from_type(vi.name(), vi.type()));
+  };
+  for (const auto& vi : g.value_info()) add(vi);
+  for (const auto& vi : g.output()) add(vi);
+  for (const auto& n : g.node())
+    for (const auto& a : n.attribute()) {
+      if (a.has_g()) collect(a.g(), out);
+      for (const auto& sg : a.graphs()) collect(sg, out);
+    }
+}
+
+}  // namespace
+
+std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, const Graph& bound) {
+  std::map<std::string, TensorInfo> hints;
+  if (!loaded.proto) return hints;
+  const onnx::ModelProto& src = loaded.proto->model;
+  // A light copy: graph structure, bound input shapes, small initializers only.
+  onnx::ModelProto m;
+  m.set_ir_version(std::max<int64_t>(src.ir_version(), 4));
+  *m.mutable_opset_import() = src.opset_import();
+  *m.mutable_functions() = src.functions();
+  const onnx::GraphProto& sg = src.graph();
+  onnx::GraphProto& g = *m.mutable_graph();
+  g.set_name(sg.name());
+  *g.mutable_node() = sg.node();
+  *g.mutable_output() = sg.output();
+  std::set<std::string> declared;
+  for (const auto& tp : sg.initializer()) {
+    if (!declared.insert(tp.name()).second) continue;
+    if (tp.data_location() != onnx::TensorProto::EXTERNAL && elements(tp) <= kMaxCopiedElements) {
+      *g.add_initializer() = tp;
+    } else {
+      const TensorInfo* t = bound.find(tp.name());
+      onnx::ValueInfoProto& vi = *g.add_input();
+      vi.set_name(tp.name());
+      if (t) set_type(vi, *t);
+    }
+  }
+  for (const auto& vi : sg.input()) {
+    if (!declared.insert(vi.name()).second) continue;
+    onnx::ValueInfoProto& in = *g.add_input();
+    in.set_name(vi.name());
+    const TensorInfo* t = bound.find(vi.name());
+    if (t && vi.type().has_tensor_type()) set_type(in, *t);
+    else *in.mutable_type() = vi.type();
+  }
+  strip_stored_shapes(g);
+  try {
+    onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(false, 0, true));
+  } catch (const std::exception&) {
+    // Whatever was inferred before the failure is still in the graph.
+  }
+  collect(g, hints);
+  for (const auto& name : bound.inputs) hints.erase(name);
+  for (const auto& name : bound.initializers) hints.erase(name);
+  return hints;
+}
+
+}  // namespace neusight

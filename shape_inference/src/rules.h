@@ -1,0 +1,67 @@
+// rules.h - internal to shape_inference: the context a shape rule sees, shared helpers, and
+// the per-family registration functions that fill the one op-type -> rule table.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "neusight/shape_inference.h"
+
+namespace neusight::shape_rules {
+
+constexpr int64_t kMaxDim = int64_t(1) << 62;
+// Largest integer tensor whose values are propagated (shape tensors are tiny).
+constexpr size_t kMaxValues = 4096;
+
+using Hints = std::map<std::string, TensorInfo>;
+
+struct Ctx {
+  Graph& g;
+  const Model& model;
+  const Node& n;
+  ShapeResult& result;
+  const Hints* hints = nullptr;
+  int depth = 0;  // subgraph nesting
+
+  const TensorInfo* in(size_t i) const {
+    if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
+    return g.find(n.inputs[i]);
+  }
+  bool has_in(size_t i) const { return in(i) != nullptr; }
+  TensorInfo& out(size_t i) { return g.tensor(n.outputs.at(i)); }
+  size_t num_out() const { return n.outputs.size(); }
+  std::string where() const { return "node '" + n.name + "' (" + n.op_type + ")"; }
+  const std::vector<int64_t>* value(size_t i) const {
+    const TensorInfo* t = in(i);
+    return t && t->int_value ? &*t->int_value : nullptr;
+  }
+  int64_t opset() const { return model.opset(n.domain); }
+};
+
+using Rule = std::function<void(Ctx&)>;
+// Keys are "Op" for ai.onnx (and any domain without a more specific rule) or "domain:Op".
+using RuleTable = std::unordered_map<std::string, Rule>;
+
+// Helpers (infer.cpp).
+int64_t checked_mul(int64_t a, int64_t b, const std::string& where);
+void set_out(Ctx& c, size_t i, DType dt, const Shape& s);
+void set_dtype(Ctx& c, size_t i, DType dt);
+Shape dims_of(const std::vector<int64_t>& v);
+int64_t norm_axis(int64_t axis, int64_t rank, const Ctx& c);
+Shape broadcast(const Shape& a, const Shape& b, const Ctx& c);
+void rule_unary(Ctx& c);
+void rule_broadcast(Ctx& c, DType out_dtype, std::function<int64_t(int64_t, int64_t)> op);
+void rule_matmul(Ctx& c);
+// Infers a subgraph (If/Loop/Scan body) in place; outer-scope tensors are visible.
+void infer_subgraph(Ctx& c, Graph& body);
+
+// Registration per op family.
+void add_core_rules(RuleTable& t);          // infer.cpp
+void add_standard_rules(RuleTable& t);      // rules_standard.cpp
+void add_contrib_rules(RuleTable& t);       // rules_contrib.cpp
+void add_control_flow_rules(RuleTable& t);  // rules_control_flow.cpp
+
+}  // namespace neusight::shape_rules

@@ -1,0 +1,197 @@
+// rules_control_flow.cpp - If, Loop and Scan: infer the bodies (outer scope visible) and
+// give the node's outputs the body outputs' shapes (Loop/Scan outputs gain the iteration axis).
+#include <algorithm>
+
+#include "rules.h"
+
+namespace neusight::shape_rules {
+namespace {
+
+const Graph* body_attr(const Ctx& c, const char* key) {
+  const Attribute* a = c.n.attr(key);
+  return a && !a->graphs.empty() && a->graphs[0] ? a->graphs[0].get() : nullptr;
+}
+
+// Two possible shapes for one value: keep what agrees.
+TensorInfo merge(const TensorInfo& a, const TensorInfo& b) {
+  TensorInfo m = a;
+  if (m.dtype == DType::undefined) m.dtype = b.dtype;
+  m.int_value.reset();
+  if (!a.has_shape || !b.has_shape || a.shape.size() != b.shape.size()) {
+    m.has_shape = a.has_shape && b.has_shape && a.shape.size() == b.shape.size();
+    if (!m.has_shape) m.shape.clear();
+    return m;
+  }
+  for (size_t i = 0; i < m.shape.size(); ++i) {
+    const Dim& x = a.shape[i];
+    const Dim& y = b.shape[i];
+    if (x.known() && y.known() && x.value == y.value) continue;
+    if (!x.known() && !y.known() && x.param == y.param) continue;
+    m.shape[i] = Dim{};
+  }
+  return m;
+}
+
+// A loop-carried value: assumed to keep its shape across iterations (as onnxruntime's
+// symbolic inference does); dims the body leaves unknown take the initial value's, dims
+// that provably change become unknown.
+TensorInfo carried_merge(const TensorInfo& body, const TensorInfo& init) {
+  if (!body.has_shape || (init.has_shape && body.shape.size() != init.shape.size())) {
+    TensorInfo m = init;
+    m.int_value.reset();
+    if (body.has_shape) { m.has_shape = false; m.shape.clear(); }
+    if (m.dtype == DType::undefined) m.dtype = body.dtype;
+    return m;
+  }
+  TensorInfo m = body;
+  m.int_value.reset();
+  if (!init.has_shape) return m;
+  for (size_t i = 0; i < m.shape.size(); ++i) {
+    const Dim& x = body.shape[i];
+    const Dim& y = init.shape[i];
+    if (!x.known() && x.param.empty()) m.shape[i] = y;
+    else if (x.known() && y.known() && x.value != y.value) m.shape[i] = Dim{};
+  }
+  return m;
+}
+
+void copy_to_out(Ctx& c, size_t i, const TensorInfo& t) {
+  if (i >= c.num_out() || c.n.outputs[i].empty()) return;
+  TensorInfo& o = c.out(i);
+  o.dtype = t.dtype;
+  o.has_shape = t.has_shape;
+  o.shape = t.shape;
+  o.int_value = t.int_value;
+}
+
+// Sets body input `k` from an outer TensorInfo (or a given dtype/shape).
+void set_body_input(Graph& body, size_t k, const TensorInfo* from) {
+  if (k >= body.inputs.size() || !from) return;
+  TensorInfo& t = body.tensor(body.inputs[k]);
+  t.dtype = from->dtype != DType::undefined ? from->dtype : t.dtype;
+  if (from->has_shape) { t.has_shape = true; t.shape = from->shape; }
+  t.int_value.reset();
+}
+
+TensorInfo body_out(const Graph& body, size_t k) {
+  if (k >= body.outputs.size()) return {};
+  const TensorInfo* t = body.find(body.outputs[k]);
+  return t ? *t : TensorInfo{};
+}
+
+void rule_if(Ctx& c) {
+  const Graph* then_g = body_attr(c, "then_branch");
+  const Graph* else_g = body_attr(c, "else_branch");
+  if (!then_g || !else_g) return;
+  Graph a = *then_g, b = *else_g;
+  const auto* cond = c.value(0);
+  const bool pick = cond && cond->size() == 1;
+  if (!pick || (*cond)[0]) infer_subgraph(c, a);
+  if (!pick || !(*cond)[0]) infer_subgraph(c, b);
+  for (size_t i = 0; i < c.num_out(); ++i) {
+    if (pick) copy_to_out(c, i, body_out((*cond)[0] ? a : b, i));
+    else copy_to_out(c, i, merge(body_out(a, i), body_out(b, i)));
+  }
+}
+
+// True when the body's condition output is the condition input passed through unchanged
+// (then the trip count M alone decides how many iterations run).
+bool cond_passthrough(const Graph& body) {
+  if (body.inputs.size() < 2 || body.outputs.empty()) return false;
+  const std::string& cin = body.inputs[1];
+  std::string cout = body.outputs[0];
+  for (int guard = 0; guard < 8; ++guard) {
+    if (cout == cin) return true;
+    auto it = std::find_if(body.nodes.begin(), body.nodes.end(), [&](const Node& n) {
+      return std::find(n.outputs.begin(), n.outputs.end(), cout) != n.outputs.end();
+    });
+    if (it == body.nodes.end() || it->op_type != "Identity" || it->inputs.empty()) return false;
+    cout = it->inputs[0];
+  }
+  return false;
+}
+
+void rule_loop(Ctx& c) {
+  const Graph* bg = body_attr(c, "body");
+  if (!bg) return;
+  Graph body = *bg;
+  const size_t carried = c.n.inputs.size() > 2 ? c.n.inputs.size() - 2 : 0;
+  TensorInfo iter;
+  iter.dtype = DType::i64;
+  iter.has_shape = true;
+  TensorInfo cond;
+  cond.dtype = DType::boolean;
+  cond.has_shape = true;
+  set_body_input(body, 0, &iter);
+  set_body_input(body, 1, &cond);
+  for (size_t k = 0; k < carried; ++k) set_body_input(body, 2 + k, c.in(2 + k));
+  infer_subgraph(c, body);
+  // Iterations: M when the condition cannot stop the loop early.
+  Dim trips{};
+  const auto* m = c.value(0);
+  const auto* cv = c.value(1);
+  const bool cond_free = !c.has_in(1) || cond_passthrough(body);
+  if (m && m->size() == 1 && cond_free && (!cv || (cv->size() == 1 && (*cv)[0]))) trips = Dim::of(std::max<int64_t>((*m)[0], 0));
+  if (cv && cv->size() == 1 && !(*cv)[0]) trips = Dim::of(0);
+  for (size_t k = 0; k < carried; ++k) {
+    const TensorInfo* init = c.in(2 + k);
+    TensorInfo out = body_out(body, 1 + k);
+    copy_to_out(c, k, init ? carried_merge(out, *init) : out);
+    if (k < c.num_out() && !c.n.outputs[k].empty() && init && init->int_value && trips.known() && trips.value == 0)
+      c.out(k).int_value = init->int_value;
+  }
+  for (size_t k = carried; k < c.num_out(); ++k) {
+    TensorInfo out = body_out(body, 1 + k);
+    out.int_value.reset();
+    if (out.has_shape) out.shape.insert(out.shape.begin(), trips);
+    copy_to_out(c, k, out);
+  }
+}
+
+void rule_scan(Ctx& c) {
+  const Graph* bg = body_attr(c, "body");
+  if (!bg || c.opset() < 9) return;  // Scan-8 (batched) is left to ONNX's inference
+  Graph body = *bg;
+  const int64_t m = c.n.attr_i("num_scan_inputs", 0);
+  const int64_t total = static_cast<int64_t>(c.n.inputs.size());
+  const int64_t n_state = total - m;
+  if (m <= 0 || n_state < 0) throw InputError(c.where() + ": num_scan_inputs does not match the inputs");
+  std::vector<int64_t> in_axes = c.n.attr_ints("scan_input_axes");
+  std::vector<int64_t> out_axes = c.n.attr_ints("scan_output_axes");
+  in_axes.resize(static_cast<size_t>(m), 0);
+  Dim seq{};
+  for (int64_t k = 0; k < n_state; ++k) set_body_input(body, static_cast<size_t>(k), c.in(static_cast<size_t>(k)));
+  for (int64_t k = 0; k < m; ++k) {
+    const TensorInfo* x = c.in(static_cast<size_t>(n_state + k));
+    if (!x || !x->has_shape) continue;
+    TensorInfo slice = *x;
+    const int64_t a = norm_axis(in_axes[static_cast<size_t>(k)], static_cast<int64_t>(x->shape.size()), c);
+    if (!seq.known()) seq = x->shape[static_cast<size_t>(a)];
+    slice.shape.erase(slice.shape.begin() + a);
+    set_body_input(body, static_cast<size_t>(n_state + k), &slice);
+  }
+  infer_subgraph(c, body);
+  for (size_t k = 0; k < c.num_out(); ++k) {
+    TensorInfo out = body_out(body, k);
+    out.int_value.reset();
+    if (static_cast<int64_t>(k) < n_state) {
+      if (const TensorInfo* init = c.in(k)) out = carried_merge(out, *init);
+    } else if (out.has_shape) {
+      const size_t j = k - static_cast<size_t>(n_state);
+      const int64_t r = static_cast<int64_t>(out.shape.size()) + 1;
+      const int64_t a = norm_axis(j < out_axes.size() ? out_axes[j] : 0, r, c);
+      out.shape.insert(out.shape.begin() + a, seq);
+    }
+    copy_to_out(c, k, out);
+  }
+}
+
+}  // namespace
+
+void add_control_flow_rules(RuleTable& t) {
+  t["If"] = rule_if;
+  t["Loop"] = rule_loop;
+  t["Scan"] = rule_scan;
+}
+
+}  // namespace neusight::shape_rules
