@@ -1,0 +1,184 @@
+"""`neusight-onnx kernels` and `train` through the real binary (CLI_CONTRACT.md, per-kernel evaluation)."""
+import csv
+import json
+import os
+import shutil
+import tempfile
+import unittest
+
+from cli_util import run, shared
+
+TEST = shared("neusight-data", "kernels", "test")
+
+
+def sample_csv(path, src, devices, per_device, extra=None):
+    """Writes the first `per_device` rows of each device in `devices` from a test CSV."""
+    with open(os.path.join(TEST, src), newline="") as f:
+        rows = list(csv.reader(f))
+    header, body = rows[0], rows[1:]
+    dev = header.index("Device")
+    out, seen = [], {}
+    for r in body:
+        if r[dev] in devices and seen.get(r[dev], 0) < per_device:
+            seen[r[dev]] = seen.get(r[dev], 0) + 1
+            out.append(r)
+    if extra:
+        header = header + [extra[0]]
+        out = [r + [extra[1]] for r in out]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(out)
+    return header, out
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+class Kernels(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_rows_of_the_chosen_gpu_with_contract_columns(self):
+        src = os.path.join(self.dir, "in.csv")
+        header, rows = sample_csv(src, "linear.csv", {"NVIDIA A100 80GB PCIe", "Tesla T4"}, 20)
+        out = os.path.join(self.dir, "out.csv")
+        code, _, err = run("kernels", "--gpu", "a100-80gb", "--csv", src, "--out", out)
+        self.assertEqual(code, 0, err)
+        got = read(out)
+        self.assertEqual(len(got), 20)  # the T4 rows are skipped
+        with open(out, newline="") as f:
+            self.assertEqual(next(csv.reader(f)), header + ["kernel_class", "pred_latency_ms", "tile", "tiles", "waves"])
+        errs = []
+        for r in got:
+            self.assertEqual(r["Device"], "NVIDIA A100 80GB PCIe")
+            self.assertEqual(r["kernel_class"], "gemm")
+            self.assertRegex(r["tile"], r"^\d+x\d+$")
+            self.assertGreater(int(r["tiles"]), 0)
+            self.assertGreater(int(r["waves"]), 0)
+            pred, meas = float(r["pred_latency_ms"]), float(r["Latency"])
+            self.assertGreater(pred, 0)
+            errs.append(abs(pred - meas) / meas)
+        self.assertLess(sum(errs) / len(errs), 0.3)
+
+    def test_latency_column_is_never_read(self):
+        src = os.path.join(self.dir, "in.csv")
+        header, rows = sample_csv(src, "softmax.csv", {"Tesla T4"}, 10)
+        lat = header.index("Latency")
+        blank = os.path.join(self.dir, "blank.csv")
+        with open(blank, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(header)
+            w.writerows([r[:lat] + ["999"] + r[lat + 1:] for r in rows])
+        a, b = os.path.join(self.dir, "a.csv"), os.path.join(self.dir, "b.csv")
+        self.assertEqual(run("kernels", "--gpu", "t4", "--csv", src, "--out", a)[0], 0)
+        self.assertEqual(run("kernels", "--gpu", "t4", "--csv", blank, "--out", b)[0], 0)
+        self.assertEqual([r["pred_latency_ms"] for r in read(a)], [r["pred_latency_ms"] for r in read(b)])
+        self.assertTrue(all(r["tile"] == r["H"] for r in read(a)))  # row length for softmax
+
+    def test_from_row_and_devices_dir(self):
+        src = os.path.join(self.dir, "in.csv")
+        sample_csv(src, "elem.csv", {"Tesla P4", "NVIDIA A100 80GB PCIe"}, 5)
+        out = os.path.join(self.dir, "out.csv")
+        code, _, err = run("kernels", "--gpu", "from-row", "--csv", src, "--out", out)
+        self.assertEqual(code, 0, err)
+        got = read(out)
+        self.assertEqual(len(got), 10)
+        self.assertEqual({r["kernel_class"] for r in got}, {"elementwise"})
+        # --devices DIR: a renamed copy of the T4 spec answers for a device name the database lacks.
+        devdir = os.path.join(self.dir, "devices")
+        os.mkdir(devdir)
+        with open(shared("neusight-data", "device_configs", "Tesla_T4.json")) as f:
+            spec = json.load(f)
+        spec["Device"] = "Lab GPU"
+        with open(os.path.join(devdir, "lab.json"), "w") as f:
+            json.dump(spec, f)
+        lab = os.path.join(self.dir, "lab.csv")
+        with open(src, newline="") as f:
+            rows = list(csv.reader(f))
+        dev = rows[0].index("Device")
+        with open(lab, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(rows[0])
+            w.writerows([r[:dev] + ["Lab GPU"] + r[dev + 1:] for r in rows[1:]])
+        code, _, err = run("kernels", "--gpu", "from-row", "--devices", devdir, "--csv", lab, "--out", out)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(len(read(out)), 10)
+        code, _, err = run("kernels", "--gpu", "from-row", "--csv", lab, "--out", os.path.join(self.dir, "x.csv"))
+        self.assertEqual(code, 2)
+        self.assertIn("Lab GPU", err)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "x.csv")))
+
+    def test_dtype_column(self):
+        src = os.path.join(self.dir, "in.csv")
+        sample_csv(src, "linear.csv", {"NVIDIA A100 80GB PCIe"}, 10, extra=("dtype", "fp16"))
+        fp32 = os.path.join(self.dir, "fp32.csv")
+        sample_csv(fp32, "linear.csv", {"NVIDIA A100 80GB PCIe"}, 10)
+        a, b = os.path.join(self.dir, "a.csv"), os.path.join(self.dir, "b.csv")
+        self.assertEqual(run("kernels", "--gpu", "a100-80gb", "--csv", src, "--out", a)[0], 0)
+        self.assertEqual(run("kernels", "--gpu", "a100-80gb", "--csv", fp32, "--out", b)[0], 0)
+        half = sum(float(r["pred_latency_ms"]) for r in read(a))
+        single = sum(float(r["pred_latency_ms"]) for r in read(b))
+        self.assertLess(half, single)
+
+    def test_bad_input(self):
+        out = os.path.join(self.dir, "out.csv")
+        code, _, err = run("kernels", "--gpu", "t4", "--csv", os.path.join(self.dir, "missing.csv"), "--out", out)
+        self.assertEqual(code, 2)
+        self.assertIn("missing.csv", err)
+        self.assertEqual(len(err.strip().splitlines()), 1)
+        bad = os.path.join(self.dir, "bad.csv")
+        with open(bad, "w") as f:
+            f.write("OPName,Device,B,M,N,K\nlinear,Tesla T4,1,abc,3,4\n")
+        code, _, err = run("kernels", "--gpu", "t4", "--csv", bad, "--out", out)
+        self.assertEqual(code, 2)
+        self.assertIn("bad.csv", err)
+        code, _, err = run("kernels", "--gpu", "no-such-gpu", "--csv", bad, "--out", out)
+        self.assertEqual(code, 2)
+        self.assertFalse(os.path.exists(out))
+
+    def test_roofline_predictor_flag(self):
+        src = os.path.join(self.dir, "in.csv")
+        sample_csv(src, "bmm.csv", {"Tesla T4"}, 10)
+        a, b = os.path.join(self.dir, "a.csv"), os.path.join(self.dir, "b.csv")
+        self.assertEqual(run("kernels", "--gpu", "t4", "--csv", src, "--out", a)[0], 0)
+        self.assertEqual(run("kernels", "--gpu", "t4", "--csv", src, "--out", b, "--predictor", "roofline")[0], 0)
+        for x, y in zip(read(a), read(b)):
+            self.assertGreaterEqual(float(x["pred_latency_ms"]), float(y["pred_latency_ms"]) * (1 - 1e-9))
+
+
+class Train(unittest.TestCase):
+    def test_small_training_run(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, out, err = run("train", "--data", shared("neusight-data"), "--out", d, "--devices",
+                                 "Tesla T4,Tesla P4", "--ops", "softmax,ln", "--classes", "softmax,layernorm",
+                                 "--max-rows", "200", "--epochs", "5", "--hidden", "16", "--layers", "2")
+            self.assertEqual(code, 0, err)
+            self.assertIn("softmax", out)
+            with open(os.path.join(d, "MANIFEST")) as f:
+                manifest = f.read()
+            self.assertIn("kernels/train/softmax/Tesla_T4.csv", manifest)
+            self.assertNotIn("A100", manifest.split("data files")[1])
+            self.assertRegex(manifest, r"[0-9a-f]{64}  kernels/train/ln/Tesla_P4.csv")
+            # The trained weights predict through `kernels --weights`.
+            src = os.path.join(d, "in.csv")
+            sample_csv(src, "softmax.csv", {"Tesla T4"}, 5)
+            code, _, err = run("kernels", "--gpu", "t4", "--csv", src, "--out", os.path.join(d, "o.csv"),
+                               "--weights", d)
+            self.assertEqual(code, 0, err)
+
+    def test_refuses_unseen_gpus(self):
+        with tempfile.TemporaryDirectory() as d:
+            code, _, err = run("train", "--data", shared("neusight-data"), "--out", d, "--devices",
+                               "NVIDIA A100 80GB PCIe")
+            self.assertEqual(code, 2)
+            self.assertIn("--devices", err)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,204 @@
+// unit-predictor-neusight.cpp - the NeuSight predictor: trainer runs, bounds, extrapolation, shipped weights.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "neusight/dataset.h"
+#include "neusight/gpu.h"
+#include "neusight/neusight_model.h"
+#include "neusight/onnx_frontend.h"
+#include "neusight/predictor.h"
+#include "test_util.h"
+
+using namespace neusight;
+
+namespace {
+
+std::string train_csv(const std::string& op, const std::string& file) {
+  return test::shared_dir() + "/neusight-data/kernels/train/" + op + "/" + file;
+}
+
+std::vector<Sample> small_samples() {
+  std::vector<Sample> all;
+  for (const char* f : {"Tesla_T4.csv", "Tesla_V100-PCIE-32GB.csv"}) {
+    Dataset d = read_dataset(train_csv("linear", f));
+    std::vector<DatasetRow> keep;
+    for (size_t i = 0; i < d.rows.size(); i += d.rows.size() / 200) keep.push_back(d.rows[i]);
+    d.rows = keep;
+    auto s = samples_from_dataset(d, GpuDatabase::builtin(), training_devices());
+    all.insert(all.end(), s.begin(), s.end());
+  }
+  return all;
+}
+
+// Test kernels of one device from the dataset's test CSVs, every `stride`-th row.
+std::vector<DatasetRow> test_rows(const std::string& device, size_t stride) {
+  std::vector<DatasetRow> out;
+  for (const char* f : {"bmm.csv", "linear.csv", "elem.csv", "softmax.csv", "ln.csv"}) {
+    const Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/" + f);
+    size_t i = 0;
+    for (const auto& r : d.rows)
+      if (r.device == device && r.latency_ms > 0 && (i++ % stride) == 0) out.push_back(r);
+  }
+  return out;
+}
+
+std::string class_of(const DatasetRow& r) {
+  if (r.op_name == "bmm" || r.op_name == "linear" || r.op_name == "softmax") return r.op_name;
+  return r.op_name == "ln" ? "layernorm" : "elementwise";
+}
+
+std::map<std::string, double> mape_by_class(const std::vector<DatasetRow>& rows, const Predictor& p, const Gpu& g) {
+  std::vector<Kernel> ks;
+  std::vector<Tiling> ts;
+  for (const auto& r : rows) {
+    ks.push_back(r.kernel);
+    ts.push_back(tile_kernel(r.kernel, g));
+  }
+  const auto pred = p.predict(ks, ts, g);
+  std::map<std::string, double> sum, n;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    sum[class_of(rows[i])] += std::fabs(pred[i].latency_ms - rows[i].latency_ms) / rows[i].latency_ms;
+    n[class_of(rows[i])] += 1;
+  }
+  for (auto& [c, s] : sum) s = 100 * s / n[c];
+  return sum;
+}
+
+}  // namespace
+
+TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
+  const auto samples = small_samples();
+  REQUIRE(samples.size() > 300);
+  TrainOptions o;
+  o.epochs = 0;
+  o.hidden = 16;
+  o.hidden_layers = 2;
+  o.batch = 32;
+  const ClassModel untrained = train_class(UtilClass::gemm, samples, o);
+  o.epochs = 40;
+  int calls = 0;
+  const ClassModel a = train_class(UtilClass::gemm, samples, o, [&](const TrainProgress& p) {
+    ++calls;
+    CHECK(std::isfinite(p.loss));
+  });
+  const ClassModel b = train_class(UtilClass::gemm, samples, o);
+  CHECK(calls == 40);
+  REQUIRE(a.nets.size() == 1);
+  CHECK(a.nets[0].layers[0].w == b.nets[0].layers[0].w);
+  CHECK(a.nets[0].layers.back().b == b.nets[0].layers.back().b);
+  const double before = mape_percent(untrained, samples), after = mape_percent(a, samples);
+  MESSAGE("small GEMM model: MAPE " << before << "% untrained, " << after << "% after 40 epochs");
+  CHECK(after < 0.85 * before);
+
+  // Save and load round trip gives the same predictions.
+  ModelSet m;
+  m.classes[0] = a;
+  const auto dir = std::filesystem::temp_directory_path() / "neusight-unit-weights";
+  save_model_set(m, dir.string());
+  const ModelSet back = load_model_set(dir.string());
+  std::vector<TileFeatures> f;
+  for (size_t i = 0; i < 20; ++i) f.push_back(samples[i].f);
+  const auto u1 = predict_latency_ms(a, f), u2 = predict_latency_ms(back.classes[0], f);
+  for (size_t i = 0; i < f.size(); ++i) CHECK(u1[i] == doctest::Approx(u2[i]).epsilon(1e-12));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("predictor: missing or malformed weights fail with the file name") {
+  const auto dir = std::filesystem::temp_directory_path() / "neusight-unit-noweights";
+  std::filesystem::create_directories(dir);
+  CHECK_THROWS_AS(make_neusight_predictor(dir.string()), RuntimeError);
+  write_file_atomic((dir / "weights.json").string(), "{\"format\": 1}");
+  try {
+    make_neusight_predictor(dir.string());
+    FAIL("expected a RuntimeError");
+  } catch (const RuntimeError& e) {
+    CHECK(std::string(e.what()).find("weights.json") != std::string::npos);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("predictor: shipped weights respect the roofline and stay bounded far outside training") {
+  const auto p = make_neusight_predictor();
+  CHECK(p->name() == "neusight");
+  const auto rows = test_rows("NVIDIA A100-PCIE-40GB", 25);
+  REQUIRE(rows.size() > 100);
+  std::vector<Kernel> ks;
+  for (const auto& r : rows) ks.push_back(r.kernel);
+  for (const char* name : {"a100-40gb", "h100", "h200", "b200", "l4", "t4", "p4"}) {
+    const Gpu g = GpuDatabase::builtin().resolve(name);
+    Gpu fast_flops = g, fast_bw = g;
+    fast_flops.fp32_gflops *= 2;
+    fast_bw.mem_bw_gbps *= 2;
+    auto run = [&](const Gpu& gpu) {
+      std::vector<Tiling> ts;
+      for (const auto& k : ks) ts.push_back(tile_kernel(k, gpu));
+      return p->predict(ks, ts, gpu);
+    };
+    const auto base = run(g), f2 = run(fast_flops), b2 = run(fast_bw);
+    int worse = 0;
+    double worst = 1;
+    for (size_t i = 0; i < ks.size(); ++i) {
+      CHECK(base[i].latency_ms >= base[i].roofline_ms * (1 - 1e-12));
+      CHECK(base[i].utilization <= 1.0 + 1e-12);
+      CHECK(base[i].utilization > 0.0);
+      CHECK(std::isfinite(base[i].latency_ms));
+      // Twice the FLOPs or bandwidth: streaming kernels are exactly monotone (GPU-independent
+      // features); GEMMs' per-SM features may move the MLP - bounded, reported, not yet monotone.
+      const double r = std::max(f2[i].latency_ms, b2[i].latency_ms) / base[i].latency_ms;
+      worst = std::max(worst, r);
+      if (r > 1 + 1e-9) {
+        ++worse;
+        CHECK(ks[i].cls == KernelClass::gemm);
+      }
+    }
+    MESSAGE(std::string(name) << ": " << worse << " of " << ks.size()
+                              << " kernels slower on a 2x faster GPU, worst by x" << worst);
+    // Known gap (follow-up): GEMM predictions are not yet monotone; see the README.
+  }
+}
+
+TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100 80GB") {
+  // Figures of bench/kernel_accuracy's run on the A100 80GB PCIe rows alone (MAPE, percent), for
+  // the shipped weights and the forward-in-time weights. Update them with the weights
+  // (predictor/retrain.sh); a change of tiles or features without retraining fails here.
+  const std::map<std::string, std::pair<double, double>> expected = {
+      {"bmm", {5.59, 8.19}},          {"linear", {4.40, 8.52}},   {"elementwise", {15.64, 15.65}},
+      {"softmax", {20.98, 21.51}},    {"layernorm", {27.50, 30.64}}};
+  const Gpu g = GpuDatabase::builtin().resolve("a100-80gb");
+  const auto rows = test_rows("NVIDIA A100 80GB PCIe", 1);
+  const auto shipped = mape_by_class(rows, *make_neusight_predictor(), g);
+  const auto fit = mape_by_class(rows, *make_neusight_predictor(data_dir() + "/weights/forward-in-time"), g);
+  const auto roof = mape_by_class(rows, *make_roofline_predictor(), g);
+  for (const auto& [c, e] : expected) {
+    MESSAGE(c << ": shipped " << shipped.at(c) << "%, forward-in-time " << fit.at(c) << "%, roofline " << roof.at(c)
+              << "%");
+    CHECK(shipped.at(c) == doctest::Approx(e.first).epsilon(0.02));
+    CHECK(fit.at(c) == doctest::Approx(e.second).epsilon(0.02));
+  }
+  // GEMMs, the bulk of any model's time, beat the roofline clearly.
+  for (const char* c : {"bmm", "linear"}) {
+    CHECK(shipped.at(c) < 0.5 * roof.at(c));
+    CHECK(fit.at(c) < 0.6 * roof.at(c));
+  }
+}
+
+TEST_CASE("predictor: a GPT-3-sized batch of kernels predicts quickly") {
+  const auto p = make_neusight_predictor();
+  const Gpu g = GpuDatabase::builtin().resolve("h100");
+  std::vector<Kernel> ks;
+  for (const auto& r : test_rows("NVIDIA A100-PCIE-40GB", 1)) ks.push_back(r.kernel);
+  while (ks.size() < 20000) ks.insert(ks.end(), ks.begin(), ks.begin() + std::min<size_t>(ks.size(), 20000 - ks.size()));
+  std::vector<Tiling> ts;
+  for (const auto& k : ks) ts.push_back(tile_kernel(k, g));
+  const std::clock_t c0 = std::clock();
+  const auto out = p->predict(ks, ts, g);
+  const double ms = 1000.0 * double(std::clock() - c0) / CLOCKS_PER_SEC;  // CPU time: immune to a loaded machine
+  MESSAGE("20000 kernels predicted in " << ms << " ms of CPU");
+  CHECK(out.size() == ks.size());
+  CHECK(ms < 500);  // a GPT-3 175B training step has ~10k kernels; bench/kernel_accuracy times it
+}
