@@ -45,7 +45,7 @@ Options parse_options(const Args& args) {
       throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
     opt.dtype = *parsed;
   }
-  opt.predictor = args.get("--predictor", "roofline");
+  opt.predictor = args.get("--predictor", "neusight");
   if (opt.predictor != "neusight" && opt.predictor != "roofline")
     throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
   opt.weights_dir = args.get("--weights");
