@@ -305,6 +305,15 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
     g.nodes.push_back(std::move(n));
     ++idx;
   }
+  // Dangling edges: at the top level every consumed name must be produced, fed or stored
+  // (subgraphs may read outer-scope names, checked where they are defined).
+  if (depth == 0) {
+    for (const auto& n : g.nodes)
+      for (const auto& in : n.inputs)
+        if (!in.empty() && !produced.count(in))
+          throw InputError(what + ": node '" + n.name + "' reads '" + in +
+                           "', which no node produces and is neither a graph input nor an initializer");
+  }
   topo_sort(g, what);
 }
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <set>
+#include <vector>
 
 #include "neusight/onnx_proto.h"
 
@@ -95,7 +96,23 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
   const onnx::GraphProto& sg = src.graph();
   onnx::GraphProto& g = *m.mutable_graph();
   g.set_name(sg.name());
-  *g.mutable_node() = sg.node();
+  // Nodes in the IR's topological order (ONNX infers in file order).
+  std::map<std::string, int> by_output;
+  for (int i = 0; i < sg.node_size(); ++i)
+    for (const auto& o : sg.node(i).output())
+      if (!o.empty()) by_output.emplace(o, i);
+  std::vector<bool> taken(static_cast<size_t>(sg.node_size()), false);
+  for (const auto& n : loaded.model.graph.nodes) {
+    for (const auto& o : n.outputs) {
+      auto it = by_output.find(o);
+      if (o.empty() || it == by_output.end()) continue;
+      if (!taken[static_cast<size_t>(it->second)]) *g.add_node() = sg.node(it->second);
+      taken[static_cast<size_t>(it->second)] = true;
+      break;
+    }
+  }
+  for (int i = 0; i < sg.node_size(); ++i)
+    if (!taken[static_cast<size_t>(i)]) *g.add_node() = sg.node(i);
   *g.mutable_output() = sg.output();
   std::set<std::string> declared;
   for (const auto& tp : sg.initializer()) {
