@@ -1,0 +1,203 @@
+// half_precision - prints how well FP16 (tensor-core) kernels are predicted.
+//
+// (1) DeepBench dense GEMMs (../shared/half-precision/deepbench_gemm.csv) on V100, T4, P100:
+//     MAPE per GPU and precision (fp32 beside fp16), NeuSight predictor vs the plain roofline
+//     at the dtype's peak.
+// (2) Vidur's FP16 layer timings of LLMs on the A100 (../shared/half-precision/vidur_fp16/a100):
+//     each layer's kernel derived from the model config (projections as GEMMs, norms,
+//     activation, residual add, rotary embedding, embedding lookup), MAPE per layer type
+//     against the median of the measured times. The A100 is never used for fitting anything.
+// DeepBench convention: C[M x N] = A[M x K] B[K x N]; in the dataset's words output M x N,
+// reduction K.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "neusight/dataset.h"
+#include "neusight/neusight.h"
+
+using namespace neusight;
+
+namespace {
+
+struct Acc {
+  double err = 0, roof = 0, ratio_log = 0;
+  size_t n = 0;
+  void add(double pred, double roofl, double meas) {
+    err += std::fabs(pred - meas) / meas;
+    roof += std::fabs(roofl - meas) / meas;
+    ratio_log += std::log(pred / meas);
+    ++n;
+  }
+  double mape() const { return n ? 100 * err / n : 0; }
+  double rmape() const { return n ? 100 * roof / n : 0; }
+  double gmean_ratio() const { return n ? std::exp(ratio_log / n) : 0; }
+};
+
+std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) {
+    std::fprintf(stderr, "half_precision: cannot open %s\n", path.c_str());
+    std::exit(1);
+  }
+  std::string line;
+  std::getline(f, line);
+  const auto header = split_csv_line(line);
+  std::vector<std::map<std::string, std::string>> rows;
+  while (std::getline(f, line)) {
+    if (line.empty() || line == "\r") continue;
+    const auto v = split_csv_line(line);
+    if (v.size() != header.size()) continue;
+    std::map<std::string, std::string> r;
+    for (size_t i = 0; i < v.size(); ++i) r[header[i]] = v[i];
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+double dnum(const std::map<std::string, std::string>& r, const std::string& c) {
+  auto it = r.find(c);
+  return it == r.end() ? -1 : std::strtod(it->second.c_str(), nullptr);
+}
+
+std::string s(int64_t v) { return std::to_string(v); }
+
+Kernel linear(int64_t m, int64_t reduction, int64_t out, const char* dtype) {
+  return kernel_from_dataset("linear", {{"B", "1"}, {"M", s(m)}, {"N", s(reduction)}, {"K", s(out)}, {"dtype", dtype}});
+}
+
+// Streaming kernel over rows x cols elements: `reads` tensors read, `writes` written.
+Kernel stream(KernelClass cls, const std::string& op, int64_t rows, int64_t cols, int reads, int writes,
+              double flops_per_elem, double eb) {
+  Kernel k;
+  k.cls = cls;
+  k.op = op;
+  k.dtype = DType::f16;
+  k.rows = rows;
+  k.cols = cols;
+  k.inputs = reads;
+  const double e = double(rows) * double(cols);
+  k.flops = flops_per_elem * e;
+  k.bytes = eb * e * (reads + writes);
+  return k;
+}
+
+struct Item {
+  Kernel k;
+  double meas;
+  std::string group;
+};
+
+void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const Predictor& rl,
+         std::map<std::string, Acc>& acc) {
+  std::vector<Kernel> ks;
+  std::vector<Tiling> ts;
+  for (const auto& it : items) {
+    ks.push_back(it.k);
+    ts.push_back(tile_kernel(it.k, g));
+  }
+  const auto pr = p.predict(ks, ts, g);
+  const auto rr = rl.predict(ks, ts, g);
+  for (size_t i = 0; i < items.size(); ++i) acc[items[i].group].add(pr[i].latency_ms, rr[i].latency_ms, items[i].meas);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
+  const std::string weights = argc > 1 ? argv[1] : "";
+  const std::string hp = shared + "/half-precision/";
+  auto predictor = make_neusight_predictor(weights);
+  auto roofline = make_roofline_predictor();
+  const GpuDatabase& db = GpuDatabase::builtin();
+
+  // ---- (1) DeepBench ------------------------------------------------------------------
+  // DeepBench ran V100 and P100 in SXM2 servers (its V100 FP16 rows reach 112 TFLOP/s, above
+  // the PCIe card's 112 peak), so the SXM2 specs are used.
+  const std::map<std::string, std::string> db_gpu = {
+      {"Tesla V100", "v100-sxm2"}, {"Tesla T4", "t4"}, {"Tesla P100", "p100-sxm"}};
+  std::map<std::string, std::vector<Item>> by_gpu;
+  for (const auto& r : read_csv(hp + "deepbench_gemm.csv")) {
+    const int64_t M = int64_t(dnum(r, "M")), N = int64_t(dnum(r, "N")), K = int64_t(dnum(r, "K"));
+    const std::string prec = r.at("precision");
+    Item it{linear(M, K, N, prec.c_str()), dnum(r, "time_ms"), prec};
+    by_gpu[r.at("gpu")].push_back(it);
+  }
+  std::printf("DeepBench dense GEMMs: MAPE %% (NeuSight / roofline at the dtype's peak), geo-mean pred/measured\n");
+  std::printf("%-12s %-16s %5s %22s %22s\n", "GPU", "spec used", "rows", "fp32", "fp16");
+  for (const auto& [name, items] : by_gpu) {
+    const Gpu g = db.resolve(db_gpu.at(name));
+    std::map<std::string, Acc> acc;
+    run(items, g, *predictor, *roofline, acc);
+    const Acc& a = acc["fp32"];
+    const Acc& b = acc["fp16"];
+    std::printf("%-12s %-16s %5zu %7.1f / %5.1f (x%.2f) %7.1f / %5.1f (x%.2f)\n", name.c_str(), g.alias().c_str(),
+                a.n + b.n, a.mape(), a.rmape(), a.gmean_ratio(), b.mape(), b.rmape(), b.gmean_ratio());
+  }
+
+  // ---- (2) Vidur A100 FP16 ------------------------------------------------------------
+  const Gpu a100 = db.resolve("a100-sxm4-80gb");
+  const double eb = 2;  // fp16
+  std::vector<Item> items;
+  std::vector<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(hp + "vidur_fp16/a100"))
+    if (e.path().extension() == ".csv") files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    for (const auto& r : read_csv(f)) {
+      const int64_t nh = int64_t(dnum(r, "n_head")), nkv = int64_t(dnum(r, "n_kv_head"));
+      const int64_t d = int64_t(dnum(r, "n_embd")), ff = int64_t(dnum(r, "n_expanded_embd"));
+      const int64_t T = int64_t(dnum(r, "num_tokens")), tp = int64_t(dnum(r, "num_tensor_parallel_workers"));
+      const bool gated = r.at("use_gated_mlp") == "True";
+      const int64_t hd = d / nh;
+      auto med = [&](const char* layer) { return dnum(r, std::string("time_stats.") + layer + ".median"); };
+      auto push = [&](Kernel k, const char* layer) {
+        const double m = med(layer);
+        if (m > 0) items.push_back({std::move(k), m, layer});
+      };
+      push(linear(T, d, (nh + 2 * nkv) * hd / tp, "fp16"), "attn_pre_proj");
+      push(linear(T, d / tp, d, "fp16"), "attn_post_proj");
+      push(linear(T, d, ff * (gated ? 2 : 1) / tp, "fp16"), "mlp_up_proj");
+      push(linear(T, ff / tp, d, "fp16"), "mlp_down_proj");
+      push(kernel_from_dataset("ln", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}}), "input_layernorm");
+      push(kernel_from_dataset("ln", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}}), "post_attention_layernorm");
+      // Gated: silu(gate) * up reads both halves and writes one; else gelu in place of one tensor.
+      push(stream(KernelClass::elementwise, gated ? "silu" : "gelu", T, ff / tp, gated ? 2 : 1, 1, gated ? 5 : 8, eb),
+           "mlp_act");
+      push(kernel_from_dataset("add", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}}), "add");
+      // Rotary embedding in place on q and k (read + write), cos/sin cache reads are small.
+      push(stream(KernelClass::elementwise, "rope", T, (nh + nkv) * hd / tp, 1, 1, 3, eb), "attn_rope");
+      // Embedding lookup: gather T rows of the table, write them.
+      push(stream(KernelClass::memory, "gather", T, d, 1, 1, 0, eb), "emb");
+    }
+  }
+  std::map<std::string, Acc> acc;
+  run(items, a100, *predictor, *roofline, acc);
+  std::printf("\nVidur FP16 LLM layers on %s (never fitted): %zu timings (median of each), 8 models, tp 1-8\n",
+              a100.name.c_str(), items.size());
+  std::printf("%-26s %5s %10s %10s %12s\n", "layer", "rows", "NeuSight", "roofline", "pred/meas");
+  const char* gemm_layers[] = {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"};
+  const char* vec_layers[] = {"input_layernorm", "post_attention_layernorm", "mlp_act", "add"};
+  const char* other_layers[] = {"attn_rope", "emb"};
+  auto section = [&](const char* title, const char* const* layers, int n) {
+    Acc all;
+    for (int i = 0; i < n; ++i) {
+      const Acc& a = acc[layers[i]];
+      std::printf("%-26s %5zu %9.1f%% %9.1f%% %11.2fx\n", layers[i], a.n, a.mape(), a.rmape(), a.gmean_ratio());
+      all.err += a.err;
+      all.roof += a.roof;
+      all.ratio_log += a.ratio_log;
+      all.n += a.n;
+    }
+    std::printf("%-26s %5zu %9.1f%% %9.1f%% %11.2fx\n", title, all.n, all.mape(), all.rmape(), all.gmean_ratio());
+  };
+  section("  all GEMMs (target 15)", gemm_layers, 4);
+  section("  norms/act/add (target 20)", vec_layers, 4);
+  section("  rope/emb", other_layers, 2);
+  return 0;
+}
