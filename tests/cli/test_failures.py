@@ -210,6 +210,11 @@ class Battery(unittest.TestCase):
         self.assert_fails(EXAMPLE, "--gpu", "b200", "--batch", "1", "--dim", f"sequence={BIG + 1}",
                           needle="sequence")
 
+    def test_overflowing_dim_product(self):
+        # Each dim is accepted (<= 2^62) but tensor sizes overflow 64 bits: refused, not wrapped.
+        line = self.assert_fails(EXAMPLE, "--gpu", "b200", "--batch", str(BIG), "--seq", str(BIG))
+        self.assertRegex(line, "overflow|too large|out of range")
+
     # --- flags -----------------------------------------------------------------------------
     def test_bad_flag_values(self):
         cases = [
