@@ -91,10 +91,11 @@ struct Item {
   Kernel k;
   double meas;
   std::string group;
+  int64_t tokens = 0;
 };
 
 void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const Predictor& rl,
-         std::map<std::string, Acc>& acc) {
+         std::map<std::string, Acc>& acc, std::map<std::string, Acc>* by_tokens = nullptr) {
   std::vector<Kernel> ks;
   std::vector<Tiling> ts;
   for (const auto& it : items) {
@@ -103,7 +104,16 @@ void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const
   }
   const auto pr = p.predict(ks, ts, g);
   const auto rr = rl.predict(ks, ts, g);
-  for (size_t i = 0; i < items.size(); ++i) acc[items[i].group].add(pr[i].latency_ms, rr[i].latency_ms, items[i].meas);
+  for (size_t i = 0; i < items.size(); ++i) {
+    acc[items[i].group].add(pr[i].latency_ms, rr[i].latency_ms, items[i].meas);
+    if (by_tokens && items[i].tokens > 0) {
+      const bool gemm = items[i].k.cls == KernelClass::gemm;
+      const int64_t t = items[i].tokens;
+      const char* bucket = t < 64 ? "1-63" : t < 512 ? "64-511" : t < 4096 ? "512-4095" : "4096-32768";
+      (*by_tokens)[std::string(gemm ? "GEMMs" : "others") + " tokens " + bucket].add(pr[i].latency_ms, rr[i].latency_ms,
+                                                                                    items[i].meas);
+    }
+  }
 }
 
 }  // namespace
@@ -158,7 +168,7 @@ int main(int argc, char** argv) {
       auto med = [&](const char* layer) { return dnum(r, std::string("time_stats.") + layer + ".median"); };
       auto push = [&](Kernel k, const char* layer) {
         const double m = med(layer);
-        if (m > 0) items.push_back({std::move(k), m, layer});
+        if (m > 0) items.push_back({std::move(k), m, layer, T});
       };
       push(linear(T, d, (nh + 2 * nkv) * hd / tp, "fp16"), "attn_pre_proj");
       push(linear(T, d / tp, d, "fp16"), "attn_post_proj");
@@ -176,8 +186,8 @@ int main(int argc, char** argv) {
       push(stream(KernelClass::memory, "gather", T, d, 1, 1, 0, eb), "emb");
     }
   }
-  std::map<std::string, Acc> acc;
-  run(items, a100, *predictor, *roofline, acc);
+  std::map<std::string, Acc> acc, by_tokens;
+  run(items, a100, *predictor, *roofline, acc, &by_tokens);
   std::printf("\nVidur FP16 LLM layers on %s (never fitted): %zu timings (median of each), 8 models, tp 1-8\n",
               a100.name.c_str(), items.size());
   std::printf("%-26s %5s %10s %10s %12s\n", "layer", "rows", "NeuSight", "roofline", "pred/meas");
@@ -199,5 +209,8 @@ int main(int argc, char** argv) {
   section("  all GEMMs (target 15)", gemm_layers, 4);
   section("  norms/act/add (target 20)", vec_layers, 4);
   section("  rope/emb", other_layers, 2);
+  std::printf("\nBy token count (all layers of a kind):\n");
+  for (const auto& [k, a] : by_tokens)
+    std::printf("%-26s %5zu %9.1f%% %9.1f%% %11.2fx\n", k.c_str(), a.n, a.mape(), a.rmape(), a.gmean_ratio());
   return 0;
 }
