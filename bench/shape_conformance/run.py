@@ -130,6 +130,8 @@ def check_one(binary, model_dir, mode, timeout):
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return name, "hang", f"> {timeout} s"
+        except OSError as e:  # binary missing or being relinked: a bench problem, not a model's
+            return name, "bench-error", str(e)[:200]
         if p.returncode < 0 or p.returncode > 2:
             return name, "crash", f"signal/exit {p.returncode}: {p.stderr.strip()[:200]}"
         if p.returncode != 0:
