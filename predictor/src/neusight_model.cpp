@@ -82,7 +82,7 @@ const std::vector<std::string>& feature_names(UtilClass c) {
 
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu) {
   TileFeatures f;
-  const double peak = gpu.peak_gflops(k.dtype) * 1e9;  // FLOP/s
+  const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
   const double sms = std::max(1, gpu.num_sm);
   const double tiles = double(std::max<int64_t>(t.tiles, 1));

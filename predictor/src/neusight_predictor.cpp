@@ -23,7 +23,7 @@ class NeusightPredictor final : public Predictor {
       const Kernel& k = kernels[i];
       Prediction& p = out[i];
       p.roofline_ms = roofline_ms(k, gpu);
-      const double peak = gpu.peak_gflops(k.dtype) * 1e9;
+      const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
       p.compute_bound = peak > 0 && bw > 0 && k.flops / peak >= k.bytes / bw;
       p.latency_ms = p.roofline_ms;
       p.utilization = p.latency_ms > 0 ? 1.0 : 0.0;

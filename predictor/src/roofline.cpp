@@ -6,7 +6,7 @@
 namespace neusight {
 
 double roofline_ms(const Kernel& k, const Gpu& gpu) {
-  const double peak = gpu.peak_gflops(k.dtype) * 1e9;  // FLOP/s
+  const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
   if (k.cls == KernelClass::unknown || k.cls == KernelClass::collective) return 0;
   const double t_compute = peak > 0 ? k.flops / peak : 0;
@@ -27,7 +27,8 @@ class RooflinePredictor final : public Predictor {
       p.roofline_ms = roofline_ms(k, gpu);
       p.latency_ms = p.roofline_ms;
       p.utilization = p.latency_ms > 0 ? 1.0 : 0.0;
-      const double peak = gpu.peak_gflops(k.dtype) * 1e9, bw = gpu.mem_bw_gbps * 1e9;
+      const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
+      const double bw = gpu.mem_bw_gbps * 1e9;
       p.compute_bound = k.flops / peak >= k.bytes / bw;
     }
     return out;

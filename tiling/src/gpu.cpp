@@ -147,6 +147,12 @@ double Gpu::peak_gflops(DType compute) const {
   }
 }
 
+double Gpu::gemm_peak_gflops(DType compute) const {
+  if ((compute == DType::f32 || compute == DType::undefined) && fp32_matrix_gflops > fp32_gflops)
+    return fp32_matrix_gflops;
+  return peak_gflops(compute);
+}
+
 Gpu load_device_json(const std::string& path) {
   json j = parse_json_file(path);
   if (!j.is_object()) throw InputError(path + ": device JSON must be an object");

@@ -152,7 +152,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const double eb = elem_bytes(kr.dtype);
   const double in_bytes = tc ? eb : 4.0;
   const double sm = gpu.num_sm;
-  const double flops_sm = gpu.peak_gflops(kr.dtype) * 1e9 / sm;
+  const double flops_sm = gpu.gemm_peak_gflops(kr.dtype) * 1e9 / sm;
   const double bw = gpu.mem_bw_gbps * 1e9;
   const GemmCost& cost = cls.cost;
 

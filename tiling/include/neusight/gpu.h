@@ -41,6 +41,9 @@ struct Gpu {
 
   // Peak rate for a compute precision on the matrix units (falls back to FP32 SIMT).
   double peak_gflops(DType compute) const;
+  // Peak rate of matrix products: as peak_gflops, except that FP32 GEMMs run on FP32 matrix
+  // units where the GPU has them (AMD CDNA's MFMA); vector kernels never do.
+  double gemm_peak_gflops(DType compute) const;
   const std::string& alias() const { return aliases.empty() ? name : aliases.front(); }
 };
 
