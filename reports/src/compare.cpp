@@ -138,7 +138,9 @@ std::string format_compare_table(const Comparison& c, bool color) {
       os << "\n" << bold(c.models[m] + " vs " + c.models[0] + " on " + c.reports[0][g].gpu.name) << "\n";
       os << pad("class", 12) << " " << pad("base ms", 11, true) << " " << pad("ms", 11, true) << " "
          << pad("delta ms", 12, true) << "\n";
-      for (const auto& [cls, delta] : d.class_delta_ms) {
+      for (const auto& class_delta : d.class_delta_ms) {
+        const std::string& cls = class_delta.first;  // (not a structured binding: lambdas capture it)
+        const double delta = class_delta.second;
         auto get = [&](const Report& r) {
           auto it = r.totals_by_class.find(cls);
           return it == r.totals_by_class.end() ? 0.0 : it->second;
