@@ -31,7 +31,11 @@ struct Ctx {
     return g.find(n.inputs[i]);
   }
   bool has_in(size_t i) const { return in(i) != nullptr; }
-  TensorInfo& out(size_t i) { return g.tensor(n.outputs.at(i)); }
+  // A node with fewer outputs than its op defines is bad input, not a crash.
+  TensorInfo& out(size_t i) {
+    if (i >= n.outputs.size()) throw InputError(where() + ": missing output " + std::to_string(i));
+    return g.tensor(n.outputs[i]);
+  }
   size_t num_out() const { return n.outputs.size(); }
   std::string where() const { return "node '" + n.name + "' (" + n.op_type + ")"; }
   const std::vector<int64_t>* value(size_t i) const {
