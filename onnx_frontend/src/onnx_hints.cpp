@@ -3,6 +3,7 @@
 // Debian's ONNX 1.12 knows opsets up to 17 and silently infers nothing for newer ones, so
 // its results are hints only: shape_inference uses them for tensors its own rules leave
 // unknown and never lets them override a rule.
+#include <onnx/checker.h>
 #include <onnx/shape_inference/implementation.h>
 
 #include <algorithm>
@@ -135,6 +136,13 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
     else *in.mutable_type() = vi.type();
   }
   strip_stored_shapes(g);
+  // ONNX's inference (Debian's 1.12) is not hardened against malformed graphs (the CI fuzzer
+  // crashed it inside InferShapes): only a model its own checker accepts is handed to it.
+  try {
+    onnx::checker::check_model(m);
+  } catch (const std::exception&) {
+    return hints;
+  }
   try {
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(false, 0, true));
