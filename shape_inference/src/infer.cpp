@@ -45,9 +45,9 @@ Shape dims_of(const std::vector<int64_t>& v) {
 }
 
 int64_t norm_axis(int64_t axis, int64_t rank, const Ctx& c) {
+  // Valid axes are [-rank, rank - 1]; a scalar (rank 0) has none.
   if (axis < 0) axis += rank;
-  if (axis < 0 || axis > std::max<int64_t>(rank - 1, 0))
-    throw InputError(c.where() + ": axis out of range");
+  if (axis < 0 || axis >= rank) throw InputError(c.where() + ": axis out of range");
   return axis;
 }
 
