@@ -37,6 +37,40 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 bool stdout_is_tty() { return ::isatty(1) != 0; }
 
+Options parse_analysis_options(const Args& args) {
+  Options opt;
+  opt.dims.batch = args.get_int("--batch", -1);
+  opt.dims.seq = args.get_int("--seq", -1);
+  for (const auto& d : args.all("--dim")) {
+    const auto eq = d.find('=');
+    if (eq == std::string::npos || eq == 0) throw InputError("--dim: expected NAME=VALUE, got '" + d + "'");
+    const int64_t v = parse_int(d.substr(eq + 1), "--dim " + d.substr(0, eq));
+    if (v < 0) throw InputError("--dim " + d + ": dims must be non-negative");
+    opt.dims.named[d.substr(0, eq)] = v;
+  }
+  const std::string mode = args.get("--mode", "inference");
+  if (mode != "inference" && mode != "training")
+    throw InputError("--mode: expected inference or training, got '" + mode + "'");
+  opt.mode = mode == "training" ? Mode::training : Mode::inference;
+  const std::string fusion = args.get("--fusion", "eager");
+  if (fusion == "none") opt.fusion = Fusion::none;
+  else if (fusion == "eager") opt.fusion = Fusion::eager;
+  else if (fusion == "full") opt.fusion = Fusion::full;
+  else throw InputError("--fusion: expected none, eager or full, got '" + fusion + "'");
+  const std::string dt = args.get("--dtype", "auto");
+  if (dt != "auto") {
+    auto parsed = parse_dtype(dt);
+    if (!parsed || !is_float(*parsed))
+      throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
+    opt.dtype = *parsed;
+  }
+  opt.predictor = args.get("--predictor", "neusight");
+  if (opt.predictor != "neusight" && opt.predictor != "roofline")
+    throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
+  opt.weights_dir = args.get("--weights");
+  return opt;
+}
+
 Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>& value_flags,
            const std::vector<std::string>& switch_flags) {
   auto is = [](const std::vector<std::string>& v, const std::string& s) {

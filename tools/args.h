@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "neusight/graph.h"
+#include "neusight/neusight.h"
 
 namespace neusight::cli {
 
@@ -32,5 +33,9 @@ class Args {
 int64_t parse_int(const std::string& text, const std::string& what);
 std::vector<std::string> split(const std::string& s, char sep);
 bool stdout_is_tty();
+
+// The analysis options every model-predicting subcommand shares: --batch, --seq, --dim,
+// --mode, --fusion, --dtype, --predictor, --weights. Throws InputError naming the flag.
+Options parse_analysis_options(const Args& args);
 
 }  // namespace neusight::cli

@@ -19,19 +19,6 @@ const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--
                                               "--html", "--group"};
 const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
 
-Mode parse_mode(const std::string& s) {
-  if (s == "inference") return Mode::inference;
-  if (s == "training") return Mode::training;
-  throw InputError("--mode: expected inference or training, got '" + s + "'");
-}
-
-Fusion parse_fusion(const std::string& s) {
-  if (s == "none") return Fusion::none;
-  if (s == "eager") return Fusion::eager;
-  if (s == "full") return Fusion::full;
-  throw InputError("--fusion: expected none, eager or full, got '" + s + "'");
-}
-
 // Latency text for annotations: four significant digits, so microsecond kernels stay visible.
 std::string sig(double ms) {
   char buf[32];
@@ -69,29 +56,7 @@ int cmd_analyze(const Argv& argv) {
   if (pos.size() > 1) throw InputError("unexpected argument '" + pos[1] + "'");
   if (!args.has("--gpu")) throw InputError("--gpu is required (see `neusight-onnx gpus`)");
 
-  Options opt;
-  opt.dims.batch = args.get_int("--batch", -1);
-  opt.dims.seq = args.get_int("--seq", -1);
-  for (const auto& d : args.all("--dim")) {
-    const auto eq = d.find('=');
-    if (eq == std::string::npos || eq == 0) throw InputError("--dim: expected NAME=VALUE, got '" + d + "'");
-    const int64_t v = parse_int(d.substr(eq + 1), "--dim " + d.substr(0, eq));
-    if (v < 0) throw InputError("--dim " + d + ": dims must be non-negative");
-    opt.dims.named[d.substr(0, eq)] = v;
-  }
-  opt.mode = parse_mode(args.get("--mode", "inference"));
-  opt.fusion = parse_fusion(args.get("--fusion", "eager"));
-  const std::string dt = args.get("--dtype", "auto");
-  if (dt != "auto") {
-    auto parsed = parse_dtype(dt);
-    if (!parsed || !(is_float(*parsed)))
-      throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
-    opt.dtype = *parsed;
-  }
-  opt.predictor = args.get("--predictor", "neusight");
-  if (opt.predictor != "neusight" && opt.predictor != "roofline")
-    throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
-  opt.weights_dir = args.get("--weights");
+  Options opt = parse_analysis_options(args);
   if (args.has("--parallel")) opt.parallel = parse_parallel(args.get("--parallel"));
   if (args.has("--link-bw")) {
     if (!opt.parallel.active) throw InputError("--link-bw needs --parallel");
