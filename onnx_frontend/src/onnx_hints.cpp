@@ -35,17 +35,6 @@ TensorInfo info_from_type(const std::string& name, const onnx::TypeProto& type) 
   return t;
 }
 
-void set_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
-  auto* tt = vi.mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(static_cast<int>(t.dtype == DType::tf32 ? DType::f32 : t.dtype));
-  if (!t.has_shape) return;
-  auto* sh = tt->mutable_shape();
-  for (const auto& d : t.shape) {
-    auto* dp = sh->add_dim();
-    if (d.known()) dp->set_dim_value(d.value);
-    else if (!d.param.empty()) dp->set_dim_param(d.param);
-  }
-}
 
 int64_t elements(const onnx::TensorProto& tp) {
   int64_t n = 1;
@@ -124,7 +113,7 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
       const TensorInfo* t = bound.find(tp.name());
       onnx::ValueInfoProto& vi = *g.add_input();
       vi.set_name(tp.name());
-      if (t) set_type(vi, *t);
+      if (t) set_value_type(vi, *t);
     }
   }
   for (const auto& vi : sg.input()) {
@@ -132,7 +121,7 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
     onnx::ValueInfoProto& in = *g.add_input();
     in.set_name(vi.name());
     const TensorInfo* t = bound.find(vi.name());
-    if (t && vi.type().has_tensor_type()) set_type(in, *t);
+    if (t && vi.type().has_tensor_type()) set_value_type(in, *t);
     else *in.mutable_type() = vi.type();
   }
   strip_stored_shapes(g);

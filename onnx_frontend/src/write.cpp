@@ -38,9 +38,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   }
 }
 
-namespace {
-
-void fill_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
+void set_value_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
   auto* tt = vi.mutable_type()->mutable_tensor_type();
   tt->set_elem_type(static_cast<int>(t.dtype == DType::tf32 ? DType::f32 : t.dtype));
   if (!t.has_shape) return;
@@ -51,6 +49,8 @@ void fill_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
     else if (!d.param.empty()) dp->set_dim_param(d.param);
   }
 }
+
+namespace {
 
 // Rewrites external-data locations so that they resolve from the new model's directory.
 void relocate_external(onnx::TensorProto& tp, const fs::path& from_dir, const fs::path& to_dir) {
@@ -115,14 +115,14 @@ void write_annotated(const LoadedModel& loaded, const Graph& inferred, const Ann
         if (!t || t->dtype == DType::undefined) continue;
         auto* vi = g->add_value_info();
         vi->set_name(o);
-        fill_type(*vi, *t);
+        set_value_type(*vi, *t);
         skip.insert(o);
       }
     // Graph outputs: fill inferred shapes where the stored type has none.
     for (auto& out : *g->mutable_output()) {
       const TensorInfo* t = inferred.find(out.name());
       if (!t || t->dtype == DType::undefined) continue;
-      if (!out.has_type() || !out.type().tensor_type().has_shape()) fill_type(out, *t);
+      if (!out.has_type() || !out.type().tensor_type().has_shape()) set_value_type(out, *t);
     }
   }
 

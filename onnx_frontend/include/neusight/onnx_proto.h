@@ -12,6 +12,9 @@ struct ProtoHolder {
   onnx::ModelProto model;
 };
 
+// Writes a tensor's dtype and (possibly symbolic) shape into a ValueInfoProto.
+void set_value_type(onnx::ValueInfoProto& vi, const TensorInfo& t);
+
 // Wraps an existing ModelProto (copied once) into a LoadedModel.
 LoadedModel load_model_from_proto(const onnx::ModelProto& proto, const std::string& what);
 
