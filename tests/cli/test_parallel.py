@@ -1,6 +1,9 @@
 """CLI tests for multi-GPU training: --parallel dp/tp/pp, --link-bw, the report section."""
+import ast
+import csv
 import json
 import os
+import re
 import tempfile
 import unittest
 
@@ -82,6 +85,63 @@ class ParallelReport(unittest.TestCase):
         code, out, err = run(EXAMPLE, "--gpu", "a100-40gb", "--seq", "128", "--batch", "4", "--parallel", "dp=2")
         self.assertEqual(code, 2)
         self.assertIn("--mode training", err)
+
+
+def traced_gemm_flops(path):
+    """Forward and backward flops of every Linear / BMM kernel in a traced opgraph (one layer + LM head)."""
+    out = {"forward": [], "backward": []}
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row["OpName"] not in ("Linear", "BMM"):
+                continue
+            for col, phase in (("FwOps", "forward"), ("BwOps", "backward")):
+                for op in ast.literal_eval(row[col]):
+                    flops = 2
+                    for d in op[1]:
+                        flops *= d
+                    out[phase].append(flops)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+class ParallelKernelsMatchTraces(unittest.TestCase):
+    """Per-GPU GEMM shapes of each parallel mode against the traced opgraphs of the same runs."""
+
+    NAME = re.compile(r"^(?P<model>.+)-train-(?P<seq>\d+)-(?P<batch>\d+)-(?P<par>dp\d+|tp\d+|pp\d+_\d+)\.csv$")
+
+    def test_layer_and_lm_head_gemms_per_gpu(self):
+        folder = shared("neusight-data", "e2e", "opgraph")
+        if not os.path.isdir(folder):
+            self.skipTest("shared data missing")
+        checked = 0
+        for name in sorted(os.listdir(folder)):
+            m = self.NAME.match(name)
+            cfg = shared("neusight-data", "model_configs", (m["model"] + ".json") if m else "")
+            if not m or not os.path.exists(cfg):
+                continue
+            par = m["par"]
+            if par.startswith("pp"):
+                n, mb = par[2:].split("_")
+                spec = f"pp={n},microbatches={mb}"
+            else:
+                spec = f"{par[:2]}={par[2:]}"
+            r = run_json("--config", cfg, "--batch", m["batch"], "--seq", m["seq"], "--gpu", "a100-sxm4-40gb",
+                         "--mode", "training", "--parallel", spec, "--predictor", "roofline")
+            ours = {"forward": [], "backward": []}
+            for node in r["nodes"]:
+                # The traces hold one transformer layer (h_0) and the LM head.
+                if node["name"].startswith(("transformer.h.0.", "transformer.h.0/", "lm_head")):
+                    for k in node["kernels"]:
+                        if k["class"] == "gemm" and k["phase"] in ours:
+                            ours[k["phase"]].append(k["flops"])
+            traced = traced_gemm_flops(os.path.join(folder, name))
+            for phase in ours:
+                with self.subTest(run=name, phase=phase):
+                    a = sorted(ours[phase])
+                    self.assertEqual(len(a), len(traced[phase]))
+                    for x, y in zip(a, traced[phase]):
+                        self.assertAlmostEqual(x / y, 1.0, delta=1e-3)  # the vocabulary split pads by one row
+            checked += 1
+        self.assertGreaterEqual(checked, 3)
 
 
 class ParallelGpt2Large(unittest.TestCase):
