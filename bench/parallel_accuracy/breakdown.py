@@ -23,7 +23,8 @@ import subprocess
 import sys
 import tempfile
 
-from run import DATA, NAME, ROOT, parallel_spec
+sys.dont_write_bytecode = True  # importing run.py must leave no __pycache__ in the source tree
+from run import DATA, NAME, ROOT, parallel_spec  # noqa: E402
 
 SMALL_MS = 0.05
 FLOOR_GPU = "NVIDIA_A100-PCIE-40GB"  # the per-kernel data of the labelled runs' chip (A100, SM80)
