@@ -69,6 +69,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.mode = options.mode;
   lo.fusion = options.fusion;
   lo.compute_dtype = options.dtype;
+  lo.opset = loaded.model.opset();
   a.kernels = lower(a.graph, lo);
   if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp);
   return a;

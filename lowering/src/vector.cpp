@@ -87,6 +87,38 @@ void lower_skip_layernorm(LowerCtx& c, const std::string& op, double ops) {
   if (!c.out.empty() && c.out.back().cls == KernelClass::layernorm) c.out.back().note = "residual add fused";
 }
 
+// com.microsoft EmbedLayerNormalization(input_ids, segment_ids, word_embedding,
+// position_embedding, segment_embedding, gamma, beta, mask, position_ids) -> output,
+// mask_index, embedding_sum: onnxruntime runs one kernel that gathers the word, position and
+// (when given) segment rows of each token, adds them and layer-normalises the sum. One
+// layernorm-class kernel over (B*S, H) that reads the gathered rows (not whole tables), the
+// ids, gamma and beta, and writes the output (and the sum and mask index when requested).
+void lower_embed_layernorm(LowerCtx& c) {
+  const TensorInfo* ids = c.in(0);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({ids, y}) || y->shape.empty()) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  Kernel k = c.base(KernelClass::layernorm, "ln");
+  rows_cols(y, k.rows, k.cols);
+  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
+  const bool segments = c.in(1) && c.in(4);
+  const double tables = segments ? 3 : 2;  // gathered rows per token: word, position, segment
+  double ids_bytes = 0;
+  for (size_t i : {size_t(0), size_t(1), size_t(7), size_t(8)})
+    if (const TensorInfo* t = c.in(i)) ids_bytes += double(numel(t)) * elem_bytes(c.dtype(t));
+  const double params = (double(numel(c.in(5))) + double(numel(c.in(6)))) * eb;
+  double writes = e * eb;
+  if (const TensorInfo* m = c.outp(1)) writes += double(numel(m)) * elem_bytes(c.dtype(m));
+  if (c.outp(2)) writes += e * eb;
+  k.flops = (6 + tables - 1) * e;
+  k.bytes = tables * e * eb + ids_bytes + params + writes;
+  k.operand_elems = {numel(y)};
+  k.note = "embedding gathers and adds fused";
+  c.out.push_back(k);
+}
+
 // GroupNormalization(x, scale, bias, num_groups) / InstanceNormalization: normalise each
 // (sample, group) over its channels x spatial elements.
 void lower_group_norm(LowerCtx& c) {
@@ -191,6 +223,7 @@ void add_vector_rules(RuleTable& r) {
   r["RMSNormalization"] = r["SimplifiedLayerNormalization"];
   r["SkipLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "ln", 6); };
   r["SkipSimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "rmsnorm", 4); };
+  r["EmbedLayerNormalization"] = lower_embed_layernorm;
   r["GroupNormalization"] = lower_group_norm;
   r["InstanceNormalization"] = lower_group_norm;
   for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",

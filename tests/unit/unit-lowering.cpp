@@ -187,6 +187,38 @@ TEST_CASE("lowering: softmax axis rules, layernorm, reductions and pooling") {
   CHECK(kl.kernels[0].rows == 2);
 }
 
+TEST_CASE("lowering: com.microsoft EmbedLayerNormalization is one fused gather + add + layernorm kernel") {
+  IrGraph b;
+  const std::string ids = b.input("ids", {4, 128}, DType::i32);
+  const std::string seg = b.input("seg", {4, 128}, DType::i32);
+  b.node("EmbedLayerNormalization",
+         {ids, seg, b.w("word", {30522, 768}), b.w("pos", {512, 768}), b.w("segt", {2, 768}), b.w("gamma", {768}),
+          b.w("beta", {768})},
+         {b.t("y", {4, 128, 768}), b.t("mask_index", {4}, DType::i32)}, "com.microsoft");
+  const KernelList kl = lower(b.g, LoweringOptions{});
+  CHECK(kl.unknown_ops.empty());
+  REQUIRE(kl.kernels.size() == 1);
+  const Kernel& k = kl.kernels[0];
+  CHECK(k.cls == KernelClass::layernorm);
+  CHECK(k.rows == 512);
+  CHECK(k.cols == 768);
+  const double e = 512.0 * 768;
+  // Three gathered rows per token (never the whole 30522 x 768 table), ids, gamma/beta, the
+  // output and the mask index.
+  CHECK(k.bytes == doctest::Approx(3 * e * 4 + 2 * 512 * 4 + 2 * 768 * 4 + e * 4 + 4 * 4));
+  CHECK(k.bytes < 30522.0 * 768 * 4);
+  CHECK(k.flops == doctest::Approx(8 * e));
+  // Without segment ids: two tables.
+  IrGraph b2;
+  b2.node("EmbedLayerNormalization",
+          {b2.input("ids", {4, 128}, DType::i32), "", b2.w("word", {30522, 768}), b2.w("pos", {512, 768}), "",
+           b2.w("gamma", {768}), b2.w("beta", {768})},
+          {b2.t("y", {4, 128, 768})}, "com.microsoft");
+  const KernelList kl2 = lower(b2.g, LoweringOptions{});
+  REQUIRE(kl2.kernels.size() == 1);
+  CHECK(kl2.kernels[0].bytes == doctest::Approx(2 * e * 4 + 512 * 4 + 2 * 768 * 4 + e * 4));
+}
+
 TEST_CASE("lowering: memory ops move bytes; same-dtype casts and views are free") {
   IrGraph b;
   const std::string ids = b.input("ids", {4, 16}, DType::i64);
