@@ -17,6 +17,7 @@
 
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
+#include "neusight/opgraph.h"
 
 namespace fs = std::filesystem;
 using namespace neusight;
@@ -50,36 +51,6 @@ std::optional<Run> parse_label(const fs::path& p) {
     else return std::nullopt;  // dp4 / tp4 / pp4_1 ...: multi-GPU, another benchmark
   }
   return r;
-}
-
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (char ch : line) {
-    if (ch == '"') quoted = !quoted;
-    else if (ch == ',' && !quoted) out.emplace_back();
-    else out.back() += ch;
-  }
-  return out;
-}
-
-std::vector<std::map<std::string, std::string>> read_csv(const fs::path& p) {
-  std::vector<std::map<std::string, std::string>> rows;
-  std::ifstream f(p);
-  std::string line;
-  if (!std::getline(f, line)) return rows;
-  const auto head = csv_fields(line);
-  std::string rec;
-  while (std::getline(f, line)) {
-    rec += line;
-    if (std::count(rec.begin(), rec.end(), '"') % 2) { rec += "\n"; continue; }  // quoted newline
-    const auto v = csv_fields(rec);
-    rec.clear();
-    std::map<std::string, std::string> row;
-    for (size_t i = 0; i < head.size() && i < v.size(); ++i) row[head[i]] = v[i];
-    rows.push_back(std::move(row));
-  }
-  return rows;
 }
 
 // Kernel class of a traced operator (opgraph OpName) and of one of our kernels.
@@ -246,9 +217,9 @@ int main(int argc, char** argv) {
       // Per kernel class on the traced one-layer model (the per-op CSV's scope).
       if (per_class && !r.fusion && fs::exists(r.label_csv) && fs::exists(r.opgraph_csv)) {
         std::map<std::string, std::string> op_class;
-        for (auto& row : read_csv(r.opgraph_csv)) op_class[row["Name"]] = traced_class(row["OpName"], row["FwOps"]);
+        for (auto& row : read_csv_records(r.opgraph_csv.string())) op_class[row["Name"]] = traced_class(row["OpName"], row["FwOps"]);
         std::map<std::string, double> meas;
-        for (auto& row : read_csv(r.label_csv)) {
+        for (auto& row : read_csv_records(r.label_csv.string())) {
           auto it = op_class.find(row["Name"]);
           meas[it == op_class.end() ? "other" : it->second] += std::atof(row["latency"].c_str());
         }

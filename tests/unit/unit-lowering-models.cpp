@@ -5,12 +5,12 @@
 
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "neusight/lowering.h"
 #include "neusight/model_builder.h"
+#include "neusight/opgraph.h"
 #include "neusight/shape_inference.h"
 #include "test_util.h"
 
@@ -64,51 +64,25 @@ std::string traced_name(const Kernel& k) {
   return "";
 }
 
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (char ch : line) {
-    if (ch == '"') quoted = !quoted;
-    else if (ch == ',' && !quoted) out.emplace_back();
-    else out.back() += ch;
-  }
-  return out;
-}
-
 struct Traced {
   std::multiset<std::string> fw, bw_gemm, bw_rowwise, acc;
 };
 
-// Reads one opgraph. A binary VEC op whose row has a (1,)-shaped input operand is a
-// tensor-with-scalar op (GPT-2 divides by torch.full([], ...), BERT by a Python float: the
-// same kernel).
-Traced read_opgraph(const std::string& name) {
+// One opgraph as multisets of kernel keys (neusight/opgraph.h). A binary VEC op whose row
+// has a (1,)-shaped input operand is a tensor-with-scalar op.
+Traced read_traced(const std::string& name) {
   const std::string path = test::shared_dir() + "/neusight-data/e2e/opgraph/" + name + ".csv";
-  std::ifstream f(path);
-  REQUIRE_MESSAGE(f.good(), "missing shared data: " << path << " (../shared must sit next to the repo)");
+  REQUIRE_MESSAGE(std::ifstream(path).good(), "missing shared data: " << path << " (../shared must sit next to the repo)");
   Traced t;
-  std::string line;
-  std::getline(f, line);
-  const std::regex op(R"(\['(\w+)', [\(\[]([0-9, ]+)[\)\]]\])");
-  while (std::getline(f, line)) {
-    const auto fields = csv_fields(line);
-    if (fields.size() < 8) continue;
-    const bool scalar_operand = fields[7].find("(1,)") != std::string::npos;
-    for (int col : {2, 3, 4}) {
-      for (std::sregex_iterator it(fields[static_cast<size_t>(col)].begin(), fields[static_cast<size_t>(col)].end(), op), end;
-           it != end; ++it) {
-        std::string kind = (*it)[1];
-        std::string dims = std::regex_replace((*it)[2].str(), std::regex(" "), "");
-        if (col == 2 && scalar_operand &&
-            (kind == "VECadd" || kind == "VECsub" || kind == "VECmul" || kind == "VECdiv" || kind == "VECpow"))
-          kind += "u";
-        const std::string s = kind + " " + dims;
-        if (col == 2) t.fw.insert(s);
-        else if (col == 3 && (kind == "Linear" || kind == "BMM")) t.bw_gemm.insert(s);
-        else if (col == 3 && (kind == "VECsoftmax" || kind == "VECln")) t.bw_rowwise.insert(s);
-        else if (col == 4) t.acc.insert(dims.substr(dims.find(',') + 1));
-      }
+  for (const TracedOp& op : read_opgraph(path)) {
+    for (const auto& k : op.fw)
+      if (!k.dims.empty()) t.fw.insert(traced_key(k, op.scalar_operand()));
+    for (const auto& k : op.bw) {
+      if (k.kind == "Linear" || k.kind == "BMM") t.bw_gemm.insert(traced_key(k));
+      else if (k.kind == "VECsoftmax" || k.kind == "VECln") t.bw_rowwise.insert(traced_key(k));
     }
+    for (const auto& k : op.acc)
+      if (k.dims.size() >= 2) t.acc.insert(std::to_string(k.dims[1]));
   }
   return t;
 }
@@ -153,7 +127,7 @@ TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch op
     if (!s.empty()) got.insert(s);
   }
   std::multiset<std::string> want;
-  for (const auto& s : read_opgraph("gpt2_large-inf-1024-4").fw)
+  for (const auto& s : read_traced("gpt2_large-inf-1024-4").fw)
     if (s.rfind("MEM", 0) != 0) want.insert(s);
   CHECK_MESSAGE(got == want, "ours:" << show(got) << "\ntraced:" << show(want));
   // Memory kernels: the token-embedding lookup, the causal-mask slice, where and the
@@ -171,7 +145,7 @@ TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch op
 
 TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, softmax/LN grads and updates") {
   const KernelList kl = lower_model(config("gpt2_large", 1), 4, 1024, Mode::training);
-  const Traced want = read_opgraph("gpt2_large-train-1024-4");
+  const Traced want = read_traced("gpt2_large-train-1024-4");
   std::multiset<std::string> bw_gemm, bw_rowwise, fw, acc;
   std::multiset<std::string> bw_mul;
   for (const auto& k : kl.kernels) {

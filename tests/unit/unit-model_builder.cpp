@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
+#include "neusight/opgraph.h"
 #include "test_util.h"
 
 using namespace neusight;
@@ -21,18 +21,6 @@ std::string config_path(const std::string& name) {
   return test::shared_dir() + "/neusight-data/model_configs/" + name + ".json";
 }
 
-// One CSV line split into fields (double-quoted fields may hold commas).
-std::vector<std::string> csv_fields(const std::string& line) {
-  std::vector<std::string> out(1);
-  bool quoted = false;
-  for (char ch : line) {
-    if (ch == '"') quoted = !quoted;
-    else if (ch == ',' && !quoted) out.emplace_back();
-    else out.back() += ch;
-  }
-  return out;
-}
-
 // Forward operators of a traced graph: "Linear M,N,K" / "BMM B,M,N,K" (dataset order) and
 // vector ops as "softmax|ln|vec rows*cols".
 struct Traced {
@@ -41,35 +29,22 @@ struct Traced {
   std::multiset<int64_t> elementwise;  // element counts
 };
 
-Traced read_opgraph(const std::string& name) {
+Traced read_traced(const std::string& name) {
   const std::string path = test::shared_dir() + "/neusight-data/e2e/opgraph/" + name + ".csv";
-  std::ifstream f(path);
-  REQUIRE_MESSAGE(f.good(), "missing shared data: " << path << " (clone ../shared next to the repo)");
+  REQUIRE_MESSAGE(std::ifstream(path).good(), "missing shared data: " << path << " (clone ../shared next to the repo)");
   Traced t;
-  std::string line;
-  std::getline(f, line);
-  const std::regex op(R"(\['(\w+)', \(([0-9, ]+)\)\])");
-  while (std::getline(f, line)) {
-    const auto fields = csv_fields(line);
-    if (fields.size() < 3) continue;
-    for (std::sregex_iterator it(fields[2].begin(), fields[2].end(), op), end; it != end; ++it) {
-      const std::string kind = (*it)[1];
-      std::vector<int64_t> d;
-      std::stringstream ss((*it)[2].str());
-      std::string tok;
-      while (std::getline(ss, tok, ',')) d.push_back(std::stoll(tok));
-      if ((kind == "Linear" && d.size() == 3) || (kind == "BMM" && d.size() == 4)) {
-        std::string s = kind;
-        for (size_t i = 0; i < d.size(); ++i) s += (i ? "," : " ") + std::to_string(d[i]);
-        t.gemms.insert(s);
-      } else if (kind.rfind("VEC", 0) == 0 && d.size() == 2) {
+  for (const TracedOp& op : read_opgraph(path))
+    for (const TracedKernel& k : op.fw) {
+      const auto& d = k.dims;
+      if ((k.kind == "Linear" && d.size() == 3) || (k.kind == "BMM" && d.size() == 4)) {
+        t.gemms.insert(traced_key(k));
+      } else if (k.kind.rfind("VEC", 0) == 0 && d.size() == 2) {
         const std::string rc = std::to_string(d[0]) + "x" + std::to_string(d[1]);
-        if (kind == "VECsoftmax") t.softmax.insert(rc);
-        else if (kind == "VECln") t.layernorm.insert(rc);
+        if (k.kind == "VECsoftmax") t.softmax.insert(rc);
+        else if (k.kind == "VECln") t.layernorm.insert(rc);
         else t.elementwise.insert(d[0] * d[1]);
       }
     }
-  }
   return t;
 }
 
@@ -125,7 +100,7 @@ std::multiset<std::string> folded(const std::multiset<std::string>& gemms) {
 }
 
 void check_matches(const std::string& trace, const ModelConfig& c, int64_t batch, int64_t seq, bool fold_batch = false) {
-  Traced want = read_opgraph(trace);
+  Traced want = read_traced(trace);
   Traced got = lowered(c, batch, seq);
   if (fold_batch) {
     want.gemms = folded(want.gemms);
