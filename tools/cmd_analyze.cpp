@@ -7,6 +7,8 @@
 
 #include "args.h"
 #include "commands.h"
+#include "memory.h"
+#include "outputs.h"
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
 
@@ -102,12 +104,15 @@ int cmd_analyze(const Argv& argv) {
   if (reports.size() > 1)
     for (auto& r : reports) r.warnings.clear();
 
-  if (args.has("--json")) write_file_atomic(args.get("--json"), format_json(reports));
-  if (args.has("--html")) write_file_atomic(args.get("--html"), format_html(reports));
-  if (args.has("--csv")) write_file_atomic(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
+  // All outputs or none: each is written to a temporary file first, renamed at the end.
+  OutputSet outputs;
+  if (args.has("--json")) outputs.add_text(args.get("--json"), format_json(reports));
+  if (args.has("--html")) outputs.add_text(args.get("--html"), format_html(reports));
+  if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
   if (args.has("--out")) {
     const Report& r = reports.front();
     AnnotatedWrite ann;
+    ann.nodes.reserve(r.nodes.size());
     for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n)});
     ann.metadata = {{"neusight.gpu", r.gpu.name},
                     {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
@@ -115,8 +120,10 @@ int cmd_analyze(const Argv& argv) {
                     {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
                     {"neusight.predictor", r.predictor},
                     {"neusight.version", version()}};
-    write_annotated(loaded, analysis.graph, ann, args.get("--out"));
+    outputs.add(args.get("--out"),
+                [&](const std::string& tmp) { write_annotated(loaded, analysis.graph, ann, tmp); });
   }
+  outputs.commit();
 
   if (!args.has("--quiet")) {
     TableOptions to;
@@ -131,6 +138,7 @@ int cmd_analyze(const Argv& argv) {
     if (reports.size() > 1) std::cout << "\n" << format_gpu_table(reports);
     std::cout.flush();
   }
+  exit_now(0);  // the graph, analysis and reports need no teardown
   return 0;
 }
 

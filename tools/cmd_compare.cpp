@@ -6,6 +6,8 @@
 
 #include "args.h"
 #include "commands.h"
+#include "memory.h"
+#include "outputs.h"
 #include "neusight/compare.h"
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
@@ -69,12 +71,15 @@ int cmd_compare(const Argv& argv) {
   }
   const Comparison c = compare_reports(labels_for(models), std::move(reports), top);
 
-  if (args.has("--json")) write_file_atomic(args.get("--json"), format_compare_json(c));
-  if (args.has("--html")) write_file_atomic(args.get("--html"), format_compare_html(c));
+  OutputSet outputs;  // both or neither
+  if (args.has("--json")) outputs.add_text(args.get("--json"), format_compare_json(c));
+  if (args.has("--html")) outputs.add_text(args.get("--html"), format_compare_html(c));
+  outputs.commit();
   if (!args.has("--quiet")) {
     std::cout << format_compare_table(c, stdout_is_tty() && !args.has("--no-color"));
     std::cout.flush();
   }
+  exit_now(0);  // the graph, analysis and reports need no teardown
   return 0;
 }
 

@@ -4,6 +4,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "outputs.h"
 #include "neusight/model_builder.h"
 #include "neusight/onnx_proto.h"
 
@@ -25,10 +26,12 @@ int cmd_export(const Argv& argv) {
   for (auto& t : *m.proto->model.mutable_graph()->mutable_initializer())
     for (auto& kv : *t.mutable_external_data())
       if (kv.key() == "location") kv.set_value(stub);
-  write_proto(*m.proto, out);
+  OutputSet outputs;  // the model and its stub, or neither
+  outputs.add(out, [&](const std::string& tmp) { write_proto(*m.proto, tmp); });
   const std::filesystem::path stub_path = out_path.parent_path() / stub;
   std::error_code ec;
-  if (!std::filesystem::exists(stub_path, ec)) write_file_atomic(stub_path.string(), "");
+  if (!std::filesystem::exists(stub_path, ec)) outputs.add_text(stub_path.string(), "");
+  outputs.commit();
   std::printf("wrote %s (%zu nodes)\n", out.c_str(), m.model.graph.nodes.size());
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <new>
 
 #include "commands.h"
+#include "memory.h"
 #include "neusight/neusight.h"
 
 namespace {
@@ -43,6 +44,7 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  neusight::cli::setup_process_memory();
   std::ios::sync_with_stdio(false);
   neusight::cli::Argv args(argv + 1, argv + argc);
   try {

@@ -1,0 +1,100 @@
+"""All outputs or none: a run that fails while writing one output leaves no other output.
+
+Every output (--json, --html, --csv, --out; compare's --json/--html; export's model and its
+weights stub) goes to a temporary file beside its destination and is renamed into place
+only when all of them were written. These tests make a later output fail after an earlier
+one could be written and check that nothing appears, earlier files keep their content and
+no temporary file is left.
+"""
+import json
+import os
+import tempfile
+import unittest
+
+from cli_util import EXAMPLE, run
+
+BASE = [EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "8", "--quiet"]
+
+
+class AllOrNothing(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dir = self._tmp.name
+        self.out = os.path.join(self.dir, "out")
+        os.mkdir(self.out)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def p(self, name):
+        return os.path.join(self.out, name)
+
+    def assert_one_error(self, rc, err, needle):
+        self.assertEqual(rc, 1, err)
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, err)
+        self.assertTrue(lines[0].startswith("neusight-onnx: error: "), lines[0])
+        self.assertIn(needle, lines[0])
+
+    def test_later_output_unwritable_leaves_no_earlier_output(self):
+        bad = os.path.join(self.dir, "missing", "r.csv")
+        for later in (["--csv", bad], ["--out", bad.replace(".csv", ".onnx")], ["--html", bad.replace(".csv", ".html")]):
+            with self.subTest(later=later[0]):
+                rc, _, err = run(*BASE, "--json", self.p("r.json"), "--html", self.p("r.html"), *later)
+                self.assert_one_error(rc, err, later[1])
+                self.assertEqual(os.listdir(self.out), [], "an earlier output was left behind")
+
+    def test_later_output_is_a_directory(self):
+        rc, _, err = run(*BASE, "--json", self.p("r.json"), "--out", self.p("a.onnx"), "--csv", self.dir)
+        self.assert_one_error(rc, err, self.dir)
+        self.assertEqual(os.listdir(self.out), [])
+
+    def test_failed_run_keeps_earlier_files(self):
+        for name in ("r.json", "r.csv"):
+            with open(self.p(name), "w") as f:
+                f.write("old " + name)
+        rc, _, err = run(*BASE, "--json", self.p("r.json"), "--csv", self.p("r.csv"),
+                         "--html", os.path.join(self.dir, "missing", "r.html"))
+        self.assert_one_error(rc, err, "r.html")
+        self.assertEqual(sorted(os.listdir(self.out)), ["r.csv", "r.json"])
+        for name in ("r.json", "r.csv"):
+            with open(self.p(name)) as f:
+                self.assertEqual(f.read(), "old " + name)
+
+    def test_success_writes_all_and_no_temporaries(self):
+        with open(self.p("r.json"), "w") as f:
+            f.write("old")
+        rc, _, err = run(*BASE, "--json", self.p("r.json"), "--csv", self.p("r.csv"), "--html", self.p("r.html"),
+                         "--out", self.p("a.onnx"))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(os.listdir(self.out)), ["a.onnx", "r.csv", "r.html", "r.json"])
+        with open(self.p("r.json")) as f:
+            self.assertIn("e2e_latency_ms", json.load(f))
+
+    def test_compare_outputs_all_or_nothing(self):
+        rc, _, err = run("compare", EXAMPLE, EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "8", "--quiet",
+                         "--json", self.p("c.json"), "--html", os.path.join(self.dir, "missing", "c.html"))
+        self.assert_one_error(rc, err, "c.html")
+        self.assertEqual(os.listdir(self.out), [])
+
+    def test_export_unwritable_leaves_nothing(self):
+        cfg = os.path.join(self.dir, "cfg.json")
+        with open(cfg, "w") as f:
+            json.dump({"model_type": "gpt2", "n_layer": 1, "n_embd": 64, "n_head": 2, "n_positions": 32,
+                       "vocab_size": 100}, f)
+        rc, _, err = run("export", "--config", cfg, "-o", self.out)
+        self.assertEqual(rc, 1, err)
+        self.assertEqual(os.listdir(self.out), [])
+        rc, _, err = run("export", "--config", cfg, "-o", self.p("m.onnx"))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(sorted(os.listdir(self.out)), ["m.onnx", "m.weights"])
+
+    def test_non_regular_destination_is_written_directly(self):
+        # /dev/stdout cannot be replaced by a rename; it is written in place at the end.
+        rc, out, err = run(*BASE, "--json", "/dev/stdout")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("e2e_latency_ms", json.loads(out))
+
+
+if __name__ == "__main__":
+    unittest.main()
