@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """breakdown.py - where the per-GPU time of the measured parallel runs goes, and why it is over-predicted.
 
-    /usr/bin/python3 bench/parallel_accuracy/breakdown.py [--build build]
+    /usr/bin/python3 bench/parallel_accuracy/breakdown.py [--build build] [--all]
 
 For every labelled multi-GPU run (e2e/labels/<GPU>/<model>-train-<seq>-<batch>-<par>.json) the
 per-GPU kernel list the CLI predicts is split into GEMMs, vector kernels (elementwise, softmax,
@@ -126,6 +126,37 @@ def parallel_runs(binary):
           f" mean |error| {statistics.mean(errors):.1f}%)")
 
 
+def all_single_gpu_runs(binary):
+    """--all: the what-if on every single-GPU label whose GPU has per-kernel data (its own floor)."""
+    pattern = re.compile(r"^(?P<model>[a-z0-9_]+)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)$")
+    print("\nEvery single-GPU run whose GPU has kernels/train data: predicted and what-if error")
+    by_gpu = {}
+    for path in sorted(glob.glob(os.path.join(DATA, "e2e", "labels", "*", "*.json"))):
+        gpu_dir = os.path.basename(os.path.dirname(path))
+        m = pattern.match(os.path.basename(path)[:-5])
+        cfg = os.path.join(DATA, "model_configs", (m["model"] if m else "") + ".json")
+        if not m or not os.path.exists(cfg) or not os.path.exists(
+                os.path.join(DATA, "kernels", "train", "add", gpu_dir + ".csv")):
+            continue
+        with open(path) as f:
+            meas = json.load(f)["e2e_latency"]
+        args = ["--config", cfg, "--batch", m["batch"], "--seq", m["seq"], "--gpu", gpu_dir.replace("_", " "),
+                "--mode", "training" if m["mode"] == "train" else "inference"]
+        r = cli(binary, args)
+        nf = without_floor(r, cli(binary, args, "roofline"), launch_floor_ms(gpu_dir))
+        e0, e1 = 100 * (r["e2e_latency_ms"] - meas) / meas, 100 * (nf - meas) / meas
+        by_gpu.setdefault(gpu_dir, []).append((abs(e0), abs(e1)))
+        print(f"  {gpu_dir + ' ' + os.path.basename(path)[:-5]:<52} {meas:>9.1f} {r['e2e_latency_ms']:>9.1f} {e0:>+6.1f}%"
+              f" {nf:>9.1f} {e1:>+6.1f}%")
+    every = [e for v in by_gpu.values() for e in v]
+    for gpu_dir, v in sorted(by_gpu.items()):
+        print(f"  {gpu_dir:<28} {len(v):>3} runs, mean |error| {statistics.mean(e[0] for e in v):5.1f}% -> "
+              f"{statistics.mean(e[1] for e in v):5.1f}% without the floor")
+    if every:
+        print(f"  all {len(every)} runs: {statistics.mean(e[0] for e in every):.1f}% -> "
+              f"{statistics.mean(e[1] for e in every):.1f}%")
+
+
 def single_gpu_runs(binary):
     print("\nThe same model on one GPU, no parallelism (e2e/labels, NVIDIA GPUs with the A100's or V100's chip)")
     print(f"{'run':<44} {'measured':>9} {'predicted':>9} {'error':>7}   forward meas/pred   backward+update meas/pred"
@@ -189,6 +220,7 @@ def kernel_floor():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--all", action="store_true", help="also the what-if on every single-GPU label (~1 min)")
     args = ap.parse_args()
     binary = os.environ.get("NEUSIGHT_BIN", os.path.join(args.build, "bin", "neusight-onnx"))
     if not os.path.exists(binary):
@@ -197,6 +229,8 @@ def main():
     single_gpu_runs(binary)
     gemm_neighbours(binary)
     kernel_floor()
+    if args.all:
+        all_single_gpu_runs(binary)
 
 
 if __name__ == "__main__":
