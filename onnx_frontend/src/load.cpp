@@ -36,6 +36,17 @@ Shape shape_from_proto(const onnx::TensorShapeProto& s) {
 }
 
 void set_from_type(TensorInfo& t, const onnx::TypeProto& type) {
+  if (type.has_sequence_type() || type.has_optional_type()) {
+    const bool seq = type.has_sequence_type();
+    t.kind = seq ? ValueKind::sequence : ValueKind::optional;
+    const auto& elem = seq ? type.sequence_type().elem_type() : type.optional_type().elem_type();
+    if (elem.value_case() == onnx::TypeProto::VALUE_NOT_SET) return;
+    TensorInfo e;
+    set_from_type(e, elem);
+    t.dtype = e.dtype;
+    t.elements.push_back(std::move(e));
+    return;
+  }
   if (!type.has_tensor_type()) return;
   const auto& tt = type.tensor_type();
   t.dtype = static_cast<DType>(tt.elem_type());
@@ -45,8 +56,11 @@ void set_from_type(TensorInfo& t, const onnx::TypeProto& type) {
   }
 }
 
-// Integer values of a small tensor, when present inline.
-std::optional<std::vector<int64_t>> int_values(const onnx::TensorProto& tp) {
+// Integer values of a small tensor, when present inline; also its float values (`floats`)
+// and string values (`strings`) when asked for.
+std::optional<std::vector<int64_t>> int_values(const onnx::TensorProto& tp,
+                                               std::optional<std::vector<double>>* floats = nullptr,
+                                               std::optional<std::vector<std::string>>* strings = nullptr) {
   int64_t n = 1;
   for (auto d : tp.dims()) {
     if (d < 0 || d > kMaxKeptIntValues) return std::nullopt;
@@ -121,11 +135,20 @@ std::optional<std::vector<int64_t>> int_values(const onnx::TensorProto& tp) {
       if (tp.double_data_size() != n) return std::nullopt;
       f.assign(tp.double_data().begin(), tp.double_data().end());
     }
+    if (floats) *floats = f;
     for (double x : f) {
       // Range first: casting a float outside int64 (or NaN) is undefined behaviour.
       if (!(x >= -9.0e18 && x <= 9.0e18) || x != std::trunc(x)) return std::nullopt;
       v.push_back(static_cast<int64_t>(x));
     }
+  } else if (dt == onnx::TensorProto::STRING) {
+    if (strings && tp.string_data_size() == n) {
+      size_t bytes = 0;
+      for (const auto& x : tp.string_data()) bytes += x.size();
+      if (bytes <= static_cast<size_t>(kMaxKeptIntValues) * 16)
+        *strings = std::vector<std::string>(tp.string_data().begin(), tp.string_data().end());
+    }
+    return std::nullopt;
   } else {
     return std::nullopt;
   }
@@ -143,7 +166,7 @@ std::shared_ptr<TensorInfo> tensor_from_proto(const onnx::TensorProto& tp) {
   }
   t->is_initializer = true;
   t->external_data = tp.data_location() == onnx::TensorProto::EXTERNAL;
-  t->int_value = int_values(tp);
+  t->int_value = int_values(tp, &t->float_value, &t->string_value);
   return t;
 }
 

@@ -38,8 +38,31 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   }
 }
 
-void set_value_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
-  auto* tt = vi.mutable_type()->mutable_tensor_type();
+namespace {
+// Sequence / optional values: the type of what they hold (one element type for a sequence:
+// its elements' common type; ONNX has no per-element types).
+void set_type(onnx::TypeProto& type, const TensorInfo& t) {
+  if (t.kind != ValueKind::tensor) {
+    onnx::TypeProto& elem = t.kind == ValueKind::sequence ? *type.mutable_sequence_type()->mutable_elem_type()
+                                                          : *type.mutable_optional_type()->mutable_elem_type();
+    TensorInfo e;
+    e.dtype = t.dtype;
+    if (!t.elements.empty()) {
+      e = t.elements[0];
+      for (size_t i = 1; i < t.elements.size(); ++i) {  // dims the elements disagree on are left out
+        const TensorInfo& o = t.elements[i];
+        if (o.kind != e.kind || o.has_shape != e.has_shape || o.shape.size() != e.shape.size()) {
+          e.has_shape = false;
+          break;
+        }
+        for (size_t k = 0; k < e.shape.size(); ++k)
+          if (o.shape[k].value != e.shape[k].value || o.shape[k].param != e.shape[k].param) e.shape[k] = Dim{};
+      }
+    }
+    set_type(elem, e);
+    return;
+  }
+  auto* tt = type.mutable_tensor_type();
   tt->set_elem_type(static_cast<int>(t.dtype == DType::tf32 ? DType::f32 : t.dtype));
   if (!t.has_shape) return;
   auto* sh = tt->mutable_shape();
@@ -49,6 +72,9 @@ void set_value_type(onnx::ValueInfoProto& vi, const TensorInfo& t) {
     else if (!d.param.empty()) dp->set_dim_param(d.param);
   }
 }
+}  // namespace
+
+void set_value_type(onnx::ValueInfoProto& vi, const TensorInfo& t) { set_type(*vi.mutable_type(), t); }
 
 namespace {
 
@@ -122,7 +148,9 @@ void write_annotated(const LoadedModel& loaded, const Graph& inferred, const Ann
     for (auto& out : *g->mutable_output()) {
       const TensorInfo* t = inferred.find(out.name());
       if (!t || t->dtype == DType::undefined) continue;
-      if (!out.has_type() || !out.type().tensor_type().has_shape()) set_value_type(out, *t);
+      const bool stored_tensor = out.has_type() && out.type().has_tensor_type();
+      if (!out.has_type() || (stored_tensor && t->kind == ValueKind::tensor && !out.type().tensor_type().has_shape()))
+        set_value_type(out, *t);
     }
   }
 

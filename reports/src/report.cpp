@@ -129,7 +129,22 @@ json shape_json(const TensorInfo& t) {
 }
 
 json tensor_json(const TensorInfo& t) {
-  return json{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape_json(t)}};
+  json j{{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape_json(t)}};
+  // Sequence / optional values: "kind", and what they hold ("elements": one entry per element
+  // when "elements_known", else at most one entry every element matches).
+  if (t.kind != ValueKind::tensor) {
+    j["kind"] = t.kind == ValueKind::sequence ? "sequence" : "optional";
+    j["elements_known"] = t.elements_known;
+    json e = json::array();
+    for (const auto& x : t.elements) {
+      json ej = tensor_json(x);
+      ej.erase("name");
+      if (x.kind == ValueKind::tensor && !x.has_shape) ej["shape"] = nullptr;  // rank unknown
+      e.push_back(std::move(ej));
+    }
+    j["elements"] = std::move(e);
+  }
+  return j;
 }
 
 json kernel_json(const KernelReport& k) {

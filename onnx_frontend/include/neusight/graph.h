@@ -12,6 +12,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace neusight {
@@ -76,6 +77,10 @@ struct Dim {
 };
 using Shape = std::vector<Dim>;
 
+// What a named value holds. Almost every value is a tensor; ONNX sequence and optional
+// values describe what they hold in TensorInfo::elements.
+enum class ValueKind : uint8_t { tensor, sequence, optional };
+
 // Everything known about one tensor (value) in the graph.
 struct TensorInfo {
   std::string name;
@@ -88,6 +93,17 @@ struct TensorInfo {
   bool is_initializer = false;
   bool is_graph_input = false;
   bool external_data = false;  // initializer whose bytes live in an external file (never read)
+  // Values of small float and string tensors (same size limit as int_value), for ops whose
+  // output size depends on data (NonMaxSuppression, Unique, StringNormalizer ...).
+  std::optional<std::vector<double>> float_value;
+  std::optional<std::vector<std::string>> string_value;
+  // Sequence / optional values (kind != tensor; dtype is then the innermost element dtype,
+  // has_shape false). Sequence: with elements_known, one entry per element; otherwise at
+  // most one entry that every element matches. Optional: with elements_known, no entry is
+  // None and one entry the contained value; otherwise at most one entry (its type).
+  ValueKind kind = ValueKind::tensor;
+  bool elements_known = false;
+  std::vector<TensorInfo> elements;
 
   bool fully_known() const;    // has_shape and every dim known
   int64_t num_elements() const;  // -1 when not fully known
@@ -132,7 +148,10 @@ struct Graph {
   std::vector<std::string> inputs;     // graph inputs that are not initializers
   std::vector<std::string> outputs;
   std::vector<std::string> initializers;
-  std::map<std::string, TensorInfo> tensors;  // every named value: inputs, weights, outputs
+  // Every named value: inputs, weights, outputs. Hashed (not ordered): the analysis looks
+  // names up tens of thousands of times, and layer names share long prefixes that make
+  // ordered comparisons slow. Do not rely on its iteration order.
+  std::unordered_map<std::string, TensorInfo> tensors;
 
   TensorInfo& tensor(const std::string& name);  // creates an empty entry when missing
   const TensorInfo* find(const std::string& name) const;
