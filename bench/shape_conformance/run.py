@@ -2,7 +2,7 @@
 """run.py - shape conformance of neusight-onnx over Debian's libonnx-testdata.
 
 For every model in the node, pytorch-converted, pytorch-operator and simple suites, runs
-the real CLI (`neusight-onnx MODEL --gpu b200 --json R.json --out A.onnx --quiet`, symbolic
+the real CLI (`neusight-onnx MODEL --gpu b200 --predictor roofline --json R.json --out A.onnx --quiet`, symbolic
 input dims bound with --dim from the shapes of test_data_set_0/input_*.pb) and compares
 every graph output's shape in R.json with the shape of the expected output
 (test_data_set_0/output_*.pb). Prints the exact-match figure and the failing models by
@@ -36,16 +36,69 @@ SUITES = ["node", "pytorch-converted", "pytorch-operator", "simple"]
 def load_pb(path, kind):
     with open(path, "rb") as f:
         data = f.read()
+    cls = {"tensor": onnx.TensorProto, "sequence": onnx.SequenceProto, "optional": onnx.OptionalProto}.get(kind)
+    if cls is None:
+        return None
+    t = cls()
+    t.ParseFromString(data)
+    return t
+
+
+def value_shape(v, kind):
+    """Expected shape of a test value: dims for a tensor, ("sequence", [shapes]) or
+    ("optional", shape or None) for the others."""
+    if kind == "tensor":
+        return list(v.dims)
+    if kind == "sequence":
+        if v.elem_type == onnx.SequenceProto.TENSOR:
+            return ("sequence", [list(t.dims) for t in v.tensor_values])
+        if v.elem_type == onnx.SequenceProto.SEQUENCE:
+            return ("sequence", [value_shape(s, "sequence") for s in v.sequence_values])
+        return ("sequence", [])
+    if kind == "optional":
+        if v.elem_type == onnx.OptionalProto.TENSOR:
+            return ("optional", list(v.tensor_value.dims))
+        if v.elem_type == onnx.OptionalProto.SEQUENCE:
+            return ("optional", value_shape(v.sequence_value, "sequence"))
+        return ("optional", None)
+    return None
+
+
+def build_value(v, kind, name, vtype, m, nodes):
+    """Nodes (and initializers) that make the test value `v` a constant named `name`."""
     if kind == "tensor":
         t = onnx.TensorProto()
-        t.ParseFromString(data)
-        return t
-    return None
+        t.CopyFrom(v)
+        t.name = name
+        m.graph.initializer.append(t)
+        return
+    if kind == "sequence":
+        elems = []
+        if v.elem_type == onnx.SequenceProto.TENSOR:
+            for i, t in enumerate(v.tensor_values):
+                build_value(t, "tensor", f"{name}__e{i}", None, m, nodes)
+                elems.append(f"{name}__e{i}")
+        if elems:
+            nodes.append(onnx.helper.make_node("SequenceConstruct", elems, [name]))
+        else:
+            dt = vtype.sequence_type.elem_type.tensor_type.elem_type if vtype is not None else 1
+            nodes.append(onnx.helper.make_node("SequenceEmpty", [], [name], dtype=dt or 1))
+        return
+    if kind == "optional":
+        inner = vtype.optional_type.elem_type if vtype is not None else None
+        if v.elem_type == onnx.OptionalProto.TENSOR:
+            build_value(v.tensor_value, "tensor", name + "__v", None, m, nodes)
+            nodes.append(onnx.helper.make_node("Optional", [name + "__v"], [name]))
+        elif v.elem_type == onnx.OptionalProto.SEQUENCE:
+            build_value(v.sequence_value, "sequence", name + "__v", inner, m, nodes)
+            nodes.append(onnx.helper.make_node("Optional", [name + "__v"], [name]))
+        else:
+            nodes.append(onnx.helper.make_node("Optional", [], [name], type=inner))
 
 
 def type_kind(tp):
     which = tp.WhichOneof("value")
-    return "tensor" if which == "tensor_type" else (which or "none")
+    return {"tensor_type": "tensor", "sequence_type": "sequence", "optional_type": "optional"}.get(which, which or "none")
 
 
 def prepare(model_dir, work, mode):
@@ -61,7 +114,7 @@ def prepare(model_dir, work, mode):
         p = os.path.join(ds, f"input_{k}.pb")
         kind = type_kind(vi.type)
         if not os.path.exists(p) or kind != "tensor":
-            feeds.append(None)
+            feeds.append(load_pb(p, kind) if os.path.exists(p) and kind in ("sequence", "optional") else None)
             continue
         t = load_pb(p, "tensor")
         feeds.append(t)
@@ -84,18 +137,22 @@ def prepare(model_dir, work, mode):
             d.dim_value = v
             changed = True
     if mode == "values":
-        keep = []
+        # Tensors become initializers; sequences and optionals, which cannot be stored,
+        # become SequenceConstruct / SequenceEmpty / Optional nodes over initializers.
+        keep, nodes = [], []
         for vi, t in zip(inputs, feeds):
-            if t is None:
+            kind = type_kind(vi.type)
+            if t is None or (kind != "tensor" and m.ir_version < 4):
                 keep.append(vi)
                 continue
-            t2 = onnx.TensorProto()
-            t2.CopyFrom(t)
-            t2.name = vi.name
-            m.graph.initializer.append(t2)
+            build_value(t, kind, vi.name, vi.type, m, nodes)
         if m.ir_version >= 4:  # IR 3 lists initializers among the inputs; later IRs need not
             del m.graph.input[:]
             m.graph.input.extend(keep)
+        if nodes:
+            old = list(m.graph.node)
+            del m.graph.node[:]
+            m.graph.node.extend(nodes + old)
         changed = True
     out_path = model_path
     if changed:
@@ -108,12 +165,24 @@ def prepare(model_dir, work, mode):
     for k, vi in enumerate(m.graph.output):
         kind = type_kind(vi.type)
         p = os.path.join(ds, f"output_{k}.pb")
-        if kind != "tensor" or not os.path.exists(p):
+        if kind not in ("tensor", "sequence", "optional") or not os.path.exists(p):
             expected.append((vi.name, kind, None))
             continue
-        t = load_pb(p, "tensor")
-        expected.append((vi.name, "tensor", list(t.dims)))
+        expected.append((vi.name, kind, value_shape(load_pb(p, kind), kind)))
     return out_path, args, expected, conflict
+
+
+def reported_value(g):
+    """A report's sequence / optional output in value_shape()'s form (None parts: unknown)."""
+    kind = g.get("kind", "tensor")
+    if kind == "tensor":
+        return g.get("shape")
+    elems = g.get("elements", [])
+    if not g.get("elements_known", False):
+        return (kind, "length unknown")
+    if kind == "sequence":
+        return ("sequence", [reported_value(e) for e in elems])
+    return ("optional", reported_value(elems[0]) if elems else None)
 
 
 def check_one(binary, model_dir, mode, timeout):
@@ -125,7 +194,9 @@ def check_one(binary, model_dir, mode, timeout):
             return name, "bench-error", str(e)[:200]
         rj = os.path.join(work, "r.json")
         ra = os.path.join(work, "a.onnx")
-        cmd = [binary, path, "--gpu", "b200", "--json", rj, "--out", ra, "--quiet", *args]
+        # The roofline predictor: shapes do not depend on the predictor, and the bench then
+        # needs no trained weights.
+        cmd = [binary, path, "--gpu", "b200", "--predictor", "roofline", "--json", rj, "--out", ra, "--quiet", *args]
         try:
             p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -142,11 +213,16 @@ def check_one(binary, model_dir, mode, timeout):
         ann = onnx.load(ra, load_external_data=False)
         rank_known = {o.name: o.type.tensor_type.HasField("shape") for o in ann.graph.output}
         for oname, kind, dims in expected:
-            if kind != "tensor":
+            if kind not in ("tensor", "sequence", "optional") or dims is None:
                 return name, "non-tensor-output", f"{oname}: {kind}"
             g = got.get(oname)
             if g is None:
                 return name, "mismatch", f"{oname}: missing in report"
+            if kind != "tensor":
+                shown = reported_value(g)
+                if shown != dims:
+                    return name, "mismatch", f"{oname}: got {shown}, expected {dims}"
+                continue
             if g["shape"] != dims or (not dims and not rank_known.get(oname, False)):
                 shown = g["shape"] if (dims or rank_known.get(oname, False)) else "rank unknown"
                 return name, "mismatch", f"{oname}: got {shown}, expected {dims}"

@@ -46,11 +46,19 @@ int64_t elements(const onnx::TensorProto& tp) {
   return n;
 }
 
+// Drops the shapes of a type, keeping element types (ONNX's checker requires a graph
+// output to have a type).
+void strip_shape(onnx::TypeProto& t) {
+  if (t.has_tensor_type()) t.mutable_tensor_type()->clear_shape();
+  else if (t.has_sequence_type()) strip_shape(*t.mutable_sequence_type()->mutable_elem_type());
+  else if (t.has_optional_type()) strip_shape(*t.mutable_optional_type()->mutable_elem_type());
+}
+
 // Drops stored value_info and output shapes (they may be wrong, and ONNX throws when its
 // result disagrees with them) in a graph and every subgraph.
 void strip_stored_shapes(onnx::GraphProto& g) {
   g.clear_value_info();
-  for (auto& o : *g.mutable_output()) o.clear_type();
+  for (auto& o : *g.mutable_output()) strip_shape(*o.mutable_type());
   for (auto& n : *g.mutable_node())
     for (auto& a : *n.mutable_attribute()) {
       if (a.has_g()) strip_stored_shapes(*a.mutable_g());
@@ -127,11 +135,25 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
   strip_stored_shapes(g);
   // ONNX's inference (Debian's 1.12) is not hardened against malformed graphs (the CI fuzzer
   // crashed it inside InferShapes): only a model its own checker accepts is handed to it.
+  // The checker wants a shape on every main-graph output: an empty one (a scalar) while it
+  // checks, removed again before the inference.
+  const auto set_output_shapes = [&g](bool on) {
+    for (auto& o : *g.mutable_output()) {
+      onnx::TypeProto* t = o.mutable_type();
+      while (t->has_sequence_type() || t->has_optional_type())
+        t = t->has_sequence_type() ? t->mutable_sequence_type()->mutable_elem_type() : t->mutable_optional_type()->mutable_elem_type();
+      if (!t->has_tensor_type()) continue;
+      if (on) t->mutable_tensor_type()->mutable_shape();
+      else t->mutable_tensor_type()->clear_shape();
+    }
+  };
+  set_output_shapes(true);
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception&) {
     return hints;
   }
+  set_output_shapes(false);
   try {
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(false, 0, true));

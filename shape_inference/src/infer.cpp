@@ -4,6 +4,8 @@
 // fills its outputs. Shape *values* (int_value) are propagated for the small integer
 // tensors of shape subgraphs so Reshape/Expand/ConstantOfShape get concrete targets.
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -95,6 +97,26 @@ void rule_broadcast(Ctx& c, DType out_dtype, std::function<int64_t(int64_t, int6
     return;
   }
   set_out(c, 0, dt, s);
+  // Float arithmetic on small constants with a non-integral operand (integral ones take the
+  // integer path below).
+  if (c.n.inputs.size() == 2 && is_float(dt) && ((c.in(0) && c.in(0)->float_value && !c.in(0)->int_value) ||
+                                                  (c.in(1) && c.in(1)->float_value && !c.in(1)->int_value))) {
+    static const std::map<std::string, double (*)(double, double)> kFloat = {
+        {"Add", [](double a, double b) { return a + b; }}, {"Sub", [](double a, double b) { return a - b; }},
+        {"Mul", [](double a, double b) { return a * b; }}, {"Div", [](double a, double b) { return a / b; }},
+        {"Max", [](double a, double b) { return std::max(a, b); }}, {"Min", [](double a, double b) { return std::min(a, b); }}};
+    auto it = kFloat.find(c.n.op_type);
+    const auto a = numbers(c.in(0)), b = numbers(c.in(1));
+    if (it != kFloat.end() && a && b && !a->empty() && !b->empty()) {
+      const size_t n = std::max(a->size(), b->size());
+      if ((a->size() == n || a->size() == 1) && (b->size() == n || b->size() == 1) && n <= kMaxValues) {
+        std::vector<double> v(n);
+        for (size_t i = 0; i < n; ++i) v[i] = it->second((*a)[a->size() == 1 ? 0 : i], (*b)[b->size() == 1 ? 0 : i]);
+        set_numbers(c.out(0), v);
+      }
+    }
+    return;
+  }
   // Value propagation for binary integer ops on small tensors.
   if (op && c.n.inputs.size() == 2 && c.value(0) && c.value(1)) {
     const auto& a = *c.value(0);
@@ -111,8 +133,32 @@ void rule_broadcast(Ctx& c, DType out_dtype, std::function<int64_t(int64_t, int6
 void rule_unary(Ctx& c) {
   const TensorInfo* t = c.in(0);
   if (!t) return;
+  if (t->kind != ValueKind::tensor || (c.n.op_type == "Identity" && (t->float_value || t->string_value))) {
+    set_value(c, 0, *t);  // Identity of a sequence / optional / constant: everything it holds
+    return;
+  }
   if (t->has_shape) set_out(c, 0, t->dtype, t->shape);
   else c.out(0).dtype = t->dtype;
+  static const std::set<std::string> kFloatOps = {"Neg", "Abs", "Floor", "Ceil", "Round", "Relu", "Sign", "Sqrt", "Reciprocal", "Exp", "Log"};
+  if (t->float_value && kFloatOps.count(c.n.op_type) && c.num_out() && !c.n.outputs[0].empty()) {
+    std::vector<double> v = *t->float_value;
+    const std::string& op = c.n.op_type;
+    for (auto& x : v) {
+      if (op == "Neg") x = -x;
+      else if (op == "Abs") x = std::fabs(x);
+      else if (op == "Floor") x = std::floor(x);
+      else if (op == "Ceil") x = std::ceil(x);
+      else if (op == "Round") x = std::nearbyint(x);  // half to even, as ONNX rounds
+      else if (op == "Relu") x = std::max(x, 0.0);
+      else if (op == "Sign") x = (x > 0) - (x < 0);
+      else if (op == "Sqrt") x = std::sqrt(x);
+      else if (op == "Reciprocal") x = 1.0 / x;
+      else if (op == "Exp") x = std::exp(x);
+      else if (op == "Log") x = std::log(x);
+    }
+    set_numbers(c.out(0), v);
+    return;
+  }
   static const std::set<std::string> kValueOps = {"Identity", "Neg", "Abs", "Floor", "Ceil", "Round", "Relu", "Sign"};
   if (t->int_value && kValueOps.count(c.n.op_type)) {
     auto v = *t->int_value;
@@ -130,11 +176,20 @@ void rule_cast(Ctx& c) {
   if (!t) return;
   if (t->has_shape) set_out(c, 0, to, t->shape);
   else c.out(0).dtype = to;
+  if (t->float_value && !t->int_value) {
+    // Non-integral floats: truncated toward zero into integer types, kept as floats otherwise.
+    std::vector<double> v = *t->float_value;
+    if (!is_float(to)) for (auto& x : v) x = to == DType::boolean ? double(x != 0) : std::trunc(x);
+    set_numbers(c.out(0), v);
+    return;
+  }
   if (t->int_value) {
     auto v = *t->int_value;
     if (to == DType::boolean) for (auto& x : v) x = x != 0;
     c.out(0).int_value = v;
+    if (is_float(to)) c.out(0).float_value = std::vector<double>(v.begin(), v.end());
   }
+  if (t->string_value && to == DType::string) c.out(0).string_value = t->string_value;
 }
 
 void rule_matmul(Ctx& c) {
@@ -218,12 +273,16 @@ void rule_constant(Ctx& c) {
     o.has_shape = true;
     o.shape = a->t->shape;
     o.int_value = a->t->int_value;
+    o.float_value = a->t->float_value;
+    o.string_value = a->t->string_value;
     return;
   }
   if ((a = c.n.attr("value_int"))) { set_out(c, 0, DType::i64, {}); c.out(0).int_value = std::vector<int64_t>{a->i}; }
   else if ((a = c.n.attr("value_ints"))) { set_out(c, 0, DType::i64, {Dim::of(int64_t(a->ints.size()))}); c.out(0).int_value = a->ints; }
-  else if ((a = c.n.attr("value_float"))) set_out(c, 0, DType::f32, {});
-  else if ((a = c.n.attr("value_floats"))) set_out(c, 0, DType::f32, {Dim::of(int64_t(a->floats.size()))});
+  else if ((a = c.n.attr("value_float"))) { set_out(c, 0, DType::f32, {}); set_numbers(c.out(0), {a->f}); }
+  else if ((a = c.n.attr("value_floats"))) { set_out(c, 0, DType::f32, {Dim::of(int64_t(a->floats.size()))}); set_numbers(c.out(0), a->floats); }
+  else if ((a = c.n.attr("value_string"))) { set_out(c, 0, DType::string, {}); c.out(0).string_value = std::vector<std::string>{a->s}; }
+  else if ((a = c.n.attr("value_strings"))) { set_out(c, 0, DType::string, {Dim::of(int64_t(a->strings.size()))}); c.out(0).string_value = a->strings; }
 }
 
 void rule_reshape(Ctx& c) {
@@ -683,7 +742,14 @@ void add_core_rules(RuleTable& t) {
       if (c.num_out() && c.out(0).int_value && is_float(c.out(0).dtype) && a && b) {
         for (size_t i = 0; i < std::max(a->size(), b->size()); ++i) {
           const int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
-          if (y == 0 || x % y != 0) { c.out(0).int_value.reset(); break; }
+          if (y == 0 || x % y != 0) {  // not exact: the float quotient
+            std::vector<double> q(c.out(0).int_value->size());
+            for (size_t k = 0; k < q.size(); ++k)
+              q[k] = double((*a)[a->size() == 1 ? 0 : k]) / double((*b)[b->size() == 1 ? 0 : k]);
+            c.out(0).int_value.reset();
+            set_numbers(c.out(0), q);
+            break;
+          }
         }
       }
     };
@@ -799,6 +865,8 @@ const RuleTable& rules() {
     add_standard_rules(t);
     add_contrib_rules(t);
     add_control_flow_rules(t);
+    add_sequence_rules(t);
+    add_data_rules(t);
     return t;
   }();
   return table;
@@ -847,7 +915,11 @@ struct Run {
   const Hints* hints;
   std::map<std::string, int64_t> bound;  // symbolic input dim -> bound value (for hints)
   std::set<std::string> unknown;         // ops with neither a rule nor a hint
+  int64_t* unroll_budget = nullptr;      // shared by the whole inference (Ctx::unroll_budget)
 };
+
+// Node evaluations that unrolled Loop / SequenceMap bodies may cost in one inference.
+constexpr int64_t kUnrollBudget = 100000;
 
 void infer_graph(Run& run, Graph& graph, int depth);
 
@@ -886,7 +958,7 @@ void infer_subgraph(Ctx& c, Graph& body) {
   for (const auto& o : body.outputs)
     if (!local.count(o) && !body.tensors.count(o))
       if (const TensorInfo* t = c.g.find(o)) body.tensors[o] = *t;
-  Run run{c.model, c.result, c.hints, {}, {}};
+  Run run{c.model, c.result, c.hints, {}, {}, c.unroll_budget};
   infer_graph(run, body, c.depth + 1);
 }
 
@@ -894,7 +966,7 @@ namespace {
 
 void infer_graph(Run& run, Graph& graph, int depth) {
   for (const auto& node : graph.nodes) {
-    Ctx c{graph, run.model, node, run.result, run.hints, depth};
+    Ctx c{graph, run.model, node, run.result, run.hints, depth, run.unroll_budget};
     const Rule* rule = find_rule(node);
     if (rule) (*rule)(c);
     bool hinted = false;
@@ -933,7 +1005,8 @@ namespace neusight {
 ShapeResult infer_shapes(Graph& graph, const Model& model, const std::map<std::string, TensorInfo>* hints) {
   using namespace shape_rules;
   ShapeResult result;
-  Run run{model, result, hints, {}, {}};
+  int64_t budget = kUnrollBudget;
+  Run run{model, result, hints, {}, {}, &budget};
   // What bind_dims did: symbolic dims of the loaded inputs against the bound ones.
   for (const auto& name : graph.inputs) {
     const TensorInfo* now = graph.find(name);

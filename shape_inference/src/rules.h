@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,9 @@ struct Ctx {
   ShapeResult& result;
   const Hints* hints = nullptr;
   int depth = 0;  // subgraph nesting
+  // Node evaluations left for unrolling Loop / SequenceMap bodies (shared by the whole
+  // inference so that huge graphs stay fast); nullptr: no unrolling.
+  int64_t* unroll_budget = nullptr;
 
   const TensorInfo* in(size_t i) const {
     if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
@@ -62,10 +66,29 @@ void rule_matmul(Ctx& c);
 // Infers a subgraph (If/Loop/Scan body) in place; outer-scope tensors are visible.
 void infer_subgraph(Ctx& c, Graph& body);
 
+// Value helpers (rules_sequence.cpp).
+// Numeric values of a tensor (float_value, else int_value), nullopt when unknown.
+std::optional<std::vector<double>> numbers(const TensorInfo* t);
+// Stores computed numeric values on `t` by its dtype (float_value and, when integral,
+// int_value for float types; int_value for integer and bool types). Only small tensors.
+void set_numbers(TensorInfo& t, const std::vector<double>& v);
+// Everything known about `v` (kind, elements, values), written to output i under its name.
+void set_value(Ctx& c, size_t i, const TensorInfo& v);
+// `t` as a sequence / optional element (no name, no initializer flags).
+TensorInfo as_element(const TensorInfo& t);
+// What two possible values agree on (dims that differ become unknown, values dropped).
+TensorInfo join(const TensorInfo& a, const TensorInfo& b);
+// One entry every element of sequence `s` matches (empty TensorInfo when nothing is known).
+TensorInfo common_element(const TensorInfo& s);
+// Sets body input k to everything known about `v` (values included, for unrolling).
+void set_body_value(Graph& body, size_t k, const TensorInfo& v);
+
 // Registration per op family.
 void add_core_rules(RuleTable& t);          // infer.cpp
 void add_standard_rules(RuleTable& t);      // rules_standard.cpp
 void add_contrib_rules(RuleTable& t);       // rules_contrib.cpp
 void add_control_flow_rules(RuleTable& t);  // rules_control_flow.cpp
+void add_sequence_rules(RuleTable& t);      // rules_sequence.cpp
+void add_data_rules(RuleTable& t);          // rules_data.cpp
 
 }  // namespace neusight::shape_rules

@@ -1,6 +1,7 @@
 // rules_control_flow.cpp - If, Loop and Scan: infer the bodies (outer scope visible) and
 // give the node's outputs the body outputs' shapes (Loop/Scan outputs gain the iteration axis).
 #include <algorithm>
+#include <optional>
 
 #include "rules.h"
 
@@ -12,30 +13,11 @@ const Graph* body_attr(const Ctx& c, const char* key) {
   return a && !a->graphs.empty() && a->graphs[0] ? a->graphs[0].get() : nullptr;
 }
 
-// Two possible shapes for one value: keep what agrees.
-TensorInfo merge(const TensorInfo& a, const TensorInfo& b) {
-  TensorInfo m = a;
-  if (m.dtype == DType::undefined) m.dtype = b.dtype;
-  m.int_value.reset();
-  if (!a.has_shape || !b.has_shape || a.shape.size() != b.shape.size()) {
-    m.has_shape = a.has_shape && b.has_shape && a.shape.size() == b.shape.size();
-    if (!m.has_shape) m.shape.clear();
-    return m;
-  }
-  for (size_t i = 0; i < m.shape.size(); ++i) {
-    const Dim& x = a.shape[i];
-    const Dim& y = b.shape[i];
-    if (x.known() && y.known() && x.value == y.value) continue;
-    if (!x.known() && !y.known() && x.param == y.param) continue;
-    m.shape[i] = Dim{};
-  }
-  return m;
-}
-
 // A loop-carried value: assumed to keep its shape across iterations (as onnxruntime's
 // symbolic inference does); dims the body leaves unknown take the initial value's, dims
 // that provably change become unknown.
 TensorInfo carried_merge(const TensorInfo& body, const TensorInfo& init) {
+  if (body.kind != ValueKind::tensor || init.kind != ValueKind::tensor) return join(body, init);
   if (!body.has_shape || (init.has_shape && body.shape.size() != init.shape.size())) {
     TensorInfo m = init;
     m.int_value.reset();
@@ -55,18 +37,15 @@ TensorInfo carried_merge(const TensorInfo& body, const TensorInfo& init) {
   return m;
 }
 
-void copy_to_out(Ctx& c, size_t i, const TensorInfo& t) {
-  if (i >= c.num_out() || c.n.outputs[i].empty()) return;
-  TensorInfo& o = c.out(i);
-  o.dtype = t.dtype;
-  o.has_shape = t.has_shape;
-  o.shape = t.shape;
-  o.int_value = t.int_value;
-}
+void copy_to_out(Ctx& c, size_t i, const TensorInfo& t) { set_value(c, i, t); }
 
 // Sets body input `k` from an outer TensorInfo (or a given dtype/shape).
 void set_body_input(Graph& body, size_t k, const TensorInfo* from) {
   if (k >= body.inputs.size() || !from) return;
+  if (from->kind != ValueKind::tensor) {  // a sequence / optional: what every iteration may see
+    set_body_value(body, k, join(*from, *from));
+    return;
+  }
   TensorInfo& t = body.tensor(body.inputs[k]);
   t.dtype = from->dtype != DType::undefined ? from->dtype : t.dtype;
   if (from->has_shape) { t.has_shape = true; t.shape = from->shape; }
@@ -90,7 +69,7 @@ void rule_if(Ctx& c) {
   if (!pick || !(*cond)[0]) infer_subgraph(c, b);
   for (size_t i = 0; i < c.num_out(); ++i) {
     if (pick) copy_to_out(c, i, body_out((*cond)[0] ? a : b, i));
-    else copy_to_out(c, i, merge(body_out(a, i), body_out(b, i)));
+    else copy_to_out(c, i, join(body_out(a, i), body_out(b, i)));
   }
 }
 
@@ -111,11 +90,89 @@ bool cond_passthrough(const Graph& body) {
   return false;
 }
 
+// Scan outputs of an unrolled loop: the per-iteration values stacked on a new first axis.
+TensorInfo stack(const std::vector<TensorInfo>& its) {
+  TensorInfo s = its[0];
+  for (size_t i = 1; i < its.size(); ++i) s = join(s, its[i]);
+  s.int_value.reset();
+  s.float_value.reset();
+  s.string_value.reset();
+  if (s.kind != ValueKind::tensor) return TensorInfo{};
+  if (s.has_shape) s.shape.insert(s.shape.begin(), Dim::of(static_cast<int64_t>(its.size())));
+  std::vector<int64_t> v;
+  for (const auto& t : its) {
+    if (!t.int_value || v.size() + t.int_value->size() > kMaxValues) return s;
+    v.insert(v.end(), t.int_value->begin(), t.int_value->end());
+  }
+  if (!is_float(s.dtype)) s.int_value = v;
+  return s;
+}
+
+// Runs the body iteration by iteration when the trip count and the condition are known
+// values at every step (and the unroll budget lasts): carried values, sequences included,
+// then keep their exact shapes and values. False: not unrollable, nothing written.
+bool unroll_loop(Ctx& c, const Graph& bg, size_t carried) {
+  constexpr int64_t kMaxTrips = 4096;
+  if (!c.unroll_budget) return false;
+  std::optional<int64_t> trips;
+  if (c.has_in(0)) {
+    const auto* m = c.value(0);
+    if (!m || m->size() != 1) return false;
+    trips = (*m)[0];
+  }
+  bool cond = true;
+  if (c.has_in(1)) {
+    const auto* cv = c.value(1);
+    if (!cv || cv->size() != 1) return false;
+    cond = (*cv)[0] != 0;
+  }
+  if (!trips && !c.has_in(1)) return false;  // runs forever (or until a break no value shows)
+  const int64_t cost = std::max<int64_t>(1, static_cast<int64_t>(bg.nodes.size()));
+  std::vector<TensorInfo> state;
+  for (size_t k = 0; k < carried; ++k) {
+    const TensorInfo* t = c.in(2 + k);
+    if (!t) return false;
+    state.push_back(*t);
+  }
+  const size_t nscan = c.num_out() > carried ? c.num_out() - carried : 0;
+  std::vector<std::vector<TensorInfo>> scans(nscan);
+  int64_t i = 0;
+  int64_t budget = *c.unroll_budget;
+  for (; cond && (!trips || i < *trips); ++i) {
+    if (i >= kMaxTrips || budget < cost) return false;
+    budget -= cost;
+    Graph body = bg;
+    TensorInfo iter;
+    iter.dtype = DType::i64;
+    iter.has_shape = true;
+    iter.int_value = std::vector<int64_t>{i};
+    TensorInfo cin;
+    cin.dtype = DType::boolean;
+    cin.has_shape = true;
+    cin.int_value = std::vector<int64_t>{1};
+    set_body_value(body, 0, iter);
+    set_body_value(body, 1, cin);
+    for (size_t k = 0; k < carried; ++k) set_body_value(body, 2 + k, state[k]);
+    infer_subgraph(c, body);
+    const TensorInfo co = body_out(body, 0);
+    if (!co.int_value || co.int_value->size() != 1) return false;
+    cond = (*co.int_value)[0] != 0;
+    for (size_t k = 0; k < carried; ++k) state[k] = body_out(body, 1 + k);
+    for (size_t j = 0; j < nscan; ++j) scans[j].push_back(body_out(body, 1 + carried + j));
+  }
+  if (i == 0) return false;  // no iteration: the generic rule knows the scan outputs' element types
+  *c.unroll_budget = budget;
+  for (size_t k = 0; k < carried; ++k) copy_to_out(c, k, state[k]);
+  for (size_t j = 0; j < nscan; ++j) copy_to_out(c, carried + j, stack(scans[j]));
+  return true;
+}
+
 void rule_loop(Ctx& c) {
   const Graph* bg = body_attr(c, "body");
   if (!bg) return;
-  Graph body = *bg;
   const size_t carried = c.n.inputs.size() > 2 ? c.n.inputs.size() - 2 : 0;
+  if (unroll_loop(c, *bg, carried)) return;
+  Graph body = *bg;
   TensorInfo iter;
   iter.dtype = DType::i64;
   iter.has_shape = true;
