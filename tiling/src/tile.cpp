@@ -92,6 +92,7 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   c.split_k_overhead_us = positive(j, "split_k_overhead_us", what);
   c.min_k_per_split = positive(j, "min_k_per_split", what);
   c.max_split_k = static_cast<int>(positive(j, "max_split_k", what));
+  c.sm_waves = flag(j, "sm_waves", false, what);
   return c;
 }
 
@@ -174,7 +175,9 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
       const double eff = batched ? c.batched_efficiency : c.efficiency;
       const double t_compute = 2.0 * tm * tn * double(kper) / (eff * flops_sm);
       const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
-      double time = waves * (double(bps) * std::max(t_compute, t_memory) + cost.tile_overhead_us * 1e-6);
+      // sm_waves: every tile pays the fixed cost (prologue, epilogue) on its SM; otherwise once per wave.
+      const double per_sm = cost.sm_waves ? double(ceil_div(tiles, gpu.num_sm)) : waves * double(bps);
+      double time = per_sm * std::max(t_compute, t_memory) + (cost.sm_waves ? per_sm : waves) * cost.tile_overhead_us * 1e-6;
       if (split > 1) time += cost.split_k_overhead_us * 1e-6 + (split + 1) * double(s.batch * s.m * s.n) * 4.0 / bw;
       if (time < best.time) best = Choice{&c, split, tb_k, bps, time};
     }

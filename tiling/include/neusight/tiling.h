@@ -68,6 +68,13 @@ struct GemmCost {
   double split_k_overhead_us = 5;  // extra launch + reduction setup when split-K is used
   double min_k_per_split = 256;    // each split keeps at least this much of k
   int max_split_k = 32;
+  // How a heuristic counts time over the SMs. false: waves of num_sm x blocks_per_sm tiles,
+  // each wave costing blocks_per_sm tile times (a partial wave costs a full one). true: each
+  // SM works through its share of the grid, ceil(tiles / num_sm) tile times (co-resident
+  // tiles share the SM; a partial wave costs only the tiles it holds) and every tile pays
+  // tile_overhead_us, which makes split-K factors that fill whole waves (tiles x split a
+  // multiple of the SMs) the cheap ones.
+  bool sm_waves = false;
 };
 
 struct GemmClass {
