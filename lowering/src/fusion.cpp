@@ -2,6 +2,7 @@
 // strided operands, constant folding) and which nodes run together as one kernel (eager
 // framework kernels recognised from decomposed ONNX; torch.compile-style pointwise fusion).
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <set>
@@ -343,7 +344,9 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
       return "pointwise";
     }
     const Node& nd = g.nodes[ui];
-    if (pointwise_ops().count(nd.op_type)) return "pointwise";
+    // Where is a select, pointwise for inductor: GPT-2's masked scores (div, where) fuse into
+    // the softmax kernel.
+    if (pointwise_ops().count(nd.op_type) || nd.op_type == "Where") return "pointwise";
     if (rowwise_ops().count(nd.op_type)) return "rowwise";
     if (nd.op_type == "Gather") return "gather";
     return "";
@@ -464,6 +467,31 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
       if (nd.op_type == "Transpose" ? !(gemm_ops().count(op) || view_chain) : !is_broadcasting_consumer(op)) all = false;
     }
     if (all) plan.free_reason[i] = nd.op_type == "Transpose" ? "strided view read by GEMM" : "broadcast view";
+  }
+
+  // A Split whose pieces reach only GEMMs (through views and strided-view transposes) is
+  // PyTorch's split: views of the input (GPT-2's fused c_attn output split into q, k, v);
+  // the traces list no copy for it.
+  std::function<bool(const std::string&)> read_by_gemm_only = [&](const std::string& t) {
+    auto it = cons.find(t);
+    if (it == cons.end() || it->second.empty()) return false;
+    for (int c : it->second) {
+      if (c < 0) return false;
+      const Node& cn = g.nodes[static_cast<size_t>(c)];
+      if (gemm_ops().count(cn.op_type) || plan.free_reason[static_cast<size_t>(c)] == "strided view read by GEMM") continue;
+      if (plan.free_reason[static_cast<size_t>(c)] == "view" && !cn.outputs.empty() && read_by_gemm_only(cn.outputs[0]))
+        continue;
+      return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const Node& nd = g.nodes[i];
+    if (nd.op_type != "Split" || !plan.free_reason[i].empty() || nd.outputs.empty()) continue;
+    bool all = true;
+    for (const auto& o : nd.outputs)
+      if (!o.empty() && !read_by_gemm_only(o)) all = false;
+    if (all) plan.free_reason[i] = "strided view read by GEMM";
   }
 
   // Eager framework kernels.

@@ -1,7 +1,5 @@
 // bert.cpp - BERT encoder with pooler and sequence-classification head (HF
 // BertForSequenceClassification in eager mode, the form NeuSight traced and measured).
-#include <cmath>
-
 #include "common.h"
 #include "families.h"
 
@@ -16,14 +14,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   const std::string q = split_heads(n, p + ".self/q", linear(n, p + ".self.query", x, h, nh * hd), nh, hd);
   const std::string k = split_heads(n, p + ".self/k", linear(n, p + ".self.key", x, h, nh * hd), nh, hd);
   const std::string v = split_heads(n, p + ".self/v", linear(n, p + ".self.value", x, h, nh * hd), nh, hd);
-  std::string s = n.b.node("MatMul", p + ".self/MatMul", {q, transpose_last(n, p + ".self/kT", k)});
-  s = n.b.node("Div", p + ".self/Div", {s, f32(n, p + ".self/scale", static_cast<float>(std::sqrt(double(hd))))});
-  s = n.b.node("Add", p + ".self/mask_Add", {s, ext_mask});
-  s = n.b.node("Softmax", p + ".self/Softmax", {s});
-  n.b.attr_i("axis", -1);
-  s = dropout(n, p + ".self.dropout", s, c.attn_dropout);
-  std::string o = n.b.node("MatMul", p + ".self/MatMul_1", {s, v});
-  o = merge_heads(n, p + ".self/merge", o, nh * hd);
+  std::string o = masked_attention(n, p + ".self", q, k, v, hd, ext_mask, p + ".self.dropout", c.attn_dropout, nh * hd);
   o = linear(n, p + ".output.dense", o, nh * hd, h);
   o = dropout(n, p + ".output.dropout", o, c.dropout);
   o = n.b.node("Add", p + ".output/residual_Add", {o, x});

@@ -174,4 +174,17 @@ std::string transpose_last(Net& n, const std::string& p, const std::string& k) {
   return t;
 }
 
+std::string masked_attention(Net& n, const std::string& p, const std::string& q, const std::string& k,
+                             const std::string& v, int64_t hd, const std::string& mask,
+                             const std::string& dropout_prefix, float attn_dropout, int64_t merged) {
+  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
+  s = n.b.node("Div", p + "/Div", {s, f32(n, p + "/scale", static_cast<float>(std::sqrt(double(hd))))});
+  s = n.b.node("Add", p + "/mask_Add", {s, mask});
+  s = n.b.node("Softmax", p + "/Softmax", {s});
+  n.b.attr_i("axis", -1);
+  s = dropout(n, dropout_prefix, s, attn_dropout);
+  const std::string o = n.b.node("MatMul", p + "/MatMul_1", {s, v});
+  return merge_heads(n, p + "/merge", o, merged);
+}
+
 }  // namespace neusight::builder

@@ -1,7 +1,5 @@
 // llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2): RMSNorm, rotary embedding,
 // SwiGLU MLP, grouped-query attention, as HF LlamaForCausalLM runs them in eager mode.
-#include <cmath>
-
 #include "common.h"
 #include "families.h"
 
@@ -48,14 +46,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   k = rotary(n, p + "/rotary_k", k, hd, cos, sin);
   k = repeat_kv(n, p + "/repeat_k", k, c);
   v = repeat_kv(n, p + "/repeat_v", v, c);
-  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
-  s = n.b.node("Div", p + "/Div", {s, f32(n, p + "/scale", static_cast<float>(std::sqrt(double(hd))))});
-  s = n.b.node("Add", p + "/mask_Add", {s, mask});
-  s = n.b.node("Softmax", p + "/Softmax", {s});
-  n.b.attr_i("axis", -1);
-  s = dropout(n, p + ".attn_dropout", s, c.attn_dropout);
-  std::string o = n.b.node("MatMul", p + "/MatMul_1", {s, v});
-  o = merge_heads(n, p + "/merge", o, nh * hd);
+  const std::string o = masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd);
   return linear(n, p + ".o_proj", o, nh * hd, h, false);
 }
 

@@ -141,6 +141,9 @@ TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch op
   CHECK(mem.count("where") == 1);
   CHECK(mem.count("slice") == 1);
   CHECK(mem.count("embedding") == 2);
+  // c_attn's output split into q, k, v: views read by the matmuls, no copy (the trace's
+  // getitem of the split pieces moves nothing).
+  CHECK(mem.count("split") == 0);
 }
 
 TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, softmax/LN grads and updates") {
@@ -177,6 +180,15 @@ TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.co
   for (const auto& k : full.kernels)
     if (k.cls == KernelClass::elementwise && k.fused_nodes.size() == 7) ++gelu_chains;
   CHECK(gelu_chains == 1);
+  // The masked scores (div by the scale, where with the causal mask) are a pointwise
+  // prologue of the softmax kernel, as inductor emits it: one kernel, no separate where.
+  int softmax_groups = 0, wheres = 0;
+  for (const auto& k : full.kernels) {
+    if (k.cls == KernelClass::softmax && k.fused_nodes.size() == 2) ++softmax_groups;
+    if (k.op == "where") ++wheres;
+  }
+  CHECK(softmax_groups == 1);
+  CHECK(wheres == 0);
   double eager_bytes = 0, full_bytes = 0;
   for (const auto& k : eager.kernels) eager_bytes += k.bytes;
   for (const auto& k : full.kernels) full_bytes += k.bytes;

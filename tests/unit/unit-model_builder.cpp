@@ -194,3 +194,17 @@ TEST_CASE("model_builder: bad configs are input errors naming the file and field
   CHECK(c.head_dim == 128);
   CHECK(c.decoder_layers == 24);
 }
+
+TEST_CASE("model_builder: the opgraph reader parses GEMM, VEC, nested MEM and AccOps cells") {
+  const auto k = parse_traced_kernels(
+      "[['Linear', (4096, 1280, 3840)], ['MEM', ((1, 1, 1024, 1024), (1,), (4, 20))], ['VECadd', [1, 3840]]]");
+  REQUIRE(k.size() == 3);
+  CHECK(traced_key(k[0]) == "Linear 4096,1280,3840");
+  CHECK(k[1].kind == "MEM");
+  CHECK(k[1].dims.empty());
+  CHECK(k[1].shapes == std::vector<std::vector<int64_t>>{{1, 1, 1024, 1024}, {1}, {4, 20}});
+  CHECK(k[2].dims == std::vector<int64_t>{1, 3840});
+  CHECK(traced_key(k[2], true) == "VECaddu 1,3840");
+  CHECK(parse_traced_kernels("[]").empty());
+  CHECK(csv_fields("a,\"[(1, 2), (3,)]\",c") == std::vector<std::string>{"a", "[(1, 2), (3,)]", "c"});
+}
