@@ -93,7 +93,7 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
   *m.mutable_functions() = src.functions();
   const onnx::GraphProto& sg = src.graph();
   onnx::GraphProto& g = *m.mutable_graph();
-  g.set_name(sg.name());
+  g.set_name(sg.name().empty() ? std::string("graph") : sg.name());  // the checker wants a name
   // Nodes in the IR's topological order (ONNX infers in file order).
   std::map<std::string, int> by_output;
   for (int i = 0; i < sg.node_size(); ++i)
@@ -135,25 +135,29 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
   strip_stored_shapes(g);
   // ONNX's inference (Debian's 1.12) is not hardened against malformed graphs (the CI fuzzer
   // crashed it inside InferShapes): only a model its own checker accepts is handed to it.
-  // The checker wants a shape on every main-graph output: an empty one (a scalar) while it
-  // checks, removed again before the inference.
-  const auto set_output_shapes = [&g](bool on) {
-    for (auto& o : *g.mutable_output()) {
-      onnx::TypeProto* t = o.mutable_type();
-      while (t->has_sequence_type() || t->has_optional_type())
-        t = t->has_sequence_type() ? t->mutable_sequence_type()->mutable_elem_type() : t->mutable_optional_type()->mutable_elem_type();
-      if (!t->has_tensor_type()) continue;
-      if (on) t->mutable_tensor_type()->mutable_shape();
-      else t->mutable_tensor_type()->clear_shape();
-    }
-  };
-  set_output_shapes(true);
+  // The checker wants a typed, shaped main-graph output: while it checks, an untyped output
+  // is a float tensor and a shapeless one a scalar; the stored types come back before the
+  // inference.
+  std::vector<onnx::TypeProto> stored_types;
+  for (auto& o : *g.mutable_output()) {
+    stored_types.push_back(o.type());
+    onnx::TypeProto* t = o.mutable_type();
+    while (t->has_sequence_type() || t->has_optional_type())
+      t = t->has_sequence_type() ? t->mutable_sequence_type()->mutable_elem_type() : t->mutable_optional_type()->mutable_elem_type();
+    if (t->value_case() == onnx::TypeProto::VALUE_NOT_SET) t->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    if (!t->has_tensor_type()) continue;
+    if (t->tensor_type().elem_type() == 0) t->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+    t->mutable_tensor_type()->mutable_shape();
+  }
   try {
     onnx::checker::check_model(m);
   } catch (const std::exception&) {
     return hints;
   }
-  set_output_shapes(false);
+  for (int i = 0; i < g.output_size(); ++i) {
+    if (stored_types[static_cast<size_t>(i)].value_case() == onnx::TypeProto::VALUE_NOT_SET) g.mutable_output(i)->clear_type();
+    else *g.mutable_output(i)->mutable_type() = stored_types[static_cast<size_t>(i)];
+  }
   try {
     onnx::shape_inference::InferShapes(m, onnx::OpSchemaRegistry::Instance(),
                                        onnx::ShapeInferenceOptions(false, 0, true));

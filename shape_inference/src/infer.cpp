@@ -601,6 +601,24 @@ void rule_constant_of_shape(Ctx& c) {
 void rule_range(Ctx& c) {
   const TensorInfo* st = c.in(0);
   DType dt = st ? st->dtype : DType::i64;
+  // Non-integral float bounds: count = max(ceil((limit - start) / delta), 0).
+  const bool fractional = [&] {
+    for (size_t i = 0; i < 3; ++i)
+      if (const TensorInfo* t = c.in(i); t && t->float_value && !t->int_value) return true;
+    return false;
+  }();
+  if (fractional) {
+    const auto a = numbers(c.in(0)), b = numbers(c.in(1)), d = numbers(c.in(2));
+    if (a && b && d && a->size() == 1 && b->size() == 1 && d->size() == 1 && (*d)[0] != 0) {
+      const double n = std::max(0.0, std::ceil(((*b)[0] - (*a)[0]) / (*d)[0]));
+      if (n >= 0 && n < double(kMaxDim)) {
+        set_out(c, 0, dt, {Dim::of(static_cast<int64_t>(n))});
+        return;
+      }
+    }
+    set_out(c, 0, dt, {Dim{}});
+    return;
+  }
   if (c.value(0) && c.value(1) && c.value(2) && c.value(0)->size() == 1 && c.value(1)->size() == 1 &&
       c.value(2)->size() == 1) {
     const int64_t a = (*c.value(0))[0], b = (*c.value(1))[0], d = (*c.value(2))[0];
@@ -1015,6 +1033,33 @@ ShapeResult infer_shapes(Graph& graph, const Model& model, const std::map<std::s
     for (size_t i = 0; i < now->shape.size(); ++i)
       if (now->shape[i].known() && !was->shape[i].known() && !was->shape[i].param.empty())
         run.bound.emplace(was->shape[i].param, now->shape[i].value);
+  }
+  // Dims that differ only by name: the same axis of two inputs under two symbolic names
+  // bound to the same value (`batch` / `batch_size`) is most likely one dim named twice.
+  {
+    std::set<std::string> seen;
+    std::string list;
+    const auto& ins = model.graph.inputs;
+    for (size_t a = 0; a < ins.size(); ++a)
+      for (size_t b = a + 1; b < ins.size(); ++b) {
+        const TensorInfo* ta = model.graph.find(ins[a]);
+        const TensorInfo* tb = model.graph.find(ins[b]);
+        if (!ta || !tb || !ta->has_shape || !tb->has_shape) continue;
+        for (size_t k = 0; k < std::min(ta->shape.size(), tb->shape.size()); ++k) {
+          const std::string& p = ta->shape[k].param;
+          const std::string& q = tb->shape[k].param;
+          if (p.empty() || q.empty() || p == q || ta->shape[k].known() || tb->shape[k].known()) continue;
+          auto vp = run.bound.find(p), vq = run.bound.find(q);
+          if (vp == run.bound.end() || vq == run.bound.end() || vp->second != vq->second) continue;
+          const std::string pair = std::min(p, q) + "' and '" + std::max(p, q);
+          if (!seen.insert(pair).second) continue;
+          list += (list.empty() ? "'" : ", '") + pair + "' (axis " + std::to_string(k) + " of '" + ins[a] +
+                  "' and '" + ins[b] + "')";
+        }
+      }
+    if (!list.empty())
+      result.warnings.push_back("input dims that differ only by name: " + list +
+                                "; each name was bound on its own (to the same value)");
   }
   for (const auto& name : graph.inputs)
     if (const TensorInfo* t = graph.find(name)) check_size(*t, "input '" + name + "'");

@@ -137,10 +137,10 @@ bool unroll_loop(Ctx& c, const Graph& bg, size_t carried) {
   const size_t nscan = c.num_out() > carried ? c.num_out() - carried : 0;
   std::vector<std::vector<TensorInfo>> scans(nscan);
   int64_t i = 0;
-  int64_t budget = *c.unroll_budget;
   for (; cond && (!trips || i < *trips); ++i) {
-    if (i >= kMaxTrips || budget < cost) return false;
-    budget -= cost;
+    // Nested loops draw on the same budget; an abandoned unroll keeps what it spent.
+    if (i >= kMaxTrips || *c.unroll_budget < cost) return false;
+    *c.unroll_budget -= cost;
     Graph body = bg;
     TensorInfo iter;
     iter.dtype = DType::i64;
@@ -161,7 +161,6 @@ bool unroll_loop(Ctx& c, const Graph& bg, size_t carried) {
     for (size_t j = 0; j < nscan; ++j) scans[j].push_back(body_out(body, 1 + carried + j));
   }
   if (i == 0) return false;  // no iteration: the generic rule knows the scan outputs' element types
-  *c.unroll_budget = budget;
   for (size_t k = 0; k < carried; ++k) copy_to_out(c, k, state[k]);
   for (size_t j = 0; j < nscan; ++j) copy_to_out(c, carried + j, stack(scans[j]));
   return true;
