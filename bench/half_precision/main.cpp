@@ -20,23 +20,34 @@
 
 #include "neusight/dataset.h"
 #include "neusight/neusight.h"
+#include "neusight/neusight_model.h"
+#include "neusight/precision.h"
 
 using namespace neusight;
 
 namespace {
 
+// Errors of the NeuSight predictor in eager timing (its training data's convention), in
+// device timing (the convention of DeepBench and Vidur, precision.h) and of the roofline.
 struct Acc {
-  double err = 0, roof = 0, ratio_log = 0;
+  double err = 0, dev = 0, roof = 0, ratio_log = 0, dev_ratio_log = 0;
   size_t n = 0;
-  void add(double pred, double roofl, double meas) {
+  void add(double pred, double pred_dev, double roofl, double meas) {
     err += std::fabs(pred - meas) / meas;
+    dev += std::fabs(pred_dev - meas) / meas;
     roof += std::fabs(roofl - meas) / meas;
     ratio_log += std::log(pred / meas);
+    dev_ratio_log += std::log(pred_dev / meas);
     ++n;
   }
+  void merge(const Acc& a) {
+    err += a.err, dev += a.dev, roof += a.roof, ratio_log += a.ratio_log, dev_ratio_log += a.dev_ratio_log, n += a.n;
+  }
   double mape() const { return n ? 100 * err / n : 0; }
+  double dmape() const { return n ? 100 * dev / n : 0; }
   double rmape() const { return n ? 100 * roof / n : 0; }
   double gmean_ratio() const { return n ? std::exp(ratio_log / n) : 0; }
+  double dev_gmean_ratio() const { return n ? std::exp(dev_ratio_log / n) : 0; }
 };
 
 std::vector<std::map<std::string, std::string>> read_csv(const std::string& path) {
@@ -94,24 +105,66 @@ struct Item {
   int64_t tokens = 0;
 };
 
-void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const Predictor& rl,
+FILE* g_dump = nullptr;  // --dump FILE: one CSV row per timing (for analysis)
+const ModelSet* g_models = nullptr;
+
+// MLP latency of a kernel and its fixed-cost part (the law evaluated with base_ms = 0).
+std::pair<std::vector<double>, std::vector<double>> mlp_parts(const std::vector<Kernel>& ks, const std::vector<Tiling>& ts,
+                                                             const Gpu& g) {
+  std::vector<double> lat(ks.size(), 0), ov(ks.size(), 0);
+  for (size_t i = 0; i < ks.size(); ++i) {
+    UtilClass c;
+    if (!util_class_of(ks[i], c) || ts[i].tiles <= 0) continue;
+    TileFeatures f = tile_features(c, ks[i], ts[i], g);
+    TileFeatures f0 = f;
+    f0.base_ms = 0;
+    const auto r = predict_latency_ms(g_models->classes[int(c)], {f, f0});
+    lat[i] = r[0];
+    ov[i] = r[1];
+  }
+  return {lat, ov};
+}
+
+void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const Predictor& pd, const Predictor& rl,
          std::map<std::string, Acc>& acc, std::map<std::string, Acc>* by_tokens = nullptr) {
-  std::vector<Kernel> ks;
-  std::vector<Tiling> ts;
+  std::vector<Kernel> ks, ks32;
+  std::vector<Tiling> ts, ts32;
   for (const auto& it : items) {
     ks.push_back(it.k);
     ts.push_back(tile_kernel(it.k, g));
+    Kernel k32 = it.k;
+    k32.bytes = it.k.bytes * 4.0 / std::max(1, dtype_bits(it.k.dtype) / 8);
+    k32.dtype = DType::f32;
+    ks32.push_back(k32);
+    ts32.push_back(tile_kernel(k32, g));
   }
   const auto pr = p.predict(ks, ts, g);
   const auto rr = rl.predict(ks, ts, g);
+  const auto dr = pd.predict(ks, ts, g);
+  const auto p32 = g_dump ? p.predict(ks32, ts32, g) : pr;
+  std::pair<std::vector<double>, std::vector<double>> m32, m16;
+  if (g_dump) {
+    m32 = mlp_parts(ks32, ts32, g);
+    m16 = mlp_parts(ks, ts, g);
+  }
   for (size_t i = 0; i < items.size(); ++i) {
-    acc[items[i].group].add(pr[i].latency_ms, rr[i].latency_ms, items[i].meas);
+    if (g_dump) {
+      const Kernel& k = ks[i];
+      std::fprintf(g_dump, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%lld,%lld,%s,%lld,%lld,%.6g,%.6g,%.6g,%.6g,%.6g\n",
+                   g.alias().c_str(), items[i].group.c_str(), dtype_name(k.dtype), (long long)items[i].tokens,
+                   (long long)k.gemm.batch, (long long)k.gemm.m, (long long)k.gemm.n, (long long)k.gemm.k,
+                   (long long)k.rows, (long long)k.cols, items[i].meas, pr[i].latency_ms, rr[i].latency_ms,
+                   p32[i].latency_ms, p32[i].roofline_ms, ts[i].tile.c_str(), (long long)ts[i].tiles,
+                   (long long)ts[i].waves, ts32[i].tile.c_str(), (long long)ts32[i].tiles, (long long)ts32[i].waves,
+                   m32.first[i], m32.second[i], m16.first[i], m16.second[i], dr[i].latency_ms);
+    }
+    acc[items[i].group].add(pr[i].latency_ms, dr[i].latency_ms, rr[i].latency_ms, items[i].meas);
     if (by_tokens && items[i].tokens > 0) {
       const bool gemm = items[i].k.cls == KernelClass::gemm;
       const int64_t t = items[i].tokens;
       const char* bucket = t < 64 ? "1-63" : t < 512 ? "64-511" : t < 4096 ? "512-4095" : "4096-32768";
-      (*by_tokens)[std::string(gemm ? "GEMMs" : "others") + " tokens " + bucket].add(pr[i].latency_ms, rr[i].latency_ms,
-                                                                                    items[i].meas);
+      (*by_tokens)[std::string(gemm ? "GEMMs" : "others") + " tokens " + bucket].add(
+          pr[i].latency_ms, dr[i].latency_ms, rr[i].latency_ms, items[i].meas);
     }
   }
 }
@@ -120,9 +173,28 @@ void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const
 
 int main(int argc, char** argv) {
   const std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
-  const std::string weights = argc > 1 ? argv[1] : "";
+  std::string weights;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--dump" && i + 1 < argc) {
+      g_dump = std::fopen(argv[++i], "w");
+      if (!g_dump) {
+        std::fprintf(stderr, "half_precision: cannot write %s\n", argv[i]);
+        return 1;
+      }
+      std::fprintf(g_dump, "gpu,group,dtype,tokens,batch,m,n,k,rows,cols,meas,pred,roof,pred32,roof32,tile,tiles,waves,tile32,tiles32,waves32,mlp32,ov32,mlp16,ov16,pred_device\n");
+    } else {
+      weights = a;
+    }
+  }
   const std::string hp = shared + "/half-precision/";
   auto predictor = make_neusight_predictor(weights);
+  auto device = make_neusight_predictor(weights, PrecisionOptions{Timing::device});
+  // What-if: the tensor-core operand-port term at weight 1 (precision.h), device timing.
+  auto port = make_neusight_predictor(weights, PrecisionOptions{Timing::device, 1.0});
+  std::map<std::string, Acc> port_acc;
+  const ModelSet models = load_model_set(weights.empty() ? data_dir() + "/weights" : weights);
+  g_models = &models;
   auto roofline = make_roofline_predictor();
   const GpuDatabase& db = GpuDatabase::builtin();
 
@@ -138,16 +210,22 @@ int main(int argc, char** argv) {
     Item it{linear(M, K, N, prec.c_str()), dnum(r, "time_ms"), prec};
     by_gpu[r.at("gpu")].push_back(it);
   }
-  std::printf("DeepBench dense GEMMs: MAPE %% (NeuSight / roofline at the dtype's peak), geo-mean pred/measured\n");
-  std::printf("%-12s %-16s %5s %22s %22s\n", "GPU", "spec used", "rows", "fp32", "fp16");
+  std::printf("DeepBench dense GEMMs: MAPE %% of NeuSight in eager / device timing / roofline at the dtype's peak,\n"
+              "geo-mean pred/measured of eager and device timing. DeepBench times the device (cudaEvents over\n"
+              "back-to-back calls); the NeuSight training data is PyTorch eager.\n");
+  std::printf("%-12s %-10s %5s %34s %34s\n", "GPU", "spec used", "rows", "fp32", "fp16");
   for (const auto& [name, items] : by_gpu) {
     const Gpu g = db.resolve(db_gpu.at(name));
     std::map<std::string, Acc> acc;
-    run(items, g, *predictor, *roofline, acc);
+    run(items, g, *predictor, *device, *roofline, acc);
+    std::map<std::string, Acc> pa;
+    run(items, g, *port, *port, *roofline, pa);
+    port_acc[name] = pa["fp16"];
     const Acc& a = acc["fp32"];
     const Acc& b = acc["fp16"];
-    std::printf("%-12s %-16s %5zu %7.1f / %5.1f (x%.2f) %7.1f / %5.1f (x%.2f)\n", name.c_str(), g.alias().c_str(),
-                a.n + b.n, a.mape(), a.rmape(), a.gmean_ratio(), b.mape(), b.rmape(), b.gmean_ratio());
+    std::printf("%-12s %-10s %5zu %5.1f /%5.1f /%5.1f (x%.2f, x%.2f) %5.1f /%5.1f /%5.1f (x%.2f, x%.2f)\n", name.c_str(),
+                g.alias().c_str(), a.n + b.n, a.mape(), a.dmape(), a.rmape(), a.gmean_ratio(), a.dev_gmean_ratio(),
+                b.mape(), b.dmape(), b.rmape(), b.gmean_ratio(), b.dev_gmean_ratio());
   }
 
   // ---- (2) Vidur A100 FP16 ------------------------------------------------------------
@@ -187,10 +265,23 @@ int main(int argc, char** argv) {
     }
   }
   std::map<std::string, Acc> acc, by_tokens;
-  run(items, a100, *predictor, *roofline, acc, &by_tokens);
+  run(items, a100, *predictor, *device, *roofline, acc, &by_tokens);
+  {
+    std::vector<Item> gemms;
+    for (const Item& it : items)
+      if (it.k.cls == KernelClass::gemm) gemms.push_back(it);
+    std::map<std::string, Acc> pa;
+    run(gemms, a100, *port, *port, *roofline, pa);
+    for (const auto& [layer, a] : pa) port_acc["A100 GEMMs"].merge(a);
+  }
   std::printf("\nVidur FP16 LLM layers on %s (never fitted): %zu timings (median of each), 8 models, tp 1-8\n",
               a100.name.c_str(), items.size());
-  std::printf("%-26s %5s %10s %10s %12s\n", "layer", "rows", "NeuSight", "roofline", "pred/meas");
+  std::printf("%-26s %5s %8s %8s %9s %10s %10s\n", "layer", "rows", "eager", "device", "roofline", "eager p/m",
+              "device p/m");
+  auto print_row = [](const char* name, const Acc& a) {
+    std::printf("%-26s %5zu %7.1f%% %7.1f%% %8.1f%% %9.2fx %9.2fx\n", name, a.n, a.mape(), a.dmape(), a.rmape(),
+                a.gmean_ratio(), a.dev_gmean_ratio());
+  };
   const char* gemm_layers[] = {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"};
   const char* vec_layers[] = {"input_layernorm", "post_attention_layernorm", "mlp_act", "add"};
   const char* other_layers[] = {"attn_rope", "emb"};
@@ -198,19 +289,18 @@ int main(int argc, char** argv) {
     Acc all;
     for (int i = 0; i < n; ++i) {
       const Acc& a = acc[layers[i]];
-      std::printf("%-26s %5zu %9.1f%% %9.1f%% %11.2fx\n", layers[i], a.n, a.mape(), a.rmape(), a.gmean_ratio());
-      all.err += a.err;
-      all.roof += a.roof;
-      all.ratio_log += a.ratio_log;
-      all.n += a.n;
+      print_row(layers[i], a);
+      all.merge(a);
     }
-    std::printf("%-26s %5zu %9.1f%% %9.1f%% %11.2fx\n", title, all.n, all.mape(), all.rmape(), all.gmean_ratio());
+    print_row(title, all);
   };
   section("  all GEMMs (target 15)", gemm_layers, 4);
   section("  norms/act/add (target 20)", vec_layers, 4);
   section("  rope/emb", other_layers, 2);
   std::printf("\nBy token count (all layers of a kind):\n");
-  for (const auto& [k, a] : by_tokens)
-    std::printf("%-26s %5zu %9.1f%% %9.1f%% %11.2fx\n", k.c_str(), a.n, a.mape(), a.rmape(), a.gmean_ratio());
+  for (const auto& [k, a] : by_tokens) print_row(k.c_str(), a);
+  std::printf("\nWhat-if: tensor-core operand-port term at weight 1 (precision.h; off in the product), device timing:\n");
+  for (const auto& [k, a] : port_acc)
+    std::printf("%-26s %5zu FP16 MAPE %5.1f%%  pred/meas %.2fx\n", k.c_str(), a.n, a.dmape(), a.dev_gmean_ratio());
   return 0;
 }

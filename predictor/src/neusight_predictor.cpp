@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "neusight/neusight_model.h"
+#include "neusight/precision.h"
 #include "neusight/predictor.h"
 
 namespace neusight {
@@ -10,7 +11,7 @@ namespace {
 
 class NeusightPredictor final : public Predictor {
  public:
-  explicit NeusightPredictor(ModelSet m) : m_(std::move(m)) {}
+  NeusightPredictor(ModelSet m, PrecisionOptions o) : m_(std::move(m)), o_(o) {}
 
   std::vector<Prediction> predict(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
                                   const Gpu& gpu) const override {
@@ -18,12 +19,13 @@ class NeusightPredictor final : public Predictor {
     std::vector<Prediction> out(kernels.size());
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
+    const bool device = o_.timing == Timing::device;
     const double bw = gpu.mem_bw_gbps * 1e9;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const Kernel& k = kernels[i];
       Prediction& p = out[i];
       p.roofline_ms = roofline_ms(k, gpu);
-      const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
+      const double peak = math_peak_gflops(k, gpu) * 1e9;
       p.compute_bound = peak > 0 && bw > 0 && k.flops / peak >= k.bytes / bw;
       p.latency_ms = p.roofline_ms;
       p.utilization = p.latency_ms > 0 ? 1.0 : 0.0;
@@ -31,21 +33,30 @@ class NeusightPredictor final : public Predictor {
       if (!util_class_of(k, c) || tilings[i].tiles <= 0 || p.roofline_ms <= 0) continue;
       const ClassModel& cm = m_.classes[int(c)];
       if (cm.empty()) continue;
-      TileFeatures f = tile_features(c, k, tilings[i], gpu);
+      // Precision (precision.h): the MLPs see the kernel as its math runs on this GPU.
+      const Kernel run = kernel_as_run(k, gpu);
+      const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
+      TileFeatures f = tile_features(c, run, t, gpu_as_run(run, t, gpu, o_.operand_port_weight));
       if (!(f.base_ms > 0)) continue;
       members[int(c)].push_back(i);
       feats[int(c)].push_back(f);
+      if (device) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
+        f.base_ms = 0;
+        feats[int(c)].push_back(f);
+      }
     }
     for (int c = 0; c < kNumUtilClasses; ++c) {
       if (members[c].empty()) continue;
       std::vector<char> extra;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra);
+      const size_t step = device ? 2 : 1;
       for (size_t j = 0; j < members[c].size(); ++j) {
         Prediction& p = out[members[c][j]];
+        const double fixed = device ? kDeviceKernelFloorMs - lat[step * j + 1] : 0.0;
         // Never faster than the roofline.
-        p.latency_ms = std::max(lat[j], p.roofline_ms);
+        p.latency_ms = std::max(lat[step * j] + fixed, p.roofline_ms);
         p.utilization = p.roofline_ms / p.latency_ms;
-        p.extrapolated = extra[j] != 0;
+        p.extrapolated = extra[step * j] != 0;
       }
     }
     return out;
@@ -54,13 +65,18 @@ class NeusightPredictor final : public Predictor {
 
  private:
   ModelSet m_;
+  PrecisionOptions o_;
 };
 
 }  // namespace
 
-std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir) {
+std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir, const PrecisionOptions& options) {
   const std::string dir = weights_dir.empty() ? data_dir() + "/weights" : weights_dir;
-  return std::make_unique<NeusightPredictor>(load_model_set(dir));
+  return std::make_unique<NeusightPredictor>(load_model_set(dir), options);
+}
+
+std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir) {
+  return make_neusight_predictor(weights_dir, PrecisionOptions{});
 }
 
 }  // namespace neusight

@@ -1,0 +1,90 @@
+// precision.cpp - where a kernel's math runs (tensor cores or FP32 SIMT) and the timing convention.
+#include "neusight/precision.h"
+
+#include <algorithm>
+
+namespace neusight {
+
+const char* timing_name(Timing t) { return t == Timing::device ? "device" : "eager"; }
+
+bool parse_timing(const std::string& s, Timing& out) {
+  if (s == "eager") out = Timing::eager;
+  else if (s == "device") out = Timing::device;
+  else return false;
+  return true;
+}
+
+namespace {
+
+bool is_fp8(DType t) {
+  return t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 || t == DType::f8e5m2fnuz;
+}
+
+// Weight-only quantized GEMMs (MatMulNBits) carry the weights' dtype; their math runs in the
+// activations' half precision after dequantization.
+bool weight_only(DType t) { return t == DType::u4 || t == DType::i4; }
+
+}  // namespace
+
+bool has_matrix_units(const Kernel& k, const Gpu& gpu) {
+  switch (k.dtype) {
+    case DType::tf32: return gpu.tf32_gflops > 0;
+    case DType::f16: return gpu.fp16_gflops > 0;
+    case DType::bf16: return gpu.bf16_gflops > 0;
+    case DType::i8: case DType::u8: return gpu.int8_gops > 0;
+    case DType::u4: case DType::i4: return gpu.fp16_gflops > 0;
+    case DType::f32: case DType::undefined: return gpu.fp32_matrix_gflops > gpu.fp32_gflops;
+    default: return is_fp8(k.dtype) && gpu.fp8_gflops > 0;
+  }
+}
+
+double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
+  if (k.cls != KernelClass::gemm) return gpu.peak_gflops(k.dtype);
+  if (weight_only(k.dtype)) return gpu.fp16_gflops > 0 ? gpu.fp16_gflops : gpu.fp32_gflops;
+  const bool reduced = k.dtype == DType::f16 || k.dtype == DType::bf16 || is_fp8(k.dtype);
+  if (reduced && !has_matrix_units(k, gpu)) {
+    // FP8 on a GPU without FP8 tensor cores runs as FP16 (the library upcasts), if it has those.
+    if (is_fp8(k.dtype) && gpu.fp16_gflops > 0) return gpu.fp16_gflops;
+    return gpu.gemm_peak_gflops(DType::f32);
+  }
+  return gpu.gemm_peak_gflops(k.dtype);
+}
+
+Kernel kernel_as_run(const Kernel& k, const Gpu& gpu) {
+  if (k.cls != KernelClass::gemm) return k;
+  const double peak = math_peak_gflops(k, gpu);
+  if (peak == gpu.gemm_peak_gflops(k.dtype)) return k;
+  Kernel r = k;  // same shape and bytes; the dtype whose peak the math runs at
+  r.dtype = peak == gpu.fp16_gflops ? DType::f16 : DType::f32;
+  return r;
+}
+
+double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu) {
+  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(k, gpu)) return 0;
+  const double wm = double(t.config.warp_m), wn = double(t.config.warp_n);
+  if (wm <= 0 || wn <= 0 || gpu.num_sm <= 0 || gpu.boost_mhz <= 0) return 0;
+  const double flops_per_clock = gpu.gemm_peak_gflops(k.dtype) * 1e3 / (double(gpu.num_sm) * gpu.boost_mhz);
+  const double eb = std::max(1, dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) / 8.0;
+  return flops_per_clock * (wm + wn) * eb / (2 * wm * wn * kSharedMemoryBytesPerClock);
+}
+
+Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight) {
+  const double d = operand_port_demand(k, t, gpu);
+  if (port_weight <= 0 || d <= 0 || k.bytes <= 0 || gpu.mem_bw_gbps <= 0) return gpu;
+  // The port is busy only while the math runs at its rate: weight d by how close the kernel
+  // is to compute bound (its plain roofline's compute time over its memory time, at most 1).
+  const double busy = std::min(1.0, (k.flops / gpu.gemm_peak_gflops(k.dtype)) / (k.bytes / gpu.mem_bw_gbps));
+  Gpu g = gpu;
+  const double f = 1.0 / (1.0 + port_weight * d * busy);
+  switch (k.dtype) {
+    case DType::tf32: g.tf32_gflops *= f; break;
+    case DType::f16: g.fp16_gflops *= f; break;
+    case DType::bf16: g.bf16_gflops *= f; break;
+    case DType::i8: case DType::u8: g.int8_gops *= f; break;
+    case DType::f32: case DType::undefined: g.fp32_matrix_gflops *= f; break;
+    default: if (is_fp8(k.dtype)) g.fp8_gflops *= f; break;
+  }
+  return g;
+}
+
+}  // namespace neusight

@@ -1,0 +1,131 @@
+// unit-precision.cpp - where reduced-precision math runs, the tensor-core operand port, timing conventions.
+#include <doctest/doctest.h>
+
+#include "neusight/dataset.h"
+#include "neusight/gpu.h"
+#include "neusight/precision.h"
+#include "neusight/predictor.h"
+#include "neusight/tiling.h"
+
+using namespace neusight;
+
+namespace {
+
+Kernel linear(int64_t m, int64_t reduction, int64_t out, const char* dtype) {
+  return kernel_from_dataset("linear", {{"B", "1"},
+                                        {"M", std::to_string(m)},
+                                        {"N", std::to_string(reduction)},
+                                        {"K", std::to_string(out)},
+                                        {"dtype", dtype}});
+}
+
+}  // namespace
+
+TEST_CASE("precision: timing names") {
+  Timing t = Timing::eager;
+  CHECK(parse_timing("device", t));
+  CHECK(t == Timing::device);
+  CHECK(std::string(timing_name(t)) == "device");
+  CHECK(parse_timing("eager", t));
+  CHECK(t == Timing::eager);
+  CHECK_FALSE(parse_timing("wall", t));
+  CHECK(t == Timing::eager);
+}
+
+TEST_CASE("precision: half-precision GEMMs run on tensor cores, or at the FP32 rate without them") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Gpu v100 = db.resolve("v100-sxm2"), p100 = db.resolve("p100-sxm"), a100 = db.resolve("a100-40gb");
+  const Kernel h = linear(4096, 4096, 4096, "fp16");
+  CHECK(has_matrix_units(h, v100));
+  CHECK_FALSE(has_matrix_units(h, p100));
+  CHECK(math_peak_gflops(h, v100) == v100.fp16_gflops);
+  // P100 has fast FP16 SIMT, but cuBLAS accumulates half products in FP32: FP32 rate.
+  REQUIRE(p100.fp16_simt_gflops > p100.fp32_gflops);
+  CHECK(math_peak_gflops(h, p100) == p100.fp32_gflops);
+  const Kernel run = kernel_as_run(h, p100);
+  CHECK(run.dtype == DType::f32);
+  CHECK(run.bytes == h.bytes);  // still half the bytes of FP32
+  CHECK(kernel_as_run(h, v100).dtype == DType::f16);
+  // BF16 on a GPU without BF16 tensor cores (V100): FP32 rate.
+  CHECK(math_peak_gflops(linear(64, 64, 64, "bf16"), v100) == v100.fp32_gflops);
+  CHECK(math_peak_gflops(linear(64, 64, 64, "bf16"), a100) == a100.bf16_gflops);
+  // FP32 GEMMs are unchanged; vector kernels use the vector peak.
+  const Kernel f = linear(64, 64, 64, "fp32");
+  CHECK(math_peak_gflops(f, a100) == a100.gemm_peak_gflops(DType::f32));
+  CHECK(kernel_as_run(f, p100).dtype == DType::f32);
+  // 4-bit weight-only GEMMs compute in half precision.
+  Kernel q = h;
+  q.dtype = DType::u4;
+  CHECK(math_peak_gflops(q, a100) == a100.fp16_gflops);
+  CHECK(kernel_as_run(q, a100).dtype == DType::f16);
+}
+
+TEST_CASE("precision: operand port demand follows per-SM tensor rate and warp tile") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Gpu v100 = db.resolve("v100-sxm2"), a100 = db.resolve("a100-40gb"), p100 = db.resolve("p100-sxm");
+  const Kernel h = linear(8192, 8192, 8192, "fp16");
+  const Tiling tv = tile_kernel(h, v100), ta = tile_kernel(h, a100);
+  REQUIRE(tv.config.tensor_core);
+  REQUIRE(ta.config.tensor_core);
+  // Hand-worked: flops/clock/SM x (wm + wn) x 2 B / (2 wm wn x 128 B/clock).
+  const double fv = v100.fp16_gflops * 1e3 / (v100.num_sm * v100.boost_mhz);
+  const double wm = double(tv.config.warp_m), wn = double(tv.config.warp_n);
+  CHECK(operand_port_demand(h, tv, v100) == doctest::Approx(fv * (wm + wn) * 2 / (2 * wm * wn * 128)));
+  // A100 delivers twice V100's tensor FLOPs per SM clock through the same port.
+  CHECK(operand_port_demand(h, ta, a100) > 1.5 * operand_port_demand(h, tv, v100));
+  // Not on tensor cores: no demand, GPU unchanged.
+  const Tiling tp = tile_kernel(kernel_as_run(h, p100), p100);
+  CHECK(operand_port_demand(kernel_as_run(h, p100), tp, p100) == 0);
+  // Compute-bound: the effective tensor peak drops by 1 / (1 + d).
+  CHECK(gpu_as_run(h, ta, a100, 0).fp16_gflops == a100.fp16_gflops);  // term off
+  const Gpu g = gpu_as_run(h, ta, a100, 1);
+  CHECK(g.fp16_gflops < a100.fp16_gflops);
+  CHECK(g.fp16_gflops == doctest::Approx(a100.fp16_gflops / (1 + operand_port_demand(h, ta, a100))));
+  CHECK(g.mem_bw_gbps == a100.mem_bw_gbps);
+  // A memory-bound GEMV leaves the port mostly idle.
+  const Kernel gemv = linear(1, 8192, 8192, "fp16");
+  const Gpu gg = gpu_as_run(gemv, tile_kernel(gemv, a100), a100, 1);
+  CHECK(gg.fp16_gflops > 0.99 * a100.fp16_gflops);
+}
+
+TEST_CASE("precision: device timing replaces the eager fixed cost, never beats the roofline") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Gpu a100 = db.resolve("a100-sxm4-80gb");
+  auto eager = make_neusight_predictor("");
+  auto device = make_neusight_predictor("", PrecisionOptions{Timing::device});
+  CHECK(eager->name() == device->name());
+  std::vector<Kernel> ks = {
+      kernel_from_dataset("add", {{"B", "1"}, {"H", "4096"}, {"dtype", "fp16"}}),
+      kernel_from_dataset("ln", {{"B", "8"}, {"H", "4096"}, {"dtype", "fp16"}}),
+      kernel_from_dataset("add", {{"B", "16384"}, {"H", "8192"}, {"dtype", "fp16"}}),
+      linear(16, 4096, 4096, "fp16"),
+      linear(8192, 8192, 8192, "fp16"),
+  };
+  std::vector<Tiling> ts;
+  for (const Kernel& k : ks) ts.push_back(tile_kernel(k, a100));
+  const auto pe = eager->predict(ks, ts, a100);
+  const auto pd = device->predict(ks, ts, a100);
+  for (size_t i = 0; i < ks.size(); ++i) {
+    CAPTURE(i);
+    CHECK(pd[i].latency_ms >= pd[i].roofline_ms);
+    CHECK(pd[i].roofline_ms == pe[i].roofline_ms);
+    CHECK(pd[i].latency_ms >= kDeviceKernelFloorMs);
+  }
+  // A one-row add is all fixed cost: eager carries the framework's dispatch, device does not.
+  CHECK(pe[0].latency_ms > 2 * pd[0].latency_ms);
+  CHECK(pd[0].latency_ms < 4 * kDeviceKernelFloorMs);
+  // A large GEMM is dominated by its math in both conventions.
+  CHECK(pd[4].latency_ms == doctest::Approx(pe[4].latency_ms).epsilon(0.05));
+}
+
+TEST_CASE("precision: a half-precision GEMM on a GPU without tensor cores is predicted at the FP32 rate") {
+  const Gpu p100 = GpuDatabase::builtin().resolve("p100-sxm");
+  auto p = make_neusight_predictor("");
+  const Kernel h = linear(4096, 4096, 4096, "fp16");
+  const Kernel f = linear(4096, 4096, 4096, "fp32");
+  const auto r = p->predict({h, f}, {tile_kernel(h, p100), tile_kernel(f, p100)}, p100);
+  // Compute bound: the same math at the same rate; the half-precision one moves half the bytes.
+  CHECK(r[0].latency_ms == doctest::Approx(r[1].latency_ms).epsilon(0.15));
+  CHECK(r[0].compute_bound);
+  CHECK(r[0].latency_ms > 1.5 * r[0].roofline_ms);  // the plain roofline assumes the FP16 SIMT peak
+}
