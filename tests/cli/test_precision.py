@@ -1,0 +1,113 @@
+"""Precision through the pipeline: --dtype auto|fp32|fp16|bf16|fp8 and the kernels command's dtype column."""
+import csv
+import os
+import tempfile
+import unittest
+
+import onnx
+from onnx import TensorProto, helper
+
+from cli_util import EXAMPLE, run, run_json
+
+FLOAT_TYPES = {"fp32", "fp16", "bf16", "fp8", "tf32"}
+
+
+def kernels(report):
+    return [k for n in report["nodes"] for k in n["kernels"]]
+
+
+def half_model(path, elem=TensorProto.FLOAT16):
+    """x[4,64] @ W[64,256] + b, LayerNorm, Relu: every tensor in `elem`."""
+    w = helper.make_tensor("W", elem, [64, 256], [0.0] * (64 * 256))
+    b = helper.make_tensor("b", elem, [256], [0.0] * 256)
+    s = helper.make_tensor("s", elem, [256], [1.0] * 256)
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["a"]),
+        helper.make_node("LayerNormalization", ["a", "s", "b"], ["n"], axis=-1),
+        helper.make_node("Relu", ["n"], ["y"]),
+    ]
+    g = helper.make_graph(nodes, "half", [helper.make_tensor_value_info("x", elem, [4, 64])],
+                          [helper.make_tensor_value_info("y", elem, [4, 256])], [w, b, s])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, path)
+
+
+class DtypeFlag(unittest.TestCase):
+    def test_forced_dtypes_reach_every_float_kernel(self):
+        fp32 = run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--dtype", "fp32")
+        self.assertEqual(fp32["dtype"], "fp32")
+        for dt in ("fp16", "bf16", "fp8"):
+            with self.subTest(dtype=dt):
+                r = run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--dtype", dt)
+                self.assertEqual(r["dtype"], dt)
+                ks = kernels(r)
+                self.assertEqual(len(ks), len(kernels(fp32)))
+                floats = [k for k in ks if k["dtype"] in FLOAT_TYPES]
+                self.assertTrue(floats)
+                self.assertTrue(all(k["dtype"] == dt for k in floats))
+                gemms = [k for k in ks if k["class"] == "gemm"]
+                self.assertTrue(gemms and all(k["dtype"] == dt for k in gemms))
+                # Tensor cores and half the bytes: faster than FP32 on an H100.
+                self.assertLess(r["e2e_latency_ms"], fp32["e2e_latency_ms"])
+
+    def test_auto_takes_the_models_dtype(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "half.onnx")
+            half_model(path)
+            auto = run_json(path, "--gpu", "a100-80gb")
+            self.assertEqual(auto["dtype"], "fp16")
+            ks = kernels(auto)
+            self.assertTrue(any(k["class"] == "gemm" for k in ks))
+            self.assertTrue(all(k["dtype"] == "fp16" for k in ks))
+            forced = run_json(path, "--gpu", "a100-80gb", "--dtype", "fp32")
+            self.assertTrue(all(k["dtype"] == "fp32" for k in kernels(forced)))
+            self.assertGreater(forced["e2e_latency_ms"], 0)
+
+    def test_unknown_dtype_is_an_input_error(self):
+        code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--dtype", "fp7")
+        self.assertEqual(code, 2)
+        self.assertIn("--dtype", err)
+
+
+class KernelsDtypeColumn(unittest.TestCase):
+    def test_dtype_column_per_row(self):
+        with tempfile.TemporaryDirectory() as d:
+            src, out = os.path.join(d, "in.csv"), os.path.join(d, "out.csv")
+            with open(src, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["OPName", "Device", "B", "M", "N", "K", "H", "dtype"])
+                for dt in ("fp32", "tf32", "fp16", "bf16", "fp8"):
+                    w.writerow(["linear", "NVIDIA H100 80GB HBM3", 1, 4096, 4096, 4096, "", dt])
+                w.writerow(["linear", "NVIDIA H100 80GB HBM3", 1, 4096, 4096, 4096, "", ""])  # default fp32
+                w.writerow(["ln", "NVIDIA H100 80GB HBM3", 4096, "", "", "", 4096, "fp16"])
+                w.writerow(["ln", "NVIDIA H100 80GB HBM3", 4096, "", "", "", 4096, "fp32"])
+            code, _, err = run("kernels", "--gpu", "h100", "--csv", src, "--out", out)
+            self.assertEqual(code, 0, err)
+            with open(out, newline="") as f:
+                rows = list(csv.DictReader(f))
+            lat = [float(r["pred_latency_ms"]) for r in rows]
+            fp32, tf32, fp16, bf16, fp8, default, ln16, ln32 = lat
+            self.assertEqual(default, fp32)
+            self.assertLess(tf32, fp32)
+            self.assertLess(fp16, tf32)
+            self.assertLess(fp8, fp16)
+            self.assertAlmostEqual(bf16, fp16, delta=0.05 * fp16)  # same peak on an H100
+            self.assertLess(ln16, ln32)  # half the bytes
+
+    def test_bad_dtype_is_an_input_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            src, out = os.path.join(d, "in.csv"), os.path.join(d, "out.csv")
+            with open(src, "w", newline="") as f:
+                w = csv.writer(f)
+                w.writerow(["OPName", "Device", "B", "M", "N", "K", "dtype"])
+                w.writerow(["linear", "NVIDIA H100 80GB HBM3", 1, 64, 64, 64, "fp7"])
+            code, _, err = run("kernels", "--gpu", "h100", "--csv", src, "--out", out)
+            self.assertEqual(code, 2)
+            self.assertIn("fp7", err)
+            self.assertFalse(os.path.exists(out))
+
+
+if __name__ == "__main__":
+    unittest.main()
