@@ -117,8 +117,18 @@ struct Backward {
     if (!f.fused_nodes.empty()) grads = 1;  // a fused chain: the gradient w.r.t. its input
     const std::string& op = f.op;
     const bool scalar_form = f.inputs <= 1;
-    if (op == "add" || op == "sub") {  // gradients pass through (the opgraphs count MEM copies)
-      for (int i = 0; i < grads; ++i) push(f, vec(f, KernelClass::memory, "grad_copy", 1, r, c), "grad of " + op);
+    if (op == "add" || op == "sub") {
+      // Autograd hands the output gradient itself to a full-size operand: no kernel (the
+      // traces list MEM ops, but the per-op CSVs measure 0.01 ms for them whatever the size,
+      // e.g. BERT's 134 MB mask add). A broadcast operand sums the gradient over the
+      // broadcast dims; a subtrahend negates it.
+      const int64_t out_elems = r * c;
+      for (size_t i = 0; i < n.inputs.size() && f.fused_nodes.empty(); ++i) {
+        const TensorInfo* t = n.inputs[i].empty() ? nullptr : g.find(n.inputs[i]);
+        if (!t || numel(t) <= 1 || !rg.count(n.inputs[i])) continue;
+        if (numel(t) < out_elems) push(f, vec(f, KernelClass::reduce, "sum", 1, r, c), "grad of broadcast " + op);
+        else if (op == "sub" && i == 1) push(f, vec(f, KernelClass::elementwise, "neg", 1, r, c), "grad of sub");
+      }
     } else if (op == "mul" || op == "div") {
       for (int i = 0; i < grads; ++i)
         push(f, vec(f, KernelClass::elementwise, op, scalar_form ? 1 : 2, r, c), "grad of " + op);
@@ -160,10 +170,16 @@ struct Backward {
       }
       return;
     }
+    // permute + contiguous: the gradient goes back through a view (the per-op CSVs measure
+    // no backward time for 'contiguous').
+    if (f.op == "transpose") return;
     Kernel k = f;  // the reverse data movement
     k.op = f.op + "_grad";
     k.trans_a = k.trans_b = false;
     push(f, k, "grad of " + f.op);
+    // Dropout's backward is two kernels (the traces list two MEM ops; measured about twice
+    // the forward time).
+    if (f.op == "dropout") push(f, k, "grad of dropout");
   }
 
   void run(const Kernel& f) {

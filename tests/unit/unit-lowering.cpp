@@ -1,6 +1,8 @@
 // unit-lowering.cpp - nodes to kernels, one test per op family (hand-worked work counts).
 #include <doctest/doctest.h>
 
+#include <map>
+
 #include "lowering_graph.h"
 #include "neusight/lowering.h"
 
@@ -424,4 +426,27 @@ TEST_CASE("lowering: training adds GEMM gradients only where a parameter needs t
   const auto ew = of_class(kl, KernelClass::elementwise, Phase::backward);
   REQUIRE(ew.size() == 1);
   CHECK(ew[0].op == "relu_grad");
+}
+
+TEST_CASE("lowering: training passes add gradients through, sums broadcast ones, dropout is two kernels") {
+  IrGraph b;
+  // h = x W; a = h + h2 (same shape, both need gradients); c = a + pos (pos broadcast over the
+  // batch, a parameter path); d = Dropout(c); t = Transpose(d) (a materialized copy); y = t W3.
+  b.input("x", {4, 8, 16});
+  b.node("MatMul", {"x", b.w("w", {16, 16})}, {b.t("h", {4, 8, 16})});
+  b.node("MatMul", {"x", b.w("w2", {16, 16})}, {b.t("h2", {4, 8, 16})});
+  b.node("Add", {"h", "h2"}, {b.t("a", {4, 8, 16})});
+  b.node("Gather", {b.w("pos_table", {8, 16}), b.ints("pos_ids", {0, 1, 2, 3, 4, 5, 6, 7})}, {b.t("pos", {8, 16})});
+  b.node("Add", {"a", "pos"}, {b.t("c", {4, 8, 16})});
+  b.node("Dropout", {"c"}, {b.t("d", {4, 8, 16})});
+  Node& tr = b.node("Transpose", {"d"}, {b.t("t", {4, 16, 8})});
+  tr.attributes["perm"] = test::attr_ints({0, 2, 1});
+  b.node("Relu", {"t"}, {b.t("y", {4, 16, 8})});
+  const KernelList kl = lower_with(b.g, Fusion::eager, Mode::training);
+  std::map<std::string, int> bw;
+  for (const auto& k : test::of_phase(kl, Phase::backward)) ++bw[k.op];
+  CHECK(bw.count("grad_copy") == 0);   // the same-shape add: the gradient itself, no kernel
+  CHECK(bw["sum"] == 1);               // the broadcast position rows: one reduction
+  CHECK(bw["dropout_grad"] == 2);      // as traced: two MEM ops
+  CHECK(bw.count("transpose_grad") == 0);  // permute + contiguous: back through a view
 }
