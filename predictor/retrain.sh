@@ -7,7 +7,7 @@
 # seed, hyperparameters, command). About 2 CPU-minutes each on one core.
 set -e
 BIN=${NEUSIGHT_BIN:-build/bin/neusight-onnx}
-HP="--seed 1 --epochs 30 --hidden 32 --layers 2 --ensemble 3"
+HP="--seed 1 --epochs 30 --hidden 32 --layers 2 --ensemble 5"
 export OPENBLAS_NUM_THREADS=1
 "$BIN" train --data ../shared/neusight-data --out predictor/weights $HP
 "$BIN" train --data ../shared/neusight-data --out predictor/weights/forward-in-time $HP \

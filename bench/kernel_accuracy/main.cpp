@@ -83,10 +83,51 @@ void print(const char* title, const std::map<std::string, Acc>& acc, const doubl
   }
 }
 
+// --dump FILE: every train and test row with its tiling, features, roofline-wave base time and
+// measured latency, one CSV line each (for analysing features; not part of the figures).
+int dump(const std::string& shared, const std::string& path, const Predictor& shipped, const Predictor& fit) {
+  std::ofstream o(path);
+  o << "split,device,op,class,rows,cols,B,M,N,K,tile_m,tile_n,split_k,tiles,bps,waves,base_ms,roofline_ms,latency_ms,"
+       "pred_shipped,pred_fit";
+  for (int j = 0; j < kMaxFeatures; ++j) o << ",x" << j;
+  o << "\n";
+  std::vector<std::pair<std::string, std::string>> files;
+  const std::string root = shared + "/neusight-data/kernels/";
+  for (const char* f : {"bmm.csv", "linear.csv", "elem.csv", "softmax.csv", "ln.csv"}) files.push_back({"test", root + "test/" + f});
+  for (const auto& e : std::filesystem::directory_iterator(root + "train")) {
+    if (e.path().filename() == "conv") continue;
+    for (const auto& f : std::filesystem::directory_iterator(e.path())) files.push_back({"train", f.path().string()});
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& [split, f] : files) {
+    const Dataset d = read_dataset(f);
+    for (const auto& r : d.rows) {
+      if (!(r.latency_ms > 0)) continue;
+      const Gpu* g = GpuDatabase::builtin().find(r.device);
+      UtilClass uc;
+      if (!g || !util_class_of(r.kernel, uc)) continue;
+      const Tiling t = tile_kernel(r.kernel, *g);
+      const TileFeatures tf = tile_features(uc, r.kernel, t, *g);
+      const Kernel& k = r.kernel;
+      o << split << "," << r.device << "," << r.op_name << "," << class_of(r) << "," << k.rows << "," << k.cols << ","
+        << k.gemm.batch << "," << k.gemm.m << "," << k.gemm.k << "," << k.gemm.n << "," << t.config.tb_m << ","
+        << t.config.tb_n << "," << t.config.split_k << "," << t.tiles << "," << t.blocks_per_sm << "," << t.waves << ","
+        << tf.base_ms << "," << roofline_ms(k, *g) << "," << r.latency_ms << ","
+        << shipped.predict({k}, {t}, *g)[0].latency_ms << "," << fit.predict({k}, {t}, *g)[0].latency_ms;
+      for (int j = 0; j < kMaxFeatures; ++j) o << "," << tf.x[j];
+      o << "\n";
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
+  if (argc > 2 && std::string(argv[1]) == "--dump")
+    return dump(shared, argv[2], *make_neusight_predictor(argc > 3 ? argv[3] : data_dir() + "/weights"),
+                *make_neusight_predictor(argc > 4 ? argv[4] : data_dir() + "/weights/forward-in-time"));
   const std::string main_w = argc > 1 ? argv[1] : data_dir() + "/weights";
   const std::string fit_w = argc > 2 ? argv[2] : data_dir() + "/weights/forward-in-time";
   const std::string test = shared + "/neusight-data/kernels/test/";
@@ -110,6 +151,7 @@ int main(int argc, char** argv) {
   print("(b) A100 80GB PCIe test kernels, never trained on (shipped weights)", evaluate(b, *shipped), kPaperOut, true);
   print("(c) forward in time: trained on P4, P100, T4, V100; tested on A100 40GB + 80GB", evaluate(c, *fit), kPaperOut,
         true);
+  std::fflush(stdout);  // the figures survive a failure in the speed part below
 
   // Speed: the kernels of a GPT-3 175B training step (96 layers, 12288 hidden, seq 2048).
   const std::string cfg = (std::filesystem::temp_directory_path() / "kernel_accuracy_gpt3.json").string();

@@ -58,21 +58,31 @@ bool util_class_of(const Kernel& k, UtilClass& out) {
 const std::vector<std::string>& feature_names(UtilClass c) {
   // GEMM: the time one SM needs for its share of a wave at the per-SM FP32 peak rate
   // and per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
-  // wave, the kernel's footprint relative to L2 (operand reuse; clamped, so it saturates), then
-  // the tile's shape after split-K.
-  // Streaming kernels (elementwise, softmax, layernorm, memory): only the kernel's shape and
-  // waves - the GPU enters through the wave-quantized roofline alone, so a streaming kernel
-  // reaches the same fraction of any GPU's bandwidth as of the trained GPUs' (latency is then
-  // exactly inversely proportional to bandwidth: monotone, and sane on any GPU).
+  // wave, the kernel's footprint relative to L2 (operand reuse; clamped, so it saturates), the
+  // tile's arithmetic intensity tm*tn/(tm+tn) (FLOPs per operand element loaded; one number
+  // for every tile shape, so a tile shape that no training GPU used - the A100's 128x128 for
+  // batched products - lands between trained intensities instead of on an unseen (m, n)
+  // pair), then the reduction length after split-K.
+  // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and waves,
+  // plus two memory-system inputs: the L2 size and the kernel's footprint (elementwise) or one
+  // wave's rows (softmax, layernorm) relative to L2. The fraction of the DRAM bandwidth a
+  // streaming kernel reaches differs by memory system (measured on the large test kernels:
+  // 0.73-0.75 on the 2-4 MB L2 GPUs P4, T4, P100; 0.87-0.91 on V100 and A100), and rows that
+  // are re-read hit L2 when a wave's rows fit. Neither input depends on peak FLOPs or
+  // bandwidth, so latency stays exactly inversely proportional to bandwidth (monotone); both
+  // are clamped to the training range, so a GPU with a larger L2 than any trained one is
+  // predicted like the largest-L2 training GPU.
   // Every input is clamped to the range seen in training, so the network is never evaluated
   // outside it.
   static const std::vector<std::string> gemm = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
-                                                "last_wave_fill", "log2_footprint_over_l2", "log2_tile_m", "log2_tile_n",
+                                                "last_wave_fill", "log2_footprint_over_l2", "log2_tile_intensity",
                                                 "log2_reduction"};
-  static const std::vector<std::string> ew = {"log2_waves", "last_wave_fill", "tensor_inputs", "special_function",
-                                              "log2_element_bytes", "log2_tile_elements"};
-  static const std::vector<std::string> row = {"log2_waves", "last_wave_fill", "log2_row_length",
-                                               "log2_element_bytes", "log2_rows_per_tile"};
+  static const std::vector<std::string> ew = {"log2_waves",         "last_wave_fill",        "tensor_inputs",
+                                              "special_function",   "log2_element_bytes",    "log2_tile_elements",
+                                              "log2_l2_mb",         "log2_footprint_over_l2"};
+  static const std::vector<std::string> row = {"log2_waves",         "last_wave_fill",     "log2_row_length",
+                                               "log2_element_bytes", "log2_rows_per_tile", "log2_l2_mb",
+                                               "log2_wave_bytes_over_l2"};
   switch (c) {
     case UtilClass::gemm: return gemm;
     case UtilClass::elementwise: return ew;
@@ -112,9 +122,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[2] = std::log2(waves);
       x[3] = tiles / (waves * concurrent);
       x[4] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
-      x[5] = log2c(double(t.config.tb_m));
-      x[6] = log2c(double(t.config.tb_n));
-      x[7] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
+      x[5] = log2c(double(t.config.tb_m) * double(t.config.tb_n) / double(t.config.tb_m + t.config.tb_n));
+      x[6] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
       break;
     case UtilClass::elementwise:
       x[0] = std::log2(waves);
@@ -123,6 +132,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[3] = special_op(k.op) ? 1.0 : 0.0;
       x[4] = std::log2(eb);
       x[5] = log2c(double(k.rows) * double(k.cols) / tiles);
+      x[6] = log2c(gpu.l2_mb);
+      x[7] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
       break;
     default:
       x[0] = std::log2(waves);
@@ -130,6 +141,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[2] = log2c(double(k.cols));
       x[3] = std::log2(eb);
       x[4] = log2c(double(std::max<int64_t>(k.rows, 1)) / tiles);
+      x[5] = log2c(gpu.l2_mb);
+      x[6] = log2c(active * tile_traffic / std::max(gpu.l2_mb * 1048576.0, 1.0));
       break;
   }
   return f;
