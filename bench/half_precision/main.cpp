@@ -191,7 +191,9 @@ int main(int argc, char** argv) {
   auto predictor = make_neusight_predictor(weights);
   auto device = make_neusight_predictor(weights, PrecisionOptions{Timing::device});
   // What-if: the tensor-core operand-port term at weight 1 (precision.h), device timing.
-  auto port = make_neusight_predictor(weights, PrecisionOptions{Timing::device, 1.0});
+  PrecisionOptions port_options{Timing::device};
+  port_options.operand_port_weight = 1.0;
+  auto port = make_neusight_predictor(weights, port_options);
   std::map<std::string, Acc> port_acc;
   const ModelSet models = load_model_set(weights.empty() ? data_dir() + "/weights" : weights);
   g_models = &models;
@@ -299,6 +301,24 @@ int main(int argc, char** argv) {
   section("  rope/emb", other_layers, 2);
   std::printf("\nBy token count (all layers of a kind):\n");
   for (const auto& [k, a] : by_tokens) print_row(k.c_str(), a);
+  {
+    // Sensitivity of device timing to its per-kernel floor (the norms, activation and add).
+    std::vector<Item> vec;
+    for (const Item& it : items)
+      if (it.k.cls != KernelClass::gemm && it.group != "attn_rope" && it.group != "emb") vec.push_back(it);
+    std::printf("\nDevice timing with another per-kernel floor (norms/act/add, MAPE, pred/meas):");
+    for (double us : {1.0, 2.0, 4.0}) {
+      PrecisionOptions o{Timing::device};
+      o.device_floor_ms = us * 1e-3;
+      auto p = make_neusight_predictor(weights, o);
+      std::map<std::string, Acc> pa;
+      run(vec, a100, *p, *p, *roofline, pa);
+      Acc all;
+      for (const auto& [layer, a] : pa) all.merge(a);
+      std::printf("  %.0f us: %.1f%% (%.2fx)", us, all.dmape(), all.dev_gmean_ratio());
+    }
+    std::printf("\n");
+  }
   std::printf("\nWhat-if: tensor-core operand-port term at weight 1 (precision.h; off in the product), device timing:\n");
   for (const auto& [k, a] : port_acc)
     std::printf("%-26s %5zu FP16 MAPE %5.1f%%  pred/meas %.2fx\n", k.c_str(), a.n, a.dmape(), a.dev_gmean_ratio());
