@@ -1,0 +1,79 @@
+"""test_shape_values.py - sequence / optional outputs in --json and in the annotated model,
+data-dependent outputs resolved from constants, through the real binary."""
+import os
+import tempfile
+import unittest
+
+import onnx
+from onnx import helper, numpy_helper
+
+import numpy as np
+
+from cli_util import run, run_json
+
+
+def save(model, d):
+    path = os.path.join(d, "m.onnx")
+    onnx.save(model, path)
+    return path
+
+
+def sequence_model():
+    x = numpy_helper.from_array(np.zeros((5, 2), np.float32), "X")
+    split = numpy_helper.from_array(np.array([2, 3], np.int64), "split")
+    nodes = [
+        helper.make_node("SplitToSequence", ["X", "split"], ["S"], axis=0),
+        helper.make_node("SequenceLength", ["S"], ["L"]),
+        helper.make_node("Optional", ["X"], ["O"]),
+    ]
+    seq_t = helper.make_tensor_sequence_value_info("S", onnx.TensorProto.FLOAT, None)
+    opt_t = helper.make_value_info("O", helper.make_optional_type_proto(helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None)))
+    g = helper.make_graph(nodes, "g", [], [seq_t, helper.make_tensor_value_info("L", onnx.TensorProto.INT64, None), opt_t],
+                          [x, split])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    return m
+
+
+class ShapeValues(unittest.TestCase):
+    def test_sequence_and_optional_outputs_in_json(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run_json(save(sequence_model(), d), "--gpu", "b200", "--predictor", "roofline")
+            outs = {o["name"]: o for o in r["graph_outputs"]}
+            s = outs["S"]
+            self.assertEqual(s["kind"], "sequence")
+            self.assertTrue(s["elements_known"])
+            self.assertEqual([e["shape"] for e in s["elements"]], [[2, 2], [3, 2]])
+            self.assertEqual(outs["L"]["shape"], [])
+            self.assertNotIn("kind", outs["L"])  # tensors keep the contract's plain form
+            o = outs["O"]
+            self.assertEqual(o["kind"], "optional")
+            self.assertEqual([e["shape"] for e in o["elements"]], [[5, 2]])
+
+    def test_annotated_model_keeps_sequence_types(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "a.onnx")
+            code, _, se = run(save(sequence_model(), d), "--gpu", "b200", "--predictor", "roofline", "--out", out, "--quiet")
+            self.assertEqual(code, 0, se)
+            a = onnx.load(out)
+            onnx.checker.check_model(a)
+            kinds = {o.name: o.type.WhichOneof("value") for o in a.graph.output}
+            self.assertEqual(kinds["S"], "sequence_type")
+            self.assertEqual(kinds["O"], "optional_type")
+
+    def test_nonmaxsuppression_of_constants(self):
+        boxes = numpy_helper.from_array(np.array([[[0, 0, 1, 1], [0, 0.1, 1, 1.1], [0, 10, 1, 11]]], np.float32), "boxes")
+        scores = numpy_helper.from_array(np.array([[[0.9, 0.8, 0.7]]], np.float32), "scores")
+        mx = numpy_helper.from_array(np.array([10], np.int64), "max")
+        iou = numpy_helper.from_array(np.array([0.5], np.float32), "iou")
+        g = helper.make_graph([helper.make_node("NonMaxSuppression", ["boxes", "scores", "max", "iou"], ["sel"])], "g", [],
+                              [helper.make_tensor_value_info("sel", onnx.TensorProto.INT64, None)], [boxes, scores, mx, iou])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
+        m.ir_version = 7
+        with tempfile.TemporaryDirectory() as d:
+            r = run_json(save(m, d), "--gpu", "b200", "--predictor", "roofline")
+            self.assertEqual(r["graph_outputs"][0]["shape"], [2, 3])
+
+
+if __name__ == "__main__":
+    unittest.main()
