@@ -45,6 +45,7 @@ void usage(FILE* out) {
 
 int main(int argc, char** argv) {
   neusight::cli::setup_process_memory();
+  neusight::cli::single_threaded_blas();
   std::ios::sync_with_stdio(false);
   neusight::cli::Argv args(argv + 1, argv + argc);
   try {

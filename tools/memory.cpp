@@ -19,28 +19,16 @@
 #define NEUSIGHT_SANITIZED 1
 #endif
 
-namespace {
-
-// Runs before any shared library's constructor (an executable's .preinit_array). OpenBLAS
-// (linked by the predictor) starts one worker thread per core in its constructor, and each
-// worker spins in sched_yield for a while before it sleeps: tens of ms of CPU per run, for
-// matrix products that are far too small to gain from threads. One thread unless the user
-// set a thread count.
-void single_threaded_blas(int, char**, char**) {
-  if (!std::getenv("OPENBLAS_NUM_THREADS") && !std::getenv("GOTO_NUM_THREADS") && !std::getenv("OMP_NUM_THREADS"))
-    setenv("OPENBLAS_NUM_THREADS", "1", 0);
-}
-__attribute__((section(".preinit_array"), used)) void (*const neusight_preinit)(int, char**, char**) =
-    single_threaded_blas;
-
-}  // namespace
+// OpenBLAS (linked by the predictor), when present. Weak: the CLI does not require it.
+extern "C" __attribute__((weak)) void openblas_set_num_threads(int);
+extern "C" __attribute__((weak)) int blas_thread_shutdown_(void);
 
 namespace neusight::cli {
 
 void setup_process_memory() {
 #if defined(__GLIBC__) && !defined(NEUSIGHT_SANITIZED)
   constexpr size_t kHuge = size_t{2} << 20;  // x86-64 / arm64 (4 KiB base pages) THP size
-  constexpr size_t kStep = size_t{64} << 20;  // heap growth step: virtual, touched on use
+  constexpr size_t kStep = size_t{128} << 20;  // heap growth step: virtual, touched on use
   mallopt(M_MMAP_THRESHOLD, 256 << 20);       // model bytes, report text: on the heap too
   mallopt(M_TOP_PAD, static_cast<int>(kStep));
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
@@ -54,6 +42,13 @@ void setup_process_memory() {
     madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
   std::free(probe);
 #endif
+}
+
+void single_threaded_blas() {
+  if (std::getenv("OPENBLAS_NUM_THREADS") || std::getenv("GOTO_NUM_THREADS") || std::getenv("OMP_NUM_THREADS")) return;
+  if (!openblas_set_num_threads || !blas_thread_shutdown_) return;
+  openblas_set_num_threads(1);  // later calls run on the calling thread
+  blas_thread_shutdown_();      // stop the workers its constructor started
 }
 
 void exit_now(int code) {

@@ -52,16 +52,20 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   // ONNX's own shape inference (the hints) costs about as much as the whole rest of the
   // analysis on a large graph, and hints only fill what the project's rules leave unknown:
   // ask for them only when some node output is still without a full shape.
-  Graph bound = a.graph;
+  // (The bound graph is rebuilt for the second pass rather than kept as a copy: copying a
+  // 4,000-node graph costs more than binding it again, and the second pass is rare.)
   a.shapes = infer_shapes(a.graph, loaded.model);
   bool complete = true;
-  for (const auto& n : a.graph.nodes)
+  for (const auto& n : a.graph.nodes) {
     for (const auto& o : n.outputs) {
       const TensorInfo* t = o.empty() ? nullptr : a.graph.find(o);
       if (t && !t->fully_known()) complete = false;
     }
+    if (!complete) break;
+  }
   if (!complete) {
-    a.graph = std::move(bound);
+    a.graph = loaded.model.graph;
+    bind_dims(a.graph, dims);
     const auto hints = onnx_shape_hints(loaded, a.graph);
     a.shapes = infer_shapes(a.graph, loaded.model, &hints);
   }
@@ -118,11 +122,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
     nr.name = n.name;
     nr.op_type = n.op_type;
     nr.domain = n.domain;
-    for (const auto& in : n.inputs) {
-      if (in.empty()) continue;
-      const TensorInfo* t = a.graph.find(in);
-      nr.inputs.push_back(t ? *t : named_tensor(in));
-    }
+    nr.outputs.reserve(n.outputs.size());
     for (const auto& o : n.outputs) {
       if (o.empty()) continue;
       const TensorInfo* t = a.graph.find(o);

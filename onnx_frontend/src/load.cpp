@@ -8,9 +8,12 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <algorithm>
 #include <set>
+#include <string_view>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "neusight/onnx_proto.h"
 
@@ -223,7 +226,8 @@ Attribute convert_attribute(const onnx::AttributeProto& ap, int depth, const std
 // Throws InputError on a cycle.
 void topo_sort(Graph& g, const std::string& what) {
   const size_t n = g.nodes.size();
-  std::unordered_map<std::string, size_t> producer;
+  // Views into the nodes' own output names (not moved before the reorder at the end).
+  std::unordered_map<std::string_view, size_t> producer;
   producer.reserve(n * 2);
   for (size_t i = 0; i < n; ++i)
     for (const auto& o : g.nodes[i].outputs)
@@ -231,15 +235,18 @@ void topo_sort(Graph& g, const std::string& what) {
   std::vector<std::vector<size_t>> users(n);
   std::vector<size_t> indeg(n, 0);
   bool sorted = true;
+  std::vector<size_t> deps;
   for (size_t i = 0; i < n; ++i) {
-    std::set<size_t> deps;
+    deps.clear();
     for (const auto& in : g.nodes[i].inputs) {
       if (in.empty()) continue;
       auto it = producer.find(in);
-      if (it != producer.end() && it->second != i) deps.insert(it->second);
+      if (it != producer.end() && it->second != i) deps.push_back(it->second);
       else if (it != producer.end() && it->second == i)
         throw InputError(what + ": graph has a cycle (node '" + g.nodes[i].name + "' consumes its own output)");
     }
+    std::sort(deps.begin(), deps.end());
+    deps.erase(std::unique(deps.begin(), deps.end()), deps.end());
     for (size_t d : deps) {
       users[d].push_back(i);
       ++indeg[i];
@@ -302,10 +309,16 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
       t.dtype = static_cast<DType>(vi.type().tensor_type().elem_type());
   }
   g.nodes.reserve(gp.node_size());
-  std::set<std::string> names;
-  std::set<std::string> produced;
-  for (const auto& in : g.inputs) produced.insert(in);
-  for (const auto& in : g.initializers) produced.insert(in);
+  // Hashed sets (ordered ones cost a string comparison per tree level on long, shared
+  // prefixes); `produced` holds views into the protobuf's names, alive during the load.
+  std::unordered_set<std::string> names;
+  names.reserve(static_cast<size_t>(gp.node_size()));
+  std::unordered_set<std::string_view> produced;
+  produced.reserve(static_cast<size_t>(gp.node_size()) * 2 + static_cast<size_t>(gp.initializer_size()) +
+                   static_cast<size_t>(gp.input_size()));
+  for (const auto& in : gp.input()) produced.insert(in.name());
+  for (const auto& in : gp.initializer()) produced.insert(in.name());
+  for (const auto& sp : gp.sparse_initializer()) produced.insert(sp.values().name());
   int idx = 0;
   for (const auto& np : gp.node()) {
     Node n;
@@ -317,7 +330,7 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
     names.insert(n.name);
     n.inputs.assign(np.input().begin(), np.input().end());
     n.outputs.assign(np.output().begin(), np.output().end());
-    for (const auto& o : n.outputs) {
+    for (const auto& o : np.output()) {
       if (o.empty()) continue;
       if (!produced.insert(o).second)
         throw InputError(what + ": tensor '" + o + "' is produced twice (node '" + n.name + "')");

@@ -28,7 +28,6 @@ struct NodeReport {
   std::string name;
   std::string op_type;
   std::string domain;
-  std::vector<TensorInfo> inputs;
   std::vector<TensorInfo> outputs;
   std::vector<KernelReport> kernels;
   double latency_ms = 0;  // sum over its kernels, all phases
