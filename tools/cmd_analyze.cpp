@@ -17,7 +17,7 @@ namespace {
 
 const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim",       "--mode",
                                               "--dtype", "--fusion", "--json", "--csv",       "--out",
-                                              "--top",  "--config", "--predictor", "--weights", "--parallel", "--link-bw",
+                                              "--top",  "--config", "--predictor", "--weights", "--timing", "--parallel", "--link-bw",
                                               "--html", "--group"};
 const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
 

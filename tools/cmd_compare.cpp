@@ -17,7 +17,7 @@ namespace {
 
 const std::vector<std::string> kValueFlags = {"--gpu",  "--batch",     "--seq",     "--dim",  "--mode",
                                               "--dtype", "--fusion",   "--json",    "--html", "--top",
-                                              "--predictor", "--weights"};
+                                              "--predictor", "--weights", "--timing"};
 const std::vector<std::string> kSwitches = {"--quiet", "--no-color"};
 
 // A label per model: the file name, made unique with its parent folder when two clash.

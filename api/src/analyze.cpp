@@ -5,6 +5,7 @@
 
 #include "neusight/neusight.h"
 #include "neusight/onnx_proto.h"
+#include "neusight/precision.h"
 
 #ifndef NEUSIGHT_VERSION
 #define NEUSIGHT_VERSION "0.0.0"
@@ -15,6 +16,13 @@ namespace neusight {
 const char* version() { return NEUSIGHT_VERSION; }
 
 namespace {
+
+std::unique_ptr<Predictor> make_timed_predictor(const Options& options) {
+  PrecisionOptions po;
+  if (!parse_timing(options.timing, po.timing))
+    throw InputError("--timing: expected eager or device, got '" + options.timing + "'");
+  return make_neusight_predictor(options.weights_dir, po);
+}
 
 // The dtype the model computes in: the most common float dtype among its weights and
 // inputs (fp32 when none).
@@ -81,7 +89,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
 
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
   std::unique_ptr<Predictor> predictor =
-      options.predictor == "roofline" ? make_roofline_predictor() : make_neusight_predictor(options.weights_dir);
+      options.predictor == "roofline" ? make_roofline_predictor() : make_timed_predictor(options);
   const auto& kernels = a.kernels.kernels;
   std::vector<Tiling> tilings;
   tilings.reserve(kernels.size());

@@ -111,14 +111,16 @@ struct Mean {
 int main(int argc, char** argv) {
   std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
   std::string weights;
+  std::string timing = "eager";
   bool per_class = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shared" && i + 1 < argc) shared = argv[++i];
     else if (a == "--weights" && i + 1 < argc) weights = argv[++i];
+    else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
     else if (a == "--no-per-class") per_class = false;
     else {
-      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--no-per-class]\n");
+      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing eager|device] [--no-per-class]\n");
       return 2;
     }
   }
@@ -185,6 +187,7 @@ int main(int argc, char** argv) {
       o.fusion = r.fusion ? Fusion::full : Fusion::eager;
       o.dtype = DType::f32;
       o.weights_dir = weights;
+      o.timing = timing;
       const LoadedModel m = build_model(cfg);
       const Analysis a = prepare(m, o);
       Options orf = o;

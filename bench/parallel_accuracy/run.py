@@ -39,7 +39,7 @@ def parallel_spec(par):
     return f"{par[:2]}={par[2:]}"
 
 
-def predict(binary, model, seq, batch, gpu, par, predictor):
+def predict(binary, model, seq, batch, gpu, par, predictor, timing=""):
     cfg = os.path.join(DATA, "model_configs", model + ".json")
     if not os.path.exists(cfg):
         return None, f"no model config {model}.json"
@@ -49,6 +49,8 @@ def predict(binary, model, seq, batch, gpu, par, predictor):
                "--mode", "training", "--parallel", parallel_spec(par), "--json", out, "--quiet"]
         if predictor:
             cmd += ["--predictor", predictor]
+        if timing:
+            cmd += ["--timing", timing]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             return None, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
@@ -60,6 +62,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--predictor", default="", help="default: the CLI's default predictor")
+    ap.add_argument("--timing", default="", help="eager or device (default: the CLI's default)")
     ap.add_argument("--gpu-dir", default="", help="only labels of this GPU folder")
     args = ap.parse_args()
     binary = os.environ.get("NEUSIGHT_BIN", os.path.join(args.build, "bin", "neusight-onnx"))
@@ -90,7 +93,7 @@ def main():
           f"{'measured ms':>12} {'error':>8}  predictor  (compute / exposed comm / bubble ms)")
     errors = []
     for gpu, model, seq, batch, par, measured in cases:
-        r, why = predict(binary, model, seq, batch, gpu, par, args.predictor)
+        r, why = predict(binary, model, seq, batch, gpu, par, args.predictor, args.timing)
         spec = parallel_spec(par)
         if r is None:
             shown = f"{measured:.1f}" if measured else "-"

@@ -52,7 +52,9 @@ class NeusightPredictor final : public Predictor {
       const size_t step = device ? 2 : 1;
       for (size_t j = 0; j < members[c].size(); ++j) {
         Prediction& p = out[members[c][j]];
-        const double fixed = device ? o_.device_floor_ms - lat[step * j + 1] : 0.0;
+        // Device timing swaps the learned fixed cost for the device floor where that cost is
+        // larger; it never adds time: an isolated (eager) timing contains the device time.
+        const double fixed = device ? std::min(0.0, o_.device_floor_ms - lat[step * j + 1]) : 0.0;
         // Never faster than the roofline.
         p.latency_ms = std::max(lat[step * j] + fixed, p.roofline_ms);
         p.utilization = p.roofline_ms / p.latency_ms;

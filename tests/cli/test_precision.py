@@ -71,6 +71,27 @@ class DtypeFlag(unittest.TestCase):
         self.assertIn("--dtype", err)
 
 
+class TimingFlag(unittest.TestCase):
+    def test_device_timing_drops_the_per_launch_dispatch(self):
+        args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64")
+        eager = run_json(*args, "--timing", "eager")
+        device = run_json(*args, "--timing", "device")
+        self.assertLess(device["e2e_latency_ms"], eager["e2e_latency_ms"])
+        ke, kd = kernels(eager), kernels(device)
+        self.assertEqual(len(ke), len(kd))
+        smaller = 0
+        for a, b in zip(ke, kd):
+            self.assertLessEqual(b["latency_ms"], a["latency_ms"] * (1 + 1e-9))
+            self.assertGreaterEqual(b["latency_ms"], b["roofline_ms"] * (1 - 1e-9))
+            smaller += b["latency_ms"] < 0.9 * a["latency_ms"]
+        self.assertGreater(smaller, len(ke) // 4)  # a seq-64 model is mostly small kernels
+
+    def test_bad_timing_is_an_input_error(self):
+        code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--timing", "wall")
+        self.assertEqual(code, 2)
+        self.assertIn("--timing", err)
+
+
 class KernelsDtypeColumn(unittest.TestCase):
     def test_dtype_column_per_row(self):
         with tempfile.TemporaryDirectory() as d:

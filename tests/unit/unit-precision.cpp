@@ -113,7 +113,10 @@ TEST_CASE("precision: device timing replaces the eager fixed cost, never beats t
   }
   // A one-row add is all fixed cost: eager carries the framework's dispatch, device does not.
   CHECK(pe[0].latency_ms > 2 * pd[0].latency_ms);
-  CHECK(pd[0].latency_ms < 4 * kDeviceKernelFloorMs);
+  // Since the b65abd6 retrain the elementwise network explains part of a tiny kernel's time as
+  // low utilization rather than fixed cost (learned overhead 0.027 -> 0.011 ms), so the device
+  // prediction keeps a few microseconds of it; it must still be a handful of floors, not eager's.
+  CHECK(pd[0].latency_ms < 5 * kDeviceKernelFloorMs);
   // A large GEMM is dominated by its math in both conventions.
   CHECK(pd[4].latency_ms == doctest::Approx(pe[4].latency_ms).epsilon(0.05));
 }

@@ -32,6 +32,10 @@ struct Options {
   DType dtype = DType::undefined;  // undefined = auto (from the model's tensors)
   std::string predictor = "neusight";  // "neusight" | "roofline"
   std::string weights_dir;             // "" = built-in weights
+  // What the predicted kernel times include (precision.h): "eager" = PyTorch-eager per-op timing
+  // like the training data (framework dispatch in every small kernel), "device" = device time
+  // of back-to-back launches (CUDA graphs, TensorRT, profiler kernel durations).
+  std::string timing = "eager";
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
 };
 
