@@ -658,6 +658,33 @@ void rule_split(Ctx& c) {
   }
 }
 
+// Window attributes of Conv/ConvTranspose/pooling, validated: one entry per spatial axis (a
+// shorter list is padded with the default), kernel, strides and dilations >= 1, pads >= 0,
+// everything at most 2^62. Bad values are input errors, never a division by zero.
+void check_window(Ctx& c, size_t sd, std::vector<int64_t>& kernel, std::vector<int64_t>& strides,
+                  std::vector<int64_t>& dil, std::vector<int64_t>& pads) {
+  auto check = [&](std::vector<int64_t>& v, size_t n, int64_t lo, const char* what) {
+    if (v.size() > n) throw InputError(c.where() + ": " + what + " has " + std::to_string(v.size()) +
+                                       " entries for " + std::to_string(n));
+    for (int64_t x : v)
+      if (x < lo || x > kMaxDim) throw InputError(c.where() + ": " + what + " value " + std::to_string(x) + " out of range");
+  };
+  check(kernel, sd, -1, "kernel_shape");
+  check(strides, sd, 1, "strides");
+  check(dil, sd, 1, "dilations");
+  check(pads, 2 * sd, 0, "pads");
+  kernel.resize(sd, -1);
+  strides.resize(sd, 1);
+  dil.resize(sd, 1);
+  pads.resize(2 * sd, 0);
+}
+
+// An output extent computed in 128 bits; outside [0, 2^62] it is an input error.
+int64_t window_dim(Ctx& c, __int128 o) {
+  if (o < 0 || o > kMaxDim) throw InputError(c.where() + ": output size out of range");
+  return int64_t(o);
+}
+
 void rule_conv(Ctx& c) {
   const TensorInfo* x = c.in(0);
   const TensorInfo* w = c.in(1);
@@ -666,41 +693,49 @@ void rule_conv(Ctx& c) {
     return;
   }
   const size_t sd = x->shape.size() - 2;
+  const bool transposed = c.n.op_type == "ConvTranspose";
+  if (w->shape.size() < 2 || w->shape.size() != x->shape.size())
+    throw InputError(c.where() + ": weight of rank " + std::to_string(w->shape.size()) + " for an input of rank " +
+                     std::to_string(x->shape.size()));
   auto kernel = c.n.attr_ints("kernel_shape");
   if (kernel.empty())
-    for (size_t i = 0; i < sd; ++i) kernel.push_back(w->shape.size() > 2 + i && w->shape[2 + i].known() ? w->shape[2 + i].value : -1);
+    for (size_t i = 0; i < sd; ++i) kernel.push_back(w->shape[2 + i].known() ? w->shape[2 + i].value : -1);
   auto strides = c.n.attr_ints("strides");
   auto dil = c.n.attr_ints("dilations");
   auto pads = c.n.attr_ints("pads");
-  strides.resize(sd, 1);
-  dil.resize(sd, 1);
-  pads.resize(2 * sd, 0);
+  check_window(c, sd, kernel, strides, dil, pads);
   const std::string autopad = c.n.attr_s("auto_pad", "NOTSET");
-  const bool transposed = c.n.op_type == "ConvTranspose";
   Shape s{x->shape[0]};
   const int64_t group = c.n.attr_i("group", 1);
-  if (transposed) s.push_back(w->shape[1].known() ? Dim::of(w->shape[1].value * group) : Dim{});
+  if (group < 1 || group > kMaxDim) throw InputError(c.where() + ": group " + std::to_string(group) + " out of range");
+  if (transposed) s.push_back(w->shape[1].known() ? Dim::of(checked_mul(w->shape[1].value, group, c.where())) : Dim{});
   else s.push_back(w->shape[0]);
   auto out_pad = c.n.attr_ints("output_padding");
+  if (out_pad.size() > sd) throw InputError(c.where() + ": output_padding has too many entries");
+  for (int64_t v : out_pad)
+    if (v < 0 || v > kMaxDim) throw InputError(c.where() + ": output_padding value " + std::to_string(v) + " out of range");
   out_pad.resize(sd, 0);
   auto out_shape = c.n.attr_ints("output_shape");
+  if (!out_shape.empty() && out_shape.size() != sd)
+    throw InputError(c.where() + ": output_shape has " + std::to_string(out_shape.size()) + " entries for " + std::to_string(sd));
   for (size_t i = 0; i < sd; ++i) {
     const Dim& in = x->shape[2 + i];
     if (!in.known() || kernel[i] < 0) { s.push_back(Dim{}); continue; }
-    const int64_t k = (kernel[i] - 1) * dil[i] + 1;
-    int64_t o;
+    const __int128 k = __int128(kernel[i] - 1) * dil[i] + 1;
+    const __int128 n = in.value;
+    __int128 o;
     if (transposed) {
       if (!out_shape.empty()) o = out_shape[i];
-      else if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") o = in.value * strides[i];
-      else o = strides[i] * (in.value - 1) + out_pad[i] + k - pads[i] - pads[i + sd];
+      else if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") o = n * strides[i];
+      else o = __int128(strides[i]) * (n - 1) + out_pad[i] + k - pads[i] - pads[i + sd];
     } else if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") {
-      o = (in.value + strides[i] - 1) / strides[i];
+      o = (n + strides[i] - 1) / strides[i];
     } else if (autopad == "VALID") {
-      o = (in.value - k) / strides[i] + 1;
+      o = (n - k) / strides[i] + 1;
     } else {
-      o = (in.value + pads[i] + pads[i + sd] - k) / strides[i] + 1;
+      o = (n + pads[i] + pads[i + sd] - k) / strides[i] + 1;
     }
-    s.push_back(o >= 0 ? Dim::of(o) : Dim{});
+    s.push_back(o >= 0 ? Dim::of(window_dim(c, o)) : Dim{});
   }
   set_out(c, 0, c.n.op_type == "ConvInteger" ? DType::i32 : x->dtype, s);
 }
@@ -720,25 +755,25 @@ void rule_pool(Ctx& c) {
   auto strides = c.n.attr_ints("strides");
   auto pads = c.n.attr_ints("pads");
   auto dil = c.n.attr_ints("dilations");
-  kernel.resize(sd, 1);
-  strides.resize(sd, 1);
-  pads.resize(2 * sd, 0);
-  dil.resize(sd, 1);
+  check_window(c, sd, kernel, strides, dil, pads);
+  for (auto& k : kernel)
+    if (k < 0) k = 1;
   const bool ceil_mode = c.n.attr_i("ceil_mode", 0) != 0;
   const std::string autopad = c.n.attr_s("auto_pad", "NOTSET");
   for (size_t i = 0; i < sd; ++i) {
     const Dim& in = x->shape[2 + i];
     if (!in.known()) { s.push_back(Dim{}); continue; }
-    const int64_t k = (kernel[i] - 1) * dil[i] + 1;
-    int64_t o;
-    if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") o = (in.value + strides[i] - 1) / strides[i];
-    else if (autopad == "VALID") o = (in.value - k) / strides[i] + 1;
+    const __int128 k = __int128(kernel[i] - 1) * dil[i] + 1;
+    const __int128 n = in.value;
+    __int128 o;
+    if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") o = (n + strides[i] - 1) / strides[i];
+    else if (autopad == "VALID") o = (n - k) / strides[i] + 1;
     else {
-      const int64_t num = in.value + pads[i] + pads[i + sd] - k;
+      const __int128 num = n + pads[i] + pads[i + sd] - k;
       o = (ceil_mode ? (num + strides[i] - 1) / strides[i] : num / strides[i]) + 1;
-      if (ceil_mode && (o - 1) * strides[i] >= in.value + pads[i]) --o;
+      if (ceil_mode && (o - 1) * strides[i] >= n + pads[i]) --o;
     }
-    s.push_back(Dim::of(std::max<int64_t>(o, 0)));
+    s.push_back(Dim::of(window_dim(c, o < 0 ? 0 : o)));
   }
   set_out(c, 0, x->dtype, s);
   if (c.num_out() > 1) set_out(c, 1, DType::i64, s);
