@@ -68,7 +68,7 @@ Options parse_analysis_options(const Args& args) {
   if (opt.predictor != "neusight" && opt.predictor != "roofline")
     throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
   opt.weights_dir = args.get("--weights");
-  opt.timing = args.get("--timing", "eager");
+  opt.timing = args.get("--timing", "device");
   if (opt.timing != "eager" && opt.timing != "device")
     throw InputError("--timing: expected eager or device, got '" + opt.timing + "'");
   return opt;

@@ -32,10 +32,12 @@ struct Options {
   DType dtype = DType::undefined;  // undefined = auto (from the model's tensors)
   std::string predictor = "neusight";  // "neusight" | "roofline"
   std::string weights_dir;             // "" = built-in weights
-  // What the predicted kernel times include (precision.h): "eager" = PyTorch-eager per-op timing
-  // like the training data (framework dispatch in every small kernel), "device" = device time
-  // of back-to-back launches (CUDA graphs, TensorRT, profiler kernel durations).
-  std::string timing = "eager";
+  // What the predicted kernel times include (precision.h). "device" (the default for whole
+  // models): a model's kernels run back to back in one stream, so each launch overlaps the
+  // kernel before it and only device time adds up. "eager": every kernel as if timed alone
+  // from PyTorch, like the training data (framework dispatch in every small kernel); the
+  // `kernels` command always predicts in this convention.
+  std::string timing = "device";
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
 };
 
