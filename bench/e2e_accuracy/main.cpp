@@ -111,7 +111,7 @@ struct Mean {
 int main(int argc, char** argv) {
   std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
   std::string weights;
-  std::string timing = "eager";
+  std::string timing = "device";  // the product default for whole models
   bool per_class = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
     else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
     else if (a == "--no-per-class") per_class = false;
     else {
-      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing eager|device] [--no-per-class]\n");
+      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|eager] [--no-per-class]\n");
       return 2;
     }
   }
