@@ -119,6 +119,7 @@ int cmd_analyze(const Argv& argv) {
                     {"neusight.dtype", dtype_name(r.dtype)},
                     {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
                     {"neusight.predictor", r.predictor},
+                    {"neusight.timing", r.timing},
                     {"neusight.version", version()}};
     outputs.add(args.get("--out"),
                 [&](const std::string& tmp) { write_annotated(loaded, analysis.graph, ann, tmp); });

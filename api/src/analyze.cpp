@@ -104,6 +104,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   r.gpu = gpu;
   r.model_name = model.path.empty() ? model.graph.name : std::filesystem::path(model.path).filename().string();
   r.predictor = predictor->name();
+  if (options.predictor != "roofline") r.timing = options.timing;
   r.mode = options.mode;
   r.fusion = options.fusion;
   r.dtype = options.dtype != DType::undefined ? options.dtype : model_dtype(a.graph);

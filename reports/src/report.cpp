@@ -177,6 +177,7 @@ json report_json(const Report& r) {
   j["gpu_alias"] = r.gpu.alias();
   j["model"] = r.model_name;
   j["predictor"] = r.predictor;
+  if (!r.timing.empty()) j["timing"] = r.timing;
   j["mode"] = r.mode == Mode::training ? "training" : "inference";
   j["dtype"] = dtype_name(r.dtype);
   j["e2e_latency_ms"] = finite(r.e2e_latency_ms);

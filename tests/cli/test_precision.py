@@ -77,6 +77,9 @@ class TimingFlag(unittest.TestCase):
         eager = run_json(*args, "--timing", "eager")
         device = run_json(*args, "--timing", "device")
         self.assertLess(device["e2e_latency_ms"], eager["e2e_latency_ms"])
+        self.assertEqual((eager["timing"], device["timing"]), ("eager", "device"))
+        self.assertEqual(run_json(*args)["timing"], "device")  # the default for whole models
+        self.assertNotIn("timing", run_json(*args, "--predictor", "roofline"))
         ke, kd = kernels(eager), kernels(device)
         self.assertEqual(len(ke), len(kd))
         smaller = 0

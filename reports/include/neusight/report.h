@@ -37,6 +37,7 @@ struct Report {
   Gpu gpu;
   std::string model_name;
   std::string predictor;  // "neusight" | "roofline"
+  std::string timing;     // "device" | "eager" (NeuSight timing convention; "" for roofline)
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
   DType dtype = DType::f32;
