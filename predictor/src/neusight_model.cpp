@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <xtensor-blas/xlinalg.hpp>
 #include <xtensor/xadapt.hpp>
@@ -177,10 +178,17 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
     for (size_t l = 0; l < net.layers.size(); ++l) {
       const DenseLayer& L = net.layers[l];
       auto W = xt::adapt(L.w, std::vector<size_t>{size_t(L.in), size_t(L.out)});
-      auto b = xt::adapt(L.b, std::vector<size_t>{size_t(L.out)});
       xt::xtensor<double, 2> z = xt::linalg::dot(a, W);
-      z += b;
-      if (l + 1 < net.layers.size()) z = xt::maximum(z, 0.0);
+      // Bias and ReLU in one pass over the row-major result (xtensor's broadcasting stepper
+      // for `z += b` cost more than the product itself on large graphs).
+      const bool relu = l + 1 < net.layers.size();
+      double* zp = z.data();
+      const size_t out = size_t(L.out);
+      for (size_t i = 0; i < n; ++i, zp += out)
+        for (size_t j = 0; j < out; ++j) {
+          const double v = zp[j] + L.b[j];
+          zp[j] = relu ? std::max(v, 0.0) : v;
+        }
       a = std::move(z);
     }
     for (size_t i = 0; i < n; ++i) lat[i] += law_latency_ms(m.floor, f[i].base_ms, f[i].waves, &a(i, 0), nullptr);
@@ -235,7 +243,10 @@ ModelSet load_model_set(const std::string& dir) {
   if (!in) throw RuntimeError(path + ": cannot open the NeuSight weights (retrain with `neusight-onnx train`)");
   ModelSet m;
   try {
-    const json j = json::parse(in);
+    // Whole file into memory first: nlohmann's istream adapter reads a character at a time
+    // and made this 600 KB parse a visible part of every CLI run.
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const json j = json::parse(text);
     if (j.value("format", "") != "neusight-weights-7") throw RuntimeError("unknown format");
     if (j.contains("info"))
       for (auto& [k, v] : j["info"].items()) m.info[k] = v.is_string() ? v.get<std::string>() : v.dump();

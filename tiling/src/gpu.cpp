@@ -7,6 +7,7 @@
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #ifndef NEUSIGHT_INSTALL_DATA_DIR
@@ -118,7 +119,8 @@ json parse_json_file(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw InputError(path + ": cannot open");
   try {
-    return json::parse(f);
+    const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    return json::parse(text);
   } catch (const json::exception& e) {
     std::string msg = e.what();
     throw InputError(path + ": malformed JSON (" + msg.substr(msg.find(']') + 1 == std::string::npos ? 0 : msg.find(']') + 2) + ")");
