@@ -68,9 +68,9 @@ Options parse_analysis_options(const Args& args) {
   if (opt.predictor != "neusight" && opt.predictor != "roofline")
     throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
   opt.weights_dir = args.get("--weights");
-  opt.timing = args.get("--timing", "device");
-  if (opt.timing != "eager" && opt.timing != "device")
-    throw InputError("--timing: expected eager or device, got '" + opt.timing + "'");
+  const std::string timing = args.get("--timing", "device");
+  if (!parse_timing(timing, opt.timing))
+    throw InputError("--timing: expected eager or device, got '" + timing + "'");
   return opt;
 }
 

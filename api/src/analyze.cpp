@@ -17,13 +17,6 @@ const char* version() { return NEUSIGHT_VERSION; }
 
 namespace {
 
-std::unique_ptr<Predictor> make_timed_predictor(const Options& options) {
-  PrecisionOptions po;
-  if (!parse_timing(options.timing, po.timing))
-    throw InputError("--timing: expected eager or device, got '" + options.timing + "'");
-  return make_neusight_predictor(options.weights_dir, po);
-}
-
 // The dtype the model computes in: the most common float dtype among its weights and
 // inputs (fp32 when none).
 DType model_dtype(const Graph& g) {
@@ -89,7 +82,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
 
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
   std::unique_ptr<Predictor> predictor =
-      options.predictor == "roofline" ? make_roofline_predictor() : make_timed_predictor(options);
+      options.predictor == "roofline" ? make_roofline_predictor() : make_neusight_predictor(options.weights_dir, PrecisionOptions{options.timing});
   const auto& kernels = a.kernels.kernels;
   std::vector<Tiling> tilings;
   tilings.reserve(kernels.size());
@@ -104,7 +97,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   r.gpu = gpu;
   r.model_name = model.path.empty() ? model.graph.name : std::filesystem::path(model.path).filename().string();
   r.predictor = predictor->name();
-  if (options.predictor != "roofline") r.timing = options.timing;
+  if (options.predictor != "roofline") r.timing = timing_name(options.timing);
   r.mode = options.mode;
   r.fusion = options.fusion;
   r.dtype = options.dtype != DType::undefined ? options.dtype : model_dtype(a.graph);

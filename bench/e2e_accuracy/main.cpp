@@ -111,13 +111,13 @@ struct Mean {
 int main(int argc, char** argv) {
   std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
   std::string weights;
-  std::string timing = "device";  // the product default for whole models
+  Timing timing = Timing::device;  // the product default for whole models
   bool per_class = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shared" && i + 1 < argc) shared = argv[++i];
     else if (a == "--weights" && i + 1 < argc) weights = argv[++i];
-    else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
+    else if (a == "--timing" && i + 1 < argc && parse_timing(argv[i + 1], timing)) ++i;
     else if (a == "--no-per-class") per_class = false;
     else {
       std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|eager] [--no-per-class]\n");

@@ -84,6 +84,14 @@ inline std::vector<Kernel> of_phase(const KernelList& kl, Phase p) {
   return out;
 }
 
+// Total FLOPs of the GEMM kernels of one phase.
+inline double gemm_flops(const KernelList& kl, Phase p) {
+  double f = 0;
+  for (const auto& k : kl.kernels)
+    if (k.cls == KernelClass::gemm && k.phase == p) f += k.flops;
+  return f;
+}
+
 inline KernelList lower_with(const Graph& g, Fusion f, Mode m = Mode::inference) {
   LoweringOptions o;
   o.fusion = f;

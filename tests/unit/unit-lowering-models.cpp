@@ -12,6 +12,7 @@
 #include "neusight/model_builder.h"
 #include "neusight/opgraph.h"
 #include "neusight/shape_inference.h"
+#include "lowering_graph.h"
 #include "test_util.h"
 
 using namespace neusight;
@@ -37,13 +38,6 @@ KernelList lower_model(const ModelConfig& c, int64_t batch, int64_t seq, Mode mo
   o.fusion = fusion;
   o.opset = m.model.opset();
   return lower(g, o);
-}
-
-double gemm_flops(const KernelList& kl, Phase p) {
-  double f = 0;
-  for (const auto& k : kl.kernels)
-    if (k.cls == KernelClass::gemm && k.phase == p) f += k.flops;
-  return f;
 }
 
 // A kernel in the opgraph's words: "Linear M,N,K" / "BMM B,M,N,K" (dataset order) and
@@ -110,11 +104,11 @@ TEST_CASE("lowering: GPT-2 Large forward GEMM FLOPs equal 24*T*d^2 + 4*B*S^2*d p
   const KernelList kl = lower_model(c, B, S, Mode::training);
   const double T = double(B) * S, d = double(c.hidden);
   const double expected = double(c.layers) * (24.0 * T * d * d + 4.0 * B * double(S) * S * d) + 2.0 * T * d * double(c.vocab);
-  const double fwd = gemm_flops(kl, Phase::forward);
+  const double fwd = test::gemm_flops(kl, Phase::forward);
   CHECK(fwd == doctest::Approx(expected).epsilon(0.01));
   // Every GEMM operand is an activation or a parameter that needs a gradient: backward
   // GEMMs are exactly twice the forward ones.
-  CHECK(gemm_flops(kl, Phase::backward) == doctest::Approx(2 * fwd).epsilon(1e-12));
+  CHECK(test::gemm_flops(kl, Phase::backward) == doctest::Approx(2 * fwd).epsilon(1e-12));
   CHECK(kl.unknown_ops.empty());
 }
 
@@ -174,7 +168,7 @@ TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.co
   const KernelList eager = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference, Fusion::eager);
   const KernelList full = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference, Fusion::full);
   CHECK(full.kernels.size() < eager.kernels.size());
-  CHECK(gemm_flops(full, Phase::forward) == gemm_flops(eager, Phase::forward));
+  CHECK(test::gemm_flops(full, Phase::forward) == test::gemm_flops(eager, Phase::forward));
   // The eight-node tanh GELU is one kernel (the traced fusion run lists it as one fused op).
   int gelu_chains = 0;
   for (const auto& k : full.kernels)

@@ -5,6 +5,7 @@
 
 #include "neusight/neusight.h"
 #include "neusight/parallel.h"
+#include "lowering_graph.h"
 #include "test_util.h"
 
 using namespace neusight;
@@ -117,13 +118,6 @@ Analysis example_training(int64_t batch, const ParallelConfig& pc) {
   return prepare(m, o);
 }
 
-double gemm_flops(const KernelList& kl, Phase phase) {
-  double f = 0;
-  for (const auto& k : kl.kernels)
-    if (k.cls == KernelClass::gemm && k.phase == phase) f += k.flops;
-  return f;
-}
-
 }  // namespace
 
 TEST_CASE("parallel: Megatron roles and sharded kernels on GPT-2 small (12 layers)") {
@@ -147,8 +141,8 @@ TEST_CASE("parallel: Megatron roles and sharded kernels on GPT-2 small (12 layer
   const Analysis a1 = example_training(2, one), a4 = example_training(2, four);
   // Every GEMM of GPT-2 is split (QKV/fc columns, proj rows, attention heads, vocabulary
   // 50257 padded to 4 x 12565).
-  CHECK(gemm_flops(a4.kernels, Phase::forward) == doctest::Approx(gemm_flops(a1.kernels, Phase::forward) / 4).epsilon(1e-3));
-  CHECK(gemm_flops(a4.kernels, Phase::backward) == doctest::Approx(gemm_flops(a1.kernels, Phase::backward) / 4).epsilon(1e-3));
+  CHECK(test::gemm_flops(a4.kernels, Phase::forward) == doctest::Approx(test::gemm_flops(a1.kernels, Phase::forward) / 4).epsilon(1e-3));
+  CHECK(test::gemm_flops(a4.kernels, Phase::backward) == doctest::Approx(test::gemm_flops(a1.kernels, Phase::backward) / 4).epsilon(1e-3));
   int fwd_ar = 0, bwd_ar = 0;
   for (const auto& k : a4.kernels.kernels)
     if (k.cls == KernelClass::collective) {

@@ -14,6 +14,7 @@
 #include "neusight/lowering.h"
 #include "neusight/onnx_frontend.h"
 #include "neusight/parallel.h"
+#include "neusight/precision.h"
 #include "neusight/predictor.h"
 #include "neusight/report.h"
 #include "neusight/shape_inference.h"
@@ -37,7 +38,7 @@ struct Options {
   // kernel before it and only device time adds up. "eager": every kernel as if timed alone
   // from PyTorch, like the training data (framework dispatch in every small kernel); the
   // `kernels` command always predicts in this convention.
-  std::string timing = "device";
+  Timing timing = Timing::device;
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
 };
 
