@@ -9,9 +9,31 @@
 namespace neusight {
 namespace {
 
+// The learned fixed cost of a class (the law at base_ms = 0), when it is one constant: the
+// law's third output does not depend on the inputs when the last layer's weights into it are
+// zero (the trainer holds them there), and it is then the ensemble mean of
+// kMaxOverheadMs * sigmoid(bias). Returns a negative value when some net's o2 depends on its
+// inputs; the fixed cost must then be evaluated per kernel.
+double constant_fixed_cost_ms(const ClassModel& m) {
+  if (m.nets.empty()) return -1;
+  double sum = 0;
+  for (const UtilNet& n : m.nets) {
+    if (n.layers.empty()) return -1;
+    const DenseLayer& L = n.layers.back();
+    if (L.out != kNetOutputs) return -1;
+    for (int i = 0; i < L.in; ++i)
+      if (L.w[size_t(i) * kNetOutputs + 2] != 0.0) return -1;
+    const double o[kNetOutputs] = {0, 0, L.b[2]};
+    sum += law_latency_ms(m.floor, 0.0, 1.0, o, nullptr);
+  }
+  return sum / double(m.nets.size());
+}
+
 class NeusightPredictor final : public Predictor {
  public:
-  NeusightPredictor(ModelSet m, PrecisionOptions o) : m_(std::move(m)), o_(o) {}
+  NeusightPredictor(ModelSet m, PrecisionOptions o) : m_(std::move(m)), o_(o) {
+    for (int c = 0; c < kNumUtilClasses; ++c) fixed_ms_[c] = constant_fixed_cost_ms(m_.classes[c]);
+  }
 
   std::vector<Prediction> predict(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
                                   const Gpu& gpu) const override {
@@ -40,7 +62,7 @@ class NeusightPredictor final : public Predictor {
       if (!(f.base_ms > 0)) continue;
       members[int(c)].push_back(i);
       feats[int(c)].push_back(f);
-      if (device) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
+      if (device && fixed_ms_[int(c)] < 0) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
         f.base_ms = 0;
         feats[int(c)].push_back(f);
       }
@@ -49,12 +71,14 @@ class NeusightPredictor final : public Predictor {
       if (members[c].empty()) continue;
       std::vector<char> extra;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra);
-      const size_t step = device ? 2 : 1;
+      const bool per_kernel_fixed = device && fixed_ms_[c] < 0;
+      const size_t step = per_kernel_fixed ? 2 : 1;
       for (size_t j = 0; j < members[c].size(); ++j) {
         Prediction& p = out[members[c][j]];
         // Device timing swaps the learned fixed cost for the device floor where that cost is
         // larger; it never adds time: an isolated (eager) timing contains the device time.
-        const double fixed = device ? std::min(0.0, o_.device_floor_ms - lat[step * j + 1]) : 0.0;
+        const double learned_fixed = per_kernel_fixed ? lat[step * j + 1] : fixed_ms_[c];
+        const double fixed = device ? std::min(0.0, o_.device_floor_ms - learned_fixed) : 0.0;
         // Never faster than the roofline.
         p.latency_ms = std::max(lat[step * j] + fixed, p.roofline_ms);
         p.utilization = p.roofline_ms / p.latency_ms;
@@ -68,6 +92,7 @@ class NeusightPredictor final : public Predictor {
  private:
   ModelSet m_;
   PrecisionOptions o_;
+  double fixed_ms_[kNumUtilClasses];  // constant learned fixed cost per class, or < 0
 };
 
 }  // namespace
