@@ -102,6 +102,29 @@ TEST_CASE("tiling: split-K when the output has few tiles and k is long") {
   CHECK(many.config.split_k == 1);
 }
 
+TEST_CASE("tiling: ampere splits k only when the output leaves SMs idle, on the tile it would use unsplit") {
+  // cuBLAS on the A100: grid z 3-160 for outputs of under ~60 tiles with long k (Switch
+  // Transformer experts: 64 tokens, k = 16384), never for outputs that fill the 108 SMs.
+  const Gpu& g = GpuDatabase::builtin().resolve("a100-40gb");
+  const GemmCost& cost = TileTable::builtin().gemm_class(g.arch).cost;
+  const Tiling expert = tile_kernel(gemm_kernel(1, 64, 1024, 16384), g);
+  CHECK(expert.config.split_k > 1);
+  CHECK(ceil_div(16384, expert.config.split_k) >= cost.min_k_per_split);
+  const int64_t out = ceil_div(64, expert.config.tb_m) * ceil_div(1024, expert.config.tb_n);
+  CHECK(double(out) < cost.split_k_max_fill * g.num_sm);
+  // The same tile as without split-K: only the k split differs.
+  TileTable nosplit = TileTable::builtin();
+  for (auto& c : nosplit.classes) c.cost.max_split_k = 1;
+  const Tiling unsplit = tile_kernel(gemm_kernel(1, 64, 1024, 16384), g, nosplit);
+  CHECK(unsplit.tile == expert.tile);
+  CHECK(unsplit.config.split_k == 1);
+  // An output that fills the SMs is not split, however long k is.
+  const Tiling wide = tile_kernel(gemm_kernel(1, 2048, 4096, 16384), g);
+  CHECK(wide.config.split_k == 1);
+  // Short k is not split.
+  CHECK(tile_kernel(gemm_kernel(1, 64, 1024, 1024), g).config.split_k == 1);
+}
+
 TEST_CASE("tiling: tensor-core tiles keep the bytes per k step across precisions") {
   const Gpu& g = GpuDatabase::builtin().resolve("h100");
   const Tiling h = tile_kernel(gemm_kernel(1, 8192, 8192, 8192, DType::f16), g);
@@ -162,6 +185,18 @@ TEST_CASE("tiling: malformed tile tables are rejected with a clear message") {
             .cost.sm_waves);
   CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"sm_waves\": 1"), "t.json"),
                        doctest::Contains("sm_waves"), InputError);
+  CHECK(t.gemm_class("sm_80").cost.split_k_max_fill == 0);  // optional: no limit by default
+  CHECK(!t.gemm_class("sm_80").cost.split_after_tile);
+  const TileTable fill = TileTable::parse(
+      broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_fill\": 0.5, \"split_after_tile\": true"), "t.json");
+  CHECK(fill.gemm_class("sm_80").cost.split_k_max_fill == 0.5);
+  CHECK(fill.gemm_class("sm_80").cost.split_after_tile);
+  CHECK_THROWS_WITH_AS(
+      TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_fill\": -1"), "t.json"),
+      doctest::Contains("split_k_max_fill"), InputError);
+  CHECK_THROWS_WITH_AS(
+      TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_after_tile\": 1"), "t.json"),
+      doctest::Contains("split_after_tile"), InputError);
   CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"layernorm\"", "\"layer_norm\""), "t.json"),
                        doctest::Contains("layernorm"), InputError);
 }
@@ -201,8 +236,8 @@ TEST_CASE("tiling: derived tiles match cuBLAS on the unseen A100 80GB test rows"
   // The tile table was never fitted on these rows.
   const Agreement a = agreement({"test/linear.csv", "test/bmm.csv"}, "NVIDIA A100 80GB PCIe");
   REQUIRE(a.rows > 3000);
-  CHECK(a.tile() > 0.8);   // 87.4% when written
-  CHECK(a.count() > 0.8);  // 88.8% when written
+  CHECK(a.tile() > 0.8);   // 87.4% when written, 87.5% with ampere's small-output split-K
+  CHECK(a.count() > 0.8);  // 88.8% when written, 88.4% with ampere's small-output split-K
 }
 
 TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their training rows") {

@@ -93,6 +93,8 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   c.min_k_per_split = positive(j, "min_k_per_split", what);
   c.max_split_k = static_cast<int>(positive(j, "max_split_k", what));
   c.sm_waves = flag(j, "sm_waves", false, what);
+  c.split_k_max_fill = j.contains("split_k_max_fill") ? positive(j, "split_k_max_fill", what) : 0;
+  c.split_after_tile = flag(j, "split_after_tile", false, what);
   return c;
 }
 
@@ -142,6 +144,7 @@ struct Choice {
   int split = 1;
   int64_t tb_k = 8, bps = 1;
   double time = std::numeric_limits<double>::infinity();
+  double rank = std::numeric_limits<double>::infinity();  // what candidates are compared by
 };
 
 Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
@@ -166,7 +169,10 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     const int64_t bps = blocks_per_sm(c, gpu, in_bytes, tb_k);
     const double tm = double(c.config.tb_m), tn = double(c.config.tb_n);
     const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
-    const int max_split = (batched || !c.split_k) ? 1 : std::max(1, cost.max_split_k);
+    const bool fills = cost.split_k_max_fill > 0 && double(out_tiles) >= cost.split_k_max_fill * sm;
+    const int max_split = (batched || !c.split_k || fills) ? 1 : std::max(1, cost.max_split_k);
+    Choice mine;  // this candidate's best split
+    double unsplit = 0;
     for (int split = 1; split <= max_split; ++split) {
       const int64_t kper = ceil_div(s.k, split);
       if (split > 1 && double(kper) < cost.min_k_per_split) break;
@@ -179,8 +185,12 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
       const double per_sm = cost.sm_waves ? double(ceil_div(tiles, gpu.num_sm)) : waves * double(bps);
       double time = per_sm * std::max(t_compute, t_memory) + (cost.sm_waves ? per_sm : waves) * cost.tile_overhead_us * 1e-6;
       if (split > 1) time += cost.split_k_overhead_us * 1e-6 + (split + 1) * double(s.batch * s.m * s.n) * 4.0 / bw;
-      if (time < best.time) best = Choice{&c, split, tb_k, bps, time};
+      if (split == 1) unsplit = time;
+      if (time < mine.time) mine = Choice{&c, split, tb_k, bps, time, time};
     }
+    // split_after_tile: the tile is ranked by its unsplit time, then split as it likes best.
+    mine.rank = cost.split_after_tile ? unsplit : mine.time;
+    if (mine.cand && mine.rank < best.rank) best = mine;
   }
   Tiling t;
   t.config = best.cand->config;

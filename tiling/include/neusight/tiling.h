@@ -75,6 +75,14 @@ struct GemmCost {
   // tile_overhead_us, which makes split-K factors that fill whole waves (tiles x split a
   // multiple of the SMs) the cheap ones.
   bool sm_waves = false;
+  // Split k only when the output tiles fill less than this share of one wave of SMs
+  // (out tiles < split_k_max_fill x SMs; 0: no such limit). cuBLAS on Ampere splits small
+  // outputs with long k (grid z 3-160 at under ~60 output tiles on the 108-SM A100) and never
+  // outputs that fill the SMs.
+  double split_k_max_fill = 0;
+  // true: the tile is chosen by its cost without split-K, and only then split (k split
+  // factor by the same cost); false: tile and split factor are chosen together.
+  bool split_after_tile = false;
 };
 
 struct GemmClass {
