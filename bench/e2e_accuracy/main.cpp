@@ -11,6 +11,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct Run {
   int64_t seq = 0, batch = 0;
   bool fusion = false;
   double measured_ms = 0, measured_fw = 0, measured_bw = 0;
+  int64_t num_layer = 0;
   fs::path label_csv, opgraph_csv;
 };
 
@@ -69,7 +71,8 @@ std::string our_class(const Kernel& k) {
     case KernelClass::gemm: return k.gemm.batch > 1 ? "bmm" : "linear";
     case KernelClass::softmax: return "softmax";
     case KernelClass::layernorm: return "layernorm";
-    case KernelClass::elementwise: return "elementwise";
+    case KernelClass::elementwise:
+    case KernelClass::reduce: return "elementwise";  // predicted as streaming kernels
     case KernelClass::memory: return "memory";
     default: return "other";
   }
@@ -106,6 +109,50 @@ struct Mean {
   }
 };
 
+// What the per-op CSV says the whole run takes: the traced layer's operators times
+// num_layer plus the rest (embeddings, head), as measured (raw) and with the per-op timing
+// floor removed. The floor is the median forward time of the traced operators that launch
+// no kernel (FwOps empty: size, view, getitem of shapes...), about 6-13 us: what timing one
+// PyTorch call costs whatever it does. Corrected, every timed entry loses the floor and
+// operators without kernels that take at most twice the floor are dropped.
+struct PerOpSum {
+  double raw = 0, corrected = 0, raw_fw = 0, corrected_fw = 0, floor_ms = 0;
+};
+
+PerOpSum per_op_sum(const fs::path& label_csv, const fs::path& opgraph_csv, int64_t num_layer) {
+  static const std::regex layer0(R"(\.(h|layer|layers|block)\.0[./'])");
+  std::map<std::string, bool> no_kernel;
+  for (auto& row : read_csv_records(opgraph_csv.string())) no_kernel[row["Name"]] = row["FwOps"] == "[]";
+  auto rows = read_csv_records(label_csv.string());
+  std::vector<double> idle;
+  for (auto& row : rows) {
+    auto it = no_kernel.find(row["Name"]);
+    const double fw = std::atof(row["fw_latency"].c_str());
+    if (it != no_kernel.end() && it->second && fw > 0) idle.push_back(fw);
+  }
+  PerOpSum s;
+  if (!idle.empty()) {
+    std::nth_element(idle.begin(), idle.begin() + idle.size() / 2, idle.end());
+    s.floor_ms = idle[idle.size() / 2];
+  }
+  for (auto& row : rows) {
+    const double w = std::regex_search(row["meta"], layer0) ? double(num_layer) : 1.0;
+    auto it = no_kernel.find(row["Name"]);
+    const bool none = it == no_kernel.end() || it->second;
+    for (const char* ph : {"fw", "bw", "acc"}) {
+      const double v = std::atof(row[std::string(ph) + "_latency"].c_str());
+      if (v <= 0) continue;
+      const bool fw = ph[0] == 'f';
+      s.raw += w * v;
+      if (fw) s.raw_fw += w * v;
+      if (none && v <= 2 * s.floor_ms) continue;
+      s.corrected += w * std::max(v - s.floor_ms, 0.0);
+      if (fw) s.corrected_fw += w * std::max(v - s.floor_ms, 0.0);
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -113,14 +160,25 @@ int main(int argc, char** argv) {
   std::string weights;
   Timing timing = Timing::device;  // the product default for whole models
   bool per_class = true;
+  std::optional<Fusion> force_fusion;  // --fusion: every run with this grouping
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shared" && i + 1 < argc) shared = argv[++i];
     else if (a == "--weights" && i + 1 < argc) weights = argv[++i];
     else if (a == "--timing" && i + 1 < argc && parse_timing(argv[i + 1], timing)) ++i;
     else if (a == "--no-per-class") per_class = false;
+    else if (a == "--fusion" && i + 1 < argc) {
+      const std::string f = argv[++i];
+      if (f == "none") force_fusion = Fusion::none;
+      else if (f == "eager") force_fusion = Fusion::eager;
+      else if (f == "full") force_fusion = Fusion::full;
+      else {
+        std::fprintf(stderr, "e2e_accuracy: --fusion %s: expected none, eager or full\n", f.c_str());
+        return 2;
+      }
+    }
     else {
-      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|eager] [--no-per-class]\n");
+      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|eager] [--fusion none|eager|full] [--no-per-class]\n");
       return 2;
     }
   }
@@ -143,6 +201,7 @@ int main(int argc, char** argv) {
       r->measured_fw = j.value("fw_latency", 0.0);
       r->measured_bw = j.value("bwall_latency", 0.0);
       r->measured_ms = j.value("e2e_latency", 0.0);
+      if (j.contains("num_layer") && j["num_layer"].is_number_integer()) r->num_layer = j["num_layer"].get<int64_t>();
       r->label_csv = f.path().parent_path() / (r->stem + ".csv");
       r->opgraph_csv = data / "e2e" / "opgraph" / (r->stem + ".csv");
       runs.push_back(*r);
@@ -162,7 +221,11 @@ int main(int argc, char** argv) {
   }
   const bool have_ns = ns_status == "available";
   std::printf("e2e_accuracy: %zu single-GPU runs from %s\n", runs.size(), labels.c_str());
-  std::printf("FP32, PyTorch eager (fusion runs: --fusion full); NeuSight predictor %s\n\n", ns_status.c_str());
+  std::printf("FP32, PyTorch eager (%s); NeuSight predictor %s\n\n",
+              !force_fusion ? "fusion runs: --fusion full"
+              : *force_fusion == Fusion::none ? "every run --fusion none"
+              : *force_fusion == Fusion::eager ? "every run --fusion eager" : "every run --fusion full",
+              ns_status.c_str());
   std::printf("%-8s %-11s %-5s %5s %3s %-6s %11s %11s %7s %11s %7s\n", "gpu", "model", "mode", "seq", "bs", "fusion",
               "measured", "neusight", "err%", "roofline", "err%");
 
@@ -171,6 +234,8 @@ int main(int argc, char** argv) {
   // per class: [class][gpu] -> (pred, measured) sums over runs with per-op CSVs
   std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum;
   std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum_rf;
+  std::vector<std::string> bound_lines;
+  std::map<std::string, std::pair<Mean, Mean>> bound_mean;  // [mode] -> raw, corrected
   for (const auto& r : runs) {
     try {
       if (!configs.count(r.model))
@@ -184,7 +249,7 @@ int main(int argc, char** argv) {
       o.dims.batch = r.batch;
       o.dims.seq = r.seq;
       o.mode = r.mode == "training" ? Mode::training : Mode::inference;
-      o.fusion = r.fusion ? Fusion::full : Fusion::eager;
+      o.fusion = force_fusion ? *force_fusion : r.fusion ? Fusion::full : Fusion::eager;
       o.dtype = DType::f32;
       o.weights_dir = weights;
       o.timing = timing;
@@ -209,12 +274,29 @@ int main(int argc, char** argv) {
       mean[group]["roofline"].add(err_pct(rf.e2e_latency_ms, r.measured_ms));
       std::printf("%-8s %-11s %-5s %5lld %3lld %-6s %11.1f %s %s %11.1f %+7.1f\n", short_gpu(r.gpu_dir).c_str(),
                   r.model.c_str(), r.mode == "training" ? "train" : "inf", (long long)r.seq, (long long)r.batch,
-                  r.fusion ? "full" : "eager", r.measured_ms, nsb, nse, rf.e2e_latency_ms,
+                  o.fusion == Fusion::full ? "full" : o.fusion == Fusion::none ? "none" : "eager", r.measured_ms, nsb, nse,
+                  rf.e2e_latency_ms,
                   err_pct(rf.e2e_latency_ms, r.measured_ms));
       if (r.mode == "training") {
         const Report& p = ns ? *ns : rf;
         std::printf("%-44s fw %.1f / %.1f  bw+update %.1f / %.1f  (predicted / measured, %s)\n", "", p.forward_ms,
                     r.measured_fw, p.backward_ms + p.update_ms, r.measured_bw, p.predictor.c_str());
+      }
+
+      // The measurement bound: per-op CSV sum against the end-to-end label.
+      if (!r.fusion && fs::exists(r.label_csv) && fs::exists(r.opgraph_csv) && r.num_layer > 0) {
+        const PerOpSum s = per_op_sum(r.label_csv, r.opgraph_csv, r.num_layer);
+        char b[256];
+        int n = std::snprintf(b, sizeof b, "%-8s %-11s %-5s %5lld %3lld  %5.1f us %10.1f %+7.1f %10.1f %+7.1f",
+                              short_gpu(r.gpu_dir).c_str(), r.model.c_str(), r.mode == "training" ? "train" : "inf",
+                              (long long)r.seq, (long long)r.batch, 1000 * s.floor_ms, s.raw,
+                              err_pct(s.raw, r.measured_ms), s.corrected, err_pct(s.corrected, r.measured_ms));
+        if (r.mode == "training" && r.measured_fw > 0 && n > 0)
+          std::snprintf(b + n, sizeof b - size_t(n), "   fw %+6.1f -> %+6.1f", err_pct(s.raw_fw, r.measured_fw),
+                        err_pct(s.corrected_fw, r.measured_fw));
+        bound_lines.push_back(b);
+        bound_mean[r.mode].first.add(err_pct(s.raw, r.measured_ms));
+        bound_mean[r.mode].second.add(err_pct(s.corrected, r.measured_ms));
       }
 
       // Per kernel class on the traced one-layer model (the per-op CSV's scope).
@@ -253,6 +335,18 @@ int main(int argc, char** argv) {
   std::printf("\nmean |error|          neusight            roofline\n");
   for (const char* g : {"inference", "training", "fusion"})
     std::printf("%-16s %20s %20s\n", g, mean[g]["neusight"].str().c_str(), mean[g]["roofline"].str().c_str());
+
+  if (!bound_lines.empty()) {
+    std::printf("\nMeasurement bound: the per-op CSV (traced layer x num_layer + the rest) against the label;\n"
+                "corrected = the per-op timing floor (median time of traced calls that launch no kernel)\n"
+                "removed from every timed entry, kernel-less calls within twice the floor dropped\n");
+    std::printf("%-8s %-11s %-5s %5s %3s  %8s %10s %7s %10s %7s\n", "gpu", "model", "mode", "seq", "bs", "floor",
+                "per-op ms", "err%", "corrected", "err%");
+    for (const auto& l : bound_lines) std::printf("%s\n", l.c_str());
+    for (auto& [m, v] : bound_mean)
+      std::printf("mean |per-op - label| %-9s raw %s  corrected %s\n", m.c_str(), v.first.str().c_str(),
+                  v.second.str().c_str());
+  }
 
   if (per_class && !cls_sum.empty()) {
     auto table = [&](const char* title, auto& sums) {

@@ -104,6 +104,30 @@ struct Backward {
       if (s.batch == 1) make({1, s.n, s.k, s.m}, "grad weight");
       else make({s.batch, s.k, s.n, s.m}, "grad B");
     }
+    // addmm's bias gradient: autograd sums the output gradient over the rows (sum_to the
+    // bias shape), one reduction kernel reading dC and writing the bias gradient. Unfused,
+    // the bias Add's broadcast operand gives the same kernel (elementwise()).
+    if (f.epilogue == "bias" && reads_param(f)) {
+      Kernel k = vec(f, KernelClass::reduce, "sum", 1, s.n, s.batch * s.m);
+      k.bytes = (double(s.batch) * s.m * s.n + double(s.n)) * eb;
+      push(f, k, "grad bias (sum over rows)");
+    }
+  }
+
+  // Does the kernel (or a node fused into it) read a trainable parameter directly?
+  bool reads_param(const Kernel& f) const {
+    auto check = [&](int ni) {
+      if (ni < 0 || static_cast<size_t>(ni) >= g.nodes.size()) return false;
+      for (const auto& in : g.nodes[static_cast<size_t>(ni)].inputs) {
+        const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+        if (t && t->is_initializer && rg.count(in)) return true;
+      }
+      return false;
+    };
+    if (check(f.node)) return true;
+    for (int ni : f.fused_nodes)
+      if (check(ni)) return true;
+    return false;
   }
 
   void elementwise(const Kernel& f, const Node& n) {
@@ -165,8 +189,14 @@ struct Backward {
     if (f.op == "where") {
       for (size_t i = 1; i < n.inputs.size(); ++i) {
         const TensorInfo* t = n.inputs[i].empty() ? nullptr : g.find(n.inputs[i]);
-        if (t && numel(t) > 1 && rg.count(n.inputs[i]))
-          push(f, vec(f, KernelClass::memory, "where_grad", 2, f.rows, f.cols), "grad of where");
+        if (t && numel(t) > 1 && rg.count(n.inputs[i])) {
+          // where(cond, dy, 0): reads the output gradient and the (broadcast, 1-byte)
+          // condition, writes the operand's gradient.
+          Kernel k = vec(f, KernelClass::memory, "where_grad", 1, f.rows, f.cols);
+          const TensorInfo* cond = g.find(n.inputs[0]);
+          if (cond) k.bytes += double(numel(cond)) * elem_bytes(cond->dtype);
+          push(f, k, "grad of where");
+        }
       }
       return;
     }
@@ -196,8 +226,18 @@ struct Backward {
           push(f, k, "grad of softmax");
         }
         break;
-      case KernelClass::layernorm:  // a mul over the input (the affine grads are the updates)
+      case KernelClass::layernorm:
+        // PyTorch's layer_norm backward: the input gradient (a pass reading dy and x, traced
+        // as a VECmul) and, when the norm has an affine weight/bias, GammaBetaBackward, a
+        // column reduction of dy and dy*x-hat over the rows (reads dy and x, writes one
+        // gradient row per affine parameter).
         push(f, vec(f, KernelClass::elementwise, "mul", 2, f.rows, f.cols), "grad of " + f.op);
+        if (reads_param(f)) {
+          Kernel k = vec(f, KernelClass::reduce, "sum", 2, f.cols, f.rows);
+          k.flops = 2.0 * double(f.rows) * double(f.cols);
+          k.bytes = (2.0 * double(f.rows) * double(f.cols) + 2.0 * double(f.cols)) * elem_bytes(f.dtype);
+          push(f, k, "grad of " + f.op + " weight and bias");
+        }
         break;
       case KernelClass::reduce:  // the gradient broadcast back over the input
         push(f, vec(f, KernelClass::elementwise, "expand", 1, f.rows, f.cols), "grad of " + f.op);

@@ -233,11 +233,12 @@ void add_vector_rules(RuleTable& r) {
   for (const char* op : {"MaxPool", "AveragePool", "LpPool"}) r[op] = lower_pool;
   r["Dropout"] = [](LowerCtx& c) {
     // Inference: identity (no kernel). Training: a mask-and-scale pass, which the traced
-    // opgraphs count as a memory op.
+    // opgraphs count as a memory op; PyTorch's native_dropout also writes the keep mask
+    // (torch.bool, one byte per element) that the backward pass reads.
     if (c.opt.mode != Mode::training) return;
     Kernel k = c.base(KernelClass::memory, "dropout");
     rows_cols(c.outp(0), k.rows, k.cols);
-    k.bytes = 2.0 * double(numel(c.outp(0))) * elem_bytes(k.dtype);
+    k.bytes = (2.0 * elem_bytes(k.dtype) + 1.0) * double(numel(c.outp(0)));
     c.out.push_back(k);
   };
 }

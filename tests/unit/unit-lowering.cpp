@@ -450,3 +450,40 @@ TEST_CASE("lowering: training passes add gradients through, sums broadcast ones,
   CHECK(bw["dropout_grad"] == 2);      // as traced: two MEM ops
   CHECK(bw.count("transpose_grad") == 0);  // permute + contiguous: back through a view
 }
+
+TEST_CASE("lowering: training reduces addmm's bias gradient and layernorm's affine gradients, where reads dy and the mask") {
+  IrGraph b;
+  // x -> LayerNorm(gamma, beta) -> MatMul + bias (addmm) -> Where(mask, s, -inf) -> Relu.
+  b.input("x", {64, 32});
+  Node& ln = b.node("LayerNormalization", {"x", b.w("gamma", {32}), b.w("beta", {32})}, {b.t("n", {64, 32})});
+  ln.attributes["axis"] = test::attr_int(-1);
+  b.node("MatMul", {"n", b.w("w", {32, 48})}, {b.t("h", {64, 48})});
+  b.node("Add", {"h", b.w("bias", {48})}, {b.t("s", {64, 48})});
+  b.input("mask", {1, 48}, DType::boolean);
+  b.node("Where", {"mask", "s", b.w("ninf", {1})}, {b.t("m", {64, 48})});
+  b.node("Relu", {"m"}, {b.t("y", {64, 48})});
+  const KernelList kl = lower_with(b.g, Fusion::eager, Mode::training);
+  std::vector<Kernel> sums;
+  for (const auto& k : kl.kernels)
+    if (k.phase == Phase::backward && k.cls == KernelClass::reduce) sums.push_back(k);
+  REQUIRE(sums.size() == 2);
+  // addmm backward: grad input, grad weight and sum_to(bias) over the 64 rows.
+  CHECK(sums[0].note == "grad bias (sum over rows)");
+  CHECK(sums[0].rows == 48);
+  CHECK(sums[0].cols == 64);
+  CHECK(sums[0].bytes == (64.0 * 48 + 48) * 4);
+  // layer_norm backward: the input gradient (mul) and GammaBetaBackward, a column reduction
+  // reading dy and x and writing the gamma and beta gradients.
+  CHECK(sums[1].rows == 32);
+  CHECK(sums[1].cols == 64);
+  CHECK(sums[1].bytes == (2.0 * 64 * 32 + 2 * 32) * 4);
+  CHECK(of_class(kl, KernelClass::elementwise, Phase::backward).size() == 2);  // relu_grad, ln mul
+  // where: the selected operand's gradient reads dy and the broadcast 1-byte mask.
+  int wheres = 0;
+  for (const auto& k : kl.kernels)
+    if (k.op == "where_grad") {
+      ++wheres;
+      CHECK(k.bytes == 2.0 * 64 * 48 * 4 + 48);
+    }
+  CHECK(wheres == 1);
+}
