@@ -113,7 +113,7 @@ int cmd_analyze(const Argv& argv) {
     const Report& r = reports.front();
     AnnotatedWrite ann;
     ann.nodes.reserve(r.nodes.size());
-    for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n)});
+    for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n), n.latency_ms});
     ann.metadata = {{"neusight.gpu", r.gpu.name},
                     {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
                     {"neusight.dtype", dtype_name(r.dtype)},

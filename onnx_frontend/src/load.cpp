@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <functional>
 #include <algorithm>
@@ -173,9 +174,93 @@ std::shared_ptr<TensorInfo> tensor_from_proto(const onnx::TensorProto& tp) {
   return t;
 }
 
-void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::string& what);
+// Model-local functions (ModelProto.functions), by domain and name. A node that calls one is
+// replaced in the IR by the function's body (inlined), like onnxruntime and TensorRT do:
+// the body's kernels are what a GPU runs.
+struct FunctionTable {
+  std::unordered_map<std::string, const onnx::FunctionProto*> by_key;
+  static std::string key(const std::string& domain, const std::string& name) {
+    return (domain == "ai.onnx" ? std::string() : domain) + '\0' + name;
+  }
+  const onnx::FunctionProto* find(const std::string& domain, const std::string& name) const {
+    if (by_key.empty()) return nullptr;
+    auto it = by_key.find(key(domain, name));
+    return it == by_key.end() ? nullptr : it->second;
+  }
+};
 
-Attribute convert_attribute(const onnx::AttributeProto& ap, int depth, const std::string& what) {
+// Renames the outer-scope names a subgraph reads (If/Loop/Scan bodies inside a function).
+void rename_in_subgraph(onnx::GraphProto& g, const std::unordered_map<std::string, std::string>& ren) {
+  for (auto& n : *g.mutable_node()) {
+    for (auto& in : *n.mutable_input()) {
+      auto it = ren.find(in);
+      if (it != ren.end()) in = it->second;
+    }
+    for (auto& a : *n.mutable_attribute()) {
+      if (a.has_g()) rename_in_subgraph(*a.mutable_g(), ren);
+      for (auto& sg : *a.mutable_graphs()) rename_in_subgraph(sg, ren);
+    }
+  }
+  for (auto& o : *g.mutable_output()) {
+    auto it = ren.find(o.name());
+    if (it != ren.end()) o.set_name(it->second);
+  }
+}
+
+// The body of function `f` as called by node `call` (named `call_name` in the IR): formal
+// inputs and outputs bound to the call's names (missing optional ones to ""), every internal
+// name and node name prefixed with "<call_name>/", attribute references (ref_attr_name)
+// resolved from the call's attributes (left out when the call does not set them).
+std::vector<onnx::NodeProto> expand_call(const onnx::NodeProto& call, const onnx::FunctionProto& f,
+                                         const std::string& call_name) {
+  const std::string prefix = call_name + "/";
+  std::unordered_map<std::string, std::string> ren;
+  for (int i = 0; i < f.input_size(); ++i) ren[f.input(i)] = i < call.input_size() ? call.input(i) : std::string();
+  for (int i = 0; i < f.output_size(); ++i)
+    ren[f.output(i)] = i < call.output_size() && !call.output(i).empty() ? call.output(i) : prefix + f.output(i);
+  for (const auto& n : f.node())
+    for (const auto& o : n.output())
+      if (!o.empty() && !ren.count(o)) ren[o] = prefix + o;
+  std::unordered_map<std::string, const onnx::AttributeProto*> call_attrs;
+  for (const auto& a : call.attribute()) call_attrs[a.name()] = &a;
+  std::vector<onnx::NodeProto> body;
+  body.reserve(static_cast<size_t>(f.node_size()));
+  int idx = 0;
+  for (const auto& src : f.node()) {
+    onnx::NodeProto n;
+    n.set_op_type(src.op_type());
+    n.set_domain(src.domain());
+    n.set_doc_string(src.doc_string());
+    n.set_name(prefix + (src.name().empty() ? src.op_type() + "_" + std::to_string(idx) : src.name()));
+    for (const auto& in : src.input()) {
+      auto it = ren.find(in);
+      n.add_input(it == ren.end() ? in : it->second);
+    }
+    for (const auto& o : src.output()) n.add_output(o.empty() ? o : ren.at(o));
+    for (const auto& a : src.attribute()) {
+      if (!a.ref_attr_name().empty()) {
+        auto it = call_attrs.find(a.ref_attr_name());
+        if (it == call_attrs.end()) continue;
+        onnx::AttributeProto* b = n.add_attribute();
+        *b = *it->second;
+        b->set_name(a.name());
+        continue;
+      }
+      onnx::AttributeProto* b = n.add_attribute();
+      *b = a;
+      if (b->has_g()) rename_in_subgraph(*b->mutable_g(), ren);
+      for (auto& sg : *b->mutable_graphs()) rename_in_subgraph(sg, ren);
+    }
+    body.push_back(std::move(n));
+    ++idx;
+  }
+  return body;
+}
+
+void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::string& what, const FunctionTable& fns);
+
+Attribute convert_attribute(const onnx::AttributeProto& ap, int depth, const std::string& what,
+                            const FunctionTable& fns) {
   Attribute a;
   switch (ap.type()) {
     case onnx::AttributeProto::FLOAT: a.kind = Attribute::Kind::f; a.f = ap.f(); break;
@@ -188,7 +273,7 @@ Attribute convert_attribute(const onnx::AttributeProto& ap, int depth, const std
     case onnx::AttributeProto::GRAPH:
       a.kind = Attribute::Kind::g;
       a.graphs.push_back(std::make_shared<Graph>());
-      convert_graph(ap.g(), *a.graphs.back(), depth + 1, what);
+      convert_graph(ap.g(), *a.graphs.back(), depth + 1, what, fns);
       break;
     case onnx::AttributeProto::FLOATS:
       a.kind = Attribute::Kind::floats;
@@ -206,7 +291,7 @@ Attribute convert_attribute(const onnx::AttributeProto& ap, int depth, const std
       a.kind = Attribute::Kind::graphs;
       for (const auto& sg : ap.graphs()) {
         a.graphs.push_back(std::make_shared<Graph>());
-        convert_graph(sg, *a.graphs.back(), depth + 1, what);
+        convert_graph(sg, *a.graphs.back(), depth + 1, what, fns);
       }
       break;
     default:
@@ -275,7 +360,7 @@ void topo_sort(Graph& g, const std::string& what) {
   g.nodes = std::move(nodes);
 }
 
-void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::string& what) {
+void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::string& what, const FunctionTable& fns) {
   if (depth > kMaxSubgraphDepth) throw InputError(what + ": subgraphs nested too deeply");
   g.name = gp.name();
   for (const auto& tp : gp.initializer()) {
@@ -319,26 +404,51 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
   for (const auto& in : gp.input()) produced.insert(in.name());
   for (const auto& in : gp.initializer()) produced.insert(in.name());
   for (const auto& sp : gp.sparse_initializer()) produced.insert(sp.values().name());
+  // Bodies of inlined function calls: kept alive (stable addresses) while `produced` views them.
+  std::deque<onnx::NodeProto> expanded;
+  std::vector<const onnx::FunctionProto*> calling;  // the function-call stack (recursion check)
+  // Adds one node, or the body of the function it calls (recursively).
+  std::function<void(const onnx::NodeProto&, const std::string&, const std::string&)> add_node =
+      [&](const onnx::NodeProto& np, const std::string& fallback_name, const std::string& inlined_from) {
+        std::string name = np.name();
+        if (name.empty() || names.count(name)) name = fallback_name;
+        while (names.count(name)) name += "_";
+        names.insert(name);
+        if (const onnx::FunctionProto* f = fns.find(np.domain(), np.op_type())) {
+          if (std::find(calling.begin(), calling.end(), f) != calling.end())
+            throw InputError(what + ": function '" + f->name() + "' calls itself (node '" + name + "')");
+          if (calling.size() >= size_t(kMaxSubgraphDepth))
+            throw InputError(what + ": function calls nested too deeply (node '" + name + "')");
+          calling.push_back(f);
+          const std::string outer = inlined_from.empty() ? name : inlined_from;
+          for (auto& body_node : expand_call(np, *f, name)) {
+            expanded.push_back(std::move(body_node));
+            const onnx::NodeProto& b = expanded.back();
+            add_node(b, b.name(), outer);
+          }
+          calling.pop_back();
+          return;
+        }
+        Node n;
+        n.op_type = np.op_type();
+        n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
+        n.name = std::move(name);
+        n.inlined_from = inlined_from;
+        n.inputs.assign(np.input().begin(), np.input().end());
+        n.outputs.assign(np.output().begin(), np.output().end());
+        for (const auto& o : np.output()) {
+          if (o.empty()) continue;
+          if (!produced.insert(o).second)
+            throw InputError(what + ": tensor '" + o + "' is produced twice (node '" + n.name + "')");
+          g.tensor(o);
+        }
+        for (const auto& ap : np.attribute()) n.attributes[ap.name()] = convert_attribute(ap, depth, what, fns);
+        n.doc_string = np.doc_string();
+        g.nodes.push_back(std::move(n));
+      };
   int idx = 0;
   for (const auto& np : gp.node()) {
-    Node n;
-    n.op_type = np.op_type();
-    n.domain = np.domain() == "ai.onnx" ? "" : np.domain();
-    n.name = np.name();
-    if (n.name.empty() || names.count(n.name)) n.name = n.op_type + "_" + std::to_string(idx);
-    while (names.count(n.name)) n.name += "_";
-    names.insert(n.name);
-    n.inputs.assign(np.input().begin(), np.input().end());
-    n.outputs.assign(np.output().begin(), np.output().end());
-    for (const auto& o : np.output()) {
-      if (o.empty()) continue;
-      if (!produced.insert(o).second)
-        throw InputError(what + ": tensor '" + o + "' is produced twice (node '" + n.name + "')");
-      g.tensor(o);
-    }
-    for (const auto& ap : np.attribute()) n.attributes[ap.name()] = convert_attribute(ap, depth, what);
-    n.doc_string = np.doc_string();
-    g.nodes.push_back(std::move(n));
+    add_node(np, np.op_type() + "_" + std::to_string(idx), std::string());
     ++idx;
   }
   // Dangling edges: at the top level every consumed name must be produced, fed or stored
@@ -366,7 +476,9 @@ Model to_ir(const ProtoHolder& holder, const std::string& path) {
   for (const auto& op : mp.opset_import())
     m.opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
   if (m.opsets.empty()) m.opsets[""] = 1;
-  convert_graph(mp.graph(), m.graph, 0, what);
+  FunctionTable fns;
+  for (const auto& f : mp.functions()) fns.by_key.emplace(FunctionTable::key(f.domain(), f.name()), &f);
+  convert_graph(mp.graph(), m.graph, 0, what, fns);
   if (m.graph.nodes.empty() && m.graph.outputs.empty())
     throw InputError(what + ": not an ONNX model (empty graph)");
   return m;

@@ -39,6 +39,13 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 }
 
 namespace {
+// A latency for the annotation text (6 significant digits).
+std::string fmt_ms(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
 // Sequence / optional values: the type of what they hold (one element type for a sequence:
 // its elements' common type; ONNX has no per-element types).
 void set_type(onnx::TypeProto& type, const TensorInfo& t) {
@@ -111,21 +118,47 @@ void write_annotated(const LoadedModel& loaded, const Graph& inferred, const Ann
   // reports and the annotated graph agree).
   std::unordered_map<std::string, const NodeAnnotation*> by_name;
   for (const auto& a : ann.nodes) by_name[a.node_name] = &a;
+  // Calls of model-local functions: the IR holds their inlined bodies; the call node gets the
+  // sum of its body's latency and one line per body node.
+  std::unordered_map<std::string, std::vector<std::pair<std::string, const NodeAnnotation*>>> body_of;
   std::unordered_map<std::string, std::string> ir_name_by_output;
-  for (const auto& n : loaded.model.graph.nodes)
-    if (!n.outputs.empty()) ir_name_by_output[n.outputs.front()] = n.name;
+  for (const auto& n : loaded.model.graph.nodes) {
+    const std::string& proto_name = n.inlined_from.empty() ? n.name : n.inlined_from;
+    for (const auto& o : n.outputs)
+      if (!o.empty()) ir_name_by_output.emplace(o, proto_name);
+    if (!n.inlined_from.empty()) {
+      auto it = by_name.find(n.name);
+      body_of[n.inlined_from].emplace_back(n.name, it == by_name.end() ? nullptr : it->second);
+    }
+  }
+  std::unordered_set<std::string> proto_outputs;  // the names the written graph has
   for (auto& np : *g->mutable_node()) {
     std::string name = np.name();
-    if (np.output_size() > 0) {
-      auto it = ir_name_by_output.find(np.output(0));
-      if (it != ir_name_by_output.end()) name = it->second;
+    for (const auto& o : np.output()) {
+      if (o.empty()) continue;
+      proto_outputs.insert(o);
+      auto it = ir_name_by_output.find(o);
+      if (it != ir_name_by_output.end() && name == np.name()) name = it->second;
     }
     if (np.name().empty()) np.set_name(name);
-    auto it = by_name.find(name);
-    if (it == by_name.end()) continue;
+    std::string add;
+    if (auto it = by_name.find(name); it != by_name.end()) {
+      add = it->second->doc;
+    } else if (auto b = body_of.find(name); b != body_of.end()) {
+      double sum = 0;
+      std::string lines;
+      for (const auto& [body_name, a] : b->second) {
+        if (!a) continue;
+        sum += a->latency_ms;
+        lines += "\n  " + body_name + " latency_ms=" + fmt_ms(a->latency_ms);
+      }
+      add = "neusight: latency_ms=" + fmt_ms(sum) + " (inlined function body, " + std::to_string(b->second.size()) +
+            " nodes)" + lines;
+    }
+    if (add.empty()) continue;
     std::string doc = np.doc_string();
     if (!doc.empty()) doc += "\n";
-    np.set_doc_string(doc + it->second->doc);
+    np.set_doc_string(doc + add);
   }
 
   if (ann.write_value_info) {
@@ -136,7 +169,8 @@ void write_annotated(const LoadedModel& loaded, const Graph& inferred, const Ann
     g->clear_value_info();
     for (const auto& n : inferred.nodes)
       for (const auto& o : n.outputs) {
-        if (o.empty() || skip.count(o)) continue;
+        // Names internal to an inlined function body do not exist in the written graph.
+        if (o.empty() || skip.count(o) || !proto_outputs.count(o)) continue;
         const TensorInfo* t = inferred.find(o);
         if (!t || t->dtype == DType::undefined) continue;
         auto* vi = g->add_value_info();

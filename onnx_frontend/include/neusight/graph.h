@@ -134,6 +134,10 @@ struct Node {
   std::vector<std::string> outputs;
   std::map<std::string, Attribute> attributes;
   std::string doc_string;
+  // For a node of an inlined model-local function body: the name of the graph's own node that
+  // called the function (the outermost call when calls nest). Its name is then
+  // "<call>/<body node>". Empty for the graph's own nodes.
+  std::string inlined_from;
 
   const Attribute* attr(const std::string& key) const;
   int64_t attr_i(const std::string& key, int64_t fallback) const;

@@ -44,7 +44,8 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
 // Annotations for the written copy.
 struct NodeAnnotation {
   std::string node_name;
-  std::string doc;  // appended to the node's doc_string
+  std::string doc;          // appended to the node's doc_string
+  double latency_ms = 0;    // summed over the body when the node called an inlined function
 };
 struct AnnotatedWrite {
   std::vector<NodeAnnotation> nodes;
