@@ -52,11 +52,37 @@ double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
 
 Kernel kernel_as_run(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return k;
+  if (is_fp8(k.dtype) && !has_matrix_units(k, gpu) && gpu.fp16_gflops > 0) {
+    Kernel r = k;  // FP8 upcast to FP16 tensor cores; same bytes
+    r.dtype = DType::f16;
+    return r;
+  }
   const double peak = math_peak_gflops(k, gpu);
   if (peak == gpu.gemm_peak_gflops(k.dtype)) return k;
   Kernel r = k;  // same shape and bytes; the dtype whose peak the math runs at
   r.dtype = peak == gpu.fp16_gflops ? DType::f16 : DType::f32;
   return r;
+}
+
+std::string math_precision(const Kernel& k, const Gpu& gpu) {
+  auto is_float = [](DType t) {
+    return t == DType::f32 || t == DType::tf32 || t == DType::f16 || t == DType::bf16 || t == DType::f64 ||
+           t == DType::undefined || is_fp8(t);
+  };
+  switch (k.cls) {
+    case KernelClass::memory:
+    case KernelClass::collective: return "none";
+    case KernelClass::gemm: {
+      const Kernel run = kernel_as_run(k, gpu);
+      const DType t = run.dtype == DType::undefined ? DType::f32 : run.dtype;
+      if (has_matrix_units(run, gpu)) return std::string(dtype_name(t)) + (gpu.vendor == "amd" ? "-matrix" : "-tensor");
+      if (t == DType::f64) return "fp64-simt";
+      return is_float(t) ? "fp32-simt" : std::string(dtype_name(t)) + "-simt";
+    }
+    default:
+      if (k.dtype == DType::f64) return "fp64-simt";
+      return is_float(k.dtype) ? "fp32-simt" : "int-simt";
+  }
 }
 
 double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu) {
@@ -68,14 +94,35 @@ double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu) {
   return flops_per_clock * (wm + wn) * eb / (2 * wm * wn * kSharedMemoryBytesPerClock);
 }
 
+namespace {
+
+// How close a kernel is to compute bound: its plain roofline's compute time over its memory
+// time (unpadded FLOPs at the dtype's peak, compulsory bytes at the DRAM bandwidth), at most 1.
+double compute_busy(const Kernel& k, const Gpu& gpu) {
+  const double peak = gpu.gemm_peak_gflops(k.dtype);
+  if (k.bytes <= 0 || gpu.mem_bw_gbps <= 0) return 1.0;
+  if (peak <= 0) return 0.0;
+  return std::min(1.0, (k.flops / peak) / (k.bytes / gpu.mem_bw_gbps));
+}
+
+}  // namespace
+
+double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu) {
+  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(k, gpu)) return 1.0;
+  // The shortfall comes with tensor-core activity (the power the matrix units draw): a GEMM
+  // that waits on DRAM most of the time keeps the clock up.
+  return 1.0 - (1.0 - kMatrixSustainedFraction) * compute_busy(k, gpu);
+}
+
 Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight) {
+  double f = matrix_sustained_fraction(k, t, gpu);
   const double d = operand_port_demand(k, t, gpu);
-  if (port_weight <= 0 || d <= 0 || k.bytes <= 0 || gpu.mem_bw_gbps <= 0) return gpu;
-  // The port is busy only while the math runs at its rate: weight d by how close the kernel
-  // is to compute bound (its plain roofline's compute time over its memory time, at most 1).
-  const double busy = std::min(1.0, (k.flops / gpu.gemm_peak_gflops(k.dtype)) / (k.bytes / gpu.mem_bw_gbps));
+  if (port_weight > 0 && d > 0) {
+    // The port is busy only while the math runs at its rate.
+    f /= 1.0 + port_weight * d * compute_busy(k, gpu);
+  }
+  if (f == 1.0) return gpu;
   Gpu g = gpu;
-  const double f = 1.0 / (1.0 + port_weight * d * busy);
   switch (k.dtype) {
     case DType::tf32: g.tf32_gflops *= f; break;
     case DType::f16: g.fp16_gflops *= f; break;

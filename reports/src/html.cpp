@@ -262,7 +262,7 @@ std::string node_table(const Report& r) {
   std::ostringstream os;
   os << "<input class=\"filter\" data-table=\"nodes\" placeholder=\"filter nodes (name, op, class ...)\">\n"
         "<div class=\"wrap\"><table id=\"nodes\" class=\"sortable\"><thead><tr><th class=\"n\">#</th><th>node</th>"
-        "<th>layer</th><th>op</th><th>class</th><th>output shape</th><th>tile</th><th class=\"n\">waves</th>"
+        "<th>layer</th><th>op</th><th>class</th><th>math</th><th>output shape</th><th>tile</th><th class=\"n\">waves</th>"
         "<th>bound</th><th class=\"n\">util %</th><th class=\"n\">GFLOP</th><th class=\"n\">MB</th>"
         "<th class=\"n\">ms</th><th class=\"n\">share %</th></tr></thead><tbody>\n";
   for (size_t i = 0; i < r.nodes.size(); ++i) {
@@ -273,6 +273,7 @@ std::string node_table(const Report& r) {
     const bool ex = detail::any_extrapolated(n);
     os << "<tr><td class=\"n\">" << i << "</td><td>" << html_escape(n.name) << "</td><td>" << html_escape(layer_of(n.name))
        << "</td><td>" << html_escape(n.op_type) << "</td><td>" << (m ? kernel_class_name(m->kernel.cls) : "-")
+       << "</td><td>" << (m ? html_escape(detail::math_name(*m, r.gpu)) : "-")
        << "</td><td>" << html_escape(n.outputs.empty() ? "" : detail::shape_str(n.outputs.front())) << "</td><td>"
        << html_escape(m ? m->tiling.tile : "") << "</td><td class=\"n\">" << (m ? m->tiling.waves : 0) << "</td><td>"
        << (m ? detail::bound_name(*m) : "-") << "</td><td class=\"n\">"

@@ -2,6 +2,7 @@
 #include "neusight/report.h"
 
 #include "util.h"
+#include "neusight/precision.h"
 
 #include <algorithm>
 #include <charconv>
@@ -100,6 +101,10 @@ const char* bound_name(const KernelReport& k) {
   return k.prediction.compute_bound ? "compute" : "memory";
 }
 
+std::string math_name(const KernelReport& k, const Gpu& gpu) {
+  return k.kernel.cls == KernelClass::unknown ? std::string("-") : math_precision(k.kernel, gpu);
+}
+
 std::string mode_name(Mode m) { return m == Mode::training ? "training" : "inference"; }
 
 }  // namespace detail
@@ -147,11 +152,12 @@ json tensor_json(const TensorInfo& t) {
   return j;
 }
 
-json kernel_json(const KernelReport& k) {
+json kernel_json(const KernelReport& k, const Gpu& gpu) {
   json j{{"class", kernel_class_name(k.kernel.cls)},
          {"phase", phase_name(k.kernel.phase)},
          {"op", k.kernel.op},
          {"dtype", dtype_name(k.kernel.dtype)},
+         {"math", detail::math_name(k, gpu)},
          {"flops", finite(k.kernel.flops)},
          {"bytes", finite(k.kernel.bytes)},
          {"tile", k.tiling.tile},
@@ -190,7 +196,7 @@ json report_json(const Report& r) {
   j["graph_outputs"] = std::move(outs);
   // "nodes" is streamed by report_text (it is the only part that grows with the model).
   json extra = json::array();
-  for (const auto& k : r.extra_kernels) extra.push_back(kernel_json(k));
+  for (const auto& k : r.extra_kernels) extra.push_back(kernel_json(k, r.gpu));
   if (!extra.empty()) j["extra_kernels"] = std::move(extra);
   if (r.parallel) j["parallel"] = *r.parallel;
   j["warnings"] = r.warnings;
@@ -249,7 +255,7 @@ void put_tensor(std::string& out, const TensorInfo& t) {
   out += "]}";
 }
 
-void put_kernel(std::string& out, const KernelReport& k) {
+void put_kernel(std::string& out, const KernelReport& k, const Gpu& gpu) {
   out += '{';
   put_key(out, "class", true);
   put_str(out, kernel_class_name(k.kernel.cls));
@@ -259,6 +265,8 @@ void put_kernel(std::string& out, const KernelReport& k) {
   put_str(out, k.kernel.op);
   put_key(out, "dtype");
   put_str(out, dtype_name(k.kernel.dtype));
+  put_key(out, "math");
+  put_str(out, detail::math_name(k, gpu));
   put_key(out, "flops");
   put_num(out, k.kernel.flops);
   put_key(out, "bytes");
@@ -305,7 +313,7 @@ void put_kernel(std::string& out, const KernelReport& k) {
   out += '}';
 }
 
-void put_node(std::string& out, const NodeReport& n) {
+void put_node(std::string& out, const NodeReport& n, const Gpu& gpu) {
   out += '{';
   put_key(out, "name", true);
   put_str(out, n.name);
@@ -328,7 +336,7 @@ void put_node(std::string& out, const NodeReport& n) {
   out += '[';
   for (size_t i = 0; i < n.kernels.size(); ++i) {
     if (i) out += ", ";
-    put_kernel(out, n.kernels[i]);
+    put_kernel(out, n.kernels[i], gpu);
   }
   out += "]}";
 }
@@ -338,7 +346,7 @@ void report_text(std::string& out, const Report& r) {
   out += "{\n \"nodes\": [";
   for (size_t i = 0; i < r.nodes.size(); ++i) {
     out += i ? ",\n  " : "\n  ";
-    put_node(out, r.nodes[i]);
+    put_node(out, r.nodes[i], r.gpu);
   }
   out += "\n ]";
   const json j = report_json(r);
@@ -383,12 +391,12 @@ std::string format_csv(const Report& r, bool per_kernel) {
     return o + "\"";
   };
   if (per_kernel) {
-    os << "node,op_type,class,phase,op,dtype,flops,bytes,tile,tiles,waves,bound,latency_ms,roofline_ms,utilization,"
-          "extrapolated\n";
+    os << "node,op_type,class,phase,op,dtype,math,flops,bytes,tile,tiles,waves,bound,latency_ms,roofline_ms,"
+          "utilization,extrapolated\n";
     auto row = [&](const std::string& node, const std::string& op_type, const KernelReport& k) {
       os << q(node) << "," << q(op_type) << "," << kernel_class_name(k.kernel.cls) << ","
          << phase_name(k.kernel.phase) << "," << q(k.kernel.op) << "," << dtype_name(k.kernel.dtype) << ","
-         << finite(k.kernel.flops) << "," << finite(k.kernel.bytes) << "," << q(k.tiling.tile) << ","
+         << detail::math_name(k, r.gpu) << "," << finite(k.kernel.flops) << "," << finite(k.kernel.bytes) << "," << q(k.tiling.tile) << ","
          << k.tiling.tiles << "," << k.tiling.waves << "," << detail::bound_name(k) << ","
          << finite(k.prediction.latency_ms) << "," << finite(k.prediction.roofline_ms) << ","
          << finite(k.prediction.utilization) << "," << (k.prediction.extrapolated ? 1 : 0) << "\n";
@@ -398,8 +406,8 @@ std::string format_csv(const Report& r, bool per_kernel) {
     for (const auto& k : r.extra_kernels) row("", "", k);
     return os.str();
   }
-  os << "node,op_type,output_shape,kernels,flops,bytes,latency_ms,share,layer,class,tile,waves,bound,utilization,"
-        "extrapolated\n";
+  os << "node,op_type,output_shape,kernels,flops,bytes,latency_ms,share,layer,class,math,tile,waves,bound,"
+        "utilization,extrapolated\n";
   for (const auto& n : r.nodes) {
     double flops = 0, bytes = 0;
     for (const auto& k : n.kernels) {
@@ -410,8 +418,8 @@ std::string format_csv(const Report& r, bool per_kernel) {
     os << q(n.name) << "," << q(n.op_type) << "," << q(n.outputs.empty() ? "" : shape_str(n.outputs.front())) << ","
        << n.kernels.size() << "," << flops << "," << bytes << "," << finite(n.latency_ms) << ","
        << (r.e2e_latency_ms > 0 ? finite(n.latency_ms / r.e2e_latency_ms) : 0) << "," << q(layer_of(n.name)) << ","
-       << (m ? kernel_class_name(m->kernel.cls) : "") << "," << q(m ? m->tiling.tile : "") << ","
-       << (m ? m->tiling.waves : 0) << "," << (m ? detail::bound_name(*m) : "") << ","
+       << (m ? kernel_class_name(m->kernel.cls) : "") << "," << (m ? detail::math_name(*m, r.gpu) : "") << ","
+       << q(m ? m->tiling.tile : "") << "," << (m ? m->tiling.waves : 0) << "," << (m ? detail::bound_name(*m) : "") << ","
        << (m ? finite(m->prediction.utilization) : 0) << "," << (detail::any_extrapolated(n) ? 1 : 0) << "\n";
   }
   return os.str();

@@ -51,7 +51,8 @@ void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const
   size_t name_w = 4;
   for (const NodeReport* n : rows) name_w = std::max(name_w, n->name.size());
   name_w = std::min<size_t>(name_w, 48);
-  os << st(pad("node", name_w) + " " + pad("op", 14) + " " + pad("class", 11) + " " + pad("output", 20) + " " +
+  os << st(pad("node", name_w) + " " + pad("op", 14) + " " + pad("class", 11) + " " + pad("math", 11) + " " +
+               pad("output", 20) + " " +
                pad("tile", 9) + " " + pad("waves", 6, true) + " " + pad("bound", 7) + " " + pad("util%", 6, true) +
                " " + pad("ms", 11, true) + " " + pad("%", 6, true),
            "1")
@@ -64,6 +65,7 @@ void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const
     const std::string share = pct(n->latency_ms, r.e2e_latency_ms);
     const bool unknown = m.kernel.cls == KernelClass::unknown;
     os << pad(n->name, name_w) << " " << pad(n->op_type, 14) << " " << pad(kernel_class_name(m.kernel.cls), 11) << " "
+       << pad(detail::math_name(m, r.gpu), 11) << " "
        << pad(n->outputs.empty() ? "" : detail::shape_str(n->outputs.front()), 20) << " " << pad(m.tiling.tile, 9)
        << " " << pad(std::to_string(m.tiling.waves), 6, true) << " "
        << st(pad(bound, 7), bound == "compute" ? "36" : bound == "memory" ? "33" : "2") << " "

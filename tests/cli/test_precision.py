@@ -95,6 +95,66 @@ class TimingFlag(unittest.TestCase):
         self.assertIn("--timing", err)
 
 
+class MathPrecisionInReports(unittest.TestCase):
+    """Every report says which precision and unit each kernel's math ran in ("math")."""
+
+    def test_json_math_per_kernel(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "half.onnx")
+            half_model(path)
+            cases = [
+                ("a100-80gb", (), "fp16-tensor"),   # FP16 tensor cores
+                ("p100-sxm", (), "fp32-simt"),      # no tensor cores: FP32 accumulate on CUDA cores
+                ("a100-80gb", ("--dtype", "fp32"), "fp32-simt"),
+                ("v100", ("--dtype", "bf16"), "fp32-simt"),   # Volta has no BF16 tensor cores
+                ("h100", ("--dtype", "fp8"), "fp8-tensor"),
+                ("a100-80gb", ("--dtype", "fp8"), "fp16-tensor"),  # no FP8 units: runs as FP16
+            ]
+            for gpu, extra, gemm_math in cases:
+                with self.subTest(gpu=gpu, extra=extra):
+                    ks = kernels(run_json(path, "--gpu", gpu, *extra))
+                    self.assertTrue(ks)
+                    for k in ks:
+                        if k["class"] == "gemm":
+                            self.assertEqual(k["math"], gemm_math)
+                        elif k["class"] in ("memory", "collective"):
+                            self.assertEqual(k["math"], "none")
+                        else:  # streaming kernels compute in FP32 whatever their storage dtype
+                            self.assertEqual(k["math"], "fp32-simt", k)
+
+    def test_table_csv_and_html_say_the_math(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "half.onnx")
+            half_model(path)
+            args = (path, "--gpu", "a100-80gb")
+            r = run_json(*args)
+            code, out, err = run(*args)
+            self.assertEqual(code, 0, err)
+            lines = out.splitlines()
+            head = next(l for l in lines if l.split()[:1] == ["node"])
+            self.assertIn("math", head.split())
+            gemm_nodes = [n["name"] for n in r["nodes"] if any(k["class"] == "gemm" for k in n["kernels"])]
+            self.assertTrue(gemm_nodes)
+            for name in gemm_nodes:
+                row = next(l for l in lines if l.split()[:1] == [name])
+                self.assertIn("fp16-tensor", row.split())
+            kcsv, ncsv, page = (os.path.join(d, f) for f in ("k.csv", "n.csv", "r.html"))
+            self.assertEqual(run(*args, "--csv", kcsv, "--csv-kernels", "--quiet")[0], 0)
+            self.assertEqual(run(*args, "--csv", ncsv, "--quiet")[0], 0)
+            self.assertEqual(run(*args, "--html", page, "--quiet")[0], 0)
+            with open(kcsv) as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual([x["math"] for x in rows], [k["math"] for k in kernels(r)])
+            with open(ncsv) as f:
+                nodes = {x["node"]: x for x in csv.DictReader(f)}
+            for name in gemm_nodes:
+                self.assertEqual(nodes[name]["math"], "fp16-tensor")
+            with open(page) as f:
+                html = f.read()
+            self.assertIn("<th>math</th>", html)
+            self.assertIn("<td>fp16-tensor</td>", html)
+
+
 class KernelsDtypeColumn(unittest.TestCase):
     def test_dtype_column_per_row(self):
         with tempfile.TemporaryDirectory() as d:

@@ -76,16 +76,48 @@ TEST_CASE("precision: operand port demand follows per-SM tensor rate and warp ti
   // Not on tensor cores: no demand, GPU unchanged.
   const Tiling tp = tile_kernel(kernel_as_run(h, p100), p100);
   CHECK(operand_port_demand(kernel_as_run(h, p100), tp, p100) == 0);
-  // Compute-bound: the effective tensor peak drops by 1 / (1 + d).
-  CHECK(gpu_as_run(h, ta, a100, 0).fp16_gflops == a100.fp16_gflops);  // term off
+  // Compute-bound: the sustained tensor peak, further lowered by 1 / (1 + d).
+  const double sustained = kMatrixSustainedFraction * a100.fp16_gflops;
+  CHECK(gpu_as_run(h, ta, a100, 0).fp16_gflops == doctest::Approx(sustained));  // term off
   const Gpu g = gpu_as_run(h, ta, a100, 1);
-  CHECK(g.fp16_gflops < a100.fp16_gflops);
-  CHECK(g.fp16_gflops == doctest::Approx(a100.fp16_gflops / (1 + operand_port_demand(h, ta, a100))));
+  CHECK(g.fp16_gflops < sustained);
+  CHECK(g.fp16_gflops == doctest::Approx(sustained / (1 + operand_port_demand(h, ta, a100))));
   CHECK(g.mem_bw_gbps == a100.mem_bw_gbps);
   // A memory-bound GEMV leaves the port mostly idle.
   const Kernel gemv = linear(1, 8192, 8192, "fp16");
   const Gpu gg = gpu_as_run(gemv, tile_kernel(gemv, a100), a100, 1);
-  CHECK(gg.fp16_gflops > 0.99 * a100.fp16_gflops);
+  CHECK(gg.fp16_gflops > 0.99 * sustained);
+}
+
+TEST_CASE("precision: matrix units sustain a fixed fraction of their dense peak, the same on every GPU") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Kernel h = linear(8192, 8192, 8192, "fp16");
+  const Kernel f = linear(8192, 8192, 8192, "fp32");
+  for (const char* name : {"v100-sxm2", "t4", "a100-sxm4-80gb", "h100-sxm", "b200"}) {
+    CAPTURE(name);
+    const Gpu g = db.resolve(name);
+    const Tiling t = tile_kernel(h, g);
+    REQUIRE(t.config.tensor_core);
+    CHECK(matrix_sustained_fraction(h, t, g) == kMatrixSustainedFraction);
+    CHECK(gpu_as_run(h, t, g, 0).fp16_gflops == doctest::Approx(kMatrixSustainedFraction * g.fp16_gflops));
+    // Everything but the matrix peak is the spec sheet's.
+    CHECK(gpu_as_run(h, t, g, 0).fp32_gflops == g.fp32_gflops);
+    CHECK(gpu_as_run(h, t, g, 0).mem_bw_gbps == g.mem_bw_gbps);
+  }
+  // FP32 SIMT GEMMs (what the MLPs were trained on) and streaming kernels: unchanged.
+  const Gpu a100 = db.resolve("a100-sxm4-80gb");
+  CHECK(matrix_sustained_fraction(f, tile_kernel(f, a100), a100) == 1.0);
+  const Kernel add = kernel_from_dataset("add", {{"B", "4096"}, {"H", "4096"}, {"dtype", "fp16"}});
+  CHECK(matrix_sustained_fraction(add, tile_kernel(add, a100), a100) == 1.0);
+  // No tensor cores for the dtype (P100): the FP32 rate, not lowered.
+  const Gpu p100 = db.resolve("p100-sxm");
+  const Kernel run = kernel_as_run(h, p100);
+  CHECK(matrix_sustained_fraction(run, tile_kernel(run, p100), p100) == 1.0);
+  // A large FP16 GEMM is predicted at no more than the sustained fraction of the peak.
+  auto p = make_neusight_predictor("");
+  const auto r = p->predict({h}, {tile_kernel(h, a100)}, a100);
+  CHECK(r[0].utilization <= kMatrixSustainedFraction + 1e-9);
+  CHECK(r[0].utilization > 0.5 * kMatrixSustainedFraction);
 }
 
 TEST_CASE("precision: device timing replaces the eager fixed cost, never beats the roofline") {
@@ -131,4 +163,26 @@ TEST_CASE("precision: a half-precision GEMM on a GPU without tensor cores is pre
   CHECK(r[0].latency_ms == doctest::Approx(r[1].latency_ms).epsilon(0.15));
   CHECK(r[0].compute_bound);
   CHECK(r[0].latency_ms > 1.5 * r[0].roofline_ms);  // the plain roofline assumes the FP16 SIMT peak
+}
+
+TEST_CASE("precision: math_precision names the unit and precision a kernel's math runs in") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Gpu a100 = db.resolve("a100-sxm4-80gb"), p100 = db.resolve("p100-sxm"), v100 = db.resolve("v100-sxm2");
+  const Gpu h100 = db.resolve("h100-sxm"), mi300 = db.resolve("mi300x");
+  CHECK(math_precision(linear(64, 64, 64, "fp16"), a100) == "fp16-tensor");
+  CHECK(math_precision(linear(64, 64, 64, "bf16"), a100) == "bf16-tensor");
+  CHECK(math_precision(linear(64, 64, 64, "fp32"), a100) == "fp32-simt");
+  CHECK(math_precision(linear(64, 64, 64, "fp16"), p100) == "fp32-simt");  // no tensor cores
+  CHECK(math_precision(linear(64, 64, 64, "bf16"), v100) == "fp32-simt");  // no BF16 tensor cores
+  CHECK(math_precision(linear(64, 64, 64, "fp8"), h100) == "fp8-tensor");
+  CHECK(math_precision(linear(64, 64, 64, "fp8"), a100) == "fp16-tensor");  // upcast to FP16
+  CHECK(math_precision(linear(64, 64, 64, "fp16"), mi300) == "fp16-matrix");
+  Kernel q = linear(64, 64, 64, "fp16");
+  q.dtype = DType::u4;  // weight-only: dequantized, FP16 math
+  CHECK(math_precision(q, a100) == "fp16-tensor");
+  const Kernel add = kernel_from_dataset("add", {{"B", "4"}, {"H", "4096"}, {"dtype", "fp16"}});
+  CHECK(math_precision(add, a100) == "fp32-simt");
+  Kernel copy = add;
+  copy.cls = KernelClass::memory;
+  CHECK(math_precision(copy, a100) == "none");
 }

@@ -150,6 +150,33 @@ TEST_CASE("reports: CSV has one row per node or per kernel, names quoted") {
   CHECK(count_lines(format_csv(r, true)) == 1 + static_cast<int>(kernels));
 }
 
+TEST_CASE("reports: every format says the precision each kernel's math ran in") {
+  Report r = model(1, 1.0);
+  r.gpu.fp16_gflops = 2250000;  // FP16 tensor cores
+  for (auto& n : r.nodes)
+    for (auto& k : n.kernels) k.kernel.dtype = DType::f16;
+  // JSON: "math" per kernel beside the storage dtype.
+  const std::string j = format_json({r});
+  CHECK(j.find("\"math\": \"fp16-tensor\"") != std::string::npos);
+  CHECK(j.find("\"math\": \"fp32-simt\"") != std::string::npos);  // the half-precision add computes in FP32
+  // CSV: a math column per kernel and per node.
+  const std::string per_kernel = format_csv(r, true), per_node = format_csv(r, false);
+  CHECK(per_kernel.substr(0, per_kernel.find('\n')).find(",dtype,math,") != std::string::npos);
+  CHECK(per_kernel.find(",fp16,fp16-tensor,") != std::string::npos);
+  CHECK(per_node.substr(0, per_node.find('\n')).find(",class,math,") != std::string::npos);
+  CHECK(per_node.find(",gemm,fp16-tensor,") != std::string::npos);
+  // Terminal table and HTML: a math column.
+  const std::string t = format_table(r, TableOptions{});
+  CHECK(t.find(" math ") != std::string::npos);
+  CHECK(t.find("fp16-tensor") != std::string::npos);
+  const std::string h = format_html({r});
+  CHECK(h.find("<th>math</th>") != std::string::npos);
+  CHECK(h.find("<td>fp16-tensor</td>") != std::string::npos);
+  // Without tensor cores for the dtype the GEMM's math runs in FP32 on CUDA cores.
+  r.gpu.fp16_gflops = 0;
+  CHECK(format_csv(r, false).find(",gemm,fp32-simt,") != std::string::npos);
+}
+
 TEST_CASE("reports: HTML is self-contained and escapes names") {
   Report r = model(2, 1.0);
   r.nodes[1].name = "<script>alert(1)</script>";
