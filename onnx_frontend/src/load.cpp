@@ -22,6 +22,9 @@ namespace neusight {
 namespace {
 
 constexpr int kMaxSubgraphDepth = 32;
+// Most nodes that inlining model-local functions may add to one graph (calls nest, so a small
+// file could otherwise expand exponentially).
+constexpr size_t kMaxInlinedNodes = size_t(1) << 21;
 // Largest integer tensor whose values are kept for shape-value propagation.
 constexpr int64_t kMaxKeptIntValues = 4096;
 
@@ -186,6 +189,31 @@ struct FunctionTable {
     if (by_key.empty()) return nullptr;
     auto it = by_key.find(key(domain, name));
     return it == by_key.end() ? nullptr : it->second;
+  }
+  // How many nodes the body of `f` becomes once every call in it is inlined, saturated at
+  // kMaxInlinedNodes + 1 (computed without expanding anything). Throws on recursion.
+  size_t inlined_size(const onnx::FunctionProto* f, const std::string& what) const {
+    std::vector<const onnx::FunctionProto*> stack;
+    return inlined_size(f, what, stack);
+  }
+
+ private:
+  mutable std::unordered_map<const onnx::FunctionProto*, size_t> size_memo_;
+  size_t inlined_size(const onnx::FunctionProto* f, const std::string& what,
+                      std::vector<const onnx::FunctionProto*>& stack) const {
+    if (auto it = size_memo_.find(f); it != size_memo_.end()) return it->second;
+    if (std::find(stack.begin(), stack.end(), f) != stack.end())
+      throw InputError(what + ": function '" + f->name() + "' calls itself");
+    stack.push_back(f);
+    size_t n = 0;
+    for (const auto& node : f->node()) {
+      const onnx::FunctionProto* g = find(node.domain(), node.op_type());
+      n += g ? inlined_size(g, what, stack) : 1;
+      n = std::min(n, kMaxInlinedNodes + 1);
+    }
+    stack.pop_back();
+    size_memo_[f] = n;
+    return n;
   }
 };
 
@@ -407,6 +435,7 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
   // Bodies of inlined function calls: kept alive (stable addresses) while `produced` views them.
   std::deque<onnx::NodeProto> expanded;
   std::vector<const onnx::FunctionProto*> calling;  // the function-call stack (recursion check)
+  size_t inlined = 0;
   // Adds one node, or the body of the function it calls (recursively).
   std::function<void(const onnx::NodeProto&, const std::string&, const std::string&)> add_node =
       [&](const onnx::NodeProto& np, const std::string& fallback_name, const std::string& inlined_from) {
@@ -419,6 +448,10 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
             throw InputError(what + ": function '" + f->name() + "' calls itself (node '" + name + "')");
           if (calling.size() >= size_t(kMaxSubgraphDepth))
             throw InputError(what + ": function calls nested too deeply (node '" + name + "')");
+          if (inlined_from.empty()) inlined += fns.inlined_size(f, what);  // the whole expansion, once per call
+          if (inlined > kMaxInlinedNodes)
+            throw InputError(what + ": inlining its functions would add more than " + std::to_string(kMaxInlinedNodes) +
+                             " nodes");
           calling.push_back(f);
           const std::string outer = inlined_from.empty() ? name : inlined_from;
           for (auto& body_node : expand_call(np, *f, name)) {

@@ -48,6 +48,14 @@ onnx.save(helper.make_model(flat, opset_imports=[helper.make_opsetid("", 17)]), 
 rec = helper.make_function("local", "Rec", ["x"], ["y"], [helper.make_node("Rec", ["x"], ["y"], domain="local")], opset, [])
 g2 = helper.make_graph([helper.make_node("Rec", ["X"], ["Z"], domain="local")], "rec", [X], [Z])
 onnx.save(helper.make_model(g2, opset_imports=opset, functions=[rec]), os.path.join(d, "recursive.onnx"))
+# F0 calls F1 four times, F1 calls F2 four times ... : 4^16 nodes if inlined blindly.
+fs = [helper.make_function("local", "F16", ["x"], ["y"], [helper.make_node("Relu", ["x"], ["y"])], opset, [])]
+for i in range(15, -1, -1):
+    fs.append(helper.make_function("local", f"F{i}", ["x"], ["y"], [
+        helper.make_node(f"F{i + 1}", ["x" if k == 0 else f"t{k}"], ["y" if k == 3 else f"t{k + 1}"], domain="local")
+        for k in range(4)], opset, []))
+g3 = helper.make_graph([helper.make_node("F0", ["X"], ["Z"], domain="local")], "bomb", [X], [Z])
+onnx.save(helper.make_model(g3, opset_imports=opset, functions=fs), os.path.join(d, "bomb.onnx"))
 """
 
 # The annotated model: checker passes, nodes unchanged, the call nodes carry the body latency.
@@ -99,11 +107,15 @@ class Functions(unittest.TestCase):
         self.assertEqual(len(softmax), 2)
         self.assertEqual(softmax[0]["outputs"][0]["shape"], [4096, 256])
 
-    def test_recursive_function_is_one_clear_error(self):
+    def test_recursive_or_exploding_functions_are_one_clear_error(self):
         code, out, err = run(os.path.join(self.tmp.name, "recursive.onnx"), "--gpu", "h100", "--batch", "2")
         self.assertEqual(code, 2, err)
         self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertIn("calls itself", err)
+        code, out, err = run(os.path.join(self.tmp.name, "bomb.onnx"), "--gpu", "h100", "--batch", "2", timeout=60)
+        self.assertEqual(code, 2, err)
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("would add more than", err)
 
     def test_annotated_model_keeps_calls_and_runs_in_onnxruntime(self):
         out = os.path.join(self.tmp.name, "annotated.onnx")
