@@ -53,12 +53,16 @@ bool util_class_of(const Kernel& k, UtilClass& out) {
 
 const std::vector<std::string>& feature_names(UtilClass c) {
   // GEMM: the time one SM needs for its share of a wave at the per-SM FP32 peak rate
-  // and per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
-  // wave, the kernel's footprint relative to L2 (operand reuse; clamped, so it saturates), the
-  // tile's arithmetic intensity tm*tn/(tm+tn) (FLOPs per operand element loaded; one number
-  // for every tile shape, so a tile shape that no training GPU used - the A100's 128x128 for
-  // batched products - lands between trained intensities instead of on an unseen (m, n)
-  // pair), then the reduction length after split-K.
+  // and per-SM share of bandwidth (latency hiding shows up there; the tile's size enters
+  // through both), waves, the fill of the last wave, the reduction length after split-K, and
+  // the L2 size (the memory system, as for the streaming classes; clamped to the training
+  // range, so a GPU with a larger L2 is predicted like the largest-L2 training GPU).
+  // No input names the tile shape or the kernel's footprint over L2: both extrapolated badly
+  // forward in time - the A100's 128x128 batched tiles lie beyond every older GPU's tile
+  // intensity tm*tn/(tm+tn) and were clamped onto the older GPUs' 64x128 efficiency (BMM
+  // predicted ~15% slow), and a 40 MB L2 put large A100 kernels on the footprint of small
+  // kernels of the 2-6 MB GPUs (large linears up to 1.8x slow). Forward in time, BMM / linear
+  // MAPE: 12.2 / 10.6% with them (ensemble of 5; 15.2 / 8.0% with 15 networks), 9.7 / 9.3% now.
   // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and waves,
   // plus two memory-system inputs: the L2 size and the kernel's footprint (elementwise) or one
   // wave's rows (softmax, layernorm) relative to L2. The fraction of the DRAM bandwidth a
@@ -71,20 +75,64 @@ const std::vector<std::string>& feature_names(UtilClass c) {
   // Every input is clamped to the range seen in training, so the network is never evaluated
   // outside it.
   static const std::vector<std::string> gemm = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
-                                                "last_wave_fill", "log2_footprint_over_l2", "log2_tile_intensity",
-                                                "log2_reduction"};
+                                                "last_wave_fill", "log2_reduction", "log2_l2_mb"};
   static const std::vector<std::string> ew = {"log2_waves",         "last_wave_fill",        "tensor_inputs",
                                               "special_function",   "log2_element_bytes",    "log2_tile_elements",
                                               "log2_l2_mb",         "log2_footprint_over_l2"};
   static const std::vector<std::string> row = {"log2_waves",         "last_wave_fill",     "log2_row_length",
                                                "log2_element_bytes", "log2_rows_per_tile", "log2_l2_mb",
                                                "log2_wave_bytes_over_l2"};
+  // Softmax: the row features with the lanes' fill instead of the wave's rows over L2 (which
+  // put a 40 MB-L2 GPU's rows on the footprint of short rows of the older GPUs and made the
+  // forward-in-time A100 up to 30% too fast); the re-reads of long rows are in base_ms.
+  static const std::vector<std::string> softmax = {"log2_waves",         "last_wave_fill",     "log2_row_length",
+                                                   "log2_element_bytes", "log2_rows_per_tile", "log2_l2_mb",
+                                                   "lane_efficiency"};
   switch (c) {
     case UtilClass::gemm: return gemm;
     case UtilClass::elementwise: return ew;
+    case UtilClass::softmax: return softmax;
     default: return row;
   }
 }
+
+namespace {
+// Softmax rows longer than a warp's registers hold (1024 fp32 values: 32 lanes x 32) run one
+// row per block in three passes over the row (max, sum of exponentials, normalize + write).
+// The two re-reads stay on chip while the rows resident on one SM fit its shared memory / L1
+// (spec sheet: smem_per_sm_kb); when they outgrow it, the re-reads go back to L2/DRAM and the
+// kernel moves up to twice its compulsory traffic. Returns the resident rows' bytes over the
+// SM's on-chip memory (0 for the one-row-per-warp path or unknown on-chip memory).
+double softmax_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
+  if (k.cols <= 1024 || gpu.smem_per_sm_kb <= 0) return 0;
+  // Block size: a power of two covering cols/8 (4-wide vector loads, half the row per pass),
+  // 32 to 512 threads; as many blocks per SM as its thread limit allows.
+  int threads = 32;
+  while (threads < 512 && threads < double(k.cols) / 8) threads *= 2;
+  const double resident = std::max(1, gpu.max_threads_per_sm / threads);
+  return resident * double(k.cols) * eb / (gpu.smem_per_sm_kb * 1024.0);
+}
+// Fraction of the lanes that hold row elements in a pass over the row: the one-row-per-warp
+// path sizes its per-lane arrays to the next power of two of the row; the block path steps
+// over the row threads x 4 elements at a time, the last step partly idle.
+double softmax_lane_efficiency(const Kernel& k) {
+  const double cols = double(std::max<int64_t>(k.cols, 1));
+  if (k.cols <= 1024) return cols / std::exp2(std::ceil(std::log2(cols)));
+  int threads = 32;
+  while (threads < 512 && threads < cols / 8) threads *= 2;
+  const double step = 4.0 * threads;
+  return cols / (std::ceil(cols / step) * step);
+}
+// Fraction of the two re-reads that miss on chip: none while the resident rows fit the
+// on-chip memory, all of them once they need twice that (log-linear in between). No
+// training row outgrows it (rows stop at 4100 columns), so the learned utilization stays
+// that of rows served on chip and the extra traffic carries the long rows (measured on the
+// test rows of every GPU: 0.38-0.45 of the compulsory-traffic roofline at 12288-16384
+// columns, 0.6-0.8 below the on-chip limit).
+double softmax_reread_miss(double ratio) {
+  return ratio > 0 ? std::clamp(std::log2(ratio), 0.0, 1.0) : 0.0;
+}
+}  // namespace
 
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu) {
   TileFeatures f;
@@ -97,7 +145,10 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double waves = double(std::max<int64_t>(t.waves, 1));
   // Per-tile work: its FLOPs, and its share of the kernel's compulsory traffic.
   const double tile_flops = t.tile_flops > 0 ? t.tile_flops : (tiles > 0 ? k.flops / tiles : 0);
-  const double tile_traffic = k.bytes / tiles;
+  const double eb = std::max(1, dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) / 8.0;
+  const double onchip = c == UtilClass::softmax ? softmax_onchip_ratio(k, gpu, eb) : 0.0;
+  // Compulsory traffic is one read and one write; re-reads that miss add up to two more reads.
+  const double tile_traffic = k.bytes / tiles * (1.0 + softmax_reread_miss(onchip));
   const double t_c = peak > 0 ? tile_flops / peak : 0;
   const double t_m = bw > 0 ? tile_traffic / bw : 0;
   f.waves = waves;
@@ -106,7 +157,6 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double active = std::min(tiles, concurrent);
   f.base_ms = waves * std::max(per_sm * t_c * sms, active * t_m) * 1e3;
   const double tile_bytes = t.tile_bytes > 0 ? t.tile_bytes : tile_traffic;
-  const double eb = std::max(1, dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) / 8.0;
   double* x = f.x;
   switch (c) {
     case UtilClass::gemm:
@@ -117,9 +167,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[1] = log2c(per_sm * tile_bytes / (bw / sms) * 1e6);
       x[2] = std::log2(waves);
       x[3] = tiles / (waves * concurrent);
-      x[4] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
-      x[5] = log2c(double(t.config.tb_m) * double(t.config.tb_n) / double(t.config.tb_m + t.config.tb_n));
-      x[6] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
+      x[4] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
+      x[5] = log2c(gpu.l2_mb);
       break;
     case UtilClass::elementwise:
       x[0] = std::log2(waves);
@@ -138,7 +187,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[3] = std::log2(eb);
       x[4] = log2c(double(std::max<int64_t>(k.rows, 1)) / tiles);
       x[5] = log2c(gpu.l2_mb);
-      x[6] = log2c(active * tile_traffic / std::max(gpu.l2_mb * 1048576.0, 1.0));
+      x[6] = c == UtilClass::softmax ? softmax_lane_efficiency(k)
+                                     : log2c(active * tile_traffic / std::max(gpu.l2_mb * 1048576.0, 1.0));
       break;
   }
   return f;

@@ -167,10 +167,14 @@ ClassModel train_class(UtilClass c, const std::vector<Sample>& all, const TrainO
     int64_t step = 0;
     const size_t B = size_t(std::max(8, o.batch));
     ClassModel probe = model;
-    for (int epoch = 0; epoch < o.epochs; ++epoch) {
+    const int64_t per_epoch = int64_t((tr.size() + B - 1) / B);
+    // Small classes run more epochs, up to ten times `epochs`, until they reach min_steps.
+    const int epochs = int(std::clamp<int64_t>((int64_t(o.min_steps) + per_epoch - 1) / per_epoch, o.epochs,
+                                               10 * int64_t(o.epochs)));
+    for (int epoch = 0; epoch < epochs; ++epoch) {
       for (size_t i = tr.size(); i > 1; --i) std::swap(tr[i - 1], tr[rng.below(i)]);
       // Cosine decay to a tenth of the rate.
-      const double lr = o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(3.141592653589793 * epoch / std::max(1, o.epochs))));
+      const double lr = o.lr * (0.1 + 0.9 * 0.5 * (1 + std::cos(3.141592653589793 * epoch / std::max(1, epochs))));
       double loss_sum = 0;
       for (size_t start = 0; start < tr.size(); start += B) {
         const size_t n = std::min(B, tr.size() - start);
@@ -231,7 +235,7 @@ ClassModel train_class(UtilClass c, const std::vector<Sample>& all, const TrainO
         std::vector<Sample> vs;
         vs.reserve(val.size());
         for (size_t i : val) vs.push_back(samples[i]);
-        progress({c, member, epoch + 1, o.epochs, loss_sum / double(tr.size()), mape_percent(probe, vs)});
+        progress({c, member, epoch + 1, epochs, loss_sum / double(tr.size()), mape_percent(probe, vs)});
       }
     }
     model.nets.push_back(export_net(net, lo, hi, mean, scale));

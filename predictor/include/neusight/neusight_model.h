@@ -109,6 +109,10 @@ struct TrainOptions {
   double val_fraction = 0.1;
   int ensemble = 1;
   double floor_fraction = 0.5;  // floor = fraction x lowest utilization measured in training
+  // Every network gets at least this many Adam steps: a class with few samples (softmax,
+  // layernorm: ~8k rows, ~30 batches an epoch) runs more epochs than `epochs` until it does,
+  // at most 10 x `epochs`.
+  int min_steps = 6000;
 };
 
 struct TrainProgress {
