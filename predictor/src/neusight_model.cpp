@@ -53,16 +53,18 @@ bool util_class_of(const Kernel& k, UtilClass& out) {
 
 const std::vector<std::string>& feature_names(UtilClass c) {
   // GEMM: the time one SM needs for its share of a wave at the per-SM FP32 peak rate
-  // and per-SM share of bandwidth (latency hiding shows up there; the tile's size enters
-  // through both), waves, the fill of the last wave, the reduction length after split-K, and
-  // the L2 size (the memory system, as for the streaming classes; clamped to the training
-  // range, so a GPU with a larger L2 is predicted like the largest-L2 training GPU).
-  // No input names the tile shape or the kernel's footprint over L2: both extrapolated badly
-  // forward in time - the A100's 128x128 batched tiles lie beyond every older GPU's tile
-  // intensity tm*tn/(tm+tn) and were clamped onto the older GPUs' 64x128 efficiency (BMM
-  // predicted ~15% slow), and a 40 MB L2 put large A100 kernels on the footprint of small
-  // kernels of the 2-6 MB GPUs (large linears up to 1.8x slow). Forward in time, BMM / linear
-  // MAPE: 12.2 / 10.6% with them (ensemble of 5; 15.2 / 8.0% with 15 networks), 9.7 / 9.3% now.
+  // and per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
+  // wave, the kernel's footprint relative to L2 (operand reuse; clamped, so it saturates), the
+  // tile's arithmetic intensity tm*tn/(tm+tn) (FLOPs per operand element loaded; one number
+  // for every tile shape), then the reduction length after split-K.
+  // Measured alternatives (same trainer, ensembles of 10, tiles of 55f82bb): without the
+  // intensity and footprint inputs and with the L2 size instead, forward-in-time BMM improves
+  // (10.8 -> 9.7%; linear 8.8 -> 9.3%) and GEMM predictions are closer to monotone in the
+  // GPU's rates (worst x1.3 instead of x4.7 on new GPUs), but whole models get worse (bench e2e_accuracy inference 11.8 -> 14.8%,
+  // training 13.2 -> 15.3%, multi-GPU 8.9 -> 10.5%: MI100's 8 MB L2 sits between the V100's
+  // and the A100's and its linears came out 0.79x); without both and no L2 input: 11.3 / 7.8%
+  // forward in time, e2e 14.4 / 17.6%. These inputs stay until one describes the memory
+  // system without interpolating across vendors.
   // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and waves,
   // plus two memory-system inputs: the L2 size and the kernel's footprint (elementwise) or one
   // wave's rows (softmax, layernorm) relative to L2. The fraction of the DRAM bandwidth a
@@ -75,7 +77,8 @@ const std::vector<std::string>& feature_names(UtilClass c) {
   // Every input is clamped to the range seen in training, so the network is never evaluated
   // outside it.
   static const std::vector<std::string> gemm = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
-                                                "last_wave_fill", "log2_reduction", "log2_l2_mb"};
+                                                "last_wave_fill", "log2_footprint_over_l2", "log2_tile_intensity",
+                                                "log2_reduction"};
   static const std::vector<std::string> ew = {"log2_waves",         "last_wave_fill",        "tensor_inputs",
                                               "special_function",   "log2_element_bytes",    "log2_tile_elements",
                                               "log2_l2_mb",         "log2_footprint_over_l2"};
@@ -167,8 +170,9 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[1] = log2c(per_sm * tile_bytes / (bw / sms) * 1e6);
       x[2] = std::log2(waves);
       x[3] = tiles / (waves * concurrent);
-      x[4] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
-      x[5] = log2c(gpu.l2_mb);
+      x[4] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
+      x[5] = log2c(double(t.config.tb_m) * double(t.config.tb_n) / double(t.config.tb_m + t.config.tb_n));
+      x[6] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
       break;
     case UtilClass::elementwise:
       x[0] = std::log2(waves);
