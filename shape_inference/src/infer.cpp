@@ -46,6 +46,13 @@ Shape dims_of(const std::vector<int64_t>& v) {
   return s;
 }
 
+Shape unknown_dims(int64_t rank, const Ctx& c) {
+  if (rank < 0 || rank > kMaxRank)
+    throw InputError(c.where() + ": a shape of rank " + std::to_string(rank) + " (more than " +
+                     std::to_string(kMaxRank) + " dims)");
+  return Shape(static_cast<size_t>(rank));
+}
+
 int64_t norm_axis(int64_t axis, int64_t rank, const Ctx& c) {
   // Valid axes are [-rank, rank - 1]; a scalar (rank 0) has none.
   if (axis < 0) axis += rank;
@@ -295,7 +302,7 @@ void rule_reshape(Ctx& c) {
     const TensorInfo* s = c.in(1);
     c.out(0).dtype = x->dtype;
     if (s && s->fully_known() && s->shape.size() == 1) {
-      set_out(c, 0, x->dtype, Shape(s->shape[0].value));
+      set_out(c, 0, x->dtype, unknown_dims(s->shape[0].value, c));
     }
     return;
   }
@@ -593,7 +600,7 @@ void rule_constant_of_shape(Ctx& c) {
     }
   } else {
     const TensorInfo* s = c.in(0);
-    if (s && s->fully_known() && s->shape.size() == 1) set_out(c, 0, dt, Shape(s->shape[0].value));
+    if (s && s->fully_known() && s->shape.size() == 1) set_out(c, 0, dt, unknown_dims(s->shape[0].value, c));
     else c.out(0).dtype = dt;
   }
 }

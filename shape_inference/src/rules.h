@@ -14,6 +14,8 @@
 namespace neusight::shape_rules {
 
 constexpr int64_t kMaxDim = int64_t(1) << 62;
+// Highest rank a shape may have (a shape tensor of more elements is refused, not allocated).
+constexpr int64_t kMaxRank = 1024;
 // Largest integer tensor whose values are propagated (shape tensors are tiny).
 constexpr size_t kMaxValues = 4096;
 
@@ -58,6 +60,8 @@ int64_t checked_mul(int64_t a, int64_t b, const std::string& where);
 void set_out(Ctx& c, size_t i, DType dt, const Shape& s);
 void set_dtype(Ctx& c, size_t i, DType dt);
 Shape dims_of(const std::vector<int64_t>& v);
+// `rank` unknown dims (the output of a shape given only by its length); InputError above kMaxRank.
+Shape unknown_dims(int64_t rank, const Ctx& c);
 int64_t norm_axis(int64_t axis, int64_t rank, const Ctx& c);
 Shape broadcast(const Shape& a, const Shape& b, const Ctx& c);
 void rule_unary(Ctx& c);
