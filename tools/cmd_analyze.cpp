@@ -119,8 +119,9 @@ int cmd_analyze(const Argv& argv) {
                     {"neusight.dtype", dtype_name(r.dtype)},
                     {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
                     {"neusight.predictor", r.predictor},
-                    {"neusight.timing", r.timing},
                     {"neusight.version", version()}};
+    // The timing convention is a property of the NeuSight predictor (empty for the roofline).
+    if (!r.timing.empty()) ann.metadata.emplace_back("neusight.timing", r.timing);
     outputs.add(args.get("--out"),
                 [&](const std::string& tmp) { write_annotated(loaded, analysis.graph, ann, tmp); });
   }

@@ -153,6 +153,14 @@ class Annotated(unittest.TestCase):
         self.assertEqual(s["meta"]["neusight.mode"], "training")
         self.assertGreater(s["kernel_docs"], 0.5 * s["nodes"])
 
+    def test_timing_metadata_only_for_the_neusight_predictor(self):
+        _, s = self.annotate(EXAMPLE, "--batch", "1", "--seq", "16")
+        self.assertEqual(s["meta"]["neusight.timing"], "device")
+        self.assertEqual(s["meta"]["neusight.predictor"], "neusight")
+        _, s = self.annotate(EXAMPLE, "--batch", "1", "--seq", "16", "--predictor", "roofline", out_dir="roof")
+        self.assertEqual(s["meta"]["neusight.predictor"], "roofline")
+        self.assertNotIn("neusight.timing", s["meta"])  # no timing convention, no empty value
+
     def test_unwritable_out_leaves_nothing(self):
         out = os.path.join(self.tmp.name, "missing", "a.onnx")
         code, _, err = run(shared("onnx-models", "onnx_light_squeezenet.onnx"), "--gpu", "b200", "--out", out, "--quiet")
