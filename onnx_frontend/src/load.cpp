@@ -191,29 +191,41 @@ struct FunctionTable {
     return it == by_key.end() ? nullptr : it->second;
   }
   // How many nodes the body of `f` becomes once every call in it is inlined, saturated at
-  // kMaxInlinedNodes + 1 (computed without expanding anything). Throws on recursion.
+  // kMaxInlinedNodes + 1, computed without expanding anything. Checks the whole call tree
+  // before any of it is expanded: throws on recursion and on calls nested more than
+  // kMaxSubgraphDepth deep (the check also bounds this function's own recursion).
   size_t inlined_size(const onnx::FunctionProto* f, const std::string& what) const {
     std::vector<const onnx::FunctionProto*> stack;
-    return inlined_size(f, what, stack);
+    return expansion(f, what, stack).nodes;
   }
 
  private:
-  mutable std::unordered_map<const onnx::FunctionProto*, size_t> size_memo_;
-  size_t inlined_size(const onnx::FunctionProto* f, const std::string& what,
+  struct Expansion {
+    size_t nodes = 0;  // saturated at kMaxInlinedNodes + 1
+    size_t height = 0; // nested calls, `f` included
+  };
+  mutable std::unordered_map<const onnx::FunctionProto*, Expansion> memo_;
+  Expansion expansion(const onnx::FunctionProto* f, const std::string& what,
                       std::vector<const onnx::FunctionProto*>& stack) const {
-    if (auto it = size_memo_.find(f); it != size_memo_.end()) return it->second;
     if (std::find(stack.begin(), stack.end(), f) != stack.end())
       throw InputError(what + ": function '" + f->name() + "' calls itself");
+    auto it = memo_.find(f);
+    if (stack.size() >= size_t(kMaxSubgraphDepth) ||
+        (it != memo_.end() && stack.size() + it->second.height > size_t(kMaxSubgraphDepth)))
+      throw InputError(what + ": function calls nested too deeply (function '" + f->name() + "')");
+    if (it != memo_.end()) return it->second;
     stack.push_back(f);
-    size_t n = 0;
+    Expansion e;
     for (const auto& node : f->node()) {
       const onnx::FunctionProto* g = find(node.domain(), node.op_type());
-      n += g ? inlined_size(g, what, stack) : 1;
-      n = std::min(n, kMaxInlinedNodes + 1);
+      const Expansion sub = g ? expansion(g, what, stack) : Expansion{1, 0};
+      e.nodes = std::min(e.nodes + sub.nodes, kMaxInlinedNodes + 1);
+      e.height = std::max(e.height, sub.height);
     }
     stack.pop_back();
-    size_memo_[f] = n;
-    return n;
+    ++e.height;
+    memo_[f] = e;
+    return e;
   }
 };
 
@@ -434,7 +446,6 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
   for (const auto& sp : gp.sparse_initializer()) produced.insert(sp.values().name());
   // Bodies of inlined function calls: kept alive (stable addresses) while `produced` views them.
   std::deque<onnx::NodeProto> expanded;
-  std::vector<const onnx::FunctionProto*> calling;  // the function-call stack (recursion check)
   size_t inlined = 0;
   // Adds one node, or the body of the function it calls (recursively).
   std::function<void(const onnx::NodeProto&, const std::string&, const std::string&)> add_node =
@@ -444,22 +455,18 @@ void convert_graph(const onnx::GraphProto& gp, Graph& g, int depth, const std::s
         while (names.count(name)) name += "_";
         names.insert(name);
         if (const onnx::FunctionProto* f = fns.find(np.domain(), np.op_type())) {
-          if (std::find(calling.begin(), calling.end(), f) != calling.end())
-            throw InputError(what + ": function '" + f->name() + "' calls itself (node '" + name + "')");
-          if (calling.size() >= size_t(kMaxSubgraphDepth))
-            throw InputError(what + ": function calls nested too deeply (node '" + name + "')");
-          if (inlined_from.empty()) inlined += fns.inlined_size(f, what);  // the whole expansion, once per call
+          // A graph's own call: its whole call tree is checked (recursion, nesting depth) and
+          // counted here, before anything is expanded; nested calls need no further check.
+          if (inlined_from.empty()) inlined += fns.inlined_size(f, what);
           if (inlined > kMaxInlinedNodes)
             throw InputError(what + ": inlining its functions would add more than " + std::to_string(kMaxInlinedNodes) +
                              " nodes");
-          calling.push_back(f);
           const std::string outer = inlined_from.empty() ? name : inlined_from;
           for (auto& body_node : expand_call(np, *f, name)) {
             expanded.push_back(std::move(body_node));
             const onnx::NodeProto& b = expanded.back();
             add_node(b, b.name(), outer);
           }
-          calling.pop_back();
           return;
         }
         Node n;

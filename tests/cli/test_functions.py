@@ -56,6 +56,22 @@ for i in range(15, -1, -1):
         for k in range(4)], opset, []))
 g3 = helper.make_graph([helper.make_node("F0", ["X"], ["Z"], domain="local")], "bomb", [X], [Z])
 onnx.save(helper.make_model(g3, opset_imports=opset, functions=fs), os.path.join(d, "bomb.onnx"))
+# Chains C0 -> C1 -> ... -> C(n-1) -> Relu: nesting n. 32 is the deepest allowed.
+def chain(prefix, n, tail=None):
+    fs = [helper.make_function("local", f"{prefix}{n - 1}", ["x"], ["y"],
+                               [helper.make_node(tail or "Relu", ["x"], ["y"], domain="local" if tail else "")], opset, [])]
+    for i in range(n - 2, -1, -1):
+        fs.append(helper.make_function("local", f"{prefix}{i}", ["x"], ["y"],
+                                       [helper.make_node(f"{prefix}{i + 1}", ["x"], ["y"], domain="local")], opset, []))
+    return fs
+for name, n in (("nest32", 32), ("nest33", 33), ("nest5000", 5000)):
+    g4 = helper.make_graph([helper.make_node("C0", ["X"], ["Z"], domain="local")], name, [X], [Z])
+    onnx.save(helper.make_model(g4, opset_imports=opset, functions=chain("C", n)), os.path.join(d, name + ".onnx"))
+# The second call reaches F (nesting 30) through three more functions: 33 deep.
+fs = chain("F", 30) + chain("G", 3, tail="F0")
+g5 = helper.make_graph([helper.make_node("F0", ["X"], ["Y"], domain="local"),
+                        helper.make_node("G0", ["Y"], ["Z"], domain="local")], "shared", [X], [Z])
+onnx.save(helper.make_model(g5, opset_imports=opset, functions=fs), os.path.join(d, "nest_shared.onnx"))
 """
 
 # The annotated model: checker passes, nodes unchanged, the call nodes carry the body latency.
@@ -116,6 +132,16 @@ class Functions(unittest.TestCase):
         self.assertEqual(code, 2, err)
         self.assertEqual(len(err.strip().splitlines()), 1, err)
         self.assertIn("would add more than", err)
+
+    def test_nesting_deeper_than_32_calls_is_one_clear_error(self):
+        a = run_json(os.path.join(self.tmp.name, "nest32.onnx"), "--gpu", "h100", "--batch", "2")
+        self.assertEqual([n["op_type"] for n in a["nodes"]], ["Relu"])
+        for name in ("nest33", "nest5000", "nest_shared"):
+            code, out, err = run(os.path.join(self.tmp.name, name + ".onnx"), "--gpu", "h100", "--batch", "2",
+                                 timeout=60)
+            self.assertEqual(code, 2, name + ": " + err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn("nested too deeply", err)
 
     def test_annotated_model_keeps_calls_and_runs_in_onnxruntime(self):
         out = os.path.join(self.tmp.name, "annotated.onnx")
