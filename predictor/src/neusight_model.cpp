@@ -8,7 +8,6 @@
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
 
-
 namespace neusight {
 namespace {
 
@@ -60,9 +59,10 @@ const std::vector<std::string>& feature_names(UtilClass c) {
   // Measured alternatives (same trainer, ensembles of 10, tiles of 55f82bb): without the
   // intensity and footprint inputs and with the L2 size instead, forward-in-time BMM improves
   // (10.8 -> 9.7%; linear 8.8 -> 9.3%) and GEMM predictions are closer to monotone in the
-  // GPU's rates (worst x1.3 instead of x4.7 on new GPUs), but whole models get worse (bench e2e_accuracy inference 11.8 -> 14.8%,
-  // training 13.2 -> 15.3%, multi-GPU 8.9 -> 10.5%: MI100's 8 MB L2 sits between the V100's
-  // and the A100's and its linears came out 0.79x); without both and no L2 input: 11.3 / 7.8%
+  // GPU's rates (worst x1.3 instead of x4.7 on new GPUs), but whole models get worse (bench
+  // e2e_accuracy inference 11.8 -> 14.8%, training 13.2 -> 15.3%, multi-GPU 8.9 -> 10.5%:
+  // MI100's 8 MB L2 sits between the V100's and the A100's and its linears came out 0.79x);
+  // without both and no L2 input: 11.3 / 7.8%
   // forward in time, e2e 14.4 / 17.6%. These inputs stay until one describes the memory
   // system without interpolating across vendors.
   // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and waves,
@@ -100,6 +100,13 @@ const std::vector<std::string>& feature_names(UtilClass c) {
 }
 
 namespace {
+// Threads per block of the block path: a power of two covering cols/8 (4-wide vector loads,
+// half the row per pass), 32 to 512.
+int softmax_block_threads(int64_t cols) {
+  int threads = 32;
+  while (threads < 512 && threads < double(cols) / 8) threads *= 2;
+  return threads;
+}
 // Softmax rows longer than a warp's registers hold (1024 fp32 values: 32 lanes x 32) run one
 // row per block in three passes over the row (max, sum of exponentials, normalize + write).
 // The two re-reads stay on chip while the rows resident on one SM fit its shared memory / L1
@@ -108,11 +115,8 @@ namespace {
 // SM's on-chip memory (0 for the one-row-per-warp path or unknown on-chip memory).
 double softmax_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
   if (k.cols <= 1024 || gpu.smem_per_sm_kb <= 0) return 0;
-  // Block size: a power of two covering cols/8 (4-wide vector loads, half the row per pass),
-  // 32 to 512 threads; as many blocks per SM as its thread limit allows.
-  int threads = 32;
-  while (threads < 512 && threads < double(k.cols) / 8) threads *= 2;
-  const double resident = std::max(1, gpu.max_threads_per_sm / threads);
+  // As many blocks per SM as its thread limit allows.
+  const double resident = std::max(1, gpu.max_threads_per_sm / softmax_block_threads(k.cols));
   return resident * double(k.cols) * eb / (gpu.smem_per_sm_kb * 1024.0);
 }
 // Fraction of the lanes that hold row elements in a pass over the row: the one-row-per-warp
@@ -121,9 +125,7 @@ double softmax_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
 double softmax_lane_efficiency(const Kernel& k) {
   const double cols = double(std::max<int64_t>(k.cols, 1));
   if (k.cols <= 1024) return cols / std::exp2(std::ceil(std::log2(cols)));
-  int threads = 32;
-  while (threads < 512 && threads < cols / 8) threads *= 2;
-  const double step = 4.0 * threads;
+  const double step = 4.0 * softmax_block_threads(k.cols);
   return cols / (std::ceil(cols / step) * step);
 }
 // Fraction of the two re-reads that miss on chip: none while the resident rows fit the
