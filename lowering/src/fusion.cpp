@@ -76,6 +76,29 @@ bool host_node(const Graph& g, const Node& n) {
   return true;
 }
 
+// GEMM-class ops whose float operands a preceding DequantizeLinear can feed in quantized form.
+const std::set<std::string>& qdq_gemm_ops() {
+  static const std::set<std::string> s = {"MatMul", "Gemm", "FusedMatMul", "Conv", "ConvTranspose"};
+  return s;
+}
+
+bool dequantize_into_gemm(const Graph& g, const Consumers& cons, const Node& nd) {
+  if (nd.op_type != "DequantizeLinear" || nd.inputs.empty() || nd.outputs.empty() || nd.outputs[0].empty()) return false;
+  const TensorInfo* x = tensor(g, nd.inputs[0]);
+  if (!x || !is_quantized_storage(x->dtype)) return false;
+  auto it = cons.find(nd.outputs[0]);
+  if (it == cons.end() || it->second.empty()) return false;
+  for (int c : it->second) {
+    if (c < 0) return false;
+    const Node& cn = g.nodes[static_cast<size_t>(c)];
+    if (!qdq_gemm_ops().count(cn.op_type)) return false;
+    // Operand A or B only (a dequantized bias is an epilogue input, not a GEMM operand).
+    for (size_t k = 2; k < cn.inputs.size(); ++k)
+      if (cn.inputs[k] == nd.outputs[0]) return false;
+  }
+  return true;
+}
+
 bool is_scalar_const(const Graph& g, const std::string& name) {
   const TensorInfo* t = tensor(g, name);
   return t && t->is_initializer && t->num_elements() == 1;
@@ -432,6 +455,15 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
     else if (nd.op_type == "Dropout" && opt.mode != Mode::training) plan.free_reason[i] = "identity in inference";
   }
   if (opt.fusion == Fusion::none) return plan;
+
+  // Quantize-dequantize models (--fusion full, inference): a DequantizeLinear of an integer
+  // or FP8 tensor read only as a GEMM operand runs inside the GEMM, as TensorRT and ORT's QDQ
+  // fusions run it: the GEMM reads the quantized bytes (and computes in that precision when
+  // both operands are quantized; see gemm.cpp). Marked before constant folding, which would
+  // otherwise fold a weight's dequantization into float weights.
+  if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
+    for (size_t i = 0; i < n; ++i)
+      if (dequantize_into_gemm(g, cons, g.nodes[i])) plan.free_reason[i] = kDequantizeIntoGemm;
 
   // Constant folding (full, inference): nodes computed from constants only.
   if (opt.fusion == Fusion::full && opt.mode == Mode::inference) {

@@ -23,6 +23,30 @@ void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_e
   c.out.push_back(kr);
 }
 
+void apply_quantized_operands(const LowerCtx& c, Kernel& k) {
+  const DType qa = k.a_input >= 0 ? c.quantized_operand(static_cast<size_t>(k.a_input)) : DType::undefined;
+  const DType qb = k.b_input >= 0 ? c.quantized_operand(static_cast<size_t>(k.b_input)) : DType::undefined;
+  if (qa == DType::undefined && qb == DType::undefined) return;
+  const double eb = elem_bytes(k.dtype);
+  const DType q[2] = {qa, qb};
+  for (size_t i = 0; i < 2 && i < k.operand_elems.size(); ++i)
+    if (q[i] != DType::undefined) k.bytes -= double(k.operand_elems[i]) * (eb - elem_bytes(q[i]));
+  auto family = [](DType t) {
+    if (t == DType::i8 || t == DType::u8) return 1;
+    if (t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 || t == DType::f8e5m2fnuz) return 2;
+    return 0;  // 4-bit: dequantized to the activations' precision in the kernel
+  };
+  std::string what;
+  if (family(qa) != 0 && family(qa) == family(qb)) {
+    k.dtype = family(qa) == 1 ? DType::i8 : qa;
+    what = std::string(dtype_name(qa)) + " x " + dtype_name(qb) + " operands (QDQ)";
+  } else {
+    what = std::string(dtype_name(qb != DType::undefined ? qb : qa)) + (qb != DType::undefined ? " weights" : " input") +
+           " dequantized in the kernel (QDQ)";
+  }
+  k.note = k.note.empty() ? what : k.note + "; " + what;
+}
+
 namespace {
 
 // Shared by MatMul-like ops: A[..., m, k] x B[..., k, n] with numpy broadcasting of the
@@ -68,6 +92,7 @@ void matmul_like(LowerCtx& c, const std::string& op_hint, int a_in, int b_in) {
   Kernel& kr = c.out.back();
   kr.trans_a = c.transposed_view(static_cast<size_t>(a_in));
   kr.trans_b = c.transposed_view(static_cast<size_t>(b_in));
+  apply_quantized_operands(c, kr);
 }
 
 void lower_matmul_integer(LowerCtx& c) {
@@ -140,6 +165,7 @@ void lower_gemm_op(LowerCtx& c) {
     kr.note = "bias epilogue";
     kr.bytes += double(numel(bias)) * elem_bytes(kr.dtype);
   }
+  apply_quantized_operands(c, kr);
 }
 
 // Conv / ConvTranspose as implicit GEMM. Depthwise (group == channels, one filter per
@@ -174,6 +200,13 @@ void lower_conv(LowerCtx& c) {
     k.bytes = (double(numel(x)) + double(numel(w)) + double(numel(y)) + double(numel(c.in(2)))) * eb;
     k.operand_elems = {numel(x), numel(w)};
     k.note = "depthwise: memory-bound stencil, " + std::to_string(ksz) + " taps";
+    if (!integer) {
+      k.a_input = static_cast<int>(xi);
+      k.b_input = static_cast<int>(wi);
+      const DType before = k.dtype;
+      apply_quantized_operands(c, k);
+      k.dtype = before;  // a stencil on the SIMT units whatever its operands' storage
+    }
     c.out.push_back(k);
     return;
   }
@@ -197,6 +230,7 @@ void lower_conv(LowerCtx& c) {
       kr.epilogue = "bias";
       kr.bytes += double(numel(bias)) * eb;
     }
+    apply_quantized_operands(c, kr);
   }
 }
 

@@ -17,6 +17,10 @@ int64_t numel(const TensorInfo* t);
 // rows x cols view of a tensor: cols = last dim (a scalar is 1 x 1; unknown is 0 x 0).
 void rows_cols(const TensorInfo* t, int64_t& rows, int64_t& cols);
 bool is_integer_like(DType t);  // integer or bool
+bool is_quantized_storage(DType t);  // int8/uint8, int4/uint4 and the FP8 types
+
+// Free reason of a DequantizeLinear that runs inside the GEMM reading its output.
+inline constexpr const char* kDequantizeIntoGemm = "dequantize runs in the GEMM (quantized operand)";
 
 // Which nodes read each tensor (graph outputs are read by "-1").
 using Consumers = std::unordered_map<std::string, std::vector<int>>;
@@ -55,6 +59,9 @@ struct LowerCtx {
   bool all_known(std::initializer_list<const TensorInfo*> ts) const;
   // True when input i is read as a strided transposed view (free Transpose before a GEMM).
   bool transposed_view(size_t i) const;
+  // The stored dtype of input i when a DequantizeLinear feeding it runs inside this node's
+  // GEMM (--fusion full on a quantize-dequantize model); DType::undefined otherwise.
+  DType quantized_operand(size_t i) const;
 };
 
 using Rule = std::function<void(LowerCtx&)>;
@@ -72,6 +79,10 @@ void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_e
                int a_input, int b_input, const std::string& note = "");
 void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_elem = 1);
 void emit_matmul(LowerCtx& c);  // MatMul rules (used by the bias-GEMM group too)
+// Re-prices a GEMM kernel whose operands come quantized (see quantized_operand): operand
+// bytes at the stored width; computes in the stored precision when both operands are
+// 8-bit quantized of one kind (int8 x int8, fp8 x fp8).
+void apply_quantized_operands(const LowerCtx& c, Kernel& k);
 
 // Kernels of one fusion group (fusion.cpp).
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,

@@ -71,6 +71,16 @@ bool is_integer_like(DType t) {
   }
 }
 
+bool is_quantized_storage(DType t) {
+  switch (t) {
+    case DType::u8: case DType::i8: case DType::u4: case DType::i4: case DType::f8e4m3fn: case DType::f8e4m3fnuz:
+    case DType::f8e5m2: case DType::f8e5m2fnuz:
+      return true;
+    default:
+      return false;
+  }
+}
+
 Consumers consumers_of(const Graph& g) {
   Consumers c;
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -125,6 +135,17 @@ bool LowerCtx::transposed_view(size_t i) const {
   if (it == plan->producer.end()) return false;
   return g.nodes[static_cast<size_t>(it->second)].op_type == "Transpose" &&
          !plan->free_reason[static_cast<size_t>(it->second)].empty();
+}
+
+DType LowerCtx::quantized_operand(size_t i) const {
+  if (!plan || i >= n.inputs.size() || n.inputs[i].empty()) return DType::undefined;
+  auto it = plan->producer.find(n.inputs[i]);
+  if (it == plan->producer.end()) return DType::undefined;
+  const size_t p = static_cast<size_t>(it->second);
+  if (plan->free_reason[p] != kDequantizeIntoGemm) return DType::undefined;
+  const Node& dq = g.nodes[p];
+  const TensorInfo* x = dq.inputs.empty() ? nullptr : g.find(dq.inputs[0]);
+  return x ? x->dtype : DType::undefined;
 }
 
 const RuleTable& rules() {

@@ -220,3 +220,50 @@ TEST_CASE("fusion: permute then transpose before a matmul are both views (PyTorc
   CHECK(eager.free_reason[0] == "strided view read by GEMM");
   CHECK(eager.free_reason[1] == "strided view read by GEMM");
 }
+
+TEST_CASE("fusion: --fusion full runs a QDQ model's DequantizeLinear inside the GEMM that reads it") {
+  // x -> Q -> DQ -> MatMul <- DQ <- int8 W; and a Conv whose int8 weight is dequantized.
+  IrGraph b;
+  b.input("x", {512, 1024});
+  b.node("QuantizeLinear", {"x", b.w("xs", {}), b.w("xz", {}, DType::i8)}, {b.t("xq", {512, 1024}, DType::i8)});
+  b.node("DequantizeLinear", {"xq", "xs", "xz"}, {b.t("xd", {512, 1024})});
+  b.node("DequantizeLinear", {b.w("wq", {1024, 4096}, DType::i8), b.w("ws", {}), "xz"}, {b.t("wd", {1024, 4096})});
+  b.node("MatMul", {"xd", "wd"}, {b.t("y", {512, 4096})});
+  b.output("y");
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  CHECK(eager.kernels.size() == 4);  // eager runs every Q/DQ as its own kernel
+  CHECK(of_class(eager, KernelClass::gemm).at(0).dtype == DType::f32);
+  const KernelList full = lower_with(b.g, Fusion::full);
+  CHECK(full.free_reason[1] == "dequantize runs in the GEMM (quantized operand)");
+  CHECK(full.free_reason[2] == "dequantize runs in the GEMM (quantized operand)");
+  REQUIRE(full.kernels.size() == 2);  // the QuantizeLinear and one int8 GEMM
+  const Kernel& g = of_class(full, KernelClass::gemm).at(0);
+  CHECK(g.dtype == DType::i8);
+  CHECK(g.bytes == doctest::Approx(512.0 * 1024 + 1024.0 * 4096 + 512.0 * 4096 * 4));  // int8 in, fp32 out
+  // Training (quantization-aware) keeps the fake-quant kernels and a float GEMM.
+  const KernelList qat = lower_with(b.g, Fusion::full, Mode::training);
+  CHECK(of_class(qat, KernelClass::elementwise).size() == 2);  // Q+DQ of x fused, DQ of W
+  CHECK(of_class(qat, KernelClass::gemm).at(0).dtype == DType::f32);
+
+  // Weight-only: the activations stay float, the weights are read as int8.
+  IrGraph w;
+  w.input("a", {64, 1024});
+  w.node("DequantizeLinear", {w.w("wq", {1024, 4096}, DType::i8), w.w("ws", {})}, {w.t("wd", {1024, 4096})});
+  w.node("MatMul", {"a", "wd"}, {w.t("y", {64, 4096})});
+  w.output("y");
+  const KernelList wo = lower_with(w.g, Fusion::full);
+  REQUIRE(wo.kernels.size() == 1);
+  CHECK(wo.kernels[0].dtype == DType::f32);
+  CHECK(wo.kernels[0].bytes == doctest::Approx(64.0 * 1024 * 4 + 1024.0 * 4096 + 64.0 * 4096 * 4));
+
+  // A DequantizeLinear also read by a non-GEMM node stays a kernel of its own.
+  IrGraph s;
+  s.input("a", {64, 1024});
+  s.node("DequantizeLinear", {s.w("wq", {1024, 1024}, DType::i8), s.w("ws", {})}, {s.t("wd", {1024, 1024})});
+  s.node("MatMul", {"a", "wd"}, {s.t("y", {64, 1024})});
+  s.node("Add", {"y", "wd"}, {s.t("z", {64, 1024})});
+  s.output("z");
+  const KernelList sh = lower_with(s.g, Fusion::full);
+  CHECK(sh.free_reason[0] != "dequantize runs in the GEMM (quantized operand)");
+  CHECK(of_class(sh, KernelClass::gemm).at(0).bytes == doctest::Approx((64.0 * 1024 * 2 + 1024.0 * 1024) * 4));
+}
