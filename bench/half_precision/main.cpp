@@ -350,6 +350,33 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+  {
+    // What-if (precision.h strip_dispatch): streaming kernels as eager(k) - eager(first wave) +
+    // the first wave's device time, i.e. all the learned per-launch dispatch stripped.
+    std::vector<Item> vec;
+    for (const Item& it : items)
+      if (it.k.cls != KernelClass::gemm) vec.push_back(it);
+    PrecisionOptions o{Timing::device};
+    o.strip_dispatch = true;
+    auto p = make_neusight_predictor(weights, o);
+    std::map<std::string, Acc> pa, pt;
+    run(vec, a100, *p, *p, *roofline, pa, &pt);
+    std::printf("\nWhat-if: device timing with the eager dispatch stripped from streaming kernels (precision.h\n"
+                "strip_dispatch; off in the product), MAPE and pred/meas:\n");
+    Acc all;
+    for (const char* layer : vec_layers) {
+      std::printf("%-40s %5zu %7.1f%% %9.2fx  by tokens:", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
+      for (const char* b : {"1-63", "64-511", "512-4095", "4096+"}) {
+        const Acc& a = pt[std::string(layer) + " tokens " + b];
+        std::printf(" %s %.1f%% (%.2fx)", b, a.dmape(), a.dev_gmean_ratio());
+      }
+      std::printf("\n");
+      all.merge(pa[layer]);
+    }
+    std::printf("%-40s %5zu %7.1f%% %9.2fx\n", "  norms/act/add", all.n, all.dmape(), all.dev_gmean_ratio());
+    for (const char* layer : other_layers)
+      std::printf("%-40s %5zu %7.1f%% %9.2fx\n", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
+  }
   std::printf("\nWhat-if: tensor-core operand-port term at weight %.2g on top of the sustained fraction (precision.h;\n"
               "off in the product), device timing:\n", port_weight);
   for (const auto& [k, a] : port_acc)
