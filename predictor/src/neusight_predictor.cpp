@@ -93,8 +93,8 @@ class NeusightPredictor final : public Predictor {
       // Device timing: the law without its alpha / waves term (utilization gamma). In the
       // eager training data a kernel of few waves carries the framework's per-launch cost,
       // and what the learned fixed cost did not absorb of it the law puts in alpha / waves,
-      // which vanishes only for many waves (a 1-wave A100 RMSNorm of 8-64 rows: 19-21 us
-      // predicted with the term, 4 us measured by Vidur). Back to back on the device the
+      // which vanishes only for many waves (a 1-wave A100 RMSNorm of 8-64 rows: 19-33 us
+      // predicted with the term, 4-8 us measured by Vidur). Back to back on the device the
       // launch overlaps the kernel before it, and the ramp-up and drain of one launch are
       // the device floor that replaces the fixed cost below; wave quantization stays in
       // base_ms (waves x per-wave time).

@@ -25,7 +25,8 @@ namespace neusight {
 //   device - kernel time on the device only (CUDA events over back-to-back launches, or
 //            profiler kernel durations: DeepBench, Vidur, CUDA graphs, TensorRT,
 //            onnxruntime with CUDA graphs). The learned fixed cost is replaced by
-//            kDeviceKernelFloorMs.
+//            kDeviceKernelFloorMs, and the law is evaluated without its alpha / waves term
+//            (the dispatch of few-wave kernels the fixed cost did not absorb).
 enum class Timing { eager, device };
 const char* timing_name(Timing t);
 // "eager" | "device"; false for anything else.
