@@ -1,6 +1,8 @@
 // neusight_predictor.cpp - the trained tile-utilization predictor: batched per class, roofline-bounded.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "neusight/neusight_model.h"
 #include "neusight/precision.h"
@@ -8,6 +10,23 @@
 
 namespace neusight {
 namespace {
+
+// A streaming kernel cut down to its first wave of tiles (rows, or elements of a single-row
+// kernel, scaled with its bytes and FLOPs); the kernel itself when it has no more than one.
+Kernel first_wave(const Kernel& k, const Tiling& t, const Gpu& gpu) {
+  const double concurrent = double(std::max(1, gpu.num_sm)) * double(std::max<int64_t>(t.blocks_per_sm, 1));
+  const double s = std::min(1.0, concurrent / double(std::max<int64_t>(t.tiles, 1)));
+  if (s >= 1.0) return k;
+  Kernel w = k;
+  if (w.rows > 1)
+    w.rows = std::max<int64_t>(1, int64_t(std::floor(double(k.rows) * s)));
+  else
+    w.cols = std::max<int64_t>(1, int64_t(std::floor(double(k.cols) * s)));
+  const double kept = double(w.rows) * double(w.cols) / std::max(1.0, double(k.rows) * double(k.cols));
+  w.bytes *= kept;
+  w.flops *= kept;
+  return w;
+}
 
 // The learned fixed cost of a class (the law at base_ms = 0), when it is one constant: the
 // law's third output does not depend on the inputs when the last layer's weights into it are
@@ -41,6 +60,7 @@ class NeusightPredictor final : public Predictor {
     std::vector<Prediction> out(kernels.size());
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
+    std::vector<double> wave_ms[kNumUtilClasses];  // strip_dispatch: device time of the first wave
     const bool device = o_.timing == Timing::device;
     const double bw = gpu.mem_bw_gbps * 1e9;
     for (size_t i = 0; i < kernels.size(); ++i) {
@@ -60,6 +80,25 @@ class NeusightPredictor final : public Predictor {
       const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
       TileFeatures f = tile_features(c, run, t, gpu_as_run(run, t, gpu, o_.operand_port_weight));
       if (!(f.base_ms > 0)) continue;
+      if (device && o_.strip_dispatch && c != UtilClass::gemm) {
+        // What-if (precision.h): eager(k) - eager(first wave) + the first wave's device time.
+        const Kernel w = first_wave(run, t, gpu);
+        const Tiling tw = tile_kernel(w, gpu);
+        members[int(c)].push_back(i);
+        feats[int(c)].push_back(f);
+        feats[int(c)].push_back(tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight)));
+        wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
+        continue;
+      }
+      // Device timing: the law without its alpha / waves term (utilization gamma). In the
+      // eager training data a kernel of few waves carries the framework's per-launch cost,
+      // and what the learned fixed cost did not absorb of it the law puts in alpha / waves,
+      // which vanishes only for many waves (a 1-wave A100 RMSNorm of 8-64 rows: 19-33 us
+      // predicted with the term, 4-8 us measured by Vidur). Back to back on the device the
+      // launch overlaps the kernel before it, and the ramp-up and drain of one launch are
+      // the device floor that replaces the fixed cost below; wave quantization stays in
+      // base_ms (waves x per-wave time).
+      if (device) f.waves = std::numeric_limits<double>::infinity();
       members[int(c)].push_back(i);
       feats[int(c)].push_back(f);
       if (device && fixed_ms_[int(c)] < 0) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
@@ -71,10 +110,17 @@ class NeusightPredictor final : public Predictor {
       if (members[c].empty()) continue;
       std::vector<char> extra;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra);
+      const bool strip = device && o_.strip_dispatch && c != int(UtilClass::gemm);
       const bool per_kernel_fixed = device && fixed_ms_[c] < 0;
-      const size_t step = per_kernel_fixed ? 2 : 1;
+      const size_t step = per_kernel_fixed || strip ? 2 : 1;
       for (size_t j = 0; j < members[c].size(); ++j) {
         Prediction& p = out[members[c][j]];
+        if (strip) {
+          p.latency_ms = std::max({lat[step * j] - lat[step * j + 1] + wave_ms[c][j], o_.device_floor_ms, p.roofline_ms});
+          p.utilization = p.roofline_ms / p.latency_ms;
+          p.extrapolated = extra[step * j] != 0;
+          continue;
+        }
         // Device timing swaps the learned fixed cost for the device floor where that cost is
         // larger; it never adds time: an isolated (eager) timing contains the device time.
         const double learned_fixed = per_kernel_fixed ? lat[step * j + 1] : fixed_ms_[c];

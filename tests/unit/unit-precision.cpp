@@ -1,8 +1,12 @@
 // unit-precision.cpp - where reduced-precision math runs, the tensor-core operand port, timing conventions.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "neusight/dataset.h"
 #include "neusight/gpu.h"
+#include "neusight/neusight_model.h"
 #include "neusight/precision.h"
 #include "neusight/predictor.h"
 #include "neusight/tiling.h"
@@ -151,6 +155,44 @@ TEST_CASE("precision: device timing replaces the eager fixed cost, never beats t
   CHECK(pd[0].latency_ms < 5 * kDeviceKernelFloorMs);
   // A large GEMM is dominated by its math in both conventions.
   CHECK(pd[4].latency_ms == doctest::Approx(pe[4].latency_ms).epsilon(0.05));
+}
+
+TEST_CASE("precision: device timing uses the law without its alpha / waves term; strip_dispatch what-if") {
+  const Gpu a100 = GpuDatabase::builtin().resolve("a100-sxm4-80gb");
+  const ModelSet models = load_model_set(data_dir() + "/weights");
+  auto device = make_neusight_predictor("", PrecisionOptions{Timing::device});
+  PrecisionOptions so{Timing::device};
+  so.strip_dispatch = true;
+  auto strip = make_neusight_predictor("", so);
+  // An RMSNorm-sized row norm of 64 rows (one wave) and of 4096 rows (38 waves), fp16.
+  std::vector<Kernel> ks = {kernel_from_dataset("ln", {{"B", "64"}, {"H", "4096"}, {"dtype", "fp16"}}),
+                            kernel_from_dataset("ln", {{"B", "4096"}, {"H", "4096"}, {"dtype", "fp16"}}),
+                            kernel_from_dataset("add", {{"B", "4096"}, {"H", "4096"}, {"dtype", "fp16"}})};
+  std::vector<Tiling> ts;
+  for (const Kernel& k : ks) ts.push_back(tile_kernel(k, a100));
+  const auto pd = device->predict(ks, ts, a100);
+  const auto ps = strip->predict(ks, ts, a100);
+  for (size_t i = 0; i < ks.size(); ++i) {
+    CAPTURE(i);
+    UtilClass c;
+    REQUIRE(util_class_of(ks[i], c));
+    const ClassModel& cm = models.classes[int(c)];
+    TileFeatures f = tile_features(c, ks[i], ts[i], a100);
+    TileFeatures f0 = f;
+    f0.base_ms = 0;
+    f.waves = f0.waves = std::numeric_limits<double>::infinity();
+    const auto l = predict_latency_ms(cm, {f, f0});
+    // The law at infinite waves, its fixed cost swapped for the floor where that is larger.
+    const double expect = std::max(l[0] + std::min(0.0, kDeviceKernelFloorMs - l[1]), pd[i].roofline_ms);
+    CHECK(pd[i].latency_ms == doctest::Approx(expect).epsilon(1e-9));
+    // The what-if never beats the roofline or the floor.
+    CHECK(ps[i].latency_ms >= ps[i].roofline_ms);
+    CHECK(ps[i].latency_ms >= kDeviceKernelFloorMs);
+  }
+  // One wave: the what-if strips everything but the first wave's device time (floor).
+  CHECK(ps[0].latency_ms == doctest::Approx(kDeviceKernelFloorMs));
+  // The 64-row norm is no longer the eager dispatch (19 us with the alpha / waves term).
+  CHECK(pd[0].latency_ms < 0.012);
 }
 
 TEST_CASE("precision: a half-precision GEMM on a GPU without tensor cores is predicted at the FP32 rate") {

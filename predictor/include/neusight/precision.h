@@ -25,7 +25,8 @@ namespace neusight {
 //   device - kernel time on the device only (CUDA events over back-to-back launches, or
 //            profiler kernel durations: DeepBench, Vidur, CUDA graphs, TensorRT,
 //            onnxruntime with CUDA graphs). The learned fixed cost is replaced by
-//            kDeviceKernelFloorMs.
+//            kDeviceKernelFloorMs, and the law is evaluated without its alpha / waves term
+//            (the dispatch of few-wave kernels the fixed cost did not absorb).
 enum class Timing { eager, device };
 const char* timing_name(Timing t);
 // "eager" | "device"; false for anything else.
@@ -47,6 +48,16 @@ struct PrecisionOptions {
   // V100 to A100 but the measured efficiency does not halve, so the term does not transfer
   // (bench/half_precision --port-weight W).
   double operand_port_weight = 0;
+  // What-if, device timing, off in the product: a streaming kernel (elementwise, softmax,
+  // norms, memory) as its eager prediction less the eager prediction of its first wave of
+  // tiles, plus that wave's device time (its roofline, at least the device floor). Reads
+  // eager = per-launch dispatch + device time, and strips the dispatch wherever the learned
+  // law put it (fixed cost, alpha / waves, or the waves inputs of the MLP). On Vidur's A100
+  // PyTorch residual adds it gives 8.7% (law without alpha / waves: 24.9%); whole models:
+  // inference 10.7 -> 10.0%, fusion 4.2 -> 3.0%, multi-GPU 5.7 -> 2.3%, but training
+  // 12.7 -> 15.0% (MI100 4.1 -> 13.6%, its small kernels at the NVIDIA 2 us floor).
+  // bench/half_precision prints it.
+  bool strip_dispatch = false;
 };
 
 // True when the GPU has matrix units (tensor cores / AMD matrix cores) for the kernel's dtype.
