@@ -16,7 +16,10 @@ constexpr int64_t kHostMaxElements = 64;  // integer tensors this small are shap
 
 const std::set<std::string>& view_ops() {
   static const std::set<std::string> s = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape",
-                                          "Size", "Constant", "Optional", "OptionalGetElement", "StopGradient"};
+                                          "Size", "Constant", "Optional", "OptionalGetElement", "StopGradient",
+                                          // sequences hold references: no data moves
+                                          "SequenceConstruct", "SequenceAt", "SequenceEmpty", "SequenceInsert",
+                                          "SequenceErase", "SequenceLength", "OptionalHasElement"};
   return s;
 }
 

@@ -234,10 +234,13 @@ void lower_conv(LowerCtx& c) {
   }
 }
 
-// Einsum with one or two operands. Two operands: letters in both inputs and the output
+// Einsum with one or two operands. "..." stands for the operand's leading dims beyond its
+// letters; they are named with fresh labels, right-aligned across operands (numpy
+// broadcasting), and lead the output. Two operands: letters in both inputs and the output
 // are batch, in both inputs only are contracted, in one input and the output are that
-// side's free dims -> one (batched) GEMM. One operand: a permutation (memory) or a
-// reduction.
+// side's free dims -> one (batched) GEMM. One operand: a permutation (memory), a diagonal
+// (a letter repeated in the operand: a strided gather of the diagonal elements, memory) or
+// a reduction of the distinct elements it reads.
 void lower_einsum(LowerCtx& c) {
   std::string eq = c.n.attr_s("equation", "");
   eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
@@ -251,45 +254,94 @@ void lower_einsum(LowerCtx& c) {
     if (q == std::string::npos) break;
     p = q + 1;
   }
-  if (eq.find("...") != std::string::npos || ins.size() != c.n.inputs.size() || ins.size() > 2 || ins.empty()) {
-    c.unknown("einsum '" + eq + "' not supported (ellipsis or more than two operands)");
+  if (ins.size() != c.n.inputs.size() || ins.size() > 2 || ins.empty()) {
+    c.unknown("einsum '" + eq + "' not supported (more than two operands)");
     return;
   }
-  std::map<char, int64_t> size;
-  for (size_t i = 0; i < ins.size(); ++i) {
-    const TensorInfo* t = c.in(i);
-    if (!c.all_known({t}) || t->shape.size() != ins[i].size()) {
+  for (size_t i = 0; i < ins.size(); ++i)
+    if (!c.all_known({c.in(i)})) {
       c.unknown("shapes not inferred");
       return;
     }
-    for (size_t d = 0; d < ins[i].size(); ++d) size[ins[i][d]] = std::max(size[ins[i][d]], t->shape[d].value);
-  }
-  if (arrow == std::string::npos) {  // implicit output: letters seen once, sorted
+  // Implicit output: the ellipsis dims, then the letters seen once, sorted.
+  if (arrow == std::string::npos) {
     std::map<char, int> cnt;
     for (const auto& s : ins)
-      for (char ch : s) ++cnt[ch];
+      for (char ch : s)
+        if (ch != '.') ++cnt[ch];
+    outs = lhs.find("...") != std::string::npos ? "..." : "";
     for (const auto& [ch, n] : cnt)
       if (n == 1) outs += ch;
   }
+  // Expand "...": operand i covers rank_i - letters_i dims, the last ones of the K fresh labels.
+  const std::string pool = "0123456789!#$%&*+/:;<=>?@^_|~";
+  std::string fresh;
+  for (char ch : pool)
+    if (eq.find(ch) == std::string::npos) fresh += ch;
+  std::vector<size_t> ell(ins.size(), 0);
+  size_t kmax = 0;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const size_t dots = ins[i].find("...");
+    const size_t letters = ins[i].size() - (dots == std::string::npos ? 0 : 3);
+    const size_t rank = c.in(i)->shape.size();
+    if (dots == std::string::npos) {
+      if (rank != letters) {
+        c.unknown("einsum '" + eq + "': operand " + std::to_string(i) + " rank does not match its labels");
+        return;
+      }
+      continue;
+    }
+    if (rank < letters) {
+      c.unknown("einsum '" + eq + "': operand " + std::to_string(i) + " rank does not match its labels");
+      return;
+    }
+    ell[i] = rank - letters;
+    kmax = std::max(kmax, ell[i]);
+  }
+  if (kmax > fresh.size()) {
+    c.unknown("einsum '" + eq + "': too many ellipsis dims");
+    return;
+  }
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const size_t dots = ins[i].find("...");
+    if (dots != std::string::npos) ins[i].replace(dots, 3, fresh.substr(kmax - ell[i], ell[i]));
+  }
+  if (const size_t dots = outs.find("..."); dots != std::string::npos) outs.replace(dots, 3, fresh.substr(0, kmax));
+  std::map<char, int64_t> size;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    const TensorInfo* t = c.in(i);
+    for (size_t d = 0; d < ins[i].size(); ++d) size[ins[i][d]] = std::max(size[ins[i][d]], t->shape[d].value);
+  }
+  auto distinct = [](const std::string& s) { return std::set<char>(s.begin(), s.end()); };
   auto in_str = [](const std::string& s, char ch) { return s.find(ch) != std::string::npos; };
   if (ins.size() == 1) {
-    if (std::set<char>(outs.begin(), outs.end()).size() == std::set<char>(ins[0].begin(), ins[0].end()).size()) {
-      Kernel k = c.base(KernelClass::memory, "transpose");
+    const std::set<char> in_set = distinct(ins[0]);
+    const bool diagonal = in_set.size() < ins[0].size();
+    double reads = 1;  // the distinct elements the operand contributes (the diagonal only)
+    for (char ch : in_set) reads *= double(size[ch]);
+    const double eb = elem_bytes(c.dtype(c.in(0)));
+    if (distinct(outs).size() == in_set.size()) {
+      Kernel k = c.base(KernelClass::memory, diagonal ? "diagonal" : "transpose");
       rows_cols(c.outp(0), k.rows, k.cols);
-      k.bytes = 2.0 * double(numel(c.in(0))) * elem_bytes(k.dtype);
-      k.note = "einsum permutation";
+      k.bytes = 2.0 * reads * eb;
+      k.note = diagonal ? "einsum diagonal" : "einsum permutation";
       c.out.push_back(k);
     } else {
       Kernel k = c.base(KernelClass::reduce, "reduce_sum");
       k.rows = std::max<int64_t>(numel(c.outp(0)), 1);
-      k.cols = numel(c.in(0)) / k.rows;
-      k.flops = double(numel(c.in(0)));
-      k.bytes = (double(numel(c.in(0))) + double(k.rows)) * elem_bytes(k.dtype);
-      k.note = "einsum reduction";
+      k.cols = static_cast<int64_t>(reads) / k.rows;
+      k.flops = reads;
+      k.bytes = (reads + double(k.rows)) * eb;
+      k.note = diagonal ? "einsum reduction of a diagonal" : "einsum reduction";
       c.out.push_back(k);
     }
     return;
   }
+  for (const auto& s : ins)
+    if (distinct(s).size() < s.size()) {
+      c.unknown("einsum '" + eq + "': a diagonal (repeated label) inside a product is not supported");
+      return;
+    }
   int64_t batch = 1, m = 1, n = 1, k = 1;
   for (const auto& [ch, sz] : size) {
     const bool a = in_str(ins[0], ch), b = in_str(ins[1], ch), o = in_str(outs, ch);

@@ -72,6 +72,8 @@ void add_gemm_rules(RuleTable& t);     // gemm.cpp: MatMul, Gemm, Conv, Einsum, 
 void add_attention_rules(RuleTable& t);  // attention.cpp: fused attention, LSTM/GRU/RNN
 void add_vector_rules(RuleTable& t);   // vector.cpp: elementwise, softmax, norms, reduce, pool
 void add_memory_rules(RuleTable& t);   // memory.cpp: data movement, views, collectives
+void add_signal_rules(RuleTable& t);   // signal.cpp: DFT/STFT, Det, NMS, host-only ops (noted)
+void add_optimizer_rules(RuleTable& t);  // training.cpp: ai.onnx.preview.training optimizer nodes
 const RuleTable& rules();
 
 // Shared emitters.

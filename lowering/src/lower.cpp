@@ -155,6 +155,8 @@ const RuleTable& rules() {
     add_attention_rules(r);
     add_vector_rules(r);
     add_memory_rules(r);
+    add_signal_rules(r);
+    add_optimizer_rules(r);
     return r;
   }();
   return t;
@@ -224,6 +226,10 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     const TensorInfo* m = n.inputs.size() > 0 && !n.inputs[0].empty() ? g.find(n.inputs[0]) : nullptr;
     if (m && m->int_value && m->int_value->size() == 1) trips = std::max<int64_t>((*m->int_value)[0], 0);
     else why = "trip count not known at compile time: body counted once";
+  } else if (n.op_type == "SequenceMap") {  // iterations = elements of the input sequence
+    const TensorInfo* s = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
+    if (s && s->kind == ValueKind::sequence && s->elements_known) trips = static_cast<int64_t>(s->elements.size());
+    else why = "sequence length not known: body counted once";
   } else {  // Scan: iterations = length of the first scan input along its scan axis
     const int64_t num_scan = n.attr_i("num_scan_inputs", 1);
     const size_t first_scan = n.inputs.size() >= static_cast<size_t>(num_scan) ? n.inputs.size() - num_scan : 0;
@@ -272,7 +278,7 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, Kern
       if (grp.emit_at == static_cast<int>(i)) emit_group(g, opt, plan, grp, cons, out);
       continue;
     }
-    if (n.op_type == "If" || n.op_type == "Loop" || n.op_type == "Scan") {
+    if (n.op_type == "If" || n.op_type == "Loop" || n.op_type == "Scan" || n.op_type == "SequenceMap") {
       control_flow(g, n, static_cast<int>(i), out);
       continue;
     }

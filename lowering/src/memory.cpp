@@ -74,6 +74,120 @@ void lower_collective(LowerCtx& c, const std::string& op) {
   c.out.push_back(k);
 }
 
+// Bytes of a value: a tensor, or a sequence whose elements are all known.
+double value_bytes(const LowerCtx& c, const TensorInfo* t, bool& known) {
+  if (!t) return 0;
+  if (t->kind == ValueKind::tensor) {
+    known = known && t->fully_known();
+    return tensor_bytes(c, t);
+  }
+  if (!t->elements_known) {
+    known = false;
+    return 0;
+  }
+  double b = 0;
+  for (const auto& e : t->elements) {
+    known = known && e.fully_known();
+    b += double(std::max<int64_t>(e.num_elements(), 0)) * elem_bytes(c.dtype(&e));
+  }
+  return b;
+}
+
+// SplitToSequence: a Split whose pieces form a sequence - reads the input, writes it once.
+// ConcatFromSequence: a Concat (or stack, new_axis) of the elements - reads them, writes the
+// output.
+void lower_sequence_copy(LowerCtx& c, bool split) {
+  const TensorInfo* x = c.in(0);
+  bool known = true;
+  const double b = split ? value_bytes(c, x, known) : value_bytes(c, c.outp(0), known);
+  if (!known) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  Kernel k = c.base(KernelClass::memory, split ? "split" : "concat");
+  if (split) rows_cols(x, k.rows, k.cols);
+  else rows_cols(c.outp(0), k.rows, k.cols);
+  k.bytes = 2 * b;
+  c.out.push_back(k);
+}
+
+// Interpolation taps per output element for a spatial rank: nearest 1, (bi/tri)linear 2^r,
+// (bi)cubic 4^r.
+int64_t interp_taps(const std::string& mode, size_t spatial) {
+  int64_t per = mode == "nearest" ? 1 : (mode == "bicubic" || mode == "cubic") ? 4 : 2;
+  int64_t t = 1;
+  for (size_t i = 0; i < spatial; ++i) t *= per;
+  return t;
+}
+
+// GridSample(X [N,C,D..], grid [N,D_out..,r]) -> Y [N,C,D_out..]: each output gathers its
+// interpolation taps (bilinear 4, bicubic 16, nearest 1; 3-D: 8/64/1) and blends them
+// (a multiply-add per tap). Memory-bound: bytes = taps per output x outputs read + the grid
+// + the output written.
+void lower_grid_sample(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* grid = c.in(1);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({x, grid, y}) || x->shape.size() < 3) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const std::string mode = c.n.attr_s("mode", "linear");
+  const int64_t taps = interp_taps(mode, x->shape.size() - 2);
+  Kernel k = c.base(KernelClass::memory, "grid_sample");
+  rows_cols(y, k.rows, k.cols);
+  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
+  k.flops = 2.0 * double(taps) * e;
+  k.bytes = double(taps) * e * eb + tensor_bytes(c, grid) + e * eb;
+  k.operand_elems = {numel(x), numel(grid)};
+  k.note = std::to_string(taps) + " taps per output (" + mode + ")";
+  c.out.push_back(k);
+}
+
+// RoiAlign(X [N,C,H,W], rois [R,4], batch_indices [R]) -> Y [R,C,oh,ow]: every output
+// averages sampling_ratio^2 bilinear samples of 4 taps each. sampling_ratio 0 (adaptive,
+// ceil(roi size / output size): data-dependent) is taken as 2 and noted.
+void lower_roi_align(LowerCtx& c) {
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({c.in(0), c.in(1), y})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  int64_t sr = c.n.attr_i("sampling_ratio", 0);
+  const bool adaptive = sr <= 0;
+  if (adaptive) sr = 2;
+  const double taps = double(sr * sr) * 4;
+  Kernel k = c.base(KernelClass::memory, "roi_align");
+  rows_cols(y, k.rows, k.cols);
+  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
+  k.flops = 2.0 * taps * e;
+  k.bytes = taps * e * eb + inputs_bytes(c, 1) + e * eb;
+  k.note = std::to_string(sr * sr) + " samples x 4 taps per output" +
+           (adaptive ? std::string(" (sampling_ratio 0: 2 assumed)") : std::string());
+  c.out.push_back(k);
+}
+
+// MaxUnpool(X, I, output_shape) -> Y: a fill of Y with zeros, then a scatter of X to the
+// positions in I (reads X and I, writes |X| elements).
+void lower_max_unpool(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* ind = c.in(1);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({x, ind, y})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  Kernel f = c.base(KernelClass::memory, "fill");
+  rows_cols(y, f.rows, f.cols);
+  f.bytes = tensor_bytes(c, y);
+  c.out.push_back(f);
+  Kernel s = c.base(KernelClass::memory, "scatter");
+  rows_cols(x, s.rows, s.cols);
+  s.bytes = 2 * tensor_bytes(c, x) + tensor_bytes(c, ind);
+  s.operand_elems = {numel(x), numel(ind)};
+  c.out.push_back(s);
+}
+
 void lower_view(LowerCtx&) {}
 
 }  // namespace
@@ -112,11 +226,19 @@ void add_memory_rules(RuleTable& r) {
   r["ConstantOfShape"] = mem("fill", Reads::nothing);
   r["EyeLike"] = mem("fill", Reads::nothing);
   r["Range"] = mem("range", Reads::nothing);
+  // Window functions and the mel filterbank compute their output from scalars: fills.
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"})
+    r[op] = mem("fill", Reads::nothing);
+  r["GridSample"] = lower_grid_sample;
+  r["RoiAlign"] = lower_roi_align;
+  r["MaxUnpool"] = lower_max_unpool;
+  r["SplitToSequence"] = [](LowerCtx& c) { lower_sequence_copy(c, true); };
+  r["ConcatFromSequence"] = [](LowerCtx& c) { lower_sequence_copy(c, false); };
   for (const char* op : {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"})
     r[op] = mem("random", Reads::nothing);
   for (const char* op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Shape", "Size", "Constant",
                          "Optional", "OptionalGetElement", "OptionalHasElement", "SequenceConstruct", "SequenceAt",
-                         "SequenceEmpty", "StopGradient"})
+                         "SequenceEmpty", "SequenceInsert", "SequenceErase", "SequenceLength", "StopGradient"})
     r[op] = lower_view;
   // Collectives (com.microsoft contrib ops and the names exporters use).
   for (const char* op : {"AllReduce", "NcclAllReduce", "AllGather", "NcclAllGather", "ReduceScatter",

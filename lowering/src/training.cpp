@@ -250,6 +250,52 @@ struct Backward {
 
 }  // namespace
 
+namespace {
+
+// ai.onnx.preview.training optimizer nodes (R, T, X_1..X_n, G_1..G_n, then `state` more
+// tensors per parameter) -> updated X and state: one elementwise update kernel per
+// parameter tensor, reading X, G and the state and writing X and the state (as a fused
+// optimizer step does). Ops per element: Momentum 5 (v = alpha v + beta g, x -= r v;
+// nesterov 7), Adagrad 8 (g += norm x, h += g^2, x -= r g / (sqrt(h) + eps)), Adam 14
+// (g += norm x, v and h moving averages, x -= r v / (sqrt(h) + eps), post-decay).
+void lower_optimizer(LowerCtx& c, const std::string& op, size_t state, double ops) {
+  const size_t ins = c.n.inputs.size();
+  if (ins < 2 + 2 + state) {
+    c.unknown("optimizer node without parameters");
+    return;
+  }
+  const size_t per = 2 + state;  // X, G and the state tensors
+  const size_t n = (ins - 2) / per;
+  for (size_t p = 0; p < n; ++p) {
+    const TensorInfo* x = c.in(2 + p);
+    if (!c.all_known({x})) {
+      c.unknown("shapes not inferred");
+      continue;
+    }
+    Kernel k = c.base(KernelClass::elementwise, op);
+    k.dtype = c.dtype(x);
+    k.rows = 1;
+    k.cols = numel(x);
+    k.inputs = static_cast<int>(per);
+    const double e = double(k.cols);
+    k.flops = ops * e;
+    k.bytes = double(per + 1 + state) * e * elem_bytes(k.dtype);  // read X, G, state; write X, state
+    k.operand_elems.assign(per, k.cols);
+    k.note = "optimizer update of " + c.n.inputs[2 + p];
+    c.out.push_back(k);
+  }
+}
+
+}  // namespace
+
+void add_optimizer_rules(RuleTable& r) {
+  r["Momentum"] = [](LowerCtx& c) {
+    lower_optimizer(c, "momentum", 1, c.n.attr_s("mode", "standard") == "nesterov" ? 7 : 5);
+  };
+  r["Adagrad"] = [](LowerCtx& c) { lower_optimizer(c, "adagrad", 1, 8); };
+  r["Adam"] = [](LowerCtx& c) { lower_optimizer(c, "adam", 2, 14); };
+}
+
 void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
                           std::vector<Kernel>& out) {
   const std::set<std::string> params = trainable(g);

@@ -179,6 +179,111 @@ void lower_pool(LowerCtx& c) {
   c.out.push_back(k);
 }
 
+// The loss of NegativeLogLikelihoodLoss (and of SoftmaxCrossEntropyLoss after its
+// log-softmax): each of the N*d1..dk targets gathers one value of `logp` (and of the class
+// weights), negates (and weighs) it. reduction none: a gather kernel writing the per-target
+// losses; sum/mean: one reduce kernel over the N*d1..dk gathered values to a scalar (mean
+// with weights also sums the gathered weights). PyTorch's nll_loss{,2d}_forward is this one
+// kernel.
+void emit_nll(LowerCtx& c, const TensorInfo* target, const TensorInfo* weight, const TensorInfo* loss) {
+  const int64_t t = numel(target);
+  const std::string red = c.n.attr_s("reduction", "mean");
+  const double eb = elem_bytes(c.dtype(c.in(0)));
+  const double per = weight ? 2 : 1;  // negate (and weigh) each gathered value
+  const double gathered = double(t) * eb * (weight ? 2 : 1) + double(t) * elem_bytes(target->dtype);
+  if (red == "none") {
+    Kernel k = c.base(KernelClass::memory, "nll_loss");
+    rows_cols(loss, k.rows, k.cols);
+    k.flops = per * double(t);
+    k.bytes = gathered + double(numel(loss)) * eb;
+    k.note = "gather of the target class per element";
+    c.out.push_back(k);
+    return;
+  }
+  Kernel k = c.base(KernelClass::reduce, "nll_loss");
+  k.rows = 1;
+  k.cols = t;
+  k.flops = (per + 1) * double(t) + (red == "mean" && weight ? double(t) : 0);
+  k.bytes = gathered + eb;
+  k.operand_elems = {t};
+  k.note = "gather of the target class + " + red + " reduction";
+  c.out.push_back(k);
+}
+
+// NegativeLogLikelihoodLoss(input [N,C,d..], target [N,d..], weight [C]).
+void lower_nll_loss(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* target = c.in(1);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({x, target, y})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  emit_nll(c, target, c.in(2), y);
+}
+
+// SoftmaxCrossEntropyLoss(scores [N,C,d..], labels [N,d..], weights [C]) -> loss, log_prob:
+// a log-softmax over C for each of the N*d1..dk positions (softmax class, rows = N*d..,
+// cols = C; the log-probabilities are written whether or not log_prob is an output, as
+// PyTorch's cross_entropy = log_softmax + nll_loss writes them), then the NLL kernel.
+void lower_softmax_cross_entropy(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* labels = c.in(1);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({x, labels, y}) || x->shape.size() < 2) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  Kernel k = c.base(KernelClass::softmax, "logsoftmax");
+  k.dtype = c.dtype(x);
+  k.cols = x->shape[1].value;
+  k.rows = k.cols > 0 ? numel(x) / k.cols : 0;
+  k.flops = 5.0 * double(numel(x));
+  k.bytes = 2.0 * double(numel(x)) * elem_bytes(k.dtype);
+  k.operand_elems = {numel(x)};
+  k.note = "log-softmax over the class axis (1)";
+  c.out.push_back(k);
+  emit_nll(c, labels, c.in(2), y);
+}
+
+// LRN: each output squares and sums `size` neighbouring channels, then scales:
+// (2*size + 3) ops per element (size multiply-adds, bias add, pow, divide). An elementwise
+// stencil: the window's reads hit the cache, so bytes are the input and the output.
+void lower_lrn(LowerCtx& c) {
+  const int64_t size = std::max<int64_t>(c.n.attr_i("size", 1), 1);
+  emit_elementwise(c, "lrn", 2.0 * double(size) + 3);
+  if (!c.out.empty() && c.out.back().op == "lrn") c.out.back().note = "stencil over " + std::to_string(size) + " channels";
+}
+
+// MeanVarianceNormalization(X), axes (default [0,2,3]): (x - mean) / sqrt(var) over the
+// axes. A layernorm-class kernel: cols = product of the axes' dims, rows = the rest;
+// 5 ops per element (sum, subtract, square-accumulate, scale), no affine parameters.
+void lower_mvn(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!c.all_known({x})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  std::vector<int64_t> axes = c.n.attr_ints("axes");
+  if (axes.empty() && !c.n.attr("axes")) axes = {0, 2, 3};
+  const size_t r = x->shape.size();
+  std::vector<bool> on(r, false);
+  for (int64_t a : axes) {
+    const int64_t ax = norm_axis(a, r);
+    if (ax >= 0 && ax < static_cast<int64_t>(r)) on[static_cast<size_t>(ax)] = true;
+  }
+  Kernel k = c.base(KernelClass::layernorm, "mvn");
+  k.cols = 1;
+  for (size_t i = 0; i < r; ++i)
+    if (on[i]) k.cols *= x->shape[i].value;
+  k.rows = k.cols > 0 ? numel(x) / k.cols : 0;
+  const double e = double(numel(x));
+  k.flops = 5 * e;
+  k.bytes = 2 * e * elem_bytes(k.dtype);
+  k.operand_elems = {numel(x)};
+  c.out.push_back(k);
+}
+
 }  // namespace
 
 void add_vector_rules(RuleTable& r) {
@@ -225,6 +330,10 @@ void add_vector_rules(RuleTable& r) {
   r["SkipSimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "rmsnorm", 4); };
   r["EmbedLayerNormalization"] = lower_embed_layernorm;
   r["GroupNormalization"] = lower_group_norm;
+  r["MeanVarianceNormalization"] = lower_mvn;
+  r["LRN"] = lower_lrn;
+  r["NegativeLogLikelihoodLoss"] = lower_nll_loss;
+  r["SoftmaxCrossEntropyLoss"] = lower_softmax_cross_entropy;
   r["InstanceNormalization"] = lower_group_norm;
   for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "GlobalAveragePool",

@@ -487,3 +487,291 @@ TEST_CASE("lowering: training reduces addmm's bias gradient and layernorm's affi
     }
   CHECK(wheres == 1);
 }
+
+namespace {
+
+Kernel one_kernel(const KernelList& kl) {
+  REQUIRE(kl.kernels.size() == 1);
+  return kl.kernels[0];
+}
+
+// A sequence value of known elements (shapes as after shape inference).
+std::string sequence(IrGraph& b, const std::string& name, const std::vector<std::vector<int64_t>>& elems) {
+  TensorInfo& t = b.g.tensor(name);
+  t.name = name;
+  t.dtype = DType::f32;
+  t.kind = ValueKind::sequence;
+  t.elements_known = true;
+  for (const auto& dims : elems) {
+    TensorInfo e;
+    e.dtype = DType::f32;
+    e.has_shape = true;
+    for (int64_t d : dims) e.shape.push_back(Dim::of(d));
+    t.elements.push_back(e);
+  }
+  return name;
+}
+
+}  // namespace
+
+TEST_CASE("lowering: NegativeLogLikelihoodLoss gathers the target class and reduces") {
+  {
+    IrGraph b;  // mean with class weights: one reduce kernel over the 4 targets
+    b.node("NegativeLogLikelihoodLoss", {b.t("x", {4, 5}), b.t("t", {4}, DType::i64), b.w("wc", {5})},
+           {b.t("loss", {})});
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::reduce);
+    CHECK(k.op == "nll_loss");
+    CHECK(k.rows == 1);
+    CHECK(k.cols == 4);
+    CHECK(k.flops == 3 * 4 + 4);                 // negate, weigh, sum; plus the weight sum (mean)
+    CHECK(k.bytes == 4 * 4.0 * 2 + 4 * 8.0 + 4);  // gathered values and weights, targets, scalar
+  }
+  {
+    IrGraph b;  // reduction none, [N, C, d1]: a gather writing the per-target losses
+    Node& n = b.node("NegativeLogLikelihoodLoss", {b.t("x", {2, 3, 6}), b.t("t", {2, 6}, DType::i64)},
+                     {b.t("loss", {2, 6})});
+    n.attributes["reduction"] = test::attr_str("none");
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::memory);
+    CHECK(k.flops == 12);
+    CHECK(k.bytes == 12 * 4.0 + 12 * 8.0 + 12 * 4.0);
+  }
+}
+
+TEST_CASE("lowering: SoftmaxCrossEntropyLoss is a log-softmax over the classes plus the NLL kernel") {
+  IrGraph b;
+  Node& n = b.node("SoftmaxCrossEntropyLoss", {b.t("x", {2, 5, 3}), b.t("y", {2, 3}, DType::i64)}, {b.t("loss", {})});
+  n.attributes["reduction"] = test::attr_str("sum");
+  const KernelList kl = lower_with(b.g, Fusion::eager);
+  REQUIRE(kl.kernels.size() == 2);
+  const Kernel& s = kl.kernels[0];
+  CHECK(s.cls == KernelClass::softmax);
+  CHECK(s.op == "logsoftmax");
+  CHECK(s.rows == 6);
+  CHECK(s.cols == 5);
+  CHECK(s.flops == 5 * 30);
+  CHECK(s.bytes == 2 * 30 * 4.0);
+  const Kernel& l = kl.kernels[1];
+  CHECK(l.cls == KernelClass::reduce);
+  CHECK(l.cols == 6);
+  CHECK(l.flops == 2 * 6);
+  CHECK(l.bytes == 6 * 4.0 + 6 * 8.0 + 4);
+  CHECK(kl.unknown_ops.empty());
+}
+
+TEST_CASE("lowering: LRN is an elementwise stencil, MeanVarianceNormalization a norm over its axes") {
+  {
+    IrGraph b;
+    Node& n = b.node("LRN", {b.t("x", {1, 8, 4, 4})}, {b.t("y", {1, 8, 4, 4})});
+    n.attributes["size"] = test::attr_int(3);
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::elementwise);
+    CHECK(k.flops == (2 * 3 + 3) * 128);
+    CHECK(k.bytes == 2 * 128 * 4.0);
+  }
+  {
+    IrGraph b;  // default axes [0, 2, 3]: one row per channel
+    b.node("MeanVarianceNormalization", {b.t("x", {2, 3, 4, 5})}, {b.t("y", {2, 3, 4, 5})});
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::layernorm);
+    CHECK(k.rows == 3);
+    CHECK(k.cols == 40);
+    CHECK(k.flops == 5 * 120);
+    CHECK(k.bytes == 2 * 120 * 4.0);
+  }
+}
+
+TEST_CASE("lowering: GridSample, RoiAlign and MaxUnpool are memory-bound gathers and scatters") {
+  for (const char* mode : {"linear", "cubic"}) {
+    IrGraph b;
+    Node& n = b.node("GridSample", {b.t("x", {1, 2, 8, 8}), b.t("grid", {1, 4, 4, 2})}, {b.t("y", {1, 2, 4, 4})});
+    n.attributes["mode"] = test::attr_str(mode);
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    const double taps = std::string(mode) == "linear" ? 4 : 16;
+    CHECK(k.cls == KernelClass::memory);
+    CHECK(k.flops == 2 * taps * 32);
+    CHECK(k.bytes == taps * 32 * 4.0 + 32 * 4.0 + 32 * 4.0);  // taps, grid, output
+  }
+  {
+    IrGraph b;
+    Node& n = b.node("RoiAlign", {b.t("x", {1, 4, 16, 16}), b.t("rois", {3, 4}), b.t("bi", {3}, DType::i64)},
+                     {b.t("y", {3, 4, 2, 2})});
+    n.attributes["sampling_ratio"] = test::attr_int(2);
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::memory);
+    CHECK(k.flops == 2 * 16 * 48);
+    CHECK(k.bytes == 16 * 48 * 4.0 + (12 * 4.0 + 3 * 8.0) + 48 * 4.0);
+  }
+  {
+    IrGraph b;
+    b.node("MaxUnpool", {b.t("x", {1, 1, 2, 2}), b.t("i", {1, 1, 2, 2}, DType::i64)}, {b.t("y", {1, 1, 4, 4})});
+    const KernelList kl = lower_with(b.g, Fusion::eager);
+    REQUIRE(kl.kernels.size() == 2);
+    CHECK(kl.kernels[0].op == "fill");
+    CHECK(kl.kernels[0].bytes == 16 * 4.0);
+    CHECK(kl.kernels[1].op == "scatter");
+    CHECK(kl.kernels[1].bytes == 2 * 4 * 4.0 + 4 * 8.0);
+  }
+}
+
+TEST_CASE("lowering: DFT/STFT count 5 n log2 n per transform; windows fill; Det is a batched LU; NMS pairs boxes") {
+  {
+    IrGraph b;
+    Node& n = b.node("DFT", {b.t("x", {3, 16, 1})}, {b.t("y", {3, 16, 2})});
+    n.attributes["axis"] = test::attr_int(1);
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::elementwise);
+    CHECK(k.rows == 3);
+    CHECK(k.cols == 16);
+    CHECK(k.flops == 3 * 5 * 16 * 4);
+    CHECK(k.bytes == (48 + 96) * 4.0);
+  }
+  {
+    IrGraph b;  // opset 20: the axis is an input (-2 by default); dft_length 32 pads
+    b.node("DFT", {b.t("x", {3, 16, 2}), b.ints("len", {32}), b.ints("ax", {-2})}, {b.t("y", {3, 32, 2})});
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cols == 32);
+    CHECK(k.flops == 3 * 5 * 32 * 5);
+  }
+  {
+    IrGraph b;
+    b.node("STFT", {b.t("s", {1, 128, 1}), b.ints("step", {16}), b.t("win", {32})}, {b.t("y", {1, 7, 17, 2})});
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.rows == 7);
+    CHECK(k.cols == 32);
+    CHECK(k.flops == 7 * (5 * 32 * 5 + 32));
+    CHECK(k.bytes == (128 + 32 + 7 * 17 * 2) * 4.0);
+  }
+  for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow"}) {
+    IrGraph b;
+    b.node(op, {b.t("size", {}, DType::i64)}, {b.t("w", {10})});
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.op == "fill");
+    CHECK(k.bytes == 10 * 4.0);
+  }
+  {
+    IrGraph b;
+    b.node("Det", {b.t("x", {2, 3, 3})}, {b.t("d", {2})});
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.rows == 2);
+    CHECK(k.flops == doctest::Approx(2 * (2.0 * 27 / 3 + 3)));
+    CHECK(k.bytes == (18 + 2) * 4.0);
+  }
+  {
+    IrGraph b;
+    b.node("NonMaxSuppression", {b.t("boxes", {1, 6, 4}), b.t("scores", {1, 2, 6})}, {b.t("sel", {4, 3}, DType::i64)});
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.rows == 2);
+    CHECK(k.cols == 36);
+    CHECK(k.flops == 13 * 2 * 36);
+    CHECK(k.bytes == 24 * 4.0 + 12 * 4.0 + 12 * 8.0);
+  }
+}
+
+TEST_CASE("lowering: sequence ops - split/concat copy, the rest are views; SequenceMap runs its body per element") {
+  {
+    IrGraph b;
+    b.node("SplitToSequence", {b.t("x", {4, 6})}, {sequence(b, "s", {{2, 6}, {2, 6}})});
+    b.node("SequenceInsert", {"s", b.t("z", {2, 6})}, {sequence(b, "s2", {{2, 6}, {2, 6}, {2, 6}})});
+    b.node("SequenceLength", {"s2"}, {b.t("len", {}, DType::i64)});
+    b.node("SequenceErase", {"s2"}, {sequence(b, "s3", {{2, 6}, {2, 6}})});
+    b.node("ConcatFromSequence", {"s3"}, {b.t("y", {4, 6})});
+    const KernelList kl = lower_with(b.g, Fusion::eager);
+    REQUIRE(kl.kernels.size() == 2);
+    CHECK(kl.kernels[0].op == "split");
+    CHECK(kl.kernels[0].bytes == 2 * 24 * 4.0);
+    CHECK(kl.kernels[1].op == "concat");
+    CHECK(kl.kernels[1].bytes == 2 * 24 * 4.0);
+    CHECK(kl.free_reason[1] == "view");
+    CHECK(kl.free_reason[2] == "view");
+    CHECK(kl.free_reason[3] == "view");
+  }
+  {
+    auto body = std::make_shared<Graph>();
+    {
+      IrGraph bb;
+      bb.node("Relu", {bb.t("e", {8})}, {bb.t("r", {8})});
+      *body = bb.g;
+    }
+    IrGraph b;
+    Node& m = b.node("SequenceMap", {sequence(b, "s", {{8}, {8}, {8}})}, {sequence(b, "o", {{8}, {8}, {8}})});
+    Attribute a;
+    a.kind = Attribute::Kind::g;
+    a.graphs = {body};
+    m.attributes["body"] = a;
+    const KernelList kl = lower_with(b.g, Fusion::eager);
+    REQUIRE(kl.kernels.size() == 3);
+    CHECK(kl.kernels[2].steps == 3);
+    CHECK(kl.kernels[0].node == 0);
+  }
+}
+
+TEST_CASE("lowering: preview.training optimizers update each parameter in one elementwise kernel") {
+  {
+    IrGraph b;
+    b.node("Adam", {b.t("r", {}), b.t("tc", {}, DType::i64), b.t("x", {10}), b.t("g", {10}), b.t("v", {10}), b.t("h", {10})},
+           {b.t("x2", {10}), b.t("v2", {10}), b.t("h2", {10})}, "ai.onnx.preview.training");
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.op == "adam");
+    CHECK(k.flops == 14 * 10);
+    CHECK(k.bytes == 7 * 10 * 4.0);  // read x, g, v, h; write x, v, h
+  }
+  {
+    IrGraph b;  // two parameters
+    b.node("Momentum", {b.t("r", {}), b.t("tc", {}, DType::i64), b.t("x1", {4}), b.t("x2", {6}), b.t("g1", {4}),
+                        b.t("g2", {6}), b.t("v1", {4}), b.t("v2", {6})},
+           {b.t("x1n", {4}), b.t("x2n", {6}), b.t("v1n", {4}), b.t("v2n", {6})}, "ai.onnx.preview.training");
+    const KernelList kl = lower_with(b.g, Fusion::eager);
+    REQUIRE(kl.kernels.size() == 2);
+    CHECK(kl.kernels[0].flops == 5 * 4);
+    CHECK(kl.kernels[0].bytes == 5 * 4 * 4.0);
+    CHECK(kl.kernels[1].bytes == 5 * 6 * 4.0);
+  }
+}
+
+TEST_CASE("lowering: ops with no GPU kernel stay unknown with the reason") {
+  IrGraph b;
+  b.node("StringNormalizer", {b.t("s", {3}, DType::string)}, {b.t("o", {3}, DType::string)});
+  b.node("Gradient", {b.t("x", {3})}, {b.t("dx", {3})}, "ai.onnx.preview.training");
+  const KernelList kl = lower_with(b.g, Fusion::eager);
+  REQUIRE(kl.kernels.size() == 2);
+  CHECK(kl.kernels[0].cls == KernelClass::unknown);
+  CHECK(kl.kernels[0].note.find("host") != std::string::npos);
+  CHECK(kl.kernels[1].note.find("meta-op") != std::string::npos);
+  CHECK(kl.unknown_ops.size() == 2);
+}
+
+TEST_CASE("lowering: Einsum ellipsis broadcasts leading dims; a diagonal is a gather or a reduction") {
+  {
+    IrGraph b;  // the ellipsis of a shared weight folds into m
+    Node& n = b.node("Einsum", {b.t("a", {2, 3, 4, 5}), b.w("w", {5, 6})}, {b.t("y", {2, 3, 4, 6})});
+    n.attributes["equation"] = test::attr_str("...ij,jk->...ik");
+    check_shape(only_gemm(b.g), 1, 24, 6, 5);
+  }
+  {
+    IrGraph b;  // batched on both sides, B broadcast over the first dim
+    Node& n = b.node("Einsum", {b.t("a", {2, 3, 4, 5}), b.t("b", {1, 3, 5, 6})}, {b.t("y", {2, 3, 4, 6})});
+    n.attributes["equation"] = test::attr_str("...ij,...jk->...ik");
+    check_shape(only_gemm(b.g), 6, 4, 6, 5);
+  }
+  {
+    IrGraph b;
+    Node& n = b.node("Einsum", {b.t("x", {3, 4, 4})}, {b.t("y", {3, 4})});
+    n.attributes["equation"] = test::attr_str("...ii->...i");
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::memory);
+    CHECK(k.op == "diagonal");
+    CHECK(k.bytes == 2 * 12 * 4.0);
+  }
+  {
+    IrGraph b;  // trace: the diagonal reduced
+    Node& n = b.node("Einsum", {b.t("x", {5, 5})}, {b.t("y", {})});
+    n.attributes["equation"] = test::attr_str("ii");
+    const Kernel k = one_kernel(lower_with(b.g, Fusion::eager));
+    CHECK(k.cls == KernelClass::reduce);
+    CHECK(k.cols == 5);
+    CHECK(k.flops == 5);
+    CHECK(k.bytes == 6 * 4.0);
+  }
+}
