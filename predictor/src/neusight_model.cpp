@@ -139,7 +139,7 @@ double softmax_lane_efficiency(const Kernel& k) {
 // when every row is sector-aligned; 4 / 4.875 for odd fp32 rows). The block path (longer
 // rows) aligns its vector loads itself (a scalar prologue up to the alignment): 1 there.
 // The training rows carry the effect (at more than 4000 rows, one-warp rows of 32-byte-aligned
-// length run 5-20 points closer to the roofline than unaligned ones on every training GPU;
+// length run 5-25 points closer to the roofline than unaligned ones on every training GPU;
 // the block path shows no such step); all test rows are aligned.
 double softmax_sector_efficiency(const Kernel& k, double eb) {
   if (k.cols > 1024) return 1.0;
