@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <xtensor-blas/xlinalg.hpp>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xtensor.hpp>
@@ -87,10 +88,11 @@ const std::vector<std::string>& feature_names(UtilClass c) {
                                                "log2_wave_bytes_over_l2"};
   // Softmax: the row features with the lanes' fill instead of the wave's rows over L2 (which
   // put a 40 MB-L2 GPU's rows on the footprint of short rows of the older GPUs and made the
-  // forward-in-time A100 up to 30% too fast); the re-reads of long rows are in base_ms.
+  // forward-in-time A100 up to 30% too fast); the re-reads of long rows are in base_ms. The
+  // sectors a one-row-per-warp load moves per sector it uses (row alignment, below).
   static const std::vector<std::string> softmax = {"log2_waves",         "last_wave_fill",     "log2_row_length",
                                                    "log2_element_bytes", "log2_rows_per_tile", "log2_l2_mb",
-                                                   "lane_efficiency"};
+                                                   "lane_efficiency",    "sector_efficiency"};
   switch (c) {
     case UtilClass::gemm: return gemm;
     case UtilClass::elementwise: return ew;
@@ -127,6 +129,25 @@ double softmax_lane_efficiency(const Kernel& k) {
   if (k.cols <= 1024) return cols / std::exp2(std::ceil(std::log2(cols)));
   const double step = 4.0 * softmax_block_threads(k.cols);
   return cols / (std::ceil(cols / step) * step);
+}
+// Rows of at most 1024 columns run one row per warp with scalar, coalesced loads: each load
+// instruction of a warp reads 32 consecutive elements (128 bytes in fp32). A row whose start
+// is not on a 32-byte sector boundary makes that request span one sector more than it uses
+// (5 sectors for 4 sectors of data). Row starts are multiples of the row's bytes, so over the
+// rows they fall on multiples of g = gcd(row bytes, 32): a share 1 - g/32 of the rows is
+// misaligned. Returns the requested over the transferred sectors, averaged over the rows (1
+// when every row is sector-aligned; 4 / 4.875 for odd fp32 rows). The block path (longer
+// rows) aligns its vector loads itself (a scalar prologue up to the alignment): 1 there.
+// The training rows carry the effect (at more than 4000 rows, one-warp rows of 32-byte-aligned
+// length run 5-25 points closer to the roofline than unaligned ones on every training GPU;
+// the block path shows no such step); all test rows are aligned.
+double softmax_sector_efficiency(const Kernel& k, double eb) {
+  if (k.cols > 1024) return 1.0;
+  constexpr int64_t kSector = 32;
+  const double per_load = std::ceil(32 * eb / double(kSector));  // sectors of an aligned warp request
+  const int64_t row_bytes = std::max<int64_t>(1, std::llround(double(std::max<int64_t>(k.cols, 1)) * eb));
+  const double g = double(std::gcd(row_bytes, kSector));
+  return per_load / (per_load + (1.0 - g / double(kSector)));
 }
 // Fraction of the two re-reads that miss on chip: none while the resident rows fit the
 // on-chip memory, all of them once they need twice that (log-linear in between). No
@@ -195,6 +216,7 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[5] = log2c(gpu.l2_mb);
       x[6] = c == UtilClass::softmax ? softmax_lane_efficiency(k)
                                      : log2c(active * tile_traffic / std::max(gpu.l2_mb * 1048576.0, 1.0));
+      if (c == UtilClass::softmax) x[7] = softmax_sector_efficiency(k, eb);
       break;
   }
   return f;
