@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Fit the learned SIMT GEMM selection rules of the volta and turing classes (tiles.json).
+
+cuBLAS's sgemm heuristic on Volta (V100) and Turing (T4) picks tiles and split-K factors that no
+cost model in tiling/src/tile.cpp reproduced (bench/tile_agreement/README.md). This script
+learns them instead, per architecture class, from that class's train/ rows of
+neusight-data/kernels (linear + bmm, the library kernel name gives the tile, Grid z the split
+factor of a linear layer): three small classification trees (CART, Gini impurity, pure Python,
+deterministic) over shape features that tile.cpp computes identically (gemm_rule_features):
+
+  single_tile   tile of a single product (linear), leaf = candidate name of the class's simt list
+  batched_tile  tile of a batched product (bmm)
+  split         split-K factor (Grid z) of a single product, given the tile: its features add
+                the output tiles of that tile relative to the SMs and k per output tile
+
+Only train/ rows are used; test/ rows are left for tile_agreement to score. The trees are
+written into tiling/data/tiles.json under gemm.<class>.rule (other fields untouched).
+
+  /usr/bin/python3 tiling/data/fit_gemm_rules.py [--shared DIR] [--tiles tiling/data/tiles.json]
+"""
+import argparse
+import collections
+import csv
+import json
+import math
+import os
+import re
+
+# class -> (training GPU csv name, its SM count from gpus.json)
+CLASSES = {"volta": "Tesla_V100-PCIE-32GB", "turing": "Tesla_T4"}
+FEATURES = ["log2_m", "log2_n", "log2_k", "log2_batch", "log2_out_fill", "log2_m_over_n",
+            "log2_out_tiles_over_sm", "log2_k_over_out_tiles"]
+N_TILE_FEATURES = 6  # the tile trees see the first six; the split tree all eight
+MAX_DEPTH = 14
+MIN_LEAF = 5
+
+
+def log2(x):
+    return math.log2(max(x, 1.0))
+
+
+def features(batch, m, n, k, sm, out_tiles=None):
+    """Must match gemm_rule_features() in tiling/src/tile.cpp."""
+    f = [log2(m), log2(n), log2(k), log2(batch), math.log2(batch * m * n / (sm * 16384.0)), log2(m) - log2(n)]
+    if out_tiles is not None:
+        f += [math.log2(out_tiles / sm), log2(k) - log2(out_tiles)]
+    return f
+
+
+def gini_sum(counts, n):
+    return n - sum(v * v for v in counts.values()) / n if n else 0.0
+
+
+def build(X, y, idx, depth):
+    cnt = collections.Counter(y[i] for i in idx)
+    # ties broken by label order so that the fit is deterministic
+    label = max(cnt.items(), key=lambda kv: (kv[1], str(kv[0])))[0]
+    node = {"leaf": label, "n": len(idx), "correct": cnt[label]}
+    if depth >= MAX_DEPTH or len(idx) < 2 * MIN_LEAF or cnt[label] == len(idx):
+        return node
+    best = None
+    n = len(idx)
+    for f in range(len(X[idx[0]])):
+        s = sorted(idx, key=lambda i: (X[i][f], i))
+        left, right = collections.Counter(), collections.Counter(cnt)
+        for j in range(n - 1):
+            lab = y[s[j]]
+            left[lab] += 1
+            right[lab] -= 1
+            nl = j + 1
+            if nl < MIN_LEAF or n - nl < MIN_LEAF:
+                continue
+            a, b = X[s[j]][f], X[s[j + 1]][f]
+            if b - a < 1e-6:
+                continue
+            g = gini_sum(left, nl) + gini_sum(right, n - nl)
+            if best is None or g < best[0] - 1e-9:
+                best = (g, f, (a + b) / 2)
+    if best is None:
+        return node
+    _, f, t = best
+    node["f"], node["t"] = f, round(t, 6)
+    node["l"] = build(X, y, [i for i in idx if X[i][f] < node["t"]], depth + 1)
+    node["r"] = build(X, y, [i for i in idx if X[i][f] >= node["t"]], depth + 1)
+    return node
+
+
+def flatten(node, out):
+    """Preorder list of nodes: {"f","t","l","r"} (x[f] < t goes to l) or {"leaf"}."""
+    me = len(out)
+    if "f" not in node:
+        out.append({"leaf": node["leaf"]})
+        return me
+    out.append(None)
+    l = flatten(node["l"], out)
+    r = flatten(node["r"], out)
+    out[me] = {"f": node["f"], "t": node["t"], "l": l, "r": r}
+    return me
+
+
+def predict(nodes, x):
+    i = 0
+    while "leaf" not in nodes[i]:
+        nd = nodes[i]
+        i = nd["l"] if x[nd["f"]] < nd["t"] else nd["r"]
+    return nodes[i]["leaf"]
+
+
+def load(path):
+    rows = []
+    for r in csv.DictReader(open(path)):
+        mt = re.search(r"(\w*sgemm_(\d+)x(\d+)\w*?)(_(nn|nt|tn|tt))?$", r["Kernel Name"])
+        if not mt:
+            continue
+        rows.append(dict(cand=mt.group(1), tn=int(mt.group(2)), tm=int(mt.group(3)), gz=int(r["Grid z"]),
+                         batch=int(r["B"]), m=int(r["M"]), k=int(r["N"]), n=int(r["K"])))
+    return rows
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shared", default=os.path.join(here, "..", "..", "..", "shared"))
+    ap.add_argument("--tiles", default=os.path.join(here, "tiles.json"))
+    a = ap.parse_args()
+    tiles = json.load(open(a.tiles))
+    gpus = {g["name"].replace(" ", "_"): g for g in json.load(open(os.path.join(here, "gpus.json")))["gpus"]}
+    placeholders = {}
+    for cls, dev in CLASSES.items():
+        sm = gpus[dev]["num_sm"]
+        kern = os.path.join(a.shared, "neusight-data", "kernels", "train")
+        lin = load(os.path.join(kern, "linear", dev + ".csv"))
+        bmm = load(os.path.join(kern, "bmm", dev + ".csv"))
+        names = {c["name"] for c in tiles["gemm"][cls]["simt"]}
+        rule = {"about": "learned from the %s train/ rows of neusight-data/kernels (%d linear, %d bmm) by "
+                         "tiling/data/fit_gemm_rules.py; CART trees, max depth %d, min leaf %d; nodes: "
+                         "{f, t, l, r} goes to l when feature f < t, {leaf} = simt candidate or split factor"
+                         % (dev, len(lin), len(bmm), MAX_DEPTH, MIN_LEAF),
+                "features": FEATURES}
+        for key, rows in (("single_tile", lin), ("batched_tile", bmm)):
+            X = [features(r["batch"], r["m"], r["n"], r["k"], sm) for r in rows]
+            y = [r["cand"] for r in rows]
+            unknown = set(y) - names
+            if unknown:
+                raise SystemExit("%s: kernels %s are not simt candidates of class %s" % (dev, sorted(unknown), cls))
+            nodes = []
+            flatten(build(X, y, list(range(len(rows))), 0), nodes)
+            ok = sum(predict(nodes, x) == t for x, t in zip(X, y))
+            print("%s %s: %d nodes, train agreement %.1f%%" % (cls, key, len(nodes), 100.0 * ok / len(rows)))
+            rule[key] = nodes
+        X = [features(r["batch"], r["m"], r["n"], r["k"], sm,
+                      r["batch"] * math.ceil(r["m"] / r["tm"]) * math.ceil(r["n"] / r["tn"])) for r in lin]
+        y = [r["gz"] for r in lin]
+        nodes = []
+        flatten(build(X, y, list(range(len(lin))), 0), nodes)
+        ok = sum(predict(nodes, x) == t for x, t in zip(X, y))
+        print("%s split: %d nodes, train agreement (given the library tile) %.1f%%" % (cls, len(nodes), 100.0 * ok / len(lin)))
+        rule["split"] = nodes
+        # one node per line in the file
+        for key in ("single_tile", "batched_tile", "split"):
+            for i, nd in enumerate(rule[key]):
+                tag = "@@%s.%s.%d@@" % (cls, key, i)
+                placeholders['"%s"' % tag] = json.dumps(nd, separators=(",", ":"))
+                rule[key][i] = tag
+        tiles["gemm"][cls]["rule"] = rule
+    text = json.dumps(tiles, indent=1, ensure_ascii=False) + "\n"
+    text = re.sub(r'"@@[a-z_]+\.[a-z_]+\.[0-9]+@@"', lambda mt: placeholders[mt.group(0)], text)
+    with open(a.tiles + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(a.tiles + ".tmp", a.tiles)
+    print("wrote", a.tiles)
+
+
+if __name__ == "__main__":
+    main()
