@@ -144,7 +144,7 @@ GemmRule parse_rule(const json& j, const std::string& what) {
   r.single_tile = parse_tree(field(j, "single_tile", what), what + " rule 'single_tile'", true);
   r.batched_tile = parse_tree(field(j, "batched_tile", what), what + " rule 'batched_tile'", true);
   r.split = parse_tree(field(j, "split", what), what + " rule 'split'", false);
-  if (r.single_tile.empty() || r.batched_tile.empty()) throw InputError(what + ": rule tile trees must not be empty");
+  if (r.single_tile.empty()) throw InputError(what + ": rule 'single_tile' must not be empty");
   return r;
 }
 
@@ -227,11 +227,12 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const GemmCost& cost = cls.cost;
 
   Choice best;
-  if (!tc && cls.rule.present()) {
+  const RuleTree& tile_tree = batched ? cls.rule.batched_tile : cls.rule.single_tile;
+  if (!tc && !tile_tree.empty()) {
     // Learned rule: the tree gives the tile, then (single products) the split factor.
     double x[kGemmRuleFeatures];
     gemm_rule_features(s, gpu.num_sm, 0, x);
-    const GemmCandidate& c = cands[(batched ? cls.rule.batched_tile : cls.rule.single_tile).eval(x)];
+    const GemmCandidate& c = cands[tile_tree.eval(x)];
     const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
     int split = 1;
     if (!batched && c.split_k && !cls.rule.split.empty()) {
