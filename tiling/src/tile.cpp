@@ -144,7 +144,7 @@ GemmRule parse_rule(const json& j, const std::string& what) {
   r.single_tile = parse_tree(field(j, "single_tile", what), what + " rule 'single_tile'", true);
   r.batched_tile = parse_tree(field(j, "batched_tile", what), what + " rule 'batched_tile'", true);
   r.split = parse_tree(field(j, "split", what), what + " rule 'split'", false);
-  if (r.single_tile.empty()) throw InputError(what + ": rule 'single_tile' must not be empty");
+  if (!r.present()) throw InputError(what + ": rule 'single_tile' and 'batched_tile' must not both be empty");
   return r;
 }
 

@@ -88,9 +88,9 @@ struct GemmCost {
 // A learned selection rule (tiles.json gemm.<class>.rule, fitted by
 // tiling/data/fit_gemm_rules.py on the class's train/ rows): classification trees over shape
 // features (kGemmRuleFeatures, computed by gemm_rule_features) that give the SIMT tile of a
-// single product and its split-K factor, and (optional, empty: the cost model) the tile of a
-// batched product. Where a class has a tree it replaces the cost model for SIMT (fp32) GEMMs;
-// tensor-core GEMMs keep the cost model.
+// single product and its split-K factor, and the tile of a batched product. Each tile tree is
+// optional (empty: those products keep the cost model); where a class has one it replaces the
+// cost model for SIMT (fp32) GEMMs; tensor-core GEMMs keep the cost model.
 struct RuleTree {
   struct Node {
     int feature = -1;  // -1: leaf
@@ -112,7 +112,7 @@ void gemm_rule_features(const GemmShape& s, int num_sm, int64_t out_tiles, doubl
 
 struct GemmRule {
   RuleTree single_tile, batched_tile, split;
-  bool present() const { return !single_tile.empty(); }
+  bool present() const { return !single_tile.empty() || !batched_tile.empty(); }
 };
 
 struct GemmClass {
