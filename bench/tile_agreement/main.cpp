@@ -273,6 +273,15 @@ int main(int argc, char** argv) {
                     s.gpu->arch.c_str());
       }
     }
+    std::vector<std::string> ruled;
+    for (const auto& c : table.classes)
+      if (c.rule.present())
+        ruled.push_back(c.name + (c.rule.single_tile.empty() ? " (batched)" : c.rule.batched_tile.empty() ? " (single)" : ""));
+    if (!ruled.empty()) {
+      std::printf("learned rules (tiles.json gemm.<class>.rule):");
+      for (const auto& r : ruled) std::printf(" %s", r.c_str());
+      std::printf("; their train rows are in-sample, cross-validated figures: tiling/data/fit_gemm_rules.py --cv\n");
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("(%.1f s)\n", secs);
   } catch (const std::exception& e) {

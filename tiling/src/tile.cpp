@@ -98,6 +98,68 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   return c;
 }
 
+RuleTree parse_tree(const json& j, const std::string& what, bool tile_leaves) {
+  if (!j.is_array()) throw InputError(what + ": must be a list of nodes");
+  RuleTree t;
+  const int n = static_cast<int>(j.size());
+  for (int i = 0; i < n; ++i) {
+    const json& nd = j[i];
+    const std::string w = what + " node " + std::to_string(i);
+    if (!nd.is_object()) throw InputError(w + ": must be an object");
+    RuleTree::Node node;
+    if (auto leaf = nd.find("leaf"); leaf != nd.end()) {
+      if (tile_leaves) {
+        if (!leaf->is_string()) throw InputError(w + ": 'leaf' must be a candidate name");
+        node.label = leaf->get<std::string>();
+      } else {
+        if (!leaf->is_number_integer() || leaf->get<int64_t>() < 1 || leaf->get<int64_t>() > 4096)
+          throw InputError(w + ": 'leaf' must be a split factor 1-4096");
+        node.value = leaf->get<int>();
+      }
+    } else {
+      const json& f = field(nd, "f", w);
+      const json& t = field(nd, "t", w);
+      const json& l = field(nd, "l", w);
+      const json& r = field(nd, "r", w);
+      if (!f.is_number_integer() || f.get<int64_t>() < 0 || f.get<int64_t>() >= kGemmRuleFeatures)
+        throw InputError(w + ": 'f' must be a feature index 0-" + std::to_string(kGemmRuleFeatures - 1));
+      if (!t.is_number()) throw InputError(w + ": 't' must be a number");
+      // Children come after their parent: no cycles, every walk ends at a leaf.
+      for (const json* c : {&l, &r})
+        if (!c->is_number_integer() || c->get<int64_t>() <= i || c->get<int64_t>() >= n)
+          throw InputError(w + ": 'l' and 'r' must index later nodes of the list");
+      node.feature = f.get<int>();
+      node.threshold = t.get<double>();
+      node.left = l.get<int>();
+      node.right = r.get<int>();
+    }
+    t.nodes.push_back(std::move(node));
+  }
+  return t;
+}
+
+GemmRule parse_rule(const json& j, const std::string& what) {
+  if (!j.is_object()) throw InputError(what + ": 'rule' must be an object");
+  GemmRule r;
+  r.single_tile = parse_tree(field(j, "single_tile", what), what + " rule 'single_tile'", true);
+  r.batched_tile = parse_tree(field(j, "batched_tile", what), what + " rule 'batched_tile'", true);
+  r.split = parse_tree(field(j, "split", what), what + " rule 'split'", false);
+  if (!r.present()) throw InputError(what + ": rule 'single_tile' and 'batched_tile' must not both be empty");
+  return r;
+}
+
+// Tile-tree leaves name simt candidates; their indices follow the class's (final) simt list.
+void resolve_rule(GemmClass& c, const std::string& what) {
+  for (RuleTree* t : {&c.rule.single_tile, &c.rule.batched_tile})
+    for (auto& nd : t->nodes) {
+      if (nd.feature >= 0) continue;
+      nd.value = -1;
+      for (size_t i = 0; i < c.simt.size(); ++i)
+        if (c.simt[i].config.name == nd.label) nd.value = static_cast<int>(i);
+      if (nd.value < 0) throw InputError(what + ": rule leaf '" + nd.label + "' is not a simt candidate of the class");
+    }
+}
+
 int int_field(const json& parent, const char* obj, const char* name, const std::string& what) {
   const json& o = field(parent, obj, what);
   return static_cast<int>(positive(o, name, what + " '" + obj + "'"));
@@ -123,6 +185,8 @@ GemmClass parse_class(const json& gemm, const std::string& name, const std::stri
   if (j.contains("simt")) c.simt = parse_list(j["simt"], w + " simt");
   if (j.contains("tensor")) c.tensor = parse_list(j["tensor"], w + " tensor");
   if (c.simt.empty()) throw InputError(w + ": needs at least one SIMT candidate");
+  if (j.contains("rule")) c.rule = parse_rule(j["rule"], w);
+  if (c.rule.present()) resolve_rule(c, w);
   return c;
 }
 
@@ -147,6 +211,8 @@ struct Choice {
   double rank = std::numeric_limits<double>::infinity();  // what candidates are compared by
 };
 
+Tiling finish(const Kernel& kr, const Gpu& gpu, const Choice& best, bool tc);
+
 Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const GemmShape& s = kr.gemm;
   const GemmClass& cls = table.gemm_class(gpu.arch);
@@ -160,9 +226,24 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const double bw = gpu.mem_bw_gbps * 1e9;
   const GemmCost& cost = cls.cost;
 
+  Choice best;
+  const RuleTree& tile_tree = batched ? cls.rule.batched_tile : cls.rule.single_tile;
+  if (!tc && !tile_tree.empty()) {
+    // Learned rule: the tree gives the tile, then (single products) the split factor.
+    double x[kGemmRuleFeatures];
+    gemm_rule_features(s, gpu.num_sm, 0, x);
+    const GemmCandidate& c = cands[tile_tree.eval(x)];
+    const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
+    int split = 1;
+    if (!batched && c.split_k && !cls.rule.split.empty()) {
+      gemm_rule_features(s, gpu.num_sm, out_tiles, x);
+      split = static_cast<int>(std::min<int64_t>(cls.rule.split.eval(x), s.k));
+    }
+    best = Choice{&c, std::max(split, 1), c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
+    return finish(kr, gpu, best, tc);
+  }
   bool any_offered = false;
   for (const auto& c : cands) any_offered |= batched ? c.batched : c.single;
-  Choice best;
   for (const auto& c : cands) {
     if (any_offered && !(batched ? c.batched : c.single)) continue;
     const int64_t tb_k = tc ? std::max<int64_t>(1, static_cast<int64_t>(c.config.tb_k * 2 / eb)) : c.config.tb_k;
@@ -192,6 +273,12 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     mine.rank = cost.split_after_tile ? unsplit : mine.time;
     if (mine.cand && mine.rank < best.rank) best = mine;
   }
+  return finish(kr, gpu, best, tc);
+}
+
+Tiling finish(const Kernel& kr, const Gpu& gpu, const Choice& best, bool tc) {
+  const GemmShape& s = kr.gemm;
+  const double eb = elem_bytes(kr.dtype);
   Tiling t;
   t.config = best.cand->config;
   t.config.tb_k = best.tb_k;
@@ -254,6 +341,25 @@ int arch_number(const std::string& arch, std::string& family) {
 }
 
 }  // namespace
+
+int RuleTree::eval(const double* x) const {
+  int i = 0;
+  while (nodes[i].feature >= 0) i = x[nodes[i].feature] < nodes[i].threshold ? nodes[i].left : nodes[i].right;
+  return nodes[i].value;
+}
+
+void gemm_rule_features(const GemmShape& s, int num_sm, int64_t out_tiles, double* x) {
+  auto lg = [](double v) { return std::log2(std::max(v, 1.0)); };
+  const double sm = std::max(num_sm, 1);
+  x[0] = lg(double(s.m));
+  x[1] = lg(double(s.n));
+  x[2] = lg(double(s.k));
+  x[3] = lg(double(s.batch));
+  x[4] = std::log2(double(s.batch) * double(s.m) * double(s.n) / (sm * 16384.0));
+  x[5] = x[0] - x[1];
+  x[6] = out_tiles > 0 ? std::log2(double(out_tiles) / sm) : 0;
+  x[7] = x[2] - lg(double(out_tiles));
+}
 
 TileTable TileTable::parse(const std::string& text, const std::string& what) {
   json j;

@@ -85,10 +85,41 @@ struct GemmCost {
   bool split_after_tile = false;
 };
 
+// A learned selection rule (tiles.json gemm.<class>.rule, fitted by
+// tiling/data/fit_gemm_rules.py on the class's train/ rows): classification trees over shape
+// features (kGemmRuleFeatures, computed by gemm_rule_features) that give the SIMT tile of a
+// single product and its split-K factor, and the tile of a batched product. Each tile tree is
+// optional (empty: those products keep the cost model); where a class has one it replaces the
+// cost model for SIMT (fp32) GEMMs; tensor-core GEMMs keep the cost model.
+struct RuleTree {
+  struct Node {
+    int feature = -1;  // -1: leaf
+    double threshold = 0;
+    int left = 0, right = 0;  // feature value < threshold goes left
+    std::string label;        // leaf of a tile tree: candidate name
+    int value = 0;            // leaf: candidate index in the class's simt list, or the split factor
+  };
+  std::vector<Node> nodes;  // preorder, children after their parent; nodes[0] is the root
+  bool empty() const { return nodes.empty(); }
+  int eval(const double* x) const;
+};
+
+constexpr int kGemmRuleFeatures = 8;
+// log2 m, log2 n, log2 k, log2 batch, log2(batch m n / (SMs 128 128)), log2(m / n), and for the
+// split tree log2(output tiles / SMs), log2(k / output tiles) of the chosen tile (log2 of
+// max(x, 1) for the plain dimensions). Must match features() in fit_gemm_rules.py.
+void gemm_rule_features(const GemmShape& s, int num_sm, int64_t out_tiles, double* x);
+
+struct GemmRule {
+  RuleTree single_tile, batched_tile, split;
+  bool present() const { return !single_tile.empty() || !batched_tile.empty(); }
+};
+
 struct GemmClass {
   std::string name;
   GemmCost cost;
   std::vector<GemmCandidate> simt, tensor;
+  GemmRule rule;  // optional (empty: the cost model alone)
 };
 
 struct TileTable {
