@@ -237,7 +237,7 @@ TEST_CASE("fusion: --fusion full runs a QDQ model's DequantizeLinear inside the 
   CHECK(full.free_reason[1] == "dequantize runs in the GEMM (quantized operand)");
   CHECK(full.free_reason[2] == "dequantize runs in the GEMM (quantized operand)");
   REQUIRE(full.kernels.size() == 2);  // the QuantizeLinear and one int8 GEMM
-  const Kernel& g = of_class(full, KernelClass::gemm).at(0);
+  const Kernel g = of_class(full, KernelClass::gemm).at(0);  // a copy: of_class returns a temporary
   CHECK(g.dtype == DType::i8);
   CHECK(g.bytes == doctest::Approx(512.0 * 1024 + 1024.0 * 4096 + 512.0 * 4096 * 4));  // int8 in, fp32 out
   // Training (quantization-aware) keeps the fake-quant kernels and a float GEMM.
