@@ -1,6 +1,7 @@
 // lower.cpp - the lowering driver: plan fusion, run one rule per node (or group), lower
 // control-flow bodies, then add training kernels.
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "internal.h"
@@ -176,11 +177,25 @@ struct Lowering {
   void control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out);
 };
 
-// A body graph sees the enclosing graph's tensors (outer-scope names).
+// A body graph sees the enclosing graph's tensors (outer-scope names): those its nodes, the
+// bodies nested in it and its outputs read are copied in (never the whole enclosing graph).
 Graph with_outer_scope(const Graph& body, const Graph& outer) {
   Graph b = body;
-  for (const auto& [name, t] : outer.tensors)
-    if (!b.tensors.count(name)) b.tensors[name] = t;
+  auto take = [&](const std::string& name) {
+    if (name.empty() || b.tensors.count(name)) return;
+    if (const TensorInfo* t = outer.find(name)) b.tensors[name] = *t;
+  };
+  std::function<void(const Graph&, int)> import = [&](const Graph& sg, int depth) {
+    for (const auto& n : sg.nodes) {
+      for (const auto& in : n.inputs) take(in);
+      if (depth < 64)
+        for (const auto& [k, a] : n.attributes)
+          for (const auto& s : a.graphs)
+            if (s) import(*s, depth + 1);
+    }
+    for (const auto& o : sg.outputs) take(o);
+  };
+  import(body, 0);
   return b;
 }
 
@@ -191,14 +206,29 @@ int64_t body_cost_rank(const std::vector<Kernel>& ks) {
 }
 
 void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out) {
+  auto lower_graph = [&](const Graph& sg, std::vector<Kernel>& ks) {
+    Graph body = with_outer_scope(sg, g);
+    forward(body, ks, index, nullptr);
+  };
   auto lower_body = [&](const Attribute* a, std::vector<Kernel>& ks) {
     if (!a || a->graphs.empty() || !a->graphs[0]) return false;
-    Graph body = with_outer_scope(*a->graphs[0], g);
-    forward(body, ks, index, nullptr);
+    lower_graph(*a->graphs[0], ks);
     return true;
   };
   if (n.op_type == "If") {
-    // One branch runs; the cost is that of the dearer branch (a bound, noted).
+    // A condition known at compile time picks its branch.
+    const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
+    if (cond && cond->int_value && cond->int_value->size() == 1) {
+      const bool taken = (*cond->int_value)[0] != 0;
+      std::vector<Kernel> ks;
+      lower_body(n.attr(taken ? "then_branch" : "else_branch"), ks);
+      for (Kernel k : ks) {
+        k.note = std::string(taken ? "then" : "else") + " branch (condition known)" + (k.note.empty() ? "" : "; " + k.note);
+        out.push_back(k);
+      }
+      return;
+    }
+    // Otherwise one branch runs; the cost is that of the dearer branch (a bound, noted).
     std::vector<Kernel> then_k, else_k;
     lower_body(n.attr("then_branch"), then_k);
     lower_body(n.attr("else_branch"), else_k);
@@ -206,6 +236,25 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     for (Kernel k : pick_then ? then_k : else_k) {
       k.note = std::string(pick_then ? "then" : "else") + " branch (the dearer one)" + (k.note.empty() ? "" : "; " + k.note);
       out.push_back(k);
+    }
+    return;
+  }
+  // Iterations that shape inference ran one by one: each is lowered with its own shapes (and
+  // the iteration count is exact). Consecutive iterations with the same shapes share one graph.
+  if (const Attribute* a = n.attr("body"); a && !a->trips.empty()) {
+    std::vector<Kernel> ks;
+    const Graph* last = nullptr;
+    for (size_t r = 0; r < a->trips.size(); ++r) {
+      if (!a->trips[r]) continue;
+      if (a->trips[r].get() != last) {
+        ks.clear();
+        lower_graph(*a->trips[r], ks);
+        last = a->trips[r].get();
+      }
+      for (Kernel k : ks) {
+        k.steps = static_cast<int64_t>(r) + 1;
+        out.push_back(k);
+      }
     }
     return;
   }
