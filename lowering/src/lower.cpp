@@ -167,9 +167,22 @@ namespace {
 
 std::string qualified(const Node& n) { return n.domain.empty() ? n.op_type : n.domain + "." + n.op_type; }
 
+// Kernels that control-flow bodies may add in one lowering (counted at every nesting level):
+// nested loops multiply their trip counts, and a bad model must not exhaust memory.
+constexpr int64_t kMaxBodyKernels = 1000000;
+
 struct Lowering {
   const LoweringOptions& opt;
   std::set<std::string> unknown;
+  int64_t body_kernels = 0;  // kernels added by control-flow bodies so far
+
+  // Counts `n` more body kernels; InputError beyond kMaxBodyKernels.
+  void charge(const Node& n, size_t count) {
+    body_kernels += static_cast<int64_t>(count);
+    if (body_kernels > kMaxBodyKernels)
+      throw InputError("node '" + n.name + "' (" + n.op_type + "): control-flow bodies expand to more than " +
+                       std::to_string(kMaxBodyKernels) + " kernels (nested loops multiply their trip counts)");
+  }
 
   // Lowers one graph's forward kernels. `owner` >= 0: every kernel is attributed to that
   // node of the outermost graph (kernels of control-flow bodies).
@@ -251,6 +264,7 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
         lower_graph(*a->trips[r], ks);
         last = a->trips[r].get();
       }
+      charge(n, ks.size());
       for (Kernel k : ks) {
         k.steps = static_cast<int64_t>(r) + 1;
         out.push_back(k);
@@ -293,12 +307,14 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     if (trips < 0) why = "scan length not known: body counted once";
   }
   const int64_t reps = trips < 0 ? 1 : trips;
-  for (int64_t r = 0; r < reps; ++r)
+  for (int64_t r = 0; r < reps; ++r) {
+    charge(n, body.size());
     for (Kernel k : body) {
       k.steps = r + 1;
       if (!why.empty()) k.note = why + (k.note.empty() ? "" : "; " + k.note);
       out.push_back(k);
     }
+  }
 }
 
 void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, KernelList* top) {
@@ -355,7 +371,7 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, Kern
 KernelList lower(const Graph& graph, const LoweringOptions& options) {
   using namespace lowering_detail;
   KernelList result;
-  Lowering l{options, {}};
+  Lowering l{options, {}, 0};
   std::vector<Kernel> fwd;
   fwd.reserve(graph.nodes.size());
   l.forward(graph, fwd, -1, &result);

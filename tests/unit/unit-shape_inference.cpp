@@ -264,3 +264,20 @@ TEST_CASE("control-flow bodies: If branches see outer-scope tensors; a known con
     CHECK(dims_of(b.g.find("out")) == std::vector<int64_t>{8, 16});
   }
 }
+
+TEST_CASE("control-flow bodies: nested loops that expand past the kernel bound are an input error") {
+  // Three nested Loops of 1000 trips around one Relu: 10^9 kernels, refused (never allocated).
+  Graph inner;
+  {
+    test::IrGraph b;
+    b.node("Relu", {b.t("x", {8, 16})}, {b.t("y", {8, 16})});
+    inner = b.g;
+  }
+  for (int level = 0; level < 3; ++level) {
+    test::IrGraph b;
+    b.ints("M", {1000});
+    b.node("Loop", {"M", "", b.t("x", {8, 16})}, {"y"}).attributes["body"] = graph_attr(inner);
+    inner = b.g;
+  }
+  CHECK_THROWS_WITH_AS(test::lower_with(inner, Fusion::none), doctest::Contains("expand to more than"), InputError);
+}
