@@ -1,6 +1,7 @@
 // lower.cpp - the lowering driver: plan fusion, run one rule per node (or group), lower
 // control-flow bodies, then add training kernels.
 #include <algorithm>
+#include <functional>
 #include <set>
 
 #include "internal.h"
@@ -166,9 +167,22 @@ namespace {
 
 std::string qualified(const Node& n) { return n.domain.empty() ? n.op_type : n.domain + "." + n.op_type; }
 
+// Kernels that control-flow bodies may add in one lowering (counted at every nesting level):
+// nested loops multiply their trip counts, and a bad model must not exhaust memory.
+constexpr int64_t kMaxBodyKernels = 1000000;
+
 struct Lowering {
   const LoweringOptions& opt;
   std::set<std::string> unknown;
+  int64_t body_kernels = 0;  // kernels added by control-flow bodies so far
+
+  // Counts `n` more body kernels; InputError beyond kMaxBodyKernels.
+  void charge(const Node& n, size_t count) {
+    body_kernels += static_cast<int64_t>(count);
+    if (body_kernels > kMaxBodyKernels)
+      throw InputError("node '" + n.name + "' (" + n.op_type + "): control-flow bodies expand to more than " +
+                       std::to_string(kMaxBodyKernels) + " kernels (nested loops multiply their trip counts)");
+  }
 
   // Lowers one graph's forward kernels. `owner` >= 0: every kernel is attributed to that
   // node of the outermost graph (kernels of control-flow bodies).
@@ -176,11 +190,25 @@ struct Lowering {
   void control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out);
 };
 
-// A body graph sees the enclosing graph's tensors (outer-scope names).
+// A body graph sees the enclosing graph's tensors (outer-scope names): those its nodes, the
+// bodies nested in it and its outputs read are copied in (never the whole enclosing graph).
 Graph with_outer_scope(const Graph& body, const Graph& outer) {
   Graph b = body;
-  for (const auto& [name, t] : outer.tensors)
-    if (!b.tensors.count(name)) b.tensors[name] = t;
+  auto take = [&](const std::string& name) {
+    if (name.empty() || b.tensors.count(name)) return;
+    if (const TensorInfo* t = outer.find(name)) b.tensors[name] = *t;
+  };
+  std::function<void(const Graph&, int)> import = [&](const Graph& sg, int depth) {
+    for (const auto& n : sg.nodes) {
+      for (const auto& in : n.inputs) take(in);
+      if (depth < 64)
+        for (const auto& [k, a] : n.attributes)
+          for (const auto& s : a.graphs)
+            if (s) import(*s, depth + 1);
+    }
+    for (const auto& o : sg.outputs) take(o);
+  };
+  import(body, 0);
   return b;
 }
 
@@ -191,14 +219,29 @@ int64_t body_cost_rank(const std::vector<Kernel>& ks) {
 }
 
 void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out) {
+  auto lower_graph = [&](const Graph& sg, std::vector<Kernel>& ks) {
+    Graph body = with_outer_scope(sg, g);
+    forward(body, ks, index, nullptr);
+  };
   auto lower_body = [&](const Attribute* a, std::vector<Kernel>& ks) {
     if (!a || a->graphs.empty() || !a->graphs[0]) return false;
-    Graph body = with_outer_scope(*a->graphs[0], g);
-    forward(body, ks, index, nullptr);
+    lower_graph(*a->graphs[0], ks);
     return true;
   };
   if (n.op_type == "If") {
-    // One branch runs; the cost is that of the dearer branch (a bound, noted).
+    // A condition known at compile time picks its branch.
+    const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
+    if (cond && cond->int_value && cond->int_value->size() == 1) {
+      const bool taken = (*cond->int_value)[0] != 0;
+      std::vector<Kernel> ks;
+      lower_body(n.attr(taken ? "then_branch" : "else_branch"), ks);
+      for (Kernel k : ks) {
+        k.note = std::string(taken ? "then" : "else") + " branch (condition known)" + (k.note.empty() ? "" : "; " + k.note);
+        out.push_back(k);
+      }
+      return;
+    }
+    // Otherwise one branch runs; the cost is that of the dearer branch (a bound, noted).
     std::vector<Kernel> then_k, else_k;
     lower_body(n.attr("then_branch"), then_k);
     lower_body(n.attr("else_branch"), else_k);
@@ -206,6 +249,26 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     for (Kernel k : pick_then ? then_k : else_k) {
       k.note = std::string(pick_then ? "then" : "else") + " branch (the dearer one)" + (k.note.empty() ? "" : "; " + k.note);
       out.push_back(k);
+    }
+    return;
+  }
+  // Iterations that shape inference ran one by one: each is lowered with its own shapes (and
+  // the iteration count is exact). Consecutive iterations with the same shapes share one graph.
+  if (const Attribute* a = n.attr("body"); a && !a->trips.empty()) {
+    std::vector<Kernel> ks;
+    const Graph* last = nullptr;
+    for (size_t r = 0; r < a->trips.size(); ++r) {
+      if (!a->trips[r]) continue;
+      if (a->trips[r].get() != last) {
+        ks.clear();
+        lower_graph(*a->trips[r], ks);
+        last = a->trips[r].get();
+      }
+      charge(n, ks.size());
+      for (Kernel k : ks) {
+        k.steps = static_cast<int64_t>(r) + 1;
+        out.push_back(k);
+      }
     }
     return;
   }
@@ -244,12 +307,14 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     if (trips < 0) why = "scan length not known: body counted once";
   }
   const int64_t reps = trips < 0 ? 1 : trips;
-  for (int64_t r = 0; r < reps; ++r)
+  for (int64_t r = 0; r < reps; ++r) {
+    charge(n, body.size());
     for (Kernel k : body) {
       k.steps = r + 1;
       if (!why.empty()) k.note = why + (k.note.empty() ? "" : "; " + k.note);
       out.push_back(k);
     }
+  }
 }
 
 void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, KernelList* top) {
@@ -306,7 +371,7 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, Kern
 KernelList lower(const Graph& graph, const LoweringOptions& options) {
   using namespace lowering_detail;
   KernelList result;
-  Lowering l{options, {}};
+  Lowering l{options, {}, 0};
   std::vector<Kernel> fwd;
   fwd.reserve(graph.nodes.size());
   l.forward(graph, fwd, -1, &result);

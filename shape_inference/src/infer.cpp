@@ -1025,8 +1025,10 @@ void infer_subgraph(Ctx& c, Graph& body) {
 namespace {
 
 void infer_graph(Run& run, Graph& graph, int depth) {
-  for (const auto& node : graph.nodes) {
-    Ctx c{graph, run.model, node, run.result, run.hints, depth, run.unroll_budget};
+  std::vector<std::pair<std::string, Attribute>> bodies;
+  for (size_t idx = 0; idx < graph.nodes.size(); ++idx) {
+    const Node& node = graph.nodes[idx];
+    Ctx c{graph, run.model, node, run.result, run.hints, depth, run.unroll_budget, &bodies};
     const Rule* rule = find_rule(node);
     if (rule) (*rule)(c);
     bool hinted = false;
@@ -1050,6 +1052,10 @@ void infer_graph(Run& run, Graph& graph, int depth) {
       check_size(t, c.where());
       if (t.int_value && t.int_value->size() > kMaxValues) t.int_value.reset();
     }
+    // Inferred control-flow bodies replace the node's attributes (in this graph only: the
+    // loaded model's bodies are shared, never written).
+    for (auto& [key, a] : bodies) graph.nodes[idx].attributes[key] = std::move(a);
+    bodies.clear();
   }
   if (!run.unknown.empty()) {
     for (const auto& u : run.unknown) run.result.unknown_ops.push_back(u);

@@ -31,6 +31,9 @@ struct Ctx {
   // Node evaluations left for unrolling Loop / SequenceMap bodies (shared by the whole
   // inference so that huge graphs stay fast); nullptr: no unrolling.
   int64_t* unroll_budget = nullptr;
+  // Inferred bodies (attribute name -> attribute with the inferred graph) that the driver
+  // stores on the node once its rule returns; nullptr: the bodies are not kept.
+  std::vector<std::pair<std::string, Attribute>>* bodies = nullptr;
 
   const TensorInfo* in(size_t i) const {
     if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
@@ -69,6 +72,12 @@ void rule_broadcast(Ctx& c, DType out_dtype, std::function<int64_t(int64_t, int6
 void rule_matmul(Ctx& c);
 // Infers a subgraph (If/Loop/Scan body) in place; outer-scope tensors are visible.
 void infer_subgraph(Ctx& c, Graph& body);
+// Keeps `body` (inferred) as the node's attribute `key`, so that later stages see its shapes.
+// `trips`: the body per iteration when it was inferred iteration by iteration (Loop /
+// SequenceMap unrolled); graphs[0] becomes what every iteration agrees on.
+// True when a and b agree on kind, dtype and shape (and element shapes); names and values aside.
+bool same_info(const TensorInfo& a, const TensorInfo& b);
+void keep_body(Ctx& c, const std::string& key, Graph body, std::vector<Graph> trips = {});
 
 // Value helpers (rules_sequence.cpp).
 // Numeric values of a tensor (float_value, else int_value), nullopt when unknown.

@@ -58,6 +58,62 @@ TensorInfo body_out(const Graph& body, size_t k) {
   return t ? *t : TensorInfo{};
 }
 
+// Nodes of `g` and of every body nested in it (what re-inferring it costs).
+int64_t count_nodes(const Graph& g, int depth = 0) {
+  int64_t n = static_cast<int64_t>(g.nodes.size());
+  if (depth > 64) return n;
+  for (const auto& node : g.nodes)
+    for (const auto& [k, a] : node.attributes)
+      for (const auto& sg : a.graphs)
+        if (sg) n += count_nodes(*sg, depth + 1);
+  return n;
+}
+
+// Re-infers a body whose carried values (body inputs in0.., outputs out0..) change shape
+// between iterations, until the carried inputs it is given are what it gives back (dims that
+// change become unknown; after a few rounds the rank too). `setup` fills a fresh copy's
+// inputs from the carried values. Each round is charged to the unroll budget; false (body
+// not kept) when the budget runs out.
+template <class Setup>
+bool settle(Ctx& c, const Graph& bg, Graph& body, std::vector<TensorInfo> seen, size_t in0, size_t out0, Setup setup) {
+  const int64_t cost = std::max<int64_t>(1, count_nodes(bg));
+  for (int round = 0;; ++round) {
+    bool stable = true;
+    for (size_t k = 0; k < seen.size(); ++k) {
+      if (in0 + k >= body.inputs.size()) break;
+      TensorInfo next = carried_merge(body_out(body, out0 + k), seen[k]);
+      if (round >= 4 && next.kind == ValueKind::tensor) {  // not settling: rank unknown
+        next.has_shape = false;
+        next.shape.clear();
+      }
+      if (same_info(next, seen[k])) continue;
+      stable = false;
+      seen[k] = next;
+    }
+    if (stable) return true;
+    if (round > 4 || !c.unroll_budget || *c.unroll_budget < cost) return false;
+    *c.unroll_budget -= cost;
+    body = bg;
+    setup(body, seen);
+    infer_subgraph(c, body);
+  }
+}
+
+// Keeps the body of a Loop / Scan inferred once on the initial carried values: as is when
+// they keep their shapes, else re-inferred on the shapes every iteration agrees on. `body`
+// itself (what the node's outputs come from) is left as it is.
+template <class Setup>
+void keep_settled(Ctx& c, const Graph& bg, const Graph& body, size_t carried, size_t in0, size_t out0, Setup setup) {
+  if (!c.bodies) return;
+  std::vector<TensorInfo> seen;
+  for (size_t k = 0; k < carried && in0 + k < body.inputs.size(); ++k) {
+    const TensorInfo* t = body.find(body.inputs[in0 + k]);
+    seen.push_back(t ? *t : TensorInfo{});
+  }
+  Graph kept = body;
+  if (settle(c, bg, kept, std::move(seen), in0, out0, setup)) keep_body(c, "body", std::move(kept));
+}
+
 void rule_if(Ctx& c) {
   const Graph* then_g = body_attr(c, "then_branch");
   const Graph* else_g = body_attr(c, "else_branch");
@@ -71,6 +127,10 @@ void rule_if(Ctx& c) {
     if (pick) copy_to_out(c, i, body_out((*cond)[0] ? a : b, i));
     else copy_to_out(c, i, join(body_out(a, i), body_out(b, i)));
   }
+  // The branches that may run keep their shapes (a branch never taken stays as loaded).
+  const bool then_runs = !pick || (*cond)[0], else_runs = !pick || !(*cond)[0];
+  if (then_runs) keep_body(c, "then_branch", std::move(a));
+  if (else_runs) keep_body(c, "else_branch", std::move(b));
 }
 
 // True when the body's condition output is the condition input passed through unchanged
@@ -136,6 +196,7 @@ bool unroll_loop(Ctx& c, const Graph& bg, size_t carried) {
   }
   const size_t nscan = c.num_out() > carried ? c.num_out() - carried : 0;
   std::vector<std::vector<TensorInfo>> scans(nscan);
+  std::vector<Graph> bodies;  // each iteration's body, kept for the lowering
   int64_t i = 0;
   for (; cond && (!trips || i < *trips); ++i) {
     // Nested loops draw on the same budget; an abandoned unroll keeps what it spent.
@@ -159,10 +220,12 @@ bool unroll_loop(Ctx& c, const Graph& bg, size_t carried) {
     cond = (*co.int_value)[0] != 0;
     for (size_t k = 0; k < carried; ++k) state[k] = body_out(body, 1 + k);
     for (size_t j = 0; j < nscan; ++j) scans[j].push_back(body_out(body, 1 + carried + j));
+    bodies.push_back(std::move(body));
   }
   if (i == 0) return false;  // no iteration: the generic rule knows the scan outputs' element types
   for (size_t k = 0; k < carried; ++k) copy_to_out(c, k, state[k]);
   for (size_t j = 0; j < nscan; ++j) copy_to_out(c, carried + j, stack(scans[j]));
+  keep_body(c, "body", Graph{}, std::move(bodies));
   return true;
 }
 
@@ -182,6 +245,11 @@ void rule_loop(Ctx& c) {
   set_body_input(body, 1, &cond);
   for (size_t k = 0; k < carried; ++k) set_body_input(body, 2 + k, c.in(2 + k));
   infer_subgraph(c, body);
+  keep_settled(c, *bg, body, carried, 2, 1, [&](Graph& g, const std::vector<TensorInfo>& seen) {
+    set_body_input(g, 0, &iter);
+    set_body_input(g, 1, &cond);
+    for (size_t k = 0; k < seen.size(); ++k) set_body_input(g, 2 + k, &seen[k]);
+  });
   // Iterations: M when the condition cannot stop the loop early.
   Dim trips{};
   const auto* m = c.value(0);
@@ -227,6 +295,11 @@ void rule_scan(Ctx& c) {
     set_body_input(body, static_cast<size_t>(n_state + k), &slice);
   }
   infer_subgraph(c, body);
+  keep_settled(c, *bg, body, static_cast<size_t>(n_state), 0, 0, [&](Graph& g, const std::vector<TensorInfo>& seen) {
+    for (size_t k = 0; k < seen.size(); ++k) set_body_input(g, k, &seen[k]);
+    for (size_t k = static_cast<size_t>(n_state); k < body.inputs.size() && k < g.inputs.size(); ++k)
+      if (const TensorInfo* t = body.find(body.inputs[k])) set_body_input(g, k, t);
+  });
   for (size_t k = 0; k < c.num_out(); ++k) {
     TensorInfo out = body_out(body, k);
     out.int_value.reset();
@@ -243,6 +316,90 @@ void rule_scan(Ctx& c) {
 }
 
 }  // namespace
+
+bool same_info(const TensorInfo& a, const TensorInfo& b) {
+  if (a.kind != b.kind || a.dtype != b.dtype || a.has_shape != b.has_shape || a.shape.size() != b.shape.size() ||
+      a.elements_known != b.elements_known || a.elements.size() != b.elements.size())
+    return false;
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    if (a.shape[i].value != b.shape[i].value || a.shape[i].param != b.shape[i].param) return false;
+  for (size_t i = 0; i < a.elements.size(); ++i)
+    if (!same_info(a.elements[i], b.elements[i])) return false;
+  return true;
+}
+
+namespace {
+
+bool same_shapes(const Graph& a, const Graph& b, int depth = 0);
+
+bool same_attr_bodies(const Attribute& x, const Attribute& y, int depth) {
+  if (x.graphs.size() != y.graphs.size() || x.trips.size() != y.trips.size() || depth > 64) return false;
+  for (size_t i = 0; i < x.graphs.size(); ++i)
+    if (x.graphs[i] != y.graphs[i] && (!x.graphs[i] || !y.graphs[i] || !same_shapes(*x.graphs[i], *y.graphs[i], depth + 1)))
+      return false;
+  for (size_t i = 0; i < x.trips.size(); ++i)
+    if (x.trips[i] != y.trips[i] && (!x.trips[i] || !y.trips[i] || !same_shapes(*x.trips[i], *y.trips[i], depth + 1)))
+      return false;
+  return true;
+}
+
+// Same tensors with the same shapes, nested bodies included (two iterations of one body).
+bool same_shapes(const Graph& a, const Graph& b, int depth) {
+  if (a.tensors.size() != b.tensors.size() || a.nodes.size() != b.nodes.size()) return false;
+  for (const auto& [name, t] : a.tensors) {
+    const TensorInfo* u = b.find(name);
+    if (!u || !same_info(t, *u)) return false;
+  }
+  for (size_t i = 0; i < a.nodes.size(); ++i)
+    for (const auto& [k, x] : a.nodes[i].attributes) {
+      if (x.graphs.empty()) continue;
+      const Attribute* y = b.nodes[i].attr(k);
+      if (!y || !same_attr_bodies(x, *y, depth)) return false;
+    }
+  return true;
+}
+
+// `common` becomes what it and `t` agree on: differing dims unknown, differing values dropped.
+void merge_into(Graph& common, const Graph& t) {
+  for (auto& [name, x] : common.tensors) {
+    const TensorInfo* y = t.find(name);
+    if (!y) continue;
+    if (!same_info(x, *y)) {
+      TensorInfo m = join(x, *y);
+      m.name = x.name;
+      m.is_initializer = x.is_initializer;
+      m.is_graph_input = x.is_graph_input;
+      m.external_data = x.external_data;
+      x = std::move(m);
+    } else {
+      if (x.int_value != y->int_value) x.int_value.reset();
+      if (x.float_value != y->float_value) x.float_value.reset();
+      if (x.string_value != y->string_value) x.string_value.reset();
+    }
+  }
+}
+
+}  // namespace
+
+void keep_body(Ctx& c, const std::string& key, Graph body, std::vector<Graph> trips) {
+  if (!c.bodies) return;
+  const Attribute* a = c.n.attr(key);
+  if (!a || a->graphs.empty()) return;
+  Attribute kept = *a;
+  kept.trips.clear();
+  if (!trips.empty()) {
+    Graph common = trips[0];
+    std::shared_ptr<const Graph> prev;
+    for (size_t i = 0; i < trips.size(); ++i) {
+      if (i > 0) merge_into(common, trips[i]);
+      if (!prev || !same_shapes(*prev, trips[i])) prev = std::make_shared<const Graph>(std::move(trips[i]));
+      kept.trips.push_back(prev);
+    }
+    body = std::move(common);
+  }
+  kept.graphs[0] = std::make_shared<Graph>(std::move(body));
+  c.bodies->emplace_back(key, std::move(kept));
+}
 
 void add_control_flow_rules(RuleTable& t) {
   t["If"] = rule_if;

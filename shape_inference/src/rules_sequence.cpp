@@ -354,6 +354,7 @@ void rule_sequence_map(Ctx& c) {
   std::vector<std::vector<TensorInfo>> outs(nout);
   if (known && c.unroll_budget && n * cost <= *c.unroll_budget && static_cast<size_t>(n) <= kMaxElements) {
     *c.unroll_budget -= n * cost;
+    std::vector<Graph> bodies;  // each iteration's body, kept for the lowering
     for (int64_t i = 0; i < n; ++i) {
       Graph body = bg;
       for (size_t k = 0; k < ins.size(); ++k) {
@@ -366,11 +367,13 @@ void rule_sequence_map(Ctx& c) {
         const TensorInfo* t = body.find(body.outputs[o]);
         outs[o].push_back(t ? as_element(*t) : TensorInfo{});
       }
+      bodies.push_back(std::move(body));
     }
     for (size_t o = 0; o < nout; ++o) {
       const DType dt = outs[o].empty() ? DType::undefined : outs[o][0].dtype;
       set_value(c, o, sequence_of(dt, std::move(outs[o]), true));
     }
+    if (!bodies.empty()) keep_body(c, "body", Graph{}, std::move(bodies));
     return;
   }
   Graph body = bg;
@@ -391,6 +394,7 @@ void rule_sequence_map(Ctx& c) {
     e.string_value.reset();
     set_value(c, o, sequence_of(e.dtype, {e}, false));
   }
+  keep_body(c, "body", std::move(body));
 }
 
 void rule_optional(Ctx& c) {

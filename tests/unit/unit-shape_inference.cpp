@@ -1,6 +1,8 @@
 // unit-shape_inference.cpp - dim binding and shape propagation.
 #include <doctest/doctest.h>
 
+#include <cctype>
+
 #include "neusight/onnx_frontend.h"
 #include "neusight/shape_inference.h"
 #include "lowering_graph.h"
@@ -83,4 +85,199 @@ TEST_CASE("shape inference: Conv / ConvTranspose / pooling windows are validated
   // Huge strides on a transposed conv overflow 2^62: an input error, not wrapped arithmetic.
   CHECK_THROWS_WITH_AS(infer_window("ConvTranspose", {16, 8, 2, 2}, "strides", {int64_t(1) << 61, 1}),
                        doctest::Contains("out of range"), InputError);
+}
+
+// ---------------------------------------------------------------------------------------
+// Control-flow bodies: the body tensors carry inferred shapes, so their kernels are priced.
+using test::of_class;
+namespace {
+Attribute graph_attr(Graph g) {
+  Attribute a;
+  a.kind = Attribute::Kind::g;
+  a.graphs = {std::make_shared<Graph>(std::move(g))};
+  return a;
+}
+// A body input with no declared type (shape inference must supply it).
+std::string bare_input(test::IrGraph& b, const std::string& name) {
+  b.g.tensor(name).name = name;
+  b.g.tensor(name).is_graph_input = true;
+  b.g.inputs.push_back(name);
+  return name;
+}
+KernelList infer_lower(Graph& g) {
+  Model m;
+  m.opsets[""] = 17;
+  m.graph = g;
+  infer_shapes(g, m);
+  return test::lower_with(g, Fusion::none);
+}
+std::string test_lower(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+// Kernels of one op ("Relu": the priced kernel is "relu", an unknown one keeps "Relu").
+std::vector<Kernel> of_op(const KernelList& kl, const std::string& op) {
+  std::vector<Kernel> v;
+  for (const auto& k : kl.kernels)
+    if (k.op == op || (k.cls != KernelClass::unknown && k.op == test_lower(op))) v.push_back(k);
+  return v;
+}
+// The bytes of a lone Relu on a [rows, 4] fp32 tensor (the reference for a body's Relu).
+double relu_bytes(int64_t rows) {
+  test::IrGraph b;
+  b.node("Relu", {b.input("x", {rows, 4})}, {b.t("y", {rows, 4})});
+  const KernelList kl = test::lower_with(b.g, Fusion::none);
+  REQUIRE(kl.kernels.size() == 1);
+  return kl.kernels[0].bytes;
+}
+// Loop body: acc_out = Concat(acc_in, R) (one more row each trip), r = Relu(acc_out) scanned,
+// h = MatMul(Xo, W) (outer-scope operands, the same every trip).
+Graph growing_loop_body() {
+  test::IrGraph body;
+  bare_input(body, "i");
+  bare_input(body, "cond_in");
+  bare_input(body, "acc_in");
+  body.node("Identity", {"cond_in"}, {"cond_out"});
+  body.node("Concat", {"acc_in", "R"}, {"acc_out"}).attributes["axis"] = test::attr_int(0);
+  body.node("Relu", {"acc_out"}, {"r"});
+  body.node("MatMul", {"Xo", "W"}, {"h"});
+  for (const char* o : {"cond_out", "acc_out", "r", "h"}) body.output(o);
+  return body.g;
+}
+}  // namespace
+
+TEST_CASE("control-flow bodies: Scan body gets the per-iteration slice, each trip is priced") {
+  test::IrGraph body;
+  bare_input(body, "s_in");
+  bare_input(body, "x_in");
+  body.node("MatMul", {"x_in", "W"}, {"h"});
+  body.node("Add", {"s_in", "h"}, {"s_out"});
+  body.node("Relu", {"s_out"}, {"y"});
+  body.output("s_out");
+  body.output("y");
+  test::IrGraph b;
+  b.w("W", {16, 16});
+  Node& scan = b.node("Scan", {b.input("s0", {8, 16}), b.input("X", {5, 8, 16})}, {"s_final", "Y"});
+  scan.attributes["num_scan_inputs"] = test::attr_int(1);
+  scan.attributes["body"] = graph_attr(body.g);
+  b.output("Y");
+  const KernelList kl = infer_lower(b.g);
+  CHECK(kl.unknown_ops.empty());
+  CHECK(dims_of(b.g.find("Y")) == std::vector<int64_t>{5, 8, 16});
+  const Graph& inferred = *b.g.nodes[0].attr("body")->graphs[0];
+  CHECK(dims_of(inferred.find("x_in")) == std::vector<int64_t>{8, 16});  // scan axis removed
+  CHECK(dims_of(inferred.find("h")) == std::vector<int64_t>{8, 16});
+  CHECK(b.g.nodes[0].attr("body")->trips.empty());  // one body, valid for every iteration
+  const auto gemms = of_class(kl, KernelClass::gemm);
+  REQUIRE(gemms.size() == 5);
+  for (size_t r = 0; r < gemms.size(); ++r) {
+    CHECK(gemms[r].flops == doctest::Approx(2.0 * 8 * 16 * 16));
+    CHECK(gemms[r].bytes == doctest::Approx(gemms[0].bytes));
+    CHECK(gemms[r].steps == static_cast<int64_t>(r) + 1);
+    CHECK(gemms[r].node == 0);
+  }
+  CHECK(of_op(kl, "Add").size() == 5);
+  CHECK(of_op(kl, "Relu").size() == 5);
+  CHECK(of_class(kl, KernelClass::unknown).empty());
+}
+
+TEST_CASE("control-flow bodies: an unrolled Loop whose carried value grows is priced per trip") {
+  test::IrGraph b;
+  b.ints("M", {3});
+  b.w("R", {1, 4});
+  b.w("Xo", {8, 16});
+  b.w("W", {16, 16});
+  Node& loop = b.node("Loop", {"M", "", b.input("acc0", {1, 4})}, {"acc", "rs", "hs"});
+  loop.attributes["body"] = graph_attr(growing_loop_body());
+  b.output("acc");
+  const KernelList kl = infer_lower(b.g);
+  CHECK(dims_of(b.g.find("acc")) == std::vector<int64_t>{4, 4});
+  const Attribute& a = *b.g.nodes[0].attr("body");
+  REQUIRE(a.trips.size() == 3);
+  CHECK(dims_of(a.trips[2]->find("acc_in")) == std::vector<int64_t>{3, 4});
+  CHECK(dims_of(a.graphs[0]->find("acc_in")) == std::vector<int64_t>{-1, 4});  // what every trip agrees on
+  const auto relus = of_op(kl, "Relu");
+  REQUIRE(relus.size() == 3);
+  for (int64_t r = 0; r < 3; ++r) {
+    CHECK(relus[static_cast<size_t>(r)].bytes == doctest::Approx(relu_bytes(r + 2)));
+    CHECK(relus[static_cast<size_t>(r)].steps == r + 1);
+  }
+  const auto gemms = of_class(kl, KernelClass::gemm);
+  REQUIRE(gemms.size() == 3);
+  for (const auto& k : gemms) CHECK(k.flops == doctest::Approx(2.0 * 8 * 16 * 16));
+  CHECK(of_class(kl, KernelClass::unknown).empty());
+}
+
+TEST_CASE("control-flow bodies: a Loop of unknown trip count keeps what every iteration agrees on") {
+  test::IrGraph b;
+  b.input("M", {}, DType::i64);
+  b.w("R", {1, 4});
+  b.w("Xo", {8, 16});
+  b.w("W", {16, 16});
+  Node& loop = b.node("Loop", {"M", "", b.input("acc0", {1, 4})}, {"acc", "rs", "hs"});
+  loop.attributes["body"] = graph_attr(growing_loop_body());
+  const KernelList kl = infer_lower(b.g);
+  const Graph& inferred = *b.g.nodes[0].attr("body")->graphs[0];
+  CHECK(dims_of(inferred.find("acc_in")) == std::vector<int64_t>{-1, 4});  // grows: dim 0 unknown
+  CHECK(dims_of(inferred.find("h")) == std::vector<int64_t>{8, 16});
+  const auto gemms = of_class(kl, KernelClass::gemm);
+  REQUIRE(gemms.size() == 1);  // counted once (trip count unknown), priced
+  CHECK(gemms[0].flops == doctest::Approx(2.0 * 8 * 16 * 16));
+  const auto relus = of_op(kl, "Relu");
+  REQUIRE(relus.size() == 1);
+  CHECK(relus[0].cls == KernelClass::unknown);  // its shape differs per iteration: not guessed
+  CHECK(relus[0].note.find("shapes not inferred") != std::string::npos);
+}
+
+TEST_CASE("control-flow bodies: If branches see outer-scope tensors; a known condition picks its branch") {
+  auto make = [](bool known, bool value) {
+    test::IrGraph then_b, else_b;
+    then_b.node("MatMul", {"X", "W"}, {"t_out"});
+    then_b.output("t_out");
+    else_b.node("Relu", {"X"}, {"e_out"});
+    else_b.output("e_out");
+    test::IrGraph b;
+    b.input("X", {8, 16});
+    b.w("W", {16, 32});
+    b.t("c", {}, DType::boolean);
+    if (known) b.g.tensor("c").int_value = std::vector<int64_t>{value ? 1 : 0};
+    Node& iff = b.node("If", {"c"}, {"out"});
+    iff.attributes["then_branch"] = graph_attr(then_b.g);
+    iff.attributes["else_branch"] = graph_attr(else_b.g);
+    return b;
+  };
+  {
+    test::IrGraph b = make(false, false);
+    const KernelList kl = infer_lower(b.g);
+    REQUIRE(kl.kernels.size() == 1);  // the dearer branch
+    CHECK(kl.kernels[0].cls == KernelClass::gemm);
+    CHECK(kl.kernels[0].flops == doctest::Approx(2.0 * 8 * 16 * 32));
+    CHECK(kl.kernels[0].note.find("dearer") != std::string::npos);
+  }
+  {
+    test::IrGraph b = make(true, false);
+    const KernelList kl = infer_lower(b.g);
+    REQUIRE(kl.kernels.size() == 1);
+    CHECK(kl.kernels[0].op == "relu");
+    CHECK(kl.kernels[0].cls == KernelClass::elementwise);
+    CHECK(kl.kernels[0].note.find("else branch (condition known)") != std::string::npos);
+    CHECK(dims_of(b.g.find("out")) == std::vector<int64_t>{8, 16});
+  }
+}
+
+TEST_CASE("control-flow bodies: nested loops that expand past the kernel bound are an input error") {
+  // Three nested Loops of 1000 trips around one Relu: 10^9 kernels, refused (never allocated).
+  Graph inner;
+  {
+    test::IrGraph b;
+    b.node("Relu", {b.t("x", {8, 16})}, {b.t("y", {8, 16})});
+    inner = b.g;
+  }
+  for (int level = 0; level < 3; ++level) {
+    test::IrGraph b;
+    b.ints("M", {1000});
+    b.node("Loop", {"M", "", b.t("x", {8, 16})}, {"y"}).attributes["body"] = graph_attr(inner);
+    inner = b.g;
+  }
+  CHECK_THROWS_WITH_AS(test::lower_with(inner, Fusion::none), doctest::Contains("expand to more than"), InputError);
 }

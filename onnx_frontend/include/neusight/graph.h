@@ -124,6 +124,10 @@ struct Attribute {
   std::vector<std::string> strings;
   std::shared_ptr<TensorInfo> t;               // kind t (value kept for small int tensors)
   std::vector<std::shared_ptr<Graph>> graphs;  // kind g or graphs (If/Loop/Scan bodies)
+  // Set by shape inference on a Loop / SequenceMap body it ran iteration by iteration: one
+  // entry per iteration, in order (entries with the same shapes share one graph). graphs[0]
+  // then holds shapes valid for every iteration (dims that differ between them unknown).
+  std::vector<std::shared_ptr<const Graph>> trips;
 };
 
 struct Node {

@@ -33,7 +33,9 @@ void bind_dims(Graph& graph, const DimBindings& bindings);
 // Infers shapes in place (graph must be topologically sorted, as the frontend leaves it).
 // `hints` (optional, e.g. onnx_shape_hints() of the frontend) fill what the project's own
 // rules leave unknown; they never override a rule. Symbolic hint dims take the values bound
-// on the graph inputs. If/Loop/Scan bodies are inferred too.
+// on the graph inputs. If/Loop/Scan/SequenceMap bodies are inferred too and kept on their
+// node (Attribute::graphs[0], and Attribute::trips per iteration when a loop was unrolled; see
+// lowering/README.md, "Control flow"), in `graph` only: the Model's own bodies are not written.
 ShapeResult infer_shapes(Graph& graph, const Model& model,
                          const std::map<std::string, TensorInfo>* hints = nullptr);
 
