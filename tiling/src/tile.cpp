@@ -102,36 +102,41 @@ RuleTree parse_tree(const json& j, const std::string& what, bool tile_leaves) {
   if (!j.is_array()) throw InputError(what + ": must be a list of nodes");
   RuleTree t;
   const int n = static_cast<int>(j.size());
+  t.nodes.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) {
     const json& nd = j[i];
-    const std::string w = what + " node " + std::to_string(i);
-    if (!nd.is_object()) throw InputError(w + ": must be an object");
+    // The error context is built only on an error: trees have thousands of nodes.
+    auto fail = [&](const std::string& why) { throw InputError(what + " node " + std::to_string(i) + ": " + why); };
+    if (!nd.is_object()) fail("must be an object");
     RuleTree::Node node;
     if (auto leaf = nd.find("leaf"); leaf != nd.end()) {
       if (tile_leaves) {
-        if (!leaf->is_string()) throw InputError(w + ": 'leaf' must be a candidate name");
+        if (!leaf->is_string()) fail("'leaf' must be a candidate name");
         node.label = leaf->get<std::string>();
       } else {
         if (!leaf->is_number_integer() || leaf->get<int64_t>() < 1 || leaf->get<int64_t>() > 4096)
-          throw InputError(w + ": 'leaf' must be a split factor 1-4096");
+          fail("'leaf' must be a split factor 1-4096");
         node.value = leaf->get<int>();
       }
     } else {
-      const json& f = field(nd, "f", w);
-      const json& t = field(nd, "t", w);
-      const json& l = field(nd, "l", w);
-      const json& r = field(nd, "r", w);
-      if (!f.is_number_integer() || f.get<int64_t>() < 0 || f.get<int64_t>() >= kGemmRuleFeatures)
-        throw InputError(w + ": 'f' must be a feature index 0-" + std::to_string(kGemmRuleFeatures - 1));
-      if (!t.is_number()) throw InputError(w + ": 't' must be a number");
+      const json* f[4];
+      const char* names[4] = {"f", "t", "l", "r"};
+      for (int k = 0; k < 4; ++k) {
+        auto it = nd.find(names[k]);
+        if (it == nd.end()) fail(std::string("missing field '") + names[k] + "'");
+        f[k] = &*it;
+      }
+      if (!f[0]->is_number_integer() || f[0]->get<int64_t>() < 0 || f[0]->get<int64_t>() >= kGemmRuleFeatures)
+        fail("'f' must be a feature index 0-" + std::to_string(kGemmRuleFeatures - 1));
+      if (!f[1]->is_number()) fail("'t' must be a number");
       // Children come after their parent: no cycles, every walk ends at a leaf.
-      for (const json* c : {&l, &r})
+      for (const json* c : {f[2], f[3]})
         if (!c->is_number_integer() || c->get<int64_t>() <= i || c->get<int64_t>() >= n)
-          throw InputError(w + ": 'l' and 'r' must index later nodes of the list");
-      node.feature = f.get<int>();
-      node.threshold = t.get<double>();
-      node.left = l.get<int>();
-      node.right = r.get<int>();
+          fail("'l' and 'r' must index later nodes of the list");
+      node.feature = f[0]->get<int>();
+      node.threshold = f[1]->get<double>();
+      node.left = f[2]->get<int>();
+      node.right = f[3]->get<int>();
     }
     t.nodes.push_back(std::move(node));
   }
