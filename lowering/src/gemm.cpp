@@ -23,7 +23,7 @@ void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_e
   c.out.push_back(kr);
 }
 
-void apply_quantized_operands(const LowerCtx& c, Kernel& k) {
+void apply_quantized_operands(const LowerCtx& c, Kernel& k, bool matrix_math) {
   const DType qa = k.a_input >= 0 ? c.quantized_operand(static_cast<size_t>(k.a_input)) : DType::undefined;
   const DType qb = k.b_input >= 0 ? c.quantized_operand(static_cast<size_t>(k.b_input)) : DType::undefined;
   if (qa == DType::undefined && qb == DType::undefined) return;
@@ -33,12 +33,12 @@ void apply_quantized_operands(const LowerCtx& c, Kernel& k) {
     if (q[i] != DType::undefined) k.bytes -= double(k.operand_elems[i]) * (eb - elem_bytes(q[i]));
   auto family = [](DType t) {
     if (t == DType::i8 || t == DType::u8) return 1;
-    if (t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 || t == DType::f8e5m2fnuz) return 2;
+    if (is_fp8(t)) return 2;
     return 0;  // 4-bit: dequantized to the activations' precision in the kernel
   };
   std::string what;
   if (family(qa) != 0 && family(qa) == family(qb)) {
-    k.dtype = family(qa) == 1 ? DType::i8 : qa;
+    if (matrix_math) k.dtype = family(qa) == 1 ? DType::i8 : qa;
     what = std::string(dtype_name(qa)) + " x " + dtype_name(qb) + " operands (QDQ)";
   } else {
     what = std::string(dtype_name(qb != DType::undefined ? qb : qa)) + (qb != DType::undefined ? " weights" : " input") +
@@ -203,9 +203,7 @@ void lower_conv(LowerCtx& c) {
     if (!integer) {
       k.a_input = static_cast<int>(xi);
       k.b_input = static_cast<int>(wi);
-      const DType before = k.dtype;
-      apply_quantized_operands(c, k);
-      k.dtype = before;  // a stencil on the SIMT units whatever its operands' storage
+      apply_quantized_operands(c, k, /*matrix_math=*/false);  // a stencil on the SIMT units
     }
     c.out.push_back(k);
     return;

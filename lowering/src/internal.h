@@ -64,6 +64,9 @@ struct LowerCtx {
   DType quantized_operand(size_t i) const;
 };
 
+// Bytes of a whole tensor in its compute dtype (0 for an absent optional input).
+double tensor_bytes(const LowerCtx& c, const TensorInfo* t);
+
 using Rule = std::function<void(LowerCtx&)>;
 using RuleTable = std::unordered_map<std::string, Rule>;
 
@@ -83,8 +86,9 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
 void emit_matmul(LowerCtx& c);  // MatMul rules (used by the bias-GEMM group too)
 // Re-prices a GEMM kernel whose operands come quantized (see quantized_operand): operand
 // bytes at the stored width; computes in the stored precision when both operands are
-// 8-bit quantized of one kind (int8 x int8, fp8 x fp8).
-void apply_quantized_operands(const LowerCtx& c, Kernel& k);
+// 8-bit quantized of one kind (int8 x int8, fp8 x fp8) and `matrix_math` (a GEMM, not a
+// SIMT stencil such as a depthwise conv).
+void apply_quantized_operands(const LowerCtx& c, Kernel& k, bool matrix_math = true);
 
 // Kernels of one fusion group (fusion.cpp).
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,

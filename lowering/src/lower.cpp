@@ -73,13 +73,7 @@ bool is_integer_like(DType t) {
 }
 
 bool is_quantized_storage(DType t) {
-  switch (t) {
-    case DType::u8: case DType::i8: case DType::u4: case DType::i4: case DType::f8e4m3fn: case DType::f8e4m3fnuz:
-    case DType::f8e5m2: case DType::f8e5m2fnuz:
-      return true;
-    default:
-      return false;
-  }
+  return t == DType::u8 || t == DType::i8 || t == DType::u4 || t == DType::i4 || is_fp8(t);
 }
 
 Consumers consumers_of(const Graph& g) {
@@ -136,6 +130,10 @@ bool LowerCtx::transposed_view(size_t i) const {
   if (it == plan->producer.end()) return false;
   return g.nodes[static_cast<size_t>(it->second)].op_type == "Transpose" &&
          !plan->free_reason[static_cast<size_t>(it->second)].empty();
+}
+
+double tensor_bytes(const LowerCtx& c, const TensorInfo* t) {
+  return t ? double(numel(t)) * elem_bytes(c.dtype(t)) : 0;
 }
 
 DType LowerCtx::quantized_operand(size_t i) const {

@@ -6,8 +6,6 @@
 namespace neusight::lowering_detail {
 namespace {
 
-double tensor_bytes(const LowerCtx& c, const TensorInfo* t) { return t ? double(numel(t)) * elem_bytes(c.dtype(t)) : 0; }
-
 double outputs_bytes(const LowerCtx& c) {
   double b = 0;
   for (size_t i = 0; i < c.n.outputs.size(); ++i) b += tensor_bytes(c, c.outp(i));
@@ -120,6 +118,19 @@ int64_t interp_taps(const std::string& mode, size_t spatial) {
   return t;
 }
 
+// A gather that blends `taps` interpolated reads per output element of Y (a multiply-add per
+// tap), plus `other_bytes` (grid, boxes, indices) read once.
+void emit_tap_gather(const LowerCtx& c, const std::string& op, const TensorInfo* y, double taps, double other_bytes,
+                     const std::string& note) {
+  Kernel k = c.base(KernelClass::memory, op);
+  rows_cols(y, k.rows, k.cols);
+  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
+  k.flops = 2.0 * taps * e;
+  k.bytes = taps * e * eb + other_bytes + e * eb;
+  k.note = note;
+  c.out.push_back(k);
+}
+
 // GridSample(X [N,C,D..], grid [N,D_out..,r]) -> Y [N,C,D_out..]: each output gathers its
 // interpolation taps (bilinear 4, bicubic 16, nearest 1; 3-D: 8/64/1) and blends them
 // (a multiply-add per tap). Memory-bound: bytes = taps per output x outputs read + the grid
@@ -134,14 +145,9 @@ void lower_grid_sample(LowerCtx& c) {
   }
   const std::string mode = c.n.attr_s("mode", "linear");
   const int64_t taps = interp_taps(mode, x->shape.size() - 2);
-  Kernel k = c.base(KernelClass::memory, "grid_sample");
-  rows_cols(y, k.rows, k.cols);
-  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
-  k.flops = 2.0 * double(taps) * e;
-  k.bytes = double(taps) * e * eb + tensor_bytes(c, grid) + e * eb;
-  k.operand_elems = {numel(x), numel(grid)};
-  k.note = std::to_string(taps) + " taps per output (" + mode + ")";
-  c.out.push_back(k);
+  emit_tap_gather(c, "grid_sample", y, double(taps), tensor_bytes(c, grid),
+                  std::to_string(taps) + " taps per output (" + mode + ")");
+  c.out.back().operand_elems = {numel(x), numel(grid)};
 }
 
 // RoiAlign(X [N,C,H,W], rois [R,4], batch_indices [R]) -> Y [R,C,oh,ow]: every output
@@ -156,15 +162,9 @@ void lower_roi_align(LowerCtx& c) {
   int64_t sr = c.n.attr_i("sampling_ratio", 0);
   const bool adaptive = sr <= 0;
   if (adaptive) sr = 2;
-  const double taps = double(sr * sr) * 4;
-  Kernel k = c.base(KernelClass::memory, "roi_align");
-  rows_cols(y, k.rows, k.cols);
-  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
-  k.flops = 2.0 * taps * e;
-  k.bytes = taps * e * eb + inputs_bytes(c, 1) + e * eb;
-  k.note = std::to_string(sr * sr) + " samples x 4 taps per output" +
-           (adaptive ? std::string(" (sampling_ratio 0: 2 assumed)") : std::string());
-  c.out.push_back(k);
+  emit_tap_gather(c, "roi_align", y, double(sr * sr) * 4, inputs_bytes(c, 1),
+                  std::to_string(sr * sr) + " samples x 4 taps per output" +
+                      (adaptive ? std::string(" (sampling_ratio 0: 2 assumed)") : std::string()));
 }
 
 // MaxUnpool(X, I, output_shape) -> Y: a fill of Y with zeros, then a scatter of X to the

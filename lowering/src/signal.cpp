@@ -9,8 +9,6 @@
 namespace neusight::lowering_detail {
 namespace {
 
-double tbytes(const LowerCtx& c, const TensorInfo* t) { return t ? double(numel(t)) * elem_bytes(c.dtype(t)) : 0; }
-
 int64_t known_scalar(const TensorInfo* t, int64_t fallback) {
   return t && t->int_value && t->int_value->size() == 1 ? (*t->int_value)[0] : fallback;
 }
@@ -44,7 +42,7 @@ void lower_dft(LowerCtx& c) {
   k.cols = n;
   k.rows = len > 0 ? numel(x) / (len * x->shape.back().value) : 0;
   k.flops = double(k.rows) * fft_flops(n);
-  k.bytes = tbytes(c, x) + tbytes(c, y);
+  k.bytes = tensor_bytes(c, x) + tensor_bytes(c, y);
   k.operand_elems = {numel(x)};
   k.note = std::string(c.n.attr_i("inverse", 0) ? "inverse " : "") + "FFT of length " + std::to_string(n);
   c.out.push_back(k);
@@ -72,7 +70,7 @@ void lower_stft(LowerCtx& c) {
   k.rows = y->shape[0].value * y->shape[1].value;
   k.cols = n;
   k.flops = double(k.rows) * (fft_flops(n) + (w ? double(n) : 0.0));
-  k.bytes = tbytes(c, x) + tbytes(c, w) + tbytes(c, y);
+  k.bytes = tensor_bytes(c, x) + tensor_bytes(c, w) + tensor_bytes(c, y);
   k.operand_elems = {numel(x)};
   k.note = "windowed FFT of length " + std::to_string(n) + " per frame";
   c.out.push_back(k);
@@ -93,7 +91,7 @@ void lower_det(LowerCtx& c) {
   k.cols = n * n;
   const double dn = double(n);
   k.flops = double(k.rows) * (2.0 * dn * dn * dn / 3.0 + dn);
-  k.bytes = tbytes(c, x) + tbytes(c, y);
+  k.bytes = tensor_bytes(c, x) + tensor_bytes(c, y);
   k.operand_elems = {numel(x)};
   k.note = "batched LU, " + std::to_string(k.rows) + " matrices of " + std::to_string(n) + "x" + std::to_string(n);
   c.out.push_back(k);
@@ -119,7 +117,7 @@ void lower_nms(LowerCtx& c) {
   k.cols = n * n;
   k.flops = 13.0 * double(k.rows) * double(n) * double(n);
   const TensorInfo* y = c.outp(0);
-  k.bytes = tbytes(c, boxes) + tbytes(c, scores) + (y && y->fully_known() ? tbytes(c, y) : 0);
+  k.bytes = tensor_bytes(c, boxes) + tensor_bytes(c, scores) + (y && y->fully_known() ? tensor_bytes(c, y) : 0);
   k.operand_elems = {numel(boxes), numel(scores)};
   k.note = "IoU of " + std::to_string(n) + "^2 box pairs per (batch, class)";
   c.out.push_back(k);

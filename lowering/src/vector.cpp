@@ -62,10 +62,7 @@ void emit_rowwise(LowerCtx& c, KernelClass cls, const std::string& op, double op
   const double eb = elem_bytes(k.dtype);
   k.flops = ops_per_elem * e;
   double extra = 0;
-  for (size_t i = extra_tensor_inputs_from; i < c.n.inputs.size(); ++i) {
-    const TensorInfo* t = c.in(i);
-    if (t) extra += double(numel(t)) * elem_bytes(c.dtype(t));
-  }
+  for (size_t i = extra_tensor_inputs_from; i < c.n.inputs.size(); ++i) extra += tensor_bytes(c, c.in(i));
   k.bytes = 2 * e * eb + extra;
   k.operand_elems = {numel(x)};
   c.out.push_back(k);
@@ -107,10 +104,10 @@ void lower_embed_layernorm(LowerCtx& c) {
   const double tables = segments ? 3 : 2;  // gathered rows per token: word, position, segment
   double ids_bytes = 0;
   for (size_t i : {size_t(0), size_t(1), size_t(7), size_t(8)})
-    if (const TensorInfo* t = c.in(i)) ids_bytes += double(numel(t)) * elem_bytes(c.dtype(t));
+    ids_bytes += tensor_bytes(c, c.in(i));
   const double params = (double(numel(c.in(5))) + double(numel(c.in(6)))) * eb;
   double writes = e * eb;
-  if (const TensorInfo* m = c.outp(1)) writes += double(numel(m)) * elem_bytes(c.dtype(m));
+  writes += tensor_bytes(c, c.outp(1));
   if (c.outp(2)) writes += e * eb;
   k.flops = (6 + tables - 1) * e;
   k.bytes = tables * e * eb + ids_bytes + params + writes;

@@ -77,6 +77,10 @@ bool is_float(DType t) {
   }
 }
 
+bool is_fp8(DType t) {
+  return t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 || t == DType::f8e5m2fnuz;
+}
+
 bool TensorInfo::fully_known() const {
   if (!has_shape) return false;
   for (const auto& d : shape)

@@ -16,10 +16,6 @@ bool parse_timing(const std::string& s, Timing& out) {
 
 namespace {
 
-bool is_fp8(DType t) {
-  return t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 || t == DType::f8e5m2fnuz;
-}
-
 // Weight-only quantized GEMMs (MatMulNBits) carry the weights' dtype; their math runs in the
 // activations' half precision after dequantization.
 bool weight_only(DType t) { return t == DType::u4 || t == DType::i4; }

@@ -65,6 +65,7 @@ const char* dtype_name(DType t);
 // Parses the names dtype_name() gives (and a few aliases); nullopt when unknown.
 std::optional<DType> parse_dtype(const std::string& s);
 bool is_float(DType t);
+bool is_fp8(DType t);  // any of the four FP8 element types
 
 // ---------------------------------------------------------------------------------------
 // A dimension: a known value, a symbolic name, or unknown (value < 0 and empty name).
