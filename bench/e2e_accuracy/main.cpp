@@ -153,6 +153,50 @@ PerOpSum per_op_sum(const fs::path& label_csv, const fs::path& opgraph_csv, int6
   return s;
 }
 
+// Kernel data consistency: a training GPU's train rows against its own test rows of the same
+// class and matched shape (B, M, N, K each within 15%), the train latency scaled by the
+// FLOPs ratio. Returns the median over matched test rows of (median scaled train latency /
+// test latency) and the number of matched test rows. 1.00 means the two sets agree; a ratio
+// above one means the train rows ran slower than the test rows of the same shapes, and a
+// predictor trained on them predicts that GPU's kernels (and its whole models) that much
+// slower. Nothing is fitted on this; it explains the per-class ratios above.
+struct GemmRow {
+  double lb, lm, ln, lk, flops, ms;
+};
+
+std::vector<GemmRow> gemm_rows(const fs::path& csv, const std::string& device) {
+  std::vector<GemmRow> v;
+  if (!fs::exists(csv)) return v;
+  for (auto& r : read_csv_records(csv.string())) {
+    if (!device.empty() && r["Device"] != device) continue;
+    const double b = std::atof(r["B"].c_str()), m = std::atof(r["M"].c_str()), n = std::atof(r["N"].c_str()),
+                 k = std::atof(r["K"].c_str()), ms = std::atof(r["Latency"].c_str());
+    if (b <= 0 || m <= 0 || n <= 0 || k <= 0 || ms <= 0) continue;
+    v.push_back({std::log(b), std::log(m), std::log(n), std::log(k), b * m * n * k, ms});
+  }
+  return v;
+}
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+std::pair<double, int> train_test_ratio(const std::vector<GemmRow>& train, const std::vector<GemmRow>& test) {
+  constexpr double kTol = 0.15;  // |log ratio| per dimension
+  std::vector<double> ratios, scaled;
+  for (const auto& t : test) {
+    scaled.clear();
+    for (const auto& r : train)
+      if (std::fabs(r.lb - t.lb) < kTol && std::fabs(r.lm - t.lm) < kTol && std::fabs(r.ln - t.ln) < kTol &&
+          std::fabs(r.lk - t.lk) < kTol)
+        scaled.push_back(r.ms * t.flops / r.flops);
+    if (!scaled.empty()) ratios.push_back(median_of(scaled) / t.ms);
+  }
+  return {median_of(ratios), int(ratios.size())};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -374,6 +418,31 @@ int main(int argc, char** argv) {
     };
     if (have_ns) table("NeuSight", cls_sum);
     table("Roofline", cls_sum_rf);
+
+    // The training GPUs' own kernel data: train rows vs test rows of matched shapes.
+    std::printf("\nKernel data: each training GPU's train rows against its own test rows of matched shape\n"
+                "(B, M, N, K each within 15%%; train latency scaled by FLOPs), median train / test latency\n"
+                "(1.00 = consistent; above 1 the train rows, which the predictor learns, ran slower), matched rows\n");
+    const fs::path kdir = fs::path(shared) / "neusight-data" / "kernels";
+    std::vector<std::string> devs;
+    for (const auto& e : fs::directory_iterator(kdir / "train" / "linear"))
+      if (e.path().extension() == ".csv") devs.push_back(e.path().stem().string());
+    std::sort(devs.begin(), devs.end());
+    std::printf("%-12s", "class");
+    for (const auto& d : devs) std::printf(" %14s", short_gpu(d).c_str());
+    std::printf("\n");
+    for (const char* cls : {"linear", "bmm"}) {
+      std::printf("%-12s", cls);
+      for (const auto& d : devs) {
+        std::string device = d;
+        std::replace(device.begin(), device.end(), '_', ' ');
+        const auto [ratio, n] = train_test_ratio(gemm_rows(kdir / "train" / cls / (d + ".csv"), ""),
+                                                 gemm_rows(kdir / "test" / (std::string(cls) + ".csv"), device));
+        if (n) std::printf("    %5.2f (%4d)", ratio, n);
+        else std::printf(" %14s", "-");
+      }
+      std::printf("\n");
+    }
   }
   return 0;
 }

@@ -24,10 +24,17 @@ std::vector<CsvRecord> read_csv_records(const std::string& path) {
   if (!f) throw std::runtime_error(path + ": cannot open");
   std::vector<CsvRecord> rows;
   std::string line;
+  // CRLF files (the kernel datasets) lose their '\r' so that the last column's name and
+  // values stay clean.
+  auto chomp = [](std::string& l) {
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+  };
   if (!std::getline(f, line)) return rows;
+  chomp(line);
   const auto head = csv_fields(line);
   std::string rec;
   while (std::getline(f, line)) {
+    chomp(line);
     rec += line;
     if (std::count(rec.begin(), rec.end(), '"') % 2) {  // a newline inside quotes
       rec += "\n";
