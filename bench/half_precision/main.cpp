@@ -276,11 +276,26 @@ int main(int argc, char** argv) {
       push(linear(T, d / tp, d, "fp16"), "attn_post_proj");
       push(linear(T, d, ff * (gated ? 2 : 1) / tp, "fp16"), "mlp_up_proj");
       push(linear(T, ff / tp, d, "fp16"), "mlp_down_proj");
-      push(kernel_from_dataset("ln", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}}), "input_layernorm");
-      push(kernel_from_dataset("ln", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}}), "post_attention_layernorm");
+      // The kernels Vidur times are vLLM's (sarathi-serve's), and their code is described
+      // (Kernel::access, precision.h memory_parallelism_ms) like their dtype: rms_norm and
+      // silu_and_mul run one block of min(width, 1024) threads per token, each thread loading
+      // one 2-byte element per tensor per iteration of a loop over the row (rms_norm: a pass
+      // for the sum of squares, a block reduction, a second pass re-reading the row from
+      // cache; silu_and_mul: gate and up loaded together, then one store). Phi-2's LayerNorm
+      // and GELU are PyTorch's vectorized kernels (measured: its GELU moves ~2000 GB/s) and
+      // stay undescribed, as every kernel of the product's own lowering does.
+      const bool rms = gated;  // the gated models here (Llama, Qwen, InternLM) use RMSNorm; phi-2 LayerNorm
+      auto norm = [&] {
+        Kernel k = kernel_from_dataset("ln", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}});
+        if (rms) k.access = {2, 1, int(std::min<int64_t>(d, 1024))};
+        return k;
+      };
+      push(norm(), "input_layernorm");
+      push(norm(), "post_attention_layernorm");
       // Gated: silu(gate) * up reads both halves and writes one; else gelu in place of one tensor.
-      push(stream(KernelClass::elementwise, gated ? "silu" : "gelu", T, ff / tp, gated ? 2 : 1, 1, gated ? 5 : 8, eb),
-           "mlp_act");
+      Kernel act = stream(KernelClass::elementwise, gated ? "silu" : "gelu", T, ff / tp, gated ? 2 : 1, 1, gated ? 5 : 8, eb);
+      if (gated) act.access = {2, 2, int(std::min<int64_t>(ff / tp, 1024))};
+      push(act, "mlp_act");
       push(kernel_from_dataset("add", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}}), "add", parallel_block ? 2 : 1);
       // Rotary embedding in place on q and k (read + write), cos/sin cache reads are small.
       push(stream(KernelClass::elementwise, "rope", T, (nh + nkv) * hd / tp, 1, 1, 3, eb), "attn_rope");
@@ -331,6 +346,47 @@ int main(int argc, char** argv) {
       const std::string key = std::string(kind) + " tokens " + b;
       if (by_tokens.count(key)) print_row(key.c_str(), by_tokens[key]);
     }
+  {
+    // The vLLM kernels without their description (Kernel::access), i.e. predicted like
+    // PyTorch's vectorized kernels by the NeuSight law, as before the memory-parallelism bound.
+    std::vector<Item> vec;
+    for (const Item& it : items)
+      if (it.k.cls != KernelClass::gemm && it.group != "attn_rope" && it.group != "emb") {
+        vec.push_back(it);
+        vec.back().k.access = {};
+      }
+    std::map<std::string, Acc> pa, pt;
+    run(vec, a100, *predictor, *device, *roofline, pa, &pt);
+    std::printf("\nThe vLLM norms and activation predicted as PyTorch kernels (no Kernel::access; device MAPE,\n"
+                "pred/meas), against the described kernels above (memory-parallelism bound, precision.h):\n");
+    Acc all;
+    for (const char* layer : vec_layers) {
+      std::printf("%-40s %5zu %7.1f%% %9.2fx  by tokens:", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
+      for (const char* b : {"1-63", "64-511", "512-4095", "4096+"}) {
+        const Acc& a = pt[std::string(layer) + " tokens " + b];
+        std::printf(" %s %.1f%% (%.2fx)", b, a.dmape(), a.dev_gmean_ratio());
+      }
+      std::printf("\n");
+      all.merge(pa[layer]);
+    }
+    std::printf("%-40s %5zu %7.1f%% %9.2fx\n", "  norms/act/add", all.n, all.dmape(), all.dev_gmean_ratio());
+    // Sensitivity to the memory latency (precision.h kGlobalMemoryLatencyCycles), described kernels.
+    std::printf("Memory-parallelism bound with another latency (norms/act/add, device MAPE, pred/meas):");
+    for (double scale : {0.75, 1.0, 1.25, 1.5}) {
+      Gpu g = a100;
+      g.boost_mhz = a100.boost_mhz / scale;  // latency = cycles / clock (only the bound reads the clock)
+      std::vector<Item> des;
+      for (const Item& it : items)
+        if (it.k.cls != KernelClass::gemm && it.group != "attn_rope" && it.group != "emb") des.push_back(it);
+      std::map<std::string, Acc> ps;
+      run(des, g, *device, *device, *roofline, ps);
+      Acc tot;
+      for (const auto& [layer, a] : ps)
+        if (layer.find("compute-bound") == std::string::npos) tot.merge(a);
+      std::printf("  %.0f ns: %.1f%% (%.2fx)", global_memory_latency_ms(g) * 1e6, tot.dmape(), tot.dev_gmean_ratio());
+    }
+    std::printf("\n");
+  }
   {
     // Sensitivity of device timing to its per-kernel floor (the norms, activation and add).
     std::vector<Item> vec;

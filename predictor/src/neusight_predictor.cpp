@@ -71,6 +71,16 @@ class NeusightPredictor final : public Predictor {
       p.compute_bound = peak > 0 && bw > 0 && k.flops / peak >= k.bytes / bw;
       p.latency_ms = p.roofline_ms;
       p.utilization = p.latency_ms > 0 ? 1.0 : 0.0;
+      // A latency-limited kernel (Kernel::access, precision.h): its code is not the vectorized
+      // library kernels the MLPs learned, so in device timing it is the memory-parallelism
+      // time plus the device floor; in eager timing that is a lower bound on the law's
+      // prediction (which carries the framework's dispatch), applied below.
+      const double mp = memory_parallelism_ms(k, gpu);
+      if (mp >= 0) {
+        p.latency_ms = std::max(p.roofline_ms, o_.device_floor_ms + mp);
+        p.utilization = p.roofline_ms > 0 ? p.roofline_ms / p.latency_ms : 0.0;
+        if (device) continue;
+      }
       UtilClass c;
       if (!util_class_of(k, c) || tilings[i].tiles <= 0 || p.roofline_ms <= 0) continue;
       const ClassModel& cm = m_.classes[int(c)];
@@ -125,8 +135,9 @@ class NeusightPredictor final : public Predictor {
         // larger; it never adds time: an isolated (eager) timing contains the device time.
         const double learned_fixed = per_kernel_fixed ? lat[step * j + 1] : fixed_ms_[c];
         const double fixed = device ? std::min(0.0, o_.device_floor_ms - learned_fixed) : 0.0;
-        // Never faster than the roofline.
-        p.latency_ms = std::max(lat[step * j] + fixed, p.roofline_ms);
+        // Never faster than the roofline (nor, eager, than a latency-limited kernel's
+        // memory-parallelism time, set above).
+        p.latency_ms = std::max({lat[step * j] + fixed, p.roofline_ms, p.latency_ms});
         p.utilization = p.roofline_ms / p.latency_ms;
         p.extrapolated = extra[step * j] != 0;
       }

@@ -2,6 +2,7 @@
 #include "neusight/precision.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace neusight {
 
@@ -128,6 +129,26 @@ Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_wei
     default: if (is_fp8(k.dtype)) g.fp8_gflops *= f; break;
   }
   return g;
+}
+
+double global_memory_latency_ms(const Gpu& gpu) {
+  return gpu.boost_mhz > 0 ? kGlobalMemoryLatencyCycles / (gpu.boost_mhz * 1e3) : 0.0;
+}
+
+double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
+  const Kernel::ThreadAccess& a = k.access;
+  if (a.bytes_per_load <= 0 || a.block_threads <= 0 || k.rows <= 0 || k.cols <= 0) return -1;
+  const double latency = global_memory_latency_ms(gpu);
+  if (!(latency > 0) || gpu.num_sm <= 0 || gpu.mem_bw_gbps <= 0) return -1;
+  // Occupancy: whole blocks per SM within the thread and block limits (at least one).
+  const int per_sm = std::max(1, std::min(gpu.max_blocks_per_sm, gpu.max_threads_per_sm / a.block_threads));
+  const double resident = double(gpu.num_sm) * per_sm;
+  const double waves = std::ceil(double(k.rows) / resident);
+  const double elem_bytes = std::max(1, dtype_bits(k.dtype) / 8);
+  const double row_read = double(k.cols) * std::max(1, k.inputs) * elem_bytes;
+  const double per_trip = double(a.block_threads) * a.bytes_per_load * std::max(1, a.loads_in_flight);
+  const double trips = std::ceil(row_read / per_trip);
+  return waves * trips * latency + k.bytes / (gpu.mem_bw_gbps * 1e6);
 }
 
 }  // namespace neusight

@@ -228,3 +228,61 @@ TEST_CASE("precision: math_precision names the unit and precision a kernel's mat
   copy.cls = KernelClass::memory;
   CHECK(math_precision(copy, a100) == "none");
 }
+
+TEST_CASE("precision: memory-parallelism bound of latency-limited kernels (Little's law), vectorized kernels unaffected") {
+  const Gpu a100 = GpuDatabase::builtin().resolve("a100-sxm4-80gb");
+  const double lat = global_memory_latency_ms(a100);
+  CHECK(lat == doctest::Approx(kGlobalMemoryLatencyCycles / (a100.boost_mhz * 1e3)));
+  CHECK(lat * 1e6 == doctest::Approx(333).epsilon(0.01));  // ns at 1410 MHz
+  const double bw_ms = a100.mem_bw_gbps * 1e6;             // bytes per ms
+  // vLLM-style rms_norm: one block of 1024 threads per row, scalar 2-byte loads, one in flight.
+  const int64_t resident = int64_t(a100.num_sm) * 2;  // 2048 threads per SM / 1024
+  auto norm = [](int64_t rows, int64_t cols) {
+    return kernel_from_dataset("ln", {{"B", std::to_string(rows)}, {"H", std::to_string(cols)}, {"dtype", "fp16"}});
+  };
+  Kernel k = norm(resident * 20, 4096);
+  CHECK(memory_parallelism_ms(k, a100) < 0);  // undescribed: the NeuSight law as before
+  k.access = {2, 1, 1024};
+  const double mp = memory_parallelism_ms(k, a100);
+  CHECK(mp == doctest::Approx(20 * 4 * lat + k.bytes / bw_ms));
+  // Little's law: the latency part moves the bytes read at bytes-in-flight / latency,
+  // bytes in flight = SMs x resident threads x 2 bytes.
+  const double read_bytes = double(k.rows) * double(k.cols) * 2;
+  const double in_flight = double(a100.num_sm) * a100.max_threads_per_sm * 2;
+  CHECK(read_bytes / (mp - k.bytes / bw_ms) == doctest::Approx(in_flight / lat));
+  // Fewer rows than resident blocks: one wave, the latency part does not grow with the rows.
+  Kernel small = norm(64, 4096), one_wave = norm(resident, 4096);
+  small.access = one_wave.access = k.access;
+  CHECK(memory_parallelism_ms(small, a100) - small.bytes / bw_ms ==
+        doctest::Approx(memory_parallelism_ms(one_wave, a100) - one_wave.bytes / bw_ms));
+  // Two independent loads in flight halve the round trips (silu_and_mul reads gate and up).
+  Kernel act = k;
+  act.inputs = 2;
+  act.access.loads_in_flight = 2;
+  CHECK(memory_parallelism_ms(act, a100) - act.bytes / bw_ms == doctest::Approx(mp - k.bytes / bw_ms));
+  // Occupancy from the GPU's limits: 256-thread blocks, 8 resident per SM (2048 threads).
+  Kernel narrow = norm(int64_t(a100.num_sm) * 8, 256);
+  narrow.access = {2, 1, 256};
+  CHECK(memory_parallelism_ms(narrow, a100) == doctest::Approx(1 * lat + narrow.bytes / bw_ms));
+  // A wide-load kernel with many bytes in flight is bandwidth bound: close to its roofline.
+  Kernel wide = k;
+  wide.access = {16, 4, 128};
+  CHECK(memory_parallelism_ms(wide, a100) < 1.05 * k.bytes / bw_ms);
+
+  // Predictor: device timing predicts a described kernel as floor + bound; an undescribed
+  // kernel is predicted exactly as before, eager never below the bound.
+  auto device = make_neusight_predictor("", PrecisionOptions{Timing::device});
+  auto eager = make_neusight_predictor("");
+  Kernel plain = k;
+  plain.access = {};
+  const std::vector<Kernel> ks{k, plain};
+  const std::vector<Tiling> ts{tile_kernel(k, a100), tile_kernel(plain, a100)};
+  const auto d = device->predict(ks, ts, a100), e = eager->predict(ks, ts, a100);
+  CHECK(d[0].latency_ms == doctest::Approx(kDeviceKernelFloorMs + mp));
+  CHECK(d[0].utilization == doctest::Approx(d[0].roofline_ms / d[0].latency_ms));
+  CHECK(e[0].latency_ms >= d[0].latency_ms);
+  const auto d1 = device->predict({plain}, {ts[1]}, a100), e1 = eager->predict({plain}, {ts[1]}, a100);
+  CHECK(d[1].latency_ms == d1[0].latency_ms);
+  CHECK(e[1].latency_ms == e1[0].latency_ms);
+  CHECK(d[1].latency_ms != d[0].latency_ms);
+}

@@ -72,6 +72,15 @@ struct Kernel {
   // parameter needs.
   int a_input = -1, b_input = -1;
   int64_t steps = 1;                      // recurrent kernels: which step (1-based) this is
+  // How a streaming kernel's threads reach memory, when its code is known to be latency
+  // limited (predictor/include/neusight/precision.h, memory_parallelism_ms). Left at zero
+  // (the default, and every kernel the lowering emits: PyTorch's and onnxruntime's
+  // vectorized kernels) the kernel is predicted by the NeuSight law as before.
+  struct ThreadAccess {
+    int bytes_per_load = 0;   // bytes one thread loads per access (2: scalar half-precision loads)
+    int loads_in_flight = 1;  // independent loads a thread issues before it waits on them
+    int block_threads = 0;    // threads per block; one block per row of `cols` elements
+  } access;
 };
 
 struct LoweringOptions {

@@ -123,6 +123,36 @@ double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gp
 // kMatrixSustainedFraction.
 Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight);
 
+// Latency-limited streaming kernels: a kernel whose code is described by Kernel::access
+// (threads that load a few bytes, then wait for them: one block per row, scalar loads in a loop
+// over the row, as vLLM's rms_norm and silu_and_mul kernels do) is limited by memory-level
+// parallelism, not by bandwidth. By Little's law its bandwidth is the bytes in flight (SMs x
+// resident threads x bytes a thread has outstanding) over the memory latency; in waves:
+//   resident blocks = SMs x min(max_blocks_per_sm, max_threads_per_sm / block_threads),
+//   waves = ceil(rows / resident blocks),
+//   round trips per thread = ceil(row bytes read / (block_threads x bytes_per_load x loads_in_flight)),
+//   time = waves x round trips x latency + bytes / bandwidth.
+// The last term is the queueing a loaded memory system adds: with a loaded latency
+// L0 / (1 - u), u the fraction of the bandwidth in use, a wave moving W bytes in time t has
+// t = trips x L0 / (1 - W / (t bw)), i.e. t = trips x L0 + W / bw. A vectorized kernel with
+// many bytes in flight per thread reduces to its roofline; the product's own kernels carry no
+// description and keep the NeuSight law.
+//
+// Unloaded global-memory load latency in SM clock cycles, the same on every GPU (times the
+// GPU's boost clock): pointer-chase microbenchmarks put a DRAM load that hits the TLB at about
+// 470 cycles on recent NVIDIA GPUs - Luo et al., "Benchmarking and Dissecting the Nvidia Hopper
+// GPU Architecture", IPDPS 2024 (arXiv:2402.13499): A100 466, H800 478 cycles; the same
+// order as Jia et al.'s Volta and Turing measurements (arXiv:1804.06826, arXiv:1903.07486).
+// Not fitted to any data set (the training data's eager dispatch, 40-55 us, hides sub-
+// microsecond latencies: bench/half_precision/README.md). A100 SXM4: 470 / 1410 MHz = 333 ns.
+constexpr double kGlobalMemoryLatencyCycles = 470;
+// kGlobalMemoryLatencyCycles at the GPU's boost clock (ms); 0 when the clock is unknown.
+double global_memory_latency_ms(const Gpu& gpu);
+// Device time (ms, without the per-kernel floor) of a kernel described by Kernel::access, as
+// above; a negative value when the kernel carries no description (access.bytes_per_load or
+// access.block_threads is 0) or the GPU lacks the numbers.
+double memory_parallelism_ms(const Kernel& k, const Gpu& gpu);
+
 // The NeuSight predictor with a timing convention (make_neusight_predictor(dir) is eager).
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir, const PrecisionOptions& options);
 
