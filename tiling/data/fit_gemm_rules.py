@@ -8,7 +8,10 @@ neusight-data/kernels (linear + bmm, the library kernel name gives the tile, Gri
 factor of a linear layer): classification trees (CART, Gini impurity, pure Python,
 deterministic) over shape features that tile.cpp computes identically (gemm_rule_features):
 
-  single_tile   tile of a single product (linear), leaf = candidate name of the class's simt list
+  single_tile   tile of a single product (linear), leaf = candidate name of the class's simt list;
+                besides the shape it sees, for each distinct simt tile, that tile's last-wave fill
+                and padding efficiency on the GEMM (train rows are random sizes, real models'
+                GEMMs mostly multiples of 128: README "Tile choice: why the V100 test rows miss")
   split         split-K factor (Grid z) of a single product, given the tile: its features add
                 the output tiles of that tile relative to the SMs and k per output tile
   batched_tile  tile of a batched product (bmm)
@@ -35,19 +38,28 @@ import re
 
 # class -> (training GPU csv name, its SM count from gpus.json)
 CLASSES = {"volta": "Tesla_V100-PCIE-32GB", "turing": "Tesla_T4"}
-FEATURES = ["log2_m", "log2_n", "log2_k", "log2_batch", "log2_out_fill", "log2_m_over_n",
-            "log2_out_tiles_over_sm", "log2_k_over_out_tiles"]
-N_TILE_FEATURES = 6
+BASE_FEATURES = ["log2_m", "log2_n", "log2_k", "log2_batch", "log2_out_fill", "log2_m_over_n",
+                 "log2_out_tiles_over_sm", "log2_k_over_out_tiles"]
+# Features each tree may split on (n = 8 + 2 x the class's distinct simt tiles): the single-product
+# tile tree the shape (0-5) and, per distinct simt tile, its last-wave fill and padding efficiency
+# (8+; 5-fold CV on the volta linear rows 75.2% / 55.6% against 72.7% / 54.1% without them); the
+# batched tile tree the shape only (the tile features leave turing's bmm CV at 98.4% / 98.5%,
+# 98.4% / 98.6% without); the split tree the shape and the chosen tile's output tiles (0-7).
+TREE_FEATURES = {"single_tile": lambda n: list(range(6)) + list(range(8, n)),
+                 "batched_tile": lambda n: list(range(6)),
+                 "split": lambda n: list(range(8))}
 # Which trees each class gets (README "Tile choice"): a tree is kept where it beats the class's
 # cost model out of sample (5-fold CV on the train rows) without hurting the forward-in-time
-# predictor (bench/kernel_accuracy (c)). volta single products: CV 72.7% / 54.1% (tile / count)
-# against 53.2% / 37.2% for the cost model; turing batched products: CV 98.4% / 98.6% against
-# 86.2% / 87.7%. Left out: turing single products (CV 71.1% / 47.5% against 68.7% / 47.4%,
-# and worse on the real-model test rows) and volta batched products (CV 84.8% / 93.3% against
+# predictor (bench/kernel_accuracy (c)). volta single products: CV 75.2% / 55.6% (tile / count;
+# 72.7% / 54.1% before the per-tile features) against 53.2% / 37.2% for the cost model; turing batched products: CV 98.4% / 98.6% against
+# 86.2% / 87.7%. Left out: turing single products (CV 74.2% / 49.4% with the per-tile
+# features against 68.7% / 47.4%, but worse on the real-model test rows: T4 test 91.5% / 83.2% against 92.2% / 86.4%) and volta batched products (CV 84.8% / 93.3% against
 # 75.4% / 88.2%, but the A100 bmm error of (c) goes from ~12% to ~17%).
 SINGLE = ["volta"]  # classes that get single_tile + split trees (--single)
-BATCHED = ["turing"]  # classes that get a batched_tile tree (--batched)  # the tile trees see the first six; the split tree all eight
-MAX_DEPTH = 14
+BATCHED = ["turing"]  # classes that get a batched_tile tree (--batched)
+# Depths chosen by 5-fold CV on the volta train rows (README "Tile choice"): the tile tree peaks at
+# depth 10 (8: 73.7%, 10: 75.1%, 12: 75.0% tile), the split tree keeps gaining to 14.
+MAX_DEPTH = {"single_tile": 10, "batched_tile": 14, "split": 14}
 MIN_LEAF = 5
 
 
@@ -55,28 +67,65 @@ def log2(x):
     return math.log2(max(x, 1.0))
 
 
-def features(batch, m, n, k, sm, out_tiles=None):
+class Arch:
+    """What the features need of a class on its GPU: SMs and, per distinct simt tile (first candidate
+    of each tb_m x tb_n in list order), its dimensions and blocks per SM (blocks_per_sm in tile.cpp,
+    4-byte operands)."""
+
+    def __init__(self, simt, gpu):
+        self.sm = gpu["num_sm"]
+        self.tiles = []
+        for c in simt:
+            tm, tn, tk = c["tb"]
+            if any((tm, tn) == t[:2] for t in self.tiles) or len(self.tiles) >= 16:
+                continue
+            th = c["threads"]
+            b = max(1, gpu["max_blocks_per_sm"])
+            b = min(b, gpu["max_threads_per_sm"] // th)
+            b = min(b, gpu["regs_per_sm"] // (((c["regs_per_thread"] + 7) // 8) * 8 * th))
+            b = min(b, int(gpu["smem_per_sm_kb"] * 1024 / (c["stages"] * (tm + tn) * tk * 4.0)))
+            self.tiles.append((tm, tn, max(b, 1)))
+        self.n_features = 8 + 2 * len(self.tiles)
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def features(batch, m, n, k, arch, out_tiles=0):
     """Must match gemm_rule_features() in tiling/src/tile.cpp."""
-    f = [log2(m), log2(n), log2(k), log2(batch), math.log2(batch * m * n / (sm * 16384.0)), log2(m) - log2(n)]
-    if out_tiles is not None:
-        f += [math.log2(out_tiles / sm), log2(k) - log2(out_tiles)]
+    sm = arch.sm
+    f = [log2(m), log2(n), log2(k), log2(batch), math.log2(batch * m * n / (sm * 16384.0)), log2(m) - log2(n),
+         math.log2(out_tiles / sm) if out_tiles > 0 else 0.0, log2(k) - log2(out_tiles)]
+    for tm, tn, bps in arch.tiles:
+        pm, pn = cdiv(m, tm), cdiv(n, tn)
+        waves = batch * pm * pn / (sm * bps)
+        f += [waves / math.ceil(waves), m * n / (pm * tm * pn * tn)]
     return f
+
+
+def class_simt(tiles, cls):
+    """The class's simt list, following "inherit" like tile.cpp."""
+    c = tiles["gemm"][cls]
+    while "simt" not in c:
+        c = tiles["gemm"][c["inherit"]]
+    return c["simt"]
 
 
 def gini_sum(counts, n):
     return n - sum(v * v for v in counts.values()) / n if n else 0.0
 
 
-def build(X, y, idx, depth):
+def build(X, y, idx, depth, feats, max_depth):
     cnt = collections.Counter(y[i] for i in idx)
     # ties broken by label order so that the fit is deterministic
     label = max(cnt.items(), key=lambda kv: (kv[1], str(kv[0])))[0]
     node = {"leaf": label, "n": len(idx), "correct": cnt[label]}
-    if depth >= MAX_DEPTH or len(idx) < 2 * MIN_LEAF or cnt[label] == len(idx):
+    if depth >= max_depth or len(idx) < 2 * MIN_LEAF or cnt[label] == len(idx):
         return node
     best = None
     n = len(idx)
-    for f in range(len(X[idx[0]])):
+    for f in feats:
         s = sorted(idx, key=lambda i: (X[i][f], i))
         left, right = collections.Counter(), collections.Counter(cnt)
         for j in range(n - 1):
@@ -96,8 +145,8 @@ def build(X, y, idx, depth):
         return node
     _, f, t = best
     node["f"], node["t"] = f, round(t, 6)
-    node["l"] = build(X, y, [i for i in idx if X[i][f] < node["t"]], depth + 1)
-    node["r"] = build(X, y, [i for i in idx if X[i][f] >= node["t"]], depth + 1)
+    node["l"] = build(X, y, [i for i in idx if X[i][f] < node["t"]], depth + 1, feats, max_depth)
+    node["r"] = build(X, y, [i for i in idx if X[i][f] >= node["t"]], depth + 1, feats, max_depth)
     return node
 
 
@@ -144,47 +193,48 @@ def out_tiles(r, cand):
     return r["batch"] * math.ceil(r["m"] / tm) * math.ceil(r["n"] / tn)
 
 
-def fit_trees(lin, bmm, sm, idx_lin, idx_bmm, single, batched):
+def fit_trees(lin, bmm, arch, idx_lin, idx_bmm, single, batched):
     trees = {"single_tile": [], "batched_tile": []}
     for key, rows, idx in (("single_tile", lin, idx_lin), ("batched_tile", bmm, idx_bmm)):
         if not (single if key == "single_tile" else batched):
             continue
-        X = [features(r["batch"], r["m"], r["n"], r["k"], sm) for r in rows]
+        X = [features(r["batch"], r["m"], r["n"], r["k"], arch) for r in rows]
         nodes = []
-        flatten(build(X, [r["cand"] for r in rows], idx, 0), nodes)
+        flatten(build(X, [r["cand"] for r in rows], idx, 0, TREE_FEATURES[key](arch.n_features), MAX_DEPTH[key]), nodes)
         trees[key] = nodes
     trees["split"] = []
     if single:
-        X = [features(r["batch"], r["m"], r["n"], r["k"], sm, out_tiles(r, r["cand"])) for r in lin]
-        flatten(build(X, [r["gz"] for r in lin], idx_lin, 0), trees["split"])
+        X = [features(r["batch"], r["m"], r["n"], r["k"], arch, out_tiles(r, r["cand"])) for r in lin]
+        flatten(build(X, [r["gz"] for r in lin], idx_lin, 0, TREE_FEATURES["split"](arch.n_features), MAX_DEPTH["split"]),
+                trees["split"])
     return trees
 
 
-def choose_tile(nodes, r, sm):
-    return predict(nodes, features(r["batch"], r["m"], r["n"], r["k"], sm))
+def choose_tile(nodes, r, arch):
+    return predict(nodes, features(r["batch"], r["m"], r["n"], r["k"], arch))
 
 
-def choose(trees, r, sm, batched):
+def choose(trees, r, arch, batched):
     """What tile.cpp does with the rule: (candidate, grid size)."""
-    cand = predict(trees["batched_tile" if batched else "single_tile"], features(r["batch"], r["m"], r["n"], r["k"], sm))
+    cand = predict(trees["batched_tile" if batched else "single_tile"], features(r["batch"], r["m"], r["n"], r["k"], arch))
     out = out_tiles(r, cand)
-    split = 1 if batched else min(predict(trees["split"], features(r["batch"], r["m"], r["n"], r["k"], sm, out)), r["k"])
+    split = 1 if batched else min(predict(trees["split"], features(r["batch"], r["m"], r["n"], r["k"], arch, out)), r["k"])
     return cand, out * split
 
 
-def cross_validate(lin, bmm, sm, single, batched, folds=5):
+def cross_validate(lin, bmm, arch, single, batched, folds=5):
     """k-fold agreement on the train rows (each row predicted by trees fitted without it)."""
     ok = {op: [0, 0] for op, on in (("linear", single), ("bmm", batched)) if on}
     for f in range(folds):
         tl = [i for i in range(len(lin)) if i % folds != f]
         tb = [i for i in range(len(bmm)) if i % folds != f]
-        trees = fit_trees(lin, bmm, sm, tl, tb, single, batched)
+        trees = fit_trees(lin, bmm, arch, tl, tb, single, batched)
         for op, rows in (("linear", lin), ("bmm", bmm)):
             if op not in ok:
                 continue
             for i in range(f, len(rows), folds):
                 r = rows[i]
-                cand, grid = choose(trees, r, sm, op == "bmm")
+                cand, grid = choose(trees, r, arch, op == "bmm")
                 ok[op][0] += tile_dims(cand) == (r["tm"], r["tn"])
                 ok[op][1] += grid == r["grid"]
     return ok
@@ -204,25 +254,29 @@ def main():
     gpus = {g["name"].replace(" ", "_"): g for g in json.load(open(os.path.join(here, "gpus.json")))["gpus"]}
     placeholders = {}
     for cls, dev in CLASSES.items():
-        sm = gpus[dev]["num_sm"]
+        arch = Arch(class_simt(tiles, cls), gpus[dev])
         kern = os.path.join(a.shared, "neusight-data", "kernels", "train")
         lin = load(os.path.join(kern, "linear", dev + ".csv"))
         bmm = load(os.path.join(kern, "bmm", dev + ".csv"))
         names = {c["name"] for c in tiles["gemm"][cls]["simt"]}
         if a.cv:
-            ok = cross_validate(lin, bmm, sm, cls in single_classes, cls in batched_classes)
+            ok = cross_validate(lin, bmm, arch, cls in single_classes, cls in batched_classes)
             n = {op: len(lin if op == "linear" else bmm) for op in ok}
+            if not n:
+                continue
             print("%s (%s) 5-fold cross-validated agreement on train rows, tile / count: %s, all %.1f%% / %.1f%%" % (
                 cls, dev, ", ".join("%s %.1f%% / %.1f%%" % (op, 100.0 * v[0] / n[op], 100.0 * v[1] / n[op]) for op, v in ok.items()),
                 100.0 * sum(v[0] for v in ok.values()) / sum(n.values()), 100.0 * sum(v[1] for v in ok.values()) / sum(n.values())),
                 flush=True)
             continue
         rule = {"about": "learned from the %s train/ rows of neusight-data/kernels (%d linear, %d bmm) by "
-                         "tiling/data/fit_gemm_rules.py%s; CART trees, max depth %d, min leaf %d; nodes: "
+                         "tiling/data/fit_gemm_rules.py%s; CART trees, max depth %d (single_tile) / %d (batched_tile) / %d (split), min leaf %d; nodes: "
                          "{f, t, l, r} goes to l when feature f < t, {leaf} = simt candidate or split factor; an empty tile tree leaves those products to the cost model"
-                         % (dev, len(lin), len(bmm), " --single %s --batched %s" % (a.single, a.batched), MAX_DEPTH, MIN_LEAF),
-                "features": FEATURES}
-        trees = fit_trees(lin, bmm, sm, list(range(len(lin))), list(range(len(bmm))),
+                         % (dev, len(lin), len(bmm), " --single %s --batched %s" % (a.single, a.batched), MAX_DEPTH["single_tile"],
+                            MAX_DEPTH["batched_tile"], MAX_DEPTH["split"], MIN_LEAF),
+                "features": BASE_FEATURES + ["%s_%dx%d" % (what, tm, tn) for tm, tn, _ in arch.tiles
+                                             for what in ("last_wave_fill", "padding_efficiency")]}
+        trees = fit_trees(lin, bmm, arch, list(range(len(lin))), list(range(len(bmm))),
                           cls in single_classes, cls in batched_classes)
         if not trees["single_tile"] and not trees["batched_tile"]:
             tiles["gemm"][cls].pop("rule", None)
@@ -232,11 +286,11 @@ def main():
             if trees[key] and unknown:
                 raise SystemExit("%s: kernels %s are not simt candidates of class %s" % (dev, sorted(unknown), cls))
             if trees[key]:
-                ok = sum(choose_tile(trees[key], r, sm) == r["cand"] for r in rows)
+                ok = sum(choose_tile(trees[key], r, arch) == r["cand"] for r in rows)
                 print("%s %s: %d nodes, in-sample agreement %.1f%%" % (cls, key, len(trees[key]), 100.0 * ok / len(rows)))
             rule[key] = trees[key]
         if trees["split"]:
-            ok = sum(predict(trees["split"], features(r["batch"], r["m"], r["n"], r["k"], sm, out_tiles(r, r["cand"]))) == r["gz"]
+            ok = sum(predict(trees["split"], features(r["batch"], r["m"], r["n"], r["k"], arch, out_tiles(r, r["cand"]))) == r["gz"]
                      for r in lin)
             print("%s split: %d nodes, in-sample agreement given the library tile %.1f%%" % (cls, len(trees["split"]), 100.0 * ok / len(lin)))
         rule["split"] = trees["split"]

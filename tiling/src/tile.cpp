@@ -155,6 +155,19 @@ GemmRule parse_rule(const json& j, const std::string& what) {
 
 // Tile-tree leaves name simt candidates; their indices follow the class's (final) simt list.
 void resolve_rule(GemmClass& c, const std::string& what) {
+  c.rule.tiles.clear();
+  for (size_t i = 0; i < c.simt.size(); ++i) {
+    bool seen = false;
+    for (int j : c.rule.tiles)
+      seen |= c.simt[j].config.tb_m == c.simt[i].config.tb_m && c.simt[j].config.tb_n == c.simt[i].config.tb_n;
+    if (!seen && c.rule.tiles.size() < size_t(kGemmRuleMaxTiles)) c.rule.tiles.push_back(static_cast<int>(i));
+  }
+  const int n_features = 8 + 2 * static_cast<int>(c.rule.tiles.size());
+  for (const RuleTree* t : {&c.rule.single_tile, &c.rule.batched_tile, &c.rule.split})
+    for (const auto& nd : t->nodes)
+      if (nd.feature >= n_features)
+        throw InputError(what + ": rule feature " + std::to_string(nd.feature) + " beyond the class's " +
+                         std::to_string(c.rule.tiles.size()) + " simt tiles");
   for (RuleTree* t : {&c.rule.single_tile, &c.rule.batched_tile})
     for (auto& nd : t->nodes) {
       if (nd.feature >= 0) continue;
@@ -236,12 +249,12 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   if (!tc && !tile_tree.empty()) {
     // Learned rule: the tree gives the tile, then (single products) the split factor.
     double x[kGemmRuleFeatures];
-    gemm_rule_features(s, gpu.num_sm, 0, x);
+    gemm_rule_features(s, cls, gpu, 0, x);
     const GemmCandidate& c = cands[tile_tree.eval(x)];
     const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
     int split = 1;
     if (!batched && c.split_k && !cls.rule.split.empty()) {
-      gemm_rule_features(s, gpu.num_sm, out_tiles, x);
+      gemm_rule_features(s, cls, gpu, out_tiles, x);
       split = static_cast<int>(std::min<int64_t>(cls.rule.split.eval(x), s.k));
     }
     best = Choice{&c, std::max(split, 1), c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
@@ -353,9 +366,9 @@ int RuleTree::eval(const double* x) const {
   return nodes[i].value;
 }
 
-void gemm_rule_features(const GemmShape& s, int num_sm, int64_t out_tiles, double* x) {
+void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x) {
   auto lg = [](double v) { return std::log2(std::max(v, 1.0)); };
-  const double sm = std::max(num_sm, 1);
+  const double sm = std::max(gpu.num_sm, 1);
   x[0] = lg(double(s.m));
   x[1] = lg(double(s.n));
   x[2] = lg(double(s.k));
@@ -364,6 +377,15 @@ void gemm_rule_features(const GemmShape& s, int num_sm, int64_t out_tiles, doubl
   x[5] = x[0] - x[1];
   x[6] = out_tiles > 0 ? std::log2(double(out_tiles) / sm) : 0;
   x[7] = x[2] - lg(double(out_tiles));
+  double* t = x + 8;
+  for (int i : cls.rule.tiles) {
+    const GemmCandidate& c = cls.simt[static_cast<size_t>(i)];
+    const int64_t tm = c.config.tb_m, tn = c.config.tb_n;
+    const int64_t pm = ceil_div(s.m, tm), pn = ceil_div(s.n, tn);
+    const double waves = double(s.batch * pm * pn) / (sm * double(blocks_per_sm(c, gpu, 4.0, c.config.tb_k)));
+    *t++ = waves / std::ceil(waves);
+    *t++ = double(s.m) * double(s.n) / (double(pm * tm) * double(pn * tn));
+  }
 }
 
 TileTable TileTable::parse(const std::string& text, const std::string& what) {

@@ -104,14 +104,22 @@ struct RuleTree {
   int eval(const double* x) const;
 };
 
-constexpr int kGemmRuleFeatures = 8;
-// log2 m, log2 n, log2 k, log2 batch, log2(batch m n / (SMs 128 128)), log2(m / n), and for the
-// split tree log2(output tiles / SMs), log2(k / output tiles) of the chosen tile (log2 of
-// max(x, 1) for the plain dimensions). Must match features() in fit_gemm_rules.py.
-void gemm_rule_features(const GemmShape& s, int num_sm, int64_t out_tiles, double* x);
+// Features 0-7: log2 m, log2 n, log2 k, log2 batch, log2(batch m n / (SMs 128 128)), log2(m / n),
+// and for the split tree log2(output tiles / SMs), log2(k / output tiles) of the chosen tile (log2
+// of max(x, 1) for the plain dimensions). Then, for each distinct SIMT tile (tb_m x tb_n) of the
+// class in the order of its simt list (GemmRule::tiles, at most kGemmRuleMaxTiles), two
+// features of that tile on this GEMM: 8 + 2i its last-wave fill (output tiles over SMs x its
+// blocks per SM, divided by the whole waves it needs; 1 = the last wave is full) and 9 + 2i its
+// padding efficiency (m n over the padded output, 1 = m and n are multiples of the tile).
+// Must match features() in fit_gemm_rules.py.
+constexpr int kGemmRuleMaxTiles = 16;
+constexpr int kGemmRuleFeatures = 8 + 2 * kGemmRuleMaxTiles;
+struct GemmClass;
+void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x);
 
 struct GemmRule {
   RuleTree single_tile, batched_tile, split;
+  std::vector<int> tiles;  // simt index of the first candidate of each distinct tb_m x tb_n (features 8+)
   bool present() const { return !single_tile.empty() || !batched_tile.empty(); }
 };
 
