@@ -48,6 +48,13 @@ const std::set<std::string>& rowwise_ops() {
   return s;
 }
 
+bool same_dims(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].value != b[i].value) return false;
+  return true;
+}
+
 // Ops that read only some of what feeds them from elsewhere (never absorbed backwards).
 bool is_broadcasting_consumer(const std::string& op) {
   return pointwise_ops().count(op) || op == "Where";
@@ -503,6 +510,30 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
     }
     if (all) plan.free_reason[i] = nd.op_type == "Transpose" ? "strided view read by GEMM" : "broadcast view";
   }
+
+  // Strided views read by elementwise ops (eager): PyTorch's `a += b.permute(...)` (T5's
+  // relative position bias, added to every layer's scores) launches no copy: TensorIterator
+  // walks the output in the order of its first operand (`a`, contiguous and full-size) and
+  // reads the permuted operand through its strides (see strided_elem_bytes). Only when every
+  // consumer is such an op; a permuted first operand would set the output's layout instead.
+  if (opt.fusion == Fusion::eager)
+    for (size_t i = 0; i < n; ++i) {
+      const Node& nd = g.nodes[i];
+      if (nd.op_type != "Transpose" || !plan.free_reason[i].empty() || nd.outputs.empty()) continue;
+      auto it = cons.find(nd.outputs[0]);
+      if (it == cons.end() || it->second.empty()) continue;
+      bool all = true;
+      for (int c : it->second) {
+        if (c < 0) { all = false; break; }
+        const Node& cn = g.nodes[static_cast<size_t>(c)];
+        const TensorInfo* first = cn.inputs.empty() ? nullptr : tensor(g, cn.inputs[0]);
+        const TensorInfo* y = cn.outputs.empty() ? nullptr : tensor(g, cn.outputs[0]);
+        if (!pointwise_ops().count(cn.op_type) || cn.inputs[0] == nd.outputs[0] || !first || !y ||
+            !first->fully_known() || !y->fully_known() || !same_dims(first->shape, y->shape))
+          all = false;
+      }
+      if (all) plan.free_reason[i] = kStridedElementwiseView;
+    }
 
   // A Split whose pieces reach only GEMMs (through views and strided-view transposes) is
   // PyTorch's split: views of the input (GPT-2's fused c_attn output split into q, k, v);

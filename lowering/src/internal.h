@@ -22,6 +22,10 @@ bool is_quantized_storage(DType t);  // int8/uint8, int4/uint4 and the FP8 types
 // Free reason of a DequantizeLinear that runs inside the GEMM reading its output.
 inline constexpr const char* kDequantizeIntoGemm = "dequantize runs in the GEMM (quantized operand)";
 
+// Free reason of a Transpose read through its strides by elementwise ops (PyTorch eager
+// `a += b.permute(...)`): no copy; the readers pay for the strided access.
+inline constexpr const char* kStridedElementwiseView = "strided view read by elementwise";
+
 // Which nodes read each tensor (graph outputs are read by "-1").
 using Consumers = std::unordered_map<std::string, std::vector<int>>;
 Consumers consumers_of(const Graph& g);
@@ -59,6 +63,11 @@ struct LowerCtx {
   bool all_known(std::initializer_list<const TensorInfo*> ts) const;
   // True when input i is read as a strided transposed view (free Transpose before a GEMM).
   bool transposed_view(size_t i) const;
+  // Bytes one element of input i costs when this elementwise op reads it through a free
+  // permuted view (kStridedElementwiseView): the memory transaction (a 32-byte sector) each
+  // element then arrives in, or the element's own size when the view keeps the innermost
+  // dimension contiguous. 0 when input i is not such a view.
+  double strided_elem_bytes(size_t i) const;
   // The stored dtype of input i when a DequantizeLinear feeding it runs inside this node's
   // GEMM (--fusion full on a quantize-dequantize model); DType::undefined otherwise.
   DType quantized_operand(size_t i) const;

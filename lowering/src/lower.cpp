@@ -132,6 +132,35 @@ bool LowerCtx::transposed_view(size_t i) const {
          !plan->free_reason[static_cast<size_t>(it->second)].empty();
 }
 
+double LowerCtx::strided_elem_bytes(size_t i) const {
+  if (!plan || i >= n.inputs.size()) return 0;
+  auto it = plan->producer.find(n.inputs[i]);
+  if (it == plan->producer.end() || plan->free_reason[static_cast<size_t>(it->second)] != kStridedElementwiseView)
+    return 0;
+  const Node& tr = g.nodes[static_cast<size_t>(it->second)];
+  const TensorInfo* x = tr.inputs.empty() ? nullptr : g.find(tr.inputs[0]);
+  const TensorInfo* v = in(i);
+  const double eb = elem_bytes(dtype(v));
+  if (!x || !x->fully_known() || x->shape.empty()) return eb;
+  const size_t r = x->shape.size();
+  std::vector<int64_t> perm = tr.attr_ints("perm");
+  if (perm.empty())  // default: reverse the dimensions
+    for (size_t d = r; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  if (perm.size() != r) return eb;
+  // The view's innermost dimension of more than one element, and its stride in the stored
+  // (contiguous) input: consecutive output elements lie that far apart.
+  for (size_t d = r; d-- > 0;) {
+    const int64_t src = perm[d] < 0 ? perm[d] + static_cast<int64_t>(r) : perm[d];
+    if (src < 0 || src >= static_cast<int64_t>(r)) return eb;
+    if (x->shape[static_cast<size_t>(src)].value <= 1) continue;
+    double stride = 1;
+    for (size_t k = static_cast<size_t>(src) + 1; k < r; ++k) stride *= double(std::max<int64_t>(x->shape[k].value, 1));
+    constexpr double kSectorBytes = 32;
+    return std::max(eb, std::min(kSectorBytes, stride * eb));
+  }
+  return eb;
+}
+
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t) {
   return t ? double(numel(t)) * elem_bytes(c.dtype(t)) : 0;
 }

@@ -23,7 +23,8 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
     const int64_t e = numel(t);
     if (e > 1) ++inputs;
     k.operand_elems.push_back(e);
-    in_bytes += double(e) * elem_bytes(c.dtype(t));
+    const double strided = c.strided_elem_bytes(i);
+    in_bytes += double(e) * (strided > 0 ? strided : elem_bytes(c.dtype(t)));
   }
   k.inputs = std::max(inputs, 1);
   k.flops = ops_per_elem * double(numel(y));

@@ -12,7 +12,9 @@ namespace {
 
 constexpr int64_t kMaxDistance = 128;  // T5 relative_attention_max_distance
 
-// T5 relative position buckets and bias: [1, heads, q, k] from positions 0..s-1.
+// T5 relative position buckets and bias from positions 0..s-1, as stored: the embedding
+// lookup's [1, q, k, heads]. PyTorch's `values.permute([2, 0, 1]).unsqueeze(0)` is a view of
+// it, no copy; see biased_scores.
 std::string position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional) {
   const std::string ar = n.b.node("Range", p + "/arange", {n.b.ints(p + "/zero", {0}, true), n.seq_scalar,
                                                           n.b.ints(p + "/one", {1}, true)});
@@ -46,9 +48,18 @@ std::string position_bias(Net& n, const std::string& p, const ModelConfig& c, bo
   if (!buckets.empty()) bucket = n.b.node("Add", p + "/Add_1", {buckets, bucket});
   const std::string vals =
       n.b.node("Gather", p + ".relative_attention_bias/Gather", {n.b.weight(p + ".relative_attention_bias.weight", {c.rel_buckets, c.heads}), bucket});
-  const std::string perm = n.b.node("Transpose", p + "/permute", {vals});
-  n.b.attr_ints("perm", {2, 0, 1});
-  return n.b.node("Unsqueeze", p + "/bias_4d", {perm, n.b.ints(p + "/ax0b", {0})});
+  return n.b.node("Unsqueeze", p + "/bias_4d", {vals, n.b.ints(p + "/ax0b", {0})});
+}
+
+// The [*, heads, q, k] view of a bias stored [*, q, k, heads]. `position_bias + mask`
+// (first layer) keeps the permuted operand's layout (TensorIterator allocates the output in
+// the order of its first operand), so the masked bias PyTorch adds to every layer's scores
+// is stored heads-innermost too: each layer's `scores += position_bias` reads it through
+// these strides (the lowering prices the strided read; no copy runs).
+std::string bias_view(Net& n, const std::string& p, const std::string& stored) {
+  const std::string v = n.b.node("Transpose", p + "/permute", {stored});
+  n.b.attr_ints("perm", {0, 3, 1, 2});
+  return v;
 }
 
 // T5Attention (no score scaling) with a precomputed bias [*, heads, q, k]; kv from `kv`.
@@ -206,10 +217,11 @@ std::string attn_layer(Net& n, const std::string& p, const std::string& x, const
   return n.b.node("Add", p + "/residual_Add", {x, a});
 }
 
-// (1 - mask) * finfo.min for an all-ones mask of [b, 1, 1, s].
-std::string padding_mask(Net& n, const std::string& p) {
+// (1 - mask) * finfo.min for an all-ones mask of [b, 1, 1, s] (`axes` {1, 2}), or of
+// [b, 1, s, 1] (`axes` {1, 3}: the same values in the [b, q, k, heads] layout of the bias).
+std::string padding_mask(Net& n, const std::string& p, const std::vector<int64_t>& axes = {1, 2}) {
   const std::string ones = fill(n, p + "/attention_mask", n.shape_bs(p + "/bs_shape", {}), kF32, 1.0);
-  const std::string m4 = n.b.node("Unsqueeze", p + "/mask_4d", {ones, n.b.ints(p + "/axes12", {1, 2})});
+  const std::string m4 = n.b.node("Unsqueeze", p + "/mask_4d", {ones, n.b.ints(p + "/mask_axes", axes)});
   const std::string inv = n.b.node("Sub", p + "/mask_Sub", {f32(n, p + "/one", 1.0f), m4});
   return n.b.node("Mul", p + "/mask_Mul", {inv, f32(n, p + "/min", kFloatMin)});
 }
@@ -228,9 +240,12 @@ LoadedModel build_switch(const ModelConfig& c) {
   // Encoder.
   std::string x = n.b.node("Gather", "encoder.embed_tokens/Gather", {shared, ids});
   x = dropout(n, "encoder.dropout", x, c.dropout);
-  const std::string enc_mask = padding_mask(n, "encoder");
-  const std::string enc_bias = n.b.node("Add", "encoder/position_bias_Add",
-                                        {position_bias(n, "encoder.block.0.layer.0.SelfAttention", c, true), enc_mask});
+  // position_bias + mask in the bias's stored [b, q, k, heads] layout, then its view.
+  const std::string enc_mask = padding_mask(n, "encoder", {1, 3});
+  const std::string enc_bias =
+      bias_view(n, "encoder.block.0.layer.0.SelfAttention",
+                n.b.node("Add", "encoder/position_bias_Add",
+                         {position_bias(n, "encoder.block.0.layer.0.SelfAttention", c, true), enc_mask}));
   RouterLogs enc_logs, dec_logs;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "encoder.block." + std::to_string(l);
@@ -245,7 +260,7 @@ LoadedModel build_switch(const ModelConfig& c) {
   std::string y = n.b.node("Gather", "decoder.embed_tokens/Gather", {shared, dec_ids});
   y = dropout(n, "decoder.dropout", y, c.dropout);
   // Causal extended mask: (seq_ids[None, None, :] <= seq_ids[None, :, None]) * mask[:, None,
-  // None, :], then (1 - m) * finfo.min.
+  // None, :], then (1 - m) * finfo.min; built in the bias's stored [b, q, k, 1] layout.
   const std::string ar = n.b.node("Range", "decoder/seq_ids", {n.b.ints("decoder/r0", {0}, true), n.seq_scalar,
                                                               n.b.ints("decoder/r1", {1}, true)});
   const std::string le = n.b.node("LessOrEqual", "decoder/causal_LessOrEqual",
@@ -253,14 +268,16 @@ LoadedModel build_switch(const ModelConfig& c) {
                                    n.b.node("Unsqueeze", "decoder/seq_col", {ar, n.b.ints("decoder/ax02", {0, 2})})});
   std::string causal = n.b.node("Cast", "decoder/causal_float", {le});
   n.b.attr_i("to", kF32);
-  causal = n.b.node("Unsqueeze", "decoder/causal_4d", {causal, n.b.ints("decoder/ax1", {1})});
+  causal = n.b.node("Unsqueeze", "decoder/causal_4d", {causal, n.b.ints("decoder/ax3", {3})});
   const std::string ones = fill(n, "decoder/attention_mask", n.shape_bs("decoder/bs_shape", {}), kF32, 1.0);
-  const std::string ones4 = n.b.node("Unsqueeze", "decoder/mask_4d", {ones, n.b.ints("decoder/ax12", {1, 2})});
+  const std::string ones4 = n.b.node("Unsqueeze", "decoder/mask_4d", {ones, n.b.ints("decoder/ax13", {1, 3})});
   const std::string ext = n.b.node("Mul", "decoder/causal_Mul", {causal, ones4});
   const std::string inv = n.b.node("Sub", "decoder/mask_Sub", {f32(n, "decoder/one", 1.0f), ext});
   const std::string dec_mask = n.b.node("Mul", "decoder/mask_Mul", {inv, f32(n, "decoder/min", kFloatMin)});
-  const std::string dec_bias = n.b.node("Add", "decoder/position_bias_Add",
-                                        {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false), dec_mask});
+  const std::string dec_bias =
+      bias_view(n, "decoder.block.0.layer.0.SelfAttention",
+                n.b.node("Add", "decoder/position_bias_Add",
+                         {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false), dec_mask}));
   const std::string zshape = n.b.node("Concat", "decoder/cross_bias_shape",
                                       {n.b.ints("decoder/one_h", {1, c.heads}), n.seq, n.seq});
   n.b.attr_i("axis", 0);

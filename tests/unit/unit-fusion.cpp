@@ -149,6 +149,39 @@ TEST_CASE("fusion: a Transpose read only by GEMMs is a strided view in eager, a 
   CHECK(none.kernels[0].cls == KernelClass::memory);
 }
 
+TEST_CASE("fusion: `a += b.permute(...)` reads the permuted operand through its strides in eager") {
+  // T5's relative position bias: stored [1, q, k, heads], added to [1, heads, q, k] scores.
+  const int64_t h = 32, s = 512;
+  const double n = double(h) * s * s;
+  auto build = [&](bool permuted_first) {
+    IrGraph b;
+    b.input("scores", {1, h, s, s});
+    b.input("bias", {1, s, s, h});
+    Node& t = b.node("Transpose", {"bias"}, {b.t("bias_view", {1, h, s, s})});
+    t.attributes["perm"] = test::attr_ints({0, 3, 1, 2});
+    if (permuted_first) b.node("Add", {"bias_view", "scores"}, {b.t("y", {1, h, s, s})});
+    else b.node("Add", {"scores", "bias_view"}, {b.t("y", {1, h, s, s})});
+    b.output("y");
+    return b;
+  };
+  const IrGraph b = build(false);
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  CHECK(eager.free_reason[0] == "strided view read by elementwise");
+  REQUIRE(eager.kernels.size() == 1);
+  // Consecutive keys lie `heads` floats (128 bytes) apart: one 32-byte sector per element.
+  CHECK(eager.kernels[0].bytes == n * (4 + 32 + 4));
+  // No pass: the copy runs, then a contiguous add.
+  const KernelList none = lower_with(b.g, Fusion::none);
+  REQUIRE(none.kernels.size() == 2);
+  CHECK(none.kernels[0].cls == KernelClass::memory);
+  CHECK(none.kernels[1].bytes == n * 12);
+  // A permuted first operand fixes the output's layout instead: not a strided read of it.
+  const IrGraph f = build(true);
+  const KernelList first = lower_with(f.g, Fusion::eager);
+  CHECK(first.free_reason[0].empty());
+  CHECK(first.kernels.size() == 2);
+}
+
 TEST_CASE("fusion: full fuses a pointwise prologue into the softmax (BERT's div+add+softmax)") {
   IrGraph b;
   const std::vector<int64_t> s = {8, 16, 512, 512};

@@ -151,6 +151,51 @@ TEST_CASE("model_builder: Switch XL (4 experts, capacity 64) matches the traced 
   check_matches("switchxl4-inf-512-1", read_hf_config(config_path("switchxl4")), 1, 512, true);
 }
 
+TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch's permuted view") {
+  // The trace: the bias embedding [s, s, heads] is permuted (a view: 'permute' launches no
+  // kernel), `position_bias + mask` once (VECadd 16384x512, keeping the permuted layout) and
+  // `scores += position_bias` in every self-attention layer, reading the bias with a stride
+  // of `heads` floats. Cross-attention adds a contiguous zeros + mask bias.
+  const ModelConfig c = read_hf_config(config_path("switchxl4"));
+  for (int64_t batch : {1, 2}) {
+    const int64_t seq = 512;
+    Options o;
+    o.dims.batch = batch;
+    o.dims.seq = seq;
+    o.predictor = "roofline";
+    const Analysis a = prepare(build_model(c), o);
+    const double n = double(batch) * c.heads * seq * seq;
+    int self = 0, cross = 0, permute_kernels = 0, bias_mask = 0;
+    for (size_t i = 0; i < a.graph.nodes.size(); ++i) {
+      const std::string& name = a.graph.nodes[i].name;
+      if (name.find("/permute") != std::string::npos) {
+        CHECK(a.kernels.free_reason[i] == "strided view read by elementwise");
+      }
+    }
+    for (const Kernel& k : a.kernels.kernels) {
+      if (k.node < 0) continue;
+      const std::string& name = a.graph.nodes[static_cast<size_t>(k.node)].name;
+      if (name.find("/permute") != std::string::npos) ++permute_kernels;
+      if (name.find("SelfAttention/bias_Add") != std::string::npos) {
+        ++self;
+        CHECK(k.bytes == n * (4 + 32 + 4));  // one 32-byte sector per bias element
+      }
+      if (name.find("EncDecAttention/bias_Add") != std::string::npos) {
+        ++cross;
+        CHECK(k.bytes == n * 12);
+      }
+      if (name == "encoder/position_bias_Add" || name == "decoder/position_bias_Add") {
+        ++bias_mask;
+        CHECK(double(k.rows * k.cols) == n);
+      }
+    }
+    CHECK(permute_kernels == 0);
+    CHECK(self == c.layers + c.decoder_layers);
+    CHECK(cross == c.decoder_layers);
+    CHECK(bias_mask == 2);
+  }
+}
+
 TEST_CASE("model_builder: the forward pass of the other traced runs matches too") {
   // Other model sizes, batch sizes and the training traces (whose forward operators are the
   // inference ones).
