@@ -30,8 +30,8 @@ Kernel first_wave(const Kernel& k, const Tiling& t, const Gpu& gpu) {
 
 // The learned fixed cost of a class (the law at base_ms = 0), when it is one constant: the
 // law's third output does not depend on the inputs when the last layer's weights into it are
-// zero (the trainer holds them there), and it is then the ensemble mean of
-// kMaxOverheadMs * sigmoid(bias). Returns a negative value when some net's o2 depends on its
+// zero (the trainer holds them there), and it is then the ensemble's geometric mean (as in
+// predict_latency_ms) of kMaxOverheadMs * sigmoid(bias). Returns a negative value when some net's o2 depends on its
 // inputs; the fixed cost must then be evaluated per kernel.
 double constant_fixed_cost_ms(const ClassModel& m) {
   if (m.nets.empty()) return -1;
@@ -43,9 +43,9 @@ double constant_fixed_cost_ms(const ClassModel& m) {
     for (int i = 0; i < L.in; ++i)
       if (L.w[size_t(i) * kNetOutputs + 2] != 0.0) return -1;
     const double o[kNetOutputs] = {0, 0, L.b[2]};
-    sum += law_latency_ms(m.floor, 0.0, 1.0, o, nullptr);
+    sum += std::log(law_latency_ms(m.floor, 0.0, 1.0, o, nullptr));
   }
-  return sum / double(m.nets.size());
+  return std::exp(sum / double(m.nets.size()));
 }
 
 class NeusightPredictor final : public Predictor {

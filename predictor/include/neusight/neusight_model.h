@@ -57,7 +57,7 @@ struct UtilNet {
 struct ClassModel {
   UtilClass cls = UtilClass::gemm;
   double floor = 0.05;          // lowest utilization the law may return
-  std::vector<UtilNet> nets;    // ensemble: utilizations are averaged
+  std::vector<UtilNet> nets;    // ensemble: latencies combined by geometric mean
   bool empty() const { return nets.empty(); }
 };
 
@@ -75,7 +75,7 @@ constexpr int kNetOutputs = 3;
 constexpr double kMaxOverheadMs = 0.05;
 double law_latency_ms(double floor, double base_ms, double waves, const double* o, double* util);
 
-// Batched latency (ms) for n feature rows of one class (ensemble mean). `extrapolated[i]` is
+// Batched latency (ms) for n feature rows of one class (geometric mean over the ensemble). `extrapolated[i]` is
 // set when a feature lay outside the training range (it is then clamped to it).
 std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
                                        std::vector<char>* extrapolated = nullptr);
