@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -66,6 +67,33 @@ std::string device_of_stem(std::string stem) {
   return stem;
 }
 
+// "N" or "N,CLASS=N,...": one value per utilization class, N for the classes not named.
+using PerClass = std::array<int, kNumUtilClasses>;
+PerClass per_class_ints(const std::string& flag, const std::string& spec, int& all) {
+  auto value = [&](const std::string& v) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end || n < 1 || n > 4096)
+      throw InputError(flag + ": expected N or N,CLASS=N,... with N in 1..4096, got '" + spec + "'");
+    return int(n);
+  };
+  std::vector<std::pair<std::string, int>> named;
+  for (const auto& part : split(spec, ',')) {
+    const auto eq = part.find('=');
+    if (eq == std::string::npos) all = value(part);
+    else named.emplace_back(part.substr(0, eq), value(part.substr(eq + 1)));
+  }
+  PerClass out;
+  out.fill(all);
+  for (const auto& [name, n] : named) {
+    bool ok = false;
+    for (int i = 0; i < kNumUtilClasses; ++i)
+      if (name == util_class_name(UtilClass(i))) out[size_t(i)] = n, ok = true;
+    if (!ok) throw InputError(flag + ": unknown class '" + name + "'");
+  }
+  return out;
+}
+
 }  // namespace
 
 int cmd_train(const Argv& argv) {
@@ -80,11 +108,14 @@ int cmd_train(const Argv& argv) {
   TrainOptions o;
   o.seed = uint64_t(args.get_int("--seed", 1, 0));
   o.epochs = int(args.get_int("--epochs", o.epochs));
-  o.hidden = int(args.get_int("--hidden", o.hidden));
+  // --hidden and --ensemble: N, or N,CLASS=N... to set some classes apart (gemm=64).
+  const std::string hidden_spec = args.get("--hidden", std::to_string(o.hidden));
+  const std::string ensemble_spec = args.get("--ensemble", std::to_string(o.ensemble));
+  const PerClass hidden_for = per_class_ints("--hidden", hidden_spec, o.hidden);
+  const PerClass ensemble_for = per_class_ints("--ensemble", ensemble_spec, o.ensemble);
   o.hidden_layers = int(args.get_int("--layers", o.hidden_layers));
   o.batch = int(args.get_int("--batch", o.batch));
   o.lr = args.get_double("--lr", o.lr);
-  o.ensemble = int(args.get_int("--ensemble", o.ensemble));
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
   const int64_t max_rows = args.get_int("--max-rows", 0, 0);
   std::vector<std::string> devices = training_devices();
@@ -152,18 +183,21 @@ int cmd_train(const Argv& argv) {
                for (const auto& d : devices) s += (s.empty() ? "" : ",") + d;
                return s;
              }()},
-            {"hyperparameters", "epochs=" + std::to_string(o.epochs) + " hidden=" + std::to_string(o.hidden) +
+            {"hyperparameters", "epochs=" + std::to_string(o.epochs) + " hidden=" + hidden_spec +
                                     " layers=" + std::to_string(o.hidden_layers) + " batch=" + std::to_string(o.batch) +
-                                    " lr=" + std::to_string(o.lr) + " ensemble=" + std::to_string(o.ensemble) +
+                                    " lr=" + std::to_string(o.lr) + " ensemble=" + ensemble_spec +
                                     " max_rows=" + std::to_string(max_rows) + " loss=squared_log_error optimizer=adam"}};
   std::ostringstream summary;
   for (UtilClass c : classes) {
     auto cb = [&](const TrainProgress& p) {
       if (tty)
         std::fprintf(stderr, "\r%-11s net %d/%d epoch %3d/%d  loss %.4f  val MAPE %6.2f%%   ", util_class_name(p.cls),
-                     p.member + 1, o.ensemble, p.epoch, p.epochs, p.loss, p.val_mape);
+                     p.member + 1, ensemble_for[size_t(p.cls)], p.epoch, p.epochs, p.loss, p.val_mape);
     };
-    ClassModel cm = train_class(c, samples, o, tty ? std::function<void(const TrainProgress&)>(cb) : nullptr);
+    TrainOptions oc = o;
+    oc.hidden = hidden_for[size_t(c)];
+    oc.ensemble = ensemble_for[size_t(c)];
+    ClassModel cm = train_class(c, samples, oc, tty ? std::function<void(const TrainProgress&)>(cb) : nullptr);
     if (tty) std::fprintf(stderr, "\n");
     std::vector<Sample> mine;
     for (const auto& s : samples)

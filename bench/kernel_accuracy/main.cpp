@@ -121,9 +121,12 @@ int dump(const std::string& shared, const std::string& path, const Predictor& sh
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::printf("usage: kernel_accuracy [SHIPPED_WEIGHTS_DIR [FORWARD_IN_TIME_WEIGHTS_DIR]]\n"
+                "       kernel_accuracy --dump OUT.csv [SHIPPED_WEIGHTS_DIR [FORWARD_IN_TIME_WEIGHTS_DIR]]\n");
+    return 0;
+  }
   const std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
   if (argc > 2 && std::string(argv[1]) == "--dump")
     return dump(shared, argv[2], *make_neusight_predictor(argc > 3 ? argv[3] : data_dir() + "/weights"),
@@ -188,4 +191,15 @@ int main(int argc, char** argv) {
               "  predict %.2f ms wall (%.2f ms CPU), tiling %.2f ms wall\n",
               an.kernels.kernels.size(), best_pred, best_pred_cpu, best_tile);
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kernel_accuracy: error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -157,11 +157,21 @@ class Train(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             code, out, err = run("train", "--data", shared("neusight-data"), "--out", d, "--devices",
                                  "Tesla T4,Tesla P4", "--ops", "softmax,ln", "--classes", "softmax,layernorm",
-                                 "--max-rows", "200", "--epochs", "5", "--hidden", "16", "--layers", "2")
+                                 "--max-rows", "200", "--epochs", "5", "--hidden", "16,layernorm=8", "--layers", "2",
+                                 "--ensemble", "1,softmax=2")
             self.assertEqual(code, 0, err)
             self.assertIn("softmax", out)
             with open(os.path.join(d, "MANIFEST")) as f:
                 manifest = f.read()
+            self.assertIn("hidden=16,layernorm=8", manifest)
+            self.assertIn("ensemble=1,softmax=2", manifest)
+            # Per-class sizes: softmax two networks of 16 units, layernorm one of 8.
+            with open(os.path.join(d, "weights.json")) as f:
+                classes = json.load(f)["classes"]
+            self.assertEqual(len(classes["softmax"]["nets"]), 2)
+            self.assertEqual(len(classes["layernorm"]["nets"]), 1)
+            self.assertEqual(classes["softmax"]["nets"][0]["layers"][0]["out"], 16)
+            self.assertEqual(classes["layernorm"]["nets"][0]["layers"][0]["out"], 8)
             self.assertIn("kernels/train/softmax/Tesla_T4.csv", manifest)
             self.assertNotIn("A100", manifest.split("data files")[1])
             self.assertRegex(manifest, r"[0-9a-f]{64}  kernels/train/ln/Tesla_P4.csv")
@@ -178,6 +188,14 @@ class Train(unittest.TestCase):
                                "NVIDIA A100 80GB PCIe")
             self.assertEqual(code, 2)
             self.assertIn("--devices", err)
+
+    def test_rejects_bad_per_class_sizes(self):
+        with tempfile.TemporaryDirectory() as d:
+            for flag, value in (("--hidden", "16,bogus=3"), ("--hidden", "0"), ("--ensemble", "2,gemm=x")):
+                code, _, err = run("train", "--data", shared("neusight-data"), "--out", d, flag, value)
+                self.assertEqual(code, 2, (flag, value))
+                self.assertIn(flag, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
 
 
 if __name__ == "__main__":
