@@ -154,7 +154,11 @@ void fit_class(TileTable& table, size_t ci, const std::vector<const Sample*>& sa
   params.push_back(&cls.cost.tile_overhead_us), names.push_back("tile_overhead_us");
   params.push_back(&cls.cost.split_k_overhead_us), names.push_back("split_k_overhead_us");
   params.push_back(&cls.cost.min_k_per_split), names.push_back("min_k_per_split");
-  if (cls.cost.split_k_max_fill > 0) params.push_back(&cls.cost.split_k_max_fill), names.push_back("split_k_max_fill");
+  // The fit scores FP32 rows (SIMT): split_k_max_fill is fitted only where it decides them.
+  if (cls.cost.split_k_max_occupancy > 0)
+    params.push_back(&cls.cost.split_k_max_occupancy), names.push_back("split_k_max_occupancy");
+  else if (cls.cost.split_k_max_fill > 0)
+    params.push_back(&cls.cost.split_k_max_fill), names.push_back("split_k_max_fill");
   double best = objective(samples, table);
   std::printf("fit %s: start objective %.4f (tile + count agreement summed over %zu GPUs)\n", cls.name.c_str(), best,
               samples.size());
@@ -196,6 +200,7 @@ void write_table(const std::string& path, const TileTable& table, const std::set
     jc["cost"]["split_k_overhead_us"] = round4(cls.cost.split_k_overhead_us);
     jc["cost"]["min_k_per_split"] = std::round(cls.cost.min_k_per_split);
     if (cls.cost.split_k_max_fill > 0) jc["cost"]["split_k_max_fill"] = round4(cls.cost.split_k_max_fill);
+    if (cls.cost.split_k_max_occupancy > 0) jc["cost"]["split_k_max_occupancy"] = round4(cls.cost.split_k_max_occupancy);
   }
   const std::string tmp = path + ".tmp";
   {

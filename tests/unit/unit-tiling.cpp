@@ -102,22 +102,29 @@ TEST_CASE("tiling: split-K when the output has few tiles and k is long") {
   CHECK(many.config.split_k == 1);
 }
 
-TEST_CASE("tiling: ampere splits k only when the output leaves SMs idle, on the tile it would use unsplit") {
-  // cuBLAS on the A100: grid z 3-160 for outputs of under ~60 tiles with long k (Switch
-  // Transformer experts: 64 tokens, k = 16384), never for outputs that fill the 108 SMs.
+TEST_CASE("tiling: ampere splits k only while the output occupies few SM threads, on the tile it would use unsplit") {
+  // cuBLAS on the A100 (train rows): long k is split while the unsplit output's thread blocks
+  // hold fewer than ~5.5 warps per SM, whatever the tile, never above (Switch Transformer
+  // experts, k = 16384: 64 and 128 tokens split, 256 tokens not).
   const Gpu& g = GpuDatabase::builtin().resolve("a100-40gb");
   const GemmCost& cost = TileTable::builtin().gemm_class(g.arch).cost;
-  const Tiling expert = tile_kernel(gemm_kernel(1, 64, 1024, 16384), g);
-  CHECK(expert.config.split_k > 1);
-  CHECK(ceil_div(16384, expert.config.split_k) >= cost.min_k_per_split);
-  const int64_t out = ceil_div(64, expert.config.tb_m) * ceil_div(1024, expert.config.tb_n);
-  CHECK(double(out) < cost.split_k_max_fill * g.num_sm);
-  // The same tile as without split-K: only the k split differs.
-  TileTable nosplit = TileTable::builtin();
-  for (auto& c : nosplit.classes) c.cost.max_split_k = 1;
-  const Tiling unsplit = tile_kernel(gemm_kernel(1, 64, 1024, 16384), g, nosplit);
-  CHECK(unsplit.tile == expert.tile);
-  CHECK(unsplit.config.split_k == 1);
+  for (int64_t tokens : {64, 128}) {
+    CAPTURE(tokens);
+    const Tiling expert = tile_kernel(gemm_kernel(1, tokens, 1024, 16384), g);
+    CHECK(expert.config.split_k > 1);
+    CHECK(ceil_div(16384, expert.config.split_k) >= cost.min_k_per_split);
+    const int64_t out = ceil_div(tokens, expert.config.tb_m) * ceil_div(1024, expert.config.tb_n);
+    CHECK(double(out) * expert.config.threads < cost.split_k_max_occupancy * g.num_sm * g.max_threads_per_sm);
+    // The same tile as without split-K: only the k split differs.
+    TileTable nosplit = TileTable::builtin();
+    for (auto& c : nosplit.classes) c.cost.max_split_k = 1;
+    const Tiling unsplit = tile_kernel(gemm_kernel(1, tokens, 1024, 16384), g, nosplit);
+    CHECK(unsplit.tile == expert.tile);
+    CHECK(unsplit.config.split_k == 1);
+  }
+  // 128 tokens: the 32x32 sliced tile (128 threads) gives 128 output tiles, 4.7 warps per SM.
+  CHECK(tile_kernel(gemm_kernel(1, 128, 1024, 16384), g).tiles > 128);
+  CHECK(tile_kernel(gemm_kernel(1, 256, 1024, 16384), g).config.split_k == 1);
   // An output that fills the SMs is not split, however long k is.
   const Tiling wide = tile_kernel(gemm_kernel(1, 2048, 4096, 16384), g);
   CHECK(wide.config.split_k == 1);
@@ -185,12 +192,23 @@ TEST_CASE("tiling: malformed tile tables are rejected with a clear message") {
             .cost.sm_waves);
   CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"sm_waves\": 1"), "t.json"),
                        doctest::Contains("sm_waves"), InputError);
-  CHECK(t.gemm_class("sm_80").cost.split_k_max_fill == 0);  // optional: no limit by default
+  CHECK(t.gemm_class("sm_80").cost.split_k_max_occupancy == 0);  // optional: no limit by default
   CHECK(!t.gemm_class("sm_80").cost.split_after_tile);
   const TileTable fill = TileTable::parse(
-      broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_fill\": 0.5, \"split_after_tile\": true"), "t.json");
-  CHECK(fill.gemm_class("sm_80").cost.split_k_max_fill == 0.5);
+      broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_occupancy\": 0.5, \"split_after_tile\": true"), "t.json");
+  CHECK(fill.gemm_class("sm_80").cost.split_k_max_occupancy == 0.5);
   CHECK(fill.gemm_class("sm_80").cost.split_after_tile);
+  CHECK_THROWS_WITH_AS(
+      TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_occupancy\": -1"), "t.json"),
+      doctest::Contains("split_k_max_occupancy"), InputError);
+  CHECK_THROWS_WITH_AS(
+      TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_occupancy\": 2"), "t.json"),
+      doctest::Contains("at most 1"), InputError);
+  CHECK(t.gemm_class("sm_80").cost.split_k_max_fill == 0);  // tiles per SM (tensor cores), optional too
+  CHECK(fill.gemm_class("sm_80").cost.split_k_max_fill == 0);
+  CHECK(TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_fill\": 0.5"), "t.json")
+            .gemm_class("sm_80")
+            .cost.split_k_max_fill == 0.5);
   CHECK_THROWS_WITH_AS(
       TileTable::parse(broken("\"max_split_k\": 8", "\"max_split_k\": 8, \"split_k_max_fill\": -1"), "t.json"),
       doctest::Contains("split_k_max_fill"), InputError);

@@ -94,6 +94,8 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   c.max_split_k = static_cast<int>(positive(j, "max_split_k", what));
   c.sm_waves = flag(j, "sm_waves", false, what);
   c.split_k_max_fill = j.contains("split_k_max_fill") ? positive(j, "split_k_max_fill", what) : 0;
+  c.split_k_max_occupancy = j.contains("split_k_max_occupancy") ? positive(j, "split_k_max_occupancy", what) : 0;
+  if (c.split_k_max_occupancy > 1) throw InputError(what + ": 'split_k_max_occupancy' must be at most 1");
   c.split_after_tile = flag(j, "split_after_tile", false, what);
   return c;
 }
@@ -268,7 +270,12 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     const int64_t bps = blocks_per_sm(c, gpu, in_bytes, tb_k);
     const double tm = double(c.config.tb_m), tn = double(c.config.tb_n);
     const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
-    const bool fills = cost.split_k_max_fill > 0 && double(out_tiles) >= cost.split_k_max_fill * sm;
+    // No split when the unsplit output already fills the SMs: SIMT tiles by the share of the
+    // SMs' threads they occupy (split_k_max_occupancy), otherwise by tiles per SM.
+    const bool by_threads = !tc && cost.split_k_max_occupancy > 0;
+    const bool fills =
+        by_threads ? double(out_tiles) * c.config.threads >= cost.split_k_max_occupancy * sm * gpu.max_threads_per_sm
+                   : cost.split_k_max_fill > 0 && double(out_tiles) >= cost.split_k_max_fill * sm;
     const int max_split = (batched || !c.split_k || fills) ? 1 : std::max(1, cost.max_split_k);
     Choice mine;  // this candidate's best split
     double unsplit = 0;

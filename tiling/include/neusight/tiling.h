@@ -76,10 +76,16 @@ struct GemmCost {
   // multiple of the SMs) the cheap ones.
   bool sm_waves = false;
   // Split k only when the output tiles fill less than this share of one wave of SMs
-  // (out tiles < split_k_max_fill x SMs; 0: no such limit). cuBLAS on Ampere splits small
-  // outputs with long k (grid z 3-160 at under ~60 output tiles on the 108-SM A100) and never
-  // outputs that fill the SMs.
+  // (out tiles < split_k_max_fill x SMs; 0: no such limit). Applies to tensor-core candidates,
+  // and to SIMT ones when split_k_max_occupancy is not set.
   double split_k_max_fill = 0;
+  // SIMT candidates: split k only when the output, unsplit, occupies less than this share of
+  // the SMs' resident threads (out tiles x threads per tile < split_k_max_occupancy x SMs x max
+  // threads per SM; 0: use split_k_max_fill). cuBLAS's FP32 sgemm on Ampere splits long k only
+  // while the output's thread blocks hold fewer than ~5.5 warps per SM (0.086 of the A100's
+  // 64), whatever the tile: the 32x32 sliced tile (4 warps) up to ~150 output tiles on the
+  // 108-SM A100, the 256-thread tiles up to ~75; never above.
+  double split_k_max_occupancy = 0;
   // true: the tile is chosen by its cost without split-K, and only then split (k split
   // factor by the same cost); false: tile and split factor are chosen together.
   bool split_after_tile = false;
