@@ -1,4 +1,5 @@
 // unit-gpu-database.cpp - every entry of tiling/data/gpus.json is complete and self-consistent.
+#include <unistd.h>
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -30,7 +31,7 @@ double pow2_distance(double peak_gflops, const Gpu& g) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const std::string path = (fs::temp_directory_path() / ("neusight-unit-" + name)).string();
+  const std::string path = (fs::temp_directory_path() / ("neusight-unit-" + std::to_string(::getpid()) + "-" + name)).string();
   std::ofstream(path) << text;
   return path;
 }

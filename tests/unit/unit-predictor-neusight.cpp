@@ -1,4 +1,5 @@
 // unit-predictor-neusight.cpp - the NeuSight predictor: trainer runs, bounds, extrapolation, shipped weights.
+#include <unistd.h>
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -100,7 +101,7 @@ TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
   // Save and load round trip gives the same predictions.
   ModelSet m;
   m.classes[0] = a;
-  const auto dir = std::filesystem::temp_directory_path() / "neusight-unit-weights";
+  const auto dir = std::filesystem::temp_directory_path() / ("neusight-unit-weights-" + std::to_string(::getpid()));
   save_model_set(m, dir.string());
   const ModelSet back = load_model_set(dir.string());
   std::vector<TileFeatures> f;
@@ -111,7 +112,7 @@ TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
 }
 
 TEST_CASE("predictor: missing or malformed weights fail with the file name") {
-  const auto dir = std::filesystem::temp_directory_path() / "neusight-unit-noweights";
+  const auto dir = std::filesystem::temp_directory_path() / ("neusight-unit-noweights-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   CHECK_THROWS_AS(make_neusight_predictor(dir.string()), RuntimeError);
   write_file_atomic((dir / "weights.json").string(), "{\"format\": 1}");

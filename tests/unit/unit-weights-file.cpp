@@ -1,5 +1,6 @@
 // unit-weights-file.cpp - the NeuSight weights file: exact round trip of the shipped weights,
 // any JSON layout, and a clear RuntimeError (never a crash) for every truncation or corruption.
+#include <unistd.h>
 #include <doctest/doctest.h>
 
 #include <filesystem>
@@ -22,7 +23,7 @@ std::string read_text(const std::string& path) {
 
 struct TempDir {
   std::filesystem::path path;
-  explicit TempDir(const char* name) : path(std::filesystem::temp_directory_path() / name) {
+  explicit TempDir(const char* name) : path(std::filesystem::temp_directory_path() / (std::string(name) + "-" + std::to_string(::getpid()))) {
     std::filesystem::remove_all(path);
     std::filesystem::create_directories(path);
   }
