@@ -287,7 +287,11 @@ int main(int argc, char** argv) {
       const bool rms = gated;  // the gated models here (Llama, Qwen, InternLM) use RMSNorm; phi-2 LayerNorm
       auto norm = [&] {
         Kernel k = kernel_from_dataset("ln", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}});
-        if (rms) k.access = {2, 1, int(std::min<int64_t>(d, 1024))};
+        // rms_norm's steps after its first pass: one block reduction (blockReduceSum, then
+        // s_variance through shared memory) and a second pass re-reading the row, which the
+        // same SM read microseconds before (an L1 hit: at most two rows and the weight, 48 KB,
+        // per SM), with the weight.
+        if (rms) k.access = {2, 1, int(std::min<int64_t>(d, 1024)), 1, 1, true};
         return k;
       };
       push(norm(), "input_layernorm");
@@ -370,6 +374,38 @@ int main(int argc, char** argv) {
       all.merge(pa[layer]);
     }
     std::printf("%-40s %5zu %7.1f%% %9.2fx\n", "  norms/act/add", all.n, all.dmape(), all.dev_gmean_ratio());
+    // The steps after rms_norm's first pass (Kernel::access block_reductions, cached_pass_level):
+    // none (the bound before they were described), the reduction only, and the second pass
+    // hitting L1 (the product's description) or L2.
+    {
+      std::printf("RMSNorm steps after the first pass (device MAPE, pred/meas; the two norm layers together):\n");
+      struct Variant { const char* name; int reductions, level; bool weight; };
+      for (const Variant& v : {Variant{"first pass only (before)", 0, 0, false}, Variant{"+ block reduction", 1, 0, false},
+                               Variant{"+ reduction + 2nd pass L1", 1, 1, false},
+                               Variant{"+ ... weight from L2 in wave 1 (shipped)", 1, 1, true},
+                               Variant{"+ reduction + 2nd pass all L2", 1, 2, true}}) {
+        std::vector<Item> des;
+        for (const Item& it : items)
+          if (it.k.access.block_reductions > 0) {
+            des.push_back(it);
+            des.back().k.access.block_reductions = v.reductions;
+            des.back().k.access.cached_pass_level = v.level;
+            des.back().k.access.cached_pass_weight = v.weight;
+          }
+        std::map<std::string, Acc> ps, pt;
+        run(des, a100, *device, *device, *roofline, ps, &pt);
+        Acc tot;
+        for (const char* layer : {"input_layernorm", "post_attention_layernorm"}) tot.merge(ps[layer]);
+        std::printf("  %-42s %5zu %6.1f%% (%.2fx)  by tokens:", v.name, tot.n, tot.dmape(), tot.dev_gmean_ratio());
+        for (const char* b : {"1-63", "64-511", "512-4095", "4096+"}) {
+          Acc a;
+          for (const char* layer : {"input_layernorm", "post_attention_layernorm"})
+            a.merge(pt[std::string(layer) + " tokens " + b]);
+          std::printf(" %s %.1f%% (%.2fx)", b, a.dmape(), a.dev_gmean_ratio());
+        }
+        std::printf("\n");
+      }
+    }
     // Sensitivity to the memory latency (precision.h kGlobalMemoryLatencyCycles), described kernels.
     std::printf("Memory-parallelism bound with another latency (norms/act/add, device MAPE, pred/meas):");
     for (double scale : {0.75, 1.0, 1.25, 1.5}) {

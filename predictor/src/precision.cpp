@@ -148,7 +148,22 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
   const double row_read = double(k.cols) * std::max(1, k.inputs) * elem_bytes;
   const double per_trip = double(a.block_threads) * a.bytes_per_load * std::max(1, a.loads_in_flight);
   const double trips = std::ceil(row_read / per_trip);
-  return waves * trips * latency + k.bytes / (gpu.mem_bw_gbps * 1e6);
+  // Steps after the first pass (two-pass row kernels): block reductions, then a second pass
+  // whose round trips hit cache (one per iteration: the weight load goes with the re-read).
+  const double cycle_ms = 1.0 / (gpu.boost_mhz * 1e3);
+  // A per-column operand (the weight) is not yet in an SM's L1 during the first wave: that
+  // wave's iterations wait on L2 even when the row re-read hits L1.
+  const double reduce_ms = std::max(0, a.block_reductions) * kBlockReductionCycles * cycle_ms;
+  double pass_ms = 0, first_pass_ms = 0;
+  if (a.cached_pass_level > 0) {
+    const double hit = a.cached_pass_level == 1 ? kL1HitLatencyCycles : kL2HitLatencyCycles;
+    const double first_hit = a.cached_pass_weight ? std::max(hit, kL2HitLatencyCycles) : hit;
+    const double iterations = std::ceil(double(k.cols) * elem_bytes / (double(a.block_threads) * a.bytes_per_load));
+    pass_ms = iterations * hit * cycle_ms;
+    first_pass_ms = iterations * first_hit * cycle_ms;
+  }
+  return waves * (trips * latency + reduce_ms + pass_ms) + (first_pass_ms - pass_ms) +
+         k.bytes / (gpu.mem_bw_gbps * 1e6);
 }
 
 }  // namespace neusight

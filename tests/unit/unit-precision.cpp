@@ -286,3 +286,47 @@ TEST_CASE("precision: memory-parallelism bound of latency-limited kernels (Littl
   CHECK(e[1].latency_ms == e1[0].latency_ms);
   CHECK(d[1].latency_ms != d[0].latency_ms);
 }
+
+TEST_CASE("precision: two-pass row kernels add their block reduction and a cached second pass per wave") {
+  const Gpu a100 = GpuDatabase::builtin().resolve("a100-sxm4-80gb");
+  const double lat = global_memory_latency_ms(a100);
+  const double cycle = 1.0 / (a100.boost_mhz * 1e3);  // ms per SM cycle
+  const double bw_ms = a100.mem_bw_gbps * 1e6;
+  // The reduction: two warp reductions of 5 shuffle + add steps, two shared-memory exchanges.
+  CHECK(kBlockReductionCycles == doctest::Approx(446));
+  CHECK(kL1HitLatencyCycles < kSharedMemoryLatencyCycles + 10);
+  CHECK(kL2HitLatencyCycles > kL1HitLatencyCycles);
+  CHECK(kL2HitLatencyCycles < kGlobalMemoryLatencyCycles);
+  const int64_t resident = int64_t(a100.num_sm) * 2;  // 1024-thread blocks, 2 per SM
+  Kernel k = kernel_from_dataset("ln", {{"B", std::to_string(resident * 20)}, {"H", "4096"}, {"dtype", "fp16"}});
+  k.access = {2, 1, 1024};
+  const double first = memory_parallelism_ms(k, a100);
+  CHECK(first == doctest::Approx(20 * 4 * lat + k.bytes / bw_ms));  // the first pass only, as before
+  // + one block reduction per wave.
+  Kernel r = k;
+  r.access.block_reductions = 1;
+  CHECK(memory_parallelism_ms(r, a100) - first == doctest::Approx(20 * kBlockReductionCycles * cycle));
+  // + a second pass of ceil(4096 / 1024) = 4 iterations, each one cache round trip.
+  Kernel l1 = r, l2 = r;
+  l1.access.cached_pass_level = 1;
+  l2.access.cached_pass_level = 2;
+  CHECK(memory_parallelism_ms(l1, a100) - memory_parallelism_ms(r, a100) ==
+        doctest::Approx(20 * 4 * kL1HitLatencyCycles * cycle));
+  CHECK(memory_parallelism_ms(l2, a100) - memory_parallelism_ms(r, a100) ==
+        doctest::Approx(20 * 4 * kL2HitLatencyCycles * cycle));
+  // The weight read with the second pass is not in L1 in the first wave: that wave waits on L2.
+  Kernel w = l1;
+  w.access.cached_pass_weight = true;
+  CHECK(memory_parallelism_ms(w, a100) - memory_parallelism_ms(l1, a100) ==
+        doctest::Approx(4 * (kL2HitLatencyCycles - kL1HitLatencyCycles) * cycle));
+  // One wave: the weight's L2 round trips are the whole second pass.
+  Kernel one = w, one_l2 = l2;
+  one.rows = one_l2.rows = resident;
+  one.bytes = one_l2.bytes = k.bytes / 20;
+  CHECK(memory_parallelism_ms(one, a100) == doctest::Approx(memory_parallelism_ms(one_l2, a100)));
+  // Stores and the weight's bytes stay in bytes / bandwidth: no step for them. Undescribed steps
+  // (the defaults) leave the bound as it was.
+  CHECK(Kernel::ThreadAccess{}.block_reductions == 0);
+  CHECK(Kernel::ThreadAccess{}.cached_pass_level == 0);
+  CHECK_FALSE(Kernel::ThreadAccess{}.cached_pass_weight);
+}

@@ -80,6 +80,10 @@ struct Kernel {
     int bytes_per_load = 0;   // bytes one thread loads per access (2: scalar half-precision loads)
     int loads_in_flight = 1;  // independent loads a thread issues before it waits on them
     int block_threads = 0;    // threads per block; one block per row of `cols` elements
+    // Dependent steps after the first pass over the row (rms_norm; precision.h):
+    int block_reductions = 0;   // block-wide sums (warp shuffles, shared memory, barrier) per row
+    int cached_pass_level = 0;  // a second pass re-reading the row from cache: 1 (L1) or 2 (L2); 0: none
+    bool cached_pass_weight = false;  // ... that also reads a per-column operand (rms_norm's weight)
   } access;
 };
 

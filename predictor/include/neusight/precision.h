@@ -146,6 +146,29 @@ Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_wei
 // Not fitted to any data set (the training data's eager dispatch, 40-55 us, hides sub-
 // microsecond latencies: bench/half_precision/README.md). A100 SXM4: 470 / 1410 MHz = 333 ns.
 constexpr double kGlobalMemoryLatencyCycles = 470;
+// Two-pass row kernels (vLLM rms_norm: sum of squares, block reduction, then a second pass
+// that re-reads the row, reads the weight and stores) add, per wave, the dependent steps of
+// their code after the first pass:
+//   + block_reductions x kBlockReductionCycles
+//   + second-pass iterations (ceil(row elements / block threads)) x cache hit latency
+// (the weight load is issued with the re-read, so one round trip per iteration; stores do not
+// wait, their bytes are in bytes / bandwidth). Latencies in SM cycles at the boost clock, from
+// pointer-chase microbenchmarks (recalled, not re-read: no network here): Luo et al., IPDPS
+// 2024 (arXiv:2402.13499), A100: L1 hit about 33, shared memory about 29, L2 hit about 261
+// cycles (Jia et al., arXiv:1804.06826 / 1903.07486: Volta L1 28, shared 19, L2 193; Turing
+// L1 32, shared 22, L2 188); dependent FP32 add 4 cycles (Jia et al., Volta and Turing).
+constexpr double kL1HitLatencyCycles = 33;
+constexpr double kL2HitLatencyCycles = 261;
+constexpr double kSharedMemoryLatencyCycles = 29;
+constexpr double kFp32AddLatencyCycles = 4;
+// vLLM's blockReduceSum (csrc/reduction_utils.cuh) and rms_norm's broadcast of the inverse
+// RMS: two warp reductions of 5 butterfly steps each (__shfl_xor_sync then an add; a shuffle
+// crosses the shared-memory crossbar, so it is given the shared-memory latency), and two
+// exchanges through shared memory across __syncthreads (the warp sums, then s_variance: a
+// store, the barrier, a load). 2 x 5 x (29 + 4) + 2 x 2 x 29 = 446 cycles. The rsqrtf and the
+// barrier's own cost are left out (a few tens of cycles, no cited figure).
+constexpr double kBlockReductionCycles =
+    2 * 5 * (kSharedMemoryLatencyCycles + kFp32AddLatencyCycles) + 2 * 2 * kSharedMemoryLatencyCycles;
 // kGlobalMemoryLatencyCycles at the GPU's boost clock (ms); 0 when the clock is unknown.
 double global_memory_latency_ms(const Gpu& gpu);
 // Device time (ms, without the per-kernel floor) of a kernel described by Kernel::access, as
