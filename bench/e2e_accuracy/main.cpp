@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "neusight/dataset.h"
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
 #include "neusight/opgraph.h"
@@ -109,6 +110,13 @@ struct Mean {
   }
 };
 
+// Upper median (0 for no values).
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 // What the per-op CSV says the whole run takes: the traced layer's operators times
 // num_layer plus the rest (embeddings, head), as measured (raw) and with the per-op timing
 // floor removed. The floor is the median forward time of the traced operators that launch
@@ -131,10 +139,7 @@ PerOpSum per_op_sum(const fs::path& label_csv, const fs::path& opgraph_csv, int6
     if (it != no_kernel.end() && it->second && fw > 0) idle.push_back(fw);
   }
   PerOpSum s;
-  if (!idle.empty()) {
-    std::nth_element(idle.begin(), idle.begin() + idle.size() / 2, idle.end());
-    s.floor_ms = idle[idle.size() / 2];
-  }
+  s.floor_ms = median_of(std::move(idle));
   for (auto& row : rows) {
     const double w = std::regex_search(row["meta"], layer0) ? double(num_layer) : 1.0;
     auto it = no_kernel.find(row["Name"]);
@@ -164,23 +169,18 @@ struct GemmRow {
   double lb, lm, ln, lk, flops, ms;
 };
 
-std::vector<GemmRow> gemm_rows(const fs::path& csv, const std::string& device) {
+// The GEMM rows of a dataset CSV (predictor/dataset.h) on `device` ("" = all), in log dims.
+std::vector<GemmRow> gemm_rows(const Dataset& d, const std::string& device) {
   std::vector<GemmRow> v;
-  if (!fs::exists(csv)) return v;
-  for (auto& r : read_csv_records(csv.string())) {
-    if (!device.empty() && r["Device"] != device) continue;
-    const double b = std::atof(r["B"].c_str()), m = std::atof(r["M"].c_str()), n = std::atof(r["N"].c_str()),
-                 k = std::atof(r["K"].c_str()), ms = std::atof(r["Latency"].c_str());
-    if (b <= 0 || m <= 0 || n <= 0 || k <= 0 || ms <= 0) continue;
-    v.push_back({std::log(b), std::log(m), std::log(n), std::log(k), b * m * n * k, ms});
+  for (const auto& r : d.rows) {
+    if (!device.empty() && r.device != device) continue;
+    const GemmShape& g = r.kernel.gemm;
+    if (r.kernel.cls != KernelClass::gemm || g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0 || r.latency_ms <= 0)
+      continue;
+    v.push_back({std::log(double(g.batch)), std::log(double(g.m)), std::log(double(g.n)), std::log(double(g.k)),
+                 r.kernel.flops, r.latency_ms});
   }
   return v;
-}
-
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-  return v[v.size() / 2];
 }
 
 std::pair<double, int> train_test_ratio(const std::vector<GemmRow>& train, const std::vector<GemmRow>& test) {
@@ -433,11 +433,14 @@ int main(int argc, char** argv) {
     std::printf("\n");
     for (const char* cls : {"linear", "bmm"}) {
       std::printf("%-12s", cls);
+      const Dataset test = read_dataset((kdir / "test" / (std::string(cls) + ".csv")).string());
       for (const auto& d : devs) {
         std::string device = d;
         std::replace(device.begin(), device.end(), '_', ' ');
-        const auto [ratio, n] = train_test_ratio(gemm_rows(kdir / "train" / cls / (d + ".csv"), ""),
-                                                 gemm_rows(kdir / "test" / (std::string(cls) + ".csv"), device));
+        const fs::path train = kdir / "train" / cls / (d + ".csv");
+        const auto [ratio, n] = fs::exists(train)
+                                    ? train_test_ratio(gemm_rows(read_dataset(train.string()), ""), gemm_rows(test, device))
+                                    : std::pair<double, int>{0, 0};
         if (n) std::printf("    %5.2f (%4d)", ratio, n);
         else std::printf(" %14s", "-");
       }

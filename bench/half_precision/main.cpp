@@ -341,6 +341,27 @@ int main(int argc, char** argv) {
     }
     print_row(title, all);
   };
+  // The norms, activation and add rows (the streaming layers with a target).
+  auto norm_act_add = [&] {
+    std::vector<Item> v;
+    for (const Item& it : items)
+      if (it.k.cls != KernelClass::gemm && it.group != "attn_rope" && it.group != "emb") v.push_back(it);
+    return v;
+  };
+  // Device MAPE and pred/meas of each of those layers, by token bucket, then their total.
+  auto print_by_layer = [&](std::map<std::string, Acc>& pa, std::map<std::string, Acc>& pt) {
+    Acc all;
+    for (const char* layer : vec_layers) {
+      std::printf("%-40s %5zu %7.1f%% %9.2fx  by tokens:", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
+      for (const char* b : {"1-63", "64-511", "512-4095", "4096+"}) {
+        const Acc& a = pt[std::string(layer) + " tokens " + b];
+        std::printf(" %s %.1f%% (%.2fx)", b, a.dmape(), a.dev_gmean_ratio());
+      }
+      std::printf("\n");
+      all.merge(pa[layer]);
+    }
+    std::printf("%-40s %5zu %7.1f%% %9.2fx\n", "  norms/act/add", all.n, all.dmape(), all.dev_gmean_ratio());
+  };
   section("  all GEMMs (target 15)", gemm_layers, 4);
   section("  norms/act/add (target 20)", vec_layers, 4);
   section("  rope/emb", other_layers, 2);
@@ -353,27 +374,13 @@ int main(int argc, char** argv) {
   {
     // The vLLM kernels without their description (Kernel::access), i.e. predicted like
     // PyTorch's vectorized kernels by the NeuSight law, as before the memory-parallelism bound.
-    std::vector<Item> vec;
-    for (const Item& it : items)
-      if (it.k.cls != KernelClass::gemm && it.group != "attn_rope" && it.group != "emb") {
-        vec.push_back(it);
-        vec.back().k.access = {};
-      }
+    std::vector<Item> vec = norm_act_add();
+    for (Item& it : vec) it.k.access = {};
     std::map<std::string, Acc> pa, pt;
     run(vec, a100, *predictor, *device, *roofline, pa, &pt);
     std::printf("\nThe vLLM norms and activation predicted as PyTorch kernels (no Kernel::access; device MAPE,\n"
                 "pred/meas), against the described kernels above (memory-parallelism bound, precision.h):\n");
-    Acc all;
-    for (const char* layer : vec_layers) {
-      std::printf("%-40s %5zu %7.1f%% %9.2fx  by tokens:", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
-      for (const char* b : {"1-63", "64-511", "512-4095", "4096+"}) {
-        const Acc& a = pt[std::string(layer) + " tokens " + b];
-        std::printf(" %s %.1f%% (%.2fx)", b, a.dmape(), a.dev_gmean_ratio());
-      }
-      std::printf("\n");
-      all.merge(pa[layer]);
-    }
-    std::printf("%-40s %5zu %7.1f%% %9.2fx\n", "  norms/act/add", all.n, all.dmape(), all.dev_gmean_ratio());
+    print_by_layer(pa, pt);
     // The steps after rms_norm's first pass (Kernel::access block_reductions, cached_pass_level):
     // none (the bound before they were described), the reduction only, and the second pass
     // hitting L1 (the product's description) or L2.
@@ -411,9 +418,7 @@ int main(int argc, char** argv) {
     for (double scale : {0.75, 1.0, 1.25, 1.5}) {
       Gpu g = a100;
       g.boost_mhz = a100.boost_mhz / scale;  // latency = cycles / clock (only the bound reads the clock)
-      std::vector<Item> des;
-      for (const Item& it : items)
-        if (it.k.cls != KernelClass::gemm && it.group != "attn_rope" && it.group != "emb") des.push_back(it);
+      const std::vector<Item> des = norm_act_add();
       std::map<std::string, Acc> ps;
       run(des, g, *device, *device, *roofline, ps);
       Acc tot;
@@ -425,9 +430,7 @@ int main(int argc, char** argv) {
   }
   {
     // Sensitivity of device timing to its per-kernel floor (the norms, activation and add).
-    std::vector<Item> vec;
-    for (const Item& it : items)
-      if (it.k.cls != KernelClass::gemm && it.group != "attn_rope" && it.group != "emb") vec.push_back(it);
+    const std::vector<Item> vec = norm_act_add();
     std::printf("\nDevice timing with another per-kernel floor (norms/act/add, MAPE, pred/meas):");
     for (double us : {1.0, 2.0, 4.0}) {
       PrecisionOptions o{Timing::device};
@@ -455,17 +458,7 @@ int main(int argc, char** argv) {
     run(vec, a100, *p, *p, *roofline, pa, &pt);
     std::printf("\nWhat-if: device timing with the eager dispatch stripped from streaming kernels (precision.h\n"
                 "strip_dispatch; off in the product), MAPE and pred/meas:\n");
-    Acc all;
-    for (const char* layer : vec_layers) {
-      std::printf("%-40s %5zu %7.1f%% %9.2fx  by tokens:", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
-      for (const char* b : {"1-63", "64-511", "512-4095", "4096+"}) {
-        const Acc& a = pt[std::string(layer) + " tokens " + b];
-        std::printf(" %s %.1f%% (%.2fx)", b, a.dmape(), a.dev_gmean_ratio());
-      }
-      std::printf("\n");
-      all.merge(pa[layer]);
-    }
-    std::printf("%-40s %5zu %7.1f%% %9.2fx\n", "  norms/act/add", all.n, all.dmape(), all.dev_gmean_ratio());
+    print_by_layer(pa, pt);
     for (const char* layer : other_layers)
       std::printf("%-40s %5zu %7.1f%% %9.2fx\n", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
   }

@@ -233,6 +233,13 @@ struct Choice {
 
 Tiling finish(const Kernel& kr, const Gpu& gpu, const Choice& best, bool tc);
 
+// gemm_rule_features' two inputs that depend on the output tile count (x[6], x[7]; x[2] is
+// log2 k): the split tree asks again with the chosen tile's count, the rest stays.
+void set_out_tile_features(const Gpu& gpu, int64_t out_tiles, double* x) {
+  x[6] = out_tiles > 0 ? std::log2(double(out_tiles) / std::max(gpu.num_sm, 1)) : 0;
+  x[7] = x[2] - std::log2(std::max(double(out_tiles), 1.0));
+}
+
 Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const GemmShape& s = kr.gemm;
   const GemmClass& cls = table.gemm_class(gpu.arch);
@@ -256,7 +263,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
     int split = 1;
     if (!batched && c.split_k && !cls.rule.split.empty()) {
-      gemm_rule_features(s, cls, gpu, out_tiles, x);
+      set_out_tile_features(gpu, out_tiles, x);
       split = static_cast<int>(std::min<int64_t>(cls.rule.split.eval(x), s.k));
     }
     best = Choice{&c, std::max(split, 1), c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
@@ -382,8 +389,7 @@ void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu
   x[3] = lg(double(s.batch));
   x[4] = std::log2(double(s.batch) * double(s.m) * double(s.n) / (sm * 16384.0));
   x[5] = x[0] - x[1];
-  x[6] = out_tiles > 0 ? std::log2(double(out_tiles) / sm) : 0;
-  x[7] = x[2] - lg(double(out_tiles));
+  set_out_tile_features(gpu, out_tiles, x);
   double* t = x + 8;
   for (int i : cls.rule.tiles) {
     const GemmCandidate& c = cls.simt[static_cast<size_t>(i)];
