@@ -1,4 +1,5 @@
 // analyze.cpp - wires the stages: frontend -> shapes -> lowering -> tiling -> predictor -> report.
+#include <algorithm>
 #include <filesystem>
 #include <set>
 #include <optional>
@@ -83,7 +84,15 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
   std::unique_ptr<Predictor> predictor =
       options.predictor == "roofline" ? make_roofline_predictor() : make_neusight_predictor(options.weights_dir, PrecisionOptions{options.timing});
-  const auto& kernels = a.kernels.kernels;
+  // The kernels' memory traffic on this GPU (tiling.h on_gpu): a copy only when some
+  // operand's reused data does not fit in this GPU's L2.
+  std::vector<Kernel> adjusted;
+  if (std::any_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),
+                  [&](const Kernel& k) { return l2_miss_bytes(k, gpu) > 0; })) {
+    adjusted.reserve(a.kernels.kernels.size());
+    for (const auto& k : a.kernels.kernels) adjusted.push_back(on_gpu(k, gpu));
+  }
+  const std::vector<Kernel>& kernels = adjusted.empty() ? a.kernels.kernels : adjusted;
   std::vector<Tiling> tilings;
   tilings.reserve(kernels.size());
   for (const auto& k : kernels) tilings.push_back(tile_kernel(k, gpu));

@@ -2,6 +2,7 @@
 // one GPU) for every single-GPU run in ../shared/neusight-data/e2e/labels, with the NeuSight
 // predictor (when its weights are present) and a plain roofline; then, from the per-op CSVs of
 // one traced layer, which kernel classes are off.
+#include <cctype>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -67,6 +68,39 @@ std::string traced_class(const std::string& op, const std::string& fwops) {
   return "other";
 }
 
+// A traced call NeuSight files under "misc" that launches a kernel our graph lowers too,
+// by its target, when its output is a tensor (not a shape scalar): pointwise math (OPT's
+// max, the masks' sub and lt) as elementwise, casts, masked fills and embedding lookups as
+// memory; everything else stays "other" (views, shape arithmetic, parameter reads,
+// inference dropout).
+std::string misc_class(const std::string& target, const std::string& output_shape) {
+  double numel = 1;
+  bool any = false;
+  for (size_t i = 0; i < output_shape.size();) {
+    if (std::isdigit(static_cast<unsigned char>(output_shape[i]))) {
+      size_t j = i;
+      while (j < output_shape.size() && std::isdigit(static_cast<unsigned char>(output_shape[j]))) ++j;
+      numel *= std::atof(output_shape.substr(i, j - i).c_str());
+      any = true;
+      i = j;
+    } else {
+      ++i;
+    }
+  }
+  if (!any || numel <= 1) return "other";
+  auto fn = [&](const char* name) {
+    const std::string n = name;
+    return target == n || target.find("function " + n + ">") != std::string::npos ||
+           target.find("method " + n + " ") != std::string::npos;
+  };
+  if (fn("max") || fn("min") || fn("sub") || fn("add") || fn("mul") || fn("lt")) return "elementwise";
+  if (fn("to") || fn("bool") || fn("type") || fn("masked_fill") || fn("masked_fill_") || fn("embedding") ||
+      target.find("embeddings") != std::string::npos || target.find("embed_positions") != std::string::npos ||
+      target.find(".wpe") != std::string::npos)
+    return "memory";
+  return "other";
+}
+
 std::string our_class(const Kernel& k) {
   switch (k.cls) {
     case KernelClass::gemm: return k.gemm.batch > 1 ? "bmm" : "linear";
@@ -84,7 +118,11 @@ const std::vector<std::string> kClasses = {"linear", "bmm", "elementwise", "soft
 std::map<std::string, double> by_class(const Report& r) {
   std::map<std::string, double> m;
   for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) m[our_class(k.kernel)] += k.prediction.latency_ms;
+    for (const auto& k : n.kernels) {
+      // torch.matmul's copies of permuted operands are inside the traced matmul's time.
+      const bool matmul_copy = k.kernel.cls == KernelClass::memory && n.op_type == "MatMul";
+      m[matmul_copy ? "bmm" : our_class(k.kernel)] += k.prediction.latency_ms;
+    }
   for (const auto& k : r.extra_kernels) m[our_class(k.kernel)] += k.prediction.latency_ms;
   return m;
 }
@@ -350,7 +388,9 @@ int main(int argc, char** argv) {
         std::map<std::string, double> meas;
         for (auto& row : read_csv_records(r.label_csv.string())) {
           auto it = op_class.find(row["Name"]);
-          meas[it == op_class.end() ? "other" : it->second] += std::atof(row["latency"].c_str());
+          std::string cls = it == op_class.end() ? "other" : it->second;
+          if (cls == "other") cls = misc_class(row["target"], row["output_shape"]);
+          meas[cls] += std::atof(row["latency"].c_str());
         }
         ModelConfig one = cfg;
         one.layers = 1;

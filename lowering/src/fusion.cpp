@@ -514,7 +514,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   // Strided views read by elementwise ops (eager): PyTorch's `a += b.permute(...)` (T5's
   // relative position bias, added to every layer's scores) launches no copy: TensorIterator
   // walks the output in the order of its first operand (`a`, contiguous and full-size) and
-  // reads the permuted operand through its strides (see strided_elem_bytes). Only when every
+  // reads the permuted operand through its strides (see LowerCtx::strided_read). Only when every
   // consumer is such an op; a permuted first operand would set the output's layout instead.
   if (opt.fusion == Fusion::eager)
     for (size_t i = 0; i < n; ++i) {

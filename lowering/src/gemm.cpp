@@ -88,10 +88,29 @@ void matmul_like(LowerCtx& c, const std::string& op_hint, int a_in, int b_in) {
     if (op.empty()) op = batch > 1 ? "bmm" : "linear";
     if (a_batch == 1 && batch > 1) note = "A broadcast over the batch";
   }
+  // torch.matmul of 4-D or higher operands folds the batch dims into one for bmm with a
+  // reshape, which copies a permuted operand whose batch strides do not nest (q, k and v
+  // after `.permute(0, 2, 1, 3)` at batch > 1): a copy kernel first, counted on this node,
+  // then the bmm reads the contiguous copy. PyTorch's eager view; not at --fusion full.
+  bool copied[2] = {false, false};
+  if (c.opt.fusion == Fusion::eager && s.batch > 1)
+    for (int j = 0; j < 2; ++j) {
+      const size_t i = static_cast<size_t>(j == 0 ? a_in : b_in);
+      if (!c.batch_fold_copies(i)) continue;
+      copied[j] = true;
+      const TensorInfo* t = c.in(i);
+      Kernel cp = c.base(KernelClass::memory, "transpose");
+      rows_cols(t, cp.rows, cp.cols);
+      cp.dtype = c.dtype(t);
+      cp.bytes = 2 * tensor_bytes(c, t);
+      cp.operand_elems = {numel(t)};
+      cp.note = "torch.matmul's reshape copies the permuted operand";
+      c.out.push_back(cp);
+    }
   emit_gemm(c, op, s, a_elems, b_elems, a_in, b_in, note);
   Kernel& kr = c.out.back();
-  kr.trans_a = c.transposed_view(static_cast<size_t>(a_in));
-  kr.trans_b = c.transposed_view(static_cast<size_t>(b_in));
+  kr.trans_a = !copied[0] && c.transposed_view(static_cast<size_t>(a_in));
+  kr.trans_b = !copied[1] && c.transposed_view(static_cast<size_t>(b_in));
   apply_quantized_operands(c, kr);
 }
 

@@ -63,11 +63,22 @@ struct LowerCtx {
   bool all_known(std::initializer_list<const TensorInfo*> ts) const;
   // True when input i is read as a strided transposed view (free Transpose before a GEMM).
   bool transposed_view(size_t i) const;
-  // Bytes one element of input i costs when this elementwise op reads it through a free
-  // permuted view (kStridedElementwiseView): the memory transaction (a 32-byte sector) each
-  // element then arrives in, or the element's own size when the view keeps the innermost
-  // dimension contiguous. 0 when input i is not such a view.
-  double strided_elem_bytes(size_t i) const;
+  // How this elementwise op reads input i through a free permuted view
+  // (kStridedElementwiseView): `elem_bytes`, what one element costs - the memory transaction
+  // (a 32-byte sector) it arrives in, or the element's own size when the view keeps the
+  // innermost dimension contiguous; 0 when input i is not such a view. `reuse_elems`: when a
+  // sector holds several elements, the output elements walked between two of them (the
+  // product of the output dims inside the view dim along which the stored input is
+  // contiguous); 0 otherwise.
+  struct StridedRead {
+    double elem_bytes = 0;
+    double reuse_elems = 0;
+  };
+  StridedRead strided_read(size_t i) const;
+  // True when torch.matmul must copy input i before its bmm: a free permuted view (chain of
+  // strided-view Transposes) of rank 4 or more whose batch dims cannot be folded into one
+  // without a copy (their strides do not nest), taking the view's source as contiguous.
+  bool batch_fold_copies(size_t i) const;
   // The stored dtype of input i when a DequantizeLinear feeding it runs inside this node's
   // GEMM (--fusion full on a quantize-dequantize model); DType::undefined otherwise.
   DType quantized_operand(size_t i) const;

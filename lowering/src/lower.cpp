@@ -132,33 +132,94 @@ bool LowerCtx::transposed_view(size_t i) const {
          !plan->free_reason[static_cast<size_t>(it->second)].empty();
 }
 
-double LowerCtx::strided_elem_bytes(size_t i) const {
-  if (!plan || i >= n.inputs.size()) return 0;
+LowerCtx::StridedRead LowerCtx::strided_read(size_t i) const {
+  StridedRead r;
+  if (!plan || i >= n.inputs.size()) return r;
   auto it = plan->producer.find(n.inputs[i]);
   if (it == plan->producer.end() || plan->free_reason[static_cast<size_t>(it->second)] != kStridedElementwiseView)
-    return 0;
+    return r;
   const Node& tr = g.nodes[static_cast<size_t>(it->second)];
   const TensorInfo* x = tr.inputs.empty() ? nullptr : g.find(tr.inputs[0]);
   const TensorInfo* v = in(i);
   const double eb = elem_bytes(dtype(v));
-  if (!x || !x->fully_known() || x->shape.empty()) return eb;
-  const size_t r = x->shape.size();
+  r.elem_bytes = eb;
+  if (!x || !x->fully_known() || x->shape.empty()) return r;
+  const size_t rank = x->shape.size();
   std::vector<int64_t> perm = tr.attr_ints("perm");
   if (perm.empty())  // default: reverse the dimensions
-    for (size_t d = r; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
-  if (perm.size() != r) return eb;
+    for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  if (perm.size() != rank) return r;
+  for (auto& p : perm)
+    if (p < 0) p += static_cast<int64_t>(rank);
+  for (const auto p : perm)
+    if (p < 0 || p >= static_cast<int64_t>(rank)) return r;
   // The view's innermost dimension of more than one element, and its stride in the stored
   // (contiguous) input: consecutive output elements lie that far apart.
-  for (size_t d = r; d-- > 0;) {
-    const int64_t src = perm[d] < 0 ? perm[d] + static_cast<int64_t>(r) : perm[d];
-    if (src < 0 || src >= static_cast<int64_t>(r)) return eb;
-    if (x->shape[static_cast<size_t>(src)].value <= 1) continue;
+  constexpr double kSectorBytes = 32;
+  for (size_t d = rank; d-- > 0;) {
+    const size_t src = static_cast<size_t>(perm[d]);
+    if (x->shape[src].value <= 1) continue;
     double stride = 1;
-    for (size_t k = static_cast<size_t>(src) + 1; k < r; ++k) stride *= double(std::max<int64_t>(x->shape[k].value, 1));
-    constexpr double kSectorBytes = 32;
-    return std::max(eb, std::min(kSectorBytes, stride * eb));
+    for (size_t k = src + 1; k < rank; ++k) stride *= double(std::max<int64_t>(x->shape[k].value, 1));
+    r.elem_bytes = std::max(eb, std::min(kSectorBytes, stride * eb));
+    break;
   }
-  return eb;
+  // Elements sharing a sector are neighbours along the stored innermost dimension (of more
+  // than one element); the view dimension it became, aligned to the output's trailing dims.
+  const TensorInfo* y = outp(0);
+  if (r.elem_bytes <= eb || !y || !y->fully_known()) return r;
+  size_t last = rank;
+  for (size_t k = rank; k-- > 0;)
+    if (x->shape[k].value > 1) { last = k; break; }
+  if (last == rank) return r;
+  const size_t vd = static_cast<size_t>(std::find(perm.begin(), perm.end(), static_cast<int64_t>(last)) - perm.begin());
+  const size_t ry = y->shape.size();
+  if (vd >= rank || ry < rank) return r;
+  double inside = 1;
+  for (size_t k = vd + (ry - rank) + 1; k < ry; ++k) inside *= double(std::max<int64_t>(y->shape[k].value, 1));
+  r.reuse_elems = inside;
+  return r;
+}
+
+bool LowerCtx::batch_fold_copies(size_t i) const {
+  const TensorInfo* v = in(i);
+  if (!plan || !v || !v->fully_known() || v->shape.size() < 4) return false;
+  const size_t rank = v->shape.size();
+  // Compose the permutations back to the stored tensor: view dim d is stored dim src[d].
+  std::vector<size_t> src(rank);
+  for (size_t d = 0; d < rank; ++d) src[d] = d;
+  std::string t = n.inputs[i];
+  const TensorInfo* stored = nullptr;
+  bool permuted = false;
+  for (int hops = 0; hops < 16; ++hops) {
+    auto it = plan->producer.find(t);
+    if (it == plan->producer.end()) break;
+    const Node& tr = g.nodes[static_cast<size_t>(it->second)];
+    if (tr.op_type != "Transpose" || plan->free_reason[static_cast<size_t>(it->second)].empty() || tr.inputs.empty()) break;
+    std::vector<int64_t> perm = tr.attr_ints("perm");
+    if (perm.empty())
+      for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+    if (perm.size() != rank) return false;
+    for (size_t d = 0; d < rank; ++d) {
+      const int64_t p = perm[src[d]] < 0 ? perm[src[d]] + static_cast<int64_t>(rank) : perm[src[d]];
+      if (p < 0 || p >= static_cast<int64_t>(rank)) return false;
+      src[d] = static_cast<size_t>(p);
+    }
+    permuted = true;
+    t = tr.inputs[0];
+    stored = g.find(t);
+  }
+  if (!permuted || !stored || !stored->fully_known() || stored->shape.size() != rank) return false;
+  std::vector<double> stride(rank, 1);
+  for (size_t d = rank - 1; d-- > 0;) stride[d] = stride[d + 1] * double(std::max<int64_t>(stored->shape[d + 1].value, 1));
+  // The batch dims of more than one element, outermost first: foldable when each one's
+  // stride is the next one's stride times its size (size-1 dims fold freely).
+  std::vector<size_t> batch;
+  for (size_t d = 0; d + 2 < rank; ++d)
+    if (v->shape[d].value > 1) batch.push_back(d);
+  for (size_t j = 0; j + 1 < batch.size(); ++j)
+    if (stride[src[batch[j]]] != stride[src[batch[j + 1]]] * double(v->shape[batch[j + 1]].value)) return true;
+  return false;
 }
 
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t) {

@@ -64,6 +64,7 @@ struct Backward {
     k.node = f.node;
     k.note = note;
     k.fused_nodes.clear();
+    k.l2_reuse.clear();  // its own operands, read contiguously
     out.push_back(k);
   }
   // A vector kernel shaped like f: `inputs` tensors read, one written.

@@ -169,17 +169,68 @@ TEST_CASE("fusion: `a += b.permute(...)` reads the permuted operand through its 
   CHECK(eager.free_reason[0] == "strided view read by elementwise");
   REQUIRE(eager.kernels.size() == 1);
   // Consecutive keys lie `heads` floats (128 bytes) apart: one 32-byte sector per element.
-  CHECK(eager.kernels[0].bytes == n * (4 + 32 + 4));
+  // The 8 heads sharing a sector are read s * s output elements apart (the scores walk heads
+  // outermost), after s * s sectors of the bias: from DRAM again (a sector per element) on
+  // a GPU whose L2 holds less (tiling: on_gpu).
+  const Kernel& k = eager.kernels[0];
+  CHECK(k.bytes == n * 12);
+  REQUIRE(k.l2_reuse.size() == 1);
+  CHECK(k.l2_reuse[0].operand == 1);
+  CHECK(k.l2_reuse[0].footprint == double(s) * s * 32);
+  CHECK(k.l2_reuse[0].miss_bytes == n * (32 - 4));
   // No pass: the copy runs, then a contiguous add.
   const KernelList none = lower_with(b.g, Fusion::none);
   REQUIRE(none.kernels.size() == 2);
   CHECK(none.kernels[0].cls == KernelClass::memory);
   CHECK(none.kernels[1].bytes == n * 12);
+  CHECK(none.kernels[1].l2_reuse.empty());
   // A permuted first operand fixes the output's layout instead: not a strided read of it.
   const IrGraph f = build(true);
   const KernelList first = lower_with(f.g, Fusion::eager);
   CHECK(first.free_reason[0].empty());
   CHECK(first.kernels.size() == 2);
+}
+
+TEST_CASE("lowering: a broadcast operand is read again from DRAM per repeat when its reused data exceeds the L2") {
+  // OPT's `attn_weights + causal_mask`: scores [b, heads, q, k] plus a mask [b, 1, q, k]
+  // broadcast over the heads: each mask element is used again one head later, after the
+  // mask's q * k elements of that batch entry.
+  const int64_t b = 2, h = 32, s = 2048;
+  IrGraph g;
+  g.input("scores", {b, h, s, s});
+  g.input("mask", {b, 1, s, s});
+  g.node("Add", {"scores", "mask"}, {g.t("y", {b, h, s, s})});
+  g.output("y");
+  const KernelList eager = lower_with(g.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 1);
+  const Kernel& k = eager.kernels[0];
+  const double n = double(b) * h * s * s, m = double(b) * s * s;
+  CHECK(k.bytes == (n + m + n) * 4);  // every element once
+  REQUIRE(k.l2_reuse.size() == 1);
+  CHECK(k.l2_reuse[0].operand == 1);
+  CHECK(k.l2_reuse[0].footprint == double(s) * s * 4);  // 16.8 MB
+  CHECK(k.l2_reuse[0].miss_bytes == m * 4 * (h - 1));   // read once per head instead
+  // Two broadcast dims ([b, 1, 1, k], BERT's mask): per dim the data inside it, and a miss
+  // at the inner dim also misses at the outer one (its footprint is as large).
+  IrGraph g2;
+  g2.input("scores", {b, h, 8, s});
+  g2.input("mask", {b, 1, 1, s});
+  g2.node("Add", {"scores", "mask"}, {g2.t("y", {b, h, 8, s})});
+  g2.output("y");
+  const KernelList e2 = lower_with(g2.g, Fusion::eager);
+  REQUIRE(e2.kernels.size() == 1);
+  const auto& r = e2.kernels[0].l2_reuse;
+  REQUIRE(r.size() == 2);
+  CHECK(r[0].footprint == s * 4.0);  // over the 8 rows
+  CHECK(r[0].miss_bytes == double(b) * s * 4 * (8 * h - 1));
+  CHECK(r[1].footprint == s * 4.0);  // over the heads: the same data
+  CHECK(r[1].miss_bytes == double(b) * s * 4 * (h - 1));
+  // Same-shape operands and scalars carry none.
+  IrGraph g3;
+  g3.input("x", {4, 8});
+  g3.node("Mul", {"x", g3.w("scale", {1})}, {g3.t("y", {4, 8})});
+  g3.output("y");
+  CHECK(lower_with(g3.g, Fusion::eager).kernels.at(0).l2_reuse.empty());
 }
 
 TEST_CASE("fusion: full fuses a pointwise prologue into the softmax (BERT's div+add+softmax)") {
@@ -234,24 +285,45 @@ TEST_CASE("fusion: full folds constant subgraphs in inference, eager does not") 
 }
 
 TEST_CASE("fusion: permute then transpose before a matmul are both views (PyTorch k.permute().transpose())") {
-  IrGraph b;
-  b.input("k", {2, 128, 8, 64});
-  Node& t1 = b.node("Transpose", {"k"}, {b.t("kh", {2, 8, 128, 64})});
-  t1.attributes["perm"] = test::attr_ints({0, 2, 1, 3});
-  Node& t2 = b.node("Transpose", {"kh"}, {b.t("kT", {2, 8, 64, 128})});
-  t2.attributes["perm"] = test::attr_ints({0, 1, 3, 2});
-  b.input("q", {2, 8, 128, 64});
-  b.node("MatMul", {"q", "kT"}, {b.t("s", {2, 8, 128, 128})});
-  // The merged heads are read by a Reshape: PyTorch's .contiguous() copy.
-  Node& t3 = b.node("Transpose", {"s"}, {b.t("sm", {2, 128, 8, 128})});
-  t3.attributes["perm"] = test::attr_ints({0, 2, 1, 3});
-  b.node("Reshape", {"sm", b.ints("shape", {2, 128, 1024})}, {b.t("merged", {2, 128, 1024})});
-  const KernelList eager = lower_with(b.g, Fusion::eager);
-  REQUIRE(eager.kernels.size() == 2);
-  CHECK(eager.kernels[0].cls == KernelClass::gemm);
-  CHECK(eager.kernels[1].op == "transpose");
-  CHECK(eager.free_reason[0] == "strided view read by GEMM");
-  CHECK(eager.free_reason[1] == "strided view read by GEMM");
+  auto build = [](int64_t batch) {
+    IrGraph b;
+    b.input("k", {batch, 128, 8, 64});
+    Node& t1 = b.node("Transpose", {"k"}, {b.t("kh", {batch, 8, 128, 64})});
+    t1.attributes["perm"] = test::attr_ints({0, 2, 1, 3});
+    Node& t2 = b.node("Transpose", {"kh"}, {b.t("kT", {batch, 8, 64, 128})});
+    t2.attributes["perm"] = test::attr_ints({0, 1, 3, 2});
+    b.input("q", {batch, 8, 128, 64});
+    b.node("MatMul", {"q", "kT"}, {b.t("s", {batch, 8, 128, 128})});
+    // The merged heads are read by a Reshape: PyTorch's .contiguous() copy.
+    Node& t3 = b.node("Transpose", {"s"}, {b.t("sm", {batch, 128, 8, 128})});
+    t3.attributes["perm"] = test::attr_ints({0, 2, 1, 3});
+    b.node("Reshape", {"sm", b.ints("shape", {batch, 128, 1024})}, {b.t("merged", {batch, 128, 1024})});
+    return b;
+  };
+  // Batch 1: the size-1 batch dim folds freely, the bmm reads k^T through its strides.
+  const IrGraph one = build(1);
+  const KernelList e1 = lower_with(one.g, Fusion::eager);
+  REQUIRE(e1.kernels.size() == 2);
+  CHECK(e1.kernels[0].cls == KernelClass::gemm);
+  CHECK(e1.kernels[0].trans_b);
+  CHECK(e1.kernels[1].op == "transpose");
+  CHECK(e1.free_reason[0] == "strided view read by GEMM");
+  CHECK(e1.free_reason[1] == "strided view read by GEMM");
+  // Batch 2: torch.matmul folds [2, 8] into 16 with a reshape, and the permuted k's batch
+  // strides (128 * 8 * 64, 64) do not nest: a copy of k^T first, on the MatMul node.
+  const IrGraph two = build(2);
+  const KernelList e2 = lower_with(two.g, Fusion::eager);
+  REQUIRE(e2.kernels.size() == 3);
+  CHECK(e2.kernels[0].cls == KernelClass::memory);
+  CHECK(e2.kernels[0].node == 2);
+  CHECK(e2.kernels[0].bytes == 2.0 * 2 * 8 * 64 * 128 * 4);
+  CHECK(e2.kernels[1].cls == KernelClass::gemm);
+  CHECK(e2.kernels[1].gemm.batch == 16);
+  CHECK_FALSE(e2.kernels[1].trans_b);  // reads the contiguous copy
+  CHECK(e2.kernels[2].op == "transpose");
+  CHECK(e2.free_reason[0] == "strided view read by GEMM");
+  // q is a graph input (contiguous): no copy. --fusion full (compiled) keeps the views.
+  CHECK(lower_with(two.g, Fusion::full).kernels.size() == 2);
 }
 
 TEST_CASE("fusion: --fusion full runs a QDQ model's DequantizeLinear inside the GEMM that reads it") {

@@ -178,7 +178,10 @@ TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch
       if (name.find("/permute") != std::string::npos) ++permute_kernels;
       if (name.find("SelfAttention/bias_Add") != std::string::npos) {
         ++self;
-        CHECK(k.bytes == n * (4 + 32 + 4));  // one 32-byte sector per bias element
+        CHECK(k.bytes == n * 12);  // each element once; one 32-byte sector per bias element ...
+        REQUIRE(k.l2_reuse.size() == 1);  // ... when the L2 cannot hold seq * seq sectors
+        CHECK(k.l2_reuse[0].footprint == double(seq) * seq * 32);
+        CHECK(k.l2_reuse[0].miss_bytes == n * 28);
       }
       if (name.find("EncDecAttention/bias_Add") != std::string::npos) {
         ++cross;

@@ -391,3 +391,41 @@ TEST_CASE("tiling: learned rules are parsed and checked") {
       TileTable::parse(broken_rule(broken(single_tree, "\"single_tile\": []"), "[{\"leaf\":\"s\"}]", "[]"), "t.json"),
       doctest::Contains("must not both be empty"), InputError);
 }
+
+TEST_CASE("tiling: reused operand data comes from DRAM again only where it exceeds the GPU's L2") {
+  // T5's `scores += bias.permute(0, 3, 1, 2)` at 32 heads (lowering: unit-fusion.cpp): 8
+  // heads share a 32-byte sector of the bias, used again after seq * seq sectors.
+  auto kernel = [](double seq) {
+    Kernel k;
+    k.cls = KernelClass::elementwise;
+    k.op = "add";
+    k.rows = int64_t(32 * seq);
+    k.cols = int64_t(seq);
+    k.inputs = 2;
+    const double n = 32 * seq * seq;
+    k.flops = n;
+    k.bytes = n * 12;
+    k.l2_reuse.push_back({1, seq * seq * 32, n * 28});
+    return k;
+  };
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Gpu& a100 = db.resolve("a100-pcie-40gb"), &v100 = db.resolve("v100-pcie");
+  const Kernel k512 = kernel(512), k2048 = kernel(2048);  // 8.4 MB, 134 MB of sectors
+  CHECK(l2_miss_bytes(k512, a100) == 0);  // 40 MB L2
+  CHECK(on_gpu(k512, a100).bytes == k512.bytes);
+  CHECK(l2_miss_bytes(k512, v100) == 32.0 * 512 * 512 * 28);  // 6 MB L2
+  const Kernel on_v100 = on_gpu(k512, v100);
+  CHECK(on_v100.bytes == 32.0 * 512 * 512 * 40);
+  CHECK(on_v100.l2_reuse.empty());
+  CHECK(on_gpu(k2048, a100).bytes == 32.0 * 2048 * 2048 * 40);
+  // Per operand the largest miss whose footprint exceeds the L2; operands add up.
+  Kernel two = kernel(512);
+  two.l2_reuse = {{0, 1e6, 10}, {0, 1e9, 100}, {0, 1e10, 1000}, {1, 1e9, 7}};
+  CHECK(l2_miss_bytes(two, a100) == 1000 + 7);
+  two.l2_reuse = {{0, 1e6, 10}, {1, 2e6, 7}};
+  CHECK(l2_miss_bytes(two, a100) == 0);
+  // Kernels without reused operands are untouched.
+  Kernel plain = kernel(512);
+  plain.l2_reuse.clear();
+  CHECK(on_gpu(plain, v100).bytes == plain.bytes);
+}

@@ -1,5 +1,6 @@
 // tile.cpp - threadblock tile choice and wave count per kernel class, from tiles.json.
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -489,5 +490,23 @@ Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu, const TileTable& table)
 }
 
 Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu) { return tile_kernel(kernel, gpu, TileTable::builtin()); }
+
+double l2_miss_bytes(const Kernel& kernel, const Gpu& gpu) {
+  if (kernel.l2_reuse.empty()) return 0;
+  const double l2 = gpu.l2_mb * 1024.0 * 1024.0;
+  std::map<int, double> worst;  // per operand
+  for (const auto& r : kernel.l2_reuse)
+    if (r.footprint > l2 && r.miss_bytes > 0) worst[r.operand] = std::max(worst[r.operand], r.miss_bytes);
+  double extra = 0;
+  for (const auto& [op, b] : worst) extra += b;
+  return extra;
+}
+
+Kernel on_gpu(const Kernel& kernel, const Gpu& gpu) {
+  Kernel k = kernel;
+  k.bytes += l2_miss_bytes(kernel, gpu);
+  k.l2_reuse.clear();
+  return k;
+}
 
 }  // namespace neusight

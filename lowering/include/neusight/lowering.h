@@ -72,6 +72,19 @@ struct Kernel {
   // parameter needs.
   int a_input = -1, b_input = -1;
   int64_t steps = 1;                      // recurrent kernels: which step (1-based) this is
+  // DRAM traffic that depends on the GPU's L2 (tiling.h, on_gpu). `bytes` reads each element
+  // of an operand once; an operand element used again later - broadcast over an output dim,
+  // or sharing its 32-byte sector with elements that a permuted-view read reaches later
+  // (eager `scores += bias.permute(...)`) - comes from L2 only while the L2 holds the
+  // operand's data touched between the two uses (`footprint` bytes). Per entry: the operand
+  // (input index), that footprint, and the extra DRAM bytes when it does not fit; per
+  // operand the largest extra of its entries whose footprint exceeds the L2 applies.
+  struct L2Reuse {
+    int operand = 0;
+    double footprint = 0;
+    double miss_bytes = 0;
+  };
+  std::vector<L2Reuse> l2_reuse;
   // How a streaming kernel's threads reach memory, when its code is known to be latency
   // limited (predictor/include/neusight/precision.h, memory_parallelism_ms). Left at zero
   // (the default, and every kernel the lowering emits: PyTorch's and onnxruntime's

@@ -47,6 +47,14 @@ inline int64_t waves_for(int64_t tiles, int64_t concurrent) {
 
 Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu);
 
+// The DRAM bytes a kernel moves on `gpu` beyond Kernel::bytes: for each operand with
+// Kernel::l2_reuse entries, the largest miss_bytes among those whose footprint exceeds the
+// GPU's L2 (the reused data does not fit in the cache whatever the replacement policy, so it
+// comes from DRAM again); 0 for every other kernel.
+double l2_miss_bytes(const Kernel& kernel, const Gpu& gpu);
+// The kernel as it runs on `gpu`: bytes + l2_miss_bytes, l2_reuse cleared.
+Kernel on_gpu(const Kernel& kernel, const Gpu& gpu);
+
 // ---- The data behind tile_kernel (tiling/data/tiles.json), public for the tile_agreement
 // bench, which refits the cost parameters on the training GPUs and rewrites the file.
 
