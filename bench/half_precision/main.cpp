@@ -429,6 +429,19 @@ int main(int argc, char** argv) {
     std::printf("\n");
   }
   {
+    // What-if: the described vLLM kernels hold more than 32 registers per thread (their
+    // register count is not known here: no compiled code), so one 1024-thread block per SM
+    // instead of two (Kernel::access regs_per_thread, precision.h).
+    std::vector<Item> vec = norm_act_add();
+    for (Item& it : vec)
+      if (it.k.access.block_threads > 0) it.k.access.regs_per_thread = 40;
+    std::map<std::string, Acc> pa, pt;
+    run(vec, a100, *device, *device, *roofline, pa, &pt);
+    std::printf("\nWhat-if: the described vLLM kernels at more than 32 registers per thread (one block of up\n"
+                "to 1024 threads per SM; their register count is unknown here), device MAPE, pred/meas:\n");
+    print_by_layer(pa, pt);
+  }
+  {
     // Sensitivity of device timing to its per-kernel floor (the norms, activation and add).
     const std::vector<Item> vec = norm_act_add();
     std::printf("\nDevice timing with another per-kernel floor (norms/act/add, MAPE, pred/meas):");

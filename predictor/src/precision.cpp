@@ -140,8 +140,12 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
   if (a.bytes_per_load <= 0 || a.block_threads <= 0 || k.rows <= 0 || k.cols <= 0) return -1;
   const double latency = global_memory_latency_ms(gpu);
   if (!(latency > 0) || gpu.num_sm <= 0 || gpu.mem_bw_gbps <= 0) return -1;
-  // Occupancy: whole blocks per SM within the thread and block limits (at least one).
-  const int per_sm = std::max(1, std::min(gpu.max_blocks_per_sm, gpu.max_threads_per_sm / a.block_threads));
+  // Occupancy: whole blocks per SM within the thread, block and (when the description gives
+  // them) register limits; at least one.
+  int per_sm = std::min(gpu.max_blocks_per_sm, gpu.max_threads_per_sm / a.block_threads);
+  if (a.regs_per_thread > 0 && gpu.regs_per_sm > 0)
+    per_sm = std::min(per_sm, gpu.regs_per_sm / (a.regs_per_thread * a.block_threads));
+  per_sm = std::max(1, per_sm);
   const double resident = double(gpu.num_sm) * per_sm;
   const double waves = std::ceil(double(k.rows) / resident);
   const double elem_bytes = std::max(1, dtype_bits(k.dtype) / 8);

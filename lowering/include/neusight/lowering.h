@@ -97,6 +97,10 @@ struct Kernel {
     int block_reductions = 0;   // block-wide sums (warp shuffles, shared memory, barrier) per row
     int cached_pass_level = 0;  // a second pass re-reading the row from cache: 1 (L1) or 2 (L2); 0: none
     bool cached_pass_weight = false;  // ... that also reads a per-column operand (rms_norm's weight)
+    // Registers per thread of the compiled kernel when known (0: not limiting): blocks per SM
+    // are also bounded by the SM's registers (a 1024-thread block above 32 registers per
+    // thread leaves room for one block on a 64K-register SM).
+    int regs_per_thread = 0;
   } access;
 };
 
