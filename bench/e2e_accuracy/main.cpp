@@ -235,6 +235,24 @@ std::pair<double, int> train_test_ratio(const std::vector<GemmRow>& train, const
   return {median_of(ratios), int(ratios.size())};
 }
 
+// The same check for a memory-bound kernel: a training GPU's large adds (train/add) against
+// its adds of test/elem.csv with elements within 15% (train latency scaled by elements), from
+// 4M elements up (well past launch costs). SM clocks do not matter there.
+std::pair<double, int> add_train_test_ratio(const Dataset& train, const Dataset& test, const std::string& device) {
+  constexpr double kTol = 0.15, kMinElems = 4e6;
+  auto elems = [](const DatasetRow& r) { return double(r.kernel.rows) * double(r.kernel.cols); };
+  std::vector<double> ratios, scaled;
+  for (const auto& t : test.rows) {
+    if (t.op_name != "add" || t.device != device || t.latency_ms <= 0 || elems(t) < kMinElems) continue;
+    scaled.clear();
+    for (const auto& r : train.rows)
+      if (r.op_name == "add" && r.latency_ms > 0 && elems(r) > 0 && std::fabs(std::log(elems(r) / elems(t))) < kTol)
+        scaled.push_back(r.latency_ms * elems(t) / elems(r));
+    if (!scaled.empty()) ratios.push_back(median_of(scaled) / t.latency_ms);
+  }
+  return {median_of(ratios), int(ratios.size())};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -486,6 +504,19 @@ int main(int argc, char** argv) {
       }
       std::printf("\n");
     }
+    // Memory-bound: the large adds (elements within 15%, from 4M).
+    std::printf("%-12s", "add (memory)");
+    const Dataset elem = read_dataset((kdir / "test" / "elem.csv").string());
+    for (const auto& d : devs) {
+      std::string device = d;
+      std::replace(device.begin(), device.end(), '_', ' ');
+      const fs::path train = kdir / "train" / "add" / (d + ".csv");
+      const auto [ratio, n] =
+          fs::exists(train) ? add_train_test_ratio(read_dataset(train.string()), elem, device) : std::pair<double, int>{0, 0};
+      if (n) std::printf("    %5.2f (%4d)", ratio, n);
+      else std::printf(" %14s", "-");
+    }
+    std::printf("\n");
   }
   return 0;
 }
