@@ -86,6 +86,13 @@ struct LowerCtx {
 
 // Bytes of a whole tensor in its compute dtype (0 for an absent optional input).
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t);
+// Kernel::l2_reuse entries of operand `operand` (elements of `own` bytes) broadcast to the
+// output `y` (numpy rules: its size 1 or absent where y's is larger): per broadcast dim d,
+// each element is used again one step of d later, after the operand's data inside d (its
+// elements in the dims after d) has been touched; a miss at d misses at every broadcast dim
+// whose footprint is as large (the outer ones), multiplying the reads by their sizes.
+// Nothing for a scalar, a same-size operand or unknown shapes.
+void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const TensorInfo* y, double own);
 
 using Rule = std::function<void(LowerCtx&)>;
 using RuleTable = std::unordered_map<std::string, Rule>;

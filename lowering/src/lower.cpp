@@ -222,6 +222,30 @@ bool LowerCtx::batch_fold_copies(size_t i) const {
   return false;
 }
 
+void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const TensorInfo* y, double own) {
+  if (!t || !y || !t->fully_known() || !y->fully_known()) return;
+  const int64_t e = numel(t);
+  if (e <= 1 || e == numel(y)) return;
+  const Shape& ts = t->shape;
+  const Shape& ys = y->shape;
+  const size_t ry = ys.size(), rt = ts.size();
+  if (rt > ry) return;
+  std::vector<std::pair<double, double>> bdims;  // (footprint, repeats) per broadcast dim, inner first
+  double inside = 1;                             // operand elements in the dims after d
+  for (size_t d = ry; d-- > 0;) {
+    const int64_t od = d + rt >= ry ? ts[d + rt - ry].value : 1;
+    if (od != 1 && od != ys[d].value) return;  // not a broadcast of t to y
+    if (od == 1 && ys[d].value > 1) bdims.push_back({inside * own, double(ys[d].value)});
+    inside *= double(std::max<int64_t>(od, 1));
+  }
+  const double once = double(e) * own;
+  for (size_t b = 0; b < bdims.size(); ++b) {
+    double repeats = 1;
+    for (size_t o = b; o < bdims.size(); ++o) repeats *= bdims[o].second;
+    k.l2_reuse.push_back({operand, bdims[b].first, once * (repeats - 1)});
+  }
+}
+
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t) {
   return t ? double(numel(t)) * elem_bytes(c.dtype(t)) : 0;
 }

@@ -17,7 +17,6 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
   const double eb = elem_bytes(k.dtype);
   double in_bytes = 0;
   int inputs = 0;
-  const Shape& ys = y->shape;
   for (size_t i = 0; i < c.n.inputs.size(); ++i) {
     const TensorInfo* t = c.in(i);
     if (!t) continue;
@@ -33,26 +32,7 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
     const LowerCtx::StridedRead sr = c.strided_read(i);
     if (sr.reuse_elems > 0 && sr.elem_bytes > own)
       k.l2_reuse.push_back({int(i), sr.reuse_elems * sr.elem_bytes, double(e) * (sr.elem_bytes - own)});
-    // Broadcast over output dim d (the operand's size 1 or absent there): each element is
-    // used again one step of d later, after the operand's data inside d (its elements in
-    // the dims after d) has been touched. A miss at d misses at every broadcast dim whose
-    // footprint is as large (the outer ones), multiplying the reads by their sizes.
-    if (!t->fully_known() || e == numel(y)) continue;
-    const Shape& ts = t->shape;
-    const size_t ry = ys.size(), rt = ts.size();
-    if (rt > ry) continue;
-    std::vector<std::pair<double, double>> bdims;  // (footprint, repeats) per broadcast dim
-    double inside = 1;  // operand elements in the dims after d
-    for (size_t d = ry; d-- > 0;) {
-      const int64_t od = d + rt >= ry ? ts[d + rt - ry].value : 1;
-      if (od == 1 && ys[d].value > 1) bdims.push_back({inside * own, double(ys[d].value)});
-      inside *= double(std::max<int64_t>(od, 1));
-    }
-    for (size_t b = 0; b < bdims.size(); ++b) {
-      double repeats = 1;
-      for (size_t o = b; o < bdims.size(); ++o) repeats *= bdims[o].second;
-      k.l2_reuse.push_back({int(i), bdims[b].first, once * (repeats - 1)});
-    }
+    add_broadcast_reuse(k, int(i), t, y, own);
   }
   k.inputs = std::max(inputs, 1);
   k.flops = ops_per_elem * double(numel(y));

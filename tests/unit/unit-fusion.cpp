@@ -225,6 +225,21 @@ TEST_CASE("lowering: a broadcast operand is read again from DRAM per repeat when
   CHECK(r[0].miss_bytes == double(b) * s * 4 * (8 * h - 1));
   CHECK(r[1].footprint == s * 4.0);  // over the heads: the same data
   CHECK(r[1].miss_bytes == double(b) * s * 4 * (h - 1));
+  // Where reads its broadcast condition the same way (GPT-2's causal mask [1, 1, s, s], bool,
+  // used again for every batch entry and head).
+  IrGraph g4;
+  g4.input("cond", {1, 1, s, s}, DType::boolean);
+  g4.input("x", {b, h, s, s});
+  g4.node("Where", {"cond", "x", g4.w("neg", {1})}, {g4.t("y", {b, h, s, s})});
+  g4.output("y");
+  const KernelList e4 = lower_with(g4.g, Fusion::eager);
+  REQUIRE(e4.kernels.size() == 1);
+  const auto& w = e4.kernels[0].l2_reuse;
+  REQUIRE(w.size() == 2);
+  CHECK(w[0].operand == 0);
+  CHECK(w[0].footprint == double(s) * s);  // 1 byte per element: 4.2 MB
+  CHECK(w[0].miss_bytes == double(s) * s * (h * b - 1));
+  CHECK(w[1].miss_bytes == double(s) * s * (b - 1));
   // Same-shape operands and scalars carry none.
   IrGraph g3;
   g3.input("x", {4, 8});
