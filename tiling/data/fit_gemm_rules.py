@@ -27,7 +27,7 @@ Only train/ rows are used; test/ rows are left for tile_agreement to score. The 
 written into tiling/data/tiles.json under gemm.<class>.rule (other fields untouched).
 
   /usr/bin/python3 tiling/data/fit_gemm_rules.py [--shared DIR] [--tiles tiling/data/tiles.json]
-      [--single volta] [--batched turing]     (about 15 s)
+      [--single volta] [--batched turing]     (about 20 s)
   /usr/bin/python3 tiling/data/fit_gemm_rules.py --cv [--single ...] [--batched ...]
       5-fold cross-validated agreement of those trees on the train rows (about a minute)
 """
