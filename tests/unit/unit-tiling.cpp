@@ -366,7 +366,7 @@ TEST_CASE("tiling: learned rules are parsed and checked") {
                        doctest::Contains("not a simt candidate"), InputError);
   CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"l\":1,\"r\":2}", "\"l\":0,\"r\":2}"), "t.json"),
                        doctest::Contains("later nodes"), InputError);
-  CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"f\":2,", "{\"f\":40,"), "t.json"), doctest::Contains("feature index"),
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"f\":2,", "{\"f\":50,"), "t.json"), doctest::Contains("feature index"),
                        InputError);
   // Features 8 + 2i, 9 + 2i describe the class's i-th distinct simt tile: two tiles here, so 12 is out of range.
   CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"f\":2,", "{\"f\":12,"), "t.json"),
@@ -383,6 +383,34 @@ TEST_CASE("tiling: learned rules are parsed and checked") {
   }
   CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"leaf\":4}", "{\"leaf\":0}"), "t.json"),
                        doctest::Contains("split factor"), InputError);
+  {
+    // The split tree's own features start after the per-tile ones (8 + 2 x 2 tiles = 12): 17 is the
+    // chosen candidate's blocks per SM on the V100 (s: 8, 64 threads x 120 registers; w: 4).
+    const std::string split_tree = "\"split\": [{\"f\":7,\"t\":12.0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":4}]";
+    const TileTable bps = TileTable::parse(
+        broken(split_tree, "\"split\": [{\"f\":17,\"t\":6,\"l\":1,\"r\":2},{\"leaf\":2},{\"leaf\":3}]"), "t.json");
+    CHECK(tile_kernel(gemm_kernel(1, 64, 64, 512), g, bps).config.split_k == 3);     // tile s
+    CHECK(tile_kernel(gemm_kernel(1, 64, 256, 65536), g, bps).config.split_k == 2);  // tile w
+    // 19: last-wave fill of the output tiles split 2 ways; tile s: 80 SMs x 8 blocks = 640 per wave.
+    const TileTable fill2 = TileTable::parse(
+        broken(split_tree, "\"split\": [{\"f\":19,\"t\":0.999,\"l\":1,\"r\":2},{\"leaf\":3},{\"leaf\":2}]"), "t.json");
+    CHECK(tile_kernel(gemm_kernel(1, 64 * 320, 64, 512), g, fill2).config.split_k == 2);  // 640 tiles: full
+    CHECK(tile_kernel(gemm_kernel(1, 64 * 321, 64, 512), g, fill2).config.split_k == 3);
+    // 12 + 10 split features: 22 is out of range for the split tree, and 12 for a tile tree.
+    CHECK_THROWS_WITH_AS(TileTable::parse(broken(split_tree, "\"split\": [{\"f\":22,\"t\":0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":4}]"), "t.json"),
+                         doctest::Contains("beyond the class's 2 simt tiles"), InputError);
+    // A forest (a list of trees, node indices per tree) votes; ties go to the smaller factor.
+    const TileTable forest = TileTable::parse(
+        broken(split_tree, "\"split\": [[{\"f\":2,\"t\":10.0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":4}], [{\"leaf\":4}],"
+                           " [{\"f\":2,\"t\":10.0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":5}]]"), "t.json");
+    CHECK(forest.gemm_class("sm_70").rule.split.roots.size() == 3);
+    CHECK(tile_kernel(gemm_kernel(1, 64, 64, 512), g, forest).config.split_k == 1);       // votes 1, 4, 1
+    CHECK(tile_kernel(gemm_kernel(1, 64, 256, 65536), g, forest).config.split_k == 4);    // votes 4, 4, 5
+    const TileTable tie = TileTable::parse(broken(split_tree, "\"split\": [[{\"leaf\":3}], [{\"leaf\":2}]]"), "t.json");
+    CHECK(tile_kernel(gemm_kernel(1, 64, 256, 65536), g, tie).config.split_k == 2);
+    CHECK_THROWS_WITH_AS(TileTable::parse(broken(split_tree, "\"split\": [[{\"leaf\":3}], []]"), "t.json"),
+                         doctest::Contains("non-empty list"), InputError);
+  }
   const std::string single_tree = "\"single_tile\": [{\"f\":2,\"t\":10.0,\"l\":1,\"r\":2},{\"leaf\":\"s\"},{\"leaf\":\"w\"}]";
   const TileTable no_single = TileTable::parse(broken(single_tree, "\"single_tile\": []"), "t.json");
   CHECK(no_single.gemm_class("sm_70").rule.present());  // batched products still follow their tree

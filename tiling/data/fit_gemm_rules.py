@@ -13,7 +13,10 @@ deterministic) over shape features that tile.cpp computes identically (gemm_rule
                 and padding efficiency on the GEMM (train rows are random sizes, real models'
                 GEMMs mostly multiples of 128: README "Tile choice: why the V100 test rows miss")
   split         split-K factor (Grid z) of a single product, given the tile: its features add
-                the output tiles of that tile relative to the SMs and k per output tile
+                the output tiles of that tile relative to the SMs, k per output tile and that
+                candidate's own figures on the GPU (split_features: occupancy and waves of the
+                unsplit grid, tile, threads, blocks per SM, last-wave fill split 1-4 ways); a
+                forest of SPLIT_TREES trees on subsamples of the rows, majority vote
   batched_tile  tile of a batched product (bmm)
 
 Each class gets the trees named by --single (single_tile + split) and --batched (batched_tile);
@@ -24,7 +27,7 @@ Only train/ rows are used; test/ rows are left for tile_agreement to score. The 
 written into tiling/data/tiles.json under gemm.<class>.rule (other fields untouched).
 
   /usr/bin/python3 tiling/data/fit_gemm_rules.py [--shared DIR] [--tiles tiling/data/tiles.json]
-      [--single volta] [--batched turing]     (about 15 s)
+      [--single volta] [--batched turing]     (about 20 s)
   /usr/bin/python3 tiling/data/fit_gemm_rules.py --cv [--single ...] [--batched ...]
       5-fold cross-validated agreement of those trees on the train rows (about a minute)
 """
@@ -34,6 +37,7 @@ import csv
 import json
 import math
 import os
+import random
 import re
 
 # class -> (training GPU csv name, its SM count from gpus.json)
@@ -44,14 +48,17 @@ BASE_FEATURES = ["log2_m", "log2_n", "log2_k", "log2_batch", "log2_out_fill", "l
 # tile tree the shape (0-5) and, per distinct simt tile, its last-wave fill and padding efficiency
 # (8+; 5-fold CV on the volta linear rows 75.2% / 55.6% against 72.7% / 54.1% without them); the
 # batched tile tree the shape only (the tile features leave turing's bmm CV at 98.4% / 98.5%,
-# 98.4% / 98.6% without); the split tree the shape and the chosen tile's output tiles (0-7).
+# 98.4% / 98.6% without); the split tree the shape and the chosen tile's output tiles (0-7) and the
+# chosen candidate's split_features (n+; 5-fold CV of the split factor given the library tile
+# 73.6% against 69.8% without them, one tree each).
 TREE_FEATURES = {"single_tile": lambda n: list(range(6)) + list(range(8, n)),
                  "batched_tile": lambda n: list(range(6)),
-                 "split": lambda n: list(range(8))}
+                 "split": lambda n: list(range(8)) + list(range(n, n + N_SPLIT_FEATURES))}
 # Which trees each class gets (README "Tile choice"): a tree is kept where it beats the class's
 # cost model out of sample (5-fold CV on the train rows) without hurting the forward-in-time
-# predictor (bench/kernel_accuracy (c)). volta single products: CV 75.2% / 55.6% (tile / count;
-# 72.7% / 54.1% before the per-tile features) against 53.2% / 37.2% for the cost model; turing batched products: CV 98.4% / 98.6% against
+# predictor (bench/kernel_accuracy (c)). volta single products: CV 75.2% / 60.6% (tile / count;
+# 75.2% / 55.6% with the single split tree over features 0-7, 72.7% / 54.1% before the per-tile
+# features) against 53.2% / 37.2% for the cost model; turing batched products: CV 98.4% / 98.6% against
 # 86.2% / 87.7%. Left out: turing single products (CV 74.2% / 49.4% with the per-tile
 # features against 68.7% / 47.4%, but worse on the real-model test rows: T4 test 91.5% / 83.2% against 92.2% / 86.4%) and volta batched products (CV 84.8% / 93.3% against
 # 75.4% / 88.2%, but the A100 bmm error of (c) goes from ~12% to ~17%).
@@ -61,6 +68,22 @@ BATCHED = ["turing"]  # classes that get a batched_tile tree (--batched)
 # depth 10 (8: 73.7%, 10: 75.1%, 12: 75.0% tile), the split tree keeps gaining to 14.
 MAX_DEPTH = {"single_tile": 10, "batched_tile": 14, "split": 14}
 MIN_LEAF = 5
+# The split factor is a vote of SPLIT_TREES trees (a random forest), each fitted on a random
+# SPLIT_SUBSAMPLE of the rows and choosing each node's split among SPLIT_MAX_FEATURES of its 18
+# features drawn at random (README "Tile choice"). 5-fold CV on the volta linear rows, split factor
+# given the library tile / count: one tree on all rows 73.6% / 57.3%, 15 trees on 85% subsamples
+# with every feature at each node (kept) 77.9% / 60.6%, with 10 of the 18 features per node
+# (SPLIT_MAX_FEATURES = 10) 79.0% / 61.4% (another seed: 79.6 / 61.8; 6 features 79.2 / 61.5, 13:
+# 78.9 / 61.2, 25 trees: 79.7 / 61.7); V100 linear test rows (tile_agreement) count 37.4% with the
+# single tree over features 0-7, 36.6% with one tree over all, 37.8% with the kept forest, 39.0%
+# with 10 features per node. The 10-feature forest is not shipped: with the shipped predictor
+# weights (not retrained) it moves e2e_accuracy's V100 training runs from 13.1% to 14.2% (the kept
+# forest: 11.9%); 0 = every feature at each node. Bagging the single-product tile tree the same way was tried:
+# CV tile 77.6% against 75.2%, but V100 linear test tile 55.2% against 57.9%, so not kept.
+SPLIT_TREES = 15
+SPLIT_SUBSAMPLE = 0.85
+SPLIT_MAX_FEATURES = 0
+SPLIT_SEED = 1
 
 
 def log2(x):
@@ -68,22 +91,26 @@ def log2(x):
 
 
 class Arch:
-    """What the features need of a class on its GPU: SMs and, per distinct simt tile (first candidate
-    of each tb_m x tb_n in list order), its dimensions and blocks per SM (blocks_per_sm in tile.cpp,
-    4-byte operands)."""
+    """What the features need of a class on its GPU: SMs, max threads per SM and, per distinct simt
+    tile (first candidate of each tb_m x tb_n in list order), its dimensions and blocks per SM
+    (blocks_per_sm in tile.cpp, 4-byte operands); per candidate name its tile, threads and blocks
+    per SM (the split tree's inputs)."""
 
     def __init__(self, simt, gpu):
         self.sm = gpu["num_sm"]
+        self.max_threads = gpu["max_threads_per_sm"]
         self.tiles = []
+        self.cands = {}
         for c in simt:
             tm, tn, tk = c["tb"]
-            if any((tm, tn) == t[:2] for t in self.tiles) or len(self.tiles) >= 16:
-                continue
             th = c["threads"]
             b = max(1, gpu["max_blocks_per_sm"])
             b = min(b, gpu["max_threads_per_sm"] // th)
             b = min(b, gpu["regs_per_sm"] // (((c["regs_per_thread"] + 7) // 8) * 8 * th))
             b = min(b, int(gpu["smem_per_sm_kb"] * 1024 / (c["stages"] * (tm + tn) * tk * 4.0)))
+            self.cands[c["name"]] = (tm, tn, th, max(b, 1))
+            if any((tm, tn) == t[:2] for t in self.tiles) or len(self.tiles) >= 16:
+                continue
             self.tiles.append((tm, tn, max(b, 1)))
         self.n_features = 8 + 2 * len(self.tiles)
 
@@ -104,6 +131,28 @@ def features(batch, m, n, k, arch, out_tiles=0):
     return f
 
 
+SPLIT_FILLS = 4  # last-wave fill of the output tiles split 1, 2, .., SPLIT_FILLS ways
+N_SPLIT_FEATURES = 6 + SPLIT_FILLS
+
+
+def split_features(batch, m, n, k, arch, cand):
+    """Inputs of the split tree: features() with the chosen candidate's output tiles, then
+    (from index arch.n_features) that candidate's own figures on this GPU: log2 of its output tiles
+    x threads over the SMs' threads (occupancy of the unsplit grid), log2 of its output tiles over
+    SMs x its blocks per SM (waves), log2 tb_m, log2 tb_n, log2 threads, blocks per SM, and for a
+    split into s = 1..SPLIT_FILLS its last-wave fill (output tiles x s over SMs x blocks per SM,
+    divided by the whole waves that needs). Must match set_split_features() in tiling/src/tile.cpp."""
+    tm, tn, th, bps = arch.cands[cand]
+    ot = batch * cdiv(m, tm) * cdiv(n, tn)
+    f = features(batch, m, n, k, arch, ot)
+    f += [math.log2(ot * th / (arch.sm * arch.max_threads)), math.log2(ot / (arch.sm * bps)),
+          math.log2(tm), math.log2(tn), math.log2(th), float(bps)]
+    for s in range(1, SPLIT_FILLS + 1):
+        waves = ot * s / (arch.sm * bps)
+        f.append(waves / math.ceil(waves))
+    return f
+
+
 def class_simt(tiles, cls):
     """The class's simt list, following "inherit" like tile.cpp."""
     c = tiles["gemm"][cls]
@@ -116,7 +165,9 @@ def gini_sum(counts, n):
     return n - sum(v * v for v in counts.values()) / n if n else 0.0
 
 
-def build(X, y, idx, depth, feats, max_depth):
+def build(X, y, idx, depth, feats, max_depth, rnd=None, max_features=0):
+    """CART node over rows idx; with rnd, each node considers only max_features of feats, drawn
+    at random (random forest)."""
     cnt = collections.Counter(y[i] for i in idx)
     # ties broken by label order so that the fit is deterministic
     label = max(cnt.items(), key=lambda kv: (kv[1], str(kv[0])))[0]
@@ -125,7 +176,7 @@ def build(X, y, idx, depth, feats, max_depth):
         return node
     best = None
     n = len(idx)
-    for f in feats:
+    for f in (rnd.sample(feats, max_features) if rnd and 0 < max_features < len(feats) else feats):
         s = sorted(idx, key=lambda i: (X[i][f], i))
         left, right = collections.Counter(), collections.Counter(cnt)
         for j in range(n - 1):
@@ -145,8 +196,8 @@ def build(X, y, idx, depth, feats, max_depth):
         return node
     _, f, t = best
     node["f"], node["t"] = f, round(t, 6)
-    node["l"] = build(X, y, [i for i in idx if X[i][f] < node["t"]], depth + 1, feats, max_depth)
-    node["r"] = build(X, y, [i for i in idx if X[i][f] >= node["t"]], depth + 1, feats, max_depth)
+    node["l"] = build(X, y, [i for i in idx if X[i][f] < node["t"]], depth + 1, feats, max_depth, rnd, max_features)
+    node["r"] = build(X, y, [i for i in idx if X[i][f] >= node["t"]], depth + 1, feats, max_depth, rnd, max_features)
     return node
 
 
@@ -164,6 +215,11 @@ def flatten(node, out):
 
 
 def predict(nodes, x):
+    """Leaf of one tree (a list of nodes) or majority vote of a forest (a list of trees; ties go to
+    the smaller leaf, as RuleTree::eval in tile.cpp; only split forests, whose leaves are numbers)."""
+    if nodes and isinstance(nodes[0], list):
+        votes = collections.Counter(predict(t, x) for t in nodes)
+        return max(votes.items(), key=lambda kv: (kv[1], -kv[0]))[0]
     i = 0
     while "leaf" not in nodes[i]:
         nd = nodes[i]
@@ -204,9 +260,20 @@ def fit_trees(lin, bmm, arch, idx_lin, idx_bmm, single, batched):
         trees[key] = nodes
     trees["split"] = []
     if single:
-        X = [features(r["batch"], r["m"], r["n"], r["k"], arch, out_tiles(r, r["cand"])) for r in lin]
-        flatten(build(X, [r["gz"] for r in lin], idx_lin, 0, TREE_FEATURES["split"](arch.n_features), MAX_DEPTH["split"]),
-                trees["split"])
+        X = [split_features(r["batch"], r["m"], r["n"], r["k"], arch, r["cand"]) for r in lin]
+        y = [r["gz"] for r in lin]
+        # A forest of SPLIT_TREES trees, each on its own SPLIT_SUBSAMPLE share of the rows (drawn
+        # without replacement) and choosing each split among SPLIT_MAX_FEATURES of its features
+        # drawn at random (seeded: the fit is deterministic); majority vote.
+        rnd = random.Random(SPLIT_SEED)
+        for _ in range(SPLIT_TREES):
+            sub = sorted(rnd.sample(idx_lin, int(SPLIT_SUBSAMPLE * len(idx_lin)))) if SPLIT_TREES > 1 else idx_lin
+            nodes = []
+            flatten(build(X, y, sub, 0, TREE_FEATURES["split"](arch.n_features), MAX_DEPTH["split"], rnd,
+                          SPLIT_MAX_FEATURES), nodes)
+            trees["split"].append(nodes)
+        if SPLIT_TREES == 1:
+            trees["split"] = trees["split"][0]
     return trees
 
 
@@ -218,13 +285,13 @@ def choose(trees, r, arch, batched):
     """What tile.cpp does with the rule: (candidate, grid size)."""
     cand = predict(trees["batched_tile" if batched else "single_tile"], features(r["batch"], r["m"], r["n"], r["k"], arch))
     out = out_tiles(r, cand)
-    split = 1 if batched else min(predict(trees["split"], features(r["batch"], r["m"], r["n"], r["k"], arch, out)), r["k"])
+    split = 1 if batched else min(predict(trees["split"], split_features(r["batch"], r["m"], r["n"], r["k"], arch, cand)), r["k"])
     return cand, out * split
 
 
 def cross_validate(lin, bmm, arch, single, batched, folds=5):
     """k-fold agreement on the train rows (each row predicted by trees fitted without it)."""
-    ok = {op: [0, 0] for op, on in (("linear", single), ("bmm", batched)) if on}
+    ok = {op: [0, 0, 0] for op, on in (("linear", single), ("bmm", batched)) if on}
     for f in range(folds):
         tl = [i for i in range(len(lin)) if i % folds != f]
         tb = [i for i in range(len(bmm)) if i % folds != f]
@@ -237,6 +304,9 @@ def cross_validate(lin, bmm, arch, single, batched, folds=5):
                 cand, grid = choose(trees, r, arch, op == "bmm")
                 ok[op][0] += tile_dims(cand) == (r["tm"], r["tn"])
                 ok[op][1] += grid == r["grid"]
+                if op == "linear":  # the split tree alone, given the library's tile
+                    x = split_features(r["batch"], r["m"], r["n"], r["k"], arch, r["cand"])
+                    ok[op][2] += min(predict(trees["split"], x), r["k"]) == r["gz"]
     return ok
 
 
@@ -268,14 +338,21 @@ def main():
                 cls, dev, ", ".join("%s %.1f%% / %.1f%%" % (op, 100.0 * v[0] / n[op], 100.0 * v[1] / n[op]) for op, v in ok.items()),
                 100.0 * sum(v[0] for v in ok.values()) / sum(n.values()), 100.0 * sum(v[1] for v in ok.values()) / sum(n.values())),
                 flush=True)
+            if "linear" in ok:
+                print("%s linear split factor given the library tile: %.1f%%" % (cls, 100.0 * ok["linear"][2] / n["linear"]), flush=True)
             continue
         rule = {"about": "learned from the %s train/ rows of neusight-data/kernels (%d linear, %d bmm) by "
-                         "tiling/data/fit_gemm_rules.py%s; CART trees, max depth %d (single_tile) / %d (batched_tile) / %d (split), min leaf %d; nodes: "
+                         "tiling/data/fit_gemm_rules.py%s; CART trees, max depth %d (single_tile) / %d (batched_tile) / %d (split), min leaf %d; split: majority vote "
+                         "(ties: the smaller factor) of %d trees, each on %.0f%% of the rows%s; nodes (per tree): "
                          "{f, t, l, r} goes to l when feature f < t, {leaf} = simt candidate or split factor; an empty tile tree leaves those products to the cost model"
                          % (dev, len(lin), len(bmm), " --single %s --batched %s" % (a.single, a.batched), MAX_DEPTH["single_tile"],
-                            MAX_DEPTH["batched_tile"], MAX_DEPTH["split"], MIN_LEAF),
+                            MAX_DEPTH["batched_tile"], MAX_DEPTH["split"], MIN_LEAF, SPLIT_TREES, 100 * SPLIT_SUBSAMPLE,
+                            " and %d of the features per node" % SPLIT_MAX_FEATURES if SPLIT_MAX_FEATURES else ""),
                 "features": BASE_FEATURES + ["%s_%dx%d" % (what, tm, tn) for tm, tn, _ in arch.tiles
-                                             for what in ("last_wave_fill", "padding_efficiency")]}
+                                             for what in ("last_wave_fill", "padding_efficiency")]
+                            + ["split: log2_occupancy", "split: log2_waves", "split: log2_tb_m", "split: log2_tb_n",
+                               "split: log2_threads", "split: blocks_per_sm"]
+                            + ["split: last_wave_fill_split_%d" % s for s in range(1, SPLIT_FILLS + 1)]}
         trees = fit_trees(lin, bmm, arch, list(range(len(lin))), list(range(len(bmm))),
                           cls in single_classes, cls in batched_classes)
         if not trees["single_tile"] and not trees["batched_tile"]:
@@ -290,21 +367,26 @@ def main():
                 print("%s %s: %d nodes, in-sample agreement %.1f%%" % (cls, key, len(trees[key]), 100.0 * ok / len(rows)))
             rule[key] = trees[key]
         if trees["split"]:
-            ok = sum(predict(trees["split"], features(r["batch"], r["m"], r["n"], r["k"], arch, out_tiles(r, r["cand"]))) == r["gz"]
+            ok = sum(predict(trees["split"], split_features(r["batch"], r["m"], r["n"], r["k"], arch, r["cand"])) == r["gz"]
                      for r in lin)
-            print("%s split: %d nodes, in-sample agreement given the library tile %.1f%%" % (cls, len(trees["split"]), 100.0 * ok / len(lin)))
+            forest = isinstance(trees["split"][0], list)
+            print("%s split: %s, in-sample agreement given the library tile %.1f%%" % (
+                cls, "%d trees, %d nodes" % (len(trees["split"]), sum(map(len, trees["split"]))) if forest
+                else "%d nodes" % len(trees["split"]), 100.0 * ok / len(lin)))
         rule["split"] = trees["split"]
         # one node per line in the file
         for key in ("single_tile", "batched_tile", "split"):
-            for i, nd in enumerate(rule[key]):
-                tag = "@@%s.%s.%d@@" % (cls, key, i)
-                placeholders['"%s"' % tag] = json.dumps(nd, separators=(",", ":"))
-                rule[key][i] = tag
+            forest = rule[key] and isinstance(rule[key][0], list)
+            for ti, tree in enumerate(rule[key] if forest else [rule[key]]):
+                for i, nd in enumerate(tree):
+                    tag = "@@%s.%s.%d.%d@@" % (cls, key, ti, i)
+                    placeholders['"%s"' % tag] = json.dumps(nd, separators=(",", ":"))
+                    tree[i] = tag
         tiles["gemm"][cls]["rule"] = rule
     if a.cv:
         return
     text = json.dumps(tiles, indent=1, ensure_ascii=False) + "\n"
-    text = re.sub(r'"@@[a-z_]+\.[a-z_]+\.[0-9]+@@"', lambda mt: placeholders[mt.group(0)], text)
+    text = re.sub(r'"@@[a-z_]+\.[a-z_]+\.[0-9]+\.[0-9]+@@"', lambda mt: placeholders[mt.group(0)], text)
     with open(a.tiles + ".tmp", "w") as f:
         f.write(text)
     os.replace(a.tiles + ".tmp", a.tiles)

@@ -101,11 +101,13 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   return c;
 }
 
-RuleTree parse_tree(const json& j, const std::string& what, bool tile_leaves) {
-  if (!j.is_array()) throw InputError(what + ": must be a list of nodes");
-  RuleTree t;
+// Appends one tree (a list of nodes, indices relative to it) to t.
+void parse_one_tree(const json& j, const std::string& what, bool tile_leaves, RuleTree& t) {
+  if (!j.is_array() || j.empty()) throw InputError(what + ": must be a non-empty list of nodes");
   const int n = static_cast<int>(j.size());
-  t.nodes.reserve(static_cast<size_t>(n));
+  const int base = static_cast<int>(t.nodes.size());
+  t.roots.push_back(base);
+  t.nodes.reserve(static_cast<size_t>(base + n));
   for (int i = 0; i < n; ++i) {
     const json& nd = j[i];
     // The error context is built only on an error: trees have thousands of nodes.
@@ -138,11 +140,23 @@ RuleTree parse_tree(const json& j, const std::string& what, bool tile_leaves) {
           fail("'l' and 'r' must index later nodes of the list");
       node.feature = f[0]->get<int>();
       node.threshold = f[1]->get<double>();
-      node.left = f[2]->get<int>();
-      node.right = f[3]->get<int>();
+      node.left = base + f[2]->get<int>();
+      node.right = base + f[3]->get<int>();
     }
     t.nodes.push_back(std::move(node));
   }
+}
+
+// A tree: a list of nodes; a forest: a list of trees (majority vote). [] = no tree.
+RuleTree parse_tree(const json& j, const std::string& what, bool tile_leaves) {
+  if (!j.is_array()) throw InputError(what + ": must be a list of nodes");
+  RuleTree t;
+  if (j.empty()) return t;
+  if (!j[0].is_array()) {
+    parse_one_tree(j, what, tile_leaves, t);
+    return t;
+  }
+  for (size_t i = 0; i < j.size(); ++i) parse_one_tree(j[i], what + " tree " + std::to_string(i), tile_leaves, t);
   return t;
 }
 
@@ -168,7 +182,7 @@ void resolve_rule(GemmClass& c, const std::string& what) {
   const int n_features = 8 + 2 * static_cast<int>(c.rule.tiles.size());
   for (const RuleTree* t : {&c.rule.single_tile, &c.rule.batched_tile, &c.rule.split})
     for (const auto& nd : t->nodes)
-      if (nd.feature >= n_features)
+      if (nd.feature >= n_features + (t == &c.rule.split ? kGemmRuleSplitFeatures : 0))
         throw InputError(what + ": rule feature " + std::to_string(nd.feature) + " beyond the class's " +
                          std::to_string(c.rule.tiles.size()) + " simt tiles");
   for (RuleTree* t : {&c.rule.single_tile, &c.rule.batched_tile})
@@ -241,6 +255,27 @@ void set_out_tile_features(const Gpu& gpu, int64_t out_tiles, double* x) {
   x[7] = x[2] - std::log2(std::max(double(out_tiles), 1.0));
 }
 
+// The split tree's own inputs (after the class's per-tile features): the chosen candidate's
+// occupancy, waves, tile, threads, blocks per SM and the last-wave fill of its output tiles split
+// 1..kGemmRuleSplitFills ways (tiling.h). Must match split_features() in fit_gemm_rules.py.
+void set_split_features(const GemmCandidate& c, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x) {
+  const double sm = std::max(gpu.num_sm, 1);
+  const double threads = c.config.threads;
+  const double bps = double(blocks_per_sm(c, gpu, 4.0, c.config.tb_k));
+  const double ot = double(std::max<int64_t>(out_tiles, 1));
+  double* f = x + 8 + 2 * cls.rule.tiles.size();
+  f[0] = std::log2(ot * threads / (sm * std::max(gpu.max_threads_per_sm, 1)));
+  f[1] = std::log2(ot / (sm * bps));
+  f[2] = std::log2(double(c.config.tb_m));
+  f[3] = std::log2(double(c.config.tb_n));
+  f[4] = std::log2(threads);
+  f[5] = bps;
+  for (int s = 1; s <= kGemmRuleSplitFills; ++s) {
+    const double waves = ot * s / (sm * bps);
+    f[5 + s] = waves / std::ceil(waves);
+  }
+}
+
 Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const GemmShape& s = kr.gemm;
   const GemmClass& cls = table.gemm_class(gpu.arch);
@@ -265,6 +300,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     int split = 1;
     if (!batched && c.split_k && !cls.rule.split.empty()) {
       set_out_tile_features(gpu, out_tiles, x);
+      set_split_features(c, cls, gpu, out_tiles, x);
       split = static_cast<int>(std::min<int64_t>(cls.rule.split.eval(x), s.k));
     }
     best = Choice{&c, std::max(split, 1), c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
@@ -376,9 +412,23 @@ int arch_number(const std::string& arch, std::string& family) {
 }  // namespace
 
 int RuleTree::eval(const double* x) const {
-  int i = 0;
-  while (nodes[i].feature >= 0) i = x[nodes[i].feature] < nodes[i].threshold ? nodes[i].left : nodes[i].right;
-  return nodes[i].value;
+  auto walk = [&](int i) {
+    while (nodes[i].feature >= 0) i = x[nodes[i].feature] < nodes[i].threshold ? nodes[i].left : nodes[i].right;
+    return nodes[i].value;
+  };
+  if (roots.size() <= 1) return walk(0);
+  // Majority vote; forests are small (tens of trees), so count in a flat list.
+  std::vector<std::pair<int, int>> votes;  // (value, count)
+  for (int r : roots) {
+    const int v = walk(r);
+    auto it = std::find_if(votes.begin(), votes.end(), [v](const auto& p) { return p.first == v; });
+    if (it == votes.end()) votes.emplace_back(v, 1);
+    else ++it->second;
+  }
+  auto best = votes.begin();
+  for (auto it = votes.begin(); it != votes.end(); ++it)
+    if (it->second > best->second || (it->second == best->second && it->first < best->first)) best = it;
+  return best->first;
 }
 
 void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x) {

@@ -113,8 +113,12 @@ struct RuleTree {
     std::string label;        // leaf of a tile tree: candidate name
     int value = 0;            // leaf: candidate index in the class's simt list, or the split factor
   };
-  std::vector<Node> nodes;  // preorder, children after their parent; nodes[0] is the root
+  // One tree or a forest (tiles.json: a list of nodes, or a list of such lists): each tree's
+  // nodes in preorder, children after their parent, left/right indices into `nodes`.
+  std::vector<Node> nodes;
+  std::vector<int> roots;  // index in `nodes` of each tree's root
   bool empty() const { return nodes.empty(); }
+  // The leaf value of the one tree, or the trees' majority vote (ties: the smaller value).
   int eval(const double* x) const;
 };
 
@@ -125,9 +129,15 @@ struct RuleTree {
 // features of that tile on this GEMM: 8 + 2i its last-wave fill (output tiles over SMs x its
 // blocks per SM, divided by the whole waves it needs; 1 = the last wave is full) and 9 + 2i its
 // padding efficiency (m n over the padded output, 1 = m and n are multiples of the tile).
-// Must match features() in fit_gemm_rules.py.
+// After those (from n = 8 + 2 x tiles), kGemmRuleSplitFeatures inputs of the split tree only, on
+// the chosen candidate (set_split_features): log2(output tiles x threads / (SMs x max threads per
+// SM)), log2(output tiles / (SMs x blocks per SM)), log2 tb_m, log2 tb_n, log2 threads, blocks
+// per SM, and for s = 1..kGemmRuleSplitFills the last-wave fill of its output tiles split s ways.
+// Must match features() and split_features() in fit_gemm_rules.py.
 constexpr int kGemmRuleMaxTiles = 16;
-constexpr int kGemmRuleFeatures = 8 + 2 * kGemmRuleMaxTiles;
+constexpr int kGemmRuleSplitFills = 4;
+constexpr int kGemmRuleSplitFeatures = 6 + kGemmRuleSplitFills;
+constexpr int kGemmRuleFeatures = 8 + 2 * kGemmRuleMaxTiles + kGemmRuleSplitFeatures;
 struct GemmClass;
 void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x);
 
