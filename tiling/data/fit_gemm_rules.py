@@ -59,11 +59,14 @@ TREE_FEATURES = {"single_tile": lambda n: list(range(6)) + list(range(8, n)),
 # predictor (bench/kernel_accuracy (c)). volta single products: CV 75.2% / 60.6% (tile / count;
 # 75.2% / 55.6% with the single split tree over features 0-7, 72.7% / 54.1% before the per-tile
 # features) against 53.2% / 37.2% for the cost model; turing batched products: CV 98.4% / 98.6% against
-# 86.2% / 87.7%. Left out: turing single products (CV 74.2% / 49.4% with the per-tile
-# features against 68.7% / 47.4%, but worse on the real-model test rows: T4 test 91.5% / 83.2% against 92.2% / 86.4%) and volta batched products (CV 84.8% / 93.3% against
-# 75.4% / 88.2%, but the A100 bmm error of (c) goes from ~12% to ~17%).
+# 86.2% / 87.7%; volta batched products: CV 84.8% / 93.3% against 75.4% / 88.2% (kept since the
+# sixth session: with the predictor of 64-unit GEMM ensembles combined in log space, retrained on
+# these tiles, (c) BMM is 9.83% and linear 8.80%; with the 32-unit networks of an earlier session
+# the same tree had taken (c) BMM from ~12% to ~17%, and it was left out then). Left out: turing
+# single products (CV 74.2% / 49.4% with the per-tile features against 68.7% / 47.4%, but worse
+# on the real-model test rows: T4 test 91.5% / 83.2% against 92.2% / 86.4%).
 SINGLE = ["volta"]  # classes that get single_tile + split trees (--single)
-BATCHED = ["turing"]  # classes that get a batched_tile tree (--batched)
+BATCHED = ["turing", "volta"]  # classes that get a batched_tile tree (--batched)
 # Depths chosen by 5-fold CV on the volta train rows (README "Tile choice"): the tile tree peaks at
 # depth 10 (8: 73.7%, 10: 75.1%, 12: 75.0% tile), the split tree keeps gaining to 14.
 MAX_DEPTH = {"single_tile": 10, "batched_tile": 14, "split": 14}
