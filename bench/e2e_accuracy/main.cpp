@@ -237,20 +237,17 @@ std::pair<double, int> train_test_ratio(const std::vector<GemmRow>& train, const
 
 // The same check for a memory-bound kernel: a training GPU's large adds (train/add) against
 // its adds of test/elem.csv with elements within 15% (train latency scaled by elements), from
-// 4M elements up (well past launch costs). SM clocks do not matter there.
-std::pair<double, int> add_train_test_ratio(const Dataset& train, const Dataset& test, const std::string& device) {
-  constexpr double kTol = 0.15, kMinElems = 4e6;
-  auto elems = [](const DatasetRow& r) { return double(r.kernel.rows) * double(r.kernel.cols); };
-  std::vector<double> ratios, scaled;
-  for (const auto& t : test.rows) {
-    if (t.op_name != "add" || t.device != device || t.latency_ms <= 0 || elems(t) < kMinElems) continue;
-    scaled.clear();
-    for (const auto& r : train.rows)
-      if (r.op_name == "add" && r.latency_ms > 0 && elems(r) > 0 && std::fabs(std::log(elems(r) / elems(t))) < kTol)
-        scaled.push_back(r.latency_ms * elems(t) / elems(r));
-    if (!scaled.empty()) ratios.push_back(median_of(scaled) / t.latency_ms);
+// 4M elements up (well past launch costs). SM clocks do not matter there. The adds as rows of
+// one dimension (their elements) for train_test_ratio.
+std::vector<GemmRow> add_rows(const Dataset& d, const std::string& device, double min_elems) {
+  std::vector<GemmRow> v;
+  for (const auto& r : d.rows) {
+    const double e = double(r.kernel.rows) * double(r.kernel.cols);
+    if (r.op_name != "add" || (!device.empty() && r.device != device) || r.latency_ms <= 0 || e <= 0 || e < min_elems)
+      continue;
+    v.push_back({0, 0, 0, std::log(e), e, r.latency_ms});
   }
-  return {median_of(ratios), int(ratios.size())};
+  return v;
 }
 
 }  // namespace
@@ -512,7 +509,8 @@ int main(int argc, char** argv) {
       std::replace(device.begin(), device.end(), '_', ' ');
       const fs::path train = kdir / "train" / "add" / (d + ".csv");
       const auto [ratio, n] =
-          fs::exists(train) ? add_train_test_ratio(read_dataset(train.string()), elem, device) : std::pair<double, int>{0, 0};
+          fs::exists(train) ? train_test_ratio(add_rows(read_dataset(train.string()), "", 0), add_rows(elem, device, 4e6))
+                            : std::pair<double, int>{0, 0};
       if (n) std::printf("    %5.2f (%4d)", ratio, n);
       else std::printf(" %14s", "-");
     }

@@ -132,6 +132,26 @@ bool LowerCtx::transposed_view(size_t i) const {
          !plan->free_reason[static_cast<size_t>(it->second)].empty();
 }
 
+namespace {
+
+// A Transpose's permutation over `rank` dims, negative axes normalised (ONNX's default
+// reverses the dims); false when it does not describe a permutation of that rank.
+bool transpose_perm(const Node& tr, size_t rank, std::vector<size_t>& perm) {
+  std::vector<int64_t> p = tr.attr_ints("perm");
+  if (p.empty())
+    for (size_t d = rank; d-- > 0;) p.push_back(static_cast<int64_t>(d));
+  if (p.size() != rank) return false;
+  perm.resize(rank);
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t a = p[d] < 0 ? p[d] + static_cast<int64_t>(rank) : p[d];
+    if (a < 0 || a >= static_cast<int64_t>(rank)) return false;
+    perm[d] = static_cast<size_t>(a);
+  }
+  return true;
+}
+
+}  // namespace
+
 LowerCtx::StridedRead LowerCtx::strided_read(size_t i) const {
   StridedRead r;
   if (!plan || i >= n.inputs.size()) return r;
@@ -145,19 +165,13 @@ LowerCtx::StridedRead LowerCtx::strided_read(size_t i) const {
   r.elem_bytes = eb;
   if (!x || !x->fully_known() || x->shape.empty()) return r;
   const size_t rank = x->shape.size();
-  std::vector<int64_t> perm = tr.attr_ints("perm");
-  if (perm.empty())  // default: reverse the dimensions
-    for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
-  if (perm.size() != rank) return r;
-  for (auto& p : perm)
-    if (p < 0) p += static_cast<int64_t>(rank);
-  for (const auto p : perm)
-    if (p < 0 || p >= static_cast<int64_t>(rank)) return r;
+  std::vector<size_t> perm;
+  if (!transpose_perm(tr, rank, perm)) return r;
   // The view's innermost dimension of more than one element, and its stride in the stored
   // (contiguous) input: consecutive output elements lie that far apart.
   constexpr double kSectorBytes = 32;
   for (size_t d = rank; d-- > 0;) {
-    const size_t src = static_cast<size_t>(perm[d]);
+    const size_t src = perm[d];
     if (x->shape[src].value <= 1) continue;
     double stride = 1;
     for (size_t k = src + 1; k < rank; ++k) stride *= double(std::max<int64_t>(x->shape[k].value, 1));
@@ -172,7 +186,7 @@ LowerCtx::StridedRead LowerCtx::strided_read(size_t i) const {
   for (size_t k = rank; k-- > 0;)
     if (x->shape[k].value > 1) { last = k; break; }
   if (last == rank) return r;
-  const size_t vd = static_cast<size_t>(std::find(perm.begin(), perm.end(), static_cast<int64_t>(last)) - perm.begin());
+  const size_t vd = static_cast<size_t>(std::find(perm.begin(), perm.end(), last) - perm.begin());
   const size_t ry = y->shape.size();
   if (vd >= rank || ry < rank) return r;
   double inside = 1;
@@ -191,20 +205,14 @@ bool LowerCtx::batch_fold_copies(size_t i) const {
   std::string t = n.inputs[i];
   const TensorInfo* stored = nullptr;
   bool permuted = false;
+  std::vector<size_t> perm;
   for (int hops = 0; hops < 16; ++hops) {
     auto it = plan->producer.find(t);
     if (it == plan->producer.end()) break;
     const Node& tr = g.nodes[static_cast<size_t>(it->second)];
     if (tr.op_type != "Transpose" || plan->free_reason[static_cast<size_t>(it->second)].empty() || tr.inputs.empty()) break;
-    std::vector<int64_t> perm = tr.attr_ints("perm");
-    if (perm.empty())
-      for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
-    if (perm.size() != rank) return false;
-    for (size_t d = 0; d < rank; ++d) {
-      const int64_t p = perm[src[d]] < 0 ? perm[src[d]] + static_cast<int64_t>(rank) : perm[src[d]];
-      if (p < 0 || p >= static_cast<int64_t>(rank)) return false;
-      src[d] = static_cast<size_t>(p);
-    }
+    if (!transpose_perm(tr, rank, perm)) return false;
+    for (size_t d = 0; d < rank; ++d) src[d] = perm[src[d]];
     permuted = true;
     t = tr.inputs[0];
     stored = g.find(t);

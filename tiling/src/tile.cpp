@@ -248,6 +248,9 @@ struct Choice {
 
 Tiling finish(const Kernel& kr, const Gpu& gpu, const Choice& best, bool tc);
 
+// How full the last of `waves` (fractional) waves is: 1 when they are whole.
+double last_wave_fill(double waves) { return waves / std::ceil(waves); }
+
 // gemm_rule_features' two inputs that depend on the output tile count (x[6], x[7]; x[2] is
 // log2 k): the split tree asks again with the chosen tile's count, the rest stays.
 void set_out_tile_features(const Gpu& gpu, int64_t out_tiles, double* x) {
@@ -271,8 +274,7 @@ void set_split_features(const GemmCandidate& c, const GemmClass& cls, const Gpu&
   f[4] = std::log2(threads);
   f[5] = bps;
   for (int s = 1; s <= kGemmRuleSplitFills; ++s) {
-    const double waves = ot * s / (sm * bps);
-    f[5 + s] = waves / std::ceil(waves);
+    f[5 + s] = last_wave_fill(ot * s / (sm * bps));
   }
 }
 
@@ -446,8 +448,7 @@ void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu
     const GemmCandidate& c = cls.simt[static_cast<size_t>(i)];
     const int64_t tm = c.config.tb_m, tn = c.config.tb_n;
     const int64_t pm = ceil_div(s.m, tm), pn = ceil_div(s.n, tn);
-    const double waves = double(s.batch * pm * pn) / (sm * double(blocks_per_sm(c, gpu, 4.0, c.config.tb_k)));
-    *t++ = waves / std::ceil(waves);
+    *t++ = last_wave_fill(double(s.batch * pm * pn) / (sm * double(blocks_per_sm(c, gpu, 4.0, c.config.tb_k))));
     *t++ = double(s.m) * double(s.n) / (double(pm * tm) * double(pn * tn));
   }
 }
