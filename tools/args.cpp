@@ -70,7 +70,7 @@ Options parse_analysis_options(const Args& args) {
   opt.weights_dir = args.get("--weights");
   const std::string timing = args.get("--timing", "device");
   if (!parse_timing(timing, opt.timing))
-    throw InputError("--timing: expected eager or device, got '" + timing + "'");
+    throw InputError("--timing: expected device, kernel or eager, got '" + timing + "'");
   return opt;
 }
 

@@ -29,7 +29,7 @@ const char* kUsage =
     "usage: neusight-onnx MODEL.onnx --gpu GPU[,GPU...] [--batch N] [--seq N] [--dim NAME=VALUE]...\n"
     "                     [--mode inference|training] [--dtype auto|fp32|tf32|fp16|bf16|fp8]\n"
     "                     [--fusion none|eager|full] [--predictor neusight|roofline]\n"
-    "                     [--timing device|eager]\n"
+    "                     [--timing device|kernel|eager]\n"
     "                     [--json FILE] [--csv FILE] [--csv-kernels] [--out ANNOTATED.onnx]\n"
     "                     [--html FILE] [--top N] [--group node|layer] [--quiet]\n"
     "       neusight-onnx --config HF_CONFIG.json --batch N --seq N --gpu GPU [same options]\n"

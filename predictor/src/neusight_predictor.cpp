@@ -60,8 +60,9 @@ class NeusightPredictor final : public Predictor {
     std::vector<Prediction> out(kernels.size());
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
-    std::vector<double> wave_ms[kNumUtilClasses];  // strip_dispatch: device time of the first wave
-    const bool device = o_.timing == Timing::device;
+    std::vector<double> wave_ms[kNumUtilClasses];  // kernel timing: device time of the first wave
+    const bool device = o_.timing != Timing::eager;
+    const bool strip_dispatch = o_.timing == Timing::kernel;
     const double bw = gpu.mem_bw_gbps * 1e9;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const Kernel& k = kernels[i];
@@ -90,8 +91,8 @@ class NeusightPredictor final : public Predictor {
       const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
       TileFeatures f = tile_features(c, run, t, gpu_as_run(run, t, gpu, o_.operand_port_weight));
       if (!(f.base_ms > 0)) continue;
-      if (device && o_.strip_dispatch && c != UtilClass::gemm) {
-        // What-if (precision.h): eager(k) - eager(first wave) + the first wave's device time.
+      if (strip_dispatch && c != UtilClass::gemm) {
+        // Kernel timing (precision.h): eager(k) - eager(first wave) + the first wave's device time.
         const Kernel w = first_wave(run, t, gpu);
         const Tiling tw = tile_kernel(w, gpu);
         members[int(c)].push_back(i);
@@ -120,7 +121,7 @@ class NeusightPredictor final : public Predictor {
       if (members[c].empty()) continue;
       std::vector<char> extra;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra);
-      const bool strip = device && o_.strip_dispatch && c != int(UtilClass::gemm);
+      const bool strip = strip_dispatch && c != int(UtilClass::gemm);
       const bool per_kernel_fixed = device && fixed_ms_[c] < 0;
       const size_t step = per_kernel_fixed || strip ? 2 : 1;
       for (size_t j = 0; j < members[c].size(); ++j) {

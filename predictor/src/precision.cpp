@@ -6,11 +6,18 @@
 
 namespace neusight {
 
-const char* timing_name(Timing t) { return t == Timing::device ? "device" : "eager"; }
+const char* timing_name(Timing t) {
+  switch (t) {
+    case Timing::device: return "device";
+    case Timing::kernel: return "kernel";
+    default: return "eager";
+  }
+}
 
 bool parse_timing(const std::string& s, Timing& out) {
   if (s == "eager") out = Timing::eager;
   else if (s == "device") out = Timing::device;
+  else if (s == "kernel") out = Timing::kernel;
   else return false;
   return true;
 }

@@ -89,6 +89,24 @@ class TimingFlag(unittest.TestCase):
             smaller += b["latency_ms"] < 0.9 * a["latency_ms"]
         self.assertGreater(smaller, len(ke) // 4)  # a seq-64 model is mostly small kernels
 
+    def test_kernel_timing_strips_the_dispatch_of_streaming_kernels_only(self):
+        args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64")
+        device = run_json(*args, "--timing", "device")
+        kernel = run_json(*args, "--timing", "kernel")
+        self.assertEqual(kernel["timing"], "kernel")
+        self.assertLess(kernel["e2e_latency_ms"], device["e2e_latency_ms"])
+        kd, kk = kernels(device), kernels(kernel)
+        self.assertEqual(len(kd), len(kk))
+        smaller = 0
+        for a, b in zip(kd, kk):
+            self.assertLessEqual(b["latency_ms"], a["latency_ms"] * (1 + 1e-9))
+            self.assertGreaterEqual(b["latency_ms"], b["roofline_ms"] * (1 - 1e-9))
+            self.assertGreaterEqual(b["latency_ms"], 0.002 * (1 - 1e-9))  # the device floor
+            if a["class"] == "gemm":
+                self.assertAlmostEqual(b["latency_ms"], a["latency_ms"], delta=1e-9 + 1e-9 * a["latency_ms"])
+            smaller += b["latency_ms"] < 0.9 * a["latency_ms"]
+        self.assertGreater(smaller, 0)
+
     def test_bad_timing_is_an_input_error(self):
         code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--timing", "wall")
         self.assertEqual(code, 2)

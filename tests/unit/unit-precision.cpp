@@ -30,6 +30,9 @@ TEST_CASE("precision: timing names") {
   CHECK(parse_timing("device", t));
   CHECK(t == Timing::device);
   CHECK(std::string(timing_name(t)) == "device");
+  CHECK(parse_timing("kernel", t));
+  CHECK(t == Timing::kernel);
+  CHECK(std::string(timing_name(t)) == "kernel");
   CHECK(parse_timing("eager", t));
   CHECK(t == Timing::eager);
   CHECK_FALSE(parse_timing("wall", t));
@@ -157,13 +160,11 @@ TEST_CASE("precision: device timing replaces the eager fixed cost, never beats t
   CHECK(pd[4].latency_ms == doctest::Approx(pe[4].latency_ms).epsilon(0.05));
 }
 
-TEST_CASE("precision: device timing uses the law without its alpha / waves term; strip_dispatch what-if") {
+TEST_CASE("precision: device timing uses the law without its alpha / waves term; kernel timing strips the dispatch") {
   const Gpu a100 = GpuDatabase::builtin().resolve("a100-sxm4-80gb");
   const ModelSet models = load_model_set(data_dir() + "/weights");
   auto device = make_neusight_predictor("", PrecisionOptions{Timing::device});
-  PrecisionOptions so{Timing::device};
-  so.strip_dispatch = true;
-  auto strip = make_neusight_predictor("", so);
+  auto strip = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
   // An RMSNorm-sized row norm of 64 rows (one wave) and of 4096 rows (38 waves), fp16.
   std::vector<Kernel> ks = {kernel_from_dataset("ln", {{"B", "64"}, {"H", "4096"}, {"dtype", "fp16"}}),
                             kernel_from_dataset("ln", {{"B", "4096"}, {"H", "4096"}, {"dtype", "fp16"}}),
@@ -185,11 +186,12 @@ TEST_CASE("precision: device timing uses the law without its alpha / waves term;
     // The law at infinite waves, its fixed cost swapped for the floor where that is larger.
     const double expect = std::max(l[0] + std::min(0.0, kDeviceKernelFloorMs - l[1]), pd[i].roofline_ms);
     CHECK(pd[i].latency_ms == doctest::Approx(expect).epsilon(1e-9));
-    // The what-if never beats the roofline or the floor.
+    // Kernel timing never beats the roofline or the floor, nor exceeds device timing.
     CHECK(ps[i].latency_ms >= ps[i].roofline_ms);
     CHECK(ps[i].latency_ms >= kDeviceKernelFloorMs);
+    CHECK(ps[i].latency_ms <= pd[i].latency_ms * (1 + 1e-9));
   }
-  // One wave: the what-if strips everything but the first wave's device time (floor).
+  // One wave: kernel timing strips everything but the first wave's device time (floor).
   CHECK(ps[0].latency_ms == doctest::Approx(kDeviceKernelFloorMs));
   // The 64-row norm is no longer the eager dispatch (19 us with the alpha / waves term).
   CHECK(pd[0].latency_ms < 0.012);

@@ -21,15 +21,28 @@ namespace neusight {
 // What a measured latency includes.
 //   eager  - the NeuSight training data: PyTorch eager, CUDA events around one op launched
 //            from Python, so a small kernel carries the framework's per-op dispatch (the
-//            MLPs' learned fixed cost, up to kMaxOverheadMs). The default.
-//   device - kernel time on the device only (CUDA events over back-to-back launches, or
-//            profiler kernel durations: DeepBench, Vidur, CUDA graphs, TensorRT,
-//            onnxruntime with CUDA graphs). The learned fixed cost is replaced by
-//            kDeviceKernelFloorMs, and the law is evaluated without its alpha / waves term
-//            (the dispatch of few-wave kernels the fixed cost did not absorb).
-enum class Timing { eager, device };
+//            MLPs' learned fixed cost, up to kMaxOverheadMs).
+//   device - a model's kernels back to back in one stream, launched by a framework (the
+//            wall clock of a PyTorch eager run; the CLI default). Each launch overlaps the
+//            kernel before it, so the learned fixed cost is replaced by kDeviceKernelFloorMs
+//            and the law is evaluated without its alpha / waves term (the dispatch of
+//            few-wave kernels the fixed cost did not absorb); the dispatch the MLPs put in
+//            the utilization of small streaming kernels stays, and stands for the per-op host
+//            work that bounds a short kernel in such a run (stripping it too made the MI100
+//            training runs 4.1 -> 13.6% wrong, README "End to end").
+//   kernel - the GPU time of each kernel and nothing else: profiler kernel durations
+//            (CUPTI, nsys, the PyTorch profiler's device times: Vidur), or CUDA graphs with no
+//            host work between kernels. Device timing with the dispatch also stripped from the
+//            streaming kernels (elementwise, softmax, norms, reductions, memory): such a
+//            kernel is its eager prediction less the eager prediction of its first wave of
+//            tiles, plus that wave's device time (its roofline, at least the device floor).
+//            This reads eager = per-launch dispatch + device time and strips the dispatch
+//            wherever the law put it (fixed cost, alpha / waves, or the MLP's waves inputs).
+//            GEMMs are as in device timing: their few-wave inefficiency is real device time
+//            (DeepBench's back-to-back GEMMs).
+enum class Timing { eager, device, kernel };
 const char* timing_name(Timing t);
-// "eager" | "device"; false for anything else.
+// "eager" | "device" | "kernel"; false for anything else.
 bool parse_timing(const std::string& s, Timing& out);
 
 // Shortest duration of one kernel in device timing: launch to completion of a kernel that
@@ -48,16 +61,6 @@ struct PrecisionOptions {
   // V100 to A100 but the measured efficiency does not halve, so the term does not transfer
   // (bench/half_precision --port-weight W).
   double operand_port_weight = 0;
-  // What-if, device timing, off in the product: a streaming kernel (elementwise, softmax,
-  // norms, memory) as its eager prediction less the eager prediction of its first wave of
-  // tiles, plus that wave's device time (its roofline, at least the device floor). Reads
-  // eager = per-launch dispatch + device time, and strips the dispatch wherever the learned
-  // law put it (fixed cost, alpha / waves, or the waves inputs of the MLP). On Vidur's A100
-  // PyTorch residual adds it gives 8.7% (law without alpha / waves: 24.9%); whole models:
-  // inference 10.7 -> 10.0%, fusion 4.2 -> 3.0%, multi-GPU 5.7 -> 2.3%, but training
-  // 12.7 -> 15.0% (MI100 4.1 -> 13.6%, its small kernels at the NVIDIA 2 us floor).
-  // bench/half_precision prints it.
-  bool strip_dispatch = false;
 };
 
 // True when the GPU has matrix units (tensor cores / AMD matrix cores) for the kernel's dtype.
