@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|eager] [--fusion none|eager|full] [--no-per-class]\n");
+      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|kernel|eager] [--fusion none|eager|full] [--no-per-class]\n");
       return 2;
     }
   }
@@ -326,8 +326,31 @@ int main(int argc, char** argv) {
   std::printf("%-8s %-11s %-5s %5s %3s %-6s %11s %11s %7s %11s %7s\n", "gpu", "model", "mode", "seq", "bs", "fusion",
               "measured", "neusight", "err%", "roofline", "err%");
 
+  // The training GPUs' own kernel data: median train / test latency of matched GEMM shapes
+  // per class ([class][device dir], e.g. "Tesla_T4"), for the table at the end and the
+  // consistency what-if.
+  const fs::path kdir = fs::path(shared) / "neusight-data" / "kernels";
+  std::vector<std::string> devs;
+  std::map<std::string, std::map<std::string, std::pair<double, int>>> gemm_ratio;
+  if (fs::is_directory(kdir / "train" / "linear")) {
+    for (const auto& e : fs::directory_iterator(kdir / "train" / "linear"))
+      if (e.path().extension() == ".csv") devs.push_back(e.path().stem().string());
+    std::sort(devs.begin(), devs.end());
+    for (const char* cls : {"linear", "bmm"}) {
+      const Dataset test = read_dataset((kdir / "test" / (std::string(cls) + ".csv")).string());
+      for (const auto& d : devs) {
+        std::string device = d;
+        std::replace(device.begin(), device.end(), '_', ' ');
+        const fs::path train = kdir / "train" / cls / (d + ".csv");
+        if (fs::exists(train))
+          gemm_ratio[cls][d] = train_test_ratio(gemm_rows(read_dataset(train.string()), ""), gemm_rows(test, device));
+      }
+    }
+  }
   std::map<std::string, ModelConfig> configs;
   std::map<std::string, std::map<std::string, Mean>> mean;  // [group][predictor]
+  // What-if: GEMMs on a training GPU divided by that GPU's train / test ratio ([group][gpu]).
+  std::map<std::string, std::map<std::string, Mean>> consistent;
   // per class: [class][gpu] -> (pred, measured) sums over runs with per-op CSVs
   std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum;
   std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum_rf;
@@ -367,6 +390,16 @@ int main(int argc, char** argv) {
         std::snprintf(nsb, sizeof nsb, "%11.1f", ns->e2e_latency_ms);
         std::snprintf(nse, sizeof nse, "%+7.1f", err_pct(ns->e2e_latency_ms, r.measured_ms));
         mean[group]["neusight"].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
+        double adjusted = ns->e2e_latency_ms;
+        const auto cls = by_class(*ns);
+        for (const char* c : {"linear", "bmm"}) {
+          auto it = gemm_ratio[c].find(r.gpu_dir);
+          if (it != gemm_ratio[c].end() && it->second.second > 0 && it->second.first > 0 && cls.count(c))
+            adjusted -= cls.at(c) * (1 - 1 / it->second.first);
+        }
+        const double e = err_pct(adjusted, r.measured_ms);
+        consistent[group][short_gpu(r.gpu_dir)].add(e);
+        consistent[group]["all"].add(e);
       }
       mean[group]["roofline"].add(err_pct(rf.e2e_latency_ms, r.measured_ms));
       std::printf("%-8s %-11s %-5s %5lld %3lld %-6s %11.1f %s %s %11.1f %+7.1f\n", short_gpu(r.gpu_dir).c_str(),
@@ -434,6 +467,19 @@ int main(int argc, char** argv) {
   std::printf("\nmean |error|          neusight            roofline\n");
   for (const char* g : {"inference", "training", "fusion"})
     std::printf("%-16s %20s %20s\n", g, mean[g]["neusight"].str().c_str(), mean[g]["roofline"].str().c_str());
+  if (have_ns && !gemm_ratio.empty()) {
+    // Not a prediction (it reads each training GPU's own test rows): how far the e2e error is
+    // the disagreement between that GPU's two kernel campaigns (table at the end).
+    std::printf("\nWhat-if, not a prediction: on the five training GPUs, the predicted linear and bmm time\n"
+                "divided by that GPU's median train / test latency of matched shapes (table at the end),\n"
+                "i.e. the predictor as if its train rows had agreed with its test rows; mean |error|:\n");
+    for (const char* g : {"inference", "training", "fusion"}) {
+      std::printf("%-16s %20s  by GPU:", g, consistent[g]["all"].str().c_str());
+      for (const auto& [gpu, m] : consistent[g])
+        if (gpu != "all") std::printf(" %s %.1f", gpu.c_str(), m.sum / std::max(1, m.n));
+      std::printf("\n");
+    }
+  }
 
   if (!bound_lines.empty()) {
     std::printf("\nMeasurement bound: the per-op CSV (traced layer x num_layer + the rest) against the label;\n"
@@ -478,24 +524,14 @@ int main(int argc, char** argv) {
     std::printf("\nKernel data: each training GPU's train rows against its own test rows of matched shape\n"
                 "(B, M, N, K each within 15%%; train latency scaled by FLOPs), median train / test latency\n"
                 "(1.00 = consistent; above 1 the train rows, which the predictor learns, ran slower), matched rows\n");
-    const fs::path kdir = fs::path(shared) / "neusight-data" / "kernels";
-    std::vector<std::string> devs;
-    for (const auto& e : fs::directory_iterator(kdir / "train" / "linear"))
-      if (e.path().extension() == ".csv") devs.push_back(e.path().stem().string());
-    std::sort(devs.begin(), devs.end());
     std::printf("%-12s", "class");
     for (const auto& d : devs) std::printf(" %14s", short_gpu(d).c_str());
     std::printf("\n");
     for (const char* cls : {"linear", "bmm"}) {
       std::printf("%-12s", cls);
-      const Dataset test = read_dataset((kdir / "test" / (std::string(cls) + ".csv")).string());
       for (const auto& d : devs) {
-        std::string device = d;
-        std::replace(device.begin(), device.end(), '_', ' ');
-        const fs::path train = kdir / "train" / cls / (d + ".csv");
-        const auto [ratio, n] = fs::exists(train)
-                                    ? train_test_ratio(gemm_rows(read_dataset(train.string()), ""), gemm_rows(test, device))
-                                    : std::pair<double, int>{0, 0};
+        const auto it = gemm_ratio[cls].find(d);
+        const auto [ratio, n] = it != gemm_ratio[cls].end() ? it->second : std::pair<double, int>{0, 0};
         if (n) std::printf("    %5.2f (%4d)", ratio, n);
         else std::printf(" %14s", "-");
       }
