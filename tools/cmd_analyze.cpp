@@ -83,10 +83,16 @@ int cmd_analyze(const Argv& argv) {
     gpus.push_back(GpuDatabase::builtin().resolve(name));
   }
 
-  LoadedModel loaded = args.has("--config") ? build_model(read_hf_config(args.get("--config"))) : load_model(pos[0]);
+  LoadedModel loaded;
+  std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
   if (args.has("--config")) {
+    const ModelConfig cfg = read_hf_config(args.get("--config"));
+    loaded = build_model(cfg);
     loaded.model.path = "";
     if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError("--config needs --batch N and --seq N");
+    if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
+  } else {
+    loaded = load_model(pos[0]);
   }
   const Analysis analysis = prepare(loaded, opt);
 
@@ -96,6 +102,7 @@ int cmd_analyze(const Argv& argv) {
     if (progress) std::fprintf(stderr, "\r%s predicting on %s (%zu/%zu)\033[K", progress_bar(i, gpus.size()).c_str(),
                                gpus[i].alias().c_str(), i + 1, gpus.size());
     reports.push_back(predict(analysis, loaded.model, gpus[i], opt));
+    if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
   }
   if (progress) std::fprintf(stderr, "\r\033[K");
 

@@ -54,17 +54,23 @@ int cmd_compare(const Argv& argv) {
   std::vector<std::vector<Report>> reports;
   for (const auto& path : models) {
     LoadedModel loaded;
+    std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
     const bool config = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
     if (config) {
-      loaded = build_model(read_hf_config(path));
+      const ModelConfig cfg = read_hf_config(path);
+      loaded = build_model(cfg);
       loaded.model.path = "";
+      if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
       if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError(path + ": a config needs --batch N and --seq N");
     } else {
       loaded = load_model(path);
     }
     const Analysis analysis = prepare(loaded, opt);
     std::vector<Report> per_gpu;
-    for (const auto& g : gpus) per_gpu.push_back(predict(analysis, loaded.model, g, opt));
+    for (const auto& g : gpus) {
+      per_gpu.push_back(predict(analysis, loaded.model, g, opt));
+      if (!dtype_note.empty()) per_gpu.back().warnings.push_back(dtype_note);
+    }
     for (const auto& w : per_gpu.front().warnings)
       std::fprintf(stderr, "neusight-onnx: warning: %s: %s\n", path.c_str(), w.c_str());
     reports.push_back(std::move(per_gpu));

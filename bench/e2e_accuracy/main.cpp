@@ -257,6 +257,7 @@ int main(int argc, char** argv) {
   std::string weights;
   Timing timing = Timing::device;  // the product default for whole models
   bool per_class = true;
+  bool per_run = false;  // --per-run: the per-class table of every run, one line each
   std::optional<Fusion> force_fusion;  // --fusion: every run with this grouping
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -264,6 +265,7 @@ int main(int argc, char** argv) {
     else if (a == "--weights" && i + 1 < argc) weights = argv[++i];
     else if (a == "--timing" && i + 1 < argc && parse_timing(argv[i + 1], timing)) ++i;
     else if (a == "--no-per-class") per_class = false;
+    else if (a == "--per-run") per_run = true;
     else if (a == "--fusion" && i + 1 < argc) {
       const std::string f = argv[++i];
       if (f == "none") force_fusion = Fusion::none;
@@ -275,7 +277,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|kernel|eager] [--fusion none|eager|full] [--no-per-class]\n");
+      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|kernel|eager] [--fusion none|eager|full] [--no-per-class] [--per-run]\n");
       return 2;
     }
   }
@@ -452,6 +454,13 @@ int main(int argc, char** argv) {
           pns = by_class(predict(a1, m1.model, gpu, on));
         }
         const std::string g = short_gpu(r.gpu_dir);
+        if (per_run) {
+          std::printf("%-44s", "  per class, predicted / measured ms:");
+          for (const auto& c : kClasses)
+            if (meas[c] > 0 || (have_ns ? pns[c] : prf[c]) > 0)
+              std::printf(" %s %.2f/%.2f", c.c_str(), have_ns ? pns[c] : prf[c], meas[c]);
+          std::printf("\n");
+        }
         for (const auto& c : kClasses) {
           cls_sum[c][g].first += have_ns ? pns[c] : prf[c];
           cls_sum[c][g].second += meas[c];

@@ -186,6 +186,7 @@ ModelConfig read_hf_config(const std::string& path) {
   if (it == families().end())
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
   it->second.read(r, c);
+  c.torch_dtype = r.s({"torch_dtype"}, "");
   if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.vocab <= 0 || c.ffn <= 0)
     throw InputError(path + ": layers, hidden size, heads, vocabulary and FFN size must be positive");
   if (c.head_dim == 0) {
@@ -194,6 +195,12 @@ ModelConfig read_hf_config(const std::string& path) {
   }
   if (c.kv_heads == 0) c.kv_heads = c.heads;
   return c;
+}
+
+std::string config_dtype_note(const ModelConfig& c) {
+  const char* flag = c.torch_dtype == "bfloat16" ? "bf16" : c.torch_dtype == "float16" ? "fp16" : nullptr;
+  if (!flag) return "";
+  return c.source + " stores its weights in " + c.torch_dtype + "; predicted in fp32, as PyTorch's from_pretrained loads it by default (--dtype " + flag + " for " + c.torch_dtype + ")";
 }
 
 LoadedModel build_model(const ModelConfig& c) {

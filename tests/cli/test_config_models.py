@@ -106,6 +106,31 @@ class ConfigModels(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertIn("-o", se)
 
+    def test_half_precision_checkpoint_is_fp32_with_a_note_unless_dtype_is_given(self):
+        # PyTorch's from_pretrained loads FP32 whatever torch_dtype says; the report says so
+        # and names the flag. The shared Switch config says bfloat16, its measured runs are FP32.
+        cfg = os.path.join(self.dir, "llama_bf16.json")
+        with open(cfg, "w") as f:
+            json.dump(dict(LLAMA, torch_dtype="bfloat16"), f)
+        args = ("--config", cfg, "--batch", "1", "--seq", "64", "--gpu", "h100")
+        fp32 = run_json(*args)
+        self.assertEqual(fp32["dtype"], "fp32")
+        notes = [w for w in fp32["warnings"] if "bfloat16" in w]
+        self.assertEqual(len(notes), 1, fp32["warnings"])
+        self.assertIn("--dtype bf16", notes[0])
+        code, so, se = run(*args, "--quiet")
+        self.assertEqual(code, 0)
+        self.assertIn("--dtype bf16", se)
+        bf16 = run_json(*args, "--dtype", "bf16")
+        self.assertEqual(bf16["dtype"], "bf16")
+        self.assertFalse([w for w in bf16["warnings"] if "bfloat16" in w])
+        self.assertLess(bf16["e2e_latency_ms"], fp32["e2e_latency_ms"])
+        plain = os.path.join(self.dir, "llama_plain.json")
+        with open(plain, "w") as f:
+            json.dump(LLAMA, f)
+        self.assertFalse([w for w in run_json("--config", plain, "--batch", "1", "--seq", "64", "--gpu", "h100")["warnings"]
+                          if "stores its weights" in w])
+
 
 if __name__ == "__main__":
     unittest.main()

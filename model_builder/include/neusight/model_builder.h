@@ -49,6 +49,11 @@ struct ModelConfig {
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch)
   int64_t rel_buckets = 32;    // T5 relative-position buckets
   std::string source;        // the config file
+  // The checkpoint's stored precision (`torch_dtype`, e.g. "bfloat16"; empty when absent). The
+  // graph is built in FP32 whatever it says: PyTorch's from_pretrained loads FP32 unless asked
+  // (`torch_dtype=` at load time), and the measured runs of neusight-data are FP32 with
+  // configs that say bfloat16 (Switch). See config_dtype_note.
+  std::string torch_dtype;
 };
 
 // Reads a config.json. Throws InputError naming the file and the missing field.
@@ -56,5 +61,10 @@ ModelConfig read_hf_config(const std::string& path);
 
 // Builds the model graph. Throws InputError for unsupported model types.
 LoadedModel build_model(const ModelConfig& config);
+
+// A one-line note for a prediction of a config whose checkpoint is stored in half precision
+// (`torch_dtype` float16 / bfloat16) made without --dtype: it runs in FP32, as PyTorch loads
+// it by default, and `--dtype` names the flag for the stored precision. Empty otherwise.
+std::string config_dtype_note(const ModelConfig& config);
 
 }  // namespace neusight
