@@ -2,7 +2,10 @@
 //
 // (a) test kernels of the five training GPUs, shipped weights;
 // (b) the A100 80GB PCIe test kernels (a GPU never trained on), shipped weights;
-// (c) forward in time: weights trained on P4, P100, T4, V100 only, tested on both A100s.
+// (c) forward in time: weights trained on P4, P100, T4, V100 only, tested on both A100s;
+// (d) up in machine balance: weights trained on P100, V100, A100 40GB only (12.5-15.6 FP32
+//     FLOP per DRAM byte), GEMMs of T4 (25.4) and P4 (29.7), all their train and test rows,
+//     with and without the balance hold (precision.h PrecisionOptions::hold_balance).
 // Each beside the plain roofline and the paper's figures (METHOD.md).
 #include <algorithm>
 #include <chrono>
@@ -18,6 +21,7 @@
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
 #include "neusight/neusight_model.h"
+#include "neusight/precision.h"
 
 using namespace neusight;
 
@@ -155,6 +159,40 @@ int run(int argc, char** argv) {
   print("(c) forward in time: trained on P4, P100, T4, V100; tested on A100 40GB + 80GB", evaluate(c, *fit), kPaperOut,
         true);
   std::fflush(stdout);  // the figures survive a failure in the speed part below
+
+  // (d) GPUs beyond the training GPUs' machine balance (the L4's side of the range).
+  const std::string bo_w = data_dir() + "/weights/balance-out";
+  if (std::filesystem::exists(bo_w + "/weights.json")) {
+    std::vector<DatasetRow> d;
+    for (const char* cls : {"linear", "bmm"}) {
+      for (const char* dev : {"Tesla_T4", "Tesla_P4"}) {
+        Dataset tr = read_dataset(shared + "/neusight-data/kernels/train/" + cls + "/" + dev + ".csv");
+        for (auto& r : tr.rows)
+          if (r.latency_ms > 0) d.push_back(std::move(r));
+      }
+    }
+    for (const auto& r : rows)
+      if ((r.device == "Tesla T4" || r.device == "Tesla P4") && (r.op_name == "linear" || r.op_name == "bmm")) d.push_back(r);
+    PrecisionOptions held, free;
+    free.hold_balance = false;
+    auto ph = make_neusight_predictor(bo_w, held), pf = make_neusight_predictor(bo_w, free);
+    std::printf("\n(d) up in machine balance: trained on P100, V100, A100 40GB (12.5-15.6 FP32 FLOP/B); GEMMs of\n"
+                "    T4 (25.4) and P4 (29.7), their train and test rows; MAPE with the balance hold (shipped) / without\n");
+    std::printf("  %-8s %-8s %7s %14s %10s\n", "gpu", "class", "rows", "held / free%", "roofline%");
+    for (const char* dev : {"Tesla T4", "Tesla P4"}) {
+      std::vector<DatasetRow> one;
+      for (const auto& r : d)
+        if (r.device == dev) one.push_back(r);
+      const auto h = evaluate(one, *ph), f = evaluate(one, *pf);
+      for (const char* cls : {"linear", "bmm"}) {
+        auto ih = h.find(cls), iff = f.find(cls);
+        if (ih == h.end() || iff == f.end() || ih->second.n == 0) continue;
+        std::printf("  %-8s %-8s %7zu %6.1f / %5.1f %10.1f\n", dev + 6, cls, ih->second.n, 100 * ih->second.err / ih->second.n,
+                    100 * iff->second.err / iff->second.n, 100 * ih->second.roof / ih->second.n);
+      }
+    }
+    std::fflush(stdout);
+  }
 
   // Speed: the kernels of a GPT-3 175B training step (96 layers, 12288 hidden, seq 2048).
   const std::string cfg = (std::filesystem::temp_directory_path() / "kernel_accuracy_gpt3.json").string();

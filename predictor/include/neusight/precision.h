@@ -61,6 +61,12 @@ struct PrecisionOptions {
   // V100 to A100 but the measured efficiency does not halve, so the term does not transfer
   // (bench/half_precision --port-weight W).
   double operand_port_weight = 0;
+  // GEMM inputs of a GPU with more FP32 FLOPs per DRAM byte than every training GPU of the
+  // weights (L4, L40S, A10, RTX 4090: 50-106 FLOP/B against 12.5-30) are computed with its
+  // bandwidth raised to the highest training balance; the law's base time keeps the real
+  // bandwidth (neusight_predictor.cpp balance_held). Off only to measure what it does
+  // (bench/kernel_accuracy (d)).
+  bool hold_balance = true;
 };
 
 // True when the GPU has matrix units (tensor cores / AMD matrix cores) for the kernel's dtype.
