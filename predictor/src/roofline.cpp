@@ -1,12 +1,15 @@
 // roofline.cpp - the plain roofline: the bound every prediction respects.
 #include <algorithm>
 
+#include "neusight/precision.h"
 #include "neusight/predictor.h"
 
 namespace neusight {
 
 double roofline_ms(const Kernel& k, const Gpu& gpu) {
-  const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
+  // GEMMs at the rate their math runs at (precision.h): FP16 on a P100 or BF16 on a V100 / T4
+  // at the FP32 SIMT rate, not at a tensor-core or 2x-SIMT peak they cannot use.
+  const double peak = math_peak_gflops(k, gpu) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
   if (k.cls == KernelClass::unknown || k.cls == KernelClass::collective) return 0;
   const double t_compute = peak > 0 ? k.flops / peak : 0;

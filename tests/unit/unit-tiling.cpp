@@ -85,12 +85,33 @@ TEST_CASE("tiling: GEMM grid arithmetic holds on every GPU and precision") {
         CHECK(t.tile == std::to_string(c.tb_m) + "x" + std::to_string(c.tb_n));
         CHECK(t.tile_flops == doctest::Approx(2.0 * c.tb_m * c.tb_n * ceil_div(shape.k, c.split_k)));
         if (shape.batch > 1) CHECK(c.split_k == 1);  // batched products are never split along k
-        const bool tensor = dt != DType::f32 && g.peak_gflops(dt) > g.fp32_gflops * 1.01 &&
-                            !TileTable::builtin().gemm_class(g.arch).tensor.empty();
+        // Tensor-core tiles only where the GPU has matrix units for the dtype (FP8 may use
+        // the FP16 ones); FP16 on a P100 and BF16 on a V100 or T4 run FP32 SIMT tiles.
+        const double simt = g.fp32_gflops * 1.01;
+        const bool units = dt == DType::f16    ? g.fp16_gflops > simt
+                           : dt == DType::bf16 ? g.bf16_gflops > simt
+                           : dt == DType::tf32 ? g.peak_gflops(dt) > simt
+                           : dt == DType::f8e4m3fn ? g.fp8_gflops > simt || g.fp16_gflops > simt
+                                                   : false;
+        const bool tensor = units && !TileTable::builtin().gemm_class(g.arch).tensor.empty();
         CHECK(c.tensor_core == tensor);
       }
     }
   }
+}
+
+TEST_CASE("tiling: half precision without matrix units for it tiles like FP32") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  auto tc = [&](const char* gpu, DType dt) { return tile_kernel(gemm_kernel(1, 4096, 4096, 4096, dt), db.resolve(gpu)).config.tensor_core; };
+  CHECK(tc("v100", DType::f16));
+  CHECK_FALSE(tc("v100", DType::bf16));  // no BF16 tensor cores before Ampere
+  CHECK_FALSE(tc("t4", DType::bf16));
+  CHECK_FALSE(tc("p100", DType::f16));   // 2x FP16 SIMT rate, no tensor cores
+  CHECK(tc("a100", DType::bf16));
+  // The same tile as the FP32 GEMM of the shape.
+  const Tiling a = tile_kernel(gemm_kernel(1, 4096, 4096, 4096, DType::bf16), db.resolve("t4"));
+  const Tiling b = tile_kernel(gemm_kernel(1, 4096, 4096, 4096, DType::f32), db.resolve("t4"));
+  CHECK(a.tile == b.tile);
 }
 
 TEST_CASE("tiling: split-K when the output has few tiles and k is long") {

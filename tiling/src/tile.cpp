@@ -18,9 +18,19 @@ double elem_bytes(DType t) {
   return bits > 0 ? bits / 8.0 : 4.0;
 }
 
+// True when the GPU has matrix units for the dtype (the same test as precision.h
+// has_matrix_units): FP16 on P100 (2x SIMT rate, no tensor cores) and BF16 on V100 / T4 (no
+// BF16 tensor cores) run as FP32 SIMT GEMMs, with SIMT tiles; int8 needs more than the 4x of
+// dp4a (P4); FP8 without FP8 units runs on the FP16 ones.
 bool uses_tensor_cores(DType t, const Gpu& gpu) {
-  return (t == DType::f16 || t == DType::bf16 || t == DType::tf32 || dtype_bits(t) == 8) &&
-         gpu.peak_gflops(t) > gpu.fp32_gflops * 1.01;
+  const double simt = gpu.fp32_gflops * 1.01;
+  switch (t) {
+    case DType::f16: return gpu.fp16_gflops > simt;
+    case DType::bf16: return gpu.bf16_gflops > simt;
+    case DType::tf32: return gpu.peak_gflops(t) > simt;
+    case DType::i8: case DType::u8: return gpu.int8_gops > 4 * simt;
+    default: return dtype_bits(t) == 8 && (gpu.fp8_gflops > simt || gpu.fp16_gflops > simt);
+  }
 }
 
 // ---- tiles.json parsing -------------------------------------------------------------------
@@ -287,7 +297,8 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const double eb = elem_bytes(kr.dtype);
   const double in_bytes = tc ? eb : 4.0;
   const double sm = gpu.num_sm;
-  const double flops_sm = gpu.gemm_peak_gflops(kr.dtype) * 1e9 / sm;
+  // The rate the tile's math runs at: the dtype's matrix peak, or FP32 SIMT without one.
+  const double flops_sm = gpu.gemm_peak_gflops(tc ? kr.dtype : DType::f32) * 1e9 / sm;
   const double bw = gpu.mem_bw_gbps * 1e9;
   const GemmCost& cost = cls.cost;
 
