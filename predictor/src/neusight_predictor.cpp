@@ -3,8 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <iterator>
-#include <utility>
 #include <limits>
+#include <utility>
 
 #include "neusight/neusight_model.h"
 #include "neusight/precision.h"
