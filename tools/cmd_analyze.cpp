@@ -1,4 +1,5 @@
 // cmd_analyze.cpp - the main job: predict a model's latency on one or more GPUs.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -106,10 +107,15 @@ int cmd_analyze(const Argv& argv) {
   }
   if (progress) std::fprintf(stderr, "\r\033[K");
 
+  // Each distinct warning once on stderr (the model's own come with every GPU's report); the
+  // reports keep theirs (JSON, HTML), a GPU's own notes included.
+  std::vector<std::string> said;
   for (const auto& r : reports)
-    for (const auto& w : r.warnings) std::fprintf(stderr, "neusight-onnx: warning: %s\n", w.c_str());
-  if (reports.size() > 1)
-    for (auto& r : reports) r.warnings.clear();
+    for (const auto& w : r.warnings)
+      if (std::find(said.begin(), said.end(), w) == said.end()) {
+        said.push_back(w);
+        std::fprintf(stderr, "neusight-onnx: warning: %s\n", w.c_str());
+      }
 
   // All outputs or none: each is written to a temporary file first, renamed at the end.
   OutputSet outputs;

@@ -1,5 +1,6 @@
 // cmd_compare.cpp - `neusight-onnx compare A.onnx B.onnx [...] --gpu g1,g2`: model variants
 // side by side (end-to-end latency, speed-up against the first, class deltas, changed nodes).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -71,8 +72,13 @@ int cmd_compare(const Argv& argv) {
       per_gpu.push_back(predict(analysis, loaded.model, g, opt));
       if (!dtype_note.empty()) per_gpu.back().warnings.push_back(dtype_note);
     }
-    for (const auto& w : per_gpu.front().warnings)
-      std::fprintf(stderr, "neusight-onnx: warning: %s: %s\n", path.c_str(), w.c_str());
+    std::vector<std::string> said;  // each distinct warning once (a GPU's own notes included)
+    for (const auto& r : per_gpu)
+      for (const auto& w : r.warnings)
+        if (std::find(said.begin(), said.end(), w) == said.end()) {
+          said.push_back(w);
+          std::fprintf(stderr, "neusight-onnx: warning: %s: %s\n", path.c_str(), w.c_str());
+        }
     reports.push_back(std::move(per_gpu));
   }
   const Comparison c = compare_reports(labels_for(models), std::move(reports), top);

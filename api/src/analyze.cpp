@@ -116,6 +116,8 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   unknown.insert(a.shapes.unknown_ops.begin(), a.shapes.unknown_ops.end());
   for (const auto& w : a.shapes.warnings)
     if (a.shapes.unknown_ops.empty() || w.rfind("no shape rule for: ", 0) != 0) r.warnings.push_back(w);
+  if (std::any_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::gemm; }))
+    for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
   r.unknown_ops.assign(unknown.begin(), unknown.end());
   if (!r.unknown_ops.empty()) {
     std::string list;

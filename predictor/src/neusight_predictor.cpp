@@ -1,6 +1,7 @@
 // neusight_predictor.cpp - the trained tile-utilization predictor: batched per class, roofline-bounded.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iterator>
 #include <limits>
@@ -206,6 +207,17 @@ class NeusightPredictor final : public Predictor {
     return out;
   }
   std::string name() const override { return "neusight"; }
+  std::vector<std::string> notes(const Gpu& gpu) const override {
+    bool held = false;
+    if (o_.hold_balance) balance_held(gpu, balance_, &held);
+    if (!held) return {};
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "%s has %.0f FP32 FLOP per DRAM byte, beyond the %.1f-%.1f of the GPUs the predictor was trained on: "
+                  "its GEMMs are predicted as at %.1f (extrapolated)",
+                  gpu.name.c_str(), gpu.fp32_gflops / gpu.mem_bw_gbps, balance_.first, balance_.second, balance_.second);
+    return {buf};
+  }
 
  private:
   ModelSet m_;

@@ -30,6 +30,9 @@ class Predictor {
                                           const std::vector<Tiling>& tilings,
                                           const Gpu& gpu) const = 0;
   virtual std::string name() const = 0;
+  // What a report should say about predicting on this GPU (one line each), e.g. that it lies
+  // outside the ground the predictor was trained on. None by default.
+  virtual std::vector<std::string> notes(const Gpu&) const { return {}; }
 };
 
 // Plain roofline: max(flops / peak, bytes / bandwidth) plus nothing else.
