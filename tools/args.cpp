@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+
+#include "neusight/model_builder.h"
 
 namespace neusight::cli {
 
@@ -131,6 +134,26 @@ double Args::get_double(const std::string& flag, double fallback) const {
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || !(v > 0)) throw InputError(flag + ": expected a positive number, got '" + s + "'");
   return v;
+}
+
+LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
+                              std::string& dtype_note) {
+  const ModelConfig cfg = read_hf_config(config_path);
+  LoadedModel loaded = build_model(cfg);
+  loaded.model.path = "";
+  if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError(dims_error);
+  dtype_note = opt.dtype == DType::undefined ? config_dtype_note(cfg) : "";
+  return loaded;
+}
+
+void print_warnings_once(const std::vector<Report>& reports, const std::string& prefix) {
+  std::vector<std::string> said;
+  for (const auto& r : reports)
+    for (const auto& w : r.warnings)
+      if (std::find(said.begin(), said.end(), w) == said.end()) {
+        said.push_back(w);
+        std::fprintf(stderr, "neusight-onnx: warning: %s%s\n", prefix.c_str(), w.c_str());
+      }
 }
 
 }  // namespace neusight::cli

@@ -38,4 +38,14 @@ bool stdout_is_tty();
 // --mode, --fusion, --dtype, --predictor, --weights. Throws InputError naming the flag.
 Options parse_analysis_options(const Args& args);
 
+// The model of a Hugging Face config (no file behind it: its path is empty). Throws
+// InputError(`dims_error`) without --batch and --seq. `dtype_note` gets config_dtype_note's
+// line when no --dtype was given (empty otherwise).
+LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
+                              std::string& dtype_note);
+
+// Each distinct warning of the reports once on stderr ("neusight-onnx: warning: PREFIX..."),
+// in order; a model's own warnings come with every GPU's report.
+void print_warnings_once(const std::vector<Report>& reports, const std::string& prefix = "");
+
 }  // namespace neusight::cli

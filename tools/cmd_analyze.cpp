@@ -1,5 +1,4 @@
 // cmd_analyze.cpp - the main job: predict a model's latency on one or more GPUs.
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -10,7 +9,6 @@
 #include "commands.h"
 #include "memory.h"
 #include "outputs.h"
-#include "neusight/model_builder.h"
 #include "neusight/neusight.h"
 
 namespace neusight::cli {
@@ -84,17 +82,11 @@ int cmd_analyze(const Argv& argv) {
     gpus.push_back(GpuDatabase::builtin().resolve(name));
   }
 
-  LoadedModel loaded;
   std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
-  if (args.has("--config")) {
-    const ModelConfig cfg = read_hf_config(args.get("--config"));
-    loaded = build_model(cfg);
-    loaded.model.path = "";
-    if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError("--config needs --batch N and --seq N");
-    if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
-  } else {
-    loaded = load_model(pos[0]);
-  }
+  const LoadedModel loaded =
+      args.has("--config")
+          ? load_config_model(args.get("--config"), opt, "--config needs --batch N and --seq N", dtype_note)
+          : load_model(pos[0]);
   const Analysis analysis = prepare(loaded, opt);
 
   std::vector<Report> reports;
@@ -107,15 +99,8 @@ int cmd_analyze(const Argv& argv) {
   }
   if (progress) std::fprintf(stderr, "\r\033[K");
 
-  // Each distinct warning once on stderr (the model's own come with every GPU's report); the
-  // reports keep theirs (JSON, HTML), a GPU's own notes included.
-  std::vector<std::string> said;
-  for (const auto& r : reports)
-    for (const auto& w : r.warnings)
-      if (std::find(said.begin(), said.end(), w) == said.end()) {
-        said.push_back(w);
-        std::fprintf(stderr, "neusight-onnx: warning: %s\n", w.c_str());
-      }
+  // The reports keep their warnings (JSON, HTML), a GPU's own notes included.
+  print_warnings_once(reports);
 
   // All outputs or none: each is written to a temporary file first, renamed at the end.
   OutputSet outputs;

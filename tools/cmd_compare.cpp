@@ -1,6 +1,5 @@
 // cmd_compare.cpp - `neusight-onnx compare A.onnx B.onnx [...] --gpu g1,g2`: model variants
 // side by side (end-to-end latency, speed-up against the first, class deltas, changed nodes).
-#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -10,7 +9,6 @@
 #include "memory.h"
 #include "outputs.h"
 #include "neusight/compare.h"
-#include "neusight/model_builder.h"
 #include "neusight/neusight.h"
 
 namespace neusight::cli {
@@ -54,31 +52,18 @@ int cmd_compare(const Argv& argv) {
   // Every model is loaded and predicted before anything is written.
   std::vector<std::vector<Report>> reports;
   for (const auto& path : models) {
-    LoadedModel loaded;
     std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
     const bool config = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
-    if (config) {
-      const ModelConfig cfg = read_hf_config(path);
-      loaded = build_model(cfg);
-      loaded.model.path = "";
-      if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
-      if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError(path + ": a config needs --batch N and --seq N");
-    } else {
-      loaded = load_model(path);
-    }
+    const LoadedModel loaded =
+        config ? load_config_model(path, opt, path + ": a config needs --batch N and --seq N", dtype_note)
+               : load_model(path);
     const Analysis analysis = prepare(loaded, opt);
     std::vector<Report> per_gpu;
     for (const auto& g : gpus) {
       per_gpu.push_back(predict(analysis, loaded.model, g, opt));
       if (!dtype_note.empty()) per_gpu.back().warnings.push_back(dtype_note);
     }
-    std::vector<std::string> said;  // each distinct warning once (a GPU's own notes included)
-    for (const auto& r : per_gpu)
-      for (const auto& w : r.warnings)
-        if (std::find(said.begin(), said.end(), w) == said.end()) {
-          said.push_back(w);
-          std::fprintf(stderr, "neusight-onnx: warning: %s: %s\n", path.c_str(), w.c_str());
-        }
+    print_warnings_once(per_gpu, path + ": ");
     reports.push_back(std::move(per_gpu));
   }
   const Comparison c = compare_reports(labels_for(models), std::move(reports), top);
