@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "neusight/dataset.h"
 #include "neusight/neusight_model.h"
 #include "neusight/precision.h"
 #include "neusight/predictor.h"
@@ -58,12 +59,7 @@ std::pair<double, double> trained_balance(const ModelSet& m) {
   auto it = m.info.find("devices");
   if (it == m.info.end()) return {0, 0};
   double lo = std::numeric_limits<double>::infinity(), hi = 0;
-  size_t start = 0;
-  const std::string& list = it->second;
-  while (start <= list.size()) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, end - start);
-    start = end + 1;
+  for (const std::string& name : split_csv_line(it->second)) {
     if (name.empty()) continue;
     const Gpu* g = GpuDatabase::builtin().find(name);
     if (!g || !(g->fp32_gflops > 0) || !(g->mem_bw_gbps > 0)) return {0, 0};
@@ -74,9 +70,9 @@ std::pair<double, double> trained_balance(const ModelSet& m) {
   return hi > 0 ? std::make_pair(lo, hi) : std::make_pair(0.0, 0.0);
 }
 
-// The GPU as the GEMM network's inputs describe it: a GPU with more FLOPs per byte of DRAM
-// bandwidth than any training GPU is seen with its bandwidth raised to the training GPUs'
-// highest machine balance. The network learned a tile's utilization from its compute time
+// The bandwidth (GB/s) the GEMM networks' inputs see for this GPU, or 0 when it is its own: a
+// GPU with more FLOPs per byte of DRAM bandwidth than any training GPU is seen with its
+// bandwidth raised to the training GPUs' highest machine balance. The network learned a tile's utilization from its compute time
 // and its operand traffic time per SM, jointly; each input is clamped to its own training
 // range, but a GPU beyond the training GPUs' balance (L4: 104 FLOP/B, L40S 106, RTX 4090 82,
 // A10 52, against 12.5-30 for A100..P4) gives pairs the networks never saw, and they
@@ -86,15 +82,10 @@ std::pair<double, double> trained_balance(const ModelSet& m) {
 // bandwidth per FLOP than the training GPUs (A100 80GB: 10.1) extrapolates benignly, and
 // holding it too took the A100 80GB's unseen test kernels from 5.2 / 5.6% to 8.8 / 8.2%
 // (BMM / linear, bench/kernel_accuracy (b)).
-Gpu balance_held(const Gpu& gpu, std::pair<double, double> range, bool* held) {
-  *held = false;
-  if (!(range.second > 0) || !(gpu.fp32_gflops > 0) || !(gpu.mem_bw_gbps > 0)) return gpu;
-  const double b = gpu.fp32_gflops / gpu.mem_bw_gbps;
-  if (b <= range.second) return gpu;
-  Gpu g = gpu;
-  g.mem_bw_gbps = gpu.fp32_gflops / range.second;
-  *held = true;
-  return g;
+double held_bandwidth_gbps(const Gpu& gpu, std::pair<double, double> range) {
+  if (!(range.second > 0) || !(gpu.fp32_gflops > 0) || !(gpu.mem_bw_gbps > 0)) return 0;
+  if (gpu.fp32_gflops / gpu.mem_bw_gbps <= range.second) return 0;
+  return gpu.fp32_gflops / range.second;
 }
 
 class NeusightPredictor final : public Predictor {
@@ -112,6 +103,8 @@ class NeusightPredictor final : public Predictor {
     std::vector<double> wave_ms[kNumUtilClasses];  // kernel timing: device time of the first wave
     const bool device = o_.timing != Timing::eager;
     const bool strip_dispatch = o_.timing == Timing::kernel;
+    // One decision per GPU (gpu_as_run leaves the FP32 rate and the bandwidth as they are).
+    const double held_bw = o_.hold_balance ? held_bandwidth_gbps(gpu, balance_) : 0;
     const double bw = gpu.mem_bw_gbps * 1e9;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const Kernel& k = kernels[i];
@@ -141,16 +134,14 @@ class NeusightPredictor final : public Predictor {
       const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight);
       TileFeatures f = tile_features(c, run, t, as_run);
       if (!(f.base_ms > 0)) continue;
-      bool held = false;
-      if (c == UtilClass::gemm && o_.hold_balance) {
-        // The networks' inputs at a machine balance they know (balance_held); the base
-        // time keeps the GPU's real numbers.
-        const Gpu seen = balance_held(as_run, balance_, &held);
-        if (held) {
-          const TileFeatures fs = tile_features(c, run, t, seen);
-          std::copy(std::begin(fs.x), std::end(fs.x), std::begin(f.x));
-          p.extrapolated = true;
-        }
+      if (c == UtilClass::gemm && held_bw > 0) {
+        // The networks' inputs at a machine balance they know (held_bandwidth_gbps); the
+        // base time keeps the GPU's real numbers.
+        Gpu seen = as_run;
+        seen.mem_bw_gbps = held_bw;
+        const TileFeatures fs = tile_features(c, run, t, seen);
+        std::copy(std::begin(fs.x), std::end(fs.x), std::begin(f.x));
+        p.extrapolated = true;
       }
       if (strip_dispatch && c != UtilClass::gemm) {
         // Kernel timing (precision.h): eager(k) - eager(first wave) + the first wave's device time.
@@ -208,9 +199,7 @@ class NeusightPredictor final : public Predictor {
   }
   std::string name() const override { return "neusight"; }
   std::vector<std::string> notes(const Gpu& gpu) const override {
-    bool held = false;
-    if (o_.hold_balance) balance_held(gpu, balance_, &held);
-    if (!held) return {};
+    if (!o_.hold_balance || !(held_bandwidth_gbps(gpu, balance_) > 0)) return {};
     char buf[320];
     std::snprintf(buf, sizeof buf,
                   "%s has %.0f FP32 FLOP per DRAM byte, beyond the %.1f-%.1f of the GPUs the predictor was trained on: "

@@ -64,7 +64,7 @@ struct PrecisionOptions {
   // GEMM inputs of a GPU with more FP32 FLOPs per DRAM byte than every training GPU of the
   // weights (L4, L40S, A10, RTX 4090: 50-106 FLOP/B against 12.5-30) are computed with its
   // bandwidth raised to the highest training balance; the law's base time keeps the real
-  // bandwidth (neusight_predictor.cpp balance_held). Off only to measure what it does
+  // bandwidth (neusight_predictor.cpp held_bandwidth_gbps). Off only to measure what it does
   // (bench/kernel_accuracy (d)).
   bool hold_balance = true;
 };
