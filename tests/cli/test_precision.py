@@ -72,6 +72,18 @@ class DtypeFlag(unittest.TestCase):
 
 
 class TimingFlag(unittest.TestCase):
+    def paired_kernels(self, slow, fast):
+        """The kernels of two timings of one model, pairwise; asserts that none is slower in
+        `fast` nor below its roofline there. Returns the pairs and how many are >10% faster."""
+        ks, kf = kernels(slow), kernels(fast)
+        self.assertEqual(len(ks), len(kf))
+        smaller = 0
+        for a, b in zip(ks, kf):
+            self.assertLessEqual(b["latency_ms"], a["latency_ms"] * (1 + 1e-9))
+            self.assertGreaterEqual(b["latency_ms"], b["roofline_ms"] * (1 - 1e-9))
+            smaller += b["latency_ms"] < 0.9 * a["latency_ms"]
+        return list(zip(ks, kf)), smaller
+
     def test_device_timing_drops_the_per_launch_dispatch(self):
         args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64")
         eager = run_json(*args, "--timing", "eager")
@@ -80,14 +92,8 @@ class TimingFlag(unittest.TestCase):
         self.assertEqual((eager["timing"], device["timing"]), ("eager", "device"))
         self.assertEqual(run_json(*args)["timing"], "device")  # the default for whole models
         self.assertNotIn("timing", run_json(*args, "--predictor", "roofline"))
-        ke, kd = kernels(eager), kernels(device)
-        self.assertEqual(len(ke), len(kd))
-        smaller = 0
-        for a, b in zip(ke, kd):
-            self.assertLessEqual(b["latency_ms"], a["latency_ms"] * (1 + 1e-9))
-            self.assertGreaterEqual(b["latency_ms"], b["roofline_ms"] * (1 - 1e-9))
-            smaller += b["latency_ms"] < 0.9 * a["latency_ms"]
-        self.assertGreater(smaller, len(ke) // 4)  # a seq-64 model is mostly small kernels
+        pairs, smaller = self.paired_kernels(eager, device)
+        self.assertGreater(smaller, len(pairs) // 4)  # a seq-64 model is mostly small kernels
 
     def test_kernel_timing_strips_the_dispatch_of_streaming_kernels_only(self):
         args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64")
@@ -95,16 +101,11 @@ class TimingFlag(unittest.TestCase):
         kernel = run_json(*args, "--timing", "kernel")
         self.assertEqual(kernel["timing"], "kernel")
         self.assertLess(kernel["e2e_latency_ms"], device["e2e_latency_ms"])
-        kd, kk = kernels(device), kernels(kernel)
-        self.assertEqual(len(kd), len(kk))
-        smaller = 0
-        for a, b in zip(kd, kk):
-            self.assertLessEqual(b["latency_ms"], a["latency_ms"] * (1 + 1e-9))
-            self.assertGreaterEqual(b["latency_ms"], b["roofline_ms"] * (1 - 1e-9))
+        pairs, smaller = self.paired_kernels(device, kernel)
+        for a, b in pairs:
             self.assertGreaterEqual(b["latency_ms"], 0.002 * (1 - 1e-9))  # the device floor
             if a["class"] == "gemm":
                 self.assertAlmostEqual(b["latency_ms"], a["latency_ms"], delta=1e-9 + 1e-9 * a["latency_ms"])
-            smaller += b["latency_ms"] < 0.9 * a["latency_ms"]
         self.assertGreater(smaller, 0)
 
     def test_bad_timing_is_an_input_error(self):
