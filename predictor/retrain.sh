@@ -1,23 +1,40 @@
 #!/bin/sh
 # retrain.sh - rebuilds the shipped NeuSight weights from the dataset (run from the repo root
-# after building; ../shared holds the data). Retrain whenever tiling/ changes the tiles.
+# after building; ../shared holds the data). Retrain whenever tiling/ or the features change.
 #   predictor/weights                  the five training GPUs (the product's weights)
-#   predictor/weights/forward-in-time  P4, P100, T4, V100 only (bench/kernel_accuracy split (c))
-#   predictor/weights/balance-out      P100, V100, A100 40GB only (bench/kernel_accuracy split (d):
-#                                      T4 and P4 GEMMs, beyond their machine balance)
-# Each run is deterministic for its seed and writes weights.json + MANIFEST (data sha256s,
-# seed, hyperparameters, command). About 2.5-3 CPU-minutes each on one core. Ensembles of 10
-# networks of 32 units, the GEMM class 20 networks of 64 units (forward-in-time BMM MAPE on
-# the A100s with seeds 1 / 2 / 3: 9.68 / 8.68 / see README; with 10 networks of 32 units it
-# moved 10.7-12.7 between seeds); the small classes (softmax, layernorm: ~30 batches an
-# epoch) run until 6000 Adam steps (TrainOptions::min_steps, at most 10x --epochs).
-# --hidden and --ensemble take N or N,CLASS=N,... (classes: gemm, elementwise, softmax, layernorm).
+#   predictor/weights/forward-in-time  P4, P100, T4, V100 only (bench/kernel_accuracy (c))
+#   predictor/weights/logo-<GPU>       every training GPU but one (bench/kernel_accuracy (d),
+#                                      leave one GPU out)
+# then calibrates the product's 80% interval on the leave-one-GPU-out rows
+# (kernel_accuracy --calibrate). Each training run is deterministic for its seed and writes
+# weights.json + MANIFEST (data sha256s, seed, hyperparameters, command); about 2.5-5
+# CPU-minutes each on one core, two at a time (JOBS). Ensembles of 10 networks of 32 units,
+# the GEMM class 20 networks of 64 units; the small classes (softmax, layernorm: ~30 batches
+# an epoch) run until 6000 Adam steps (TrainOptions::min_steps, at most 10x --epochs).
 set -e
 BIN=${NEUSIGHT_BIN:-build/bin/neusight-onnx}
+CAL=${NEUSIGHT_CALIBRATE_BIN:-build/bin/kernel_accuracy}
+DATA=${NEUSIGHT_SHARED_DIR:-../shared}/neusight-data
 HP="--seed 1 --epochs 30 --hidden 32,gemm=64 --layers 2 --ensemble 10,gemm=20"
 export OPENBLAS_NUM_THREADS=1
-"$BIN" train --data ../shared/neusight-data --out predictor/weights $HP
-"$BIN" train --data ../shared/neusight-data --out predictor/weights/forward-in-time $HP \
-  --devices "Tesla P4,Tesla P100-PCIE-16GB,Tesla T4,Tesla V100-PCIE-32GB"
-"$BIN" train --data ../shared/neusight-data --out predictor/weights/balance-out $HP \
-  --devices "Tesla P100-PCIE-16GB,Tesla V100-PCIE-32GB,NVIDIA A100-PCIE-40GB"
+P4="Tesla P4"; P100="Tesla P100-PCIE-16GB"; T4="Tesla T4"; V100="Tesla V100-PCIE-32GB"; A100="NVIDIA A100-PCIE-40GB"
+train() {  # OUT DEVICES
+  "$BIN" train --data "$DATA" --out "$1" $HP --devices "$2" > "$1.log" 2>&1 && rm -f "$1.log"
+}
+mkdir -p predictor/weights/forward-in-time
+train predictor/weights "$P4,$P100,$T4,$V100,$A100" &
+train predictor/weights/forward-in-time "$P4,$P100,$T4,$V100" &
+wait
+for pair in "Tesla_P4|$P100,$T4,$V100,$A100" "Tesla_P100-PCIE-16GB|$P4,$T4,$V100,$A100" \
+            "Tesla_T4|$P4,$P100,$V100,$A100" "Tesla_V100-PCIE-32GB|$P4,$P100,$T4,$A100" \
+            "NVIDIA_A100-PCIE-40GB|$P4,$P100,$T4,$V100"; do
+  tag=${pair%%|*}; devs=${pair#*|}
+  mkdir -p "predictor/weights/logo-$tag"
+  train "predictor/weights/logo-$tag" "$devs" &
+  [ "$tag" = "Tesla_P100-PCIE-16GB" ] || [ "$tag" = "Tesla_V100-PCIE-32GB" ] && wait
+done
+wait
+# The benches read the weights next to the binaries: refresh the build tree's copy first.
+cmake --build "$(dirname "$(dirname "$BIN")")" > /dev/null
+NEUSIGHT_DATA_DIR= "$CAL" --calibrate predictor/weights | tee predictor/weights/INTERVAL
+cmake --build "$(dirname "$(dirname "$BIN")")" > /dev/null

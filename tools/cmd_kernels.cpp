@@ -105,7 +105,7 @@ int cmd_kernels(const Argv& argv) {
 
   struct Out {
     std::string cls, tile;
-    double ms = 0;
+    double ms = 0, low = 0, high = 0;
     int64_t tiles = 0, waves = 0;
   };
   std::vector<Out> outs(d.rows.size());
@@ -122,6 +122,8 @@ int cmd_kernels(const Argv& argv) {
       Out& o = outs[rows[j]];
       o.cls = kernel_class_name(kernels[j].cls);
       o.ms = p[j].latency_ms;
+      o.low = p[j].latency_high_ms > 0 ? p[j].latency_low_ms : p[j].latency_ms;
+      o.high = p[j].latency_high_ms > 0 ? p[j].latency_high_ms : p[j].latency_ms;
       o.tile = tilings[j].tile;
       o.tiles = tilings[j].tiles;
       o.waves = tilings[j].waves;
@@ -130,12 +132,13 @@ int cmd_kernels(const Argv& argv) {
 
   std::ostringstream os;
   for (size_t c = 0; c < d.header.size(); ++c) os << (c ? "," : "") << csv_field(d.header[c]);
-  os << ",kernel_class,pred_latency_ms,tile,tiles,waves\n";
+  os << ",kernel_class,pred_latency_ms,tile,tiles,waves,pred_low_ms,pred_high_ms\n";
   for (size_t i : kept) {
     const DatasetRow& r = d.rows[i];
     for (size_t c = 0; c < r.fields.size(); ++c) os << (c ? "," : "") << csv_field(r.fields[c]);
     const Out& o = outs[i];
-    os << "," << o.cls << "," << num(o.ms) << "," << csv_field(o.tile) << "," << o.tiles << "," << o.waves << "\n";
+    os << "," << o.cls << "," << num(o.ms) << "," << csv_field(o.tile) << "," << o.tiles << "," << o.waves << ","
+       << num(o.low) << "," << num(o.high) << "\n";
   }
   write_file_atomic(args.get("--out"), os.str());
   return 0;

@@ -151,6 +151,10 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   }
   summarize(r);
   if (par) {  // the iteration, not the sum of one micro-batch's kernels
+    // The interval scales with the iteration (the micro-batch's kernels set its width).
+    const double sum = r.e2e_latency_ms;
+    r.e2e_low_ms = sum > 0 ? par->iteration_ms * r.e2e_low_ms / sum : par->iteration_ms;
+    r.e2e_high_ms = sum > 0 ? par->iteration_ms * r.e2e_high_ms / sum : par->iteration_ms;
     r.e2e_latency_ms = par->iteration_ms;
     r.warnings.insert(r.warnings.end(), par->warnings.begin(), par->warnings.end());
     r.parallel = std::move(par);

@@ -3,9 +3,9 @@
 // (a) test kernels of the five training GPUs, shipped weights;
 // (b) the A100 80GB PCIe test kernels (a GPU never trained on), shipped weights;
 // (c) forward in time: weights trained on P4, P100, T4, V100 only, tested on both A100s;
-// (d) up in machine balance: weights trained on P100, V100, A100 40GB only (12.5-15.6 FP32
-//     FLOP per DRAM byte), GEMMs of T4 (25.4) and P4 (29.7), all their train and test rows,
-//     with and without the balance hold (precision.h PrecisionOptions::hold_balance).
+// (d) leave one GPU out: for each training GPU, weights trained on the other four
+//     (predictor/weights/logo-<GPU>), tested on every row (train and test) of the GPU left out;
+//     per class MAPE, median predicted / measured, and the worst GPU.
 // Each beside the plain roofline and the paper's figures (METHOD.md).
 #include <algorithm>
 #include <chrono>
@@ -43,6 +43,13 @@ std::string class_of(const DatasetRow& r) {
 struct Acc {
   double err = 0, roof = 0;
   size_t n = 0, extrapolated = 0;
+  std::vector<double> ratio;  // predicted / measured
+  double median_ratio() const {
+    if (ratio.empty()) return 0;
+    std::vector<double> r = ratio;
+    std::nth_element(r.begin(), r.begin() + long(r.size() / 2), r.end());
+    return r[r.size() / 2];
+  }
 };
 
 std::map<std::string, Acc> evaluate(const std::vector<DatasetRow>& rows, const Predictor& p) {
@@ -66,6 +73,7 @@ std::map<std::string, Acc> evaluate(const std::vector<DatasetRow>& rows, const P
       a.err += std::fabs(pred[i].latency_ms - y) / y;
       a.roof += std::fabs(rl[i].latency_ms - y) / y;
       a.extrapolated += pred[i].extrapolated ? 1 : 0;
+      a.ratio.push_back(pred[i].latency_ms / y);
       ++a.n;
     }
   }
@@ -85,6 +93,182 @@ void print(const char* title, const std::map<std::string, Acc>& acc, const doubl
                 targets ? std::to_string(int(kTarget[c])).c_str() : "-", a.extrapolated,
                 targets && m > kTarget[c] ? "   MISSES TARGET" : "");
   }
+}
+
+std::string device_tag(std::string dev) {
+  for (char& ch : dev)
+    if (ch == ' ') ch = '_';
+  return dev;
+}
+
+// Every row (test and train) of one device.
+std::vector<DatasetRow> device_rows(const std::string& shared, const std::vector<DatasetRow>& test_rows,
+                                    const std::string& dev) {
+  std::vector<DatasetRow> rows;
+  for (const auto& r : test_rows)
+    if (r.device == dev) rows.push_back(r);
+  const std::string root = shared + "/neusight-data/kernels/train/";
+  for (const auto& e : std::filesystem::directory_iterator(root)) {
+    if (e.path().filename() == "conv") continue;
+    const std::string f = e.path().string() + "/" + device_tag(dev) + ".csv";
+    if (!std::filesystem::exists(f)) continue;
+    Dataset d = read_dataset(f);
+    for (auto& r : d.rows)
+      if (r.latency_ms > 0) rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+UtilClass util_class_of_row(const DatasetRow& r) {
+  const std::string c = class_of(r);
+  if (c == "bmm" || c == "linear") return UtilClass::gemm;
+  if (c == "softmax") return UtilClass::softmax;
+  if (c == "layernorm") return UtilClass::layernorm;
+  return UtilClass::elementwise;
+}
+
+// One leave-one-GPU-out residual: |log(measured / predicted)| and the prediction's own
+// uncertainty (log units, from its interval before calibration).
+struct Residual {
+  UtilClass cls;
+  std::string device;
+  double abs_log_err, own_sd;
+};
+
+std::vector<Residual> logo_residuals(const std::string& shared, const std::vector<DatasetRow>& test_rows) {
+  std::vector<Residual> out;
+  for (const auto& dev : training_devices()) {
+    const std::string w = data_dir() + "/weights/logo-" + device_tag(dev);
+    if (!std::filesystem::exists(w + "/weights.json")) continue;
+    auto p = make_neusight_predictor(w);  // never calibrated: the networks' own spread only
+    const auto rows = device_rows(shared, test_rows, dev);
+    const Gpu g = GpuDatabase::builtin().resolve(dev);
+    std::vector<Kernel> ks;
+    std::vector<Tiling> ts;
+    for (const auto& r : rows) {
+      ks.push_back(r.kernel);
+      ts.push_back(tile_kernel(r.kernel, g));
+    }
+    const auto pred = p->predict(ks, ts, g);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const double own = std::log(pred[i].latency_high_ms / pred[i].latency_ms) / kIntervalZ;
+      out.push_back({util_class_of_row(rows[i]), dev, std::fabs(std::log(rows[i].latency_ms / pred[i].latency_ms)), own});
+    }
+  }
+  return out;
+}
+
+// Coverage of the 80% interval with class spread `sd`, each GPU weighted equally.
+double coverage(const std::vector<const Residual*>& rs, double sd) {
+  std::map<std::string, std::pair<double, double>> by;  // device -> (inside, rows)
+  for (const Residual* r : rs) {
+    auto& b = by[r->device];
+    b.first += r->abs_log_err <= kIntervalZ * std::hypot(sd, r->own_sd) ? 1 : 0;
+    b.second += 1;
+  }
+  double sum = 0;
+  for (const auto& [d, b] : by) sum += b.first / b.second;
+  return by.empty() ? 0 : sum / double(by.size());
+}
+
+// --calibrate WEIGHTS_DIR: sets each class's interval_log_sd in WEIGHTS_DIR/weights.json so
+// that the 80% interval covers 80% of the leave-one-GPU-out rows (GPUs weighted equally).
+int calibrate(const std::string& shared, const std::string& dir, const std::vector<DatasetRow>& test_rows) {
+  const auto res = logo_residuals(shared, test_rows);
+  if (res.empty()) throw std::runtime_error("no weights/logo-* to calibrate on (predictor/retrain.sh builds them)");
+  ModelSet m = load_model_set(dir);
+  for (int c = 0; c < kNumUtilClasses; ++c) {
+    std::vector<const Residual*> rs;
+    for (const auto& r : res)
+      if (int(r.cls) == c) rs.push_back(&r);
+    if (rs.empty() || m.classes[c].empty()) continue;
+    double lo = 0, hi = 3;
+    if (coverage(rs, 0) >= 0.8) hi = 0;
+    for (int it = 0; it < 60 && hi > 0; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (coverage(rs, mid) >= 0.8 ? hi : lo) = mid;
+    }
+    m.classes[c].interval_log_sd = hi;
+    std::printf("interval_log_sd %-12s %.4f (%zu leave-one-GPU-out rows, coverage %.3f)\n", util_class_name(UtilClass(c)), hi,
+                rs.size(), coverage(rs, hi));
+  }
+  save_model_set(m, dir);
+  return 0;
+}
+
+// (d) leave one GPU out: weights/logo-<GPU> trained without that GPU, tested on all of its
+// rows (train and test); the worst GPU per class is the figure.
+void logo_section(const std::string& shared, const std::vector<DatasetRow>& test_rows) {
+  std::vector<std::string> gpus;
+  for (const auto& dev : training_devices()) {
+    std::string tag = dev;
+    for (char& ch : tag)
+      if (ch == ' ') ch = '_';
+    if (std::filesystem::exists(data_dir() + "/weights/logo-" + tag + "/weights.json")) gpus.push_back(dev);
+  }
+  if (gpus.empty()) {
+    std::printf("\n(d) leave one GPU out: no weights/logo-* (predictor/retrain.sh --logo builds them)\n");
+    return;
+  }
+  std::printf("\n(d) leave one GPU out: trained on the other training GPUs, tested on every row (train + test) of the\n"
+              "    GPU left out: MAPE %% / median predicted/measured (roofline MAPE %%)\n");
+  std::printf("  %-10s", "gpu");
+  for (const char* c : kClasses) std::printf(" %22s", c);
+  std::printf("\n");
+  std::map<std::string, double> worst, worst_ratio;
+  for (const auto& dev : gpus) {
+    std::string tag = dev;
+    for (char& ch : tag)
+      if (ch == ' ') ch = '_';
+    const std::vector<DatasetRow> rows = device_rows(shared, test_rows, dev);
+    auto p = make_neusight_predictor(data_dir() + "/weights/logo-" + tag);
+    const auto acc = evaluate(rows, *p);
+    std::printf("  %-10s", dev.substr(dev.find(' ') + 1, 10).c_str());
+    for (const char* c : kClasses) {
+      auto it = acc.find(c);
+      if (it == acc.end() || it->second.n == 0) {
+        std::printf(" %22s", "-");
+        continue;
+      }
+      const double m = 100 * it->second.err / it->second.n, r = it->second.median_ratio();
+      std::printf(" %6.1f / %4.2f (%5.1f)", m, r, 100 * it->second.roof / it->second.n);
+      worst[c] = std::max(worst[c], m);
+      if (std::fabs(std::log(r)) > std::fabs(std::log(worst_ratio.count(c) ? worst_ratio[c] : 1.0))) worst_ratio[c] = r;
+    }
+    std::printf("\n");
+  }
+  std::printf("  %-10s", "worst");
+  for (const char* c : kClasses) std::printf(" %6.1f / %4.2f        ", worst[c], worst_ratio.count(c) ? worst_ratio[c] : 1.0);
+  std::printf("\n");
+  // The shipped weights' 80% interval on the same rows: coverage and median width (high / low).
+  const ModelSet shipped = load_model_set(data_dir() + "/weights");
+  const auto res = logo_residuals(shared, test_rows);
+  std::printf("\n    80%% interval (class spread of the shipped weights + each network's own): coverage %% / median width\n");
+  std::printf("  %-10s", "gpu");
+  for (int c = 0; c < kNumUtilClasses; ++c) std::printf(" %16s", util_class_name(UtilClass(c)));
+  std::printf("\n");
+  for (const auto& dev : gpus) {
+    std::printf("  %-10s", dev.substr(dev.find(' ') + 1, 10).c_str());
+    for (int c = 0; c < kNumUtilClasses; ++c) {
+      const double sd = shipped.classes[c].interval_log_sd;
+      std::vector<double> width;
+      size_t inside = 0;
+      for (const auto& r : res) {
+        if (r.device != dev || int(r.cls) != c) continue;
+        const double s = std::hypot(sd, r.own_sd);
+        inside += r.abs_log_err <= kIntervalZ * s ? 1 : 0;
+        width.push_back(std::exp(2 * kIntervalZ * s));
+      }
+      if (width.empty()) {
+        std::printf(" %16s", "-");
+        continue;
+      }
+      std::nth_element(width.begin(), width.begin() + long(width.size() / 2), width.end());
+      std::printf("      %5.1f / %3.2f", 100.0 * double(inside) / double(width.size()), width[width.size() / 2]);
+    }
+    std::printf("\n");
+  }
+  std::fflush(stdout);
 }
 
 // --dump FILE: every train and test row with its tiling, features, roofline-wave base time and
@@ -128,10 +312,20 @@ int dump(const std::string& shared, const std::string& path, const Predictor& sh
 int run(int argc, char** argv) {
   if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
     std::printf("usage: kernel_accuracy [SHIPPED_WEIGHTS_DIR [FORWARD_IN_TIME_WEIGHTS_DIR]]\n"
+                "       kernel_accuracy --calibrate WEIGHTS_DIR   (sets the 80%% interval from leave-one-GPU-out)\n"
                 "       kernel_accuracy --dump OUT.csv [SHIPPED_WEIGHTS_DIR [FORWARD_IN_TIME_WEIGHTS_DIR]]\n");
     return 0;
   }
   const std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
+  if (argc > 2 && std::string(argv[1]) == "--calibrate") {
+    std::vector<DatasetRow> rows;
+    for (const char* f : {"bmm.csv", "linear.csv", "elem.csv", "softmax.csv", "ln.csv"}) {
+      Dataset d = read_dataset(shared + "/neusight-data/kernels/test/" + f);
+      for (auto& r : d.rows)
+        if (r.latency_ms > 0) rows.push_back(std::move(r));
+    }
+    return calibrate(shared, argv[2], rows);
+  }
   if (argc > 2 && std::string(argv[1]) == "--dump")
     return dump(shared, argv[2], *make_neusight_predictor(argc > 3 ? argv[3] : data_dir() + "/weights"),
                 *make_neusight_predictor(argc > 4 ? argv[4] : data_dir() + "/weights/forward-in-time"));
@@ -160,39 +354,7 @@ int run(int argc, char** argv) {
         true);
   std::fflush(stdout);  // the figures survive a failure in the speed part below
 
-  // (d) GPUs beyond the training GPUs' machine balance (the L4's side of the range).
-  const std::string bo_w = data_dir() + "/weights/balance-out";
-  if (std::filesystem::exists(bo_w + "/weights.json")) {
-    std::vector<DatasetRow> d;
-    for (const char* cls : {"linear", "bmm"}) {
-      for (const char* dev : {"Tesla_T4", "Tesla_P4"}) {
-        Dataset tr = read_dataset(shared + "/neusight-data/kernels/train/" + cls + "/" + dev + ".csv");
-        for (auto& r : tr.rows)
-          if (r.latency_ms > 0) d.push_back(std::move(r));
-      }
-    }
-    for (const auto& r : rows)
-      if ((r.device == "Tesla T4" || r.device == "Tesla P4") && (r.op_name == "linear" || r.op_name == "bmm")) d.push_back(r);
-    PrecisionOptions held, free;
-    free.hold_balance = false;
-    auto ph = make_neusight_predictor(bo_w, held), pf = make_neusight_predictor(bo_w, free);
-    std::printf("\n(d) up in machine balance: trained on P100, V100, A100 40GB (12.5-15.6 FP32 FLOP/B); GEMMs of\n"
-                "    T4 (25.4) and P4 (29.7), their train and test rows; MAPE with the balance hold (shipped) / without\n");
-    std::printf("  %-8s %-8s %7s %14s %10s\n", "gpu", "class", "rows", "held / free%", "roofline%");
-    for (const char* dev : {"Tesla T4", "Tesla P4"}) {
-      std::vector<DatasetRow> one;
-      for (const auto& r : d)
-        if (r.device == dev) one.push_back(r);
-      const auto h = evaluate(one, *ph), f = evaluate(one, *pf);
-      for (const char* cls : {"linear", "bmm"}) {
-        auto ih = h.find(cls), iff = f.find(cls);
-        if (ih == h.end() || iff == f.end() || ih->second.n == 0) continue;
-        std::printf("  %-8s %-8s %7zu %6.1f / %5.1f %10.1f\n", dev + 6, cls, ih->second.n, 100 * ih->second.err / ih->second.n,
-                    100 * iff->second.err / iff->second.n, 100 * ih->second.roof / ih->second.n);
-      }
-    }
-    std::fflush(stdout);
-  }
+  logo_section(shared, rows);
 
   // Speed: the kernels of a GPT-3 175B training step (96 layers, 12288 hidden, seq 2048).
   const std::string cfg = (std::filesystem::temp_directory_path() / "kernel_accuracy_gpt3.json").string();

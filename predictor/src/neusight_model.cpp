@@ -1,5 +1,6 @@
 // neusight_model.cpp - per-tile features, the batched MLP forward pass and the weights file.
 #include "neusight/neusight_model.h"
+#include "neusight/precision.h"
 
 #include <algorithm>
 #include <cmath>
@@ -52,34 +53,36 @@ bool util_class_of(const Kernel& k, UtilClass& out) {
 }
 
 const std::vector<std::string>& feature_names(UtilClass c) {
-  // GEMM: the time one SM needs for its share of a wave at the per-SM FP32 peak rate
-  // and per-SM share of bandwidth (latency hiding shows up there), waves, the fill of the last
-  // wave, the kernel's footprint relative to L2 (operand reuse; clamped, so it saturates), the
-  // tile's arithmetic intensity tm*tn/(tm+tn) (FLOPs per operand element loaded; one number
-  // for every tile shape), then the reduction length after split-K.
-  // Measured alternatives (same trainer, ensembles of 10, tiles of 55f82bb): without the
-  // intensity and footprint inputs and with the L2 size instead, forward-in-time BMM improves
-  // (10.8 -> 9.7%; linear 8.8 -> 9.3%) and GEMM predictions are closer to monotone in the
-  // GPU's rates (worst x1.3 instead of x4.7 on new GPUs), but whole models get worse (bench
-  // e2e_accuracy inference 11.8 -> 14.8%, training 13.2 -> 15.3%, multi-GPU 8.9 -> 10.5%:
-  // MI100's 8 MB L2 sits between the V100's and the A100's and its linears came out 0.79x);
-  // without both and no L2 input: 11.3 / 7.8%
-  // forward in time, e2e 14.4 / 17.6%. These inputs stay until one describes the memory
-  // system without interpolating across vendors.
-  // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and waves,
-  // plus two memory-system inputs: the L2 size and the kernel's footprint (elementwise) or one
-  // wave's rows (softmax, layernorm) relative to L2. The fraction of the DRAM bandwidth a
-  // streaming kernel reaches differs by memory system (measured on the large test kernels:
-  // 0.73-0.75 on the 2-4 MB L2 GPUs P4, T4, P100; 0.87-0.91 on V100 and A100), and rows that
-  // are re-read hit L2 when a wave's rows fit. Neither input depends on peak FLOPs or
-  // bandwidth, so latency stays exactly inversely proportional to bandwidth (monotone); both
-  // are clamped to the training range, so a GPU with a larger L2 than any trained one is
-  // predicted like the largest-L2 training GPU.
+  // GEMM: dimensionless inputs that stay in the training range on any GPU; the GPU's rates
+  // enter only through the law's base time (the wave-quantized roofline at the rate the math
+  // sustains), so a higher peak or bandwidth can never predict slower. Waves and the fill of
+  // the last wave; the tile's arithmetic intensity tm*tn/(tm+tn) (FLOPs per operand element
+  // loaded; one number for every tile shape); the reduction length after split-K; one SM's
+  // share of a wave in FP32 lane clocks (its FLOPs over 2 x FP32 lanes per SM: how long the
+  // tile's math runs against the fixed clocks of its prologue and epilogue, an architecture
+  // fact rather than a rate); the kernel's arithmetic intensity in FLOPs per compulsory
+  // byte (how much of its time is operand streaming); and the power-limited clock fraction
+  // (precision.h; 1 on boards that hold their boost clock): the base time assumes the clock a
+  // long, full GPU runs at, and a kernel that leaves SMs idle or runs briefly between
+  // launches draws less power and runs faster than that.
+  // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and its
+  // waves on the GPU's SMs, plus two memory-system inputs: the L2 size and the kernel's
+  // footprint (elementwise) or one wave's rows (softmax, layernorm) relative to L2. The
+  // fraction of the DRAM bandwidth a streaming kernel reaches differs by memory system
+  // (measured on the large test kernels: 0.73-0.75 on the 2-4 MB L2 GPUs P4, T4, P100;
+  // 0.87-0.91 on V100 and A100), and rows that are re-read hit L2 when a wave's rows fit.
+  // They carry the large-L2 GPUs' behaviour (A100 80GB, unseen: elementwise / softmax /
+  // layernorm within 5 / 7 / 11%); a GPU left out of training with a small L2 is far off
+  // (docs/ACCURACY.md, leave one GPU out). Neither
+  // input depends on peak FLOPs or bandwidth, so latency stays exactly inversely proportional
+  // to bandwidth; the predictor evaluates them only at training GPUs' L2 sizes, which makes
+  // the latency non-increasing in the L2 size (neusight_predictor.cpp).
   // Every input is clamped to the range seen in training, so the network is never evaluated
   // outside it.
-  static const std::vector<std::string> gemm = {"log2_wave_compute_us", "log2_wave_memory_us", "log2_waves",
-                                                "last_wave_fill", "log2_footprint_over_l2", "log2_tile_intensity",
-                                                "log2_reduction"};
+  static const std::vector<std::string> gemm = {"log2_waves",         "last_wave_fill",
+                                                "log2_tile_intensity", "log2_reduction",
+                                                "log2_wave_lane_clocks", "log2_flops_per_byte",
+                                                "log2_power_clock_fraction"};
   static const std::vector<std::string> ew = {"log2_waves",         "last_wave_fill",        "tensor_inputs",
                                               "special_function",   "log2_element_bytes",    "log2_tile_elements",
                                               "log2_l2_mb",         "log2_footprint_over_l2"};
@@ -161,8 +164,19 @@ double softmax_reread_miss(double ratio) {
 }  // namespace
 
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu) {
+  return tile_features(c, k, t, gpu, gpu.num_sm, gpu.l2_mb);
+}
+
+TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& real, int feature_sms,
+                           double feature_l2_mb) {
+  Gpu gpu_l2 = real;  // the L2 the inputs see
+  gpu_l2.l2_mb = feature_l2_mb;
+  const Gpu& gpu = gpu_l2;
   TileFeatures f;
-  const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
+  // GEMMs on CUDA cores run at the rate the FP32 lanes sustain (issue and power, precision.h).
+  const bool gemm = k.cls == KernelClass::gemm;
+  const double simt = gemm && !has_matrix_units(k, gpu) ? simt_sustained_fraction(gpu) : 1.0;
+  const double peak = (gemm ? gpu.gemm_peak_gflops(k.dtype) * simt : gpu.peak_gflops(k.dtype)) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
   const double sms = std::max(1, gpu.num_sm);
   const double tiles = double(std::max<int64_t>(t.tiles, 1));
@@ -177,29 +191,45 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double tile_traffic = k.bytes / tiles * (1.0 + softmax_reread_miss(onchip));
   const double t_c = peak > 0 ? tile_flops / peak : 0;
   const double t_m = bw > 0 ? tile_traffic / bw : 0;
-  f.waves = waves;
-  // Wave-quantized roofline: each wave takes the longer of one SM's compute for its tiles at
-  // the per-SM peak, and the active tiles' traffic at the full bandwidth. >= the roofline.
-  const double active = std::min(tiles, concurrent);
-  f.base_ms = waves * std::max(per_sm * t_c * sms, active * t_m) * 1e3;
-  const double tile_bytes = t.tile_bytes > 0 ? t.tile_bytes : tile_traffic;
+  double concurrent_ref = double(std::max(1, feature_sms)) * per_sm;
+  double waves_ref = std::ceil(tiles / concurrent_ref);
+  f.waves = waves_ref;
+  if (c == UtilClass::gemm) {
+    // GEMMs: the math runs in waves (each wave one SM's tiles at the per-SM peak), the traffic
+    // is the kernel's (every tile's share at the full bandwidth); both fall as FLOPs,
+    // bandwidth or SMs (at fixed per-SM rates) rise. The networks' wave inputs see the kernel
+    // as tiled on kFeatureSms SMs (the GPU's own wave quantization is in base_ms), so a GPU
+    // with more SMs never gets a lower utilization for the same GEMM.
+    const double compute_ms = waves * per_sm * t_c * sms * 1e3, memory_ms = tiles * t_m * 1e3;
+    f.base_ms = std::max(compute_ms, memory_ms);
+    f.overlap_ms = std::min(compute_ms, memory_ms);
+    concurrent_ref = double(kFeatureSms) * per_sm;
+    waves_ref = std::ceil(tiles / concurrent_ref);
+    f.waves = waves_ref;
+  } else {
+    // Streaming kernels: each wave takes the longer of one SM's compute for its tiles and the
+    // active tiles' traffic with each SM at its share of the bandwidth (a partial last wave
+    // costs a full one: the measured kernels of every training GPU show that step).
+    const double active_tiles = std::min(tiles, concurrent);
+    f.base_ms = waves * std::max(per_sm * t_c * sms, active_tiles * t_m) * 1e3;
+    // (The inputs count waves on feature_sms SMs; the GPU's own are above.)
+  }
+  const double fill_ref = tiles / (waves_ref * concurrent_ref);
+  const double active = std::min(tiles, concurrent_ref);
   double* x = f.x;
   switch (c) {
     case UtilClass::gemm:
-      // The tile's work in units of FP32 SIMT time (the precision all training kernels ran in):
-      // a tensor-core tile then reaches the same fraction of its (higher) peak as the FP32 tile
-      // of the same shape does of the FP32 peak, instead of looking like a tiny kernel.
-      x[0] = log2c(per_sm * tile_flops / (std::max(gpu.fp32_gflops, 1.0) * 1e9 / sms) * 1e6);
-      x[1] = log2c(per_sm * tile_bytes / (bw / sms) * 1e6);
-      x[2] = std::log2(waves);
-      x[3] = tiles / (waves * concurrent);
-      x[4] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
-      x[5] = log2c(double(t.config.tb_m) * double(t.config.tb_n) / double(t.config.tb_m + t.config.tb_n));
-      x[6] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
+      x[0] = std::log2(waves_ref);
+      x[1] = fill_ref;
+      x[2] = log2c(double(t.config.tb_m) * double(t.config.tb_n) / double(t.config.tb_m + t.config.tb_n));
+      x[3] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
+      x[4] = log2c(per_sm * tile_flops / (2.0 * std::max(1, gpu.fp32_cores_per_sm)));
+      x[5] = log2c(k.flops / std::max(k.bytes, 1.0));
+      x[6] = std::log2(power_clock_fraction(gpu));
       break;
     case UtilClass::elementwise:
-      x[0] = std::log2(waves);
-      x[1] = tiles / (waves * concurrent);
+      x[0] = std::log2(waves_ref);
+      x[1] = fill_ref;
       x[2] = k.cls == KernelClass::elementwise ? double(k.inputs) : 1.0;
       x[3] = special_op(k.op) ? 1.0 : 0.0;
       x[4] = std::log2(eb);
@@ -208,8 +238,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[7] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
       break;
     default:
-      x[0] = std::log2(waves);
-      x[1] = tiles / (waves * concurrent);
+      x[0] = std::log2(waves_ref);
+      x[1] = fill_ref;
       x[2] = log2c(double(k.cols));
       x[3] = std::log2(eb);
       x[4] = log2c(double(std::max<int64_t>(k.rows, 1)) / tiles);
@@ -222,20 +252,27 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   return f;
 }
 
-double law_latency_ms(double floor, double base_ms, double waves, const double* o, double* util) {
+double law_latency_ms(double floor, const TileFeatures& f, const double* o, double* util) {
   const double s1 = 1.0 / (1.0 + std::exp(-o[0]));
   const double s2 = 1.0 / (1.0 + std::exp(-o[1]));
   const double s3 = 1.0 / (1.0 + std::exp(-o[2]));
-  const double u = floor + (1 - floor) * s1 * (1 - s2 / waves);
+  const double s4 = 1.0 / (1.0 + std::exp(-o[3]));
+  const double u = floor + (1 - floor) * s1 * (1 - s2 / f.waves);
   if (util) *util = u;
-  return kMaxOverheadMs * s3 + base_ms / u;
+  return kMaxOverheadMs * s3 + (f.base_ms + s4 * f.overlap_ms) / u;
 }
 
 std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
-                                       std::vector<char>* extrapolated) {
+                                       std::vector<char>* extrapolated, std::vector<double>* log_sd) {
   const size_t n = f.size();
   std::vector<double> lat(n, 0.0);
   if (extrapolated) extrapolated->assign(n, 0);
+  std::vector<double> sq, beyond;  // sum of squared member log-latencies; standard deviations outside the range
+  if (log_sd) {
+    log_sd->assign(n, 0.0);
+    sq.assign(n, 0.0);
+    beyond.assign(n, 0.0);
+  }
   if (n == 0 || m.nets.empty()) return lat;
   for (const UtilNet& net : m.nets) {
     const size_t d = net.lo.size();
@@ -245,6 +282,10 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
         double v = f[i].x[j];
         const double margin = 0.02 * (net.hi[j] - net.lo[j]) + 1e-9;
         if (extrapolated && (v < net.lo[j] - margin || v > net.hi[j] + margin)) (*extrapolated)[i] = 1;
+        if (log_sd) {
+          const double out = std::max(net.lo[j] - v, v - net.hi[j]);
+          if (out > 0) beyond[i] = std::max(beyond[i], out * net.scale[j]);
+        }
         v = std::min(std::max(v, net.lo[j]), net.hi[j]);
         a(i, j) = (v - net.mean[j]) * net.scale[j];
       }
@@ -264,14 +305,25 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
         }
       a = std::move(z);
     }
-    for (size_t i = 0; i < n; ++i) lat[i] += std::log(law_latency_ms(m.floor, f[i].base_ms, f[i].waves, &a(i, 0), nullptr));
+    for (size_t i = 0; i < n; ++i) {
+      const double l = std::log(law_latency_ms(m.floor, f[i], &a(i, 0), nullptr));
+      lat[i] += l;
+      if (log_sd) sq[i] += l * l;
+    }
   }
   // The ensemble's latency is the geometric mean of its members' (the mean in log space):
   // each network is fitted on the squared log error, so it estimates log latency, and the
   // mean of those estimates is their best combination. An arithmetic mean is pulled up by a
   // member that extrapolates slowly on an unseen GPU (forward in time, the A100s: BMM 12.7 ->
   // 11.7% seed 1, 10.7 -> 10.3% seed 2; A100 80GB and e2e figures unchanged within noise).
-  for (double& v : lat) v = std::exp(v / double(m.nets.size()));
+  const double members = double(m.nets.size());
+  if (log_sd)
+    for (size_t i = 0; i < n; ++i) {
+      const double mean = lat[i] / members;
+      const double var = std::max(0.0, sq[i] / members - mean * mean);
+      (*log_sd)[i] = std::sqrt(var + std::pow(kOutOfRangeLogSd * beyond[i], 2));
+    }
+  for (double& v : lat) v = std::exp(v / members);
   return lat;
 }
 

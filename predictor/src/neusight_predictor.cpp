@@ -46,65 +46,64 @@ double constant_fixed_cost_ms(const ClassModel& m) {
     if (L.out != kNetOutputs) return -1;
     for (int i = 0; i < L.in; ++i)
       if (L.w[size_t(i) * kNetOutputs + 2] != 0.0) return -1;
-    const double o[kNetOutputs] = {0, 0, L.b[2]};
-    sum += std::log(law_latency_ms(m.floor, 0.0, 1.0, o, nullptr));
+    const double o[kNetOutputs] = {0, 0, L.b[2], 0};
+    TileFeatures zero;
+    sum += std::log(law_latency_ms(m.floor, zero, o, nullptr));
   }
   return std::exp(sum / double(m.nets.size()));
 }
 
-// The range of machine balance (FP32 FLOP per DRAM byte, fp32_gflops / mem_bw_gbps) over the
-// GPUs a model set was trained on (its info["devices"], resolved in the built-in database);
-// {0, 0} when a name does not resolve.
-std::pair<double, double> trained_balance(const ModelSet& m) {
-  auto it = m.info.find("devices");
-  if (it == m.info.end()) return {0, 0};
-  double lo = std::numeric_limits<double>::infinity(), hi = 0;
-  for (const std::string& name : split_csv_line(it->second)) {
-    if (name.empty()) continue;
-    const Gpu* g = GpuDatabase::builtin().find(name);
-    if (!g || !(g->fp32_gflops > 0) || !(g->mem_bw_gbps > 0)) return {0, 0};
-    const double b = g->fp32_gflops / g->mem_bw_gbps;
-    lo = std::min(lo, b);
-    hi = std::max(hi, b);
-  }
-  return hi > 0 ? std::make_pair(lo, hi) : std::make_pair(0.0, 0.0);
-}
-
-// The bandwidth (GB/s) the GEMM networks' inputs see for this GPU, or 0 when it is its own: a
-// GPU with more FLOPs per byte of DRAM bandwidth than any training GPU is seen with its
-// bandwidth raised to the training GPUs' highest machine balance. The network learned a tile's utilization from its compute time
-// and its operand traffic time per SM, jointly; each input is clamped to its own training
-// range, but a GPU beyond the training GPUs' balance (L4: 104 FLOP/B, L40S 106, RTX 4090 82,
-// A10 52, against 12.5-30 for A100..P4) gives pairs the networks never saw, and they
-// answered with 2-3% utilization (GPT-2 Large on an L4: 12x its roofline). Held at the edge of
-// the training range, the pair is one the networks know; the bandwidth limit itself stays in
-// the law's base time, which uses the real bandwidth. Only this side is held: a GPU with more
-// bandwidth per FLOP than the training GPUs (A100 80GB: 10.1) extrapolates benignly, and
-// holding it too took the A100 80GB's unseen test kernels from 5.2 / 5.6% to 8.8 / 8.2%
-// (BMM / linear, bench/kernel_accuracy (b)).
-double held_bandwidth_gbps(const Gpu& gpu, std::pair<double, double> range) {
-  if (!(range.second > 0) || !(gpu.fp32_gflops > 0) || !(gpu.mem_bw_gbps > 0)) return 0;
-  if (gpu.fp32_gflops / gpu.mem_bw_gbps <= range.second) return 0;
-  return gpu.fp32_gflops / range.second;
-}
-
 class NeusightPredictor final : public Predictor {
  public:
-  NeusightPredictor(ModelSet m, PrecisionOptions o) : m_(std::move(m)), o_(o), balance_(trained_balance(m_)) {
+  NeusightPredictor(ModelSet m, PrecisionOptions o) : m_(std::move(m)), o_(o), trained_l2_(trained_l2(m_)) {
     for (int c = 0; c < kNumUtilClasses; ++c) fixed_ms_[c] = constant_fixed_cost_ms(m_.classes[c]);
   }
 
+  // GEMM inputs carry neither the L2 size nor the GPU's SM count (kFeatureSms). The streaming
+  // classes' networks see the L2 size, and need not be monotone in it: they are evaluated at
+  // the L2 sizes of the training GPUs at or above this GPU's (the largest when it exceeds
+  // them all: the networks clamp there anyway), and the latency is the largest answer, the
+  // least envelope above the networks' answers at those sizes that does not grow with the L2.
+  // A GPU with an L2 beyond every training GPU's (H100, L4, B200) keeps the networks' answer.
+  // Their wave inputs count the GPU's own SMs: their utilization, learned from eager timings,
+  // carries the framework's dispatch, which a GPU-independent view would carry from fast GPUs
+  // over to slow ones.
   std::vector<Prediction> predict(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
                                   const Gpu& gpu) const override {
     if (tilings.size() != kernels.size()) throw RuntimeError("predict: one tiling per kernel expected");
+    std::vector<double> l2s;
+    for (double t : trained_l2_)
+      if (t >= gpu.l2_mb) l2s.push_back(t);
+    if (l2s.empty()) l2s.push_back(trained_l2_.empty() ? gpu.l2_mb : *std::max_element(trained_l2_.begin(), trained_l2_.end()));
+    std::vector<Prediction> out = predict_at(kernels, tilings, gpu, gpu.num_sm, l2s.front());
+    if (l2s.size() == 1) return out;
+    std::vector<size_t> idx;
+    std::vector<Kernel> ks;
+    std::vector<Tiling> ts;
+    for (size_t i = 0; i < kernels.size(); ++i) {
+      UtilClass c;
+      if (!util_class_of(kernels[i], c) || c == UtilClass::gemm) continue;
+      idx.push_back(i);
+      ks.push_back(kernels[i]);
+      ts.push_back(tilings[i]);
+    }
+    for (size_t v = 1; v < l2s.size() && !idx.empty(); ++v) {
+      const std::vector<Prediction> o = predict_at(ks, ts, gpu, gpu.num_sm, l2s[v]);
+      for (size_t j = 0; j < idx.size(); ++j)
+        if (o[j].latency_ms > out[idx[j]].latency_ms) out[idx[j]] = o[j];
+    }
+    return out;
+  }
+
+  std::vector<Prediction> predict_at(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
+                                     const Gpu& gpu, int feature_sms, double feature_l2_mb) const {
     std::vector<Prediction> out(kernels.size());
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
     std::vector<double> wave_ms[kNumUtilClasses];  // kernel timing: device time of the first wave
+    std::vector<double> sd(kernels.size(), 0.0);    // uncertainty in natural-log units (neusight_model.h)
     const bool device = o_.timing != Timing::eager;
     const bool strip_dispatch = o_.timing == Timing::kernel;
-    // One decision per GPU (gpu_as_run leaves the FP32 rate and the bandwidth as they are).
-    const double held_bw = o_.hold_balance ? held_bandwidth_gbps(gpu, balance_) : 0;
     const double bw = gpu.mem_bw_gbps * 1e9;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const Kernel& k = kernels[i];
@@ -132,24 +131,16 @@ class NeusightPredictor final : public Predictor {
       const Kernel run = kernel_as_run(k, gpu);
       const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
       const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight);
-      TileFeatures f = tile_features(c, run, t, as_run);
+      TileFeatures f = tile_features(c, run, t, as_run, feature_sms, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
-      if (c == UtilClass::gemm && held_bw > 0) {
-        // The networks' inputs at a machine balance they know (held_bandwidth_gbps); the
-        // base time keeps the GPU's real numbers.
-        Gpu seen = as_run;
-        seen.mem_bw_gbps = held_bw;
-        const TileFeatures fs = tile_features(c, run, t, seen);
-        std::copy(std::begin(fs.x), std::end(fs.x), std::begin(f.x));
-        p.extrapolated = true;
-      }
       if (strip_dispatch && c != UtilClass::gemm) {
         // Kernel timing (precision.h): eager(k) - eager(first wave) + the first wave's device time.
         const Kernel w = first_wave(run, t, gpu);
         const Tiling tw = tile_kernel(w, gpu);
         members[int(c)].push_back(i);
         feats[int(c)].push_back(f);
-        feats[int(c)].push_back(tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight)));
+        feats[int(c)].push_back(
+            tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight), feature_sms, feature_l2_mb));
         wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
         continue;
       }
@@ -166,18 +157,22 @@ class NeusightPredictor final : public Predictor {
       feats[int(c)].push_back(f);
       if (device && fixed_ms_[int(c)] < 0) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
         f.base_ms = 0;
+        f.overlap_ms = 0;
         feats[int(c)].push_back(f);
       }
     }
     for (int c = 0; c < kNumUtilClasses; ++c) {
       if (members[c].empty()) continue;
       std::vector<char> extra;
-      const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra);
+      std::vector<double> own_sd;
+      const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra, &own_sd);
+      const double class_sd = m_.classes[c].interval_log_sd;
       const bool strip = strip_dispatch && c != int(UtilClass::gemm);
       const bool per_kernel_fixed = device && fixed_ms_[c] < 0;
       const size_t step = per_kernel_fixed || strip ? 2 : 1;
       for (size_t j = 0; j < members[c].size(); ++j) {
         Prediction& p = out[members[c][j]];
+        sd[members[c][j]] = std::hypot(class_sd, own_sd[step * j]);
         if (strip) {
           p.latency_ms = std::max({lat[step * j] - lat[step * j + 1] + wave_ms[c][j], o_.device_floor_ms, p.roofline_ms});
           p.utilization = p.roofline_ms / p.latency_ms;
@@ -195,23 +190,42 @@ class NeusightPredictor final : public Predictor {
         p.extrapolated = p.extrapolated || extra[step * j] != 0;
       }
     }
+    // The 80% interval: the latency times exp(-+ z sd), never below the roofline.
+    for (size_t i = 0; i < out.size(); ++i) {
+      Prediction& p = out[i];
+      const double w = std::exp(kIntervalZ * sd[i]);
+      p.latency_low_ms = std::max(p.roofline_ms, p.latency_ms / w);
+      p.latency_high_ms = p.latency_ms * w;
+    }
     return out;
   }
   std::string name() const override { return "neusight"; }
+  // L2 sizes (MB) of the GPUs a model set was trained on (its info["devices"]), ascending.
+  static std::vector<double> trained_l2(const ModelSet& m) {
+    std::vector<double> out;
+    auto it = m.info.find("devices");
+    if (it == m.info.end()) return out;
+    for (const std::string& name : split_csv_line(it->second))
+      if (const Gpu* g = GpuDatabase::builtin().find(name))
+        if (std::find(out.begin(), out.end(), g->l2_mb) == out.end()) out.push_back(g->l2_mb);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
   std::vector<std::string> notes(const Gpu& gpu) const override {
-    if (!o_.hold_balance || !(held_bandwidth_gbps(gpu, balance_) > 0)) return {};
+    const double f = power_clock_fraction(gpu);
+    if (!(f < 0.995)) return {};
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "%s has %.0f FP32 FLOP per DRAM byte, beyond the %.1f-%.1f of the GPUs the predictor was trained on: "
-                  "its GEMMs are predicted as at %.1f (extrapolated)",
-                  gpu.name.c_str(), gpu.fp32_gflops / gpu.mem_bw_gbps, balance_.first, balance_.second, balance_.second);
+                  "%s: %.0f W for %d FP32 lanes at %.0f nm is below the power that holds its boost clock under dense "
+                  "FP32 math: FP32 SIMT GEMMs are predicted at %.2f of the boost clock (precision.h)",
+                  gpu.name.c_str(), gpu.board_power_w, gpu.num_sm * gpu.fp32_cores_per_sm, gpu.process_nm, f);
     return {buf};
   }
 
  private:
   ModelSet m_;
   PrecisionOptions o_;
-  std::pair<double, double> balance_;  // trained_balance(m_)
+  std::vector<double> trained_l2_;  // L2 sizes (MB) of the training GPUs, ascending
   double fixed_ms_[kNumUtilClasses];  // constant learned fixed cost per class, or < 0
 };
 

@@ -113,9 +113,9 @@ double compute_busy(const Kernel& k, const Gpu& gpu) {
 
 double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(k, gpu)) return 1.0;
-  // The shortfall comes with tensor-core activity (the power the matrix units draw): a GEMM
-  // that waits on DRAM most of the time keeps the clock up.
-  return 1.0 - (1.0 - kMatrixSustainedFraction) * compute_busy(k, gpu);
+  // The fraction lowers the rate of the math only; a GEMM that waits on DRAM is bound by its
+  // memory time whatever the math rate, and a faster memory never lowers the math rate.
+  return kMatrixSustainedFraction;
 }
 
 Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight) {
@@ -136,6 +136,26 @@ Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_wei
     default: if (is_fp8(k.dtype)) g.fp8_gflops *= f; break;
   }
   return g;
+}
+
+double process_energy_scale(double nm) {
+  if (!(nm > 0) || nm >= 12) return 1.0;
+  if (nm >= 8) return 0.6;   // Samsung 8N, TSMC 10FF
+  if (nm >= 6) return 0.36;  // TSMC N7, N6
+  if (nm >= 4) return 0.25;  // TSMC N5, 4N, 4NP
+  return 0.19;               // N3
+}
+
+double power_clock_fraction(const Gpu& gpu) {
+  const double lanes = double(gpu.num_sm) * double(gpu.fp32_cores_per_sm);
+  if (!(gpu.board_power_w > 0) || !(gpu.process_nm > 0) || !(lanes > 0)) return 1.0;
+  const double need = kSimtBoostWattsPerLane16nm * process_energy_scale(gpu.process_nm);
+  return std::min(1.0, gpu.board_power_w / lanes / need);
+}
+
+double simt_sustained_fraction(const Gpu& gpu) {
+  const bool issue_bound = gpu.vendor == "nvidia" && gpu.fp32_cores_per_sm > 64;
+  return (issue_bound ? kSimtFfmaIssueShare : 1.0) * power_clock_fraction(gpu);
 }
 
 double global_memory_latency_ms(const Gpu& gpu) {

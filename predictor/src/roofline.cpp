@@ -28,7 +28,7 @@ class RooflinePredictor final : public Predictor {
       const Kernel& k = kernels[i];
       Prediction& p = out[i];
       p.roofline_ms = roofline_ms(k, gpu);
-      p.latency_ms = p.roofline_ms;
+      p.latency_ms = p.latency_low_ms = p.latency_high_ms = p.roofline_ms;
       p.utilization = p.latency_ms > 0 ? 1.0 : 0.0;
       const double peak = (k.cls == KernelClass::gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;
       const double bw = gpu.mem_bw_gbps * 1e9;

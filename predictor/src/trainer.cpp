@@ -79,6 +79,7 @@ Net init_net(int d, int hidden, int layers, Rng& rng) {
       P.b(0) = 1.0;   // start at gamma ~ 0.73
       P.b(1) = -1.0;  // and a small wave penalty
       P.b(2) = -2.0;  // overhead ~ 0.12 x kMaxOverheadMs
+      P.b(3) = -2.0;  // a small share of the operand traffic exposed
     }
     P.mw = xt::zeros<double>(P.w.shape());
     P.vw = xt::zeros<double>(P.w.shape());
@@ -198,13 +199,16 @@ ClassModel train_class(UtilClass c, const std::vector<Sample>& all, const TrainO
           const double s1 = 1.0 / (1.0 + std::exp(-out(r, 0)));
           const double s2 = 1.0 / (1.0 + std::exp(-out(r, 1)));
           const double s3 = 1.0 / (1.0 + std::exp(-out(r, 2)));
+          const double s4 = 1.0 / (1.0 + std::exp(-out(r, 3)));
           const double w = s.f.waves;
           const double u = fl + (1 - fl) * s1 * (1 - s2 / w);
-          const double pred = kMaxOverheadMs * s3 + s.f.base_ms / u;
+          const double base = s.f.base_ms + s4 * s.f.overlap_ms;
+          const double pred = kMaxOverheadMs * s3 + base / u;
           const double res = std::log(pred) - std::log(s.latency_ms);
           loss_sum += res * res;
           const double dl_dp = 2.0 * res / pred / double(n);
-          const double dl_du = dl_dp * (-s.f.base_ms / (u * u));
+          const double dl_du = dl_dp * (-base / (u * u));
+          dz(r, 3) = dl_dp * s.f.overlap_ms / u * s4 * (1 - s4);
           dz(r, 0) = dl_du * (1 - fl) * s1 * (1 - s1) * (1 - s2 / w);
           dz(r, 1) = dl_du * (-(1 - fl) * s1 * s2 * (1 - s2) / w);
           dz(r, 2) = dl_dp * kMaxOverheadMs * s3 * (1 - s3);

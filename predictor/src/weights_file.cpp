@@ -22,8 +22,9 @@ json layer_json(const DenseLayer& L) { return {{"in", L.in}, {"out", L.out}, {"w
 
 void save_model_set(const ModelSet& m, const std::string& dir) {
   json j;
-  j["format"] = "neusight-weights-7";
-  j["law"] = "latency_ms = max_overhead_ms*sigmoid(o2) + base_ms / u, u = floor + (1-floor)*sigmoid(o0)*(1 - sigmoid(o1)/waves)";
+  j["format"] = "neusight-weights-8";
+  j["law"] = "latency_ms = max_overhead_ms*sigmoid(o2) + (base_ms + sigmoid(o3)*overlap_ms) / u, "
+             "u = floor + (1-floor)*sigmoid(o0)*(1 - sigmoid(o1)/waves)";
   j["max_overhead_ms"] = kMaxOverheadMs;
   j["info"] = m.info;
   json classes = json::object();
@@ -31,6 +32,7 @@ void save_model_set(const ModelSet& m, const std::string& dir) {
     if (c.empty()) continue;
     json cj;
     cj["floor"] = c.floor;
+    if (c.interval_log_sd > 0) cj["interval_log_sd"] = c.interval_log_sd;
     cj["features"] = feature_names(c.cls);
     json nets = json::array();
     for (const UtilNet& n : c.nets) {
@@ -310,7 +312,7 @@ ModelSet load_model_set(const std::string& dir) {
     if (!in.read(text.data(), std::streamsize(text.size()))) throw RuntimeError("cannot read the file");
     const JNode j = JsonReader(text).document();
     const JNode* format = j.kind == JNode::object ? j.find("format") : nullptr;
-    if (!format || format->kind != JNode::string || format->str != "neusight-weights-7")
+    if (!format || format->kind != JNode::string || format->str != "neusight-weights-8")
       throw RuntimeError("unknown format");
     if (const JNode* info = j.find("info")) {
       if (info->kind != JNode::object) throw RuntimeError("info must be an object");
@@ -325,6 +327,7 @@ ModelSet load_model_set(const std::string& dir) {
       const JNode* cj = cls.find(util_class_name(c));
       if (!cj) continue;
       cm.floor = cj->at("floor").as_number("floor");
+      if (const JNode* sd = cj->find("interval_log_sd")) cm.interval_log_sd = sd->as_number("interval_log_sd");
       if (cj->at("features").as_strings("features") != feature_names(c))
         throw RuntimeError(std::string("features of class ") + util_class_name(c) + " differ from this build's");
       const size_t d = feature_names(c).size();
@@ -352,7 +355,7 @@ ModelSet load_model_set(const std::string& dir) {
           prev = L.out;
           n.layers.push_back(std::move(L));
         }
-        if (prev != kNetOutputs || n.layers.empty()) throw RuntimeError("the last layer must have 3 outputs");
+        if (prev != kNetOutputs || n.layers.empty()) throw RuntimeError("the last layer must have " + std::to_string(kNetOutputs) + " outputs");
         cm.nets.push_back(std::move(n));
       }
     }

@@ -16,9 +16,15 @@ using nlohmann::json;
 
 void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms = r.backward_ms = r.update_ms = 0;
+  r.e2e_low_ms = r.e2e_high_ms = 0;
   r.totals_by_class.clear();
+  // A kernel predicted without an interval (collectives, unknown ops) counts at its latency.
+  auto low = [](const Prediction& p) { return p.latency_high_ms > 0 ? p.latency_low_ms : p.latency_ms; };
+  auto high = [](const Prediction& p) { return p.latency_high_ms > 0 ? p.latency_high_ms : p.latency_ms; };
   auto add = [&](const KernelReport& k) {
     const double ms = k.prediction.latency_ms;
+    r.e2e_low_ms += low(k.prediction);
+    r.e2e_high_ms += high(k.prediction);
     switch (k.kernel.phase) {
       case Phase::forward: r.forward_ms += ms; break;
       case Phase::backward: r.backward_ms += ms; break;
@@ -27,9 +33,11 @@ void summarize(Report& r) {
     r.totals_by_class[kernel_class_name(k.kernel.cls)] += ms;
   };
   for (auto& n : r.nodes) {
-    n.latency_ms = 0;
+    n.latency_ms = n.latency_low_ms = n.latency_high_ms = 0;
     for (const auto& k : n.kernels) {
       n.latency_ms += k.prediction.latency_ms;
+      n.latency_low_ms += low(k.prediction);
+      n.latency_high_ms += high(k.prediction);
       add(k);
     }
   }
@@ -164,6 +172,8 @@ json kernel_json(const KernelReport& k, const Gpu& gpu) {
          {"tiles", k.tiling.tiles},
          {"waves", k.tiling.waves},
          {"latency_ms", finite(k.prediction.latency_ms)},
+         {"latency_low_ms", finite(k.prediction.latency_high_ms > 0 ? k.prediction.latency_low_ms : k.prediction.latency_ms)},
+         {"latency_high_ms", finite(k.prediction.latency_high_ms > 0 ? k.prediction.latency_high_ms : k.prediction.latency_ms)},
          {"roofline_ms", finite(k.prediction.roofline_ms)},
          {"utilization", finite(k.prediction.utilization)},
          {"bound", k.prediction.compute_bound ? "compute" : "memory"},
@@ -187,6 +197,8 @@ json report_json(const Report& r) {
   j["mode"] = r.mode == Mode::training ? "training" : "inference";
   j["dtype"] = dtype_name(r.dtype);
   j["e2e_latency_ms"] = finite(r.e2e_latency_ms);
+  j["latency_low_ms"] = finite(r.e2e_low_ms);
+  j["latency_high_ms"] = finite(r.e2e_high_ms);
   j["forward_ms"] = finite(r.forward_ms);
   j["backward_ms"] = finite(r.backward_ms);
   j["update_ms"] = finite(r.update_ms);
@@ -279,6 +291,10 @@ void put_kernel(std::string& out, const KernelReport& k, const Gpu& gpu) {
   put_int(out, k.tiling.waves);
   put_key(out, "latency_ms");
   put_num(out, k.prediction.latency_ms);
+  put_key(out, "latency_low_ms");
+  put_num(out, k.prediction.latency_high_ms > 0 ? k.prediction.latency_low_ms : k.prediction.latency_ms);
+  put_key(out, "latency_high_ms");
+  put_num(out, k.prediction.latency_high_ms > 0 ? k.prediction.latency_high_ms : k.prediction.latency_ms);
   put_key(out, "roofline_ms");
   put_num(out, k.prediction.roofline_ms);
   put_key(out, "utilization");
@@ -325,6 +341,10 @@ void put_node(std::string& out, const NodeReport& n, const Gpu& gpu) {
   }
   put_key(out, "latency_ms");
   put_num(out, n.latency_ms);
+  put_key(out, "latency_low_ms");
+  put_num(out, n.latency_low_ms);
+  put_key(out, "latency_high_ms");
+  put_num(out, n.latency_high_ms);
   put_key(out, "outputs");
   out += '[';
   for (size_t i = 0; i < n.outputs.size(); ++i) {

@@ -174,7 +174,10 @@ std::string format_table(const Report& r, const TableOptions& opt) {
     for (const auto& u : r.unknown_ops) os << " " << u;
     os << "\n";
   }
-  os << "\n" << st("end-to-end latency: " + format_ms(r.e2e_latency_ms) + " ms", "1;32") << "\n";
+  os << "\n" << st("end-to-end latency: " + format_ms(r.e2e_latency_ms) + " ms", "1;32");
+  if (r.e2e_high_ms > r.e2e_low_ms)
+    os << " (80% interval " << format_ms(r.e2e_low_ms) << " - " << format_ms(r.e2e_high_ms) << " ms)";
+  os << "\n";
   return os.str();
 }
 

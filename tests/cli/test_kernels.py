@@ -53,7 +53,8 @@ class Kernels(unittest.TestCase):
         got = read(out)
         self.assertEqual(len(got), 20)  # the T4 rows are skipped
         with open(out, newline="") as f:
-            self.assertEqual(next(csv.reader(f)), header + ["kernel_class", "pred_latency_ms", "tile", "tiles", "waves"])
+            self.assertEqual(next(csv.reader(f)), header + ["kernel_class", "pred_latency_ms", "tile", "tiles", "waves",
+                                                            "pred_low_ms", "pred_high_ms"])
         errs = []
         for r in got:
             self.assertEqual(r["Device"], "NVIDIA A100 80GB PCIe")
@@ -63,6 +64,9 @@ class Kernels(unittest.TestCase):
             self.assertGreater(int(r["waves"]), 0)
             pred, meas = float(r["pred_latency_ms"]), float(r["Latency"])
             self.assertGreater(pred, 0)
+            # The 80% interval brackets the prediction and is never degenerate.
+            self.assertLess(float(r["pred_low_ms"]), pred)
+            self.assertGreater(float(r["pred_high_ms"]), pred)
             errs.append(abs(pred - meas) / meas)
         self.assertLess(sum(errs) / len(errs), 0.3)
 

@@ -35,6 +35,21 @@ class MainJob(unittest.TestCase):
                     self.assertIn(f, k)
                 total += k["latency_ms"]
         self.assertAlmostEqual(total, r["e2e_latency_ms"], delta=1e-6 * max(1.0, total))
+        # 80% interval: per kernel, node and model, around the prediction; the model's bounds
+        # are the sums of its kernels'.
+        self.assertLess(r["latency_low_ms"], r["e2e_latency_ms"])
+        self.assertGreater(r["latency_high_ms"], r["e2e_latency_ms"])
+        low = high = 0.0
+        for n in r["nodes"]:
+            self.assertLessEqual(n["latency_low_ms"], n["latency_ms"] * (1 + 1e-9))
+            self.assertGreaterEqual(n["latency_high_ms"], n["latency_ms"] * (1 - 1e-9))
+            for k in n["kernels"]:
+                self.assertLessEqual(k["latency_low_ms"], k["latency_ms"] * (1 + 1e-9))
+                self.assertGreaterEqual(k["latency_high_ms"], k["latency_ms"] * (1 - 1e-9))
+                low += k["latency_low_ms"]
+                high += k["latency_high_ms"]
+        self.assertAlmostEqual(low, r["latency_low_ms"], delta=1e-6 * max(1.0, low))
+        self.assertAlmostEqual(high, r["latency_high_ms"], delta=1e-6 * max(1.0, high))
 
     def test_gpu_list_gives_array(self):
         r = run_json(EXAMPLE, "--gpu", "b200,h100,t4", "--batch", "1", "--seq", "128")

@@ -212,27 +212,26 @@ class KernelsDtypeColumn(unittest.TestCase):
             self.assertFalse(os.path.exists(out))
 
 
-class GpusBeyondTheTrainingBalance(unittest.TestCase):
-    def test_the_report_says_when_a_gpu_lies_beyond_the_training_gpus_balance(self):
-        # L4: 104 FP32 FLOP per DRAM byte against 12.5-29.7 for the training GPUs; its GEMMs are
-        # predicted at the edge of that range, flagged, and the report says so for that GPU only.
+class PowerLimitedGpus(unittest.TestCase):
+    def test_the_report_says_when_a_gpu_cannot_hold_its_boost_clock(self):
+        # L4: 72 W for 7,424 FP32 lanes on a 4 nm node, below the power per lane that holds the
+        # boost clock under dense FP32 math (precision.h); the H100 SXM (700 W) holds it.
         reports = run_json(EXAMPLE, "--gpu", "l4,h100", "--batch", "1", "--seq", "64")
         by_gpu = {r["gpu_alias"]: r for r in reports}
-        notes = [w for w in by_gpu["l4"]["warnings"] if "FLOP per DRAM byte" in w]
+        notes = [w for w in by_gpu["l4"]["warnings"] if "boost clock" in w]
         self.assertEqual(len(notes), 1, by_gpu["l4"]["warnings"])
         self.assertIn("NVIDIA L4", notes[0])
-        self.assertFalse([w for w in by_gpu["h100"]["warnings"] if "FLOP per DRAM byte" in w])
+        self.assertFalse([w for w in by_gpu["h100"]["warnings"] if "boost clock" in w])
         gemms = [k for k in kernels(by_gpu["l4"]) if k["class"] == "gemm"]
         self.assertTrue(gemms)
-        self.assertTrue(all(k["extrapolated"] for k in gemms))
-        # GEMMs stay within a few times their roofline (2.7x; 6.7x before the hold).
+        # GEMMs stay within a few times their roofline.
         self.assertLess(sum(k["latency_ms"] for k in gemms), 5 * sum(k["roofline_ms"] for k in gemms))
         code, _, err = run(EXAMPLE, "--gpu", "l4,l4", "--batch", "1", "--seq", "64", "--quiet")
         self.assertEqual(code, 0)
-        self.assertEqual(err.count("FLOP per DRAM byte"), 1)  # said once on stderr
-        # The roofline predictor has no training range and says nothing.
+        self.assertEqual(len([l for l in err.splitlines() if "boost clock" in l]), 1)  # said once on stderr
+        # The roofline predictor assumes the spec-sheet peak and says nothing.
         roof = run_json(EXAMPLE, "--gpu", "l4", "--batch", "1", "--seq", "64", "--predictor", "roofline")
-        self.assertFalse([w for w in roof["warnings"] if "FLOP per DRAM byte" in w])
+        self.assertFalse([w for w in roof["warnings"] if "boost clock" in w])
 
 
 if __name__ == "__main__":

@@ -58,6 +58,11 @@ TEST_CASE("gpu database: every entry is complete and its peaks follow from SMs x
     CHECK(g.max_blocks_per_sm >= 16);
     CHECK(g.max_threads_per_sm >= 1024);
     CHECK(g.pcie_gbps > 0);
+    // Board power (W) and process node (nm) for the power-limited clock (precision.h).
+    CHECK(g.board_power_w >= 50);
+    CHECK(g.board_power_w <= 1500);
+    CHECK(g.process_nm >= 3);
+    CHECK(g.process_nm <= 16);
     CHECK((g.nvlink.empty() == (g.nvlink_gbps == 0)));
     // FP32 peak = SMs x FP32 lanes x 2 (FMA) x clock, within 15% (datasheets quote other clocks).
     const double fp32 = g.num_sm * g.fp32_cores_per_sm * 2.0 * g.boost_mhz / 1000.0;

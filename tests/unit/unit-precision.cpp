@@ -206,7 +206,9 @@ TEST_CASE("precision: a half-precision GEMM on a GPU without tensor cores is pre
   // Compute bound: the same math at the same rate; the half-precision one moves half the bytes.
   CHECK(r[0].latency_ms == doctest::Approx(r[1].latency_ms).epsilon(0.15));
   CHECK(r[0].compute_bound);
-  CHECK(r[0].latency_ms > 1.5 * r[0].roofline_ms);  // the plain roofline assumes the FP16 SIMT peak
+  // At least the time of its FLOPs at the FP32 peak, not at the (twice as high) FP16 SIMT peak.
+  CHECK(r[0].latency_ms >= h.flops / (p100.fp32_gflops * 1e6));
+  CHECK(r[0].latency_ms > 1.2 * r[0].roofline_ms);
 }
 
 TEST_CASE("precision: math_precision names the unit and precision a kernel's math runs in") {
@@ -331,4 +333,33 @@ TEST_CASE("precision: two-pass row kernels add their block reduction and a cache
   CHECK(Kernel::ThreadAccess{}.block_reductions == 0);
   CHECK(Kernel::ThreadAccess{}.cached_pass_level == 0);
   CHECK_FALSE(Kernel::ThreadAccess{}.cached_pass_weight);
+}
+
+TEST_CASE("precision: FP32 SIMT GEMMs run at the clock the board power holds and the issue rate allows") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  // The 70-75 W cards of the training data: about 0.55 of their boost clock under dense FFMA.
+  CHECK(power_clock_fraction(db.resolve("t4")) == doctest::Approx(70.0 / 2560 / kSimtBoostWattsPerLane16nm));
+  CHECK(power_clock_fraction(db.resolve("p4")) < 0.65);
+  // 250 W cards and newer flagships hold it.
+  for (const char* name : {"p100", "a100-40gb", "h100", "b200", "mi300x"}) {
+    CAPTURE(name);
+    CHECK(power_clock_fraction(db.resolve(name)) == 1.0);
+  }
+  CHECK(power_clock_fraction(db.resolve("v100")) > 0.95);
+  // A 72 W card with 7,424 lanes on a 4 nm node does not.
+  CHECK(power_clock_fraction(db.resolve("l4")) < 0.9);
+  // Issue-bound SMs (32 FP32 lanes per partition) lose the FFMA slots the main loop's loads take.
+  CHECK(simt_sustained_fraction(db.resolve("h100")) == doctest::Approx(kSimtFfmaIssueShare));
+  CHECK(simt_sustained_fraction(db.resolve("a100-40gb")) == 1.0);
+  // Unknown power (a device JSON without TDP): no limit; more power never lowers the clock.
+  Gpu g = db.resolve("l4");
+  const double f = power_clock_fraction(g);
+  g.board_power_w *= 2;
+  CHECK(power_clock_fraction(g) >= f);
+  g.board_power_w = 0;
+  CHECK(power_clock_fraction(g) == 1.0);
+  // Newer nodes need less power per lane.
+  CHECK(process_energy_scale(4) < process_energy_scale(7));
+  CHECK(process_energy_scale(7) < process_energy_scale(12));
+  CHECK(process_energy_scale(16) == 1.0);
 }

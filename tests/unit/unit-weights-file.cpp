@@ -120,18 +120,18 @@ TEST_CASE("weights file: every truncation and corruption is a RuntimeError namin
   const char* bad[] = {
       "",
       "[]",
-      "{\"format\": \"neusight-weights-7\"}",                                      // no classes
-      "{\"format\": \"neusight-weights-7\", \"classes\": []}",                     // wrong type
-      "{\"format\": \"neusight-weights-7\", \"classes\": {\"gemm\": {\"floor\": \"x\"}}}",
-      "{\"format\": \"neusight-weights-7\", \"classes\": {}} trailing",
-      "{\"format\": \"neusight-weights-7\", \"info\": {\"a\": \"\\q\"}, \"classes\": {}}",
-      "{\"format\": \"neusight-weights-7\", \"info\": {\"a\": \"\\u12\"}, \"classes\": {}}",
-      "{\"format\": \"neusight-weights-7\", \"classes\": {\"gemm\": {\"floor\": 1e999}}}",
-      "{\"format\": \"neusight-weights-7\", \"classes\": {\"gemm\": {\"floor\": NaN}}}",
-      "{\"format\": \"neusight-weights-7\", \"classes\": {\"gemm\": {\"floor\": 01}}}",
-      "{\"format\": \"neusight-weights-7\", \"classes\": {\"gemm\": {\"floor\": -}}}",
-      "{\"format\": \"neusight-weights-7\" \"classes\": {}}",
-      "{\"format\": \"neusight-weights-7\", \"classes\": {,}}",
+      "{\"format\": \"neusight-weights-8\"}",                                      // no classes
+      "{\"format\": \"neusight-weights-8\", \"classes\": []}",                     // wrong type
+      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": \"x\"}}}",
+      "{\"format\": \"neusight-weights-8\", \"classes\": {}} trailing",
+      "{\"format\": \"neusight-weights-8\", \"info\": {\"a\": \"\\q\"}, \"classes\": {}}",
+      "{\"format\": \"neusight-weights-8\", \"info\": {\"a\": \"\\u12\"}, \"classes\": {}}",
+      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": 1e999}}}",
+      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": NaN}}}",
+      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": 01}}}",
+      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": -}}}",
+      "{\"format\": \"neusight-weights-8\" \"classes\": {}}",
+      "{\"format\": \"neusight-weights-8\", \"classes\": {,}}",
   };
   for (const char* b : bad) CHECK_MESSAGE(fails_cleanly(b), b);
   // Nesting far beyond any weights file is refused, not recursed into.

@@ -101,6 +101,8 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.mem_bw_gbps = num(j, "mem_bw_gbps", what, true);
   g.l2_mb = num(j, "l2_mb", what, true);
   g.smem_per_sm_kb = num(j, "smem_per_sm_kb", what, false, 64);
+  g.board_power_w = num(j, "board_power_w", what, false);
+  g.process_nm = num(j, "process_nm", what, false);
   g.regs_per_sm = static_cast<int>(num(j, "regs_per_sm", what, false, 65536));
   g.max_blocks_per_sm = static_cast<int>(num(j, "max_blocks_per_sm", what, false, 32));
   g.max_threads_per_sm = static_cast<int>(num(j, "max_threads_per_sm", what, false, 2048));
@@ -197,7 +199,13 @@ Gpu load_device_json(const std::string& path) {
     g.nvlink = known->nvlink;
     g.nvlink_gbps = known->nvlink_gbps;
     g.pcie_gbps = known->pcie_gbps;
+    g.board_power_w = known->board_power_w;
+    g.process_nm = known->process_nm;
   }
+  // Optional fields beyond the neusight-data format: board power (W) and process node (nm).
+  if (j.contains("TDP")) g.board_power_w = num(j, "TDP", path, true);
+  if (j.contains("Process_Nm")) g.process_nm = num(j, "Process_Nm", path, true);
+  if (g.board_power_w < 0 || g.process_nm < 0) throw InputError(path + ": TDP and Process_Nm must not be negative");
   g.source = path;
   return g;
 }

@@ -108,6 +108,8 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   c.split_k_max_occupancy = j.contains("split_k_max_occupancy") ? positive(j, "split_k_max_occupancy", what) : 0;
   if (c.split_k_max_occupancy > 1) throw InputError(what + ": 'split_k_max_occupancy' must be at most 1");
   c.split_after_tile = flag(j, "split_after_tile", false, what);
+  c.ref_fp32_gflops_per_sm = j.contains("ref_fp32_gflops_per_sm") ? positive(j, "ref_fp32_gflops_per_sm", what) : 0;
+  c.ref_bw_gbps_per_sm = j.contains("ref_bw_gbps_per_sm") ? positive(j, "ref_bw_gbps_per_sm", what) : 0;
   return c;
 }
 
@@ -297,10 +299,14 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const double eb = elem_bytes(kr.dtype);
   const double in_bytes = tc ? eb : 4.0;
   const double sm = gpu.num_sm;
-  // The rate the tile's math runs at: the dtype's matrix peak, or FP32 SIMT without one.
-  const double flops_sm = gpu.gemm_peak_gflops(tc ? kr.dtype : DType::f32) * 1e9 / sm;
-  const double bw = gpu.mem_bw_gbps * 1e9;
   const GemmCost& cost = cls.cost;
+  // The rate the tile's math runs at: the dtype's matrix peak, or FP32 SIMT without one, both
+  // at the class's reference per-SM rates when it has them (GemmCost).
+  const double peak_sm = gpu.gemm_peak_gflops(tc ? kr.dtype : DType::f32) * 1e9 / sm;
+  const double fp32_sm = gpu.fp32_gflops * 1e9 / sm;
+  const double flops_sm =
+      cost.ref_fp32_gflops_per_sm > 0 && fp32_sm > 0 ? cost.ref_fp32_gflops_per_sm * 1e9 * (peak_sm / fp32_sm) : peak_sm;
+  const double bw = cost.ref_bw_gbps_per_sm > 0 ? cost.ref_bw_gbps_per_sm * 1e9 * sm : gpu.mem_bw_gbps * 1e9;
 
   Choice best;
   const RuleTree& tile_tree = batched ? cls.rule.batched_tile : cls.rule.single_tile;

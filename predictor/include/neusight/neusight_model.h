@@ -29,10 +29,19 @@ const char* util_class_name(UtilClass c);
 bool util_class_of(const Kernel& k, UtilClass& out);
 
 constexpr int kMaxFeatures = 10;
+// The SM count the GEMM networks' wave inputs (waves, last-wave fill) are computed at, whatever
+// the GPU's: the V100's, inside the training GPUs' 40-108. The GPU's own waves enter through
+// the law's base time. (Streaming kernels see their own waves: their wave quantization is
+// part of what the networks learned.)
+constexpr int kFeatureSms = 80;
 
 struct TileFeatures {
   double x[kMaxFeatures] = {};  // raw features (log2 scaled; see feature_names())
   double base_ms = 0;           // waves x concurrent tiles x per-tile roofline time
+  // GEMMs: waves x the shorter of a wave's compute and memory times (base_ms holds the longer):
+  // the part that overlaps the other imperfectly. The law adds a learned share of it (0-1),
+  // so latency stays between max(compute, memory) and their sum. 0 for other classes.
+  double overlap_ms = 0;
   double waves = 1;
 };
 
@@ -40,6 +49,12 @@ struct TileFeatures {
 const std::vector<std::string>& feature_names(UtilClass c);
 // Computes the features of one kernel. Requires a valid tiling (tiles > 0).
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu);
+// The same with the streaming classes' inputs that depend on the SM count (waves, fill, a
+// wave's bytes) and on the L2 size computed as if the GPU had `feature_sms` SMs and
+// `feature_l2_mb` MB of L2; base_ms keeps the GPU's own (the predictor's envelope over the
+// training GPUs' SM counts and L2 sizes, neusight_predictor.cpp).
+TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu, int feature_sms,
+                           double feature_l2_mb);
 
 // One dense layer, row-major weights [in x out].
 struct DenseLayer {
@@ -57,6 +72,11 @@ struct UtilNet {
 struct ClassModel {
   UtilClass cls = UtilClass::gemm;
   double floor = 0.05;          // lowest utilization the law may return
+  // Spread (natural-log units) of the class's error on GPUs it was not trained on, beyond
+  // the ensemble's own spread: calibrated on leave-one-GPU-out (bench/kernel_accuracy
+  // --calibrate) so that kIntervalZ x sqrt(this^2 + ensemble^2) covers 80% of the measured
+  // latencies. 0 when not calibrated (the ensemble's spread alone).
+  double interval_log_sd = 0;
   std::vector<UtilNet> nets;    // ensemble: latencies combined by geometric mean
   bool empty() const { return nets.empty(); }
 };
@@ -66,19 +86,33 @@ struct ModelSet {
   std::map<std::string, std::string> info;  // provenance (seed, devices, command, ...)
 };
 
-// The law. The network's three outputs o give utilization u = floor + (1-floor) *
-// sigmoid(o0) * (1 - sigmoid(o1) / waves) (gamma - alpha / waves, in [floor, 1]) and a
+// The law. The network's four outputs o give utilization u = floor + (1-floor) *
+// sigmoid(o0) * (1 - sigmoid(o1) / waves) (gamma - alpha / waves, in [floor, 1]), a
 // bounded fixed cost per kernel (launch, ramp-up, tail) kMaxOverheadMs * sigmoid(o2), one
-// learned constant per class (the network's weights into o2 are held at zero):
-//   latency_ms = overhead + base_ms / u      (>= base_ms >= the roofline)
-constexpr int kNetOutputs = 3;
+// learned constant per class (the network's weights into o2 are held at zero), and the share
+// of a GEMM's shorter roofline time (memory, when compute bound) that does not overlap the
+// longer one, beta = sigmoid(o3):
+//   latency_ms = overhead + (base_ms + beta overlap_ms) / u      (>= base_ms >= the roofline)
+// base_ms and operand_ms fall as the GPU's FLOP rate or bandwidth rise, and the network sees
+// no rate, so a faster GPU never predicts slower.
+constexpr int kNetOutputs = 4;
 constexpr double kMaxOverheadMs = 0.05;
-double law_latency_ms(double floor, double base_ms, double waves, const double* o, double* util);
+double law_latency_ms(double floor, const TileFeatures& f, const double* o, double* util);
 
 // Batched latency (ms) for n feature rows of one class (geometric mean over the ensemble). `extrapolated[i]` is
-// set when a feature lay outside the training range (it is then clamped to it).
+// set when a feature lay outside the training range (it is then clamped to it). `log_sd[i]`
+// (when given) is the prediction's own uncertainty in natural-log units: the ensemble
+// members' spread and, for inputs outside the training range, kOutOfRangeLogSd per training
+// standard deviation they lie beyond it.
 std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
-                                       std::vector<char>* extrapolated = nullptr);
+                                       std::vector<char>* extrapolated = nullptr, std::vector<double>* log_sd = nullptr);
+
+// 80% two-sided interval of a normal distribution: +-1.2816 standard deviations.
+constexpr double kIntervalZ = 1.2816;
+// Uncertainty added per standard deviation (of the training inputs) that an input lies
+// outside the training range, in natural-log units: an assumption, not a fit (10% per
+// standard deviation); the calibration of interval_log_sd absorbs what it misses.
+constexpr double kOutOfRangeLogSd = 0.1;
 
 // weights.json in `dir`. Throws RuntimeError naming the file when missing or malformed.
 ModelSet load_model_set(const std::string& dir);

@@ -61,13 +61,45 @@ struct PrecisionOptions {
   // V100 to A100 but the measured efficiency does not halve, so the term does not transfer
   // (bench/half_precision --port-weight W).
   double operand_port_weight = 0;
-  // GEMM inputs of a GPU with more FP32 FLOPs per DRAM byte than every training GPU of the
-  // weights (L4, L40S, A10, RTX 4090: 50-106 FLOP/B against 12.5-30) are computed with its
-  // bandwidth raised to the highest training balance; the law's base time keeps the real
-  // bandwidth (neusight_predictor.cpp held_bandwidth_gbps). Off only to measure what it does
-  // (bench/kernel_accuracy (d)).
-  bool hold_balance = true;
 };
+
+// FP32 SIMT GEMMs: the rate the CUDA cores sustain, as a fraction of the spec-sheet FP32 peak.
+// Two effects, both from spec-sheet architecture facts; the learned utilization sits on top.
+//
+// Issue: an SM partition issues one warp instruction per clock. With 16 FP32 lanes per
+// partition (64 per SM: Pascal GP100, Volta, Turing, A100) an FFMA occupies its lanes for two
+// clocks and the loads and address arithmetic of an SGEMM main loop issue in between; with 32
+// lanes per partition (128 per SM: GA10x, Ada, Hopper, Blackwell) an FFMA issues every clock
+// at peak, so every other instruction takes a slot from it. The main loop of a SIMT SGEMM
+// with an 8x8 thread tile (CUTLASS's SIMT default, cuBLAS's sgemm_128x128x8) issues per k
+// step 64 FFMA, 4 LDS.128 (8 A and 8 B operands) and about 1 instruction of global-to-shared
+// staging and loop control: FFMA share 64 / 69. Applied to GPUs with more than 16 FP32 lanes
+// per partition (NVIDIA, 4 partitions per SM).
+constexpr double kSimtFfmaIssueShare = 64.0 / 69.0;
+//
+// Power: a board that cannot feed all its FP32 lanes at the boost clock under dense FFMA
+// lowers the clock. The sustained fraction is taken as min(1, W / W_req): W the board power
+// per FP32 lane, W_req the power per lane that holds the boost clock, scaled by the process
+// node's energy per operation relative to 16 nm (process_energy_scale). W_req at 16/12 nm is
+// data: the median achieved FP32 rate of the large (>= 20 GFLOP) BMMs of neusight-data
+// (train and test rows) relative to the 250 W cards (P100, V100, A100: 0.68 train / 0.81
+// test of the spec peak) is 0.74 / 0.54 on the P4 (75 W, 2560 lanes: 0.029 W per lane) and
+// 0.47 / 0.53 on the T4 (70 W, 2560 lanes: 0.027 W): about 0.57 at 0.028 W per lane, so
+// 0.050 W per lane holds the clock (the V100 PCIe, 0.049 W, then runs at 0.98). Valid for
+// what the data spans: NVIDIA 16-12 nm boards at 0.027-0.070 W per lane; newer nodes through
+// the published energy scaling. A GPU without board power or node runs unlimited.
+constexpr double kSimtBoostWattsPerLane16nm = 0.050;
+// Energy per operation of a process node relative to TSMC 16FF+ at the same speed, from the
+// foundries' published iso-speed power reductions: 16FF+ -> 10FF 40% lower, 10FF -> N7 40%,
+// N7 -> N5 30%, N5 -> N3 about 25%; TSMC 12FFN is a 16FF+ derivative; N6 is N7-class; 4N/4NP
+// N5-class; Samsung 8N between 10 and 16 nm (0.6). 1 for nodes of 12 nm and above, or unknown.
+double process_energy_scale(double process_nm);
+// kSimtFfmaIssueShare (where it applies) x the power-limited clock fraction (1 when the
+// board power or node is unknown). In (0, 1]. Never depends on the FP32 peak itself, so a
+// higher peak always predicts faster.
+double simt_sustained_fraction(const Gpu& gpu);
+// The power-limited clock fraction alone (1 when unknown or not limited).
+double power_clock_fraction(const Gpu& gpu);
 
 // True when the GPU has matrix units (tensor cores / AMD matrix cores) for the kernel's dtype.
 bool has_matrix_units(const Kernel& k, const Gpu& gpu);
@@ -116,11 +148,9 @@ double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu);
 // Not fitted to any GPU the tool is validated on (the A100 and newer are unseen).
 constexpr double kMatrixSustainedFraction = 0.76;
 
-// The fraction of its matrix peak a GEMM sustains on this GPU. For a GEMM whose math runs on
-// matrix units (tensor-core tiling, units for its dtype): 1 - (1 - kMatrixSustainedFraction) b,
-// b = min(1, compute time / memory time of its plain roofline), so kMatrixSustainedFraction
-// when compute bound, and close to 1 for a GEMV that waits on DRAM (the tensor cores draw
-// little power and the clock stays up). Other kernels: 1.
+// The fraction of its matrix peak a GEMM sustains on this GPU: kMatrixSustainedFraction for a
+// GEMM whose math runs on matrix units (tensor-core tiling, units for its dtype), applied to
+// the math rate only (a memory-bound GEMM's time is its memory time). Other kernels: 1.
 double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu);
 
 // The GPU as the MLPs see the kernel: a GEMM on matrix units sees its dtype's matrix peak

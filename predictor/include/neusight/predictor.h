@@ -17,6 +17,10 @@ namespace neusight {
 
 struct Prediction {
   double latency_ms = 0;
+  // 80% interval of the latency (the measured latency falls inside about 80% of the time on
+  // GPUs the predictor was not trained on; see neusight_model.h). The roofline predictor
+  // gives its own latency for both.
+  double latency_low_ms = 0, latency_high_ms = 0;
   double roofline_ms = 0;     // plain roofline for the same kernel
   double utilization = 0;     // achieved fraction of the roofline rate
   bool compute_bound = false; // roofline regime

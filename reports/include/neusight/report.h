@@ -31,6 +31,9 @@ struct NodeReport {
   std::vector<TensorInfo> outputs;
   std::vector<KernelReport> kernels;
   double latency_ms = 0;  // sum over its kernels, all phases
+  // Sums of its kernels' 80% interval bounds (Prediction): errors of one GPU's kernels go
+  // together, so the bounds add.
+  double latency_low_ms = 0, latency_high_ms = 0;
 };
 
 struct Report {
@@ -42,6 +45,7 @@ struct Report {
   Fusion fusion = Fusion::eager;
   DType dtype = DType::f32;
   double e2e_latency_ms = 0;
+  double e2e_low_ms = 0, e2e_high_ms = 0;  // 80% interval of e2e_latency_ms
   double forward_ms = 0, backward_ms = 0, update_ms = 0;
   std::vector<TensorInfo> graph_outputs;
   std::vector<NodeReport> nodes;          // graph order

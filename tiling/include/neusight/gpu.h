@@ -30,6 +30,11 @@ struct Gpu {
   double mem_bw_gbps = 0;
   double l2_mb = 0;
   double smem_per_sm_kb = 0;
+  // Power: the board power limit (TDP, W; one GCD's share on multi-die AMD parts) and the
+  // process node's marketing name in nm (16 for TSMC 16FF+, 12 for 12FFN, 8 for Samsung 8N,
+  // 4 for TSMC 4N/4NP). 0 = unknown; then no power limit is assumed (precision.h).
+  double board_power_w = 0;
+  double process_nm = 0;
   int regs_per_sm = 65536;
   int max_blocks_per_sm = 32;
   int max_threads_per_sm = 2048;

@@ -97,6 +97,14 @@ struct GemmCost {
   // true: the tile is chosen by its cost without split-K, and only then split (k split
   // factor by the same cost); false: tile and split factor are chosen together.
   bool split_after_tile = false;
+  // The per-SM FP32 rate (GFLOP/s) and DRAM bandwidth (GB/s) the cost above is evaluated at:
+  // those of the GPU its constants were fitted on. A library's kernel choice is a heuristic of
+  // the architecture, the SM count and the shape; with the rates fixed here, the tile chosen
+  // for a GPU never depends on its FLOP or bandwidth figures (tensor-core tiles: this FP32
+  // rate times the GPU's dtype-to-FP32 peak ratio), so a faster spec cannot pick a tile that
+  // predicts slower. 0: the GPU's own rates.
+  double ref_fp32_gflops_per_sm = 0;
+  double ref_bw_gbps_per_sm = 0;
 };
 
 // A learned selection rule (tiles.json gemm.<class>.rule, fitted by
