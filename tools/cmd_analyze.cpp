@@ -30,7 +30,8 @@ std::string sig(double ms) {
 // The per-node text Netron shows in the node's properties.
 std::string node_doc(const NodeReport& n) {
   std::ostringstream os;
-  os << "neusight: latency_ms=" << sig(n.latency_ms);
+  os << "neusight: latency_ms=" << sig(n.latency_ms) << " (80% interval " << sig(n.latency_low_ms) << "-"
+     << sig(n.latency_high_ms) << ")";
   for (const auto& k : n.kernels) {
     os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
        << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
@@ -116,6 +117,8 @@ int cmd_analyze(const Argv& argv) {
                     {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
                     {"neusight.dtype", dtype_name(r.dtype)},
                     {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
+                    {"neusight.e2e_latency_low_ms", sig(r.e2e_low_ms)},
+                    {"neusight.e2e_latency_high_ms", sig(r.e2e_high_ms)},
                     {"neusight.predictor", r.predictor},
                     {"neusight.version", version()}};
     // The timing convention is a property of the NeuSight predictor (empty for the roofline).

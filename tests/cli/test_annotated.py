@@ -107,6 +107,9 @@ class Annotated(unittest.TestCase):
             self.assertIn(key, s["meta"])
         self.assertEqual(s["meta"]["neusight.gpu"], "NVIDIA B200")
         self.assertGreater(float(s["meta"]["neusight.e2e_latency_ms"]), 0)
+        # The 80% interval travels with the model.
+        self.assertLessEqual(float(s["meta"]["neusight.e2e_latency_low_ms"]), float(s["meta"]["neusight.e2e_latency_ms"]))
+        self.assertGreaterEqual(float(s["meta"]["neusight.e2e_latency_high_ms"]), float(s["meta"]["neusight.e2e_latency_ms"]))
 
     def test_squeezenet_with_weights_loads_and_runs_unchanged(self):
         model = shared("onnx-models", "onnx_light_squeezenet.onnx")
