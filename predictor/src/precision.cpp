@@ -147,10 +147,10 @@ double process_energy_scale(double nm) {
 }
 
 double power_clock_fraction(const Gpu& gpu) {
-  const double lanes = double(gpu.num_sm) * double(gpu.fp32_cores_per_sm);
-  if (!(gpu.board_power_w > 0) || !(gpu.process_nm > 0) || !(lanes > 0)) return 1.0;
-  const double need = kSimtBoostWattsPerLane16nm * process_energy_scale(gpu.process_nm);
-  return std::min(1.0, gpu.board_power_w / lanes / need);
+  const double lane_cycles_per_s = double(gpu.num_sm) * double(gpu.fp32_cores_per_sm) * gpu.boost_mhz * 1e6;
+  if (!(gpu.board_power_w > 0) || !(gpu.process_nm > 0) || !(lane_cycles_per_s > 0)) return 1.0;
+  const double need = kSimtBoostJoulesPerLaneCycle16nm * process_energy_scale(gpu.process_nm);
+  return std::min(1.0, gpu.board_power_w / lane_cycles_per_s / need);
 }
 
 double simt_sustained_fraction(const Gpu& gpu) {

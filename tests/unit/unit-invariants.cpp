@@ -215,7 +215,7 @@ TEST_CASE("invariants: more SMs at fixed per-SM rates never predict a GEMM slowe
   }
 }
 
-TEST_CASE("invariants: FLOPs, bandwidth and clock all doubled run every kernel 1.6-2.0x faster") {
+TEST_CASE("invariants: FLOPs, bandwidth, clock (and board power) all doubled run every kernel 1.6-2.0x faster") {
   // Fixed costs that are host or launch time (the eager dispatch the MLPs learned, the device
   // floor) do not scale with the GPU's rates, so the kernels checked are those whose plain
   // roofline is at least 20x the largest fixed cost (kMaxOverheadMs).
@@ -224,9 +224,13 @@ TEST_CASE("invariants: FLOPs, bandwidth and clock all doubled run every kernel 1
   size_t checked = 0;
   uint64_t s = 21;
   for (const Gpu& gpu : GpuDatabase::builtin().all()) {
+    // Every rate doubled, board power too: at the same energy per operation twice the rate
+    // draws twice the power (a power-limited board whose clock alone is raised runs no
+    // faster: precision.h, power_clock_fraction).
     Gpu fast = scale_flops(gpu, 2);
     fast.mem_bw_gbps *= 2;
     fast.boost_mhz *= 2;
+    fast.board_power_w *= 2;
     const auto ks = random_kernels(kPerGpu * 6, s++);
     const auto a = predict(*p, ks, gpu), b = predict(*p, ks, fast);
     for (size_t i = 0; i < ks.size(); ++i) {

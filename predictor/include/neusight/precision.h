@@ -78,17 +78,19 @@ struct PrecisionOptions {
 constexpr double kSimtFfmaIssueShare = 64.0 / 69.0;
 //
 // Power: a board that cannot feed all its FP32 lanes at the boost clock under dense FFMA
-// lowers the clock. The sustained fraction is taken as min(1, W / W_req): W the board power
-// per FP32 lane, W_req the power per lane that holds the boost clock, scaled by the process
-// node's energy per operation relative to 16 nm (process_energy_scale). W_req at 16/12 nm is
-// data: the median achieved FP32 rate of the large (>= 20 GFLOP) BMMs of neusight-data
-// (train and test rows) relative to the 250 W cards (P100, V100, A100: 0.68 train / 0.81
-// test of the spec peak) is 0.74 / 0.54 on the P4 (75 W, 2560 lanes: 0.029 W per lane) and
-// 0.47 / 0.53 on the T4 (70 W, 2560 lanes: 0.027 W): about 0.57 at 0.028 W per lane, so
-// 0.050 W per lane holds the clock (the V100 PCIe, 0.049 W, then runs at 0.98). Valid for
-// what the data spans: NVIDIA 16-12 nm boards at 0.027-0.070 W per lane; newer nodes through
-// the published energy scaling. A GPU without board power or node runs unlimited.
-constexpr double kSimtBoostWattsPerLane16nm = 0.050;
+// lowers the clock. Dynamic power is energy per operation times the rate, so the input is the
+// board's energy per FP32 lane-cycle at the boost clock, E = W / (lanes x boost clock), and
+// the sustained fraction is taken as min(1, E / E_req): E_req is the energy per lane-cycle
+// that holds the boost clock, scaled by the process node's energy per operation relative to
+// 16 nm (process_energy_scale). E_req at 16/12 nm is data: the median achieved FP32 rate of
+// the large (>= 20 GFLOP) BMMs of neusight-data (train and test rows) relative to the 250 W
+// cards (P100, V100, A100: 0.68 train / 0.81 test of the spec peak) is 0.74 / 0.54 on the P4
+// (75 W, 2560 lanes at 1.113 GHz: 26.3 pJ per lane-cycle) and 0.47 / 0.53 on the T4 (70 W,
+// 2560 lanes at 1.59 GHz: 17.2 pJ): E_req 41 and 34 pJ, 37.5 pJ taken (the V100 PCIe, 35.6 pJ,
+// then runs at 0.95). Valid for what the data spans: NVIDIA 16-12 nm boards at 17-51 pJ per
+// lane-cycle; newer nodes through the published energy scaling. A GPU without board power or
+// node runs unlimited.
+constexpr double kSimtBoostJoulesPerLaneCycle16nm = 37.5e-12;
 // Energy per operation of a process node relative to TSMC 16FF+ at the same speed, from the
 // foundries' published iso-speed power reductions: 16FF+ -> 10FF 40% lower, 10FF -> N7 40%,
 // N7 -> N5 30%, N5 -> N3 about 25%; TSMC 12FFN is a 16FF+ derivative; N6 is N7-class; 4N/4NP
