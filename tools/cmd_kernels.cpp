@@ -122,8 +122,8 @@ int cmd_kernels(const Argv& argv) {
       Out& o = outs[rows[j]];
       o.cls = kernel_class_name(kernels[j].cls);
       o.ms = p[j].latency_ms;
-      o.low = p[j].latency_high_ms > 0 ? p[j].latency_low_ms : p[j].latency_ms;
-      o.high = p[j].latency_high_ms > 0 ? p[j].latency_high_ms : p[j].latency_ms;
+      o.low = p[j].low_ms();
+      o.high = p[j].high_ms();
       o.tile = tilings[j].tile;
       o.tiles = tilings[j].tiles;
       o.waves = tilings[j].waves;

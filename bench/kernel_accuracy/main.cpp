@@ -201,10 +201,7 @@ int calibrate(const std::string& shared, const std::string& dir, const std::vect
 void logo_section(const std::string& shared, const std::vector<DatasetRow>& test_rows) {
   std::vector<std::string> gpus;
   for (const auto& dev : training_devices()) {
-    std::string tag = dev;
-    for (char& ch : tag)
-      if (ch == ' ') ch = '_';
-    if (std::filesystem::exists(data_dir() + "/weights/logo-" + tag + "/weights.json")) gpus.push_back(dev);
+    if (std::filesystem::exists(data_dir() + "/weights/logo-" + device_tag(dev) + "/weights.json")) gpus.push_back(dev);
   }
   if (gpus.empty()) {
     std::printf("\n(d) leave one GPU out: no weights/logo-* (predictor/retrain.sh --logo builds them)\n");
@@ -217,11 +214,8 @@ void logo_section(const std::string& shared, const std::vector<DatasetRow>& test
   std::printf("\n");
   std::map<std::string, double> worst, worst_ratio;
   for (const auto& dev : gpus) {
-    std::string tag = dev;
-    for (char& ch : tag)
-      if (ch == ' ') ch = '_';
     const std::vector<DatasetRow> rows = device_rows(shared, test_rows, dev);
-    auto p = make_neusight_predictor(data_dir() + "/weights/logo-" + tag);
+    auto p = make_neusight_predictor(data_dir() + "/weights/logo-" + device_tag(dev));
     const auto acc = evaluate(rows, *p);
     std::printf("  %-10s", dev.substr(dev.find(' ') + 1, 10).c_str());
     for (const char* c : kClasses) {

@@ -164,20 +164,17 @@ double softmax_reread_miss(double ratio) {
 }  // namespace
 
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu) {
-  return tile_features(c, k, t, gpu, gpu.num_sm, gpu.l2_mb);
+  return tile_features(c, k, t, gpu, gpu.l2_mb);
 }
 
-TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& real, int feature_sms,
-                           double feature_l2_mb) {
-  Gpu gpu_l2 = real;  // the L2 the inputs see
-  gpu_l2.l2_mb = feature_l2_mb;
-  const Gpu& gpu = gpu_l2;
+TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu, double feature_l2_mb) {
   TileFeatures f;
   // GEMMs on CUDA cores run at the rate the FP32 lanes sustain (issue and power, precision.h).
   const bool gemm = k.cls == KernelClass::gemm;
   const double simt = gemm && !has_matrix_units(k, gpu) ? simt_sustained_fraction(gpu) : 1.0;
   const double peak = (gemm ? gpu.gemm_peak_gflops(k.dtype) * simt : gpu.peak_gflops(k.dtype)) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
+  const double l2_bytes = std::max(feature_l2_mb * 1048576.0, 1.0);  // the L2 the inputs see
   const double sms = std::max(1, gpu.num_sm);
   const double tiles = double(std::max<int64_t>(t.tiles, 1));
   const double per_sm = double(std::max<int64_t>(t.blocks_per_sm, 1));
@@ -191,29 +188,25 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double tile_traffic = k.bytes / tiles * (1.0 + softmax_reread_miss(onchip));
   const double t_c = peak > 0 ? tile_flops / peak : 0;
   const double t_m = bw > 0 ? tile_traffic / bw : 0;
-  double concurrent_ref = double(std::max(1, feature_sms)) * per_sm;
-  double waves_ref = std::ceil(tiles / concurrent_ref);
-  f.waves = waves_ref;
-  if (c == UtilClass::gemm) {
+  if (gemm) {
     // GEMMs: the math runs in waves (each wave one SM's tiles at the per-SM peak), the traffic
     // is the kernel's (every tile's share at the full bandwidth); both fall as FLOPs,
-    // bandwidth or SMs (at fixed per-SM rates) rise. The networks' wave inputs see the kernel
-    // as tiled on kFeatureSms SMs (the GPU's own wave quantization is in base_ms), so a GPU
-    // with more SMs never gets a lower utilization for the same GEMM.
+    // bandwidth or SMs (at fixed per-SM rates) rise.
     const double compute_ms = waves * per_sm * t_c * sms * 1e3, memory_ms = tiles * t_m * 1e3;
     f.base_ms = std::max(compute_ms, memory_ms);
     f.overlap_ms = std::min(compute_ms, memory_ms);
-    concurrent_ref = double(kFeatureSms) * per_sm;
-    waves_ref = std::ceil(tiles / concurrent_ref);
-    f.waves = waves_ref;
   } else {
     // Streaming kernels: each wave takes the longer of one SM's compute for its tiles and the
     // active tiles' traffic with each SM at its share of the bandwidth (a partial last wave
     // costs a full one: the measured kernels of every training GPU show that step).
-    const double active_tiles = std::min(tiles, concurrent);
-    f.base_ms = waves * std::max(per_sm * t_c * sms, active_tiles * t_m) * 1e3;
-    // (The inputs count waves on feature_sms SMs; the GPU's own are above.)
+    f.base_ms = waves * std::max(per_sm * t_c * sms, std::min(tiles, concurrent) * t_m) * 1e3;
   }
+  // The networks' wave inputs: GEMMs see the kernel as tiled on kFeatureSms SMs (the GPU's own
+  // wave quantization is in base_ms), so a GPU with more SMs never gets a lower utilization for
+  // the same GEMM; streaming kernels count the GPU's own SMs (see feature_names).
+  const double concurrent_ref = gemm ? double(kFeatureSms) * per_sm : concurrent;
+  const double waves_ref = std::ceil(tiles / concurrent_ref);
+  f.waves = waves_ref;
   const double fill_ref = tiles / (waves_ref * concurrent_ref);
   const double active = std::min(tiles, concurrent_ref);
   double* x = f.x;
@@ -234,8 +227,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[3] = special_op(k.op) ? 1.0 : 0.0;
       x[4] = std::log2(eb);
       x[5] = log2c(double(k.rows) * double(k.cols) / tiles);
-      x[6] = log2c(gpu.l2_mb);
-      x[7] = log2c(k.bytes / std::max(gpu.l2_mb * 1048576.0, 1.0));
+      x[6] = log2c(feature_l2_mb);
+      x[7] = log2c(k.bytes / l2_bytes);
       break;
     default:
       x[0] = std::log2(waves_ref);
@@ -243,9 +236,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[2] = log2c(double(k.cols));
       x[3] = std::log2(eb);
       x[4] = log2c(double(std::max<int64_t>(k.rows, 1)) / tiles);
-      x[5] = log2c(gpu.l2_mb);
-      x[6] = c == UtilClass::softmax ? softmax_lane_efficiency(k)
-                                     : log2c(active * tile_traffic / std::max(gpu.l2_mb * 1048576.0, 1.0));
+      x[5] = log2c(feature_l2_mb);
+      x[6] = c == UtilClass::softmax ? softmax_lane_efficiency(k) : log2c(active * tile_traffic / l2_bytes);
       if (c == UtilClass::softmax) x[7] = softmax_sector_efficiency(k, eb);
       break;
   }

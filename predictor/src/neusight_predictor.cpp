@@ -53,6 +53,18 @@ double constant_fixed_cost_ms(const ClassModel& m) {
   return std::exp(sum / double(m.nets.size()));
 }
 
+// L2 sizes (MB) of the GPUs a model set was trained on (its info["devices"]), ascending.
+std::vector<double> trained_l2(const ModelSet& m) {
+  std::vector<double> out;
+  auto it = m.info.find("devices");
+  if (it == m.info.end()) return out;
+  for (const std::string& name : split_csv_line(it->second))
+    if (const Gpu* g = GpuDatabase::builtin().find(name))
+      if (std::find(out.begin(), out.end(), g->l2_mb) == out.end()) out.push_back(g->l2_mb);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 class NeusightPredictor final : public Predictor {
  public:
   NeusightPredictor(ModelSet m, PrecisionOptions o) : m_(std::move(m)), o_(o), trained_l2_(trained_l2(m_)) {
@@ -71,11 +83,11 @@ class NeusightPredictor final : public Predictor {
   std::vector<Prediction> predict(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
                                   const Gpu& gpu) const override {
     if (tilings.size() != kernels.size()) throw RuntimeError("predict: one tiling per kernel expected");
-    std::vector<double> l2s;
+    std::vector<double> l2s;  // trained_l2_ is ascending
     for (double t : trained_l2_)
       if (t >= gpu.l2_mb) l2s.push_back(t);
-    if (l2s.empty()) l2s.push_back(trained_l2_.empty() ? gpu.l2_mb : *std::max_element(trained_l2_.begin(), trained_l2_.end()));
-    std::vector<Prediction> out = predict_at(kernels, tilings, gpu, gpu.num_sm, l2s.front());
+    if (l2s.empty()) l2s.push_back(trained_l2_.empty() ? gpu.l2_mb : trained_l2_.back());
+    std::vector<Prediction> out = predict_at(kernels, tilings, gpu, l2s.front());
     if (l2s.size() == 1) return out;
     std::vector<size_t> idx;
     std::vector<Kernel> ks;
@@ -88,7 +100,7 @@ class NeusightPredictor final : public Predictor {
       ts.push_back(tilings[i]);
     }
     for (size_t v = 1; v < l2s.size() && !idx.empty(); ++v) {
-      const std::vector<Prediction> o = predict_at(ks, ts, gpu, gpu.num_sm, l2s[v]);
+      const std::vector<Prediction> o = predict_at(ks, ts, gpu, l2s[v]);
       for (size_t j = 0; j < idx.size(); ++j)
         if (o[j].latency_ms > out[idx[j]].latency_ms) out[idx[j]] = o[j];
     }
@@ -96,7 +108,7 @@ class NeusightPredictor final : public Predictor {
   }
 
   std::vector<Prediction> predict_at(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
-                                     const Gpu& gpu, int feature_sms, double feature_l2_mb) const {
+                                     const Gpu& gpu, double feature_l2_mb) const {
     std::vector<Prediction> out(kernels.size());
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
@@ -131,7 +143,7 @@ class NeusightPredictor final : public Predictor {
       const Kernel run = kernel_as_run(k, gpu);
       const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
       const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight);
-      TileFeatures f = tile_features(c, run, t, as_run, feature_sms, feature_l2_mb);
+      TileFeatures f = tile_features(c, run, t, as_run, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
       if (strip_dispatch && c != UtilClass::gemm) {
         // Kernel timing (precision.h): eager(k) - eager(first wave) + the first wave's device time.
@@ -139,8 +151,7 @@ class NeusightPredictor final : public Predictor {
         const Tiling tw = tile_kernel(w, gpu);
         members[int(c)].push_back(i);
         feats[int(c)].push_back(f);
-        feats[int(c)].push_back(
-            tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight), feature_sms, feature_l2_mb));
+        feats[int(c)].push_back(tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight), feature_l2_mb));
         wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
         continue;
       }
@@ -200,17 +211,6 @@ class NeusightPredictor final : public Predictor {
     return out;
   }
   std::string name() const override { return "neusight"; }
-  // L2 sizes (MB) of the GPUs a model set was trained on (its info["devices"]), ascending.
-  static std::vector<double> trained_l2(const ModelSet& m) {
-    std::vector<double> out;
-    auto it = m.info.find("devices");
-    if (it == m.info.end()) return out;
-    for (const std::string& name : split_csv_line(it->second))
-      if (const Gpu* g = GpuDatabase::builtin().find(name))
-        if (std::find(out.begin(), out.end(), g->l2_mb) == out.end()) out.push_back(g->l2_mb);
-    std::sort(out.begin(), out.end());
-    return out;
-  }
   std::vector<std::string> notes(const Gpu& gpu) const override {
     const double f = power_clock_fraction(gpu);
     if (!(f < 0.995)) return {};

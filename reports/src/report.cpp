@@ -18,13 +18,10 @@ void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms = r.backward_ms = r.update_ms = 0;
   r.e2e_low_ms = r.e2e_high_ms = 0;
   r.totals_by_class.clear();
-  // A kernel predicted without an interval (collectives, unknown ops) counts at its latency.
-  auto low = [](const Prediction& p) { return p.latency_high_ms > 0 ? p.latency_low_ms : p.latency_ms; };
-  auto high = [](const Prediction& p) { return p.latency_high_ms > 0 ? p.latency_high_ms : p.latency_ms; };
   auto add = [&](const KernelReport& k) {
     const double ms = k.prediction.latency_ms;
-    r.e2e_low_ms += low(k.prediction);
-    r.e2e_high_ms += high(k.prediction);
+    r.e2e_low_ms += k.prediction.low_ms();
+    r.e2e_high_ms += k.prediction.high_ms();
     switch (k.kernel.phase) {
       case Phase::forward: r.forward_ms += ms; break;
       case Phase::backward: r.backward_ms += ms; break;
@@ -36,8 +33,8 @@ void summarize(Report& r) {
     n.latency_ms = n.latency_low_ms = n.latency_high_ms = 0;
     for (const auto& k : n.kernels) {
       n.latency_ms += k.prediction.latency_ms;
-      n.latency_low_ms += low(k.prediction);
-      n.latency_high_ms += high(k.prediction);
+      n.latency_low_ms += k.prediction.low_ms();
+      n.latency_high_ms += k.prediction.high_ms();
       add(k);
     }
   }
@@ -172,8 +169,8 @@ json kernel_json(const KernelReport& k, const Gpu& gpu) {
          {"tiles", k.tiling.tiles},
          {"waves", k.tiling.waves},
          {"latency_ms", finite(k.prediction.latency_ms)},
-         {"latency_low_ms", finite(k.prediction.latency_high_ms > 0 ? k.prediction.latency_low_ms : k.prediction.latency_ms)},
-         {"latency_high_ms", finite(k.prediction.latency_high_ms > 0 ? k.prediction.latency_high_ms : k.prediction.latency_ms)},
+         {"latency_low_ms", finite(k.prediction.low_ms())},
+         {"latency_high_ms", finite(k.prediction.high_ms())},
          {"roofline_ms", finite(k.prediction.roofline_ms)},
          {"utilization", finite(k.prediction.utilization)},
          {"bound", k.prediction.compute_bound ? "compute" : "memory"},
@@ -292,9 +289,9 @@ void put_kernel(std::string& out, const KernelReport& k, const Gpu& gpu) {
   put_key(out, "latency_ms");
   put_num(out, k.prediction.latency_ms);
   put_key(out, "latency_low_ms");
-  put_num(out, k.prediction.latency_high_ms > 0 ? k.prediction.latency_low_ms : k.prediction.latency_ms);
+  put_num(out, k.prediction.low_ms());
   put_key(out, "latency_high_ms");
-  put_num(out, k.prediction.latency_high_ms > 0 ? k.prediction.latency_high_ms : k.prediction.latency_ms);
+  put_num(out, k.prediction.high_ms());
   put_key(out, "roofline_ms");
   put_num(out, k.prediction.roofline_ms);
   put_key(out, "utilization");

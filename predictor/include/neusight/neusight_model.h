@@ -49,12 +49,10 @@ struct TileFeatures {
 const std::vector<std::string>& feature_names(UtilClass c);
 // Computes the features of one kernel. Requires a valid tiling (tiles > 0).
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu);
-// The same with the streaming classes' inputs that depend on the SM count (waves, fill, a
-// wave's bytes) and on the L2 size computed as if the GPU had `feature_sms` SMs and
-// `feature_l2_mb` MB of L2; base_ms keeps the GPU's own (the predictor's envelope over the
-// training GPUs' SM counts and L2 sizes, neusight_predictor.cpp).
-TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu, int feature_sms,
-                           double feature_l2_mb);
+// The same with the streaming classes' L2 inputs (the L2 size, a footprint over it) computed
+// as if the GPU had `feature_l2_mb` MB of L2; everything else is the GPU's own (the
+// predictor's envelope over the training GPUs' L2 sizes, neusight_predictor.cpp).
+TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu, double feature_l2_mb);
 
 // One dense layer, row-major weights [in x out].
 struct DenseLayer {

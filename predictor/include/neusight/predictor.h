@@ -21,6 +21,9 @@ struct Prediction {
   // GPUs the predictor was not trained on; see neusight_model.h). The roofline predictor
   // gives its own latency for both.
   double latency_low_ms = 0, latency_high_ms = 0;
+  // The interval's bounds; a prediction made without one (a collective's, say) is its latency.
+  double low_ms() const { return latency_high_ms > 0 ? latency_low_ms : latency_ms; }
+  double high_ms() const { return latency_high_ms > 0 ? latency_high_ms : latency_ms; }
   double roofline_ms = 0;     // plain roofline for the same kernel
   double utilization = 0;     // achieved fraction of the roofline rate
   bool compute_bound = false; // roofline regime
