@@ -205,7 +205,6 @@ Gpu load_device_json(const std::string& path) {
   // Optional fields beyond the neusight-data format: board power (W) and process node (nm).
   if (j.contains("TDP")) g.board_power_w = num(j, "TDP", path, true);
   if (j.contains("Process_Nm")) g.process_nm = num(j, "Process_Nm", path, true);
-  if (g.board_power_w < 0 || g.process_nm < 0) throw InputError(path + ": TDP and Process_Nm must not be negative");
   g.source = path;
   return g;
 }
