@@ -46,6 +46,68 @@ int64_t elements(const onnx::TensorProto& tp) {
   return n;
 }
 
+// True when a tensor's stored data has exactly the size its dims and element type call for.
+// ONNX 1.12 reads initializers and Constant values during inference without that check (a
+// short raw_data makes it copy into an empty vector and crash), so a tensor failing it never
+// reaches ONNX with its data.
+bool data_consistent(const onnx::TensorProto& tp) {
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) return true;  // ONNX never reads it
+  int64_t n = 1;
+  for (auto d : tp.dims()) {
+    if (d < 0 || (d > 0 && n > (int64_t{1} << 40) / d)) return false;
+    n *= d;
+  }
+  using T = onnx::TensorProto;
+  int64_t width = 0;      // bytes per element in raw_data
+  int64_t per_value = 1;  // typed-field values per element
+  int typed_count = 0;
+  switch (tp.data_type()) {
+    case T::FLOAT: width = 4; typed_count = tp.float_data_size(); break;
+    case T::COMPLEX64: width = 8; per_value = 2; typed_count = tp.float_data_size(); break;
+    case T::DOUBLE: width = 8; typed_count = tp.double_data_size(); break;
+    case T::COMPLEX128: width = 16; per_value = 2; typed_count = tp.double_data_size(); break;
+    case T::INT64: width = 8; typed_count = tp.int64_data_size(); break;
+    case T::UINT32: width = 4; typed_count = tp.uint64_data_size(); break;
+    case T::UINT64: width = 8; typed_count = tp.uint64_data_size(); break;
+    case T::INT32: width = 4; typed_count = tp.int32_data_size(); break;
+    case T::INT16: case T::UINT16: case T::FLOAT16: case T::BFLOAT16:
+      width = 2; typed_count = tp.int32_data_size(); break;
+    case T::INT8: case T::UINT8: case T::BOOL: width = 1; typed_count = tp.int32_data_size(); break;
+    case T::STRING:
+      return !tp.has_raw_data() && tp.string_data_size() == n;
+    default: return false;
+  }
+  const int fields = (tp.float_data_size() > 0) + (tp.double_data_size() > 0) + (tp.int64_data_size() > 0) +
+                     (tp.uint64_data_size() > 0) + (tp.int32_data_size() > 0) + (tp.string_data_size() > 0) +
+                     (tp.has_raw_data() ? 1 : 0);
+  if (fields > 1) return false;
+  if (tp.has_raw_data()) return static_cast<int64_t>(tp.raw_data().size()) == n * width;
+  return typed_count == n * per_value;
+}
+
+bool graph_consistent(const onnx::GraphProto& g);
+
+// True when every tensor-valued attribute of these nodes, their subgraphs included, passes
+// data_consistent.
+bool nodes_consistent(const google::protobuf::RepeatedPtrField<onnx::NodeProto>& nodes) {
+  for (const auto& n : nodes)
+    for (const auto& a : n.attribute()) {
+      if (a.has_t() && !data_consistent(a.t())) return false;
+      for (const auto& t : a.tensors())
+        if (!data_consistent(t)) return false;
+      if (a.has_g() && !graph_consistent(a.g())) return false;
+      for (const auto& sg : a.graphs())
+        if (!graph_consistent(sg)) return false;
+    }
+  return true;
+}
+
+bool graph_consistent(const onnx::GraphProto& g) {
+  for (const auto& t : g.initializer())
+    if (!data_consistent(t)) return false;
+  return nodes_consistent(g.node());
+}
+
 // Drops the shapes of a type, keeping element types (ONNX's checker requires a graph
 // output to have a type).
 void strip_shape(onnx::TypeProto& t) {
@@ -115,7 +177,8 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
   std::set<std::string> declared;
   for (const auto& tp : sg.initializer()) {
     if (!declared.insert(tp.name()).second) continue;
-    if (tp.data_location() != onnx::TensorProto::EXTERNAL && elements(tp) <= kMaxCopiedElements) {
+    if (tp.data_location() != onnx::TensorProto::EXTERNAL && elements(tp) <= kMaxCopiedElements &&
+        data_consistent(tp)) {
       *g.add_initializer() = tp;
     } else {
       const TensorInfo* t = bound.find(tp.name());
@@ -133,6 +196,11 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
     else *in.mutable_type() = vi.type();
   }
   strip_stored_shapes(g);
+  // Subgraph initializers and Constant values travel as they are: a malformed one means no
+  // hints at all.
+  if (!graph_consistent(g)) return hints;
+  for (const auto& f : m.functions())
+    if (!nodes_consistent(f.node())) return hints;
   // ONNX's inference (Debian's 1.12) is not hardened against malformed graphs (the CI fuzzer
   // crashed it inside InferShapes): only a model its own checker accepts is handed to it.
   // The checker wants a typed, shaped main-graph output: while it checks, an untyped output
