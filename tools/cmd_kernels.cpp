@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "neusight/dataset.h"
 #include "neusight/onnx_frontend.h"
+#include "neusight/precision.h"
 #include "neusight/predictor.h"
 
 namespace neusight::cli {
@@ -43,7 +44,7 @@ std::string num(double v) {
 }  // namespace
 
 int cmd_kernels(const Argv& argv) {
-  Args args(argv, {"--gpu", "--csv", "--out", "--devices", "--predictor", "--weights"}, {});
+  Args args(argv, {"--gpu", "--csv", "--out", "--devices", "--predictor", "--weights", "--timing"}, {});
   if (!args.positionals().empty()) throw InputError("kernels: unexpected argument '" + args.positionals()[0] + "'");
   for (const char* f : {"--gpu", "--csv", "--out"})
     if (!args.has(f)) throw InputError(std::string("kernels: ") + f + " is required");
@@ -70,8 +71,14 @@ int cmd_kernels(const Argv& argv) {
   const int dev_col = d.column("Device");
   if (from_row && dev_col < 0) throw InputError(args.get("--csv") + ": --gpu from-row needs a Device column");
 
+  // The dataset's rows are PyTorch-eager timings of one op each (precision.h); profiler kernel
+  // durations (Vidur, nsys) or back-to-back device timings ask for --timing kernel / device.
+  const std::string timing = args.get("--timing", "eager");
+  PrecisionOptions po;
+  if (!parse_timing(timing, po.timing))
+    throw InputError("--timing: expected eager, device or kernel, got '" + timing + "'");
   std::unique_ptr<Predictor> predictor =
-      pred_name == "roofline" ? make_roofline_predictor() : make_neusight_predictor(args.get("--weights"));
+      pred_name == "roofline" ? make_roofline_predictor() : make_neusight_predictor(args.get("--weights"), po);
 
   // Group the rows by GPU so that each GPU's kernels are predicted in one batch.
   std::map<std::string, Gpu> gpus;

@@ -189,10 +189,12 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double t_c = peak > 0 ? tile_flops / peak : 0;
   const double t_m = bw > 0 ? tile_traffic / bw : 0;
   if (gemm) {
-    // GEMMs: the math runs in waves (each wave one SM's tiles at the per-SM peak), the traffic
-    // is the kernel's (every tile's share at the full bandwidth); both fall as FLOPs,
-    // bandwidth or SMs (at fixed per-SM rates) rise.
-    const double compute_ms = waves * per_sm * t_c * sms * 1e3, memory_ms = tiles * t_m * 1e3;
+    // GEMMs: the math is the busiest SM's: the block scheduler spreads the grid over the SMs,
+    // so one SM computes ceil(tiles / SMs) tiles at the per-SM peak (co-resident tiles share
+    // it; a grid smaller than the SMs leaves some idle). The traffic is the kernel's (every
+    // tile's share at the full bandwidth). Both fall as FLOPs, bandwidth or SMs (at fixed
+    // per-SM rates) rise.
+    const double compute_ms = std::ceil(tiles / sms) * t_c * sms * 1e3, memory_ms = tiles * t_m * 1e3;
     f.base_ms = std::max(compute_ms, memory_ms);
     f.overlap_ms = std::min(compute_ms, memory_ms);
   } else {

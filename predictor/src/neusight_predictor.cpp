@@ -142,7 +142,7 @@ class NeusightPredictor final : public Predictor {
       // Precision (precision.h): the MLPs see the kernel as its math runs on this GPU.
       const Kernel run = kernel_as_run(k, gpu);
       const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
-      const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight);
+      const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight, o_.matrix_fraction);
       TileFeatures f = tile_features(c, run, t, as_run, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
       if (strip_dispatch && c != UtilClass::gemm) {
@@ -151,7 +151,7 @@ class NeusightPredictor final : public Predictor {
         const Tiling tw = tile_kernel(w, gpu);
         members[int(c)].push_back(i);
         feats[int(c)].push_back(f);
-        feats[int(c)].push_back(tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight), feature_l2_mb));
+        feats[int(c)].push_back(tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight, o_.matrix_fraction), feature_l2_mb));
         wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
         continue;
       }

@@ -111,15 +111,15 @@ double compute_busy(const Kernel& k, const Gpu& gpu) {
 
 }  // namespace
 
-double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu) {
+double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu, double fraction) {
   if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(k, gpu)) return 1.0;
   // The fraction lowers the rate of the math only; a GEMM that waits on DRAM is bound by its
   // memory time whatever the math rate, and a faster memory never lowers the math rate.
-  return kMatrixSustainedFraction;
+  return fraction;
 }
 
-Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight) {
-  double f = matrix_sustained_fraction(k, t, gpu);
+Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight, double matrix_fraction) {
+  double f = matrix_sustained_fraction(k, t, gpu, matrix_fraction);
   const double d = operand_port_demand(k, t, gpu);
   if (port_weight > 0 && d > 0) {
     // The port is busy only while the math runs at its rate.

@@ -349,10 +349,22 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
       const double waves = double(waves_for(tiles, static_cast<int64_t>(sm) * bps));
       const double eff = batched ? c.batched_efficiency : c.efficiency;
       const double t_compute = 2.0 * tm * tn * double(kper) / (eff * flops_sm);
-      const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
-      // sm_waves: every tile pays the fixed cost (prologue, epilogue) on its SM; otherwise once per wave.
-      const double per_sm = cost.sm_waves ? double(ceil_div(tiles, gpu.num_sm)) : waves * double(bps);
-      double time = per_sm * std::max(t_compute, t_memory) + (cost.sm_waves ? per_sm : waves) * cost.tile_overhead_us * 1e-6;
+      double time;
+      if (tc) {
+        // Tensor cores: the MMAs run over the whole tile (rows past m or columns past n are
+        // computed on zeros), while the loads of those rows are predicated off. The grid is
+        // spread over the SMs: the busiest one computes ceil(tiles / SMs) tiles, and the
+        // kernel's operand traffic streams at the GPU's bandwidth however few SMs draw it.
+        const double rows = std::min(tm, double(s.m)), cols = std::min(tn, double(s.n));
+        const double per_sm = double(ceil_div(tiles, gpu.num_sm));
+        const double traffic = cost.dram_fraction * in_bytes * (rows + cols) * double(kper) * double(tiles) / bw;
+        time = std::max(per_sm * t_compute, traffic) + per_sm * cost.tile_overhead_us * 1e-6;
+      } else {
+        const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
+        // sm_waves: every tile pays the fixed cost (prologue, epilogue) on its SM; otherwise once per wave.
+        const double per_sm = cost.sm_waves ? double(ceil_div(tiles, gpu.num_sm)) : waves * double(bps);
+        time = per_sm * std::max(t_compute, t_memory) + (cost.sm_waves ? per_sm : waves) * cost.tile_overhead_us * 1e-6;
+      }
       if (split > 1) time += cost.split_k_overhead_us * 1e-6 + (split + 1) * double(s.batch * s.m * s.n) * 4.0 / bw;
       if (split == 1) unsplit = time;
       if (time < mine.time) mine = Choice{&c, split, tb_k, bps, time, time};

@@ -50,6 +50,19 @@ bool parse_timing(const std::string& s, Timing& out);
 // execution model, the same on every NVIDIA GPU since Pascal; not fitted to any data set.
 constexpr double kDeviceKernelFloorMs = 0.002;
 
+// Sustained rate of matrix units (tensor cores, AMD matrix cores) as a fraction of the
+// spec-sheet dense peak, the same on every GPU. The dense peak assumes the boost clock and
+// every matrix unit busy every cycle; a long GEMM on tensor cores runs below it (the clock
+// drops under the power limit at full tensor load; operand staging, epilogues). The FP32
+// training data cannot show this (SIMT FMA draws far less power per cycle), so it is learned
+// from the training GPUs' tensor-core measurements: the geometric mean of (time predicted at
+// the dense peak) / (measured time) over the compute-bound FP16 GEMMs of DeepBench on V100
+// (0.85) and T4 (0.67; 70 W), 24 rows pooled: 0.757, with the weights of commit 86f0989
+// (bench/half_precision prints the refit). One number for all GPUs: the spec sheets give no
+// power limit or tensor-load clock, so the spread between GPUs (V100 vs T4) stays unexplained.
+// Not fitted to any GPU the tool is validated on (the A100 and newer are unseen).
+constexpr double kMatrixSustainedFraction = 0.76;
+
 struct PrecisionOptions {
   Timing timing = Timing::eager;
   // Per-kernel fixed cost in device timing (bench/half_precision prints its sensitivity).
@@ -61,6 +74,9 @@ struct PrecisionOptions {
   // V100 to A100 but the measured efficiency does not halve, so the term does not transfer
   // (bench/half_precision --port-weight W).
   double operand_port_weight = 0;
+  // Sustained fraction of the matrix units' dense peak (kMatrixSustainedFraction above); a
+  // bench sets another to refit it leaving one GPU out.
+  double matrix_fraction = kMatrixSustainedFraction;
 };
 
 // FP32 SIMT GEMMs: the rate the CUDA cores sustain, as a fraction of the spec-sheet FP32 peak.
@@ -137,23 +153,12 @@ std::string math_precision(const Kernel& k, const Gpu& gpu);
 constexpr double kSharedMemoryBytesPerClock = 128;
 // d of a GEMM kernel with its tiling on a GPU; 0 for kernels not on matrix units.
 double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu);
-// Sustained rate of matrix units (tensor cores, AMD matrix cores) as a fraction of the
-// spec-sheet dense peak, the same on every GPU. The dense peak assumes the boost clock and
-// every matrix unit busy every cycle; a long GEMM on tensor cores runs below it (the clock
-// drops under the power limit at full tensor load; operand staging, epilogues). The FP32
-// training data cannot show this (SIMT FMA draws far less power per cycle), so it is learned
-// from the training GPUs' tensor-core measurements: the geometric mean of (time predicted at
-// the dense peak) / (measured time) over the compute-bound FP16 GEMMs of DeepBench on V100
-// (0.85) and T4 (0.67; 70 W), 24 rows pooled: 0.757, with the weights of commit 86f0989
-// (bench/half_precision prints the refit). One number for all GPUs: the spec sheets give no
-// power limit or tensor-load clock, so the spread between GPUs (V100 vs T4) stays unexplained.
-// Not fitted to any GPU the tool is validated on (the A100 and newer are unseen).
-constexpr double kMatrixSustainedFraction = 0.76;
 
 // The fraction of its matrix peak a GEMM sustains on this GPU: kMatrixSustainedFraction for a
 // GEMM whose math runs on matrix units (tensor-core tiling, units for its dtype), applied to
 // the math rate only (a memory-bound GEMM's time is its memory time). Other kernels: 1.
-double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu);
+double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu,
+                                 double fraction = kMatrixSustainedFraction);
 
 // The GPU as the MLPs see the kernel: a GEMM on matrix units sees its dtype's matrix peak
 // times matrix_sustained_fraction; with port_weight w > 0, further lowered by the factor
@@ -162,7 +167,8 @@ double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gp
 // traffic never overlaps the math. Other kernels: `gpu`. The predictor's roofline_ms stays
 // at the dense peak, so a compute-bound tensor-core GEMM's reported utilization is at most
 // kMatrixSustainedFraction.
-Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight);
+Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_weight,
+               double matrix_fraction = kMatrixSustainedFraction);
 
 // Latency-limited streaming kernels: a kernel whose code is described by Kernel::access
 // (threads that load a few bytes, then wait for them: one block per row, scalar loads in a loop
