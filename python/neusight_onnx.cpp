@@ -141,7 +141,13 @@ struct ModelSource {
   std::string bytes;  // or serialized ModelProto bytes
   std::string what;   // names the bytes in errors
 
-  LoadedModel load() const { return path.empty() ? load_model_from_bytes(bytes, what) : load_model(path); }
+  // Bytes have no file name: the report names the graph instead.
+  LoadedModel load() const {
+    if (!path.empty()) return load_model(path);
+    LoadedModel loaded = load_model_from_bytes(bytes, what);
+    loaded.model.path = "";
+    return loaded;
+  }
 };
 
 ModelSource model_source(py::handle model) {

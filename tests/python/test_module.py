@@ -12,7 +12,7 @@ import unittest
 
 import onnx
 
-from py_util import DEVICE_JSON, EXAMPLE, SOURCE, neusight_onnx as n, run, run_json
+from py_util import DEVICE_JSON, EXAMPLE, SOURCE, neusight_onnx as n, run, run_json, shared
 
 CONFIG = os.path.join(SOURCE, "examples", "gpt2-small.json")
 
@@ -159,31 +159,30 @@ class OtherCommands(unittest.TestCase):
         self.assertEqual(c2["models"], ["a", "b"])
 
     def test_kernels_equal_cli(self):
-        with tempfile.TemporaryDirectory() as d:
-            csv_in = os.path.join(d, "in.csv")
-            with open(csv_in, "w") as f:
-                f.write("OPName,Device,B,M,N,K\nlinear,NVIDIA H100 80GB HBM3,1,512,768,3072\n"
-                        "bmm,Tesla T4,12,128,64,128\nsoftmax,NVIDIA H100 80GB HBM3,16,4096,,\n")
-            csv_out = os.path.join(d, "out.csv")
-            code, _, err = run("kernels", "--gpu", "from-row", "--csv", csv_in, "--out", csv_out)
-            self.assertEqual(code, 0, err)
-            with open(csv_out) as f:
-                want = list(csv.DictReader(f))
-            with open(csv_in) as f:
-                rows = list(csv.DictReader(f))
-        for given in (csv_in, rows):
-            got = n.kernels(given, "from-row")
-            self.assertEqual(len(got), len(want))
-            for g, w in zip(got, want):
-                for k, v in w.items():
-                    if k.startswith("pred_"):
-                        self.assertAlmostEqual(g[k], float(v), delta=1e-8 * float(v))
-                    elif k in ("tiles", "waves"):
-                        self.assertEqual(g[k], int(v))
-                    else:
-                        self.assertEqual(g[k], v)
-        # A fixed GPU keeps only the rows measured on it.
-        self.assertEqual([r["OPName"] for r in n.kernels(rows, "h100")], ["linear", "softmax"])
+        csv_in = shared("neusight-data", "kernels", "test", "softmax.csv")
+        with open(csv_in) as f:
+            rows = list(csv.DictReader(f))
+        for gpu in ("from-row", "v100"):
+            with tempfile.TemporaryDirectory() as d:
+                csv_out = os.path.join(d, "out.csv")
+                code, _, err = run("kernels", "--gpu", gpu, "--csv", csv_in, "--out", csv_out)
+                self.assertEqual(code, 0, err)
+                with open(csv_out) as f:
+                    want = list(csv.DictReader(f))
+            for given in (csv_in, rows):
+                with self.subTest(gpu=gpu, rows=type(given).__name__):
+                    got = n.kernels(given, gpu)
+                    self.assertEqual(len(got), len(want))
+                    for g, w in zip(got, want):
+                        self.assertEqual(set(g), set(w))
+                        for k, v in w.items():
+                            if k.startswith("pred_"):  # the CSV keeps 9 significant digits
+                                self.assertAlmostEqual(g[k], float(v), delta=1e-8 * float(v))
+                            elif k in ("tiles", "waves"):
+                                self.assertEqual(g[k], int(v))
+                            else:
+                                self.assertEqual(g[k], v)
+        self.assertLess(len(n.kernels(rows, "v100")), len(rows))
 
 
 class Writers(unittest.TestCase):
@@ -199,7 +198,6 @@ class Writers(unittest.TestCase):
             for a, b in (("cli.html", "py.html"), ("cli.onnx", "py.onnx")):
                 with open(os.path.join(d, a), "rb") as fa, open(os.path.join(d, b), "rb") as fb:
                     self.assertEqual(fa.read(), fb.read(), b)
-            onnx.checker.check_model(onnx.load(os.path.join(d, "py.onnx"), load_external_data=False))
 
     def test_compare_html(self):
         with tempfile.TemporaryDirectory() as d:
