@@ -185,6 +185,20 @@ class OtherCommands(unittest.TestCase):
         self.assertLess(len(n.kernels(rows, "v100")), len(rows))
 
 
+class ReadmeExample(unittest.TestCase):
+    def test_sweep_example_runs(self):
+        with open(os.path.join(SOURCE, "README.md")) as f:
+            code = f.read().split("```python\n", 1)[1].split("```", 1)[0]
+        self.assertLessEqual(len(code.strip().splitlines()), 10)
+        p = subprocess.run([sys.executable, "-c", code], cwd=SOURCE, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.strip().splitlines()
+        self.assertEqual(lines[0].split(), ["ms", "a100", "h100", "b200"])
+        self.assertEqual([l.split()[:2] for l in lines[1:]], [["12", "layers"], ["6", "layers"], ["3", "layers"]])
+        want = n.from_config(os.path.join(SOURCE, "examples", "gpt2-small.json"), "h100", batch=8, seq=512)
+        self.assertEqual(lines[1].split()[3], f"{want['e2e_latency_ms']:.2f}")
+
+
 class Writers(unittest.TestCase):
     def test_html_and_annotated_equal_cli(self):
         with tempfile.TemporaryDirectory() as d:
