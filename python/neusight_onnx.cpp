@@ -251,33 +251,35 @@ py::object analyze(py::handle model, py::handle gpu, const AnalysisArgs& a) {
   return report_dicts(std::move(reports), opt, many);
 }
 
-// A Hugging Face config argument: a path or a dict.
-ModelConfig read_config(py::handle config) {
-  if (py::isinstance<py::dict>(config)) return parse_hf_config(json_dumps(config), "config");
-  if (!is_pathlike(config)) type_error("config", "a config.json path or a dict", config);
-  const std::string path = fspath(config);
-  py::gil_scoped_release nogil;
-  return read_hf_config(path);
+// A Hugging Face config argument (a path or a dict), read with the GIL held; parsed with it
+// released.
+struct ConfigSource {
+  std::string path;  // a config.json
+  std::string json;  // or a dict's JSON text
+
+  ModelConfig read() const { return json.empty() ? read_hf_config(path) : parse_hf_config(json, "config"); }
+};
+
+ConfigSource config_source(py::handle config) {
+  ConfigSource s;
+  if (py::isinstance<py::dict>(config)) s.json = json_dumps(config);
+  else if (is_pathlike(config)) s.path = fspath(config);
+  else type_error("config", "a config.json path or a dict", config);
+  return s;
 }
 
 py::object from_config(py::handle config, py::handle gpu, const AnalysisArgs& a) {
   const Options opt = a.parse();
   bool many = false;
   const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
+  const ConfigSource cfg = config_source(config);
   std::vector<Report> reports;
-  if (!py::isinstance<py::dict>(config) && !is_pathlike(config))
-    type_error("config", "a config.json path or a dict", config);
   {
     py::gil_scoped_release nogil;
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
-    ModelConfig cfg;
-    {
-      py::gil_scoped_acquire gil;
-      cfg = read_config(config);
-    }
     std::string dtype_note;
     const LoadedModel loaded =
-        cli::load_config_model(cfg, opt, "--config needs --batch N and --seq N", dtype_note);
+        cli::load_config_model(cfg.read(), opt, "--config needs --batch N and --seq N", dtype_note);
     reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, dtype_note);
   }
   return report_dicts(std::move(reports), opt, many);
@@ -296,27 +298,18 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
 
   // Each model: an ONNX model, or a Hugging Face config (a dict, or a path ending in .json).
   struct Item {
+    std::optional<ConfigSource> config;
     ModelSource model;
-    std::optional<ModelConfig> config;
-    std::string config_path;
-    std::string name;  // default label: the file name
   };
   std::vector<Item> items;
-  std::vector<std::string> names;
+  std::vector<std::string> names;  // for the default labels: file names, else model1, model2, ...
   for (py::handle m : models) {
     Item it;
-    const size_t i = items.size();
-    if (py::isinstance<py::dict>(m)) {
-      it.config = read_config(m);
-      it.name = "model" + std::to_string(i + 1);
-    } else if (is_pathlike(m) && fspath(m).size() > 5 && fspath(m).compare(fspath(m).size() - 5, 5, ".json") == 0) {
-      it.config_path = fspath(m);
-      it.name = it.config_path;
-    } else {
-      it.model = model_source(m);
-      it.name = it.model.path.empty() ? "model" + std::to_string(i + 1) : it.model.path;
-    }
-    names.push_back(it.name);
+    const std::string path = is_pathlike(m) ? fspath(m) : "";
+    const bool json_path = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+    if (py::isinstance<py::dict>(m) || json_path) it.config = config_source(m);
+    else it.model = model_source(m);
+    names.push_back(!path.empty() ? path : "model" + std::to_string(items.size() + 1));
     items.push_back(std::move(it));
   }
   std::vector<std::string> labels;
@@ -338,12 +331,11 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
     std::vector<std::vector<Report>> reports;
     for (const auto& it : items) {
       std::string dtype_note;
-      const std::string dims_error = (it.config_path.empty() ? std::string("config") : it.config_path) +
-                                     ": a config needs --batch N and --seq N";
+      const std::string name = it.config && !it.config->path.empty() ? it.config->path : "config";
       const LoadedModel loaded =
-          it.config ? cli::load_config_model(*it.config, opt, dims_error, dtype_note)
-          : !it.config_path.empty() ? cli::load_config_model(it.config_path, opt, dims_error, dtype_note)
-                                    : it.model.load();
+          it.config ? cli::load_config_model(it.config->read(), opt, name + ": a config needs --batch N and --seq N",
+                                             dtype_note)
+                    : it.model.load();
       reports.push_back(cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, dtype_note));
     }
     c = std::make_shared<Comparison>(compare_reports(labels, std::move(reports), top));
