@@ -5,7 +5,7 @@ set -euo pipefail
 PACKAGES=(cmake ninja-build g++ pkg-config
           libonnx-dev libprotobuf-dev protobuf-compiler
           libxtensor-dev libxtensor-blas-dev libopenblas-dev
-          nlohmann-json3-dev doctest-dev python3 python3-onnx)
+          nlohmann-json3-dev doctest-dev python3 python3-onnx python3-dev pybind11-dev)
 # Extra packages a caller needs on top (scripts/ci_sanitize.sh: clang libclang-rt-14-dev).
 PACKAGES+=("$@")
 missing=()

@@ -138,7 +138,11 @@ double Args::get_double(const std::string& flag, double fallback) const {
 
 LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
                               std::string& dtype_note) {
-  const ModelConfig cfg = read_hf_config(config_path);
+  return load_config_model(read_hf_config(config_path), opt, dims_error, dtype_note);
+}
+
+LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const std::string& dims_error,
+                              std::string& dtype_note) {
   LoadedModel loaded = build_model(cfg);
   loaded.model.path = "";
   if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError(dims_error);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "neusight/graph.h"
+#include "neusight/model_builder.h"
 #include "neusight/neusight.h"
 
 namespace neusight::cli {
@@ -42,6 +43,8 @@ Options parse_analysis_options(const Args& args);
 // InputError(`dims_error`) without --batch and --seq. `dtype_note` gets config_dtype_note's
 // line when no --dtype was given (empty otherwise).
 LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
+                              std::string& dtype_note);
+LoadedModel load_config_model(const ModelConfig& config, const Options& opt, const std::string& dims_error,
                               std::string& dtype_note);
 
 // Each distinct warning of the reports once on stderr ("neusight-onnx: warning: PREFIX..."),

@@ -1,7 +1,6 @@
 // cmd_analyze.cpp - the main job: predict a model's latency on one or more GPUs.
 #include <cstdio>
 #include <iostream>
-#include <sstream>
 
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 #include "commands.h"
 #include "memory.h"
 #include "outputs.h"
+#include "pipeline.h"
 #include "neusight/neusight.h"
 
 namespace neusight::cli {
@@ -19,27 +19,6 @@ const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--
                                               "--top",  "--config", "--predictor", "--weights", "--timing", "--parallel", "--link-bw",
                                               "--html", "--group"};
 const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
-
-// Latency text for annotations: four significant digits, so microsecond kernels stay visible.
-std::string sig(double ms) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.4g", ms);
-  return buf;
-}
-
-// The per-node text Netron shows in the node's properties.
-std::string node_doc(const NodeReport& n) {
-  std::ostringstream os;
-  os << "neusight: latency_ms=" << sig(n.latency_ms) << " (80% interval " << sig(n.latency_low_ms) << "-"
-     << sig(n.latency_high_ms) << ")";
-  for (const auto& k : n.kernels) {
-    os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
-       << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
-       << " waves=" << k.tiling.waves << " bound=" << (k.prediction.compute_bound ? "compute" : "memory")
-       << " util=" << sig(100 * k.prediction.utilization) << "%" << (k.prediction.extrapolated ? " extrapolated" : "");
-  }
-  return os.str();
-}
 
 // "[####      ]" for step `done` of `total` (the TTY progress line on stderr).
 std::string progress_bar(size_t done, size_t total) {
@@ -59,19 +38,7 @@ int cmd_analyze(const Argv& argv) {
   if (!args.has("--gpu")) throw InputError("--gpu is required (see `neusight-onnx gpus`)");
 
   Options opt = parse_analysis_options(args);
-  if (args.has("--parallel")) opt.parallel = parse_parallel(args.get("--parallel"));
-  if (args.has("--link-bw")) {
-    if (!opt.parallel.active) throw InputError("--link-bw needs --parallel");
-    const std::string lb = args.get("--link-bw");
-    size_t used = 0;
-    try {
-      opt.parallel.link_gbps = std::stod(lb, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != lb.size() || lb.empty() || !(opt.parallel.link_gbps > 0) || opt.parallel.link_gbps > 1e6)
-      throw InputError("--link-bw: expected a positive bandwidth in GB/s, got '" + lb + "'");
-  }
+  parse_parallel_options(args, opt);
   const int top = static_cast<int>(args.get_int("--top", 0, 0));
   const std::string group = args.get("--group", "node");
   if (group != "node" && group != "layer") throw InputError("--group: expected node or layer, got '" + group + "'");
@@ -90,14 +57,11 @@ int cmd_analyze(const Argv& argv) {
           : load_model(pos[0]);
   const Analysis analysis = prepare(loaded, opt);
 
-  std::vector<Report> reports;
   const bool progress = ::isatty(2) != 0 && gpus.size() > 1 && !args.has("--quiet");
-  for (size_t i = 0; i < gpus.size(); ++i) {
+  const std::vector<Report> reports = predict_gpus(analysis, loaded, gpus, opt, dtype_note, [&](size_t i) {
     if (progress) std::fprintf(stderr, "\r%s predicting on %s (%zu/%zu)\033[K", progress_bar(i, gpus.size()).c_str(),
                                gpus[i].alias().c_str(), i + 1, gpus.size());
-    reports.push_back(predict(analysis, loaded.model, gpus[i], opt));
-    if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
-  }
+  });
   if (progress) std::fprintf(stderr, "\r\033[K");
 
   // The reports keep their warnings (JSON, HTML), a GPU's own notes included.
@@ -109,20 +73,7 @@ int cmd_analyze(const Argv& argv) {
   if (args.has("--html")) outputs.add_text(args.get("--html"), format_html(reports));
   if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
   if (args.has("--out")) {
-    const Report& r = reports.front();
-    AnnotatedWrite ann;
-    ann.nodes.reserve(r.nodes.size());
-    for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n), n.latency_ms});
-    ann.metadata = {{"neusight.gpu", r.gpu.name},
-                    {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
-                    {"neusight.dtype", dtype_name(r.dtype)},
-                    {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
-                    {"neusight.e2e_latency_low_ms", sig(r.e2e_low_ms)},
-                    {"neusight.e2e_latency_high_ms", sig(r.e2e_high_ms)},
-                    {"neusight.predictor", r.predictor},
-                    {"neusight.version", version()}};
-    // The timing convention is a property of the NeuSight predictor (empty for the roofline).
-    if (!r.timing.empty()) ann.metadata.emplace_back("neusight.timing", r.timing);
+    const AnnotatedWrite ann = annotations_for(reports.front());
     outputs.add(args.get("--out"),
                 [&](const std::string& tmp) { write_annotated(loaded, analysis.graph, ann, tmp); });
   }

@@ -1,13 +1,13 @@
 // cmd_compare.cpp - `neusight-onnx compare A.onnx B.onnx [...] --gpu g1,g2`: model variants
 // side by side (end-to-end latency, speed-up against the first, class deltas, changed nodes).
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 
 #include "args.h"
 #include "commands.h"
 #include "memory.h"
 #include "outputs.h"
+#include "pipeline.h"
 #include "neusight/compare.h"
 #include "neusight/neusight.h"
 
@@ -18,20 +18,6 @@ const std::vector<std::string> kValueFlags = {"--gpu",  "--batch",     "--seq", 
                                               "--dtype", "--fusion",   "--json",    "--html", "--top",
                                               "--predictor", "--weights", "--timing"};
 const std::vector<std::string> kSwitches = {"--quiet", "--no-color"};
-
-// A label per model: the file name, made unique with its parent folder when two clash.
-std::vector<std::string> labels_for(const std::vector<std::string>& paths) {
-  namespace fs = std::filesystem;
-  std::vector<std::string> out;
-  for (const auto& p : paths) out.push_back(fs::path(p).filename().string());
-  for (size_t i = 0; i < out.size(); ++i)
-    for (size_t j = i + 1; j < out.size(); ++j)
-      if (out[i] == out[j]) {
-        out[i] = paths[i];
-        out[j] = paths[j];
-      }
-  return out;
-}
 
 }  // namespace
 
@@ -58,15 +44,11 @@ int cmd_compare(const Argv& argv) {
         config ? load_config_model(path, opt, path + ": a config needs --batch N and --seq N", dtype_note)
                : load_model(path);
     const Analysis analysis = prepare(loaded, opt);
-    std::vector<Report> per_gpu;
-    for (const auto& g : gpus) {
-      per_gpu.push_back(predict(analysis, loaded.model, g, opt));
-      if (!dtype_note.empty()) per_gpu.back().warnings.push_back(dtype_note);
-    }
+    std::vector<Report> per_gpu = predict_gpus(analysis, loaded, gpus, opt, dtype_note);
     print_warnings_once(per_gpu, path + ": ");
     reports.push_back(std::move(per_gpu));
   }
-  const Comparison c = compare_reports(labels_for(models), std::move(reports), top);
+  const Comparison c = compare_reports(model_labels(models), std::move(reports), top);
 
   OutputSet outputs;  // both or neither
   if (args.has("--json")) outputs.add_text(args.get("--json"), format_compare_json(c));

@@ -1,4 +1,5 @@
-// cmd_gpus.cpp - `neusight-onnx gpus`: the GPU database, one GPU a line, with its aliases.
+// cmd_gpus.cpp - `neusight-onnx gpus [--json]`: the GPU database, one GPU a line with its aliases
+// (or every entry as JSON).
 #include <cstdio>
 
 #include "args.h"
@@ -10,6 +11,10 @@ namespace neusight::cli {
 int cmd_gpus(const Argv& argv) {
   Args args(argv, {"--db"}, {"--json"});
   const GpuDatabase db = args.has("--db") ? GpuDatabase::load(args.get("--db")) : GpuDatabase::builtin();
+  if (args.has("--json")) {
+    std::fputs(format_gpus_json(db).c_str(), stdout);
+    return 0;
+  }
   std::printf("%-26s %-8s %4s %9s %9s %8s %6s  %s\n", "name", "arch", "SMs", "FP32 TF", "FP16 TF", "mem GB/s",
               "L2 MB", "aliases");
   for (const auto& g : db.all()) {

@@ -165,20 +165,13 @@ std::string supported_list() {
 
 }  // namespace
 
-ModelConfig read_hf_config(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not a config file");
-  std::ifstream f(path);
-  if (!f) throw InputError(path + ": cannot open config");
-  json j;
-  try {
-    j = json::parse(f);
-  } catch (const json::exception&) {
-    throw InputError(path + ": malformed JSON config");
-  }
+namespace {
+
+// The config in `j`, read from `path` (named in errors); `source` names it in the graph.
+ModelConfig config_from_json(const json& j, const std::string& path, const std::string& source) {
   if (!j.is_object()) throw InputError(path + ": config must be a JSON object");
   ModelConfig c;
-  c.source = std::filesystem::path(path).filename().string();
+  c.source = source;
   const Reader r{j, path};
   c.model_type = r.s({"model_type"}, "");
   if (c.model_type.empty()) throw InputError(path + ": missing field 'model_type'");
@@ -195,6 +188,32 @@ ModelConfig read_hf_config(const std::string& path) {
   }
   if (c.kv_heads == 0) c.kv_heads = c.heads;
   return c;
+}
+
+}  // namespace
+
+ModelConfig read_hf_config(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not a config file");
+  std::ifstream f(path);
+  if (!f) throw InputError(path + ": cannot open config");
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::exception&) {
+    throw InputError(path + ": malformed JSON config");
+  }
+  return config_from_json(j, path, std::filesystem::path(path).filename().string());
+}
+
+ModelConfig parse_hf_config(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception&) {
+    throw InputError(what + ": malformed JSON config");
+  }
+  return config_from_json(j, what, what);
 }
 
 std::string config_dtype_note(const ModelConfig& c) {

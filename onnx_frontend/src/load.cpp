@@ -526,6 +526,8 @@ Model to_ir(const ProtoHolder& holder, const std::string& path) {
 
 LoadedModel load_model_from_bytes(const std::string& bytes, const std::string& what) {
   if (bytes.empty()) throw InputError(what + ": empty file, not an ONNX model");
+  if (bytes.size() > INT32_MAX)
+    throw InputError(what + ": model larger than 2 GiB; store weights as external data");
   auto holder = std::make_shared<ProtoHolder>();
   google::protobuf::io::ArrayInputStream raw(bytes.data(), static_cast<int>(bytes.size()));
   google::protobuf::io::CodedInputStream coded(&raw);

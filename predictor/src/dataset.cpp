@@ -1,6 +1,7 @@
 // dataset.cpp - NeuSight kernel CSVs to rows and IR kernels.
 #include "neusight/dataset.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -127,51 +128,75 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
   return k;
 }
 
+namespace {
+
+// One row of `d`'s columns, its fields already split. Throws InputError (no location).
+DatasetRow dataset_row(const Dataset& d, std::vector<std::string> fields) {
+  if (fields.size() != d.header.size())
+    throw InputError("expected " + std::to_string(d.header.size()) + " fields, got " + std::to_string(fields.size()));
+  auto idx = [&](const char* n) { return d.column(n); };
+  DatasetRow r;
+  r.fields = std::move(fields);
+  std::map<std::string, std::string> cols;
+  for (size_t i = 0; i < d.header.size(); ++i) cols[d.header[i]] = r.fields[i];
+  r.op_name = r.fields[idx("OPName")];
+  if (const int dev = idx("Device"); dev >= 0) r.device = r.fields[dev];
+  if (const int kn = idx("Kernel Name"); kn >= 0) r.kernel_name = r.fields[kn];
+  auto num = [&](int c) -> double {
+    if (c < 0 || r.fields[c].empty()) return -1;
+    char* end = nullptr;
+    double v = std::strtod(r.fields[c].c_str(), &end);
+    return *end == '\0' ? v : -1;
+  };
+  r.latency_ms = num(idx("Latency"));
+  const int g[3] = {idx("Grid x"), idx("Grid y"), idx("Grid z")};
+  const int b[3] = {idx("Block x"), idx("Block y"), idx("Block z")};
+  for (int i = 0; i < 3; ++i) {
+    r.grid[i] = static_cast<int64_t>(std::max(0.0, num(g[i])));
+    r.block[i] = static_cast<int64_t>(std::max(0.0, num(b[i])));
+  }
+  r.kernel = kernel_from_dataset(r.op_name, cols);
+  return r;
+}
+
+Dataset with_header(std::vector<std::string> header, const std::string& what) {
+  Dataset d;
+  d.header = std::move(header);
+  if (d.column("OPName") < 0) throw InputError(what + ": no OPName column");
+  return d;
+}
+
+}  // namespace
+
 Dataset read_dataset(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw InputError(path + ": cannot open");
-  Dataset d;
   std::string line;
   if (!std::getline(f, line)) throw InputError(path + ": empty CSV");
-  d.header = split_csv_line(line);
-  const int op_col = d.column("OPName");
-  if (op_col < 0) throw InputError(path + ": no OPName column");
-  auto idx = [&](const char* n) { return d.column(n); };
-  const int lat = idx("Latency"), dev = idx("Device"), kn = idx("Kernel Name");
-  const int gx = idx("Grid x"), gy = idx("Grid y"), gz = idx("Grid z");
-  const int bx = idx("Block x"), by = idx("Block y"), bz = idx("Block z");
+  Dataset d = with_header(split_csv_line(line), path);
   size_t lineno = 1;
   while (std::getline(f, line)) {
     ++lineno;
     if (line.empty() || line == "\r") continue;
-    DatasetRow r;
-    r.fields = split_csv_line(line);
-    if (r.fields.size() != d.header.size())
-      throw InputError(path + ":" + std::to_string(lineno) + ": expected " + std::to_string(d.header.size()) +
-                       " fields, got " + std::to_string(r.fields.size()));
-    std::map<std::string, std::string> cols;
-    for (size_t i = 0; i < d.header.size(); ++i) cols[d.header[i]] = r.fields[i];
-    r.op_name = r.fields[op_col];
-    if (dev >= 0) r.device = r.fields[dev];
-    if (kn >= 0) r.kernel_name = r.fields[kn];
-    auto num = [&](int c) -> double {
-      if (c < 0 || r.fields[c].empty()) return -1;
-      char* end = nullptr;
-      double v = std::strtod(r.fields[c].c_str(), &end);
-      return *end == '\0' ? v : -1;
-    };
-    r.latency_ms = num(lat);
-    const int g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
-    for (int i = 0; i < 3; ++i) {
-      r.grid[i] = static_cast<int64_t>(std::max(0.0, num(g[i])));
-      r.block[i] = static_cast<int64_t>(std::max(0.0, num(b[i])));
-    }
     try {
-      r.kernel = kernel_from_dataset(r.op_name, cols);
+      d.rows.push_back(dataset_row(d, split_csv_line(line)));
     } catch (const InputError& e) {
       throw InputError(path + ":" + std::to_string(lineno) + ": " + e.what());
     }
-    d.rows.push_back(std::move(r));
+  }
+  return d;
+}
+
+Dataset dataset_from_rows(std::vector<std::string> header, std::vector<std::vector<std::string>> rows,
+                          const std::string& what) {
+  Dataset d = with_header(std::move(header), what);
+  d.rows.reserve(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    try {
+      d.rows.push_back(dataset_row(d, std::move(rows[i])));
+    } catch (const InputError& e) {
+      throw InputError(what + "[" + std::to_string(i) + "]: " + e.what());
+    }
   }
   return d;
 }

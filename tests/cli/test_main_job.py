@@ -1,4 +1,5 @@
 """The main job through the real binary: table, JSON contract, annotated ONNX, bad input."""
+import json
 import os
 import subprocess
 import tempfile
@@ -102,6 +103,17 @@ class BadInput(unittest.TestCase):
             f.write(b"this is not a model")
             f.flush()
             self.assert_input_error(f.name, "--gpu", "b200", needle="not a valid ONNX model")
+
+    def test_gpus_json(self):
+        code, out, err = run("gpus", "--json")
+        self.assertEqual(code, 0, err)
+        gpus = json.loads(out)
+        b200 = next(g for g in gpus if g["name"] == "NVIDIA B200")
+        self.assertEqual(b200["aliases"][0], "b200")
+        for key in ("arch", "num_sm", "boost_mhz", "fp32_gflops", "mem_bw_gbps", "l2_mb", "board_power_w"):
+            self.assertIn(key, b200)
+        code, table, _ = run("gpus")
+        self.assertEqual(len(table.strip().splitlines()), len(gpus) + 1)
 
     def test_unknown_gpu(self):
         self.assert_input_error(EXAMPLE, "--gpu", "b2000", "--batch", "1", "--seq", "8", needle="unknown GPU")

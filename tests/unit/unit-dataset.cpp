@@ -35,3 +35,19 @@ TEST_CASE("dataset: elementwise rows, scalar variants read one tensor") {
   CHECK(d.rows.front().kernel.inputs == 1);
   CHECK(d.rows.front().kernel.bytes == doctest::Approx(8.0 * d.rows.front().kernel.rows * d.rows.front().kernel.cols));
 }
+
+TEST_CASE("dataset: rows given as fields read as the same CSV lines do, errors name the row") {
+  const Dataset csv = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/linear.csv");
+  REQUIRE(csv.rows.size() > 2);
+  const Dataset d = dataset_from_rows(csv.header, {csv.rows[0].fields, csv.rows[1].fields}, "rows");
+  REQUIRE(d.rows.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(d.rows[i].device == csv.rows[i].device);
+    CHECK(d.rows[i].kernel.gemm.m == csv.rows[i].kernel.gemm.m);
+    CHECK(d.rows[i].kernel.flops == csv.rows[i].kernel.flops);
+    CHECK(d.rows[i].grid[0] == csv.rows[i].grid[0]);
+  }
+  CHECK_THROWS_WITH_AS(dataset_from_rows({"OPName", "B", "H"}, {{"softmax", "1", "8"}, {"softmax"}}, "rows"),
+                       "rows[1]: expected 3 fields, got 1", InputError);
+  CHECK_THROWS_WITH_AS(dataset_from_rows({"Op"}, {}, "rows"), "rows: no OPName column", InputError);
+}

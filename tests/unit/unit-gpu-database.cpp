@@ -160,3 +160,38 @@ TEST_CASE("gpu database: malformed or incomplete files are rejected with a clear
   CHECK_THROWS_WITH_AS(GpuDatabase::load(write_temp("db-arch.json", "{\"gpus\": [" + arch + "]}")),
                        doctest::Contains("arch"), InputError);
 }
+
+TEST_CASE("gpu database: format_gpus_json entries and device JSON text read back as the same GPU") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const nlohmann::json all = nlohmann::json::parse(format_gpus_json(db));
+  REQUIRE(all.size() == db.all().size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Gpu& want = db.all()[i];
+    const Gpu got = parse_gpu_json(all[i].dump(), "entry");
+    CAPTURE(want.name);
+    CHECK(got.name == want.name);
+    CHECK(got.aliases == want.aliases);
+    CHECK(got.arch == want.arch);
+    CHECK(got.vendor == want.vendor);
+    CHECK(got.num_sm == want.num_sm);
+    CHECK(got.fp32_gflops == want.fp32_gflops);
+    CHECK(got.fp16_gflops == want.fp16_gflops);
+    CHECK(got.mem_bw_gbps == want.mem_bw_gbps);
+    CHECK(got.l2_mb == want.l2_mb);
+    CHECK(got.board_power_w == want.board_power_w);
+    CHECK(got.process_nm == want.process_nm);
+    CHECK(got.nvlink_gbps == want.nvlink_gbps);
+    CHECK(got.source == want.source);
+  }
+  const std::string path = test::shared_dir() + "/neusight-data/device_configs/NVIDIA_L4.json";
+  std::ifstream f(path);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const Gpu from_file = load_device_json(path), from_text = parse_gpu_json(text, "text");
+  CHECK(from_text.name == from_file.name);
+  CHECK(from_text.num_sm == from_file.num_sm);
+  CHECK(from_text.fp32_gflops == from_file.fp32_gflops);
+  CHECK(from_text.board_power_w == from_file.board_power_w);
+  CHECK(from_text.source == "text");
+  CHECK_THROWS_WITH_AS(parse_gpu_json("{\"Device\": ", "gpu dict"), "gpu dict: malformed JSON", InputError);
+  CHECK_THROWS_WITH_AS(parse_gpu_json("{}", "gpu dict"), "gpu dict: missing field 'Device'", InputError);
+}

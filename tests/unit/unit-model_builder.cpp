@@ -256,3 +256,21 @@ TEST_CASE("model_builder: the opgraph reader parses GEMM, VEC, nested MEM and Ac
   CHECK(parse_traced_kernels("[]").empty());
   CHECK(csv_fields("a,\"[(1, 2), (3,)]\",c") == std::vector<std::string>{"a", "[(1, 2), (3,)]", "c"});
 }
+
+TEST_CASE("model_builder: a config's JSON text reads as its file does") {
+  const std::string path = config_path("bert_large");
+  std::ifstream f(path);
+  std::stringstream text;
+  text << f.rdbuf();
+  const ModelConfig a = read_hf_config(path), b = parse_hf_config(text.str(), "config");
+  CHECK(b.model_type == a.model_type);
+  CHECK(b.layers == a.layers);
+  CHECK(b.hidden == a.hidden);
+  CHECK(b.heads == a.heads);
+  CHECK(b.ffn == a.ffn);
+  CHECK(b.vocab == a.vocab);
+  CHECK(b.head == a.head);
+  CHECK(b.source == "config");
+  CHECK_THROWS_WITH_AS(parse_hf_config("{", "config"), "config: malformed JSON config", InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config("{}", "config"), "config: missing field 'model_type'", InputError);
+}

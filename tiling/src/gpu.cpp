@@ -157,8 +157,10 @@ double Gpu::gemm_peak_gflops(DType compute) const {
   return peak_gflops(compute);
 }
 
-Gpu load_device_json(const std::string& path) {
-  json j = parse_json_file(path);
+namespace {
+
+// A device JSON object (neusight-data/device_configs format); `path` names it in errors.
+Gpu gpu_from_device_json(const json& j, const std::string& path) {
   if (!j.is_object()) throw InputError(path + ": device JSON must be an object");
   Gpu g;
   g.name = str(j, "Device", path, true);
@@ -207,6 +209,58 @@ Gpu load_device_json(const std::string& path) {
   if (j.contains("Process_Nm")) g.process_nm = num(j, "Process_Nm", path, true);
   g.source = path;
   return g;
+}
+
+}  // namespace
+
+Gpu load_device_json(const std::string& path) { return gpu_from_device_json(parse_json_file(path), path); }
+
+Gpu parse_gpu_json(const std::string& text, const std::string& what) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception&) {
+    throw InputError(what + ": malformed JSON");
+  }
+  if (j.is_object() && !j.contains("Device") && j.contains("name")) return gpu_from_db_entry(j, what);
+  return gpu_from_device_json(j, what);
+}
+
+std::string format_gpus_json(const GpuDatabase& db) {
+  json out = json::array();
+  for (const auto& g : db.all()) {
+    json e;
+    e["name"] = g.name;
+    e["aliases"] = g.aliases;
+    e["vendor"] = g.vendor;
+    e["arch"] = g.arch;
+    e["num_sm"] = g.num_sm;
+    e["boost_mhz"] = g.boost_mhz;
+    e["fp32_cores_per_sm"] = g.fp32_cores_per_sm;
+    e["fp32_gflops"] = g.fp32_gflops;
+    e["tf32_gflops"] = g.tf32_gflops;
+    e["fp16_gflops"] = g.fp16_gflops;
+    e["bf16_gflops"] = g.bf16_gflops;
+    e["fp8_gflops"] = g.fp8_gflops;
+    e["int8_gops"] = g.int8_gops;
+    e["fp16_simt_gflops"] = g.fp16_simt_gflops;
+    e["fp32_matrix_gflops"] = g.fp32_matrix_gflops;
+    e["mem_gb"] = g.mem_gb;
+    e["mem_bw_gbps"] = g.mem_bw_gbps;
+    e["l2_mb"] = g.l2_mb;
+    e["smem_per_sm_kb"] = g.smem_per_sm_kb;
+    e["board_power_w"] = g.board_power_w;
+    e["process_nm"] = g.process_nm;
+    e["regs_per_sm"] = g.regs_per_sm;
+    e["max_blocks_per_sm"] = g.max_blocks_per_sm;
+    e["max_threads_per_sm"] = g.max_threads_per_sm;
+    e["nvlink"] = g.nvlink;
+    e["nvlink_gbps"] = g.nvlink_gbps;
+    e["pcie_gbps"] = g.pcie_gbps;
+    e["source"] = g.source;
+    out.push_back(std::move(e));
+  }
+  return out.dump(1) + "\n";
 }
 
 namespace {

@@ -58,6 +58,8 @@ struct ModelConfig {
 
 // Reads a config.json. Throws InputError naming the file and the missing field.
 ModelConfig read_hf_config(const std::string& path);
+// The same from the config's JSON text; `what` names it in errors.
+ModelConfig parse_hf_config(const std::string& text, const std::string& what);
 
 // Builds the model graph. Throws InputError for unsupported model types.
 LoadedModel build_model(const ModelConfig& config);

@@ -42,4 +42,9 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
 // Reads a CSV file. Throws InputError naming the file and line for malformed input.
 Dataset read_dataset(const std::string& path);
 
+// The same from rows already split into fields, in `header` order. Throws InputError naming
+// `what` and the row's index ("rows[3]: ...").
+Dataset dataset_from_rows(std::vector<std::string> header, std::vector<std::vector<std::string>> rows,
+                          const std::string& what);
+
 }  // namespace neusight

@@ -73,6 +73,14 @@ class GpuDatabase {
 // Reads a device JSON in the neusight-data/device_configs format. Throws InputError.
 Gpu load_device_json(const std::string& path);
 
+// Reads one GPU from JSON text: a device JSON (with "Device", as above) or an entry in the
+// database format (with "name", as format_gpus_json writes it). `what` names the source in
+// errors. Throws InputError.
+Gpu parse_gpu_json(const std::string& text, const std::string& what);
+
+// Every GPU of `db` as a JSON array of entries in the format of tiling/data/gpus.json.
+std::string format_gpus_json(const GpuDatabase& db);
+
 // Directory of the project's data files (gpus.json, tiles, weights): NEUSIGHT_DATA_DIR, else
 // next to the executable (build tree), else the install prefix's share/neusight.
 std::string data_dir();

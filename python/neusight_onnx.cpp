@@ -1,0 +1,646 @@
+// neusight_onnx.cpp - the Python module `neusight_onnx`: the CLI's analyses as functions that
+// return the CLI's JSON as dicts, on the same library and steps (tools/pipeline.h).
+//
+// Keyword arguments become the CLI's flags and go through its parser, so a bad value gets the
+// CLI's one-line message: InputError (exit 2) raises ValueError, RuntimeError (exit 1)
+// RuntimeError; an argument of the wrong Python type raises TypeError. The GIL is released
+// while a model is loaded, analysed, predicted and written.
+#include <dlfcn.h>
+#include <pybind11/pybind11.h>
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "neusight/compare.h"
+#include "neusight/dataset.h"
+#include "neusight/model_builder.h"
+#include "neusight/neusight.h"
+#include "outputs.h"
+#include "pipeline.h"
+
+#ifndef NEUSIGHT_PY_DATA_REL
+#define NEUSIGHT_PY_DATA_REL ""
+#endif
+
+namespace py = pybind11;
+
+namespace neusight::python {
+namespace {
+
+using Argv = std::vector<std::string>;
+
+// The flags the analysis keyword arguments map to (parse_analysis_options and
+// parse_parallel_options read them).
+const std::vector<std::string> kAnalysisFlags = {"--batch", "--seq",       "--dim",     "--mode",     "--dtype",
+                                                 "--fusion", "--predictor", "--weights", "--timing", "--parallel",
+                                                 "--link-bw"};
+
+// The C++ reports behind a report dict, for the writers.
+struct ReportHandle {
+  std::shared_ptr<const std::vector<Report>> reports;  // every GPU of the call, in order
+  size_t index = 0;
+  Options options;  // write_annotated infers the model's shapes again with them
+};
+struct ComparisonHandle {
+  std::shared_ptr<const Comparison> comparison;
+};
+
+// dict subclasses created at import (kept for the life of the process).
+PyObject* g_report_type = nullptr;
+PyObject* g_comparison_type = nullptr;
+
+std::string type_name(py::handle v) { return py::str(py::type::handle_of(v).attr("__name__")); }
+
+[[noreturn]] void type_error(const std::string& what, const std::string& expected, py::handle got) {
+  throw py::type_error(what + ": expected " + expected + ", got " + type_name(got));
+}
+
+bool is_pathlike(py::handle v) { return py::isinstance<py::str>(v) || py::hasattr(v, "__fspath__"); }
+
+std::string fspath(py::handle v) {
+  py::object p = py::module_::import("os").attr("fspath")(v);
+  if (!py::isinstance<py::str>(p)) type_error("path", "str", p);
+  return p.cast<std::string>();
+}
+
+// An integer argument as the CLI flag's text (the flag's parser checks the value).
+std::string int_text(py::handle v, const std::string& what) {
+  if (py::isinstance<py::bool_>(v) || !py::isinstance<py::int_>(v)) type_error(what, "an int", v);
+  return py::str(v);
+}
+
+std::string str_arg(py::handle v, const std::string& what) {
+  if (!py::isinstance<py::str>(v)) type_error(what, "a str", v);
+  return v.cast<std::string>();
+}
+
+std::string json_dumps(py::handle v) { return py::str(py::module_::import("json").attr("dumps")(v)); }
+py::object json_loads(const std::string& text) { return py::module_::import("json").attr("loads")(py::str(text)); }
+
+// The analysis keyword arguments, parsed as the CLI parses its flags.
+struct AnalysisArgs {
+  py::object batch = py::none(), seq = py::none(), dims = py::none(), shapes = py::none();
+  py::object mode = py::str("inference"), dtype = py::none(), fusion = py::str("eager"), timing = py::str("device");
+  py::object parallel = py::none(), link_bw = py::none();
+  py::object predictor = py::str("neusight"), weights = py::none();
+
+  Options parse() const {
+    Argv argv;
+    auto flag = [&](const char* f, const std::string& v) {
+      argv.push_back(f);
+      argv.push_back(v);
+    };
+    if (!batch.is_none()) flag("--batch", int_text(batch, "batch"));
+    if (!seq.is_none()) flag("--seq", int_text(seq, "seq"));
+    if (!dims.is_none()) {
+      if (!py::isinstance<py::dict>(dims)) type_error("dims", "a dict of name: int", dims);
+      for (auto [k, v] : py::reinterpret_borrow<py::dict>(dims))
+        flag("--dim", str_arg(k, "dims key") + "=" + int_text(v, "dims['" + py::str(k).cast<std::string>() + "']"));
+    }
+    if (!shapes.is_none())
+      throw InputError("shapes: per-input shapes are not supported; bind symbolic dims with batch=, seq= or "
+                       "dims={NAME: VALUE}");
+    flag("--mode", str_arg(mode, "mode"));
+    if (!dtype.is_none()) flag("--dtype", str_arg(dtype, "dtype"));
+    flag("--fusion", str_arg(fusion, "fusion"));
+    flag("--timing", str_arg(timing, "timing"));
+    flag("--predictor", str_arg(predictor, "predictor"));
+    if (!weights.is_none()) flag("--weights", fspath(weights));
+    if (!parallel.is_none()) {
+      if (py::isinstance<py::str>(parallel)) {
+        flag("--parallel", parallel.cast<std::string>());
+      } else if (py::isinstance<py::dict>(parallel)) {
+        std::string spec;
+        for (auto [k, v] : py::reinterpret_borrow<py::dict>(parallel))
+          spec += (spec.empty() ? "" : ",") + str_arg(k, "parallel key") + "=" + py::str(v).cast<std::string>();
+        flag("--parallel", spec);
+      } else {
+        type_error("parallel", "a str such as 'dp=2,tp=4' or a dict", parallel);
+      }
+    }
+    if (!link_bw.is_none()) {
+      if (py::isinstance<py::bool_>(link_bw) || !(py::isinstance<py::int_>(link_bw) || py::isinstance<py::float_>(link_bw)))
+        type_error("link_bw", "a number (GB/s)", link_bw);
+      flag("--link-bw", py::str(py::float_(link_bw)));
+    }
+    const cli::Args args(argv, kAnalysisFlags, {});
+    Options opt = cli::parse_analysis_options(args);
+    cli::parse_parallel_options(args, opt);
+    return opt;
+  }
+};
+
+// A model argument, read with the GIL held; loaded with it released.
+struct ModelSource {
+  std::string path;   // a file
+  std::string bytes;  // or serialized ModelProto bytes
+  std::string what;   // names the bytes in errors
+
+  // Bytes have no file name: the report names the graph instead.
+  LoadedModel load() const {
+    if (!path.empty()) return load_model(path);
+    LoadedModel loaded = load_model_from_bytes(bytes, what);
+    loaded.model.path = "";
+    return loaded;
+  }
+};
+
+ModelSource model_source(py::handle model) {
+  ModelSource s;
+  if (is_pathlike(model)) {
+    s.path = fspath(model);
+    if (s.path.empty()) throw InputError("model: empty path");
+  } else if (py::isinstance<py::bytes>(model) || py::isinstance<py::bytearray>(model) ||
+             py::isinstance<py::memoryview>(model)) {
+    s.bytes = py::bytes(py::module_::import("builtins").attr("bytes")(model)).cast<std::string>();
+    s.what = "model bytes";
+  } else if (py::hasattr(model, "SerializeToString")) {
+    s.bytes = model.attr("SerializeToString")().cast<std::string>();
+    s.what = "onnx.ModelProto";
+  } else {
+    type_error("model", "a path, bytes or an onnx.ModelProto", model);
+  }
+  return s;
+}
+
+// A GPU argument: a name, alias or device-JSON path, or a dict (device JSON or a gpus() entry).
+struct GpuSource {
+  std::string name;  // for GpuDatabase::resolve
+  std::string json;  // or a dict's JSON text
+
+  Gpu resolve() const { return json.empty() ? GpuDatabase::builtin().resolve(name) : parse_gpu_json(json, "gpu dict"); }
+};
+
+GpuSource gpu_source(py::handle gpu) {
+  GpuSource s;
+  if (is_pathlike(gpu)) {
+    s.name = fspath(gpu);
+    if (s.name.empty()) throw InputError("gpu: empty GPU name");
+  } else if (py::isinstance<py::dict>(gpu)) {
+    s.json = json_dumps(gpu);
+  } else {
+    type_error("gpu", "a GPU name, a device-JSON path or a dict", gpu);
+  }
+  return s;
+}
+
+// One GPU, or a list of them (`many` says which was given).
+std::vector<GpuSource> gpu_sources(py::handle gpu, bool& many) {
+  many = py::isinstance<py::list>(gpu) || py::isinstance<py::tuple>(gpu);
+  std::vector<GpuSource> out;
+  if (!many) {
+    out.push_back(gpu_source(gpu));
+    return out;
+  }
+  for (py::handle g : gpu) out.push_back(gpu_source(g));
+  if (out.empty()) throw InputError("gpu: the GPU list is empty");
+  return out;
+}
+
+std::vector<Gpu> resolve_all(const std::vector<GpuSource>& sources) {
+  std::vector<Gpu> gpus;
+  for (const auto& s : sources) gpus.push_back(s.resolve());
+  return gpus;
+}
+
+py::object new_dict_of(PyObject* type, py::handle content, py::object native) {
+  py::object d = py::reinterpret_borrow<py::object>(type)(content);
+  d.attr("_native") = std::move(native);
+  return d;
+}
+
+// Report dicts from one call's reports: one dict, or a list when a GPU list was given.
+py::object report_dicts(std::vector<Report> reports, const Options& opt, bool many) {
+  auto shared = std::make_shared<const std::vector<Report>>(std::move(reports));
+  std::string text;
+  {
+    py::gil_scoped_release nogil;
+    text = format_json(*shared);
+  }
+  py::object parsed = json_loads(text);
+  if (shared->size() == 1) {
+    py::object one = new_dict_of(g_report_type, parsed, py::cast(ReportHandle{shared, 0, opt}));
+    if (!many) return one;
+    py::list l;
+    l.append(one);
+    return l;
+  }
+  py::list l;
+  for (size_t i = 0; i < shared->size(); ++i)
+    l.append(new_dict_of(g_report_type, parsed[py::int_(i)], py::cast(ReportHandle{shared, i, opt})));
+  return l;
+}
+
+py::object analyze(py::handle model, py::handle gpu, const AnalysisArgs& a) {
+  const Options opt = a.parse();
+  bool many = false;
+  const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
+  const ModelSource src = model_source(model);
+  std::vector<Report> reports;
+  {
+    py::gil_scoped_release nogil;
+    const std::vector<Gpu> gpus = resolve_all(gpu_src);  // GPUs first, as the CLI
+    const LoadedModel loaded = src.load();
+    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, "");
+  }
+  return report_dicts(std::move(reports), opt, many);
+}
+
+// A Hugging Face config argument (a path or a dict), read with the GIL held; parsed with it
+// released.
+struct ConfigSource {
+  std::string path;  // a config.json
+  std::string json;  // or a dict's JSON text
+
+  ModelConfig read() const { return json.empty() ? read_hf_config(path) : parse_hf_config(json, "config"); }
+};
+
+ConfigSource config_source(py::handle config) {
+  ConfigSource s;
+  if (py::isinstance<py::dict>(config)) s.json = json_dumps(config);
+  else if (is_pathlike(config)) s.path = fspath(config);
+  else type_error("config", "a config.json path or a dict", config);
+  return s;
+}
+
+py::object from_config(py::handle config, py::handle gpu, const AnalysisArgs& a) {
+  const Options opt = a.parse();
+  bool many = false;
+  const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
+  const ConfigSource cfg = config_source(config);
+  std::vector<Report> reports;
+  {
+    py::gil_scoped_release nogil;
+    const std::vector<Gpu> gpus = resolve_all(gpu_src);
+    std::string dtype_note;
+    const LoadedModel loaded =
+        cli::load_config_model(cfg.read(), opt, "--config needs --batch N and --seq N", dtype_note);
+    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, dtype_note);
+  }
+  return report_dicts(std::move(reports), opt, many);
+}
+
+py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py::handle top_arg,
+                   py::handle labels_arg) {
+  if (!py::isinstance<py::list>(models) && !py::isinstance<py::tuple>(models))
+    type_error("models", "a list of models", models);
+  if (py::len(models) < 2) throw InputError("compare: give at least two models (A.onnx B.onnx ...)");
+  const Options opt = a.parse();
+  const std::string top_text = int_text(top_arg, "top");
+  const int top = static_cast<int>(cli::Args({"--top", top_text}, {"--top"}, {}).get_int("--top", 10, 0));
+  bool many = false;
+  const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
+
+  // Each model: an ONNX model, or a Hugging Face config (a dict, or a path ending in .json).
+  struct Item {
+    std::optional<ConfigSource> config;
+    ModelSource model;
+  };
+  std::vector<Item> items;
+  std::vector<std::string> names;  // for the default labels: file names, else model1, model2, ...
+  for (py::handle m : models) {
+    Item it;
+    const std::string path = is_pathlike(m) ? fspath(m) : "";
+    const bool json_path = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+    if (py::isinstance<py::dict>(m) || json_path) it.config = config_source(m);
+    else it.model = model_source(m);
+    names.push_back(!path.empty() ? path : "model" + std::to_string(items.size() + 1));
+    items.push_back(std::move(it));
+  }
+  std::vector<std::string> labels;
+  if (labels_arg.is_none()) {
+    labels = cli::model_labels(names);
+  } else {
+    if (!py::isinstance<py::list>(labels_arg) && !py::isinstance<py::tuple>(labels_arg))
+      type_error("labels", "a list of str", labels_arg);
+    for (py::handle l : labels_arg) labels.push_back(str_arg(l, "labels item"));
+    if (labels.size() != items.size())
+      throw InputError("labels: " + std::to_string(labels.size()) + " labels for " + std::to_string(items.size()) +
+                       " models");
+  }
+
+  std::shared_ptr<Comparison> c;
+  {
+    py::gil_scoped_release nogil;
+    const std::vector<Gpu> gpus = resolve_all(gpu_src);
+    std::vector<std::vector<Report>> reports;
+    for (const auto& it : items) {
+      std::string dtype_note;
+      const std::string name = it.config && !it.config->path.empty() ? it.config->path : "config";
+      const LoadedModel loaded =
+          it.config ? cli::load_config_model(it.config->read(), opt, name + ": a config needs --batch N and --seq N",
+                                             dtype_note)
+                    : it.model.load();
+      reports.push_back(cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, dtype_note));
+    }
+    c = std::make_shared<Comparison>(compare_reports(labels, std::move(reports), top));
+  }
+  std::string text;
+  {
+    py::gil_scoped_release nogil;
+    text = format_compare_json(*c);
+  }
+  return new_dict_of(g_comparison_type, json_loads(text), py::cast(ComparisonHandle{c}));
+}
+
+py::list gpus() {
+  std::string text;
+  {
+    py::gil_scoped_release nogil;
+    text = format_gpus_json(GpuDatabase::builtin());
+  }
+  return json_loads(text);
+}
+
+py::list kernels(py::handle rows, py::handle gpu, py::handle devices, py::handle predictor_arg, py::handle weights) {
+  const std::string predictor = str_arg(predictor_arg, "predictor");
+  if (predictor != "neusight" && predictor != "roofline")
+    throw InputError("--predictor: expected neusight or roofline, got '" + predictor + "'");
+  const bool from_row = py::isinstance<py::str>(gpu) && gpu.cast<std::string>() == "from-row";
+  std::optional<GpuSource> fixed_src;
+  if (!from_row) fixed_src = gpu_source(gpu);
+  const std::string devices_dir = devices.is_none() ? "" : fspath(devices);
+  const std::string weights_dir = weights.is_none() ? "" : fspath(weights);
+
+  // Rows: a dataset CSV, or dicts with the same columns (what csv.DictReader gives).
+  std::string csv;
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> fields;
+  py::list given;
+  if (is_pathlike(rows)) {
+    csv = fspath(rows);
+  } else if (py::isinstance<py::list>(rows) || py::isinstance<py::tuple>(rows)) {
+    given = py::reinterpret_steal<py::list>(PySequence_List(rows.ptr()));
+    if (!given) throw py::error_already_set();
+    for (size_t i = 0; i < given.size(); ++i) {
+      py::handle r = given[i];
+      const std::string where = "rows[" + std::to_string(i) + "]";
+      if (!py::isinstance<py::dict>(r)) type_error(where, "a dict of column: value", r);
+      std::vector<std::string> keys, values;
+      for (auto [k, v] : py::reinterpret_borrow<py::dict>(r)) {
+        keys.push_back(str_arg(k, where + " column"));
+        values.push_back(v.is_none() ? "" : py::str(v).cast<std::string>());
+      }
+      if (i == 0) header = keys;
+      else if (keys != header) throw InputError(where + ": columns differ from rows[0]'s");
+      fields.push_back(std::move(values));
+    }
+    if (given.size() == 0) throw InputError("rows: no rows");
+  } else {
+    type_error("rows", "a CSV path or a list of dicts", rows);
+  }
+
+  Dataset d;
+  cli::KernelRows k;
+  {
+    py::gil_scoped_release nogil;
+    const std::map<std::string, Gpu> dir_gpus =
+        devices_dir.empty() ? std::map<std::string, Gpu>{} : cli::load_devices_dir(devices_dir);
+    std::optional<Gpu> fixed;
+    if (fixed_src) fixed = fixed_src->resolve();
+    d = csv.empty() ? dataset_from_rows(std::move(header), std::move(fields), "rows") : read_dataset(csv);
+    const std::string what = csv.empty() ? "rows" : csv;
+    if (from_row && d.column("Device") < 0) throw InputError(what + ": --gpu from-row needs a Device column");
+    k = cli::predict_kernel_rows(
+        d,
+        [&](size_t i) { return csv.empty() ? "rows[" + std::to_string(i) + "]" : csv + ": row " + std::to_string(i + 2); },
+        fixed, dir_gpus, predictor, weights_dir);
+  }
+
+  py::list out;
+  for (size_t i : k.kept) {
+    py::dict row;
+    if (csv.empty()) {
+      row = py::dict(py::reinterpret_borrow<py::dict>(given[i]).attr("copy")());
+    } else {
+      for (size_t c = 0; c < d.header.size(); ++c) row[py::str(d.header[c])] = py::str(d.rows[i].fields[c]);
+    }
+    const cli::KernelRowPrediction& p = k.rows[i];
+    row["kernel_class"] = p.cls;
+    row["pred_latency_ms"] = p.ms;
+    row["tile"] = p.tile;
+    row["tiles"] = p.tiles;
+    row["waves"] = p.waves;
+    row["pred_low_ms"] = p.low;
+    row["pred_high_ms"] = p.high;
+    out.append(row);
+  }
+  return out;
+}
+
+// The C++ side of a report dict; ValueError for anything else.
+const ReportHandle& report_handle(py::handle report, const std::string& what) {
+  if (!PyObject_TypeCheck(report.ptr(), reinterpret_cast<PyTypeObject*>(g_report_type)))
+    throw InputError(what + ": expected a report returned by analyze() or from_config(), got " + type_name(report));
+  return py::cast<const ReportHandle&>(report.attr("_native"));
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  cli::OutputSet out;
+  out.add_text(path, text);
+  out.commit();
+}
+
+void write_html(py::handle report, py::handle path_arg) {
+  if (!is_pathlike(path_arg)) type_error("path", "a str or os.PathLike", path_arg);
+  const std::string path = fspath(path_arg);
+  if (PyObject_TypeCheck(report.ptr(), reinterpret_cast<PyTypeObject*>(g_comparison_type))) {
+    const auto c = py::cast<const ComparisonHandle&>(report.attr("_native")).comparison;
+    py::gil_scoped_release nogil;
+    write_text(path, format_compare_html(*c));
+    return;
+  }
+  std::vector<Report> reports;
+  if (py::isinstance<py::list>(report) || py::isinstance<py::tuple>(report)) {
+    for (py::handle r : report) {
+      const ReportHandle& h = report_handle(r, "report list item");
+      reports.push_back((*h.reports)[h.index]);
+    }
+    if (reports.empty()) throw InputError("report: the report list is empty");
+  } else {
+    const ReportHandle& h = report_handle(report, "report");
+    reports.push_back((*h.reports)[h.index]);
+  }
+  py::gil_scoped_release nogil;
+  write_text(path, format_html(reports));
+}
+
+void write_annotated(py::handle model, py::handle report, py::handle path_arg) {
+  if (!is_pathlike(path_arg)) type_error("path", "a str or os.PathLike", path_arg);
+  const std::string path = fspath(path_arg);
+  const ReportHandle& h = report_handle(report, "report");
+  const auto reports = h.reports;
+  const Report& r = (*reports)[h.index];
+  const Options opt = h.options;
+  const ModelSource src = model_source(model);
+  py::gil_scoped_release nogil;
+  const LoadedModel loaded = src.load();
+  const Analysis analysis = prepare(loaded, opt);
+  bool same = analysis.graph.nodes.size() == r.nodes.size();
+  for (size_t i = 0; same && i < r.nodes.size(); ++i) same = analysis.graph.nodes[i].name == r.nodes[i].name;
+  if (!same)
+    throw InputError("write_annotated: the report is not of this model (its nodes differ: " +
+                     std::to_string(r.nodes.size()) + " in the report, " +
+                     std::to_string(analysis.graph.nodes.size()) + " in the model)");
+  const AnnotatedWrite ann = cli::annotations_for(r);
+  cli::OutputSet out;
+  out.add(path, [&](const std::string& tmp) { neusight::write_annotated(loaded, analysis.graph, ann, tmp); });
+  out.commit();
+}
+
+// A dict subclass that carries the C++ result in its one slot; copies and pickles are plain
+// dicts (the C++ side stays with the original).
+PyObject* make_dict_type(const char* name, const char* doc) {
+  py::object dict_type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type));
+  py::dict ns;
+  ns["__slots__"] = py::make_tuple("_native");
+  ns["__module__"] = "neusight_onnx";
+  ns["__doc__"] = doc;
+  py::object type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
+      name, py::make_tuple(dict_type), ns);
+  type.attr("__reduce__") = py::cpp_function(
+      [dict_type](py::handle self) {
+        return py::make_tuple(dict_type, py::make_tuple(py::reinterpret_steal<py::object>(PyDict_Copy(self.ptr()))));
+      },
+      py::is_method(type));
+  return type.release().ptr();
+}
+
+// The data files (GPU database, tiles, weights) next to this module: the build tree's data/
+// beside python/, or the install prefix's share/neusight. NEUSIGHT_DATA_DIR still wins.
+void find_data_dir() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&find_data_dir), &info) == 0 || !info.dli_fname) return;
+  namespace fs = std::filesystem;
+  const fs::path here = fs::path(info.dli_fname).parent_path();
+  std::error_code ec;
+  for (const fs::path& cand : {here / ".." / "data", here / NEUSIGHT_PY_DATA_REL})
+    if (fs::exists(cand / "gpus.json", ec)) {
+      set_default_data_dir(fs::weakly_canonical(cand, ec).string());
+      return;
+    }
+}
+
+// The analysis keyword arguments every model-predicting function takes.
+AnalysisArgs analysis_args(py::object batch, py::object seq, py::object dims, py::object shapes, py::object mode,
+                           py::object dtype, py::object fusion, py::object timing, py::object parallel,
+                           py::object link_bw, py::object predictor, py::object weights) {
+  AnalysisArgs a;
+  a.batch = std::move(batch);
+  a.seq = std::move(seq);
+  a.dims = std::move(dims);
+  a.shapes = std::move(shapes);
+  a.mode = std::move(mode);
+  a.dtype = std::move(dtype);
+  a.fusion = std::move(fusion);
+  a.timing = std::move(timing);
+  a.parallel = std::move(parallel);
+  a.link_bw = std::move(link_bw);
+  a.predictor = std::move(predictor);
+  a.weights = std::move(weights);
+  return a;
+}
+
+}  // namespace
+}  // namespace neusight::python
+
+PYBIND11_MODULE(neusight_onnx, m) {
+  using namespace neusight::python;
+  using namespace pybind11::literals;
+  m.doc() =
+      "Predicts how fast an ONNX model runs on a GPU (the NeuSight method), as the neusight-onnx CLI does.\n\n"
+      "analyze() and from_config() return the CLI's --json report as a dict (a list for a list of GPUs); "
+      "compare() the `compare --json` object. Bad input raises ValueError, a failure RuntimeError, both with "
+      "the CLI's one-line message; a wrong argument type raises TypeError.";
+  m.attr("__version__") = neusight::version();
+  find_data_dir();
+  m.attr("data_dir") = neusight::data_dir();
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const neusight::InputError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const neusight::RuntimeError& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  py::class_<ReportHandle>(m, "_ReportHandle");
+  py::class_<ComparisonHandle>(m, "_ComparisonHandle");
+  g_report_type = make_dict_type(
+      "Report", "A report of analyze() / from_config(): the CLI's --json object as a dict, which the writers accept.");
+  g_comparison_type =
+      make_dict_type("Comparison", "The result of compare(): `neusight-onnx compare --json` as a dict.");
+  m.attr("Report") = py::handle(g_report_type);
+  m.attr("Comparison") = py::handle(g_comparison_type);
+
+  const py::none none;
+  m.def(
+      "analyze",
+      [](py::object model, py::object gpu, py::object batch, py::object seq, py::object dims, py::object shapes,
+         py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
+         py::object link_bw, py::object predictor, py::object weights) {
+        return analyze(model, gpu,
+                       analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
+                                     predictor, weights));
+      },
+      "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none,
+      "mode"_a = "inference", "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none,
+      py::kw_only(), "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none,
+      "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
+      "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them). Returns the CLI's\n"
+      "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
+      "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8';\n"
+      "fusion 'none'|'eager'|'full'; timing 'device'|'kernel'|'eager'; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
+      "[,schedule=gpipe|1f1b]' or a dict of those, with link_bw in GB/s. The GIL is released while it runs.");
+  m.def(
+      "from_config",
+      [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
+         py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
+         py::object predictor, py::object weights) {
+        return from_config(config, gpu,
+                           analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel,
+                                         link_bw, predictor, weights));
+      },
+      "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference",
+      "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
+      "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none,
+      "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
+      "batch and seq are required. Arguments and result as analyze().");
+  m.def(
+      "compare",
+      [](py::object models, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
+         py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
+         py::object predictor, py::object weights) {
+        return compare(models, gpu,
+                       analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
+                                     py::none(), predictor, weights),
+                       top, labels);
+      },
+      "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference",
+      "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", py::kw_only(), "top"_a = 10,
+      "labels"_a = none, "predictor"_a = "neusight", "weights"_a = none,
+      "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
+      "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
+      "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
+      "the file names; model1, model2, ... for the others); `top` the changed nodes listed per variant.");
+  m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
+  m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,
+        "Predicts dataset-format kernel rows like `neusight-onnx kernels`: `rows` is a CSV path or a list of\n"
+        "dicts with the dataset's columns (OPName, Device, B, M, N, K, ...); `gpu` a GPU (rows whose Device\n"
+        "names another are skipped) or 'from-row' (each row on its Device, looked up in `devices`, a folder\n"
+        "of device JSONs, then in the database). Returns each predicted row as a dict with kernel_class,\n"
+        "pred_latency_ms, tile, tiles, waves, pred_low_ms and pred_high_ms added.");
+  m.def("write_html", &write_html, "report"_a, "path"_a,
+        "Writes the self-contained HTML report of an analyze() report, a list of them (one model on several\n"
+        "GPUs; the first is charted in detail) or a compare() result.");
+  m.def("write_annotated", &write_annotated, "model"_a, "report"_a, "path"_a,
+        "Writes `model` (the one analyze() predicted) with each node's latency in its doc_string and the\n"
+        "prediction in metadata_props, as `--out` does.");
+}

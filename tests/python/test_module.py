@@ -1,0 +1,230 @@
+"""The Python module against the CLI: the same reports, comparisons, kernel rows and files."""
+import concurrent.futures
+import copy
+import csv
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import onnx
+
+from py_util import DEVICE_JSON, EXAMPLE, SOURCE, neusight_onnx as n, run, run_json, shared
+
+CONFIG = os.path.join(SOURCE, "examples", "gpt2-small.json")
+
+
+class Analyze(unittest.TestCase):
+    def test_dict_equals_cli_json(self):
+        r = n.analyze(EXAMPLE, gpu="h100", batch=1, seq=128)
+        self.assertIsInstance(r, dict)
+        self.assertEqual(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "128"))
+        self.assertEqual(json.loads(json.dumps(r)), r)
+
+    def test_options_equal_cli_flags(self):
+        r = n.analyze(EXAMPLE, "a100", dims={"batch": 2, "sequence": 64}, mode="training", dtype="bf16",
+                      fusion="full", timing="kernel")
+        self.assertEqual(r, run_json(EXAMPLE, "--gpu", "a100", "--dim", "batch=2", "--dim", "sequence=64",
+                                     "--mode", "training", "--dtype", "bf16", "--fusion", "full",
+                                     "--timing", "kernel"))
+
+    def test_parallel_equals_cli(self):
+        want = run_json(EXAMPLE, "--gpu", "h100", "--batch", "8", "--seq", "128", "--mode", "training",
+                        "--parallel", "dp=2,tp=2,microbatches=2", "--link-bw", "100")
+        for parallel in ("dp=2,tp=2,microbatches=2", {"dp": 2, "tp": 2, "microbatches": 2}):
+            with self.subTest(parallel=parallel):
+                r = n.analyze(EXAMPLE, "h100", batch=8, seq=128, mode="training", parallel=parallel, link_bw=100)
+                self.assertEqual(r, want)
+
+    def test_gpu_list_equals_cli_array(self):
+        rs = n.analyze(EXAMPLE, ["b200", "h100", "l4"], batch=1, seq=128)
+        self.assertIsInstance(rs, list)
+        self.assertEqual(rs, run_json(EXAMPLE, "--gpu", "b200,h100,l4", "--batch", "1", "--seq", "128"))
+        one = n.analyze(EXAMPLE, ["h100"], batch=1, seq=128)
+        self.assertEqual(one, [n.analyze(EXAMPLE, "h100", batch=1, seq=128)])
+
+    def test_bytes_and_model_proto(self):
+        want = run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "128")
+        with open(EXAMPLE, "rb") as f:
+            data = f.read()
+        proto = onnx.load(EXAMPLE, load_external_data=False)
+        for model in (data, bytearray(data), proto):
+            with self.subTest(model=type(model).__name__):
+                r = n.analyze(model, "h100", batch=1, seq=128)
+                # No file name: the report names the graph instead; everything else is the same.
+                self.assertEqual(r["model"], proto.graph.name)
+                self.assertEqual({**r, "model": want["model"]}, want)
+
+    def test_path_like(self):
+        import pathlib
+        r = n.analyze(pathlib.Path(EXAMPLE), pathlib.Path(DEVICE_JSON), batch=1, seq=32)
+        self.assertEqual(r, run_json(EXAMPLE, "--gpu", DEVICE_JSON, "--batch", "1", "--seq", "32"))
+
+    def test_gpu_dict(self):
+        want = run_json(EXAMPLE, "--gpu", DEVICE_JSON, "--batch", "1", "--seq", "32")
+        with open(DEVICE_JSON) as f:
+            device = json.load(f)
+        r = n.analyze(EXAMPLE, device, batch=1, seq=32)
+        self.assertEqual(r["e2e_latency_ms"], want["e2e_latency_ms"])
+        self.assertEqual(r["nodes"], want["nodes"])
+        # A gpus() entry is a GPU too, and predicts as its name does.
+        entry = next(g for g in n.gpus() if g["name"] == "NVIDIA B200")
+        self.assertEqual(n.analyze(EXAMPLE, entry, batch=1, seq=32), n.analyze(EXAMPLE, "b200", batch=1, seq=32))
+
+    def test_from_config_equals_cli(self):
+        want = run_json("--config", CONFIG, "--gpu", "h100", "--batch", "1", "--seq", "64")
+        self.assertEqual(n.from_config(CONFIG, "h100", batch=1, seq=64), want)
+        with open(CONFIG) as f:
+            cfg = json.load(f)
+        r = n.from_config(cfg, "h100", batch=1, seq=64)
+        self.assertEqual(r["e2e_latency_ms"], want["e2e_latency_ms"])
+        self.assertEqual(r["nodes"], want["nodes"])
+
+    def test_report_copies_are_plain_dicts(self):
+        r = n.analyze(EXAMPLE, "h100", batch=1, seq=16)
+        self.assertIsInstance(r, n.Report)
+        for c in (copy.copy(r), copy.deepcopy(r), pickle.loads(pickle.dumps(r))):
+            self.assertIs(type(c), dict)
+            self.assertEqual(c, r)
+
+
+class Sweep(unittest.TestCase):
+    def test_thread_pool_sweep_equals_serial(self):
+        variants = [(1, 64), (2, 128), (4, 32)]
+        gpus = ["h100", "a100", "l4"]
+        serial = {(b, s): [r["e2e_latency_ms"] for r in n.analyze(EXAMPLE, gpus, batch=b, seq=s)]
+                  for b, s in variants}
+        with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+            futures = {(b, s, g): pool.submit(n.analyze, EXAMPLE, g, batch=b, seq=s)
+                       for b, s in variants for g in gpus}
+            for (b, s, g), f in futures.items():
+                self.assertEqual(f.result()["e2e_latency_ms"], serial[(b, s)][gpus.index(g)])
+
+    def test_gil_is_released_during_analysis(self):
+        # The worker reads its device JSON from a FIFO that only this thread fills: with the
+        # GIL held by the worker this thread could never write, and the child would hang.
+        script = r"""
+import os, sys, threading
+import neusight_onnx as n
+fifo = os.path.join(sys.argv[1], "gpu.json")
+os.mkfifo(fifo)
+out = {}
+t = threading.Thread(target=lambda: out.update(r=n.analyze(sys.argv[2], fifo, batch=1, seq=8)))
+t.start()
+with open(sys.argv[3]) as src, open(fifo, "w") as dst:
+    dst.write(src.read())
+t.join()
+print(out["r"]["gpu"])
+"""
+        with tempfile.TemporaryDirectory() as d:
+            p = subprocess.run([sys.executable, "-c", script, d, EXAMPLE, DEVICE_JSON], capture_output=True,
+                               text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.strip(), "NVIDIA H100 80GB HBM3")
+
+    def test_import_is_fast(self):
+        script = "import time; t = time.perf_counter(); import neusight_onnx; print(time.perf_counter() - t)"
+        times = []
+        for _ in range(3):
+            p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            times.append(float(p.stdout))
+        self.assertLess(min(times), 0.05)
+
+
+class OtherCommands(unittest.TestCase):
+    def test_gpus_equals_cli(self):
+        code, out, err = run("gpus", "--json")
+        self.assertEqual(code, 0, err)
+        gpus = n.gpus()
+        self.assertEqual(gpus, json.loads(out))
+        self.assertIn("b200", next(g for g in gpus if g["name"] == "NVIDIA B200")["aliases"])
+
+    def test_compare_equals_cli(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "c.json")
+            code, _, err = run("compare", EXAMPLE, CONFIG, "--gpu", "h100,l4", "--batch", "1", "--seq", "64",
+                               "--json", out, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(out) as f:
+                want = json.load(f)
+        c = n.compare([EXAMPLE, CONFIG], ["h100", "l4"], batch=1, seq=64)
+        self.assertIsInstance(c, n.Comparison)
+        self.assertEqual(c, want)
+        with open(EXAMPLE, "rb") as f:
+            c2 = n.compare([f.read(), EXAMPLE], "h100", batch=1, seq=64, labels=["a", "b"], top=3)
+        self.assertEqual(c2["models"], ["a", "b"])
+
+    def test_kernels_equal_cli(self):
+        csv_in = shared("neusight-data", "kernels", "test", "softmax.csv")
+        with open(csv_in) as f:
+            rows = list(csv.DictReader(f))
+        for gpu in ("from-row", "v100"):
+            with tempfile.TemporaryDirectory() as d:
+                csv_out = os.path.join(d, "out.csv")
+                code, _, err = run("kernels", "--gpu", gpu, "--csv", csv_in, "--out", csv_out)
+                self.assertEqual(code, 0, err)
+                with open(csv_out) as f:
+                    want = list(csv.DictReader(f))
+            for given in (csv_in, rows):
+                with self.subTest(gpu=gpu, rows=type(given).__name__):
+                    got = n.kernels(given, gpu)
+                    self.assertEqual(len(got), len(want))
+                    for g, w in zip(got, want):
+                        self.assertEqual(set(g), set(w))
+                        for k, v in w.items():
+                            if k.startswith("pred_"):  # the CSV keeps 9 significant digits
+                                self.assertAlmostEqual(g[k], float(v), delta=1e-8 * float(v))
+                            elif k in ("tiles", "waves"):
+                                self.assertEqual(g[k], int(v))
+                            else:
+                                self.assertEqual(g[k], v)
+        self.assertLess(len(n.kernels(rows, "v100")), len(rows))
+
+
+class ReadmeExample(unittest.TestCase):
+    def test_sweep_example_runs(self):
+        with open(os.path.join(SOURCE, "README.md")) as f:
+            code = f.read().split("```python\n", 1)[1].split("```", 1)[0]
+        self.assertLessEqual(len(code.strip().splitlines()), 10)
+        p = subprocess.run([sys.executable, "-c", code], cwd=SOURCE, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        lines = p.stdout.strip().splitlines()
+        self.assertEqual(lines[0].split(), ["ms", "a100", "h100", "b200"])
+        self.assertEqual([l.split()[:2] for l in lines[1:]], [["12", "layers"], ["6", "layers"], ["3", "layers"]])
+        want = n.from_config(os.path.join(SOURCE, "examples", "gpt2-small.json"), "h100", batch=8, seq=512)
+        self.assertEqual(lines[1].split()[3], f"{want['e2e_latency_ms']:.2f}")
+
+
+class Writers(unittest.TestCase):
+    def test_html_and_annotated_equal_cli(self):
+        with tempfile.TemporaryDirectory() as d:
+            html, ann = os.path.join(d, "cli.html"), os.path.join(d, "cli.onnx")
+            code, _, err = run(EXAMPLE, "--gpu", "h100,b200", "--batch", "1", "--seq", "64", "--html", html,
+                               "--out", ann, "--quiet")
+            self.assertEqual(code, 0, err)
+            rs = n.analyze(EXAMPLE, ["h100", "b200"], batch=1, seq=64)
+            n.write_html(rs, os.path.join(d, "py.html"))
+            n.write_annotated(EXAMPLE, rs[0], os.path.join(d, "py.onnx"))
+            for a, b in (("cli.html", "py.html"), ("cli.onnx", "py.onnx")):
+                with open(os.path.join(d, a), "rb") as fa, open(os.path.join(d, b), "rb") as fb:
+                    self.assertEqual(fa.read(), fb.read(), b)
+
+    def test_compare_html(self):
+        with tempfile.TemporaryDirectory() as d:
+            want = os.path.join(d, "cli.html")
+            code, _, err = run("compare", EXAMPLE, CONFIG, "--gpu", "h100", "--batch", "1", "--seq", "32",
+                               "--html", want, "--quiet")
+            self.assertEqual(code, 0, err)
+            c = n.compare([EXAMPLE, CONFIG], "h100", batch=1, seq=32)
+            got = os.path.join(d, "py.html")
+            n.write_html(c, got)
+            with open(want) as fa, open(got) as fb:
+                self.assertEqual(fa.read(), fb.read())
+
+
+if __name__ == "__main__":
+    unittest.main()

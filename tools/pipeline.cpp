@@ -1,0 +1,209 @@
+// pipeline.cpp - the shared steps of the CLI and the Python module (see pipeline.h).
+#include "pipeline.h"
+
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+
+namespace neusight::cli {
+namespace {
+
+// Latency text for annotations: four significant digits, so microsecond kernels stay visible.
+std::string sig(double ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", ms);
+  return buf;
+}
+
+// The per-node text Netron shows in the node's properties.
+std::string node_doc(const NodeReport& n) {
+  std::ostringstream os;
+  os << "neusight: latency_ms=" << sig(n.latency_ms) << " (80% interval " << sig(n.latency_low_ms) << "-"
+     << sig(n.latency_high_ms) << ")";
+  for (const auto& k : n.kernels) {
+    os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
+       << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
+       << " waves=" << k.tiling.waves << " bound=" << (k.prediction.compute_bound ? "compute" : "memory")
+       << " util=" << sig(100 * k.prediction.utilization) << "%" << (k.prediction.extrapolated ? " extrapolated" : "");
+  }
+  return os.str();
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool same_gpu(const Gpu& g, const std::string& device) {
+  const std::string d = lower(device);
+  if (lower(g.name) == d) return true;
+  for (const auto& a : g.aliases)
+    if (lower(a) == d) return true;
+  return false;
+}
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string num(double v) {
+  std::ostringstream os;
+  os.precision(9);
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+void parse_parallel_options(const Args& args, Options& opt) {
+  if (args.has("--parallel")) opt.parallel = parse_parallel(args.get("--parallel"));
+  if (!args.has("--link-bw")) return;
+  if (!opt.parallel.active) throw InputError("--link-bw needs --parallel");
+  const std::string lb = args.get("--link-bw");
+  size_t used = 0;
+  try {
+    opt.parallel.link_gbps = std::stod(lb, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != lb.size() || lb.empty() || !(opt.parallel.link_gbps > 0) || opt.parallel.link_gbps > 1e6)
+    throw InputError("--link-bw: expected a positive bandwidth in GB/s, got '" + lb + "'");
+}
+
+std::vector<Report> predict_gpus(const Analysis& analysis, const LoadedModel& loaded, const std::vector<Gpu>& gpus,
+                                 const Options& opt, const std::string& dtype_note,
+                                 const std::function<void(size_t)>& before_each) {
+  std::vector<Report> reports;
+  reports.reserve(gpus.size());
+  for (const auto& g : gpus) {
+    if (before_each) before_each(reports.size());
+    reports.push_back(predict(analysis, loaded.model, g, opt));
+    if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
+  }
+  return reports;
+}
+
+AnnotatedWrite annotations_for(const Report& r) {
+  AnnotatedWrite ann;
+  ann.nodes.reserve(r.nodes.size());
+  for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n), n.latency_ms});
+  ann.metadata = {{"neusight.gpu", r.gpu.name},
+                  {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
+                  {"neusight.dtype", dtype_name(r.dtype)},
+                  {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
+                  {"neusight.e2e_latency_low_ms", sig(r.e2e_low_ms)},
+                  {"neusight.e2e_latency_high_ms", sig(r.e2e_high_ms)},
+                  {"neusight.predictor", r.predictor},
+                  {"neusight.version", version()}};
+  // The timing convention is a property of the NeuSight predictor (empty for the roofline).
+  if (!r.timing.empty()) ann.metadata.emplace_back("neusight.timing", r.timing);
+  return ann;
+}
+
+std::vector<std::string> model_labels(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  for (const auto& p : paths) out.push_back(fs::path(p).filename().string());
+  for (size_t i = 0; i < out.size(); ++i)
+    for (size_t j = i + 1; j < out.size(); ++j)
+      if (out[i] == out[j]) {
+        out[i] = paths[i];
+        out[j] = paths[j];
+      }
+  return out;
+}
+
+std::map<std::string, Gpu> load_devices_dir(const std::string& dir) {
+  if (!std::filesystem::is_directory(dir)) throw InputError("--devices " + dir + ": not a directory");
+  std::map<std::string, Gpu> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".json") {
+      Gpu g = load_device_json(e.path().string());
+      out[lower(g.name)] = g;
+    }
+  return out;
+}
+
+KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string(size_t)>& row_name,
+                               const std::optional<Gpu>& fixed, const std::map<std::string, Gpu>& devices,
+                               const std::string& predictor_name, const std::string& weights_dir,
+                               Timing timing) {
+  const int dev_col = d.column("Device");
+  std::unique_ptr<Predictor> predictor =
+      predictor_name == "roofline" ? make_roofline_predictor()
+                                   : make_neusight_predictor(weights_dir, PrecisionOptions{timing});
+
+  // Group the rows by GPU so that each GPU's kernels are predicted in one batch.
+  std::map<std::string, Gpu> gpus;
+  std::map<std::string, std::vector<size_t>> groups;
+  KernelRows out;
+  for (size_t i = 0; i < d.rows.size(); ++i) {
+    const DatasetRow& r = d.rows[i];
+    if (fixed) {
+      if (dev_col >= 0 && !same_gpu(*fixed, r.device)) continue;
+      gpus.emplace(fixed->name, *fixed);
+      groups[fixed->name].push_back(i);
+    } else {
+      const std::string key = lower(r.device);
+      if (!gpus.count(key)) {
+        auto it = devices.find(key);
+        if (it != devices.end()) {
+          gpus.emplace(key, it->second);
+        } else {
+          try {
+            gpus.emplace(key, GpuDatabase::builtin().resolve(r.device));
+          } catch (const InputError&) {
+            throw InputError(row_name(i) + ": device '" + r.device + "' is not in the database" +
+                             (devices.empty() ? "" : " nor in --devices"));
+          }
+        }
+      }
+      groups[key].push_back(i);
+    }
+    out.kept.push_back(i);
+  }
+
+  out.rows.resize(d.rows.size());
+  for (const auto& [key, rows] : groups) {
+    const Gpu& g = gpus.at(key);
+    std::vector<Kernel> kernels;
+    std::vector<Tiling> tilings;
+    for (size_t i : rows) {
+      kernels.push_back(d.rows[i].kernel);
+      tilings.push_back(tile_kernel(d.rows[i].kernel, g));
+    }
+    const std::vector<Prediction> p = predictor->predict(kernels, tilings, g);
+    for (size_t j = 0; j < rows.size(); ++j) {
+      KernelRowPrediction& o = out.rows[rows[j]];
+      o.cls = kernel_class_name(kernels[j].cls);
+      o.ms = p[j].latency_ms;
+      o.low = p[j].low_ms();
+      o.high = p[j].high_ms();
+      o.tile = tilings[j].tile;
+      o.tiles = tilings[j].tiles;
+      o.waves = tilings[j].waves;
+    }
+  }
+  return out;
+}
+
+std::string format_kernels_csv(const Dataset& d, const KernelRows& k) {
+  std::ostringstream os;
+  for (size_t c = 0; c < d.header.size(); ++c) os << (c ? "," : "") << csv_field(d.header[c]);
+  os << ",kernel_class,pred_latency_ms,tile,tiles,waves,pred_low_ms,pred_high_ms\n";
+  for (size_t i : k.kept) {
+    const DatasetRow& r = d.rows[i];
+    for (size_t c = 0; c < r.fields.size(); ++c) os << (c ? "," : "") << csv_field(r.fields[c]);
+    const KernelRowPrediction& o = k.rows[i];
+    os << "," << o.cls << "," << num(o.ms) << "," << csv_field(o.tile) << "," << o.tiles << "," << o.waves << ","
+       << num(o.low) << "," << num(o.high) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace neusight::cli

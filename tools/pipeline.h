@@ -1,0 +1,57 @@
+// pipeline.h - the steps from a parsed request to reports and output text, shared by the CLI
+// and the Python module (python/) so that both give the same results and messages.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "args.h"
+#include "neusight/dataset.h"
+#include "neusight/neusight.h"
+#include "neusight/precision.h"
+
+namespace neusight::cli {
+
+// --parallel and --link-bw into `opt`. Throws InputError naming the flag.
+void parse_parallel_options(const Args& args, Options& opt);
+
+// The analysed model predicted on every GPU, in order; `dtype_note` (load_config_model)
+// joins each report's warnings when not empty. `before_each(i)` runs before GPU i.
+std::vector<Report> predict_gpus(const Analysis& analysis, const LoadedModel& loaded, const std::vector<Gpu>& gpus,
+                                 const Options& opt, const std::string& dtype_note,
+                                 const std::function<void(size_t)>& before_each = {});
+
+// What `--out` writes for `report`: each node's latency text and the model's metadata.
+AnnotatedWrite annotations_for(const Report& report);
+
+// A label per compared model: the file name, made unique with its folder when two clash.
+std::vector<std::string> model_labels(const std::vector<std::string>& paths);
+
+// The device JSONs of a folder (`kernels --devices DIR`), by lower-case Device name.
+std::map<std::string, Gpu> load_devices_dir(const std::string& dir);
+
+// `kernels`: a prediction per dataset row.
+struct KernelRowPrediction {
+  std::string cls, tile;
+  double ms = 0, low = 0, high = 0;
+  int64_t tiles = 0, waves = 0;
+};
+struct KernelRows {
+  std::vector<size_t> kept;                 // rows predicted, in order (others ran on another GPU)
+  std::vector<KernelRowPrediction> rows;    // per row of the dataset (kept ones filled)
+};
+// Predicts the rows of `d` on `fixed` (rows whose Device names another GPU are skipped), or,
+// without one, each row on the GPU its Device column names (`devices` first, then the
+// database). `row_name(i)` names row i in errors ("IN.csv: row 2"). Throws InputError.
+KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string(size_t)>& row_name,
+                               const std::optional<Gpu>& fixed, const std::map<std::string, Gpu>& devices,
+                               const std::string& predictor, const std::string& weights_dir,
+                               Timing timing = Timing::eager);
+// The dataset's kept rows with the prediction columns appended (kernel_class,
+// pred_latency_ms, tile, tiles, waves, pred_low_ms, pred_high_ms).
+std::string format_kernels_csv(const Dataset& d, const KernelRows& k);
+
+}  // namespace neusight::cli
