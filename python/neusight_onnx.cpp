@@ -359,8 +359,8 @@ py::list gpus() {
 
 py::list kernels(py::handle rows, py::handle gpu, py::handle devices, py::handle predictor_arg, py::handle weights) {
   const std::string predictor = str_arg(predictor_arg, "predictor");
-  if (predictor != "neusight" && predictor != "roofline")
-    throw InputError("--predictor: expected neusight or roofline, got '" + predictor + "'");
+  if (!is_predictor_name(predictor))
+    throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + predictor + "'");
   const bool from_row = py::isinstance<py::str>(gpu) && gpu.cast<std::string>() == "from-row";
   std::optional<GpuSource> fixed_src;
   if (!from_row) fixed_src = gpu_source(gpu);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "neusight/model_builder.h"
+#include "neusight/precision.h"
 
 namespace neusight::cli {
 
@@ -68,8 +69,8 @@ Options parse_analysis_options(const Args& args) {
     opt.dtype = *parsed;
   }
   opt.predictor = args.get("--predictor", "neusight");
-  if (opt.predictor != "neusight" && opt.predictor != "roofline")
-    throw InputError("--predictor: expected neusight or roofline, got '" + opt.predictor + "'");
+  if (!is_predictor_name(opt.predictor))
+    throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + opt.predictor + "'");
   opt.weights_dir = args.get("--weights");
   const std::string timing = args.get("--timing", "device");
   if (!parse_timing(timing, opt.timing))

@@ -17,8 +17,8 @@ int cmd_kernels(const Argv& argv) {
   for (const char* f : {"--gpu", "--csv", "--out"})
     if (!args.has(f)) throw InputError(std::string("kernels: ") + f + " is required");
   const std::string pred_name = args.get("--predictor", "neusight");
-  if (pred_name != "neusight" && pred_name != "roofline")
-    throw InputError("--predictor: expected neusight or roofline, got '" + pred_name + "'");
+  if (!is_predictor_name(pred_name))
+    throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + pred_name + "'");
   const bool from_row = args.get("--gpu") == "from-row";
   // The dataset's rows are PyTorch-eager timings of one op each (precision.h); profiler kernel
   // durations (Vidur, nsys) or back-to-back device timings ask for --timing kernel / device.

@@ -99,7 +99,7 @@ PerClass per_class_ints(const std::string& flag, const std::string& spec, int& a
 int cmd_train(const Argv& argv) {
   Args args(argv,
             {"--data", "--out", "--devices", "--seed", "--epochs", "--hidden", "--layers", "--batch", "--lr",
-             "--ensemble", "--max-rows", "--ops", "--classes"},
+             "--ensemble", "--max-rows", "--ops", "--classes", "--formulation"},
             {"--quiet"});
   if (!args.positionals().empty()) throw InputError("train: unexpected argument '" + args.positionals()[0] + "'");
   if (!args.has("--data") || !args.has("--out")) throw InputError("train: --data DIR and --out DIR are required");
@@ -118,6 +118,11 @@ int cmd_train(const Argv& argv) {
   o.lr = args.get_double("--lr", o.lr);
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
   const int64_t max_rows = args.get_int("--max-rows", 0, 0);
+  // neusight (the product's) or neusight-paper (the published formulation, neusight_model.h).
+  const std::string form = args.get("--formulation", formulation_name(Formulation::neusight));
+  if (form == formulation_name(Formulation::paper)) o.formulation = Formulation::paper;
+  else if (form != formulation_name(Formulation::neusight))
+    throw InputError("--formulation: expected neusight or neusight-paper, got '" + form + "'");
   std::vector<std::string> devices = training_devices();
   if (args.has("--devices")) devices = split(args.get("--devices"), ',');
   for (const auto& dv : devices)
@@ -164,7 +169,7 @@ int cmd_train(const Argv& argv) {
       for (int64_t i = 0; i < max_rows; ++i) keep.push_back(std::move(d.rows[size_t(i * int64_t(d.rows.size()) / max_rows)]));
       d.rows = std::move(keep);
     }
-    const auto s = samples_from_dataset(d, GpuDatabase::builtin(), {device_of_stem(f.stem().string())});
+    const auto s = samples_from_dataset(d, GpuDatabase::builtin(), {device_of_stem(f.stem().string())}, o.formulation);
     samples.insert(samples.end(), s.begin(), s.end());
     manifest_files << "  " << sha256_file(f.string()) << "  "
                    << std::filesystem::relative(f, std::filesystem::path(data)).string() << "\n";
@@ -178,6 +183,7 @@ int cmd_train(const Argv& argv) {
   for (const auto& a : argv) cmd << " " << a;
   m.info = {{"command", cmd.str()},
             {"seed", std::to_string(o.seed)},
+            {"formulation", form},
             {"devices", [&] {
                std::string s;
                for (const auto& d : devices) s += (s.empty() ? "" : ",") + d;

@@ -135,8 +135,7 @@ KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string
                                Timing timing) {
   const int dev_col = d.column("Device");
   std::unique_ptr<Predictor> predictor =
-      predictor_name == "roofline" ? make_roofline_predictor()
-                                   : make_neusight_predictor(weights_dir, PrecisionOptions{timing});
+      make_predictor(predictor_name, weights_dir, PrecisionOptions{timing});
 
   // Group the rows by GPU so that each GPU's kernels are predicted in one batch.
   std::map<std::string, Gpu> gpus;

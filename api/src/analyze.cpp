@@ -83,7 +83,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
 
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
   std::unique_ptr<Predictor> predictor =
-      options.predictor == "roofline" ? make_roofline_predictor() : make_neusight_predictor(options.weights_dir, PrecisionOptions{options.timing});
+      make_predictor(options.predictor, options.weights_dir, PrecisionOptions{options.timing});
   // The kernels' memory traffic on this GPU (tiling.h on_gpu): a copy only when some
   // operand's reused data does not fit in this GPU's L2.
   std::vector<Kernel> adjusted;

@@ -198,24 +198,27 @@ int calibrate(const std::string& shared, const std::string& dir, const std::vect
 
 // (d) leave one GPU out: weights/logo-<GPU> trained without that GPU, tested on all of its
 // rows (train and test); the worst GPU per class is the figure.
-void logo_section(const std::string& shared, const std::vector<DatasetRow>& test_rows) {
+// `root`: the weights folder whose logo-* subfolders are read (the product's, or the published
+// formulation's weights/paper); `intervals`: also the shipped weights' interval coverage.
+void logo_section(const std::string& shared, const std::vector<DatasetRow>& test_rows, const std::string& root,
+                  const char* label, bool intervals) {
   std::vector<std::string> gpus;
   for (const auto& dev : training_devices()) {
-    if (std::filesystem::exists(data_dir() + "/weights/logo-" + device_tag(dev) + "/weights.json")) gpus.push_back(dev);
+    if (std::filesystem::exists(root + "/logo-" + device_tag(dev) + "/weights.json")) gpus.push_back(dev);
   }
   if (gpus.empty()) {
-    std::printf("\n(d) leave one GPU out: no weights/logo-* (predictor/retrain.sh --logo builds them)\n");
+    std::printf("\n%s leave one GPU out: no %s/logo-* (predictor/retrain.sh builds them)\n", label, root.c_str());
     return;
   }
-  std::printf("\n(d) leave one GPU out: trained on the other training GPUs, tested on every row (train + test) of the\n"
-              "    GPU left out: MAPE %% / median predicted/measured (roofline MAPE %%)\n");
+  std::printf("\n%s leave one GPU out: trained on the other training GPUs, tested on every row (train + test) of the\n"
+              "    GPU left out: MAPE %% / median predicted/measured (roofline MAPE %%)\n", label);
   std::printf("  %-10s", "gpu");
   for (const char* c : kClasses) std::printf(" %22s", c);
   std::printf("\n");
   std::map<std::string, double> worst, worst_ratio;
   for (const auto& dev : gpus) {
     const std::vector<DatasetRow> rows = device_rows(shared, test_rows, dev);
-    auto p = make_neusight_predictor(data_dir() + "/weights/logo-" + device_tag(dev));
+    auto p = make_neusight_predictor(root + "/logo-" + device_tag(dev));
     const auto acc = evaluate(rows, *p);
     std::printf("  %-10s", dev.substr(dev.find(' ') + 1, 10).c_str());
     for (const char* c : kClasses) {
@@ -234,6 +237,7 @@ void logo_section(const std::string& shared, const std::vector<DatasetRow>& test
   std::printf("  %-10s", "worst");
   for (const char* c : kClasses) std::printf(" %6.1f / %4.2f        ", worst[c], worst_ratio.count(c) ? worst_ratio[c] : 1.0);
   std::printf("\n");
+  if (!intervals) return;
   // The shipped weights' 80% interval on the same rows: coverage and median width (high / low).
   const ModelSet shipped = load_model_set(data_dir() + "/weights");
   const auto res = logo_residuals(shared, test_rows);
@@ -348,7 +352,24 @@ int run(int argc, char** argv) {
         true);
   std::fflush(stdout);  // the figures survive a failure in the speed part below
 
-  logo_section(shared, rows);
+  logo_section(shared, rows, data_dir() + "/weights", "(d)", true);
+
+  // (e) The published formulation (`--predictor neusight-paper`, neusight_model.h), trained on
+  // the same rows, in the same tables.
+  const std::string paper = data_dir() + "/weights/paper";
+  if (std::filesystem::exists(paper + "/weights.json")) {
+    auto pm = make_neusight_predictor(paper);
+    print("(e) published formulation (--predictor neusight-paper): A100 80GB PCIe test kernels", evaluate(b, *pm),
+          kPaperOut, true);
+    if (std::filesystem::exists(paper + "/forward-in-time/weights.json")) {
+      auto pf = make_neusight_predictor(paper + "/forward-in-time");
+      print("(e) published formulation, forward in time (A100 40GB + 80GB)", evaluate(c, *pf), kPaperOut, true);
+    }
+    logo_section(shared, rows, paper, "(e) published formulation,", false);
+  } else {
+    std::printf("\n(e) published formulation: no %s (predictor/retrain.sh builds it)\n", paper.c_str());
+  }
+  std::fflush(stdout);
 
   // Speed: the kernels of a GPT-3 175B training step (96 layers, 12288 hidden, seq 2048).
   const std::string cfg = (std::filesystem::temp_directory_path() / "kernel_accuracy_gpt3.json").string();

@@ -52,7 +52,35 @@ bool util_class_of(const Kernel& k, UtilClass& out) {
   }
 }
 
-const std::vector<std::string>& feature_names(UtilClass c) {
+const char* formulation_name(Formulation f) { return f == Formulation::paper ? "neusight-paper" : "neusight"; }
+
+TileFeatures paper_tile_features(const Kernel& k, const Tiling& t, const Gpu& gpu) {
+  TileFeatures f;
+  const bool gemm = k.cls == KernelClass::gemm;
+  const double peak = (gemm ? gpu.gemm_peak_gflops(k.dtype) : gpu.peak_gflops(k.dtype)) * 1e9;  // FLOP/s
+  const double bw = gpu.mem_bw_gbps * 1e9;                                                      // B/s
+  const double sms = std::max(1, gpu.num_sm);
+  const double tiles = double(std::max<int64_t>(t.tiles, 1));
+  const double waves = std::ceil(tiles / sms);
+  const double tile_flops = t.tile_flops > 0 ? t.tile_flops : k.flops / tiles;
+  const double tile_mb = (gemm && t.tile_bytes > 0 ? t.tile_bytes : k.bytes / tiles) / 1048576.0;
+  // Per wave: the SMs' tiles at the roofline rate min(peak, intensity x bandwidth), i.e. the
+  // longer of their FLOPs at the peak and their share of the kernel's bytes at the bandwidth
+  // (the intensity counts padded FLOPs over compulsory bytes).
+  const double wave_s = std::max(peak > 0 ? tile_flops * sms / peak : 0.0, bw > 0 ? k.bytes / tiles * sms / bw : 0.0);
+  f.base_ms = waves * wave_s * 1e3;
+  f.waves = waves;
+  f.x[0] = log2c(tile_flops / std::max(peak / 1e12 / sms, 1e-30));
+  f.x[1] = log2c(tile_mb / std::max(gpu.mem_bw_gbps / sms, 1e-30));
+  f.x[2] = log2c(waves * tile_mb / std::max(gpu.mem_gb * 1024.0 / sms, 1e-30));
+  f.x[3] = log2c(waves * tile_mb / std::max(gpu.l2_mb * 1024.0 / sms, 1e-30));
+  return f;
+}
+
+const std::vector<std::string>& feature_names(UtilClass c, Formulation form) {
+  static const std::vector<std::string> paper = {"log2_tile_flops_over_sm_peak", "log2_tile_mb_over_sm_bandwidth",
+                                                 "log2_wave_mb_over_sm_memory", "log2_wave_mb_over_sm_l2"};
+  if (form == Formulation::paper) return paper;
   // GEMM: dimensionless inputs that stay in the training range on any GPU; the GPU's rates
   // enter only through the law's base time (the wave-quantized roofline at the rate the math
   // sustains), so a higher peak or bandwidth can never predict slower. Waves and the fill of
@@ -256,6 +284,12 @@ double law_latency_ms(double floor, const TileFeatures& f, const double* o, doub
   return kMaxOverheadMs * s3 + (f.base_ms + s4 * f.overlap_ms) / u;
 }
 
+double paper_law_latency_ms(double floor, const TileFeatures& f, const double* o) {
+  const double s1 = 1.0 / (1.0 + std::exp(-o[0]));
+  const double s2 = 1.0 / (1.0 + std::exp(-o[1]));
+  return f.base_ms / (floor + (1 - floor) * s1 * (1 - s2 / f.waves));
+}
+
 std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
                                        std::vector<char>* extrapolated, std::vector<double>* log_sd) {
   const size_t n = f.size();
@@ -268,6 +302,7 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
     beyond.assign(n, 0.0);
   }
   if (n == 0 || m.nets.empty()) return lat;
+  const bool paper = m.formulation == Formulation::paper;
   for (const UtilNet& net : m.nets) {
     const size_t d = net.lo.size();
     xt::xtensor<double, 2> a = xt::empty<double>({n, d});
@@ -280,7 +315,7 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
           const double out = std::max(net.lo[j] - v, v - net.hi[j]);
           if (out > 0) beyond[i] = std::max(beyond[i], out * net.scale[j]);
         }
-        v = std::min(std::max(v, net.lo[j]), net.hi[j]);
+        if (!paper) v = std::min(std::max(v, net.lo[j]), net.hi[j]);
         a(i, j) = (v - net.mean[j]) * net.scale[j];
       }
     for (size_t l = 0; l < net.layers.size(); ++l) {
@@ -300,7 +335,8 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
       a = std::move(z);
     }
     for (size_t i = 0; i < n; ++i) {
-      const double l = std::log(law_latency_ms(m.floor, f[i], &a(i, 0), nullptr));
+      const double l = std::log(paper ? paper_law_latency_ms(m.floor, f[i], &a(i, 0))
+                                      : law_latency_ms(m.floor, f[i], &a(i, 0), nullptr));
       lat[i] += l;
       if (log_sd) sq[i] += l * l;
     }

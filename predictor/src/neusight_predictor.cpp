@@ -67,8 +67,11 @@ std::vector<double> trained_l2(const ModelSet& m) {
 
 class NeusightPredictor final : public Predictor {
  public:
-  NeusightPredictor(ModelSet m, PrecisionOptions o) : m_(std::move(m)), o_(o), trained_l2_(trained_l2(m_)) {
-    for (int c = 0; c < kNumUtilClasses; ++c) fixed_ms_[c] = constant_fixed_cost_ms(m_.classes[c]);
+  NeusightPredictor(ModelSet m, PrecisionOptions o)
+      : m_(std::move(m)), o_(o), paper_(m_.classes[0].formulation == Formulation::paper) {
+    // The published formulation sees the GPU's own L2 and has no fixed cost.
+    if (!paper_) trained_l2_ = trained_l2(m_);
+    for (int c = 0; c < kNumUtilClasses; ++c) fixed_ms_[c] = paper_ ? 0.0 : constant_fixed_cost_ms(m_.classes[c]);
   }
 
   // GEMM inputs carry neither the L2 size nor the GPU's SM count (kFeatureSms). The streaming
@@ -143,7 +146,7 @@ class NeusightPredictor final : public Predictor {
       const Kernel run = kernel_as_run(k, gpu);
       const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
       const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight, o_.matrix_fraction);
-      TileFeatures f = tile_features(c, run, t, as_run, feature_l2_mb);
+      TileFeatures f = features(c, run, t, as_run, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
       if (strip_dispatch && c != UtilClass::gemm) {
         // Kernel timing (precision.h): eager(k) - eager(first wave) + the first wave's device time.
@@ -151,7 +154,7 @@ class NeusightPredictor final : public Predictor {
         const Tiling tw = tile_kernel(w, gpu);
         members[int(c)].push_back(i);
         feats[int(c)].push_back(f);
-        feats[int(c)].push_back(tile_features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight, o_.matrix_fraction), feature_l2_mb));
+        feats[int(c)].push_back(features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight, o_.matrix_fraction), feature_l2_mb));
         wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
         continue;
       }
@@ -210,8 +213,9 @@ class NeusightPredictor final : public Predictor {
     }
     return out;
   }
-  std::string name() const override { return "neusight"; }
+  std::string name() const override { return formulation_name(paper_ ? Formulation::paper : Formulation::neusight); }
   std::vector<std::string> notes(const Gpu& gpu) const override {
+    if (paper_) return {};
     const double f = power_clock_fraction(gpu);
     if (!(f < 0.995)) return {};
     char buf[320];
@@ -223,8 +227,13 @@ class NeusightPredictor final : public Predictor {
   }
 
  private:
+  TileFeatures features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu, double feature_l2_mb) const {
+    return paper_ ? paper_tile_features(k, t, gpu) : tile_features(c, k, t, gpu, feature_l2_mb);
+  }
+
   ModelSet m_;
   PrecisionOptions o_;
+  bool paper_ = false;              // the published formulation (neusight_model.h)
   std::vector<double> trained_l2_;  // L2 sizes (MB) of the training GPUs, ascending
   double fixed_ms_[kNumUtilClasses];  // constant learned fixed cost per class, or < 0
 };
@@ -234,6 +243,23 @@ class NeusightPredictor final : public Predictor {
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir, const PrecisionOptions& options) {
   const std::string dir = weights_dir.empty() ? data_dir() + "/weights" : weights_dir;
   return std::make_unique<NeusightPredictor>(load_model_set(dir), options);
+}
+
+bool is_predictor_name(const std::string& name) {
+  return name == "neusight" || name == "neusight-paper" || name == "roofline";
+}
+
+std::unique_ptr<Predictor> make_predictor(const std::string& name, const std::string& weights_dir,
+                                          const PrecisionOptions& options) {
+  if (name == "roofline") return make_roofline_predictor();
+  if (name == "neusight") return make_neusight_predictor(weights_dir, options);
+  if (name == "neusight-paper") {
+    std::unique_ptr<Predictor> p =
+        make_neusight_predictor(weights_dir.empty() ? data_dir() + "/weights/paper" : weights_dir, options);
+    if (p->name() != name) throw InputError("--predictor neusight-paper: " + weights_dir + " holds weights of another formulation");
+    return p;
+  }
+  throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + name + "'");
 }
 
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir) {

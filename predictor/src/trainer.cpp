@@ -12,7 +12,7 @@
 namespace neusight {
 
 std::vector<Sample> samples_from_dataset(const Dataset& d, const GpuDatabase& db,
-                                         const std::vector<std::string>& devices) {
+                                         const std::vector<std::string>& devices, Formulation formulation) {
   std::vector<Sample> out;
   std::map<std::string, const Gpu*> gpus;
   for (const auto& name : devices) {
@@ -27,7 +27,8 @@ std::vector<Sample> samples_from_dataset(const Dataset& d, const GpuDatabase& db
     if (!util_class_of(r.kernel, s.cls)) continue;
     const Tiling t = tile_kernel(r.kernel, *it->second);
     if (t.tiles <= 0) continue;
-    s.f = tile_features(s.cls, r.kernel, t, *it->second);
+    s.f = formulation == Formulation::paper ? paper_tile_features(r.kernel, t, *it->second)
+                                            : tile_features(s.cls, r.kernel, t, *it->second);
     if (!(s.f.base_ms > 0)) continue;
     s.latency_ms = r.latency_ms;
     s.device = r.device;
@@ -128,8 +129,10 @@ ClassModel train_class(UtilClass c, const std::vector<Sample>& all, const TrainO
     if (s.cls == c) samples.push_back(s);
   ClassModel model;
   model.cls = c;
+  model.formulation = o.formulation;
+  const bool paper = o.formulation == Formulation::paper;
   if (samples.empty()) return model;
-  const size_t d = feature_names(c).size();
+  const size_t d = feature_names(c, o.formulation).size();
 
   // Floor: a fraction of the lowest utilization measured on any training GPU.
   double umin = 1.0;
@@ -202,16 +205,17 @@ ClassModel train_class(UtilClass c, const std::vector<Sample>& all, const TrainO
           const double s4 = 1.0 / (1.0 + std::exp(-out(r, 3)));
           const double w = s.f.waves;
           const double u = fl + (1 - fl) * s1 * (1 - s2 / w);
-          const double base = s.f.base_ms + s4 * s.f.overlap_ms;
-          const double pred = kMaxOverheadMs * s3 + base / u;
+          // The published law has no fixed cost and no overlap term (its o2, o3 stay untrained).
+          const double base = s.f.base_ms + (paper ? 0.0 : s4 * s.f.overlap_ms);
+          const double pred = (paper ? 0.0 : kMaxOverheadMs * s3) + base / u;
           const double res = std::log(pred) - std::log(s.latency_ms);
           loss_sum += res * res;
           const double dl_dp = 2.0 * res / pred / double(n);
           const double dl_du = dl_dp * (-base / (u * u));
-          dz(r, 3) = dl_dp * s.f.overlap_ms / u * s4 * (1 - s4);
+          dz(r, 3) = paper ? 0.0 : dl_dp * s.f.overlap_ms / u * s4 * (1 - s4);
           dz(r, 0) = dl_du * (1 - fl) * s1 * (1 - s1) * (1 - s2 / w);
           dz(r, 1) = dl_du * (-(1 - fl) * s1 * s2 * (1 - s2) / w);
-          dz(r, 2) = dl_dp * kMaxOverheadMs * s3 * (1 - s3);
+          dz(r, 2) = paper ? 0.0 : dl_dp * kMaxOverheadMs * s3 * (1 - s3);
         }
         // Backward + Adam.
         ++step;

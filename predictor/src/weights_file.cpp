@@ -33,7 +33,7 @@ void save_model_set(const ModelSet& m, const std::string& dir) {
     json cj;
     cj["floor"] = c.floor;
     if (c.interval_log_sd > 0) cj["interval_log_sd"] = c.interval_log_sd;
-    cj["features"] = feature_names(c.cls);
+    cj["features"] = feature_names(c.cls, c.formulation);
     json nets = json::array();
     for (const UtilNet& n : c.nets) {
       json nj = {{"lo", n.lo}, {"hi", n.hi}, {"mean", n.mean}, {"scale", n.scale}};
@@ -318,19 +318,26 @@ ModelSet load_model_set(const std::string& dir) {
       if (info->kind != JNode::object) throw RuntimeError("info must be an object");
       for (const auto& [k, v] : info->members) m.info[k] = v.kind == JNode::string ? v.str : v.dump();
     }
+    Formulation form = Formulation::neusight;
+    if (auto it = m.info.find("formulation"); it != m.info.end()) {
+      if (it->second == formulation_name(Formulation::paper)) form = Formulation::paper;
+      else if (it->second != formulation_name(Formulation::neusight))
+        throw RuntimeError("unknown formulation '" + it->second + "'");
+    }
     const JNode& cls = j.at("classes");
     if (cls.kind != JNode::object) throw RuntimeError("classes must be an object");
     for (int ci = 0; ci < kNumUtilClasses; ++ci) {
       const UtilClass c = static_cast<UtilClass>(ci);
       ClassModel& cm = m.classes[ci];
       cm.cls = c;
+      cm.formulation = form;
       const JNode* cj = cls.find(util_class_name(c));
       if (!cj) continue;
       cm.floor = cj->at("floor").as_number("floor");
       if (const JNode* sd = cj->find("interval_log_sd")) cm.interval_log_sd = sd->as_number("interval_log_sd");
-      if (cj->at("features").as_strings("features") != feature_names(c))
+      if (cj->at("features").as_strings("features") != feature_names(c, form))
         throw RuntimeError(std::string("features of class ") + util_class_name(c) + " differ from this build's");
-      const size_t d = feature_names(c).size();
+      const size_t d = feature_names(c, form).size();
       const JNode& nets = cj->at("nets");
       if (nets.kind != JNode::array || !nets.numbers.empty()) throw RuntimeError("nets must be an array of objects");
       for (const JNode& nj : nets.items) {

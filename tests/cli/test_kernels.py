@@ -155,6 +155,29 @@ class Kernels(unittest.TestCase):
         for x, y in zip(read(a), read(b)):
             self.assertGreaterEqual(float(x["pred_latency_ms"]), float(y["pred_latency_ms"]) * (1 - 1e-9))
 
+    def test_published_formulation_and_timing_flags(self):
+        # --predictor neusight-paper predicts with the shipped published-formulation weights;
+        # --timing kernel never exceeds eager timing (it strips the per-launch dispatch).
+        src = os.path.join(self.dir, "in.csv")
+        sample_csv(src, "bmm.csv", {"Tesla T4"}, 10)
+        a, b, c = (os.path.join(self.dir, n) for n in ("a.csv", "b.csv", "c.csv"))
+        code, _, err = run("kernels", "--gpu", "t4", "--csv", src, "--out", a, "--predictor", "neusight-paper")
+        self.assertEqual(code, 0, err)
+        self.assertEqual(run("kernels", "--gpu", "t4", "--csv", src, "--out", b)[0], 0)
+        self.assertEqual(run("kernels", "--gpu", "t4", "--csv", src, "--out", c, "--timing", "kernel")[0], 0)
+        paper, eager, kernel = read(a), read(b), read(c)
+        self.assertEqual(len(paper), 10)
+        self.assertNotEqual([r["pred_latency_ms"] for r in paper], [r["pred_latency_ms"] for r in eager])
+        for x, y in zip(kernel, eager):
+            self.assertLessEqual(float(x["pred_latency_ms"]), float(y["pred_latency_ms"]) * (1 + 1e-9))
+        for flag, value in (("--timing", "wall"), ("--predictor", "neusight-papr")):
+            out = os.path.join(self.dir, "bad.csv")
+            code, _, err = run("kernels", "--gpu", "t4", "--csv", src, "--out", out, flag, value)
+            self.assertEqual(code, 2)
+            self.assertIn(flag, err)
+            self.assertEqual(len(err.strip().splitlines()), 1)
+            self.assertFalse(os.path.exists(out))
+
 
 class Train(unittest.TestCase):
     def test_small_training_run(self):

@@ -13,6 +13,7 @@
 #include "neusight/gpu.h"
 #include "neusight/neusight_model.h"
 #include "neusight/onnx_frontend.h"
+#include "neusight/precision.h"
 #include "neusight/predictor.h"
 #include "test_util.h"
 
@@ -108,6 +109,85 @@ TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
   for (size_t i = 0; i < 20; ++i) f.push_back(samples[i].f);
   const auto u1 = predict_latency_ms(a, f), u2 = predict_latency_ms(back.classes[0], f);
   for (size_t i = 0; i < f.size(); ++i) CHECK(u1[i] == doctest::Approx(u2[i]).epsilon(1e-12));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("predictor: the published formulation trains, round-trips and predicts as published") {
+  // Its inputs: four per-SM-normalised log2 quantities of one tile; its base time: waves of
+  // ceil(tiles / SMs) at the per-wave roofline time.
+  const Gpu v100 = GpuDatabase::builtin().resolve("Tesla V100-PCIE-32GB");
+  const Kernel k = kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "4096"}});
+  const Tiling t = tile_kernel(k, v100);
+  const TileFeatures pf = paper_tile_features(k, t, v100);
+  const double waves = std::ceil(double(t.tiles) / v100.num_sm);
+  CHECK(pf.waves == waves);
+  const double wave_s = std::max(t.tile_flops * v100.num_sm / (v100.gemm_peak_gflops(k.dtype) * 1e9),
+                                 k.bytes / double(t.tiles) * v100.num_sm / (v100.mem_bw_gbps * 1e9));
+  CHECK(pf.base_ms == doctest::Approx(waves * wave_s * 1e3));
+  CHECK(pf.x[0] == doctest::Approx(std::log2(t.tile_flops / (v100.gemm_peak_gflops(k.dtype) / 1e3 / v100.num_sm))));
+  CHECK(pf.x[3] - pf.x[2] == doctest::Approx(std::log2(v100.mem_gb * 1024.0 / (v100.l2_mb * 1024.0))));
+
+  std::vector<Sample> samples;
+  for (const char* f : {"Tesla_T4.csv", "Tesla_V100-PCIE-32GB.csv"}) {
+    Dataset d = read_dataset(train_csv("linear", f));
+    std::vector<DatasetRow> keep;
+    for (size_t i = 0; i < d.rows.size(); i += d.rows.size() / 200) keep.push_back(d.rows[i]);
+    d.rows = keep;
+    auto s = samples_from_dataset(d, GpuDatabase::builtin(), training_devices(), Formulation::paper);
+    samples.insert(samples.end(), s.begin(), s.end());
+  }
+  REQUIRE(samples.size() > 300);
+  TrainOptions o;
+  o.epochs = 40;
+  o.min_steps = 0;
+  o.hidden = 16;
+  o.hidden_layers = 2;
+  o.batch = 32;
+  o.formulation = Formulation::paper;
+  const ClassModel a = train_class(UtilClass::gemm, samples, o);
+  REQUIRE(a.nets.size() == 1);
+  CHECK(a.formulation == Formulation::paper);
+  CHECK(a.nets[0].lo.size() == 4);
+  // No fixed cost: at base_ms = 0 the law gives 0.
+  TileFeatures zero = samples[0].f;
+  zero.base_ms = 0;
+  CHECK(predict_latency_ms(a, {zero})[0] == 0.0);
+  MESSAGE("published formulation, small GEMM model: MAPE " << mape_percent(a, samples) << "%");
+
+  ModelSet m;
+  m.classes[0] = a;
+  for (auto& c : m.classes) c.formulation = Formulation::paper;
+  m.info["formulation"] = formulation_name(Formulation::paper);
+  const auto dir = std::filesystem::temp_directory_path() / ("neusight-unit-paper-" + std::to_string(::getpid()));
+  save_model_set(m, dir.string());
+  const ModelSet back = load_model_set(dir.string());
+  CHECK(back.classes[0].formulation == Formulation::paper);
+  std::vector<TileFeatures> f;
+  for (size_t i = 0; i < 20; ++i) f.push_back(samples[i].f);
+  const auto u1 = predict_latency_ms(a, f), u2 = predict_latency_ms(back.classes[0], f);
+  for (size_t i = 0; i < f.size(); ++i) CHECK(u1[i] == doctest::Approx(u2[i]).epsilon(1e-12));
+  // Inputs are never clamped: an input far outside the training range changes the answer.
+  TileFeatures far = f[0], farther = f[0];
+  far.x[0] = a.nets[0].hi[0] + 10;
+  farther.x[0] = a.nets[0].hi[0] + 20;
+  CHECK(predict_latency_ms(a, {far})[0] != predict_latency_ms(a, {farther})[0]);
+  // Through the predictor API, by name; a product weights folder is refused for it.
+  auto p = make_predictor("neusight-paper", dir.string(), PrecisionOptions{});
+  CHECK(p->name() == "neusight-paper");
+  const auto pred = p->predict({k}, {t}, v100);
+  CHECK(pred[0].latency_ms >= pred[0].roofline_ms);
+  m.info.erase("formulation");
+  for (auto& c : m.classes) c.formulation = Formulation::neusight;
+  m.classes[0] = train_class(UtilClass::gemm, small_samples(), [] {
+    TrainOptions q;
+    q.epochs = 1;
+    q.min_steps = 0;
+    q.hidden = 8;
+    return q;
+  }());
+  save_model_set(m, dir.string());
+  CHECK_THROWS_AS(make_predictor("neusight-paper", dir.string(), PrecisionOptions{}), InputError);
+  CHECK_THROWS_AS(make_predictor("neusight-papr", "", PrecisionOptions{}), InputError);
   std::filesystem::remove_all(dir);
 }
 

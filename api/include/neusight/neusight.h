@@ -31,7 +31,7 @@ struct Options {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
   DType dtype = DType::undefined;  // undefined = auto (from the model's tensors)
-  std::string predictor = "neusight";  // "neusight" | "roofline"
+  std::string predictor = "neusight";  // "neusight" | "neusight-paper" | "roofline" (make_predictor)
   std::string weights_dir;             // "" = built-in weights
   // What the predicted kernel times include (precision.h). "device" (the default for whole
   // models): a model's kernels run back to back in one stream, so each launch overlaps the

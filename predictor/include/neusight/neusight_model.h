@@ -28,6 +28,21 @@ const char* util_class_name(UtilClass c);
 // The class a kernel is predicted with; false for kernels without a tile model (collective, unknown).
 bool util_class_of(const Kernel& k, UtilClass& out);
 
+// Which formulation a model set follows.
+//   neusight - this project's: rate-free, clamped GEMM inputs with the rates in the law's base
+//              time, a learned fixed cost and overlap share, streaming classes evaluated over
+//              the training GPUs' L2 sizes (below and neusight_predictor.cpp).
+//   paper    - the published one (Lee et al., ASPLOS '25; ../shared/docs/METHOD.md), kept
+//              for comparison (`--predictor neusight-paper`): every class sees the same four
+//              per-SM-normalised, log2-scaled tile inputs (tile_flops / per-SM peak,
+//              tile_MB / per-SM bandwidth, waves x tile_MB over per-SM memory and per-SM L2),
+//              waves count ceil(tiles / SMs), latency = waves x per-wave roofline time /
+//              utilization with utilization = gamma - alpha / waves (the law below without the
+//              fixed cost or overlap terms), inputs never clamped.
+enum class Formulation { neusight, paper };
+// "neusight" | "neusight-paper": the ModelSet::info["formulation"] value.
+const char* formulation_name(Formulation f);
+
 constexpr int kMaxFeatures = 10;
 // The SM count the GEMM networks' wave inputs (waves, last-wave fill) are computed at, whatever
 // the GPU's: the V100's, inside the training GPUs' 40-108. The GPU's own waves enter through
@@ -46,7 +61,9 @@ struct TileFeatures {
 };
 
 // Feature names of a class, in order (documented in the weights file too).
-const std::vector<std::string>& feature_names(UtilClass c);
+const std::vector<std::string>& feature_names(UtilClass c, Formulation f = Formulation::neusight);
+// The published formulation's inputs, base time (waves x per-wave roofline time) and waves.
+TileFeatures paper_tile_features(const Kernel& k, const Tiling& t, const Gpu& gpu);
 // Computes the features of one kernel. Requires a valid tiling (tiles > 0).
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu);
 // The same with the streaming classes' L2 inputs (the L2 size, a footprint over it) computed
@@ -75,6 +92,7 @@ struct ClassModel {
   // --calibrate) so that kIntervalZ x sqrt(this^2 + ensemble^2) covers 80% of the measured
   // latencies. 0 when not calibrated (the ensemble's spread alone).
   double interval_log_sd = 0;
+  Formulation formulation = Formulation::neusight;  // paper: no fixed cost, inputs not clamped
   std::vector<UtilNet> nets;    // ensemble: latencies combined by geometric mean
   bool empty() const { return nets.empty(); }
 };
@@ -96,6 +114,8 @@ struct ModelSet {
 constexpr int kNetOutputs = 4;
 constexpr double kMaxOverheadMs = 0.05;
 double law_latency_ms(double floor, const TileFeatures& f, const double* o, double* util);
+// The published law: base_ms / u, no fixed cost (o2) or overlap (o3).
+double paper_law_latency_ms(double floor, const TileFeatures& f, const double* o);
 
 // Batched latency (ms) for n feature rows of one class (geometric mean over the ensemble). `extrapolated[i]` is
 // set when a feature lay outside the training range (it is then clamped to it). `log_sd[i]`
@@ -129,7 +149,8 @@ struct Sample {
 // Samples of the dataset rows whose Device is one of `devices` (GPU names resolved in `db`).
 // Rows of other devices are skipped; rows with non-positive latency are skipped.
 std::vector<Sample> samples_from_dataset(const Dataset& d, const GpuDatabase& db,
-                                         const std::vector<std::string>& devices);
+                                         const std::vector<std::string>& devices,
+                                         Formulation formulation = Formulation::neusight);
 
 struct TrainOptions {
   uint64_t seed = 1;
@@ -145,6 +166,7 @@ struct TrainOptions {
   // layernorm: ~8k rows, ~30 batches an epoch) runs more epochs than `epochs` until it does,
   // at most 10 x `epochs`.
   int min_steps = 6000;
+  Formulation formulation = Formulation::neusight;
 };
 
 struct TrainProgress {

@@ -226,4 +226,12 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu);
 // The NeuSight predictor with a timing convention (make_neusight_predictor(dir) is eager).
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir, const PrecisionOptions& options);
 
+// A predictor by name: "neusight" (weights from `weights_dir`, "" = the shipped ones),
+// "neusight-paper" (the published formulation, neusight_model.h; "" = the shipped
+// weights/paper) or "roofline". Throws InputError naming the choices for any other name.
+std::unique_ptr<Predictor> make_predictor(const std::string& name, const std::string& weights_dir,
+                                          const PrecisionOptions& options);
+// True for the names make_predictor accepts.
+bool is_predictor_name(const std::string& name);
+
 }  // namespace neusight
