@@ -39,7 +39,7 @@ struct NodeReport {
 struct Report {
   Gpu gpu;
   std::string model_name;
-  std::string predictor;  // "neusight" | "roofline"
+  std::string predictor;  // "neusight" | "neusight-paper" | "roofline"
   std::string timing;     // "device" | "eager" (NeuSight timing convention; "" for roofline)
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
