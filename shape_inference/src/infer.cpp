@@ -932,14 +932,8 @@ const RuleTable& rules() {
   return table;
 }
 
-const Rule* find_rule(const Node& n) {
-  const RuleTable& t = rules();
-  if (!n.domain.empty()) {
-    auto it = t.find(n.domain + ":" + n.op_type);
-    if (it != t.end()) return &it->second;
-  }
-  auto it = t.find(n.op_type);
-  return it == t.end() ? nullptr : &it->second;
+const Rule* find_rule(const Node& n, const Model& model) {
+  return rules().find(n.domain, n.op_type, model.opset(n.domain));
 }
 
 // Fills what the rule left unknown from ONNX's own inference; never overrides the rule.
@@ -1029,7 +1023,7 @@ void infer_graph(Run& run, Graph& graph, int depth) {
   for (size_t idx = 0; idx < graph.nodes.size(); ++idx) {
     const Node& node = graph.nodes[idx];
     Ctx c{graph, run.model, node, run.result, run.hints, depth, run.unroll_budget, &bodies};
-    const Rule* rule = find_rule(node);
+    const Rule* rule = find_rule(node, run.model);
     if (rule) (*rule)(c);
     bool hinted = false;
     if (run.hints) {
