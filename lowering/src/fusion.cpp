@@ -115,23 +115,29 @@ bool is_scalar_const(const Graph& g, const std::string& name) {
 }
 
 // A value known before the model runs: an initializer (in training not a float one: those
-// are the trainable weights, updated every step), a compile-time shape value, or the output
-// of a folded node. Graph inputs never are, whatever --value says about them.
+// are the trainable weights, updated every step) or the output of a folded node; with
+// `static_shapes` also a value computed from the bound input shapes (a static-shape engine
+// such as TensorRT's folds `Shape -> Range` position ids; a runtime that takes the model's
+// symbolic dims, as onnxruntime and PyTorch eager do, computes them every run). Graph
+// inputs never are, whatever --value says about them.
 bool is_const(const Graph& g, const std::string& name, const std::vector<bool>& folded,
-              const std::unordered_map<std::string, int>& producer, Mode mode) {
+              const std::unordered_map<std::string, int>& producer, Mode mode, bool static_shapes) {
   const TensorInfo* t = tensor(g, name);
   if (!t || t->is_graph_input) return false;
   if (t->is_initializer) return !(mode == Mode::training && is_float(t->dtype));
-  if (t->int_value) return true;
+  if (static_shapes && t->int_value) return true;
   auto it = producer.find(name);
   return it != producer.end() && folded[static_cast<size_t>(it->second)];
 }
 
 // Ops whose output differs run to run (never folded) or that hold a body (priced per branch
 // and trip by the control-flow lowering).
-bool foldable_op(const Node& nd) {
+// A DequantizeLinear of a weight is kept too, as onnxruntime keeps it for its QDQ fusions
+// (which --fusion full models; without them the CUDA provider runs it every time).
+bool foldable_op(const Node& nd, const LoweringOptions& opt) {
   static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                                               "Bernoulli", "Multinomial", "If", "Loop", "Scan", "SequenceMap"};
+  if (nd.op_type == "DequantizeLinear" && opt.fusion != Fusion::full) return false;
   return !never.count(nd.op_type);
 }
 
@@ -490,14 +496,16 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   // whose inputs are all constants (initializers, Constant, other folded nodes) runs no kernel
   // (the model-zoo "light" models generate every weight with ConstantOfShape). In training a
   // float initializer is a trainable weight, so what is computed from one keeps its kernels.
+  // Values that follow from the bound input shapes fold only under full inference.
   {
+    const bool static_shapes = opt.fusion == Fusion::full && opt.mode == Mode::inference;
     std::vector<bool> folded(n, false);
     for (size_t i = 0; i < n; ++i) {
       const Node& nd = g.nodes[i];
-      if (!foldable_op(nd) || nd.outputs.empty()) continue;
+      if (!foldable_op(nd, opt) || nd.outputs.empty()) continue;
       bool all = true;
       for (const auto& in : nd.inputs)
-        if (!in.empty() && !is_const(g, in, folded, plan.producer, opt.mode)) all = false;
+        if (!in.empty() && !is_const(g, in, folded, plan.producer, opt.mode, static_shapes)) all = false;
       if (!all) continue;
       folded[i] = true;
       if (plan.free_reason[i].empty()) plan.free_reason[i] = kConstantFolded;
