@@ -547,6 +547,8 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
 }  // namespace
 }  // namespace lowering_detail
 
+std::vector<std::pair<std::string, std::string>> lowering_rule_ops() { return lowering_detail::rules().ops(); }
+
 KernelList lower(const Graph& graph, const LoweringOptions& options) {
   using namespace lowering_detail;
   KernelList result;

@@ -143,6 +143,30 @@ void lower_group_norm(LowerCtx& c) {
   c.out.push_back(k);
 }
 
+// com.microsoft GroupNorm / SkipGroupNorm (NHWC input [N, H, W, C], gamma, beta[, skip,
+// bias]; attribute groups): normalise each (sample, group) over H x W x C / groups; the
+// skip variant also reads the residual (and bias) and may write their sum.
+void lower_nhwc_group_norm(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!c.all_known({x}) || x->shape.size() < 2) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const bool skip = c.n.op_type == "SkipGroupNorm";
+  const int64_t groups = std::max<int64_t>(c.n.attr_i("groups", 1), 1);
+  Kernel k = c.base(KernelClass::layernorm, "groupnorm");
+  k.rows = x->shape[0].value * groups;
+  k.cols = k.rows > 0 ? x->num_elements() / k.rows : 0;
+  const double e = double(numel(x)), eb = elem_bytes(k.dtype);
+  k.flops = (skip ? 8 : 6) * e;
+  double extra = 0;
+  for (size_t i = 1; i < c.n.inputs.size(); ++i) extra += tensor_bytes(c, c.in(i));
+  k.bytes = 2 * e * eb + extra + (skip && c.outp(1) ? e * eb : 0);
+  k.operand_elems = {numel(x)};
+  if (skip) k.note = "residual add fused";
+  c.out.push_back(k);
+}
+
 void lower_reduce(LowerCtx& c) {
   const TensorInfo* x = c.in(0);
   const TensorInfo* y = c.outp(0);
@@ -344,6 +368,20 @@ void add_vector_rules(RuleTable& r) {
   r["LRN"] = lower_lrn;
   r["NegativeLogLikelihoodLoss"] = lower_nll_loss;
   r["SoftmaxCrossEntropyLoss"] = lower_softmax_cross_entropy;
+  // LpNormalization: x / ||x||_p along `axis` (default -1): a row-wise kernel.
+  r["LpNormalization"] = [](LowerCtx& c) {
+    emit_rowwise(c, KernelClass::layernorm, "lpnorm", 3, c.n.attr_i("axis", -1), false);
+  };
+  // com.microsoft BiasSoftmax(data, bias): softmax(data + bias) over the dims from `axis`
+  // (default 1) in one kernel that also reads the broadcast bias.
+  r["com.microsoft:BiasSoftmax"] = [](LowerCtx& c) {
+    emit_rowwise(c, KernelClass::softmax, "softmax", 6, c.n.attr_i("axis", 1), true);
+  };
+  // com.microsoft BiasDropout(data, bias, residual, ratio, training_mode): bias add, dropout
+  // (identity in inference) and residual add in one pass.
+  r["com.microsoft:BiasDropout"] = [](LowerCtx& c) { emit_elementwise(c, "bias_dropout", 2); };
+  r["com.microsoft:GroupNorm"] = lower_nhwc_group_norm;
+  r["com.microsoft:SkipGroupNorm"] = lower_nhwc_group_norm;
   r["InstanceNormalization"] = lower_group_norm;
   for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "GlobalAveragePool",

@@ -855,7 +855,7 @@ void add_core_rules(RuleTable& t) {
                            "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "Shrink", "IsNaN", "IsInf",
                            "Softmax", "LogSoftmax", "Hardmax", "LpNormalization", "InstanceNormalization",
                            "BatchNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
-                           "ReverseSequence", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd"})
+                           "ReverseSequence"})
       t[op] = rule_unary;
     t["Not"] = [](Ctx& c) {
       rule_unary(c);
@@ -1061,6 +1061,8 @@ void infer_graph(Run& run, Graph& graph, int depth) {
 }  // namespace neusight::shape_rules
 
 namespace neusight {
+
+std::vector<std::pair<std::string, std::string>> shape_rule_ops() { return shape_rules::rules().ops(); }
 
 ShapeResult infer_shapes(Graph& graph, const Model& model, const std::map<std::string, TensorInfo>* hints) {
   using namespace shape_rules;

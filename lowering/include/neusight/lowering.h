@@ -138,4 +138,8 @@ struct KernelList {
 
 KernelList lower(const Graph& graph, const LoweringOptions& options);
 
+// The (domain, op type) pairs with a lowering rule ("" = ai.onnx), sorted. If, Loop, Scan
+// and SequenceMap are lowered through their bodies and are not listed.
+std::vector<std::pair<std::string, std::string>> lowering_rule_ops();
+
 }  // namespace neusight

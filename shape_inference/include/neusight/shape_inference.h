@@ -49,4 +49,7 @@ std::vector<std::string> bind_dims(Graph& graph, const DimBindings& bindings);
 ShapeResult infer_shapes(Graph& graph, const Model& model,
                          const std::map<std::string, TensorInfo>* hints = nullptr);
 
+// The (domain, op type) pairs with a shape rule ("" = ai.onnx), sorted.
+std::vector<std::pair<std::string, std::string>> shape_rule_ops();
+
 }  // namespace neusight
