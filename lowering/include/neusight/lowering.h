@@ -12,11 +12,13 @@
 //           kernel), Expand read only by broadcasting ops as a view. The tanh-GELU chain of
 //           HF gelu_new stays eight kernels, exactly as the traced GPT-2 opgraph shows.
 //   full  - also fuses chains of pointwise ops and a pointwise prologue into the following
-//           softmax/layernorm/reduction, like torch.compile (inductor); constant subgraphs
-//           are folded (inference).
+//           softmax/layernorm/reduction, like torch.compile (inductor); in inference values
+//           fixed by the bound input shapes fold too (a static-shape engine).
 // In every mode, nodes that only compute shape tensors (every output a compile-time
 // value, or tiny integer tensors computed from tiny integer tensors) run on the host and
-// cost nothing, and views (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape, ...) are free.
+// cost nothing, views (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape, ...) are free,
+// and nodes computed from constants only are folded (in training, not what a trainable
+// float initializer feeds).
 #pragma once
 
 #include <cstdint>
