@@ -181,6 +181,8 @@ std::string format_table(const Report& r, const TableOptions& opt) {
   os << "\n" << st("end-to-end latency: " + format_ms(r.e2e_latency_ms) + " ms", "1;32");
   if (r.e2e_high_ms > r.e2e_low_ms)
     os << " (80% interval " << format_ms(r.e2e_low_ms) << " - " << format_ms(r.e2e_high_ms) << " ms)";
+  if (r.unpredicted_nodes > 0)
+    os << "; " << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes") << " not predicted";
   os << "\n";
   return os.str();
 }
