@@ -329,7 +329,9 @@ std::string value_hint(const Graph& g, const std::vector<std::string>& inputs) {
     std::string& list = t && t->num_elements() == 1 ? scalars : others;
     list += (list.empty() ? "" : ", ") + in;
   }
-  if (!scalars.empty()) return "; it comes from input " + scalars + ": set it with --value NAME=V";
+  if (!scalars.empty())
+    return "; it comes from input " + scalars + ": set it with --value " +
+           (scalars.find(',') == std::string::npos ? scalars : std::string("NAME")) + "=V";
   if (!others.empty()) return "; it comes from input " + others;
   return "";
 }

@@ -83,6 +83,8 @@ void apply_value(Graph& g, const std::string& name, double v) {
   if (e != 1)
     throw InputError("--value " + name + ": input '" + name + "' " + dims_text(t.shape) +
                      " is not a single value (use --shape to bind its dims)");
+  if (!is_float(t.dtype) && !(v >= -9.0e18 && v <= 9.0e18))
+    throw InputError("--value " + name + ": " + std::to_string(v) + " is out of range for " + dtype_name(t.dtype));
   if (!is_float(t.dtype) && v != std::floor(v))
     throw InputError("--value " + name + ": input '" + name + "' is " + dtype_name(t.dtype) + ", got " +
                      std::to_string(v));

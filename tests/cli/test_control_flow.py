@@ -138,7 +138,7 @@ class TestIfOnGraphInput(unittest.TestCase):
         ifw = [w for w in warns if "If 'vad'" in w]
         self.assertEqual(len(ifw), 1, warns)
         self.assertIn("'speech'", ifw[0])
-        self.assertIn("--value", ifw[0])
+        self.assertIn("--value speech=V", ifw[0])
         loopw = [w for w in warns if "Loop 'loop'" in w]
         self.assertEqual(len(loopw), 1, warns)
         self.assertIn("steps", loopw[0])
@@ -164,6 +164,9 @@ class TestIfOnGraphInput(unittest.TestCase):
         lines = [l for l in err.splitlines() if l.strip()]
         self.assertEqual(len(lines), 1, err)
         self.assertIn("--value speech", lines[0])
+        code, _, err = run(self.path, "--gpu", "a100", "--value", "steps=1e300", "--quiet")
+        self.assertEqual(code, 2)
+        self.assertIn("out of range", err)
 
 
 if __name__ == "__main__":

@@ -148,6 +148,7 @@ class ShapeFlag(unittest.TestCase):
         self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "nope=1", needle="no graph input named 'nope'")
         self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "x=abc", needle="expected a number")
         self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "x", needle="NAME=VALUE")
+        self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "x=nan", needle="expected a number")
 
 
 if __name__ == "__main__":
