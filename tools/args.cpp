@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 
@@ -41,6 +42,25 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 bool stdout_is_tty() { return ::isatty(1) != 0; }
 
+std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string& item) {
+  // NAME=DIMS, or trtexec's NAME:DIMS (the last separator: ONNX names may hold ':').
+  size_t sep = item.rfind('=');
+  if (sep == std::string::npos) sep = item.rfind(':');
+  if (sep == std::string::npos || sep == 0 || sep + 1 == item.size())
+    throw InputError("--shape: expected NAME=DIMS or NAME:DIMS (e.g. input=1x3x224x224), got '" + item + "'");
+  const std::string name = item.substr(0, sep), text = item.substr(sep + 1);
+  std::vector<int64_t> dims;
+  const auto parts = split(text, 'x');
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& d = parts[i];
+    if (d.empty() || !std::all_of(d.begin(), d.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      throw InputError("--shape " + name + "=" + text + ": dim " + std::to_string(i) +
+                       " must be a non-negative integer, got '" + d + "'");
+    dims.push_back(parse_int(d, "--shape " + name + " dim " + std::to_string(i)));
+  }
+  return {name, dims};
+}
+
 Options parse_analysis_options(const Args& args) {
   Options opt;
   opt.dims.batch = args.get_int("--batch", -1);
@@ -52,6 +72,28 @@ Options parse_analysis_options(const Args& args) {
     if (v < 0) throw InputError("--dim " + d + ": dims must be non-negative");
     opt.dims.named[d.substr(0, eq)] = v;
   }
+  for (const auto& list : args.all("--shape"))
+    for (const auto& item : split(list, ',')) {
+      auto [name, dims] = parse_shape_flag(item);
+      auto [it, fresh] = opt.dims.shapes.emplace(name, dims);
+      if (!fresh && it->second != dims) throw InputError("--shape " + name + ": given twice with different dims");
+    }
+  for (const auto& list : args.all("--value"))
+    for (const auto& item : split(list, ',')) {
+      const auto eq = item.rfind('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
+        throw InputError("--value: expected NAME=VALUE, got '" + item + "'");
+      const std::string name = item.substr(0, eq), text = item.substr(eq + 1);
+      double v = 0;
+      if (text == "true" || text == "false") {
+        v = text == "true" ? 1 : 0;
+      } else {
+        char* end = nullptr;
+        v = std::strtod(text.c_str(), &end);
+        if (*end != '\0' || !std::isfinite(v)) throw InputError("--value " + name + ": expected a number, got '" + text + "'");
+      }
+      opt.dims.values[name] = v;
+    }
   const std::string mode = args.get("--mode", "inference");
   if (mode != "inference" && mode != "training")
     throw InputError("--mode: expected inference or training, got '" + mode + "'");

@@ -35,8 +35,11 @@ int64_t parse_int(const std::string& text, const std::string& what);
 std::vector<std::string> split(const std::string& s, char sep);
 bool stdout_is_tty();
 
+// One --shape item, "NAME=1x3x224x224" or "NAME:1x3x224x224". Throws InputError naming it.
+std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string& item);
+
 // The analysis options every model-predicting subcommand shares: --batch, --seq, --dim,
-// --mode, --fusion, --dtype, --predictor, --weights. Throws InputError naming the flag.
+// --shape, --value, --mode, --fusion, --dtype, --predictor, --weights. Throws InputError naming the flag.
 Options parse_analysis_options(const Args& args);
 
 // The model of a Hugging Face config (no file behind it: its path is empty). Throws

@@ -14,7 +14,7 @@
 namespace neusight::cli {
 namespace {
 
-const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim",       "--mode",
+const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim", "--shape", "--value", "--mode",
                                               "--dtype", "--fusion", "--json", "--csv",       "--out",
                                               "--top",  "--config", "--predictor", "--weights", "--timing", "--parallel", "--link-bw",
                                               "--html", "--group"};

@@ -27,6 +27,7 @@ const Command kCommands[] = {
 
 const char* kUsage =
     "usage: neusight-onnx MODEL.onnx --gpu GPU[,GPU...] [--batch N] [--seq N] [--dim NAME=VALUE]...\n"
+    "                     [--shape INPUT=1x3x224x224]... [--value INPUT=V]...\n"
     "                     [--mode inference|training] [--dtype auto|fp32|tf32|fp16|bf16|fp8]\n"
     "                     [--fusion none|eager|full] [--predictor neusight|roofline]\n"
     "                     [--timing device|kernel|eager]\n"

@@ -22,6 +22,7 @@ std::string node_doc(const NodeReport& n) {
   std::ostringstream os;
   os << "neusight: latency_ms=" << sig(n.latency_ms) << " (80% interval " << sig(n.latency_low_ms) << "-"
      << sig(n.latency_high_ms) << ")";
+  if (!n.no_kernel.empty()) os << "\n  no kernel: " << n.no_kernel;
   for (const auto& k : n.kernels) {
     os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
        << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile

@@ -50,7 +50,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   a.graph = loaded.model.graph;
   DimBindings dims = options.dims;  // --parallel: the graph runs one GPU's micro-batch
   if (options.parallel.active) dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
-  bind_dims(a.graph, dims);
+  const std::vector<std::string> bind_warnings = bind_dims(a.graph, dims);
   // ONNX's own shape inference (the hints) costs about as much as the whole rest of the
   // analysis on a large graph, and hints only fill what the project's rules leave unknown:
   // ask for them only when some node output is still without a full shape.
@@ -71,11 +71,14 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
     const auto hints = onnx_shape_hints(loaded, a.graph);
     a.shapes = infer_shapes(a.graph, loaded.model, &hints);
   }
+  a.shapes.warnings.insert(a.shapes.warnings.begin(), bind_warnings.begin(), bind_warnings.end());
   LoweringOptions lo;
   lo.mode = options.mode;
   lo.fusion = options.fusion;
   lo.compute_dtype = options.dtype;
   lo.opset = loaded.model.opset();
+  for (const auto& [domain, version] : loaded.model.opsets)
+    if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
   a.kernels = lower(a.graph, lo);
   if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp);
   return a;
@@ -116,6 +119,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   unknown.insert(a.shapes.unknown_ops.begin(), a.shapes.unknown_ops.end());
   for (const auto& w : a.shapes.warnings)
     if (a.shapes.unknown_ops.empty() || w.rfind("no shape rule for: ", 0) != 0) r.warnings.push_back(w);
+  for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
   if (std::any_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::gemm; }))
     for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
   r.unknown_ops.assign(unknown.begin(), unknown.end());
@@ -135,6 +139,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
     nr.name = n.name;
     nr.op_type = n.op_type;
     nr.domain = n.domain;
+    if (i < a.kernels.free_reason.size()) nr.no_kernel = a.kernels.free_reason[i];
     nr.outputs.reserve(n.outputs.size());
     for (const auto& o : n.outputs) {
       if (o.empty()) continue;

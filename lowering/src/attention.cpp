@@ -1,7 +1,10 @@
-// attention.cpp - fused attention ops (com.microsoft Attention / MultiHeadAttention /
-// GroupQueryAttention, opset-23 Attention) to their projection GEMM, QK^T and AV BMMs and
-// the softmax between them; recurrent ops (LSTM, GRU, RNN) to their GEMMs per step.
+// attention.cpp - fused attention ops (com.microsoft Attention, MultiHeadAttention,
+// GroupQueryAttention, PackedAttention, PackedMultiHeadAttention,
+// DecoderMaskedMultiHeadAttention, SparseAttention; opset-23 Attention) to their projection
+// GEMM, QK^T and AV BMMs and the softmax between them; recurrent ops (LSTM, GRU, RNN) to
+// their GEMMs per step.
 #include <algorithm>
+#include <cmath>
 
 #include "internal.h"
 
@@ -38,6 +41,28 @@ void emit_attention_core(LowerCtx& c, int64_t bh, int64_t s, int64_t l, int64_t 
   sm.note = note;
   c.out.push_back(sm);
   bmm(s, hd_v, l, "AV");
+}
+
+int64_t scalar_value(const TensorInfo* t) {
+  return t && t->int_value && t->int_value->size() == 1 ? (*t->int_value)[0] : -1;
+}
+
+// Rotary position embedding applied in the attention kernel's prologue (GroupQueryAttention
+// and SparseAttention with do_rotary): one elementwise pass over the rotated Q and K heads
+// reading the cos/sin rows of each token.
+void emit_fused_rotary(LowerCtx& c, int64_t tokens, int64_t heads, int64_t hd) {
+  const DType dt = c.dtype(c.in(0));
+  const double eb = elem_bytes(dt);
+  Kernel k = c.base(KernelClass::elementwise, "rotary");
+  k.dtype = dt;
+  k.rows = tokens;
+  k.cols = heads * hd;
+  const double e = double(tokens) * double(heads * hd);
+  k.flops = 3 * e;
+  k.bytes = 2 * e * eb + double(tokens) * double(hd) * eb;  // + cos and sin, hd / 2 each per token
+  k.operand_elems = {static_cast<int64_t>(e)};
+  k.note = "rotary embedding of Q and K";
+  c.out.push_back(k);
 }
 
 // KV cache: present = concat(past, new) along the sequence, for K and V.
@@ -133,6 +158,7 @@ void lower_gqa(LowerCtx& c) {
   int64_t L = dim(present, 2);
   if (L <= 0) L = (dim(past, 2) > 0 ? dim(past, 2) : 0) + S;
   emit_kv_concat(c, past, present);
+  if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, heads + kv_heads, hd);
   emit_attention_core(c, B * heads, S, L, hd, hd, "fused GroupQueryAttention");
 }
 
@@ -171,6 +197,117 @@ void lower_onnx_attention(LowerCtx& c) {
   else if (dim(past, 2) > 0) L += dim(past, 2);
   emit_kv_concat(c, past, c.outp(1));
   emit_attention_core(c, B * N, S, L, hd, hd_v, "fused Attention");
+}
+
+// com.microsoft PackedAttention(input [T, Din], weights [Din, 3D], bias, token_offset [B, S],
+// cumulative_sequence_length [B + 1], attention_bias): the QKV projection over the T packed
+// tokens (no padding), then attention per sequence of the padded [B, S] layout.
+void lower_packed_attention(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* w = c.in(1);
+  const TensorInfo* off = c.in(3);
+  const int64_t heads = c.n.attr_i("num_heads", 0);
+  if (!c.all_known({x, w, off}) || x->shape.size() != 2 || w->shape.size() != 2 || off->shape.size() != 2 ||
+      heads <= 0) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t T = x->shape[0].value, din = x->shape[1].value, out3 = w->shape[1].value;
+  auto sizes = c.n.attr_ints("qkv_hidden_sizes");
+  const int64_t qh = sizes.size() == 3 ? sizes[0] : out3 / 3, vh = sizes.size() == 3 ? sizes[2] : out3 / 3;
+  emit_gemm(c, "linear", {1, T, out3, din}, double(numel(x)), double(numel(w)), 0, 1, "QKV projection, packed tokens");
+  if (const TensorInfo* bias = c.in(2)) {
+    c.out.back().epilogue = "bias";
+    c.out.back().bytes += double(numel(bias)) * elem_bytes(c.out.back().dtype);
+  }
+  const int64_t B = off->shape[0].value, S = off->shape[1].value;
+  emit_attention_core(c, B * heads, S, S, qh / heads, vh / heads, "fused PackedAttention");
+}
+
+// com.microsoft PackedMultiHeadAttention(query [T, D] or packed QKV [T, N, 3, H], key [T, D],
+// value [T, Dv], bias, token_offset [B, S], cumulative_sequence_length, attention_bias).
+void lower_packed_mha(LowerCtx& c) {
+  const TensorInfo* q = c.in(0);
+  const TensorInfo* v = c.in(2);
+  const TensorInfo* off = c.in(4);
+  const int64_t heads = c.n.attr_i("num_heads", 0);
+  if (!c.all_known({q, off}) || off->shape.size() != 2 || heads <= 0 ||
+      (q->shape.size() != 2 && q->shape.size() != 4)) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t hd = q->shape.size() == 4 ? q->shape[3].value : q->shape[1].value / heads;
+  const int64_t hd_v = v && v->fully_known() && v->shape.size() == 2 ? v->shape[1].value / heads : hd;
+  emit_attention_core(c, off->shape[0].value * heads, off->shape[1].value, off->shape[1].value, hd, hd_v,
+                      "fused PackedMultiHeadAttention");
+}
+
+// com.microsoft DecoderMaskedMultiHeadAttention(query [B, S, D], key, value, mask_index,
+// attention_bias, past_key [B, N, max_len, H], past_value, past_sequence_length, ...): one
+// decoding step. Self-attention appends K/V in place into the past buffers (shared with
+// present) and attends to past_sequence_length + S keys; cross-attention reads key/value
+// [B, N, L, H] as given.
+void lower_dmmha(LowerCtx& c) {
+  const TensorInfo* q = c.in(0);
+  const TensorInfo* k = c.in(1);
+  const TensorInfo* past_k = c.in(5);
+  const TensorInfo* past_v = c.in(6);
+  const int64_t heads = c.n.attr_i("num_heads", 0);
+  if (!c.all_known({q}) || q->shape.size() != 3 || heads <= 0) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t B = q->shape[0].value, S = q->shape[1].value, hd = q->shape[2].value / heads;
+  int64_t L = -1, hd_v = hd;
+  std::string note = "fused DecoderMaskedMultiHeadAttention";
+  if (past_k && past_k->fully_known() && past_k->shape.size() == 4) {
+    const int64_t past = scalar_value(c.in(7));
+    if (past >= 0) {
+      L = past + S;
+    } else {
+      L = past_k->shape[2].value;
+      note += " (past length not known: the whole cache)";
+    }
+    if (past_v && past_v->fully_known() && past_v->shape.size() == 4) hd_v = past_v->shape[3].value;
+  } else if (k && k->fully_known() && k->shape.size() == 4) {
+    L = k->shape[2].value;
+    const TensorInfo* v = c.in(2);
+    if (v && v->fully_known() && v->shape.size() == 4) hd_v = v->shape[3].value;
+  } else if (k && k->fully_known() && k->shape.size() == 3) {
+    L = k->shape[1].value;
+  }
+  if (L <= 0) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  emit_attention_core(c, B * heads, S, L, hd, hd_v, note);
+}
+
+// com.microsoft SparseAttention(query, key, value, past_key, past_value, block_row_indices
+// [layouts, R + 1], block_col_indices [layouts, nnz], total_sequence_length, ...): each query
+// attends only to the key blocks of its layout row: on average nnz / R blocks of
+// sparse_block_size keys (at most the total length).
+void lower_sparse_attention(LowerCtx& c) {
+  const TensorInfo* q = c.in(0);
+  const TensorInfo* rows = c.in(5);
+  const TensorInfo* cols = c.in(6);
+  const int64_t n = c.n.attr_i("num_heads", 0), nkv = c.n.attr_i("kv_num_heads", n);
+  const int64_t block = c.n.attr_i("sparse_block_size", 0);
+  if (!c.all_known({q, rows, cols}) || q->shape.size() != 3 || rows->shape.size() != 2 || cols->shape.size() != 2 ||
+      n <= 0 || nkv <= 0 || block <= 0 || rows->shape[1].value < 2) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t B = q->shape[0].value, S = q->shape[1].value;
+  const bool packed = !c.in(1);
+  const int64_t hd = q->shape[2].value / (packed ? n + 2 * nkv : n);
+  int64_t total = scalar_value(c.in(7));
+  if (total <= 0) total = dim(c.outp(1), 2);
+  if (total <= 0) total = S;
+  const double per_row = double(cols->shape[1].value) / double(rows->shape[1].value - 1);
+  const int64_t L = std::max<int64_t>(1, std::min<int64_t>(total, static_cast<int64_t>(std::ceil(per_row)) * block));
+  if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, n + nkv, hd);
+  emit_attention_core(c, B * n, S, L, hd, hd, "SparseAttention, block-sparse keys");
 }
 
 // LSTM / GRU / RNN (X, W, R, B, sequence_lens, initial_h, ...). cuDNN's schedule: one
@@ -217,12 +354,14 @@ void lower_rnn(LowerCtx& c) {
 }  // namespace
 
 void add_attention_rules(RuleTable& r) {
-  r["Attention"] = [](LowerCtx& c) {
-    if (c.n.domain.empty() || c.n.domain == "ai.onnx") lower_onnx_attention(c);
-    else lower_ms_attention(c);
-  };
-  r["MultiHeadAttention"] = lower_mha;
-  r["GroupQueryAttention"] = lower_gqa;
+  r.add("", "Attention", lower_onnx_attention, 23);
+  r["com.microsoft:Attention"] = lower_ms_attention;
+  r["com.microsoft:MultiHeadAttention"] = lower_mha;
+  r["com.microsoft:GroupQueryAttention"] = lower_gqa;
+  r["com.microsoft:PackedAttention"] = lower_packed_attention;
+  r["com.microsoft:PackedMultiHeadAttention"] = lower_packed_mha;
+  r["com.microsoft:DecoderMaskedMultiHeadAttention"] = lower_dmmha;
+  r["com.microsoft:SparseAttention"] = lower_sparse_attention;
   r["LSTM"] = lower_rnn;
   r["GRU"] = lower_rnn;
   r["RNN"] = lower_rnn;

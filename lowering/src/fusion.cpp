@@ -114,13 +114,31 @@ bool is_scalar_const(const Graph& g, const std::string& name) {
   return t && t->is_initializer && t->num_elements() == 1;
 }
 
+// A value known before the model runs: an initializer (in training not a float one: those
+// are the trainable weights, updated every step) or the output of a folded node; with
+// `static_shapes` also a value computed from the bound input shapes (a static-shape engine
+// such as TensorRT's folds `Shape -> Range` position ids; a runtime that takes the model's
+// symbolic dims, as onnxruntime and PyTorch eager do, computes them every run). Graph
+// inputs never are, whatever --value says about them.
 bool is_const(const Graph& g, const std::string& name, const std::vector<bool>& folded,
-              const std::unordered_map<std::string, int>& producer) {
+              const std::unordered_map<std::string, int>& producer, Mode mode, bool static_shapes) {
   const TensorInfo* t = tensor(g, name);
-  if (!t) return false;
-  if (t->is_initializer || t->int_value) return true;
+  if (!t || t->is_graph_input) return false;
+  if (t->is_initializer) return !(mode == Mode::training && is_float(t->dtype));
+  if (static_shapes && t->int_value) return true;
   auto it = producer.find(name);
   return it != producer.end() && folded[static_cast<size_t>(it->second)];
+}
+
+// Ops whose output differs run to run (never folded) or that hold a body (priced per branch
+// and trip by the control-flow lowering).
+// A DequantizeLinear of a weight is kept too, as onnxruntime keeps it for its QDQ fusions
+// (which --fusion full models; without them the CUDA provider runs it every time).
+bool foldable_op(const Node& nd, const LoweringOptions& opt) {
+  static const std::set<std::string> never = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                              "Bernoulli", "Multinomial", "If", "Loop", "Scan", "SequenceMap"};
+  if (nd.op_type == "DequantizeLinear" && opt.fusion != Fusion::full) return false;
+  return !never.count(nd.op_type);
 }
 
 // All consumers of a tensor are in `set` (and it is not a graph output).
@@ -464,7 +482,6 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
     else if (host_node(g, nd)) plan.free_reason[i] = "host (shape computation)";
     else if (nd.op_type == "Dropout" && opt.mode != Mode::training) plan.free_reason[i] = "identity in inference";
   }
-  if (opt.fusion == Fusion::none) return plan;
 
   // Quantize-dequantize models (--fusion full, inference): a DequantizeLinear of an integer
   // or FP8 tensor read only as a GEMM operand runs inside the GEMM, as TensorRT and ORT's QDQ
@@ -475,22 +492,26 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
     for (size_t i = 0; i < n; ++i)
       if (dequantize_into_gemm(g, cons, g.nodes[i])) plan.free_reason[i] = kDequantizeIntoGemm;
 
-  // Constant folding (full, inference): nodes computed from constants only.
-  if (opt.fusion == Fusion::full && opt.mode == Mode::inference) {
+  // Constant folding, every mode, as onnxruntime and TensorRT do before the first run: a node
+  // whose inputs are all constants (initializers, Constant, other folded nodes) runs no kernel
+  // (the model-zoo "light" models generate every weight with ConstantOfShape). In training a
+  // float initializer is a trainable weight, so what is computed from one keeps its kernels.
+  // Values that follow from the bound input shapes fold only under full inference.
+  {
+    const bool static_shapes = opt.fusion == Fusion::full && opt.mode == Mode::inference;
     std::vector<bool> folded(n, false);
     for (size_t i = 0; i < n; ++i) {
       const Node& nd = g.nodes[i];
-      if (nd.inputs.empty() || nd.op_type.rfind("Random", 0) == 0 || nd.op_type == "If" || nd.op_type == "Loop" ||
-          nd.op_type == "Scan")
-        continue;
+      if (!foldable_op(nd, opt) || nd.outputs.empty()) continue;
       bool all = true;
       for (const auto& in : nd.inputs)
-        if (!in.empty() && !is_const(g, in, folded, plan.producer)) all = false;
+        if (!in.empty() && !is_const(g, in, folded, plan.producer, opt.mode, static_shapes)) all = false;
       if (!all) continue;
       folded[i] = true;
-      if (plan.free_reason[i].empty()) plan.free_reason[i] = "constant folded";
+      if (plan.free_reason[i].empty()) plan.free_reason[i] = kConstantFolded;
     }
   }
+  if (opt.fusion == Fusion::none) return plan;
 
   // Strided views (eager): a Transpose read only by GEMMs (directly or through further
   // free transposes: PyTorch's permute + transpose before a matmul), an Expand read only by
@@ -645,8 +666,7 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
   for (int ni : grp.nodes) {
     const Node& nd = g.nodes[static_cast<size_t>(ni)];
     LowerCtx c{g, opt, nd, ni, parts, &plan};
-    auto it = rules().find(nd.op_type);
-    if (it != rules().end()) it->second(c);
+    if (const Rule* rule = find_rule(nd, opt)) (*rule)(c);
   }
   std::set<std::string> produced;
   for (int ni : grp.nodes)

@@ -379,12 +379,12 @@ void emit_matmul(LowerCtx& c) { matmul_like(c, "", 0, 1); }
 
 void add_gemm_rules(RuleTable& r) {
   r["MatMul"] = emit_matmul;
-  r["FusedMatMul"] = emit_matmul;  // com.microsoft: MatMul with transposes and alpha
+  r["com.microsoft:FusedMatMul"] = emit_matmul;  // com.microsoft: MatMul with transposes and alpha
   r["MatMulInteger"] = lower_matmul_integer;
-  r["MatMulIntegerToFloat"] = lower_matmul_integer;
-  r["DynamicQuantizeMatMul"] = lower_matmul_integer;
+  r["com.microsoft:MatMulIntegerToFloat"] = lower_matmul_integer;
+  r["com.microsoft:DynamicQuantizeMatMul"] = lower_matmul_integer;
   r["QLinearMatMul"] = lower_qlinear_matmul;
-  r["MatMulNBits"] = lower_matmul_nbits;
+  r["com.microsoft:MatMulNBits"] = lower_matmul_nbits;
   r["Gemm"] = lower_gemm_op;
   r["Conv"] = lower_conv;
   r["ConvTranspose"] = lower_conv;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "neusight/lowering.h"
+#include "neusight/op_registry.h"
 
 namespace neusight::lowering_detail {
 
@@ -21,6 +22,9 @@ bool is_quantized_storage(DType t);  // int8/uint8, int4/uint4 and the FP8 types
 
 // Free reason of a DequantizeLinear that runs inside the GEMM reading its output.
 inline constexpr const char* kDequantizeIntoGemm = "dequantize runs in the GEMM (quantized operand)";
+
+// Free reason of a node computed from constants only (folded before the model runs).
+inline constexpr const char* kConstantFolded = "constant folded";
 
 // Free reason of a Transpose read through its strides by elementwise ops (PyTorch eager
 // `a += b.permute(...)`): no copy; the readers pay for the strided access.
@@ -95,16 +99,22 @@ double tensor_bytes(const LowerCtx& c, const TensorInfo* t);
 void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const TensorInfo* y, double own);
 
 using Rule = std::function<void(LowerCtx&)>;
-using RuleTable = std::unordered_map<std::string, Rule>;
+// Keyed by (domain, op, opset) like onnxruntime's kernel registry (op_registry.h):
+// `r["Op"]` is ai.onnx from opset 1, `r["com.microsoft:Op"]` a contrib op, and
+// `r.add(domain, op, rule, since)` a rule for the opsets from `since` on.
+using RuleTable = OpRegistry<Rule>;
 
 // One registration function per op family file; lower.cpp builds the table once.
 void add_gemm_rules(RuleTable& t);     // gemm.cpp: MatMul, Gemm, Conv, Einsum, quantized
 void add_attention_rules(RuleTable& t);  // attention.cpp: fused attention, LSTM/GRU/RNN
 void add_vector_rules(RuleTable& t);   // vector.cpp: elementwise, softmax, norms, reduce, pool
 void add_memory_rules(RuleTable& t);   // memory.cpp: data movement, views, collectives
+void add_contrib_rules(RuleTable& t);  // contrib.cpp: RotaryEmbedding, GatherBlockQuantized, MoE, ...
 void add_signal_rules(RuleTable& t);   // signal.cpp: DFT/STFT, Det, NMS, host-only ops (noted)
 void add_optimizer_rules(RuleTable& t);  // training.cpp: ai.onnx.preview.training optimizer nodes
 const RuleTable& rules();
+// The rule for node `n` at the model's opset of its domain; nullptr when none.
+const Rule* find_rule(const Node& n, const LoweringOptions& opt);
 
 // Shared emitters.
 void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_elems, double b_elems,

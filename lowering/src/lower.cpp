@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <unordered_map>
 
 #include "internal.h"
 
@@ -276,11 +277,19 @@ const RuleTable& rules() {
     add_attention_rules(r);
     add_vector_rules(r);
     add_memory_rules(r);
+    add_contrib_rules(r);
     add_signal_rules(r);
     add_optimizer_rules(r);
     return r;
   }();
   return t;
+}
+
+const Rule* find_rule(const Node& n, const LoweringOptions& o) {
+  const std::string d = RuleTable::canonical(n.domain);
+  auto it = o.opsets.find(d);
+  const int64_t opset = it != o.opsets.end() ? it->second : d.empty() ? o.opset : 0;
+  return rules().find(n.domain, n.op_type, opset);
 }
 
 namespace {
@@ -291,9 +300,46 @@ std::string qualified(const Node& n) { return n.domain.empty() ? n.op_type : n.d
 // nested loops multiply their trip counts, and a bad model must not exhaust memory.
 constexpr int64_t kMaxBodyKernels = 1000000;
 
+// The graph inputs whose values `name` is computed from (through the nodes of `g`), in
+// graph order; the tensor itself when it is one.
+std::vector<std::string> source_inputs(const Graph& g, const std::string& name) {
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+  std::set<std::string> seen, inputs;
+  std::vector<std::string> todo = {name};
+  while (!todo.empty() && seen.size() < 4096) {
+    const std::string t = todo.back();
+    todo.pop_back();
+    if (t.empty() || !seen.insert(t).second) continue;
+    if (const TensorInfo* info = g.find(t); info && info->is_graph_input) inputs.insert(t);
+    auto it = producer.find(t);
+    if (it != producer.end())
+      for (const auto& in : g.nodes[it->second].inputs) todo.push_back(in);
+  }
+  return {inputs.begin(), inputs.end()};
+}
+
+// "; set it with --value x=V" for the scalar graph inputs among `inputs` (else names them).
+std::string value_hint(const Graph& g, const std::vector<std::string>& inputs) {
+  std::string scalars, others;
+  for (const auto& in : inputs) {
+    const TensorInfo* t = g.find(in);
+    std::string& list = t && t->num_elements() == 1 ? scalars : others;
+    list += (list.empty() ? "" : ", ") + in;
+  }
+  if (!scalars.empty())
+    return "; it comes from input " + scalars + ": set it with --value " +
+           (scalars.find(',') == std::string::npos ? scalars : std::string("NAME")) + "=V";
+  if (!others.empty()) return "; it comes from input " + others;
+  return "";
+}
+
 struct Lowering {
   const LoweringOptions& opt;
   std::set<std::string> unknown;
+  std::vector<std::string> warnings;
   int64_t body_kernels = 0;  // kernels added by control-flow bodies so far
 
   // Counts `n` more body kernels; InputError beyond kMaxBodyKernels.
@@ -306,7 +352,8 @@ struct Lowering {
 
   // Lowers one graph's forward kernels. `owner` >= 0: every kernel is attributed to that
   // node of the outermost graph (kernels of control-flow bodies).
-  void forward(const Graph& g, std::vector<Kernel>& out, int owner, KernelList* top);
+  // `owner_name`: that node's name (body kernels are named "<owner>/<body node>").
+  void forward(const Graph& g, std::vector<Kernel>& out, int owner, const std::string& owner_name, KernelList* top);
   void control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out);
 };
 
@@ -341,7 +388,7 @@ int64_t body_cost_rank(const std::vector<Kernel>& ks) {
 void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out) {
   auto lower_graph = [&](const Graph& sg, std::vector<Kernel>& ks) {
     Graph body = with_outer_scope(sg, g);
-    forward(body, ks, index, nullptr);
+    forward(body, ks, index, n.name, nullptr);
   };
   auto lower_body = [&](const Attribute* a, std::vector<Kernel>& ks) {
     if (!a || a->graphs.empty() || !a->graphs[0]) return false;
@@ -366,6 +413,10 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     lower_body(n.attr("then_branch"), then_k);
     lower_body(n.attr("else_branch"), else_k);
     const bool pick_then = body_cost_rank(then_k) >= body_cost_rank(else_k);
+    const std::string cond_name = n.inputs.empty() ? "" : n.inputs[0];
+    warnings.push_back("If '" + n.name + "': condition '" + cond_name +
+                       "' is not known before the run, so the dearer branch (" + (pick_then ? "then" : "else") +
+                       ") is priced" + value_hint(g, source_inputs(g, cond_name)));
     for (Kernel k : pick_then ? then_k : else_k) {
       k.note = std::string(pick_then ? "then" : "else") + " branch (the dearer one)" + (k.note.empty() ? "" : "; " + k.note);
       out.push_back(k);
@@ -426,6 +477,11 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     }
     if (trips < 0) why = "scan length not known: body counted once";
   }
+  if (trips < 0) {
+    const std::string count = n.op_type == "Loop" && !n.inputs.empty() ? n.inputs[0] : "";
+    warnings.push_back(n.op_type + " '" + n.name + "': " + why +
+                       (count.empty() ? "" : value_hint(g, source_inputs(g, count))));
+  }
   const int64_t reps = trips < 0 ? 1 : trips;
   for (int64_t r = 0; r < reps; ++r) {
     charge(n, body.size());
@@ -437,7 +493,8 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
   }
 }
 
-void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, KernelList* top) {
+void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, const std::string& owner_name,
+                       KernelList* top) {
   const Consumers cons = consumers_of(g);
   const Plan plan = make_plan(g, opt, cons);
   if (top) {
@@ -468,9 +525,8 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, Kern
       continue;
     }
     LowerCtx c{g, opt, n, static_cast<int>(i), out, &plan};
-    auto it = rules().find(n.op_type);
-    if (it != rules().end()) {
-      it->second(c);
+    if (const Rule* rule = find_rule(n, opt)) {
+      (*rule)(c);
     } else {
       c.unknown("no lowering rule for " + qualified(n));
     }
@@ -479,6 +535,11 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, Kern
     if (out[k].cls == KernelClass::unknown && out[k].node >= 0 && static_cast<size_t>(out[k].node) < g.nodes.size())
       unknown.insert(qualified(g.nodes[static_cast<size_t>(out[k].node)]));
     if (owner >= 0) {
+      const std::string inner = !out[k].body_node.empty() ? out[k].body_node
+                                : out[k].node >= 0 && static_cast<size_t>(out[k].node) < g.nodes.size()
+                                    ? g.nodes[static_cast<size_t>(out[k].node)].name
+                                    : std::string("?");
+      out[k].body_node = owner_name + "/" + inner;
       out[k].node = owner;
       out[k].fused_nodes.clear();
     }
@@ -488,16 +549,21 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, Kern
 }  // namespace
 }  // namespace lowering_detail
 
+std::vector<std::pair<std::string, std::string>> lowering_rule_ops() { return lowering_detail::rules().ops(); }
+
 KernelList lower(const Graph& graph, const LoweringOptions& options) {
   using namespace lowering_detail;
   KernelList result;
-  Lowering l{options, {}, 0};
+  Lowering l{options, {}, {}, 0};
   std::vector<Kernel> fwd;
   fwd.reserve(graph.nodes.size());
-  l.forward(graph, fwd, -1, &result);
+  l.forward(graph, fwd, -1, "", &result);
   result.kernels = fwd;
   if (options.mode == Mode::training) add_training_kernels(graph, fwd, options, result.kernels);
   result.unknown_ops.assign(l.unknown.begin(), l.unknown.end());
+  for (auto& w : l.warnings)  // a body lowered once per trip says it once
+    if (std::find(result.warnings.begin(), result.warnings.end(), w) == result.warnings.end())
+      result.warnings.push_back(std::move(w));
   return result;
 }
 

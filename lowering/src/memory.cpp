@@ -233,6 +233,25 @@ void add_memory_rules(RuleTable& r) {
   // Window functions and the mel filterbank compute their output from scalars: fills.
   for (const char* op : {"HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"})
     r[op] = mem("fill", Reads::nothing);
+  // Col2Im sums the column blocks into the image: reads the columns, writes the image.
+  r["Col2Im"] = mem("col2im", Reads::inputs);
+  // MaxRoiPool: the regions depend on the ROI values; every input read once (a bound).
+  r["MaxRoiPool"] = mem("roi_pool", Reads::inputs);
+  // TensorScatter (opset 24, a KV cache update): the update is written into the cache in
+  // place; it moves the update's bytes, not the cache's.
+  r["TensorScatter"] = [](LowerCtx& c) {
+    const TensorInfo* upd = c.in(1);
+    if (!c.all_known({upd, c.outp(0)})) {
+      c.unknown("shapes not inferred");
+      return;
+    }
+    Kernel k = c.base(KernelClass::memory, "scatter");
+    rows_cols(upd, k.rows, k.cols);
+    k.bytes = 2 * tensor_bytes(c, upd) + tensor_bytes(c, c.in(2));
+    k.operand_elems = {numel(upd)};
+    k.note = "in-place cache update";
+    c.out.push_back(k);
+  };
   r["GridSample"] = lower_grid_sample;
   r["RoiAlign"] = lower_roi_align;
   r["MaxUnpool"] = lower_max_unpool;

@@ -20,7 +20,7 @@ double fft_flops(int64_t n) { return n > 1 ? 5.0 * double(n) * std::log2(double(
 // input's dim on the axis) per position of the other dims (the last dim holds the real /
 // imaginary parts). Elementwise class: rows = transforms, cols = n, FLOPs 5 n log2 n per
 // transform, bytes the input and the output.
-void lower_dft(LowerCtx& c) {
+void lower_dft(LowerCtx& c, bool axis_input) {
   const TensorInfo* x = c.in(0);
   const TensorInfo* y = c.outp(0);
   if (!c.all_known({x, y}) || x->shape.size() < 2) {
@@ -29,8 +29,8 @@ void lower_dft(LowerCtx& c) {
   }
   const int64_t r = static_cast<int64_t>(x->shape.size());
   int64_t axis = 0;
-  if (c.n.attr("axis")) axis = c.n.attr_i("axis", 1);  // opset 17: attribute
-  else axis = known_scalar(c.in(2), c.opt.opset > 0 && c.opt.opset < 20 ? 1 : -2);  // opset 20: input
+  if (!axis_input) axis = c.n.attr_i("axis", 1);  // opset 17: an attribute, default 1
+  else axis = known_scalar(c.in(2), -2);         // opset 20: an input, default -2
   if (axis < 0) axis += r;
   if (axis < 0 || axis >= r - 1) {
     c.unknown("DFT axis out of range");
@@ -126,7 +126,8 @@ void lower_nms(LowerCtx& c) {
 }  // namespace
 
 void add_signal_rules(RuleTable& r) {
-  r["DFT"] = lower_dft;
+  r.add("", "DFT", [](LowerCtx& c) { lower_dft(c, false); }, 17);
+  r.add("", "DFT", [](LowerCtx& c) { lower_dft(c, true); }, 20);
   r["STFT"] = lower_stft;
   r["Det"] = lower_det;
   r["NonMaxSuppression"] = lower_nms;

@@ -77,9 +77,8 @@ void emit_rowwise(LowerCtx& c, KernelClass cls, const std::string& op, double op
   c.out.push_back(k);
 }
 
-void lower_softmax(LowerCtx& c, const std::string& op) {
-  const bool old = c.opt.opset > 0 && c.opt.opset < 13;
-  emit_rowwise(c, KernelClass::softmax, op, 5, c.n.attr_i("axis", old ? 1 : -1), old);
+void lower_softmax(LowerCtx& c, const std::string& op, bool flatten) {
+  emit_rowwise(c, KernelClass::softmax, op, 5, c.n.attr_i("axis", flatten ? 1 : -1), flatten);
 }
 
 void lower_layernorm(LowerCtx& c, const std::string& op, double ops) {
@@ -141,6 +140,30 @@ void lower_group_norm(LowerCtx& c) {
   const double e = double(numel(x)), eb = elem_bytes(k.dtype);
   k.flops = 6 * e;
   k.bytes = 2 * e * eb + (double(numel(c.in(1))) + double(numel(c.in(2)))) * eb;
+  c.out.push_back(k);
+}
+
+// com.microsoft GroupNorm / SkipGroupNorm (NHWC input [N, H, W, C], gamma, beta[, skip,
+// bias]; attribute groups): normalise each (sample, group) over H x W x C / groups; the
+// skip variant also reads the residual (and bias) and may write their sum.
+void lower_nhwc_group_norm(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!c.all_known({x}) || x->shape.size() < 2) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const bool skip = c.n.op_type == "SkipGroupNorm";
+  const int64_t groups = std::max<int64_t>(c.n.attr_i("groups", 1), 1);
+  Kernel k = c.base(KernelClass::layernorm, "groupnorm");
+  k.rows = x->shape[0].value * groups;
+  k.cols = k.rows > 0 ? x->num_elements() / k.rows : 0;
+  const double e = double(numel(x)), eb = elem_bytes(k.dtype);
+  k.flops = (skip ? 8 : 6) * e;
+  double extra = 0;
+  for (size_t i = 1; i < c.n.inputs.size(); ++i) extra += tensor_bytes(c, c.in(i));
+  k.bytes = 2 * e * eb + extra + (skip && c.outp(1) ? e * eb : 0);
+  k.operand_elems = {numel(x)};
+  if (skip) k.note = "residual add fused";
   c.out.push_back(k);
 }
 
@@ -301,8 +324,8 @@ void add_vector_rules(RuleTable& r) {
   };
   static const Ew ew[] = {
       {"Add", "add", 1}, {"Sub", "sub", 1}, {"Mul", "mul", 1}, {"Div", "div", 1}, {"Pow", "pow", 1},
-      {"Relu", "relu", 1}, {"Gelu", "gelu", 1}, {"FastGelu", "gelu", 1}, {"BiasGelu", "gelu", 1},
-      {"QuickGelu", "gelu", 1}, {"Tanh", "tanh", 1}, {"Sigmoid", "sigmoid", 1}, {"Exp", "exp", 1},
+      {"Relu", "relu", 1}, {"Gelu", "gelu", 1}, {"com.microsoft:FastGelu", "gelu", 1},
+      {"com.microsoft:BiasGelu", "gelu", 1}, {"com.microsoft:QuickGelu", "gelu", 1}, {"Tanh", "tanh", 1}, {"Sigmoid", "sigmoid", 1}, {"Exp", "exp", 1},
       {"Log", "log", 1}, {"Sqrt", "sqrt", 1}, {"Erf", "erf", 1}, {"Neg", "neg", 1}, {"Abs", "abs", 1},
       {"Reciprocal", "reciprocal", 1}, {"Max", "max", 1}, {"Min", "min", 1}, {"Clip", "clip", 1},
       {"LeakyRelu", "leakyrelu", 1}, {"Elu", "elu", 1}, {"Selu", "selu", 1}, {"Celu", "celu", 1},
@@ -316,7 +339,7 @@ void add_vector_rules(RuleTable& r) {
       {"And", "and", 1}, {"Or", "or", 1}, {"Xor", "xor", 1}, {"Not", "not", 1}, {"Mod", "mod", 1},
       {"BitShift", "bitshift", 1}, {"BitwiseAnd", "and", 1}, {"BitwiseOr", "or", 1}, {"BitwiseXor", "xor", 1},
       {"BitwiseNot", "not", 1}, {"PRelu", "prelu", 1}, {"Sum", "add", 1}, {"Mean", "mean", 1},
-      {"BiasAdd", "add", 1}, {"IsNaN", "isnan", 1}, {"IsInf", "isinf", 1},
+      {"com.microsoft:BiasAdd", "add", 1}, {"IsNaN", "isnan", 1}, {"IsInf", "isinf", 1},
       {"BatchNormalization", "batchnorm", 2}, {"QuantizeLinear", "quantize", 2},
       {"DequantizeLinear", "dequantize", 2}, {"DynamicQuantizeLinear", "quantize", 3},
       {"Swish", "silu", 1}, {"Silu", "silu", 1},
@@ -326,20 +349,39 @@ void add_vector_rules(RuleTable& r) {
     const double ops = e.ops;
     r[e.onnx] = [name, ops](LowerCtx& c) { emit_elementwise(c, name, ops); };
   }
-  r["Softmax"] = [](LowerCtx& c) { lower_softmax(c, "softmax"); };
-  r["LogSoftmax"] = [](LowerCtx& c) { lower_softmax(c, "logsoftmax"); };
-  r["Hardmax"] = [](LowerCtx& c) { lower_softmax(c, "hardmax"); };
+  // Before opset 13 the input is flattened to 2-D at `axis` (default 1) and each row of the
+  // flattened trailing dims is normalised; from 13 on, the one dim `axis` (default -1).
+  for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {
+    std::string name = op;
+    std::transform(name.begin(), name.end(), name.begin(), ::tolower);
+    r.add("", op, [name](LowerCtx& c) { lower_softmax(c, name, true); }, 1);
+    r.add("", op, [name](LowerCtx& c) { lower_softmax(c, name, false); }, 13);
+  }
   r["LayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "ln", 6); };
   r["SimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "rmsnorm", 4); };
   r["RMSNormalization"] = r["SimplifiedLayerNormalization"];
-  r["SkipLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "ln", 6); };
-  r["SkipSimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "rmsnorm", 4); };
-  r["EmbedLayerNormalization"] = lower_embed_layernorm;
+  r["com.microsoft:SkipLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "ln", 6); };
+  r["com.microsoft:SkipSimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "rmsnorm", 4); };
+  r["com.microsoft:EmbedLayerNormalization"] = lower_embed_layernorm;
   r["GroupNormalization"] = lower_group_norm;
   r["MeanVarianceNormalization"] = lower_mvn;
   r["LRN"] = lower_lrn;
   r["NegativeLogLikelihoodLoss"] = lower_nll_loss;
   r["SoftmaxCrossEntropyLoss"] = lower_softmax_cross_entropy;
+  // LpNormalization: x / ||x||_p along `axis` (default -1): a row-wise kernel.
+  r["LpNormalization"] = [](LowerCtx& c) {
+    emit_rowwise(c, KernelClass::layernorm, "lpnorm", 3, c.n.attr_i("axis", -1), false);
+  };
+  // com.microsoft BiasSoftmax(data, bias): softmax(data + bias) over the dims from `axis`
+  // (default 1) in one kernel that also reads the broadcast bias.
+  r["com.microsoft:BiasSoftmax"] = [](LowerCtx& c) {
+    emit_rowwise(c, KernelClass::softmax, "softmax", 6, c.n.attr_i("axis", 1), true);
+  };
+  // com.microsoft BiasDropout(data, bias, residual, ratio, training_mode): bias add, dropout
+  // (identity in inference) and residual add in one pass.
+  r["com.microsoft:BiasDropout"] = [](LowerCtx& c) { emit_elementwise(c, "bias_dropout", 2); };
+  r["com.microsoft:GroupNorm"] = lower_nhwc_group_norm;
+  r["com.microsoft:SkipGroupNorm"] = lower_nhwc_group_norm;
   r["InstanceNormalization"] = lower_group_norm;
   for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                          "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "GlobalAveragePool",

@@ -18,6 +18,7 @@ void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms = r.backward_ms = r.update_ms = 0;
   r.e2e_low_ms = r.e2e_high_ms = 0;
   r.totals_by_class.clear();
+  r.folded_nodes = r.unpredicted_nodes = 0;
   auto add = [&](const KernelReport& k) {
     const double ms = k.prediction.latency_ms;
     r.e2e_low_ms += k.prediction.low_ms();
@@ -30,6 +31,10 @@ void summarize(Report& r) {
     r.totals_by_class[kernel_class_name(k.kernel.cls)] += ms;
   };
   for (auto& n : r.nodes) {
+    if (n.no_kernel == "constant folded") ++r.folded_nodes;
+    if (std::any_of(n.kernels.begin(), n.kernels.end(),
+                    [](const KernelReport& k) { return k.kernel.cls == KernelClass::unknown; }))
+      ++r.unpredicted_nodes;
     n.latency_ms = n.latency_low_ms = n.latency_high_ms = 0;
     for (const auto& k : n.kernels) {
       n.latency_ms += k.prediction.latency_ms;
@@ -210,6 +215,8 @@ json report_json(const Report& r) {
   if (r.parallel) j["parallel"] = *r.parallel;
   j["warnings"] = r.warnings;
   j["unknown_ops"] = r.unknown_ops;
+  j["folded_nodes"] = r.folded_nodes;
+  j["unpredicted_nodes"] = r.unpredicted_nodes;
   return j;
 }
 
@@ -319,6 +326,10 @@ void put_kernel(std::string& out, const KernelReport& k, const Gpu& gpu) {
     put_int(out, k.kernel.cols);
     out += '}';
   }
+  if (!k.kernel.body_node.empty()) {
+    put_key(out, "body_node");
+    put_str(out, k.kernel.body_node);
+  }
   if (!k.kernel.note.empty()) {
     put_key(out, "note");
     put_str(out, k.kernel.note);
@@ -335,6 +346,14 @@ void put_node(std::string& out, const NodeReport& n, const Gpu& gpu) {
   if (!n.domain.empty()) {
     put_key(out, "domain");
     put_str(out, n.domain);
+  }
+  if (!n.no_kernel.empty()) {
+    put_key(out, "no_kernel");
+    put_str(out, n.no_kernel);
+    if (n.no_kernel == "constant folded") {
+      put_key(out, "folded");
+      out += "true";
+    }
   }
   put_key(out, "latency_ms");
   put_num(out, n.latency_ms);

@@ -170,13 +170,19 @@ std::string format_table(const Report& r, const TableOptions& opt) {
        << "\n";
   }
   if (!r.unknown_ops.empty()) {
-    os << "\nnot predicted (unknown ops, 0 ms):";
+    os << "\nnot predicted (" << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes")
+       << " of unknown ops, 0 ms):";
     for (const auto& u : r.unknown_ops) os << " " << u;
     os << "\n";
   }
+  if (r.folded_nodes > 0)
+    os << "\nconstant folded: " << r.folded_nodes << (r.folded_nodes == 1 ? " node" : " nodes")
+       << " computed from constants before the run (no kernel)\n";
   os << "\n" << st("end-to-end latency: " + format_ms(r.e2e_latency_ms) + " ms", "1;32");
   if (r.e2e_high_ms > r.e2e_low_ms)
     os << " (80% interval " << format_ms(r.e2e_low_ms) << " - " << format_ms(r.e2e_high_ms) << " ms)";
+  if (r.unpredicted_nodes > 0)
+    os << "; " << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes") << " not predicted";
   os << "\n";
   return os.str();
 }

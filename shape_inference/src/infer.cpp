@@ -855,7 +855,7 @@ void add_core_rules(RuleTable& t) {
                            "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "Shrink", "IsNaN", "IsInf",
                            "Softmax", "LogSoftmax", "Hardmax", "LpNormalization", "InstanceNormalization",
                            "BatchNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
-                           "ReverseSequence", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd"})
+                           "ReverseSequence"})
       t[op] = rule_unary;
     t["Not"] = [](Ctx& c) {
       rule_unary(c);
@@ -932,14 +932,8 @@ const RuleTable& rules() {
   return table;
 }
 
-const Rule* find_rule(const Node& n) {
-  const RuleTable& t = rules();
-  if (!n.domain.empty()) {
-    auto it = t.find(n.domain + ":" + n.op_type);
-    if (it != t.end()) return &it->second;
-  }
-  auto it = t.find(n.op_type);
-  return it == t.end() ? nullptr : &it->second;
+const Rule* find_rule(const Node& n, const Model& model) {
+  return rules().find(n.domain, n.op_type, model.opset(n.domain));
 }
 
 // Fills what the rule left unknown from ONNX's own inference; never overrides the rule.
@@ -1029,7 +1023,7 @@ void infer_graph(Run& run, Graph& graph, int depth) {
   for (size_t idx = 0; idx < graph.nodes.size(); ++idx) {
     const Node& node = graph.nodes[idx];
     Ctx c{graph, run.model, node, run.result, run.hints, depth, run.unroll_budget, &bodies};
-    const Rule* rule = find_rule(node);
+    const Rule* rule = find_rule(node, run.model);
     if (rule) (*rule)(c);
     bool hinted = false;
     if (run.hints) {
@@ -1067,6 +1061,8 @@ void infer_graph(Run& run, Graph& graph, int depth) {
 }  // namespace neusight::shape_rules
 
 namespace neusight {
+
+std::vector<std::pair<std::string, std::string>> shape_rule_ops() { return shape_rules::rules().ops(); }
 
 ShapeResult infer_shapes(Graph& graph, const Model& model, const std::map<std::string, TensorInfo>* hints) {
   using namespace shape_rules;

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "neusight/op_registry.h"
 #include "neusight/shape_inference.h"
 
 namespace neusight::shape_rules {
@@ -55,8 +56,9 @@ struct Ctx {
 };
 
 using Rule = std::function<void(Ctx&)>;
-// Keys are "Op" for ai.onnx (and any domain without a more specific rule) or "domain:Op".
-using RuleTable = std::unordered_map<std::string, Rule>;
+// Keyed by (domain, op, opset) (op_registry.h); `t["Op"]` is ai.onnx (and any domain
+// without a more specific rule), `t["domain:Op"]` another domain's.
+using RuleTable = OpRegistry<Rule>;
 
 // Helpers (infer.cpp).
 int64_t checked_mul(int64_t a, int64_t b, const std::string& where);

@@ -8,6 +8,7 @@ namespace neusight::shape_rules {
 namespace {
 
 const char* const kMs = "com.microsoft:";
+std::string ms_op(const char* op) { return std::string(kMs) + op; }
 
 void like_input(Ctx& c, size_t out, size_t in, DType dt = DType::undefined) {
   const TensorInfo* x = c.in(in);
@@ -195,13 +196,103 @@ void rule_bias_split_gelu(Ctx& c) {
   set_out(c, 0, x->dtype, s);
 }
 
+// PackedAttention: input [T, Din], weights [Din, 3D] (or qkv_hidden_sizes) -> [T, Dv].
+void rule_packed_attention(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* w = c.in(1);
+  if (!x) return;
+  if (!x->has_shape || x->shape.size() != 2) { set_dtype(c, 0, x->dtype); return; }
+  std::vector<int64_t> qkv = c.n.attr_ints("qkv_hidden_sizes");
+  Dim dv{};
+  if (qkv.size() == 3) dv = Dim::of(qkv[2]);
+  else if (w && w->has_shape && w->shape.size() == 2) dv = div(w->shape[1], 3);
+  set_out(c, 0, x->dtype, {x->shape[0], dv});
+}
+
+// PackedMultiHeadAttention: query [T, D] (packed QKV [T, N, 3, H]), value [T, Dv] -> [T, Dv].
+void rule_packed_mha(Ctx& c) {
+  const TensorInfo* q = c.in(0);
+  const TensorInfo* v = c.in(2);
+  if (!q) return;
+  const int64_t heads = c.n.attr_i("num_heads", 0);
+  if (!q->has_shape || (q->shape.size() != 2 && q->shape.size() != 4)) { set_dtype(c, 0, q->dtype); return; }
+  Dim dv = q->shape.size() == 4 ? mul(q->shape[3], heads, c) : q->shape[1];
+  if (q->shape.size() == 2 && v && v->has_shape && v->shape.size() == 2) dv = v->shape[1];
+  set_out(c, 0, q->dtype, {q->shape[0], dv});
+}
+
+// DecoderMaskedMultiHeadAttention: query [B, S, D] -> output [B, S, Dv]; present_key /
+// present_value share the past buffers (inputs 5, 6: [B, N, max_len, H]).
+void rule_dmmha(Ctx& c) {
+  const TensorInfo* q = c.in(0);
+  if (!q) return;
+  if (!q->has_shape || q->shape.size() != 3) { for (size_t i = 0; i < c.num_out(); ++i) set_dtype(c, i, q->dtype); return; }
+  const TensorInfo* v = c.in(2);
+  const TensorInfo* past_v = c.in(6);
+  const int64_t heads = c.n.attr_i("num_heads", 0);
+  Dim dv = q->shape[2];
+  if (past_v && past_v->has_shape && past_v->shape.size() == 4) dv = mul(past_v->shape[3], heads, c);
+  else if (v && v->has_shape && v->shape.size() == 4) dv = mul(v->shape[3], heads, c);
+  else if (v && v->has_shape && v->shape.size() == 3) dv = v->shape[2];
+  set_out(c, 0, q->dtype, {q->shape[0], q->shape[1], dv});
+  for (size_t o = 1; o < 3 && o < c.num_out(); ++o)
+    if (const TensorInfo* past = c.in(4 + o)) like_input(c, o, 4 + o);
+}
+
+// SparseAttention: query [B, S, N*H] (packed [B, S, (N + 2 Nkv) H]) -> [B, S, N*H];
+// present_key / present_value [B, Nkv, max(past length, total_sequence_length), H].
+void rule_sparse_attention(Ctx& c) {
+  const TensorInfo* q = c.in(0);
+  if (!q) return;
+  const int64_t n = c.n.attr_i("num_heads", 0), nkv = c.n.attr_i("kv_num_heads", 0);
+  if (!q->has_shape || q->shape.size() != 3) { for (size_t i = 0; i < c.num_out(); ++i) set_dtype(c, i, q->dtype); return; }
+  const bool packed = !c.has_in(1);
+  const Dim h = div(q->shape[2], packed ? n + 2 * nkv : n);
+  set_out(c, 0, q->dtype, {q->shape[0], q->shape[1], mul(h, n, c)});
+  const TensorInfo* past = c.in(3);
+  Dim total{};
+  const auto* tv = c.value(7);
+  if (tv && tv->size() == 1) total = Dim::of((*tv)[0]);
+  if (past && past->has_shape && past->shape.size() == 4) {
+    const Dim& p = past->shape[2];
+    total = total.known() && p.known() ? Dim::of(std::max(total.value, p.value)) : p;
+  }
+  const Dim kvn = nkv > 0 ? Dim::of(nkv) : Dim{};
+  for (size_t o = 1; o < 3 && o < c.num_out(); ++o) set_out(c, o, q->dtype, {q->shape[0], kvn, total, h});
+}
+
+// GatherBlockQuantized: a Gather along gather_axis of data's logical shape (a uint8 holding
+// 8 / bits quantized values widens its last dim) -> the scales' dtype.
+void rule_gather_block_quantized(Ctx& c) {
+  const TensorInfo* data = c.in(0);
+  const TensorInfo* idx = c.in(1);
+  const TensorInfo* scales = c.in(2);
+  if (!data) return;
+  const DType dt = scales ? scales->dtype : DType::f32;
+  if (!data->has_shape || !idx || !idx->has_shape || data->shape.empty()) { set_dtype(c, 0, dt); return; }
+  Shape logical = data->shape;
+  const int64_t bits = c.n.attr_i("bits", 4);
+  if (data->dtype == DType::u8 && bits > 0 && bits < 8) logical.back() = mul(logical.back(), 8 / bits, c);
+  const int64_t axis = norm_axis(c.n.attr_i("gather_axis", 0), static_cast<int64_t>(logical.size()), c);
+  Shape out(logical.begin(), logical.begin() + axis);
+  out.insert(out.end(), idx->shape.begin(), idx->shape.end());
+  out.insert(out.end(), logical.begin() + axis + 1, logical.end());
+  set_out(c, 0, dt, out);
+}
+
 }  // namespace
 
 void add_contrib_rules(RuleTable& t) {
+  t[ms_op("PackedAttention")] = rule_packed_attention;
+  t[ms_op("PackedMultiHeadAttention")] = rule_packed_mha;
+  t[ms_op("SparseAttention")] = rule_sparse_attention;
+  t[ms_op("GatherBlockQuantized")] = rule_gather_block_quantized;
+  t[ms_op("MoE")] = rule_first_input;
+  t[ms_op("QMoE")] = rule_first_input;
   const std::string ms = kMs;
   t[ms + "Attention"] = rule_attention;
   t[ms + "MultiHeadAttention"] = rule_mha;
-  t[ms + "DecoderMaskedMultiHeadAttention"] = rule_mha;
+  t[ms + "DecoderMaskedMultiHeadAttention"] = rule_dmmha;
   t[ms + "GroupQueryAttention"] = rule_gqa;
   t[ms + "SkipLayerNormalization"] = rule_skip_layernorm;
   t[ms + "SkipSimplifiedLayerNormalization"] = rule_skip_layernorm;

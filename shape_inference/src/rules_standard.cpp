@@ -579,7 +579,7 @@ void add_standard_rules(RuleTable& t) {
   for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
     t[op] = [](Ctx& c) { rule_broadcast(c, DType::undefined, nullptr); };
   for (const char* op : {"GroupNormalization", "Swish", "RotaryEmbedding", "LpNormalization", "Gelu"})
-    if (!t.count(op)) t[op] = rule_unary;
+    if (!t.contains("", op)) t[op] = rule_unary;
   t["RotaryEmbedding"] = rule_unary;
   t["GroupNormalization"] = rule_unary;
   t["Det"] = [](Ctx& c) {

@@ -77,5 +77,97 @@ class TestGrowingLoop(unittest.TestCase):
         self.assertLess(relus[1]["bytes"], relus[2]["bytes"])
 
 
+# A voice-activity-detector-style graph: one If on a bool graph input. The then branch is a
+# MatMul of x (an outer-scope graph input) with a weight, the else branch a Relu of x; a
+# Loop whose trip count is a graph input runs a Relu over x.
+MAKE_IF = r"""
+import sys, numpy as np, onnx
+from onnx import helper, TensorProto, numpy_helper
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])
+then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"], name="mm")], "then", [],
+                           [helper.make_tensor_value_info("t", TensorProto.FLOAT, [64, 256])])
+else_g = helper.make_graph([helper.make_node("Relu", ["x"], ["e"], name="relu")], "else", [],
+                           [helper.make_tensor_value_info("e", TensorProto.FLOAT, [64, 256])])
+body = helper.make_graph([
+    helper.make_node("Identity", ["cond_in"], ["cond_out"], name="id"),
+    helper.make_node("Relu", ["x"], ["r"], name="body_relu")], "body",
+    [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+     helper.make_tensor_value_info("cond_in", TensorProto.BOOL, [])],
+    [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("r", TensorProto.FLOAT, [64, 256])])
+nodes = [helper.make_node("If", ["speech"], ["y"], name="vad", then_branch=then_g, else_branch=else_g),
+         helper.make_node("Loop", ["steps", ""], ["rs"], name="loop", body=body)]
+g = helper.make_graph(nodes, "g",
+    [x, helper.make_tensor_value_info("speech", TensorProto.BOOL, []),
+     helper.make_tensor_value_info("steps", TensorProto.INT64, [])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 256]),
+     helper.make_tensor_value_info("rs", TensorProto.FLOAT, [None, 64, 256])],
+    [numpy_helper.from_array(np.ones((256, 256), np.float32), "W")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+onnx.checker.check_model(m)
+onnx.save(m, sys.argv[1])
+"""
+
+
+@unittest.skipUnless(os.path.exists(PY), "no system python with onnx")
+class TestIfOnGraphInput(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.path = os.path.join(cls.tmp.name, "vad.onnx")
+        subprocess.run([PY, "-c", MAKE_IF, cls.path], check=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def analyse(self, *args):
+        from cli_util import run
+        out = os.path.join(self.tmp.name, "r.json")
+        code, _, err = run(self.path, "--gpu", "a100", "--predictor", "roofline", "--json", out, "--quiet", *args)
+        self.assertEqual(code, 0, err)
+        import json
+        with open(out) as f:
+            return json.load(f), [l for l in err.splitlines() if "warning:" in l]
+
+    def test_unknown_condition_prices_the_dearer_branch_and_names_the_input(self):
+        r, warns = self.analyse()
+        ks = body_kernels(r, "If")
+        self.assertEqual([k["class"] for k in ks], ["gemm"])  # the MatMul branch is dearer
+        self.assertEqual(ks[0]["body_node"], "vad/mm")
+        ifw = [w for w in warns if "If 'vad'" in w]
+        self.assertEqual(len(ifw), 1, warns)
+        self.assertIn("'speech'", ifw[0])
+        self.assertIn("--value speech=V", ifw[0])
+        loopw = [w for w in warns if "Loop 'loop'" in w]
+        self.assertEqual(len(loopw), 1, warns)
+        self.assertIn("steps", loopw[0])
+        self.assertEqual(len(body_kernels(r, "Loop")), 1)  # counted once
+
+    def test_value_picks_the_branch_and_the_trip_count(self):
+        r, warns = self.analyse("--value", "speech=0", "--value", "steps=5")
+        ks = body_kernels(r, "If")
+        self.assertEqual([(k["class"], k["body_node"]) for k in ks], [("elementwise", "vad/relu")])
+        self.assertIn("else branch (condition known)", ks[0]["note"])
+        loop = body_kernels(r, "Loop")
+        self.assertEqual(len(loop), 5)
+        self.assertTrue(all(k["body_node"] == "loop/body_relu" for k in loop))
+        self.assertEqual(warns, [])
+        r, _ = self.analyse("--value", "speech=true,steps=2")
+        self.assertEqual([k["class"] for k in body_kernels(r, "If")], ["gemm"])
+        self.assertEqual(len(body_kernels(r, "Loop")), 2)
+
+    def test_bad_value_is_one_line(self):
+        from cli_util import run
+        code, _, err = run(self.path, "--gpu", "a100", "--value", "speech=0.5", "--quiet")
+        self.assertEqual(code, 2)
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn("--value speech", lines[0])
+        code, _, err = run(self.path, "--gpu", "a100", "--value", "steps=1e300", "--quiet")
+        self.assertEqual(code, 2)
+        self.assertIn("out of range", err)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -282,14 +282,18 @@ TEST_CASE("fusion: full does not fuse a pointwise op whose result is also read e
   CHECK(full.kernels.size() == 3);
 }
 
-TEST_CASE("fusion: full folds constant subgraphs in inference, eager does not") {
+TEST_CASE("fusion: constant subgraphs fold in inference (every fusion mode), not in training") {
   IrGraph b;
   b.input("x", {16, 64});
   Node& t = b.node("Transpose", {b.w("w", {32, 64})}, {b.t("wT", {64, 32})});
   t.attributes["perm"] = test::attr_ints({1, 0});
   b.node("Relu", {"wT"}, {b.t("wr", {64, 32})});
   b.node("MatMul", {"x", "wr"}, {b.t("y", {16, 32})});
-  CHECK(lower_with(b.g, Fusion::eager).kernels.size() == 3);
+  for (Fusion f : {Fusion::none, Fusion::eager}) {
+    const KernelList kl = lower_with(b.g, f);
+    REQUIRE(kl.kernels.size() == 1);
+    CHECK(kl.free_reason[1] == "constant folded");
+  }
   const KernelList full = lower_with(b.g, Fusion::full);
   REQUIRE(full.kernels.size() == 1);
   CHECK(full.free_reason[0] == "constant folded");

@@ -185,7 +185,7 @@ TEST_CASE("control-flow bodies: an unrolled Loop whose carried value grows is pr
   test::IrGraph b;
   b.ints("M", {3});
   b.w("R", {1, 4});
-  b.w("Xo", {8, 16});
+  b.input("Xo", {8, 16});  // data: a body GEMM of two weights would be folded
   b.w("W", {16, 16});
   Node& loop = b.node("Loop", {"M", "", b.input("acc0", {1, 4})}, {"acc", "rs", "hs"});
   loop.attributes["body"] = graph_attr(growing_loop_body());
@@ -212,7 +212,7 @@ TEST_CASE("control-flow bodies: a Loop of unknown trip count keeps what every it
   test::IrGraph b;
   b.input("M", {}, DType::i64);
   b.w("R", {1, 4});
-  b.w("Xo", {8, 16});
+  b.input("Xo", {8, 16});  // data: a body GEMM of two weights would be folded
   b.w("W", {16, 16});
   Node& loop = b.node("Loop", {"M", "", b.input("acc0", {1, 4})}, {"acc", "rs", "hs"});
   loop.attributes["body"] = graph_attr(growing_loop_body());

@@ -2,6 +2,7 @@
 //
 //   #include <neusight/neusight.h>
 //   neusight::Options opts; opts.dims.batch = 8; opts.dims.seq = 512;
+//   opts.dims.shapes["pixel_values"] = {8, 3, 224, 224};  // --shape: a whole input shape
 //   neusight::Report r = neusight::analyze(model_proto, neusight::GpuDatabase::builtin().resolve("b200"), opts);
 //   printf("%.3f ms\n", r.e2e_latency_ms);
 //

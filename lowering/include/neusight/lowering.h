@@ -12,14 +12,17 @@
 //           kernel), Expand read only by broadcasting ops as a view. The tanh-GELU chain of
 //           HF gelu_new stays eight kernels, exactly as the traced GPT-2 opgraph shows.
 //   full  - also fuses chains of pointwise ops and a pointwise prologue into the following
-//           softmax/layernorm/reduction, like torch.compile (inductor); constant subgraphs
-//           are folded (inference).
+//           softmax/layernorm/reduction, like torch.compile (inductor); in inference values
+//           fixed by the bound input shapes fold too (a static-shape engine).
 // In every mode, nodes that only compute shape tensors (every output a compile-time
 // value, or tiny integer tensors computed from tiny integer tensors) run on the host and
-// cost nothing, and views (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape, ...) are free.
+// cost nothing, views (Reshape, Squeeze, Unsqueeze, Flatten, Identity, Shape, ...) are free,
+// and nodes computed from constants only are folded (in training, not what a trainable
+// float initializer feeds).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -72,6 +75,10 @@ struct Kernel {
   // parameter needs.
   int a_input = -1, b_input = -1;
   int64_t steps = 1;                      // recurrent kernels: which step (1-based) this is
+  // Kernels of a control-flow body (If branch, Loop / Scan body): the body node that runs
+  // it, named "<node>/<body node>" (nested bodies add a level each); `node` is the node of
+  // the analysed graph that holds the body.
+  std::string body_node;
   // DRAM traffic that depends on the GPU's L2 (tiling.h, on_gpu). `bytes` reads each element
   // of an operand once; an operand element used again later - broadcast over an output dim,
   // or sharing its 32-byte sector with elements that a permuted-view read reaches later
@@ -111,11 +118,18 @@ struct LoweringOptions {
   DType compute_dtype = DType::undefined;
   // ai.onnx opset of the model (Softmax axis semantics changed at 13); 0 = latest.
   int64_t opset = 0;
+  // Opsets of the other domains the model imports ("com.microsoft" -> 1, ...): each node is
+  // lowered by the rule registered for its (domain, op type, opset). A domain missing here
+  // gets its latest rules (ai.onnx: `opset`).
+  std::map<std::string, int64_t> opsets;
 };
 
 struct KernelList {
   std::vector<Kernel> kernels;              // execution order: forward, backward, update
   std::vector<std::string> unknown_ops;     // op types lowered to class "unknown"
+  // What the prediction had to assume: an If whose condition is not known before the run,
+  // a Loop / Scan whose trip count is not (one line each, naming the node and the input).
+  std::vector<std::string> warnings;
   // Per node of the graph: the node whose kernel does its work when it was fused into
   // another node's kernel, else -1.
   std::vector<int> fused_into;
@@ -125,5 +139,9 @@ struct KernelList {
 };
 
 KernelList lower(const Graph& graph, const LoweringOptions& options);
+
+// The (domain, op type) pairs with a lowering rule ("" = ai.onnx), sorted. If, Loop, Scan
+// and SequenceMap are lowered through their bodies and are not listed.
+std::vector<std::pair<std::string, std::string>> lowering_rule_ops();
 
 }  // namespace neusight

@@ -30,6 +30,9 @@ struct NodeReport {
   std::string domain;
   std::vector<TensorInfo> outputs;
   std::vector<KernelReport> kernels;
+  // Why the node launches no kernel of its own ("constant folded", "view", "host (shape
+  // computation)", ...); empty when it does or when another node's kernel does its work.
+  std::string no_kernel;
   double latency_ms = 0;  // sum over its kernels, all phases
   // Sums of its kernels' 80% interval bounds (Prediction): errors of one GPU's kernels go
   // together, so the bounds add.
@@ -52,6 +55,8 @@ struct Report {
   std::vector<KernelReport> extra_kernels;  // kernels tied to no node (collectives ...)
   std::vector<std::string> warnings;
   std::vector<std::string> unknown_ops;
+  int folded_nodes = 0;       // nodes computed from constants only (no kernel)
+  int unpredicted_nodes = 0;  // nodes with an "unknown" kernel (no time counted)
   std::map<std::string, double> totals_by_class;  // ms per kernel class
   // Multi-GPU training (--parallel): e2e_latency_ms is then this iteration time, while nodes
   // and phase totals are one micro-batch on the GPUs of the model-parallel group.

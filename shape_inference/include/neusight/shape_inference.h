@@ -17,8 +17,16 @@ namespace neusight {
 
 struct DimBindings {
   std::map<std::string, int64_t> named;  // --dim NAME=VALUE
-  int64_t batch = -1;                    // --batch: first symbolic input dim
-  int64_t seq = -1;                      // --seq: second symbolic input dim
+  // --batch: the first symbolic name among the input dims, and every unnamed (or -1) first
+  // dim of an input; --seq: the second symbolic name, and every unnamed second dim.
+  int64_t batch = -1;
+  int64_t seq = -1;
+  // --shape NAME=1x3x224x224: an input's whole shape, fixed dims included. A symbolic dim it
+  // sets binds that name on the other inputs too.
+  std::map<std::string, std::vector<int64_t>> shapes;
+  // --value NAME=V: the value of a scalar graph input (an If condition, a Loop trip count),
+  // known at compile time from then on.
+  std::map<std::string, double> values;
 };
 
 struct ShapeResult {
@@ -26,9 +34,11 @@ struct ShapeResult {
   std::vector<std::string> unknown_ops;  // op types with no shape rule (still inferred as far as possible)
 };
 
-// Binds dims on the graph inputs. Throws InputError listing every symbolic input dim that
-// stays unbound, and for negative or overflowing values.
-void bind_dims(Graph& graph, const DimBindings& bindings);
+// Binds dims (and --value values) on the graph inputs. Returns warnings: a flag that binds
+// nothing, a --shape that changes a fixed dim. Throws InputError naming the input and axis
+// of every input dim that stays unbound (with the --shape line that binds them), for
+// negative values, a --shape or --value naming no graph input, and a --shape of the wrong rank.
+std::vector<std::string> bind_dims(Graph& graph, const DimBindings& bindings);
 
 // Infers shapes in place (graph must be topologically sorted, as the frontend leaves it).
 // `hints` (optional, e.g. onnx_shape_hints() of the frontend) fill what the project's own
@@ -38,5 +48,8 @@ void bind_dims(Graph& graph, const DimBindings& bindings);
 // lowering/README.md, "Control flow"), in `graph` only: the Model's own bodies are not written.
 ShapeResult infer_shapes(Graph& graph, const Model& model,
                          const std::map<std::string, TensorInfo>* hints = nullptr);
+
+// The (domain, op type) pairs with a shape rule ("" = ai.onnx), sorted.
+std::vector<std::pair<std::string, std::string>> shape_rule_ops();
 
 }  // namespace neusight

@@ -1,0 +1,180 @@
+// contrib.cpp - com.microsoft ops outside attention and normalisation that exporters emit for
+// onnxruntime's CUDA provider: RotaryEmbedding (also ai.onnx 23), GatherBlockQuantized,
+// BiasSplitGelu, GemmFastGelu, MoE / QMoE.
+#include <algorithm>
+#include <cmath>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+namespace {
+
+int64_t dim(const TensorInfo* t, size_t i) {
+  return t && t->has_shape && i < t->shape.size() && t->shape[i].known() ? t->shape[i].value : -1;
+}
+
+// RotaryEmbedding: com.microsoft (input, position_ids, cos_cache, sin_cache), ai.onnx 23
+// (X, cos_cache, sin_cache, position_ids). One elementwise pass over the input (x * cos -
+// y * sin on the rotated pairs, 3 FLOPs an element) that reads each token's cos and sin row
+// (rotary_dim / 2 elements each: the caches' second dim) and its position id.
+void lower_rotary(LowerCtx& c) {
+  const bool onnx = RuleTable::canonical(c.n.domain).empty();
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* y = c.outp(0);
+  const TensorInfo* cos = c.in(onnx ? 1 : 2);
+  const TensorInfo* pos = c.in(onnx ? 3 : 1);
+  if (!c.all_known({x, y}) || x->shape.size() < 3) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  Kernel k = c.base(KernelClass::elementwise, "rotary");
+  rows_cols(y, k.rows, k.cols);
+  const double e = double(numel(x)), eb = elem_bytes(k.dtype);
+  // Tokens: B x S ([B, S, hidden], [B, S, N, H] or [B, N, S, H]).
+  const size_t r = x->shape.size();
+  const int64_t seq = r == 4 && dim(x, 1) == c.n.attr_i("num_heads", -1) ? dim(x, 2) : dim(x, 1);
+  const double tokens = double(x->shape[0].value) * double(std::max<int64_t>(seq, 1));
+  const double half = std::max<int64_t>(dim(cos, cos && cos->shape.size() >= 1 ? cos->shape.size() - 1 : 0), 0);
+  k.flops = 3 * e;
+  k.bytes = 2 * e * eb + 2 * tokens * half * elem_bytes(c.dtype(cos)) + tensor_bytes(c, pos);
+  k.operand_elems = {numel(x)};
+  k.inputs = 2;
+  k.note = "rotary position embedding";
+  c.out.push_back(k);
+}
+
+// GatherBlockQuantized(data, indices, scales, zero_points): a Gather of block-quantized rows
+// (4-bit packed two to a uint8, or 8-bit) dequantized on the way: reads the gathered
+// quantized elements, their block scales (and zero points) and the indices, writes the
+// output in the scales' precision.
+void lower_gather_block_quantized(LowerCtx& c) {
+  const TensorInfo* data = c.in(0);
+  const TensorInfo* idx = c.in(1);
+  const TensorInfo* scales = c.in(2);
+  const TensorInfo* y = c.outp(0);
+  if (!c.all_known({data, idx, y})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t bits = c.n.attr_i("bits", 4), block = std::max<int64_t>(c.n.attr_i("block_size", 128), 1);
+  const double e = double(numel(y));
+  Kernel k = c.base(KernelClass::memory, "gather");
+  rows_cols(y, k.rows, k.cols);
+  const double scale_b = scales ? elem_bytes(c.dtype(scales)) : 2.0;
+  const double zp = c.in(3) ? e / double(block) * (bits / 8.0) : 0;
+  k.flops = 2 * e;
+  k.bytes = e * (bits / 8.0) + e / double(block) * scale_b + zp + tensor_bytes(c, idx) + e * elem_bytes(k.dtype);
+  k.operand_elems = {numel(idx)};
+  k.note = std::to_string(bits) + "-bit rows dequantized in the gather";
+  c.out.push_back(k);
+}
+
+// GemmFastGelu(X, W, bias): one GEMM with the bias and the tanh-GELU in its epilogue.
+void lower_gemm_fast_gelu(LowerCtx& c) {
+  const size_t before = c.out.size();
+  emit_matmul(c);
+  if (c.out.size() != before + 1 || c.out.back().cls != KernelClass::gemm) return;
+  Kernel& k = c.out.back();
+  const TensorInfo* bias = c.in(2);
+  k.epilogue = bias ? "bias+gelu" : "gelu";
+  if (bias) k.bytes += double(numel(bias)) * elem_bytes(k.dtype);
+  k.note = k.note.empty() ? "FastGelu epilogue" : k.note + "; FastGelu epilogue";
+}
+
+// MoE / QMoE(input [rows, hidden] or [B, S, hidden], router_probs [rows, E], fc1 weights
+// [E, hidden, inter] (or [E, inter, hidden]), fc1 bias, fc2 weights, fc2 bias, fc3 weights
+// ...): the router's top-k over E experts per token, then each expert's FFN on the tokens
+// routed to it (rows x k in all, spread evenly: one batched GEMM of E problems per FC layer,
+// reading every expert's weights), the activation, and the weighted sum of each token's k
+// expert outputs. QMoE reads its weights at expert_weight_bits.
+void lower_moe(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* router = c.in(1);
+  const TensorInfo* fc1 = c.in(2);
+  const bool quantized = c.n.op_type == "QMoE";
+  // MoE: fc1, fc1 bias, fc2, fc2 bias, fc3, fc3 bias; QMoE adds each weight's scales after it.
+  const size_t fc2_at = quantized ? 5 : 4, fc3_at = quantized ? 8 : 6;
+  const TensorInfo* fc2 = c.in(fc2_at);
+  const bool gated = c.in(fc3_at) != nullptr;
+  if (!c.all_known({x, router, fc1}) || router->shape.size() != 2 || fc1->shape.size() != 3 || x->shape.empty()) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t bits = quantized ? c.n.attr_i("expert_weight_bits", 4) : 0;
+  const int64_t pack = quantized && bits > 0 && bits < 8 ? 8 / bits : 1;
+  const int64_t hidden = x->shape.back().value, experts = router->shape[1].value;
+  const int64_t rows = numel(x) / std::max<int64_t>(hidden, 1);
+  const int64_t top_k = std::clamp<int64_t>(c.n.attr_i("k", 1), 1, std::max<int64_t>(experts, 1));
+  // The intermediate size: fc1's dim that is not the hidden size (the packed one unpacked).
+  const int64_t a = fc1->shape[1].value, b = fc1->shape[2].value;
+  const int64_t inter = a == hidden ? b * pack : a;
+  if (experts <= 0 || inter <= 0 || rows <= 0) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const DType act = c.dtype(x);
+  const double eb = elem_bytes(act);
+  const double routed = double(rows) * double(top_k);
+  const int64_t per_expert = static_cast<int64_t>(std::ceil(routed / double(experts)));
+
+  Kernel topk = c.base(KernelClass::reduce, "topk");
+  topk.dtype = act;
+  topk.rows = rows;
+  topk.cols = experts;
+  topk.flops = double(rows) * double(experts) * 2;
+  topk.bytes = double(numel(router)) * elem_bytes(c.dtype(router)) + double(rows) * double(top_k) * (eb + 4);
+  topk.operand_elems = {numel(router)};
+  topk.note = "router top-" + std::to_string(top_k) + " of " + std::to_string(experts) + " experts";
+  c.out.push_back(topk);
+
+  const double weight_elem_bytes = quantized ? bits / 8.0 : eb;
+  auto ffn = [&](int input, int64_t n, int64_t k, const std::string& what) {
+    Kernel g = c.base(KernelClass::gemm, "bmm");
+    g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : act;
+    g.gemm = {experts, per_expert, n, k};
+    g.flops = 2.0 * routed * double(n) * double(k);
+    g.bytes = routed * double(k) * eb + double(experts) * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
+    g.operand_elems = {static_cast<int64_t>(routed) * k, experts * n * k};
+    g.a_input = -1;
+    g.b_input = input;
+    g.note = what + " of each expert, " + std::to_string(per_expert) + " tokens each";
+    if (quantized) g.note += ", " + std::to_string(bits) + "-bit weights";
+    c.out.push_back(g);
+  };
+  ffn(2, inter, hidden, "FC1");
+  if (gated) ffn(static_cast<int>(fc3_at), inter, hidden, "FC3 (gate)");
+  Kernel actk = c.base(KernelClass::elementwise, c.n.attr_s("activation_type", "relu"));
+  actk.dtype = act;
+  actk.rows = static_cast<int64_t>(routed);
+  actk.cols = inter;
+  actk.flops = routed * double(inter) * (gated ? 2 : 1);
+  actk.bytes = routed * double(inter) * eb * (gated ? 3 : 2);
+  actk.operand_elems = {static_cast<int64_t>(routed) * inter};
+  actk.note = "expert activation";
+  c.out.push_back(actk);
+  if (fc2) ffn(static_cast<int>(fc2_at), hidden, inter, "FC2");
+  Kernel sum = c.base(KernelClass::elementwise, "moe_combine");
+  sum.dtype = act;
+  sum.rows = rows;
+  sum.cols = hidden;
+  sum.inputs = 2;
+  sum.flops = 2 * routed * double(hidden);
+  sum.bytes = routed * double(hidden) * eb + double(rows) * double(top_k) * eb + double(rows) * double(hidden) * eb;
+  sum.operand_elems = {static_cast<int64_t>(routed) * hidden};
+  sum.note = "weighted sum of each token's experts";
+  c.out.push_back(sum);
+}
+
+}  // namespace
+
+void add_contrib_rules(RuleTable& r) {
+  r["com.microsoft:RotaryEmbedding"] = lower_rotary;
+  r.add("", "RotaryEmbedding", lower_rotary, 23);
+  r["com.microsoft:GatherBlockQuantized"] = lower_gather_block_quantized;
+  r["com.microsoft:BiasSplitGelu"] = [](LowerCtx& c) { emit_elementwise(c, "bias_split_gelu", 3); };
+  r["com.microsoft:GemmFastGelu"] = lower_gemm_fast_gelu;
+  r["com.microsoft:MoE"] = lower_moe;
+  r["com.microsoft:QMoE"] = lower_moe;
+}
+
+}  // namespace neusight::lowering_detail

@@ -1,0 +1,155 @@
+"""Binding a model's inputs: --shape (NAME=DIMS, NAME:DIMS, comma lists, repeated), --batch /
+--seq on unnamed and -1 dims, warnings for flags that bind nothing, the unbound-dims error,
+bad values (one line, exit 2), and --value for a scalar input."""
+import json
+import os
+import tempfile
+import unittest
+
+import onnx
+from onnx import TensorProto, helper
+
+from cli_util import run, run_json
+
+
+def input_info(name, dims):
+    """A float input; a dim is an int (fixed, -1 stored as dim_value -1), a str (symbolic) or None (unnamed)."""
+    t = helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+    shape = t.type.tensor_type.shape
+    for d in dims:
+        dim = shape.dim.add()
+        if isinstance(d, int):
+            dim.dim_value = d
+        elif isinstance(d, str):
+            dim.dim_param = d
+    return t
+
+
+def relu_model(path, inputs):
+    """One Relu per input (x -> y_x)."""
+    nodes = [helper.make_node("Relu", [n], [f"y_{n}"], name=f"relu_{n}") for n, _ in inputs]
+    g = helper.make_graph(nodes, "g", [input_info(n, d) for n, d in inputs],
+                          [helper.make_tensor_value_info(f"y_{n}", TensorProto.FLOAT, None) for n, _ in inputs])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def out_shape(report, name):
+    return next(o["shape"] for o in report["graph_outputs"] if o["name"] == name)
+
+
+def warnings_of(stderr):
+    return [l for l in stderr.splitlines() if "warning:" in l]
+
+
+class ShapeFlag(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.d = self.tmp.name
+        self.trt = os.path.join(self.d, "trt.onnx")  # TensorRT-sample style: [-1, 3, 32, 32]
+        relu_model(self.trt, [("x", [-1, 3, 32, 32])])
+        self.vad = os.path.join(self.d, "vad.onnx")  # unnamed dims: [?, ?] and a named one
+        relu_model(self.vad, [("audio", [None, None]), ("state", [2, "batch", 64])])
+        self.fixed = os.path.join(self.d, "fixed.onnx")
+        relu_model(self.fixed, [("img", [1, 3, 16, 16])])
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def json_and_err(self, *args):
+        out = os.path.join(self.d, "r.json")
+        rc, _, err = run(*args, "--json", out, "--quiet", "--predictor", "roofline")
+        self.assertEqual(rc, 0, err)
+        with open(out) as f:
+            return json.load(f), err
+
+    def fails(self, *args, needle=""):
+        rc, out, err = run(*args, "--predictor", "roofline", "--quiet")
+        self.assertEqual(rc, 2, f"stdout={out[:300]} stderr={err}")
+        lines = [l for l in err.splitlines() if l.strip()]
+        self.assertEqual(len(lines), 1, err)
+        self.assertTrue(lines[0].startswith("neusight-onnx: error: "), lines[0])
+        self.assertIn(needle, lines[0])
+        return lines[0]
+
+    def test_shape_sets_minus_one_dims_both_spellings(self):
+        for flag in ("x=8x3x32x32", "x:8x3x32x32"):
+            r, err = self.json_and_err(self.trt, "--gpu", "a100", "--shape", flag)
+            self.assertEqual(out_shape(r, "y_x"), [8, 3, 32, 32])
+            self.assertEqual(warnings_of(err), [])
+
+    def test_shape_comma_list_and_repeated(self):
+        r, _ = self.json_and_err(self.vad, "--gpu", "a100", "--shape", "audio=2x16000,state=2x2x64")
+        self.assertEqual(out_shape(r, "y_audio"), [2, 16000])
+        self.assertEqual(out_shape(r, "y_state"), [2, 2, 64])
+        r, _ = self.json_and_err(self.vad, "--gpu", "a100", "--shape", "audio=3x100", "--shape", "state:2x3x64")
+        self.assertEqual(out_shape(r, "y_audio"), [3, 100])
+        self.assertEqual(out_shape(r, "y_state"), [2, 3, 64])
+
+    def test_shape_binds_a_symbolic_name_everywhere(self):
+        # audio's unnamed dims from --shape; state's `batch` from --dim; both together.
+        r, _ = self.json_and_err(self.vad, "--gpu", "a100", "--shape", "audio=4x512", "--dim", "batch=4")
+        self.assertEqual(out_shape(r, "y_state"), [2, 4, 64])
+
+    def test_shape_changing_a_fixed_dim_warns_once(self):
+        r, err = self.json_and_err(self.fixed, "--gpu", "a100", "--shape", "img=8x3x16x16")
+        self.assertEqual(out_shape(r, "y_img"), [8, 3, 16, 16])
+        w = warnings_of(err)
+        self.assertEqual(len(w), 1, err)
+        self.assertIn("axis 0 1 -> 8", w[0])
+        self.assertIn("img", w[0])
+
+    def test_batch_and_seq_bind_unnamed_leading_dims(self):
+        r, err = self.json_and_err(self.trt, "--gpu", "a100", "--batch", "4")
+        self.assertEqual(out_shape(r, "y_x"), [4, 3, 32, 32])
+        self.assertEqual(warnings_of(err), [])
+        # audio [?, ?]: --batch the first, --seq the second; state's `batch` is the first name.
+        r, err = self.json_and_err(self.vad, "--gpu", "a100", "--batch", "2", "--seq", "800")
+        self.assertEqual(out_shape(r, "y_audio"), [2, 800])
+        self.assertEqual(out_shape(r, "y_state"), [2, 2, 64])
+        self.assertEqual(warnings_of(err), [])
+
+    def test_flags_that_bind_nothing_warn(self):
+        r, err = self.json_and_err(self.fixed, "--gpu", "a100", "--batch", "8")
+        self.assertEqual(out_shape(r, "y_img"), [1, 3, 16, 16])  # fixed: not silently changed
+        w = warnings_of(err)
+        self.assertEqual(len(w), 1, err)
+        self.assertIn("--batch 8 binds no input dim", w[0])
+        self.assertIn("--shape", w[0])
+        self.assertIn("--batch 8 binds no input dim", r["warnings"][0])
+        _, err = self.json_and_err(self.fixed, "--gpu", "a100", "--seq", "128", "--dim", "sequence=7")
+        w = warnings_of(err)
+        self.assertEqual(len(w), 2, err)
+        self.assertTrue(any("--seq 128 binds no input dim" in l for l in w), w)
+        self.assertTrue(any("--dim sequence=7 binds no input dim" in l for l in w), w)
+
+    def test_unbound_error_names_input_axis_and_shape_line(self):
+        line = self.fails(self.trt, "--gpu", "a100", needle="'x' axis 0 (unnamed)")
+        self.assertIn("--shape x=Nx3x32x32", line)
+        line = self.fails(self.vad, "--gpu", "a100", "--batch", "2", needle="'audio' axis 1 (unnamed)")
+        self.assertIn("--shape audio=2xN", line)
+        self.assertNotIn("state", line)  # bound by --batch
+
+    def test_bad_shape_values_one_line(self):
+        self.fails(self.trt, "--gpu", "a100", "--shape", "x=1x-3", needle="x=1x-3")
+        self.fails(self.trt, "--gpu", "a100", "--shape", "x=1x3xx32", needle="dim 2")
+        self.fails(self.trt, "--gpu", "a100", "--shape", "x=", needle="--shape")
+        self.fails(self.trt, "--gpu", "a100", "--shape", "8x3x32x32", needle="NAME=DIMS")
+        self.fails(self.trt, "--gpu", "a100", "--shape", "nope=1x3x32x32", needle="no graph input named 'nope'")
+        line = self.fails(self.trt, "--gpu", "a100", "--shape", "x=1x3x32", needle="rank 4")
+        self.assertIn("not 3", line)
+        self.fails(self.trt, "--gpu", "a100", "--shape", "x=1x3x32x32", "--shape", "x=2x3x32x32",
+                   needle="given twice")
+        self.fails(self.trt, "--gpu", "a100", "--shape", f"x={2**63}x3x32x32", needle="out of range")
+        self.fails(self.vad, "--gpu", "a100", "--shape", "audio=1x1,state=2x3x64", "--dim", "batch=4",
+                   needle="conflicts")
+
+    def test_bad_value_flags_one_line(self):
+        self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "x=1", needle="not a single value")
+        self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "nope=1", needle="no graph input named 'nope'")
+        self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "x=abc", needle="expected a number")
+        self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "x", needle="NAME=VALUE")
+        self.fails(self.trt, "--gpu", "a100", "--batch", "1", "--value", "x=nan", needle="expected a number")
+
+
+if __name__ == "__main__":
+    unittest.main()
