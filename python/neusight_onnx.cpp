@@ -36,7 +36,7 @@ using Argv = std::vector<std::string>;
 
 // The flags the analysis keyword arguments map to (parse_analysis_options and
 // parse_parallel_options read them).
-const std::vector<std::string> kAnalysisFlags = {"--batch", "--seq",       "--dim",     "--mode",     "--dtype",
+const std::vector<std::string> kAnalysisFlags = {"--batch", "--seq", "--dim", "--shape", "--mode", "--dtype",
                                                  "--fusion", "--predictor", "--weights", "--timing", "--parallel",
                                                  "--link-bw"};
 
@@ -102,9 +102,23 @@ struct AnalysisArgs {
       for (auto [k, v] : py::reinterpret_borrow<py::dict>(dims))
         flag("--dim", str_arg(k, "dims key") + "=" + int_text(v, "dims['" + py::str(k).cast<std::string>() + "']"));
     }
-    if (!shapes.is_none())
-      throw InputError("shapes: per-input shapes are not supported; bind symbolic dims with batch=, seq= or "
-                       "dims={NAME: VALUE}");
+    if (!shapes.is_none()) {
+      // {input: [1, 3, 224, 224]} (or a "1x3x224x224" string): the CLI's --shape NAME=DIMS.
+      if (!py::isinstance<py::dict>(shapes)) type_error("shapes", "a dict of name: list of int", shapes);
+      for (auto [k, v] : py::reinterpret_borrow<py::dict>(shapes)) {
+        const std::string name = str_arg(k, "shapes key");
+        std::string dims_text;
+        if (py::isinstance<py::str>(v)) {
+          dims_text = v.cast<std::string>();
+        } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
+          for (auto d : py::reinterpret_borrow<py::sequence>(v))
+            dims_text += (dims_text.empty() ? "" : "x") + int_text(py::reinterpret_borrow<py::object>(d), "shapes['" + name + "']");
+        } else {
+          type_error("shapes['" + name + "']", "a list of int or a string such as '1x3x224x224'", v);
+        }
+        flag("--shape", name + "=" + dims_text);
+      }
+    }
     flag("--mode", str_arg(mode, "mode"));
     if (!dtype.is_none()) flag("--dtype", str_arg(dtype, "dtype"));
     flag("--fusion", str_arg(fusion, "fusion"));

@@ -236,7 +236,7 @@ void rule_dmmha(Ctx& c) {
   else if (v && v->has_shape && v->shape.size() == 3) dv = v->shape[2];
   set_out(c, 0, q->dtype, {q->shape[0], q->shape[1], dv});
   for (size_t o = 1; o < 3 && o < c.num_out(); ++o)
-    if (const TensorInfo* past = c.in(4 + o)) like_input(c, o, 4 + o);
+    if (c.in(4 + o)) like_input(c, o, 4 + o);
 }
 
 // SparseAttention: query [B, S, N*H] (packed [B, S, (N + 2 Nkv) H]) -> [B, S, N*H];

@@ -105,10 +105,14 @@ class SameAsCli(unittest.TestCase):
             with self.subTest(kwargs=kwargs):
                 self.assert_same(lambda: n.analyze(EXAMPLE, "h100", **kwargs), EXAMPLE, "--gpu", "h100", *flags)
 
-    def test_shapes_not_supported(self):
-        with self.assertRaises(ValueError) as cm:
-            n.analyze(EXAMPLE, "h100", shapes={"input_ids": [1, 8]})
-        self.assertIn("dims=", str(cm.exception))
+    def test_shapes_like_the_cli(self):
+        # shapes= is the CLI's --shape: the same one-line errors (test_module: the same reports).
+        for bad, flag in (({"input_ids": [1, -3]}, "input_ids=1x-3"), ({"no_such_input": [1, 8]}, "no_such_input=1x8"),
+                          ({"input_ids": [1, 8, 2]}, "input_ids=1x8x2")):
+            with self.subTest(shapes=bad):
+                self.assert_same(lambda: n.analyze(EXAMPLE, "h100", shapes=bad), EXAMPLE, "--gpu", "h100", "--shape", flag)
+        with self.assertRaises(TypeError):
+            n.analyze(EXAMPLE, "h100", shapes=[1, 8])
 
     # --- other functions -------------------------------------------------------------------
     def test_from_config(self):

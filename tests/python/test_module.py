@@ -31,6 +31,12 @@ class Analyze(unittest.TestCase):
                                      "--mode", "training", "--dtype", "bf16", "--fusion", "full",
                                      "--timing", "kernel"))
 
+    def test_shapes_equal_cli_shape_flag(self):
+        want = run_json(EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x16")
+        for shapes in ({"input_ids": [2, 16]}, {"input_ids": (2, 16)}, {"input_ids": "2x16"}):
+            with self.subTest(shapes=shapes):
+                self.assertEqual(n.analyze(EXAMPLE, "h100", shapes=shapes), want)
+
     def test_parallel_equals_cli(self):
         want = run_json(EXAMPLE, "--gpu", "h100", "--batch", "8", "--seq", "128", "--mode", "training",
                         "--parallel", "dp=2,tp=2,microbatches=2", "--link-bw", "100")
