@@ -268,7 +268,7 @@ int main(int argc, char** argv) {
 
   // A compute-bound GEMM's time goes as 1 / fraction: the fraction that makes the rows' geo-mean
   // predicted / measured 1 is the shipped one times that ratio.
-  std::printf("Sustained tensor-core fraction (precision.h, %.2f): refit on the %zu compute-bound FP16 rows of the\n"
+  std::printf("Sustained tensor-core fraction (precision.h, %.3f): refit on the %zu compute-bound FP16 rows of the\n"
               "training GPUs with tensor cores (V100, T4), geo-mean predicted / measured at that fraction x%.3f -> %.3f\n",
               kMatrixSustainedFraction, refit.n, refit.dev_gmean_ratio(), kMatrixSustainedFraction * refit.dev_gmean_ratio());
 

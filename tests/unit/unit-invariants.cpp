@@ -207,7 +207,7 @@ TEST_CASE("invariants: more SMs at fixed per-SM rates never predict a GEMM slowe
           }
         }
         const double n = double(kPerGpu * GpuDatabase::builtin().all().size());
-        MESSAGE(std::string(name) << (held ? ", tiles held: " : ", tiles chosen anew: ") << gemms
+        MESSAGE(std::string(name) << std::string(held ? ", tiles held: " : ", tiles chosen anew: ") << gemms
                                   << " GEMMs slower (worst x" << worst << "), streaming kernels (not checked) "
                                   << streaming << ", of " << n << " kernels");
         CHECK(double(gemms) <= 0.03 * n * 3 / 8);
