@@ -140,6 +140,9 @@ class NeusightPredictor final : public Predictor {
       }
       UtilClass c;
       if (!util_class_of(k, c) || tilings[i].tiles <= 0 || p.roofline_ms <= 0) continue;
+      // The published method prices memory-only ops (copies, gathers, concatenations) as
+      // bytes / bandwidth: the roofline set above.
+      if (paper_ && k.cls == KernelClass::memory) continue;
       const ClassModel& cm = m_.classes[int(c)];
       if (cm.empty()) continue;
       // Precision (precision.h): the MLPs see the kernel as its math runs on this GPU.
