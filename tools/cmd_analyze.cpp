@@ -17,13 +17,67 @@ namespace {
 const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim", "--shape", "--value", "--mode",
                                               "--dtype", "--fusion", "--json", "--csv",       "--out",
                                               "--top",  "--config", "--predictor", "--weights", "--timing", "--parallel", "--link-bw",
-                                              "--html", "--group"};
+                                              "--html", "--group", "--generate"};
 const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
 
 // "[####      ]" for step `done` of `total` (the TTY progress line on stderr).
 std::string progress_bar(size_t done, size_t total) {
   const size_t width = 20, filled = total ? width * done / total : width;
   return "[" + std::string(filled, '#') + std::string(width - filled, ' ') + "]";
+}
+
+// --generate PROMPT:NEW -> the two counts; InputError naming the flag otherwise.
+GenerationOptions parse_generate(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos)
+    throw InputError("--generate: expected PROMPT:NEW token counts (e.g. 512:128), got '" + text + "'");
+  GenerationOptions g;
+  g.prompt = parse_int(text.substr(0, colon), "--generate PROMPT");
+  g.new_tokens = parse_int(text.substr(colon + 1), "--generate NEW");
+  if (g.prompt < 1) throw InputError("--generate " + text + ": the prompt needs at least one token");
+  if (g.new_tokens < 1) throw InputError("--generate " + text + ": at least one new token is needed");
+  return g;
+}
+
+// --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
+int run_generate(const Args& args, Options opt, const std::vector<Gpu>& gpus) {
+  const GenerationOptions gen = parse_generate(args.get("--generate"));
+  for (const char* flag : {"--seq", "--out", "--parallel", "--link-bw"})
+    if (args.has(flag)) throw InputError(std::string(flag) + " does not apply to --generate (PROMPT:NEW sets the lengths)");
+  if (opt.mode != Mode::inference) throw InputError("--generate predicts inference, not --mode training");
+  // As serving engines run a generation (CUDA graphs, fused attention) unless told otherwise.
+  if (!args.has("--timing")) opt.timing = Timing::kernel;
+  if (!args.has("--fusion")) opt.fusion = Fusion::full;
+  if (opt.dims.batch < 0) opt.dims.batch = 1;
+  std::string dtype_note;
+  Decoder decoder;
+  if (args.has("--config")) {
+    const ModelConfig cfg = read_hf_config(args.get("--config"));
+    decoder = config_decoder(cfg);
+    if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
+  } else {
+    decoder = onnx_decoder(load_model(args.positionals()[0]));
+  }
+  const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen);
+  std::vector<Report> reports;
+  for (const auto& gpu : gpus) {
+    reports.push_back(predict_generation(analysis, decoder, gpu, opt));
+    if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
+  }
+  print_warnings_once(reports);
+  OutputSet outputs;  // all or none
+  if (args.has("--json")) outputs.add_text(args.get("--json"), format_json(reports));
+  if (args.has("--html")) outputs.add_text(args.get("--html"), format_html(reports));
+  if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
+  outputs.commit();
+  if (!args.has("--quiet")) {
+    const bool color = stdout_is_tty() && !args.has("--no-color");
+    for (size_t i = 0; i < reports.size(); ++i) std::cout << (i ? "\n" : "") << format_generation(reports[i], color);
+    if (reports.size() > 1) std::cout << "\n" << format_generation_gpu_table(reports);
+    std::cout.flush();
+  }
+  exit_now(0);
+  return 0;
 }
 
 }  // namespace
@@ -49,6 +103,7 @@ int cmd_analyze(const Argv& argv) {
     if (name.empty()) throw InputError("--gpu: empty GPU name in '" + args.get("--gpu") + "'");
     gpus.push_back(GpuDatabase::builtin().resolve(name));
   }
+  if (args.has("--generate")) return run_generate(args, opt, gpus);
 
   std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
   const LoadedModel loaded =

@@ -1,4 +1,4 @@
-// cmd_export.cpp - `neusight-onnx export --config CFG.json -o MODEL.onnx`.
+// cmd_export.cpp - `neusight-onnx export --config CFG.json [--kv-cache] -o MODEL.onnx`.
 #include <cstdio>
 #include <filesystem>
 
@@ -11,14 +11,15 @@
 namespace neusight::cli {
 
 int cmd_export(const Argv& argv) {
-  Args args(argv, {"--config", "-o", "--out", "--batch", "--seq"}, {});
+  Args args(argv, {"--config", "-o", "--out", "--batch", "--seq"}, {"--kv-cache"});
   if (!args.has("--config")) throw InputError("export: --config CFG.json is required");
   const std::string out = args.has("-o") ? args.get("-o") : args.get("--out");
   if (out.empty()) throw InputError("export: -o MODEL.onnx is required");
   if (!args.positionals().empty()) throw InputError("export: unexpected argument '" + args.positionals()[0] + "'");
   args.get_int("--batch", 1);  // accepted (dims stay symbolic) but validated
   args.get_int("--seq", 1);
-  const LoadedModel m = build_model(read_hf_config(args.get("--config")));
+  // --kv-cache: one decoder step with past_key_values inputs (what --generate predicts).
+  const LoadedModel m = build_model(read_hf_config(args.get("--config")), BuildOptions{args.has("--kv-cache")});
   // Weights are external-data stubs: every initializer points into "<model>.weights", written
   // as an empty placeholder so ONNX tooling finds the file; its bytes are never materialised.
   const std::filesystem::path out_path(out);

@@ -1,5 +1,6 @@
 // analyze.cpp - wires the stages: frontend -> shapes -> lowering -> tiling -> predictor -> report.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <optional>
@@ -41,6 +42,40 @@ TensorInfo named_tensor(const std::string& name) {
   TensorInfo t;
   t.name = name;
   return t;
+}
+
+// FlashAttention's split-KV for a decode step (a "flash_decode" kernel: one block per batch
+// x KV head, gemm = {batch x heads, 1, head_dim, keys}): with fewer blocks than 80% of the
+// SMs the keys are split so that the blocks fill whole waves (FlashAttention-2's
+// num_splits_heuristic: 128-key blocks, at most 128 splits, the fewest splits within 85% of
+// the best wave efficiency). Each split writes its partial output and log-sum-exp in FP32,
+// and a combine pass reads them back: those bytes are added. Other kernels: unchanged.
+Kernel split_kv_on_gpu(const Kernel& k, const Gpu& gpu) {
+  if (k.op != "flash_decode" || gpu.num_sm <= 0 || k.rows <= 0) return k;
+  const int64_t blocks = k.rows, sms = gpu.num_sm;
+  if (double(blocks) >= 0.8 * double(sms)) return k;
+  const int64_t key_blocks = (k.gemm.k + 127) / 128;
+  const int64_t max_splits = std::min<int64_t>({128, sms, key_blocks});
+  auto eligible = [&](int64_t s) { return s == 1 || (key_blocks + s - 1) / s != (key_blocks + s - 2) / (s - 1); };
+  std::vector<double> eff(static_cast<size_t>(max_splits) + 1, 0.0);
+  double best = 0;
+  for (int64_t s = 1; s <= max_splits; ++s) {
+    if (!eligible(s)) continue;
+    const double waves = double(blocks * s) / double(sms);
+    eff[static_cast<size_t>(s)] = waves / std::ceil(waves);
+    best = std::max(best, eff[static_cast<size_t>(s)]);
+  }
+  int64_t splits = 1;
+  for (int64_t s = 1; s <= max_splits; ++s)
+    if (eligible(s) && eff[static_cast<size_t>(s)] >= 0.85 * best) {
+      splits = s;
+      break;
+    }
+  if (splits <= 1) return k;
+  Kernel out = k;
+  out.bytes += 2.0 * double(splits) * double(k.gemm.batch) * double(k.gemm.n + 1) * 4.0;
+  out.note += "; split-KV x" + std::to_string(splits);
+  return out;
 }
 
 }  // namespace
@@ -91,9 +126,9 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   // operand's reused data does not fit in this GPU's L2.
   std::vector<Kernel> adjusted;
   if (std::any_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),
-                  [&](const Kernel& k) { return l2_miss_bytes(k, gpu) > 0; })) {
+                  [&](const Kernel& k) { return l2_miss_bytes(k, gpu) > 0 || k.op == "flash_decode"; })) {
     adjusted.reserve(a.kernels.kernels.size());
-    for (const auto& k : a.kernels.kernels) adjusted.push_back(on_gpu(k, gpu));
+    for (const auto& k : a.kernels.kernels) adjusted.push_back(split_kv_on_gpu(on_gpu(k, gpu), gpu));
   }
   const std::vector<Kernel>& kernels = adjusted.empty() ? a.kernels.kernels : adjusted;
   std::vector<Tiling> tilings;

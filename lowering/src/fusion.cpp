@@ -391,7 +391,7 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
     if (plan.group_of[ui] >= 0) {
       const std::string& k = plan.groups[static_cast<size_t>(plan.group_of[ui])].kind;
       if (k == "layernorm" || k == "rmsnorm") return "rowwise";
-      if (k == "bias_gemm") return "";
+      if (k == "bias_gemm" || k == "flash_attention") return "";
       return "pointwise";
     }
     const Node& nd = g.nodes[ui];
@@ -590,6 +590,13 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
     }
     plan.groups.push_back(grp);
   };
+  // Attention as serving engines run it: one FlashAttention kernel (flash_attention.cpp).
+  if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
+    for (size_t i = 0; i < n; ++i) {
+      Group grp;
+      if (taken[i] || !plan.free_reason[i].empty() || !match_flash_attention(g, cons, plan, static_cast<int>(i), grp)) continue;
+      if (std::none_of(grp.nodes.begin(), grp.nodes.end(), [&](int m) { return taken[static_cast<size_t>(m)]; })) add_group(grp);
+    }
   for (size_t i = 0; i < n; ++i) {
     if (taken[i] || !plan.free_reason[i].empty()) continue;
     Group grp;
@@ -645,6 +652,10 @@ int class_rank(KernelClass c) {
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp, const Consumers& cons,
                 std::vector<Kernel>& out) {
   const Node& anchor = g.nodes[static_cast<size_t>(grp.anchor)];
+  if (grp.kind == "flash_attention") {
+    emit_flash_attention(g, opt, plan, grp, cons, out);
+    return;
+  }
   if (grp.kind == "bias_gemm") {
     LowerCtx c{g, opt, anchor, grp.anchor, out, &plan};
     const size_t before = out.size();

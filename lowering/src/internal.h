@@ -36,7 +36,8 @@ Consumers consumers_of(const Graph& g);
 
 // The fusion plan: which nodes launch no kernel, and which nodes run together as one kernel.
 struct Group {
-  std::string kind;        // "bias_gemm", "layernorm", "rmsnorm", "gelu", "silu", "softmax", "fused"
+  std::string kind;        // "bias_gemm", "layernorm", "rmsnorm", "gelu", "silu", "softmax", "fused",
+                           // "flash_attention"
   std::vector<int> nodes;  // in topological order
   int anchor = -1;         // node the kernel is reported under
   int emit_at = -1;        // node at whose position the kernel runs (the last member)
@@ -126,6 +127,12 @@ void emit_matmul(LowerCtx& c);  // MatMul rules (used by the bias-GEMM group too
 // 8-bit quantized of one kind (int8 x int8, fp8 x fp8) and `matrix_math` (a GEMM, not a
 // SIMT stencil such as a depthwise conv).
 void apply_quantized_operands(const LowerCtx& c, Kernel& k, bool matrix_math = true);
+
+// Decomposed attention from the QK^T MatMul `qk` (flash_attention.cpp): the group of one
+// fused attention kernel (--fusion full, inference), and its kernel.
+bool match_flash_attention(const Graph& g, const Consumers& cons, const Plan& plan, int qk, Group& grp);
+void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
+                          const Consumers& cons, std::vector<Kernel>& out);
 
 // Kernels of one fusion group (fusion.cpp).
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,

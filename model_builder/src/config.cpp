@@ -142,7 +142,11 @@ void read_llama(const Reader& r, ModelConfig& c) {
 struct Family {
   std::function<void(const Reader&, ModelConfig&)> read;
   std::function<LoadedModel(const ModelConfig&)> build;
+  // The decoder step with a KV cache (BuildOptions::kv_cache); empty for encoder models.
+  std::function<LoadedModel(const ModelConfig&, const BuildOptions&)> build_step = nullptr;
 };
+
+LoadedModel llama(const ModelConfig& c) { return builder::build_llama(c, BuildOptions{}); }
 
 const std::map<std::string, Family>& families() {
   static const std::map<std::string, Family> t = {
@@ -150,9 +154,9 @@ const std::map<std::string, Family>& families() {
       {"bert", {read_bert, builder::build_bert}},
       {"opt", {read_opt, builder::build_opt}},
       {"switch_transformers", {read_switch, builder::build_switch}},
-      {"llama", {read_llama, builder::build_llama}},
-      {"mistral", {read_llama, builder::build_llama}},
-      {"qwen2", {read_llama, builder::build_llama}},
+      {"llama", {read_llama, llama, builder::build_llama}},
+      {"mistral", {read_llama, llama, builder::build_llama}},
+      {"qwen2", {read_llama, llama, builder::build_llama}},
   };
   return t;
 }
@@ -222,12 +226,24 @@ std::string config_dtype_note(const ModelConfig& c) {
   return c.source + " stores its weights in " + c.torch_dtype + "; predicted in fp32, as PyTorch's from_pretrained loads it by default (--dtype " + flag + " for " + c.torch_dtype + ")";
 }
 
-LoadedModel build_model(const ModelConfig& c) {
+bool supports_kv_cache(const ModelConfig& c) {
+  auto it = families().find(c.model_type);
+  return it != families().end() && it->second.build_step != nullptr;
+}
+
+LoadedModel build_model(const ModelConfig& c, const BuildOptions& o) {
   auto it = families().find(c.model_type);
   if (it == families().end()) throw InputError("model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
   if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.head_dim <= 0)
     throw InputError("model config: layers, hidden size, heads and head size must be positive");
-  return it->second.build(c);
+  if (!o.kv_cache) return it->second.build(c);
+  if (!it->second.build_step) {
+    std::string list;
+    for (const auto& [k, v] : families())
+      if (v.build_step) list += (list.empty() ? "" : ", ") + k;
+    throw InputError("model_type '" + c.model_type + "' has no KV-cache decoder step (" + list + ")");
+  }
+  return it->second.build_step(c, o);
 }
 
 }  // namespace neusight

@@ -21,59 +21,97 @@ std::string rotary(Net& n, const std::string& p, const std::string& x, int64_t h
   return n.b.node("Add", p + "/Add", {a, b});
 }
 
-// repeat_kv: [b, kvh, s, hd] -> [b, kvh * rep, s, hd] (expand + reshape copy).
-std::string repeat_kv(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
+// repeat_kv: [b, kvh, len, hd] -> [b, kvh * rep, len, hd] (expand + reshape copy); `len` is
+// the 1-element key length tensor.
+std::string repeat_kv(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, const std::string& len) {
   const int64_t rep = c.heads / c.kv_heads;
   if (rep == 1) return x;
   const std::string u = n.b.node("Unsqueeze", p + "/Unsqueeze", {x, n.b.ints(p + "/ax2", {2})});
   const std::string s5 = n.b.node("Concat", p + "/shape5",
-                                  {n.batch, n.b.ints(p + "/kv_rep", {c.kv_heads, rep}), n.seq, n.b.ints(p + "/hd", {c.head_dim})});
+                                  {n.batch, n.b.ints(p + "/kv_rep", {c.kv_heads, rep}), len, n.b.ints(p + "/hd", {c.head_dim})});
   n.b.attr_i("axis", 0);
   const std::string e = n.b.node("Expand", p + "/Expand", {u, s5});
   const std::string s4 = n.b.node("Concat", p + "/shape4",
-                                  {n.batch, n.b.ints(p + "/h", {c.heads}), n.seq, n.b.ints(p + "/hd2", {c.head_dim})});
+                                  {n.batch, n.b.ints(p + "/h", {c.heads}), len, n.b.ints(p + "/hd2", {c.head_dim})});
   n.b.attr_i("axis", 0);
   return n.b.node("Reshape", p + "/Reshape", {e, s4});
 }
 
+// The KV cache of a decode step (HF DynamicCache): past_key_values.N.key / .value inputs
+// [batch, kv_heads, past_sequence, head_dim] are concatenated with the step's keys and values
+// into present.N.key / .value outputs, which the attention reads. Empty `total`: no cache.
+struct Cache {
+  int64_t layer = 0;
+  std::string total;  // 1-element key length (past + sequence)
+};
+
 std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
-                      const std::string& mask, const std::string& cos, const std::string& sin) {
+                      const std::string& mask, const std::string& cos, const std::string& sin, const Cache& cache) {
   const int64_t h = c.hidden, nh = c.heads, kvh = c.kv_heads, hd = c.head_dim;
   std::string q = split_heads(n, p + "/q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh, hd);
   std::string k = split_heads(n, p + "/k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
   std::string v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
   q = rotary(n, p + "/rotary_q", q, hd, cos, sin);
   k = rotary(n, p + "/rotary_k", k, hd, cos, sin);
-  k = repeat_kv(n, p + "/repeat_k", k, c);
-  v = repeat_kv(n, p + "/repeat_v", v, c);
+  std::string len = n.seq;
+  if (!cache.total.empty()) {
+    const std::string l = std::to_string(cache.layer);
+    for (auto* t : {&k, &v}) {
+      const std::string which = t == &k ? "key" : "value";
+      *t = n.b.node("Concat", p + "/cache_" + which, {"past_key_values." + l + "." + which, *t});
+      n.b.attr_i("axis", 2);
+      *t = n.rename_last("present." + l + "." + which);
+      n.b.output(*t, kF32);
+    }
+    len = cache.total;
+  }
+  k = repeat_kv(n, p + "/repeat_k", k, c, len);
+  v = repeat_kv(n, p + "/repeat_v", v, c, len);
   const std::string o = masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd);
   return linear(n, p + ".o_proj", o, nh * hd, h, false);
 }
 
 }  // namespace
 
-LoadedModel build_llama(const ModelConfig& c) {
-  Net n(c, "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
+LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
+  Net n(c, o.kv_cache ? "Llama-style decoder step with KV cache (RMSNorm, rotary, SwiGLU, grouped-query attention)"
+                      : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
   const std::string ids = n.token_input("input_ids");
   const int64_t h = c.hidden, hd = c.head_dim;
   if (hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
   const std::string p0 = "model";
+  // With a KV cache the step's queries sit at positions past .. past + sequence - 1 and
+  // attend to past + sequence keys.
+  std::string past_scalar, total = n.seq, total_scalar = n.seq_scalar, diag;
+  if (o.kv_cache) {
+    for (int64_t l = 0; l < c.layers; ++l)
+      for (const char* which : {"key", "value"})
+        n.b.input("past_key_values." + std::to_string(l) + "." + which, kF32, {-1, c.kv_heads, -1, hd},
+                  {"batch", "past_sequence"});
+    const std::string shape = n.b.node("Shape", p0 + "/past_shape", {"past_key_values.0.key"});
+    past_scalar = n.b.node("Gather", p0 + "/past_length", {shape, n.b.ints("const_idx2", {2}, true)});
+    n.b.attr_i("axis", 0);
+    total_scalar = n.b.node("Add", p0 + "/total_length", {past_scalar, n.seq_scalar});
+    total = n.b.node("Unsqueeze", p0 + "/total_length_1d", {total_scalar, n.b.ints("const_axes0t", {0})});
+    diag = n.b.node("Add", p0 + "/causal_diagonal", {past_scalar, n.b.ints("const_one_d", {1}, true)});
+  }
   std::string x = n.b.node("Gather", p0 + ".embed_tokens/Gather", {n.b.weight(p0 + ".embed_tokens.weight", {c.vocab, h}), ids});
 
-  // Causal mask [b, 1, s, s]: full(min).triu(1), expanded.
-  const std::string ss_shape = n.b.node("Concat", p0 + "/ss_shape", {n.seq, n.seq});
+  // Causal mask [b, 1, s, past + s]: full(min).triu(past + 1), expanded.
+  const std::string ss_shape = n.b.node("Concat", p0 + "/ss_shape", {n.seq, total});
   n.b.attr_i("axis", 0);
   std::string causal = fill(n, p0 + "/causal_full", ss_shape, kF32, kFloatMin);
-  causal = n.b.node("Trilu", p0 + "/causal_triu", {causal, n.b.ints("const_one_k", {1}, true)});
+  causal = n.b.node("Trilu", p0 + "/causal_triu", {causal, diag.empty() ? n.b.ints("const_one_k", {1}, true) : diag});
   n.b.attr_i("upper", 1);
-  const std::string b1ss = n.b.node("Concat", p0 + "/b1ss_shape", {n.batch, n.b.ints(p0 + "/one_dim", {1}), n.seq, n.seq});
+  const std::string b1ss = n.b.node("Concat", p0 + "/b1ss_shape", {n.batch, n.b.ints(p0 + "/one_dim", {1}), n.seq, total});
   n.b.attr_i("axis", 0);
   const std::string mask = n.b.node("Expand", p0 + "/causal_expand",
                                     {n.b.node("Unsqueeze", p0 + "/causal_4d", {causal, n.b.ints("const_axes01", {0, 1})}), b1ss});
 
   // Rotary tables, once per forward: freqs = inv_freq[:, None] @ positions[None, :].
   const std::string pos = n.b.node("Range", p0 + "/position_ids",
-                                   {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
+                                   {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
+                                    n.b.ints("const_one", {1}, true)});
   const std::string posf = n.b.node("Cast", p0 + "/position_ids_float", {pos});
   n.b.attr_i("to", kF32);
   const std::string pos_row = n.b.node("Unsqueeze", p0 + "/position_row", {posf, n.b.ints("const_axes0b", {0})});
@@ -89,7 +127,7 @@ LoadedModel build_llama(const ModelConfig& c) {
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = p0 + ".layers." + std::to_string(l);
     std::string a = rms_norm(n, p + ".input_layernorm", x, h, c.layer_norm_eps);
-    a = attention(n, p + ".self_attn", a, c, mask, cos, sin);
+    a = attention(n, p + ".self_attn", a, c, mask, cos, sin, Cache{l, o.kv_cache ? total : ""});
     x = n.b.node("Add", p + "/residual_Add", {x, a});
     const std::string f = rms_norm(n, p + ".post_attention_layernorm", x, h, c.layer_norm_eps);
     const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false), c.activation);

@@ -315,6 +315,7 @@ std::string format_html(const std::vector<Report>& reports) {
     os << "</p>\n";
   }
   const auto classes = classes_of(reports);
+  if (r.generation) os << detail::generation_html(reports);
 
   // Time by kernel class.
   os << "<h2>Time by kernel class</h2>\n";

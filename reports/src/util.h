@@ -23,3 +23,14 @@ std::string math_name(const KernelReport& k, const Gpu& gpu);
 std::string mode_name(Mode m);
 
 }  // namespace neusight::detail
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace neusight::detail {
+
+// The "generation" object of the JSON report (generation.cpp).
+nlohmann::json generation_json(const GenerationReport& g);
+// The HTML section of a generation: per-step latency along it, one line per GPU (generation.cpp).
+std::string generation_html(const std::vector<Report>& reports);
+
+}  // namespace neusight::detail

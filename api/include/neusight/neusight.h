@@ -13,6 +13,7 @@
 
 #include "neusight/gpu.h"
 #include "neusight/lowering.h"
+#include "neusight/model_builder.h"
 #include "neusight/onnx_frontend.h"
 #include "neusight/parallel.h"
 #include "neusight/precision.h"
@@ -55,6 +56,51 @@ struct Analysis {
 };
 Analysis prepare(const LoadedModel& model, const Options& options);
 Report predict(const Analysis& analysis, const Model& model, const Gpu& gpu, const Options& options);
+
+// ---- LLM generation: a prefill, then decode steps with a KV cache -----------------------
+
+struct GenerationOptions {
+  int64_t prompt = 0;      // tokens per sequence in the prefill
+  int64_t new_tokens = 0;  // decode steps, one token per sequence each; step j reads prompt + j cached entries
+  // Decode steps predicted (at KV lengths spread evenly from the first to the last step; the
+  // others interpolated linearly between them), so a long generation costs no more to analyse.
+  int samples = 6;
+};
+
+// A decoder as a generation runs it: the forward pass over the prompt and one decode step
+// whose inputs include the KV cache (optimum / onnxruntime-genai naming:
+// past_key_values.N.key and .value, [batch, kv_heads, past_length, head_dim]).
+struct Decoder {
+  LoadedModel prefill;
+  LoadedModel step;
+  bool prefill_is_step = false;  // one graph for both (an ONNX export): the prefill binds the past length to 0
+  std::string past_dim;          // the step's symbolic past-length dim
+  std::vector<std::string> total_dims;  // symbolic dims that are past + sequence (attention_mask)
+  int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  DType kv_dtype = DType::f32;   // the cache's stored element type (--dtype overrides it)
+};
+
+// From a Hugging Face config (a decoder family with a KV-cache step; InputError otherwise).
+Decoder config_decoder(const ModelConfig& config);
+// From an ONNX decoder export with past_key_values.N.key/value inputs; InputError naming the
+// file when it has none or their shapes are not [batch, kv_heads, past, head_dim].
+Decoder onnx_decoder(LoadedModel model);
+
+// The GPU-independent part: the prefill and the sampled decode steps, shapes bound and lowered.
+struct GenerationAnalysis {
+  GenerationOptions gen;
+  int64_t batch = 1;
+  Analysis prefill;
+  std::vector<int64_t> kv;        // past length of each sampled decode step
+  std::vector<Analysis> steps;
+  double weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0;
+  double kv_cache_bytes = 0;
+};
+// Throws InputError for a prompt or new-token count below 1 (or a batch below 1).
+GenerationAnalysis prepare_generation(const Decoder& decoder, const Options& options, const GenerationOptions& gen);
+// The prefill's report (nodes, classes, e2e = the prefill) with Report::generation filled.
+Report predict_generation(const GenerationAnalysis& analysis, const Decoder& decoder, const Gpu& gpu,
+                          const Options& options);
 
 const char* version();
 

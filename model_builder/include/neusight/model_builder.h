@@ -61,8 +61,21 @@ ModelConfig read_hf_config(const std::string& path);
 // The same from the config's JSON text; `what` names it in errors.
 ModelConfig parse_hf_config(const std::string& text, const std::string& what);
 
-// Builds the model graph. Throws InputError for unsupported model types.
-LoadedModel build_model(const ModelConfig& config);
+struct BuildOptions {
+  // One decoder step with a KV cache, as Hugging Face generate() runs it after the prefill
+  // (optimum's export naming): per layer inputs past_key_values.N.key / .value [batch,
+  // kv_heads, past_sequence, head_dim], concatenated with the step's keys and values into
+  // outputs present.N.key / .value; the step's `sequence` tokens attend to past + sequence
+  // keys. Decoders only (supports_kv_cache).
+  bool kv_cache = false;
+};
+
+// Builds the model graph. Throws InputError for unsupported model types (and for a KV
+// cache on a family without one).
+LoadedModel build_model(const ModelConfig& config, const BuildOptions& options = {});
+
+// True when build_model can build the family with a KV cache (causal decoders).
+bool supports_kv_cache(const ModelConfig& config);
 
 // A one-line note for a prediction of a config whose checkpoint is stored in half precision
 // (`torch_dtype` float16 / bfloat16) made without --dtype: it runs in FP32, as PyTorch loads

@@ -39,6 +39,33 @@ struct NodeReport {
   double latency_low_ms = 0, latency_high_ms = 0;
 };
 
+// An LLM generation (--generate) on one GPU: the prefill of the prompt, then decode steps of
+// one token per sequence, each reading the KV cache and appending its own entry.
+struct GenerationStep {
+  int64_t kv_len = 0;      // cache entries per sequence before the step (past length)
+  double latency_ms = 0;   // one step
+  std::map<std::string, double> by_class;  // ms per kernel class
+};
+
+struct GenerationReport {
+  int64_t batch = 0, prompt = 0, new_tokens = 0;
+  double ttft_ms = 0;       // time to first token: the prefill
+  double tpot_ms = 0;       // time per output token: mean decode step
+  double tpot_last_ms = 0;  // the last decode step (longest cache)
+  double total_ms = 0;      // prefill + every decode step
+  double tokens_per_s = 0;  // batch x new tokens / total
+  // Memory: the KV cache at the end (2 x layers x kv_heads x head_dim x tokens x batch x
+  // element size), the weights (of which the embedding table, read by a gather: a decode
+  // step reads the rest), the largest activation working set of one prefill kernel, and
+  // their sum.
+  double kv_cache_bytes = 0, weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0, memory_bytes = 0;
+  int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
+  std::vector<double> step_ms;          // every decode step (interpolated), for charts
+  std::map<std::string, double> prefill_by_class, decode_by_class;  // ms; decode: all steps
+  std::string execution;  // how it was predicted, e.g. "kernel timing, FlashAttention (--fusion full)"
+};
+
 struct Report {
   Gpu gpu;
   std::string model_name;
@@ -61,6 +88,8 @@ struct Report {
   // Multi-GPU training (--parallel): e2e_latency_ms is then this iteration time, while nodes
   // and phase totals are one micro-batch on the GPUs of the model-parallel group.
   std::optional<ParallelReport> parallel;
+  // --generate: e2e_latency_ms, nodes and class totals are then the prefill's forward pass.
+  std::optional<GenerationReport> generation;
 };
 
 // Fills the totals (e2e, per phase, per class, per node) from the kernels' predictions.
@@ -92,6 +121,11 @@ std::vector<LayerSummary> group_by_layer(const Report& report);
 
 // One row per GPU: end-to-end latency, phases, speed-up against the first (GPU lists).
 std::string format_gpu_table(const std::vector<Report>& reports);
+
+// --generate: the summary (TTFT, TPOT, tokens/s, memory, per-phase class breakdown) of one
+// report, and one row per GPU for a GPU list.
+std::string format_generation(const Report& report, bool color = false);
+std::string format_generation_gpu_table(const std::vector<Report>& reports);
 
 // The self-contained HTML report (inline SVG and script, no network) for one model on
 // one or more GPUs; the first report is the one charted in detail.

@@ -1,0 +1,231 @@
+// generate.cpp - an LLM generation: one prefill of the prompt, then decode steps of one token
+// per sequence reading a growing KV cache; a few decode steps predicted, the rest interpolated.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "neusight/neusight.h"
+
+namespace neusight {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double elem_size(DType t) { return std::max(1, dtype_bits(t)) / 8.0; }
+
+// The element type a tensor is held in under the options (--dtype forces float tensors).
+DType held_dtype(const TensorInfo& t, const Options& o) {
+  return o.dtype != DType::undefined && is_float(t.dtype) ? o.dtype : t.dtype;
+}
+
+double tensor_bytes(const TensorInfo* t, const Options& o) {
+  if (!t || !t->fully_known()) return 0;
+  return double(t->num_elements()) * elem_size(held_dtype(*t, o));
+}
+
+// Weights: every initializer that is not a small integer constant; the embedding table is
+// an initializer read only as the data input of Gather nodes (a decode step reads a row).
+void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding) {
+  std::map<std::string, bool> gather_only;
+  for (const auto& n : g.nodes)
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      auto it = gather_only.find(n.inputs[i]);
+      const bool gather = n.op_type == "Gather" && i == 0;
+      if (it == gather_only.end()) gather_only[n.inputs[i]] = gather;
+      else it->second = it->second && gather;
+    }
+  all = embedding = 0;
+  for (const auto& name : g.initializers) {
+    const TensorInfo* t = g.find(name);
+    if (!t || t->int_value || !(is_float(t->dtype) || t->num_elements() > 64)) continue;
+    const double b = tensor_bytes(t, o);
+    all += b;
+    auto it = gather_only.find(name);
+    if (it != gather_only.end() && it->second) embedding += b;
+  }
+}
+
+// The largest working set of one node: its activation inputs and its outputs.
+double activation_bytes(const Graph& g, const Options& o) {
+  double best = 0;
+  for (const auto& n : g.nodes) {
+    double b = 0;
+    for (const auto& i : n.inputs) {
+      const TensorInfo* t = i.empty() ? nullptr : g.find(i);
+      if (t && !t->is_initializer) b += tensor_bytes(t, o);
+    }
+    for (const auto& out : n.outputs) b += tensor_bytes(out.empty() ? nullptr : g.find(out), o);
+    best = std::max(best, b);
+  }
+  return best;
+}
+
+// Options of one phase: batch, the step's tokens and the cache length bound.
+Options phase_options(const Options& base, const Decoder& d, int64_t batch, int64_t tokens, int64_t past) {
+  Options o = base;
+  o.dims.batch = batch;
+  o.dims.seq = tokens;
+  if (!d.past_dim.empty()) o.dims.named[d.past_dim] = past;
+  for (const auto& t : d.total_dims) o.dims.named[t] = past + tokens;
+  return o;
+}
+
+// Values at every integer point of [x.front(), x.back()], linear between the samples.
+double interpolate(const std::vector<int64_t>& x, const std::vector<double>& y, int64_t at) {
+  if (x.size() == 1 || at <= x.front()) return y.front();
+  for (size_t i = 1; i < x.size(); ++i)
+    if (at <= x[i]) return y[i - 1] + (y[i] - y[i - 1]) * double(at - x[i - 1]) / double(x[i] - x[i - 1]);
+  return y.back();
+}
+
+// Sum over every integer point of [x.front(), x.back()] of the linear interpolation.
+double interpolated_sum(const std::vector<int64_t>& x, const std::vector<double>& y) {
+  if (x.size() == 1) return y.front();
+  double sum = y.back();
+  for (size_t i = 1; i < x.size(); ++i) {
+    const double n = double(x[i] - x[i - 1]);  // points x[i-1] .. x[i]-1
+    sum += n * y[i - 1] + (y[i] - y[i - 1]) * (n - 1) / 2.0;
+  }
+  return sum;
+}
+
+}  // namespace
+
+Decoder config_decoder(const ModelConfig& config) {
+  Decoder d;
+  d.step = build_model(config, BuildOptions{true});  // an encoder family fails here, naming the decoders
+  d.prefill = build_model(config);
+  d.prefill.model.path = d.step.model.path = "";
+  d.past_dim = "past_sequence";
+  d.layers = config.layers;
+  d.kv_heads = config.kv_heads;
+  d.head_dim = config.head_dim;
+  d.kv_dtype = DType::f32;
+  return d;
+}
+
+Decoder onnx_decoder(LoadedModel model) {
+  const Graph& g = model.model.graph;
+  const std::string what = model.model.path.empty() ? "model" : model.model.path;
+  static const std::regex past_re(R"(past_key_values\.(\d+)\.(key|value))");
+  Decoder d;
+  std::set<int64_t> layers;
+  for (const auto& name : g.inputs) {
+    std::smatch m;
+    if (!std::regex_match(name, m, past_re)) continue;
+    const TensorInfo* t = g.find(name);
+    if (!t || !t->has_shape || t->shape.size() != 4 || !t->shape[1].known() || !t->shape[3].known() ||
+        t->shape[2].known() || t->shape[2].param.empty())
+      throw InputError(what + ": input '" + name +
+                       "' must be [batch, kv_heads, past_length, head_dim] with a symbolic past length");
+    if (d.past_dim.empty()) {
+      d.past_dim = t->shape[2].param;
+      d.kv_heads = t->shape[1].value;
+      d.head_dim = t->shape[3].value;
+      d.kv_dtype = t->dtype;
+    } else if (t->shape[2].param != d.past_dim || t->shape[1].value != d.kv_heads || t->shape[3].value != d.head_dim) {
+      throw InputError(what + ": the past_key_values inputs disagree on their shape ('" + name + "')");
+    }
+    layers.insert(std::stoll(m[1].str()));
+  }
+  if (layers.empty())
+    throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value inputs)");
+  d.layers = static_cast<int64_t>(layers.size());
+  // An attention mask over past + new tokens has its own symbolic length.
+  for (const auto& name : g.inputs) {
+    const TensorInfo* t = g.find(name);
+    if (name != "attention_mask" || !t || !t->has_shape || t->shape.size() != 2) continue;
+    const Dim& len = t->shape[1];
+    if (!len.known() && !len.param.empty() && len.param != d.past_dim) d.total_dims.push_back(len.param);
+  }
+  d.step = std::move(model);
+  d.prefill = d.step;
+  d.prefill_is_step = true;
+  return d;
+}
+
+GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, const GenerationOptions& gen) {
+  if (gen.prompt < 1) throw InputError("--generate: the prompt needs at least one token");
+  if (gen.new_tokens < 1) throw InputError("--generate: at least one new token is needed");
+  if (options.mode != Mode::inference) throw InputError("--generate predicts inference (no --mode training)");
+  if (options.parallel.active) throw InputError("--generate does not take --parallel");
+  GenerationAnalysis a;
+  a.gen = gen;
+  a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
+  a.prefill = prepare(d.prefill, phase_options(options, d, a.batch, gen.prompt, 0));
+  const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
+  const int64_t first = gen.prompt, last = gen.prompt + gen.new_tokens - 1;
+  for (int j = 0; j < n; ++j) {
+    const int64_t kv = n == 1 ? first : first + static_cast<int64_t>(std::llround(double(j) * double(last - first) / (n - 1)));
+    if (!a.kv.empty() && a.kv.back() == kv) continue;
+    a.kv.push_back(kv);
+    a.steps.push_back(prepare(d.step, phase_options(options, d, a.batch, 1, kv)));
+  }
+  weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
+  a.activation_bytes = activation_bytes(a.prefill.graph, options);
+  const DType kv_dtype = options.dtype != DType::undefined ? options.dtype : d.kv_dtype;
+  // Exactly 2 (K and V) x layers x KV heads x head size x tokens x batch x element size.
+  a.kv_cache_bytes = 2.0 * double(d.layers) * double(d.kv_heads) * double(d.head_dim) *
+                     double(gen.prompt + gen.new_tokens) * double(a.batch) * elem_size(kv_dtype);
+  return a;
+}
+
+Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options) {
+  Report r = predict(a.prefill, d.prefill.model, gpu, options);
+  GenerationReport g;
+  g.batch = a.batch;
+  g.prompt = a.gen.prompt;
+  g.new_tokens = a.gen.new_tokens;
+  g.layers = d.layers;
+  g.kv_heads = d.kv_heads;
+  g.head_dim = d.head_dim;
+  g.ttft_ms = r.e2e_latency_ms;
+  g.prefill_by_class = r.totals_by_class;
+  std::vector<double> step_ms;
+  std::map<std::string, std::vector<double>> by_class;
+  for (size_t i = 0; i < a.steps.size(); ++i) {
+    const Report s = predict(a.steps[i], d.step.model, gpu, options);
+    GenerationStep st{a.kv[i], s.e2e_latency_ms, s.totals_by_class};
+    step_ms.push_back(s.e2e_latency_ms);
+    for (const auto& [c, ms] : s.totals_by_class) by_class[c];
+    g.samples.push_back(std::move(st));
+  }
+  for (auto& [c, v] : by_class)
+    for (const auto& st : g.samples) {
+      auto it = st.by_class.find(c);
+      v.push_back(it == st.by_class.end() ? 0.0 : it->second);
+    }
+  const double decode_ms = interpolated_sum(a.kv, step_ms);
+  for (const auto& [c, v] : by_class) g.decode_by_class[c] = interpolated_sum(a.kv, v);
+  g.step_ms.reserve(static_cast<size_t>(a.gen.new_tokens));
+  for (int64_t j = 0; j < a.gen.new_tokens; ++j) g.step_ms.push_back(interpolate(a.kv, step_ms, a.gen.prompt + j));
+  g.tpot_ms = decode_ms / double(a.gen.new_tokens);
+  g.tpot_last_ms = step_ms.back();
+  g.total_ms = g.ttft_ms + decode_ms;
+  g.tokens_per_s = g.total_ms > 0 ? double(a.batch) * double(a.gen.new_tokens) / (g.total_ms / 1000.0) : 0;
+  g.kv_cache_bytes = a.kv_cache_bytes;
+  g.weight_bytes = a.weight_bytes;
+  g.embedding_bytes = a.embedding_bytes;
+  g.activation_bytes = a.activation_bytes;
+  g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes;
+  const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
+  g.execution = timing + ", " +
+                (options.fusion == Fusion::full ? "FlashAttention, fused kernels (--fusion full)"
+                                                : std::string("unfused attention (--fusion ") + fusion_name(options.fusion) + ")");
+  if (gpu.mem_gb > 0 && g.memory_bytes > gpu.mem_gb * kGiB) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "generation needs %.1f GiB (weights %.1f + KV cache %.1f + activations %.1f), more than the %.0f GB of %s",
+                  g.memory_bytes / kGiB, g.weight_bytes / kGiB, g.kv_cache_bytes / kGiB, g.activation_bytes / kGiB,
+                  gpu.mem_gb, gpu.name.c_str());
+    r.warnings.push_back(buf);
+  }
+  r.generation = std::move(g);
+  return r;
+}
+
+}  // namespace neusight

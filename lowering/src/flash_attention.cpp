@@ -1,0 +1,205 @@
+// flash_attention.cpp - decomposed attention (QK^T, scale, mask, softmax, AV) as the one fused
+// kernel serving engines run (--fusion full, inference): FlashAttention for a prompt,
+// a KV-cache read for a decode step. KV-cache concatenation and grouped-query head
+// repetition feeding it are done by the same kernel.
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+namespace {
+
+const TensorInfo* tensor(const Graph& g, const std::string& name) { return name.empty() ? nullptr : g.find(name); }
+
+int single_consumer(const Consumers& cons, const std::string& t) {
+  auto it = cons.find(t);
+  if (it == cons.end() || it->second.size() != 1) return -1;
+  return it->second[0];
+}
+
+bool same_shape(const Shape& a, const Shape& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].value != b[i].value) return false;
+  return true;
+}
+
+bool scalar_const(const Graph& g, const std::string& name) {
+  const TensorInfo* t = tensor(g, name);
+  return t && t->is_initializer && t->num_elements() == 1;
+}
+
+// Walks from a GEMM operand back to the tensor the attention kernel reads: through free
+// views and strided transposes, the Expand of a grouped-query head repetition (repeat_kv:
+// read in place by the kernel, whose query heads share a KV head) and a KV-cache Concat
+// along the sequence of a graph input with the step's new keys or values (the kernel
+// writes the new entries into the cache in place). Collects those nodes in `absorbed` and
+// the cache's new part in `appended`.
+struct Operand {
+  const TensorInfo* stored = nullptr;  // what the kernel reads (the whole cache for a Concat)
+  const TensorInfo* appended = nullptr;
+  std::vector<int> absorbed;
+};
+
+Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, const std::string& start) {
+  Operand o;
+  std::string t = start;
+  for (int guard = 0; guard < 16; ++guard) {
+    auto it = plan.producer.find(t);
+    if (it == plan.producer.end()) break;
+    const int pi = it->second;
+    const Node& p = g.nodes[static_cast<size_t>(pi)];
+    if (p.inputs.empty()) break;
+    const bool free = !plan.free_reason[static_cast<size_t>(pi)].empty();
+    if (free && (p.op_type == "Transpose" || p.op_type == "Reshape" || p.op_type == "Unsqueeze" ||
+                 p.op_type == "Squeeze" || p.op_type == "Identity")) {
+      t = p.inputs[0];
+      continue;
+    }
+    // Only a tensor nothing else reads is absorbed (a repeated K read elsewhere is real).
+    if (!free && p.op_type == "Expand" && single_consumer(cons, p.outputs[0]) >= 0) {
+      o.absorbed.push_back(pi);
+      t = p.inputs[0];
+      continue;
+    }
+    if (!free && p.op_type == "Concat" && p.inputs.size() == 2 && !o.appended) {
+      const TensorInfo* past = tensor(g, p.inputs[0]);
+      const TensorInfo* out = tensor(g, p.outputs[0]);
+      const bool graph_input = std::find(g.inputs.begin(), g.inputs.end(), p.inputs[0]) != g.inputs.end();
+      const int64_t axis = p.attr_i("axis", 0);
+      if (graph_input && past && out && out->shape.size() == 4 && (axis == 2 || axis == -2)) {
+        o.absorbed.push_back(pi);
+        o.appended = tensor(g, p.inputs[1]);
+        o.stored = out;
+        return o;
+      }
+    }
+    break;
+  }
+  o.stored = tensor(g, t);
+  return o;
+}
+
+}  // namespace
+
+bool match_flash_attention(const Graph& g, const Consumers& cons, const Plan& plan, int qk, Group& grp) {
+  const Node& m = g.nodes[static_cast<size_t>(qk)];
+  if (m.op_type != "MatMul" || m.inputs.size() != 2 || m.outputs.empty()) return false;
+  const TensorInfo* q = tensor(g, m.inputs[0]);
+  const TensorInfo* s = tensor(g, m.outputs[0]);
+  if (!q || !s || !q->fully_known() || !s->fully_known() || q->shape.size() != 4 || s->shape.size() != 4) return false;
+  std::vector<int> nodes = {qk};
+  // Scores -> [scale] -> [mask] -> Softmax(last axis) -> [Dropout] -> MatMul(., V).
+  std::string cur = m.outputs[0];
+  bool softmax = false;
+  int av = -1;
+  for (int guard = 0; guard < 8 && av < 0; ++guard) {
+    const int ci = single_consumer(cons, cur);
+    if (ci < 0) return false;
+    const Node& c = g.nodes[static_cast<size_t>(ci)];
+    if (c.outputs.empty()) return false;
+    const bool free = !plan.free_reason[static_cast<size_t>(ci)].empty();
+    if (!softmax && (c.op_type == "Div" || c.op_type == "Mul") && c.inputs.size() == 2) {
+      const std::string& other = c.inputs[0] == cur ? c.inputs[1] : c.inputs[0];
+      if (!scalar_const(g, other) || (c.op_type == "Div" && c.inputs[0] != cur)) return false;
+    } else if (!softmax && (c.op_type == "Add" || c.op_type == "Where")) {
+      const TensorInfo* y = tensor(g, c.outputs[0]);
+      if (!y || !y->fully_known() || !same_shape(y->shape, s->shape)) return false;  // a mask never widens the scores
+    } else if (!softmax && c.op_type == "Softmax") {
+      const int64_t axis = c.attr_i("axis", -1);
+      if (axis != -1 && axis != 3) return false;
+      softmax = true;
+    } else if (softmax && c.op_type == "Dropout" && free) {
+      cur = c.outputs[0];
+      continue;
+    } else if (softmax && c.op_type == "MatMul" && c.inputs.size() == 2 && c.inputs[0] == cur) {
+      av = ci;
+    } else {
+      return false;
+    }
+    if (free) return false;
+    nodes.push_back(ci);
+    cur = c.outputs[0];
+  }
+  if (av < 0) return false;
+  const TensorInfo* o = tensor(g, g.nodes[static_cast<size_t>(av)].outputs[0]);
+  if (!o || !o->fully_known() || o->shape.size() != 4) return false;
+  for (const std::string& operand : {m.inputs[1], g.nodes[static_cast<size_t>(av)].inputs[1]}) {
+    const Operand op = trace_operand(g, cons, plan, operand);
+    if (!op.stored || !op.stored->fully_known()) return false;
+    nodes.insert(nodes.end(), op.absorbed.begin(), op.absorbed.end());
+  }
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  grp = Group{"flash_attention", nodes, qk, av};
+  return true;
+}
+
+void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
+                          const Consumers& cons, std::vector<Kernel>& out) {
+  const Node& qk = g.nodes[static_cast<size_t>(grp.anchor)];
+  const Node& av = g.nodes[static_cast<size_t>(grp.emit_at)];
+  const TensorInfo* q = tensor(g, qk.inputs[0]);
+  const TensorInfo* scores = tensor(g, qk.outputs[0]);
+  const TensorInfo* o = tensor(g, av.outputs[0]);
+  const Operand k = trace_operand(g, cons, plan, qk.inputs[1]);
+  const Operand v = trace_operand(g, cons, plan, av.inputs[1]);
+  LowerCtx c{g, opt, qk, grp.anchor, out, &plan};
+  Kernel kr = c.base(KernelClass::gemm, "flash_attention");
+  kr.dtype = c.dtype(q);
+  const double eb = elem_bytes(kr.dtype);
+  const int64_t b = q->shape[0].value, heads = q->shape[1].value, sq = q->shape[2].value, hd = q->shape[3].value;
+  const int64_t len = scores->shape[3].value, hd_v = o->shape[3].value;
+  const int64_t bh = b * heads;
+  // A mask that differs per query row is causal: query i (at position len - sq + i) sees
+  // len - sq + i + 1 keys, the triangle FlashAttention's causal mode skips the rest of. A
+  // mask broadcast over the queries (padding) or none: every key.
+  bool causal = false;
+  for (int ni : grp.nodes) {
+    const Node& nd = g.nodes[static_cast<size_t>(ni)];
+    if (nd.op_type != "Add" && nd.op_type != "Where") continue;
+    for (const auto& in : nd.inputs) {
+      const TensorInfo* t = tensor(g, in);
+      if (t && t->fully_known() && t->shape.size() >= 2 && in != qk.outputs[0] &&
+          t->shape[t->shape.size() - 2].value == sq && sq > 1)
+        causal = true;
+    }
+  }
+  const double pairs = causal ? double(sq) * double(len - sq) + double(sq) * double(sq + 1) / 2.0
+                              : double(sq) * double(len);
+  kr.flops = 2.0 * double(bh) * pairs * double(hd + hd_v);
+  double appended = 0;
+  for (const Operand* op : {&k, &v})
+    if (op->appended) appended += double(numel(op->appended)) * eb;
+  const double kv_bytes = (double(numel(k.stored)) + double(numel(v.stored))) * eb;
+  kr.bytes = double(numel(q)) * eb + kv_bytes + double(numel(o)) * eb + appended;
+  for (int ni : grp.nodes)
+    if (ni != grp.anchor) kr.fused_nodes.push_back(ni);
+  const std::string mode = causal ? "causal" : "full";
+  const std::string cache = appended > 0 ? ", KV cache append in place" : "";
+  if (sq == 1) {
+    // Decode: every query row reads the whole cache once; memory-bound. One row per KV head
+    // (its query heads share the read); the split over the keys that keeps the GPU busy when
+    // batch x KV heads is small is chosen per GPU (split_kv_on_gpu).
+    const int64_t kv_heads = k.stored->shape.size() == 4 ? k.stored->shape[1].value : heads;
+    kr.cls = KernelClass::reduce;
+    kr.op = "flash_decode";
+    kr.rows = b * kv_heads;
+    kr.cols = len * (hd + hd_v);
+    kr.gemm = {bh, sq, hd_v, len};  // the attention problem (query rows x keys), for split_kv_on_gpu
+    kr.note = "flash decoding: KV-cache read over " + std::to_string(len) + " keys" + cache;
+  } else {
+    // Prefill: FlashAttention's tiles of query rows per (batch, head), each streaming the
+    // keys it sees through QK^T and PV on the tensor cores: as a GEMM of the output
+    // [sq x hd_v] whose reduction covers both products over the visible keys.
+    const double k_eff = std::ceil(pairs * double(hd + hd_v) / (double(sq) * double(hd_v)));
+    kr.gemm = {bh, sq, hd_v, std::max<int64_t>(1, static_cast<int64_t>(k_eff))};
+    kr.operand_elems = {bh * sq * hd, static_cast<int64_t>(numel(k.stored) + numel(v.stored))};
+    kr.note = "FlashAttention (" + mode + ") over " + std::to_string(len) + " keys" + cache;
+  }
+  out.push_back(kr);
+}
+
+}  // namespace neusight::lowering_detail

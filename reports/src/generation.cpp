@@ -1,0 +1,194 @@
+// generation.cpp - the LLM generation summary (--generate): terminal text, the JSON
+// "generation" object and the HTML chart of per-step latency.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "neusight/report.h"
+#include "util.h"
+
+namespace neusight {
+using detail::finite;
+using detail::html_escape;
+using detail::pad;
+using nlohmann::json;
+
+namespace {
+
+std::string bytes_text(double b) {
+  char buf[48];
+  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
+  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.0f B", b);
+  return buf;
+}
+
+std::string num(double v, int decimals) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, finite(v));
+  return buf;
+}
+
+}  // namespace
+
+namespace detail {
+
+json generation_json(const GenerationReport& g) {
+  json steps = json::array();
+  for (const auto& s : g.samples)
+    steps.push_back({{"kv_len", s.kv_len}, {"latency_ms", finite(s.latency_ms)}, {"by_class_ms", s.by_class}});
+  return {{"batch", g.batch},
+          {"prompt_tokens", g.prompt},
+          {"new_tokens", g.new_tokens},
+          {"ttft_ms", finite(g.ttft_ms)},
+          {"tpot_ms", finite(g.tpot_ms)},
+          {"tpot_last_ms", finite(g.tpot_last_ms)},
+          {"total_ms", finite(g.total_ms)},
+          {"tokens_per_s", finite(g.tokens_per_s)},
+          {"kv_cache_bytes", finite(g.kv_cache_bytes)},
+          {"weight_bytes", finite(g.weight_bytes)},
+          {"embedding_bytes", finite(g.embedding_bytes)},
+          {"activation_bytes", finite(g.activation_bytes)},
+          {"memory_bytes", finite(g.memory_bytes)},
+          {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}}},
+          {"execution", g.execution},
+          {"prefill_by_class_ms", g.prefill_by_class},
+          {"decode_by_class_ms", g.decode_by_class},
+          {"decode_samples", std::move(steps)}};
+}
+
+std::string generation_html(const std::vector<Report>& reports) {
+  std::vector<const Report*> rs;
+  for (const auto& r : reports)
+    if (r.generation && !r.generation->step_ms.empty()) rs.push_back(&r);
+  if (rs.empty()) return "";
+  const GenerationReport& g0 = *rs.front()->generation;
+  std::ostringstream os;
+  os << "<h2>Generation</h2>\n<p class=\"sub\">batch " << g0.batch << ", prompt " << g0.prompt << " tokens, "
+     << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
+  os << "<table><thead><tr><th>gpu</th><th class=\"n\">TTFT ms</th><th class=\"n\">TPOT ms</th>"
+        "<th class=\"n\">last TPOT ms</th><th class=\"n\">total ms</th><th class=\"n\">tokens/s</th>"
+        "<th class=\"n\">KV cache</th><th class=\"n\">memory</th></tr></thead><tbody>\n";
+  for (const Report* r : rs) {
+    const GenerationReport& g = *r->generation;
+    os << "<tr><td>" << html_escape(r->gpu.name) << "</td><td class=\"n\">" << format_ms(g.ttft_ms)
+       << "</td><td class=\"n\">" << format_ms(g.tpot_ms) << "</td><td class=\"n\">" << format_ms(g.tpot_last_ms)
+       << "</td><td class=\"n\">" << format_ms(g.total_ms) << "</td><td class=\"n\">" << num(g.tokens_per_s, 1)
+       << "</td><td class=\"n\">" << bytes_text(g.kv_cache_bytes) << "</td><td class=\"n\">"
+       << bytes_text(g.memory_bytes) << "</td></tr>\n";
+  }
+  os << "</tbody></table>\n";
+  // Per-step latency: one polyline per GPU over the decode steps (x: output token).
+  const double W = 980, H = 300, left = 70, right = 150, top = 10, bottom = 40;
+  double ymax = 0;
+  size_t steps = 0;
+  for (const Report* r : rs) {
+    for (double v : r->generation->step_ms) ymax = std::max(ymax, finite(v));
+    steps = std::max(steps, r->generation->step_ms.size());
+  }
+  if (ymax <= 0) ymax = 1;
+  const double pw = W - left - right, ph = H - top - bottom;
+  static const char* colors[] = {"#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f"};
+  os << "<h2>Decode step latency along the generation</h2>\n<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " << W
+     << " " << H << "\" width=\"" << W << "\" height=\"" << H << "\" role=\"img\">\n";
+  os << "<line x1=\"" << left << "\" y1=\"" << top + ph << "\" x2=\"" << left + pw << "\" y2=\"" << top + ph
+     << "\" stroke=\"#999\"/><line x1=\"" << left << "\" y1=\"" << top << "\" x2=\"" << left << "\" y2=\"" << top + ph
+     << "\" stroke=\"#999\"/>\n";
+  for (int t = 0; t <= 4; ++t) {
+    const double y = top + ph - ph * t / 4.0;
+    os << "<text x=\"" << left - 6 << "\" y=\"" << y + 4 << "\" text-anchor=\"end\">" << format_ms(ymax * t / 4.0)
+       << "</text>";
+    const double x = left + pw * t / 4.0;
+    const double token = steps > 1 ? double(steps - 1) * t / 4.0 : 0;
+    os << "<text x=\"" << x << "\" y=\"" << top + ph + 16 << "\" text-anchor=\"middle\">"
+       << static_cast<int64_t>(std::llround(token)) + g0.prompt << "</text>";
+  }
+  os << "<text x=\"" << left + pw / 2 << "\" y=\"" << H - 6 << "\" text-anchor=\"middle\">KV-cache length (tokens)</text>"
+     << "<text x=\"12\" y=\"" << top + ph / 2 << "\" transform=\"rotate(-90 12 " << top + ph / 2
+     << ")\" text-anchor=\"middle\">ms per step</text>\n";
+  for (size_t i = 0; i < rs.size(); ++i) {
+    const GenerationReport& g = *rs[i]->generation;
+    const char* col = colors[i % (sizeof colors / sizeof colors[0])];
+    // At most ~1000 points: a long generation is drawn at a stride (the line is piecewise linear).
+    const size_t n = g.step_ms.size(), stride = std::max<size_t>(1, n / 1000);
+    os << "<polyline fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\" points=\"";
+    for (size_t s = 0; s < n; s += stride) {
+      const double x = left + (steps > 1 ? pw * double(s) / double(steps - 1) : pw / 2);
+      os << num(x, 1) << "," << num(top + ph - ph * finite(g.step_ms[s]) / ymax, 1) << " ";
+    }
+    if ((n - 1) % stride != 0) {
+      const double x = left + (steps > 1 ? pw * double(n - 1) / double(steps - 1) : pw / 2);
+      os << num(x, 1) << "," << num(top + ph - ph * finite(g.step_ms.back()) / ymax, 1);
+    }
+    os << "\"><title>" << html_escape(rs[i]->gpu.name) << "</title></polyline>\n";
+    for (const auto& smp : g.samples) {
+      const double x = left + (steps > 1 ? pw * double(smp.kv_len - g.prompt) / double(steps - 1) : pw / 2);
+      os << "<circle cx=\"" << num(x, 1) << "\" cy=\"" << num(top + ph - ph * finite(smp.latency_ms) / ymax, 1)
+         << "\" r=\"3\" fill=\"" << col << "\"><title>" << html_escape(rs[i]->gpu.name) << ", KV " << smp.kv_len << ": "
+         << format_ms(smp.latency_ms) << " ms (predicted)</title></circle>";
+    }
+    os << "<text x=\"" << left + pw + 8 << "\" y=\"" << top + 14 + 16 * i << "\" fill=\"" << col << "\">"
+       << html_escape(rs[i]->gpu.alias()) << "</text>\n";
+  }
+  os << "</svg>\n<p class=\"note\">Dots: decode steps predicted; the line between them is interpolated. The sections below are the prefill (one forward pass over the prompt).</p>\n";
+  return os.str();
+}
+
+}  // namespace detail
+
+std::string format_generation(const Report& r, bool color) {
+  if (!r.generation) return "";
+  const GenerationReport& g = *r.generation;
+  auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
+  std::ostringstream os;
+  os << bold("generation on " + r.gpu.name) << ": batch " << g.batch << ", prompt " << g.prompt << " tokens, "
+     << g.new_tokens << " new tokens (" << g.execution << ")\n";
+  os << "  time to first token  " << pad(format_ms(g.ttft_ms), 11, true) << " ms\n"
+     << "  time per token       " << pad(format_ms(g.tpot_ms), 11, true) << " ms (last step " << format_ms(g.tpot_last_ms)
+     << " ms)\n"
+     << "  total                " << pad(format_ms(g.total_ms), 11, true) << " ms\n"
+     << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true) << "\n"
+     << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << g.layers << " layers x "
+     << g.kv_heads << " KV heads x " << g.head_dim << " x " << g.prompt + g.new_tokens << " tokens x " << g.batch
+     << ")\n"
+     << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
+     << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes) << "; GPU "
+     << num(r.gpu.mem_gb, 0) << " GB)\n";
+  std::set<std::string> classes;
+  for (const auto& [c, ms] : g.prefill_by_class) classes.insert(c);
+  for (const auto& [c, ms] : g.decode_by_class) classes.insert(c);
+  double decode = 0;
+  for (const auto& [c, ms] : g.decode_by_class) decode += ms;
+  os << "  " << pad("by class", 12) << " " << pad("prefill ms", 12, true) << " " << pad("decode ms", 12, true) << " "
+     << pad("decode %", 9, true) << "\n";
+  for (const auto& c : classes) {
+    const auto p = g.prefill_by_class.find(c);
+    const auto d = g.decode_by_class.find(c);
+    const double dm = d == g.decode_by_class.end() ? 0 : d->second;
+    os << "  " << pad(c, 12) << " " << pad(format_ms(p == g.prefill_by_class.end() ? 0 : p->second), 12, true) << " "
+       << pad(format_ms(dm), 12, true) << " " << pad(num(decode > 0 ? 100 * dm / decode : 0, 1), 9, true) << "\n";
+  }
+  return os.str();
+}
+
+std::string format_generation_gpu_table(const std::vector<Report>& reports) {
+  std::ostringstream os;
+  size_t w = 3;
+  for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
+  os << pad("gpu", w) << " " << pad("TTFT ms", 11, true) << " " << pad("TPOT ms", 10, true) << " "
+     << pad("total ms", 11, true) << " " << pad("tokens/s", 10, true) << " " << pad("vs first", 9, true) << "\n";
+  const double base = reports.empty() || !reports.front().generation ? 0 : reports.front().generation->tokens_per_s;
+  for (const auto& r : reports) {
+    if (!r.generation) continue;
+    const GenerationReport& g = *r.generation;
+    os << pad(r.gpu.name, w) << " " << pad(format_ms(g.ttft_ms), 11, true) << " " << pad(format_ms(g.tpot_ms), 10, true)
+       << " " << pad(format_ms(g.total_ms), 11, true) << " " << pad(num(g.tokens_per_s, 1), 10, true) << " "
+       << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace neusight

@@ -1,0 +1,191 @@
+// unit-generation.cpp - LLM generation (prefill + KV-cache decode): physics of the
+// predictions, exact KV-cache bytes, the FlashAttention lowering and the ONNX decoder path.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "neusight/neusight.h"
+#include "neusight/onnx_proto.h"
+#include "test_util.h"
+
+using namespace neusight;
+
+namespace {
+
+ModelConfig small_llama(int64_t heads, int64_t kv_heads) {
+  ModelConfig c;
+  c.model_type = "llama";
+  c.layers = 2;
+  c.hidden = 512;
+  c.heads = heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = 512 / heads;
+  c.ffn = 1024;
+  c.vocab = 4000;
+  c.activation = "silu";
+  c.source = "small_llama";
+  return c;
+}
+
+ModelConfig llama3_8b() { return read_hf_config(test::source_dir() + "/tests/data/llama3_8b.json"); }
+
+// As the CLI's --generate runs by default: kernel timing, fused attention.
+Options serving(DType dtype, int64_t batch) {
+  Options o;
+  o.dims.batch = batch;
+  o.dtype = dtype;
+  o.timing = Timing::kernel;
+  o.fusion = Fusion::full;
+  return o;
+}
+
+GenerationReport generate(const Decoder& d, const Options& o, int64_t prompt, int64_t new_tokens, const std::string& gpu,
+                          int samples = GenerationOptions{}.samples) {
+  GenerationOptions g;
+  g.prompt = prompt;
+  g.new_tokens = new_tokens;
+  g.samples = samples;
+  const Report r = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve(gpu), o);
+  REQUIRE(r.generation);
+  return *r.generation;
+}
+
+int count_op(const KernelList& kl, const std::string& op) {
+  return static_cast<int>(std::count_if(kl.kernels.begin(), kl.kernels.end(), [&](const Kernel& k) { return k.op == op; }));
+}
+
+}  // namespace
+
+TEST_CASE("generation: KV-cache bytes are exactly 2 x layers x kv_heads x head_dim x tokens x batch x element size") {
+  for (int64_t kv : {8, 2, 1}) {  // MHA, GQA, MQA
+    const ModelConfig c = small_llama(8, kv);
+    const Decoder d = config_decoder(c);
+    for (DType dt : {DType::f16, DType::f32}) {
+      const GenerationReport g = generate(d, serving(dt, 3), 40, 9, "h100");
+      const double eb = dt == DType::f16 ? 2 : 4;
+      CHECK(g.kv_cache_bytes == 2.0 * 2 * kv * 64 * (40 + 9) * 3 * eb);
+      CHECK(g.memory_bytes == doctest::Approx(g.weight_bytes + g.kv_cache_bytes + g.activation_bytes));
+    }
+  }
+}
+
+TEST_CASE("generation: decode TPOT at batch 1 is at least the weights over DRAM bandwidth and grows with the KV cache") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  for (const char* gpu : {"h100", "a100-80gb", "l40s"}) {
+    const Gpu& g = GpuDatabase::builtin().resolve(gpu);
+    const GenerationReport r = generate(d, serving(DType::f16, 1), 128, 8192, gpu);
+    const double bound_ms = (r.weight_bytes - r.embedding_bytes) / (g.mem_bw_gbps * 1e9) * 1e3;
+    CHECK(r.samples.front().latency_ms >= bound_ms);
+    for (size_t i = 1; i < r.samples.size(); ++i) CHECK(r.samples[i].latency_ms >= r.samples[i - 1].latency_ms);
+    CHECK(r.tpot_last_ms > r.samples.front().latency_ms);
+    CHECK(r.tpot_ms > r.samples.front().latency_ms);
+    CHECK(r.tpot_ms < r.tpot_last_ms);
+  }
+}
+
+TEST_CASE("generation: interpolated decode steps agree with predicting every step") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  const GenerationReport few = generate(d, serving(DType::f16, 2), 300, 48, "h100");
+  const GenerationReport all = generate(d, serving(DType::f16, 2), 300, 48, "h100", 48);
+  CHECK(all.samples.size() == 48);
+  CHECK(few.samples.size() < 10);
+  CHECK(few.total_ms == doctest::Approx(all.total_ms).epsilon(0.01));
+  CHECK(few.tpot_last_ms == doctest::Approx(all.tpot_last_ms));
+  CHECK(few.step_ms.size() == 48);
+}
+
+TEST_CASE("generation: Llama-3-8B FP16 acceptance figures") {
+  const Decoder d = config_decoder(llama3_8b());
+  CHECK(d.kv_heads == 8);
+  CHECK(d.head_dim == 128);
+  for (const char* gpu : {"h100", "h200", "b200", "l40s", "mi300x", "a100-80gb"}) {
+    const Gpu& g = GpuDatabase::builtin().resolve(gpu);
+    const GenerationReport one = generate(d, serving(DType::f16, 1), 512, 128, gpu);
+    const double bound_ms = (one.weight_bytes - one.embedding_bytes) / (g.mem_bw_gbps * 1e9) * 1e3;
+    MESSAGE(gpu << ": TPOT " << one.tpot_ms << " ms, bound " << bound_ms << " ms, ratio " << one.tpot_ms / bound_ms);
+    CHECK(one.tpot_ms >= bound_ms);
+    CHECK(one.tpot_ms <= 2.0 * bound_ms);
+    CHECK(one.kv_cache_bytes == 2.0 * 32 * 8 * 128 * 640 * 1 * 2);
+    if (std::string(gpu) == "h100") {
+      const GenerationReport eight = generate(d, serving(DType::f16, 8), 512, 128, gpu);
+      CHECK(eight.tokens_per_s > 4 * one.tokens_per_s);
+      const GenerationReport longer = generate(d, serving(DType::f16, 1), 2048, 128, gpu);
+      CHECK(longer.ttft_ms >= 3.5 * one.ttft_ms);
+    }
+  }
+}
+
+TEST_CASE("generation: TTFT grows at least linearly with the prompt; tokens/s rises with the batch") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  double prev_ttft = 0, prev_tps = 0;
+  for (int64_t prompt : {1024, 2048, 4096}) {
+    const GenerationReport r = generate(d, serving(DType::f16, 4), prompt, 16, "h100");
+    if (prev_ttft > 0) CHECK(r.ttft_ms >= 1.9 * prev_ttft);
+    prev_ttft = r.ttft_ms;
+  }
+  for (int64_t batch : {1, 2, 4, 8, 16}) {
+    const GenerationReport r = generate(d, serving(DType::f16, batch), 256, 64, "h100");
+    CHECK(r.tokens_per_s > prev_tps);
+    prev_tps = r.tokens_per_s;
+  }
+}
+
+TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel per layer") {
+  const ModelConfig c = small_llama(8, 2);
+  const Decoder d = config_decoder(c);
+  Options o = serving(DType::f16, 2);
+  o.dims.seq = 64;
+  const Analysis pre = prepare(d.prefill, o);
+  CHECK(count_op(pre.kernels, "flash_attention") == 2);
+  CHECK(count_op(pre.kernels, "softmax") == 0);
+  for (const Kernel& k : pre.kernels.kernels)
+    if (k.op == "flash_attention") {
+      // Causal: query i sees i + 1 keys; QK^T and PV over 64-wide heads, 2 x 8 (batch x heads).
+      CHECK(k.flops == doctest::Approx(2.0 * 16 * (64.0 * 65 / 2) * 128));
+      CHECK(k.cls == KernelClass::gemm);
+      // Q and O over 8 heads, K and V over the 2 KV heads (read once), FP16.
+      CHECK(k.bytes == doctest::Approx((2.0 * 2 * 8 * 64 * 64 + 2.0 * 2 * 2 * 64 * 64) * 2));
+    }
+  o.dims.seq = 1;
+  o.dims.named["past_sequence"] = 1000;
+  const Analysis step = prepare(d.step, o);
+  CHECK(count_op(step.kernels, "flash_decode") == 2);
+  CHECK(count_op(step.kernels, "concat") == 0);  // the cache append runs in the attention kernel
+  for (const Kernel& k : step.kernels.kernels)
+    if (k.op == "flash_decode") {
+      CHECK(k.cls == KernelClass::reduce);
+      CHECK(k.rows == 2 * 2);  // batch x KV heads
+      // The cache (1001 entries, K and V, 2 KV heads), the new entries written, Q and O.
+      CHECK(k.bytes == doctest::Approx((2.0 * 2 * 2 * 1001 * 64 + 2.0 * 2 * 2 * 64 + 2.0 * 2 * 8 * 64) * 2));
+    }
+  // Eager keeps HF's unfused attention: the cache concatenation copies, softmax separate.
+  o.fusion = Fusion::eager;
+  const Analysis eager = prepare(d.step, o);
+  CHECK(count_op(eager.kernels, "flash_decode") == 0);
+  CHECK(count_op(eager.kernels, "softmax") == 2);
+}
+
+TEST_CASE("generation: an ONNX decoder export with past_key_values inputs predicts like its config") {
+  const ModelConfig c = small_llama(8, 2);
+  const Decoder from_config = config_decoder(c);
+  const LoadedModel step = build_model(c, BuildOptions{true});
+  const Decoder from_onnx = onnx_decoder(load_model_from_proto(step.proto->model, "decoder.onnx"));
+  CHECK(from_onnx.layers == 2);
+  CHECK(from_onnx.kv_heads == 2);
+  CHECK(from_onnx.head_dim == 64);
+  CHECK(from_onnx.past_dim == "past_sequence");
+  const GenerationReport a = generate(from_config, serving(DType::f16, 2), 256, 32, "h100");
+  const GenerationReport b = generate(from_onnx, serving(DType::f16, 2), 256, 32, "h100");
+  CHECK(b.tpot_ms == doctest::Approx(a.tpot_ms));
+  CHECK(b.ttft_ms == doctest::Approx(a.ttft_ms).epsilon(0.1));
+  CHECK(b.kv_cache_bytes == a.kv_cache_bytes);
+  // A model without a cache is refused with an input error.
+  CHECK_THROWS_AS(onnx_decoder(load_model_from_proto(from_config.prefill.proto->model, "plain.onnx")), InputError);
+  ModelConfig bert = c;
+  bert.model_type = "bert";
+  CHECK_THROWS_AS(config_decoder(bert), InputError);
+  GenerationOptions bad;
+  bad.prompt = 0;
+  bad.new_tokens = 5;
+  CHECK_THROWS_AS(prepare_generation(from_config, serving(DType::f16, 1), bad), InputError);
+}
