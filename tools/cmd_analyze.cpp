@@ -26,38 +26,13 @@ std::string progress_bar(size_t done, size_t total) {
   return "[" + std::string(filled, '#') + std::string(width - filled, ' ') + "]";
 }
 
-// --generate PROMPT:NEW -> the two counts; InputError naming the flag otherwise.
-GenerationOptions parse_generate(const std::string& text) {
-  const auto colon = text.find(':');
-  if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos)
-    throw InputError("--generate: expected PROMPT:NEW token counts (e.g. 512:128), got '" + text + "'");
-  GenerationOptions g;
-  g.prompt = parse_int(text.substr(0, colon), "--generate PROMPT");
-  g.new_tokens = parse_int(text.substr(colon + 1), "--generate NEW");
-  if (g.prompt < 1) throw InputError("--generate " + text + ": the prompt needs at least one token");
-  if (g.new_tokens < 1) throw InputError("--generate " + text + ": at least one new token is needed");
-  return g;
-}
-
 // --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
-int run_generate(const Args& args, Options opt, const std::vector<Gpu>& gpus) {
+int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   const GenerationOptions gen = parse_generate(args.get("--generate"));
-  for (const char* flag : {"--seq", "--out", "--parallel", "--link-bw"})
-    if (args.has(flag)) throw InputError(std::string(flag) + " does not apply to --generate (PROMPT:NEW sets the lengths)");
-  if (opt.mode != Mode::inference) throw InputError("--generate predicts inference, not --mode training");
-  // As serving engines run a generation (CUDA graphs, fused attention) unless told otherwise.
-  if (!args.has("--timing")) opt.timing = Timing::kernel;
-  if (!args.has("--fusion")) opt.fusion = Fusion::full;
-  if (opt.dims.batch < 0) opt.dims.batch = 1;
+  const Options opt = generation_options(args, base);
   std::string dtype_note;
-  Decoder decoder;
-  if (args.has("--config")) {
-    const ModelConfig cfg = read_hf_config(args.get("--config"));
-    decoder = config_decoder(cfg);
-    if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
-  } else {
-    decoder = onnx_decoder(load_model(args.positionals()[0]));
-  }
+  const bool config = args.has("--config");
+  const Decoder decoder = load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note);
   const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen);
   std::vector<Report> reports;
   for (const auto& gpu : gpus) {

@@ -16,7 +16,7 @@ namespace {
 
 const std::vector<std::string> kValueFlags = {"--gpu",  "--batch",     "--seq",     "--dim", "--shape", "--value", "--mode",
                                               "--dtype", "--fusion",   "--json",    "--html", "--top",
-                                              "--predictor", "--weights", "--timing"};
+                                              "--predictor", "--weights", "--timing", "--generate"};
 const std::vector<std::string> kSwitches = {"--quiet", "--no-color"};
 
 }  // namespace
@@ -37,7 +37,24 @@ int cmd_compare(const Argv& argv) {
 
   // Every model is loaded and predicted before anything is written.
   std::vector<std::vector<Report>> reports;
-  for (const auto& path : models) {
+  if (args.has("--generate")) {  // each model's generation (its prefill is what the table compares)
+    const GenerationOptions gen = parse_generate(args.get("--generate"));
+    const Options gopt = generation_options(args, opt);
+    for (const auto& path : models) {
+      std::string dtype_note;
+      const bool config = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+      const Decoder decoder = load_decoder(path, config, gopt, dtype_note);
+      const GenerationAnalysis analysis = prepare_generation(decoder, gopt, gen);
+      std::vector<Report> per_gpu;
+      for (const auto& g : gpus) {
+        per_gpu.push_back(predict_generation(analysis, decoder, g, gopt));
+        if (!dtype_note.empty()) per_gpu.back().warnings.push_back(dtype_note);
+      }
+      print_warnings_once(per_gpu, path + ": ");
+      reports.push_back(std::move(per_gpu));
+    }
+  }
+  for (const auto& path : args.has("--generate") ? std::vector<std::string>{} : models) {
     std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
     const bool config = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
     const LoadedModel loaded =

@@ -206,4 +206,35 @@ std::string format_kernels_csv(const Dataset& d, const KernelRows& k) {
   return os.str();
 }
 
+GenerationOptions parse_generate(const std::string& text) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos)
+    throw InputError("--generate: expected PROMPT:NEW token counts (e.g. 512:128), got '" + text + "'");
+  GenerationOptions g;
+  g.prompt = parse_int(text.substr(0, colon), "--generate PROMPT");
+  g.new_tokens = parse_int(text.substr(colon + 1), "--generate NEW");
+  if (g.prompt < 1) throw InputError("--generate " + text + ": the prompt needs at least one token");
+  if (g.new_tokens < 1) throw InputError("--generate " + text + ": at least one new token is needed");
+  return g;
+}
+
+Options generation_options(const Args& args, Options opt) {
+  for (const char* flag : {"--seq", "--out", "--parallel", "--link-bw"})
+    if (args.has(flag)) throw InputError(std::string(flag) + " does not apply to --generate (PROMPT:NEW sets the lengths)");
+  if (opt.mode != Mode::inference) throw InputError("--generate predicts inference, not --mode training");
+  if (!args.has("--timing")) opt.timing = Timing::kernel;
+  if (!args.has("--fusion")) opt.fusion = Fusion::full;
+  if (opt.dims.batch < 0) opt.dims.batch = 1;
+  return opt;
+}
+
+Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note) {
+  dtype_note.clear();
+  if (!config) return onnx_decoder(load_model(path));
+  const ModelConfig cfg = read_hf_config(path);
+  Decoder d = config_decoder(cfg);
+  if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
+  return d;
+}
+
 }  // namespace neusight::cli

@@ -24,6 +24,16 @@ std::vector<Report> predict_gpus(const Analysis& analysis, const LoadedModel& lo
                                  const Options& opt, const std::string& dtype_note,
                                  const std::function<void(size_t)>& before_each = {});
 
+// --generate PROMPT:NEW. Throws InputError naming the flag (non-integers, counts below 1).
+GenerationOptions parse_generate(const std::string& text);
+// The options of a --generate run: as serving engines run a generation (kernel timing under
+// CUDA graphs, --fusion full) unless --timing / --fusion were given, batch 1 unless --batch.
+// Throws InputError for flags that do not apply (--seq, --out, --parallel, --mode training).
+Options generation_options(const Args& args, Options opt);
+// The decoder of a Hugging Face config (`config` true) or an ONNX export with a KV cache;
+// `dtype_note` as load_config_model.
+Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note);
+
 // What `--out` writes for `report`: each node's latency text and the model's metadata.
 AnnotatedWrite annotations_for(const Report& report);
 

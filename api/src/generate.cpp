@@ -212,6 +212,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.embedding_bytes = a.embedding_bytes;
   g.activation_bytes = a.activation_bytes;
   g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes;
+  if (gpu.mem_bw_gbps > 0) g.weight_read_ms = (a.weight_bytes - a.embedding_bytes) / (gpu.mem_bw_gbps * 1e9) * 1e3;
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
   g.execution = timing + ", " +
                 (options.fusion == Fusion::full ? "FlashAttention, fused kernels (--fusion full)"

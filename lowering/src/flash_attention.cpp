@@ -1,7 +1,8 @@
-// flash_attention.cpp - decomposed attention (QK^T, scale, mask, softmax, AV) as the one fused
-// kernel serving engines run (--fusion full, inference): FlashAttention for a prompt,
-// a KV-cache read for a decode step. KV-cache concatenation and grouped-query head
-// repetition feeding it are done by the same kernel.
+// flash_attention.cpp - attention as serving engines run it (--fusion full, inference): the
+// decomposed attention (QK^T, scale, mask, softmax, AV) as one FlashAttention kernel for a
+// prompt or a KV-cache read for a decode step, with the KV-cache concatenation, the
+// grouped-query head repetition and the head (un)permutes around it done by that kernel; and
+// the rotary embedding (HF rotate_half) as one kernel.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -58,8 +59,9 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
       t = p.inputs[0];
       continue;
     }
-    // Only a tensor nothing else reads is absorbed (a repeated K read elsewhere is real).
-    if (!free && p.op_type == "Expand" && single_consumer(cons, p.outputs[0]) >= 0) {
+    // Only a tensor nothing else reads is absorbed (a repeated K read elsewhere is real); a
+    // head permute (split_heads) is the kernel's index math.
+    if (!free && (p.op_type == "Expand" || p.op_type == "Transpose") && single_consumer(cons, p.outputs[0]) >= 0) {
       o.absorbed.push_back(pi);
       t = p.inputs[0];
       continue;
@@ -73,6 +75,14 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
         o.absorbed.push_back(pi);
         o.appended = tensor(g, p.inputs[1]);
         o.stored = out;
+        // The new entries' head permute (split_heads) is the kernel's index math too.
+        auto nit = plan.producer.find(p.inputs[1]);
+        if (nit != plan.producer.end()) {
+          const Node& np = g.nodes[static_cast<size_t>(nit->second)];
+          if (np.op_type == "Transpose" && plan.free_reason[static_cast<size_t>(nit->second)].empty() &&
+              single_consumer(cons, p.inputs[1]) == pi)
+            o.absorbed.push_back(nit->second);
+        }
         return o;
       }
     }
@@ -126,6 +136,17 @@ bool match_flash_attention(const Graph& g, const Consumers& cons, const Plan& pl
   if (av < 0) return false;
   const TensorInfo* o = tensor(g, g.nodes[static_cast<size_t>(av)].outputs[0]);
   if (!o || !o->fully_known() || o->shape.size() != 4) return false;
+  // The heads merged back ([b, h, s, d] -> [b, s, h, d]): FlashAttention writes that layout.
+  int last = av;
+  const int mi = single_consumer(cons, g.nodes[static_cast<size_t>(av)].outputs[0]);
+  if (mi >= 0) {
+    const Node& mt = g.nodes[static_cast<size_t>(mi)];
+    if (mt.op_type == "Transpose" && plan.free_reason[static_cast<size_t>(mi)].empty() &&
+        mt.attr_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
+      nodes.push_back(mi);
+      last = mi;
+    }
+  }
   for (const std::string& operand : {m.inputs[1], g.nodes[static_cast<size_t>(av)].inputs[1]}) {
     const Operand op = trace_operand(g, cons, plan, operand);
     if (!op.stored || !op.stored->fully_known()) return false;
@@ -133,8 +154,67 @@ bool match_flash_attention(const Graph& g, const Consumers& cons, const Plan& pl
   }
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  grp = Group{"flash_attention", nodes, qk, av};
+  grp = Group{"flash_attention", nodes, qk, last};
   return true;
+}
+
+// HF rotate_half embedding: out = x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin, i.e.
+// Slice, Slice, Neg, Concat, Mul, Mul, Add on x (and the Transpose that made x, when only
+// they read it): one kernel in serving engines (vLLM's rotary_embedding) and in inductor.
+bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int add_i, Group& grp) {
+  const Node& add = g.nodes[static_cast<size_t>(add_i)];
+  if (add.op_type != "Add" || add.inputs.size() != 2) return false;
+  auto producer = [&](const std::string& t) -> int {
+    auto it = plan.producer.find(t);
+    return it == plan.producer.end() ? -1 : it->second;
+  };
+  auto node = [&](int i) -> const Node& { return g.nodes[static_cast<size_t>(i)]; };
+  const int m1 = producer(add.inputs[0]), m2 = producer(add.inputs[1]);
+  if (m1 < 0 || m2 < 0 || node(m1).op_type != "Mul" || node(m2).op_type != "Mul") return false;
+  // One Mul reads x, the other the rotated half (a Concat of a Neg and a Slice).
+  for (int pass = 0; pass < 2; ++pass) {
+    const int mx = pass == 0 ? m1 : m2, mr = pass == 0 ? m2 : m1;
+    int cat = -1;
+    for (const auto& in : node(mr).inputs) {
+      const int p = producer(in);
+      if (p >= 0 && node(p).op_type == "Concat") cat = p;
+    }
+    if (cat < 0 || node(cat).inputs.size() != 2) continue;
+    const int neg = producer(node(cat).inputs[0]), s1 = producer(node(cat).inputs[1]);
+    if (neg < 0 || s1 < 0 || node(neg).op_type != "Neg" || node(s1).op_type != "Slice") continue;
+    const int s2 = producer(node(neg).inputs[0]);
+    if (s2 < 0 || node(s2).op_type != "Slice") continue;
+    const std::string& x = node(s1).inputs[0];
+    if (node(s2).inputs[0] != x || std::find(node(mx).inputs.begin(), node(mx).inputs.end(), x) == node(mx).inputs.end())
+      continue;
+    std::vector<int> nodes = {s1, s2, neg, cat, mx, mr, add_i};
+    std::set<int> set(nodes.begin(), nodes.end());
+    bool closed = true;  // every intermediate read only inside
+    for (int ni : nodes)
+      if (ni != add_i)
+        for (const auto& out : node(ni).outputs) {
+          auto it = cons.find(out);
+          if (it == cons.end()) continue;
+          for (int c : it->second)
+            if (c < 0 || !set.count(c)) closed = false;
+        }
+    for (int ni : nodes)
+      if (!plan.free_reason[static_cast<size_t>(ni)].empty()) closed = false;
+    if (!closed) continue;
+    const int tp = producer(x);
+    if (tp >= 0 && node(tp).op_type == "Transpose" && plan.free_reason[static_cast<size_t>(tp)].empty()) {
+      auto it = cons.find(x);
+      bool inside = it != cons.end();
+      if (inside)
+        for (int c : it->second)
+          if (c < 0 || !set.count(c)) inside = false;
+      if (inside) nodes.push_back(tp);
+    }
+    std::sort(nodes.begin(), nodes.end());
+    grp = Group{"rotary", nodes, add_i, add_i};
+    return true;
+  }
+  return false;
 }
 
 void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,

@@ -597,6 +597,12 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
       if (taken[i] || !plan.free_reason[i].empty() || !match_flash_attention(g, cons, plan, static_cast<int>(i), grp)) continue;
       if (std::none_of(grp.nodes.begin(), grp.nodes.end(), [&](int m) { return taken[static_cast<size_t>(m)]; })) add_group(grp);
     }
+  if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
+    for (size_t i = 0; i < n; ++i) {
+      Group grp;
+      if (taken[i] || !plan.free_reason[i].empty() || !match_rotary(g, cons, plan, static_cast<int>(i), grp)) continue;
+      if (std::none_of(grp.nodes.begin(), grp.nodes.end(), [&](int m) { return taken[static_cast<size_t>(m)]; })) add_group(grp);
+    }
   for (size_t i = 0; i < n; ++i) {
     if (taken[i] || !plan.free_reason[i].empty()) continue;
     Group grp;
@@ -745,7 +751,7 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
     if (k.cls == KernelClass::elementwise) k.op = "fused";
     k.note = "fused: " + ops;
   } else {
-    // gelu / silu / gelu_tanh / quick_gelu: one elementwise kernel.
+    // gelu / silu / gelu_tanh / quick_gelu / rotary: one elementwise kernel.
     k.cls = KernelClass::elementwise;
     k.op = grp.kind;
     rows_cols(last_out, k.rows, k.cols);

@@ -37,7 +37,7 @@ Consumers consumers_of(const Graph& g);
 // The fusion plan: which nodes launch no kernel, and which nodes run together as one kernel.
 struct Group {
   std::string kind;        // "bias_gemm", "layernorm", "rmsnorm", "gelu", "silu", "softmax", "fused",
-                           // "flash_attention"
+                           // "flash_attention", "rotary"
   std::vector<int> nodes;  // in topological order
   int anchor = -1;         // node the kernel is reported under
   int emit_at = -1;        // node at whose position the kernel runs (the last member)
@@ -133,6 +133,9 @@ void apply_quantized_operands(const LowerCtx& c, Kernel& k, bool matrix_math = t
 bool match_flash_attention(const Graph& g, const Consumers& cons, const Plan& plan, int qk, Group& grp);
 void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                           const Consumers& cons, std::vector<Kernel>& out);
+// HF's rotate_half rotary embedding ending at the Add `add` (flash_attention.cpp): one
+// elementwise kernel (--fusion full, inference).
+bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int add, Group& grp);
 
 // Kernels of one fusion group (fusion.cpp).
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,

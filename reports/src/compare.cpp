@@ -132,6 +132,24 @@ std::string format_compare_table(const Comparison& c, bool color) {
     }
     os << "\n";
   }
+  if (c.reports[0][0].generation) {
+    // --generate: the latency above is the prefill; the generation per model and GPU.
+    os << "\n" << bold("generation: time to first token / per output token, output tokens/s (speed-up against " +
+                       c.models[0] + ")") << "\n";
+    for (size_t g = 0; g < gpus; ++g) {
+      os << bold(c.reports[0][g].gpu.name) << "\n"
+         << pad("model", mw) << " " << pad("TTFT ms", 11, true) << " " << pad("TPOT ms", 10, true) << " "
+         << pad("tokens/s", 10, true) << " " << pad("speed-up", 8, true) << "\n";
+      const double base = c.reports[0][g].generation ? c.reports[0][g].generation->tokens_per_s : 0;
+      for (size_t m = 0; m < c.models.size(); ++m) {
+        const auto& gen = c.reports[m][g].generation;
+        if (!gen) continue;
+        os << pad(c.models[m], mw) << " " << pad(format_ms(gen->ttft_ms), 11, true) << " "
+           << pad(format_ms(gen->tpot_ms), 10, true) << " " << pad(detail::fixed(gen->tokens_per_s, 1), 10, true) << " "
+           << pad(detail::fixed(base > 0 ? gen->tokens_per_s / base : 0, 2) + "x", 8, true) << "\n";
+      }
+    }
+  }
   for (size_t m = 1; m < c.models.size(); ++m)
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
@@ -196,6 +214,12 @@ std::string format_compare_json(const Comparison& c) {
                            {"matched_by", n.matched_by}, {"base_ms", n.base_ms}, {"ms", n.ms},
                            {"delta_ms", n.delta_ms()}});
     row["top_changed_nodes"] = nodes;
+    if (r.generation) {
+      row["generation"] = detail::generation_json(*r.generation);
+      const Report& base = c.reports[0][d.gpu];
+      const double base_tps = base.generation ? base.generation->tokens_per_s : 0;
+      row["tokens_per_s_speedup"] = base_tps > 0 ? r.generation->tokens_per_s / base_tps : 0;
+    }
     rows.push_back(row);
   }
   j["results"] = rows;

@@ -53,6 +53,7 @@ json generation_json(const GenerationReport& g) {
           {"embedding_bytes", finite(g.embedding_bytes)},
           {"activation_bytes", finite(g.activation_bytes)},
           {"memory_bytes", finite(g.memory_bytes)},
+          {"weight_read_ms", finite(g.weight_read_ms)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}}},
           {"execution", g.execution},
           {"prefill_by_class_ms", g.prefill_by_class},
@@ -148,7 +149,7 @@ std::string format_generation(const Report& r, bool color) {
      << g.new_tokens << " new tokens (" << g.execution << ")\n";
   os << "  time to first token  " << pad(format_ms(g.ttft_ms), 11, true) << " ms\n"
      << "  time per token       " << pad(format_ms(g.tpot_ms), 11, true) << " ms (last step " << format_ms(g.tpot_last_ms)
-     << " ms)\n"
+     << " ms; weights / DRAM bandwidth " << format_ms(g.weight_read_ms) << " ms)\n"
      << "  total                " << pad(format_ms(g.total_ms), 11, true) << " ms\n"
      << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true) << "\n"
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << g.layers << " layers x "

@@ -151,6 +151,8 @@ TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel
   const Analysis step = prepare(d.step, o);
   CHECK(count_op(step.kernels, "flash_decode") == 2);
   CHECK(count_op(step.kernels, "concat") == 0);  // the cache append runs in the attention kernel
+  CHECK(count_op(step.kernels, "rotary") == 2 * 2);  // q and k per layer, one kernel each
+  CHECK(count_op(step.kernels, "transpose") == 0);   // head permutes are index math of those kernels
   for (const Kernel& k : step.kernels.kernels)
     if (k.op == "flash_decode") {
       CHECK(k.cls == KernelClass::reduce);

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""generation - Llama-3-8B generation figures against the memory-bandwidth bound.
+
+Through the real CLI (`--generate`, kernel timing and --fusion full, the serving defaults):
+FP16 at batch 1, prompt 512, 128 new tokens on H100, H200, B200, L40S, MI300X and A100 80GB.
+Prints TPOT next to (weights other than the embedding table) / DRAM bandwidth, the tokens/s of
+batch 8 against batch 1, TTFT at a 2048-token prompt against 512, the KV-cache bytes against
+2 x layers x kv_heads x head_dim x tokens x batch x 2, and the analysis time of a 64k-token
+generation against a 128-token one.
+
+    python3 bench/generation/run.py [--bin build/bin/neusight-onnx] [--config tests/data/llama3_8b.json]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPUS = ["h100", "h200", "b200", "l40s", "mi300x", "a100-80gb"]
+
+
+def generate(binary, config, spec, batch, gpus, tmp):
+    out = os.path.join(tmp, "g.json")
+    cmd = [binary, "--config", config, "--generate", spec, "--batch", str(batch), "--dtype", "fp16",
+           "--gpu", ",".join(gpus), "--json", out, "--quiet"]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()}")
+    with open(out) as f:
+        r = json.load(f)
+    return (r if isinstance(r, list) else [r]), wall
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin", "neusight-onnx"))
+    ap.add_argument("--config", default=os.path.join(ROOT, "tests", "data", "llama3_8b.json"))
+    a = ap.parse_args()
+    with open(a.config) as f:
+        cfg = json.load(f)
+    layers, kvh = cfg["num_hidden_layers"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim", cfg["hidden_size"] // cfg["num_attention_heads"])
+    with tempfile.TemporaryDirectory() as tmp:
+        one, _ = generate(a.bin, a.config, "512:128", 1, GPUS, tmp)
+        eight, _ = generate(a.bin, a.config, "512:128", 8, GPUS, tmp)
+        long_prompt, _ = generate(a.bin, a.config, "2048:128", 1, GPUS, tmp)
+        print(f"{'gpu':24} {'DRAM GB/s':>9} {'bound ms':>9} {'TPOT ms':>8} {'ratio':>6} {'TTFT ms':>8} "
+              f"{'tok/s b1':>9} {'tok/s b8':>9} {'b8/b1':>6} {'TTFT 2048/512':>13}")
+        for r1, r8, rl in zip(one, eight, long_prompt):
+            g1, g8, gl = r1["generation"], r8["generation"], rl["generation"]
+            bound = g1["weight_read_ms"]
+            bw = (g1["weight_bytes"] - g1["embedding_bytes"]) / bound / 1e6
+            print(f"{r1['gpu']:24} {bw:9.0f} {bound:9.3f} {g1['tpot_ms']:8.3f} {g1['tpot_ms'] / bound:6.2f} "
+                  f"{g1['ttft_ms']:8.2f} {g1['tokens_per_s']:9.1f} {g8['tokens_per_s']:9.1f} "
+                  f"{g8['tokens_per_s'] / g1['tokens_per_s']:6.2f} {gl['ttft_ms'] / g1['ttft_ms']:13.2f}")
+        want = 2 * layers * kvh * hd * (512 + 128) * 1 * 2
+        print(f"KV cache at batch 1, 640 tokens: {one[0]['generation']['kv_cache_bytes']:.0f} bytes "
+              f"(2 x {layers} x {kvh} x {hd} x 640 x 1 x 2 = {want})")
+        _, short = generate(a.bin, a.config, "512:128", 1, ["h100"], tmp)
+        _, longer = generate(a.bin, a.config, "512:65536", 1, ["h100"], tmp)
+        print(f"analysis time: 128 new tokens {short:.2f} s, 65536 new tokens {longer:.2f} s ({longer / short:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()

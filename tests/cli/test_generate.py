@@ -1,0 +1,133 @@
+"""--generate PROMPT:NEW: LLM generation (prefill + KV-cache decode) through the real binary.
+
+Bad input is one line and exit 2 with no output file; the JSON "generation" object, the HTML
+chart, GPU lists, the ONNX decoder path (export --kv-cache fed back) and the analysis time of
+a long generation against a short one.
+"""
+import json
+import os
+import tempfile
+import time
+import unittest
+
+from cli_util import SOURCE, run
+
+LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
+SMALL = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
+         "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 4000, "torch_dtype": "float16"}
+KEYS = ["ttft_ms", "tpot_ms", "tpot_last_ms", "total_ms", "tokens_per_s", "kv_cache_bytes", "memory_bytes"]
+
+
+class Generate(unittest.TestCase):
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dir = self._tmp.name
+        self.small = os.path.join(self.dir, "small_llama.json")
+        with open(self.small, "w") as f:
+            json.dump(SMALL, f)
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def gen_json(self, *args):
+        out = os.path.join(self.dir, "g.json")
+        rc, so, se = run(*args, "--json", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        with open(out) as f:
+            return json.load(f)
+
+    def test_bad_input_is_one_line_exit_2_and_no_file(self):
+        out = os.path.join(self.dir, "r.json")
+        for spec, needle in [("0:5", "prompt"), ("5:0", "new token"), ("abc", "PROMPT:NEW"), ("12", "PROMPT:NEW"),
+                             ("1:2:3", "PROMPT:NEW"), ("x:4", "--generate PROMPT"), ("-3:4", "prompt")]:
+            rc, so, se = run("--config", self.small, "--generate", spec, "--gpu", "h100", "--json", out)
+            self.assertEqual(rc, 2, (spec, se))
+            lines = [l for l in se.splitlines() if l.strip()]
+            self.assertEqual(len(lines), 1, se)
+            self.assertTrue(lines[0].startswith("neusight-onnx: error: "), lines[0])
+            self.assertIn(needle, lines[0])
+            self.assertEqual(so, "")
+            self.assertFalse(os.path.exists(out))
+        for extra, needle in [(["--seq", "8"], "--seq"), (["--mode", "training"], "training")]:
+            rc, so, se = run("--config", self.small, "--generate", "8:8", "--gpu", "h100", "--json", out, *extra)
+            self.assertEqual(rc, 2, se)
+            self.assertIn(needle, se)
+            self.assertFalse(os.path.exists(out))
+        # An encoder has no decode step; a plain (cache-less) ONNX model neither.
+        bert = os.path.join(self.dir, "bert.json")
+        with open(bert, "w") as f:
+            json.dump({"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                       "intermediate_size": 128, "vocab_size": 100}, f)
+        rc, so, se = run("--config", bert, "--generate", "8:8", "--gpu", "h100")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("KV-cache", se)
+        plain = os.path.join(self.dir, "plain.onnx")
+        self.assertEqual(run("export", "--config", self.small, "-o", plain)[0], 0)
+        rc, so, se = run(plain, "--generate", "8:8", "--gpu", "h100")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("past_key_values", se)
+
+    def test_json_generation_object_and_defaults(self):
+        r = self.gen_json("--config", self.small, "--generate", "64:16", "--batch", "2", "--gpu", "h100")
+        g = r["generation"]
+        for k in KEYS:
+            self.assertIn(k, g)
+            self.assertGreater(g[k], 0)
+        self.assertEqual(g["kv_cache_bytes"], 2 * 2 * 2 * 64 * (64 + 16) * 2 * 4)  # FP32 graph (no --dtype)
+        self.assertAlmostEqual(g["total_ms"], g["ttft_ms"] + 16 * g["tpot_ms"], places=6)
+        self.assertAlmostEqual(g["tokens_per_s"], 2 * 16 / (g["total_ms"] / 1000), places=3)
+        self.assertEqual(r["timing"], "kernel")
+        self.assertIn("FlashAttention", g["execution"])
+        self.assertEqual(r["e2e_latency_ms"], g["ttft_ms"])
+        # --timing / --fusion given: kept, and the report says so.
+        e = self.gen_json("--config", self.small, "--generate", "64:16", "--gpu", "h100", "--fusion", "eager",
+                          "--timing", "device")["generation"]
+        self.assertIn("--fusion eager", e["execution"])
+        self.assertIn("device timing", e["execution"])
+
+    def test_terminal_gpu_list_and_html(self):
+        html = os.path.join(self.dir, "g.html")
+        rc, so, se = run("--config", self.small, "--generate", "128:64", "--dtype", "fp16", "--gpu", "h100,a100-80gb",
+                         "--html", html)
+        self.assertEqual(rc, 0, se)
+        for needle in ["time to first token", "time per token", "output tokens/s", "KV cache", "by class",
+                       "NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "vs first"]:
+            self.assertIn(needle, so)
+        with open(html) as f:
+            page = f.read()
+        self.assertIn("Decode step latency along the generation", page)
+        self.assertIn("<polyline", page)
+        self.assertEqual(page.count("<polyline"), 2)
+
+    def test_memory_warning_above_gpu_memory(self):
+        rc, so, se = run("--config", LLAMA3_8B, "--generate", "8192:128", "--batch", "16", "--dtype", "fp16",
+                         "--gpu", "l4", "--quiet")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("more than the", se)
+
+    def test_onnx_decoder_export_predicts_like_the_config(self):
+        step = os.path.join(self.dir, "step.onnx")
+        rc, so, se = run("export", "--config", self.small, "--kv-cache", "-o", step)
+        self.assertEqual(rc, 0, se)
+        a = self.gen_json("--config", self.small, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100")["generation"]
+        b = self.gen_json(step, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100")["generation"]
+        self.assertAlmostEqual(a["tpot_ms"], b["tpot_ms"], delta=0.01 * a["tpot_ms"])
+        self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
+        self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+
+    def test_long_generation_analyses_as_fast_as_a_short_one(self):
+        def timed(spec):
+            best = None
+            for _ in range(2):
+                t0 = time.perf_counter()
+                rc, so, se = run("--config", LLAMA3_8B, "--generate", spec, "--dtype", "fp16", "--gpu", "h100", "--quiet")
+                self.assertEqual(rc, 0, se)
+                t = time.perf_counter() - t0
+                best = t if best is None else min(best, t)
+            return best
+        short, long = timed("512:128"), timed("512:65536")
+        self.assertLessEqual(long, 3 * short, (short, long))
+
+
+if __name__ == "__main__":
+    unittest.main()
