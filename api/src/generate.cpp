@@ -98,7 +98,9 @@ double interpolated_sum(const std::vector<int64_t>& x, const std::vector<double>
 Decoder config_decoder(const ModelConfig& config) {
   Decoder d;
   d.step = build_model(config, BuildOptions{true});  // an encoder family fails here, naming the decoders
-  d.prefill = build_model(config);
+  BuildOptions prefill;
+  prefill.last_logits = true;
+  d.prefill = build_model(config, prefill);
   d.prefill.model.path = d.step.model.path = "";
   d.past_dim = "past_sequence";
   d.layers = config.layers;

@@ -220,7 +220,10 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
 void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                           const Consumers& cons, std::vector<Kernel>& out) {
   const Node& qk = g.nodes[static_cast<size_t>(grp.anchor)];
-  const Node& av = g.nodes[static_cast<size_t>(grp.emit_at)];
+  int av_i = grp.emit_at;  // the PV MatMul: the group's other MatMul
+  for (int ni : grp.nodes)
+    if (ni != grp.anchor && g.nodes[static_cast<size_t>(ni)].op_type == "MatMul") av_i = ni;
+  const Node& av = g.nodes[static_cast<size_t>(av_i)];
   const TensorInfo* q = tensor(g, qk.inputs[0]);
   const TensorInfo* scores = tensor(g, qk.outputs[0]);
   const TensorInfo* o = tensor(g, av.outputs[0]);

@@ -142,7 +142,8 @@ void read_llama(const Reader& r, ModelConfig& c) {
 struct Family {
   std::function<void(const Reader&, ModelConfig&)> read;
   std::function<LoadedModel(const ModelConfig&)> build;
-  // The decoder step with a KV cache (BuildOptions::kv_cache); empty for encoder models.
+  // The decoder with a KV cache step or last-position logits (BuildOptions); empty for
+  // encoder models.
   std::function<LoadedModel(const ModelConfig&, const BuildOptions&)> build_step = nullptr;
 };
 
@@ -236,7 +237,7 @@ LoadedModel build_model(const ModelConfig& c, const BuildOptions& o) {
   if (it == families().end()) throw InputError("model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
   if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.head_dim <= 0)
     throw InputError("model config: layers, hidden size, heads and head size must be positive");
-  if (!o.kv_cache) return it->second.build(c);
+  if (!o.kv_cache && !o.last_logits) return it->second.build(c);
   if (!it->second.build_step) {
     std::string list;
     for (const auto& [k, v] : families())

@@ -136,9 +136,13 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     x = n.b.node("Add", p + "/residual_Add_1", {x, linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false)});
   }
   x = rms_norm(n, p0 + ".norm", x, h, c.layer_norm_eps);
+  if (o.last_logits)
+    x = n.b.node("Slice", p0 + "/last_position",
+                 {x, n.b.ints("const_last_start", {-1}), n.b.ints("const_last_end", {INT64_MAX}), n.b.ints("const_axes1", {1})});
   linear(n, "lm_head", x, h, c.vocab, false);
   n.rename_last("logits");
-  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  if (o.last_logits) n.output("logits", {"batch"}, {1, c.vocab});
+  else n.output("logits", {"batch", "sequence"}, {c.vocab});
   return n.finish(c);
 }
 

@@ -102,7 +102,7 @@ TEST_CASE("generation: Llama-3-8B FP16 acceptance figures") {
     const Gpu& g = GpuDatabase::builtin().resolve(gpu);
     const GenerationReport one = generate(d, serving(DType::f16, 1), 512, 128, gpu);
     const double bound_ms = (one.weight_bytes - one.embedding_bytes) / (g.mem_bw_gbps * 1e9) * 1e3;
-    MESSAGE(gpu << ": TPOT " << one.tpot_ms << " ms, bound " << bound_ms << " ms, ratio " << one.tpot_ms / bound_ms);
+    MESSAGE(std::string(gpu) << ": TPOT " << one.tpot_ms << " ms, bound " << bound_ms << " ms, ratio " << one.tpot_ms / bound_ms);
     CHECK(one.tpot_ms >= bound_ms);
     CHECK(one.tpot_ms <= 2.0 * bound_ms);
     CHECK(one.kv_cache_bytes == 2.0 * 32 * 8 * 128 * 640 * 1 * 2);

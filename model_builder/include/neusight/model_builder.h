@@ -68,6 +68,9 @@ struct BuildOptions {
   // outputs present.N.key / .value; the step's `sequence` tokens attend to past + sequence
   // keys. Decoders only (supports_kv_cache).
   bool kv_cache = false;
+  // Logits of the last position only ([batch, 1, vocab]), as generate() computes them in the
+  // prefill (HF logits_to_keep=1; serving engines alike). Decoders only.
+  bool last_logits = false;
 };
 
 // Builds the model graph. Throws InputError for unsupported model types (and for a KV
