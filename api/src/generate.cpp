@@ -216,9 +216,14 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes;
   if (gpu.mem_bw_gbps > 0) g.weight_read_ms = (a.weight_bytes - a.embedding_bytes) / (gpu.mem_bw_gbps * 1e9) * 1e3;
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
+  // Whether the step's attention became a FlashAttention kernel (16-bit attention under full).
+  const auto& step_kernels = a.steps.front().kernels.kernels;
+  const bool flash = std::any_of(step_kernels.begin(), step_kernels.end(), [](const Kernel& k) { return k.op == "flash_decode"; });
   g.execution = timing + ", " +
-                (options.fusion == Fusion::full ? "FlashAttention, fused kernels (--fusion full)"
-                                                : std::string("unfused attention (--fusion ") + fusion_name(options.fusion) + ")");
+                (flash ? std::string("FlashAttention, fused kernels (--fusion full)")
+                 : options.fusion == Fusion::full
+                     ? std::string("fused kernels, attention unfused: FlashAttention needs 16-bit (--fusion full)")
+                     : std::string("unfused attention (--fusion ") + fusion_name(options.fusion) + ")");
   if (gpu.mem_gb > 0 && g.memory_bytes > gpu.mem_gb * kGiB) {
     char buf[256];
     std::snprintf(buf, sizeof buf,

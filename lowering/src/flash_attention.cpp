@@ -94,12 +94,17 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
 
 }  // namespace
 
-bool match_flash_attention(const Graph& g, const Consumers& cons, const Plan& plan, int qk, Group& grp) {
+bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Consumers& cons, const Plan& plan, int qk,
+                           Group& grp) {
   const Node& m = g.nodes[static_cast<size_t>(qk)];
   if (m.op_type != "MatMul" || m.inputs.size() != 2 || m.outputs.empty()) return false;
   const TensorInfo* q = tensor(g, m.inputs[0]);
   const TensorInfo* s = tensor(g, m.outputs[0]);
   if (!q || !s || !q->fully_known() || !s->fully_known() || q->shape.size() != 4 || s->shape.size() != 4) return false;
+  // FlashAttention computes in 16-bit (and 8-bit) floats; FP32 attention stays unfused, as
+  // torch.compile runs it (the FP32 fusion traces of neusight-data keep softmax apart).
+  const DType dt = opt.compute_dtype != DType::undefined && is_float(q->dtype) ? opt.compute_dtype : q->dtype;
+  if (!is_float(dt) || dtype_bits(dt) > 16) return false;
   std::vector<int> nodes = {qk};
   // Scores -> [scale] -> [mask] -> Softmax(last axis) -> [Dropout] -> MatMul(., V).
   std::string cur = m.outputs[0];

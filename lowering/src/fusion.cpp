@@ -590,11 +590,12 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
     }
     plan.groups.push_back(grp);
   };
-  // Attention as serving engines run it: one FlashAttention kernel (flash_attention.cpp).
+  // Attention as serving engines run it: one FlashAttention kernel (half precision), and the
+  // rotary embedding as one kernel (flash_attention.cpp).
   if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
     for (size_t i = 0; i < n; ++i) {
       Group grp;
-      if (taken[i] || !plan.free_reason[i].empty() || !match_flash_attention(g, cons, plan, static_cast<int>(i), grp)) continue;
+      if (taken[i] || !plan.free_reason[i].empty() || !match_flash_attention(g, opt, cons, plan, static_cast<int>(i), grp)) continue;
       if (std::none_of(grp.nodes.begin(), grp.nodes.end(), [&](int m) { return taken[static_cast<size_t>(m)]; })) add_group(grp);
     }
   if (opt.fusion == Fusion::full && opt.mode == Mode::inference)

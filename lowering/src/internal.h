@@ -130,7 +130,8 @@ void apply_quantized_operands(const LowerCtx& c, Kernel& k, bool matrix_math = t
 
 // Decomposed attention from the QK^T MatMul `qk` (flash_attention.cpp): the group of one
 // fused attention kernel (--fusion full, inference), and its kernel.
-bool match_flash_attention(const Graph& g, const Consumers& cons, const Plan& plan, int qk, Group& grp);
+bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Consumers& cons, const Plan& plan, int qk,
+                           Group& grp);
 void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                           const Consumers& cons, std::vector<Kernel>& out);
 // HF's rotate_half rotary embedding ending at the Add `add` (flash_attention.cpp): one

@@ -70,6 +70,7 @@ class Generate(unittest.TestCase):
     def test_json_generation_object_and_defaults(self):
         r = self.gen_json("--config", self.small, "--generate", "64:16", "--batch", "2", "--gpu", "h100")
         g = r["generation"]
+        self.assertIn("FlashAttention needs 16-bit", g["execution"])  # the config's graph is FP32 (no --dtype)
         for k in KEYS:
             self.assertIn(k, g)
             self.assertGreater(g[k], 0)
@@ -77,7 +78,8 @@ class Generate(unittest.TestCase):
         self.assertAlmostEqual(g["total_ms"], g["ttft_ms"] + 16 * g["tpot_ms"], places=6)
         self.assertAlmostEqual(g["tokens_per_s"], 2 * 16 / (g["total_ms"] / 1000), places=3)
         self.assertEqual(r["timing"], "kernel")
-        self.assertIn("FlashAttention", g["execution"])
+        h = self.gen_json("--config", self.small, "--generate", "64:16", "--dtype", "bf16", "--gpu", "h100")
+        self.assertIn("FlashAttention, fused kernels (--fusion full)", h["generation"]["execution"])
         self.assertEqual(r["e2e_latency_ms"], g["ttft_ms"])
         # --timing / --fusion given: kept, and the report says so.
         e = self.gen_json("--config", self.small, "--generate", "64:16", "--gpu", "h100", "--fusion", "eager",
