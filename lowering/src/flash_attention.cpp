@@ -52,7 +52,7 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
     if (it == plan.producer.end()) break;
     const int pi = it->second;
     const Node& p = g.nodes[static_cast<size_t>(pi)];
-    if (p.inputs.empty()) break;
+    if (p.inputs.empty() || p.outputs.empty()) break;
     const bool free = !plan.free_reason[static_cast<size_t>(pi)].empty();
     if (free && (p.op_type == "Transpose" || p.op_type == "Reshape" || p.op_type == "Unsqueeze" ||
                  p.op_type == "Squeeze" || p.op_type == "Identity")) {
@@ -186,9 +186,11 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
     }
     if (cat < 0 || node(cat).inputs.size() != 2) continue;
     const int neg = producer(node(cat).inputs[0]), s1 = producer(node(cat).inputs[1]);
-    if (neg < 0 || s1 < 0 || node(neg).op_type != "Neg" || node(s1).op_type != "Slice") continue;
+    if (neg < 0 || s1 < 0 || node(neg).op_type != "Neg" || node(s1).op_type != "Slice" || node(neg).inputs.empty() ||
+        node(s1).inputs.empty())
+      continue;
     const int s2 = producer(node(neg).inputs[0]);
-    if (s2 < 0 || node(s2).op_type != "Slice") continue;
+    if (s2 < 0 || node(s2).op_type != "Slice" || node(s2).inputs.empty()) continue;
     const std::string& x = node(s1).inputs[0];
     if (node(s2).inputs[0] != x || std::find(node(mx).inputs.begin(), node(mx).inputs.end(), x) == node(mx).inputs.end())
       continue;
@@ -255,8 +257,8 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
         causal = true;
     }
   }
-  const double pairs = causal ? double(sq) * double(len - sq) + double(sq) * double(sq + 1) / 2.0
-                              : double(sq) * double(len);
+  const double all = double(sq) * double(len);
+  const double pairs = causal ? std::clamp(double(sq) * double(len - sq) + double(sq) * double(sq + 1) / 2.0, 0.0, all) : all;
   kr.flops = 2.0 * double(bh) * pairs * double(hd + hd_v);
   double appended = 0;
   for (const Operand* op : {&k, &v})
@@ -282,7 +284,7 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
     // Prefill: FlashAttention's tiles of query rows per (batch, head), each streaming the
     // keys it sees through QK^T and PV on the tensor cores: as a GEMM of the output
     // [sq x hd_v] whose reduction covers both products over the visible keys.
-    const double k_eff = std::ceil(pairs * double(hd + hd_v) / (double(sq) * double(hd_v)));
+    const double k_eff = sq > 0 && hd_v > 0 ? std::ceil(pairs * double(hd + hd_v) / (double(sq) * double(hd_v))) : 1.0;
     kr.gemm = {bh, sq, hd_v, std::max<int64_t>(1, static_cast<int64_t>(k_eff))};
     kr.operand_elems = {bh * sq * hd, static_cast<int64_t>(numel(k.stored) + numel(v.stored))};
     kr.note = "FlashAttention (" + mode + ") over " + std::to_string(len) + " keys" + cache;

@@ -101,6 +101,31 @@ class Generate(unittest.TestCase):
         for gpu in ["NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe"]:  # one step-latency line per GPU
             self.assertIn(gpu + "</title></polyline>", page)
 
+    def test_compare_generation_across_models_and_gpus(self):
+        wide = os.path.join(self.dir, "wide_llama.json")
+        with open(wide, "w") as f:
+            json.dump(dict(SMALL, hidden_size=1024, intermediate_size=2048), f)
+        out = os.path.join(self.dir, "c.json")
+        rc, so, se = run("compare", self.small, wide, "--generate", "128:32", "--dtype", "fp16", "--gpu", "h100,l40s",
+                         "--json", out)
+        self.assertEqual(rc, 0, se)
+        self.assertIn("generation: time to first token / per output token", so)
+        with open(out) as f:
+            c = json.load(f)
+        rows = c["results"]
+        self.assertEqual(len(rows), 4)
+        for row in rows:
+            for k in KEYS:
+                self.assertGreater(row["generation"][k], 0)
+        by = {(r["model"], r["gpu_alias"]): r for r in rows}
+        # The wider model is slower per token on both GPUs; the first model is its own baseline.
+        for gpu in ["h100", "l40s"]:
+            self.assertEqual(by[("small_llama.json", gpu)]["tokens_per_s_speedup"], 1)
+            self.assertLess(by[("wide_llama.json", gpu)]["tokens_per_s_speedup"], 1)
+        rc, so, se = run("compare", self.small, wide, "--generate", "0:32", "--gpu", "h100", "--json", out + "2")
+        self.assertEqual(rc, 2, se)
+        self.assertFalse(os.path.exists(out + "2"))
+
     def test_memory_warning_above_gpu_memory(self):
         rc, so, se = run("--config", LLAMA3_8B, "--generate", "8192:128", "--batch", "16", "--dtype", "fp16",
                          "--gpu", "l4", "--quiet")
