@@ -113,29 +113,37 @@ Decoder config_decoder(const ModelConfig& config) {
 Decoder onnx_decoder(LoadedModel model) {
   const Graph& g = model.model.graph;
   const std::string what = model.model.path.empty() ? "model" : model.model.path;
-  static const std::regex past_re(R"(past_key_values\.(\d+)\.(key|value))");
+  // optimum / onnxruntime-genai: past_key_values.N.key and .value, [batch, kv_heads, past,
+  // head_dim]; onnxruntime's older GPT-2 exports: past_N holding both, [2, batch, heads, past,
+  // head_dim].
+  static const std::regex split_re(R"(past_key_values\.(\d+)\.(key|value))");
+  static const std::regex stacked_re(R"(past_(\d+))");
   Decoder d;
   std::set<int64_t> layers;
   for (const auto& name : g.inputs) {
     std::smatch m;
-    if (!std::regex_match(name, m, past_re)) continue;
+    const bool split = std::regex_match(name, m, split_re);
+    if (!split && !std::regex_match(name, m, stacked_re)) continue;
     const TensorInfo* t = g.find(name);
-    if (!t || !t->has_shape || t->shape.size() != 4 || !t->shape[1].known() || !t->shape[3].known() ||
-        t->shape[2].known() || t->shape[2].param.empty())
-      throw InputError(what + ": input '" + name +
-                       "' must be [batch, kv_heads, past_length, head_dim] with a symbolic past length");
+    const size_t o = split ? 0 : 1;  // offset of the [batch, heads, past, head_dim] dims
+    if (!t || !t->has_shape || t->shape.size() != 4 + o || (!split && t->shape[0].value != 2) ||
+        !t->shape[o + 1].known() || !t->shape[o + 3].known() || t->shape[o + 2].known() || t->shape[o + 2].param.empty())
+      throw InputError(what + ": input '" + name + "' must be " +
+                       (split ? "[batch, kv_heads, past_length, head_dim]" : "[2, batch, heads, past_length, head_dim]") +
+                       " with a symbolic past length");
+    const Dim& past = t->shape[o + 2];
     if (d.past_dim.empty()) {
-      d.past_dim = t->shape[2].param;
-      d.kv_heads = t->shape[1].value;
-      d.head_dim = t->shape[3].value;
+      d.past_dim = past.param;
+      d.kv_heads = t->shape[o + 1].value;
+      d.head_dim = t->shape[o + 3].value;
       d.kv_dtype = t->dtype;
-    } else if (t->shape[2].param != d.past_dim || t->shape[1].value != d.kv_heads || t->shape[3].value != d.head_dim) {
-      throw InputError(what + ": the past_key_values inputs disagree on their shape ('" + name + "')");
+    } else if (past.param != d.past_dim || t->shape[o + 1].value != d.kv_heads || t->shape[o + 3].value != d.head_dim) {
+      throw InputError(what + ": the KV-cache inputs disagree on their shape ('" + name + "')");
     }
     layers.insert(std::stoll(m[1].str()));
   }
   if (layers.empty())
-    throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value inputs)");
+    throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value or past_N inputs)");
   d.layers = static_cast<int64_t>(layers.size());
   // An attention mask over past + new tokens has its own symbolic length.
   for (const auto& name : g.inputs) {

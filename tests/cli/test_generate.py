@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from cli_util import SOURCE, run
+from cli_util import SOURCE, run, shared
 
 LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
 SMALL = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
@@ -141,6 +141,16 @@ class Generate(unittest.TestCase):
         self.assertAlmostEqual(a["tpot_ms"], b["tpot_ms"], delta=0.01 * a["tpot_ms"])
         self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
         self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+
+    def test_onnxruntime_genai_export_with_stacked_past(self):
+        model = shared("onnx-models", "ort_genai_tiny_random_gpt2_fp32.onnx")
+        if not os.path.exists(model):
+            self.skipTest(model + " is missing")
+        g = self.gen_json(model, "--generate", "32:16", "--batch", "2", "--gpu", "h100")["generation"]
+        # past_N inputs [2, batch, 4 heads, past, 8], 5 layers, FP32.
+        self.assertEqual((g["kv_cache"]["layers"], g["kv_cache"]["kv_heads"], g["kv_cache"]["head_dim"]), (5, 4, 8))
+        self.assertEqual(g["kv_cache_bytes"], 2 * 5 * 4 * 8 * (32 + 16) * 2 * 4)
+        self.assertGreater(g["tpot_last_ms"], 0)
 
     def test_long_generation_analyses_as_fast_as_a_short_one(self):
         def timed(spec):

@@ -82,7 +82,8 @@ struct Decoder {
 
 // From a Hugging Face config (a decoder family with a KV-cache step; InputError otherwise).
 Decoder config_decoder(const ModelConfig& config);
-// From an ONNX decoder export with past_key_values.N.key/value inputs; InputError naming the
+// From an ONNX decoder export with past_key_values.N.key/value inputs (or onnxruntime's
+// stacked past_N, [2, batch, heads, past_length, head_dim]); InputError naming the
 // file when it has none or their shapes are not [batch, kv_heads, past, head_dim].
 Decoder onnx_decoder(LoadedModel model);
 
