@@ -116,8 +116,8 @@ Decoder onnx_decoder(LoadedModel model) {
   // optimum / onnxruntime-genai: past_key_values.N.key and .value, [batch, kv_heads, past,
   // head_dim]; onnxruntime's older GPT-2 exports: past_N holding both, [2, batch, heads, past,
   // head_dim].
-  static const std::regex split_re(R"(past_key_values\.(\d+)\.(key|value))");
-  static const std::regex stacked_re(R"(past_(\d+))");
+  static const std::regex split_re(R"(past_key_values\.(\d{1,6})\.(key|value))");
+  static const std::regex stacked_re(R"(past_(\d{1,6}))");
   Decoder d;
   std::set<int64_t> layers;
   for (const auto& name : g.inputs) {

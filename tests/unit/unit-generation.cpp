@@ -191,3 +191,22 @@ TEST_CASE("generation: an ONNX decoder export with past_key_values inputs predic
   bad.new_tokens = 5;
   CHECK_THROWS_AS(prepare_generation(from_config, serving(DType::f16, 1), bad), InputError);
 }
+
+TEST_CASE("generation: a decode step splits the KV read over the keys only when batch x KV heads leaves SMs idle") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  const Gpu& h100 = GpuDatabase::builtin().resolve("h100");  // 132 SMs
+  auto decode_notes = [&](int64_t batch) {
+    Options o = serving(DType::f16, batch);
+    o.dims.seq = 1;
+    o.dims.named["past_sequence"] = 4096;
+    const Report r = predict(prepare(d.step, o), d.step.model, h100, o);
+    std::vector<std::string> notes;
+    for (const auto& n : r.nodes)
+      for (const auto& k : n.kernels)
+        if (k.kernel.op == "flash_decode") notes.push_back(k.kernel.note);
+    return notes;
+  };
+  for (const auto& note : decode_notes(1)) CHECK(note.find("split-KV") != std::string::npos);   // 2 blocks
+  for (const auto& note : decode_notes(128)) CHECK(note.find("split-KV") == std::string::npos);  // 256 blocks
+  CHECK(decode_notes(1).size() == 2);
+}
