@@ -64,11 +64,12 @@ double activation_bytes(const Graph& g, const Options& o) {
   return best;
 }
 
-// Options of one phase: batch, the step's tokens and the cache length bound.
-Options phase_options(const Options& base, const Decoder& d, int64_t batch, int64_t tokens, int64_t past) {
+// Options of one phase: batch, the step's tokens and, for a graph with a cache, its length.
+Options phase_options(const Options& base, const Decoder& d, int64_t batch, int64_t tokens, int64_t past, bool cache) {
   Options o = base;
   o.dims.batch = batch;
   o.dims.seq = tokens;
+  if (!cache) return o;
   if (!d.past_dim.empty()) o.dims.named[d.past_dim] = past;
   for (const auto& t : d.total_dims) o.dims.named[t] = past + tokens;
   return o;
@@ -166,14 +167,14 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   GenerationAnalysis a;
   a.gen = gen;
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
-  a.prefill = prepare(d.prefill, phase_options(options, d, a.batch, gen.prompt, 0));
+  a.prefill = prepare(d.prefill, phase_options(options, d, a.batch, gen.prompt, 0, d.prefill_is_step));
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
   const int64_t first = gen.prompt, last = gen.prompt + gen.new_tokens - 1;
   for (int j = 0; j < n; ++j) {
     const int64_t kv = n == 1 ? first : first + static_cast<int64_t>(std::llround(double(j) * double(last - first) / (n - 1)));
     if (!a.kv.empty() && a.kv.back() == kv) continue;
     a.kv.push_back(kv);
-    a.steps.push_back(prepare(d.step, phase_options(options, d, a.batch, 1, kv)));
+    a.steps.push_back(prepare(d.step, phase_options(options, d, a.batch, 1, kv, true)));
   }
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
@@ -224,13 +225,13 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes;
   if (gpu.mem_bw_gbps > 0) g.weight_read_ms = (a.weight_bytes - a.embedding_bytes) / (gpu.mem_bw_gbps * 1e9) * 1e3;
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
-  // Whether the step's attention became a FlashAttention kernel (16-bit attention under full).
+  // Whether the step's attention ran as FlashAttention (16-bit attention under full).
   const auto& step_kernels = a.steps.front().kernels.kernels;
   const bool flash = std::any_of(step_kernels.begin(), step_kernels.end(), [](const Kernel& k) { return k.op == "flash_decode"; });
   g.execution = timing + ", " +
                 (flash ? std::string("FlashAttention, fused kernels (--fusion full)")
                  : options.fusion == Fusion::full
-                     ? std::string("fused kernels, attention unfused: FlashAttention needs 16-bit (--fusion full)")
+                     ? std::string("fused kernels; attention not as FlashAttention, which runs 16-bit (--fusion full)")
                      : std::string("unfused attention (--fusion ") + fusion_name(options.fusion) + ")");
   if (gpu.mem_gb > 0 && g.memory_bytes > gpu.mem_gb * kGiB) {
     char buf[256];

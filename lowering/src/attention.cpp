@@ -157,8 +157,14 @@ void lower_gqa(LowerCtx& c) {
   const TensorInfo* present = c.outp(1);
   int64_t L = dim(present, 2);
   if (L <= 0) L = (dim(past, 2) > 0 ? dim(past, 2) : 0) + S;
-  emit_kv_concat(c, past, present);
   if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, heads + kv_heads, hd);
+  if (flash_attention_applies(c.opt, c.dtype(q))) {  // --fusion full: as onnxruntime's flash kernel runs it (causal)
+    FlashProblem f{c.dtype(q), B, heads, kv_heads, S, L, hd, hd, true, 0.0, "GroupQueryAttention: "};
+    if (past && numel(past) > 0) f.appended_bytes = 2.0 * double(B * kv_heads * S * hd) * elem_bytes(f.dtype);
+    emit_flash_kernel(c, f, c.out);
+    return;
+  }
+  emit_kv_concat(c, past, present);
   emit_attention_core(c, B * heads, S, L, hd, hd, "fused GroupQueryAttention");
 }
 

@@ -224,6 +224,52 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
   return false;
 }
 
+bool flash_attention_applies(const LoweringOptions& opt, DType dt) {
+  return opt.fusion == Fusion::full && opt.mode == Mode::inference && is_float(dt) && dtype_bits(dt) <= 16;
+}
+
+void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out) {
+  Kernel kr = c.base(KernelClass::gemm, "flash_attention");
+  kr.dtype = f.dtype;
+  const double eb = elem_bytes(f.dtype);
+  const int64_t bh = f.batch * f.heads;
+  const double all = double(f.queries) * double(f.keys);
+  // Causal: query i (at position keys - queries + i) sees keys - queries + i + 1 keys, the
+  // triangle FlashAttention's causal mode skips the rest of.
+  const double pairs =
+      f.causal ? std::clamp(double(f.queries) * double(f.keys - f.queries) + double(f.queries) * double(f.queries + 1) / 2.0, 0.0, all)
+               : all;
+  kr.flops = 2.0 * double(bh) * pairs * double(f.head_dim + f.head_dim_v);
+  const double q_bytes = double(bh) * double(f.queries) * double(f.head_dim) * eb;
+  const double o_bytes = double(bh) * double(f.queries) * double(f.head_dim_v) * eb;
+  const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(f.keys) * double(f.head_dim + f.head_dim_v) * eb;
+  kr.bytes = q_bytes + kv_bytes + o_bytes + f.appended_bytes;
+  const std::string cache = f.appended_bytes > 0 ? ", KV cache append in place" : "";
+  if (f.queries == 1) {
+    // Decode: every query row reads the whole cache once; memory-bound. One row per KV head
+    // (its query heads share the read); the split over the keys that keeps the GPU busy when
+    // batch x KV heads is small is chosen per GPU (api: split_kv_on_gpu).
+    kr.cls = KernelClass::reduce;
+    kr.op = "flash_decode";
+    kr.rows = f.batch * f.kv_heads;
+    kr.cols = f.keys * (f.head_dim + f.head_dim_v);
+    kr.gemm = {bh, 1, f.head_dim_v, f.keys};  // the attention problem (query rows x keys), for the split
+    kr.note = f.what + "flash decoding: KV-cache read over " + std::to_string(f.keys) + " keys" + cache;
+  } else {
+    // Prefill: FlashAttention's tiles of query rows per (batch, head), each streaming the
+    // keys it sees through QK^T and PV on the tensor cores: as a GEMM of the output
+    // [queries x head_dim_v] whose reduction covers both products over the visible keys.
+    const double k_eff = f.queries > 0 && f.head_dim_v > 0
+                             ? std::ceil(pairs * double(f.head_dim + f.head_dim_v) / (double(f.queries) * double(f.head_dim_v)))
+                             : 1.0;
+    kr.gemm = {bh, f.queries, f.head_dim_v, std::max<int64_t>(1, static_cast<int64_t>(k_eff))};
+    kr.operand_elems = {bh * f.queries * f.head_dim, f.batch * f.kv_heads * f.keys * (f.head_dim + f.head_dim_v)};
+    kr.note = f.what + "FlashAttention (" + (f.causal ? "causal" : "full") + ") over " + std::to_string(f.keys) +
+              " keys" + cache;
+  }
+  out.push_back(kr);
+}
+
 void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                           const Consumers& cons, std::vector<Kernel>& out) {
   const Node& qk = g.nodes[static_cast<size_t>(grp.anchor)];
@@ -237,59 +283,34 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
   const Operand k = trace_operand(g, cons, plan, qk.inputs[1]);
   const Operand v = trace_operand(g, cons, plan, av.inputs[1]);
   LowerCtx c{g, opt, qk, grp.anchor, out, &plan};
-  Kernel kr = c.base(KernelClass::gemm, "flash_attention");
-  kr.dtype = c.dtype(q);
-  const double eb = elem_bytes(kr.dtype);
-  const int64_t b = q->shape[0].value, heads = q->shape[1].value, sq = q->shape[2].value, hd = q->shape[3].value;
-  const int64_t len = scores->shape[3].value, hd_v = o->shape[3].value;
-  const int64_t bh = b * heads;
-  // A mask that differs per query row is causal: query i (at position len - sq + i) sees
-  // len - sq + i + 1 keys, the triangle FlashAttention's causal mode skips the rest of. A
-  // mask broadcast over the queries (padding) or none: every key.
-  bool causal = false;
+  FlashProblem f;
+  f.dtype = c.dtype(q);
+  f.batch = q->shape[0].value;
+  f.heads = q->shape[1].value;
+  f.queries = q->shape[2].value;
+  f.head_dim = q->shape[3].value;
+  f.keys = scores->shape[3].value;
+  f.head_dim_v = o->shape[3].value;
+  f.kv_heads = k.stored->shape.size() == 4 ? k.stored->shape[1].value : f.heads;
+  // A mask that differs per query row is causal; one broadcast over the queries (padding)
+  // or none: every key.
   for (int ni : grp.nodes) {
     const Node& nd = g.nodes[static_cast<size_t>(ni)];
     if (nd.op_type != "Add" && nd.op_type != "Where") continue;
     for (const auto& in : nd.inputs) {
       const TensorInfo* t = tensor(g, in);
       if (t && t->fully_known() && t->shape.size() >= 2 && in != qk.outputs[0] &&
-          t->shape[t->shape.size() - 2].value == sq && sq > 1)
-        causal = true;
+          t->shape[t->shape.size() - 2].value == f.queries && f.queries > 1)
+        f.causal = true;
     }
   }
-  const double all = double(sq) * double(len);
-  const double pairs = causal ? std::clamp(double(sq) * double(len - sq) + double(sq) * double(sq + 1) / 2.0, 0.0, all) : all;
-  kr.flops = 2.0 * double(bh) * pairs * double(hd + hd_v);
-  double appended = 0;
   for (const Operand* op : {&k, &v})
-    if (op->appended) appended += double(numel(op->appended)) * eb;
-  const double kv_bytes = (double(numel(k.stored)) + double(numel(v.stored))) * eb;
-  kr.bytes = double(numel(q)) * eb + kv_bytes + double(numel(o)) * eb + appended;
-  for (int ni : grp.nodes)
-    if (ni != grp.anchor) kr.fused_nodes.push_back(ni);
-  const std::string mode = causal ? "causal" : "full";
-  const std::string cache = appended > 0 ? ", KV cache append in place" : "";
-  if (sq == 1) {
-    // Decode: every query row reads the whole cache once; memory-bound. One row per KV head
-    // (its query heads share the read); the split over the keys that keeps the GPU busy when
-    // batch x KV heads is small is chosen per GPU (split_kv_on_gpu).
-    const int64_t kv_heads = k.stored->shape.size() == 4 ? k.stored->shape[1].value : heads;
-    kr.cls = KernelClass::reduce;
-    kr.op = "flash_decode";
-    kr.rows = b * kv_heads;
-    kr.cols = len * (hd + hd_v);
-    kr.gemm = {bh, sq, hd_v, len};  // the attention problem (query rows x keys), for split_kv_on_gpu
-    kr.note = "flash decoding: KV-cache read over " + std::to_string(len) + " keys" + cache;
-  } else {
-    // Prefill: FlashAttention's tiles of query rows per (batch, head), each streaming the
-    // keys it sees through QK^T and PV on the tensor cores: as a GEMM of the output
-    // [sq x hd_v] whose reduction covers both products over the visible keys.
-    const double k_eff = sq > 0 && hd_v > 0 ? std::ceil(pairs * double(hd + hd_v) / (double(sq) * double(hd_v))) : 1.0;
-    kr.gemm = {bh, sq, hd_v, std::max<int64_t>(1, static_cast<int64_t>(k_eff))};
-    kr.operand_elems = {bh * sq * hd, static_cast<int64_t>(numel(k.stored) + numel(v.stored))};
-    kr.note = "FlashAttention (" + mode + ") over " + std::to_string(len) + " keys" + cache;
-  }
-  out.push_back(kr);
+    if (op->appended) f.appended_bytes += double(numel(op->appended)) * elem_bytes(f.dtype);
+  const size_t before = out.size();
+  emit_flash_kernel(c, f, out);
+  for (size_t i = before; i < out.size(); ++i)
+    for (int ni : grp.nodes)
+      if (ni != grp.anchor) out[i].fused_nodes.push_back(ni);
 }
 
 }  // namespace neusight::lowering_detail

@@ -128,6 +128,19 @@ void emit_matmul(LowerCtx& c);  // MatMul rules (used by the bias-GEMM group too
 // SIMT stencil such as a depthwise conv).
 void apply_quantized_operands(const LowerCtx& c, Kernel& k, bool matrix_math = true);
 
+// One FlashAttention kernel (flash_attention.cpp): `batch` x `heads` query heads of `queries`
+// rows attending to `keys` keys held by `kv_heads` KV heads; prompts a GEMM-class kernel
+// over the visible (query, key) pairs, one query row a memory-bound KV-cache read.
+struct FlashProblem {
+  DType dtype = DType::f16;
+  int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, head_dim = 0, head_dim_v = 0;
+  bool causal = false;
+  double appended_bytes = 0;  // new KV entries written into the cache by the kernel
+  std::string what;           // note prefix, e.g. "GroupQueryAttention: "
+};
+// Attention runs as FlashAttention: --fusion full, inference, 16-bit (or 8-bit) floats.
+bool flash_attention_applies(const LoweringOptions& opt, DType dt);
+void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out);
 // Decomposed attention from the QK^T MatMul `qk` (flash_attention.cpp): the group of one
 // fused attention kernel (--fusion full, inference), and its kernel.
 bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Consumers& cons, const Plan& plan, int qk,

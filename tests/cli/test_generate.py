@@ -11,6 +11,7 @@ import time
 import unittest
 
 from cli_util import SOURCE, run, shared
+import gqa_decoder
 
 LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
 SMALL = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
@@ -70,7 +71,7 @@ class Generate(unittest.TestCase):
     def test_json_generation_object_and_defaults(self):
         r = self.gen_json("--config", self.small, "--generate", "64:16", "--batch", "2", "--gpu", "h100")
         g = r["generation"]
-        self.assertIn("FlashAttention needs 16-bit", g["execution"])  # the config's graph is FP32 (no --dtype)
+        self.assertIn("not as FlashAttention, which runs 16-bit", g["execution"])  # the config's graph is FP32 (no --dtype)
         for k in KEYS:
             self.assertIn(k, g)
             self.assertGreater(g[k], 0)
@@ -141,6 +142,19 @@ class Generate(unittest.TestCase):
         self.assertAlmostEqual(a["tpot_ms"], b["tpot_ms"], delta=0.01 * a["tpot_ms"])
         self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
         self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+
+    def test_gqa_rotary_matmulnbits_decoder_predicts_like_the_config(self):
+        # The same Llama-style model as SMALL, as onnxruntime-genai exports it.
+        cfg = self.gen_json("--config", self.small, "--generate", "256:32", "--batch", "2", "--dtype", "fp16",
+                            "--gpu", "h100")["generation"]
+        for nbits in (False, True):
+            path = os.path.join(self.dir, f"gqa_{nbits}.onnx")
+            gqa_decoder.build(path, nbits=nbits)
+            g = self.gen_json(path, "--generate", "256:32", "--batch", "2", "--gpu", "h100")["generation"]
+            self.assertIn("FlashAttention", g["execution"])
+            self.assertEqual(g["kv_cache_bytes"], cfg["kv_cache_bytes"])
+            for k in ("ttft_ms", "tpot_ms"):
+                self.assertAlmostEqual(g[k], cfg[k], delta=0.1 * cfg[k], msg=(nbits, k))
 
     def test_onnxruntime_genai_export_with_stacked_past(self):
         model = shared("onnx-models", "ort_genai_tiny_random_gpt2_fp32.onnx")
