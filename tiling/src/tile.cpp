@@ -110,6 +110,7 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   c.split_after_tile = flag(j, "split_after_tile", false, what);
   c.ref_fp32_gflops_per_sm = j.contains("ref_fp32_gflops_per_sm") ? positive(j, "ref_fp32_gflops_per_sm", what) : 0;
   c.ref_bw_gbps_per_sm = j.contains("ref_bw_gbps_per_sm") ? positive(j, "ref_bw_gbps_per_sm", what) : 0;
+  c.ref_l2_mb = j.contains("ref_l2_mb") ? positive(j, "ref_l2_mb", what) : 0;
   return c;
 }
 
@@ -260,6 +261,16 @@ struct Choice {
 
 Tiling finish(const Kernel& kr, const Gpu& gpu, const Choice& best, bool tc);
 
+// Setup of a tensor-core split-K reduction: one more kernel launch on the device (CUDA's
+// launch-to-completion of a short kernel, the predictor's kDeviceKernelFloorMs). The SIMT
+// classes' fitted split_k_overhead_us (20 us on the A100's FP32 rows, where cuBLAS rarely
+// splits) does not carry over to the tensor-core kernels, which split to fill the SMs.
+constexpr double kTensorSplitKSetupUs = 2.0;
+// Share of the shorter of a tensor-core tile's math and traffic time that the cost model counts
+// on top of the longer (a tie-breaker between candidates, not a fitted overlap: the predictor
+// learns the real share).
+constexpr double kTensorExposedShare = 0.05;
+
 // How full the last of `waves` (fractional) waves is: 1 when they are whole.
 double last_wave_fill(double waves) { return waves / std::ceil(waves); }
 
@@ -357,15 +368,32 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
         // kernel's operand traffic streams at the GPU's bandwidth however few SMs draw it.
         const double rows = std::min(tm, double(s.m)), cols = std::min(tn, double(s.n));
         const double per_sm = double(ceil_div(tiles, gpu.num_sm));
-        const double traffic = cost.dram_fraction * in_bytes * (rows + cols) * double(kper) * double(tiles) / bw;
-        time = std::max(per_sm * t_compute, traffic) + per_sm * cost.tile_overhead_us * 1e-6;
+        // Operands that fit in L2 are read from DRAM once whatever the tiling (the tiles' re-reads
+        // hit L2); larger ones come back for the tiles that re-read them.
+        const double operands = in_bytes * double(s.batch) * (double(s.m) + double(s.n)) * double(s.k);
+        const double loaded = in_bytes * (rows + cols) * double(kper) * double(tiles);
+        const double traffic =
+            (operands <= (cost.ref_l2_mb > 0 ? cost.ref_l2_mb : gpu.l2_mb) * 1048576.0
+                 ? operands
+                 : std::max(operands, cost.dram_fraction * loaded)) / bw;
+        // The shorter of math and traffic never hides completely behind the longer: a small share
+        // of it (kTensorExposedShare) orders candidates that tie on the longer, e.g. the padded
+        // math of a memory-bound decode GEMM's tiles.
+        const double math = per_sm * t_compute;
+        time = std::max(math, traffic) + kTensorExposedShare * std::min(math, traffic) +
+               per_sm * cost.tile_overhead_us * 1e-6;
       } else {
         const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
         // sm_waves: every tile pays the fixed cost (prologue, epilogue) on its SM; otherwise once per wave.
         const double per_sm = cost.sm_waves ? double(ceil_div(tiles, gpu.num_sm)) : waves * double(bps);
         time = per_sm * std::max(t_compute, t_memory) + (cost.sm_waves ? per_sm : waves) * cost.tile_overhead_us * 1e-6;
       }
-      if (split > 1) time += cost.split_k_overhead_us * 1e-6 + (split + 1) * double(s.batch * s.m * s.n) * 4.0 / bw;
+      // Split-K: the partial tiles' FP32 workspace written and reduced, and the reduction's setup:
+      // for SIMT candidates the class's fitted overhead; tensor-core kernels reduce in a second
+      // launch (or in-kernel, serially), one device kernel launch (kTensorSplitKSetupUs).
+      if (split > 1)
+        time += (tc ? kTensorSplitKSetupUs : cost.split_k_overhead_us) * 1e-6 +
+                (split + 1) * double(s.batch * s.m * s.n) * 4.0 / bw;
       if (split == 1) unsplit = time;
       if (time < mine.time) mine = Choice{&c, split, tb_k, bps, time, time};
     }

@@ -105,6 +105,10 @@ struct GemmCost {
   // predicts slower. 0: the GPU's own rates.
   double ref_fp32_gflops_per_sm = 0;
   double ref_bw_gbps_per_sm = 0;
+  // The L2 size (MB) tensor-core candidates are priced at (operands that fit are read from DRAM
+  // once): that of the same GPU, so the tile never depends on the GPU's own L2 and a larger L2
+  // cannot choose a tile that predicts slower. 0: the GPU's own.
+  double ref_l2_mb = 0;
 };
 
 // A learned selection rule (tiles.json gemm.<class>.rule, fitted by
