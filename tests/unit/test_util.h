@@ -29,8 +29,8 @@ inline std::string& current_test() {
 //   if (!test::have_shared("neusight-data")) return;
 inline bool have_shared(const char* what) {
   if (std::filesystem::exists(shared_dir() + "/" + what)) return true;
-  std::printf("SKIPPED: needs ../shared/%s (the dataset folder beside the repository; "
-              "NEUSIGHT_SHARED_DIR overrides it): %s\n", what, current_test().c_str());
+  std::printf("SKIPPED: needs ../shared/%s (the dataset folder beside the repository): %s\n", what,
+              current_test().c_str());
   std::fflush(stdout);
   return false;
 }
