@@ -3,11 +3,12 @@ import json
 import os
 import subprocess
 import tempfile
+import unittest
 
 BIN = os.environ.get("NEUSIGHT_BIN", "neusight-onnx")
 BUILD = os.environ.get("NEUSIGHT_BUILD_DIR", "build")
 SOURCE = os.environ.get("NEUSIGHT_SOURCE_DIR", ".")
-SHARED = os.environ.get("NEUSIGHT_SHARED_DIR", os.path.join(SOURCE, "..", "shared"))
+SHARED = os.environ.get("NEUSIGHT_SHARED_DIR") or os.path.join(SOURCE, "..", "shared")
 EXAMPLE = os.path.join(BUILD, "examples", "gpt2-small.onnx")
 
 
@@ -30,3 +31,10 @@ def run_json(*args):
 
 def shared(*parts):
     return os.path.join(SHARED, *parts)
+
+
+def needs_shared(*parts):
+    """Skips a test (class or method) unless ../shared/<parts> exists; unittest -v prints the
+    reason on the test's line."""
+    return unittest.skipUnless(os.path.exists(shared(*parts)),
+                               "needs ../shared/%s (the dataset folder beside the repository)" % "/".join(parts))

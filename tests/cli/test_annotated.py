@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cli_util import EXAMPLE, run, shared
+from cli_util import EXAMPLE, needs_shared, run, shared
 
 PY = "/usr/bin/python3"
 NODE = shutil.which("node")
@@ -111,6 +111,7 @@ class Annotated(unittest.TestCase):
         self.assertLessEqual(float(s["meta"]["neusight.e2e_latency_low_ms"]), float(s["meta"]["neusight.e2e_latency_ms"]))
         self.assertGreaterEqual(float(s["meta"]["neusight.e2e_latency_high_ms"]), float(s["meta"]["neusight.e2e_latency_ms"]))
 
+    @needs_shared("onnx-models")
     def test_squeezenet_with_weights_loads_and_runs_unchanged(self):
         model = shared("onnx-models", "onnx_light_squeezenet.onnx")
         out, s = self.annotate(model)
@@ -123,6 +124,7 @@ class Annotated(unittest.TestCase):
             self.assertEqual(a[k], b[k])
             self.assertEqual(len(a[k]), 1000)
 
+    @needs_shared("onnx-models")
     def test_external_weights_stay_external_and_resolve_from_elsewhere(self):
         model = shared("onnx-models", "ext_weights", "ext_weights.onnx")
         out, s = self.annotate(model, out_dir=os.path.join("deep", "er"))
@@ -137,6 +139,7 @@ class Annotated(unittest.TestCase):
         inputs = {"input": [1, 3]}
         self.assertEqual(self.ort_run(model, inputs), self.ort_run(out, inputs))
 
+    @needs_shared("onnx-models")
     def test_same_folder_keeps_the_plain_location(self):
         d = os.path.join(self.tmp.name, "copy")
         os.makedirs(d)
@@ -164,6 +167,7 @@ class Annotated(unittest.TestCase):
         self.assertEqual(s["meta"]["neusight.predictor"], "roofline")
         self.assertNotIn("neusight.timing", s["meta"])  # no timing convention, no empty value
 
+    @needs_shared("onnx-models")
     def test_unwritable_out_leaves_nothing(self):
         out = os.path.join(self.tmp.name, "missing", "a.onnx")
         code, _, err = run(shared("onnx-models", "onnx_light_squeezenet.onnx"), "--gpu", "b200", "--out", out, "--quiet")

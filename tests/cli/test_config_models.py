@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from cli_util import run, run_json, shared
+from cli_util import needs_shared, run, run_json, shared
 
 CONFIGS = sorted(glob.glob(shared("neusight-data", "model_configs", "*.json")))
 GPU = shared("neusight-data", "device_configs", "Tesla_V100-PCIE-32GB.json")
@@ -48,6 +48,7 @@ class ConfigModels(unittest.TestCase):
             json.dump(LLAMA, f)
         return CONFIGS + [llama]
 
+    @needs_shared("neusight-data")
     def test_export_passes_checker_and_matches_config_prediction(self):
         for cfg in self.configs():
             name = os.path.splitext(os.path.basename(cfg))[0]
@@ -70,6 +71,7 @@ class ConfigModels(unittest.TestCase):
                     self.assertFalse([n["name"] for n in via_cfg["nodes"]
                                       if any(k["class"] == "unknown" for k in n["kernels"])])
 
+    @needs_shared("neusight-data")
     def test_gpt3_175b_builds_instantly_without_weights(self):
         cfg = os.path.join(self.dir, "gpt3_175b.json")
         with open(cfg, "w") as f:
@@ -84,6 +86,7 @@ class ConfigModels(unittest.TestCase):
         r = run_json("--config", cfg, "--batch", "1", "--seq", "2048", "--gpu", GPU)
         self.assertGreater(r["e2e_latency_ms"], 0)
 
+    @needs_shared("neusight-data")
     def test_bad_configs_are_input_errors_without_output(self):
         bad_type = os.path.join(self.dir, "bad_type.json")
         with open(bad_type, "w") as f:

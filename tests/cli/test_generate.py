@@ -10,7 +10,7 @@ import tempfile
 import time
 import unittest
 
-from cli_util import SOURCE, run, shared
+from cli_util import SOURCE, needs_shared, run, shared
 import gqa_decoder
 
 LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
@@ -156,10 +156,9 @@ class Generate(unittest.TestCase):
             for k in ("ttft_ms", "tpot_ms"):
                 self.assertAlmostEqual(g[k], cfg[k], delta=0.1 * cfg[k], msg=(nbits, k))
 
+    @needs_shared("onnx-models")
     def test_onnxruntime_genai_export_with_stacked_past(self):
         model = shared("onnx-models", "ort_genai_tiny_random_gpt2_fp32.onnx")
-        if not os.path.exists(model):
-            self.skipTest(model + " is missing")
         g = self.gen_json(model, "--generate", "32:16", "--batch", "2", "--gpu", "h100")["generation"]
         # past_N inputs [2, batch, 4 heads, past, 8], 5 layers, FP32.
         self.assertEqual((g["kv_cache"]["layers"], g["kv_cache"]["kv_heads"], g["kv_cache"]["head_dim"]), (5, 4, 8))

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cli_util import EXAMPLE, run, shared
+from cli_util import EXAMPLE, needs_shared, run, shared
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
@@ -104,6 +104,7 @@ class Html(unittest.TestCase):
         self.assertGreater(html.count("<tr><td"), 500)  # the node table
         self.render_ok(page, keep=os.environ.get("NEUSIGHT_KEEP_SCREENSHOT"))
 
+    @needs_shared("onnx-models")
     def test_training_report_and_real_model_render(self):
         page = os.path.join(self.tmp.name, "train.html")
         code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "128", "--mode", "training",

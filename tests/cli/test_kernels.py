@@ -6,7 +6,7 @@ import shutil
 import tempfile
 import unittest
 
-from cli_util import run, shared
+from cli_util import needs_shared, run, shared
 
 TEST = shared("neusight-data", "kernels", "test")
 
@@ -37,6 +37,7 @@ def read(path):
         return list(csv.DictReader(f))
 
 
+@needs_shared("neusight-data", "kernels")
 class Kernels(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp()
@@ -179,6 +180,7 @@ class Kernels(unittest.TestCase):
             self.assertFalse(os.path.exists(out))
 
 
+@needs_shared("neusight-data", "kernels")
 class Train(unittest.TestCase):
     def test_small_training_run(self):
         with tempfile.TemporaryDirectory() as d:

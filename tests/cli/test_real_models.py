@@ -25,6 +25,7 @@ def concrete_report(test, model, *args):
 
 
 class RealModels(unittest.TestCase):
+    @cu.needs_shared("onnx-models")
     def test_gpt2_fused_ops_with_past(self):
         r = concrete_report(self, cu.shared("onnx-models", "ort_genai_tiny_random_gpt2_fp32.onnx"),
                             "--batch", "2", "--seq", "16", "--dim", "past_seq_len=8", "--dim", "total_seq_len=24")
@@ -34,14 +35,17 @@ class RealModels(unittest.TestCase):
         ops = {n["op_type"] for n in r["nodes"]}
         self.assertTrue({"Attention", "SkipLayerNormalization", "FastGelu", "EmbedLayerNormalization"} <= ops, ops)
 
+    @cu.needs_shared("onnx-models")
     def test_opset23_attention_spelled_out(self):
         concrete_report(self, cu.shared("onnx-models", "onnx_attention_3d_causal_expanded.onnx"))
 
+    @cu.needs_shared("onnx-models")
     def test_opset22_attention_head(self):
         r = concrete_report(self, cu.shared("onnx-models", "trt_attention_head.onnx"),
                             "--dim", "sequence_len=100", "--dim", "batch=100")
         self.assertEqual(r["graph_outputs"][0]["shape"], [100, 100, 100])
 
+    @cu.needs_shared("onnx-models")
     def test_model_zoo_cnns(self):
         expect = {"resnet50": [1, 1000], "squeezenet": [1, 1000, 1, 1], "vgg19": [1, 1000], "shufflenet": [1, 1000]}
         for name, shape in expect.items():
@@ -49,9 +53,11 @@ class RealModels(unittest.TestCase):
                 r = concrete_report(self, cu.shared("onnx-models", f"onnx_light_{name}.onnx"))
                 self.assertEqual(r["graph_outputs"][0]["shape"], shape)
 
+    @cu.needs_shared("onnx-models")
     def test_external_weights_model(self):
         concrete_report(self, cu.shared("onnx-models", "ext_weights", "ext_weights.onnx"))
 
+    @cu.needs_shared("onnx-models")
     def test_light_weight_generators_are_folded(self):
         # The model-zoo "light" ResNet-50 makes its 239 weights with ConstantOfShape: folded (no
         # kernel, marked), and the same graph with the weights as initializers predicts the same.

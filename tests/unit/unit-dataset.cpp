@@ -14,7 +14,8 @@ TEST_CASE("dataset: quoted CSV fields") {
   CHECK(f[3] == "");
 }
 
-TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n") {
+TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/linear.csv");
   REQUIRE(!d.rows.empty());
   const DatasetRow& r = d.rows.front();
@@ -28,7 +29,8 @@ TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n") {
   CHECK(r.grid[0] * r.grid[1] * r.grid[2] == 320);
 }
 
-TEST_CASE("dataset: elementwise rows, scalar variants read one tensor") {
+TEST_CASE("dataset: elementwise rows, scalar variants read one tensor" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/train/addu/Tesla_T4.csv");
   REQUIRE(!d.rows.empty());
   CHECK(d.rows.front().kernel.cls == KernelClass::elementwise);
@@ -36,7 +38,8 @@ TEST_CASE("dataset: elementwise rows, scalar variants read one tensor") {
   CHECK(d.rows.front().kernel.bytes == doctest::Approx(8.0 * d.rows.front().kernel.rows * d.rows.front().kernel.cols));
 }
 
-TEST_CASE("dataset: rows given as fields read as the same CSV lines do, errors name the row") {
+TEST_CASE("dataset: rows given as fields read as the same CSV lines do, errors name the row" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   const Dataset csv = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/linear.csv");
   REQUIRE(csv.rows.size() > 2);
   const Dataset d = dataset_from_rows(csv.header, {csv.rows[0].fields, csv.rows[1].fields}, "rows");
@@ -47,6 +50,9 @@ TEST_CASE("dataset: rows given as fields read as the same CSV lines do, errors n
     CHECK(d.rows[i].kernel.flops == csv.rows[i].kernel.flops);
     CHECK(d.rows[i].grid[0] == csv.rows[i].grid[0]);
   }
+}
+
+TEST_CASE("dataset: malformed rows given as fields are input errors naming the row") {
   CHECK_THROWS_WITH_AS(dataset_from_rows({"OPName", "B", "H"}, {{"softmax", "1", "8"}, {"softmax"}}, "rows"),
                        "rows[1]: expected 3 fields, got 1", InputError);
   CHECK_THROWS_WITH_AS(dataset_from_rows({"Op"}, {}, "rows"), "rows: no OPName column", InputError);

@@ -98,7 +98,8 @@ std::multiset<std::string> minus(const std::multiset<std::string>& a, const std:
 
 }  // namespace
 
-TEST_CASE("lowering: GPT-2 Large forward GEMM FLOPs equal 24*T*d^2 + 4*B*S^2*d per layer plus the LM head") {
+TEST_CASE("lowering: GPT-2 Large forward GEMM FLOPs equal 24*T*d^2 + 4*B*S^2*d per layer plus the LM head" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/model_configs")) return;
   const ModelConfig c = config("gpt2_large");
   const int64_t B = 4, S = 1024;
   const KernelList kl = lower_model(c, B, S, Mode::training);
@@ -112,7 +113,8 @@ TEST_CASE("lowering: GPT-2 Large forward GEMM FLOPs equal 24*T*d^2 + 4*B*S^2*d p
   CHECK(kl.unknown_ops.empty());
 }
 
-TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch operators (inference)") {
+TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch operators (inference)" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   // The opgraph traces one transformer layer plus embeddings, final norm and LM head.
   const KernelList kl = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference);
   std::multiset<std::string> got;
@@ -147,7 +149,8 @@ TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch op
   CHECK(mem.count("split") == 0);
 }
 
-TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, softmax/LN grads and updates") {
+TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, softmax/LN grads and updates" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   const KernelList kl = lower_model(config("gpt2_large", 1), 4, 1024, Mode::training);
   const Traced want = read_traced("gpt2_large-train-1024-4");
   std::multiset<std::string> bw_gemm, bw_rowwise, fw, acc;
@@ -171,7 +174,8 @@ TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, sof
   CHECK(minus(acc, want.acc) == std::multiset<std::string>{"1310720"});
 }
 
-TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.compile") {
+TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.compile" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   const KernelList eager = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference, Fusion::eager);
   const KernelList full = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference, Fusion::full);
   CHECK(full.kernels.size() < eager.kernels.size());

@@ -127,31 +127,37 @@ ModelConfig one_layer(const std::string& name, const std::string& head = "") {
 
 }  // namespace
 
-TEST_CASE("model_builder: GPT-2 large layer matches the traced PyTorch graph") {
+TEST_CASE("model_builder: GPT-2 large layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   check_matches("gpt2_large-inf-1024-4", one_layer("gpt2_large"), 4, 1024);
 }
 
-TEST_CASE("model_builder: GPT-3 2.7B (GPT-2 form) layer matches the traced PyTorch graph") {
+TEST_CASE("model_builder: GPT-3 2.7B (GPT-2 form) layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   check_matches("gpt3_27-inf-2048-2", one_layer("gpt3_27"), 2, 2048);
 }
 
-TEST_CASE("model_builder: BERT large layer matches the traced PyTorch graph") {
+TEST_CASE("model_builder: BERT large layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   // NeuSight measured inference with BertForSequenceClassification and training with
   // BertForPreTraining; the shared config names BertLMHeadModel (the "lm" head).
   CHECK(read_hf_config(config_path("bert_large")).head == "lm");
   check_matches("bert_large-inf-512-8", one_layer("bert_large", "classification"), 8, 512);
 }
 
-TEST_CASE("model_builder: OPT 1.3B layer matches the traced PyTorch graph") {
+TEST_CASE("model_builder: OPT 1.3B layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   check_matches("opt_13-inf-2048-2", one_layer("opt_13"), 2, 2048);
 }
 
-TEST_CASE("model_builder: Switch XL (4 experts, capacity 64) matches the traced PyTorch graph") {
+TEST_CASE("model_builder: Switch XL (4 experts, capacity 64) matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   // The Switch trace holds the whole encoder-decoder, so the whole model is compared.
   check_matches("switchxl4-inf-512-1", read_hf_config(config_path("switchxl4")), 1, 512, true);
 }
 
-TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch's permuted view") {
+TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch's permuted view" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/model_configs")) return;
   // The trace: the bias embedding [s, s, heads] is permuted (a view: 'permute' launches no
   // kernel), `position_bias + mask` once (VECadd 16384x512, keeping the permuted layout) and
   // `scores += position_bias` in every self-attention layer, reading the bias with a stride
@@ -199,7 +205,8 @@ TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch
   }
 }
 
-TEST_CASE("model_builder: the forward pass of the other traced runs matches too") {
+TEST_CASE("model_builder: the forward pass of the other traced runs matches too" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/e2e")) return;
   // Other model sizes, batch sizes and the training traces (whose forward operators are the
   // inference ones).
   check_matches("gpt3_xl-inf-2048-2", one_layer("gpt3_xl"), 2, 2048);
@@ -231,8 +238,14 @@ TEST_CASE("model_builder: Llama-style GQA decoder has the expected GEMMs") {
   CHECK(t.softmax == std::multiset<std::string>{"1024x64"});
 }
 
-TEST_CASE("model_builder: bad configs are input errors naming the file and field") {
-  CHECK_THROWS_AS(read_hf_config(test::shared_dir() + "/no/such.json"), InputError);
+TEST_CASE("model_builder: a missing config file or malformed config text is an input error") {
+  CHECK_THROWS_AS(read_hf_config(test::source_dir() + "/no/such.json"), InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config("{", "config"), "config: malformed JSON config", InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config("{}", "config"), "config: missing field 'model_type'", InputError);
+}
+
+TEST_CASE("model_builder: bad configs are input errors naming the file and field" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/model_configs")) return;
   ModelConfig c = read_hf_config(config_path("gpt2_large"));
   c.model_type = "mamba";
   CHECK_THROWS_AS(build_model(c), InputError);
@@ -257,7 +270,8 @@ TEST_CASE("model_builder: the opgraph reader parses GEMM, VEC, nested MEM and Ac
   CHECK(csv_fields("a,\"[(1, 2), (3,)]\",c") == std::vector<std::string>{"a", "[(1, 2), (3,)]", "c"});
 }
 
-TEST_CASE("model_builder: a config's JSON text reads as its file does") {
+TEST_CASE("model_builder: a config's JSON text reads as its file does" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/model_configs")) return;
   const std::string path = config_path("bert_large");
   std::ifstream f(path);
   std::stringstream text;
@@ -271,6 +285,4 @@ TEST_CASE("model_builder: a config's JSON text reads as its file does") {
   CHECK(b.vocab == a.vocab);
   CHECK(b.head == a.head);
   CHECK(b.source == "config");
-  CHECK_THROWS_WITH_AS(parse_hf_config("{", "config"), "config: malformed JSON config", InputError);
-  CHECK_THROWS_WITH_AS(parse_hf_config("{}", "config"), "config: missing field 'model_type'", InputError);
 }

@@ -74,7 +74,8 @@ std::map<std::string, double> mape_by_class(const std::vector<DatasetRow>& rows,
 
 }  // namespace
 
-TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
+TEST_CASE("predictor: the trainer learns, deterministically for a seed" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   const auto samples = small_samples();
   REQUIRE(samples.size() > 300);
   TrainOptions o;
@@ -112,7 +113,7 @@ TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("predictor: the published formulation trains, round-trips and predicts as published") {
+TEST_CASE("predictor: the published formulation's inputs and base time") {
   // Its inputs: four per-SM-normalised log2 quantities of one tile; its base time: waves of
   // ceil(tiles / SMs) at the per-wave roofline time.
   const Gpu v100 = GpuDatabase::builtin().resolve("Tesla V100-PCIE-32GB");
@@ -126,7 +127,13 @@ TEST_CASE("predictor: the published formulation trains, round-trips and predicts
   CHECK(pf.base_ms == doctest::Approx(waves * wave_s * 1e3));
   CHECK(pf.x[0] == doctest::Approx(std::log2(t.tile_flops / (v100.gemm_peak_gflops(k.dtype) / 1e3 / v100.num_sm))));
   CHECK(pf.x[3] - pf.x[2] == doctest::Approx(std::log2(v100.mem_gb * 1024.0 / (v100.l2_mb * 1024.0))));
+}
 
+TEST_CASE("predictor: the published formulation trains, round-trips and predicts as published" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
+  const Gpu v100 = GpuDatabase::builtin().resolve("Tesla V100-PCIE-32GB");
+  const Kernel k = kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "4096"}});
+  const Tiling t = tile_kernel(k, v100);
   std::vector<Sample> samples;
   for (const char* f : {"Tesla_T4.csv", "Tesla_V100-PCIE-32GB.csv"}) {
     Dataset d = read_dataset(train_csv("linear", f));
@@ -205,7 +212,8 @@ TEST_CASE("predictor: missing or malformed weights fail with the file name") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("predictor: shipped weights respect the roofline and stay bounded far outside training") {
+TEST_CASE("predictor: shipped weights respect the roofline and stay bounded far outside training" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   const auto p = make_neusight_predictor();
   CHECK(p->name() == "neusight");
   const auto rows = test_rows("NVIDIA A100-PCIE-40GB", 25);
@@ -267,7 +275,8 @@ TEST_CASE("predictor: GEMMs on a GPU with more FLOPs per byte than any training 
   }
 }
 
-TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100 80GB") {
+TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100 80GB" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   // Figures of bench/kernel_accuracy's run on the A100 80GB PCIe rows alone (MAPE, percent), for
   // the shipped weights and the forward-in-time weights. Update them with the weights
   // (predictor/retrain.sh); a change of tiles or features without retraining fails here.
@@ -289,7 +298,8 @@ TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100
   for (const char* c : {"bmm", "linear"}) CHECK(shipped.at(c) < 0.7 * roof.at(c));
 }
 
-TEST_CASE("predictor: a GPT-3-sized batch of kernels predicts every kernel, within the roofline bound") {
+TEST_CASE("predictor: a GPT-3-sized batch of kernels predicts every kernel, within the roofline bound" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   // Speed is measured by bench/kernel_accuracy (it times a GPT-3 175B training step), not here:
   // a timed assertion fails under sanitizers and on loaded machines.
   const auto p = make_neusight_predictor();

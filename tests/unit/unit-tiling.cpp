@@ -15,13 +15,18 @@ TEST_CASE("tiling: grid arithmetic") {
   CHECK(waves_for(109, 108) == 2);
 }
 
-TEST_CASE("gpu database: names, aliases, device JSONs") {
+TEST_CASE("gpu database: names and aliases") {
   const GpuDatabase& db = GpuDatabase::builtin();
   CHECK(db.resolve("b200").name == "NVIDIA B200");
   CHECK(db.resolve("B200").name == "NVIDIA B200");
   CHECK(db.resolve("Tesla T4").num_sm == 40);
   CHECK(db.resolve("NVIDIA A100 80GB PCIe").mem_bw_gbps == 1935);
   CHECK_THROWS_WITH_AS(db.resolve("b2000"), doctest::Contains("b200"), InputError);
+}
+
+TEST_CASE("gpu database: a device JSON path resolves to its GPU" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/device_configs")) return;
+  const GpuDatabase& db = GpuDatabase::builtin();
   Gpu h = db.resolve(test::shared_dir() + "/neusight-data/device_configs/NVIDIA_H100_80GB_HBM3.json");
   CHECK(h.num_sm == 132);
   CHECK(h.arch == "sm_90");
@@ -271,7 +276,8 @@ Agreement agreement(const std::vector<std::string>& files, const std::string& de
 }
 }  // namespace
 
-TEST_CASE("tiling: derived tiles match cuBLAS on the unseen A100 80GB test rows") {
+TEST_CASE("tiling: derived tiles match cuBLAS on the unseen A100 80GB test rows" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   // The tile table was never fitted on these rows.
   const Agreement a = agreement({"test/linear.csv", "test/bmm.csv"}, "NVIDIA A100 80GB PCIe");
   REQUIRE(a.rows > 3000);
@@ -279,7 +285,8 @@ TEST_CASE("tiling: derived tiles match cuBLAS on the unseen A100 80GB test rows"
   CHECK(a.count() > 0.8);  // 88.8% when written, 88.4% with ampere's small-output split-K
 }
 
-TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their test rows") {
+TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their test rows" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   // The volta class chooses the SIMT tile and split factor of single products, the turing class
   // the SIMT tile of batched products, by trees learned from their train/ rows
   // (fit_gemm_rules.py); the test/ rows (GEMMs of real models) were not used.
@@ -294,7 +301,8 @@ TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their te
   CHECK(t.count() > 0.83);  // 86.4% when written (80.9% with the cost model alone)
 }
 
-TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their training rows") {
+TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their training rows" * doctest::test_suite("shared-data")) {
+  if (!test::have_shared("neusight-data/kernels")) return;
   // In-sample (the trees were fitted on these rows; 5-fold cross-validated: V100 linear rows
   // 75.2% / 55.6%, T4 bmm rows 98.4% / 98.6%).
   const Agreement v = agreement({"train/linear/Tesla_V100-PCIE-32GB.csv", "train/bmm/Tesla_V100-PCIE-32GB.csv"},
