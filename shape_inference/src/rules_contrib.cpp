@@ -1,6 +1,7 @@
 // rules_contrib.cpp - shape rules for the com.microsoft ops that onnxruntime's transformer
 // optimizer emits (fused attention, fused normalizations, fused activations, 4-bit MatMul).
 #include <algorithm>
+#include <functional>
 
 #include "rules.h"
 
@@ -94,7 +95,11 @@ void rule_mha(Ctx& c) {
 
 // GroupQueryAttention: query [B, S, N*H] (or packed [B, S, (N + 2*Nkv)*H] without key/value),
 // past_key/past_value [B, Nkv, P, H]; total_sequence_length (input 6) a scalar.
-void rule_gqa(Ctx& c) {
+// The KV-cache attentions' common part (GroupQueryAttention, SparseAttention): output 0
+// [B, S, N*H] from the query (packed [B, S, (N + 2 Nkv) H] when key is absent), present_key /
+// present_value [B, Nkv, T, H] with T from `total_length(query, past)`. A query of unknown shape
+// sets the dtypes only.
+void kv_cache_attention(Ctx& c, const std::function<Dim(const TensorInfo& q, const TensorInfo* past)>& total_length) {
   const TensorInfo* q = c.in(0);
   if (!q) return;
   const int64_t n = c.n.attr_i("num_heads", 0), nkv = c.n.attr_i("kv_num_heads", 0);
@@ -103,19 +108,30 @@ void rule_gqa(Ctx& c) {
   const Dim h = div(q->shape[2], packed ? n + 2 * nkv : n);
   set_out(c, 0, q->dtype, {q->shape[0], q->shape[1], mul(h, n, c)});
   const TensorInfo* past = c.in(3);
-  Dim total{};
-  const auto* tv = c.value(6);
-  if (tv && tv->size() == 1) total = Dim::of((*tv)[0]);
-  if (past && past->has_shape && past->shape.size() == 4) {
-    const Dim& p = past->shape[2];
-    if (total.known() && p.known()) total = Dim::of(std::max(total.value, p.value));
-    else if (!total.known()) total = p.known() && q->shape[1].known() && q->shape[1].value > 1 ? add(p, q->shape[1]) : p;
-  } else if (!total.known()) {
-    total = q->shape[1];
-  }
+  const Dim total = total_length(*q, past && past->has_shape && past->shape.size() == 4 ? past : nullptr);
   const Dim kvn = nkv > 0 ? Dim::of(nkv) : Dim{};
-  if (c.num_out() > 1) set_out(c, 1, q->dtype, {q->shape[0], kvn, total, h});
-  if (c.num_out() > 2) set_out(c, 2, q->dtype, {q->shape[0], kvn, total, h});
+  for (size_t o = 1; o < 3 && o < c.num_out(); ++o) set_out(c, o, q->dtype, {q->shape[0], kvn, total, h});
+}
+
+// A scalar input's value as a dim, unknown when absent.
+Dim scalar_dim(Ctx& c, size_t input) {
+  const auto* v = c.value(input);
+  return v && v->size() == 1 ? Dim::of((*v)[0]) : Dim{};
+}
+
+void rule_gqa(Ctx& c) {
+  // total_sequence_length (input 6), else past + new tokens, else the query's length.
+  kv_cache_attention(c, [&](const TensorInfo& q, const TensorInfo* past) {
+    Dim total = scalar_dim(c, 6);
+    if (past) {
+      const Dim& p = past->shape[2];
+      if (total.known() && p.known()) total = Dim::of(std::max(total.value, p.value));
+      else if (!total.known()) total = p.known() && q.shape[1].known() && q.shape[1].value > 1 ? add(p, q.shape[1]) : p;
+    } else if (!total.known()) {
+      total = q.shape[1];
+    }
+    return total;
+  });
 }
 
 // Skip(Simplified)LayerNormalization: output and input_skip_bias_sum like input; mean and
@@ -124,12 +140,11 @@ void rule_skip_layernorm(Ctx& c) {
   const TensorInfo* x = c.in(0);
   if (!x) return;
   like_input(c, 0, 0);
-  const bool simplified = c.n.op_type == "SkipSimplifiedLayerNormalization";
   Shape red = x->shape;
   if (!red.empty()) red.back() = Dim::of(1);
-  const size_t sum_out = simplified ? 3 : 3;
+  constexpr size_t kSumOut = 3;  // input_skip_bias_sum, in both ops
   for (size_t o = 1; o < c.num_out(); ++o) {
-    if (o == sum_out) like_input(c, o, 0);
+    if (o == kSumOut) like_input(c, o, 0);
     else if (x->has_shape) set_out(c, o, DType::f32, red);
     else set_dtype(c, o, DType::f32);
   }
@@ -242,23 +257,13 @@ void rule_dmmha(Ctx& c) {
 // SparseAttention: query [B, S, N*H] (packed [B, S, (N + 2 Nkv) H]) -> [B, S, N*H];
 // present_key / present_value [B, Nkv, max(past length, total_sequence_length), H].
 void rule_sparse_attention(Ctx& c) {
-  const TensorInfo* q = c.in(0);
-  if (!q) return;
-  const int64_t n = c.n.attr_i("num_heads", 0), nkv = c.n.attr_i("kv_num_heads", 0);
-  if (!q->has_shape || q->shape.size() != 3) { for (size_t i = 0; i < c.num_out(); ++i) set_dtype(c, i, q->dtype); return; }
-  const bool packed = !c.has_in(1);
-  const Dim h = div(q->shape[2], packed ? n + 2 * nkv : n);
-  set_out(c, 0, q->dtype, {q->shape[0], q->shape[1], mul(h, n, c)});
-  const TensorInfo* past = c.in(3);
-  Dim total{};
-  const auto* tv = c.value(7);
-  if (tv && tv->size() == 1) total = Dim::of((*tv)[0]);
-  if (past && past->has_shape && past->shape.size() == 4) {
+  // max(past length, total_sequence_length (input 7)); the past's length when either is unknown.
+  kv_cache_attention(c, [&](const TensorInfo&, const TensorInfo* past) {
+    const Dim total = scalar_dim(c, 7);
+    if (!past) return total;
     const Dim& p = past->shape[2];
-    total = total.known() && p.known() ? Dim::of(std::max(total.value, p.value)) : p;
-  }
-  const Dim kvn = nkv > 0 ? Dim::of(nkv) : Dim{};
-  for (size_t o = 1; o < 3 && o < c.num_out(); ++o) set_out(c, o, q->dtype, {q->shape[0], kvn, total, h});
+    return total.known() && p.known() ? Dim::of(std::max(total.value, p.value)) : p;
+  });
 }
 
 // GatherBlockQuantized: a Gather along gather_axis of data's logical shape (a uint8 holding

@@ -25,14 +25,14 @@ std::string train_csv(const std::string& op, const std::string& file) {
   return test::shared_dir() + "/neusight-data/kernels/train/" + op + "/" + file;
 }
 
-std::vector<Sample> small_samples() {
+std::vector<Sample> small_samples(Formulation formulation = Formulation::neusight) {
   std::vector<Sample> all;
   for (const char* f : {"Tesla_T4.csv", "Tesla_V100-PCIE-32GB.csv"}) {
     Dataset d = read_dataset(train_csv("linear", f));
     std::vector<DatasetRow> keep;
     for (size_t i = 0; i < d.rows.size(); i += d.rows.size() / 200) keep.push_back(d.rows[i]);
     d.rows = keep;
-    auto s = samples_from_dataset(d, GpuDatabase::builtin(), training_devices());
+    auto s = samples_from_dataset(d, GpuDatabase::builtin(), training_devices(), formulation);
     all.insert(all.end(), s.begin(), s.end());
   }
   return all;
@@ -134,15 +134,7 @@ TEST_CASE("predictor: the published formulation trains, round-trips and predicts
   const Gpu v100 = GpuDatabase::builtin().resolve("Tesla V100-PCIE-32GB");
   const Kernel k = kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "4096"}});
   const Tiling t = tile_kernel(k, v100);
-  std::vector<Sample> samples;
-  for (const char* f : {"Tesla_T4.csv", "Tesla_V100-PCIE-32GB.csv"}) {
-    Dataset d = read_dataset(train_csv("linear", f));
-    std::vector<DatasetRow> keep;
-    for (size_t i = 0; i < d.rows.size(); i += d.rows.size() / 200) keep.push_back(d.rows[i]);
-    d.rows = keep;
-    auto s = samples_from_dataset(d, GpuDatabase::builtin(), training_devices(), Formulation::paper);
-    samples.insert(samples.end(), s.begin(), s.end());
-  }
+  const std::vector<Sample> samples = small_samples(Formulation::paper);
   REQUIRE(samples.size() > 300);
   TrainOptions o;
   o.epochs = 40;
