@@ -336,6 +336,10 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     best = Choice{&c, std::max(split, 1), c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
     return finish(kr, gpu, best, tc);
   }
+  // Tensor cores: operands that fit in L2 are read from DRAM once whatever the tiling (the
+  // tiles' re-reads hit L2); larger ones come back for the tiles that re-read them.
+  const double operands = in_bytes * double(s.batch) * (double(s.m) + double(s.n)) * double(s.k);
+  const bool operands_fit_l2 = operands <= (cost.ref_l2_mb > 0 ? cost.ref_l2_mb : gpu.l2_mb) * 1048576.0;
   bool any_offered = false;
   for (const auto& c : cands) any_offered |= batched ? c.batched : c.single;
   for (const auto& c : cands) {
@@ -357,7 +361,6 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
       const int64_t kper = ceil_div(s.k, split);
       if (split > 1 && double(kper) < cost.min_k_per_split) break;
       const int64_t tiles = out_tiles * split;
-      const double waves = double(waves_for(tiles, static_cast<int64_t>(sm) * bps));
       const double eff = batched ? c.batched_efficiency : c.efficiency;
       const double t_compute = 2.0 * tm * tn * double(kper) / (eff * flops_sm);
       double time;
@@ -368,14 +371,8 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
         // kernel's operand traffic streams at the GPU's bandwidth however few SMs draw it.
         const double rows = std::min(tm, double(s.m)), cols = std::min(tn, double(s.n));
         const double per_sm = double(ceil_div(tiles, gpu.num_sm));
-        // Operands that fit in L2 are read from DRAM once whatever the tiling (the tiles' re-reads
-        // hit L2); larger ones come back for the tiles that re-read them.
-        const double operands = in_bytes * double(s.batch) * (double(s.m) + double(s.n)) * double(s.k);
         const double loaded = in_bytes * (rows + cols) * double(kper) * double(tiles);
-        const double traffic =
-            (operands <= (cost.ref_l2_mb > 0 ? cost.ref_l2_mb : gpu.l2_mb) * 1048576.0
-                 ? operands
-                 : std::max(operands, cost.dram_fraction * loaded)) / bw;
+        const double traffic = (operands_fit_l2 ? operands : std::max(operands, cost.dram_fraction * loaded)) / bw;
         // The shorter of math and traffic never hides completely behind the longer: a small share
         // of it (kTensorExposedShare) orders candidates that tie on the longer, e.g. the padded
         // math of a memory-bound decode GEMM's tiles.
@@ -383,6 +380,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
         time = std::max(math, traffic) + kTensorExposedShare * std::min(math, traffic) +
                per_sm * cost.tile_overhead_us * 1e-6;
       } else {
+        const double waves = double(waves_for(tiles, static_cast<int64_t>(sm) * bps));
         const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
         // sm_waves: every tile pays the fixed cost (prologue, epilogue) on its SM; otherwise once per wave.
         const double per_sm = cost.sm_waves ? double(ceil_div(tiles, gpu.num_sm)) : waves * double(bps);
