@@ -116,7 +116,7 @@ double ring_allreduce_ms(double bytes, int n, const Link& link) {
 
 double allreduce_ms(double bytes, int n, const Link& link) {
   const double ring = ring_allreduce_ms(bytes, n, link);
-  if (n <= 1 || bytes <= 0 || link.kind.rfind("nvlink", 0) != 0) return ring;
+  if (n <= 1 || bytes <= 0 || link.kind == "pcie") return ring;
   const double ms_per_byte = 1e3 / (link.gbps() * 1e9), step_ms = link.step_latency_us * 1e-3;
   const double two_shot = 2.0 * (n - 1) / n * bytes * ms_per_byte + 2 * step_ms;
   const double one_shot = double(n - 1) * bytes * ms_per_byte + step_ms;

@@ -79,7 +79,7 @@ double ring_allreduce_ms(double bytes, int n, const Link& link);
 // a two-shot (reduce-scatter then all-gather, each GPU reading its peers' slices directly:
 // 2 steps, 2(n-1)/n x bytes) and a one-shot (each GPU reads every peer's whole buffer:
 // 1 step, (n-1) x bytes). The direct forms need every GPU to reach every peer at the link's
-// bandwidth (an NVLink switch or full mesh); over PCIe the ring alone.
+// bandwidth (an NVLink switch, an Infinity Fabric full mesh); over PCIe the ring alone.
 double allreduce_ms(double bytes, int n, const Link& link);
 // One point-to-point send/receive.
 double p2p_ms(double bytes, const Link& link);
