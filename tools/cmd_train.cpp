@@ -251,7 +251,8 @@ int cmd_train(const Argv& argv) {
   save_model_set(m, r.out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::ostringstream man;
-  man << "NeuSight utilization MLP weights (weights.json), written by `neusight-onnx train`.\n\n"
+  man << "NeuSight utilization MLP weights (weights.json: minified JSON, weights schema 9), written by "
+         "`neusight-onnx train`.\n\n"
       << "command:         " << cmd.str() << "\n"
       << "seed:            " << o.seed << "\n"
       << "devices:         " << m.info["devices"] << "\n"
