@@ -9,6 +9,7 @@
 
 #include "args.h"
 #include "flags.h"
+#include "neusight/neusight_model.h"
 #include "test_util.h"
 
 using namespace neusight;
@@ -82,4 +83,17 @@ TEST_CASE("cli flags: one row per flag and command; values and switches parse as
   CHECK(defaults.get("--timing") == "eager");
   CHECK(Args({}, Command::analyze).get("--timing") == "device");
   CHECK(Args({"--timing=kernel"}, Command::analyze).get("--timing") == "kernel");
+}
+
+TEST_CASE("cli flags: the training defaults --help shows are TrainOptions' own") {
+  const TrainOptions o;
+  const Args t({}, Command::train);
+  CHECK(t.get("--seed") == std::to_string(o.seed));
+  CHECK(t.get("--epochs") == std::to_string(o.epochs));
+  CHECK(t.get("--hidden") == std::to_string(o.hidden));
+  CHECK(t.get("--layers") == std::to_string(o.hidden_layers));
+  CHECK(t.get("--batch") == std::to_string(o.batch));
+  CHECK(t.get("--ensemble") == std::to_string(o.ensemble));
+  CHECK(std::stod(t.get("--lr")) == o.lr);
+  CHECK(t.get("--formulation") == formulation_name(o.formulation));
 }
