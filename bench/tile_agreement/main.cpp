@@ -27,6 +27,7 @@
 #include "neusight/dataset.h"
 #include "neusight/gpu.h"
 #include "neusight/tiling.h"
+#include "tile_table.h"
 
 using namespace neusight;
 namespace fs = std::filesystem;

@@ -1,4 +1,4 @@
-// unit-gpu-database.cpp - every entry of tiling/data/gpus.json is complete and self-consistent.
+// unit-gpu-database.cpp - every entry of hardware/data/gpus.json is complete and self-consistent.
 #include <unistd.h>
 #include <doctest/doctest.h>
 

@@ -4,6 +4,7 @@
 #include "neusight/dataset.h"
 #include "neusight/gpu.h"
 #include "neusight/tiling.h"
+#include "tile_table.h"
 #include "test_util.h"
 
 using namespace neusight;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "neusight/tiling.h"
+#include "tile_table.h"
 
 namespace neusight {
 namespace {

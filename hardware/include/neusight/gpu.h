@@ -1,6 +1,6 @@
 // gpu.h - the GPU database: spec-sheet numbers only, loaded from data files.
 //
-// Takes: tiling/data/gpus.json (built in) or a user's device JSON in the
+// Takes: hardware/data/gpus.json (built in) or a user's device JSON in the
 // neusight-data/device_configs format (Device, Dev_Mem, Mem_Bw, Num_Sm, Core_Per_SM, Freq,
 // SingleFLOPs, L2Cache).
 // Gives: Gpu records, looked up by name or alias (case-insensitive).
@@ -78,7 +78,7 @@ Gpu load_device_json(const std::string& path);
 // errors. Throws InputError.
 Gpu parse_gpu_json(const std::string& text, const std::string& what);
 
-// Every GPU of `db` as a JSON array of entries in the format of tiling/data/gpus.json.
+// Every GPU of `db` as a JSON array of entries in the format of hardware/data/gpus.json.
 std::string format_gpus_json(const GpuDatabase& db);
 
 // Directory of the project's data files (gpus.json, tiles, weights): NEUSIGHT_DATA_DIR, else
