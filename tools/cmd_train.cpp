@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "neusight/neusight_model.h"
 #include "neusight/onnx_frontend.h"
+#include "neusight/training.h"
 
 namespace neusight::cli {
 namespace {

@@ -8,6 +8,7 @@
 #include <xtensor/xview.hpp>
 
 #include "neusight/neusight_model.h"
+#include "neusight/training.h"
 
 namespace neusight {
 

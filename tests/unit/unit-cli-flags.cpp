@@ -10,6 +10,7 @@
 #include "args.h"
 #include "flags.h"
 #include "neusight/neusight_model.h"
+#include "neusight/training.h"
 #include "test_util.h"
 
 using namespace neusight;

@@ -15,6 +15,7 @@
 #include "neusight/onnx_frontend.h"
 #include "neusight/precision.h"
 #include "neusight/predictor.h"
+#include "neusight/training.h"
 #include "test_util.h"
 
 using namespace neusight;

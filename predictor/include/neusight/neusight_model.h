@@ -1,19 +1,17 @@
-// neusight_model.h - the NeuSight tile-utilization model: features, MLPs, weights, trainer.
+// neusight_model.h - the NeuSight tile-utilization model: features, MLPs, weights.
 //
 // Takes: a Kernel, its Tiling and a Gpu (spec-sheet numbers only).
 // Gives: the wave-quantized roofline time of the kernel (`base_ms`, utilization 1) and the
 // bounded per-tile features an MLP maps to alpha, gamma; latency = base_ms / utilization with
-// utilization = gamma - alpha / waves in [floor, 1]. The trainer fits those MLPs to the
-// measured kernels of the dataset (backprop + Adam, deterministic for a seed).
+// utilization = gamma - alpha / waves in [floor, 1]. The trainer (training.h) fits those MLPs
+// to the measured kernels of the dataset.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
-#include "neusight/dataset.h"
 #include "neusight/gpu.h"
 #include "neusight/lowering.h"
 #include "neusight/tiling.h"
@@ -137,51 +135,6 @@ constexpr double kOutOfRangeLogSd = 0.1;
 ModelSet load_model_set(const std::string& dir);
 // Writes weights.json in schema 9 (atomically) into `dir` (created when missing).
 void save_model_set(const ModelSet& m, const std::string& dir);
-
-// ---- training -------------------------------------------------------------------------
-
-struct Sample {
-  UtilClass cls = UtilClass::gemm;
-  TileFeatures f;
-  double latency_ms = 0;   // measured
-  std::string device;
-};
-
-// Samples of the dataset rows whose Device is one of `devices` (GPU names resolved in `db`).
-// Rows of other devices are skipped; rows with non-positive latency are skipped.
-std::vector<Sample> samples_from_dataset(const Dataset& d, const GpuDatabase& db,
-                                         const std::vector<std::string>& devices,
-                                         Formulation formulation = Formulation::neusight);
-
-struct TrainOptions {
-  uint64_t seed = 1;
-  int epochs = 60;
-  int hidden = 64;
-  int hidden_layers = 3;
-  int batch = 256;
-  double lr = 2e-3;
-  double val_fraction = 0.1;
-  int ensemble = 1;
-  double floor_fraction = 0.5;  // floor = fraction x lowest utilization measured in training
-  // Every network gets at least this many Adam steps: a class with few samples (softmax,
-  // layernorm: ~8k rows, ~30 batches an epoch) runs more epochs than `epochs` until it does,
-  // at most 10 x `epochs`.
-  int min_steps = 6000;
-  Formulation formulation = Formulation::neusight;
-};
-
-struct TrainProgress {
-  UtilClass cls;
-  int member, epoch, epochs;
-  double loss, val_mape;
-};
-
-// Trains the model of one class. Deterministic for options.seed.
-ClassModel train_class(UtilClass c, const std::vector<Sample>& samples, const TrainOptions& o,
-                       const std::function<void(const TrainProgress&)>& progress = {});
-
-// Mean absolute percentage error (percent) of a class model on samples.
-double mape_percent(const ClassModel& m, const std::vector<Sample>& samples);
 
 // The five training GPUs of the published model (Device names of the dataset).
 const std::vector<std::string>& training_devices();

@@ -1,0 +1,63 @@
+// training.h - the trainer of the NeuSight utilization MLPs (library neusight::predictor_training,
+// linked by the CLI's `train` command, the benches and the tests; not by the analysis library).
+//
+// Takes: the dataset's measured kernels (dataset.h) and the GPU database.
+// Gives: per-class models (neusight_model.h ClassModel) fitted by backprop + Adam,
+// deterministic for a seed, and their error on samples.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "neusight/dataset.h"
+#include "neusight/gpu.h"
+#include "neusight/neusight_model.h"
+
+namespace neusight {
+
+struct Sample {
+  UtilClass cls = UtilClass::gemm;
+  TileFeatures f;
+  double latency_ms = 0;   // measured
+  std::string device;
+};
+
+// Samples of the dataset rows whose Device is one of `devices` (GPU names resolved in `db`).
+// Rows of other devices are skipped; rows with non-positive latency are skipped.
+std::vector<Sample> samples_from_dataset(const Dataset& d, const GpuDatabase& db,
+                                         const std::vector<std::string>& devices,
+                                         Formulation formulation = Formulation::neusight);
+
+struct TrainOptions {
+  uint64_t seed = 1;
+  int epochs = 60;
+  int hidden = 64;
+  int hidden_layers = 3;
+  int batch = 256;
+  double lr = 2e-3;
+  double val_fraction = 0.1;
+  int ensemble = 1;
+  double floor_fraction = 0.5;  // floor = fraction x lowest utilization measured in training
+  // Every network gets at least this many Adam steps: a class with few samples (softmax,
+  // layernorm: ~8k rows, ~30 batches an epoch) runs more epochs than `epochs` until it does,
+  // at most 10 x `epochs`.
+  int min_steps = 6000;
+  Formulation formulation = Formulation::neusight;
+};
+
+struct TrainProgress {
+  UtilClass cls;
+  int member, epoch, epochs;
+  double loss, val_mape;
+};
+
+// Trains the model of one class. Deterministic for options.seed.
+ClassModel train_class(UtilClass c, const std::vector<Sample>& samples, const TrainOptions& o,
+                       const std::function<void(const TrainProgress&)>& progress = {});
+
+// Mean absolute percentage error (percent) of a class model on samples.
+double mape_percent(const ClassModel& m, const std::vector<Sample>& samples);
+
+}  // namespace neusight
