@@ -223,7 +223,7 @@ json report_json(const Report& r) {
   json extra = json::array();
   for (const auto& k : r.extra_kernels) extra.push_back(kernel_json(k, r.gpu));
   if (!extra.empty()) j["extra_kernels"] = std::move(extra);
-  if (r.parallel) j["parallel"] = *r.parallel;
+  if (r.parallel) j["parallel"] = detail::parallel_json(*r.parallel);
   if (r.generation) j["generation"] = detail::generation_json(*r.generation);
   j["warnings"] = r.warnings;
   j["unknown_ops"] = r.unknown_ops;

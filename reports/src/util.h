@@ -30,6 +30,8 @@ namespace neusight::detail {
 
 // The "generation" object of the JSON report (generation.cpp).
 nlohmann::json generation_json(const GenerationReport& g);
+// The "parallel" object of the JSON report (parallel.cpp).
+nlohmann::json parallel_json(const ParallelReport& p);
 // The HTML section of a generation: per-step latency along it, one line per GPU (generation.cpp).
 std::string generation_html(const std::vector<Report>& reports);
 

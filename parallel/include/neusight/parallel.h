@@ -16,8 +16,6 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
 #include "neusight/gpu.h"
 #include "neusight/graph.h"
 #include "neusight/lowering.h"
@@ -202,9 +200,5 @@ struct ParallelReport {
 ParallelReport plan_iteration(const Graph& graph, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
                               const Gpu& gpu, const ParallelConfig& config, int64_t global_batch,
                               int64_t micro_batch);
-
-// Report section: terminal text and JSON (to_json is found by nlohmann::json).
-std::string format_parallel(const ParallelReport& report);
-void to_json(nlohmann::json& j, const ParallelReport& report);
 
 }  // namespace neusight

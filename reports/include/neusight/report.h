@@ -144,6 +144,9 @@ std::string format_gpu_table(const std::vector<Report>& reports);
 std::string format_generation(const Report& report, bool color = false);
 std::string format_generation_gpu_table(const std::vector<Report>& reports);
 
+// --parallel: the multi-GPU training section (plan_iteration's result) as terminal text.
+std::string format_parallel(const ParallelReport& report);
+
 // The self-contained HTML report (inline SVG and script, no network) for one model on
 // one or more GPUs; the first report is the one charted in detail.
 std::string format_html(const std::vector<Report>& reports);

@@ -1,0 +1,103 @@
+// parallel.cpp - the multi-GPU training section of a report: terminal text and JSON.
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "neusight/report.h"
+#include "util.h"
+
+namespace neusight {
+
+namespace {
+
+std::string gb(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
+
+std::string ms(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.1f" : (v >= 1 ? "%.3f" : "%.4f"), v);
+  return buf;
+}
+
+}  // namespace
+
+std::string format_parallel(const ParallelReport& p) {
+  const auto& c = p.config;
+  std::ostringstream os;
+  os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus()
+     << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
+     << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule) << "\n";
+  os << "  link: " << p.link.kind << " " << p.link.spec_gbps << " GB/s x " << p.link.efficiency
+     << " efficiency = " << p.link.gbps() << " GB/s per direction\n";
+  os << "  iteration            " << ms(p.iteration_ms) << " ms\n";
+  os << "  compute (busiest)    " << ms(p.compute_ms) << " ms (tensor-parallel all-reduces " << ms(p.tp_comm_ms)
+     << " ms included)\n";
+  os << "  pipeline bubble      " << ms(p.bubble_ms) << " ms (" << gb(100 * p.bubble_fraction) << "% of the pipeline)\n";
+  os << "  pipeline send/recv   " << ms(p.pp_comm_ms) << " ms exposed\n";
+  os << "  gradient all-reduce  " << ms(p.dp_comm_ms) << " ms in " << p.dp_buckets << " buckets, "
+     << ms(p.dp_exposed_ms) << " ms exposed\n";
+  os << "  optimizer step       " << ms(p.update_ms) << " ms\n";
+  os << "  communication        " << ms(p.comm_ms) << " ms, exposed " << ms(p.exposed_comm_ms) << " ms\n";
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const auto& st = p.stages[s];
+    os << "  stage " << s << ": nodes " << st.first_node << ".." << st.last_node << " (" << st.first_name << " .. "
+       << st.last_name << "), fwd " << ms(st.forward_ms) << " ms, bwd " << ms(st.backward_ms) << " ms per microbatch; "
+       << "memory " << gb(st.total_gb) << " GB = weights " << gb(st.weights_gb) << " + grads " << gb(st.gradients_gb)
+       << " + Adam " << gb(st.optimizer_gb) << " + activations " << gb(st.activations_gb) << "\n";
+  }
+  os << "  peak memory per GPU  " << gb(p.peak_memory_gb) << " GB of " << gb(p.memory_capacity_gb) << " GB\n";
+  return os.str();
+}
+
+nlohmann::json detail::parallel_json(const ParallelReport& p) {
+  auto fin = [](double x) { return std::isfinite(x) ? x : 0.0; };
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : p.stages)
+    stages.push_back({{"first_node", s.first_name},
+                      {"last_node", s.last_name},
+                      {"nodes", s.last_node - s.first_node + 1},
+                      {"forward_ms", fin(s.forward_ms)},
+                      {"backward_ms", fin(s.backward_ms)},
+                      {"update_ms", fin(s.update_ms)},
+                      {"send_bytes", fin(s.send_bytes)},
+                      {"params", fin(s.params)},
+                      {"memory_gb",
+                       {{"weights", fin(s.weights_gb)},
+                        {"gradients", fin(s.gradients_gb)},
+                        {"optimizer", fin(s.optimizer_gb)},
+                        {"activations", fin(s.activations_gb)},
+                        {"total", fin(s.total_gb)}}}});
+  return nlohmann::json{{"dp", p.config.dp},
+                     {"tp", p.config.tp},
+                     {"pp", p.config.pp},
+                     {"gpus", p.config.gpus()},
+                     {"microbatches", p.config.microbatches},
+                     {"schedule", schedule_name(p.config.schedule)},
+                     {"global_batch", p.global_batch},
+                     {"micro_batch", p.micro_batch},
+                     {"link", {{"kind", p.link.kind},
+                               {"spec_gbps", fin(p.link.spec_gbps)},
+                               {"efficiency", fin(p.link.efficiency)},
+                               {"step_latency_us", fin(p.link.step_latency_us)}}},
+                     {"iteration_ms", fin(p.iteration_ms)},
+                     {"compute_ms", fin(p.compute_ms)},
+                     {"tp_comm_ms", fin(p.tp_comm_ms)},
+                     {"dp_comm_ms", fin(p.dp_comm_ms)},
+                     {"dp_exposed_ms", fin(p.dp_exposed_ms)},
+                     {"dp_buckets", p.dp_buckets},
+                     {"pp_comm_ms", fin(p.pp_comm_ms)},
+                     {"comm_ms", fin(p.comm_ms)},
+                     {"exposed_comm_ms", fin(p.exposed_comm_ms)},
+                     {"bubble_ms", fin(p.bubble_ms)},
+                     {"bubble_fraction", fin(p.bubble_fraction)},
+                     {"update_ms", fin(p.update_ms)},
+                     {"memory_capacity_gb", fin(p.memory_capacity_gb)},
+                     {"peak_memory_gb", fin(p.peak_memory_gb)},
+                     {"stages", stages}};
+}
+
+}  // namespace neusight
