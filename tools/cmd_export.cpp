@@ -6,7 +6,6 @@
 #include "commands.h"
 #include "outputs.h"
 #include "neusight/model_builder.h"
-#include "neusight/onnx_proto.h"
 
 namespace neusight::cli {
 
@@ -24,11 +23,8 @@ int cmd_export(const Argv& argv) {
   // as an empty placeholder so ONNX tooling finds the file; its bytes are never materialised.
   const std::filesystem::path out_path(out);
   const std::string stub = out_path.stem().string() + ".weights";
-  for (auto& t : *m.proto->model.mutable_graph()->mutable_initializer())
-    for (auto& kv : *t.mutable_external_data())
-      if (kv.key() == "location") kv.set_value(stub);
   OutputSet outputs;  // the model and its stub, or neither
-  outputs.add(out, [&](const std::string& tmp) { write_proto(*m.proto, tmp); });
+  outputs.add(out, [&](const std::string& tmp) { write_model(m, tmp, stub); });
   const std::filesystem::path stub_path = out_path.parent_path() / stub;
   std::error_code ec;
   if (!std::filesystem::exists(stub_path, ec)) outputs.add_text(stub_path.string(), "");

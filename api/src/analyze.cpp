@@ -8,7 +8,6 @@
 #include <optional>
 
 #include "neusight/neusight.h"
-#include "neusight/onnx_proto.h"
 #include "neusight/precision.h"
 
 #ifndef NEUSIGHT_VERSION

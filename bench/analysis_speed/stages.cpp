@@ -18,9 +18,10 @@
 #include <string>
 #include <vector>
 
+#include <onnx/onnx_pb.h>
+
 #include "neusight/neusight.h"
 #include "neusight/neusight_model.h"
-#include "neusight/onnx_proto.h"
 
 namespace {
 

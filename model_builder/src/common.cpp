@@ -6,9 +6,8 @@
 namespace neusight::builder {
 
 namespace {
-std::shared_ptr<ProtoHolder> new_holder(const ModelConfig& c, const std::string& doc) {
-  auto h = std::make_shared<ProtoHolder>();
-  onnx::ModelProto& m = h->model;
+onnx::ModelProto new_model(const ModelConfig& c, const std::string& doc) {
+  onnx::ModelProto m;
   m.set_ir_version(8);
   m.set_producer_name("neusight-onnx model_builder");
   m.set_doc_string(doc + " built from " + c.source);
@@ -19,12 +18,12 @@ std::shared_ptr<ProtoHolder> new_holder(const ModelConfig& c, const std::string&
   ms->set_domain("com.microsoft");
   ms->set_version(1);
   m.mutable_graph()->set_name(c.model_type);
-  return h;
+  return m;
 }
 }  // namespace
 
 Net::Net(const ModelConfig& c, const std::string& doc)
-    : holder(new_holder(c, doc)), b(holder->model.mutable_graph(), "weights.bin") {}
+    : model(new_model(c, doc)), b(model.mutable_graph(), "weights.bin") {}
 
 std::string Net::token_input(const std::string& name) {
   b.input(name, kI64, {-1, -1}, {"batch", "sequence"});
@@ -45,7 +44,7 @@ std::string Net::token_input(const std::string& name) {
 void Net::output(const std::string& tensor, const std::vector<std::string>& sym_dims, const std::vector<int64_t>& dims) {
   std::vector<int64_t> all(sym_dims.size(), -1);
   all.insert(all.end(), dims.begin(), dims.end());
-  auto* vi = holder->model.mutable_graph()->add_output();
+  auto* vi = model.mutable_graph()->add_output();
   vi->set_name(tensor);
   auto* tt = vi->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(kF32);
@@ -64,10 +63,8 @@ std::string Net::rename_last(const std::string& name) {
 }
 
 LoadedModel Net::finish(const ModelConfig& c) {
-  LoadedModel lm;
-  lm.model = to_ir(*holder, "");
+  LoadedModel lm = load_model_from_proto(std::move(model), "");
   lm.model.graph.name = c.model_type;
-  lm.proto = holder;
   return lm;
 }
 

@@ -10,7 +10,6 @@
 
 #include "graph_builder.h"
 #include "neusight/model_builder.h"
-#include "neusight/onnx_proto.h"
 
 namespace neusight::builder {
 
@@ -21,7 +20,7 @@ constexpr float kFloatMin = -3.4028234663852886e38f;  // torch.finfo(torch.float
 
 // One model under construction: the proto, its builder, and the batch/sequence plumbing.
 struct Net {
-  std::shared_ptr<ProtoHolder> holder;
+  onnx::ModelProto model;
   GraphBuilder b;
   // 1-element int64 tensors holding the batch and sequence sizes (Shape -> Gather ->
   // Unsqueeze of the first input, the way PyTorch exports compute them), and the scalar

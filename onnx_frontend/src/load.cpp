@@ -16,7 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 
 namespace neusight {
 namespace {
@@ -560,13 +560,27 @@ LoadedModel load_model(const std::string& path) {
   return lm;
 }
 
-LoadedModel load_model_from_proto(const onnx::ModelProto& proto, const std::string& what) {
-  auto holder = std::make_shared<ProtoHolder>();
-  holder->model = proto;
+namespace {
+
+LoadedModel wrap(std::shared_ptr<ProtoHolder> holder, const std::string& what) {
   LoadedModel lm;
   lm.model = to_ir(*holder, what);
   lm.proto = std::move(holder);
   return lm;
+}
+
+}  // namespace
+
+LoadedModel load_model_from_proto(const onnx::ModelProto& proto, const std::string& what) {
+  auto holder = std::make_shared<ProtoHolder>();
+  holder->model = proto;
+  return wrap(std::move(holder), what);
+}
+
+LoadedModel load_model_from_proto(onnx::ModelProto&& proto, const std::string& what) {
+  auto holder = std::make_shared<ProtoHolder>();
+  holder->model = std::move(proto);
+  return wrap(std::move(holder), what);
 }
 
 }  // namespace neusight

@@ -10,7 +10,7 @@
 #include <set>
 #include <vector>
 
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 
 namespace neusight {
 namespace {

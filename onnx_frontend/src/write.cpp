@@ -9,7 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 
 namespace neusight {
 namespace fs = std::filesystem;
@@ -106,6 +106,16 @@ void write_proto(const ProtoHolder& proto, const std::string& out_path) {
   std::string bytes;
   if (!proto.model.SerializeToString(&bytes)) throw RuntimeError(out_path + ": cannot serialise model");
   write_file_atomic(out_path, bytes);
+}
+
+void write_model(const LoadedModel& model, const std::string& out_path, const std::string& external_data_location) {
+  if (!model.proto) throw RuntimeError("no model to write");
+  if (external_data_location.empty()) return write_proto(*model.proto, out_path);
+  ProtoHolder copy{model.proto->model};
+  for (auto& t : *copy.model.mutable_graph()->mutable_initializer())
+    for (auto& kv : *t.mutable_external_data())
+      if (kv.key() == "location") kv.set_value(external_data_location);
+  write_proto(copy, out_path);
 }
 
 void write_annotated(const LoadedModel& loaded, const Graph& inferred, const AnnotatedWrite& ann,

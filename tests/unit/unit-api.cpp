@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "neusight/neusight.h"
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 #include "test_util.h"
 
 using namespace neusight;

@@ -1,7 +1,7 @@
 // unit-frontend-edges.cpp - dangling edges, nodes out of order, ONNX hints never override rules.
 #include <doctest/doctest.h>
 
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 #include "neusight/shape_inference.h"
 
 using namespace neusight;

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "neusight/neusight.h"
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 #include "test_util.h"
 
 using namespace neusight;

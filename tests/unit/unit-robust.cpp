@@ -9,7 +9,7 @@
 #include <string>
 
 #include "neusight/neusight.h"
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 #include "test_util.h"
 
 using namespace neusight;

@@ -5,7 +5,7 @@
 
 #include <initializer_list>
 
-#include "neusight/onnx_proto.h"
+#include "onnx_proto.h"
 #include "neusight/shape_inference.h"
 
 using namespace neusight;

@@ -1,9 +1,10 @@
 // onnx_frontend.h - load and validate ONNX models into the graph IR, write annotated ONNX.
 //
-// Takes: a path to a .onnx file (or an in-memory onnx::ModelProto through onnx_proto.h).
+// Takes: a path to a .onnx file, its bytes, or a caller's onnx::ModelProto.
 // Gives: neusight::Model (graph.h). External-data weight files are never opened.
 // Also: writes a copy of the original model with per-node annotations (the only way back
-// to protobuf for later stages).
+// to protobuf for later stages). Protobuf and the ONNX headers are private to the frontend:
+// this header only forward-declares onnx::ModelProto for callers that already hold one.
 #pragma once
 
 #include <map>
@@ -12,6 +13,10 @@
 #include <vector>
 
 #include "neusight/graph.h"
+
+namespace onnx {
+class ModelProto;
+}
 
 namespace neusight {
 
@@ -31,8 +36,10 @@ LoadedModel load_model(const std::string& path);
 // Parses model bytes (for fuzzing and tests). `what` names the source in errors.
 LoadedModel load_model_from_bytes(const std::string& bytes, const std::string& what);
 
-// Converts the protobuf held by `proto` into the IR (used by load_model and the API).
-Model to_ir(const ProtoHolder& proto, const std::string& path);
+// Wraps a caller's ModelProto (copied once, or moved) into a LoadedModel; `what` names it in
+// errors and becomes Model::path. Throws InputError as load_model does.
+LoadedModel load_model_from_proto(const onnx::ModelProto& proto, const std::string& what);
+LoadedModel load_model_from_proto(onnx::ModelProto&& proto, const std::string& what);
 
 // Shapes and dtypes that ONNX's own shape inference (with data propagation) gives for the
 // model when its graph inputs have the shapes in `bound` (dims already bound). Keyed by
@@ -59,8 +66,10 @@ struct AnnotatedWrite {
 void write_annotated(const LoadedModel& loaded, const Graph& inferred, const AnnotatedWrite& ann,
                      const std::string& out_path);
 
-// Serialises a ModelProto held by `proto` (for model_builder exports).
-void write_proto(const ProtoHolder& proto, const std::string& out_path);
+// Writes the model as loaded or built (atomically). With `external_data_location`, every
+// initializer stored as external data points at that file instead (model_builder exports,
+// whose weights are stubs). Throws RuntimeError when it cannot write.
+void write_model(const LoadedModel& model, const std::string& out_path, const std::string& external_data_location = "");
 
 // Atomically writes a text file (temporary file, then rename). Throws RuntimeError.
 void write_file_atomic(const std::string& path, const std::string& content);
