@@ -40,7 +40,7 @@ import os
 import random
 import re
 
-# class -> (training GPU csv name, its SM count from gpus.json)
+# class -> (training GPU csv name, its SM count from hardware/data/gpus.json)
 CLASSES = {"volta": "Tesla_V100-PCIE-32GB", "turing": "Tesla_T4"}
 BASE_FEATURES = ["log2_m", "log2_n", "log2_k", "log2_batch", "log2_out_fill", "log2_m_over_n",
                  "log2_out_tiles_over_sm", "log2_k_over_out_tiles"]
@@ -324,7 +324,7 @@ def main():
     a = ap.parse_args()
     single_classes, batched_classes = set(filter(None, a.single.split(","))), set(filter(None, a.batched.split(",")))
     tiles = json.load(open(a.tiles))
-    gpus = {g["name"].replace(" ", "_"): g for g in json.load(open(os.path.join(here, "gpus.json")))["gpus"]}
+    gpus = {g["name"].replace(" ", "_"): g for g in json.load(open(os.path.join(here, "..", "..", "hardware", "data", "gpus.json")))["gpus"]}
     placeholders = {}
     for cls, dev in CLASSES.items():
         arch = Arch(class_simt(tiles, cls), gpus[dev])

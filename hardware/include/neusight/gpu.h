@@ -1,9 +1,10 @@
-// gpu.h - the GPU database: spec-sheet numbers only, loaded from data files.
+// gpu.h - the hardware stage: the GPU database, spec-sheet numbers only, loaded from data files.
 //
 // Takes: hardware/data/gpus.json (built in) or a user's device JSON in the
 // neusight-data/device_configs format (Device, Dev_Mem, Mem_Bw, Num_Sm, Core_Per_SM, Freq,
 // SingleFLOPs, L2Cache).
-// Gives: Gpu records, looked up by name or alias (case-insensitive).
+// Gives: Gpu records, looked up by name or alias (case-insensitive), and the directory of the
+// project's data files (data_dir), which the later stages read their tables from.
 #pragma once
 
 #include <string>

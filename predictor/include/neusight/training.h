@@ -1,5 +1,5 @@
 // training.h - the trainer of the NeuSight utilization MLPs (library neusight::predictor_training,
-// linked by the CLI's `train` command, the benches and the tests; not by the analysis library).
+// linked by the CLI's `train` command and the tests; not by the analysis library).
 //
 // Takes: the dataset's measured kernels (dataset.h) and the GPU database.
 // Gives: per-class models (neusight_model.h ClassModel) fitted by backprop + Adam,

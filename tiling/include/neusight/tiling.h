@@ -7,8 +7,6 @@
 
 #include <cstdint>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include "neusight/gpu.h"
 #include "neusight/lowering.h"
