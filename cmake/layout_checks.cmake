@@ -56,9 +56,9 @@ function(neusight_check_absent target mode)
 endfunction()
 
 # The analysis library (what consumers link), the code the CLI shares with the Python module,
-# and the module itself never link the trainer.
+# and the module itself never link the trainer or the reader of traced operator graphs.
 foreach(t neusight neusight_api neusight_cli neusight_onnx)
-  neusight_check_absent(${t} LINK neusight_predictor_training)
+  neusight_check_absent(${t} LINK neusight_predictor_training neusight_opgraph)
 endforeach()
 # Protobuf and ONNX are private to the frontend (and to the model builder, which builds
 # protobuf graphs): no stage passes them on to the code that uses it.

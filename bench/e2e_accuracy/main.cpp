@@ -20,7 +20,7 @@
 #include "neusight/dataset.h"
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
-#include "neusight/opgraph.h"
+#include "opgraph.h"
 
 namespace fs = std::filesystem;
 using namespace neusight;

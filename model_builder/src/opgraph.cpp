@@ -1,5 +1,5 @@
 // opgraph.cpp - reader of NeuSight's traced operator graphs and per-op latency CSVs.
-#include "neusight/opgraph.h"
+#include "opgraph.h"
 
 #include <algorithm>
 #include <cctype>

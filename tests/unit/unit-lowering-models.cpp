@@ -10,7 +10,7 @@
 
 #include "neusight/lowering.h"
 #include "neusight/model_builder.h"
-#include "neusight/opgraph.h"
+#include "opgraph.h"
 #include "neusight/shape_inference.h"
 #include "lowering_graph.h"
 #include "test_util.h"
@@ -62,7 +62,7 @@ struct Traced {
   std::multiset<std::string> fw, bw_gemm, bw_rowwise, acc;
 };
 
-// One opgraph as multisets of kernel keys (neusight/opgraph.h). A binary VEC op whose row
+// One opgraph as multisets of kernel keys (model_builder/src/opgraph.h). A binary VEC op whose row
 // has a (1,)-shaped input operand is a tensor-with-scalar op.
 Traced read_traced(const std::string& name) {
   const std::string path = test::shared_dir() + "/neusight-data/e2e/opgraph/" + name + ".csv";

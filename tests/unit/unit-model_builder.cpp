@@ -10,7 +10,7 @@
 
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
-#include "neusight/opgraph.h"
+#include "opgraph.h"
 #include "test_util.h"
 
 using namespace neusight;
