@@ -96,6 +96,7 @@ AnnotatedWrite annotations_for(const Report& r) {
   ann.metadata = {{"neusight.gpu", r.gpu.name},
                   {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
                   {"neusight.dtype", dtype_name(r.dtype)},
+                  {"neusight.dtype_source", dtype_source_name(r.dtype_source)},
                   {"neusight.e2e_latency_ms", sig(r.e2e_latency_ms)},
                   {"neusight.e2e_latency_low_ms", sig(r.e2e_low_ms)},
                   {"neusight.e2e_latency_high_ms", sig(r.e2e_high_ms)},

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <tuple>
+#include <utility>
 #include <optional>
 
 #include "neusight/neusight.h"
@@ -19,23 +21,28 @@ const char* version() { return NEUSIGHT_VERSION; }
 
 namespace {
 
-// The dtype the model computes in: the most common float dtype among its weights and
-// inputs (fp32 when none).
-DType model_dtype(const Graph& g) {
+// The float dtype most of `names` are stored in, counting elements (each tensor at least
+// one); undefined when none is a float.
+DType most_common_float(const Graph& g, const std::vector<std::string>& names) {
   std::map<DType, int64_t> count;
-  for (const auto& name : g.initializers) {
+  for (const auto& name : names) {
     const TensorInfo* t = g.find(name);
     if (t && is_float(t->dtype)) count[t->dtype] += std::max<int64_t>(t->num_elements(), 1);
   }
-  for (const auto& name : g.inputs) {
-    const TensorInfo* t = g.find(name);
-    if (t && is_float(t->dtype)) count[t->dtype] += 1;
-  }
-  DType best = DType::f32;
+  DType best = DType::undefined;
   int64_t n = -1;
   for (const auto& [dt, c] : count)
     if (c > n) { n = c; best = dt; }
   return best;
+}
+
+// The dtype the model computes in and why: --dtype, else the float dtype of most weight
+// elements, else of the float inputs, else fp32.
+std::pair<DType, DTypeSource> model_dtype(const Graph& g, DType option) {
+  if (option != DType::undefined) return {option, DTypeSource::option};
+  if (DType w = most_common_float(g, g.initializers); w != DType::undefined) return {w, DTypeSource::weights};
+  if (DType i = most_common_float(g, g.inputs); i != DType::undefined) return {i, DTypeSource::inputs};
+  return {DType::f32, DTypeSource::fallback};
 }
 
 TensorInfo named_tensor(const std::string& name) {
@@ -149,7 +156,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   if (options.predictor != PredictorKind::roofline) r.timing = timing_name(options.timing);
   r.mode = options.mode;
   r.fusion = options.fusion;
-  r.dtype = options.dtype != DType::undefined ? options.dtype : model_dtype(a.graph);
+  std::tie(r.dtype, r.dtype_source) = model_dtype(a.graph, options.dtype);
   // Unknown ops get one warning: op types without a shape rule and those lowered to
   // "unknown" kernels, listed once (shape inference's own note about them is folded in).
   std::set<std::string> unknown(a.kernels.unknown_ops.begin(), a.kernels.unknown_ops.end());

@@ -14,6 +14,16 @@
 namespace neusight {
 using nlohmann::json;
 
+const char* dtype_source_name(DTypeSource s) {
+  switch (s) {
+    case DTypeSource::option: return "--dtype";
+    case DTypeSource::weights: return "weights";
+    case DTypeSource::inputs: return "inputs";
+    case DTypeSource::fallback: break;
+  }
+  return "default";
+}
+
 void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms = r.backward_ms = r.update_ms = 0;
   r.e2e_low_ms = r.e2e_high_ms = 0;
@@ -198,6 +208,7 @@ json report_json(const Report& r) {
   if (!r.timing.empty()) j["timing"] = r.timing;
   j["mode"] = r.mode == Mode::training ? "training" : "inference";
   j["dtype"] = dtype_name(r.dtype);
+  j["dtype_source"] = dtype_source_name(r.dtype_source);
   j["e2e_latency_ms"] = finite(r.e2e_latency_ms);
   j["latency_low_ms"] = finite(r.e2e_low_ms);
   j["latency_high_ms"] = finite(r.e2e_high_ms);

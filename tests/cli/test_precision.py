@@ -65,6 +65,31 @@ class DtypeFlag(unittest.TestCase):
             self.assertTrue(all(k["dtype"] == "fp32" for k in kernels(forced)))
             self.assertGreater(forced["e2e_latency_ms"], 0)
 
+    def test_report_says_why_the_dtype(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "half.onnx")
+            half_model(path)
+            self.assertEqual(run_json(path, "--gpu", "a100-80gb")["dtype_source"], "weights")
+            self.assertEqual(run_json(path, "--gpu", "a100-80gb", "--dtype", "bf16")["dtype_source"], "--dtype")
+            code, out, err = run(path, "--gpu", "a100-80gb", "--dtype", "bf16")
+            self.assertEqual(code, 0, err)
+            self.assertIn("(inference, bf16 (--dtype),", out.splitlines()[0])
+            page, annotated = os.path.join(d, "r.html"), os.path.join(d, "a.onnx")
+            self.assertEqual(run(path, "--gpu", "a100-80gb", "--html", page, "--out", annotated, "--quiet")[0], 0)
+            with open(page) as f:
+                self.assertIn("fp16 (weights)", f.read())
+            meta = {p.key: p.value for p in onnx.load(annotated).metadata_props}
+            self.assertEqual(meta["neusight.dtype_source"], "weights")
+            # No float weights: the float inputs decide.
+            g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "inputs_only",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4, 64])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [4, 64])])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            m.ir_version = 8
+            onnx.save(m, path)
+            r = run_json(path, "--gpu", "a100-80gb")
+            self.assertEqual((r["dtype"], r["dtype_source"]), ("fp16", "inputs"))
+
     def test_unknown_dtype_is_an_input_error(self):
         code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--dtype", "fp7")
         self.assertEqual(code, 2)

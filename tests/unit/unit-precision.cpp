@@ -298,8 +298,10 @@ TEST_CASE("precision: memory-parallelism bound of latency-limited kernels (Littl
   CHECK(d[0].utilization == doctest::Approx(d[0].roofline_ms / d[0].latency_ms));
   CHECK(e[0].latency_ms >= d[0].latency_ms);
   const auto d1 = device->predict({plain}, {ts[1]}, a100), e1 = eager->predict({plain}, {ts[1]}, a100);
-  CHECK(d[1].latency_ms == d1[0].latency_ms);
-  CHECK(e[1].latency_ms == e1[0].latency_ms);
+  // A kernel predicts the same alone as in a batch (to rounding: BLAS may block a batch of
+  // two differently from a batch of one on some CPUs).
+  CHECK(d[1].latency_ms == doctest::Approx(d1[0].latency_ms).epsilon(1e-12));
+  CHECK(e[1].latency_ms == doctest::Approx(e1[0].latency_ms).epsilon(1e-12));
   CHECK(d[1].latency_ms != d[0].latency_ms);
 }
 

@@ -69,6 +69,12 @@ struct GenerationReport {
   std::string execution;  // how it was predicted, e.g. "kernel timing, FlashAttention (--fusion full)"
 };
 
+// Why the model was predicted in its dtype: the --dtype option, the float dtype most of the
+// model's weights (elements) are stored in, its float inputs when it has no float weights,
+// or FP32 when it has neither.
+enum class DTypeSource { option, weights, inputs, fallback };
+const char* dtype_source_name(DTypeSource s);  // "--dtype", "weights", "inputs", "default"
+
 struct Report {
   Gpu gpu;
   std::string model_name;
@@ -77,6 +83,7 @@ struct Report {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
   DType dtype = DType::f32;
+  DTypeSource dtype_source = DTypeSource::fallback;
   double e2e_latency_ms = 0;
   double e2e_low_ms = 0, e2e_high_ms = 0;  // 80% interval of e2e_latency_ms
   double forward_ms = 0, backward_ms = 0, update_ms = 0;
