@@ -81,12 +81,12 @@ struct LowerCtx {
   // True when input i is read as a strided transposed view (free Transpose before a GEMM).
   bool transposed_view(size_t i) const;
   // How this elementwise op reads input i through a free permuted view
-  // (kStridedElementwiseView): `elem_bytes`, what one element costs - the memory transaction
-  // (a 32-byte sector) it arrives in, or the element's own size when the view keeps the
-  // innermost dimension contiguous; 0 when input i is not such a view. `reuse_elems`: when a
-  // sector holds several elements, the output elements walked between two of them (the
-  // product of the output dims inside the view dim along which the stored input is
-  // contiguous); 0 otherwise.
+  // (FreeReason::strided_view_read_by_elementwise): `elem_bytes`, what one element costs -
+  // the memory transaction (a 32-byte sector) it arrives in, or the element's own size when
+  // the view keeps the innermost dimension contiguous; 0 when input i is not such a view.
+  // `reuse_elems`: when a sector holds several elements, the output elements walked between
+  // two of them (the product of the output dims inside the view dim along which the stored
+  // input is contiguous); 0 otherwise.
   struct StridedRead {
     double elem_bytes = 0;
     double reuse_elems = 0;
