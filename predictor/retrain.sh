@@ -9,7 +9,9 @@
 #                                      (--predictor neusight-paper, bench/kernel_accuracy (e))
 # then calibrates the product's 80% interval on the leave-one-GPU-out rows
 # (kernel_accuracy --calibrate). Each training run is deterministic for its seed and writes
-# weights.json + MANIFEST (data sha256s, seed, hyperparameters, command); about 2.5-5
+# weights.json (minified JSON of weights schema 9, every double exact; files of the older
+# schema 8 are rewritten by predictor/convert_weights.py DIR...) + MANIFEST (data sha256s,
+# seed, hyperparameters, command); about 2.5-5
 # CPU-minutes each on one core, two at a time. Ensembles of 10 networks of 32 units,
 # the GEMM class 20 networks of 64 units; the small classes (softmax, layernorm: ~30 batches
 # an epoch) run until 6000 Adam steps (TrainOptions::min_steps, at most 10x --epochs). The

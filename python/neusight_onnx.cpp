@@ -34,12 +34,6 @@ namespace {
 
 using Argv = std::vector<std::string>;
 
-// The flags the analysis keyword arguments map to (parse_analysis_options and
-// parse_parallel_options read them).
-const std::vector<std::string> kAnalysisFlags = {"--batch", "--seq", "--dim", "--shape", "--mode", "--dtype",
-                                                 "--fusion", "--predictor", "--weights", "--timing", "--parallel",
-                                                 "--link-bw"};
-
 // The C++ reports behind a report dict, for the writers.
 struct ReportHandle {
   std::shared_ptr<const std::vector<Report>> reports;  // every GPU of the call, in order
@@ -142,7 +136,9 @@ struct AnalysisArgs {
         type_error("link_bw", "a number (GB/s)", link_bw);
       flag("--link-bw", py::str(py::float_(link_bw)));
     }
-    const cli::Args args(argv, kAnalysisFlags, {});
+    // The main job's flags (tools/flags.h): parse_analysis_options and parse_parallel_options
+    // read them.
+    const cli::Args args(argv, cli::Command::analyze);
     Options opt = cli::parse_analysis_options(args);
     cli::parse_parallel_options(args, opt);
     return opt;
@@ -306,7 +302,7 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
   if (py::len(models) < 2) throw InputError("compare: give at least two models (A.onnx B.onnx ...)");
   const Options opt = a.parse();
   const std::string top_text = int_text(top_arg, "top");
-  const int top = static_cast<int>(cli::Args({"--top", top_text}, {"--top"}, {}).get_int("--top", 10, 0));
+  const int top = static_cast<int>(cli::Args({"--top", top_text}, cli::Command::compare).get_int("--top", 10, 0));
   bool many = false;
   const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
 

@@ -94,37 +94,33 @@ Options parse_analysis_options(const Args& args) {
       }
       opt.dims.values[name] = v;
     }
-  const std::string mode = args.get("--mode", "inference");
+  const std::string mode = args.get("--mode");
   if (mode != "inference" && mode != "training")
     throw InputError("--mode: expected inference or training, got '" + mode + "'");
   opt.mode = mode == "training" ? Mode::training : Mode::inference;
-  const std::string fusion = args.get("--fusion", "eager");
+  const std::string fusion = args.get("--fusion");
   if (fusion == "none") opt.fusion = Fusion::none;
   else if (fusion == "eager") opt.fusion = Fusion::eager;
   else if (fusion == "full") opt.fusion = Fusion::full;
   else throw InputError("--fusion: expected none, eager or full, got '" + fusion + "'");
-  const std::string dt = args.get("--dtype", "auto");
+  const std::string dt = args.get("--dtype");
   if (dt != "auto") {
     auto parsed = parse_dtype(dt);
     if (!parsed || !is_float(*parsed))
       throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
     opt.dtype = *parsed;
   }
-  const std::string predictor = args.get("--predictor", "neusight");
+  const std::string predictor = args.get("--predictor");
   if (!parse_predictor_kind(predictor, opt.predictor))
     throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + predictor + "'");
   opt.weights_dir = args.get("--weights");
-  const std::string timing = args.get("--timing", "device");
+  const std::string timing = args.get("--timing");
   if (!parse_timing(timing, opt.timing))
     throw InputError("--timing: expected device, kernel or eager, got '" + timing + "'");
   return opt;
 }
 
-Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>& value_flags,
-           const std::vector<std::string>& switch_flags) {
-  auto is = [](const std::vector<std::string>& v, const std::string& s) {
-    return std::find(v.begin(), v.end(), s) != v.end();
-  };
+Args::Args(const std::vector<std::string>& argv, Command command) : command_(command) {
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
     if (a.size() > 1 && a[0] == '-' && !(a.size() > 1 && std::isdigit(static_cast<unsigned char>(a[1])))) {
@@ -135,22 +131,27 @@ Args::Args(const std::vector<std::string>& argv, const std::vector<std::string>&
         value = a.substr(eq + 1);
         has_value = true;
       }
-      if (is(switch_flags, flag)) {
+      const Flag* f = find_flag(command, flag);
+      if (!f) throw InputError("unknown option '" + flag + "' (see --help)");
+      if (!f->takes_value) {
         if (has_value) throw InputError(flag + ": takes no value");
         values_[flag].push_back("1");
-      } else if (is(value_flags, flag)) {
+      } else {
         if (!has_value) {
           if (i + 1 >= argv.size()) throw InputError(flag + ": missing value");
           value = argv[++i];
         }
         values_[flag].push_back(value);
-      } else {
-        throw InputError("unknown option '" + flag + "' (see --help)");
       }
     } else {
       positionals_.push_back(a);
     }
   }
+}
+
+std::string Args::get(const std::string& flag) const {
+  const Flag* f = find_flag(command_, flag);
+  return get(flag, f ? f->fallback : "");
 }
 
 std::string Args::get(const std::string& flag, const std::string& fallback) const {

@@ -5,28 +5,32 @@
 #include <string>
 #include <vector>
 
+#include "flags.h"
 #include "neusight/graph.h"
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
 
 namespace neusight::cli {
 
-// Parsed command line: positionals plus flags. Flags take one value ("--gpu b200" or
-// "--gpu=b200") unless listed as switches. Repeated flags keep every value.
+// Parsed command line of one command: positionals plus the flags flags.h gives it. Flags take
+// one value ("--gpu b200" or "--gpu=b200") unless the table marks them as switches. Repeated
+// flags keep every value. Throws InputError for flags the command does not take.
 class Args {
  public:
-  Args(const std::vector<std::string>& argv, const std::vector<std::string>& value_flags,
-       const std::vector<std::string>& switch_flags);
+  Args(const std::vector<std::string>& argv, Command command);
 
   const std::vector<std::string>& positionals() const { return positionals_; }
   bool has(const std::string& flag) const { return values_.count(flag) > 0; }
-  std::string get(const std::string& flag, const std::string& fallback = "") const;
+  // The last value given, else the table's default for the command ("" when none).
+  std::string get(const std::string& flag) const;
+  std::string get(const std::string& flag, const std::string& fallback) const;
   std::vector<std::string> all(const std::string& flag) const;
   // Integer flag; throws InputError naming the flag for non-integers, or below `min`.
   int64_t get_int(const std::string& flag, int64_t fallback, int64_t min = 1) const;
   double get_double(const std::string& flag, double fallback) const;
 
  private:
+  Command command_;
   std::vector<std::string> positionals_;
   std::map<std::string, std::vector<std::string>> values_;
 };

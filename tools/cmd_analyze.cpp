@@ -14,12 +14,6 @@
 namespace neusight::cli {
 namespace {
 
-const std::vector<std::string> kValueFlags = {"--gpu",  "--batch", "--seq",  "--dim", "--shape", "--value", "--mode",
-                                              "--dtype", "--fusion", "--json", "--csv",       "--out",
-                                              "--top",  "--config", "--predictor", "--weights", "--timing", "--parallel", "--link-bw",
-                                              "--html", "--group", "--generate"};
-const std::vector<std::string> kSwitches = {"--quiet", "--csv-kernels", "--no-color"};
-
 // "[####      ]" for step `done` of `total` (the TTY progress line on stderr).
 std::string progress_bar(size_t done, size_t total) {
   const size_t width = 20, filled = total ? width * done / total : width;
@@ -58,7 +52,7 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
 }  // namespace
 
 int cmd_analyze(const Argv& argv) {
-  Args args(argv, kValueFlags, kSwitches);
+  Args args(argv, Command::analyze);
   const auto& pos = args.positionals();
   if (args.has("--config") == !pos.empty())
     throw InputError(pos.empty() ? "no model given (MODEL.onnx or --config CFG.json)"
@@ -69,7 +63,7 @@ int cmd_analyze(const Argv& argv) {
   Options opt = parse_analysis_options(args);
   parse_parallel_options(args, opt);
   const int top = static_cast<int>(args.get_int("--top", 0, 0));
-  const std::string group = args.get("--group", "node");
+  const std::string group = args.get("--group");
   if (group != "node" && group != "layer") throw InputError("--group: expected node or layer, got '" + group + "'");
 
   // GPUs first: a typo in --gpu should fail before any model work.

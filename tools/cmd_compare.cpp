@@ -12,17 +12,8 @@
 #include "neusight/neusight.h"
 
 namespace neusight::cli {
-namespace {
-
-const std::vector<std::string> kValueFlags = {"--gpu",  "--batch",     "--seq",     "--dim", "--shape", "--value", "--mode",
-                                              "--dtype", "--fusion",   "--json",    "--html", "--top",
-                                              "--predictor", "--weights", "--timing", "--generate"};
-const std::vector<std::string> kSwitches = {"--quiet", "--no-color"};
-
-}  // namespace
-
 int cmd_compare(const Argv& argv) {
-  Args args(argv, kValueFlags, kSwitches);
+  Args args(argv, Command::compare);
   const auto& models = args.positionals();
   if (models.size() < 2) throw InputError("compare: give at least two models (A.onnx B.onnx ...)");
   if (!args.has("--gpu")) throw InputError("compare: --gpu is required (see `neusight-onnx gpus`)");

@@ -11,7 +11,7 @@
 namespace neusight::cli {
 
 int cmd_export(const Argv& argv) {
-  Args args(argv, {"--config", "-o", "--out", "--batch", "--seq"}, {"--kv-cache"});
+  Args args(argv, Command::export_model);
   if (!args.has("--config")) throw InputError("export: --config CFG.json is required");
   const std::string out = args.has("-o") ? args.get("-o") : args.get("--out");
   if (out.empty()) throw InputError("export: -o MODEL.onnx is required");

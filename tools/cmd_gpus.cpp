@@ -9,7 +9,7 @@
 namespace neusight::cli {
 
 int cmd_gpus(const Argv& argv) {
-  Args args(argv, {"--db"}, {"--json"});
+  Args args(argv, Command::gpus);
   const GpuDatabase db = args.has("--db") ? GpuDatabase::load(args.get("--db")) : GpuDatabase::builtin();
   if (args.has("--json")) {
     std::fputs(format_gpus_json(db).c_str(), stdout);

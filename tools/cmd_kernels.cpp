@@ -12,17 +12,17 @@
 namespace neusight::cli {
 
 int cmd_kernels(const Argv& argv) {
-  Args args(argv, {"--gpu", "--csv", "--out", "--devices", "--predictor", "--weights", "--timing"}, {});
+  Args args(argv, Command::kernels);
   if (!args.positionals().empty()) throw InputError("kernels: unexpected argument '" + args.positionals()[0] + "'");
   for (const char* f : {"--gpu", "--csv", "--out"})
     if (!args.has(f)) throw InputError(std::string("kernels: ") + f + " is required");
-  const std::string pred_name = args.get("--predictor", "neusight");
+  const std::string pred_name = args.get("--predictor");
   if (!is_predictor_name(pred_name))
     throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + pred_name + "'");
   const bool from_row = args.get("--gpu") == "from-row";
   // The dataset's rows are PyTorch-eager timings of one op each (precision.h); profiler kernel
   // durations (Vidur, nsys) or back-to-back device timings ask for --timing kernel / device.
-  const std::string timing_arg = args.get("--timing", "eager");
+  const std::string timing_arg = args.get("--timing");
   Timing timing = Timing::eager;
   if (!parse_timing(timing_arg, timing))
     throw InputError("--timing: expected eager, device or kernel, got '" + timing_arg + "'");

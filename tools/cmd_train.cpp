@@ -94,115 +94,113 @@ PerClass per_class_ints(const std::string& flag, const std::string& spec, int& a
   return out;
 }
 
-}  // namespace
+// The command line of a training run, checked.
+struct TrainRequest {
+  std::string data, out;
+  TrainOptions o;
+  std::string form, hidden_spec, ensemble_spec;
+  PerClass hidden_for{}, ensemble_for{};
+  int64_t max_rows = 0;
+  std::vector<std::string> devices, ops;
+  std::vector<UtilClass> classes;
+};
 
-int cmd_train(const Argv& argv) {
-  Args args(argv,
-            {"--data", "--out", "--devices", "--seed", "--epochs", "--hidden", "--layers", "--batch", "--lr",
-             "--ensemble", "--max-rows", "--ops", "--classes", "--formulation"},
-            {"--quiet"});
+TrainRequest parse_train_request(const Args& args) {
   if (!args.positionals().empty()) throw InputError("train: unexpected argument '" + args.positionals()[0] + "'");
   if (!args.has("--data") || !args.has("--out")) throw InputError("train: --data DIR and --out DIR are required");
-  const std::string data = args.get("--data");
-  const std::string out = args.get("--out");
-  TrainOptions o;
+  TrainRequest r;
+  r.data = args.get("--data");
+  r.out = args.get("--out");
+  TrainOptions& o = r.o;
   o.seed = uint64_t(args.get_int("--seed", 1, 0));
   o.epochs = int(args.get_int("--epochs", o.epochs));
   // --hidden and --ensemble: N, or N,CLASS=N... to set some classes apart (gemm=64).
-  const std::string hidden_spec = args.get("--hidden", std::to_string(o.hidden));
-  const std::string ensemble_spec = args.get("--ensemble", std::to_string(o.ensemble));
-  const PerClass hidden_for = per_class_ints("--hidden", hidden_spec, o.hidden);
-  const PerClass ensemble_for = per_class_ints("--ensemble", ensemble_spec, o.ensemble);
+  r.hidden_spec = args.get("--hidden", std::to_string(o.hidden));
+  r.ensemble_spec = args.get("--ensemble", std::to_string(o.ensemble));
+  r.hidden_for = per_class_ints("--hidden", r.hidden_spec, o.hidden);
+  r.ensemble_for = per_class_ints("--ensemble", r.ensemble_spec, o.ensemble);
   o.hidden_layers = int(args.get_int("--layers", o.hidden_layers));
   o.batch = int(args.get_int("--batch", o.batch));
   o.lr = args.get_double("--lr", o.lr);
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
-  const int64_t max_rows = args.get_int("--max-rows", 0, 0);
+  r.max_rows = args.get_int("--max-rows", 0, 0);
   // neusight (the product's) or neusight-paper (the published formulation, neusight_model.h).
-  const std::string form = args.get("--formulation", formulation_name(Formulation::neusight));
-  if (form == formulation_name(Formulation::paper)) o.formulation = Formulation::paper;
-  else if (form != formulation_name(Formulation::neusight))
-    throw InputError("--formulation: expected neusight or neusight-paper, got '" + form + "'");
-  std::vector<std::string> devices = training_devices();
-  if (args.has("--devices")) devices = split(args.get("--devices"), ',');
-  for (const auto& dv : devices)
+  r.form = args.get("--formulation");
+  if (r.form == formulation_name(Formulation::paper)) o.formulation = Formulation::paper;
+  else if (r.form != formulation_name(Formulation::neusight))
+    throw InputError("--formulation: expected neusight or neusight-paper, got '" + r.form + "'");
+  r.devices = training_devices();
+  if (args.has("--devices")) r.devices = split(args.get("--devices"), ',');
+  for (const auto& dv : r.devices)
     if (std::find(training_devices().begin(), training_devices().end(), dv) == training_devices().end())
       throw InputError("--devices: '" + dv + "' is not one of the five training GPUs");
   // Convolutions are cuDNN kernels, not the GEMM library's; they stay out unless asked for.
-  std::vector<std::string> ops = split(args.get("--ops", "linear,bmm,add,addu,sub,mul,mulu,div,divu,pow,powu,relu,"
-                                                          "gelu,tanh,softmax,ln"),
-                                       ',');
-  std::vector<UtilClass> classes;
-  for (const auto& c : split(args.get("--classes", "gemm,elementwise,softmax,layernorm"), ',')) {
+  r.ops = split(args.get("--ops"), ',');
+  for (const auto& c : split(args.get("--classes"), ',')) {
     bool ok = false;
     for (int i = 0; i < kNumUtilClasses; ++i)
-      if (c == util_class_name(UtilClass(i))) classes.push_back(UtilClass(i)), ok = true;
+      if (c == util_class_name(UtilClass(i))) r.classes.push_back(UtilClass(i)), ok = true;
     if (!ok) throw InputError("--classes: unknown class '" + c + "'");
   }
+  return r;
+}
 
-  const std::filesystem::path root = std::filesystem::path(data) / "kernels" / "train";
-  if (!std::filesystem::is_directory(root)) throw InputError("--data " + data + ": no kernels/train folder");
+// The dataset's training CSVs of the chosen ops and devices, sorted.
+std::vector<std::filesystem::path> training_files(const TrainRequest& r) {
+  const std::filesystem::path root = std::filesystem::path(r.data) / "kernels" / "train";
+  if (!std::filesystem::is_directory(root)) throw InputError("--data " + r.data + ": no kernels/train folder");
   std::vector<std::filesystem::path> files;
-  for (const auto& op : ops) {
+  for (const auto& op : r.ops) {
     const auto dir = root / op;
     if (!std::filesystem::is_directory(dir)) continue;
-    for (const auto& dv : devices) {
+    for (const auto& dv : r.devices) {
       std::string stem = dv;
       std::replace(stem.begin(), stem.end(), ' ', '_');
       const auto f = dir / (stem + ".csv");
       if (std::filesystem::exists(f)) files.push_back(f);
     }
   }
-  if (files.empty()) throw InputError("--data " + data + ": no training CSVs for the chosen devices and ops");
+  if (files.empty()) throw InputError("--data " + r.data + ": no training CSVs for the chosen devices and ops");
   std::sort(files.begin(), files.end());
+  return files;
+}
 
-  const bool tty = isatty(STDERR_FILENO) && !args.has("--quiet");
-  const bool quiet = args.has("--quiet");
-  const auto t0 = std::chrono::steady_clock::now();
+// The samples of every file (at most --max-rows a file); `manifest_files` gets a line per file.
+std::vector<Sample> read_samples(const TrainRequest& r, const std::vector<std::filesystem::path>& files, bool tty,
+                                 std::ostringstream& manifest_files) {
   std::vector<Sample> samples;
-  std::ostringstream manifest_files;
   for (const auto& f : files) {
     Dataset d = read_dataset(f.string());
-    if (max_rows > 0 && int64_t(d.rows.size()) > max_rows) {
+    if (r.max_rows > 0 && int64_t(d.rows.size()) > r.max_rows) {
       // Evenly strided subsample (deterministic).
       std::vector<DatasetRow> keep;
-      for (int64_t i = 0; i < max_rows; ++i) keep.push_back(std::move(d.rows[size_t(i * int64_t(d.rows.size()) / max_rows)]));
+      for (int64_t i = 0; i < r.max_rows; ++i)
+        keep.push_back(std::move(d.rows[size_t(i * int64_t(d.rows.size()) / r.max_rows)]));
       d.rows = std::move(keep);
     }
-    const auto s = samples_from_dataset(d, GpuDatabase::builtin(), {device_of_stem(f.stem().string())}, o.formulation);
+    const auto s = samples_from_dataset(d, GpuDatabase::builtin(), {device_of_stem(f.stem().string())}, r.o.formulation);
     samples.insert(samples.end(), s.begin(), s.end());
     manifest_files << "  " << sha256_file(f.string()) << "  "
-                   << std::filesystem::relative(f, std::filesystem::path(data)).string() << "\n";
+                   << std::filesystem::relative(f, std::filesystem::path(r.data)).string() << "\n";
     if (tty) std::fprintf(stderr, "\rread %-60s %zu samples", f.string().c_str(), samples.size());
   }
   if (tty) std::fprintf(stderr, "\n");
+  return samples;
+}
 
-  ModelSet m;
-  std::ostringstream cmd;
-  cmd << "neusight-onnx train";
-  for (const auto& a : argv) cmd << " " << a;
-  m.info = {{"command", cmd.str()},
-            {"seed", std::to_string(o.seed)},
-            {"formulation", form},
-            {"devices", [&] {
-               std::string s;
-               for (const auto& d : devices) s += (s.empty() ? "" : ",") + d;
-               return s;
-             }()},
-            {"hyperparameters", "epochs=" + std::to_string(o.epochs) + " hidden=" + hidden_spec +
-                                    " layers=" + std::to_string(o.hidden_layers) + " batch=" + std::to_string(o.batch) +
-                                    " lr=" + std::to_string(o.lr) + " ensemble=" + ensemble_spec +
-                                    " max_rows=" + std::to_string(max_rows) + " loss=squared_log_error optimizer=adam"}};
+// Trains each chosen class into `m`; returns the summary (a line per class) also printed.
+std::string train_classes(const TrainRequest& r, const std::vector<Sample>& samples, bool tty, bool quiet,
+                          ModelSet& m) {
   std::ostringstream summary;
-  for (UtilClass c : classes) {
+  for (UtilClass c : r.classes) {
     auto cb = [&](const TrainProgress& p) {
       if (tty)
         std::fprintf(stderr, "\r%-11s net %d/%d epoch %3d/%d  loss %.4f  val MAPE %6.2f%%   ", util_class_name(p.cls),
-                     p.member + 1, ensemble_for[size_t(p.cls)], p.epoch, p.epochs, p.loss, p.val_mape);
+                     p.member + 1, r.ensemble_for[size_t(p.cls)], p.epoch, p.epochs, p.loss, p.val_mape);
     };
-    TrainOptions oc = o;
-    oc.hidden = hidden_for[size_t(c)];
-    oc.ensemble = ensemble_for[size_t(c)];
+    TrainOptions oc = r.o;
+    oc.hidden = r.hidden_for[size_t(c)];
+    oc.ensemble = r.ensemble_for[size_t(c)];
     ClassModel cm = train_class(c, samples, oc, tty ? std::function<void(const TrainProgress&)>(cb) : nullptr);
     if (tty) std::fprintf(stderr, "\n");
     std::vector<Sample> mine;
@@ -216,19 +214,54 @@ int cmd_train(const Argv& argv) {
     if (!quiet) std::fputs(line, stdout), std::fflush(stdout);
     m.classes[int(c)] = std::move(cm);
   }
-  save_model_set(m, out);
+  return summary.str();
+}
+
+}  // namespace
+
+int cmd_train(const Argv& argv) {
+  const Args args(argv, Command::train);
+  const TrainRequest r = parse_train_request(args);
+  const TrainOptions& o = r.o;
+  const std::vector<std::filesystem::path> files = training_files(r);
+
+  const bool tty = isatty(STDERR_FILENO) && !args.has("--quiet");
+  const bool quiet = args.has("--quiet");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::ostringstream manifest_files;
+  const std::vector<Sample> samples = read_samples(r, files, tty, manifest_files);
+
+  ModelSet m;
+  std::ostringstream cmd;
+  cmd << "neusight-onnx train";
+  for (const auto& a : argv) cmd << " " << a;
+  m.info = {{"command", cmd.str()},
+            {"seed", std::to_string(o.seed)},
+            {"formulation", r.form},
+            {"devices", [&] {
+               std::string s;
+               for (const auto& d : r.devices) s += (s.empty() ? "" : ",") + d;
+               return s;
+             }()},
+            {"hyperparameters", "epochs=" + std::to_string(o.epochs) + " hidden=" + r.hidden_spec +
+                                    " layers=" + std::to_string(o.hidden_layers) + " batch=" + std::to_string(o.batch) +
+                                    " lr=" + std::to_string(o.lr) + " ensemble=" + r.ensemble_spec +
+                                    " max_rows=" + std::to_string(r.max_rows) + " loss=squared_log_error optimizer=adam"}};
+  const std::string summary = train_classes(r, samples, tty, quiet, m);
+  save_model_set(m, r.out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::ostringstream man;
-  man << "NeuSight utilization MLP weights (weights.json), written by `neusight-onnx train`.\n\n"
+  man << "NeuSight utilization MLP weights (weights.json: minified JSON, weights schema 9), written by "
+         "`neusight-onnx train`.\n\n"
       << "command:         " << cmd.str() << "\n"
       << "seed:            " << o.seed << "\n"
       << "devices:         " << m.info["devices"] << "\n"
       << "hyperparameters: " << m.info["hyperparameters"] << "\n"
       << "training time:   " << int(secs) << " s\n\n"
-      << "result (MAPE on the training samples):\n" << summary.str() << "\n"
+      << "result (MAPE on the training samples):\n" << summary << "\n"
       << "data files (sha256, path relative to --data):\n" << manifest_files.str();
-  write_file_atomic((std::filesystem::path(out) / "MANIFEST").string(), man.str());
-  if (!quiet) std::printf("wrote %s/weights.json and MANIFEST in %.0f s\n", out.c_str(), secs);
+  write_file_atomic((std::filesystem::path(r.out) / "MANIFEST").string(), man.str());
+  if (!quiet) std::printf("wrote %s/weights.json and MANIFEST in %.0f s\n", r.out.c_str(), secs);
   return 0;
 }
 

@@ -1,4 +1,4 @@
-// commands.h - the CLI's subcommands; main.cpp maps names to them in one table.
+// commands.h - the CLI's subcommands; main.cpp maps flags.h's commands to them.
 #pragma once
 
 #include <string>

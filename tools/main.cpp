@@ -1,4 +1,5 @@
-// main.cpp - the neusight-onnx command line: one table of subcommands, errors to exit codes.
+// main.cpp - the neusight-onnx command line: subcommands to their entry points, --help from the
+// flag table (flags.h), errors to exit codes.
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -6,41 +7,33 @@
 #include <new>
 
 #include "commands.h"
+#include "flags.h"
 #include "memory.h"
 #include "neusight/neusight.h"
 
 namespace {
 
-struct Command {
-  const char* name;
+// Each subcommand's entry point; names, summaries and flags are in flags.h's table.
+struct CommandRun {
+  neusight::cli::Command command;
   int (*run)(const neusight::cli::Argv&);
-  const char* help;
 };
 
-const Command kCommands[] = {
-    {"gpus", neusight::cli::cmd_gpus, "list the GPU database with aliases"},
-    {"export", neusight::cli::cmd_export, "write the graph built from a Hugging Face config"},
-    {"compare", neusight::cli::cmd_compare, "compare model variants across GPUs (speed-up, class deltas)"},
-    {"kernels", neusight::cli::cmd_kernels, "predict each row of a dataset-format kernel CSV"},
-    {"train", neusight::cli::cmd_train, "train the NeuSight utilization MLPs on the dataset"},
+const CommandRun kCommands[] = {
+    {neusight::cli::Command::gpus, neusight::cli::cmd_gpus},
+    {neusight::cli::Command::export_model, neusight::cli::cmd_export},
+    {neusight::cli::Command::compare, neusight::cli::cmd_compare},
+    {neusight::cli::Command::kernels, neusight::cli::cmd_kernels},
+    {neusight::cli::Command::train, neusight::cli::cmd_train},
 };
 
-const char* kUsage =
-    "usage: neusight-onnx MODEL.onnx --gpu GPU[,GPU...] [--batch N] [--seq N] [--dim NAME=VALUE]...\n"
-    "                     [--shape INPUT=1x3x224x224]... [--value INPUT=V]...\n"
-    "                     [--mode inference|training] [--dtype auto|fp32|tf32|fp16|bf16|fp8]\n"
-    "                     [--fusion none|eager|full] [--predictor neusight|roofline]\n"
-    "                     [--timing device|kernel|eager]\n"
-    "                     [--json FILE] [--csv FILE] [--csv-kernels] [--out ANNOTATED.onnx]\n"
-    "                     [--html FILE] [--top N] [--group node|layer] [--quiet]\n"
-    "       neusight-onnx --config HF_CONFIG.json --batch N --seq N --gpu GPU [same options]\n"
-    "       neusight-onnx <command> [options]\n"
-    "commands:\n";
+void usage(neusight::cli::Command c, FILE* out) { std::fputs(neusight::cli::usage_text(c).c_str(), out); }
 
-void usage(FILE* out) {
-  std::fputs(kUsage, out);
-  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
-  std::fputs("  --version  print the version\n", out);
+// --help or -h anywhere among a command's arguments asks for its usage.
+bool wants_help(const neusight::cli::Argv& args) {
+  for (const auto& a : args)
+    if (a == "--help" || a == "-h") return true;
+  return false;
 }
 
 }  // namespace
@@ -51,16 +44,21 @@ int main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
   neusight::cli::Argv args(argv + 1, argv + argc);
   try {
-    if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-      usage(args.empty() ? stderr : stdout);
-      return args.empty() ? 2 : 0;
+    if (args.empty()) {
+      usage(neusight::cli::Command::analyze, stderr);
+      return 2;
     }
     if (args[0] == "--version") {
       std::printf("neusight-onnx %s\n", neusight::version());
       return 0;
     }
     for (const auto& c : kCommands)
-      if (args[0] == c.name) return c.run(neusight::cli::Argv(args.begin() + 1, args.end()));
+      if (args[0] == neusight::cli::command_name(c.command)) {
+        const neusight::cli::Argv rest(args.begin() + 1, args.end());
+        if (wants_help(rest)) return usage(c.command, stdout), 0;
+        return c.run(rest);
+      }
+    if (wants_help(args)) return usage(neusight::cli::Command::analyze, stdout), 0;
     return neusight::cli::cmd_analyze(args);
   } catch (const neusight::InputError& e) {
     std::fprintf(stderr, "neusight-onnx: error: %s\n", e.what());

@@ -220,7 +220,7 @@ GenerationOptions parse_generate(const std::string& text) {
 }
 
 Options generation_options(const Args& args, Options opt) {
-  for (const char* flag : {"--seq", "--out", "--parallel", "--link-bw"})
+  for (const char* flag : {"--seq", "--out"})
     if (args.has(flag)) throw InputError(std::string(flag) + " does not apply to --generate (PROMPT:NEW sets the lengths)");
   if (opt.mode != Mode::inference) throw InputError("--generate predicts inference, not --mode training");
   if (!args.has("--timing")) opt.timing = Timing::kernel;

@@ -90,8 +90,11 @@ Kernel split_kv_on_gpu(const Kernel& k, const Gpu& gpu) {
 Analysis prepare(const LoadedModel& loaded, const Options& options) {
   Analysis a;
   a.graph = loaded.model.graph;
-  DimBindings dims = options.dims;  // --parallel: the graph runs one GPU's micro-batch
-  if (options.parallel.active) dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
+  DimBindings dims = options.dims;  // --parallel training: the graph runs one GPU's micro-batch
+  if (options.parallel.active) {
+    if (options.mode == Mode::training) dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
+    else check_inference_parallel(options.parallel);
+  }
   const std::vector<std::string> bind_warnings = bind_dims(a.graph, dims);
   // ONNX's own shape inference (the hints) costs about as much as the whole rest of the
   // analysis on a large graph, and hints only fill what the project's rules leave unknown:
@@ -145,9 +148,11 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   for (const auto& k : kernels) tilings.push_back(tile_kernel(k, gpu));
   std::vector<Prediction> preds = predictor->predict(kernels, tilings, gpu);
   std::optional<ParallelReport> par;
-  if (options.parallel.active)
+  if (options.parallel.active && options.mode == Mode::training)
     par = plan_iteration(a.graph, kernels, preds, gpu, options.parallel, options.dims.batch,
                          parallel_micro_batch(options.parallel, options.mode, options.dims.batch));
+  else if (options.parallel.active)
+    time_tensor_parallel_collectives(kernels, preds, options.parallel.tp, link_for(gpu, options.parallel.link_gbps));
 
   Report r;
   r.gpu = gpu;

@@ -162,7 +162,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   if (gen.prompt < 1) throw InputError("--generate: the prompt needs at least one token");
   if (gen.new_tokens < 1) throw InputError("--generate: at least one new token is needed");
   if (options.mode != Mode::inference) throw InputError("--generate predicts inference (no --mode training)");
-  if (options.parallel.active) throw InputError("--generate does not take --parallel");
+  if (options.parallel.active) check_inference_parallel(options.parallel);
   GenerationAnalysis a;
   a.gen = gen;
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
@@ -222,7 +222,14 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.embedding_bytes = a.embedding_bytes;
   g.activation_bytes = a.activation_bytes;
   g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes;
-  if (gpu.mem_bw_gbps > 0) g.weight_read_ms = (a.weight_bytes - a.embedding_bytes) / (gpu.mem_bw_gbps * 1e9) * 1e3;
+  // Tensor parallel: each GPU holds 1/tp of the weights (Megatron splits every GEMM weight and
+  // the vocabulary; the norms' vectors, replicated, are negligible) and its share of the KV
+  // heads (a head is never split: with fewer heads than GPUs each GPU keeps one).
+  g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
+  const double tp = double(g.tp);
+  const double kv_share = d.kv_heads > 0 ? std::ceil(double(d.kv_heads) / tp) / double(d.kv_heads) : 1.0 / tp;
+  g.memory_per_gpu_bytes = a.weight_bytes / tp + a.kv_cache_bytes * kv_share + a.activation_bytes;
+  if (gpu.mem_bw_gbps > 0) g.weight_read_ms = (a.weight_bytes - a.embedding_bytes) / tp / (gpu.mem_bw_gbps * 1e9) * 1e3;
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
   // Whether the step's attention ran as FlashAttention (16-bit attention under full).
   const auto& step_kernels = a.steps.front().kernels.kernels;
@@ -232,12 +239,19 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
                  : options.fusion == Fusion::full
                      ? std::string("fused kernels; attention not as FlashAttention, which runs 16-bit (--fusion full)")
                      : std::string("unfused attention (--fusion ") + fusion_name(options.fusion) + ")");
-  if (gpu.mem_gb > 0 && g.memory_bytes > gpu.mem_gb * kGiB) {
-    char buf[256];
+  if (g.tp > 1) {
+    const Link link = link_for(gpu, options.parallel.link_gbps);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", link.kind.c_str(), link.spec_gbps, link.efficiency);
+    g.link = buf;
+    g.execution += ", tensor parallel over " + std::to_string(g.tp) + " GPUs";
+  }
+  if (gpu.mem_gb > 0 && g.memory_per_gpu_bytes > gpu.mem_gb * kGiB) {
+    char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "generation needs %.1f GiB (weights %.1f + KV cache %.1f + activations %.1f), more than the %.0f GB of %s",
-                  g.memory_bytes / kGiB, g.weight_bytes / kGiB, g.kv_cache_bytes / kGiB, g.activation_bytes / kGiB,
-                  gpu.mem_gb, gpu.name.c_str());
+                  "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f), more than the %.0f GB of %s",
+                  g.memory_per_gpu_bytes / kGiB, g.tp > 1 ? " per GPU" : "", g.weight_bytes / tp / kGiB,
+                  g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, gpu.mem_gb, gpu.name.c_str());
     r.warnings.push_back(buf);
   }
   r.generation = std::move(g);

@@ -11,6 +11,7 @@ For GPT-style graphs at GPT-3 175B width (hidden 12288, 96 heads, sequence 2048)
               neusight-onnx X.onnx --gpu b200 --batch 1 --seq 2048 --json out.json --quiet
   * parse:    protobuf parse of the same file alone (in-process, analysis_speed_stages)
   * stages:   load / prepare (bind, shapes, lowering) / predict / json, in-process
+  * weights:  reading the shipped NeuSight weights file (predictor/weights), in-process
   * onnx:     Debian python3-onnx on the same file: onnx.load(path, load_external_data=False)
               and onnx.shape_inference.infer_shapes (the latter is "bare shape inference")
 and prints ms, ms per 1,000 nodes, peak RSS (getrusage of each child process) and ratios.
@@ -107,6 +108,7 @@ def main():
                 "cli_rss_mb": max(r[1] for r in cli_runs),
                 "parse_ms": st["parse_ms"], "load_ms": st["load_ms"], "prepare_ms": st["prepare_ms"],
                 "predict_ms": st["predict_ms"], "json_ms": st["json_ms"], "predictor": st["predictor"],
+                "weights_ms": st["weights_ms"], "weights_mb": st["weights_bytes"] / 1e6,
                 "onnx_load_ms": statistics.median(r["load_ms"] for r in onnx_runs),
                 "onnx_infer_ms": statistics.median(r["infer_ms"] for r in onnx_runs),
                 "onnx_infer_wall_ms": statistics.median(r["infer_wall_ms"] for r in onnx_runs),
@@ -145,6 +147,8 @@ def main():
           f"(x{big['cli_ms'] / big['onnx_infer_ms']:.2f} CPU, x{big['cli_wall_ms'] / big['onnx_infer_wall_ms']:.2f} wall; "
           f"target <= 1), peak RSS {big['cli_rss_mb']:.1f} MB "
           f"(target < 300), predicted e2e {big['e2e_latency_ms']:.3f} ms")
+    print(f"weights load: {statistics.median(r['weights_ms'] for r in rows):.2f} ms CPU "
+          f"(predictor/weights/weights.json, {big['weights_mb']:.2f} MB)")
     return 0
 
 

@@ -4,10 +4,12 @@
 //
 // Stages: protobuf parse alone (read bytes + ModelProto parse), load (parse + IR + checks),
 // prepare (bind dims, shape inference, lowering), predict (tiling + prediction), json
-// (report text). Each figure is the median of N repeats, in milliseconds of process CPU
+// (report text), weights (reading the shipped NeuSight weights file, which every NeuSight
+// prediction does once). Each figure is the median of N repeats, in milliseconds of process CPU
 // time (stable on a busy machine; equal to wall time on an idle one, all single-threaded).
 // run.py (same folder) adds the whole CLI, peak RSS and ONNX's own shape inference.
 #include <algorithm>
+#include <filesystem>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "neusight/neusight.h"
+#include "neusight/neusight_model.h"
 #include "neusight/onnx_proto.h"
 
 namespace {
@@ -58,8 +61,10 @@ int main(int argc, char** argv) {
   }
   try {
     const neusight::Gpu gpu = neusight::GpuDatabase::builtin().resolve(gpu_name);
-    std::vector<double> parse, load, prep, pred, json;
+    std::vector<double> parse, load, prep, pred, json, weights;
     size_t nodes = 0, kernels = 0, json_bytes = 0;
+    const std::string weights_dir = neusight::data_dir() + "/weights";
+    const auto weights_bytes = std::filesystem::file_size(weights_dir + "/weights.json");
     double e2e = 0;
     for (int r = 0; r < repeat; ++r) {
       double t0 = cpu_ms();
@@ -82,16 +87,19 @@ int main(int argc, char** argv) {
       t0 = cpu_ms();
       const std::string text = neusight::format_json({rep});
       json.push_back(cpu_ms() - t0);
+      t0 = cpu_ms();
+      const neusight::ModelSet w = neusight::load_model_set(weights_dir);
+      weights.push_back(cpu_ms() - t0);
       nodes = loaded.model.graph.nodes.size();
       kernels = a.kernels.kernels.size();
       e2e = rep.e2e_latency_ms;
       json_bytes = text.size();
     }
     std::printf("{\"nodes\": %zu, \"kernels\": %zu, \"parse_ms\": %.3f, \"load_ms\": %.3f, \"prepare_ms\": %.3f, "
-                "\"predict_ms\": %.3f, \"json_ms\": %.3f, \"json_bytes\": %zu, \"predictor\": \"%s\", "
-                "\"e2e_latency_ms\": %.6f}\n",
+                "\"predict_ms\": %.3f, \"json_ms\": %.3f, \"json_bytes\": %zu, \"weights_ms\": %.3f, "
+                "\"weights_bytes\": %zu, \"predictor\": \"%s\", \"e2e_latency_ms\": %.6f}\n",
                 nodes, kernels, median(parse), median(load), median(prep), median(pred), median(json), json_bytes,
-                predictor_kind_name(opt.predictor), e2e);
+                median(weights), size_t(weights_bytes), predictor_kind_name(opt.predictor), e2e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "analysis_speed_stages: %s\n", e.what());
     return 1;

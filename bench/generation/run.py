@@ -6,9 +6,12 @@ FP16 at batch 1, prompt 512, 128 new tokens on H100, H200, B200, L40S, MI300X an
 Prints TPOT next to (weights other than the embedding table) / DRAM bandwidth, the tokens/s of
 batch 8 against batch 1, TTFT at a 2048-token prompt against 512, the KV-cache bytes against
 2 x layers x kv_heads x head_dim x tokens x batch x 2, and the analysis time of a 64k-token
-generation against a 128-token one.
+generation against a 128-token one. Then TTFT and TPOT per precision (FP16, BF16, FP8) of
+Llama-3-8B on one GPU and of Llama-3-70B tensor parallel over 8 GPUs (--parallel tp=8), next
+to the bound (one GPU's share of the weights over its DRAM bandwidth).
 
     python3 bench/generation/run.py [--bin build/bin/neusight-onnx] [--config tests/data/llama3_8b.json]
+                                    [--config70 tests/data/llama3_70b.json]
 """
 import argparse
 import json
@@ -22,10 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GPUS = ["h100", "h200", "b200", "l40s", "mi300x", "a100-80gb"]
 
 
-def generate(binary, config, spec, batch, gpus, tmp):
+def generate(binary, config, spec, batch, gpus, tmp, dtype="fp16", extra=()):
     out = os.path.join(tmp, "g.json")
-    cmd = [binary, "--config", config, "--generate", spec, "--batch", str(batch), "--dtype", "fp16",
-           "--gpu", ",".join(gpus), "--json", out, "--quiet"]
+    cmd = [binary, "--config", config, "--generate", spec, "--batch", str(batch), "--dtype", dtype,
+           "--gpu", ",".join(gpus), "--json", out, "--quiet", *extra]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -40,6 +43,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin", "neusight-onnx"))
     ap.add_argument("--config", default=os.path.join(ROOT, "tests", "data", "llama3_8b.json"))
+    ap.add_argument("--config70", default=os.path.join(ROOT, "tests", "data", "llama3_70b.json"))
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -64,6 +68,23 @@ def main():
         _, short = generate(a.bin, a.config, "512:128", 1, ["h100"], tmp)
         _, longer = generate(a.bin, a.config, "512:65536", 1, ["h100"], tmp)
         print(f"analysis time: 128 new tokens {short:.2f} s, 65536 new tokens {longer:.2f} s ({longer / short:.2f}x)")
+        precision_table(a, tmp)
+
+
+def precision_table(a, tmp):
+    """TTFT / TPOT (bound) ms per precision: 8B on one GPU, 70B over 8 GPUs (batch 1, 512:128)."""
+    runs = [("8B", a.config, ()), ("70B tp=8", a.config70, ("--parallel", "tp=8"))]
+    dtypes = ["fp16", "bf16", "fp8"]
+    print("\nbatch 1, prompt 512, 128 new tokens: TTFT ms / TPOT ms (bound ms) per GPU")
+    print(f"{'model':9} {'gpu':24} " + " ".join(f"{d:>24}" for d in dtypes))
+    for name, config, extra in runs:
+        per = {d: generate(a.bin, config, "512:128", 1, GPUS, tmp, d, extra)[0] for d in dtypes}
+        for i, gpu in enumerate(per["fp16"]):
+            cells = []
+            for d in dtypes:
+                g = per[d][i]["generation"]
+                cells.append(f"{g['ttft_ms']:8.2f} / {g['tpot_ms']:6.2f} ({g['weight_read_ms']:5.2f})")
+            print(f"{name:9} {gpu['gpu']:24} " + " ".join(f"{c:>24}" for c in cells))
 
 
 if __name__ == "__main__":

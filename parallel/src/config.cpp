@@ -1,4 +1,5 @@
 // config.cpp - the --parallel spec, the interconnect model, and the report section's text/JSON.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -75,6 +76,21 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
   return global_batch / replicas;
 }
 
+void check_inference_parallel(const ParallelConfig& c) {
+  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1)
+    throw InputError("--parallel for inference takes tp=N alone: dp, pp and microbatches split training batches and stages (--mode training)");
+  if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");
+}
+
+void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,
+                                      const Link& link) {
+  for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
+    if (kernels[i].cls == KernelClass::collective) {
+      preds[i] = Prediction{};
+      preds[i].latency_ms = allreduce_ms(kernels[i].bytes, tp, link);
+    }
+}
+
 Link link_for(const Gpu& gpu, double override_gbps) {
   Link l;
   if (override_gbps > 0) {
@@ -96,6 +112,15 @@ double ring_allreduce_ms(double bytes, int n, const Link& link) {
   if (n <= 1 || bytes <= 0) return 0;
   const double steps = 2.0 * (n - 1);
   return steps / n * bytes / (link.gbps() * 1e9) * 1e3 + steps * link.step_latency_us * 1e-3;
+}
+
+double allreduce_ms(double bytes, int n, const Link& link) {
+  const double ring = ring_allreduce_ms(bytes, n, link);
+  if (n <= 1 || bytes <= 0 || link.kind == "pcie") return ring;
+  const double ms_per_byte = 1e3 / (link.gbps() * 1e9), step_ms = link.step_latency_us * 1e-3;
+  const double two_shot = 2.0 * (n - 1) / n * bytes * ms_per_byte + 2 * step_ms;
+  const double one_shot = double(n - 1) * bytes * ms_per_byte + step_ms;
+  return std::min({ring, two_shot, one_shot});
 }
 
 double p2p_ms(double bytes, const Link& link) {

@@ -78,150 +78,167 @@ std::vector<int> choose_cuts(const std::vector<double>& cum, const std::vector<d
   return cuts;
 }
 
-}  // namespace
-
-ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
-                              const Gpu& gpu, const ParallelConfig& cfg, int64_t global_batch, int64_t micro_batch) {
-  if (cfg.dp < 1 || cfg.tp < 1 || cfg.pp < 1 || cfg.microbatches < 1)
-    throw InputError("--parallel: dp, tp, pp and microbatches must be at least 1");
-  if (preds.size() != kernels.size()) throw RuntimeError("plan_iteration: one prediction per kernel expected");
-  if (double(cfg.pp) * cfg.microbatches > 1e7)
-    throw InputError("--parallel: pp x microbatches = " + std::to_string(double(cfg.pp) * cfg.microbatches) +
-                     " pipeline steps is too many to simulate (at most 10^7)");
-  ParallelReport r;
-  r.config = cfg;
-  r.global_batch = global_batch;
-  r.micro_batch = micro_batch;
-  r.link = link_for(gpu, cfg.link_gbps);
-  const size_t nn = g.nodes.size();
-  const int m = cfg.microbatches, pp = cfg.pp;
-
-  DType compute = DType::undefined;
+// The precision of the first floating-point GEMM (undefined without one): it sets the
+// element size of gradients, weights and activations.
+DType compute_dtype(const std::vector<Kernel>& kernels) {
   for (const auto& k : kernels)
-    if (k.cls == KernelClass::gemm && is_float(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) {
-      compute = k.dtype;
-      break;
-    }
-  const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
+    if (k.cls == KernelClass::gemm && is_float(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) return k.dtype;
+  return DType::undefined;
+}
 
-  // Tensor-parallel collectives get their time from the link model.
-  for (size_t i = 0; i < kernels.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective) {
-      preds[i] = Prediction{};
-      preds[i].latency_ms = ring_allreduce_ms(kernels[i].bytes, cfg.tp, r.link);
-    }
+// Pipeline stages: contiguous node ranges, balanced by forward+backward time, cut where the
+// least activation data crosses.
+struct StagePlan {
+  std::vector<int> cuts;      // pp + 1 cut positions
+  std::vector<int> stage_of;  // per node
+  std::vector<double> cross;  // activation bytes crossing each cut position
+};
 
-  // Stages: contiguous node ranges, balanced by forward+backward time, cut where the least
-  // activation data crosses.
+StagePlan place_stages(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
+                       DType compute, int pp) {
+  const size_t nn = g.nodes.size();
   std::vector<double> node_cost(nn, 0);
   for (size_t i = 0; i < kernels.size(); ++i)
     if (kernels[i].phase != Phase::update && in_range(kernels[i].node, nn))
       node_cost[static_cast<size_t>(kernels[i].node)] += preds[i].latency_ms;
   std::vector<double> cum(nn + 1, 0);
   for (size_t i = 0; i < nn; ++i) cum[i + 1] = cum[i] + node_cost[i];
-  const std::vector<double> cross = crossing_bytes(g, compute);
+  StagePlan p;
+  p.cross = crossing_bytes(g, compute);
   if (nn == 0) throw InputError("--parallel: the model has no nodes");
-  const std::vector<int> cuts = choose_cuts(cum, cross, pp);
-  std::vector<int> stage_of(nn, 0);
+  p.cuts = choose_cuts(cum, p.cross, pp);
+  p.stage_of.assign(nn, 0);
   for (int s = 0; s < pp; ++s)
-    for (int i = cuts[static_cast<size_t>(s)]; i < cuts[static_cast<size_t>(s) + 1]; ++i) stage_of[static_cast<size_t>(i)] = s;
+    for (int i = p.cuts[static_cast<size_t>(s)]; i < p.cuts[static_cast<size_t>(s) + 1]; ++i)
+      p.stage_of[static_cast<size_t>(i)] = s;
+  return p;
+}
 
-  // Weights: owned by the stage of their first consumer, sliced when a split node reads them.
-  const std::vector<TpRole> roles = tensor_parallel_roles(g, cfg.tp);
-  std::map<std::string, int> first_consumer;
+// Weights: owned by the stage of their first consumer, sliced when a split node reads them.
+struct WeightPlacement {
+  std::vector<TpRole> roles;                 // per node
+  std::map<std::string, int> first_consumer;  // weight name -> node
+  std::vector<double> node_params;           // parameters first read by each node, per GPU
+};
+
+WeightPlacement place_weights(const Graph& g, int tp) {
+  const size_t nn = g.nodes.size();
+  WeightPlacement w;
+  w.roles = tensor_parallel_roles(g, tp);
   std::set<std::string> split_weights;
   for (size_t i = 0; i < nn; ++i)
     for (const auto& name : g.nodes[i].inputs) {
       const TensorInfo* t = name.empty() ? nullptr : g.find(name);
       if (!t || !t->is_initializer || !is_float(t->dtype) || t->num_elements() <= 1) continue;
-      if (!first_consumer.count(name)) first_consumer[name] = static_cast<int>(i);
-      if (roles[i] != TpRole::replicated) split_weights.insert(name);
+      if (!w.first_consumer.count(name)) w.first_consumer[name] = static_cast<int>(i);
+      if (w.roles[i] != TpRole::replicated) split_weights.insert(name);
     }
-  std::vector<double> node_params(nn, 0);  // parameters first read by each node, per GPU
-  for (const auto& [name, node] : first_consumer) {
+  w.node_params.assign(nn, 0);
+  for (const auto& [name, node] : w.first_consumer) {
     const double e = double(g.find(name)->num_elements());
-    node_params[static_cast<size_t>(node)] += split_weights.count(name) ? e / cfg.tp : e;
+    w.node_params[static_cast<size_t>(node)] += split_weights.count(name) ? e / tp : e;
   }
+  return w;
+}
 
+// Per stage: forward, backward and tensor-parallel time of one microbatch; `hop` is the
+// slowest send/recv between stages.
+struct StageTimes {
+  std::vector<double> fwd, bwd, tp_ms;
+  double hop = 0;
+};
+
+// Sums each kernel into its stage and fills r.stages (node ranges, times, update, sends).
+StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
+                       const StagePlan& plan, const WeightPlacement& w, int pp, ParallelReport& r) {
+  const size_t nn = g.nodes.size();
   r.stages.resize(static_cast<size_t>(pp));
-  std::vector<double> fwd(static_cast<size_t>(pp), 0), bwd(static_cast<size_t>(pp), 0), tp_ms(static_cast<size_t>(pp), 0);
+  StageTimes t;
+  t.fwd.assign(static_cast<size_t>(pp), 0);
+  t.bwd.assign(static_cast<size_t>(pp), 0);
+  t.tp_ms.assign(static_cast<size_t>(pp), 0);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
-    int s = in_range(k.node, nn) ? stage_of[static_cast<size_t>(k.node)] : -1;
+    int s = in_range(k.node, nn) ? plan.stage_of[static_cast<size_t>(k.node)] : -1;
     if (k.phase == Phase::update) {
       if (s < 0) {
-        auto it = first_consumer.find(k.weight);
-        s = it != first_consumer.end() ? stage_of[static_cast<size_t>(it->second)] : 0;
+        auto it = w.first_consumer.find(k.weight);
+        s = it != w.first_consumer.end() ? plan.stage_of[static_cast<size_t>(it->second)] : 0;
       }
       r.stages[static_cast<size_t>(s)].update_ms += preds[i].latency_ms;
       continue;
     }
     if (s < 0) s = 0;
-    (k.phase == Phase::forward ? fwd : bwd)[static_cast<size_t>(s)] += preds[i].latency_ms;
-    if (k.cls == KernelClass::collective) tp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
+    (k.phase == Phase::forward ? t.fwd : t.bwd)[static_cast<size_t>(s)] += preds[i].latency_ms;
+    if (k.cls == KernelClass::collective) t.tp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
   }
-  double hop = 0;
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
-    st.first_node = cuts[static_cast<size_t>(s)];
-    st.last_node = cuts[static_cast<size_t>(s) + 1] - 1;
+    st.first_node = plan.cuts[static_cast<size_t>(s)];
+    st.last_node = plan.cuts[static_cast<size_t>(s) + 1] - 1;
     st.first_name = g.nodes[static_cast<size_t>(st.first_node)].name;
     st.last_name = g.nodes[static_cast<size_t>(st.last_node)].name;
-    st.forward_ms = fwd[static_cast<size_t>(s)];
-    st.backward_ms = bwd[static_cast<size_t>(s)];
-    if (s + 1 < pp) st.send_bytes = cross[static_cast<size_t>(cuts[static_cast<size_t>(s) + 1])];
-    hop = std::max(hop, p2p_ms(st.send_bytes, r.link));
+    st.forward_ms = t.fwd[static_cast<size_t>(s)];
+    st.backward_ms = t.bwd[static_cast<size_t>(s)];
+    if (s + 1 < pp) st.send_bytes = plan.cross[static_cast<size_t>(plan.cuts[static_cast<size_t>(s) + 1])];
+    t.hop = std::max(t.hop, p2p_ms(st.send_bytes, r.link));
   }
+  return t;
+}
 
-  // Pipeline schedule, with and without the send/recv hops.
-  const PipelineTiming t = simulate_pipeline(fwd, bwd, m, cfg.schedule, hop);
-  const PipelineTiming t0 = simulate_pipeline(fwd, bwd, m, cfg.schedule, 0);
-
-  // Data parallel: each stage's gradient buckets all-reduced under its last backward.
+// Data parallel: each stage's gradient buckets all-reduced under its last backward.
+std::vector<OverlapTiming> data_parallel(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
+                                         const StagePlan& plan, const WeightPlacement& w, const ParallelConfig& cfg,
+                                         double eb, const Link& link) {
+  const size_t nn = plan.stage_of.size();
+  const int pp = cfg.pp;
   const double bucket = cfg.bucket_mb * 1024 * 1024;
-  auto allreduce = [&](double bytes) { return ring_allreduce_ms(bytes, cfg.dp, r.link); };
+  auto allreduce = [&](double bytes) { return ring_allreduce_ms(bytes, cfg.dp, link); };
   std::vector<OverlapTiming> dp(static_cast<size_t>(pp));
-  if (cfg.dp > 1) {
-    for (int s = 0; s < pp; ++s) {
-      std::vector<double> step_ms;
-      std::vector<int> step_node;
-      for (size_t i = 0; i < kernels.size(); ++i)
-        if (kernels[i].phase == Phase::backward && in_range(kernels[i].node, nn) &&
-            stage_of[static_cast<size_t>(kernels[i].node)] == s) {
-          step_ms.push_back(preds[i].latency_ms);
-          step_node.push_back(kernels[i].node);
-        }
-      // A node's gradients are ready after the last backward step of it or of any later node.
-      std::vector<int> last_step(nn + 1, -1);
-      for (size_t j = 0; j < step_node.size(); ++j) last_step[static_cast<size_t>(step_node[j])] = static_cast<int>(j);
-      for (size_t i = nn; i-- > 0;) last_step[i] = std::max(last_step[i], last_step[i + 1]);
-      std::vector<double> grad(step_ms.size() + 1, 0);
-      for (int i = cuts[static_cast<size_t>(s)]; i < cuts[static_cast<size_t>(s) + 1]; ++i) {
-        const double bytes = node_params[static_cast<size_t>(i)] * eb;
-        if (bytes <= 0) continue;
-        const int j = last_step[static_cast<size_t>(i)];
-        grad[j < 0 ? 0 : static_cast<size_t>(j)] += bytes;
+  if (cfg.dp <= 1) return dp;
+  for (int s = 0; s < pp; ++s) {
+    std::vector<double> step_ms;
+    std::vector<int> step_node;
+    for (size_t i = 0; i < kernels.size(); ++i)
+      if (kernels[i].phase == Phase::backward && in_range(kernels[i].node, nn) &&
+          plan.stage_of[static_cast<size_t>(kernels[i].node)] == s) {
+        step_ms.push_back(preds[i].latency_ms);
+        step_node.push_back(kernels[i].node);
       }
-      if (step_ms.empty()) step_ms.push_back(0);
-      dp[static_cast<size_t>(s)] = overlap_allreduce(step_ms, grad, bucket, allreduce);
+    // A node's gradients are ready after the last backward step of it or of any later node.
+    std::vector<int> last_step(nn + 1, -1);
+    for (size_t j = 0; j < step_node.size(); ++j) last_step[static_cast<size_t>(step_node[j])] = static_cast<int>(j);
+    for (size_t i = nn; i-- > 0;) last_step[i] = std::max(last_step[i], last_step[i + 1]);
+    std::vector<double> grad(step_ms.size() + 1, 0);
+    for (int i = plan.cuts[static_cast<size_t>(s)]; i < plan.cuts[static_cast<size_t>(s) + 1]; ++i) {
+      const double bytes = w.node_params[static_cast<size_t>(i)] * eb;
+      if (bytes <= 0) continue;
+      const int j = last_step[static_cast<size_t>(i)];
+      grad[j < 0 ? 0 : static_cast<size_t>(j)] += bytes;
     }
+    if (step_ms.empty()) step_ms.push_back(0);
+    dp[static_cast<size_t>(s)] = overlap_allreduce(step_ms, grad, bucket, allreduce);
   }
+  return dp;
+}
 
-  // The iteration ends when the slowest stage has synchronised and stepped its optimizer.
+// The iteration ends when the slowest stage has synchronised and stepped its optimizer; the
+// report's times are that stage's.
+void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, const std::vector<OverlapTiming>& dp,
+                          const StageTimes& times, int m, ParallelReport& r) {
   int crit = 0;
   double best = -1;
-  for (int s = 0; s < pp; ++s) {
-    const double end = t.stage_end_ms[static_cast<size_t>(s)] + dp[static_cast<size_t>(s)].exposed_ms +
-                       r.stages[static_cast<size_t>(s)].update_ms;
+  for (size_t s = 0; s < r.stages.size(); ++s) {
+    const double end = t.stage_end_ms[s] + dp[s].exposed_ms + r.stages[s].update_ms;
     if (end > best) {
       best = end;
-      crit = s;
+      crit = static_cast<int>(s);
     }
   }
   const auto cs = static_cast<size_t>(crit);
   r.iteration_ms = best;
   r.compute_ms = *std::max_element(t.stage_busy_ms.begin(), t.stage_busy_ms.end());
-  r.tp_comm_ms = m * tp_ms[cs];
+  r.tp_comm_ms = m * times.tp_ms[cs];
   r.dp_comm_ms = dp[cs].comm_ms;
   r.dp_exposed_ms = dp[cs].exposed_ms;
   r.dp_buckets = dp[cs].buckets;
@@ -231,9 +248,14 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   r.update_ms = r.stages[cs].update_ms;
   r.comm_ms = r.tp_comm_ms + r.dp_comm_ms + r.pp_comm_ms;
   r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms;
+}
 
-  // Memory per GPU: weights, gradients, Adam moments (fp32; plus an fp32 master copy when
-  // training in 16 bits) and the activations of the microbatches in flight.
+// Memory per GPU: weights, gradients, Adam moments (fp32; plus an fp32 master copy when
+// training in 16 bits) and the activations of the microbatches in flight.
+void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const WeightPlacement& w,
+                  const ParallelConfig& cfg, DType compute, double eb, const Gpu& gpu, ParallelReport& r) {
+  const size_t nn = g.nodes.size();
+  const int m = cfg.microbatches, pp = cfg.pp;
   std::vector<char> has_fwd(nn, 0);
   for (const auto& k : kernels)
     if (k.phase == Phase::forward && k.cls != KernelClass::collective && in_range(k.node, nn))
@@ -243,9 +265,9 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
     StageReport& st = r.stages[static_cast<size_t>(s)];
     double act = 0;
     for (int i = st.first_node; i <= st.last_node; ++i) {
-      st.params += node_params[static_cast<size_t>(i)];
+      st.params += w.node_params[static_cast<size_t>(i)];
       if (!has_fwd[static_cast<size_t>(i)]) continue;
-      const bool split = roles[static_cast<size_t>(i)] == TpRole::column || roles[static_cast<size_t>(i)] == TpRole::sharded;
+      const bool split = w.roles[static_cast<size_t>(i)] == TpRole::column || w.roles[static_cast<size_t>(i)] == TpRole::sharded;
       for (const auto& o : g.nodes[static_cast<size_t>(i)].outputs) {
         const TensorInfo* ti = o.empty() ? nullptr : g.find(o);
         if (!ti || !is_float(ti->dtype) || ti->num_elements() <= 0) continue;
@@ -267,6 +289,43 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
                   r.peak_memory_gb, gpu.name.c_str(), gpu.mem_gb);
     r.warnings.push_back(buf);
   }
+}
+
+}  // namespace
+
+ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
+                              const Gpu& gpu, const ParallelConfig& cfg, int64_t global_batch, int64_t micro_batch) {
+  if (cfg.dp < 1 || cfg.tp < 1 || cfg.pp < 1 || cfg.microbatches < 1)
+    throw InputError("--parallel: dp, tp, pp and microbatches must be at least 1");
+  if (preds.size() != kernels.size()) throw RuntimeError("plan_iteration: one prediction per kernel expected");
+  if (double(cfg.pp) * cfg.microbatches > 1e7)
+    throw InputError("--parallel: pp x microbatches = " + std::to_string(double(cfg.pp) * cfg.microbatches) +
+                     " pipeline steps is too many to simulate (at most 10^7)");
+  ParallelReport r;
+  r.config = cfg;
+  r.global_batch = global_batch;
+  r.micro_batch = micro_batch;
+  r.link = link_for(gpu, cfg.link_gbps);
+  const DType compute = compute_dtype(kernels);
+  const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
+
+  // Tensor-parallel collectives get their time from the link model.
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (kernels[i].cls == KernelClass::collective) {
+      preds[i] = Prediction{};
+      preds[i].latency_ms = ring_allreduce_ms(kernels[i].bytes, cfg.tp, r.link);
+    }
+
+  const StagePlan plan = place_stages(g, kernels, preds, compute, cfg.pp);
+  const WeightPlacement weights = place_weights(g, cfg.tp);
+  const StageTimes times = stage_times(g, kernels, preds, plan, weights, cfg.pp, r);
+
+  // Pipeline schedule, with and without the send/recv hops.
+  const PipelineTiming t = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, times.hop);
+  const PipelineTiming t0 = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, 0);
+  const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r.link);
+  critical_stage_times(t, t0, dp, times, cfg.microbatches, r);
+  stage_memory(g, kernels, weights, cfg, compute, eb, gpu, r);
   return r;
 }
 

@@ -113,10 +113,45 @@ class NeusightPredictor final : public Predictor {
   std::vector<Prediction> predict_at(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
                                      const Gpu& gpu, double feature_l2_mb) const {
     std::vector<Prediction> out(kernels.size());
+    std::vector<double> sd(kernels.size(), 0.0);  // uncertainty in natural-log units (neusight_model.h)
+    const ClassBatches b = roofline_and_features(kernels, tilings, gpu, feature_l2_mb, out);
+    apply_networks(b, out, sd);
+    // The 80% interval: the latency times exp(-+ z sd), never below the roofline.
+    for (size_t i = 0; i < out.size(); ++i) {
+      Prediction& p = out[i];
+      const double w = std::exp(kIntervalZ * sd[i]);
+      p.latency_low_ms = std::max(p.roofline_ms, p.latency_ms / w);
+      p.latency_high_ms = p.latency_ms * w;
+    }
+    return out;
+  }
+  std::string name() const override { return formulation_name(paper_ ? Formulation::paper : Formulation::neusight); }
+  std::vector<std::string> notes(const Gpu& gpu) const override {
+    if (paper_) return {};
+    const double f = power_clock_fraction(gpu);
+    if (!(f < 0.995)) return {};
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "%s: %.0f W for %d FP32 lanes at %.0f nm is below the power that holds its boost clock under dense "
+                  "FP32 math: FP32 SIMT GEMMs are predicted at %.2f of the boost clock (precision.h)",
+                  gpu.name.c_str(), gpu.board_power_w, gpu.num_sm * gpu.fp32_cores_per_sm, gpu.process_nm, f);
+    return {buf};
+  }
+
+ private:
+  // The kernels the networks price, by class: their indices and feature rows (two rows for
+  // a kernel whose fixed cost or first wave is evaluated apart, see below).
+  struct ClassBatches {
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
     std::vector<double> wave_ms[kNumUtilClasses];  // kernel timing: device time of the first wave
-    std::vector<double> sd(kernels.size(), 0.0);    // uncertainty in natural-log units (neusight_model.h)
+  };
+
+  // Every kernel's roofline prediction into `out`, and the feature rows of those the
+  // networks refine.
+  ClassBatches roofline_and_features(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
+                                     const Gpu& gpu, double feature_l2_mb, std::vector<Prediction>& out) const {
+    ClassBatches b;
     const bool device = o_.timing != Timing::eager;
     const bool strip_dispatch = o_.timing == Timing::kernel;
     const double bw = gpu.mem_bw_gbps * 1e9;
@@ -155,10 +190,10 @@ class NeusightPredictor final : public Predictor {
         // Kernel timing (precision.h): eager(k) - eager(first wave) + the first wave's device time.
         const Kernel w = first_wave(run, t, gpu);
         const Tiling tw = tile_kernel(w, gpu);
-        members[int(c)].push_back(i);
-        feats[int(c)].push_back(f);
-        feats[int(c)].push_back(features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight, o_.matrix_fraction), feature_l2_mb));
-        wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
+        b.members[int(c)].push_back(i);
+        b.feats[int(c)].push_back(f);
+        b.feats[int(c)].push_back(features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight, o_.matrix_fraction), feature_l2_mb));
+        b.wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
         continue;
       }
       // Device timing: the law without its alpha / waves term (utilization gamma). In the
@@ -170,28 +205,35 @@ class NeusightPredictor final : public Predictor {
       // the device floor that replaces the fixed cost below; wave quantization stays in
       // base_ms (waves x per-wave time).
       if (device) f.waves = std::numeric_limits<double>::infinity();
-      members[int(c)].push_back(i);
-      feats[int(c)].push_back(f);
+      b.members[int(c)].push_back(i);
+      b.feats[int(c)].push_back(f);
       if (device && fixed_ms_[int(c)] < 0) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
         f.base_ms = 0;
         f.overlap_ms = 0;
-        feats[int(c)].push_back(f);
+        b.feats[int(c)].push_back(f);
       }
     }
+    return b;
+  }
+
+  // Each class's networks over its feature rows: the latencies into `out`, the spread into `sd`.
+  void apply_networks(const ClassBatches& b, std::vector<Prediction>& out, std::vector<double>& sd) const {
+    const bool device = o_.timing != Timing::eager;
+    const bool strip_dispatch = o_.timing == Timing::kernel;
     for (int c = 0; c < kNumUtilClasses; ++c) {
-      if (members[c].empty()) continue;
+      if (b.members[c].empty()) continue;
       std::vector<char> extra;
       std::vector<double> own_sd;
-      const std::vector<double> lat = predict_latency_ms(m_.classes[c], feats[c], &extra, &own_sd);
+      const std::vector<double> lat = predict_latency_ms(m_.classes[c], b.feats[c], &extra, &own_sd);
       const double class_sd = m_.classes[c].interval_log_sd;
       const bool strip = strip_dispatch && c != int(UtilClass::gemm);
       const bool per_kernel_fixed = device && fixed_ms_[c] < 0;
       const size_t step = per_kernel_fixed || strip ? 2 : 1;
-      for (size_t j = 0; j < members[c].size(); ++j) {
-        Prediction& p = out[members[c][j]];
-        sd[members[c][j]] = std::hypot(class_sd, own_sd[step * j]);
+      for (size_t j = 0; j < b.members[c].size(); ++j) {
+        Prediction& p = out[b.members[c][j]];
+        sd[b.members[c][j]] = std::hypot(class_sd, own_sd[step * j]);
         if (strip) {
-          p.latency_ms = std::max({lat[step * j] - lat[step * j + 1] + wave_ms[c][j], o_.device_floor_ms, p.roofline_ms});
+          p.latency_ms = std::max({lat[step * j] - lat[step * j + 1] + b.wave_ms[c][j], o_.device_floor_ms, p.roofline_ms});
           p.utilization = p.roofline_ms / p.latency_ms;
           p.extrapolated = p.extrapolated || extra[step * j] != 0;
           continue;
@@ -207,29 +249,8 @@ class NeusightPredictor final : public Predictor {
         p.extrapolated = p.extrapolated || extra[step * j] != 0;
       }
     }
-    // The 80% interval: the latency times exp(-+ z sd), never below the roofline.
-    for (size_t i = 0; i < out.size(); ++i) {
-      Prediction& p = out[i];
-      const double w = std::exp(kIntervalZ * sd[i]);
-      p.latency_low_ms = std::max(p.roofline_ms, p.latency_ms / w);
-      p.latency_high_ms = p.latency_ms * w;
-    }
-    return out;
-  }
-  std::string name() const override { return formulation_name(paper_ ? Formulation::paper : Formulation::neusight); }
-  std::vector<std::string> notes(const Gpu& gpu) const override {
-    if (paper_) return {};
-    const double f = power_clock_fraction(gpu);
-    if (!(f < 0.995)) return {};
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "%s: %.0f W for %d FP32 lanes at %.0f nm is below the power that holds its boost clock under dense "
-                  "FP32 math: FP32 SIMT GEMMs are predicted at %.2f of the boost clock (precision.h)",
-                  gpu.name.c_str(), gpu.board_power_w, gpu.num_sm * gpu.fp32_cores_per_sm, gpu.process_nm, f);
-    return {buf};
   }
 
- private:
   TileFeatures features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu, double feature_l2_mb) const {
     return paper_ ? paper_tile_features(k, t, gpu) : tile_features(c, k, t, gpu, feature_l2_mb);
   }

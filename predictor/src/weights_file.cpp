@@ -1,7 +1,11 @@
-// weights_file.cpp - the NeuSight weights file (weights.json): load with validation (a small
-// strict JSON reader, see below), save atomically (nlohmann/json).
+// weights_file.cpp - the NeuSight weights file (weights.json): minified JSON whose "schema"
+// names its layout, the networks' number arrays packed as base64 of little-endian IEEE
+// doubles (exact, and read without decimal parsing); load with validation (a small strict
+// JSON reader, see below), save atomically (nlohmann/json).
 #include <algorithm>
+#include <array>
 #include <charconv>
+#include <cstring>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,13 +20,41 @@ namespace {
 
 using nlohmann::json;
 
-json layer_json(const DenseLayer& L) { return {{"in", L.in}, {"out", L.out}, {"w", L.w}, {"b", L.b}}; }
+// The layout version this build writes and reads. Schema 8 (a "format": "neusight-weights-8"
+// key, one value a line, arrays as JSON numbers) has the same keys;
+// predictor/convert_weights.py rewrites such files.
+constexpr int kWeightsSchema = 9;
+
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+// The doubles as base64 (RFC 4648, padded) of their little-endian IEEE 754 bytes.
+std::string pack_doubles(const std::vector<double>& v) {
+  std::string bytes(v.size() * 8, '\0');
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint64_t u;
+    std::memcpy(&u, &v[i], 8);
+    for (int b = 0; b < 8; ++b) bytes[8 * i + size_t(b)] = char((u >> (8 * b)) & 0xff);
+  }
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    uint32_t x = 0;
+    for (size_t k = 0; k < 3; ++k) x = x << 8 | (k < n ? uint8_t(bytes[i + k]) : 0u);
+    for (size_t k = 0; k < 4; ++k) out += k <= n ? kBase64[(x >> (18 - 6 * k)) & 63] : '=';
+  }
+  return out;
+}
+
+json layer_json(const DenseLayer& L) {
+  return {{"in", L.in}, {"out", L.out}, {"w", pack_doubles(L.w)}, {"b", pack_doubles(L.b)}};
+}
 
 }  // namespace
 
 void save_model_set(const ModelSet& m, const std::string& dir) {
   json j;
-  j["format"] = "neusight-weights-8";
+  j["schema"] = kWeightsSchema;
   j["law"] = "latency_ms = max_overhead_ms*sigmoid(o2) + (base_ms + sigmoid(o3)*overlap_ms) / u, "
              "u = floor + (1-floor)*sigmoid(o0)*(1 - sigmoid(o1)/waves)";
   j["max_overhead_ms"] = kMaxOverheadMs;
@@ -36,7 +68,10 @@ void save_model_set(const ModelSet& m, const std::string& dir) {
     cj["features"] = feature_names(c.cls, c.formulation);
     json nets = json::array();
     for (const UtilNet& n : c.nets) {
-      json nj = {{"lo", n.lo}, {"hi", n.hi}, {"mean", n.mean}, {"scale", n.scale}};
+      json nj = {{"lo", pack_doubles(n.lo)},
+                 {"hi", pack_doubles(n.hi)},
+                 {"mean", pack_doubles(n.mean)},
+                 {"scale", pack_doubles(n.scale)}};
       json layers = json::array();
       for (const auto& L : n.layers) layers.push_back(layer_json(L));
       nj["layers"] = layers;
@@ -47,18 +82,61 @@ void save_model_set(const ModelSet& m, const std::string& dir) {
   }
   j["classes"] = classes;
   std::filesystem::create_directories(dir);
-  // Compact floats: 9 significant digits are plenty for the weights.
-  std::string text = j.dump(0);
+  // Minified; the scalars in the shortest text that reads back to the same bits.
+  std::string text = j.dump();
   write_file_atomic(dir + "/weights.json", text);
 }
 
 namespace {
 
+// The doubles of pack_doubles' text. Throws RuntimeError naming `what` for anything else.
+std::vector<double> unpack_doubles(const std::string& text, const std::string& what) {
+  static const auto table = [] {
+    std::array<int8_t, 256> t;
+    t.fill(-1);
+    for (int i = 0; i < 64; ++i) t[uint8_t(kBase64[i])] = int8_t(i);
+    return t;
+  }();
+  size_t pad = 0;
+  while (pad < 2 && pad < text.size() && text[text.size() - 1 - pad] == '=') ++pad;
+  if (text.size() % 4 != 0) throw RuntimeError(what + ": packed numbers of a length that is not a multiple of 4");
+  const size_t nbytes = text.size() / 4 * 3 - pad;
+  if (nbytes % 8 != 0) throw RuntimeError(what + ": packed numbers that are not whole doubles");
+  std::vector<uint8_t> bytes(nbytes + 3);
+  const size_t body = text.size() - pad;
+  // Whole groups of four characters, then the padded one (its missing characters count as 0).
+  const unsigned char* t = reinterpret_cast<const unsigned char*>(text.data());
+  size_t i = 0, o = 0;
+  for (; i + 4 <= body; i += 4, o += 3) {
+    const int a = table[t[i]], b = table[t[i + 1]], c = table[t[i + 2]], d = table[t[i + 3]];
+    if ((a | b | c | d) < 0) throw RuntimeError(what + ": invalid character in packed numbers");
+    const uint32_t x = uint32_t(a) << 18 | uint32_t(b) << 12 | uint32_t(c) << 6 | uint32_t(d);
+    bytes[o] = uint8_t(x >> 16), bytes[o + 1] = uint8_t(x >> 8), bytes[o + 2] = uint8_t(x);
+  }
+  if (i < body) {
+    uint32_t x = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const int v = i + k < body ? table[t[i + k]] : 0;
+      if (v < 0) throw RuntimeError(what + ": invalid character in packed numbers");
+      x = x << 6 | uint32_t(v);
+    }
+    bytes[o] = uint8_t(x >> 16), bytes[o + 1] = uint8_t(x >> 8), bytes[o + 2] = uint8_t(x);
+  }
+  std::vector<double> out(nbytes / 8);
+  for (size_t j = 0; j < out.size(); ++j) {
+    uint64_t u = 0;
+    for (int k = 7; k >= 0; --k) u = u << 8 | bytes[8 * j + size_t(k)];
+    std::memcpy(&out[j], &u, 8);
+    if (!std::isfinite(out[j])) throw RuntimeError(what + ": packed number out of range");
+  }
+  return out;
+}
+
 // ---- a small strict JSON reader for the weights file ------------------------------------
-// The file is ~30,000 numbers; nlohmann's lexer took 10-15 ms of every CLI run to read them
-// (more than the MLPs' forward pass over a 175B-parameter graph), std::from_chars under 1 ms.
-// Arrays whose elements are all numbers are kept as one vector<double>. Full JSON grammar
-// (RFC 8259), nesting bounded, errors carry the byte offset.
+// Every CLI run reads the file, so it is read without nlohmann's lexer (several times slower):
+// the networks' arrays come packed (unpack_doubles above), and an array whose elements are
+// all numbers (also accepted) is kept as one vector<double>, read with std::from_chars. Full
+// JSON grammar (RFC 8259), nesting bounded, errors carry the byte offset.
 
 struct JNode {
   enum Kind { null, boolean, number, string, array, object } kind = null;
@@ -87,7 +165,10 @@ struct JNode {
     if (kind != string) throw RuntimeError(what + " must be a string");
     return str;
   }
+  // An array of numbers: packed (base64 of little-endian doubles, what save_model_set
+  // writes) or a JSON array.
   std::vector<double> as_numbers(const std::string& what) const {
+    if (kind == string) return unpack_doubles(str, what);
     if (kind != array || !items.empty()) throw RuntimeError(what + " must be an array of numbers");
     return numbers;
   }
@@ -201,6 +282,12 @@ class JsonReader {
   std::string string_body() {  // after the opening quote
     std::string o;
     for (;;) {
+      // The common case first: a run of plain characters, appended at once.
+      const char* run = p_;
+      const char* quote = static_cast<const char*>(std::memchr(p_, '"', size_t(e_ - p_)));
+      const char* stop = quote ? quote : e_;
+      while (p_ != stop && *p_ != '\\' && static_cast<unsigned char>(*p_) >= 0x20) ++p_;
+      o.append(run, p_);
       if (p_ == e_) fail("unterminated string");
       const char c = *p_++;
       if (c == '"') return o;
@@ -297,6 +384,24 @@ int as_int(const JNode& v, const std::string& what) {
   return int(d);
 }
 
+// Throws unless `j` is a weights file of kWeightsSchema, saying which schema it has.
+void check_schema(const JNode& j) {
+  if (j.kind != JNode::object) throw RuntimeError("not a weights file (expected a JSON object)");
+  const JNode* schema = j.find("schema");
+  if (!schema) {
+    const JNode* format = j.find("format");
+    if (format && format->kind == JNode::string && format->str == "neusight-weights-8")
+      throw RuntimeError("weights schema 8, this build reads schema " + std::to_string(kWeightsSchema) +
+                         " (convert with predictor/convert_weights.py)");
+    throw RuntimeError("no \"schema\" key: not a NeuSight weights file");
+  }
+  if (schema->kind == JNode::number && schema->num == kWeightsSchema) return;
+  const bool whole = schema->kind == JNode::number && schema->num == std::floor(schema->num) && std::fabs(schema->num) < 1e9;
+  throw RuntimeError("unknown weights schema " + (whole ? std::to_string(int64_t(schema->num)) : schema->dump()) +
+                     ", this build reads schema " + std::to_string(kWeightsSchema) +
+                     " (retrain with predictor/retrain.sh)");
+}
+
 }  // namespace
 
 ModelSet load_model_set(const std::string& dir) {
@@ -311,9 +416,7 @@ ModelSet load_model_set(const std::string& dir) {
     in.seekg(0, std::ios::beg);
     if (!in.read(text.data(), std::streamsize(text.size()))) throw RuntimeError("cannot read the file");
     const JNode j = JsonReader(text).document();
-    const JNode* format = j.kind == JNode::object ? j.find("format") : nullptr;
-    if (!format || format->kind != JNode::string || format->str != "neusight-weights-8")
-      throw RuntimeError("unknown format");
+    check_schema(j);
     if (const JNode* info = j.find("info")) {
       if (info->kind != JNode::object) throw RuntimeError("info must be an object");
       for (const auto& [k, v] : info->members) m.info[k] = v.kind == JNode::string ? v.str : v.dump();

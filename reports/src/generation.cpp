@@ -53,6 +53,8 @@ json generation_json(const GenerationReport& g) {
           {"embedding_bytes", finite(g.embedding_bytes)},
           {"activation_bytes", finite(g.activation_bytes)},
           {"memory_bytes", finite(g.memory_bytes)},
+          {"tensor_parallel", g.tp},
+          {"memory_per_gpu_bytes", finite(g.memory_per_gpu_bytes)},
           {"weight_read_ms", finite(g.weight_read_ms)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}}},
           {"execution", g.execution},
@@ -158,6 +160,9 @@ std::string format_generation(const Report& r, bool color) {
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
      << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes) << "; GPU "
      << num(r.gpu.mem_gb, 0) << " GB)\n";
+  if (g.tp > 1)
+    os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link << "; "
+       << bytes_text(g.memory_per_gpu_bytes) << " per GPU; times and the bound are one GPU's)\n";
   std::set<std::string> classes;
   for (const auto& [c, ms] : g.prefill_by_class) classes.insert(c);
   for (const auto& [c, ms] : g.decode_by_class) classes.insert(c);

@@ -92,6 +92,50 @@ void apply_value(Graph& g, const std::string& name, double v) {
   shape_rules::set_numbers(t, {v});
 }
 
+// Replaces every unknown input dim: a symbolic one by its value in `values`, an unnamed first
+// or second one by --batch / --seq (setting `batch_used` / `seq_used`). Throws InputError
+// listing the dims left unbound and the --shape line that would bind each input.
+void bind_input_dims(Graph& graph, const DimBindings& b, const std::map<std::string, int64_t>& values,
+                     bool& batch_used, bool& seq_used) {
+  std::vector<std::string> unbound;  // "'x' axis 0 (unnamed)"
+  std::vector<std::string> lines;    // the --shape line that binds each input
+  for (const auto& in : graph.inputs) {
+    TensorInfo& t = graph.tensor(in);
+    if (!t.has_shape) continue;
+    bool open = false;
+    for (size_t axis = 0; axis < t.shape.size(); ++axis) {
+      Dim& d = t.shape[axis];
+      if (d.known()) continue;
+      if (!d.param.empty()) {
+        auto it = values.find(d.param);
+        if (it != values.end()) {
+          d = Dim::of(it->second);
+          continue;
+        }
+      } else if (axis == 0 && b.batch > 0) {
+        d = Dim::of(b.batch);
+        batch_used = true;
+        continue;
+      } else if (axis == 1 && b.seq > 0) {
+        d = Dim::of(b.seq);
+        seq_used = true;
+        continue;
+      }
+      open = true;
+      unbound.push_back("'" + in + "' axis " + std::to_string(axis) +
+                        (d.param.empty() ? " (unnamed)" : " ('" + d.param + "')"));
+    }
+    if (!open) continue;
+    std::string line = "--shape " + in + "=";
+    for (size_t axis = 0; axis < t.shape.size(); ++axis)
+      line += (axis ? "x" : "") + (t.shape[axis].known() ? std::to_string(t.shape[axis].value) : std::string("N"));
+    lines.push_back(line);
+  }
+  if (!unbound.empty())
+    throw InputError("unbound input dims: " + list_text(unbound) +
+                     " (bind them with --batch, --seq, --dim NAME=VALUE or " + list_text(lines) + ")");
+}
+
 }  // namespace
 
 std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b) {
@@ -140,43 +184,7 @@ std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b) {
   bool batch_used = b.batch > 0 && assign_next(b.batch);
   bool seq_used = b.seq > 0 && assign_next(b.seq);
 
-  std::vector<std::string> unbound;  // "'x' axis 0 (unnamed)"
-  std::vector<std::string> lines;    // the --shape line that binds each input
-  for (const auto& in : graph.inputs) {
-    TensorInfo& t = graph.tensor(in);
-    if (!t.has_shape) continue;
-    bool open = false;
-    for (size_t axis = 0; axis < t.shape.size(); ++axis) {
-      Dim& d = t.shape[axis];
-      if (d.known()) continue;
-      if (!d.param.empty()) {
-        auto it = values.find(d.param);
-        if (it != values.end()) {
-          d = Dim::of(it->second);
-          continue;
-        }
-      } else if (axis == 0 && b.batch > 0) {
-        d = Dim::of(b.batch);
-        batch_used = true;
-        continue;
-      } else if (axis == 1 && b.seq > 0) {
-        d = Dim::of(b.seq);
-        seq_used = true;
-        continue;
-      }
-      open = true;
-      unbound.push_back("'" + in + "' axis " + std::to_string(axis) +
-                        (d.param.empty() ? " (unnamed)" : " ('" + d.param + "')"));
-    }
-    if (!open) continue;
-    std::string line = "--shape " + in + "=";
-    for (size_t axis = 0; axis < t.shape.size(); ++axis)
-      line += (axis ? "x" : "") + (t.shape[axis].known() ? std::to_string(t.shape[axis].value) : std::string("N"));
-    lines.push_back(line);
-  }
-  if (!unbound.empty())
-    throw InputError("unbound input dims: " + list_text(unbound) +
-                     " (bind them with --batch, --seq, --dim NAME=VALUE or " + list_text(lines) + ")");
+  bind_input_dims(graph, b, values, batch_used, seq_used);
 
   for (const auto& [name, v] : b.values) apply_value(graph, name, v);
 

@@ -787,128 +787,155 @@ void rule_pool(Ctx& c) {
   if (c.num_out() > 1) set_out(c, 1, DType::i64, s);
 }
 
-void add_core_rules(RuleTable& t) {
-  {
-    auto bin = [](std::function<int64_t(int64_t, int64_t)> f, DType dt = DType::undefined) {
-      return [f, dt](Ctx& c) { rule_broadcast(c, dt, f); };
-    };
-    t["Add"] = bin([](int64_t a, int64_t b) { return a + b; });
-    t["Sub"] = bin([](int64_t a, int64_t b) { return a - b; });
-    t["Mul"] = bin([](int64_t a, int64_t b) { return a * b; });
-    t["Div"] = [](Ctx& c) {
-      rule_broadcast(c, DType::undefined, [](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
-      // A float division of integral values is kept only when it is exact.
-      const auto* a = c.value(0);
-      const auto* b = c.value(1);
-      if (c.num_out() && c.out(0).int_value && is_float(c.out(0).dtype) && a && b) {
-        for (size_t i = 0; i < std::max(a->size(), b->size()); ++i) {
-          const int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
-          if (y == 0 || x % y != 0) {  // not exact: the float quotient
-            std::vector<double> q(c.out(0).int_value->size());
-            for (size_t k = 0; k < q.size(); ++k)
-              q[k] = double((*a)[a->size() == 1 ? 0 : k]) / double((*b)[b->size() == 1 ? 0 : k]);
-            c.out(0).int_value.reset();
-            set_numbers(c.out(0), q);
-            break;
-          }
+namespace {
+
+// A broadcasting rule; `f` folds integer values (shape arithmetic), `dt` the output type
+// when it is not the inputs' (comparisons give bool).
+Rule binary_rule(std::function<int64_t(int64_t, int64_t)> f, DType dt = DType::undefined) {
+  return [f, dt](Ctx& c) { rule_broadcast(c, dt, f); };
+}
+
+// Arithmetic: broadcasting, with the integer values folded.
+void add_arithmetic_rules(RuleTable& t) {
+  const auto bin = [](std::function<int64_t(int64_t, int64_t)> f) { return binary_rule(std::move(f)); };
+  t["Add"] = bin([](int64_t a, int64_t b) { return a + b; });
+  t["Sub"] = bin([](int64_t a, int64_t b) { return a - b; });
+  t["Mul"] = bin([](int64_t a, int64_t b) { return a * b; });
+  t["Div"] = [](Ctx& c) {
+    rule_broadcast(c, DType::undefined, [](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
+    // A float division of integral values is kept only when it is exact.
+    const auto* a = c.value(0);
+    const auto* b = c.value(1);
+    if (c.num_out() && c.out(0).int_value && is_float(c.out(0).dtype) && a && b) {
+      for (size_t i = 0; i < std::max(a->size(), b->size()); ++i) {
+        const int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
+        if (y == 0 || x % y != 0) {  // not exact: the float quotient
+          std::vector<double> q(c.out(0).int_value->size());
+          for (size_t k = 0; k < q.size(); ++k)
+            q[k] = double((*a)[a->size() == 1 ? 0 : k]) / double((*b)[b->size() == 1 ? 0 : k]);
+          c.out(0).int_value.reset();
+          set_numbers(c.out(0), q);
+          break;
         }
       }
-    };
-    t["Mod"] = bin([](int64_t a, int64_t b) { return b == 0 ? 0 : a % b; });
-    t["Max"] = bin([](int64_t a, int64_t b) { return std::max(a, b); });
-    t["Min"] = bin([](int64_t a, int64_t b) { return std::min(a, b); });
-    t["Pow"] = bin(nullptr);
-    t["Sum"] = bin(nullptr);
-    t["Mean"] = bin(nullptr);
-    t["PRelu"] = rule_unary;  // the slope broadcasts to X (old opsets: along the channel axis)
-    t["BitShift"] = bin(nullptr);
-    using F = std::function<int64_t(int64_t, int64_t)>;
-    const std::pair<const char*, F> compare[] = {
-        {"Equal", [](int64_t a, int64_t b) { return int64_t(a == b); }},
-        {"Less", [](int64_t a, int64_t b) { return int64_t(a < b); }},
-        {"Greater", [](int64_t a, int64_t b) { return int64_t(a > b); }},
-        {"LessOrEqual", [](int64_t a, int64_t b) { return int64_t(a <= b); }},
-        {"GreaterOrEqual", [](int64_t a, int64_t b) { return int64_t(a >= b); }},
-        {"And", [](int64_t a, int64_t b) { return int64_t(a && b); }},
-        {"Or", [](int64_t a, int64_t b) { return int64_t(a || b); }},
-        {"Xor", [](int64_t a, int64_t b) { return int64_t(bool(a) != bool(b)); }},
-    };
-    for (const auto& [op, f] : compare) t[op] = bin(f, DType::boolean);
-    t["Where"] = [](Ctx& c) {
-      rule_broadcast(c, DType::undefined, nullptr);
-      const auto* cond = c.value(0);
-      const auto* a = c.value(1);
-      const auto* b = c.value(2);
-      if (!c.num_out() || !cond || !a || !b) return;
-      const size_t n = std::max({cond->size(), a->size(), b->size()});
-      auto at = [n](const std::vector<int64_t>& v, size_t i) { return v.size() == 1 ? v[0] : (v.size() == n ? v[i] : 0); };
-      for (const auto* v : {cond, a, b})
-        if (v->size() != 1 && v->size() != n) return;
-      if (n > kMaxValues) return;
-      std::vector<int64_t> out(n);
-      for (size_t i = 0; i < n; ++i) out[i] = at(*cond, i) ? at(*a, i) : at(*b, i);
-      c.out(0).int_value = out;
-    };
-    // Elementwise ops get theirs from their traits (add_elementwise_rules).
-    for (const char* op : {"Identity", "Dropout", "Softmax", "LogSoftmax", "Hardmax", "LpNormalization",
-                           "InstanceNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
-                           "ReverseSequence"})
-      t[op] = rule_unary;
-    t["Not"] = [](Ctx& c) {
-      rule_unary(c);
-      if (!c.num_out()) return;
-      c.out(0).dtype = DType::boolean;
-      if (c.value(0)) {
-        auto v = *c.value(0);
-        for (auto& x : v) x = x == 0;
-        c.out(0).int_value = v;
-      }
-    };
-    t["IsNaN"] = t["Not"];
-    t["IsInf"] = t["Not"];
-    t["Dropout"] = [](Ctx& c) {
-      rule_unary(c);
-      const TensorInfo* x = c.in(0);
-      // The mask is bool from opset 12 on; before that it has the input's type.
-      if (x && x->has_shape && c.num_out() > 1) set_out(c, 1, c.opset() >= 12 ? DType::boolean : x->dtype, x->shape);
-    };
-    t["Cast"] = rule_cast;
-    t["CastLike"] = [](Ctx& c) {
-      rule_unary(c);
-      if (c.in(1) && c.num_out()) c.out(0).dtype = c.in(1)->dtype;
-    };
-    t["MatMul"] = rule_matmul;
-    t["MatMulInteger"] = rule_matmul;
-    t["Gemm"] = rule_gemm;
-    t["LayerNormalization"] = rule_layernorm;
-    t["SimplifiedLayerNormalization"] = rule_layernorm;
-    t["RMSNormalization"] = rule_layernorm;
-    t["Shape"] = rule_shape;
-    t["Size"] = rule_size;
-    t["Constant"] = rule_constant;
-    t["Reshape"] = rule_reshape;
-    t["Flatten"] = rule_flatten;
-    t["Unsqueeze"] = rule_unsqueeze;
-    t["Squeeze"] = rule_squeeze;
-    t["Transpose"] = rule_transpose;
-    t["Concat"] = rule_concat;
-    t["Gather"] = rule_gather;
-    t["Slice"] = rule_slice;
-    for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-                           "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
-      t[op] = rule_reduce;
-    t["ArgMax"] = rule_argminmax;
-    t["ArgMin"] = rule_argminmax;
-    t["Expand"] = rule_expand;
-    t["ConstantOfShape"] = rule_constant_of_shape;
-    t["Range"] = rule_range;
-    t["Split"] = rule_split;
-    t["Conv"] = rule_conv;
-    t["ConvTranspose"] = rule_conv;
-    t["ConvInteger"] = rule_conv;
-    for (const char* op : {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
-      t[op] = rule_pool;
-  }
+    }
+  };
+  t["Mod"] = bin([](int64_t a, int64_t b) { return b == 0 ? 0 : a % b; });
+  t["Max"] = bin([](int64_t a, int64_t b) { return std::max(a, b); });
+  t["Min"] = bin([](int64_t a, int64_t b) { return std::min(a, b); });
+  t["Pow"] = bin(nullptr);
+  t["Sum"] = bin(nullptr);
+  t["Mean"] = bin(nullptr);
+  t["PRelu"] = rule_unary;  // the slope broadcasts to X (old opsets: along the channel axis)
+  t["BitShift"] = bin(nullptr);
+}
+
+// Comparisons and logic (bool results) and Where.
+void add_comparison_rules(RuleTable& t) {
+  const auto bin = [](std::function<int64_t(int64_t, int64_t)> f, DType dt) { return binary_rule(std::move(f), dt); };
+  using F = std::function<int64_t(int64_t, int64_t)>;
+  const std::pair<const char*, F> compare[] = {
+      {"Equal", [](int64_t a, int64_t b) { return int64_t(a == b); }},
+      {"Less", [](int64_t a, int64_t b) { return int64_t(a < b); }},
+      {"Greater", [](int64_t a, int64_t b) { return int64_t(a > b); }},
+      {"LessOrEqual", [](int64_t a, int64_t b) { return int64_t(a <= b); }},
+      {"GreaterOrEqual", [](int64_t a, int64_t b) { return int64_t(a >= b); }},
+      {"And", [](int64_t a, int64_t b) { return int64_t(a && b); }},
+      {"Or", [](int64_t a, int64_t b) { return int64_t(a || b); }},
+      {"Xor", [](int64_t a, int64_t b) { return int64_t(bool(a) != bool(b)); }},
+  };
+  for (const auto& [op, f] : compare) t[op] = bin(f, DType::boolean);
+  t["Where"] = [](Ctx& c) {
+    rule_broadcast(c, DType::undefined, nullptr);
+    const auto* cond = c.value(0);
+    const auto* a = c.value(1);
+    const auto* b = c.value(2);
+    if (!c.num_out() || !cond || !a || !b) return;
+    const size_t n = std::max({cond->size(), a->size(), b->size()});
+    auto at = [n](const std::vector<int64_t>& v, size_t i) { return v.size() == 1 ? v[0] : (v.size() == n ? v[i] : 0); };
+    for (const auto* v : {cond, a, b})
+      if (v->size() != 1 && v->size() != n) return;
+    if (n > kMaxValues) return;
+    std::vector<int64_t> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = at(*cond, i) ? at(*a, i) : at(*b, i);
+    c.out(0).int_value = out;
+  };
+}
+
+// One input's shape to the output: activations, normalizations, casts.
+void add_unary_rules(RuleTable& t) {
+  // Elementwise ops get theirs from their traits (add_elementwise_rules).
+  for (const char* op : {"Identity", "Dropout", "Softmax", "LogSoftmax", "Hardmax", "LpNormalization",
+                         "InstanceNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
+                         "ReverseSequence"})
+    t[op] = rule_unary;
+  t["Not"] = [](Ctx& c) {
+    rule_unary(c);
+    if (!c.num_out()) return;
+    c.out(0).dtype = DType::boolean;
+    if (c.value(0)) {
+      auto v = *c.value(0);
+      for (auto& x : v) x = x == 0;
+      c.out(0).int_value = v;
+    }
+  };
+  t["IsNaN"] = t["Not"];
+  t["IsInf"] = t["Not"];
+  t["Dropout"] = [](Ctx& c) {
+    rule_unary(c);
+    const TensorInfo* x = c.in(0);
+    // The mask is bool from opset 12 on; before that it has the input's type.
+    if (x && x->has_shape && c.num_out() > 1) set_out(c, 1, c.opset() >= 12 ? DType::boolean : x->dtype, x->shape);
+  };
+  t["Cast"] = rule_cast;
+  t["CastLike"] = [](Ctx& c) {
+    rule_unary(c);
+    if (c.in(1) && c.num_out()) c.out(0).dtype = c.in(1)->dtype;
+  };
+}
+
+// Matrix products, shape manipulation, reductions, convolutions and pooling.
+void add_structural_rules(RuleTable& t) {
+  t["MatMul"] = rule_matmul;
+  t["MatMulInteger"] = rule_matmul;
+  t["Gemm"] = rule_gemm;
+  t["LayerNormalization"] = rule_layernorm;
+  t["SimplifiedLayerNormalization"] = rule_layernorm;
+  t["RMSNormalization"] = rule_layernorm;
+  t["Shape"] = rule_shape;
+  t["Size"] = rule_size;
+  t["Constant"] = rule_constant;
+  t["Reshape"] = rule_reshape;
+  t["Flatten"] = rule_flatten;
+  t["Unsqueeze"] = rule_unsqueeze;
+  t["Squeeze"] = rule_squeeze;
+  t["Transpose"] = rule_transpose;
+  t["Concat"] = rule_concat;
+  t["Gather"] = rule_gather;
+  t["Slice"] = rule_slice;
+  for (const char* op : {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+                         "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"})
+    t[op] = rule_reduce;
+  t["ArgMax"] = rule_argminmax;
+  t["ArgMin"] = rule_argminmax;
+  t["Expand"] = rule_expand;
+  t["ConstantOfShape"] = rule_constant_of_shape;
+  t["Range"] = rule_range;
+  t["Split"] = rule_split;
+  t["Conv"] = rule_conv;
+  t["ConvTranspose"] = rule_conv;
+  t["ConvInteger"] = rule_conv;
+  for (const char* op : {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
+    t[op] = rule_pool;
+}
+
+}  // namespace
+
+void add_core_rules(RuleTable& t) {
+  add_arithmetic_rules(t);
+  add_comparison_rules(t);
+  add_unary_rules(t);
+  add_structural_rules(t);
 }
 
 void add_elementwise_rules(RuleTable& t) {

@@ -127,6 +127,37 @@ class Generate(unittest.TestCase):
         self.assertEqual(rc, 2, se)
         self.assertFalse(os.path.exists(out + "2"))
 
+    def test_tensor_parallel_generation(self):
+        one = self.gen_json("--config", LLAMA3_8B, "--generate", "512:32", "--gpu", "h100", "--dtype", "fp16")["generation"]
+        self.assertEqual(one["tensor_parallel"], 1)
+        self.assertNotIn("collective", one["decode_by_class_ms"])
+        prev = one
+        for tp in (2, 8):
+            g = self.gen_json("--config", LLAMA3_8B, "--generate", "512:32", "--gpu", "h100", "--dtype", "fp16",
+                              "--parallel", f"tp={tp}")["generation"]
+            self.assertEqual(g["tensor_parallel"], tp)
+            # The whole model's KV cache and weights; one GPU holds its share of them.
+            self.assertEqual(g["kv_cache_bytes"], one["kv_cache_bytes"])
+            self.assertAlmostEqual(g["memory_per_gpu_bytes"], one["weight_bytes"] / tp + one["kv_cache_bytes"] / tp +
+                                   one["activation_bytes"], delta=1)
+            # Each GPU streams 1/tp of the weights: never faster than that bound, faster than fewer GPUs,
+            # and the all-reduces after the row-parallel GEMMs are on the critical path.
+            self.assertAlmostEqual(g["weight_read_ms"], one["weight_read_ms"] / tp, places=9)
+            self.assertGreaterEqual(g["tpot_ms"], g["weight_read_ms"])
+            self.assertLess(g["tpot_ms"], prev["tpot_ms"])
+            self.assertLess(g["ttft_ms"], prev["ttft_ms"])
+            self.assertGreater(g["decode_by_class_ms"]["collective"], 0)
+            self.assertGreater(g["prefill_by_class_ms"]["collective"], 0)
+            self.assertIn(f"tensor parallel over {tp} GPUs", g["execution"])
+            prev = g
+        out = os.path.join(self.dir, "r.json")
+        for spec in ("dp=2", "tp=2,pp=2"):
+            rc, so, se = run("--config", LLAMA3_8B, "--generate", "8:8", "--gpu", "h100", "--parallel", spec, "--json", out)
+            self.assertEqual(rc, 2, se)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn("tp=N alone", se)
+            self.assertFalse(os.path.exists(out))
+
     def test_memory_warning_above_gpu_memory(self):
         rc, so, se = run("--config", LLAMA3_8B, "--generate", "8192:128", "--batch", "16", "--dtype", "fp16",
                          "--gpu", "l4", "--quiet")

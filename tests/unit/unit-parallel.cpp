@@ -86,6 +86,33 @@ TEST_CASE("parallel: ring all-reduce and point-to-point costs") {
   CHECK_THROWS_AS(link_for(g), InputError);
 }
 
+TEST_CASE("parallel: the all-reduce the libraries pick is the fastest form the link allows") {
+  Link nv;
+  nv.kind = "nvlink4";
+  nv.spec_gbps = 100;  // x 0.8 = 80 GB/s
+  Link pcie = nv;
+  pcie.kind = "pcie";
+  const double step = kLinkStepLatencyUs * 1e-3;
+  // 16 KB among 8 GPUs: latency-bound, one step of the one-shot beats 14 of the ring.
+  CHECK(allreduce_ms(16384, 8, nv) == doctest::Approx(7 * 16384 / 80e9 * 1e3 + step));
+  // 1 GB: bandwidth-bound; the two-shot moves the ring's bytes in 2 steps instead of 14.
+  CHECK(allreduce_ms(1e9, 8, nv) == doctest::Approx(1.75 * 1e9 / 80e9 * 1e3 + 2 * step));
+  // Never slower than the ring, and the ring alone over PCIe.
+  for (double bytes : {1e3, 1e5, 1e7, 1e9})
+    for (int n : {2, 4, 8}) {
+      CHECK(allreduce_ms(bytes, n, nv) <= ring_allreduce_ms(bytes, n, nv));
+      CHECK(allreduce_ms(bytes, n, pcie) == ring_allreduce_ms(bytes, n, pcie));
+    }
+  CHECK(allreduce_ms(1e6, 1, nv) == 0);
+}
+
+TEST_CASE("parallel: inference takes tensor parallelism alone") {
+  CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8")));
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("dp=2")), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,pp=2")), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,microbatches=2")), InputError);
+}
+
 TEST_CASE("parallel: --parallel spec parsing") {
   ParallelConfig c = parse_parallel("dp=2,tp=4,pp=3,microbatches=8,schedule=gpipe");
   CHECK(c.dp == 2);

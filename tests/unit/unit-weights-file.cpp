@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -30,6 +31,32 @@ struct TempDir {
   ~TempDir() { std::filesystem::remove_all(path); }
   void write(const std::string& text) const { write_file_atomic((path / "weights.json").string(), text); }
 };
+
+// A packed array of the file (base64 of little-endian doubles), decoded independently of the
+// loader; a JSON array of numbers as it is.
+std::vector<double> unpacked(const nlohmann::json& v) {
+  if (v.is_array()) return v.get<std::vector<double>>();
+  const std::string alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::vector<uint8_t> bytes;
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char ch : v.get<std::string>()) {
+    if (ch == '=') break;
+    acc = acc << 6 | uint32_t(alphabet.find(ch));
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes.push_back(uint8_t(acc >> bits));
+    }
+  }
+  std::vector<double> out(bytes.size() / 8);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint64_t u = 0;
+    for (int b = 7; b >= 0; --b) u = u << 8 | bytes[8 * i + size_t(b)];
+    std::memcpy(&out[i], &u, 8);
+  }
+  return out;
+}
 
 bool same(const ModelSet& a, const ModelSet& b) {
   if (a.info != b.info) return false;
@@ -63,20 +90,56 @@ TEST_CASE("weights file: the shipped weights read exactly like a reference JSON 
     REQUIRE(cm.nets.size() == nets.size());
     CHECK(cm.floor == j["classes"][name]["floor"].get<double>());
     for (size_t n = 0; n < nets.size(); ++n) {
-      CHECK(cm.nets[n].lo == nets[n]["lo"].get<std::vector<double>>());
-      CHECK(cm.nets[n].scale == nets[n]["scale"].get<std::vector<double>>());
+      CHECK(cm.nets[n].lo == unpacked(nets[n]["lo"]));
+      CHECK(cm.nets[n].scale == unpacked(nets[n]["scale"]));
       for (size_t l = 0; l < cm.nets[n].layers.size(); ++l) {
-        CHECK(cm.nets[n].layers[l].w == nets[n]["layers"][l]["w"].get<std::vector<double>>());
-        CHECK(cm.nets[n].layers[l].b == nets[n]["layers"][l]["b"].get<std::vector<double>>());
+        CHECK(cm.nets[n].layers[l].w == unpacked(nets[n]["layers"][l]["w"]));
+        CHECK(cm.nets[n].layers[l].b == unpacked(nets[n]["layers"][l]["b"]));
       }
     }
   }
-  // Saved and read back: identical; pretty-printed by another tool: identical.
+  // Saved and read back: identical; pretty-printed by another tool: identical; the arrays
+  // written as JSON numbers instead of packed: identical.
   TempDir t("neusight-unit-weights-file");
   save_model_set(m, t.path.string());
   CHECK(same(m, load_model_set(t.path.string())));
+  // The shipped file is what the trainer writes, byte for byte.
+  CHECK(read_text((t.path / "weights.json").string()) == read_text(dir + "/weights.json"));
   t.write(j.dump(2));
   CHECK(same(m, load_model_set(t.path.string())));
+  nlohmann::json plain = j;
+  for (auto& [name, cls] : plain["classes"].items())
+    for (auto& net : cls["nets"]) {
+      for (const char* k : {"lo", "hi", "mean", "scale"}) net[k] = unpacked(net[k]);
+      for (auto& layer : net["layers"])
+        for (const char* k : {"w", "b"}) layer[k] = unpacked(layer[k]);
+    }
+  t.write(plain.dump());
+  CHECK(same(m, load_model_set(t.path.string())));
+}
+
+TEST_CASE("weights file: minified with its schema; other schemas are refused in one line naming them") {
+  const std::string text = read_text(test::source_dir() + "/predictor/weights/weights.json");
+  CHECK(text.find('\n') == std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(text);
+  CHECK(j["schema"] == 9);
+  CHECK(j["classes"]["gemm"]["nets"][0]["layers"][0]["w"].is_string());
+  TempDir t("neusight-unit-weights-schema");
+  auto error = [&](const std::string& body) {
+    t.write(body);
+    try {
+      (void)load_model_set(t.path.string());
+    } catch (const RuntimeError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string later = error("{\"schema\": 10, \"classes\": {}}");
+  CHECK(later.find("weights.json: unknown weights schema 10, this build reads schema 9") != std::string::npos);
+  CHECK(later.find('\n') == std::string::npos);
+  const std::string old = error("{\"format\": \"neusight-weights-8\", \"classes\": {}}");
+  CHECK(old.find("weights schema 8") != std::string::npos);
+  CHECK(old.find("convert_weights.py") != std::string::npos);
 }
 
 TEST_CASE("weights file: escapes and unicode in strings, numbers in every JSON form") {
@@ -120,24 +183,35 @@ TEST_CASE("weights file: every truncation and corruption is a RuntimeError namin
   const char* bad[] = {
       "",
       "[]",
-      "{\"format\": \"neusight-weights-8\"}",                                      // no classes
-      "{\"format\": \"neusight-weights-8\", \"classes\": []}",                     // wrong type
-      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": \"x\"}}}",
-      "{\"format\": \"neusight-weights-8\", \"classes\": {}} trailing",
-      "{\"format\": \"neusight-weights-8\", \"info\": {\"a\": \"\\q\"}, \"classes\": {}}",
-      "{\"format\": \"neusight-weights-8\", \"info\": {\"a\": \"\\u12\"}, \"classes\": {}}",
-      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": 1e999}}}",
-      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": NaN}}}",
-      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": 01}}}",
-      "{\"format\": \"neusight-weights-8\", \"classes\": {\"gemm\": {\"floor\": -}}}",
-      "{\"format\": \"neusight-weights-8\" \"classes\": {}}",
-      "{\"format\": \"neusight-weights-8\", \"classes\": {,}}",
+      "{\"classes\": {}}",                                                        // no schema
+      "{\"schema\": 10, \"classes\": {}}",                                        // a later schema
+      "{\"schema\": \"9\", \"classes\": {}}",                                     // not a number
+      "{\"schema\": 9}",                                      // no classes
+      "{\"schema\": 9, \"classes\": []}",                     // wrong type
+      "{\"schema\": 9, \"classes\": {\"gemm\": {\"floor\": \"x\"}}}",
+      "{\"schema\": 9, \"classes\": {}} trailing",
+      "{\"schema\": 9, \"info\": {\"a\": \"\\q\"}, \"classes\": {}}",
+      "{\"schema\": 9, \"info\": {\"a\": \"\\u12\"}, \"classes\": {}}",
+      "{\"schema\": 9, \"classes\": {\"gemm\": {\"floor\": 1e999}}}",
+      "{\"schema\": 9, \"classes\": {\"gemm\": {\"floor\": NaN}}}",
+      "{\"schema\": 9, \"classes\": {\"gemm\": {\"floor\": 01}}}",
+      "{\"schema\": 9, \"classes\": {\"gemm\": {\"floor\": -}}}",
+      "{\"schema\": 9 \"classes\": {}}",
+      "{\"schema\": 9, \"classes\": {,}}",
   };
   for (const char* b : bad) CHECK_MESSAGE(fails_cleanly(b), b);
   // Nesting far beyond any weights file is refused, not recursed into.
   CHECK(fails_cleanly(std::string(100000, '[')));
   // A layer whose weights do not chain.
   nlohmann::json j = nlohmann::json::parse(good);
-  j["classes"]["gemm"]["nets"][0]["layers"][0]["w"].erase(0);
+  std::vector<double> w = unpacked(j["classes"]["gemm"]["nets"][0]["layers"][0]["w"]);
+  w.erase(w.begin());
+  j["classes"]["gemm"]["nets"][0]["layers"][0]["w"] = w;
   CHECK(fails_cleanly(j.dump()));
+  // Packed arrays that are not base64 of whole finite doubles.
+  for (const char* packed : {"AAAAAAAA8D8", "AAAAAAAA8D*=", "AAAA", "AAAAAAAA8H8=", "=AAAAAAAAAA="}) {
+    nlohmann::json k = nlohmann::json::parse(good);
+    k["classes"]["gemm"]["nets"][0]["lo"] = packed;
+    CHECK_MESSAGE(fails_cleanly(k.dump()), packed);
+  }
 }

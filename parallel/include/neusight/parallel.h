@@ -46,6 +46,11 @@ const char* schedule_name(PipelineSchedule s);
 // unless `mode` is training, the global batch is given (> 0) and divides evenly.
 int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
 
+// Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
+// GPUs, each running the whole batch. Throws InputError for dp, pp or microbatches, which
+// split training batches and stages.
+void check_inference_parallel(const ParallelConfig& config);
+
 // --- interconnect ------------------------------------------------------------------------
 // Achievable fraction of the link's spec bandwidth for large NCCL transfers (nccl-tests bus
 // bandwidth is about 0.75-0.85 of the NVLink per-direction peak on DGX A100 / H100 systems).
@@ -69,8 +74,20 @@ Link link_for(const Gpu& gpu, double override_gbps = 0);
 
 // Ring all-reduce among n GPUs: 2(n-1)/n * bytes / bandwidth + 2(n-1) step latencies.
 double ring_allreduce_ms(double bytes, int n, const Link& link);
+// All-reduce among n GPUs as the libraries pick it for the size (NCCL's tuner; the custom
+// all-reduce kernels of vLLM and TensorRT-LLM for small messages): the fastest of the ring,
+// a two-shot (reduce-scatter then all-gather, each GPU reading its peers' slices directly:
+// 2 steps, 2(n-1)/n x bytes) and a one-shot (each GPU reads every peer's whole buffer:
+// 1 step, (n-1) x bytes). The direct forms need every GPU to reach every peer at the link's
+// bandwidth (an NVLink switch, an Infinity Fabric full mesh); over PCIe the ring alone.
+double allreduce_ms(double bytes, int n, const Link& link);
 // One point-to-point send/receive.
 double p2p_ms(double bytes, const Link& link);
+
+// Gives each tensor-parallel all-reduce kernel (class collective) its all-reduce time
+// (allreduce_ms) among `tp` GPUs on `link`; other predictions are left as they are.
+void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,
+                                      const Link& link);
 
 // --- schedule arithmetic (pure, unit-tested) -----------------------------------------------
 // Idle fraction of a pipeline with equal stages and no communication: (pp-1)/(m+pp-1).

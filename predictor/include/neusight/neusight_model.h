@@ -132,9 +132,10 @@ constexpr double kIntervalZ = 1.2816;
 // standard deviation); the calibration of interval_log_sd absorbs what it misses.
 constexpr double kOutOfRangeLogSd = 0.1;
 
-// weights.json in `dir`. Throws RuntimeError naming the file when missing or malformed.
+// weights.json in `dir` (minified JSON with a "schema" version; this build reads schema 9).
+// Throws RuntimeError naming the file when missing, malformed or of another schema.
 ModelSet load_model_set(const std::string& dir);
-// Writes weights.json (atomically) into `dir` (created when missing).
+// Writes weights.json in schema 9 (atomically) into `dir` (created when missing).
 void save_model_set(const ModelSet& m, const std::string& dir);
 
 // ---- training -------------------------------------------------------------------------

@@ -63,6 +63,13 @@ struct GenerationReport {
   // what no decode step can beat.
   double weight_read_ms = 0;
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  // Tensor parallelism (--parallel tp=N): the GPUs one copy of the model runs on, their link,
+  // and one GPU's memory (its 1/tp of the split weights and of the KV heads). Every time
+  // above is then one GPU's, its TP all-reduces (class "collective") included, and
+  // weight_read_ms is one GPU's share of the weights over its bandwidth.
+  int tp = 1;
+  std::string link;
+  double memory_per_gpu_bytes = 0;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
   std::vector<double> step_ms;          // every decode step (interpolated), for charts
   std::map<std::string, double> prefill_by_class, decode_by_class;  // ms; decode: all steps

@@ -1,0 +1,158 @@
+// flags.cpp - the CLI's flag table and the usage text made from it (see flags.h).
+#include "flags.h"
+
+#include <cstdio>
+
+namespace neusight::cli {
+namespace {
+
+constexpr unsigned A = command_bit(Command::analyze), C = command_bit(Command::compare),
+                   K = command_bit(Command::kernels), E = command_bit(Command::export_model),
+                   G = command_bit(Command::gpus), T = command_bit(Command::train);
+
+// name, takes a value, metavar, help, commands, default.
+const std::vector<Flag> kFlags = {
+    // The model, its dims and the analysis options (parse_analysis_options, pipeline.h).
+    {"--gpu", true, "GPU[,GPU...]", "GPUs by name or alias (`neusight-onnx gpus`) or device JSON paths", A | C, ""},
+    {"--gpu", true, "GPU|from-row", "the GPU of every row, or from-row: each row's Device column", K, ""},
+    {"--config", true, "HF_CONFIG.json", "build the model from a Hugging Face config.json", A | E, ""},
+    {"--batch", true, "N", "batch size (binds the first symbolic dim)", A | C | E, ""},
+    {"--seq", true, "N", "sequence length (binds the second symbolic dim)", A | C | E, ""},
+    {"--dim", true, "NAME=VALUE", "bind a named symbolic dim (repeatable)", A | C, ""},
+    {"--shape", true, "INPUT=1x3x224x224", "set an input's whole shape (repeatable, comma lists)", A | C, ""},
+    {"--value", true, "INPUT=V", "set a scalar input's value (repeatable, comma lists)", A | C, ""},
+    {"--mode", true, "inference|training", "forward pass, or forward + backward + optimizer", A | C, "inference"},
+    {"--dtype", true, "auto|fp32|tf32|fp16|bf16|fp8", "compute precision; auto: the model's own", A | C, "auto"},
+    {"--fusion", true, "none|eager|full", "kernel fusion: none, PyTorch eager, or compiled", A | C, "eager"},
+    {"--predictor", true, "neusight|neusight-paper|roofline", "the latency predictor", A | C | K, "neusight"},
+    {"--weights", true, "DIR", "NeuSight weights folder (default: the bundled ones)", A | C | K, ""},
+    {"--timing", true, "device|kernel|eager", "kernel times back to back, GPU time alone, or eager launches", A | C, "device"},
+    {"--timing", true, "eager|device|kernel", "what the rows' measured times include", K, "eager"},
+    {"--generate", true, "PROMPT:NEW", "LLM generation: a prefill of PROMPT tokens, NEW decode steps", A | C, ""},
+    {"--parallel", true, "dp=N,tp=N,pp=N[,...]", "one training iteration on dp x tp x pp GPUs", A, ""},
+    {"--link-bw", true, "GBPS", "inter-GPU link bandwidth in GB/s (with --parallel)", A, ""},
+    // Outputs of the main job and compare.
+    {"--json", true, "FILE", "write the report as JSON", A | C, ""},
+    {"--html", true, "FILE", "write a self-contained HTML report", A | C, ""},
+    {"--csv", true, "FILE", "write one CSV row per node", A, ""},
+    {"--csv-kernels", false, "", "--csv writes one row per kernel", A, ""},
+    {"--out", true, "ANNOTATED.onnx", "write the model with each node's latency in its doc_string", A, ""},
+    {"--top", true, "N", "show the N slowest nodes; 0 shows all", A, "0"},
+    {"--top", true, "N", "list the N nodes whose latency changed most", C, "10"},
+    {"--group", true, "node|layer", "one table row per node, or per layer", A, "node"},
+    {"--quiet", false, "", "print nothing on stdout", A | C | T, ""},
+    {"--no-color", false, "", "no colors on a terminal", A | C, ""},
+    // kernels
+    {"--csv", true, "IN.csv", "the dataset-format kernel CSV to predict", K, ""},
+    {"--out", true, "OUT.csv", "the CSV written: the rows with the predictions appended", K, ""},
+    {"--devices", true, "DIR", "device JSONs for the rows' Device names", K, ""},
+    // export
+    {"-o", true, "MODEL.onnx", "the ONNX file written (weights as external-data stubs)", E, ""},
+    {"--out", true, "MODEL.onnx", "the same as -o", E, ""},
+    {"--kv-cache", false, "", "one decode step with past_key_values inputs", E, ""},
+    // gpus
+    {"--db", true, "GPUS.json", "read this GPU database instead of the built-in one", G, ""},
+    {"--json", false, "", "print every entry as JSON", G, ""},
+    // train
+    {"--data", true, "DIR", "the neusight-data folder (kernels/train)", T, ""},
+    {"--out", true, "DIR", "the folder written: weights.json and MANIFEST", T, ""},
+    {"--devices", true, "GPU[,GPU...]", "training GPUs (default: the five of the dataset)", T, ""},
+    {"--seed", true, "N", "random seed (training is deterministic for it)", T, "1"},
+    {"--epochs", true, "N", "training epochs", T, "60"},
+    {"--hidden", true, "N[,CLASS=N...]", "hidden units per layer, per class if named", T, "64"},
+    {"--layers", true, "N", "hidden layers", T, "3"},
+    {"--batch", true, "N", "mini-batch size", T, "256"},
+    {"--lr", true, "RATE", "Adam learning rate, in (0, 1)", T, "0.002"},
+    {"--ensemble", true, "N[,CLASS=N...]", "networks per class ensemble, per class if named", T, "1"},
+    {"--max-rows", true, "N", "at most N evenly strided rows per CSV; 0 reads all", T, "0"},
+    {"--ops", true, "OP[,OP...]", "the dataset's op folders read",
+     T, "linear,bmm,add,addu,sub,mul,mulu,div,divu,pow,powu,relu,gelu,tanh,softmax,ln"},
+    {"--classes", true, "CLASS[,CLASS...]", "the utilization classes trained", T, "gemm,elementwise,softmax,layernorm"},
+    {"--formulation", true, "neusight|neusight-paper", "the product's model or the published one", T, "neusight"},
+};
+
+struct CommandInfo {
+  Command command;
+  const char* name;
+  const char* synopsis;  // after "neusight-onnx "
+  const char* summary;
+};
+
+const CommandInfo kCommandInfo[] = {
+    {Command::analyze, "",
+     "MODEL.onnx --gpu GPU[,GPU...] [options]\n"
+     "       neusight-onnx --config HF_CONFIG.json (--batch N --seq N | --generate PROMPT:NEW) --gpu GPU [options]\n"
+     "       neusight-onnx <command> [options]   (neusight-onnx <command> --help lists its options)",
+     "predict a model's latency on one or more GPUs"},
+    {Command::gpus, "gpus", "gpus [--json] [--db GPUS.json]", "list the GPU database with aliases"},
+    {Command::export_model, "export", "export --config HF_CONFIG.json [--kv-cache] -o MODEL.onnx",
+     "write the graph built from a Hugging Face config"},
+    {Command::compare, "compare", "compare A.onnx B.onnx [...] --gpu GPU[,GPU...] [options]",
+     "compare model variants across GPUs (speed-up, class deltas)"},
+    {Command::kernels, "kernels", "kernels --gpu GPU|from-row --csv IN.csv --out OUT.csv [options]",
+     "predict each row of a dataset-format kernel CSV"},
+    {Command::train, "train", "train --data DIR --out WEIGHTS_DIR [options]",
+     "train the NeuSight utilization MLPs on the dataset"},
+};
+
+constexpr size_t kFlagColumn = 32;  // width of "--flag METAVAR" in the usage text
+
+const CommandInfo& info(Command c) {
+  for (const auto& i : kCommandInfo)
+    if (i.command == c) return i;
+  return kCommandInfo[0];
+}
+
+}  // namespace
+
+const std::vector<Flag>& flag_table() { return kFlags; }
+
+std::vector<const Flag*> flags_of(Command c) {
+  std::vector<const Flag*> out;
+  for (const Flag& f : kFlags)
+    if (f.commands & command_bit(c)) out.push_back(&f);
+  return out;
+}
+
+const Flag* find_flag(Command c, const std::string& name) {
+  for (const Flag& f : kFlags)
+    if ((f.commands & command_bit(c)) && name == f.name) return &f;
+  return nullptr;
+}
+
+const char* command_name(Command c) { return info(c).name; }
+
+const std::vector<Command>& subcommands() {
+  static const std::vector<Command> out = [] {
+    std::vector<Command> v;
+    for (const auto& i : kCommandInfo)
+      if (i.command != Command::analyze) v.push_back(i.command);
+    return v;
+  }();
+  return out;
+}
+
+const char* command_summary(Command c) { return info(c).summary; }
+
+std::string usage_text(Command c) {
+  std::string out = std::string("usage: neusight-onnx ") + info(c).synopsis + "\noptions:\n";
+  for (const Flag* f : flags_of(c)) {
+    const std::string lhs = std::string(f->name) + (f->takes_value ? std::string(" ") + f->metavar : "");
+    // A long flag and metavar puts the help on the next line, aligned with the others.
+    out += "  " + lhs + (lhs.size() > kFlagColumn ? "\n" + std::string(kFlagColumn + 3, ' ')
+                                                  : std::string(kFlagColumn + 1 - lhs.size(), ' '));
+    out += f->help;
+    if (*f->fallback) out += std::string(" (default ") + f->fallback + ")";
+    out += "\n";
+  }
+  if (c != Command::analyze) return out;
+  out += "commands:\n";
+  for (Command s : subcommands()) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-10s %s\n", command_name(s), command_summary(s));
+    out += line;
+  }
+  return out + "  --version  print the version\n";
+}
+
+}  // namespace neusight::cli
