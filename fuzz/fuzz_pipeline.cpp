@@ -38,7 +38,7 @@ void run_pipeline(const std::string& bytes) {
   static const Gpu gpu = GpuDatabase::builtin().resolve("b200");
   Options opt;
   opt.dims = small_bindings(loaded.model.graph);
-  opt.predictor = "roofline";
+  opt.predictor = PredictorKind::roofline;
   // Unbound dims without a name ("?" dims) make bind_dims throw InputError; that is fine.
   const Analysis a = prepare(loaded, opt);
   Report r = predict(a, loaded.model, gpu, opt);

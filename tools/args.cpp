@@ -110,9 +110,9 @@ Options parse_analysis_options(const Args& args) {
       throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
     opt.dtype = *parsed;
   }
-  opt.predictor = args.get("--predictor");
-  if (!is_predictor_name(opt.predictor))
-    throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + opt.predictor + "'");
+  const std::string predictor = args.get("--predictor");
+  if (!parse_predictor_kind(predictor, opt.predictor))
+    throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + predictor + "'");
   opt.weights_dir = args.get("--weights");
   const std::string timing = args.get("--timing");
   if (!parse_timing(timing, opt.timing))

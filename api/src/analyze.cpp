@@ -115,7 +115,9 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
     const auto hints = onnx_shape_hints(loaded, a.graph);
     a.shapes = infer_shapes(a.graph, loaded.model, &hints);
   }
-  a.shapes.warnings.insert(a.shapes.warnings.begin(), bind_warnings.begin(), bind_warnings.end());
+  std::vector<Warning> warnings;
+  for (const auto& w : bind_warnings) warnings.push_back(Warning{WarningCode::binding, w});
+  a.shapes.warnings.insert(a.shapes.warnings.begin(), warnings.begin(), warnings.end());
   LoweringOptions lo;
   lo.mode = options.mode;
   lo.fusion = options.fusion;
@@ -155,7 +157,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   r.gpu = gpu;
   r.model_name = model.path.empty() ? model.graph.name : std::filesystem::path(model.path).filename().string();
   r.predictor = predictor->name();
-  if (options.predictor != "roofline") r.timing = timing_name(options.timing);
+  if (options.predictor != PredictorKind::roofline) r.timing = timing_name(options.timing);
   r.mode = options.mode;
   r.fusion = options.fusion;
   std::tie(r.dtype, r.dtype_source) = model_dtype(a.graph, options.dtype);
@@ -164,7 +166,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   std::set<std::string> unknown(a.kernels.unknown_ops.begin(), a.kernels.unknown_ops.end());
   unknown.insert(a.shapes.unknown_ops.begin(), a.shapes.unknown_ops.end());
   for (const auto& w : a.shapes.warnings)
-    if (a.shapes.unknown_ops.empty() || w.rfind("no shape rule for: ", 0) != 0) r.warnings.push_back(w);
+    if (a.shapes.unknown_ops.empty() || w.code != WarningCode::no_shape_rule) r.warnings.push_back(w.message);
   for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
   if (std::any_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::gemm; }))
     for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);

@@ -14,7 +14,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-double elem_size(DType t) { return std::max(1, dtype_bits(t)) / 8.0; }
 
 // The element type a tensor is held in under the options (--dtype forces float tensors).
 DType held_dtype(const TensorInfo& t, const Options& o) {
@@ -23,7 +22,7 @@ DType held_dtype(const TensorInfo& t, const Options& o) {
 
 double tensor_bytes(const TensorInfo* t, const Options& o) {
   if (!t || !t->fully_known()) return 0;
-  return double(t->num_elements()) * elem_size(held_dtype(*t, o));
+  return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
 }
 
 // Weights: every initializer that is not a small integer constant; the embedding table is
@@ -181,7 +180,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   const DType kv_dtype = options.dtype != DType::undefined ? options.dtype : d.kv_dtype;
   // Exactly 2 (K and V) x layers x KV heads x head size x tokens x batch x element size.
   a.kv_cache_bytes = 2.0 * double(d.layers) * double(d.kv_heads) * double(d.head_dim) *
-                     double(gen.prompt + gen.new_tokens) * double(a.batch) * elem_size(kv_dtype);
+                     double(gen.prompt + gen.new_tokens) * double(a.batch) * element_bytes(kv_dtype);
   return a;
 }
 

@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
     else if (f == "--batch") opt.dims.batch = std::atoll(v.c_str());
     else if (f == "--seq") opt.dims.seq = std::atoll(v.c_str());
     else if (f == "--repeat") repeat = std::max(1, std::atoi(v.c_str()));
-    else if (f == "--predictor") opt.predictor = v;
+    else if (f == "--predictor" && parse_predictor_kind(v, opt.predictor)) continue;
     else {
       std::fprintf(stderr, "unknown option %s\n", f.c_str());
       return 2;
@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
                 "\"predict_ms\": %.3f, \"json_ms\": %.3f, \"json_bytes\": %zu, \"weights_ms\": %.3f, "
                 "\"weights_bytes\": %zu, \"predictor\": \"%s\", \"e2e_latency_ms\": %.6f}\n",
                 nodes, kernels, median(parse), median(load), median(prep), median(pred), median(json), json_bytes,
-                median(weights), size_t(weights_bytes), opt.predictor.c_str(), e2e);
+                median(weights), size_t(weights_bytes), predictor_kind_name(opt.predictor), e2e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "analysis_speed_stages: %s\n", e.what());
     return 1;

@@ -378,12 +378,12 @@ int main(int argc, char** argv) {
       const LoadedModel m = build_model(cfg);
       const Analysis a = prepare(m, o);
       Options orf = o;
-      orf.predictor = "roofline";
+      orf.predictor = PredictorKind::roofline;
       const Report rf = predict(a, m.model, gpu, orf);
       std::optional<Report> ns;
       if (have_ns) {
         Options on = o;
-        on.predictor = "neusight";
+        on.predictor = PredictorKind::neusight;
         ns = predict(a, m.model, gpu, on);
       }
       const std::string group = r.fusion ? "fusion" : r.mode;
@@ -450,7 +450,7 @@ int main(int argc, char** argv) {
         std::map<std::string, double> pns;
         if (have_ns) {
           Options on = o;
-          on.predictor = "neusight";
+          on.predictor = PredictorKind::neusight;
           pns = by_class(predict(a1, m1.model, gpu, on));
         }
         const std::string g = short_gpu(r.gpu_dir);

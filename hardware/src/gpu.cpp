@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -155,6 +156,19 @@ double Gpu::gemm_peak_gflops(DType compute) const {
   if ((compute == DType::f32 || compute == DType::undefined) && fp32_matrix_gflops > fp32_gflops)
     return fp32_matrix_gflops;
   return peak_gflops(compute);
+}
+
+bool has_matrix_units(const Gpu& gpu, DType dtype) {
+  if (gpu.vendor == "nvidia" && gpu.arch.rfind("sm_", 0) == 0 && std::atoi(gpu.arch.c_str() + 3) < 70) return false;
+  switch (dtype) {
+    case DType::tf32: return gpu.tf32_gflops > 0;
+    case DType::f16: return gpu.fp16_gflops > 0;
+    case DType::bf16: return gpu.bf16_gflops > 0;
+    case DType::i8: case DType::u8: return gpu.int8_gops > 0;
+    case DType::u4: case DType::i4: return gpu.fp16_gflops > 0;
+    case DType::f32: case DType::undefined: return gpu.fp32_matrix_gflops > gpu.fp32_gflops;
+    default: return is_fp8(dtype) && gpu.fp8_gflops > 0;
+  }
 }
 
 namespace {

@@ -20,11 +20,11 @@ int64_t dim(const TensorInfo* t, size_t i) {
 void emit_attention_core(LowerCtx& c, int64_t bh, int64_t s, int64_t l, int64_t hd, int64_t hd_v,
                          const std::string& note) {
   const DType dt = c.dtype(c.in(0));
-  const double eb = elem_bytes(dt);
+  const double eb = element_bytes(dt);
   auto bmm = [&](int64_t m, int64_t n, int64_t k, const std::string& what) {
     Kernel kr = c.base(KernelClass::gemm, "bmm");
     kr.dtype = dt;
-    kr.gemm = {bh, m, n, k};
+    kr.gemm = {bh, m, n, k, true};
     kr.flops = 2.0 * double(bh) * m * n * k;
     kr.bytes = double(bh) * (double(m) * k + double(k) * n + double(m) * n) * eb;
     kr.operand_elems = {bh * m * k, bh * k * n};
@@ -52,7 +52,7 @@ int64_t scalar_value(const TensorInfo* t) {
 // reading the cos/sin rows of each token.
 void emit_fused_rotary(LowerCtx& c, int64_t tokens, int64_t heads, int64_t hd) {
   const DType dt = c.dtype(c.in(0));
-  const double eb = elem_bytes(dt);
+  const double eb = element_bytes(dt);
   Kernel k = c.base(KernelClass::elementwise, "rotary");
   k.dtype = dt;
   k.rows = tokens;
@@ -69,7 +69,7 @@ void emit_fused_rotary(LowerCtx& c, int64_t tokens, int64_t heads, int64_t hd) {
 void emit_kv_concat(LowerCtx& c, const TensorInfo* past_k, const TensorInfo* present_k) {
   if (!past_k || numel(past_k) == 0) return;
   Kernel k = c.base(KernelClass::memory, "concat");
-  const double eb = elem_bytes(c.dtype(c.in(0)));
+  const double eb = element_bytes(c.dtype(c.in(0)));
   const double present = present_k && present_k->fully_known() ? double(numel(present_k)) : double(numel(past_k));
   k.rows = 1;
   k.cols = static_cast<int64_t>(present);
@@ -93,7 +93,7 @@ void lower_ms_attention(LowerCtx& c) {
   emit_gemm(c, "linear", {1, B * S, out3, in_h}, double(numel(x)), double(numel(w)), 0, 1, "QKV projection");
   if (const TensorInfo* bias = c.in(2)) {
     c.out.back().epilogue = "bias";
-    c.out.back().bytes += double(numel(bias)) * elem_bytes(c.out.back().dtype);
+    c.out.back().bytes += double(numel(bias)) * element_bytes(c.out.back().dtype);
   }
   const TensorInfo* past = c.in(4);
   const int64_t P = dim(past, 3) > 0 ? dim(past, 3) : 0;
@@ -160,7 +160,7 @@ void lower_gqa(LowerCtx& c) {
   if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, heads + kv_heads, hd);
   if (flash_attention_applies(c.opt, c.dtype(q))) {  // --fusion full: as onnxruntime's flash kernel runs it (causal)
     FlashProblem f{c.dtype(q), B, heads, kv_heads, S, L, hd, hd, true, 0.0, "GroupQueryAttention: "};
-    if (past && numel(past) > 0) f.appended_bytes = 2.0 * double(B * kv_heads * S * hd) * elem_bytes(f.dtype);
+    if (past && numel(past) > 0) f.appended_bytes = 2.0 * double(B * kv_heads * S * hd) * element_bytes(f.dtype);
     emit_flash_kernel(c, f, c.out);
     return;
   }
@@ -224,7 +224,7 @@ void lower_packed_attention(LowerCtx& c) {
   emit_gemm(c, "linear", {1, T, out3, din}, double(numel(x)), double(numel(w)), 0, 1, "QKV projection, packed tokens");
   if (const TensorInfo* bias = c.in(2)) {
     c.out.back().epilogue = "bias";
-    c.out.back().bytes += double(numel(bias)) * elem_bytes(c.out.back().dtype);
+    c.out.back().bytes += double(numel(bias)) * element_bytes(c.out.back().dtype);
   }
   const int64_t B = off->shape[0].value, S = off->shape[1].value;
   emit_attention_core(c, B * heads, S, S, qh / heads, vh / heads, "fused PackedAttention");
@@ -334,7 +334,7 @@ void lower_rnn(LowerCtx& c) {
   const std::string cell = c.n.op_type == "LSTM" ? "lstm" : c.n.op_type == "GRU" ? "gru" : "rnn";
   const double gate_ops = cell == "lstm" ? 12 : cell == "gru" ? 10 : 2;  // per hidden unit
   const DType dt = c.dtype(x);
-  const double eb = elem_bytes(dt);
+  const double eb = element_bytes(dt);
   for (int64_t d = 0; d < dirs; ++d) {
     const std::string dir = dirs == 2 ? (d == 0 ? "forward " : "reverse ") : "";
     emit_gemm(c, "linear", {1, S * B, gates * hidden, I}, double(S * B * I), double(gates * hidden * I), 0, 1,

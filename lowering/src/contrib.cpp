@@ -29,14 +29,14 @@ void lower_rotary(LowerCtx& c) {
   }
   Kernel k = c.base(KernelClass::elementwise, "rotary");
   rows_cols(y, k.rows, k.cols);
-  const double e = double(numel(x)), eb = elem_bytes(k.dtype);
+  const double e = double(numel(x)), eb = element_bytes(k.dtype);
   // Tokens: B x S ([B, S, hidden], [B, S, N, H] or [B, N, S, H]).
   const size_t r = x->shape.size();
   const int64_t seq = r == 4 && dim(x, 1) == c.n.attr_i("num_heads", -1) ? dim(x, 2) : dim(x, 1);
   const double tokens = double(x->shape[0].value) * double(std::max<int64_t>(seq, 1));
   const double half = std::max<int64_t>(dim(cos, cos && cos->shape.size() >= 1 ? cos->shape.size() - 1 : 0), 0);
   k.flops = 3 * e;
-  k.bytes = 2 * e * eb + 2 * tokens * half * elem_bytes(c.dtype(cos)) + tensor_bytes(c, pos);
+  k.bytes = 2 * e * eb + 2 * tokens * half * element_bytes(c.dtype(cos)) + tensor_bytes(c, pos);
   k.operand_elems = {numel(x)};
   k.inputs = 2;
   k.note = "rotary position embedding";
@@ -60,10 +60,10 @@ void lower_gather_block_quantized(LowerCtx& c) {
   const double e = double(numel(y));
   Kernel k = c.base(KernelClass::memory, "gather");
   rows_cols(y, k.rows, k.cols);
-  const double scale_b = scales ? elem_bytes(c.dtype(scales)) : 2.0;
+  const double scale_b = scales ? element_bytes(c.dtype(scales)) : 2.0;
   const double zp = c.in(3) ? e / double(block) * (bits / 8.0) : 0;
   k.flops = 2 * e;
-  k.bytes = e * (bits / 8.0) + e / double(block) * scale_b + zp + tensor_bytes(c, idx) + e * elem_bytes(k.dtype);
+  k.bytes = e * (bits / 8.0) + e / double(block) * scale_b + zp + tensor_bytes(c, idx) + e * element_bytes(k.dtype);
   k.operand_elems = {numel(idx)};
   k.note = std::to_string(bits) + "-bit rows dequantized in the gather";
   c.out.push_back(k);
@@ -77,7 +77,7 @@ void lower_gemm_fast_gelu(LowerCtx& c) {
   Kernel& k = c.out.back();
   const TensorInfo* bias = c.in(2);
   k.epilogue = bias ? "bias+gelu" : "gelu";
-  if (bias) k.bytes += double(numel(bias)) * elem_bytes(k.dtype);
+  if (bias) k.bytes += double(numel(bias)) * element_bytes(k.dtype);
   k.note = k.note.empty() ? "FastGelu epilogue" : k.note + "; FastGelu epilogue";
 }
 
@@ -113,7 +113,7 @@ void lower_moe(LowerCtx& c) {
     return;
   }
   const DType act = c.dtype(x);
-  const double eb = elem_bytes(act);
+  const double eb = element_bytes(act);
   const double routed = double(rows) * double(top_k);
   const int64_t per_expert = static_cast<int64_t>(std::ceil(routed / double(experts)));
 
@@ -122,7 +122,7 @@ void lower_moe(LowerCtx& c) {
   topk.rows = rows;
   topk.cols = experts;
   topk.flops = double(rows) * double(experts) * 2;
-  topk.bytes = double(numel(router)) * elem_bytes(c.dtype(router)) + double(rows) * double(top_k) * (eb + 4);
+  topk.bytes = double(numel(router)) * element_bytes(c.dtype(router)) + double(rows) * double(top_k) * (eb + 4);
   topk.operand_elems = {numel(router)};
   topk.note = "router top-" + std::to_string(top_k) + " of " + std::to_string(experts) + " experts";
   c.out.push_back(topk);
@@ -131,7 +131,7 @@ void lower_moe(LowerCtx& c) {
   auto ffn = [&](int input, int64_t n, int64_t k, const std::string& what) {
     Kernel g = c.base(KernelClass::gemm, "bmm");
     g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : act;
-    g.gemm = {experts, per_expert, n, k};
+    g.gemm = {experts, per_expert, n, k, true};
     g.flops = 2.0 * routed * double(n) * double(k);
     g.bytes = routed * double(k) * eb + double(experts) * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
     g.operand_elems = {static_cast<int64_t>(routed) * k, experts * n * k};

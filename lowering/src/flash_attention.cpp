@@ -53,7 +53,7 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
     const int pi = it->second;
     const Node& p = g.nodes[static_cast<size_t>(pi)];
     if (p.inputs.empty() || p.outputs.empty()) break;
-    const bool free = !plan.free_reason[static_cast<size_t>(pi)].empty();
+    const bool free = plan.free_reason[static_cast<size_t>(pi)] != FreeReason::none;
     if (free && (p.op_type == "Transpose" || p.op_type == "Reshape" || p.op_type == "Unsqueeze" ||
                  p.op_type == "Squeeze" || p.op_type == "Identity")) {
       t = p.inputs[0];
@@ -79,7 +79,7 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
         auto nit = plan.producer.find(p.inputs[1]);
         if (nit != plan.producer.end()) {
           const Node& np = g.nodes[static_cast<size_t>(nit->second)];
-          if (np.op_type == "Transpose" && plan.free_reason[static_cast<size_t>(nit->second)].empty() &&
+          if (np.op_type == "Transpose" && plan.free_reason[static_cast<size_t>(nit->second)] == FreeReason::none &&
               single_consumer(cons, p.inputs[1]) == pi)
             o.absorbed.push_back(nit->second);
         }
@@ -115,7 +115,7 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
     if (ci < 0) return false;
     const Node& c = g.nodes[static_cast<size_t>(ci)];
     if (c.outputs.empty()) return false;
-    const bool free = !plan.free_reason[static_cast<size_t>(ci)].empty();
+    const bool free = plan.free_reason[static_cast<size_t>(ci)] != FreeReason::none;
     if (!softmax && (c.op_type == "Div" || c.op_type == "Mul") && c.inputs.size() == 2) {
       const std::string& other = c.inputs[0] == cur ? c.inputs[1] : c.inputs[0];
       if (!scalar_const(g, other) || (c.op_type == "Div" && c.inputs[0] != cur)) return false;
@@ -146,7 +146,7 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
   const int mi = single_consumer(cons, g.nodes[static_cast<size_t>(av)].outputs[0]);
   if (mi >= 0) {
     const Node& mt = g.nodes[static_cast<size_t>(mi)];
-    if (mt.op_type == "Transpose" && plan.free_reason[static_cast<size_t>(mi)].empty() &&
+    if (mt.op_type == "Transpose" && plan.free_reason[static_cast<size_t>(mi)] == FreeReason::none &&
         mt.attr_ints("perm") == std::vector<int64_t>{0, 2, 1, 3}) {
       nodes.push_back(mi);
       last = mi;
@@ -159,7 +159,7 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
   }
   std::sort(nodes.begin(), nodes.end());
   nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
-  grp = Group{"flash_attention", nodes, qk, last};
+  grp = Group{GroupKind::flash_attention, nodes, qk, last};
   return true;
 }
 
@@ -206,10 +206,10 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
             if (c < 0 || !set.count(c)) closed = false;
         }
     for (int ni : nodes)
-      if (!plan.free_reason[static_cast<size_t>(ni)].empty()) closed = false;
+      if (plan.free_reason[static_cast<size_t>(ni)] != FreeReason::none) closed = false;
     if (!closed) continue;
     const int tp = producer(x);
-    if (tp >= 0 && node(tp).op_type == "Transpose" && plan.free_reason[static_cast<size_t>(tp)].empty()) {
+    if (tp >= 0 && node(tp).op_type == "Transpose" && plan.free_reason[static_cast<size_t>(tp)] == FreeReason::none) {
       auto it = cons.find(x);
       bool inside = it != cons.end();
       if (inside)
@@ -218,7 +218,7 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
       if (inside) nodes.push_back(tp);
     }
     std::sort(nodes.begin(), nodes.end());
-    grp = Group{"rotary", nodes, add_i, add_i};
+    grp = Group{GroupKind::rotary, nodes, add_i, add_i};
     return true;
   }
   return false;
@@ -231,7 +231,7 @@ bool flash_attention_applies(const LoweringOptions& opt, DType dt) {
 void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out) {
   Kernel kr = c.base(KernelClass::gemm, "flash_attention");
   kr.dtype = f.dtype;
-  const double eb = elem_bytes(f.dtype);
+  const double eb = element_bytes(f.dtype);
   const int64_t bh = f.batch * f.heads;
   const double all = double(f.queries) * double(f.keys);
   // Causal: query i (at position keys - queries + i) sees keys - queries + i + 1 keys, the
@@ -305,7 +305,7 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
     }
   }
   for (const Operand* op : {&k, &v})
-    if (op->appended) f.appended_bytes += double(numel(op->appended)) * elem_bytes(f.dtype);
+    if (op->appended) f.appended_bytes += double(numel(op->appended)) * element_bytes(f.dtype);
   const size_t before = out.size();
   emit_flash_kernel(c, f, out);
   for (size_t i = before; i < out.size(); ++i)

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "internal.h"
+#include "neusight/op_traits.h"
 
 namespace neusight::lowering_detail {
 namespace {
@@ -28,16 +29,11 @@ const std::set<std::string>& gemm_ops() {
   return s;
 }
 
-// Elementwise ops (one output element from the same position of each broadcast input).
-const std::set<std::string>& pointwise_ops() {
-  static const std::set<std::string> s = {
-      "Add", "Sub", "Mul", "Div", "Pow", "Relu", "Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Tanh", "Sigmoid",
-      "Exp", "Log", "Sqrt", "Erf", "Neg", "Abs", "Reciprocal", "Max", "Min", "Clip", "LeakyRelu", "Elu", "Selu",
-      "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish", "Sin", "Cos", "Floor", "Ceil", "Round",
-      "Sign", "PRelu", "Sum", "Mean", "BiasAdd", "Swish", "Silu", "Equal", "Less", "Greater", "LessOrEqual",
-      "GreaterOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf", "Cast", "CastLike", "Dropout",
-      "BatchNormalization", "QuantizeLinear", "DequantizeLinear", "ThresholdedRelu", "Softsign"};
-  return s;
+// Pointwise for fusion (op_traits.h): one output element from the same position of each
+// broadcast input.
+bool pointwise(const Node& n) {
+  const OpTraits* t = find_op_traits(n.domain, n.op_type);
+  return t && t->fusible;
 }
 
 const std::set<std::string>& rowwise_ops() {
@@ -56,8 +52,8 @@ bool same_dims(const Shape& a, const Shape& b) {
 }
 
 // Ops that read only some of what feeds them from elsewhere (never absorbed backwards).
-bool is_broadcasting_consumer(const std::string& op) {
-  return pointwise_ops().count(op) || op == "Where";
+bool is_broadcasting_consumer(const Node& n) {
+  return pointwise(n) || n.op_type == "Where";
 }
 
 const TensorInfo* tensor(const Graph& g, const std::string& name) { return name.empty() ? nullptr : g.find(name); }
@@ -167,7 +163,7 @@ bool match_bias_gemm(const Graph& g, const Consumers& cons, const Plan& plan, in
   const TensorInfo* y = tensor(g, m.outputs[0]);
   if (!b || !y || !b->fully_known() || !y->fully_known() || b->shape.size() != 2) return false;
   const int ai = single_consumer(cons, m.outputs[0]);
-  if (ai < 0 || !plan.free_reason[static_cast<size_t>(ai)].empty()) return false;
+  if (ai < 0 || plan.free_reason[static_cast<size_t>(ai)] != FreeReason::none) return false;
   const Node& add = g.nodes[static_cast<size_t>(ai)];
   if (add.op_type != "Add" || add.inputs.size() != 2) return false;
   const std::string& other = add.inputs[0] == m.outputs[0] ? add.inputs[1] : add.inputs[0];
@@ -175,7 +171,7 @@ bool match_bias_gemm(const Graph& g, const Consumers& cons, const Plan& plan, in
   const TensorInfo* z = add.outputs.empty() ? nullptr : tensor(g, add.outputs[0]);
   if (!bias || !bias->is_initializer || !z || !z->fully_known()) return false;
   if (bias->num_elements() != b->shape[1].value || z->num_elements() != y->num_elements()) return false;
-  grp = Group{"bias_gemm", {mi, ai}, mi, ai};
+  grp = Group{GroupKind::bias_gemm, {mi, ai}, mi, ai};
   return true;
 }
 
@@ -251,7 +247,7 @@ bool match_layernorm(const Graph& g, const Consumers& cons, int r1, Group& grp) 
       for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs)
         if (!consumed_only_by(cons, o, set)) return false;
   std::sort(nodes.begin(), nodes.end());
-  grp = Group{"layernorm", nodes, last, nodes.back()};
+  grp = Group{GroupKind::layernorm, nodes, last, nodes.back()};
   return true;
 }
 
@@ -304,27 +300,27 @@ bool match_rmsnorm(const Graph& g, const Consumers& cons, int pi, Group& grp) {
     }
   }
   std::sort(nodes.begin(), nodes.end());
-  grp = Group{"rmsnorm", nodes, last, nodes.back()};
+  grp = Group{GroupKind::rmsnorm, nodes, last, nodes.back()};
   return true;
 }
 
 // Single-input pointwise islands: every input of every member is x, a scalar constant or
 // a member's output, and exactly one member output leaves. Classified by op counts.
 struct IslandPattern {
-  const char* kind;
+  GroupKind kind;
   std::map<std::string, int> ops;
   bool eager;  // one kernel in PyTorch eager (nn.GELU, nn.SiLU); else only --fusion full
 };
 
 const std::vector<IslandPattern>& island_patterns() {
   static const std::vector<IslandPattern> p = {
-      {"gelu", {{"Div", 1}, {"Erf", 1}, {"Add", 1}, {"Mul", 2}}, true},   // x*0.5*(1+erf(x/sqrt2))
-      {"gelu", {{"Erf", 1}, {"Add", 1}, {"Mul", 3}}, true},               // erf(x*0.7071...)
-      {"silu", {{"Sigmoid", 1}, {"Mul", 1}}, true},                       // x*sigmoid(x)
+      {GroupKind::gelu, {{"Div", 1}, {"Erf", 1}, {"Add", 1}, {"Mul", 2}}, true},   // x*0.5*(1+erf(x/sqrt2))
+      {GroupKind::gelu, {{"Erf", 1}, {"Add", 1}, {"Mul", 3}}, true},               // erf(x*0.7071...)
+      {GroupKind::silu, {{"Sigmoid", 1}, {"Mul", 1}}, true},                       // x*sigmoid(x)
       // HF gelu_new / NewGELU (python tanh form): 8 eager kernels in the traced GPT-2 opgraph.
-      {"gelu_tanh", {{"Pow", 1}, {"Mul", 4}, {"Add", 2}, {"Tanh", 1}}, false},
-      {"gelu_tanh", {{"Mul", 6}, {"Add", 2}, {"Tanh", 1}}, false},
-      {"quick_gelu", {{"Sigmoid", 1}, {"Mul", 2}}, false},  // HF QuickGELU: 3 eager kernels
+      {GroupKind::gelu_tanh, {{"Pow", 1}, {"Mul", 4}, {"Add", 2}, {"Tanh", 1}}, false},
+      {GroupKind::gelu_tanh, {{"Mul", 6}, {"Add", 2}, {"Tanh", 1}}, false},
+      {GroupKind::quick_gelu, {{"Sigmoid", 1}, {"Mul", 2}}, false},  // HF QuickGELU: 3 eager kernels
   };
   return p;
 }
@@ -338,7 +334,7 @@ bool match_island(const Graph& g, const Consumers& cons, const Plan& plan, const
   int last_added = first - 1;
   for (size_t i = static_cast<size_t>(first); i < g.nodes.size() && i <= static_cast<size_t>(last_added) + window; ++i) {
     const Node& n = g.nodes[i];
-    if (taken[i] || !plan.free_reason[i].empty() || !pointwise_ops().count(n.op_type) || n.op_type == "Cast") continue;
+    if (taken[i] || plan.free_reason[i] != FreeReason::none || !pointwise(n) || n.op_type == "Cast") continue;
     bool reads_island = false, ok = true;
     for (const auto& in : n.inputs) {
       if (in.empty()) continue;
@@ -378,34 +374,38 @@ struct UnionFind {
   void join(int a, int b) { p[static_cast<size_t>(find(a))] = find(b); }
 };
 
+// How a unit (a node or an eager group) takes part in full fusion: pointwise units fuse with
+// each other and into a row-wise unit's prologue; a gather feeds a fused kernel.
+enum class UnitKind { not_fusible, pointwise, rowwise, gather };
+
 void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
   const size_t n = g.nodes.size();
   // Units: a node, or an eager group (identified by its first node).
   std::vector<int> unit(n, -1);
   for (size_t i = 0; i < n; ++i) {
-    if (!plan.free_reason[i].empty()) continue;
+    if (plan.free_reason[i] != FreeReason::none) continue;
     unit[i] = plan.group_of[i] >= 0 ? plan.groups[static_cast<size_t>(plan.group_of[i])].nodes.front() : static_cast<int>(i);
   }
-  auto unit_kind = [&](int u) -> std::string {  // "pointwise", "rowwise", "gather", "" (not fusible)
+  auto unit_kind = [&](int u) {
     const size_t ui = static_cast<size_t>(u);
     if (plan.group_of[ui] >= 0) {
-      const std::string& k = plan.groups[static_cast<size_t>(plan.group_of[ui])].kind;
-      if (k == "layernorm" || k == "rmsnorm") return "rowwise";
-      if (k == "bias_gemm" || k == "flash_attention") return "";
-      return "pointwise";
+      const GroupKind k = plan.groups[static_cast<size_t>(plan.group_of[ui])].kind;
+      if (k == GroupKind::layernorm || k == GroupKind::rmsnorm) return UnitKind::rowwise;
+      if (k == GroupKind::bias_gemm || k == GroupKind::flash_attention) return UnitKind::not_fusible;
+      return UnitKind::pointwise;
     }
     const Node& nd = g.nodes[ui];
     // Where is a select, pointwise for inductor: GPT-2's masked scores (div, where) fuse into
     // the softmax kernel.
-    if (pointwise_ops().count(nd.op_type) || nd.op_type == "Where") return "pointwise";
-    if (rowwise_ops().count(nd.op_type)) return "rowwise";
-    if (nd.op_type == "Gather") return "gather";
-    return "";
+    if (pointwise(nd) || nd.op_type == "Where") return UnitKind::pointwise;
+    if (rowwise_ops().count(nd.op_type)) return UnitKind::rowwise;
+    if (nd.op_type == "Gather") return UnitKind::gather;
+    return UnitKind::not_fusible;
   };
   UnionFind uf(n);
   std::vector<int> rowwise_in(n, 0);  // per root: rowwise units inside
   for (size_t i = 0; i < n; ++i)
-    if (unit[i] == static_cast<int>(i) && unit_kind(static_cast<int>(i)) == "rowwise") rowwise_in[i] = 1;
+    if (unit[i] == static_cast<int>(i) && unit_kind(static_cast<int>(i)) == UnitKind::rowwise) rowwise_in[i] = 1;
   auto merge = [&](int a, int b) {
     int ra = uf.find(a), rb = uf.find(b);
     if (ra == rb) return;
@@ -416,8 +416,8 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
   };
   for (size_t i = 0; i < n; ++i) {
     if (unit[i] < 0) continue;
-    const std::string kind = unit_kind(unit[i]);
-    if (kind != "pointwise" && kind != "rowwise") continue;
+    const UnitKind kind = unit_kind(unit[i]);
+    if (kind != UnitKind::pointwise && kind != UnitKind::rowwise) continue;
     const Node& nd = g.nodes[i];
     for (size_t k = 0; k < nd.inputs.size(); ++k) {
       const std::string& in = nd.inputs[k];
@@ -425,9 +425,9 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
       if (it == plan.producer.end() || unit[static_cast<size_t>(it->second)] < 0) continue;
       const int pu = unit[static_cast<size_t>(it->second)];
       if (pu == unit[i]) continue;
-      const std::string pk = unit_kind(pu);
-      if (pk != "pointwise" && pk != "gather") continue;
-      if (kind == "rowwise" && k != 0) continue;  // prologue: the normalised input only
+      const UnitKind pk = unit_kind(pu);
+      if (pk != UnitKind::pointwise && pk != UnitKind::gather) continue;
+      if (kind == UnitKind::rowwise && k != 0) continue;  // prologue: the normalised input only
       // Every reader of the tensor is inside this unit (it never reaches memory).
       auto cit = cons.find(in);
       bool inside = cit != cons.end();
@@ -454,9 +454,9 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
       }
       continue;
     }
-    Group grp{"fused", nodes, nodes.back(), nodes.back()};
+    Group grp{GroupKind::fused, nodes, nodes.back(), nodes.back()};
     for (int ni : nodes)
-      if (unit_kind(unit[static_cast<size_t>(ni)]) == "rowwise") grp.anchor = ni;
+      if (unit_kind(unit[static_cast<size_t>(ni)]) == UnitKind::rowwise) grp.anchor = ni;
     groups.push_back(grp);
     for (int ni : nodes) group_of[static_cast<size_t>(ni)] = static_cast<int>(groups.size()) - 1;
   }
@@ -464,23 +464,16 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
   plan.group_of = std::move(group_of);
 }
 
-}  // namespace
-
-Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons) {
+// Phase 1, every mode: nodes that launch no kernel whatever the fusion (views, host shape
+// math, inference Dropout, QDQ dequantization inside GEMMs, constant folding).
+void mark_free_nodes(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
   const size_t n = g.nodes.size();
-  Plan plan;
-  plan.free_reason.assign(n, "");
-  plan.group_of.assign(n, -1);
-  for (size_t i = 0; i < n; ++i)
-    for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty()) plan.producer[o] = static_cast<int>(i);
-
   // Free nodes, every mode.
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.nodes[i];
-    if (view_ops().count(nd.op_type)) plan.free_reason[i] = "view";
-    else if (host_node(g, nd)) plan.free_reason[i] = "host (shape computation)";
-    else if (nd.op_type == "Dropout" && opt.mode != Mode::training) plan.free_reason[i] = "identity in inference";
+    if (view_ops().count(nd.op_type)) plan.free_reason[i] = FreeReason::view;
+    else if (host_node(g, nd)) plan.free_reason[i] = FreeReason::host;
+    else if (nd.op_type == "Dropout" && opt.mode != Mode::training) plan.free_reason[i] = FreeReason::identity_in_inference;
   }
 
   // Quantize-dequantize models (--fusion full, inference): a DequantizeLinear of an integer
@@ -490,7 +483,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   // otherwise fold a weight's dequantization into float weights.
   if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
     for (size_t i = 0; i < n; ++i)
-      if (dequantize_into_gemm(g, cons, g.nodes[i])) plan.free_reason[i] = kDequantizeIntoGemm;
+      if (dequantize_into_gemm(g, cons, g.nodes[i])) plan.free_reason[i] = FreeReason::dequantize_into_gemm;
 
   // Constant folding, every mode, as onnxruntime and TensorRT do before the first run: a node
   // whose inputs are all constants (initializers, Constant, other folded nodes) runs no kernel
@@ -508,28 +501,33 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
         if (!in.empty() && !is_const(g, in, folded, plan.producer, opt.mode, static_shapes)) all = false;
       if (!all) continue;
       folded[i] = true;
-      if (plan.free_reason[i].empty()) plan.free_reason[i] = kConstantFolded;
+      if (plan.free_reason[i] == FreeReason::none) plan.free_reason[i] = FreeReason::constant_folded;
     }
   }
-  if (opt.fusion == Fusion::none) return plan;
+}
 
+// Phase 2, eager and full: strided views the readers take through their strides (transposes
+// and splits read by GEMMs, broadcast Expands, permuted operands of eager elementwise ops).
+void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
+  const size_t n = g.nodes.size();
   // Strided views (eager): a Transpose read only by GEMMs (directly or through further
   // free transposes: PyTorch's permute + transpose before a matmul), an Expand read only by
   // broadcasting elementwise ops. Consumers come later in topological order: walk backwards.
   for (size_t i = n; i-- > 0;) {
     const Node& nd = g.nodes[i];
-    if (!plan.free_reason[i].empty() || nd.outputs.empty()) continue;
+    if (plan.free_reason[i] != FreeReason::none || nd.outputs.empty()) continue;
     if (nd.op_type != "Transpose" && nd.op_type != "Expand") continue;
     auto it = cons.find(nd.outputs[0]);
     if (it == cons.end() || it->second.empty()) continue;
     bool all = true;
     for (int c : it->second) {
       if (c < 0) { all = false; break; }
-      const std::string& op = g.nodes[static_cast<size_t>(c)].op_type;
-      const bool view_chain = op == "Transpose" && plan.free_reason[static_cast<size_t>(c)] == "strided view read by GEMM";
-      if (nd.op_type == "Transpose" ? !(gemm_ops().count(op) || view_chain) : !is_broadcasting_consumer(op)) all = false;
+      const Node& cn = g.nodes[static_cast<size_t>(c)];
+      const std::string& op = cn.op_type;
+      const bool view_chain = op == "Transpose" && plan.free_reason[static_cast<size_t>(c)] == FreeReason::strided_view_read_by_gemm;
+      if (nd.op_type == "Transpose" ? !(gemm_ops().count(op) || view_chain) : !is_broadcasting_consumer(cn)) all = false;
     }
-    if (all) plan.free_reason[i] = nd.op_type == "Transpose" ? "strided view read by GEMM" : "broadcast view";
+    if (all) plan.free_reason[i] = nd.op_type == "Transpose" ? FreeReason::strided_view_read_by_gemm : FreeReason::broadcast_view;
   }
 
   // Strided views read by elementwise ops (eager): PyTorch's `a += b.permute(...)` (T5's
@@ -540,7 +538,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   if (opt.fusion == Fusion::eager)
     for (size_t i = 0; i < n; ++i) {
       const Node& nd = g.nodes[i];
-      if (nd.op_type != "Transpose" || !plan.free_reason[i].empty() || nd.outputs.empty()) continue;
+      if (nd.op_type != "Transpose" || plan.free_reason[i] != FreeReason::none || nd.outputs.empty()) continue;
       auto it = cons.find(nd.outputs[0]);
       if (it == cons.end() || it->second.empty()) continue;
       bool all = true;
@@ -549,11 +547,11 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
         const Node& cn = g.nodes[static_cast<size_t>(c)];
         const TensorInfo* first = cn.inputs.empty() ? nullptr : tensor(g, cn.inputs[0]);
         const TensorInfo* y = cn.outputs.empty() ? nullptr : tensor(g, cn.outputs[0]);
-        if (!pointwise_ops().count(cn.op_type) || cn.inputs[0] == nd.outputs[0] || !first || !y ||
+        if (!pointwise(cn) || cn.inputs[0] == nd.outputs[0] || !first || !y ||
             !first->fully_known() || !y->fully_known() || !same_dims(first->shape, y->shape))
           all = false;
       }
-      if (all) plan.free_reason[i] = kStridedElementwiseView;
+      if (all) plan.free_reason[i] = FreeReason::strided_view_read_by_elementwise;
     }
 
   // A Split whose pieces reach only GEMMs (through views and strided-view transposes) is
@@ -565,8 +563,8 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
     for (int c : it->second) {
       if (c < 0) return false;
       const Node& cn = g.nodes[static_cast<size_t>(c)];
-      if (gemm_ops().count(cn.op_type) || plan.free_reason[static_cast<size_t>(c)] == "strided view read by GEMM") continue;
-      if (plan.free_reason[static_cast<size_t>(c)] == "view" && !cn.outputs.empty() && read_by_gemm_only(cn.outputs[0]))
+      if (gemm_ops().count(cn.op_type) || plan.free_reason[static_cast<size_t>(c)] == FreeReason::strided_view_read_by_gemm) continue;
+      if (plan.free_reason[static_cast<size_t>(c)] == FreeReason::view && !cn.outputs.empty() && read_by_gemm_only(cn.outputs[0]))
         continue;
       return false;
     }
@@ -574,14 +572,19 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   };
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.nodes[i];
-    if (nd.op_type != "Split" || !plan.free_reason[i].empty() || nd.outputs.empty()) continue;
+    if (nd.op_type != "Split" || plan.free_reason[i] != FreeReason::none || nd.outputs.empty()) continue;
     bool all = true;
     for (const auto& o : nd.outputs)
       if (!o.empty() && !read_by_gemm_only(o)) all = false;
-    if (all) plan.free_reason[i] = "strided view read by GEMM";
+    if (all) plan.free_reason[i] = FreeReason::strided_view_read_by_gemm;
   }
 
-  // Eager framework kernels.
+}
+
+// Phase 3, eager and full: the framework kernels recognised from decomposed ONNX
+// (FlashAttention and rotary under full inference, norms, addmm, activation islands).
+void group_framework_kernels(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
+  const size_t n = g.nodes.size();
   std::vector<bool> taken(n, false);
   auto add_group = [&](const Group& grp) {
     for (int m : grp.nodes) {
@@ -595,30 +598,30 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
     for (size_t i = 0; i < n; ++i) {
       Group grp;
-      if (taken[i] || !plan.free_reason[i].empty() || !match_flash_attention(g, opt, cons, plan, static_cast<int>(i), grp)) continue;
+      if (taken[i] || plan.free_reason[i] != FreeReason::none || !match_flash_attention(g, opt, cons, plan, static_cast<int>(i), grp)) continue;
       if (std::none_of(grp.nodes.begin(), grp.nodes.end(), [&](int m) { return taken[static_cast<size_t>(m)]; })) add_group(grp);
     }
   if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
     for (size_t i = 0; i < n; ++i) {
       Group grp;
-      if (taken[i] || !plan.free_reason[i].empty() || !match_rotary(g, cons, plan, static_cast<int>(i), grp)) continue;
+      if (taken[i] || plan.free_reason[i] != FreeReason::none || !match_rotary(g, cons, plan, static_cast<int>(i), grp)) continue;
       if (std::none_of(grp.nodes.begin(), grp.nodes.end(), [&](int m) { return taken[static_cast<size_t>(m)]; })) add_group(grp);
     }
   for (size_t i = 0; i < n; ++i) {
-    if (taken[i] || !plan.free_reason[i].empty()) continue;
+    if (taken[i] || plan.free_reason[i] != FreeReason::none) continue;
     Group grp;
     if (match_layernorm(g, cons, static_cast<int>(i), grp)) add_group(grp);
     else if (opt.fusion == Fusion::full && match_rmsnorm(g, cons, static_cast<int>(i), grp)) add_group(grp);
   }
   for (size_t i = 0; i < n; ++i) {
-    if (taken[i] || !plan.free_reason[i].empty()) continue;
+    if (taken[i] || plan.free_reason[i] != FreeReason::none) continue;
     Group grp;
     if (match_bias_gemm(g, cons, plan, static_cast<int>(i), grp) && !taken[static_cast<size_t>(grp.nodes[1])]) add_group(grp);
   }
   // Pointwise islands, seeded at each float tensor read by a pointwise node.
   std::set<std::string> seeds_done;
   for (size_t i = 0; i < n; ++i) {
-    if (taken[i] || !plan.free_reason[i].empty() || !pointwise_ops().count(g.nodes[i].op_type)) continue;
+    if (taken[i] || plan.free_reason[i] != FreeReason::none || !pointwise(g.nodes[i])) continue;
     for (const auto& x : g.nodes[i].inputs) {
       if (x.empty() || is_scalar_const(g, x) || seeds_done.count(x)) continue;
       const TensorInfo* t = g.find(x);
@@ -631,6 +634,53 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
       }
     }
   }
+}
+
+}  // namespace
+
+const char* group_kind_name(GroupKind k) {
+  switch (k) {
+    case GroupKind::bias_gemm: return "bias_gemm";
+    case GroupKind::layernorm: return "layernorm";
+    case GroupKind::rmsnorm: return "rmsnorm";
+    case GroupKind::gelu: return "gelu";
+    case GroupKind::gelu_tanh: return "gelu_tanh";
+    case GroupKind::quick_gelu: return "quick_gelu";
+    case GroupKind::silu: return "silu";
+    case GroupKind::fused: return "fused";
+    case GroupKind::flash_attention: return "flash_attention";
+    case GroupKind::rotary: return "rotary";
+  }
+  return "fused";
+}
+
+const char* free_reason_text(FreeReason r) {
+  switch (r) {
+    case FreeReason::none: return "";
+    case FreeReason::view: return "view";
+    case FreeReason::host: return "host (shape computation)";
+    case FreeReason::identity_in_inference: return "identity in inference";
+    case FreeReason::dequantize_into_gemm: return "dequantize runs in the GEMM (quantized operand)";
+    case FreeReason::constant_folded: return "constant folded";
+    case FreeReason::strided_view_read_by_gemm: return "strided view read by GEMM";
+    case FreeReason::broadcast_view: return "broadcast view";
+    case FreeReason::strided_view_read_by_elementwise: return "strided view read by elementwise";
+  }
+  return "";
+}
+
+Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons) {
+  const size_t n = g.nodes.size();
+  Plan plan;
+  plan.free_reason.assign(n, FreeReason::none);
+  plan.group_of.assign(n, -1);
+  for (size_t i = 0; i < n; ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) plan.producer[o] = static_cast<int>(i);
+  mark_free_nodes(g, opt, cons, plan);
+  if (opt.fusion == Fusion::none) return plan;
+  mark_strided_views(g, opt, cons, plan);
+  group_framework_kernels(g, opt, cons, plan);
   if (opt.fusion == Fusion::full) full_fusion(g, cons, plan);
   return plan;
 }
@@ -654,44 +704,33 @@ int class_rank(KernelClass c) {
   }
 }
 
-}  // namespace
-
-void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp, const Consumers& cons,
-                std::vector<Kernel>& out) {
+// The GEMM of a MatMul + bias Add (addmm): the bias is read by the GEMM's epilogue.
+void emit_bias_gemm(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
+                    std::vector<Kernel>& out) {
   const Node& anchor = g.nodes[static_cast<size_t>(grp.anchor)];
-  if (grp.kind == "flash_attention") {
-    emit_flash_attention(g, opt, plan, grp, cons, out);
-    return;
+  LowerCtx c{g, opt, anchor, grp.anchor, out, &plan};
+  const size_t before = out.size();
+  emit_matmul(c);
+  if (out.size() == before + 1 && out.back().cls == KernelClass::gemm) {
+    Kernel& k = out.back();
+    const Node& add = g.nodes[static_cast<size_t>(grp.nodes[1])];
+    const std::string& bias = add.inputs[0] == anchor.outputs[0] ? add.inputs[1] : add.inputs[0];
+    k.epilogue = "bias";
+    k.note = k.note.empty() ? "bias epilogue (addmm)" : k.note + "; bias epilogue (addmm)";
+    k.bytes += double(numel(g.find(bias))) * element_bytes(k.dtype);
+    k.fused_nodes = {grp.nodes[1]};
   }
-  if (grp.kind == "bias_gemm") {
-    LowerCtx c{g, opt, anchor, grp.anchor, out, &plan};
-    const size_t before = out.size();
-    emit_matmul(c);
-    if (out.size() == before + 1 && out.back().cls == KernelClass::gemm) {
-      Kernel& k = out.back();
-      const Node& add = g.nodes[static_cast<size_t>(grp.nodes[1])];
-      const std::string& bias = add.inputs[0] == anchor.outputs[0] ? add.inputs[1] : add.inputs[0];
-      k.epilogue = "bias";
-      k.note = k.note.empty() ? "bias epilogue (addmm)" : k.note + "; bias epilogue (addmm)";
-      k.bytes += double(numel(g.find(bias))) * elem_bytes(k.dtype);
-      k.fused_nodes = {grp.nodes[1]};
-    }
-    return;
-  }
+}
+
+// A group kernel's memory traffic: every tensor read from outside the group (shape operands
+// computed on the host excepted) and every output read outside it (or by nobody). Sets the
+// kernel's operands, bytes, inputs and dtype; returns the last output written.
+const TensorInfo* group_traffic(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
+                                const Consumers& cons, Kernel& k) {
   const std::set<int> members(grp.nodes.begin(), grp.nodes.end());
-  // Work: each member (or eager sub-pattern) as it would run alone.
-  std::vector<Kernel> parts;
-  for (int ni : grp.nodes) {
-    const Node& nd = g.nodes[static_cast<size_t>(ni)];
-    LowerCtx c{g, opt, nd, ni, parts, &plan};
-    if (const Rule* rule = find_rule(nd, opt)) (*rule)(c);
-  }
   std::set<std::string> produced;
   for (int ni : grp.nodes)
     for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs) produced.insert(o);
-  Kernel k;
-  k.node = grp.anchor;
-  k.phase = Phase::forward;
   std::set<std::string> seen;
   double in_bytes = 0, out_bytes = 0;
   int inputs = 0;
@@ -702,11 +741,11 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
       const TensorInfo* t = g.find(in);
       if (!t) continue;
       auto pit = plan.producer.find(in);
-      if (pit != plan.producer.end() && plan.free_reason[static_cast<size_t>(pit->second)] == "host (shape computation)")
+      if (pit != plan.producer.end() && plan.free_reason[static_cast<size_t>(pit->second)] == FreeReason::host)
         continue;  // shape operands are not read by the kernel
       if (!first_in && is_float(t->dtype)) first_in = t;
       const int64_t e = numel(t);
-      in_bytes += double(e) * elem_bytes(compute_dtype(opt, t));
+      in_bytes += double(e) * element_bytes(compute_dtype(opt, t));
       k.operand_elems.push_back(e);
       if (e > 1) ++inputs;
     }
@@ -716,23 +755,29 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
       // Written unless every reader is inside (an output nobody reads is a result).
       if (o.empty() || (cons.count(o) && consumed_only_by(cons, o, members))) continue;
       const TensorInfo* t = g.find(o);
-      out_bytes += double(numel(t)) * elem_bytes(compute_dtype(opt, t));
+      out_bytes += double(numel(t)) * element_bytes(compute_dtype(opt, t));
       last_out = t;
     }
   k.dtype = compute_dtype(opt, first_in ? first_in : last_out);
   k.inputs = std::max(inputs, 1);
   k.bytes = in_bytes + out_bytes;
-  for (int ni : grp.nodes)
-    if (ni != grp.anchor) k.fused_nodes.push_back(ni);
-  if (grp.kind == "layernorm" || grp.kind == "rmsnorm") {
+  return last_out;
+}
+
+// A group kernel's class, shape and work: a norm, a fused chain (every member's work, the
+// class of its heaviest member) or one elementwise activation / rotary kernel.
+void group_work(const Graph& g, const Group& grp, const std::vector<Kernel>& parts, const TensorInfo* last_out,
+                Kernel& k) {
+  if (grp.kind == GroupKind::layernorm || grp.kind == GroupKind::rmsnorm) {
     k.cls = KernelClass::layernorm;
-    k.op = grp.kind == "layernorm" ? "ln" : "rmsnorm";
+    k.op = grp.kind == GroupKind::layernorm ? "ln" : "rmsnorm";
     const TensorInfo* x = g.find(g.nodes[static_cast<size_t>(grp.nodes.front())].inputs[0]);
     rows_cols(x, k.rows, k.cols);
-    k.flops = (grp.kind == "layernorm" ? 6.0 : 4.0) * double(k.rows) * double(k.cols);
-    k.note = "decomposed " + std::string(grp.kind == "layernorm" ? "LayerNorm" : "RMSNorm") + " (" +
+    k.flops = (grp.kind == GroupKind::layernorm ? kLayerNormOpsPerElement : kRmsNormOpsPerElement) * double(k.rows) *
+              double(k.cols);
+    k.note = "decomposed " + std::string(grp.kind == GroupKind::layernorm ? "LayerNorm" : "RMSNorm") + " (" +
              std::to_string(grp.nodes.size()) + " nodes)";
-  } else if (grp.kind == "fused") {
+  } else if (grp.kind == GroupKind::fused) {
     // torch.compile-style: one kernel doing every member's work.
     k.cls = KernelClass::memory;
     int best = -1;
@@ -754,11 +799,39 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
   } else {
     // gelu / silu / gelu_tanh / quick_gelu / rotary: one elementwise kernel.
     k.cls = KernelClass::elementwise;
-    k.op = grp.kind;
+    k.op = group_kind_name(grp.kind);
     rows_cols(last_out, k.rows, k.cols);
     k.flops = double(k.rows) * double(k.cols);
-    k.note = "decomposed " + grp.kind + " (" + std::to_string(grp.nodes.size()) + " nodes)";
+    k.note = "decomposed " + std::string(group_kind_name(grp.kind)) + " (" + std::to_string(grp.nodes.size()) + " nodes)";
   }
+}
+
+}  // namespace
+
+void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp, const Consumers& cons,
+                std::vector<Kernel>& out) {
+  if (grp.kind == GroupKind::flash_attention) {
+    emit_flash_attention(g, opt, plan, grp, cons, out);
+    return;
+  }
+  if (grp.kind == GroupKind::bias_gemm) {
+    emit_bias_gemm(g, opt, plan, grp, out);
+    return;
+  }
+  // Work: each member (or eager sub-pattern) as it would run alone.
+  std::vector<Kernel> parts;
+  for (int ni : grp.nodes) {
+    const Node& nd = g.nodes[static_cast<size_t>(ni)];
+    LowerCtx c{g, opt, nd, ni, parts, &plan};
+    if (const Rule* rule = find_rule(nd, opt)) (*rule)(c);
+  }
+  Kernel k;
+  k.node = grp.anchor;
+  k.phase = Phase::forward;
+  const TensorInfo* last_out = group_traffic(g, opt, plan, grp, cons, k);
+  for (int ni : grp.nodes)
+    if (ni != grp.anchor) k.fused_nodes.push_back(ni);
+  group_work(g, grp, parts, last_out, k);
   if (k.rows <= 0 && k.cols <= 0) {
     k.cls = KernelClass::unknown;
     k.note = "shapes not inferred";

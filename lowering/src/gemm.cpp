@@ -13,9 +13,9 @@ void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_e
   Kernel kr = c.base(KernelClass::gemm, op);
   kr.dtype = c.dtype(a_input >= 0 ? c.in(static_cast<size_t>(a_input)) : c.in(0));
   kr.gemm = s;
-  kr.flops = 2.0 * double(s.batch) * double(s.m) * double(s.n) * double(s.k);
-  const double eb = elem_bytes(kr.dtype);
-  kr.bytes = (a_elems + b_elems + double(s.batch) * s.m * s.n) * eb;
+  const Work w = work_of_gemm(s, a_elems, b_elems, element_bytes(kr.dtype));
+  kr.flops = w.flops;
+  kr.bytes = w.bytes;
   kr.operand_elems = {static_cast<int64_t>(a_elems), static_cast<int64_t>(b_elems)};
   kr.a_input = a_input;
   kr.b_input = b_input;
@@ -27,10 +27,10 @@ void apply_quantized_operands(const LowerCtx& c, Kernel& k, bool matrix_math) {
   const DType qa = k.a_input >= 0 ? c.quantized_operand(static_cast<size_t>(k.a_input)) : DType::undefined;
   const DType qb = k.b_input >= 0 ? c.quantized_operand(static_cast<size_t>(k.b_input)) : DType::undefined;
   if (qa == DType::undefined && qb == DType::undefined) return;
-  const double eb = elem_bytes(k.dtype);
+  const double eb = element_bytes(k.dtype);
   const DType q[2] = {qa, qb};
   for (size_t i = 0; i < 2 && i < k.operand_elems.size(); ++i)
-    if (q[i] != DType::undefined) k.bytes -= double(k.operand_elems[i]) * (eb - elem_bytes(q[i]));
+    if (q[i] != DType::undefined) k.bytes -= double(k.operand_elems[i]) * (eb - element_bytes(q[i]));
   auto family = [](DType t) {
     if (t == DType::i8 || t == DType::u8) return 1;
     if (is_fp8(t)) return 2;
@@ -86,6 +86,7 @@ void matmul_like(LowerCtx& c, const std::string& op_hint, int a_in, int b_in) {
   } else {
     s = {batch, m, n, k};
     if (op.empty()) op = batch > 1 ? "bmm" : "linear";
+    s.batched = op == "bmm";
     if (a_batch == 1 && batch > 1) note = "A broadcast over the batch";
   }
   // torch.matmul of 4-D or higher operands folds the batch dims into one for bmm with a
@@ -122,8 +123,8 @@ void lower_matmul_integer(LowerCtx& c) {
   const TensorInfo* b = c.in(1);
   k.dtype = b ? b->dtype : DType::i8;
   const GemmShape& s = k.gemm;
-  k.bytes = double(k.operand_elems[0]) * elem_bytes(c.in(0)->dtype) + double(k.operand_elems[1]) * elem_bytes(k.dtype) +
-            double(s.batch) * s.m * s.n * elem_bytes(c.outp(0) ? c.outp(0)->dtype : DType::i32);
+  k.bytes = double(k.operand_elems[0]) * element_bytes(c.in(0)->dtype) + double(k.operand_elems[1]) * element_bytes(k.dtype) +
+            double(s.batch) * s.m * s.n * element_bytes(c.outp(0) ? c.outp(0)->dtype : DType::i32);
   k.note = "integer GEMM";
 }
 
@@ -135,7 +136,7 @@ void lower_qlinear_matmul(LowerCtx& c) {
   const TensorInfo* b = c.in(3);
   k.dtype = b ? b->dtype : DType::i8;
   const GemmShape& s = k.gemm;
-  k.bytes = (double(k.operand_elems[0]) + double(k.operand_elems[1]) + double(s.batch) * s.m * s.n) * elem_bytes(k.dtype);
+  k.bytes = (double(k.operand_elems[0]) + double(k.operand_elems[1]) + double(s.batch) * s.m * s.n) * element_bytes(k.dtype);
   k.note = "quantized GEMM";
 }
 
@@ -155,9 +156,9 @@ void lower_matmul_nbits(LowerCtx& c) {
   kr.dtype = bits == 8 ? DType::u8 : DType::u4;
   kr.gemm = {1, rows, N, K};
   kr.flops = 2.0 * double(rows) * double(N) * double(K);
-  const double act = elem_bytes(c.dtype(a));
+  const double act = element_bytes(c.dtype(a));
   const double weight_bytes = double(N) * K * bits / 8.0 + double(N) * ((K + block - 1) / block) * act;
-  kr.bytes = double(numel(a)) * act + weight_bytes + double(rows) * N * elem_bytes(c.dtype(y ? y : a));
+  kr.bytes = double(numel(a)) * act + weight_bytes + double(rows) * N * element_bytes(c.dtype(y ? y : a));
   kr.operand_elems = {numel(a), N * K};
   kr.a_input = 0;
   kr.b_input = 1;
@@ -182,7 +183,7 @@ void lower_gemm_op(LowerCtx& c) {
   if (const TensorInfo* bias = c.in(2)) {
     kr.epilogue = "bias";
     kr.note = "bias epilogue";
-    kr.bytes += double(numel(bias)) * elem_bytes(kr.dtype);
+    kr.bytes += double(numel(bias)) * element_bytes(kr.dtype);
   }
   apply_quantized_operands(c, kr);
 }
@@ -209,7 +210,7 @@ void lower_conv(LowerCtx& c) {
   for (size_t i = 2; i < w->shape.size(); ++i) ksz *= w->shape[i].value;
   const int64_t cin = x->shape[1].value, cout = y->shape[1].value;
   const DType dt = integer ? w->dtype : c.dtype(x);
-  const double eb = elem_bytes(dt);
+  const double eb = element_bytes(dt);
   if (!transposed && group > 1 && group == cin && cout % cin == 0 && cout / cin <= 4) {
     Kernel k = c.base(KernelClass::elementwise, "depthwise_conv");
     k.dtype = dt;
@@ -251,20 +252,16 @@ void lower_conv(LowerCtx& c) {
   }
 }
 
-// Einsum with one or two operands. "..." stands for the operand's leading dims beyond its
-// letters; they are named with fresh labels, right-aligned across operands (numpy
-// broadcasting), and lead the output. Two operands: letters in both inputs and the output
-// are batch, in both inputs only are contracted, in one input and the output are that
-// side's free dims -> one (batched) GEMM. One operand: a permutation (memory), a diagonal
-// (a letter repeated in the operand: a strided gather of the diagonal elements, memory) or
-// a reduction of the distinct elements it reads.
-void lower_einsum(LowerCtx& c) {
-  std::string eq = c.n.attr_s("equation", "");
-  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+bool has_label(const std::string& s, char ch) { return s.find(ch) != std::string::npos; }
+std::set<char> distinct(const std::string& s) { return std::set<char>(s.begin(), s.end()); }
+
+// Parses an einsum equation into one label string per operand and the output's, "..."
+// expanded to fresh labels (the implicit output: the ellipsis dims, then the letters seen
+// once, sorted). False, after an unknown kernel saying why, when it cannot be lowered.
+bool einsum_labels(LowerCtx& c, const std::string& eq, std::vector<std::string>& ins, std::string& outs) {
   const auto arrow = eq.find("->");
-  std::vector<std::string> ins;
   std::string lhs = arrow == std::string::npos ? eq : eq.substr(0, arrow);
-  std::string outs = arrow == std::string::npos ? "" : eq.substr(arrow + 2);
+  outs = arrow == std::string::npos ? "" : eq.substr(arrow + 2);
   for (size_t p = 0;;) {
     const size_t q = lhs.find(',', p);
     ins.push_back(lhs.substr(p, q == std::string::npos ? std::string::npos : q - p));
@@ -273,12 +270,12 @@ void lower_einsum(LowerCtx& c) {
   }
   if (ins.size() != c.n.inputs.size() || ins.size() > 2 || ins.empty()) {
     c.unknown("einsum '" + eq + "' not supported (more than two operands)");
-    return;
+    return false;
   }
   for (size_t i = 0; i < ins.size(); ++i)
     if (!c.all_known({c.in(i)})) {
       c.unknown("shapes not inferred");
-      return;
+      return false;
     }
   // Implicit output: the ellipsis dims, then the letters seen once, sorted.
   if (arrow == std::string::npos) {
@@ -304,54 +301,74 @@ void lower_einsum(LowerCtx& c) {
     if (dots == std::string::npos) {
       if (rank != letters) {
         c.unknown("einsum '" + eq + "': operand " + std::to_string(i) + " rank does not match its labels");
-        return;
+        return false;
       }
       continue;
     }
     if (rank < letters) {
       c.unknown("einsum '" + eq + "': operand " + std::to_string(i) + " rank does not match its labels");
-      return;
+      return false;
     }
     ell[i] = rank - letters;
     kmax = std::max(kmax, ell[i]);
   }
   if (kmax > fresh.size()) {
     c.unknown("einsum '" + eq + "': too many ellipsis dims");
-    return;
+    return false;
   }
   for (size_t i = 0; i < ins.size(); ++i) {
     const size_t dots = ins[i].find("...");
     if (dots != std::string::npos) ins[i].replace(dots, 3, fresh.substr(kmax - ell[i], ell[i]));
   }
   if (const size_t dots = outs.find("..."); dots != std::string::npos) outs.replace(dots, 3, fresh.substr(0, kmax));
+  return true;
+}
+
+// One operand: a permutation or diagonal (memory), or a reduction of the distinct elements read.
+void lower_einsum_single(LowerCtx& c, const std::string& in, const std::string& outs,
+                         std::map<char, int64_t>& size) {
+  const std::set<char> in_set = distinct(in);
+  const bool diagonal = in_set.size() < in.size();
+  double reads = 1;  // the distinct elements the operand contributes (the diagonal only)
+  for (char ch : in_set) reads *= double(size[ch]);
+  const double eb = element_bytes(c.dtype(c.in(0)));
+  if (distinct(outs).size() == in_set.size()) {
+    Kernel k = c.base(KernelClass::memory, diagonal ? "diagonal" : "transpose");
+    rows_cols(c.outp(0), k.rows, k.cols);
+    k.bytes = 2.0 * reads * eb;
+    k.note = diagonal ? "einsum diagonal" : "einsum permutation";
+    c.out.push_back(k);
+  } else {
+    Kernel k = c.base(KernelClass::reduce, "reduce_sum");
+    k.rows = std::max<int64_t>(numel(c.outp(0)), 1);
+    k.cols = static_cast<int64_t>(reads) / k.rows;
+    k.flops = reads;
+    k.bytes = (reads + double(k.rows)) * eb;
+    k.note = diagonal ? "einsum reduction of a diagonal" : "einsum reduction";
+    c.out.push_back(k);
+  }
+}
+
+// Einsum with one or two operands. "..." stands for the operand's leading dims beyond its
+// letters; they are named with fresh labels, right-aligned across operands (numpy
+// broadcasting), and lead the output. Two operands: letters in both inputs and the output
+// are batch, in both inputs only are contracted, in one input and the output are that
+// side's free dims -> one (batched) GEMM. One operand: a permutation (memory), a diagonal
+// (a letter repeated in the operand: a strided gather of the diagonal elements, memory) or
+// a reduction of the distinct elements it reads.
+void lower_einsum(LowerCtx& c) {
+  std::string eq = c.n.attr_s("equation", "");
+  eq.erase(std::remove(eq.begin(), eq.end(), ' '), eq.end());
+  std::vector<std::string> ins;
+  std::string outs;
+  if (!einsum_labels(c, eq, ins, outs)) return;
   std::map<char, int64_t> size;
   for (size_t i = 0; i < ins.size(); ++i) {
     const TensorInfo* t = c.in(i);
     for (size_t d = 0; d < ins[i].size(); ++d) size[ins[i][d]] = std::max(size[ins[i][d]], t->shape[d].value);
   }
-  auto distinct = [](const std::string& s) { return std::set<char>(s.begin(), s.end()); };
-  auto in_str = [](const std::string& s, char ch) { return s.find(ch) != std::string::npos; };
   if (ins.size() == 1) {
-    const std::set<char> in_set = distinct(ins[0]);
-    const bool diagonal = in_set.size() < ins[0].size();
-    double reads = 1;  // the distinct elements the operand contributes (the diagonal only)
-    for (char ch : in_set) reads *= double(size[ch]);
-    const double eb = elem_bytes(c.dtype(c.in(0)));
-    if (distinct(outs).size() == in_set.size()) {
-      Kernel k = c.base(KernelClass::memory, diagonal ? "diagonal" : "transpose");
-      rows_cols(c.outp(0), k.rows, k.cols);
-      k.bytes = 2.0 * reads * eb;
-      k.note = diagonal ? "einsum diagonal" : "einsum permutation";
-      c.out.push_back(k);
-    } else {
-      Kernel k = c.base(KernelClass::reduce, "reduce_sum");
-      k.rows = std::max<int64_t>(numel(c.outp(0)), 1);
-      k.cols = static_cast<int64_t>(reads) / k.rows;
-      k.flops = reads;
-      k.bytes = (reads + double(k.rows)) * eb;
-      k.note = diagonal ? "einsum reduction of a diagonal" : "einsum reduction";
-      c.out.push_back(k);
-    }
+    lower_einsum_single(c, ins[0], outs, size);
     return;
   }
   for (const auto& s : ins)
@@ -361,7 +378,7 @@ void lower_einsum(LowerCtx& c) {
     }
   int64_t batch = 1, m = 1, n = 1, k = 1;
   for (const auto& [ch, sz] : size) {
-    const bool a = in_str(ins[0], ch), b = in_str(ins[1], ch), o = in_str(outs, ch);
+    const bool a = has_label(ins[0], ch), b = has_label(ins[1], ch), o = has_label(outs, ch);
     if (a && b && o) batch *= sz;
     else if (a && b) k *= sz;
     else if (a && o) m *= sz;
@@ -369,6 +386,7 @@ void lower_einsum(LowerCtx& c) {
     // a letter summed away inside one operand only is a reduction folded into the read
   }
   GemmShape s = {batch, m, n, k};
+  s.batched = batch > 1;
   emit_gemm(c, batch > 1 ? "bmm" : "linear", s, double(numel(c.in(0))), double(numel(c.in(1))), 0, 1,
             "einsum " + eq);
 }

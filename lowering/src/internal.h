@@ -13,38 +13,50 @@
 
 namespace neusight::lowering_detail {
 
-double elem_bytes(DType t);
 int64_t numel(const TensorInfo* t);
 // rows x cols view of a tensor: cols = last dim (a scalar is 1 x 1; unknown is 0 x 0).
 void rows_cols(const TensorInfo* t, int64_t& rows, int64_t& cols);
 bool is_integer_like(DType t);  // integer or bool
 bool is_quantized_storage(DType t);  // int8/uint8, int4/uint4 and the FP8 types
 
-// Free reason of a DequantizeLinear that runs inside the GEMM reading its output.
-inline constexpr const char* kDequantizeIntoGemm = "dequantize runs in the GEMM (quantized operand)";
-
-// Free reason of a node computed from constants only (folded before the model runs).
-inline constexpr const char* kConstantFolded = "constant folded";
-
-// Free reason of a Transpose read through its strides by elementwise ops (PyTorch eager
-// `a += b.permute(...)`): no copy; the readers pay for the strided access.
-inline constexpr const char* kStridedElementwiseView = "strided view read by elementwise";
+// Why a node launches no kernel (none: it does, or it was fused into another node's kernel).
+enum class FreeReason {
+  none,
+  view,                      // Reshape, Squeeze, Identity, Shape, sequence references, ...
+  host,                      // shape computation on tiny integer tensors
+  identity_in_inference,     // Dropout outside training
+  dequantize_into_gemm,      // a DequantizeLinear run inside the GEMM that reads its output
+  constant_folded,           // computed from constants only, before the model runs
+  strided_view_read_by_gemm, // a Transpose / Split read by GEMMs through its strides
+  broadcast_view,            // an Expand read only by broadcasting elementwise ops
+  // A Transpose read through its strides by elementwise ops (PyTorch eager
+  // `a += b.permute(...)`): no copy; the readers pay for the strided access.
+  strided_view_read_by_elementwise,
+};
+// The words KernelList::free_reason and the reports give a reason ("" for none).
+const char* free_reason_text(FreeReason r);
 
 // Which nodes read each tensor (graph outputs are read by "-1").
 using Consumers = std::unordered_map<std::string, std::vector<int>>;
 Consumers consumers_of(const Graph& g);
 
 // The fusion plan: which nodes launch no kernel, and which nodes run together as one kernel.
+// What a group runs: a GEMM with its bias epilogue, a decomposed norm or activation
+// recognised as the framework's one kernel, a torch.compile-style fused chain, attention as
+// one FlashAttention kernel, the rotary embedding as one elementwise kernel.
+enum class GroupKind { bias_gemm, layernorm, rmsnorm, gelu, gelu_tanh, quick_gelu, silu, fused, flash_attention, rotary };
+// The group's name, also the op of the elementwise kernel of an activation or rotary group.
+const char* group_kind_name(GroupKind k);
+
 struct Group {
-  std::string kind;        // "bias_gemm", "layernorm", "rmsnorm", "gelu", "silu", "softmax", "fused",
-                           // "flash_attention", "rotary"
+  GroupKind kind = GroupKind::fused;
   std::vector<int> nodes;  // in topological order
   int anchor = -1;         // node the kernel is reported under
   int emit_at = -1;        // node at whose position the kernel runs (the last member)
 };
 
 struct Plan {
-  std::vector<std::string> free_reason;  // per node: non-empty = no kernel
+  std::vector<FreeReason> free_reason;   // per node: none = launches a kernel
   std::vector<int> group_of;             // per node: index into groups or -1
   std::vector<Group> groups;
   std::unordered_map<std::string, int> producer;  // tensor -> node that writes it
@@ -69,12 +81,12 @@ struct LowerCtx {
   // True when input i is read as a strided transposed view (free Transpose before a GEMM).
   bool transposed_view(size_t i) const;
   // How this elementwise op reads input i through a free permuted view
-  // (kStridedElementwiseView): `elem_bytes`, what one element costs - the memory transaction
-  // (a 32-byte sector) it arrives in, or the element's own size when the view keeps the
-  // innermost dimension contiguous; 0 when input i is not such a view. `reuse_elems`: when a
-  // sector holds several elements, the output elements walked between two of them (the
-  // product of the output dims inside the view dim along which the stored input is
-  // contiguous); 0 otherwise.
+  // (FreeReason::strided_view_read_by_elementwise): `elem_bytes`, what one element costs -
+  // the memory transaction (a 32-byte sector) it arrives in, or the element's own size when
+  // the view keeps the innermost dimension contiguous; 0 when input i is not such a view.
+  // `reuse_elems`: when a sector holds several elements, the output elements walked between
+  // two of them (the product of the output dims inside the view dim along which the stored
+  // input is contiguous); 0 otherwise.
   struct StridedRead {
     double elem_bytes = 0;
     double reuse_elems = 0;

@@ -43,11 +43,6 @@ const char* fusion_name(Fusion f) {
 
 namespace lowering_detail {
 
-double elem_bytes(DType t) {
-  const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
-  return bits > 0 ? bits / 8.0 : 4.0;
-}
-
 int64_t numel(const TensorInfo* t) { return t ? std::max<int64_t>(t->num_elements(), 0) : 0; }
 
 void rows_cols(const TensorInfo* t, int64_t& rows, int64_t& cols) {
@@ -130,7 +125,7 @@ bool LowerCtx::transposed_view(size_t i) const {
   auto it = plan->producer.find(n.inputs[i]);
   if (it == plan->producer.end()) return false;
   return g.nodes[static_cast<size_t>(it->second)].op_type == "Transpose" &&
-         !plan->free_reason[static_cast<size_t>(it->second)].empty();
+         plan->free_reason[static_cast<size_t>(it->second)] != FreeReason::none;
 }
 
 namespace {
@@ -157,12 +152,12 @@ LowerCtx::StridedRead LowerCtx::strided_read(size_t i) const {
   StridedRead r;
   if (!plan || i >= n.inputs.size()) return r;
   auto it = plan->producer.find(n.inputs[i]);
-  if (it == plan->producer.end() || plan->free_reason[static_cast<size_t>(it->second)] != kStridedElementwiseView)
+  if (it == plan->producer.end() || plan->free_reason[static_cast<size_t>(it->second)] != FreeReason::strided_view_read_by_elementwise)
     return r;
   const Node& tr = g.nodes[static_cast<size_t>(it->second)];
   const TensorInfo* x = tr.inputs.empty() ? nullptr : g.find(tr.inputs[0]);
   const TensorInfo* v = in(i);
-  const double eb = elem_bytes(dtype(v));
+  const double eb = element_bytes(dtype(v));
   r.elem_bytes = eb;
   if (!x || !x->fully_known() || x->shape.empty()) return r;
   const size_t rank = x->shape.size();
@@ -211,7 +206,7 @@ bool LowerCtx::batch_fold_copies(size_t i) const {
     auto it = plan->producer.find(t);
     if (it == plan->producer.end()) break;
     const Node& tr = g.nodes[static_cast<size_t>(it->second)];
-    if (tr.op_type != "Transpose" || plan->free_reason[static_cast<size_t>(it->second)].empty() || tr.inputs.empty()) break;
+    if (tr.op_type != "Transpose" || plan->free_reason[static_cast<size_t>(it->second)] == FreeReason::none || tr.inputs.empty()) break;
     if (!transpose_perm(tr, rank, perm)) return false;
     for (size_t d = 0; d < rank; ++d) src[d] = perm[src[d]];
     permuted = true;
@@ -256,7 +251,7 @@ void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const Tens
 }
 
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t) {
-  return t ? double(numel(t)) * elem_bytes(c.dtype(t)) : 0;
+  return t ? double(numel(t)) * element_bytes(c.dtype(t)) : 0;
 }
 
 DType LowerCtx::quantized_operand(size_t i) const {
@@ -264,7 +259,7 @@ DType LowerCtx::quantized_operand(size_t i) const {
   auto it = plan->producer.find(n.inputs[i]);
   if (it == plan->producer.end()) return DType::undefined;
   const size_t p = static_cast<size_t>(it->second);
-  if (plan->free_reason[p] != kDequantizeIntoGemm) return DType::undefined;
+  if (plan->free_reason[p] != FreeReason::dequantize_into_gemm) return DType::undefined;
   const Node& dq = g.nodes[p];
   const TensorInfo* x = dq.inputs.empty() ? nullptr : g.find(dq.inputs[0]);
   return x ? x->dtype : DType::undefined;
@@ -354,7 +349,12 @@ struct Lowering {
   // node of the outermost graph (kernels of control-flow bodies).
   // `owner_name`: that node's name (body kernels are named "<owner>/<body node>").
   void forward(const Graph& g, std::vector<Kernel>& out, int owner, const std::string& owner_name, KernelList* top);
+  // If, Loop, Scan, SequenceMap: the kernels of their bodies, per branch and trip.
   void control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out);
+  // Lowers one body graph of `n` (its kernels attributed to node `index`).
+  void lower_body(const Graph& g, const Node& n, int index, const Graph& body, std::vector<Kernel>& out);
+  // If: the branch a known condition picks, else the dearer branch (noted).
+  void if_branches(const Graph& g, const Node& n, int index, std::vector<Kernel>& out);
 };
 
 // A body graph sees the enclosing graph's tensors (outer-scope names): those its nodes, the
@@ -385,77 +385,11 @@ int64_t body_cost_rank(const std::vector<Kernel>& ks) {
   return static_cast<int64_t>(w);
 }
 
-void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out) {
-  auto lower_graph = [&](const Graph& sg, std::vector<Kernel>& ks) {
-    Graph body = with_outer_scope(sg, g);
-    forward(body, ks, index, n.name, nullptr);
-  };
-  auto lower_body = [&](const Attribute* a, std::vector<Kernel>& ks) {
-    if (!a || a->graphs.empty() || !a->graphs[0]) return false;
-    lower_graph(*a->graphs[0], ks);
-    return true;
-  };
-  if (n.op_type == "If") {
-    // A condition known at compile time picks its branch.
-    const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
-    if (cond && cond->int_value && cond->int_value->size() == 1) {
-      const bool taken = (*cond->int_value)[0] != 0;
-      std::vector<Kernel> ks;
-      lower_body(n.attr(taken ? "then_branch" : "else_branch"), ks);
-      for (Kernel k : ks) {
-        k.note = std::string(taken ? "then" : "else") + " branch (condition known)" + (k.note.empty() ? "" : "; " + k.note);
-        out.push_back(k);
-      }
-      return;
-    }
-    // Otherwise one branch runs; the cost is that of the dearer branch (a bound, noted).
-    std::vector<Kernel> then_k, else_k;
-    lower_body(n.attr("then_branch"), then_k);
-    lower_body(n.attr("else_branch"), else_k);
-    const bool pick_then = body_cost_rank(then_k) >= body_cost_rank(else_k);
-    const std::string cond_name = n.inputs.empty() ? "" : n.inputs[0];
-    warnings.push_back("If '" + n.name + "': condition '" + cond_name +
-                       "' is not known before the run, so the dearer branch (" + (pick_then ? "then" : "else") +
-                       ") is priced" + value_hint(g, source_inputs(g, cond_name)));
-    for (Kernel k : pick_then ? then_k : else_k) {
-      k.note = std::string(pick_then ? "then" : "else") + " branch (the dearer one)" + (k.note.empty() ? "" : "; " + k.note);
-      out.push_back(k);
-    }
-    return;
-  }
-  // Iterations that shape inference ran one by one: each is lowered with its own shapes (and
-  // the iteration count is exact). Consecutive iterations with the same shapes share one graph.
-  if (const Attribute* a = n.attr("body"); a && !a->trips.empty()) {
-    std::vector<Kernel> ks;
-    const Graph* last = nullptr;
-    for (size_t r = 0; r < a->trips.size(); ++r) {
-      if (!a->trips[r]) continue;
-      if (a->trips[r].get() != last) {
-        ks.clear();
-        lower_graph(*a->trips[r], ks);
-        last = a->trips[r].get();
-      }
-      charge(n, ks.size());
-      for (Kernel k : ks) {
-        k.steps = static_cast<int64_t>(r) + 1;
-        out.push_back(k);
-      }
-    }
-    return;
-  }
-  std::vector<Kernel> body;
-  if (!lower_body(n.attr("body"), body)) {
-    Kernel k;
-    k.cls = KernelClass::unknown;
-    k.op = n.op_type;
-    k.node = index;
-    k.note = "control-flow node without a body";
-    out.push_back(k);
-    unknown.insert(qualified(n));
-    return;
-  }
+// Iterations of a Loop (its trip count input), Scan (the first scan input's length along
+// its scan axis) or SequenceMap (the input sequence's length) when known before the run;
+// -1 otherwise, with `why` saying what the prediction assumes instead.
+int64_t static_trip_count(const Graph& g, const Node& n, std::string& why) {
   int64_t trips = -1;
-  std::string why;
   if (n.op_type == "Loop") {
     const TensorInfo* m = n.inputs.size() > 0 && !n.inputs[0].empty() ? g.find(n.inputs[0]) : nullptr;
     if (m && m->int_value && m->int_value->size() == 1) trips = std::max<int64_t>((*m->int_value)[0], 0);
@@ -477,6 +411,86 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
     }
     if (trips < 0) why = "scan length not known: body counted once";
   }
+  return trips;
+}
+
+void Lowering::lower_body(const Graph& g, const Node& n, int index, const Graph& body, std::vector<Kernel>& out) {
+  Graph scoped = with_outer_scope(body, g);
+  forward(scoped, out, index, n.name, nullptr);
+}
+
+void Lowering::if_branches(const Graph& g, const Node& n, int index, std::vector<Kernel>& out) {
+  auto lower_branch = [&](const Attribute* a, std::vector<Kernel>& ks) {
+    if (a && !a->graphs.empty() && a->graphs[0]) lower_body(g, n, index, *a->graphs[0], ks);
+  };
+  // A condition known at compile time picks its branch.
+  const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
+  if (cond && cond->int_value && cond->int_value->size() == 1) {
+    const bool taken = (*cond->int_value)[0] != 0;
+    std::vector<Kernel> ks;
+    lower_branch(n.attr(taken ? "then_branch" : "else_branch"), ks);
+    for (Kernel k : ks) {
+      k.note = std::string(taken ? "then" : "else") + " branch (condition known)" + (k.note.empty() ? "" : "; " + k.note);
+      out.push_back(k);
+    }
+    return;
+  }
+  // Otherwise one branch runs; the cost is that of the dearer branch (a bound, noted).
+  std::vector<Kernel> then_k, else_k;
+  lower_branch(n.attr("then_branch"), then_k);
+  lower_branch(n.attr("else_branch"), else_k);
+  const bool pick_then = body_cost_rank(then_k) >= body_cost_rank(else_k);
+  const std::string cond_name = n.inputs.empty() ? "" : n.inputs[0];
+  warnings.push_back("If '" + n.name + "': condition '" + cond_name +
+                     "' is not known before the run, so the dearer branch (" + (pick_then ? "then" : "else") +
+                     ") is priced" + value_hint(g, source_inputs(g, cond_name)));
+  for (Kernel k : pick_then ? then_k : else_k) {
+    k.note = std::string(pick_then ? "then" : "else") + " branch (the dearer one)" + (k.note.empty() ? "" : "; " + k.note);
+    out.push_back(k);
+  }
+}
+
+void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vector<Kernel>& out) {
+  if (n.op_type == "If") {
+    if_branches(g, n, index, out);
+    return;
+  }
+  // Iterations that shape inference ran one by one: each is lowered with its own shapes (and
+  // the iteration count is exact). Consecutive iterations with the same shapes share one graph.
+  if (const Attribute* a = n.attr("body"); a && !a->trips.empty()) {
+    std::vector<Kernel> ks;
+    const Graph* last = nullptr;
+    for (size_t r = 0; r < a->trips.size(); ++r) {
+      if (!a->trips[r]) continue;
+      if (a->trips[r].get() != last) {
+        ks.clear();
+        lower_body(g, n, index, *a->trips[r], ks);
+        last = a->trips[r].get();
+      }
+      charge(n, ks.size());
+      for (Kernel k : ks) {
+        k.steps = static_cast<int64_t>(r) + 1;
+        out.push_back(k);
+      }
+    }
+    return;
+  }
+  std::vector<Kernel> body;
+  const Attribute* body_attr = n.attr("body");
+  if (body_attr && !body_attr->graphs.empty() && body_attr->graphs[0]) {
+    lower_body(g, n, index, *body_attr->graphs[0], body);
+  } else {
+    Kernel k;
+    k.cls = KernelClass::unknown;
+    k.op = n.op_type;
+    k.node = index;
+    k.note = "control-flow node without a body";
+    out.push_back(k);
+    unknown.insert(qualified(n));
+    return;
+  }
+  std::string why;
+  const int64_t trips = static_trip_count(g, n, why);
   if (trips < 0) {
     const std::string count = n.op_type == "Loop" && !n.inputs.empty() ? n.inputs[0] : "";
     warnings.push_back(n.op_type + " '" + n.name + "': " + why +
@@ -499,7 +513,8 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
   const Plan plan = make_plan(g, opt, cons);
   if (top) {
     top->fused_into.assign(g.nodes.size(), -1);
-    top->free_reason = plan.free_reason;
+    top->free_reason.clear();
+    for (FreeReason r : plan.free_reason) top->free_reason.push_back(free_reason_text(r));
   }
   const size_t first = out.size();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -511,7 +526,7 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
         if (t && t->fully_known() && t->num_elements() < 0)
           throw InputError("node '" + n.name + "': tensor '" + name + "' has more elements than 64 bits can count");
       }
-    if (!plan.free_reason[i].empty()) continue;
+    if (plan.free_reason[i] != FreeReason::none) continue;
     if (plan.group_of[i] >= 0) {
       const Group& grp = plan.groups[static_cast<size_t>(plan.group_of[i])];
       if (top)

@@ -47,7 +47,7 @@ void emit_memory(LowerCtx& c, const std::string& op, Reads reads) {
   // Where and Expand read broadcast operands (the data inputs; Expand's shape is not one).
   if (op == "where" || op == "expand")
     for (size_t i = 0; i < (op == "expand" ? size_t(1) : c.n.inputs.size()); ++i)
-      add_broadcast_reuse(k, int(i), c.in(i), y, elem_bytes(c.dtype(c.in(i))));
+      add_broadcast_reuse(k, int(i), c.in(i), y, element_bytes(c.dtype(c.in(i))));
   c.out.push_back(k);
 }
 
@@ -90,7 +90,7 @@ double value_bytes(const LowerCtx& c, const TensorInfo* t, bool& known) {
   double b = 0;
   for (const auto& e : t->elements) {
     known = known && e.fully_known();
-    b += double(std::max<int64_t>(e.num_elements(), 0)) * elem_bytes(c.dtype(&e));
+    b += double(std::max<int64_t>(e.num_elements(), 0)) * element_bytes(c.dtype(&e));
   }
   return b;
 }
@@ -128,7 +128,7 @@ void emit_tap_gather(const LowerCtx& c, const std::string& op, const TensorInfo*
                      const std::string& note) {
   Kernel k = c.base(KernelClass::memory, op);
   rows_cols(y, k.rows, k.cols);
-  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
+  const double e = double(numel(y)), eb = element_bytes(k.dtype);
   k.flops = 2.0 * taps * e;
   k.bytes = taps * e * eb + other_bytes + e * eb;
   k.note = note;

@@ -78,7 +78,7 @@ struct Backward {
     k.inputs = inputs;
     const double e = double(rows) * double(cols);
     k.flops = cls == KernelClass::memory ? 0 : e;
-    k.bytes = (inputs + 1) * e * elem_bytes(f.dtype);
+    k.bytes = (inputs + 1) * e * element_bytes(f.dtype);
     return k;
   }
 
@@ -87,12 +87,14 @@ struct Backward {
     const bool a_needs = f.a_input >= 0 ? needs(n, f.a_input) : internal;
     const bool b_needs = f.b_input >= 0 ? needs(n, f.b_input) : internal;
     const GemmShape& s = f.gemm;
-    const double eb = elem_bytes(f.dtype);
+    const double eb = element_bytes(f.dtype);
     auto make = [&](GemmShape g2, const std::string& what) {
       Kernel k = f;
       k.gemm = g2;
-      k.flops = 2.0 * double(g2.batch) * g2.m * g2.n * g2.k;
-      k.bytes = double(g2.batch) * (double(g2.m) * g2.k + double(g2.k) * g2.n + double(g2.m) * g2.n) * eb;
+      k.gemm.batched = s.batched;
+      const Work w = work_of_gemm(g2, eb);
+      k.flops = w.flops;
+      k.bytes = w.bytes;
       k.epilogue.clear();
       k.trans_a = k.trans_b = false;
       push(f, k, what);
@@ -183,7 +185,7 @@ struct Backward {
       rows_cols(table, rows, cols);
       Kernel k = vec(f, KernelClass::memory, "embedding_grad", 0, rows, cols);
       push(f, k, "zero table gradient");
-      k.bytes = double(numel(table)) * elem_bytes(f.dtype);
+      k.bytes = double(numel(table)) * element_bytes(f.dtype);
       push(f, k, "accumulate rows");
       return;
     }
@@ -195,7 +197,7 @@ struct Backward {
           // condition, writes the operand's gradient.
           Kernel k = vec(f, KernelClass::memory, "where_grad", 1, f.rows, f.cols);
           const TensorInfo* cond = g.find(n.inputs[0]);
-          if (cond) k.bytes += double(numel(cond)) * elem_bytes(cond->dtype);
+          if (cond) k.bytes += double(numel(cond)) * element_bytes(cond->dtype);
           push(f, k, "grad of where");
         }
       }
@@ -236,7 +238,7 @@ struct Backward {
         if (reads_param(f)) {
           Kernel k = vec(f, KernelClass::reduce, "sum", 2, f.cols, f.rows);
           k.flops = 2.0 * double(f.rows) * double(f.cols);
-          k.bytes = (2.0 * double(f.rows) * double(f.cols) + 2.0 * double(f.cols)) * elem_bytes(f.dtype);
+          k.bytes = (2.0 * double(f.rows) * double(f.cols) + 2.0 * double(f.cols)) * element_bytes(f.dtype);
           push(f, k, "grad of " + f.op + " weight and bias");
         }
         break;
@@ -280,7 +282,7 @@ void lower_optimizer(LowerCtx& c, const std::string& op, size_t state, double op
     k.inputs = static_cast<int>(per);
     const double e = double(k.cols);
     k.flops = ops * e;
-    k.bytes = double(per + 1 + state) * e * elem_bytes(k.dtype);  // read X, G, state; write X, state
+    k.bytes = double(per + 1 + state) * e * element_bytes(k.dtype);  // read X, G, state; write X, state
     k.operand_elems.assign(per, k.cols);
     k.note = "optimizer update of " + c.n.inputs[2 + p];
     c.out.push_back(k);
@@ -322,9 +324,10 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
     k.cols = t->num_elements();
     k.inputs = 2;
     k.flops = double(k.cols);
-    k.bytes = 3.0 * double(k.cols) * elem_bytes(k.dtype);
+    k.bytes = 3.0 * double(k.cols) * element_bytes(k.dtype);
     k.operand_elems = {k.cols, k.cols};
     k.note = "weight update " + name;
+    k.weight = name;
     out.push_back(k);
   }
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "internal.h"
+#include "neusight/op_traits.h"
 
 namespace neusight::lowering_detail {
 
@@ -14,7 +15,7 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
     return;
   }
   rows_cols(y, k.rows, k.cols);
-  const double eb = elem_bytes(k.dtype);
+  const double eb = element_bytes(k.dtype);
   double in_bytes = 0;
   int inputs = 0;
   for (size_t i = 0; i < c.n.inputs.size(); ++i) {
@@ -23,7 +24,7 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
     const int64_t e = numel(t);
     if (e > 1) ++inputs;
     k.operand_elems.push_back(e);
-    const double own = elem_bytes(c.dtype(t));
+    const double own = element_bytes(c.dtype(t));
     const double once = double(e) * own;
     in_bytes += once;
     if (e <= 1) continue;  // a scalar stays in cache
@@ -67,18 +68,17 @@ void emit_rowwise(LowerCtx& c, KernelClass cls, const std::string& op, double op
     k.cols = cols;
     k.rows = cols > 0 ? x->num_elements() / cols : 0;
   }
-  const double e = double(k.rows) * double(k.cols);
-  const double eb = elem_bytes(k.dtype);
-  k.flops = ops_per_elem * e;
+  const Work w = work_of_rowwise(k.rows, k.cols, ops_per_elem, element_bytes(k.dtype));
+  k.flops = w.flops;
   double extra = 0;
   for (size_t i = extra_tensor_inputs_from; i < c.n.inputs.size(); ++i) extra += tensor_bytes(c, c.in(i));
-  k.bytes = 2 * e * eb + extra;
+  k.bytes = w.bytes + extra;
   k.operand_elems = {numel(x)};
   c.out.push_back(k);
 }
 
 void lower_softmax(LowerCtx& c, const std::string& op, bool flatten) {
-  emit_rowwise(c, KernelClass::softmax, op, 5, c.n.attr_i("axis", flatten ? 1 : -1), flatten);
+  emit_rowwise(c, KernelClass::softmax, op, kSoftmaxOpsPerElement, c.n.attr_i("axis", flatten ? 1 : -1), flatten);
 }
 
 void lower_layernorm(LowerCtx& c, const std::string& op, double ops) {
@@ -107,7 +107,7 @@ void lower_embed_layernorm(LowerCtx& c) {
   }
   Kernel k = c.base(KernelClass::layernorm, "ln");
   rows_cols(y, k.rows, k.cols);
-  const double e = double(numel(y)), eb = elem_bytes(k.dtype);
+  const double e = double(numel(y)), eb = element_bytes(k.dtype);
   const bool segments = c.in(1) && c.in(4);
   const double tables = segments ? 3 : 2;  // gathered rows per token: word, position, segment
   double ids_bytes = 0;
@@ -137,7 +137,7 @@ void lower_group_norm(LowerCtx& c) {
   Kernel k = c.base(KernelClass::layernorm, c.n.op_type == "InstanceNormalization" ? "instancenorm" : "groupnorm");
   k.rows = x->shape[0].value * groups;
   k.cols = k.rows > 0 ? x->num_elements() / k.rows : 0;
-  const double e = double(numel(x)), eb = elem_bytes(k.dtype);
+  const double e = double(numel(x)), eb = element_bytes(k.dtype);
   k.flops = 6 * e;
   k.bytes = 2 * e * eb + (double(numel(c.in(1))) + double(numel(c.in(2)))) * eb;
   c.out.push_back(k);
@@ -157,7 +157,7 @@ void lower_nhwc_group_norm(LowerCtx& c) {
   Kernel k = c.base(KernelClass::layernorm, "groupnorm");
   k.rows = x->shape[0].value * groups;
   k.cols = k.rows > 0 ? x->num_elements() / k.rows : 0;
-  const double e = double(numel(x)), eb = elem_bytes(k.dtype);
+  const double e = double(numel(x)), eb = element_bytes(k.dtype);
   k.flops = (skip ? 8 : 6) * e;
   double extra = 0;
   for (size_t i = 1; i < c.n.inputs.size(); ++i) extra += tensor_bytes(c, c.in(i));
@@ -181,7 +181,7 @@ void lower_reduce(LowerCtx& c) {
   k.rows = std::max<int64_t>(numel(y), 1);
   k.cols = k.rows > 0 ? numel(x) / k.rows : 0;
   k.flops = double(numel(x));
-  k.bytes = double(numel(x)) * elem_bytes(k.dtype) + double(numel(y)) * elem_bytes(c.dtype(y));
+  k.bytes = double(numel(x)) * element_bytes(k.dtype) + double(numel(y)) * element_bytes(c.dtype(y));
   k.operand_elems = {numel(x)};
   c.out.push_back(k);
 }
@@ -203,7 +203,7 @@ void lower_pool(LowerCtx& c) {
   k.rows = numel(y);
   k.cols = window;
   k.flops = double(numel(y)) * double(window);
-  k.bytes = (double(numel(x)) + double(numel(y))) * elem_bytes(k.dtype);
+  k.bytes = (double(numel(x)) + double(numel(y))) * element_bytes(k.dtype);
   k.note = "window " + std::to_string(window);
   c.out.push_back(k);
 }
@@ -217,9 +217,9 @@ void lower_pool(LowerCtx& c) {
 void emit_nll(LowerCtx& c, const TensorInfo* target, const TensorInfo* weight, const TensorInfo* loss) {
   const int64_t t = numel(target);
   const std::string red = c.n.attr_s("reduction", "mean");
-  const double eb = elem_bytes(c.dtype(c.in(0)));
+  const double eb = element_bytes(c.dtype(c.in(0)));
   const double per = weight ? 2 : 1;  // negate (and weigh) each gathered value
-  const double gathered = double(t) * eb * (weight ? 2 : 1) + double(t) * elem_bytes(target->dtype);
+  const double gathered = double(t) * eb * (weight ? 2 : 1) + double(t) * element_bytes(target->dtype);
   if (red == "none") {
     Kernel k = c.base(KernelClass::memory, "nll_loss");
     rows_cols(loss, k.rows, k.cols);
@@ -268,7 +268,7 @@ void lower_softmax_cross_entropy(LowerCtx& c) {
   k.cols = x->shape[1].value;
   k.rows = k.cols > 0 ? numel(x) / k.cols : 0;
   k.flops = 5.0 * double(numel(x));
-  k.bytes = 2.0 * double(numel(x)) * elem_bytes(k.dtype);
+  k.bytes = 2.0 * double(numel(x)) * element_bytes(k.dtype);
   k.operand_elems = {numel(x)};
   k.note = "log-softmax over the class axis (1)";
   c.out.push_back(k);
@@ -308,7 +308,7 @@ void lower_mvn(LowerCtx& c) {
   k.rows = k.cols > 0 ? numel(x) / k.cols : 0;
   const double e = double(numel(x));
   k.flops = 5 * e;
-  k.bytes = 2 * e * elem_bytes(k.dtype);
+  k.bytes = 2 * e * element_bytes(k.dtype);
   k.operand_elems = {numel(x)};
   c.out.push_back(k);
 }
@@ -316,39 +316,15 @@ void lower_mvn(LowerCtx& c) {
 }  // namespace
 
 void add_vector_rules(RuleTable& r) {
-  // ONNX op -> kernel name, ops per output element.
-  struct Ew {
-    const char* onnx;
-    const char* name;
-    double ops;
-  };
-  static const Ew ew[] = {
-      {"Add", "add", 1}, {"Sub", "sub", 1}, {"Mul", "mul", 1}, {"Div", "div", 1}, {"Pow", "pow", 1},
-      {"Relu", "relu", 1}, {"Gelu", "gelu", 1}, {"com.microsoft:FastGelu", "gelu", 1},
-      {"com.microsoft:BiasGelu", "gelu", 1}, {"com.microsoft:QuickGelu", "gelu", 1}, {"Tanh", "tanh", 1}, {"Sigmoid", "sigmoid", 1}, {"Exp", "exp", 1},
-      {"Log", "log", 1}, {"Sqrt", "sqrt", 1}, {"Erf", "erf", 1}, {"Neg", "neg", 1}, {"Abs", "abs", 1},
-      {"Reciprocal", "reciprocal", 1}, {"Max", "max", 1}, {"Min", "min", 1}, {"Clip", "clip", 1},
-      {"LeakyRelu", "leakyrelu", 1}, {"Elu", "elu", 1}, {"Selu", "selu", 1}, {"Celu", "celu", 1},
-      {"HardSigmoid", "hardsigmoid", 1}, {"HardSwish", "hardswish", 1}, {"Softplus", "softplus", 1},
-      {"Softsign", "softsign", 1}, {"Mish", "mish", 1}, {"ThresholdedRelu", "relu", 1}, {"Shrink", "shrink", 1},
-      {"Sin", "sin", 1}, {"Cos", "cos", 1}, {"Tan", "tan", 1}, {"Asin", "asin", 1}, {"Acos", "acos", 1},
-      {"Atan", "atan", 1}, {"Sinh", "sinh", 1}, {"Cosh", "cosh", 1}, {"Asinh", "asinh", 1},
-      {"Acosh", "acosh", 1}, {"Atanh", "atanh", 1}, {"Floor", "floor", 1}, {"Ceil", "ceil", 1},
-      {"Round", "round", 1}, {"Sign", "sign", 1}, {"Equal", "equal", 1}, {"Less", "less", 1},
-      {"Greater", "greater", 1}, {"LessOrEqual", "lessequal", 1}, {"GreaterOrEqual", "greaterequal", 1},
-      {"And", "and", 1}, {"Or", "or", 1}, {"Xor", "xor", 1}, {"Not", "not", 1}, {"Mod", "mod", 1},
-      {"BitShift", "bitshift", 1}, {"BitwiseAnd", "and", 1}, {"BitwiseOr", "or", 1}, {"BitwiseXor", "xor", 1},
-      {"BitwiseNot", "not", 1}, {"PRelu", "prelu", 1}, {"Sum", "add", 1}, {"Mean", "mean", 1},
-      {"com.microsoft:BiasAdd", "add", 1}, {"IsNaN", "isnan", 1}, {"IsInf", "isinf", 1},
-      {"BatchNormalization", "batchnorm", 2}, {"QuantizeLinear", "quantize", 2},
-      {"DequantizeLinear", "dequantize", 2}, {"DynamicQuantizeLinear", "quantize", 3},
-      {"Swish", "silu", 1}, {"Silu", "silu", 1},
-  };
-  for (const Ew& e : ew) {
-    const std::string name = e.name;
-    const double ops = e.ops;
-    r[e.onnx] = [name, ops](LowerCtx& c) { emit_elementwise(c, name, ops); };
-  }
+  // Elementwise ops (op_traits.h): one kernel each, named and priced by their traits.
+  for (const auto& [domain, op] : op_traits().ops())
+    for (int64_t since : op_traits().versions(domain, op)) {
+      const OpTraits& t = *op_traits().find(domain, op, since);
+      if (!t.elementwise) continue;
+      const std::string name = t.kernel;
+      const double ops = t.flops_per_element;
+      r.add(domain, op, [name, ops](LowerCtx& c) { emit_elementwise(c, name, ops); }, since);
+    }
   // Before opset 13 the input is flattened to 2-D at `axis` (default 1) and each row of the
   // flattened trailing dims is normalised; from 13 on, the one dim `axis` (default -1).
   for (const char* op : {"Softmax", "LogSoftmax", "Hardmax"}) {
@@ -357,8 +333,8 @@ void add_vector_rules(RuleTable& r) {
     r.add("", op, [name](LowerCtx& c) { lower_softmax(c, name, true); }, 1);
     r.add("", op, [name](LowerCtx& c) { lower_softmax(c, name, false); }, 13);
   }
-  r["LayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "ln", 6); };
-  r["SimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "rmsnorm", 4); };
+  r["LayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "ln", kLayerNormOpsPerElement); };
+  r["SimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_layernorm(c, "rmsnorm", kRmsNormOpsPerElement); };
   r["RMSNormalization"] = r["SimplifiedLayerNormalization"];
   r["com.microsoft:SkipLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "ln", 6); };
   r["com.microsoft:SkipSimplifiedLayerNormalization"] = [](LowerCtx& c) { lower_skip_layernorm(c, "rmsnorm", 4); };
@@ -395,7 +371,7 @@ void add_vector_rules(RuleTable& r) {
     if (c.opt.mode != Mode::training) return;
     Kernel k = c.base(KernelClass::memory, "dropout");
     rows_cols(c.outp(0), k.rows, k.cols);
-    k.bytes = (2.0 * elem_bytes(k.dtype) + 1.0) * double(numel(c.outp(0)));
+    k.bytes = (2.0 * element_bytes(k.dtype) + 1.0) * double(numel(c.outp(0)));
     c.out.push_back(k);
   };
 }

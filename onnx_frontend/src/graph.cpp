@@ -20,6 +20,11 @@ int dtype_bits(DType t) {
   return 0;
 }
 
+double element_bytes(DType t) {
+  const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
+  return bits > 0 ? bits / 8.0 : 4.0;
+}
+
 const char* dtype_name(DType t) {
   switch (t) {
     case DType::f32: return "fp32";

@@ -13,11 +13,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-double elem_bytes(DType t) {
-  const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
-  return bits > 0 ? bits / 8.0 : 4.0;
-}
-
 bool in_range(int node, size_t n) { return node >= 0 && static_cast<size_t>(node) < n; }
 
 // Float activation bytes crossing each cut position c (between node c-1 and node c).
@@ -36,7 +31,7 @@ std::vector<double> crossing_bytes(const Graph& g, DType compute) {
     const int p = producer[name];
     const TensorInfo* t = g.find(name);
     if (!t || !is_float(t->dtype) || q <= p || t->num_elements() <= 0) continue;
-    const double bytes = double(t->num_elements()) * elem_bytes(compute == DType::undefined ? t->dtype : compute);
+    const double bytes = double(t->num_elements()) * element_bytes(compute == DType::undefined ? t->dtype : compute);
     diff[static_cast<size_t>(p) + 1] += bytes;  // crosses cuts p+1 .. q
     diff[static_cast<size_t>(q) + 1] -= bytes;
   }
@@ -167,8 +162,7 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
     int s = in_range(k.node, nn) ? plan.stage_of[static_cast<size_t>(k.node)] : -1;
     if (k.phase == Phase::update) {
       if (s < 0) {
-        const std::string prefix = "weight update ";
-        auto it = k.note.rfind(prefix, 0) == 0 ? w.first_consumer.find(k.note.substr(prefix.size())) : w.first_consumer.end();
+        auto it = w.first_consumer.find(k.weight);
         s = it != w.first_consumer.end() ? plan.stage_of[static_cast<size_t>(it->second)] : 0;
       }
       r.stages[static_cast<size_t>(s)].update_ms += preds[i].latency_ms;
@@ -277,7 +271,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
       for (const auto& o : g.nodes[static_cast<size_t>(i)].outputs) {
         const TensorInfo* ti = o.empty() ? nullptr : g.find(o);
         if (!ti || !is_float(ti->dtype) || ti->num_elements() <= 0) continue;
-        act += double(ti->num_elements()) * (compute == DType::undefined ? elem_bytes(ti->dtype) : eb) / (split ? cfg.tp : 1);
+        act += double(ti->num_elements()) * (compute == DType::undefined ? element_bytes(ti->dtype) : eb) / (split ? cfg.tp : 1);
       }
     }
     const int in_flight = cfg.schedule == PipelineSchedule::gpipe ? m : std::min(pp - s, m);
@@ -313,7 +307,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   r.micro_batch = micro_batch;
   r.link = link_for(gpu, cfg.link_gbps);
   const DType compute = compute_dtype(kernels);
-  const double eb = elem_bytes(compute == DType::undefined ? DType::f32 : compute);
+  const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
 
   // Tensor-parallel collectives get their time from the link model.
   for (size_t i = 0; i < kernels.size(); ++i)

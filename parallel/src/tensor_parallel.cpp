@@ -39,11 +39,6 @@ int64_t weight_out_width(const Graph& g, const Node& n) {
 
 int64_t numel(const TensorInfo* t) { return t ? std::max<int64_t>(t->num_elements(), 0) : 0; }
 
-double elem_bytes(DType t) {
-  const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
-  return bits > 0 ? bits / 8.0 : 4.0;
-}
-
 // Divides one of `dims` by tp: the first that divides evenly, else the first positive one
 // rounded up (padded, as Megatron pads the vocabulary to a multiple of tp).
 bool divide_first(std::initializer_list<int64_t*> dims, int tp) {
@@ -67,7 +62,7 @@ double gemm_traffic(const GemmShape& s) {
 // Keeps the lowering's byte conventions: bytes scale with the operands' sizes.
 void rescale_gemm(Kernel& k, const GemmShape& before) {
   const double old_traffic = gemm_traffic(before);
-  k.flops = 2.0 * double(k.gemm.batch) * k.gemm.m * k.gemm.n * k.gemm.k;
+  k.flops = work_of_gemm(k.gemm, 1).flops;
   if (old_traffic > 0) k.bytes *= gemm_traffic(k.gemm) / old_traffic;
 }
 
@@ -110,7 +105,7 @@ Kernel allreduce_kernel(int node, Phase phase, double bytes, DType dtype, int tp
   c.dtype = dtype;
   c.node = node;
   c.rows = 1;
-  c.cols = static_cast<int64_t>(bytes / elem_bytes(dtype));
+  c.cols = static_cast<int64_t>(bytes / element_bytes(dtype));
   c.bytes = bytes;
   c.note = "tensor-parallel all-reduce over " + std::to_string(tp) + " GPUs (" + what + ")";
   return c;
@@ -186,13 +181,13 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
     const Node& n = g.nodes[static_cast<size_t>(node)];
     const TpRole r = roles[static_cast<size_t>(node)];
     if (phase == Phase::forward && (r == TpRole::row || r == TpRole::vocab_embedding) && !n.outputs.empty()) {
-      const double bytes = double(numel(g.find(n.outputs[0]))) * elem_bytes(dtype);
+      const double bytes = double(numel(g.find(n.outputs[0]))) * element_bytes(dtype);
       if (bytes > 0)
         out.kernels.push_back(allreduce_kernel(node, phase, bytes, dtype, tp,
                                                r == TpRole::row ? "row-parallel output" : "vocab-parallel embedding"));
     } else if (phase == Phase::backward && r == TpRole::column && !n.inputs.empty()) {
       const TensorInfo* a = g.find(n.inputs[0]);
-      const double bytes = double(numel(a)) * elem_bytes(dtype);
+      const double bytes = double(numel(a)) * element_bytes(dtype);
       if (a && !a->is_graph_input && bytes > 0)
         out.kernels.push_back(allreduce_kernel(node, phase, bytes, dtype, tp, "column-parallel input gradient"));
     }
@@ -210,8 +205,7 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
     Kernel k = src;
     const TpRole r = role_of(k.node);
     if (k.phase == Phase::update) {
-      const std::string prefix = "weight update ";
-      if (k.note.rfind(prefix, 0) == 0 && split_weights.count(k.note.substr(prefix.size()))) shrink_vector(k, tp);
+      if (split_weights.count(k.weight)) shrink_vector(k, tp);
     } else if (r == TpRole::column || r == TpRole::row) {
       if (k.cls == KernelClass::gemm)
         split_weight_gemm(k, fwd_gemm[static_cast<size_t>(k.node)], r == TpRole::column, tp);

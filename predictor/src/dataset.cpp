@@ -85,32 +85,32 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
     if (!dt || !is_float(*dt)) throw InputError("unknown dtype '" + it->second + "'");
     k.dtype = *dt;
   }
-  const double eb = dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype) / 8.0;
+  const double eb = element_bytes(k.dtype);
   std::string base;
   int inputs = 1;
   if (op_name == "linear" || op_name == "bmm") {
     k.cls = KernelClass::gemm;
     const int64_t B = col_int(c, "B"), M = col_int(c, "M"), N = col_int(c, "N"), K = col_int(c, "K");
-    k.gemm = {op_name == "linear" ? 1 : B, M, K, N};
-    const double b = double(k.gemm.batch);
-    k.flops = 2.0 * b * M * N * K;
-    k.bytes = eb * b * (double(M) * N + double(N) * K + double(M) * K);
+    k.gemm = {op_name == "linear" ? 1 : B, M, K, N, op_name == "bmm"};
+    const Work w = work_of_gemm(k.gemm, eb);
+    k.flops = w.flops;
+    k.bytes = w.bytes;
   } else if (op_name == "softmax" || op_name == "ln") {
     k.cls = op_name == "softmax" ? KernelClass::softmax : KernelClass::layernorm;
     k.rows = col_int(c, "B");
     k.cols = col_int(c, "H");
-    const double e = double(k.rows) * k.cols;
-    k.flops = (op_name == "softmax" ? 5.0 : 6.0) * e;
-    k.bytes = 2 * e * eb;
+    const Work w = op_name == "softmax" ? work_of_softmax(k.rows, k.cols, eb) : work_of_layernorm(k.rows, k.cols, eb);
+    k.flops = w.flops;
+    k.bytes = w.bytes;
   } else if (elementwise_op(op_name, base, inputs)) {
     k.cls = KernelClass::elementwise;
     k.op = op_name;
     k.rows = col_int(c, "B");
     k.cols = col_int(c, "H");
     k.inputs = inputs;
-    const double e = double(k.rows) * k.cols;
-    k.flops = e;
-    k.bytes = eb * e * (inputs + 1);
+    const Work w = work_of_elementwise(double(k.rows) * k.cols, inputs, 1, eb);
+    k.flops = w.flops;
+    k.bytes = w.bytes;
   } else if (op_name == "conv") {
     // Implicit GEMM of a 2-D convolution with square kernel and input.
     const int64_t B = col_int(c, "B"), cin = col_int(c, "Input_Channel"), cout = col_int(c, "Output_Channel");
@@ -120,8 +120,9 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
     if (out <= 0) throw InputError("conv row with empty output");
     k.cls = KernelClass::gemm;
     k.gemm = {1, B * out * out, cout, cin * r * r};
-    k.flops = 2.0 * k.gemm.m * k.gemm.n * k.gemm.k;
-    k.bytes = eb * (double(B) * cin * in * in + double(cout) * cin * r * r + double(B) * cout * out * out);
+    const Work w = work_of_gemm(k.gemm, double(B) * cin * in * in, double(cout) * cin * r * r, eb);
+    k.flops = w.flops;
+    k.bytes = w.bytes;
   } else {
     throw InputError("unknown op '" + op_name + "'");
   }

@@ -199,7 +199,7 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   TileFeatures f;
   // GEMMs on CUDA cores run at the rate the FP32 lanes sustain (issue and power, precision.h).
   const bool gemm = k.cls == KernelClass::gemm;
-  const double simt = gemm && !has_matrix_units(k, gpu) ? simt_sustained_fraction(gpu) : 1.0;
+  const double simt = gemm && !has_matrix_units(gpu, k.dtype) ? simt_sustained_fraction(gpu) : 1.0;
   const double peak = (gemm ? gpu.gemm_peak_gflops(k.dtype) * simt : gpu.peak_gflops(k.dtype)) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
   const double l2_bytes = std::max(feature_l2_mb * 1048576.0, 1.0);  // the L2 the inputs see
@@ -210,7 +210,7 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double waves = double(std::max<int64_t>(t.waves, 1));
   // Per-tile work: its FLOPs, and its share of the kernel's compulsory traffic.
   const double tile_flops = t.tile_flops > 0 ? t.tile_flops : (tiles > 0 ? k.flops / tiles : 0);
-  const double eb = std::max(1, dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) / 8.0;
+  const double eb = element_bytes(k.dtype);
   const double onchip = c == UtilClass::softmax ? softmax_onchip_ratio(k, gpu, eb) : 0.0;
   // Compulsory traffic is one read and one write; re-reads that miss add up to two more reads.
   const double tile_traffic = k.bytes / tiles * (1.0 + softmax_reread_miss(onchip));

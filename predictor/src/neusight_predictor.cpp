@@ -269,21 +269,49 @@ std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_di
   return std::make_unique<NeusightPredictor>(load_model_set(dir), options);
 }
 
+const char* predictor_kind_name(PredictorKind k) {
+  switch (k) {
+    case PredictorKind::neusight: return "neusight";
+    case PredictorKind::neusight_paper: return "neusight-paper";
+    case PredictorKind::roofline: return "roofline";
+  }
+  return "neusight";
+}
+
+bool parse_predictor_kind(const std::string& name, PredictorKind& out) {
+  for (PredictorKind k : {PredictorKind::neusight, PredictorKind::neusight_paper, PredictorKind::roofline})
+    if (name == predictor_kind_name(k)) {
+      out = k;
+      return true;
+    }
+  return false;
+}
+
 bool is_predictor_name(const std::string& name) {
-  return name == "neusight" || name == "neusight-paper" || name == "roofline";
+  PredictorKind k;
+  return parse_predictor_kind(name, k);
+}
+
+std::unique_ptr<Predictor> make_predictor(PredictorKind kind, const std::string& weights_dir,
+                                          const PrecisionOptions& options) {
+  switch (kind) {
+    case PredictorKind::roofline: return make_roofline_predictor();
+    case PredictorKind::neusight: return make_neusight_predictor(weights_dir, options);
+    case PredictorKind::neusight_paper: break;
+  }
+  std::unique_ptr<Predictor> p =
+      make_neusight_predictor(weights_dir.empty() ? data_dir() + "/weights/paper" : weights_dir, options);
+  if (p->name() != predictor_kind_name(kind))
+    throw InputError("--predictor neusight-paper: " + weights_dir + " holds weights of another formulation");
+  return p;
 }
 
 std::unique_ptr<Predictor> make_predictor(const std::string& name, const std::string& weights_dir,
                                           const PrecisionOptions& options) {
-  if (name == "roofline") return make_roofline_predictor();
-  if (name == "neusight") return make_neusight_predictor(weights_dir, options);
-  if (name == "neusight-paper") {
-    std::unique_ptr<Predictor> p =
-        make_neusight_predictor(weights_dir.empty() ? data_dir() + "/weights/paper" : weights_dir, options);
-    if (p->name() != name) throw InputError("--predictor neusight-paper: " + weights_dir + " holds weights of another formulation");
-    return p;
-  }
-  throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + name + "'");
+  PredictorKind kind;
+  if (!parse_predictor_kind(name, kind))
+    throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + name + "'");
+  return make_predictor(kind, weights_dir, options);
 }
 
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir) {

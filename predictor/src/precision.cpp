@@ -30,23 +30,11 @@ bool weight_only(DType t) { return t == DType::u4 || t == DType::i4; }
 
 }  // namespace
 
-bool has_matrix_units(const Kernel& k, const Gpu& gpu) {
-  switch (k.dtype) {
-    case DType::tf32: return gpu.tf32_gflops > 0;
-    case DType::f16: return gpu.fp16_gflops > 0;
-    case DType::bf16: return gpu.bf16_gflops > 0;
-    case DType::i8: case DType::u8: return gpu.int8_gops > 0;
-    case DType::u4: case DType::i4: return gpu.fp16_gflops > 0;
-    case DType::f32: case DType::undefined: return gpu.fp32_matrix_gflops > gpu.fp32_gflops;
-    default: return is_fp8(k.dtype) && gpu.fp8_gflops > 0;
-  }
-}
-
 double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return gpu.peak_gflops(k.dtype);
   if (weight_only(k.dtype)) return gpu.fp16_gflops > 0 ? gpu.fp16_gflops : gpu.fp32_gflops;
   const bool reduced = k.dtype == DType::f16 || k.dtype == DType::bf16 || is_fp8(k.dtype);
-  if (reduced && !has_matrix_units(k, gpu)) {
+  if (reduced && !has_matrix_units(gpu, k.dtype)) {
     // FP8 on a GPU without FP8 tensor cores runs as FP16 (the library upcasts), if it has those.
     if (is_fp8(k.dtype) && gpu.fp16_gflops > 0) return gpu.fp16_gflops;
     return gpu.gemm_peak_gflops(DType::f32);
@@ -56,7 +44,7 @@ double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
 
 Kernel kernel_as_run(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return k;
-  if (is_fp8(k.dtype) && !has_matrix_units(k, gpu) && gpu.fp16_gflops > 0) {
+  if (is_fp8(k.dtype) && !has_matrix_units(gpu, k.dtype) && gpu.fp16_gflops > 0) {
     Kernel r = k;  // FP8 upcast to FP16 tensor cores; same bytes
     r.dtype = DType::f16;
     return r;
@@ -79,7 +67,7 @@ std::string math_precision(const Kernel& k, const Gpu& gpu) {
     case KernelClass::gemm: {
       const Kernel run = kernel_as_run(k, gpu);
       const DType t = run.dtype == DType::undefined ? DType::f32 : run.dtype;
-      if (has_matrix_units(run, gpu)) return std::string(dtype_name(t)) + (gpu.vendor == "amd" ? "-matrix" : "-tensor");
+      if (has_matrix_units(gpu, run.dtype)) return std::string(dtype_name(t)) + (gpu.vendor == "amd" ? "-matrix" : "-tensor");
       if (t == DType::f64) return "fp64-simt";
       return is_float(t) ? "fp32-simt" : std::string(dtype_name(t)) + "-simt";
     }
@@ -90,11 +78,11 @@ std::string math_precision(const Kernel& k, const Gpu& gpu) {
 }
 
 double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu) {
-  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(k, gpu)) return 0;
+  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(gpu, k.dtype)) return 0;
   const double wm = double(t.config.warp_m), wn = double(t.config.warp_n);
   if (wm <= 0 || wn <= 0 || gpu.num_sm <= 0 || gpu.boost_mhz <= 0) return 0;
   const double flops_per_clock = gpu.gemm_peak_gflops(k.dtype) * 1e3 / (double(gpu.num_sm) * gpu.boost_mhz);
-  const double eb = std::max(1, dtype_bits(k.dtype == DType::tf32 ? DType::f32 : k.dtype)) / 8.0;
+  const double eb = element_bytes(k.dtype);
   return flops_per_clock * (wm + wn) * eb / (2 * wm * wn * kSharedMemoryBytesPerClock);
 }
 
@@ -112,7 +100,7 @@ double compute_busy(const Kernel& k, const Gpu& gpu) {
 }  // namespace
 
 double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu, double fraction) {
-  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(k, gpu)) return 1.0;
+  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(gpu, k.dtype)) return 1.0;
   // The fraction lowers the rate of the math only; a GEMM that waits on DRAM is bound by its
   // memory time whatever the math rate, and a faster memory never lowers the math rate.
   return fraction;
@@ -163,7 +151,7 @@ double global_memory_latency_ms(const Gpu& gpu) {
 }
 
 double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
-  const Kernel::ThreadAccess& a = k.access;
+  const ThreadAccess& a = k.access;
   if (a.bytes_per_load <= 0 || a.block_threads <= 0 || k.rows <= 0 || k.cols <= 0) return -1;
   const double latency = global_memory_latency_ms(gpu);
   if (!(latency > 0) || gpu.num_sm <= 0 || gpu.mem_bw_gbps <= 0) return -1;
@@ -175,7 +163,7 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
   per_sm = std::max(1, per_sm);
   const double resident = double(gpu.num_sm) * per_sm;
   const double waves = std::ceil(double(k.rows) / resident);
-  const double elem_bytes = std::max(1, dtype_bits(k.dtype) / 8);
+  const double elem_bytes = std::max(1.0, element_bytes(k.dtype));
   const double row_read = double(k.cols) * std::max(1, k.inputs) * elem_bytes;
   const double per_trip = double(a.block_threads) * a.bytes_per_load * std::max(1, a.loads_in_flight);
   const double trips = std::ceil(row_read / per_trip);

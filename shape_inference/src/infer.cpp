@@ -12,6 +12,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "neusight/op_traits.h"
 #include "rules.h"
 
 namespace neusight::shape_rules {
@@ -863,13 +864,9 @@ void add_comparison_rules(RuleTable& t) {
 
 // One input's shape to the output: activations, normalizations, casts.
 void add_unary_rules(RuleTable& t) {
-  for (const char* op : {"Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Reciprocal", "Neg", "Abs",
-                         "Erf", "Sin", "Cos", "Floor", "Ceil", "Round", "Sign", "Identity", "Dropout",
-                         "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid", "HardSwish", "Softplus",
-                         "Softsign", "Clip", "Mish", "ThresholdedRelu", "Tan", "Asin", "Acos", "Atan",
-                         "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Not", "Shrink", "IsNaN", "IsInf",
-                         "Softmax", "LogSoftmax", "Hardmax", "LpNormalization", "InstanceNormalization",
-                         "BatchNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
+  // Elementwise ops get theirs from their traits (add_elementwise_rules).
+  for (const char* op : {"Identity", "Dropout", "Softmax", "LogSoftmax", "Hardmax", "LpNormalization",
+                         "InstanceNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
                          "ReverseSequence"})
     t[op] = rule_unary;
   t["Not"] = [](Ctx& c) {
@@ -941,6 +938,15 @@ void add_core_rules(RuleTable& t) {
   add_structural_rules(t);
 }
 
+void add_elementwise_rules(RuleTable& t) {
+  for (const auto& [domain, op] : op_traits().ops()) {
+    if (t.find(domain, op, 0)) continue;  // a rule of its own (values, output type)
+    const OpTraits& traits = *op_traits().find(domain, op, 0);
+    if (traits.arity == 1) t.add(domain, op, rule_unary);
+    else t.add(domain, op, [](Ctx& c) { rule_broadcast(c, DType::undefined, nullptr); });
+  }
+}
+
 namespace {
 
 constexpr int kMaxDepth = 32;
@@ -954,6 +960,7 @@ const RuleTable& rules() {
     add_control_flow_rules(t);
     add_sequence_rules(t);
     add_data_rules(t);
+    add_elementwise_rules(t);
     return t;
   }();
   return table;
@@ -1129,8 +1136,8 @@ ShapeResult infer_shapes(Graph& graph, const Model& model, const std::map<std::s
         }
       }
     if (!list.empty())
-      result.warnings.push_back("input dims that differ only by name: " + list +
-                                "; each name was bound on its own (to the same value)");
+      result.warnings.push_back(Warning{WarningCode::dims_differ_by_name, "input dims that differ only by name: " + list +
+                                                  "; each name was bound on its own (to the same value)"});
   }
   for (const auto& name : graph.inputs)
     if (const TensorInfo* t = graph.find(name)) check_size(*t, "input '" + name + "'");
@@ -1142,7 +1149,8 @@ ShapeResult infer_shapes(Graph& graph, const Model& model, const std::map<std::s
   if (!result.unknown_ops.empty()) {
     std::string list;
     for (const auto& u : result.unknown_ops) list += (list.empty() ? "" : ", ") + u;
-    result.warnings.push_back("no shape rule for: " + list + " (shapes after them may be unknown)");
+    result.warnings.push_back(
+        Warning{WarningCode::no_shape_rule, "no shape rule for: " + list + " (shapes after them may be unknown)"});
   }
   return result;
 }

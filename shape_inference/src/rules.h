@@ -105,5 +105,8 @@ void add_contrib_rules(RuleTable& t);       // rules_contrib.cpp
 void add_control_flow_rules(RuleTable& t);  // rules_control_flow.cpp
 void add_sequence_rules(RuleTable& t);      // rules_sequence.cpp
 void add_data_rules(RuleTable& t);          // rules_data.cpp
+// infer.cpp: every elementwise op of op_traits.h without a rule of its own (registered last):
+// input 0's shape and type, or the broadcast of the inputs.
+void add_elementwise_rules(RuleTable& t);
 
 }  // namespace neusight::shape_rules

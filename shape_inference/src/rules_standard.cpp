@@ -578,7 +578,7 @@ void add_standard_rules(RuleTable& t) {
   t["MelWeightMatrix"] = rule_mel;
   for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"})
     t[op] = [](Ctx& c) { rule_broadcast(c, DType::undefined, nullptr); };
-  for (const char* op : {"GroupNormalization", "Swish", "RotaryEmbedding", "LpNormalization", "Gelu"})
+  for (const char* op : {"GroupNormalization", "RotaryEmbedding", "LpNormalization"})
     if (!t.contains("", op)) t[op] = rule_unary;
   t["RotaryEmbedding"] = rule_unary;
   t["GroupNormalization"] = rule_unary;

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   neusight::Options o;
   o.dims.batch = 1;
   o.dims.seq = 128;
-  o.predictor = "roofline";
+  o.predictor = neusight::PredictorKind::roofline;
   neusight::Report r = neusight::analyze(proto, neusight::GpuDatabase::builtin().resolve(argv[2]), o);
   std::printf("%s %.6f %s\n", r.gpu.name.c_str(), r.e2e_latency_ms, neusight::data_dir().c_str());
   return r.e2e_latency_ms > 0 ? 0 : 1;

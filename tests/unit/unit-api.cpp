@@ -12,7 +12,7 @@ TEST_CASE("api: analyze() on the example gives positive per-node and end-to-end 
   Options o;
   o.dims.batch = 1;
   o.dims.seq = 256;
-  o.predictor = "roofline";
+  o.predictor = PredictorKind::roofline;
   Report r = analyze(m.proto->model, GpuDatabase::builtin().resolve("b200"), o);
   CHECK(r.e2e_latency_ms > 0);
   CHECK(r.nodes.size() == m.model.graph.nodes.size());

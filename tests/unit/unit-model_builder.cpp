@@ -52,7 +52,7 @@ Traced lowered(const ModelConfig& c, int64_t batch, int64_t seq) {
   Options o;
   o.dims.batch = batch;
   o.dims.seq = seq;
-  o.predictor = "roofline";
+  o.predictor = PredictorKind::roofline;
   const Analysis a = prepare(build_model(c), o);
   Traced t;
   for (const auto& k : a.kernels.kernels) {
@@ -168,7 +168,7 @@ TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch
     Options o;
     o.dims.batch = batch;
     o.dims.seq = seq;
-    o.predictor = "roofline";
+    o.predictor = PredictorKind::roofline;
     const Analysis a = prepare(build_model(c), o);
     const double n = double(batch) * c.heads * seq * seq;
     int self = 0, cross = 0, permute_kernels = 0, bias_mask = 0;

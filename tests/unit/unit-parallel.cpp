@@ -187,7 +187,7 @@ TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   o.dims.batch = 8;
   o.dims.seq = 128;
   o.mode = Mode::training;
-  o.predictor = "roofline";
+  o.predictor = PredictorKind::roofline;
   o.parallel = parse_parallel("dp=2");
   const Report dp = analyze(m, gpu, o);
   REQUIRE(dp.parallel);
@@ -225,7 +225,7 @@ TEST_CASE("parallel: memory beyond the GPU warns") {
   o.dims.batch = 256;
   o.dims.seq = 1024;
   o.mode = Mode::training;
-  o.predictor = "roofline";
+  o.predictor = PredictorKind::roofline;
   o.parallel = parse_parallel("dp=2");
   const Report r = analyze(m, GpuDatabase::builtin().resolve("l4"), o);
   REQUIRE(r.parallel);

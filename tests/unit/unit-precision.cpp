@@ -39,12 +39,24 @@ TEST_CASE("precision: timing names") {
   CHECK(t == Timing::eager);
 }
 
+TEST_CASE("precision: the P4's INT8 rate is DP4A (SIMT), not matrix units; tiling and the predictor agree") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Gpu p4 = db.resolve("p4"), t4 = db.resolve("t4");
+  REQUIRE(p4.int8_gops > 0);
+  CHECK_FALSE(has_matrix_units(p4, DType::i8));
+  CHECK(has_matrix_units(t4, DType::i8));
+  Kernel k = linear(4096, 4096, 4096, "fp32");
+  k.dtype = DType::i8;
+  CHECK(math_precision(k, p4) == "int8-simt");
+  CHECK_FALSE(tile_kernel(k, p4).config.tensor_core);
+}
+
 TEST_CASE("precision: half-precision GEMMs run on tensor cores, or at the FP32 rate without them") {
   const GpuDatabase& db = GpuDatabase::builtin();
   const Gpu v100 = db.resolve("v100-sxm2"), p100 = db.resolve("p100-sxm"), a100 = db.resolve("a100-40gb");
   const Kernel h = linear(4096, 4096, 4096, "fp16");
-  CHECK(has_matrix_units(h, v100));
-  CHECK_FALSE(has_matrix_units(h, p100));
+  CHECK(has_matrix_units(v100, h.dtype));
+  CHECK_FALSE(has_matrix_units(p100, h.dtype));
   CHECK(math_peak_gflops(h, v100) == v100.fp16_gflops);
   // P100 has fast FP16 SIMT, but cuBLAS accumulates half products in FP32: FP32 rate.
   REQUIRE(p100.fp16_simt_gflops > p100.fp32_gflops);
@@ -332,9 +344,9 @@ TEST_CASE("precision: two-pass row kernels add their block reduction and a cache
   CHECK(memory_parallelism_ms(one, a100) == doctest::Approx(memory_parallelism_ms(one_l2, a100)));
   // Stores and the weight's bytes stay in bytes / bandwidth: no step for them. Undescribed steps
   // (the defaults) leave the bound as it was.
-  CHECK(Kernel::ThreadAccess{}.block_reductions == 0);
-  CHECK(Kernel::ThreadAccess{}.cached_pass_level == 0);
-  CHECK_FALSE(Kernel::ThreadAccess{}.cached_pass_weight);
+  CHECK(ThreadAccess{}.block_reductions == 0);
+  CHECK(ThreadAccess{}.cached_pass_level == 0);
+  CHECK_FALSE(ThreadAccess{}.cached_pass_weight);
 }
 
 TEST_CASE("precision: FP32 SIMT GEMMs run at the clock the board power holds and the issue rate allows") {

@@ -28,7 +28,7 @@ std::string pipeline(const LoadedModel& m, int64_t batch = 2, int64_t seq = 8) {
     Options o;
     o.dims.batch = batch;
     o.dims.seq = seq;
-    o.predictor = "roofline";
+    o.predictor = PredictorKind::roofline;
     const Analysis a = prepare(m, o);
     const Report r = predict(a, m.model, GpuDatabase::builtin().resolve("b200"), o);
     (void)format_json({r});
@@ -206,7 +206,7 @@ TEST_CASE("robust: unknown ops are listed and still get a node, shapes flow arou
   const LoadedModel lm = load_model_from_proto(m, "unknown");
   Options o;
   o.dims.batch = 3;
-  o.predictor = "roofline";
+  o.predictor = PredictorKind::roofline;
   const Report r = analyze(lm, GpuDatabase::builtin().resolve("b200"), o);
   REQUIRE(r.unknown_ops.size() == 1);
   CHECK(r.unknown_ops[0].find("Frobnicate") != std::string::npos);

@@ -297,7 +297,10 @@ TEST_CASE("shape inference: input dims that differ only by name are reported") {
   bind_dims(g, bind);
   ShapeResult r = infer_shapes(g, lm.model);
   std::string all;
-  for (const auto& w : r.warnings) all += w + "\n";
+  for (const auto& w : r.warnings) {
+    CHECK(w.code == WarningCode::dims_differ_by_name);
+    all += w.message + "\n";
+  }
   CHECK(all.find("'batch' and 'batch_size'") != std::string::npos);
   CHECK(all.find("'seq'") == std::string::npos);
 }

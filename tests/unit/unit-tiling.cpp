@@ -52,7 +52,7 @@ Kernel gemm_kernel(int64_t batch, int64_t m, int64_t n, int64_t k, DType dt = DT
   kr.cls = KernelClass::gemm;
   kr.op = op;
   kr.dtype = dt;
-  kr.gemm = GemmShape{batch, m, n, k};
+  kr.gemm = GemmShape{batch, m, n, k, std::string(op) == "bmm"};
   kr.flops = 2.0 * batch * m * n * k;
   kr.bytes = 4.0 * batch * (m * k + k * n + m * n);
   return kr;

@@ -14,23 +14,21 @@ namespace neusight {
 namespace {
 using nlohmann::json;
 
-double elem_bytes(DType t) {
-  const int bits = dtype_bits(t == DType::tf32 ? DType::f32 : t);
-  return bits > 0 ? bits / 8.0 : 4.0;
-}
-
-// True when the GPU has matrix units for the dtype (the same test as precision.h
-// has_matrix_units): FP16 on P100 (2x SIMT rate, no tensor cores) and BF16 on V100 / T4 (no
-// BF16 tensor cores) run as FP32 SIMT GEMMs, with SIMT tiles; int8 needs more than the 4x of
-// dp4a (P4); FP8 without FP8 units runs on the FP16 ones.
+// True when a GEMM of dtype `t` gets tensor-core tiles: the GPU has matrix units for the
+// dtype it runs in (has_matrix_units; TF32 on FP32 matrix cores where there are no TF32 ones,
+// FP8 on FP16 ones where there are no FP8 ones) and their peak beats the SIMT rate (int8:
+// the 4x that dp4a gives). FP16 on P100 and BF16 on V100 / T4 run as FP32 SIMT GEMMs.
 bool uses_tensor_cores(DType t, const Gpu& gpu) {
   const double simt = gpu.fp32_gflops * 1.01;
+  auto faster = [&](DType unit, double peak, double over) { return has_matrix_units(gpu, unit) && peak > over * simt; };
   switch (t) {
-    case DType::f16: return gpu.fp16_gflops > simt;
-    case DType::bf16: return gpu.bf16_gflops > simt;
-    case DType::tf32: return gpu.peak_gflops(t) > simt;
-    case DType::i8: case DType::u8: return gpu.int8_gops > 4 * simt;
-    default: return dtype_bits(t) == 8 && (gpu.fp8_gflops > simt || gpu.fp16_gflops > simt);
+    case DType::f16: return faster(t, gpu.fp16_gflops, 1);
+    case DType::bf16: return faster(t, gpu.bf16_gflops, 1);
+    case DType::tf32:
+      return (has_matrix_units(gpu, DType::tf32) || has_matrix_units(gpu, DType::f32)) && gpu.peak_gflops(t) > simt;
+    case DType::i8: case DType::u8: return faster(t, gpu.int8_gops, 4);
+    default:
+      return dtype_bits(t) == 8 && (faster(t, gpu.fp8_gflops, 1) || faster(DType::f16, gpu.fp16_gflops, 1));
   }
 }
 
@@ -307,8 +305,8 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
   const GemmClass& cls = table.gemm_class(gpu.arch);
   const bool tc = uses_tensor_cores(kr.dtype, gpu) && !cls.tensor.empty();
   const std::vector<GemmCandidate>& cands = tc ? cls.tensor : cls.simt;
-  const bool batched = kr.op == "bmm" || s.batch > 1;
-  const double eb = elem_bytes(kr.dtype);
+  const bool batched = s.batched || s.batch > 1;
+  const double eb = element_bytes(kr.dtype);
   const double in_bytes = tc ? eb : 4.0;
   const double sm = gpu.num_sm;
   const GemmCost& cost = cls.cost;
@@ -405,7 +403,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
 
 Tiling finish(const Kernel& kr, const Gpu& gpu, const Choice& best, bool tc) {
   const GemmShape& s = kr.gemm;
-  const double eb = elem_bytes(kr.dtype);
+  const double eb = element_bytes(kr.dtype);
   Tiling t;
   t.config = best.cand->config;
   t.config.tb_k = best.tb_k;

@@ -33,7 +33,7 @@ struct Options {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
   DType dtype = DType::undefined;  // undefined = auto (from the model's tensors)
-  std::string predictor = "neusight";  // "neusight" | "neusight-paper" | "roofline" (make_predictor)
+  PredictorKind predictor = PredictorKind::neusight;  // make_predictor (precision.h)
   std::string weights_dir;             // "" = built-in weights
   // What the predicted kernel times include (precision.h). "device" (the default for whole
   // models): a model's kernels run back to back in one stream, so each launch overlaps the

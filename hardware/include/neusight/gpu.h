@@ -53,6 +53,12 @@ struct Gpu {
   const std::string& alias() const { return aliases.empty() ? name : aliases.front(); }
 };
 
+// True when the GPU has matrix units (tensor cores / AMD matrix cores) for `dtype`: its dense
+// peak for the dtype is listed (int4 weights: the FP16 units they are dequantized for; FP32:
+// FP32 matrix cores faster than SIMT). NVIDIA GPUs before Volta (sm_70) have none: the P4's
+// INT8 rate is DP4A, a SIMT instruction.
+bool has_matrix_units(const Gpu& gpu, DType dtype);
+
 class GpuDatabase {
  public:
   // Loads the built-in database (the data file next to the binary, in the build tree or

@@ -45,6 +45,38 @@ const char* fusion_name(Fusion f);
 struct GemmShape {
   int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
+  bool batched = false;  // runs as a batched GEMM (torch.bmm, cuBLAS strided batched), even at batch 1
+};
+
+// DRAM traffic that depends on the GPU's L2 (tiling.h, on_gpu). `bytes` reads each element
+// of an operand once; an operand element used again later - broadcast over an output dim,
+// or sharing its 32-byte sector with elements that a permuted-view read reaches later
+// (eager `scores += bias.permute(...)`) - comes from L2 only while the L2 holds the
+// operand's data touched between the two uses (`footprint` bytes). Per entry: the operand
+// (input index), that footprint, and the extra DRAM bytes when it does not fit; per
+// operand the largest extra of its entries whose footprint exceeds the L2 applies.
+struct L2Reuse {
+  int operand = 0;
+  double footprint = 0;
+  double miss_bytes = 0;
+};
+
+// How a streaming kernel's threads reach memory, when its code is known to be latency
+// limited (predictor/include/neusight/precision.h, memory_parallelism_ms). Left at zero
+// (the default, and every kernel the lowering emits: PyTorch's and onnxruntime's
+// vectorized kernels) the kernel is predicted by the NeuSight law as before.
+struct ThreadAccess {
+  int bytes_per_load = 0;   // bytes one thread loads per access (2: scalar half-precision loads)
+  int loads_in_flight = 1;  // independent loads a thread issues before it waits on them
+  int block_threads = 0;    // threads per block; one block per row of `cols` elements
+  // Dependent steps after the first pass over the row (rms_norm; precision.h):
+  int block_reductions = 0;   // block-wide sums (warp shuffles, shared memory, barrier) per row
+  int cached_pass_level = 0;  // a second pass re-reading the row from cache: 1 (L1) or 2 (L2); 0: none
+  bool cached_pass_weight = false;  // ... that also reads a per-column operand (rms_norm's weight)
+  // Registers per thread of the compiled kernel when known (0: not limiting): blocks per SM
+  // are also bounded by the SM's registers (a 1024-thread block above 32 registers per
+  // thread leaves room for one block on a 64K-register SM).
+  int regs_per_thread = 0;
 };
 
 struct Kernel {
@@ -64,6 +96,7 @@ struct Kernel {
   double flops = 0;    // useful floating-point operations
   double bytes = 0;    // bytes read + written from/to memory at minimum
   std::string note;    // free text for reports (e.g. "bias epilogue", unknown op type)
+  std::string weight;  // update-phase kernels: the parameter (initializer) they update
 
   // --- details (added by the lowering stage; readers may ignore them) -------------------
   bool trans_a = false, trans_b = false;  // GEMM operand read transposed (strided view)
@@ -79,37 +112,32 @@ struct Kernel {
   // it, named "<node>/<body node>" (nested bodies add a level each); `node` is the node of
   // the analysed graph that holds the body.
   std::string body_node;
-  // DRAM traffic that depends on the GPU's L2 (tiling.h, on_gpu). `bytes` reads each element
-  // of an operand once; an operand element used again later - broadcast over an output dim,
-  // or sharing its 32-byte sector with elements that a permuted-view read reaches later
-  // (eager `scores += bias.permute(...)`) - comes from L2 only while the L2 holds the
-  // operand's data touched between the two uses (`footprint` bytes). Per entry: the operand
-  // (input index), that footprint, and the extra DRAM bytes when it does not fit; per
-  // operand the largest extra of its entries whose footprint exceeds the L2 applies.
-  struct L2Reuse {
-    int operand = 0;
-    double footprint = 0;
-    double miss_bytes = 0;
-  };
-  std::vector<L2Reuse> l2_reuse;
-  // How a streaming kernel's threads reach memory, when its code is known to be latency
-  // limited (predictor/include/neusight/precision.h, memory_parallelism_ms). Left at zero
-  // (the default, and every kernel the lowering emits: PyTorch's and onnxruntime's
-  // vectorized kernels) the kernel is predicted by the NeuSight law as before.
-  struct ThreadAccess {
-    int bytes_per_load = 0;   // bytes one thread loads per access (2: scalar half-precision loads)
-    int loads_in_flight = 1;  // independent loads a thread issues before it waits on them
-    int block_threads = 0;    // threads per block; one block per row of `cols` elements
-    // Dependent steps after the first pass over the row (rms_norm; precision.h):
-    int block_reductions = 0;   // block-wide sums (warp shuffles, shared memory, barrier) per row
-    int cached_pass_level = 0;  // a second pass re-reading the row from cache: 1 (L1) or 2 (L2); 0: none
-    bool cached_pass_weight = false;  // ... that also reads a per-column operand (rms_norm's weight)
-    // Registers per thread of the compiled kernel when known (0: not limiting): blocks per SM
-    // are also bounded by the SM's registers (a 1024-thread block above 32 registers per
-    // thread leaves room for one block on a 64K-register SM).
-    int regs_per_thread = 0;
-  } access;
+  // --- extensions, apart from the core above: each written by one stage for one reader ----
+  std::vector<L2Reuse> l2_reuse;  // lowering -> tiling (on_gpu): L2-dependent DRAM traffic
+  ThreadAccess access;            // set by benches only -> predictor (memory_parallelism_ms)
 };
+
+// Work counts (useful FLOPs, compulsory bytes) of the kernel shapes, one set for the lowering
+// and the dataset reader (predictor/dataset.h): the networks are trained on the counts the
+// product computes.
+struct Work {
+  double flops = 0;
+  double bytes = 0;
+};
+inline constexpr double kSoftmaxOpsPerElement = 5;    // max, subtract, exp, sum, divide
+inline constexpr double kLayerNormOpsPerElement = 6;  // mean, subtract, square, sum, scale, shift
+inline constexpr double kRmsNormOpsPerElement = 4;    // square, sum, scale, weight
+// A GEMM reading `a_elems` and `b_elems` operand elements (broadcast operands once) and
+// writing its batch x m x n output, `elem_bytes` each: 2 m n k FLOPs per product.
+Work work_of_gemm(const GemmShape& s, double a_elems, double b_elems, double elem_bytes);
+// The same with operands of batch x m x k and batch x k x n elements.
+Work work_of_gemm(const GemmShape& s, double elem_bytes);
+// A row-wise kernel (softmax, norms) over rows x cols: reads its input, writes its output.
+Work work_of_rowwise(int64_t rows, int64_t cols, double ops_per_elem, double elem_bytes);
+Work work_of_softmax(int64_t rows, int64_t cols, double elem_bytes);
+Work work_of_layernorm(int64_t rows, int64_t cols, double elem_bytes);
+// An elementwise kernel over `elems` outputs reading `inputs` operands of as many elements.
+Work work_of_elementwise(double elems, int inputs, double ops_per_elem, double elem_bytes);
 
 struct LoweringOptions {
   Mode mode = Mode::inference;

@@ -60,6 +60,9 @@ enum class DType : int {
 
 // Size of one element in bits (4 for int4, 8 for fp8, ...); 0 for undefined/string.
 int dtype_bits(DType t);
+// Bytes of one element as stored and moved (fractional below a byte: 0.5 for int4). TF32
+// is stored as FP32; undefined (or a string) counts as FP32, the default compute precision.
+double element_bytes(DType t);
 // Short lower-case name: "fp32", "fp16", "bf16", "fp8", "int8", "int64", "bool", ...
 const char* dtype_name(DType t);
 // Parses the names dtype_name() gives (and a few aliases); nullopt when unknown.

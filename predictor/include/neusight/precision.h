@@ -120,9 +120,6 @@ double simt_sustained_fraction(const Gpu& gpu);
 // The power-limited clock fraction alone (1 when unknown or not limited).
 double power_clock_fraction(const Gpu& gpu);
 
-// True when the GPU has matrix units (tensor cores / AMD matrix cores) for the kernel's dtype.
-bool has_matrix_units(const Kernel& k, const Gpu& gpu);
-
 // Peak rate (GFLOP/s) of a GEMM's math: the dtype's dense tensor-core peak where the GPU has
 // one; without tensor cores for a 16- or 8-bit float dtype, the FP32 SIMT rate, because
 // cuBLAS / PyTorch accumulate half-precision products in FP32 (DeepBench's P100 FP16 GEMMs
@@ -227,9 +224,17 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu);
 // The NeuSight predictor with a timing convention (make_neusight_predictor(dir) is eager).
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir, const PrecisionOptions& options);
 
-// A predictor by name: "neusight" (weights from `weights_dir`, "" = the shipped ones),
-// "neusight-paper" (the published formulation, neusight_model.h; "" = the shipped
-// weights/paper) or "roofline". Throws InputError naming the choices for any other name.
+// The predictors: NeuSight (weights from a directory, "" = the shipped ones), the published
+// NeuSight formulation (neusight_model.h; "" = the shipped weights/paper) and the roofline.
+enum class PredictorKind { neusight, neusight_paper, roofline };
+// The user-facing name: "neusight", "neusight-paper", "roofline".
+const char* predictor_kind_name(PredictorKind k);
+// Parses a user-facing name; false (out untouched) for any other.
+bool parse_predictor_kind(const std::string& name, PredictorKind& out);
+
+std::unique_ptr<Predictor> make_predictor(PredictorKind kind, const std::string& weights_dir,
+                                          const PrecisionOptions& options);
+// The same by name. Throws InputError naming the choices for any other name.
 std::unique_ptr<Predictor> make_predictor(const std::string& name, const std::string& weights_dir,
                                           const PrecisionOptions& options);
 // True for the names make_predictor accepts.

@@ -29,8 +29,19 @@ struct DimBindings {
   std::map<std::string, double> values;
 };
 
+// A warning of the analysis: what it is about and the line printed for it.
+enum class WarningCode {
+  binding,              // a flag that binds nothing, a --shape that changes a fixed dim
+  dims_differ_by_name,  // input dims that differ only by name
+  no_shape_rule,        // op types without a shape rule (also counted in unknown_ops)
+};
+struct Warning {
+  WarningCode code;
+  std::string message;
+};
+
 struct ShapeResult {
-  std::vector<std::string> warnings;
+  std::vector<Warning> warnings;
   std::vector<std::string> unknown_ops;  // op types with no shape rule (still inferred as far as possible)
 };
 
