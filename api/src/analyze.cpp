@@ -44,6 +44,24 @@ std::pair<DType, DTypeSource> model_dtype(const Graph& g, DType option) {
   return {DType::f32, DTypeSource::fallback};
 }
 
+// One note per GEMM dtype this GPU has no matrix units for (FP8 on an A100, BF16 on a V100):
+// those GEMMs are predicted in the math they run in (precision.h kernel_as_run).
+std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels, const Gpu& gpu) {
+  std::set<DType> said;
+  std::vector<std::string> out;
+  for (const auto& k : kernels) {
+    if (k.cls != KernelClass::gemm || said.count(k.dtype) || !is_float(k.dtype)) continue;
+    const std::string math = math_precision(k, gpu);
+    const std::string wanted = dtype_name(k.dtype);
+    if (math.rfind(wanted + "-", 0) == 0) continue;
+    said.insert(k.dtype);
+    const std::string stored = k.dtype == DType::tf32 ? "fp32" : wanted;  // TF32 math reads FP32 operands
+    out.push_back(gpu.name + " has no " + wanted + " matrix units: " + wanted + " GEMMs are predicted as " + math +
+                  " with " + stored + " operands");
+  }
+  return out;
+}
+
 TensorInfo named_tensor(const std::string& name) {
   TensorInfo t;
   t.name = name;
@@ -170,6 +188,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
   if (std::any_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::gemm; }))
     for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
+  for (const auto& w : math_fallback_notes(kernels, gpu)) r.warnings.push_back(w);
   r.unknown_ops.assign(unknown.begin(), unknown.end());
   if (!r.unknown_ops.empty()) {
     std::string list;

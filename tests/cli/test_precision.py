@@ -90,6 +90,16 @@ class DtypeFlag(unittest.TestCase):
             r = run_json(path, "--gpu", "a100-80gb")
             self.assertEqual((r["dtype"], r["dtype_source"]), ("fp16", "inputs"))
 
+    def test_a_dtype_without_matrix_units_is_said_once(self):
+        for gpu, dt, math in [("a100-80gb", "fp8", "fp16-tensor"), ("v100", "bf16", "fp32-simt")]:
+            code, out, err = run(EXAMPLE, "--gpu", gpu, "--batch", "1", "--seq", "64", "--dtype", dt, "--quiet")
+            self.assertEqual(code, 0, err)
+            notes = [l for l in err.splitlines() if "matrix units" in l]
+            self.assertEqual(len(notes), 1, err)
+            self.assertIn(f"{dt} GEMMs are predicted as {math}", notes[0])
+        code, out, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--dtype", "fp8", "--quiet")
+        self.assertNotIn("matrix units", err)
+
     def test_unknown_dtype_is_an_input_error(self):
         code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--dtype", "fp7")
         self.assertEqual(code, 2)
