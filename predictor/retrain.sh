@@ -62,7 +62,7 @@ if [ "$PART" != paper ]; then
   # OUT and DATASET, beside the build tree's GPU and tile tables.
   STAGE=$(mktemp -d)
   trap 'rm -rf "$STAGE"' EXIT
-  BUILD_DATA=$(cd "$(dirname "$(dirname "$BIN")")/data" && pwd)
+  BUILD_DATA=$(cd "$(dirname "$(dirname "$CAL")")/data" && pwd)
   mkdir "$STAGE/data" "$STAGE/shared"
   for f in "$BUILD_DATA"/*; do
     [ "$(basename "$f")" = weights ] || ln -s "$f" "$STAGE/data/"
