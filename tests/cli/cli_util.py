@@ -1,4 +1,4 @@
-"""Shared helpers for the CLI tests: run the real binary, find fixtures and shared data."""
+"""Shared helpers for the CLI tests: run the real binary, find the fixtures and the dataset."""
 import json
 import os
 import subprocess
@@ -8,7 +8,14 @@ import unittest
 BIN = os.environ.get("NEUSIGHT_BIN", "neusight-onnx")
 BUILD = os.environ.get("NEUSIGHT_BUILD_DIR", "build")
 SOURCE = os.environ.get("NEUSIGHT_SOURCE_DIR", ".")
-SHARED = os.environ.get("NEUSIGHT_SHARED_DIR") or os.path.join(SOURCE, "..", "shared")
+# The whole dataset (the neusight-data folder): $NEUSIGHT_DATASET, else
+# $NEUSIGHT_SHARED_DIR/neusight-data; none when neither is set. The real ONNX models
+# (onnx-models/) sit beside it. The fixtures under tests/data/neusight-data (same layout, a few
+# hundred rows) are what the tests read unless they need the whole dataset.
+DATASET = os.environ.get("NEUSIGHT_DATASET") or (
+    os.path.join(os.environ["NEUSIGHT_SHARED_DIR"], "neusight-data") if os.environ.get("NEUSIGHT_SHARED_DIR") else "")
+SHARED = os.path.dirname(os.path.abspath(DATASET)) if DATASET else ""
+FIXTURES = os.path.join(SOURCE, "tests", "data", "neusight-data")
 EXAMPLE = os.path.join(BUILD, "examples", "gpt2-small.onnx")
 
 
@@ -30,11 +37,18 @@ def run_json(*args):
 
 
 def shared(*parts):
+    """A path in the folder that holds the dataset: shared("onnx-models", "x.onnx")."""
     return os.path.join(SHARED, *parts)
 
 
+def fixture(*parts):
+    """A path in the fixtures, laid out as the dataset: fixture("device_configs", "Tesla_T4.json")."""
+    return os.path.join(FIXTURES, *parts)
+
+
 def needs_shared(*parts):
-    """Skips a test (class or method) unless ../shared/<parts> exists; unittest -v prints the
-    reason on the test's line."""
-    return unittest.skipUnless(os.path.exists(shared(*parts)),
-                               "needs ../shared/%s (the dataset folder beside the repository)" % "/".join(parts))
+    """Skips a test (class or method) unless <the dataset's folder>/<parts> exists; unittest -v
+    prints the reason on the test's line."""
+    return unittest.skipUnless(SHARED and os.path.exists(shared(*parts)),
+                               "needs %s beside the whole dataset (set NEUSIGHT_DATASET to the neusight-data folder)"
+                               % "/".join(parts))

@@ -8,10 +8,10 @@ import tempfile
 import time
 import unittest
 
-from cli_util import needs_shared, run, run_json, shared
+from cli_util import fixture, run, run_json
 
-CONFIGS = sorted(glob.glob(shared("neusight-data", "model_configs", "*.json")))
-GPU = shared("neusight-data", "device_configs", "Tesla_V100-PCIE-32GB.json")
+CONFIGS = sorted(glob.glob(fixture("model_configs", "*.json")))
+GPU = fixture("device_configs", "Tesla_V100-PCIE-32GB.json")
 PYTHON = "/usr/bin/python3"
 LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
          "num_key_value_heads": 4, "num_hidden_layers": 4, "rms_norm_eps": 1e-5, "vocab_size": 32000,
@@ -42,13 +42,12 @@ class ConfigModels(unittest.TestCase):
         self.tmp.cleanup()
 
     def configs(self):
-        self.assertTrue(CONFIGS, "no configs under ../shared/neusight-data/model_configs")
+        self.assertTrue(CONFIGS, "no configs under tests/data/neusight-data/model_configs")
         llama = os.path.join(self.dir, "llama_gqa.json")
         with open(llama, "w") as f:
             json.dump(LLAMA, f)
         return CONFIGS + [llama]
 
-    @needs_shared("neusight-data")
     def test_export_passes_checker_and_matches_config_prediction(self):
         for cfg in self.configs():
             name = os.path.splitext(os.path.basename(cfg))[0]
@@ -71,7 +70,6 @@ class ConfigModels(unittest.TestCase):
                     self.assertFalse([n["name"] for n in via_cfg["nodes"]
                                       if any(k["class"] == "unknown" for k in n["kernels"])])
 
-    @needs_shared("neusight-data")
     def test_gpt3_175b_builds_instantly_without_weights(self):
         cfg = os.path.join(self.dir, "gpt3_175b.json")
         with open(cfg, "w") as f:
@@ -86,7 +84,6 @@ class ConfigModels(unittest.TestCase):
         r = run_json("--config", cfg, "--batch", "1", "--seq", "2048", "--gpu", GPU)
         self.assertGreater(r["e2e_latency_ms"], 0)
 
-    @needs_shared("neusight-data")
     def test_bad_configs_are_input_errors_without_output(self):
         bad_type = os.path.join(self.dir, "bad_type.json")
         with open(bad_type, "w") as f:

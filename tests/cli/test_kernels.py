@@ -6,13 +6,13 @@ import shutil
 import tempfile
 import unittest
 
-from cli_util import needs_shared, run, shared
+from cli_util import fixture, run
 
-TEST = shared("neusight-data", "kernels", "test")
+TEST = fixture("kernels", "test")
 
 
 def sample_csv(path, src, devices, per_device, extra=None):
-    """Writes the first `per_device` rows of each device in `devices` from a test CSV."""
+    """Writes the first `per_device` rows of each device in `devices` from a test CSV (fixtures)."""
     with open(os.path.join(TEST, src), newline="") as f:
         rows = list(csv.reader(f))
     header, body = rows[0], rows[1:]
@@ -37,7 +37,6 @@ def read(path):
         return list(csv.DictReader(f))
 
 
-@needs_shared("neusight-data", "kernels")
 class Kernels(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp()
@@ -98,7 +97,7 @@ class Kernels(unittest.TestCase):
         # --devices DIR: a renamed copy of the T4 spec answers for a device name the database lacks.
         devdir = os.path.join(self.dir, "devices")
         os.mkdir(devdir)
-        with open(shared("neusight-data", "device_configs", "Tesla_T4.json")) as f:
+        with open(fixture("device_configs", "Tesla_T4.json")) as f:
             spec = json.load(f)
         spec["Device"] = "Lab GPU"
         with open(os.path.join(devdir, "lab.json"), "w") as f:
@@ -180,11 +179,10 @@ class Kernels(unittest.TestCase):
             self.assertFalse(os.path.exists(out))
 
 
-@needs_shared("neusight-data", "kernels")
 class Train(unittest.TestCase):
     def test_small_training_run(self):
         with tempfile.TemporaryDirectory() as d:
-            code, out, err = run("train", "--data", shared("neusight-data"), "--out", d, "--devices",
+            code, out, err = run("train", "--data", fixture(), "--out", d, "--devices",
                                  "Tesla T4,Tesla P4", "--ops", "softmax,ln", "--classes", "softmax,layernorm",
                                  "--max-rows", "200", "--epochs", "5", "--hidden", "16,layernorm=8", "--layers", "2",
                                  "--ensemble", "1,softmax=2")
@@ -213,7 +211,7 @@ class Train(unittest.TestCase):
 
     def test_refuses_unseen_gpus(self):
         with tempfile.TemporaryDirectory() as d:
-            code, _, err = run("train", "--data", shared("neusight-data"), "--out", d, "--devices",
+            code, _, err = run("train", "--data", fixture(), "--out", d, "--devices",
                                "NVIDIA A100 80GB PCIe")
             self.assertEqual(code, 2)
             self.assertIn("--devices", err)
@@ -221,7 +219,7 @@ class Train(unittest.TestCase):
     def test_rejects_bad_per_class_sizes(self):
         with tempfile.TemporaryDirectory() as d:
             for flag, value in (("--hidden", "16,bogus=3"), ("--hidden", "0"), ("--ensemble", "2,gemm=x")):
-                code, _, err = run("train", "--data", shared("neusight-data"), "--out", d, flag, value)
+                code, _, err = run("train", "--data", fixture(), "--out", d, flag, value)
                 self.assertEqual(code, 2, (flag, value))
                 self.assertIn(flag, err)
                 self.assertEqual(len(err.strip().splitlines()), 1, err)

@@ -5,7 +5,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cli_util import EXAMPLE, needs_shared, run, run_json, shared
+from cli_util import EXAMPLE, fixture, run, run_json
 
 
 class MainJob(unittest.TestCase):
@@ -62,9 +62,8 @@ class MainJob(unittest.TestCase):
         self.assertGreater(r["backward_ms"], r["forward_ms"])
         self.assertGreater(r["update_ms"], 0)
 
-    @needs_shared("neusight-data", "device_configs")
     def test_device_json_path(self):
-        r = run_json(EXAMPLE, "--gpu", shared("neusight-data", "device_configs", "Tesla_T4.json"),
+        r = run_json(EXAMPLE, "--gpu", fixture("device_configs", "Tesla_T4.json"),
                      "--batch", "1", "--seq", "128")
         self.assertEqual(r["gpu"], "Tesla T4")
 

@@ -7,7 +7,7 @@ import re
 import tempfile
 import unittest
 
-from cli_util import EXAMPLE, needs_shared, run, run_json, shared
+from cli_util import EXAMPLE, fixture, run, run_json
 
 BASE = [EXAMPLE, "--gpu", "a100-40gb", "--seq", "128", "--mode", "training", "--predictor", "roofline"]
 
@@ -108,13 +108,12 @@ class ParallelKernelsMatchTraces(unittest.TestCase):
 
     NAME = re.compile(r"^(?P<model>.+)-train-(?P<seq>\d+)-(?P<batch>\d+)-(?P<par>dp\d+|tp\d+|pp\d+_\d+)\.csv$")
 
-    @needs_shared("neusight-data", "e2e")
     def test_layer_and_lm_head_gemms_per_gpu(self):
-        folder = shared("neusight-data", "e2e", "opgraph")
+        folder = fixture("e2e", "opgraph")
         checked = 0
         for name in sorted(os.listdir(folder)):
             m = self.NAME.match(name)
-            cfg = shared("neusight-data", "model_configs", (m["model"] + ".json") if m else "")
+            cfg = fixture("model_configs", (m["model"] + ".json") if m else "")
             if not m or not os.path.exists(cfg):
                 continue
             par = m["par"]
@@ -146,10 +145,9 @@ class ParallelKernelsMatchTraces(unittest.TestCase):
 class ParallelGpt2Large(unittest.TestCase):
     """The measured A100 SXM4 runs (bench/parallel_accuracy prints the figures)."""
 
-    @needs_shared("neusight-data", "e2e")
     def test_orders_and_magnitudes_follow_the_measurements(self):
-        labels = shared("neusight-data", "e2e", "labels", "NVIDIA_A100-SXM4-40GB")
-        cfg = shared("neusight-data", "model_configs", "gpt2_large.json")
+        labels = fixture("e2e", "labels", "NVIDIA_A100-SXM4-40GB")
+        cfg = fixture("model_configs", "gpt2_large.json")
         pred, meas = {}, {}
         for par, spec in (("dp4", "dp=4"), ("tp4", "tp=4"), ("pp4_1", "pp=4,microbatches=1")):
             with open(os.path.join(labels, f"gpt2_large-train-1024-4-{par}.json")) as f:

@@ -5,9 +5,9 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
 
 import neusight_onnx  # noqa: E402  (the extension in the build tree, on PYTHONPATH)
-from cli_util import BIN, BUILD, EXAMPLE, SOURCE, needs_shared, run, run_json, shared  # noqa: E402,F401
+from cli_util import BIN, BUILD, EXAMPLE, SOURCE, fixture, needs_shared, run, run_json, shared  # noqa: E402,F401
 
-DEVICE_JSON = shared("neusight-data", "device_configs", "NVIDIA_H100_80GB_HBM3.json")
+DEVICE_JSON = fixture("device_configs", "NVIDIA_H100_80GB_HBM3.json")
 
 
 def same(a, b, rel=1e-12):

@@ -12,7 +12,7 @@ import unittest
 
 import onnx
 
-from py_util import same, DEVICE_JSON, EXAMPLE, SOURCE, needs_shared, neusight_onnx as n, run, run_json, shared
+from py_util import same, DEVICE_JSON, EXAMPLE, SOURCE, fixture, neusight_onnx as n, run, run_json
 
 CONFIG = os.path.join(SOURCE, "examples", "gpt2-small.json")
 
@@ -64,13 +64,11 @@ class Analyze(unittest.TestCase):
                 self.assertEqual(r["model"], proto.graph.name)
                 self.assertTrue(same({**r, "model": want["model"]}, want))
 
-    @needs_shared("neusight-data")
     def test_path_like(self):
         import pathlib
         r = n.analyze(pathlib.Path(EXAMPLE), pathlib.Path(DEVICE_JSON), batch=1, seq=32)
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", DEVICE_JSON, "--batch", "1", "--seq", "32")))
 
-    @needs_shared("neusight-data")
     def test_gpu_dict(self):
         want = run_json(EXAMPLE, "--gpu", DEVICE_JSON, "--batch", "1", "--seq", "32")
         with open(DEVICE_JSON) as f:
@@ -111,7 +109,6 @@ class Sweep(unittest.TestCase):
             for (b, s, g), f in futures.items():
                 self.assertEqual(f.result()["e2e_latency_ms"], serial[(b, s)][gpus.index(g)])
 
-    @needs_shared("neusight-data")
     def test_gil_is_released_during_analysis(self):
         # The worker reads its device JSON from a FIFO that only this thread fills: with the
         # GIL held by the worker this thread could never write, and the child would hang.
@@ -167,9 +164,8 @@ class OtherCommands(unittest.TestCase):
             c2 = n.compare([f.read(), EXAMPLE], "h100", batch=1, seq=64, labels=["a", "b"], top=3)
         self.assertEqual(c2["models"], ["a", "b"])
 
-    @needs_shared("neusight-data")
     def test_kernels_equal_cli(self):
-        csv_in = shared("neusight-data", "kernels", "test", "softmax.csv")
+        csv_in = fixture("kernels", "test", "softmax.csv")
         with open(csv_in) as f:
             rows = list(csv.DictReader(f))
         for gpu in ("from-row", "v100"):

@@ -6,7 +6,7 @@
 
 namespace {
 
-// Records the running test case's name for test::have_shared's skip line.
+// Records the running test case's name for test::have_dataset's skip line.
 struct CurrentTest : doctest::IReporter {
   explicit CurrentTest(const doctest::ContextOptions&) {}
   void report_query(const doctest::QueryData&) override {}

@@ -1,4 +1,4 @@
-// test_util.h - shared helpers for the unit tests: paths to fixtures and shared data.
+// test_util.h - shared helpers for the unit tests: paths to fixtures and to the dataset.
 #pragma once
 
 #include <cstdio>
@@ -8,14 +8,20 @@
 
 namespace neusight::test {
 
-// The dataset folder beside the repository: $NEUSIGHT_SHARED_DIR when set, else the path the
-// build configured (../shared next to the source tree by default).
-inline std::string shared_dir() {
-  const char* env = std::getenv("NEUSIGHT_SHARED_DIR");
-  return env && *env ? env : NEUSIGHT_SHARED_DIR;
+// The whole NeuSight dataset (the neusight-data folder): $NEUSIGHT_DATASET, else
+// $NEUSIGHT_SHARED_DIR/neusight-data; empty when neither is set, so that the suite never
+// depends on what happens to lie beside the source tree.
+inline std::string dataset_dir() {
+  const char* env = std::getenv("NEUSIGHT_DATASET");
+  if (env && *env) return env;
+  const char* shared = std::getenv("NEUSIGHT_SHARED_DIR");
+  return shared && *shared ? std::string(shared) + "/neusight-data" : std::string();
 }
 inline std::string source_dir() { return NEUSIGHT_SOURCE_DIR; }
 inline std::string example_model() { return NEUSIGHT_EXAMPLE_MODEL; }
+// The fixtures derived from the dataset (tests/data/neusight-data, same layout, a few hundred
+// rows; scripts/make_test_fixtures.py): what the tests read unless they need the whole dataset.
+inline std::string fixture_dir() { return source_dir() + "/tests/data/neusight-data"; }
 
 // The name of the running test case (set by the listener in main.cpp).
 inline std::string& current_test() {
@@ -23,14 +29,16 @@ inline std::string& current_test() {
   return name;
 }
 
-// True when shared_dir()/`what` exists. Otherwise prints one line saying what the test needs
-// and returns false; the test case returns early, skipping only the checks that read the
-// dataset (ctest reports such a case as skipped):
-//   if (!test::have_shared("neusight-data")) return;
-inline bool have_shared(const char* what) {
-  if (std::filesystem::exists(shared_dir() + "/" + what)) return true;
-  std::printf("SKIPPED: needs ../shared/%s (the dataset folder beside the repository): %s\n", what,
-              current_test().c_str());
+// True when dataset_dir()/`what` exists ("kernels", "e2e"). Otherwise prints one line saying
+// what the test needs and returns false; the test case returns early (ctest reports it as
+// skipped). Such tests belong to doctest's test suite "shared-data", which gives them that
+// ctest label:
+//   if (!test::have_dataset("kernels")) return;
+inline bool have_dataset(const char* what) {
+  const std::string dir = dataset_dir();
+  if (!dir.empty() && std::filesystem::exists(dir + "/" + what)) return true;
+  std::printf("SKIPPED: needs the whole dataset (neusight-data/%s; set NEUSIGHT_DATASET to its folder): %s\n",
+              what, current_test().c_str());
   std::fflush(stdout);
   return false;
 }

@@ -14,9 +14,8 @@ TEST_CASE("dataset: quoted CSV fields") {
   CHECK(f[3] == "");
 }
 
-TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
-  Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/linear.csv");
+TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n") {
+  Dataset d = read_dataset(test::fixture_dir() + "/kernels/test/linear.csv");
   REQUIRE(!d.rows.empty());
   const DatasetRow& r = d.rows.front();
   CHECK(r.op_name == "linear");
@@ -29,18 +28,16 @@ TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n" * doctest::test_sui
   CHECK(r.grid[0] * r.grid[1] * r.grid[2] == 320);
 }
 
-TEST_CASE("dataset: elementwise rows, scalar variants read one tensor" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
-  Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/train/addu/Tesla_T4.csv");
+TEST_CASE("dataset: elementwise rows, scalar variants read one tensor") {
+  Dataset d = read_dataset(test::fixture_dir() + "/kernels/train/addu/Tesla_T4.csv");
   REQUIRE(!d.rows.empty());
   CHECK(d.rows.front().kernel.cls == KernelClass::elementwise);
   CHECK(d.rows.front().kernel.inputs == 1);
   CHECK(d.rows.front().kernel.bytes == doctest::Approx(8.0 * d.rows.front().kernel.rows * d.rows.front().kernel.cols));
 }
 
-TEST_CASE("dataset: rows given as fields read as the same CSV lines do, errors name the row" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
-  const Dataset csv = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/linear.csv");
+TEST_CASE("dataset: rows given as fields read as the same CSV lines do, errors name the row") {
+  const Dataset csv = read_dataset(test::fixture_dir() + "/kernels/test/linear.csv");
   REQUIRE(csv.rows.size() > 2);
   const Dataset d = dataset_from_rows(csv.header, {csv.rows[0].fields, csv.rows[1].fields}, "rows");
   REQUIRE(d.rows.size() == 2);

@@ -109,11 +109,10 @@ TEST_CASE("gpu database: aliases are unique, short aliases lower case without ve
   CHECK(db.resolve("h100").name == "NVIDIA H100 80GB HBM3");
 }
 
-TEST_CASE("gpu database: device_configs entries keep the dataset's numbers exactly" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/device_configs")) return;
+TEST_CASE("gpu database: device_configs entries keep the dataset's numbers exactly") {
   const GpuDatabase& db = GpuDatabase::builtin();
   int n = 0;
-  for (const auto& e : fs::directory_iterator(test::shared_dir() + "/neusight-data/device_configs")) {
+  for (const auto& e : fs::directory_iterator(test::fixture_dir() + "/device_configs")) {
     std::ifstream f(e.path());
     const auto j = nlohmann::json::parse(f);
     const std::string dev = j["Device"].get<std::string>();
@@ -188,9 +187,8 @@ TEST_CASE("gpu database: format_gpus_json entries read back as the same GPU; mal
   CHECK_THROWS_WITH_AS(parse_gpu_json("{}", "gpu dict"), "gpu dict: missing field 'Device'", InputError);
 }
 
-TEST_CASE("gpu database: a dataset device JSON reads as its text does" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/device_configs")) return;
-  const std::string path = test::shared_dir() + "/neusight-data/device_configs/NVIDIA_L4.json";
+TEST_CASE("gpu database: a dataset device JSON reads as its text does") {
+  const std::string path = test::fixture_dir() + "/device_configs/NVIDIA_L4.json";
   std::ifstream f(path);
   const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const Gpu from_file = load_device_json(path), from_text = parse_gpu_json(text, "text");

@@ -1,6 +1,7 @@
 // unit-lowering-models.cpp - lowering of whole built models: GPT-2 Large GEMM FLOPs against
 // the analytic count, training GEMMs, and the traced PyTorch opgraphs of
-// ../shared/neusight-data/e2e/opgraph (kernel names and sizes, backward GEMMs, updates).
+// neusight-data/e2e/opgraph (fixtures under tests/data; kernel names and sizes, backward GEMMs,
+// updates).
 #include <doctest/doctest.h>
 
 #include <fstream>
@@ -20,7 +21,7 @@ using namespace neusight;
 namespace {
 
 ModelConfig config(const std::string& name, int64_t layers = 0) {
-  ModelConfig c = read_hf_config(test::shared_dir() + "/neusight-data/model_configs/" + name + ".json");
+  ModelConfig c = read_hf_config(test::fixture_dir() + "/model_configs/" + name + ".json");
   if (layers > 0) c.layers = layers;
   return c;
 }
@@ -65,8 +66,8 @@ struct Traced {
 // One opgraph as multisets of kernel keys (model_builder/src/opgraph.h). A binary VEC op whose row
 // has a (1,)-shaped input operand is a tensor-with-scalar op.
 Traced read_traced(const std::string& name) {
-  const std::string path = test::shared_dir() + "/neusight-data/e2e/opgraph/" + name + ".csv";
-  REQUIRE_MESSAGE(std::ifstream(path).good(), "missing shared data: " << path << " (../shared must sit next to the repo)");
+  const std::string path = test::fixture_dir() + "/e2e/opgraph/" + name + ".csv";
+  REQUIRE_MESSAGE(std::ifstream(path).good(), "missing fixture: " << path);
   Traced t;
   for (const TracedOp& op : read_opgraph(path)) {
     for (const auto& k : op.fw)
@@ -98,8 +99,7 @@ std::multiset<std::string> minus(const std::multiset<std::string>& a, const std:
 
 }  // namespace
 
-TEST_CASE("lowering: GPT-2 Large forward GEMM FLOPs equal 24*T*d^2 + 4*B*S^2*d per layer plus the LM head" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/model_configs")) return;
+TEST_CASE("lowering: GPT-2 Large forward GEMM FLOPs equal 24*T*d^2 + 4*B*S^2*d per layer plus the LM head") {
   const ModelConfig c = config("gpt2_large");
   const int64_t B = 4, S = 1024;
   const KernelList kl = lower_model(c, B, S, Mode::training);
@@ -113,8 +113,7 @@ TEST_CASE("lowering: GPT-2 Large forward GEMM FLOPs equal 24*T*d^2 + 4*B*S^2*d p
   CHECK(kl.unknown_ops.empty());
 }
 
-TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch operators (inference)" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch operators (inference)") {
   // The opgraph traces one transformer layer plus embeddings, final norm and LM head.
   const KernelList kl = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference);
   std::multiset<std::string> got;
@@ -149,8 +148,7 @@ TEST_CASE("lowering: GPT-2 Large eager kernels are exactly the traced PyTorch op
   CHECK(mem.count("split") == 0);
 }
 
-TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, softmax/LN grads and updates" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, softmax/LN grads and updates") {
   const KernelList kl = lower_model(config("gpt2_large", 1), 4, 1024, Mode::training);
   const Traced want = read_traced("gpt2_large-train-1024-4");
   std::multiset<std::string> bw_gemm, bw_rowwise, fw, acc;
@@ -174,8 +172,7 @@ TEST_CASE("lowering: GPT-2 Large training matches the traced backward GEMMs, sof
   CHECK(minus(acc, want.acc) == std::multiset<std::string>{"1310720"});
 }
 
-TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.compile" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.compile") {
   const KernelList eager = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference, Fusion::eager);
   const KernelList full = lower_model(config("gpt2_large", 1), 4, 1024, Mode::inference, Fusion::full);
   CHECK(full.kernels.size() < eager.kernels.size());

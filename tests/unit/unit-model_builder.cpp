@@ -1,5 +1,6 @@
 // unit-model_builder.cpp - built model graphs against the operator graphs NeuSight traced from
-// PyTorch (../shared/neusight-data/e2e/opgraph): GEMM shapes and vector-kernel sizes.
+// PyTorch (neusight-data/e2e/opgraph, as the fixtures under tests/data hold them): GEMM shapes
+// and vector-kernel sizes.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@ using namespace neusight;
 namespace {
 
 std::string config_path(const std::string& name) {
-  return test::shared_dir() + "/neusight-data/model_configs/" + name + ".json";
+  return test::fixture_dir() + "/model_configs/" + name + ".json";
 }
 
 // Forward operators of a traced graph: "Linear M,N,K" / "BMM B,M,N,K" (dataset order) and
@@ -30,8 +31,8 @@ struct Traced {
 };
 
 Traced read_traced(const std::string& name) {
-  const std::string path = test::shared_dir() + "/neusight-data/e2e/opgraph/" + name + ".csv";
-  REQUIRE_MESSAGE(std::ifstream(path).good(), "missing shared data: " << path << " (clone ../shared next to the repo)");
+  const std::string path = test::fixture_dir() + "/e2e/opgraph/" + name + ".csv";
+  REQUIRE_MESSAGE(std::ifstream(path).good(), "missing fixture: " << path);
   Traced t;
   for (const TracedOp& op : read_opgraph(path))
     for (const TracedKernel& k : op.fw) {
@@ -127,37 +128,31 @@ ModelConfig one_layer(const std::string& name, const std::string& head = "") {
 
 }  // namespace
 
-TEST_CASE("model_builder: GPT-2 large layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("model_builder: GPT-2 large layer matches the traced PyTorch graph") {
   check_matches("gpt2_large-inf-1024-4", one_layer("gpt2_large"), 4, 1024);
 }
 
-TEST_CASE("model_builder: GPT-3 2.7B (GPT-2 form) layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("model_builder: GPT-3 2.7B (GPT-2 form) layer matches the traced PyTorch graph") {
   check_matches("gpt3_27-inf-2048-2", one_layer("gpt3_27"), 2, 2048);
 }
 
-TEST_CASE("model_builder: BERT large layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("model_builder: BERT large layer matches the traced PyTorch graph") {
   // NeuSight measured inference with BertForSequenceClassification and training with
   // BertForPreTraining; the shared config names BertLMHeadModel (the "lm" head).
   CHECK(read_hf_config(config_path("bert_large")).head == "lm");
   check_matches("bert_large-inf-512-8", one_layer("bert_large", "classification"), 8, 512);
 }
 
-TEST_CASE("model_builder: OPT 1.3B layer matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("model_builder: OPT 1.3B layer matches the traced PyTorch graph") {
   check_matches("opt_13-inf-2048-2", one_layer("opt_13"), 2, 2048);
 }
 
-TEST_CASE("model_builder: Switch XL (4 experts, capacity 64) matches the traced PyTorch graph" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("model_builder: Switch XL (4 experts, capacity 64) matches the traced PyTorch graph") {
   // The Switch trace holds the whole encoder-decoder, so the whole model is compared.
   check_matches("switchxl4-inf-512-1", read_hf_config(config_path("switchxl4")), 1, 512, true);
 }
 
-TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch's permuted view" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/model_configs")) return;
+TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch's permuted view") {
   // The trace: the bias embedding [s, s, heads] is permuted (a view: 'permute' launches no
   // kernel), `position_bias + mask` once (VECadd 16384x512, keeping the permuted layout) and
   // `scores += position_bias` in every self-attention layer, reading the bias with a stride
@@ -205,8 +200,7 @@ TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch
   }
 }
 
-TEST_CASE("model_builder: the forward pass of the other traced runs matches too" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/e2e")) return;
+TEST_CASE("model_builder: the forward pass of the other traced runs matches too") {
   // Other model sizes, batch sizes and the training traces (whose forward operators are the
   // inference ones).
   check_matches("gpt3_xl-inf-2048-2", one_layer("gpt3_xl"), 2, 2048);
@@ -244,8 +238,7 @@ TEST_CASE("model_builder: a missing config file or malformed config text is an i
   CHECK_THROWS_WITH_AS(parse_hf_config("{}", "config"), "config: missing field 'model_type'", InputError);
 }
 
-TEST_CASE("model_builder: bad configs are input errors naming the file and field" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/model_configs")) return;
+TEST_CASE("model_builder: bad configs are input errors naming the file and field") {
   ModelConfig c = read_hf_config(config_path("gpt2_large"));
   c.model_type = "mamba";
   CHECK_THROWS_AS(build_model(c), InputError);
@@ -270,8 +263,7 @@ TEST_CASE("model_builder: the opgraph reader parses GEMM, VEC, nested MEM and Ac
   CHECK(csv_fields("a,\"[(1, 2), (3,)]\",c") == std::vector<std::string>{"a", "[(1, 2), (3,)]", "c"});
 }
 
-TEST_CASE("model_builder: a config's JSON text reads as its file does" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/model_configs")) return;
+TEST_CASE("model_builder: a config's JSON text reads as its file does") {
   const std::string path = config_path("bert_large");
   std::ifstream f(path);
   std::stringstream text;

@@ -23,7 +23,7 @@ using namespace neusight;
 namespace {
 
 std::string train_csv(const std::string& op, const std::string& file) {
-  return test::shared_dir() + "/neusight-data/kernels/train/" + op + "/" + file;
+  return test::fixture_dir() + "/kernels/train/" + op + "/" + file;
 }
 
 std::vector<Sample> small_samples(Formulation formulation = Formulation::neusight) {
@@ -31,7 +31,8 @@ std::vector<Sample> small_samples(Formulation formulation = Formulation::neusigh
   for (const char* f : {"Tesla_T4.csv", "Tesla_V100-PCIE-32GB.csv"}) {
     Dataset d = read_dataset(train_csv("linear", f));
     std::vector<DatasetRow> keep;
-    for (size_t i = 0; i < d.rows.size(); i += d.rows.size() / 200) keep.push_back(d.rows[i]);
+    const size_t step = std::max<size_t>(1, d.rows.size() / 200);
+    for (size_t i = 0; i < d.rows.size(); i += step) keep.push_back(d.rows[i]);
     d.rows = keep;
     auto s = samples_from_dataset(d, GpuDatabase::builtin(), training_devices(), formulation);
     all.insert(all.end(), s.begin(), s.end());
@@ -39,11 +40,12 @@ std::vector<Sample> small_samples(Formulation formulation = Formulation::neusigh
   return all;
 }
 
-// Test kernels of one device from the dataset's test CSVs, every `stride`-th row.
-std::vector<DatasetRow> test_rows(const std::string& device, size_t stride) {
+// Test kernels of one device from the test CSVs under `data` (the fixtures or the whole
+// dataset), every `stride`-th row.
+std::vector<DatasetRow> test_rows(const std::string& data, const std::string& device, size_t stride) {
   std::vector<DatasetRow> out;
   for (const char* f : {"bmm.csv", "linear.csv", "elem.csv", "softmax.csv", "ln.csv"}) {
-    const Dataset d = read_dataset(test::shared_dir() + "/neusight-data/kernels/test/" + f);
+    const Dataset d = read_dataset(data + "/kernels/test/" + f);
     size_t i = 0;
     for (const auto& r : d.rows)
       if (r.device == device && r.latency_ms > 0 && (i++ % stride) == 0) out.push_back(r);
@@ -75,8 +77,7 @@ std::map<std::string, double> mape_by_class(const std::vector<DatasetRow>& rows,
 
 }  // namespace
 
-TEST_CASE("predictor: the trainer learns, deterministically for a seed" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
   const auto samples = small_samples();
   REQUIRE(samples.size() > 300);
   TrainOptions o;
@@ -130,8 +131,7 @@ TEST_CASE("predictor: the published formulation's inputs and base time") {
   CHECK(pf.x[3] - pf.x[2] == doctest::Approx(std::log2(v100.mem_gb * 1024.0 / (v100.l2_mb * 1024.0))));
 }
 
-TEST_CASE("predictor: the published formulation trains, round-trips and predicts as published" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+TEST_CASE("predictor: the published formulation trains, round-trips and predicts as published") {
   const Gpu v100 = GpuDatabase::builtin().resolve("Tesla V100-PCIE-32GB");
   const Kernel k = kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "4096"}});
   const Tiling t = tile_kernel(k, v100);
@@ -205,11 +205,10 @@ TEST_CASE("predictor: missing or malformed weights fail with the file name") {
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("predictor: shipped weights respect the roofline and stay bounded far outside training" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+TEST_CASE("predictor: shipped weights respect the roofline and stay bounded far outside training") {
   const auto p = make_neusight_predictor();
   CHECK(p->name() == "neusight");
-  const auto rows = test_rows("NVIDIA A100-PCIE-40GB", 25);
+  const auto rows = test_rows(test::fixture_dir(), "NVIDIA A100-PCIE-40GB", 1);
   REQUIRE(rows.size() > 100);
   std::vector<Kernel> ks;
   for (const auto& r : rows) ks.push_back(r.kernel);
@@ -269,7 +268,7 @@ TEST_CASE("predictor: GEMMs on a GPU with more FLOPs per byte than any training 
 }
 
 TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100 80GB" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+  if (!test::have_dataset("kernels")) return;
   // Figures of bench/kernel_accuracy's run on the A100 80GB PCIe rows alone (MAPE, percent), for
   // the shipped weights and the forward-in-time weights. Update them with the weights
   // (predictor/retrain.sh); a change of tiles or features without retraining fails here.
@@ -277,7 +276,7 @@ TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100
       {"bmm", {6.40, 5.99}},          {"linear", {9.15, 9.97}},   {"elementwise", {4.87, 3.48}},
       {"softmax", {7.21, 8.62}},      {"layernorm", {10.80, 33.03}}};
   const Gpu g = GpuDatabase::builtin().resolve("a100-80gb");
-  const auto rows = test_rows("NVIDIA A100 80GB PCIe", 1);
+  const auto rows = test_rows(test::dataset_dir(), "NVIDIA A100 80GB PCIe", 1);
   const auto shipped = mape_by_class(rows, *make_neusight_predictor(), g);
   const auto fit = mape_by_class(rows, *make_neusight_predictor(data_dir() + "/weights/forward-in-time"), g);
   const auto roof = mape_by_class(rows, *make_roofline_predictor(), g);
@@ -291,14 +290,13 @@ TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100
   for (const char* c : {"bmm", "linear"}) CHECK(shipped.at(c) < 0.7 * roof.at(c));
 }
 
-TEST_CASE("predictor: a GPT-3-sized batch of kernels predicts every kernel, within the roofline bound" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+TEST_CASE("predictor: a GPT-3-sized batch of kernels predicts every kernel, within the roofline bound") {
   // Speed is measured by bench/kernel_accuracy (it times a GPT-3 175B training step), not here:
   // a timed assertion fails under sanitizers and on loaded machines.
   const auto p = make_neusight_predictor();
   const Gpu g = GpuDatabase::builtin().resolve("h100");
   std::vector<Kernel> ks;
-  for (const auto& r : test_rows("NVIDIA A100-PCIE-40GB", 1)) ks.push_back(r.kernel);
+  for (const auto& r : test_rows(test::fixture_dir(), "NVIDIA A100-PCIE-40GB", 1)) ks.push_back(r.kernel);
   while (ks.size() < 20000) ks.insert(ks.end(), ks.begin(), ks.begin() + std::min<size_t>(ks.size(), 20000 - ks.size()));
   std::vector<Tiling> ts;
   for (const auto& k : ks) ts.push_back(tile_kernel(k, g));

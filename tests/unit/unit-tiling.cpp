@@ -25,10 +25,9 @@ TEST_CASE("gpu database: names and aliases") {
   CHECK_THROWS_WITH_AS(db.resolve("b2000"), doctest::Contains("b200"), InputError);
 }
 
-TEST_CASE("gpu database: a device JSON path resolves to its GPU" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/device_configs")) return;
+TEST_CASE("gpu database: a device JSON path resolves to its GPU") {
   const GpuDatabase& db = GpuDatabase::builtin();
-  Gpu h = db.resolve(test::shared_dir() + "/neusight-data/device_configs/NVIDIA_H100_80GB_HBM3.json");
+  Gpu h = db.resolve(test::fixture_dir() + "/device_configs/NVIDIA_H100_80GB_HBM3.json");
   CHECK(h.num_sm == 132);
   CHECK(h.arch == "sm_90");
 }
@@ -260,7 +259,7 @@ Agreement agreement(const std::vector<std::string>& files, const std::string& de
   const Gpu& gpu = GpuDatabase::builtin().resolve(device);
   Agreement a;
   for (const auto& f : files) {
-    const Dataset ds = read_dataset(test::shared_dir() + "/neusight-data/kernels/" + f);
+    const Dataset ds = read_dataset(test::dataset_dir() + "/kernels/" + f);
     for (const auto& r : ds.rows) {
       if (r.device != gpu.name) continue;
       const auto pos = r.kernel_name.find("sgemm_");
@@ -278,7 +277,7 @@ Agreement agreement(const std::vector<std::string>& files, const std::string& de
 }  // namespace
 
 TEST_CASE("tiling: derived tiles match cuBLAS on the unseen A100 80GB test rows" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+  if (!test::have_dataset("kernels")) return;
   // The tile table was never fitted on these rows.
   const Agreement a = agreement({"test/linear.csv", "test/bmm.csv"}, "NVIDIA A100 80GB PCIe");
   REQUIRE(a.rows > 3000);
@@ -287,7 +286,7 @@ TEST_CASE("tiling: derived tiles match cuBLAS on the unseen A100 80GB test rows"
 }
 
 TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their test rows" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+  if (!test::have_dataset("kernels")) return;
   // The volta class chooses the SIMT tile and split factor of single products, the turing class
   // the SIMT tile of batched products, by trees learned from their train/ rows
   // (fit_gemm_rules.py); the test/ rows (GEMMs of real models) were not used.
@@ -303,7 +302,7 @@ TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their te
 }
 
 TEST_CASE("tiling: V100 and T4 tiles and split-K grids follow cuBLAS on their training rows" * doctest::test_suite("shared-data")) {
-  if (!test::have_shared("neusight-data/kernels")) return;
+  if (!test::have_dataset("kernels")) return;
   // In-sample (the trees were fitted on these rows; 5-fold cross-validated: V100 linear rows
   // 75.2% / 55.6%, T4 bmm rows 98.4% / 98.6%).
   const Agreement v = agreement({"train/linear/Tesla_V100-PCIE-32GB.csv", "train/bmm/Tesla_V100-PCIE-32GB.csv"},
