@@ -310,11 +310,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
 
   // Tensor-parallel collectives get their time from the link model.
-  for (size_t i = 0; i < kernels.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective) {
-      preds[i] = Prediction{};
-      preds[i].latency_ms = ring_allreduce_ms(kernels[i].bytes, cfg.tp, r.link);
-    }
+  time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.link);
 
   const StagePlan plan = place_stages(g, kernels, preds, compute, cfg.pp);
   const WeightPlacement weights = place_weights(g, cfg.tp);
