@@ -131,14 +131,16 @@ print(out["r"]["gpu"])
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.strip(), "NVIDIA H100 80GB HBM3")
 
-    def test_import_is_fast(self):
-        script = "import time; t = time.perf_counter(); import neusight_onnx; print(time.perf_counter() - t)"
-        times = []
-        for _ in range(3):
-            p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-            self.assertEqual(p.returncode, 0, p.stderr)
-            times.append(float(p.stdout))
-        self.assertLess(min(times), 0.05)
+    def test_import_reads_no_data(self):
+        # Import stays cheap because the GPU database and weights load on first use
+        # (bench/analysis_speed/python_module.py prints the import time): with no data
+        # directory at all the import succeeds, and the first call says what is missing.
+        script = ("import neusight_onnx as n\n"
+                  "try:\n    n.gpus()\nexcept Exception as e:\n    print(type(e).__name__)\n")
+        env = {**os.environ, "NEUSIGHT_DATA_DIR": "/nonexistent/neusight-data"}
+        p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn(p.stdout.strip(), ("RuntimeError", "ValueError"))
 
 
 class OtherCommands(unittest.TestCase):
