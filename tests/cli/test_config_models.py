@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 import unittest
 
 from cli_util import fixture, run, run_json
@@ -75,10 +74,8 @@ class ConfigModels(unittest.TestCase):
         with open(cfg, "w") as f:
             json.dump(GPT3_175B, f)
         out = os.path.join(self.dir, "gpt3_175b.onnx")
-        t0 = time.time()
         code, so, se = run("export", "--config", cfg, "-o", out)
         self.assertEqual(code, 0, se)
-        self.assertLess(time.time() - t0, 30)
         self.assertLess(os.path.getsize(out), 50 << 20)
         self.assertEqual(os.path.getsize(os.path.join(self.dir, "gpt3_175b.weights")), 0)
         r = run_json("--config", cfg, "--batch", "1", "--seq", "2048", "--gpu", GPU)
