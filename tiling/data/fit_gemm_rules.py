@@ -28,8 +28,8 @@ to the cost model.
 Only train/ rows are used; test/ rows are left for tile_agreement to score. The trees are
 written into tiling/data/tiles.json under gemm.<class>.rule (other fields untouched).
 
-  build/bin/tile_agreement --dump-features /tmp/features.json     (the classes with a rule;
-      --class volta,turing names them)
+  build/bin/tile_agreement --dump-features /tmp/features.json --class volta,turing
+      (without --class: the classes that have a rule in the tile table)
   /usr/bin/python3 tiling/data/fit_gemm_rules.py --features /tmp/features.json
       [--tiles tiling/data/tiles.json] [--single volta] [--batched turing]     (about 20 s)
   /usr/bin/python3 tiling/data/fit_gemm_rules.py --features /tmp/features.json --cv [--single ...] [--batched ...]
