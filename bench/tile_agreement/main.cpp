@@ -11,6 +11,9 @@
 //   tile_agreement --fit [--write tiles.json]   refit the cost model of each architecture class
 //       that has training data, on the train/ rows only (the A100 80GB appears only in test/
 //       and is never used), and optionally rewrite the tile table with the fitted numbers.
+//   tile_agreement --dump-features FILE [--class NAME,...]   the inputs of fit_gemm_rules.py
+//       (README "Learned rules"): every train row of the classes with a learned rule (or those
+//       named) with the library's choice and the rule features tiling computes for it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,10 +39,10 @@ namespace {
 
 struct Row {
   Kernel kernel;
-  std::string device;
+  std::string device, kernel_name;
   bool train = false;
   int64_t lib_m = 0, lib_n = 0;  // library tile along IR m (rows) and n (columns)
-  int64_t grid = 0;
+  int64_t grid = 0, grid_z = 0;
 };
 
 struct Sample {
@@ -91,7 +94,9 @@ std::map<std::string, Sample> load_rows(const std::string& shared, const GpuData
       row.kernel = r.kernel;
       row.device = r.device;
       row.train = train;
+      row.kernel_name = r.kernel_name;
       row.grid = r.grid[0] * r.grid[1] * r.grid[2];
+      row.grid_z = r.grid[2];
       auto it = out.find(r.device);
       if (it == out.end()) {
         const Gpu* g = db.find(r.device);
@@ -213,6 +218,87 @@ void write_table(const std::string& path, const TileTable& table, const std::set
   std::printf("wrote %s\n", path.c_str());
 }
 
+// ---- features of the learned rules (--dump-features) ------------------------------------------
+
+// Names of the rule features (tile_table.h, kGemmRuleFeatures) of a class whose distinct simt
+// tiles are cls.rule.tiles: the tile trees' features, then the split tree's own.
+std::vector<std::string> rule_feature_names(const GemmClass& cls) {
+  std::vector<std::string> names = {"log2_m", "log2_n", "log2_k", "log2_batch", "log2_out_fill", "log2_m_over_n",
+                                    "log2_out_tiles_over_sm", "log2_k_over_out_tiles"};
+  for (int i : cls.rule.tiles) {
+    const TileConfig& c = cls.simt[static_cast<size_t>(i)].config;
+    const std::string dims = std::to_string(c.tb_m) + "x" + std::to_string(c.tb_n);
+    names.push_back("last_wave_fill_" + dims);
+    names.push_back("padding_efficiency_" + dims);
+  }
+  for (const char* n : {"log2_occupancy", "log2_waves", "log2_tb_m", "log2_tb_n", "log2_threads", "blocks_per_sm"})
+    names.push_back(std::string("split: ") + n);
+  for (int s = 1; s <= kGemmRuleSplitFills; ++s) names.push_back("split: last_wave_fill_split_" + std::to_string(s));
+  return names;
+}
+
+// One train row as the rule fit sees it: the library's tile (its candidate name, the kernel name
+// without the operand-layout suffix) and split factor (Grid z), the tile trees' features, each
+// simt candidate's output tiles and, for a linear row, each candidate's split-tree features.
+nlohmann::json feature_row(const Row& r, const std::string& label, const GemmClass& cls, const Gpu& gpu) {
+  const GemmShape& g = r.kernel.gemm;
+  const size_t n = 8 + 2 * cls.rule.tiles.size();
+  double x[kGemmRuleFeatures];
+  gemm_rule_features(g, cls, gpu, 0, x);
+  nlohmann::json row = {{"op", r.kernel.op}, {"B", g.batch},       {"M", g.m},          {"N", g.k},
+                        {"K", g.n},          {"tile", label},      {"tile_m", r.lib_m}, {"tile_n", r.lib_n},
+                        {"grid", r.grid},    {"split", r.grid_z},  {"x", std::vector<double>(x, x + n)}};
+  nlohmann::json out = nlohmann::json::object(), split = nlohmann::json::object();
+  for (const GemmCandidate& c : cls.simt) {
+    const int64_t out_tiles = g.batch * ceil_div(g.m, c.config.tb_m) * ceil_div(g.n, c.config.tb_n);
+    out[c.config.name] = out_tiles;
+    if (r.kernel.op != "linear") continue;
+    double xs[kGemmRuleFeatures];
+    std::copy(x, x + n, xs);
+    gemm_rule_split_features(c, cls, gpu, out_tiles, xs);
+    split[c.config.name] = std::vector<double>(xs, xs + n + kGemmRuleSplitFeatures);
+  }
+  row["out_tiles"] = std::move(out);
+  if (r.kernel.op == "linear") row["split_x"] = std::move(split);
+  return row;
+}
+
+// The input of tiling/data/fit_gemm_rules.py (README "Learned rules"): per class and training
+// GPU, the train rows whose kernel is a cuBLAS sgemm, in file order (linear, then bmm).
+// Classes: those named, in that order, else those with a learned rule.
+void dump_features(const std::string& path, const std::map<std::string, Sample>& samples, const TileTable& table,
+                   std::vector<std::string> names) {
+  static const std::regex sgemm(R"((\w*sgemm_(\d+)x(\d+)\w*?)(_(nn|nt|tn|tt))?$)");
+  if (names.empty())
+    for (const GemmClass& c : table.classes)
+      if (c.rule.present()) names.push_back(c.name);
+  nlohmann::json classes = nlohmann::json::array();
+  for (const std::string& name : names) {
+    auto it = std::find_if(table.classes.begin(), table.classes.end(), [&](const GemmClass& c) { return c.name == name; });
+    if (it == table.classes.end()) throw InputError("--class: no gemm class '" + name + "' in the tile table");
+    const GemmClass& c = *it;
+    GemmClass cls = c;  // the per-tile features exist also where the class has no rule yet
+    cls.rule.tiles = gemm_rule_tiles(cls.simt);
+    nlohmann::json cands = nlohmann::json::array();
+    for (const GemmCandidate& k : cls.simt)
+      cands.push_back({{"name", k.config.name}, {"tb_m", k.config.tb_m}, {"tb_n", k.config.tb_n}});
+    for (const auto& [dev, s] : samples) {
+      if (&table.gemm_class(s.gpu->arch) != &c) continue;
+      nlohmann::json rows = nlohmann::json::array();
+      for (const Row& r : s.rows) {
+        std::smatch mt;
+        if (r.train && std::regex_search(r.kernel_name, mt, sgemm)) rows.push_back(feature_row(r, mt[1], cls, *s.gpu));
+      }
+      if (rows.empty()) continue;
+      classes.push_back({{"class", c.name}, {"device", dev}, {"features", rule_feature_names(cls)},
+                         {"candidates", cands}, {"rows", std::move(rows)}});
+    }
+  }
+  std::ofstream out(path);
+  out << nlohmann::json{{"classes", std::move(classes)}}.dump() << "\n";
+  if (!out) throw RuntimeError(path + ": cannot write");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -220,7 +306,7 @@ int main(int argc, char** argv) {
   std::string tiles = NEUSIGHT_TILES_JSON, write;
   bool fit = false;
   std::string only;  // --class NAME: fit only this architecture class
-  std::string dump;
+  std::string dump, dump_features_path;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shared" && i + 1 < argc) shared = argv[++i];
@@ -229,8 +315,10 @@ int main(int argc, char** argv) {
     else if (a == "--fit") fit = true;
     else if (a == "--class" && i + 1 < argc) only = argv[++i];
     else if (a == "--dump" && i + 1 < argc) dump = argv[++i];
+    else if (a == "--dump-features" && i + 1 < argc) dump_features_path = argv[++i];
     else {
-      std::fprintf(stderr, "usage: tile_agreement [--shared DIR] [--tiles tiles.json] [--fit [--class NAME] [--write tiles.json]] [--dump rows.csv]\n");
+      std::fprintf(stderr, "usage: tile_agreement [--shared DIR] [--tiles tiles.json] [--fit [--class NAME] [--write tiles.json]] [--dump rows.csv]\n"
+                   "       tile_agreement --dump-features FILE [--class NAME,...]\n");
       return 2;
     }
   }
@@ -238,6 +326,15 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     TileTable table = TileTable::parse(read_file(tiles), tiles);
     const auto samples = load_rows(shared, GpuDatabase::builtin());
+    if (!dump_features_path.empty()) {
+      std::vector<std::string> classes;
+      std::stringstream names(only);
+      for (std::string name; std::getline(names, name, ',');)
+        if (!name.empty()) classes.push_back(name);
+      dump_features(dump_features_path, samples, table, classes);
+      std::printf("wrote %s\n", dump_features_path.c_str());
+      return 0;
+    }
     if (fit) {
       std::set<std::string> fitted;
       for (size_t ci = 0; ci < table.classes.size(); ++ci) {

@@ -6,7 +6,9 @@ cost model in tiling/src/tile.cpp reproduced (bench/tile_agreement/README.md). T
 learns them instead, per architecture class, from that class's train/ rows of
 neusight-data/kernels (linear + bmm, the library kernel name gives the tile, Grid z the split
 factor of a linear layer): classification trees (CART, Gini impurity, pure Python,
-deterministic) over shape features that tile.cpp computes identically (gemm_rule_features):
+deterministic) over the shape features of tile.cpp (gemm_rule_features, gemm_rule_split_features).
+The rows, the library's choices and the features come from the C++ tiling code itself, as
+`tile_agreement --dump-features` writes them (bench/tile_agreement/README.md gives the layout):
 
   single_tile   tile of a single product (linear), leaf = candidate name of the class's simt list;
                 besides the shape it sees, for each distinct simt tile, that tile's last-wave fill
@@ -14,46 +16,43 @@ deterministic) over shape features that tile.cpp computes identically (gemm_rule
                 GEMMs mostly multiples of 128: README "Tile choice: why the V100 test rows miss")
   split         split-K factor (Grid z) of a single product, given the tile: its features add
                 the output tiles of that tile relative to the SMs, k per output tile and that
-                candidate's own figures on the GPU (split_features: occupancy and waves of the
+                candidate's own figures on the GPU (split features: occupancy and waves of the
                 unsplit grid, tile, threads, blocks per SM, last-wave fill split 1-4 ways); a
                 forest of SPLIT_TREES trees on subsamples of the rows, majority vote
   batched_tile  tile of a batched product (bmm)
 
-Each class gets the trees named by --single (single_tile + split) and --batched (batched_tile);
-the defaults (SINGLE, BATCHED below) say why. An empty tree leaves those products to the cost
-model.
+Each class of the dump gets the trees named by --single (single_tile + split) and --batched
+(batched_tile); the defaults (SINGLE, BATCHED below) say why. An empty tree leaves those products
+to the cost model.
 
 Only train/ rows are used; test/ rows are left for tile_agreement to score. The trees are
 written into tiling/data/tiles.json under gemm.<class>.rule (other fields untouched).
 
-  /usr/bin/python3 tiling/data/fit_gemm_rules.py [--shared DIR] [--tiles tiling/data/tiles.json]
-      [--single volta] [--batched turing]     (about 20 s)
-  /usr/bin/python3 tiling/data/fit_gemm_rules.py --cv [--single ...] [--batched ...]
+  build/bin/tile_agreement --dump-features /tmp/features.json --class volta,turing
+      (without --class: the classes that have a rule in the tile table)
+  /usr/bin/python3 tiling/data/fit_gemm_rules.py --features /tmp/features.json
+      [--tiles tiling/data/tiles.json] [--single volta] [--batched turing]     (about 20 s)
+  /usr/bin/python3 tiling/data/fit_gemm_rules.py --features /tmp/features.json --cv [--single ...] [--batched ...]
       5-fold cross-validated agreement of those trees on the train rows (about a minute)
 """
 import argparse
 import collections
-import csv
 import json
-import math
 import os
 import random
 import re
 
-# class -> (training GPU csv name, its SM count from hardware/data/gpus.json)
-CLASSES = {"volta": "Tesla_V100-PCIE-32GB", "turing": "Tesla_T4"}
-BASE_FEATURES = ["log2_m", "log2_n", "log2_k", "log2_batch", "log2_out_fill", "log2_m_over_n",
-                 "log2_out_tiles_over_sm", "log2_k_over_out_tiles"]
-# Features each tree may split on (n = 8 + 2 x the class's distinct simt tiles): the single-product
-# tile tree the shape (0-5) and, per distinct simt tile, its last-wave fill and padding efficiency
+# Features each tree may split on (n = 8 + 2 x the class's distinct simt tiles, s = n + the split
+# tree's own features; both counted in the dump): the single-product tile tree the shape (0-5) and,
+# per distinct simt tile, its last-wave fill and padding efficiency
 # (8+; 5-fold CV on the volta linear rows 75.2% / 55.6% against 72.7% / 54.1% without them); the
 # batched tile tree the shape only (the tile features leave turing's bmm CV at 98.4% / 98.5%,
 # 98.4% / 98.6% without); the split tree the shape and the chosen tile's output tiles (0-7) and the
-# chosen candidate's split_features (n+; 5-fold CV of the split factor given the library tile
+# chosen candidate's split features (n+; 5-fold CV of the split factor given the library tile
 # 73.6% against 69.8% without them, one tree each).
-TREE_FEATURES = {"single_tile": lambda n: list(range(6)) + list(range(8, n)),
-                 "batched_tile": lambda n: list(range(6)),
-                 "split": lambda n: list(range(8)) + list(range(n, n + N_SPLIT_FEATURES))}
+TREE_FEATURES = {"single_tile": lambda n, s: list(range(6)) + list(range(8, n)),
+                 "batched_tile": lambda n, s: list(range(6)),
+                 "split": lambda n, s: list(range(8)) + list(range(n, s))}
 # Which trees each class gets (README "Tile choice"): a tree is kept where it beats the class's
 # cost model out of sample (5-fold CV on the train rows) without hurting the forward-in-time
 # predictor (bench/kernel_accuracy (c)). volta single products: CV 75.2% / 60.6% (tile / count;
@@ -89,79 +88,17 @@ SPLIT_MAX_FEATURES = 0
 SPLIT_SEED = 1
 
 
-def log2(x):
-    return math.log2(max(x, 1.0))
-
-
 class Arch:
-    """What the features need of a class on its GPU: SMs, max threads per SM and, per distinct simt
-    tile (first candidate of each tb_m x tb_n in list order), its dimensions and blocks per SM
-    (blocks_per_sm in tile.cpp, 4-byte operands); per candidate name its tile, threads and blocks
-    per SM (the split tree's inputs)."""
+    """A class on its training GPU as the dump gives it: the number of features of the tile trees
+    (n_features) and of the split tree (n_split_features), and per simt candidate name its tile
+    (tb_m, tb_n)."""
 
-    def __init__(self, simt, gpu):
-        self.sm = gpu["num_sm"]
-        self.max_threads = gpu["max_threads_per_sm"]
-        self.tiles = []
-        self.cands = {}
-        for c in simt:
-            tm, tn, tk = c["tb"]
-            th = c["threads"]
-            b = max(1, gpu["max_blocks_per_sm"])
-            b = min(b, gpu["max_threads_per_sm"] // th)
-            b = min(b, gpu["regs_per_sm"] // (((c["regs_per_thread"] + 7) // 8) * 8 * th))
-            b = min(b, int(gpu["smem_per_sm_kb"] * 1024 / (c["stages"] * (tm + tn) * tk * 4.0)))
-            self.cands[c["name"]] = (tm, tn, th, max(b, 1))
-            if any((tm, tn) == t[:2] for t in self.tiles) or len(self.tiles) >= 16:
-                continue
-            self.tiles.append((tm, tn, max(b, 1)))
-        self.n_features = 8 + 2 * len(self.tiles)
-
-
-def cdiv(a, b):
-    return -(-a // b)
-
-
-def features(batch, m, n, k, arch, out_tiles=0):
-    """Must match gemm_rule_features() in tiling/src/tile.cpp."""
-    sm = arch.sm
-    f = [log2(m), log2(n), log2(k), log2(batch), math.log2(batch * m * n / (sm * 16384.0)), log2(m) - log2(n),
-         math.log2(out_tiles / sm) if out_tiles > 0 else 0.0, log2(k) - log2(out_tiles)]
-    for tm, tn, bps in arch.tiles:
-        pm, pn = cdiv(m, tm), cdiv(n, tn)
-        waves = batch * pm * pn / (sm * bps)
-        f += [waves / math.ceil(waves), m * n / (pm * tm * pn * tn)]
-    return f
-
-
-SPLIT_FILLS = 4  # last-wave fill of the output tiles split 1, 2, .., SPLIT_FILLS ways
-N_SPLIT_FEATURES = 6 + SPLIT_FILLS
-
-
-def split_features(batch, m, n, k, arch, cand):
-    """Inputs of the split tree: features() with the chosen candidate's output tiles, then
-    (from index arch.n_features) that candidate's own figures on this GPU: log2 of its output tiles
-    x threads over the SMs' threads (occupancy of the unsplit grid), log2 of its output tiles over
-    SMs x its blocks per SM (waves), log2 tb_m, log2 tb_n, log2 threads, blocks per SM, and for a
-    split into s = 1..SPLIT_FILLS its last-wave fill (output tiles x s over SMs x blocks per SM,
-    divided by the whole waves that needs). Must match set_split_features() in tiling/src/tile.cpp."""
-    tm, tn, th, bps = arch.cands[cand]
-    ot = batch * cdiv(m, tm) * cdiv(n, tn)
-    f = features(batch, m, n, k, arch, ot)
-    f += [math.log2(ot * th / (arch.sm * arch.max_threads)), math.log2(ot / (arch.sm * bps)),
-          math.log2(tm), math.log2(tn), math.log2(th), float(bps)]
-    for s in range(1, SPLIT_FILLS + 1):
-        waves = ot * s / (arch.sm * bps)
-        f.append(waves / math.ceil(waves))
-    return f
-
-
-def class_simt(tiles, cls):
-    """The class's simt list, following "inherit" like tile.cpp."""
-    c = tiles["gemm"][cls]
-    while "simt" not in c:
-        c = tiles["gemm"][c["inherit"]]
-    return c["simt"]
+    def __init__(self, entry):
+        self.tiles = {c["name"]: (c["tb_m"], c["tb_n"]) for c in entry["candidates"]}
+        rows = entry["rows"]
+        self.n_features = len(rows[0]["x"]) if rows else 8
+        lin = [r for r in rows if "split_x" in r]
+        self.n_split_features = len(next(iter(lin[0]["split_x"].values()))) if lin else self.n_features
 
 
 def gini_sum(counts, n):
@@ -230,26 +167,17 @@ def predict(nodes, x):
     return nodes[i]["leaf"]
 
 
-def load(path):
+def load(entry, op):
+    """The dump's rows of one op, in its order: the library's candidate (cand), tile (tm x tn),
+    split factor (gz) and grid size, the reduction length k, the tile trees' features (x) and, for
+    simt candidate its output tiles (out) and, for a linear row, its split-tree features (split_x)."""
     rows = []
-    for r in csv.DictReader(open(path)):
-        mt = re.search(r"(\w*sgemm_(\d+)x(\d+)\w*?)(_(nn|nt|tn|tt))?$", r["Kernel Name"])
-        if not mt:
+    for r in entry["rows"]:
+        if r["op"] != op:
             continue
-        rows.append(dict(cand=mt.group(1), tn=int(mt.group(2)), tm=int(mt.group(3)), gz=int(r["Grid z"]),
-                         batch=int(r["B"]), m=int(r["M"]), k=int(r["N"]), n=int(r["K"]),
-                         grid=int(r["Grid x"]) * int(r["Grid y"]) * int(r["Grid z"])))
+        rows.append(dict(cand=r["tile"], tm=r["tile_m"], tn=r["tile_n"], gz=r["split"], grid=r["grid"], k=r["N"],
+                         x=r["x"], out=r["out_tiles"], split_x=r.get("split_x", {})))
     return rows
-
-
-def tile_dims(cand):
-    mt = re.search(r"sgemm_(\d+)x(\d+)", cand)
-    return int(mt.group(2)), int(mt.group(1))  # along m, along n (cuBLAS names are n x m)
-
-
-def out_tiles(r, cand):
-    tm, tn = tile_dims(cand)
-    return r["batch"] * math.ceil(r["m"] / tm) * math.ceil(r["n"] / tn)
 
 
 def fit_trees(lin, bmm, arch, idx_lin, idx_bmm, single, batched):
@@ -257,13 +185,14 @@ def fit_trees(lin, bmm, arch, idx_lin, idx_bmm, single, batched):
     for key, rows, idx in (("single_tile", lin, idx_lin), ("batched_tile", bmm, idx_bmm)):
         if not (single if key == "single_tile" else batched):
             continue
-        X = [features(r["batch"], r["m"], r["n"], r["k"], arch) for r in rows]
+        X = [r["x"] for r in rows]
         nodes = []
-        flatten(build(X, [r["cand"] for r in rows], idx, 0, TREE_FEATURES[key](arch.n_features), MAX_DEPTH[key]), nodes)
+        flatten(build(X, [r["cand"] for r in rows], idx, 0, TREE_FEATURES[key](arch.n_features, arch.n_split_features),
+                      MAX_DEPTH[key]), nodes)
         trees[key] = nodes
     trees["split"] = []
     if single:
-        X = [split_features(r["batch"], r["m"], r["n"], r["k"], arch, r["cand"]) for r in lin]
+        X = [r["split_x"][r["cand"]] for r in lin]
         y = [r["gz"] for r in lin]
         # A forest of SPLIT_TREES trees, each on its own SPLIT_SUBSAMPLE share of the rows (drawn
         # without replacement) and choosing each split among SPLIT_MAX_FEATURES of its features
@@ -272,7 +201,7 @@ def fit_trees(lin, bmm, arch, idx_lin, idx_bmm, single, batched):
         for _ in range(SPLIT_TREES):
             sub = sorted(rnd.sample(idx_lin, int(SPLIT_SUBSAMPLE * len(idx_lin)))) if SPLIT_TREES > 1 else idx_lin
             nodes = []
-            flatten(build(X, y, sub, 0, TREE_FEATURES["split"](arch.n_features), MAX_DEPTH["split"], rnd,
+            flatten(build(X, y, sub, 0, TREE_FEATURES["split"](arch.n_features, arch.n_split_features), MAX_DEPTH["split"], rnd,
                           SPLIT_MAX_FEATURES), nodes)
             trees["split"].append(nodes)
         if SPLIT_TREES == 1:
@@ -280,16 +209,15 @@ def fit_trees(lin, bmm, arch, idx_lin, idx_bmm, single, batched):
     return trees
 
 
-def choose_tile(nodes, r, arch):
-    return predict(nodes, features(r["batch"], r["m"], r["n"], r["k"], arch))
+def choose_tile(nodes, r):
+    return predict(nodes, r["x"])
 
 
-def choose(trees, r, arch, batched):
+def choose(trees, r, batched):
     """What tile.cpp does with the rule: (candidate, grid size)."""
-    cand = predict(trees["batched_tile" if batched else "single_tile"], features(r["batch"], r["m"], r["n"], r["k"], arch))
-    out = out_tiles(r, cand)
-    split = 1 if batched else min(predict(trees["split"], split_features(r["batch"], r["m"], r["n"], r["k"], arch, cand)), r["k"])
-    return cand, out * split
+    cand = predict(trees["batched_tile" if batched else "single_tile"], r["x"])
+    split = 1 if batched else min(predict(trees["split"], r["split_x"][cand]), r["k"])
+    return cand, r["out"][cand] * split
 
 
 def cross_validate(lin, bmm, arch, single, batched, folds=5):
@@ -304,11 +232,11 @@ def cross_validate(lin, bmm, arch, single, batched, folds=5):
                 continue
             for i in range(f, len(rows), folds):
                 r = rows[i]
-                cand, grid = choose(trees, r, arch, op == "bmm")
-                ok[op][0] += tile_dims(cand) == (r["tm"], r["tn"])
+                cand, grid = choose(trees, r, op == "bmm")
+                ok[op][0] += arch.tiles[cand] == (r["tm"], r["tn"])
                 ok[op][1] += grid == r["grid"]
                 if op == "linear":  # the split tree alone, given the library's tile
-                    x = split_features(r["batch"], r["m"], r["n"], r["k"], arch, r["cand"])
+                    x = r["split_x"][r["cand"]]
                     ok[op][2] += min(predict(trees["split"], x), r["k"]) == r["gz"]
     return ok
 
@@ -316,7 +244,7 @@ def cross_validate(lin, bmm, arch, single, batched, folds=5):
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shared", default=os.path.join(here, "..", "..", "..", "shared"))
+    ap.add_argument("--features", required=True, help="the rows and features, from tile_agreement --dump-features")
     ap.add_argument("--tiles", default=os.path.join(here, "tiles.json"))
     ap.add_argument("--cv", action="store_true", help="only print 5-fold cross-validated agreement on the train rows")
     ap.add_argument("--single", default=",".join(SINGLE), help="classes that get single_tile + split trees")
@@ -324,14 +252,17 @@ def main():
     a = ap.parse_args()
     single_classes, batched_classes = set(filter(None, a.single.split(","))), set(filter(None, a.batched.split(",")))
     tiles = json.load(open(a.tiles))
-    gpus = {g["name"].replace(" ", "_"): g for g in json.load(open(os.path.join(here, "..", "..", "hardware", "data", "gpus.json")))["gpus"]}
+    dump = json.load(open(a.features))["classes"]
+    seen = collections.Counter(e["class"] for e in dump)
+    if any(v > 1 for v in seen.values()):
+        raise SystemExit("%s: a class with several training GPUs (%s); the rules are fitted on one"
+                         % (a.features, sorted(c for c, v in seen.items() if v > 1)))
     placeholders = {}
-    for cls, dev in CLASSES.items():
-        arch = Arch(class_simt(tiles, cls), gpus[dev])
-        kern = os.path.join(a.shared, "neusight-data", "kernels", "train")
-        lin = load(os.path.join(kern, "linear", dev + ".csv"))
-        bmm = load(os.path.join(kern, "bmm", dev + ".csv"))
-        names = {c["name"] for c in tiles["gemm"][cls]["simt"]}
+    for entry in dump:
+        cls, dev = entry["class"], entry["device"].replace(" ", "_")  # the GPU as its data files name it
+        arch = Arch(entry)
+        lin, bmm = load(entry, "linear"), load(entry, "bmm")
+        names = set(arch.tiles)
         if a.cv:
             ok = cross_validate(lin, bmm, arch, cls in single_classes, cls in batched_classes)
             n = {op: len(lin if op == "linear" else bmm) for op in ok}
@@ -351,11 +282,7 @@ def main():
                          % (dev, len(lin), len(bmm), " --single %s --batched %s" % (a.single, a.batched), MAX_DEPTH["single_tile"],
                             MAX_DEPTH["batched_tile"], MAX_DEPTH["split"], MIN_LEAF, SPLIT_TREES, 100 * SPLIT_SUBSAMPLE,
                             " and %d of the features per node" % SPLIT_MAX_FEATURES if SPLIT_MAX_FEATURES else ""),
-                "features": BASE_FEATURES + ["%s_%dx%d" % (what, tm, tn) for tm, tn, _ in arch.tiles
-                                             for what in ("last_wave_fill", "padding_efficiency")]
-                            + ["split: log2_occupancy", "split: log2_waves", "split: log2_tb_m", "split: log2_tb_n",
-                               "split: log2_threads", "split: blocks_per_sm"]
-                            + ["split: last_wave_fill_split_%d" % s for s in range(1, SPLIT_FILLS + 1)]}
+                "features": entry["features"]}
         trees = fit_trees(lin, bmm, arch, list(range(len(lin))), list(range(len(bmm))),
                           cls in single_classes, cls in batched_classes)
         if not trees["single_tile"] and not trees["batched_tile"]:
@@ -366,12 +293,11 @@ def main():
             if trees[key] and unknown:
                 raise SystemExit("%s: kernels %s are not simt candidates of class %s" % (dev, sorted(unknown), cls))
             if trees[key]:
-                ok = sum(choose_tile(trees[key], r, arch) == r["cand"] for r in rows)
+                ok = sum(choose_tile(trees[key], r) == r["cand"] for r in rows)
                 print("%s %s: %d nodes, in-sample agreement %.1f%%" % (cls, key, len(trees[key]), 100.0 * ok / len(rows)))
             rule[key] = trees[key]
         if trees["split"]:
-            ok = sum(predict(trees["split"], split_features(r["batch"], r["m"], r["n"], r["k"], arch, r["cand"])) == r["gz"]
-                     for r in lin)
+            ok = sum(predict(trees["split"], r["split_x"][r["cand"]]) == r["gz"] for r in lin)
             forest = isinstance(trees["split"][0], list)
             print("%s split: %s, in-sample agreement given the library tile %.1f%%" % (
                 cls, "%d trees, %d nodes" % (len(trees["split"]), sum(map(len, trees["split"]))) if forest

@@ -184,13 +184,7 @@ GemmRule parse_rule(const json& j, const std::string& what) {
 
 // Tile-tree leaves name simt candidates; their indices follow the class's (final) simt list.
 void resolve_rule(GemmClass& c, const std::string& what) {
-  c.rule.tiles.clear();
-  for (size_t i = 0; i < c.simt.size(); ++i) {
-    bool seen = false;
-    for (int j : c.rule.tiles)
-      seen |= c.simt[j].config.tb_m == c.simt[i].config.tb_m && c.simt[j].config.tb_n == c.simt[i].config.tb_n;
-    if (!seen && c.rule.tiles.size() < size_t(kGemmRuleMaxTiles)) c.rule.tiles.push_back(static_cast<int>(i));
-  }
+  c.rule.tiles = gemm_rule_tiles(c.simt);
   const int n_features = 8 + 2 * static_cast<int>(c.rule.tiles.size());
   for (const RuleTree* t : {&c.rule.single_tile, &c.rule.batched_tile, &c.rule.split})
     for (const auto& nd : t->nodes)
@@ -282,7 +276,7 @@ void set_out_tile_features(const Gpu& gpu, int64_t out_tiles, double* x) {
 
 // The split tree's own inputs (after the class's per-tile features): the chosen candidate's
 // occupancy, waves, tile, threads, blocks per SM and the last-wave fill of its output tiles split
-// 1..kGemmRuleSplitFills ways (tiling.h). Must match split_features() in fit_gemm_rules.py.
+// 1..kGemmRuleSplitFills ways (tile_table.h).
 void set_split_features(const GemmCandidate& c, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x) {
   const double sm = std::max(gpu.num_sm, 1);
   const double threads = c.config.threads;
@@ -328,8 +322,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     const int64_t out_tiles = s.batch * ceil_div(s.m, c.config.tb_m) * ceil_div(s.n, c.config.tb_n);
     int split = 1;
     if (!batched && c.split_k && !cls.rule.split.empty()) {
-      set_out_tile_features(gpu, out_tiles, x);
-      set_split_features(c, cls, gpu, out_tiles, x);
+      gemm_rule_split_features(c, cls, gpu, out_tiles, x);
       split = static_cast<int>(std::min<int64_t>(cls.rule.split.eval(x), s.k));
     }
     best = Choice{&c, std::max(split, 1), c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
@@ -505,6 +498,22 @@ void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu
     *t++ = last_wave_fill(double(s.batch * pm * pn) / (sm * double(blocks_per_sm(c, gpu, 4.0, c.config.tb_k))));
     *t++ = double(s.m) * double(s.n) / (double(pm * tm) * double(pn * tn));
   }
+}
+
+void gemm_rule_split_features(const GemmCandidate& c, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles,
+                              double* x) {
+  set_out_tile_features(gpu, out_tiles, x);
+  set_split_features(c, cls, gpu, out_tiles, x);
+}
+
+std::vector<int> gemm_rule_tiles(const std::vector<GemmCandidate>& simt) {
+  std::vector<int> tiles;
+  for (size_t i = 0; i < simt.size(); ++i) {
+    bool seen = false;
+    for (int j : tiles) seen |= simt[j].config.tb_m == simt[i].config.tb_m && simt[j].config.tb_n == simt[i].config.tb_n;
+    if (!seen && tiles.size() < size_t(kGemmRuleMaxTiles)) tiles.push_back(static_cast<int>(i));
+  }
+  return tiles;
 }
 
 TileTable TileTable::parse(const std::string& text, const std::string& what) {

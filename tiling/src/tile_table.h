@@ -99,13 +99,20 @@ struct RuleTree {
 // the chosen candidate (set_split_features): log2(output tiles x threads / (SMs x max threads per
 // SM)), log2(output tiles / (SMs x blocks per SM)), log2 tb_m, log2 tb_n, log2 threads, blocks
 // per SM, and for s = 1..kGemmRuleSplitFills the last-wave fill of its output tiles split s ways.
-// Must match features() and split_features() in fit_gemm_rules.py.
+// fit_gemm_rules.py learns from these values as tile_agreement --dump-features writes them.
 constexpr int kGemmRuleMaxTiles = 16;
 constexpr int kGemmRuleSplitFills = 4;
 constexpr int kGemmRuleSplitFeatures = 6 + kGemmRuleSplitFills;
 constexpr int kGemmRuleFeatures = 8 + 2 * kGemmRuleMaxTiles + kGemmRuleSplitFeatures;
 struct GemmClass;
 void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x);
+// The split tree's inputs for candidate c with out_tiles output tiles: x holds the shape's
+// gemm_rule_features; sets x[6], x[7] and the kGemmRuleSplitFeatures after the per-tile ones.
+void gemm_rule_split_features(const GemmCandidate& c, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles,
+                              double* x);
+// GemmRule::tiles of a simt list: the index of the first candidate of each distinct tb_m x tb_n,
+// in list order, at most kGemmRuleMaxTiles.
+std::vector<int> gemm_rule_tiles(const std::vector<GemmCandidate>& simt);
 
 struct GemmRule {
   RuleTree single_tile, batched_tile, split;
