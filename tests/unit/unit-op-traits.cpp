@@ -47,7 +47,9 @@ TEST_CASE("op traits: every elementwise op has a shape rule, its elementwise ker
   // reduction over the whole tensor).
   const std::set<std::string> fusible_not_elementwise = {"Cast", "CastLike", "Dropout"};
   const std::set<std::string> elementwise_not_fusible = {"DynamicQuantizeLinear"};
-  for (const auto& [domain, op] : op_traits().ops()) {
+  for (const auto& entry : op_traits().ops()) {
+    const std::string& domain = entry.first;  // named, not a structured binding: INFO captures it
+    const std::string& op = entry.second;
     const OpTraits& t = *find_op_traits(domain, op);
     INFO(spelled(domain, op));
     CHECK(has(shape, domain, op));
