@@ -6,18 +6,27 @@ NeuSight dataset, so that the test suite runs without it.
 
 DATASET is the neusight-data folder (e.g. ../shared/neusight-data); OUT defaults to
 tests/data/neusight-data next to this script. The output is deterministic: the same dataset
-gives byte-identical fixtures. What is taken (the layout mirrors the dataset's):
+gives byte-identical fixtures. No file of the dataset is copied; what is derived (the layout
+mirrors the dataset's):
 
-* LICENSE, device_configs/*.json, model_configs/*.json: copied whole.
+* model_configs/*.json: the fields the tool reads for the config's model_type (CONFIG_FIELDS,
+  the keys model_builder/src/config.cpp looks up), nothing else.
 * kernels/train/<op>/<gpu>.csv: every (rows // 200)-th row, the rows the predictor unit tests
   train on (linear), or every (rows // 100)-th row (the classes the CLI trains on).
 * kernels/test/<class>.csv: per device, its first 20 rows (the CLI tests take the first rows
   of a device) and every 8th of the rest, up to 30 rows.
-* e2e/opgraph/*.csv: the operator rows that list a kernel other than a copy (MEM), with the columns the readers use
-  (Name, OpName, FwOps, BwOps, AccOps, InputShapes); e2e/labels: the runs the tests compare.
+* e2e/opgraph/*.csv: the operator rows that list a kernel other than a copy (MEM), with the
+  columns the readers use (Name, OpName, FwOps, BwOps, AccOps, InputShapes).
+* e2e/labels: the measured end-to-end latency (e2e_latency) of the runs the tests compare.
+* NOTICE: which files these are and where they come from, then the dataset's MIT licence text
+  (its notice goes with substantial portions).
+
+device_configs/ is not among them: the build writes the fixtures' device JSONs from the
+project's own GPU database (hardware/data/gpus.json; tests/CMakeLists.txt).
 """
 import ast
 import csv
+import json
 import os
 import shutil
 import sys
@@ -38,6 +47,42 @@ OPGRAPHS = [
 ]
 OPGRAPH_COLUMNS = ["Name", "OpName", "FwOps", "BwOps", "AccOps", "InputShapes"]
 LABELS = [("NVIDIA_A100-SXM4-40GB", "gpt2_large-train-1024-4-" + p + ".json") for p in ("dp4", "tp4", "pp4_1")]
+LABEL_FIELDS = ["e2e_latency"]
+# The config fields the tool reads, per model_type (model_builder/src/config.cpp: model_type and
+# torch_dtype for all, then the family's reader).
+CONFIG_COMMON = ["model_type", "torch_dtype"]
+CONFIG_FIELDS = {
+    "gpt2": ["n_layer", "num_hidden_layers", "n_embd", "hidden_size", "n_head", "num_attention_heads", "n_inner",
+             "vocab_size", "n_positions", "n_ctx", "activation_function", "layer_norm_epsilon", "resid_pdrop",
+             "attn_pdrop"],
+    "bert": ["num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size",
+             "max_position_embeddings", "type_vocab_size", "hidden_act", "layer_norm_eps", "hidden_dropout_prob",
+             "attention_probs_dropout_prob", "num_labels", "architectures"],
+    "opt": ["num_hidden_layers", "hidden_size", "num_attention_heads", "ffn_dim", "vocab_size",
+            "max_position_embeddings", "activation_function", "dropout", "attention_dropout", "do_layer_norm_before",
+            "word_embed_proj_dim"],
+    "switch_transformers": ["num_layers", "num_decoder_layers", "d_model", "num_heads", "d_kv", "d_ff", "vocab_size",
+                            "num_experts", "expert_capacity", "encoder_sparse_step", "relative_attention_num_buckets",
+                            "dense_act_fn", "feed_forward_proj", "layer_norm_epsilon", "dropout_rate"],
+}
+NOTICE_HEAD = """\
+The data files in this folder are derived from the NeuSight dataset (neusight-data),
+published by the authors of Lee, Phanishayee, Mahajan, "Forecasting GPU Performance for Deep
+Learning Training and Inference", ASPLOS '25 (doi 10.1145/3669940.3707265), with its MIT
+licence below. scripts/make_test_fixtures.py writes them from the dataset's folder of the
+same layout:
+
+* model_configs/*.json: from the dataset's model_configs/, only the fields the tool reads;
+* kernels/train/<op>/<gpu>.csv, kernels/test/*.csv: sampled rows of the dataset's measured
+  kernels (kernels/train, kernels/test);
+* e2e/opgraph/*.csv: the computing rows and six columns of the dataset's traced operator
+  graphs (e2e/opgraph);
+* e2e/labels/<gpu>/*.json: the measured end-to-end latency of the dataset's runs (e2e/labels).
+
+(The device_configs/ that the build adds beside them in its copy of this folder is written from
+the project's own GPU database, hardware/data/gpus.json, not from the dataset.)
+
+"""
 
 
 def read_rows(path):
@@ -54,10 +99,30 @@ def write_rows(path, header, rows):
         w.writerows(rows)
 
 
-def copy_folder(src, dst):
-    os.makedirs(dst, exist_ok=True)
-    for name in sorted(os.listdir(src)):
-        shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+def write_json(path, value):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f, indent=1)
+        f.write("\n")
+
+
+def model_configs(data, out):
+    """Each model config reduced to the fields the tool reads for its model_type."""
+    folder = os.path.join(data, "model_configs")
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name)) as f:
+            config = json.load(f)
+        if config.get("model_type") not in CONFIG_FIELDS:
+            sys.exit(f"make_test_fixtures.py: {name}: model_type {config.get('model_type')!r} has no CONFIG_FIELDS")
+        keep = CONFIG_COMMON + CONFIG_FIELDS[config["model_type"]]
+        write_json(os.path.join(out, "model_configs", name), {k: config[k] for k in keep if k in config})
+
+
+def notice(data, out):
+    with open(os.path.join(data, "LICENSE")) as f:
+        licence = f.read()
+    with open(os.path.join(out, "NOTICE"), "w") as f:
+        f.write(NOTICE_HEAD + licence.rstrip("\n") + "\n")
 
 
 def train_rows(data, out):
@@ -99,8 +164,10 @@ def opgraphs(data, out):
         rows = [[r[c] for c in OPGRAPH_COLUMNS] for r in records if computes(r)]
         write_rows(os.path.join(out, rel), OPGRAPH_COLUMNS, rows)
     for gpu, name in LABELS:
-        os.makedirs(os.path.join(out, "e2e", "labels", gpu), exist_ok=True)
-        shutil.copyfile(os.path.join(data, "e2e", "labels", gpu, name), os.path.join(out, "e2e", "labels", gpu, name))
+        rel = os.path.join("e2e", "labels", gpu, name)
+        with open(os.path.join(data, rel)) as f:
+            label = json.load(f)
+        write_json(os.path.join(out, rel), {k: label[k] for k in LABEL_FIELDS})
 
 
 def main():
@@ -114,9 +181,8 @@ def main():
     if os.path.isdir(out):
         shutil.rmtree(out)
     os.makedirs(out)
-    shutil.copyfile(os.path.join(data, "LICENSE"), os.path.join(out, "LICENSE"))
-    copy_folder(os.path.join(data, "device_configs"), os.path.join(out, "device_configs"))
-    copy_folder(os.path.join(data, "model_configs"), os.path.join(out, "model_configs"))
+    notice(data, out)
+    model_configs(data, out)
     train_rows(data, out)
     test_rows(data, out)
     opgraphs(data, out)

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -275,6 +276,26 @@ std::string format_gpus_json(const GpuDatabase& db) {
     out.push_back(std::move(e));
   }
   return out.dump(1) + "\n";
+}
+
+std::string format_device_json(const Gpu& gpu) {
+  // Whole numbers as integers, as the dataset writes them.
+  const auto number = [](double v) { return v == std::floor(v) && std::fabs(v) < 1e15 ? json(int64_t(v)) : json(v); };
+  json j;
+  j["Device"] = gpu.name;
+  j["Dev_Mem"] = number(gpu.mem_gb);
+  j["Mem_Bw"] = number(gpu.mem_bw_gbps);
+  j["Num_Sm"] = gpu.num_sm;
+  j["Core_Per_SM"] = gpu.fp32_cores_per_sm;
+  j["Freq"] = number(gpu.boost_mhz);
+  if (gpu.vendor == "amd") {
+    j["SingleFLOPsVEC"] = number(gpu.fp32_gflops);
+    if (gpu.fp32_matrix_gflops > 0) j["SingleFLOPsMM"] = number(gpu.fp32_matrix_gflops);
+  } else {
+    j["SingleFLOPs"] = number(gpu.fp32_gflops);
+  }
+  j["L2Cache"] = number(gpu.l2_mb);
+  return j.dump(1) + "\n";
 }
 
 namespace {

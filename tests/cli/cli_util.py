@@ -10,12 +10,14 @@ BUILD = os.environ.get("NEUSIGHT_BUILD_DIR", "build")
 SOURCE = os.environ.get("NEUSIGHT_SOURCE_DIR", ".")
 # The whole dataset (the neusight-data folder): $NEUSIGHT_DATASET, else
 # $NEUSIGHT_SHARED_DIR/neusight-data; none when neither is set. The real ONNX models
-# (onnx-models/) sit beside it. The fixtures under tests/data/neusight-data (same layout, a few
-# hundred rows) are what the tests read unless they need the whole dataset.
+# (onnx-models/) sit beside it. The fixtures (same layout: tests/data/neusight-data, derived
+# from the dataset, plus device_configs/ written from hardware/data/gpus.json), assembled by
+# the build in <build>/tests/neusight-data, are what the tests read unless they need the whole
+# dataset.
 DATASET = os.environ.get("NEUSIGHT_DATASET") or (
     os.path.join(os.environ["NEUSIGHT_SHARED_DIR"], "neusight-data") if os.environ.get("NEUSIGHT_SHARED_DIR") else "")
 SHARED = os.path.dirname(os.path.abspath(DATASET)) if DATASET else ""
-FIXTURES = os.path.join(SOURCE, "tests", "data", "neusight-data")
+FIXTURES = os.path.join(BUILD, "tests", "neusight-data")
 EXAMPLE = os.path.join(BUILD, "examples", "gpt2-small.onnx")
 
 

@@ -41,7 +41,7 @@ class ConfigModels(unittest.TestCase):
         self.tmp.cleanup()
 
     def configs(self):
-        self.assertTrue(CONFIGS, "no configs under tests/data/neusight-data/model_configs")
+        self.assertTrue(CONFIGS, "no configs under " + fixture("model_configs"))
         llama = os.path.join(self.dir, "llama_gqa.json")
         with open(llama, "w") as f:
             json.dump(LLAMA, f)

@@ -19,9 +19,12 @@ inline std::string dataset_dir() {
 }
 inline std::string source_dir() { return NEUSIGHT_SOURCE_DIR; }
 inline std::string example_model() { return NEUSIGHT_EXAMPLE_MODEL; }
-// The fixtures derived from the dataset (tests/data/neusight-data, same layout, a few hundred
-// rows; scripts/make_test_fixtures.py): what the tests read unless they need the whole dataset.
-inline std::string fixture_dir() { return source_dir() + "/tests/data/neusight-data"; }
+// The fixtures, laid out as the dataset (build/tests/neusight-data, assembled by
+// tests/CMakeLists.txt): tests/data/neusight-data (derived from the dataset by
+// scripts/make_test_fixtures.py: a few hundred kernel rows, the model-config fields the tool
+// reads, ...) plus device_configs/ written from hardware/data/gpus.json. What the tests read
+// unless they need the whole dataset.
+inline std::string fixture_dir() { return NEUSIGHT_FIXTURE_DIR; }
 
 // The name of the running test case (set by the listener in main.cpp).
 inline std::string& current_test() {

@@ -88,6 +88,11 @@ Gpu parse_gpu_json(const std::string& text, const std::string& what);
 // Every GPU of `db` as a JSON array of entries in the format of hardware/data/gpus.json.
 std::string format_gpus_json(const GpuDatabase& db);
 
+// One GPU as a device JSON in the neusight-data/device_configs format (Device, Dev_Mem, Mem_Bw,
+// Num_Sm, Core_Per_SM, Freq, L2Cache, and SingleFLOPs, or for AMD SingleFLOPsVEC and
+// SingleFLOPsMM), which load_device_json reads back as the same numbers.
+std::string format_device_json(const Gpu& gpu);
+
 // Directory of the project's data files (gpus.json, tiles, weights): NEUSIGHT_DATA_DIR, else
 // next to the executable (build tree), else the install prefix's share/neusight.
 std::string data_dir();
