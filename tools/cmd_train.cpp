@@ -123,6 +123,8 @@ TrainRequest parse_train_request(const Args& args) {
   o.hidden_layers = int(args.get_int("--layers", o.hidden_layers));
   o.batch = int(args.get_int("--batch", o.batch));
   o.lr = args.get_double("--lr", o.lr);
+  o.device_prior = args.get_double("--device-prior", o.device_prior);
+  if (!(o.device_prior >= 0)) throw InputError("--device-prior: expected a weight >= 0");
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
   r.max_rows = args.get_int("--max-rows", 0, 0);
   // neusight (the product's) or neusight-paper (the published formulation, neusight_model.h).
@@ -247,7 +249,9 @@ int cmd_train(const Argv& argv) {
             {"hyperparameters", "epochs=" + std::to_string(o.epochs) + " hidden=" + r.hidden_spec +
                                     " layers=" + std::to_string(o.hidden_layers) + " batch=" + std::to_string(o.batch) +
                                     " lr=" + std::to_string(o.lr) + " ensemble=" + r.ensemble_spec +
-                                    " max_rows=" + std::to_string(r.max_rows) + " loss=squared_log_error optimizer=adam"}};
+                                    " max_rows=" + std::to_string(r.max_rows) +
+                                    " device_prior=" + std::to_string(o.device_prior) +
+                                    " loss=squared_log_error optimizer=adam"}};
   const std::string summary = train_classes(r, samples, tty, quiet, m);
   save_model_set(m, r.out);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

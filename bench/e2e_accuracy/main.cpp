@@ -366,7 +366,12 @@ int main(int argc, char** argv) {
       // NeuSight measured BERT inference as BertForSequenceClassification and training as
       // BertForPreTraining (see e2e/opgraph), whatever head the shared config names.
       if (cfg.model_type == "bert") cfg.head = r.mode == "training" ? "pretraining" : "classification";
-      const Gpu gpu = GpuDatabase::builtin().resolve((data / "device_configs" / (r.gpu_dir + ".json")).string());
+      // The GPU as the predictor was trained on it: the database's entry of the device JSON's
+      // name (which corrects the JSON's SM structure where the die differs: hardware/data), else
+      // the JSON itself.
+      const Gpu from_json = GpuDatabase::builtin().resolve((data / "device_configs" / (r.gpu_dir + ".json")).string());
+      const Gpu* known = GpuDatabase::builtin().find(from_json.name);
+      const Gpu gpu = known ? *known : from_json;
       Options o;
       o.dims.batch = r.batch;
       o.dims.seq = r.seq;

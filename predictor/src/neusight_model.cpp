@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <xtensor-blas/xlinalg.hpp>
 #include <xtensor/xadapt.hpp>
@@ -94,7 +95,7 @@ const std::vector<std::string>& feature_names(UtilClass c, Formulation form) {
   // long, full GPU runs at, and a kernel that leaves SMs idle or runs briefly between
   // launches draws less power and runs faster than that.
   // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and its
-  // waves on the GPU's SMs, plus two memory-system inputs: the L2 size and the kernel's
+  // waves on kFeatureSms SMs, plus two memory-system inputs: the L2 size and the kernel's
   // footprint (elementwise) or one wave's rows (softmax, layernorm) relative to L2. The
   // fraction of the DRAM bandwidth a streaming kernel reaches differs by memory system
   // (measured on the large test kernels: 0.73-0.75 on the 2-4 MB L2 GPUs P4, T4, P100;
@@ -207,7 +208,6 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double tiles = double(std::max<int64_t>(t.tiles, 1));
   const double per_sm = double(std::max<int64_t>(t.blocks_per_sm, 1));
   const double concurrent = sms * per_sm;
-  const double waves = double(std::max<int64_t>(t.waves, 1));
   // Per-tile work: its FLOPs, and its share of the kernel's compulsory traffic.
   const double tile_flops = t.tile_flops > 0 ? t.tile_flops : (tiles > 0 ? k.flops / tiles : 0);
   const double eb = element_bytes(k.dtype);
@@ -226,19 +226,31 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
     f.base_ms = std::max(compute_ms, memory_ms);
     f.overlap_ms = std::min(compute_ms, memory_ms);
   } else {
-    // Streaming kernels: each wave takes the longer of one SM's compute for its tiles and the
-    // active tiles' traffic with each SM at its share of the bandwidth (a partial last wave
-    // costs a full one: the measured kernels of every training GPU show that step).
-    f.base_ms = waves * std::max(per_sm * t_c * sms, std::min(tiles, concurrent) * t_m) * 1e3;
+    // Streaming kernels: a wave is one tile on every SM's resident slots and takes the longer
+    // of one SM's compute for its tiles and their traffic at the SMs' share of the bandwidth.
+    // Full waves cost a wave each; the last wave's active tiles cost their share of a wave
+    // (its compute is still one SM's), and the share of it left idle is overlap_ms, which the
+    // law charges at a learned fraction (0: the active SMs draw the whole bandwidth; 1: each
+    // SM draws only its share, a partial wave costs a full one). At fixed per-SM rates more
+    // SMs never lengthen either term: the waves they save cost at least the idle share added.
+    const double own_waves = std::ceil(tiles / concurrent);
+    const double wave_ms = std::max(per_sm * t_c * sms, concurrent * t_m) * 1e3;
+    const double last_fill = (tiles - (own_waves - 1) * concurrent) / concurrent;
+    const double last_ms = std::max(per_sm * t_c * sms, last_fill * concurrent * t_m) * 1e3;
+    f.base_ms = (own_waves - 1) * wave_ms + last_ms;
+    f.overlap_ms = wave_ms - last_ms;
   }
-  // The networks' wave inputs: GEMMs see the kernel as tiled on kFeatureSms SMs (the GPU's own
-  // wave quantization is in base_ms), so a GPU with more SMs never gets a lower utilization for
-  // the same GEMM; streaming kernels count the GPU's own SMs (see feature_names).
-  const double concurrent_ref = gemm ? double(kFeatureSms) * per_sm : concurrent;
+  // The networks' wave inputs see the kernel as tiled on kFeatureSms SMs (the GPU's own wave
+  // quantization is in base_ms and overlap_ms), so a GPU with more SMs at the same per-SM
+  // rates never gets a lower utilization for the same kernel.
+  const double concurrent_ref = double(kFeatureSms) * per_sm;
   const double waves_ref = std::ceil(tiles / concurrent_ref);
-  f.waves = waves_ref;
+  // Streaming kernels use no alpha / waves term (u = gamma): their few-wave cost is the
+  // dispatch they are bounded by and the idle share of their last wave.
+  f.waves = gemm ? waves_ref : std::numeric_limits<double>::infinity();
   const double fill_ref = tiles / (waves_ref * concurrent_ref);
   const double active = std::min(tiles, concurrent_ref);
+  f.dispatch_bound = !gemm;
   double* x = f.x;
   switch (c) {
     case UtilClass::gemm:
@@ -281,7 +293,9 @@ double law_latency_ms(double floor, const TileFeatures& f, const double* o, doub
   const double s4 = 1.0 / (1.0 + std::exp(-o[3]));
   const double u = floor + (1 - floor) * s1 * (1 - s2 / f.waves);
   if (util) *util = u;
-  return kMaxOverheadMs * s3 + (f.base_ms + s4 * f.overlap_ms) / u;
+  const double device = (f.base_ms + s4 * f.overlap_ms) / u;
+  if (f.device_only) return device;
+  return f.dispatch_bound ? std::hypot(kMaxOverheadMs * s3, device) : kMaxOverheadMs * s3 + device;
 }
 
 double paper_law_latency_ms(double floor, const TileFeatures& f, const double* o) {

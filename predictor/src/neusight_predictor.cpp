@@ -15,23 +15,6 @@
 namespace neusight {
 namespace {
 
-// A streaming kernel cut down to its first wave of tiles (rows, or elements of a single-row
-// kernel, scaled with its bytes and FLOPs); the kernel itself when it has no more than one.
-Kernel first_wave(const Kernel& k, const Tiling& t, const Gpu& gpu) {
-  const double concurrent = double(std::max(1, gpu.num_sm)) * double(std::max<int64_t>(t.blocks_per_sm, 1));
-  const double s = std::min(1.0, concurrent / double(std::max<int64_t>(t.tiles, 1)));
-  if (s >= 1.0) return k;
-  Kernel w = k;
-  if (w.rows > 1)
-    w.rows = std::max<int64_t>(1, int64_t(std::floor(double(k.rows) * s)));
-  else
-    w.cols = std::max<int64_t>(1, int64_t(std::floor(double(k.cols) * s)));
-  const double kept = double(w.rows) * double(w.cols) / std::max(1.0, double(k.rows) * double(k.cols));
-  w.bytes *= kept;
-  w.flops *= kept;
-  return w;
-}
-
 // The learned fixed cost of a class (the law at base_ms = 0), when it is one constant: the
 // law's third output does not depend on the inputs when the last layer's weights into it are
 // zero (the trainer holds them there), and it is then the ensemble's geometric mean (as in
@@ -80,9 +63,6 @@ class NeusightPredictor final : public Predictor {
   // them all: the networks clamp there anyway), and the latency is the largest answer, the
   // least envelope above the networks' answers at those sizes that does not grow with the L2.
   // A GPU with an L2 beyond every training GPU's (H100, L4, B200) keeps the networks' answer.
-  // Their wave inputs count the GPU's own SMs: their utilization, learned from eager timings,
-  // carries the framework's dispatch, which a GPU-independent view would carry from fast GPUs
-  // over to slow ones.
   std::vector<Prediction> predict(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
                                   const Gpu& gpu) const override {
     if (tilings.size() != kernels.size()) throw RuntimeError("predict: one tiling per kernel expected");
@@ -140,11 +120,10 @@ class NeusightPredictor final : public Predictor {
 
  private:
   // The kernels the networks price, by class: their indices and feature rows (two rows for
-  // a kernel whose fixed cost or first wave is evaluated apart, see below).
+  // a kernel whose fixed cost is evaluated apart, see below).
   struct ClassBatches {
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
-    std::vector<double> wave_ms[kNumUtilClasses];  // kernel timing: device time of the first wave
   };
 
   // Every kernel's roofline prediction into `out`, and the feature rows of those the
@@ -186,16 +165,9 @@ class NeusightPredictor final : public Predictor {
       const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight, o_.matrix_fraction);
       TileFeatures f = features(c, run, t, as_run, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
-      if (strip_dispatch && c != UtilClass::gemm) {
-        // Kernel timing (precision.h): eager(k) - eager(first wave) + the first wave's device time.
-        const Kernel w = first_wave(run, t, gpu);
-        const Tiling tw = tile_kernel(w, gpu);
-        b.members[int(c)].push_back(i);
-        b.feats[int(c)].push_back(f);
-        b.feats[int(c)].push_back(features(c, w, tw, gpu_as_run(w, tw, gpu, o_.operand_port_weight, o_.matrix_fraction), feature_l2_mb));
-        b.wave_ms[int(c)].push_back(std::max(o_.device_floor_ms, roofline_ms(w, gpu)));
-        continue;
-      }
+      // Kernel timing (precision.h): a streaming kernel's device time alone, without the
+      // dispatch its eager timing is bounded by.
+      if (strip_dispatch && f.dispatch_bound) f.device_only = true;
       // Device timing: the law without its alpha / waves term (utilization gamma). In the
       // eager training data a kernel of few waves carries the framework's per-launch cost,
       // and what the learned fixed cost did not absorb of it the law puts in alpha / waves,
@@ -207,7 +179,7 @@ class NeusightPredictor final : public Predictor {
       if (device) f.waves = std::numeric_limits<double>::infinity();
       b.members[int(c)].push_back(i);
       b.feats[int(c)].push_back(f);
-      if (device && fixed_ms_[int(c)] < 0) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
+      if (device && !f.dispatch_bound && fixed_ms_[int(c)] < 0) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
         f.base_ms = 0;
         f.overlap_ms = 0;
         b.feats[int(c)].push_back(f);
@@ -219,32 +191,31 @@ class NeusightPredictor final : public Predictor {
   // Each class's networks over its feature rows: the latencies into `out`, the spread into `sd`.
   void apply_networks(const ClassBatches& b, std::vector<Prediction>& out, std::vector<double>& sd) const {
     const bool device = o_.timing != Timing::eager;
-    const bool strip_dispatch = o_.timing == Timing::kernel;
     for (int c = 0; c < kNumUtilClasses; ++c) {
       if (b.members[c].empty()) continue;
       std::vector<char> extra;
       std::vector<double> own_sd;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], b.feats[c], &extra, &own_sd);
       const double class_sd = m_.classes[c].interval_log_sd;
-      const bool strip = strip_dispatch && c != int(UtilClass::gemm);
-      const bool per_kernel_fixed = device && fixed_ms_[c] < 0;
-      const size_t step = per_kernel_fixed || strip ? 2 : 1;
+      // Streaming kernels (neusight_model.h, dispatch_bound): the law bounds them by the
+      // dispatch (eager and device timing) or gives their device time alone (kernel timing),
+      // which the launch-to-completion floor bounds as the dispatch bounds eager timings.
+      const bool bound = !paper_ && c != int(UtilClass::gemm);
+      const bool device_only = bound && o_.timing == Timing::kernel;
+      const bool per_kernel_fixed = device && !bound && fixed_ms_[c] < 0;
+      const size_t step = per_kernel_fixed ? 2 : 1;
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
         sd[b.members[c][j]] = std::hypot(class_sd, own_sd[step * j]);
-        if (strip) {
-          p.latency_ms = std::max({lat[step * j] - lat[step * j + 1] + b.wave_ms[c][j], o_.device_floor_ms, p.roofline_ms});
-          p.utilization = p.roofline_ms / p.latency_ms;
-          p.extrapolated = p.extrapolated || extra[step * j] != 0;
-          continue;
-        }
-        // Device timing swaps the learned fixed cost for the device floor where that cost is
-        // larger; it never adds time: an isolated (eager) timing contains the device time.
+        // Device timing swaps a GEMM's learned fixed cost for the device floor where that cost
+        // is larger; it never adds time: an isolated (eager) timing contains the device time.
         const double learned_fixed = per_kernel_fixed ? lat[step * j + 1] : fixed_ms_[c];
-        const double fixed = device ? std::min(0.0, o_.device_floor_ms - learned_fixed) : 0.0;
+        const double fixed = device && !bound ? std::min(0.0, o_.device_floor_ms - learned_fixed) : 0.0;
+        const double floor_ms = device && bound ? o_.device_floor_ms : 0.0;
+        const double l = device_only ? std::hypot(o_.device_floor_ms, lat[step * j]) : lat[step * j] + fixed;
         // Never faster than the roofline (nor, eager, than a latency-limited kernel's
         // memory-parallelism time, set above).
-        p.latency_ms = std::max({lat[step * j] + fixed, p.roofline_ms, p.latency_ms});
+        p.latency_ms = std::max({l, floor_ms, p.roofline_ms, p.latency_ms});
         p.utilization = p.roofline_ms / p.latency_ms;
         p.extrapolated = p.extrapolated || extra[step * j] != 0;
       }

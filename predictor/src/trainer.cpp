@@ -133,9 +133,10 @@ InputStats input_stats(const std::vector<Sample>& samples, const std::vector<siz
 }
 
 // The gradient of the mean squared log error at the network's outputs `out` for the batch
-// `rows` (sample indices); adds each row's squared error to `loss_sum`.
+// `rows` (sample indices), with the device-time prior of weight `prior` (TrainOptions);
+// adds each row's squared error to `loss_sum`.
 Mat output_gradient(const Mat& out, const std::vector<Sample>& samples, const size_t* rows, size_t n, double fl,
-                    bool paper, double& loss_sum) {
+                    bool paper, double prior, double& loss_sum) {
   Mat dz = xt::zeros<double>({n, size_t(kNetOutputs)});
   for (size_t r = 0; r < n; ++r) {
     const Sample& s = samples[rows[r]];
@@ -147,15 +148,30 @@ Mat output_gradient(const Mat& out, const std::vector<Sample>& samples, const si
     const double u = fl + (1 - fl) * s1 * (1 - s2 / w);
     // The published law has no fixed cost and no overlap term (its o2, o3 stay untrained).
     const double base = s.f.base_ms + (paper ? 0.0 : s4 * s.f.overlap_ms);
-    const double pred = (paper ? 0.0 : kMaxOverheadMs * s3) + base / u;
+    const double fixed = paper ? 0.0 : kMaxOverheadMs * s3, device = base / u;
+    // The law (neusight_model.h): the dispatch added, or the longer of dispatch and device
+    // time (its gradient flows to whichever is longer).
+    const bool bound = !paper && s.f.dispatch_bound;
+    const double pred = bound ? std::hypot(fixed, device) : fixed + device;
     const double res = std::log(pred) - std::log(s.latency_ms);
     loss_sum += res * res;
     const double dl_dp = 2.0 * res / pred / double(n);
-    const double dl_du = dl_dp * (-base / (u * u));
-    dz(r, 3) = paper ? 0.0 : dl_dp * s.f.overlap_ms / u * s4 * (1 - s4);
+    const double dl_dd = bound ? dl_dp * device / pred : dl_dp;  // through the device time
+    const double dl_df = bound ? dl_dp * fixed / pred : dl_dp;   // through the fixed cost
+    double dl_du = dl_dd * (-base / (u * u));
+    if (bound) {
+      // Where the dispatch hides the device time (its share of the prediction, w), the data
+      // cannot say how long the kernel runs on the device: a weak prior pulls it toward its
+      // roofline time (u toward 1), so that the law does not carry an unobserved slowness to
+      // a GPU with a lower bandwidth.
+      // Its loss: prior x w x log(u)^2 (not in loss_sum, which reports the data's).
+      const double w = (fixed / pred) * (fixed / pred);
+      dl_du += prior * w * 2.0 * std::log(u) / u / double(n);
+    }
+    dz(r, 3) = paper ? 0.0 : dl_dd * s.f.overlap_ms / u * s4 * (1 - s4);
     dz(r, 0) = dl_du * (1 - fl) * s1 * (1 - s1) * (1 - s2 / w);
     dz(r, 1) = dl_du * (-(1 - fl) * s1 * s2 * (1 - s2) / w);
-    dz(r, 2) = paper ? 0.0 : dl_dp * kMaxOverheadMs * s3 * (1 - s3);
+    dz(r, 2) = paper ? 0.0 : dl_df * kMaxOverheadMs * s3 * (1 - s3);
   }
   return dz;
 }
@@ -188,7 +204,7 @@ void backward_adam(Net& net, const std::vector<Mat>& acts, const std::vector<Mat
 // One mini-batch: forward pass keeping the pre-activations, loss gradient, backward + Adam.
 // Adds the batch's squared log errors to `loss_sum`.
 void train_batch(Net& net, const std::vector<Sample>& samples, const size_t* rows, size_t n, const InputStats& st,
-                 double fl, bool paper, int64_t step, double lr, double& loss_sum) {
+                 double fl, bool paper, double prior, int64_t step, double lr, double& loss_sum) {
   const size_t d = st.mean.size();
   Mat x({n, d});
   for (size_t r = 0; r < n; ++r) {
@@ -202,7 +218,7 @@ void train_batch(Net& net, const std::vector<Sample>& samples, const size_t* row
     pre.push_back(z);
     if (l + 1 < net.p.size()) acts.push_back(xt::maximum(z, 0.0));
   }
-  Mat dz = output_gradient(pre.back(), samples, rows, n, fl, paper, loss_sum);
+  Mat dz = output_gradient(pre.back(), samples, rows, n, fl, paper, prior, loss_sum);
   backward_adam(net, acts, pre, std::move(dz), step, lr);
 }
 
@@ -235,7 +251,7 @@ UtilNet train_member(UtilClass c, int member, const std::vector<Sample>& samples
     double loss_sum = 0;
     for (size_t start = 0; start < tr.size(); start += B) {
       const size_t n = std::min(B, tr.size() - start);
-      train_batch(net, samples, tr.data() + start, n, st, model.floor, paper, ++step, lr, loss_sum);
+      train_batch(net, samples, tr.data() + start, n, st, model.floor, paper, o.device_prior, ++step, lr, loss_sum);
     }
     if (progress) {
       probe.nets = {export_net(net, st.lo, st.hi, st.mean, st.scale)};

@@ -42,20 +42,28 @@ enum class Formulation { neusight, paper };
 const char* formulation_name(Formulation f);
 
 constexpr int kMaxFeatures = 10;
-// The SM count the GEMM networks' wave inputs (waves, last-wave fill) are computed at, whatever
-// the GPU's: the V100's, inside the training GPUs' 40-108. The GPU's own waves enter through
-// the law's base time. (Streaming kernels see their own waves: their wave quantization is
-// part of what the networks learned.)
+// The SM count the networks' wave inputs (waves, last-wave fill) are computed at, whatever
+// the GPU's: the V100's, inside the training GPUs' 20-108. The GPU's own waves enter through
+// the law's base time, so at fixed per-SM rates more SMs never predict a kernel slower.
 constexpr int kFeatureSms = 80;
 
 struct TileFeatures {
   double x[kMaxFeatures] = {};  // raw features (log2 scaled; see feature_names())
   double base_ms = 0;           // waves x concurrent tiles x per-tile roofline time
   // GEMMs: waves x the shorter of a wave's compute and memory times (base_ms holds the longer):
-  // the part that overlaps the other imperfectly. The law adds a learned share of it (0-1),
-  // so latency stays between max(compute, memory) and their sum. 0 for other classes.
+  // the part that overlaps the other imperfectly. Streaming kernels: the idle SMs' share of
+  // the last wave (base_ms holds the full waves and the active share of the last). The law
+  // adds a learned share of it (0-1).
   double overlap_ms = 0;
   double waves = 1;
+  // How the law combines the learned per-launch dispatch with the device time: GEMMs add
+  // them; streaming kernels, whose eager timings show the dispatch as a floor (30 us on the
+  // P4, T4 and A100 hosts, 38 us on the V100's, for any kernel below a few us of device
+  // time: the host's launch pipelines with the device's work), take their root sum of
+  // squares, a smooth maximum that the trainer's gradient reaches on both sides.
+  bool dispatch_bound = false;
+  // The device time alone, no dispatch (kernel timing): set by the predictor.
+  bool device_only = false;
 };
 
 // Feature names of a class, in order (documented in the weights file too).
@@ -104,11 +112,13 @@ struct ModelSet {
 // sigmoid(o0) * (1 - sigmoid(o1) / waves) (gamma - alpha / waves, in [floor, 1]), a
 // bounded fixed cost per kernel (launch, ramp-up, tail) kMaxOverheadMs * sigmoid(o2), one
 // learned constant per class (the network's weights into o2 are held at zero), and the share
-// of a GEMM's shorter roofline time (memory, when compute bound) that does not overlap the
-// longer one, beta = sigmoid(o3):
-//   latency_ms = overhead + (base_ms + beta overlap_ms) / u      (>= base_ms >= the roofline)
-// base_ms and operand_ms fall as the GPU's FLOP rate or bandwidth rise, and the network sees
-// no rate, so a faster GPU never predicts slower.
+// beta = sigmoid(o3) of overlap_ms charged (a GEMM's shorter roofline time that does not
+// overlap the longer one; a streaming kernel's idle share of its last wave):
+//   device_ms  = (base_ms + beta overlap_ms) / u                  (>= base_ms >= the roofline)
+//   latency_ms = overhead + device_ms, or sqrt(overhead^2 + device_ms^2) where dispatch_bound
+// base_ms and overlap_ms fall as the GPU's FLOP rate or bandwidth rise and never grow with
+// its SMs at fixed per-SM rates, and the network sees no rate, so a faster GPU never
+// predicts slower.
 constexpr int kNetOutputs = 4;
 constexpr double kMaxOverheadMs = 0.05;
 double law_latency_ms(double floor, const TileFeatures& f, const double* o, double* util);

@@ -21,25 +21,22 @@ namespace neusight {
 // What a measured latency includes.
 //   eager  - the NeuSight training data: PyTorch eager, CUDA events around one op launched
 //            from Python, so a small kernel carries the framework's per-op dispatch (the
-//            MLPs' learned fixed cost, up to kMaxOverheadMs).
+//            MLPs' learned fixed cost, up to kMaxOverheadMs: added to a GEMM's device time,
+//            the floor of a streaming kernel's, neusight_model.h).
 //   device - a model's kernels back to back in one stream, launched by a framework (the
 //            wall clock of a PyTorch eager run; the CLI default). Each launch overlaps the
-//            kernel before it, so the learned fixed cost is replaced by kDeviceKernelFloorMs
-//            and the law is evaluated without its alpha / waves term (the dispatch of
-//            few-wave kernels the fixed cost did not absorb); the dispatch the MLPs put in
-//            the utilization of small streaming kernels stays, and stands for the per-op host
-//            work that bounds a short kernel in such a run (stripping it too made the MI100
-//            training runs 4.1 -> 13.6% wrong, README "End to end").
+//            kernel before it, so a GEMM's learned fixed cost is replaced by
+//            kDeviceKernelFloorMs and the law is evaluated without its alpha / waves term
+//            (the dispatch of few-wave kernels the fixed cost did not absorb); a streaming
+//            kernel keeps its dispatch floor, which stands for the per-op host work that
+//            bounds a short kernel in such a run.
 //   kernel - the GPU time of each kernel and nothing else: profiler kernel durations
 //            (CUPTI, nsys, the PyTorch profiler's device times: Vidur), or CUDA graphs with no
-//            host work between kernels. Device timing with the dispatch also stripped from the
-//            streaming kernels (elementwise, softmax, norms, reductions, memory): such a
-//            kernel is its eager prediction less the eager prediction of its first wave of
-//            tiles, plus that wave's device time (its roofline, at least the device floor).
-//            This reads eager = per-launch dispatch + device time and strips the dispatch
-//            wherever the law put it (fixed cost, alpha / waves, or the MLP's waves inputs).
-//            GEMMs are as in device timing: their few-wave inefficiency is real device time
-//            (DeepBench's back-to-back GEMMs).
+//            host work between kernels. Device timing with the dispatch floor also removed
+//            from the streaming kernels (elementwise, softmax, norms, reductions, memory):
+//            their device time alone, at least the device floor. GEMMs are as in device
+//            timing: their few-wave inefficiency is real device time (DeepBench's
+//            back-to-back GEMMs).
 enum class Timing { eager, device, kernel };
 const char* timing_name(Timing t);
 // "eager" | "device" | "kernel"; false for anything else.

@@ -40,6 +40,13 @@ struct TrainOptions {
   double val_fraction = 0.1;
   int ensemble = 1;
   double floor_fraction = 0.5;  // floor = fraction x lowest utilization measured in training
+  // Weight of the prior on a streaming kernel's device time where its dispatch hides it: the
+  // loss adds device_prior x w x log(u)^2, w the dispatch's share of the prediction
+  // (neusight_model.h: the law combines them as sqrt(dispatch^2 + device^2)), pulling an
+  // unobserved device time toward the roofline instead of leaving it free. Without it the
+  // networks learn any device time below the dispatch on fast GPUs and carry it, scaled by the
+  // bandwidth, to slow ones (leave one GPU out, T4: elementwise 150% wrong at 0, 16% at 1).
+  double device_prior = 1.0;
   // Every network gets at least this many Adam steps: a class with few samples (softmax,
   // layernorm: ~8k rows, ~30 batches an epoch) runs more epochs than `epochs` until it does,
   // at most 10 x `epochs`.
