@@ -132,7 +132,6 @@ class NeusightPredictor final : public Predictor {
                                      const Gpu& gpu, double feature_l2_mb, std::vector<Prediction>& out) const {
     ClassBatches b;
     const bool device = o_.timing != Timing::eager;
-    const bool strip_dispatch = o_.timing == Timing::kernel;
     const double bw = gpu.mem_bw_gbps * 1e9;
     for (size_t i = 0; i < kernels.size(); ++i) {
       const Kernel& k = kernels[i];
@@ -165,9 +164,9 @@ class NeusightPredictor final : public Predictor {
       const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight, o_.matrix_fraction);
       TileFeatures f = features(c, run, t, as_run, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
-      // Kernel timing (precision.h): a streaming kernel's device time alone, without the
-      // dispatch its eager timing is bounded by.
-      if (strip_dispatch && f.dispatch_bound) f.device_only = true;
+      // Device and kernel timing (precision.h): a streaming kernel's device time alone,
+      // without the dispatch its eager timing is bounded by.
+      if (device && f.dispatch_bound) f.device_only = true;
       // Device timing: the law without its alpha / waves term (utilization gamma). In the
       // eager training data a kernel of few waves carries the framework's per-launch cost,
       // and what the learned fixed cost did not absorb of it the law puts in alpha / waves,
@@ -198,10 +197,10 @@ class NeusightPredictor final : public Predictor {
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], b.feats[c], &extra, &own_sd);
       const double class_sd = m_.classes[c].interval_log_sd;
       // Streaming kernels (neusight_model.h, dispatch_bound): the law bounds them by the
-      // dispatch (eager and device timing) or gives their device time alone (kernel timing),
+      // dispatch (eager timing) or gives their device time alone (device and kernel timing),
       // which the launch-to-completion floor bounds as the dispatch bounds eager timings.
       const bool bound = !paper_ && c != int(UtilClass::gemm);
-      const bool device_only = bound && o_.timing == Timing::kernel;
+      const bool device_only = bound && device;
       const bool per_kernel_fixed = device && !bound && fixed_ms_[c] < 0;
       const size_t step = per_kernel_fixed ? 2 : 1;
       for (size_t j = 0; j < b.members[c].size(); ++j) {
@@ -211,11 +210,10 @@ class NeusightPredictor final : public Predictor {
         // is larger; it never adds time: an isolated (eager) timing contains the device time.
         const double learned_fixed = per_kernel_fixed ? lat[step * j + 1] : fixed_ms_[c];
         const double fixed = device && !bound ? std::min(0.0, o_.device_floor_ms - learned_fixed) : 0.0;
-        const double floor_ms = device && bound ? o_.device_floor_ms : 0.0;
         const double l = device_only ? std::hypot(o_.device_floor_ms, lat[step * j]) : lat[step * j] + fixed;
         // Never faster than the roofline (nor, eager, than a latency-limited kernel's
         // memory-parallelism time, set above).
-        p.latency_ms = std::max({l, floor_ms, p.roofline_ms, p.latency_ms});
+        p.latency_ms = std::max({l, p.roofline_ms, p.latency_ms});
         p.utilization = p.roofline_ms / p.latency_ms;
         p.extrapolated = p.extrapolated || extra[step * j] != 0;
       }

@@ -130,18 +130,19 @@ class TimingFlag(unittest.TestCase):
         pairs, smaller = self.paired_kernels(eager, device)
         self.assertGreater(smaller, len(pairs) // 4)  # a seq-64 model is mostly small kernels
 
-    def test_kernel_timing_strips_the_dispatch_of_streaming_kernels_only(self):
+    def test_kernel_timing_is_device_time_at_least_the_launch_floor(self):
+        # Kernel timing (profiler durations, CUDA graphs) predicts as device timing does: the
+        # host work between kernels is not modelled, so the two agree kernel by kernel.
         args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64")
         device = run_json(*args, "--timing", "device")
         kernel = run_json(*args, "--timing", "kernel")
         self.assertEqual(kernel["timing"], "kernel")
-        self.assertLess(kernel["e2e_latency_ms"], device["e2e_latency_ms"])
-        pairs, smaller = self.paired_kernels(device, kernel)
+        self.assertAlmostEqual(kernel["e2e_latency_ms"], device["e2e_latency_ms"], delta=1e-9 * device["e2e_latency_ms"])
+        pairs, _ = self.paired_kernels(device, kernel)
+        self.assertTrue(pairs)
         for a, b in pairs:
             self.assertGreaterEqual(b["latency_ms"], 0.002 * (1 - 1e-9))  # the device floor
-            if a["class"] == "gemm":
-                self.assertAlmostEqual(b["latency_ms"], a["latency_ms"], delta=1e-9 + 1e-9 * a["latency_ms"])
-        self.assertGreater(smaller, 0)
+            self.assertAlmostEqual(b["latency_ms"], a["latency_ms"], delta=1e-9 + 1e-9 * a["latency_ms"])
 
     def test_bad_timing_is_an_input_error(self):
         code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--timing", "wall")

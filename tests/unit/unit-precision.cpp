@@ -140,7 +140,7 @@ TEST_CASE("precision: matrix units sustain a fixed fraction of their dense peak,
   CHECK(r[0].utilization > 0.5 * kMatrixSustainedFraction);
 }
 
-TEST_CASE("precision: device timing replaces a GEMM's eager fixed cost and keeps a streaming kernel's dispatch bound") {
+TEST_CASE("precision: device timing replaces a GEMM's eager fixed cost and a streaming kernel's dispatch bound") {
   const GpuDatabase& db = GpuDatabase::builtin();
   const Gpu a100 = db.resolve("a100-sxm4-80gb");
   auto eager = make_neusight_predictor("");
@@ -164,11 +164,11 @@ TEST_CASE("precision: device timing replaces a GEMM's eager fixed cost and keeps
     CHECK(pd[i].latency_ms >= kDeviceKernelFloorMs);
     CHECK(pd[i].latency_ms <= pe[i].latency_ms * (1 + 1e-9));  // device timing never adds time
   }
-  // Streaming kernels: the host's per-op work bounds a short kernel in a framework's run as
-  // the dispatch bounds its eager timing: the same prediction.
-  for (size_t i : {0, 1, 2}) CHECK(pd[i].latency_ms == doctest::Approx(pe[i].latency_ms).epsilon(1e-12));
-  // A one-row add is its dispatch: tens of microseconds.
+  // A one-row add is its dispatch in eager timing (tens of microseconds), a few launch floors
+  // of device time back to back; a large add is its device time in both.
   CHECK(pe[0].latency_ms > 10 * kDeviceKernelFloorMs);
+  CHECK(pd[0].latency_ms < 3 * kDeviceKernelFloorMs);
+  CHECK(pd[2].latency_ms == doctest::Approx(pe[2].latency_ms).epsilon(0.05));
   // A GEMM of 16 rows sheds the eager fixed cost; a large one is dominated by its math.
   CHECK(pd[3].latency_ms < pe[3].latency_ms - 0.5 * kDeviceKernelFloorMs);
   CHECK(pd[4].latency_ms == doctest::Approx(pe[4].latency_ms).epsilon(0.05));
@@ -179,7 +179,8 @@ TEST_CASE("precision: kernel timing gives a streaming kernel's device time, boun
   const ModelSet models = load_model_set(data_dir() + "/weights");
   auto device = make_neusight_predictor("", PrecisionOptions{Timing::device});
   auto strip = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
-  // An RMSNorm-sized row norm of 64 rows and of 4096 rows, and a 16M-element add, fp16.
+  // An RMSNorm-sized row norm of 64 rows and of 4096 rows, and a 16M-element add, fp16;
+  // device timing predicts them as kernel timing does.
   std::vector<Kernel> ks = {kernel_from_dataset("ln", {{"B", "64"}, {"H", "4096"}, {"dtype", "fp16"}}),
                             kernel_from_dataset("ln", {{"B", "4096"}, {"H", "4096"}, {"dtype", "fp16"}}),
                             kernel_from_dataset("add", {{"B", "4096"}, {"H", "4096"}, {"dtype", "fp16"}})};
@@ -200,7 +201,7 @@ TEST_CASE("precision: kernel timing gives a streaming kernel's device time, boun
     CHECK(ps[i].latency_ms == doctest::Approx(std::max(std::hypot(kDeviceKernelFloorMs, dev), ps[i].roofline_ms)));
     CHECK(ps[i].latency_ms >= ps[i].roofline_ms);
     CHECK(ps[i].latency_ms >= kDeviceKernelFloorMs);
-    CHECK(ps[i].latency_ms <= pd[i].latency_ms * (1 + 1e-9));
+    CHECK(ps[i].latency_ms == doctest::Approx(pd[i].latency_ms).epsilon(1e-12));
   }
   // A one-wave norm is a few microseconds of device time (Vidur measures 4-8 us for 8-64
   // rows on the A100), not the eager dispatch; the large ones stay far above the floor.
