@@ -68,7 +68,7 @@ def main():
         return 0
     extra = ["--weights", a.weights] if a.weights else []
     errs = roofline_errors(table)
-    print("newer_gpus: FP32 inference, eager; 'estimate' = our roofline / (1 - the paper's roofline error)")
+    print("newer_gpus: FP32 inference, device timing (the CLI default for whole models); 'estimate' = our roofline / (1 - the paper's roofline error)")
     print(f"  {'gpu':5s} {'model':11s} {'batch':>5s} {'estimate':>9s} {'predicted':>10s} {'err%':>6s} "
           f"{'80% interval':>17s} {'inside':>6s}")
     per_gpu = {}
