@@ -250,7 +250,7 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   f.waves = gemm ? waves_ref : std::numeric_limits<double>::infinity();
   const double fill_ref = tiles / (waves_ref * concurrent_ref);
   const double active = std::min(tiles, concurrent_ref);
-  f.dispatch_bound = !gemm;
+  f.dispatch_bound = true;
   double* x = f.x;
   switch (c) {
     case UtilClass::gemm:

@@ -15,27 +15,6 @@
 namespace neusight {
 namespace {
 
-// The learned fixed cost of a class (the law at base_ms = 0), when it is one constant: the
-// law's third output does not depend on the inputs when the last layer's weights into it are
-// zero (the trainer holds them there), and it is then the ensemble's geometric mean (as in
-// predict_latency_ms) of kMaxOverheadMs * sigmoid(bias). Returns a negative value when some net's o2 depends on its
-// inputs; the fixed cost must then be evaluated per kernel.
-double constant_fixed_cost_ms(const ClassModel& m) {
-  if (m.nets.empty()) return -1;
-  double sum = 0;
-  for (const UtilNet& n : m.nets) {
-    if (n.layers.empty()) return -1;
-    const DenseLayer& L = n.layers.back();
-    if (L.out != kNetOutputs) return -1;
-    for (int i = 0; i < L.in; ++i)
-      if (L.w[size_t(i) * kNetOutputs + 2] != 0.0) return -1;
-    const double o[kNetOutputs] = {0, 0, L.b[2], 0};
-    TileFeatures zero;
-    sum += std::log(law_latency_ms(m.floor, zero, o, nullptr));
-  }
-  return std::exp(sum / double(m.nets.size()));
-}
-
 // L2 sizes (MB) of the GPUs a model set was trained on (its info["devices"]), ascending.
 std::vector<double> trained_l2(const ModelSet& m) {
   std::vector<double> out;
@@ -54,7 +33,6 @@ class NeusightPredictor final : public Predictor {
       : m_(std::move(m)), o_(o), paper_(m_.classes[0].formulation == Formulation::paper) {
     // The published formulation sees the GPU's own L2 and has no fixed cost.
     if (!paper_) trained_l2_ = trained_l2(m_);
-    for (int c = 0; c < kNumUtilClasses; ++c) fixed_ms_[c] = paper_ ? 0.0 : constant_fixed_cost_ms(m_.classes[c]);
   }
 
   // GEMM inputs carry neither the L2 size nor the GPU's SM count (kFeatureSms). The streaming
@@ -119,8 +97,7 @@ class NeusightPredictor final : public Predictor {
   }
 
  private:
-  // The kernels the networks price, by class: their indices and feature rows (two rows for
-  // a kernel whose fixed cost is evaluated apart, see below).
+  // The kernels the networks price, by class: their indices and feature rows.
   struct ClassBatches {
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
@@ -164,8 +141,8 @@ class NeusightPredictor final : public Predictor {
       const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight, o_.matrix_fraction);
       TileFeatures f = features(c, run, t, as_run, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
-      // Device and kernel timing (precision.h): a streaming kernel's device time alone,
-      // without the dispatch its eager timing is bounded by.
+      // Device and kernel timing (precision.h): the kernel's device time alone, without the
+      // dispatch its eager timing is bounded by.
       if (device && f.dispatch_bound) f.device_only = true;
       // Device timing: the law without its alpha / waves term (utilization gamma). In the
       // eager training data a kernel of few waves carries the framework's per-launch cost,
@@ -173,16 +150,11 @@ class NeusightPredictor final : public Predictor {
       // which vanishes only for many waves (a 1-wave A100 RMSNorm of 8-64 rows: 19-33 us
       // predicted with the term, 4-8 us measured by Vidur). Back to back on the device the
       // launch overlaps the kernel before it, and the ramp-up and drain of one launch are
-      // the device floor that replaces the fixed cost below; wave quantization stays in
+      // the device floor that replaces the dispatch below; wave quantization stays in
       // base_ms (waves x per-wave time).
       if (device) f.waves = std::numeric_limits<double>::infinity();
       b.members[int(c)].push_back(i);
       b.feats[int(c)].push_back(f);
-      if (device && !f.dispatch_bound && fixed_ms_[int(c)] < 0) {  // the law at base_ms = 0 is the learned fixed cost, replaced below
-        f.base_ms = 0;
-        f.overlap_ms = 0;
-        b.feats[int(c)].push_back(f);
-      }
     }
     return b;
   }
@@ -196,26 +168,20 @@ class NeusightPredictor final : public Predictor {
       std::vector<double> own_sd;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], b.feats[c], &extra, &own_sd);
       const double class_sd = m_.classes[c].interval_log_sd;
-      // Streaming kernels (neusight_model.h, dispatch_bound): the law bounds them by the
-      // dispatch (eager timing) or gives their device time alone (device and kernel timing),
-      // which the launch-to-completion floor bounds as the dispatch bounds eager timings.
-      const bool bound = !paper_ && c != int(UtilClass::gemm);
-      const bool device_only = bound && device;
-      const bool per_kernel_fixed = device && !bound && fixed_ms_[c] < 0;
-      const size_t step = per_kernel_fixed ? 2 : 1;
+      // The law (neusight_model.h, dispatch_bound) bounds a kernel by the dispatch (eager
+      // timing) or gives its device time alone (device and kernel timing), which the
+      // launch-to-completion floor bounds as the dispatch bounds eager timings. The published
+      // formulation has neither.
+      const bool device_only = !paper_ && device;
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
-        sd[b.members[c][j]] = std::hypot(class_sd, own_sd[step * j]);
-        // Device timing swaps a GEMM's learned fixed cost for the device floor where that cost
-        // is larger; it never adds time: an isolated (eager) timing contains the device time.
-        const double learned_fixed = per_kernel_fixed ? lat[step * j + 1] : fixed_ms_[c];
-        const double fixed = device && !bound ? std::min(0.0, o_.device_floor_ms - learned_fixed) : 0.0;
-        const double l = device_only ? std::hypot(o_.device_floor_ms, lat[step * j]) : lat[step * j] + fixed;
+        sd[b.members[c][j]] = std::hypot(class_sd, own_sd[j]);
+        const double l = device_only ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
         // Never faster than the roofline (nor, eager, than a latency-limited kernel's
         // memory-parallelism time, set above).
         p.latency_ms = std::max({l, p.roofline_ms, p.latency_ms});
         p.utilization = p.roofline_ms / p.latency_ms;
-        p.extrapolated = p.extrapolated || extra[step * j] != 0;
+        p.extrapolated = p.extrapolated || extra[j] != 0;
       }
     }
   }
@@ -228,7 +194,6 @@ class NeusightPredictor final : public Predictor {
   PrecisionOptions o_;
   bool paper_ = false;              // the published formulation (neusight_model.h)
   std::vector<double> trained_l2_;  // L2 sizes (MB) of the training GPUs, ascending
-  double fixed_ms_[kNumUtilClasses];  // constant learned fixed cost per class, or < 0
 };
 
 }  // namespace

@@ -57,8 +57,7 @@ void save_model_set(const ModelSet& m, const std::string& dir) {
   j["schema"] = kWeightsSchema;
   j["law"] = "device_ms = (base_ms + sigmoid(o3)*overlap_ms) / u, "
              "u = floor + (1-floor)*sigmoid(o0)*(1 - sigmoid(o1)/waves); "
-             "latency_ms = max_overhead_ms*sigmoid(o2) + device_ms (gemm), "
-             "hypot(max_overhead_ms*sigmoid(o2), device_ms) (other classes, with waves = infinity)";
+             "latency_ms = hypot(max_overhead_ms*sigmoid(o2), device_ms) (streaming classes: waves = infinity)";
   j["max_overhead_ms"] = kMaxOverheadMs;
   j["info"] = m.info;
   json classes = json::object();

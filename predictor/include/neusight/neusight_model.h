@@ -56,11 +56,12 @@ struct TileFeatures {
   // adds a learned share of it (0-1).
   double overlap_ms = 0;
   double waves = 1;
-  // How the law combines the learned per-launch dispatch with the device time: GEMMs add
-  // them; streaming kernels, whose eager timings show the dispatch as a floor (30 us on the
-  // P4, T4 and A100 hosts, 38 us on the V100's, for any kernel below a few us of device
-  // time: the host's launch pipelines with the device's work), take their root sum of
-  // squares, a smooth maximum that the trainer's gradient reaches on both sides.
+  // How the law combines the learned per-launch dispatch with the device time: the eager
+  // timings show the dispatch as a floor (an elementwise op 30 us on the P4, T4 and A100
+  // hosts, 38 us on the V100's; a small bmm 31-54 us; for any kernel below a few us of device
+  // time: the host's launch pipelines with the device's work), so the law takes their root
+  // sum of squares, a smooth maximum that the trainer's gradient reaches on both sides; the
+  // published formulation has no dispatch (false).
   bool dispatch_bound = false;
   // The device time alone, no dispatch (kernel timing): set by the predictor.
   bool device_only = false;
@@ -115,7 +116,7 @@ struct ModelSet {
 // beta = sigmoid(o3) of overlap_ms charged (a GEMM's shorter roofline time that does not
 // overlap the longer one; a streaming kernel's idle share of its last wave):
 //   device_ms  = (base_ms + beta overlap_ms) / u                  (>= base_ms >= the roofline)
-//   latency_ms = overhead + device_ms, or sqrt(overhead^2 + device_ms^2) where dispatch_bound
+//   latency_ms = sqrt(overhead^2 + device_ms^2)
 // base_ms and overlap_ms fall as the GPU's FLOP rate or bandwidth rise and never grow with
 // its SMs at fixed per-SM rates, and the network sees no rate, so a faster GPU never
 // predicts slower.

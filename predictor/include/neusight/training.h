@@ -40,7 +40,7 @@ struct TrainOptions {
   double val_fraction = 0.1;
   int ensemble = 1;
   double floor_fraction = 0.5;  // floor = fraction x lowest utilization measured in training
-  // Weight of the prior on a streaming kernel's device time where its dispatch hides it: the
+  // Weight of the prior on a kernel's device time where its dispatch hides it: the
   // loss adds device_prior x w x log(u)^2, w the dispatch's share of the prediction
   // (neusight_model.h: the law combines them as sqrt(dispatch^2 + device^2)), pulling an
   // unobserved device time toward the roofline instead of leaving it free. Without it the
