@@ -240,7 +240,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
                      ? std::string("fused kernels; attention not as FlashAttention, which runs 16-bit (--fusion full)")
                      : std::string("unfused attention (--fusion ") + fusion_name(options.fusion) + ")");
   if (g.tp > 1) {
-    const Link link = link_for(gpu, options.parallel.link_gbps);
+    const Link link = link_for(gpu, options.parallel.link_gbps, g.tp);
     char buf[160];
     std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", link.kind.c_str(), link.spec_gbps, link.efficiency);
     g.link = buf;

@@ -110,6 +110,7 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.max_threads_per_sm = static_cast<int>(num(j, "max_threads_per_sm", what, false, 2048));
   g.nvlink = str(j, "nvlink", what, false);
   g.nvlink_gbps = num(j, "nvlink_gbps", what, false);
+  g.nvlink_domain = static_cast<int>(num(j, "nvlink_domain", what, false));
   g.pcie_gbps = num(j, "pcie_gbps", what, false, 16);
   g.source = str(j, "source", what, false);
   if (g.num_sm <= 0 || g.fp32_gflops <= 0 || g.mem_bw_gbps <= 0 || g.mem_gb <= 0 || g.l2_mb <= 0 || g.boost_mhz <= 0)
@@ -215,6 +216,7 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
     g.int8_gops = known->int8_gops;
     g.nvlink = known->nvlink;
     g.nvlink_gbps = known->nvlink_gbps;
+    g.nvlink_domain = known->nvlink_domain;
     g.pcie_gbps = known->pcie_gbps;
     g.board_power_w = known->board_power_w;
     g.process_nm = known->process_nm;
@@ -271,6 +273,7 @@ std::string format_gpus_json(const GpuDatabase& db) {
     e["max_threads_per_sm"] = g.max_threads_per_sm;
     e["nvlink"] = g.nvlink;
     e["nvlink_gbps"] = g.nvlink_gbps;
+    e["nvlink_domain"] = g.nvlink_domain;
     e["pcie_gbps"] = g.pcie_gbps;
     e["source"] = g.source;
     out.push_back(std::move(e));

@@ -76,12 +76,13 @@ void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::v
     }
 }
 
-Link link_for(const Gpu& gpu, double override_gbps) {
+Link link_for(const Gpu& gpu, double override_gbps, int gpus) {
   Link l;
+  const bool in_domain = gpu.nvlink_domain <= 0 || gpus <= gpu.nvlink_domain;
   if (override_gbps > 0) {
     l.kind = "override";
     l.spec_gbps = override_gbps;
-  } else if (gpu.nvlink_gbps > 0) {
+  } else if (gpu.nvlink_gbps > 0 && in_domain) {
     l.kind = gpu.nvlink.empty() ? "nvlink" : gpu.nvlink;
     l.spec_gbps = gpu.nvlink_gbps;
   } else if (gpu.pcie_gbps > 0) {

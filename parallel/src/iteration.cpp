@@ -305,7 +305,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   r.config = cfg;
   r.global_batch = global_batch;
   r.micro_batch = micro_batch;
-  r.link = link_for(gpu, cfg.link_gbps);
+  r.link = link_for(gpu, cfg.link_gbps, cfg.dp * cfg.tp * cfg.pp);
   const DType compute = compute_dtype(kernels);
   const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
 

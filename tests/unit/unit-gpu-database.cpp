@@ -64,6 +64,9 @@ TEST_CASE("gpu database: every entry is complete and its peaks follow from SMs x
     CHECK(g.process_nm >= 3);
     CHECK(g.process_nm <= 16);
     CHECK((g.nvlink.empty() == (g.nvlink_gbps == 0)));
+    // Every GPU with NVLink / Infinity Fabric says how many GPUs one domain joins.
+    CHECK((g.nvlink.empty() == (g.nvlink_domain == 0)));
+    if (!g.nvlink.empty()) CHECK(g.source.find("NVLink domain") != std::string::npos);
     // FP32 peak = SMs x FP32 lanes x 2 (FMA) x clock, within 15% (datasheets quote other clocks).
     const double fp32 = g.num_sm * g.fp32_cores_per_sm * 2.0 * g.boost_mhz / 1000.0;
     CHECK(g.fp32_gflops == doctest::Approx(fp32).epsilon(0.15));
@@ -216,6 +219,7 @@ TEST_CASE("gpu database: format_gpus_json entries read back as the same GPU; mal
     CHECK(got.board_power_w == want.board_power_w);
     CHECK(got.process_nm == want.process_nm);
     CHECK(got.nvlink_gbps == want.nvlink_gbps);
+    CHECK(got.nvlink_domain == want.nvlink_domain);
     CHECK(got.source == want.source);
   }
   CHECK_THROWS_WITH_AS(parse_gpu_json("{\"Device\": ", "gpu dict"), "gpu dict: malformed JSON", InputError);

@@ -80,6 +80,13 @@ TEST_CASE("parallel: ring all-reduce and point-to-point costs") {
   g.pcie_gbps = 32;
   CHECK(link_for(g).spec_gbps == 300);
   CHECK(link_for(g, 50).spec_gbps == 50);
+  CHECK(link_for(g, 0, 8).spec_gbps == 300);  // no domain stated: the link joins any number
+  // Bridged pairs: two GPUs talk over NVLink, four or more over PCIe.
+  g.nvlink_domain = 2;
+  CHECK(link_for(g, 0, 2).spec_gbps == 300);
+  CHECK(link_for(g, 0, 4).kind == "pcie");
+  CHECK(link_for(g, 0, 4).spec_gbps == 32);
+  CHECK(link_for(g, 50, 4).spec_gbps == 50);  // an override is the user's word
   g.nvlink_gbps = 0;
   CHECK(link_for(g).kind == "pcie");
   g.pcie_gbps = 0;

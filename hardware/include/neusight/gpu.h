@@ -42,6 +42,10 @@ struct Gpu {
   // Interconnect.
   std::string nvlink;                // "" none, "nvlink3", ...
   double nvlink_gbps = 0;            // per-GPU unidirectional bandwidth, GB/s
+  // GPUs one NVLink / Infinity Fabric domain joins: 2 for PCIe cards paired by a bridge,
+  // 4 or 8 for the boards' fabrics (HGX NVSwitch, DGX-1 mesh, AMD OAM platforms), 72 for an
+  // NVL72 rack. 0: not stated (the link is taken to join any number).
+  int nvlink_domain = 0;
   double pcie_gbps = 0;              // per-direction PCIe bandwidth, GB/s
   std::string source;                // where the numbers come from
 

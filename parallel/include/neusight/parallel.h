@@ -65,10 +65,12 @@ struct Link {
   double gbps() const { return spec_gbps * efficiency; }
 };
 
-// The link between the GPUs: NVLink when the GPU has it, else PCIe; `override_gbps` > 0
-// replaces the spec bandwidth (the efficiency still applies). Throws InputError when the
-// GPU has no link bandwidth at all and no override is given.
-Link link_for(const Gpu& gpu, double override_gbps = 0);
+// The link among `gpus` GPUs: NVLink (or Infinity Fabric) when the GPU has it and its domain
+// (Gpu::nvlink_domain) joins them all, else PCIe: a collective over more GPUs than one
+// NVLink domain runs at the slowest link of its ring. `override_gbps` > 0 replaces the spec
+// bandwidth (the efficiency still applies). Throws InputError when the GPU has no link
+// bandwidth at all and no override is given.
+Link link_for(const Gpu& gpu, double override_gbps = 0, int gpus = 1);
 
 // Ring all-reduce among n GPUs: 2(n-1)/n * bytes / bandwidth + 2(n-1) step latencies.
 double ring_allreduce_ms(double bytes, int n, const Link& link);
