@@ -116,6 +116,51 @@ TEST_CASE("predictor: the trainer learns, deterministically for a seed") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("predictor: where the dispatch hides a kernel, the device-time prior keeps it near its roofline") {
+  // Synthetic eager timings of adds on one GPU: device time base / 0.8 under a 30 us dispatch
+  // bound, sqrt(dispatch^2 + device^2). Kernels far below the bound say nothing about their
+  // device time; the prior (TrainOptions::device_prior) pulls it toward the roofline.
+  const Gpu a100 = GpuDatabase::builtin().resolve("a100-40gb");
+  std::vector<Sample> samples;
+  for (int lb = 4; lb <= 16; ++lb)
+    for (int lh = 4; lh <= 14; ++lh) {
+      const Kernel k = kernel_from_dataset("add", {{"B", std::to_string(1 << lb)}, {"H", std::to_string(1 << lh)}});
+      Sample s;
+      s.cls = UtilClass::elementwise;
+      s.f = tile_features(UtilClass::elementwise, k, tile_kernel(k, a100), a100);
+      s.latency_ms = std::hypot(0.03, s.f.base_ms / 0.8);
+      s.device = a100.name;
+      samples.push_back(s);
+    }
+  TrainOptions o;
+  o.epochs = 60;
+  o.min_steps = 4000;
+  o.hidden = 16;
+  o.hidden_layers = 2;
+  o.batch = 16;
+  o.device_prior = 1.0;
+  const ClassModel m = train_class(UtilClass::elementwise, samples, o);
+  CHECK(mape_percent(m, samples) < 10.0);
+  std::vector<TileFeatures> hidden;
+  std::vector<double> truth;
+  for (const Sample& s : samples)
+    if (s.f.base_ms / 0.8 < 0.003) {  // a tenth of the dispatch or less
+      TileFeatures f = s.f;
+      f.device_only = true;
+      hidden.push_back(f);
+      truth.push_back(s.f.base_ms / 0.8);
+    }
+  REQUIRE(hidden.size() > 20);
+  const auto dev = predict_latency_ms(m, hidden);
+  std::vector<double> ratio;
+  for (size_t i = 0; i < dev.size(); ++i) ratio.push_back(dev[i] / truth[i]);
+  std::nth_element(ratio.begin(), ratio.begin() + long(ratio.size() / 2), ratio.end());
+  const double median = ratio[ratio.size() / 2];
+  MESSAGE("hidden kernels: median predicted / true device time " << median);
+  CHECK(median > 0.5);
+  CHECK(median < 2.0);
+}
+
 TEST_CASE("predictor: the published formulation's inputs and base time") {
   // Its inputs: four per-SM-normalised log2 quantities of one tile; its base time: waves of
   // ceil(tiles / SMs) at the per-wave roofline time.
