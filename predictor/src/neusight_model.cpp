@@ -234,9 +234,10 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
     // SM draws only its share, a partial wave costs a full one). At fixed per-SM rates more
     // SMs never lengthen either term: the waves they save cost at least the idle share added.
     const double own_waves = std::ceil(tiles / concurrent);
-    const double wave_ms = std::max(per_sm * t_c * sms, concurrent * t_m) * 1e3;
+    const double wave_compute = per_sm * t_c * sms;  // one SM's tiles of a wave
+    const double wave_ms = std::max(wave_compute, concurrent * t_m) * 1e3;
     const double last_fill = (tiles - (own_waves - 1) * concurrent) / concurrent;
-    const double last_ms = std::max(per_sm * t_c * sms, last_fill * concurrent * t_m) * 1e3;
+    const double last_ms = std::max(wave_compute, last_fill * concurrent * t_m) * 1e3;
     f.base_ms = (own_waves - 1) * wave_ms + last_ms;
     f.overlap_ms = wave_ms - last_ms;
   }
@@ -250,7 +251,6 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   f.waves = gemm ? waves_ref : std::numeric_limits<double>::infinity();
   const double fill_ref = tiles / (waves_ref * concurrent_ref);
   const double active = std::min(tiles, concurrent_ref);
-  f.dispatch_bound = true;
   double* x = f.x;
   switch (c) {
     case UtilClass::gemm:
@@ -294,8 +294,7 @@ double law_latency_ms(double floor, const TileFeatures& f, const double* o, doub
   const double u = floor + (1 - floor) * s1 * (1 - s2 / f.waves);
   if (util) *util = u;
   const double device = (f.base_ms + s4 * f.overlap_ms) / u;
-  if (f.device_only) return device;
-  return f.dispatch_bound ? std::hypot(kMaxOverheadMs * s3, device) : kMaxOverheadMs * s3 + device;
+  return f.device_only ? device : std::hypot(kMaxOverheadMs * s3, device);
 }
 
 double paper_law_latency_ms(double floor, const TileFeatures& f, const double* o) {

@@ -143,7 +143,7 @@ class NeusightPredictor final : public Predictor {
       if (!(f.base_ms > 0)) continue;
       // Device and kernel timing (precision.h): the kernel's device time alone, without the
       // dispatch its eager timing is bounded by.
-      if (device && f.dispatch_bound) f.device_only = true;
+      f.device_only = device_only();
       // Device timing: the law without its alpha / waves term (utilization gamma). In the
       // eager training data a kernel of few waves carries the framework's per-launch cost,
       // and what the learned fixed cost did not absorb of it the law puts in alpha / waves,
@@ -161,22 +161,19 @@ class NeusightPredictor final : public Predictor {
 
   // Each class's networks over its feature rows: the latencies into `out`, the spread into `sd`.
   void apply_networks(const ClassBatches& b, std::vector<Prediction>& out, std::vector<double>& sd) const {
-    const bool device = o_.timing != Timing::eager;
     for (int c = 0; c < kNumUtilClasses; ++c) {
       if (b.members[c].empty()) continue;
       std::vector<char> extra;
       std::vector<double> own_sd;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], b.feats[c], &extra, &own_sd);
       const double class_sd = m_.classes[c].interval_log_sd;
-      // The law (neusight_model.h, dispatch_bound) bounds a kernel by the dispatch (eager
-      // timing) or gives its device time alone (device and kernel timing), which the
-      // launch-to-completion floor bounds as the dispatch bounds eager timings. The published
-      // formulation has neither.
-      const bool device_only = !paper_ && device;
+      // The law (neusight_model.h) bounds a kernel by the dispatch (eager timing) or gives its
+      // device time alone (device and kernel timing), which the launch-to-completion floor
+      // bounds as the dispatch bounds eager timings.
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
         sd[b.members[c][j]] = std::hypot(class_sd, own_sd[j]);
-        const double l = device_only ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
+        const double l = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
         // Never faster than the roofline (nor, eager, than a latency-limited kernel's
         // memory-parallelism time, set above).
         p.latency_ms = std::max({l, p.roofline_ms, p.latency_ms});
@@ -185,6 +182,10 @@ class NeusightPredictor final : public Predictor {
       }
     }
   }
+
+  // Off eager timing the networks give a kernel's device time alone (the published
+  // formulation has no dispatch to leave out).
+  bool device_only() const { return !paper_ && o_.timing != Timing::eager; }
 
   TileFeatures features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu, double feature_l2_mb) const {
     return paper_ ? paper_tile_features(k, t, gpu) : tile_features(c, k, t, gpu, feature_l2_mb);

@@ -149,10 +149,10 @@ Mat output_gradient(const Mat& out, const std::vector<Sample>& samples, const si
     // The published law has no fixed cost and no overlap term (its o2, o3 stay untrained).
     const double base = s.f.base_ms + (paper ? 0.0 : s4 * s.f.overlap_ms);
     const double fixed = paper ? 0.0 : kMaxOverheadMs * s3, device = base / u;
-    // The law (neusight_model.h): the dispatch added, or the longer of dispatch and device
-    // time (its gradient flows to whichever is longer).
-    const bool bound = !paper && s.f.dispatch_bound;
-    const double pred = bound ? std::hypot(fixed, device) : fixed + device;
+    // The law (neusight_model.h): the root sum of squares of dispatch and device time, its
+    // gradient shared between them by their shares; the published law is the device time.
+    const bool bound = !paper;
+    const double pred = bound ? std::hypot(fixed, device) : device;
     const double res = std::log(pred) - std::log(s.latency_ms);
     loss_sum += res * res;
     const double dl_dp = 2.0 * res / pred / double(n);
@@ -160,13 +160,13 @@ Mat output_gradient(const Mat& out, const std::vector<Sample>& samples, const si
     const double dl_df = bound ? dl_dp * fixed / pred : dl_dp;   // through the fixed cost
     double dl_du = dl_dd * (-base / (u * u));
     if (bound) {
-      // Where the dispatch hides the device time (its share of the prediction, w), the data
+      // Where the dispatch hides the device time (its share of the prediction, hidden), the data
       // cannot say how long the kernel runs on the device: a weak prior pulls it toward its
       // roofline time (u toward 1), so that the law does not carry an unobserved slowness to
       // a GPU with a lower bandwidth.
-      // Its loss: prior x w x log(u)^2 (not in loss_sum, which reports the data's).
-      const double w = (fixed / pred) * (fixed / pred);
-      dl_du += prior * w * 2.0 * std::log(u) / u / double(n);
+      // Its loss: prior x hidden x log(u)^2 (not in loss_sum, which reports the data's).
+      const double hidden = (fixed / pred) * (fixed / pred);
+      dl_du += prior * hidden * 2.0 * std::log(u) / u / double(n);
     }
     dz(r, 3) = paper ? 0.0 : dl_dd * s.f.overlap_ms / u * s4 * (1 - s4);
     dz(r, 0) = dl_du * (1 - fl) * s1 * (1 - s1) * (1 - s2 / w);

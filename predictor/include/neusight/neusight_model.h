@@ -56,14 +56,8 @@ struct TileFeatures {
   // adds a learned share of it (0-1).
   double overlap_ms = 0;
   double waves = 1;
-  // How the law combines the learned per-launch dispatch with the device time: the eager
-  // timings show the dispatch as a floor (an elementwise op 30 us on the P4, T4 and A100
-  // hosts, 38 us on the V100's; a small bmm 31-54 us; for any kernel below a few us of device
-  // time: the host's launch pipelines with the device's work), so the law takes their root
-  // sum of squares, a smooth maximum that the trainer's gradient reaches on both sides; the
-  // published formulation has no dispatch (false).
-  bool dispatch_bound = false;
-  // The device time alone, no dispatch (kernel timing): set by the predictor.
+  // The law's device time alone, without the dispatch (device and kernel timing): set by the
+  // predictor.
   bool device_only = false;
 };
 
@@ -117,6 +111,10 @@ struct ModelSet {
 // overlap the longer one; a streaming kernel's idle share of its last wave):
 //   device_ms  = (base_ms + beta overlap_ms) / u                  (>= base_ms >= the roofline)
 //   latency_ms = sqrt(overhead^2 + device_ms^2)
+// The eager timings show the dispatch as a floor (an elementwise op 30 us on the P4, T4 and
+// A100 hosts, 38 us on the V100's; a small bmm 31-54 us; for any kernel below a few us of
+// device time: the host's launch pipelines with the device's work), so the law takes the root
+// sum of squares, a smooth maximum that the trainer's gradient reaches on both sides.
 // base_ms and overlap_ms fall as the GPU's FLOP rate or bandwidth rise and never grow with
 // its SMs at fixed per-SM rates, and the network sees no rate, so a faster GPU never
 // predicts slower.
