@@ -124,7 +124,6 @@ TrainRequest parse_train_request(const Args& args) {
   o.batch = int(args.get_int("--batch", o.batch));
   o.lr = args.get_double("--lr", o.lr);
   o.device_prior = args.get_double("--device-prior", o.device_prior);
-  if (!(o.device_prior >= 0)) throw InputError("--device-prior: expected a weight >= 0");
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
   r.max_rows = args.get_int("--max-rows", 0, 0);
   // neusight (the product's) or neusight-paper (the published formulation, neusight_model.h).
