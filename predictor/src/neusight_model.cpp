@@ -87,13 +87,16 @@ const std::vector<std::string>& feature_names(UtilClass c, Formulation form) {
   // sustains), so a higher peak or bandwidth can never predict slower. Waves and the fill of
   // the last wave; the tile's arithmetic intensity tm*tn/(tm+tn) (FLOPs per operand element
   // loaded; one number for every tile shape); the reduction length after split-K; one SM's
-  // share of a wave in FP32 lane clocks (its FLOPs over 2 x FP32 lanes per SM: how long the
+  // share of a wave in lane clocks (its FLOPs over 2 x FP32 lanes per SM, times the matrix
+  // units' rate over the lanes' for tensor-core GEMMs: how long the
   // tile's math runs against the fixed clocks of its prologue and epilogue, an architecture
-  // fact rather than a rate); the kernel's arithmetic intensity in FLOPs per compulsory
-  // byte (how much of its time is operand streaming); and the power-limited clock fraction
-  // (precision.h; 1 on boards that hold their boost clock): the base time assumes the clock a
-  // long, full GPU runs at, and a kernel that leaves SMs idle or runs briefly between
-  // launches draws less power and runs faster than that.
+  // fact rather than a rate); and the kernel's arithmetic intensity in FLOPs per compulsory
+  // byte (how much of its time is operand streaming). The power-limited clock (precision.h)
+  // is in the base time only: as a network input it let the two low-power training GPUs'
+  // GEMMs (P4, T4) set the efficiency of every power-limited GPU, tile by tile, far outside
+  // what they measured (an L4's 32x128-tiled GEMMs at 0.12 of the FP32 peak against 0.42 for
+  // 64x128 tiles of the same shapes; T4 and V100 left out: BMMs 59 and 45% MAPE against 34
+  // and 18% without the input, bench/kernel_accuracy (d)).
   // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and its
   // waves on kFeatureSms SMs, plus two memory-system inputs: the L2 size and the kernel's
   // footprint (elementwise) or one wave's rows (softmax, layernorm) relative to L2. The
@@ -110,8 +113,7 @@ const std::vector<std::string>& feature_names(UtilClass c, Formulation form) {
   // outside it.
   static const std::vector<std::string> gemm = {"log2_waves",         "last_wave_fill",
                                                 "log2_tile_intensity", "log2_reduction",
-                                                "log2_wave_lane_clocks", "log2_flops_per_byte",
-                                                "log2_power_clock_fraction"};
+                                                "log2_wave_lane_clocks", "log2_flops_per_byte"};
   static const std::vector<std::string> ew = {"log2_waves",         "last_wave_fill",        "tensor_inputs",
                                               "special_function",   "log2_element_bytes",    "log2_tile_elements",
                                               "log2_l2_mb",         "log2_footprint_over_l2"};
@@ -200,7 +202,13 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   TileFeatures f;
   // GEMMs on CUDA cores run at the rate the FP32 lanes sustain (issue and power, precision.h).
   const bool gemm = k.cls == KernelClass::gemm;
-  const double simt = gemm && !has_matrix_units(gpu, k.dtype) ? simt_sustained_fraction(gpu) : 1.0;
+  const bool matrix = gemm && has_matrix_units(gpu, k.dtype);
+  const double simt = gemm && !matrix ? simt_sustained_fraction(gpu) : 1.0;
+  // A GEMM's math per FP32 lane-clock: 1 on the CUDA cores; on matrix units their dense peak
+  // over the FP32 peak (16 for FP16 on the A100), so that a tile's math in clocks is what the
+  // unit it runs on takes.
+  const double math_per_lane =
+      matrix && gpu.fp32_gflops > 0 ? std::max(1.0, gpu.gemm_peak_gflops(k.dtype) / gpu.fp32_gflops) : 1.0;
   const double peak = (gemm ? gpu.gemm_peak_gflops(k.dtype) * simt : gpu.peak_gflops(k.dtype)) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
   const double l2_bytes = std::max(feature_l2_mb * 1048576.0, 1.0);  // the L2 the inputs see
@@ -222,7 +230,10 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
     // it; a grid smaller than the SMs leaves some idle). The traffic is the kernel's (every
     // tile's share at the full bandwidth). Both fall as FLOPs, bandwidth or SMs (at fixed
     // per-SM rates) rise.
-    const double compute_ms = std::ceil(tiles / sms) * t_c * sms * 1e3, memory_ms = tiles * t_m * 1e3;
+    // Stream-K grids (tiling.h) share the k iterations out evenly: the busiest SM computes
+    // tiles / SMs tiles' worth (the partials of the tiles split between two SMs stay in L2).
+    const double sm_tiles = t.config.stream_k ? tiles / sms : std::ceil(tiles / sms);
+    const double compute_ms = sm_tiles * t_c * sms * 1e3, memory_ms = tiles * t_m * 1e3;
     f.base_ms = std::max(compute_ms, memory_ms);
     f.overlap_ms = std::min(compute_ms, memory_ms);
   } else {
@@ -258,9 +269,8 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[1] = fill_ref;
       x[2] = log2c(double(t.config.tb_m) * double(t.config.tb_n) / double(t.config.tb_m + t.config.tb_n));
       x[3] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
-      x[4] = log2c(per_sm * tile_flops / (2.0 * std::max(1, gpu.fp32_cores_per_sm)));
+      x[4] = log2c(per_sm * tile_flops / (2.0 * std::max(1, gpu.fp32_cores_per_sm) * math_per_lane));
       x[5] = log2c(k.flops / std::max(k.bytes, 1.0));
-      x[6] = std::log2(power_clock_fraction(gpu));
       break;
     case UtilClass::elementwise:
       x[0] = std::log2(waves_ref);

@@ -36,7 +36,8 @@ class NeusightPredictor final : public Predictor {
   }
 
   // GEMM inputs carry neither the L2 size nor the GPU's SM count (kFeatureSms). The streaming
-  // classes' networks see the L2 size, and need not be monotone in it: they are evaluated at
+  // classes' networks (and the streaming alternative of matrix-unit GEMMs) see the L2 size, and
+  // need not be monotone in it: they are evaluated at
   // the L2 sizes of the training GPUs at or above this GPU's (the largest when it exceeds
   // them all: the networks clamp there anyway), and the latency is the largest answer, the
   // least envelope above the networks' answers at those sizes that does not grow with the L2.
@@ -55,7 +56,9 @@ class NeusightPredictor final : public Predictor {
     std::vector<Tiling> ts;
     for (size_t i = 0; i < kernels.size(); ++i) {
       UtilClass c;
-      if (!util_class_of(kernels[i], c) || c == UtilClass::gemm) continue;
+      if (!util_class_of(kernels[i], c)) continue;
+      // GEMMs only where they have a streaming alternative (matrix units), whose inputs see the L2.
+      if (c == UtilClass::gemm && !has_matrix_units(gpu, kernel_as_run(kernels[i], gpu).dtype)) continue;
       idx.push_back(i);
       ks.push_back(kernels[i]);
       ts.push_back(tilings[i]);
@@ -101,7 +104,36 @@ class NeusightPredictor final : public Predictor {
   struct ClassBatches {
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
+    // Matrix-unit GEMMs and their weight-streaming alternative (streaming_alternative).
+    std::vector<size_t> gemv_members;
+    std::vector<TileFeatures> gemv_feats;
   };
+
+  // A GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA cores
+  // that streams its operands once (cuBLAS's gemv and its split-K kernels for a few rows; vLLM's
+  // decode GEMMs). Its time is that of a reduction kernel over the same bytes, priced by the
+  // streaming networks (which learned the bandwidth large streaming kernels reach, the one
+  // thing such a kernel is bound by), its math at the dtype's CUDA-core rate. The library runs
+  // whichever is faster: for a few tokens the stream (the tiled kernel's MMAs are mostly
+  // padding and its grid leaves SMs idle), from a few tens of tokens on the tiles. The GEMM
+  // networks never saw a GEMM of so few rows (no FP32 training row has fewer than 4), so they
+  // cannot say which.
+  TileFeatures streaming_alternative(const Kernel& run, const Gpu& gpu, double feature_l2_mb) const {
+    Kernel s = run;
+    s.cls = KernelClass::reduce;
+    s.op = "gemv";
+    s.inputs = 1;
+    s.rows = std::max<int64_t>(1, run.gemm.batch * run.gemm.n);
+    s.cols = std::max<int64_t>(1, run.gemm.k);
+    // The CUDA cores' rates: no matrix unit (FP16 at the SIMT FP16 rate where there is one,
+    // every other dtype at the FP32 rate).
+    Gpu cuda = gpu;
+    cuda.tf32_gflops = cuda.fp16_gflops = cuda.bf16_gflops = cuda.fp8_gflops = cuda.int8_gops = 0;
+    cuda.fp32_matrix_gflops = 0;
+    TileFeatures f = tile_features(UtilClass::elementwise, s, tile_kernel(s, cuda), cuda, feature_l2_mb);
+    f.device_only = device_only();
+    return f;
+  }
 
   // Every kernel's roofline prediction into `out`, and the feature rows of those the
   // networks refine.
@@ -155,6 +187,14 @@ class NeusightPredictor final : public Predictor {
       if (device) f.waves = std::numeric_limits<double>::infinity();
       b.members[int(c)].push_back(i);
       b.feats[int(c)].push_back(f);
+      if (!paper_ && c == UtilClass::gemm && has_matrix_units(gpu, run.dtype) &&
+          !m_.classes[int(UtilClass::elementwise)].empty()) {
+        const TileFeatures s = streaming_alternative(run, gpu, feature_l2_mb);
+        if (s.base_ms > 0) {
+          b.gemv_members.push_back(i);
+          b.gemv_feats.push_back(s);
+        }
+      }
     }
     return b;
   }
@@ -180,6 +220,22 @@ class NeusightPredictor final : public Predictor {
         p.utilization = p.roofline_ms / p.latency_ms;
         p.extrapolated = p.extrapolated || extra[j] != 0;
       }
+    }
+    // The weight-streaming alternative of matrix-unit GEMMs, where it is the faster.
+    if (b.gemv_members.empty()) return;
+    const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
+    std::vector<char> extra;
+    std::vector<double> own_sd;
+    const std::vector<double> lat = predict_latency_ms(ew, b.gemv_feats, &extra, &own_sd);
+    for (size_t j = 0; j < b.gemv_members.size(); ++j) {
+      Prediction& p = out[b.gemv_members[j]];
+      const double l =
+          std::max(p.roofline_ms, device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j]);
+      if (!(l < p.latency_ms)) continue;
+      p.latency_ms = l;
+      p.utilization = p.roofline_ms / l;
+      p.extrapolated = extra[j] != 0;
+      sd[b.gemv_members[j]] = std::hypot(ew.interval_log_sd, own_sd[j]);
     }
   }
 

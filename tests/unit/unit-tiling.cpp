@@ -158,6 +158,40 @@ TEST_CASE("tiling: ampere splits k only while the output occupies few SM threads
   CHECK(tile_kernel(gemm_kernel(1, 64, 1024, 1024), g).config.split_k == 1);
 }
 
+TEST_CASE("tiling: Hopper and Blackwell tensor-core grids with a partial last wave run stream-K") {
+  // Llama-3-8B's FFN projection (tokens x 14336 x 4096, FP16) at 512-2048 tokens: grids of a
+  // few waves with a partial last one, whose k iterations stream-K shares out over the SMs.
+  TileTable dp = TileTable::builtin();
+  for (auto& c : dp.classes) c.tensor_stream_k = false;
+  for (const char* name : {"h100", "b200"}) {
+    CAPTURE(name);
+    const Gpu& g = GpuDatabase::builtin().resolve(name);
+    int streamed = 0;
+    for (int64_t tokens : {512, 1024, 2048}) {
+      CAPTURE(tokens);
+      const Tiling t = tile_kernel(gemm_kernel(1, tokens, 14336, 4096, DType::f16), g);
+      CHECK(t.config.tensor_core);
+      CHECK_FALSE(tile_kernel(gemm_kernel(1, tokens, 14336, 4096, DType::f16), g, dp).config.stream_k);
+      if (!t.config.stream_k) continue;
+      ++streamed;
+      CHECK(t.config.split_k == 1);
+      CHECK(t.tiles > g.num_sm);
+      CHECK(t.tiles % g.num_sm != 0);
+    }
+    CHECK(streamed > 0);
+  }
+  // Ampere's library kernels and every FP32 SIMT kernel stay data-parallel.
+  const Gpu& a100 = GpuDatabase::builtin().resolve("a100-40gb");
+  CHECK_FALSE(tile_kernel(gemm_kernel(1, 512, 14336, 4096, DType::f16), a100).config.stream_k);
+  CHECK_FALSE(tile_kernel(gemm_kernel(1, 512, 14336, 4096), GpuDatabase::builtin().resolve("h100")).config.stream_k);
+  // A grid that is a whole number of waves is not split.
+  const Gpu& h100 = GpuDatabase::builtin().resolve("h100");
+  for (int64_t m : {128, 256, 1024, 4096}) {
+    const Tiling t = tile_kernel(gemm_kernel(1, m, 4096, 4096, DType::f16), h100);
+    if (t.tiles % h100.num_sm == 0) CHECK_FALSE(t.config.stream_k);
+  }
+}
+
 TEST_CASE("tiling: tensor-core tiles keep the bytes per k step across precisions") {
   const Gpu& g = GpuDatabase::builtin().resolve("h100");
   const Tiling h = tile_kernel(gemm_kernel(1, 8192, 8192, 8192, DType::f16), g);

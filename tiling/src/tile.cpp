@@ -223,6 +223,7 @@ GemmClass parse_class(const json& gemm, const std::string& name, const std::stri
   }
   c.name = name;
   if (j.contains("cost")) c.cost = parse_cost(j["cost"], w);
+  c.tensor_stream_k = flag(j, "tensor_stream_k", c.tensor_stream_k, w);
   if (j.contains("simt")) c.simt = parse_list(j["simt"], w + " simt");
   if (j.contains("tensor")) c.tensor = parse_list(j["tensor"], w + " tensor");
   if (c.simt.empty()) throw InputError(w + ": needs at least one SIMT candidate");
@@ -247,6 +248,7 @@ int64_t blocks_per_sm(const GemmCandidate& c, const Gpu& gpu, double in_bytes, i
 struct Choice {
   const GemmCandidate* cand = nullptr;
   int split = 1;
+  bool stream_k = false;
   int64_t tb_k = 8, bps = 1;
   double time = std::numeric_limits<double>::infinity();
   double rank = std::numeric_limits<double>::infinity();  // what candidates are compared by
@@ -263,6 +265,31 @@ constexpr double kTensorSplitKSetupUs = 2.0;
 // on top of the longer (a tie-breaker between candidates, not a fitted overlap: the predictor
 // learns the real share).
 constexpr double kTensorExposedShare = 0.05;
+
+// Time of a tensor-core grid of `tiles` tiles of `t_compute` seconds of math each and
+// `traffic` seconds of DRAM traffic. The shorter of math and traffic never hides completely
+// behind the longer: a small share of it (kTensorExposedShare) orders candidates that tie on
+// the longer, e.g. the padded math of a memory-bound decode GEMM's tiles. Data-parallel, the
+// busiest SM computes ceil(tiles / SMs) tiles. Stream-K (when `may_stream_k`; sets `stream_k`
+// where it is the faster): every SM gets tiles / SMs tiles' worth of k iterations, and at
+// most one tile per SM is split between two of them, which costs one more tile's fixed cost
+// (the SM that finishes it waits for the other's FP32 partial, exchanged through L2).
+double tensor_grid_time(int64_t tiles, double t_compute, double traffic, const Gpu& gpu, const GemmClass& cls,
+                        bool may_stream_k, bool& stream_k) {
+  auto grid = [&](double sm_tiles, double tile_costs) {
+    const double math = sm_tiles * t_compute;
+    return std::max(math, traffic) + kTensorExposedShare * std::min(math, traffic) +
+           tile_costs * cls.cost.tile_overhead_us * 1e-6;
+  };
+  const double per_sm = double(ceil_div(tiles, gpu.num_sm));
+  const double dp = grid(per_sm, per_sm);
+  stream_k = false;
+  if (!may_stream_k || tiles <= gpu.num_sm || tiles % gpu.num_sm == 0) return dp;
+  const double share = double(tiles) / gpu.num_sm;
+  const double sk = grid(share, share + 1);
+  stream_k = sk < dp;
+  return std::min(sk, dp);
+}
 
 // How full the last of `waves` (fractional) waves is: 1 when they are whole.
 double last_wave_fill(double waves) { return waves / std::ceil(waves); }
@@ -325,7 +352,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
       gemm_rule_split_features(c, cls, gpu, out_tiles, x);
       split = static_cast<int>(std::min<int64_t>(cls.rule.split.eval(x), s.k));
     }
-    best = Choice{&c, std::max(split, 1), c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
+    best = Choice{&c, std::max(split, 1), false, c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
     return finish(kr, gpu, best, tc);
   }
   // Tensor cores: operands that fit in L2 are read from DRAM once whatever the tiling (the
@@ -356,21 +383,16 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
       const double eff = batched ? c.batched_efficiency : c.efficiency;
       const double t_compute = 2.0 * tm * tn * double(kper) / (eff * flops_sm);
       double time;
+      bool stream_k = false;
       if (tc) {
         // Tensor cores: the MMAs run over the whole tile (rows past m or columns past n are
         // computed on zeros), while the loads of those rows are predicated off. The grid is
-        // spread over the SMs: the busiest one computes ceil(tiles / SMs) tiles, and the
-        // kernel's operand traffic streams at the GPU's bandwidth however few SMs draw it.
+        // spread over the SMs, and the kernel's operand traffic streams at the GPU's bandwidth
+        // however few SMs draw it.
         const double rows = std::min(tm, double(s.m)), cols = std::min(tn, double(s.n));
-        const double per_sm = double(ceil_div(tiles, gpu.num_sm));
         const double loaded = in_bytes * (rows + cols) * double(kper) * double(tiles);
         const double traffic = (operands_fit_l2 ? operands : std::max(operands, cost.dram_fraction * loaded)) / bw;
-        // The shorter of math and traffic never hides completely behind the longer: a small share
-        // of it (kTensorExposedShare) orders candidates that tie on the longer, e.g. the padded
-        // math of a memory-bound decode GEMM's tiles.
-        const double math = per_sm * t_compute;
-        time = std::max(math, traffic) + kTensorExposedShare * std::min(math, traffic) +
-               per_sm * cost.tile_overhead_us * 1e-6;
+        time = tensor_grid_time(tiles, t_compute, traffic, gpu, cls, split == 1 && cls.tensor_stream_k, stream_k);
       } else {
         const double waves = double(waves_for(tiles, static_cast<int64_t>(sm) * bps));
         const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
@@ -385,7 +407,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
         time += (tc ? kTensorSplitKSetupUs : cost.split_k_overhead_us) * 1e-6 +
                 (split + 1) * double(s.batch * s.m * s.n) * 4.0 / bw;
       if (split == 1) unsplit = time;
-      if (time < mine.time) mine = Choice{&c, split, tb_k, bps, time, time};
+      if (time < mine.time) mine = Choice{&c, split, stream_k, tb_k, bps, time, time};
     }
     // split_after_tile: the tile is ranked by its unsplit time, then split as it likes best.
     mine.rank = cost.split_after_tile ? unsplit : mine.time;
@@ -402,6 +424,7 @@ Tiling finish(const Kernel& kr, const Gpu& gpu, const Choice& best, bool tc) {
   t.config.tb_k = best.tb_k;
   t.config.warp_k = std::min<int64_t>(t.config.warp_k, best.tb_k);
   t.config.split_k = best.split;
+  t.config.stream_k = best.stream_k;
   t.config.tensor_core = tc;
   t.tiles = s.batch * ceil_div(s.m, t.config.tb_m) * ceil_div(s.n, t.config.tb_n) * best.split;
   t.blocks_per_sm = best.bps;

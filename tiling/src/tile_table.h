@@ -123,6 +123,10 @@ struct GemmRule {
 struct GemmClass {
   std::string name;
   GemmCost cost;
+  // Tensor-core candidates may run stream-K (TileConfig::stream_k) when it beats the same
+  // tile's data-parallel grid: CUTLASS 3's sm90 and sm100 kernels' stream-K tile scheduler,
+  // which cuBLAS 12 selects on Hopper and Blackwell for grids with a partial last wave.
+  bool tensor_stream_k = false;
   std::vector<GemmCandidate> simt, tensor;
   GemmRule rule;  // optional (empty: the cost model alone)
 };

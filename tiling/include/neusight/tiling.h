@@ -20,6 +20,10 @@ struct TileConfig {
   int64_t warp_m = 0, warp_n = 0, warp_k = 0;
   int stages = 1;
   int split_k = 1;
+  // Stream-K (tensor cores, Hopper and newer): the grid's k iterations are shared out evenly
+  // over the SMs instead of whole tiles, so a partial last wave costs its share of one (plus a
+  // fixup of the tiles split between two SMs) rather than a full wave.
+  bool stream_k = false;
   int threads = 128;                     // threads per block
   bool tensor_core = false;
 };
