@@ -180,6 +180,11 @@ TEST_CASE("tiling: Hopper and Blackwell tensor-core grids with a partial last wa
     }
     CHECK(streamed > 0);
   }
+  // Hopper and Blackwell inherit the ampere cost, with their own GPU's L2 for the operands.
+  CHECK(TileTable::builtin().gemm_class("sm_90").cost.ref_l2_mb == 50.0);
+  CHECK(TileTable::builtin().gemm_class("sm_100").cost.ref_l2_mb == 126.0);
+  CHECK(TileTable::builtin().gemm_class("sm_90").cost.tile_overhead_us ==
+        TileTable::builtin().gemm_class("sm_80").cost.tile_overhead_us);
   // Ampere's library kernels and every FP32 SIMT kernel stay data-parallel.
   const Gpu& a100 = GpuDatabase::builtin().resolve("a100-40gb");
   CHECK_FALSE(tile_kernel(gemm_kernel(1, 512, 14336, 4096, DType::f16), a100).config.stream_k);

@@ -223,6 +223,9 @@ GemmClass parse_class(const json& gemm, const std::string& name, const std::stri
   }
   c.name = name;
   if (j.contains("cost")) c.cost = parse_cost(j["cost"], w);
+  // The L2 an inherited cost prices tensor-core operands at (GemmCost::ref_l2_mb): that of the
+  // GPU this class describes.
+  if (j.contains("ref_l2_mb")) c.cost.ref_l2_mb = positive(j, "ref_l2_mb", w);
   c.tensor_stream_k = flag(j, "tensor_stream_k", c.tensor_stream_k, w);
   if (j.contains("simt")) c.simt = parse_list(j["simt"], w + " simt");
   if (j.contains("tensor")) c.tensor = parse_list(j["tensor"], w + " tensor");
