@@ -521,7 +521,8 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
   for (const char* name : {"a100-sxm-80gb", "h100", "l40s"}) {
     CAPTURE(name);
     const Gpu g = GpuDatabase::builtin().resolve(name);
-    for (const auto& [n, k] : std::vector<std::pair<int, int>>{{4096, 6144}, {4096, 4096}, {14336, 4096}, {4096, 28672}}) {
+    for (const std::pair<int, int>& shape : std::vector<std::pair<int, int>>{{4096, 6144}, {4096, 4096}, {14336, 4096}, {4096, 28672}}) {
+      const int n = shape.first, k = shape.second;
       CAPTURE(n);
       CAPTURE(k);
       const Kernel kr = kernel_from_dataset(
