@@ -109,7 +109,7 @@ class NeusightPredictor final : public Predictor {
     std::vector<TileFeatures> gemv_feats;
   };
 
-  // A GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA cores
+  // A skinny GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA cores
   // that streams its operands once (cuBLAS's gemv and its split-K kernels for a few rows; vLLM's
   // decode GEMMs). Its time is that of a reduction kernel over the same bytes, priced by the
   // streaming networks (which learned the bandwidth large streaming kernels reach, the one
@@ -118,6 +118,13 @@ class NeusightPredictor final : public Predictor {
   // padding and its grid leaves SMs idle), from a few tens of tokens on the tiles. The GEMM
   // networks never saw a GEMM of so few rows (no FP32 training row has fewer than 4), so they
   // cannot say which.
+  // Skinny: the output's rows (or columns) fill at most a quarter of the tensor-core tile along
+  // them, so that three quarters of its MMAs are padding; libraries switch to GEMV and skinny
+  // split-K kernels there.
+  static bool skinny(const Kernel& run, const Tiling& t) {
+    return 4 * run.gemm.m <= t.config.tb_m || 4 * run.gemm.n <= t.config.tb_n;
+  }
+
   TileFeatures streaming_alternative(const Kernel& run, const Gpu& gpu, double feature_l2_mb) const {
     Kernel s = run;
     s.cls = KernelClass::reduce;
@@ -187,7 +194,7 @@ class NeusightPredictor final : public Predictor {
       if (device) f.waves = std::numeric_limits<double>::infinity();
       b.members[int(c)].push_back(i);
       b.feats[int(c)].push_back(f);
-      if (!paper_ && c == UtilClass::gemm && has_matrix_units(gpu, run.dtype) &&
+      if (!paper_ && c == UtilClass::gemm && has_matrix_units(gpu, run.dtype) && skinny(run, t) &&
           !m_.classes[int(UtilClass::elementwise)].empty()) {
         const TileFeatures s = streaming_alternative(run, gpu, feature_l2_mb);
         if (s.base_ms > 0) {
@@ -235,6 +242,7 @@ class NeusightPredictor final : public Predictor {
       p.latency_ms = l;
       p.utilization = p.roofline_ms / l;
       p.extrapolated = extra[j] != 0;
+      p.streamed = true;
       sd[b.gemv_members[j]] = std::hypot(ew.interval_log_sd, own_sd[j]);
     }
   }

@@ -122,7 +122,16 @@ const char* bound_name(const KernelReport& k) {
 }
 
 std::string math_name(const KernelReport& k, const Gpu& gpu) {
-  return k.kernel.cls == KernelClass::unknown ? std::string("-") : math_precision(k.kernel, gpu);
+  if (k.kernel.cls == KernelClass::unknown) return "-";
+  // A GEMM predicted as a stream of its operands computes on the CUDA cores: FP16 (and FP8,
+  // widened to it) and BF16 in their own precision, other floats in FP32.
+  if (k.prediction.streamed) {
+    const DType t = k.kernel.dtype;
+    if (t == DType::f16 || is_fp8(t)) return "fp16-simt";
+    if (t == DType::bf16) return "bf16-simt";
+    return is_float(t) ? "fp32-simt" : "int-simt";
+  }
+  return math_precision(k.kernel, gpu);
 }
 
 std::string mode_name(Mode m) { return m == Mode::training ? "training" : "inference"; }

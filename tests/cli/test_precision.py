@@ -17,18 +17,19 @@ def kernels(report):
 
 
 def half_model(path, elem=TensorProto.FLOAT16):
-    """x[4,64] @ W[64,256] + b, LayerNorm, Relu: every tensor in `elem`."""
-    w = helper.make_tensor("W", elem, [64, 256], [0.0] * (64 * 256))
-    b = helper.make_tensor("b", elem, [256], [0.0] * 256)
-    s = helper.make_tensor("s", elem, [256], [1.0] * 256)
+    """x[256,256] @ W[256,512] + b, LayerNorm, Relu: every tensor in `elem`. 256 rows: a GEMM the
+    tensor cores' tiles run (a few rows would stream as a GEMV on the CUDA cores)."""
+    w = helper.make_tensor("W", elem, [256, 512], [0.0] * (256 * 512))
+    b = helper.make_tensor("b", elem, [512], [0.0] * 512)
+    s = helper.make_tensor("s", elem, [512], [1.0] * 512)
     nodes = [
         helper.make_node("MatMul", ["x", "W"], ["m"]),
         helper.make_node("Add", ["m", "b"], ["a"]),
         helper.make_node("LayerNormalization", ["a", "s", "b"], ["n"], axis=-1),
         helper.make_node("Relu", ["n"], ["y"]),
     ]
-    g = helper.make_graph(nodes, "half", [helper.make_tensor_value_info("x", elem, [4, 64])],
-                          [helper.make_tensor_value_info("y", elem, [4, 256])], [w, b, s])
+    g = helper.make_graph(nodes, "half", [helper.make_tensor_value_info("x", elem, [256, 256])],
+                          [helper.make_tensor_value_info("y", elem, [256, 512])], [w, b, s])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)

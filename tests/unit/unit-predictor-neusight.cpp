@@ -521,6 +521,7 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
   for (const char* name : {"a100-sxm-80gb", "h100", "l40s"}) {
     CAPTURE(name);
     const Gpu g = GpuDatabase::builtin().resolve(name);
+    int streamed = 0;
     for (const std::pair<int, int>& shape : std::vector<std::pair<int, int>>{{4096, 6144}, {4096, 4096}, {14336, 4096}, {4096, 28672}}) {
       const int n = shape.first, k = shape.second;
       CAPTURE(n);
@@ -531,6 +532,12 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
       const double bound_ms = 2.0 * n * k / (g.mem_bw_gbps * 1e9) * 1e3;
       CHECK(r.latency_ms >= bound_ms);
       CHECK(r.latency_ms <= 1.5 * bound_ms);
+      streamed += r.streamed;
     }
+    CHECK(streamed > 0);
+    // A 4096-token prefill projection runs on the tensor cores' tiles.
+    const Kernel big =
+        kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "14336"}, {"dtype", "fp16"}});
+    CHECK_FALSE(p->predict({big}, {tile_kernel(big, g)}, g)[0].streamed);
   }
 }
