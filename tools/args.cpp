@@ -171,12 +171,13 @@ int64_t Args::get_int(const std::string& flag, int64_t fallback, int64_t min) co
   return v;
 }
 
-double Args::get_double(const std::string& flag, double fallback) const {
+double Args::get_double(const std::string& flag, double fallback, bool allow_zero) const {
   if (!has(flag)) return fallback;
   const std::string s = get(flag);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !(v > 0)) throw InputError(flag + ": expected a positive number, got '" + s + "'");
+  if (s.empty() || *end != '\0' || !(v > 0 || (allow_zero && v == 0)) || !std::isfinite(v))
+    throw InputError(flag + ": expected a " + (allow_zero ? "non-negative" : "positive") + " number, got '" + s + "'");
   return v;
 }
 

@@ -27,7 +27,8 @@ class Args {
   std::vector<std::string> all(const std::string& flag) const;
   // Integer flag; throws InputError naming the flag for non-integers, or below `min`.
   int64_t get_int(const std::string& flag, int64_t fallback, int64_t min = 1) const;
-  double get_double(const std::string& flag, double fallback) const;
+  // Positive number flag (`allow_zero`: 0 too); throws InputError naming the flag otherwise.
+  double get_double(const std::string& flag, double fallback, bool allow_zero = false) const;
 
  private:
   Command command_;

@@ -123,7 +123,7 @@ TrainRequest parse_train_request(const Args& args) {
   o.hidden_layers = int(args.get_int("--layers", o.hidden_layers));
   o.batch = int(args.get_int("--batch", o.batch));
   o.lr = args.get_double("--lr", o.lr);
-  o.device_prior = args.get_double("--device-prior", o.device_prior);
+  o.device_prior = args.get_double("--device-prior", o.device_prior, /*allow_zero=*/true);
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
   r.max_rows = args.get_int("--max-rows", 0, 0);
   // neusight (the product's) or neusight-paper (the published formulation, neusight_model.h).

@@ -63,7 +63,7 @@ const std::vector<Flag> kFlags = {
     {"--layers", true, "N", "hidden layers", T, "3"},
     {"--batch", true, "N", "mini-batch size", T, "256"},
     {"--lr", true, "RATE", "Adam learning rate, in (0, 1)", T, "0.002"},
-    {"--device-prior", true, "W", "weight (> 0) of the prior on a kernel's device time hidden by the dispatch", T, "1"},
+    {"--device-prior", true, "W", "weight (>= 0; 0: none) of the prior on a kernel's device time hidden by the dispatch", T, "1"},
     {"--ensemble", true, "N[,CLASS=N...]", "networks per class ensemble, per class if named", T, "1"},
     {"--max-rows", true, "N", "at most N evenly strided rows per CSV; 0 reads all", T, "0"},
     {"--ops", true, "OP[,OP...]", "the dataset's op folders read",

@@ -84,6 +84,12 @@ TEST_CASE("cli flags: one row per flag and command; values and switches parse as
   CHECK(defaults.get("--timing") == "eager");
   CHECK(Args({}, Command::analyze).get("--timing") == "device");
   CHECK(Args({"--timing=kernel"}, Command::analyze).get("--timing") == "kernel");
+  // Numbers: positive, or non-negative where a flag allows 0 (--device-prior 0: no prior).
+  const Args prior({"--device-prior", "0"}, Command::train);
+  CHECK(prior.get_double("--device-prior", 1, true) == 0);
+  CHECK_THROWS_AS(prior.get_double("--device-prior", 1), InputError);
+  CHECK_THROWS_AS(Args({"--device-prior", "-1"}, Command::train).get_double("--device-prior", 1, true), InputError);
+  CHECK_THROWS_AS(Args({"--device-prior", "inf"}, Command::train).get_double("--device-prior", 1, true), InputError);
 }
 
 TEST_CASE("cli flags: the training defaults --help shows are TrainOptions' own") {
