@@ -104,20 +104,11 @@ class NeusightPredictor final : public Predictor {
   struct ClassBatches {
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
-    // Matrix-unit GEMMs and their weight-streaming alternative (streaming_alternative).
+    // Skinny matrix-unit GEMMs and their weight-streaming alternative (streaming_alternative).
     std::vector<size_t> gemv_members;
     std::vector<TileFeatures> gemv_feats;
   };
 
-  // A skinny GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA cores
-  // that streams its operands once (cuBLAS's gemv and its split-K kernels for a few rows; vLLM's
-  // decode GEMMs). Its time is that of a reduction kernel over the same bytes, priced by the
-  // streaming networks (which learned the bandwidth large streaming kernels reach, the one
-  // thing such a kernel is bound by), its math at the dtype's CUDA-core rate. The library runs
-  // whichever is faster: for a few tokens the stream (the tiled kernel's MMAs are mostly
-  // padding and its grid leaves SMs idle), from a few tens of tokens on the tiles. The GEMM
-  // networks never saw a GEMM of so few rows (no FP32 training row has fewer than 4), so they
-  // cannot say which.
   // Skinny: the output's rows (or columns) fill at most a quarter of the tensor-core tile along
   // them, so that three quarters of its MMAs are padding; libraries switch to GEMV and skinny
   // split-K kernels there.
@@ -125,6 +116,14 @@ class NeusightPredictor final : public Predictor {
     return 4 * run.gemm.m <= t.config.tb_m || 4 * run.gemm.n <= t.config.tb_n;
   }
 
+  // A skinny GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA
+  // cores that streams its operands once (cuBLAS's gemv and its split-K kernels for a few rows;
+  // vLLM's decode GEMMs). Its time is that of a reduction kernel over the same bytes, priced by
+  // the streaming networks (which learned the bandwidth large streaming kernels reach, the one
+  // thing such a kernel is bound by), its math at the dtype's CUDA-core rate. The library runs
+  // whichever is faster: for a few tokens the stream (the tiled kernel's MMAs are mostly
+  // padding and its grid leaves SMs idle). The GEMM networks never saw a GEMM of so few rows
+  // (no FP32 training row has fewer than 4), so they cannot say which.
   TileFeatures streaming_alternative(const Kernel& run, const Gpu& gpu, double feature_l2_mb) const {
     Kernel s = run;
     s.cls = KernelClass::reduce;
@@ -228,7 +227,7 @@ class NeusightPredictor final : public Predictor {
         p.extrapolated = p.extrapolated || extra[j] != 0;
       }
     }
-    // The weight-streaming alternative of matrix-unit GEMMs, where it is the faster.
+    // The weight-streaming alternative of skinny matrix-unit GEMMs, where it is the faster.
     if (b.gemv_members.empty()) return;
     const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
     std::vector<char> extra;
