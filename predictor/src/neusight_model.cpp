@@ -92,11 +92,9 @@ const std::vector<std::string>& feature_names(UtilClass c, Formulation form) {
   // tile's math runs against the fixed clocks of its prologue and epilogue, an architecture
   // fact rather than a rate); and the kernel's arithmetic intensity in FLOPs per compulsory
   // byte (how much of its time is operand streaming). The power-limited clock (precision.h)
-  // is in the base time only: as a network input it let the two low-power training GPUs'
-  // GEMMs (P4, T4) set the efficiency of every power-limited GPU, tile by tile, far outside
-  // what they measured (an L4's 32x128-tiled GEMMs at 0.12 of the FP32 peak against 0.42 for
-  // 64x128 tiles of the same shapes; T4 and V100 left out: BMMs 59 and 45% MAPE against 34
-  // and 18% without the input, bench/kernel_accuracy (d)).
+  // is in the base time only: with two low-power training GPUs (P4, T4), a network input would
+  // let them set the efficiency of every power-limited GPU tile by tile, far outside what they
+  // measured.
   // Streaming kernels (elementwise, softmax, layernorm, memory): the kernel's shape and its
   // waves on kFeatureSms SMs, plus two memory-system inputs: the L2 size and the kernel's
   // footprint (elementwise) or one wave's rows (softmax, layernorm) relative to L2. The
