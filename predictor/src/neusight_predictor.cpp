@@ -57,8 +57,11 @@ class NeusightPredictor final : public Predictor {
     for (size_t i = 0; i < kernels.size(); ++i) {
       UtilClass c;
       if (!util_class_of(kernels[i], c)) continue;
-      // GEMMs only where they have a streaming alternative (matrix units), whose inputs see the L2.
-      if (c == UtilClass::gemm && !has_matrix_units(gpu, kernel_as_run(kernels[i], gpu).dtype)) continue;
+      // GEMMs only where they have a streaming alternative, whose inputs see the L2.
+      if (c == UtilClass::gemm) {
+        const auto [run, t] = as_run(kernels[i], tilings[i], gpu);
+        if (!may_stream(run, t, gpu)) continue;
+      }
       idx.push_back(i);
       ks.push_back(kernels[i]);
       ts.push_back(tilings[i]);
@@ -116,6 +119,30 @@ class NeusightPredictor final : public Predictor {
     return 4 * run.gemm.m <= t.config.tb_m || 4 * run.gemm.n <= t.config.tb_n;
   }
 
+  // Whether a kernel (as it runs, with its tiling) has the weight-streaming alternative below:
+  // a skinny GEMM on matrix units, in this formulation, with streaming networks to price it.
+  bool may_stream(const Kernel& run, const Tiling& t, const Gpu& gpu) const {
+    return !paper_ && run.cls == KernelClass::gemm && has_matrix_units(gpu, run.dtype) && skinny(run, t) &&
+           !m_.classes[int(UtilClass::elementwise)].empty();
+  }
+
+  // The kernel as its math runs on this GPU (precision.h) and its tiling (tiled anew when the
+  // dtype changed).
+  static std::pair<Kernel, Tiling> as_run(const Kernel& k, const Tiling& t, const Gpu& gpu) {
+    Kernel run = kernel_as_run(k, gpu);
+    Tiling rt = run.dtype == k.dtype ? t : tile_kernel(run, gpu);
+    return {std::move(run), std::move(rt)};
+  }
+
+  // The GPU's CUDA cores alone: no matrix unit (FP16 at the SIMT FP16 rate where there is one,
+  // every other dtype at the FP32 rate).
+  static Gpu cuda_cores(const Gpu& gpu) {
+    Gpu cuda = gpu;
+    cuda.tf32_gflops = cuda.fp16_gflops = cuda.bf16_gflops = cuda.fp8_gflops = cuda.int8_gops = 0;
+    cuda.fp32_matrix_gflops = 0;
+    return cuda;
+  }
+
   // A skinny GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA
   // cores that streams its operands once (cuBLAS's gemv and its split-K kernels for a few rows;
   // vLLM's decode GEMMs). Its time is that of a reduction kernel over the same bytes, priced by
@@ -124,18 +151,14 @@ class NeusightPredictor final : public Predictor {
   // whichever is faster: for a few tokens the stream (the tiled kernel's MMAs are mostly
   // padding and its grid leaves SMs idle). The GEMM networks never saw a GEMM of so few rows
   // (no FP32 training row has fewer than 4), so they cannot say which.
-  TileFeatures streaming_alternative(const Kernel& run, const Gpu& gpu, double feature_l2_mb) const {
+  // `cuda` is cuda_cores() of the GPU.
+  TileFeatures streaming_alternative(const Kernel& run, const Gpu& cuda, double feature_l2_mb) const {
     Kernel s = run;
     s.cls = KernelClass::reduce;
     s.op = "gemv";
     s.inputs = 1;
     s.rows = std::max<int64_t>(1, run.gemm.batch * run.gemm.n);
     s.cols = std::max<int64_t>(1, run.gemm.k);
-    // The CUDA cores' rates: no matrix unit (FP16 at the SIMT FP16 rate where there is one,
-    // every other dtype at the FP32 rate).
-    Gpu cuda = gpu;
-    cuda.tf32_gflops = cuda.fp16_gflops = cuda.bf16_gflops = cuda.fp8_gflops = cuda.int8_gops = 0;
-    cuda.fp32_matrix_gflops = 0;
     TileFeatures f = tile_features(UtilClass::elementwise, s, tile_kernel(s, cuda), cuda, feature_l2_mb);
     f.device_only = device_only();
     return f;
@@ -146,6 +169,7 @@ class NeusightPredictor final : public Predictor {
   ClassBatches roofline_and_features(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
                                      const Gpu& gpu, double feature_l2_mb, std::vector<Prediction>& out) const {
     ClassBatches b;
+    const Gpu cuda = cuda_cores(gpu);
     const bool device = o_.timing != Timing::eager;
     const double bw = gpu.mem_bw_gbps * 1e9;
     for (size_t i = 0; i < kernels.size(); ++i) {
@@ -174,10 +198,9 @@ class NeusightPredictor final : public Predictor {
       const ClassModel& cm = m_.classes[int(c)];
       if (cm.empty()) continue;
       // Precision (precision.h): the MLPs see the kernel as its math runs on this GPU.
-      const Kernel run = kernel_as_run(k, gpu);
-      const Tiling t = run.dtype == k.dtype ? tilings[i] : tile_kernel(run, gpu);
-      const Gpu as_run = gpu_as_run(run, t, gpu, o_.operand_port_weight, o_.matrix_fraction);
-      TileFeatures f = features(c, run, t, as_run, feature_l2_mb);
+      const auto [run, t] = as_run(k, tilings[i], gpu);
+      const Gpu run_gpu = gpu_as_run(run, t, gpu, o_.operand_port_weight, o_.matrix_fraction);
+      TileFeatures f = features(c, run, t, run_gpu, feature_l2_mb);
       if (!(f.base_ms > 0)) continue;
       // Device and kernel timing (precision.h): the kernel's device time alone, without the
       // dispatch its eager timing is bounded by.
@@ -193,9 +216,8 @@ class NeusightPredictor final : public Predictor {
       if (device) f.waves = std::numeric_limits<double>::infinity();
       b.members[int(c)].push_back(i);
       b.feats[int(c)].push_back(f);
-      if (!paper_ && c == UtilClass::gemm && has_matrix_units(gpu, run.dtype) && skinny(run, t) &&
-          !m_.classes[int(UtilClass::elementwise)].empty()) {
-        const TileFeatures s = streaming_alternative(run, gpu, feature_l2_mb);
+      if (may_stream(run, t, gpu)) {
+        const TileFeatures s = streaming_alternative(run, cuda, feature_l2_mb);
         if (s.base_ms > 0) {
           b.gemv_members.push_back(i);
           b.gemv_feats.push_back(s);

@@ -273,12 +273,12 @@ constexpr double kTensorExposedShare = 0.05;
 // `traffic` seconds of DRAM traffic. The shorter of math and traffic never hides completely
 // behind the longer: a small share of it (kTensorExposedShare) orders candidates that tie on
 // the longer, e.g. the padded math of a memory-bound decode GEMM's tiles. Data-parallel, the
-// busiest SM computes ceil(tiles / SMs) tiles. Stream-K (when `may_stream_k`; sets `stream_k`
-// where it is the faster): every SM gets tiles / SMs tiles' worth of k iterations, and at
+// busiest SM computes ceil(tiles / SMs) tiles. Stream-K (for an unsplit grid of a class with
+// tensor_stream_k; sets `stream_k` where it is the faster): every SM gets tiles / SMs tiles' worth of k iterations, and at
 // most one tile per SM is split between two of them, which costs one more tile's fixed cost
 // (the SM that finishes it waits for the other's FP32 partial, exchanged through L2).
 double tensor_grid_time(int64_t tiles, double t_compute, double traffic, const Gpu& gpu, const GemmClass& cls,
-                        bool may_stream_k, bool& stream_k) {
+                        bool unsplit, bool& stream_k) {
   auto grid = [&](double sm_tiles, double tile_costs) {
     const double math = sm_tiles * t_compute;
     return std::max(math, traffic) + kTensorExposedShare * std::min(math, traffic) +
@@ -287,7 +287,7 @@ double tensor_grid_time(int64_t tiles, double t_compute, double traffic, const G
   const double per_sm = double(ceil_div(tiles, gpu.num_sm));
   const double dp = grid(per_sm, per_sm);
   stream_k = false;
-  if (!may_stream_k || tiles <= gpu.num_sm || tiles % gpu.num_sm == 0) return dp;
+  if (!unsplit || !cls.tensor_stream_k || tiles <= gpu.num_sm || tiles % gpu.num_sm == 0) return dp;
   const double share = double(tiles) / gpu.num_sm;
   const double sk = grid(share, share + 1);
   stream_k = sk < dp;
@@ -395,7 +395,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
         const double rows = std::min(tm, double(s.m)), cols = std::min(tn, double(s.n));
         const double loaded = in_bytes * (rows + cols) * double(kper) * double(tiles);
         const double traffic = (operands_fit_l2 ? operands : std::max(operands, cost.dram_fraction * loaded)) / bw;
-        time = tensor_grid_time(tiles, t_compute, traffic, gpu, cls, split == 1 && cls.tensor_stream_k, stream_k);
+        time = tensor_grid_time(tiles, t_compute, traffic, gpu, cls, split == 1, stream_k);
       } else {
         const double waves = double(waves_for(tiles, static_cast<int64_t>(sm) * bps));
         const double t_memory = cost.dram_fraction * in_bytes * (tm + tn) * double(kper) / (bw / sm);
