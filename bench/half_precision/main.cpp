@@ -280,7 +280,15 @@ int main(int argc, char** argv) {
   for (const auto& e : std::filesystem::directory_iterator(hp + "vidur_fp16/a100"))
     if (e.path().extension() == ".csv") files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
+  // The one-to-16-token projections, for the weight-streaming law's refit (precision.h): the
+  // model's file, the kernel's stream time at the spec bandwidth (ms) and the measured time.
+  struct StreamRow {
+    size_t file;
+    double x, meas;
+  };
+  std::vector<StreamRow> stream_rows;
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    const std::string& f = files[fi];
     for (const auto& r : read_csv(f)) {
       const int64_t nh = int64_t(dnum(r, "n_head")), nkv = int64_t(dnum(r, "n_kv_head"));
       const int64_t d = int64_t(dnum(r, "n_embd")), ff = int64_t(dnum(r, "n_expanded_embd"));
@@ -290,6 +298,8 @@ int main(int argc, char** argv) {
       auto med = [&](const char* layer) { return dnum(r, std::string("time_stats.") + layer + ".median"); };
       auto push = [&](Kernel k, const char* layer, int launches = 1) {
         const double m = med(layer);
+        if (m > 0 && k.cls == KernelClass::gemm && T <= 16)
+          stream_rows.push_back({fi, k.bytes / (a100.mem_bw_gbps * 1e6), m});
         if (m > 0) items.push_back({std::move(k), m, layer, T, launches});
       };
       // Models without a post-attention norm (phi-2) run attention and MLP in parallel off
@@ -346,7 +356,7 @@ int main(int argc, char** argv) {
       if (layer.find("compute-bound") == std::string::npos) port_acc["A100 GEMMs"].merge(a);
     for (const auto& [bucket, a] : pt) port_acc["A100 " + bucket] = a;
   }
-  std::printf("\nVidur FP16 LLM layers on %s (never fitted): %zu timings (median of each), 8 models, tp 1-8\n",
+  std::printf("\nVidur FP16 LLM layers on %s (only the weight-streaming law is fitted on them, below): %zu\ntimings (median of each), 8 models, tp 1-8\n",
               a100.name.c_str(), items.size());
   std::printf("Kernel timing: Vidur keeps profiler kernel durations (the 1-token adds measure 2 us), precision.h.\n");
   std::printf("%-40s %5s %8s %8s %9s %10s %10s\n", "layer", "rows", "eager", "kernel", "roofline", "eager p/m",
@@ -429,7 +439,7 @@ int main(int argc, char** argv) {
     struct Set { std::string name, gpu_key; std::vector<std::string> fit; };
     const std::vector<Set> sets = {{"Tesla V100 DeepBench", "Tesla V100", {"Tesla T4"}},
                                    {"Tesla T4 DeepBench", "Tesla T4", {"Tesla V100"}},
-                                   {"A100 Vidur (unseen)", "", {"Tesla V100", "Tesla T4"}}};
+                                   {"A100 Vidur (note 1)", "", {"Tesla V100", "Tesla T4"}}};
     for (const Set& set : sets) {
       const double f = refit_on(set.fit);
       auto p = predictor_at(set.gpu_key.empty() ? Timing::kernel : Timing::device, f);
@@ -460,6 +470,58 @@ int main(int argc, char** argv) {
                   all.n, all.dmape(), all.dev_gmean_ratio(), all.rmape(), d.n, d.dmape(), d.dev_gmean_ratio());
     }
     std::printf("(P100: no tensor cores; its FP16 GEMMs run at the FP32 SIMT rate and use no fraction.)\n");
+    std::printf("(1: never in the fraction's fit; its one-to-16-token rows are the weight-streaming law's fit, below.)\n");
+  }
+  {
+    // The weight-streaming law (precision.h): time = stream / fraction + setup, fitted by least
+    // relative squares on the one-to-16-token projections; then each half of the models
+    // (alphabetical, first four / last four) predicted with the other half's fit.
+    struct Law {
+      double fraction = 0, setup_ms = 0;
+    };
+    auto fit = [&](auto keep) {
+      double uu = 0, uv = 0, vv = 0, u1 = 0, v1 = 0;
+      for (const StreamRow& r : stream_rows) {
+        if (!keep(r)) continue;
+        const double u = r.x / r.meas, v = 1 / r.meas;
+        uu += u * u, uv += u * v, vv += v * v, u1 += u, v1 += v;
+      }
+      const double det = uu * vv - uv * uv;
+      Law l;
+      if (!(std::fabs(det) > 0)) return l;
+      const double a = (u1 * vv - v1 * uv) / det, c = (uu * v1 - uv * u1) / det;
+      l.fraction = 1 / a;
+      l.setup_ms = c;
+      return l;
+    };
+    auto mape = [&](const Law& l, auto keep) {
+      double e = 0, lr = 0;
+      size_t n = 0;
+      for (const StreamRow& r : stream_rows) {
+        if (!keep(r)) continue;
+        const double pr = r.x / l.fraction + l.setup_ms;
+        e += std::fabs(pr - r.meas) / r.meas, lr += std::log(pr / r.meas), ++n;
+      }
+      return std::make_pair(n ? 100 * e / n : 0.0, n ? std::exp(lr / n) : 0.0);
+    };
+    auto all = [](const StreamRow&) { return true; };
+    const size_t half = files.size() / 2;
+    auto first = [&](const StreamRow& r) { return r.file < half; };
+    auto second = [&](const StreamRow& r) { return r.file >= half; };
+    const Law shipped{kWeightStreamDramFraction, kWeightStreamSetupUs * 1e-3}, refit = fit(all);
+    const auto [sm, sg] = mape(shipped, all);
+    std::printf("\nWeight-streaming law (precision.h, fraction %.2f of the DRAM bandwidth + %.1f us): refit on the\n"
+                "%zu one-to-16-token projections above: fraction %.3f, setup %.2f us; at the shipped constants\n"
+                "%.1f%% MAPE (%.2fx). Each half of the models with the other half's fit:",
+                kWeightStreamDramFraction, kWeightStreamSetupUs, stream_rows.size(), refit.fraction,
+                refit.setup_ms * 1e3, sm, sg);
+    for (int h = 0; h < 2; ++h) {
+      const Law l = h == 0 ? fit(second) : fit(first);
+      const auto [m, g] = h == 0 ? mape(l, first) : mape(l, second);
+      std::printf(" %s %.1f%% (%.2fx; fit %.3f, %.2f us)", h == 0 ? "first four" : "last four", m, g, l.fraction,
+                  l.setup_ms * 1e3);
+    }
+    std::printf("\n");
   }
   std::printf("\nBy token count (GEMMs: the four projections together):\n");
   for (const char* kind : {"GEMMs", "input_layernorm", "post_attention_layernorm", "mlp_act", "add", "attn_rope", "emb"})

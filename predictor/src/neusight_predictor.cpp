@@ -110,6 +110,7 @@ class NeusightPredictor final : public Predictor {
     // Skinny matrix-unit GEMMs and their weight-streaming alternative (streaming_alternative).
     std::vector<size_t> gemv_members;
     std::vector<TileFeatures> gemv_feats;
+    std::vector<double> gemv_law_ms;  // weight_stream_ms of each (precision.h)
   };
 
   // Skinny: the output's rows (or columns) fill at most a quarter of the tensor-core tile along
@@ -146,8 +147,10 @@ class NeusightPredictor final : public Predictor {
   // A skinny GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA
   // cores that streams its operands once (cuBLAS's gemv and its split-K kernels for a few rows;
   // vLLM's decode GEMMs). Its time is that of a reduction kernel over the same bytes, priced by
-  // the streaming networks (which learned the bandwidth large streaming kernels reach, the one
-  // thing such a kernel is bound by), its math at the dtype's CUDA-core rate. The library runs
+  // the streaming networks (the bandwidth large streaming kernels reach, the one thing such a
+  // kernel is bound by), its math at the dtype's CUDA-core rate, and never below the
+  // weight-streaming law (precision.h: these kernels reach less of the bandwidth than an
+  // elementwise stream, and pay a split-K reduction). The library runs
   // whichever is faster: for a few tokens the stream (the tiled kernel's MMAs are mostly
   // padding and its grid leaves SMs idle). The GEMM networks never saw a GEMM of so few rows
   // (no FP32 training row has fewer than 4), so they cannot say which.
@@ -221,6 +224,7 @@ class NeusightPredictor final : public Predictor {
         if (s.base_ms > 0) {
           b.gemv_members.push_back(i);
           b.gemv_feats.push_back(s);
+          b.gemv_law_ms.push_back(weight_stream_ms(run, gpu, math_peak_gflops(run, cuda)));
         }
       }
     }
@@ -257,8 +261,11 @@ class NeusightPredictor final : public Predictor {
     const std::vector<double> lat = predict_latency_ms(ew, b.gemv_feats, &extra, &own_sd);
     for (size_t j = 0; j < b.gemv_members.size(); ++j) {
       Prediction& p = out[b.gemv_members[j]];
-      const double l =
-          std::max(p.roofline_ms, device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j]);
+      // The streaming networks know what a stream of these bytes costs where the data came
+      // from (eager: with the dispatch); the weight-streaming law (precision.h) what the
+      // libraries' GEMV and split-K kernels reach, below an elementwise stream's bandwidth.
+      const double net = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
+      const double l = std::max({p.roofline_ms, net, b.gemv_law_ms[j]});
       if (!(l < p.latency_ms)) continue;
       p.latency_ms = l;
       p.utilization = p.roofline_ms / l;

@@ -379,3 +379,24 @@ TEST_CASE("precision: FP32 SIMT GEMMs run at the clock the board power holds and
   CHECK(process_energy_scale(7) < process_energy_scale(12));
   CHECK(process_energy_scale(16) == 1.0);
 }
+
+TEST_CASE("precision: the weight-streaming law streams at its fraction of the bandwidth plus its setup") {
+  const Gpu a100 = GpuDatabase::builtin().resolve("a100-sxm-80gb");
+  const Kernel k = kernel_from_dataset(
+      "linear", {{"B", "1"}, {"M", "1"}, {"N", "4096"}, {"K", "11008"}, {"dtype", "fp16"}});
+  const double stream_ms = k.bytes / (kWeightStreamDramFraction * a100.mem_bw_gbps * 1e6);
+  CHECK(weight_stream_ms(k, a100, a100.fp32_gflops) == doctest::Approx(stream_ms + kWeightStreamSetupUs * 1e-3));
+  // Faster memory streams faster; without CUDA-core math the stream alone counts.
+  Gpu fast = a100;
+  fast.mem_bw_gbps *= 2;
+  CHECK(weight_stream_ms(k, fast, a100.fp32_gflops) < weight_stream_ms(k, a100, a100.fp32_gflops));
+  CHECK(weight_stream_ms(k, a100, 0) == weight_stream_ms(k, a100, a100.fp32_gflops));
+  // Many rows make it bound by the CUDA cores' math.
+  const Kernel wide = kernel_from_dataset(
+      "linear", {{"B", "1"}, {"M", "512"}, {"N", "4096"}, {"K", "11008"}, {"dtype", "fp16"}});
+  CHECK(weight_stream_ms(wide, a100, a100.fp32_gflops) ==
+        doctest::Approx(wide.flops / (a100.fp32_gflops * 1e6) + kWeightStreamSetupUs * 1e-3));
+  Gpu none = a100;
+  none.mem_bw_gbps = 0;
+  CHECK(weight_stream_ms(k, none, a100.fp32_gflops) == 0);
+}

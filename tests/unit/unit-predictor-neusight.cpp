@@ -513,7 +513,7 @@ TEST_CASE("predictor: a stream-K grid's base time is its SMs' even share of the 
 TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the DRAM bound") {
   // One token through Llama-3-8B's projections in FP16 (kernel timing): the library runs them
   // as weight streams (GEMV or split-K), bounded by the weights over the DRAM bandwidth and
-  // measured by Vidur on the A100 at 0.67-0.83 of it. The tiled path alone prices them at
+  // measured by Vidur on the A100 at 0.67-0.83 of it (Llama-2-7B's: 0.61-0.81). The tiled path alone prices them at
   // 0.3-0.9 (64x64 tiles, one row of them real, a grid that leaves SMs idle).
   PrecisionOptions o;
   o.timing = Timing::kernel;
@@ -531,7 +531,10 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
       const Prediction r = p->predict({kr}, {tile_kernel(kr, g)}, g)[0];
       const double bound_ms = 2.0 * n * k / (g.mem_bw_gbps * 1e9) * 1e3;
       CHECK(r.latency_ms >= bound_ms);
-      CHECK(r.latency_ms <= 1.5 * bound_ms);
+      // At most the weight-streaming law (precision.h; the tiled path when that is faster).
+      const double law_ms = weight_stream_ms(kr, g, g.fp32_gflops);
+      CHECK(law_ms <= 2 * bound_ms);
+      CHECK(r.latency_ms <= law_ms * (1 + 1e-9));
       streamed += r.streamed;
     }
     CHECK(streamed > 0);

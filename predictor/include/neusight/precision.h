@@ -60,6 +60,26 @@ constexpr double kDeviceKernelFloorMs = 0.002;
 // A100 and newer are unseen).
 constexpr double kMatrixSustainedFraction = 0.753;
 
+// A weight-streaming GEMM (the GEMV and split-K kernels libraries run for a few rows: an LLM's
+// decode projections) as a fraction of the spec-sheet DRAM bandwidth, and its fixed time (the
+// split-K partials' reduction, a second launch, and the ramp of one pass over the weights):
+//   time = max(bytes / (kWeightStreamDramFraction x bandwidth), FLOPs / CUDA-core peak)
+//          + kWeightStreamSetupUs.
+// Fitted (least relative squares, bench/half_precision prints the refit) on the one-to-16-token
+// FP16 projections of 8 LLMs at tensor parallelism 1-8 in Vidur's A100 SXM4 80GB profiles (580
+// rows, 4-940 MB of weights; 4.2% MAPE there), and the fit on the first four models (by name)
+// predicts the last four at 5.0%, and the reverse at 3.7%. Those rows are then the fit, not a
+// validation. No GPU of
+// the FP32 training data has such kernels (cuBLAS runs their skinny FP32 GEMMs as tiled sgemm),
+// and DeepBench's 2017 FP16 GEMVs (V100, T4) run a slower library; the law assumes every
+// GPU's library streams weights as the A100's does. Its two numbers are shared by all GPUs
+// through their spec bandwidth: faster memory streams faster.
+constexpr double kWeightStreamDramFraction = 0.78;
+constexpr double kWeightStreamSetupUs = 4.6;
+// The law above for a GEMM (its bytes and FLOPs) on `gpu`; `cuda_gflops` is the peak of the
+// CUDA cores at the GEMM's dtype. Milliseconds; 0 without a bandwidth.
+double weight_stream_ms(const Kernel& k, const Gpu& gpu, double cuda_gflops);
+
 struct PrecisionOptions {
   Timing timing = Timing::eager;
   // Per-kernel fixed cost in device timing (bench/half_precision prints its sensitivity).
