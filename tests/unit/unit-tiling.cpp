@@ -97,6 +97,7 @@ TEST_CASE("tiling: GEMM grid arithmetic holds on every GPU and precision") {
                            : dt == DType::bf16 ? g.bf16_gflops > simt
                            : dt == DType::tf32 ? g.peak_gflops(dt) > simt
                            : dt == DType::f8e4m3fn ? g.fp8_gflops > simt || g.fp16_gflops > simt
+                           : dt == DType::f32      ? g.fp32_matrix_gflops > g.fp32_gflops  // AMD CDNA's FP32 MFMA
                                                    : false;
         const bool tensor = units && !TileTable::builtin().gemm_class(g.arch).tensor.empty();
         CHECK(c.tensor_core == tensor);
@@ -113,6 +114,11 @@ TEST_CASE("tiling: half precision without matrix units for it tiles like FP32") 
   CHECK_FALSE(tc("t4", DType::bf16));
   CHECK_FALSE(tc("p100", DType::f16));   // 2x FP16 SIMT rate, no tensor cores
   CHECK(tc("a100", DType::bf16));
+  // FP32 runs on matrix units where the GPU has them for FP32 (CDNA's MFMA), else SIMT.
+  CHECK(tc("mi100", DType::f32));
+  CHECK(tc("mi250", DType::f32));
+  CHECK_FALSE(tc("a100", DType::f32));
+  CHECK_FALSE(tc("h100", DType::f32));
   // The same tile as the FP32 GEMM of the shape.
   const Tiling a = tile_kernel(gemm_kernel(1, 4096, 4096, 4096, DType::bf16), db.resolve("t4"));
   const Tiling b = tile_kernel(gemm_kernel(1, 4096, 4096, 4096, DType::f32), db.resolve("t4"));

@@ -27,6 +27,8 @@ bool uses_tensor_cores(DType t, const Gpu& gpu) {
     case DType::tf32:
       return (has_matrix_units(gpu, DType::tf32) || has_matrix_units(gpu, DType::f32)) && gpu.peak_gflops(t) > simt;
     case DType::i8: case DType::u8: return faster(t, gpu.int8_gops, 4);
+    // FP32 on matrix units (AMD CDNA's FP32 MFMA, which rocBLAS runs FP32 GEMMs on).
+    case DType::f32: case DType::undefined: return has_matrix_units(gpu, DType::f32);
     default:
       return dtype_bits(t) == 8 && (faster(t, gpu.fp8_gflops, 1) || faster(DType::f16, gpu.fp16_gflops, 1));
   }
