@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <limits>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -133,6 +135,7 @@ struct Residual {
   UtilClass cls;
   std::string device;
   double abs_log_err, own_sd;
+  double roofline_ms = 0, waves = 0;
 };
 
 std::vector<Residual> logo_residuals(const std::string& shared, const std::vector<DatasetRow>& test_rows) {
@@ -152,7 +155,8 @@ std::vector<Residual> logo_residuals(const std::string& shared, const std::vecto
     const auto pred = p->predict(ks, ts, g);
     for (size_t i = 0; i < rows.size(); ++i) {
       const double own = std::log(pred[i].latency_high_ms / pred[i].latency_ms) / kIntervalZ;
-      out.push_back({util_class_of_row(rows[i]), dev, std::fabs(std::log(rows[i].latency_ms / pred[i].latency_ms)), own});
+      out.push_back({util_class_of_row(rows[i]), dev, std::fabs(std::log(rows[i].latency_ms / pred[i].latency_ms)), own,
+                     pred[i].roofline_ms, double(ts[i].waves)});
     }
   }
   return out;
@@ -170,6 +174,11 @@ double coverage(const std::vector<const Residual*>& rs, double sd) {
   for (const auto& [d, b] : by) sum += b.first / b.second;
   return by.empty() ? 0 : sum / double(by.size());
 }
+
+// Edges (ms of roofline time) of the bands the interval's spread is calibrated on, and the
+// fewest rows a band needs.
+constexpr double kIntervalBandEdgesMs[] = {0.01, 0.03, 0.1, 0.3, 1, 3};
+constexpr size_t kIntervalBandMinRows = 50;
 
 // --calibrate WEIGHTS_DIR: sets each class's interval_log_sd in WEIGHTS_DIR/weights.json so
 // that the 80% interval covers 80% of the leave-one-GPU-out rows (GPUs weighted equally).
@@ -191,6 +200,60 @@ int calibrate(const std::string& shared, const std::string& dir, const std::vect
     m.classes[c].interval_log_sd = hi;
     std::printf("interval_log_sd %-12s %.4f (%zu leave-one-GPU-out rows, coverage %.3f)\n", util_class_name(UtilClass(c)), hi,
                 rs.size(), coverage(rs, hi));
+    // The same per band of roofline times (kIntervalBandEdgesMs), each band's centre the
+    // median roofline time of its rows; bands of fewer than kIntervalBandMinRows rows are left
+    // to the interpolation between their neighbours.
+    ClassModel& cm = m.classes[c];
+    cm.interval_roofline_ms.clear();
+    cm.interval_log_sd_by_roofline.clear();
+    for (size_t band = 0; band <= std::size(kIntervalBandEdgesMs); ++band) {
+      const double lo_ms = band == 0 ? 0 : kIntervalBandEdgesMs[band - 1];
+      const double hi_ms = band == std::size(kIntervalBandEdgesMs) ? std::numeric_limits<double>::infinity()
+                                                                 : kIntervalBandEdgesMs[band];
+      std::vector<const Residual*> b;
+      std::vector<double> t;
+      for (const Residual* r : rs)
+        if (r->roofline_ms >= lo_ms && r->roofline_ms < hi_ms) {
+          b.push_back(r);
+          t.push_back(r->roofline_ms);
+        }
+      if (b.size() < kIntervalBandMinRows) continue;
+      std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
+      double l = 0, h = 3;
+      if (coverage(b, 0) >= 0.8) h = 0;
+      for (int it = 0; it < 60 && h > 0; ++it) {
+        const double mid = 0.5 * (l + h);
+        (coverage(b, mid) >= 0.8 ? h : l) = mid;
+      }
+      cm.interval_roofline_ms.push_back(t[t.size() / 2]);
+      cm.interval_log_sd_by_roofline.push_back(h);
+    }
+    // Coverage of the interpolated bands, each GPU weighted equally, at `scale` times the bands'
+    // spreads; the bands are then scaled together so that it is 80% (the interpolation between
+    // band centres moves some rows' spread away from their band's).
+    auto band_coverage = [&](double scale) {
+      std::map<std::string, std::pair<double, double>> by;
+      for (const Residual* r : rs) {
+        auto& cnt = by[r->device];
+        const double sd = scale * interval_log_sd_at(cm, r->roofline_ms);
+        cnt.first += r->abs_log_err <= kIntervalZ * std::hypot(sd, r->own_sd);
+        cnt.second += 1;
+      }
+      double cov = 0;
+      for (const auto& [d, cnt] : by) cov += cnt.first / cnt.second / double(by.size());
+      return cov;
+    };
+    double slo = 0, shi = 4;
+    for (int it = 0; it < 60; ++it) {
+      const double mid = 0.5 * (slo + shi);
+      (band_coverage(mid) >= 0.8 ? shi : slo) = mid;
+    }
+    for (double& v : cm.interval_log_sd_by_roofline) v *= shi;
+    const double cov = band_coverage(1);
+    std::printf("  by roofline time (ms: spread):");
+    for (size_t k = 0; k < cm.interval_roofline_ms.size(); ++k)
+      std::printf(" %.3g: %.3f", cm.interval_roofline_ms[k], cm.interval_log_sd_by_roofline[k]);
+    std::printf(" (coverage %.3f)\n", cov);
   }
   save_model_set(m, dir);
   return 0;
@@ -248,12 +311,11 @@ void logo_section(const std::string& shared, const std::vector<DatasetRow>& test
   for (const auto& dev : gpus) {
     std::printf("  %-10s", dev.substr(dev.find(' ') + 1, 10).c_str());
     for (int c = 0; c < kNumUtilClasses; ++c) {
-      const double sd = shipped.classes[c].interval_log_sd;
       std::vector<double> width;
       size_t inside = 0;
       for (const auto& r : res) {
         if (r.device != dev || int(r.cls) != c) continue;
-        const double s = std::hypot(sd, r.own_sd);
+        const double s = std::hypot(interval_log_sd_at(shipped.classes[c], r.roofline_ms), r.own_sd);
         inside += r.abs_log_err <= kIntervalZ * s ? 1 : 0;
         width.push_back(std::exp(2 * kIntervalZ * s));
       }

@@ -311,6 +311,17 @@ double paper_law_latency_ms(double floor, const TileFeatures& f, const double* o
   return f.base_ms / (floor + (1 - floor) * s1 * (1 - s2 / f.waves));
 }
 
+double interval_log_sd_at(const ClassModel& m, double roofline_ms) {
+  const std::vector<double>& x = m.interval_roofline_ms;
+  const std::vector<double>& y = m.interval_log_sd_by_roofline;
+  if (x.empty() || x.size() != y.size()) return m.interval_log_sd;
+  if (!(roofline_ms > x.front())) return y.front();
+  if (roofline_ms >= x.back()) return y.back();
+  const size_t i = size_t(std::upper_bound(x.begin(), x.end(), roofline_ms) - x.begin());
+  const double t = std::log(roofline_ms / x[i - 1]) / std::log(x[i] / x[i - 1]);
+  return y[i - 1] + t * (y[i] - y[i - 1]);
+}
+
 std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
                                        std::vector<char>* extrapolated, std::vector<double>* log_sd) {
   const size_t n = f.size();

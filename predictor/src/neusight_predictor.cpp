@@ -238,13 +238,12 @@ class NeusightPredictor final : public Predictor {
       std::vector<char> extra;
       std::vector<double> own_sd;
       const std::vector<double> lat = predict_latency_ms(m_.classes[c], b.feats[c], &extra, &own_sd);
-      const double class_sd = m_.classes[c].interval_log_sd;
       // The law (neusight_model.h) bounds a kernel by the dispatch (eager timing) or gives its
       // device time alone (device and kernel timing), which the launch-to-completion floor
       // bounds as the dispatch bounds eager timings.
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
-        sd[b.members[c][j]] = std::hypot(class_sd, own_sd[j]);
+        sd[b.members[c][j]] = std::hypot(interval_log_sd_at(m_.classes[c], p.roofline_ms), own_sd[j]);
         const double l = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
         // Never faster than the roofline (nor, eager, than a latency-limited kernel's
         // memory-parallelism time, set above).
@@ -271,7 +270,7 @@ class NeusightPredictor final : public Predictor {
       p.utilization = p.roofline_ms / l;
       p.extrapolated = extra[j] != 0;
       p.streamed = true;
-      sd[b.gemv_members[j]] = std::hypot(ew.interval_log_sd, own_sd[j]);
+      sd[b.gemv_members[j]] = std::hypot(interval_log_sd_at(ew, p.roofline_ms), own_sd[j]);
     }
   }
 

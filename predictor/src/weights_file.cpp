@@ -66,6 +66,10 @@ void save_model_set(const ModelSet& m, const std::string& dir) {
     json cj;
     cj["floor"] = c.floor;
     if (c.interval_log_sd > 0) cj["interval_log_sd"] = c.interval_log_sd;
+    if (!c.interval_roofline_ms.empty()) {
+      cj["interval_roofline_ms"] = c.interval_roofline_ms;
+      cj["interval_log_sd_by_roofline"] = c.interval_log_sd_by_roofline;
+    }
     cj["features"] = feature_names(c.cls, c.formulation);
     json nets = json::array();
     for (const UtilNet& n : c.nets) {
@@ -439,6 +443,17 @@ ModelSet load_model_set(const std::string& dir) {
       if (!cj) continue;
       cm.floor = cj->at("floor").as_number("floor");
       if (const JNode* sd = cj->find("interval_log_sd")) cm.interval_log_sd = sd->as_number("interval_log_sd");
+      if (const JNode* r = cj->find("interval_roofline_ms")) {
+        cm.interval_roofline_ms = r->as_numbers("interval_roofline_ms");
+        cm.interval_log_sd_by_roofline = cj->at("interval_log_sd_by_roofline").as_numbers("interval_log_sd_by_roofline");
+        const auto& x = cm.interval_roofline_ms;
+        bool ok = x.size() == cm.interval_log_sd_by_roofline.size();
+        for (size_t i = 0; ok && i < x.size(); ++i) ok = x[i] > 0 && (i == 0 || x[i] > x[i - 1]);
+        for (double v : cm.interval_log_sd_by_roofline) ok = ok && v >= 0 && std::isfinite(v);
+        if (!ok)
+          throw RuntimeError(std::string("interval bands of class ") + util_class_name(c) +
+                             ": roofline times must be positive and ascending, one non-negative spread each");
+      }
       if (cj->at("features").as_strings("features") != feature_names(c, form))
         throw RuntimeError(std::string("features of class ") + util_class_name(c) + " differ from this build's");
       const size_t d = feature_names(c, form).size();

@@ -3,6 +3,8 @@
 #include <unistd.h>
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -63,6 +65,9 @@ bool same(const ModelSet& a, const ModelSet& b) {
   for (int c = 0; c < kNumUtilClasses; ++c) {
     const ClassModel &x = a.classes[c], &y = b.classes[c];
     if (x.floor != y.floor || x.nets.size() != y.nets.size()) return false;
+    if (x.interval_log_sd != y.interval_log_sd || x.interval_roofline_ms != y.interval_roofline_ms ||
+        x.interval_log_sd_by_roofline != y.interval_log_sd_by_roofline)
+      return false;
     for (size_t n = 0; n < x.nets.size(); ++n) {
       const UtilNet &p = x.nets[n], &q = y.nets[n];
       if (p.lo != q.lo || p.hi != q.hi || p.mean != q.mean || p.scale != q.scale) return false;
@@ -214,4 +219,47 @@ TEST_CASE("weights file: every truncation and corruption is a RuntimeError namin
     k["classes"]["gemm"]["nets"][0]["lo"] = packed;
     CHECK_MESSAGE(fails_cleanly(k.dump()), packed);
   }
+}
+
+TEST_CASE("weights file: the interval's spread by roofline time is read, interpolated and checked") {
+  const std::string dir = test::source_dir() + "/predictor/weights";
+  const ModelSet m = load_model_set(dir);
+  const ClassModel& g = m.classes[int(UtilClass::gemm)];
+  REQUIRE(g.interval_roofline_ms.size() >= 2);
+  REQUIRE(g.interval_roofline_ms.size() == g.interval_log_sd_by_roofline.size());
+  // At the band centres the bands' values, between them in between, beyond them the ends'.
+  const auto& x = g.interval_roofline_ms;
+  const auto& y = g.interval_log_sd_by_roofline;
+  CHECK(interval_log_sd_at(g, x[0]) == doctest::Approx(y[0]));
+  CHECK(interval_log_sd_at(g, x[1]) == doctest::Approx(y[1]));
+  CHECK(interval_log_sd_at(g, x[0] / 100) == y.front());
+  CHECK(interval_log_sd_at(g, x.back() * 100) == y.back());
+  const double mid = interval_log_sd_at(g, std::sqrt(x[0] * x[1]));
+  CHECK(mid == doctest::Approx(0.5 * (y[0] + y[1])));
+  // Without bands: the class's single spread.
+  ClassModel plain = g;
+  plain.interval_roofline_ms.clear();
+  plain.interval_log_sd_by_roofline.clear();
+  CHECK(interval_log_sd_at(plain, 1.0) == g.interval_log_sd);
+  // Bands out of order, of another length or negative are refused in one line.
+  nlohmann::json j = nlohmann::json::parse(read_text(dir + "/weights.json"));
+  TempDir t("neusight-unit-weights-bands");
+  auto error = [&](const nlohmann::json& body) {
+    t.write(body.dump());
+    try {
+      (void)load_model_set(t.path.string());
+    } catch (const RuntimeError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  nlohmann::json bad = j;
+  bad["classes"]["gemm"]["interval_roofline_ms"] = {0.1, 0.01};
+  bad["classes"]["gemm"]["interval_log_sd_by_roofline"] = {0.2, 0.3};
+  CHECK(error(bad).find("interval bands of class gemm") != std::string::npos);
+  bad["classes"]["gemm"]["interval_roofline_ms"] = {0.01, 0.1, 1.0};
+  CHECK(error(bad).find("interval bands of class gemm") != std::string::npos);
+  bad["classes"]["gemm"]["interval_log_sd_by_roofline"] = {0.2, -0.3, 0.1};
+  CHECK(error(bad).find("interval bands of class gemm") != std::string::npos);
+  CHECK(error(bad).find('\n') == std::string::npos);
 }

@@ -93,6 +93,11 @@ struct ClassModel {
   // --calibrate) so that kIntervalZ x sqrt(this^2 + ensemble^2) covers 80% of the measured
   // latencies. 0 when not calibrated (the ensemble's spread alone).
   double interval_log_sd = 0;
+  // The same spread by the kernel's roofline time (calibrated the same way on the rows of each
+  // band of roofline times): `interval_roofline_ms` ascending (each band's geometric centre),
+  // `interval_log_sd_by_roofline` the spread there. Short kernels carry the launch and dispatch
+  // jitter; long ones only the rates. Empty: interval_log_sd for every kernel.
+  std::vector<double> interval_roofline_ms, interval_log_sd_by_roofline;
   Formulation formulation = Formulation::neusight;  // paper: no fixed cost, inputs not clamped
   std::vector<UtilNet> nets;    // ensemble: latencies combined by geometric mean
   bool empty() const { return nets.empty(); }
@@ -129,6 +134,11 @@ double paper_law_latency_ms(double floor, const TileFeatures& f, const double* o
 // (when given) is the prediction's own uncertainty in natural-log units: the ensemble
 // members' spread and, for inputs outside the training range, kOutOfRangeLogSd per training
 // standard deviation they lie beyond it.
+// The class spread (interval_log_sd units) for a kernel of roofline time `roofline_ms`: linear
+// in log(roofline time) between the calibrated bands' centres, the end bands' values beyond
+// them; interval_log_sd without bands.
+double interval_log_sd_at(const ClassModel& m, double roofline_ms);
+
 std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
                                        std::vector<char>* extrapolated = nullptr, std::vector<double>* log_sd = nullptr);
 
