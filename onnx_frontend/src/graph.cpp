@@ -66,6 +66,13 @@ std::optional<DType> parse_dtype(const std::string& s_in) {
       {"uint16", DType::u16},   {"int32", DType::i32},    {"uint32", DType::u32},
       {"int64", DType::i64},    {"uint64", DType::u64},   {"bool", DType::boolean},
       {"int4", DType::i4},      {"uint4", DType::u4},
+      // The names of XLA (f32, f8e4m3fn), PyTorch (float8_e4m3fn) and ONNX (FLOAT8E4M3FN).
+      {"f32", DType::f32},      {"f16", DType::f16},      {"f64", DType::f64},
+      {"f8e4m3fn", DType::f8e4m3fn},   {"float8e4m3fn", DType::f8e4m3fn},   {"float8_e4m3fn", DType::f8e4m3fn},
+      {"f8e4m3fnuz", DType::f8e4m3fnuz}, {"float8e4m3fnuz", DType::f8e4m3fnuz}, {"float8_e4m3fnuz", DType::f8e4m3fnuz},
+      {"f8e5m2", DType::f8e5m2},       {"float8e5m2", DType::f8e5m2},       {"float8_e5m2", DType::f8e5m2},
+      {"f8e5m2fnuz", DType::f8e5m2fnuz}, {"float8e5m2fnuz", DType::f8e5m2fnuz}, {"float8_e5m2fnuz", DType::f8e5m2fnuz},
+      {"s8", DType::i8},        {"u8", DType::u8},
   };
   for (const auto& [name, t] : table)
     if (s == name) return t;

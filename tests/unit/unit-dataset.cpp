@@ -54,3 +54,20 @@ TEST_CASE("dataset: malformed rows given as fields are input errors naming the r
                        "rows[1]: expected 3 fields, got 1", InputError);
   CHECK_THROWS_WITH_AS(dataset_from_rows({"Op"}, {}, "rows"), "rows: no OPName column", InputError);
 }
+
+TEST_CASE("dataset: dtype names of XLA, PyTorch and ONNX as well as the short ones") {
+  const std::pair<const char*, DType> names[] = {
+      {"f32", DType::f32},           {"fp32", DType::f32},          {"bf16", DType::bf16},
+      {"f16", DType::f16},           {"float16", DType::f16},       {"tf32", DType::tf32},
+      {"f8e4m3fn", DType::f8e4m3fn}, {"float8_e4m3fn", DType::f8e4m3fn}, {"FLOAT8E4M3FN", DType::f8e4m3fn},
+      {"fp8", DType::f8e4m3fn},      {"f8e5m2", DType::f8e5m2},     {"float8_e5m2", DType::f8e5m2}};
+  for (const auto& [name, t] : names) {
+    CAPTURE(name);
+    REQUIRE(parse_dtype(name).has_value());
+    CHECK(*parse_dtype(name) == t);
+    const Kernel k = kernel_from_dataset("linear", {{"B", "1"}, {"M", "256"}, {"N", "256"}, {"K", "256"}, {"dtype", name}});
+    CHECK(k.dtype == t);
+  }
+  CHECK_FALSE(parse_dtype("f7").has_value());
+  CHECK_THROWS_AS(kernel_from_dataset("linear", {{"B", "1"}, {"M", "2"}, {"N", "2"}, {"K", "2"}, {"dtype", "s8"}}), InputError);
+}
