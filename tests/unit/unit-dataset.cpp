@@ -61,7 +61,9 @@ TEST_CASE("dataset: dtype names of XLA, PyTorch and ONNX as well as the short on
       {"f16", DType::f16},           {"float16", DType::f16},       {"tf32", DType::tf32},
       {"f8e4m3fn", DType::f8e4m3fn}, {"float8_e4m3fn", DType::f8e4m3fn}, {"FLOAT8E4M3FN", DType::f8e4m3fn},
       {"fp8", DType::f8e4m3fn},      {"f8e5m2", DType::f8e5m2},     {"float8_e5m2", DType::f8e5m2}};
-  for (const auto& [name, t] : names) {
+  for (const auto& entry : names) {
+    const char* name = entry.first;
+    const DType t = entry.second;
     CAPTURE(name);
     REQUIRE(parse_dtype(name).has_value());
     CHECK(*parse_dtype(name) == t);
