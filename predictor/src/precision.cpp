@@ -142,8 +142,12 @@ double power_clock_fraction(const Gpu& gpu) {
 }
 
 double simt_sustained_fraction(const Gpu& gpu) {
-  const bool issue_bound = gpu.vendor == "nvidia" && gpu.fp32_cores_per_sm > 64;
-  return (issue_bound ? kSimtFfmaIssueShare : 1.0) * power_clock_fraction(gpu);
+  if (gpu.vendor != "nvidia") return power_clock_fraction(gpu);
+  const bool issue_bound = gpu.fp32_cores_per_sm > 64;
+  const double smem = gpu.fp32_cores_per_sm > 0
+                          ? kSharedMemoryBytesPerClock / (double(gpu.fp32_cores_per_sm) * kSimtSmemBytesPerFfma)
+                          : 1.0;
+  return std::min({1.0, issue_bound ? kSimtFfmaIssueShare : 1.0, smem}) * power_clock_fraction(gpu);
 }
 
 double global_memory_latency_ms(const Gpu& gpu) {

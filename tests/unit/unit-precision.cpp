@@ -349,7 +349,7 @@ TEST_CASE("precision: two-pass row kernels add their block reduction and a cache
   CHECK_FALSE(ThreadAccess{}.cached_pass_weight);
 }
 
-TEST_CASE("precision: FP32 SIMT GEMMs run at the clock the board power holds and the issue rate allows") {
+TEST_CASE("precision: FP32 SIMT GEMMs run at the clock the board power holds and the issue and shared-memory rates allow") {
   const GpuDatabase& db = GpuDatabase::builtin();
   // The 70-75 W cards of the training data: about 0.55 of their boost clock under dense FFMA.
   CHECK(power_clock_fraction(db.resolve("t4")) ==
@@ -364,9 +364,17 @@ TEST_CASE("precision: FP32 SIMT GEMMs run at the clock the board power holds and
   CHECK(power_clock_fraction(db.resolve("mi300x")) > 0.95);
   // A 72 W card with 7,424 lanes at 2.04 GHz on a 4 nm node does not.
   CHECK(power_clock_fraction(db.resolve("l4")) < 0.6);
-  // Issue-bound SMs (32 FP32 lanes per partition) lose the FFMA slots the main loop's loads take.
-  CHECK(simt_sustained_fraction(db.resolve("h100")) == doctest::Approx(kSimtFfmaIssueShare));
+  // 128-lane SMs lose the FFMA slots the main loop's loads take, and their FFMAs need more
+  // shared-memory bandwidth than the port delivers: the scarcer bounds (128 / 144 B per clock).
+  const double smem_share = kSharedMemoryBytesPerClock / (128 * kSimtSmemBytesPerFfma);
+  CHECK(smem_share == doctest::Approx(128.0 / 144.0));
+  CHECK(smem_share < kSimtFfmaIssueShare);
+  CHECK(simt_sustained_fraction(db.resolve("h100")) == doctest::Approx(smem_share));
+  // 64-lane SMs need 72 B per clock: neither bounds them.
   CHECK(simt_sustained_fraction(db.resolve("a100-40gb")) == 1.0);
+  CHECK(simt_sustained_fraction(db.resolve("v100")) == doctest::Approx(power_clock_fraction(db.resolve("v100"))));
+  // A power-limited 128-lane card: both.
+  CHECK(simt_sustained_fraction(db.resolve("l4")) == doctest::Approx(smem_share * power_clock_fraction(db.resolve("l4"))));
   // Unknown power (a device JSON without TDP): no limit; more power never lowers the clock.
   Gpu g = db.resolve("l4");
   const double f = power_clock_fraction(g);

@@ -110,6 +110,15 @@ struct PrecisionOptions {
 // per partition (NVIDIA, 4 partitions per SM).
 constexpr double kSimtFfmaIssueShare = 64.0 / 69.0;
 //
+// Shared memory: the same main loop reads its A and B fragments from shared memory, 4 LDS.128
+// (64 B) per thread per k step for 64 FFMA, and stages half an STS.128 (8 B) of the next tile:
+// kSimtSmemBytesPerFfma per lane and FFMA. Shared memory delivers kSharedMemoryBytesPerClock
+// (128 B) per SM per clock on every NVIDIA GPU since Volta. 64 lanes need 72 B per clock at the
+// FP32 peak; 128 lanes need 144 B, so the FFMAs run at most at 128 / 144 = 0.89 of the peak
+// there. Issue slots and the shared-memory port are separate resources: the scarcer one bounds
+// the rate (NVIDIA only, as the issue share).
+constexpr double kSimtSmemBytesPerFfma = (4 * 16.0 + 0.5 * 16.0) / 64.0;
+//
 // Power: a board that cannot feed all its FP32 lanes at the boost clock under dense FFMA
 // lowers the clock. Dynamic power is energy per operation times the rate, so the input is the
 // board's energy per FP32 lane-cycle at the boost clock, E = W / (lanes x boost clock), and
@@ -129,7 +138,8 @@ constexpr double kSimtBoostJoulesPerLaneCycle16nm = 37.5e-12;
 // N7 -> N5 30%, N5 -> N3 about 25%; TSMC 12FFN is a 16FF+ derivative; N6 is N7-class; 4N/4NP
 // N5-class; Samsung 8N between 10 and 16 nm (0.6). 1 for nodes of 12 nm and above, or unknown.
 double process_energy_scale(double process_nm);
-// kSimtFfmaIssueShare (where it applies) x the power-limited clock fraction (1 when the
+// min(kSimtFfmaIssueShare, the shared-memory share) (where they apply) x the power-limited
+// clock fraction (1 when the
 // board power or node is unknown). In (0, 1]. Never depends on the FP32 peak itself, so a
 // higher peak always predicts faster.
 double simt_sustained_fraction(const Gpu& gpu);
