@@ -155,8 +155,7 @@ double Gpu::peak_gflops(DType compute) const {
 }
 
 double Gpu::gemm_peak_gflops(DType compute) const {
-  if ((compute == DType::f32 || compute == DType::undefined) && fp32_matrix_gflops > fp32_gflops)
-    return fp32_matrix_gflops;
+  if ((compute == DType::f32 || compute == DType::undefined) && fp32_matrix_gflops > 0) return fp32_matrix_gflops;
   return peak_gflops(compute);
 }
 
@@ -168,7 +167,7 @@ bool has_matrix_units(const Gpu& gpu, DType dtype) {
     case DType::bf16: return gpu.bf16_gflops > 0;
     case DType::i8: case DType::u8: return gpu.int8_gops > 0;
     case DType::u4: case DType::i4: return gpu.fp16_gflops > 0;
-    case DType::f32: case DType::undefined: return gpu.fp32_matrix_gflops > gpu.fp32_gflops;
+    case DType::f32: case DType::undefined: return gpu.fp32_matrix_gflops > 0;
     default: return is_fp8(dtype) && gpu.fp8_gflops > 0;
   }
 }

@@ -97,7 +97,7 @@ TEST_CASE("tiling: GEMM grid arithmetic holds on every GPU and precision") {
                            : dt == DType::bf16 ? g.bf16_gflops > simt
                            : dt == DType::tf32 ? g.peak_gflops(dt) > simt
                            : dt == DType::f8e4m3fn ? g.fp8_gflops > simt || g.fp16_gflops > simt
-                           : dt == DType::f32      ? g.fp32_matrix_gflops > g.fp32_gflops  // AMD CDNA's FP32 MFMA
+                           : dt == DType::f32      ? g.fp32_matrix_gflops > 0  // CDNA's FP32 MFMA
                                                    : false;
         const bool tensor = units && !TileTable::builtin().gemm_class(g.arch).tensor.empty();
         CHECK(c.tensor_core == tensor);
@@ -117,6 +117,7 @@ TEST_CASE("tiling: half precision without matrix units for it tiles like FP32") 
   // FP32 runs on matrix units where the GPU has them for FP32 (CDNA's MFMA), else SIMT.
   CHECK(tc("mi100", DType::f32));
   CHECK(tc("mi250", DType::f32));
+  CHECK(tc("mi300x", DType::f32));  // matrix and (dual-issue) vector FP32 peaks equal
   CHECK_FALSE(tc("a100", DType::f32));
   CHECK_FALSE(tc("h100", DType::f32));
   // The same tile as the FP32 GEMM of the shape.

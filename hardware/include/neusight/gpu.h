@@ -59,7 +59,8 @@ struct Gpu {
 
 // True when the GPU has matrix units (tensor cores / AMD matrix cores) for `dtype`: its dense
 // peak for the dtype is listed (int4 weights: the FP16 units they are dequantized for; FP32:
-// FP32 matrix cores faster than SIMT). NVIDIA GPUs before Volta (sm_70) have none: the P4's
+// FP32 matrix cores, where listed: CDNA's FP32 MFMA, which rocBLAS runs FP32 GEMMs on, also
+// where the vector peak counts dual issue and equals it, as the MI300X's does). NVIDIA GPUs before Volta (sm_70) have none: the P4's
 // INT8 rate is DP4A, a SIMT instruction.
 bool has_matrix_units(const Gpu& gpu, DType dtype);
 
