@@ -139,6 +139,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.mode = options.mode;
   lo.fusion = options.fusion;
   lo.compute_dtype = options.dtype;
+  lo.serving_kernels = options.serving_kernels;
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;

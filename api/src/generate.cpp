@@ -66,6 +66,8 @@ double activation_bytes(const Graph& g, const Options& o) {
 // Options of one phase: batch, the step's tokens and, for a graph with a cache, its length.
 Options phase_options(const Options& base, const Decoder& d, int64_t batch, int64_t tokens, int64_t past, bool cache) {
   Options o = base;
+  // Serving engines load Q, K, V and gate, up as concatenated weights.
+  o.serving_kernels = base.fusion == Fusion::full && base.mode == Mode::inference;
   o.dims.batch = batch;
   o.dims.seq = tokens;
   if (!cache) return o;

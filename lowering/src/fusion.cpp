@@ -6,6 +6,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include "internal.h"
 #include "neusight/op_traits.h"
@@ -464,6 +465,38 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
   plan.group_of = std::move(group_of);
 }
 
+// Serving engines' merged weights (LoweringOptions::serving_kernels): MatMuls (and
+// MatMulNBits) not in any group that read the same activation through a constant weight with
+// the same reduction dim and dtype become one group, emitted at the first of them (its inputs
+// are that activation and constants, so every member's inputs exist there).
+void merge_parallel_gemms(const Graph& g, Plan& plan) {
+  std::map<std::tuple<std::string, std::string, int64_t, int>, std::vector<int>> siblings;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& nd = g.nodes[i];
+    const bool nbits = nd.op_type == "MatMulNBits" && nd.domain == "com.microsoft";
+    if (!(nd.op_type == "MatMul" && nd.domain.empty()) && !nbits) continue;
+    if (plan.free_reason[i] != FreeReason::none || plan.group_of[i] >= 0 || nd.inputs.size() < 2) continue;
+    const TensorInfo* a = tensor(g, nd.inputs[0]);
+    const TensorInfo* w = tensor(g, nd.inputs[1]);
+    if (!a || !w || !w->is_initializer || !a->fully_known() || a->shape.empty()) continue;
+    // The reduction dim: MatMul's weight is [K, N]; MatMulNBits carries K as an attribute.
+    int64_t k = 0;
+    if (nbits) {
+      k = nd.attr_i("K", 0);
+    } else if (w->shape.size() == 2 && w->fully_known()) {
+      k = w->shape[0].value;
+    }
+    if (k <= 0 || a->shape.back().value != k) continue;
+    siblings[{nd.inputs[0], nd.op_type, k, static_cast<int>(w->dtype)}].push_back(static_cast<int>(i));
+  }
+  for (const auto& [key, nodes] : siblings) {
+    if (nodes.size() < 2) continue;
+    Group grp{GroupKind::parallel_gemm, nodes, nodes.front(), nodes.front()};
+    plan.groups.push_back(grp);
+    for (int ni : nodes) plan.group_of[static_cast<size_t>(ni)] = static_cast<int>(plan.groups.size()) - 1;
+  }
+}
+
 // Phase 1, every mode: nodes that launch no kernel whatever the fusion (views, host shape
 // math, inference Dropout, QDQ dequantization inside GEMMs, constant folding).
 void mark_free_nodes(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
@@ -650,6 +683,7 @@ const char* group_kind_name(GroupKind k) {
     case GroupKind::fused: return "fused";
     case GroupKind::flash_attention: return "flash_attention";
     case GroupKind::rotary: return "rotary";
+    case GroupKind::parallel_gemm: return "parallel_gemm";
   }
   return "fused";
 }
@@ -682,6 +716,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   mark_strided_views(g, opt, cons, plan);
   group_framework_kernels(g, opt, cons, plan);
   if (opt.fusion == Fusion::full) full_fusion(g, cons, plan);
+  if (opt.serving_kernels && opt.mode == Mode::inference) merge_parallel_gemms(g, plan);
   return plan;
 }
 
@@ -720,6 +755,48 @@ void emit_bias_gemm(const Graph& g, const LoweringOptions& opt, const Plan& plan
     k.bytes += double(numel(g.find(bias))) * element_bytes(k.dtype);
     k.fused_nodes = {grp.nodes[1]};
   }
+}
+
+// Sibling GEMMs over concatenated weights (LoweringOptions::serving_kernels): each member lowered as it
+// would run alone, then one GEMM whose output columns are theirs together, reading the shared
+// activation once. Members that do not lower to one GEMM each of the same rows, reduction and
+// dtype stay separate kernels.
+void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
+                        std::vector<Kernel>& out) {
+  std::vector<Kernel> parts;
+  std::vector<size_t> count;
+  for (int ni : grp.nodes) {
+    const Node& nd = g.nodes[static_cast<size_t>(ni)];
+    LowerCtx c{g, opt, nd, ni, parts, &plan};
+    const size_t before = parts.size();
+    if (const Rule* rule = find_rule(nd, opt)) (*rule)(c);
+    count.push_back(parts.size() - before);
+  }
+  bool mergeable = parts.size() == grp.nodes.size();
+  for (size_t i = 0; mergeable && i < parts.size(); ++i) {
+    const Kernel& p = parts[i];
+    mergeable = count[i] == 1 && p.cls == KernelClass::gemm && p.dtype == parts[0].dtype &&
+                p.gemm.batch == parts[0].gemm.batch && p.gemm.m == parts[0].gemm.m && p.gemm.k == parts[0].gemm.k &&
+                !p.gemm.batched;
+  }
+  if (!mergeable) {
+    out.insert(out.end(), parts.begin(), parts.end());
+    return;
+  }
+  const TensorInfo* a = g.find(g.nodes[static_cast<size_t>(grp.anchor)].inputs[0]);
+  const double a_bytes = double(numel(a)) * element_bytes(compute_dtype(opt, a));
+  Kernel k = parts[0];
+  std::string names = g.nodes[static_cast<size_t>(grp.anchor)].name;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    k.gemm.n += parts[i].gemm.n;
+    k.flops += parts[i].flops;
+    k.bytes += std::max(0.0, parts[i].bytes - a_bytes);
+    k.fused_nodes.push_back(grp.nodes[i]);
+    names += ", " + g.nodes[static_cast<size_t>(grp.nodes[i])].name;
+  }
+  const std::string note = "one GEMM over the concatenated weights of " + names;
+  k.note = k.note.empty() ? note : k.note + "; " + note;
+  out.push_back(std::move(k));
 }
 
 // A group kernel's memory traffic: every tensor read from outside the group (shape operands
@@ -816,6 +893,10 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
   }
   if (grp.kind == GroupKind::bias_gemm) {
     emit_bias_gemm(g, opt, plan, grp, out);
+    return;
+  }
+  if (grp.kind == GroupKind::parallel_gemm) {
+    emit_parallel_gemm(g, opt, plan, grp, out);
     return;
   }
   // Work: each member (or eager sub-pattern) as it would run alone.

@@ -44,7 +44,7 @@ Consumers consumers_of(const Graph& g);
 // What a group runs: a GEMM with its bias epilogue, a decomposed norm or activation
 // recognised as the framework's one kernel, a torch.compile-style fused chain, attention as
 // one FlashAttention kernel, the rotary embedding as one elementwise kernel.
-enum class GroupKind { bias_gemm, layernorm, rmsnorm, gelu, gelu_tanh, quick_gelu, silu, fused, flash_attention, rotary };
+enum class GroupKind { bias_gemm, layernorm, rmsnorm, gelu, gelu_tanh, quick_gelu, silu, fused, flash_attention, rotary, parallel_gemm };
 // The group's name, also the op of the elementwise kernel of an activation or rotary group.
 const char* group_kind_name(GroupKind k);
 

@@ -547,6 +547,13 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
     }
   }
   for (size_t k = first; k < out.size(); ++k) {
+    // vLLM's rms_norm (LoweringOptions::serving_kernels), however the graph spells RMSNorm:
+    // described for the memory-parallelism bound of a latency-limited row kernel (precision.h
+    // memory_parallelism_ms).
+    Kernel& kr = out[k];
+    if (opt.serving_kernels && kr.cls == KernelClass::layernorm && kr.op == "rmsnorm" && element_bytes(kr.dtype) == 2 &&
+        kr.cols > 0 && kr.access.bytes_per_load == 0)
+      kr.access = {2, 1, static_cast<int>(std::min<int64_t>(kr.cols, 1024)), 1, 1, true};
     if (out[k].cls == KernelClass::unknown && out[k].node >= 0 && static_cast<size_t>(out[k].node) < g.nodes.size())
       unknown.insert(qualified(g.nodes[static_cast<size_t>(out[k].node)]));
     if (owner >= 0) {

@@ -144,16 +144,15 @@ class NeusightPredictor final : public Predictor {
     return cuda;
   }
 
-  // A skinny GEMM on matrix units has a second way to run: as a GEMV-style kernel on the CUDA
-  // cores that streams its operands once (cuBLAS's gemv and its split-K kernels for a few rows;
-  // vLLM's decode GEMMs). Its time is that of a reduction kernel over the same bytes, priced by
-  // the streaming networks (the bandwidth large streaming kernels reach, the one thing such a
-  // kernel is bound by), its math at the dtype's CUDA-core rate, and never below the
-  // weight-streaming law (precision.h: these kernels reach less of the bandwidth than an
-  // elementwise stream, and pay a split-K reduction). The library runs
-  // whichever is faster: for a few tokens the stream (the tiled kernel's MMAs are mostly
-  // padding and its grid leaves SMs idle). The GEMM networks never saw a GEMM of so few rows
-  // (no FP32 training row has fewer than 4), so they cannot say which.
+  // A skinny GEMM on matrix units runs as a kernel that streams its operands once (cuBLAS's
+  // gemv and its split-K kernels for a few rows; vLLM's decode GEMMs): the tiled kernel's MMAs
+  // would be mostly padding and its grid would leave SMs idle. Its time is the weight-streaming
+  // law's (precision.h: what the libraries' kernels measurably reach, less of the bandwidth
+  // than an elementwise stream, plus a split-K reduction), never below what the streaming
+  // networks give a reduction over the same bytes (eager timing: with the dispatch); its math
+  // runs on the matrix units at their sustained rate (split-K GEMMs with a short tile; for a
+  // few rows it is far below the stream). The GEMM networks never saw a GEMM of so few rows (no FP32
+  // training row has fewer than 4), so their tiled answer for it is not used.
   // `cuda` is cuda_cores() of the GPU.
   TileFeatures streaming_alternative(const Kernel& run, const Gpu& cuda, double feature_l2_mb) const {
     Kernel s = run;
@@ -162,6 +161,9 @@ class NeusightPredictor final : public Predictor {
     s.inputs = 1;
     s.rows = std::max<int64_t>(1, run.gemm.batch * run.gemm.n);
     s.cols = std::max<int64_t>(1, run.gemm.k);
+    // The networks price the stream of these bytes (one add per weight element, as the
+    // reductions they learned); the GEMM's math is the law's other bound.
+    s.flops = double(s.rows) * double(s.cols);
     TileFeatures f = tile_features(UtilClass::elementwise, s, tile_kernel(s, cuda), cuda, feature_l2_mb);
     f.device_only = device_only();
     return f;
@@ -224,7 +226,7 @@ class NeusightPredictor final : public Predictor {
         if (s.base_ms > 0) {
           b.gemv_members.push_back(i);
           b.gemv_feats.push_back(s);
-          b.gemv_law_ms.push_back(weight_stream_ms(run, gpu, math_peak_gflops(run, cuda)));
+          b.gemv_law_ms.push_back(weight_stream_ms(run, gpu, math_peak_gflops(run, run_gpu)));
         }
       }
     }
@@ -252,7 +254,7 @@ class NeusightPredictor final : public Predictor {
         p.extrapolated = p.extrapolated || extra[j] != 0;
       }
     }
-    // The weight-streaming alternative of skinny matrix-unit GEMMs, where it is the faster.
+    // Skinny matrix-unit GEMMs: the weight stream replaces the tiled answer.
     if (b.gemv_members.empty()) return;
     const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
     std::vector<char> extra;
@@ -265,7 +267,6 @@ class NeusightPredictor final : public Predictor {
       // libraries' GEMV and split-K kernels reach, below an elementwise stream's bandwidth.
       const double net = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
       const double l = std::max({p.roofline_ms, net, b.gemv_law_ms[j]});
-      if (!(l < p.latency_ms)) continue;
       p.latency_ms = l;
       p.utilization = p.roofline_ms / l;
       p.extrapolated = extra[j] != 0;

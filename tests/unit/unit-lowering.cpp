@@ -777,3 +777,41 @@ TEST_CASE("lowering: Einsum ellipsis broadcasts leading dims; a diagonal is a ga
     CHECK(k.bytes == 6 * 4.0);
   }
 }
+
+TEST_CASE("lowering: serving kernels merge the GEMMs that share an activation and describe RMSNorm as vLLM's") {
+  // Q, K, V projections of one activation (and an unrelated GEMM of another) in FP16.
+  IrGraph b;
+  const std::string x = b.t("x", {1, 4, 64}, DType::f16);
+  const std::string other = b.t("z", {1, 4, 32}, DType::f16);
+  for (const char* p : {"q", "k", "v"})
+    b.node("MatMul", {x, b.w(std::string("w") + p, {64, p[0] == 'q' ? 64 : 16}, DType::f16)},
+           {b.t(std::string("y") + p, {1, 4, p[0] == 'q' ? 64 : 16}, DType::f16)});
+  b.node("MatMul", {other, b.w("wo", {32, 8}, DType::f16)}, {b.t("yo", {1, 4, 8}, DType::f16)});
+  b.node("SimplifiedLayerNormalization", {x, b.w("g", {64}, DType::f16)}, {b.t("n", {1, 4, 64}, DType::f16)});
+  LoweringOptions o;
+  o.fusion = Fusion::full;
+  const KernelList plain = lower(b.g, o);
+  REQUIRE(of_class(plain, KernelClass::gemm).size() == 4);
+  o.serving_kernels = true;
+  const KernelList serving = lower(b.g, o);
+  const auto gemms = of_class(serving, KernelClass::gemm);
+  REQUIRE(gemms.size() == 2);
+  const Kernel& qkv = gemms[0];
+  check_shape(qkv.gemm, 1, 4, 64 + 16 + 16, 64);
+  CHECK(qkv.fused_nodes.size() == 2);
+  // The activation read once: the three kernels' bytes less two reads of it.
+  double sum = 0, flops = 0;
+  for (int i = 0; i < 3; ++i) sum += of_class(plain, KernelClass::gemm)[size_t(i)].bytes, flops += of_class(plain, KernelClass::gemm)[size_t(i)].flops;
+  CHECK(qkv.bytes == doctest::Approx(sum - 2 * 4 * 64 * 2));
+  CHECK(qkv.flops == doctest::Approx(flops));
+  check_shape(gemms[1].gemm, 1, 4, 8, 32);
+  // RMSNorm: vLLM's rms_norm, one block of (up to 1024) threads per row, 2-byte loads.
+  const auto norms = of_class(serving, KernelClass::layernorm);
+  REQUIRE(norms.size() == 1);
+  CHECK(norms[0].access.bytes_per_load == 2);
+  CHECK(norms[0].access.block_threads == 64);
+  CHECK(of_class(plain, KernelClass::layernorm)[0].access.bytes_per_load == 0);
+  // Training never merges.
+  o.mode = Mode::training;
+  CHECK(of_class(lower(b.g, o), KernelClass::gemm).size() > 2);
+}

@@ -399,7 +399,7 @@ TEST_CASE("precision: the weight-streaming law streams at its fraction of the ba
   fast.mem_bw_gbps *= 2;
   CHECK(weight_stream_ms(k, fast, a100.fp32_gflops) < weight_stream_ms(k, a100, a100.fp32_gflops));
   CHECK(weight_stream_ms(k, a100, 0) == weight_stream_ms(k, a100, a100.fp32_gflops));
-  // Many rows make it bound by the CUDA cores' math.
+  // Many rows at a low math rate make it bound by the math.
   const Kernel wide = kernel_from_dataset(
       "linear", {{"B", "1"}, {"M", "512"}, {"N", "4096"}, {"K", "11008"}, {"dtype", "fp16"}});
   CHECK(weight_stream_ms(wide, a100, a100.fp32_gflops) ==

@@ -319,7 +319,7 @@ TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100
   // the shipped weights and the forward-in-time weights. Update them with the weights
   // (predictor/retrain.sh); a change of tiles or features without retraining fails here.
   const std::map<std::string, std::pair<double, double>> expected = {
-      {"bmm", {7.87, 10.50}},         {"linear", {9.35, 12.26}},  {"elementwise", {4.76, 4.29}},
+      {"bmm", {7.50, 12.85}},         {"linear", {9.50, 12.45}},  {"elementwise", {4.76, 4.29}},
       {"softmax", {11.61, 11.37}},    {"layernorm", {9.30, 22.30}}};
   const Gpu g = GpuDatabase::builtin().resolve("a100-80gb");
   const auto rows = test_rows(test::dataset_dir(), "NVIDIA A100 80GB PCIe", 1);
@@ -521,7 +521,6 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
   for (const char* name : {"a100-sxm-80gb", "h100", "l40s"}) {
     CAPTURE(name);
     const Gpu g = GpuDatabase::builtin().resolve(name);
-    int streamed = 0;
     for (const std::pair<int, int>& shape : std::vector<std::pair<int, int>>{{4096, 6144}, {4096, 4096}, {14336, 4096}, {4096, 28672}}) {
       const int n = shape.first, k = shape.second;
       CAPTURE(n);
@@ -531,13 +530,12 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
       const Prediction r = p->predict({kr}, {tile_kernel(kr, g)}, g)[0];
       const double bound_ms = 2.0 * n * k / (g.mem_bw_gbps * 1e9) * 1e3;
       CHECK(r.latency_ms >= bound_ms);
-      // At most the weight-streaming law (precision.h; the tiled path when that is faster).
-      const double law_ms = weight_stream_ms(kr, g, g.fp32_gflops);
-      CHECK(law_ms <= 2 * bound_ms);
-      CHECK(r.latency_ms <= law_ms * (1 + 1e-9));
-      streamed += r.streamed;
+      // Streamed, at least at the weight-streaming law (precision.h; one token's math is
+      // negligible), within twice the DRAM bound.
+      CHECK(r.streamed);
+      CHECK(r.latency_ms >= weight_stream_ms(kr, g, 0) * (1 - 1e-9));
+      CHECK(r.latency_ms <= 2 * bound_ms);
     }
-    CHECK(streamed > 0);
     // A 4096-token prefill projection runs on the tensor cores' tiles.
     const Kernel big =
         kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "14336"}, {"dtype", "fp16"}});

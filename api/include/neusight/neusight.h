@@ -42,6 +42,8 @@ struct Options {
   // `kernels` command always predicts in this convention.
   Timing timing = Timing::device;
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
+  // LoweringOptions::serving_kernels (set by --generate under --fusion full).
+  bool serving_kernels = false;
 };
 
 // Runs every stage. Throws InputError / RuntimeError (graph.h).

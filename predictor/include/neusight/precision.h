@@ -63,7 +63,7 @@ constexpr double kMatrixSustainedFraction = 0.753;
 // A weight-streaming GEMM (the GEMV and split-K kernels libraries run for a few rows: an LLM's
 // decode projections) as a fraction of the spec-sheet DRAM bandwidth, and its fixed time (the
 // split-K partials' reduction, a second launch, and the ramp of one pass over the weights):
-//   time = max(bytes / (kWeightStreamDramFraction x bandwidth), FLOPs / CUDA-core peak)
+//   time = max(bytes / (kWeightStreamDramFraction x bandwidth), FLOPs / math peak)
 //          + kWeightStreamSetupUs.
 // Fitted (least relative squares, bench/half_precision prints the refit) on the one-to-16-token
 // FP16 projections of 8 LLMs at tensor parallelism 1-8 in Vidur's A100 SXM4 80GB profiles (580
@@ -76,9 +76,9 @@ constexpr double kMatrixSustainedFraction = 0.753;
 // through their spec bandwidth: faster memory streams faster.
 constexpr double kWeightStreamDramFraction = 0.78;
 constexpr double kWeightStreamSetupUs = 4.6;
-// The law above for a GEMM (its bytes and FLOPs) on `gpu`; `cuda_gflops` is the peak of the
-// CUDA cores at the GEMM's dtype. Milliseconds; 0 without a bandwidth.
-double weight_stream_ms(const Kernel& k, const Gpu& gpu, double cuda_gflops);
+// The law above for a GEMM (its bytes and FLOPs) on `gpu`; `math_gflops` is the rate its math
+// runs at (0: the stream alone). Milliseconds; 0 without a bandwidth.
+double weight_stream_ms(const Kernel& k, const Gpu& gpu, double math_gflops);
 
 struct PrecisionOptions {
   Timing timing = Timing::eager;

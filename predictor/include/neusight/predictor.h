@@ -28,8 +28,8 @@ struct Prediction {
   double utilization = 0;     // achieved fraction of the roofline rate
   bool compute_bound = false; // roofline regime
   bool extrapolated = false;  // features outside the training distribution
-  // A GEMM on matrix units predicted as a GEMV-style stream of its operands on the CUDA cores
-  // (neusight_predictor.cpp), the faster of its two ways to run.
+  // A skinny GEMM on matrix units predicted as a GEMV-style stream of its operands
+  // (neusight_predictor.cpp: the weight-streaming law) instead of tensor-core tiles.
   bool streamed = false;
 };
 
