@@ -475,7 +475,12 @@ void merge_parallel_gemms(const Graph& g, Plan& plan) {
     const Node& nd = g.nodes[i];
     const bool nbits = nd.op_type == "MatMulNBits" && nd.domain == "com.microsoft";
     if (!(nd.op_type == "MatMul" && nd.domain.empty()) && !nbits) continue;
-    if (plan.free_reason[i] != FreeReason::none || plan.group_of[i] >= 0 || nd.inputs.size() < 2) continue;
+    if (plan.free_reason[i] != FreeReason::none || nd.inputs.size() < 2) continue;
+    // Alone, or the GEMM of a MatMul + bias Add (addmm): its bias rides along.
+    if (plan.group_of[i] >= 0) {
+      const Group& own = plan.groups[static_cast<size_t>(plan.group_of[i])];
+      if (own.kind != GroupKind::bias_gemm || own.anchor != static_cast<int>(i)) continue;
+    }
     const TensorInfo* a = tensor(g, nd.inputs[0]);
     const TensorInfo* w = tensor(g, nd.inputs[1]);
     if (!a || !w || !w->is_initializer || !a->fully_known() || a->shape.empty()) continue;
@@ -489,10 +494,22 @@ void merge_parallel_gemms(const Graph& g, Plan& plan) {
     if (k <= 0 || a->shape.back().value != k) continue;
     siblings[{nd.inputs[0], nd.op_type, k, static_cast<int>(w->dtype)}].push_back(static_cast<int>(i));
   }
-  for (const auto& [key, nodes] : siblings) {
-    if (nodes.size() < 2) continue;
-    Group grp{GroupKind::parallel_gemm, nodes, nodes.front(), nodes.front()};
-    plan.groups.push_back(grp);
+  for (const auto& [key, gemms] : siblings) {
+    if (gemms.size() < 2) continue;
+    std::vector<int> nodes;
+    for (int ni : gemms) {
+      const int own = plan.group_of[static_cast<size_t>(ni)];
+      if (own >= 0) {
+        const auto& members = plan.groups[static_cast<size_t>(own)].nodes;
+        nodes.insert(nodes.end(), members.begin(), members.end());
+      } else {
+        nodes.push_back(ni);
+      }
+    }
+    std::sort(nodes.begin(), nodes.end());
+    // Emitted at the first GEMM: every member reads the activation and constants only (a bias
+    // Add reads its GEMM's output, which the merged kernel computes).
+    plan.groups.push_back(Group{GroupKind::parallel_gemm, nodes, gemms.front(), gemms.front()});
     for (int ni : nodes) plan.group_of[static_cast<size_t>(ni)] = static_cast<int>(plan.groups.size()) - 1;
   }
 }
@@ -765,14 +782,41 @@ void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& 
                         std::vector<Kernel>& out) {
   std::vector<Kernel> parts;
   std::vector<size_t> count;
+  std::vector<int> gemm_nodes;
+  std::map<std::string, size_t> part_of_output;  // a GEMM's output -> its part
+  std::vector<std::pair<int, size_t>> biases;     // bias Add node -> the part it rides on
+  std::map<size_t, int> node_of_part;             // a GEMM's part -> its node
   for (int ni : grp.nodes) {
     const Node& nd = g.nodes[static_cast<size_t>(ni)];
+    if (nd.op_type == "Add" && nd.inputs.size() == 2) {
+      auto it = part_of_output.find(nd.inputs[0]);
+      if (it == part_of_output.end()) it = part_of_output.find(nd.inputs[1]);
+      if (it != part_of_output.end()) {
+        biases.push_back({ni, it->second});
+        continue;
+      }
+    }
     LowerCtx c{g, opt, nd, ni, parts, &plan};
     const size_t before = parts.size();
     if (const Rule* rule = find_rule(nd, opt)) (*rule)(c);
     count.push_back(parts.size() - before);
+    gemm_nodes.push_back(ni);
+    if (parts.size() == before + 1 && !nd.outputs.empty()) {
+      part_of_output[nd.outputs[0]] = before;
+      node_of_part[before] = ni;
+    }
   }
-  bool mergeable = parts.size() == grp.nodes.size();
+  // The biases are read by their GEMM's epilogue (addmm).
+  for (const auto& [ni, pi] : biases) {
+    const Node& add = g.nodes[static_cast<size_t>(ni)];
+    const Node& mm = g.nodes[static_cast<size_t>(node_of_part.at(pi))];
+    const std::string& bias = add.inputs[0] == mm.outputs[0] ? add.inputs[1] : add.inputs[0];
+    Kernel& p = parts[pi];
+    p.epilogue = "bias";
+    p.bytes += double(numel(g.find(bias))) * element_bytes(p.dtype);
+    p.fused_nodes.push_back(ni);
+  }
+  bool mergeable = parts.size() == gemm_nodes.size() && biases.size() + gemm_nodes.size() == grp.nodes.size();
   for (size_t i = 0; mergeable && i < parts.size(); ++i) {
     const Kernel& p = parts[i];
     mergeable = count[i] == 1 && p.cls == KernelClass::gemm && p.dtype == parts[0].dtype &&
@@ -780,6 +824,7 @@ void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& 
                 !p.gemm.batched;
   }
   if (!mergeable) {
+    // Each GEMM alone (with its bias epilogue).
     out.insert(out.end(), parts.begin(), parts.end());
     return;
   }
@@ -791,8 +836,9 @@ void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& 
     k.gemm.n += parts[i].gemm.n;
     k.flops += parts[i].flops;
     k.bytes += std::max(0.0, parts[i].bytes - a_bytes);
-    k.fused_nodes.push_back(grp.nodes[i]);
-    names += ", " + g.nodes[static_cast<size_t>(grp.nodes[i])].name;
+    k.fused_nodes.push_back(gemm_nodes[i]);
+    k.fused_nodes.insert(k.fused_nodes.end(), parts[i].fused_nodes.begin(), parts[i].fused_nodes.end());
+    names += ", " + g.nodes[static_cast<size_t>(gemm_nodes[i])].name;
   }
   const std::string note = "one GEMM over the concatenated weights of " + names;
   k.note = k.note.empty() ? note : k.note + "; " + note;

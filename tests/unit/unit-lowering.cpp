@@ -815,3 +815,28 @@ TEST_CASE("lowering: serving kernels merge the GEMMs that share an activation an
   o.mode = Mode::training;
   CHECK(of_class(lower(b.g, o), KernelClass::gemm).size() > 2);
 }
+
+TEST_CASE("lowering: serving kernels merge biased projections, each bias in the merged GEMM's epilogue") {
+  // Qwen-style Q, K, V with biases (MatMul + Add each) of one activation.
+  IrGraph b;
+  const std::string x = b.t("x", {1, 4, 64}, DType::f16);
+  for (const char* p : {"q", "k", "v"}) {
+    const std::string y = b.t(std::string("y") + p, {1, 4, 32}, DType::f16);
+    b.node("MatMul", {x, b.w(std::string("w") + p, {64, 32}, DType::f16)}, {y});
+    b.node("Add", {y, b.w(std::string("b") + p, {32}, DType::f16)}, {b.t(std::string("o") + p, {1, 4, 32}, DType::f16)});
+  }
+  LoweringOptions o;
+  o.fusion = Fusion::full;
+  const KernelList plain = lower(b.g, o);
+  const auto alone = of_class(plain, KernelClass::gemm);
+  REQUIRE(alone.size() == 3);
+  CHECK(of_class(plain, KernelClass::elementwise).empty());  // addmm: bias in the epilogue
+  o.serving_kernels = true;
+  const KernelList serving = lower(b.g, o);
+  REQUIRE(serving.kernels.size() == 1);
+  const Kernel& k = serving.kernels[0];
+  check_shape(k.gemm, 1, 4, 96, 64);
+  CHECK(k.epilogue == "bias");
+  CHECK(k.fused_nodes.size() == 5);  // two MatMuls and three bias Adds
+  CHECK(k.bytes == doctest::Approx(alone[0].bytes + alone[1].bytes + alone[2].bytes - 2 * 4 * 64 * 2));
+}
