@@ -152,7 +152,7 @@ struct LoweringOptions {
   std::map<std::string, int64_t> opsets;
   // Serving engines' kernels (inference, --fusion full; --generate sets it): MatMuls that read
   // the same activation through constant weights of the same reduction dim and dtype (Q, K
-  // and V; gate and up) run as one GEMM over the concatenated weights (vLLM's
+  // and V; gate and up; a bias Add in the epilogue) run as one GEMM over the concatenated weights (vLLM's
   // QKVParallelLinear and MergedColumnParallelLinear), reported under the first of them; a
   // 16-bit RMSNorm runs as vLLM's rms_norm kernel (Kernel::access: one block of up to 1024
   // threads per row, 2-byte loads, a block reduction, a second pass from L1 with the weight).
