@@ -107,6 +107,8 @@ class NeusightPredictor final : public Predictor {
   struct ClassBatches {
     std::vector<size_t> members[kNumUtilClasses];
     std::vector<TileFeatures> feats[kNumUtilClasses];
+    // Per member: a library GEMM on matrix-unit tiles (its fixed time, kGemmKernelFixedUs).
+    std::vector<char> library_gemm[kNumUtilClasses];
     // Skinny matrix-unit GEMMs and their weight-streaming alternative (streaming_alternative).
     std::vector<size_t> gemv_members;
     std::vector<TileFeatures> gemv_feats;
@@ -221,6 +223,8 @@ class NeusightPredictor final : public Predictor {
       if (device) f.waves = std::numeric_limits<double>::infinity();
       b.members[int(c)].push_back(i);
       b.feats[int(c)].push_back(f);
+      b.library_gemm[int(c)].push_back(run.cls == KernelClass::gemm && t.config.tensor_core &&
+                                       has_matrix_units(gpu, run.dtype) && run.op != "flash_attention");
       if (may_stream(run, t, gpu)) {
         const TileFeatures s = streaming_alternative(run, cuda, feature_l2_mb);
         if (s.base_ms > 0) {
@@ -246,7 +250,12 @@ class NeusightPredictor final : public Predictor {
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
         sd[b.members[c][j]] = std::hypot(interval_log_sd_at(m_.classes[c], p.roofline_ms), own_sd[j]);
-        const double l = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
+        // A library GEMM on matrix units adds its fixed time (precision.h kGemmKernelFixedUs:
+        // prologue, epilogue, launch) to its tiles' time, in place of the device floor (and on
+        // top of the eager dispatch, which covers none of it); the FP32 networks learned the
+        // fixed cost of FP32 tiles, not of tiles 8-16x faster.
+        const double fixed = b.library_gemm[c][j] != 0 ? kGemmKernelFixedUs * 1e-3 : 0.0;
+        const double l = fixed > 0 ? lat[j] + fixed : device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
         // Never faster than the roofline (nor, eager, than a latency-limited kernel's
         // memory-parallelism time, set above).
         p.latency_ms = std::max({l, p.roofline_ms, p.latency_ms});

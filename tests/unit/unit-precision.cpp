@@ -408,3 +408,21 @@ TEST_CASE("precision: the weight-streaming law streams at its fraction of the ba
   none.mem_bw_gbps = 0;
   CHECK(weight_stream_ms(k, none, a100.fp32_gflops) == 0);
 }
+
+TEST_CASE("precision: a library GEMM on matrix units carries its fixed time, FP32 SIMT GEMMs the floor") {
+  const Gpu a100 = GpuDatabase::builtin().resolve("a100-sxm4-80gb");
+  auto device = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
+  const Kernel half = kernel_from_dataset("linear", {{"B", "1"}, {"M", "512"}, {"N", "512"}, {"K", "512"}, {"dtype", "fp16"}});
+  const Kernel full = kernel_from_dataset("linear", {{"B", "1"}, {"M", "512"}, {"N", "512"}, {"K", "512"}});
+  const Tiling th = tile_kernel(half, a100), tf = tile_kernel(full, a100);
+  REQUIRE(th.config.tensor_core);
+  REQUIRE_FALSE(tf.config.tensor_core);
+  const Prediction ph = device->predict({half}, {th}, a100)[0];
+  const Prediction pf = device->predict({full}, {tf}, a100)[0];
+  // A 0.27 GFLOP tensor-core GEMM: its fixed time and at least its roofline.
+  CHECK(ph.latency_ms >= kGemmKernelFixedUs * 1e-3 + ph.roofline_ms * (1 - 1e-9));
+  CHECK(ph.latency_ms < kGemmKernelFixedUs * 1e-3 + 10 * ph.roofline_ms);
+  // The FP32 one: its learned time with the device floor, no added fixed time.
+  CHECK(pf.latency_ms >= kDeviceKernelFloorMs);
+  CHECK(pf.latency_ms >= pf.roofline_ms);
+}
