@@ -326,7 +326,7 @@ int main(int argc, char** argv) {
         // s_variance through shared memory) and a second pass re-reading the row, which the
         // same SM read microseconds before (an L1 hit: at most two rows and the weight, 48 KB,
         // per SM), with the weight.
-        if (rms) k.access = {2, 1, int(std::min<int64_t>(d, 1024)), 1, 1, true};
+        if (rms) k.access = vllm_rms_norm_access(d);
         return k;
       };
       push(norm(), "input_layernorm");

@@ -162,17 +162,34 @@ std::vector<Residual> logo_residuals(const std::string& shared, const std::vecto
   return out;
 }
 
-// Coverage of the 80% interval with class spread `sd`, each GPU weighted equally.
-double coverage(const std::vector<const Residual*>& rs, double sd) {
+// Coverage of the 80% interval with the class spread `sd_of(row)`, each GPU weighted equally.
+template <typename SpreadOf>
+double coverage(const std::vector<const Residual*>& rs, SpreadOf sd_of) {
   std::map<std::string, std::pair<double, double>> by;  // device -> (inside, rows)
   for (const Residual* r : rs) {
     auto& b = by[r->device];
-    b.first += r->abs_log_err <= kIntervalZ * std::hypot(sd, r->own_sd) ? 1 : 0;
+    b.first += r->abs_log_err <= kIntervalZ * std::hypot(sd_of(*r), r->own_sd) ? 1 : 0;
     b.second += 1;
   }
   double sum = 0;
   for (const auto& [d, b] : by) sum += b.first / b.second;
   return by.empty() ? 0 : sum / double(by.size());
+}
+double coverage(const std::vector<const Residual*>& rs, double sd) {
+  return coverage(rs, [sd](const Residual&) { return sd; });
+}
+
+// The least x in [0, hi] at which coverage_at(x), rising with x, reaches 80%: 0 when it does
+// already, else by bisection.
+template <typename CoverageAt>
+double least_covering(CoverageAt coverage_at, double hi) {
+  if (coverage_at(0.0) >= 0.8) return 0;
+  double lo = 0;
+  for (int it = 0; it < 60; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    (coverage_at(mid) >= 0.8 ? hi : lo) = mid;
+  }
+  return hi;
 }
 
 // Edges (ms of roofline time) of the bands the interval's spread is calibrated on, and the
@@ -191,12 +208,7 @@ int calibrate(const std::string& shared, const std::string& dir, const std::vect
     for (const auto& r : res)
       if (int(r.cls) == c) rs.push_back(&r);
     if (rs.empty() || m.classes[c].empty()) continue;
-    double lo = 0, hi = 3;
-    if (coverage(rs, 0) >= 0.8) hi = 0;
-    for (int it = 0; it < 60 && hi > 0; ++it) {
-      const double mid = 0.5 * (lo + hi);
-      (coverage(rs, mid) >= 0.8 ? hi : lo) = mid;
-    }
+    const double hi = least_covering([&](double sd) { return coverage(rs, sd); }, 3);
     m.classes[c].interval_log_sd = hi;
     std::printf("interval_log_sd %-12s %.4f (%zu leave-one-GPU-out rows, coverage %.3f)\n", util_class_name(UtilClass(c)), hi,
                 rs.size(), coverage(rs, hi));
@@ -219,36 +231,17 @@ int calibrate(const std::string& shared, const std::string& dir, const std::vect
         }
       if (b.size() < kIntervalBandMinRows) continue;
       std::nth_element(t.begin(), t.begin() + long(t.size() / 2), t.end());
-      double l = 0, h = 3;
-      if (coverage(b, 0) >= 0.8) h = 0;
-      for (int it = 0; it < 60 && h > 0; ++it) {
-        const double mid = 0.5 * (l + h);
-        (coverage(b, mid) >= 0.8 ? h : l) = mid;
-      }
       cm.interval_roofline_ms.push_back(t[t.size() / 2]);
-      cm.interval_log_sd_by_roofline.push_back(h);
+      cm.interval_log_sd_by_roofline.push_back(least_covering([&](double sd) { return coverage(b, sd); }, 3));
     }
     // Coverage of the interpolated bands, each GPU weighted equally, at `scale` times the bands'
     // spreads; the bands are then scaled together so that it is 80% (the interpolation between
     // band centres moves some rows' spread away from their band's).
     auto band_coverage = [&](double scale) {
-      std::map<std::string, std::pair<double, double>> by;
-      for (const Residual* r : rs) {
-        auto& cnt = by[r->device];
-        const double sd = scale * interval_log_sd_at(cm, r->roofline_ms);
-        cnt.first += r->abs_log_err <= kIntervalZ * std::hypot(sd, r->own_sd);
-        cnt.second += 1;
-      }
-      double cov = 0;
-      for (const auto& [d, cnt] : by) cov += cnt.first / cnt.second / double(by.size());
-      return cov;
+      return coverage(rs, [&](const Residual& r) { return scale * interval_log_sd_at(cm, r.roofline_ms); });
     };
-    double slo = 0, shi = 4;
-    for (int it = 0; it < 60; ++it) {
-      const double mid = 0.5 * (slo + shi);
-      (band_coverage(mid) >= 0.8 ? shi : slo) = mid;
-    }
-    for (double& v : cm.interval_log_sd_by_roofline) v *= shi;
+    const double scale = least_covering(band_coverage, 4);
+    for (double& v : cm.interval_log_sd_by_roofline) v *= scale;
     const double cov = band_coverage(1);
     std::printf("  by roofline time (ms: spread):");
     for (size_t k = 0; k < cm.interval_roofline_ms.size(); ++k)

@@ -155,7 +155,7 @@ double Gpu::peak_gflops(DType compute) const {
 }
 
 double Gpu::gemm_peak_gflops(DType compute) const {
-  if ((compute == DType::f32 || compute == DType::undefined) && fp32_matrix_gflops > 0) return fp32_matrix_gflops;
+  if ((compute == DType::f32 || compute == DType::undefined) && has_matrix_units(*this, compute)) return fp32_matrix_gflops;
   return peak_gflops(compute);
 }
 

@@ -756,6 +756,15 @@ int class_rank(KernelClass c) {
   }
 }
 
+// A bias Add (node `add`) on the output `gemm_out` of the GEMM `k`, read by its epilogue.
+void add_bias_epilogue(const Graph& g, int add, const std::string& gemm_out, Kernel& k) {
+  const Node& nd = g.nodes[static_cast<size_t>(add)];
+  const std::string& bias = nd.inputs[0] == gemm_out ? nd.inputs[1] : nd.inputs[0];
+  k.epilogue = "bias";
+  k.bytes += double(numel(g.find(bias))) * element_bytes(k.dtype);
+  k.fused_nodes.push_back(add);
+}
+
 // The GEMM of a MatMul + bias Add (addmm): the bias is read by the GEMM's epilogue.
 void emit_bias_gemm(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                     std::vector<Kernel>& out) {
@@ -765,12 +774,8 @@ void emit_bias_gemm(const Graph& g, const LoweringOptions& opt, const Plan& plan
   emit_matmul(c);
   if (out.size() == before + 1 && out.back().cls == KernelClass::gemm) {
     Kernel& k = out.back();
-    const Node& add = g.nodes[static_cast<size_t>(grp.nodes[1])];
-    const std::string& bias = add.inputs[0] == anchor.outputs[0] ? add.inputs[1] : add.inputs[0];
-    k.epilogue = "bias";
     k.note = k.note.empty() ? "bias epilogue (addmm)" : k.note + "; bias epilogue (addmm)";
-    k.bytes += double(numel(g.find(bias))) * element_bytes(k.dtype);
-    k.fused_nodes = {grp.nodes[1]};
+    add_bias_epilogue(g, grp.nodes[1], anchor.outputs[0], k);
   }
 }
 
@@ -783,16 +788,16 @@ void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& 
   std::vector<Kernel> parts;
   std::vector<size_t> count;
   std::vector<int> gemm_nodes;
-  std::map<std::string, size_t> part_of_output;  // a GEMM's output -> its part
-  std::vector<std::pair<int, size_t>> biases;     // bias Add node -> the part it rides on
-  std::map<size_t, int> node_of_part;             // a GEMM's part -> its node
+  std::map<std::string, size_t> part_of_output;  // a GEMM's output -> its (single) part
   for (int ni : grp.nodes) {
     const Node& nd = g.nodes[static_cast<size_t>(ni)];
     if (nd.op_type == "Add" && nd.inputs.size() == 2) {
-      auto it = part_of_output.find(nd.inputs[0]);
-      if (it == part_of_output.end()) it = part_of_output.find(nd.inputs[1]);
-      if (it != part_of_output.end()) {
-        biases.push_back({ni, it->second});
+      // A bias Add on a member's output: read by that GEMM's epilogue (addmm).
+      const std::string* gemm_out = nullptr;
+      for (const std::string& in : nd.inputs)
+        if (!gemm_out && part_of_output.count(in)) gemm_out = &in;
+      if (gemm_out) {
+        add_bias_epilogue(g, ni, *gemm_out, parts[part_of_output.at(*gemm_out)]);
         continue;
       }
     }
@@ -801,22 +806,9 @@ void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& 
     if (const Rule* rule = find_rule(nd, opt)) (*rule)(c);
     count.push_back(parts.size() - before);
     gemm_nodes.push_back(ni);
-    if (parts.size() == before + 1 && !nd.outputs.empty()) {
-      part_of_output[nd.outputs[0]] = before;
-      node_of_part[before] = ni;
-    }
+    if (parts.size() == before + 1 && !nd.outputs.empty()) part_of_output[nd.outputs[0]] = before;
   }
-  // The biases are read by their GEMM's epilogue (addmm).
-  for (const auto& [ni, pi] : biases) {
-    const Node& add = g.nodes[static_cast<size_t>(ni)];
-    const Node& mm = g.nodes[static_cast<size_t>(node_of_part.at(pi))];
-    const std::string& bias = add.inputs[0] == mm.outputs[0] ? add.inputs[1] : add.inputs[0];
-    Kernel& p = parts[pi];
-    p.epilogue = "bias";
-    p.bytes += double(numel(g.find(bias))) * element_bytes(p.dtype);
-    p.fused_nodes.push_back(ni);
-  }
-  bool mergeable = parts.size() == gemm_nodes.size() && biases.size() + gemm_nodes.size() == grp.nodes.size();
+  bool mergeable = parts.size() == gemm_nodes.size();
   for (size_t i = 0; mergeable && i < parts.size(); ++i) {
     const Kernel& p = parts[i];
     mergeable = count[i] == 1 && p.cls == KernelClass::gemm && p.dtype == parts[0].dtype &&

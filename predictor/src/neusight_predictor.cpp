@@ -223,8 +223,7 @@ class NeusightPredictor final : public Predictor {
       if (device) f.waves = std::numeric_limits<double>::infinity();
       b.members[int(c)].push_back(i);
       b.feats[int(c)].push_back(f);
-      b.library_gemm[int(c)].push_back(run.cls == KernelClass::gemm && t.config.tensor_core &&
-                                       has_matrix_units(gpu, run.dtype) && run.op != "flash_attention");
+      b.library_gemm[int(c)].push_back(on_matrix_units(run, t, gpu) && run.op != "flash_attention");
       if (may_stream(run, t, gpu)) {
         const TileFeatures s = streaming_alternative(run, cuda, feature_l2_mb);
         if (s.base_ms > 0) {

@@ -78,7 +78,7 @@ std::string math_precision(const Kernel& k, const Gpu& gpu) {
 }
 
 double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu) {
-  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(gpu, k.dtype)) return 0;
+  if (!on_matrix_units(k, t, gpu)) return 0;
   const double wm = double(t.config.warp_m), wn = double(t.config.warp_n);
   if (wm <= 0 || wn <= 0 || gpu.num_sm <= 0 || gpu.boost_mhz <= 0) return 0;
   const double flops_per_clock = gpu.gemm_peak_gflops(k.dtype) * 1e3 / (double(gpu.num_sm) * gpu.boost_mhz);
@@ -99,8 +99,12 @@ double compute_busy(const Kernel& k, const Gpu& gpu) {
 
 }  // namespace
 
+bool on_matrix_units(const Kernel& k, const Tiling& t, const Gpu& gpu) {
+  return k.cls == KernelClass::gemm && t.config.tensor_core && has_matrix_units(gpu, k.dtype);
+}
+
 double matrix_sustained_fraction(const Kernel& k, const Tiling& t, const Gpu& gpu, double fraction) {
-  if (k.cls != KernelClass::gemm || !t.config.tensor_core || !has_matrix_units(gpu, k.dtype)) return 1.0;
+  if (!on_matrix_units(k, t, gpu)) return 1.0;
   // The fraction lowers the rate of the math only; a GEMM that waits on DRAM is bound by its
   // memory time whatever the math rate, and a faster memory never lowers the math rate.
   return fraction;

@@ -63,7 +63,7 @@ struct L2Reuse {
 
 // How a streaming kernel's threads reach memory, when its code is known to be latency
 // limited (predictor/include/neusight/precision.h, memory_parallelism_ms). Left at zero
-// (the default, and every kernel the lowering emits: PyTorch's and onnxruntime's
+// (the default, and every kernel the lowering emits for PyTorch's and onnxruntime's
 // vectorized kernels) the kernel is predicted by the NeuSight law as before.
 struct ThreadAccess {
   int bytes_per_load = 0;   // bytes one thread loads per access (2: scalar half-precision loads)
@@ -78,6 +78,13 @@ struct ThreadAccess {
   // thread leaves room for one block on a 64K-register SM).
   int regs_per_thread = 0;
 };
+
+// vLLM's rms_norm over rows of `cols` 16-bit elements: one block of min(cols, 1024) threads
+// per row, each loading one 2-byte element per iteration of a loop over the row; a pass for
+// the sum of squares, a block reduction, then a second pass re-reading the row from L1 with
+// the weight. The serving kernels' RMSNorm (LoweringOptions::serving_kernels) and the
+// half-precision bench's description of Vidur's timings.
+ThreadAccess vllm_rms_norm_access(int64_t cols);
 
 struct Kernel {
   KernelClass cls = KernelClass::unknown;
@@ -114,7 +121,7 @@ struct Kernel {
   std::string body_node;
   // --- extensions, apart from the core above: each written by one stage for one reader ----
   std::vector<L2Reuse> l2_reuse;  // lowering -> tiling (on_gpu): L2-dependent DRAM traffic
-  ThreadAccess access;            // set by benches only -> predictor (memory_parallelism_ms)
+  ThreadAccess access;            // lowering (serving kernels) or benches -> predictor (memory_parallelism_ms)
 };
 
 // Work counts (useful FLOPs, compulsory bytes) of the kernel shapes, one set for the lowering

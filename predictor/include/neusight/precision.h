@@ -187,6 +187,10 @@ constexpr double kSharedMemoryBytesPerClock = 128;
 // d of a GEMM kernel with its tiling on a GPU; 0 for kernels not on matrix units.
 double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu);
 
+// Whether a kernel is a GEMM whose math runs on matrix units: tiled for tensor cores, on a
+// GPU with matrix units for its dtype.
+bool on_matrix_units(const Kernel& k, const Tiling& t, const Gpu& gpu);
+
 // The fraction of its matrix peak a GEMM sustains on this GPU: kMatrixSustainedFraction for a
 // GEMM whose math runs on matrix units (tensor-core tiling, units for its dtype), applied to
 // the math rate only (a memory-bound GEMM's time is its memory time). Other kernels: 1.
