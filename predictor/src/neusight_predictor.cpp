@@ -154,7 +154,7 @@ class NeusightPredictor final : public Predictor {
   // networks give a reduction over the same bytes (eager timing: with the dispatch); its math
   // runs on the matrix units at their sustained rate (split-K GEMMs with a short tile; for a
   // few rows it is far below the stream). The GEMM networks never saw a GEMM of so few rows (no FP32
-  // training row has fewer than 4), so their tiled answer for it is not used.
+  // training row has fewer than 4), so they are not asked for a tiled answer.
   // `cuda` is cuda_cores() of the GPU.
   TileFeatures streaming_alternative(const Kernel& run, const Gpu& cuda, double feature_l2_mb) const {
     Kernel s = run;
@@ -221,17 +221,20 @@ class NeusightPredictor final : public Predictor {
       // the device floor that replaces the dispatch below; wave quantization stays in
       // base_ms (waves x per-wave time).
       if (device) f.waves = std::numeric_limits<double>::infinity();
-      b.members[int(c)].push_back(i);
-      b.feats[int(c)].push_back(f);
-      b.library_gemm[int(c)].push_back(on_matrix_units(run, t, gpu) && run.op != "flash_attention");
+      // A skinny matrix-unit GEMM is priced as its weight stream alone (apply_networks); the
+      // GEMM networks price the others.
       if (may_stream(run, t, gpu)) {
         const TileFeatures s = streaming_alternative(run, cuda, feature_l2_mb);
         if (s.base_ms > 0) {
           b.gemv_members.push_back(i);
           b.gemv_feats.push_back(s);
           b.gemv_law_ms.push_back(weight_stream_ms(run, gpu, math_peak_gflops(run, run_gpu)));
+          continue;
         }
       }
+      b.members[int(c)].push_back(i);
+      b.feats[int(c)].push_back(f);
+      b.library_gemm[int(c)].push_back(on_matrix_units(run, t, gpu) && run.op != "flash_attention");
     }
     return b;
   }
@@ -262,7 +265,7 @@ class NeusightPredictor final : public Predictor {
         p.extrapolated = p.extrapolated || extra[j] != 0;
       }
     }
-    // Skinny matrix-unit GEMMs: the weight stream replaces the tiled answer.
+    // Skinny matrix-unit GEMMs: the weight stream, in place of a tiled answer.
     if (b.gemv_members.empty()) return;
     const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
     std::vector<char> extra;
