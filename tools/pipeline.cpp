@@ -185,9 +185,10 @@ KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string
       o.ms = p[j].latency_ms;
       o.low = p[j].low_ms();
       o.high = p[j].high_ms();
-      o.tile = tilings[j].tile;
-      o.tiles = tilings[j].tiles;
-      o.waves = tilings[j].waves;
+      const Tiling& t = p[j].tiling ? *p[j].tiling : tilings[j];
+      o.tile = t.tile;
+      o.tiles = t.tiles;
+      o.waves = t.waves;
     }
   }
   return out;

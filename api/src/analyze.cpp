@@ -164,6 +164,9 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   tilings.reserve(kernels.size());
   for (const auto& k : kernels) tilings.push_back(tile_kernel(k, gpu));
   std::vector<Prediction> preds = predictor->predict(kernels, tilings, gpu);
+  // The tile each latency belongs to (a tensor-core GEMM runs on the library's fastest).
+  for (size_t i = 0; i < preds.size(); ++i)
+    if (preds[i].tiling) tilings[i] = *preds[i].tiling;
   std::optional<ParallelReport> par;
   if (options.parallel.active && options.mode == Mode::training)
     par = plan_iteration(a.graph, kernels, preds, gpu, options.parallel, options.dims.batch,

@@ -176,12 +176,14 @@ void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const
     const double pe = n * pr[i].latency_ms, pdv = n * dr[i].latency_ms, pro = n * rr[i].latency_ms;
     if (g_dump) {
       const Kernel& k = ks[i];
+      const Tiling& t16 = pr[i].tiling ? *pr[i].tiling : ts[i];  // the tile priced
+      const Tiling& t32 = p32[i].tiling ? *p32[i].tiling : ts32[i];
       std::fprintf(g_dump, "%s,%s,%s,%lld,%lld,%lld,%lld,%lld,%lld,%lld,%.6g,%.6g,%.6g,%.6g,%.6g,%s,%lld,%lld,%s,%lld,%lld,%.6g,%.6g,%.6g,%.6g,%.6g\n",
                    g.alias().c_str(), items[i].group.c_str(), dtype_name(k.dtype), (long long)items[i].tokens,
                    (long long)k.gemm.batch, (long long)k.gemm.m, (long long)k.gemm.n, (long long)k.gemm.k,
                    (long long)k.rows, (long long)k.cols, items[i].meas, pe, pro,
-                   p32[i].latency_ms, p32[i].roofline_ms, ts[i].tile.c_str(), (long long)ts[i].tiles,
-                   (long long)ts[i].waves, ts32[i].tile.c_str(), (long long)ts32[i].tiles, (long long)ts32[i].waves,
+                   p32[i].latency_ms, p32[i].roofline_ms, t16.tile.c_str(), (long long)t16.tiles,
+                   (long long)t16.waves, t32.tile.c_str(), (long long)t32.tiles, (long long)t32.waves,
                    m32.first[i], m32.second[i], m16.first[i], m16.second[i], pdv);
     }
     acc[items[i].group].add(pe, pdv, pro, items[i].meas);
@@ -227,6 +229,13 @@ int main(int argc, char** argv) {
   port_options.operand_port_weight = port_weight;
   auto port = make_neusight_predictor(weights, port_options);
   std::map<std::string, Acc> port_acc;
+  // What-if: tensor-core GEMMs on the tile cost model's choice alone (PrecisionOptions::
+  // fastest_tile off), device timing for DeepBench, kernel timing for Vidur.
+  PrecisionOptions one_tile_device{Timing::device}, one_tile_kernel{Timing::kernel};
+  one_tile_device.fastest_tile = one_tile_kernel.fastest_tile = false;
+  auto one_tile_dev = make_neusight_predictor(weights, one_tile_device);
+  auto one_tile_ker = make_neusight_predictor(weights, one_tile_kernel);
+  std::map<std::string, Acc> one_tile_acc;
   const ModelSet models = load_model_set(weights.empty() ? data_dir() + "/weights" : weights);
   g_models = &models;
   auto roofline = std::make_unique<DtypePeakRoofline>();
@@ -257,8 +266,11 @@ int main(int argc, char** argv) {
     std::map<std::string, Acc> pa;
     FILE* dump = std::exchange(g_dump, nullptr);  // the what-ifs are not dumped
     run(items, g, *port, *port, *roofline, pa);
-    g_dump = dump;
     port_acc[name] = pa["fp16"];
+    std::map<std::string, Acc> oa;
+    run(items, g, *one_tile_dev, *one_tile_dev, *roofline, oa);
+    g_dump = dump;
+    if (g.fp16_gflops > 0) one_tile_acc[name] = oa["fp16"];
     const Acc& a = acc["fp32"];
     const Acc& b = acc["fp16"];
     std::printf("%-12s %-10s %5zu %5.1f /%5.1f /%5.1f (x%.2f, x%.2f) %5.1f /%5.1f /%5.1f (x%.2f, x%.2f)\n", name.c_str(),
@@ -355,6 +367,11 @@ int main(int argc, char** argv) {
     for (const auto& [layer, a] : pa)
       if (layer.find("compute-bound") == std::string::npos) port_acc["A100 GEMMs"].merge(a);
     for (const auto& [bucket, a] : pt) port_acc["A100 " + bucket] = a;
+    std::map<std::string, Acc> oa, ot;
+    run(gemms, a100, *one_tile_ker, *one_tile_ker, *roofline, oa, &ot);
+    for (const auto& [layer, a] : oa)
+      if (layer.find("compute-bound") == std::string::npos) one_tile_acc["A100 Vidur GEMMs"].merge(a);
+    for (const auto& [bucket, a] : ot) one_tile_acc["A100 Vidur " + bucket] = a;
   }
   std::printf("\nVidur FP16 LLM layers on %s (only the weight-streaming law is fitted on them, below): %zu\ntimings (median of each), 8 models, tp 1-8\n",
               a100.name.c_str(), items.size());
@@ -633,6 +650,10 @@ int main(int argc, char** argv) {
   std::printf("\nWhat-if: tensor-core operand-port term at weight %.2g on top of the sustained fraction (precision.h;\n"
               "off in the product), device timing:\n", port_weight);
   for (const auto& [k, a] : port_acc)
+    std::printf("%-40s %5zu FP16 MAPE %5.1f%%  pred/meas %.2fx\n", k.c_str(), a.n, a.dmape(), a.dev_gmean_ratio());
+  std::printf("\nWhat-if: single tensor-core GEMMs on the tile cost model's choice alone, not the fastest of the\n"
+              "library's tiles (PrecisionOptions::fastest_tile off; DeepBench device, Vidur kernel timing):\n");
+  for (const auto& [k, a] : one_tile_acc)
     std::printf("%-40s %5zu FP16 MAPE %5.1f%%  pred/meas %.2fx\n", k.c_str(), a.n, a.dmape(), a.dev_gmean_ratio());
   return 0;
 }

@@ -109,6 +109,19 @@ class NeusightPredictor final : public Predictor {
     std::vector<TileFeatures> feats[kNumUtilClasses];
     // Per member: a library GEMM on matrix-unit tiles (its fixed time, kGemmKernelFixedUs).
     std::vector<char> library_gemm[kNumUtilClasses];
+    // Per member: the weight-streaming law of its operands (library GEMMs on matrix units; 0
+    // for the others), below which no such GEMM runs.
+    std::vector<double> stream_floor_ms[kNumUtilClasses];
+    // Per member: the kernel's index in `out` (a library GEMM on tensor-core tiles has one
+    // member per tile the library offers, tile_alternatives) and the tiling of an alternative
+    // member (-1: the tiling given).
+    std::vector<size_t> kernel_of[kNumUtilClasses];
+    std::vector<int> alternative[kNumUtilClasses];
+    std::vector<Tiling> alternatives;
+    // Library GEMMs on matrix units that are not skinny: the stream of their operands (the
+    // skinny ones' price, streaming_alternative), below which no tiling runs.
+    std::vector<size_t> floor_members;
+    std::vector<TileFeatures> floor_feats;
     // Skinny matrix-unit GEMMs and their weight-streaming alternative (streaming_alternative).
     std::vector<size_t> gemv_members;
     std::vector<TileFeatures> gemv_feats;
@@ -124,9 +137,17 @@ class NeusightPredictor final : public Predictor {
 
   // Whether a kernel (as it runs, with its tiling) has the weight-streaming alternative below:
   // a skinny GEMM on matrix units, in this formulation, with streaming networks to price it.
+  // A single GEMM that runs on the library's fastest tile (fastest_tile) is skinny for any of
+  // the tiles offered: the library then has its streaming kernel too.
   bool may_stream(const Kernel& run, const Tiling& t, const Gpu& gpu) const {
-    return !paper_ && run.cls == KernelClass::gemm && has_matrix_units(gpu, run.dtype) && skinny(run, t) &&
-           !m_.classes[int(UtilClass::elementwise)].empty();
+    if (paper_ || run.cls != KernelClass::gemm || !has_matrix_units(gpu, run.dtype) ||
+        m_.classes[int(UtilClass::elementwise)].empty())
+      return false;
+    if (skinny(run, t)) return true;
+    if (!o_.fastest_tile || !t.config.tensor_core || run.gemm.batched || run.gemm.batch > 1) return false;
+    for (const Tiling& alt : tile_alternatives(run, gpu))
+      if (skinny(run, alt)) return true;
+    return false;
   }
 
   // The kernel as its math runs on this GPU (precision.h) and its tiling (tiled anew when the
@@ -232,15 +253,58 @@ class NeusightPredictor final : public Predictor {
           continue;
         }
       }
-      b.members[int(c)].push_back(i);
-      b.feats[int(c)].push_back(f);
-      b.library_gemm[int(c)].push_back(on_matrix_units(run, t, gpu) && run.op != "flash_attention");
+      const bool library = on_matrix_units(run, t, gpu) && run.op != "flash_attention";
+      // No library GEMM on matrix units runs faster than the weight-streaming law of its
+      // operands (precision.h): a floor for the tiled answer where the operands' stream, not
+      // the math, is the time (decode and small-batch GEMMs just above the skinny ones).
+      const double floor_ms = library ? weight_stream_ms(run, gpu, math_peak_gflops(run, run_gpu)) : 0.0;
+      if (library) {
+        const TileFeatures fs = streaming_alternative(run, cuda, feature_l2_mb);
+        if (fs.base_ms > 0) {
+          b.floor_members.push_back(i);
+          b.floor_feats.push_back(fs);
+        }
+      }
+      auto add = [&](const TileFeatures& row, int alt) {
+        b.members[int(c)].push_back(i);
+        b.feats[int(c)].push_back(row);
+        b.library_gemm[int(c)].push_back(library);
+        b.stream_floor_ms[int(c)].push_back(floor_ms);
+        b.alternative[int(c)].push_back(alt);
+      };
+      add(f, -1);
+      // A single GEMM runs on the tile the library's heuristic expects fastest among those it
+      // offers (tile_alternatives): the networks price each, the latency is the least. Strided
+      // batched GEMMs keep the tile cost model's choice: batched kernels come from a smaller
+      // set, and on the MI100's traced BMMs (FP32 on matrix cores) the least of them was 0.64x
+      // of the measured time where the chosen tile gives 0.81x (bench/e2e_accuracy).
+      if (library && t.config.tensor_core && o_.fastest_tile && !run.gemm.batched && run.gemm.batch <= 1) {
+        for (Tiling& alt : tile_alternatives(run, gpu)) {
+          if (alt.tile == t.tile && alt.config.split_k == t.config.split_k && alt.config.stream_k == t.config.stream_k)
+            continue;
+          const Gpu alt_gpu = gpu_as_run(run, alt, gpu, o_.operand_port_weight, o_.matrix_fraction);
+          TileFeatures fa = features(c, run, alt, alt_gpu, feature_l2_mb);
+          if (!(fa.base_ms > 0)) continue;
+          fa.device_only = f.device_only;
+          if (device) fa.waves = f.waves;
+          add(fa, int(b.alternatives.size()));
+          b.alternatives.push_back(std::move(alt));
+        }
+      }
     }
     return b;
   }
 
   // Each class's networks over its feature rows: the latencies into `out`, the spread into `sd`.
   void apply_networks(const ClassBatches& b, std::vector<Prediction>& out, std::vector<double>& sd) const {
+    const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
+    // The operands' stream of each tiled library GEMM, priced as a skinny GEMM's (below).
+    std::vector<double> stream_ms(out.size(), 0.0);
+    if (!b.floor_members.empty()) {
+      const std::vector<double> lat = predict_latency_ms(ew, b.floor_feats);
+      for (size_t j = 0; j < b.floor_members.size(); ++j)
+        stream_ms[b.floor_members[j]] = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
+    }
     for (int c = 0; c < kNumUtilClasses; ++c) {
       if (b.members[c].empty()) continue;
       std::vector<char> extra;
@@ -249,9 +313,13 @@ class NeusightPredictor final : public Predictor {
       // The law (neusight_model.h) bounds a kernel by the dispatch (eager timing) or gives its
       // device time alone (device and kernel timing), which the launch-to-completion floor
       // bounds as the dispatch bounds eager timings.
+      // A kernel with alternative tilings takes the fastest (its members are consecutive).
+      std::vector<double> bound;  // per member: the kernel's bounds before the networks
+      for (size_t j = 0; j < b.members[c].size(); ++j) bound.push_back(out[b.members[c][j]].latency_ms);
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
-        sd[b.members[c][j]] = std::hypot(interval_log_sd_at(m_.classes[c], p.roofline_ms), own_sd[j]);
+        const bool first = j == 0 || b.members[c][j - 1] != b.members[c][j];
+        const double sd_j = std::hypot(interval_log_sd_at(m_.classes[c], p.roofline_ms), own_sd[j]);
         // A library GEMM on matrix units adds its fixed time (precision.h kGemmKernelFixedUs:
         // prologue, epilogue, launch) to its tiles' time, in place of the device floor (and on
         // top of the eager dispatch, which covers none of it); the FP32 networks learned the
@@ -260,14 +328,20 @@ class NeusightPredictor final : public Predictor {
         const double l = fixed > 0 ? lat[j] + fixed : device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
         // Never faster than the roofline (nor, eager, than a latency-limited kernel's
         // memory-parallelism time, set above).
-        p.latency_ms = std::max({l, p.roofline_ms, p.latency_ms});
+        const double latency =
+            std::max({l, p.roofline_ms, bound[j], b.stream_floor_ms[c][j], stream_ms[b.members[c][j]]});
+        if (!first && !(latency < p.latency_ms)) continue;
+        p.latency_ms = latency;
         p.utilization = p.roofline_ms / p.latency_ms;
-        p.extrapolated = p.extrapolated || extra[j] != 0;
+        p.extrapolated = extra[j] != 0;
+        sd[b.members[c][j]] = sd_j;
+        const int alt = b.alternative[c][j];
+        if (alt >= 0) p.tiling = b.alternatives[size_t(alt)];
+        else p.tiling.reset();
       }
     }
     // Skinny matrix-unit GEMMs: the weight stream, in place of a tiled answer.
     if (b.gemv_members.empty()) return;
-    const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
     std::vector<char> extra;
     std::vector<double> own_sd;
     const std::vector<double> lat = predict_latency_ms(ew, b.gemv_feats, &extra, &own_sd);

@@ -271,3 +271,38 @@ TEST_CASE("invariants: a compute-bound GEMM follows the FLOP rate, not the bandw
   report("FLOPs x2 (>= 1.6x faster)", slow_flops);
   report("bandwidth / 2 (<= 1.2x slower)", bw_bound);
 }
+
+TEST_CASE("invariants: a single 16-bit GEMM on matrix units never predicts much faster with more rows") {
+  // More tokens through the same weights: the library runs them on whichever of its tiles is
+  // fastest (tiling.h tile_alternatives), and no GEMM runs faster than its operands' stream
+  // (precision.h weight-streaming law), so one more row never buys a faster kernel but at the
+  // seam between a skinny GEMM's stream price and the tiled price (at most 10%).
+  auto p = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
+  std::mt19937_64 g(41);
+  std::uniform_real_distribution<double> u(8, 14);
+  size_t pairs = 0, over_2 = 0;
+  std::vector<Failure> bad;
+  for (const Gpu& gpu : GpuDatabase::builtin().all()) {
+    if (!has_matrix_units(gpu, DType::f16)) continue;
+    for (int shape = 0; shape < 6; ++shape) {
+      const int64_t n = std::llround(std::exp2(u(g))), k = std::llround(std::exp2(u(g)));
+      std::vector<Kernel> ks;
+      for (int64_t m = 1; m <= 8192; m += m < 64 ? 1 : m < 512 ? 8 : 64) {
+        ks.push_back(kernel_from_dataset("linear", {{"B", "1"},
+                                                    {"M", std::to_string(m)},
+                                                    {"N", std::to_string(k)},
+                                                    {"K", std::to_string(n)},
+                                                    {"dtype", "fp16"}}));
+      }
+      const auto lat = predict(*p, ks, gpu);
+      for (size_t i = 1; i < ks.size(); ++i) {
+        ++pairs;
+        if (lat[i] < lat[i - 1] * 0.98) ++over_2;
+        if (lat[i] < lat[i - 1] * 0.90) bad.push_back({gpu.name, ks[i], lat[i - 1], lat[i]});
+      }
+    }
+  }
+  MESSAGE("row steps checked: " << pairs << ", faster by more than 2%: " << over_2);
+  CHECK(pairs > 10000);
+  report("one more row", bad);
+}

@@ -326,7 +326,9 @@ void set_split_features(const GemmCandidate& c, const GemmClass& cls, const Gpu&
   }
 }
 
-Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
+// The GEMM's tiling; with `alternatives`, on tensor-core candidates, also every offered
+// candidate's tiling at its own best split (the chosen one among them).
+Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table, std::vector<Tiling>* alternatives = nullptr) {
   const GemmShape& s = kr.gemm;
   const GemmClass& cls = table.gemm_class(gpu.arch);
   const bool tc = uses_tensor_cores(kr.dtype, gpu) && !cls.tensor.empty();
@@ -417,6 +419,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table) {
     // split_after_tile: the tile is ranked by its unsplit time, then split as it likes best.
     mine.rank = cost.split_after_tile ? unsplit : mine.time;
     if (mine.cand && mine.rank < best.rank) best = mine;
+    if (mine.cand && tc && alternatives) alternatives->push_back(finish(kr, gpu, mine, tc));
   }
   return finish(kr, gpu, best, tc);
 }
@@ -632,6 +635,15 @@ Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu, const TileTable& table)
 }
 
 Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu) { return tile_kernel(kernel, gpu, TileTable::builtin()); }
+
+std::vector<Tiling> tile_alternatives(const Kernel& kernel, const Gpu& gpu) {
+  std::vector<Tiling> out;
+  if (kernel.cls != KernelClass::gemm || kernel.gemm.m <= 0 || kernel.gemm.n <= 0 || kernel.gemm.k <= 0 ||
+      kernel.gemm.batch <= 0)
+    return out;
+  tile_gemm(kernel, gpu, TileTable::builtin(), &out);
+  return out;
+}
 
 double l2_miss_bytes(const Kernel& kernel, const Gpu& gpu) {
   if (kernel.l2_reuse.empty()) return 0;

@@ -58,7 +58,7 @@ constexpr double kDeviceKernelFloorMs = 0.002;
 // One number for all GPUs: the spec sheets give no power limit or tensor-load clock, so the
 // spread between GPUs stays unexplained. Not fitted to any GPU the tool is validated on (the
 // A100 and newer are unseen).
-constexpr double kMatrixSustainedFraction = 0.752;
+constexpr double kMatrixSustainedFraction = 0.743;
 
 // A weight-streaming GEMM (the GEMV and split-K kernels libraries run for a few rows: an LLM's
 // decode projections) as a fraction of the spec-sheet DRAM bandwidth, and its fixed time (the
@@ -103,6 +103,11 @@ struct PrecisionOptions {
   // Sustained fraction of the matrix units' dense peak (kMatrixSustainedFraction above); a
   // bench sets another to refit it leaving one GPU out.
   double matrix_fraction = kMatrixSustainedFraction;
+  // A single tensor-core GEMM priced on each tile the library offers (tiling.h
+  // tile_alternatives), the least latency taken, as the libraries' heuristics pick the kernel
+  // they expect fastest; off: the tile cost model's choice alone (bench/half_precision prints
+  // both).
+  bool fastest_tile = true;
 };
 
 // FP32 SIMT GEMMs: the rate the CUDA cores sustain, as a fraction of the spec-sheet FP32 peak.

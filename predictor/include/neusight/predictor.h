@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,10 @@ struct Prediction {
   // A skinny GEMM on matrix units predicted as a GEMV-style stream of its operands
   // (neusight_predictor.cpp: the weight-streaming law) instead of tensor-core tiles.
   bool streamed = false;
+  // Set where the kernel was priced on another of the library's tiles than the tiling given
+  // (tiling.h tile_alternatives: a tensor-core GEMM runs on the candidate predicted fastest, as
+  // the libraries' heuristics pick it); the tiling the latency belongs to.
+  std::optional<Tiling> tiling;
 };
 
 class Predictor {

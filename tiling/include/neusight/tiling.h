@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "neusight/gpu.h"
 #include "neusight/lowering.h"
@@ -48,6 +49,12 @@ inline int64_t waves_for(int64_t tiles, int64_t concurrent) {
 }
 
 Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu);
+
+// A tensor-core GEMM's other tilings: every tile the library offers for it, each at its own
+// best split-K (tile_kernel's choice among them), for a predictor that prices them all, as the
+// libraries' heuristics pick among their kernels the one they expect fastest. Empty for every
+// other kernel (SIMT GEMMs follow the learned rule; vector kernels have one tiling).
+std::vector<Tiling> tile_alternatives(const Kernel& kernel, const Gpu& gpu);
 
 // The DRAM bytes a kernel moves on `gpu` beyond Kernel::bytes: for each operand with
 // Kernel::l2_reuse entries, the largest miss_bytes among those whose footprint exceeds the
