@@ -194,6 +194,13 @@ void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const
       const char* bucket = t < 64 ? "1-63" : t < 512 ? "64-511" : t < 4096 ? "512-4095" : "4096+";
       (*by_tokens)[(gemm ? std::string("GEMMs") : items[i].group) + " tokens " + bucket].add(pe, pdv, pro,
                                                                                           items[i].meas);
+      // Tiled GEMMs (more than the law's 16 tokens) by measured time: where the fixed time
+      // (kGemmKernelFixedUs) weighs.
+      if (gemm && t > 16) {
+        const double us = items[i].meas * 1e3;
+        const char* tb = us < 10 ? "<10 us" : us < 30 ? "10-30 us" : us < 100 ? "30-100 us" : "100+ us";
+        (*by_tokens)[std::string("tiled GEMMs ") + tb].add(pe, pdv, pro, items[i].meas);
+      }
     }
   }
 }
@@ -546,6 +553,11 @@ int main(int argc, char** argv) {
       const std::string key = std::string(kind) + " tokens " + b;
       if (by_tokens.count(key)) print_row(key.c_str(), by_tokens[key]);
     }
+  std::printf("Tiled GEMMs (17 tokens and more) by measured time:\n");
+  for (const char* b : {"<10 us", "10-30 us", "30-100 us", "100+ us"}) {
+    const std::string key = std::string("tiled GEMMs ") + b;
+    if (by_tokens.count(key)) print_row(key.c_str(), by_tokens[key]);
+  }
   {
     // The vLLM kernels without their description (Kernel::access), i.e. predicted like
     // PyTorch's vectorized kernels by the NeuSight law, as before the memory-parallelism bound.
