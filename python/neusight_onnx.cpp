@@ -20,6 +20,7 @@
 #include "neusight/dataset.h"
 #include "neusight/model_builder.h"
 #include "neusight/neusight.h"
+#include "neusight/predictor.h"
 #include "outputs.h"
 #include "pipeline.h"
 
@@ -568,6 +569,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "compare() the `compare --json` object. Bad input raises ValueError, a failure RuntimeError, both with "
       "the CLI's one-line message; a wrong argument type raises TypeError.";
   m.attr("__version__") = neusight::version();
+  neusight::single_threaded_blas();  // loading the module started OpenBLAS's workers (predictor.h)
   find_data_dir();
   m.attr("data_dir") = neusight::data_dir();
 

@@ -10,6 +10,7 @@
 #include "flags.h"
 #include "memory.h"
 #include "neusight/neusight.h"
+#include "neusight/predictor.h"
 
 namespace {
 
@@ -40,7 +41,7 @@ bool wants_help(const neusight::cli::Argv& args) {
 
 int main(int argc, char** argv) {
   neusight::cli::setup_process_memory();
-  neusight::cli::single_threaded_blas();
+  neusight::single_threaded_blas();
   std::ios::sync_with_stdio(false);
   neusight::cli::Argv args(argv + 1, argv + argc);
   try {

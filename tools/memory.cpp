@@ -19,10 +19,6 @@
 #define NEUSIGHT_SANITIZED 1
 #endif
 
-// OpenBLAS (linked by the predictor), when present. Weak: the CLI does not require it.
-extern "C" __attribute__((weak)) void openblas_set_num_threads(int);
-extern "C" __attribute__((weak)) int blas_thread_shutdown_(void);
-
 namespace neusight::cli {
 
 void setup_process_memory() {
@@ -42,13 +38,6 @@ void setup_process_memory() {
     madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
   std::free(probe);
 #endif
-}
-
-void single_threaded_blas() {
-  if (std::getenv("OPENBLAS_NUM_THREADS") || std::getenv("GOTO_NUM_THREADS") || std::getenv("OMP_NUM_THREADS")) return;
-  if (!openblas_set_num_threads || !blas_thread_shutdown_) return;
-  openblas_set_num_threads(1);  // later calls run on the calling thread
-  blas_thread_shutdown_();      // stop the workers its constructor started
 }
 
 void exit_now(int code) {

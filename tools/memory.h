@@ -1,4 +1,5 @@
-// memory.h - process-wide setup of the CLI: huge pages for the heap, BLAS on one thread, no teardown.
+// memory.h - process-wide setup of the CLI: huge pages for the heap, no teardown (BLAS on one
+// thread: predictor.h single_threaded_blas).
 #pragma once
 
 namespace neusight::cli {
@@ -10,13 +11,6 @@ namespace neusight::cli {
 // transparent huge pages there (madvise; a no-op where THP is off or unsupported), so that
 // one fault maps 2 MiB. Large blocks stay on that heap instead of separate mmaps.
 void setup_process_memory();
-
-// OpenBLAS (linked by the predictor) starts one worker thread per core in its constructor,
-// and each worker spins in sched_yield for about 0.1 s before it sleeps: CPU time burnt on
-// every run (a core's worth per worker), for matrix products far too small to gain from
-// threads. This stops them and keeps BLAS on the calling thread, unless the user set
-// OPENBLAS_NUM_THREADS (or GOTO_/OMP_NUM_THREADS). No-op without OpenBLAS.
-void single_threaded_blas();
 
 // Ends the process after a successful command without running destructors of the large
 // objects still alive (what clang's -disable-free does): flushes stdio and exits. Under

@@ -57,6 +57,15 @@ std::unique_ptr<Predictor> make_roofline_predictor();
 // Falls back to nothing: throws RuntimeError naming the missing file.
 std::unique_ptr<Predictor> make_neusight_predictor(const std::string& weights_dir = "");
 
+// OpenBLAS (which the predictor links) on the calling thread, for the whole process: it
+// starts one worker per core when it loads, each spinning for about 0.1 s before it sleeps,
+// and the networks' products (a few thousand rows by 32-128 columns) gain nothing from them.
+// This stops the workers and keeps OpenBLAS's later calls on the calling thread. Called first
+// by the CLI and when the Python module is imported (a numpy in the same process that links
+// its own BLAS keeps its threads). A no-op without OpenBLAS or when the user set
+// OPENBLAS_NUM_THREADS (or GOTO_/OMP_NUM_THREADS).
+void single_threaded_blas();
+
 // Roofline latency in ms for one kernel on one GPU (shared by all predictors).
 double roofline_ms(const Kernel& kernel, const Gpu& gpu);
 
