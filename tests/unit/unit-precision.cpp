@@ -426,3 +426,43 @@ TEST_CASE("precision: a library GEMM on matrix units carries its fixed time, FP3
   CHECK(pf.latency_ms >= kDeviceKernelFloorMs);
   CHECK(pf.latency_ms >= pf.roofline_ms);
 }
+
+TEST_CASE("precision: a single tensor-core GEMM runs on the fastest tile the library offers, and says which") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  PrecisionOptions one{Timing::kernel};
+  one.fastest_tile = false;
+  auto fastest = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
+  auto chosen = make_neusight_predictor("", one);
+  size_t retiled = 0;
+  for (const char* name : {"a40", "a100-sxm4-80gb", "h100-sxm", "l40s", "b200", "mi300x"}) {
+    const Gpu g = db.resolve(name);
+    for (int64_t m : {96, 200, 384, 1000, 2048, 8192}) {
+      CAPTURE(name);
+      CAPTURE(m);
+      const Kernel k = linear(m, 11008, 4096, "bf16");
+      const Tiling t = tile_kernel(k, g);
+      REQUIRE(t.config.tensor_core);
+      const std::vector<Tiling> alts = tile_alternatives(k, g);
+      REQUIRE(alts.size() >= 2);
+      // The cost model's choice is one of the offered tiles.
+      CHECK(std::any_of(alts.begin(), alts.end(), [&](const Tiling& a) {
+        return a.tile == t.tile && a.config.split_k == t.config.split_k && a.tiles == t.tiles;
+      }));
+      const Prediction f = fastest->predict({k}, {t}, g)[0];
+      const Prediction c = chosen->predict({k}, {t}, g)[0];
+      CHECK(!c.tiling);
+      CHECK(f.latency_ms <= c.latency_ms * (1 + 1e-12));
+      // No offered tile is priced faster than the one taken; the one taken is reported.
+      for (const Tiling& a : alts) CHECK(f.latency_ms <= chosen->predict({k}, {a}, g)[0].latency_ms * (1 + 1e-9));
+      if (f.tiling) {
+        ++retiled;
+        CHECK(chosen->predict({k}, {*f.tiling}, g)[0].latency_ms == doctest::Approx(f.latency_ms).epsilon(1e-9));
+      }
+    }
+  }
+  CHECK(retiled > 0);
+  // Strided batched GEMMs keep the cost model's tile.
+  const Gpu h100 = db.resolve("h100-sxm");
+  const Kernel b = kernel_from_dataset("bmm", {{"B", "32"}, {"M", "512"}, {"N", "128"}, {"K", "512"}, {"dtype", "fp16"}});
+  CHECK(!fastest->predict({b}, {tile_kernel(b, h100)}, h100)[0].tiling);
+}
