@@ -35,6 +35,18 @@ namespace {
 struct Acc {
   double err = 0, dev = 0, roof = 0, ratio_log = 0, dev_ratio_log = 0;
   size_t n = 0;
+  // The 80% interval of the prediction in the data's timing: rows measured inside it, and the
+  // sum of log(high / low) (median-free summary: geo-mean width).
+  size_t inside = 0, with_interval = 0;
+  double log_width = 0;
+  void add_interval(double low, double high, double meas) {
+    if (!(high > 0) || !(low > 0)) return;
+    ++with_interval;
+    inside += meas >= low && meas <= high;
+    log_width += std::log(high / low);
+  }
+  double coverage() const { return with_interval ? 100.0 * double(inside) / double(with_interval) : 0; }
+  double width() const { return with_interval ? std::exp(log_width / double(with_interval)) : 0; }
   void add(double pred, double pred_dev, double roofl, double meas) {
     err += std::fabs(pred - meas) / meas;
     dev += std::fabs(pred_dev - meas) / meas;
@@ -45,6 +57,7 @@ struct Acc {
   }
   void merge(const Acc& a) {
     err += a.err, dev += a.dev, roof += a.roof, ratio_log += a.ratio_log, dev_ratio_log += a.dev_ratio_log, n += a.n;
+    inside += a.inside, with_interval += a.with_interval, log_width += a.log_width;
   }
   double mape() const { return n ? 100 * err / n : 0; }
   double dmape() const { return n ? 100 * dev / n : 0; }
@@ -187,6 +200,7 @@ void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const
                    m32.first[i], m32.second[i], m16.first[i], m16.second[i], pdv);
     }
     acc[items[i].group].add(pe, pdv, pro, items[i].meas);
+    acc[items[i].group].add_interval(n * dr[i].low_ms(), n * dr[i].high_ms(), items[i].meas);
     if (dr[i].compute_bound) acc[items[i].group + " compute-bound"].add(pe, pdv, pro, items[i].meas);
     if (by_tokens && items[i].tokens > 0) {
       const bool gemm = items[i].k.cls == KernelClass::gemm;
@@ -243,6 +257,7 @@ int main(int argc, char** argv) {
   auto one_tile_dev = make_neusight_predictor(weights, one_tile_device);
   auto one_tile_ker = make_neusight_predictor(weights, one_tile_kernel);
   std::map<std::string, Acc> one_tile_acc;
+  std::map<std::string, Acc> interval_acc;  // the 80% interval's coverage, by data set
   const ModelSet models = load_model_set(weights.empty() ? data_dir() + "/weights" : weights);
   g_models = &models;
   auto roofline = std::make_unique<DtypePeakRoofline>();
@@ -280,6 +295,8 @@ int main(int argc, char** argv) {
     if (g.fp16_gflops > 0) one_tile_acc[name] = oa["fp16"];
     const Acc& a = acc["fp32"];
     const Acc& b = acc["fp16"];
+    interval_acc["DeepBench " + name + " FP32 (device)"] = a;
+    interval_acc["DeepBench " + name + " FP16 (device)"] = b;
     std::printf("%-12s %-10s %5zu %5.1f /%5.1f /%5.1f (x%.2f, x%.2f) %5.1f /%5.1f /%5.1f (x%.2f, x%.2f)\n", name.c_str(),
                 g.alias().c_str(), a.n + b.n, a.mape(), a.dmape(), a.rmape(), a.gmean_ratio(), a.dev_gmean_ratio(),
                 b.mape(), b.dmape(), b.rmape(), b.gmean_ratio(), b.dev_gmean_ratio());
@@ -553,6 +570,13 @@ int main(int argc, char** argv) {
       const std::string key = std::string(kind) + " tokens " + b;
       if (by_tokens.count(key)) print_row(key.c_str(), by_tokens[key]);
     }
+  {
+    Acc g, v;
+    for (const char* l : {"attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"}) g.merge(acc[l]);
+    for (const char* l : {"input_layernorm", "post_attention_layernorm", "mlp_act", "add"}) v.merge(acc[l]);
+    interval_acc["Vidur A100 GEMMs (kernel)"] = g;
+    interval_acc["Vidur A100 norms/act/add (kernel)"] = v;
+  }
   std::printf("Tiled GEMMs (17 tokens and more) by measured time:\n");
   for (const char* b : {"<10 us", "10-30 us", "30-100 us", "100+ us"}) {
     const std::string key = std::string("tiled GEMMs ") + b;
@@ -659,6 +683,10 @@ int main(int argc, char** argv) {
     for (const char* layer : other_layers)
       std::printf("%-40s %5zu %7.1f%% %9.2fx\n", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
   }
+  std::printf("\nThe 80%% interval (pred_low_ms - pred_high_ms) in the data's timing: measured rows inside it,\n"
+              "geo-mean width (high / low); calibrated on FP32 leave-one-GPU-out, never on these rows:\n");
+  for (const auto& [k, a] : interval_acc)
+    std::printf("%-40s %5zu inside %5.1f%%  width x%.2f\n", k.c_str(), a.with_interval, a.coverage(), a.width());
   std::printf("\nWhat-if: tensor-core operand-port term at weight %.2g on top of the sustained fraction (precision.h;\n"
               "off in the product), device timing:\n", port_weight);
   for (const auto& [k, a] : port_acc)

@@ -80,6 +80,16 @@ class NeusightPredictor final : public Predictor {
     std::vector<double> sd(kernels.size(), 0.0);  // uncertainty in natural-log units (neusight_model.h)
     const ClassBatches b = roofline_and_features(kernels, tilings, gpu, feature_l2_mb, out);
     apply_networks(b, out, sd);
+    // A latency-limited kernel priced by its memory parallelism alone (device timing, no
+    // network): its class's spread at its roofline time, which the networks' kernels of the
+    // same class carry (an interval of zero width would claim an exact answer).
+    for (size_t i = 0; i < out.size(); ++i) {
+      UtilClass c;
+      if (sd[i] > 0 || paper_ || memory_parallelism_ms(kernels[i], gpu) < 0 || !util_class_of(kernels[i], c) ||
+          m_.classes[int(c)].empty())
+        continue;
+      sd[i] = interval_log_sd_at(m_.classes[int(c)], out[i].roofline_ms);
+    }
     // The 80% interval: the latency times exp(-+ z sd), never below the roofline.
     for (size_t i = 0; i < out.size(); ++i) {
       Prediction& p = out[i];
