@@ -236,12 +236,22 @@ int main(int argc, char** argv) {
         return 1;
       }
       std::fprintf(g_dump, "gpu,group,dtype,tokens,batch,m,n,k,rows,cols,meas,pred,roof,pred32,roof32,tile,tiles,waves,tile32,tiles32,waves32,mlp32,ov32,mlp16,ov16,pred_device\n");
+    } else if (a.rfind("-", 0) == 0) {
+      std::fprintf(stderr, "usage: half_precision [--port-weight W] [--dump FILE] [WEIGHTS_DIR]\n"
+                           "  (../shared from NEUSIGHT_SHARED_DIR or the build's default)\n");
+      return a == "--help" || a == "-h" ? 0 : 2;
     } else {
       weights = a;
     }
   }
   const std::string hp = shared + "/half-precision/";
-  auto predictor = make_neusight_predictor(weights);
+  std::unique_ptr<Predictor> predictor;
+  try {
+    predictor = make_neusight_predictor(weights);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "half_precision: %s\n", e.what());
+    return 1;
+  }
   auto device = make_neusight_predictor(weights, PrecisionOptions{Timing::device});
   // Vidur keeps profiler kernel durations: kernel timing (precision.h).
   auto kernel = make_neusight_predictor(weights, PrecisionOptions{Timing::kernel});
