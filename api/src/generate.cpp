@@ -48,6 +48,27 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
   }
 }
 
+// Expert weights a decode step of `tokens` tokens leaves unread: per MoE / QMoE node, its
+// expert weights times the share of experts the tokens do not reach (moe_experts_reached).
+double unread_expert_bytes(const Graph& g, const Options& o, int64_t tokens) {
+  double unread = 0;
+  for (const auto& n : g.nodes) {
+    if (n.op_type != "MoE" && n.op_type != "QMoE") continue;
+    const TensorInfo* router = n.inputs.size() > 1 && !n.inputs[1].empty() ? g.find(n.inputs[1]) : nullptr;
+    if (!router || router->shape.size() != 2 || !router->shape[1].known()) continue;
+    const int64_t experts = router->shape[1].value;
+    const double reached = moe_experts_reached(double(tokens), experts, n.attr_i("k", 1));
+    const bool quantized = n.op_type == "QMoE";
+    double b = 0;
+    for (size_t i : quantized ? std::vector<size_t>{2, 3, 5, 6, 8, 9} : std::vector<size_t>{2, 4, 6}) {
+      const TensorInfo* t = i < n.inputs.size() && !n.inputs[i].empty() ? g.find(n.inputs[i]) : nullptr;
+      if (t && t->is_initializer) b += tensor_bytes(t, o);
+    }
+    if (experts > 0) unread += b * (1.0 - reached / double(experts));
+  }
+  return unread;
+}
+
 // The largest working set of one node: its activation inputs and its outputs.
 double activation_bytes(const Graph& g, const Options& o) {
   double best = 0;
@@ -178,6 +199,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     a.steps.push_back(prepare(d.step, phase_options(options, d, a.batch, 1, kv, true)));
   }
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
+  a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
   const DType kv_dtype = options.dtype != DType::undefined ? options.dtype : d.kv_dtype;
   // Exactly 2 (K and V) x layers x KV heads x head size x tokens x batch x element size.
@@ -231,7 +253,8 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   const double tp = double(g.tp);
   const double kv_share = d.kv_heads > 0 ? std::ceil(double(d.kv_heads) / tp) / double(d.kv_heads) : 1.0 / tp;
   g.memory_per_gpu_bytes = a.weight_bytes / tp + a.kv_cache_bytes * kv_share + a.activation_bytes;
-  if (gpu.mem_bw_gbps > 0) g.weight_read_ms = (a.weight_bytes - a.embedding_bytes) / tp / (gpu.mem_bw_gbps * 1e9) * 1e3;
+  if (gpu.mem_bw_gbps > 0)
+    g.weight_read_ms = (a.weight_bytes - a.embedding_bytes - a.unread_expert_bytes) / tp / (gpu.mem_bw_gbps * 1e9) * 1e3;
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
   // Whether the step's attention ran as FlashAttention (16-bit attention under full).
   const auto& step_kernels = a.steps.front().kernels.kernels;

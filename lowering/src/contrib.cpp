@@ -84,9 +84,13 @@ void lower_gemm_fast_gelu(LowerCtx& c) {
 // MoE / QMoE(input [rows, hidden] or [B, S, hidden], router_probs [rows, E], fc1 weights
 // [E, hidden, inter] (or [E, inter, hidden]), fc1 bias, fc2 weights, fc2 bias, fc3 weights
 // ...): the router's top-k over E experts per token, then each expert's FFN on the tokens
-// routed to it (rows x k in all, spread evenly: one batched GEMM of E problems per FC layer,
-// reading every expert's weights), the activation, and the weighted sum of each token's k
-// expert outputs. QMoE reads its weights at expert_weight_bits.
+// routed to it, the activation, and the weighted sum of each token's k expert outputs. QMoE
+// reads its weights at expert_weight_bits. Routing is taken as uniform and independent per
+// token: an expert is left out by one token with probability 1 - k / E, so rows tokens reach
+// E x (1 - (1 - k / E)^rows) experts on average. Only those run (a grouped GEMM launches no
+// tile for an expert without tokens): one batched GEMM per FC layer over the experts reached,
+// the rows x k routed tokens spread evenly over them, reading those experts' weights. One
+// decode token with top-2 of 8 experts reads 2 experts' weights, a long prompt all 8.
 void lower_moe(LowerCtx& c) {
   const TensorInfo* x = c.in(0);
   const TensorInfo* router = c.in(1);
@@ -115,7 +119,9 @@ void lower_moe(LowerCtx& c) {
   const DType act = c.dtype(x);
   const double eb = element_bytes(act);
   const double routed = double(rows) * double(top_k);
-  const int64_t per_expert = static_cast<int64_t>(std::ceil(routed / double(experts)));
+  const double reached = moe_experts_reached(double(rows), experts, top_k);
+  const int64_t active = std::min<int64_t>(experts, static_cast<int64_t>(std::ceil(reached - 1e-9)));
+  const int64_t per_expert = static_cast<int64_t>(std::ceil(routed / double(active)));
 
   Kernel topk = c.base(KernelClass::reduce, "topk");
   topk.dtype = act;
@@ -131,13 +137,14 @@ void lower_moe(LowerCtx& c) {
   auto ffn = [&](int input, int64_t n, int64_t k, const std::string& what) {
     Kernel g = c.base(KernelClass::gemm, "bmm");
     g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : act;
-    g.gemm = {experts, per_expert, n, k, true};
+    g.gemm = {active, per_expert, n, k, true};
     g.flops = 2.0 * routed * double(n) * double(k);
-    g.bytes = routed * double(k) * eb + double(experts) * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
-    g.operand_elems = {static_cast<int64_t>(routed) * k, experts * n * k};
+    g.bytes = routed * double(k) * eb + reached * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
+    g.operand_elems = {static_cast<int64_t>(routed) * k, active * n * k};
     g.a_input = -1;
     g.b_input = input;
-    g.note = what + " of each expert, " + std::to_string(per_expert) + " tokens each";
+    g.note = what + " of the " + std::to_string(active) + " of " + std::to_string(experts) + " experts reached, " +
+             std::to_string(per_expert) + " tokens each";
     if (quantized) g.note += ", " + std::to_string(bits) + "-bit weights";
     c.out.push_back(g);
   };
@@ -178,3 +185,14 @@ void add_contrib_rules(RuleTable& r) {
 }
 
 }  // namespace neusight::lowering_detail
+
+namespace neusight {
+
+double moe_experts_reached(double rows, int64_t experts, int64_t top_k) {
+  if (experts <= 0) return 0;
+  const double k = double(std::clamp<int64_t>(top_k, 1, experts));
+  if (!(rows > 0)) return 0;
+  return std::clamp(double(experts) * (1.0 - std::pow(1.0 - k / double(experts), rows)), k, double(experts));
+}
+
+}  // namespace neusight

@@ -139,6 +139,15 @@ void read_llama(const Reader& r, ModelConfig& c) {
     throw InputError(r.path + ": num_attention_heads must be a multiple of num_key_value_heads");
 }
 
+// Mixtral: a Llama-style decoder whose MLPs are top-k mixtures of SwiGLU experts.
+void read_mixtral(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.experts = r.i({"num_local_experts"}, true);
+  c.experts_per_token = r.i({"num_experts_per_tok"}, false, 2);
+  if (c.experts <= 0 || c.experts_per_token <= 0 || c.experts_per_token > c.experts)
+    throw InputError(r.path + ": num_local_experts must be positive and num_experts_per_tok between 1 and it");
+}
+
 struct Family {
   std::function<void(const Reader&, ModelConfig&)> read;
   std::function<LoadedModel(const ModelConfig&)> build;
@@ -157,6 +166,7 @@ const std::map<std::string, Family>& families() {
       {"switch_transformers", {read_switch, builder::build_switch}},
       {"llama", {read_llama, llama, builder::build_llama}},
       {"mistral", {read_llama, llama, builder::build_llama}},
+      {"mixtral", {read_mixtral, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
   };
   return t;

@@ -1,5 +1,6 @@
-// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2): RMSNorm, rotary embedding,
-// SwiGLU MLP, grouped-query attention, as HF LlamaForCausalLM runs them in eager mode.
+// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Mixtral): RMSNorm, rotary
+// embedding, SwiGLU MLP (Mixtral: a top-k mixture of SwiGLU experts), grouped-query attention,
+// as HF LlamaForCausalLM runs them in eager mode.
 #include "common.h"
 #include "families.h"
 
@@ -71,6 +72,25 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   return linear(n, p + ".o_proj", o, nh * hd, h, false);
 }
 
+// Mixtral's sparse MoE block: the router's logits over the experts, then one MoE operator
+// (onnxruntime's com.microsoft.MoE, as onnxruntime-genai exports Mixtral): softmax top-k
+// routing, each token through its k SwiGLU experts (w1 gate, w3 up, w2 down), the weighted
+// sum. It runs as serving engines run the block (vLLM's fused_moe; a grouped GEMM per
+// projection over the experts the tokens reach), not as HF's eager loop over experts.
+std::string sparse_moe(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
+  const int64_t h = c.hidden, e = c.experts;
+  const std::string rows = n.b.node("Reshape", p + "/rows", {x, n.b.ints(p + "/rows_shape", {-1, h})});
+  const std::string logits = n.b.node("MatMul", p + ".gate/MatMul", {rows, n.b.weight(p + ".gate.weight", {h, e})});
+  const std::string w1 = n.b.weight(p + ".experts.w1", {e, h, c.ffn});
+  const std::string w2 = n.b.weight(p + ".experts.w2", {e, c.ffn, h});
+  const std::string w3 = n.b.weight(p + ".experts.w3", {e, h, c.ffn});
+  const std::string y = n.b.node("MoE", p + "/MoE", {x, logits, w1, "", w2, "", w3}, 1, "com.microsoft");
+  n.b.attr_i("k", c.experts_per_token);
+  n.b.attr_s("activation_type", c.activation == "silu" ? "silu" : c.activation);
+  n.b.attr_i("normalize_routing_weights", 1);
+  return y;
+}
+
 }  // namespace
 
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
@@ -130,6 +150,10 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     a = attention(n, p + ".self_attn", a, c, mask, cos, sin, Cache{l, o.kv_cache ? total : ""});
     x = n.b.node("Add", p + "/residual_Add", {x, a});
     const std::string f = rms_norm(n, p + ".post_attention_layernorm", x, h, c.layer_norm_eps);
+    if (c.experts > 0) {
+      x = n.b.node("Add", p + "/residual_Add_1", {x, sparse_moe(n, p + ".block_sparse_moe", f, c)});
+      continue;
+    }
     const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false), c.activation);
     const std::string up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
     const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});

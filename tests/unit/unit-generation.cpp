@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "neusight/neusight.h"
 #include "onnx_proto.h"
@@ -212,4 +213,37 @@ TEST_CASE("generation: a decode step splits the KV read over the keys only when 
   for (const auto& note : decode_notes(1)) CHECK(note.find("split-KV") != std::string::npos);   // 2 blocks
   for (const auto& note : decode_notes(128)) CHECK(note.find("split-KV") == std::string::npos);  // 256 blocks
   CHECK(decode_notes(1).size() == 2);
+}
+
+TEST_CASE("generation: a mixture of experts reads only the experts its tokens reach") {
+  // Mixtral 8x7B: top-2 of 8 SwiGLU experts per layer, one com.microsoft.MoE node each.
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/mixtral_8x7b.json");
+  CHECK(c.experts == 8);
+  CHECK(c.experts_per_token == 2);
+  const LoadedModel m = build_model(c);
+  const auto moe = std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), [](const Node& n) { return n.op_type == "MoE"; });
+  CHECK(moe == 32);
+  // The average experts reached: k at one token, nearly all at many.
+  CHECK(moe_experts_reached(1, 8, 2) == doctest::Approx(2));
+  CHECK(moe_experts_reached(8, 8, 2) == doctest::Approx(8 * (1 - std::pow(0.75, 8))));
+  CHECK(moe_experts_reached(4096, 8, 2) == doctest::Approx(8));
+  CHECK(moe_experts_reached(3, 8, 1) > moe_experts_reached(2, 8, 1));
+  const Decoder d = config_decoder(c);
+  const Gpu& g = GpuDatabase::builtin().resolve("h100");
+  const GenerationReport one = generate(d, serving(DType::bf16, 1), 512, 64, "h100");
+  const GenerationReport eight = generate(d, serving(DType::bf16, 8), 512, 64, "h100");
+  const double all_ms = (one.weight_bytes - one.embedding_bytes) / (g.mem_bw_gbps * 1e9) * 1e3;
+  MESSAGE("Mixtral 8x7B BF16 on the H100: TPOT b1 " << one.tpot_ms << " ms (bound " << one.weight_read_ms
+                                                   << ", all weights " << all_ms << "), b8 " << eight.tpot_ms << " ms");
+  // One token reads the attention, 2 of 8 experts and the head: about 28% of the weights.
+  CHECK(one.weight_read_ms < 0.3 * all_ms);
+  CHECK(one.weight_read_ms > 0.25 * all_ms);
+  CHECK(one.tpot_ms >= one.weight_read_ms);
+  CHECK(one.tpot_ms <= 2.0 * one.weight_read_ms);
+  // Eight sequences reach about 7.2 experts: a step reads most of them, yet yields 8 tokens.
+  CHECK(eight.weight_read_ms > 2.5 * one.weight_read_ms);
+  CHECK(eight.tpot_ms > 2.0 * one.tpot_ms);
+  CHECK(eight.tokens_per_s > 2.0 * one.tokens_per_s);
+  // More than the 80 GB: the weights alone are 87 GiB in BF16.
+  CHECK(one.memory_bytes > 80e9);
 }

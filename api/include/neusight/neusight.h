@@ -97,6 +97,9 @@ struct GenerationAnalysis {
   std::vector<int64_t> kv;        // past length of each sampled decode step
   std::vector<Analysis> steps;
   double weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0;
+  // Expert weights a decode step (one token per sequence) leaves unread: the experts its
+  // tokens do not reach (mixtures of experts; 0 otherwise).
+  double unread_expert_bytes = 0;
   double kv_cache_bytes = 0;
 };
 // Throws InputError for a prompt or new-token count below 1 (or a batch below 1).

@@ -86,6 +86,11 @@ struct ThreadAccess {
 // half-precision bench's description of Vidur's timings.
 ThreadAccess vllm_rms_norm_access(int64_t cols);
 
+// The experts `rows` tokens reach on average when each picks `top_k` of `experts` uniformly
+// and independently: experts x (1 - (1 - top_k / experts)^rows), at least top_k (and at most
+// experts). A mixture-of-experts layer reads only their weights (MoE / QMoE lowering).
+double moe_experts_reached(double rows, int64_t experts, int64_t top_k);
+
 struct Kernel {
   KernelClass cls = KernelClass::unknown;
   Phase phase = Phase::forward;

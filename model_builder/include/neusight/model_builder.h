@@ -1,7 +1,7 @@
 // model_builder.h - build ONNX graphs of transformer models from Hugging Face configs.
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, Switch
-// Transformer, Llama-style decoders).
+// Transformer, Llama-style decoders, Mixtral-style mixtures of experts).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
 // materialised (a 175B model builds instantly).
@@ -14,7 +14,7 @@
 namespace neusight {
 
 struct ModelConfig {
-  std::string model_type;  // "gpt2", "bert", "opt", "switch_transformers", "llama", "mistral"
+  std::string model_type;  // "gpt2", "bert", "opt", "switch_transformers", "llama", "mistral", "mixtral", ...
   int64_t layers = 0;        // decoder layers (encoder layers for BERT / Switch)
   int64_t hidden = 0;
   int64_t heads = 0;
@@ -41,9 +41,11 @@ struct ModelConfig {
   // Llama: rotary base, attention projections with bias (Qwen2), tied embeddings.
   double rope_theta = 10000.0;
   bool qkv_bias = false;
-  // Mixture of experts (Switch): experts per MoE layer, every `sparse_step`-th layer sparse,
-  // each expert takes at most `expert_capacity` tokens per sequence (top-1 routing).
+  // Mixture of experts: experts per MoE layer. Switch: every `sparse_step`-th layer sparse,
+  // each expert takes at most `expert_capacity` tokens per sequence (top-1 routing). Mixtral:
+  // every layer's MLP, each token routed to `experts_per_token` of them.
   int64_t experts = 0;
+  int64_t experts_per_token = 1;  // top-k routing (Mixtral: num_experts_per_tok)
   int64_t sparse_step = 0;
   int64_t expert_capacity = 0;
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch)

@@ -59,8 +59,9 @@ struct GenerationReport {
   // step reads the rest), the largest activation working set of one prefill kernel, and
   // their sum.
   double kv_cache_bytes = 0, weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0, memory_bytes = 0;
-  // The weights a decode step reads (all but the embedding table) over the DRAM bandwidth:
-  // what no decode step can beat.
+  // The weights a decode step reads (all but the embedding table and, in a mixture of
+  // experts, the experts its tokens do not reach on average) over the DRAM bandwidth: what no
+  // decode step can beat.
   double weight_read_ms = 0;
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
   // Tensor parallelism (--parallel tp=N): the GPUs one copy of the model runs on, their link,
