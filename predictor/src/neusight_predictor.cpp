@@ -122,10 +122,9 @@ class NeusightPredictor final : public Predictor {
     // Per member: the weight-streaming law of its operands (library GEMMs on matrix units; 0
     // for the others), below which no such GEMM runs.
     std::vector<double> stream_floor_ms[kNumUtilClasses];
-    // Per member: the kernel's index in `out` (a library GEMM on tensor-core tiles has one
-    // member per tile the library offers, tile_alternatives) and the tiling of an alternative
-    // member (-1: the tiling given).
-    std::vector<size_t> kernel_of[kNumUtilClasses];
+    // Per member: the alternative tiling it prices (an index into `alternatives`; -1: the
+    // tiling given). A single GEMM on tensor-core tiles has one member per tile the library
+    // offers (tile_alternatives), consecutive in `members`.
     std::vector<int> alternative[kNumUtilClasses];
     std::vector<Tiling> alternatives;
     // Library GEMMs on matrix units that are not skinny: the stream of their operands (the
