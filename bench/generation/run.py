@@ -13,6 +13,7 @@ to the bound (one GPU's share of the weights over its DRAM bandwidth).
     python3 bench/generation/run.py [--bin build/bin/neusight-onnx] [--config tests/data/llama3_8b.json]
                                     [--config70 tests/data/llama3_70b.json]
                                     [--mixtral tests/data/mixtral_8x7b.json]
+                                    [--qwen3moe tests/data/qwen3_30b_a3b.json]
 """
 import argparse
 import json
@@ -46,6 +47,7 @@ def main():
     ap.add_argument("--config", default=os.path.join(ROOT, "tests", "data", "llama3_8b.json"))
     ap.add_argument("--config70", default=os.path.join(ROOT, "tests", "data", "llama3_70b.json"))
     ap.add_argument("--mixtral", default=os.path.join(ROOT, "tests", "data", "mixtral_8x7b.json"))
+    ap.add_argument("--qwen3moe", default=os.path.join(ROOT, "tests", "data", "qwen3_30b_a3b.json"))
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -91,18 +93,20 @@ def precision_table(a, tmp):
 
 
 def moe_table(a, tmp):
-    """Mixtral 8x7B (top-2 of 8 experts), BF16, prompt 512, 128 new tokens, batch 1 and 8: a decode
-    step reads the experts its tokens reach (bound: those weights over the DRAM bandwidth)."""
-    one = generate(a.bin, a.mixtral, "512:128", 1, GPUS, tmp, "bf16")[0]
-    eight = generate(a.bin, a.mixtral, "512:128", 8, GPUS, tmp, "bf16")[0]
-    print("\nMixtral 8x7B, BF16, prompt 512, 128 new tokens: TTFT ms / TPOT ms (bound ms), tokens/s")
-    print(f"{'gpu':24} {'batch 1':>26} {'tok/s':>7} {'batch 8':>26} {'tok/s':>7} {'memory GB':>9}")
-    for r1, r8 in zip(one, eight):
-        g1, g8 = r1["generation"], r8["generation"]
-        c1 = f"{g1['ttft_ms']:8.2f} / {g1['tpot_ms']:6.2f} ({g1['weight_read_ms']:5.2f})"
-        c8 = f"{g8['ttft_ms']:8.2f} / {g8['tpot_ms']:6.2f} ({g8['weight_read_ms']:5.2f})"
-        print(f"{r1['gpu']:24} {c1:>26} {g1['tokens_per_s']:7.1f} {c8:>26} {g8['tokens_per_s']:7.1f} "
-              f"{g1['memory_bytes'] / 1e9:9.1f}")
+    """Mixtures of experts, BF16, prompt 512, 128 new tokens, batch 1 and 8: Mixtral 8x7B (top-2 of
+    8 experts) and Qwen3-30B-A3B (top-8 of 128). A decode step reads the experts its tokens reach
+    (bound: those weights over the DRAM bandwidth)."""
+    for name, config in (("Mixtral 8x7B", a.mixtral), ("Qwen3-30B-A3B", a.qwen3moe)):
+        one = generate(a.bin, config, "512:128", 1, GPUS, tmp, "bf16")[0]
+        eight = generate(a.bin, config, "512:128", 8, GPUS, tmp, "bf16")[0]
+        print(f"\n{name}, BF16, prompt 512, 128 new tokens: TTFT ms / TPOT ms (bound ms), tokens/s")
+        print(f"{'gpu':24} {'batch 1':>26} {'tok/s':>7} {'batch 8':>26} {'tok/s':>7} {'memory GB':>9}")
+        for r1, r8 in zip(one, eight):
+            g1, g8 = r1["generation"], r8["generation"]
+            c1 = f"{g1['ttft_ms']:8.2f} / {g1['tpot_ms']:6.2f} ({g1['weight_read_ms']:5.2f})"
+            c8 = f"{g8['ttft_ms']:8.2f} / {g8['tpot_ms']:6.2f} ({g8['weight_read_ms']:5.2f})"
+            print(f"{r1['gpu']:24} {c1:>26} {g1['tokens_per_s']:7.1f} {c8:>26} {g8['tokens_per_s']:7.1f} "
+                  f"{g1['memory_bytes'] / 1e9:9.1f}")
 
 
 if __name__ == "__main__":

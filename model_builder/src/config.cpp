@@ -139,13 +139,42 @@ void read_llama(const Reader& r, ModelConfig& c) {
     throw InputError(r.path + ": num_attention_heads must be a multiple of num_key_value_heads");
 }
 
+void check_experts(const Reader& r, const ModelConfig& c) {
+  if (c.experts <= 0 || c.experts_per_token <= 0 || c.experts_per_token > c.experts)
+    throw InputError(r.path + ": the expert count must be positive and num_experts_per_tok between 1 and it");
+  if (c.sparse_step <= 0) throw InputError(r.path + ": decoder_sparse_step must be positive");
+}
+
 // Mixtral: a Llama-style decoder whose MLPs are top-k mixtures of SwiGLU experts.
 void read_mixtral(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
   c.experts = r.i({"num_local_experts"}, true);
   c.experts_per_token = r.i({"num_experts_per_tok"}, false, 2);
-  if (c.experts <= 0 || c.experts_per_token <= 0 || c.experts_per_token > c.experts)
-    throw InputError(r.path + ": num_local_experts must be positive and num_experts_per_tok between 1 and it");
+  c.sparse_step = 1;
+  check_experts(r, c);
+}
+
+// Qwen3: a Llama-style decoder with an RMSNorm over each query and key head.
+void read_qwen3(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.qk_norm = true;
+}
+
+// Qwen3-MoE: Qwen3 whose MLPs (every decoder_sparse_step-th layer but mlp_only_layers) are
+// top-k mixtures of SwiGLU experts of moe_intermediate_size.
+void read_qwen3_moe(const Reader& r, ModelConfig& c) {
+  read_qwen3(r, c);
+  c.experts = r.i({"num_experts"}, true);
+  c.experts_per_token = r.i({"num_experts_per_tok"}, true);
+  c.expert_ffn = r.i({"moe_intermediate_size"}, true);
+  c.sparse_step = r.i({"decoder_sparse_step"}, false, 1);
+  c.normalize_routing = r.b("norm_topk_prob", true);
+  if (auto it = r.j.find("mlp_only_layers"); it != r.j.end() && it->is_array())
+    for (const auto& v : *it) {
+      if (!v.is_number_integer()) throw InputError(r.path + ": mlp_only_layers must list layer indices");
+      c.dense_layers.push_back(v.get<int64_t>());
+    }
+  check_experts(r, c);
 }
 
 struct Family {
@@ -167,6 +196,8 @@ const std::map<std::string, Family>& families() {
       {"llama", {read_llama, llama, builder::build_llama}},
       {"mistral", {read_llama, llama, builder::build_llama}},
       {"mixtral", {read_mixtral, llama, builder::build_llama}},
+      {"qwen3", {read_qwen3, llama, builder::build_llama}},
+      {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
   };
   return t;

@@ -1,6 +1,9 @@
-// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Mixtral): RMSNorm, rotary
-// embedding, SwiGLU MLP (Mixtral: a top-k mixture of SwiGLU experts), grouped-query attention,
-// as HF LlamaForCausalLM runs them in eager mode.
+// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE): RMSNorm,
+// rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the MoE families),
+// grouped-query attention (Qwen3: each query and key head RMS-normalised), as HF's eager
+// modelling code runs them.
+#include <algorithm>
+
 #include "common.h"
 #include "families.h"
 
@@ -49,8 +52,17 @@ struct Cache {
 std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
                       const std::string& mask, const std::string& cos, const std::string& sin, const Cache& cache) {
   const int64_t h = c.hidden, nh = c.heads, kvh = c.kv_heads, hd = c.head_dim;
-  std::string q = split_heads(n, p + "/q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh, hd);
-  std::string k = split_heads(n, p + "/k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
+  // Queries and keys [b, s, heads, hd] to [b, heads, s, hd]; Qwen3 normalises each head first.
+  auto heads = [&](const std::string& name, const std::string& y, int64_t count) {
+    if (!c.qk_norm) return split_heads(n, p + "/" + name, y, count, hd);
+    std::string r = n.b.node("Reshape", p + "/" + name + "/Reshape", {y, n.shape_bs(p + "/" + name + "/shape", {count, hd})});
+    r = rms_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps);
+    const std::string t = n.b.node("Transpose", p + "/" + name + "/Transpose", {r});
+    n.b.attr_ints("perm", {0, 2, 1, 3});
+    return t;
+  };
+  std::string q = heads("q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh);
+  std::string k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
   std::string v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
   q = rotary(n, p + "/rotary_q", q, hd, cos, sin);
   k = rotary(n, p + "/rotary_k", k, hd, cos, sin);
@@ -78,16 +90,16 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
 // sum. It runs as serving engines run the block (vLLM's fused_moe; a grouped GEMM per
 // projection over the experts the tokens reach), not as HF's eager loop over experts.
 std::string sparse_moe(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
-  const int64_t h = c.hidden, e = c.experts;
+  const int64_t h = c.hidden, e = c.experts, f = c.expert_ffn > 0 ? c.expert_ffn : c.ffn;
   const std::string rows = n.b.node("Reshape", p + "/rows", {x, n.b.ints(p + "/rows_shape", {-1, h})});
   const std::string logits = n.b.node("MatMul", p + ".gate/MatMul", {rows, n.b.weight(p + ".gate.weight", {h, e})});
-  const std::string w1 = n.b.weight(p + ".experts.w1", {e, h, c.ffn});
-  const std::string w2 = n.b.weight(p + ".experts.w2", {e, c.ffn, h});
-  const std::string w3 = n.b.weight(p + ".experts.w3", {e, h, c.ffn});
+  const std::string w1 = n.b.weight(p + ".experts.w1", {e, h, f});
+  const std::string w2 = n.b.weight(p + ".experts.w2", {e, f, h});
+  const std::string w3 = n.b.weight(p + ".experts.w3", {e, h, f});
   const std::string y = n.b.node("MoE", p + "/MoE", {x, logits, w1, "", w2, "", w3}, 1, "com.microsoft");
   n.b.attr_i("k", c.experts_per_token);
-  n.b.attr_s("activation_type", c.activation == "silu" ? "silu" : c.activation);
-  n.b.attr_i("normalize_routing_weights", 1);
+  n.b.attr_s("activation_type", c.activation);
+  n.b.attr_i("normalize_routing_weights", c.normalize_routing ? 1 : 0);
   return y;
 }
 
@@ -150,7 +162,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     a = attention(n, p + ".self_attn", a, c, mask, cos, sin, Cache{l, o.kv_cache ? total : ""});
     x = n.b.node("Add", p + "/residual_Add", {x, a});
     const std::string f = rms_norm(n, p + ".post_attention_layernorm", x, h, c.layer_norm_eps);
-    if (c.experts > 0) {
+    const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
+                        std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
+    if (sparse) {
       x = n.b.node("Add", p + "/residual_Add_1", {x, sparse_moe(n, p + ".block_sparse_moe", f, c)});
       continue;
     }

@@ -247,3 +247,40 @@ TEST_CASE("generation: a mixture of experts reads only the experts its tokens re
   // More than the 80 GB: the weights alone are 87 GiB in BF16.
   CHECK(one.memory_bytes > 80e9);
 }
+
+TEST_CASE("generation: Qwen3-MoE normalises query and key heads, and its layers' experts follow the config") {
+  ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/qwen3_30b_a3b.json");
+  CHECK(c.qk_norm);
+  CHECK(c.experts == 128);
+  CHECK(c.experts_per_token == 8);
+  CHECK(c.expert_ffn == 768);
+  auto count = [](const LoadedModel& m, const std::string& op) {
+    return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(),
+                         [&](const Node& n) { return n.op_type == op; });
+  };
+  const LoadedModel full = build_model(c);
+  CHECK(count(full, "MoE") == 48);
+  // An RMSNorm (one ReduceMean) before each attention and MLP, one over each of the query and
+  // key heads, one at the end.
+  CHECK(count(full, "ReduceMean") == 48 * 4 + 1);
+  // decoder_sparse_step 2 and a dense first layer: layers 1, 3, 5, ... but not 1 are sparse.
+  c.sparse_step = 2;
+  c.dense_layers = {1};
+  CHECK(count(build_model(c), "MoE") == 23);
+  c.sparse_step = 1;
+  c.dense_layers.clear();
+  // One token reaches 8 of 128 experts: a decode step reads a small share of the weights.
+  const Decoder d = config_decoder(c);
+  const Gpu& g = GpuDatabase::builtin().resolve("h200");
+  const GenerationReport one = generate(d, serving(DType::bf16, 1), 256, 32, "h200");
+  const double all_ms = (one.weight_bytes - one.embedding_bytes) / (g.mem_bw_gbps * 1e9) * 1e3;
+  MESSAGE("Qwen3-30B-A3B BF16 on the H200: TPOT " << one.tpot_ms << " ms, bound " << one.weight_read_ms << " ms, all weights "
+                                                  << all_ms << " ms");
+  CHECK(one.weight_read_ms < 0.15 * all_ms);
+  CHECK(one.tpot_ms >= one.weight_read_ms);
+  // The config's errors name the field.
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "qwen3_moe", "num_hidden_layers": 2, "hidden_size": 64,
+      "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100, "num_experts": 4,
+      "num_experts_per_tok": 8, "moe_intermediate_size": 32})", "cfg"),
+                       doctest::Contains("num_experts_per_tok"), InputError);
+}

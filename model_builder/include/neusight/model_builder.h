@@ -1,13 +1,15 @@
 // model_builder.h - build ONNX graphs of transformer models from Hugging Face configs.
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, Switch
-// Transformer, Llama-style decoders, Mixtral-style mixtures of experts).
+// Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3), mixtures of experts
+// (Mixtral, Qwen3-MoE)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
 // materialised (a 175B model builds instantly).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "neusight/onnx_frontend.h"
 
@@ -41,11 +43,17 @@ struct ModelConfig {
   // Llama: rotary base, attention projections with bias (Qwen2), tied embeddings.
   double rope_theta = 10000.0;
   bool qkv_bias = false;
+  // Qwen3: an RMSNorm over each head of the queries and keys before the rotary embedding.
+  bool qk_norm = false;
   // Mixture of experts: experts per MoE layer. Switch: every `sparse_step`-th layer sparse,
-  // each expert takes at most `expert_capacity` tokens per sequence (top-1 routing). Mixtral:
-  // every layer's MLP, each token routed to `experts_per_token` of them.
+  // each expert takes at most `expert_capacity` tokens per sequence (top-1 routing). Mixtral,
+  // Qwen3-MoE: every `sparse_step`-th decoder layer's MLP (1: all) but `dense_layers`, each
+  // token routed to `experts_per_token` of them.
   int64_t experts = 0;
   int64_t experts_per_token = 1;  // top-k routing (Mixtral: num_experts_per_tok)
+  int64_t expert_ffn = 0;         // an expert's intermediate size (0: ffn; Qwen3-MoE: moe_intermediate_size)
+  bool normalize_routing = true;  // the top-k probabilities renormalised to sum to 1 (norm_topk_prob)
+  std::vector<int64_t> dense_layers;  // decoder layers with a dense MLP instead (mlp_only_layers)
   int64_t sparse_step = 0;
   int64_t expert_capacity = 0;
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch)
