@@ -134,7 +134,7 @@ void read_llama(const Reader& r, ModelConfig& c) {
   c.rope_theta = r.f({"rope_theta"}, 10000.0);
   c.dropout = 0.0f;
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
-  c.qkv_bias = r.b("attention_bias", c.model_type == "qwen2");
+  c.qkv_bias = r.b("attention_bias", c.model_type == "qwen2" || c.model_type == "qwen2_moe");
   if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
     throw InputError(r.path + ": num_attention_heads must be a multiple of num_key_value_heads");
 }
@@ -160,21 +160,35 @@ void read_qwen3(const Reader& r, ModelConfig& c) {
   c.qk_norm = true;
 }
 
-// Qwen3-MoE: Qwen3 whose MLPs (every decoder_sparse_step-th layer but mlp_only_layers) are
-// top-k mixtures of SwiGLU experts of moe_intermediate_size.
-void read_qwen3_moe(const Reader& r, ModelConfig& c) {
-  read_qwen3(r, c);
+// The routed experts of Qwen2-MoE and Qwen3-MoE: every decoder_sparse_step-th layer but
+// mlp_only_layers, experts of moe_intermediate_size.
+void read_qwen_experts(const Reader& r, ModelConfig& c, bool normalize_default) {
   c.experts = r.i({"num_experts"}, true);
   c.experts_per_token = r.i({"num_experts_per_tok"}, true);
   c.expert_ffn = r.i({"moe_intermediate_size"}, true);
   c.sparse_step = r.i({"decoder_sparse_step"}, false, 1);
-  c.normalize_routing = r.b("norm_topk_prob", true);
+  c.normalize_routing = r.b("norm_topk_prob", normalize_default);
   if (auto it = r.j.find("mlp_only_layers"); it != r.j.end() && it->is_array())
     for (const auto& v : *it) {
       if (!v.is_number_integer()) throw InputError(r.path + ": mlp_only_layers must list layer indices");
       c.dense_layers.push_back(v.get<int64_t>());
     }
   check_experts(r, c);
+}
+
+// Qwen2-MoE: Qwen2 whose MoE layers add a shared expert, gated by a sigmoid, to the routed
+// ones (top-k probabilities not renormalised by default).
+void read_qwen2_moe(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  read_qwen_experts(r, c, false);
+  c.shared_expert_ffn = r.i({"shared_expert_intermediate_size"}, false, 0);
+}
+
+// Qwen3-MoE: Qwen3 whose MLPs (every decoder_sparse_step-th layer but mlp_only_layers) are
+// top-k mixtures of SwiGLU experts of moe_intermediate_size.
+void read_qwen3_moe(const Reader& r, ModelConfig& c) {
+  read_qwen3(r, c);
+  read_qwen_experts(r, c, true);
 }
 
 struct Family {
@@ -196,6 +210,7 @@ const std::map<std::string, Family>& families() {
       {"llama", {read_llama, llama, builder::build_llama}},
       {"mistral", {read_llama, llama, builder::build_llama}},
       {"mixtral", {read_mixtral, llama, builder::build_llama}},
+      {"qwen2_moe", {read_qwen2_moe, llama, builder::build_llama}},
       {"qwen3", {read_qwen3, llama, builder::build_llama}},
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},

@@ -1,4 +1,4 @@
-// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE): RMSNorm,
+// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2/3-MoE): RMSNorm,
 // rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the MoE families),
 // grouped-query attention (Qwen3: each query and key head RMS-normalised), as HF's eager
 // modelling code runs them.
@@ -100,7 +100,14 @@ std::string sparse_moe(Net& n, const std::string& p, const std::string& x, const
   n.b.attr_i("k", c.experts_per_token);
   n.b.attr_s("activation_type", c.activation);
   n.b.attr_i("normalize_routing_weights", c.normalize_routing ? 1 : 0);
-  return y;
+  if (c.shared_expert_ffn <= 0) return y;
+  // Qwen2-MoE's shared expert: a dense SwiGLU MLP on every token, scaled by sigmoid(gate(x)).
+  const std::string sp = p + ".shared_expert";
+  const std::string gate = activation(n, sp + ".act_fn", linear(n, sp + ".gate_proj", x, h, c.shared_expert_ffn, false), c.activation);
+  const std::string up = linear(n, sp + ".up_proj", x, h, c.shared_expert_ffn, false);
+  const std::string shared = linear(n, sp + ".down_proj", n.b.node("Mul", sp + "/Mul", {gate, up}), c.shared_expert_ffn, h, false);
+  const std::string g = n.b.node("Sigmoid", p + ".shared_expert_gate/Sigmoid", {linear(n, p + ".shared_expert_gate", x, h, 1, false)});
+  return n.b.node("Add", p + "/Add_shared", {y, n.b.node("Mul", p + "/Mul_shared", {g, shared})});
 }
 
 }  // namespace

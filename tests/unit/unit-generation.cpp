@@ -284,3 +284,37 @@ TEST_CASE("generation: Qwen3-MoE normalises query and key heads, and its layers'
       "num_experts_per_tok": 8, "moe_intermediate_size": 32})", "cfg"),
                        doctest::Contains("num_experts_per_tok"), InputError);
 }
+
+TEST_CASE("generation: Qwen2-MoE adds a gated shared expert to the routed ones") {
+  // Qwen1.5-MoE-A2.7B's shape: 24 layers, 60 experts of 1408, top-4, a shared expert of 5632.
+  const ModelConfig c = parse_hf_config(R"({"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048,
+      "num_attention_heads": 16, "num_key_value_heads": 16, "intermediate_size": 5632, "vocab_size": 151936,
+      "num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408,
+      "shared_expert_intermediate_size": 5632, "norm_topk_prob": false, "hidden_act": "silu"})",
+                                        "qwen2_moe");
+  CHECK(c.experts == 60);
+  CHECK(c.experts_per_token == 4);
+  CHECK(c.shared_expert_ffn == 5632);
+  CHECK_FALSE(c.normalize_routing);
+  CHECK(c.qkv_bias);
+  const LoadedModel m = build_model(c);
+  int moe = 0, sigmoid = 0;
+  for (const Node& n : m.model.graph.nodes) {
+    if (n.op_type == "MoE") {
+      ++moe;
+      CHECK(n.attr_i("normalize_routing_weights", 1) == 0);
+      CHECK(n.attr_i("k", 0) == 4);
+    }
+    sigmoid += n.op_type == "Sigmoid" && n.name.find("shared_expert_gate") != std::string::npos;
+  }
+  CHECK(moe == 24);
+  CHECK(sigmoid == 24);
+  // A decode step reads the attention, the shared expert, 4 of 60 routed experts per layer
+  // and the head: about 2.4 of the 14.3 billion weights outside the embedding table.
+  const Decoder d = config_decoder(c);
+  const Gpu& g = GpuDatabase::builtin().resolve("h100");
+  const GenerationReport one = generate(d, serving(DType::bf16, 1), 256, 32, "h100");
+  const double all_ms = (one.weight_bytes - one.embedding_bytes) / (g.mem_bw_gbps * 1e9) * 1e3;
+  CHECK(one.weight_read_ms / all_ms == doctest::Approx(2.37 / 14.3).epsilon(0.05));
+  CHECK(one.tpot_ms >= one.weight_read_ms);
+}

@@ -2,7 +2,7 @@
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, Switch
 // Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3), mixtures of experts
-// (Mixtral, Qwen3-MoE)).
+// (Mixtral, Qwen2-MoE, Qwen3-MoE)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
 // materialised (a 175B model builds instantly).
@@ -54,6 +54,9 @@ struct ModelConfig {
   int64_t expert_ffn = 0;         // an expert's intermediate size (0: ffn; Qwen3-MoE: moe_intermediate_size)
   bool normalize_routing = true;  // the top-k probabilities renormalised to sum to 1 (norm_topk_prob)
   std::vector<int64_t> dense_layers;  // decoder layers with a dense MLP instead (mlp_only_layers)
+  // Qwen2-MoE: a shared SwiGLU expert of this intermediate size beside the routed ones, its
+  // output scaled by a sigmoid gate (0: none).
+  int64_t shared_expert_ffn = 0;
   int64_t sparse_step = 0;
   int64_t expert_capacity = 0;
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch)
