@@ -85,7 +85,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
 }
 
 // Mixtral's sparse MoE block: the router's logits over the experts, then one MoE operator
-// (onnxruntime's com.microsoft.MoE, as onnxruntime-genai exports Mixtral): softmax top-k
+// (onnxruntime's com.microsoft.MoE contrib operator): softmax top-k
 // routing, each token through its k SwiGLU experts (w1 gate, w3 up, w2 down), the weighted
 // sum. It runs as serving engines run the block (vLLM's fused_moe; a grouped GEMM per
 // projection over the experts the tokens reach), not as HF's eager loop over experts.
