@@ -84,10 +84,10 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   return linear(n, p + ".o_proj", o, nh * hd, h, false);
 }
 
-// Mixtral's sparse MoE block: the router's logits over the experts, then one MoE operator
-// (onnxruntime's com.microsoft.MoE contrib operator): softmax top-k
+// The sparse MoE block (Mixtral, Qwen2-MoE, Qwen3-MoE): the router's logits over the experts,
+// then one MoE operator (onnxruntime's com.microsoft.MoE contrib operator): softmax top-k
 // routing, each token through its k SwiGLU experts (w1 gate, w3 up, w2 down), the weighted
-// sum. It runs as serving engines run the block (vLLM's fused_moe; a grouped GEMM per
+// sum; Qwen2-MoE adds its gated shared expert. It runs as serving engines run the block (vLLM's fused_moe; a grouped GEMM per
 // projection over the experts the tokens reach), not as HF's eager loop over experts.
 std::string sparse_moe(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
   const int64_t h = c.hidden, e = c.experts, f = c.expert_ffn > 0 ? c.expert_ffn : c.ffn;
