@@ -58,12 +58,13 @@ double unread_expert_bytes(const Graph& g, const Options& o, int64_t tokens) {
     if (!router || router->shape.size() != 2 || !router->shape[1].known()) continue;
     const int64_t experts = router->shape[1].value;
     const double reached = moe_experts_reached(double(tokens), experts, n.attr_i("k", 1));
-    const bool quantized = n.op_type == "QMoE";
+    const MoeWeightInputs w = moe_weight_inputs(n.op_type);
     double b = 0;
-    for (size_t i : quantized ? std::vector<size_t>{2, 3, 5, 6, 8, 9} : std::vector<size_t>{2, 4, 6}) {
-      const TensorInfo* t = i < n.inputs.size() && !n.inputs[i].empty() ? g.find(n.inputs[i]) : nullptr;
-      if (t && t->is_initializer) b += tensor_bytes(t, o);
-    }
+    for (size_t weight : {w.fc1, w.fc2, w.fc3})
+      for (size_t i = weight; i <= weight + (w.scales ? 1 : 0); ++i) {
+        const TensorInfo* t = i < n.inputs.size() && !n.inputs[i].empty() ? g.find(n.inputs[i]) : nullptr;
+        if (t && t->is_initializer) b += tensor_bytes(t, o);
+      }
     if (experts > 0) unread += b * (1.0 - reached / double(experts));
   }
   return unread;

@@ -94,10 +94,10 @@ void lower_gemm_fast_gelu(LowerCtx& c) {
 void lower_moe(LowerCtx& c) {
   const TensorInfo* x = c.in(0);
   const TensorInfo* router = c.in(1);
-  const TensorInfo* fc1 = c.in(2);
-  const bool quantized = c.n.op_type == "QMoE";
-  // MoE: fc1, fc1 bias, fc2, fc2 bias, fc3, fc3 bias; QMoE adds each weight's scales after it.
-  const size_t fc2_at = quantized ? 5 : 4, fc3_at = quantized ? 8 : 6;
+  const MoeWeightInputs w = moe_weight_inputs(c.n.op_type);
+  const TensorInfo* fc1 = c.in(w.fc1);
+  const bool quantized = w.scales;
+  const size_t fc2_at = w.fc2, fc3_at = w.fc3;
   const TensorInfo* fc2 = c.in(fc2_at);
   const bool gated = c.in(fc3_at) != nullptr;
   if (!c.all_known({x, router, fc1}) || router->shape.size() != 2 || fc1->shape.size() != 3 || x->shape.empty()) {
@@ -187,6 +187,12 @@ void add_contrib_rules(RuleTable& r) {
 }  // namespace neusight::lowering_detail
 
 namespace neusight {
+
+MoeWeightInputs moe_weight_inputs(const std::string& op_type) {
+  // MoE: fc1, fc1 bias, fc2, fc2 bias, fc3, fc3 bias; QMoE adds each weight's scales after it.
+  if (op_type == "QMoE") return MoeWeightInputs{2, 5, 8, true};
+  return MoeWeightInputs{};
+}
 
 double moe_experts_reached(double rows, int64_t experts, int64_t top_k) {
   if (experts <= 0) return 0;

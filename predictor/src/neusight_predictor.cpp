@@ -60,7 +60,7 @@ class NeusightPredictor final : public Predictor {
       // GEMMs only where they have a streaming alternative, whose inputs see the L2.
       if (c == UtilClass::gemm) {
         const auto [run, t] = as_run(kernels[i], tilings[i], gpu);
-        if (!may_stream(run, t, gpu)) continue;
+        if (!may_stream(run, t, gpu, offered_tiles(run, t, gpu))) continue;
       }
       idx.push_back(i);
       ks.push_back(kernels[i]);
@@ -144,19 +144,27 @@ class NeusightPredictor final : public Predictor {
     return 4 * run.gemm.m <= t.config.tb_m || 4 * run.gemm.n <= t.config.tb_n;
   }
 
-  // Whether a kernel (as it runs, with its tiling) has the weight-streaming alternative below:
-  // a skinny GEMM on matrix units, in this formulation, with streaming networks to price it.
-  // A single GEMM that runs on the library's fastest tile (fastest_tile) is skinny for any of
-  // the tiles offered: the library then has its streaming kernel too.
-  bool may_stream(const Kernel& run, const Tiling& t, const Gpu& gpu) const {
+  // The tiles the library offers a single tensor-core GEMM that is not skinny for its own tile
+  // (tile_alternatives), when it runs on the fastest of them (fastest_tile); empty otherwise.
+  // Strided batched GEMMs keep the tile cost model's choice: batched kernels come from a
+  // smaller set, and on the MI100's traced BMMs (FP32 on matrix cores) the least of them was
+  // 0.64x of the measured time where the chosen tile gives 0.81x (bench/e2e_accuracy).
+  std::vector<Tiling> offered_tiles(const Kernel& run, const Tiling& t, const Gpu& gpu) const {
+    if (!o_.fastest_tile || run.cls != KernelClass::gemm || !t.config.tensor_core || run.gemm.batched ||
+        run.gemm.batch > 1 || skinny(run, t))
+      return {};
+    return tile_alternatives(run, gpu);
+  }
+
+  // Whether a kernel (as it runs, with its tiling and offered_tiles) has the weight-streaming
+  // alternative below: a skinny GEMM on matrix units, in this formulation, with streaming
+  // networks to price it. A GEMM skinny for any tile offered is too: the library then has its
+  // streaming kernel.
+  bool may_stream(const Kernel& run, const Tiling& t, const Gpu& gpu, const std::vector<Tiling>& offered) const {
     if (paper_ || run.cls != KernelClass::gemm || !has_matrix_units(gpu, run.dtype) ||
         m_.classes[int(UtilClass::elementwise)].empty())
       return false;
-    if (skinny(run, t)) return true;
-    if (!o_.fastest_tile || !t.config.tensor_core || run.gemm.batched || run.gemm.batch > 1) return false;
-    for (const Tiling& alt : tile_alternatives(run, gpu))
-      if (skinny(run, alt)) return true;
-    return false;
+    return skinny(run, t) || std::any_of(offered.begin(), offered.end(), [&](const Tiling& a) { return skinny(run, a); });
   }
 
   // The kernel as its math runs on this GPU (precision.h) and its tiling (tiled anew when the
@@ -253,7 +261,8 @@ class NeusightPredictor final : public Predictor {
       if (device) f.waves = std::numeric_limits<double>::infinity();
       // A skinny matrix-unit GEMM is priced as its weight stream alone (apply_networks); the
       // GEMM networks price the others.
-      if (may_stream(run, t, gpu)) {
+      const std::vector<Tiling> offered = offered_tiles(run, t, gpu);
+      if (may_stream(run, t, gpu, offered)) {
         const TileFeatures s = streaming_alternative(run, cuda, feature_l2_mb);
         if (s.base_ms > 0) {
           b.gemv_members.push_back(i);
@@ -283,12 +292,9 @@ class NeusightPredictor final : public Predictor {
       };
       add(f, -1);
       // A single GEMM runs on the tile the library's heuristic expects fastest among those it
-      // offers (tile_alternatives): the networks price each, the latency is the least. Strided
-      // batched GEMMs keep the tile cost model's choice: batched kernels come from a smaller
-      // set, and on the MI100's traced BMMs (FP32 on matrix cores) the least of them was 0.64x
-      // of the measured time where the chosen tile gives 0.81x (bench/e2e_accuracy).
-      if (library && t.config.tensor_core && o_.fastest_tile && !run.gemm.batched && run.gemm.batch <= 1) {
-        for (Tiling& alt : tile_alternatives(run, gpu)) {
+      // offers (offered_tiles): the networks price each, the latency is the least.
+      if (library) {
+        for (const Tiling& alt : offered) {
           if (alt.tile == t.tile && alt.config.split_k == t.config.split_k && alt.config.stream_k == t.config.stream_k)
             continue;
           const Gpu alt_gpu = gpu_as_run(run, alt, gpu, o_.operand_port_weight, o_.matrix_fraction);
@@ -297,7 +303,7 @@ class NeusightPredictor final : public Predictor {
           fa.device_only = f.device_only;
           if (device) fa.waves = f.waves;
           add(fa, int(b.alternatives.size()));
-          b.alternatives.push_back(std::move(alt));
+          b.alternatives.push_back(alt);
         }
       }
     }

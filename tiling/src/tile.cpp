@@ -618,10 +618,17 @@ const GemmClass& TileTable::gemm_class(const std::string& arch) const {
   throw InputError("no tile table entry for architecture '" + arch + "'");
 }
 
+namespace {
+// A GEMM with every dim known and positive: one the tiles can cover.
+bool tileable_gemm(const Kernel& k) {
+  return k.cls == KernelClass::gemm && k.gemm.m > 0 && k.gemm.n > 0 && k.gemm.k > 0 && k.gemm.batch > 0;
+}
+}  // namespace
+
 Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu, const TileTable& table) {
   switch (kernel.cls) {
     case KernelClass::gemm:
-      if (kernel.gemm.m <= 0 || kernel.gemm.n <= 0 || kernel.gemm.k <= 0 || kernel.gemm.batch <= 0) return Tiling{};
+      if (!tileable_gemm(kernel)) return Tiling{};
       return tile_gemm(kernel, gpu, table);
     case KernelClass::elementwise:
     case KernelClass::softmax:
@@ -638,10 +645,7 @@ Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu) { return tile_kernel(ke
 
 std::vector<Tiling> tile_alternatives(const Kernel& kernel, const Gpu& gpu) {
   std::vector<Tiling> out;
-  if (kernel.cls != KernelClass::gemm || kernel.gemm.m <= 0 || kernel.gemm.n <= 0 || kernel.gemm.k <= 0 ||
-      kernel.gemm.batch <= 0)
-    return out;
-  tile_gemm(kernel, gpu, TileTable::builtin(), &out);
+  if (tileable_gemm(kernel)) tile_gemm(kernel, gpu, TileTable::builtin(), &out);
   return out;
 }
 

@@ -90,6 +90,13 @@ ThreadAccess vllm_rms_norm_access(int64_t cols);
 // and independently: experts x (1 - (1 - top_k / experts)^rows), at least top_k (and at most
 // experts). A mixture-of-experts layer reads only their weights (MoE / QMoE lowering).
 double moe_experts_reached(double rows, int64_t experts, int64_t top_k);
+// Where an onnxruntime MoE / QMoE node takes its experts' weights: fc1, fc2 and the gated
+// layer's fc3 (optional); QMoE's scales follow each weight (its index + 1), MoE's biases too.
+struct MoeWeightInputs {
+  size_t fc1 = 2, fc2 = 4, fc3 = 6;
+  bool scales = false;  // QMoE
+};
+MoeWeightInputs moe_weight_inputs(const std::string& op_type);
 
 struct Kernel {
   KernelClass cls = KernelClass::unknown;
