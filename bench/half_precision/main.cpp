@@ -223,14 +223,15 @@ void run(const std::vector<Item>& items, const Gpu& g, const Predictor& p, const
 
 int main(int argc, char** argv) {
   const std::string shared = std::getenv("NEUSIGHT_SHARED_DIR") ? std::getenv("NEUSIGHT_SHARED_DIR") : NEUSIGHT_SHARED_DIR;
-  std::string weights;
+  std::string weights, dump_path;
   double port_weight = 1.0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--port-weight" && i + 1 < argc) {
       port_weight = std::strtod(argv[++i], nullptr);
     } else if (a == "--dump" && i + 1 < argc) {
-      g_dump = std::fopen(argv[++i], "w");
+      dump_path = argv[++i];
+      g_dump = std::fopen(dump_path.c_str(), "w");
       if (!g_dump) {
         std::fprintf(stderr, "half_precision: cannot write %s\n", argv[i]);
         return 1;
@@ -239,6 +240,10 @@ int main(int argc, char** argv) {
     } else if (a.rfind("-", 0) == 0) {
       std::fprintf(stderr, "usage: half_precision [--port-weight W] [--dump FILE] [WEIGHTS_DIR]\n"
                            "  (../shared from NEUSIGHT_SHARED_DIR or the build's default)\n");
+      if (g_dump) {  // no partial dump
+        std::fclose(g_dump);
+        std::remove(dump_path.c_str());
+      }
       return a == "--help" || a == "-h" ? 0 : 2;
     } else {
       weights = a;
@@ -250,6 +255,10 @@ int main(int argc, char** argv) {
     predictor = make_neusight_predictor(weights);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "half_precision: %s\n", e.what());
+    if (g_dump) {  // no partial dump
+      std::fclose(g_dump);
+      std::remove(dump_path.c_str());
+    }
     return 1;
   }
   auto device = make_neusight_predictor(weights, PrecisionOptions{Timing::device});
