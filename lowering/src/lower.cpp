@@ -574,7 +574,9 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
 std::vector<std::pair<std::string, std::string>> lowering_rule_ops() { return lowering_detail::rules().ops(); }
 
 ThreadAccess vllm_rms_norm_access(int64_t cols) {
-  return ThreadAccess{2, 1, static_cast<int>(std::min<int64_t>(cols, 1024)), 1, 1, true};
+  ThreadAccess a{2, 1, static_cast<int>(std::min<int64_t>(cols, 1024)), 1, 1, true};
+  a.row_tensors = 1;  // the first pass reads the row of x; the weight comes with the second
+  return a;
 }
 
 KernelList lower(const Graph& graph, const LoweringOptions& options) {

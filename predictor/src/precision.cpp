@@ -172,7 +172,7 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
   const double resident = double(gpu.num_sm) * per_sm;
   const double waves = std::ceil(double(k.rows) / resident);
   const double elem_bytes = std::max(1.0, element_bytes(k.dtype));
-  const double row_read = double(k.cols) * std::max(1, k.inputs) * elem_bytes;
+  const double row_read = double(k.cols) * std::max(1, a.row_tensors > 0 ? a.row_tensors : k.inputs) * elem_bytes;
   const double per_trip = double(a.block_threads) * a.bytes_per_load * std::max(1, a.loads_in_flight);
   const double trips = std::ceil(row_read / per_trip);
   // Steps after the first pass (two-pass row kernels): block reductions, then a second pass

@@ -788,6 +788,13 @@ TEST_CASE("lowering: serving kernels merge the GEMMs that share an activation an
            {b.t(std::string("y") + p, {1, 4, p[0] == 'q' ? 64 : 16}, DType::f16)});
   b.node("MatMul", {other, b.w("wo", {32, 8}, DType::f16)}, {b.t("yo", {1, 4, 8}, DType::f16)});
   b.node("SimplifiedLayerNormalization", {x, b.w("g", {64}, DType::f16)}, {b.t("n", {1, 4, 64}, DType::f16)});
+  // The same RMSNorm as an exporter decomposes it (Pow, ReduceMean, Add, Sqrt, Div, Mul by the weight).
+  b.node("Pow", {x, b.w("two", {1}, DType::f16)}, {b.t("sq", {1, 4, 64}, DType::f16)});
+  b.node("ReduceMean", {"sq"}, {b.t("ms", {1, 4, 1}, DType::f16)});
+  b.node("Add", {"ms", b.w("eps", {1}, DType::f16)}, {b.t("mse", {1, 4, 1}, DType::f16)});
+  b.node("Sqrt", {"mse"}, {b.t("rms", {1, 4, 1}, DType::f16)});
+  b.node("Div", {x, "rms"}, {b.t("xn", {1, 4, 64}, DType::f16)});
+  b.node("Mul", {"xn", b.w("g2", {64}, DType::f16)}, {b.t("n2", {1, 4, 64}, DType::f16)});
   LoweringOptions o;
   o.fusion = Fusion::full;
   const KernelList plain = lower(b.g, o);
@@ -807,9 +814,16 @@ TEST_CASE("lowering: serving kernels merge the GEMMs that share an activation an
   check_shape(gemms[1].gemm, 1, 4, 8, 32);
   // RMSNorm: vLLM's rms_norm, one block of (up to 1024) threads per row, 2-byte loads.
   const auto norms = of_class(serving, KernelClass::layernorm);
-  REQUIRE(norms.size() == 1);
-  CHECK(norms[0].access.bytes_per_load == 2);
-  CHECK(norms[0].access.block_threads == 64);
+  REQUIRE(norms.size() == 2);
+  for (const Kernel& n : norms) {
+    CHECK(n.op == "rmsnorm");
+    CHECK(n.access.bytes_per_load == 2);
+    CHECK(n.access.block_threads == 64);
+    // The first pass reads the row of x alone: the weight (an operand of the decomposed
+    // norm's group) comes with the second pass.
+    CHECK(n.access.row_tensors == 1);
+  }
+  CHECK(norms[1].inputs == 2);
   CHECK(of_class(plain, KernelClass::layernorm)[0].access.bytes_per_load == 0);
   // Training never merges.
   o.mode = Mode::training;

@@ -320,6 +320,13 @@ TEST_CASE("precision: two-pass row kernels add their block reduction and a cache
   k.access = {2, 1, 1024};
   const double first = memory_parallelism_ms(k, a100);
   CHECK(first == doctest::Approx(20 * 4 * lat + k.bytes / bw_ms));  // the first pass only, as before
+  // A second row tensor doubles the first pass's round trips; a per-column operand counted in
+  // the kernel's inputs (rms_norm's weight) does not when the description names the row tensors.
+  Kernel two = k;
+  two.inputs = 2;
+  CHECK(memory_parallelism_ms(two, a100) == doctest::Approx(20 * 8 * lat + k.bytes / bw_ms));
+  two.access.row_tensors = 1;
+  CHECK(memory_parallelism_ms(two, a100) == doctest::Approx(first));
   // + one block reduction per wave.
   Kernel r = k;
   r.access.block_reductions = 1;

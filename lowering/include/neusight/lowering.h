@@ -77,6 +77,9 @@ struct ThreadAccess {
   // are also bounded by the SM's registers (a 1024-thread block above 32 registers per
   // thread leaves room for one block on a 64K-register SM).
   int regs_per_thread = 0;
+  // Row-length tensors the first pass reads per row (0: the kernel's `inputs`). A per-column
+  // operand (rms_norm's weight, read in the second pass) is not one.
+  int row_tensors = 0;
 };
 
 // vLLM's rms_norm over rows of `cols` 16-bit elements: one block of min(cols, 1024) threads
