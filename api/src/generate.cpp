@@ -131,6 +131,10 @@ Decoder config_decoder(const ModelConfig& config) {
   d.kv_heads = config.kv_heads;
   d.head_dim = config.head_dim;
   d.kv_dtype = DType::f32;
+  if (config.sliding_window > 0) {
+    d.window = config.sliding_window;
+    d.sliding_layers = std::count(config.sliding_layers.begin(), config.sliding_layers.end(), true);
+  }
   return d;
 }
 
@@ -169,6 +173,15 @@ Decoder onnx_decoder(LoadedModel model) {
   if (layers.empty())
     throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value or past_N inputs)");
   d.layers = static_cast<int64_t>(layers.size());
+  // GroupQueryAttention layers with a local window (onnxruntime-genai's sliding-window layers).
+  for (const Node& n : g.nodes) {
+    if (n.op_type != "GroupQueryAttention") continue;
+    const int64_t w = n.attr_i("local_window_size", -1);
+    if (w <= 0) continue;
+    ++d.sliding_layers;
+    d.window = d.window > 0 ? std::min(d.window, w) : w;
+  }
+  d.sliding_layers = std::min(d.sliding_layers, d.layers);
   // An attention mask over past + new tokens has its own symbolic length.
   for (const auto& name : g.inputs) {
     const TensorInfo* t = g.find(name);
@@ -203,9 +216,12 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
   const DType kv_dtype = options.dtype != DType::undefined ? options.dtype : d.kv_dtype;
-  // Exactly 2 (K and V) x layers x KV heads x head size x tokens x batch x element size.
-  a.kv_cache_bytes = 2.0 * double(d.layers) * double(d.kv_heads) * double(d.head_dim) *
-                     double(gen.prompt + gen.new_tokens) * double(a.batch) * element_bytes(kv_dtype);
+  // Exactly 2 (K and V) x layers x KV heads x head size x tokens x batch x element size; a
+  // sliding-window layer keeps at most its window of tokens.
+  const int64_t tokens = gen.prompt + gen.new_tokens;
+  const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
+                              double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
+  a.kv_cache_bytes = 2.0 * double(d.kv_heads) * double(d.head_dim) * layer_tokens * double(a.batch) * element_bytes(kv_dtype);
   return a;
 }
 

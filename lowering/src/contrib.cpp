@@ -140,6 +140,9 @@ void lower_moe(LowerCtx& c) {
     g.gemm = {active, per_expert, n, k, true};
     g.flops = 2.0 * routed * double(n) * double(k);
     g.bytes = routed * double(k) * eb + reached * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
+    // QMoE: the reached experts' scales (after each weight) come with their weights.
+    if (const TensorInfo* sc = quantized ? c.in(static_cast<size_t>(input) + 1) : nullptr; sc && sc->fully_known())
+      g.bytes += reached / double(experts) * double(numel(sc)) * element_bytes(sc->dtype);
     g.operand_elems = {static_cast<int64_t>(routed) * k, active * n * k};
     g.a_input = -1;
     g.b_input = input;

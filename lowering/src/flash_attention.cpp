@@ -5,6 +5,7 @@
 // the rotary embedding (HF rotate_half) as one kernel.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "internal.h"
@@ -90,6 +91,39 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
   }
   o.stored = tensor(g, t);
   return o;
+}
+
+// The sliding window a mask imposes, 0 when it imposes none that is known: a Trilu keeping
+// its lower part (upper = 0) at a known diagonal offset k among the ops that build the mask
+// masks key j for query row i when j <= i + k, so with `past` = keys - queries earlier
+// positions every query sees the past - k most recent keys. Searched through the elementwise
+// ops and reshapes a mask is assembled with, a few levels deep.
+int64_t mask_window(const Graph& g, const Plan& plan, const std::string& mask, int64_t past) {
+  static const std::set<std::string> through = {"Add", "Min", "Max", "Mul", "Where", "Expand", "Unsqueeze",
+                                                "Reshape", "Squeeze", "Cast", "Identity", "Concat", "Tile"};
+  int64_t window = 0;
+  std::vector<std::pair<std::string, int>> todo = {{mask, 0}};
+  std::set<std::string> seen;
+  while (!todo.empty()) {
+    const auto [t, depth] = todo.back();
+    todo.pop_back();
+    if (!seen.insert(t).second || depth > 8) continue;
+    auto it = plan.producer.find(t);
+    if (it == plan.producer.end()) continue;
+    const Node& p = g.nodes[static_cast<size_t>(it->second)];
+    if (p.op_type == "Trilu") {
+      const TensorInfo* k = p.inputs.size() > 1 ? tensor(g, p.inputs[1]) : nullptr;
+      if (p.attr_i("upper", 1) == 0 && k && k->int_value && k->int_value->size() == 1) {
+        const int64_t w = past - k->int_value->front();
+        if (w > 0 && (window == 0 || w < window)) window = w;
+      }
+      continue;
+    }
+    if (!through.count(p.op_type)) continue;
+    for (const auto& in : p.inputs)
+      if (!in.empty()) todo.emplace_back(in, depth + 1);
+  }
+  return window;
 }
 
 }  // namespace
@@ -228,21 +262,37 @@ bool flash_attention_applies(const LoweringOptions& opt, DType dt) {
   return opt.fusion == Fusion::full && opt.mode == Mode::inference && is_float(dt) && dtype_bits(dt) <= 16;
 }
 
+double attention_pairs(int64_t queries, int64_t keys, bool causal, int64_t window) {
+  if (queries <= 0 || keys <= 0) return 0;
+  const double q = double(queries), all = q * double(keys);
+  const double w = window > 0 ? double(window) : std::numeric_limits<double>::infinity();
+  if (!causal) return q * std::min(double(keys), w);
+  // Query i (0-based, at position keys - queries + i) sees v = keys - queries + i + 1 keys,
+  // at most `window`: the sum of min(v, w) for v from keys - queries + 1 to keys.
+  const double first = std::max(1.0, double(keys - queries + 1)), last = double(keys);
+  const double n = last - first + 1;
+  auto ramp = [](double a, double b) { return b >= a ? (a + b) * (b - a + 1) / 2.0 : 0.0; };  // a + ... + b
+  const double pairs = last <= w ? ramp(first, last) : first > w ? n * w : ramp(first, w) + (last - w) * w;
+  return std::clamp(pairs, 0.0, all);
+}
+
 void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out) {
   Kernel kr = c.base(KernelClass::gemm, "flash_attention");
   kr.dtype = f.dtype;
   const double eb = element_bytes(f.dtype);
   const int64_t bh = f.batch * f.heads;
-  const double all = double(f.queries) * double(f.keys);
   // Causal: query i (at position keys - queries + i) sees keys - queries + i + 1 keys, the
-  // triangle FlashAttention's causal mode skips the rest of.
-  const double pairs =
-      f.causal ? std::clamp(double(f.queries) * double(f.keys - f.queries) + double(f.queries) * double(f.queries + 1) / 2.0, 0.0, all)
-               : all;
+  // triangle FlashAttention's causal mode skips the rest of; a sliding window also the keys
+  // before the window's start (the band its local mode computes).
+  const double pairs = attention_pairs(f.queries, f.keys, f.causal, f.window);
   kr.flops = 2.0 * double(bh) * pairs * double(f.head_dim + f.head_dim_v);
+  // The keys read: all of them in a prompt (each within some query's window), the last
+  // `window` of the cache in a decode step.
+  const int64_t read_keys = f.queries == 1 && f.window > 0 ? std::min(f.keys, f.window) : f.keys;
+  const std::string band = f.window > 0 && f.window < f.keys ? ", sliding window " + std::to_string(f.window) : "";
   const double q_bytes = double(bh) * double(f.queries) * double(f.head_dim) * eb;
   const double o_bytes = double(bh) * double(f.queries) * double(f.head_dim_v) * eb;
-  const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(f.keys) * double(f.head_dim + f.head_dim_v) * eb;
+  const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(read_keys) * double(f.head_dim + f.head_dim_v) * eb;
   kr.bytes = q_bytes + kv_bytes + o_bytes + f.appended_bytes;
   const std::string cache = f.appended_bytes > 0 ? ", KV cache append in place" : "";
   if (f.queries == 1) {
@@ -252,9 +302,9 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
     kr.cls = KernelClass::reduce;
     kr.op = "flash_decode";
     kr.rows = f.batch * f.kv_heads;
-    kr.cols = f.keys * (f.head_dim + f.head_dim_v);
-    kr.gemm = {bh, 1, f.head_dim_v, f.keys};  // the attention problem (query rows x keys), for the split
-    kr.note = f.what + "flash decoding: KV-cache read over " + std::to_string(f.keys) + " keys" + cache;
+    kr.cols = read_keys * (f.head_dim + f.head_dim_v);
+    kr.gemm = {bh, 1, f.head_dim_v, read_keys};  // the attention problem (query rows x keys), for the split
+    kr.note = f.what + "flash decoding: KV-cache read over " + std::to_string(read_keys) + " keys" + band + cache;
   } else {
     // Prefill: FlashAttention's tiles of query rows per (batch, head), each streaming the
     // keys it sees through QK^T and PV on the tensor cores: as a GEMM of the output
@@ -265,7 +315,7 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
     kr.gemm = {bh, f.queries, f.head_dim_v, std::max<int64_t>(1, static_cast<int64_t>(k_eff))};
     kr.operand_elems = {bh * f.queries * f.head_dim, f.batch * f.kv_heads * f.keys * (f.head_dim + f.head_dim_v)};
     kr.note = f.what + "FlashAttention (" + (f.causal ? "causal" : "full") + ") over " + std::to_string(f.keys) +
-              " keys" + cache;
+              " keys" + band + cache;
   }
   out.push_back(kr);
 }
@@ -299,9 +349,11 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
     if (nd.op_type != "Add" && nd.op_type != "Where") continue;
     for (const auto& in : nd.inputs) {
       const TensorInfo* t = tensor(g, in);
-      if (t && t->fully_known() && t->shape.size() >= 2 && in != qk.outputs[0] &&
-          t->shape[t->shape.size() - 2].value == f.queries && f.queries > 1)
-        f.causal = true;
+      if (!t || !t->fully_known() || t->shape.size() < 2 || in == qk.outputs[0]) continue;
+      if (t->shape[t->shape.size() - 2].value == f.queries && f.queries > 1) f.causal = true;
+      // A sliding window (a band of the mask), also in a decode step's one-row mask.
+      if (const int64_t w = mask_window(g, plan, in, f.keys - f.queries); w > 0 && (f.window == 0 || w < f.window))
+        f.window = w;
     }
   }
   for (const Operand* op : {&k, &v})

@@ -147,12 +147,18 @@ struct FlashProblem {
   DType dtype = DType::f16;
   int64_t batch = 0, heads = 0, kv_heads = 0, queries = 0, keys = 0, head_dim = 0, head_dim_v = 0;
   bool causal = false;
+  // Sliding-window attention: each query sees at most this many keys, the most recent (its
+  // own position included); 0: every key the mask leaves it.
+  int64_t window = 0;
   double appended_bytes = 0;  // new KV entries written into the cache by the kernel
   std::string what;           // note prefix, e.g. "GroupQueryAttention: "
 };
 // Attention runs as FlashAttention: --fusion full, inference, 16-bit (or 8-bit) floats.
 bool flash_attention_applies(const LoweringOptions& opt, DType dt);
 void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out);
+// Query-key pairs an attention computes: `queries` rows at the last positions of `keys`,
+// causal or not, each seeing at most `window` keys (0: no window).
+double attention_pairs(int64_t queries, int64_t keys, bool causal, int64_t window);
 // Decomposed attention from the QK^T MatMul `qk` (flash_attention.cpp): the group of one
 // fused attention kernel (--fusion full, inference), and its kernel.
 bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Consumers& cons, const Plan& plan, int qk,

@@ -15,6 +15,7 @@ namespace neusight::builder {
 
 constexpr int kF32 = onnx::TensorProto::FLOAT;
 constexpr int kI64 = onnx::TensorProto::INT64;
+constexpr int kU8 = onnx::TensorProto::UINT8;
 constexpr int kBool = onnx::TensorProto::BOOL;
 constexpr float kFloatMin = -3.4028234663852886e38f;  // torch.finfo(torch.float32).min
 

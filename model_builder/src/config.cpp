@@ -1,4 +1,5 @@
 // config.cpp - Hugging Face config.json -> ModelConfig, and the table of model families.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -120,6 +121,8 @@ void read_switch(const Reader& r, ModelConfig& c) {
   if (c.sparse_step <= 0) throw InputError(r.path + ": encoder_sparse_step must be positive");
 }
 
+void read_sliding_window(const Reader& r, ModelConfig& c);
+
 void read_llama(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"num_hidden_layers"}, true);
   c.hidden = r.i({"hidden_size"}, true);
@@ -137,6 +140,37 @@ void read_llama(const Reader& r, ModelConfig& c) {
   c.qkv_bias = r.b("attention_bias", c.model_type == "qwen2" || c.model_type == "qwen2_moe");
   if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
     throw InputError(r.path + ": num_attention_heads must be a multiple of num_key_value_heads");
+  read_sliding_window(r, c);
+}
+
+// Sliding-window attention of the Llama-style families: the per-layer `layer_types`
+// ("sliding_attention" / "full_attention") when given; otherwise every layer of a Mistral or
+// Mixtral config with a sliding_window (null: none), or Qwen2's use_sliding_window layers
+// (from max_window_layers on, as its modelling code has it).
+void read_sliding_window(const Reader& r, ModelConfig& c) {
+  const int64_t window = r.i({"sliding_window"}, false, 0);
+  std::vector<bool> sliding(static_cast<size_t>(c.layers), false);
+  bool any = false;
+  if (auto it = r.j.find("layer_types"); it != r.j.end() && it->is_array()) {
+    if (it->size() != sliding.size())
+      throw InputError(r.path + ": layer_types must name one type per layer (" + std::to_string(c.layers) + ")");
+    for (size_t l = 0; l < sliding.size(); ++l) {
+      const json& t = (*it)[l];
+      if (!t.is_string()) throw InputError(r.path + ": layer_types must list strings");
+      sliding[l] = t.get<std::string>() == "sliding_attention";
+      any = any || sliding[l];
+    }
+  } else if (c.model_type == "mistral" || c.model_type == "mixtral") {
+    any = window > 0;
+    std::fill(sliding.begin(), sliding.end(), any);
+  } else if (r.b("use_sliding_window", false)) {
+    const int64_t from = r.i({"max_window_layers"}, false, 0);
+    for (int64_t l = from; l < c.layers; ++l) sliding[static_cast<size_t>(l)] = any = true;
+  }
+  if (!any) return;
+  if (window <= 0) throw InputError(r.path + ": sliding-window layers need a positive sliding_window");
+  c.sliding_window = window;
+  c.sliding_layers = std::move(sliding);
 }
 
 void check_experts(const Reader& r, const ModelConfig& c) {
@@ -191,6 +225,31 @@ void read_qwen3_moe(const Reader& r, ModelConfig& c) {
   read_qwen_experts(r, c, true);
 }
 
+// gpt-oss: a decoder of top-k routed SwiGLU experts (num_local_experts, experts_per_token,
+// each of intermediate_size) with biases on the attention projections (o_proj included),
+// the router and the experts; alternating sliding-window (layer_types) and full attention;
+// MXFP4 experts when quantization_config says so (4-bit weights, one 1-byte scale per 32).
+// Its per-head attention sinks (one learned logit in each softmax's denominator) and the
+// clamped SwiGLU (alpha 1.702, limit 7) cost as the plain softmax and SwiGLU do and are
+// built as those.
+void read_gpt_oss(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.qkv_bias = c.o_bias = r.b("attention_bias", true);
+  c.expert_bias = true;
+  c.experts = r.i({"num_local_experts"}, true);
+  c.experts_per_token = r.i({"experts_per_token", "num_experts_per_tok"}, false, 4);
+  c.sparse_step = 1;
+  c.normalize_routing = true;  // softmax over the top-k logits
+  if (auto it = r.j.find("quantization_config"); it != r.j.end() && it->is_object()) {
+    const auto m = it->find("quant_method");
+    if (m != it->end() && m->is_string() && m->get<std::string>() == "mxfp4") {
+      c.expert_weight_bits = 4;
+      c.expert_block = 32;
+    }
+  }
+  check_experts(r, c);
+}
+
 struct Family {
   std::function<void(const Reader&, ModelConfig&)> read;
   std::function<LoadedModel(const ModelConfig&)> build;
@@ -214,6 +273,7 @@ const std::map<std::string, Family>& families() {
       {"qwen3", {read_qwen3, llama, builder::build_llama}},
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
+      {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
   };
   return t;
 }

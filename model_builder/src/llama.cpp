@@ -1,7 +1,7 @@
-// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2/3-MoE): RMSNorm,
-// rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the MoE families),
-// grouped-query attention (Qwen3: each query and key head RMS-normalised), as HF's eager
-// modelling code runs them.
+// llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2/3-MoE,
+// gpt-oss): RMSNorm, rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the
+// MoE families), grouped-query attention (Qwen3: each query and key head RMS-normalised;
+// sliding-window layers where the config has them), as HF's eager modelling code runs them.
 #include <algorithm>
 
 #include "common.h"
@@ -81,7 +81,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   k = repeat_kv(n, p + "/repeat_k", k, c, len);
   v = repeat_kv(n, p + "/repeat_v", v, c, len);
   const std::string o = masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd);
-  return linear(n, p + ".o_proj", o, nh * hd, h, false);
+  return linear(n, p + ".o_proj", o, nh * hd, h, c.o_bias);
 }
 
 // The sparse MoE block (Mixtral, Qwen2-MoE, Qwen3-MoE): the router's logits over the experts,
@@ -89,14 +89,41 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
 // routing, each token through its k SwiGLU experts (w1 gate, w3 up, w2 down), the weighted
 // sum; Qwen2-MoE adds its gated shared expert. It runs as serving engines run the block (vLLM's fused_moe; a grouped GEMM per
 // projection over the experts the tokens reach), not as HF's eager loop over experts.
+// gpt-oss adds biases to the router and the experts, and may store the experts in MXFP4:
+// then the block is onnxruntime's QMoE, each expert weight [E, out, in / 2] of packed 4-bit
+// values with one 1-byte scale per block of 32 along `in` ([E, out, in / 32], E8M0 as the
+// checkpoints store it).
 std::string sparse_moe(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
   const int64_t h = c.hidden, e = c.experts, f = c.expert_ffn > 0 ? c.expert_ffn : c.ffn;
   const std::string rows = n.b.node("Reshape", p + "/rows", {x, n.b.ints(p + "/rows_shape", {-1, h})});
-  const std::string logits = n.b.node("MatMul", p + ".gate/MatMul", {rows, n.b.weight(p + ".gate.weight", {h, e})});
-  const std::string w1 = n.b.weight(p + ".experts.w1", {e, h, f});
-  const std::string w2 = n.b.weight(p + ".experts.w2", {e, f, h});
-  const std::string w3 = n.b.weight(p + ".experts.w3", {e, h, f});
-  const std::string y = n.b.node("MoE", p + "/MoE", {x, logits, w1, "", w2, "", w3}, 1, "com.microsoft");
+  const std::string logits = linear(n, p + ".gate", rows, h, e, c.expert_bias);
+  const int64_t bits = c.expert_weight_bits;
+  std::string y;
+  if (bits > 0) {
+    const int64_t pack = 8 / bits, block = c.expert_block > 0 ? c.expert_block : 32;
+    if (h % block != 0 || f % block != 0)
+      throw InputError("model config: hidden and expert sizes must be multiples of the quantization block (" +
+                       std::to_string(block) + ")");
+    auto q = [&](const std::string& name, int64_t out, int64_t in) {
+      return std::vector<std::string>{n.b.weight(p + ".experts." + name, {e, out, in / pack}, kU8),
+                                      n.b.weight(p + ".experts." + name + "_scales", {e, out, in / block}, kU8),
+                                      c.expert_bias ? n.b.weight(p + ".experts." + name + "_bias", {e, out}) : ""};
+    };
+    const auto w1 = q("w1", f, h), w2 = q("w2", h, f), w3 = q("w3", f, h);
+    y = n.b.node("QMoE", p + "/QMoE",
+                 {x, logits, w1[0], w1[1], w1[2], w2[0], w2[1], w2[2], w3[0], w3[1], w3[2]}, 1, "com.microsoft");
+    n.b.attr_i("expert_weight_bits", bits);
+    n.b.attr_i("block_size", block);
+  } else {
+    const std::string w1 = n.b.weight(p + ".experts.w1", {e, h, f});
+    const std::string w2 = n.b.weight(p + ".experts.w2", {e, f, h});
+    const std::string w3 = n.b.weight(p + ".experts.w3", {e, h, f});
+    auto bias = [&](const std::string& name, int64_t size) {
+      return c.expert_bias ? n.b.weight(p + ".experts." + name + "_bias", {e, size}) : std::string();
+    };
+    y = n.b.node("MoE", p + "/MoE", {x, logits, w1, bias("w1", f), w2, bias("w2", h), w3, bias("w3", f)}, 1,
+                 "com.microsoft");
+  }
   n.b.attr_i("k", c.experts_per_token);
   n.b.attr_s("activation_type", c.activation);
   n.b.attr_i("normalize_routing_weights", c.normalize_routing ? 1 : 0);
@@ -146,6 +173,21 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   n.b.attr_i("axis", 0);
   const std::string mask = n.b.node("Expand", p0 + "/causal_expand",
                                     {n.b.node("Unsqueeze", p0 + "/causal_4d", {causal, n.b.ints("const_axes01", {0, 1})}), b1ss});
+  // Sliding-window layers: the causal mask without the keys more than sliding_window - 1
+  // positions before each query: a band masking key j for query row i when j <= past + i - window,
+  // i.e. Trilu keeping the lower part at diagonal past - window.
+  std::string sliding_mask;
+  if (c.sliding_window > 0 && std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()) {
+    const std::string w = n.b.ints(p0 + "/sliding_window", {c.sliding_window}, true);
+    const std::string k = past_scalar.empty() ? n.b.node("Neg", p0 + "/sliding_diagonal", {w})
+                                              : n.b.node("Sub", p0 + "/sliding_diagonal", {past_scalar, w});
+    std::string band = fill(n, p0 + "/sliding_full", ss_shape, kF32, kFloatMin);
+    band = n.b.node("Trilu", p0 + "/sliding_tril", {band, k});
+    n.b.attr_i("upper", 0);
+    const std::string both = n.b.node("Min", p0 + "/sliding_causal", {causal, band});
+    sliding_mask = n.b.node("Expand", p0 + "/sliding_expand",
+                            {n.b.node("Unsqueeze", p0 + "/sliding_4d", {both, n.b.ints("const_axes01s", {0, 1})}), b1ss});
+  }
 
   // Rotary tables, once per forward: freqs = inv_freq[:, None] @ positions[None, :].
   const std::string pos = n.b.node("Range", p0 + "/position_ids",
@@ -166,7 +208,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = p0 + ".layers." + std::to_string(l);
     std::string a = rms_norm(n, p + ".input_layernorm", x, h, c.layer_norm_eps);
-    a = attention(n, p + ".self_attn", a, c, mask, cos, sin, Cache{l, o.kv_cache ? total : ""});
+    const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&
+                         c.sliding_layers[static_cast<size_t>(l)];
+    a = attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, Cache{l, o.kv_cache ? total : ""});
     x = n.b.node("Add", p + "/residual_Add", {x, a});
     const std::string f = rms_norm(n, p + ".post_attention_layernorm", x, h, c.layer_norm_eps);
     const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&

@@ -15,6 +15,12 @@ PYTHON = "/usr/bin/python3"
 LLAMA = {"model_type": "llama", "hidden_size": 1024, "intermediate_size": 2816, "num_attention_heads": 16,
          "num_key_value_heads": 4, "num_hidden_layers": 4, "rms_norm_eps": 1e-5, "vocab_size": 32000,
          "max_position_embeddings": 4096, "hidden_act": "silu"}
+# gpt-oss's structure, small: MXFP4 experts (QMoE), biases, alternating sliding-window layers.
+GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 256, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "head_dim": 32, "num_hidden_layers": 4, "num_local_experts": 8,
+           "experts_per_token": 2, "vocab_size": 1000, "sliding_window": 16, "attention_bias": True,
+           "layer_types": ["sliding_attention", "full_attention"] * 2, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+           "quantization_config": {"quant_method": "mxfp4"}}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -42,10 +48,12 @@ class ConfigModels(unittest.TestCase):
 
     def configs(self):
         self.assertTrue(CONFIGS, "no configs under " + fixture("model_configs"))
-        llama = os.path.join(self.dir, "llama_gqa.json")
-        with open(llama, "w") as f:
-            json.dump(LLAMA, f)
-        return CONFIGS + [llama]
+        made = []
+        for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS)):
+            made.append(os.path.join(self.dir, name + ".json"))
+            with open(made[-1], "w") as f:
+                json.dump(cfg, f)
+        return CONFIGS + made
 
     def test_export_passes_checker_and_matches_config_prediction(self):
         for cfg in self.configs():

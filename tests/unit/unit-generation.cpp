@@ -318,3 +318,104 @@ TEST_CASE("generation: Qwen2-MoE adds a gated shared expert to the routed ones")
   CHECK(one.weight_read_ms / all_ms == doctest::Approx(2.37 / 14.3).epsilon(0.05));
   CHECK(one.tpot_ms >= one.weight_read_ms);
 }
+
+TEST_CASE("generation: sliding-window layers attend to their window and keep only it in the cache") {
+  ModelConfig c = small_llama(8, 2);
+  c.model_type = "mistral";
+  c.sliding_window = 16;
+  c.sliding_layers = {true, false};
+  const Decoder d = config_decoder(c);
+  CHECK(d.sliding_layers == 1);
+  CHECK(d.window == 16);
+  Options o = serving(DType::f16, 2);
+  o.dims.seq = 64;
+  const Analysis pre = prepare(d.prefill, o);
+  std::vector<double> flops;
+  for (const Kernel& k : pre.kernels.kernels)
+    if (k.op == "flash_attention") flops.push_back(k.flops);
+  REQUIRE(flops.size() == 2);
+  // Layer 0: query i sees min(i + 1, 16) keys: 1 + ... + 16 + 48 x 16 = 904 pairs; layer 1
+  // the causal triangle, 64 x 65 / 2 = 2080. QK^T and PV over 64-wide heads, 2 x 8 heads.
+  CHECK(flops[0] == doctest::Approx(2.0 * 16 * 904 * 128));
+  CHECK(flops[1] == doctest::Approx(2.0 * 16 * 2080 * 128));
+  // A decode step at 1000 cached tokens: the sliding layer reads its 16 most recent.
+  o.dims.seq = 1;
+  o.dims.named["past_sequence"] = 1000;
+  const Analysis step = prepare(d.step, o);
+  std::vector<double> read;
+  for (const Kernel& k : step.kernels.kernels)
+    if (k.op == "flash_decode") read.push_back(double(k.gemm.k));
+  REQUIRE(read.size() == 2);
+  CHECK(read[0] == 16);
+  CHECK(read[1] == 1001);
+  // The cache: one layer of every token, one of the window alone.
+  const GenerationReport g = generate(d, serving(DType::f16, 3), 40, 9, "h100");
+  CHECK(g.kv_cache_bytes == 2.0 * 2 * 64 * (49 + 16) * 3 * 2);
+  // A window longer than the generation changes nothing.
+  ModelConfig wide = c;
+  wide.sliding_window = 4096;
+  const GenerationReport w = generate(config_decoder(wide), serving(DType::f16, 3), 40, 9, "h100");
+  const GenerationReport full = generate(config_decoder(small_llama(8, 2)), serving(DType::f16, 3), 40, 9, "h100");
+  CHECK(w.kv_cache_bytes == full.kv_cache_bytes);
+  CHECK(w.ttft_ms == doctest::Approx(full.ttft_ms));
+  CHECK(w.tpot_ms == doctest::Approx(full.tpot_ms));
+}
+
+TEST_CASE("generation: the config's sliding-window fields") {
+  const std::string base = R"("num_hidden_layers": 4, "hidden_size": 256, "num_attention_heads": 4,
+      "intermediate_size": 512, "vocab_size": 1000)";
+  // Mistral: every layer when sliding_window is set; none when it is null.
+  ModelConfig m = parse_hf_config(R"({"model_type": "mistral", "sliding_window": 4096, )" + base + "}", "m");
+  CHECK(m.sliding_window == 4096);
+  CHECK(m.sliding_layers == std::vector<bool>(4, true));
+  m = parse_hf_config(R"({"model_type": "mistral", "sliding_window": null, )" + base + "}", "m");
+  CHECK(m.sliding_layers.empty());
+  // Qwen2: only with use_sliding_window, from max_window_layers on.
+  ModelConfig q = parse_hf_config(R"({"model_type": "qwen2", "sliding_window": 32768, )" + base + "}", "q");
+  CHECK(q.sliding_layers.empty());
+  q = parse_hf_config(R"({"model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": true,
+      "max_window_layers": 2, )" + base + "}", "q");
+  CHECK(q.sliding_layers == std::vector<bool>{false, false, true, true});
+  // layer_types names each layer; it must name all of them.
+  ModelConfig l = parse_hf_config(R"({"model_type": "llama", "sliding_window": 128, "layer_types":
+      ["sliding_attention", "full_attention", "sliding_attention", "full_attention"], )" + base + "}", "l");
+  CHECK(l.sliding_layers == std::vector<bool>{true, false, true, false});
+  CHECK_THROWS_AS(parse_hf_config(R"({"model_type": "llama", "sliding_window": 128, "layer_types":
+      ["sliding_attention"], )" + base + "}", "l"), InputError);
+  CHECK_THROWS_AS(parse_hf_config(R"({"model_type": "llama", "layer_types":
+      ["sliding_attention", "full_attention", "full_attention", "full_attention"], )" + base + "}", "l"), InputError);
+}
+
+TEST_CASE("generation: gpt-oss, MXFP4 experts and alternating sliding-window attention") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/gpt_oss_120b.json");
+  CHECK(c.experts == 128);
+  CHECK(c.experts_per_token == 4);
+  CHECK(c.expert_weight_bits == 4);
+  CHECK(c.expert_block == 32);
+  CHECK(c.sliding_window == 128);
+  CHECK(std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true) == 18);
+  CHECK((c.qkv_bias && c.o_bias && c.expert_bias));
+  const LoadedModel m = build_model(c);
+  int qmoe = 0;
+  for (const Node& n : m.model.graph.nodes)
+    if (n.op_type == "QMoE") {
+      ++qmoe;
+      CHECK(n.attr_i("expert_weight_bits", 0) == 4);
+      CHECK(n.attr_i("k", 0) == 4);
+    }
+  CHECK(qmoe == 36);
+  const Decoder d = config_decoder(c);
+  const Gpu& g = GpuDatabase::builtin().resolve("h100");
+  const GenerationReport one = generate(d, serving(DType::bf16, 1), 512, 32, "h100");
+  // Its 116.8 billion weights: the experts' 114.7 in 4.25 bits (MXFP4 with a byte of scale per
+  // 32), the attention, router, embedding and head in BF16: about 65 GB.
+  CHECK(one.weight_bytes == doctest::Approx(114.66e9 * 4.25 / 8 + 2.13e9 * 2).epsilon(0.01));
+  // The cache: 18 full layers of 544 tokens, 18 sliding ones of their 128.
+  CHECK(one.kv_cache_bytes == 2.0 * 8 * 64 * (18 * 544 + 18 * 128) * 2);
+  // A token reads the attention, 4 of 128 experts a layer and the head, 2.9 GB of the 65.
+  const double all_ms = (one.weight_bytes - one.embedding_bytes) / (g.mem_bw_gbps * 1e9) * 1e3;
+  CHECK(one.weight_read_ms / all_ms == doctest::Approx(4.96 / 64.2).epsilon(0.05));
+  CHECK(one.tpot_ms >= one.weight_read_ms);
+  MESSAGE("gpt-oss-120b BF16 + MXFP4 experts, H100, batch 1, 512:32: TTFT " << one.ttft_ms << " ms, TPOT " << one.tpot_ms
+                                                                             << " ms (bound " << one.weight_read_ms << ")");
+}

@@ -308,6 +308,38 @@ TEST_CASE("lowering: fused attention ops become projection, QK^T, softmax and AV
     check_shape(gemms[1].gemm, 32, 1, 128, 128);
     REQUIRE(of_class(kl, KernelClass::memory).size() == 1);  // the KV-cache append
   }
+  for (const int64_t window : {-1, 32, 500}) {
+    // GroupQueryAttention with a local window, as FlashAttention (--fusion full, FP16): a
+    // 64-token prompt after 100 cached tokens, then one decode token after 163.
+    for (const int64_t seq : {64, 1}) {
+      const int64_t past = seq == 64 ? 100 : 163, total = past + seq;
+      IrGraph b;
+      Node& n = b.node("GroupQueryAttention",
+                       {b.t("q", {1, seq, 4096}, DType::f16), b.t("k", {1, seq, 1024}, DType::f16),
+                        b.t("v", {1, seq, 1024}, DType::f16), b.t("pk", {1, 8, past, 128}, DType::f16),
+                        b.t("pv", {1, 8, past, 128}, DType::f16)},
+                       {b.t("o", {1, seq, 4096}, DType::f16), b.t("presk", {1, 8, total, 128}, DType::f16),
+                        b.t("presv", {1, 8, total, 128}, DType::f16)},
+                       "com.microsoft");
+      n.attributes["num_heads"] = test::attr_int(32);
+      n.attributes["kv_num_heads"] = test::attr_int(8);
+      n.attributes["local_window_size"] = test::attr_int(window);
+      const KernelList kl = lower_with(b.g, Fusion::full);
+      REQUIRE(kl.kernels.size() == 1);
+      const Kernel& k = kl.kernels[0];
+      const int64_t w = window > 0 ? window : total;
+      if (seq == 64) {
+        // Query i (at position 100 + i) sees min(101 + i, w) keys.
+        double pairs = 0;
+        for (int64_t i = 0; i < seq; ++i) pairs += double(std::min(past + i + 1, w));
+        CHECK(k.op == "flash_attention");
+        CHECK(k.flops == doctest::Approx(2.0 * 32 * pairs * 256));
+      } else {
+        CHECK(k.op == "flash_decode");
+        CHECK(k.gemm.k == std::min(total, w));  // the keys read
+      }
+    }
+  }
   {
     IrGraph b;  // opset-23 Attention with 4-D inputs
     b.node("Attention", {b.t("q", {2, 4, 16, 32}), b.t("k", {2, 4, 24, 32}), b.t("v", {2, 4, 24, 48})},

@@ -57,6 +57,18 @@ struct ModelConfig {
   // Qwen2-MoE: a shared SwiGLU expert of this intermediate size beside the routed ones, its
   // output scaled by a sigmoid gate (0: none).
   int64_t shared_expert_ffn = 0;
+  // gpt-oss: biases on the attention output projection, the router and every expert layer.
+  bool o_bias = false;
+  bool expert_bias = false;
+  // Experts stored quantized (quantization_config): bits per weight and the block of weights
+  // sharing one 1-byte scale (MXFP4: 4 bits, blocks of 32); 0 bits: the model's dtype.
+  int64_t expert_weight_bits = 0;
+  int64_t expert_block = 0;
+  // Sliding-window attention: the layers whose queries see only the `sliding_window` most
+  // recent keys (one flag per decoder layer; empty: none). From layer_types, Mistral's
+  // sliding_window, or Qwen2's use_sliding_window with max_window_layers.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding_layers;
   int64_t sparse_step = 0;
   int64_t expert_capacity = 0;
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch)
