@@ -14,6 +14,8 @@ to the bound (one GPU's share of the weights over its DRAM bandwidth).
                                     [--config70 tests/data/llama3_70b.json]
                                     [--mixtral tests/data/mixtral_8x7b.json]
                                     [--qwen3moe tests/data/qwen3_30b_a3b.json]
+                                    [--gptoss20 tests/data/gpt_oss_20b.json]
+                                    [--gptoss120 tests/data/gpt_oss_120b.json]
 """
 import argparse
 import json
@@ -48,6 +50,8 @@ def main():
     ap.add_argument("--config70", default=os.path.join(ROOT, "tests", "data", "llama3_70b.json"))
     ap.add_argument("--mixtral", default=os.path.join(ROOT, "tests", "data", "mixtral_8x7b.json"))
     ap.add_argument("--qwen3moe", default=os.path.join(ROOT, "tests", "data", "qwen3_30b_a3b.json"))
+    ap.add_argument("--gptoss20", default=os.path.join(ROOT, "tests", "data", "gpt_oss_20b.json"))
+    ap.add_argument("--gptoss120", default=os.path.join(ROOT, "tests", "data", "gpt_oss_120b.json"))
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -94,9 +98,11 @@ def precision_table(a, tmp):
 
 def moe_table(a, tmp):
     """Mixtures of experts, BF16, prompt 512, 128 new tokens, batch 1 and 8: Mixtral 8x7B (top-2 of
-    8 experts) and Qwen3-30B-A3B (top-8 of 128). A decode step reads the experts its tokens reach
-    (bound: those weights over the DRAM bandwidth)."""
-    for name, config in (("Mixtral 8x7B", a.mixtral), ("Qwen3-30B-A3B", a.qwen3moe)):
+    8 experts), Qwen3-30B-A3B (top-8 of 128), gpt-oss-20b and -120b (top-4 of 32 / 128 MXFP4
+    experts, every other layer a 128-token sliding window). A decode step reads the experts its
+    tokens reach (bound: those weights over the DRAM bandwidth)."""
+    for name, config in (("Mixtral 8x7B", a.mixtral), ("Qwen3-30B-A3B", a.qwen3moe),
+                         ("gpt-oss-20b (MXFP4 experts)", a.gptoss20), ("gpt-oss-120b (MXFP4 experts)", a.gptoss120)):
         one = generate(a.bin, config, "512:128", 1, GPUS, tmp, "bf16")[0]
         eight = generate(a.bin, config, "512:128", 8, GPUS, tmp, "bf16")[0]
         print(f"\n{name}, BF16, prompt 512, 128 new tokens: TTFT ms / TPOT ms (bound ms), tokens/s")
