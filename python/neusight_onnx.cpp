@@ -608,7 +608,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
-      "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8';\n"
+      "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|'fp4';\n"
       "fusion 'none'|'eager'|'full'; timing 'device'|'kernel'|'eager'; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
       "[,schedule=gpipe|1f1b]' or a dict of those, with link_bw in GB/s. The GIL is released while it runs.");
   m.def(

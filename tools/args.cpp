@@ -107,7 +107,7 @@ Options parse_analysis_options(const Args& args) {
   if (dt != "auto") {
     auto parsed = parse_dtype(dt);
     if (!parsed || !is_float(*parsed))
-      throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16 or fp8, got '" + dt + "'");
+      throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16, fp8 or fp4, got '" + dt + "'");
     opt.dtype = *parsed;
   }
   const std::string predictor = args.get("--predictor");

@@ -15,9 +15,20 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 
-// The element type a tensor is held in under the options (--dtype forces float tensors).
+// The element type a tensor is held in under the options (--dtype forces float tensors;
+// under fp4 only the GEMMs' weight matrices are FP4, the rest FP8: lowering's NVFP4).
 DType held_dtype(const TensorInfo& t, const Options& o) {
+  if (o.dtype == DType::f4e2m1 && is_float(t.dtype)) return DType::f8e4m3fn;
   return o.dtype != DType::undefined && is_float(t.dtype) ? o.dtype : t.dtype;
+}
+
+// Bytes of a weight matrix a GEMM reads: NVFP4's 4.5 bits under --dtype fp4 (its E2M1 values
+// and one E4M3 scale per 16), otherwise as held.
+double gemm_weight_bytes(const TensorInfo* t, const Options& o) {
+  if (!t || !t->fully_known()) return 0;
+  if (o.dtype == DType::f4e2m1 && is_float(t->dtype) && t->shape.size() >= 2)
+    return double(t->num_elements()) * (0.5 + 1.0 / 16);
+  return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
 }
 
 double tensor_bytes(const TensorInfo* t, const Options& o) {
@@ -41,10 +52,11 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
   for (const auto& name : g.initializers) {
     const TensorInfo* t = g.find(name);
     if (!t || t->int_value || !(is_float(t->dtype) || t->num_elements() > 64)) continue;
-    const double b = tensor_bytes(t, o);
-    all += b;
     auto it = gather_only.find(name);
-    if (it != gather_only.end() && it->second) embedding += b;
+    const bool table = it != gather_only.end() && it->second;
+    const double b = table ? tensor_bytes(t, o) : gemm_weight_bytes(t, o);
+    all += b;
+    if (table) embedding += b;
   }
 }
 
@@ -63,7 +75,7 @@ double unread_expert_bytes(const Graph& g, const Options& o, int64_t tokens) {
     for (size_t weight : {w.fc1, w.fc2, w.fc3})
       for (size_t i = weight; i <= weight + (w.scales ? 1 : 0); ++i) {
         const TensorInfo* t = i < n.inputs.size() && !n.inputs[i].empty() ? g.find(n.inputs[i]) : nullptr;
-        if (t && t->is_initializer) b += tensor_bytes(t, o);
+        if (t && t->is_initializer) b += gemm_weight_bytes(t, o);
       }
     if (experts > 0) unread += b * (1.0 - reached / double(experts));
   }
@@ -215,7 +227,9 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
-  const DType kv_dtype = options.dtype != DType::undefined ? options.dtype : d.kv_dtype;
+  const DType kv_dtype = options.dtype == DType::f4e2m1   ? DType::f8e4m3fn  // NVFP4 serving keeps an FP8 cache
+                         : options.dtype != DType::undefined ? options.dtype
+                                                             : d.kv_dtype;
   // Exactly 2 (K and V) x layers x KV heads x head size x tokens x batch x element size; a
   // sliding-window layer keeps at most its window of tokens.
   const int64_t tokens = gen.prompt + gen.new_tokens;

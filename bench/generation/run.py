@@ -6,7 +6,7 @@ FP16 at batch 1, prompt 512, 128 new tokens on H100, H200, B200, L40S, MI300X an
 Prints TPOT next to (weights other than the embedding table) / DRAM bandwidth, the tokens/s of
 batch 8 against batch 1, TTFT at a 2048-token prompt against 512, the KV-cache bytes against
 2 x layers x kv_heads x head_dim x tokens x batch x 2, and the analysis time of a 64k-token
-generation against a 128-token one. Then TTFT and TPOT per precision (FP16, BF16, FP8) of
+generation against a 128-token one. Then TTFT and TPOT per precision (FP16, BF16, FP8, FP4) of
 Llama-3-8B on one GPU and of Llama-3-70B tensor parallel over 8 GPUs (--parallel tp=8), next
 to the bound (one GPU's share of the weights over its DRAM bandwidth).
 
@@ -83,7 +83,7 @@ def main():
 def precision_table(a, tmp):
     """TTFT / TPOT (bound) ms per precision: 8B on one GPU, 70B over 8 GPUs (batch 1, 512:128)."""
     runs = [("8B", a.config, ()), ("70B tp=8", a.config70, ("--parallel", "tp=8"))]
-    dtypes = ["fp16", "bf16", "fp8"]
+    dtypes = ["fp16", "bf16", "fp8", "fp4"]
     print("\nbatch 1, prompt 512, 128 new tokens: TTFT ms / TPOT ms (bound ms) per GPU")
     print(f"{'model':9} {'gpu':24} " + " ".join(f"{d:>24}" for d in dtypes))
     for name, config, extra in runs:

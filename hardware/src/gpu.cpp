@@ -96,6 +96,7 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.fp16_gflops = num(j, "fp16_gflops", what, false);
   g.bf16_gflops = num(j, "bf16_gflops", what, false);
   g.fp8_gflops = num(j, "fp8_gflops", what, false);
+  g.fp4_gflops = num(j, "fp4_gflops", what, false);
   g.int8_gops = num(j, "int8_gops", what, false);
   g.fp16_simt_gflops = num(j, "fp16_simt_gflops", what, false);
   g.fp32_matrix_gflops = num(j, "fp32_matrix_gflops", what, false);
@@ -149,6 +150,7 @@ double Gpu::peak_gflops(DType compute) const {
     case DType::bf16: return bf16_gflops > 0 ? bf16_gflops : (fp16_gflops > 0 ? fp16_gflops : fp32_gflops);
     case DType::f8e4m3fn: case DType::f8e4m3fnuz: case DType::f8e5m2: case DType::f8e5m2fnuz:
       return fp8_gflops > 0 ? fp8_gflops : peak_gflops(DType::f16);
+    case DType::f4e2m1: return fp4_gflops > 0 ? fp4_gflops : peak_gflops(DType::f8e4m3fn);
     case DType::i8: case DType::u8: return int8_gops > 0 ? int8_gops : fp32_gflops;
     default: return fp32_gflops;
   }
@@ -167,6 +169,7 @@ bool has_matrix_units(const Gpu& gpu, DType dtype) {
     case DType::bf16: return gpu.bf16_gflops > 0;
     case DType::i8: case DType::u8: return gpu.int8_gops > 0;
     case DType::u4: case DType::i4: return gpu.fp16_gflops > 0;
+    case DType::f4e2m1: return gpu.fp4_gflops > 0;
     case DType::f32: case DType::undefined: return gpu.fp32_matrix_gflops > 0;
     default: return is_fp8(dtype) && gpu.fp8_gflops > 0;
   }
@@ -212,6 +215,7 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
     g.fp16_gflops = known->fp16_gflops;
     g.bf16_gflops = known->bf16_gflops;
     g.fp8_gflops = known->fp8_gflops;
+    g.fp4_gflops = known->fp4_gflops;
     g.int8_gops = known->int8_gops;
     g.nvlink = known->nvlink;
     g.nvlink_gbps = known->nvlink_gbps;
@@ -258,6 +262,7 @@ std::string format_gpus_json(const GpuDatabase& db) {
     e["fp16_gflops"] = g.fp16_gflops;
     e["bf16_gflops"] = g.bf16_gflops;
     e["fp8_gflops"] = g.fp8_gflops;
+    if (g.fp4_gflops > 0) e["fp4_gflops"] = g.fp4_gflops;
     e["int8_gops"] = g.int8_gops;
     e["fp16_simt_gflops"] = g.fp16_simt_gflops;
     e["fp32_matrix_gflops"] = g.fp32_matrix_gflops;

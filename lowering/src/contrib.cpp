@@ -133,13 +133,16 @@ void lower_moe(LowerCtx& c) {
   topk.note = "router top-" + std::to_string(top_k) + " of " + std::to_string(experts) + " experts";
   c.out.push_back(topk);
 
-  const double weight_elem_bytes = quantized ? bits / 8.0 : eb;
+  // --dtype fp4 (internal.h): unquantized experts run NVFP4, operands with their scales.
+  const bool fp4 = !quantized && c.opt.compute_dtype == DType::f4e2m1;
+  const double weight_elem_bytes = quantized ? bits / 8.0 : fp4 ? kNvfp4BytesPerElement : eb;
+  const double in_elem_bytes = fp4 ? kNvfp4BytesPerElement : eb;
   auto ffn = [&](int input, int64_t n, int64_t k, const std::string& what) {
     Kernel g = c.base(KernelClass::gemm, "bmm");
-    g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : act;
+    g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : fp4 ? DType::f4e2m1 : act;
     g.gemm = {active, per_expert, n, k, true};
     g.flops = 2.0 * routed * double(n) * double(k);
-    g.bytes = routed * double(k) * eb + reached * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
+    g.bytes = routed * double(k) * in_elem_bytes + reached * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
     // QMoE: the reached experts' scales (after each weight) come with their weights.
     if (const TensorInfo* sc = quantized ? c.in(static_cast<size_t>(input) + 1) : nullptr; sc && sc->fully_known())
       g.bytes += reached / double(experts) * double(numel(sc)) * element_bytes(sc->dtype);

@@ -743,7 +743,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
 namespace {
 
 DType compute_dtype(const LoweringOptions& opt, const TensorInfo* t) {
-  if (opt.compute_dtype != DType::undefined && t && is_float(t->dtype)) return opt.compute_dtype;
+  if (opt.compute_dtype != DType::undefined && t && is_float(t->dtype)) return activation_dtype(opt);
   return t && t->dtype != DType::undefined ? t->dtype : DType::f32;
 }
 
@@ -821,7 +821,8 @@ void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& 
     return;
   }
   const TensorInfo* a = g.find(g.nodes[static_cast<size_t>(grp.anchor)].inputs[0]);
-  const double a_bytes = double(numel(a)) * element_bytes(compute_dtype(opt, a));
+  const double a_bytes =
+      double(numel(a)) * (is_fp4(parts[0].dtype) ? kNvfp4BytesPerElement : element_bytes(compute_dtype(opt, a)));
   Kernel k = parts[0];
   std::string names = g.nodes[static_cast<size_t>(grp.anchor)].name;
   for (size_t i = 1; i < parts.size(); ++i) {

@@ -130,6 +130,13 @@ const RuleTable& rules();
 const Rule* find_rule(const Node& n, const LoweringOptions& opt);
 
 // Shared emitters.
+// --dtype fp4: NVFP4 as TensorRT-LLM runs it on Blackwell: the GEMMs of weights (and the
+// experts of a mixture) read both operands as FP4 E2M1 values with one E4M3 scale per 16
+// (4.5 bits); every other tensor, attention and the KV cache included, is FP8.
+constexpr double kNvfp4BytesPerElement = 0.5 + 1.0 / 16;
+inline DType activation_dtype(const LoweringOptions& o) {
+  return o.compute_dtype == DType::f4e2m1 ? DType::f8e4m3fn : o.compute_dtype;
+}
 void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_elems, double b_elems,
                int a_input, int b_input, const std::string& note = "");
 void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_elem = 1);

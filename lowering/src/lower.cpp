@@ -95,7 +95,7 @@ const TensorInfo* LowerCtx::outp(size_t i) const {
 }
 
 DType LowerCtx::dtype(const TensorInfo* t) const {
-  if (opt.compute_dtype != DType::undefined && t && is_float(t->dtype)) return opt.compute_dtype;
+  if (opt.compute_dtype != DType::undefined && t && is_float(t->dtype)) return activation_dtype(opt);
   return t && t->dtype != DType::undefined ? t->dtype : DType::f32;
 }
 

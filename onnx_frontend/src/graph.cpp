@@ -14,7 +14,7 @@ int dtype_bits(DType t) {
     case DType::u16: case DType::i16: case DType::f16: case DType::bf16: return 16;
     case DType::i64: case DType::u64: case DType::f64: case DType::c64: return 64;
     case DType::c128: return 128;
-    case DType::u4: case DType::i4: return 4;
+    case DType::u4: case DType::i4: case DType::f4e2m1: return 4;
     case DType::string: case DType::undefined: return 0;
   }
   return 0;
@@ -46,6 +46,7 @@ const char* dtype_name(DType t) {
     case DType::string: return "string";
     case DType::c64: return "complex64";
     case DType::c128: return "complex128";
+    case DType::f4e2m1: return "fp4";
     case DType::u4: return "uint4";
     case DType::i4: return "int4";
     case DType::undefined: return "undefined";
@@ -66,6 +67,7 @@ std::optional<DType> parse_dtype(const std::string& s_in) {
       {"uint16", DType::u16},   {"int32", DType::i32},    {"uint32", DType::u32},
       {"int64", DType::i64},    {"uint64", DType::u64},   {"bool", DType::boolean},
       {"int4", DType::i4},      {"uint4", DType::u4},
+      {"fp4", DType::f4e2m1},   {"nvfp4", DType::f4e2m1}, {"f4e2m1", DType::f4e2m1}, {"float4e2m1", DType::f4e2m1},
       // The names of XLA (f32, f8e4m3fn), PyTorch (float8_e4m3fn) and ONNX (FLOAT8E4M3FN).
       {"f32", DType::f32},      {"f16", DType::f16},      {"f64", DType::f64},
       {"f8e4m3fn", DType::f8e4m3fn},   {"float8e4m3fn", DType::f8e4m3fn},   {"float8_e4m3fn", DType::f8e4m3fn},
@@ -82,7 +84,7 @@ std::optional<DType> parse_dtype(const std::string& s_in) {
 bool is_float(DType t) {
   switch (t) {
     case DType::f32: case DType::tf32: case DType::f16: case DType::bf16: case DType::f64:
-    case DType::f8e4m3fn: case DType::f8e4m3fnuz: case DType::f8e5m2: case DType::f8e5m2fnuz:
+    case DType::f8e4m3fn: case DType::f8e4m3fnuz: case DType::f8e5m2: case DType::f8e5m2fnuz: case DType::f4e2m1:
       return true;
     default:
       return false;
@@ -92,6 +94,8 @@ bool is_float(DType t) {
 bool is_fp8(DType t) {
   return t == DType::f8e4m3fn || t == DType::f8e4m3fnuz || t == DType::f8e5m2 || t == DType::f8e5m2fnuz;
 }
+
+bool is_fp4(DType t) { return t == DType::f4e2m1; }
 
 bool TensorInfo::fully_known() const {
   if (!has_shape) return false;

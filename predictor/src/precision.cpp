@@ -33,10 +33,12 @@ bool weight_only(DType t) { return t == DType::u4 || t == DType::i4; }
 double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return gpu.peak_gflops(k.dtype);
   if (weight_only(k.dtype)) return gpu.fp16_gflops > 0 ? gpu.fp16_gflops : gpu.fp32_gflops;
-  const bool reduced = k.dtype == DType::f16 || k.dtype == DType::bf16 || is_fp8(k.dtype);
+  const bool reduced = k.dtype == DType::f16 || k.dtype == DType::bf16 || is_fp8(k.dtype) || is_fp4(k.dtype);
   if (reduced && !has_matrix_units(gpu, k.dtype)) {
-    // FP8 on a GPU without FP8 tensor cores runs as FP16 (the library upcasts), if it has those.
-    if (is_fp8(k.dtype) && gpu.fp16_gflops > 0) return gpu.fp16_gflops;
+    // FP4 without FP4 tensor cores runs as FP8 where the GPU has those; FP8 (and FP4) without
+    // them as FP16 (the library upcasts), if it has those.
+    if (is_fp4(k.dtype) && has_matrix_units(gpu, DType::f8e4m3fn)) return gpu.fp8_gflops;
+    if ((is_fp8(k.dtype) || is_fp4(k.dtype)) && gpu.fp16_gflops > 0) return gpu.fp16_gflops;
     return gpu.gemm_peak_gflops(DType::f32);
   }
   return gpu.gemm_peak_gflops(k.dtype);
@@ -44,9 +46,9 @@ double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
 
 Kernel kernel_as_run(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return k;
-  if (is_fp8(k.dtype) && !has_matrix_units(gpu, k.dtype) && gpu.fp16_gflops > 0) {
-    Kernel r = k;  // FP8 upcast to FP16 tensor cores; same bytes
-    r.dtype = DType::f16;
+  if ((is_fp8(k.dtype) || is_fp4(k.dtype)) && !has_matrix_units(gpu, k.dtype) && gpu.fp16_gflops > 0) {
+    Kernel r = k;  // FP4 upcast to FP8 tensor cores, or FP8 / FP4 to FP16 ones; same bytes
+    r.dtype = is_fp4(k.dtype) && has_matrix_units(gpu, DType::f8e4m3fn) ? DType::f8e4m3fn : DType::f16;
     return r;
   }
   const double peak = math_peak_gflops(k, gpu);
@@ -59,7 +61,7 @@ Kernel kernel_as_run(const Kernel& k, const Gpu& gpu) {
 std::string math_precision(const Kernel& k, const Gpu& gpu) {
   auto is_float = [](DType t) {
     return t == DType::f32 || t == DType::tf32 || t == DType::f16 || t == DType::bf16 || t == DType::f64 ||
-           t == DType::undefined || is_fp8(t);
+           t == DType::undefined || is_fp8(t) || is_fp4(t);
   };
   switch (k.cls) {
     case KernelClass::memory:
@@ -125,6 +127,7 @@ Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_wei
     case DType::bf16: g.bf16_gflops *= f; break;
     case DType::i8: case DType::u8: g.int8_gops *= f; break;
     case DType::f32: case DType::undefined: g.fp32_matrix_gflops *= f; break;
+    case DType::f4e2m1: g.fp4_gflops *= f; break;
     default: if (is_fp8(k.dtype)) g.fp8_gflops *= f; break;
   }
   return g;

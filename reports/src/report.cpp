@@ -127,7 +127,7 @@ std::string math_name(const KernelReport& k, const Gpu& gpu) {
   // widened to it) and BF16 in their own precision, other floats in FP32.
   if (k.prediction.streamed) {
     const DType t = k.kernel.dtype;
-    if (t == DType::f16 || is_fp8(t)) return "fp16-simt";
+    if (t == DType::f16 || is_fp8(t) || is_fp4(t)) return "fp16-simt";
     if (t == DType::bf16) return "bf16-simt";
     // Weight-only 4-bit GEMMs dequantize to half precision on the way (precision.h).
     if (t == DType::u4 || t == DType::i4) return "fp16-simt";

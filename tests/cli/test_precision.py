@@ -1,4 +1,4 @@
-"""Precision through the pipeline: --dtype auto|fp32|fp16|bf16|fp8 and the kernels command's dtype column."""
+"""Precision through the pipeline: --dtype auto|fp32|fp16|bf16|fp8|fp4 and the kernels command's dtype column."""
 import csv
 import os
 import tempfile
@@ -92,7 +92,8 @@ class DtypeFlag(unittest.TestCase):
             self.assertEqual((r["dtype"], r["dtype_source"]), ("fp16", "inputs"))
 
     def test_a_dtype_without_matrix_units_is_said_once(self):
-        for gpu, dt, math in [("a100-80gb", "fp8", "fp16-tensor"), ("v100", "bf16", "fp32-simt")]:
+        for gpu, dt, math in [("a100-80gb", "fp8", "fp16-tensor"), ("v100", "bf16", "fp32-simt"),
+                              ("h100", "fp4", "fp8-tensor")]:
             code, out, err = run(EXAMPLE, "--gpu", gpu, "--batch", "1", "--seq", "64", "--dtype", dt, "--quiet")
             self.assertEqual(code, 0, err)
             notes = [l for l in err.splitlines() if "matrix units" in l]
@@ -165,6 +166,8 @@ class MathPrecisionInReports(unittest.TestCase):
                 ("v100", ("--dtype", "bf16"), "fp32-simt"),   # Volta has no BF16 tensor cores
                 ("h100", ("--dtype", "fp8"), "fp8-tensor"),
                 ("a100-80gb", ("--dtype", "fp8"), "fp16-tensor"),  # no FP8 units: runs as FP16
+                ("b200", ("--dtype", "fp4"), "fp4-tensor"),        # NVFP4 weight GEMMs
+                ("h100", ("--dtype", "fp4"), "fp8-tensor"),        # no FP4 units: runs as FP8
             ]
             for gpu, extra, gemm_math in cases:
                 with self.subTest(gpu=gpu, extra=extra):

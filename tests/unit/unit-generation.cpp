@@ -419,3 +419,32 @@ TEST_CASE("generation: gpt-oss, MXFP4 experts and alternating sliding-window att
   MESSAGE("gpt-oss-120b BF16 + MXFP4 experts, H100, batch 1, 512:32: TTFT " << one.ttft_ms << " ms, TPOT " << one.tpot_ms
                                                                              << " ms (bound " << one.weight_read_ms << ")");
 }
+
+TEST_CASE("generation: --dtype fp4 runs the weights' GEMMs in NVFP4 and the rest in FP8") {
+  const ModelConfig c = small_llama(8, 2);
+  const Decoder d = config_decoder(c);
+  Options o = serving(DType::f4e2m1, 2);
+  o.dims.seq = 64;
+  const Analysis pre = prepare(d.prefill, o);
+  int fp4 = 0;
+  for (const Kernel& k : pre.kernels.kernels) {
+    if (k.cls == KernelClass::gemm && k.op != "flash_attention") {
+      // Both operands FP4 with one 1-byte scale per 16, the output FP8.
+      CHECK(k.dtype == DType::f4e2m1);
+      const double out = double(k.gemm.batch) * double(k.gemm.m) * double(k.gemm.n);
+      const double in = double(k.gemm.m) * double(k.gemm.k) + double(k.gemm.k) * double(k.gemm.n);
+      CHECK(k.bytes == doctest::Approx(in * (0.5 + 1.0 / 16) + out).epsilon(0.01));
+      ++fp4;
+    } else if (is_float(k.dtype)) {
+      CHECK(k.dtype == DType::f8e4m3fn);  // attention, norms, activations
+    }
+  }
+  CHECK(fp4 == 2 * 7 + 1);  // Q, K, V, O, gate, up and down per layer, and the head
+  // The cache in FP8, the weights in 4.5 bits but the embedding table (FP8).
+  const GenerationReport g = generate(d, o, 40, 9, "b200");
+  CHECK(g.kv_cache_bytes == 2.0 * 2 * 2 * 64 * 49 * 2 * 1);
+  const GenerationReport h = generate(d, serving(DType::f8e4m3fn, 2), 40, 9, "b200");
+  CHECK(g.embedding_bytes == h.embedding_bytes);
+  CHECK((g.weight_bytes - g.embedding_bytes) / (h.weight_bytes - h.embedding_bytes) == doctest::Approx(0.5625).epsilon(0.01));
+  CHECK(g.tpot_ms < h.tpot_ms);
+}

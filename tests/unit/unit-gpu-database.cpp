@@ -71,11 +71,12 @@ TEST_CASE("gpu database: every entry is complete and its peaks follow from SMs x
     const double fp32 = g.num_sm * g.fp32_cores_per_sm * 2.0 * g.boost_mhz / 1000.0;
     CHECK(g.fp32_gflops == doctest::Approx(fp32).epsilon(0.15));
     // Dense matrix peaks: a power-of-two number of FLOPs per clock per SM (within ~19%).
-    for (double p : {g.tf32_gflops, g.fp16_gflops, g.bf16_gflops, g.fp8_gflops, g.int8_gops, g.fp32_matrix_gflops})
+    for (double p : {g.tf32_gflops, g.fp16_gflops, g.bf16_gflops, g.fp8_gflops, g.fp4_gflops, g.int8_gops, g.fp32_matrix_gflops})
       if (p > 0) CHECK(pow2_distance(p, g) < 0.25);
     // Precision ladder: TF32 = FP16 / 2, FP8 = 2 x FP16, BF16 <= FP16, all above FP32 SIMT.
     if (g.tf32_gflops > 0 && g.fp16_gflops > 0) CHECK(g.tf32_gflops * 2 <= g.fp16_gflops * 1.02);
     if (g.fp8_gflops > 0) CHECK(g.fp8_gflops == doctest::Approx(2 * g.fp16_gflops).epsilon(0.02));
+    if (g.fp4_gflops > 0) CHECK(g.fp4_gflops == doctest::Approx(2 * g.fp8_gflops).epsilon(0.02));
     CHECK(g.bf16_gflops <= g.fp16_gflops * 1.001);
     if (g.fp16_gflops > 0) CHECK(g.fp16_gflops > g.fp32_gflops);
     // Compute-to-bandwidth balance of a real GPU.

@@ -4,6 +4,8 @@
 // follows the FLOP rate, not the bandwidth.
 #include <doctest/doctest.h>
 
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -31,7 +33,7 @@ std::vector<Kernel> random_kernels(size_t n, uint64_t seed) {
   };
   static const char* ew[] = {"add", "addu", "mul", "div", "gelu", "relu", "tanh", "pow"};
   static const DType gemm_dtypes[] = {DType::f32, DType::f32, DType::f32, DType::tf32, DType::f16, DType::bf16,
-                                      DType::f8e4m3fn};
+                                      DType::f8e4m3fn, DType::f4e2m1};
   std::vector<Kernel> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -61,7 +63,7 @@ std::vector<Kernel> random_kernels(size_t n, uint64_t seed) {
       }
       default: {  // a GEMM in another dtype
         k = kernel_from_dataset("linear", {{"B", "1"}, {"M", dim(0, 14)}, {"N", dim(6, 14)}, {"K", dim(6, 14)}});
-        const DType t = gemm_dtypes[g() % 7];
+        const DType t = gemm_dtypes[g() % 8];
         const double scale = std::max(1, dtype_bits(t == DType::tf32 ? DType::f32 : t)) / 32.0;
         k.dtype = t;
         k.bytes *= scale;
@@ -88,8 +90,8 @@ std::vector<double> predict(const Predictor& p, const std::vector<Kernel>& ks, c
 
 // Every FLOP rate of a GPU (SIMT and matrix units) times f.
 Gpu scale_flops(Gpu g, double f) {
-  for (double* v : {&g.fp32_gflops, &g.tf32_gflops, &g.fp16_gflops, &g.bf16_gflops, &g.fp8_gflops, &g.int8_gops,
-                    &g.fp16_simt_gflops, &g.fp32_matrix_gflops})
+  for (double* v : {&g.fp32_gflops, &g.tf32_gflops, &g.fp16_gflops, &g.bf16_gflops, &g.fp8_gflops, &g.fp4_gflops,
+                    &g.int8_gops, &g.fp16_simt_gflops, &g.fp32_matrix_gflops})
     *v *= f;
   return g;
 }
@@ -124,16 +126,24 @@ void report(const char* what, const std::vector<Failure>& bad) {
   std::string hist;
   for (const auto& [o, n] : ops) hist += o + ":" + std::to_string(n) + " ";
   if (!bad.empty()) MESSAGE(std::string(what) << ": " << bad.size() << " kernels, worst ratio " << worst << " (" << hist << ")");
-  for (size_t i = 0; i < bad.size() && i < 5; ++i)
-    MESSAGE(std::string("  ") << bad[i].gpu << " " << bad[i].k.op << " " << bad[i].k.gemm.batch << "x" << bad[i].k.gemm.m << "x"
-                 << bad[i].k.gemm.k << "x" << bad[i].k.gemm.n << " rows " << bad[i].k.rows << " cols " << bad[i].k.cols
-                 << " dtype " << dtype_name(bad[i].k.dtype) << ": " << bad[i].before << " -> " << bad[i].after << " ms");
+  for (size_t i = 0; i < bad.size() && i < 5; ++i) {
+    std::ostringstream os;
+    os.precision(12);
+    os << "  " << bad[i].gpu << " " << bad[i].k.op << " " << bad[i].k.gemm.batch << "x" << bad[i].k.gemm.m << "x"
+       << bad[i].k.gemm.k << "x" << bad[i].k.gemm.n << " rows " << bad[i].k.rows << " cols " << bad[i].k.cols << " dtype "
+       << dtype_name(bad[i].k.dtype) << ": " << bad[i].before << " -> " << bad[i].after << " ms";
+    MESSAGE(os.str());
+  }
   CHECK(bad.empty());
 }
 
 // 34 GPUs x 320 kernels = 10,880 kernels per property and timing convention.
 constexpr size_t kPerGpu = 320;
-constexpr double kTol = 1e-9;
+// Relative tolerance. The networks are smooth but not exactly monotone in their L2-relative
+// inputs: where a footprint crosses the L2 size they can move a latency by parts in 10^9 (a T4
+// FP16 GEMM, 6008 x 92 x 267: 0.02281113716 ms at its L2, 0.02281113728 ms at twice it).
+// Effects that matter are orders of magnitude above 1e-6.
+constexpr double kTol = 1e-6;
 
 bool not_slower(double before, double after, const Kernel&, const Gpu&) { return after <= before * (1 + kTol); }
 

@@ -473,3 +473,38 @@ TEST_CASE("precision: a single tensor-core GEMM runs on the fastest tile the lib
   const Kernel b = kernel_from_dataset("bmm", {{"B", "32"}, {"M", "512"}, {"N", "128"}, {"K", "512"}, {"dtype", "fp16"}});
   CHECK(!fastest->predict({b}, {tile_kernel(b, h100)}, h100)[0].tiling);
 }
+
+TEST_CASE("precision: FP4 runs on Blackwell's FP4 tensor cores, as FP8 on Hopper and FP16 on Ampere") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  const Gpu b200 = db.resolve("b200"), h100 = db.resolve("h100-sxm"), a100 = db.resolve("a100-sxm4-80gb");
+  CHECK(parse_dtype("fp4") == DType::f4e2m1);
+  CHECK(parse_dtype("nvfp4") == DType::f4e2m1);
+  CHECK(std::string(dtype_name(DType::f4e2m1)) == "fp4");
+  CHECK(element_bytes(DType::f4e2m1) == 0.5);
+  CHECK(b200.fp4_gflops == doctest::Approx(2 * b200.fp8_gflops));
+  CHECK(h100.fp4_gflops == 0);
+  auto big = [](const char* dt) {
+    Kernel k = linear(8192, 8192, 8192, dt);
+    if (std::string(dt) == "fp16") return k;
+    k.dtype = std::string(dt) == "fp8" ? DType::f8e4m3fn : DType::f4e2m1;
+    k.bytes *= std::string(dt) == "fp8" ? 0.5 : 0.25;
+    return k;
+  };
+  const Kernel f4 = big("fp4"), f8 = big("fp8"), f16 = big("fp16");
+  CHECK(math_precision(f4, b200) == "fp4-tensor");
+  CHECK(math_precision(f4, h100) == "fp8-tensor");   // no FP4 tensor cores: FP8 ones
+  CHECK(math_precision(f4, a100) == "fp16-tensor");  // nor FP8 ones
+  CHECK(math_peak_gflops(f4, b200) == b200.fp4_gflops);
+  CHECK(math_peak_gflops(f4, h100) == h100.fp8_gflops);
+  const Tiling t = tile_kernel(f4, b200);
+  CHECK(t.config.tensor_core);
+  CHECK(gpu_as_run(f4, t, b200, 0).fp4_gflops == doctest::Approx(kMatrixSustainedFraction * b200.fp4_gflops));
+  auto p = make_neusight_predictor("");
+  auto ms = [&](const Kernel& k, const Gpu& g) { return p->predict({k}, {tile_kernel(k, g)}, g)[0].latency_ms; };
+  // A compute-bound 8192^3 GEMM: FP4 about twice as fast as FP8 on the B200, as fast on the H100.
+  const double b4 = ms(f4, b200), b8 = ms(f8, b200), h4 = ms(f4, h100), h8 = ms(f8, h100);
+  CHECK(b8 / b4 > 1.6);
+  CHECK(b8 / b4 < 2.05);
+  CHECK(h4 == doctest::Approx(h8).epsilon(0.05));
+  CHECK(ms(f16, b200) / b8 > 1.6);
+}

@@ -29,6 +29,10 @@ bool uses_tensor_cores(DType t, const Gpu& gpu) {
     case DType::i8: case DType::u8: return faster(t, gpu.int8_gops, 4);
     // FP32 on matrix units (AMD CDNA's FP32 MFMA, which rocBLAS runs FP32 GEMMs on).
     case DType::f32: case DType::undefined: return has_matrix_units(gpu, DType::f32);
+    // FP4: its own tensor cores (Blackwell), else FP8's or FP16's it is upcast to.
+    case DType::f4e2m1:
+      return faster(t, gpu.fp4_gflops, 1) || faster(DType::f8e4m3fn, gpu.fp8_gflops, 1) ||
+             faster(DType::f16, gpu.fp16_gflops, 1);
     default:
       return dtype_bits(t) == 8 && (faster(t, gpu.fp8_gflops, 1) || faster(DType::f16, gpu.fp16_gflops, 1));
   }

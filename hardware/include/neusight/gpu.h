@@ -25,6 +25,7 @@ struct Gpu {
   double fp32_gflops = 0;            // FP32 non-tensor peak
   // Dense tensor-core (matrix-core) peaks in GFLOP/s; 0 = not supported.
   double tf32_gflops = 0, fp16_gflops = 0, bf16_gflops = 0, fp8_gflops = 0, int8_gops = 0;
+  double fp4_gflops = 0;             // FP4 (NVFP4 / MXFP4) tensor cores, Blackwell; 0 = none
   double fp16_simt_gflops = 0;       // non-tensor FP16 (0: same as fp32)
   double fp32_matrix_gflops = 0;     // FP32 on matrix cores (AMD CDNA); 0 = none
   double mem_gb = 0;

@@ -54,6 +54,7 @@ enum class DType : int {
   f8e5m2fnuz = 20,
   u4 = 21,
   i4 = 22,
+  f4e2m1 = 23,  // FP4 E2M1 (NVFP4 / MXFP4 values; their block scales are separate)
   // Not an ONNX element type: TensorFloat-32, a compute precision chosen by --dtype tf32.
   tf32 = 1000,
 };
@@ -69,6 +70,7 @@ const char* dtype_name(DType t);
 std::optional<DType> parse_dtype(const std::string& s);
 bool is_float(DType t);
 bool is_fp8(DType t);  // any of the four FP8 element types
+bool is_fp4(DType t);  // FP4 E2M1
 
 // ---------------------------------------------------------------------------------------
 // A dimension: a known value, a symbolic name, or unknown (value < 0 and empty name).
