@@ -112,7 +112,12 @@ void lower_moe(LowerCtx& c) {
   // The intermediate size: fc1's dim that is not the hidden size (the packed one unpacked).
   const int64_t a = fc1->shape[1].value, b = fc1->shape[2].value;
   const int64_t inter = a == hidden ? b * pack : a;
-  if (experts <= 0 || inter <= 0 || rows <= 0) {
+  // SwiGLU fused into fc1 (swiglu_fusion 1 interleaved, 2 concatenated; onnxruntime-genai's
+  // gpt-oss and Phi MoE exports): fc1 gives gate and up together, the activation halves them,
+  // and fc2 reduces over the half.
+  const bool fused_glu = !gated && (c.n.attr_i("swiglu_fusion", 0) > 0 || c.n.attr_s("activation_type", "") == "swiglu");
+  const int64_t act_out = fused_glu ? inter / 2 : inter;
+  if (experts <= 0 || inter <= 0 || act_out <= 0 || rows <= 0) {
     c.unknown("shapes not inferred");
     return;
   }
@@ -159,13 +164,14 @@ void lower_moe(LowerCtx& c) {
   Kernel actk = c.base(KernelClass::elementwise, c.n.attr_s("activation_type", "relu"));
   actk.dtype = act;
   actk.rows = static_cast<int64_t>(routed);
-  actk.cols = inter;
-  actk.flops = routed * double(inter) * (gated ? 2 : 1);
-  actk.bytes = routed * double(inter) * eb * (gated ? 3 : 2);
-  actk.operand_elems = {static_cast<int64_t>(routed) * inter};
-  actk.note = "expert activation";
+  actk.cols = act_out;
+  const bool glu = gated || fused_glu;  // reads gate and up, writes their product
+  actk.flops = routed * double(act_out) * (glu ? 2 : 1);
+  actk.bytes = routed * double(act_out) * eb * (glu ? 3 : 2);
+  actk.operand_elems = {static_cast<int64_t>(routed) * act_out};
+  actk.note = fused_glu ? "expert activation (SwiGLU of fc1's gate and up halves)" : "expert activation";
   c.out.push_back(actk);
-  if (fc2) ffn(static_cast<int>(fc2_at), hidden, inter, "FC2");
+  if (fc2) ffn(static_cast<int>(fc2_at), hidden, act_out, "FC2");
   Kernel sum = c.base(KernelClass::elementwise, "moe_combine");
   sum.dtype = act;
   sum.rows = rows;

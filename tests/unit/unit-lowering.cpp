@@ -886,3 +886,39 @@ TEST_CASE("lowering: serving kernels merge biased projections, each bias in the 
   CHECK(k.fused_nodes.size() == 5);  // two MatMuls and three bias Adds
   CHECK(k.bytes == doctest::Approx(alone[0].bytes + alone[1].bytes + alone[2].bytes - 2 * 4 * 64 * 2));
 }
+
+TEST_CASE("lowering: a QMoE with SwiGLU fused into fc1 reduces fc2 over the activation's half") {
+  // 64 tokens, 8 experts of 96 (gate and up: fc1 gives 192), top-2, 4-bit weights with one
+  // scale per 32, as onnxruntime-genai exports gpt-oss: fc1 [E, 2f, h / 2], fc2 [E, h, f / 2].
+  const int64_t rows = 64, h = 128, f = 96, e = 8;
+  for (const bool fused : {true, false}) {
+    IrGraph b;
+    std::vector<std::string> in = {b.t("x", {rows, h}, DType::f16), b.t("router", {rows, e}, DType::f16)};
+    auto weight = [&](const std::string& name, int64_t out, int64_t red) {
+      in.push_back(b.w(name, {e, out, red / 2}, DType::u8));
+      in.push_back(b.w(name + "_scales", {e, out, red / 32}, DType::f16));
+      in.push_back("");
+    };
+    weight("fc1", fused ? 2 * f : f, h);
+    weight("fc2", h, f);
+    if (!fused) weight("fc3", f, h);
+    Node& n = b.node("QMoE", in, {b.t("y", {rows, h}, DType::f16)}, "com.microsoft");
+    n.attributes["k"] = test::attr_int(2);
+    n.attributes["expert_weight_bits"] = test::attr_int(4);
+    n.attributes["activation_type"] = test::attr_str(fused ? "swiglu" : "silu");
+    if (fused) n.attributes["swiglu_fusion"] = test::attr_int(1);
+    const KernelList kl = lower_with(b.g, Fusion::eager);
+    const auto gemms = of_class(kl, KernelClass::gemm);
+    REQUIRE(gemms.size() == (fused ? 2u : 3u));
+    const Kernel& fc2 = gemms.back();
+    CHECK(fc2.gemm.n == h);
+    CHECK(fc2.gemm.k == f);  // the activation's output, not fc1's
+    double fc1_n = 0;
+    for (size_t i = 0; i + 1 < gemms.size(); ++i) fc1_n += double(gemms[i].gemm.n);
+    CHECK(fc1_n == 2 * f);  // gate and up, fused or not
+    const auto act = of_class(kl, KernelClass::elementwise);
+    REQUIRE(!act.empty());
+    CHECK(act[0].cols == f);
+    CHECK(act[0].bytes == doctest::Approx(double(rows) * 2 * f * 2 * 3));  // gate, up read; product written
+  }
+}
