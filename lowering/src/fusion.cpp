@@ -852,7 +852,9 @@ const TensorInfo* group_traffic(const Graph& g, const LoweringOptions& opt, cons
   int inputs = 0;
   const TensorInfo* first_in = nullptr;
   for (int ni : grp.nodes)
-    for (const auto& in : g.nodes[static_cast<size_t>(ni)].inputs) {
+    for (size_t ii = 0; ii < g.nodes[static_cast<size_t>(ni)].inputs.size(); ++ii) {
+      const Node& member = g.nodes[static_cast<size_t>(ni)];
+      const std::string& in = member.inputs[ii];
       if (in.empty() || produced.count(in) || !seen.insert(in).second) continue;
       const TensorInfo* t = g.find(in);
       if (!t) continue;
@@ -860,7 +862,11 @@ const TensorInfo* group_traffic(const Graph& g, const LoweringOptions& opt, cons
       if (pit != plan.producer.end() && plan.free_reason[static_cast<size_t>(pit->second)] == FreeReason::host)
         continue;  // shape operands are not read by the kernel
       if (!first_in && is_float(t->dtype)) first_in = t;
-      const int64_t e = numel(t);
+      int64_t e = numel(t);
+      // A Gather reads the rows it gathers, as many elements as it outputs, not its whole
+      // table (an embedding lookup fused with what follows it).
+      if (member.op_type == "Gather" && ii == 0 && !member.outputs.empty())
+        if (const TensorInfo* o = g.find(member.outputs[0]); o && numel(o) >= 0) e = std::min(e, numel(o));
       in_bytes += double(e) * element_bytes(compute_dtype(opt, t));
       k.operand_elems.push_back(e);
       if (e > 1) ++inputs;

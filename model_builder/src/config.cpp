@@ -132,7 +132,7 @@ void read_llama(const Reader& r, ModelConfig& c) {
   c.ffn = r.i({"intermediate_size"}, true);
   c.vocab = r.i({"vocab_size"}, true);
   c.max_positions = r.i({"max_position_embeddings"}, false, 4096);
-  c.activation = r.s({"hidden_act"}, "silu");
+  c.activation = r.s({"hidden_act", "hidden_activation"}, "silu");
   c.layer_norm_eps = r.f({"rms_norm_eps"}, 1e-6);
   c.rope_theta = r.f({"rope_theta"}, 10000.0);
   c.dropout = 0.0f;
@@ -160,6 +160,10 @@ void read_sliding_window(const Reader& r, ModelConfig& c) {
       sliding[l] = t.get<std::string>() == "sliding_attention";
       any = any || sliding[l];
     }
+  } else if (const int64_t every = r.i({"sliding_window_pattern"}, false, 0); every > 0) {
+    // Gemma 3's older configs: every `every`-th layer global, the others sliding.
+    for (int64_t l = 0; l < c.layers; ++l) sliding[static_cast<size_t>(l)] = (l + 1) % every != 0;
+    any = every > 1 && c.layers > 0;
   } else if (c.model_type == "mistral" || c.model_type == "mixtral") {
     any = window > 0;
     std::fill(sliding.begin(), sliding.end(), any);
@@ -250,6 +254,31 @@ void read_gpt_oss(const Reader& r, ModelConfig& c) {
   check_experts(r, c);
 }
 
+// Gemma 3 (text): a Llama-style decoder with GQA, each query and key head RMS-normalised,
+// RMSNorms before and after both the attention and the GeGLU MLP (gelu_pytorch_tanh), the
+// embedding scaled by sqrt(hidden), and five sliding-window layers to one global one
+// (layer_types or sliding_window_pattern). The multimodal `gemma3` config nests these under
+// text_config: its language model is built (the vision tower and projector are not).
+void read_gemma3(const Reader& outer, ModelConfig& c) {
+  // Gemma3TextConfig's defaults for the fields a config leaves out (the multimodal configs'
+  // text_config lists few), then the config's own.
+  json j = {{"vocab_size", 262208}, {"head_dim", 256}, {"hidden_activation", "gelu_pytorch_tanh"},
+            {"rms_norm_eps", 1e-6}, {"sliding_window", 4096}};
+  const json* own = &outer.j;
+  if (c.model_type == "gemma3") {
+    auto t = outer.j.find("text_config");
+    if (t == outer.j.end() || !t->is_object()) throw InputError(outer.path + ": gemma3 config without a text_config object");
+    own = &*t;
+  }
+  for (auto it = own->begin(); it != own->end(); ++it) j[it.key()] = it.value();
+  if (!j.contains("layer_types") && !j.contains("sliding_window_pattern")) j["sliding_window_pattern"] = 6;
+  const Reader r{j, outer.path};
+  read_llama(r, c);
+  c.qk_norm = true;
+  c.sandwich_norm = true;
+  c.scale_embedding = true;
+}
+
 struct Family {
   std::function<void(const Reader&, ModelConfig&)> read;
   std::function<LoadedModel(const ModelConfig&)> build;
@@ -274,6 +303,8 @@ const std::map<std::string, Family>& families() {
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
+      {"gemma3_text", {read_gemma3, llama, builder::build_llama}},
+      {"gemma3", {read_gemma3, llama, builder::build_llama}},
   };
   return t;
 }

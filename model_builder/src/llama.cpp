@@ -1,8 +1,9 @@
 // llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2/3-MoE,
-// gpt-oss): RMSNorm, rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the
+// gpt-oss, Gemma 3): RMSNorm, rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the
 // MoE families), grouped-query attention (Qwen3: each query and key head RMS-normalised;
 // sliding-window layers where the config has them), as HF's eager modelling code runs them.
 #include <algorithm>
+#include <cmath>
 
 #include "common.h"
 #include "families.h"
@@ -162,6 +163,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     diag = n.b.node("Add", p0 + "/causal_diagonal", {past_scalar, n.b.ints("const_one_d", {1}, true)});
   }
   std::string x = n.b.node("Gather", p0 + ".embed_tokens/Gather", {n.b.weight(p0 + ".embed_tokens.weight", {c.vocab, h}), ids});
+  if (c.scale_embedding)  // Gemma: embeddings times sqrt(hidden)
+    x = n.b.node("Mul", p0 + ".embed_tokens/scale", {x, f32(n, p0 + "/embed_scale", std::sqrt(float(h)))});
 
   // Causal mask [b, 1, s, past + s]: full(min).triu(past + 1), expanded.
   const std::string ss_shape = n.b.node("Concat", p0 + "/ss_shape", {n.seq, total});
@@ -211,8 +214,12 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&
                          c.sliding_layers[static_cast<size_t>(l)];
     a = attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, Cache{l, o.kv_cache ? total : ""});
+    // Gemma 3's sandwich: the attention's output normalised before the residual, and the MLP
+    // between pre- and post-feedforward norms.
+    if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
     x = n.b.node("Add", p + "/residual_Add", {x, a});
-    const std::string f = rms_norm(n, p + ".post_attention_layernorm", x, h, c.layer_norm_eps);
+    const std::string f = rms_norm(n, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), x, h,
+                                   c.layer_norm_eps);
     const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
                         std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
     if (sparse) {
@@ -222,7 +229,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false), c.activation);
     const std::string up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
     const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});
-    x = n.b.node("Add", p + "/residual_Add_1", {x, linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false)});
+    std::string down = linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false);
+    if (c.sandwich_norm) down = rms_norm(n, p + ".post_feedforward_layernorm", down, h, c.layer_norm_eps);
+    x = n.b.node("Add", p + "/residual_Add_1", {x, down});
   }
   x = rms_norm(n, p0 + ".norm", x, h, c.layer_norm_eps);
   if (o.last_logits)

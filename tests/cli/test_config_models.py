@@ -21,6 +21,10 @@ GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 256
            "experts_per_token": 2, "vocab_size": 1000, "sliding_window": 16, "attention_bias": True,
            "layer_types": ["sliding_attention", "full_attention"] * 2, "rms_norm_eps": 1e-5, "hidden_act": "silu",
            "quantization_config": {"quant_method": "mxfp4"}}
+# Gemma 3's structure, small: sandwich norms, q/k norms, scaled embedding, GeGLU, 2 local layers to 1 global.
+GEMMA3 = {"model_type": "gemma3_text", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+          "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 6, "vocab_size": 1000, "sliding_window": 16,
+          "sliding_window_pattern": 3, "hidden_activation": "gelu_pytorch_tanh"}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -49,7 +53,7 @@ class ConfigModels(unittest.TestCase):
     def configs(self):
         self.assertTrue(CONFIGS, "no configs under " + fixture("model_configs"))
         made = []
-        for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS)):
+        for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS), ("gemma3_small", GEMMA3)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

@@ -391,3 +391,17 @@ TEST_CASE("fusion: --fusion full runs a QDQ model's DequantizeLinear inside the 
   CHECK(sh.free_reason[0] != "dequantize runs in the GEMM (quantized operand)");
   CHECK(of_class(sh, KernelClass::gemm).at(0).bytes == doctest::Approx((64.0 * 1024 * 2 + 1024.0 * 1024) * 4));
 }
+
+TEST_CASE("fusion: an embedding lookup fused with what follows reads the rows it gathers, not the table") {
+  // Gemma's scaled embedding: Gather(table [50000, 64], ids [2, 3]) then Mul by a scalar.
+  IrGraph b;
+  const std::string rows = b.node("Gather", {b.w("table", {50000, 64}), b.t("ids", {2, 3}, DType::i64)},
+                                  {b.t("e", {2, 3, 64})}).outputs[0];
+  b.node("Mul", {rows, b.w("scale", {1})}, {b.t("y", {2, 3, 64})});
+  const KernelList kl = lower_with(b.g, Fusion::full);
+  REQUIRE(kl.kernels.size() == 1);
+  const Kernel& k = kl.kernels[0];
+  CHECK(k.fused_nodes.size() == 1);
+  // 6 rows of 64 FP32 read and written, the 6 indices and the scalar: not the 12.8 MB table.
+  CHECK(k.bytes == doctest::Approx(2.0 * 6 * 64 * 4 + 6 * 8 + 4));
+}

@@ -448,3 +448,45 @@ TEST_CASE("generation: --dtype fp4 runs the weights' GEMMs in NVFP4 and the rest
   CHECK((g.weight_bytes - g.embedding_bytes) / (h.weight_bytes - h.embedding_bytes) == doctest::Approx(0.5625).epsilon(0.01));
   CHECK(g.tpot_ms < h.tpot_ms);
 }
+
+TEST_CASE("generation: Gemma 3 text decoders (sandwich norms, scaled embedding, 5 local layers to 1 global)") {
+  // Gemma-3-1B's config fields.
+  const ModelConfig c = parse_hf_config(R"({"model_type": "gemma3_text", "head_dim": 256,
+      "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+      "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1, "rms_norm_eps": 1e-06,
+      "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16", "vocab_size": 262144})",
+                                        "gemma-3-1b");
+  CHECK(c.sandwich_norm);
+  CHECK(c.scale_embedding);
+  CHECK(c.qk_norm);
+  CHECK(c.activation == "gelu_pytorch_tanh");
+  CHECK(c.sliding_window == 512);
+  REQUIRE(c.sliding_layers.size() == 26);
+  CHECK(std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true) == 22);  // layers 5, 11, 17, 23 global
+  CHECK_FALSE(c.sliding_layers[5]);
+  const LoadedModel m = build_model(c);
+  int norms = 0;
+  for (const Node& n : m.model.graph.nodes)  // one Pow per RMSNorm (the tanh GELU has its own)
+    norms += n.op_type == "Pow" && n.name.find("norm/") != std::string::npos;
+  CHECK(norms == 26 * 6 + 1);  // input, q, k, post-attention, pre- and post-feedforward; the final norm
+  // The multimodal config nests the language model under text_config; Gemma3TextConfig's
+  // defaults fill what it leaves out (the vocabulary, the window pattern).
+  const ModelConfig big = parse_hf_config(R"({"model_type": "gemma3", "torch_dtype": "bfloat16",
+      "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "num_attention_heads": 32,
+      "num_hidden_layers": 62, "num_key_value_heads": 16, "sliding_window": 1024},
+      "vision_config": {"hidden_size": 1152}})",
+                                          "gemma-3-27b");
+  CHECK(big.vocab == 262208);
+  CHECK(big.head_dim == 128);
+  CHECK(big.sliding_window == 1024);
+  CHECK(std::count(big.sliding_layers.begin(), big.sliding_layers.end(), true) == 62 - 10);
+  CHECK(big.torch_dtype == "bfloat16");
+  CHECK_THROWS_AS(parse_hf_config(R"({"model_type": "gemma3"})", "g"), InputError);
+  // A decode step: the embedding lookup reads one row per token, the cache keeps 512 tokens on
+  // the local layers; the step reads the weights but the table, and the head (the table's size).
+  const Decoder d = config_decoder(c);
+  const GenerationReport g = generate(d, serving(DType::bf16, 1), 4096, 16, "h100");
+  CHECK(g.kv_cache_bytes == 2.0 * 1 * 256 * (4 * 4112 + 22 * 512) * 2);
+  CHECK(g.tpot_ms >= g.weight_read_ms);
+  CHECK(g.tpot_ms < 6 * g.weight_read_ms);
+}

@@ -45,6 +45,11 @@ struct ModelConfig {
   bool qkv_bias = false;
   // Qwen3: an RMSNorm over each head of the queries and keys before the rotary embedding.
   bool qk_norm = false;
+  // Gemma 3: RMSNorms after the attention and after the MLP as well as before each
+  // (post_attention_layernorm on the attention's output, pre/post_feedforward_layernorm around
+  // the MLP), and the embedding scaled by sqrt(hidden).
+  bool sandwich_norm = false;
+  bool scale_embedding = false;
   // Mixture of experts: experts per MoE layer. Switch: every `sparse_step`-th layer sparse,
   // each expert takes at most `expert_capacity` tokens per sequence (top-1 routing). Mixtral,
   // Qwen3-MoE: every `sparse_step`-th decoder layer's MLP (1: all) but `dense_layers`, each
