@@ -144,9 +144,10 @@ void read_llama(const Reader& r, ModelConfig& c) {
 }
 
 // Sliding-window attention of the Llama-style families: the per-layer `layer_types`
-// ("sliding_attention" / "full_attention") when given; otherwise every layer of a Mistral or
-// Mixtral config with a sliding_window (null: none), or Qwen2's use_sliding_window layers
-// (from max_window_layers on, as its modelling code has it).
+// ("sliding_attention" / "full_attention") when given; otherwise Gemma 3's
+// sliding_window_pattern, every layer of a Mistral, Mixtral or Phi-3 config with a
+// sliding_window (null: none), or Qwen2's use_sliding_window layers (from max_window_layers
+// on, as its modelling code has it).
 void read_sliding_window(const Reader& r, ModelConfig& c) {
   const int64_t window = r.i({"sliding_window"}, false, 0);
   std::vector<bool> sliding(static_cast<size_t>(c.layers), false);
@@ -164,7 +165,7 @@ void read_sliding_window(const Reader& r, ModelConfig& c) {
     // Gemma 3's older configs: every `every`-th layer global, the others sliding.
     for (int64_t l = 0; l < c.layers; ++l) sliding[static_cast<size_t>(l)] = (l + 1) % every != 0;
     any = every > 1 && c.layers > 0;
-  } else if (c.model_type == "mistral" || c.model_type == "mixtral") {
+  } else if (c.model_type == "mistral" || c.model_type == "mixtral" || c.model_type == "phi3") {
     any = window > 0;
     std::fill(sliding.begin(), sliding.end(), any);
   } else if (r.b("use_sliding_window", false)) {
@@ -302,6 +303,7 @@ const std::map<std::string, Family>& families() {
       {"qwen3", {read_qwen3, llama, builder::build_llama}},
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
+      {"phi3", {read_llama, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},
       {"gemma3", {read_gemma3, llama, builder::build_llama}},

@@ -376,6 +376,9 @@ TEST_CASE("generation: the config's sliding-window fields") {
   q = parse_hf_config(R"({"model_type": "qwen2", "sliding_window": 1024, "use_sliding_window": true,
       "max_window_layers": 2, )" + base + "}", "q");
   CHECK(q.sliding_layers == std::vector<bool>{false, false, true, true});
+  // Phi-3 (mini-4k: a 2047-token window on every layer).
+  ModelConfig phi = parse_hf_config(R"({"model_type": "phi3", "sliding_window": 2047, )" + base + "}", "p");
+  CHECK(phi.sliding_layers == std::vector<bool>(4, true));
   // layer_types names each layer; it must name all of them.
   ModelConfig l = parse_hf_config(R"({"model_type": "llama", "sliding_window": 128, "layer_types":
       ["sliding_attention", "full_attention", "sliding_attention", "full_attention"], )" + base + "}", "l");
