@@ -143,6 +143,11 @@ Decoder config_decoder(const ModelConfig& config) {
   d.kv_heads = config.kv_heads;
   d.head_dim = config.head_dim;
   d.kv_dtype = DType::f32;
+  if (config.kv_lora_rank > 0) {  // MLA: one latent of kv_lora_rank + qk_rope per token
+    d.kv_heads = 1;
+    d.head_dim = config.kv_lora_rank + config.qk_rope_dim;
+    d.kv_tensors = 1;
+  }
   if (config.sliding_window > 0) {
     d.window = config.sliding_window;
     d.sliding_layers = std::count(config.sliding_layers.begin(), config.sliding_layers.end(), true);
@@ -160,6 +165,7 @@ Decoder onnx_decoder(LoadedModel model) {
   static const std::regex stacked_re(R"(past_(\d{1,6}))");
   Decoder d;
   std::set<int64_t> layers;
+  bool values = false;
   for (const auto& name : g.inputs) {
     std::smatch m;
     const bool split = std::regex_match(name, m, split_re);
@@ -181,10 +187,12 @@ Decoder onnx_decoder(LoadedModel model) {
       throw InputError(what + ": the KV-cache inputs disagree on their shape ('" + name + "')");
     }
     layers.insert(std::stoll(m[1].str()));
+    values = values || !split || m[2].str() == "value";
   }
   if (layers.empty())
     throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value or past_N inputs)");
   d.layers = static_cast<int64_t>(layers.size());
+  if (!values) d.kv_tensors = 1;  // keys alone: a latent cache (MLA)
   // GroupQueryAttention layers with a local window (onnxruntime-genai's sliding-window layers).
   for (const Node& n : g.nodes) {
     if (n.op_type != "GroupQueryAttention") continue;
@@ -230,12 +238,13 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   const DType kv_dtype = options.dtype == DType::f4e2m1   ? DType::f8e4m3fn  // NVFP4 serving keeps an FP8 cache
                          : options.dtype != DType::undefined ? options.dtype
                                                              : d.kv_dtype;
-  // Exactly 2 (K and V) x layers x KV heads x head size x tokens x batch x element size; a
-  // sliding-window layer keeps at most its window of tokens.
+  // Exactly 2 (K and V; 1 for a latent cache) x layers x KV heads x head size x tokens x batch x
+  // element size; a sliding-window layer keeps at most its window of tokens.
   const int64_t tokens = gen.prompt + gen.new_tokens;
   const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
                               double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
-  a.kv_cache_bytes = 2.0 * double(d.kv_heads) * double(d.head_dim) * layer_tokens * double(a.batch) * element_bytes(kv_dtype);
+  a.kv_cache_bytes =
+      double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * layer_tokens * double(a.batch) * element_bytes(kv_dtype);
   return a;
 }
 

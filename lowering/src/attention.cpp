@@ -159,7 +159,7 @@ void lower_gqa(LowerCtx& c) {
   if (L <= 0) L = (dim(past, 2) > 0 ? dim(past, 2) : 0) + S;
   if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, heads + kv_heads, hd);
   if (flash_attention_applies(c.opt, c.dtype(q))) {  // --fusion full: as onnxruntime's flash kernel runs it (causal)
-    FlashProblem f{c.dtype(q), B, heads, kv_heads, S, L, hd, hd, true, 0, 0.0, "GroupQueryAttention: "};
+    FlashProblem f{c.dtype(q), B, heads, kv_heads, S, L, hd, hd, true, 0, false, 0.0, "GroupQueryAttention: "};
     // local_window_size: the sliding window (-1: none).
     f.window = std::max<int64_t>(0, c.n.attr_i("local_window_size", -1));
     if (past && numel(past) > 0) f.appended_bytes = 2.0 * double(B * kv_heads * S * hd) * element_bytes(f.dtype);

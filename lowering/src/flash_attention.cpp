@@ -43,6 +43,7 @@ struct Operand {
   const TensorInfo* stored = nullptr;  // what the kernel reads (the whole cache for a Concat)
   const TensorInfo* appended = nullptr;
   std::vector<int> absorbed;
+  bool sliced = false;  // a leading slice of the cache's last axis (MLA's values: the latent)
 };
 
 Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, const std::string& start) {
@@ -66,6 +67,20 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
       o.absorbed.push_back(pi);
       t = p.inputs[0];
       continue;
+    }
+    // A slice of the last axis (multi-head latent attention's values: the latent part of the
+    // cache rows the keys read): the kernel reads those columns in place.
+    if (!free && p.op_type == "Slice" && single_consumer(cons, p.outputs[0]) >= 0 && p.inputs.size() >= 4) {
+      const TensorInfo* in = tensor(g, p.inputs[0]);
+      const TensorInfo* axes = tensor(g, p.inputs[3]);
+      const int64_t rank = in && in->has_shape ? static_cast<int64_t>(in->shape.size()) : -1;
+      if (axes && axes->int_value && axes->int_value->size() == 1 &&
+          (axes->int_value->front() == rank - 1 || axes->int_value->front() == -1)) {
+        o.absorbed.push_back(pi);
+        o.sliced = true;
+        t = p.inputs[0];
+        continue;
+      }
     }
     if (!free && p.op_type == "Concat" && p.inputs.size() == 2 && !o.appended) {
       const TensorInfo* past = tensor(g, p.inputs[0]);
@@ -292,7 +307,8 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
   const std::string band = f.window > 0 && f.window < f.keys ? ", sliding window " + std::to_string(f.window) : "";
   const double q_bytes = double(bh) * double(f.queries) * double(f.head_dim) * eb;
   const double o_bytes = double(bh) * double(f.queries) * double(f.head_dim_v) * eb;
-  const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(read_keys) * double(f.head_dim + f.head_dim_v) * eb;
+  const int64_t row = f.shared_kv ? f.head_dim : f.head_dim + f.head_dim_v;  // a cached key's (and value's) elements
+  const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(read_keys) * double(row) * eb;
   kr.bytes = q_bytes + kv_bytes + o_bytes + f.appended_bytes;
   const std::string cache = f.appended_bytes > 0 ? ", KV cache append in place" : "";
   if (f.queries == 1) {
@@ -302,7 +318,7 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
     kr.cls = KernelClass::reduce;
     kr.op = "flash_decode";
     kr.rows = f.batch * f.kv_heads;
-    kr.cols = read_keys * (f.head_dim + f.head_dim_v);
+    kr.cols = read_keys * row;
     kr.gemm = {bh, 1, f.head_dim_v, read_keys};  // the attention problem (query rows x keys), for the split
     kr.note = f.what + "flash decoding: KV-cache read over " + std::to_string(read_keys) + " keys" + band + cache;
   } else {
@@ -313,7 +329,7 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
                              ? std::ceil(pairs * double(f.head_dim + f.head_dim_v) / (double(f.queries) * double(f.head_dim_v)))
                              : 1.0;
     kr.gemm = {bh, f.queries, f.head_dim_v, std::max<int64_t>(1, static_cast<int64_t>(k_eff))};
-    kr.operand_elems = {bh * f.queries * f.head_dim, f.batch * f.kv_heads * f.keys * (f.head_dim + f.head_dim_v)};
+    kr.operand_elems = {bh * f.queries * f.head_dim, f.batch * f.kv_heads * f.keys * row};
     kr.note = f.what + "FlashAttention (" + (f.causal ? "causal" : "full") + ") over " + std::to_string(f.keys) +
               " keys" + band + cache;
   }
@@ -356,8 +372,10 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
         f.window = w;
     }
   }
+  // Values sliced from the keys' own cache (MLA): one cache, read once, appended once.
+  f.shared_kv = v.sliced && k.stored && v.stored == k.stored;
   for (const Operand* op : {&k, &v})
-    if (op->appended) f.appended_bytes += double(numel(op->appended)) * element_bytes(f.dtype);
+    if (op->appended && !(f.shared_kv && op == &v)) f.appended_bytes += double(numel(op->appended)) * element_bytes(f.dtype);
   const size_t before = out.size();
   emit_flash_kernel(c, f, out);
   for (size_t i = before; i < out.size(); ++i)

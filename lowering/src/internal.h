@@ -157,6 +157,8 @@ struct FlashProblem {
   // Sliding-window attention: each query sees at most this many keys, the most recent (its
   // own position included); 0: every key the mask leaves it.
   int64_t window = 0;
+  // The values are columns of the keys' rows (multi-head latent attention): one cache read.
+  bool shared_kv = false;
   double appended_bytes = 0;  // new KV entries written into the cache by the kernel
   std::string what;           // note prefix, e.g. "GroupQueryAttention: "
 };

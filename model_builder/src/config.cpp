@@ -280,6 +280,33 @@ void read_gemma3(const Reader& outer, ModelConfig& c) {
   c.scale_embedding = true;
 }
 
+// DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
+// layers dense, the rest top-k of n_routed_experts with n_shared_experts always on (one dense
+// SwiGLU of their combined width, ungated). Its router's sigmoid scores and group-limited
+// top-k cost as the MoE operator's routing; the multi-token-prediction layer (for speculative
+// decoding) is not built.
+void read_deepseek_v3(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.q_lora_rank = r.i({"q_lora_rank"}, false, 0);
+  c.kv_lora_rank = r.i({"kv_lora_rank"}, true);
+  c.qk_nope_dim = r.i({"qk_nope_head_dim"}, true);
+  c.qk_rope_dim = r.i({"qk_rope_head_dim"}, true);
+  c.v_head_dim = r.i({"v_head_dim"}, true);
+  if (c.kv_lora_rank <= 0 || c.qk_nope_dim <= 0 || c.qk_rope_dim <= 0 || c.qk_rope_dim % 2 != 0 || c.v_head_dim <= 0)
+    throw InputError(r.path + ": kv_lora_rank, qk_nope_head_dim, v_head_dim and an even qk_rope_head_dim must be positive");
+  c.head_dim = c.qk_nope_dim + c.qk_rope_dim;
+  c.experts = r.i({"n_routed_experts"}, true);
+  c.experts_per_token = r.i({"num_experts_per_tok"}, true);
+  c.expert_ffn = r.i({"moe_intermediate_size"}, true);
+  c.sparse_step = r.i({"moe_layer_freq"}, false, 1);
+  c.normalize_routing = r.b("norm_topk_prob", true);
+  c.shared_expert_ffn = r.i({"n_shared_experts"}, false, 0) * c.expert_ffn;
+  c.shared_expert_gate = false;
+  const int64_t dense = r.i({"first_k_dense_replace"}, false, 0);
+  for (int64_t l = 0; l < std::min(dense, c.layers); ++l) c.dense_layers.push_back(l);
+  check_experts(r, c);
+}
+
 struct Family {
   std::function<void(const Reader&, ModelConfig&)> read;
   std::function<LoadedModel(const ModelConfig&)> build;
@@ -305,6 +332,7 @@ const std::map<std::string, Family>& families() {
       {"qwen2", {read_llama, llama, builder::build_llama}},
       {"phi3", {read_llama, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
+      {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},
       {"gemma3", {read_gemma3, llama, builder::build_llama}},
   };

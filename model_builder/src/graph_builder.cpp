@@ -25,6 +25,21 @@ void GraphBuilder::output(const std::string& name, int elem_type) {
   vi->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type);
 }
 
+void GraphBuilder::output(const std::string& name, int elem_type, const std::vector<int64_t>& dims,
+                          const std::vector<std::string>& params) {
+  auto* vi = g_->add_output();
+  vi->set_name(name);
+  auto* tt = vi->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem_type);
+  auto* sh = tt->mutable_shape();
+  size_t p = 0;
+  for (int64_t d : dims) {
+    auto* dp = sh->add_dim();
+    if (d >= 0) dp->set_dim_value(d);
+    else if (p < params.size()) dp->set_dim_param(params[p++]);
+  }
+}
+
 std::string GraphBuilder::weight(const std::string& name, const std::vector<int64_t>& dims, int elem_type) {
   auto* t = g_->add_initializer();
   t->set_name(name);

@@ -18,6 +18,9 @@ class GraphBuilder {
   std::string input(const std::string& name, int elem_type, const std::vector<int64_t>& dims,
                     const std::vector<std::string>& params);
   void output(const std::string& name, int elem_type);
+  // An output with its shape (dims as for `input`).
+  void output(const std::string& name, int elem_type, const std::vector<int64_t>& dims,
+              const std::vector<std::string>& params);
 
   // Weight stored as an external-data stub (never materialised): offsets are laid out as
   // if one contiguous weights file existed next to the model.

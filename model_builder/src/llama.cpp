@@ -75,7 +75,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
       *t = n.b.node("Concat", p + "/cache_" + which, {"past_key_values." + l + "." + which, *t});
       n.b.attr_i("axis", 2);
       *t = n.rename_last("present." + l + "." + which);
-      n.b.output(*t, kF32);
+      n.b.output(*t, kF32, {-1, c.kv_heads, -1, c.head_dim}, {"batch", "total_sequence"});
     }
     len = cache.total;
   }
@@ -90,6 +90,76 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
 // routing, each token through its k SwiGLU experts (w1 gate, w3 up, w2 down), the weighted
 // sum; Qwen2-MoE adds its gated shared expert. It runs as serving engines run the block (vLLM's fused_moe; a grouped GEMM per
 // projection over the experts the tokens reach), not as HF's eager loop over experts.
+// A slice [from, to) of the last axis of a rank-`rank` tensor.
+std::string last_axis(Net& n, const std::string& p, const std::string& x, int64_t from, int64_t to, int64_t rank) {
+  return n.b.node("Slice", p, {x, n.b.ints(p + "/s", {from}), n.b.ints(p + "/e", {to}), n.b.ints(p + "/ax", {rank - 1})});
+}
+
+// DeepSeek-V3's multi-head latent attention. The prompt runs it as HF's modelling code does:
+// keys and values expanded per head from the latent (kv_b_proj), the rotary key shared by the
+// heads, attention over qk_nope + qk_rope wide query/key heads. A decode step runs it as
+// serving engines do (vLLM's and SGLang's MLA, the weight absorption of the DeepSeek-V2
+// paper): the cache is the normalised latent with the rotary key, [batch, 1, past,
+// kv_lora_rank + qk_rope]; each head's query is taken into the latent through its slice of
+// kv_b_proj (W_UK), attends to the cache as one shared KV head, and its output leaves the
+// latent through the value slice (W_UV).
+std::string mla_attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
+                          const std::string& mask, const std::string& cos, const std::string& sin, const Cache& cache) {
+  const int64_t h = c.hidden, H = c.heads, dn = c.qk_nope_dim, dr = c.qk_rope_dim, dv = c.v_head_dim, kvr = c.kv_lora_rank;
+  std::string q = c.q_lora_rank > 0
+                      ? linear(n, p + ".q_b_proj",
+                               rms_norm(n, p + ".q_a_layernorm", linear(n, p + ".q_a_proj", x, h, c.q_lora_rank, false),
+                                        c.q_lora_rank, c.layer_norm_eps),
+                               c.q_lora_rank, H * (dn + dr), false)
+                      : linear(n, p + ".q_proj", x, h, H * (dn + dr), false);
+  q = split_heads(n, p + "/q", q, H, dn + dr);  // [b, H, s, dn + dr]
+  const std::string q_nope = last_axis(n, p + "/q_nope", q, 0, dn, 4);
+  const std::string q_pe = rotary(n, p + "/rotary_q", last_axis(n, p + "/q_pe", q, dn, dn + dr, 4), dr, cos, sin);
+  const std::string kva = linear(n, p + ".kv_a_proj_with_mqa", x, h, kvr + dr, false);  // [b, s, kvr + dr]
+  const std::string latent = rms_norm(n, p + ".kv_a_layernorm", last_axis(n, p + "/kv_latent", kva, 0, kvr, 3), kvr,
+                                      c.layer_norm_eps);
+  const std::string k_pe = rotary(n, p + "/rotary_k", split_heads(n, p + "/k_pe", last_axis(n, p + "/k_rope", kva, kvr, kvr + dr, 3), 1, dr),
+                                  dr, cos, sin);  // [b, 1, s, dr]
+  const std::string kv_b = p + ".kv_b_proj";
+  if (cache.total.empty()) {
+    const std::string kv = split_heads(n, p + "/kv", linear(n, kv_b, latent, kvr, H * (dn + dv), false), H, dn + dv);
+    const std::string k_nope = last_axis(n, p + "/k_nope", kv, 0, dn, 4);
+    const std::string v = last_axis(n, p + "/v", kv, dn, dn + dv, 4);
+    const std::string hs = n.b.node("Concat", p + "/k_pe_shape", {n.batch, n.b.ints(p + "/k_pe_heads", {H}), n.seq, n.b.ints(p + "/k_pe_dr", {dr})});
+    n.b.attr_i("axis", 0);
+    const std::string k_pe_h = n.b.node("Expand", p + "/k_pe_expand", {k_pe, hs});
+    const std::string k = n.b.node("Concat", p + "/k", {k_nope, k_pe_h});
+    n.b.attr_i("axis", -1);
+    const std::string qq = n.b.node("Concat", p + "/q_full", {q_nope, q_pe});
+    n.b.attr_i("axis", -1);
+    const std::string o = masked_attention(n, p, qq, k, v, dn + dr, mask, p + ".attn_dropout", c.attn_dropout, H * dv);
+    return linear(n, p + ".o_proj", o, H * dv, h, c.o_bias);
+  }
+  // Decode: the latent cache and the absorbed projections.
+  const std::string l = std::to_string(cache.layer);
+  const std::string lat4 = n.b.node("Unsqueeze", p + "/latent_4d", {latent, n.b.ints(p + "/ax1", {1})});  // [b, 1, s, kvr]
+  const std::string entry = n.b.node("Concat", p + "/cache_entry", {lat4, k_pe});
+  n.b.attr_i("axis", -1);
+  std::string kv = n.b.node("Concat", p + "/cache_key", {"past_key_values." + l + ".key", entry});
+  n.b.attr_i("axis", 2);
+  kv = n.rename_last("present." + l + ".key");
+  n.b.output(kv, kF32, {-1, 1, -1, kvr + dr}, {"batch", "total_sequence"});
+  // W_UK [H, dn, kvr] and W_UV [H, kvr, dv]: kv_b_proj's weight, viewed per head.
+  const std::string w_uk = n.b.weight(kv_b + ".w_uk", {H, dn, kvr});
+  const std::string w_uv = n.b.weight(kv_b + ".w_uv", {H, kvr, dv});
+  const std::string q_lat = n.b.node("MatMul", p + "/q_absorb", {q_nope, w_uk});  // [b, H, s, kvr]
+  const std::string qq = n.b.node("Concat", p + "/q_full", {q_lat, q_pe});
+  n.b.attr_i("axis", -1);
+  std::string s = n.b.node("MatMul", p + "/MatMul", {qq, transpose_last(n, p + "/kT", kv)});
+  s = n.b.node("Div", p + "/Div", {s, f32(n, p + "/scale", static_cast<float>(std::sqrt(double(dn + dr))))});
+  s = n.b.node("Add", p + "/mask_Add", {s, mask});
+  s = n.b.node("Softmax", p + "/Softmax", {s});
+  n.b.attr_i("axis", -1);
+  const std::string o_lat = n.b.node("MatMul", p + "/MatMul_1", {s, last_axis(n, p + "/latent_values", kv, 0, kvr, 4)});
+  const std::string o = n.b.node("MatMul", p + "/v_absorb", {o_lat, w_uv});  // [b, H, s, dv]
+  return linear(n, p + ".o_proj", merge_heads(n, p + "/merge", o, H * dv), H * dv, h, c.o_bias);
+}
+
 // gpt-oss adds biases to the router and the experts, and may store the experts in MXFP4:
 // then the block is onnxruntime's QMoE, each expert weight [E, out, in / 2] of packed 4-bit
 // values with one 1-byte scale per block of 32 along `in` ([E, out, in / 32], E8M0 as the
@@ -134,8 +204,44 @@ std::string sparse_moe(Net& n, const std::string& p, const std::string& x, const
   const std::string gate = activation(n, sp + ".act_fn", linear(n, sp + ".gate_proj", x, h, c.shared_expert_ffn, false), c.activation);
   const std::string up = linear(n, sp + ".up_proj", x, h, c.shared_expert_ffn, false);
   const std::string shared = linear(n, sp + ".down_proj", n.b.node("Mul", sp + "/Mul", {gate, up}), c.shared_expert_ffn, h, false);
+  if (!c.shared_expert_gate) return n.b.node("Add", p + "/Add_shared", {y, shared});  // DeepSeek: always on
   const std::string g = n.b.node("Sigmoid", p + ".shared_expert_gate/Sigmoid", {linear(n, p + ".shared_expert_gate", x, h, 1, false)});
   return n.b.node("Add", p + "/Add_shared", {y, n.b.node("Mul", p + "/Mul_shared", {g, shared})});
+}
+
+// The decoder's attention masks [b, 1, s, past + s]: causal, full(min).triu(past + 1),
+// expanded; and for sliding-window layers (when the config has them) the causal mask without
+// the keys more than sliding_window - 1 positions before each query: a band masking key j for
+// query row i when j <= past + i - window, i.e. Trilu keeping the lower part at diagonal
+// past - window. `past_scalar` and `diag` are empty without a KV cache.
+struct Masks {
+  std::string causal, sliding;
+};
+
+Masks decoder_masks(Net& n, const ModelConfig& c, const std::string& p0, const std::string& total,
+                    const std::string& past_scalar, const std::string& diag) {
+  Masks m;
+  const std::string ss_shape = n.b.node("Concat", p0 + "/ss_shape", {n.seq, total});
+  n.b.attr_i("axis", 0);
+  std::string causal = fill(n, p0 + "/causal_full", ss_shape, kF32, kFloatMin);
+  causal = n.b.node("Trilu", p0 + "/causal_triu", {causal, diag.empty() ? n.b.ints("const_one_k", {1}, true) : diag});
+  n.b.attr_i("upper", 1);
+  const std::string b1ss = n.b.node("Concat", p0 + "/b1ss_shape", {n.batch, n.b.ints(p0 + "/one_dim", {1}), n.seq, total});
+  n.b.attr_i("axis", 0);
+  m.causal = n.b.node("Expand", p0 + "/causal_expand",
+                      {n.b.node("Unsqueeze", p0 + "/causal_4d", {causal, n.b.ints("const_axes01", {0, 1})}), b1ss});
+  if (c.sliding_window <= 0 || std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) == c.sliding_layers.end())
+    return m;
+  const std::string w = n.b.ints(p0 + "/sliding_window", {c.sliding_window}, true);
+  const std::string k = past_scalar.empty() ? n.b.node("Neg", p0 + "/sliding_diagonal", {w})
+                                            : n.b.node("Sub", p0 + "/sliding_diagonal", {past_scalar, w});
+  std::string band = fill(n, p0 + "/sliding_full", ss_shape, kF32, kFloatMin);
+  band = n.b.node("Trilu", p0 + "/sliding_tril", {band, k});
+  n.b.attr_i("upper", 0);
+  const std::string both = n.b.node("Min", p0 + "/sliding_causal", {causal, band});
+  m.sliding = n.b.node("Expand", p0 + "/sliding_expand",
+                       {n.b.node("Unsqueeze", p0 + "/sliding_4d", {both, n.b.ints("const_axes01s", {0, 1})}), b1ss});
+  return m;
 }
 
 }  // namespace
@@ -144,17 +250,23 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   Net n(c, o.kv_cache ? "Llama-style decoder step with KV cache (RMSNorm, rotary, SwiGLU, grouped-query attention)"
                       : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
   const std::string ids = n.token_input("input_ids");
-  const int64_t h = c.hidden, hd = c.head_dim;
+  const int64_t h = c.hidden, hd = c.kv_lora_rank > 0 ? c.qk_rope_dim : c.head_dim;  // the rotary dims
   if (hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
   const std::string p0 = "model";
   // With a KV cache the step's queries sit at positions past .. past + sequence - 1 and
   // attend to past + sequence keys.
   std::string past_scalar, total = n.seq, total_scalar = n.seq_scalar, diag;
   if (o.kv_cache) {
-    for (int64_t l = 0; l < c.layers; ++l)
+    for (int64_t l = 0; l < c.layers; ++l) {
+      if (c.kv_lora_rank > 0) {  // MLA: the latent and the rotary key, one cache tensor
+        n.b.input("past_key_values." + std::to_string(l) + ".key", kF32, {-1, 1, -1, c.kv_lora_rank + c.qk_rope_dim},
+                  {"batch", "past_sequence"});
+        continue;
+      }
       for (const char* which : {"key", "value"})
         n.b.input("past_key_values." + std::to_string(l) + "." + which, kF32, {-1, c.kv_heads, -1, hd},
                   {"batch", "past_sequence"});
+    }
     const std::string shape = n.b.node("Shape", p0 + "/past_shape", {"past_key_values.0.key"});
     past_scalar = n.b.node("Gather", p0 + "/past_length", {shape, n.b.ints("const_idx2", {2}, true)});
     n.b.attr_i("axis", 0);
@@ -166,31 +278,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   if (c.scale_embedding)  // Gemma: embeddings times sqrt(hidden)
     x = n.b.node("Mul", p0 + ".embed_tokens/scale", {x, f32(n, p0 + "/embed_scale", std::sqrt(float(h)))});
 
-  // Causal mask [b, 1, s, past + s]: full(min).triu(past + 1), expanded.
-  const std::string ss_shape = n.b.node("Concat", p0 + "/ss_shape", {n.seq, total});
-  n.b.attr_i("axis", 0);
-  std::string causal = fill(n, p0 + "/causal_full", ss_shape, kF32, kFloatMin);
-  causal = n.b.node("Trilu", p0 + "/causal_triu", {causal, diag.empty() ? n.b.ints("const_one_k", {1}, true) : diag});
-  n.b.attr_i("upper", 1);
-  const std::string b1ss = n.b.node("Concat", p0 + "/b1ss_shape", {n.batch, n.b.ints(p0 + "/one_dim", {1}), n.seq, total});
-  n.b.attr_i("axis", 0);
-  const std::string mask = n.b.node("Expand", p0 + "/causal_expand",
-                                    {n.b.node("Unsqueeze", p0 + "/causal_4d", {causal, n.b.ints("const_axes01", {0, 1})}), b1ss});
-  // Sliding-window layers: the causal mask without the keys more than sliding_window - 1
-  // positions before each query: a band masking key j for query row i when j <= past + i - window,
-  // i.e. Trilu keeping the lower part at diagonal past - window.
-  std::string sliding_mask;
-  if (c.sliding_window > 0 && std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end()) {
-    const std::string w = n.b.ints(p0 + "/sliding_window", {c.sliding_window}, true);
-    const std::string k = past_scalar.empty() ? n.b.node("Neg", p0 + "/sliding_diagonal", {w})
-                                              : n.b.node("Sub", p0 + "/sliding_diagonal", {past_scalar, w});
-    std::string band = fill(n, p0 + "/sliding_full", ss_shape, kF32, kFloatMin);
-    band = n.b.node("Trilu", p0 + "/sliding_tril", {band, k});
-    n.b.attr_i("upper", 0);
-    const std::string both = n.b.node("Min", p0 + "/sliding_causal", {causal, band});
-    sliding_mask = n.b.node("Expand", p0 + "/sliding_expand",
-                            {n.b.node("Unsqueeze", p0 + "/sliding_4d", {both, n.b.ints("const_axes01s", {0, 1})}), b1ss});
-  }
+  const Masks masks = decoder_masks(n, c, p0, total, past_scalar, diag);
+  const std::string& mask = masks.causal;
+  const std::string& sliding_mask = masks.sliding;
 
   // Rotary tables, once per forward: freqs = inv_freq[:, None] @ positions[None, :].
   const std::string pos = n.b.node("Range", p0 + "/position_ids",
@@ -213,7 +303,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     std::string a = rms_norm(n, p + ".input_layernorm", x, h, c.layer_norm_eps);
     const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&
                          c.sliding_layers[static_cast<size_t>(l)];
-    a = attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, Cache{l, o.kv_cache ? total : ""});
+    const Cache kc{l, o.kv_cache ? total : ""};
+    a = c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
+                           : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc);
     // Gemma 3's sandwich: the attention's output normalised before the residual, and the MLP
     // between pre- and post-feedforward norms.
     if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);

@@ -25,6 +25,12 @@ GPT_OSS = {"model_type": "gpt_oss", "hidden_size": 256, "intermediate_size": 256
 GEMMA3 = {"model_type": "gemma3_text", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
           "num_key_value_heads": 1, "head_dim": 64, "num_hidden_layers": 6, "vocab_size": 1000, "sliding_window": 16,
           "sliding_window_pattern": 3, "hidden_activation": "gelu_pytorch_tanh"}
+# DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
+DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
+            "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+            "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "hidden_act": "silu"}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -53,7 +59,8 @@ class ConfigModels(unittest.TestCase):
     def configs(self):
         self.assertTrue(CONFIGS, "no configs under " + fixture("model_configs"))
         made = []
-        for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS), ("gemma3_small", GEMMA3)):
+        for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS), ("gemma3_small", GEMMA3),
+                          ("deepseek_small", DEEPSEEK)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

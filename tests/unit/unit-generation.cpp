@@ -493,3 +493,68 @@ TEST_CASE("generation: Gemma 3 text decoders (sandwich norms, scaled embedding, 
   CHECK(g.tpot_ms >= g.weight_read_ms);
   CHECK(g.tpot_ms < 6 * g.weight_read_ms);
 }
+
+TEST_CASE("generation: DeepSeek-V3's multi-head latent attention caches the latent and decodes absorbed") {
+  // DeepSeek-V3's structure, small: 4 heads of 16 + 8 (rotary) query/key dims and 16 value
+  // dims over a 32-wide latent, a 64-rank query bottleneck; the first layer dense, then top-2
+  // of 8 experts of 64 beside one always-on shared expert.
+  const std::string cfg = R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000,
+      "q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+      "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_shared_experts": 1,
+      "first_k_dense_replace": 1, "hidden_act": "silu"})";
+  const ModelConfig c = parse_hf_config(cfg, "deepseek");
+  CHECK(c.kv_lora_rank == 32);
+  CHECK(c.head_dim == 24);
+  CHECK(c.dense_layers == std::vector<int64_t>{0});
+  CHECK(c.shared_expert_ffn == 64);
+  CHECK_FALSE(c.shared_expert_gate);
+  CHECK_THROWS_AS(parse_hf_config(R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "kv_lora_rank": 32,
+      "qk_nope_head_dim": 16, "qk_rope_head_dim": 7, "v_head_dim": 16, "n_routed_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 64})", "odd rope"), InputError);
+  const Decoder d = config_decoder(c);
+  CHECK(d.kv_heads == 1);
+  CHECK(d.head_dim == 32 + 8);
+  CHECK(d.kv_tensors == 1);
+  Options o = serving(DType::f16, 2);
+  o.dims.seq = 64;
+  const Analysis pre = prepare(d.prefill, o);
+  int flash = 0;
+  for (const Kernel& k : pre.kernels.kernels)
+    if (k.op == "flash_attention") {
+      ++flash;
+      // Query/key heads of 24, value heads of 16, the causal triangle of 64 queries.
+      CHECK(k.flops == doctest::Approx(2.0 * 2 * 4 * (64.0 * 65 / 2) * (24 + 16)));
+      CHECK(k.gemm.n == 16);
+    }
+  CHECK(flash == 3);
+  // A decode step after 1000 tokens: each layer's attention reads the latent cache once (one
+  // shared head of 40), its values a slice of the same rows read in place.
+  o.dims.seq = 1;
+  o.dims.named["past_sequence"] = 1000;
+  const Analysis step = prepare(d.step, o);
+  int decode = 0;
+  for (const Kernel& k : step.kernels.kernels) {
+    if (k.op != "flash_decode") continue;
+    ++decode;
+    CHECK(k.rows == 2);  // batch x one latent head
+    // The cache (1001 rows of 40), the new row written, the 4 heads' queries (40) and outputs (32).
+    CHECK(k.bytes == doctest::Approx((2.0 * 1001 * 40 + 2.0 * 40 + 2.0 * 4 * 40 + 2.0 * 4 * 32) * 2));
+    CHECK(k.flops == doctest::Approx(2.0 * 2 * 4 * 1001 * (40 + 32)));
+  }
+  CHECK(decode == 3);
+  // Slices copied per layer: the query's no-rotary and rotary parts, the latent and the rotary
+  // key out of kv_a_proj's output; the values' slice of the cache is none of them.
+  CHECK(count_op(step.kernels, "slice") == 3 * 4);
+  // The cache holds the latent alone: one tensor of 40 per token and layer.
+  const GenerationReport g = generate(d, serving(DType::f16, 2), 100, 8, "h100");
+  CHECK(g.kv_cache_bytes == 1.0 * 3 * 40 * 108 * 2 * 2);
+  // Its ONNX export (a key cache alone) predicts as the config does.
+  const Decoder from_onnx = onnx_decoder(load_model_from_proto(build_model(c, BuildOptions{true}).proto->model, "mla.onnx"));
+  CHECK(from_onnx.kv_tensors == 1);
+  CHECK(from_onnx.head_dim == 40);
+  const GenerationReport h = generate(from_onnx, serving(DType::f16, 2), 100, 8, "h100");
+  CHECK(h.kv_cache_bytes == g.kv_cache_bytes);
+  CHECK(h.tpot_ms == doctest::Approx(g.tpot_ms));
+}

@@ -79,6 +79,9 @@ struct Decoder {
   std::string past_dim;          // the step's symbolic past-length dim
   std::vector<std::string> total_dims;  // symbolic dims that are past + sequence (attention_mask)
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  // Cache tensors per layer: 2 (keys and values), 1 for multi-head latent attention (the latent
+  // with the rotary key, which serves as both).
+  int kv_tensors = 2;
   // Layers of sliding-window attention, whose cache keeps only the `window` most recent
   // tokens (as serving engines and HF's sliding-window cache keep it); 0: none.
   int64_t sliding_layers = 0, window = 0;

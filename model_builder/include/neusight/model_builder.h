@@ -62,6 +62,12 @@ struct ModelConfig {
   // Qwen2-MoE: a shared SwiGLU expert of this intermediate size beside the routed ones, its
   // output scaled by a sigmoid gate (0: none).
   int64_t shared_expert_ffn = 0;
+  bool shared_expert_gate = true;  // Qwen2-MoE scales it by sigmoid(gate(x)); DeepSeek adds it as is
+  // DeepSeek-V3 multi-head latent attention (kv_lora_rank > 0): queries through a rank-
+  // q_lora_rank bottleneck (0: one projection), keys and values expanded per head from a
+  // kv_lora_rank latent that, with the qk_rope_dim rotary key shared by the heads, is all the
+  // KV cache holds; query/key heads of qk_nope_dim + qk_rope_dim, value heads of v_head_dim.
+  int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   // gpt-oss: biases on the attention output projection, the router and every expert layer.
   bool o_bias = false;
   bool expert_bias = false;
