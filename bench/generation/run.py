@@ -16,6 +16,7 @@ to the bound (one GPU's share of the weights over its DRAM bandwidth).
                                     [--qwen3moe tests/data/qwen3_30b_a3b.json]
                                     [--gptoss20 tests/data/gpt_oss_20b.json]
                                     [--gptoss120 tests/data/gpt_oss_120b.json]
+                                    [--deepseek tests/data/deepseek_r1.json]
 """
 import argparse
 import json
@@ -52,6 +53,7 @@ def main():
     ap.add_argument("--qwen3moe", default=os.path.join(ROOT, "tests", "data", "qwen3_30b_a3b.json"))
     ap.add_argument("--gptoss20", default=os.path.join(ROOT, "tests", "data", "gpt_oss_20b.json"))
     ap.add_argument("--gptoss120", default=os.path.join(ROOT, "tests", "data", "gpt_oss_120b.json"))
+    ap.add_argument("--deepseek", default=os.path.join(ROOT, "tests", "data", "deepseek_r1.json"))
     a = ap.parse_args()
     with open(a.config) as f:
         cfg = json.load(f)
@@ -78,6 +80,7 @@ def main():
         print(f"analysis time: 128 new tokens {short:.2f} s, 65536 new tokens {longer:.2f} s ({longer / short:.2f}x)")
         precision_table(a, tmp)
         moe_table(a, tmp)
+        deepseek_table(a, tmp)
 
 
 def precision_table(a, tmp):
@@ -113,6 +116,24 @@ def moe_table(a, tmp):
             c8 = f"{g8['ttft_ms']:8.2f} / {g8['tpot_ms']:6.2f} ({g8['weight_read_ms']:5.2f})"
             print(f"{r1['gpu']:24} {c1:>26} {g1['tokens_per_s']:7.1f} {c8:>26} {g8['tokens_per_s']:7.1f} "
                   f"{g1['memory_bytes'] / 1e9:9.1f}")
+
+
+def deepseek_table(a, tmp):
+    """DeepSeek-R1 (the DeepSeek-V3 architecture: 671B, multi-head latent attention, top-8 of 256
+    experts), FP8 as its checkpoint stores it, tensor parallel over the 8 GPUs of one node,
+    prompt 1024, 128 new tokens, batch 1 and 16."""
+    gpus = ["h200", "b200", "mi300x"]
+    extra = ("--parallel", "tp=8")
+    one = generate(a.bin, a.deepseek, "1024:128", 1, gpus, tmp, "fp8", extra)[0]
+    many = generate(a.bin, a.deepseek, "1024:128", 16, gpus, tmp, "fp8", extra)[0]
+    print("\nDeepSeek-R1, FP8, tp=8, prompt 1024, 128 new tokens: TTFT ms / TPOT ms (bound ms), tokens/s")
+    print(f"{'gpu':24} {'batch 1':>26} {'tok/s':>7} {'batch 16':>26} {'tok/s':>7} {'GB per GPU':>10} {'KV MB b1':>8}")
+    for r1, rn in zip(one, many):
+        g1, gn = r1["generation"], rn["generation"]
+        c1 = f"{g1['ttft_ms']:8.2f} / {g1['tpot_ms']:6.2f} ({g1['weight_read_ms']:5.2f})"
+        cn = f"{gn['ttft_ms']:8.2f} / {gn['tpot_ms']:6.2f} ({gn['weight_read_ms']:5.2f})"
+        print(f"{r1['gpu']:24} {c1:>26} {g1['tokens_per_s']:7.1f} {cn:>26} {gn['tokens_per_s']:7.1f} "
+              f"{g1['memory_per_gpu_bytes'] / 1e9:10.1f} {g1['kv_cache_bytes'] / 1e6:8.1f}")
 
 
 if __name__ == "__main__":
