@@ -3,10 +3,12 @@
 
 namespace neusight::builder {
 
-std::string GraphBuilder::input(const std::string& name, int elem_type, const std::vector<int64_t>& dims,
-                                const std::vector<std::string>& params) {
-  auto* vi = g_->add_input();
-  vi->set_name(name);
+namespace {
+
+// A tensor value's type: its element type and, for each dim, a value (>= 0) or the next name of
+// `params` (a symbolic dim).
+void set_tensor_type(onnx::ValueInfoProto* vi, int elem_type, const std::vector<int64_t>& dims,
+                     const std::vector<std::string>& params) {
   auto* tt = vi->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(elem_type);
   auto* sh = tt->mutable_shape();
@@ -16,6 +18,15 @@ std::string GraphBuilder::input(const std::string& name, int elem_type, const st
     if (d >= 0) dp->set_dim_value(d);
     else if (p < params.size()) dp->set_dim_param(params[p++]);
   }
+}
+
+}  // namespace
+
+std::string GraphBuilder::input(const std::string& name, int elem_type, const std::vector<int64_t>& dims,
+                                const std::vector<std::string>& params) {
+  auto* vi = g_->add_input();
+  vi->set_name(name);
+  set_tensor_type(vi, elem_type, dims, params);
   return name;
 }
 
@@ -29,15 +40,7 @@ void GraphBuilder::output(const std::string& name, int elem_type, const std::vec
                           const std::vector<std::string>& params) {
   auto* vi = g_->add_output();
   vi->set_name(name);
-  auto* tt = vi->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(elem_type);
-  auto* sh = tt->mutable_shape();
-  size_t p = 0;
-  for (int64_t d : dims) {
-    auto* dp = sh->add_dim();
-    if (d >= 0) dp->set_dim_value(d);
-    else if (p < params.size()) dp->set_dim_param(params[p++]);
-  }
+  set_tensor_type(vi, elem_type, dims, params);
 }
 
 std::string GraphBuilder::weight(const std::string& name, const std::vector<int64_t>& dims, int elem_type) {
