@@ -70,13 +70,14 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
     }
     // A slice of the last axis (multi-head latent attention's values: the latent part of the
     // cache rows the keys read): the kernel reads those columns in place.
-    if (!free && p.op_type == "Slice" && single_consumer(cons, p.outputs[0]) >= 0 && p.inputs.size() >= 4) {
+    // (Already a view when only GEMMs read it: nothing to absorb then.)
+    if (p.op_type == "Slice" && (free || single_consumer(cons, p.outputs[0]) >= 0) && p.inputs.size() >= 4) {
       const TensorInfo* in = tensor(g, p.inputs[0]);
       const TensorInfo* axes = tensor(g, p.inputs[3]);
       const int64_t rank = in && in->has_shape ? static_cast<int64_t>(in->shape.size()) : -1;
       if (axes && axes->int_value && axes->int_value->size() == 1 &&
           (axes->int_value->front() == rank - 1 || axes->int_value->front() == -1)) {
-        o.absorbed.push_back(pi);
+        if (!free) o.absorbed.push_back(pi);
         o.sliced = true;
         t = p.inputs[0];
         continue;

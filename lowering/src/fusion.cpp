@@ -606,7 +606,9 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
 
   // A Split whose pieces reach only GEMMs (through views and strided-view transposes) is
   // PyTorch's split: views of the input (GPT-2's fused c_attn output split into q, k, v);
-  // the traces list no copy for it.
+  // the traces list no copy for it. A Slice so read is the same view (x[..., :n] @ W: the
+  // GEMM reads the slice through its leading dimension; DeepSeek's no-rotary query part, the
+  // last position a prefill's head reads).
   std::function<bool(const std::string&)> read_by_gemm_only = [&](const std::string& t) {
     auto it = cons.find(t);
     if (it == cons.end() || it->second.empty()) return false;
@@ -622,7 +624,14 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
   };
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.nodes[i];
-    if (nd.op_type != "Split" || plan.free_reason[i] != FreeReason::none || nd.outputs.empty()) continue;
+    if ((nd.op_type != "Split" && nd.op_type != "Slice") || plan.free_reason[i] != FreeReason::none || nd.outputs.empty())
+      continue;
+    if (nd.op_type == "Slice" && nd.inputs.size() > 4 && !nd.inputs[4].empty()) {  // strided steps: leave as a copy
+      const TensorInfo* steps = tensor(g, nd.inputs[4]);
+      if (!steps || !steps->int_value ||
+          std::any_of(steps->int_value->begin(), steps->int_value->end(), [](int64_t v) { return v != 1; }))
+        continue;
+    }
     bool all = true;
     for (const auto& o : nd.outputs)
       if (!o.empty() && !read_by_gemm_only(o)) all = false;
