@@ -405,3 +405,16 @@ TEST_CASE("fusion: an embedding lookup fused with what follows reads the rows it
   // 6 rows of 64 FP32 read and written, the 6 indices and the scalar: not the 12.8 MB table.
   CHECK(k.bytes == doctest::Approx(2.0 * 6 * 64 * 4 + 6 * 8 + 4));
 }
+
+TEST_CASE("fusion: a Slice read only by GEMMs is a view (its leading dimension), a strided one a copy") {
+  for (const int64_t step : {1, 2}) {
+    IrGraph b;
+    const std::string x = b.t("x", {4, 96});
+    const std::string s = b.node("Slice", {x, b.ints("st", {0}), b.ints("en", {64}), b.ints("ax", {1}), b.ints("sp", {step})},
+                                 {b.t("xs", {4, step == 1 ? 64 : 32})}).outputs[0];
+    b.node("MatMul", {s, b.w("w", {step == 1 ? 64 : 32, 16})}, {b.t("y", {4, 16})});
+    const KernelList kl = lower_with(b.g, Fusion::eager);
+    CHECK(of_class(kl, KernelClass::gemm).size() == 1);
+    CHECK(of_class(kl, KernelClass::memory).size() == (step == 1 ? 0u : 1u));
+  }
+}
