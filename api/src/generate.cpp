@@ -257,6 +257,9 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.layers = d.layers;
   g.kv_heads = d.kv_heads;
   g.head_dim = d.head_dim;
+  g.kv_tensors = d.kv_tensors;
+  g.sliding_layers = d.sliding_layers;
+  g.window = d.window;
   g.ttft_ms = r.e2e_latency_ms;
   g.prefill_by_class = r.totals_by_class;
   std::vector<double> step_ms;

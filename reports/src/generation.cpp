@@ -32,6 +32,18 @@ std::string num(double v, int decimals) {
   return buf;
 }
 
+// How the cache bytes come about: "32 layers x 8 KV heads x 128 x 640 tokens x 1", a latent
+// cache's one tensor, sliding-window layers' window.
+std::string kv_cache_formula(const GenerationReport& g) {
+  std::string s = std::to_string(g.layers) + " layers x ";
+  s += g.kv_tensors == 1 ? "a latent of " + std::to_string(g.head_dim)
+                         : std::to_string(g.kv_heads) + " KV heads x " + std::to_string(g.head_dim);
+  s += " x " + std::to_string(g.prompt + g.new_tokens) + " tokens x " + std::to_string(g.batch);
+  if (g.sliding_layers > 0 && g.window > 0)
+    s += "; " + std::to_string(g.sliding_layers) + " sliding-window layers keep " + std::to_string(g.window);
+  return s;
+}
+
 }  // namespace
 
 namespace detail {
@@ -56,7 +68,8 @@ json generation_json(const GenerationReport& g) {
           {"tensor_parallel", g.tp},
           {"memory_per_gpu_bytes", finite(g.memory_per_gpu_bytes)},
           {"weight_read_ms", finite(g.weight_read_ms)},
-          {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}}},
+          {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
+                        {"sliding_layers", g.sliding_layers}, {"window", g.window}}},
           {"execution", g.execution},
           {"prefill_by_class_ms", g.prefill_by_class},
           {"decode_by_class_ms", g.decode_by_class},
@@ -154,9 +167,7 @@ std::string format_generation(const Report& r, bool color) {
      << " ms; weights / DRAM bandwidth " << format_ms(g.weight_read_ms) << " ms)\n"
      << "  total                " << pad(format_ms(g.total_ms), 11, true) << " ms\n"
      << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true) << "\n"
-     << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << g.layers << " layers x "
-     << g.kv_heads << " KV heads x " << g.head_dim << " x " << g.prompt + g.new_tokens << " tokens x " << g.batch
-     << ")\n"
+     << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
      << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes) << "; GPU "
      << num(r.gpu.mem_gb, 0) << " GB)\n";

@@ -157,6 +157,18 @@ class Generate(unittest.TestCase):
             self.assertIn("tp=N alone", se)
             self.assertFalse(os.path.exists(out))
 
+    def test_sliding_window_and_latent_caches_say_how_they_are_kept(self):
+        cfg = os.path.join(self.dir, "windowed.json")
+        with open(cfg, "w") as f:
+            json.dump({**SMALL, "sliding_window": 16, "layer_types": ["sliding_attention", "full_attention"] * (SMALL["num_hidden_layers"] // 2)}, f)
+        g = self.gen_json("--config", cfg, "--generate", "100:8", "--dtype", "fp16", "--gpu", "h100")["generation"]
+        kv = g["kv_cache"]
+        self.assertEqual((kv["tensors"], kv["sliding_layers"], kv["window"]), (2, SMALL["num_hidden_layers"] // 2, 16))
+        rc, so, se = run("--config", os.path.join(SOURCE, "tests", "data", "deepseek_r1.json"), "--generate", "64:4",
+                         "--dtype", "fp8", "--gpu", "h200", "--parallel", "tp=8")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("61 layers x a latent of 576 x 68 tokens x 1", so)
+
     def test_memory_warning_above_gpu_memory(self):
         rc, so, se = run("--config", LLAMA3_8B, "--generate", "8192:128", "--batch", "16", "--dtype", "fp16",
                          "--gpu", "l4", "--quiet")

@@ -55,7 +55,7 @@ struct GenerationReport {
   double total_ms = 0;      // prefill + every decode step
   double tokens_per_s = 0;  // batch x new tokens / total
   // Memory: the KV cache at the end (2 x layers x kv_heads x head_dim x tokens x batch x
-  // element size), the weights (of which the embedding table, read by a gather: a decode
+  // element size; one tensor for a latent cache, the window for sliding-window layers), the weights (of which the embedding table, read by a gather: a decode
   // step reads the rest), the largest activation working set of one prefill kernel, and
   // their sum.
   double kv_cache_bytes = 0, weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0, memory_bytes = 0;
@@ -64,6 +64,8 @@ struct GenerationReport {
   // decode step can beat.
   double weight_read_ms = 0;
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
+  int kv_tensors = 2;                          // 1: a latent cache (multi-head latent attention)
+  int64_t sliding_layers = 0, window = 0;      // layers whose cache keeps only the last `window` tokens
   // Tensor parallelism (--parallel tp=N): the GPUs one copy of the model runs on, their link,
   // and one GPU's memory (its 1/tp of the split weights and of the KV heads). Every time
   // above is then one GPU's, its TP all-reduces (class "collective") included, and
