@@ -1,5 +1,6 @@
 // tensor_parallel.cpp - Megatron-style tensor parallelism on a graph's kernel list.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "neusight/parallel.h"
@@ -38,6 +39,15 @@ int64_t weight_out_width(const Graph& g, const Node& n) {
 }
 
 int64_t numel(const TensorInfo* t) { return t ? std::max<int64_t>(t->num_elements(), 0) : 0; }
+
+bool is_moe_op(const Node& n) { return n.domain == "com.microsoft" && (n.op_type == "MoE" || n.op_type == "QMoE"); }
+
+// The start of a normalization over a tensor's last axis (decomposed RMSNorm's Pow or
+// ReduceMean, or a norm operator).
+bool starts_norm(const Node& n) {
+  return n.op_type == "Pow" || n.op_type == "ReduceMean" || n.op_type == "LayerNormalization" ||
+         n.op_type == "SimplifiedLayerNormalization" || n.op_type == "RMSNormalization";
+}
 
 // Divides one of `dims` by tp: the first that divides evenly, else the first positive one
 // rounded up (padded, as Megatron pads the vocabulary to a multiple of tp).
@@ -116,6 +126,42 @@ Kernel allreduce_kernel(int node, Phase phase, double bytes, DType dtype, int tp
 std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
   std::vector<TpRole> roles(g.nodes.size(), TpRole::replicated);
   if (tp <= 1) return roles;
+  std::map<std::string, std::vector<size_t>> consumers;
+  std::map<std::string, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& in : g.nodes[i].inputs)
+      if (!in.empty()) consumers[in].push_back(i);
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+  }
+  // Kept whole on every GPU, as serving engines keep them: a mixture's router (the GEMM, and
+  // its bias Add, whose logits every GPU's share of the experts needs), and a bottleneck
+  // projection normalised over its full width before the next GEMM (DeepSeek's q_a_proj and
+  // kv_a_proj: a column split would need the whole row for the norm).
+  std::set<size_t> whole;
+  for (const auto& n : g.nodes) {
+    if (!is_moe_op(n) || n.inputs.size() < 2) continue;
+    std::string t = n.inputs[1];
+    for (int guard = 0; guard < 4; ++guard) {
+      auto it = producer.find(t);
+      if (it == producer.end()) break;
+      const Node& p = g.nodes[it->second];
+      whole.insert(it->second);
+      if (weight_out_width(g, p) || p.inputs.empty()) break;
+      t = p.inputs[0];
+    }
+  }
+  auto normalised = [&](const Node& n) {
+    for (const auto& o : n.outputs)
+      for (size_t c : consumers[o]) {
+        const Node& cn = g.nodes[c];
+        if (starts_norm(cn)) return true;
+        if (cn.op_type == "Slice" && !cn.outputs.empty())
+          for (size_t cc : consumers[cn.outputs[0]])
+            if (starts_norm(g.nodes[cc])) return true;
+      }
+    return false;
+  };
   std::set<int64_t> vocab_widths;
   for (const auto& n : g.nodes)
     if (int64_t w = weight_out_width(g, n)) vocab_widths.insert(w);
@@ -127,9 +173,17 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
     for (const auto& in : n.inputs) any = any || is_split(in);
     TpRole role = TpRole::replicated;
     bool out_split = false;
-    if (const int64_t out = weight_out_width(g, n)) {
+    if (whole.count(i)) {
+      role = TpRole::replicated;
+    } else if (is_moe_op(n)) {
+      // Each GPU holds 1/tp of every expert (fc1, fc3 by columns, fc2 by rows, as vLLM's
+      // fused MoE under TP): the experts' work is split, the output all-reduced.
+      role = TpRole::row;
+    } else if (const int64_t out = weight_out_width(g, n)) {
       if (!n.inputs.empty() && is_split(n.inputs[0])) {
         role = TpRole::row;  // the reduction dim arrives split; the output is summed across GPUs
+      } else if (normalised(n)) {
+        role = TpRole::replicated;
       } else if (out >= tp) {
         role = TpRole::column;
         out_split = true;

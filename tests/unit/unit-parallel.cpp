@@ -241,3 +241,46 @@ TEST_CASE("parallel: memory beyond the GPU warns") {
   for (const auto& w : r.warnings) warned = warned || w.find("GB per GPU") != std::string::npos;
   CHECK(warned);
 }
+
+TEST_CASE("parallel: a mixture of experts splits its experts and all-reduces once; routers and normalised bottlenecks stay whole") {
+  // DeepSeek-V3's structure, small (multi-head latent attention, a dense first layer, routed
+  // experts and a shared one) and Mixtral's (a router straight into the experts).
+  const ModelConfig ds = parse_hf_config(R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000, "q_lora_rank": 64, "kv_lora_rank": 32,
+      "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16, "n_routed_experts": 8, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 64, "n_shared_experts": 1, "first_k_dense_replace": 1, "hidden_act": "silu"})",
+                                         "ds");
+  const LoadedModel m = build_model(ds);
+  const Graph& g = m.model.graph;
+  const auto roles = tensor_parallel_roles(g, 4);
+  std::map<std::string, TpRole> by_name;
+  for (size_t i = 0; i < g.nodes.size(); ++i) by_name[g.nodes[i].name] = roles[i];
+  const std::string a = "model.layers.1.self_attn", e = "model.layers.1.block_sparse_moe";
+  CHECK(by_name.at(a + ".q_a_proj/MatMul") == TpRole::replicated);
+  CHECK(by_name.at(a + ".kv_a_proj_with_mqa/MatMul") == TpRole::replicated);
+  CHECK(by_name.at(a + ".q_b_proj/MatMul") == TpRole::column);
+  CHECK(by_name.at(a + ".kv_b_proj/MatMul") == TpRole::column);
+  CHECK(by_name.at(a + ".o_proj/MatMul") == TpRole::row);
+  CHECK(by_name.at(e + ".gate/MatMul") == TpRole::replicated);
+  CHECK(by_name.at(e + "/MoE") == TpRole::row);
+  // Prefill at tp=4: the experts' GEMMs carry a quarter of the work; all-reduces after the
+  // attention and the MLP of each layer, after the experts and after the shared expert.
+  Options o;
+  o.dims.batch = 1;
+  o.dims.seq = 64;
+  o.dtype = DType::bf16;
+  o.parallel = parse_parallel("tp=4");
+  const Analysis four = prepare(m, o);
+  o.parallel = parse_parallel("tp=1");
+  const Analysis one = prepare(m, o);
+  auto expert_flops = [](const Analysis& x) {
+    double f = 0;
+    for (const auto& k : x.kernels.kernels)
+      if (k.cls == KernelClass::gemm && k.op == "bmm" && k.note.find("experts reached") != std::string::npos) f += k.flops;
+    return f;
+  };
+  CHECK(expert_flops(four) == doctest::Approx(expert_flops(one) / 4).epsilon(0.02));
+  int ar = 0;
+  for (const auto& k : four.kernels.kernels) ar += k.cls == KernelClass::collective;
+  CHECK(ar == 2 + 3 + 1);  // dense layer 2, MoE layer 3, the vocabulary-parallel embedding
+}
