@@ -142,8 +142,9 @@ void lower_moe(LowerCtx& c) {
   const bool fp4 = !quantized && c.opt.compute_dtype == DType::f4e2m1;
   const double weight_elem_bytes = quantized ? bits / 8.0 : fp4 ? kNvfp4BytesPerElement : eb;
   const double in_elem_bytes = fp4 ? kNvfp4BytesPerElement : eb;
-  auto ffn = [&](int input, int64_t n, int64_t k, const std::string& what) {
+  auto ffn = [&](int input, int64_t n, int64_t k, const std::string& what, Kernel::ExpertPart part) {
     Kernel g = c.base(KernelClass::gemm, "bmm");
+    g.expert_part = part;
     g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : fp4 ? DType::f4e2m1 : act;
     g.gemm = {active, per_expert, n, k, true};
     g.flops = 2.0 * routed * double(n) * double(k);
@@ -159,8 +160,8 @@ void lower_moe(LowerCtx& c) {
     if (quantized) g.note += ", " + std::to_string(bits) + "-bit weights";
     c.out.push_back(g);
   };
-  ffn(2, inter, hidden, "FC1");
-  if (gated) ffn(static_cast<int>(fc3_at), inter, hidden, "FC3 (gate)");
+  ffn(2, inter, hidden, "FC1", Kernel::ExpertPart::up);
+  if (gated) ffn(static_cast<int>(fc3_at), inter, hidden, "FC3 (gate)", Kernel::ExpertPart::up);
   Kernel actk = c.base(KernelClass::elementwise, c.n.attr_s("activation_type", "relu"));
   actk.dtype = act;
   actk.rows = static_cast<int64_t>(routed);
@@ -170,8 +171,9 @@ void lower_moe(LowerCtx& c) {
   actk.bytes = routed * double(act_out) * eb * (glu ? 3 : 2);
   actk.operand_elems = {static_cast<int64_t>(routed) * act_out};
   actk.note = fused_glu ? "expert activation (SwiGLU of fc1's gate and up halves)" : "expert activation";
+  actk.expert_part = Kernel::ExpertPart::activation;
   c.out.push_back(actk);
-  if (fc2) ffn(static_cast<int>(fc2_at), hidden, act_out, "FC2");
+  if (fc2) ffn(static_cast<int>(fc2_at), hidden, act_out, "FC2", Kernel::ExpertPart::down);
   Kernel sum = c.base(KernelClass::elementwise, "moe_combine");
   sum.dtype = act;
   sum.rows = rows;

@@ -258,6 +258,21 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
     }
     Kernel k = src;
     const TpRole r = role_of(k.node);
+    const bool moe = k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size() && is_moe_op(g.nodes[static_cast<size_t>(k.node)]);
+    if (moe && r == TpRole::row && k.phase == Phase::forward) {
+      // Every expert split over the GPUs by its intermediate dim: fc1 and fc3 by their output
+      // columns, fc2 by its reduction, the activation over its share; the routing and the
+      // weighted sum stay whole.
+      if (k.cls == KernelClass::gemm && k.expert_part != Kernel::ExpertPart::none) {
+        const GemmShape before = k.gemm;
+        divide_first({k.expert_part == Kernel::ExpertPart::down ? &k.gemm.k : &k.gemm.n}, tp);
+        rescale_gemm(k, before);
+      } else if (k.expert_part == Kernel::ExpertPart::activation) {
+        shrink_vector(k, tp);
+      }
+      out.kernels.push_back(std::move(k));
+      continue;
+    }
     if (k.phase == Phase::update) {
       if (split_weights.count(k.weight)) shrink_vector(k, tp);
     } else if (r == TpRole::column || r == TpRole::row) {

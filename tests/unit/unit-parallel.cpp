@@ -280,6 +280,12 @@ TEST_CASE("parallel: a mixture of experts splits its experts and all-reduces onc
     return f;
   };
   CHECK(expert_flops(four) == doctest::Approx(expert_flops(one) / 4).epsilon(0.02));
+  // Each expert split along its intermediate dim (64 / 4): fc1 and fc3 by output columns, fc2
+  // by its reduction.
+  for (const auto& k : four.kernels.kernels) {
+    if (k.expert_part == Kernel::ExpertPart::up) CHECK((k.gemm.n == 16 && k.gemm.k == 256));
+    if (k.expert_part == Kernel::ExpertPart::down) CHECK((k.gemm.k == 16 && k.gemm.n == 256));
+  }
   int ar = 0;
   for (const auto& k : four.kernels.kernels) ar += k.cls == KernelClass::collective;
   CHECK(ar == 2 + 3 + 1);  // dense layer 2, MoE layer 3, the vocabulary-parallel embedding

@@ -119,6 +119,11 @@ struct Kernel {
   double bytes = 0;    // bytes read + written from/to memory at minimum
   std::string note;    // free text for reports (e.g. "bias epilogue", unknown op type)
   std::string weight;  // update-phase kernels: the parameter (initializer) they update
+  // A mixture of experts' kernels (MoE / QMoE): the experts' up projections (fc1, fc3), their
+  // down projection (fc2), their activation; none for the routing, the weighted sum and the
+  // rest. Tensor parallelism splits each expert along its intermediate dim by these.
+  enum class ExpertPart { none, up, down, activation };
+  ExpertPart expert_part = ExpertPart::none;
 
   // --- details (added by the lowering stage; readers may ignore them) -------------------
   bool trans_a = false, trans_b = false;  // GEMM operand read transposed (strided view)
