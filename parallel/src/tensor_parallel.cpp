@@ -121,6 +121,46 @@ Kernel allreduce_kernel(int node, Phase phase, double bytes, DType dtype, int tp
   return c;
 }
 
+// Two row-parallel outputs summed by one Add need one all-reduce, after the later of them
+// (all-reduce(a) + all-reduce(b) = all-reduce(a + b)): a mixture's experts and its shared
+// expert, as vLLM adds them before reducing. The earlier addends, whose all-reduce the later
+// one's carries.
+std::set<size_t> row_outputs_summed_later(const Graph& g, const std::vector<TpRole>& roles) {
+  std::map<std::string, size_t> producer;
+  std::map<std::string, std::vector<size_t>> consumers;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = i;
+    for (const auto& x : g.nodes[i].inputs)
+      if (!x.empty()) consumers[x].push_back(i);
+  }
+  std::set<size_t> earlier;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (roles[i] != TpRole::row || n.outputs.empty()) continue;
+    const auto& cs = consumers[n.outputs[0]];
+    if (cs.size() != 1 || g.nodes[cs[0]].op_type != "Add" || g.nodes[cs[0]].inputs.size() != 2) continue;
+    const Node& add = g.nodes[cs[0]];
+    const std::string& other = add.inputs[0] == n.outputs[0] ? add.inputs[1] : add.inputs[0];
+    auto p = producer.find(other);
+    if (p != producer.end() && p->second > i && roles[p->second] == TpRole::row) earlier.insert(i);
+  }
+  return earlier;
+}
+
+// A mixture's kernel on one of tp GPUs: every expert split along its intermediate dim (fc1
+// and fc3 by their output columns, fc2 by its reduction), the activation over its share; the
+// routing and the weighted sum stay whole.
+void split_expert_kernel(Kernel& k, int tp) {
+  if (k.cls == KernelClass::gemm && k.expert_part != Kernel::ExpertPart::none) {
+    const GemmShape before = k.gemm;
+    divide_first({k.expert_part == Kernel::ExpertPart::down ? &k.gemm.k : &k.gemm.n}, tp);
+    rescale_gemm(k, before);
+  } else if (k.expert_part == Kernel::ExpertPart::activation) {
+    shrink_vector(k, tp);
+  }
+}
+
 }  // namespace
 
 std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
@@ -226,6 +266,8 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
         static_cast<size_t>(k.node) < fwd_gemm.size() && !fwd_gemm[static_cast<size_t>(k.node)])
       fwd_gemm[static_cast<size_t>(k.node)] = &k.gemm;
 
+  const std::set<size_t> summed_later = row_outputs_summed_later(g, roles);
+
   KernelList out = in;
   out.kernels.clear();
   out.kernels.reserve(in.kernels.size() + 4 * g.nodes.size() / 8);
@@ -234,7 +276,8 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
     if (node < 0 || static_cast<size_t>(node) >= g.nodes.size()) return;
     const Node& n = g.nodes[static_cast<size_t>(node)];
     const TpRole r = roles[static_cast<size_t>(node)];
-    if (phase == Phase::forward && (r == TpRole::row || r == TpRole::vocab_embedding) && !n.outputs.empty()) {
+    if (phase == Phase::forward && (r == TpRole::row || r == TpRole::vocab_embedding) && !n.outputs.empty() &&
+        !summed_later.count(static_cast<size_t>(node))) {
       const double bytes = double(numel(g.find(n.outputs[0]))) * element_bytes(dtype);
       if (bytes > 0)
         out.kernels.push_back(allreduce_kernel(node, phase, bytes, dtype, tp,
@@ -260,16 +303,7 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
     const TpRole r = role_of(k.node);
     const bool moe = k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size() && is_moe_op(g.nodes[static_cast<size_t>(k.node)]);
     if (moe && r == TpRole::row && k.phase == Phase::forward) {
-      // Every expert split over the GPUs by its intermediate dim: fc1 and fc3 by their output
-      // columns, fc2 by its reduction, the activation over its share; the routing and the
-      // weighted sum stay whole.
-      if (k.cls == KernelClass::gemm && k.expert_part != Kernel::ExpertPart::none) {
-        const GemmShape before = k.gemm;
-        divide_first({k.expert_part == Kernel::ExpertPart::down ? &k.gemm.k : &k.gemm.n}, tp);
-        rescale_gemm(k, before);
-      } else if (k.expert_part == Kernel::ExpertPart::activation) {
-        shrink_vector(k, tp);
-      }
+      split_expert_kernel(k, tp);
       out.kernels.push_back(std::move(k));
       continue;
     }
