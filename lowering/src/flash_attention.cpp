@@ -213,6 +213,38 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
   return true;
 }
 
+// The Slice (unit steps, a kernel of its own so far) that `t` is a view of, through free
+// reshapes, when nothing but `readers` (and those reshapes) reads it: a kernel reading `t` can
+// read the slice in place. -1 when there is none.
+int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, std::string t, const std::vector<int>& readers) {
+  std::set<int> inside(readers.begin(), readers.end());
+  for (int guard = 0; guard < 4 && !t.empty(); ++guard) {
+    auto pit = plan.producer.find(t);
+    if (pit == plan.producer.end()) return -1;
+    const int pi = pit->second;
+    const Node& p = g.nodes[static_cast<size_t>(pi)];
+    auto cit = cons.find(t);
+    if (cit == cons.end()) return -1;
+    for (int c : cit->second)
+      if (c < 0 || !inside.count(c)) return -1;
+    const bool free = plan.free_reason[static_cast<size_t>(pi)] != FreeReason::none;
+    if (free && (p.op_type == "Reshape" || p.op_type == "Unsqueeze" || p.op_type == "Squeeze") && !p.inputs.empty()) {
+      inside.insert(pi);
+      t = p.inputs[0];
+      continue;
+    }
+    if (free || p.op_type != "Slice" || p.inputs.empty()) return -1;
+    if (p.inputs.size() > 4 && !p.inputs[4].empty()) {
+      const TensorInfo* steps = g.find(p.inputs[4]);
+      if (!steps || !steps->int_value ||
+          std::any_of(steps->int_value->begin(), steps->int_value->end(), [](int64_t v) { return v != 1; }))
+        return -1;
+    }
+    return pi;
+  }
+  return -1;
+}
+
 // HF rotate_half embedding: out = x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin, i.e.
 // Slice, Slice, Neg, Concat, Mul, Mul, Add on x (and the Transpose that made x, when only
 // they read it): one kernel in serving engines (vLLM's rotary_embedding) and in inductor.
@@ -259,14 +291,21 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
       if (plan.free_reason[static_cast<size_t>(ni)] != FreeReason::none) closed = false;
     if (!closed) continue;
     const int tp = producer(x);
+    std::string from = x;  // what the kernel reads x from
     if (tp >= 0 && node(tp).op_type == "Transpose" && plan.free_reason[static_cast<size_t>(tp)] == FreeReason::none) {
       auto it = cons.find(x);
       bool inside = it != cons.end();
       if (inside)
         for (int c : it->second)
           if (c < 0 || !set.count(c)) inside = false;
-      if (inside) nodes.push_back(tp);
+      if (inside) {
+        nodes.push_back(tp);
+        from = node(tp).inputs.empty() ? std::string() : node(tp).inputs[0];
+      }
     }
+    // x sliced out of a wider tensor (the rotary part of DeepSeek's query and key heads), through
+    // free reshapes: the kernel reads the slice in place (absorb_slice).
+    if (const int sl = slice_read_only_by(g, cons, plan, from, nodes); sl >= 0) nodes.push_back(sl);
     std::sort(nodes.begin(), nodes.end());
     grp = Group{GroupKind::rotary, nodes, add_i, add_i};
     return true;

@@ -255,7 +255,7 @@ bool match_layernorm(const Graph& g, const Consumers& cons, int r1, Group& grp) 
 // Decomposed RMSNorm: Pow(x,2) -> ReduceMean -> Add(eps) -> Sqrt -> Div(x, .) or
 // Reciprocal -> Mul(x, .) [-> Mul(weight)]. (PyTorch eager runs HF's RMSNorm as separate
 // kernels; only --fusion full groups it.)
-bool match_rmsnorm(const Graph& g, const Consumers& cons, int pi, Group& grp) {
+bool match_rmsnorm(const Graph& g, const Consumers& cons, const Plan& plan, int pi, Group& grp) {
   const Node& p = g.nodes[static_cast<size_t>(pi)];
   if (!(p.op_type == "Pow" || (p.op_type == "Mul" && p.inputs.size() == 2 && p.inputs[0] == p.inputs[1]))) return false;
   const std::string x = p.inputs[0];
@@ -300,6 +300,9 @@ bool match_rmsnorm(const Graph& g, const Consumers& cons, int pi, Group& grp) {
       last = wi;
     }
   }
+  // x sliced out of a wider tensor (DeepSeek's latent, out of kv_a_proj's output): the norm
+  // reads the slice in place.
+  if (const int sl = slice_read_only_by(g, cons, plan, x, nodes); sl >= 0) nodes.push_back(sl);
   std::sort(nodes.begin(), nodes.end());
   grp = Group{GroupKind::rmsnorm, nodes, last, nodes.back()};
   return true;
@@ -670,7 +673,7 @@ void group_framework_kernels(const Graph& g, const LoweringOptions& opt, const C
     if (taken[i] || plan.free_reason[i] != FreeReason::none) continue;
     Group grp;
     if (match_layernorm(g, cons, static_cast<int>(i), grp)) add_group(grp);
-    else if (opt.fusion == Fusion::full && match_rmsnorm(g, cons, static_cast<int>(i), grp)) add_group(grp);
+    else if (opt.fusion == Fusion::full && match_rmsnorm(g, cons, plan, static_cast<int>(i), grp)) add_group(grp);
   }
   for (size_t i = 0; i < n; ++i) {
     if (taken[i] || plan.free_reason[i] != FreeReason::none) continue;
@@ -873,8 +876,8 @@ const TensorInfo* group_traffic(const Graph& g, const LoweringOptions& opt, cons
       if (!first_in && is_float(t->dtype)) first_in = t;
       int64_t e = numel(t);
       // A Gather reads the rows it gathers, as many elements as it outputs, not its whole
-      // table (an embedding lookup fused with what follows it).
-      if (member.op_type == "Gather" && ii == 0 && !member.outputs.empty())
+      // table (an embedding lookup fused with what follows it); a Slice the part it keeps.
+      if ((member.op_type == "Gather" || member.op_type == "Slice") && ii == 0 && !member.outputs.empty())
         if (const TensorInfo* o = g.find(member.outputs[0]); o && numel(o) >= 0) e = std::min(e, numel(o));
       in_bytes += double(e) * element_bytes(compute_dtype(opt, t));
       k.operand_elems.push_back(e);
@@ -902,7 +905,10 @@ void group_work(const Graph& g, const Group& grp, const std::vector<Kernel>& par
   if (grp.kind == GroupKind::layernorm || grp.kind == GroupKind::rmsnorm) {
     k.cls = KernelClass::layernorm;
     k.op = grp.kind == GroupKind::layernorm ? "ln" : "rmsnorm";
-    const TensorInfo* x = g.find(g.nodes[static_cast<size_t>(grp.nodes.front())].inputs[0]);
+    // The norm's input: the first member's, past a Slice it reads in place.
+    size_t first = 0;
+    while (first + 1 < grp.nodes.size() && g.nodes[static_cast<size_t>(grp.nodes[first])].op_type == "Slice") ++first;
+    const TensorInfo* x = g.find(g.nodes[static_cast<size_t>(grp.nodes[first])].inputs[0]);
     rows_cols(x, k.rows, k.cols);
     k.flops = (grp.kind == GroupKind::layernorm ? kLayerNormOpsPerElement : kRmsNormOpsPerElement) * double(k.rows) *
               double(k.cols);

@@ -177,6 +177,8 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
 // HF's rotate_half rotary embedding ending at the Add `add` (flash_attention.cpp): one
 // elementwise kernel (--fusion full, inference).
 bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int add, Group& grp);
+// The Slice `t` is a view of (through free reshapes) that only `readers` read (flash_attention.cpp).
+int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, std::string t, const std::vector<int>& readers);
 
 // Kernels of one fusion group (fusion.cpp).
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
