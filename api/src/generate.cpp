@@ -18,8 +18,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 // The element type a tensor is held in under the options (--dtype forces float tensors;
 // under fp4 only the GEMMs' weight matrices are FP4, the rest FP8: lowering's NVFP4).
 DType held_dtype(const TensorInfo& t, const Options& o) {
-  if (o.dtype == DType::f4e2m1 && is_float(t.dtype)) return DType::f8e4m3fn;
-  return o.dtype != DType::undefined && is_float(t.dtype) ? o.dtype : t.dtype;
+  return o.dtype != DType::undefined && is_float(t.dtype) ? activation_dtype(o.dtype) : t.dtype;
 }
 
 // Bytes of a weight matrix a GEMM reads: NVFP4's 4.5 bits under --dtype fp4 (its E2M1 values
@@ -27,7 +26,7 @@ DType held_dtype(const TensorInfo& t, const Options& o) {
 double gemm_weight_bytes(const TensorInfo* t, const Options& o) {
   if (!t || !t->fully_known()) return 0;
   if (o.dtype == DType::f4e2m1 && is_float(t->dtype) && t->shape.size() >= 2)
-    return double(t->num_elements()) * (0.5 + 1.0 / 16);
+    return double(t->num_elements()) * kNvfp4BytesPerElement;
   return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
 }
 
@@ -235,9 +234,8 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
-  const DType kv_dtype = options.dtype == DType::f4e2m1   ? DType::f8e4m3fn  // NVFP4 serving keeps an FP8 cache
-                         : options.dtype != DType::undefined ? options.dtype
-                                                             : d.kv_dtype;
+  // NVFP4 serving keeps an FP8 cache (activation_dtype).
+  const DType kv_dtype = options.dtype != DType::undefined ? activation_dtype(options.dtype) : d.kv_dtype;
   // Exactly 2 (K and V; 1 for a latent cache) x layers x KV heads x head size x tokens x batch x
   // element size; a sliding-window layer keeps at most its window of tokens.
   const int64_t tokens = gen.prompt + gen.new_tokens;

@@ -213,6 +213,14 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
   return true;
 }
 
+bool unit_step_slice(const Graph& g, const Node& n) {
+  if (n.op_type != "Slice") return false;
+  if (n.inputs.size() <= 4 || n.inputs[4].empty()) return true;
+  const TensorInfo* steps = g.find(n.inputs[4]);
+  return steps && steps->int_value &&
+         std::all_of(steps->int_value->begin(), steps->int_value->end(), [](int64_t v) { return v == 1; });
+}
+
 // The Slice (unit steps, a kernel of its own so far) that `t` is a view of, through free
 // reshapes, when nothing but `readers` (and those reshapes) reads it: a kernel reading `t` can
 // read the slice in place. -1 when there is none.
@@ -233,13 +241,7 @@ int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, 
       t = p.inputs[0];
       continue;
     }
-    if (free || p.op_type != "Slice" || p.inputs.empty()) return -1;
-    if (p.inputs.size() > 4 && !p.inputs[4].empty()) {
-      const TensorInfo* steps = g.find(p.inputs[4]);
-      if (!steps || !steps->int_value ||
-          std::any_of(steps->int_value->begin(), steps->int_value->end(), [](int64_t v) { return v != 1; }))
-        return -1;
-    }
+    if (free || p.op_type != "Slice" || p.inputs.empty() || !unit_step_slice(g, p)) return -1;
     return pi;
   }
   return -1;

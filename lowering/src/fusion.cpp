@@ -629,12 +629,7 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
     const Node& nd = g.nodes[i];
     if ((nd.op_type != "Split" && nd.op_type != "Slice") || plan.free_reason[i] != FreeReason::none || nd.outputs.empty())
       continue;
-    if (nd.op_type == "Slice" && nd.inputs.size() > 4 && !nd.inputs[4].empty()) {  // strided steps: leave as a copy
-      const TensorInfo* steps = tensor(g, nd.inputs[4]);
-      if (!steps || !steps->int_value ||
-          std::any_of(steps->int_value->begin(), steps->int_value->end(), [](int64_t v) { return v != 1; }))
-        continue;
-    }
+    if (nd.op_type == "Slice" && !unit_step_slice(g, nd)) continue;  // strided steps: leave as a copy
     bool all = true;
     for (const auto& o : nd.outputs)
       if (!o.empty() && !read_by_gemm_only(o)) all = false;

@@ -130,13 +130,7 @@ const RuleTable& rules();
 const Rule* find_rule(const Node& n, const LoweringOptions& opt);
 
 // Shared emitters.
-// --dtype fp4: NVFP4 as TensorRT-LLM runs it on Blackwell: the GEMMs of weights (and the
-// experts of a mixture) read both operands as FP4 E2M1 values with one E4M3 scale per 16
-// (4.5 bits); every other tensor, attention and the KV cache included, is FP8.
-constexpr double kNvfp4BytesPerElement = 0.5 + 1.0 / 16;
-inline DType activation_dtype(const LoweringOptions& o) {
-  return o.compute_dtype == DType::f4e2m1 ? DType::f8e4m3fn : o.compute_dtype;
-}
+inline DType activation_dtype(const LoweringOptions& o) { return activation_dtype(o.compute_dtype); }
 void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_elems, double b_elems,
                int a_input, int b_input, const std::string& note = "");
 void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_elem = 1);
@@ -177,6 +171,8 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
 // HF's rotate_half rotary embedding ending at the Add `add` (flash_attention.cpp): one
 // elementwise kernel (--fusion full, inference).
 bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int add, Group& grp);
+// A Slice of unit steps (absent or all 1): a view a reader can walk, which a strided one is not.
+bool unit_step_slice(const Graph& g, const Node& n);
 // The Slice `t` is a view of (through free reshapes) that only `readers` read (flash_attention.cpp).
 int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, std::string t, const std::vector<int>& readers);
 

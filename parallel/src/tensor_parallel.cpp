@@ -125,15 +125,26 @@ Kernel allreduce_kernel(int node, Phase phase, double bytes, DType dtype, int tp
 // (all-reduce(a) + all-reduce(b) = all-reduce(a + b)): a mixture's experts and its shared
 // expert, as vLLM adds them before reducing. The earlier addends, whose all-reduce the later
 // one's carries.
-std::set<size_t> row_outputs_summed_later(const Graph& g, const std::vector<TpRole>& roles) {
+// Each tensor's producing node and its consumers.
+struct Edges {
   std::map<std::string, size_t> producer;
   std::map<std::string, std::vector<size_t>> consumers;
+};
+
+Edges graph_edges(const Graph& g) {
+  Edges e;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty()) producer[o] = i;
+      if (!o.empty()) e.producer[o] = i;
     for (const auto& x : g.nodes[i].inputs)
-      if (!x.empty()) consumers[x].push_back(i);
+      if (!x.empty()) e.consumers[x].push_back(i);
   }
+  return e;
+}
+
+std::set<size_t> row_outputs_summed_later(const Graph& g, const std::vector<TpRole>& roles, Edges& edges) {
+  auto& producer = edges.producer;
+  auto& consumers = edges.consumers;
   std::set<size_t> earlier;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
@@ -161,19 +172,11 @@ void split_expert_kernel(Kernel& k, int tp) {
   }
 }
 
-}  // namespace
-
-std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
+std::vector<TpRole> roles_of(const Graph& g, int tp, Edges& edges) {
   std::vector<TpRole> roles(g.nodes.size(), TpRole::replicated);
   if (tp <= 1) return roles;
-  std::map<std::string, std::vector<size_t>> consumers;
-  std::map<std::string, size_t> producer;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    for (const auto& in : g.nodes[i].inputs)
-      if (!in.empty()) consumers[in].push_back(i);
-    for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty()) producer[o] = i;
-  }
+  auto& consumers = edges.consumers;
+  auto& producer = edges.producer;
   // Kept whole on every GPU, as serving engines keep them: a mixture's router (the GEMM, and
   // its bias Add, whose logits every GPU's share of the experts needs), and a bottleneck
   // projection normalised over its full width before the next GEMM (DeepSeek's q_a_proj and
@@ -244,9 +247,17 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
   return roles;
 }
 
+}  // namespace
+
+std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
+  Edges edges = tp > 1 ? graph_edges(g) : Edges{};
+  return roles_of(g, tp, edges);
+}
+
 KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
   if (tp <= 1) return in;
-  const std::vector<TpRole> roles = tensor_parallel_roles(g, tp);
+  Edges edges = graph_edges(g);
+  const std::vector<TpRole> roles = roles_of(g, tp, edges);
   auto role_of = [&](int node) {
     return node >= 0 && static_cast<size_t>(node) < roles.size() ? roles[static_cast<size_t>(node)] : TpRole::replicated;
   };
@@ -266,7 +277,7 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
         static_cast<size_t>(k.node) < fwd_gemm.size() && !fwd_gemm[static_cast<size_t>(k.node)])
       fwd_gemm[static_cast<size_t>(k.node)] = &k.gemm;
 
-  const std::set<size_t> summed_later = row_outputs_summed_later(g, roles);
+  const std::set<size_t> summed_later = row_outputs_summed_later(g, roles, edges);
 
   KernelList out = in;
   out.kernels.clear();

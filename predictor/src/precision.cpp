@@ -28,6 +28,15 @@ namespace {
 // activations' half precision after dequantization.
 bool weight_only(DType t) { return t == DType::u4 || t == DType::i4; }
 
+// The matrix units an FP8 or FP4 GEMM runs on where the GPU has none for its dtype: FP4 on
+// FP8 ones where the GPU has those, either on FP16 ones (the library upcasts, same bytes);
+// undefined when it has neither.
+DType narrow_float_upcast(DType t, const Gpu& gpu) {
+  if (is_fp4(t) && has_matrix_units(gpu, DType::f8e4m3fn)) return DType::f8e4m3fn;
+  if ((is_fp8(t) || is_fp4(t)) && gpu.fp16_gflops > 0) return DType::f16;
+  return DType::undefined;
+}
+
 }  // namespace
 
 double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
@@ -35,10 +44,7 @@ double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
   if (weight_only(k.dtype)) return gpu.fp16_gflops > 0 ? gpu.fp16_gflops : gpu.fp32_gflops;
   const bool reduced = k.dtype == DType::f16 || k.dtype == DType::bf16 || is_fp8(k.dtype) || is_fp4(k.dtype);
   if (reduced && !has_matrix_units(gpu, k.dtype)) {
-    // FP4 without FP4 tensor cores runs as FP8 where the GPU has those; FP8 (and FP4) without
-    // them as FP16 (the library upcasts), if it has those.
-    if (is_fp4(k.dtype) && has_matrix_units(gpu, DType::f8e4m3fn)) return gpu.fp8_gflops;
-    if ((is_fp8(k.dtype) || is_fp4(k.dtype)) && gpu.fp16_gflops > 0) return gpu.fp16_gflops;
+    if (const DType up = narrow_float_upcast(k.dtype, gpu); up != DType::undefined) return gpu.gemm_peak_gflops(up);
     return gpu.gemm_peak_gflops(DType::f32);
   }
   return gpu.gemm_peak_gflops(k.dtype);
@@ -46,9 +52,10 @@ double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
 
 Kernel kernel_as_run(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return k;
-  if ((is_fp8(k.dtype) || is_fp4(k.dtype)) && !has_matrix_units(gpu, k.dtype) && gpu.fp16_gflops > 0) {
-    Kernel r = k;  // FP4 upcast to FP8 tensor cores, or FP8 / FP4 to FP16 ones; same bytes
-    r.dtype = is_fp4(k.dtype) && has_matrix_units(gpu, DType::f8e4m3fn) ? DType::f8e4m3fn : DType::f16;
+  if (const DType up = narrow_float_upcast(k.dtype, gpu);
+      up != DType::undefined && !has_matrix_units(gpu, k.dtype) && gpu.fp16_gflops > 0) {
+    Kernel r = k;  // FP4 on FP8 tensor cores, or FP8 / FP4 on FP16 ones; same bytes
+    r.dtype = up;
     return r;
   }
   const double peak = math_peak_gflops(k, gpu);

@@ -30,10 +30,12 @@ ModelConfig small_llama(int64_t heads, int64_t kv_heads) {
 
 ModelConfig llama3_8b() { return read_hf_config(test::source_dir() + "/tests/data/llama3_8b.json"); }
 
-// As the CLI's --generate runs by default: kernel timing, fused attention.
-Options serving(DType dtype, int64_t batch) {
+// As the CLI's --generate runs by default: kernel timing, fused attention; `seq` tokens per
+// sequence when given (a prompt of that length).
+Options serving(DType dtype, int64_t batch, int64_t seq = 0) {
   Options o;
   o.dims.batch = batch;
+  if (seq > 0) o.dims.seq = seq;
   o.dtype = dtype;
   o.timing = Timing::kernel;
   o.fusion = Fusion::full;
@@ -137,8 +139,7 @@ TEST_CASE("generation: TTFT grows at least linearly with the prompt; tokens/s ri
 TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel per layer") {
   const ModelConfig c = small_llama(8, 2);
   const Decoder d = config_decoder(c);
-  Options o = serving(DType::f16, 2);
-  o.dims.seq = 64;
+  Options o = serving(DType::f16, 2, 64);
   const Analysis pre = prepare(d.prefill, o);
   CHECK(count_op(pre.kernels, "flash_attention") == 2);
   CHECK(count_op(pre.kernels, "softmax") == 0);
@@ -327,8 +328,7 @@ TEST_CASE("generation: sliding-window layers attend to their window and keep onl
   const Decoder d = config_decoder(c);
   CHECK(d.sliding_layers == 1);
   CHECK(d.window == 16);
-  Options o = serving(DType::f16, 2);
-  o.dims.seq = 64;
+  Options o = serving(DType::f16, 2, 64);
   const Analysis pre = prepare(d.prefill, o);
   std::vector<double> flops;
   for (const Kernel& k : pre.kernels.kernels)
@@ -426,8 +426,7 @@ TEST_CASE("generation: gpt-oss, MXFP4 experts and alternating sliding-window att
 TEST_CASE("generation: --dtype fp4 runs the weights' GEMMs in NVFP4 and the rest in FP8") {
   const ModelConfig c = small_llama(8, 2);
   const Decoder d = config_decoder(c);
-  Options o = serving(DType::f4e2m1, 2);
-  o.dims.seq = 64;
+  Options o = serving(DType::f4e2m1, 2, 64);
   const Analysis pre = prepare(d.prefill, o);
   int fp4 = 0;
   for (const Kernel& k : pre.kernels.kernels) {
@@ -517,8 +516,7 @@ TEST_CASE("generation: DeepSeek-V3's multi-head latent attention caches the late
   CHECK(d.kv_heads == 1);
   CHECK(d.head_dim == 32 + 8);
   CHECK(d.kv_tensors == 1);
-  Options o = serving(DType::f16, 2);
-  o.dims.seq = 64;
+  Options o = serving(DType::f16, 2, 64);
   const Analysis pre = prepare(d.prefill, o);
   int flash = 0;
   for (const Kernel& k : pre.kernels.kernels)

@@ -166,6 +166,14 @@ Work work_of_layernorm(int64_t rows, int64_t cols, double elem_bytes);
 // An elementwise kernel over `elems` outputs reading `inputs` operands of as many elements.
 Work work_of_elementwise(double elems, int inputs, double ops_per_elem, double elem_bytes);
 
+// --dtype fp4: NVFP4 as TensorRT-LLM runs it on Blackwell: the GEMMs of weights (and the
+// experts of a mixture) read both operands as FP4 E2M1 values with one E4M3 scale per 16
+// (4.5 bits); every other tensor, attention and the KV cache included, is FP8.
+constexpr double kNvfp4BytesPerElement = 0.5 + 1.0 / 16;
+// The dtype the tensors other than those GEMM operands are held in under a forced compute
+// dtype (FP8 under fp4; the dtype itself otherwise).
+inline DType activation_dtype(DType compute) { return compute == DType::f4e2m1 ? DType::f8e4m3fn : compute; }
+
 struct LoweringOptions {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
