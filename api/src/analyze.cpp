@@ -144,7 +144,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
   a.kernels = lower(a.graph, lo);
-  if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp);
+  if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, options.parallel.ep);
   return a;
 }
 

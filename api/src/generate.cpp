@@ -311,6 +311,8 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
     std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", link.kind.c_str(), link.spec_gbps, link.efficiency);
     g.link = buf;
     g.execution += ", tensor parallel over " + std::to_string(g.tp) + " GPUs";
+    g.ep = std::max(1, options.parallel.ep);
+    if (g.ep > 1) g.execution += ", experts over " + std::to_string(g.ep) + " of them";
   }
   if (gpu.mem_gb > 0 && g.memory_per_gpu_bytes > gpu.mem_gb * kGiB) {
     char buf[320];

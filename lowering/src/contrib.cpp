@@ -148,10 +148,12 @@ void lower_moe(LowerCtx& c) {
     g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : fp4 ? DType::f4e2m1 : act;
     g.gemm = {active, per_expert, n, k, true};
     g.flops = 2.0 * routed * double(n) * double(k);
-    g.bytes = routed * double(k) * in_elem_bytes + reached * double(n) * double(k) * weight_elem_bytes + routed * double(n) * eb;
+    double weights = reached * double(n) * double(k) * weight_elem_bytes;
     // QMoE: the reached experts' scales (after each weight) come with their weights.
     if (const TensorInfo* sc = quantized ? c.in(static_cast<size_t>(input) + 1) : nullptr; sc && sc->fully_known())
-      g.bytes += reached / double(experts) * double(numel(sc)) * element_bytes(sc->dtype);
+      weights += reached / double(experts) * double(numel(sc)) * element_bytes(sc->dtype);
+    g.bytes = routed * double(k) * in_elem_bytes + weights + routed * double(n) * eb;
+    g.moe = {experts, top_k, double(rows), weights};
     g.operand_elems = {static_cast<int64_t>(routed) * k, active * n * k};
     g.a_input = -1;
     g.b_input = input;
@@ -172,6 +174,7 @@ void lower_moe(LowerCtx& c) {
   actk.operand_elems = {static_cast<int64_t>(routed) * act_out};
   actk.note = fused_glu ? "expert activation (SwiGLU of fc1's gate and up halves)" : "expert activation";
   actk.expert_part = Kernel::ExpertPart::activation;
+  actk.moe = {experts, top_k, double(rows), 0};
   c.out.push_back(actk);
   if (fc2) ffn(static_cast<int>(fc2_at), hidden, act_out, "FC2", Kernel::ExpertPart::down);
   Kernel sum = c.base(KernelClass::elementwise, "moe_combine");

@@ -39,13 +39,14 @@ ParallelConfig parse_parallel(const std::string& spec) {
     if (key == "dp") c.dp = parse_degree(key, value, spec);
     else if (key == "tp") c.tp = parse_degree(key, value, spec);
     else if (key == "pp") c.pp = parse_degree(key, value, spec);
+    else if (key == "ep") c.ep = parse_degree(key, value, spec);
     else if (key == "microbatches" || key == "mb") c.microbatches = parse_degree(key, value, spec);
     else if (key == "schedule") {
       if (value == "gpipe") c.schedule = PipelineSchedule::gpipe;
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, microbatches, schedule)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule)");
     }
   }
   return c;
@@ -53,6 +54,8 @@ ParallelConfig parse_parallel(const std::string& spec) {
 
 int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_batch) {
   if (mode != Mode::training) throw InputError("--parallel predicts training: add --mode training");
+  if (c.ep != 1)
+    throw InputError("--parallel: ep (experts spread over GPUs) is for inference and --generate; training takes dp, tp and pp");
   if (global_batch <= 0) throw InputError("--parallel needs --batch N (the global batch)");
   const int64_t replicas = int64_t(c.dp) * c.microbatches;
   if (global_batch % replicas != 0)
@@ -65,6 +68,9 @@ void check_inference_parallel(const ParallelConfig& c) {
   if (c.dp != 1 || c.pp != 1 || c.microbatches != 1)
     throw InputError("--parallel for inference takes tp=N alone: dp, pp and microbatches split training batches and stages (--mode training)");
   if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");
+  if (c.ep < 1 || c.tp % c.ep != 0)
+    throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide tp=" + std::to_string(c.tp) +
+                     " (the experts spread over ep of the tensor-parallel GPUs; ep=tp as vLLM's --enable-expert-parallel)");
 }
 
 void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,

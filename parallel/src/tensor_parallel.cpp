@@ -1,5 +1,7 @@
 // tensor_parallel.cpp - Megatron-style tensor parallelism on a graph's kernel list.
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -159,16 +161,51 @@ std::set<size_t> row_outputs_summed_later(const Graph& g, const std::vector<TpRo
   return earlier;
 }
 
-// A mixture's kernel on one of tp GPUs: every expert split along its intermediate dim (fc1
-// and fc3 by their output columns, fc2 by its reduction), the activation over its share; the
-// routing and the weighted sum stay whole.
-void split_expert_kernel(Kernel& k, int tp) {
-  if (k.cls == KernelClass::gemm && k.expert_part != Kernel::ExpertPart::none) {
+// An expert kernel on the busiest of `ep` GPUs holding whole experts (expert_parallel_load):
+// its reached experts and routed tokens in place of the whole mixture's.
+void place_experts(Kernel& k, int ep) {
+  const Kernel::MoeRouting& m = k.moe;
+  if (ep <= 1 || m.experts <= 0 || !(m.tokens > 0)) return;
+  const ExpertLoad all = expert_parallel_load(m.tokens, m.experts, m.top_k, 1);
+  const ExpertLoad busiest = expert_parallel_load(m.tokens, m.experts, m.top_k, ep);
+  if (!(all.routed > 0) || !(all.reached > 0) || !(busiest.reached > 0)) return;
+  const double routed_share = busiest.routed / all.routed;
+  if (k.cls == KernelClass::gemm) {
+    const double weights = m.weight_bytes * busiest.reached / all.reached;
+    k.bytes = (k.bytes - m.weight_bytes) * routed_share + weights;
+    k.moe.weight_bytes = weights;
+    k.flops *= routed_share;
+    k.gemm.batch = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(busiest.reached - 1e-9)));
+    k.gemm.m = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(busiest.routed / double(k.gemm.batch) - 1e-9)));
+  } else {
+    k.rows = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(busiest.routed - 1e-9)));
+    k.flops *= routed_share;
+    k.bytes *= routed_share;
+  }
+  // The lowering's note names the part ("FC1 of the ... experts reached"); keep the name.
+  const size_t of = k.note.find(" of the ");
+  char buf[240];
+  std::snprintf(buf, sizeof buf, " on the busiest of %d GPUs holding %lld of the %lld experts: %.1f reached, %.0f tokens", ep,
+                static_cast<long long>((m.experts + ep - 1) / ep), static_cast<long long>(m.experts), busiest.reached,
+                busiest.routed);
+  k.note = (of == std::string::npos ? k.note : k.note.substr(0, of)) + buf;
+}
+
+// A mixture's kernel on one of tp GPUs: the experts of its share of ep GPUs (place_experts),
+// each split along its intermediate dim over tp / ep GPUs (fc1 and fc3 by their output
+// columns, fc2 by its reduction), the activation over its share; the routing and the weighted
+// sum stay whole.
+void split_expert_kernel(Kernel& k, int tp, int ep) {
+  if (k.expert_part == Kernel::ExpertPart::none) return;
+  place_experts(k, ep);
+  const int split = std::max(1, tp / std::max(1, ep));
+  if (split <= 1) return;
+  if (k.cls == KernelClass::gemm) {
     const GemmShape before = k.gemm;
-    divide_first({k.expert_part == Kernel::ExpertPart::down ? &k.gemm.k : &k.gemm.n}, tp);
+    divide_first({k.expert_part == Kernel::ExpertPart::down ? &k.gemm.k : &k.gemm.n}, split);
     rescale_gemm(k, before);
   } else if (k.expert_part == Kernel::ExpertPart::activation) {
-    shrink_vector(k, tp);
+    shrink_vector(k, split);
   }
 }
 
@@ -254,7 +291,7 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
   return roles_of(g, tp, edges);
 }
 
-KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
+KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp, int ep) {
   if (tp <= 1) return in;
   Edges edges = graph_edges(g);
   const std::vector<TpRole> roles = roles_of(g, tp, edges);
@@ -314,7 +351,7 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
     const TpRole r = role_of(k.node);
     const bool moe = k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size() && is_moe_op(g.nodes[static_cast<size_t>(k.node)]);
     if (moe && r == TpRole::row && k.phase == Phase::forward) {
-      split_expert_kernel(k, tp);
+      split_expert_kernel(k, tp, ep);
       out.kernels.push_back(std::move(k));
       continue;
     }
@@ -338,6 +375,53 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp) {
   }
   close_group(cur_node, cur_phase, cur_dtype);
   return out;
+}
+
+double expected_max_standard_normal(int n) {
+  if (n <= 1) return 0;
+  // E[max] = integral of x n phi(x) Phi(x)^(n-1): the midpoint rule over [-9, 9].
+  constexpr int kSteps = 3600;
+  constexpr double lo = -9, hi = 9, h = (hi - lo) / kSteps, kInvSqrt2Pi = 0.3989422804014327;
+  double sum = 0;
+  for (int i = 0; i < kSteps; ++i) {
+    const double x = lo + (i + 0.5) * h;
+    const double phi = std::exp(-0.5 * x * x) * kInvSqrt2Pi;
+    const double cdf = 0.5 * std::erfc(-x / std::sqrt(2.0));
+    sum += x * n * phi * std::pow(cdf, n - 1);
+  }
+  return sum * h;
+}
+
+double expected_max_binomial(int64_t trials, double p, int n) {
+  if (trials <= 0 || !(p > 0)) return 0;
+  if (p >= 1) return double(trials);
+  // E[max] = sum over m < trials of P(max > m) = 1 - F(m)^n, F the binomial CDF.
+  double pmf = std::pow(1 - p, double(trials)), cdf = 0, sum = 0;
+  for (int64_t m = 0; m < trials; ++m) {
+    cdf = std::min(1.0, cdf + pmf);
+    sum += 1 - std::pow(cdf, n);
+    pmf *= double(trials - m) / double(m + 1) * p / (1 - p);
+  }
+  return sum;
+}
+
+ExpertLoad expert_parallel_load(double tokens, int64_t experts, int64_t top_k, int gpus) {
+  ExpertLoad l;
+  if (experts <= 0 || !(tokens > 0)) return l;
+  const double e = double(experts), k = double(std::clamp<int64_t>(top_k, 1, experts));
+  const double routed = tokens * k;
+  if (gpus <= 1) {
+    l.reached = moe_experts_reached(tokens, experts, top_k);
+    l.routed = routed;
+    return l;
+  }
+  const double g = double(gpus);
+  const int64_t local = (experts + gpus - 1) / gpus;
+  const double p = std::clamp(1.0 - std::pow(1.0 - k / e, tokens), 0.0, 1.0);
+  l.reached = expected_max_binomial(local, p, gpus);
+  const double var = experts > 1 ? routed * (1 / g) * (1 - 1 / g) * (e - k) / (e - 1) : 0;
+  l.routed = std::clamp(routed / g + std::sqrt(var) * expected_max_standard_normal(gpus), l.reached, routed);
+  return l;
 }
 
 }  // namespace neusight

@@ -66,6 +66,7 @@ json generation_json(const GenerationReport& g) {
           {"activation_bytes", finite(g.activation_bytes)},
           {"memory_bytes", finite(g.memory_bytes)},
           {"tensor_parallel", g.tp},
+          {"expert_parallel", g.ep},
           {"memory_per_gpu_bytes", finite(g.memory_per_gpu_bytes)},
           {"weight_read_ms", finite(g.weight_read_ms)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
@@ -174,6 +175,9 @@ std::string format_generation(const Report& r, bool color) {
   if (g.tp > 1)
     os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link << "; "
        << bytes_text(g.memory_per_gpu_bytes) << " per GPU; times and the bound are one GPU's)\n";
+  if (g.ep > 1)
+    os << "  expert parallel      " << pad(std::to_string(g.ep) + " GPUs", 11, true)
+       << " (whole experts per GPU; times are the busiest GPU's under uniform routing)\n";
   std::set<std::string> classes;
   for (const auto& [c, ms] : g.prefill_by_class) classes.insert(c);
   for (const auto& [c, ms] : g.decode_by_class) classes.insert(c);

@@ -157,6 +157,28 @@ class Generate(unittest.TestCase):
             self.assertIn("tp=N alone", se)
             self.assertFalse(os.path.exists(out))
 
+    def test_expert_parallel_generation(self):
+        # Mixtral (8 experts, top-2) on 4 GPUs: each expert split 4 ways, or 2 whole experts per GPU.
+        mixtral = os.path.join(SOURCE, "tests", "data", "mixtral_8x7b.json")
+        args = ("--config", mixtral, "--generate", "512:8", "--dtype", "fp8", "--gpu", "h100")
+        tp = self.gen_json(*args, "--parallel", "tp=4")["generation"]
+        ep = self.gen_json(*args, "--parallel", "tp=4,ep=4")["generation"]
+        self.assertEqual((tp["expert_parallel"], ep["expert_parallel"]), (1, 4))
+        self.assertIn("experts over 4 of them", ep["execution"])
+        # The same memory per GPU and all-reduces; one token reaches 2 experts, all on some GPU: the
+        # busiest GPU streams at least a tensor-parallel GPU's share of their weights.
+        self.assertEqual(ep["memory_per_gpu_bytes"], tp["memory_per_gpu_bytes"])
+        self.assertGreaterEqual(ep["tpot_ms"], tp["tpot_ms"])
+        rc, so, se = run(*args, "--parallel", "tp=4,ep=4")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("expert parallel", so)
+        out = os.path.join(self.dir, "ep.json")
+        rc, so, se = run(*args, "--parallel", "tp=4,ep=3", "--json", out)
+        self.assertEqual(rc, 2, se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("must divide tp=4", se)
+        self.assertFalse(os.path.exists(out))
+
     def test_sliding_window_and_latent_caches_say_how_they_are_kept(self):
         cfg = os.path.join(self.dir, "windowed.json")
         with open(cfg, "w") as f:

@@ -1,6 +1,7 @@
 // unit-parallel.cpp - schedule arithmetic, link model, tensor-parallel sharding, iteration.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <set>
 
 #include "neusight/neusight.h"
@@ -118,6 +119,47 @@ TEST_CASE("parallel: inference takes tensor parallelism alone") {
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("dp=2")), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,pp=2")), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,microbatches=2")), InputError);
+  // Experts over ep of the tp GPUs: ep divides tp; training has no ep.
+  CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8,ep=8")));
+  CHECK_NOTHROW(check_inference_parallel(parse_parallel("ep=2,tp=8")));
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=8,ep=3")), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("ep=2")), InputError);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,ep=2"), Mode::training, 8), InputError);
+}
+
+TEST_CASE("parallel: expected maxima of the expert placement") {
+  CHECK(expected_max_standard_normal(1) == doctest::Approx(0).epsilon(1e-9));
+  CHECK(expected_max_standard_normal(2) == doctest::Approx(0.5641896).epsilon(1e-5));  // 1 / sqrt(pi)
+  CHECK(expected_max_standard_normal(3) == doctest::Approx(0.8462844).epsilon(1e-5));  // 3 / (2 sqrt(pi))
+  CHECK(expected_max_standard_normal(8) == doctest::Approx(1.4236003).epsilon(1e-5));
+  // One trial: the maximum of n Bernoulli(p) is 1 - (1 - p)^n.
+  CHECK(expected_max_binomial(1, 0.3, 4) == doctest::Approx(1 - std::pow(0.7, 4)));
+  CHECK(expected_max_binomial(5, 0.4, 1) == doctest::Approx(2.0));  // one variable: its mean
+  CHECK(expected_max_binomial(6, 1.0, 3) == doctest::Approx(6.0));
+  CHECK(expected_max_binomial(6, 0.0, 3) == 0);
+  // Two Binomial(2, 1/2): P(max = 0) = 1/16, P(max <= 1) = 9/16: E = 15/16 + 7/16.
+  CHECK(expected_max_binomial(2, 0.5, 2) == doctest::Approx(22.0 / 16.0));
+  // The busiest GPU carries at least its share and at most everything; one GPU is the lowering's
+  // mixture; many tokens balance the load.
+  for (int64_t experts : {8, 64, 256})
+    for (int64_t k : {1, 2, 8})
+      for (double tokens : {1.0, 4.0, 64.0, 4096.0})
+        for (int gpus : {2, 4, 8}) {
+          CAPTURE(experts);
+          CAPTURE(k);
+          CAPTURE(tokens);
+          CAPTURE(gpus);
+          const ExpertLoad one = expert_parallel_load(tokens, experts, k, 1);
+          const ExpertLoad busiest = expert_parallel_load(tokens, experts, k, gpus);
+          CHECK(one.reached == doctest::Approx(moe_experts_reached(tokens, experts, k)));
+          CHECK(busiest.reached >= one.reached / gpus * (1 - 1e-9));
+          CHECK(busiest.reached <= double((experts + gpus - 1) / gpus) + 1e-9);
+          CHECK(busiest.routed >= one.routed / gpus * (1 - 1e-9));
+          CHECK(busiest.routed <= one.routed * (1 + 1e-9));
+          CHECK(busiest.routed >= busiest.reached * (1 - 1e-9));
+        }
+  CHECK(expert_parallel_load(1e6, 64, 2, 8).routed / (1e6 * 2 / 8) < 1.01);
+  CHECK(expert_parallel_load(1e6, 64, 2, 8).reached == doctest::Approx(8));
 }
 
 TEST_CASE("parallel: --parallel spec parsing") {
@@ -290,4 +332,33 @@ TEST_CASE("parallel: a mixture of experts splits its experts and all-reduces onc
   int ar = 0;
   for (const auto& k : four.kernels.kernels) ar += k.cls == KernelClass::collective;
   CHECK(ar == 2 + 2 + 1);  // dense layer, MoE layer, the vocabulary-parallel embedding
+
+  // Experts over the 4 GPUs (ep=4): whole experts (intermediate 64), 2 of 8 per GPU, the
+  // busiest GPU's tokens; the same all-reduces. A decode step reads, on the busiest GPU, at
+  // least the weights a tensor-parallel GPU reads; a long prompt balances the GPUs.
+  auto expert_bytes = [](const Analysis& x) {
+    double b = 0;
+    for (const auto& k : x.kernels.kernels)
+      if (k.cls == KernelClass::gemm && k.expert_part != Kernel::ExpertPart::none) b += k.bytes;
+    return b;
+  };
+  o.parallel = parse_parallel("tp=4,ep=4");
+  const Analysis ep = prepare(m, o);
+  for (const auto& k : ep.kernels.kernels) {
+    if (k.expert_part == Kernel::ExpertPart::up) CHECK((k.gemm.n == 64 && k.gemm.k == 256 && k.gemm.batch <= 2));
+    if (k.expert_part == Kernel::ExpertPart::down) CHECK((k.gemm.k == 64 && k.gemm.n == 256 && k.gemm.batch <= 2));
+    if (k.expert_part != Kernel::ExpertPart::none) CHECK(k.note.find("busiest of 4 GPUs") != std::string::npos);
+  }
+  int ep_ar = 0;
+  for (const auto& k : ep.kernels.kernels) ep_ar += k.cls == KernelClass::collective;
+  CHECK(ep_ar == ar);
+  CHECK(expert_flops(ep) == 0);  // the notes say where the experts run, not "experts reached"
+  o.dims.seq = 1;
+  o.parallel = parse_parallel("tp=4");
+  const double tp_step = expert_bytes(prepare(m, o));
+  o.parallel = parse_parallel("tp=4,ep=4");
+  CHECK(expert_bytes(prepare(m, o)) >= tp_step);
+  o.parallel = parse_parallel("tp=4,ep=2");  // 4 experts per pair of GPUs, each split in two
+  for (const auto& k : prepare(m, o).kernels.kernels)
+    if (k.expert_part == Kernel::ExpertPart::up) CHECK((k.gemm.n == 32 && k.gemm.batch <= 4));
 }

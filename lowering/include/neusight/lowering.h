@@ -124,6 +124,15 @@ struct Kernel {
   // rest. Tensor parallelism splits each expert along its intermediate dim by these.
   enum class ExpertPart { none, up, down, activation };
   ExpertPart expert_part = ExpertPart::none;
+  // Routing of those kernels (uniform over the experts): `experts` of which each of `tokens`
+  // picks `top_k`; `weight_bytes` is the part of `bytes` that the reached experts' weights (and
+  // their scales) take, the rest scaling with the routed tokens. Expert parallelism
+  // (parallel.h) places the experts on GPUs by these.
+  struct MoeRouting {
+    int64_t experts = 0, top_k = 0;
+    double tokens = 0, weight_bytes = 0;
+  };
+  MoeRouting moe;
 
   // --- details (added by the lowering stage; readers may ignore them) -------------------
   bool trans_a = false, trans_b = false;  // GEMM operand read transposed (strided view)

@@ -27,6 +27,12 @@ enum class PipelineSchedule { gpipe, one_f_one_b };
 
 struct ParallelConfig {
   int dp = 1, tp = 1, pp = 1;
+  // Inference and --generate: a mixture's experts spread over `ep` of the tp GPUs (whole
+  // experts, E/ep per GPU; each split along its intermediate dim over the tp/ep GPUs that
+  // share it), as vLLM's --enable-expert-parallel (ep = tp) and SGLang's --ep-size run them:
+  // every GPU runs its own experts on the tokens routed to them, one all-reduce sums the
+  // outputs as under tensor parallelism. 1: every expert split over the tp GPUs.
+  int ep = 1;
   int microbatches = 1;           // per iteration and data-parallel replica (1: no micro-batching)
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double link_gbps = 0;           // per-GPU per-direction link bandwidth; 0 = the GPU database's
@@ -45,8 +51,9 @@ const char* schedule_name(PipelineSchedule s);
 int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
 
 // Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
-// GPUs, each running the whole batch. Throws InputError for dp, pp or microbatches, which
-// split training batches and stages.
+// GPUs, each running the whole batch, its experts optionally spread over ep of them. Throws
+// InputError for dp, pp or microbatches, which split training batches and stages, and for an
+// ep that does not divide tp. Training throws for ep > 1.
 void check_inference_parallel(const ParallelConfig& config);
 
 // --- interconnect ------------------------------------------------------------------------
@@ -156,8 +163,31 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& graph, int tp);
 // The kernel list one GPU runs: kernels of split nodes shrunk by tp, TP all-reduces
 // (class collective, op "allreduce") inserted after the row-parallel / vocab-parallel
 // forward kernels and after the column-parallel backward kernels, update kernels of split
-// weights shrunk. Identity when tp = 1.
-KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, int tp);
+// weights shrunk. A mixture's expert kernels under ep > 1 (ep divides tp) are those of the
+// busiest GPU (expert_parallel_load). Identity when tp = 1.
+KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, int tp, int ep = 1);
+
+// --- expert placement (pure, unit-tested) ---------------------------------------------------
+// Routing is uniform and independent per token (the lowering's assumption), so a GPU's load is
+// random and the step waits for the busiest GPU. With `experts` over `gpus` GPUs (E/gpus each)
+// and `tokens` tokens picking `top_k` distinct experts each:
+//   reached: each expert is reached with p = 1 - (1 - k/E)^tokens, independently (the
+//     lowering's expected count E p); a GPU reaches Binomial(E/gpus, p) of its experts; the
+//     expected maximum over the GPUs is exact for independent binomials.
+//   routed: a token sends Hypergeometric(k draws of E, E/gpus local) of its k copies to a
+//     GPU: mean k/gpus, variance k (1/g)(1 - 1/g)(E - k)/(E - 1); over the tokens a GPU gets
+//     mean tokens k/gpus and the maximum over GPUs is taken as mean + sigma x the expected
+//     maximum of `gpus` standard normals (tokens x k at most, the reached experts at least).
+// gpus = 1: the lowering's whole mixture.
+struct ExpertLoad {
+  double reached = 0;  // experts of the busiest GPU that get at least one token
+  double routed = 0;   // token-expert pairs the busiest GPU computes
+};
+ExpertLoad expert_parallel_load(double tokens, int64_t experts, int64_t top_k, int gpus);
+// Expected maximum of n independent standard normal variables (0 for n = 1; 0.5642 for 2).
+double expected_max_standard_normal(int n);
+// Expected maximum of `n` independent Binomial(trials, p) variables.
+double expected_max_binomial(int64_t trials, double p, int n);
 
 // --- the iteration ---------------------------------------------------------------------------
 struct StageReport {

@@ -71,6 +71,7 @@ struct GenerationReport {
   // above is then one GPU's, its TP all-reduces (class "collective") included, and
   // weight_read_ms is one GPU's share of the weights over its bandwidth.
   int tp = 1;
+  int ep = 1;  // --parallel ep=N: a mixture's experts spread over N of the tp GPUs (the busiest GPU's times)
   std::string link;
   double memory_per_gpu_bytes = 0;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
