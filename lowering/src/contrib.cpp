@@ -81,6 +81,34 @@ void lower_gemm_fast_gelu(LowerCtx& c) {
   k.note = k.note.empty() ? "FastGelu epilogue" : k.note + "; FastGelu epilogue";
 }
 
+// A mixture's routing: the top-k of each token's router logits.
+Kernel moe_router_kernel(LowerCtx& c, const TensorInfo* router, DType act, int64_t rows, int64_t experts, int64_t top_k) {
+  Kernel topk = c.base(KernelClass::reduce, "topk");
+  topk.dtype = act;
+  topk.rows = rows;
+  topk.cols = experts;
+  topk.flops = double(rows) * double(experts) * 2;
+  topk.bytes = double(numel(router)) * element_bytes(c.dtype(router)) + double(rows) * double(top_k) * (element_bytes(act) + 4);
+  topk.operand_elems = {numel(router)};
+  topk.note = "router top-" + std::to_string(top_k) + " of " + std::to_string(experts) + " experts";
+  return topk;
+}
+
+// A mixture's output: each token's experts' outputs weighted by their routing weights, summed.
+Kernel moe_combine_kernel(LowerCtx& c, DType act, int64_t rows, int64_t hidden, int64_t top_k) {
+  const double eb = element_bytes(act), routed = double(rows) * double(top_k);
+  Kernel sum = c.base(KernelClass::elementwise, "moe_combine");
+  sum.dtype = act;
+  sum.rows = rows;
+  sum.cols = hidden;
+  sum.inputs = 2;
+  sum.flops = 2 * routed * double(hidden);
+  sum.bytes = routed * double(hidden) * eb + double(rows) * double(top_k) * eb + double(rows) * double(hidden) * eb;
+  sum.operand_elems = {static_cast<int64_t>(routed) * hidden};
+  sum.note = "weighted sum of each token's experts";
+  return sum;
+}
+
 // MoE / QMoE(input [rows, hidden] or [B, S, hidden], router_probs [rows, E], fc1 weights
 // [E, hidden, inter] (or [E, inter, hidden]), fc1 bias, fc2 weights, fc2 bias, fc3 weights
 // ...): the router's top-k over E experts per token, then each expert's FFN on the tokens
@@ -128,42 +156,46 @@ void lower_moe(LowerCtx& c) {
   const int64_t active = std::min<int64_t>(experts, static_cast<int64_t>(std::ceil(reached - 1e-9)));
   const int64_t per_expert = static_cast<int64_t>(std::ceil(routed / double(active)));
 
-  Kernel topk = c.base(KernelClass::reduce, "topk");
-  topk.dtype = act;
-  topk.rows = rows;
-  topk.cols = experts;
-  topk.flops = double(rows) * double(experts) * 2;
-  topk.bytes = double(numel(router)) * element_bytes(c.dtype(router)) + double(rows) * double(top_k) * (eb + 4);
-  topk.operand_elems = {numel(router)};
-  topk.note = "router top-" + std::to_string(top_k) + " of " + std::to_string(experts) + " experts";
-  c.out.push_back(topk);
+  c.out.push_back(moe_router_kernel(c, router, act, rows, experts, top_k));
 
   // --dtype fp4 (internal.h): unquantized experts run NVFP4, operands with their scales.
   const bool fp4 = !quantized && c.opt.compute_dtype == DType::f4e2m1;
   const double weight_elem_bytes = quantized ? bits / 8.0 : fp4 ? kNvfp4BytesPerElement : eb;
   const double in_elem_bytes = fp4 ? kNvfp4BytesPerElement : eb;
-  auto ffn = [&](int input, int64_t n, int64_t k, const std::string& what, Kernel::ExpertPart part) {
+  // One grouped GEMM over the reached experts; `inputs` are the weights whose output columns it
+  // computes together (n each), reading the routed tokens once.
+  auto ffn = [&](std::vector<size_t> inputs, int64_t n, int64_t k, const std::string& what, Kernel::ExpertPart part) {
     Kernel g = c.base(KernelClass::gemm, "bmm");
     g.expert_part = part;
     g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : fp4 ? DType::f4e2m1 : act;
-    g.gemm = {active, per_expert, n, k, true};
-    g.flops = 2.0 * routed * double(n) * double(k);
-    double weights = reached * double(n) * double(k) * weight_elem_bytes;
-    // QMoE: the reached experts' scales (after each weight) come with their weights.
-    if (const TensorInfo* sc = quantized ? c.in(static_cast<size_t>(input) + 1) : nullptr; sc && sc->fully_known())
-      weights += reached / double(experts) * double(numel(sc)) * element_bytes(sc->dtype);
-    g.bytes = routed * double(k) * in_elem_bytes + weights + routed * double(n) * eb;
+    const int64_t cols = n * static_cast<int64_t>(inputs.size());
+    g.gemm = {active, per_expert, cols, k, true};
+    g.flops = 2.0 * routed * double(cols) * double(k);
+    double weights = 0;
+    for (size_t input : inputs) {
+      weights += reached * double(n) * double(k) * weight_elem_bytes;
+      // QMoE: the reached experts' scales (after each weight) come with their weights.
+      if (const TensorInfo* sc = quantized ? c.in(input + 1) : nullptr; sc && sc->fully_known())
+        weights += reached / double(experts) * double(numel(sc)) * element_bytes(sc->dtype);
+    }
+    g.bytes = routed * double(k) * in_elem_bytes + weights + routed * double(cols) * eb;
     g.moe = {experts, top_k, double(rows), weights};
-    g.operand_elems = {static_cast<int64_t>(routed) * k, active * n * k};
+    g.operand_elems = {static_cast<int64_t>(routed) * k, active * cols * k};
     g.a_input = -1;
-    g.b_input = input;
+    g.b_input = static_cast<int>(inputs.front());
     g.note = what + " of the " + std::to_string(active) + " of " + std::to_string(experts) + " experts reached, " +
              std::to_string(per_expert) + " tokens each";
     if (quantized) g.note += ", " + std::to_string(bits) + "-bit weights";
     c.out.push_back(g);
   };
-  ffn(2, inter, hidden, "FC1", Kernel::ExpertPart::up);
-  if (gated) ffn(static_cast<int>(fc3_at), inter, hidden, "FC3 (gate)", Kernel::ExpertPart::up);
+  // Serving engines stack fc1 and fc3 (w13: vLLM's fused_moe, SGLang, TensorRT-LLM) and run them
+  // as one grouped GEMM; onnxruntime's MoE kernel and training run them apart.
+  if (gated && c.opt.serving_kernels && c.opt.mode == Mode::inference) {
+    ffn({2, fc3_at}, inter, hidden, "FC1 and FC3 (gate) as one GEMM over stacked weights", Kernel::ExpertPart::up);
+  } else {
+    ffn({2}, inter, hidden, "FC1", Kernel::ExpertPart::up);
+    if (gated) ffn({fc3_at}, inter, hidden, "FC3 (gate)", Kernel::ExpertPart::up);
+  }
   Kernel actk = c.base(KernelClass::elementwise, c.n.attr_s("activation_type", "relu"));
   actk.dtype = act;
   actk.rows = static_cast<int64_t>(routed);
@@ -176,17 +208,8 @@ void lower_moe(LowerCtx& c) {
   actk.expert_part = Kernel::ExpertPart::activation;
   actk.moe = {experts, top_k, double(rows), 0};
   c.out.push_back(actk);
-  if (fc2) ffn(static_cast<int>(fc2_at), hidden, act_out, "FC2", Kernel::ExpertPart::down);
-  Kernel sum = c.base(KernelClass::elementwise, "moe_combine");
-  sum.dtype = act;
-  sum.rows = rows;
-  sum.cols = hidden;
-  sum.inputs = 2;
-  sum.flops = 2 * routed * double(hidden);
-  sum.bytes = routed * double(hidden) * eb + double(rows) * double(top_k) * eb + double(rows) * double(hidden) * eb;
-  sum.operand_elems = {static_cast<int64_t>(routed) * hidden};
-  sum.note = "weighted sum of each token's experts";
-  c.out.push_back(sum);
+  if (fc2) ffn({fc2_at}, hidden, act_out, "FC2", Kernel::ExpertPart::down);
+  c.out.push_back(moe_combine_kernel(c, act, rows, hidden, top_k));
 }
 
 }  // namespace

@@ -198,6 +198,7 @@ struct LoweringOptions {
   // the same activation through constant weights of the same reduction dim and dtype (Q, K
   // and V; gate and up; a bias Add in the epilogue) run as one GEMM over the concatenated weights (vLLM's
   // QKVParallelLinear and MergedColumnParallelLinear), reported under the first of them; a
+  // mixture's fc1 and fc3 experts as one grouped GEMM over the stacked weights (fused_moe); a
   // 16-bit RMSNorm runs as vLLM's rms_norm kernel (Kernel::access: one block of up to 1024
   // threads per row, 2-byte loads, a block reduction, a second pass from L1 with the weight).
   bool serving_kernels = false;
