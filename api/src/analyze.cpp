@@ -145,6 +145,11 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
   a.kernels = lower(a.graph, lo);
   if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, options.parallel.ep);
+  if (options.parallel.active && options.parallel.ep > 1 &&
+      std::none_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),
+                   [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
+    a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
+                                                                  ": the model has no mixture of experts to spread; ep changes nothing"});
   return a;
 }
 

@@ -178,6 +178,10 @@ class Generate(unittest.TestCase):
         self.assertEqual(len(se.strip().splitlines()), 1, se)
         self.assertIn("must divide tp=4", se)
         self.assertFalse(os.path.exists(out))
+        # A dense model has nothing to spread: said once, predicted as tensor parallel.
+        rc, so, se = run("--config", LLAMA3_8B, "--generate", "64:4", "--gpu", "h100", "--parallel", "tp=2,ep=2")
+        self.assertEqual(rc, 0, se)
+        self.assertEqual((so + se).count("no mixture of experts"), 1, so + se)
 
     def test_sliding_window_and_latent_caches_say_how_they_are_kept(self):
         cfg = os.path.join(self.dir, "windowed.json")
