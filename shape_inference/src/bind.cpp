@@ -92,11 +92,28 @@ void apply_value(Graph& g, const std::string& name, double v) {
   shape_rules::set_numbers(t, {v});
 }
 
+// Names that say what a dim is (case-insensitive): batch, batch_size, ...; seq, seq_len,
+// sequence_length, ... (not past_ / total_ lengths).
+std::string lower_name(const std::string& n) {
+  std::string l = n;
+  std::transform(l.begin(), l.end(), l.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return l;
+}
+bool batch_like(const std::string& n) {
+  const std::string l = lower_name(n);
+  return l == "batch" || l == "batch_size" || l == "batchsize" || l == "bs" || l == "batch_dim";
+}
+bool sequence_like(const std::string& n) {
+  const std::string l = lower_name(n);
+  return l == "seq" || l == "seq_len" || l == "seqlen" || l == "seq_length" || l == "sequence" ||
+         l == "sequence_len" || l == "sequence_length" || l == "sequencelength";
+}
+
 // Replaces every unknown input dim: a symbolic one by its value in `values`, an unnamed first
 // or second one by --batch / --seq (setting `batch_used` / `seq_used`). Throws InputError
 // listing the dims left unbound and the --shape line that would bind each input.
 void bind_input_dims(Graph& graph, const DimBindings& b, const std::map<std::string, int64_t>& values,
-                     bool& batch_used, bool& seq_used) {
+                     bool& batch_used, bool& seq_used, const std::string& hint) {
   std::vector<std::string> unbound;  // "'x' axis 0 (unnamed)"
   std::vector<std::string> lines;    // the --shape line that binds each input
   for (const auto& in : graph.inputs) {
@@ -133,7 +150,8 @@ void bind_input_dims(Graph& graph, const DimBindings& b, const std::map<std::str
   }
   if (!unbound.empty())
     throw InputError("unbound input dims: " + list_text(unbound) +
-                     " (bind them with --batch, --seq, --dim NAME=VALUE or " + list_text(lines) + ")");
+                     " (bind them with --batch, --seq, --dim NAME=VALUE or " + list_text(lines) + ")" +
+                     (hint.empty() ? "" : "; " + hint));
 }
 
 }  // namespace
@@ -175,16 +193,33 @@ std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b) {
         order.push_back(d.param);
   }
   size_t next = 0;
+  // Binds the next symbolic name no flag named; returns it ("" when none is left).
   auto assign_next = [&](int64_t v) {
     while (next < order.size() && values.count(order[next])) ++next;
-    if (next >= order.size()) return false;
-    values[order[next++]] = v;
-    return true;
+    if (next >= order.size()) return std::string();
+    values[order[next]] = v;
+    return order[next++];
   };
-  bool batch_used = b.batch > 0 && assign_next(b.batch);
-  bool seq_used = b.seq > 0 && assign_next(b.seq);
+  const std::string batch_name = b.batch > 0 ? assign_next(b.batch) : std::string();
+  const std::string seq_name = b.seq > 0 ? assign_next(b.seq) : std::string();
+  bool batch_used = !batch_name.empty(), seq_used = !seq_name.empty();
+  // --batch / --seq take the first and second symbolic names by position (the CLI contract);
+  // say so when another input dim is named for the flag and stays for --dim.
+  std::string hint;
+  auto named_for = [&](const std::string& bound, const char* flag, const char* which, bool (*like)(const std::string&)) {
+    if (bound.empty() || like(bound)) return;
+    for (const auto& name : order)
+      if (like(name) && !b.named.count(name)) {
+        hint += std::string(hint.empty() ? "" : "; ") + flag + " bound '" + bound + "' (the " + which +
+                " symbolic input dim), not '" + name + "': --dim " + name + "=N binds a dim by name";
+        return;
+      }
+  };
+  named_for(batch_name, "--batch", "first", batch_like);
+  named_for(seq_name, "--seq", "second", sequence_like);
 
-  bind_input_dims(graph, b, values, batch_used, seq_used);
+  bind_input_dims(graph, b, values, batch_used, seq_used, hint);
+  if (!hint.empty()) warnings.push_back(hint);
 
   for (const auto& [name, v] : b.values) apply_value(graph, name, v);
 

@@ -42,6 +42,42 @@ TEST_CASE("shape inference: unbound dims are reported by name") {
   CHECK_THROWS_WITH_AS(bind_dims(g, b), doctest::Contains("sequence"), InputError);
 }
 
+TEST_CASE("shape inference: --batch / --seq bind by position and say where a dim is named for them") {
+  // [sequence_len, batch, 100] (TensorRT's Polygraphy attention example): by the CLI contract
+  // --batch binds the first symbolic dim, --seq the second; the error (or the warning, when
+  // both are bound) says which names they took.
+  auto graph = [] {
+    Graph g;
+    g.inputs = {"input"};
+    TensorInfo& t = g.tensor("input");
+    t.dtype = DType::f32;
+    t.has_shape = true;
+    t.shape = {Dim::sym("sequence_len"), Dim::sym("batch"), Dim::of(100)};
+    return g;
+  };
+  Graph g = graph();
+  DimBindings b;
+  b.batch = 8;
+  CHECK_THROWS_WITH_AS(bind_dims(g, b), doctest::Contains("--batch bound 'sequence_len' (the first symbolic input dim), not 'batch': --dim batch=N binds a dim by name"), InputError);
+  g = graph();
+  b.seq = 4;
+  const auto warnings = bind_dims(g, b);
+  CHECK(g.find("input")->shape[0].value == 8);  // positions, as the contract says
+  CHECK(g.find("input")->shape[1].value == 4);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("--batch bound 'sequence_len'") != std::string::npos);
+  CHECK(warnings[0].find("--seq bound 'batch' (the second symbolic input dim), not 'sequence_len'") != std::string::npos);
+  // Named by --dim: nothing to say.
+  g = graph();
+  DimBindings named;
+  named.named = {{"batch", 2}, {"sequence_len", 16}};
+  CHECK(bind_dims(g, named).empty());
+  // Named in the usual order: no hint.
+  g = graph();
+  g.tensor("input").shape = {Dim::sym("batch_size"), Dim::sym("sequence_length"), Dim::of(100)};
+  CHECK(bind_dims(g, b).empty());
+}
+
 namespace {
 std::vector<int64_t> dims_of(const TensorInfo* t) {
   std::vector<int64_t> v;
