@@ -78,8 +78,10 @@ class NeusightPredictor final : public Predictor {
                                      const Gpu& gpu, double feature_l2_mb) const {
     std::vector<Prediction> out(kernels.size());
     std::vector<double> sd(kernels.size(), 0.0);  // uncertainty in natural-log units (neusight_model.h)
+    // The part of a latency the networks do not predict (FixedPart): the interval leaves it be.
+    std::vector<FixedPart> fixed(kernels.size());
     const ClassBatches b = roofline_and_features(kernels, tilings, gpu, feature_l2_mb, out);
-    apply_networks(b, out, sd);
+    apply_networks(b, out, sd, fixed);
     // A latency-limited kernel priced by its memory parallelism alone (device timing, no
     // network): its class's spread at its roofline time, which the networks' kernels of the
     // same class carry (an interval of zero width would claim an exact answer).
@@ -90,12 +92,18 @@ class NeusightPredictor final : public Predictor {
         continue;
       sd[i] = interval_log_sd_at(m_.classes[int(c)], out[i].roofline_ms);
     }
-    // The 80% interval: the latency times exp(-+ z sd), never below the roofline.
+    // The 80% interval: the predicted part of the latency times exp(-+ z sd), recombined with
+    // the fixed part as the latency was; never below the roofline.
     for (size_t i = 0; i < out.size(); ++i) {
       Prediction& p = out[i];
       const double w = std::exp(kIntervalZ * sd[i]);
-      p.latency_low_ms = std::max(p.roofline_ms, p.latency_ms / w);
-      p.latency_high_ms = p.latency_ms * w;
+      const FixedPart& f = fixed[i];
+      const double varied = f.ms <= 0  ? p.latency_ms
+                            : f.added ? std::max(0.0, p.latency_ms - f.ms)
+                                      : std::sqrt(std::max(0.0, p.latency_ms * p.latency_ms - f.ms * f.ms));
+      const double wf = std::exp(kIntervalZ * f.log_sd);
+      p.latency_low_ms = std::max(p.roofline_ms, f.with(varied / w, 1 / wf));
+      p.latency_high_ms = f.with(varied * w, wf);
     }
     return out;
   }
@@ -311,7 +319,25 @@ class NeusightPredictor final : public Predictor {
   }
 
   // Each class's networks over its feature rows: the latencies into `out`, the spread into `sd`.
-  void apply_networks(const ClassBatches& b, std::vector<Prediction>& out, std::vector<double>& sd) const {
+  // A fixed time in a kernel's latency that no network predicts: a library GEMM's prologue and
+  // epilogue (added to its tiles' time) or, off eager timing, the launch-to-completion floor
+  // (joined by root sum of squares). Its interval varies the rest alone: a one-element kernel
+  // at the floor is not a thousand times uncertain because its network's input lies far below
+  // the training range.
+  // The fixed part carries its class's calibrated spread (interval_log_sd_at), not the
+  // network's own.
+  struct FixedPart {
+    double ms = 0;
+    bool added = false;
+    double log_sd = 0;
+    double with(double varied, double scale) const {
+      const double x = ms * scale;
+      return ms <= 0 ? varied : added ? x + varied : std::hypot(x, varied);
+    }
+  };
+
+  void apply_networks(const ClassBatches& b, std::vector<Prediction>& out, std::vector<double>& sd,
+                      std::vector<FixedPart>& fixed_part) const {
     const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
     // The operands' stream of each tiled library GEMM, priced as a skinny GEMM's (below).
     std::vector<double> stream_ms(out.size(), 0.0);
@@ -334,7 +360,8 @@ class NeusightPredictor final : public Predictor {
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
         const bool first = j == 0 || b.members[c][j - 1] != b.members[c][j];
-        const double sd_j = std::hypot(interval_log_sd_at(m_.classes[c], p.roofline_ms), own_sd[j]);
+        const double class_sd = interval_log_sd_at(m_.classes[c], p.roofline_ms);
+        const double sd_j = std::hypot(class_sd, own_sd[j]);
         // A library GEMM on matrix units adds its fixed time (precision.h kGemmKernelFixedUs:
         // prologue, epilogue, launch) to its tiles' time, in place of the device floor (and on
         // top of the eager dispatch, which covers none of it); the FP32 networks learned the
@@ -350,6 +377,9 @@ class NeusightPredictor final : public Predictor {
         p.utilization = p.roofline_ms / p.latency_ms;
         p.extrapolated = extra[j] != 0;
         sd[b.members[c][j]] = sd_j;
+        fixed_part[b.members[c][j]] = fixed > 0 ? FixedPart{fixed, true, class_sd}
+                                      : device_only() ? FixedPart{o_.device_floor_ms, false, class_sd}
+                                                      : FixedPart{};
         const int alt = b.alternative[c][j];
         if (alt >= 0) p.tiling = b.alternatives[size_t(alt)];
         else p.tiling.reset();

@@ -542,3 +542,29 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
     CHECK_FALSE(p->predict({big}, {tile_kernel(big, g)}, g)[0].streamed);
   }
 }
+
+TEST_CASE("predictor: a kernel at the device floor carries its class's spread, not its network's extrapolation") {
+  // A one-element division lies far below every training kernel: its network's own spread is
+  // large, but its device time is the launch-to-completion floor, which the interval varies by
+  // the class's calibrated spread alone. A large GEMM's interval is unchanged in kind.
+  Kernel tiny = kernel_from_dataset("add", {{"B", "1"}, {"H", "1"}});
+  tiny.op = "div";
+  const Kernel gemm = kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "4096"}});
+  for (const char* name : {"l4", "h100", "b200"}) {
+    const Gpu g = GpuDatabase::builtin().resolve(name);
+    const std::vector<Kernel> ks = {tiny, gemm};
+    std::vector<Tiling> ts;
+    for (const auto& k : ks) ts.push_back(tile_kernel(k, g));
+    auto device = make_predictor("neusight", "", PrecisionOptions{Timing::device});
+    const auto out = device->predict(ks, ts, g);
+    CAPTURE(name);
+    for (const auto& q : out) {
+      CHECK(q.latency_low_ms <= q.latency_ms);
+      CHECK(q.latency_high_ms >= q.latency_ms);
+      CHECK(q.latency_low_ms >= q.roofline_ms * (1 - 1e-12));
+    }
+    CHECK(out[0].latency_high_ms / out[0].latency_low_ms < 4);
+    CHECK(out[0].latency_low_ms > 0.25 * kDeviceKernelFloorMs);
+    CHECK(out[1].latency_high_ms / out[1].latency_low_ms > 1.2);
+  }
+}
