@@ -44,16 +44,18 @@ std::pair<DType, DTypeSource> model_dtype(const Graph& g, DType option) {
   return {DType::f32, DTypeSource::fallback};
 }
 
-// One note per GEMM dtype this GPU has no matrix units for (FP8 on an A100, BF16 on a V100):
+// One note per GEMM dtype this GPU has no matrix units for (FP8 on an A100, BF16 on a V100,
+// INT8 on a P100):
 // those GEMMs are predicted in the math they run in (precision.h kernel_as_run).
 std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels, const Gpu& gpu) {
   std::set<DType> seen;  // the math of a float GEMM depends on its dtype and the GPU alone
   std::vector<std::string> out;
   for (const auto& k : kernels) {
-    if (k.cls != KernelClass::gemm || !is_float(k.dtype) || !seen.insert(k.dtype).second) continue;
+    if (k.cls != KernelClass::gemm || !(is_float(k.dtype) || k.dtype == DType::i8) || !seen.insert(k.dtype).second) continue;
     const std::string math = math_precision(k, gpu);
     const std::string wanted = dtype_name(k.dtype);
-    if (math.rfind(wanted + "-", 0) == 0) continue;
+    // Its own matrix units, or FP32 on the CUDA cores as ever; INT8 on the CUDA cores is a fallback.
+    if (math.rfind(wanted + "-", 0) == 0 && math != "int8-simt") continue;
     const std::string stored = k.dtype == DType::tf32 ? "fp32" : wanted;  // TF32 math reads FP32 operands
     out.push_back(gpu.name + " has no " + wanted + " matrix units: " + wanted + " GEMMs are predicted as " + math +
                   " with " + stored + " operands");

@@ -16,17 +16,17 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 
 // The element type a tensor is held in under the options (--dtype forces float tensors;
-// under fp4 only the GEMMs' weight matrices are FP4, the rest FP8: lowering's NVFP4).
+// under fp4 / int8 only the GEMMs' weight matrices are narrow, the rest FP8 / FP16: lowering.h).
 DType held_dtype(const TensorInfo& t, const Options& o) {
   return o.dtype != DType::undefined && is_float(t.dtype) ? activation_dtype(o.dtype) : t.dtype;
 }
 
 // Bytes of a weight matrix a GEMM reads: NVFP4's 4.5 bits under --dtype fp4 (its E2M1 values
-// and one E4M3 scale per 16), otherwise as held.
+// and one E4M3 scale per 16), a byte under int8, otherwise as held.
 double gemm_weight_bytes(const TensorInfo* t, const Options& o) {
   if (!t || !t->fully_known()) return 0;
-  if (o.dtype == DType::f4e2m1 && is_float(t->dtype) && t->shape.size() >= 2)
-    return double(t->num_elements()) * kNvfp4BytesPerElement;
+  if (narrow_weight_gemms(o.dtype) && is_float(t->dtype) && t->shape.size() >= 2)
+    return double(t->num_elements()) * narrow_operand_bytes(o.dtype);
   return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
 }
 

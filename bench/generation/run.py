@@ -87,7 +87,7 @@ def main():
 def precision_table(a, tmp):
     """TTFT / TPOT (bound) ms per precision: 8B on one GPU, 70B over 8 GPUs (batch 1, 512:128)."""
     runs = [("8B", a.config, ()), ("70B tp=8", a.config70, ("--parallel", "tp=8"))]
-    dtypes = ["fp16", "bf16", "fp8", "fp4"]
+    dtypes = ["fp16", "bf16", "fp8", "fp4", "int8"]
     print("\nbatch 1, prompt 512, 128 new tokens: TTFT ms / TPOT ms (bound ms) per GPU")
     print(f"{'model':9} {'gpu':24} " + " ".join(f"{d:>24}" for d in dtypes))
     for name, config, extra in runs:

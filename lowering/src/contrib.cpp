@@ -159,15 +159,15 @@ void lower_moe(LowerCtx& c) {
   c.out.push_back(moe_router_kernel(c, router, act, rows, experts, top_k));
 
   // --dtype fp4 (internal.h): unquantized experts run NVFP4, operands with their scales.
-  const bool fp4 = !quantized && c.opt.compute_dtype == DType::f4e2m1;
-  const double weight_elem_bytes = quantized ? bits / 8.0 : fp4 ? kNvfp4BytesPerElement : eb;
-  const double in_elem_bytes = fp4 ? kNvfp4BytesPerElement : eb;
+  const bool narrow = !quantized && narrow_weight_gemms(c.opt.compute_dtype);
+  const double weight_elem_bytes = quantized ? bits / 8.0 : narrow ? narrow_operand_bytes(c.opt.compute_dtype) : eb;
+  const double in_elem_bytes = narrow ? narrow_operand_bytes(c.opt.compute_dtype) : eb;
   // One grouped GEMM over the reached experts; `inputs` are the weights whose output columns it
   // computes together (n each), reading the routed tokens once.
   auto ffn = [&](std::vector<size_t> inputs, int64_t n, int64_t k, const std::string& what, Kernel::ExpertPart part) {
     Kernel g = c.base(KernelClass::gemm, "bmm");
     g.expert_part = part;
-    g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : fp4 ? DType::f4e2m1 : act;
+    g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : narrow ? c.opt.compute_dtype : act;
     const int64_t cols = n * static_cast<int64_t>(inputs.size());
     g.gemm = {active, per_expert, cols, k, true};
     g.flops = 2.0 * routed * double(cols) * double(k);

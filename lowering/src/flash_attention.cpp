@@ -153,7 +153,7 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
   if (!q || !s || !q->fully_known() || !s->fully_known() || q->shape.size() != 4 || s->shape.size() != 4) return false;
   // FlashAttention computes in 16-bit (and 8-bit) floats; FP32 attention stays unfused, as
   // torch.compile runs it (the FP32 fusion traces of neusight-data keep softmax apart).
-  const DType dt = opt.compute_dtype != DType::undefined && is_float(q->dtype) ? opt.compute_dtype : q->dtype;
+  const DType dt = opt.compute_dtype != DType::undefined && is_float(q->dtype) ? activation_dtype(opt.compute_dtype) : q->dtype;
   if (!is_float(dt) || dtype_bits(dt) > 16) return false;
   std::vector<int> nodes = {qk};
   // Scores -> [scale] -> [mask] -> Softmax(last axis) -> [Dropout] -> MatMul(., V).

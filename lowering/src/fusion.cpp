@@ -829,7 +829,9 @@ void emit_parallel_gemm(const Graph& g, const LoweringOptions& opt, const Plan& 
   }
   const TensorInfo* a = g.find(g.nodes[static_cast<size_t>(grp.anchor)].inputs[0]);
   const double a_bytes =
-      double(numel(a)) * (is_fp4(parts[0].dtype) ? kNvfp4BytesPerElement : element_bytes(compute_dtype(opt, a)));
+      double(numel(a)) * (narrow_weight_gemms(parts[0].dtype) && parts[0].dtype == opt.compute_dtype
+                              ? narrow_operand_bytes(parts[0].dtype)
+                              : element_bytes(compute_dtype(opt, a)));
   Kernel k = parts[0];
   std::string names = g.nodes[static_cast<size_t>(grp.anchor)].name;
   for (size_t i = 1; i < parts.size(); ++i) {

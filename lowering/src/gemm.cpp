@@ -17,13 +17,15 @@ void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_e
   kr.flops = w.flops;
   kr.bytes = w.bytes;
   kr.operand_elems = {static_cast<int64_t>(a_elems), static_cast<int64_t>(b_elems)};
-  // --dtype fp4: a GEMM of a weight runs NVFP4 (internal.h): both operands FP4 with their
-  // scales, the output in the activations' FP8.
+  // --dtype fp4 / int8: a GEMM of a weight runs NVFP4 or INT8 W8A8 (lowering.h): both operands
+  // narrow, the output in the activations' dtype.
   const TensorInfo* wa = a_input >= 0 ? c.in(static_cast<size_t>(a_input)) : nullptr;
   const TensorInfo* wb = b_input >= 0 ? c.in(static_cast<size_t>(b_input)) : nullptr;
-  if (c.opt.compute_dtype == DType::f4e2m1 && is_fp8(kr.dtype) && ((wa && wa->is_initializer) || (wb && wb->is_initializer))) {
-    kr.dtype = DType::f4e2m1;
-    kr.bytes = (a_elems + b_elems) * kNvfp4BytesPerElement + double(s.batch) * s.m * s.n * element_bytes(DType::f8e4m3fn);
+  const DType narrow = c.opt.compute_dtype;
+  if (narrow_weight_gemms(narrow) && kr.dtype == activation_dtype(narrow) &&
+      ((wa && wa->is_initializer) || (wb && wb->is_initializer))) {
+    kr.dtype = narrow;
+    kr.bytes = (a_elems + b_elems) * narrow_operand_bytes(narrow) + double(s.batch) * s.m * s.n * element_bytes(activation_dtype(narrow));
   }
   kr.a_input = a_input;
   kr.b_input = b_input;

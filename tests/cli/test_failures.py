@@ -224,7 +224,7 @@ class Battery(unittest.TestCase):
             (("--batch", "1", "--seq", "8", "--dim", "=3"), "--dim"),
             (("--batch", "1", "--seq", "8", "--dim", "foo=bar"), "foo"),
             (("--batch", "1", "--seq", "8", "--mode", "bogus"), "--mode"),
-            (("--batch", "1", "--seq", "8", "--dtype", "int8"), "--dtype"),
+            (("--batch", "1", "--seq", "8", "--dtype", "int16"), "--dtype"),
             (("--batch", "1", "--seq", "8", "--fusion", "maybe"), "--fusion"),
             (("--batch", "1", "--seq", "8", "--predictor", "oracle"), "--predictor"),
             (("--batch", "1", "--seq", "8", "--top", "-1"), "--top"),

@@ -1,4 +1,4 @@
-"""Precision through the pipeline: --dtype auto|fp32|fp16|bf16|fp8|fp4 and the kernels command's dtype column."""
+"""Precision through the pipeline: --dtype auto|fp32|fp16|bf16|fp8|fp4|int8 and the kernels command's dtype column."""
 import csv
 import os
 import tempfile
@@ -93,7 +93,7 @@ class DtypeFlag(unittest.TestCase):
 
     def test_a_dtype_without_matrix_units_is_said_once(self):
         for gpu, dt, math in [("a100-80gb", "fp8", "fp16-tensor"), ("v100", "bf16", "fp32-simt"),
-                              ("h100", "fp4", "fp8-tensor")]:
+                              ("h100", "fp4", "fp8-tensor"), ("v100", "int8", "int8-simt")]:
             code, out, err = run(EXAMPLE, "--gpu", gpu, "--batch", "1", "--seq", "64", "--dtype", dt, "--quiet")
             self.assertEqual(code, 0, err)
             notes = [l for l in err.splitlines() if "matrix units" in l]
@@ -106,6 +106,12 @@ class DtypeFlag(unittest.TestCase):
         code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--dtype", "fp7")
         self.assertEqual(code, 2)
         self.assertIn("--dtype", err)
+        # INT8 W8A8 is an inference precision; integer dtypes other than int8 are no compute dtype.
+        for extra in (("--dtype", "int8", "--mode", "training"), ("--dtype", "int16")):
+            code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", *extra)
+            self.assertEqual(code, 2, err)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn("--dtype", err)
 
 
 class TimingFlag(unittest.TestCase):
@@ -168,6 +174,8 @@ class MathPrecisionInReports(unittest.TestCase):
                 ("a100-80gb", ("--dtype", "fp8"), "fp16-tensor"),  # no FP8 units: runs as FP16
                 ("b200", ("--dtype", "fp4"), "fp4-tensor"),        # NVFP4 weight GEMMs
                 ("h100", ("--dtype", "fp4"), "fp8-tensor"),        # no FP4 units: runs as FP8
+                ("a100-80gb", ("--dtype", "int8"), "int8-tensor"),  # W8A8 weight GEMMs
+                ("mi300x", ("--dtype", "int8"), "int8-matrix"),
             ]
             for gpu, extra, gemm_math in cases:
                 with self.subTest(gpu=gpu, extra=extra):

@@ -87,7 +87,7 @@ class SameAsCli(unittest.TestCase):
             (dict(batch=2**70, seq=8), ("--batch", str(2**70), "--seq", "8")),
             (dict(batch=1, dims={"sequence": -1}), ("--batch", "1", "--dim", "sequence=-1")),
             (dict(batch=1, seq=8, mode="bogus"), ("--batch", "1", "--seq", "8", "--mode", "bogus")),
-            (dict(batch=1, seq=8, dtype="int8"), ("--batch", "1", "--seq", "8", "--dtype", "int8")),
+            (dict(batch=1, seq=8, dtype="int16"), ("--batch", "1", "--seq", "8", "--dtype", "int16")),
             (dict(batch=1, seq=8, fusion="maybe"), ("--batch", "1", "--seq", "8", "--fusion", "maybe")),
             (dict(batch=1, seq=8, timing="wall"), ("--batch", "1", "--seq", "8", "--timing", "wall")),
             (dict(batch=1, seq=8, predictor="oracle"), ("--batch", "1", "--seq", "8", "--predictor", "oracle")),

@@ -451,6 +451,37 @@ TEST_CASE("generation: --dtype fp4 runs the weights' GEMMs in NVFP4 and the rest
   CHECK(g.tpot_ms < h.tpot_ms);
 }
 
+TEST_CASE("generation: --dtype int8 runs the weights' GEMMs as INT8 W8A8 and the rest in FP16") {
+  const ModelConfig c = small_llama(8, 2);
+  const Decoder d = config_decoder(c);
+  const Analysis pre = prepare(d.prefill, serving(DType::i8, 2, 64));
+  int int8 = 0, flash = 0;
+  for (const Kernel& k : pre.kernels.kernels) {
+    flash += k.op == "flash_attention";
+    if (k.cls == KernelClass::gemm && k.op != "flash_attention") {
+      // Both operands one byte, the output FP16.
+      CHECK(k.dtype == DType::i8);
+      const double out = double(k.gemm.batch) * double(k.gemm.m) * double(k.gemm.n);
+      const double in = double(k.gemm.m) * double(k.gemm.k) + double(k.gemm.k) * double(k.gemm.n);
+      CHECK(k.bytes == doctest::Approx(in + 2 * out).epsilon(0.01));
+      ++int8;
+    } else if (is_float(k.dtype)) {
+      CHECK(k.dtype == DType::f16);  // attention (FlashAttention in FP16), norms, activations
+    }
+  }
+  CHECK(int8 == 2 * 7 + 1);
+  CHECK(flash == 2);
+  // The cache and the embedding table in FP16, the GEMMs' weights in a byte; the A100's INT8
+  // matrix units run twice the FP16 rate, and a decode step reads half the weights.
+  const GenerationReport g = generate(d, serving(DType::i8, 2), 40, 9, "a100-80gb");
+  const GenerationReport h = generate(d, serving(DType::f16, 2), 40, 9, "a100-80gb");
+  CHECK(g.kv_cache_bytes == h.kv_cache_bytes);
+  CHECK(g.embedding_bytes == h.embedding_bytes);
+  CHECK((g.weight_bytes - g.embedding_bytes) / (h.weight_bytes - h.embedding_bytes) == doctest::Approx(0.5).epsilon(0.01));
+  CHECK(g.tpot_ms < h.tpot_ms);
+  CHECK(g.ttft_ms < h.ttft_ms);
+}
+
 TEST_CASE("generation: Gemma 3 text decoders (sandwich norms, scaled embedding, 5 local layers to 1 global)") {
   // Gemma-3-1B's config fields.
   const ModelConfig c = parse_hf_config(R"({"model_type": "gemma3_text", "head_dim": 256,

@@ -178,10 +178,23 @@ Work work_of_elementwise(double elems, int inputs, double ops_per_elem, double e
 // --dtype fp4: NVFP4 as TensorRT-LLM runs it on Blackwell: the GEMMs of weights (and the
 // experts of a mixture) read both operands as FP4 E2M1 values with one E4M3 scale per 16
 // (4.5 bits); every other tensor, attention and the KV cache included, is FP8.
+// --dtype int8: W8A8 as SmoothQuant-style serving runs it (vLLM's int8 w8a8, TensorRT-LLM):
+// the GEMMs of weights (and experts) read INT8 weights and per-token quantized INT8
+// activations on the integer matrix units (their per-channel and per-token scales are a
+// vector each: not counted), and write FP16; every other tensor, attention and the KV cache
+// included, is FP16.
 constexpr double kNvfp4BytesPerElement = 0.5 + 1.0 / 16;
+// Whether a forced compute dtype narrows only the weights' GEMMs (fp4, int8).
+inline bool narrow_weight_gemms(DType compute) { return compute == DType::f4e2m1 || compute == DType::i8; }
+// Bytes per element of those GEMMs' operands.
+inline double narrow_operand_bytes(DType compute) {
+  return compute == DType::f4e2m1 ? kNvfp4BytesPerElement : element_bytes(compute);
+}
 // The dtype the tensors other than those GEMM operands are held in under a forced compute
-// dtype (FP8 under fp4; the dtype itself otherwise).
-inline DType activation_dtype(DType compute) { return compute == DType::f4e2m1 ? DType::f8e4m3fn : compute; }
+// dtype (FP8 under fp4, FP16 under int8; the dtype itself otherwise).
+inline DType activation_dtype(DType compute) {
+  return compute == DType::f4e2m1 ? DType::f8e4m3fn : compute == DType::i8 ? DType::f16 : compute;
+}
 
 struct LoweringOptions {
   Mode mode = Mode::inference;
