@@ -33,7 +33,8 @@ std::vector<Kernel> random_kernels(size_t n, uint64_t seed) {
   };
   static const char* ew[] = {"add", "addu", "mul", "div", "gelu", "relu", "tanh", "pow"};
   static const DType gemm_dtypes[] = {DType::f32, DType::f32, DType::f32, DType::tf32, DType::f16, DType::bf16,
-                                      DType::f8e4m3fn, DType::f4e2m1};
+                                      DType::f8e4m3fn, DType::f4e2m1, DType::i8};
+  constexpr size_t kGemmDtypes = sizeof(gemm_dtypes) / sizeof(gemm_dtypes[0]);
   std::vector<Kernel> out;
   out.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -63,7 +64,7 @@ std::vector<Kernel> random_kernels(size_t n, uint64_t seed) {
       }
       default: {  // a GEMM in another dtype
         k = kernel_from_dataset("linear", {{"B", "1"}, {"M", dim(0, 14)}, {"N", dim(6, 14)}, {"K", dim(6, 14)}});
-        const DType t = gemm_dtypes[g() % 8];
+        const DType t = gemm_dtypes[g() % kGemmDtypes];
         const double scale = std::max(1, dtype_bits(t == DType::tf32 ? DType::f32 : t)) / 32.0;
         k.dtype = t;
         k.bytes *= scale;
