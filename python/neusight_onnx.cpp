@@ -84,7 +84,21 @@ struct AnalysisArgs {
   py::object parallel = py::none(), link_bw = py::none();
   py::object predictor = py::str("neusight"), weights = py::none();
 
-  Options parse() const {
+  Options parse() const { return parse_argv(argv()); }
+
+  // The CLI's options of `argv` (argv() plus a command's own flags).
+  static Options parse_argv(const Argv& argv) {
+    // The main job's flags (tools/flags.h): parse_analysis_options and parse_parallel_options
+    // read them.
+    const cli::Args args(argv, cli::Command::analyze);
+    Options opt = cli::parse_analysis_options(args);
+    cli::parse_parallel_options(args, opt);
+    return opt;
+  }
+
+  // The keyword arguments as the CLI's flags; fusion and timing only when given (None: the
+  // flag's default, or --generate's).
+  Argv argv() const {
     Argv argv;
     auto flag = [&](const char* f, const std::string& v) {
       argv.push_back(f);
@@ -116,8 +130,8 @@ struct AnalysisArgs {
     }
     flag("--mode", str_arg(mode, "mode"));
     if (!dtype.is_none()) flag("--dtype", str_arg(dtype, "dtype"));
-    flag("--fusion", str_arg(fusion, "fusion"));
-    flag("--timing", str_arg(timing, "timing"));
+    if (!fusion.is_none()) flag("--fusion", str_arg(fusion, "fusion"));
+    if (!timing.is_none()) flag("--timing", str_arg(timing, "timing"));
     flag("--predictor", str_arg(predictor, "predictor"));
     if (!weights.is_none()) flag("--weights", fspath(weights));
     if (!parallel.is_none()) {
@@ -137,12 +151,7 @@ struct AnalysisArgs {
         type_error("link_bw", "a number (GB/s)", link_bw);
       flag("--link-bw", py::str(py::float_(link_bw)));
     }
-    // The main job's flags (tools/flags.h): parse_analysis_options and parse_parallel_options
-    // read them.
-    const cli::Args args(argv, cli::Command::analyze);
-    Options opt = cli::parse_analysis_options(args);
-    cli::parse_parallel_options(args, opt);
-    return opt;
+    return argv;
   }
 };
 
@@ -296,6 +305,48 @@ py::object from_config(py::handle config, py::handle gpu, const AnalysisArgs& a)
   return report_dicts(std::move(reports), opt, many);
 }
 
+// A model argument of generate() / compare(): a Hugging Face config (a dict, or a path ending
+// in .json) or an ONNX model.
+bool is_config_arg(py::handle m) {
+  const std::string path = is_pathlike(m) ? fspath(m) : "";
+  return py::isinstance<py::dict>(m) || (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0);
+}
+
+py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, const AnalysisArgs& a) {
+  Argv argv = a.argv();
+  argv.push_back("--generate");
+  argv.push_back(int_text(prompt, "prompt") + ":" + int_text(new_tokens, "new_tokens"));
+  const cli::Args args(argv, cli::Command::analyze);
+  const GenerationOptions gen = cli::parse_generate(args.get("--generate"));
+  const Options opt = cli::generation_options(args, AnalysisArgs::parse_argv(argv));
+  bool many = false;
+  const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
+  std::optional<ConfigSource> cfg;
+  ModelSource src;
+  if (is_config_arg(model)) cfg = config_source(model);
+  else src = model_source(model);
+  std::vector<Report> reports;
+  {
+    py::gil_scoped_release nogil;
+    const std::vector<Gpu> gpus = resolve_all(gpu_src);
+    std::string dtype_note;
+    Decoder decoder;
+    if (cfg) {
+      const ModelConfig c = cfg->read();
+      decoder = config_decoder(c);
+      if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(c);
+    } else {
+      decoder = onnx_decoder(src.load());
+    }
+    const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen);
+    for (const auto& g : gpus) {
+      reports.push_back(predict_generation(analysis, decoder, g, opt));
+      if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
+    }
+  }
+  return report_dicts(std::move(reports), opt, many);
+}
+
 py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py::handle top_arg,
                    py::handle labels_arg) {
   if (!py::isinstance<py::list>(models) && !py::isinstance<py::tuple>(models))
@@ -317,8 +368,7 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
   for (py::handle m : models) {
     Item it;
     const std::string path = is_pathlike(m) ? fspath(m) : "";
-    const bool json_path = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
-    if (py::isinstance<py::dict>(m) || json_path) it.config = config_source(m);
+    if (is_config_arg(m)) it.config = config_source(m);
     else it.model = model_source(m);
     names.push_back(!path.empty() ? path : "model" + std::to_string(items.size() + 1));
     items.push_back(std::move(it));
@@ -608,7 +658,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
-      "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|'fp4';\n"
+      "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|'fp4'|'int8';\n"
       "fusion 'none'|'eager'|'full'; timing 'device'|'kernel'|'eager'; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
       "[,schedule=gpipe|1f1b]' or a dict of those, with link_bw in GB/s. The GIL is released while it runs.");
   m.def(
@@ -642,6 +692,24 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
       "the file names; model1, model2, ... for the others); `top` the changed nodes listed per variant.");
+  m.def(
+      "generate",
+      [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch,
+         py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
+         py::object predictor, py::object weights) {
+        return generate(model, gpu, prompt, new_tokens,
+                        analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
+                                      timing, parallel, link_bw, predictor, weights));
+      },
+      "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
+      "timing"_a = none, "parallel"_a = none, py::kw_only(), "link_bw"_a = none, "predictor"_a = "neusight",
+      "weights"_a = none,
+      "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
+      "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
+      "a path ending in .json) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"
+      "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
+      "'tp=N[,ep=M]'. Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
+      "kv_cache_bytes, memory_bytes, ...), or a list of them for a list of GPUs.");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,
         "Predicts dataset-format kernel rows like `neusight-onnx kernels`: `rows` is a CSV path or a list of\n"

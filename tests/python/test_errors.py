@@ -124,6 +124,18 @@ class SameAsCli(unittest.TestCase):
                          *OK, rename=(bad, "config"))
         self.assert_same(lambda: n.from_config(self.dir, "h100", batch=1, seq=8), "--config", self.dir, *OK)
 
+    def test_generate(self):
+        # The CLI's one-line errors for --generate: token counts, a training-only flag, a
+        # model without a KV cache.
+        cfg = self.write("cfg.json", json.dumps({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+                                                  "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100}))
+        self.assert_same(lambda: n.generate(cfg, "h100", 0, 8), "--config", cfg, "--gpu", "h100", "--generate", "0:8")
+        self.assert_same(lambda: n.generate(cfg, "h100", 8, 8, parallel="tp=2,ep=3"), "--config", cfg, "--gpu", "h100",
+                         "--generate", "8:8", "--parallel", "tp=2,ep=3")
+        self.assert_same(lambda: n.generate(EXAMPLE, "h100", 8, 8), EXAMPLE, "--gpu", "h100", "--generate", "8:8")
+        with self.assertRaises(TypeError):
+            n.generate(cfg, "h100", "8", 8)
+
     def test_compare(self):
         self.assert_same(lambda: n.compare([EXAMPLE], "h100", batch=1, seq=8), "compare", EXAMPLE, *OK)
         self.assert_same(lambda: n.compare([EXAMPLE, EXAMPLE], "h100", batch=1, seq=8, top=-1), "compare",

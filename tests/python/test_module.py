@@ -89,6 +89,32 @@ class Analyze(unittest.TestCase):
         self.assertTrue(same(r["e2e_latency_ms"], want["e2e_latency_ms"]))
         self.assertTrue(same(r["nodes"], want["nodes"]))
 
+    def test_generate_equals_cli(self):
+        # A config (path and dict), the ONNX decoder exported from it, a GPU list, the serving
+        # defaults and explicit options: the CLI's --generate report, key for key.
+        cfg = os.path.join(SOURCE, "tests", "data", "mixtral_8x7b.json")
+        want = run_json("--config", cfg, "--gpu", "h100,b200", "--generate", "128:16", "--batch", "2",
+                        "--dtype", "int8", "--parallel", "tp=4,ep=4")
+        self.assertTrue(same(n.generate(cfg, ["h100", "b200"], 128, 16, batch=2, dtype="int8",
+                                        parallel={"tp": 4, "ep": 4}), want))
+        with open(cfg) as f:
+            as_dict = json.load(f)
+        got = n.generate(as_dict, "h100", 128, 16, batch=2, dtype="int8", parallel="tp=4,ep=4")
+        self.assertTrue(same(got["generation"], want[0]["generation"]))
+        with tempfile.TemporaryDirectory() as d:
+            small = os.path.join(d, "small_llama.json")
+            with open(small, "w") as f:
+                json.dump({"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "intermediate_size": 512,
+                           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}, f)
+            step = os.path.join(d, "step.onnx")
+            self.assertEqual(run("export", "--config", small, "--kv-cache", "-o", step)[0], 0)
+            want = run_json(step, "--gpu", "l40s", "--generate", "64:8", "--fusion", "eager", "--timing", "device")
+            got = n.generate(step, "l40s", 64, 8, fusion="eager", timing="device")
+            self.assertTrue(same(got, want))
+            self.assertIn("unfused attention", got["generation"]["execution"])
+            self.assertTrue(same(n.generate(onnx.load(step), "l40s", 64, 8, fusion="eager", timing="device")["generation"],
+                                 want["generation"]))
+
     def test_report_copies_are_plain_dicts(self):
         r = n.analyze(EXAMPLE, "h100", batch=1, seq=16)
         self.assertIsInstance(r, n.Report)
