@@ -294,6 +294,13 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   const double tp = double(g.tp);
   const double kv_share = d.kv_heads > 0 ? std::ceil(double(d.kv_heads) / tp) / double(d.kv_heads) : 1.0 / tp;
   g.memory_per_gpu_bytes = a.weight_bytes / tp + a.kv_cache_bytes * kv_share + a.activation_bytes;
+  // Capacity: the KV cache one more sequence adds against what the weights and the activations
+  // leave of the engine's share of the memory (an engine bounds the tokens of a step, so its
+  // activations do not grow with the sequences it holds).
+  const double per_sequence = a.kv_cache_bytes * kv_share / double(a.batch);
+  const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB - a.weight_bytes / tp - a.activation_bytes;
+  if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
+    g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_bw_gbps > 0)
     g.weight_read_ms = (a.weight_bytes - a.embedding_bytes - a.unread_expert_bytes) / tp / (gpu.mem_bw_gbps * 1e9) * 1e3;
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";

@@ -68,6 +68,7 @@ json generation_json(const GenerationReport& g) {
           {"tensor_parallel", g.tp},
           {"expert_parallel", g.ep},
           {"memory_per_gpu_bytes", finite(g.memory_per_gpu_bytes)},
+          {"max_batch", g.max_batch},
           {"weight_read_ms", finite(g.weight_read_ms)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
                         {"sliding_layers", g.sliding_layers}, {"window", g.window}}},
@@ -88,14 +89,15 @@ std::string generation_html(const std::vector<Report>& reports) {
      << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
   os << "<table><thead><tr><th>gpu</th><th class=\"n\">TTFT ms</th><th class=\"n\">TPOT ms</th>"
         "<th class=\"n\">last TPOT ms</th><th class=\"n\">total ms</th><th class=\"n\">tokens/s</th>"
-        "<th class=\"n\">KV cache</th><th class=\"n\">memory</th></tr></thead><tbody>\n";
+        "<th class=\"n\">KV cache</th><th class=\"n\">memory</th><th class=\"n\">sequences that fit</th></tr></thead>"
+        "<tbody>\n";
   for (const Report* r : rs) {
     const GenerationReport& g = *r->generation;
     os << "<tr><td>" << html_escape(r->gpu.name) << "</td><td class=\"n\">" << format_ms(g.ttft_ms)
        << "</td><td class=\"n\">" << format_ms(g.tpot_ms) << "</td><td class=\"n\">" << format_ms(g.tpot_last_ms)
        << "</td><td class=\"n\">" << format_ms(g.total_ms) << "</td><td class=\"n\">" << num(g.tokens_per_s, 1)
        << "</td><td class=\"n\">" << bytes_text(g.kv_cache_bytes) << "</td><td class=\"n\">"
-       << bytes_text(g.memory_bytes) << "</td></tr>\n";
+       << bytes_text(g.memory_bytes) << "</td><td class=\"n\">" << g.max_batch << "</td></tr>\n";
   }
   os << "</tbody></table>\n";
   // Per-step latency: one polyline per GPU over the decode steps (x: output token).
@@ -172,6 +174,10 @@ std::string format_generation(const Report& r, bool color) {
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
      << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes) << "; GPU "
      << num(r.gpu.mem_gb, 0) << " GB)\n";
+  if (r.gpu.mem_gb > 0)
+    os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of " << g.prompt + g.new_tokens
+       << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
+       << "% of " << (g.tp > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
   if (g.tp > 1)
     os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link << "; "
        << bytes_text(g.memory_per_gpu_bytes) << " per GPU; times and the bound are one GPU's)\n";
@@ -200,14 +206,16 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
   os << pad("gpu", w) << " " << pad("TTFT ms", 11, true) << " " << pad("TPOT ms", 10, true) << " "
-     << pad("total ms", 11, true) << " " << pad("tokens/s", 10, true) << " " << pad("vs first", 9, true) << "\n";
+     << pad("total ms", 11, true) << " " << pad("tokens/s", 10, true) << " " << pad("vs first", 9, true) << " "
+     << pad("fits seqs", 10, true) << "\n";
   const double base = reports.empty() || !reports.front().generation ? 0 : reports.front().generation->tokens_per_s;
   for (const auto& r : reports) {
     if (!r.generation) continue;
     const GenerationReport& g = *r.generation;
     os << pad(r.gpu.name, w) << " " << pad(format_ms(g.ttft_ms), 11, true) << " " << pad(format_ms(g.tpot_ms), 10, true)
        << " " << pad(format_ms(g.total_ms), 11, true) << " " << pad(num(g.tokens_per_s, 1), 10, true) << " "
-       << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << "\n";
+       << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << " " << pad(std::to_string(g.max_batch), 10, true)
+       << "\n";
   }
   return os.str();
 }

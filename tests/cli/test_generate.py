@@ -15,7 +15,7 @@ import gqa_decoder
 LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
 SMALL = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
          "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 4000, "torch_dtype": "float16"}
-KEYS = ["ttft_ms", "tpot_ms", "tpot_last_ms", "total_ms", "tokens_per_s", "kv_cache_bytes", "memory_bytes"]
+KEYS = ["ttft_ms", "tpot_ms", "tpot_last_ms", "total_ms", "tokens_per_s", "kv_cache_bytes", "memory_bytes", "max_batch"]
 
 
 class Generate(unittest.TestCase):
@@ -200,6 +200,14 @@ class Generate(unittest.TestCase):
                          "--gpu", "l4", "--quiet")
         self.assertEqual(rc, 0, se)
         self.assertIn("more than the", se)
+        # How many such sequences fit, and none where the weights alone overflow.
+        g = self.gen_json("--config", LLAMA3_8B, "--generate", "8192:128", "--dtype", "fp16", "--gpu", "l4,h100")
+        self.assertLess(g[0]["generation"]["max_batch"], 16)
+        self.assertGreater(g[1]["generation"]["max_batch"], 16)
+        rc, so, se = run("--config", os.path.join(SOURCE, "tests", "data", "llama3_70b.json"), "--generate", "64:8",
+                         "--dtype", "fp16", "--gpu", "h100")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("fits                      0 seqs", so)
 
     def test_onnx_decoder_export_predicts_like_the_config(self):
         step = os.path.join(self.dir, "step.onnx")

@@ -72,6 +72,24 @@ TEST_CASE("generation: KV-cache bytes are exactly 2 x layers x kv_heads x head_d
   }
 }
 
+TEST_CASE("generation: the sequences that fit are the KV caches beside the weights and activations") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  for (const char* gpu : {"h100", "l4"}) {
+    const Gpu& g = GpuDatabase::builtin().resolve(gpu);
+    const GenerationReport r = generate(d, serving(DType::f16, 3), 1000, 24, gpu);
+    const double room = 0.9 * g.mem_gb * gib - r.weight_bytes - r.activation_bytes;
+    CHECK(r.max_batch == int64_t(std::floor(room / (r.kv_cache_bytes / 3))));
+    // A longer generation's cache is larger: fewer sequences fit.
+    CHECK(generate(d, serving(DType::f16, 3), 4000, 24, gpu).max_batch < r.max_batch);
+  }
+  // A GPU whose memory the weights fill holds none.
+  Gpu tiny = GpuDatabase::builtin().resolve("h100");
+  tiny.mem_gb = 1e-6;
+  const GenerationAnalysis a = prepare_generation(d, serving(DType::f16, 1), GenerationOptions{64, 8});
+  CHECK(predict_generation(a, d, tiny, serving(DType::f16, 1)).generation->max_batch == 0);
+}
+
 TEST_CASE("generation: decode TPOT at batch 1 is at least the weights over DRAM bandwidth and grows with the KV cache") {
   const Decoder d = config_decoder(small_llama(8, 2));
   for (const char* gpu : {"h100", "a100-80gb", "l40s"}) {

@@ -74,6 +74,13 @@ struct GenerationReport {
   int ep = 1;  // --parallel ep=N: a mixture's experts spread over N of the tp GPUs (the busiest GPU's times)
   std::string link;
   double memory_per_gpu_bytes = 0;
+  // The share of a GPU's memory a serving engine takes for weights, KV cache and activations
+  // (vLLM's default gpu_memory_utilization, 0.9).
+  static constexpr double kServingMemoryFraction = 0.9;
+  // Sequences of prompt + new tokens whose KV cache fits one GPU's memory beside its weights
+  // and this batch's activations, at kServingMemoryFraction of its capacity, as a serving
+  // engine sizes its cache; 0 when the rest alone does not fit or the memory is unknown.
+  int64_t max_batch = 0;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
   std::vector<double> step_ms;          // every decode step (interpolated), for charts
   std::map<std::string, double> prefill_by_class, decode_by_class;  // ms; decode: all steps
