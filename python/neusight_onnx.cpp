@@ -312,12 +312,18 @@ bool is_config_arg(py::handle m) {
   return py::isinstance<py::dict>(m) || (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0);
 }
 
-py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, const AnalysisArgs& a) {
+py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, py::handle speculative,
+                    const AnalysisArgs& a) {
   Argv argv = a.argv();
   argv.push_back("--generate");
   argv.push_back(int_text(prompt, "prompt") + ":" + int_text(new_tokens, "new_tokens"));
+  if (!speculative.is_none()) {
+    argv.push_back("--speculative");
+    argv.push_back(str_arg(speculative, "speculative"));
+  }
   const cli::Args args(argv, cli::Command::analyze);
-  const GenerationOptions gen = cli::parse_generate(args.get("--generate"));
+  GenerationOptions gen = cli::parse_generate(args.get("--generate"));
+  const std::string draft_path = args.has("--speculative") ? cli::parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = cli::generation_options(args, AnalysisArgs::parse_argv(argv));
   bool many = false;
   const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
@@ -338,7 +344,14 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     } else {
       decoder = onnx_decoder(src.load());
     }
-    const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen);
+    std::optional<Decoder> draft;
+    if (!draft_path.empty()) {
+      std::string draft_note;
+      const bool json = draft_path.size() > 5 && draft_path.compare(draft_path.size() - 5, 5, ".json") == 0;
+      draft = cli::load_decoder(draft_path, json, opt, draft_note);
+      draft->prefill.model.path = draft_path;  // names the draft in the report
+    }
+    const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
     for (const auto& g : gpus) {
       reports.push_back(predict_generation(analysis, decoder, g, opt));
       if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
@@ -695,20 +708,20 @@ PYBIND11_MODULE(neusight_onnx, m) {
   m.def(
       "generate",
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch,
-         py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
-         py::object predictor, py::object weights) {
-        return generate(model, gpu, prompt, new_tokens,
+         py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object speculative,
+         py::object link_bw, py::object predictor, py::object weights) {
+        return generate(model, gpu, prompt, new_tokens, speculative,
                         analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
                                       timing, parallel, link_bw, predictor, weights));
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
-      "timing"_a = none, "parallel"_a = none, py::kw_only(), "link_bw"_a = none, "predictor"_a = "neusight",
-      "weights"_a = none,
+      "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "link_bw"_a = none,
+      "predictor"_a = "neusight", "weights"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"
       "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
-      "'tp=N[,ep=M]'. Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
+      "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative. Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
       "kv_cache_bytes, memory_bytes, ...), or a list of them for a list of GPUs.");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,

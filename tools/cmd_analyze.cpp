@@ -1,6 +1,7 @@
 // cmd_analyze.cpp - the main job: predict a model's latency on one or more GPUs.
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <unistd.h>
 
@@ -22,12 +23,20 @@ std::string progress_bar(size_t done, size_t total) {
 
 // --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
-  const GenerationOptions gen = parse_generate(args.get("--generate"));
+  GenerationOptions gen = parse_generate(args.get("--generate"));
+  const std::string draft_path = args.has("--speculative") ? parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = generation_options(args, base);
   std::string dtype_note;
   const bool config = args.has("--config");
   const Decoder decoder = load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note);
-  const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen);
+  std::optional<Decoder> draft;
+  if (!draft_path.empty()) {
+    std::string draft_note;  // the target's note says what the dtype is
+    const bool json = draft_path.size() > 5 && draft_path.compare(draft_path.size() - 5, 5, ".json") == 0;
+    draft = load_decoder(draft_path, json, opt, draft_note);
+    draft->prefill.model.path = draft_path;  // names the draft in the report
+  }
+  const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
   std::vector<Report> reports;
   for (const auto& gpu : gpus) {
     reports.push_back(predict_generation(analysis, decoder, gpu, opt));
@@ -73,6 +82,7 @@ int cmd_analyze(const Argv& argv) {
     gpus.push_back(GpuDatabase::builtin().resolve(name));
   }
   if (args.has("--generate")) return run_generate(args, opt, gpus);
+  if (args.has("--speculative")) throw InputError("--speculative applies to --generate PROMPT:NEW");
 
   std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
   const LoadedModel loaded =

@@ -220,6 +220,35 @@ GenerationOptions parse_generate(const std::string& text) {
   return g;
 }
 
+std::string parse_speculative(const std::string& text, GenerationOptions& gen) {
+  std::stringstream ss(text);
+  std::string part, draft;
+  bool count = false, accept = false;
+  while (std::getline(ss, part, ',')) {
+    const auto eq = part.find('=');
+    if (eq == std::string::npos && !count) {
+      gen.speculative = parse_int(part, "--speculative K");
+      count = true;
+    } else if (eq != std::string::npos && part.substr(0, eq) == "accept") {
+      char* end = nullptr;
+      const std::string v = part.substr(eq + 1);
+      gen.acceptance = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(gen.acceptance > 0 && gen.acceptance <= 1))
+        throw InputError("--speculative: accept must be a probability in (0, 1], got '" + v + "'");
+      accept = true;
+    } else if (eq != std::string::npos && part.substr(0, eq) == "draft") {
+      draft = part.substr(eq + 1);
+      if (draft.empty()) throw InputError("--speculative: draft= needs a model (a config .json or an ONNX decoder)");
+    } else {
+      throw InputError("--speculative: expected K,accept=P[,draft=MODEL], got '" + part + "' in '" + text + "'");
+    }
+  }
+  if (!count || gen.speculative < 1)
+    throw InputError("--speculative: K, the tokens drafted a step, must be at least 1 (K,accept=P[,draft=MODEL])");
+  if (!accept) throw InputError("--speculative: give the acceptance, accept=P (the chance a drafted token is kept)");
+  return draft;
+}
+
 Options generation_options(const Args& args, Options opt) {
   for (const char* flag : {"--seq", "--out"})
     if (args.has(flag)) throw InputError(std::string(flag) + " does not apply to --generate (PROMPT:NEW sets the lengths)");

@@ -30,6 +30,9 @@ GenerationOptions parse_generate(const std::string& text);
 // CUDA graphs, --fusion full) unless --timing / --fusion were given, batch 1 unless --batch.
 // Throws InputError for flags that do not apply (--seq, --out, --parallel, --mode training).
 Options generation_options(const Args& args, Options opt);
+// --speculative K,accept=P[,draft=MODEL]: sets `gen`'s count and acceptance and returns the
+// draft model's path ("" without one). Throws InputError naming the part.
+std::string parse_speculative(const std::string& text, GenerationOptions& gen);
 // The decoder of a Hugging Face config (`config` true) or an ONNX export with a KV cache;
 // `dtype_note` as load_config_model.
 Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note);

@@ -214,9 +214,22 @@ Decoder onnx_decoder(LoadedModel model) {
   return d;
 }
 
-GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, const GenerationOptions& gen) {
+double expected_tokens_per_step(int64_t proposed, double acceptance) {
+  if (proposed <= 0) return 1.0;
+  const double a = std::clamp(acceptance, 0.0, 1.0);
+  if (a >= 1.0) return double(proposed + 1);
+  return (1.0 - std::pow(a, double(proposed + 1))) / (1.0 - a);
+}
+
+GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, const GenerationOptions& gen,
+                                      const Decoder* draft) {
   if (gen.prompt < 1) throw InputError("--generate: the prompt needs at least one token");
   if (gen.new_tokens < 1) throw InputError("--generate: at least one new token is needed");
+  if (gen.speculative < 0 || gen.speculative > 64)
+    throw InputError("--speculative: the draft proposes 1 to 64 tokens a step, got " + std::to_string(gen.speculative));
+  if (gen.speculative > 0 && !(gen.acceptance > 0 && gen.acceptance <= 1))
+    throw InputError("--speculative: the acceptance is a probability in (0, 1]");
+  if (draft && gen.speculative == 0) throw InputError("--speculative: a draft model needs a count of proposed tokens");
   if (options.mode != Mode::inference) throw InputError("--generate predicts inference (no --mode training)");
   if (options.parallel.active) check_inference_parallel(options.parallel);
   GenerationAnalysis a;
@@ -229,7 +242,14 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     const int64_t kv = n == 1 ? first : first + static_cast<int64_t>(std::llround(double(j) * double(last - first) / (n - 1)));
     if (!a.kv.empty() && a.kv.back() == kv) continue;
     a.kv.push_back(kv);
-    a.steps.push_back(prepare(d.step, phase_options(options, d, a.batch, 1, kv, true)));
+    // Speculative decoding: the step verifies the proposed tokens and the one after them.
+    a.steps.push_back(prepare(d.step, phase_options(options, d, a.batch, 1 + gen.speculative, kv, true)));
+  }
+  if (draft) {
+    GenerationOptions plain = gen;
+    plain.speculative = 0;
+    a.draft_decoder = std::make_shared<const Decoder>(*draft);
+    a.draft = std::make_shared<const GenerationAnalysis>(prepare_generation(*draft, options, plain));
   }
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
@@ -260,12 +280,43 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.window = d.window;
   g.ttft_ms = r.e2e_latency_ms;
   g.prefill_by_class = r.totals_by_class;
+  // Speculative decoding: a step is the verifying step plus `proposed` draft steps, and yields
+  // tokens_per_step tokens; the per-token figures below divide it by them.
+  auto& sp = g.speculative;
+  sp.proposed = a.gen.speculative;
+  sp.acceptance = sp.proposed > 0 ? a.gen.acceptance : 0;
+  sp.tokens_per_step = expected_tokens_per_step(a.gen.speculative, a.gen.acceptance);
+  const double proposed = double(sp.proposed);
+  if (a.draft) {  // the draft reads the prompt too before it can propose
+    const Report dp = predict(a.draft->prefill, a.draft_decoder->prefill.model, gpu, options);
+    sp.draft_ttft_ms = dp.e2e_latency_ms;
+    g.ttft_ms += dp.e2e_latency_ms;
+    for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
+    sp.draft = a.draft_decoder->prefill.model.path.empty() ? a.draft_decoder->prefill.model.graph.name
+                                                            : a.draft_decoder->prefill.model.path;
+    sp.draft_weight_bytes = a.draft->weight_bytes;
+    sp.draft_kv_cache_bytes = a.draft->kv_cache_bytes;
+  }
   std::vector<double> step_ms;
   std::map<std::string, std::vector<double>> by_class;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     const Report s = predict(a.steps[i], d.step.model, gpu, options);
     GenerationStep st{a.kv[i], s.e2e_latency_ms, s.totals_by_class};
-    step_ms.push_back(s.e2e_latency_ms);
+    if (sp.proposed > 0) {
+      double draft_ms = 0;
+      if (a.draft && i < a.draft->steps.size()) {
+        const Report ds = predict(a.draft->steps[i], a.draft_decoder->step.model, gpu, options);
+        draft_ms = ds.e2e_latency_ms;
+        for (const auto& [c, ms] : ds.totals_by_class) st.by_class[c] += proposed * ms;
+      }
+      if (i == 0) {
+        sp.verify_ms = s.e2e_latency_ms;
+        sp.draft_step_ms = draft_ms;
+      }
+      st.latency_ms = (s.e2e_latency_ms + proposed * draft_ms) / sp.tokens_per_step;
+      for (auto& [c, ms] : st.by_class) ms /= sp.tokens_per_step;
+    }
+    step_ms.push_back(st.latency_ms);
     for (const auto& [c, ms] : s.totals_by_class) by_class[c];
     g.samples.push_back(std::move(st));
   }
@@ -286,19 +337,25 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.weight_bytes = a.weight_bytes;
   g.embedding_bytes = a.embedding_bytes;
   g.activation_bytes = a.activation_bytes;
-  g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes;
+  g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes + sp.draft_weight_bytes + sp.draft_kv_cache_bytes;
   // Tensor parallel: each GPU holds 1/tp of the weights (Megatron splits every GEMM weight and
   // the vocabulary; the norms' vectors, replicated, are negligible) and its share of the KV
   // heads (a head is never split: with fewer heads than GPUs each GPU keeps one).
   g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
   const double tp = double(g.tp);
   const double kv_share = d.kv_heads > 0 ? std::ceil(double(d.kv_heads) / tp) / double(d.kv_heads) : 1.0 / tp;
-  g.memory_per_gpu_bytes = a.weight_bytes / tp + a.kv_cache_bytes * kv_share + a.activation_bytes;
+  const double draft_kv_share =
+      a.draft && a.draft_decoder->kv_heads > 0
+          ? std::ceil(double(a.draft_decoder->kv_heads) / tp) / double(a.draft_decoder->kv_heads)
+          : 1.0 / tp;
+  g.memory_per_gpu_bytes = (a.weight_bytes + sp.draft_weight_bytes) / tp + a.kv_cache_bytes * kv_share +
+                           sp.draft_kv_cache_bytes * draft_kv_share + a.activation_bytes;
   // Capacity: the KV cache one more sequence adds against what the weights and the activations
   // leave of the engine's share of the memory (an engine bounds the tokens of a step, so its
   // activations do not grow with the sequences it holds).
-  const double per_sequence = a.kv_cache_bytes * kv_share / double(a.batch);
-  const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB - a.weight_bytes / tp - a.activation_bytes;
+  const double per_sequence = (a.kv_cache_bytes * kv_share + sp.draft_kv_cache_bytes * draft_kv_share) / double(a.batch);
+  const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB -
+                      (a.weight_bytes + sp.draft_weight_bytes) / tp - a.activation_bytes;
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_bw_gbps > 0)
@@ -306,7 +363,8 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
   // Whether the step's attention ran as FlashAttention (16-bit attention under full).
   const auto& step_kernels = a.steps.front().kernels.kernels;
-  const bool flash = std::any_of(step_kernels.begin(), step_kernels.end(), [](const Kernel& k) { return k.op == "flash_decode"; });
+  const bool flash = std::any_of(step_kernels.begin(), step_kernels.end(),
+                                 [](const Kernel& k) { return k.op == "flash_decode" || k.op == "flash_attention"; });
   g.execution = timing + ", " +
                 (flash ? std::string("FlashAttention, fused kernels (--fusion full)")
                  : options.fusion == Fusion::full
@@ -321,12 +379,22 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
     g.ep = std::max(1, options.parallel.ep);
     if (g.ep > 1) g.execution += ", experts over " + std::to_string(g.ep) + " of them";
   }
+  if (sp.proposed > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ", speculative decoding (%lld proposed, acceptance %.2f: %.2f tokens a step)",
+                  static_cast<long long>(sp.proposed), sp.acceptance, sp.tokens_per_step);
+    g.execution += buf;
+  }
   if (gpu.mem_gb > 0 && g.memory_per_gpu_bytes > gpu.mem_gb * kGiB) {
-    char buf[320];
+    char draft_part[64] = "";
+    if (a.draft)
+      std::snprintf(draft_part, sizeof draft_part, " + draft %.1f",
+                    (sp.draft_weight_bytes / tp + sp.draft_kv_cache_bytes * draft_kv_share) / kGiB);
+    char buf[360];
     std::snprintf(buf, sizeof buf,
-                  "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f), more than the %.0f GB of %s",
+                  "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s), more than the %.0f GB of %s",
                   g.memory_per_gpu_bytes / kGiB, g.tp > 1 ? " per GPU" : "", g.weight_bytes / tp / kGiB,
-                  g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, gpu.mem_gb, gpu.name.c_str());
+                  g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part, gpu.mem_gb, gpu.name.c_str());
     r.warnings.push_back(buf);
   }
   r.generation = std::move(g);

@@ -52,7 +52,7 @@ json generation_json(const GenerationReport& g) {
   json steps = json::array();
   for (const auto& s : g.samples)
     steps.push_back({{"kv_len", s.kv_len}, {"latency_ms", finite(s.latency_ms)}, {"by_class_ms", s.by_class}});
-  return {{"batch", g.batch},
+  json out = {{"batch", g.batch},
           {"prompt_tokens", g.prompt},
           {"new_tokens", g.new_tokens},
           {"ttft_ms", finite(g.ttft_ms)},
@@ -76,6 +76,18 @@ json generation_json(const GenerationReport& g) {
           {"prefill_by_class_ms", g.prefill_by_class},
           {"decode_by_class_ms", g.decode_by_class},
           {"decode_samples", std::move(steps)}};
+  const auto& sp = g.speculative;
+  if (sp.proposed > 0)
+    out["speculative"] = {{"proposed", sp.proposed},
+                          {"acceptance", finite(sp.acceptance)},
+                          {"tokens_per_step", finite(sp.tokens_per_step)},
+                          {"verify_ms", finite(sp.verify_ms)},
+                          {"draft_step_ms", finite(sp.draft_step_ms)},
+                          {"draft_ttft_ms", finite(sp.draft_ttft_ms)},
+                          {"draft", sp.draft},
+                          {"draft_weight_bytes", finite(sp.draft_weight_bytes)},
+                          {"draft_kv_cache_bytes", finite(sp.draft_kv_cache_bytes)}};
+  return out;
 }
 
 std::string generation_html(const std::vector<Report>& reports) {
@@ -172,8 +184,12 @@ std::string format_generation(const Report& r, bool color) {
      << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true) << "\n"
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
-     << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes) << "; GPU "
-     << num(r.gpu.mem_gb, 0) << " GB)\n";
+     << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes)
+     << (g.speculative.draft.empty()
+             ? std::string()
+             : " + the draft's weights and cache " +
+                   bytes_text(g.speculative.draft_weight_bytes + g.speculative.draft_kv_cache_bytes))
+     << "; GPU " << num(r.gpu.mem_gb, 0) << " GB)\n";
   if (r.gpu.mem_gb > 0)
     os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of " << g.prompt + g.new_tokens
        << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
@@ -181,6 +197,16 @@ std::string format_generation(const Report& r, bool color) {
   if (g.tp > 1)
     os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link << "; "
        << bytes_text(g.memory_per_gpu_bytes) << " per GPU; times and the bound are one GPU's)\n";
+  if (g.speculative.proposed > 0) {
+    const auto& sp = g.speculative;
+    os << "  speculative          " << pad(num(sp.tokens_per_step, 2) + " tokens", 11, true) << " a step (" << sp.proposed
+       << " proposed, each accepted with p " << num(sp.acceptance, 2) << "; first step: verify " << format_ms(sp.verify_ms)
+       << " ms";
+    if (!sp.draft.empty())
+      os << " + " << sp.proposed << " x draft " << format_ms(sp.draft_step_ms) << " ms; the draft's prefill "
+         << format_ms(sp.draft_ttft_ms) << " ms is in TTFT";
+    os << ")\n";
+  }
   if (g.ep > 1)
     os << "  expert parallel      " << pad(std::to_string(g.ep) + " GPUs", 11, true)
        << " (whole experts per GPU; times are the busiest GPU's under uniform routing)\n";

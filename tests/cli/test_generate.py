@@ -183,6 +183,36 @@ class Generate(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.assertEqual((so + se).count("no mixture of experts"), 1, so + se)
 
+    def test_speculative_decoding(self):
+        draft = os.path.join(self.dir, "draft.json")
+        with open(draft, "w") as f:
+            json.dump({**SMALL, "num_hidden_layers": 1}, f)
+        args = ("--config", self.small, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100")
+        plain = self.gen_json(*args)["generation"]
+        g = self.gen_json(*args, "--speculative", f"3,accept=0.7,draft={draft}")["generation"]
+        sp = g["speculative"]
+        self.assertNotIn("speculative", plain)
+        self.assertEqual((sp["proposed"], sp["acceptance"], sp["draft"]), (3, 0.7, draft))
+        self.assertAlmostEqual(sp["tokens_per_step"], (1 - 0.7 ** 4) / 0.3, places=9)
+        self.assertAlmostEqual(g["decode_samples"][0]["latency_ms"],
+                               (sp["verify_ms"] + 3 * sp["draft_step_ms"]) / sp["tokens_per_step"], places=9)
+        self.assertAlmostEqual(g["ttft_ms"], plain["ttft_ms"] + sp["draft_ttft_ms"], places=9)
+        self.assertIn("speculative decoding (3 proposed", g["execution"])
+        rc, so, se = run(*args, "--speculative", "3,accept=0.7")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("tokens a step (3 proposed, each accepted with p 0.70", so)
+        out = os.path.join(self.dir, "sp.json")
+        for bad, needle in (("0,accept=0.5", "at least 1"), ("3", "accept=P"), ("3,accept=1.5", "(0, 1]"),
+                            ("3,accept=0.5,foo=1", "expected K,accept=P"), ("x,accept=0.5", "--speculative K")):
+            rc, so, se = run(*args, "--speculative", bad, "--json", out)
+            self.assertEqual(rc, 2, (bad, se))
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn(needle, se)
+            self.assertFalse(os.path.exists(out))
+        rc, so, se = run("--config", self.small, "--batch", "1", "--seq", "8", "--gpu", "h100", "--speculative", "3,accept=0.5")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("--speculative applies to --generate", se)
+
     def test_sliding_window_and_latent_caches_say_how_they_are_kept(self):
         cfg = os.path.join(self.dir, "windowed.json")
         with open(cfg, "w") as f:

@@ -114,6 +114,10 @@ class Analyze(unittest.TestCase):
             self.assertIn("unfused attention", got["generation"]["execution"])
             self.assertTrue(same(n.generate(onnx.load(step), "l40s", 64, 8, fusion="eager", timing="device")["generation"],
                                  want["generation"]))
+            # Speculative decoding with the ONNX decoder as its own draft.
+            spec = f"2,accept=0.6,draft={step}"
+            want = run_json("--config", small, "--gpu", "h100", "--generate", "64:8", "--speculative", spec)
+            self.assertTrue(same(n.generate(small, "h100", 64, 8, speculative=spec), want))
 
     def test_report_copies_are_plain_dicts(self):
         r = n.analyze(EXAMPLE, "h100", batch=1, seq=16)

@@ -90,6 +90,55 @@ TEST_CASE("generation: the sequences that fit are the KV caches beside the weigh
   CHECK(predict_generation(a, d, tiny, serving(DType::f16, 1)).generation->max_batch == 0);
 }
 
+TEST_CASE("generation: speculative decoding divides a verifying step and its drafts by the tokens it yields") {
+  CHECK(expected_tokens_per_step(0, 0.5) == 1.0);
+  CHECK(expected_tokens_per_step(4, 1.0) == 5.0);
+  CHECK(expected_tokens_per_step(4, 0.8) == doctest::Approx((1 - std::pow(0.8, 5)) / 0.2));
+  CHECK(expected_tokens_per_step(3, 0.5) == doctest::Approx(1.875));
+  const Decoder d = config_decoder(small_llama(8, 2));
+  ModelConfig small = small_llama(4, 2);
+  small.layers = 1;
+  const Decoder draft = config_decoder(small);
+  const Options o = serving(DType::f16, 2);
+  auto run = [&](int64_t k, double accept, const Decoder* dr) {
+    GenerationOptions gen{256, 32};
+    gen.speculative = k;
+    gen.acceptance = accept;
+    const GenerationAnalysis a = prepare_generation(d, o, gen, dr);
+    return *predict_generation(a, d, GpuDatabase::builtin().resolve("h100"), o).generation;
+  };
+  const GenerationReport plain = run(0, 0, nullptr);
+  CHECK(plain.speculative.proposed == 0);
+  // A free draft whose every token is kept: a step of 5 tokens per sequence yields 5.
+  const GenerationReport all = run(4, 1.0, nullptr);
+  CHECK(all.speculative.tokens_per_step == 5.0);
+  CHECK(all.speculative.verify_ms >= plain.samples.front().latency_ms);
+  CHECK(all.samples.front().latency_ms == doctest::Approx(all.speculative.verify_ms / 5));
+  CHECK(all.tpot_ms < plain.tpot_ms);
+  CHECK(all.ttft_ms == plain.ttft_ms);
+  CHECK(all.kv_cache_bytes == plain.kv_cache_bytes);
+  // A draft model: its steps join each verifying step, its prefill the first token, its
+  // weights and cache the memory; at a low acceptance it costs more than it saves.
+  const GenerationReport drafted = run(4, 0.8, &draft);
+  const auto& sp = drafted.speculative;
+  CHECK(sp.draft_step_ms > 0);
+  CHECK(drafted.samples.front().latency_ms ==
+        doctest::Approx((sp.verify_ms + 4 * sp.draft_step_ms) / expected_tokens_per_step(4, 0.8)));
+  CHECK(drafted.ttft_ms == doctest::Approx(plain.ttft_ms + sp.draft_ttft_ms));
+  CHECK(drafted.memory_bytes == doctest::Approx(plain.memory_bytes + sp.draft_weight_bytes + sp.draft_kv_cache_bytes));
+  CHECK(sp.draft_kv_cache_bytes == 2.0 * 1 * 2 * 128 * (256 + 32) * 2 * 2);
+  CHECK(drafted.max_batch < plain.max_batch);
+  CHECK(run(4, 0.1, &draft).tpot_ms > plain.tpot_ms);
+  // Counts and probabilities out of range, and a draft without a count.
+  for (auto [k, p] : {std::pair<int64_t, double>{4, 0.0}, {4, 1.5}, {-1, 0.5}, {65, 0.5}}) {
+    GenerationOptions gen{16, 4};
+    gen.speculative = k;
+    gen.acceptance = p;
+    CHECK_THROWS_AS(prepare_generation(d, o, gen), InputError);
+  }
+  CHECK_THROWS_AS(prepare_generation(d, o, GenerationOptions{16, 4}, &draft), InputError);
+}
+
 TEST_CASE("generation: decode TPOT at batch 1 is at least the weights over DRAM bandwidth and grows with the KV cache") {
   const Decoder d = config_decoder(small_llama(8, 2));
   for (const char* gpu : {"h100", "a100-80gb", "l40s"}) {

@@ -9,6 +9,7 @@
 // Link with the `neusight::neusight` CMake target (find_package(neusight)).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "neusight/gpu.h"
@@ -67,7 +68,16 @@ struct GenerationOptions {
   // Decode steps predicted (at KV lengths spread evenly from the first to the last step; the
   // others interpolated linearly between them), so a long generation costs no more to analyse.
   int samples = 6;
+  // Speculative decoding (--speculative): a draft proposes `speculative` tokens per sequence,
+  // one step of the model verifies them all (a decode step of speculative + 1 tokens per
+  // sequence), and each proposed token is accepted with probability `acceptance`,
+  // independently, until the first rejection (Leviathan et al., 2023): a step yields
+  // expected_tokens_per_step() tokens. 0: plain decoding.
+  int64_t speculative = 0;
+  double acceptance = 0;
 };
+// (1 - a^(k+1)) / (1 - a) for k proposed tokens at acceptance a (k + 1 at a = 1; 1 at k = 0).
+double expected_tokens_per_step(int64_t proposed, double acceptance);
 
 // A decoder as a generation runs it: the forward pass over the prompt and one decode step
 // whose inputs include the KV cache (optimum / onnxruntime-genai naming:
@@ -107,9 +117,17 @@ struct GenerationAnalysis {
   // tokens do not reach (mixtures of experts; 0 otherwise).
   double unread_expert_bytes = 0;
   double kv_cache_bytes = 0;
+  // Speculative decoding with a draft model: its decoder and its own generation (prefill and
+  // plain decode steps at the same KV lengths); empty without one (a draft that costs nothing,
+  // such as prompt lookup).
+  std::shared_ptr<const Decoder> draft_decoder;
+  std::shared_ptr<const GenerationAnalysis> draft;
 };
-// Throws InputError for a prompt or new-token count below 1 (or a batch below 1).
-GenerationAnalysis prepare_generation(const Decoder& decoder, const Options& options, const GenerationOptions& gen);
+// Throws InputError for a prompt or new-token count below 1 (or a batch below 1), and for a
+// speculative count below 0 or an acceptance outside (0, 1] (with a count). `draft`: the
+// draft model of speculative decoding (it runs the same batch and options).
+GenerationAnalysis prepare_generation(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+                                      const Decoder* draft = nullptr);
 // The prefill's report (nodes, classes, e2e = the prefill) with Report::generation filled.
 Report predict_generation(const GenerationAnalysis& analysis, const Decoder& decoder, const Gpu& gpu,
                           const Options& options);

@@ -81,6 +81,16 @@ struct GenerationReport {
   // and this batch's activations, at kServingMemoryFraction of its capacity, as a serving
   // engine sizes its cache; 0 when the rest alone does not fit or the memory is unknown.
   int64_t max_batch = 0;
+  // Speculative decoding (--speculative): tokens proposed per step (0: plain decoding), their
+  // acceptance, the tokens a step yields, and at the first sampled step the verifying step's
+  // time and one draft step's (0 without a draft model). TPOT, total and tokens/s are then per
+  // output token; the KV cache and memory include the draft's.
+  struct Speculative {
+    int64_t proposed = 0;
+    double acceptance = 0, tokens_per_step = 0, verify_ms = 0, draft_step_ms = 0, draft_ttft_ms = 0;
+    double draft_weight_bytes = 0, draft_kv_cache_bytes = 0;
+    std::string draft;  // the draft model ("" without one)
+  } speculative;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
   std::vector<double> step_ms;          // every decode step (interpolated), for charts
   std::map<std::string, double> prefill_by_class, decode_by_class;  // ms; decode: all steps
