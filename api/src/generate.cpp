@@ -266,37 +266,32 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   return a;
 }
 
-Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options) {
-  Report r = predict(a.prefill, d.prefill.model, gpu, options);
-  GenerationReport g;
-  g.batch = a.batch;
-  g.prompt = a.gen.prompt;
-  g.new_tokens = a.gen.new_tokens;
-  g.layers = d.layers;
-  g.kv_heads = d.kv_heads;
-  g.head_dim = d.head_dim;
-  g.kv_tensors = d.kv_tensors;
-  g.sliding_layers = d.sliding_layers;
-  g.window = d.window;
-  g.ttft_ms = r.e2e_latency_ms;
-  g.prefill_by_class = r.totals_by_class;
-  // Speculative decoding: a step is the verifying step plus `proposed` draft steps, and yields
-  // tokens_per_step tokens; the per-token figures below divide it by them.
+namespace {
+
+// Speculative decoding's fixed part: the tokens a step yields and, with a draft model, its
+// prefill (added to the first token) and its memory.
+void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Options& options, GenerationReport& g) {
   auto& sp = g.speculative;
   sp.proposed = a.gen.speculative;
   sp.acceptance = sp.proposed > 0 ? a.gen.acceptance : 0;
   sp.tokens_per_step = expected_tokens_per_step(a.gen.speculative, a.gen.acceptance);
+  if (!a.draft) return;
+  const Report dp = predict(a.draft->prefill, a.draft_decoder->prefill.model, gpu, options);
+  sp.draft_ttft_ms = dp.e2e_latency_ms;
+  g.ttft_ms += dp.e2e_latency_ms;  // the draft reads the prompt too before it can propose
+  for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
+  sp.draft = a.draft_decoder->prefill.model.path.empty() ? a.draft_decoder->prefill.model.graph.name
+                                                          : a.draft_decoder->prefill.model.path;
+  sp.draft_weight_bytes = a.draft->weight_bytes;
+  sp.draft_kv_cache_bytes = a.draft->kv_cache_bytes;
+}
+
+// The sampled decode steps (under speculative decoding: a verifying step and its drafts per
+// token yielded), then every step interpolated, TPOT, total and tokens/s.
+void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options,
+                  GenerationReport& g) {
+  auto& sp = g.speculative;
   const double proposed = double(sp.proposed);
-  if (a.draft) {  // the draft reads the prompt too before it can propose
-    const Report dp = predict(a.draft->prefill, a.draft_decoder->prefill.model, gpu, options);
-    sp.draft_ttft_ms = dp.e2e_latency_ms;
-    g.ttft_ms += dp.e2e_latency_ms;
-    for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
-    sp.draft = a.draft_decoder->prefill.model.path.empty() ? a.draft_decoder->prefill.model.graph.name
-                                                            : a.draft_decoder->prefill.model.path;
-    sp.draft_weight_bytes = a.draft->weight_bytes;
-    sp.draft_kv_cache_bytes = a.draft->kv_cache_bytes;
-  }
   std::vector<double> step_ms;
   std::map<std::string, std::vector<double>> by_class;
   for (size_t i = 0; i < a.steps.size(); ++i) {
@@ -317,7 +312,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
       for (auto& [c, ms] : st.by_class) ms /= sp.tokens_per_step;
     }
     step_ms.push_back(st.latency_ms);
-    for (const auto& [c, ms] : s.totals_by_class) by_class[c];
+    for (const auto& [c, ms] : st.by_class) by_class[c];
     g.samples.push_back(std::move(st));
   }
   for (auto& [c, v] : by_class)
@@ -333,23 +328,29 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.tpot_last_ms = step_ms.back();
   g.total_ms = g.ttft_ms + decode_ms;
   g.tokens_per_s = g.total_ms > 0 ? double(a.batch) * double(a.gen.new_tokens) / (g.total_ms / 1000.0) : 0;
+}
+
+// A cache's share on one of tp GPUs: its KV heads spread over them, a head never split (with
+// fewer heads than GPUs each GPU keeps one).
+double kv_share_of(int64_t kv_heads, double tp) {
+  return kv_heads > 0 ? std::ceil(double(kv_heads) / tp) / double(kv_heads) : 1.0 / tp;
+}
+
+// Memory: the whole and one GPU's (tensor parallel: 1/tp of the weights, Megatron splitting
+// every GEMM weight and the vocabulary; the norms' vectors, replicated, are negligible), the
+// sequences that fit, and a warning when one GPU's memory is short.
+void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, GenerationReport& g, Report& r) {
+  const auto& sp = g.speculative;
   g.kv_cache_bytes = a.kv_cache_bytes;
   g.weight_bytes = a.weight_bytes;
   g.embedding_bytes = a.embedding_bytes;
   g.activation_bytes = a.activation_bytes;
   g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes + sp.draft_weight_bytes + sp.draft_kv_cache_bytes;
-  // Tensor parallel: each GPU holds 1/tp of the weights (Megatron splits every GEMM weight and
-  // the vocabulary; the norms' vectors, replicated, are negligible) and its share of the KV
-  // heads (a head is never split: with fewer heads than GPUs each GPU keeps one).
-  g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
   const double tp = double(g.tp);
-  const double kv_share = d.kv_heads > 0 ? std::ceil(double(d.kv_heads) / tp) / double(d.kv_heads) : 1.0 / tp;
-  const double draft_kv_share =
-      a.draft && a.draft_decoder->kv_heads > 0
-          ? std::ceil(double(a.draft_decoder->kv_heads) / tp) / double(a.draft_decoder->kv_heads)
-          : 1.0 / tp;
-  g.memory_per_gpu_bytes = (a.weight_bytes + sp.draft_weight_bytes) / tp + a.kv_cache_bytes * kv_share +
-                           sp.draft_kv_cache_bytes * draft_kv_share + a.activation_bytes;
+  const double kv_share = kv_share_of(d.kv_heads, tp);
+  const double draft_kv_share = a.draft ? kv_share_of(a.draft_decoder->kv_heads, tp) : 1.0 / tp;
+  const double draft_bytes = sp.draft_weight_bytes / tp + sp.draft_kv_cache_bytes * draft_kv_share;
+  g.memory_per_gpu_bytes = a.weight_bytes / tp + a.kv_cache_bytes * kv_share + a.activation_bytes + draft_bytes;
   // Capacity: the KV cache one more sequence adds against what the weights and the activations
   // leave of the engine's share of the memory (an engine bounds the tokens of a step, so its
   // activations do not grow with the sequences it holds).
@@ -360,6 +361,19 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_bw_gbps > 0)
     g.weight_read_ms = (a.weight_bytes - a.embedding_bytes - a.unread_expert_bytes) / tp / (gpu.mem_bw_gbps * 1e9) * 1e3;
+  if (!(gpu.mem_gb > 0 && g.memory_per_gpu_bytes > gpu.mem_gb * kGiB)) return;
+  char draft_part[64] = "";
+  if (a.draft) std::snprintf(draft_part, sizeof draft_part, " + draft %.1f", draft_bytes / kGiB);
+  char buf[360];
+  std::snprintf(buf, sizeof buf,
+                "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s), more than the %.0f GB of %s",
+                g.memory_per_gpu_bytes / kGiB, g.tp > 1 ? " per GPU" : "", g.weight_bytes / tp / kGiB,
+                g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part, gpu.mem_gb, gpu.name.c_str());
+  r.warnings.push_back(buf);
+}
+
+// How the generation was predicted: timing, attention, parallelism, speculation.
+void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& options, const Report& r, GenerationReport& g) {
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
   // Whether the step's attention ran as FlashAttention (16-bit attention under full).
   const auto& step_kernels = a.steps.front().kernels.kernels;
@@ -376,27 +390,39 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
     std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", link.kind.c_str(), link.spec_gbps, link.efficiency);
     g.link = buf;
     g.execution += ", tensor parallel over " + std::to_string(g.tp) + " GPUs";
-    g.ep = std::max(1, options.parallel.ep);
     if (g.ep > 1) g.execution += ", experts over " + std::to_string(g.ep) + " of them";
   }
+  const auto& sp = g.speculative;
   if (sp.proposed > 0) {
     char buf[160];
     std::snprintf(buf, sizeof buf, ", speculative decoding (%lld proposed, acceptance %.2f: %.2f tokens a step)",
                   static_cast<long long>(sp.proposed), sp.acceptance, sp.tokens_per_step);
     g.execution += buf;
   }
-  if (gpu.mem_gb > 0 && g.memory_per_gpu_bytes > gpu.mem_gb * kGiB) {
-    char draft_part[64] = "";
-    if (a.draft)
-      std::snprintf(draft_part, sizeof draft_part, " + draft %.1f",
-                    (sp.draft_weight_bytes / tp + sp.draft_kv_cache_bytes * draft_kv_share) / kGiB);
-    char buf[360];
-    std::snprintf(buf, sizeof buf,
-                  "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s), more than the %.0f GB of %s",
-                  g.memory_per_gpu_bytes / kGiB, g.tp > 1 ? " per GPU" : "", g.weight_bytes / tp / kGiB,
-                  g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part, gpu.mem_gb, gpu.name.c_str());
-    r.warnings.push_back(buf);
-  }
+}
+
+}  // namespace
+
+Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options) {
+  Report r = predict(a.prefill, d.prefill.model, gpu, options);
+  GenerationReport g;
+  g.batch = a.batch;
+  g.prompt = a.gen.prompt;
+  g.new_tokens = a.gen.new_tokens;
+  g.layers = d.layers;
+  g.kv_heads = d.kv_heads;
+  g.head_dim = d.head_dim;
+  g.kv_tensors = d.kv_tensors;
+  g.sliding_layers = d.sliding_layers;
+  g.window = d.window;
+  g.ttft_ms = r.e2e_latency_ms;
+  g.prefill_by_class = r.totals_by_class;
+  g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
+  g.ep = g.tp > 1 ? std::max(1, options.parallel.ep) : 1;
+  speculative_setup(a, gpu, options, g);
+  decode_steps(a, d, gpu, options, g);
+  memory(a, d, gpu, g, r);
+  execution(a, gpu, options, r, g);
   r.generation = std::move(g);
   return r;
 }

@@ -82,6 +82,7 @@ def main():
         precision_table(a, tmp)
         moe_table(a, tmp)
         deepseek_table(a, tmp)
+        speculative_table(a, tmp)
 
 
 def precision_table(a, tmp):
@@ -140,6 +141,32 @@ def deepseek_table(a, tmp):
         print(f"\nDeepSeek-R1, FP8, {spec}, prompt 1024, 128 new tokens: TTFT ms / TPOT ms (bound ms), tokens/s")
         two_batches(one, many, 16, ("GB per GPU", lambda g: f"{g['memory_per_gpu_bytes'] / 1e9:.1f}"),
                     ("KV MB b1", lambda g: f"{g['kv_cache_bytes'] / 1e6:.1f}"))
+
+
+# Llama-3.2-1B's architecture (its config.json's numbers), the usual draft of Llama-3-8B.
+LLAMA32_1B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048,
+              "intermediate_size": 8192, "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+              "head_dim": 64, "vocab_size": 128256, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
+              "hidden_act": "silu", "torch_dtype": "bfloat16", "tie_word_embeddings": True}
+
+
+def speculative_table(a, tmp):
+    """Speculative decoding of Llama-3-8B, BF16, batch 1, prompt 512, 128 new tokens: TPOT ms
+    plain, with a free draft (prompt lookup) and with Llama-3.2-1B drafting 4 tokens, at two
+    acceptance rates (an input: it depends on the text and the draft)."""
+    draft = os.path.join(tmp, "llama32_1b.json")
+    with open(draft, "w") as f:
+        json.dump(LLAMA32_1B, f)
+    cases = [("plain", ()), ("lookup K=4 p=0.7", ("--speculative", "4,accept=0.7")),
+             ("1B K=4 p=0.6", ("--speculative", f"4,accept=0.6,draft={draft}")),
+             ("1B K=4 p=0.8", ("--speculative", f"4,accept=0.8,draft={draft}"))]
+    per = {name: generate(a.bin, a.config, "512:128", 1, GPUS, tmp, "bf16", extra)[0] for name, extra in cases}
+    print("\nLlama-3-8B, BF16, batch 1, prompt 512, 128 new tokens, speculative decoding: TPOT ms (TTFT ms)")
+    print(f"{'gpu':24} " + " ".join(f"{name:>18}" for name, _ in cases))
+    for i, r in enumerate(per["plain"]):
+        cells = [f"{per[name][i]['generation']['tpot_ms']:7.2f} ({per[name][i]['generation']['ttft_ms']:6.2f})"
+                 for name, _ in cases]
+        print(f"{r['gpu']:24} " + " ".join(f"{c:>18}" for c in cells))
 
 
 if __name__ == "__main__":
