@@ -345,12 +345,7 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
       decoder = onnx_decoder(src.load());
     }
     std::optional<Decoder> draft;
-    if (!draft_path.empty()) {
-      std::string draft_note;
-      const bool json = draft_path.size() > 5 && draft_path.compare(draft_path.size() - 5, 5, ".json") == 0;
-      draft = cli::load_decoder(draft_path, json, opt, draft_note);
-      draft->prefill.model.path = draft_path;  // names the draft in the report
-    }
+    if (!draft_path.empty()) draft = cli::load_draft_decoder(draft_path, opt);
     const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
     for (const auto& g : gpus) {
       reports.push_back(predict_generation(analysis, decoder, g, opt));

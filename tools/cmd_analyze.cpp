@@ -30,12 +30,7 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   const bool config = args.has("--config");
   const Decoder decoder = load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note);
   std::optional<Decoder> draft;
-  if (!draft_path.empty()) {
-    std::string draft_note;  // the target's note says what the dtype is
-    const bool json = draft_path.size() > 5 && draft_path.compare(draft_path.size() - 5, 5, ".json") == 0;
-    draft = load_decoder(draft_path, json, opt, draft_note);
-    draft->prefill.model.path = draft_path;  // names the draft in the report
-  }
+  if (!draft_path.empty()) draft = load_draft_decoder(draft_path, opt);
   const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
   std::vector<Report> reports;
   for (const auto& gpu : gpus) {

@@ -230,6 +230,7 @@ std::string parse_speculative(const std::string& text, GenerationOptions& gen) {
       gen.speculative = parse_int(part, "--speculative K");
       count = true;
     } else if (eq != std::string::npos && part.substr(0, eq) == "accept") {
+      if (accept) throw InputError("--speculative: accept= given twice in '" + text + "'");
       char* end = nullptr;
       const std::string v = part.substr(eq + 1);
       gen.acceptance = std::strtod(v.c_str(), &end);
@@ -237,6 +238,7 @@ std::string parse_speculative(const std::string& text, GenerationOptions& gen) {
         throw InputError("--speculative: accept must be a probability in (0, 1], got '" + v + "'");
       accept = true;
     } else if (eq != std::string::npos && part.substr(0, eq) == "draft") {
+      if (!draft.empty()) throw InputError("--speculative: draft= given twice in '" + text + "'");
       draft = part.substr(eq + 1);
       if (draft.empty()) throw InputError("--speculative: draft= needs a model (a config .json or an ONNX decoder)");
     } else {
@@ -257,6 +259,18 @@ Options generation_options(const Args& args, Options opt) {
   if (!args.has("--fusion")) opt.fusion = Fusion::full;
   if (opt.dims.batch < 0) opt.dims.batch = 1;
   return opt;
+}
+
+Decoder load_draft_decoder(const std::string& path, const Options& opt) {
+  std::string note;  // the target's note says what the dtype is
+  const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  try {
+    Decoder d = load_decoder(path, json, opt, note);
+    d.prefill.model.path = path;  // names the draft in the report
+    return d;
+  } catch (const InputError& e) {
+    throw InputError(std::string("--speculative draft: ") + e.what());
+  }
 }
 
 Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note) {

@@ -9,7 +9,7 @@ import os
 import tempfile
 import unittest
 
-from cli_util import SOURCE, needs_shared, run, shared
+from cli_util import EXAMPLE, SOURCE, needs_shared, run, shared
 import gqa_decoder
 
 LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
@@ -203,7 +203,8 @@ class Generate(unittest.TestCase):
         self.assertIn("tokens a step (3 proposed, each accepted with p 0.70", so)
         out = os.path.join(self.dir, "sp.json")
         for bad, needle in (("0,accept=0.5", "at least 1"), ("3", "accept=P"), ("3,accept=1.5", "(0, 1]"),
-                            ("3,accept=0.5,foo=1", "expected K,accept=P"), ("x,accept=0.5", "--speculative K")):
+                            ("3,accept=0.5,foo=1", "expected K,accept=P"), ("x,accept=0.5", "--speculative K"),
+                            ("3,accept=0.5,accept=0.6", "twice"), (f"3,accept=0.5,draft={EXAMPLE}", "--speculative draft: ")):
             rc, so, se = run(*args, "--speculative", bad, "--json", out)
             self.assertEqual(rc, 2, (bad, se))
             self.assertEqual(len(se.strip().splitlines()), 1, se)
