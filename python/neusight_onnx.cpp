@@ -81,7 +81,7 @@ py::object json_loads(const std::string& text) { return py::module_::import("jso
 struct AnalysisArgs {
   py::object batch = py::none(), seq = py::none(), dims = py::none(), shapes = py::none();
   py::object mode = py::str("inference"), dtype = py::none(), fusion = py::str("eager"), timing = py::str("device");
-  py::object parallel = py::none(), link_bw = py::none();
+  py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none();
   py::object predictor = py::str("neusight"), weights = py::none();
 
   Options parse() const { return parse_argv(argv()); }
@@ -130,6 +130,7 @@ struct AnalysisArgs {
     }
     flag("--mode", str_arg(mode, "mode"));
     if (!dtype.is_none()) flag("--dtype", str_arg(dtype, "dtype"));
+    if (!kv_dtype.is_none()) flag("--kv-dtype", str_arg(kv_dtype, "kv_dtype"));
     if (!fusion.is_none()) flag("--fusion", str_arg(fusion, "fusion"));
     if (!timing.is_none()) flag("--timing", str_arg(timing, "timing"));
     flag("--predictor", str_arg(predictor, "predictor"));
@@ -704,19 +705,20 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "generate",
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object speculative,
-         py::object link_bw, py::object predictor, py::object weights) {
-        return generate(model, gpu, prompt, new_tokens, speculative,
-                        analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
-                                      timing, parallel, link_bw, predictor, weights));
+         py::object kv_dtype, py::object link_bw, py::object predictor, py::object weights) {
+        AnalysisArgs a = analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
+                                       timing, parallel, link_bw, predictor, weights);
+        a.kv_dtype = std::move(kv_dtype);
+        return generate(model, gpu, prompt, new_tokens, speculative, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
-      "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "link_bw"_a = none,
+      "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none, "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"
       "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
-      "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative. Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
+      "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype. Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
       "kv_cache_bytes, memory_bytes, ...), or a list of them for a list of GPUs.");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,

@@ -112,6 +112,14 @@ Options parse_analysis_options(const Args& args) {
     if (opt.dtype == DType::i8 && opt.mode == Mode::training)
       throw InputError("--dtype int8 (INT8 weight and activation GEMMs) predicts inference; training takes a float dtype");
   }
+  if (args.has("--kv-dtype")) {
+    const std::string kv = args.get("--kv-dtype");
+    const auto parsed = parse_dtype(kv);
+    if (!parsed || !is_float(*parsed) || *parsed == DType::tf32 || *parsed == DType::f4e2m1 || *parsed == DType::f64)
+      throw InputError("--kv-dtype: expected fp8, fp16, bf16 or fp32, got '" + kv + "'");
+    opt.kv_dtype = *parsed;
+    if (opt.mode == Mode::training) throw InputError("--kv-dtype: a KV cache is an inference matter (no --mode training)");
+  }
   const std::string predictor = args.get("--predictor");
   if (!parse_predictor_kind(predictor, opt.predictor))
     throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + predictor + "'");

@@ -141,6 +141,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.mode = options.mode;
   lo.fusion = options.fusion;
   lo.compute_dtype = options.dtype;
+  lo.kv_cache_dtype = options.kv_dtype;
   lo.serving_kernels = options.serving_kernels;
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)

@@ -255,7 +255,9 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
   // NVFP4 serving keeps an FP8 cache (activation_dtype).
-  const DType kv_dtype = options.dtype != DType::undefined ? activation_dtype(options.dtype) : d.kv_dtype;
+  const DType kv_dtype = options.kv_dtype != DType::undefined ? options.kv_dtype
+                         : options.dtype != DType::undefined ? activation_dtype(options.dtype)
+                                                              : d.kv_dtype;
   // Exactly 2 (K and V; 1 for a latent cache) x layers x KV heads x head size x tokens x batch x
   // element size; a sliding-window layer keeps at most its window of tokens.
   const int64_t tokens = gen.prompt + gen.new_tokens;

@@ -162,7 +162,10 @@ void lower_gqa(LowerCtx& c) {
     FlashProblem f{c.dtype(q), B, heads, kv_heads, S, L, hd, hd, true, 0, false, 0.0, "GroupQueryAttention: "};
     // local_window_size: the sliding window (-1: none).
     f.window = std::max<int64_t>(0, c.n.attr_i("local_window_size", -1));
-    if (past && numel(past) > 0) f.appended_bytes = 2.0 * double(B * kv_heads * S * hd) * element_bytes(f.dtype);
+    if (past && numel(past) > 0) {  // a decode step's cache: --kv-dtype's element type
+      if (c.opt.kv_cache_dtype != DType::undefined) f.kv_dtype = c.opt.kv_cache_dtype;
+      f.appended_bytes = 2.0 * double(B * kv_heads * S * hd) * element_bytes(f.cache_dtype());
+    }
     emit_flash_kernel(c, f, c.out);
     return;
   }

@@ -350,7 +350,7 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
   const double q_bytes = double(bh) * double(f.queries) * double(f.head_dim) * eb;
   const double o_bytes = double(bh) * double(f.queries) * double(f.head_dim_v) * eb;
   const int64_t row = f.shared_kv ? f.head_dim : f.head_dim + f.head_dim_v;  // a cached key's (and value's) elements
-  const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(read_keys) * double(row) * eb;
+  const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(read_keys) * double(row) * element_bytes(f.cache_dtype());
   kr.bytes = q_bytes + kv_bytes + o_bytes + f.appended_bytes;
   const std::string cache = f.appended_bytes > 0 ? ", KV cache append in place" : "";
   if (f.queries == 1) {
@@ -416,8 +416,11 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
   }
   // Values sliced from the keys' own cache (MLA): one cache, read once, appended once.
   f.shared_kv = v.sliced && k.stored && v.stored == k.stored;
+  // A cache (keys that the step appends to): --kv-dtype's element type.
+  if (opt.kv_cache_dtype != DType::undefined && (k.appended || v.appended)) f.kv_dtype = opt.kv_cache_dtype;
   for (const Operand* op : {&k, &v})
-    if (op->appended && !(f.shared_kv && op == &v)) f.appended_bytes += double(numel(op->appended)) * element_bytes(f.dtype);
+    if (op->appended && !(f.shared_kv && op == &v))
+      f.appended_bytes += double(numel(op->appended)) * element_bytes(f.cache_dtype());
   const size_t before = out.size();
   emit_flash_kernel(c, f, out);
   for (size_t i = before; i < out.size(); ++i)

@@ -155,6 +155,8 @@ struct FlashProblem {
   bool shared_kv = false;
   double appended_bytes = 0;  // new KV entries written into the cache by the kernel
   std::string what;           // note prefix, e.g. "GroupQueryAttention: "
+  DType kv_dtype = DType::undefined;  // the cache's element type (undefined: `dtype`)
+  DType cache_dtype() const { return kv_dtype == DType::undefined ? dtype : kv_dtype; }
 };
 // Attention runs as FlashAttention: --fusion full, inference, 16-bit (or 8-bit) floats.
 bool flash_attention_applies(const LoweringOptions& opt, DType dt);

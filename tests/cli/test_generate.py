@@ -183,6 +183,29 @@ class Generate(unittest.TestCase):
         self.assertEqual(rc, 0, se)
         self.assertEqual((so + se).count("no mixture of experts"), 1, so + se)
 
+    def test_kv_dtype(self):
+        args = ("--config", self.small, "--generate", "1024:16", "--batch", "4", "--dtype", "bf16", "--gpu", "h100")
+        bf16 = self.gen_json(*args)["generation"]
+        fp8 = self.gen_json(*args, "--kv-dtype", "fp8")["generation"]
+        self.assertEqual(fp8["kv_cache_bytes"], bf16["kv_cache_bytes"] / 2)
+        self.assertLess(fp8["tpot_ms"], bf16["tpot_ms"])
+        self.assertGreater(fp8["max_batch"], bf16["max_batch"])
+        # The onnxruntime-genai form (GroupQueryAttention) reads its cache the same way.
+        path = os.path.join(self.dir, "gqa_kv.onnx")
+        gqa_decoder.build(path, nbits=False)
+        a = self.gen_json(path, "--generate", "1024:16", "--gpu", "h100")["generation"]
+        b = self.gen_json(path, "--generate", "1024:16", "--gpu", "h100", "--kv-dtype", "fp8")["generation"]
+        self.assertEqual(b["kv_cache_bytes"], a["kv_cache_bytes"] / 2)
+        self.assertLess(b["tpot_ms"], a["tpot_ms"])
+        out = os.path.join(self.dir, "kv.json")
+        for extra, needle in ((("--kv-dtype", "int8"), "--kv-dtype: expected"),
+                              (("--kv-dtype", "fp8", "--mode", "training"), "inference")):
+            rc, so, se = run("--config", self.small, "--batch", "1", "--seq", "8", "--gpu", "h100", *extra, "--json", out)
+            self.assertEqual(rc, 2, se)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn(needle, se)
+            self.assertFalse(os.path.exists(out))
+
     def test_speculative_decoding(self):
         draft = os.path.join(self.dir, "draft.json")
         with open(draft, "w") as f:

@@ -118,6 +118,8 @@ class Analyze(unittest.TestCase):
             spec = f"2,accept=0.6,draft={step}"
             want = run_json("--config", small, "--gpu", "h100", "--generate", "64:8", "--speculative", spec)
             self.assertTrue(same(n.generate(small, "h100", 64, 8, speculative=spec), want))
+            want = run_json("--config", small, "--gpu", "h100", "--generate", "64:8", "--kv-dtype", "fp8")
+            self.assertTrue(same(n.generate(small, "h100", 64, 8, kv_dtype="fp8"), want))
 
     def test_report_copies_are_plain_dicts(self):
         r = n.analyze(EXAMPLE, "h100", batch=1, seq=16)

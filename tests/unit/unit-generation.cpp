@@ -90,6 +90,32 @@ TEST_CASE("generation: the sequences that fit are the KV caches beside the weigh
   CHECK(predict_generation(a, d, tiny, serving(DType::f16, 1)).generation->max_batch == 0);
 }
 
+TEST_CASE("generation: --kv-dtype keeps the cache in its own element type beside 16-bit compute") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  Options o = serving(DType::bf16, 4);
+  const GenerationReport bf16 = generate(d, o, 2000, 16, "h100");
+  o.kv_dtype = DType::f8e4m3fn;
+  const GenerationReport fp8 = generate(d, o, 2000, 16, "h100");
+  CHECK(fp8.kv_cache_bytes == bf16.kv_cache_bytes / 2);
+  CHECK(fp8.weight_bytes == bf16.weight_bytes);
+  CHECK(fp8.tpot_ms < bf16.tpot_ms);  // a decode step reads half the cache
+  CHECK(fp8.ttft_ms == doctest::Approx(bf16.ttft_ms).epsilon(0.02));
+  // The step's attention reads the cache in FP8 and computes in BF16.
+  o.dims.seq = 1;
+  o.dims.named[d.past_dim] = 2000;
+  const Analysis step = prepare(d.step, o);
+  int flash = 0;
+  for (const Kernel& k : step.kernels.kernels)
+    if (k.op == "flash_decode") {
+      ++flash;
+      CHECK(k.dtype == DType::bf16);
+      const double cache = 4.0 * 2 * 2001 * 64 * 2 * 1;  // batch x KV heads x keys x (key + value) x 1 byte
+      CHECK(k.bytes < cache * 1.1);
+      CHECK(k.bytes > cache);
+    }
+  CHECK(flash == 2);
+}
+
 TEST_CASE("generation: speculative decoding divides a verifying step and its drafts by the tokens it yields") {
   CHECK(expected_tokens_per_step(0, 0.5) == 1.0);
   CHECK(expected_tokens_per_step(4, 1.0) == 5.0);

@@ -34,6 +34,9 @@ struct Options {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
   DType dtype = DType::undefined;  // undefined = auto (from the model's tensors)
+  // --kv-dtype: the KV cache's element type (LoweringOptions::kv_cache_dtype; a generation's
+  // cache bytes); undefined = the activations'.
+  DType kv_dtype = DType::undefined;
   PredictorKind predictor = PredictorKind::neusight;  // make_predictor (precision.h)
   std::string weights_dir;             // "" = built-in weights
   // What the predicted kernel times include (precision.h). "device" (the default for whole

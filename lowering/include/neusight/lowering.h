@@ -201,6 +201,10 @@ struct LoweringOptions {
   Fusion fusion = Fusion::eager;
   // Precision the kernels run in when forced (--dtype); undefined = take the model's.
   DType compute_dtype = DType::undefined;
+  // The KV cache's element type (--kv-dtype: serving engines' FP8 cache beside 16-bit
+  // compute): what FlashAttention reads from a decode step's cache and appends to it;
+  // undefined = the attention's own dtype.
+  DType kv_cache_dtype = DType::undefined;
   // ai.onnx opset of the model (Softmax axis semantics changed at 13); 0 = latest.
   int64_t opset = 0;
   // Opsets of the other domains the model imports ("com.microsoft" -> 1, ...): each node is
