@@ -338,15 +338,16 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
     std::string dtype_note;
     Decoder decoder;
+    std::optional<ModelConfig> target;
     if (cfg) {
-      const ModelConfig c = cfg->read();
-      decoder = config_decoder(c);
-      if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(c);
+      target = cfg->read();
+      decoder = config_decoder(*target);
+      if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(*target);
     } else {
       decoder = onnx_decoder(src.load());
     }
     std::optional<Decoder> draft;
-    if (!draft_path.empty()) draft = cli::load_draft_decoder(draft_path, opt);
+    if (!draft_path.empty()) draft = cli::load_draft_decoder(draft_path, opt, target ? &*target : nullptr);
     const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
     for (const auto& g : gpus) {
       reports.push_back(predict_generation(analysis, decoder, g, opt));

@@ -261,10 +261,14 @@ Options generation_options(const Args& args, Options opt) {
   return opt;
 }
 
-Decoder load_draft_decoder(const std::string& path, const Options& opt) {
+Decoder load_draft_decoder(const std::string& path, const Options& opt, const ModelConfig* target) {
   std::string note;  // the target's note says what the dtype is
   const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   try {
+    if (path == "mtp") {
+      if (!target) throw InputError("draft=mtp takes the module of a --config model (num_nextn_predict_layers)");
+      return mtp_decoder(*target);
+    }
     Decoder d = load_decoder(path, json, opt, note);
     d.prefill.model.path = path;  // names the draft in the report
     return d;

@@ -33,9 +33,10 @@ Options generation_options(const Args& args, Options opt);
 // --speculative K,accept=P[,draft=MODEL]: sets `gen`'s count and acceptance and returns the
 // draft model's path ("" without one). Throws InputError naming the part.
 std::string parse_speculative(const std::string& text, GenerationOptions& gen);
-// The draft model of --speculative: a config (a path ending in .json) or an ONNX decoder;
-// its errors name the flag.
-Decoder load_draft_decoder(const std::string& path, const Options& opt);
+// The draft model of --speculative: a config (a path ending in .json), an ONNX decoder, or
+// "mtp", the multi-token-prediction module of `target` (the --config model; null for an ONNX
+// model); its errors name the flag.
+Decoder load_draft_decoder(const std::string& path, const Options& opt, const ModelConfig* target);
 // The decoder of a Hugging Face config (`config` true) or an ONNX export with a KV cache;
 // `dtype_note` as load_config_model.
 Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note);

@@ -154,6 +154,20 @@ Decoder config_decoder(const ModelConfig& config) {
   return d;
 }
 
+Decoder mtp_decoder(const ModelConfig& config) {
+  if (config.mtp_layers <= 0)
+    throw InputError((config.source.empty() ? std::string("config") : config.source) +
+                     ": no multi-token-prediction module (num_nextn_predict_layers) to draft with");
+  ModelConfig m = config;
+  m.layers = 1;
+  m.dense_layers.clear();  // the module's layer is a mixture-of-experts layer
+  if (!m.sliding_layers.empty()) m.sliding_layers.resize(1);
+  m.mtp_layers = 0;
+  Decoder d = config_decoder(m);
+  d.prefill.model.path = d.step.model.path = "mtp";
+  return d;
+}
+
 Decoder onnx_decoder(LoadedModel model) {
   const Graph& g = model.model.graph;
   const std::string what = model.model.path.empty() ? "model" : model.model.path;

@@ -141,6 +141,15 @@ def deepseek_table(a, tmp):
         print(f"\nDeepSeek-R1, FP8, {spec}, prompt 1024, 128 new tokens: TTFT ms / TPOT ms (bound ms), tokens/s")
         two_batches(one, many, 16, ("GB per GPU", lambda g: f"{g['memory_per_gpu_bytes'] / 1e9:.1f}"),
                     ("KV MB b1", lambda g: f"{g['kv_cache_bytes'] / 1e6:.1f}"))
+    # Speculative decoding with the model's own multi-token-prediction module drafting one token.
+    mtp = generate(a.bin, a.deepseek, "1024:128", 1, gpus, tmp, "fp8",
+                   ("--parallel", "tp=8", "--speculative", "1,accept=0.8,draft=mtp"))[0]
+    print("\nDeepSeek-R1, FP8, tp=8, batch 1, the MTP module drafting 1 token at acceptance 0.8: "
+          "TTFT ms / TPOT ms (verify ms + draft ms)")
+    for r in mtp:
+        g = r["generation"]
+        s = g["speculative"]
+        print(f"{r['gpu']:24} {g['ttft_ms']:8.2f} / {g['tpot_ms']:6.2f} ({s['verify_ms']:.2f} + {s['draft_step_ms']:.3f})")
 
 
 # Llama-3.2-1B's architecture (its config.json's numbers), the usual draft of Llama-3-8B.

@@ -283,8 +283,8 @@ void read_gemma3(const Reader& outer, ModelConfig& c) {
 // DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
 // layers dense, the rest top-k of n_routed_experts with n_shared_experts always on (one dense
 // SwiGLU of their combined width, ungated). Its router's sigmoid scores and group-limited
-// top-k cost as the MoE operator's routing; the multi-token-prediction layer (for speculative
-// decoding) is not built.
+// top-k cost as the MoE operator's routing; the multi-token-prediction layer is counted
+// (mtp_layers) for speculative decoding's draft, not built into the model.
 void read_deepseek_v3(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
   c.q_lora_rank = r.i({"q_lora_rank"}, false, 0);
@@ -304,6 +304,7 @@ void read_deepseek_v3(const Reader& r, ModelConfig& c) {
   c.shared_expert_gate = false;
   const int64_t dense = r.i({"first_k_dense_replace"}, false, 0);
   for (int64_t l = 0; l < std::min(dense, c.layers); ++l) c.dense_layers.push_back(l);
+  c.mtp_layers = r.i({"num_nextn_predict_layers"}, false, 0);
   check_experts(r, c);
 }
 

@@ -236,6 +236,15 @@ class Generate(unittest.TestCase):
         rc, so, se = run("--config", self.small, "--batch", "1", "--seq", "8", "--gpu", "h100", "--speculative", "3,accept=0.5")
         self.assertEqual(rc, 2, se)
         self.assertIn("--speculative applies to --generate", se)
+        # DeepSeek-R1's multi-token-prediction module as the draft; a Llama has none.
+        ds = os.path.join(SOURCE, "tests", "data", "deepseek_r1.json")
+        g = self.gen_json("--config", ds, "--generate", "256:8", "--dtype", "fp8", "--gpu", "h200", "--parallel", "tp=8",
+                          "--speculative", "1,accept=0.8,draft=mtp")["generation"]
+        self.assertEqual(g["speculative"]["draft"], "mtp")
+        self.assertLess(g["speculative"]["draft_step_ms"], g["speculative"]["verify_ms"] / 10)
+        rc, so, se = run(*args, "--speculative", "2,accept=0.8,draft=mtp")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("num_nextn_predict_layers", se)
 
     def test_sliding_window_and_latent_caches_say_how_they_are_kept(self):
         cfg = os.path.join(self.dir, "windowed.json")

@@ -617,6 +617,35 @@ TEST_CASE("generation: Gemma 3 text decoders (sandwich norms, scaled embedding, 
   CHECK(g.tpot_ms < 6 * g.weight_read_ms);
 }
 
+TEST_CASE("generation: DeepSeek-V3's multi-token-prediction module drafts as one MoE layer with the head") {
+  const std::string base = R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000,
+      "q_lora_rank": 64, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+      "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_shared_experts": 1,
+      "first_k_dense_replace": 1, "hidden_act": "silu")";
+  const ModelConfig c = parse_hf_config(base + R"(, "num_nextn_predict_layers": 1})", "deepseek");
+  CHECK(c.mtp_layers == 1);
+  const Decoder mtp = mtp_decoder(c);
+  CHECK(mtp.layers == 1);
+  CHECK(mtp.kv_tensors == 1);  // the module's latent cache
+  int moe = 0;
+  for (const Node& n : mtp.step.model.graph.nodes) moe += n.op_type == "MoE";
+  CHECK(moe == 1);
+  CHECK_THROWS_WITH_AS(mtp_decoder(parse_hf_config(base + "}", "deepseek")), doctest::Contains("num_nextn_predict_layers"),
+                       InputError);
+  // As the draft: a step of the module per drafted token, far cheaper than the model's.
+  const Decoder d = config_decoder(c);
+  const Options o = serving(DType::bf16, 1);
+  GenerationOptions gen{128, 16};
+  gen.speculative = 1;
+  gen.acceptance = 0.8;
+  const GenerationReport g =
+      *predict_generation(prepare_generation(d, o, gen, &mtp), d, GpuDatabase::builtin().resolve("h200"), o).generation;
+  CHECK(g.speculative.draft == "mtp");
+  CHECK(g.speculative.draft_step_ms > 0);
+  CHECK(g.speculative.draft_step_ms < g.speculative.verify_ms);
+}
+
 TEST_CASE("generation: DeepSeek-V3's multi-head latent attention caches the latent and decodes absorbed") {
   // DeepSeek-V3's structure, small: 4 heads of 16 + 8 (rotary) query/key dims and 16 value
   // dims over a 32-wide latent, a 64-rank query bottleneck; the first layer dense, then top-2

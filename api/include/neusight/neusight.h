@@ -103,6 +103,12 @@ struct Decoder {
 
 // From a Hugging Face config (a decoder family with a KV-cache step; InputError otherwise).
 Decoder config_decoder(const ModelConfig& config);
+// The multi-token-prediction module of a config that has one (DeepSeek-V3:
+// num_nextn_predict_layers) as speculative decoding's draft: one decoder layer of the model's
+// kind (MoE, latent attention) with the embedding and the head, which the module shares with
+// the model (its weights counted once more here), its small eh_proj and norms left out.
+// InputError when the config has none.
+Decoder mtp_decoder(const ModelConfig& config);
 // From an ONNX decoder export with past_key_values.N.key/value inputs (or onnxruntime's
 // stacked past_N, [2, batch, heads, past_length, head_dim]); InputError naming the
 // file when it has none or their shapes are not [batch, kv_heads, past, head_dim].

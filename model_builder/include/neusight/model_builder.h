@@ -68,6 +68,9 @@ struct ModelConfig {
   // kv_lora_rank latent that, with the qk_rope_dim rotary key shared by the heads, is all the
   // KV cache holds; query/key heads of qk_nope_dim + qk_rope_dim, value heads of v_head_dim.
   int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  // DeepSeek-V3's multi-token-prediction modules (num_nextn_predict_layers): not part of the
+  // model's forward pass; speculative decoding's draft (mtp_decoder, neusight.h).
+  int64_t mtp_layers = 0;
   // gpt-oss: biases on the attention output projection, the router and every expert layer.
   bool o_bias = false;
   bool expert_bias = false;
