@@ -277,6 +277,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   const int64_t tokens = gen.prompt + gen.new_tokens;
   const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
                               double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
+  a.kv_dtype = kv_dtype;
   a.kv_cache_bytes =
       double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * layer_tokens * double(a.batch) * element_bytes(kv_dtype);
   return a;
@@ -358,6 +359,7 @@ double kv_share_of(int64_t kv_heads, double tp) {
 void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, GenerationReport& g, Report& r) {
   const auto& sp = g.speculative;
   g.kv_cache_bytes = a.kv_cache_bytes;
+  g.kv_dtype = dtype_name(a.kv_dtype);
   g.weight_bytes = a.weight_bytes;
   g.embedding_bytes = a.embedding_bytes;
   g.activation_bytes = a.activation_bytes;

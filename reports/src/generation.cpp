@@ -39,6 +39,7 @@ std::string kv_cache_formula(const GenerationReport& g) {
   s += g.kv_tensors == 1 ? "a latent of " + std::to_string(g.head_dim)
                          : std::to_string(g.kv_heads) + " KV heads x " + std::to_string(g.head_dim);
   s += " x " + std::to_string(g.prompt + g.new_tokens) + " tokens x " + std::to_string(g.batch);
+  if (!g.kv_dtype.empty()) s += " in " + g.kv_dtype;
   if (g.sliding_layers > 0 && g.window > 0)
     s += "; " + std::to_string(g.sliding_layers) + " sliding-window layers keep " + std::to_string(g.window);
   return s;
@@ -71,7 +72,7 @@ json generation_json(const GenerationReport& g) {
           {"max_batch", g.max_batch},
           {"weight_read_ms", finite(g.weight_read_ms)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
-                        {"sliding_layers", g.sliding_layers}, {"window", g.window}}},
+                        {"sliding_layers", g.sliding_layers}, {"window", g.window}, {"dtype", g.kv_dtype}}},
           {"execution", g.execution},
           {"prefill_by_class_ms", g.prefill_by_class},
           {"decode_by_class_ms", g.decode_by_class},

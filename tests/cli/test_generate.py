@@ -188,6 +188,7 @@ class Generate(unittest.TestCase):
         bf16 = self.gen_json(*args)["generation"]
         fp8 = self.gen_json(*args, "--kv-dtype", "fp8")["generation"]
         self.assertEqual(fp8["kv_cache_bytes"], bf16["kv_cache_bytes"] / 2)
+        self.assertEqual((bf16["kv_cache"]["dtype"], fp8["kv_cache"]["dtype"]), ("bf16", "fp8"))
         self.assertLess(fp8["tpot_ms"], bf16["tpot_ms"])
         self.assertGreater(fp8["max_batch"], bf16["max_batch"])
         # The onnxruntime-genai form (GroupQueryAttention) reads its cache the same way.

@@ -126,6 +126,7 @@ struct GenerationAnalysis {
   // tokens do not reach (mixtures of experts; 0 otherwise).
   double unread_expert_bytes = 0;
   double kv_cache_bytes = 0;
+  DType kv_dtype = DType::f32;  // the cache's element type
   // Speculative decoding with a draft model: its decoder and its own generation (prefill and
   // plain decode steps at the same KV lengths); empty without one (a draft that costs nothing,
   // such as prompt lookup).

@@ -65,6 +65,7 @@ struct GenerationReport {
   double weight_read_ms = 0;
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
   int kv_tensors = 2;                          // 1: a latent cache (multi-head latent attention)
+  std::string kv_dtype;                        // the cache's element type ("bf16", "fp8", ...)
   int64_t sliding_layers = 0, window = 0;      // layers whose cache keeps only the last `window` tokens
   // Tensor parallelism (--parallel tp=N): the GPUs one copy of the model runs on, their link,
   // and one GPU's memory (its 1/tp of the split weights and of the KV heads). Every time
