@@ -145,6 +145,8 @@ class NeusightPredictor final : public Predictor {
     std::vector<double> gemv_law_ms;  // weight_stream_ms of each (precision.h)
   };
 
+  static constexpr int64_t kSimtGemvRows = 4;
+
   // Skinny: the output's rows (or columns) fill at most a quarter of the tensor-core tile along
   // them, so that three quarters of its MMAs are padding; libraries switch to GEMV and skinny
   // split-K kernels there.
@@ -169,9 +171,12 @@ class NeusightPredictor final : public Predictor {
   // networks to price it. A GEMM skinny for any tile offered is too: the library then has its
   // streaming kernel.
   bool may_stream(const Kernel& run, const Tiling& t, const Gpu& gpu, const std::vector<Tiling>& offered) const {
-    if (paper_ || run.cls != KernelClass::gemm || !has_matrix_units(gpu, run.dtype) ||
-        m_.classes[int(UtilClass::elementwise)].empty())
-      return false;
+    if (paper_ || run.cls != KernelClass::gemm || m_.classes[int(UtilClass::elementwise)].empty()) return false;
+    // On CUDA cores: a single GEMM of fewer than kSimtGemvRows rows is a GEMV (cuBLAS's gemv
+    // kernels for PyTorch's one-token linear), far below the FP32 kernel data's smallest
+    // (512 rows in neusight-data's linear rows, 16 in DeepBench's): the stream prices it.
+    // Batched products keep the networks, which their data covers down to single rows.
+    if (!has_matrix_units(gpu, run.dtype)) return run.gemm.batch == 1 && run.gemm.m < kSimtGemvRows;
     return skinny(run, t) || std::any_of(offered.begin(), offered.end(), [&](const Tiling& a) { return skinny(run, a); });
   }
 

@@ -165,6 +165,24 @@ TEST_CASE("generation: speculative decoding divides a verifying step and its dra
   CHECK_THROWS_AS(prepare_generation(d, o, GenerationOptions{16, 4}, &draft), InputError);
 }
 
+TEST_CASE("generation: a one-token step on CUDA cores streams its weights as on matrix units") {
+  // FP32 (and the P100's FP16, which has no matrix units): one row per GEMM is a GEMV, priced by
+  // the weight stream, not by tiles the FP32 kernel data never had so few rows for.
+  ModelConfig c = small_llama(8, 2);
+  c.hidden = 2048;
+  c.head_dim = 256;
+  c.ffn = 8192;
+  c.layers = 4;
+  const Decoder d = config_decoder(c);
+  for (auto [gpu, dt] : {std::pair<const char*, DType>{"v100", DType::f32}, {"a100-80gb", DType::f32},
+                         {"h100", DType::f32}, {"p100", DType::f16}}) {
+    CAPTURE(gpu);
+    const GenerationReport r = generate(d, serving(dt, 1), 64, 8, gpu);
+    CHECK(r.tpot_ms >= r.weight_read_ms);
+    CHECK(r.tpot_ms < 2.5 * r.weight_read_ms);
+  }
+}
+
 TEST_CASE("generation: decode TPOT at batch 1 is at least the weights over DRAM bandwidth and grows with the KV cache") {
   const Decoder d = config_decoder(small_llama(8, 2));
   for (const char* gpu : {"h100", "a100-80gb", "l40s"}) {
