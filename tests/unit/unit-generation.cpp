@@ -174,10 +174,11 @@ TEST_CASE("generation: a one-token step on CUDA cores streams its weights as on 
   c.ffn = 8192;
   c.layers = 4;
   const Decoder d = config_decoder(c);
-  for (auto [gpu, dt] : {std::pair<const char*, DType>{"v100", DType::f32}, {"a100-80gb", DType::f32},
-                         {"h100", DType::f32}, {"p100", DType::f16}}) {
+  for (const auto& run : {std::pair<const char*, DType>{"v100", DType::f32}, {"a100-80gb", DType::f32},
+                          {"h100", DType::f32}, {"p100", DType::f16}}) {
+    const char* gpu = run.first;  // a plain variable: clang's C++17 lambdas (CAPTURE) take no structured binding
     CAPTURE(gpu);
-    const GenerationReport r = generate(d, serving(dt, 1), 64, 8, gpu);
+    const GenerationReport r = generate(d, serving(run.second, 1), 64, 8, gpu);
     CHECK(r.tpot_ms >= r.weight_read_ms);
     CHECK(r.tpot_ms < 2.5 * r.weight_read_ms);
   }
