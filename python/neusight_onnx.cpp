@@ -309,8 +309,7 @@ py::object from_config(py::handle config, py::handle gpu, const AnalysisArgs& a)
 // A model argument of generate() / compare(): a Hugging Face config (a dict, or a path ending
 // in .json) or an ONNX model.
 bool is_config_arg(py::handle m) {
-  const std::string path = is_pathlike(m) ? fspath(m) : "";
-  return py::isinstance<py::dict>(m) || (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0);
+  return py::isinstance<py::dict>(m) || (is_pathlike(m) && cli::is_config_path(fspath(m)));
 }
 
 py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, py::handle speculative,

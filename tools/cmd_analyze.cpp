@@ -28,12 +28,11 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   const Options opt = generation_options(args, base);
   std::string dtype_note;
   const bool config = args.has("--config");
-  const Decoder decoder = load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note);
+  ModelConfig target;  // the --config model's (mtp drafts from it)
+  const Decoder decoder =
+      load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note, &target);
   std::optional<Decoder> draft;
-  if (!draft_path.empty()) {
-    const std::optional<ModelConfig> target = config ? std::optional<ModelConfig>(read_hf_config(args.get("--config"))) : std::nullopt;
-    draft = load_draft_decoder(draft_path, opt, target ? &*target : nullptr);
-  }
+  if (!draft_path.empty()) draft = load_draft_decoder(draft_path, opt, config ? &target : nullptr);
   const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
   std::vector<Report> reports;
   for (const auto& gpu : gpus) {

@@ -33,8 +33,7 @@ int cmd_compare(const Argv& argv) {
     const Options gopt = generation_options(args, opt);
     for (const auto& path : models) {
       std::string dtype_note;
-      const bool config = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
-      const Decoder decoder = load_decoder(path, config, gopt, dtype_note);
+      const Decoder decoder = load_decoder(path, is_config_path(path), gopt, dtype_note);
       const GenerationAnalysis analysis = prepare_generation(decoder, gopt, gen);
       std::vector<Report> per_gpu;
       for (const auto& g : gpus) {
@@ -47,9 +46,8 @@ int cmd_compare(const Argv& argv) {
   }
   for (const auto& path : args.has("--generate") ? std::vector<std::string>{} : models) {
     std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
-    const bool config = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
     const LoadedModel loaded =
-        config ? load_config_model(path, opt, path + ": a config needs --batch N and --seq N", dtype_note)
+        is_config_path(path) ? load_config_model(path, opt, path + ": a config needs --batch N and --seq N", dtype_note)
                : load_model(path);
     const Analysis analysis = prepare(loaded, opt);
     std::vector<Report> per_gpu = predict_gpus(analysis, loaded, gpus, opt, dtype_note);

@@ -261,15 +261,18 @@ Options generation_options(const Args& args, Options opt) {
   return opt;
 }
 
+bool is_config_path(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+}
+
 Decoder load_draft_decoder(const std::string& path, const Options& opt, const ModelConfig* target) {
   std::string note;  // the target's note says what the dtype is
-  const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
   try {
     if (path == "mtp") {
       if (!target) throw InputError("draft=mtp takes the module of a --config model (num_nextn_predict_layers)");
       return mtp_decoder(*target);
     }
-    Decoder d = load_decoder(path, json, opt, note);
+    Decoder d = load_decoder(path, is_config_path(path), opt, note);
     d.prefill.model.path = path;  // names the draft in the report
     return d;
   } catch (const InputError& e) {
@@ -277,10 +280,12 @@ Decoder load_draft_decoder(const std::string& path, const Options& opt, const Mo
   }
 }
 
-Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note) {
+Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note,
+                     ModelConfig* config_out) {
   dtype_note.clear();
   if (!config) return onnx_decoder(load_model(path));
   const ModelConfig cfg = read_hf_config(path);
+  if (config_out) *config_out = cfg;
   Decoder d = config_decoder(cfg);
   if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
   return d;

@@ -33,13 +33,17 @@ Options generation_options(const Args& args, Options opt);
 // --speculative K,accept=P[,draft=MODEL]: sets `gen`'s count and acceptance and returns the
 // draft model's path ("" without one). Throws InputError naming the part.
 std::string parse_speculative(const std::string& text, GenerationOptions& gen);
+// Whether a model argument names a Hugging Face config (a path ending in .json) rather than
+// an ONNX model.
+bool is_config_path(const std::string& path);
 // The draft model of --speculative: a config (a path ending in .json), an ONNX decoder, or
 // "mtp", the multi-token-prediction module of `target` (the --config model; null for an ONNX
 // model); its errors name the flag.
 Decoder load_draft_decoder(const std::string& path, const Options& opt, const ModelConfig* target);
 // The decoder of a Hugging Face config (`config` true) or an ONNX export with a KV cache;
-// `dtype_note` as load_config_model.
-Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note);
+// `dtype_note` as load_config_model; `config_out` (when given) gets the config read.
+Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note,
+                     ModelConfig* config_out = nullptr);
 
 // What `--out` writes for `report`: each node's latency text and the model's metadata.
 AnnotatedWrite annotations_for(const Report& report);

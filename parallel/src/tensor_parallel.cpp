@@ -123,10 +123,6 @@ Kernel allreduce_kernel(int node, Phase phase, double bytes, DType dtype, int tp
   return c;
 }
 
-// Two row-parallel outputs summed by one Add need one all-reduce, after the later of them
-// (all-reduce(a) + all-reduce(b) = all-reduce(a + b)): a mixture's experts and its shared
-// expert, as vLLM adds them before reducing. The earlier addends, whose all-reduce the later
-// one's carries.
 // Each tensor's producing node and its consumers.
 struct Edges {
   std::map<std::string, size_t> producer;
@@ -144,6 +140,10 @@ Edges graph_edges(const Graph& g) {
   return e;
 }
 
+// Two row-parallel outputs summed by one Add need one all-reduce, after the later of them
+// (all-reduce(a) + all-reduce(b) = all-reduce(a + b)): a mixture's experts and its shared
+// expert, as vLLM adds them before reducing. The earlier addends, whose all-reduce the later
+// one's carries.
 std::set<size_t> row_outputs_summed_later(const Graph& g, const std::vector<TpRole>& roles, Edges& edges) {
   auto& producer = edges.producer;
   auto& consumers = edges.consumers;

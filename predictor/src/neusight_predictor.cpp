@@ -326,11 +326,10 @@ class NeusightPredictor final : public Predictor {
   // Each class's networks over its feature rows: the latencies into `out`, the spread into `sd`.
   // A fixed time in a kernel's latency that no network predicts: a library GEMM's prologue and
   // epilogue (added to its tiles' time) or, off eager timing, the launch-to-completion floor
-  // (joined by root sum of squares). Its interval varies the rest alone: a one-element kernel
-  // at the floor is not a thousand times uncertain because its network's input lies far below
-  // the training range.
-  // The fixed part carries its class's calibrated spread (interval_log_sd_at), not the
-  // network's own.
+  // (joined by root sum of squares). It varies by its class's calibrated spread
+  // (interval_log_sd_at) alone, the rest by the network's too: a one-element kernel at the
+  // floor is not a thousand times uncertain because its network's input lies far below the
+  // training range.
   struct FixedPart {
     double ms = 0;
     bool added = false;
