@@ -16,13 +16,13 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 
 // The element type a tensor is held in under the options (--dtype forces float tensors;
-// under fp4 / int8 only the GEMMs' weight matrices are narrow, the rest FP8 / FP16: lowering.h).
+// under fp8 / fp4 / int8 only the GEMMs' weight matrices are narrow, the rest BF16 / FP16: lowering.h).
 DType held_dtype(const TensorInfo& t, const Options& o) {
   return o.dtype != DType::undefined && is_float(t.dtype) ? activation_dtype(o.dtype) : t.dtype;
 }
 
 // Bytes of a weight matrix a GEMM reads: NVFP4's 4.5 bits under --dtype fp4 (its E2M1 values
-// and one E4M3 scale per 16), a byte under int8, otherwise as held.
+// and one E4M3 scale per 16), a byte under fp8 and int8, otherwise as held.
 double gemm_weight_bytes(const TensorInfo* t, const Options& o) {
   if (!t || !t->fully_known()) return 0;
   if (narrow_weight_gemms(o.dtype) && is_float(t->dtype) && t->shape.size() >= 2)
@@ -268,7 +268,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
-  // NVFP4 serving keeps an FP8 cache (activation_dtype).
+  // The cache is held as the activations are (BF16 under fp8 and fp4) unless --kv-dtype says.
   const DType kv_dtype = options.kv_dtype != DType::undefined ? options.kv_dtype
                          : options.dtype != DType::undefined ? activation_dtype(options.dtype)
                                                               : d.kv_dtype;

@@ -87,7 +87,12 @@ struct Backward {
     const bool a_needs = f.a_input >= 0 ? needs(n, f.a_input) : internal;
     const bool b_needs = f.b_input >= 0 ? needs(n, f.b_input) : internal;
     const GemmShape& s = f.gemm;
-    const double eb = element_bytes(f.dtype);
+    // A GEMM of a weight under --dtype fp8 / fp4 (lowering.h): its backward GEMMs read narrow
+    // operands too (the gradient as E5M2) and write the activations' dtype, as the gradients
+    // outside the GEMMs are held.
+    const bool narrow = narrow_weight_gemms(f.dtype) && f.dtype == opt.compute_dtype;
+    const DType act = narrow ? activation_dtype(f.dtype) : f.dtype;
+    const double eb = element_bytes(act);
     auto make = [&](GemmShape g2, const std::string& what) {
       Kernel k = f;
       k.gemm = g2;
@@ -95,6 +100,10 @@ struct Backward {
       const Work w = work_of_gemm(g2, eb);
       k.flops = w.flops;
       k.bytes = w.bytes;
+      if (narrow) {
+        const double b = double(g2.batch), in = b * double(g2.m) * double(g2.k) + b * double(g2.k) * double(g2.n);
+        k.bytes = in * narrow_operand_bytes(f.dtype) + b * double(g2.m) * double(g2.n) * eb;
+      }
       k.epilogue.clear();
       k.trans_a = k.trans_b = false;
       push(f, k, what);
@@ -112,6 +121,7 @@ struct Backward {
     // the bias Add's broadcast operand gives the same kernel (elementwise()).
     if (f.epilogue == "bias" && reads_param(f)) {
       Kernel k = vec(f, KernelClass::reduce, "sum", 1, s.n, s.batch * s.m);
+      k.dtype = act;
       k.bytes = (double(s.batch) * s.m * s.n + double(s.n)) * eb;
       push(f, k, "grad bias (sum over rows)");
     }
@@ -319,7 +329,7 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
     k.phase = Phase::update;
     k.op = "add";
     k.node = first;
-    k.dtype = opt.compute_dtype != DType::undefined ? opt.compute_dtype : t->dtype;
+    k.dtype = opt.compute_dtype != DType::undefined ? activation_dtype(opt.compute_dtype) : t->dtype;
     k.rows = 1;
     k.cols = t->num_elements();
     k.inputs = 2;

@@ -299,7 +299,7 @@ std::string format_html(const std::vector<Report>& reports) {
   const std::string model = r.model_name.empty() ? "model" : r.model_name;
   os << kPageHead << "neusight-onnx: " << html_escape(model) << " on " << html_escape(r.gpu.name) << kStyle;
   os << "<h1>" << html_escape(model) << " on " << html_escape(r.gpu.name) << "</h1>\n<p class=\"sub\">"
-     << detail::mode_name(r.mode) << ", " << dtype_name(r.dtype) << " (" << dtype_source_name(r.dtype_source) << "), predictor " << html_escape(r.predictor)
+     << detail::mode_name(r.mode) << ", " << html_escape(dtype_label(r)) << ", predictor " << html_escape(r.predictor)
      << (r.timing.empty() ? std::string() : ", " + html_escape(r.timing) + " timing") << ", neusight-onnx</p>\n<div class=\"cards\">" << card(format_ms(r.e2e_latency_ms) + " ms", r.generation ? "prefill (time to first token)" : "end-to-end latency");
   if (r.e2e_high_ms > r.e2e_low_ms)
     os << card(format_ms(r.e2e_low_ms) + " - " + format_ms(r.e2e_high_ms) + " ms", "80% interval");

@@ -24,6 +24,13 @@ const char* dtype_source_name(DTypeSource s) {
   return "default";
 }
 
+std::string dtype_label(const Report& r) {
+  std::string out = std::string(dtype_name(r.dtype)) + " (" + dtype_source_name(r.dtype_source);
+  if (r.dtype_source == DTypeSource::option && narrow_weight_gemms(r.dtype))
+    out += std::string(": the weights' GEMMs; the rest ") + dtype_name(activation_dtype(r.dtype));
+  return out + ")";
+}
+
 void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms = r.backward_ms = r.update_ms = 0;
   r.e2e_low_ms = r.e2e_high_ms = 0;
@@ -220,6 +227,8 @@ json report_json(const Report& r) {
   j["mode"] = r.mode == Mode::training ? "training" : "inference";
   j["dtype"] = dtype_name(r.dtype);
   j["dtype_source"] = dtype_source_name(r.dtype_source);
+  // The dtype of the tensors other than the weights' GEMM operands (lowering.h activation_dtype).
+  j["activation_dtype"] = dtype_name(r.dtype_source == DTypeSource::option ? activation_dtype(r.dtype) : r.dtype);
   j["e2e_latency_ms"] = finite(r.e2e_latency_ms);
   j["latency_low_ms"] = finite(r.e2e_low_ms);
   j["latency_high_ms"] = finite(r.e2e_high_ms);

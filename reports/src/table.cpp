@@ -153,7 +153,7 @@ std::string format_table(const Report& r, const TableOptions& opt) {
   const Style st{opt.color};
   os << st("neusight-onnx: " + (r.model_name.empty() ? std::string("model") : r.model_name) + " on " + r.gpu.name,
            "1")
-     << " (" << detail::mode_name(r.mode) << ", " << dtype_name(r.dtype) << " (" << dtype_source_name(r.dtype_source) << "), " << r.predictor << (r.timing.empty() ? "" : ", " + r.timing + " timing") << ")\n\n";
+     << " (" << detail::mode_name(r.mode) << ", " << dtype_label(r) << ", " << r.predictor << (r.timing.empty() ? "" : ", " + r.timing + " timing") << ")\n\n";
   bool extrapolated = false;
   if (opt.group_layers) layer_rows(os, r, opt, st);
   else node_rows(os, r, opt, st, extrapolated);

@@ -47,9 +47,12 @@ class DtypeFlag(unittest.TestCase):
                 self.assertEqual(len(ks), len(kernels(fp32)))
                 floats = [k for k in ks if k["dtype"] in FLOAT_TYPES]
                 self.assertTrue(floats)
-                self.assertTrue(all(k["dtype"] == dt for k in floats))
-                gemms = [k for k in ks if k["class"] == "gemm"]
-                self.assertTrue(gemms and all(k["dtype"] == dt for k in gemms))
+                # fp8 narrows the GEMMs of weights alone (W8A8, as serving engines run it); the
+                # rest (attention's products included) BF16.
+                rest = "bf16" if dt == "fp8" else dt
+                linears = [k for k in ks if k["class"] == "gemm" and k["op"] == "linear"]
+                self.assertTrue(linears and all(k["dtype"] == dt for k in linears))
+                self.assertTrue(all(k["dtype"] == rest for k in floats if k not in linears))
                 # Tensor cores and half the bytes: faster than FP32 on an H100.
                 self.assertLess(r["e2e_latency_ms"], fp32["e2e_latency_ms"])
 
@@ -75,6 +78,14 @@ class DtypeFlag(unittest.TestCase):
             code, out, err = run(path, "--gpu", "a100-80gb", "--dtype", "bf16")
             self.assertEqual(code, 0, err)
             self.assertIn("(inference, bf16 (--dtype),", out.splitlines()[0])
+            # A narrow dtype says what it narrows: the weights' GEMMs, the rest 16-bit.
+            fp8 = run_json(path, "--gpu", "h100", "--dtype", "fp8")
+            self.assertEqual((fp8["dtype"], fp8["activation_dtype"]), ("fp8", "bf16"))
+            self.assertEqual(run_json(path, "--gpu", "h100", "--dtype", "int8")["activation_dtype"], "fp16")
+            self.assertEqual(run_json(path, "--gpu", "h100")["activation_dtype"], "fp16")
+            code, out, err = run(path, "--gpu", "h100", "--dtype", "fp4")
+            self.assertEqual(code, 0, err)
+            self.assertIn("(inference, fp4 (--dtype: the weights' GEMMs; the rest bf16),", out.splitlines()[0])
             page, annotated = os.path.join(d, "r.html"), os.path.join(d, "a.onnx")
             self.assertEqual(run(path, "--gpu", "a100-80gb", "--html", page, "--out", annotated, "--quiet")[0], 0)
             with open(page) as f:

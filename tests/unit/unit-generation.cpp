@@ -535,32 +535,48 @@ TEST_CASE("generation: gpt-oss, MXFP4 experts and alternating sliding-window att
                                                                              << " ms (bound " << one.weight_read_ms << ")");
 }
 
-TEST_CASE("generation: --dtype fp4 runs the weights' GEMMs in NVFP4 and the rest in FP8") {
-  const ModelConfig c = small_llama(8, 2);
-  const Decoder d = config_decoder(c);
-  Options o = serving(DType::f4e2m1, 2, 64);
-  const Analysis pre = prepare(d.prefill, o);
-  int fp4 = 0;
+// The kernels of a prefill under a forced narrow dtype: every GEMM of a weight in `narrow`
+// reading both operands at `operand_bytes` an element and writing BF16; every other float
+// kernel (attention, norms, activations) in BF16. Returns the number of narrow GEMMs.
+int check_narrow_prefill(const Analysis& pre, DType narrow, double operand_bytes) {
+  int count = 0;
   for (const Kernel& k : pre.kernels.kernels) {
     if (k.cls == KernelClass::gemm && k.op != "flash_attention") {
-      // Both operands FP4 with one 1-byte scale per 16, the output FP8.
-      CHECK(k.dtype == DType::f4e2m1);
+      CHECK(k.dtype == narrow);
       const double out = double(k.gemm.batch) * double(k.gemm.m) * double(k.gemm.n);
       const double in = double(k.gemm.m) * double(k.gemm.k) + double(k.gemm.k) * double(k.gemm.n);
-      CHECK(k.bytes == doctest::Approx(in * (0.5 + 1.0 / 16) + out).epsilon(0.01));
-      ++fp4;
+      CHECK(k.bytes == doctest::Approx(in * operand_bytes + 2 * out).epsilon(0.01));
+      ++count;
     } else if (is_float(k.dtype)) {
-      CHECK(k.dtype == DType::f8e4m3fn);  // attention, norms, activations
+      CHECK(k.dtype == DType::bf16);
     }
   }
-  CHECK(fp4 == 2 * 7 + 1);  // Q, K, V, O, gate, up and down per layer, and the head
-  // The cache in FP8, the weights in 4.5 bits but the embedding table (FP8).
-  const GenerationReport g = generate(d, o, 40, 9, "b200");
-  CHECK(g.kv_cache_bytes == 2.0 * 2 * 2 * 64 * 49 * 2 * 1);
+  return count;
+}
+
+TEST_CASE("generation: --dtype fp4 and fp8 run the weights' GEMMs narrow and the rest in BF16") {
+  const ModelConfig c = small_llama(8, 2);
+  const Decoder d = config_decoder(c);
+  // Q, K, V, O, gate, up and down per layer, and the head.
+  CHECK(check_narrow_prefill(prepare(d.prefill, serving(DType::f4e2m1, 2, 64)), DType::f4e2m1, 0.5 + 1.0 / 16) ==
+        2 * 7 + 1);
+  CHECK(check_narrow_prefill(prepare(d.prefill, serving(DType::f8e4m3fn, 2, 64)), DType::f8e4m3fn, 1.0) == 2 * 7 + 1);
+  // The cache and the embedding table in BF16 as under bf16; the weights in 4.5 bits and 8.
+  const GenerationReport g = generate(d, serving(DType::f4e2m1, 2), 40, 9, "b200");
   const GenerationReport h = generate(d, serving(DType::f8e4m3fn, 2), 40, 9, "b200");
+  const GenerationReport b = generate(d, serving(DType::bf16, 2), 40, 9, "b200");
+  CHECK(g.kv_cache_bytes == 2.0 * 2 * 2 * 64 * 49 * 2 * 2);
+  CHECK(h.kv_cache_bytes == b.kv_cache_bytes);
   CHECK(g.embedding_bytes == h.embedding_bytes);
+  CHECK(h.embedding_bytes == b.embedding_bytes);
   CHECK((g.weight_bytes - g.embedding_bytes) / (h.weight_bytes - h.embedding_bytes) == doctest::Approx(0.5625).epsilon(0.01));
+  CHECK((h.weight_bytes - h.embedding_bytes) / (b.weight_bytes - b.embedding_bytes) == doctest::Approx(0.5).epsilon(0.01));
   CHECK(g.tpot_ms < h.tpot_ms);
+  CHECK(h.tpot_ms < b.tpot_ms);
+  // --kv-dtype fp8 halves the cache beside FP8 GEMMs.
+  Options o = serving(DType::f8e4m3fn, 2);
+  o.kv_dtype = DType::f8e4m3fn;
+  CHECK(generate(d, o, 40, 9, "b200").kv_cache_bytes == h.kv_cache_bytes / 2);
 }
 
 TEST_CASE("generation: --dtype int8 runs the weights' GEMMs as INT8 W8A8 and the rest in FP16") {

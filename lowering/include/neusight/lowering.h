@@ -175,25 +175,34 @@ Work work_of_layernorm(int64_t rows, int64_t cols, double elem_bytes);
 // An elementwise kernel over `elems` outputs reading `inputs` operands of as many elements.
 Work work_of_elementwise(double elems, int inputs, double ops_per_elem, double elem_bytes);
 
-// --dtype fp4: NVFP4 as TensorRT-LLM runs it on Blackwell: the GEMMs of weights (and the
-// experts of a mixture) read both operands as FP4 E2M1 values with one E4M3 scale per 16
-// (4.5 bits); every other tensor, attention and the KV cache included, is FP8.
+// A forced narrow compute dtype narrows the GEMMs of weights only, as serving and training
+// engines run them; every other tensor (attention, norms, activations, the KV cache unless
+// --kv-dtype says otherwise) stays 16-bit:
+// --dtype fp8: FP8 E4M3 W8A8 (vLLM's and TensorRT-LLM's fp8, Transformer Engine's recipe):
+// the GEMMs of weights (and the experts of a mixture) read FP8 weights and FP8 activations
+// (quantized per token or per tensor by the kernel before, fused there) on the FP8 matrix
+// units, and write BF16; the rest is BF16. Training: the backward GEMMs take FP8 operands too
+// (gradients as E5M2), the optimizer BF16.
+// --dtype fp4: NVFP4 as TensorRT-LLM runs it on Blackwell: the same GEMMs read both operands
+// as FP4 E2M1 values with one E4M3 scale per 16 (4.5 bits); the rest is BF16.
 // --dtype int8: W8A8 as SmoothQuant-style serving runs it (vLLM's int8 w8a8, TensorRT-LLM):
-// the GEMMs of weights (and experts) read INT8 weights and per-token quantized INT8
-// activations on the integer matrix units (their per-channel and per-token scales are a
-// vector each: not counted), and write FP16; every other tensor, attention and the KV cache
-// included, is FP16.
+// INT8 weights and per-token quantized INT8 activations on the integer matrix units, FP16
+// outputs; the rest is FP16.
+// The scales (one per channel, token or block of 16) are vectors or counted in the 4.5 bits.
 constexpr double kNvfp4BytesPerElement = 0.5 + 1.0 / 16;
-// Whether a forced compute dtype narrows only the weights' GEMMs (fp4, int8).
-inline bool narrow_weight_gemms(DType compute) { return compute == DType::f4e2m1 || compute == DType::i8; }
+// Whether a forced compute dtype narrows only the weights' GEMMs (fp8, fp4, int8).
+inline bool narrow_weight_gemms(DType compute) {
+  return compute == DType::f4e2m1 || compute == DType::i8 || is_fp8(compute);
+}
 // Bytes per element of those GEMMs' operands.
 inline double narrow_operand_bytes(DType compute) {
   return compute == DType::f4e2m1 ? kNvfp4BytesPerElement : element_bytes(compute);
 }
 // The dtype the tensors other than those GEMM operands are held in under a forced compute
-// dtype (FP8 under fp4, FP16 under int8; the dtype itself otherwise).
+// dtype (BF16 under fp8 and fp4, FP16 under int8; the dtype itself otherwise).
 inline DType activation_dtype(DType compute) {
-  return compute == DType::f4e2m1 ? DType::f8e4m3fn : compute == DType::i8 ? DType::f16 : compute;
+  if (compute == DType::f4e2m1 || is_fp8(compute)) return DType::bf16;
+  return compute == DType::i8 ? DType::f16 : compute;
 }
 
 struct LoweringOptions {

@@ -131,6 +131,11 @@ struct Report {
   std::optional<GenerationReport> generation;
 };
 
+// The report's dtype and why, as the terminal and HTML say it: "fp16 (weights)", or under a
+// forced narrow dtype that narrows the weights' GEMMs alone (lowering.h narrow_weight_gemms)
+// "fp8 (--dtype: the weights' GEMMs; the rest bf16)".
+std::string dtype_label(const Report& r);
+
 // Fills the totals (e2e, per phase, per class, per node) from the kernels' predictions.
 void summarize(Report& report);
 
