@@ -1,4 +1,5 @@
 // cmd_kernels.cpp - `neusight-onnx kernels`: predict every row of a dataset-format kernel CSV.
+#include <cstdio>
 #include <map>
 #include <optional>
 
@@ -39,6 +40,12 @@ int cmd_kernels(const Argv& argv) {
       d, [&](size_t i) { return csv + ": row " + std::to_string(i + 2); }, fixed, devices, pred_name,
       args.get("--weights"), timing);
   write_file_atomic(args.get("--out"), format_kernels_csv(d, k));
+  // Rows of other GPUs are skipped (the contract); say so, so that a mismatched --gpu is seen.
+  if (fixed && k.kept.size() < d.rows.size())
+    std::fprintf(stderr,
+                 "neusight-onnx: warning: kernels: %zu of %zu rows ran on another GPU than %s and were skipped "
+                 "(--gpu from-row predicts each row on its own Device)\n",
+                 d.rows.size() - k.kept.size(), d.rows.size(), fixed->name.c_str());
   return 0;
 }
 

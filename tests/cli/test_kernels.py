@@ -51,7 +51,8 @@ class Kernels(unittest.TestCase):
         code, _, err = run("kernels", "--gpu", "a100-80gb", "--csv", src, "--out", out)
         self.assertEqual(code, 0, err)
         got = read(out)
-        self.assertEqual(len(got), 20)  # the T4 rows are skipped
+        self.assertEqual(len(got), 20)  # the T4 rows are skipped, and the warning says so
+        self.assertIn("20 of 40 rows ran on another GPU than NVIDIA A100 80GB PCIe and were skipped", err)
         with open(out, newline="") as f:
             self.assertEqual(next(csv.reader(f)), header + ["kernel_class", "pred_latency_ms", "tile", "tiles", "waves",
                                                             "pred_low_ms", "pred_high_ms"])
