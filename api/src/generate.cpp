@@ -163,6 +163,7 @@ Decoder mtp_decoder(const ModelConfig& config) {
   m.dense_layers.clear();  // the module's layer is a mixture-of-experts layer
   if (!m.sliding_layers.empty()) m.sliding_layers.resize(1);
   m.mtp_layers = 0;
+  m.mtp_module = true;
   Decoder d = config_decoder(m);
   d.prefill.model.path = d.step.model.path = "mtp";
   return d;

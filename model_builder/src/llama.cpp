@@ -277,6 +277,14 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   std::string x = n.b.node("Gather", p0 + ".embed_tokens/Gather", {n.b.weight(p0 + ".embed_tokens.weight", {c.vocab, h}), ids});
   if (c.scale_embedding)  // Gemma: embeddings times sqrt(hidden)
     x = n.b.node("Mul", p0 + ".embed_tokens/scale", {x, f32(n, p0 + "/embed_scale", std::sqrt(float(h)))});
+  if (c.mtp_module) {  // DeepSeek-V3's MTP module: [enorm(embedding), hnorm(previous hidden)] -> eh_proj
+    n.b.input("hidden_states", kF32, {-1, -1, h}, {"batch", "sequence"});
+    const std::string e = rms_norm(n, p0 + ".enorm", x, h, c.layer_norm_eps);
+    const std::string hs = rms_norm(n, p0 + ".hnorm", "hidden_states", h, c.layer_norm_eps);
+    const std::string eh = n.b.node("Concat", p0 + ".eh_proj/Concat", {e, hs});
+    n.b.attr_i("axis", -1);
+    x = linear(n, p0 + ".eh_proj", eh, 2 * h, h, false);
+  }
 
   const Masks masks = decoder_masks(n, c, p0, total, past_scalar, diag);
   const std::string& mask = masks.causal;

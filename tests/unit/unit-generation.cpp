@@ -666,6 +666,14 @@ TEST_CASE("generation: DeepSeek-V3's multi-token-prediction module drafts as one
   int moe = 0;
   for (const Node& n : mtp.step.model.graph.nodes) moe += n.op_type == "MoE";
   CHECK(moe == 1);
+  // Its input: the token's embedding and the target's last hidden state, each normalised,
+  // concatenated and projected (eh_proj, 2 x hidden -> hidden) before the layer.
+  CHECK(std::find(mtp.step.model.graph.inputs.begin(), mtp.step.model.graph.inputs.end(), "hidden_states") !=
+        mtp.step.model.graph.inputs.end());
+  int eh_proj = 0;
+  for (const Kernel& k : prepare(mtp.prefill, serving(DType::bf16, 2, 16)).kernels.kernels)
+    if (k.cls == KernelClass::gemm && k.gemm.k == 2 * c.hidden && k.gemm.n == c.hidden) ++eh_proj;
+  CHECK(eh_proj == 1);
   CHECK_THROWS_WITH_AS(mtp_decoder(parse_hf_config(base + "}", "deepseek")), doctest::Contains("num_nextn_predict_layers"),
                        InputError);
   // As the draft: a step of the module per drafted token, far cheaper than the model's.

@@ -71,6 +71,11 @@ struct ModelConfig {
   // DeepSeek-V3's multi-token-prediction modules (num_nextn_predict_layers): not part of the
   // model's forward pass; speculative decoding's draft (mtp_decoder, neusight.h).
   int64_t mtp_layers = 0;
+  // Build the graph of one such module instead of the model (mtp_decoder): the token's
+  // embedding and the target's last hidden state (graph input `hidden_states`), each
+  // RMS-normalised (enorm, hnorm), concatenated and projected back to the hidden size
+  // (eh_proj), then the module's decoder layer, norm and the shared LM head.
+  bool mtp_module = false;
   // gpt-oss: biases on the attention output projection, the router and every expert layer.
   bool o_bias = false;
   bool expert_bias = false;
