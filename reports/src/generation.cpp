@@ -177,7 +177,7 @@ std::string format_generation(const Report& r, bool color) {
   auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
   std::ostringstream os;
   os << bold("generation on " + r.gpu.name) << ": batch " << g.batch << ", prompt " << g.prompt << " tokens, "
-     << g.new_tokens << " new tokens (" << g.execution << ")\n";
+     << g.new_tokens << " new tokens, " << dtype_label(r) << " (" << g.execution << ")\n";
   os << "  time to first token  " << pad(format_ms(g.ttft_ms), 11, true) << " ms\n"
      << "  time per token       " << pad(format_ms(g.tpot_ms), 11, true) << " ms (last step " << format_ms(g.tpot_last_ms)
      << " ms; weights / DRAM bandwidth " << format_ms(g.weight_read_ms) << " ms)\n"

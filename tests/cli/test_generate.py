@@ -93,7 +93,7 @@ class Generate(unittest.TestCase):
                          "--html", html)
         self.assertEqual(rc, 0, se)
         for needle in ["time to first token", "time per token", "output tokens/s", "KV cache", "by class",
-                       "NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "vs first"]:
+                       "NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "vs first", "new tokens, fp16 (--dtype)"]:
             self.assertIn(needle, so)
         with open(html) as f:
             page = f.read()
