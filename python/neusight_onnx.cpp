@@ -313,7 +313,7 @@ bool is_config_arg(py::handle m) {
 }
 
 py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, py::handle speculative,
-                    const AnalysisArgs& a) {
+                    py::handle tpot_slo, const AnalysisArgs& a) {
   Argv argv = a.argv();
   argv.push_back("--generate");
   argv.push_back(int_text(prompt, "prompt") + ":" + int_text(new_tokens, "new_tokens"));
@@ -321,7 +321,12 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     argv.push_back("--speculative");
     argv.push_back(str_arg(speculative, "speculative"));
   }
+  if (!tpot_slo.is_none()) {
+    argv.push_back("--tpot-slo");
+    argv.push_back(py::isinstance<py::str>(tpot_slo) ? tpot_slo.cast<std::string>() : py::str(tpot_slo).cast<std::string>());
+  }
   const cli::Args args(argv, cli::Command::analyze);
+  const double slo = args.has("--tpot-slo") ? args.get_double("--tpot-slo", 0) : 0;
   GenerationOptions gen = cli::parse_generate(args.get("--generate"));
   const std::string draft_path = args.has("--speculative") ? cli::parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = cli::generation_options(args, AnalysisArgs::parse_argv(argv));
@@ -347,11 +352,16 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     }
     std::optional<Decoder> draft;
     if (!draft_path.empty()) draft = cli::load_draft_decoder(draft_path, opt, target ? &*target : nullptr);
-    const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
-    for (const auto& g : gpus) {
-      reports.push_back(predict_generation(analysis, decoder, g, opt));
-      if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
+    if (slo > 0) {  // the batch searched per GPU (tpot_slo), the analyses shared
+      std::map<int64_t, GenerationAnalysis> analyses;
+      for (const auto& g : gpus)
+        reports.push_back(predict_generation_for_tpot(decoder, opt, gen, draft ? &*draft : nullptr, g, slo, &analyses));
+    } else {
+      const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
+      for (const auto& g : gpus) reports.push_back(predict_generation(analysis, decoder, g, opt));
     }
+    if (!dtype_note.empty())
+      for (auto& r : reports) r.warnings.push_back(dtype_note);
   }
   return report_dicts(std::move(reports), opt, many);
 }
@@ -705,20 +715,24 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "generate",
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object speculative,
-         py::object kv_dtype, py::object link_bw, py::object predictor, py::object weights) {
+         py::object kv_dtype, py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo) {
+        if (!tpot_slo.is_none() && !batch.is_none() && int_text(batch, "batch") != "1")
+          throw neusight::InputError("tpot_slo chooses the batch; give it without batch");
         AnalysisArgs a = analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
                                        timing, parallel, link_bw, predictor, weights);
         a.kv_dtype = std::move(kv_dtype);
-        return generate(model, gpu, prompt, new_tokens, speculative, a);
+        return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
       "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none, "link_bw"_a = none,
-      "predictor"_a = "neusight", "weights"_a = none,
+      "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"
       "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
-      "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype. Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
+      "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype; tpot_slo\n"
+      "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused).\n"
+      "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
       "kv_cache_bytes, memory_bytes, ...), or a list of them for a list of GPUs.");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,

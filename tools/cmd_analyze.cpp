@@ -1,4 +1,5 @@
 // cmd_analyze.cpp - the main job: predict a model's latency on one or more GPUs.
+#include <map>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -24,6 +25,8 @@ std::string progress_bar(size_t done, size_t total) {
 // --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   GenerationOptions gen = parse_generate(args.get("--generate"));
+  if (args.has("--tpot-slo") && args.has("--batch"))
+    throw InputError("--tpot-slo chooses the batch; give it without --batch");
   const std::string draft_path = args.has("--speculative") ? parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = generation_options(args, base);
   std::string dtype_note;
@@ -33,12 +36,18 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
       load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note, &target);
   std::optional<Decoder> draft;
   if (!draft_path.empty()) draft = load_draft_decoder(draft_path, opt, config ? &target : nullptr);
-  const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
   std::vector<Report> reports;
-  for (const auto& gpu : gpus) {
-    reports.push_back(predict_generation(analysis, decoder, gpu, opt));
-    if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
+  if (args.has("--tpot-slo")) {  // the batch is searched per GPU; the analyses are shared
+    const double slo = args.get_double("--tpot-slo", 0);
+    std::map<int64_t, GenerationAnalysis> analyses;
+    for (const auto& gpu : gpus)
+      reports.push_back(predict_generation_for_tpot(decoder, opt, gen, draft ? &*draft : nullptr, gpu, slo, &analyses));
+  } else {
+    const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
+    for (const auto& gpu : gpus) reports.push_back(predict_generation(analysis, decoder, gpu, opt));
   }
+  if (!dtype_note.empty())
+    for (auto& r : reports) r.warnings.push_back(dtype_note);
   print_warnings_once(reports);
   OutputSet outputs;  // all or none
   if (args.has("--json")) outputs.add_text(args.get("--json"), format_json(reports));
@@ -79,7 +88,8 @@ int cmd_analyze(const Argv& argv) {
     gpus.push_back(GpuDatabase::builtin().resolve(name));
   }
   if (args.has("--generate")) return run_generate(args, opt, gpus);
-  if (args.has("--speculative")) throw InputError("--speculative applies to --generate PROMPT:NEW");
+  for (const char* flag : {"--speculative", "--tpot-slo"})
+    if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
   std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
   const LoadedModel loaded =

@@ -30,6 +30,7 @@ const std::vector<Flag> kFlags = {
     {"--timing", true, "device|kernel|eager", "kernel times back to back, GPU time alone, or eager launches", A | C, "device"},
     {"--timing", true, "eager|device|kernel", "what the rows' measured times include", K, "eager"},
     {"--generate", true, "PROMPT:NEW", "LLM generation: a prefill of PROMPT tokens, NEW decode steps", A | C, ""},
+    {"--tpot-slo", true, "MS", "with --generate: the largest batch (that fits) whose time per output token is at most MS", A, ""},
     {"--speculative", true, "K,accept=P[,draft=M]", "with --generate: K drafted tokens a step, each accepted with P; draft model M (config, ONNX, or mtp)", A, ""},
     {"--parallel", true, "dp=N,tp=N,pp=N[,...]", "training on dp x tp x pp GPUs; inference and --generate: tp=N[,ep=N]", A, ""},
     {"--link-bw", true, "GBPS", "inter-GPU link bandwidth in GB/s (with --parallel)", A, ""},

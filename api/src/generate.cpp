@@ -446,4 +446,67 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   return r;
 }
 
+Report predict_generation_for_tpot(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+                                   const Decoder* draft, const Gpu& gpu, double tpot_slo_ms,
+                                   std::map<int64_t, GenerationAnalysis>* cache) {
+  if (!(tpot_slo_ms > 0)) throw InputError("--tpot-slo: the target time per output token must be above 0 ms");
+  std::map<int64_t, GenerationAnalysis> own;
+  std::map<int64_t, GenerationAnalysis>& analyses = cache ? *cache : own;
+  auto at = [&](int64_t batch) {
+    auto it = analyses.find(batch);
+    if (it == analyses.end()) {
+      Options o = options;
+      o.dims.batch = batch;
+      it = analyses.emplace(batch, prepare_generation(decoder, o, gen, draft)).first;
+    }
+    Options o = options;
+    o.dims.batch = batch;
+    return predict_generation(it->second, decoder, gpu, o);
+  };
+  // A batch qualifies when it meets the target and its sequences fit beside the weights and
+  // its own activations (which grow with it; unknown memory: always).
+  auto fits = [&](const Report& r) { return !(gpu.mem_gb > 0) || r.generation->max_batch >= r.generation->batch; };
+  auto meets = [&](const Report& r) { return r.generation->tpot_ms <= tpot_slo_ms && fits(r); };
+  Report best = at(1);
+  GenerationReport::TpotSlo slo;
+  slo.tpot_ms = tpot_slo_ms;
+  slo.met = meets(best);
+  auto fail = [&](const Report& r) {
+    slo.next_batch = r.generation->batch;
+    slo.next_tpot_ms = r.generation->tpot_ms;
+    slo.next_fits = fits(r);
+  };
+  if (slo.met) {
+    // Bisection between a batch that qualifies (lo) and one that does not (hi), up to the
+    // sequences that fit at batch 1.
+    const int64_t fit1 = best.generation->max_batch;
+    const int64_t cap = gpu.mem_gb > 0 ? std::max<int64_t>(fit1, 1) : 65536;
+    int64_t lo = 1, hi = cap + 1;
+    if (cap > 1) {
+      Report top = at(cap);
+      if (meets(top)) {
+        lo = cap;
+        best = std::move(top);
+      } else {
+        hi = cap;
+        fail(top);
+      }
+    }
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      Report r = at(mid);
+      if (meets(r)) {
+        lo = mid;
+        best = std::move(r);
+      } else {
+        hi = mid;
+        fail(r);
+      }
+    }
+  }
+  best.generation->tpot_slo = slo;
+  return best;
+}
+
 }  // namespace neusight
+

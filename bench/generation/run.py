@@ -32,7 +32,7 @@ GPUS = ["h100", "h200", "b200", "l40s", "mi300x", "a100-80gb"]
 
 def generate(binary, config, spec, batch, gpus, tmp, dtype="fp16", extra=()):
     out = os.path.join(tmp, "g.json")
-    cmd = [binary, "--config", config, "--generate", spec, "--batch", str(batch), "--dtype", dtype,
+    cmd = [binary, "--config", config, "--generate", spec, *(["--batch", str(batch)] if batch else []), "--dtype", dtype,
            "--gpu", ",".join(gpus), "--json", out, "--quiet", *extra]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -83,6 +83,7 @@ def main():
         moe_table(a, tmp)
         deepseek_table(a, tmp)
         speculative_table(a, tmp)
+        slo_table(a, tmp)
 
 
 def precision_table(a, tmp):
@@ -99,6 +100,20 @@ def precision_table(a, tmp):
                 g = per[d][i]["generation"]
                 cells.append(f"{g['ttft_ms']:8.2f} / {g['tpot_ms']:6.2f} ({g['weight_read_ms']:5.2f})")
             print(f"{name:9} {gpu['gpu']:24} " + " ".join(f"{c:>24}" for c in cells))
+
+
+def slo_table(a, tmp):
+    """--tpot-slo: per GPU the largest batch of Llama-3-8B BF16 sequences (512:128) that fits with a
+    mean time per output token of at most 20 and 50 ms, and its tokens/s."""
+    print("\nLlama-3-8B, BF16, prompt 512, 128 new tokens: the largest batch whose TPOT meets the target")
+    print(f"{'gpu':24} {'target ms':>9} {'batch':>6} {'TPOT ms':>8} {'tokens/s':>9} {'TTFT ms':>9} {'stopped by':>22}")
+    for slo in (20, 50):
+        for r in generate(a.bin, a.config, "512:128", None, GPUS, tmp, "bf16", ("--tpot-slo", str(slo)))[0]:
+            g, t = r["generation"], r["generation"]["tpot_slo"]
+            why = ("not met at batch 1" if t["limit"] == "none" else "memory" if t["limit"] == "memory"
+                   else f"batch {t['next_batch']}: {t['next_tpot_ms']:.2f} ms")
+            print(f"{r['gpu']:24} {slo:9} {g['batch']:6} {g['tpot_ms']:8.2f} {g['tokens_per_s']:9.1f} "
+                  f"{g['ttft_ms']:9.1f} {why:>22}")
 
 
 def moe_table(a, tmp):

@@ -77,6 +77,14 @@ json generation_json(const GenerationReport& g) {
           {"prefill_by_class_ms", g.prefill_by_class},
           {"decode_by_class_ms", g.decode_by_class},
           {"decode_samples", std::move(steps)}};
+  const auto& slo = g.tpot_slo;
+  if (slo.tpot_ms > 0)
+    out["tpot_slo"] = {{"tpot_ms", finite(slo.tpot_ms)},
+                       {"met", slo.met},
+                       {"batch", g.batch},
+                       {"next_batch", slo.next_batch},
+                       {"next_tpot_ms", finite(slo.next_tpot_ms)},
+                       {"limit", !slo.met ? "none" : slo.next_batch > 0 && slo.next_fits ? "tpot" : "memory"}};
   const auto& sp = g.speculative;
   if (sp.proposed > 0)
     out["speculative"] = {{"proposed", sp.proposed},
@@ -100,13 +108,20 @@ std::string generation_html(const std::vector<Report>& reports) {
   std::ostringstream os;
   os << "<h2>Generation</h2>\n<p class=\"sub\">batch " << g0.batch << ", prompt " << g0.prompt << " tokens, "
      << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
-  os << "<table><thead><tr><th>gpu</th><th class=\"n\">TTFT ms</th><th class=\"n\">TPOT ms</th>"
+  const bool slo = g0.tpot_slo.tpot_ms > 0;  // the batch was chosen per GPU
+  if (slo)
+    os << "<p class=\"sub\">batch per GPU: the largest whose time per output token is at most "
+       << format_ms(g0.tpot_slo.tpot_ms) << " ms (--tpot-slo)</p>\n";
+  os << "<table><thead><tr><th>gpu</th>" << (slo ? "<th class=\"n\">batch</th>" : "")
+     << "<th class=\"n\">TTFT ms</th><th class=\"n\">TPOT ms</th>"
         "<th class=\"n\">last TPOT ms</th><th class=\"n\">total ms</th><th class=\"n\">tokens/s</th>"
         "<th class=\"n\">KV cache</th><th class=\"n\">memory</th><th class=\"n\">sequences that fit</th></tr></thead>"
         "<tbody>\n";
   for (const Report* r : rs) {
     const GenerationReport& g = *r->generation;
-    os << "<tr><td>" << html_escape(r->gpu.name) << "</td><td class=\"n\">" << format_ms(g.ttft_ms)
+    os << "<tr><td>" << html_escape(r->gpu.name) << "</td><td class=\"n\">"
+       << (slo ? std::to_string(g.batch) + (g.tpot_slo.met ? "" : " (misses)") + "</td><td class=\"n\">" : "")
+       << format_ms(g.ttft_ms)
        << "</td><td class=\"n\">" << format_ms(g.tpot_ms) << "</td><td class=\"n\">" << format_ms(g.tpot_last_ms)
        << "</td><td class=\"n\">" << format_ms(g.total_ms) << "</td><td class=\"n\">" << num(g.tokens_per_s, 1)
        << "</td><td class=\"n\">" << bytes_text(g.kv_cache_bytes) << "</td><td class=\"n\">"
@@ -195,6 +210,14 @@ std::string format_generation(const Report& r, bool color) {
     os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of " << g.prompt + g.new_tokens
        << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
        << "% of " << (g.tp > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
+  if (g.tpot_slo.tpot_ms > 0) {
+    const auto& slo = g.tpot_slo;
+    os << "  TPOT target          " << pad(format_ms(slo.tpot_ms), 11, true) << " ms (";
+    if (!slo.met) os << "not met: batch 1 takes " << format_ms(g.tpot_ms) << " ms a token" << (g.tpot_ms <= slo.tpot_ms ? " but does not fit" : "") << ")\n";
+    else if (slo.next_batch > 0 && slo.next_fits)
+      os << "batch " << g.batch << " meets it, batch " << slo.next_batch << " takes " << format_ms(slo.next_tpot_ms) << " ms)\n";
+    else os << "met by batch " << g.batch << ", the most sequences that fit beside their activations)\n";
+  }
   if (g.tp > 1)
     os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link << "; "
        << bytes_text(g.memory_per_gpu_bytes) << " per GPU; times and the bound are one GPU's)\n";
@@ -232,14 +255,17 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
   std::ostringstream os;
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
-  os << pad("gpu", w) << " " << pad("TTFT ms", 11, true) << " " << pad("TPOT ms", 10, true) << " "
+  const bool slo = !reports.empty() && reports.front().generation && reports.front().generation->tpot_slo.tpot_ms > 0;
+  os << pad("gpu", w) << " " << (slo ? pad("batch", 7, true) + " " : "") << pad("TTFT ms", 11, true) << " "
+     << pad("TPOT ms", 10, true) << " "
      << pad("total ms", 11, true) << " " << pad("tokens/s", 10, true) << " " << pad("vs first", 9, true) << " "
      << pad("fits seqs", 10, true) << "\n";
   const double base = reports.empty() || !reports.front().generation ? 0 : reports.front().generation->tokens_per_s;
   for (const auto& r : reports) {
     if (!r.generation) continue;
     const GenerationReport& g = *r.generation;
-    os << pad(r.gpu.name, w) << " " << pad(format_ms(g.ttft_ms), 11, true) << " " << pad(format_ms(g.tpot_ms), 10, true)
+    os << pad(r.gpu.name, w) << " " << (slo ? pad(std::to_string(g.batch), 7, true) + " " : "")
+       << pad(format_ms(g.ttft_ms), 11, true) << " " << pad(format_ms(g.tpot_ms), 10, true)
        << " " << pad(format_ms(g.total_ms), 11, true) << " " << pad(num(g.tokens_per_s, 1), 10, true) << " "
        << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << " " << pad(std::to_string(g.max_batch), 10, true)
        << "\n";

@@ -36,6 +36,52 @@ class Generate(unittest.TestCase):
         with open(out) as f:
             return json.load(f)
 
+    def test_tpot_slo_picks_the_largest_batch_that_meets_it(self):
+        # Llama-3-8B on an H100: a target between batch 1's TPOT and the full GPU's.
+        cfg = LLAMA3_8B
+        one = self.gen_json("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100")["generation"]
+        slo = 2.5 * one["tpot_ms"]
+        r = self.gen_json("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100",
+                          "--tpot-slo", str(slo))["generation"]
+        t = r["tpot_slo"]
+        self.assertTrue(t["met"])
+        self.assertEqual(t["limit"], "tpot")
+        self.assertEqual(t["batch"], r["batch"])
+        self.assertGreater(r["batch"], 1)
+        self.assertLessEqual(r["tpot_ms"], slo)
+        self.assertGreater(t["next_tpot_ms"], slo)
+        self.assertGreater(t["next_batch"], r["batch"])
+        # The same figures as a plain run at that batch; the next batch misses.
+        for batch, check in ((r["batch"], lambda v: self.assertAlmostEqual(v, r["tpot_ms"], places=9)),
+                             (t["next_batch"], lambda v: self.assertGreater(v, slo))):
+            plain = self.gen_json("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100",
+                                  "--batch", str(batch))["generation"]
+            check(plain["tpot_ms"])
+        # A loose target is stopped by the memory (the batch's sequences fit beside its
+        # activations); an impossible one reports batch 1 as missing it.
+        loose = self.gen_json("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100",
+                              "--tpot-slo", "100000")["generation"]
+        self.assertEqual(loose["tpot_slo"]["limit"], "memory")
+        self.assertGreaterEqual(loose["max_batch"], loose["batch"])
+        tight = self.gen_json("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100,b200",
+                              "--tpot-slo", str(one["tpot_ms"] / 2))
+        self.assertEqual(tight[0]["generation"]["batch"], 1)
+        self.assertFalse(tight[0]["generation"]["tpot_slo"]["met"])
+        self.assertEqual(tight[0]["generation"]["tpot_slo"]["limit"], "none")
+        rc, so, se = run("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100",
+                         "--tpot-slo", str(slo))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("TPOT target", so)
+        self.assertIn("batch %d meets it" % r["batch"], so)
+        for args, needle in [(("--batch", "4", "--tpot-slo", "10"), "without --batch"),
+                             (("--tpot-slo", "0"), "positive"), (("--tpot-slo", "x"), "--tpot-slo")]:
+            rc, so, se = run("--config", cfg, "--generate", "512:32", "--gpu", "h100", *args)
+            self.assertEqual(rc, 2, se)
+            self.assertIn(needle, se)
+        rc, so, se = run("--config", cfg, "--batch", "1", "--seq", "64", "--gpu", "h100", "--tpot-slo", "10")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("applies to --generate", se)
+
     def test_bad_input_is_one_line_exit_2_and_no_file(self):
         out = os.path.join(self.dir, "r.json")
         for spec, needle in [("0:5", "prompt"), ("5:0", "new token"), ("abc", "PROMPT:NEW"), ("12", "PROMPT:NEW"),

@@ -120,6 +120,11 @@ class Analyze(unittest.TestCase):
             self.assertTrue(same(n.generate(small, "h100", 64, 8, speculative=spec), want))
             want = run_json("--config", small, "--gpu", "h100", "--generate", "64:8", "--kv-dtype", "fp8")
             self.assertTrue(same(n.generate(small, "h100", 64, 8, kv_dtype="fp8"), want))
+            # A latency target: the batch searched per GPU, as --tpot-slo.
+            want = run_json("--config", small, "--gpu", "h100,l40s", "--generate", "64:8", "--tpot-slo", "0.05")
+            self.assertTrue(same(n.generate(small, ["h100", "l40s"], 64, 8, tpot_slo=0.05), want))
+            with self.assertRaisesRegex(ValueError, "without batch"):
+                n.generate(small, "h100", 64, 8, batch=4, tpot_slo=0.05)
 
     def test_report_copies_are_plain_dicts(self):
         r = n.analyze(EXAMPLE, "h100", batch=1, seq=16)

@@ -9,6 +9,7 @@
 // Link with the `neusight::neusight` CMake target (find_package(neusight)).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -105,8 +106,9 @@ struct Decoder {
 Decoder config_decoder(const ModelConfig& config);
 // The multi-token-prediction module of a config that has one (DeepSeek-V3:
 // num_nextn_predict_layers) as speculative decoding's draft: one decoder layer of the model's
-// kind (MoE, latent attention) with the embedding and the head, which the module shares with
-// the model (its weights counted once more here), its small eh_proj and norms left out.
+// kind (MoE, latent attention) after the module's input norms and eh_proj (its input: the
+// token's embedding and the model's last hidden state), with the embedding and the head,
+// which the module shares with the model (their weights counted once more here).
 // InputError when the config has none.
 Decoder mtp_decoder(const ModelConfig& config);
 // From an ONNX decoder export with past_key_values.N.key/value inputs (or onnxruntime's
@@ -141,6 +143,17 @@ GenerationAnalysis prepare_generation(const Decoder& decoder, const Options& opt
 // The prefill's report (nodes, classes, e2e = the prefill) with Report::generation filled.
 Report predict_generation(const GenerationAnalysis& analysis, const Decoder& decoder, const Gpu& gpu,
                           const Options& options);
+
+// --tpot-slo: the generation at the largest batch whose mean time per output token is at most
+// `tpot_slo_ms` on `gpu`, searched (bisection; TPOT grows with the batch) from 1 up to the
+// sequences that fit at batch 1 (GenerationReport::max_batch; 65536 when the GPU's memory is
+// unknown). options.dims.batch is ignored. The report's GenerationReport::tpot_slo says the
+// target, whether any batch meets it (else the report is batch 1's), and the next batch's
+// TPOT (or that the memory stopped the search). `cache` keeps the analyses by batch between
+// GPUs (they do not depend on the GPU).
+Report predict_generation_for_tpot(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+                                   const Decoder* draft, const Gpu& gpu, double tpot_slo_ms,
+                                   std::map<int64_t, GenerationAnalysis>* cache = nullptr);
 
 const char* version();
 

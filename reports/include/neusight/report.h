@@ -92,6 +92,16 @@ struct GenerationReport {
     double draft_weight_bytes = 0, draft_kv_cache_bytes = 0;
     std::string draft;  // the draft model ("" without one)
   } speculative;
+  // --tpot-slo: the target the batch was chosen for (0: none), whether batch `batch` meets it
+  // and fits (false: not even batch 1 does), and the batch above it that does not: its TPOT
+  // and whether its sequences fit (next_batch 0: `batch` is the most that fit at batch 1).
+  struct TpotSlo {
+    double tpot_ms = 0;
+    bool met = false;
+    int64_t next_batch = 0;
+    double next_tpot_ms = 0;
+    bool next_fits = true;
+  } tpot_slo;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
   std::vector<double> step_ms;          // every decode step (interpolated), for charts
   std::map<std::string, double> prefill_by_class, decode_by_class;  // ms; decode: all steps
