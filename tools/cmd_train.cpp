@@ -102,6 +102,7 @@ struct TrainRequest {
   std::string form, hidden_spec, ensemble_spec;
   PerClass hidden_for{}, ensemble_for{};
   int64_t max_rows = 0;
+  bool test_rows = false;  // --test-rows: the devices' rows of kernels/test too
   std::vector<std::string> devices, ops;
   std::vector<UtilClass> classes;
 };
@@ -126,6 +127,7 @@ TrainRequest parse_train_request(const Args& args) {
   o.device_prior = args.get_double("--device-prior", o.device_prior, /*allow_zero=*/true);
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
   r.max_rows = args.get_int("--max-rows", 0, 0);
+  r.test_rows = args.has("--test-rows");
   // neusight (the product's) or neusight-paper (the published formulation, neusight_model.h).
   r.form = args.get("--formulation");
   if (r.form == formulation_name(Formulation::paper)) o.formulation = Formulation::paper;
@@ -164,6 +166,15 @@ std::vector<std::filesystem::path> training_files(const TrainRequest& r) {
   }
   if (files.empty()) throw InputError("--data " + r.data + ": no training CSVs for the chosen devices and ops");
   std::sort(files.begin(), files.end());
+  // --test-rows: kernels/test holds one CSV per class for every GPU (elem.csv: the
+  // elementwise ops, by OPName); read_samples keeps the chosen devices' rows of chosen ops.
+  if (r.test_rows) {
+    const std::filesystem::path test = std::filesystem::path(r.data) / "kernels" / "test";
+    for (const char* name : {"bmm", "elem", "linear", "ln", "softmax"}) {
+      const auto f = test / (std::string(name) + ".csv");
+      if (std::filesystem::exists(f)) files.push_back(f);
+    }
+  }
   return files;
 }
 
@@ -173,6 +184,18 @@ std::vector<Sample> read_samples(const TrainRequest& r, const std::vector<std::f
   std::vector<Sample> samples;
   for (const auto& f : files) {
     Dataset d = read_dataset(f.string());
+    // A test CSV (kernels/test) holds every GPU's rows and, for elem.csv, every elementwise
+    // op: keep the chosen devices' rows of the chosen ops (before --max-rows).
+    const bool test = f.parent_path().filename() == "test";
+    auto chosen = [](const std::vector<std::string>& v, const std::string& x) {
+      return std::find(v.begin(), v.end(), x) != v.end();
+    };
+    if (test)
+      d.rows.erase(std::remove_if(d.rows.begin(), d.rows.end(),
+                                  [&](const DatasetRow& row) {
+                                    return !chosen(r.ops, row.op_name) || !chosen(r.devices, row.device);
+                                  }),
+                   d.rows.end());
     if (r.max_rows > 0 && int64_t(d.rows.size()) > r.max_rows) {
       // Evenly strided subsample (deterministic).
       std::vector<DatasetRow> keep;
@@ -180,7 +203,9 @@ std::vector<Sample> read_samples(const TrainRequest& r, const std::vector<std::f
         keep.push_back(std::move(d.rows[size_t(i * int64_t(d.rows.size()) / r.max_rows)]));
       d.rows = std::move(keep);
     }
-    const auto s = samples_from_dataset(d, GpuDatabase::builtin(), {device_of_stem(f.stem().string())}, r.o.formulation);
+    const auto s = samples_from_dataset(d, GpuDatabase::builtin(),
+                                        test ? r.devices : std::vector<std::string>{device_of_stem(f.stem().string())},
+                                        r.o.formulation);
     samples.insert(samples.end(), s.begin(), s.end());
     manifest_files << "  " << sha256_file(f.string()) << "  "
                    << std::filesystem::relative(f, std::filesystem::path(r.data)).string() << "\n";
@@ -248,7 +273,7 @@ int cmd_train(const Argv& argv) {
             {"hyperparameters", "epochs=" + std::to_string(o.epochs) + " hidden=" + r.hidden_spec +
                                     " layers=" + std::to_string(o.hidden_layers) + " batch=" + std::to_string(o.batch) +
                                     " lr=" + std::to_string(o.lr) + " ensemble=" + r.ensemble_spec +
-                                    " max_rows=" + std::to_string(r.max_rows) +
+                                    " max_rows=" + std::to_string(r.max_rows) + (r.test_rows ? " test_rows=1" : "") +
                                     " device_prior=" + std::to_string(o.device_prior) +
                                     " loss=squared_log_error optimizer=adam"}};
   const std::string summary = train_classes(r, samples, tty, quiet, m);

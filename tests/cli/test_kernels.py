@@ -210,6 +210,26 @@ class Train(unittest.TestCase):
                                "--weights", d)
             self.assertEqual(code, 0, err)
 
+    def test_training_takes_the_test_rows_when_asked(self):
+        # --test-rows: the chosen GPUs' rows of kernels/test (one CSV per class for every GPU)
+        # join their training rows; the other GPUs' test rows stay out.
+        counts = []
+        for extra in ((), ("--test-rows",)):
+            with tempfile.TemporaryDirectory() as d:
+                code, out, err = run("train", "--data", fixture(), "--out", d, "--devices", "Tesla T4",
+                                     "--ops", "softmax", "--classes", "softmax", "--max-rows", "100", "--epochs", "2",
+                                     "--hidden", "8", "--layers", "1", *extra)
+                self.assertEqual(code, 0, err)
+                counts.append(int(out.split("softmax")[1].split()[0]))
+                with open(os.path.join(d, "MANIFEST")) as f:
+                    manifest = f.read()
+                self.assertEqual("kernels/test/softmax.csv" in manifest, bool(extra))
+                self.assertEqual("test_rows=1" in manifest, bool(extra))
+        with open(fixture("kernels", "test", "softmax.csv"), newline="") as f:
+            t4 = sum(1 for r in csv.DictReader(f) if r["Device"] == "Tesla T4")
+        self.assertGreater(t4, 0)
+        self.assertEqual(counts[1] - counts[0], min(t4, 100))
+
     def test_refuses_unseen_gpus(self):
         with tempfile.TemporaryDirectory() as d:
             code, _, err = run("train", "--data", fixture(), "--out", d, "--devices",
