@@ -1,6 +1,7 @@
 // kernel_accuracy - prints per-class MAPE on the dataset's test kernels and the prediction speed.
 //
-// (a) test kernels of the five training GPUs, shipped weights;
+// (a) test kernels of the five training GPUs, shipped weights (in-sample: the product learns
+//     these rows beside the train rows, predictor/retrain.sh);
 // (b) the A100 80GB PCIe test kernels (a GPU never trained on), shipped weights;
 // (c) forward in time: weights trained on P4, P100, T4, V100 only, tested on both A100s;
 // (d) leave one GPU out: for each training GPU, weights trained on the other four
@@ -401,7 +402,7 @@ int run(int argc, char** argv) {
   auto shipped = make_neusight_predictor(main_w);
   auto fit = make_neusight_predictor(fit_w);
   std::printf("kernel_accuracy: MAPE in percent on %s (weights: %s, %s)\n", test.c_str(), main_w.c_str(), fit_w.c_str());
-  print("(a) test kernels of the five training GPUs (shipped weights)", evaluate(a, *shipped), kPaperIn, false);
+  print("(a) test kernels of the five training GPUs (shipped weights; in the training data)", evaluate(a, *shipped), kPaperIn, false);
   print("(b) A100 80GB PCIe test kernels, never trained on (shipped weights)", evaluate(b, *shipped), kPaperOut, true);
   print("(c) forward in time: trained on P4, P100, T4, V100; tested on A100 40GB + 80GB", evaluate(c, *fit), kPaperOut,
         true);
