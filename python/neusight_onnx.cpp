@@ -352,14 +352,7 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     }
     std::optional<Decoder> draft;
     if (!draft_path.empty()) draft = cli::load_draft_decoder(draft_path, opt, target ? &*target : nullptr);
-    if (slo > 0) {  // the batch searched per GPU (tpot_slo), the analyses shared
-      std::map<int64_t, GenerationAnalysis> analyses;
-      for (const auto& g : gpus)
-        reports.push_back(predict_generation_for_tpot(decoder, opt, gen, draft ? &*draft : nullptr, g, slo, &analyses));
-    } else {
-      const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
-      for (const auto& g : gpus) reports.push_back(predict_generation(analysis, decoder, g, opt));
-    }
+    reports = predict_generations(decoder, opt, gen, draft ? &*draft : nullptr, gpus, slo);
     if (!dtype_note.empty())
       for (auto& r : reports) r.warnings.push_back(dtype_note);
   }

@@ -1,5 +1,4 @@
 // cmd_analyze.cpp - the main job: predict a model's latency on one or more GPUs.
-#include <map>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -36,16 +35,8 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
       load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note, &target);
   std::optional<Decoder> draft;
   if (!draft_path.empty()) draft = load_draft_decoder(draft_path, opt, config ? &target : nullptr);
-  std::vector<Report> reports;
-  if (args.has("--tpot-slo")) {  // the batch is searched per GPU; the analyses are shared
-    const double slo = args.get_double("--tpot-slo", 0);
-    std::map<int64_t, GenerationAnalysis> analyses;
-    for (const auto& gpu : gpus)
-      reports.push_back(predict_generation_for_tpot(decoder, opt, gen, draft ? &*draft : nullptr, gpu, slo, &analyses));
-  } else {
-    const GenerationAnalysis analysis = prepare_generation(decoder, opt, gen, draft ? &*draft : nullptr);
-    for (const auto& gpu : gpus) reports.push_back(predict_generation(analysis, decoder, gpu, opt));
-  }
+  std::vector<Report> reports = predict_generations(decoder, opt, gen, draft ? &*draft : nullptr, gpus,
+                                                    args.has("--tpot-slo") ? args.get_double("--tpot-slo", 0) : 0);
   if (!dtype_note.empty())
     for (auto& r : reports) r.warnings.push_back(dtype_note);
   print_warnings_once(reports);

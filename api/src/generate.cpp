@@ -482,31 +482,35 @@ Report predict_generation_for_tpot(const Decoder& decoder, const Options& option
     const int64_t fit1 = best.generation->max_batch;
     const int64_t cap = gpu.mem_gb > 0 ? std::max<int64_t>(fit1, 1) : 65536;
     int64_t lo = 1, hi = cap + 1;
-    if (cap > 1) {
-      Report top = at(cap);
-      if (meets(top)) {
-        lo = cap;
-        best = std::move(top);
-      } else {
-        hi = cap;
-        fail(top);
-      }
-    }
-    while (hi - lo > 1) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      Report r = at(mid);
+    auto probe = [&](int64_t batch) {
+      Report r = at(batch);
       if (meets(r)) {
-        lo = mid;
+        lo = batch;
         best = std::move(r);
       } else {
-        hi = mid;
+        hi = batch;
         fail(r);
       }
-    }
+    };
+    if (cap > 1) probe(cap);
+    while (hi - lo > 1) probe(lo + (hi - lo) / 2);
   }
   best.generation->tpot_slo = slo;
   return best;
 }
 
-}  // namespace neusight
+std::vector<Report> predict_generations(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+                                        const Decoder* draft, const std::vector<Gpu>& gpus, double tpot_slo_ms) {
+  std::vector<Report> reports;
+  if (tpot_slo_ms > 0) {
+    std::map<int64_t, GenerationAnalysis> analyses;  // shared by the GPUs
+    for (const auto& gpu : gpus)
+      reports.push_back(predict_generation_for_tpot(decoder, options, gen, draft, gpu, tpot_slo_ms, &analyses));
+  } else {
+    const GenerationAnalysis analysis = prepare_generation(decoder, options, gen, draft);
+    for (const auto& gpu : gpus) reports.push_back(predict_generation(analysis, decoder, gpu, options));
+  }
+  return reports;
+}
 
+}  // namespace neusight

@@ -154,6 +154,10 @@ Report predict_generation(const GenerationAnalysis& analysis, const Decoder& dec
 Report predict_generation_for_tpot(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
                                    const Decoder* draft, const Gpu& gpu, double tpot_slo_ms,
                                    std::map<int64_t, GenerationAnalysis>* cache = nullptr);
+// One generation per GPU: at options.dims.batch, or (tpot_slo_ms > 0) at the batch
+// predict_generation_for_tpot finds for each.
+std::vector<Report> predict_generations(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+                                        const Decoder* draft, const std::vector<Gpu>& gpus, double tpot_slo_ms = 0);
 
 const char* version();
 
