@@ -106,9 +106,9 @@ std::string generation_html(const std::vector<Report>& reports) {
   if (rs.empty()) return "";
   const GenerationReport& g0 = *rs.front()->generation;
   std::ostringstream os;
-  os << "<h2>Generation</h2>\n<p class=\"sub\">batch " << g0.batch << ", prompt " << g0.prompt << " tokens, "
-     << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
   const bool slo = g0.tpot_slo.tpot_ms > 0;  // the batch was chosen per GPU
+  os << "<h2>Generation</h2>\n<p class=\"sub\">" << (slo ? std::string() : "batch " + std::to_string(g0.batch) + ", ")
+     << "prompt " << g0.prompt << " tokens, " << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
   if (slo)
     os << "<p class=\"sub\">batch per GPU: the largest whose time per output token is at most "
        << format_ms(g0.tpot_slo.tpot_ms) << " ms (--tpot-slo)</p>\n";

@@ -68,9 +68,12 @@ class Generate(unittest.TestCase):
         self.assertEqual(tight[0]["generation"]["batch"], 1)
         self.assertFalse(tight[0]["generation"]["tpot_slo"]["met"])
         self.assertEqual(tight[0]["generation"]["tpot_slo"]["limit"], "none")
+        page = os.path.join(self.dir, "slo.html")
         rc, so, se = run("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100",
-                         "--tpot-slo", str(slo))
+                         "--tpot-slo", str(slo), "--html", page)
         self.assertEqual(rc, 0, se)
+        with open(page) as f:
+            self.assertIn('<th class="n">batch</th>', f.read())
         self.assertIn("TPOT target", so)
         self.assertIn("batch %d meets it" % r["batch"], so)
         for args, needle in [(("--batch", "4", "--tpot-slo", "10"), "without --batch"),
