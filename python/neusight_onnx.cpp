@@ -69,6 +69,13 @@ std::string int_text(py::handle v, const std::string& what) {
   return py::str(v);
 }
 
+// A number argument (int or float, not bool) as the CLI flag's text; `what` names it and its unit.
+std::string number_text(py::handle v, const std::string& what, const std::string& unit) {
+  if (py::isinstance<py::bool_>(v) || !(py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v)))
+    type_error(what, "a number (" + unit + ")", v);
+  return py::str(py::float_(py::reinterpret_borrow<py::object>(v)));
+}
+
 std::string str_arg(py::handle v, const std::string& what) {
   if (!py::isinstance<py::str>(v)) type_error(what, "a str", v);
   return v.cast<std::string>();
@@ -147,11 +154,7 @@ struct AnalysisArgs {
         type_error("parallel", "a str such as 'dp=2,tp=4' or a dict", parallel);
       }
     }
-    if (!link_bw.is_none()) {
-      if (py::isinstance<py::bool_>(link_bw) || !(py::isinstance<py::int_>(link_bw) || py::isinstance<py::float_>(link_bw)))
-        type_error("link_bw", "a number (GB/s)", link_bw);
-      flag("--link-bw", py::str(py::float_(link_bw)));
-    }
+    if (!link_bw.is_none()) flag("--link-bw", number_text(link_bw, "link_bw", "GB/s"));
     return argv;
   }
 };
@@ -323,7 +326,7 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
   }
   if (!tpot_slo.is_none()) {
     argv.push_back("--tpot-slo");
-    argv.push_back(py::isinstance<py::str>(tpot_slo) ? tpot_slo.cast<std::string>() : py::str(tpot_slo).cast<std::string>());
+    argv.push_back(number_text(tpot_slo, "tpot_slo", "ms"));
   }
   const cli::Args args(argv, cli::Command::analyze);
   const double slo = args.has("--tpot-slo") ? args.get_double("--tpot-slo", 0) : 0;

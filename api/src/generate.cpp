@@ -453,14 +453,10 @@ Report predict_generation_for_tpot(const Decoder& decoder, const Options& option
   std::map<int64_t, GenerationAnalysis> own;
   std::map<int64_t, GenerationAnalysis>& analyses = cache ? *cache : own;
   auto at = [&](int64_t batch) {
-    auto it = analyses.find(batch);
-    if (it == analyses.end()) {
-      Options o = options;
-      o.dims.batch = batch;
-      it = analyses.emplace(batch, prepare_generation(decoder, o, gen, draft)).first;
-    }
     Options o = options;
     o.dims.batch = batch;
+    auto it = analyses.find(batch);
+    if (it == analyses.end()) it = analyses.emplace(batch, prepare_generation(decoder, o, gen, draft)).first;
     return predict_generation(it->second, decoder, gpu, o);
   };
   // A batch qualifies when it meets the target and its sequences fit beside the weights and

@@ -25,7 +25,7 @@ void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_e
   if (narrow_weight_gemms(narrow) && kr.dtype == activation_dtype(narrow) &&
       ((wa && wa->is_initializer) || (wb && wb->is_initializer))) {
     kr.dtype = narrow;
-    kr.bytes = (a_elems + b_elems) * narrow_operand_bytes(narrow) + double(s.batch) * s.m * s.n * element_bytes(activation_dtype(narrow));
+    kr.bytes = narrow_gemm_bytes(a_elems + b_elems, double(s.batch) * s.m * s.n, narrow);
   }
   kr.a_input = a_input;
   kr.b_input = b_input;

@@ -101,8 +101,8 @@ struct Backward {
       k.flops = w.flops;
       k.bytes = w.bytes;
       if (narrow) {
-        const double b = double(g2.batch), in = b * double(g2.m) * double(g2.k) + b * double(g2.k) * double(g2.n);
-        k.bytes = in * narrow_operand_bytes(f.dtype) + b * double(g2.m) * double(g2.n) * eb;
+        const double b = double(g2.batch);
+        k.bytes = narrow_gemm_bytes(b * double(g2.k) * double(g2.m + g2.n), b * double(g2.m) * double(g2.n), f.dtype);
       }
       k.epilogue.clear();
       k.trans_a = k.trans_b = false;

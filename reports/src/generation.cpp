@@ -84,7 +84,7 @@ json generation_json(const GenerationReport& g) {
                        {"batch", g.batch},
                        {"next_batch", slo.next_batch},
                        {"next_tpot_ms", finite(slo.next_tpot_ms)},
-                       {"limit", !slo.met ? "none" : slo.next_batch > 0 && slo.next_fits ? "tpot" : "memory"}};
+                       {"limit", slo.limit()}};
   const auto& sp = g.speculative;
   if (sp.proposed > 0)
     out["speculative"] = {{"proposed", sp.proposed},
@@ -214,7 +214,7 @@ std::string format_generation(const Report& r, bool color) {
     const auto& slo = g.tpot_slo;
     os << "  TPOT target          " << pad(format_ms(slo.tpot_ms), 11, true) << " ms (";
     if (!slo.met) os << "not met: batch 1 takes " << format_ms(g.tpot_ms) << " ms a token" << (g.tpot_ms <= slo.tpot_ms ? " but does not fit" : "") << ")\n";
-    else if (slo.next_batch > 0 && slo.next_fits)
+    else if (std::string(slo.limit()) == "tpot")
       os << "batch " << g.batch << " meets it, batch " << slo.next_batch << " takes " << format_ms(slo.next_tpot_ms) << " ms)\n";
     else os << "met by batch " << g.batch << ", the most sequences that fit beside their activations)\n";
   }

@@ -135,6 +135,8 @@ class SameAsCli(unittest.TestCase):
         self.assert_same(lambda: n.generate(EXAMPLE, "h100", 8, 8), EXAMPLE, "--gpu", "h100", "--generate", "8:8")
         with self.assertRaises(TypeError):
             n.generate(cfg, "h100", "8", 8)
+        with self.assertRaises(TypeError):  # a number of ms, as link_bw is one of GB/s
+            n.generate(cfg, "h100", 8, 8, tpot_slo="5")
 
     def test_compare(self):
         self.assert_same(lambda: n.compare([EXAMPLE], "h100", batch=1, seq=8), "compare", EXAMPLE, *OK)

@@ -204,6 +204,10 @@ inline DType activation_dtype(DType compute) {
   if (compute == DType::f4e2m1 || is_fp8(compute)) return DType::bf16;
   return compute == DType::i8 ? DType::f16 : compute;
 }
+// Bytes such a GEMM moves: its operands narrow, its output in the activations' dtype.
+inline double narrow_gemm_bytes(double operand_elems, double output_elems, DType compute) {
+  return operand_elems * narrow_operand_bytes(compute) + output_elems * element_bytes(activation_dtype(compute));
+}
 
 struct LoweringOptions {
   Mode mode = Mode::inference;

@@ -101,6 +101,8 @@ struct GenerationReport {
     int64_t next_batch = 0;
     double next_tpot_ms = 0;
     bool next_fits = true;
+    // What stopped the search: "none" (not met), "tpot" (the next batch's TPOT) or "memory".
+    const char* limit() const { return !met ? "none" : next_batch > 0 && next_fits ? "tpot" : "memory"; }
   } tpot_slo;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
   std::vector<double> step_ms;          // every decode step (interpolated), for charts
