@@ -382,46 +382,84 @@ struct UnionFind {
 // each other and into a row-wise unit's prologue; a gather feeds a fused kernel.
 enum class UnitKind { not_fusible, pointwise, rowwise, gather };
 
-void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
-  const size_t n = g.nodes.size();
-  // Units: a node, or an eager group (identified by its first node).
-  std::vector<int> unit(n, -1);
-  for (size_t i = 0; i < n; ++i) {
-    if (plan.free_reason[i] != FreeReason::none) continue;
-    unit[i] = plan.group_of[i] >= 0 ? plan.groups[static_cast<size_t>(plan.group_of[i])].nodes.front() : static_cast<int>(i);
+// Normalisations over the last dim that a residual stream feeds (a graph op or an eager group).
+bool norm_op(const std::string& op) {
+  return op == "LayerNormalization" || op == "SimplifiedLayerNormalization" || op == "RMSNormalization";
+}
+
+// The union of units full fusion builds (one kernel per class of more than one unit).
+struct FullFusion {
+  const Graph& g;
+  const Consumers& cons;
+  Plan& plan;
+  std::vector<int> unit;        // per node: its unit (a node, or an eager group's first node); -1: free
+  UnionFind uf;
+  std::vector<int> rowwise_in;  // per root: row-wise units inside (at most one per kernel)
+
+  FullFusion(const Graph& graph, const Consumers& c, Plan& p)
+      : g(graph), cons(c), plan(p), unit(graph.nodes.size(), -1), uf(graph.nodes.size()), rowwise_in(graph.nodes.size(), 0) {
+    for (size_t i = 0; i < unit.size(); ++i) {
+      if (plan.free_reason[i] != FreeReason::none) continue;
+      unit[i] = plan.group_of[i] >= 0 ? plan.groups[static_cast<size_t>(plan.group_of[i])].nodes.front() : static_cast<int>(i);
+    }
+    for (size_t i = 0; i < unit.size(); ++i)
+      if (unit[i] == static_cast<int>(i) && kind(static_cast<int>(i)) == UnitKind::rowwise) rowwise_in[i] = 1;
   }
-  auto unit_kind = [&](int u) {
-    const size_t ui = static_cast<size_t>(u);
-    if (plan.group_of[ui] >= 0) {
-      const GroupKind k = plan.groups[static_cast<size_t>(plan.group_of[ui])].kind;
-      if (k == GroupKind::layernorm || k == GroupKind::rmsnorm) return UnitKind::rowwise;
-      if (k == GroupKind::bias_gemm || k == GroupKind::flash_attention) return UnitKind::not_fusible;
+  const Group* group(int u) const {
+    const int gi = plan.group_of[static_cast<size_t>(u)];
+    return gi >= 0 ? &plan.groups[static_cast<size_t>(gi)] : nullptr;
+  }
+  UnitKind kind(int u) const {
+    if (const Group* grp = group(u)) {
+      if (grp->kind == GroupKind::layernorm || grp->kind == GroupKind::rmsnorm) return UnitKind::rowwise;
+      if (grp->kind == GroupKind::bias_gemm || grp->kind == GroupKind::flash_attention) return UnitKind::not_fusible;
       return UnitKind::pointwise;
     }
-    const Node& nd = g.nodes[ui];
+    const Node& nd = g.nodes[static_cast<size_t>(u)];
     // Where is a select, pointwise for inductor: GPT-2's masked scores (div, where) fuse into
     // the softmax kernel.
     if (pointwise(nd) || nd.op_type == "Where") return UnitKind::pointwise;
     if (rowwise_ops().count(nd.op_type)) return UnitKind::rowwise;
     if (nd.op_type == "Gather") return UnitKind::gather;
     return UnitKind::not_fusible;
-  };
-  UnionFind uf(n);
-  std::vector<int> rowwise_in(n, 0);  // per root: rowwise units inside
-  for (size_t i = 0; i < n; ++i)
-    if (unit[i] == static_cast<int>(i) && unit_kind(static_cast<int>(i)) == UnitKind::rowwise) rowwise_in[i] = 1;
-  auto merge = [&](int a, int b) {
-    int ra = uf.find(a), rb = uf.find(b);
-    if (ra == rb) return;
-    if (rowwise_in[static_cast<size_t>(ra)] + rowwise_in[static_cast<size_t>(rb)] > 1) return;
+  }
+  bool merge(int a, int b) {
+    const int ra = uf.find(a), rb = uf.find(b);
+    if (ra == rb) return true;
     const int sum = rowwise_in[static_cast<size_t>(ra)] + rowwise_in[static_cast<size_t>(rb)];
+    if (sum > 1) return false;
     uf.join(ra, rb);
     rowwise_in[static_cast<size_t>(uf.find(ra))] = sum;
-  };
-  for (size_t i = 0; i < n; ++i) {
+    return true;
+  }
+  std::vector<int> members(int root) {
+    std::vector<int> m;
+    for (size_t i = 0; i < unit.size(); ++i)
+      if (unit[i] >= 0 && uf.find(unit[i]) == root) m.push_back(static_cast<int>(i));
+    return m;
+  }
+  // The tensor a norm unit normalises (its first member's input; none past a Slice).
+  std::string norm_input(int u) const {
+    const Group* grp = group(u);
+    if (grp ? grp->kind != GroupKind::layernorm && grp->kind != GroupKind::rmsnorm
+            : !norm_op(g.nodes[static_cast<size_t>(u)].op_type))
+      return "";
+    const Node& first = g.nodes[static_cast<size_t>(u)];
+    return first.op_type == "Slice" || first.inputs.empty() ? "" : first.inputs[0];
+  }
+
+  void fuse_chains();
+  void fuse_residual_norms();
+  void rebuild_groups();
+};
+
+// Pointwise producers into their readers when every reader of the tensor is inside the unit
+// (it never reaches memory); into a row-wise unit only through its normalised input.
+void FullFusion::fuse_chains() {
+  for (size_t i = 0; i < unit.size(); ++i) {
     if (unit[i] < 0) continue;
-    const UnitKind kind = unit_kind(unit[i]);
-    if (kind != UnitKind::pointwise && kind != UnitKind::rowwise) continue;
+    const UnitKind k_here = kind(unit[i]);
+    if (k_here != UnitKind::pointwise && k_here != UnitKind::rowwise) continue;
     const Node& nd = g.nodes[i];
     for (size_t k = 0; k < nd.inputs.size(); ++k) {
       const std::string& in = nd.inputs[k];
@@ -429,10 +467,9 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
       if (it == plan.producer.end() || unit[static_cast<size_t>(it->second)] < 0) continue;
       const int pu = unit[static_cast<size_t>(it->second)];
       if (pu == unit[i]) continue;
-      const UnitKind pk = unit_kind(pu);
+      const UnitKind pk = kind(pu);
       if (pk != UnitKind::pointwise && pk != UnitKind::gather) continue;
-      if (kind == UnitKind::rowwise && k != 0) continue;  // prologue: the normalised input only
-      // Every reader of the tensor is inside this unit (it never reaches memory).
+      if (k_here == UnitKind::rowwise && k != 0) continue;  // prologue: the normalised input only
       auto cit = cons.find(in);
       bool inside = cit != cons.end();
       if (inside)
@@ -442,30 +479,79 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
       merge(pu, unit[i]);
     }
   }
-  // Rebuild the groups: every union-find class with more than one unit is one kernel.
+}
+
+// A residual stream: the pointwise sum (x + attn(x)) that a norm reads and later nodes read
+// too (the next residual add) is computed in the norm's kernel, which also writes it:
+// inductor's fused add + norm reduction, vLLM's fused_add_rms_norm, onnxruntime's
+// SkipLayerNormalization. Only where the merged kernel has no path out and back in.
+void FullFusion::fuse_residual_norms() {
+  for (size_t u = 0; u < unit.size(); ++u) {
+    if (unit[u] != static_cast<int>(u) || kind(static_cast<int>(u)) != UnitKind::rowwise) continue;
+    const std::string x = norm_input(static_cast<int>(u));
+    auto it = x.empty() ? plan.producer.end() : plan.producer.find(x);
+    if (it == plan.producer.end() || unit[static_cast<size_t>(it->second)] < 0) continue;
+    const int pu = unit[static_cast<size_t>(it->second)];
+    const TensorInfo* t = tensor(g, x);
+    if (kind(pu) != UnitKind::pointwise || !t || !is_float(t->dtype)) continue;
+    // The norm alone in its class (full fusion joins no reader of a norm's output to it), and
+    // every other operand it reads made before the sum: no path leaves the joined kernel and
+    // comes back (a scale computed from the sum would).
+    const std::vector<int> norm = members(uf.find(static_cast<int>(u)));
+    bool earlier = true;
+    for (int m : norm) {
+      if (unit[static_cast<size_t>(m)] != static_cast<int>(u)) earlier = false;
+      for (const auto& in : g.nodes[static_cast<size_t>(m)].inputs) {
+        auto pit = in.empty() || in == x ? plan.producer.end() : plan.producer.find(in);
+        if (pit != plan.producer.end() && unit[static_cast<size_t>(pit->second)] != static_cast<int>(u) &&
+            pit->second > it->second)
+          earlier = false;
+      }
+    }
+    if (earlier) merge(pu, static_cast<int>(u));
+  }
+}
+
+// Every union-find class with more than one unit is one kernel: a norm's kind when it holds a
+// norm group (reported under the norm), else a fused chain under its row-wise member.
+void FullFusion::rebuild_groups() {
   std::map<int, std::vector<int>> classes;
-  for (size_t i = 0; i < n; ++i)
+  for (size_t i = 0; i < unit.size(); ++i)
     if (unit[i] >= 0) classes[uf.find(unit[i])].push_back(static_cast<int>(i));
   std::vector<Group> groups;
-  std::vector<int> group_of(n, -1);
+  std::vector<int> group_of(unit.size(), -1);
   for (auto& [root, nodes] : classes) {
     std::set<int> units;
     for (int ni : nodes) units.insert(unit[static_cast<size_t>(ni)]);
     if (units.size() == 1) {
-      if (plan.group_of[static_cast<size_t>(nodes.front())] >= 0) {
-        groups.push_back(plan.groups[static_cast<size_t>(plan.group_of[static_cast<size_t>(nodes.front())])]);
+      if (const Group* own = group(nodes.front())) {
+        groups.push_back(*own);
         for (int ni : nodes) group_of[static_cast<size_t>(ni)] = static_cast<int>(groups.size()) - 1;
       }
       continue;
     }
     Group grp{GroupKind::fused, nodes, nodes.back(), nodes.back()};
     for (int ni : nodes)
-      if (unit_kind(unit[static_cast<size_t>(ni)]) == UnitKind::rowwise) grp.anchor = ni;
+      if (kind(unit[static_cast<size_t>(ni)]) == UnitKind::rowwise) {
+        const Group* norm = group(unit[static_cast<size_t>(ni)]);
+        grp.anchor = norm ? norm->anchor : ni;
+        if (norm) {
+          grp.kind = norm->kind;
+          grp.extended = true;
+        }
+      }
     groups.push_back(grp);
     for (int ni : nodes) group_of[static_cast<size_t>(ni)] = static_cast<int>(groups.size()) - 1;
   }
   plan.groups = std::move(groups);
   plan.group_of = std::move(group_of);
+}
+
+void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
+  FullFusion f(g, cons, plan);
+  f.fuse_chains();
+  f.fuse_residual_norms();
+  f.rebuild_groups();
 }
 
 // Serving engines' merged weights (LoweringOptions::serving_kernels): MatMuls (and
@@ -902,15 +988,22 @@ void group_work(const Graph& g, const Group& grp, const std::vector<Kernel>& par
   if (grp.kind == GroupKind::layernorm || grp.kind == GroupKind::rmsnorm) {
     k.cls = KernelClass::layernorm;
     k.op = grp.kind == GroupKind::layernorm ? "ln" : "rmsnorm";
-    // The norm's input: the first member's, past a Slice it reads in place.
+    // The norm's input: the first member's, past a Slice it reads in place (a norm joined with
+    // other units: its output's, the same rows).
     size_t first = 0;
     while (first + 1 < grp.nodes.size() && g.nodes[static_cast<size_t>(grp.nodes[first])].op_type == "Slice") ++first;
-    const TensorInfo* x = g.find(g.nodes[static_cast<size_t>(grp.nodes[first])].inputs[0]);
+    const TensorInfo* x = grp.extended ? g.find(g.nodes[static_cast<size_t>(grp.anchor)].outputs[0])
+                                       : g.find(g.nodes[static_cast<size_t>(grp.nodes[first])].inputs[0]);
     rows_cols(x, k.rows, k.cols);
+    const std::string name = grp.kind == GroupKind::layernorm ? "LayerNorm" : "RMSNorm";
     k.flops = (grp.kind == GroupKind::layernorm ? kLayerNormOpsPerElement : kRmsNormOpsPerElement) * double(k.rows) *
               double(k.cols);
-    k.note = "decomposed " + std::string(grp.kind == GroupKind::layernorm ? "LayerNorm" : "RMSNorm") + " (" +
-             std::to_string(grp.nodes.size()) + " nodes)";
+    if (grp.extended) {
+      if (k.residual_add) k.flops += double(k.rows) * double(k.cols);
+      k.note = k.residual_add ? "residual add + " + name + " in one kernel" : name + " with fused pointwise ops";
+    } else {
+      k.note = "decomposed " + name + " (" + std::to_string(grp.nodes.size()) + " nodes)";
+    }
   } else if (grp.kind == GroupKind::fused) {
     // torch.compile-style: one kernel doing every member's work.
     k.cls = KernelClass::memory;
@@ -969,7 +1062,18 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
   const TensorInfo* last_out = group_traffic(g, opt, plan, grp, cons, k);
   for (int ni : grp.nodes)
     if (ni != grp.anchor) k.fused_nodes.push_back(ni);
+  // A norm kernel that also adds two full-size operands: the residual stream's fused add +
+  // norm (writing the sum when later nodes read it).
+  for (int ni : grp.nodes) {
+    const Node& nd = g.nodes[static_cast<size_t>(ni)];
+    const TensorInfo* y = nd.outputs.empty() ? nullptr : g.find(nd.outputs[0]);
+    if (grp.kind == GroupKind::layernorm || grp.kind == GroupKind::rmsnorm || grp.kind == GroupKind::fused)
+      if (nd.op_type == "Add" && nd.inputs.size() == 2 && y && numel(y) > 0 && numel(g.find(nd.inputs[0])) == numel(y) &&
+          numel(g.find(nd.inputs[1])) == numel(y))
+        k.residual_add = true;
+  }
   group_work(g, grp, parts, last_out, k);
+  if (k.cls != KernelClass::layernorm) k.residual_add = false;
   if (k.rows <= 0 && k.cols <= 0) {
     k.cls = KernelClass::unknown;
     k.note = "shapes not inferred";

@@ -53,6 +53,9 @@ struct Group {
   std::vector<int> nodes;  // in topological order
   int anchor = -1;         // node the kernel is reported under
   int emit_at = -1;        // node at whose position the kernel runs (the last member)
+  // A norm group that full fusion joined with pointwise units (the residual add before it,
+  // casts after it): one kernel of the norm's class over the norm's rows.
+  bool extended = false;
 };
 
 struct Plan {

@@ -553,7 +553,7 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
     Kernel& kr = out[k];
     if (opt.serving_kernels && kr.cls == KernelClass::layernorm && kr.op == "rmsnorm" && element_bytes(kr.dtype) == 2 &&
         kr.cols > 0 && kr.access.bytes_per_load == 0)
-      kr.access = vllm_rms_norm_access(kr.cols);
+      kr.access = kr.residual_add ? vllm_fused_add_rms_norm_access(kr.rows, kr.cols) : vllm_rms_norm_access(kr.cols);
     if (out[k].cls == KernelClass::unknown && out[k].node >= 0 && static_cast<size_t>(out[k].node) < g.nodes.size())
       unknown.insert(qualified(g.nodes[static_cast<size_t>(out[k].node)]));
     if (owner >= 0) {
@@ -572,6 +572,13 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
 }  // namespace lowering_detail
 
 std::vector<std::pair<std::string, std::string>> lowering_rule_ops() { return lowering_detail::rules().ops(); }
+
+ThreadAccess vllm_fused_add_rms_norm_access(int64_t rows, int64_t cols) {
+  const int64_t max_block = rows < 256 ? 1024 : 256;
+  ThreadAccess a{cols % 8 == 0 ? 16 : 2, 2, static_cast<int>(std::min(cols, max_block)), 1, 2, true};
+  a.row_tensors = 2;  // x and the residual
+  return a;
+}
 
 ThreadAccess vllm_rms_norm_access(int64_t cols) {
   ThreadAccess a{2, 1, static_cast<int>(std::min<int64_t>(cols, 1024)), 1, 1, true};

@@ -89,7 +89,10 @@ void lower_layernorm(LowerCtx& c, const std::string& op, double ops) {
 // layernorm in one kernel (it also reads the skip tensor).
 void lower_skip_layernorm(LowerCtx& c, const std::string& op, double ops) {
   emit_rowwise(c, KernelClass::layernorm, op, ops + 1, -1, false);
-  if (!c.out.empty() && c.out.back().cls == KernelClass::layernorm) c.out.back().note = "residual add fused";
+  if (!c.out.empty() && c.out.back().cls == KernelClass::layernorm) {
+    c.out.back().note = "residual add fused";
+    c.out.back().residual_add = true;
+  }
 }
 
 // com.microsoft EmbedLayerNormalization(input_ids, segment_ids, word_embedding,
@@ -164,6 +167,7 @@ void lower_nhwc_group_norm(LowerCtx& c) {
   k.bytes = 2 * e * eb + extra + (skip && c.outp(1) ? e * eb : 0);
   k.operand_elems = {numel(x)};
   if (skip) k.note = "residual add fused";
+  k.residual_add = skip;
   c.out.push_back(k);
 }
 

@@ -862,6 +862,76 @@ TEST_CASE("lowering: serving kernels merge the GEMMs that share an activation an
   CHECK(of_class(lower(b.g, o), KernelClass::gemm).size() > 2);
 }
 
+// A pre-norm residual stream in FP16: r = x + h, read by a decomposed RMSNorm and by a later
+// node (the next residual add); rows x 64.
+static IrGraph residual_rmsnorm(int64_t rows) {
+  IrGraph b;
+  const std::string x = b.t("x", {1, rows, 64}, DType::f16);
+  const std::string h = b.t("h", {1, rows, 64}, DType::f16);
+  b.node("Add", {x, h}, {b.t("r", {1, rows, 64}, DType::f16)});
+  b.node("Pow", {"r", b.w("two", {1}, DType::f16)}, {b.t("sq", {1, rows, 64}, DType::f16)});
+  b.node("ReduceMean", {"sq"}, {b.t("ms", {1, rows, 1}, DType::f16)});
+  b.node("Add", {"ms", b.w("eps", {1}, DType::f16)}, {b.t("mse", {1, rows, 1}, DType::f16)});
+  b.node("Sqrt", {"mse"}, {b.t("rms", {1, rows, 1}, DType::f16)});
+  b.node("Div", {"r", "rms"}, {b.t("rn", {1, rows, 64}, DType::f16)});
+  b.node("Mul", {"rn", b.w("g", {64}, DType::f16)}, {b.t("n", {1, rows, 64}, DType::f16)});
+  b.node("MatMul", {"n", b.w("w", {64, 64}, DType::f16)}, {b.t("m", {1, rows, 64}, DType::f16)});
+  b.node("Add", {"r", "m"}, {b.t("y", {1, rows, 64}, DType::f16)});
+  return b;
+}
+
+TEST_CASE("lowering: full fusion runs a residual add in the next norm's kernel, which writes the sum") {
+  const IrGraph b = residual_rmsnorm(4);
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  CHECK(of_class(eager, KernelClass::layernorm).empty());  // eager: HF's RMSNorm node by node
+  LoweringOptions o;
+  o.fusion = Fusion::full;
+  const KernelList full = lower(b.g, o);
+  const auto norms = of_class(full, KernelClass::layernorm);
+  REQUIRE(norms.size() == 1);
+  const Kernel& n = norms[0];
+  CHECK(n.residual_add);
+  CHECK(n.op == "rmsnorm");
+  CHECK(n.rows == 4);
+  CHECK(n.cols == 64);
+  // Reads x, h, the weight and two scalars; writes the sum (the last Add reads it) and the
+  // normalised rows.
+  CHECK(n.bytes == doctest::Approx((4 * 64 * 2 + 64 + 2 + 4 * 64 * 2) * 2.0));
+  // The first Add launches no kernel of its own: one elementwise kernel left, the last Add.
+  CHECK(of_class(full, KernelClass::elementwise).size() == 1);
+  // Served: vLLM's fused_add_rms_norm (16-byte loads of x and the residual; a block of
+  // min(cols, 1024) threads below 256 rows, 256 from there).
+  o.serving_kernels = true;
+  const Kernel s = of_class(lower(b.g, o), KernelClass::layernorm).at(0);
+  CHECK(s.access.bytes_per_load == 16);
+  CHECK(s.access.row_tensors == 2);
+  CHECK(s.access.block_threads == 64);
+  CHECK(vllm_fused_add_rms_norm_access(255, 4096).block_threads == 1024);
+  CHECK(vllm_fused_add_rms_norm_access(256, 4096).block_threads == 256);
+  CHECK(vllm_fused_add_rms_norm_access(256, 4100).bytes_per_load == 2);  // not a multiple of 8: scalar loads
+  // Not when the norm reads an operand computed from the sum (a scale here): the sum must
+  // reach memory before the norm's kernel starts.
+  IrGraph c;
+  c.node("Add", {c.t("x", {1, 4, 64}, DType::f16), c.t("h", {1, 4, 64}, DType::f16)}, {c.t("r", {1, 4, 64}, DType::f16)});
+  Node& rm = c.node("ReduceMean", {"r"}, {c.t("s", {64}, DType::f16)});
+  rm.attributes["axes"] = test::attr_ints({0, 1});
+  rm.attributes["keepdims"] = test::attr_int(0);
+  c.node("LayerNormalization", {"r", "s"}, {c.t("n", {1, 4, 64}, DType::f16)});
+  c.node("Add", {"r", "n"}, {c.t("y", {1, 4, 64}, DType::f16)});
+  const KernelList cyc = lower(c.g, o);
+  REQUIRE(of_class(cyc, KernelClass::layernorm).size() == 1);
+  CHECK_FALSE(of_class(cyc, KernelClass::layernorm)[0].residual_add);
+  CHECK(of_class(cyc, KernelClass::elementwise).size() == 2);  // both Adds
+  // Without the scale's dependence the same graph joins the first Add to the norm.
+  IrGraph d;
+  d.node("Add", {d.t("x", {1, 4, 64}, DType::f16), d.t("h", {1, 4, 64}, DType::f16)}, {d.t("r", {1, 4, 64}, DType::f16)});
+  d.node("LayerNormalization", {"r", d.w("s", {64}, DType::f16)}, {d.t("n", {1, 4, 64}, DType::f16)});
+  d.node("Add", {"r", "n"}, {d.t("y", {1, 4, 64}, DType::f16)});
+  const KernelList joined = lower(d.g, o);
+  CHECK(of_class(joined, KernelClass::layernorm).at(0).residual_add);
+  CHECK(of_class(joined, KernelClass::elementwise).size() == 1);
+}
+
 TEST_CASE("lowering: serving kernels merge biased projections, each bias in the merged GEMM's epilogue") {
   // Qwen-style Q, K, V with biases (MatMul + Add each) of one activation.
   IrGraph b;

@@ -88,6 +88,12 @@ struct ThreadAccess {
 // the weight. The serving kernels' RMSNorm (LoweringOptions::serving_kernels) and the
 // half-precision bench's description of Vidur's timings.
 ThreadAccess vllm_rms_norm_access(int64_t cols);
+// vLLM's fused_add_rms_norm over `rows` rows of `cols` 16-bit elements (residual += x, then
+// x = rms_norm(residual)): one block per row of min(cols, 1024) threads below 256 rows and 256
+// from there; 16-byte loads of x and the residual (both in flight) when cols is a multiple of 8
+// (else 2-byte loads), the sum stored, a block reduction, then a second pass re-reading the
+// stored sum (from L2: the first pass wrote it) with the weight.
+ThreadAccess vllm_fused_add_rms_norm_access(int64_t rows, int64_t cols);
 
 // The experts `rows` tokens reach on average when each picks `top_k` of `experts` uniformly
 // and independently: experts x (1 - (1 - top_k / experts)^rows), at least top_k (and at most
@@ -114,6 +120,9 @@ struct Kernel {
   // rows*cols; reduce reduces each row of `cols` elements to one.
   int64_t rows = 0, cols = 0;
   int inputs = 1;      // tensor operands read (elementwise; a 1-element operand is a scalar)
+  // Norm kernels (layernorm class): also add a residual and write the sum (onnxruntime's
+  // SkipLayerNormalization, a residual add fused into the norm under --fusion full).
+  bool residual_add = false;
 
   double flops = 0;    // useful floating-point operations
   double bytes = 0;    // bytes read + written from/to memory at minimum
