@@ -388,11 +388,15 @@ int main(int argc, char** argv) {
       push(norm(), "post_attention_layernorm");
       // Gated: silu(gate) * up reads both halves and writes one; else gelu in place of one tensor.
       Kernel act = stream(KernelClass::elementwise, gated ? "silu" : "gelu", T, ff / tp, gated ? 2 : 1, 1, gated ? 5 : 8, eb);
-      if (gated) act.access = {2, 2, int(std::min<int64_t>(ff / tp, 1024))};
+      if (gated) act.access = vllm_act_and_mul_access(ff / tp);
       push(act, "mlp_act");
       push(kernel_from_dataset("add", {{"B", s(T)}, {"H", s(d)}, {"dtype", "fp16"}}), "add", parallel_block ? 2 : 1);
       // Rotary embedding in place on q and k (read + write), cos/sin cache reads are small.
-      push(stream(KernelClass::elementwise, "rope", T, (nh + nkv) * hd / tp, 1, 1, 3, eb), "attn_rope");
+      {
+        Kernel rope = stream(KernelClass::elementwise, "rope", T, (nh + nkv) * hd / tp, 1, 1, 3, eb);
+        rope.access = vllm_rotary_access(nh / tp, hd);
+        push(rope, "attn_rope");
+      }
       // Embedding lookup: gather T rows of the table, write them.
       push(stream(KernelClass::memory, "gather", T, d, 1, 1, 0, eb), "emb");
     }

@@ -1021,7 +1021,7 @@ void group_work(const Graph& g, const Group& grp, const std::vector<Kernel>& par
       }
     }
     if (k.cls == KernelClass::elementwise || k.cls == KernelClass::memory) rows_cols(last_out, k.rows, k.cols);
-    if (k.cls == KernelClass::elementwise) k.op = "fused";
+    if (k.cls == KernelClass::elementwise) k.op = ops == "sigmoid+mul+mul" ? "silu_and_mul" : "fused";
     k.note = "fused: " + ops;
   } else {
     // gelu / silu / gelu_tanh / quick_gelu / rotary: one elementwise kernel.

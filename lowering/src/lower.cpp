@@ -547,13 +547,18 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
     }
   }
   for (size_t k = first; k < out.size(); ++k) {
-    // vLLM's rms_norm (LoweringOptions::serving_kernels), however the graph spells RMSNorm:
+    // vLLM's rms_norm or fused_add_rms_norm (LoweringOptions::serving_kernels), however the
+    // graph spells RMSNorm:
     // described for the memory-parallelism bound of a latency-limited row kernel (precision.h
     // memory_parallelism_ms).
     Kernel& kr = out[k];
     if (opt.serving_kernels && kr.cls == KernelClass::layernorm && kr.op == "rmsnorm" && element_bytes(kr.dtype) == 2 &&
         kr.cols > 0 && kr.access.bytes_per_load == 0)
       kr.access = kr.residual_add ? vllm_fused_add_rms_norm_access(kr.rows, kr.cols) : vllm_rms_norm_access(kr.cols);
+    // ... and the gated activation as vLLM's silu_and_mul.
+    if (opt.serving_kernels && kr.cls == KernelClass::elementwise && kr.op == "silu_and_mul" &&
+        element_bytes(kr.dtype) == 2 && kr.cols > 0 && kr.access.bytes_per_load == 0)
+      kr.access = vllm_act_and_mul_access(kr.cols);
     if (out[k].cls == KernelClass::unknown && out[k].node >= 0 && static_cast<size_t>(out[k].node) < g.nodes.size())
       unknown.insert(qualified(g.nodes[static_cast<size_t>(out[k].node)]));
     if (owner >= 0) {
@@ -577,6 +582,19 @@ ThreadAccess vllm_fused_add_rms_norm_access(int64_t rows, int64_t cols) {
   const int64_t max_block = rows < 256 ? 1024 : 256;
   ThreadAccess a{cols % 8 == 0 ? 16 : 2, 2, static_cast<int>(std::min(cols, max_block)), 1, 2, true};
   a.row_tensors = 2;  // x and the residual
+  return a;
+}
+
+ThreadAccess vllm_rotary_access(int64_t heads, int64_t head_dim) {
+  ThreadAccess a{2, 2, static_cast<int>(std::clamp<int64_t>(heads * head_dim / 2, 1, 512)), 0, 0, false};
+  a.row_tensors = 1;
+  a.index_loads = 1;  // positions[token]
+  return a;
+}
+
+ThreadAccess vllm_act_and_mul_access(int64_t cols) {
+  ThreadAccess a{2, 2, static_cast<int>(std::clamp<int64_t>(cols, 1, 1024)), 0, 0, false};
+  a.row_tensors = 2;  // the gate and up halves
   return a;
 }
 

@@ -199,7 +199,7 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
     pass_ms = iterations * hit * cycle_ms;
     first_pass_ms = iterations * first_hit * cycle_ms;
   }
-  return waves * (trips * latency + reduce_ms + pass_ms) + (first_pass_ms - pass_ms) +
+  return waves * ((trips + std::max(0, a.index_loads)) * latency + reduce_ms + pass_ms) + (first_pass_ms - pass_ms) +
          k.bytes / (gpu.mem_bw_gbps * 1e6);
 }
 

@@ -909,6 +909,15 @@ TEST_CASE("lowering: full fusion runs a residual add in the next norm's kernel, 
   CHECK(vllm_fused_add_rms_norm_access(255, 4096).block_threads == 1024);
   CHECK(vllm_fused_add_rms_norm_access(256, 4096).block_threads == 256);
   CHECK(vllm_fused_add_rms_norm_access(256, 4100).bytes_per_load == 2);  // not a multiple of 8: scalar loads
+  // vLLM's rotary_embedding and silu_and_mul: one block per token, scalar loads, two in flight.
+  const ThreadAccess rope = vllm_rotary_access(32, 128);
+  CHECK(rope.block_threads == 512);
+  CHECK(rope.index_loads == 1);
+  CHECK(vllm_rotary_access(4, 64).block_threads == 128);
+  const ThreadAccess act = vllm_act_and_mul_access(11008);
+  CHECK(act.block_threads == 1024);
+  CHECK(act.row_tensors == 2);
+  CHECK(act.bytes_per_load == 2);
   // Not when the norm reads an operand computed from the sum (a scale here): the sum must
   // reach memory before the norm's kernel starts.
   IrGraph c;
@@ -930,6 +939,28 @@ TEST_CASE("lowering: full fusion runs a residual add in the next norm's kernel, 
   const KernelList joined = lower(d.g, o);
   CHECK(of_class(joined, KernelClass::layernorm).at(0).residual_add);
   CHECK(of_class(joined, KernelClass::elementwise).size() == 1);
+}
+
+TEST_CASE("lowering: served, the gated activation silu(gate) * up is vLLM's silu_and_mul") {
+  IrGraph b;
+  const std::string gate = b.t("gate", {1, 3, 2048}, DType::f16), up = b.t("up", {1, 3, 2048}, DType::f16);
+  b.node("Sigmoid", {gate}, {b.t("sg", {1, 3, 2048}, DType::f16)});
+  b.node("Mul", {gate, "sg"}, {b.t("silu", {1, 3, 2048}, DType::f16)});
+  b.node("Mul", {"silu", up}, {b.t("y", {1, 3, 2048}, DType::f16)});
+  LoweringOptions o;
+  o.fusion = Fusion::full;
+  const Kernel plain = one_kernel(lower(b.g, o));
+  CHECK(plain.op == "silu_and_mul");
+  CHECK(plain.rows == 3);
+  CHECK(plain.cols == 2048);
+  CHECK(plain.bytes == doctest::Approx(3 * 3 * 2048 * 2.0));  // gate and up read, y written
+  CHECK(plain.access.bytes_per_load == 0);                     // inductor's kernel: the NeuSight law
+  o.serving_kernels = true;
+  const Kernel served = one_kernel(lower(b.g, o));
+  CHECK(served.access.block_threads == 1024);
+  CHECK(served.access.row_tensors == 2);
+  o.compute_dtype = DType::f32;  // a 32-bit activation is not vLLM's kernel
+  CHECK(one_kernel(lower(b.g, o)).access.bytes_per_load == 0);
 }
 
 TEST_CASE("lowering: serving kernels merge biased projections, each bias in the merged GEMM's epilogue") {

@@ -276,6 +276,11 @@ TEST_CASE("precision: memory-parallelism bound of latency-limited kernels (Littl
   act.inputs = 2;
   act.access.loads_in_flight = 2;
   CHECK(memory_parallelism_ms(act, a100) - act.bytes / bw_ms == doctest::Approx(mp - k.bytes / bw_ms));
+  // A dependent index load before the first pass (rotary_embedding's position) adds one round
+  // trip per wave.
+  Kernel indexed = k;
+  indexed.access.index_loads = 1;
+  CHECK(memory_parallelism_ms(indexed, a100) == doctest::Approx(mp + 20 * lat));
   // Occupancy from the GPU's limits: 256-thread blocks, 8 resident per SM (2048 threads).
   Kernel narrow = norm(int64_t(a100.num_sm) * 8, 256);
   narrow.access = {2, 1, 256};

@@ -80,6 +80,9 @@ struct ThreadAccess {
   // Row-length tensors the first pass reads per row (0: the kernel's `inputs`). A per-column
   // operand (rms_norm's weight, read in the second pass) is not one.
   int row_tensors = 0;
+  // Dependent loads before the first pass: an index the row's addresses need (the token's
+  // position in rotary_embedding, its cache slot in reshape_and_cache).
+  int index_loads = 0;
 };
 
 // vLLM's rms_norm over rows of `cols` 16-bit elements: one block of min(cols, 1024) threads
@@ -94,6 +97,14 @@ ThreadAccess vllm_rms_norm_access(int64_t cols);
 // (else 2-byte loads), the sum stored, a block reduction, then a second pass re-reading the
 // stored sum (from L2: the first pass wrote it) with the weight.
 ThreadAccess vllm_fused_add_rms_norm_access(int64_t rows, int64_t cols);
+// vLLM's rotary_embedding over each token's query and key heads in place (rows: tokens; cols:
+// (heads + kv_heads) x head_dim): one block per token of min(heads x head_dim / 2, 512)
+// threads, each loading the two 2-byte elements of a rotated pair per iteration (cos and sin
+// at the token's position, loaded first), the query heads' pairs, then the key heads'.
+ThreadAccess vllm_rotary_access(int64_t heads, int64_t head_dim);
+// vLLM's silu_and_mul over rows of `cols` outputs (gate and up halves of 2 x cols): one block per
+// token of min(cols, 1024) threads, each loading one 2-byte element of each half per iteration.
+ThreadAccess vllm_act_and_mul_access(int64_t cols);
 
 // The experts `rows` tokens reach on average when each picks `top_k` of `experts` uniformly
 // and independently: experts x (1 - (1 - top_k / experts)^rows), at least top_k (and at most
