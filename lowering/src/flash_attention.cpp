@@ -315,6 +315,56 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
   return false;
 }
 
+namespace {
+
+// The rotary group whose output reaches `t` through free views and the FlashAttention group's
+// own absorbed nodes (a key's cache Concat: its appended part), or -1.
+int rotary_behind(const Graph& g, const Plan& plan, int flash, std::string t) {
+  for (int guard = 0; guard < 16; ++guard) {
+    auto it = plan.producer.find(t);
+    if (it == plan.producer.end()) return -1;
+    const size_t pi = static_cast<size_t>(it->second);
+    const int own = plan.group_of[pi];
+    if (own >= 0 && plan.groups[static_cast<size_t>(own)].kind == GroupKind::rotary) return own;
+    const Node& p = g.nodes[pi];
+    if (p.inputs.empty() || (plan.free_reason[pi] == FreeReason::none && own != flash)) return -1;
+    t = p.op_type == "Concat" && p.inputs.size() == 2 ? p.inputs[1] : p.inputs[0];
+  }
+  return -1;
+}
+
+int64_t anchor_elements(const Graph& g, const Group& grp) {
+  const Node& a = g.nodes[static_cast<size_t>(grp.anchor)];
+  return a.outputs.empty() ? -1 : numel(tensor(g, a.outputs[0]));
+}
+
+}  // namespace
+
+void pair_rotary_groups(const Graph& g, Plan& plan) {
+  for (size_t fi = 0; fi < plan.groups.size(); ++fi) {
+    if (plan.groups[fi].kind != GroupKind::flash_attention) continue;
+    const Node& qk = g.nodes[static_cast<size_t>(plan.groups[fi].anchor)];
+    const TensorInfo* q = tensor(g, qk.inputs[0]);
+    const int rq = rotary_behind(g, plan, static_cast<int>(fi), qk.inputs[0]);
+    const int rk = rotary_behind(g, plan, static_cast<int>(fi), qk.inputs[1]);
+    if (rq < 0 || rk < 0 || rq == rk || !q || !q->fully_known() || q->shape.size() != 4) continue;
+    Group& a = plan.groups[static_cast<size_t>(rq)];
+    Group& b = plan.groups[static_cast<size_t>(rk)];
+    if (a.nodes.empty() || b.nodes.empty() || a.rotary_tokens > 0 || b.rotary_tokens > 0) continue;
+    // q: [batch, heads, queries, head_dim]; the two rotary outputs hold every token's heads.
+    const int64_t tokens = q->shape[0].value * q->shape[2].value, width = q->shape[1].value * q->shape[3].value;
+    if (tokens <= 0 || width <= 0 || anchor_elements(g, a) != tokens * width || anchor_elements(g, b) % tokens != 0)
+      continue;
+    a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
+    std::sort(a.nodes.begin(), a.nodes.end());
+    a.emit_at = std::max(a.emit_at, b.emit_at);
+    a.rotary_tokens = tokens;
+    a.rotary_q_width = width;
+    for (int m : b.nodes) plan.group_of[static_cast<size_t>(m)] = rq;
+    b.nodes.clear();
+  }
+}
+
 bool flash_attention_applies(const LoweringOptions& opt, DType dt) {
   return opt.fusion == Fusion::full && opt.mode == Mode::inference && is_float(dt) && dtype_bits(dt) <= 16;
 }

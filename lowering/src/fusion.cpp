@@ -750,6 +750,7 @@ void group_framework_kernels(const Graph& g, const LoweringOptions& opt, const C
       if (taken[i] || plan.free_reason[i] != FreeReason::none || !match_rotary(g, cons, plan, static_cast<int>(i), grp)) continue;
       if (std::none_of(grp.nodes.begin(), grp.nodes.end(), [&](int m) { return taken[static_cast<size_t>(m)]; })) add_group(grp);
     }
+  if (opt.serving_kernels && opt.fusion == Fusion::full && opt.mode == Mode::inference) pair_rotary_groups(g, plan);
   for (size_t i = 0; i < n; ++i) {
     if (taken[i] || plan.free_reason[i] != FreeReason::none) continue;
     Group grp;
@@ -1024,7 +1025,8 @@ void group_work(const Graph& g, const Group& grp, const std::vector<Kernel>& par
     if (k.cls == KernelClass::elementwise) k.op = ops == "sigmoid+mul+mul" ? "silu_and_mul" : "fused";
     k.note = "fused: " + ops;
   } else {
-    // gelu / silu / gelu_tanh / quick_gelu / rotary: one elementwise kernel.
+    // gelu / silu / gelu_tanh / quick_gelu / rotary: one elementwise kernel (a paired rotary:
+    // each token's query and key heads).
     k.cls = KernelClass::elementwise;
     k.op = group_kind_name(grp.kind);
     rows_cols(last_out, k.rows, k.cols);
@@ -1074,6 +1076,20 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
   }
   group_work(g, grp, parts, last_out, k);
   if (k.cls != KernelClass::layernorm) k.residual_add = false;
+  if (grp.rotary_tokens > 0) {
+    // The query's and the key's heads of each token (the outputs the kernel writes).
+    const std::set<int> members(grp.nodes.begin(), grp.nodes.end());
+    double written = 0;
+    for (int ni : grp.nodes)
+      for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs)
+        if (!o.empty() && !(cons.count(o) && consumed_only_by(cons, o, members))) written += double(numel(g.find(o)));
+    k.rows = grp.rotary_tokens;
+    k.cols = static_cast<int64_t>(written / double(grp.rotary_tokens));
+    k.flops = double(k.rows) * double(k.cols);
+    k.note = "rotary of the queries and keys in one kernel";
+    if (opt.serving_kernels && element_bytes(k.dtype) == 2 && grp.rotary_q_width >= 2)
+      k.access = vllm_rotary_access(1, grp.rotary_q_width);  // the query heads together
+  }
   if (k.rows <= 0 && k.cols <= 0) {
     k.cls = KernelClass::unknown;
     k.note = "shapes not inferred";

@@ -56,6 +56,9 @@ struct Group {
   // A norm group that full fusion joined with pointwise units (the residual add before it,
   // casts after it): one kernel of the norm's class over the norm's rows.
   bool extended = false;
+  // Rotary of a layer's queries and keys in one kernel (serving kernels: vLLM's
+  // rotary_embedding): the tokens and the query heads' width (heads x head_dim); 0 otherwise.
+  int64_t rotary_tokens = 0, rotary_q_width = 0;
 };
 
 struct Plan {
@@ -176,6 +179,9 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
 // HF's rotate_half rotary embedding ending at the Add `add` (flash_attention.cpp): one
 // elementwise kernel (--fusion full, inference).
 bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int add, Group& grp);
+// Serving kernels: the query's and the key's rotary groups that one FlashAttention group reads
+// become one group (vLLM's rotary_embedding does both in one kernel); emptied groups stay.
+void pair_rotary_groups(const Graph& g, Plan& plan);
 // A Slice of unit steps (absent or all 1): a view a reader can walk, which a strided one is not.
 bool unit_step_slice(const Graph& g, const Node& n);
 // The Slice `t` is a view of (through free reshapes) that only `readers` read (flash_attention.cpp).

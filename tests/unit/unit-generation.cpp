@@ -277,6 +277,27 @@ TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel
       // The cache (1001 entries, K and V, 2 KV heads), the new entries written, Q and O.
       CHECK(k.bytes == doctest::Approx((2.0 * 2 * 2 * 1001 * 64 + 2.0 * 2 * 2 * 64 + 2.0 * 2 * 8 * 64) * 2));
     }
+  // Serving kernels: vLLM's rotary_embedding rotates a token's query and key heads in one
+  // kernel (one block per token), in the prompt and in a step.
+  o.serving_kernels = true;
+  for (const Analysis& a : {prepare(d.step, o), [&] {
+                              Options p = serving(DType::f16, 2, 64);
+                              p.serving_kernels = true;
+                              return prepare(d.prefill, p);
+                            }()}) {
+    CHECK(count_op(a.kernels, "rotary") == 2);
+    for (const Kernel& k : a.kernels.kernels)
+      if (k.op == "rotary") {
+        const int64_t tokens = k.rows;
+        CHECK((tokens == 2 || tokens == 2 * 64));
+        CHECK(k.cols == (8 + 2) * 64);
+        // Each head read and written, and the cos and sin rows the tokens use.
+        CHECK(k.bytes >= 2.0 * tokens * (8 + 2) * 64 * 2);
+        CHECK(k.access.block_threads == 8 * 64 / 2);
+        CHECK(k.access.index_loads == 1);
+      }
+  }
+  o.serving_kernels = false;
   // Eager keeps HF's unfused attention: the cache concatenation copies, softmax separate.
   o.fusion = Fusion::eager;
   const Analysis eager = prepare(d.step, o);
