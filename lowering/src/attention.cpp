@@ -50,7 +50,8 @@ int64_t scalar_value(const TensorInfo* t) {
 // Rotary position embedding applied in the attention kernel's prologue (GroupQueryAttention
 // and SparseAttention with do_rotary): one elementwise pass over the rotated Q and K heads
 // reading the cos/sin rows of each token.
-void emit_fused_rotary(LowerCtx& c, int64_t tokens, int64_t heads, int64_t hd) {
+void emit_fused_rotary(LowerCtx& c, int64_t tokens, int64_t q_heads, int64_t kv_heads, int64_t hd) {
+  const int64_t heads = q_heads + kv_heads;
   const DType dt = c.dtype(c.in(0));
   const double eb = element_bytes(dt);
   Kernel k = c.base(KernelClass::elementwise, "rotary");
@@ -62,6 +63,7 @@ void emit_fused_rotary(LowerCtx& c, int64_t tokens, int64_t heads, int64_t hd) {
   k.bytes = 2 * e * eb + double(tokens) * double(hd) * eb;  // + cos and sin, hd / 2 each per token
   k.operand_elems = {static_cast<int64_t>(e)};
   k.note = "rotary embedding of Q and K";
+  if (c.opt.serving_kernels && eb == 2) k.access = vllm_rotary_access(q_heads, hd);  // one block per token
   c.out.push_back(k);
 }
 
@@ -157,7 +159,7 @@ void lower_gqa(LowerCtx& c) {
   const TensorInfo* present = c.outp(1);
   int64_t L = dim(present, 2);
   if (L <= 0) L = (dim(past, 2) > 0 ? dim(past, 2) : 0) + S;
-  if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, heads + kv_heads, hd);
+  if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, heads, kv_heads, hd);
   if (flash_attention_applies(c.opt, c.dtype(q))) {  // --fusion full: as onnxruntime's flash kernel runs it (causal)
     FlashProblem f{c.dtype(q), B, heads, kv_heads, S, L, hd, hd, true, 0, false, 0.0, "GroupQueryAttention: "};
     // local_window_size: the sliding window (-1: none).
@@ -317,7 +319,7 @@ void lower_sparse_attention(LowerCtx& c) {
   if (total <= 0) total = S;
   const double per_row = double(cols->shape[1].value) / double(rows->shape[1].value - 1);
   const int64_t L = std::max<int64_t>(1, std::min<int64_t>(total, static_cast<int64_t>(std::ceil(per_row)) * block));
-  if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, n + nkv, hd);
+  if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, n, nkv, hd);
   emit_attention_core(c, B * n, S, L, hd, hd, "SparseAttention, block-sparse keys");
 }
 

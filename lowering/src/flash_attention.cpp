@@ -401,8 +401,12 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
   const double o_bytes = double(bh) * double(f.queries) * double(f.head_dim_v) * eb;
   const int64_t row = f.shared_kv ? f.head_dim : f.head_dim + f.head_dim_v;  // a cached key's (and value's) elements
   const double kv_bytes = double(f.batch) * double(f.kv_heads) * double(read_keys) * double(row) * element_bytes(f.cache_dtype());
-  kr.bytes = q_bytes + kv_bytes + o_bytes + f.appended_bytes;
-  const std::string cache = f.appended_bytes > 0 ? ", KV cache append in place" : "";
+  // Serving engines write a step's (and a prompt's) keys and values into the paged cache with
+  // a kernel of their own before the attention reads the cache (vLLM's reshape_and_cache_flash);
+  // otherwise the attention kernel appends them in place (flash_attn_with_kvcache).
+  const bool cache_kernel = c.opt.serving_kernels && (f.appended_bytes > 0 || f.queries > 1);
+  kr.bytes = q_bytes + kv_bytes + o_bytes + (cache_kernel ? 0.0 : f.appended_bytes);
+  const std::string cache = f.appended_bytes > 0 && !cache_kernel ? ", KV cache append in place" : "";
   if (f.queries == 1) {
     // Decode: every query row reads the whole cache once; memory-bound. One row per KV head
     // (its query heads share the read); the split over the keys that keeps the GPU busy when
@@ -424,6 +428,26 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
     kr.operand_elems = {bh * f.queries * f.head_dim, f.batch * f.kv_heads * f.keys * row};
     kr.note = f.what + "FlashAttention (" + (f.causal ? "causal" : "full") + ") over " + std::to_string(f.keys) +
               " keys" + band + cache;
+  }
+  if (cache_kernel) {
+    // vLLM's reshape_and_cache_flash: one block per new token of min(KV heads x head_dim, 512)
+    // threads; the token's cache slot loaded first, then the key's and the value's elements
+    // (2-byte loads, both in flight), each stored into the cache.
+    Kernel w = c.base(KernelClass::memory, "kv_cache_write");
+    w.dtype = f.dtype;
+    const int64_t tokens = f.batch * f.queries;
+    const int64_t width = f.kv_heads * f.head_dim;
+    const int tensors = f.shared_kv ? 1 : 2;
+    w.rows = tokens;
+    w.cols = width;
+    w.inputs = tensors;
+    w.bytes = double(f.batch) * double(f.queries) * double(f.kv_heads) * double(row) * (eb + element_bytes(f.cache_dtype()));
+    w.operand_elems = {tokens * width};
+    w.access = {2, tensors, static_cast<int>(std::clamp<int64_t>(width, 1, 512)), 0, 0, false};
+    w.access.row_tensors = tensors;
+    w.access.index_loads = 1;
+    w.note = f.what + "the new keys and values written into the KV cache";
+    out.push_back(w);
   }
   out.push_back(kr);
 }

@@ -296,6 +296,24 @@ TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel
         CHECK(k.access.block_threads == 8 * 64 / 2);
         CHECK(k.access.index_loads == 1);
       }
+    // The new keys and values go into the paged cache by a kernel of their own (vLLM's
+    // reshape_and_cache_flash: one block per token, its slot first), read as 16-bit and
+    // stored: 2 tensors x 2 KV heads x 64 per token.
+    CHECK(count_op(a.kernels, "kv_cache_write") == 2);
+    for (const Kernel& k : a.kernels.kernels)
+      if (k.op == "kv_cache_write") {
+        CHECK(k.cols == 2 * 64);
+        CHECK(k.bytes == doctest::Approx(double(k.rows) * 2 * 2 * 64 * (2 + 2)));
+        CHECK(k.access.row_tensors == 2);
+        CHECK(k.access.index_loads == 1);
+      }
+  }
+  {
+    // The attention then reads the cache and no longer appends to it.
+    const Analysis a = prepare(d.step, o);
+    for (const Kernel& k : a.kernels.kernels)
+      if (k.op == "flash_decode")
+        CHECK(k.bytes == doctest::Approx((2.0 * 2 * 2 * 1001 * 64 + 2.0 * 2 * 8 * 64) * 2));
   }
   o.serving_kernels = false;
   // Eager keeps HF's unfused attention: the cache concatenation copies, softmax separate.
