@@ -395,9 +395,11 @@ struct FullFusion {
   std::vector<int> unit;        // per node: its unit (a node, or an eager group's first node); -1: free
   UnionFind uf;
   std::vector<int> rowwise_in;  // per root: row-wise units inside (at most one per kernel)
+  std::vector<int> units_in;    // per root: units inside
 
   FullFusion(const Graph& graph, const Consumers& c, Plan& p)
-      : g(graph), cons(c), plan(p), unit(graph.nodes.size(), -1), uf(graph.nodes.size()), rowwise_in(graph.nodes.size(), 0) {
+      : g(graph), cons(c), plan(p), unit(graph.nodes.size(), -1), uf(graph.nodes.size()), rowwise_in(graph.nodes.size(), 0),
+        units_in(graph.nodes.size(), 1) {
     for (size_t i = 0; i < unit.size(); ++i) {
       if (plan.free_reason[i] != FreeReason::none) continue;
       unit[i] = plan.group_of[i] >= 0 ? plan.groups[static_cast<size_t>(plan.group_of[i])].nodes.front() : static_cast<int>(i);
@@ -428,15 +430,11 @@ struct FullFusion {
     if (ra == rb) return true;
     const int sum = rowwise_in[static_cast<size_t>(ra)] + rowwise_in[static_cast<size_t>(rb)];
     if (sum > 1) return false;
+    const int units = units_in[static_cast<size_t>(ra)] + units_in[static_cast<size_t>(rb)];
     uf.join(ra, rb);
     rowwise_in[static_cast<size_t>(uf.find(ra))] = sum;
+    units_in[static_cast<size_t>(uf.find(ra))] = units;
     return true;
-  }
-  std::vector<int> members(int root) {
-    std::vector<int> m;
-    for (size_t i = 0; i < unit.size(); ++i)
-      if (unit[i] >= 0 && uf.find(unit[i]) == root) m.push_back(static_cast<int>(i));
-    return m;
   }
   // The tensor a norm unit normalises (its first member's input; none past a Slice).
   std::string norm_input(int u) const {
@@ -497,10 +495,11 @@ void FullFusion::fuse_residual_norms() {
     // The norm alone in its class (full fusion joins no reader of a norm's output to it), and
     // every other operand it reads made before the sum: no path leaves the joined kernel and
     // comes back (a scale computed from the sum would).
-    const std::vector<int> norm = members(uf.find(static_cast<int>(u)));
+    if (units_in[static_cast<size_t>(uf.find(static_cast<int>(u)))] != 1) continue;
+    const Group* own = group(static_cast<int>(u));
+    const std::vector<int> norm = own ? own->nodes : std::vector<int>{static_cast<int>(u)};
     bool earlier = true;
     for (int m : norm) {
-      if (unit[static_cast<size_t>(m)] != static_cast<int>(u)) earlier = false;
       for (const auto& in : g.nodes[static_cast<size_t>(m)].inputs) {
         auto pit = in.empty() || in == x ? plan.producer.end() : plan.producer.find(in);
         if (pit != plan.producer.end() && unit[static_cast<size_t>(pit->second)] != static_cast<int>(u) &&
