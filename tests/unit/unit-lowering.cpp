@@ -941,6 +941,25 @@ TEST_CASE("lowering: full fusion runs a residual add in the next norm's kernel, 
   CHECK(of_class(joined, KernelClass::elementwise).size() == 1);
 }
 
+TEST_CASE("lowering: onnxruntime's SkipSimplifiedLayerNormalization is a residual add + RMSNorm; served, vLLM's") {
+  // (input, skip, gamma) -> output, ..., input_skip_bias_sum: the residual stream's fused kernel.
+  IrGraph b;
+  b.node("SkipSimplifiedLayerNormalization",
+         {b.t("x", {1, 300, 4096}, DType::f16), b.t("skip", {1, 300, 4096}, DType::f16), b.w("g", {4096}, DType::f16)},
+         {b.t("y", {1, 300, 4096}, DType::f16), "", "", b.t("sum", {1, 300, 4096}, DType::f16)}, "com.microsoft");
+  LoweringOptions o;
+  o.fusion = Fusion::full;
+  const Kernel k = one_kernel(lower(b.g, o));
+  CHECK(k.cls == KernelClass::layernorm);
+  CHECK(k.residual_add);
+  CHECK(k.access.bytes_per_load == 0);
+  o.serving_kernels = true;
+  const Kernel s = one_kernel(lower(b.g, o));
+  CHECK(s.access.bytes_per_load == 16);  // fused_add_rms_norm's 8-wide vectors
+  CHECK(s.access.block_threads == 256);  // 300 tokens: 256-thread blocks
+  CHECK(s.access.row_tensors == 2);
+}
+
 TEST_CASE("lowering: served, the gated activation silu(gate) * up is vLLM's silu_and_mul") {
   IrGraph b;
   const std::string gate = b.t("gate", {1, 3, 2048}, DType::f16), up = b.t("up", {1, 3, 2048}, DType::f16);
