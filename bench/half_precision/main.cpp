@@ -394,7 +394,7 @@ int main(int argc, char** argv) {
       // Rotary embedding in place on q and k (read + write), cos/sin cache reads are small.
       {
         Kernel rope = stream(KernelClass::elementwise, "rope", T, (nh + nkv) * hd / tp, 1, 1, 3, eb);
-        rope.access = vllm_rotary_access(nh / tp, hd);
+        rope.access = vllm_rotary_access(nh / tp * hd);
         push(rope, "attn_rope");
       }
       // Embedding lookup: gather T rows of the table, write them.

@@ -63,7 +63,7 @@ void emit_fused_rotary(LowerCtx& c, int64_t tokens, int64_t q_heads, int64_t kv_
   k.bytes = 2 * e * eb + double(tokens) * double(hd) * eb;  // + cos and sin, hd / 2 each per token
   k.operand_elems = {static_cast<int64_t>(e)};
   k.note = "rotary embedding of Q and K";
-  if (c.opt.serving_kernels && eb == 2) k.access = vllm_rotary_access(q_heads, hd);  // one block per token
+  if (c.opt.serving_kernels && eb == 2) k.access = vllm_rotary_access(q_heads * hd);  // one block per token
   c.out.push_back(k);
 }
 

@@ -353,13 +353,14 @@ void pair_rotary_groups(const Graph& g, Plan& plan) {
     if (a.nodes.empty() || b.nodes.empty() || a.rotary_tokens > 0 || b.rotary_tokens > 0) continue;
     // q: [batch, heads, queries, head_dim]; the two rotary outputs hold every token's heads.
     const int64_t tokens = q->shape[0].value * q->shape[2].value, width = q->shape[1].value * q->shape[3].value;
-    if (tokens <= 0 || width <= 0 || anchor_elements(g, a) != tokens * width || anchor_elements(g, b) % tokens != 0)
-      continue;
+    const int64_t kv = tokens > 0 ? anchor_elements(g, b) : 0;
+    if (tokens <= 0 || width <= 0 || anchor_elements(g, a) != tokens * width || kv <= 0 || kv % tokens != 0) continue;
     a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
     std::sort(a.nodes.begin(), a.nodes.end());
     a.emit_at = std::max(a.emit_at, b.emit_at);
     a.rotary_tokens = tokens;
     a.rotary_q_width = width;
+    a.rotary_kv_width = kv / tokens;
     for (int m : b.nodes) plan.group_of[static_cast<size_t>(m)] = rq;
     b.nodes.clear();
   }
@@ -441,7 +442,7 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
     w.rows = tokens;
     w.cols = width;
     w.inputs = tensors;
-    w.bytes = double(f.batch) * double(f.queries) * double(f.kv_heads) * double(row) * (eb + element_bytes(f.cache_dtype()));
+    w.bytes = double(tokens) * double(f.kv_heads) * double(row) * (eb + element_bytes(f.cache_dtype()));
     w.operand_elems = {tokens * width};
     w.access = {2, tensors, static_cast<int>(std::clamp<int64_t>(width, 1, 512)), 0, 0, false};
     w.access.row_tensors = tensors;

@@ -1064,30 +1064,22 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
   for (int ni : grp.nodes)
     if (ni != grp.anchor) k.fused_nodes.push_back(ni);
   // A norm kernel that also adds two full-size operands: the residual stream's fused add +
-  // norm (writing the sum when later nodes read it).
-  for (int ni : grp.nodes) {
+  // norm (writing the sum when later nodes read it). Set before group_work, which notes it.
+  k.residual_add = std::any_of(grp.nodes.begin(), grp.nodes.end(), [&](int ni) {
     const Node& nd = g.nodes[static_cast<size_t>(ni)];
     const TensorInfo* y = nd.outputs.empty() ? nullptr : g.find(nd.outputs[0]);
-    if (grp.kind == GroupKind::layernorm || grp.kind == GroupKind::rmsnorm || grp.kind == GroupKind::fused)
-      if (nd.op_type == "Add" && nd.inputs.size() == 2 && y && numel(y) > 0 && numel(g.find(nd.inputs[0])) == numel(y) &&
-          numel(g.find(nd.inputs[1])) == numel(y))
-        k.residual_add = true;
-  }
+    return nd.op_type == "Add" && nd.inputs.size() == 2 && y && numel(y) > 0 && numel(g.find(nd.inputs[0])) == numel(y) &&
+           numel(g.find(nd.inputs[1])) == numel(y);
+  });
   group_work(g, grp, parts, last_out, k);
   if (k.cls != KernelClass::layernorm) k.residual_add = false;
   if (grp.rotary_tokens > 0) {
-    // The query's and the key's heads of each token (the outputs the kernel writes).
-    const std::set<int> members(grp.nodes.begin(), grp.nodes.end());
-    double written = 0;
-    for (int ni : grp.nodes)
-      for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs)
-        if (!o.empty() && !(cons.count(o) && consumed_only_by(cons, o, members))) written += double(numel(g.find(o)));
+    // Each token's query and key heads.
     k.rows = grp.rotary_tokens;
-    k.cols = static_cast<int64_t>(written / double(grp.rotary_tokens));
+    k.cols = grp.rotary_q_width + grp.rotary_kv_width;
     k.flops = double(k.rows) * double(k.cols);
     k.note = "rotary of the queries and keys in one kernel";
-    if (opt.serving_kernels && element_bytes(k.dtype) == 2 && grp.rotary_q_width >= 2)
-      k.access = vllm_rotary_access(1, grp.rotary_q_width);  // the query heads together
+    if (opt.serving_kernels && element_bytes(k.dtype) == 2) k.access = vllm_rotary_access(grp.rotary_q_width);
   }
   if (k.rows <= 0 && k.cols <= 0) {
     k.cls = KernelClass::unknown;

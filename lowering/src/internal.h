@@ -57,8 +57,9 @@ struct Group {
   // casts after it): one kernel of the norm's class over the norm's rows.
   bool extended = false;
   // Rotary of a layer's queries and keys in one kernel (serving kernels: vLLM's
-  // rotary_embedding): the tokens and the query heads' width (heads x head_dim); 0 otherwise.
-  int64_t rotary_tokens = 0, rotary_q_width = 0;
+  // rotary_embedding): the tokens and the query and key heads' widths (heads x head_dim); 0
+  // otherwise.
+  int64_t rotary_tokens = 0, rotary_q_width = 0, rotary_kv_width = 0;
 };
 
 struct Plan {

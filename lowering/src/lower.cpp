@@ -585,8 +585,8 @@ ThreadAccess vllm_fused_add_rms_norm_access(int64_t rows, int64_t cols) {
   return a;
 }
 
-ThreadAccess vllm_rotary_access(int64_t heads, int64_t head_dim) {
-  ThreadAccess a{2, 2, static_cast<int>(std::clamp<int64_t>(heads * head_dim / 2, 1, 512)), 0, 0, false};
+ThreadAccess vllm_rotary_access(int64_t q_width) {
+  ThreadAccess a{2, 2, static_cast<int>(std::clamp<int64_t>(q_width / 2, 1, 512)), 0, 0, false};
   a.row_tensors = 1;
   a.index_loads = 1;  // positions[token]
   return a;

@@ -910,10 +910,10 @@ TEST_CASE("lowering: full fusion runs a residual add in the next norm's kernel, 
   CHECK(vllm_fused_add_rms_norm_access(256, 4096).block_threads == 256);
   CHECK(vllm_fused_add_rms_norm_access(256, 4100).bytes_per_load == 2);  // not a multiple of 8: scalar loads
   // vLLM's rotary_embedding and silu_and_mul: one block per token, scalar loads, two in flight.
-  const ThreadAccess rope = vllm_rotary_access(32, 128);
+  const ThreadAccess rope = vllm_rotary_access(32 * 128);
   CHECK(rope.block_threads == 512);
   CHECK(rope.index_loads == 1);
-  CHECK(vllm_rotary_access(4, 64).block_threads == 128);
+  CHECK(vllm_rotary_access(4 * 64).block_threads == 128);
   const ThreadAccess act = vllm_act_and_mul_access(11008);
   CHECK(act.block_threads == 1024);
   CHECK(act.row_tensors == 2);

@@ -98,10 +98,11 @@ ThreadAccess vllm_rms_norm_access(int64_t cols);
 // stored sum (from L2: the first pass wrote it) with the weight.
 ThreadAccess vllm_fused_add_rms_norm_access(int64_t rows, int64_t cols);
 // vLLM's rotary_embedding over each token's query and key heads in place (rows: tokens; cols:
-// (heads + kv_heads) x head_dim): one block per token of min(heads x head_dim / 2, 512)
-// threads, each loading the two 2-byte elements of a rotated pair per iteration (cos and sin
-// at the token's position, loaded first), the query heads' pairs, then the key heads'.
-ThreadAccess vllm_rotary_access(int64_t heads, int64_t head_dim);
+// (heads + kv_heads) x head_dim), given the query heads' width q_width = heads x head_dim: one
+// block per token of min(q_width / 2, 512) threads, each loading the two 2-byte elements of a
+// rotated pair per iteration (cos and sin at the token's position, loaded first), the query
+// heads' pairs, then the key heads'.
+ThreadAccess vllm_rotary_access(int64_t q_width);
 // vLLM's silu_and_mul over rows of `cols` outputs (gate and up halves of 2 x cols): one block per
 // token of min(cols, 1024) threads, each loading one 2-byte element of each half per iteration.
 ThreadAccess vllm_act_and_mul_access(int64_t cols);
