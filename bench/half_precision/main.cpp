@@ -30,8 +30,9 @@ using namespace neusight;
 namespace {
 
 // Errors of the NeuSight predictor in eager timing (its training data's convention), in the
-// timing of the data being compared (device timing for DeepBench's back-to-back GEMMs, kernel
-// timing for Vidur's profiler kernel durations; precision.h) and of the roofline.
+// timing of the data being compared (kernel timing for DeepBench's GEMMs, called back to back
+// from C++ with no framework between them, and for Vidur's profiler kernel durations;
+// precision.h) and of the roofline.
 struct Acc {
   double err = 0, dev = 0, roof = 0, ratio_log = 0, dev_ratio_log = 0;
   size_t n = 0;
@@ -261,17 +262,18 @@ int main(int argc, char** argv) {
     }
     return 1;
   }
-  auto device = make_neusight_predictor(weights, PrecisionOptions{Timing::device});
+  // DeepBench calls cuBLAS back to back from C++: no framework's dispatch, kernel timing.
+  auto device = make_neusight_predictor(weights, PrecisionOptions{Timing::kernel});
   // Vidur keeps profiler kernel durations: kernel timing (precision.h).
   auto kernel = make_neusight_predictor(weights, PrecisionOptions{Timing::kernel});
-  // What-if: the tensor-core operand-port term (precision.h; --port-weight, default 1), device timing.
-  PrecisionOptions port_options{Timing::device};
+  // What-if: the tensor-core operand-port term (precision.h; --port-weight, default 1), kernel timing.
+  PrecisionOptions port_options{Timing::kernel};
   port_options.operand_port_weight = port_weight;
   auto port = make_neusight_predictor(weights, port_options);
   std::map<std::string, Acc> port_acc;
   // What-if: tensor-core GEMMs on the tile cost model's choice alone (PrecisionOptions::
-  // fastest_tile off), device timing for DeepBench, kernel timing for Vidur.
-  PrecisionOptions one_tile_device{Timing::device}, one_tile_kernel{Timing::kernel};
+  // fastest_tile off), kernel timing for both data sets.
+  PrecisionOptions one_tile_device{Timing::kernel}, one_tile_kernel{Timing::kernel};
   one_tile_device.fastest_tile = one_tile_kernel.fastest_tile = false;
   auto one_tile_dev = make_neusight_predictor(weights, one_tile_device);
   auto one_tile_ker = make_neusight_predictor(weights, one_tile_kernel);
@@ -294,8 +296,8 @@ int main(int argc, char** argv) {
     Item it{linear(M, K, N, prec.c_str()), dnum(r, "time_ms"), prec};
     by_gpu[r.at("gpu")].push_back(it);
   }
-  std::printf("DeepBench dense GEMMs: MAPE %% of NeuSight in eager / device timing / roofline at the dtype's peak,\n"
-              "geo-mean pred/measured of eager and device timing. DeepBench times the device (cudaEvents over\n"
+  std::printf("DeepBench dense GEMMs: MAPE %% of NeuSight in eager / kernel timing / roofline at the dtype's peak,\n"
+              "geo-mean pred/measured of eager and kernel timing. DeepBench times the device (cudaEvents over\n"
               "back-to-back calls); the NeuSight training data is PyTorch eager.\n");
   std::printf("%-12s %-10s %5s %34s %34s\n", "GPU", "spec used", "rows", "fp32", "fp16");
   Acc refit;  // compute-bound FP16 rows of the training GPUs with tensor cores (precision.h)
@@ -314,8 +316,8 @@ int main(int argc, char** argv) {
     if (g.fp16_gflops > 0) one_tile_acc[name] = oa["fp16"];
     const Acc& a = acc["fp32"];
     const Acc& b = acc["fp16"];
-    interval_acc["DeepBench " + name + " FP32 (device)"] = a;
-    interval_acc["DeepBench " + name + " FP16 (device)"] = b;
+    interval_acc["DeepBench " + name + " FP32 (kernel)"] = a;
+    interval_acc["DeepBench " + name + " FP16 (kernel)"] = b;
     std::printf("%-12s %-10s %5zu %5.1f /%5.1f /%5.1f (x%.2f, x%.2f) %5.1f /%5.1f /%5.1f (x%.2f, x%.2f)\n", name.c_str(),
                 g.alias().c_str(), a.n + b.n, a.mape(), a.dmape(), a.rmape(), a.gmean_ratio(), a.dev_gmean_ratio(),
                 b.mape(), b.dmape(), b.rmape(), b.gmean_ratio(), b.dev_gmean_ratio());
@@ -480,7 +482,7 @@ int main(int argc, char** argv) {
     auto refit_on = [&](const std::vector<std::string>& names) {
       double f = kMatrixSustainedFraction;
       for (int step = 0; step < 2; ++step) {
-        auto p = predictor_at(Timing::device, f);
+        auto p = predictor_at(Timing::kernel, f);
         Acc cb;
         for (const auto& n : names) {
           std::map<std::string, Acc> a;
@@ -506,7 +508,7 @@ int main(int argc, char** argv) {
                                    {"A100 Vidur (note 1)", "", {"Tesla V100", "Tesla T4"}}};
     for (const Set& set : sets) {
       const double f = refit_on(set.fit);
-      auto p = predictor_at(set.gpu_key.empty() ? Timing::kernel : Timing::device, f);
+      auto p = predictor_at(Timing::kernel, f);
       std::vector<Item> rows;
       if (set.gpu_key.empty()) {
         for (const Item& it : items)
@@ -692,30 +694,16 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  {
-    // The same rows in device timing (precision.h; the whole-model default, which keeps the
-    // dispatch the law put in small streaming kernels' utilization), as these figures read
-    // before kernel timing existed.
-    std::vector<Item> vec;
-    for (const Item& it : items)
-      if (it.k.cls != KernelClass::gemm) vec.push_back(it);
-    std::map<std::string, Acc> pa, pt;
-    run(vec, a100, *device, *device, *roofline, pa, &pt);
-    std::printf("\nThe same rows in device timing (the whole-model default; precision.h), MAPE and pred/meas:\n");
-    print_by_layer(pa, pt);
-    for (const char* layer : other_layers)
-      std::printf("%-40s %5zu %7.1f%% %9.2fx\n", layer, pa[layer].n, pa[layer].dmape(), pa[layer].dev_gmean_ratio());
-  }
   std::printf("\nThe 80%% interval (pred_low_ms - pred_high_ms) in the data's timing: measured rows inside it,\n"
               "geo-mean width (high / low); calibrated on FP32 leave-one-GPU-out, never on these rows:\n");
   for (const auto& [k, a] : interval_acc)
     std::printf("%-40s %5zu inside %5.1f%%  width x%.2f\n", k.c_str(), a.with_interval, a.coverage(), a.width());
   std::printf("\nWhat-if: tensor-core operand-port term at weight %.2g on top of the sustained fraction (precision.h;\n"
-              "off in the product), device timing:\n", port_weight);
+              "off in the product), kernel timing:\n", port_weight);
   for (const auto& [k, a] : port_acc)
     std::printf("%-40s %5zu FP16 MAPE %5.1f%%  pred/meas %.2fx\n", k.c_str(), a.n, a.dmape(), a.dev_gmean_ratio());
   std::printf("\nWhat-if: single tensor-core GEMMs on the tile cost model's choice alone, not the fastest of the\n"
-              "library's tiles (PrecisionOptions::fastest_tile off; DeepBench device, Vidur kernel timing):\n");
+              "library's tiles (PrecisionOptions::fastest_tile off; kernel timing):\n");
   for (const auto& [k, a] : one_tile_acc)
     std::printf("%-40s %5zu FP16 MAPE %5.1f%%  pred/meas %.2fx\n", k.c_str(), a.n, a.dmape(), a.dev_gmean_ratio());
   return 0;

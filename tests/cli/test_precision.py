@@ -1,4 +1,5 @@
 """Precision through the pipeline: --dtype auto|fp32|fp16|bf16|fp8|fp4|int8 and the kernels command's dtype column."""
+import math
 import csv
 import os
 import tempfile
@@ -150,23 +151,23 @@ class TimingFlag(unittest.TestCase):
         self.assertGreater(smaller, len(pairs) // 4)  # a seq-64 model is mostly small kernels
 
     def test_kernel_timing_is_device_time_at_least_the_launch_floor(self):
-        # Kernel timing (profiler durations, CUDA graphs) predicts as device timing does: the
-        # host work between kernels is not modelled, so the two agree kernel by kernel.
+        # Kernel timing (profiler durations, CUDA graphs) is each kernel's GPU time, at least
+        # the 2 us launch floor; device timing bounds that by the host's dispatch of each op
+        # (precision.h kHostDispatchMs, 10.85 us), combined as a root sum of squares.
         args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64")
         device = run_json(*args, "--timing", "device")
         kernel = run_json(*args, "--timing", "kernel")
         self.assertEqual(kernel["timing"], "kernel")
-        self.assertAlmostEqual(kernel["e2e_latency_ms"], device["e2e_latency_ms"], delta=1e-9 * device["e2e_latency_ms"])
-        pairs, _ = self.paired_kernels(device, kernel)
+        self.assertLess(kernel["e2e_latency_ms"], device["e2e_latency_ms"])
+        pairs, smaller = self.paired_kernels(device, kernel)
         self.assertTrue(pairs)
+        self.assertGreater(smaller, len(pairs) // 4)  # the host bounds a seq-64 model's small kernels
         for a, b in pairs:
             self.assertGreaterEqual(b["latency_ms"], 0.002 * (1 - 1e-9))  # the device floor
-            self.assertAlmostEqual(b["latency_ms"], a["latency_ms"], delta=1e-9 + 1e-9 * a["latency_ms"])
+            self.assertGreaterEqual(a["latency_ms"], 0.01085 * (1 - 1e-9))  # the host's dispatch
+            expected = math.hypot(0.01085, b["latency_ms"])
+            self.assertAlmostEqual(a["latency_ms"], expected, delta=1e-9 + 1e-6 * expected)
 
-    def test_bad_timing_is_an_input_error(self):
-        code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--timing", "wall")
-        self.assertEqual(code, 2)
-        self.assertIn("--timing", err)
 
 
 class MathPrecisionInReports(unittest.TestCase):
