@@ -358,6 +358,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum_rf;
   std::vector<std::string> bound_lines;
   std::map<std::string, std::pair<Mean, Mean>> bound_mean;  // [mode] -> raw, corrected
+  std::map<std::string, std::vector<double>> host_floor_ms;   // [GPU] -> each run's per-op floor
   for (const auto& r : runs) {
     try {
       if (!configs.count(r.model))
@@ -432,6 +433,7 @@ int main(int argc, char** argv) {
           std::snprintf(b + n, sizeof b - size_t(n), "   fw %+6.1f -> %+6.1f", err_pct(s.raw_fw, r.measured_fw),
                         err_pct(s.corrected_fw, r.measured_fw));
         bound_lines.push_back(b);
+        host_floor_ms[short_gpu(r.gpu_dir)].push_back(s.floor_ms);
         bound_mean[r.mode].first.add(err_pct(s.raw, r.measured_ms));
         bound_mean[r.mode].second.add(err_pct(s.corrected, r.measured_ms));
       }
@@ -505,6 +507,19 @@ int main(int argc, char** argv) {
     for (auto& [m, v] : bound_mean)
       std::printf("mean |per-op - label| %-9s raw %s  corrected %s\n", m.c_str(), v.first.str().c_str(),
                   v.second.str().c_str());
+    // The host's dispatch of one op (precision.h kHostDispatchMs): each host's median floor,
+    // and the median over the hosts (the mean of the middle two for an even count).
+    std::vector<double> hosts;
+    std::printf("per-op timing floor, median per host (GPU), us:");
+    for (auto& [g, v] : host_floor_ms) {
+      std::sort(v.begin(), v.end());
+      hosts.push_back(v[(v.size() - 1) / 2] / 2 + v[v.size() / 2] / 2);
+      std::printf(" %s %.2f", g.c_str(), 1000 * hosts.back());
+    }
+    std::sort(hosts.begin(), hosts.end());
+    const size_t h = hosts.size();
+    std::printf("; median over hosts %.2f us (precision.h kHostDispatchMs: %.2f us)\n",
+                1000 * (hosts[(h - 1) / 2] + hosts[h / 2]) / 2, 1000 * kHostDispatchMs);
   }
 
   if (per_class && !cls_sum.empty()) {

@@ -50,14 +50,14 @@ constexpr double kDeviceKernelFloorMs = 0.002;
 // Host time of one kernel-launching op of a framework running eagerly (device timing): Python,
 // the framework's dispatcher and the launch. Data, not a GPU property: the per-op timing floor
 // of neusight-data's traced end-to-end runs (the median time of the traced PyTorch calls that
-// launch no kernel, bench/e2e_accuracy "Measurement bound"), median per host 6.6 us (A100's
-// host), 6.8 (MI100's), 10.7 (P4's), 11.0 (T4's), 11.3 (V100's), 12.6 (P100's); the median of
-// the six hosts, 10.85 us. The lowest and highest hosts bound it in the 80% interval. Holds for
-// PyTorch eager (Hugging Face models) on the x86 servers of those runs; a CUDA graph or a
-// profiler's kernel durations have no such bound (kernel timing).
-constexpr double kHostDispatchMs = 0.01085;
-constexpr double kHostDispatchLowMs = 0.0066;
-constexpr double kHostDispatchHighMs = 0.0126;
+// launch no kernel; bench/e2e_accuracy prints it under "Measurement bound"), median per host
+// 6.55 us (the A100's), 6.85 (MI100's), 10.66 (P4's), 10.96 (T4's), 11.26 (V100's), 12.58
+// (P100's), and the median of the six hosts, 10.81 us. The fastest and the slowest host bound
+// it in the 80% interval. Holds for PyTorch eager (Hugging Face models) on the x86 servers of
+// those runs; a CUDA graph or a profiler's kernel durations have no such bound (kernel timing).
+constexpr double kHostDispatchMs = 0.01081;
+constexpr double kHostDispatchLowMs = 0.00655;
+constexpr double kHostDispatchHighMs = 0.01258;
 
 // Sustained rate of matrix units (tensor cores, AMD matrix cores) as a fraction of the
 // spec-sheet dense peak, the same on every GPU. The dense peak assumes the boost clock and
