@@ -22,7 +22,8 @@ int cmd_kernels(const Argv& argv) {
     throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + pred_name + "'");
   const bool from_row = args.get("--gpu") == "from-row";
   // The dataset's rows are PyTorch-eager timings of one op each (precision.h); profiler kernel
-  // durations (Vidur, nsys) or back-to-back device timings ask for --timing kernel / device.
+  // durations (Vidur, nsys) and cuBLAS called back to back (DeepBench) ask for --timing kernel;
+  // a framework's eager run, --timing device.
   const std::string timing_arg = args.get("--timing");
   Timing timing = Timing::eager;
   if (!parse_timing(timing_arg, timing))

@@ -100,7 +100,7 @@ class NeusightPredictor final : public Predictor {
     std::vector<FixedPart> fixed(kernels.size());
     const ClassBatches b = roofline_and_features(kernels, tilings, gpu, feature_l2_mb, out);
     apply_networks(b, out, sd, fixed);
-    // A latency-limited kernel priced by its memory parallelism alone (device timing, no
+    // A latency-limited kernel priced by its memory parallelism alone (device or kernel timing, no
     // network): its class's spread at its roofline time, which the networks' kernels of the
     // same class carry (an interval of zero width would claim an exact answer).
     for (size_t i = 0; i < out.size(); ++i) {
@@ -257,7 +257,7 @@ class NeusightPredictor final : public Predictor {
       p.latency_ms = p.roofline_ms;
       p.utilization = p.latency_ms > 0 ? 1.0 : 0.0;
       // A latency-limited kernel (Kernel::access, precision.h): its code is not the vectorized
-      // library kernels the MLPs learned, so in device timing it is the memory-parallelism
+      // library kernels the MLPs learned, so off eager timing it is the memory-parallelism
       // time plus the device floor; in eager timing that is a lower bound on the law's
       // prediction (which carries the framework's dispatch), applied below.
       const double mp = memory_parallelism_ms(k, gpu);

@@ -42,7 +42,7 @@ const char* timing_name(Timing t);
 // "eager" | "device" | "kernel"; false for anything else.
 bool parse_timing(const std::string& s, Timing& out);
 
-// Shortest duration of one kernel in device timing: launch to completion of a kernel that
+// Shortest duration of one kernel in kernel timing: launch to completion of a kernel that
 // moves a few bytes (grid launch, one DRAM round trip, completion). A property of the CUDA
 // execution model, the same on every NVIDIA GPU since Pascal; not fitted to any data set.
 constexpr double kDeviceKernelFloorMs = 0.002;
@@ -65,7 +65,7 @@ constexpr double kHostDispatchHighMs = 0.01258;
 // drops under the power limit at full tensor load; operand staging, epilogues). The FP32
 // training data cannot show this (SIMT FMA draws far less power per cycle), so it is learned
 // from the training GPUs' tensor-core measurements: the fraction that makes the geometric mean
-// of predicted / measured 1 over the compute-bound FP16 GEMMs of DeepBench (device timing) on
+// of predicted / measured 1 over the compute-bound FP16 GEMMs of DeepBench (kernel timing) on
 // V100 and T4, 24 rows pooled, with the shipped weights: 0.741 (each GPU alone: V100 0.84, T4
 // 0.66, a 70 W card; bench/half_precision prints the refit and the leave-one-GPU-out table).
 // One number for all GPUs: the spec sheets give no power limit or tensor-load clock, so the
@@ -104,7 +104,7 @@ double weight_stream_ms(const Kernel& k, const Gpu& gpu, double math_gflops);
 
 struct PrecisionOptions {
   Timing timing = Timing::eager;
-  // Per-kernel fixed cost in device timing (bench/half_precision prints its sensitivity).
+  // Per-kernel launch-to-completion floor (bench/half_precision prints its sensitivity).
   double device_floor_ms = kDeviceKernelFloorMs;
   // Device timing's host dispatch per kernel (kHostDispatchMs) and its 80% interval bounds.
   double host_dispatch_ms = kHostDispatchMs;
