@@ -27,7 +27,7 @@ const std::vector<Flag> kFlags = {
     {"--fusion", true, "none|eager|full", "kernel fusion: none, PyTorch eager, or compiled", A | C, "eager"},
     {"--predictor", true, "neusight|neusight-paper|roofline", "the latency predictor", A | C | K, "neusight"},
     {"--weights", true, "DIR", "NeuSight weights folder (default: the bundled ones)", A | C | K, ""},
-    {"--timing", true, "device|kernel|eager", "kernel times back to back, GPU time alone, or eager launches", A | C, "device"},
+    {"--timing", true, "device|kernel|eager", "eager run of a framework (host-bound small kernels), GPU time alone, or each op timed alone", A | C, "device"},
     {"--timing", true, "eager|device|kernel", "what the rows' measured times include", K, "eager"},
     {"--generate", true, "PROMPT:NEW", "LLM generation: a prefill of PROMPT tokens, NEW decode steps", A | C, ""},
     {"--tpot-slo", true, "MS", "with --generate: the largest batch (that fits) whose time per output token is at most MS", A, ""},

@@ -41,10 +41,11 @@ struct Options {
   PredictorKind predictor = PredictorKind::neusight;  // make_predictor (precision.h)
   std::string weights_dir;             // "" = built-in weights
   // What the predicted kernel times include (precision.h). "device" (the default for whole
-  // models): a model's kernels run back to back in one stream, so each launch overlaps the
-  // kernel before it and only device time adds up. "eager": every kernel as if timed alone
-  // from PyTorch, like the training data (framework dispatch in every small kernel); the
-  // `kernels` command always predicts in this convention.
+  // models): a model's kernels launched one by one from the host by a framework, each its GPU
+  // time but at least the host's dispatch of its op (the wall clock of a PyTorch eager run).
+  // "kernel": GPU time alone (profiler durations, CUDA graphs). "eager": every kernel as if
+  // timed alone from PyTorch, like the training data (framework dispatch in every small
+  // kernel); the `kernels` command predicts in this convention by default.
   Timing timing = Timing::device;
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
