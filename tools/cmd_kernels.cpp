@@ -21,13 +21,17 @@ int cmd_kernels(const Argv& argv) {
   if (!is_predictor_name(pred_name))
     throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + pred_name + "'");
   const bool from_row = args.get("--gpu") == "from-row";
-  // The dataset's rows are PyTorch-eager timings of one op each (precision.h); profiler kernel
-  // durations (Vidur, nsys) and cuBLAS called back to back (DeepBench) ask for --timing kernel;
-  // a framework's eager run, --timing device.
-  const std::string timing_arg = args.get("--timing");
-  Timing timing = Timing::eager;
-  if (!parse_timing(timing_arg, timing))
-    throw InputError("--timing: expected eager, device or kernel, got '" + timing_arg + "'");
+  // Without --timing each row in its data's convention (default_row_timing): FP32 rows as
+  // neusight-data's PyTorch-eager timings of one op each, other dtypes as profiler kernel
+  // durations (Vidur, nsys) and back-to-back library calls (DeepBench, XLA) time them.
+  std::optional<Timing> timing;
+  if (args.has("--timing")) {
+    const std::string timing_arg = args.get("--timing");
+    Timing t = Timing::eager;
+    if (!parse_timing(timing_arg, t))
+      throw InputError("--timing: expected eager, device or kernel, got '" + timing_arg + "'");
+    timing = t;
+  }
 
   const std::map<std::string, Gpu> devices =
       args.has("--devices") ? load_devices_dir(args.get("--devices")) : std::map<std::string, Gpu>{};

@@ -131,24 +131,29 @@ std::map<std::string, Gpu> load_devices_dir(const std::string& dir) {
   return out;
 }
 
+Timing default_row_timing(DType dtype) { return dtype == DType::f32 ? Timing::eager : Timing::kernel; }
+
 KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string(size_t)>& row_name,
                                const std::optional<Gpu>& fixed, const std::map<std::string, Gpu>& devices,
                                const std::string& predictor_name, const std::string& weights_dir,
-                               Timing timing) {
+                               std::optional<Timing> timing) {
   const int dev_col = d.column("Device");
-  std::unique_ptr<Predictor> predictor =
-      make_predictor(predictor_name, weights_dir, PrecisionOptions{timing});
+  // One predictor per timing convention the rows use.
+  std::map<Timing, std::unique_ptr<Predictor>> predictors;
+  auto row_timing = [&](size_t i) { return timing ? *timing : default_row_timing(d.rows[i].kernel.dtype); };
 
-  // Group the rows by GPU so that each GPU's kernels are predicted in one batch.
+  // Group the rows by GPU and timing so that each GPU's kernels are predicted in one batch.
   std::map<std::string, Gpu> gpus;
-  std::map<std::string, std::vector<size_t>> groups;
+  std::map<std::pair<std::string, Timing>, std::vector<size_t>> groups;
   KernelRows out;
   for (size_t i = 0; i < d.rows.size(); ++i) {
     const DatasetRow& r = d.rows[i];
+    const Timing t = row_timing(i);
+    if (!predictors.count(t)) predictors[t] = make_predictor(predictor_name, weights_dir, PrecisionOptions{t});
     if (fixed) {
       if (dev_col >= 0 && !same_gpu(*fixed, r.device)) continue;
       gpus.emplace(fixed->name, *fixed);
-      groups[fixed->name].push_back(i);
+      groups[{fixed->name, t}].push_back(i);
     } else {
       const std::string key = lower(r.device);
       if (!gpus.count(key)) {
@@ -164,14 +169,15 @@ KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string
           }
         }
       }
-      groups[key].push_back(i);
+      groups[{key, t}].push_back(i);
     }
     out.kept.push_back(i);
   }
 
   out.rows.resize(d.rows.size());
-  for (const auto& [key, rows] : groups) {
-    const Gpu& g = gpus.at(key);
+  for (const auto& [key_timing, rows] : groups) {
+    const Gpu& g = gpus.at(key_timing.first);
+    const Predictor* predictor = predictors.at(key_timing.second).get();
     std::vector<Kernel> kernels;
     std::vector<Tiling> tilings;
     for (size_t i : rows) {

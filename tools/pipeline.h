@@ -64,13 +64,19 @@ struct KernelRows {
   std::vector<size_t> kept;                 // rows predicted, in order (others ran on another GPU)
   std::vector<KernelRowPrediction> rows;    // per row of the dataset (kept ones filled)
 };
+// The timing a row of `dtype` is predicted in when none is given: FP32 rows in eager timing,
+// the convention of neusight-data's PyTorch microbenchmarks (the only kernel data of that
+// format); every other dtype in kernel timing, as the half-precision kernel data sets time
+// their kernels (Vidur's profiler durations, DeepBench's and XLA's back-to-back calls).
+Timing default_row_timing(DType dtype);
 // Predicts the rows of `d` on `fixed` (rows whose Device names another GPU are skipped), or,
 // without one, each row on the GPU its Device column names (`devices` first, then the
-// database). `row_name(i)` names row i in errors ("IN.csv: row 2"). Throws InputError.
+// database), in `timing` (per row, default_row_timing, when absent). `row_name(i)` names row i
+// in errors ("IN.csv: row 2"). Throws InputError.
 KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string(size_t)>& row_name,
                                const std::optional<Gpu>& fixed, const std::map<std::string, Gpu>& devices,
                                const std::string& predictor, const std::string& weights_dir,
-                               Timing timing = Timing::eager);
+                               std::optional<Timing> timing = std::nullopt);
 // The dataset's kept rows with the prediction columns appended (kernel_class,
 // pred_latency_ms, tile, tiles, waves, pred_low_ms, pred_high_ms).
 std::string format_kernels_csv(const Dataset& d, const KernelRows& k);

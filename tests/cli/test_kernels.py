@@ -179,6 +179,28 @@ class Kernels(unittest.TestCase):
             self.assertEqual(len(err.strip().splitlines()), 1)
             self.assertFalse(os.path.exists(out))
 
+    def test_default_timing_follows_the_rows_dtype(self):
+        # Without --timing, FP32 rows are predicted in eager timing (neusight-data's PyTorch
+        # microbenchmarks) and rows of other dtypes in kernel timing (profiler durations,
+        # back-to-back library calls), row by row in one mixed file.
+        src = os.path.join(self.dir, "in.csv")
+        with open(src, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["OPName", "Latency", "Device", "B", "M", "N", "K", "dtype"])
+            for dtype in ("fp32", "fp16", "bf16", "fp32", "tf32"):
+                w.writerow(["linear", "0", "NVIDIA H100 80GB HBM3", "1", "16", "4096", "4096", dtype])
+        outs = {}
+        for name, extra in (("default", ()), ("eager", ("--timing", "eager")), ("kernel", ("--timing", "kernel"))):
+            outs[name] = os.path.join(self.dir, name + ".csv")
+            code, _, err = run("kernels", "--gpu", "h100", "--csv", src, "--out", outs[name], *extra)
+            self.assertEqual(code, 0, err)
+        default, eager, kernel = (read(outs[n]) for n in ("default", "eager", "kernel"))
+        for d, e, k in zip(default, eager, kernel):
+            expected = e if d["dtype"] == "fp32" else k
+            self.assertEqual(d["pred_latency_ms"], expected["pred_latency_ms"], d["dtype"])
+        # A 16-row projection is a few microseconds of GPU time, tens of them timed from PyTorch.
+        self.assertLess(float(kernel[1]["pred_latency_ms"]), 0.5 * float(eager[1]["pred_latency_ms"]))
+
 
 class Train(unittest.TestCase):
     def test_small_training_run(self):
