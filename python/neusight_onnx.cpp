@@ -433,10 +433,18 @@ py::list gpus() {
   return json_loads(text);
 }
 
-py::list kernels(py::handle rows, py::handle gpu, py::handle devices, py::handle predictor_arg, py::handle weights) {
+py::list kernels(py::handle rows, py::handle gpu, py::handle devices, py::handle predictor_arg, py::handle weights,
+                 py::handle timing_arg) {
   const std::string predictor = str_arg(predictor_arg, "predictor");
   if (!is_predictor_name(predictor))
     throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + predictor + "'");
+  std::optional<Timing> timing;  // None: each row in its dtype's convention (cli::default_row_timing)
+  if (!timing_arg.is_none()) {
+    const std::string t = str_arg(timing_arg, "timing");
+    Timing parsed = Timing::eager;
+    if (!parse_timing(t, parsed)) throw InputError("--timing: expected eager, device or kernel, got '" + t + "'");
+    timing = parsed;
+  }
   const bool from_row = py::isinstance<py::str>(gpu) && gpu.cast<std::string>() == "from-row";
   std::optional<GpuSource> fixed_src;
   if (!from_row) fixed_src = gpu_source(gpu);
@@ -485,7 +493,7 @@ py::list kernels(py::handle rows, py::handle gpu, py::handle devices, py::handle
     k = cli::predict_kernel_rows(
         d,
         [&](size_t i) { return csv.empty() ? "rows[" + std::to_string(i) + "]" : csv + ": row " + std::to_string(i + 2); },
-        fixed, dir_gpus, predictor, weights_dir);
+        fixed, dir_gpus, predictor, weights_dir, timing);
   }
 
   py::list out;
@@ -732,10 +740,12 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "kv_cache_bytes, memory_bytes, ...), or a list of them for a list of GPUs.");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,
+        "timing"_a = none,
         "Predicts dataset-format kernel rows like `neusight-onnx kernels`: `rows` is a CSV path or a list of\n"
         "dicts with the dataset's columns (OPName, Device, B, M, N, K, ...); `gpu` a GPU (rows whose Device\n"
         "names another are skipped) or 'from-row' (each row on its Device, looked up in `devices`, a folder\n"
-        "of device JSONs, then in the database). Returns each predicted row as a dict with kernel_class,\n"
+        "of device JSONs, then in the database); `timing` 'eager'|'device'|'kernel' (None: eager for fp32\n"
+        "rows, kernel for other dtypes). Returns each predicted row as a dict with kernel_class,\n"
         "pred_latency_ms, tile, tiles, waves, pred_low_ms and pred_high_ms added.");
   m.def("write_html", &write_html, "report"_a, "path"_a,
         "Writes the self-contained HTML report of an analyze() report, a list of them (one model on several\n"

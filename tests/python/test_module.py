@@ -229,6 +229,20 @@ class OtherCommands(unittest.TestCase):
                                 self.assertEqual(g[k], v)
         self.assertLess(len(n.kernels(rows, "v100")), len(rows))
 
+    def test_kernels_timing(self):
+        # timing=None predicts fp32 rows in eager timing and other dtypes in kernel timing, as
+        # the CLI does without --timing; a given timing applies to every row.
+        rows = [{"OPName": "linear", "Latency": "0", "Device": "NVIDIA H100 80GB HBM3", "B": "1", "M": "16",
+                 "N": "4096", "K": "4096", "dtype": dt} for dt in ("fp32", "fp16")]
+        default = n.kernels(rows, "h100")
+        eager = n.kernels(rows, "h100", timing="eager")
+        kernel = n.kernels(rows, "h100", timing="kernel")
+        self.assertEqual(default[0]["pred_latency_ms"], eager[0]["pred_latency_ms"])
+        self.assertEqual(default[1]["pred_latency_ms"], kernel[1]["pred_latency_ms"])
+        self.assertLess(kernel[1]["pred_latency_ms"], eager[1]["pred_latency_ms"])
+        with self.assertRaises(ValueError):
+            n.kernels(rows, "h100", timing="wall")
+
 
 class ReadmeExample(unittest.TestCase):
     def test_sweep_example_runs(self):
