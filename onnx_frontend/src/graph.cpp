@@ -57,6 +57,7 @@ const char* dtype_name(DType t) {
 std::optional<DType> parse_dtype(const std::string& s_in) {
   std::string s = s_in;
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (s.compare(0, 6, "torch.") == 0) s = s.substr(6);  // PyTorch's repr: torch.float16
   static const std::pair<const char*, DType> table[] = {
       {"fp32", DType::f32},     {"float32", DType::f32},  {"float", DType::f32},
       {"tf32", DType::tf32},    {"fp16", DType::f16},     {"float16", DType::f16},
@@ -67,7 +68,10 @@ std::optional<DType> parse_dtype(const std::string& s_in) {
       {"uint16", DType::u16},   {"int32", DType::i32},    {"uint32", DType::u32},
       {"int64", DType::i64},    {"uint64", DType::u64},   {"bool", DType::boolean},
       {"int4", DType::i4},      {"uint4", DType::u4},
-      {"fp4", DType::f4e2m1},   {"nvfp4", DType::f4e2m1}, {"f4e2m1", DType::f4e2m1}, {"float4e2m1", DType::f4e2m1},
+      {"fp4", DType::f4e2m1},   {"nvfp4", DType::f4e2m1}, {"mxfp4", DType::f4e2m1}, {"f4e2m1", DType::f4e2m1},
+      {"float4e2m1", DType::f4e2m1}, {"float4_e2m1fn_x2", DType::f4e2m1},
+      {"e4m3", DType::f8e4m3fn}, {"fp8_e4m3", DType::f8e4m3fn}, {"fp8_e4m3fn", DType::f8e4m3fn},
+      {"e5m2", DType::f8e5m2},   {"fp8_e5m2", DType::f8e5m2},
       // The names of XLA (f32, f8e4m3fn), PyTorch (float8_e4m3fn) and ONNX (FLOAT8E4M3FN).
       {"f32", DType::f32},      {"f16", DType::f16},      {"f64", DType::f64},
       {"f8e4m3fn", DType::f8e4m3fn},   {"float8e4m3fn", DType::f8e4m3fn},   {"float8_e4m3fn", DType::f8e4m3fn},

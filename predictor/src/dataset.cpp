@@ -82,7 +82,10 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
   k.dtype = DType::f32;
   if (auto it = c.find("dtype"); it != c.end() && !it->second.empty()) {
     auto dt = parse_dtype(it->second);
-    if (!dt || !is_float(*dt)) throw InputError("unknown dtype '" + it->second + "'");
+    // Floating-point types for every class; INT8 for matrix products (integer tensor cores).
+    const bool product = op_name == "linear" || op_name == "bmm";
+    if (!dt || !(is_float(*dt) || (product && *dt == DType::i8)))
+      throw InputError("unknown dtype '" + it->second + "'" + (dt ? " for " + op_name : std::string()));
     k.dtype = *dt;
   }
   const double eb = element_bytes(k.dtype);

@@ -60,7 +60,9 @@ TEST_CASE("dataset: dtype names of XLA, PyTorch and ONNX as well as the short on
       {"f32", DType::f32},           {"fp32", DType::f32},          {"bf16", DType::bf16},
       {"f16", DType::f16},           {"float16", DType::f16},       {"tf32", DType::tf32},
       {"f8e4m3fn", DType::f8e4m3fn}, {"float8_e4m3fn", DType::f8e4m3fn}, {"FLOAT8E4M3FN", DType::f8e4m3fn},
-      {"fp8", DType::f8e4m3fn},      {"f8e5m2", DType::f8e5m2},     {"float8_e5m2", DType::f8e5m2}};
+      {"fp8", DType::f8e4m3fn},      {"f8e5m2", DType::f8e5m2},     {"float8_e5m2", DType::f8e5m2},
+      {"torch.float16", DType::f16}, {"torch.bfloat16", DType::bf16}, {"e4m3", DType::f8e4m3fn},
+      {"fp8_e5m2", DType::f8e5m2},   {"mxfp4", DType::f4e2m1},      {"int8", DType::i8}};
   for (const auto& entry : names) {
     const char* name = entry.first;
     const DType t = entry.second;
@@ -71,5 +73,10 @@ TEST_CASE("dataset: dtype names of XLA, PyTorch and ONNX as well as the short on
     CHECK(k.dtype == t);
   }
   CHECK_FALSE(parse_dtype("f7").has_value());
-  CHECK_THROWS_AS(kernel_from_dataset("linear", {{"B", "1"}, {"M", "2"}, {"N", "2"}, {"K", "2"}, {"dtype", "s8"}}), InputError);
+  // INT8 is a matrix product's dtype (integer tensor cores), not a softmax's.
+  CHECK(kernel_from_dataset("linear", {{"B", "1"}, {"M", "2"}, {"N", "2"}, {"K", "2"}, {"dtype", "s8"}}).dtype == DType::i8);
+  CHECK_THROWS_WITH_AS(kernel_from_dataset("softmax", {{"B", "2"}, {"H", "8"}, {"dtype", "int8"}}),
+                       "unknown dtype 'int8' for softmax", InputError);
+  CHECK_THROWS_WITH_AS(kernel_from_dataset("linear", {{"B", "1"}, {"M", "2"}, {"N", "2"}, {"K", "2"}, {"dtype", "f7"}}),
+                       "unknown dtype 'f7'", InputError);
 }
