@@ -85,6 +85,7 @@ class NeusightPredictor final : public Predictor {
     if (paper_ || o_.timing != Timing::device) return;
     for (Prediction& p : out) {
       if (!(p.latency_ms > 0)) continue;
+      p.host_bound = p.latency_ms < o_.host_dispatch_ms;
       p.latency_ms = std::hypot(o_.host_dispatch_ms, p.latency_ms);
       p.latency_low_ms = std::hypot(o_.host_dispatch_low_ms, p.latency_low_ms);
       p.latency_high_ms = std::hypot(o_.host_dispatch_high_ms, p.latency_high_ms);

@@ -38,6 +38,17 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
   for (const auto& [c, ms] : cls)
     os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
        << pad(pct(ms, r.e2e_latency_ms), 6, true) << "\n";
+  // Device timing: the kernels the host's dispatch outlasts (Prediction::host_bound).
+  int host = 0, all = 0;
+  double host_ms = 0;
+  for (const auto& n : r.nodes)
+    for (const auto& k : n.kernels) {
+      ++all;
+      if (k.prediction.host_bound) ++host, host_ms += k.prediction.latency_ms;
+    }
+  if (host > 0)
+    os << "host-bound: " << host << " of " << all << " kernels, " << format_ms(host_ms)
+       << " ms (each at least the framework's dispatch of its op; --timing kernel gives GPU time alone)\n";
 }
 
 void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const Style& st, bool& extrapolated) {
@@ -68,7 +79,7 @@ void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const
        << pad(detail::math_name(m, r.gpu), 11) << " "
        << pad(n->outputs.empty() ? "" : detail::shape_str(n->outputs.front()), 20) << " " << pad(m.tiling.tile, 9)
        << " " << pad(std::to_string(m.tiling.waves), 6, true) << " "
-       << st(pad(bound, 7), bound == "compute" ? "36" : bound == "memory" ? "33" : "2") << " "
+       << st(pad(bound, 7), bound == "compute" ? "36" : bound == "memory" ? "33" : bound == "host" ? "35" : "2") << " "
        << pad(unknown ? "-" : detail::fixed(100.0 * m.prediction.utilization, 1), 6, true) << " "
        << st(pad(format_ms(n->latency_ms) + (ex ? "*" : ""), 11, true),
              r.e2e_latency_ms > 0 && n->latency_ms >= 0.05 * r.e2e_latency_ms ? "1;31" : "0")

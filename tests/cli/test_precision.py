@@ -167,6 +167,20 @@ class TimingFlag(unittest.TestCase):
             self.assertGreaterEqual(a["latency_ms"], 0.01081 * (1 - 1e-9))  # the host's dispatch
             expected = math.hypot(0.01081, b["latency_ms"])
             self.assertAlmostEqual(a["latency_ms"], expected, delta=1e-9 + 1e-6 * expected)
+            # "host" bound exactly where the dispatch outlasts the kernel's own time.
+            self.assertEqual(a["bound"] == "host", b["latency_ms"] < 0.01081)
+            self.assertNotEqual(b["bound"], "host")
+
+    def test_terminal_counts_the_host_bound_kernels(self):
+        args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64", "--top", "1", "--no-color")
+        code, out, err = run(*args)
+        self.assertEqual(code, 0, err)
+        line = [l for l in out.splitlines() if l.startswith("host-bound:")]
+        self.assertEqual(len(line), 1, out)
+        self.assertIn("--timing kernel", line[0])
+        code, out, err = run(*args, "--timing", "kernel")
+        self.assertEqual(code, 0, err)
+        self.assertNotIn("host-bound:", out)
 
 
 

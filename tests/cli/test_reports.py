@@ -169,7 +169,7 @@ class Csv(unittest.TestCase):
         for k in kernels:
             self.assertIn(k["class"], ("gemm", "elementwise", "softmax", "layernorm", "reduce", "memory", "collective",
                                        "unknown"))
-            self.assertIn(k["bound"], ("compute", "memory", "-"))
+            self.assertIn(k["bound"], ("compute", "memory", "host", "-"))
 
     def test_unwritable_csv_leaves_nothing(self):
         with tempfile.TemporaryDirectory() as d:

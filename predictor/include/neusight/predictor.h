@@ -28,6 +28,9 @@ struct Prediction {
   double roofline_ms = 0;     // plain roofline for the same kernel
   double utilization = 0;     // achieved fraction of the roofline rate
   bool compute_bound = false; // roofline regime
+  // Device timing: the host's dispatch of the kernel's op takes longer than the kernel itself
+  // (precision.h kHostDispatchMs), so the host, not the GPU, sets its time.
+  bool host_bound = false;
   bool extrapolated = false;  // features outside the training distribution
   // A skinny GEMM on matrix units predicted as a GEMV-style stream of its operands
   // (neusight_predictor.cpp: the weight-streaming law) instead of tensor-core tiles.
