@@ -26,7 +26,8 @@ std::string node_doc(const NodeReport& n) {
   for (const auto& k : n.kernels) {
     os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
        << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
-       << " waves=" << k.tiling.waves << " bound=" << (k.prediction.compute_bound ? "compute" : "memory")
+       << " waves=" << k.tiling.waves << " bound="
+       << (k.prediction.host_bound ? "host" : k.prediction.compute_bound ? "compute" : "memory")
        << " util=" << sig(100 * k.prediction.utilization) << "%" << (k.prediction.extrapolated ? " extrapolated" : "");
   }
   return os.str();

@@ -16,7 +16,7 @@ double finite(double x);  // NaN/inf -> 0
 // slowest kernel); nullptr for a node without kernels.
 const KernelReport* main_kernel(const NodeReport& n);
 bool any_extrapolated(const NodeReport& n);
-const char* bound_name(const KernelReport& k);  // "compute" | "memory" | "-" (unknown class)
+const char* bound_name(const KernelReport& k);  // "compute" | "memory" | "host" | "-" (unknown class)
 // The precision and unit the kernel's math ran in on the report's GPU (precision.h
 // math_precision: "fp16-tensor", "fp32-simt", "none" ...); "-" for an unknown kernel.
 std::string math_name(const KernelReport& k, const Gpu& gpu);
