@@ -112,11 +112,17 @@ struct LowerCtx {
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t);
 // Kernel::l2_reuse entries of operand `operand` (elements of `own` bytes) broadcast to the
 // output `y` (numpy rules: its size 1 or absent where y's is larger): per broadcast dim d,
-// each element is used again one step of d later, after the operand's data inside d (its
-// elements in the dims after d) has been touched; a miss at d misses at every broadcast dim
-// whose footprint is as large (the outer ones), multiplying the reads by their sizes.
-// Nothing for a scalar, a same-size operand or unknown shapes.
-void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const TensorInfo* y, double own);
+// each element is used again one step of d later. In between the L2 has taken the operand's
+// data inside d (its elements in the dims after d) and the kernel's other streams for the
+// output elements inside d (`stream_bytes_per_out` per output element: the output and the
+// full-size operands, which pass through the L2 as well); a miss at d misses at every
+// broadcast dim whose footprint is as large (the outer ones), multiplying the reads by their
+// sizes. Nothing for a scalar, a same-size operand or unknown shapes.
+void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const TensorInfo* y, double own,
+                         double stream_bytes_per_out);
+// The bytes per output element of a kernel's streams that pass through the L2 between two
+// uses of a broadcast element: the output's and every input's of the output's size.
+double stream_bytes_per_output(const LowerCtx& c, const TensorInfo* y);
 
 using Rule = std::function<void(LowerCtx&)>;
 // Keyed by (domain, op, opset) like onnxruntime's kernel registry (op_registry.h):

@@ -226,7 +226,8 @@ bool LowerCtx::batch_fold_copies(size_t i) const {
   return false;
 }
 
-void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const TensorInfo* y, double own) {
+void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const TensorInfo* y, double own,
+                         double stream_bytes_per_out) {
   if (!t || !y || !t->fully_known() || !y->fully_known()) return;
   const int64_t e = numel(t);
   if (e <= 1 || e == numel(y)) return;
@@ -236,11 +237,14 @@ void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const Tens
   if (rt > ry) return;
   std::vector<std::pair<double, double>> bdims;  // (footprint, repeats) per broadcast dim, inner first
   double inside = 1;                             // operand elements in the dims after d
+  double out_inside = 1;                         // output elements in the dims after d
   for (size_t d = ry; d-- > 0;) {
     const int64_t od = d + rt >= ry ? ts[d + rt - ry].value : 1;
     if (od != 1 && od != ys[d].value) return;  // not a broadcast of t to y
-    if (od == 1 && ys[d].value > 1) bdims.push_back({inside * own, double(ys[d].value)});
+    if (od == 1 && ys[d].value > 1)
+      bdims.push_back({inside * own + out_inside * stream_bytes_per_out, double(ys[d].value)});
     inside *= double(std::max<int64_t>(od, 1));
+    out_inside *= double(std::max<int64_t>(ys[d].value, 1));
   }
   const double once = double(e) * own;
   for (size_t b = 0; b < bdims.size(); ++b) {
@@ -248,6 +252,15 @@ void add_broadcast_reuse(Kernel& k, int operand, const TensorInfo* t, const Tens
     for (size_t o = b; o < bdims.size(); ++o) repeats *= bdims[o].second;
     k.l2_reuse.push_back({operand, bdims[b].first, once * (repeats - 1)});
   }
+}
+
+double stream_bytes_per_output(const LowerCtx& c, const TensorInfo* y) {
+  if (!y || !y->fully_known()) return 0;
+  const int64_t n = numel(y);
+  double b = element_bytes(c.dtype(y));
+  for (size_t i = 0; i < c.n.inputs.size(); ++i)
+    if (const TensorInfo* t = c.in(i); t && t->fully_known() && numel(t) == n) b += element_bytes(c.dtype(t));
+  return b;
 }
 
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t) {

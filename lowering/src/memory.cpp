@@ -47,7 +47,7 @@ void emit_memory(LowerCtx& c, const std::string& op, Reads reads) {
   // Where and Expand read broadcast operands (the data inputs; Expand's shape is not one).
   if (op == "where" || op == "expand")
     for (size_t i = 0; i < (op == "expand" ? size_t(1) : c.n.inputs.size()); ++i)
-      add_broadcast_reuse(k, int(i), c.in(i), y, element_bytes(c.dtype(c.in(i))));
+      add_broadcast_reuse(k, int(i), c.in(i), y, element_bytes(c.dtype(c.in(i))), stream_bytes_per_output(c, y));
   c.out.push_back(k);
 }
 

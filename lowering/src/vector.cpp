@@ -16,6 +16,7 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
   }
   rows_cols(y, k.rows, k.cols);
   const double eb = element_bytes(k.dtype);
+  const double streams = stream_bytes_per_output(c, y);
   double in_bytes = 0;
   int inputs = 0;
   for (size_t i = 0; i < c.n.inputs.size(); ++i) {
@@ -33,7 +34,7 @@ void emit_elementwise(const LowerCtx& c, const std::string& op, double ops_per_e
     const LowerCtx::StridedRead sr = c.strided_read(i);
     if (sr.reuse_elems > 0 && sr.elem_bytes > own)
       k.l2_reuse.push_back({int(i), sr.reuse_elems * sr.elem_bytes, double(e) * (sr.elem_bytes - own)});
-    add_broadcast_reuse(k, int(i), t, y, own);
+    add_broadcast_reuse(k, int(i), t, y, own, streams);
   }
   k.inputs = std::max(inputs, 1);
   k.flops = ops_per_elem * double(numel(y));

@@ -194,7 +194,8 @@ TEST_CASE("fusion: `a += b.permute(...)` reads the permuted operand through its 
 TEST_CASE("lowering: a broadcast operand is read again from DRAM per repeat when its reused data exceeds the L2") {
   // OPT's `attn_weights + causal_mask`: scores [b, heads, q, k] plus a mask [b, 1, q, k]
   // broadcast over the heads: each mask element is used again one head later, after the
-  // mask's q * k elements of that batch entry.
+  // mask's q * k elements of that batch entry and one head's scores read and sums written,
+  // which pass through the L2 as well.
   const int64_t b = 2, h = 32, s = 2048;
   IrGraph g;
   g.input("scores", {b, h, s, s});
@@ -208,10 +209,11 @@ TEST_CASE("lowering: a broadcast operand is read again from DRAM per repeat when
   CHECK(k.bytes == (n + m + n) * 4);  // every element once
   REQUIRE(k.l2_reuse.size() == 1);
   CHECK(k.l2_reuse[0].operand == 1);
-  CHECK(k.l2_reuse[0].footprint == double(s) * s * 4);  // 16.8 MB
+  CHECK(k.l2_reuse[0].footprint == double(s) * s * 4 * 3);  // 50.3 MB: beyond the A100's 40 MB
   CHECK(k.l2_reuse[0].miss_bytes == m * 4 * (h - 1));   // read once per head instead
-  // Two broadcast dims ([b, 1, 1, k], BERT's mask): per dim the data inside it, and a miss
-  // at the inner dim also misses at the outer one (its footprint is as large).
+  // Two broadcast dims ([b, 1, 1, k], BERT's mask): per dim the data inside it with the
+  // streams of the output elements inside it, and a miss at the inner dim also misses at the
+  // outer one (its footprint is larger).
   IrGraph g2;
   g2.input("scores", {b, h, 8, s});
   g2.input("mask", {b, 1, 1, s});
@@ -221,9 +223,9 @@ TEST_CASE("lowering: a broadcast operand is read again from DRAM per repeat when
   REQUIRE(e2.kernels.size() == 1);
   const auto& r = e2.kernels[0].l2_reuse;
   REQUIRE(r.size() == 2);
-  CHECK(r[0].footprint == s * 4.0);  // over the 8 rows
+  CHECK(r[0].footprint == s * 4.0 + s * 8.0);  // over the 8 rows: one row of scores and sums
   CHECK(r[0].miss_bytes == double(b) * s * 4 * (8 * h - 1));
-  CHECK(r[1].footprint == s * 4.0);  // over the heads: the same data
+  CHECK(r[1].footprint == s * 4.0 + 8 * s * 8.0);  // over the heads: one head's 8 rows
   CHECK(r[1].miss_bytes == double(b) * s * 4 * (h - 1));
   // Where reads its broadcast condition the same way (GPT-2's causal mask [1, 1, s, s], bool,
   // used again for every batch entry and head).
@@ -237,7 +239,7 @@ TEST_CASE("lowering: a broadcast operand is read again from DRAM per repeat when
   const auto& w = e4.kernels[0].l2_reuse;
   REQUIRE(w.size() == 2);
   CHECK(w[0].operand == 0);
-  CHECK(w[0].footprint == double(s) * s);  // 1 byte per element: 4.2 MB
+  CHECK(w[0].footprint == double(s) * s * (1 + 8));  // the mask's byte, x and y: 37.7 MB
   CHECK(w[0].miss_bytes == double(s) * s * (h * b - 1));
   CHECK(w[1].miss_bytes == double(s) * s * (b - 1));
   // Same-shape operands and scalars carry none.
