@@ -87,8 +87,10 @@ class NeusightPredictor final : public Predictor {
       if (!(p.latency_ms > 0)) continue;
       p.host_bound = p.latency_ms < o_.host_dispatch_ms;
       p.latency_ms = std::hypot(o_.host_dispatch_ms, p.latency_ms);
-      p.latency_low_ms = std::hypot(o_.host_dispatch_low_ms, p.latency_low_ms);
-      p.latency_high_ms = std::hypot(o_.host_dispatch_high_ms, p.latency_high_ms);
+      if (p.latency_high_ms > 0) {  // without an interval low_ms() and high_ms() are the latency
+        p.latency_low_ms = std::hypot(o_.host_dispatch_low_ms, p.latency_low_ms);
+        p.latency_high_ms = std::hypot(o_.host_dispatch_high_ms, p.latency_high_ms);
+      }
       p.utilization = p.roofline_ms / p.latency_ms;
     }
   }
