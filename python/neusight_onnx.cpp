@@ -439,12 +439,7 @@ py::list kernels(py::handle rows, py::handle gpu, py::handle devices, py::handle
   if (!is_predictor_name(predictor))
     throw InputError("--predictor: expected neusight, neusight-paper or roofline, got '" + predictor + "'");
   std::optional<Timing> timing;  // None: each row in its dtype's convention (cli::default_row_timing)
-  if (!timing_arg.is_none()) {
-    const std::string t = str_arg(timing_arg, "timing");
-    Timing parsed = Timing::eager;
-    if (!parse_timing(t, parsed)) throw InputError("--timing: expected eager, device or kernel, got '" + t + "'");
-    timing = parsed;
-  }
+  if (!timing_arg.is_none()) timing = cli::kernels_timing(str_arg(timing_arg, "timing"));
   const bool from_row = py::isinstance<py::str>(gpu) && gpu.cast<std::string>() == "from-row";
   std::optional<GpuSource> fixed_src;
   if (!from_row) fixed_src = gpu_source(gpu);

@@ -25,13 +25,7 @@ int cmd_kernels(const Argv& argv) {
   // neusight-data's PyTorch-eager timings of one op each, other dtypes as profiler kernel
   // durations (Vidur, nsys) and back-to-back library calls (DeepBench, XLA) time them.
   std::optional<Timing> timing;
-  if (args.has("--timing")) {
-    const std::string timing_arg = args.get("--timing");
-    Timing t = Timing::eager;
-    if (!parse_timing(timing_arg, t))
-      throw InputError("--timing: expected eager, device or kernel, got '" + timing_arg + "'");
-    timing = t;
-  }
+  if (args.has("--timing")) timing = kernels_timing(args.get("--timing"));
 
   const std::map<std::string, Gpu> devices =
       args.has("--devices") ? load_devices_dir(args.get("--devices")) : std::map<std::string, Gpu>{};

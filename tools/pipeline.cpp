@@ -26,8 +26,7 @@ std::string node_doc(const NodeReport& n) {
   for (const auto& k : n.kernels) {
     os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
        << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
-       << " waves=" << k.tiling.waves << " bound="
-       << (k.prediction.host_bound ? "host" : k.prediction.compute_bound ? "compute" : "memory")
+       << " waves=" << k.tiling.waves << " bound=" << k.prediction.bound()
        << " util=" << sig(100 * k.prediction.utilization) << "%" << (k.prediction.extrapolated ? " extrapolated" : "");
   }
   return os.str();
@@ -134,6 +133,12 @@ std::map<std::string, Gpu> load_devices_dir(const std::string& dir) {
 
 Timing default_row_timing(DType dtype) { return dtype == DType::f32 ? Timing::eager : Timing::kernel; }
 
+Timing kernels_timing(const std::string& text) {
+  Timing t = Timing::eager;
+  if (!parse_timing(text, t)) throw InputError("--timing: expected eager, device or kernel, got '" + text + "'");
+  return t;
+}
+
 KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string(size_t)>& row_name,
                                const std::optional<Gpu>& fixed, const std::map<std::string, Gpu>& devices,
                                const std::string& predictor_name, const std::string& weights_dir,
@@ -150,7 +155,6 @@ KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string
   for (size_t i = 0; i < d.rows.size(); ++i) {
     const DatasetRow& r = d.rows[i];
     const Timing t = row_timing(i);
-    if (!predictors.count(t)) predictors[t] = make_predictor(predictor_name, weights_dir, PrecisionOptions{t});
     if (fixed) {
       if (dev_col >= 0 && !same_gpu(*fixed, r.device)) continue;
       gpus.emplace(fixed->name, *fixed);
@@ -178,7 +182,8 @@ KernelRows predict_kernel_rows(const Dataset& d, const std::function<std::string
   out.rows.resize(d.rows.size());
   for (const auto& [key_timing, rows] : groups) {
     const Gpu& g = gpus.at(key_timing.first);
-    const Predictor* predictor = predictors.at(key_timing.second).get();
+    std::unique_ptr<Predictor>& predictor = predictors[key_timing.second];
+    if (!predictor) predictor = make_predictor(predictor_name, weights_dir, PrecisionOptions{key_timing.second});
     std::vector<Kernel> kernels;
     std::vector<Tiling> tilings;
     for (size_t i : rows) {

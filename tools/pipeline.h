@@ -69,6 +69,9 @@ struct KernelRows {
 // format); every other dtype in kernel timing, as the half-precision kernel data sets time
 // their kernels (Vidur's profiler durations, DeepBench's and XLA's back-to-back calls).
 Timing default_row_timing(DType dtype);
+// `kernels --timing` (and the Python kernels(timing=)): eager, device or kernel; anything else
+// is an InputError naming the flag.
+Timing kernels_timing(const std::string& text);
 // Predicts the rows of `d` on `fixed` (rows whose Device names another GPU are skipped), or,
 // without one, each row on the GPU its Device column names (`devices` first, then the
 // database), in `timing` (per row, default_row_timing, when absent). `row_name(i)` names row i

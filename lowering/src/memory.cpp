@@ -45,9 +45,11 @@ void emit_memory(LowerCtx& c, const std::string& op, Reads reads) {
   for (size_t i = 0; i < c.n.inputs.size(); ++i) k.operand_elems.push_back(numel(c.in(i)));
   k.bytes = in + out;
   // Where and Expand read broadcast operands (the data inputs; Expand's shape is not one).
-  if (op == "where" || op == "expand")
+  if (op == "where" || op == "expand") {
+    const double streams = stream_bytes_per_output(c, y);
     for (size_t i = 0; i < (op == "expand" ? size_t(1) : c.n.inputs.size()); ++i)
-      add_broadcast_reuse(k, int(i), c.in(i), y, element_bytes(c.dtype(c.in(i))), stream_bytes_per_output(c, y));
+      add_broadcast_reuse(k, int(i), c.in(i), y, element_bytes(c.dtype(c.in(i))), streams);
+  }
   c.out.push_back(k);
 }
 

@@ -125,7 +125,7 @@ bool any_extrapolated(const NodeReport& n) {
 
 const char* bound_name(const KernelReport& k) {
   if (k.kernel.cls == KernelClass::unknown) return "-";
-  return k.prediction.host_bound ? "host" : k.prediction.compute_bound ? "compute" : "memory";
+  return k.prediction.bound();
 }
 
 std::string math_name(const KernelReport& k, const Gpu& gpu) {
@@ -206,7 +206,7 @@ json kernel_json(const KernelReport& k, const Gpu& gpu) {
          {"latency_high_ms", finite(k.prediction.high_ms())},
          {"roofline_ms", finite(k.prediction.roofline_ms)},
          {"utilization", finite(k.prediction.utilization)},
-         {"bound", k.prediction.host_bound ? "host" : k.prediction.compute_bound ? "compute" : "memory"},
+         {"bound", k.prediction.bound()},
          {"extrapolated", k.prediction.extrapolated}};
   if (k.kernel.cls == KernelClass::gemm)
     j["gemm"] = {{"batch", k.kernel.gemm.batch}, {"m", k.kernel.gemm.m}, {"n", k.kernel.gemm.n}, {"k", k.kernel.gemm.k}};
@@ -336,7 +336,9 @@ void put_kernel(std::string& out, const KernelReport& k, const Gpu& gpu) {
   put_key(out, "utilization");
   put_num(out, k.prediction.utilization);
   put_key(out, "bound");
-  out += k.prediction.host_bound ? "\"host\"" : k.prediction.compute_bound ? "\"compute\"" : "\"memory\"";
+  out += '"';
+  out += k.prediction.bound();
+  out += '"';
   put_key(out, "extrapolated");
   out += k.prediction.extrapolated ? "true" : "false";
   if (k.kernel.cls == KernelClass::gemm) {

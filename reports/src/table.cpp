@@ -29,8 +29,15 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
   std::vector<std::pair<std::string, double>> cls(r.totals_by_class.begin(), r.totals_by_class.end());
   std::stable_sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   std::map<std::string, int> count;
+  // Device timing: the kernels the host's dispatch outlasts (Prediction::host_bound).
+  int host = 0, all = 0;
+  double host_ms = 0;
   for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) ++count[kernel_class_name(k.kernel.cls)];
+    for (const auto& k : n.kernels) {
+      ++count[kernel_class_name(k.kernel.cls)];
+      ++all;
+      if (k.prediction.host_bound) ++host, host_ms += k.prediction.latency_ms;
+    }
   for (const auto& k : r.extra_kernels) ++count[kernel_class_name(k.kernel.cls)];
   os << "\n" << st("by kernel class", "1") << "\n";
   os << pad("class", 12) << " " << pad("kernels", 8, true) << " " << pad("ms", 11, true) << " " << pad("%", 6, true)
@@ -38,14 +45,6 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
   for (const auto& [c, ms] : cls)
     os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
        << pad(pct(ms, r.e2e_latency_ms), 6, true) << "\n";
-  // Device timing: the kernels the host's dispatch outlasts (Prediction::host_bound).
-  int host = 0, all = 0;
-  double host_ms = 0;
-  for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) {
-      ++all;
-      if (k.prediction.host_bound) ++host, host_ms += k.prediction.latency_ms;
-    }
   if (host > 0)
     os << "host-bound: " << host << " of " << all << " kernels, " << format_ms(host_ms)
        << " ms (each at least the framework's dispatch of its op; --timing kernel gives GPU time alone)\n";

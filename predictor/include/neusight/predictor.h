@@ -31,6 +31,8 @@ struct Prediction {
   // Device timing: the host's dispatch of the kernel's op takes longer than the kernel itself
   // (precision.h kHostDispatchMs), so the host, not the GPU, sets its time.
   bool host_bound = false;
+  // What bounds the kernel, as reports name it: "host", else "compute" or "memory".
+  const char* bound() const { return host_bound ? "host" : compute_bound ? "compute" : "memory"; }
   bool extrapolated = false;  // features outside the training distribution
   // A skinny GEMM on matrix units predicted as a GEMV-style stream of its operands
   // (neusight_predictor.cpp: the weight-streaming law) instead of tensor-core tiles.
