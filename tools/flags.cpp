@@ -13,7 +13,7 @@ constexpr unsigned A = command_bit(Command::analyze), C = command_bit(Command::c
 // name, takes a value, metavar, help, commands, default.
 const std::vector<Flag> kFlags = {
     // The model, its dims and the analysis options (parse_analysis_options, pipeline.h).
-    {"--gpu", true, "GPU[,GPU...]", "GPUs by name or alias (`neusight-onnx gpus`) or device JSON paths", A | C, ""},
+    {"--gpu", true, "GPU[,GPU...]", "GPUs by name or alias (`neusight-onnx gpus`) or JSON paths (a device JSON, or one `gpus --json` entry)", A | C, ""},
     {"--gpu", true, "GPU|from-row", "predict the rows of this GPU (others are skipped), or from-row: each row on its Device", K, ""},
     {"--config", true, "HF_CONFIG.json", "build the model from a Hugging Face config.json", A | E, ""},
     {"--batch", true, "N", "batch size (binds the first symbolic dim)", A | C | E, ""},

@@ -233,7 +233,12 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
 
 }  // namespace
 
-Gpu load_device_json(const std::string& path) { return gpu_from_device_json(parse_json_file(path), path); }
+Gpu load_device_json(const std::string& path) {
+  const json j = parse_json_file(path);
+  // A database entry (`gpus --json` prints them): every field, the matrix units' peaks too.
+  if (j.is_object() && !j.contains("Device") && j.contains("name")) return gpu_from_db_entry(j, path);
+  return gpu_from_device_json(j, path);
+}
 
 Gpu parse_gpu_json(const std::string& text, const std::string& what) {
   json j;

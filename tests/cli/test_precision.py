@@ -1,4 +1,5 @@
 """Precision through the pipeline: --dtype auto|fp32|fp16|bf16|fp8|fp4|int8 and the kernels command's dtype column."""
+import json
 import math
 import csv
 import os
@@ -113,6 +114,29 @@ class DtypeFlag(unittest.TestCase):
             self.assertIn(f"{dt} GEMMs are predicted as {math}", notes[0])
         code, out, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--dtype", "fp8", "--quiet")
         self.assertNotIn("matrix units", err)
+
+    def test_a_gpu_file_with_a_database_entry_gives_its_matrix_units(self):
+        # A GPU the database lacks, described as `gpus --json` prints an entry: its BF16 peak
+        # reaches the GEMMs (a device JSON has no field for it: BF16 would run on CUDA cores).
+        code, out, err = run("gpus", "--json")
+        self.assertEqual(code, 0, err)
+        entry = next(e for e in json.loads(out) if e["name"] == "NVIDIA B200")
+        entry.update(name="Future GPU", aliases=["future"])
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "future.json")
+            with open(path, "w") as f:
+                json.dump(entry, f)
+            r = run_json(EXAMPLE, "--gpu", path, "--batch", "1", "--seq", "256", "--dtype", "bf16")
+            self.assertEqual(r["gpu"], "Future GPU")
+            self.assertIn("bf16-tensor", {k["math"] for k in kernels(r) if k["class"] == "gemm"})
+            b200 = run_json(EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "256", "--dtype", "bf16")
+            self.assertAlmostEqual(r["e2e_latency_ms"], b200["e2e_latency_ms"], delta=1e-9 * b200["e2e_latency_ms"])
+            del entry["arch"]
+            with open(path, "w") as f:
+                json.dump(entry, f)
+            code, _, err = run(EXAMPLE, "--gpu", path, "--batch", "1", "--seq", "8")
+            self.assertEqual(code, 2)
+            self.assertIn("arch", err)
 
     def test_unknown_dtype_is_an_input_error(self):
         code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--dtype", "fp7")

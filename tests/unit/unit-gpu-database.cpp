@@ -238,3 +238,25 @@ TEST_CASE("gpu database: a dataset device JSON reads as its text does") {
   CHECK(from_text.board_power_w == from_file.board_power_w);
   CHECK(from_text.source == "text");
 }
+
+TEST_CASE("gpu database: a GPU file may hold a database entry, matrix peaks and all (a GPU not in the database)") {
+  // The B200's entry as `gpus --json` prints it, renamed: a spec sheet for a GPU the database
+  // lacks, with its matrix units' peaks (a device JSON has no field for them).
+  nlohmann::json e;
+  for (const auto& x : nlohmann::json::parse(format_gpus_json(GpuDatabase::builtin())))
+    if (x["name"] == "NVIDIA B200") e = x;
+  REQUIRE(e.is_object());
+  e["name"] = "Future GPU";
+  e["aliases"] = nlohmann::json::array({"future"});
+  e["bf16_gflops"] = 2.0 * e["bf16_gflops"].get<double>();
+  const Gpu g = GpuDatabase::builtin().resolve(write_temp("future-gpu.json", e.dump()));
+  const Gpu& b200 = GpuDatabase::builtin().resolve("b200");
+  CHECK(g.name == "Future GPU");
+  CHECK(g.arch == b200.arch);
+  CHECK(g.bf16_gflops == 2 * b200.bf16_gflops);
+  CHECK(g.fp8_gflops == b200.fp8_gflops);
+  CHECK(has_matrix_units(g, DType::bf16));
+  e.erase("arch");
+  CHECK_THROWS_WITH_AS(GpuDatabase::builtin().resolve(write_temp("future-noarch.json", e.dump())),
+                       doctest::Contains("arch"), InputError);
+}

@@ -83,7 +83,9 @@ class GpuDatabase {
   std::vector<Gpu> gpus_;
 };
 
-// Reads a device JSON in the neusight-data/device_configs format. Throws InputError.
+// Reads a GPU from a JSON file: a device JSON in the neusight-data/device_configs format, or one
+// entry in the database format (with "name", as `gpus --json` prints it), which also gives the
+// matrix units' peaks and the architecture. Throws InputError.
 Gpu load_device_json(const std::string& path);
 
 // Reads one GPU from JSON text: a device JSON (with "Device", as above) or an entry in the
