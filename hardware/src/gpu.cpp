@@ -104,6 +104,7 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.mem_bw_gbps = num(j, "mem_bw_gbps", what, true);
   g.l2_mb = num(j, "l2_mb", what, true);
   g.smem_per_sm_kb = num(j, "smem_per_sm_kb", what, false, 64);
+  g.l1_kb = num(j, "l1_kb", what, false);
   g.board_power_w = num(j, "board_power_w", what, false);
   g.process_nm = num(j, "process_nm", what, false);
   g.regs_per_sm = static_cast<int>(num(j, "regs_per_sm", what, false, 65536));
@@ -208,6 +209,7 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
     g.arch = known->arch;
     g.vendor = known->vendor;
     g.smem_per_sm_kb = known->smem_per_sm_kb;
+    g.l1_kb = known->l1_kb;
     g.regs_per_sm = known->regs_per_sm;
     g.max_blocks_per_sm = known->max_blocks_per_sm;
     g.max_threads_per_sm = known->max_threads_per_sm;
@@ -275,6 +277,7 @@ std::string format_gpus_json(const GpuDatabase& db) {
     e["mem_bw_gbps"] = g.mem_bw_gbps;
     e["l2_mb"] = g.l2_mb;
     e["smem_per_sm_kb"] = g.smem_per_sm_kb;
+    if (g.l1_kb > 0) e["l1_kb"] = g.l1_kb;
     e["board_power_w"] = g.board_power_w;
     e["process_nm"] = g.process_nm;
     e["regs_per_sm"] = g.regs_per_sm;

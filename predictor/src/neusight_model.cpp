@@ -143,15 +143,19 @@ int softmax_block_threads(int64_t cols) {
 }
 // Softmax rows longer than a warp's registers hold (1024 fp32 values: 32 lanes x 32) run one
 // row per block in three passes over the row (max, sum of exponentials, normalize + write).
-// The two re-reads stay on chip while the rows resident on one SM fit its shared memory / L1
-// (spec sheet: smem_per_sm_kb); when they outgrow it, the re-reads go back to L2/DRAM and the
+// The two re-reads stay on chip while the rows resident on one SM fit its L1 (spec sheet: l1_kb
+// where the L1 is its own array, else the unified L1 / shared memory, smem_per_sm_kb); when they
+// outgrow it, the re-reads go back to L2/DRAM and the
 // kernel moves up to twice its compulsory traffic. Returns the resident rows' bytes over the
 // SM's on-chip memory (0 for the one-row-per-warp path or unknown on-chip memory).
 double softmax_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
-  if (k.cols <= 1024 || gpu.smem_per_sm_kb <= 0) return 0;
+  // The re-reads are global loads: they stay in the L1 where it is its own array (Pascal, AMD
+  // CDNA), else in the unified L1 / shared memory.
+  const double onchip_kb = gpu.l1_kb > 0 ? gpu.l1_kb : gpu.smem_per_sm_kb;
+  if (k.cols <= 1024 || onchip_kb <= 0) return 0;
   // As many blocks per SM as its thread limit allows.
   const double resident = std::max(1, gpu.max_threads_per_sm / softmax_block_threads(k.cols));
-  return resident * double(k.cols) * eb / (gpu.smem_per_sm_kb * 1024.0);
+  return resident * double(k.cols) * eb / (onchip_kb * 1024.0);
 }
 // Fraction of the lanes that hold row elements in a pass over the row: the one-row-per-warp
 // path sizes its per-lane arrays to the next power of two of the row; the block path steps

@@ -32,6 +32,10 @@ struct Gpu {
   double mem_bw_gbps = 0;
   double l2_mb = 0;
   double smem_per_sm_kb = 0;
+  // L1 data cache per SM (CU) that holds global loads where it is a separate array from shared
+  // memory (KB; Pascal GP100 24, GP104 48; AMD CDNA's vector L1 16-32 beside its LDS). 0 where
+  // L1 and shared memory are one array (Volta and newer): smem_per_sm_kb bounds both.
+  double l1_kb = 0;
   // Power: the board power limit (TDP, W; one GCD's share on multi-die AMD parts) and the
   // process node's marketing name in nm (16 for TSMC 16FF+, 12 for 12FFN, 8 for Samsung 8N,
   // 4 for TSMC 4N/4NP). 0 = unknown; then no power limit is assumed (precision.h).
