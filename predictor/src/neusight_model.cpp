@@ -148,13 +148,21 @@ int softmax_block_threads(int64_t cols) {
 // outgrow it, the re-reads go back to L2/DRAM and the
 // kernel moves up to twice its compulsory traffic. Returns the resident rows' bytes over the
 // SM's on-chip memory (0 for the one-row-per-warp path or unknown on-chip memory).
+// Rows (one a block) resident on one SM at a time: as many blocks as its thread limit allows,
+// and no more than the rows the grid gives each SM, counted on kFeatureSms SMs as the waves
+// the networks see are (so that their inputs do not depend on the SM count).
+double resident_rows(const Kernel& k, const Gpu& gpu, int block_threads) {
+  const double by_threads = std::max(1, gpu.max_threads_per_sm / std::max(1, block_threads));
+  const double per_sm = std::ceil(double(std::max<int64_t>(k.rows, 1)) / double(kFeatureSms));
+  return std::min(by_threads, per_sm);
+}
 double softmax_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
   // The re-reads are global loads: they stay in the L1 where it is its own array (Pascal, AMD
   // CDNA), else in the unified L1 / shared memory.
   const double onchip_kb = gpu.l1_kb > 0 ? gpu.l1_kb : gpu.smem_per_sm_kb;
   if (k.cols <= 1024 || onchip_kb <= 0) return 0;
-  // As many blocks per SM as its thread limit allows.
-  const double resident = std::max(1, gpu.max_threads_per_sm / softmax_block_threads(k.cols));
+  // As many blocks per SM as its thread limit allows, and no more rows than the SM is given.
+  const double resident = resident_rows(k, gpu, softmax_block_threads(k.cols));
   return resident * double(k.cols) * eb / (onchip_kb * 1024.0);
 }
 // Fraction of the lanes that hold row elements in a pass over the row: the one-row-per-warp
@@ -185,14 +193,30 @@ double softmax_sector_efficiency(const Kernel& k, double eb) {
   const double g = double(std::gcd(row_bytes, kSector));
   return per_load / (per_load + (1.0 - g / double(kSector)));
 }
-// Fraction of the two re-reads that miss on chip: none while the resident rows fit the
-// on-chip memory, all of them once they need twice that (log-linear in between). No
-// training row outgrows it (rows stop at 4100 columns), so the learned utilization stays
-// that of rows served on chip and the extra traffic carries the long rows (measured on the
-// test rows of every GPU: 0.38-0.45 of the compulsory-traffic roofline at 12288-16384
-// columns, 0.6-0.8 below the on-chip limit).
-double softmax_reread_miss(double ratio) {
+// Fraction of the re-reads that miss on chip: none while the resident rows fit the on-chip
+// cache, all of them once they need twice that (log-linear in between). Where that cache is
+// the unified L1 / shared memory no softmax training row outgrows it (rows stop at 4100
+// columns), so the learned utilization stays that of rows served on chip and the extra
+// traffic carries the long rows (measured on the test rows of every GPU: 0.38-0.45 of the
+// compulsory-traffic roofline at 12288-16384 columns, 0.6-0.8 below the on-chip limit); the
+// Pascal GPUs' separate 24-48 KB L1 is outgrown from 1280-2048 columns, where their rows step
+// down.
+double reread_miss(double ratio) {
   return ratio > 0 ? std::clamp(std::log2(ratio), 0.0, 1.0) : 0.0;
+}
+// PyTorch's vectorized LayerNorm kernel runs one row per block of 32 x 4 threads (every
+// kernels/test row: Block 32 x 4) and reads its row twice (the mean and variance, then the
+// normalized write). The re-read stays on chip while the rows resident on an SM fit its
+// on-chip cache (as softmax's, above); beyond it one more read of the row comes from L2/DRAM,
+// half the compulsory traffic (read + write) again. The test rows step there on every GPU:
+// the A100 from 0.79-0.85 of its bandwidth at 1024-2048 columns to 0.58 by 8192, the T4 from
+// 0.71 at 1024 to 0.51, the P4 from 0.67 at 1024 to 0.50, the P100 (24 KB L1) at 0.33-0.51 from
+// 768 up; 0.50-0.60 everywhere beyond.
+constexpr int kLayerNormBlockThreads = 128;
+double layernorm_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
+  const double onchip_kb = gpu.l1_kb > 0 ? gpu.l1_kb : gpu.smem_per_sm_kb;
+  if (onchip_kb <= 0) return 0;
+  return resident_rows(k, gpu, kLayerNormBlockThreads) * double(k.cols) * eb / (onchip_kb * 1024.0);
 }
 }  // namespace
 
@@ -221,9 +245,13 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   // Per-tile work: its FLOPs, and its share of the kernel's compulsory traffic.
   const double tile_flops = t.tile_flops > 0 ? t.tile_flops : (tiles > 0 ? k.flops / tiles : 0);
   const double eb = element_bytes(k.dtype);
-  const double onchip = c == UtilClass::softmax ? softmax_onchip_ratio(k, gpu, eb) : 0.0;
-  // Compulsory traffic is one read and one write; re-reads that miss add up to two more reads.
-  const double tile_traffic = k.bytes / tiles * (1.0 + softmax_reread_miss(onchip));
+  const double onchip = c == UtilClass::softmax     ? softmax_onchip_ratio(k, gpu, eb)
+                        : c == UtilClass::layernorm ? layernorm_onchip_ratio(k, gpu, eb)
+                                                    : 0.0;
+  // Compulsory traffic is one read and one write; re-reads that miss add up to two more reads
+  // (softmax) or one (layernorm).
+  const double reread_share = c == UtilClass::layernorm ? 0.5 : 1.0;
+  const double tile_traffic = k.bytes / tiles * (1.0 + reread_share * reread_miss(onchip));
   const double t_c = peak > 0 ? tile_flops / peak : 0;
   const double t_m = bw > 0 ? tile_traffic / bw : 0;
   if (gemm) {
