@@ -104,12 +104,18 @@ std::string device_tag(std::string dev) {
   return dev;
 }
 
-// Every row (test and train) of one device.
-std::vector<DatasetRow> device_rows(const std::string& shared, const std::vector<DatasetRow>& test_rows,
-                                    const std::string& dev) {
+// The test rows of `dev`.
+std::vector<DatasetRow> device_test_rows(const std::vector<DatasetRow>& test_rows, const std::string& dev) {
   std::vector<DatasetRow> rows;
   for (const auto& r : test_rows)
     if (r.device == dev) rows.push_back(r);
+  return rows;
+}
+
+// Every row (test first, then train) of one device.
+std::vector<DatasetRow> device_rows(const std::string& shared, const std::vector<DatasetRow>& test_rows,
+                                    const std::string& dev) {
+  std::vector<DatasetRow> rows = device_test_rows(test_rows, dev);
   const std::string root = shared + "/neusight-data/kernels/train/";
   for (const auto& e : std::filesystem::directory_iterator(root)) {
     if (e.path().filename() == "conv") continue;
@@ -270,13 +276,8 @@ void logo_table(const std::string& shared, const std::vector<DatasetRow>& test_r
   std::printf("\n");
   std::map<std::string, double> worst, worst_ratio;
   for (const auto& dev : gpus) {
-    std::vector<DatasetRow> rows;
-    if (test_only) {
-      for (const auto& r : test_rows)
-        if (r.device == dev) rows.push_back(r);
-    } else {
-      rows = device_rows(shared, test_rows, dev);
-    }
+    const std::vector<DatasetRow> rows =
+        test_only ? device_test_rows(test_rows, dev) : device_rows(shared, test_rows, dev);
     auto p = make_neusight_predictor(root + "/logo-" + device_tag(dev));
     const auto acc = evaluate(rows, *p);
     std::printf("  %-10s", dev.substr(dev.find(' ') + 1, 10).c_str());

@@ -233,14 +233,16 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
   return g;
 }
 
+// One GPU from JSON: a database entry (with "name", as `gpus --json` prints them: every
+// field, the matrix units' peaks too) or a device JSON (with "Device").
+Gpu gpu_from_json(const json& j, const std::string& what) {
+  if (j.is_object() && !j.contains("Device") && j.contains("name")) return gpu_from_db_entry(j, what);
+  return gpu_from_device_json(j, what);
+}
+
 }  // namespace
 
-Gpu load_device_json(const std::string& path) {
-  const json j = parse_json_file(path);
-  // A database entry (`gpus --json` prints them): every field, the matrix units' peaks too.
-  if (j.is_object() && !j.contains("Device") && j.contains("name")) return gpu_from_db_entry(j, path);
-  return gpu_from_device_json(j, path);
-}
+Gpu load_device_json(const std::string& path) { return gpu_from_json(parse_json_file(path), path); }
 
 Gpu parse_gpu_json(const std::string& text, const std::string& what) {
   json j;
@@ -249,8 +251,7 @@ Gpu parse_gpu_json(const std::string& text, const std::string& what) {
   } catch (const json::exception&) {
     throw InputError(what + ": malformed JSON");
   }
-  if (j.is_object() && !j.contains("Device") && j.contains("name")) return gpu_from_db_entry(j, what);
-  return gpu_from_device_json(j, what);
+  return gpu_from_json(j, what);
 }
 
 std::string format_gpus_json(const GpuDatabase& db) {

@@ -141,13 +141,6 @@ int softmax_block_threads(int64_t cols) {
   while (threads < 512 && threads < double(cols) / 8) threads *= 2;
   return threads;
 }
-// Softmax rows longer than a warp's registers hold (1024 fp32 values: 32 lanes x 32) run one
-// row per block in three passes over the row (max, sum of exponentials, normalize + write).
-// The two re-reads stay on chip while the rows resident on one SM fit its L1 (spec sheet: l1_kb
-// where the L1 is its own array, else the unified L1 / shared memory, smem_per_sm_kb); when they
-// outgrow it, the re-reads go back to L2/DRAM and the
-// kernel moves up to twice its compulsory traffic. Returns the resident rows' bytes over the
-// SM's on-chip memory (0 for the one-row-per-warp path or unknown on-chip memory).
 // Rows (one a block) resident on one SM at a time: as many blocks as its thread limit allows,
 // and no more than the rows the grid gives each SM, counted on kFeatureSms SMs as the waves
 // the networks see are (so that their inputs do not depend on the SM count).
@@ -156,14 +149,22 @@ double resident_rows(const Kernel& k, const Gpu& gpu, int block_threads) {
   const double per_sm = std::ceil(double(std::max<int64_t>(k.rows, 1)) / double(kFeatureSms));
   return std::min(by_threads, per_sm);
 }
-double softmax_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
-  // The re-reads are global loads: they stay in the L1 where it is its own array (Pascal, AMD
-  // CDNA), else in the unified L1 / shared memory.
+// A row kernel that reads its row again (one row per block of `block_threads`): the resident
+// rows' bytes over the on-chip cache that holds the re-reads, which are global loads: the L1
+// where it is its own array (spec sheet l1_kb: Pascal, AMD CDNA), else the unified L1 / shared
+// memory (smem_per_sm_kb). 0 for unknown on-chip memory.
+double onchip_ratio(const Kernel& k, const Gpu& gpu, double eb, int block_threads) {
   const double onchip_kb = gpu.l1_kb > 0 ? gpu.l1_kb : gpu.smem_per_sm_kb;
-  if (k.cols <= 1024 || onchip_kb <= 0) return 0;
-  // As many blocks per SM as its thread limit allows, and no more rows than the SM is given.
-  const double resident = resident_rows(k, gpu, softmax_block_threads(k.cols));
-  return resident * double(k.cols) * eb / (onchip_kb * 1024.0);
+  if (onchip_kb <= 0) return 0;
+  return resident_rows(k, gpu, block_threads) * double(k.cols) * eb / (onchip_kb * 1024.0);
+}
+// Softmax rows longer than a warp's registers hold (1024 fp32 values: 32 lanes x 32) run one
+// row per block in three passes over the row (max, sum of exponentials, normalize + write).
+// The two re-reads stay on chip while the resident rows fit that cache (onchip_ratio); when
+// they outgrow it, the re-reads go back to L2/DRAM and the kernel moves up to twice its
+// compulsory traffic. 0 for the one-row-per-warp path.
+double softmax_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
+  return k.cols <= 1024 ? 0 : onchip_ratio(k, gpu, eb, softmax_block_threads(k.cols));
 }
 // Fraction of the lanes that hold row elements in a pass over the row: the one-row-per-warp
 // path sizes its per-lane arrays to the next power of two of the row; the block path steps
@@ -213,11 +214,6 @@ double reread_miss(double ratio) {
 // 0.71 at 1024 to 0.51, the P4 from 0.67 at 1024 to 0.50, the P100 (24 KB L1) at 0.33-0.51 from
 // 768 up; 0.50-0.60 everywhere beyond.
 constexpr int kLayerNormBlockThreads = 128;
-double layernorm_onchip_ratio(const Kernel& k, const Gpu& gpu, double eb) {
-  const double onchip_kb = gpu.l1_kb > 0 ? gpu.l1_kb : gpu.smem_per_sm_kb;
-  if (onchip_kb <= 0) return 0;
-  return resident_rows(k, gpu, kLayerNormBlockThreads) * double(k.cols) * eb / (onchip_kb * 1024.0);
-}
 }  // namespace
 
 TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const Gpu& gpu) {
@@ -246,7 +242,7 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const double tile_flops = t.tile_flops > 0 ? t.tile_flops : (tiles > 0 ? k.flops / tiles : 0);
   const double eb = element_bytes(k.dtype);
   const double onchip = c == UtilClass::softmax     ? softmax_onchip_ratio(k, gpu, eb)
-                        : c == UtilClass::layernorm ? layernorm_onchip_ratio(k, gpu, eb)
+                        : c == UtilClass::layernorm ? onchip_ratio(k, gpu, eb, kLayerNormBlockThreads)
                                                     : 0.0;
   // Compulsory traffic is one read and one write; re-reads that miss add up to two more reads
   // (softmax) or one (layernorm).
