@@ -186,14 +186,19 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
   g.aliases = {g.name};
   g.num_sm = static_cast<int>(num(j, "Num_Sm", path, true));
   g.boost_mhz = num(j, "Freq", path, true);
-  g.fp32_cores_per_sm = static_cast<int>(num(j, "Core_Per_SM", path, false, 64));
+  const int core_per_sm = static_cast<int>(num(j, "Core_Per_SM", path, false, 0));  // 0: absent
+  g.fp32_cores_per_sm = core_per_sm > 0 ? core_per_sm : 64;
   g.mem_gb = num(j, "Dev_Mem", path, true);
   g.mem_bw_gbps = num(j, "Mem_Bw", path, true);
   g.l2_mb = num(j, "L2Cache", path, true);
   if (j.contains("SingleFLOPs")) {
     g.fp32_gflops = num(j, "SingleFLOPs", path, true);
   } else if (j.contains("SingleFLOPsVEC")) {
+    // The AMD form counts SIMD units per compute unit in Core_Per_SM (4 on CDNA), each
+    // kAmdSimdLanes FP32 lanes wide: MI100 120 CUs x 4 x 16 lanes x 2 x 1.502 GHz = 23.1
+    // TFLOPS, its SingleFLOPsVEC.
     g.vendor = "amd";
+    g.fp32_cores_per_sm = (core_per_sm > 0 ? core_per_sm : 4) * kAmdSimdLanes;
     g.fp32_gflops = num(j, "SingleFLOPsVEC", path, true);
     g.fp32_matrix_gflops = num(j, "SingleFLOPsMM", path, false);
   } else {
@@ -225,6 +230,12 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
     g.pcie_gbps = known->pcie_gbps;
     g.board_power_w = known->board_power_w;
     g.process_nm = known->process_nm;
+    // The same lanes split another way (the dataset's P4: 40 SMs of 64 where its GP104 die
+    // has 20 of 128) take the die's split; a JSON whose lanes differ (a what-if) keeps its own.
+    if (g.num_sm * g.fp32_cores_per_sm == known->num_sm * known->fp32_cores_per_sm) {
+      g.num_sm = known->num_sm;
+      g.fp32_cores_per_sm = known->fp32_cores_per_sm;
+    }
   }
   // Optional fields beyond the neusight-data format: board power (W) and process node (nm).
   if (j.contains("TDP")) g.board_power_w = num(j, "TDP", path, true);
@@ -302,7 +313,8 @@ std::string format_device_json(const Gpu& gpu) {
   j["Dev_Mem"] = number(gpu.mem_gb);
   j["Mem_Bw"] = number(gpu.mem_bw_gbps);
   j["Num_Sm"] = gpu.num_sm;
-  j["Core_Per_SM"] = gpu.fp32_cores_per_sm;
+  // The AMD form counts SIMD units (gpu_from_device_json).
+  j["Core_Per_SM"] = gpu.vendor == "amd" ? gpu.fp32_cores_per_sm / kAmdSimdLanes : gpu.fp32_cores_per_sm;
   j["Freq"] = number(gpu.boost_mhz);
   if (gpu.vendor == "amd") {
     j["SingleFLOPsVEC"] = number(gpu.fp32_gflops);

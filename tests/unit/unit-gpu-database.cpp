@@ -146,6 +146,53 @@ TEST_CASE("gpu database: device_configs entries keep the dataset's numbers exact
   CHECK(n >= 12);
 }
 
+TEST_CASE("gpu database: every dataset device JSON reads as its database entry" * doctest::test_suite("shared-data")) {
+  // `--gpu path/to/device.json` and `--gpu "<its Device name>"` must predict the same: the AMD
+  // form counts SIMD units in Core_Per_SM, and the P4's JSON splits its lanes 40 x 64.
+  if (!test::have_dataset("device_configs")) return;
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(test::dataset_dir() + "/device_configs")) {
+    const Gpu got = load_device_json(e.path().string());
+    CAPTURE(got.name);
+    const Gpu* want = GpuDatabase::builtin().find(got.name);
+    REQUIRE(want != nullptr);
+    CHECK(got.vendor == want->vendor);
+    CHECK(got.arch == want->arch);
+    CHECK(got.num_sm == want->num_sm);
+    CHECK(got.fp32_cores_per_sm == want->fp32_cores_per_sm);
+    CHECK(got.fp32_gflops == want->fp32_gflops);
+    CHECK(got.fp32_matrix_gflops == want->fp32_matrix_gflops);
+    CHECK(got.board_power_w == want->board_power_w);
+    ++n;
+  }
+  CHECK(n >= 12);
+}
+
+TEST_CASE("gpu database: a device JSON's Core_Per_SM counts lanes, or SIMD units in the AMD form") {
+  const std::string amd = R"({"Device": "Some CDNA GPU", "Dev_Mem": 64, "Mem_Bw": 1640, "Num_Sm": 104,)"
+                          R"( "Core_Per_SM": 4, "Freq": 1700, "SingleFLOPsMM": 45300, "SingleFLOPsVEC": 22600, "L2Cache": 16})";
+  const Gpu a = parse_gpu_json(amd, "amd");
+  CHECK(a.vendor == "amd");
+  CHECK(a.fp32_cores_per_sm == 4 * kAmdSimdLanes);
+  // 104 CUs x 64 lanes x 2 FLOP x 1.7 GHz: the JSON's own vector peak.
+  CHECK(2.0 * a.num_sm * a.fp32_cores_per_sm * a.boost_mhz / 1e3 == doctest::Approx(a.fp32_gflops).epsilon(0.01));
+  const std::string nv = R"({"Device": "Some GPU", "Dev_Mem": 16, "Mem_Bw": 320, "Num_Sm": 40, "Core_Per_SM": 64,)"
+                         R"( "Freq": 1590, "SingleFLOPs": 8141, "L2Cache": 4})";
+  CHECK(parse_gpu_json(nv, "nv").fp32_cores_per_sm == 64);
+  // The dataset's P4 (40 SMs of 64 lanes) takes its die's split, 20 of 128; a what-if JSON
+  // with other lanes keeps its own.
+  const std::string p4 = R"({"Device": "Tesla P4", "Dev_Mem": 8, "Mem_Bw": 192, "Num_Sm": 40, "Core_Per_SM": 64,)"
+                         R"( "Freq": 1113, "SingleFLOPs": 5699, "L2Cache": 2})";
+  const Gpu p = parse_gpu_json(p4, "p4");
+  CHECK(p.num_sm == 20);
+  CHECK(p.fp32_cores_per_sm == 128);
+  std::string more = p4;
+  more.replace(more.find("\"Num_Sm\": 40"), 12, "\"Num_Sm\": 80");
+  const Gpu m = parse_gpu_json(more, "p4 x2");
+  CHECK(m.num_sm == 80);
+  CHECK(m.fp32_cores_per_sm == 64);
+}
+
 TEST_CASE("gpu database: format_device_json writes each entry as a device JSON that reads back as it") {
   for (const Gpu& want : GpuDatabase::builtin().all()) {
     CAPTURE(want.name);

@@ -14,6 +14,11 @@
 
 namespace neusight {
 
+// FP32 lanes of one SIMD unit of an AMD GCN / CDNA compute unit (a wave64 instruction runs
+// over four cycles on it). Device JSONs in the dataset's AMD form count SIMD units in
+// Core_Per_SM.
+constexpr int kAmdSimdLanes = 16;
+
 struct Gpu {
   std::string name;                  // canonical name, e.g. "NVIDIA B200"
   std::vector<std::string> aliases;  // short alias first ("b200"), then exact Device names
@@ -21,7 +26,7 @@ struct Gpu {
   std::string arch;                  // "sm_60" ... "sm_100", "sm_120", "gfx908" (CDNA) ...
   int num_sm = 0;                    // SMs (NVIDIA) or compute units (AMD)
   double boost_mhz = 0;
-  int fp32_cores_per_sm = 0;
+  int fp32_cores_per_sm = 0;         // FP32 lanes per SM (per CU on AMD: 4 SIMDs x 16 = 64)
   double fp32_gflops = 0;            // FP32 non-tensor peak
   // Dense tensor-core (matrix-core) peaks in GFLOP/s; 0 = not supported.
   double tf32_gflops = 0, fp16_gflops = 0, bf16_gflops = 0, fp8_gflops = 0, int8_gops = 0;
@@ -89,7 +94,10 @@ class GpuDatabase {
 
 // Reads a GPU from a JSON file: a device JSON in the neusight-data/device_configs format, or one
 // entry in the database format (with "name", as `gpus --json` prints it), which also gives the
-// matrix units' peaks and the architecture. Throws InputError.
+// matrix units' peaks and the architecture. A device JSON's Core_Per_SM is FP32 lanes per SM,
+// or in the AMD form (SingleFLOPsVEC) SIMD units per CU of kAmdSimdLanes lanes each; a device
+// JSON naming a database GPU takes the entry's architecture numbers, and its SM split where the
+// JSON gives the same lanes split another way. Throws InputError.
 Gpu load_device_json(const std::string& path);
 
 // Reads one GPU from JSON text: a device JSON (with "Device", as above) or an entry in the
