@@ -195,11 +195,16 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
     g.fp32_gflops = num(j, "SingleFLOPs", path, true);
   } else if (j.contains("SingleFLOPsVEC")) {
     // The AMD form counts SIMD units per compute unit in Core_Per_SM (4 on CDNA), each
-    // kAmdSimdLanes FP32 lanes wide: MI100 120 CUs x 4 x 16 lanes x 2 x 1.502 GHz = 23.1
-    // TFLOPS, its SingleFLOPsVEC.
+    // kAmdSimdLanes FP32 lanes wide. The lanes follow from the vector peak, in whole SIMDs
+    // (MI100: 23.1 TFLOPS / (2 x 120 CUs x 1.502 GHz) = 64 lanes; a CDNA3 CU's dual-issue FP32
+    // counts twice, as its peak does), so a peak edited for a what-if moves the lanes with it;
+    // Core_Per_SM only where the CUs or the clock are missing.
     g.vendor = "amd";
-    g.fp32_cores_per_sm = (core_per_sm > 0 ? core_per_sm : 4) * kAmdSimdLanes;
     g.fp32_gflops = num(j, "SingleFLOPsVEC", path, true);
+    const double per_cu = g.num_sm > 0 && g.boost_mhz > 0 ? g.fp32_gflops * 1e3 / (2.0 * g.num_sm * g.boost_mhz) : 0;
+    const int simds = per_cu > 0 ? std::max(1, static_cast<int>(std::lround(per_cu / kAmdSimdLanes)))
+                                 : (core_per_sm > 0 ? core_per_sm : 4);
+    g.fp32_cores_per_sm = simds * kAmdSimdLanes;
     g.fp32_matrix_gflops = num(j, "SingleFLOPsMM", path, false);
   } else {
     throw InputError(path + ": missing field 'SingleFLOPs'");

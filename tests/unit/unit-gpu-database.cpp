@@ -176,6 +176,11 @@ TEST_CASE("gpu database: a device JSON's Core_Per_SM counts lanes, or SIMD units
   CHECK(a.fp32_cores_per_sm == 4 * kAmdSimdLanes);
   // 104 CUs x 64 lanes x 2 FLOP x 1.7 GHz: the JSON's own vector peak.
   CHECK(2.0 * a.num_sm * a.fp32_cores_per_sm * a.boost_mhz / 1e3 == doctest::Approx(a.fp32_gflops).epsilon(0.01));
+  // CDNA3 counts dual-issue FP32 in its vector peak: 304 CUs at 2.1 GHz, 163.4 TFLOPS, 128
+  // lanes' worth per CU, whatever Core_Per_SM says.
+  const std::string cdna3 = R"({"Device": "Some CDNA3 GPU", "Dev_Mem": 192, "Mem_Bw": 5300, "Num_Sm": 304,)"
+                            R"( "Core_Per_SM": 4, "Freq": 2100, "SingleFLOPsMM": 163400, "SingleFLOPsVEC": 163400, "L2Cache": 4})";
+  CHECK(parse_gpu_json(cdna3, "cdna3").fp32_cores_per_sm == 128);
   const std::string nv = R"({"Device": "Some GPU", "Dev_Mem": 16, "Mem_Bw": 320, "Num_Sm": 40, "Core_Per_SM": 64,)"
                          R"( "Freq": 1590, "SingleFLOPs": 8141, "L2Cache": 4})";
   CHECK(parse_gpu_json(nv, "nv").fp32_cores_per_sm == 64);

@@ -16,7 +16,7 @@ namespace neusight {
 
 // FP32 lanes of one SIMD unit of an AMD GCN / CDNA compute unit (a wave64 instruction runs
 // over four cycles on it). Device JSONs in the dataset's AMD form count SIMD units in
-// Core_Per_SM.
+// Core_Per_SM; their lanes follow from the vector peak (load_device_json).
 constexpr int kAmdSimdLanes = 16;
 
 struct Gpu {
@@ -94,10 +94,11 @@ class GpuDatabase {
 
 // Reads a GPU from a JSON file: a device JSON in the neusight-data/device_configs format, or one
 // entry in the database format (with "name", as `gpus --json` prints it), which also gives the
-// matrix units' peaks and the architecture. A device JSON's Core_Per_SM is FP32 lanes per SM,
-// or in the AMD form (SingleFLOPsVEC) SIMD units per CU of kAmdSimdLanes lanes each; a device
-// JSON naming a database GPU takes the entry's architecture numbers, and its SM split where the
-// JSON gives the same lanes split another way. Throws InputError.
+// matrix units' peaks and the architecture. A device JSON's Core_Per_SM is FP32 lanes per SM;
+// the AMD form (SingleFLOPsVEC) counts SIMD units there, so its lanes per CU follow from the
+// vector peak over CUs x clock, in whole SIMDs of kAmdSimdLanes. A device JSON naming a database
+// GPU takes the entry's architecture numbers, and its SM split where the JSON gives the same
+// lanes split another way. Throws InputError.
 Gpu load_device_json(const std::string& path);
 
 // Reads one GPU from JSON text: a device JSON (with "Device", as above) or an entry in the
