@@ -233,8 +233,12 @@ class NeusightPredictor final : public Predictor {
     s.cls = KernelClass::reduce;
     s.op = "gemv";
     s.inputs = 1;
-    s.rows = std::max<int64_t>(1, run.gemm.batch * run.gemm.n);
-    s.cols = std::max<int64_t>(1, run.gemm.k);
+    // One row per element of the output's long side, as long as the longer of the reduction and
+    // the output's short side: a few tokens through wide weights stream the weights' rows (n of
+    // k), a wide activation through a few output columns the activation's rows (m of k), and a
+    // reduction shorter than the output's short side writes output rows (m of n).
+    s.rows = std::max<int64_t>(1, run.gemm.batch * std::max(run.gemm.m, run.gemm.n));
+    s.cols = std::max<int64_t>(1, std::max(run.gemm.k, std::min(run.gemm.m, run.gemm.n)));
     // The networks price the stream of these bytes (one add per weight element, as the
     // reductions they learned); the GEMM's math is the law's other bound.
     s.flops = double(s.rows) * double(s.cols);

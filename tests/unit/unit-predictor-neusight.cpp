@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -540,6 +541,34 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
     const Kernel big =
         kernel_from_dataset("linear", {{"B", "1"}, {"M", "4096"}, {"N", "4096"}, {"K", "14336"}, {"dtype", "fp16"}});
     CHECK_FALSE(p->predict({big}, {tile_kernel(big, g)}, g)[0].streamed);
+  }
+}
+
+TEST_CASE("predictor: a skinny matrix-unit GEMM costs as its transpose, either side skinny") {
+  // A wide activation through a few output columns (a MoE router, a LoRA down-projection, a
+  // convolution's few channels) streams the activation's rows, as a few tokens through wide
+  // weights stream the weights' rows: the same GEMM transposed, the same bytes. FP16, kernel
+  // timing, on a Hopper, an Ada and an Ampere GPU.
+  PrecisionOptions o;
+  o.timing = Timing::kernel;
+  auto p = make_neusight_predictor("", o);
+  auto linear = [](int m, int reduction, int n) {
+    return kernel_from_dataset("linear", {{"B", "1"}, {"M", std::to_string(m)}, {"N", std::to_string(reduction)},
+                                          {"K", std::to_string(n)}, {"dtype", "fp16"}});
+  };
+  for (const char* name : {"h100", "l40", "a100-80gb"}) {
+    const Gpu g = GpuDatabase::builtin().resolve(name);
+    for (const auto& [wide, reduction, narrow] : std::vector<std::array<int, 3>>{{9275, 34, 21}, {9275, 64, 16}, {8192, 4096, 8}}) {
+      CAPTURE(name);
+      CAPTURE(wide);
+      CAPTURE(narrow);
+      const Kernel tall = linear(wide, reduction, narrow), flat = linear(narrow, reduction, wide);
+      const double t = p->predict({tall}, {tile_kernel(tall, g)}, g)[0].latency_ms;
+      const double f = p->predict({flat}, {tile_kernel(flat, g)}, g)[0].latency_ms;
+      CHECK(t == doctest::Approx(f).epsilon(0.15));
+      // Within three times the operands at the DRAM bandwidth plus the law's setup.
+      CHECK(t <= 3 * (weight_stream_ms(tall, g, 0) + 0.002));
+    }
   }
 }
 
