@@ -558,7 +558,8 @@ TEST_CASE("predictor: a skinny matrix-unit GEMM costs as its transpose, either s
   };
   for (const char* name : {"h100", "l40", "a100-80gb"}) {
     const Gpu g = GpuDatabase::builtin().resolve(name);
-    for (const auto& [wide, reduction, narrow] : std::vector<std::array<int, 3>>{{9275, 34, 21}, {9275, 64, 16}, {8192, 4096, 8}}) {
+    for (const std::array<int, 3>& shape : std::vector<std::array<int, 3>>{{9275, 34, 21}, {9275, 64, 16}, {8192, 4096, 8}}) {
+      const int wide = shape[0], reduction = shape[1], narrow = shape[2];
       CAPTURE(name);
       CAPTURE(wide);
       CAPTURE(narrow);
