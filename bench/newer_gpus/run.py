@@ -13,9 +13,9 @@ and never used to fit anything.
     python3 bench/newer_gpus/run.py [--bin build/bin/neusight-onnx] [--weights DIR]
 """
 import argparse
-import math
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
