@@ -186,31 +186,30 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
   g.aliases = {g.name};
   g.num_sm = static_cast<int>(num(j, "Num_Sm", path, true));
   g.boost_mhz = num(j, "Freq", path, true);
-  const int core_per_sm = static_cast<int>(num(j, "Core_Per_SM", path, false, 0));  // 0: absent
-  g.fp32_cores_per_sm = core_per_sm > 0 ? core_per_sm : 64;
+  g.fp32_cores_per_sm = static_cast<int>(num(j, "Core_Per_SM", path, false, 64));
   g.mem_gb = num(j, "Dev_Mem", path, true);
   g.mem_bw_gbps = num(j, "Mem_Bw", path, true);
   g.l2_mb = num(j, "L2Cache", path, true);
   if (j.contains("SingleFLOPs")) {
     g.fp32_gflops = num(j, "SingleFLOPs", path, true);
   } else if (j.contains("SingleFLOPsVEC")) {
-    // The AMD form counts SIMD units per compute unit in Core_Per_SM (4 on CDNA), each
-    // kAmdSimdLanes FP32 lanes wide. The lanes follow from the vector peak, in whole SIMDs
-    // (MI100: 23.1 TFLOPS / (2 x 120 CUs x 1.502 GHz) = 64 lanes; a CDNA3 CU's dual-issue FP32
-    // counts twice, as its peak does), so a peak edited for a what-if moves the lanes with it;
-    // Core_Per_SM only where the CUs or the clock are missing.
     g.vendor = "amd";
     g.fp32_gflops = num(j, "SingleFLOPsVEC", path, true);
-    const double per_cu = g.num_sm > 0 && g.boost_mhz > 0 ? g.fp32_gflops * 1e3 / (2.0 * g.num_sm * g.boost_mhz) : 0;
-    const int simds = per_cu > 0 ? std::max(1, static_cast<int>(std::lround(per_cu / kAmdSimdLanes)))
-                                 : (core_per_sm > 0 ? core_per_sm : 4);
-    g.fp32_cores_per_sm = simds * kAmdSimdLanes;
     g.fp32_matrix_gflops = num(j, "SingleFLOPsMM", path, false);
   } else {
     throw InputError(path + ": missing field 'SingleFLOPs'");
   }
   if (g.num_sm <= 0 || g.fp32_gflops <= 0 || g.mem_bw_gbps <= 0 || g.mem_gb <= 0 || g.l2_mb <= 0 || g.boost_mhz <= 0)
     throw InputError(path + ": Num_Sm, Freq, SingleFLOPs, Dev_Mem, Mem_Bw and L2Cache must be positive");
+  // The AMD form counts SIMD units per compute unit in Core_Per_SM (4 on CDNA), each
+  // kAmdSimdLanes FP32 lanes wide; the lanes follow from the vector peak over CUs x clock, in
+  // whole SIMDs (MI100: 23.1 TFLOPS / (2 x 120 CUs x 1.502 GHz) = 64 lanes; a CDNA3 CU's
+  // dual-issue FP32 counts twice, as its peak does), so a peak edited for a what-if moves the
+  // lanes with it.
+  if (g.vendor == "amd")
+    g.fp32_cores_per_sm =
+        kAmdSimdLanes * std::max(1, static_cast<int>(std::lround(g.fp32_gflops * 1e3 /
+                                                                 (2.0 * g.num_sm * g.boost_mhz * kAmdSimdLanes))));
   // Architecture-dependent numbers a device JSON lacks come from the built-in entry of the
   // same name when there is one, else from conservative defaults.
   g.arch = g.vendor == "amd" ? "cdna" : "sm_80";
