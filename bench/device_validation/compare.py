@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Set the predictions of neusight-onnx beside what measure.py measured on a GPU.
+
+    python3 bench/device_validation/compare.py DIR [--bin build/bin/neusight-onnx]
+                                               [--configs .devrun/configs] [--gpu h200]
+
+DIR holds measure.py's fp32.csv, lowp.csv, e2e.csv and facts.json. Prints, per kernel class
+(and per precision for the GEMMs): the number of kernels, MAPE, median predicted / measured,
+the share of measured times inside the 80% interval and the interval's median width
+(high / low), for the NeuSight predictor, the published formulation and a plain roofline;
+then every end-to-end run against `--config` predictions, and how often the tile the tiling
+stage derives matches the library kernel's `tilesize` tag. Needs the CLI only (no GPU).
+End-to-end runs need the Hugging Face configs (prepare.py copies them into .devrun/configs).
+"""
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+PREDICTORS = ("neusight", "neusight-paper", "roofline")
+ELEM = {"add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "gelu", "relu", "tanh"}
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def predict_kernels(binary, rows, cols, tmp, predictor, timing):
+    src = os.path.join(tmp, "in.csv")
+    dst = os.path.join(tmp, "out.csv")
+    with open(src, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    cmd = [binary, "kernels", "--gpu", "from-row", "--csv", src, "--out", dst, "--predictor", predictor,
+           "--timing", timing]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return read(dst)
+
+
+def klass(r):
+    op = r["OPName"]
+    if op in ("bmm", "linear"):
+        return op
+    return "elementwise" if op in ELEM else {"ln": "layernorm"}.get(op, op)
+
+
+def summary(pairs):
+    """pairs: (measured, predicted, low, high)."""
+    err = [abs(p - m) / m for m, p, _, _ in pairs]
+    ratio = [p / m for m, p, _, _ in pairs]
+    inside = [lo <= m <= hi for m, _, lo, hi in pairs if lo > 0]
+    width = [hi / lo for _, _, lo, hi in pairs if lo > 0]
+    return (len(pairs), 100 * statistics.mean(err), statistics.median(ratio),
+            100 * sum(inside) / len(inside) if inside else float("nan"),
+            statistics.median(width) if width else float("nan"), 100 * max(err))
+
+
+def kernel_table(title, groups):
+    print(title)
+    print(f"  {'class':<22}{'n':>5}  " + "".join(f"{p:>28}" for p in PREDICTORS))
+    print(f"  {'':<22}{'':>5}  " + "".join(f"{'MAPE  med p/m  in80  width':>28}" for _ in PREDICTORS))
+    for name in groups:
+        cells = ""
+        n = 0
+        for p in PREDICTORS:
+            s = summary(groups[name][p])
+            n = s[0]
+            cov = f"{s[3]:5.0f}" if p != "roofline" else "    -"
+            wid = f"{s[4]:5.2f}" if p != "roofline" else "    -"
+            cells += f"{s[1]:9.1f} {s[2]:7.2f} {cov} {wid} "
+        print(f"  {name:<22}{n:>5}  {cells}")
+    print()
+
+
+def kernels(binary, d, tmp):
+    fp32 = read(os.path.join(d, "fp32.csv"))
+    cols = list(fp32[0].keys())
+    for timing, col in (("eager", "Latency"), ("kernel", "Latency_graph")):
+        if col not in cols:
+            continue
+        groups = {}
+        for p in PREDICTORS:
+            for r in predict_kernels(binary, fp32, cols, tmp, p, timing):
+                if not r.get("pred_latency_ms"):
+                    continue
+                g = groups.setdefault(klass(r), {q: [] for q in PREDICTORS})
+                lo = float(r.get("pred_low_ms") or 0)
+                hi = float(r.get("pred_high_ms") or 0)
+                g[p].append((float(r[col]), float(r["pred_latency_ms"]), lo, hi))
+        what = ("PyTorch-eager time per call (--timing eager)" if timing == "eager"
+                else "CUDA-graph replay, the GPU's time (--timing kernel)")
+        kernel_table(f"FP32 kernels, {what}", groups)
+    tiles(binary, fp32, cols, tmp)
+
+    path = os.path.join(d, "lowp.csv")
+    if not os.path.exists(path):
+        return
+    lowp = read(path)
+    cols = list(lowp[0].keys())
+    for timing, col in (("kernel", "Latency_graph"), ("eager", "Latency")):
+        groups = {}
+        for p in PREDICTORS:
+            for r in predict_kernels(binary, lowp, cols, tmp, p, timing):
+                if not r.get("pred_latency_ms"):
+                    continue
+                g = groups.setdefault(f"{r['OPName']} {r['dtype']}", {q: [] for q in PREDICTORS})
+                lo = float(r.get("pred_low_ms") or 0)
+                hi = float(r.get("pred_high_ms") or 0)
+                g[p].append((float(r[col]), float(r["pred_latency_ms"]), lo, hi))
+        what = "CUDA-graph replay (--timing kernel)" if timing == "kernel" else "eager calls (--timing eager)"
+        kernel_table(f"Low-precision GEMMs, {what}", dict(sorted(groups.items())))
+    decode(binary, d, tmp)
+
+
+def decode(binary, d, tmp):
+    path = os.path.join(d, "decode.csv")
+    if not os.path.exists(path):
+        return
+    rows = read(path)
+    cols = list(rows[0].keys())
+    for timing, col, what in (("kernel", "Latency_cold", "graph replay, each call streaming its weight from DRAM"),
+                              ("kernel", "Latency_graph", "graph replay on one weight (L2-warm where it fits)"),
+                              ("eager", "Latency", "eager calls")):
+        groups = {}
+        for p in PREDICTORS:
+            for r in predict_kernels(binary, rows, cols, tmp, p, timing):
+                if not r.get("pred_latency_ms") or not r.get(col):
+                    continue
+                band = "1-16" if int(r["M"]) <= 16 else "32-128"
+                g = groups.setdefault(f"{r['dtype']}, {band} tokens", {q: [] for q in PREDICTORS})
+                lo = float(r.get("pred_low_ms") or 0)
+                hi = float(r.get("pred_high_ms") or 0)
+                g[p].append((float(r[col]), float(r["pred_latency_ms"]), lo, hi))
+        kernel_table(f"Decode GEMMs through LLM weights, {what} (--timing {timing})", dict(sorted(groups.items())))
+
+
+TILE = re.compile(r"tilesize(\d+)x(\d+)")
+SGEMM = re.compile(r"sgemm_(\d+)x(\d+)")
+
+
+def tiles(binary, rows, cols, tmp):
+    """Derived tile vs the library's: cuBLAS is column-major, so its MxN tag is (output
+    columns) x (output rows) of the row-major product; our tile is ROWSxCOLS."""
+    out = predict_kernels(binary, rows, cols, tmp, "neusight", "eager")
+    n = same = same_area = base = 0
+    lib_counts = {}
+    for r in out:
+        if r["OPName"] not in ("bmm", "linear") or not r.get("tile"):
+            continue
+        m = TILE.search(r.get("Kernel Name", "")) or SGEMM.search(r.get("Kernel Name", ""))
+        if not m:
+            continue
+        lib = (int(m.group(2)), int(m.group(1)))  # rows x cols
+        ours = tuple(int(v) for v in r["tile"].split("x"))
+        n += 1
+        same += ours == lib
+        same_area += ours[0] * ours[1] == lib[0] * lib[1]
+        base += lib == (128, 128)
+        lib_counts[lib] = lib_counts.get(lib, 0) + 1
+    if n:
+        common = sorted(lib_counts.items(), key=lambda kv: -kv[1])[:5]
+        print(f"FP32 GEMM tiles vs the library's tilesize tag ({n} kernels): same tile {100 * same / n:.1f}%, "
+              f"same area {100 * same_area / n:.1f}%, constant 128x128 {100 * base / n:.1f}%; library's most common "
+              + ", ".join(f"{a}x{b} {c}" for (a, b), c in common))
+        print()
+
+
+def e2e(binary, d, configs, gpu, tmp):
+    path = os.path.join(d, "e2e.csv")
+    if not os.path.exists(path) or not os.path.isdir(configs):
+        print(f"end to end: skipped ({path if not os.path.exists(path) else configs} not found)")
+        return
+    runs = [r for r in read(path) if r.get("latency_ms")]
+    print(f"End to end, FP32 PyTorch eager, --gpu {gpu} (training: forward + backward + SGD step)")
+    print(f"  {'run':<28}{'measured':>10}" + "".join(f"{p:>22}" for p in PREDICTORS) + "   in80")
+    errs = {p: {"inf": [], "train": []} for p in PREDICTORS}
+    busy = []
+    for r in runs:
+        with open(os.path.join(configs, r["model"] + ".json")) as f:
+            cfg = json.load(f)
+        if cfg.get("model_type") == "bert":
+            cfg["architectures"] = ["BertForSequenceClassification" if r["mode"] == "inf" else "BertForPreTraining"]
+        cpath = os.path.join(tmp, r["model"] + "-" + r["mode"] + ".json")
+        with open(cpath, "w") as f:
+            json.dump(cfg, f)
+        meas = float(r["latency_ms"])
+        cells, inside = "", ""
+        for p in PREDICTORS:
+            js = os.path.join(tmp, "run.json")
+            cmd = [binary, "--config", cpath, "--batch", r["batch"], "--seq", r["seq"], "--gpu", gpu,
+                   "--mode", "inference" if r["mode"] == "inf" else "training", "--predictor", p,
+                   "--json", js, "--quiet"]
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+            with open(js) as f:
+                rep = json.load(f)
+            rep = rep[0] if isinstance(rep, list) else rep
+            pred = rep["e2e_latency_ms"]
+            e = (pred - meas) / meas
+            errs[p][r["mode"]].append(e)
+            cells += f"{pred:10.1f} {100 * e:+9.1f}%  "
+            if p == "neusight":
+                lo, hi = rep.get("latency_low_ms"), rep.get("latency_high_ms")
+                inside = "yes" if lo is not None and lo <= meas <= hi else "no"
+                if r.get("kernel_ms"):
+                    subprocess.run(cmd[:-3] + ["--timing", "kernel", "--json", js, "--quiet"], check=True,
+                                   capture_output=True, text=True)
+                    with open(js) as f:
+                        kr = json.load(f)
+                    kr = kr[0] if isinstance(kr, list) else kr
+                    busy.append((r, float(r["kernel_ms"]), kr["e2e_latency_ms"], per_class(kr)))
+        print(f"  {r['model'] + ' ' + r['mode'] + ' s' + r['seq'] + ' b' + r['batch']:<28}{meas:10.1f}{cells} {inside:>4}")
+    for mode in ("inf", "train", "all"):
+        line = f"  {mode:<28}{'':>10}"
+        for p in PREDICTORS:
+            v = errs[p]["inf"] + errs[p]["train"] if mode == "all" else errs[p][mode]
+            if v:
+                line += f"   mean {100 * statistics.mean(abs(x) for x in v):5.1f} worst {100 * max(abs(x) for x in v):5.1f}"
+        print(line)
+    print()
+    if busy:
+        print("GPU busy time (union of kernel intervals in one profiled iteration) against --timing kernel")
+        e = []
+        for r, meas, pred, _ in busy:
+            e.append((pred - meas) / meas)
+            print(f"  {r['model'] + ' ' + r['mode'] + ' s' + r['seq'] + ' b' + r['batch']:<28}{meas:10.1f}"
+                  f"{pred:10.1f} {100 * e[-1]:+9.1f}%")
+        print(f"  mean |error| {100 * statistics.mean(abs(x) for x in e):.1f}%, worst {100 * max(abs(x) for x in e):.1f}%, "
+              f"signed mean {100 * statistics.mean(e):+.1f}%")
+        print()
+        class_table(d, busy)
+
+
+def kernel_class_of(name):
+    """The class of a profiled kernel, from its library name (PyTorch and cuBLAS naming).
+    Elementwise, copies, selects and reductions form one class: the two sides file masks,
+    casts and copies differently (a `where` is a memory kernel in our lowering, an
+    elementwise one in PyTorch's naming)."""
+    n = name.lower()
+    if any(t in n for t in ("gemm", "xmma", "cutlass", "cublas")):
+        return "gemm"
+    if "softmax" in n:
+        return "softmax"
+    if "layer_norm" in n or "gammabeta" in n:
+        return "layernorm"
+    return "streaming"
+
+
+def per_class(rep):
+    out = {}
+    for node in rep.get("nodes", []):
+        for k in node.get("kernels", []):
+            c = k["class"] if k["class"] in ("gemm", "softmax", "layernorm") else "streaming"
+            out[c] = out.get(c, 0.0) + k["latency_ms"]
+    return out
+
+
+def class_table(d, busy):
+    path = os.path.join(d, "e2e_kernels.csv")
+    if not os.path.exists(path):
+        return
+    meas = {}
+    for x in read(path):
+        c = meas.setdefault(x["run"], {})
+        k = kernel_class_of(x["kernel"])
+        c[k] = c.get(k, 0.0) + float(x["ms"])
+    classes = ("gemm", "softmax", "layernorm", "streaming")
+    print("Per kernel class, GPU time in the profiled iteration: measured ms / predicted ms (--timing kernel);")
+    print("streaming = elementwise, copies, masks and reductions")
+    print(f"  {'run':<28}" + "".join(f"{c:>20}" for c in classes))
+    ratios = {(m, c): [] for m in ("inf", "train") for c in classes}
+    for r, _, _, pred in busy:
+        key = f"{r['model']}-{r['mode']}-{r['seq']}-{r['batch']}"
+        if key not in meas:
+            continue
+        cells = ""
+        for c in classes:
+            a, b = meas[key].get(c, 0.0), pred.get(c, 0.0)
+            cells += f"{a:9.1f} /{b:8.1f} " if a or b else f"{'-':>20}"
+            if a > 0 and b > 0:
+                ratios[(r["mode"], c)].append(b / a)
+        print(f"  {r['model'] + ' ' + r['mode'] + ' s' + r['seq'] + ' b' + r['batch']:<28}{cells}")
+    for m in ("inf", "train"):
+        line = f"  {'predicted / measured, ' + m:<28}"
+        for c in classes:
+            v = ratios[(m, c)]
+            line += f"{math.exp(statistics.mean(math.log(x) for x in v)):>20.2f}" if v else f"{'-':>20}"
+        print(line)
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dir")
+    ap.add_argument("--bin", default="build/bin/neusight-onnx")
+    ap.add_argument("--configs", default=None,
+                    help="Hugging Face configs (default .devrun/configs, else ../shared/neusight-data/model_configs)")
+    ap.add_argument("--gpu", default="h200")
+    args = ap.parse_args()
+    if args.configs is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        shared = os.path.join(here, "..", "..", "..", "shared", "neusight-data", "model_configs")
+        args.configs = ".devrun/configs" if os.path.isdir(".devrun/configs") else shared
+    if not os.path.exists(args.bin):
+        sys.exit(f"compare.py: {args.bin} not found (build the project first)")
+    with open(os.path.join(args.dir, "facts.json")) as f:
+        facts = json.load(f)
+    print(f"{facts['device']}: {facts.get('sm_count')} SMs, L2 {facts.get('l2_bytes', 0) / 2**20:.0f} MiB; "
+          f"copy {facts['copy_gbps']:.0f} GB/s; 8192^3 GEMM GFLOP/s "
+          + ", ".join(f"{k} {v:.0f}" for k, v in facts["gemm_gflops_8192"].items())
+          + f"; nvidia-smi after: {facts.get('smi_after')}")
+    print()
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels(args.bin, args.dir, tmp)
+        e2e(args.bin, args.dir, args.configs, args.gpu, tmp)
+    repeat(args.dir)
+
+
+def repeat(d):
+    """Run-to-run spread where DIR/repeat/ holds an earlier measurement of the same items."""
+    r = os.path.join(d, "repeat")
+    if not os.path.isdir(r):
+        return
+    for name, key, col in (("fp32.csv", ("OPName", "B", "M", "N", "K", "H"), "Latency"),
+                           ("e2e.csv", ("model", "mode", "seq", "batch"), "latency_ms")):
+        a, b = os.path.join(d, name), os.path.join(r, name)
+        if not (os.path.exists(a) and os.path.exists(b)):
+            continue
+        first = {tuple(x.get(k, "") for k in key): x[col] for x in read(b) if x.get(col)}
+        q = [float(x[col]) / float(first[tuple(x.get(k, "") for k in key)]) for x in read(a)
+             if x.get(col) and tuple(x.get(k, "") for k in key) in first]
+        if q:
+            dev = sorted(abs(v - 1) for v in q)
+            print(f"run to run, {name} ({len(q)} items, this / repeat/): median {statistics.median(q):.3f}, "
+                  f"mean |difference| {100 * statistics.mean(dev):.1f}%, 90th percentile {100 * dev[int(0.9 * len(dev))]:.1f}%, "
+                  f"largest {100 * dev[-1]:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
