@@ -245,7 +245,7 @@ def kernel_class_of(name):
     elementwise one in PyTorch's naming), and the lowering prices a layer norm's backward as
     an elementwise pass and a reduction, which PyTorch names after the norm."""
     n = name.lower()
-    if any(t in n for t in ("gemm", "xmma", "cutlass", "cublas")):
+    if any(t in n for t in ("gemm", "xmma", "cutlass", "cublas", "nvjet")):
         return "gemm"
     if "softmax" in n:
         return "softmax"
@@ -297,6 +297,43 @@ def class_table(d, busy):
     print()
 
 
+def llm(binary, d, configs, gpu, tmp):
+    path = os.path.join(d, "llm.csv")
+    if not os.path.exists(path) or not os.path.isdir(configs):
+        return
+    rows = [r for r in read(path) if r.get("prefill_gpu_ms")]
+    rows = [r for r in rows if os.path.exists(os.path.join(configs, r["model"] + ".json"))]
+    if not rows:
+        return
+    print(f"LLM generation, BF16, --gpu {gpu}, --timing kernel: the GPU's busy time of a prefill and of one decode step")
+    print("at the cache length measured, against --generate's TTFT and last decode step (--fusion eager: unfused")
+    print("elementwise as PyTorch eager runs it; full: FlashAttention and fused kernels)")
+    print(f"  {'run':<24}{'prefill':>9}{'eager':>17}{'full':>17}{'decode':>9}{'eager':>17}{'full':>17}")
+    errs = {"prefill eager": [], "prefill full": [], "decode eager": [], "decode full": []}
+    for r in rows:
+        cells_p, cells_d = "", ""
+        for fusion in ("eager", "full"):
+            js = os.path.join(tmp, "gen.json")
+            cmd = [binary, "--config", os.path.join(configs, r["model"] + ".json"), "--generate",
+                   f"{r['prompt']}:6", "--batch", r["batch"], "--gpu", gpu, "--timing", "kernel", "--dtype", "bf16",
+                   "--fusion", fusion, "--json", js, "--quiet"]
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+            with open(js) as f:
+                rep = json.load(f)
+            g = (rep[0] if isinstance(rep, list) else rep)["generation"]
+            pre, dec = g["ttft_ms"], g["decode_samples"][-1]["latency_ms"]
+            mp, md = float(r["prefill_gpu_ms"]), float(r["decode_gpu_ms"])
+            errs["prefill " + fusion].append((pre - mp) / mp)
+            errs["decode " + fusion].append((dec - md) / md)
+            cells_p += f"{pre:9.1f} {100 * (pre - mp) / mp:+6.1f}%"
+            cells_d += f"{dec:9.2f} {100 * (dec - md) / md:+6.1f}%"
+        print(f"  {r['model'] + ' b' + r['batch'] + ' p' + r['prompt']:<24}{float(r['prefill_gpu_ms']):9.1f}{cells_p}"
+              f"{float(r['decode_gpu_ms']):9.2f}{cells_d}")
+    print("  " + ", ".join(f"{k} mean |error| {100 * statistics.mean(abs(x) for x in v):.1f}% (signed {100 * statistics.mean(v):+.1f}%)"
+                           for k, v in errs.items()))
+    print()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dir")
@@ -321,6 +358,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         kernels(args.bin, args.dir, tmp)
         e2e(args.bin, args.dir, args.configs, args.gpu, tmp)
+        llm(args.bin, args.dir, ".devrun/configs" if os.path.isdir(".devrun/configs") else args.configs, args.gpu, tmp)
     repeat(args.dir)
 
 

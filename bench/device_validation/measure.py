@@ -21,6 +21,8 @@ prepare.py wrote (DIR/shapes.json, DIR/runs.json, DIR/configs/) and writes into 
                   forward under no_grad; training = forward with the LM loss, backward, and a
                   plain SGD step, each phase timed; kernel_ms = the GPU's busy time (union of
                   kernel and copy intervals) in one more iteration under the profiler
+  llm.csv         BF16 Llama prefill and decode steps (SDPA attention, KV cache): host-clock
+                  time, the GPU's busy time and its GEMMs' share
   e2e_kernels.csv the profiled iteration's kernels by name (calls, GPU ms), per run
   log.txt         progress and any failure (one line per failed item; the rest goes on)
 
@@ -434,6 +436,90 @@ def decode_gemms(out):
     log(f"decode: {len(rows)} GEMMs measured, {fails} failed")
 
 
+# --------------------------------------------------------------------------- LLM generation
+LLM_COLS = ["model", "batch", "prompt", "prefill_ms", "prefill_gpu_ms", "prefill_gemm_ms", "decode_ms",
+            "decode_gpu_ms", "decode_gemm_ms", "kv_len", "error"]
+LLM_CASES = [(1, 512), (1, 2048), (8, 512), (32, 512), (8, 2048)]
+
+
+def gemm_ms(per):
+    names = ("gemm", "xmma", "cutlass", "cublas", "nvjet")  # cuBLAS, CUTLASS and cuBLAS 13's Hopper kernels
+    return sum(v[1] for k, v in per.items() if any(t in k.lower() for t in names))
+
+
+def llm(cfg_dir, out):
+    """BF16 prefill and one decode step of Llama-style configs (DIR/configs/llama*.json) with
+    PyTorch's scaled-dot-product attention and the KV cache: the host-clock time of the call,
+    the GPU's busy time and its GEMMs' share under the profiler."""
+    import transformers as tf
+    rows = []
+    for name in sorted(f[:-5] for f in os.listdir(cfg_dir) if f.startswith("llama") and f.endswith(".json")):
+        with open(os.path.join(cfg_dir, name + ".json")) as fh:
+            cfg_dict = json.load(fh)
+        cfg = tf.LlamaConfig(**{k: v for k, v in cfg_dict.items() if k not in ("model_type", "torch_dtype")})
+        if ARGS.cpu:
+            cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size = 2, 256, 512
+            cfg.num_attention_heads, cfg.num_key_value_heads = 4, 4
+        try:
+            torch.set_default_dtype(torch.bfloat16)  # initialise in BF16 (half the memory and time)
+            try:
+                with torch.device(dev()):
+                    model = tf.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa")
+            finally:
+                torch.set_default_dtype(torch.float32)
+            model = model.to(dev(), dtype=torch.bfloat16).eval()
+        except Exception as e:  # noqa: BLE001
+            log(f"llm {name}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            continue
+        for batch, prompt in LLM_CASES:
+            if out_of_time(10):
+                log("llm: out of time")
+                break
+            row = {"model": name, "batch": batch, "prompt": prompt}
+            try:
+                p = prompt if not ARGS.cpu else 32
+                ids = torch.randint(0, cfg.vocab_size, (batch, p), device=dev())
+                nxt = torch.randint(0, cfg.vocab_size, (batch, 1), device=dev())
+                t = Timer()
+                with torch.no_grad():
+                    model(input_ids=ids, use_cache=True)  # warm-up
+                    t.start()
+                    o = model(input_ids=ids, use_cache=True)
+                    row["prefill_ms"] = t.stop()
+                    del o
+                    box = {}
+
+                    def prefill():
+                        box["o"] = model(input_ids=ids, use_cache=True)
+                    row["prefill_gpu_ms"], _ = busy_ms(prefill, out)
+                    row["prefill_gemm_ms"] = gemm_ms(BUSY_BY_NAME.pop()) if BUSY_BY_NAME else None
+                    past = box.pop("o").past_key_values
+                    steps = []
+                    for _ in range(5):
+                        t.start()
+                        o = model(input_ids=nxt, past_key_values=past, use_cache=True)
+                        steps.append(t.stop())
+                        past = o.past_key_values
+                    row["decode_ms"] = statistics.median(steps)
+
+                    def step():
+                        box["o"] = model(input_ids=nxt, past_key_values=past, use_cache=True)
+                    row["decode_gpu_ms"], _ = busy_ms(step, out)
+                    row["decode_gemm_ms"] = gemm_ms(BUSY_BY_NAME.pop()) if BUSY_BY_NAME else None
+                    row["kv_len"] = p + 5
+                    del past, box
+                log(f"llm {name} b{batch} p{prompt}: prefill {row['prefill_ms']:.1f} ms (GPU {row['prefill_gpu_ms'] or 0:.1f}), "
+                    f"decode step {row['decode_ms']:.2f} ms (GPU {row['decode_gpu_ms'] or 0:.2f})")
+            except Exception as e:  # noqa: BLE001
+                row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+                log(f"llm {name} b{batch} p{prompt}: {row['error']}")
+            free()
+            rows.append(row)
+            write_csv(os.path.join(out, "llm.csv"), LLM_COLS, rows)
+        del model
+        free()
+
+
 # ------------------------------------------------------------------------------ end to end
 E2E_COLS = ["model", "mode", "seq", "batch", "latency_ms", "fw_ms", "bw_ms", "step_ms", "iters", "kernel_ms",
             "kernels", "error"]
@@ -606,7 +692,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=400.0, help="seconds after which nothing new starts")
     ap.add_argument("--reserve", type=float, default=200.0, help="seconds kept for the end-to-end runs")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per end-to-end run")
-    ap.add_argument("--sections", default="facts,fp32,lowp,e2e")
+    ap.add_argument("--sections", default="facts,fp32,lowp,decode,e2e,llm")
     ap.add_argument("--limit", type=int, default=0, help="at most this many FP32 kernels (0: all)")
     ap.add_argument("--runs", default="", help="only end-to-end runs whose model-mode contains this")
     ap.add_argument("--cpu", action="store_true")
@@ -623,7 +709,8 @@ def main():
     sections = ARGS.sections.split(",")
     steps = [("facts", lambda: facts(ARGS.out)), ("fp32", lambda: fp32_kernels(shapes, ARGS.out, ARGS.limit)),
              ("lowp", lambda: lowp_kernels(shapes, ARGS.out)), ("decode", lambda: decode_gemms(ARGS.out)),
-             ("e2e", lambda: e2e(runs, os.path.join(ARGS.inp, "configs"), ARGS.out))]
+             ("e2e", lambda: e2e(runs, os.path.join(ARGS.inp, "configs"), ARGS.out)),
+             ("llm", lambda: llm(os.path.join(ARGS.inp, "configs"), ARGS.out))]
     for name, fn in steps:
         if name not in sections:
             continue

@@ -7,7 +7,8 @@ Writes into DIR (default .devrun, which git ignores):
                 published method is judged on; no latency is copied
   runs.json     the single-GPU end-to-end runs of the NeuSight campaign on its newest GPU
                 (paper_results/nvidia_{inf,train}.csv: model, mode, sequence, batch)
-  configs/      the Hugging Face configs those runs build (model_configs/*.json)
+  configs/      the Hugging Face configs those runs build (model_configs/*.json), and two
+                Llama configs for the BF16 generation check
 
     python3 bench/device_validation/prepare.py [--shared ../shared] [--out .devrun]
 """
@@ -99,6 +100,17 @@ def main():
     os.makedirs(os.path.join(args.out, "configs"), exist_ok=True)
     for m in sorted({r["model"] for r in runs}):
         shutil.copy(os.path.join(data, "model_configs", m + ".json"), os.path.join(args.out, "configs", m + ".json"))
+    # Llama configs for the BF16 generation check (public architecture numbers of Llama 2 7B,
+    # multi-head attention, and Llama 3 8B, grouped-query attention).
+    llama = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+             "num_hidden_layers": 32, "num_attention_heads": 32, "max_position_embeddings": 4096,
+             "rms_norm_eps": 1e-05, "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+    for name, extra in (("llama2_7b", {"intermediate_size": 11008, "num_key_value_heads": 32, "vocab_size": 32000,
+                                       "rope_theta": 10000.0}),
+                        ("llama3_8b", {"intermediate_size": 14336, "num_key_value_heads": 8, "vocab_size": 128256,
+                                       "rope_theta": 500000.0, "max_position_embeddings": 8192})):
+        with open(os.path.join(args.out, "configs", name + ".json"), "w") as f:
+            json.dump(dict(llama, **extra), f, indent=1)
     with open(os.path.join(args.out, "shapes.json"), "w") as f:
         json.dump(shapes, f)
     with open(os.path.join(args.out, "runs.json"), "w") as f:
