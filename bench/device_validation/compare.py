@@ -24,6 +24,7 @@ import sys
 import tempfile
 
 PREDICTORS = ("neusight", "neusight-paper", "roofline")
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared")
 ELEM = {"add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "gelu", "relu", "tanh"}
 
 
@@ -99,6 +100,7 @@ def kernels(binary, d, tmp):
                 else "CUDA-graph replay, the GPU's time (--timing kernel)")
         kernel_table(f"FP32 kernels, {what}", groups)
     tiles(binary, fp32, cols, tmp)
+    speedup(binary, d, tmp, SHARED)
 
     path = os.path.join(d, "lowp.csv")
     if not os.path.exists(path):
@@ -118,6 +120,43 @@ def kernels(binary, d, tmp):
         what = "CUDA-graph replay (--timing kernel)" if timing == "kernel" else "eager calls (--timing eager)"
         kernel_table(f"Low-precision GEMMs, {what}", dict(sorted(groups.items())))
     decode(binary, d, tmp)
+
+
+def speedup(binary, d, tmp, shared, reference="NVIDIA A100 80GB PCIe"):
+    """The same FP32 GEMM shapes on a GPU of neusight-data (its test rows): measured speedup
+    from there to the measured GPU against the predicted one, by reduction length (GPU time
+    both sides: the dataset's eager times over 0.05 ms, graph replay here)."""
+    test = os.path.join(shared, "neusight-data", "kernels", "test")
+    path = os.path.join(d, "fp32.csv")
+    if not os.path.isdir(test) or not os.path.exists(path):
+        return
+    ref = {}
+    for op in ("bmm", "linear"):
+        for r in read(os.path.join(test, op + ".csv")):
+            if r["Device"] == reference and float(r["Latency"]) > 0.05:
+                ref[(op, r["B"], r["M"], r["N"], r["K"])] = float(r["Latency"])
+    rows = [r for r in read(path) if r["OPName"] in ("bmm", "linear") and r.get("Latency_graph")
+            and (r["OPName"], r["B"], r["M"], r["N"], r["K"]) in ref]
+    if not rows:
+        return
+    cols = list(rows[0].keys())
+    here = predict_kernels(binary, rows, cols, tmp, "neusight", "kernel")
+    there = predict_kernels(binary, [dict(r, Device=reference) for r in rows], cols, tmp, "neusight", "kernel")
+    groups = {}
+    for r, a, b in zip(rows, here, there):
+        n = int(r["N"])
+        key = (r["OPName"], 0 if n < 128 else 1 if n < 512 else 2)
+        g = groups.setdefault(key, [])
+        g.append((ref[(r["OPName"], r["B"], r["M"], r["N"], r["K"])] / float(r["Latency_graph"]),
+                  float(b["pred_latency_ms"]) / float(a["pred_latency_ms"])))
+    print(f"FP32 GEMMs of the same shapes on the {reference} (dataset test rows over 0.05 ms) and here: speedup")
+    print(f"  {'op, reduction length':<28}{'n':>5}{'measured':>10}{'predicted':>11}")
+    for key in sorted(groups):
+        v = groups[key]
+        band = ("under 128", "128-511", "512 and more")[key[1]]
+        print(f"  {key[0] + ', ' + band:<28}{len(v):>5}{statistics.median(x[0] for x in v):>10.2f}"
+              f"{statistics.median(x[1] for x in v):>11.2f}")
+    print()
 
 
 def decode(binary, d, tmp):
@@ -343,8 +382,7 @@ def main():
     ap.add_argument("--gpu", default="h200")
     args = ap.parse_args()
     if args.configs is None:
-        here = os.path.dirname(os.path.abspath(__file__))
-        shared = os.path.join(here, "..", "..", "..", "shared", "neusight-data", "model_configs")
+        shared = os.path.join(SHARED, "neusight-data", "model_configs")
         args.configs = ".devrun/configs" if os.path.isdir(".devrun/configs") else shared
     if not os.path.exists(args.bin):
         sys.exit(f"compare.py: {args.bin} not found (build the project first)")
