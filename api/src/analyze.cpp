@@ -140,6 +140,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   LoweringOptions lo;
   lo.mode = options.mode;
   lo.fusion = options.fusion;
+  lo.attention = options.attention;
   lo.compute_dtype = options.dtype;
   lo.kv_cache_dtype = options.kv_dtype;
   lo.serving_kernels = options.serving_kernels;

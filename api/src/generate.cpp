@@ -398,11 +398,14 @@ void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& optio
   const auto& step_kernels = a.steps.front().kernels.kernels;
   const bool flash = std::any_of(step_kernels.begin(), step_kernels.end(),
                                  [](const Kernel& k) { return k.op == "flash_decode" || k.op == "flash_attention"; });
+  const std::string elementwise = options.fusion == Fusion::full ? "fused kernels" : "unfused kernels";
   g.execution = timing + ", " +
-                (flash ? std::string("FlashAttention, fused kernels (--fusion full)")
-                 : options.fusion == Fusion::full
+                (flash ? "FlashAttention, " + elementwise + " (--fusion " + fusion_name(options.fusion) +
+                             (options.attention == Attention::fused ? ", --attention fused)" : ")")
+                 : options.fusion == Fusion::full && options.attention != Attention::unfused
                      ? std::string("fused kernels; attention not as FlashAttention, which runs 16-bit (--fusion full)")
-                     : std::string("unfused attention (--fusion ") + fusion_name(options.fusion) + ")");
+                     : "unfused attention, " + elementwise + " (--fusion " + fusion_name(options.fusion) +
+                           (options.attention == Attention::unfused ? ", --attention unfused)" : ")"));
   if (g.tp > 1) {
     const Link link = link_for(gpu, options.parallel.link_gbps, g.tp);
     char buf[160];

@@ -345,17 +345,21 @@ def llm(binary, d, configs, gpu, tmp):
     if not rows:
         return
     print(f"LLM generation, BF16, --gpu {gpu}, --timing kernel: the GPU's busy time of a prefill and of one decode step")
-    print("at the cache length measured, against --generate's TTFT and last decode step (--fusion eager: unfused")
-    print("elementwise as PyTorch eager runs it; full: FlashAttention and fused kernels)")
-    print(f"  {'run':<24}{'prefill':>9}{'eager':>17}{'full':>17}{'decode':>9}{'eager':>17}{'full':>17}")
-    errs = {"prefill eager": [], "prefill full": [], "decode eager": [], "decode full": []}
+    print("at the cache length measured, against --generate's TTFT and last decode step. eager: --fusion eager")
+    print("(attention as MatMul + Softmax kernels); sdpa: --fusion eager --attention fused (FlashAttention beside")
+    print("eager elementwise kernels, as the measured run's scaled_dot_product_attention); full: --fusion full")
+    setups = (("eager", ["--fusion", "eager"]), ("sdpa", ["--fusion", "eager", "--attention", "fused"]),
+              ("full", ["--fusion", "full"]))
+    print(f"  {'run':<24}{'prefill':>9}" + "".join(f"{s:>17}" for s, _ in setups) + f"{'decode':>9}"
+          + "".join(f"{s:>17}" for s, _ in setups))
+    errs = {f"{p} {s}": [] for p in ("prefill", "decode") for s, _ in setups}
     for r in rows:
         cells_p, cells_d = "", ""
-        for fusion in ("eager", "full"):
+        for fusion, flags in setups:
             js = os.path.join(tmp, "gen.json")
             cmd = [binary, "--config", os.path.join(configs, r["model"] + ".json"), "--generate",
                    f"{r['prompt']}:6", "--batch", r["batch"], "--gpu", gpu, "--timing", "kernel", "--dtype", "bf16",
-                   "--fusion", fusion, "--json", js, "--quiet"]
+                   *flags, "--json", js, "--quiet"]
             subprocess.run(cmd, check=True, capture_output=True, text=True)
             with open(js) as f:
                 rep = json.load(f)
@@ -368,8 +372,9 @@ def llm(binary, d, configs, gpu, tmp):
             cells_d += f"{dec:9.2f} {100 * (dec - md) / md:+6.1f}%"
         print(f"  {r['model'] + ' b' + r['batch'] + ' p' + r['prompt']:<24}{float(r['prefill_gpu_ms']):9.1f}{cells_p}"
               f"{float(r['decode_gpu_ms']):9.2f}{cells_d}")
-    print("  " + ", ".join(f"{k} mean |error| {100 * statistics.mean(abs(x) for x in v):.1f}% (signed {100 * statistics.mean(v):+.1f}%)"
-                           for k, v in errs.items()))
+    for k, v in errs.items():
+        print(f"  {k:<16} mean |error| {100 * statistics.mean(abs(x) for x in v):5.1f}%, signed "
+              f"{100 * statistics.mean(v):+6.1f}%, worst {100 * max(abs(x) for x in v):5.1f}%")
     print()
 
 

@@ -160,7 +160,7 @@ void lower_gqa(LowerCtx& c) {
   int64_t L = dim(present, 2);
   if (L <= 0) L = (dim(past, 2) > 0 ? dim(past, 2) : 0) + S;
   if (c.n.attr_i("do_rotary", 0)) emit_fused_rotary(c, B * S, heads, kv_heads, hd);
-  if (flash_attention_applies(c.opt, c.dtype(q))) {  // --fusion full: as onnxruntime's flash kernel runs it (causal)
+  if (flash_attention_applies(c.opt, c.dtype(q))) {  // fused attention: as onnxruntime's flash kernel runs it (causal)
     FlashProblem f{c.dtype(q), B, heads, kv_heads, S, L, hd, hd, true, 0, false, 0.0, "GroupQueryAttention: "};
     // local_window_size: the sliding window (-1: none).
     f.window = std::max<int64_t>(0, c.n.attr_i("local_window_size", -1));

@@ -366,8 +366,13 @@ void pair_rotary_groups(const Graph& g, Plan& plan) {
   }
 }
 
+bool attention_fused(const LoweringOptions& opt) {
+  if (opt.mode != Mode::inference) return false;
+  return opt.attention == Attention::automatic ? opt.fusion == Fusion::full : opt.attention == Attention::fused;
+}
+
 bool flash_attention_applies(const LoweringOptions& opt, DType dt) {
-  return opt.fusion == Fusion::full && opt.mode == Mode::inference && is_float(dt) && dtype_bits(dt) <= 16;
+  return attention_fused(opt) && is_float(dt) && dtype_bits(dt) <= 16;
 }
 
 double attention_pairs(int64_t queries, int64_t keys, bool causal, int64_t window) {

@@ -735,9 +735,11 @@ void group_framework_kernels(const Graph& g, const LoweringOptions& opt, const C
     }
     plan.groups.push_back(grp);
   };
-  // Attention as serving engines run it: one FlashAttention kernel (half precision), and the
-  // rotary embedding as one kernel (flash_attention.cpp).
-  if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
+  // Attention as serving engines run it (and PyTorch's scaled_dot_product_attention under
+  // --attention fused): one FlashAttention kernel (half precision; match_flash_attention asks
+  // flash_attention_applies), and under full the rotary embedding as one kernel
+  // (flash_attention.cpp).
+  if (attention_fused(opt))
     for (size_t i = 0; i < n; ++i) {
       Group grp;
       if (taken[i] || plan.free_reason[i] != FreeReason::none || !match_flash_attention(g, opt, cons, plan, static_cast<int>(i), grp)) continue;

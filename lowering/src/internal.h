@@ -171,8 +171,11 @@ struct FlashProblem {
   DType kv_dtype = DType::undefined;  // the cache's element type (undefined: `dtype`)
   DType cache_dtype() const { return kv_dtype == DType::undefined ? dtype : kv_dtype; }
 };
-// Attention runs as FlashAttention: --fusion full, inference, 16-bit (or 8-bit) floats.
+// Attention runs as FlashAttention: attention_fused, 16-bit (or 8-bit) floats.
 bool flash_attention_applies(const LoweringOptions& opt, DType dt);
+// Whether attention runs as one fused kernel in this configuration (inference; --attention, or
+// --fusion full when automatic), before the dtype check of flash_attention_applies.
+bool attention_fused(const LoweringOptions& opt);
 void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out);
 // Query-key pairs an attention computes: `queries` rows at the last positions of `keys`,
 // causal or not, each seeing at most `window` keys (0: no window).

@@ -175,6 +175,35 @@ class Generate(unittest.TestCase):
         self.assertEqual(rc, 2, se)
         self.assertFalse(os.path.exists(out + "2"))
 
+    def test_attention_flag(self):
+        def gen(*extra):
+            return self.gen_json("--config", self.small, "--generate", "256:16", "--batch", "4", "--dtype", "bf16",
+                                 "--gpu", "h100", *extra)["generation"]
+        eager, sdpa, full = gen("--fusion", "eager"), gen("--fusion", "eager", "--attention", "fused"), gen()
+        self.assertIn("unfused attention, unfused kernels (--fusion eager)", eager["execution"])
+        self.assertIn("FlashAttention, unfused kernels (--fusion eager, --attention fused)", sdpa["execution"])
+        # FlashAttention keeps the scores on chip: faster than MatMul + Softmax, slower than a
+        # fully fused graph whose norms and activations are fused too.
+        self.assertLess(sdpa["ttft_ms"], eager["ttft_ms"])
+        self.assertGreater(sdpa["ttft_ms"], full["ttft_ms"])
+        unfused = gen("--attention", "unfused")
+        self.assertIn("unfused attention, fused kernels (--fusion full, --attention unfused)", unfused["execution"])
+        self.assertGreater(unfused["ttft_ms"], full["ttft_ms"])
+        # The plain analysis takes it too; auto is the default.
+        base = ["--config", self.small, "--batch", "2", "--seq", "128", "--dtype", "fp16", "--gpu", "h100"]
+        a = self.gen_json(*base)["e2e_latency_ms"]
+        self.assertEqual(self.gen_json(*base, "--attention", "auto")["e2e_latency_ms"], a)
+        self.assertLess(self.gen_json(*base, "--attention", "fused")["e2e_latency_ms"], a)
+        out = os.path.join(self.dir, "r.json")
+        for extra, needle in [(["--attention", "flash"], "--attention: expected auto, fused or unfused"),
+                              (["--attention", "fused", "--mode", "training"], "--attention fused predicts inference")]:
+            rc, so, se = run(*base, "--json", out, *extra)
+            self.assertEqual(rc, 2, se)
+            lines = [l for l in se.splitlines() if l.strip()]
+            self.assertEqual(len(lines), 1, se)
+            self.assertIn(needle, lines[0])
+            self.assertFalse(os.path.exists(out))
+
     def test_tensor_parallel_generation(self):
         one = self.gen_json("--config", LLAMA3_8B, "--generate", "512:32", "--gpu", "h100", "--dtype", "fp16")["generation"]
         self.assertEqual(one["tensor_parallel"], 1)

@@ -89,6 +89,7 @@ class SameAsCli(unittest.TestCase):
             (dict(batch=1, seq=8, mode="bogus"), ("--batch", "1", "--seq", "8", "--mode", "bogus")),
             (dict(batch=1, seq=8, dtype="int16"), ("--batch", "1", "--seq", "8", "--dtype", "int16")),
             (dict(batch=1, seq=8, fusion="maybe"), ("--batch", "1", "--seq", "8", "--fusion", "maybe")),
+            (dict(batch=1, seq=8, attention="flash"), ("--batch", "1", "--seq", "8", "--attention", "flash")),
             (dict(batch=1, seq=8, timing="wall"), ("--batch", "1", "--seq", "8", "--timing", "wall")),
             (dict(batch=1, seq=8, predictor="oracle"), ("--batch", "1", "--seq", "8", "--predictor", "oracle")),
             (dict(batch=8, seq=8, mode="training", parallel="dp=0"),

@@ -31,6 +31,13 @@ class Analyze(unittest.TestCase):
                                      "--mode", "training", "--dtype", "bf16", "--fusion", "full",
                                      "--timing", "kernel")))
 
+    def test_attention_equals_cli_flag(self):
+        for value in ("fused", "unfused", "auto"):
+            with self.subTest(attention=value):
+                r = n.analyze(EXAMPLE, "h100", batch=2, seq=64, dtype="fp16", attention=value)
+                self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--dtype",
+                                                 "fp16", "--attention", value)))
+
     def test_shapes_equal_cli_shape_flag(self):
         want = run_json(EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x16")
         for shapes in ({"input_ids": [2, 16]}, {"input_ids": (2, 16)}, {"input_ids": "2x16"}):

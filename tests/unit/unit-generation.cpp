@@ -248,6 +248,42 @@ TEST_CASE("generation: TTFT grows at least linearly with the prompt; tokens/s ri
   }
 }
 
+TEST_CASE("generation: --attention fused runs FlashAttention beside eager kernels, unfused keeps MatMul + Softmax") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  Options o = serving(DType::f16, 2, 64);
+  o.fusion = Fusion::eager;
+  const Analysis eager = prepare(d.prefill, o);
+  CHECK(count_op(eager.kernels, "flash_attention") == 0);
+  CHECK(count_op(eager.kernels, "softmax") == 2);
+  o.attention = Attention::fused;
+  const Analysis sdpa = prepare(d.prefill, o);
+  CHECK(count_op(sdpa.kernels, "flash_attention") == 2);
+  CHECK(count_op(sdpa.kernels, "softmax") == 0);
+  // The rest stays eager: the same norms and activations as without the fused attention.
+  CHECK(count_op(sdpa.kernels, "rotary") == count_op(eager.kernels, "rotary"));
+  const Options full_options = serving(DType::f16, 2, 64);
+  const Analysis full = prepare(d.prefill, full_options);
+  CHECK(sdpa.kernels.kernels.size() > full.kernels.kernels.size());
+  // Fused and unfused attention on the same kernels otherwise: the fused one moves fewer bytes
+  // (no score matrix in memory) and is predicted faster on every GPU.
+  double eager_bytes = 0, sdpa_bytes = 0;
+  for (const Kernel& k : eager.kernels.kernels) eager_bytes += k.bytes;
+  for (const Kernel& k : sdpa.kernels.kernels) sdpa_bytes += k.bytes;
+  CHECK(sdpa_bytes < eager_bytes);
+  // --attention unfused under --fusion full: MatMul + Softmax, the rest fused.
+  Options u = serving(DType::f16, 2, 64);
+  u.attention = Attention::unfused;
+  const Analysis unfused = prepare(d.prefill, u);
+  CHECK(count_op(unfused.kernels, "flash_attention") == 0);
+  CHECK(count_op(unfused.kernels, "softmax") == 2);
+  // Training never fuses attention (its backward is not modelled as FlashAttention's).
+  Options t = o;
+  t.mode = Mode::training;
+  t.dtype = DType::f16;
+  const Analysis train = prepare(d.prefill, t);
+  CHECK(count_op(train.kernels, "flash_attention") == 0);
+}
+
 TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel per layer") {
   const ModelConfig c = small_llama(8, 2);
   const Decoder d = config_decoder(c);

@@ -34,6 +34,7 @@ struct Options {
   DimBindings dims;
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
+  Attention attention = Attention::automatic;  // --attention (LoweringOptions::attention)
   DType dtype = DType::undefined;  // undefined = auto (from the model's tensors)
   // --kv-dtype: the KV cache's element type (LoweringOptions::kv_cache_dtype; a generation's
   // cache bytes); undefined = the activations'.

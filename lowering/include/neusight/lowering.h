@@ -33,11 +33,17 @@ namespace neusight {
 enum class KernelClass { gemm, elementwise, softmax, layernorm, reduce, memory, collective, unknown };
 enum class Phase { forward, backward, update };
 enum class Fusion { none, eager, full };
+// How attention runs (--attention): automatic = one FlashAttention kernel under --fusion full,
+// MatMul + Softmax + MatMul kernels otherwise; fused = FlashAttention whatever the fusion (the
+// kernel PyTorch's scaled_dot_product_attention runs for 16-bit inference, Hugging Face's
+// default attention, beside eager elementwise kernels); unfused = never.
+enum class Attention { automatic, unfused, fused };
 enum class Mode { inference, training };
 
 const char* kernel_class_name(KernelClass c);
 const char* phase_name(Phase p);
 const char* fusion_name(Fusion f);
+const char* attention_name(Attention a);
 
 // GEMM problem in CUTLASS words: C[m x n] = A[m x k] * B[k x n], `batch` independent
 // products. (The NeuSight dataset names these differently: its M = m, its N = k (the
@@ -233,6 +239,7 @@ inline double narrow_gemm_bytes(double operand_elems, double output_elems, DType
 struct LoweringOptions {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
+  Attention attention = Attention::automatic;
   // Precision the kernels run in when forced (--dtype); undefined = take the model's.
   DType compute_dtype = DType::undefined;
   // The KV cache's element type (--kv-dtype: serving engines' FP8 cache beside 16-bit
