@@ -89,6 +89,7 @@ struct AnalysisArgs {
   py::object batch = py::none(), seq = py::none(), dims = py::none(), shapes = py::none();
   py::object mode = py::str("inference"), dtype = py::none(), fusion = py::str("eager"), timing = py::str("device");
   py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none(), attention = py::none();
+  py::object host_dispatch_us = py::none();
   py::object predictor = py::str("neusight"), weights = py::none();
 
   Options parse() const { return parse_argv(argv()); }
@@ -141,6 +142,8 @@ struct AnalysisArgs {
     if (!fusion.is_none()) flag("--fusion", str_arg(fusion, "fusion"));
     if (!attention.is_none()) flag("--attention", str_arg(attention, "attention"));
     if (!timing.is_none()) flag("--timing", str_arg(timing, "timing"));
+    if (!host_dispatch_us.is_none())
+      flag("--host-dispatch-us", number_text(host_dispatch_us, "host_dispatch_us", "us"));
     flag("--predictor", str_arg(predictor, "predictor"));
     if (!weights.is_none()) flag("--weights", fspath(weights));
     if (!parallel.is_none()) {
@@ -666,71 +669,78 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "analyze",
       [](py::object model, py::object gpu, py::object batch, py::object seq, py::object dims, py::object shapes,
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
-         py::object link_bw, py::object predictor, py::object weights, py::object attention) {
+         py::object link_bw, py::object predictor, py::object weights, py::object attention,
+         py::object host_dispatch_us) {
         AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights);
         a.attention = std::move(attention);
+        a.host_dispatch_us = std::move(host_dispatch_us);
         return analyze(model, gpu, a);
       },
-      "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none,
-      "mode"_a = "inference", "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none,
-      py::kw_only(), "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
+      "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none, "mode"_a = "inference",
+      "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
+      "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
+      "host_dispatch_us"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
-      "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|'fp4'|'int8';\n"
-      "fusion 'none'|'eager'|'full'; attention None (auto)|'fused'|'unfused' as --attention; timing\n"
-      "'device'|'kernel'|'eager'; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
+      "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|\n"
+      "'fp4'|'int8'; fusion 'none'|'eager'|'full'; attention None (auto)|'fused'|'unfused' as --attention; timing\n"
+      "'device'|'kernel'|'eager'; host_dispatch_us as --host-dispatch-us; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
       "[,schedule=gpipe|1f1b]' or a dict of those, with link_bw in GB/s. The GIL is released while it runs.");
   m.def(
       "from_config",
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
-         py::object predictor, py::object weights, py::object attention) {
+         py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights);
         a.attention = std::move(attention);
+        a.host_dispatch_us = std::move(host_dispatch_us);
         return from_config(config, gpu, a);
       },
-      "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference",
-      "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
-      "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
+      "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
+      "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
+      "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
       "batch and seq are required. Arguments and result as analyze().");
   m.def(
       "compare",
       [](py::object models, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
-         py::object predictor, py::object weights, py::object attention) {
+         py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
                                        py::none(), predictor, weights);
         a.attention = std::move(attention);
+        a.host_dispatch_us = std::move(host_dispatch_us);
         return compare(models, gpu, a, top, labels);
       },
-      "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference",
-      "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", py::kw_only(), "top"_a = 10,
-      "labels"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
+      "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
+      "fusion"_a = "eager", "timing"_a = "device", py::kw_only(), "top"_a = 10, "labels"_a = none,
+      "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
       "the file names; model1, model2, ... for the others); `top` the changed nodes listed per variant.");
   m.def(
       "generate",
-      [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch,
-         py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object speculative,
-         py::object kv_dtype, py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo,
-         py::object attention) {
+      [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch, py::object dtype,
+         py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
+         py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
+         py::object host_dispatch_us) {
         if (!tpot_slo.is_none() && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError("tpot_slo chooses the batch; give it without batch");
         AnalysisArgs a = analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
                                        timing, parallel, link_bw, predictor, weights);
         a.kv_dtype = std::move(kv_dtype);
         a.attention = std::move(attention);
+        a.host_dispatch_us = std::move(host_dispatch_us);
         return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
-      "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none, "link_bw"_a = none,
-      "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
+      "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none,
+      "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
+      "host_dispatch_us"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"

@@ -134,6 +134,7 @@ Options parse_analysis_options(const Args& args) {
   const std::string timing = args.get("--timing");
   if (!parse_timing(timing, opt.timing))
     throw InputError("--timing: expected device, kernel or eager, got '" + timing + "'");
+  opt.host_dispatch_us = args.get_double("--host-dispatch-us", 0);
   return opt;
 }
 

@@ -29,6 +29,7 @@ const std::vector<Flag> kFlags = {
     {"--predictor", true, "neusight|neusight-paper|roofline", "the latency predictor", A | C | K, "neusight"},
     {"--weights", true, "DIR", "NeuSight weights folder (default: the bundled ones)", A | C | K, ""},
     {"--timing", true, "device|kernel|eager", "eager run of a framework (host-bound small kernels), GPU time alone, or each op timed alone", A | C, "device"},
+    {"--host-dispatch-us", true, "US", "with --timing device: the host's dispatch of one op in microseconds (default 10.81, the measured hosts' median)", A | C, ""},
     {"--timing", true, "eager|device|kernel", "what the rows' measured times include (default: eager for fp32 rows, kernel for other dtypes)", K, ""},
     {"--generate", true, "PROMPT:NEW", "LLM generation: a prefill of PROMPT tokens, NEW decode steps", A | C, ""},
     {"--tpot-slo", true, "MS", "with --generate: the largest batch (that fits) whose time per output token is at most MS", A, ""},

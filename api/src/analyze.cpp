@@ -158,8 +158,19 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
 }
 
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
-  std::unique_ptr<Predictor> predictor =
-      make_predictor(options.predictor, options.weights_dir, PrecisionOptions{options.timing});
+  PrecisionOptions precision{options.timing};
+  if (options.host_dispatch_us != 0) {
+    if (!(options.host_dispatch_us > 0) || !std::isfinite(options.host_dispatch_us) || options.host_dispatch_us > 1e5)
+      throw InputError("host dispatch: expected a positive time in microseconds (at most 100000)");
+    if (options.timing != Timing::device)
+      throw InputError("--host-dispatch-us applies to device timing (--timing device), not " +
+                       std::string(timing_name(options.timing)) + " timing");
+    const double scale = options.host_dispatch_us * 1e-3 / kHostDispatchMs;
+    precision.host_dispatch_ms *= scale;
+    precision.host_dispatch_low_ms *= scale;
+    precision.host_dispatch_high_ms *= scale;
+  }
+  std::unique_ptr<Predictor> predictor = make_predictor(options.predictor, options.weights_dir, precision);
   // The kernels' memory traffic on this GPU (tiling.h on_gpu): a copy only when some
   // operand's reused data does not fit in this GPU's L2.
   std::vector<Kernel> adjusted;
@@ -189,6 +200,8 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   r.model_name = model.path.empty() ? model.graph.name : std::filesystem::path(model.path).filename().string();
   r.predictor = predictor->name();
   if (options.predictor != PredictorKind::roofline) r.timing = timing_name(options.timing);
+  if (options.predictor != PredictorKind::roofline && options.timing == Timing::device)
+    r.host_dispatch_us = options.host_dispatch_us > 0 ? options.host_dispatch_us : kHostDispatchMs * 1e3;
   r.mode = options.mode;
   r.fusion = options.fusion;
   std::tie(r.dtype, r.dtype_source) = model_dtype(a.graph, options.dtype);

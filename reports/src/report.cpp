@@ -224,6 +224,7 @@ json report_json(const Report& r) {
   j["model"] = r.model_name;
   j["predictor"] = r.predictor;
   if (!r.timing.empty()) j["timing"] = r.timing;
+  if (r.host_dispatch_us > 0) j["host_dispatch_us"] = r.host_dispatch_us;
   j["mode"] = r.mode == Mode::training ? "training" : "inference";
   j["dtype"] = dtype_name(r.dtype);
   j["dtype_source"] = dtype_source_name(r.dtype_source);

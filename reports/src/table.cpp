@@ -1,6 +1,7 @@
 // table.cpp - the terminal report: per-node or per-layer table, class totals, phases, GPU list.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <sstream>
 
 #include "neusight/report.h"
@@ -45,9 +46,13 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
   for (const auto& [c, ms] : cls)
     os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
        << pad(pct(ms, r.e2e_latency_ms), 6, true) << "\n";
-  if (host > 0)
+  if (host > 0) {
+    char dispatch[32];
+    std::snprintf(dispatch, sizeof dispatch, "%.2f us", r.host_dispatch_us);
     os << "host-bound: " << host << " of " << all << " kernels, " << format_ms(host_ms)
-       << " ms (each at least the framework's dispatch of its op; --timing kernel gives GPU time alone)\n";
+       << " ms (each at least the framework's dispatch of its op, " << dispatch
+       << ", --host-dispatch-us; --timing kernel gives GPU time alone)\n";
+  }
 }
 
 void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const Style& st, bool& extrapolated) {

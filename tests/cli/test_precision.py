@@ -207,6 +207,38 @@ class TimingFlag(unittest.TestCase):
         self.assertNotIn("host-bound:", out)
 
 
+    def test_host_dispatch_flag_sets_the_device_timing_floor(self):
+        # --host-dispatch-us replaces the 10.81 us of every kernel's root sum of squares with
+        # the host's own dispatch; the report says which it used.
+        args = (EXAMPLE, "--gpu", "a100-80gb", "--batch", "1", "--seq", "64")
+        kernel = kernels(run_json(*args, "--timing", "kernel"))
+        base = run_json(*args)
+        self.assertAlmostEqual(base["host_dispatch_us"], 10.81, places=6)
+        slow, fast = run_json(*args, "--host-dispatch-us", "25"), run_json(*args, "--host-dispatch-us", "4")
+        self.assertEqual((slow["host_dispatch_us"], fast["host_dispatch_us"]), (25, 4))
+        self.assertGreater(slow["e2e_latency_ms"], base["e2e_latency_ms"])
+        self.assertLess(fast["e2e_latency_ms"], base["e2e_latency_ms"])
+        # The interval moves with it: a slower host, a later lower bound.
+        self.assertGreater(slow["latency_low_ms"], base["latency_low_ms"])
+        for k, b in zip(kernels(slow), kernel):
+            expected = math.hypot(0.025, b["latency_ms"])
+            self.assertAlmostEqual(k["latency_ms"], expected, delta=1e-9 + 1e-6 * expected)
+            self.assertEqual(k["bound"] == "host", b["latency_ms"] < 0.025)
+        code, out, err = run(*args, "--host-dispatch-us", "25", "--top", "1", "--no-color")
+        self.assertEqual(code, 0, err)
+        self.assertIn("25.00 us", [l for l in out.splitlines() if l.startswith("host-bound:")][0])
+        self.assertNotIn("host_dispatch_us", run_json(*args, "--timing", "kernel"))
+        # Bad values and timings it does not apply to: one line, exit 2.
+        for extra, needle in [(["--host-dispatch-us", "0"], "positive"), (["--host-dispatch-us", "-3"], "positive"),
+                              (["--host-dispatch-us", "fast"], "positive"), (["--host-dispatch-us", "1e9"], "100000"),
+                              (["--host-dispatch-us", "20", "--timing", "kernel"], "applies to device timing")]:
+            code, out, err = run(*args, *extra)
+            self.assertEqual(code, 2, (extra, err))
+            lines = [l for l in err.splitlines() if l.strip()]
+            self.assertEqual(len(lines), 1, err)
+            self.assertIn(needle, lines[0])
+
+
 
 class MathPrecisionInReports(unittest.TestCase):
     """Every report says which precision and unit each kernel's math ran in ("math")."""

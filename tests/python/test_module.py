@@ -38,6 +38,12 @@ class Analyze(unittest.TestCase):
                 self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--dtype",
                                                  "fp16", "--attention", value)))
 
+    def test_host_dispatch_equals_cli_flag(self):
+        r = n.analyze(EXAMPLE, "h100", batch=1, seq=64, host_dispatch_us=20)
+        self.assertEqual(r["host_dispatch_us"], 20)
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64",
+                                         "--host-dispatch-us", "20")))
+
     def test_shapes_equal_cli_shape_flag(self):
         want = run_json(EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x16")
         for shapes in ({"input_ids": [2, 16]}, {"input_ids": (2, 16)}, {"input_ids": "2x16"}):

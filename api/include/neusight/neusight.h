@@ -48,6 +48,10 @@ struct Options {
   // timed alone from PyTorch, like the training data (framework dispatch in every small
   // kernel); the `kernels` command predicts in this convention by default.
   Timing timing = Timing::device;
+  // --host-dispatch-us: device timing's dispatch of one op by the host, in microseconds (its
+  // 80% interval bounds scale with it); 0 = precision.h kHostDispatchMs, the median of the
+  // measured hosts. Only with Timing::device (predict() rejects it otherwise).
+  double host_dispatch_us = 0;
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;

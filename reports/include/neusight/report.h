@@ -121,6 +121,7 @@ struct Report {
   std::string model_name;
   std::string predictor;  // "neusight" | "neusight-paper" | "roofline"
   std::string timing;     // "device" | "eager" (NeuSight timing convention; "" for roofline)
+  double host_dispatch_us = 0;  // device timing: the host's dispatch of one op (0: not device timing)
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
   DType dtype = DType::f32;
