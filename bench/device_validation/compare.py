@@ -347,7 +347,7 @@ def llm(binary, d, configs, gpu, tmp):
     print(f"LLM generation, BF16, --gpu {gpu}, --timing kernel: the GPU's busy time of a prefill and of one decode step")
     print("at the cache length measured, against --generate's TTFT and last decode step. eager: --fusion eager")
     print("(attention as MatMul + Softmax kernels); sdpa: --fusion eager --attention fused (FlashAttention beside")
-    print("eager elementwise kernels, as the measured run's scaled_dot_product_attention); full: --fusion full")
+    print("eager elementwise kernels, as PyTorch's scaled_dot_product_attention runs); full: --fusion full")
     setups = (("eager", ["--fusion", "eager"]), ("sdpa", ["--fusion", "eager", "--attention", "fused"]),
               ("full", ["--fusion", "full"]))
     print(f"  {'run':<24}{'prefill':>9}" + "".join(f"{s:>17}" for s, _ in setups) + f"{'decode':>9}"
