@@ -398,6 +398,11 @@ def main():
           + ", ".join(f"{k} {v:.0f}" for k, v in facts["gemm_gflops_8192"].items())
           + f"; nvidia-smi after: {facts.get('smi_after')}")
     print()
+    host_path = os.path.join(args.dir, "host.csv")
+    if os.path.exists(host_path):
+        print("host dispatch, us per eager call of a tiny op (--host-dispatch-us): "
+              + ", ".join(f"{r['op']} {float(r['per_call_us']):.1f}" for r in read(host_path)))
+        print()
     with tempfile.TemporaryDirectory() as tmp:
         kernels(args.bin, args.dir, tmp)
         e2e(args.bin, args.dir, args.configs, args.gpu, tmp)

@@ -22,7 +22,10 @@ prepare.py wrote (DIR/shapes.json, DIR/runs.json, DIR/configs/) and writes into 
                   plain SGD step, each phase timed; kernel_ms = the GPU's busy time (union of
                   kernel and copy intervals) in one more iteration under the profiler
   llm.csv         BF16 Llama prefill and decode steps (SDPA attention, KV cache): host-clock
-                  time, the GPU's busy time and its GEMMs' share
+                  time, the GPU's busy time, its GEMMs' and fused attention's shares and the
+                  attention kernel's name (which SDPA backend ran)
+  host.csv        the host's dispatch: eager calls of tiny ops (the GPU idle between them),
+                  per-call time of bare PyTorch ops and of a Hugging Face module (--host-dispatch-us)
   e2e_kernels.csv the profiled iteration's kernels by name (calls, GPU ms), per run
   log.txt         progress and any failure (one line per failed item; the rest goes on)
 
@@ -436,15 +439,56 @@ def decode_gemms(out):
     log(f"decode: {len(rows)} GEMMs measured, {fails} failed")
 
 
+# -------------------------------------------------------------------------------- host
+def host(out):
+    """Per-call time of eager calls whose GPU work is tiny: the host's dispatch of one op (what
+    --host-dispatch-us describes), for bare PyTorch ops and for a small module call."""
+    d = dev()
+    x, y = torch.randn(8, 8, device=d), torch.randn(8, 8, device=d)
+    b = torch.randn(2, 8, 8, device=d)
+    lin = torch.nn.Linear(8, 8).to(d)
+    ln = torch.nn.LayerNorm(8).to(d)
+    ops = {"add": lambda: x + y, "mul_scalar": lambda: x * 1.5, "relu": lambda: torch.relu(x),
+           "softmax": lambda: torch.softmax(x, -1), "layer_norm_module": lambda: ln(x), "bmm": lambda: torch.bmm(b, b),
+           "linear_module": lambda: lin(x), "matmul": lambda: x @ y}
+    rows = []
+    with torch.no_grad():
+        for name, fn in ops.items():
+            ms, reps = time_eager(fn, target_ms=20, max_reps=2000)
+            rows.append({"op": name, "per_call_us": ms * 1e3, "reps": reps})
+    write_csv(os.path.join(out, "host.csv"), ["op", "per_call_us", "reps"], rows)
+    log("host: " + ", ".join(f"{r['op']} {r['per_call_us']:.1f} us" for r in rows))
+
+
 # --------------------------------------------------------------------------- LLM generation
-LLM_COLS = ["model", "batch", "prompt", "prefill_ms", "prefill_gpu_ms", "prefill_gemm_ms", "decode_ms",
-            "decode_gpu_ms", "decode_gemm_ms", "kv_len", "error"]
+LLM_COLS = ["model", "batch", "prompt", "prefill_ms", "prefill_gpu_ms", "prefill_gemm_ms", "prefill_attention_ms",
+            "prefill_attention_kernel", "decode_ms", "decode_gpu_ms", "decode_gemm_ms", "decode_attention_ms",
+            "decode_attention_kernel", "kv_len", "error"]
 LLM_CASES = [(1, 512), (1, 2048), (8, 512), (32, 512), (8, 2048)]
+
+
+ATTENTION_NAMES = ("flash", "fmha", "attention", "sdpa")  # SDPA's flash, memory-efficient and cuDNN kernels
 
 
 def gemm_ms(per):
     names = ("gemm", "xmma", "cutlass", "cublas", "nvjet")  # cuBLAS, CUTLASS and cuBLAS 13's Hopper kernels
-    return sum(v[1] for k, v in per.items() if any(t in k.lower() for t in names))
+    return sum(v[1] for k, v in per.items()
+               if any(t in k.lower() for t in names) and not any(t in k.lower() for t in ATTENTION_NAMES))
+
+
+def attention(per):
+    """GPU ms of the fused attention kernels and the name of the costliest (which SDPA backend ran)."""
+    att = {k: v[1] for k, v in per.items() if any(t in k.lower() for t in ATTENTION_NAMES)}
+    return sum(att.values()), (max(att, key=att.get)[:120] if att else "")
+
+
+def split_profile(row, phase):
+    """The GEMM and attention shares of the last profiled call, into row[phase + '_...']."""
+    if not BUSY_BY_NAME:
+        return
+    per = BUSY_BY_NAME.pop()
+    row[phase + "_gemm_ms"] = gemm_ms(per)
+    row[phase + "_attention_ms"], row[phase + "_attention_kernel"] = attention(per)
 
 
 def llm(cfg_dir, out):
@@ -492,7 +536,7 @@ def llm(cfg_dir, out):
                     def prefill():
                         box["o"] = model(input_ids=ids, use_cache=True)
                     row["prefill_gpu_ms"], _ = busy_ms(prefill, out)
-                    row["prefill_gemm_ms"] = gemm_ms(BUSY_BY_NAME.pop()) if BUSY_BY_NAME else None
+                    split_profile(row, "prefill")
                     past = box.pop("o").past_key_values
                     steps = []
                     for _ in range(5):
@@ -505,7 +549,7 @@ def llm(cfg_dir, out):
                     def step():
                         box["o"] = model(input_ids=nxt, past_key_values=past, use_cache=True)
                     row["decode_gpu_ms"], _ = busy_ms(step, out)
-                    row["decode_gemm_ms"] = gemm_ms(BUSY_BY_NAME.pop()) if BUSY_BY_NAME else None
+                    split_profile(row, "decode")
                     row["kv_len"] = p + 5
                     del past, box
                 log(f"llm {name} b{batch} p{prompt}: prefill {row['prefill_ms']:.1f} ms (GPU {row['prefill_gpu_ms'] or 0:.1f}), "
@@ -692,7 +736,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=400.0, help="seconds after which nothing new starts")
     ap.add_argument("--reserve", type=float, default=200.0, help="seconds kept for the end-to-end runs")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per end-to-end run")
-    ap.add_argument("--sections", default="facts,fp32,lowp,decode,e2e,llm")
+    ap.add_argument("--sections", default="facts,fp32,lowp,decode,host,e2e,llm")
     ap.add_argument("--limit", type=int, default=0, help="at most this many FP32 kernels (0: all)")
     ap.add_argument("--runs", default="", help="only end-to-end runs whose model-mode contains this")
     ap.add_argument("--cpu", action="store_true")
@@ -709,6 +753,7 @@ def main():
     sections = ARGS.sections.split(",")
     steps = [("facts", lambda: facts(ARGS.out)), ("fp32", lambda: fp32_kernels(shapes, ARGS.out, ARGS.limit)),
              ("lowp", lambda: lowp_kernels(shapes, ARGS.out)), ("decode", lambda: decode_gemms(ARGS.out)),
+             ("host", lambda: host(ARGS.out)),
              ("e2e", lambda: e2e(runs, os.path.join(ARGS.inp, "configs"), ARGS.out)),
              ("llm", lambda: llm(os.path.join(ARGS.inp, "configs"), ARGS.out))]
     for name, fn in steps:
