@@ -287,6 +287,33 @@ TEST_CASE("predictor: shipped weights respect the roofline and stay bounded far 
   }
 }
 
+TEST_CASE("predictor: a bmm row of batch 1 is the single GEMM it runs as") {
+  // cuBLAS runs a strided batched GEMM of one as a single GEMM (the A100's batch-1 BMM rows of
+  // neusight-data ran its single-GEMM kernels, never the 128x128 of its batched rows): the same
+  // tile and the same latency as the equal linear row, in every precision, on every GPU kind.
+  const auto p = make_neusight_predictor();
+  for (const char* dtype : {"fp32", "bf16"})
+    for (const std::string name : {"a100", "h100", "t4", "l4", "mi250"}) {
+      CAPTURE(dtype);
+      CAPTURE(name);
+      const Gpu g = GpuDatabase::builtin().resolve(name);
+      for (const auto& [m, n, k] : std::vector<std::array<const char*, 3>>{{"256", "4096", "1024"}, {"64", "64", "2048"},
+                                                                           {"2048", "1024", "4096"}}) {
+        const Kernel b = kernel_from_dataset("bmm", {{"B", "1"}, {"M", m}, {"N", n}, {"K", k}, {"dtype", dtype}});
+        const Kernel l = kernel_from_dataset("linear", {{"B", "1"}, {"M", m}, {"N", n}, {"K", k}, {"dtype", dtype}});
+        CHECK_FALSE(b.gemm.batched);
+        const Tiling tb = tile_kernel(b, g), tl = tile_kernel(l, g);
+        CHECK(tb.config.name == tl.config.name);
+        CHECK(tb.config.split_k == tl.config.split_k);
+        CHECK(tb.tiles == tl.tiles);
+        const double pb = p->predict({b}, {tb}, g)[0].latency_ms, pl = p->predict({l}, {tl}, g)[0].latency_ms;
+        CHECK(pb == doctest::Approx(pl).epsilon(0.02));
+      }
+      // Two or more: batched.
+      CHECK(kernel_from_dataset("bmm", {{"B", "2"}, {"M", "256"}, {"N", "64"}, {"K", "256"}}).gemm.batched);
+    }
+}
+
 TEST_CASE("predictor: GEMMs on a GPU with more FLOPs per byte than any training GPU stay near their roofline") {
   // The L4 (31.3 TFLOP/s FP32, 300 GB/s: 104 FLOP/B) lies far beyond the training GPUs'
   // balance (A100 12.5 .. P4 29.7); the networks see no rate, so its GEMMs keep a utilization

@@ -51,7 +51,7 @@ const char* attention_name(Attention a);
 struct GemmShape {
   int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
-  bool batched = false;  // runs as a batched GEMM (torch.bmm, cuBLAS strided batched), even at batch 1
+  bool batched = false;  // runs as a batched GEMM (torch.bmm, cuBLAS strided batched); never at batch 1
 };
 
 // DRAM traffic that depends on the GPU's L2 (tiling.h, on_gpu). `bytes` reads each element
