@@ -5,7 +5,8 @@ Runs on a machine with a CUDA GPU, PyTorch and Hugging Face transformers; reads 
 prepare.py wrote (DIR/shapes.json, DIR/runs.json, DIR/configs/) and writes into OUT:
 
   facts.json      the device as PyTorch and nvidia-smi report it, a device-to-device copy's
-                  bandwidth and large GEMMs' rates per precision (the ceilings of METHOD.md)
+                  bandwidth, large GEMMs' rates per precision (the ceilings of METHOD.md) and
+                  the SM clock and board power nvidia-smi samples while each GEMM runs
   fp32.csv        FP32 kernels (bmm, linear, elementwise, softmax, layernorm) in the dataset's
                   columns; Latency = the PyTorch-eager time per call (back-to-back calls between
                   CUDA events, median of three trials), as neusight-data timed them;
@@ -154,6 +155,35 @@ def smi(query):
 SMI_FIELDS = "name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,power.draw,power.limit,temperature.gpu,pstate"
 
 
+def under_load(fn, seconds):
+    """Median SM clock (MHz) and board power (W) that nvidia-smi samples every 100 ms while fn
+    runs back to back for `seconds`; None without nvidia-smi."""
+    if ARGS.cpu:
+        return None
+    try:
+        mon = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                                "-lms", "100"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:
+        return None
+    end = time.time() + seconds
+    while time.time() < end:
+        for _ in range(5):
+            fn()
+        sync()
+    mon.terminate()
+    text, _ = mon.communicate(timeout=10)
+    samples = []
+    for line in text.splitlines():
+        parts = [v.strip() for v in line.split(",")]
+        try:
+            samples.append((float(parts[0]), float(parts[1])))
+        except (ValueError, IndexError):
+            continue
+    if not samples:
+        return None
+    return [statistics.median(v[0] for v in samples), statistics.median(v[1] for v in samples), len(samples)]
+
+
 # ----------------------------------------------------------------------------------- facts
 def facts(out):
     f = {"device": device_name(), "torch": torch.__version__, "smi_fields": SMI_FIELDS,
@@ -169,7 +199,7 @@ def facts(out):
     ms, _ = time_eager(lambda: y.copy_(x), target_ms=50)
     f["copy_gbps"] = 2 * 4 * n / ms / 1e6
     s = 8192 if not ARGS.cpu else 256
-    rates = {}
+    rates, sustained = {}, {}
     for name, dt, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
                            ("bf16", torch.bfloat16, False), ("fp16", torch.float16, False)):
         torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -179,10 +209,14 @@ def facts(out):
             c = torch.empty(s, s, device=dev(), dtype=dt)
             ms, _ = time_eager(lambda: torch.matmul(a, b, out=c), target_ms=100, max_reps=20)
             rates[name] = 2.0 * s ** 3 / ms / 1e9
+            sustained[name] = under_load(lambda: torch.matmul(a, b, out=c), seconds=2.0)
         except RuntimeError as e:
             log(f"facts: {name} GEMM: {str(e).splitlines()[0][:120]}")
     torch.backends.cuda.matmul.allow_tf32 = False
     f["gemm_gflops_8192"] = rates
+    # The SM clock and board power nvidia-smi samples while each GEMM runs for two seconds
+    # (the clock a dense kernel sustains, which the power model predicts).
+    f["under_load_median_sm_mhz_power_w"] = sustained
     f["smi_after"] = smi(SMI_FIELDS)
     with open(os.path.join(out, "facts.json"), "w") as fh:
         json.dump(f, fh, indent=1)
