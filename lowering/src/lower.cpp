@@ -32,15 +32,6 @@ const char* phase_name(Phase p) {
   return "forward";
 }
 
-const char* attention_name(Attention a) {
-  switch (a) {
-    case Attention::automatic: return "auto";
-    case Attention::unfused: return "unfused";
-    case Attention::fused: return "fused";
-  }
-  return "?";
-}
-
 const char* fusion_name(Fusion f) {
   switch (f) {
     case Fusion::none: return "none";

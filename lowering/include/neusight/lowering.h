@@ -43,7 +43,6 @@ enum class Mode { inference, training };
 const char* kernel_class_name(KernelClass c);
 const char* phase_name(Phase p);
 const char* fusion_name(Fusion f);
-const char* attention_name(Attention a);
 
 // GEMM problem in CUTLASS words: C[m x n] = A[m x k] * B[k x n], `batch` independent
 // products. (The NeuSight dataset names these differently: its M = m, its N = k (the
