@@ -46,6 +46,22 @@ def predict_kernels(binary, rows, cols, tmp, predictor, timing):
     return read(dst)
 
 
+def grouped(binary, rows, cols, tmp, timing, col, key):
+    """Every predictor's predictions of `rows` in `timing`, against the measured column `col`,
+    grouped by key(row): {group: {predictor: [(measured, predicted, low, high)]}}. Rows without
+    a prediction or a measurement are left out."""
+    groups = {}
+    for p in PREDICTORS:
+        for r in predict_kernels(binary, rows, cols, tmp, p, timing):
+            if not r.get("pred_latency_ms") or not r.get(col):
+                continue
+            g = groups.setdefault(key(r), {q: [] for q in PREDICTORS})
+            lo = float(r.get("pred_low_ms") or 0)
+            hi = float(r.get("pred_high_ms") or 0)
+            g[p].append((float(r[col]), float(r["pred_latency_ms"]), lo, hi))
+    return groups
+
+
 def klass(r):
     op = r["OPName"]
     if op in ("bmm", "linear"):
@@ -87,15 +103,7 @@ def kernels(binary, d, tmp):
     for timing, col in (("eager", "Latency"), ("kernel", "Latency_graph")):
         if col not in cols:
             continue
-        groups = {}
-        for p in PREDICTORS:
-            for r in predict_kernels(binary, fp32, cols, tmp, p, timing):
-                if not r.get("pred_latency_ms"):
-                    continue
-                g = groups.setdefault(klass(r), {q: [] for q in PREDICTORS})
-                lo = float(r.get("pred_low_ms") or 0)
-                hi = float(r.get("pred_high_ms") or 0)
-                g[p].append((float(r[col]), float(r["pred_latency_ms"]), lo, hi))
+        groups = grouped(binary, fp32, cols, tmp, timing, col, klass)
         what = ("PyTorch-eager time per call (--timing eager)" if timing == "eager"
                 else "CUDA-graph replay, the GPU's time (--timing kernel)")
         kernel_table(f"FP32 kernels, {what}", groups)
@@ -108,15 +116,7 @@ def kernels(binary, d, tmp):
     lowp = read(path)
     cols = list(lowp[0].keys())
     for timing, col in (("kernel", "Latency_graph"), ("eager", "Latency")):
-        groups = {}
-        for p in PREDICTORS:
-            for r in predict_kernels(binary, lowp, cols, tmp, p, timing):
-                if not r.get("pred_latency_ms"):
-                    continue
-                g = groups.setdefault(f"{r['OPName']} {r['dtype']}", {q: [] for q in PREDICTORS})
-                lo = float(r.get("pred_low_ms") or 0)
-                hi = float(r.get("pred_high_ms") or 0)
-                g[p].append((float(r[col]), float(r["pred_latency_ms"]), lo, hi))
+        groups = grouped(binary, lowp, cols, tmp, timing, col, lambda r: f"{r['OPName']} {r['dtype']}")
         what = "CUDA-graph replay (--timing kernel)" if timing == "kernel" else "eager calls (--timing eager)"
         kernel_table(f"Low-precision GEMMs, {what}", dict(sorted(groups.items())))
     decode(binary, d, tmp)
@@ -168,16 +168,8 @@ def decode(binary, d, tmp):
     for timing, col, what in (("kernel", "Latency_cold", "graph replay, each call streaming its weight from DRAM"),
                               ("kernel", "Latency_graph", "graph replay on one weight (L2-warm where it fits)"),
                               ("eager", "Latency", "eager calls")):
-        groups = {}
-        for p in PREDICTORS:
-            for r in predict_kernels(binary, rows, cols, tmp, p, timing):
-                if not r.get("pred_latency_ms") or not r.get(col):
-                    continue
-                band = "1-16" if int(r["M"]) <= 16 else "32-128"
-                g = groups.setdefault(f"{r['dtype']}, {band} tokens", {q: [] for q in PREDICTORS})
-                lo = float(r.get("pred_low_ms") or 0)
-                hi = float(r.get("pred_high_ms") or 0)
-                g[p].append((float(r[col]), float(r["pred_latency_ms"]), lo, hi))
+        groups = grouped(binary, rows, cols, tmp, timing, col,
+                         lambda r: f"{r['dtype']}, {'1-16' if int(r['M']) <= 16 else '32-128'} tokens")
         kernel_table(f"Decode GEMMs through LLM weights, {what} (--timing {timing})", dict(sorted(groups.items())))
 
 

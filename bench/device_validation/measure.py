@@ -268,6 +268,21 @@ def make_vec(op, rows, cols):
     return table[op]
 
 
+def trace_events(prof, path):
+    """The events of a finished profiler, read back from its Chrome trace (written to `path`,
+    then removed)."""
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            ev = json.load(fh)
+    finally:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    return ev["traceEvents"] if isinstance(ev, dict) else ev
+
+
 def kernel_names(items, path):
     """Library kernel name, grid and block of each item's last kernel, from one profiler trace.
     items: (key, fn). Returns {key: (name, grid, block)}."""
@@ -279,10 +294,7 @@ def kernel_names(items, path):
             with record_function(f"nsv_{key}"):
                 fn()
             sync()
-    prof.export_chrome_trace(path)
-    with open(path) as fh:
-        ev = json.load(fh)
-    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    ev = trace_events(prof, path)
     ann = sorted((e["ts"], e["ts"] + e.get("dur", 0), e["name"][4:]) for e in ev
                  if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("nsv_"))
     launch = {}
@@ -358,11 +370,6 @@ def attach_names(rows, fns, out):
     except Exception as e:  # noqa: BLE001 - names are extra; the timings stand without them
         log(f"profiler: {type(e).__name__}: {e}")
         return
-    finally:
-        try:
-            os.remove(os.path.join(out, "trace.tmp.json"))
-        except OSError:
-            pass
     for key, (name, grid, block) in names.items():
         r = rows[int(key)]
         r["Kernel Name"] = name
@@ -516,11 +523,11 @@ def attention(per):
     return sum(att.values()), (max(att, key=att.get)[:120] if att else "")
 
 
-def split_profile(row, phase):
-    """The GEMM and attention shares of the last profiled call, into row[phase + '_...']."""
-    if not BUSY_BY_NAME:
+def split_profile(row, phase, per):
+    """The GEMM and attention shares of a profiled call (busy_ms's kernels by name), into
+    row[phase + '_...']."""
+    if not per:
         return
-    per = BUSY_BY_NAME.pop()
     row[phase + "_gemm_ms"] = gemm_ms(per)
     row[phase + "_attention_ms"], row[phase + "_attention_kernel"] = attention(per)
 
@@ -569,8 +576,8 @@ def llm(cfg_dir, out):
 
                     def prefill():
                         box["o"] = model(input_ids=ids, use_cache=True)
-                    row["prefill_gpu_ms"], _ = busy_ms(prefill, out)
-                    split_profile(row, "prefill")
+                    row["prefill_gpu_ms"], _, per = busy_ms(prefill, out)
+                    split_profile(row, "prefill", per)
                     past = box.pop("o").past_key_values
                     steps = []
                     for _ in range(5):
@@ -582,8 +589,8 @@ def llm(cfg_dir, out):
 
                     def step():
                         box["o"] = model(input_ids=nxt, past_key_values=past, use_cache=True)
-                    row["decode_gpu_ms"], _ = busy_ms(step, out)
-                    split_profile(row, "decode")
+                    row["decode_gpu_ms"], _, per = busy_ms(step, out)
+                    split_profile(row, "decode", per)
                     row["kv_len"] = p + 5
                     del past, box
                 log(f"llm {name} b{batch} p{prompt}: prefill {row['prefill_ms']:.1f} ms (GPU {row['prefill_gpu_ms'] or 0:.1f}), "
@@ -605,22 +612,15 @@ E2E_COLS = ["model", "mode", "seq", "batch", "latency_ms", "fw_ms", "bw_ms", "st
 
 def busy_ms(fn, out):
     """GPU busy time of one call of fn: the union of its kernel, copy and set intervals in a
-    profiler trace (ms), and the number of kernels."""
+    profiler trace (ms), the number of kernels, and the kernels by name ({name: [calls, ms]})."""
     if ARGS.cpu:
-        return None, None
+        return None, None, {}
     from torch.profiler import ProfilerActivity, profile
     sync()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         sync()
-    path = os.path.join(out, "e2e_trace.tmp.json")
-    prof.export_chrome_trace(path)
-    try:
-        with open(path) as fh:
-            ev = json.load(fh)
-    finally:
-        os.remove(path)
-    ev = ev["traceEvents"] if isinstance(ev, dict) else ev
+    ev = trace_events(prof, os.path.join(out, "e2e_trace.tmp.json"))
     iv = sorted((e["ts"], e["ts"] + e.get("dur", 0)) for e in ev
                 if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "ts" in e)
     total, end = 0.0, -1.0
@@ -635,11 +635,7 @@ def busy_ms(fn, out):
             c = per.setdefault(e.get("name", "?"), [0, 0.0])
             c[0] += 1
             c[1] += e.get("dur", 0) / 1e3
-    BUSY_BY_NAME.append(per)
-    return total / 1e3, sum(1 for e in ev if e.get("cat") == "kernel")
-
-
-BUSY_BY_NAME = []
+    return total / 1e3, sum(1 for e in ev if e.get("cat") == "kernel"), per
 
 
 def build_model(cfg_path, mode):
@@ -669,9 +665,6 @@ def build_model(cfg_path, mode):
     return model.to(dev(), dtype=torch.float32), cfg
 
 
-KERNEL_ROWS = []
-
-
 def e2e(runs, cfg_dir, out):
     try:
         import transformers as tf
@@ -680,13 +673,14 @@ def e2e(runs, cfg_dir, out):
         log(f"e2e: transformers unavailable: {e}")
         return
     torch.backends.cuda.matmul.allow_tf32 = False
-    rows = []
+    rows, kernel_rows = [], []
     for r in runs:
         if out_of_time(20):
             log("e2e: out of time")
             break
         row = {"model": r["model"], "mode": r["mode"], "seq": r["seq"], "batch": r["batch"]}
         model = opt = None
+        per = {}  # the profiled iteration's kernels by name: calls and GPU ms
         try:
             seq = r["seq"] if not ARGS.cpu else 32
             model, cfg = build_model(os.path.join(cfg_dir, r["model"] + ".json"), r["mode"])
@@ -705,7 +699,7 @@ def e2e(runs, cfg_dir, out):
                             res.append(ms)
                         if out_of_time(5):
                             break
-                    row["kernel_ms"], row["kernels"] = busy_ms(lambda: model(input_ids=ids), out)
+                    row["kernel_ms"], row["kernels"], per = busy_ms(lambda: model(input_ids=ids), out)
                 row.update(latency_ms=statistics.median(res), fw_ms=statistics.median(res), bw_ms=0, step_ms=0,
                            iters=len(res))
             else:
@@ -738,7 +732,7 @@ def e2e(runs, cfg_dir, out):
                     model(input_ids=ids, **kw).loss.backward()
                     opt.step()
                     opt.zero_grad(set_to_none=True)
-                row["kernel_ms"], row["kernels"] = busy_ms(one_step, out)
+                row["kernel_ms"], row["kernels"], per = busy_ms(one_step, out)
                 row.update(fw_ms=statistics.median(fw), bw_ms=statistics.median(bw), step_ms=statistics.median(st),
                            iters=len(fw))
                 row["latency_ms"] = row["fw_ms"] + row["bw_ms"] + row["step_ms"]
@@ -755,11 +749,10 @@ def e2e(runs, cfg_dir, out):
             free()
         rows.append(row)
         write_csv(os.path.join(out, "e2e.csv"), E2E_COLS, rows)
-        if BUSY_BY_NAME:  # the profiled iteration's kernels by name: calls and GPU ms
-            per = BUSY_BY_NAME.pop()
+        if per:
             run = f"{r['model']}-{r['mode']}-{r['seq']}-{r['batch']}"
-            KERNEL_ROWS.extend({"run": run, "kernel": k, "calls": v[0], "ms": v[1]} for k, v in per.items())
-            write_csv(os.path.join(out, "e2e_kernels.csv"), ["run", "kernel", "calls", "ms"], KERNEL_ROWS)
+            kernel_rows.extend({"run": run, "kernel": k, "calls": v[0], "ms": v[1]} for k, v in per.items())
+            write_csv(os.path.join(out, "e2e_kernels.csv"), ["run", "kernel", "calls", "ms"], kernel_rows)
 
 
 def main():
