@@ -96,11 +96,7 @@ void matmul_like(LowerCtx& c, const std::string& op_hint, int a_in, int b_in) {
   } else {
     s = {batch, m, n, k};
     if (op.empty()) op = batch > 1 ? "bmm" : "linear";
-    // A batched GEMM of one: the libraries run it as a single GEMM (cuBLAS's strided batched
-    // call with batch count 1 picks its single-GEMM kernels: the A100's batch-1 BMM rows of
-    // neusight-data ran ampere_sgemm_32x32_sliced / 128x32 / 32x128, as its linear rows, never
-    // the 128x128 of its batched rows).
-    s.batched = op == "bmm" && batch > 1;
+    s.batched = gemm_runs_batched(op, batch);
     if (a_batch == 1 && batch > 1) note = "A broadcast over the batch";
   }
   // torch.matmul of 4-D or higher operands folds the batch dims into one for bmm with a

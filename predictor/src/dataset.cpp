@@ -94,8 +94,7 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
   if (op_name == "linear" || op_name == "bmm") {
     k.cls = KernelClass::gemm;
     const int64_t B = col_int(c, "B"), M = col_int(c, "M"), N = col_int(c, "N"), K = col_int(c, "K");
-    // A bmm row of batch 1 runs as a single GEMM (lowering.h GemmShape::batched).
-    k.gemm = {op_name == "linear" ? 1 : B, M, K, N, op_name == "bmm" && B > 1};
+    k.gemm = {op_name == "linear" ? 1 : B, M, K, N, gemm_runs_batched(op_name, B)};
     const Work w = work_of_gemm(k.gemm, eb);
     k.flops = w.flops;
     k.bytes = w.bytes;

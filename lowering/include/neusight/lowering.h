@@ -50,8 +50,14 @@ const char* fusion_name(Fusion f);
 struct GemmShape {
   int64_t batch = 1;
   int64_t m = 0, n = 0, k = 0;
-  bool batched = false;  // runs as a batched GEMM (torch.bmm, cuBLAS strided batched); never at batch 1
+  bool batched = false;  // runs as a batched GEMM (torch.bmm, cuBLAS strided batched): gemm_runs_batched
 };
+// Whether a GEMM the framework calls as `op` ("bmm", "linear") over `batch` products runs as a
+// strided batched GEMM: a bmm of more than one. A batched GEMM of one runs as a single GEMM
+// (cuBLAS's strided batched call with batch count 1 picks its single-GEMM kernels: the A100's
+// batch-1 BMM rows of neusight-data ran ampere_sgemm_32x32_sliced / 128x32 / 32x128, as its
+// linear rows, never the 128x128 of its batched rows).
+inline bool gemm_runs_batched(const std::string& op, int64_t batch) { return op == "bmm" && batch > 1; }
 
 // DRAM traffic that depends on the GPU's L2 (tiling.h, on_gpu). `bytes` reads each element
 // of an operand once; an operand element used again later - broadcast over an output dim,
