@@ -161,7 +161,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   PrecisionOptions precision{options.timing};
   if (options.host_dispatch_us != 0) {
     if (!(options.host_dispatch_us > 0) || !std::isfinite(options.host_dispatch_us) || options.host_dispatch_us > 1e5)
-      throw InputError("host dispatch: expected a positive time in microseconds (at most 100000)");
+      throw InputError("--host-dispatch-us: expected a positive time in microseconds (at most 100000)");
     if (options.timing != Timing::device)
       throw InputError("--host-dispatch-us applies to device timing (--timing device), not " +
                        std::string(timing_name(options.timing)) + " timing");
