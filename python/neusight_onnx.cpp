@@ -612,7 +612,8 @@ void find_data_dir() {
 // The analysis keyword arguments every model-predicting function takes.
 AnalysisArgs analysis_args(py::object batch, py::object seq, py::object dims, py::object shapes, py::object mode,
                            py::object dtype, py::object fusion, py::object timing, py::object parallel,
-                           py::object link_bw, py::object predictor, py::object weights) {
+                           py::object link_bw, py::object predictor, py::object weights, py::object attention,
+                           py::object host_dispatch_us) {
   AnalysisArgs a;
   a.batch = std::move(batch);
   a.seq = std::move(seq);
@@ -626,6 +627,8 @@ AnalysisArgs analysis_args(py::object batch, py::object seq, py::object dims, py
   a.link_bw = std::move(link_bw);
   a.predictor = std::move(predictor);
   a.weights = std::move(weights);
+  a.attention = std::move(attention);
+  a.host_dispatch_us = std::move(host_dispatch_us);
   return a;
 }
 
@@ -672,9 +675,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
          py::object host_dispatch_us) {
         AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
-                                       predictor, weights);
-        a.attention = std::move(attention);
-        a.host_dispatch_us = std::move(host_dispatch_us);
+                                       predictor, weights, attention, host_dispatch_us);
         return analyze(model, gpu, a);
       },
       "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none, "mode"_a = "inference",
@@ -694,9 +695,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
-                                       predictor, weights);
-        a.attention = std::move(attention);
-        a.host_dispatch_us = std::move(host_dispatch_us);
+                                       predictor, weights, attention, host_dispatch_us);
         return from_config(config, gpu, a);
       },
       "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
@@ -710,9 +709,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
-                                       py::none(), predictor, weights);
-        a.attention = std::move(attention);
-        a.host_dispatch_us = std::move(host_dispatch_us);
+                                       py::none(), predictor, weights, attention, host_dispatch_us);
         return compare(models, gpu, a, top, labels);
       },
       "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
@@ -731,10 +728,8 @@ PYBIND11_MODULE(neusight_onnx, m) {
         if (!tpot_slo.is_none() && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError("tpot_slo chooses the batch; give it without batch");
         AnalysisArgs a = analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
-                                       timing, parallel, link_bw, predictor, weights);
+                                       timing, parallel, link_bw, predictor, weights, attention, host_dispatch_us);
         a.kv_dtype = std::move(kv_dtype);
-        a.attention = std::move(attention);
-        a.host_dispatch_us = std::move(host_dispatch_us);
         return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,

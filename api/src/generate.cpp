@@ -399,13 +399,17 @@ void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& optio
   const bool flash = std::any_of(step_kernels.begin(), step_kernels.end(),
                                  [](const Kernel& k) { return k.op == "flash_decode" || k.op == "flash_attention"; });
   const std::string elementwise = options.fusion == Fusion::full ? "fused kernels" : "unfused kernels";
-  g.execution = timing + ", " +
-                (flash ? "FlashAttention, " + elementwise + " (--fusion " + fusion_name(options.fusion) +
-                             (options.attention == Attention::fused ? ", --attention fused)" : ")")
-                 : options.fusion == Fusion::full && options.attention != Attention::unfused
-                     ? std::string("fused kernels; attention not as FlashAttention, which runs 16-bit (--fusion full)")
-                     : "unfused attention, " + elementwise + " (--fusion " + fusion_name(options.fusion) +
-                           (options.attention == Attention::unfused ? ", --attention unfused)" : ")"));
+  // The flags that chose it: --fusion, and --attention where it was given.
+  std::string flags = std::string(" (--fusion ") + fusion_name(options.fusion);
+  if (options.attention == Attention::fused) flags += ", --attention fused";
+  if (options.attention == Attention::unfused) flags += ", --attention unfused";
+  flags += ")";
+  if (flash)
+    g.execution = timing + ", FlashAttention, " + elementwise + flags;
+  else if (options.fusion == Fusion::full && options.attention != Attention::unfused)
+    g.execution = timing + ", fused kernels; attention not as FlashAttention, which runs 16-bit (--fusion full)";
+  else
+    g.execution = timing + ", unfused attention, " + elementwise + flags;
   if (g.tp > 1) {
     const Link link = link_for(gpu, options.parallel.link_gbps, g.tp);
     char buf[160];
