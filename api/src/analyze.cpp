@@ -1,6 +1,7 @@
 // analyze.cpp - wires the stages: frontend -> shapes -> lowering -> tiling -> predictor -> report.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 #include <tuple>
@@ -60,6 +61,59 @@ std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels,
     out.push_back(gpu.name + " has no " + wanted + " matrix units: " + wanted + " GEMMs are predicted as " + math +
                   " with " + stored + " operands");
   }
+  return out;
+}
+
+// One note for the library GEMMs on NVIDIA tensor cores whose operands or output have a row
+// that is not a multiple of 16 bytes (a 197-token attention product or a 50257-word LM head in
+// 16-bit), where they take at least 1% of the predicted time: the libraries cannot load them
+// with 16-byte vectors (nor, on Hopper and newer, with TMA, whose strides must be multiples of
+// 16 bytes) and run them on narrow-load kernels (cuBLAS's sm80 `align2` CUTLASS kernels on an
+// H200) that no data here describes. The prediction is the aligned kernel's; the note counts
+// them, gives their share of the time and names the longest. FlashAttention loads its own rows
+// (head_dim wide) and is not one.
+std::vector<std::string> misaligned_gemm_notes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
+                                               const Gpu& gpu, const Graph& g) {
+  int64_t count = 0;
+  double ms = 0, total_ms = 0, longest_ms = -1;
+  std::string longest;
+  for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
+    const Kernel& k = kernels[i];
+    total_ms += preds[i].latency_ms;
+    if (k.cls != KernelClass::gemm || !is_float(k.dtype) || k.op == "flash_attention" || k.op == "flash_decode")
+      continue;
+    const std::string math = math_precision(k, gpu);
+    if (math.size() < 7 || math.compare(math.size() - 7, 7, "-tensor") != 0) continue;
+    // TF32 math reads FP32 operands; the others their own element size.
+    const DType stored = k.dtype == DType::tf32 ? DType::f32 : k.dtype;
+    const double eb = element_bytes(stored);
+    const int64_t lda = k.trans_a ? k.gemm.m : k.gemm.k, ldb = k.trans_b ? k.gemm.k : k.gemm.n;
+    auto aligned = [&](int64_t ld) { return std::fmod(double(ld) * eb, 16.0) == 0.0; };
+    if (aligned(lda) && aligned(ldb) && aligned(k.gemm.n)) continue;
+    ms += preds[i].latency_ms;
+    ++count;
+    if (!(preds[i].latency_ms > longest_ms)) continue;
+    longest_ms = preds[i].latency_ms;
+    const std::string node = k.node >= 0 && size_t(k.node) < g.nodes.size() ? g.nodes[size_t(k.node)].name + ": " : "";
+    longest = " (the longest: " + node + std::to_string(k.gemm.m) + "x" + std::to_string(k.gemm.k) + " by " +
+            std::to_string(k.gemm.k) + "x" + std::to_string(k.gemm.n) + " in " + dtype_name(stored) +
+            ": a multiple of " + std::to_string(int(16 / eb)) + " elements is aligned)";
+  }
+  if (count == 0 || !(ms >= 0.01 * total_ms)) return {};
+  char share[32];
+  std::snprintf(share, sizeof share, "%.0f%%", 100.0 * ms / total_ms);
+  return {std::to_string(count) + " tensor-core GEMM" + (count > 1 ? "s" : "") + ", " + share +
+          " of the predicted time, " + (count > 1 ? "have" : "has") +
+          " an operand or output row that is not a multiple of 16 bytes" + longest +
+          ": libraries run such GEMMs on narrow-load kernels, slower than the aligned kernels predicted here "
+          "(docs/ACCURACY.md, \"Measured on an H200\")"};
+}
+
+// The notes on how the GEMMs' math runs: dtypes without matrix units, unaligned rows.
+std::vector<std::string> gemm_math_notes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
+                                         const Gpu& gpu, const Graph& g) {
+  std::vector<std::string> out = math_fallback_notes(kernels, gpu);
+  for (auto& n : misaligned_gemm_notes(kernels, preds, gpu, g)) out.push_back(std::move(n));
   return out;
 }
 
@@ -214,7 +268,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
   if (std::any_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::gemm; }))
     for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
-  for (const auto& w : math_fallback_notes(kernels, gpu)) r.warnings.push_back(w);
+  for (const auto& w : gemm_math_notes(kernels, preds, gpu, a.graph)) r.warnings.push_back(w);
   r.unknown_ops.assign(unknown.begin(), unknown.end());
   if (!r.unknown_ops.empty()) {
     std::string list;

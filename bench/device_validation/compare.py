@@ -97,6 +97,16 @@ def kernel_table(title, groups):
     print()
 
 
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
+
+
+def unaligned(r):
+    """Whether a GEMM row has a dim whose rows are not a multiple of 16 bytes (every dim of a
+    batched product is some operand's or the output's row length in one of its layouts)."""
+    eb = ELEMENT_BYTES.get(r.get("dtype", "fp32"), 4)
+    return any(int(r[c]) * eb % 16 for c in "MNK" if r.get(c))
+
+
 def kernels(binary, d, tmp):
     fp32 = read(os.path.join(d, "fp32.csv"))
     cols = list(fp32[0].keys())
@@ -119,6 +129,10 @@ def kernels(binary, d, tmp):
         groups = grouped(binary, lowp, cols, tmp, timing, col, lambda r: f"{r['OPName']} {r['dtype']}")
         what = "CUDA-graph replay (--timing kernel)" if timing == "kernel" else "eager calls (--timing eager)"
         kernel_table(f"Low-precision GEMMs, {what}", dict(sorted(groups.items())))
+    groups = grouped(binary, lowp, cols, tmp, "kernel", "Latency_graph",
+                     lambda r: f"{r['OPName']} {r['dtype']} {'unaligned' if unaligned(r) else 'aligned'}")
+    kernel_table("Low-precision GEMMs by row alignment (unaligned: a dim of M, N, K not a multiple of 16 bytes; "
+                 "the CLI warns), CUDA-graph replay", dict(sorted(groups.items())))
     decode(binary, d, tmp)
 
 

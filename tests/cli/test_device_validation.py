@@ -31,11 +31,14 @@ class DeviceValidation(unittest.TestCase):
                     self.assertTrue(0.2 < ratio < 5.0, line)
         fp32 = [k for k in counts if k[0].startswith("FP32 kernels")]
         # 784 FP32 kernels in five classes, under both timings; 450 tensor-core GEMMs in six
-        # groups under both timings; 264 decode GEMMs in six groups under three timings.
+        # groups under both timings and again by row alignment (graph replay); 264 decode GEMMs
+        # in six groups under three timings.
         self.assertEqual(sum(counts[k] for k in fp32), 2 * 784)
         self.assertEqual(len(fp32), 10)
         lowp = [k for k in counts if k[0].startswith("Low-precision")]
-        self.assertEqual(sum(counts[k] for k in lowp), 2 * 450)
+        self.assertEqual(sum(counts[k] for k in lowp), 3 * 450)
+        aligned = {k[1]: counts[k] for k in lowp if "alignment" in k[0]}
+        self.assertEqual(aligned["bmm bf16 unaligned"], 13)
         decode = [k for k in counts if k[0].startswith("Decode")]
         self.assertEqual(sum(counts[k] for k in decode), 3 * 264)
         self.assertIn("end to end: skipped", p.stdout)

@@ -115,6 +115,41 @@ class DtypeFlag(unittest.TestCase):
         code, out, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--dtype", "fp8", "--quiet")
         self.assertNotIn("matrix units", err)
 
+    def test_a_tensor_core_gemm_with_unaligned_rows_is_said_once(self):
+        # Attention scores of 197 tokens in FP16: rows of 394 bytes, not a multiple of 16. The
+        # libraries run such products on narrow-load kernels; the report says so, with their
+        # share of the time and the longest. 200 tokens (400 bytes) are aligned; FP32 on the
+        # CUDA cores never concerns it.
+        def attention(path, tokens, elem):
+            g = helper.make_graph(
+                [helper.make_node("MatMul", ["q", "k"], ["s"], name="attn/qk"),
+                 helper.make_node("MatMul", ["s", "v"], ["o"], name="attn/pv")], "scores",
+                [helper.make_tensor_value_info("q", elem, [8, 12, tokens, 64]),
+                 helper.make_tensor_value_info("k", elem, [8, 12, 64, tokens]),
+                 helper.make_tensor_value_info("v", elem, [8, 12, tokens, 64])],
+                [helper.make_tensor_value_info("o", elem, [8, 12, tokens, 64])])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            m.ir_version = 8
+            onnx.save(m, path)
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "scores.onnx")
+            attention(path, 197, TensorProto.FLOAT16)
+            for gpu in ("h100", "a100-80gb", "b200"):
+                r = run_json(path, "--gpu", gpu)
+                notes = [w for w in r["warnings"] if "not a multiple of 16 bytes" in w]
+                self.assertEqual(len(notes), 1, r["warnings"])
+                self.assertIn("2 tensor-core GEMMs, 100% of the predicted time, have", notes[0])
+                self.assertRegex(notes[0], r"the longest: attn/(qk: 197x64 by 64x197|pv: 197x197 by 197x64) "
+                                           r"in fp16: a multiple of 8 elements")
+            # No matrix units for FP16 on the P100: nothing to say.
+            r = run_json(path, "--gpu", "p100")
+            self.assertFalse([w for w in r["warnings"] if "16 bytes" in w], r["warnings"])
+            for tokens, elem in ((200, TensorProto.FLOAT16), (197, TensorProto.FLOAT)):
+                attention(path, tokens, elem)
+                r = run_json(path, "--gpu", "h100")
+                self.assertFalse([w for w in r["warnings"] if "16 bytes" in w], (tokens, r["warnings"]))
+
     def test_a_gpu_file_with_a_database_entry_gives_its_matrix_units(self):
         # A GPU the database lacks, described as `gpus --json` prints an entry: its BF16 peak
         # reaches the GEMMs (a device JSON has no field for it: BF16 would run on CUDA cores).
