@@ -28,6 +28,7 @@ std::string node_doc(const NodeReport& n) {
        << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
        << " waves=" << k.tiling.waves << " bound=" << k.prediction.bound()
        << " util=" << sig(100 * k.prediction.utilization) << "%" << (k.prediction.extrapolated ? " extrapolated" : "");
+    if (!k.kernel.note.empty()) os << " (" << k.kernel.note << ")";
   }
   return os.str();
 }

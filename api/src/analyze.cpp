@@ -64,14 +64,28 @@ std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels,
   return out;
 }
 
-// One note for the library GEMMs on NVIDIA tensor cores whose operands or output have a row
-// that is not a multiple of 16 bytes (a 197-token attention product or a 50257-word LM head in
-// 16-bit), where they take at least 1% of the predicted time: the libraries cannot load them
-// with 16-byte vectors (nor, on Hopper and newer, with TMA, whose strides must be multiples of
-// 16 bytes) and run them on narrow-load kernels (cuBLAS's sm80 `align2` CUTLASS kernels on an
-// H200) that no data here describes. The prediction is the aligned kernel's; the note counts
-// them, gives their share of the time and names the longest. FlashAttention loads its own rows
-// (head_dim wide) and is not one.
+// A library GEMM on NVIDIA tensor cores with an operand or output row that is not a multiple
+// of 16 bytes (a 197-token attention product or a 50257-word LM head in 16-bit): the libraries
+// cannot load it with 16-byte vectors (nor, on Hopper and newer, with TMA, whose strides must
+// be multiples of 16 bytes) and run it on a narrow-load kernel (cuBLAS's sm80 `align2` CUTLASS
+// kernels on an H200) that no data here describes; it is predicted as the aligned kernel.
+// FlashAttention loads its own rows (head_dim wide) and is not one. Sets the element size read.
+bool unaligned_tensor_gemm(const Kernel& k, const Gpu& gpu, DType* stored = nullptr) {
+  if (k.cls != KernelClass::gemm || !is_float(k.dtype) || k.op == "flash_attention" || k.op == "flash_decode")
+    return false;
+  const std::string math = math_precision(k, gpu);
+  if (math.size() < 7 || math.compare(math.size() - 7, 7, "-tensor") != 0) return false;
+  const DType read = k.dtype == DType::tf32 ? DType::f32 : k.dtype;  // TF32 math reads FP32 operands
+  if (stored) *stored = read;
+  const double eb = element_bytes(read);
+  const int64_t lda = k.trans_a ? k.gemm.m : k.gemm.k, ldb = k.trans_b ? k.gemm.k : k.gemm.n;
+  auto aligned = [&](int64_t ld) { return std::fmod(double(ld) * eb, 16.0) == 0.0; };
+  return !(aligned(lda) && aligned(ldb) && aligned(k.gemm.n));
+}
+inline constexpr const char* kUnalignedNote = "rows not a multiple of 16 bytes: a narrow-load kernel, priced aligned";
+
+// One note for the unaligned tensor-core GEMMs where they take at least 1% of the predicted
+// time: how many, their share of it and the longest.
 std::vector<std::string> misaligned_gemm_notes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
                                                const Gpu& gpu, const Graph& g) {
   int64_t count = 0;
@@ -80,24 +94,16 @@ std::vector<std::string> misaligned_gemm_notes(const std::vector<Kernel>& kernel
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
     const Kernel& k = kernels[i];
     total_ms += preds[i].latency_ms;
-    if (k.cls != KernelClass::gemm || !is_float(k.dtype) || k.op == "flash_attention" || k.op == "flash_decode")
-      continue;
-    const std::string math = math_precision(k, gpu);
-    if (math.size() < 7 || math.compare(math.size() - 7, 7, "-tensor") != 0) continue;
-    // TF32 math reads FP32 operands; the others their own element size.
-    const DType stored = k.dtype == DType::tf32 ? DType::f32 : k.dtype;
-    const double eb = element_bytes(stored);
-    const int64_t lda = k.trans_a ? k.gemm.m : k.gemm.k, ldb = k.trans_b ? k.gemm.k : k.gemm.n;
-    auto aligned = [&](int64_t ld) { return std::fmod(double(ld) * eb, 16.0) == 0.0; };
-    if (aligned(lda) && aligned(ldb) && aligned(k.gemm.n)) continue;
+    DType stored = k.dtype;
+    if (!unaligned_tensor_gemm(k, gpu, &stored)) continue;
     ms += preds[i].latency_ms;
     ++count;
     if (!(preds[i].latency_ms > longest_ms)) continue;
     longest_ms = preds[i].latency_ms;
     const std::string node = k.node >= 0 && size_t(k.node) < g.nodes.size() ? g.nodes[size_t(k.node)].name + ": " : "";
     longest = " (the longest: " + node + std::to_string(k.gemm.m) + "x" + std::to_string(k.gemm.k) + " by " +
-            std::to_string(k.gemm.k) + "x" + std::to_string(k.gemm.n) + " in " + dtype_name(stored) +
-            ": a multiple of " + std::to_string(int(16 / eb)) + " elements is aligned)";
+              std::to_string(k.gemm.k) + "x" + std::to_string(k.gemm.n) + " in " + dtype_name(stored) +
+              ": a multiple of " + std::to_string(int(16 / element_bytes(stored))) + " elements is aligned)";
   }
   if (count == 0 || !(ms >= 0.01 * total_ms)) return {};
   char share[32];
@@ -211,20 +217,25 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   return a;
 }
 
-Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
+// The predictor's options: the timing, and a user's host dispatch (--host-dispatch-us) scaling
+// the dispatch and its interval bounds. Throws InputError for a bad value or another timing.
+PrecisionOptions precision_options(const Options& options) {
   PrecisionOptions precision{options.timing};
-  if (options.host_dispatch_us != 0) {
-    if (!(options.host_dispatch_us > 0) || !std::isfinite(options.host_dispatch_us) || options.host_dispatch_us > 1e5)
-      throw InputError("--host-dispatch-us: expected a positive time in microseconds (at most 100000)");
-    if (options.timing != Timing::device)
-      throw InputError("--host-dispatch-us applies to device timing (--timing device), not " +
-                       std::string(timing_name(options.timing)) + " timing");
-    const double scale = options.host_dispatch_us * 1e-3 / kHostDispatchMs;
-    precision.host_dispatch_ms *= scale;
-    precision.host_dispatch_low_ms *= scale;
-    precision.host_dispatch_high_ms *= scale;
-  }
-  std::unique_ptr<Predictor> predictor = make_predictor(options.predictor, options.weights_dir, precision);
+  if (options.host_dispatch_us == 0) return precision;
+  if (!(options.host_dispatch_us > 0) || !std::isfinite(options.host_dispatch_us) || options.host_dispatch_us > 1e5)
+    throw InputError("--host-dispatch-us: expected a positive time in microseconds (at most 100000)");
+  if (options.timing != Timing::device)
+    throw InputError("--host-dispatch-us applies to device timing (--timing device), not " +
+                     std::string(timing_name(options.timing)) + " timing");
+  const double scale = options.host_dispatch_us * 1e-3 / kHostDispatchMs;
+  precision.host_dispatch_ms *= scale;
+  precision.host_dispatch_low_ms *= scale;
+  precision.host_dispatch_high_ms *= scale;
+  return precision;
+}
+
+Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
+  std::unique_ptr<Predictor> predictor = make_predictor(options.predictor, options.weights_dir, precision_options(options));
   // The kernels' memory traffic on this GPU (tiling.h on_gpu): a copy only when some
   // operand's reused data does not fit in this GPU's L2.
   std::vector<Kernel> adjusted;
@@ -296,6 +307,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   }
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelReport kr{kernels[i], tilings[i], preds[i]};
+    if (unaligned_tensor_gemm(kr.kernel, gpu)) kr.kernel.note += (kr.kernel.note.empty() ? "" : "; ") + std::string(kUnalignedNote);
     if (kernels[i].node >= 0 && static_cast<size_t>(kernels[i].node) < r.nodes.size())
       r.nodes[static_cast<size_t>(kernels[i].node)].kernels.push_back(std::move(kr));
     else

@@ -142,6 +142,13 @@ class DtypeFlag(unittest.TestCase):
                 self.assertIn("2 tensor-core GEMMs, 100% of the predicted time, have", notes[0])
                 self.assertRegex(notes[0], r"the longest: attn/(qk: 197x64 by 64x197|pv: 197x197 by 197x64) "
                                            r"in fp16: a multiple of 8 elements")
+                # Each such kernel says it too (JSON, and the annotated model's node text).
+                self.assertTrue(all("narrow-load kernel" in k.get("note", "") for k in kernels(r)), kernels(r))
+            annotated = os.path.join(d, "annotated.onnx")
+            code, out, err = run(path, "--gpu", "h100", "--out", annotated, "--quiet")
+            self.assertEqual(code, 0, err)
+            docs = [n.doc_string for n in onnx.load(annotated).graph.node]
+            self.assertTrue(docs and all("narrow-load kernel, priced aligned" in doc for doc in docs), docs)
             # No matrix units for FP16 on the P100: nothing to say.
             r = run_json(path, "--gpu", "p100")
             self.assertFalse([w for w in r["warnings"] if "16 bytes" in w], r["warnings"])
@@ -149,6 +156,7 @@ class DtypeFlag(unittest.TestCase):
                 attention(path, tokens, elem)
                 r = run_json(path, "--gpu", "h100")
                 self.assertFalse([w for w in r["warnings"] if "16 bytes" in w], (tokens, r["warnings"]))
+                self.assertFalse([k for k in kernels(r) if "narrow-load" in k.get("note", "")])
 
     def test_a_gpu_file_with_a_database_entry_gives_its_matrix_units(self):
         # A GPU the database lacks, described as `gpus --json` prints an entry: its BF16 peak
