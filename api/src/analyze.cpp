@@ -73,14 +73,16 @@ std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels,
 bool unaligned_tensor_gemm(const Kernel& k, const Gpu& gpu, DType* stored = nullptr) {
   if (k.cls != KernelClass::gemm || !is_float(k.dtype) || k.op == "flash_attention" || k.op == "flash_decode")
     return false;
-  const std::string math = math_precision(k, gpu);
-  if (math.size() < 7 || math.compare(math.size() - 7, 7, "-tensor") != 0) return false;
   const DType read = k.dtype == DType::tf32 ? DType::f32 : k.dtype;  // TF32 math reads FP32 operands
-  if (stored) *stored = read;
   const double eb = element_bytes(read);
   const int64_t lda = k.trans_a ? k.gemm.m : k.gemm.k, ldb = k.trans_b ? k.gemm.k : k.gemm.n;
   auto aligned = [&](int64_t ld) { return std::fmod(double(ld) * eb, 16.0) == 0.0; };
-  return !(aligned(lda) && aligned(ldb) && aligned(k.gemm.n));
+  if (aligned(lda) && aligned(ldb) && aligned(k.gemm.n)) return false;
+  // The math path last: the rows of most GEMMs are aligned.
+  const std::string math = math_precision(k, gpu);
+  if (math.size() < 7 || math.compare(math.size() - 7, 7, "-tensor") != 0) return false;
+  if (stored) *stored = read;
+  return true;
 }
 inline constexpr const char* kUnalignedNote = "rows not a multiple of 16 bytes: a narrow-load kernel, priced aligned";
 
