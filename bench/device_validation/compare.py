@@ -107,6 +107,28 @@ def unaligned(r):
     return any(int(r[c]) * eb % 16 for c in "MNK" if r.get(c))
 
 
+def align(binary, d, tmp):
+    """The row-alignment sweep (align.csv): 16-bit attention products and LM heads with rows that
+    are, or are not, multiples of 16 bytes, and small aligned GEMMs (n^3), against graph replay
+    and against the profiler's kernel durations."""
+    path = os.path.join(d, "align.csv")
+    if not os.path.exists(path):
+        return
+    rows = read(path)
+    cols = list(rows[0].keys())
+
+    def key(r):
+        if r["OPName"] == "linear" and r["M"] == r["N"] == r["K"]:
+            return f"linear {r['dtype']} {r['M']}^3"
+        return f"{r['OPName']} {r['dtype']} {'unaligned' if unaligned(r) else 'aligned'}"
+
+    for col, what in (("Latency_graph", "CUDA-graph replay"), ("Latency_kernel", "the profiler's kernel durations")):
+        groups = grouped(binary, rows, cols, tmp, "kernel", col, key)
+        if groups:
+            kernel_table(f"Row-alignment sweep (align.csv), --timing kernel against {what}",
+                         dict(sorted(groups.items())))
+
+
 def kernels(binary, d, tmp):
     fp32 = read(os.path.join(d, "fp32.csv"))
     cols = list(fp32[0].keys())
@@ -133,6 +155,7 @@ def kernels(binary, d, tmp):
                      lambda r: f"{r['OPName']} {r['dtype']} {'unaligned' if unaligned(r) else 'aligned'}")
     kernel_table("Low-precision GEMMs by row alignment (unaligned: a dim of M, N, K not a multiple of 16 bytes; "
                  "the CLI warns), CUDA-graph replay", dict(sorted(groups.items())))
+    align(binary, d, tmp)
     decode(binary, d, tmp)
 
 

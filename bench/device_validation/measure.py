@@ -15,6 +15,11 @@ prepare.py wrote (DIR/shapes.json, DIR/runs.json, DIR/configs/) and writes into 
                   grid and block read by the profiler
   lowp.csv        GEMMs in tf32, bf16, fp16 and fp8 (dtype column); Latency = eager time,
                   Latency_graph = the same calls replayed from a CUDA graph (the GPU's time)
+  align.csv       16-bit GEMMs whose rows are, or are not, multiples of 16 bytes: attention
+                  products of 192-577 tokens (ViT's 197 and 577 beside 192, 200, 256, 576) and
+                  LM heads of 50257 / 50304 and 1000 / 1008 words; Latency = eager time,
+                  Latency_graph = graph replay, Latency_kernel = the profiler's duration of the
+                  call's kernels (small aligned GEMMs too: the fixed time of a GEMM kernel)
   decode.csv      few-token GEMMs (1-128 tokens) through LLM projection weights in bf16, fp16
                   and fp8: eager, graph replay on one weight, and graph replay rotating through
                   weight copies that exceed the L2 (Latency_cold: each call streams its weight)
@@ -284,8 +289,9 @@ def trace_events(prof, path):
 
 
 def kernel_names(items, path):
-    """Library kernel name, grid and block of each item's last kernel, from one profiler trace.
-    items: (key, fn). Returns {key: (name, grid, block)}."""
+    """Library kernel name, grid and block of each item's last kernel, and the summed duration of
+    its kernels (ms), from one profiler trace. items: (key, fn). Returns {key: (name, grid,
+    block, ms)}."""
     if ARGS.cpu:
         return {}
     from torch.profiler import ProfilerActivity, profile, record_function
@@ -301,7 +307,7 @@ def kernel_names(items, path):
     for e in ev:
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {}):
             launch[e["args"]["correlation"]] = e["ts"]
-    res = {}
+    res, dur = {}, {}
     for e in sorted((e for e in ev if e.get("cat") == "kernel"), key=lambda e: e["ts"]):
         ts = launch.get(e.get("args", {}).get("correlation"))
         if ts is None:
@@ -309,7 +315,8 @@ def kernel_names(items, path):
         for a, b, key in ann:
             if a <= ts <= b:
                 args = e.get("args", {})
-                res[key] = (e["name"], args.get("grid", [0, 0, 0]), args.get("block", [0, 0, 0]))
+                dur[key] = dur.get(key, 0.0) + e.get("dur", 0) / 1e3
+                res[key] = (e["name"], args.get("grid", [0, 0, 0]), args.get("block", [0, 0, 0]), dur[key])
                 break
     return res
 
@@ -370,9 +377,10 @@ def attach_names(rows, fns, out):
     except Exception as e:  # noqa: BLE001 - names are extra; the timings stand without them
         log(f"profiler: {type(e).__name__}: {e}")
         return
-    for key, (name, grid, block) in names.items():
+    for key, (name, grid, block, ms) in names.items():
         r = rows[int(key)]
         r["Kernel Name"] = name
+        r["Latency_kernel"] = ms
         r["Grid x"], r["Grid y"], r["Grid z"] = (list(grid) + [1, 1, 1])[:3]
         r["Block x"], r["Block y"], r["Block z"] = (list(block) + [1, 1, 1])[:3]
 
@@ -427,6 +435,56 @@ def lowp_kernels(shapes, out):
     torch.backends.cuda.matmul.allow_tf32 = False
     write_csv(os.path.join(out, "lowp.csv"), LOWP_COLS, rows)
     log(f"lowp: {len(rows)} GEMMs measured, {fails} failed")
+
+
+# ------------------------------------------------------------------------ row alignment
+# Attention products of T tokens (96 = batch 8 x 12 heads, head_dim 64): Q K^T is bmm [B,T,64]
+# x [B,64,T], P V is bmm [B,T,T] x [B,T,64]; in 16-bit a row of T elements is a multiple of
+# 16 bytes when T is a multiple of 8. LM heads: 1024 tokens through a 1280-wide weight of 50257
+# (GPT-2) or 50304 words, 2048-wide of 1000 or 1008. Small aligned single GEMMs (256-1024 cubed)
+# give a GEMM kernel's fixed time as the profiler's kernel duration.
+ALIGN_TOKENS = [192, 196, 197, 200, 256, 576, 577]
+ALIGN_COLS = LOWP_COLS[:3] + ["Latency_kernel"] + LOWP_COLS[3:]
+
+
+def align_items():
+    items = []
+    for dtype in ("bf16", "fp16"):
+        for t in ALIGN_TOKENS:
+            items += [("bmm", dtype, (96, t, 64, t)), ("bmm", dtype, (96, t, t, 64))]
+        items += [("linear", dtype, (1, 1024, 1280, v)) for v in (50257, 50304)]
+        items += [("linear", dtype, (1, 1024, 2048, v)) for v in (1000, 1008)]
+        items += [("linear", dtype, (1, s, s, s)) for s in (256, 512, 1024)]
+    return items
+
+
+def align_kernels(out):
+    items = align_items()
+    if ARGS.cpu:
+        items = [(op, dt, (min(s[0], 4),) + tuple(min(v, 80) for v in s[1:])) for op, dt, s in items[:10]]
+    rows, fails, names_batch = [], 0, []
+    for i, (op, dtype, (b, m, n, k)) in enumerate(items):
+        if out_of_time(ARGS.reserve):
+            log(f"align: out of time after {i} of {len(items)}")
+            break
+        try:
+            fn = make_gemm(op, b, m, n, k, dtype)
+            ms, reps = time_eager(fn)
+            g = time_graph(fn, min(reps, 50))
+            rows.append({"OPName": op, "Latency": ms, "Latency_graph": g, "Device": device_name(), "dtype": dtype,
+                         "B": b, "M": m, "N": n, "K": k})
+            names_batch.append((str(len(rows) - 1), fn))
+            if len(names_batch) >= 16:
+                attach_names(rows, names_batch, out)
+                names_batch = []
+        except Exception as e:  # noqa: BLE001
+            fails += 1
+            log(f"align {op} {dtype} {(b, m, n, k)}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            free()
+    if names_batch:
+        attach_names(rows, names_batch, out)
+    write_csv(os.path.join(out, "align.csv"), ALIGN_COLS, rows)
+    log(f"align: {len(rows)} GEMMs measured, {fails} failed")
 
 
 # ------------------------------------------------------------------------------ decode GEMMs
@@ -763,7 +821,7 @@ def main():
     ap.add_argument("--deadline", type=float, default=400.0, help="seconds after which nothing new starts")
     ap.add_argument("--reserve", type=float, default=200.0, help="seconds kept for the end-to-end runs")
     ap.add_argument("--iters", type=int, default=3, help="timed iterations per end-to-end run")
-    ap.add_argument("--sections", default="facts,fp32,lowp,decode,host,e2e,llm")
+    ap.add_argument("--sections", default="facts,fp32,lowp,align,decode,host,e2e,llm")
     ap.add_argument("--limit", type=int, default=0, help="at most this many FP32 kernels (0: all)")
     ap.add_argument("--runs", default="", help="only end-to-end runs whose model-mode contains this")
     ap.add_argument("--cpu", action="store_true")
@@ -779,7 +837,8 @@ def main():
     torch.manual_seed(0)
     sections = ARGS.sections.split(",")
     steps = [("facts", lambda: facts(ARGS.out)), ("fp32", lambda: fp32_kernels(shapes, ARGS.out, ARGS.limit)),
-             ("lowp", lambda: lowp_kernels(shapes, ARGS.out)), ("decode", lambda: decode_gemms(ARGS.out)),
+             ("lowp", lambda: lowp_kernels(shapes, ARGS.out)), ("align", lambda: align_kernels(ARGS.out)),
+             ("decode", lambda: decode_gemms(ARGS.out)),
              ("host", lambda: host(ARGS.out)),
              ("e2e", lambda: e2e(runs, os.path.join(ARGS.inp, "configs"), ARGS.out)),
              ("llm", lambda: llm(os.path.join(ARGS.inp, "configs"), ARGS.out))]
