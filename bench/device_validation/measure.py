@@ -14,7 +14,9 @@ prepare.py wrote (DIR/shapes.json, DIR/runs.json, DIR/configs/) and writes into 
                   without the host's dispatch); GEMM rows also carry the library kernel's name,
                   grid and block read by the profiler
   lowp.csv        GEMMs in tf32, bf16, fp16 and fp8 (dtype column); Latency = eager time,
-                  Latency_graph = the same calls replayed from a CUDA graph (the GPU's time)
+                  Latency_graph = the same calls replayed from a CUDA graph (the GPU's time);
+                  the bf16 and fp8 rows also carry the kernel's name and Latency_kernel, the
+                  profiler's duration of the call's kernels
   align.csv       16-bit GEMMs whose rows are, or are not, multiples of 16 bytes: attention
                   products of 192-577 tokens (ViT's 197 and 577 beside 192, 200, 256, 576) and
                   LM heads of 50257 / 50304 and 1000 / 1008 words; Latency = eager time,
@@ -395,46 +397,53 @@ def write_csv(path, cols, rows):
 
 
 # -------------------------------------------------------------------- low-precision GEMMs
-LOWP_COLS = ["OPName", "Latency", "Latency_graph", "Device", "dtype", "Kernel Name",
+LOWP_COLS = ["OPName", "Latency", "Latency_graph", "Latency_kernel", "Device", "dtype", "Kernel Name",
              "Grid x", "Grid y", "Grid z", "B", "M", "N", "K"]
 
 
-def lowp_kernels(shapes, out):
-    rows, fails = [], 0
-    items = []
-    for dtype in ("bf16", "fp16", "tf32", "fp8"):
-        items += [("linear", dtype, s) for s in shapes["lowp"]["linear"]]
-        if dtype in ("bf16", "tf32"):
-            items += [("bmm", dtype, s) for s in shapes["lowp"]["bmm"]]
-    if ARGS.cpu:
-        items = [it for it in items if it[1] != "fp8"][:12]
-    names_batch = []
-    for i, (op, dtype, s) in enumerate(items):
+def time_gemms(section, items, out, named=lambda dtype: True):
+    """Eager and graph-replay times of GEMMs: items of (op, dtype, (B, M, N, K)); the library
+    kernel's name, grid and kernel duration for those whose dtype `named` accepts. One line in
+    the log per failure; the rest go on. Returns the rows (LOWP_COLS)."""
+    rows, fails, names_batch = [], 0, []
+    for i, (op, dtype, (b, m, n, k)) in enumerate(items):
         if out_of_time(ARGS.reserve):
-            log(f"lowp: out of time after {i} of {len(items)}")
+            log(f"{section}: out of time after {i} of {len(items)}")
             break
         try:
             torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-            b, m, n, k = s if not ARGS.cpu else [min(s[0], 4), min(s[1], 64), min(s[2], 64), min(s[3], 64)]
             fn = make_gemm(op, b, m, n, k, dtype)
             ms, reps = time_eager(fn)
             g = time_graph(fn, min(reps, 50))
             rows.append({"OPName": op, "Latency": ms, "Latency_graph": g, "Device": device_name(), "dtype": dtype,
                          "B": b, "M": m, "N": n, "K": k})
-            if dtype in ("bf16", "fp8"):
+            if named(dtype):
                 names_batch.append((str(len(rows) - 1), fn))
                 if len(names_batch) >= 16:
                     attach_names(rows, names_batch, out)
                     names_batch = []
         except Exception as e:  # noqa: BLE001
             fails += 1
-            log(f"lowp {op} {dtype} {s}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
+            log(f"{section} {op} {dtype} {(b, m, n, k)}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
             free()
     if names_batch:
         attach_names(rows, names_batch, out)
     torch.backends.cuda.matmul.allow_tf32 = False
+    log(f"{section}: {len(rows)} GEMMs measured, {fails} failed")
+    return rows
+
+
+def lowp_kernels(shapes, out):
+    items = []
+    for dtype in ("bf16", "fp16", "tf32", "fp8"):
+        items += [("linear", dtype, tuple(s)) for s in shapes["lowp"]["linear"]]
+        if dtype in ("bf16", "tf32"):
+            items += [("bmm", dtype, tuple(s)) for s in shapes["lowp"]["bmm"]]
+    if ARGS.cpu:
+        items = [(op, dt, (min(s[0], 4), min(s[1], 64), min(s[2], 64), min(s[3], 64)))
+                 for op, dt, s in items if dt != "fp8"][:12]
+    rows = time_gemms("lowp", items, out, named=lambda dtype: dtype in ("bf16", "fp8"))
     write_csv(os.path.join(out, "lowp.csv"), LOWP_COLS, rows)
-    log(f"lowp: {len(rows)} GEMMs measured, {fails} failed")
 
 
 # ------------------------------------------------------------------------ row alignment
@@ -444,7 +453,6 @@ def lowp_kernels(shapes, out):
 # (GPT-2) or 50304 words, 2048-wide of 1000 or 1008. Small aligned single GEMMs (256-1024 cubed)
 # give a GEMM kernel's fixed time as the profiler's kernel duration.
 ALIGN_TOKENS = [192, 196, 197, 200, 256, 576, 577]
-ALIGN_COLS = LOWP_COLS[:3] + ["Latency_kernel"] + LOWP_COLS[3:]
 
 
 def align_items():
@@ -462,29 +470,7 @@ def align_kernels(out):
     items = align_items()
     if ARGS.cpu:
         items = [(op, dt, (min(s[0], 4),) + tuple(min(v, 80) for v in s[1:])) for op, dt, s in items[:10]]
-    rows, fails, names_batch = [], 0, []
-    for i, (op, dtype, (b, m, n, k)) in enumerate(items):
-        if out_of_time(ARGS.reserve):
-            log(f"align: out of time after {i} of {len(items)}")
-            break
-        try:
-            fn = make_gemm(op, b, m, n, k, dtype)
-            ms, reps = time_eager(fn)
-            g = time_graph(fn, min(reps, 50))
-            rows.append({"OPName": op, "Latency": ms, "Latency_graph": g, "Device": device_name(), "dtype": dtype,
-                         "B": b, "M": m, "N": n, "K": k})
-            names_batch.append((str(len(rows) - 1), fn))
-            if len(names_batch) >= 16:
-                attach_names(rows, names_batch, out)
-                names_batch = []
-        except Exception as e:  # noqa: BLE001
-            fails += 1
-            log(f"align {op} {dtype} {(b, m, n, k)}: {type(e).__name__}: {str(e).splitlines()[0][:200]}")
-            free()
-    if names_batch:
-        attach_names(rows, names_batch, out)
-    write_csv(os.path.join(out, "align.csv"), ALIGN_COLS, rows)
-    log(f"align: {len(rows)} GEMMs measured, {fails} failed")
+    write_csv(os.path.join(out, "align.csv"), LOWP_COLS, time_gemms("align", items, out))
 
 
 # ------------------------------------------------------------------------------ decode GEMMs
