@@ -674,9 +674,9 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
          py::object host_dispatch_us) {
-        AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
-                                       predictor, weights, attention, host_dispatch_us);
-        return analyze(model, gpu, a);
+        return analyze(model, gpu,
+                       analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
+                                     predictor, weights, attention, host_dispatch_us));
       },
       "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none, "mode"_a = "inference",
       "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
@@ -694,9 +694,9 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us) {
-        AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
-                                       predictor, weights, attention, host_dispatch_us);
-        return from_config(config, gpu, a);
+        return from_config(config, gpu,
+                           analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel,
+                                         link_bw, predictor, weights, attention, host_dispatch_us));
       },
       "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
@@ -708,9 +708,10 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object models, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us) {
-        AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
-                                       py::none(), predictor, weights, attention, host_dispatch_us);
-        return compare(models, gpu, a, top, labels);
+        return compare(models, gpu,
+                       analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
+                                     py::none(), predictor, weights, attention, host_dispatch_us),
+                       top, labels);
       },
       "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", py::kw_only(), "top"_a = 10, "labels"_a = none,
