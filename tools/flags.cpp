@@ -2,6 +2,9 @@
 #include "flags.h"
 
 #include <cstdio>
+#include <string>
+
+#include "neusight/precision.h"
 
 namespace neusight::cli {
 namespace {
@@ -9,6 +12,16 @@ namespace {
 constexpr unsigned A = command_bit(Command::analyze), C = command_bit(Command::compare),
                    K = command_bit(Command::kernels), E = command_bit(Command::export_model),
                    G = command_bit(Command::gpus), T = command_bit(Command::train);
+
+// --host-dispatch-us's help, with the default the predictor uses (precision.h).
+std::string host_dispatch_help() {
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "with --timing device: the host's dispatch of one op in microseconds (default %.2f, the measured hosts' median)",
+                kHostDispatchMs * 1e3);
+  return buf;
+}
+const std::string kHostDispatchHelp = host_dispatch_help();
 
 // name, takes a value, metavar, help, commands, default.
 const std::vector<Flag> kFlags = {
@@ -29,7 +42,7 @@ const std::vector<Flag> kFlags = {
     {"--predictor", true, "neusight|neusight-paper|roofline", "the latency predictor", A | C | K, "neusight"},
     {"--weights", true, "DIR", "NeuSight weights folder (default: the bundled ones)", A | C | K, ""},
     {"--timing", true, "device|kernel|eager", "eager run of a framework (host-bound small kernels), GPU time alone, or each op timed alone", A | C, "device"},
-    {"--host-dispatch-us", true, "US", "with --timing device: the host's dispatch of one op in microseconds (default 10.81, the measured hosts' median)", A | C, ""},
+    {"--host-dispatch-us", true, "US", kHostDispatchHelp.c_str(), A | C, ""},
     {"--timing", true, "eager|device|kernel", "what the rows' measured times include (default: eager for fp32 rows, kernel for other dtypes)", K, ""},
     {"--generate", true, "PROMPT:NEW", "LLM generation: a prefill of PROMPT tokens, NEW decode steps", A | C, ""},
     {"--tpot-slo", true, "MS", "with --generate: the largest batch (that fits) whose time per output token is at most MS", A, ""},

@@ -86,18 +86,29 @@ bool unaligned_tensor_gemm(const Kernel& k, const Gpu& gpu, DType* stored = null
 }
 inline constexpr const char* kUnalignedNote = "rows not a multiple of 16 bytes: a narrow-load kernel, priced aligned";
 
-// One note for the unaligned tensor-core GEMMs where they take at least 1% of the predicted
-// time: how many, their share of it and the longest.
+// Per kernel: the element type its unaligned tensor-core GEMM reads (unaligned_tensor_gemm),
+// DType::undefined for every other kernel.
+std::vector<DType> unaligned_reads(const std::vector<Kernel>& kernels, const Gpu& gpu) {
+  std::vector<DType> out(kernels.size(), DType::undefined);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    DType stored = kernels[i].dtype;
+    if (unaligned_tensor_gemm(kernels[i], gpu, &stored)) out[i] = stored;
+  }
+  return out;
+}
+
+// One note for the unaligned tensor-core GEMMs (`unaligned`: unaligned_reads) where they take
+// at least 1% of the predicted time: how many, their share of it and the longest.
 std::vector<std::string> misaligned_gemm_notes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
-                                               const Gpu& gpu, const Graph& g) {
+                                               const std::vector<DType>& unaligned, const Graph& g) {
   int64_t count = 0;
   double ms = 0, total_ms = 0, longest_ms = -1;
   std::string longest;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
     const Kernel& k = kernels[i];
     total_ms += preds[i].latency_ms;
-    DType stored = k.dtype;
-    if (!unaligned_tensor_gemm(k, gpu, &stored)) continue;
+    const DType stored = i < unaligned.size() ? unaligned[i] : DType::undefined;
+    if (stored == DType::undefined) continue;
     ms += preds[i].latency_ms;
     ++count;
     if (!(preds[i].latency_ms > longest_ms)) continue;
@@ -119,9 +130,9 @@ std::vector<std::string> misaligned_gemm_notes(const std::vector<Kernel>& kernel
 
 // The notes on how the GEMMs' math runs: dtypes without matrix units, unaligned rows.
 std::vector<std::string> gemm_math_notes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
-                                         const Gpu& gpu, const Graph& g) {
+                                         const std::vector<DType>& unaligned, const Gpu& gpu, const Graph& g) {
   std::vector<std::string> out = math_fallback_notes(kernels, gpu);
-  for (auto& n : misaligned_gemm_notes(kernels, preds, gpu, g)) out.push_back(std::move(n));
+  for (auto& n : misaligned_gemm_notes(kernels, preds, unaligned, g)) out.push_back(std::move(n));
   return out;
 }
 
@@ -281,7 +292,8 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
   if (std::any_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::gemm; }))
     for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
-  for (const auto& w : gemm_math_notes(kernels, preds, gpu, a.graph)) r.warnings.push_back(w);
+  const std::vector<DType> unaligned = unaligned_reads(kernels, gpu);
+  for (const auto& w : gemm_math_notes(kernels, preds, unaligned, gpu, a.graph)) r.warnings.push_back(w);
   r.unknown_ops.assign(unknown.begin(), unknown.end());
   if (!r.unknown_ops.empty()) {
     std::string list;
@@ -309,7 +321,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   }
   for (size_t i = 0; i < kernels.size(); ++i) {
     KernelReport kr{kernels[i], tilings[i], preds[i]};
-    if (unaligned_tensor_gemm(kr.kernel, gpu)) kr.kernel.note += (kr.kernel.note.empty() ? "" : "; ") + std::string(kUnalignedNote);
+    if (unaligned[i] != DType::undefined) kr.kernel.note += (kr.kernel.note.empty() ? "" : "; ") + std::string(kUnalignedNote);
     if (kernels[i].node >= 0 && static_cast<size_t>(kernels[i].node) < r.nodes.size())
       r.nodes[static_cast<size_t>(kernels[i].node)].kernels.push_back(std::move(kr));
     else
