@@ -140,6 +140,7 @@ def kernels(binary, d, tmp):
                 else "CUDA-graph replay, the GPU's time (--timing kernel)")
         kernel_table(f"FP32 kernels, {what}", groups)
     tiles(binary, fp32, cols, tmp)
+    tile_effect(binary, os.path.join(d, "fp32.csv"))
     speedup(binary, d, tmp, SHARED)
 
     path = os.path.join(d, "lowp.csv")
@@ -239,6 +240,20 @@ def tiles(binary, rows, cols, tmp):
               f"same area {100 * same_area / n:.1f}%, constant 128x128 {100 * base / n:.1f}%; library's most common "
               + ", ".join(f"{a}x{b} {c}" for (a, b), c in common))
         print()
+
+
+def tile_effect(binary, path):
+    """What the tile is worth to the latency: bench/tile_agreement --rows prices the FP32 GEMMs
+    on the derived tile, the library's own and a constant 128x128 (skipped without that binary
+    beside the CLI)."""
+    tool = os.path.join(os.path.dirname(os.path.abspath(binary)), "tile_agreement")
+    if not os.path.exists(tool):
+        print(f"tile effect: skipped ({tool} not built)")
+        return
+    r = subprocess.run([tool, "--rows", path, "--column", "Latency_graph", "--timing", "kernel"],
+                       capture_output=True, text=True)
+    print(r.stdout.rstrip() if r.returncode == 0 else f"tile effect: {r.stderr.strip()}")
+    print()
 
 
 def e2e(binary, d, configs, gpu, tmp):

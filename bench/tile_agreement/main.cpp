@@ -14,6 +14,12 @@
 //   tile_agreement --dump-features FILE [--class NAME,...]   the inputs of fit_gemm_rules.py
 //       (README "Learned rules"): every train row of the classes with a learned rule (or those
 //       named) with the library's choice and the rule features tiling computes for it.
+//   tile_agreement --rows FILE.csv [--column NAME] [--timing eager|device|kernel]
+//       how much the tile matters to the latency: the FP32 GEMM rows of a measured CSV in the
+//       dataset's format (bench/device_validation's fp32.csv; default column Latency, eager
+//       timing) predicted by the shipped NeuSight weights on the tile derived here, on the
+//       library's own tile (from the kernel name) and on a constant 128x128: MAPE and median
+//       predicted / measured per op, with the tile agreement of each.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +35,8 @@
 
 #include "neusight/dataset.h"
 #include "neusight/gpu.h"
+#include "neusight/precision.h"
+#include "neusight/predictor.h"
 #include "neusight/tiling.h"
 #include "tile_table.h"
 
@@ -300,6 +308,98 @@ void dump_features(const std::string& path, const std::map<std::string, Sample>&
   if (!out) throw RuntimeError(path + ": cannot write");
 }
 
+
+// ---- the tile's effect on the latency (--rows) ------------------------------------------------
+
+// The tiling of a SIMT GEMM on a given tb_m x tb_n: the class's cost model with that tile as
+// its only candidate (the class's candidate of that shape, else a copy of its first one
+// reshaped), its split-K chosen as for any tile. `table` is a scratch copy of the tile table.
+Tiling forced_tiling(const Kernel& k, const Gpu& gpu, TileTable& table, int64_t tm, int64_t tn) {
+  const GemmClass& found = table.gemm_class(gpu.arch);
+  GemmClass& cls = table.classes[size_t(&found - table.classes.data())];
+  const std::vector<GemmCandidate> simt = cls.simt;
+  const GemmRule rule = cls.rule;
+  GemmCandidate c = simt.front();
+  for (const auto& s : simt)
+    if (s.config.tb_m == tm && s.config.tb_n == tn) {
+      c = s;
+      break;
+    }
+  c.config.tb_m = tm;
+  c.config.tb_n = tn;
+  c.single = c.batched = true;
+  cls.simt = {c};
+  cls.rule = GemmRule{};
+  const Tiling t = tile_kernel(k, gpu, table);
+  cls.simt = simt;
+  cls.rule = rule;
+  return t;
+}
+
+struct Errors {
+  std::vector<double> ratio;  // predicted / measured
+  int64_t same_tile = 0;
+  void add(double pred, double meas, bool same) {
+    ratio.push_back(pred / meas);
+    same_tile += same;
+  }
+  double mape() const {
+    double s = 0;
+    for (double r : ratio) s += std::fabs(r - 1);
+    return ratio.empty() ? 0 : 100 * s / double(ratio.size());
+  }
+  double median() const {
+    std::vector<double> v = ratio;
+    if (v.empty()) return 0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  }
+};
+
+// --rows: each FP32 GEMM row with a library tile in its kernel name, predicted on three tilings.
+int price_rows(const std::string& path, const std::string& column, Timing timing) {
+  const Dataset d = read_dataset(path);
+  const int col = d.column(column);
+  if (col < 0) throw InputError(path + ": no column '" + column + "'");
+  const GpuDatabase& db = GpuDatabase::builtin();
+  TileTable scratch = TileTable::builtin();
+  PrecisionOptions o;
+  o.timing = timing;
+  const auto predictor = make_neusight_predictor("", o);
+  static const char* kWays[] = {"derived tile", "library's tile", "constant 128x128"};
+  std::map<std::string, Errors[3]> by_op;
+  for (const DatasetRow& r : d.rows) {
+    int64_t lm = 0, ln = 0;
+    const double meas = r.fields[size_t(col)].empty() ? 0 : std::atof(r.fields[size_t(col)].c_str());
+    if (r.kernel.cls != KernelClass::gemm || r.kernel.dtype != DType::f32 || !(meas > 0) ||
+        !library_tile(r.kernel_name, lm, ln))
+      continue;
+    const Gpu* gpu = db.find(r.device);
+    if (!gpu) throw InputError(path + ": device '" + r.device + "' is not in the GPU database");
+    const Tiling tilings[3] = {tile_kernel(r.kernel, *gpu), forced_tiling(r.kernel, *gpu, scratch, lm, ln),
+                               forced_tiling(r.kernel, *gpu, scratch, 128, 128)};
+    for (int w = 0; w < 3; ++w) {
+      const double pred = predictor->predict({r.kernel}, {tilings[w]}, *gpu)[0].latency_ms;
+      const bool same = tilings[w].config.tb_m == lm && tilings[w].config.tb_n == ln;
+      by_op[r.kernel.gemm.batch > 1 ? "bmm" : "linear"][w].add(pred, meas, same);
+    }
+  }
+  std::printf("%s (%s, %s timing): FP32 GEMMs priced by the shipped weights on three tilings; MAPE %% / median "
+              "predicted/measured (same tile as the library %%)\n",
+              path.c_str(), column.c_str(), timing_name(timing));
+  std::printf("%-8s %6s", "op", "rows");
+  for (const char* w : kWays) std::printf(" %30s", w);
+  std::printf("\n");
+  for (const auto& [op, e] : by_op) {
+    std::printf("%-8s %6zu", op.c_str(), e[0].ratio.size());
+    for (int w = 0; w < 3; ++w)
+      std::printf("        %6.1f / %4.2f (%5.1f%%)", e[w].mape(), e[w].median(),
+                  100.0 * double(e[w].same_tile) / double(std::max<size_t>(e[w].ratio.size(), 1)));
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -307,7 +407,7 @@ int main(int argc, char** argv) {
   std::string tiles = NEUSIGHT_TILES_JSON, write;
   bool fit = false;
   std::string only;  // --class NAME: fit only this architecture class
-  std::string dump, dump_features_path;
+  std::string dump, dump_features_path, rows_csv, column = "Latency", timing = "eager";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--shared" && i + 1 < argc) shared = argv[++i];
@@ -317,13 +417,22 @@ int main(int argc, char** argv) {
     else if (a == "--class" && i + 1 < argc) only = argv[++i];
     else if (a == "--dump" && i + 1 < argc) dump = argv[++i];
     else if (a == "--dump-features" && i + 1 < argc) dump_features_path = argv[++i];
+    else if (a == "--rows" && i + 1 < argc) rows_csv = argv[++i];
+    else if (a == "--column" && i + 1 < argc) column = argv[++i];
+    else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
     else {
       std::fprintf(stderr, "usage: tile_agreement [--shared DIR] [--tiles tiles.json] [--fit [--class NAME] [--write tiles.json]] [--dump rows.csv]\n"
-                   "       tile_agreement --dump-features FILE [--class NAME,...]\n");
+                   "       tile_agreement --dump-features FILE [--class NAME,...]\n"
+                   "       tile_agreement --rows FILE.csv [--column NAME] [--timing eager|device|kernel]\n");
       return 2;
     }
   }
   try {
+    if (!rows_csv.empty()) {
+      Timing t;
+      if (!parse_timing(timing, t)) throw InputError("--timing: '" + timing + "' is not eager, device or kernel");
+      return price_rows(rows_csv, column, t);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     TileTable table = TileTable::parse(read_file(tiles), tiles);
     const auto samples = load_rows(shared, GpuDatabase::builtin());
