@@ -743,8 +743,9 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
       "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype; tpot_slo\n"
       "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused).\n"
-      "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s,\n"
-      "kv_cache_bytes, memory_bytes, ...), or a list of them for a list of GPUs.");
+      "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
+      "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
+      "them for a list of GPUs.");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,
         "timing"_a = none,

@@ -286,6 +286,10 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
 
 namespace {
 
+// A report's 80% interval bounds (the latency itself where it has none: the roofline).
+double low_of(const Report& r) { return r.e2e_low_ms > 0 ? r.e2e_low_ms : r.e2e_latency_ms; }
+double high_of(const Report& r) { return r.e2e_high_ms > 0 ? r.e2e_high_ms : r.e2e_latency_ms; }
+
 // Speculative decoding's fixed part: the tokens a step yields and, with a draft model, its
 // prefill (added to the first token) and its memory.
 void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Options& options, GenerationReport& g) {
@@ -297,6 +301,8 @@ void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Option
   const Report dp = predict(a.draft->prefill, a.draft_decoder->prefill.model, gpu, options);
   sp.draft_ttft_ms = dp.e2e_latency_ms;
   g.ttft_ms += dp.e2e_latency_ms;  // the draft reads the prompt too before it can propose
+  g.ttft_low_ms += low_of(dp);
+  g.ttft_high_ms += high_of(dp);
   for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
   sp.draft = a.draft_decoder->prefill.model.path.empty() ? a.draft_decoder->prefill.model.graph.name
                                                           : a.draft_decoder->prefill.model.path;
@@ -310,16 +316,18 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
                   GenerationReport& g) {
   auto& sp = g.speculative;
   const double proposed = double(sp.proposed);
-  std::vector<double> step_ms;
+  std::vector<double> step_ms, low_ms, high_ms;
   std::map<std::string, std::vector<double>> by_class;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     const Report s = predict(a.steps[i], d.step.model, gpu, options);
-    GenerationStep st{a.kv[i], s.e2e_latency_ms, s.totals_by_class};
+    GenerationStep st{a.kv[i], s.e2e_latency_ms, low_of(s), high_of(s), s.totals_by_class};
     if (sp.proposed > 0) {
-      double draft_ms = 0;
+      double draft_ms = 0, draft_low = 0, draft_high = 0;
       if (a.draft && i < a.draft->steps.size()) {
         const Report ds = predict(a.draft->steps[i], a.draft_decoder->step.model, gpu, options);
         draft_ms = ds.e2e_latency_ms;
+        draft_low = low_of(ds);
+        draft_high = high_of(ds);
         for (const auto& [c, ms] : ds.totals_by_class) st.by_class[c] += proposed * ms;
       }
       if (i == 0) {
@@ -327,9 +335,13 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
         sp.draft_step_ms = draft_ms;
       }
       st.latency_ms = (s.e2e_latency_ms + proposed * draft_ms) / sp.tokens_per_step;
+      st.low_ms = (low_of(s) + proposed * draft_low) / sp.tokens_per_step;
+      st.high_ms = (high_of(s) + proposed * draft_high) / sp.tokens_per_step;
       for (auto& [c, ms] : st.by_class) ms /= sp.tokens_per_step;
     }
     step_ms.push_back(st.latency_ms);
+    low_ms.push_back(st.low_ms);
+    high_ms.push_back(st.high_ms);
     for (const auto& [c, ms] : st.by_class) by_class[c];
     g.samples.push_back(std::move(st));
   }
@@ -345,7 +357,16 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
   g.tpot_ms = decode_ms / double(a.gen.new_tokens);
   g.tpot_last_ms = step_ms.back();
   g.total_ms = g.ttft_ms + decode_ms;
-  g.tokens_per_s = g.total_ms > 0 ? double(a.batch) * double(a.gen.new_tokens) / (g.total_ms / 1000.0) : 0;
+  const double tokens = double(a.batch) * double(a.gen.new_tokens);
+  g.tokens_per_s = g.total_ms > 0 ? tokens / (g.total_ms / 1000.0) : 0;
+  // The interval: every step's bounds, summed as the latency is.
+  const double decode_low = interpolated_sum(a.kv, low_ms), decode_high = interpolated_sum(a.kv, high_ms);
+  g.tpot_low_ms = decode_low / double(a.gen.new_tokens);
+  g.tpot_high_ms = decode_high / double(a.gen.new_tokens);
+  g.total_low_ms = g.ttft_low_ms + decode_low;
+  g.total_high_ms = g.ttft_high_ms + decode_high;
+  g.tokens_per_s_low = g.total_high_ms > 0 ? tokens / (g.total_high_ms / 1000.0) : 0;
+  g.tokens_per_s_high = g.total_low_ms > 0 ? tokens / (g.total_low_ms / 1000.0) : 0;
 }
 
 // A cache's share on one of tp GPUs: its KV heads spread over them, a head never split (with
@@ -442,6 +463,8 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.sliding_layers = d.sliding_layers;
   g.window = d.window;
   g.ttft_ms = r.e2e_latency_ms;
+  g.ttft_low_ms = low_of(r);
+  g.ttft_high_ms = high_of(r);
   g.prefill_by_class = r.totals_by_class;
   g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
   g.ep = g.tp > 1 ? std::max(1, options.parallel.ep) : 1;

@@ -45,6 +45,16 @@ std::string kv_cache_formula(const GenerationReport& g) {
   return s;
 }
 
+// " (80% interval LOW - HIGH ms)" where the prediction has one, else "".
+std::string ms_interval(double low, double high) {
+  return high > low ? " (80% interval " + format_ms(low) + " - " + format_ms(high) + " ms)" : std::string();
+}
+
+// An HTML cell's value with its 80% interval on a second, smaller line (where there is one).
+std::string html_with_interval(const std::string& value, const std::string& low, const std::string& high, bool has) {
+  return has ? value + "<br><small>" + low + " - " + high + "</small>" : value;
+}
+
 }  // namespace
 
 namespace detail {
@@ -52,7 +62,11 @@ namespace detail {
 json generation_json(const GenerationReport& g) {
   json steps = json::array();
   for (const auto& s : g.samples)
-    steps.push_back({{"kv_len", s.kv_len}, {"latency_ms", finite(s.latency_ms)}, {"by_class_ms", s.by_class}});
+    steps.push_back({{"kv_len", s.kv_len},
+                     {"latency_ms", finite(s.latency_ms)},
+                     {"latency_low_ms", finite(s.low_ms)},
+                     {"latency_high_ms", finite(s.high_ms)},
+                     {"by_class_ms", s.by_class}});
   json out = {{"batch", g.batch},
           {"prompt_tokens", g.prompt},
           {"new_tokens", g.new_tokens},
@@ -61,6 +75,14 @@ json generation_json(const GenerationReport& g) {
           {"tpot_last_ms", finite(g.tpot_last_ms)},
           {"total_ms", finite(g.total_ms)},
           {"tokens_per_s", finite(g.tokens_per_s)},
+          {"ttft_low_ms", finite(g.ttft_low_ms)},
+          {"ttft_high_ms", finite(g.ttft_high_ms)},
+          {"tpot_low_ms", finite(g.tpot_low_ms)},
+          {"tpot_high_ms", finite(g.tpot_high_ms)},
+          {"total_low_ms", finite(g.total_low_ms)},
+          {"total_high_ms", finite(g.total_high_ms)},
+          {"tokens_per_s_low", finite(g.tokens_per_s_low)},
+          {"tokens_per_s_high", finite(g.tokens_per_s_high)},
           {"kv_cache_bytes", finite(g.kv_cache_bytes)},
           {"weight_bytes", finite(g.weight_bytes)},
           {"embedding_bytes", finite(g.embedding_bytes)},
@@ -121,13 +143,24 @@ std::string generation_html(const std::vector<Report>& reports) {
     const GenerationReport& g = *r->generation;
     os << "<tr><td>" << html_escape(r->gpu.name) << "</td><td class=\"n\">"
        << (slo ? std::to_string(g.batch) + (g.tpot_slo.met ? "" : " (misses)") + "</td><td class=\"n\">" : "")
-       << format_ms(g.ttft_ms)
-       << "</td><td class=\"n\">" << format_ms(g.tpot_ms) << "</td><td class=\"n\">" << format_ms(g.tpot_last_ms)
-       << "</td><td class=\"n\">" << format_ms(g.total_ms) << "</td><td class=\"n\">" << num(g.tokens_per_s, 1)
+       << html_with_interval(format_ms(g.ttft_ms), format_ms(g.ttft_low_ms), format_ms(g.ttft_high_ms),
+                             g.ttft_high_ms > g.ttft_low_ms)
+       << "</td><td class=\"n\">"
+       << html_with_interval(format_ms(g.tpot_ms), format_ms(g.tpot_low_ms), format_ms(g.tpot_high_ms),
+                             g.tpot_high_ms > g.tpot_low_ms)
+       << "</td><td class=\"n\">" << format_ms(g.tpot_last_ms) << "</td><td class=\"n\">"
+       << html_with_interval(format_ms(g.total_ms), format_ms(g.total_low_ms), format_ms(g.total_high_ms),
+                             g.total_high_ms > g.total_low_ms)
+       << "</td><td class=\"n\">"
+       << html_with_interval(num(g.tokens_per_s, 1), num(g.tokens_per_s_low, 1), num(g.tokens_per_s_high, 1),
+                             g.tokens_per_s_high > g.tokens_per_s_low)
        << "</td><td class=\"n\">" << bytes_text(g.kv_cache_bytes) << "</td><td class=\"n\">"
        << bytes_text(g.memory_bytes) << "</td><td class=\"n\">" << g.max_batch << "</td></tr>\n";
   }
   os << "</tbody></table>\n";
+  if (g0.ttft_high_ms > g0.ttft_low_ms)
+    os << "<p class=\"sub\">under each time and rate: its 80% interval (the prefill's and every decode step's, "
+          "added up)</p>\n";
   // Per-step latency: one polyline per GPU over the decode steps (x: output token).
   const double W = 980, H = 300, left = 70, right = 150, top = 10, bottom = 40;
   double ymax = 0;
@@ -193,11 +226,21 @@ std::string format_generation(const Report& r, bool color) {
   std::ostringstream os;
   os << bold("generation on " + r.gpu.name) << ": batch " << g.batch << ", prompt " << g.prompt << " tokens, "
      << g.new_tokens << " new tokens, " << dtype_label(r) << " (" << g.execution << ")\n";
-  os << "  time to first token  " << pad(format_ms(g.ttft_ms), 11, true) << " ms\n"
-     << "  time per token       " << pad(format_ms(g.tpot_ms), 11, true) << " ms (last step " << format_ms(g.tpot_last_ms)
-     << " ms; weights / DRAM bandwidth " << format_ms(g.weight_read_ms) << " ms)\n"
-     << "  total                " << pad(format_ms(g.total_ms), 11, true) << " ms\n"
-     << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true) << "\n"
+  os << "  time to first token  " << pad(format_ms(g.ttft_ms), 11, true) << " ms" << ms_interval(g.ttft_low_ms, g.ttft_high_ms)
+     << "\n"
+     << "  time per token       " << pad(format_ms(g.tpot_ms), 11, true) << " ms ("
+     << (g.tpot_high_ms > g.tpot_low_ms
+             ? "80% interval " + format_ms(g.tpot_low_ms) + " - " + format_ms(g.tpot_high_ms) + " ms; "
+             : std::string())
+     << "last step " << format_ms(g.tpot_last_ms) << " ms; weights / DRAM bandwidth " << format_ms(g.weight_read_ms)
+     << " ms)\n"
+     << "  total                " << pad(format_ms(g.total_ms), 11, true) << " ms" << ms_interval(g.total_low_ms, g.total_high_ms)
+     << "\n"
+     << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true)
+     << (g.tokens_per_s_high > g.tokens_per_s_low
+             ? " (80% interval " + num(g.tokens_per_s_low, 1) + " - " + num(g.tokens_per_s_high, 1) + ")"
+             : std::string())
+     << "\n"
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
      << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes)

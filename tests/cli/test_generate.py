@@ -126,6 +126,16 @@ class Generate(unittest.TestCase):
         self.assertEqual(g["kv_cache_bytes"], 2 * 2 * 2 * 64 * (64 + 16) * 2 * 4)  # FP32 graph (no --dtype)
         self.assertAlmostEqual(g["total_ms"], g["ttft_ms"] + 16 * g["tpot_ms"], places=6)
         self.assertAlmostEqual(g["tokens_per_s"], 2 * 16 / (g["total_ms"] / 1000), places=3)
+        for k in ["ttft_ms", "tpot_ms", "total_ms"]:  # each with its 80% interval, summed as it is
+            self.assertLess(g[k.replace("_ms", "_low_ms")], g[k])
+            self.assertGreater(g[k.replace("_ms", "_high_ms")], g[k])
+        self.assertAlmostEqual(g["total_high_ms"], g["ttft_high_ms"] + 16 * g["tpot_high_ms"], places=6)
+        self.assertLess(g["tokens_per_s_low"], g["tokens_per_s"])
+        self.assertGreater(g["tokens_per_s_high"], g["tokens_per_s"])
+        self.assertEqual(r["latency_low_ms"], g["ttft_low_ms"])  # the report is the prefill's
+        for s in g["decode_samples"]:
+            self.assertLess(s["latency_low_ms"], s["latency_ms"])
+            self.assertGreater(s["latency_high_ms"], s["latency_ms"])
         self.assertEqual(r["timing"], "kernel")
         h = self.gen_json("--config", self.small, "--generate", "64:16", "--dtype", "bf16", "--gpu", "h100")
         self.assertIn("FlashAttention, fused kernels (--fusion full)", h["generation"]["execution"])
@@ -144,6 +154,9 @@ class Generate(unittest.TestCase):
         for needle in ["time to first token", "time per token", "output tokens/s", "KV cache", "by class",
                        "NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "vs first", "new tokens, fp16 (--dtype)"]:
             self.assertIn(needle, so)
+        for line in so.splitlines():  # every time and the rate with its 80% interval
+            if line.strip().startswith(("time to first token", "time per token", "total ", "output tokens/s")):
+                self.assertIn("(80% interval ", line)
         with open(html) as f:
             page = f.read()
         self.assertIn("Decode step latency along the generation", page)

@@ -209,6 +209,47 @@ TEST_CASE("generation: interpolated decode steps agree with predicting every ste
   CHECK(few.step_ms.size() == 48);
 }
 
+TEST_CASE("generation: TTFT, TPOT, total and tokens/s carry the steps' 80% intervals, summed as the latency is") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  const GenerationReport g = generate(d, serving(DType::f16, 4), 300, 48, "h100");
+  CHECK(g.ttft_low_ms < g.ttft_ms);
+  CHECK(g.ttft_ms < g.ttft_high_ms);
+  CHECK(g.tpot_low_ms < g.tpot_ms);
+  CHECK(g.tpot_ms < g.tpot_high_ms);
+  CHECK(g.tokens_per_s_low < g.tokens_per_s);
+  CHECK(g.tokens_per_s < g.tokens_per_s_high);
+  for (const auto& s : g.samples) {
+    CHECK(s.low_ms < s.latency_ms);
+    CHECK(s.latency_ms < s.high_ms);
+  }
+  // The bounds add up as the latencies do: prefill + every step (interpolated between samples).
+  CHECK(g.total_low_ms == doctest::Approx(g.ttft_low_ms + g.tpot_low_ms * 48));
+  CHECK(g.total_high_ms == doctest::Approx(g.ttft_high_ms + g.tpot_high_ms * 48));
+  CHECK(g.tokens_per_s_low == doctest::Approx(4 * 48 / (g.total_high_ms / 1000)));
+  CHECK(g.tokens_per_s_high == doctest::Approx(4 * 48 / (g.total_low_ms / 1000)));
+  // Speculative decoding divides a step's bounds as its latency by the tokens it yields (here
+  // 5, every draft token kept, the drafts free).
+  GenerationOptions gen{300, 48};
+  gen.speculative = 4;
+  gen.acceptance = 1.0;
+  const Options o = serving(DType::f16, 4);
+  const GenerationReport sp =
+      *predict_generation(prepare_generation(d, o, gen), d, GpuDatabase::builtin().resolve("h100"), o).generation;
+  CHECK(sp.samples.front().low_ms < sp.samples.front().latency_ms);
+  CHECK(sp.samples.front().high_ms / sp.samples.front().latency_ms > 1.1);
+  CHECK(sp.tpot_high_ms < g.tpot_high_ms);
+  CHECK(sp.tpot_high_ms / sp.tpot_ms == doctest::Approx(sp.samples.front().high_ms / sp.samples.front().latency_ms).epsilon(0.05));
+  // The roofline has no interval: its bounds are its figures.
+  Options r = serving(DType::f16, 4);
+  r.predictor = PredictorKind::roofline;
+  const GenerationReport rf =
+      *predict_generation(prepare_generation(d, r, GenerationOptions{300, 48}), d, GpuDatabase::builtin().resolve("h100"), r)
+           .generation;
+  CHECK(rf.ttft_low_ms == rf.ttft_ms);
+  CHECK(rf.tpot_high_ms == rf.tpot_ms);
+  CHECK(rf.tokens_per_s_low == doctest::Approx(rf.tokens_per_s));
+}
+
 TEST_CASE("generation: Llama-3-8B FP16 acceptance figures") {
   const Decoder d = config_decoder(llama3_8b());
   CHECK(d.kv_heads == 8);

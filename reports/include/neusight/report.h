@@ -44,6 +44,7 @@ struct NodeReport {
 struct GenerationStep {
   int64_t kv_len = 0;      // cache entries per sequence before the step (past length)
   double latency_ms = 0;   // one step
+  double low_ms = 0, high_ms = 0;  // its 80% interval (the step's e2e_low_ms / e2e_high_ms)
   std::map<std::string, double> by_class;  // ms per kernel class
 };
 
@@ -54,6 +55,11 @@ struct GenerationReport {
   double tpot_last_ms = 0;  // the last decode step (longest cache)
   double total_ms = 0;      // prefill + every decode step
   double tokens_per_s = 0;  // batch x new tokens / total
+  // 80% intervals of the four above: the prefill's and every decode step's bounds added up as
+  // errors that move together (the same kernels' predictions make them all), tokens/s from the
+  // total's bounds.
+  double ttft_low_ms = 0, ttft_high_ms = 0, tpot_low_ms = 0, tpot_high_ms = 0;
+  double total_low_ms = 0, total_high_ms = 0, tokens_per_s_low = 0, tokens_per_s_high = 0;
   // Memory: the KV cache at the end (2 x layers x kv_heads x head_dim x tokens x batch x
   // element size; one tensor for a latent cache, the window for sliding-window layers), the weights (of which the embedding table, read by a gather: a decode
   // step reads the rest), the largest activation working set of one prefill kernel, and
