@@ -397,6 +397,7 @@ def llm(binary, d, configs, gpu, tmp):
     print(f"  {'run':<24}{'prefill':>9}" + "".join(f"{s:>17}" for s, _ in setups) + f"{'decode':>9}"
           + "".join(f"{s:>17}" for s, _ in setups))
     errs = {f"{p} {s}": [] for p in ("prefill", "decode") for s, _ in setups}
+    inside = {k: 0 for k in errs}  # measured within the prediction's 80% interval
     for r in rows:
         cells_p, cells_d = "", ""
         for fusion, flags in setups:
@@ -410,6 +411,9 @@ def llm(binary, d, configs, gpu, tmp):
             g = (rep[0] if isinstance(rep, list) else rep)["generation"]
             pre, dec = g["ttft_ms"], g["decode_samples"][-1]["latency_ms"]
             mp, md = float(r["prefill_gpu_ms"]), float(r["decode_gpu_ms"])
+            last = g["decode_samples"][-1]
+            inside["prefill " + fusion] += g["ttft_low_ms"] <= mp <= g["ttft_high_ms"]
+            inside["decode " + fusion] += last["latency_low_ms"] <= md <= last["latency_high_ms"]
             errs["prefill " + fusion].append((pre - mp) / mp)
             errs["decode " + fusion].append((dec - md) / md)
             cells_p += f"{pre:9.1f} {100 * (pre - mp) / mp:+6.1f}%"
@@ -418,7 +422,8 @@ def llm(binary, d, configs, gpu, tmp):
               f"{float(r['decode_gpu_ms']):9.2f}{cells_d}")
     for k, v in errs.items():
         print(f"  {k:<16} mean |error| {100 * statistics.mean(abs(x) for x in v):5.1f}%, signed "
-              f"{100 * statistics.mean(v):+6.1f}%, worst {100 * max(abs(x) for x in v):5.1f}%")
+              f"{100 * statistics.mean(v):+6.1f}%, worst {100 * max(abs(x) for x in v):5.1f}%, "
+              f"inside the 80% interval {inside[k]}/{len(v)}")
     print()
 
 
