@@ -199,6 +199,8 @@ std::string format_compare_json(const Comparison& c) {
              {"mode", detail::mode_name(r.mode)},
              {"dtype", dtype_name(r.dtype)},
              {"e2e_latency_ms", d.e2e_ms},
+             {"latency_low_ms", finite(r.e2e_low_ms > 0 ? r.e2e_low_ms : d.e2e_ms)},
+             {"latency_high_ms", finite(r.e2e_high_ms > 0 ? r.e2e_high_ms : d.e2e_ms)},
              {"base_latency_ms", d.base_ms},
              {"speedup", d.speedup},
              {"forward_ms", finite(r.forward_ms)},

@@ -66,6 +66,9 @@ class Compare(unittest.TestCase):
             # Six of twelve blocks go (the embeddings and the LM head stay): under 2x.
             self.assertLess(var["speedup"], 2.0)
             self.assertAlmostEqual(var["speedup"], base["e2e_latency_ms"] / var["e2e_latency_ms"], places=6)
+            for row in (base, var):  # each latency with its 80% interval
+                self.assertLess(row["latency_low_ms"], row["e2e_latency_ms"])
+                self.assertGreater(row["latency_high_ms"], row["e2e_latency_ms"])
             for cls in ("gemm", "elementwise", "softmax", "layernorm"):
                 self.assertLess(var["class_delta_ms"][cls], 0, cls)
             total = sum(var["class_delta_ms"].values())
