@@ -8,7 +8,8 @@ computed alike. The runs estimated are those whose measurements are kept back: H
 inference and training, A100 80GB training (42 runs). The same estimate is first made on the
 GPUs whose measured runs are in ../shared, against those measurements, to show how far the
 estimator itself can be trusted per model. An estimate, not a measurement: printed as such
-and never used to fit anything.
+and never used to fit anything. The roofline runs on the numbers the paper's did: where the
+database corrects a dataset device config (the L4's SMs and FP32 peak), on the config's.
 
     python3 bench/newer_gpus/run.py [--bin build/bin/neusight-onnx] [--weights DIR]
 """
@@ -60,6 +61,22 @@ def predict(binary, config, seq, batch, mode, gpu, extra, tmp):
     with open(path) as f:
         r = json.load(f)
     return r["e2e_latency_ms"], r.get("latency_low_ms", 0), r.get("latency_high_ms", 0)
+
+
+def roofline_gpu(binary, alias, tmp):
+    """The GPU the estimate's roofline runs on: the database entry, with the SM count and FP32
+    peak of the dataset's device config where the database corrects them (the L4's 60 SMs of the
+    full die), as the paper's roofline used them."""
+    out = subprocess.run([binary, "gpus", "--json"], check=True, capture_output=True, text=True).stdout
+    for e in json.loads(out):
+        if alias in e["aliases"] and e.get("dataset_num_sm"):
+            e["num_sm"] = e["dataset_num_sm"]
+            e["fp32_gflops"] = e["fp16_simt_gflops"] = e["dataset_fp32_gflops"]
+            path = os.path.join(tmp, alias + "-dataset.json")
+            with open(path, "w") as f:
+                json.dump(e, f)
+            return path
+    return alias
 
 
 def measured(gpu_dir, mode, name, seq, batch):
@@ -119,7 +136,8 @@ def main():
             gpu = HELD_OUT[gpu_dir]
             name, seq = MODELS[model]
             config = os.path.join(DATA, "model_configs", name + ".json")
-            roof = predict(a.bin, config, seq, batch, mode, gpu, ["--predictor", "roofline"], tmp)[0]
+            roof = predict(a.bin, config, seq, batch, mode, roofline_gpu(a.bin, gpu, tmp), ["--predictor", "roofline"],
+                           tmp)[0]
             est = roof / (1 - err / 100.0)
             pred, lo, hi = predict(a.bin, config, seq, batch, mode, gpu, extra, tmp)
             e = 100.0 * (pred / est - 1)

@@ -315,7 +315,7 @@ TEST_CASE("predictor: a bmm row of batch 1 is the single GEMM it runs as") {
 }
 
 TEST_CASE("predictor: GEMMs on a GPU with more FLOPs per byte than any training GPU stay near their roofline") {
-  // The L4 (31.3 TFLOP/s FP32, 300 GB/s: 104 FLOP/B) lies far beyond the training GPUs'
+  // The L4 (30.3 TFLOP/s FP32, 300 GB/s: 101 FLOP/B) lies far beyond the training GPUs'
   // balance (A100 12.5 .. P4 29.7); the networks see no rate, so its GEMMs keep a utilization
   // of the training GPUs' kind.
   const auto p = make_neusight_predictor();
