@@ -9,7 +9,8 @@ inference and training, A100 80GB training (42 runs). The same estimate is first
 GPUs whose measured runs are in ../shared, against those measurements, to show how far the
 estimator itself can be trusted per model. An estimate, not a measurement: printed as such
 and never used to fit anything. The roofline runs on the numbers the paper's did: where the
-database corrects a dataset device config (the L4's SMs and FP32 peak), on the config's.
+database corrects a dataset device config (the L4's SMs and FP32 peak, the H100's bandwidth), on
+the config's.
 
     python3 bench/newer_gpus/run.py [--bin build/bin/neusight-onnx] [--weights DIR]
 """
@@ -64,14 +65,17 @@ def predict(binary, config, seq, batch, mode, gpu, extra, tmp):
 
 
 def roofline_gpu(binary, alias, tmp):
-    """The GPU the estimate's roofline runs on: the database entry, with the SM count and FP32
-    peak of the dataset's device config where the database corrects them (the L4's 60 SMs of the
-    full die), as the paper's roofline used them."""
+    """The GPU the estimate's roofline runs on: the database entry, with the SM count, FP32 peak
+    and bandwidth of the dataset's device config where the database corrects them (the L4's 60
+    SMs of the full die, the H100's 3,430 GB/s), as the paper's roofline used them."""
     out = subprocess.run([binary, "gpus", "--json"], check=True, capture_output=True, text=True).stdout
+    fields = {"dataset_num_sm": ["num_sm"], "dataset_fp32_gflops": ["fp32_gflops", "fp16_simt_gflops"],
+              "dataset_mem_bw_gbps": ["mem_bw_gbps"]}
     for e in json.loads(out):
-        if alias in e["aliases"] and e.get("dataset_num_sm"):
-            e["num_sm"] = e["dataset_num_sm"]
-            e["fp32_gflops"] = e["fp16_simt_gflops"] = e["dataset_fp32_gflops"]
+        if alias in e["aliases"] and any(e.get(k) for k in fields):
+            for k, targets in fields.items():
+                for t in targets:
+                    e[t] = e.get(k) or e[t]
             path = os.path.join(tmp, alias + "-dataset.json")
             with open(path, "w") as f:
                 json.dump(e, f)

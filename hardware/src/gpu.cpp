@@ -117,6 +117,7 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.source = str(j, "source", what, false);
   g.dataset_num_sm = static_cast<int>(num(j, "dataset_num_sm", what, false));
   g.dataset_fp32_gflops = num(j, "dataset_fp32_gflops", what, false);
+  g.dataset_mem_bw_gbps = num(j, "dataset_mem_bw_gbps", what, false);
   if (g.num_sm <= 0 || g.fp32_gflops <= 0 || g.mem_bw_gbps <= 0 || g.mem_gb <= 0 || g.l2_mb <= 0 || g.boost_mhz <= 0)
     throw InputError(what + ": num_sm, boost_mhz, fp32_gflops, mem_gb, mem_bw_gbps and l2_mb must be positive");
   return g;
@@ -243,12 +244,11 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
       g.fp32_cores_per_sm = known->fp32_cores_per_sm;
     }
     // The dataset's own numbers for a GPU whose spec sheet says otherwise (the L4's 60 SMs of
-    // the full die) read as the spec sheet's.
-    if (known->dataset_num_sm > 0 && g.num_sm == known->dataset_num_sm &&
-        g.fp32_gflops == known->dataset_fp32_gflops && g.fp32_cores_per_sm == known->fp32_cores_per_sm) {
+    // the full die, the H100's bandwidth) read as the spec sheet's, each field on its own.
+    if (known->dataset_num_sm > 0 && g.num_sm == known->dataset_num_sm && g.fp32_cores_per_sm == known->fp32_cores_per_sm)
       g.num_sm = known->num_sm;
-      g.fp32_gflops = known->fp32_gflops;
-    }
+    if (known->dataset_fp32_gflops > 0 && g.fp32_gflops == known->dataset_fp32_gflops) g.fp32_gflops = known->fp32_gflops;
+    if (known->dataset_mem_bw_gbps > 0 && g.mem_bw_gbps == known->dataset_mem_bw_gbps) g.mem_bw_gbps = known->mem_bw_gbps;
   }
   // Optional fields beyond the neusight-data format: board power (W) and process node (nm).
   if (j.contains("TDP")) g.board_power_w = num(j, "TDP", path, true);
@@ -313,10 +313,9 @@ std::string format_gpus_json(const GpuDatabase& db) {
     e["nvlink_domain"] = g.nvlink_domain;
     e["pcie_gbps"] = g.pcie_gbps;
     e["source"] = g.source;
-    if (g.dataset_num_sm > 0) {
-      e["dataset_num_sm"] = g.dataset_num_sm;
-      e["dataset_fp32_gflops"] = g.dataset_fp32_gflops;
-    }
+    if (g.dataset_num_sm > 0) e["dataset_num_sm"] = g.dataset_num_sm;
+    if (g.dataset_fp32_gflops > 0) e["dataset_fp32_gflops"] = g.dataset_fp32_gflops;
+    if (g.dataset_mem_bw_gbps > 0) e["dataset_mem_bw_gbps"] = g.dataset_mem_bw_gbps;
     out.push_back(std::move(e));
   }
   return out.dump(1) + "\n";

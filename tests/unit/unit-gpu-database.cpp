@@ -118,9 +118,10 @@ TEST_CASE("gpu database: aliases are unique, short aliases lower case without ve
 // rate, clock, memory, bandwidth and L2.
 //   Tesla P4: its GP104 chip has 20 SMs of 128 FP32 lanes (GP100's SMs have 64); the
 //   dataset's JSON describes it as 40 SMs of 64 lanes, the same 2,560 lanes.
-// Entries with dataset_num_sm (the L4: the dataset's JSON gives the full die's 60 SMs and their
-// FP32 peak, the card enables 58) keep the file's two numbers beside the spec sheet's, and the
-// file reads as the entry.
+// Entries with dataset_num_sm / dataset_fp32_gflops / dataset_mem_bw_gbps (the L4: the dataset's
+// JSON gives the full die's 60 SMs and their FP32 peak, the card enables 58; the H100 SXM5:
+// 3,430 GB/s where its datasheet says 3.35 TB/s) keep the file's numbers beside the spec
+// sheet's, and the file reads as the entry.
 const std::set<std::string> kSmStructureCorrected = {"Tesla P4"};
 
 TEST_CASE("gpu database: device_configs entries keep the dataset's numbers (the spec sheet's beside them) and read as the entry" * doctest::test_suite("shared-data")) {
@@ -149,7 +150,7 @@ TEST_CASE("gpu database: device_configs entries keep the dataset's numbers (the 
     }
     CHECK(g->boost_mhz == j["Freq"].get<double>());
     CHECK(g->mem_gb == j["Dev_Mem"].get<double>());
-    CHECK(g->mem_bw_gbps == j["Mem_Bw"].get<double>());
+    CHECK((g->dataset_mem_bw_gbps > 0 ? g->dataset_mem_bw_gbps : g->mem_bw_gbps) == j["Mem_Bw"].get<double>());
     CHECK(g->l2_mb == j["L2Cache"].get<double>());
     if (g->dataset_num_sm == 0) CHECK(g->fp32_gflops == dataset_fp32);
     if (j.contains("SingleFLOPsMM")) CHECK(g->fp32_matrix_gflops == j["SingleFLOPsMM"].get<double>());
@@ -162,11 +163,40 @@ TEST_CASE("gpu database: device_configs entries keep the dataset's numbers (the 
     CHECK(got.num_sm == g->num_sm);
     CHECK(got.fp32_cores_per_sm == g->fp32_cores_per_sm);
     CHECK(got.fp32_gflops == g->fp32_gflops);
+    CHECK(got.mem_bw_gbps == g->mem_bw_gbps);
     CHECK(got.fp32_matrix_gflops == g->fp32_matrix_gflops);
     CHECK(got.board_power_w == g->board_power_w);
     ++n;
   }
   CHECK(n >= 12);
+}
+
+TEST_CASE("gpu database: a dataset number the spec sheet corrects reads as the spec sheet's, field by field") {
+  // The H100's device config as the dataset writes it (3,430 GB/s): the datasheet's 3.35 TB/s;
+  // edited in another field (a what-if), the bandwidth still reads as the datasheet's, while an
+  // edited bandwidth is the user's own.
+  const Gpu& h100 = GpuDatabase::builtin().resolve("h100");
+  REQUIRE(h100.dataset_mem_bw_gbps == 3430);
+  CHECK(h100.mem_bw_gbps == 3350);
+  const std::string base = R"({"Device": "NVIDIA H100 80GB HBM3", "Dev_Mem": 80, "Num_Sm": 132, "Core_Per_SM": 128,
+                               "Freq": 1980, "L2Cache": 50, )";
+  CHECK(parse_gpu_json(base + R"("Mem_Bw": 3430, "SingleFLOPs": 66908})", "h100").mem_bw_gbps == 3350);
+  const Gpu faster = parse_gpu_json(base + R"("Mem_Bw": 3430, "SingleFLOPs": 133816})", "x2");
+  CHECK(faster.mem_bw_gbps == 3350);
+  CHECK(faster.fp32_gflops == 133816);
+  CHECK(parse_gpu_json(base + R"("Mem_Bw": 1715, "SingleFLOPs": 66908})", "half").mem_bw_gbps == 1715);
+  // The L4's: 60 SMs of the full die and their peak read as the card's 58 and 30.3 TFLOPS.
+  const Gpu l4 = parse_gpu_json(R"({"Device": "NVIDIA L4", "Dev_Mem": 24, "Mem_Bw": 300, "Num_Sm": 60,
+                                    "Core_Per_SM": 128, "Freq": 2040, "SingleFLOPs": 31334, "L2Cache": 48})",
+                                "l4");
+  CHECK(l4.num_sm == 58);
+  CHECK(l4.fp32_gflops == 30300);
+  // The database entry's JSON (gpus --json) carries the dataset's numbers and reads back alike.
+  for (const auto& x : nlohmann::json::parse(format_gpus_json(GpuDatabase::builtin())))
+    if (x["name"] == "NVIDIA H100 80GB HBM3") {
+      CHECK(x["dataset_mem_bw_gbps"] == 3430);
+      CHECK(parse_gpu_json(x.dump(), "entry").dataset_mem_bw_gbps == 3430);
+    }
 }
 
 TEST_CASE("gpu database: a device JSON's Core_Per_SM counts lanes, or SIMD units in the AMD form") {

@@ -58,12 +58,15 @@ struct Gpu {
   int nvlink_domain = 0;
   double pcie_gbps = 0;              // per-direction PCIe bandwidth, GB/s
   std::string source;                // where the numbers come from
-  // The neusight-data device config's SM count and FP32 peak where they differ from the spec
-  // sheet's (the L4's gives the full AD104 die, 60 SMs and 31.3 TFLOPS, where the card enables
-  // 58: 7,424 lanes, 30.3 TFLOPS); 0 where it agrees. A device JSON with exactly these reads as
-  // this entry (load_device_json).
+  // The neusight-data device config's SM count, FP32 peak and DRAM bandwidth where they differ
+  // from the spec sheet's (the L4's gives the full AD104 die, 60 SMs and 31.3 TFLOPS, where the
+  // card enables 58: 7,424 lanes, 30.3 TFLOPS; the H100 SXM5's 3,430 GB/s where its datasheet
+  // gives 3.35 TB/s); 0 where it agrees. A device JSON field equal to one of these reads as the
+  // entry's (load_device_json), so the dataset's file and a what-if edited from it in another
+  // field stand on the spec sheet's numbers.
   int dataset_num_sm = 0;
   double dataset_fp32_gflops = 0;
+  double dataset_mem_bw_gbps = 0;
 
   // Peak rate for a compute precision on the matrix units (falls back to FP32 SIMT).
   double peak_gflops(DType compute) const;
@@ -104,8 +107,8 @@ class GpuDatabase {
 // the AMD form (SingleFLOPsVEC) counts SIMD units there, so its lanes per CU follow from the
 // vector peak over CUs x clock, in whole SIMDs of kAmdSimdLanes. A device JSON naming a database
 // GPU takes the entry's architecture numbers, and its SM split where the JSON gives the same
-// lanes split another way, or its SMs and FP32 peak where the JSON gives the dataset's numbers
-// for it (Gpu::dataset_num_sm). Throws InputError.
+// lanes split another way, and its SMs, FP32 peak or bandwidth where the JSON gives the dataset's
+// number for it (Gpu::dataset_num_sm and the two after it). Throws InputError.
 Gpu load_device_json(const std::string& path);
 
 // Reads one GPU from JSON text: a device JSON (with "Device", as above) or an entry in the
