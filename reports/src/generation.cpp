@@ -299,9 +299,14 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
   const bool slo = !reports.empty() && reports.front().generation && reports.front().generation->tpot_slo.tpot_ms > 0;
+  // The tokens/s interval where the predictor gives one (not the roofline).
+  const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) {
+    return r.generation && r.generation->tokens_per_s_high > r.generation->tokens_per_s_low;
+  });
   os << pad("gpu", w) << " " << (slo ? pad("batch", 7, true) + " " : "") << pad("TTFT ms", 11, true) << " "
      << pad("TPOT ms", 10, true) << " "
-     << pad("total ms", 11, true) << " " << pad("tokens/s", 10, true) << " " << pad("vs first", 9, true) << " "
+     << pad("total ms", 11, true) << " " << pad("tokens/s", 10, true) << " "
+     << (interval ? pad("80% interval", 17, true) + " " : "") << pad("vs first", 9, true) << " "
      << pad("fits seqs", 10, true) << "\n";
   const double base = reports.empty() || !reports.front().generation ? 0 : reports.front().generation->tokens_per_s;
   for (const auto& r : reports) {
@@ -310,6 +315,7 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
     os << pad(r.gpu.name, w) << " " << (slo ? pad(std::to_string(g.batch), 7, true) + " " : "")
        << pad(format_ms(g.ttft_ms), 11, true) << " " << pad(format_ms(g.tpot_ms), 10, true)
        << " " << pad(format_ms(g.total_ms), 11, true) << " " << pad(num(g.tokens_per_s, 1), 10, true) << " "
+       << (interval ? pad(num(g.tokens_per_s_low, 1) + " - " + num(g.tokens_per_s_high, 1), 17, true) + " " : "")
        << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << " " << pad(std::to_string(g.max_batch), 10, true)
        << "\n";
   }

@@ -154,6 +154,7 @@ class Generate(unittest.TestCase):
         for needle in ["time to first token", "time per token", "output tokens/s", "KV cache", "by class",
                        "NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe", "vs first", "new tokens, fp16 (--dtype)"]:
             self.assertIn(needle, so)
+        self.assertIn("80% interval  vs first", so)  # the GPU table's tokens/s interval
         for line in so.splitlines():  # every time and the rate with its 80% interval
             if line.strip().startswith(("time to first token", "time per token", "total ", "output tokens/s")):
                 self.assertIn("(80% interval ", line)
