@@ -69,31 +69,29 @@ std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels,
 // cannot load it with 16-byte vectors (nor, on Hopper and newer, with TMA, whose strides must
 // be multiples of 16 bytes) and run it on a narrow-load kernel (cuBLAS's sm80 `align2` CUTLASS
 // kernels on an H200) that no data here describes; it is predicted as the aligned kernel.
-// FlashAttention loads its own rows (head_dim wide) and is not one. Sets the element size read.
-bool unaligned_tensor_gemm(const Kernel& k, const Gpu& gpu, DType* stored = nullptr) {
+// FlashAttention loads its own rows (head_dim wide) and is not one. Returns the element type
+// the GEMM reads when it is one, DType::undefined otherwise.
+DType unaligned_tensor_gemm(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm || !is_float(k.dtype) || k.op == "flash_attention" || k.op == "flash_decode")
-    return false;
+    return DType::undefined;
   const DType read = k.dtype == DType::tf32 ? DType::f32 : k.dtype;  // TF32 math reads FP32 operands
   const double eb = element_bytes(read);
   const int64_t lda = k.trans_a ? k.gemm.m : k.gemm.k, ldb = k.trans_b ? k.gemm.k : k.gemm.n;
   auto aligned = [&](int64_t ld) { return std::fmod(double(ld) * eb, 16.0) == 0.0; };
-  if (aligned(lda) && aligned(ldb) && aligned(k.gemm.n)) return false;
+  if (aligned(lda) && aligned(ldb) && aligned(k.gemm.n)) return DType::undefined;
   // The math path last: the rows of most GEMMs are aligned.
   const std::string math = math_precision(k, gpu);
-  if (math.size() < 7 || math.compare(math.size() - 7, 7, "-tensor") != 0) return false;
-  if (stored) *stored = read;
-  return true;
+  if (math.size() < 7 || math.compare(math.size() - 7, 7, "-tensor") != 0) return DType::undefined;
+  return read;
 }
 inline constexpr const char* kUnalignedNote = "rows not a multiple of 16 bytes: a narrow-load kernel, priced aligned";
 
 // Per kernel: the element type its unaligned tensor-core GEMM reads (unaligned_tensor_gemm),
 // DType::undefined for every other kernel.
 std::vector<DType> unaligned_reads(const std::vector<Kernel>& kernels, const Gpu& gpu) {
-  std::vector<DType> out(kernels.size(), DType::undefined);
-  for (size_t i = 0; i < kernels.size(); ++i) {
-    DType stored = kernels[i].dtype;
-    if (unaligned_tensor_gemm(kernels[i], gpu, &stored)) out[i] = stored;
-  }
+  std::vector<DType> out;
+  out.reserve(kernels.size());
+  for (const Kernel& k : kernels) out.push_back(unaligned_tensor_gemm(k, gpu));
   return out;
 }
 

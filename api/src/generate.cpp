@@ -286,10 +286,6 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
 
 namespace {
 
-// A report's 80% interval bounds (the latency itself where it has none: the roofline).
-double low_of(const Report& r) { return r.e2e_low_ms > 0 ? r.e2e_low_ms : r.e2e_latency_ms; }
-double high_of(const Report& r) { return r.e2e_high_ms > 0 ? r.e2e_high_ms : r.e2e_latency_ms; }
-
 // Speculative decoding's fixed part: the tokens a step yields and, with a draft model, its
 // prefill (added to the first token) and its memory.
 void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Options& options, GenerationReport& g) {
@@ -301,8 +297,8 @@ void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Option
   const Report dp = predict(a.draft->prefill, a.draft_decoder->prefill.model, gpu, options);
   sp.draft_ttft_ms = dp.e2e_latency_ms;
   g.ttft_ms += dp.e2e_latency_ms;  // the draft reads the prompt too before it can propose
-  g.ttft_low_ms += low_of(dp);
-  g.ttft_high_ms += high_of(dp);
+  g.ttft_low_ms += dp.e2e_low();
+  g.ttft_high_ms += dp.e2e_high();
   for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
   sp.draft = a.draft_decoder->prefill.model.path.empty() ? a.draft_decoder->prefill.model.graph.name
                                                           : a.draft_decoder->prefill.model.path;
@@ -320,14 +316,14 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
   std::map<std::string, std::vector<double>> by_class;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     const Report s = predict(a.steps[i], d.step.model, gpu, options);
-    GenerationStep st{a.kv[i], s.e2e_latency_ms, low_of(s), high_of(s), s.totals_by_class};
+    GenerationStep st{a.kv[i], s.e2e_latency_ms, s.e2e_low(), s.e2e_high(), s.totals_by_class};
     if (sp.proposed > 0) {
       double draft_ms = 0, draft_low = 0, draft_high = 0;
       if (a.draft && i < a.draft->steps.size()) {
         const Report ds = predict(a.draft->steps[i], a.draft_decoder->step.model, gpu, options);
         draft_ms = ds.e2e_latency_ms;
-        draft_low = low_of(ds);
-        draft_high = high_of(ds);
+        draft_low = ds.e2e_low();
+        draft_high = ds.e2e_high();
         for (const auto& [c, ms] : ds.totals_by_class) st.by_class[c] += proposed * ms;
       }
       if (i == 0) {
@@ -335,8 +331,8 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
         sp.draft_step_ms = draft_ms;
       }
       st.latency_ms = (s.e2e_latency_ms + proposed * draft_ms) / sp.tokens_per_step;
-      st.low_ms = (low_of(s) + proposed * draft_low) / sp.tokens_per_step;
-      st.high_ms = (high_of(s) + proposed * draft_high) / sp.tokens_per_step;
+      st.low_ms = (s.e2e_low() + proposed * draft_low) / sp.tokens_per_step;
+      st.high_ms = (s.e2e_high() + proposed * draft_high) / sp.tokens_per_step;
       for (auto& [c, ms] : st.by_class) ms /= sp.tokens_per_step;
     }
     step_ms.push_back(st.latency_ms);
@@ -463,8 +459,8 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.sliding_layers = d.sliding_layers;
   g.window = d.window;
   g.ttft_ms = r.e2e_latency_ms;
-  g.ttft_low_ms = low_of(r);
-  g.ttft_high_ms = high_of(r);
+  g.ttft_low_ms = r.e2e_low();
+  g.ttft_high_ms = r.e2e_high();
   g.prefill_by_class = r.totals_by_class;
   g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
   g.ep = g.tp > 1 ? std::max(1, options.parallel.ep) : 1;

@@ -14,6 +14,7 @@ namespace neusight {
 using detail::finite;
 using detail::html_escape;
 using detail::pad;
+using detail::interval_text;
 using nlohmann::json;
 
 namespace {
@@ -45,10 +46,8 @@ std::string kv_cache_formula(const GenerationReport& g) {
   return s;
 }
 
-// " (80% interval LOW - HIGH ms)" where the prediction has one, else "".
-std::string ms_interval(double low, double high) {
-  return high > low ? " (80% interval " + format_ms(low) + " - " + format_ms(high) + " ms)" : std::string();
-}
+// interval_text of a time in ms.
+std::string ms_interval(double low, double high) { return interval_text(high > low, format_ms(low), format_ms(high), " ms"); }
 
 // An HTML cell's value with its 80% interval on a second, smaller line (where there is one).
 std::string html_with_interval(const std::string& value, const std::string& low, const std::string& high, bool has) {
@@ -237,9 +236,8 @@ std::string format_generation(const Report& r, bool color) {
      << "  total                " << pad(format_ms(g.total_ms), 11, true) << " ms" << ms_interval(g.total_low_ms, g.total_high_ms)
      << "\n"
      << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true)
-     << (g.tokens_per_s_high > g.tokens_per_s_low
-             ? " (80% interval " + num(g.tokens_per_s_low, 1) + " - " + num(g.tokens_per_s_high, 1) + ")"
-             : std::string())
+     << interval_text(g.tokens_per_s_high > g.tokens_per_s_low, num(g.tokens_per_s_low, 1), num(g.tokens_per_s_high, 1),
+                      "")
      << "\n"
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "

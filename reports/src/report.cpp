@@ -82,6 +82,10 @@ std::string pad(const std::string& s, size_t w, bool right) {
   return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
 }
 
+std::string interval_text(bool has, const std::string& low, const std::string& high, const std::string& unit) {
+  return has ? " (80% interval " + low + " - " + high + unit + ")" : std::string();
+}
+
 std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, std::isfinite(v) ? v : 0.0);

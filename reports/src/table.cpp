@@ -194,8 +194,7 @@ std::string format_table(const Report& r, const TableOptions& opt) {
     os << "\nconstant folded: " << r.folded_nodes << (r.folded_nodes == 1 ? " node" : " nodes")
        << " computed from constants before the run (no kernel)\n";
   os << "\n" << st("end-to-end latency: " + format_ms(r.e2e_latency_ms) + " ms", "1;32");
-  if (r.e2e_high_ms > r.e2e_low_ms)
-    os << " (80% interval " << format_ms(r.e2e_low_ms) << " - " << format_ms(r.e2e_high_ms) << " ms)";
+  os << detail::interval_text(r.e2e_high_ms > r.e2e_low_ms, format_ms(r.e2e_low_ms), format_ms(r.e2e_high_ms), " ms");
   if (r.unpredicted_nodes > 0)
     os << "; " << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes") << " not predicted";
   os << "\n";

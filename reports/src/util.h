@@ -12,6 +12,8 @@ std::string pad(const std::string& s, size_t width, bool right = false);  // cut
 std::string fixed(double v, int decimals);
 std::string html_escape(const std::string& s);
 double finite(double x);  // NaN/inf -> 0
+// " (80% interval LOW - HIGH UNIT)" for bounds already formatted, "" where `has` is false.
+std::string interval_text(bool has, const std::string& low, const std::string& high, const std::string& unit);
 // The kernel that stands for a node in one-line views: its slowest forward kernel (else its
 // slowest kernel); nullptr for a node without kernels.
 const KernelReport* main_kernel(const NodeReport& n);

@@ -134,6 +134,9 @@ struct Report {
   DTypeSource dtype_source = DTypeSource::fallback;
   double e2e_latency_ms = 0;
   double e2e_low_ms = 0, e2e_high_ms = 0;  // 80% interval of e2e_latency_ms
+  // The interval's bounds, the latency itself where there is none (as Prediction::low_ms).
+  double e2e_low() const { return e2e_high_ms > 0 ? e2e_low_ms : e2e_latency_ms; }
+  double e2e_high() const { return e2e_high_ms > 0 ? e2e_high_ms : e2e_latency_ms; }
   double forward_ms = 0, backward_ms = 0, update_ms = 0;
   std::vector<TensorInfo> graph_outputs;
   std::vector<NodeReport> nodes;          // graph order
