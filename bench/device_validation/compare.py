@@ -46,13 +46,18 @@ def predict_kernels(binary, rows, cols, tmp, predictor, timing):
     return read(dst)
 
 
-def grouped(binary, rows, cols, tmp, timing, col, key):
-    """Every predictor's predictions of `rows` in `timing`, against the measured column `col`,
-    grouped by key(row): {group: {predictor: [(measured, predicted, low, high)]}}. Rows without
-    a prediction or a measurement are left out."""
+def predict_all(binary, rows, cols, tmp, timing):
+    """Every predictor's predictions of `rows` in `timing`: {predictor: rows with predictions}."""
+    return {p: predict_kernels(binary, rows, cols, tmp, p, timing) for p in PREDICTORS}
+
+
+def grouped(preds, col, key):
+    """predict_all's predictions against the measured column `col`, grouped by key(row):
+    {group: {predictor: [(measured, predicted, low, high)]}}. Rows without a prediction or a
+    measurement are left out."""
     groups = {}
     for p in PREDICTORS:
-        for r in predict_kernels(binary, rows, cols, tmp, p, timing):
+        for r in preds[p]:
             if not r.get("pred_latency_ms") or not r.get(col):
                 continue
             g = groups.setdefault(key(r), {q: [] for q in PREDICTORS})
@@ -107,6 +112,10 @@ def unaligned(r):
     return any(int(r[c]) * eb % 16 for c in "MNK" if r.get(c))
 
 
+def alignment_key(r):
+    return f"{r['OPName']} {r['dtype']} {'unaligned' if unaligned(r) else 'aligned'}"
+
+
 def align(binary, d, tmp):
     """The row-alignment sweep (align.csv): 16-bit attention products and LM heads with rows that
     are, or are not, multiples of 16 bytes, and small aligned GEMMs (n^3), against graph replay
@@ -120,10 +129,11 @@ def align(binary, d, tmp):
     def key(r):
         if r["OPName"] == "linear" and r["M"] == r["N"] == r["K"]:
             return f"linear {r['dtype']} {r['M']}^3"
-        return f"{r['OPName']} {r['dtype']} {'unaligned' if unaligned(r) else 'aligned'}"
+        return alignment_key(r)
 
+    preds = predict_all(binary, rows, cols, tmp, "kernel")
     for col, what in (("Latency_graph", "CUDA-graph replay"), ("Latency_kernel", "the profiler's kernel durations")):
-        groups = grouped(binary, rows, cols, tmp, "kernel", col, key)
+        groups = grouped(preds, col, key)
         if groups:
             kernel_table(f"Row-alignment sweep (align.csv), --timing kernel against {what}",
                          dict(sorted(groups.items())))
@@ -135,7 +145,7 @@ def kernels(binary, d, tmp):
     for timing, col in (("eager", "Latency"), ("kernel", "Latency_graph")):
         if col not in cols:
             continue
-        groups = grouped(binary, fp32, cols, tmp, timing, col, klass)
+        groups = grouped(predict_all(binary, fp32, cols, tmp, timing), col, klass)
         what = ("PyTorch-eager time per call (--timing eager)" if timing == "eager"
                 else "CUDA-graph replay, the GPU's time (--timing kernel)")
         kernel_table(f"FP32 kernels, {what}", groups)
@@ -148,12 +158,12 @@ def kernels(binary, d, tmp):
         return
     lowp = read(path)
     cols = list(lowp[0].keys())
+    preds = {t: predict_all(binary, lowp, cols, tmp, t) for t in ("kernel", "eager")}
     for timing, col in (("kernel", "Latency_graph"), ("eager", "Latency")):
-        groups = grouped(binary, lowp, cols, tmp, timing, col, lambda r: f"{r['OPName']} {r['dtype']}")
+        groups = grouped(preds[timing], col, lambda r: f"{r['OPName']} {r['dtype']}")
         what = "CUDA-graph replay (--timing kernel)" if timing == "kernel" else "eager calls (--timing eager)"
         kernel_table(f"Low-precision GEMMs, {what}", dict(sorted(groups.items())))
-    groups = grouped(binary, lowp, cols, tmp, "kernel", "Latency_graph",
-                     lambda r: f"{r['OPName']} {r['dtype']} {'unaligned' if unaligned(r) else 'aligned'}")
+    groups = grouped(preds["kernel"], "Latency_graph", alignment_key)
     kernel_table("Low-precision GEMMs by row alignment (unaligned: a dim of M, N, K not a multiple of 16 bytes; "
                  "the CLI warns), CUDA-graph replay", dict(sorted(groups.items())))
     align(binary, d, tmp)
@@ -203,10 +213,11 @@ def decode(binary, d, tmp):
         return
     rows = read(path)
     cols = list(rows[0].keys())
+    preds = {t: predict_all(binary, rows, cols, tmp, t) for t in ("kernel", "eager")}
     for timing, col, what in (("kernel", "Latency_cold", "graph replay, each call streaming its weight from DRAM"),
                               ("kernel", "Latency_graph", "graph replay on one weight (L2-warm where it fits)"),
                               ("eager", "Latency", "eager calls")):
-        groups = grouped(binary, rows, cols, tmp, timing, col,
+        groups = grouped(preds[timing], col,
                          lambda r: f"{r['dtype']}, {'1-16' if int(r['M']) <= 16 else '32-128'} tokens")
         kernel_table(f"Decode GEMMs through LLM weights, {what} (--timing {timing})", dict(sorted(groups.items())))
 

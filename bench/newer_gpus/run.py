@@ -64,23 +64,25 @@ def predict(binary, config, seq, batch, mode, gpu, extra, tmp):
     return r["e2e_latency_ms"], r.get("latency_low_ms", 0), r.get("latency_high_ms", 0)
 
 
-def roofline_gpu(binary, alias, tmp):
-    """The GPU the estimate's roofline runs on: the database entry, with the SM count, FP32 peak
-    and bandwidth of the dataset's device config where the database corrects them (the L4's 60
-    SMs of the full die, the H100's 3,430 GB/s), as the paper's roofline used them."""
+def roofline_gpus(binary, aliases, tmp):
+    """{alias: the GPU the estimate's roofline runs on}: the database entry, with the SM count,
+    FP32 peak and bandwidth of the dataset's device config where the database corrects them (the
+    L4's 60 SMs of the full die, the H100's 3,430 GB/s), as the paper's roofline used them, written
+    once into `tmp`; the alias itself where nothing is corrected."""
     out = subprocess.run([binary, "gpus", "--json"], check=True, capture_output=True, text=True).stdout
     fields = {"dataset_num_sm": ["num_sm"], "dataset_fp32_gflops": ["fp32_gflops", "fp16_simt_gflops"],
               "dataset_mem_bw_gbps": ["mem_bw_gbps"]}
+    gpus = {alias: alias for alias in aliases}
     for e in json.loads(out):
-        if alias in e["aliases"] and any(e.get(k) for k in fields):
-            for k, targets in fields.items():
-                for t in targets:
-                    e[t] = e.get(k) or e[t]
-            path = os.path.join(tmp, alias + "-dataset.json")
-            with open(path, "w") as f:
-                json.dump(e, f)
-            return path
-    return alias
+        for alias in aliases:
+            if alias in e["aliases"] and any(e.get(k) for k in fields):
+                for k, targets in fields.items():
+                    for t in targets:
+                        e[t] = e.get(k) or e[t]
+                gpus[alias] = os.path.join(tmp, alias + "-dataset.json")
+                with open(gpus[alias], "w") as f:
+                    json.dump(e, f)
+    return gpus
 
 
 def measured(gpu_dir, mode, name, seq, batch):
@@ -134,14 +136,14 @@ def main():
         print(f"\n  {'gpu':9s} {'model':11s} {'mode':9s} {'batch':>5s} {'estimate':>9s} {'corrected':>9s} {'predicted':>10s} "
               f"{'err%':>6s} {'corr%':>6s} {'80% interval':>19s} {'inside':>6s}")
         per_gpu = {}
+        roof_gpu = roofline_gpus(a.bin, sorted(HELD_OUT.values()), tmp)
         for (gpu_dir, mode, model, batch), err in sorted(errs.items(), key=lambda x: (HELD_OUT.get(x[0][0], ""), x[0][1:])):
             if gpu_dir not in HELD_OUT:
                 continue
             gpu = HELD_OUT[gpu_dir]
             name, seq = MODELS[model]
             config = os.path.join(DATA, "model_configs", name + ".json")
-            roof = predict(a.bin, config, seq, batch, mode, roofline_gpu(a.bin, gpu, tmp), ["--predictor", "roofline"],
-                           tmp)[0]
+            roof = predict(a.bin, config, seq, batch, mode, roof_gpu[gpu], ["--predictor", "roofline"], tmp)[0]
             est = roof / (1 - err / 100.0)
             pred, lo, hi = predict(a.bin, config, seq, batch, mode, gpu, extra, tmp)
             e = 100.0 * (pred / est - 1)
