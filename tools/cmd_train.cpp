@@ -178,12 +178,31 @@ std::vector<std::filesystem::path> training_files(const TrainRequest& r) {
   return files;
 }
 
-// The samples of every file (at most --max-rows a file); `manifest_files` gets a line per file.
+// With --test-rows: the campaign ratio (dataset.h) of a GEMM train CSV against the same GPU's
+// rows of that op in kernels/test; matched = 0 where there is nothing to compare.
+CampaignRatio train_campaign_ratio(const TrainRequest& r, const std::filesystem::path& f, const Dataset& d) {
+  if (!r.test_rows || f.parent_path().filename() == "test") return {};
+  const std::string op = f.parent_path().filename().string();
+  const auto test = std::filesystem::path(r.data) / "kernels" / "test" / (op + ".csv");
+  if ((op != "linear" && op != "bmm") || !std::filesystem::exists(test)) return {};
+  return campaign_ratio(gemm_shape_rows(d, ""), gemm_shape_rows(read_dataset(test.string()), device_of_stem(f.stem().string())));
+}
+
+// The samples of every file (at most --max-rows a file); `manifest_files` gets a line per file,
+// `left_out` one per train CSV left out for contradicting its GPU's test rows.
 std::vector<Sample> read_samples(const TrainRequest& r, const std::vector<std::filesystem::path>& files, bool tty,
-                                 std::ostringstream& manifest_files) {
+                                 std::ostringstream& manifest_files, std::ostringstream& left_out) {
   std::vector<Sample> samples;
   for (const auto& f : files) {
     Dataset d = read_dataset(f.string());
+    const CampaignRatio cr = train_campaign_ratio(r, f, d);
+    if (cr.matched > 0 && (cr.ratio > kCampaignConflictRatio || cr.ratio * kCampaignConflictRatio < 1)) {
+      char line[160];
+      std::snprintf(line, sizeof line, " (median latency over its GPU's kernels/test rows of matched shape %.2f, %d rows)\n",
+                    cr.ratio, cr.matched);
+      left_out << "  " << std::filesystem::relative(f, std::filesystem::path(r.data)).string() << line;
+      continue;
+    }
     // A test CSV (kernels/test) holds every GPU's rows and, for elem.csv, every elementwise
     // op: keep the chosen devices' rows of the chosen ops (before --max-rows).
     const bool test = f.parent_path().filename() == "test";
@@ -255,8 +274,8 @@ int cmd_train(const Argv& argv) {
   const bool tty = isatty(STDERR_FILENO) && !args.has("--quiet");
   const bool quiet = args.has("--quiet");
   const auto t0 = std::chrono::steady_clock::now();
-  std::ostringstream manifest_files;
-  const std::vector<Sample> samples = read_samples(r, files, tty, manifest_files);
+  std::ostringstream manifest_files, left_out;
+  const std::vector<Sample> samples = read_samples(r, files, tty, manifest_files, left_out);
 
   ModelSet m;
   std::ostringstream cmd;
@@ -289,6 +308,9 @@ int cmd_train(const Argv& argv) {
       << "training time:   " << int(secs) << " s\n\n"
       << "result (MAPE on the training samples):\n" << summary << "\n"
       << "data files (sha256, path relative to --data):\n" << manifest_files.str();
+  if (!left_out.str().empty())
+    man << "\nleft out (a GEMM sweep more than " << kCampaignConflictRatio
+        << "x off its GPU's test rows, training.h kCampaignConflictRatio):\n" << left_out.str();
   write_file_atomic((std::filesystem::path(r.out) / "MANIFEST").string(), man.str());
   if (!quiet) std::printf("wrote %s/weights.json and MANIFEST in %.0f s\n", r.out.c_str(), secs);
   return 0;

@@ -198,57 +198,10 @@ PerOpSum per_op_sum(const fs::path& label_csv, const fs::path& opgraph_csv, int6
 
 // Kernel data consistency: a training GPU's train rows against its own test rows of the same
 // class and matched shape (B, M, N, K each within 15%), the train latency scaled by the
-// FLOPs ratio. Returns the median over matched test rows of (median scaled train latency /
-// test latency) and the number of matched test rows. 1.00 means the two sets agree; a ratio
+// FLOPs ratio (predictor/dataset.h campaign_ratio). 1.00 means the two sets agree; a ratio
 // above one means the train rows ran slower than the test rows of the same shapes, and a
 // predictor trained on them predicts that GPU's kernels (and its whole models) that much
-// slower. Nothing is fitted on this; it explains the per-class ratios above.
-struct GemmRow {
-  double lb, lm, ln, lk, flops, ms;
-};
-
-// The GEMM rows of a dataset CSV (predictor/dataset.h) on `device` ("" = all), in log dims.
-std::vector<GemmRow> gemm_rows(const Dataset& d, const std::string& device) {
-  std::vector<GemmRow> v;
-  for (const auto& r : d.rows) {
-    if (!device.empty() && r.device != device) continue;
-    const GemmShape& g = r.kernel.gemm;
-    if (r.kernel.cls != KernelClass::gemm || g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0 || r.latency_ms <= 0)
-      continue;
-    v.push_back({std::log(double(g.batch)), std::log(double(g.m)), std::log(double(g.n)), std::log(double(g.k)),
-                 r.kernel.flops, r.latency_ms});
-  }
-  return v;
-}
-
-std::pair<double, int> train_test_ratio(const std::vector<GemmRow>& train, const std::vector<GemmRow>& test) {
-  constexpr double kTol = 0.15;  // |log ratio| per dimension
-  std::vector<double> ratios, scaled;
-  for (const auto& t : test) {
-    scaled.clear();
-    for (const auto& r : train)
-      if (std::fabs(r.lb - t.lb) < kTol && std::fabs(r.lm - t.lm) < kTol && std::fabs(r.ln - t.ln) < kTol &&
-          std::fabs(r.lk - t.lk) < kTol)
-        scaled.push_back(r.ms * t.flops / r.flops);
-    if (!scaled.empty()) ratios.push_back(median_of(scaled) / t.ms);
-  }
-  return {median_of(ratios), int(ratios.size())};
-}
-
-// The same check for a memory-bound kernel: a training GPU's large adds (train/add) against
-// its adds of test/elem.csv with elements within 15% (train latency scaled by elements), from
-// 4M elements up (well past launch costs). SM clocks do not matter there. The adds as rows of
-// one dimension (their elements) for train_test_ratio.
-std::vector<GemmRow> add_rows(const Dataset& d, const std::string& device, double min_elems) {
-  std::vector<GemmRow> v;
-  for (const auto& r : d.rows) {
-    const double e = double(r.kernel.rows) * double(r.kernel.cols);
-    if (r.op_name != "add" || (!device.empty() && r.device != device) || r.latency_ms <= 0 || e <= 0 || e < min_elems)
-      continue;
-    v.push_back({0, 0, 0, std::log(e), e, r.latency_ms});
-  }
-  return v;
-}
+// slower. The trainer leaves a train CSV out above kCampaignConflictRatio (training.h).
 
 }  // namespace
 
@@ -344,8 +297,10 @@ int main(int argc, char** argv) {
         std::string device = d;
         std::replace(device.begin(), device.end(), '_', ' ');
         const fs::path train = kdir / "train" / cls / (d + ".csv");
-        if (fs::exists(train))
-          gemm_ratio[cls][d] = train_test_ratio(gemm_rows(read_dataset(train.string()), ""), gemm_rows(test, device));
+        if (!fs::exists(train)) continue;
+        const CampaignRatio cr =
+            campaign_ratio(gemm_shape_rows(read_dataset(train.string()), ""), gemm_shape_rows(test, device));
+        gemm_ratio[cls][d] = {cr.ratio, cr.matched};
       }
     }
   }
@@ -573,9 +528,11 @@ int main(int argc, char** argv) {
       std::string device = d;
       std::replace(device.begin(), device.end(), '_', ' ');
       const fs::path train = kdir / "train" / "add" / (d + ".csv");
-      const auto [ratio, n] =
-          fs::exists(train) ? train_test_ratio(add_rows(read_dataset(train.string()), "", 0), add_rows(elem, device, 4e6))
-                            : std::pair<double, int>{0, 0};
+      const CampaignRatio cr =
+          fs::exists(train) ? campaign_ratio(add_shape_rows(read_dataset(train.string()), "", 0), add_shape_rows(elem, device, 4e6))
+                            : CampaignRatio{};
+      const double ratio = cr.ratio;
+      const int n = cr.matched;
       if (n) std::printf("    %5.2f (%4d)", ratio, n);
       else std::printf(" %14s", "-");
     }

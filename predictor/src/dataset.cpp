@@ -205,4 +205,54 @@ Dataset dataset_from_rows(std::vector<std::string> header, std::vector<std::vect
   return d;
 }
 
+namespace {
+double median_in_place(std::vector<double>& v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + long(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+}  // namespace
+
+std::vector<ShapeRow> gemm_shape_rows(const Dataset& d, const std::string& device) {
+  std::vector<ShapeRow> v;
+  for (const auto& r : d.rows) {
+    if (!device.empty() && r.device != device) continue;
+    const GemmShape& g = r.kernel.gemm;
+    if (r.kernel.cls != KernelClass::gemm || g.batch <= 0 || g.m <= 0 || g.n <= 0 || g.k <= 0 || r.latency_ms <= 0)
+      continue;
+    v.push_back({std::log(double(g.batch)), std::log(double(g.m)), std::log(double(g.n)), std::log(double(g.k)),
+                 r.kernel.flops, r.latency_ms});
+  }
+  return v;
+}
+
+std::vector<ShapeRow> add_shape_rows(const Dataset& d, const std::string& device, double min_elements) {
+  std::vector<ShapeRow> v;
+  for (const auto& r : d.rows) {
+    const double e = double(r.kernel.rows) * double(r.kernel.cols);
+    if (r.op_name != "add" || (!device.empty() && r.device != device) || r.latency_ms <= 0 || e <= 0 ||
+        e < min_elements)
+      continue;
+    v.push_back({0, 0, 0, std::log(e), e, r.latency_ms});
+  }
+  return v;
+}
+
+CampaignRatio campaign_ratio(const std::vector<ShapeRow>& rows, const std::vector<ShapeRow>& other) {
+  constexpr double kTol = 0.15;  // |log ratio| per dimension
+  std::vector<double> ratios, scaled;
+  for (const auto& t : other) {
+    scaled.clear();
+    for (const auto& r : rows)
+      if (std::fabs(r.lb - t.lb) < kTol && std::fabs(r.lm - t.lm) < kTol && std::fabs(r.ln - t.ln) < kTol &&
+          std::fabs(r.lk - t.lk) < kTol && r.work > 0)
+        scaled.push_back(r.ms * t.work / r.work);
+    if (!scaled.empty()) ratios.push_back(median_in_place(scaled) / t.ms);
+  }
+  CampaignRatio out;
+  out.matched = int(ratios.size());
+  out.ratio = median_in_place(ratios);
+  return out;
+}
+
 }  // namespace neusight

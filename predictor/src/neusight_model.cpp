@@ -87,10 +87,10 @@ const std::vector<std::string>& feature_names(UtilClass c, Formulation form) {
   // sustains), so a higher peak or bandwidth can never predict slower. Waves and the fill of
   // the last wave; the tile's arithmetic intensity tm*tn/(tm+tn) (FLOPs per operand element
   // loaded; one number for every tile shape); the reduction length after split-K; one SM's
-  // share of a wave in lane clocks (its FLOPs over 2 x FP32 lanes per SM, times the matrix
-  // units' rate over the lanes' for tensor-core GEMMs: how long the
-  // tile's math runs against the fixed clocks of its prologue and epilogue, an architecture
-  // fact rather than a rate); and the kernel's arithmetic intensity in FLOPs per compulsory
+  // share of a wave in lane clocks (its FLOPs over 2 x kFeatureLanesPerSm, times the matrix
+  // units' rate over the lanes' for tensor-core GEMMs: the tile's work, counted on a 64-lane
+  // SM as the waves are on kFeatureSms SMs, so that the GPU's own lanes per SM, a rate, enter
+  // through the base time alone); and the kernel's arithmetic intensity in FLOPs per compulsory
   // byte (how much of its time is operand streaming). The power-limited clock (precision.h)
   // is in the base time only: with two low-power training GPUs (P4, T4), a network input would
   // let them set the efficiency of every power-limited GPU tile by tile, far outside what they
@@ -295,7 +295,7 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
       x[1] = fill_ref;
       x[2] = log2c(double(t.config.tb_m) * double(t.config.tb_n) / double(t.config.tb_m + t.config.tb_n));
       x[3] = log2c(double(k.gemm.k) / double(std::max(1, t.config.split_k)));
-      x[4] = log2c(per_sm * tile_flops / (2.0 * std::max(1, gpu.fp32_cores_per_sm) * math_per_lane));
+      x[4] = log2c(per_sm * tile_flops / (2.0 * kFeatureLanesPerSm * math_per_lane));
       x[5] = log2c(k.flops / std::max(k.bytes, 1.0));
       break;
     case UtilClass::elementwise:

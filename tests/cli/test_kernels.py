@@ -252,6 +252,35 @@ class Train(unittest.TestCase):
         self.assertGreater(t4, 0)
         self.assertEqual(counts[1] - counts[0], min(t4, 100))
 
+    def test_training_leaves_out_a_sweep_that_contradicts_the_test_rows(self):
+        # With --test-rows, a GPU's GEMM sweep (kernels/train/OP) whose latencies at the test
+        # rows' shapes are more than 2x theirs is left out and named in the MANIFEST.
+        with open(os.path.join(TEST, "linear.csv"), newline="") as f:
+            rows = list(csv.reader(f))
+        header, body = rows[0], [r for r in rows[1:] if r[rows[0].index("Device")] == "Tesla T4"][:40]
+        self.assertGreater(len(body), 5)
+        lat = header.index("Latency")
+        for factor, left_out in ((3.0, True), (1.1, False)):
+            with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as out:
+                os.makedirs(os.path.join(data, "kernels", "train", "linear"))
+                os.makedirs(os.path.join(data, "kernels", "test"))
+                for name, scale in ((os.path.join("train", "linear", "Tesla_T4.csv"), factor),
+                                    (os.path.join("test", "linear.csv"), 1.0)):
+                    with open(os.path.join(data, "kernels", name), "w", newline="") as f:
+                        w = csv.writer(f)
+                        w.writerow(header)
+                        for r in body:
+                            w.writerow(r[:lat] + [str(float(r[lat]) * scale)] + r[lat + 1:])
+                code, _, err = run("train", "--data", data, "--out", out, "--devices", "Tesla T4", "--ops", "linear",
+                                   "--classes", "gemm", "--epochs", "1", "--hidden", "8", "--layers", "1",
+                                   "--test-rows", "--quiet")
+                self.assertEqual(code, 0, err)
+                with open(os.path.join(out, "MANIFEST")) as f:
+                    manifest = f.read()
+                self.assertEqual("left out" in manifest, left_out, manifest)
+                if left_out:
+                    self.assertRegex(manifest.split("left out")[1], r"kernels/train/linear/Tesla_T4.csv .*3\.00")
+
     def test_refuses_unseen_gpus(self):
         with tempfile.TemporaryDirectory() as d:
             code, _, err = run("train", "--data", fixture(), "--out", d, "--devices",

@@ -80,3 +80,27 @@ TEST_CASE("dataset: dtype names of XLA, PyTorch and ONNX as well as the short on
   CHECK_THROWS_WITH_AS(kernel_from_dataset("linear", {{"B", "1"}, {"M", "2"}, {"N", "2"}, {"K", "2"}, {"dtype", "f7"}}),
                        "unknown dtype 'f7'", InputError);
 }
+
+TEST_CASE("dataset: campaign ratio of two sets of GEMM rows at matched shapes") {
+  // Rows of one campaign 3x slower than another's at the same shapes, scaled by their FLOPs
+  // where the shapes differ by less than 15%; rows without a match do not count.
+  const std::vector<std::string> header = {"OPName", "Latency", "Device", "B", "M", "N", "K"};
+  const Dataset test = dataset_from_rows(header,
+                                         {{"bmm", "1.0", "G", "8", "1024", "1024", "1024"},
+                                          {"bmm", "2.0", "G", "8", "2048", "1024", "1024"},
+                                          {"bmm", "1.0", "H", "8", "1024", "1024", "1024"},
+                                          {"bmm", "9.0", "G", "1", "64", "64", "64"}},
+                                         "test");
+  // The second train row is 10% larger along M than the test row it matches: FLOPs-scaled.
+  const Dataset train = dataset_from_rows(header,
+                                          {{"bmm", "3.0", "G", "8", "1024", "1024", "1024"},
+                                           {"bmm", "6.6", "G", "8", "2253", "1024", "1024"}},
+                                          "train");
+  const CampaignRatio g = campaign_ratio(gemm_shape_rows(train, ""), gemm_shape_rows(test, "G"));
+  CHECK(g.matched == 2);
+  CHECK(g.ratio == doctest::Approx(3.0).epsilon(0.01));
+  const CampaignRatio none = campaign_ratio(gemm_shape_rows(train, ""), gemm_shape_rows(test, "X"));
+  CHECK(none.matched == 0);
+  // Consistent campaigns read 1.
+  CHECK(campaign_ratio(gemm_shape_rows(test, "G"), gemm_shape_rows(test, "G")).ratio == doctest::Approx(1.0));
+}

@@ -347,7 +347,7 @@ TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100
   // the shipped weights and the forward-in-time weights. Update them with the weights
   // (predictor/retrain.sh); a change of tiles or features without retraining fails here.
   const std::map<std::string, std::pair<double, double>> expected = {
-      {"bmm", {5.65, 10.60}},         {"linear", {6.33, 7.18}},   {"elementwise", {3.25, 6.40}},
+      {"bmm", {6.13, 16.66}},         {"linear", {6.62, 7.37}},   {"elementwise", {3.25, 6.40}},
       {"softmax", {6.37, 6.78}},      {"layernorm", {6.29, 7.71}}};
   const Gpu g = GpuDatabase::builtin().resolve("a100-80gb");
   const auto rows = test_rows(test::dataset_dir(), "NVIDIA A100 80GB PCIe", 1);
@@ -414,7 +414,7 @@ TEST_CASE("predictor: streaming features see the GPU's L2 but not its peak rates
     }
   }
   // GEMM inputs carry no rate and no L2: waves and fill on kFeatureSms SMs, tile intensity,
-  // reduction length, lane clocks, FLOP per byte. A larger L2, twice the FLOPs or twice the
+  // reduction length, lane clocks on kFeatureLanesPerSm lanes, FLOP per byte. A larger L2, twice the FLOPs or twice the
   // bandwidth change none of them, nor does the board's power; the rates move base_ms only.
   const auto& gn = feature_names(UtilClass::gemm);
   for (const auto& n : gn) CHECK(n.find("l2") == std::string::npos);
@@ -429,13 +429,23 @@ TEST_CASE("predictor: streaming features see the GPU's L2 but not its peak rates
   Gpu lowp = a100;
   lowp.board_power_w /= 4;
   const TileFeatures g4 = tile_features(UtilClass::gemm, bmm, tile_kernel(bmm, lowp), lowp);
+  // Twice the FP32 lanes per SM (and so twice the FP32 peak), the tile held: the lane clocks
+  // are counted on kFeatureLanesPerSm lanes, so the inputs stay; the rate moves base_ms.
+  Gpu wide = a100;
+  wide.fp32_cores_per_sm *= 2;
+  wide.fp32_gflops *= 2;
+  const Tiling bmm_tile = tile_kernel(bmm, a100);
+  const TileFeatures g0 = tile_features(UtilClass::gemm, bmm, bmm_tile, a100);
+  const TileFeatures g5 = tile_features(UtilClass::gemm, bmm, bmm_tile, wide);
   for (size_t j = 0; j < gn.size(); ++j) {
     CHECK(g2.x[j] == g1.x[j]);
     CHECK(g3.x[j] == g1.x[j]);
     CHECK(g4.x[j] == g1.x[j]);
+    CHECK(g5.x[j] == g0.x[j]);
   }
   CHECK(g3.base_ms < g1.base_ms);
   CHECK(g4.base_ms > g1.base_ms);
+  CHECK(g5.base_ms < g0.base_ms);
 }
 
 TEST_CASE("predictor: streaming kernels' inputs ignore the SM count and their base time never grows with it") {

@@ -47,4 +47,24 @@ Dataset read_dataset(const std::string& path);
 Dataset dataset_from_rows(std::vector<std::string> header, std::vector<std::vector<std::string>> rows,
                           const std::string& what);
 
+// Campaign consistency: a GPU's rows of one campaign (its kernels/train sweep of an op)
+// against its rows of another (kernels/test) at matched shapes. Each row is a point in log
+// dims (batch, m, n, k; elementwise rows use k alone) with its work (FLOPs, or elements) and
+// latency; a row of `other` matches a row of `rows` when every log dim is within 0.15 (15%).
+struct ShapeRow {
+  double lb = 0, lm = 0, ln = 0, lk = 0;  // log dims
+  double work = 0, ms = 0;                // FLOPs (or elements) and the measured latency
+};
+// The GEMM rows of `d` on `device` ("" = every device), in log dims.
+std::vector<ShapeRow> gemm_shape_rows(const Dataset& d, const std::string& device);
+// The adds of `d` on `device` ("" = every device) with at least `min_elements`, as rows of one
+// dimension (their elements).
+std::vector<ShapeRow> add_shape_rows(const Dataset& d, const std::string& device, double min_elements);
+struct CampaignRatio {
+  double ratio = 0;  // median over matched rows of `other`: median work-scaled `rows` latency / its latency
+  int matched = 0;   // rows of `other` with a match
+};
+// 1.00: the two campaigns agree; above 1 `rows` ran slower than `other` at the same shapes.
+CampaignRatio campaign_ratio(const std::vector<ShapeRow>& rows, const std::vector<ShapeRow>& other);
+
 }  // namespace neusight

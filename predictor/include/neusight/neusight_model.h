@@ -46,6 +46,13 @@ constexpr int kMaxFeatures = 10;
 // the GPU's: the V100's, inside the training GPUs' 20-108. The GPU's own waves enter through
 // the law's base time, so at fixed per-SM rates more SMs never predict a kernel slower.
 constexpr int kFeatureSms = 80;
+// The FP32 lanes per SM the GEMM networks' work input (a wave's math in lane clocks) is counted
+// at, whatever the GPU's: 64, those of every training GPU but the P4. A GPU's own lanes (128 on
+// Pascal GP104, GA10x, Ada, Hopper, Blackwell) set its per-SM rate, which enters through the
+// law's base time with the issue, shared-memory and power limits of precision.h; a network input
+// that saw them could learn their effect from one training GPU (the P4, whose power-limited clock
+// shares its rows) and carry it, unbounded, to every 128-lane GPU.
+constexpr int kFeatureLanesPerSm = 64;
 
 struct TileFeatures {
   double x[kMaxFeatures] = {};  // raw features (log2 scaled; see feature_names())

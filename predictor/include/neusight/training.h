@@ -24,6 +24,14 @@ struct Sample {
   std::string device;
 };
 
+// A GPU's kernels/train sweep of a GEMM op is left out of training (with --test-rows, where
+// the same GPU's kernels/test rows of that op are in it) when its latencies at the test rows'
+// shapes are more than this factor off them (dataset.h campaign_ratio, either way): the two
+// campaigns of one GPU then contradict each other, and the test rows are those of the campaign
+// the unseen GPUs' kernels come from. The dataset's ratios are 1.00-1.31 for every GPU and op
+// but the P4's linear sweep (3.67 over 474 matched rows: the e2e_accuracy bench's "Kernel data").
+constexpr double kCampaignConflictRatio = 2.0;
+
 // Samples of the dataset rows whose Device is one of `devices` (GPU names resolved in `db`).
 // Rows of other devices are skipped; rows with non-positive latency are skipped.
 std::vector<Sample> samples_from_dataset(const Dataset& d, const GpuDatabase& db,
