@@ -87,7 +87,7 @@ const std::vector<Flag> kFlags = {
     {"--ops", true, "OP[,OP...]", "the dataset's op folders read",
      T, "linear,bmm,add,addu,sub,mul,mulu,div,divu,pow,powu,relu,gelu,tanh,softmax,ln"},
     {"--classes", true, "CLASS[,CLASS...]", "the utilization classes trained", T, "gemm,elementwise,softmax,layernorm"},
-    {"--test-rows", false, "", "also learn the training GPUs' kernels/test rows (the end-to-end models' shapes)", T, ""},
+    {"--test-rows", false, "", "also learn the training GPUs' kernels/test rows (the end-to-end models' shapes); a GEMM sweep more than 2x off its GPU's test rows is then left out", T, ""},
     {"--formulation", true, "neusight|neusight-paper", "the product's model or the published one", T, "neusight"},
 };
 
