@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "args.h"
@@ -179,13 +180,17 @@ std::vector<std::filesystem::path> training_files(const TrainRequest& r) {
 }
 
 // With --test-rows: the campaign ratio (dataset.h) of a GEMM train CSV against the same GPU's
-// rows of that op in kernels/test; matched = 0 where there is nothing to compare.
-CampaignRatio train_campaign_ratio(const TrainRequest& r, const std::filesystem::path& f, const Dataset& d) {
+// rows of that op in kernels/test; matched = 0 where there is nothing to compare. `test_sets`
+// keeps each op's test CSV, read once for every GPU's sweep.
+CampaignRatio train_campaign_ratio(const TrainRequest& r, const std::filesystem::path& f, const Dataset& d,
+                                   std::map<std::string, Dataset>& test_sets) {
   if (!r.test_rows || f.parent_path().filename() == "test") return {};
   const std::string op = f.parent_path().filename().string();
   const auto test = std::filesystem::path(r.data) / "kernels" / "test" / (op + ".csv");
   if ((op != "linear" && op != "bmm") || !std::filesystem::exists(test)) return {};
-  return campaign_ratio(gemm_shape_rows(d, ""), gemm_shape_rows(read_dataset(test.string()), device_of_stem(f.stem().string())));
+  auto it = test_sets.find(op);
+  if (it == test_sets.end()) it = test_sets.emplace(op, read_dataset(test.string())).first;
+  return campaign_ratio(gemm_shape_rows(d, ""), gemm_shape_rows(it->second, device_of_stem(f.stem().string())));
 }
 
 // The samples of every file (at most --max-rows a file); `manifest_files` gets a line per file,
@@ -193,9 +198,10 @@ CampaignRatio train_campaign_ratio(const TrainRequest& r, const std::filesystem:
 std::vector<Sample> read_samples(const TrainRequest& r, const std::vector<std::filesystem::path>& files, bool tty,
                                  std::ostringstream& manifest_files, std::ostringstream& left_out) {
   std::vector<Sample> samples;
+  std::map<std::string, Dataset> test_sets;
   for (const auto& f : files) {
     Dataset d = read_dataset(f.string());
-    const CampaignRatio cr = train_campaign_ratio(r, f, d);
+    const CampaignRatio cr = train_campaign_ratio(r, f, d, test_sets);
     if (cr.matched > 0 && (cr.ratio > kCampaignConflictRatio || cr.ratio * kCampaignConflictRatio < 1)) {
       char line[160];
       std::snprintf(line, sizeof line, " (median latency over its GPU's kernels/test rows of matched shape %.2f, %d rows)\n",

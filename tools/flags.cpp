@@ -5,6 +5,7 @@
 #include <string>
 
 #include "neusight/precision.h"
+#include "neusight/training.h"
 
 namespace neusight::cli {
 namespace {
@@ -22,6 +23,17 @@ std::string host_dispatch_help() {
   return buf;
 }
 const std::string kHostDispatchHelp = host_dispatch_help();
+
+// --test-rows's help, with the factor the trainer leaves a contradicting sweep out at (training.h).
+std::string test_rows_help() {
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "also learn the training GPUs' kernels/test rows (the end-to-end models' shapes); a GEMM sweep "
+                "more than %gx off its GPU's test rows is then left out",
+                kCampaignConflictRatio);
+  return buf;
+}
+const std::string kTestRowsHelp = test_rows_help();
 
 // name, takes a value, metavar, help, commands, default.
 const std::vector<Flag> kFlags = {
@@ -87,7 +99,7 @@ const std::vector<Flag> kFlags = {
     {"--ops", true, "OP[,OP...]", "the dataset's op folders read",
      T, "linear,bmm,add,addu,sub,mul,mulu,div,divu,pow,powu,relu,gelu,tanh,softmax,ln"},
     {"--classes", true, "CLASS[,CLASS...]", "the utilization classes trained", T, "gemm,elementwise,softmax,layernorm"},
-    {"--test-rows", false, "", "also learn the training GPUs' kernels/test rows (the end-to-end models' shapes); a GEMM sweep more than 2x off its GPU's test rows is then left out", T, ""},
+    {"--test-rows", false, "", kTestRowsHelp.c_str(), T, ""},
     {"--formulation", true, "neusight|neusight-paper", "the product's model or the published one", T, "neusight"},
 };
 
