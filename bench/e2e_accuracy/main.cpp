@@ -148,6 +148,16 @@ struct Mean {
   }
 };
 
+// --logo: the weights trained without the run's GPU (an A100 of any memory size or form factor:
+// the A100 40GB PCIe's); the bundled weights where no such folder exists (the MI100, never
+// trained on).
+std::string logo_weights(const std::string& weights, const std::string& gpu_dir) {
+  const std::string root = weights.empty() ? data_dir() + "/weights" : weights;
+  for (const std::string& tag : {gpu_dir, std::string(gpu_dir.find("A100") != std::string::npos ? "NVIDIA_A100-PCIE-40GB" : "")})
+    if (!tag.empty() && fs::exists(root + "/logo-" + tag + "/weights.json")) return root + "/logo-" + tag;
+  return weights;
+}
+
 // Upper median (0 for no values).
 double median_of(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -211,6 +221,13 @@ int main(int argc, char** argv) {
   Timing timing = Timing::device;  // the product default for whole models
   bool per_class = true;
   bool per_run = false;  // --per-run: the per-class table of every run, one line each
+  // --logo: each run of a training GPU predicted by the weights trained without that GPU
+  // (weights/logo-<GPU>, predictor/retrain.sh; an A100 by the A100 40GB's), so every run is on
+  // a GPU the networks never saw, as the interval's calibration assumes.
+  bool logo = false;
+  // --calibrate: the coverage of the 80% interval at each correlation between distinct
+  // kernels' errors (predictor.h kKernelErrorCorrelation), and the smallest that covers 80%.
+  bool calibrate = false;
   std::optional<Fusion> force_fusion;  // --fusion: every run with this grouping
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -219,6 +236,8 @@ int main(int argc, char** argv) {
     else if (a == "--timing" && i + 1 < argc && parse_timing(argv[i + 1], timing)) ++i;
     else if (a == "--no-per-class") per_class = false;
     else if (a == "--per-run") per_run = true;
+    else if (a == "--logo") logo = true;
+    else if (a == "--calibrate") calibrate = true;
     else if (a == "--fusion" && i + 1 < argc) {
       const std::string f = argv[++i];
       if (f == "none") force_fusion = Fusion::none;
@@ -230,7 +249,7 @@ int main(int argc, char** argv) {
       }
     }
     else {
-      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|kernel|eager] [--fusion none|eager|full] [--no-per-class] [--per-run]\n");
+      std::fprintf(stderr, "usage: e2e_accuracy [--shared DIR] [--weights DIR] [--timing device|kernel|eager] [--fusion none|eager|full] [--no-per-class] [--per-run] [--logo] [--calibrate]\n");
       return 2;
     }
   }
@@ -278,8 +297,11 @@ int main(int argc, char** argv) {
               : *force_fusion == Fusion::none ? "every run --fusion none"
               : *force_fusion == Fusion::eager ? "every run --fusion eager" : "every run --fusion full",
               ns_status.c_str());
-  std::printf("%-8s %-11s %-5s %5s %3s %-6s %11s %11s %7s %11s %7s\n", "gpu", "model", "mode", "seq", "bs", "fusion",
-              "measured", "neusight", "err%", "roofline", "err%");
+  if (logo)
+    std::printf("--logo: each training GPU's runs predicted by the weights trained without it (%s/logo-*)\n\n",
+                weights.empty() ? (data_dir() + "/weights").c_str() : weights.c_str());
+  std::printf("%-8s %-11s %-5s %5s %3s %-6s %11s %11s %7s %11s %7s %19s\n", "gpu", "model", "mode", "seq", "bs", "fusion",
+              "measured", "neusight", "err%", "roofline", "err%", "80% interval  in");
 
   // The training GPUs' own kernel data: median train / test latency of matched GEMM shapes
   // per class ([class][device dir], e.g. "Tesla_T4"), for the table at the end and the
@@ -312,6 +334,13 @@ int main(int argc, char** argv) {
   std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum;
   std::map<std::string, std::map<std::string, std::pair<double, double>>> cls_sum_rf;
   std::vector<std::string> bound_lines;
+  // The 80% interval of the NeuSight prediction: [group] -> (runs inside, runs), widths (high / low).
+  std::map<std::string, std::pair<int, int>> cover;
+  std::map<std::string, std::vector<double>> widths;
+  // --calibrate: per correlation step, the runs inside.
+  constexpr int kRhoSteps = 20;
+  std::vector<int> inside_at(kRhoSteps + 1, 0);
+  int calibrated_runs = 0;
   std::map<std::string, std::pair<Mean, Mean>> bound_mean;  // [mode] -> raw, corrected
   std::map<std::string, std::vector<double>> host_floor_ms;   // [GPU] -> each run's per-op floor
   for (const auto& r : runs) {
@@ -334,7 +363,7 @@ int main(int argc, char** argv) {
       o.mode = r.mode == "training" ? Mode::training : Mode::inference;
       o.fusion = force_fusion ? *force_fusion : r.fusion ? Fusion::full : Fusion::eager;
       o.dtype = DType::f32;
-      o.weights_dir = weights;
+      o.weights_dir = logo ? logo_weights(weights, r.gpu_dir) : weights;
       o.timing = timing;
       const LoadedModel m = build_model(cfg);
       const Analysis a = prepare(m, o);
@@ -348,11 +377,29 @@ int main(int argc, char** argv) {
         ns = predict(a, m.model, gpu, on);
       }
       const std::string group = r.fusion ? "fusion" : r.mode;
-      char nsb[32] = "          -", nse[16] = "      -";
+      char nsb[32] = "          -", nse[16] = "      -", nsi[48] = "";
       if (ns) {
         std::snprintf(nsb, sizeof nsb, "%11.1f", ns->e2e_latency_ms);
         std::snprintf(nse, sizeof nse, "%+7.1f", err_pct(ns->e2e_latency_ms, r.measured_ms));
         mean[group]["neusight"].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
+        const bool inside = ns->e2e_low() <= r.measured_ms && r.measured_ms <= ns->e2e_high();
+        std::snprintf(nsi, sizeof nsi, " %8.1f-%8.1f %3s", ns->e2e_low(), ns->e2e_high(), inside ? "yes" : "no");
+        if (calibrate) {
+          IntervalSum sum;
+          for (const auto& n : ns->nodes)
+            for (const auto& k : n.kernels) sum.add(k.prediction);
+          for (const auto& k : ns->extra_kernels) sum.add(k.prediction);
+          for (int i = 0; i <= kRhoSteps; ++i) {
+            const double rho = double(i) / kRhoSteps;
+            inside_at[size_t(i)] += sum.low_ms(rho) <= r.measured_ms && r.measured_ms <= sum.high_ms(rho);
+          }
+          ++calibrated_runs;
+        }
+        for (const std::string& k : {group, std::string("all")}) {
+          cover[k].first += inside;
+          ++cover[k].second;
+          widths[k].push_back(ns->e2e_high() / ns->e2e_low());
+        }
         double adjusted = ns->e2e_latency_ms;
         const auto cls = by_class(*ns);
         for (const char* c : {"linear", "bmm"}) {
@@ -365,11 +412,11 @@ int main(int argc, char** argv) {
         consistent[group]["all"].add(e);
       }
       mean[group]["roofline"].add(err_pct(rf.e2e_latency_ms, r.measured_ms));
-      std::printf("%-8s %-11s %-5s %5lld %3lld %-6s %11.1f %s %s %11.1f %+7.1f\n", short_gpu(r.gpu_dir).c_str(),
+      std::printf("%-8s %-11s %-5s %5lld %3lld %-6s %11.1f %s %s %11.1f %+7.1f%s\n", short_gpu(r.gpu_dir).c_str(),
                   r.model.c_str(), r.mode == "training" ? "train" : "inf", (long long)r.seq, (long long)r.batch,
                   o.fusion == Fusion::full ? "full" : o.fusion == Fusion::none ? "none" : "eager", r.measured_ms, nsb, nse,
                   rf.e2e_latency_ms,
-                  err_pct(rf.e2e_latency_ms, r.measured_ms));
+                  err_pct(rf.e2e_latency_ms, r.measured_ms), nsi);
       if (r.mode == "training") {
         const Report& p = ns ? *ns : rf;
         std::printf("%-44s fw %.1f / %.1f  bw+update %.1f / %.1f  (predicted / measured, %s)\n", "", p.forward_ms,
@@ -438,6 +485,25 @@ int main(int argc, char** argv) {
   std::printf("\nmean |error|          neusight            roofline\n");
   for (const char* g : {"inference", "training", "fusion"})
     std::printf("%-16s %20s %20s\n", g, mean[g]["neusight"].str().c_str(), mean[g]["roofline"].str().c_str());
+  if (calibrate && calibrated_runs) {
+    std::printf("\n--calibrate: the runs inside the 80%% interval by the correlation between distinct kernels'\n"
+                "errors (predictor.h kKernelErrorCorrelation = %.2f):\n", kKernelErrorCorrelation);
+    int chosen = -1;
+    for (int i = 0; i <= kRhoSteps; ++i) {
+      const double share = double(inside_at[size_t(i)]) / calibrated_runs;
+      if (chosen < 0 && share >= 0.8) chosen = i;
+      std::printf("  rho %.2f: %3d / %d (%5.1f%%)\n", double(i) / kRhoSteps, inside_at[size_t(i)], calibrated_runs, 100 * share);
+    }
+    if (chosen >= 0) std::printf("smallest rho covering 80%%: %.2f\n", double(chosen) / kRhoSteps);
+    else std::printf("no rho covers 80%%\n");
+  }
+  if (!cover.empty()) {
+    std::printf("\nNeuSight's 80%% interval: runs inside / runs, median width (high / low)\n");
+    for (const char* g : {"inference", "training", "fusion", "all"})
+      if (cover.count(g))
+        std::printf("%-16s %3d / %3d (%5.1f%%)  width x%.2f\n", g, cover[g].first, cover[g].second,
+                    100.0 * cover[g].first / cover[g].second, median_of(widths[g]));
+  }
   if (have_ns && !gemm_ratio.empty()) {
     // Not a prediction (it reads each training GPU's own test rows): how far the e2e error is
     // the disagreement between that GPU's two kernel campaigns (table at the end).

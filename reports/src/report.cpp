@@ -36,10 +36,10 @@ void summarize(Report& r) {
   r.e2e_low_ms = r.e2e_high_ms = 0;
   r.totals_by_class.clear();
   r.folded_nodes = r.unpredicted_nodes = 0;
+  IntervalSum all;  // predictor.h: one GPU's kernels err partly together
   auto add = [&](const KernelReport& k) {
     const double ms = k.prediction.latency_ms;
-    r.e2e_low_ms += k.prediction.low_ms();
-    r.e2e_high_ms += k.prediction.high_ms();
+    all.add(k.prediction);
     switch (k.kernel.phase) {
       case Phase::forward: r.forward_ms += ms; break;
       case Phase::backward: r.backward_ms += ms; break;
@@ -52,16 +52,19 @@ void summarize(Report& r) {
     if (std::any_of(n.kernels.begin(), n.kernels.end(),
                     [](const KernelReport& k) { return k.kernel.cls == KernelClass::unknown; }))
       ++r.unpredicted_nodes;
-    n.latency_ms = n.latency_low_ms = n.latency_high_ms = 0;
+    IntervalSum node;
     for (const auto& k : n.kernels) {
-      n.latency_ms += k.prediction.latency_ms;
-      n.latency_low_ms += k.prediction.low_ms();
-      n.latency_high_ms += k.prediction.high_ms();
+      node.add(k.prediction);
       add(k);
     }
+    n.latency_ms = node.latency_ms();
+    n.latency_low_ms = node.low_ms();
+    n.latency_high_ms = node.high_ms();
   }
   for (const auto& k : r.extra_kernels) add(k);
   r.e2e_latency_ms = r.forward_ms + r.backward_ms + r.update_ms;
+  r.e2e_low_ms = all.low_ms();
+  r.e2e_high_ms = all.high_ms();
 }
 
 namespace detail {
@@ -237,6 +240,8 @@ json report_json(const Report& r) {
   j["e2e_latency_ms"] = finite(r.e2e_latency_ms);
   j["latency_low_ms"] = finite(r.e2e_low_ms);
   j["latency_high_ms"] = finite(r.e2e_high_ms);
+  // How the model's (and each node's) interval joins its kernels' (predictor.h IntervalSum).
+  j["interval_kernel_correlation"] = kKernelErrorCorrelation;
   j["forward_ms"] = finite(r.forward_ms);
   j["backward_ms"] = finite(r.backward_ms);
   j["update_ms"] = finite(r.update_ms);

@@ -36,21 +36,42 @@ class MainJob(unittest.TestCase):
                     self.assertIn(f, k)
                 total += k["latency_ms"]
         self.assertAlmostEqual(total, r["e2e_latency_ms"], delta=1e-6 * max(1.0, total))
-        # 80% interval: per kernel, node and model, around the prediction; the model's bounds
-        # are the sums of its kernels'.
+        # 80% interval: per kernel, node and model, around the prediction. A sum's bounds
+        # (predictor.h IntervalSum): identical kernels' deviations add, distinct kernels'
+        # join with the correlation the JSON states; between the quadrature and the plain sums.
         self.assertLess(r["latency_low_ms"], r["e2e_latency_ms"])
         self.assertGreater(r["latency_high_ms"], r["e2e_latency_ms"])
-        low = high = 0.0
+        rho = r["interval_kernel_correlation"]
+        self.assertTrue(0 < rho < 1)
+
+        def joined(kernels):
+            distinct = {}
+            for k in kernels:
+                d = distinct.setdefault((k["latency_ms"], k["latency_low_ms"], k["latency_high_ms"]), [0.0, 0.0])
+                d[0] += k["latency_ms"] - k["latency_low_ms"]
+                d[1] += k["latency_high_ms"] - k["latency_ms"]
+            dev = [(1 - rho) * sum(v[i] ** 2 for v in distinct.values()) + rho * sum(v[i] for v in distinct.values()) ** 2
+                   for i in (0, 1)]
+            total = sum(k["latency_ms"] for k in kernels)
+            return total - dev[0] ** 0.5, total + dev[1] ** 0.5
+
+        everything = []
         for n in r["nodes"]:
             self.assertLessEqual(n["latency_low_ms"], n["latency_ms"] * (1 + 1e-9))
             self.assertGreaterEqual(n["latency_high_ms"], n["latency_ms"] * (1 - 1e-9))
             for k in n["kernels"]:
                 self.assertLessEqual(k["latency_low_ms"], k["latency_ms"] * (1 + 1e-9))
                 self.assertGreaterEqual(k["latency_high_ms"], k["latency_ms"] * (1 - 1e-9))
-                low += k["latency_low_ms"]
-                high += k["latency_high_ms"]
-        self.assertAlmostEqual(low, r["latency_low_ms"], delta=1e-6 * max(1.0, low))
-        self.assertAlmostEqual(high, r["latency_high_ms"], delta=1e-6 * max(1.0, high))
+            if n["kernels"]:
+                lo, hi = joined(n["kernels"])
+                self.assertAlmostEqual(lo, n["latency_low_ms"], delta=1e-6 * max(1.0, lo))
+                self.assertAlmostEqual(hi, n["latency_high_ms"], delta=1e-6 * max(1.0, hi))
+            everything += n["kernels"]
+        lo, hi = joined(everything)
+        self.assertAlmostEqual(lo, r["latency_low_ms"], delta=1e-6 * max(1.0, lo))
+        self.assertAlmostEqual(hi, r["latency_high_ms"], delta=1e-6 * max(1.0, hi))
+        self.assertGreater(r["latency_low_ms"], sum(k["latency_low_ms"] for k in everything))
+        self.assertLess(r["latency_high_ms"], sum(k["latency_high_ms"] for k in everything))
 
     def test_gpu_list_gives_array(self):
         r = run_json(EXAMPLE, "--gpu", "b200,h100,t4", "--batch", "1", "--seq", "128")

@@ -5,9 +5,11 @@
 // on measured kernels of five older GPUs (weights in predictor/weights, see its MANIFEST).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "neusight/gpu.h"
@@ -41,6 +43,38 @@ struct Prediction {
   // (tiling.h tile_alternatives: a tensor-core GEMM runs on the candidate predicted fastest, as
   // the libraries' heuristics pick it); the tiling the latency belongs to.
   std::optional<Tiling> tiling;
+};
+
+// The 80% interval of a sum of one GPU's kernel latencies (a node, a model, a training
+// step). A kernel's error is partly its GPU's (the rates its class sustains there) and partly
+// its own shape's, so the errors of a model's kernels are neither independent nor identical:
+//   * kernels whose predictions are identical (one kernel repeated: a layer's GEMM in every
+//     layer, a step's optimizer update per parameter of one shape) are the same kernel and
+//     err together: their deviations from the latency add;
+//   * distinct kernels are taken as equicorrelated with coefficient rho, so the sum's upper
+//     deviation is sqrt((1 - rho) sum u_i^2 + rho (sum u_i)^2) over the distinct kernels'
+//     summed upper deviations u_i (high - latency), the lower one alike. rho = 1 adds the
+//     bounds; rho = 0 adds them in quadrature. A single kernel keeps its own interval.
+// rho is data: the smallest value (steps of 0.05) at which the 80% interval covers at least
+// 80% of neusight-data's 55 measured single-GPU runs (BERT, GPT-2, GPT-3, OPT, Switch;
+// inference, training, fused), each predicted by the weights trained without its GPU
+// (`build/bin/e2e_accuracy --logo --calibrate`; the MI100 runs by the shipped weights, that GPU
+// having no kernel data). Valid for whole models of tens to thousands of kernels on one GPU.
+constexpr double kKernelErrorCorrelation = 0.35;
+
+class IntervalSum {
+ public:
+  void add(const Prediction& p);
+  double latency_ms() const { return latency_ms_; }
+  // The sum's bounds for correlation `rho` between distinct kernels' errors.
+  double low_ms(double rho = kKernelErrorCorrelation) const;
+  double high_ms(double rho = kKernelErrorCorrelation) const;
+
+ private:
+  double deviation(bool upper, double rho) const;
+  double latency_ms_ = 0;
+  // Distinct predictions (latency, low, high) -> their summed lower and upper deviations.
+  std::map<std::tuple<double, double, double>, std::pair<double, double>> distinct_;
 };
 
 class Predictor {

@@ -34,8 +34,8 @@ struct NodeReport {
   // computation)", ...); empty when it does or when another node's kernel does its work.
   std::string no_kernel;
   double latency_ms = 0;  // sum over its kernels, all phases
-  // Sums of its kernels' 80% interval bounds (Prediction): errors of one GPU's kernels go
-  // together, so the bounds add.
+  // The 80% interval of that sum (predictor.h IntervalSum: repeated kernels err together,
+  // distinct ones are correlated by kKernelErrorCorrelation).
   double latency_low_ms = 0, latency_high_ms = 0;
 };
 
