@@ -363,6 +363,13 @@ int main(int argc, char** argv) {
   constexpr int kRhoSteps = 20;
   std::vector<int> inside_at(kRhoSteps + 1, 0);
   int calibrated_runs = 0;
+  // Speed-up intervals (predictor.h ratio_interval): each run's kernels and measured latency.
+  struct PairRun {
+    std::string gpu, group, model;
+    double measured = 0;
+    IntervalSum sum;
+  };
+  std::vector<PairRun> pair_runs;
   std::map<std::string, std::pair<Mean, Mean>> bound_mean;  // [mode] -> raw, corrected
   std::map<std::string, std::vector<double>> host_floor_ms;   // [GPU] -> each run's per-op floor
   for (const auto& r : runs) {
@@ -406,17 +413,18 @@ int main(int argc, char** argv) {
         mean[group]["neusight"].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
         const bool inside = ns->e2e_low() <= r.measured_ms && r.measured_ms <= ns->e2e_high();
         std::snprintf(nsi, sizeof nsi, " %8.1f-%8.1f %3s", ns->e2e_low(), ns->e2e_high(), inside ? "yes" : "no");
+        IntervalSum sum;
+        for (const auto& n : ns->nodes)
+          for (const auto& k : n.kernels) sum.add(k.prediction);
+        for (const auto& k : ns->extra_kernels) sum.add(k.prediction);
         if (calibrate) {
-          IntervalSum sum;
-          for (const auto& n : ns->nodes)
-            for (const auto& k : n.kernels) sum.add(k.prediction);
-          for (const auto& k : ns->extra_kernels) sum.add(k.prediction);
           for (int i = 0; i <= kRhoSteps; ++i) {
             const double rho = double(i) / kRhoSteps;
             inside_at[size_t(i)] += sum.low_ms(rho) <= r.measured_ms && r.measured_ms <= sum.high_ms(rho);
           }
           ++calibrated_runs;
         }
+        pair_runs.push_back({r.gpu_dir, group, r.model, r.measured_ms, std::move(sum)});
         for (const std::string& k : {group, std::string("all")}) {
           cover[k].first += inside;
           ++cover[k].second;
@@ -518,6 +526,38 @@ int main(int argc, char** argv) {
     }
     if (chosen >= 0) std::printf("smallest rho covering 80%%: %.2f\n", double(chosen) / kRhoSteps);
     else std::printf("no rho covers 80%%\n");
+  }
+  if (!pair_runs.empty()) {
+    // The question `compare` answers: how much faster one model runs than another on one GPU.
+    // Every pair of runs on one GPU in the same group (inference, training, fused), the first
+    // over the second: predicted speed-up's 80% interval (ratio_interval) against the measured.
+    std::map<std::string, std::pair<int, int>> in;
+    std::map<std::string, std::vector<double>> width, error;
+    for (size_t i = 0; i < pair_runs.size(); ++i)
+      for (size_t j = i + 1; j < pair_runs.size(); ++j) {
+        const PairRun &a = pair_runs[i], &b = pair_runs[j];
+        if (a.gpu != b.gpu || a.group != b.group) continue;
+        const RatioInterval ri = ratio_interval(a.sum, b.sum);
+        const double measured = a.measured / b.measured;
+        const bool inside = ri.low <= measured && measured <= ri.high;
+        for (const std::string& k : {std::string(a.model == b.model ? "same model" : "two models"), std::string("all")}) {
+          in[k].first += inside;
+          ++in[k].second;
+          width[k].push_back(ri.high / ri.low);
+          error[k].push_back(std::fabs(100 * (ri.ratio / measured - 1)));
+        }
+      }
+    if (!in.empty()) {
+      std::printf("\nSpeed-up of one run over another on the same GPU (same mode; `compare`'s speed-up and its\n"
+                  "interval, predictor.h ratio_interval): pairs inside / pairs, median width, mean |error| of the speed-up\n");
+      for (const char* k : {"same model", "two models", "all"})
+        if (in.count(k)) {
+          double e = 0;
+          for (double v : error[k]) e += v;
+          std::printf("%-16s %4d / %4d (%5.1f%%)  width x%.3f  error %.1f%%\n", k, in[k].first, in[k].second,
+                      100.0 * in[k].first / in[k].second, median_of(width[k]), e / double(error[k].size()));
+        }
+    }
   }
   if (!cover.empty()) {
     std::printf("\nNeuSight's 80%% interval: runs inside / runs, median width (high / low)\n");

@@ -86,6 +86,14 @@ Comparison compare_reports(std::vector<std::string> models, std::vector<std::vec
       d.e2e_ms = finite(var.e2e_latency_ms);
       d.base_ms = finite(base.e2e_latency_ms);
       d.speedup = d.e2e_ms > 0 ? d.base_ms / d.e2e_ms : 0;
+      d.speedup_low = d.speedup_high = d.speedup;
+      if (m > 0 && d.speedup > 0) {
+        const RatioInterval ri = ratio_interval(interval_sum(base), interval_sum(var));
+        if (ri.ratio > 0) {
+          d.speedup_low = finite(ri.low);
+          d.speedup_high = finite(ri.high);
+        }
+      }
       for (const auto& [cls, ms] : base.totals_by_class) d.class_delta_ms[cls] -= finite(ms);
       for (const auto& [cls, ms] : var.totals_by_class) d.class_delta_ms[cls] += finite(ms);
       auto nodes = match_nodes(base, var);
@@ -122,13 +130,19 @@ std::string format_compare_table(const Comparison& c, bool color) {
   mw = std::min<size_t>(mw, 40);
   // Model x GPU: end-to-end latency and speed-up against the first model.
   std::string head = pad("model", mw);
-  for (size_t g = 0; g < gpus; ++g) head += " " + pad(c.reports[0][g].gpu.alias() + " ms", 12, true) + " " + pad("speed-up", 8, true);
+  for (size_t g = 0; g < gpus; ++g)
+    head += " " + pad(c.reports[0][g].gpu.alias() + " ms", 12, true) + " " + pad("80% interval", 17, true) + " " +
+            pad("speed-up", 8, true) + " " + pad("80% interval", 13, true);
   os << bold("end-to-end latency (speed-up against " + c.models[0] + ")") << "\n" << bold(head) << "\n";
   for (size_t m = 0; m < c.models.size(); ++m) {
     os << pad(c.models[m], mw);
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
-      os << " " << pad(format_ms(d.e2e_ms), 12, true) << " " << pad(detail::fixed(d.speedup, 2) + "x", 8, true);
+      const Report& r = c.reports[m][g];
+      os << " " << pad(format_ms(d.e2e_ms), 12, true) << " "
+         << pad(format_ms(r.e2e_low()) + " - " + format_ms(r.e2e_high()), 17, true) << " "
+         << pad(detail::fixed(d.speedup, 2) + "x", 8, true) << " "
+         << pad(m > 0 ? detail::fixed(d.speedup_low, 2) + " - " + detail::fixed(d.speedup_high, 2) : "", 13, true);
     }
     os << "\n";
   }
@@ -203,6 +217,8 @@ std::string format_compare_json(const Comparison& c) {
              {"latency_high_ms", finite(r.e2e_high())},
              {"base_latency_ms", d.base_ms},
              {"speedup", d.speedup},
+             {"speedup_low", d.speedup_low},
+             {"speedup_high", d.speedup_high},
              {"forward_ms", finite(r.forward_ms)},
              {"backward_ms", finite(r.backward_ms)},
              {"update_ms", finite(r.update_ms)},

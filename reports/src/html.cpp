@@ -396,14 +396,18 @@ std::string format_compare_html(const Comparison& c) {
   // Model x GPU table.
   os << "<h2>End-to-end latency</h2>\n<table class=\"sortable\"><thead><tr><th>model</th>";
   for (size_t g = 0; g < gpus; ++g)
-    os << "<th class=\"n\">" << html_escape(c.reports[0][g].gpu.alias()) << " ms</th><th class=\"n\">speed-up</th>";
+    os << "<th class=\"n\">" << html_escape(c.reports[0][g].gpu.alias())
+       << " ms</th><th class=\"n\">80% interval</th><th class=\"n\">speed-up</th><th class=\"n\">80% interval</th>";
   os << "</tr></thead><tbody>\n";
   for (size_t m = 0; m < c.models.size(); ++m) {
     os << "<tr><td>" << html_escape(c.models[m]) << "</td>";
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
+      const Report& r = c.reports[m][g];
       os << "<td class=\"n\" data-v=\"" << d.e2e_ms << "\">" << format_ms(d.e2e_ms) << "</td><td class=\"n\">"
-         << num(d.speedup) << "x</td>";
+         << format_ms(r.e2e_low()) << " - " << format_ms(r.e2e_high()) << "</td><td class=\"n\" data-v=\"" << d.speedup
+         << "\">" << num(d.speedup) << "x</td><td class=\"n\">"
+         << (m > 0 ? num(d.speedup_low) + " - " + num(d.speedup_high) : std::string()) << "</td>";
     }
     os << "</tr>\n";
   }
@@ -429,7 +433,8 @@ std::string format_compare_html(const Comparison& c) {
       const auto& d = c.at(m, g);
       os << "<h2>" << html_escape(c.models[m]) << " vs " << html_escape(c.models[0]) << " on "
          << html_escape(c.reports[0][g].gpu.name) << "</h2>\n<p class=\"sub\">" << format_ms(d.e2e_ms) << " ms against "
-         << format_ms(d.base_ms) << " ms: " << num(d.speedup) << "x. Nodes matched by name " << d.matched_by_name
+         << format_ms(d.base_ms) << " ms: " << num(d.speedup) << "x (80% interval " << num(d.speedup_low) << " - "
+         << num(d.speedup_high) << "x). Nodes matched by name " << d.matched_by_name
          << ", by position " << d.matched_by_position << ", added " << d.added << ", removed " << d.removed << ".</p>\n";
       os << "<table><thead><tr><th>class</th><th class=\"n\">delta ms</th></tr></thead><tbody>";
       for (const auto& [cl, delta] : d.class_delta_ms)

@@ -1,4 +1,5 @@
-"""`compare` on GPT-2 variants built by `export`: direction, speed-ups, class deltas, node matching."""
+"""`compare` on GPT-2 variants built by `export`: direction, speed-ups and their intervals, class deltas,
+node matching."""
 import json
 import os
 import tempfile
@@ -69,6 +70,14 @@ class Compare(unittest.TestCase):
             for row in (base, var):  # each latency with its 80% interval
                 self.assertLess(row["latency_low_ms"], row["e2e_latency_ms"])
                 self.assertGreater(row["latency_high_ms"], row["e2e_latency_ms"])
+            # The speed-up's interval: the base against itself exactly 1; the variant's around
+            # its speed-up, narrower than the two latencies' intervals taken apart (the blocks
+            # both keep err together).
+            self.assertEqual((base["speedup_low"], base["speedup_high"]), (1.0, 1.0))
+            self.assertLess(var["speedup_low"], var["speedup"])
+            self.assertGreater(var["speedup_high"], var["speedup"])
+            self.assertGreater(var["speedup_low"], base["latency_low_ms"] / var["latency_high_ms"])
+            self.assertLess(var["speedup_high"], base["latency_high_ms"] / var["latency_low_ms"])
             for cls in ("gemm", "elementwise", "softmax", "layernorm"):
                 self.assertLess(var["class_delta_ms"][cls], 0, cls)
             total = sum(var["class_delta_ms"].values())
@@ -86,6 +95,8 @@ class Compare(unittest.TestCase):
             deltas = [abs(n["delta_ms"]) for n in top]
             self.assertEqual(deltas, sorted(deltas, reverse=True))
         self.assertIn("gpt2_6l.onnx vs gpt2_12l.onnx on", table)
+        self.assertIn("80% interval", table)
+        self.assertIn("x (80% interval ", page)
         self.assertRegex(table, r"gemm\s+[0-9.]+\s+[0-9.]+\s+-[0-9.]+")
         self.assertIn("Nodes that changed most", page)
         self.assertNotIn("https://", page)

@@ -104,3 +104,33 @@ TEST_CASE("interval of a sum: narrower than the added bounds, never below the su
   CHECK(s.low_ms(0.0) > s.low_ms());
   CHECK(s.high_ms(0.0) < s.high_ms());
 }
+
+TEST_CASE("speed-up interval: exact for one sum against itself, narrower the more two sums share") {
+  IntervalSum a;
+  for (int i = 1; i <= 20; ++i) a.add(with_interval(0.1 * i, 0.07 * i, 0.15 * i));
+  const RatioInterval self = ratio_interval(a, a);
+  CHECK(self.ratio == doctest::Approx(1));
+  CHECK(self.low == doctest::Approx(1));
+  CHECK(self.high == doctest::Approx(1));
+
+  // A variant that keeps half of a's kernels and replaces the other half by others of the same
+  // latencies and widths, and one that replaces them all.
+  IntervalSum half, none;
+  for (int i = 1; i <= 20; ++i) {
+    const double t = 0.1 * i, other = t * (1 + 1e-6);
+    if (i <= 10) half.add(with_interval(t, 0.07 * i, 0.15 * i));
+    else half.add(with_interval(other, 0.7 * other, 1.5 * other));
+    none.add(with_interval(other, 0.7 * other, 1.5 * other));
+  }
+  const RatioInterval rh = ratio_interval(a, half), rn = ratio_interval(a, none);
+  CHECK(rh.ratio == doctest::Approx(a.latency_ms() / half.latency_ms()));
+  CHECK(rh.low < rh.ratio);
+  CHECK(rh.high > rh.ratio);
+  CHECK(rn.high / rn.low > rh.high / rh.low);
+  // Distinct kernels err partly together: the ratio of two disjoint sums is surer than their
+  // bounds taken apart, and less sure at a lower correlation.
+  CHECK(rn.high < a.high_ms() / none.low_ms());
+  CHECK(rn.low > a.low_ms() / none.high_ms());
+  CHECK(ratio_interval(a, none, 0.0).high > rn.high);
+  CHECK(ratio_interval(a, none, 1.0).high == doctest::Approx(1).epsilon(1e-4));
+}

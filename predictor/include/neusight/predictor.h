@@ -70,12 +70,30 @@ class IntervalSum {
   double low_ms(double rho = kKernelErrorCorrelation) const;
   double high_ms(double rho = kKernelErrorCorrelation) const;
 
+  // One distinct prediction (latency, low, high) and what its identical kernels add up to.
+  struct Distinct {
+    double latency_ms = 0;          // their summed latency
+    double low_dev = 0, high_dev = 0;  // their summed deviations (latency - low, high - latency)
+  };
+  using Key = std::tuple<double, double, double>;
+  const std::map<Key, Distinct>& distinct() const { return distinct_; }
+
  private:
   double deviation(bool upper, double rho) const;
   double latency_ms_ = 0;
-  // Distinct predictions (latency, low, high) -> their summed lower and upper deviations.
-  std::map<std::tuple<double, double, double>, std::pair<double, double>> distinct_;
+  std::map<Key, Distinct> distinct_;
 };
+
+// The 80% interval of a / b, two sums of kernels predicted on one GPU (a model's speed-up over
+// a variant: the base's latency over the variant's). With IntervalSum's errors, linearized in
+// log time: a kernel of relative log half-width s (ln(high / low) / 2) that is a share wa of a
+// and wb of b moves ln(a / b) by (wa - wb) s, identical kernels of the two sums together;
+// the deviation is sqrt((1 - rho) sum c^2 + rho (sum c)^2) over the distinct kernels' c. Two
+// equal sums give an exact 1; the interval narrows as the two share more of their kernels.
+struct RatioInterval {
+  double ratio = 0, low = 0, high = 0;
+};
+RatioInterval ratio_interval(const IntervalSum& a, const IntervalSum& b, double rho = kKernelErrorCorrelation);
 
 class Predictor {
  public:

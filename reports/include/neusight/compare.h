@@ -1,7 +1,8 @@
 // compare.h - compare model variants (pruned, distilled, resized ...) across GPUs.
 //
 // Takes: the reports of several models, each predicted on the same GPUs.
-// Gives: end-to-end latency per model and GPU, speed-up against the first model, per-class
+// Gives: end-to-end latency per model and GPU, speed-up against the first model (each with its
+// 80% interval), per-class
 // deltas, and the nodes whose latency changed most (matched by name, then by position);
 // as a terminal table, JSON or a self-contained HTML page.
 #pragma once
@@ -29,6 +30,9 @@ struct VariantDelta {
   size_t model = 0, gpu = 0;
   double e2e_ms = 0, base_ms = 0;
   double speedup = 0;                          // base_ms / e2e_ms (> 1: the variant is faster)
+  // Its 80% interval (predictor.h ratio_interval: kernels the two models share err together,
+  // so the variant of a model is compared more surely than either is predicted).
+  double speedup_low = 0, speedup_high = 0;
   std::map<std::string, double> class_delta_ms;  // variant - base, per kernel class
   std::vector<NodeDelta> top_nodes;            // largest |delta| first
   int matched_by_name = 0, matched_by_position = 0, added = 0, removed = 0;

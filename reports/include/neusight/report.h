@@ -161,6 +161,10 @@ std::string dtype_label(const Report& r);
 // Fills the totals (e2e, per phase, per class, per node) from the kernels' predictions.
 void summarize(Report& report);
 
+// Every kernel of the report (its nodes' and the extra ones) as one sum with its interval
+// (predictor.h IntervalSum): summarize's e2e bounds, and compare's speed-up interval.
+IntervalSum interval_sum(const Report& report);
+
 struct TableOptions {
   int top = 0;            // 0: every node; N: the N slowest
   bool group_layers = false;
