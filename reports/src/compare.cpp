@@ -131,18 +131,20 @@ std::string format_compare_table(const Comparison& c, bool color) {
   // Model x GPU: end-to-end latency and speed-up against the first model.
   std::string head = pad("model", mw);
   for (size_t g = 0; g < gpus; ++g)
-    head += " " + pad(c.reports[0][g].gpu.alias() + " ms", 12, true) + " " + pad("80% interval", 17, true) + " " +
-            pad("speed-up", 8, true) + " " + pad("80% interval", 13, true);
-  os << bold("end-to-end latency (speed-up against " + c.models[0] + ")") << "\n" << bold(head) << "\n";
+    head += " " + pad(c.reports[0][g].gpu.alias() + " ms", 24, true) + " " + pad("speed-up", 17, true);
+  os << bold("end-to-end latency and speed-up against " + c.models[0] + " (80% intervals)") << "\n" << bold(head)
+     << "\n";
   for (size_t m = 0; m < c.models.size(); ++m) {
     os << pad(c.models[m], mw);
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
       const Report& r = c.reports[m][g];
-      os << " " << pad(format_ms(d.e2e_ms), 12, true) << " "
-         << pad(format_ms(r.e2e_low()) + " - " + format_ms(r.e2e_high()), 17, true) << " "
-         << pad(detail::fixed(d.speedup, 2) + "x", 8, true) << " "
-         << pad(m > 0 ? detail::fixed(d.speedup_low, 2) + " - " + detail::fixed(d.speedup_high, 2) : "", 13, true);
+      const std::string up = detail::fixed(d.speedup, 2) + "x";
+      os << " "
+         << pad(format_ms(d.e2e_ms) + " (" + format_ms(r.e2e_low()) + "-" + format_ms(r.e2e_high()) + ")", 24, true)
+         << " "
+         << pad(m > 0 ? up + " (" + detail::fixed(d.speedup_low, 2) + "-" + detail::fixed(d.speedup_high, 2) + ")" : up,
+                17, true);
     }
     os << "\n";
   }
