@@ -40,7 +40,7 @@ TEST_CASE("frontend: a name no node produces is an input error naming it") {
   CHECK_THROWS_WITH_AS(load_model_from_proto(two_node_model(false, true), "m"), doctest::Contains("nobody"), InputError);
 }
 
-TEST_CASE("frontend: nodes out of topological order are sorted; shapes resolve") {
+TEST_CASE("frontend: nodes out of topological order are sorted, shapes resolve") {
   LoadedModel lm = load_model_from_proto(two_node_model(true, false), "m");
   REQUIRE(lm.model.graph.nodes.size() == 2);
   CHECK(lm.model.graph.nodes[0].name == "a");

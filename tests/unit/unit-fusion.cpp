@@ -82,7 +82,7 @@ TEST_CASE("fusion: a LayerNorm chain whose intermediate is read elsewhere is not
   CHECK(eager.kernels.size() == 10);
 }
 
-TEST_CASE("fusion: exact-erf GELU is one kernel in eager; the tanh form stays eight (as traced)") {
+TEST_CASE("fusion: exact-erf GELU is one kernel in eager, the tanh form stays eight (as traced)") {
   IrGraph b;
   b.input("x", {4096, 5120});
   erf_gelu(b, "x", {4096, 5120}, "g");

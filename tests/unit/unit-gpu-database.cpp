@@ -283,7 +283,7 @@ TEST_CASE("gpu database: malformed or incomplete files are rejected with a clear
                        doctest::Contains("arch"), InputError);
 }
 
-TEST_CASE("gpu database: format_gpus_json entries read back as the same GPU; malformed device JSON text is rejected") {
+TEST_CASE("gpu database: format_gpus_json entries read back as the same GPU, malformed device JSON text is rejected") {
   const GpuDatabase& db = GpuDatabase::builtin();
   const nlohmann::json all = nlohmann::json::parse(format_gpus_json(db));
   REQUIRE(all.size() == db.all().size());

@@ -77,7 +77,7 @@ TEST_CASE("lowering: Gemm honours transA/transB and reads its bias in the epilog
   CHECK(kl.kernels[0].flops == 2.0 * 32 * 128 * 64);
 }
 
-TEST_CASE("lowering: Conv is an implicit GEMM; grouped per group; depthwise is a memory-bound stencil") {
+TEST_CASE("lowering: Conv is an implicit GEMM, grouped per group, depthwise is a memory-bound stencil") {
   {
     IrGraph b;
     b.node("Conv", {b.t("x", {2, 16, 32, 32}), b.w("w", {32, 16, 3, 3})}, {b.t("y", {2, 32, 32, 32})});
@@ -221,7 +221,7 @@ TEST_CASE("lowering: com.microsoft EmbedLayerNormalization is one fused gather +
   CHECK(kl2.kernels[0].bytes == doctest::Approx(2 * e * 4 + 512 * 4 + 2 * 768 * 4 + e * 4));
 }
 
-TEST_CASE("lowering: memory ops move bytes; same-dtype casts and views are free") {
+TEST_CASE("lowering: memory ops move bytes, same-dtype casts and views are free") {
   IrGraph b;
   const std::string ids = b.input("ids", {4, 16}, DType::i64);
   b.node("Gather", {b.w("table", {1000, 64}), ids}, {b.t("emb", {4, 16, 64})});
@@ -647,7 +647,7 @@ TEST_CASE("lowering: GridSample, RoiAlign and MaxUnpool are memory-bound gathers
   }
 }
 
-TEST_CASE("lowering: DFT/STFT count 5 n log2 n per transform; windows fill; Det is a batched LU; NMS pairs boxes") {
+TEST_CASE("lowering: DFT/STFT count 5 n log2 n per transform, windows fill, Det is a batched LU, NMS pairs boxes") {
   {
     IrGraph b;  // opset 17: the axis is an attribute (the rule registered since 17)
     Node& n = b.node("DFT", {b.t("x", {3, 16, 1})}, {b.t("y", {3, 16, 2})});
@@ -703,7 +703,7 @@ TEST_CASE("lowering: DFT/STFT count 5 n log2 n per transform; windows fill; Det 
   }
 }
 
-TEST_CASE("lowering: sequence ops - split/concat copy, the rest are views; SequenceMap runs its body per element") {
+TEST_CASE("lowering: sequence ops - split/concat copy, the rest are views, SequenceMap runs its body per element") {
   {
     IrGraph b;
     b.node("SplitToSequence", {b.t("x", {4, 6})}, {sequence(b, "s", {{2, 6}, {2, 6}})});
@@ -776,7 +776,7 @@ TEST_CASE("lowering: ops with no GPU kernel stay unknown with the reason") {
   CHECK(kl.unknown_ops.size() == 2);
 }
 
-TEST_CASE("lowering: Einsum ellipsis broadcasts leading dims; a diagonal is a gather or a reduction") {
+TEST_CASE("lowering: Einsum ellipsis broadcasts leading dims, a diagonal is a gather or a reduction") {
   {
     IrGraph b;  // the ellipsis of a shared weight folds into m
     Node& n = b.node("Einsum", {b.t("a", {2, 3, 4, 5}), b.w("w", {5, 6})}, {b.t("y", {2, 3, 4, 6})});
@@ -941,7 +941,7 @@ TEST_CASE("lowering: full fusion runs a residual add in the next norm's kernel, 
   CHECK(of_class(joined, KernelClass::elementwise).size() == 1);
 }
 
-TEST_CASE("lowering: onnxruntime's SkipSimplifiedLayerNormalization is a residual add + RMSNorm; served, vLLM's") {
+TEST_CASE("lowering: onnxruntime's SkipSimplifiedLayerNormalization is a residual add + RMSNorm, served, vLLM's") {
   // (input, skip, gamma) -> output, ..., input_skip_bias_sum: the residual stream's fused kernel.
   IrGraph b;
   b.node("SkipSimplifiedLayerNormalization",

@@ -284,7 +284,7 @@ TEST_CASE("parallel: memory beyond the GPU warns") {
   CHECK(warned);
 }
 
-TEST_CASE("parallel: a mixture of experts splits its experts and all-reduces once; routers and normalised bottlenecks stay whole") {
+TEST_CASE("parallel: a mixture of experts splits its experts and all-reduces once, routers and normalised bottlenecks stay whole") {
   // DeepSeek-V3's structure, small (multi-head latent attention, a dense first layer, routed
   // experts and a shared one) and Mixtral's (a router straight into the experts).
   const ModelConfig ds = parse_hf_config(R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,

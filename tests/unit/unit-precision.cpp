@@ -40,7 +40,7 @@ TEST_CASE("precision: timing names") {
   CHECK(t == Timing::eager);
 }
 
-TEST_CASE("precision: the P4's INT8 rate is DP4A (SIMT), not matrix units; tiling and the predictor agree") {
+TEST_CASE("precision: the P4's INT8 rate is DP4A (SIMT), not matrix units, tiling and the predictor agree") {
   const GpuDatabase& db = GpuDatabase::builtin();
   const Gpu p4 = db.resolve("p4"), t4 = db.resolve("t4");
   REQUIRE(p4.int8_gops > 0);

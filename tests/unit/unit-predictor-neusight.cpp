@@ -383,7 +383,7 @@ TEST_CASE("predictor: a GPT-3-sized batch of kernels predicts every kernel, with
 }
 
 
-TEST_CASE("predictor: streaming features see the GPU's L2 but not its peak rates; GEMM features see neither") {
+TEST_CASE("predictor: streaming features see the GPU's L2 but not its peak rates, GEMM features see neither") {
   const Gpu a100 = GpuDatabase::builtin().resolve("a100-40gb");
   const Kernel add = kernel_from_dataset("add", {{"B", "4096"}, {"H", "1024"}});
   const Kernel sm = kernel_from_dataset("softmax", {{"B", "4096"}, {"H", "1024"}});

@@ -265,7 +265,7 @@ TEST_CASE("control-flow bodies: a Loop of unknown trip count keeps what every it
   CHECK(relus[0].note.find("shapes not inferred") != std::string::npos);
 }
 
-TEST_CASE("control-flow bodies: If branches see outer-scope tensors; a known condition picks its branch") {
+TEST_CASE("control-flow bodies: If branches see outer-scope tensors, a known condition picks its branch") {
   auto make = [](bool known, bool value) {
     test::IrGraph then_b, else_b;
     then_b.node("MatMul", {"X", "W"}, {"t_out"});

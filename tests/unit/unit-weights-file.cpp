@@ -123,7 +123,7 @@ TEST_CASE("weights file: the shipped weights read exactly like a reference JSON 
   CHECK(same(m, load_model_set(t.path.string())));
 }
 
-TEST_CASE("weights file: minified with its schema; other schemas are refused in one line naming them") {
+TEST_CASE("weights file: minified with its schema, other schemas are refused in one line naming them") {
   const std::string text = read_text(test::source_dir() + "/predictor/weights/weights.json");
   CHECK(text.find('\n') == std::string::npos);
   const nlohmann::json j = nlohmann::json::parse(text);
