@@ -297,6 +297,7 @@ void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Option
   const Report dp = predict(a.draft->prefill, a.draft_decoder->prefill.model, gpu, options);
   sp.draft_ttft_ms = dp.e2e_latency_ms;
   g.ttft_ms += dp.e2e_latency_ms;  // the draft reads the prompt too before it can propose
+  add_kernels(dp, 1, g.time);
   g.ttft_low_ms += dp.e2e_low();
   g.ttft_high_ms += dp.e2e_high();
   for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
@@ -316,6 +317,12 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
   std::map<std::string, std::vector<double>> by_class;
   for (size_t i = 0; i < a.steps.size(); ++i) {
     const Report s = predict(a.steps[i], d.step.model, gpu, options);
+    // How many of the interpolated steps this sample stands for (interpolated_sum is linear).
+    std::vector<double> unit(a.steps.size(), 0.0);
+    unit[i] = 1;
+    const double steps = interpolated_sum(a.kv, unit);
+    const double per_token = sp.proposed > 0 ? 1 / sp.tokens_per_step : 1.0;
+    add_kernels(s, steps * per_token, g.time);
     GenerationStep st{a.kv[i], s.e2e_latency_ms, s.e2e_low(), s.e2e_high(), s.totals_by_class};
     if (sp.proposed > 0) {
       double draft_ms = 0, draft_low = 0, draft_high = 0;
@@ -324,6 +331,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
         draft_ms = ds.e2e_latency_ms;
         draft_low = ds.e2e_low();
         draft_high = ds.e2e_high();
+        add_kernels(ds, steps * proposed / sp.tokens_per_step, g.time);
         for (const auto& [c, ms] : ds.totals_by_class) st.by_class[c] += proposed * ms;
       }
       if (i == 0) {
@@ -461,6 +469,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.ttft_ms = r.e2e_latency_ms;
   g.ttft_low_ms = r.e2e_low();
   g.ttft_high_ms = r.e2e_high();
+  add_kernels(r, 1, g.time);
   g.prefill_by_class = r.totals_by_class;
   g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
   g.ep = g.tp > 1 ? std::max(1, options.parallel.ep) : 1;

@@ -6,12 +6,13 @@
 
 namespace neusight {
 
-void IntervalSum::add(const Prediction& p) {
-  latency_ms_ += p.latency_ms;
+void IntervalSum::add(const Prediction& p, double weight) {
+  if (!(weight > 0)) return;
+  latency_ms_ += weight * p.latency_ms;
   Distinct& d = distinct_[{p.latency_ms, p.low_ms(), p.high_ms()}];
-  d.latency_ms += p.latency_ms;
-  d.low_dev += std::max(0.0, p.latency_ms - p.low_ms());
-  d.high_dev += std::max(0.0, p.high_ms() - p.latency_ms);
+  d.latency_ms += weight * p.latency_ms;
+  d.low_dev += weight * std::max(0.0, p.latency_ms - p.low_ms());
+  d.high_dev += weight * std::max(0.0, p.high_ms() - p.latency_ms);
 }
 
 double IntervalSum::deviation(bool upper, double rho) const {

@@ -94,6 +94,18 @@ Comparison compare_reports(std::vector<std::string> models, std::vector<std::vec
           d.speedup_high = finite(ri.high);
         }
       }
+      if (base.generation && var.generation && base.generation->tokens_per_s > 0) {
+        const GenerationReport &bg = *base.generation, &vg = *var.generation;
+        d.tokens_per_s_speedup = d.tokens_per_s_speedup_low = d.tokens_per_s_speedup_high =
+            finite(vg.tokens_per_s / bg.tokens_per_s);
+        // tokens/s = tokens / time: the speed-up is the ratio of the times (times the tokens'
+        // ratio, which is exact), with the times' interval.
+        const RatioInterval ri = ratio_interval(bg.time, vg.time);
+        if (m > 0 && ri.ratio > 0) {
+          d.tokens_per_s_speedup_low = finite(d.tokens_per_s_speedup * ri.low / ri.ratio);
+          d.tokens_per_s_speedup_high = finite(d.tokens_per_s_speedup * ri.high / ri.ratio);
+        }
+      }
       for (const auto& [cls, ms] : base.totals_by_class) d.class_delta_ms[cls] -= finite(ms);
       for (const auto& [cls, ms] : var.totals_by_class) d.class_delta_ms[cls] += finite(ms);
       auto nodes = match_nodes(base, var);
@@ -155,14 +167,19 @@ std::string format_compare_table(const Comparison& c, bool color) {
     for (size_t g = 0; g < gpus; ++g) {
       os << bold(c.reports[0][g].gpu.name) << "\n"
          << pad("model", mw) << " " << pad("TTFT ms", 11, true) << " " << pad("TPOT ms", 10, true) << " "
-         << pad("tokens/s", 10, true) << " " << pad("speed-up", 8, true) << "\n";
-      const double base = c.reports[0][g].generation ? c.reports[0][g].generation->tokens_per_s : 0;
+         << pad("tokens/s", 10, true) << " " << pad("speed-up", 17, true) << "\n";
       for (size_t m = 0; m < c.models.size(); ++m) {
         const auto& gen = c.reports[m][g].generation;
         if (!gen) continue;
+        const auto& d = c.at(m, g);
+        const std::string up = detail::fixed(d.tokens_per_s_speedup, 2) + "x";
         os << pad(c.models[m], mw) << " " << pad(format_ms(gen->ttft_ms), 11, true) << " "
            << pad(format_ms(gen->tpot_ms), 10, true) << " " << pad(detail::fixed(gen->tokens_per_s, 1), 10, true) << " "
-           << pad(detail::fixed(base > 0 ? gen->tokens_per_s / base : 0, 2) + "x", 8, true) << "\n";
+           << pad(m > 0 ? up + " (" + detail::fixed(d.tokens_per_s_speedup_low, 2) + "-" +
+                              detail::fixed(d.tokens_per_s_speedup_high, 2) + ")"
+                        : up,
+                  17, true)
+           << "\n";
       }
     }
   }
@@ -236,9 +253,9 @@ std::string format_compare_json(const Comparison& c) {
     row["top_changed_nodes"] = nodes;
     if (r.generation) {
       row["generation"] = detail::generation_json(*r.generation);
-      const Report& base = c.reports[0][d.gpu];
-      const double base_tps = base.generation ? base.generation->tokens_per_s : 0;
-      row["tokens_per_s_speedup"] = base_tps > 0 ? r.generation->tokens_per_s / base_tps : 0;
+      row["tokens_per_s_speedup"] = d.tokens_per_s_speedup;
+      row["tokens_per_s_speedup_low"] = d.tokens_per_s_speedup_low;
+      row["tokens_per_s_speedup_high"] = d.tokens_per_s_speedup_high;
     }
     rows.push_back(row);
   }

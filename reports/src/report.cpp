@@ -31,11 +31,15 @@ std::string dtype_label(const Report& r) {
   return out + ")";
 }
 
+void add_kernels(const Report& r, double weight, IntervalSum& sum) {
+  for (const auto& n : r.nodes)
+    for (const auto& k : n.kernels) sum.add(k.prediction, weight);
+  for (const auto& k : r.extra_kernels) sum.add(k.prediction, weight);
+}
+
 IntervalSum interval_sum(const Report& r) {
   IntervalSum all;
-  for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) all.add(k.prediction);
-  for (const auto& k : r.extra_kernels) all.add(k.prediction);
+  add_kernels(r, 1, all);
   return all;
 }
 

@@ -183,8 +183,18 @@ class Generate(unittest.TestCase):
         by = {(r["model"], r["gpu_alias"]): r for r in rows}
         # The wider model is slower per token on both GPUs; the first model is its own baseline.
         for gpu in ["h100", "l40s"]:
-            self.assertEqual(by[("small_llama.json", gpu)]["tokens_per_s_speedup"], 1)
-            self.assertLess(by[("wide_llama.json", gpu)]["tokens_per_s_speedup"], 1)
+            base, var = by[("small_llama.json", gpu)], by[("wide_llama.json", gpu)]
+            self.assertEqual(base["tokens_per_s_speedup"], 1)
+            self.assertLess(var["tokens_per_s_speedup"], 1)
+            # The speed-up's 80% interval: exactly 1 for the baseline; around the variant's,
+            # narrower than the two tokens/s intervals taken apart.
+            self.assertEqual((base["tokens_per_s_speedup_low"], base["tokens_per_s_speedup_high"]), (1, 1))
+            self.assertLess(var["tokens_per_s_speedup_low"], var["tokens_per_s_speedup"])
+            self.assertGreater(var["tokens_per_s_speedup_high"], var["tokens_per_s_speedup"])
+            bg, vg = base["generation"], var["generation"]
+            self.assertGreater(var["tokens_per_s_speedup_low"], vg["tokens_per_s_low"] / bg["tokens_per_s_high"])
+            self.assertLess(var["tokens_per_s_speedup_high"], vg["tokens_per_s_high"] / bg["tokens_per_s_low"])
+        self.assertRegex(so, r"x \([0-9.]+-[0-9.]+\)")
         rc, so, se = run("compare", self.small, wide, "--generate", "0:32", "--gpu", "h100", "--json", out + "2")
         self.assertEqual(rc, 2, se)
         self.assertFalse(os.path.exists(out + "2"))

@@ -64,7 +64,9 @@ constexpr double kKernelErrorCorrelation = 0.35;
 
 class IntervalSum {
  public:
-  void add(const Prediction& p);
+  // `weight` times the kernel (a kernel that runs that many times, or a share of one): its
+  // latency and deviations scale, and it stays the same kernel as its other occurrences.
+  void add(const Prediction& p, double weight = 1);
   double latency_ms() const { return latency_ms_; }
   // The sum's bounds for correlation `rho` between distinct kernels' errors.
   double low_ms(double rho = kKernelErrorCorrelation) const;

@@ -33,6 +33,9 @@ struct VariantDelta {
   // Its 80% interval (predictor.h ratio_interval: kernels the two models share err together,
   // so the variant of a model is compared more surely than either is predicted).
   double speedup_low = 0, speedup_high = 0;
+  // --generate: output tokens/s against the first model's, and its 80% interval (the
+  // generations' kernels weighted as they run, GenerationReport::time); 0 without generations.
+  double tokens_per_s_speedup = 0, tokens_per_s_speedup_low = 0, tokens_per_s_speedup_high = 0;
   std::map<std::string, double> class_delta_ms;  // variant - base, per kernel class
   std::vector<NodeDelta> top_nodes;            // largest |delta| first
   int matched_by_name = 0, matched_by_position = 0, added = 0, removed = 0;

@@ -60,6 +60,11 @@ struct GenerationReport {
   // total's bounds.
   double ttft_low_ms = 0, ttft_high_ms = 0, tpot_low_ms = 0, tpot_high_ms = 0;
   double total_low_ms = 0, total_high_ms = 0, tokens_per_s_low = 0, tokens_per_s_high = 0;
+  // The kernels of the whole generation, each weighted by how often it runs per total_ms (the
+  // prefill's once, a sampled decode step's by its share of the interpolated steps, per token
+  // yielded): what compare's tokens/s speed-up interval is drawn from (predictor.h
+  // ratio_interval).
+  IntervalSum time;
   // Memory: the KV cache at the end (2 x layers x kv_heads x head_dim x tokens x batch x
   // element size; one tensor for a latent cache, the window for sliding-window layers), the weights (of which the embedding table, read by a gather: a decode
   // step reads the rest), the largest activation working set of one prefill kernel, and
@@ -162,8 +167,10 @@ std::string dtype_label(const Report& r);
 void summarize(Report& report);
 
 // Every kernel of the report (its nodes' and the extra ones) as one sum with its interval
-// (predictor.h IntervalSum): summarize's e2e bounds, and compare's speed-up interval.
+// (predictor.h IntervalSum): summarize's e2e bounds, and compare's speed-up interval. The
+// second form adds them, `weight` times each, to `sum`.
 IntervalSum interval_sum(const Report& report);
+void add_kernels(const Report& report, double weight, IntervalSum& sum);
 
 struct TableOptions {
   int top = 0;            // 0: every node; N: the N slowest
