@@ -76,6 +76,8 @@ Comparison compare_reports(std::vector<std::string> models, std::vector<std::vec
   Comparison c;
   c.models = std::move(models);
   c.reports = std::move(reports);
+  std::vector<IntervalSum> base_sums;  // each GPU's first model, the base of every speed-up interval
+  for (const Report& base : c.reports[0]) base_sums.push_back(interval_sum(base));
   for (size_t m = 0; m < c.reports.size(); ++m)
     for (size_t g = 0; g < gpus; ++g) {
       const Report& base = c.reports[0][g];
@@ -88,7 +90,7 @@ Comparison compare_reports(std::vector<std::string> models, std::vector<std::vec
       d.speedup = d.e2e_ms > 0 ? d.base_ms / d.e2e_ms : 0;
       d.speedup_low = d.speedup_high = d.speedup;
       if (m > 0 && d.speedup > 0) {
-        const RatioInterval ri = ratio_interval(interval_sum(base), interval_sum(var));
+        const RatioInterval ri = ratio_interval(base_sums[g], interval_sum(var));
         if (ri.ratio > 0) {
           d.speedup_low = finite(ri.low);
           d.speedup_high = finite(ri.high);
@@ -100,8 +102,8 @@ Comparison compare_reports(std::vector<std::string> models, std::vector<std::vec
             finite(vg.tokens_per_s / bg.tokens_per_s);
         // tokens/s = tokens / time: the speed-up is the ratio of the times (times the tokens'
         // ratio, which is exact), with the times' interval.
-        const RatioInterval ri = ratio_interval(bg.time, vg.time);
-        if (m > 0 && ri.ratio > 0) {
+        const RatioInterval ri = m > 0 ? ratio_interval(bg.time, vg.time) : RatioInterval{};
+        if (ri.ratio > 0) {
           d.tokens_per_s_speedup_low = finite(d.tokens_per_s_speedup * ri.low / ri.ratio);
           d.tokens_per_s_speedup_high = finite(d.tokens_per_s_speedup * ri.high / ri.ratio);
         }
@@ -131,6 +133,12 @@ namespace {
 
 std::string signed_ms(double v) { return (v > 0 ? "+" : v < 0 ? "-" : " ") + format_ms(std::fabs(v)); }
 
+// "0.41x (0.37-0.47)": a speed-up with its 80% interval; the first model's alone ("1.00x").
+std::string speedup_text(double v, double low, double high, bool first) {
+  const std::string s = detail::fixed(v, 2) + "x";
+  return first ? s : s + " (" + detail::fixed(low, 2) + "-" + detail::fixed(high, 2) + ")";
+}
+
 }  // namespace
 
 std::string format_compare_table(const Comparison& c, bool color) {
@@ -151,12 +159,9 @@ std::string format_compare_table(const Comparison& c, bool color) {
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
       const Report& r = c.reports[m][g];
-      const std::string up = detail::fixed(d.speedup, 2) + "x";
       os << " "
          << pad(format_ms(d.e2e_ms) + " (" + format_ms(r.e2e_low()) + "-" + format_ms(r.e2e_high()) + ")", 24, true)
-         << " "
-         << pad(m > 0 ? up + " (" + detail::fixed(d.speedup_low, 2) + "-" + detail::fixed(d.speedup_high, 2) + ")" : up,
-                17, true);
+         << " " << pad(speedup_text(d.speedup, d.speedup_low, d.speedup_high, m == 0), 17, true);
     }
     os << "\n";
   }
@@ -172,12 +177,9 @@ std::string format_compare_table(const Comparison& c, bool color) {
         const auto& gen = c.reports[m][g].generation;
         if (!gen) continue;
         const auto& d = c.at(m, g);
-        const std::string up = detail::fixed(d.tokens_per_s_speedup, 2) + "x";
         os << pad(c.models[m], mw) << " " << pad(format_ms(gen->ttft_ms), 11, true) << " "
            << pad(format_ms(gen->tpot_ms), 10, true) << " " << pad(detail::fixed(gen->tokens_per_s, 1), 10, true) << " "
-           << pad(m > 0 ? up + " (" + detail::fixed(d.tokens_per_s_speedup_low, 2) + "-" +
-                              detail::fixed(d.tokens_per_s_speedup_high, 2) + ")"
-                        : up,
+           << pad(speedup_text(d.tokens_per_s_speedup, d.tokens_per_s_speedup_low, d.tokens_per_s_speedup_high, m == 0),
                   17, true)
            << "\n";
       }

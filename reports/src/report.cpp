@@ -48,8 +48,10 @@ void summarize(Report& r) {
   r.e2e_low_ms = r.e2e_high_ms = 0;
   r.totals_by_class.clear();
   r.folded_nodes = r.unpredicted_nodes = 0;
+  IntervalSum all;  // predictor.h: one GPU's kernels err partly together
   auto add = [&](const KernelReport& k) {
     const double ms = k.prediction.latency_ms;
+    all.add(k.prediction);
     switch (k.kernel.phase) {
       case Phase::forward: r.forward_ms += ms; break;
       case Phase::backward: r.backward_ms += ms; break;
@@ -73,7 +75,6 @@ void summarize(Report& r) {
   }
   for (const auto& k : r.extra_kernels) add(k);
   r.e2e_latency_ms = r.forward_ms + r.backward_ms + r.update_ms;
-  const IntervalSum all = interval_sum(r);  // predictor.h: one GPU's kernels err partly together
   r.e2e_low_ms = all.low_ms();
   r.e2e_high_ms = all.high_ms();
 }
