@@ -413,10 +413,7 @@ int main(int argc, char** argv) {
         mean[group]["neusight"].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
         const bool inside = ns->e2e_low() <= r.measured_ms && r.measured_ms <= ns->e2e_high();
         std::snprintf(nsi, sizeof nsi, " %8.1f-%8.1f %3s", ns->e2e_low(), ns->e2e_high(), inside ? "yes" : "no");
-        IntervalSum sum;
-        for (const auto& n : ns->nodes)
-          for (const auto& k : n.kernels) sum.add(k.prediction);
-        for (const auto& k : ns->extra_kernels) sum.add(k.prediction);
+        IntervalSum sum = interval_sum(*ns);
         if (calibrate) {
           for (int i = 0; i <= kRhoSteps; ++i) {
             const double rho = double(i) / kRhoSteps;
