@@ -170,8 +170,9 @@ void rule_unary(Ctx& c) {
   static const std::set<std::string> kValueOps = {"Identity", "Neg", "Abs", "Floor", "Ceil", "Round", "Relu", "Sign"};
   if (t->int_value && kValueOps.count(c.n.op_type)) {
     auto v = *t->int_value;
-    if (c.n.op_type == "Neg") for (auto& x : v) x = -x;
-    if (c.n.op_type == "Abs") for (auto& x : v) x = std::abs(x);
+    const auto negate = [](int64_t x) { return static_cast<int64_t>(0 - uint64_t(x)); };  // wraps at INT64_MIN
+    if (c.n.op_type == "Neg") for (auto& x : v) x = negate(x);
+    if (c.n.op_type == "Abs") for (auto& x : v) x = x < 0 ? negate(x) : x;
     if (c.n.op_type == "Relu") for (auto& x : v) x = std::max<int64_t>(x, 0);
     if (c.n.op_type == "Sign") for (auto& x : v) x = (x > 0) - (x < 0);
     c.out(0).int_value = v;
@@ -631,11 +632,13 @@ void rule_range(Ctx& c) {
       c.value(2)->size() == 1) {
     const int64_t a = (*c.value(0))[0], b = (*c.value(1))[0], d = (*c.value(2))[0];
     if (d == 0) throw InputError(c.where() + ": Range with delta 0");
-    int64_t n = std::max<int64_t>(0, (b - a + d + (d > 0 ? -1 : 1)) / d);
+    const __int128 count = (__int128(b) - a + d + (d > 0 ? -1 : 1)) / d;  // no int64 overflow
+    if (count > kMaxDim) throw InputError(c.where() + ": Range of more than 2^62 elements");
+    const int64_t n = count < 0 ? 0 : static_cast<int64_t>(count);
     set_out(c, 0, dt, {Dim::of(n)});
     if (n <= 4096) {
       std::vector<int64_t> v;
-      for (int64_t i = 0; i < n; ++i) v.push_back(a + i * d);
+      for (int64_t i = 0; i < n; ++i) v.push_back(static_cast<int64_t>(a + __int128(i) * d));
       c.out(0).int_value = v;
     }
   } else {
@@ -798,18 +801,21 @@ Rule binary_rule(std::function<int64_t(int64_t, int64_t)> f, DType dt = DType::u
 // Arithmetic: broadcasting, with the integer values folded.
 void add_arithmetic_rules(RuleTable& t) {
   const auto bin = [](std::function<int64_t(int64_t, int64_t)> f) { return binary_rule(std::move(f)); };
-  t["Add"] = bin([](int64_t a, int64_t b) { return a + b; });
-  t["Sub"] = bin([](int64_t a, int64_t b) { return a - b; });
-  t["Mul"] = bin([](int64_t a, int64_t b) { return a * b; });
+  // Folded integer arithmetic wraps in two's complement, as int64 tensors do at run time;
+  // division by zero folds to 0 and INT64_MIN / -1 wraps instead of trapping.
+  const auto wrap = [](uint64_t v) { return static_cast<int64_t>(v); };
+  t["Add"] = bin([wrap](int64_t a, int64_t b) { return wrap(uint64_t(a) + uint64_t(b)); });
+  t["Sub"] = bin([wrap](int64_t a, int64_t b) { return wrap(uint64_t(a) - uint64_t(b)); });
+  t["Mul"] = bin([wrap](int64_t a, int64_t b) { return wrap(uint64_t(a) * uint64_t(b)); });
   t["Div"] = [](Ctx& c) {
-    rule_broadcast(c, DType::undefined, [](int64_t a, int64_t b) { return b == 0 ? 0 : a / b; });
+    rule_broadcast(c, DType::undefined, [](int64_t a, int64_t b) { return b == 0 ? 0 : b == -1 ? int64_t(0 - uint64_t(a)) : a / b; });
     // A float division of integral values is kept only when it is exact.
     const auto* a = c.value(0);
     const auto* b = c.value(1);
     if (c.num_out() && c.out(0).int_value && is_float(c.out(0).dtype) && a && b) {
       for (size_t i = 0; i < std::max(a->size(), b->size()); ++i) {
         const int64_t x = (*a)[a->size() == 1 ? 0 : i], y = (*b)[b->size() == 1 ? 0 : i];
-        if (y == 0 || x % y != 0) {  // not exact: the float quotient
+        if (y == 0 || (y != -1 && x % y != 0)) {  // not exact: the float quotient
           std::vector<double> q(c.out(0).int_value->size());
           for (size_t k = 0; k < q.size(); ++k)
             q[k] = double((*a)[a->size() == 1 ? 0 : k]) / double((*b)[b->size() == 1 ? 0 : k]);
@@ -820,7 +826,7 @@ void add_arithmetic_rules(RuleTable& t) {
       }
     }
   };
-  t["Mod"] = bin([](int64_t a, int64_t b) { return b == 0 ? 0 : a % b; });
+  t["Mod"] = bin([](int64_t a, int64_t b) { return b == 0 || b == -1 ? 0 : a % b; });
   t["Max"] = bin([](int64_t a, int64_t b) { return std::max(a, b); });
   t["Min"] = bin([](int64_t a, int64_t b) { return std::min(a, b); });
   t["Pow"] = bin(nullptr);
