@@ -518,15 +518,15 @@ void rule_slice(Ctx& c) {
     if (step > 0) {
       st = std::clamp<int64_t>(st, 0, n);
       en = std::clamp<int64_t>(en, 0, n);
-      len = en > st ? (en - st + step - 1) / step : 0;
+      len = en > st ? static_cast<int64_t>((__int128(en) - st + step - 1) / step) : 0;  // step may be near 2^63
     } else {
       st = std::clamp<int64_t>(st, 0, n - 1);
       en = std::clamp<int64_t>(en, -1, n - 1);
-      len = st > en ? (st - en + (-step) - 1) / (-step) : 0;
+      len = st > en ? static_cast<int64_t>((__int128(st) - en - step - 1) / -__int128(step)) : 0;
     }
     s[a] = Dim::of(len);
     if (slice_value) {
-      for (int64_t k = 0, p = st; k < len; ++k, p += step) vals.push_back((*x->int_value)[p]);
+      for (int64_t k = 0; k < len; ++k) vals.push_back((*x->int_value)[static_cast<size_t>(st + k * step)]);
     }
   }
   set_out(c, 0, x->dtype, s);

@@ -439,10 +439,14 @@ void rule_col2im(Ctx& c) {
   const auto* blk = c.value(2);
   if (!x || !x->has_shape || x->shape.size() != 3 || !img) { if (x) set_dtype(c, 0, x->dtype); return; }
   Shape s{x->shape[0]};
-  int64_t prod = 1;
-  if (blk) for (auto b : *blk) prod *= b;
-  s.push_back(x->shape[1].known() && blk && prod > 0 ? Dim::of(x->shape[1].value / prod) : Dim{});
-  for (auto v : *img) s.push_back(Dim::of(v));
+  __int128 prod = 1;  // the block's elements; 0 when a block extent is not positive
+  if (blk)
+    for (auto b : *blk) prod = b > 0 && prod <= kMaxDim ? prod * b : 0;
+  s.push_back(x->shape[1].known() && blk && prod > 0 && prod <= kMaxDim ? Dim::of(x->shape[1].value / int64_t(prod)) : Dim{});
+  for (auto v : *img) {
+    if (v < 0) throw InputError(c.where() + ": negative image extent in Col2Im");
+    s.push_back(Dim::of(v));
+  }
   set_out(c, 0, x->dtype, s);
 }
 
