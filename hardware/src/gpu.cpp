@@ -58,8 +58,20 @@ double num(const json& j, const char* field, const std::string& what, bool requi
   }
   if (!it->is_number()) throw InputError(what + ": field '" + std::string(field) + "' must be a number");
   double v = it->get<double>();
-  if (!(v >= 0) || v > 1e12) throw InputError(what + ": field '" + std::string(field) + "' out of range");
+  // Spec numbers are MHz, GFLOPS, GB/s, GB, MB, W, nm, counts: a nonzero value below 1e-3 is
+  // an error of units and would put latencies beyond what a double holds.
+  if (!(v >= 0) || v > 1e12 || (v > 0 && v < 1e-3))
+    throw InputError(what + ": field '" + std::string(field) + "' out of range (0 or 1e-3 to 1e12)");
   return v;
+}
+
+// A count (SMs, lanes, registers, threads, blocks, GPUs): a whole number of at most 2^20, so
+// that products of two stay exact in any integer type the stages use.
+int count(const json& j, const char* field, const std::string& what, bool required, int fallback = 0) {
+  const double v = num(j, field, what, required, fallback);
+  if (v != std::floor(v) || v > double(1 << 20))
+    throw InputError(what + ": field '" + std::string(field) + "' must be a whole number of at most 2^20");
+  return static_cast<int>(v);
 }
 
 std::string str(const json& j, const char* field, const std::string& what, bool required) {
@@ -88,9 +100,9 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   if (g.vendor.empty()) g.vendor = "nvidia";
   g.arch = str(j, "arch", what, true);
   if (g.arch.empty()) throw InputError(what + ": 'arch' must name the architecture (sm_80, gfx942, ...)");
-  g.num_sm = static_cast<int>(num(j, "num_sm", what, true));
+  g.num_sm = count(j, "num_sm", what, true);
   g.boost_mhz = num(j, "boost_mhz", what, true);
-  g.fp32_cores_per_sm = static_cast<int>(num(j, "fp32_cores_per_sm", what, false, 64));
+  g.fp32_cores_per_sm = count(j, "fp32_cores_per_sm", what, false, 64);
   g.fp32_gflops = num(j, "fp32_gflops", what, true);
   g.tf32_gflops = num(j, "tf32_gflops", what, false);
   g.fp16_gflops = num(j, "fp16_gflops", what, false);
@@ -107,15 +119,15 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.l1_kb = num(j, "l1_kb", what, false);
   g.board_power_w = num(j, "board_power_w", what, false);
   g.process_nm = num(j, "process_nm", what, false);
-  g.regs_per_sm = static_cast<int>(num(j, "regs_per_sm", what, false, 65536));
-  g.max_blocks_per_sm = static_cast<int>(num(j, "max_blocks_per_sm", what, false, 32));
-  g.max_threads_per_sm = static_cast<int>(num(j, "max_threads_per_sm", what, false, 2048));
+  g.regs_per_sm = count(j, "regs_per_sm", what, false, 65536);
+  g.max_blocks_per_sm = count(j, "max_blocks_per_sm", what, false, 32);
+  g.max_threads_per_sm = count(j, "max_threads_per_sm", what, false, 2048);
   g.nvlink = str(j, "nvlink", what, false);
   g.nvlink_gbps = num(j, "nvlink_gbps", what, false);
-  g.nvlink_domain = static_cast<int>(num(j, "nvlink_domain", what, false));
+  g.nvlink_domain = count(j, "nvlink_domain", what, false);
   g.pcie_gbps = num(j, "pcie_gbps", what, false, 16);
   g.source = str(j, "source", what, false);
-  g.dataset_num_sm = static_cast<int>(num(j, "dataset_num_sm", what, false));
+  g.dataset_num_sm = count(j, "dataset_num_sm", what, false);
   g.dataset_fp32_gflops = num(j, "dataset_fp32_gflops", what, false);
   g.dataset_mem_bw_gbps = num(j, "dataset_mem_bw_gbps", what, false);
   if (g.num_sm <= 0 || g.fp32_gflops <= 0 || g.mem_bw_gbps <= 0 || g.mem_gb <= 0 || g.l2_mb <= 0 || g.boost_mhz <= 0)
@@ -187,9 +199,9 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
   Gpu g;
   g.name = str(j, "Device", path, true);
   g.aliases = {g.name};
-  g.num_sm = static_cast<int>(num(j, "Num_Sm", path, true));
+  g.num_sm = count(j, "Num_Sm", path, true);
   g.boost_mhz = num(j, "Freq", path, true);
-  g.fp32_cores_per_sm = static_cast<int>(num(j, "Core_Per_SM", path, false, 64));
+  g.fp32_cores_per_sm = count(j, "Core_Per_SM", path, false, 64);
   g.mem_gb = num(j, "Dev_Mem", path, true);
   g.mem_bw_gbps = num(j, "Mem_Bw", path, true);
   g.l2_mb = num(j, "L2Cache", path, true);

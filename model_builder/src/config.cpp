@@ -14,6 +14,14 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int64_t kMaxConfigInt = (int64_t(1) << 31) - 1;
+// More layers than any model built (100x GPT-3's 96), or more expert MLPs over all layers
+// than 15x Switch-C's 61,440 (DeepSeek-V3: 15,616), is a typo; the graph would take minutes
+// and gigabytes to build.
+constexpr int64_t kMaxLayers = 10000;
+constexpr int64_t kMaxLayerExperts = 1000000;
+constexpr int64_t kMaxExpertCapacity = int64_t(1) << 20;
+
 struct Reader {
   const json& j;
   const std::string& path;
@@ -25,6 +33,9 @@ struct Reader {
       if (!it->is_number_integer()) throw InputError(path + ": field '" + k + "' must be an integer");
       const int64_t v = it->get<int64_t>();
       if (v < 0) throw InputError(path + ": field '" + k + "' must be non-negative");
+      // Sizes are products of these (4 x hidden, hidden x vocab, ...): int32, as in the
+      // frameworks that write configs, keeps every product within int64.
+      if (v > kMaxConfigInt) throw InputError(path + ": field '" + k + "' is beyond 2^31 - 1");
       return v;
     }
     if (required) throw InputError(path + ": missing field '" + std::string(*keys.begin()) + "'");
@@ -118,6 +129,9 @@ void read_switch(const Reader& r, ModelConfig& c) {
   c.dropout = static_cast<float>(r.f({"dropout_rate"}, 0.1));
   c.attn_dropout = c.dropout;
   if (c.experts <= 0 || c.expert_capacity <= 0) throw InputError(r.path + ": num_experts and expert_capacity must be positive");
+  // The graph holds the slot numbers 1..capacity as a constant (Switch configs say 64).
+  if (c.expert_capacity > kMaxExpertCapacity)
+    throw InputError(r.path + ": expert_capacity beyond " + std::to_string(kMaxExpertCapacity) + " slots");
   if (c.sparse_step <= 0) throw InputError(r.path + ": encoder_sparse_step must be positive");
 }
 
@@ -365,6 +379,10 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
   c.torch_dtype = r.s({"torch_dtype"}, "");
   if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.vocab <= 0 || c.ffn <= 0)
     throw InputError(path + ": layers, hidden size, heads, vocabulary and FFN size must be positive");
+  const int64_t all_layers = c.layers + c.decoder_layers + c.mtp_layers;
+  if (all_layers > kMaxLayers) throw InputError(path + ": more than " + std::to_string(kMaxLayers) + " layers");
+  if (all_layers * std::max<int64_t>(c.experts, 1) > kMaxLayerExperts)
+    throw InputError(path + ": more than " + std::to_string(kMaxLayerExperts) + " expert MLPs over all layers");
   if (c.head_dim == 0) {
     if (c.hidden % c.heads != 0) throw InputError(path + ": hidden size must be a multiple of the head count");
     c.head_dim = c.hidden / c.heads;

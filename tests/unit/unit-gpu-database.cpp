@@ -310,6 +310,21 @@ TEST_CASE("gpu database: format_gpus_json entries read back as the same GPU, mal
   CHECK_THROWS_WITH_AS(parse_gpu_json("{}", "gpu dict"), "gpu dict: missing field 'Device'", InputError);
 }
 
+TEST_CASE("gpu database: counts are whole numbers up to 2^20, spec numbers 0 or 1e-3 to 1e12") {
+  const auto dev = [](const std::string& sm, const std::string& lanes, const std::string& freq) {
+    return R"({"Device": "X", "Dev_Mem": 80, "Mem_Bw": 3350, "Num_Sm": )" + sm + R"(, "Core_Per_SM": )" + lanes +
+           R"(, "Freq": )" + freq + R"(, "SingleFLOPs": 66900, "L2Cache": 50})";
+  };
+  CHECK(parse_gpu_json(dev("132", "128", "1980"), "d").fp32_cores_per_sm == 128);
+  CHECK(parse_gpu_json(dev("1048576", "128", "1980"), "d").num_sm == 1048576);
+  CHECK_THROWS_WITH_AS(parse_gpu_json(dev("132", "1e12", "1980"), "d"),
+                       "d: field 'Core_Per_SM' must be a whole number of at most 2^20", InputError);
+  CHECK_THROWS_WITH_AS(parse_gpu_json(dev("1.5", "128", "1980"), "d"),
+                       "d: field 'Num_Sm' must be a whole number of at most 2^20", InputError);
+  CHECK_THROWS_WITH_AS(parse_gpu_json(dev("132", "128", "1e-300"), "d"),
+                       "d: field 'Freq' out of range (0 or 1e-3 to 1e12)", InputError);
+}
+
 TEST_CASE("gpu database: a dataset device JSON reads as its text does") {
   const std::string path = test::fixture_dir() + "/device_configs/NVIDIA_L4.json";
   std::ifstream f(path);

@@ -238,6 +238,20 @@ TEST_CASE("model_builder: a missing config file or malformed config text is an i
   CHECK_THROWS_WITH_AS(parse_hf_config("{}", "config"), "config: missing field 'model_type'", InputError);
 }
 
+TEST_CASE("model_builder: sizes beyond int32, layer and expert counts no model has are input errors") {
+  const std::string gpt2 = R"({"model_type":"gpt2","n_head":2,"vocab_size":10,)";
+  CHECK_THROWS_WITH_AS(parse_hf_config(gpt2 + R"("n_layer":1,"n_embd":4611686018427387904})", "c"),
+                       "c: field 'n_embd' is beyond 2^31 - 1", InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config(gpt2 + R"("n_layer":1000000000,"n_embd":64})", "c"), "c: more than 10000 layers",
+                       InputError);
+  CHECK(parse_hf_config(gpt2 + R"("n_layer":10000,"n_embd":64})", "c").layers == 10000);
+  const std::string sw = R"({"model_type":"switch_transformers","d_model":64,"num_layers":2,"num_heads":4,"d_kv":16,"d_ff":10,"vocab_size":10,)";
+  CHECK_THROWS_WITH_AS(parse_hf_config(sw + R"("num_experts":2000000000,"expert_capacity":4})", "c"),
+                       "c: more than 1000000 expert MLPs over all layers", InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config(sw + R"("num_experts":8,"expert_capacity":2000000000})", "c"),
+                       "c: expert_capacity beyond 1048576 slots", InputError);
+}
+
 TEST_CASE("model_builder: bad configs are input errors naming the file and field") {
   ModelConfig c = read_hf_config(config_path("gpt2_large"));
   c.model_type = "mamba";
