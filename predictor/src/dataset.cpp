@@ -48,8 +48,16 @@ int64_t col_int(const std::map<std::string, std::string>& c, const std::string& 
   if (it == c.end() || it->second.empty()) throw InputError("missing column '" + name + "'");
   char* end = nullptr;
   const double v = std::strtod(it->second.c_str(), &end);
-  if (*end != '\0' || !(v >= 0) || v > 9.2e18) throw InputError("column '" + name + "' is not a size: '" + it->second + "'");
+  if (*end != '\0' || !(v >= 0) || v > 0x1p62) throw InputError("column '" + name + "' is not a size: '" + it->second + "'");
   return static_cast<int64_t>(std::llround(v));
+}
+
+// A tensor of the row's kernel: at most 2^62 elements, as shape inference allows any tensor
+// (the tiling multiplies its extents in int64).
+void check_elements(std::initializer_list<double> dims, const char* tensor) {
+  double n = 1;
+  for (double d : dims) n *= d;
+  if (n > 0x1p62) throw InputError(std::string("the row's ") + tensor + " has more than 2^62 elements");
 }
 
 // Elementwise op names of the dataset; the `u` suffix means tensor-with-scalar.
@@ -94,7 +102,11 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
   if (op_name == "linear" || op_name == "bmm") {
     k.cls = KernelClass::gemm;
     const int64_t B = col_int(c, "B"), M = col_int(c, "M"), N = col_int(c, "N"), K = col_int(c, "K");
-    k.gemm = {op_name == "linear" ? 1 : B, M, K, N, gemm_runs_batched(op_name, B)};
+    const int64_t batch = op_name == "linear" ? 1 : B;
+    check_elements({double(batch), double(M), double(N)}, "left operand");
+    check_elements({double(batch), double(N), double(K)}, "right operand");
+    check_elements({double(batch), double(M), double(K)}, "output");
+    k.gemm = {batch, M, K, N, gemm_runs_batched(op_name, B)};
     const Work w = work_of_gemm(k.gemm, eb);
     k.flops = w.flops;
     k.bytes = w.bytes;
@@ -102,6 +114,7 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
     k.cls = op_name == "softmax" ? KernelClass::softmax : KernelClass::layernorm;
     k.rows = col_int(c, "B");
     k.cols = col_int(c, "H");
+    check_elements({double(k.rows), double(k.cols)}, "tensor");
     const Work w = op_name == "softmax" ? work_of_softmax(k.rows, k.cols, eb) : work_of_layernorm(k.rows, k.cols, eb);
     k.flops = w.flops;
     k.bytes = w.bytes;
@@ -110,6 +123,7 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
     k.op = op_name;
     k.rows = col_int(c, "B");
     k.cols = col_int(c, "H");
+    check_elements({double(k.rows), double(k.cols)}, "tensor");
     k.inputs = inputs;
     const Work w = work_of_elementwise(double(k.rows) * k.cols, inputs, 1, eb);
     k.flops = w.flops;
@@ -119,8 +133,13 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
     const int64_t B = col_int(c, "B"), cin = col_int(c, "Input_Channel"), cout = col_int(c, "Output_Channel");
     const int64_t r = col_int(c, "Kernel_Szie"), in = col_int(c, "Input_Size"), stride = std::max<int64_t>(1, col_int(c, "Stride"));
     const int64_t pad = col_int(c, "Padding");
+    const double padded = double(in) + 2.0 * double(pad);
+    check_elements({double(B), double(cin), padded, padded}, "padded input");  // then in + 2 pad fits int64
+    check_elements({double(cout), double(cin), double(r), double(r)}, "weight");
     const int64_t out = (in + 2 * pad - r) / stride + 1;
     if (out <= 0) throw InputError("conv row with empty output");
+    check_elements({double(B), double(out), double(out), double(cout)}, "output");
+    check_elements({double(B), double(out), double(out), double(cin), double(r), double(r)}, "unfolded input");
     k.cls = KernelClass::gemm;
     k.gemm = {1, B * out * out, cout, cin * r * r};
     const Work w = work_of_gemm(k.gemm, double(B) * cin * in * in, double(cout) * cin * r * r, eb);

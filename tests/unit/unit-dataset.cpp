@@ -81,6 +81,22 @@ TEST_CASE("dataset: dtype names of XLA, PyTorch and ONNX as well as the short on
                        "unknown dtype 'f7'", InputError);
 }
 
+TEST_CASE("dataset: a row's sizes are at most 2^62 and so is every tensor of its kernel") {
+  const std::string big = "4611686018427387904";  // 2^62
+  CHECK_THROWS_WITH_AS(kernel_from_dataset("bmm", {{"B", "-1"}, {"M", "2"}, {"N", "2"}, {"K", "2"}}),
+                       "column 'B' is not a size: '-1'", InputError);
+  CHECK_THROWS_WITH_AS(kernel_from_dataset("bmm", {{"B", "1e19"}, {"M", "2"}, {"N", "2"}, {"K", "2"}}),
+                       "column 'B' is not a size: '1e19'", InputError);
+  CHECK_THROWS_WITH_AS(kernel_from_dataset("bmm", {{"B", big}, {"M", big}, {"N", "64"}, {"K", "128"}}),
+                       "the row's left operand has more than 2^62 elements", InputError);
+  CHECK_THROWS_WITH_AS(kernel_from_dataset("add", {{"B", big}, {"H", "4"}}), "the row's tensor has more than 2^62 elements",
+                       InputError);
+  CHECK(kernel_from_dataset("add", {{"B", "1"}, {"H", big}}).cols == int64_t(1) << 62);
+  CHECK_THROWS_WITH_AS(kernel_from_dataset("conv", {{"B", "1"}, {"Input_Channel", "3"}, {"Output_Channel", "64"},
+                                                    {"Kernel_Szie", "3"}, {"Input_Size", big}, {"Stride", "1"}, {"Padding", big}}),
+                       "the row's padded input has more than 2^62 elements", InputError);
+}
+
 TEST_CASE("dataset: campaign ratio of two sets of GEMM rows at matched shapes") {
   // Rows of one campaign 3x slower than another's at the same shapes, scaled by their FLOPs
   // where the shapes differ by less than 15%; rows without a match do not count.
