@@ -142,6 +142,7 @@ Decoder config_decoder(const ModelConfig& config) {
   d.kv_heads = config.kv_heads;
   d.head_dim = config.head_dim;
   d.kv_dtype = DType::f32;
+  if (config.tie_embeddings) d.tied_head_weight = "lm_head.weight";
   if (config.kv_lora_rank > 0) {  // MLA: one latent of kv_lora_rank + qk_rope per token
     d.kv_heads = 1;
     d.head_dim = config.kv_lora_rank + config.qk_rope_dim;
@@ -267,6 +268,8 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     a.draft = std::make_shared<const GenerationAnalysis>(prepare_generation(*draft, options, plain));
   }
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
+  if (!d.tied_head_weight.empty())  // read by every step, held once: as the embedding
+    a.tied_weight_bytes = gemm_weight_bytes(a.prefill.graph.find(d.tied_head_weight), options);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
   a.activation_bytes = activation_bytes(a.prefill.graph, options);
   // The cache is held as the activations are (BF16 under fp8 and fp4) unless --kv-dtype says.
@@ -303,7 +306,7 @@ void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Option
   for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
   sp.draft = a.draft_decoder->prefill.model.path.empty() ? a.draft_decoder->prefill.model.graph.name
                                                           : a.draft_decoder->prefill.model.path;
-  sp.draft_weight_bytes = a.draft->weight_bytes;
+  sp.draft_weight_bytes = a.draft->weight_bytes - a.draft->tied_weight_bytes;
   sp.draft_kv_cache_bytes = a.draft->kv_cache_bytes;
 }
 
@@ -386,21 +389,22 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   const auto& sp = g.speculative;
   g.kv_cache_bytes = a.kv_cache_bytes;
   g.kv_dtype = dtype_name(a.kv_dtype);
-  g.weight_bytes = a.weight_bytes;
+  const double held = a.weight_bytes - a.tied_weight_bytes;  // a tied LM head is the embedding
+  g.weight_bytes = held;
   g.embedding_bytes = a.embedding_bytes;
   g.activation_bytes = a.activation_bytes;
-  g.memory_bytes = a.weight_bytes + a.kv_cache_bytes + a.activation_bytes + sp.draft_weight_bytes + sp.draft_kv_cache_bytes;
+  g.memory_bytes = held + a.kv_cache_bytes + a.activation_bytes + sp.draft_weight_bytes + sp.draft_kv_cache_bytes;
   const double tp = double(g.tp);
   const double kv_share = kv_share_of(d.kv_heads, tp);
   const double draft_kv_share = a.draft ? kv_share_of(a.draft_decoder->kv_heads, tp) : 1.0 / tp;
   const double draft_bytes = sp.draft_weight_bytes / tp + sp.draft_kv_cache_bytes * draft_kv_share;
-  g.memory_per_gpu_bytes = a.weight_bytes / tp + a.kv_cache_bytes * kv_share + a.activation_bytes + draft_bytes;
+  g.memory_per_gpu_bytes = held / tp + a.kv_cache_bytes * kv_share + a.activation_bytes + draft_bytes;
   // Capacity: the KV cache one more sequence adds against what the weights and the activations
   // leave of the engine's share of the memory (an engine bounds the tokens of a step, so its
   // activations do not grow with the sequences it holds).
   const double per_sequence = (a.kv_cache_bytes * kv_share + sp.draft_kv_cache_bytes * draft_kv_share) / double(a.batch);
   const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB -
-                      (a.weight_bytes + sp.draft_weight_bytes) / tp - a.activation_bytes;
+                      (held + sp.draft_weight_bytes) / tp - a.activation_bytes;
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_bw_gbps > 0)

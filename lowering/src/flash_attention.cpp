@@ -156,7 +156,9 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
   const DType dt = opt.compute_dtype != DType::undefined && is_float(q->dtype) ? activation_dtype(opt.compute_dtype) : q->dtype;
   if (!is_float(dt) || dtype_bits(dt) > 16) return false;
   std::vector<int> nodes = {qk};
-  // Scores -> [scale] -> [mask] -> Softmax(last axis) -> [Dropout] -> MatMul(., V).
+  // Scores -> [scale] -> [soft-cap: / cap, Tanh, * cap] -> [mask] -> Softmax(last axis) ->
+  // [Dropout] -> MatMul(., V). FlashAttention-2 (softcap) and the serving engines' kernels
+  // apply Gemma 2's cap to the scores they hold.
   std::string cur = m.outputs[0];
   bool softmax = false;
   int av = -1;
@@ -169,6 +171,7 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
     if (!softmax && (c.op_type == "Div" || c.op_type == "Mul") && c.inputs.size() == 2) {
       const std::string& other = c.inputs[0] == cur ? c.inputs[1] : c.inputs[0];
       if (!scalar_const(g, other) || (c.op_type == "Div" && c.inputs[0] != cur)) return false;
+    } else if (!softmax && c.op_type == "Tanh") {
     } else if (!softmax && (c.op_type == "Add" || c.op_type == "Where")) {
       const TensorInfo* y = tensor(g, c.outputs[0]);
       if (!y || !y->fully_known() || !same_shape(y->shape, s->shape)) return false;  // a mask never widens the scores

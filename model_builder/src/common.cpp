@@ -171,11 +171,18 @@ std::string transpose_last(Net& n, const std::string& p, const std::string& k) {
   return t;
 }
 
+std::string soft_cap(Net& n, const std::string& p, const std::string& x, double cap) {
+  const std::string c = f32(n, p + "/cap", static_cast<float>(cap));
+  const std::string t = n.b.node("Tanh", p + "/Tanh", {n.b.node("Div", p + "/Div", {x, c})});
+  return n.b.node("Mul", p + "/Mul", {t, c});
+}
+
 std::string masked_attention(Net& n, const std::string& p, const std::string& q, const std::string& k,
                              const std::string& v, int64_t hd, const std::string& mask,
-                             const std::string& dropout_prefix, float attn_dropout, int64_t merged) {
+                             const std::string& dropout_prefix, float attn_dropout, int64_t merged, double softcap) {
   std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
   s = n.b.node("Div", p + "/Div", {s, f32(n, p + "/scale", static_cast<float>(std::sqrt(double(hd))))});
+  if (softcap > 0) s = soft_cap(n, p + "/softcap", s, softcap);
   s = n.b.node("Add", p + "/mask_Add", {s, mask});
   s = n.b.node("Softmax", p + "/Softmax", {s});
   n.b.attr_i("axis", -1);

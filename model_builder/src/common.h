@@ -67,11 +67,15 @@ std::string merge_heads(Net& n, const std::string& prefix, const std::string& x,
 std::string transpose_last(Net& n, const std::string& prefix, const std::string& k);
 
 // Eager attention core on split heads (BertSelfAttention, LlamaAttention): q k^T / sqrt(hd)
-// + mask, softmax, dropout, @ v, heads merged -> [b, s, merged]. Nodes are named under `p`
-// ("p/MatMul", "p/Div", ...), the dropout under `dropout_prefix`.
+// (soft-capped when softcap > 0, Gemma 2) + mask, softmax, dropout, @ v, heads merged ->
+// [b, s, merged]. Nodes are named under `p` ("p/MatMul", "p/Div", ...), the dropout under
+// `dropout_prefix`.
 std::string masked_attention(Net& n, const std::string& p, const std::string& q, const std::string& k,
                              const std::string& v, int64_t hd, const std::string& mask,
-                             const std::string& dropout_prefix, float attn_dropout, int64_t merged);
+                             const std::string& dropout_prefix, float attn_dropout, int64_t merged,
+                             double softcap = 0);
+// cap * tanh(x / cap) (Gemma 2's soft-capping of attention scores and logits), named under `p`.
+std::string soft_cap(Net& n, const std::string& p, const std::string& x, double cap);
 std::string f32(Net& n, const std::string& name, float v);
 // ConstantOfShape(shape) filled with `value` (torch.ones / zeros / full: one fill kernel).
 std::string fill(Net& n, const std::string& name, const std::string& shape, int elem_type, double value);

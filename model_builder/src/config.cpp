@@ -152,6 +152,7 @@ void read_llama(const Reader& r, ModelConfig& c) {
   c.dropout = 0.0f;
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
   c.qkv_bias = r.b("attention_bias", c.model_type == "qwen2" || c.model_type == "qwen2_moe");
+  c.tie_embeddings = r.b("tie_word_embeddings", c.model_type.rfind("gemma", 0) == 0);
   if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
     throw InputError(r.path + ": num_attention_heads must be a multiple of num_key_value_heads");
   read_sliding_window(r, c);
@@ -294,6 +295,38 @@ void read_gemma3(const Reader& outer, ModelConfig& c) {
   c.scale_embedding = true;
 }
 
+// Gemma (1) and Gemma 2: Llama-style decoders with heads of head_dim (256), a GeGLU MLP
+// (gelu_pytorch_tanh, whatever hidden_act says: HF's Gemma runs that one) and the embedding
+// scaled by sqrt(hidden). Gemma 2 adds the sandwich norms of Gemma 3, sliding-window
+// attention on every other layer (the first of each pair; layer_types when given) and
+// soft-capped attention scores and logits (attn_logit_softcapping, final_logit_softcapping;
+// null: none). Its query_pre_attn_scalar changes the scores' scale, not their cost.
+void read_gemma(const Reader& outer, ModelConfig& c) {
+  const bool v2 = c.model_type == "gemma2";
+  json j = {{"head_dim", 256}, {"rms_norm_eps", 1e-6}};
+  if (v2) j.update({{"sliding_window", 4096}, {"attn_logit_softcapping", 50.0}, {"final_logit_softcapping", 30.0}});
+  for (auto it = outer.j.begin(); it != outer.j.end(); ++it)
+    j[it.key()] = it.value().is_null() && (it.key() == "attn_logit_softcapping" || it.key() == "final_logit_softcapping")
+                      ? json(0.0)
+                      : it.value();
+  j["hidden_activation"] = "gelu_pytorch_tanh";
+  j.erase("hidden_act");
+  if (v2 && !j.contains("layer_types") && j.contains("num_hidden_layers") && j["num_hidden_layers"].is_number_integer()) {
+    const int64_t layers = std::clamp<int64_t>(j["num_hidden_layers"].get<int64_t>(), 0, kMaxLayers);
+    json types = json::array();
+    for (int64_t l = 0; l < layers; ++l) types.push_back(l % 2 == 0 ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  }
+  const Reader r{j, outer.path};
+  read_llama(r, c);
+  c.scale_embedding = true;
+  if (!v2) return;
+  c.sandwich_norm = true;
+  c.attn_softcap = r.f({"attn_logit_softcapping"}, 0);
+  c.final_softcap = r.f({"final_logit_softcapping"}, 0);
+  if (c.attn_softcap < 0 || c.final_softcap < 0) throw InputError(r.path + ": soft-capping values must be positive or null");
+}
+
 // DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
 // layers dense, the rest top-k of n_routed_experts with n_shared_experts always on (one dense
 // SwiGLU of their combined width, ungated). Its router's sigmoid scores and group-limited
@@ -348,6 +381,8 @@ const std::map<std::string, Family>& families() {
       {"phi3", {read_llama, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},
+      {"gemma", {read_gemma, llama, builder::build_llama}},
+      {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},
       {"gemma3", {read_gemma3, llama, builder::build_llama}},
   };

@@ -1,5 +1,5 @@
 // llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2/3-MoE,
-// gpt-oss, Gemma 3): RMSNorm, rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the
+// gpt-oss, Gemma 1-3): RMSNorm, rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the
 // MoE families), grouped-query attention (Qwen3: each query and key head RMS-normalised;
 // sliding-window layers where the config has them), as HF's eager modelling code runs them.
 #include <algorithm>
@@ -81,7 +81,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   }
   k = repeat_kv(n, p + "/repeat_k", k, c, len);
   v = repeat_kv(n, p + "/repeat_v", v, c, len);
-  const std::string o = masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd);
+  const std::string o = masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd, c.attn_softcap);
   return linear(n, p + ".o_proj", o, nh * hd, h, c.o_bias);
 }
 
@@ -337,7 +337,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   if (o.last_logits)
     x = n.b.node("Slice", p0 + "/last_position",
                  {x, n.b.ints("const_last_start", {-1}), n.b.ints("const_last_end", {INT64_MAX}), n.b.ints("const_axes1", {1})});
-  linear(n, "lm_head", x, h, c.vocab, false);
+  const std::string logits = linear(n, "lm_head", x, h, c.vocab, false);
+  if (c.final_softcap > 0) soft_cap(n, "lm_head/softcap", logits, c.final_softcap);
   n.rename_last("logits");
   if (o.last_logits) n.output("logits", {"batch"}, {1, c.vocab});
   else n.output("logits", {"batch", "sequence"}, {c.vocab});

@@ -781,6 +781,53 @@ TEST_CASE("generation: Gemma 3 text decoders (sandwich norms, scaled embedding, 
   CHECK(g.tpot_ms < 6 * g.weight_read_ms);
 }
 
+TEST_CASE("generation: Gemma and Gemma 2 (GeGLU, 256-wide heads, Gemma 2's soft-capping and local layers, tied head)") {
+  const ModelConfig g1 = read_hf_config(test::source_dir() + "/tests/data/gemma_7b.json");
+  CHECK(g1.activation == "gelu_pytorch_tanh");  // HF's Gemma runs the tanh GELU whatever hidden_act says
+  CHECK(g1.head_dim == 256);
+  CHECK(g1.scale_embedding);
+  CHECK(g1.tie_embeddings);
+  CHECK_FALSE(g1.sandwich_norm);
+  CHECK(g1.attn_softcap == 0);
+  CHECK(g1.sliding_layers.empty());
+  const ModelConfig g2 = read_hf_config(test::source_dir() + "/tests/data/gemma2_9b.json");
+  CHECK(g2.sandwich_norm);
+  CHECK_FALSE(g2.qk_norm);
+  CHECK(g2.attn_softcap == 50.0);
+  CHECK(g2.final_softcap == 30.0);
+  CHECK(g2.sliding_window == 4096);
+  REQUIRE(g2.sliding_layers.size() == 42);
+  CHECK(g2.sliding_layers[0]);
+  CHECK_FALSE(g2.sliding_layers[1]);
+  CHECK(std::count(g2.sliding_layers.begin(), g2.sliding_layers.end(), true) == 21);
+  // Soft-capping: one Tanh on every layer's scores and one on the logits, which it names.
+  const LoadedModel m = build_model(g2);
+  int tanh = 0;
+  for (const Node& n : m.model.graph.nodes) tanh += n.op_type == "Tanh" && n.name.find("softcap") != std::string::npos;
+  CHECK(tanh == 42 + 1);  // (the tanh GELU has its own)
+  CHECK(m.model.graph.nodes.back().op_type == "Mul");
+  CHECK(m.model.graph.nodes.back().outputs[0] == "logits");
+  // null soft-capping: none.
+  const std::string base = R"({"model_type": "gemma2", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+      "num_hidden_layers": 2, "num_key_value_heads": 1, "head_dim": 32, "vocab_size": 100)";
+  const std::string tiny = base + R"(, "final_logit_softcapping": null, "attn_logit_softcapping": null)";
+  // Soft-capped scores still run as one FlashAttention kernel per layer (FlashAttention-2's
+  // softcap); the local layers' band is known from the mask.
+  const Decoder small = config_decoder(parse_hf_config(base + R"(, "sliding_window": 16})", "g"));
+  const Analysis pre = prepare(small.prefill, serving(DType::bf16, 1, 64));
+  CHECK(count_op(pre.kernels, "flash_attention") == 2);
+  CHECK(count_op(pre.kernels, "softmax") == 0);
+  const ModelConfig off = parse_hf_config(tiny + "}", "g");
+  CHECK(off.attn_softcap == 0);
+  CHECK(off.final_softcap == 0);
+  CHECK_FALSE(parse_hf_config(tiny + R"(, "tie_word_embeddings": false})", "g").tie_embeddings);
+  // Memory holds the tied head once (Gemma 7B: 8.54B parameters, its 0.79B-parameter head
+  // again would make 9.32B); a decode step still reads it.
+  const GenerationReport r = generate(config_decoder(g1), serving(DType::bf16, 1), 512, 16, "h100");
+  CHECK(r.weight_bytes == doctest::Approx(8.538e9 * 2).epsilon(0.002));
+  CHECK(r.weight_read_ms == doctest::Approx((r.weight_bytes + 256000.0 * 3072 * 2 - r.embedding_bytes) / 3350e9 * 1e3).epsilon(1e-6));
+}
+
 TEST_CASE("generation: DeepSeek-V3's multi-token-prediction module drafts as one MoE layer with the head") {
   const std::string base = R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
       "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000,

@@ -106,6 +106,9 @@ struct Decoder {
   // tokens (as serving engines and HF's sliding-window cache keep it); 0: none.
   int64_t sliding_layers = 0, window = 0;
   DType kv_dtype = DType::f32;   // the cache's stored element type (--dtype overrides it)
+  // The initializer the LM head reads that is the token embedding's weight, held once
+  // (a config's tie_word_embeddings); empty: none.
+  std::string tied_head_weight;
 };
 
 // From a Hugging Face config (a decoder family with a KV-cache step; InputError otherwise).
@@ -130,6 +133,9 @@ struct GenerationAnalysis {
   std::vector<int64_t> kv;        // past length of each sampled decode step
   std::vector<Analysis> steps;
   double weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0;
+  // The LM head's weight when it is the embedding's (Decoder::tied_head_weight): in
+  // weight_bytes as every step reads it, held once.
+  double tied_weight_bytes = 0;
   // Expert weights a decode step (one token per sequence) leaves unread: the experts its
   // tokens do not reach (mixtures of experts; 0 otherwise).
   double unread_expert_bytes = 0;

@@ -1,8 +1,8 @@
 // model_builder.h - build ONNX graphs of transformer models from Hugging Face configs.
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, Switch
-// Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3), mixtures of experts
-// (Mixtral, Qwen2-MoE, Qwen3-MoE)).
+// Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3), mixtures
+// of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
 // materialised (a 175B model builds instantly).
@@ -40,9 +40,13 @@ struct ModelConfig {
   // from the hidden size (project_in / project_out; 0 = hidden).
   bool pre_norm = true;
   int64_t embed_dim = 0;
-  // Llama: rotary base, attention projections with bias (Qwen2), tied embeddings.
+  // Llama: rotary base, attention projections with bias (Qwen2).
   double rope_theta = 10000.0;
   bool qkv_bias = false;
+  // The LM head shares the token embedding's weight (tie_word_embeddings; Gemma's default):
+  // the graph still reads it as its own [hidden, vocab] matrix (lm_head.weight), as
+  // nn.Linear does, but the model holds it once (generation's memory counts it once).
+  bool tie_embeddings = false;
   // Qwen3: an RMSNorm over each head of the queries and keys before the rotary embedding.
   bool qk_norm = false;
   // Gemma 3: RMSNorms after the attention and after the MLP as well as before each
@@ -50,6 +54,10 @@ struct ModelConfig {
   // the MLP), and the embedding scaled by sqrt(hidden).
   bool sandwich_norm = false;
   bool scale_embedding = false;
+  // Gemma 2: the attention scores and the final logits soft-capped, cap * tanh(x / cap)
+  // (attn_logit_softcapping, final_logit_softcapping; 0: none).
+  double attn_softcap = 0;
+  double final_softcap = 0;
   // Mixture of experts: experts per MoE layer. Switch: every `sparse_step`-th layer sparse,
   // each expert takes at most `expert_capacity` tokens per sequence (top-1 routing). Mixtral,
   // Qwen3-MoE: every `sparse_step`-th decoder layer's MLP (1: all) but `dense_layers`, each

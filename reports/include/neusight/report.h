@@ -66,8 +66,9 @@ struct GenerationReport {
   // ratio_interval).
   IntervalSum time;
   // Memory: the KV cache at the end (2 x layers x kv_heads x head_dim x tokens x batch x
-  // element size; one tensor for a latent cache, the window for sliding-window layers), the weights (of which the embedding table, read by a gather: a decode
-  // step reads the rest), the largest activation working set of one prefill kernel, and
+  // element size; one tensor for a latent cache, the window for sliding-window layers), the weights
+  // held (a tied LM head once, as the embedding; of them the embedding table, read by a gather:
+  // a decode step reads the rest), the largest activation working set of one prefill kernel, and
   // their sum.
   double kv_cache_bytes = 0, weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0, memory_bytes = 0;
   // The weights a decode step reads (all but the embedding table and, in a mixture of
