@@ -327,6 +327,20 @@ void read_gemma(const Reader& outer, ModelConfig& c) {
   if (c.attn_softcap < 0 || c.final_softcap < 0) throw InputError(r.path + ": soft-capping values must be positive or null");
 }
 
+// Phi (phi-1, phi-1.5, phi-2): see ModelConfig::phi_block. qk_layernorm (off in every
+// released checkpoint) is not built.
+void read_phi(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.activation = r.s({"hidden_act"}, "gelu_new");
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
+  c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.5);
+  c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.0));
+  c.qkv_bias = c.o_bias = true;
+  c.phi_block = true;
+  c.max_positions = r.i({"max_position_embeddings"}, false, 2048);
+  if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1)) throw InputError(r.path + ": partial_rotary_factor must be in (0, 1]");
+}
+
 // DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
 // layers dense, the rest top-k of n_routed_experts with n_shared_experts always on (one dense
 // SwiGLU of their combined width, ungated). Its router's sigmoid scores and group-limited
@@ -378,6 +392,7 @@ const std::map<std::string, Family>& families() {
       {"qwen3", {read_qwen3, llama, builder::build_llama}},
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
+      {"phi", {read_phi, llama, builder::build_llama}},
       {"phi3", {read_llama, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},

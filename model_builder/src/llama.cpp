@@ -26,6 +26,29 @@ std::string rotary(Net& n, const std::string& p, const std::string& x, int64_t h
   return n.b.node("Add", p + "/Add", {a, b});
 }
 
+// The rotated dims of a head: Phi's partial_rotary_factor of it (even), all of it otherwise.
+int64_t rotary_dims(const ModelConfig& c) {
+  if (c.rotary_fraction >= 1) return c.head_dim;
+  return std::max<int64_t>(2, static_cast<int64_t>(double(c.head_dim) * c.rotary_fraction) / 2 * 2);
+}
+
+// Rotary on the first `rd` of `hd` dims, the rest passed through (Phi: q_rot, q_pass, cat).
+std::string partial_rotary(Net& n, const std::string& p, const std::string& x, int64_t hd, int64_t rd,
+                           const std::string& cos, const std::string& sin) {
+  if (rd >= hd) return rotary(n, p, x, hd, cos, sin);
+  const std::string ax = n.b.ints(p + "/part_axis", {3});
+  const std::string rot = n.b.node("Slice", p + "/x_rot", {x, n.b.ints(p + "/r0", {0}), n.b.ints(p + "/r1", {rd}), ax});
+  const std::string pass = n.b.node("Slice", p + "/x_pass", {x, n.b.ints(p + "/p0", {rd}), n.b.ints(p + "/p1", {hd}), ax});
+  const std::string y = n.b.node("Concat", p + "/Concat_pass", {rotary(n, p, rot, rd, cos, sin), pass});
+  n.b.attr_i("axis", -1);
+  return y;
+}
+
+// A decoder norm: RMSNorm, or Phi's LayerNorm with bias.
+std::string norm(Net& n, const ModelConfig& c, const std::string& p, const std::string& x) {
+  return c.phi_block ? layer_norm(n, p, x, c.hidden, c.layer_norm_eps) : rms_norm(n, p, x, c.hidden, c.layer_norm_eps);
+}
+
 // repeat_kv: [b, kvh, len, hd] -> [b, kvh * rep, len, hd] (expand + reshape copy); `len` is
 // the 1-element key length tensor.
 std::string repeat_kv(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, const std::string& len) {
@@ -65,8 +88,8 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   std::string q = heads("q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh);
   std::string k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
   std::string v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
-  q = rotary(n, p + "/rotary_q", q, hd, cos, sin);
-  k = rotary(n, p + "/rotary_k", k, hd, cos, sin);
+  q = partial_rotary(n, p + "/rotary_q", q, hd, rotary_dims(c), cos, sin);
+  k = partial_rotary(n, p + "/rotary_k", k, hd, rotary_dims(c), cos, sin);
   std::string len = n.seq;
   if (!cache.total.empty()) {
     const std::string l = std::to_string(cache.layer);
@@ -250,7 +273,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   Net n(c, o.kv_cache ? "Llama-style decoder step with KV cache (RMSNorm, rotary, SwiGLU, grouped-query attention)"
                       : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
   const std::string ids = n.token_input("input_ids");
-  const int64_t h = c.hidden, hd = c.kv_lora_rank > 0 ? c.qk_rope_dim : c.head_dim;  // the rotary dims
+  const int64_t h = c.hidden, hd = c.kv_lora_rank > 0 ? c.qk_rope_dim : rotary_dims(c);  // the rotary dims
   if (hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
   const std::string p0 = "model";
   // With a KV cache the step's queries sit at positions past .. past + sequence - 1 and
@@ -264,7 +287,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
         continue;
       }
       for (const char* which : {"key", "value"})
-        n.b.input("past_key_values." + std::to_string(l) + "." + which, kF32, {-1, c.kv_heads, -1, hd},
+        n.b.input("past_key_values." + std::to_string(l) + "." + which, kF32, {-1, c.kv_heads, -1, c.head_dim},
                   {"batch", "past_sequence"});
     }
     const std::string shape = n.b.node("Shape", p0 + "/past_shape", {"past_key_values.0.key"});
@@ -308,7 +331,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = p0 + ".layers." + std::to_string(l);
-    std::string a = rms_norm(n, p + ".input_layernorm", x, h, c.layer_norm_eps);
+    const std::string normed = norm(n, c, p + ".input_layernorm", x);
+    std::string a = normed;
     const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&
                          c.sliding_layers[static_cast<size_t>(l)];
     const Cache kc{l, o.kv_cache ? total : ""};
@@ -317,6 +341,12 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     // Gemma 3's sandwich: the attention's output normalised before the residual, and the MLP
     // between pre- and post-feedforward norms.
     if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
+    if (c.phi_block) {  // attention + MLP(the same normed input) + residual
+      const std::string fc1 = activation(n, p + ".mlp.activation_fn", linear(n, p + ".mlp.fc1", normed, h, c.ffn, true), c.activation);
+      const std::string mlp = dropout(n, p + ".resid_dropout_1", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, true), c.dropout);
+      x = n.b.node("Add", p + "/residual_Add", {n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".resid_dropout", a, c.dropout), mlp}), x});
+      continue;
+    }
     x = n.b.node("Add", p + "/residual_Add", {x, a});
     const std::string f = rms_norm(n, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), x, h,
                                    c.layer_norm_eps);
@@ -333,11 +363,11 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     if (c.sandwich_norm) down = rms_norm(n, p + ".post_feedforward_layernorm", down, h, c.layer_norm_eps);
     x = n.b.node("Add", p + "/residual_Add_1", {x, down});
   }
-  x = rms_norm(n, p0 + ".norm", x, h, c.layer_norm_eps);
+  x = c.phi_block ? layer_norm(n, p0 + ".final_layernorm", x, h, c.layer_norm_eps) : rms_norm(n, p0 + ".norm", x, h, c.layer_norm_eps);
   if (o.last_logits)
     x = n.b.node("Slice", p0 + "/last_position",
                  {x, n.b.ints("const_last_start", {-1}), n.b.ints("const_last_end", {INT64_MAX}), n.b.ints("const_axes1", {1})});
-  const std::string logits = linear(n, "lm_head", x, h, c.vocab, false);
+  const std::string logits = linear(n, "lm_head", x, h, c.vocab, c.phi_block);
   if (c.final_softcap > 0) soft_cap(n, "lm_head/softcap", logits, c.final_softcap);
   n.rename_last("logits");
   if (o.last_logits) n.output("logits", {"batch"}, {1, c.vocab});

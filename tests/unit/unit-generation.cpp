@@ -828,6 +828,35 @@ TEST_CASE("generation: Gemma and Gemma 2 (GeGLU, 256-wide heads, Gemma 2's soft-
   CHECK(r.weight_read_ms == doctest::Approx((r.weight_bytes + 256000.0 * 3072 * 2 - r.embedding_bytes) / 3350e9 * 1e3).epsilon(1e-6));
 }
 
+TEST_CASE("generation: Phi-2 (LayerNorms, partial rotary, attention and a dense MLP in parallel, biases)") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/phi_2.json");
+  CHECK(c.phi_block);
+  CHECK(c.rotary_fraction == 0.4);
+  CHECK(c.activation == "gelu_new");
+  CHECK(c.head_dim == 80);
+  const LoadedModel m = build_model(c);
+  int layer_norms = 0, pows = 0, rotary_slices = 0;
+  for (const Node& n : m.model.graph.nodes) {
+    layer_norms += n.op_type == "LayerNormalization";
+    pows += n.op_type == "Pow" && n.name.find("norm") != std::string::npos;
+    rotary_slices += n.op_type == "Slice" && n.name.find("rotary_q/x_rot") != std::string::npos;
+  }
+  CHECK(layer_norms == 32 + 1);  // one per layer (attention and MLP share it) and the final one
+  CHECK(pows == 0);
+  CHECK(rotary_slices == 32);
+  const TensorInfo* rot_end = nullptr;  // the rotated slice's end
+  for (const Node& n : m.model.graph.nodes)
+    if (n.name == "model.layers.0.self_attn/rotary_q/x_rot") rot_end = m.model.graph.find(n.inputs[2]);
+  REQUIRE(rot_end);
+  REQUIRE(rot_end->int_value);
+  CHECK(*rot_end->int_value == std::vector<int64_t>{32});  // 0.4 x 80
+  // 2.78B parameters (fp16: 5.56 GB held); a one-token step of the A100 SXM4 80GB against the
+  // sum of Vidur's one-token layers (4.4 ms over 32 layers) is bench material, not a test.
+  const GenerationReport r = generate(config_decoder(c), serving(DType::f16, 1), 512, 16, "a100-sxm-80gb");
+  CHECK(r.weight_bytes == doctest::Approx(2.7797e9 * 2).epsilon(0.002));
+  CHECK(r.tpot_ms > r.weight_read_ms);
+}
+
 TEST_CASE("generation: DeepSeek-V3's multi-token-prediction module drafts as one MoE layer with the head") {
   const std::string base = R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
       "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000,

@@ -54,6 +54,12 @@ struct ModelConfig {
   // the MLP), and the embedding scaled by sqrt(hidden).
   bool sandwich_norm = false;
   bool scale_embedding = false;
+  // Phi (phi-1/1.5/2): LayerNorms with bias instead of RMSNorms, rotary on the first
+  // rotary_fraction of each head (partial_rotary_factor), attention and a dense GELU MLP (fc1,
+  // fc2, biased) both read the one normed input and add to the residual together (parallel
+  // block), biased attention projections and LM head.
+  bool phi_block = false;
+  double rotary_fraction = 1.0;
   // Gemma 2: the attention scores and the final logits soft-capped, cap * tanh(x / cap)
   // (attn_logit_softcapping, final_logit_softcapping; 0: none).
   double attn_softcap = 0;
