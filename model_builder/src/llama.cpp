@@ -267,6 +267,35 @@ Masks decoder_masks(Net& n, const ModelConfig& c, const std::string& p0, const s
   return m;
 }
 
+// Layer `l`'s residual adds and MLP, given its input `x`, its normed input and its attention's
+// output `a`: Phi's parallel block (attention + dense MLP of the same normed input +
+// residual); otherwise the attention's residual, the post-attention norm and the SwiGLU MLP or
+// the sparse MoE block, with Gemma's sandwich norms.
+std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_t l, const std::string& x,
+                      const std::string& normed, std::string a) {
+  const int64_t h = c.hidden;
+  // Gemma 2/3's sandwich: the attention's output normalised before the residual, and the MLP
+  // between pre- and post-feedforward norms.
+  if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
+  if (c.phi_block) {
+    const std::string fc1 = activation(n, p + ".mlp.activation_fn", linear(n, p + ".mlp.fc1", normed, h, c.ffn, true), c.activation);
+    const std::string mlp = dropout(n, p + ".resid_dropout_1", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, true), c.dropout);
+    return n.b.node("Add", p + "/residual_Add", {n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".resid_dropout", a, c.dropout), mlp}), x});
+  }
+  const std::string r = n.b.node("Add", p + "/residual_Add", {x, a});
+  const std::string f = rms_norm(n, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), r, h,
+                                 c.layer_norm_eps);
+  const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
+                      std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
+  if (sparse) return n.b.node("Add", p + "/residual_Add_1", {r, sparse_moe(n, p + ".block_sparse_moe", f, c)});
+  const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false), c.activation);
+  const std::string up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
+  const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});
+  std::string down = linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false);
+  if (c.sandwich_norm) down = rms_norm(n, p + ".post_feedforward_layernorm", down, h, c.layer_norm_eps);
+  return n.b.node("Add", p + "/residual_Add_1", {r, down});
+}
+
 }  // namespace
 
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
@@ -338,30 +367,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     const Cache kc{l, o.kv_cache ? total : ""};
     a = c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
                            : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc);
-    // Gemma 3's sandwich: the attention's output normalised before the residual, and the MLP
-    // between pre- and post-feedforward norms.
-    if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
-    if (c.phi_block) {  // attention + MLP(the same normed input) + residual
-      const std::string fc1 = activation(n, p + ".mlp.activation_fn", linear(n, p + ".mlp.fc1", normed, h, c.ffn, true), c.activation);
-      const std::string mlp = dropout(n, p + ".resid_dropout_1", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, true), c.dropout);
-      x = n.b.node("Add", p + "/residual_Add", {n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".resid_dropout", a, c.dropout), mlp}), x});
-      continue;
-    }
-    x = n.b.node("Add", p + "/residual_Add", {x, a});
-    const std::string f = rms_norm(n, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), x, h,
-                                   c.layer_norm_eps);
-    const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
-                        std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
-    if (sparse) {
-      x = n.b.node("Add", p + "/residual_Add_1", {x, sparse_moe(n, p + ".block_sparse_moe", f, c)});
-      continue;
-    }
-    const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false), c.activation);
-    const std::string up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
-    const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});
-    std::string down = linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false);
-    if (c.sandwich_norm) down = rms_norm(n, p + ".post_feedforward_layernorm", down, h, c.layer_norm_eps);
-    x = n.b.node("Add", p + "/residual_Add_1", {x, down});
+    x = mlp_block(n, c, p, l, x, normed, a);
   }
   x = c.phi_block ? layer_norm(n, p0 + ".final_layernorm", x, h, c.layer_norm_eps) : rms_norm(n, p0 + ".norm", x, h, c.layer_norm_eps);
   if (o.last_logits)
