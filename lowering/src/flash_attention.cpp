@@ -253,6 +253,56 @@ int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, 
 // HF rotate_half embedding: out = x * cos + cat(-x[..., d/2:], x[..., :d/2]) * sin, i.e.
 // Slice, Slice, Neg, Concat, Mul, Mul, Add on x (and the Transpose that made x, when only
 // they read it): one kernel in serving engines (vLLM's rotary_embedding) and in inductor.
+namespace {
+
+// Partial rotary (Phi, GPT-NeoX): the rotated part (`add_i`, of the Slice `rot`) concatenated
+// with the rest of the head, a Slice of the same tensor that only that Concat reads. The
+// kernel rotates its part in place (vLLM's rotary_embedding with rotary_dim < head_size;
+// inductor writes both parts from one kernel), so the Concat and the pass-through Slice join
+// the group, and with them the views the head came through when nothing else reads them
+// (GPT-NeoX: the query's or key's Slice of the fused QKV output and its Transpose). Returns
+// the group's last node (the Concat, or `add_i` when the pattern is not there).
+int partial_rotary_tail(const Graph& g, const Consumers& cons, const Plan& plan, int add_i, int rot, std::vector<int>& nodes) {
+  auto node = [&](int i) -> const Node& { return g.nodes[static_cast<size_t>(i)]; };
+  auto kernel_free = [&](int i) { return plan.free_reason[static_cast<size_t>(i)] == FreeReason::none; };
+  auto producer = [&](const std::string& t) -> int {
+    auto it = plan.producer.find(t);
+    return it == plan.producer.end() ? -1 : it->second;
+  };
+  auto read_only_by = [&](const std::string& t, const std::vector<int>& readers) {
+    auto it = cons.find(t);
+    if (it == cons.end()) return false;
+    for (int c : it->second)
+      if (c < 0 || std::find(readers.begin(), readers.end(), c) == readers.end()) return false;
+    return true;
+  };
+  const Node& add = node(add_i);
+  if (add.outputs.empty()) return add_i;
+  const int cat = single_consumer(cons, add.outputs[0]);
+  if (cat < 0 || !kernel_free(cat) || node(cat).op_type != "Concat" || node(cat).inputs.size() != 2 ||
+      node(cat).inputs[0] != add.outputs[0] || node(cat).attr_i("axis", 0) != -1)
+    return add_i;
+  const int pass = producer(node(cat).inputs[1]);
+  const std::string& head = node(rot).inputs.empty() ? std::string() : node(rot).inputs[0];
+  if (pass < 0 || !kernel_free(pass) || !unit_step_slice(g, node(pass)) || node(pass).inputs.empty() ||
+      node(pass).inputs[0] != head || !read_only_by(node(cat).inputs[1], {cat}))
+    return add_i;
+  nodes.push_back(cat);
+  nodes.push_back(pass);
+  std::string src = head;
+  for (int guard = 0; guard < 2; ++guard) {
+    const int v = producer(src);
+    if (v < 0 || !kernel_free(v) || node(v).inputs.empty() ||
+        !(node(v).op_type == "Transpose" || unit_step_slice(g, node(v))) || !read_only_by(src, nodes))
+      break;
+    nodes.push_back(v);
+    src = node(v).inputs[0];
+  }
+  return cat;
+}
+
+}  // namespace
+
 bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int add_i, Group& grp) {
   const Node& add = g.nodes[static_cast<size_t>(add_i)];
   if (add.op_type != "Add" || add.inputs.size() != 2) return false;
@@ -310,9 +360,13 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
     }
     // x sliced out of a wider tensor (the rotary part of DeepSeek's query and key heads), through
     // free reshapes: the kernel reads the slice in place (absorb_slice).
-    if (const int sl = slice_read_only_by(g, cons, plan, from, nodes); sl >= 0) nodes.push_back(sl);
+    int last = add_i;
+    if (const int sl = slice_read_only_by(g, cons, plan, from, nodes); sl >= 0) {
+      nodes.push_back(sl);
+      last = partial_rotary_tail(g, cons, plan, add_i, sl, nodes);
+    }
     std::sort(nodes.begin(), nodes.end());
-    grp = Group{GroupKind::rotary, nodes, add_i, add_i};
+    grp = Group{GroupKind::rotary, nodes, add_i, last};
     return true;
   }
   return false;
@@ -354,15 +408,18 @@ void pair_rotary_groups(const Graph& g, Plan& plan) {
     Group& a = plan.groups[static_cast<size_t>(rq)];
     Group& b = plan.groups[static_cast<size_t>(rk)];
     if (a.nodes.empty() || b.nodes.empty() || a.rotary_tokens > 0 || b.rotary_tokens > 0) continue;
-    // q: [batch, heads, queries, head_dim]; the two rotary outputs hold every token's heads.
+    // q: [batch, heads, queries, head_dim]; the two rotary outputs hold every token's heads
+    // (their rotated part: all of each head, or Phi's and GPT-NeoX's leading fraction).
     const int64_t tokens = q->shape[0].value * q->shape[2].value, width = q->shape[1].value * q->shape[3].value;
-    const int64_t kv = tokens > 0 ? anchor_elements(g, b) : 0;
-    if (tokens <= 0 || width <= 0 || anchor_elements(g, a) != tokens * width || kv <= 0 || kv % tokens != 0) continue;
+    const int64_t kv = tokens > 0 ? anchor_elements(g, b) : 0, rotated = anchor_elements(g, a);
+    if (tokens <= 0 || width <= 0 || rotated <= 0 || rotated % tokens != 0 || rotated / tokens > width || kv <= 0 ||
+        kv % tokens != 0)
+      continue;
     a.nodes.insert(a.nodes.end(), b.nodes.begin(), b.nodes.end());
     std::sort(a.nodes.begin(), a.nodes.end());
     a.emit_at = std::max(a.emit_at, b.emit_at);
     a.rotary_tokens = tokens;
-    a.rotary_q_width = width;
+    a.rotary_q_width = rotated / tokens;
     a.rotary_kv_width = kv / tokens;
     for (int m : b.nodes) plan.group_of[static_cast<size_t>(m)] = rq;
     b.nodes.clear();

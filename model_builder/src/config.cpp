@@ -327,7 +327,12 @@ void read_gemma(const Reader& outer, ModelConfig& c) {
   if (c.attn_softcap < 0 || c.final_softcap < 0) throw InputError(r.path + ": soft-capping values must be positive or null");
 }
 
-// Phi (phi-1, phi-1.5, phi-2): see ModelConfig::phi_block. qk_layernorm (off in every
+void check_rotary_fraction(const Reader& r, const ModelConfig& c) {
+  if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1))
+    throw InputError(r.path + ": the rotary fraction of a head (partial_rotary_factor, rotary_pct) must be in (0, 1]");
+}
+
+// Phi (phi-1, phi-1.5, phi-2): see ModelConfig::parallel_block. qk_layernorm (off in every
 // released checkpoint) is not built.
 void read_phi(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
@@ -335,10 +340,34 @@ void read_phi(const Reader& r, ModelConfig& c) {
   c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
   c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.5);
   c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.0));
-  c.qkv_bias = c.o_bias = true;
-  c.phi_block = true;
+  c.qkv_bias = c.o_bias = c.head_bias = true;
+  c.layer_norm = c.dense_mlp = true;
+  c.parallel_block = 1;
   c.max_positions = r.i({"max_position_embeddings"}, false, 2048);
-  if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1)) throw InputError(r.path + ": partial_rotary_factor must be in (0, 1]");
+  check_rotary_fraction(r, c);
+}
+
+// GPT-NeoX (GPT-NeoX-20B, Pythia): see ModelConfig::parallel_block; the fused
+// query_key_value projection, dense (biased), a GELU MLP, an untied unbiased embed_out.
+void read_gpt_neox(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  c.kv_heads = c.heads;
+  c.ffn = r.i({"intermediate_size"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 2048);
+  c.activation = r.s({"hidden_act"}, "gelu");
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
+  c.rope_theta = r.f({"rotary_emb_base", "rope_theta"}, 10000.0);
+  c.rotary_fraction = r.f({"rotary_pct", "partial_rotary_factor"}, 0.25);
+  c.dropout = static_cast<float>(r.f({"hidden_dropout"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  c.qkv_bias = c.o_bias = r.b("attention_bias", true);
+  c.layer_norm = c.dense_mlp = c.fused_qkv = true;
+  c.parallel_block = r.b("use_parallel_residual", true) ? 2 : 0;
+  c.tie_embeddings = r.b("tie_word_embeddings", false);
+  check_rotary_fraction(r, c);
 }
 
 // DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
@@ -393,6 +422,7 @@ const std::map<std::string, Family>& families() {
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
       {"phi", {read_phi, llama, builder::build_llama}},
+      {"gpt_neox", {read_gpt_neox, llama, builder::build_llama}},
       {"phi3", {read_llama, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},

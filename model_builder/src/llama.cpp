@@ -46,7 +46,7 @@ std::string partial_rotary(Net& n, const std::string& p, const std::string& x, i
 
 // A decoder norm: RMSNorm, or Phi's LayerNorm with bias.
 std::string norm(Net& n, const ModelConfig& c, const std::string& p, const std::string& x) {
-  return c.phi_block ? layer_norm(n, p, x, c.hidden, c.layer_norm_eps) : rms_norm(n, p, x, c.hidden, c.layer_norm_eps);
+  return c.layer_norm ? layer_norm(n, p, x, c.hidden, c.layer_norm_eps) : rms_norm(n, p, x, c.hidden, c.layer_norm_eps);
 }
 
 // repeat_kv: [b, kvh, len, hd] -> [b, kvh * rep, len, hd] (expand + reshape copy); `len` is
@@ -85,9 +85,23 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
     n.b.attr_ints("perm", {0, 2, 1, 3});
     return t;
   };
-  std::string q = heads("q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh);
-  std::string k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
-  std::string v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
+  std::string q, k, v;
+  if (c.fused_qkv) {  // GPT-NeoX: [b, s, heads, 3 hd], per head q | k | v, views of it per role
+    const std::string qkv = n.b.node("Reshape", p + "/qkv_heads",
+                                     {linear(n, p + ".query_key_value", x, h, 3 * nh * hd, c.qkv_bias), n.shape_bs(p + "/qkv_shape", {nh, 3 * hd})});
+    const auto part = [&](const std::string& name, int64_t i) {
+      const std::string sl = n.b.node("Slice", p + "/" + name, {qkv, n.b.ints(p + "/" + name + "_s", {i * hd}),
+                                                                n.b.ints(p + "/" + name + "_e", {(i + 1) * hd}), n.b.ints(p + "/" + name + "_ax", {3})});
+      const std::string t = n.b.node("Transpose", p + "/" + name + "_t", {sl});
+      n.b.attr_ints("perm", {0, 2, 1, 3});
+      return t;
+    };
+    q = part("q", 0), k = part("k", 1), v = part("v", 2);
+  } else {
+    q = heads("q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh);
+    k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
+    v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
+  }
   q = partial_rotary(n, p + "/rotary_q", q, hd, rotary_dims(c), cos, sin);
   k = partial_rotary(n, p + "/rotary_k", k, hd, rotary_dims(c), cos, sin);
   std::string len = n.seq;
@@ -277,14 +291,19 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
   // Gemma 2/3's sandwich: the attention's output normalised before the residual, and the MLP
   // between pre- and post-feedforward norms.
   if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
-  if (c.phi_block) {
-    const std::string fc1 = activation(n, p + ".mlp.activation_fn", linear(n, p + ".mlp.fc1", normed, h, c.ffn, true), c.activation);
-    const std::string mlp = dropout(n, p + ".resid_dropout_1", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, true), c.dropout);
-    return n.b.node("Add", p + "/residual_Add", {n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".resid_dropout", a, c.dropout), mlp}), x});
+  // The dense MLP (Phi, GPT-NeoX) of its normed input.
+  const auto dense = [&](const std::string& in) {
+    const std::string fc1 = activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", in, h, c.ffn, true), c.activation);
+    return dropout(n, p + ".mlp_dropout", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, true), c.dropout);
+  };
+  if (c.parallel_block > 0) {
+    const std::string in = c.parallel_block == 1 ? normed : norm(n, c, p + ".post_attention_layernorm", x);
+    const std::string both = n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".attention_dropout", a, c.dropout), dense(in)});
+    return n.b.node("Add", p + "/residual_Add", {both, x});
   }
   const std::string r = n.b.node("Add", p + "/residual_Add", {x, a});
-  const std::string f = rms_norm(n, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), r, h,
-                                 c.layer_norm_eps);
+  const std::string f = norm(n, c, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), r);
+  if (c.dense_mlp) return n.b.node("Add", p + "/residual_Add_1", {r, dense(f)});
   const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
                       std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
   if (sparse) return n.b.node("Add", p + "/residual_Add_1", {r, sparse_moe(n, p + ".block_sparse_moe", f, c)});
@@ -369,11 +388,11 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                            : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc);
     x = mlp_block(n, c, p, l, x, normed, a);
   }
-  x = c.phi_block ? layer_norm(n, p0 + ".final_layernorm", x, h, c.layer_norm_eps) : rms_norm(n, p0 + ".norm", x, h, c.layer_norm_eps);
+  x = norm(n, c, p0 + (c.layer_norm ? ".final_layernorm" : ".norm"), x);
   if (o.last_logits)
     x = n.b.node("Slice", p0 + "/last_position",
                  {x, n.b.ints("const_last_start", {-1}), n.b.ints("const_last_end", {INT64_MAX}), n.b.ints("const_axes1", {1})});
-  const std::string logits = linear(n, "lm_head", x, h, c.vocab, c.phi_block);
+  const std::string logits = linear(n, "lm_head", x, h, c.vocab, c.head_bias);
   if (c.final_softcap > 0) soft_cap(n, "lm_head/softcap", logits, c.final_softcap);
   n.rename_last("logits");
   if (o.last_logits) n.output("logits", {"batch"}, {1, c.vocab});

@@ -32,6 +32,10 @@ GEMMA2 = {"model_type": "gemma2", "hidden_size": 256, "intermediate_size": 512, 
 # Phi-2's structure, small: LayerNorms, partial rotary, attention and MLP in parallel, biases.
 PHI = {"model_type": "phi", "hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 4,
        "num_hidden_layers": 2, "vocab_size": 1000, "partial_rotary_factor": 0.4, "hidden_act": "gelu_new"}
+# GPT-NeoX's structure, small: fused QKV, two LayerNorms in parallel, a quarter of each head rotated.
+NEOX = {"model_type": "gpt_neox", "hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": 1000, "rotary_pct": 0.25, "hidden_act": "gelu",
+        "use_parallel_residual": True}
 # DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
             "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
@@ -67,7 +71,8 @@ class ConfigModels(unittest.TestCase):
         self.assertTrue(CONFIGS, "no configs under " + fixture("model_configs"))
         made = []
         for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS), ("gemma3_small", GEMMA3),
-                          ("gemma2_small", GEMMA2), ("phi_small", PHI), ("deepseek_small", DEEPSEEK)):
+                          ("gemma2_small", GEMMA2), ("phi_small", PHI), ("neox_small", NEOX),
+                          ("deepseek_small", DEEPSEEK)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

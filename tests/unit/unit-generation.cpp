@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "neusight/neusight.h"
 #include "onnx_proto.h"
@@ -830,7 +832,9 @@ TEST_CASE("generation: Gemma and Gemma 2 (GeGLU, 256-wide heads, Gemma 2's soft-
 
 TEST_CASE("generation: Phi-2 (LayerNorms, partial rotary, attention and a dense MLP in parallel, biases)") {
   const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/phi_2.json");
-  CHECK(c.phi_block);
+  CHECK(c.parallel_block == 1);
+  CHECK(c.layer_norm);
+  CHECK(c.head_bias);
   CHECK(c.rotary_fraction == 0.4);
   CHECK(c.activation == "gelu_new");
   CHECK(c.head_dim == 80);
@@ -855,6 +859,53 @@ TEST_CASE("generation: Phi-2 (LayerNorms, partial rotary, attention and a dense 
   const GenerationReport r = generate(config_decoder(c), serving(DType::f16, 1), 512, 16, "a100-sxm-80gb");
   CHECK(r.weight_bytes == doctest::Approx(2.7797e9 * 2).epsilon(0.002));
   CHECK(r.tpot_ms > r.weight_read_ms);
+}
+
+TEST_CASE("generation: GPT-NeoX / Pythia (one fused QKV GEMM, two LayerNorms in parallel, a quarter of each head rotated)") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/pythia_6.9b.json");
+  CHECK(c.parallel_block == 2);
+  CHECK(c.fused_qkv);
+  CHECK(c.rotary_fraction == 0.25);
+  CHECK_FALSE(c.head_bias);
+  const LoadedModel m = build_model(c);
+  int layer_norms = 0, qkv = 0, q_proj = 0;
+  for (const Node& n : m.model.graph.nodes) {
+    layer_norms += n.op_type == "LayerNormalization";
+    qkv += n.op_type == "MatMul" && n.name.find("query_key_value") != std::string::npos;
+    q_proj += n.name.find("q_proj") != std::string::npos;
+  }
+  CHECK(layer_norms == 2 * 32 + 1);
+  CHECK(qkv == 32);
+  CHECK(q_proj == 0);
+  // Served (--fusion full): the views of the fused QKV, the partial rotary's pass-through
+  // slice and its Concat run inside the rotary kernel, no copies; one FlashAttention per layer.
+  const Decoder d = config_decoder(c);
+  Options o = serving(DType::f16, 1, 256);
+  const Analysis pre = prepare(d.prefill, o);
+  CHECK(count_op(pre.kernels, "flash_attention") == 32);
+  CHECK(count_op(pre.kernels, "slice") == 0);
+  CHECK(count_op(pre.kernels, "concat") == 0);
+  CHECK(count_op(pre.kernels, "transpose") == 0);
+  CHECK(count_op(pre.kernels, "rotary") == 2 * 32);
+  // vLLM's rotary_embedding: a token's query and key heads in one kernel, over their rotated
+  // quarter (32 heads x 32 of 128 dims each).
+  o.serving_kernels = true;
+  const Analysis served = prepare(d.prefill, o);
+  CHECK(count_op(served.kernels, "rotary") == 32);
+  for (const Kernel& k : served.kernels.kernels)
+    if (k.op == "rotary") CHECK(k.cols == 2 * 32 * 32);
+  // 6.86B parameters (fp16: 13.71 GB held).
+  const GenerationReport r = generate(config_decoder(c), serving(DType::f16, 1), 512, 16, "a100-sxm-80gb");
+  CHECK(r.weight_bytes == doctest::Approx(6.8573e9 * 2).epsilon(0.002));
+  // use_parallel_residual false: attention, then the MLP, each with its residual add.
+  std::ifstream f(test::source_dir() + "/tests/data/pythia_6.9b.json");
+  nlohmann::json j = nlohmann::json::parse(f);
+  j["use_parallel_residual"] = false;
+  const ModelConfig seq = parse_hf_config(j.dump(), "pythia");
+  CHECK(seq.parallel_block == 0);
+  int adds = 0;
+  for (const Node& n : build_model(seq).model.graph.nodes) adds += n.name.find("residual_Add") != std::string::npos;
+  CHECK(adds == 2 * 32);
 }
 
 TEST_CASE("generation: DeepSeek-V3's multi-token-prediction module drafts as one MoE layer with the head") {

@@ -54,11 +54,18 @@ struct ModelConfig {
   // the MLP), and the embedding scaled by sqrt(hidden).
   bool sandwich_norm = false;
   bool scale_embedding = false;
-  // Phi (phi-1/1.5/2): LayerNorms with bias instead of RMSNorms, rotary on the first
-  // rotary_fraction of each head (partial_rotary_factor), attention and a dense GELU MLP (fc1,
-  // fc2, biased) both read the one normed input and add to the residual together (parallel
-  // block), biased attention projections and LM head.
-  bool phi_block = false;
+  // Phi (phi-1/1.5/2) and GPT-NeoX (Pythia): LayerNorms with bias instead of RMSNorms, a
+  // dense MLP (fc1, activation, fc2, biased) instead of SwiGLU, rotary on the first
+  // rotary_fraction of each head (partial_rotary_factor, rotary_pct), and the attention and the
+  // MLP side by side, adding to the residual together (parallel_block): 1 reading one normed
+  // input (Phi), 2 each its own norm of the input (GPT-NeoX's use_parallel_residual); 0 in
+  // sequence. GPT-NeoX projects Q, K and V in one GEMM whose output interleaves them per head
+  // (fused_qkv). Phi's LM head has a bias (head_bias).
+  bool layer_norm = false;
+  bool dense_mlp = false;
+  int parallel_block = 0;
+  bool fused_qkv = false;
+  bool head_bias = false;
   double rotary_fraction = 1.0;
   // Gemma 2: the attention scores and the final logits soft-capped, cap * tanh(x / cap)
   // (attn_logit_softcapping, final_logit_softcapping; 0: none).
