@@ -36,6 +36,16 @@ CONFIGS = {
     "llama": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
               "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101,
               "max_position_embeddings": 64, "hidden_act": "silu"},
+    "gemma2": {"model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+               "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128, "vocab_size": 101,
+               "sliding_window": 8},
+    "phi": {"model_type": "phi", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+            "intermediate_size": 128, "vocab_size": 101, "partial_rotary_factor": 0.5},
+    "gpt_neox": {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                 "intermediate_size": 128, "vocab_size": 101, "rotary_pct": 0.25},
+    "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101, "num_local_experts": 4,
+                "num_experts_per_tok": 2, "sliding_window": 8},
 }
 
 

@@ -174,9 +174,15 @@ DatasetRow dataset_row(const Dataset& d, std::vector<std::string> fields) {
   r.latency_ms = num(idx("Latency"));
   const int g[3] = {idx("Grid x"), idx("Grid y"), idx("Grid z")};
   const int b[3] = {idx("Block x"), idx("Block y"), idx("Block z")};
+  // The recorded launch (read, never an input to prediction): a count CUDA can launch, else
+  // 0 (not recorded).
+  auto launch = [&](int c) {
+    const double v = num(c);
+    return v >= 0 && v <= 0x1p31 ? static_cast<int64_t>(v) : int64_t(0);
+  };
   for (int i = 0; i < 3; ++i) {
-    r.grid[i] = static_cast<int64_t>(std::max(0.0, num(g[i])));
-    r.block[i] = static_cast<int64_t>(std::max(0.0, num(b[i])));
+    r.grid[i] = launch(g[i]);
+    r.block[i] = launch(b[i]);
   }
   r.kernel = kernel_from_dataset(r.op_name, cols);
   return r;
