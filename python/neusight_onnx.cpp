@@ -274,7 +274,7 @@ py::object analyze(py::handle model, py::handle gpu, const AnalysisArgs& a) {
     py::gil_scoped_release nogil;
     const std::vector<Gpu> gpus = resolve_all(gpu_src);  // GPUs first, as the CLI
     const LoadedModel loaded = src.load();
-    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, "");
+    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, {});
   }
   return report_dicts(std::move(reports), opt, many);
 }
@@ -305,10 +305,9 @@ py::object from_config(py::handle config, py::handle gpu, const AnalysisArgs& a)
   {
     py::gil_scoped_release nogil;
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
-    std::string dtype_note;
-    const LoadedModel loaded =
-        cli::load_config_model(cfg.read(), opt, "--config needs --batch N and --seq N", dtype_note);
-    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, dtype_note);
+    std::vector<std::string> notes;
+    const LoadedModel loaded = cli::load_config_model(cfg.read(), opt, "--config needs --batch N and --seq N", notes);
+    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, notes);
   }
   return report_dicts(std::move(reports), opt, many);
 }
@@ -347,21 +346,20 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
   {
     py::gil_scoped_release nogil;
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
-    std::string dtype_note;
+    std::vector<std::string> notes;
     Decoder decoder;
     std::optional<ModelConfig> target;
     if (cfg) {
       target = cfg->read();
       decoder = config_decoder(*target);
-      if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(*target);
+      notes = cli::config_notes(*target, opt);
     } else {
       decoder = onnx_decoder(src.load());
     }
     std::optional<Decoder> draft;
     if (!draft_path.empty()) draft = cli::load_draft_decoder(draft_path, opt, target ? &*target : nullptr);
     reports = predict_generations(decoder, opt, gen, draft ? &*draft : nullptr, gpus, slo);
-    if (!dtype_note.empty())
-      for (auto& r : reports) r.warnings.push_back(dtype_note);
+    for (auto& r : reports) r.warnings.insert(r.warnings.end(), notes.begin(), notes.end());
   }
   return report_dicts(std::move(reports), opt, many);
 }
@@ -410,13 +408,13 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
     std::vector<std::vector<Report>> reports;
     for (const auto& it : items) {
-      std::string dtype_note;
+      std::vector<std::string> notes;
       const std::string name = it.config && !it.config->path.empty() ? it.config->path : "config";
       const LoadedModel loaded =
           it.config ? cli::load_config_model(it.config->read(), opt, name + ": a config needs --batch N and --seq N",
-                                             dtype_note)
+                                             notes)
                     : it.model.load();
-      reports.push_back(cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, dtype_note));
+      reports.push_back(cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, notes));
     }
     c = std::make_shared<Comparison>(compare_reports(labels, std::move(reports), top));
   }

@@ -200,17 +200,25 @@ double Args::get_double(const std::string& flag, double fallback, bool allow_zer
 }
 
 LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
-                              std::string& dtype_note) {
-  return load_config_model(read_hf_config(config_path), opt, dims_error, dtype_note);
+                              std::vector<std::string>& notes) {
+  return load_config_model(read_hf_config(config_path), opt, dims_error, notes);
 }
 
 LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const std::string& dims_error,
-                              std::string& dtype_note) {
+                              std::vector<std::string>& notes) {
   LoadedModel loaded = build_model(cfg);
   loaded.model.path = "";
   if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError(dims_error);
-  dtype_note = opt.dtype == DType::undefined ? config_dtype_note(cfg) : "";
+  notes = config_notes(cfg, opt);
   return loaded;
+}
+
+std::vector<std::string> config_notes(const ModelConfig& cfg, const Options& opt) {
+  std::vector<std::string> notes;
+  for (const std::string& n : {opt.dtype == DType::undefined ? config_dtype_note(cfg) : std::string(),
+                               config_parallel_note(cfg, opt.parallel.tp)})
+    if (!n.empty()) notes.push_back(n);
+  return notes;
 }
 
 void print_warnings_once(const std::vector<Report>& reports, const std::string& prefix) {

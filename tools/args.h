@@ -48,12 +48,14 @@ std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string&
 Options parse_analysis_options(const Args& args);
 
 // The model of a Hugging Face config (no file behind it: its path is empty). Throws
-// InputError(`dims_error`) without --batch and --seq. `dtype_note` gets config_dtype_note's
-// line when no --dtype was given (empty otherwise).
+// InputError(`dims_error`) without --batch and --seq. `notes` gets config_notes' lines.
 LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
-                              std::string& dtype_note);
+                              std::vector<std::string>& notes);
 LoadedModel load_config_model(const ModelConfig& config, const Options& opt, const std::string& dims_error,
-                              std::string& dtype_note);
+                              std::vector<std::string>& notes);
+// What a report of a config's model says about the config: config_dtype_note's line when no
+// --dtype was given, config_parallel_note's under --parallel tp (each only when not empty).
+std::vector<std::string> config_notes(const ModelConfig& config, const Options& opt);
 
 // Each distinct warning of the reports once on stderr ("neusight-onnx: warning: PREFIX..."),
 // in order; a model's own warnings come with every GPU's report.

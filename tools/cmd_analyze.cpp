@@ -28,17 +28,16 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
     throw InputError("--tpot-slo chooses the batch; give it without --batch");
   const std::string draft_path = args.has("--speculative") ? parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = generation_options(args, base);
-  std::string dtype_note;
+  std::vector<std::string> notes;
   const bool config = args.has("--config");
   ModelConfig target;  // the --config model's (mtp drafts from it)
   const Decoder decoder =
-      load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, dtype_note, &target);
+      load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, notes, &target);
   std::optional<Decoder> draft;
   if (!draft_path.empty()) draft = load_draft_decoder(draft_path, opt, config ? &target : nullptr);
   std::vector<Report> reports = predict_generations(decoder, opt, gen, draft ? &*draft : nullptr, gpus,
                                                     args.has("--tpot-slo") ? args.get_double("--tpot-slo", 0) : 0);
-  if (!dtype_note.empty())
-    for (auto& r : reports) r.warnings.push_back(dtype_note);
+  for (auto& r : reports) r.warnings.insert(r.warnings.end(), notes.begin(), notes.end());
   print_warnings_once(reports);
   OutputSet outputs;  // all or none
   if (args.has("--json")) outputs.add_text(args.get("--json"), format_json(reports));
@@ -82,15 +81,15 @@ int cmd_analyze(const Argv& argv) {
   for (const char* flag : {"--speculative", "--tpot-slo"})
     if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
-  std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
+  std::vector<std::string> notes;  // a half-precision checkpoint predicted in FP32, a tp that does not divide
   const LoadedModel loaded =
       args.has("--config")
-          ? load_config_model(args.get("--config"), opt, "--config needs --batch N and --seq N", dtype_note)
+          ? load_config_model(args.get("--config"), opt, "--config needs --batch N and --seq N", notes)
           : load_model(pos[0]);
   const Analysis analysis = prepare(loaded, opt);
 
   const bool progress = ::isatty(2) != 0 && gpus.size() > 1 && !args.has("--quiet");
-  const std::vector<Report> reports = predict_gpus(analysis, loaded, gpus, opt, dtype_note, [&](size_t i) {
+  const std::vector<Report> reports = predict_gpus(analysis, loaded, gpus, opt, notes, [&](size_t i) {
     if (progress) std::fprintf(stderr, "\r%s predicting on %s (%zu/%zu)\033[K", progress_bar(i, gpus.size()).c_str(),
                                gpus[i].alias().c_str(), i + 1, gpus.size());
   });

@@ -32,25 +32,25 @@ int cmd_compare(const Argv& argv) {
     const GenerationOptions gen = parse_generate(args.get("--generate"));
     const Options gopt = generation_options(args, opt);
     for (const auto& path : models) {
-      std::string dtype_note;
-      const Decoder decoder = load_decoder(path, is_config_path(path), gopt, dtype_note);
+      std::vector<std::string> notes;
+      const Decoder decoder = load_decoder(path, is_config_path(path), gopt, notes);
       const GenerationAnalysis analysis = prepare_generation(decoder, gopt, gen);
       std::vector<Report> per_gpu;
       for (const auto& g : gpus) {
         per_gpu.push_back(predict_generation(analysis, decoder, g, gopt));
-        if (!dtype_note.empty()) per_gpu.back().warnings.push_back(dtype_note);
+        per_gpu.back().warnings.insert(per_gpu.back().warnings.end(), notes.begin(), notes.end());
       }
       print_warnings_once(per_gpu, path + ": ");
       reports.push_back(std::move(per_gpu));
     }
   }
   for (const auto& path : args.has("--generate") ? std::vector<std::string>{} : models) {
-    std::string dtype_note;  // a half-precision checkpoint predicted in FP32 (no --dtype)
+    std::vector<std::string> notes;  // a half-precision checkpoint predicted in FP32, a tp that does not divide
     const LoadedModel loaded =
-        is_config_path(path) ? load_config_model(path, opt, path + ": a config needs --batch N and --seq N", dtype_note)
+        is_config_path(path) ? load_config_model(path, opt, path + ": a config needs --batch N and --seq N", notes)
                : load_model(path);
     const Analysis analysis = prepare(loaded, opt);
-    std::vector<Report> per_gpu = predict_gpus(analysis, loaded, gpus, opt, dtype_note);
+    std::vector<Report> per_gpu = predict_gpus(analysis, loaded, gpus, opt, notes);
     print_warnings_once(per_gpu, path + ": ");
     reports.push_back(std::move(per_gpu));
   }

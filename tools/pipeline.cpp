@@ -78,14 +78,14 @@ void parse_parallel_options(const Args& args, Options& opt) {
 }
 
 std::vector<Report> predict_gpus(const Analysis& analysis, const LoadedModel& loaded, const std::vector<Gpu>& gpus,
-                                 const Options& opt, const std::string& dtype_note,
+                                 const Options& opt, const std::vector<std::string>& notes,
                                  const std::function<void(size_t)>& before_each) {
   std::vector<Report> reports;
   reports.reserve(gpus.size());
   for (const auto& g : gpus) {
     if (before_each) before_each(reports.size());
     reports.push_back(predict(analysis, loaded.model, g, opt));
-    if (!dtype_note.empty()) reports.back().warnings.push_back(dtype_note);
+    reports.back().warnings.insert(reports.back().warnings.end(), notes.begin(), notes.end());
   }
   return reports;
 }
@@ -279,13 +279,13 @@ bool is_config_path(const std::string& path) {
 }
 
 Decoder load_draft_decoder(const std::string& path, const Options& opt, const ModelConfig* target) {
-  std::string note;  // the target's note says what the dtype is
+  std::vector<std::string> notes;  // the target's notes say what the dtype is
   try {
     if (path == "mtp") {
       if (!target) throw InputError("draft=mtp takes the module of a --config model (num_nextn_predict_layers)");
       return mtp_decoder(*target);
     }
-    Decoder d = load_decoder(path, is_config_path(path), opt, note);
+    Decoder d = load_decoder(path, is_config_path(path), opt, notes);
     d.prefill.model.path = path;  // names the draft in the report
     return d;
   } catch (const InputError& e) {
@@ -293,14 +293,14 @@ Decoder load_draft_decoder(const std::string& path, const Options& opt, const Mo
   }
 }
 
-Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note,
+Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::vector<std::string>& notes,
                      ModelConfig* config_out) {
-  dtype_note.clear();
+  notes.clear();
   if (!config) return onnx_decoder(load_model(path));
   const ModelConfig cfg = read_hf_config(path);
   if (config_out) *config_out = cfg;
   Decoder d = config_decoder(cfg);
-  if (opt.dtype == DType::undefined) dtype_note = config_dtype_note(cfg);
+  notes = config_notes(cfg, opt);
   return d;
 }
 

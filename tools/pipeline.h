@@ -18,10 +18,10 @@ namespace neusight::cli {
 // --parallel and --link-bw into `opt`. Throws InputError naming the flag.
 void parse_parallel_options(const Args& args, Options& opt);
 
-// The analysed model predicted on every GPU, in order; `dtype_note` (load_config_model)
-// joins each report's warnings when not empty. `before_each(i)` runs before GPU i.
+// The analysed model predicted on every GPU, in order; `notes` (load_config_model) join each
+// report's warnings. `before_each(i)` runs before GPU i.
 std::vector<Report> predict_gpus(const Analysis& analysis, const LoadedModel& loaded, const std::vector<Gpu>& gpus,
-                                 const Options& opt, const std::string& dtype_note,
+                                 const Options& opt, const std::vector<std::string>& notes,
                                  const std::function<void(size_t)>& before_each = {});
 
 // --generate PROMPT:NEW. Throws InputError naming the flag (non-integers, counts below 1).
@@ -41,8 +41,8 @@ bool is_config_path(const std::string& path);
 // model); its errors name the flag.
 Decoder load_draft_decoder(const std::string& path, const Options& opt, const ModelConfig* target);
 // The decoder of a Hugging Face config (`config` true) or an ONNX export with a KV cache;
-// `dtype_note` as load_config_model; `config_out` (when given) gets the config read.
-Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::string& dtype_note,
+// `notes` as load_config_model; `config_out` (when given) gets the config read.
+Decoder load_decoder(const std::string& path, bool config, const Options& opt, std::vector<std::string>& notes,
                      ModelConfig* config_out = nullptr);
 
 // What `--out` writes for `report`: each node's latency text and the model's metadata.

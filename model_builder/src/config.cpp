@@ -503,6 +503,24 @@ std::string config_dtype_note(const ModelConfig& c) {
   return c.source + " stores its weights in " + c.torch_dtype + "; predicted in fp32, as PyTorch's from_pretrained loads it by default (--dtype " + flag + " for " + c.torch_dtype + ")";
 }
 
+std::string config_parallel_note(const ModelConfig& c, int tp) {
+  if (tp <= 1) return "";
+  std::vector<std::string> bad;
+  const auto need = [&](int64_t v, const char* what) {
+    if (v > 0 && v % tp != 0) bad.push_back(std::string(what) + " " + std::to_string(v));
+  };
+  need(c.heads, "attention heads");
+  if (c.kv_heads > 0 && c.kv_heads % tp != 0 && tp % c.kv_heads != 0)
+    bad.push_back("KV heads " + std::to_string(c.kv_heads) + " (nor a divisor of tp)");
+  need(c.ffn, "intermediate size");
+  need(c.expert_ffn, "expert intermediate size");
+  if (bad.empty()) return "";
+  std::string list;
+  for (const auto& b : bad) list += (list.empty() ? "" : ", ") + b;
+  return "tp=" + std::to_string(tp) + " does not divide " + c.source + "'s " + list +
+         ": Megatron and vLLM refuse that split; predicted with the shards padded";
+}
+
 bool supports_kv_cache(const ModelConfig& c) {
   auto it = families().find(c.model_type);
   return it != families().end() && it->second.build_step != nullptr;

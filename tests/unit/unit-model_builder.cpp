@@ -252,6 +252,20 @@ TEST_CASE("model_builder: sizes beyond int32, layer and expert counts no model h
                        "c: expert_capacity beyond 1048576 slots", InputError);
 }
 
+TEST_CASE("model_builder: a tensor-parallel degree that does not divide the heads or the MLP is named") {
+  const ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 1000})",
+                                        "llama.json");
+  CHECK(config_parallel_note(c, 1).empty());
+  CHECK(config_parallel_note(c, 8).empty());
+  CHECK(config_parallel_note(c, 16).empty());  // 16 GPUs, 8 KV heads: each replicated twice (vLLM)
+  CHECK(config_parallel_note(c, 3) ==
+        "tp=3 does not divide llama.json's attention heads 32, KV heads 8 (nor a divisor of tp), intermediate size "
+        "14336: Megatron and vLLM refuse that split; predicted with the shards padded");
+  CHECK(config_parallel_note(c, 64) == "tp=64 does not divide llama.json's attention heads 32: "
+                                       "Megatron and vLLM refuse that split; predicted with the shards padded");
+}
+
 TEST_CASE("model_builder: bad configs are input errors naming the file and field") {
   ModelConfig c = read_hf_config(config_path("gpt2_large"));
   c.model_type = "mamba";

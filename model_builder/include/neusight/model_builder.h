@@ -149,5 +149,10 @@ bool supports_kv_cache(const ModelConfig& config);
 // (`torch_dtype` float16 / bfloat16) made without --dtype: it runs in FP32, as PyTorch loads
 // it by default, and `--dtype` names the flag for the stored precision. Empty otherwise.
 std::string config_dtype_note(const ModelConfig& config);
+// A warning when tensor parallelism over `tp` GPUs cannot split the model as Megatron and
+// vLLM require: tp must divide the attention heads and the MLP's (and an expert's)
+// intermediate size, and the KV heads or be a multiple of them (vLLM replicates KV heads over
+// the surplus GPUs); such shards are predicted padded. Empty when it can (or tp <= 1).
+std::string config_parallel_note(const ModelConfig& config, int tp);
 
 }  // namespace neusight
