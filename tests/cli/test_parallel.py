@@ -27,6 +27,17 @@ class ParallelReport(unittest.TestCase):
         for key in ("weights", "gradients", "optimizer", "activations", "total"):
             self.assertGreater(p["stages"][0]["memory_gb"][key], 0)
 
+    def test_a_tp_that_does_not_divide_a_config_model_is_named(self):
+        cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
+        for args, warned in ((["--batch", "1", "--seq", "16", "--parallel", "tp=3"], True),
+                             (["--generate", "16:2", "--parallel", "tp=3"], True),
+                             (["--batch", "1", "--seq", "16", "--parallel", "tp=8"], False)):
+            with self.subTest(args=args):
+                code, _, err = run("--config", cfg, "--gpu", "h100", "--dtype", "bf16", "--predictor", "roofline", *args)
+                self.assertEqual(code, 0, err)
+                line = "tp=3 does not divide llama3_8b.json's attention heads 32, KV heads 8"
+                self.assertEqual(line in err, warned, err)
+
     def test_tensor_parallel_adds_collectives_and_splits_gemms(self):
         one = run_json(*BASE, "--batch", "4", "--parallel", "tp=1")
         two = run_json(*BASE, "--batch", "4", "--parallel", "tp=2")
