@@ -43,6 +43,8 @@ CONFIGS = {
             "intermediate_size": 128, "vocab_size": 101, "partial_rotary_factor": 0.5},
     "gpt_neox": {"model_type": "gpt_neox", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                  "intermediate_size": 128, "vocab_size": 101, "rotary_pct": 0.25},
+    "phi3": {"model_type": "phi3", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101},
     "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101, "num_local_experts": 4,
                 "num_experts_per_tok": 2, "sliding_window": 8},

@@ -721,6 +721,25 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
     if (all) plan.free_reason[i] = FreeReason::strided_view_read_by_gemm;
   }
 
+  // Full fusion: a GEMM output's unit-step slice read only by pointwise ops (Phi-3's
+  // gate_up_proj chunked into gate and up for silu(gate) * up) is an index into the GEMM's
+  // output that the fused kernel reads in place (inductor's indexing, vLLM's silu_and_mul over
+  // the merged [gate | up]); no copy.
+  if (opt.fusion == Fusion::full)
+    for (size_t i = 0; i < n; ++i) {
+      const Node& nd = g.nodes[i];
+      if (nd.op_type != "Slice" || plan.free_reason[i] != FreeReason::none || nd.outputs.empty() || nd.inputs.empty() ||
+          !unit_step_slice(g, nd))
+        continue;
+      auto pit = plan.producer.find(nd.inputs[0]);
+      if (pit == plan.producer.end() || !gemm_ops().count(g.nodes[static_cast<size_t>(pit->second)].op_type)) continue;
+      auto it = cons.find(nd.outputs[0]);
+      if (it == cons.end() || it->second.empty()) continue;
+      bool all = true;
+      for (int c : it->second)
+        if (c < 0 || !pointwise(g.nodes[static_cast<size_t>(c)])) all = false;
+      if (all) plan.free_reason[i] = FreeReason::strided_view_read_by_elementwise;
+    }
 }
 
 // Phase 3, eager and full: the framework kernels recognised from decomposed ONNX

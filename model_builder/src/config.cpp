@@ -327,6 +327,17 @@ void read_gemma(const Reader& outer, ModelConfig& c) {
   if (c.attn_softcap < 0 || c.final_softcap < 0) throw InputError(r.path + ": soft-capping values must be positive or null");
 }
 
+// Phi-3 (Phi-3, Phi-3.5, Phi-4): a Llama-style decoder whose Q, K and V projections are one
+// GEMM (qkv_proj) and whose gate and up projections are one (gate_up_proj), as HF's Phi3 runs
+// them; rotary on partial_rotary_factor of each head when given (1 otherwise).
+void read_phi3(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.fused_qkv_blocks = c.fused_gate_up = true;
+  c.rotary_fraction = r.f({"partial_rotary_factor"}, 1.0);
+  if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1))
+    throw InputError(r.path + ": partial_rotary_factor must be in (0, 1]");
+}
+
 void check_rotary_fraction(const Reader& r, const ModelConfig& c) {
   if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1))
     throw InputError(r.path + ": the rotary fraction of a head (partial_rotary_factor, rotary_pct) must be in (0, 1]");
@@ -423,7 +434,7 @@ const std::map<std::string, Family>& families() {
       {"qwen2", {read_llama, llama, builder::build_llama}},
       {"phi", {read_phi, llama, builder::build_llama}},
       {"gpt_neox", {read_gpt_neox, llama, builder::build_llama}},
-      {"phi3", {read_llama, llama, builder::build_llama}},
+      {"phi3", {read_phi3, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},

@@ -97,6 +97,15 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
       return t;
     };
     q = part("q", 0), k = part("k", 1), v = part("v", 2);
+  } else if (c.fused_qkv_blocks) {  // Phi-3: [b, s, (heads + 2 kv heads) hd] = [q | k | v]
+    const std::string qkv = linear(n, p + ".qkv_proj", x, h, (nh + 2 * kvh) * hd, c.qkv_bias);
+    const auto block = [&](const std::string& name, int64_t from, int64_t to) {
+      return n.b.node("Slice", p + "/" + name + "_states", {qkv, n.b.ints(p + "/" + name + "_s", {from * hd}),
+                                                            n.b.ints(p + "/" + name + "_e", {to * hd}), n.b.ints(p + "/" + name + "_ax", {2})});
+    };
+    q = heads("q", block("q", 0, nh), nh);
+    k = heads("k", block("k", nh, nh + kvh), kvh);
+    v = split_heads(n, p + "/v", block("v", nh + kvh, nh + 2 * kvh), kvh, hd);
   } else {
     q = heads("q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh);
     k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
@@ -307,8 +316,20 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
   const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
                       std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
   if (sparse) return n.b.node("Add", p + "/residual_Add_1", {r, sparse_moe(n, p + ".block_sparse_moe", f, c)});
-  const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false), c.activation);
-  const std::string up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
+  std::string gate_in, up;
+  if (c.fused_gate_up) {  // Phi-3: gate_up_proj, chunked in two along the last axis
+    const std::string gu = linear(n, p + ".mlp.gate_up_proj", f, h, 2 * c.ffn, false);
+    const auto half = [&](const std::string& name, int64_t from) {
+      return n.b.node("Slice", p + ".mlp/" + name, {gu, n.b.ints(p + ".mlp/" + name + "_s", {from}),
+                                                    n.b.ints(p + ".mlp/" + name + "_e", {from + c.ffn}), n.b.ints(p + ".mlp/" + name + "_ax", {2})});
+    };
+    gate_in = half("gate", 0);
+    up = half("up", c.ffn);
+  } else {
+    gate_in = linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false);
+    up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
+  }
+  const std::string gate = activation(n, p + ".mlp.act_fn", gate_in, c.activation);
   const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});
   std::string down = linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false);
   if (c.sandwich_norm) down = rms_norm(n, p + ".post_feedforward_layernorm", down, h, c.layer_norm_eps);

@@ -861,6 +861,25 @@ TEST_CASE("generation: Phi-2 (LayerNorms, partial rotary, attention and a dense 
   CHECK(r.tpot_ms > r.weight_read_ms);
 }
 
+TEST_CASE("generation: Phi-3 (one qkv_proj and one gate_up_proj GEMM, read in place when fused)") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/phi3_mini.json");
+  CHECK(c.fused_qkv_blocks);
+  CHECK(c.fused_gate_up);
+  const LoadedModel m = build_model(c);
+  int gemms = 0;
+  for (const Node& n : m.model.graph.nodes) gemms += n.op_type == "MatMul" && n.name.find(".layers.0.") != std::string::npos;
+  CHECK(gemms == 4 + 2);  // qkv, o, gate_up, down; the attention's two
+  // 3.82B parameters (bf16: 7.64 GB held).
+  const Decoder d = config_decoder(c);
+  const GenerationReport r = generate(d, serving(DType::bf16, 1), 512, 16, "h100");
+  CHECK(r.weight_bytes == doctest::Approx(3.8210e9 * 2).epsilon(0.002));
+  // Fused: the gate and up halves are indices into the GEMM's output, the q, k and v blocks
+  // views the rotary and the attention read; no copy kernels.
+  const Analysis pre = prepare(d.prefill, serving(DType::bf16, 1, 256));
+  CHECK(count_op(pre.kernels, "slice") == 0);
+  CHECK(count_op(pre.kernels, "flash_attention") == 32);
+}
+
 TEST_CASE("generation: GPT-NeoX / Pythia (one fused QKV GEMM, two LayerNorms in parallel, a quarter of each head rotated)") {
   const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/pythia_6.9b.json");
   CHECK(c.parallel_block == 2);

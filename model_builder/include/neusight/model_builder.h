@@ -65,6 +65,10 @@ struct ModelConfig {
   bool dense_mlp = false;
   int parallel_block = 0;
   bool fused_qkv = false;
+  // Phi-3 (and Phi-4): one qkv_proj GEMM whose output holds all query heads, then the key and
+  // the value heads ([q | k | v]), and one gate_up_proj GEMM whose output is [gate | up].
+  bool fused_qkv_blocks = false;
+  bool fused_gate_up = false;
   bool head_bias = false;
   double rotary_fraction = 1.0;
   // Gemma 2: the attention scores and the final logits soft-capped, cap * tanh(x / cap)
