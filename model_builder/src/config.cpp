@@ -327,6 +327,11 @@ void read_gemma(const Reader& outer, ModelConfig& c) {
   if (c.attn_softcap < 0 || c.final_softcap < 0) throw InputError(r.path + ": soft-capping values must be positive or null");
 }
 
+void check_rotary_fraction(const Reader& r, const ModelConfig& c) {
+  if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1))
+    throw InputError(r.path + ": the rotary fraction of a head (partial_rotary_factor, rotary_pct) must be in (0, 1]");
+}
+
 // Phi-3 (Phi-3, Phi-3.5, Phi-4): a Llama-style decoder whose Q, K and V projections are one
 // GEMM (qkv_proj) and whose gate and up projections are one (gate_up_proj), as HF's Phi3 runs
 // them; rotary on partial_rotary_factor of each head when given (1 otherwise).
@@ -334,13 +339,7 @@ void read_phi3(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
   c.fused_qkv_blocks = c.fused_gate_up = true;
   c.rotary_fraction = r.f({"partial_rotary_factor"}, 1.0);
-  if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1))
-    throw InputError(r.path + ": partial_rotary_factor must be in (0, 1]");
-}
-
-void check_rotary_fraction(const Reader& r, const ModelConfig& c) {
-  if (!(c.rotary_fraction > 0 && c.rotary_fraction <= 1))
-    throw InputError(r.path + ": the rotary fraction of a head (partial_rotary_factor, rotary_pct) must be in (0, 1]");
+  check_rotary_fraction(r, c);
 }
 
 // Phi (phi-1, phi-1.5, phi-2): see ModelConfig::parallel_block. qk_layernorm (off in every
