@@ -71,14 +71,7 @@ void run_device(const std::string& text) {
 
 void run_kernels_csv(const std::string& text) {
   std::istringstream in(text);
-  std::string line;
-  std::vector<std::string> header;
-  std::vector<std::vector<std::string>> rows;
-  while (std::getline(in, line) && rows.size() < 64) {
-    if (header.empty()) header = split_csv_line(line);
-    else rows.push_back(split_csv_line(line));
-  }
-  const Dataset d = dataset_from_rows(header, rows, "fuzz csv");
+  const Dataset d = read_dataset(in, "fuzz csv");  // the reader `kernels --csv` runs
   std::vector<Kernel> ks;
   for (const DatasetRow& r : d.rows) ks.push_back(r.kernel);
   predict_all(ks, h100());

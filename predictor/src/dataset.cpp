@@ -200,17 +200,21 @@ Dataset with_header(std::vector<std::string> header, const std::string& what) {
 Dataset read_dataset(const std::string& path) {
   std::ifstream f(path);
   if (!f) throw InputError(path + ": cannot open");
+  return read_dataset(f, path);
+}
+
+Dataset read_dataset(std::istream& in, const std::string& what) {
   std::string line;
-  if (!std::getline(f, line)) throw InputError(path + ": empty CSV");
-  Dataset d = with_header(split_csv_line(line), path);
+  if (!std::getline(in, line)) throw InputError(what + ": empty CSV");
+  Dataset d = with_header(split_csv_line(line), what);
   size_t lineno = 1;
-  while (std::getline(f, line)) {
+  while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line == "\r") continue;
     try {
       d.rows.push_back(dataset_row(d, split_csv_line(line)));
     } catch (const InputError& e) {
-      throw InputError(path + ":" + std::to_string(lineno) + ": " + e.what());
+      throw InputError(what + ":" + std::to_string(lineno) + ": " + e.what());
     }
   }
   return d;

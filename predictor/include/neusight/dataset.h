@@ -7,6 +7,7 @@
 // reduction N; the IR's GemmShape uses m = M, n = K, k = N.
 #pragma once
 
+#include <istream>
 #include <map>
 #include <string>
 #include <vector>
@@ -41,6 +42,8 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
 
 // Reads a CSV file. Throws InputError naming the file and line for malformed input.
 Dataset read_dataset(const std::string& path);
+// The same from a stream (the file's text); `what` names it in errors.
+Dataset read_dataset(std::istream& in, const std::string& what);
 
 // The same from rows already split into fields, in `header` order. Throws InputError naming
 // `what` and the row's index ("rows[3]: ...").
