@@ -15,12 +15,6 @@ namespace {
 
 const TensorInfo* tensor(const Graph& g, const std::string& name) { return name.empty() ? nullptr : g.find(name); }
 
-int single_consumer(const Consumers& cons, const std::string& t) {
-  auto it = cons.find(t);
-  if (it == cons.end() || it->second.size() != 1) return -1;
-  return it->second[0];
-}
-
 bool same_shape(const Shape& a, const Shape& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
@@ -216,6 +210,20 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
   return true;
 }
 
+int single_consumer(const Consumers& cons, const std::string& t) {
+  auto it = cons.find(t);
+  if (it == cons.end() || it->second.size() != 1) return -1;
+  return it->second[0];
+}
+
+bool consumed_only_by(const Consumers& cons, const std::string& t, const std::set<int>& set) {
+  auto it = cons.find(t);
+  if (it == cons.end()) return true;
+  for (int c : it->second)
+    if (c < 0 || !set.count(c)) return false;
+  return true;
+}
+
 bool unit_step_slice(const Graph& g, const Node& n) {
   if (n.op_type != "Slice") return false;
   if (n.inputs.size() <= 4 || n.inputs[4].empty()) return true;
@@ -269,13 +277,6 @@ int partial_rotary_tail(const Graph& g, const Consumers& cons, const Plan& plan,
     auto it = plan.producer.find(t);
     return it == plan.producer.end() ? -1 : it->second;
   };
-  auto read_only_by = [&](const std::string& t, const std::vector<int>& readers) {
-    auto it = cons.find(t);
-    if (it == cons.end()) return false;
-    for (int c : it->second)
-      if (c < 0 || std::find(readers.begin(), readers.end(), c) == readers.end()) return false;
-    return true;
-  };
   const Node& add = node(add_i);
   if (add.outputs.empty()) return add_i;
   const int cat = single_consumer(cons, add.outputs[0]);
@@ -285,7 +286,7 @@ int partial_rotary_tail(const Graph& g, const Consumers& cons, const Plan& plan,
   const int pass = producer(node(cat).inputs[1]);
   const std::string& head = node(rot).inputs.empty() ? std::string() : node(rot).inputs[0];
   if (pass < 0 || !kernel_free(pass) || !unit_step_slice(g, node(pass)) || node(pass).inputs.empty() ||
-      node(pass).inputs[0] != head || !read_only_by(node(cat).inputs[1], {cat}))
+      node(pass).inputs[0] != head || !consumed_only_by(cons, node(cat).inputs[1], {cat}))
     return add_i;
   nodes.push_back(cat);
   nodes.push_back(pass);
@@ -293,7 +294,8 @@ int partial_rotary_tail(const Graph& g, const Consumers& cons, const Plan& plan,
   for (int guard = 0; guard < 2; ++guard) {
     const int v = producer(src);
     if (v < 0 || !kernel_free(v) || node(v).inputs.empty() ||
-        !(node(v).op_type == "Transpose" || unit_step_slice(g, node(v))) || !read_only_by(src, nodes))
+        !(node(v).op_type == "Transpose" || unit_step_slice(g, node(v))) ||
+        !consumed_only_by(cons, src, std::set<int>(nodes.begin(), nodes.end())))
       break;
     nodes.push_back(v);
     src = node(v).inputs[0];

@@ -138,21 +138,6 @@ bool foldable_op(const Node& nd, const LoweringOptions& opt) {
   return !never.count(nd.op_type);
 }
 
-// All consumers of a tensor are in `set` (and it is not a graph output).
-bool consumed_only_by(const Consumers& cons, const std::string& t, const std::set<int>& set) {
-  auto it = cons.find(t);
-  if (it == cons.end()) return true;
-  for (int c : it->second)
-    if (c < 0 || !set.count(c)) return false;
-  return true;
-}
-
-int single_consumer(const Consumers& cons, const std::string& t) {
-  auto it = cons.find(t);
-  if (it == cons.end() || it->second.size() != 1) return -1;
-  return it->second[0];
-}
-
 // ---------------------------------------------------------------------------------------
 // Eager patterns.
 

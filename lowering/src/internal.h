@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -192,6 +193,10 @@ bool match_rotary(const Graph& g, const Consumers& cons, const Plan& plan, int a
 // Serving kernels: the query's and the key's rotary groups that one FlashAttention group reads
 // become one group (vLLM's rotary_embedding does both in one kernel); emptied groups stay.
 void pair_rotary_groups(const Graph& g, Plan& plan);
+// The one node that reads `t`, or -1 (none, several, or a graph output) (flash_attention.cpp).
+int single_consumer(const Consumers& cons, const std::string& t);
+// All readers of `t` are in `set` (and it is not a graph output; true when nothing reads it).
+bool consumed_only_by(const Consumers& cons, const std::string& t, const std::set<int>& set);
 // A Slice of unit steps (absent or all 1): a view a reader can walk, which a strided one is not.
 bool unit_step_slice(const Graph& g, const Node& n);
 // The Slice `t` is a view of (through free reshapes) that only `readers` read (flash_attention.cpp).
