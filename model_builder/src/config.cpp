@@ -123,6 +123,7 @@ void read_switch(const Reader& r, ModelConfig& c) {
   c.experts = r.i({"num_experts"}, true);
   c.expert_capacity = r.i({"expert_capacity"}, true);
   c.sparse_step = r.i({"encoder_sparse_step"}, false, 2);
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
   c.rel_buckets = r.i({"relative_attention_num_buckets"}, false, 32);
   c.activation = r.s({"dense_act_fn", "feed_forward_proj"}, "relu");
   c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-6);
@@ -133,6 +134,33 @@ void read_switch(const Reader& r, ModelConfig& c) {
   if (c.expert_capacity > kMaxExpertCapacity)
     throw InputError(r.path + ": expert_capacity beyond " + std::to_string(kMaxExpertCapacity) + " slots");
   if (c.sparse_step <= 0) throw InputError(r.path + ": encoder_sparse_step must be positive");
+}
+
+// T5 and mT5 (T5 1.0, T5 v1.1, Flan-T5, UL2): the Switch encoder-decoder without experts.
+// feed_forward_proj "relu" (T5 1.0) or "gated-gelu" (v1.1, mT5, Flan-T5: gelu_new on wi_0
+// times wi_1), as T5Config parses it; the LM head tied to the shared embedding unless
+// tie_word_embeddings says not (v1.1 and mT5).
+void read_t5(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_layers"}, true);
+  c.decoder_layers = r.i({"num_decoder_layers"}, false, c.layers);
+  c.hidden = r.i({"d_model"}, true);
+  c.heads = r.i({"num_heads"}, true);
+  c.head_dim = r.i({"d_kv"}, true);
+  c.ffn = r.i({"d_ff"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.rel_buckets = r.i({"relative_attention_num_buckets"}, false, 32);
+  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-6);
+  c.dropout = static_cast<float>(r.f({"dropout_rate"}, 0.1));
+  c.attn_dropout = c.dropout;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+  const std::string proj = r.s({"feed_forward_proj"}, "relu");
+  const size_t dash = proj.rfind('-');
+  c.gated_act = dash != std::string::npos && proj.substr(0, dash) == "gated";
+  if (dash != std::string::npos && !c.gated_act)
+    throw InputError(r.path + ": feed_forward_proj '" + proj + "' is neither an activation nor gated-ACT");
+  c.activation = dash == std::string::npos ? proj : proj.substr(dash + 1);
+  if (c.activation == "gelu" && c.gated_act) c.activation = "gelu_new";  // T5Config's gated-gelu
+  if (c.rel_buckets < 2) throw InputError(r.path + ": relative_attention_num_buckets must be at least 2");
 }
 
 void read_sliding_window(const Reader& r, ModelConfig& c);
@@ -160,7 +188,7 @@ void read_llama(const Reader& r, ModelConfig& c) {
 
 // Sliding-window attention of the Llama-style families: the per-layer `layer_types`
 // ("sliding_attention" / "full_attention") when given; otherwise Gemma 3's
-// sliding_window_pattern, every layer of a Mistral, Mixtral or Phi-3 config with a
+// sliding_window_pattern, every layer of a Mistral, Mixtral, Phi-3 or StarCoder2 config with a
 // sliding_window (null: none), or Qwen2's use_sliding_window layers (from max_window_layers
 // on, as its modelling code has it).
 void read_sliding_window(const Reader& r, ModelConfig& c) {
@@ -180,7 +208,8 @@ void read_sliding_window(const Reader& r, ModelConfig& c) {
     // Gemma 3's older configs: every `every`-th layer global, the others sliding.
     for (int64_t l = 0; l < c.layers; ++l) sliding[static_cast<size_t>(l)] = (l + 1) % every != 0;
     any = every > 1 && c.layers > 0;
-  } else if (c.model_type == "mistral" || c.model_type == "mixtral" || c.model_type == "phi3") {
+  } else if (c.model_type == "mistral" || c.model_type == "mixtral" || c.model_type == "phi3" ||
+             c.model_type == "starcoder2") {
     any = window > 0;
     std::fill(sliding.begin(), sliding.end(), any);
   } else if (r.b("use_sliding_window", false)) {
@@ -380,6 +409,92 @@ void read_gpt_neox(const Reader& r, ModelConfig& c) {
   check_rotary_fraction(r, c);
 }
 
+// GPT-J: see ModelConfig::parallel_block (one LayerNorm read by the attention and the MLP),
+// rotary on the first rotary_dim of each head, unbiased Q, K, V and output projections, a
+// biased GELU MLP (fc_in, fc_out) and a biased, untied LM head. Its rotary pairs neighbouring
+// dims (rotate_every_two) where the graph pairs the two halves (rotate_half): the same
+// elementwise passes over the same elements.
+void read_gptj(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"n_layer", "num_hidden_layers"}, true);
+  c.hidden = r.i({"n_embd", "hidden_size"}, true);
+  c.heads = r.i({"n_head", "num_attention_heads"}, true);
+  c.kv_heads = c.heads;
+  c.ffn = r.i({"n_inner"}, false, 0);
+  if (c.ffn == 0) c.ffn = 4 * c.hidden;  // n_inner null: 4 x n_embd
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"n_positions", "max_position_embeddings"}, false, 2048);
+  c.activation = r.s({"activation_function"}, "gelu_new");
+  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
+  c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attn_pdrop"}, 0.0));
+  if (c.heads > 0 && c.hidden % c.heads == 0) {
+    const int64_t hd = c.hidden / c.heads;
+    const int64_t rd = r.i({"rotary_dim"}, false, hd);
+    if (rd <= 0 || rd > hd || rd % 2 != 0)
+      throw InputError(r.path + ": rotary_dim must be even and between 2 and the head size (" + std::to_string(hd) + ")");
+    c.rotary_fraction = double(rd) / double(hd);
+  }
+  c.qkv_bias = c.o_bias = false;
+  c.head_bias = true;
+  c.layer_norm = c.dense_mlp = true;
+  c.parallel_block = 1;
+  c.tie_embeddings = r.b("tie_word_embeddings", false);
+}
+
+// Falcon (Falcon-7B/40B/180B, Falcon 2): LayerNorms, rotary on the whole head, one fused
+// query_key_value GEMM, a GELU MLP (dense_h_to_4h, dense_4h_to_h), biases only where `bias`
+// says (none in the released models), a tied LM head. The attention and the MLP run side by
+// side (parallel_attn): the new decoder architecture (40B, 180B) gives each its own norm
+// (ln_attn, ln_mlp; num_ln_in_parallel_attn 2) and num_kv_heads KV heads, the original
+// (7B) shares one norm and one KV head (multi_query). The fused GEMM's output is laid out per
+// head ([q k v] per head) without grouping, as [q | k | v] blocks otherwise (the new
+// architecture's per-group [q.. k v] layout costs the same views). ALiBi (Falcon-RW) is not
+// built.
+void read_falcon(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers", "n_layer"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads", "n_head"}, true);
+  // The original checkpoints' model types: RefinedWeb (40B) is the new architecture,
+  // RefinedWebModel (7B) the original.
+  const bool new_arch = r.b("new_decoder_architecture", c.model_type == "RefinedWeb");
+  const bool multi_query = r.b("multi_query", true);
+  if (new_arch) c.kv_heads = r.i({"num_kv_heads", "n_head_kv"}, false, c.heads);
+  else c.kv_heads = multi_query ? 1 : c.heads;
+  c.ffn = r.i({"ffn_hidden_size"}, false, 0);
+  if (c.ffn == 0) c.ffn = 4 * c.hidden;
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 2048);
+  c.activation = r.s({"activation"}, "gelu");
+  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
+  c.rope_theta = r.f({"rope_theta"}, 10000.0);
+  c.dropout = static_cast<float>(r.f({"hidden_dropout"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  if (r.b("alibi", false))
+    throw InputError(r.path + ": Falcon with ALiBi position biases (alibi: true) is not supported; rotary Falcon models are");
+  c.qkv_bias = c.o_bias = c.mlp_bias = r.b("bias", false);
+  c.layer_norm = c.dense_mlp = true;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+  if (new_arch) c.parallel_block = r.i({"num_ln_in_parallel_attn"}, false, 2) == 1 ? 1 : 2;
+  else c.parallel_block = r.b("parallel_attn", true) ? 1 : 0;
+  if (c.kv_heads == c.heads) c.fused_qkv = true;
+  else c.fused_qkv_blocks = true;
+  if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
+    throw InputError(r.path + ": num_attention_heads must be a multiple of num_kv_heads");
+}
+
+// StarCoder2: a Llama-style decoder (grouped-query attention, rotary) with LayerNorms, biases
+// on every projection (use_bias), a dense tanh-GELU MLP (c_fc, c_proj), sliding-window
+// attention on every layer (sliding_window; null: none) and a tied LM head.
+void read_starcoder2(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.activation = r.s({"hidden_act"}, "gelu_pytorch_tanh");
+  c.layer_norm_eps = r.f({"norm_epsilon", "layer_norm_eps"}, 1e-5);
+  c.qkv_bias = c.o_bias = c.mlp_bias = r.b("use_bias", true);
+  c.dropout = static_cast<float>(r.f({"residual_dropout"}, 0.0));
+  c.layer_norm = c.dense_mlp = true;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
 // DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
 // layers dense, the rest top-k of n_routed_experts with n_shared_experts always on (one dense
 // SwiGLU of their combined width, ungated). Its router's sigmoid scores and group-limited
@@ -424,6 +539,8 @@ const std::map<std::string, Family>& families() {
       {"bert", {read_bert, builder::build_bert}},
       {"opt", {read_opt, builder::build_opt}},
       {"switch_transformers", {read_switch, builder::build_switch}},
+      {"t5", {read_t5, builder::build_switch}},
+      {"mt5", {read_t5, builder::build_switch}},
       {"llama", {read_llama, llama, builder::build_llama}},
       {"mistral", {read_llama, llama, builder::build_llama}},
       {"mixtral", {read_mixtral, llama, builder::build_llama}},
@@ -434,6 +551,11 @@ const std::map<std::string, Family>& families() {
       {"phi", {read_phi, llama, builder::build_llama}},
       {"gpt_neox", {read_gpt_neox, llama, builder::build_llama}},
       {"phi3", {read_phi3, llama, builder::build_llama}},
+      {"gptj", {read_gptj, llama, builder::build_llama}},
+      {"falcon", {read_falcon, llama, builder::build_llama}},
+      {"RefinedWeb", {read_falcon, llama, builder::build_llama}},
+      {"RefinedWebModel", {read_falcon, llama, builder::build_llama}},
+      {"starcoder2", {read_starcoder2, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},

@@ -1,5 +1,6 @@
 // llama.cpp - Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2/3-MoE,
-// gpt-oss, Gemma 1-3): RMSNorm, rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the
+// gpt-oss, Gemma 1-3; with LayerNorms and a dense MLP Phi, GPT-NeoX, GPT-J, Falcon and
+// StarCoder2): RMSNorm, rotary embedding, SwiGLU MLP (a top-k mixture of SwiGLU experts in the
 // MoE families), grouped-query attention (Qwen3: each query and key head RMS-normalised;
 // sliding-window layers where the config has them), as HF's eager modelling code runs them.
 #include <algorithm>
@@ -302,14 +303,16 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
   if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
   // The dense MLP (Phi, GPT-NeoX) of its normed input.
   const auto dense = [&](const std::string& in) {
-    const std::string fc1 = activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", in, h, c.ffn, true), c.activation);
-    return dropout(n, p + ".mlp_dropout", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, true), c.dropout);
+    const std::string fc1 = activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", in, h, c.ffn, c.mlp_bias), c.activation);
+    return dropout(n, p + ".mlp_dropout", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, c.mlp_bias), c.dropout);
   };
   if (c.parallel_block > 0) {
     const std::string in = c.parallel_block == 1 ? normed : norm(n, c, p + ".post_attention_layernorm", x);
     const std::string both = n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".attention_dropout", a, c.dropout), dense(in)});
     return n.b.node("Add", p + "/residual_Add", {both, x});
   }
+  // GPT-NeoX's post_attention_dropout, StarCoder2's residual_dropout on the attention output.
+  if (c.dense_mlp) a = dropout(n, p + ".attention_dropout", a, c.dropout);
   const std::string r = n.b.node("Add", p + "/residual_Add", {x, a});
   const std::string f = norm(n, c, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), r);
   if (c.dense_mlp) return n.b.node("Add", p + "/residual_Add_1", {r, dense(f)});

@@ -1,6 +1,7 @@
-// switch.cpp - Switch Transformer (HF SwitchTransformersForConditionalGeneration in eager
-// mode): T5 encoder-decoder with RMS layer norms, relative position bias, and every
-// `sparse_step`-th feed-forward replaced by a top-1 mixture of experts with a fixed capacity.
+// switch.cpp - T5 encoder-decoders in eager mode: T5 and mT5 (HF T5ForConditionalGeneration,
+// MT5ForConditionalGeneration; RMS layer norms, relative position bias, a ReLU or gated-GELU
+// feed-forward) and Switch Transformer (SwitchTransformersForConditionalGeneration: every
+// `sparse_step`-th feed-forward replaced by a top-1 mixture of experts with a fixed capacity).
 #include <cmath>
 
 #include "common.h"
@@ -79,9 +80,12 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   return linear(n, p + ".o", o, inner, d, false);
 }
 
+// T5DenseActDense (wi, activation, wo) or, gated (T5 v1.1, mT5, Flan-T5), T5DenseGatedActDense:
+// activation(wi_0 x) * wi_1 x, then wo.
 std::string dense_mlp(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
-  std::string f = linear(n, p + ".wi", x, c.hidden, c.ffn, false);
-  f = activation(n, p + ".act", f, c.activation);
+  std::string f = activation(n, p + ".act", linear(n, c.gated_act ? p + ".wi_0" : p + ".wi", x, c.hidden, c.ffn, false),
+                             c.activation);
+  if (c.gated_act) f = n.b.node("Mul", p + "/gate_Mul", {f, linear(n, p + ".wi_1", x, c.hidden, c.ffn, false)});
   f = dropout(n, p + ".dropout", f, c.dropout);
   return linear(n, p + ".wo", f, c.ffn, c.hidden, false);
 }
@@ -226,12 +230,15 @@ std::string padding_mask(Net& n, const std::string& p, const std::vector<int64_t
   return n.b.node("Mul", p + "/mask_Mul", {inv, f32(n, p + "/min", kFloatMin)});
 }
 
-bool is_sparse(int64_t layer, int64_t step) { return step == 1 || layer % step == 1; }
+bool is_sparse(const ModelConfig& c, int64_t layer) {
+  return c.experts > 0 && (c.sparse_step == 1 || layer % c.sparse_step == 1);
+}
 
 }  // namespace
 
 LoadedModel build_switch(const ModelConfig& c) {
-  Net n(c, "Switch Transformer encoder-decoder (SwitchTransformersForConditionalGeneration)");
+  Net n(c, c.experts > 0 ? "Switch Transformer encoder-decoder (SwitchTransformersForConditionalGeneration)"
+                         : "T5 encoder-decoder (T5ForConditionalGeneration)");
   const std::string ids = n.token_input("input_ids");
   const std::string dec_ids = n.token_input("decoder_input_ids");
   const int64_t d = c.hidden;
@@ -250,7 +257,7 @@ LoadedModel build_switch(const ModelConfig& c) {
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "encoder.block." + std::to_string(l);
     x = attn_layer(n, p + ".layer.0", x, "", c, enc_bias, "SelfAttention");
-    x = ff_layer(n, p + ".layer.1", x, c, is_sparse(l, c.sparse_step), enc_logs);
+    x = ff_layer(n, p + ".layer.1", x, c, is_sparse(c, l), enc_logs);
   }
   x = rms_norm(n, "encoder.final_layer_norm", x, d, c.layer_norm_eps);
   const std::string enc_out = dropout(n, "encoder.dropout_1", x, c.dropout);
@@ -288,12 +295,14 @@ LoadedModel build_switch(const ModelConfig& c) {
     const std::string p = "decoder.block." + std::to_string(l);
     y = attn_layer(n, p + ".layer.0", y, "", c, dec_bias, "SelfAttention");
     y = attn_layer(n, p + ".layer.1", y, enc_out, c, cross_bias, "EncDecAttention");
-    y = ff_layer(n, p + ".layer.2", y, c, is_sparse(l, c.sparse_step), dec_logs);
+    y = ff_layer(n, p + ".layer.2", y, c, is_sparse(c, l), dec_logs);
   }
   y = rms_norm(n, "decoder.final_layer_norm", y, d, c.layer_norm_eps);
   y = dropout(n, "decoder.dropout_1", y, c.dropout);
-  // Tied embeddings: scale by d_model^-0.5 before the LM head.
-  y = n.b.node("Mul", "lm_head/scale_Mul", {y, f32(n, "lm_head/scale", static_cast<float>(1.0 / std::sqrt(double(d))))});
+  // Tied embeddings (Switch, T5; not T5 v1.1 or mT5): scaled by d_model^-0.5 before the LM
+  // head, which reads the shared table as its own matrix (as nn.Linear does).
+  if (c.tie_embeddings)
+    y = n.b.node("Mul", "lm_head/scale_Mul", {y, f32(n, "lm_head/scale", static_cast<float>(1.0 / std::sqrt(double(d))))});
   linear(n, "lm_head", y, d, c.vocab, false);
   n.rename_last("logits");
   n.output("logits", {"batch", "sequence"}, {c.vocab});

@@ -36,6 +36,21 @@ PHI = {"model_type": "phi", "hidden_size": 256, "intermediate_size": 1024, "num_
 NEOX = {"model_type": "gpt_neox", "hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 4,
         "num_hidden_layers": 2, "vocab_size": 1000, "rotary_pct": 0.25, "hidden_act": "gelu",
         "use_parallel_residual": True}
+# GPT-J's structure, small: one LayerNorm for attention and MLP in parallel, rotary_dim of each head.
+GPTJ = {"model_type": "gptj", "n_embd": 256, "n_head": 4, "n_layer": 2, "n_inner": None, "rotary_dim": 16,
+        "vocab_size": 1000, "activation_function": "gelu_new", "tie_word_embeddings": False}
+# Falcon 40B's structure, small: fused [q | k | v] with grouped KV heads, two LayerNorms in parallel, no biases.
+FALCON = {"model_type": "falcon", "hidden_size": 256, "num_attention_heads": 8, "num_kv_heads": 2,
+          "num_hidden_layers": 2, "vocab_size": 1000, "new_decoder_architecture": True, "bias": False,
+          "parallel_attn": True, "alibi": False}
+# StarCoder2's structure, small: GQA, LayerNorms, biases everywhere, a dense MLP, sliding window on every layer.
+STARCODER2 = {"model_type": "starcoder2", "hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000, "sliding_window": 64,
+              "use_bias": True, "norm_epsilon": 1e-5, "hidden_act": "gelu_pytorch_tanh"}
+# Flan-T5's structure, small: encoder-decoder, relative position bias, gated-GELU feed-forward, untied head.
+FLAN_T5 = {"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 256, "num_heads": 4, "num_layers": 2,
+           "num_decoder_layers": 3, "vocab_size": 1000, "feed_forward_proj": "gated-gelu",
+           "tie_word_embeddings": False}
 # DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
             "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
@@ -72,7 +87,8 @@ class ConfigModels(unittest.TestCase):
         made = []
         for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS), ("gemma3_small", GEMMA3),
                           ("gemma2_small", GEMMA2), ("phi_small", PHI), ("neox_small", NEOX),
-                          ("deepseek_small", DEEPSEEK)):
+                          ("deepseek_small", DEEPSEEK), ("gptj_small", GPTJ), ("falcon_small", FALCON),
+                          ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

@@ -927,6 +927,103 @@ TEST_CASE("generation: GPT-NeoX / Pythia (one fused QKV GEMM, two LayerNorms in 
   CHECK(adds == 2 * 32);
 }
 
+TEST_CASE("generation: GPT-J (one LayerNorm for attention and MLP side by side, unbiased projections, a biased head)") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/gptj_6b.json");
+  CHECK(c.parallel_block == 1);
+  CHECK(c.ffn == 4 * 4096);  // n_inner null
+  CHECK(c.rotary_fraction == doctest::Approx(64.0 / 256));
+  CHECK_FALSE(c.qkv_bias);
+  CHECK_FALSE(c.o_bias);
+  CHECK(c.head_bias);
+  CHECK_FALSE(c.tie_embeddings);
+  const LoadedModel m = build_model(c);
+  int layer_norms = 0, biased = 0;
+  for (const Node& n : m.model.graph.nodes) {
+    layer_norms += n.op_type == "LayerNormalization";
+    // A linear with bias is MatMul + Add of its `.bias` weight.
+    if (n.op_type == "Add")
+      for (const std::string& in : n.inputs) biased += in.find(".bias") != std::string::npos && in.find("layers.0.") != std::string::npos;
+  }
+  CHECK(layer_norms == 28 + 1);
+  CHECK(biased == 2);  // fc_in, fc_out; no Q, K, V or output bias
+  // 6.05B parameters: the embedding, 28 layers of 4 h^2 + 8 h^2 + biases and norms, an untied head with bias.
+  const double h = 4096, layer = 12 * h * h + 4 * h + h + 2 * h;
+  const double params = 50400 * h + 28 * layer + 2 * h + h * 50400 + 50400;
+  const GenerationReport r = generate(config_decoder(c), serving(DType::f16, 1), 512, 16, "a100-sxm-80gb");
+  CHECK(r.weight_bytes == doctest::Approx(params * 2).epsilon(0.001));
+  CHECK(params == doctest::Approx(6.05e9).epsilon(0.002));
+}
+
+TEST_CASE("generation: Falcon (fused QKV with one or grouped KV heads, parallel attention and MLP, no biases)") {
+  const ModelConfig c7 = read_hf_config(test::source_dir() + "/tests/data/falcon_7b.json");
+  CHECK(c7.kv_heads == 1);  // multi_query
+  CHECK(c7.parallel_block == 1);
+  CHECK(c7.fused_qkv_blocks);
+  CHECK_FALSE(c7.mlp_bias);
+  CHECK(c7.tie_embeddings);
+  CHECK(c7.head_dim == 64);
+  const ModelConfig c40 = read_hf_config(test::source_dir() + "/tests/data/falcon_40b.json");
+  CHECK(c40.kv_heads == 8);  // new_decoder_architecture: num_kv_heads
+  CHECK(c40.parallel_block == 2);
+  int layer_norms = 0, qkv = 0, adds_of_bias = 0;
+  for (const Node& n : build_model(c40).model.graph.nodes) {
+    layer_norms += n.op_type == "LayerNormalization";
+    qkv += n.op_type == "MatMul" && n.name.find("qkv_proj") != std::string::npos;
+    if (n.op_type == "Add")
+      for (const std::string& in : n.inputs) adds_of_bias += in.find(".bias") != std::string::npos && in.find("layers.") != std::string::npos;
+  }
+  CHECK(layer_norms == 2 * 60 + 1);  // ln_attn, ln_mlp per layer, ln_f
+  CHECK(qkv == 60);
+  CHECK(adds_of_bias == 0);
+  // Parameters from the configs: 6.92B (7B: one KV head), 41.3B (40B: 8 KV heads), the LM head tied.
+  const auto params = [](double h, double heads, double kv, double layers, double norms) {
+    const double hd = h / heads;
+    const double layer = h * (heads + 2 * kv) * hd + h * h + 8 * h * h + norms * 2 * h;
+    return 65024 * h + layers * layer + 2 * h;
+  };
+  CHECK(generate(config_decoder(c7), serving(DType::bf16, 1), 512, 16, "h100").weight_bytes ==
+        doctest::Approx(params(4544, 71, 1, 32, 1) * 2).epsilon(0.001));
+  CHECK(generate(config_decoder(c40), serving(DType::bf16, 1), 512, 16, "h100").weight_bytes ==
+        doctest::Approx(params(8192, 128, 8, 60, 2) * 2).epsilon(0.001));
+  // Falcon-7B's KV cache: one 64-wide KV head per layer.
+  const GenerationReport r = generate(config_decoder(c7), serving(DType::bf16, 1), 512, 16, "h100");
+  CHECK(r.kv_cache_bytes == doctest::Approx(32.0 * 2 * 64 * (512 + 16) * 2).epsilon(0.001));
+  // ALiBi Falcons are refused with the field named.
+  std::ifstream f(test::source_dir() + "/tests/data/falcon_7b.json");
+  nlohmann::json j = nlohmann::json::parse(f);
+  j["alibi"] = true;
+  CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), "falcon-rw"), doctest::Contains("alibi"), InputError);
+}
+
+TEST_CASE("generation: StarCoder2 (GQA with LayerNorms, biases and a dense MLP in sequence, every layer sliding)") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/starcoder2_7b.json");
+  CHECK(c.parallel_block == 0);
+  CHECK(c.layer_norm);
+  CHECK(c.dense_mlp);
+  CHECK(c.qkv_bias);
+  CHECK(c.o_bias);
+  CHECK(c.mlp_bias);
+  CHECK(c.kv_heads == 4);
+  CHECK(c.layer_norm_eps == 1e-5);
+  CHECK(c.sliding_window == 4096);
+  CHECK(std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true) == 32);
+  int layer_norms = 0, residual_adds = 0;
+  for (const Node& n : build_model(c).model.graph.nodes) {
+    layer_norms += n.op_type == "LayerNormalization";
+    residual_adds += n.name.find("residual_Add") != std::string::npos;
+  }
+  CHECK(layer_norms == 2 * 32 + 1);
+  CHECK(residual_adds == 2 * 32);
+  // 7.17B parameters, the LM head tied; a long prompt's cache holds the window, not the prompt.
+  const double h = 4608, kv = 4 * 128, f = 18432;
+  const double layer = 2 * (h * h + h) + 2 * (h * kv + kv) + 2 * h * f + f + h + 2 * 2 * h;
+  const double params = 49152 * h + 32 * layer + 2 * h;
+  CHECK(params == doctest::Approx(7.1741e9).epsilon(0.001));
+  const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 8192, 16, "h100");
+  CHECK(r.weight_bytes == doctest::Approx(params * 2).epsilon(0.001));
+  CHECK(r.kv_cache_bytes == doctest::Approx(32.0 * 2 * 512 * 4096 * 2).epsilon(0.01));
+}
+
 TEST_CASE("generation: DeepSeek-V3's multi-token-prediction module drafts as one MoE layer with the head") {
   const std::string base = R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
       "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
@@ -230,6 +231,55 @@ TEST_CASE("model_builder: Llama-style GQA decoder has the expected GEMMs") {
       "Linear 16,1,64"};
   CHECK_MESSAGE(t.gemms == want, show(t.gemms));
   CHECK(t.softmax == std::multiset<std::string>{"1024x64"});
+}
+
+// Elements of the graph's external-data weights (the model's parameters), less those named
+// `skip` (a tied head the graph reads as its own matrix).
+static int64_t parameters(const LoadedModel& m, const std::string& skip = "") {
+  int64_t n = 0;
+  for (const std::string& w : m.model.graph.initializers) {
+    const TensorInfo* t = m.model.graph.find(w);
+    if (t && t->external_data && (skip.empty() || w.rfind(skip, 0) != 0)) n += t->num_elements();
+  }
+  return n;
+}
+
+TEST_CASE("model_builder: T5 and Flan-T5 are the Switch encoder-decoder without experts, ReLU or gated GELU") {
+  const ModelConfig t5 = read_hf_config(test::source_dir() + "/tests/data/t5_base.json");
+  CHECK(t5.experts == 0);
+  CHECK(t5.activation == "relu");
+  CHECK_FALSE(t5.gated_act);
+  CHECK(t5.tie_embeddings);
+  const ModelConfig flan = read_hf_config(test::source_dir() + "/tests/data/flan_t5_base.json");
+  CHECK(flan.gated_act);
+  CHECK(flan.activation == "gelu_new");
+  CHECK_FALSE(flan.tie_embeddings);
+  // Parameter counts of the checkpoints: t5-base 222,903,552 with the head tied to the shared
+  // table; flan-t5-base 247,577,856 with its own head.
+  const LoadedModel mt5 = build_model(t5), mflan = build_model(flan);
+  CHECK(parameters(mt5, "lm_head") == 222903552);
+  CHECK(parameters(mflan) == 247577856);
+  int routers = 0, scale = 0, gates = 0;
+  for (const Node& n : mt5.model.graph.nodes) {
+    routers += n.name.find("router") != std::string::npos;
+    scale += n.name == "lm_head/scale_Mul";
+  }
+  for (const Node& n : mflan.model.graph.nodes) gates += n.name.find("/gate_Mul") != std::string::npos;
+  CHECK(routers == 0);
+  CHECK(scale == 1);      // the tied head scales by d_model^-0.5
+  CHECK(gates == 2 * 12);  // every encoder and decoder feed-forward
+  CHECK(mt5.model.graph.outputs.size() == 1);  // logits; no router losses
+  // Lowered: per encoder layer q, k, v, o and wi, wo; per decoder layer twice the attention's
+  // four and the feed-forward's two; the head. The gated feed-forward adds a GEMM per layer.
+  const auto linears = [](const Traced& t) {
+    return std::count_if(t.gemms.begin(), t.gemms.end(), [](const std::string& g) { return g.rfind("Linear", 0) == 0; });
+  };
+  CHECK(linears(lowered(t5, 2, 64)) == 12 * 6 + 12 * 10 + 1);
+  CHECK(linears(lowered(flan, 2, 64)) == 12 * 7 + 12 * 11 + 1);
+  std::ifstream f(test::source_dir() + "/tests/data/flan_t5_base.json");
+  nlohmann::json j = nlohmann::json::parse(f);
+  j["feed_forward_proj"] = "swiglu-gelu";
+  CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), "t5"), doctest::Contains("feed_forward_proj"), InputError);
 }
 
 TEST_CASE("model_builder: a missing config file or malformed config text is an input error") {

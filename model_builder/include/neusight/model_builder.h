@@ -1,7 +1,8 @@
 // model_builder.h - build ONNX graphs of transformer models from Hugging Face configs.
 //
-// Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, Switch
-// Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3), mixtures
+// Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, T5 and mT5,
+// Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
+// GPT-NeoX, GPT-J, Falcon, StarCoder2), mixtures
 // of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
@@ -60,9 +61,12 @@ struct ModelConfig {
   // MLP side by side, adding to the residual together (parallel_block): 1 reading one normed
   // input (Phi), 2 each its own norm of the input (GPT-NeoX's use_parallel_residual); 0 in
   // sequence. GPT-NeoX projects Q, K and V in one GEMM whose output interleaves them per head
-  // (fused_qkv). Phi's LM head has a bias (head_bias).
+  // (fused_qkv). Phi's LM head has a bias (head_bias). The dense MLP's two GEMMs carry biases
+  // unless mlp_bias says not (Falcon's bias: false). GPT-J is Phi's block, Falcon either
+  // (parallel_attn; its new decoder architecture GPT-NeoX's), StarCoder2 a sequential one.
   bool layer_norm = false;
   bool dense_mlp = false;
+  bool mlp_bias = true;
   int parallel_block = 0;
   bool fused_qkv = false;
   // Phi-3 (and Phi-4): one qkv_proj GEMM whose output holds all query heads, then the key and
@@ -115,7 +119,10 @@ struct ModelConfig {
   std::vector<bool> sliding_layers;
   int64_t sparse_step = 0;
   int64_t expert_capacity = 0;
-  int64_t decoder_layers = 0;  // encoder-decoder models (Switch)
+  int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5)
+  // T5 v1.1, mT5, Flan-T5: the feed-forward's activation gates a second projection
+  // (feed_forward_proj "gated-gelu": wi_0, wi_1; HF's is_gated_act).
+  bool gated_act = false;
   int64_t rel_buckets = 32;    // T5 relative-position buckets
   std::string source;        // the config file
   // The checkpoint's stored precision (`torch_dtype`, e.g. "bfloat16"; empty when absent). The
