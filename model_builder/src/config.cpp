@@ -572,6 +572,36 @@ std::string supported_list() {
   return s;
 }
 
+// quantization_config of GPTQ and AWQ checkpoints (transformers' GPTQConfig, AwqConfig):
+// bits, group_size (-1: per output row), sym / zero_point, modules_to_not_convert. A
+// mixture's experts take the same bits as a QMoE. Other methods are only named
+// (config_quantization_note); gpt-oss reads its own MXFP4 config (read_gpt_oss).
+void read_quantization(const Reader& outer, ModelConfig& c) {
+  auto it = outer.j.find("quantization_config");
+  if (it == outer.j.end() || !it->is_object() || c.expert_weight_bits > 0) return;
+  const Reader r{*it, outer.path};
+  c.quant_method = r.s({"quant_method"}, "");
+  if (c.quant_method != "gptq" && c.quant_method != "awq") return;
+  c.weight_bits = r.i({"bits", "w_bit"}, true);
+  const auto group = r.j.find(r.j.contains("group_size") ? "group_size" : "q_group_size");
+  if (group != r.j.end() && group->is_number_integer() && group->get<int64_t>() == -1) c.weight_group = 0;
+  else c.weight_group = r.i({"group_size", "q_group_size"}, false, 128);
+  c.weight_zero_points = c.quant_method == "awq" ? r.b("zero_point", true) : !r.b("sym", true);
+  if (c.weight_bits < 2 || c.weight_bits > 8)
+    throw InputError(outer.path + ": quantization_config bits must be between 2 and 8");
+  if (c.weight_group != 0 && (c.weight_group < 16 || (c.weight_group & (c.weight_group - 1)) != 0))
+    throw InputError(outer.path + ": quantization_config group_size must be -1 or a power of two of at least 16");
+  if (auto m = it->find("modules_to_not_convert"); m != it->end() && m->is_array())
+    for (const auto& v : *m)
+      if (v.is_string()) c.unquantized.push_back(v.get<std::string>());
+  if (c.experts > 0) {
+    // The routers stay in the model's dtype (AutoGPTQ and AutoAWQ leave them unconverted).
+    for (const char* router : {"gate", "shared_expert_gate"}) c.unquantized.push_back(router);
+    c.expert_weight_bits = c.weight_bits;
+    c.expert_block = c.weight_group > 0 ? c.weight_group : 128;
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -588,6 +618,7 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
   if (it == families().end())
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
   it->second.read(r, c);
+  read_quantization(r, c);
   c.torch_dtype = r.s({"torch_dtype"}, "");
   if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.vocab <= 0 || c.ffn <= 0)
     throw InputError(path + ": layers, hidden size, heads, vocabulary and FFN size must be positive");
@@ -651,6 +682,12 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
   for (const auto& b : bad) list += (list.empty() ? "" : ", ") + b;
   return "tp=" + std::to_string(tp) + " does not divide " + c.source + "'s " + list +
          ": Megatron and vLLM refuse that split; predicted with the shards padded";
+}
+
+std::string config_quantization_note(const ModelConfig& c) {
+  if (c.quant_method.empty() || c.weight_bits > 0 || c.expert_weight_bits > 0) return "";
+  return c.source + "'s quantization_config (quant_method " + c.quant_method +
+         ") is not modelled: its weights are predicted in the model's dtype (GPTQ and AWQ are)";
 }
 
 bool supports_kv_cache(const ModelConfig& c) {

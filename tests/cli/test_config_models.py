@@ -51,6 +51,8 @@ STARCODER2 = {"model_type": "starcoder2", "hidden_size": 256, "intermediate_size
 FLAN_T5 = {"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 256, "num_heads": 4, "num_layers": 2,
            "num_decoder_layers": 3, "vocab_size": 1000, "feed_forward_proj": "gated-gelu",
            "tie_word_embeddings": False}
+# A GPTQ checkpoint's config, small: 4-bit layers (MatMulNBits), asymmetric groups of 32.
+LLAMA_GPTQ = dict(LLAMA, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False})
 # DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
             "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
@@ -88,7 +90,8 @@ class ConfigModels(unittest.TestCase):
         for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS), ("gemma3_small", GEMMA3),
                           ("gemma2_small", GEMMA2), ("phi_small", PHI), ("neox_small", NEOX),
                           ("deepseek_small", DEEPSEEK), ("gptj_small", GPTJ), ("falcon_small", FALCON),
-                          ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5)):
+                          ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5),
+                          ("llama_gptq", LLAMA_GPTQ)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)
@@ -174,6 +177,22 @@ class ConfigModels(unittest.TestCase):
             json.dump(LLAMA, f)
         self.assertFalse([w for w in run_json("--config", plain, "--batch", "1", "--seq", "64", "--gpu", "h100")["warnings"]
                           if "stores its weights" in w])
+
+    def test_quantized_checkpoints_run_4_bit_layers_or_say_they_do_not(self):
+        paths = {}
+        for name, cfg in (("plain", LLAMA), ("gptq", LLAMA_GPTQ),
+                          ("fp8", dict(LLAMA, quantization_config={"quant_method": "fp8"}))):
+            paths[name] = os.path.join(self.dir, name + ".json")
+            with open(paths[name], "w") as f:
+                json.dump(cfg, f)
+        args = ("--gpu", "h100", "--dtype", "fp16", "--generate", "128:8")
+        plain, gptq, fp8 = (run_json("--config", paths[k], *args) for k in ("plain", "gptq", "fp8"))
+        self.assertLess(gptq["generation"]["weight_bytes"], 0.75 * plain["generation"]["weight_bytes"])  # embedding, head fp16
+        self.assertLess(gptq["generation"]["tpot_ms"], plain["generation"]["tpot_ms"])
+        notes = [w for w in fp8["warnings"] if "quant_method fp8" in w]
+        self.assertEqual(len(notes), 1, fp8["warnings"])
+        self.assertEqual(fp8["generation"]["weight_bytes"], plain["generation"]["weight_bytes"])
+        self.assertFalse([w for w in gptq["warnings"] if "quant_method" in w])
 
 
 if __name__ == "__main__":

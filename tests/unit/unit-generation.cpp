@@ -1024,6 +1024,79 @@ TEST_CASE("generation: StarCoder2 (GQA with LayerNorms, biases and a dense MLP i
   CHECK(r.kv_cache_bytes == doctest::Approx(32.0 * 2 * 512 * 4096 * 2).epsilon(0.01));
 }
 
+TEST_CASE("generation: GPTQ and AWQ checkpoints run their layers' projections on 4-bit weights (MatMulNBits)") {
+  std::ifstream f(test::source_dir() + "/tests/data/llama3_8b.json");
+  const nlohmann::json base = nlohmann::json::parse(f);
+  nlohmann::json j = base;
+  j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"sym", true}};
+  const ModelConfig gptq = parse_hf_config(j.dump(), "llama3-gptq");
+  CHECK(gptq.weight_bits == 4);
+  CHECK(gptq.weight_group == 128);
+  CHECK_FALSE(gptq.weight_zero_points);
+  CHECK(config_quantization_note(gptq).empty());
+  int nbits = 0, matmuls = 0, zero_point_inputs = 0;
+  for (const Node& n : build_model(gptq).model.graph.nodes) {
+    nbits += n.op_type == "MatMulNBits";
+    matmuls += n.op_type == "MatMul" && n.name.rfind("lm_head", 0) == 0;
+    if (n.op_type == "MatMulNBits") {
+      CHECK(n.attr_i("bits", 0) == 4);
+      CHECK(n.attr_i("block_size", 0) == 128);
+      zero_point_inputs += n.inputs.size() > 3;
+    }
+  }
+  CHECK(nbits == 32 * 7);  // q, k, v, o, gate, up, down in every layer
+  CHECK(matmuls == 1);      // the LM head stays fp16
+  CHECK(zero_point_inputs == 0);
+  // Held: the embedding and the head in fp16, the layers' 6.98B weights in 4 bits with an
+  // fp16 scale per 128 (the norms, 0.27M, in fp16).
+  const double h = 4096, vocab = 128256, layer = 2 * h * h + 2 * h * 1024 + 3 * h * 14336;
+  const double held = 2 * vocab * h * 2 + 32 * layer * (0.5 + 2.0 / 128) + (65 * h) * 2;
+  const Options fp16 = serving(DType::f16, 1);
+  const GenerationReport q = generate(config_decoder(gptq), fp16, 512, 16, "h100");
+  CHECK(q.weight_bytes == doctest::Approx(held).epsilon(0.002));
+  // A decode step streams a third of the bytes: faster than fp16's, never below its bound.
+  const GenerationReport full = generate(config_decoder(read_hf_config(test::source_dir() + "/tests/data/llama3_8b.json")),
+                                         fp16, 512, 16, "h100");
+  CHECK(q.tpot_ms < 0.6 * full.tpot_ms);
+  CHECK(q.tpot_ms > q.weight_read_ms);
+  // AWQ: asymmetric, a zero point per group (the qzeros input); the same packed weights.
+  j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"zero_point", true},
+                              {"version", "gemm"}};
+  const ModelConfig awq = parse_hf_config(j.dump(), "llama3-awq");
+  CHECK(awq.weight_zero_points);
+  zero_point_inputs = 0;
+  for (const Node& n : build_model(awq).model.graph.nodes) zero_point_inputs += n.op_type == "MatMulNBits" && n.inputs.size() == 4;
+  CHECK(zero_point_inputs == 32 * 7);
+  // Per-row scales, unconverted modules by name, bad bit widths and groups.
+  j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 8}, {"group_size", -1},
+                              {"modules_to_not_convert", {"down_proj"}}};
+  const ModelConfig rows = parse_hf_config(j.dump(), "llama3-gptq8");
+  CHECK(rows.weight_group == 0);
+  nbits = 0;
+  for (const Node& n : build_model(rows).model.graph.nodes) nbits += n.op_type == "MatMulNBits";
+  CHECK(nbits == 32 * 6);
+  j["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 9}};
+  CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), "q"), doctest::Contains("bits"), InputError);
+  j["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 48}};
+  CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), "q"), doctest::Contains("group_size"), InputError);
+  // A method the graph does not build is named, not silently priced as if unquantized.
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}};
+  CHECK(config_quantization_note(parse_hf_config(j.dump(), "q")).find("bitsandbytes") != std::string::npos);
+  // A mixture's experts as 4-bit QMoE, its routers unconverted.
+  std::ifstream fm(test::source_dir() + "/tests/data/mixtral_8x7b.json");
+  nlohmann::json jm = nlohmann::json::parse(fm);
+  jm["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}};
+  const ModelConfig mix = parse_hf_config(jm.dump(), "mixtral-gptq");
+  CHECK(mix.expert_weight_bits == 4);
+  int qmoe = 0, routers_quantized = 0;
+  for (const Node& n : build_model(mix).model.graph.nodes) {
+    qmoe += n.op_type == "QMoE";
+    routers_quantized += n.op_type == "MatMulNBits" && n.name.find("block_sparse_moe.gate") != std::string::npos;
+  }
+  CHECK(qmoe == 32);
+  CHECK(routers_quantized == 0);
+}
+
 TEST_CASE("generation: DeepSeek-V3's multi-token-prediction module drafts as one MoE layer with the head") {
   const std::string base = R"({"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512,
       "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000,

@@ -119,6 +119,19 @@ struct ModelConfig {
   std::vector<bool> sliding_layers;
   int64_t sparse_step = 0;
   int64_t expert_capacity = 0;
+  // Linear weights stored quantized (the quantization_config of GPTQ and AWQ checkpoints):
+  // bits per weight (2-8; 0: the model's dtype) in groups of weight_group along the input dim
+  // (0: one scale per output row, group_size -1), each group with a scale and, asymmetric,
+  // a zero point. The projections inside the layers are onnxruntime's MatMulNBits (a
+  // mixture's experts its QMoE), as serving engines run such checkpoints; the embedding, the
+  // LM head and the modules the config leaves unconverted (modules_to_not_convert, by name)
+  // keep the model's dtype. quant_method names the method, also one the tool does not build
+  // (config_quantization_note).
+  int64_t weight_bits = 0;
+  int64_t weight_group = 0;
+  bool weight_zero_points = false;
+  std::vector<std::string> unquantized;
+  std::string quant_method;
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5)
   // T5 v1.1, mT5, Flan-T5: the feed-forward's activation gates a second projection
   // (feed_forward_proj "gated-gelu": wi_0, wi_1; HF's is_gated_act).
@@ -165,5 +178,9 @@ std::string config_dtype_note(const ModelConfig& config);
 // intermediate size, and the KV heads or be a multiple of them (vLLM replicates KV heads over
 // the surplus GPUs); such shards are predicted padded. Empty when it can (or tp <= 1).
 std::string config_parallel_note(const ModelConfig& config, int tp);
+// A note for a config whose quantization_config names a method the graph does not build
+// (bitsandbytes, FP8, compressed-tensors, ...): its weights are priced in the model's dtype
+// (or --dtype). Empty for GPTQ, AWQ, gpt-oss's MXFP4 and unquantized configs.
+std::string config_quantization_note(const ModelConfig& config);
 
 }  // namespace neusight
