@@ -40,7 +40,7 @@ const std::vector<Flag> kFlags = {
     // The model, its dims and the analysis options (parse_analysis_options, pipeline.h).
     {"--gpu", true, "GPU[,GPU...]", "GPUs by name or alias (`neusight-onnx gpus`) or JSON paths (a device JSON, or one `gpus --json` entry)", A | C, ""},
     {"--gpu", true, "GPU|from-row", "predict the rows of this GPU (others are skipped), or from-row: each row on its Device", K, ""},
-    {"--config", true, "HF_CONFIG.json", "build the model from a Hugging Face config.json", A | E, ""},
+    {"--config", true, "HF_CONFIG.json", "build the model from a Hugging Face config.json (or the model folder holding it)", A | E, ""},
     {"--batch", true, "N", "batch size (binds the first symbolic dim)", A | C | E, ""},
     {"--seq", true, "N", "sequence length (binds the second symbolic dim)", A | C | E, ""},
     {"--dim", true, "NAME=VALUE", "bind a named symbolic dim (repeatable)", A | C, ""},

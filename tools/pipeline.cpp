@@ -275,7 +275,9 @@ Options generation_options(const Args& args, Options opt) {
 }
 
 bool is_config_path(const std::string& path) {
-  return path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  std::error_code ec;
+  return (path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0) ||
+         std::filesystem::is_regular_file(std::filesystem::path(path) / "config.json", ec);
 }
 
 Decoder load_draft_decoder(const std::string& path, const Options& opt, const ModelConfig* target) {

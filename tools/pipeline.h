@@ -33,8 +33,9 @@ Options generation_options(const Args& args, Options opt);
 // --speculative K,accept=P[,draft=MODEL]: sets `gen`'s count and acceptance and returns the
 // draft model's path ("" without one). Throws InputError naming the part.
 std::string parse_speculative(const std::string& text, GenerationOptions& gen);
-// Whether a model argument names a Hugging Face config (a path ending in .json) rather than
-// an ONNX model.
+
+// Whether a model argument names a Hugging Face config (a path ending in .json, or a model
+// folder holding a config.json) rather than an ONNX model.
 bool is_config_path(const std::string& path);
 // The draft model of --speculative: a config (a path ending in .json), an ONNX decoder, or
 // "mtp", the multi-token-prediction module of `target` (the --config model; null for an ONNX

@@ -636,9 +636,20 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
 
 }  // namespace
 
-ModelConfig read_hf_config(const std::string& path) {
+ModelConfig read_hf_config(const std::string& given) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a directory, not a config file");
+  std::string path = given;
+  // A model's folder (a Hugging Face snapshot, a save_pretrained output): its config.json,
+  // named after the folder.
+  std::string source = std::filesystem::path(given).filename().string();
+  if (std::filesystem::is_directory(given, ec)) {
+    const std::filesystem::path inside = std::filesystem::path(given) / "config.json";
+    if (!std::filesystem::is_regular_file(inside, ec))
+      throw InputError(given + ": is a directory without a config.json");
+    path = inside.string();
+    source = std::filesystem::path(given).lexically_normal().filename().string();
+    if (source.empty()) source = std::filesystem::path(given).lexically_normal().parent_path().filename().string();
+  }
   std::ifstream f(path);
   if (!f) throw InputError(path + ": cannot open config");
   json j;
@@ -647,7 +658,7 @@ ModelConfig read_hf_config(const std::string& path) {
   } catch (const json::exception&) {
     throw InputError(path + ": malformed JSON config");
   }
-  return config_from_json(j, path, std::filesystem::path(path).filename().string());
+  return config_from_json(j, path, source);
 }
 
 ModelConfig parse_hf_config(const std::string& text, const std::string& what) {

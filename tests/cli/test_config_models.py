@@ -194,6 +194,22 @@ class ConfigModels(unittest.TestCase):
         self.assertEqual(fp8["generation"]["weight_bytes"], plain["generation"]["weight_bytes"])
         self.assertFalse([w for w in gptq["warnings"] if "quant_method" in w])
 
+    def test_a_model_folder_is_its_config(self):
+        folder = os.path.join(self.dir, "Llama-small")
+        os.makedirs(folder)
+        with open(os.path.join(folder, "config.json"), "w") as f:
+            json.dump(LLAMA, f)
+        args = ("--batch", "1", "--seq", "64", "--gpu", "h100")
+        via_folder = run_json("--config", folder, *args)
+        via_file = run_json("--config", os.path.join(folder, "config.json"), *args)
+        self.assertEqual(via_folder["e2e_latency_ms"], via_file["e2e_latency_ms"])
+        code, so, se = run("compare", folder, os.path.join(folder, "config.json"), *args)
+        self.assertEqual(code, 0, se)
+        self.assertIn("Llama-small", so)
+        code, so, se = run("--config", self.dir, *args)
+        self.assertEqual(code, 2)
+        self.assertIn("without a config.json", se)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -280,6 +281,19 @@ TEST_CASE("model_builder: T5 and Flan-T5 are the Switch encoder-decoder without 
   nlohmann::json j = nlohmann::json::parse(f);
   j["feed_forward_proj"] = "swiglu-gelu";
   CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), "t5"), doctest::Contains("feed_forward_proj"), InputError);
+}
+
+TEST_CASE("model_builder: a model's folder reads as its config.json, named after the folder") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "neusight-unit-snapshot" / "Falcon-7B";
+  std::filesystem::remove_all(dir.parent_path());
+  std::filesystem::create_directories(dir);
+  CHECK_THROWS_WITH_AS(read_hf_config(dir.string()), doctest::Contains("without a config.json"), InputError);
+  std::filesystem::copy_file(test::source_dir() + "/tests/data/falcon_7b.json", dir / "config.json");
+  const ModelConfig c = read_hf_config(dir.string());
+  CHECK(c.model_type == "falcon");
+  CHECK(c.source == "Falcon-7B");
+  CHECK(read_hf_config(dir.string() + "/").source == "Falcon-7B");
+  std::filesystem::remove_all(dir.parent_path());
 }
 
 TEST_CASE("model_builder: a missing config file or malformed config text is an input error") {

@@ -145,7 +145,9 @@ struct ModelConfig {
   std::string torch_dtype;
 };
 
-// Reads a config.json. Throws InputError naming the file and the missing field.
+// Reads a config.json, or the config.json of a model's folder (a Hugging Face snapshot; the
+// model is then named after the folder). Throws InputError naming the file and the missing
+// field.
 ModelConfig read_hf_config(const std::string& path);
 // The same from the config's JSON text; `what` names it in errors.
 ModelConfig parse_hf_config(const std::string& text, const std::string& what);
