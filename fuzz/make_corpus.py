@@ -48,6 +48,16 @@ CONFIGS = {
     "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                 "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101, "num_local_experts": 4,
                 "num_experts_per_tok": 2, "sliding_window": 8},
+    "gptj": {"model_type": "gptj", "n_layer": 2, "n_embd": 64, "n_head": 4, "rotary_dim": 8, "vocab_size": 101},
+    "falcon": {"model_type": "falcon", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+               "num_kv_heads": 2, "new_decoder_architecture": True, "vocab_size": 101},
+    "starcoder2": {"model_type": "starcoder2", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101, "sliding_window": 8},
+    "t5": {"model_type": "t5", "num_layers": 2, "d_model": 64, "num_heads": 4, "d_kv": 16, "d_ff": 128,
+           "vocab_size": 101, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    "llama_gptq": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                   "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101,
+                   "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False}},
 }
 
 

@@ -112,7 +112,8 @@ void read_opt(const Reader& r, ModelConfig& c) {
   c.embed_dim = r.i({"word_embed_proj_dim"}, false, c.hidden);
 }
 
-void read_switch(const Reader& r, ModelConfig& c) {
+// The fields of a T5 encoder-decoder stack (T5Config, SwitchTransformersConfig).
+void read_t5_stack(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"num_layers"}, true);
   c.decoder_layers = r.i({"num_decoder_layers"}, false, c.layers);
   c.hidden = r.i({"d_model"}, true);
@@ -120,15 +121,19 @@ void read_switch(const Reader& r, ModelConfig& c) {
   c.head_dim = r.i({"d_kv"}, true);
   c.ffn = r.i({"d_ff"}, true);
   c.vocab = r.i({"vocab_size"}, true);
-  c.experts = r.i({"num_experts"}, true);
-  c.expert_capacity = r.i({"expert_capacity"}, true);
-  c.sparse_step = r.i({"encoder_sparse_step"}, false, 2);
-  c.tie_embeddings = r.b("tie_word_embeddings", true);
   c.rel_buckets = r.i({"relative_attention_num_buckets"}, false, 32);
-  c.activation = r.s({"dense_act_fn", "feed_forward_proj"}, "relu");
   c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-6);
   c.dropout = static_cast<float>(r.f({"dropout_rate"}, 0.1));
   c.attn_dropout = c.dropout;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
+void read_switch(const Reader& r, ModelConfig& c) {
+  read_t5_stack(r, c);
+  c.experts = r.i({"num_experts"}, true);
+  c.expert_capacity = r.i({"expert_capacity"}, true);
+  c.sparse_step = r.i({"encoder_sparse_step"}, false, 2);
+  c.activation = r.s({"dense_act_fn", "feed_forward_proj"}, "relu");
   if (c.experts <= 0 || c.expert_capacity <= 0) throw InputError(r.path + ": num_experts and expert_capacity must be positive");
   // The graph holds the slot numbers 1..capacity as a constant (Switch configs say 64).
   if (c.expert_capacity > kMaxExpertCapacity)
@@ -141,18 +146,7 @@ void read_switch(const Reader& r, ModelConfig& c) {
 // times wi_1), as T5Config parses it; the LM head tied to the shared embedding unless
 // tie_word_embeddings says not (v1.1 and mT5).
 void read_t5(const Reader& r, ModelConfig& c) {
-  c.layers = r.i({"num_layers"}, true);
-  c.decoder_layers = r.i({"num_decoder_layers"}, false, c.layers);
-  c.hidden = r.i({"d_model"}, true);
-  c.heads = r.i({"num_heads"}, true);
-  c.head_dim = r.i({"d_kv"}, true);
-  c.ffn = r.i({"d_ff"}, true);
-  c.vocab = r.i({"vocab_size"}, true);
-  c.rel_buckets = r.i({"relative_attention_num_buckets"}, false, 32);
-  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-6);
-  c.dropout = static_cast<float>(r.f({"dropout_rate"}, 0.1));
-  c.attn_dropout = c.dropout;
-  c.tie_embeddings = r.b("tie_word_embeddings", true);
+  read_t5_stack(r, c);
   const std::string proj = r.s({"feed_forward_proj"}, "relu");
   const size_t dash = proj.rfind('-');
   c.gated_act = dash != std::string::npos && proj.substr(0, dash) == "gated";
