@@ -55,6 +55,8 @@ CONFIGS = {
                    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101, "sliding_window": 8},
     "t5": {"model_type": "t5", "num_layers": 2, "d_model": 64, "num_heads": 4, "d_kv": 16, "d_ff": 128,
            "vocab_size": 101, "feed_forward_proj": "gated-gelu", "tie_word_embeddings": False},
+    "bloom": {"model_type": "bloom", "n_layer": 2, "hidden_size": 64, "n_head": 4, "vocab_size": 101},
+    "mpt": {"model_type": "mpt", "n_layers": 2, "d_model": 64, "n_heads": 4, "vocab_size": 101, "max_seq_len": 64},
     "llama_gptq": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101,
                    "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False}},

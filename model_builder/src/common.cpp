@@ -142,10 +142,12 @@ std::string linear(Net& n, const std::string& prefix, const std::string& x, int6
   return y;
 }
 
-std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps) {
+std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps,
+                       bool bias) {
   const std::string g = n.b.weight(prefix + ".weight", {hidden});
-  const std::string be = n.b.weight(prefix + ".bias", {hidden});
-  const std::string y = n.b.node("LayerNormalization", prefix + "/LayerNormalization", {x, g, be});
+  std::vector<std::string> in = {x, g};
+  if (bias) in.push_back(n.b.weight(prefix + ".bias", {hidden}));
+  const std::string y = n.b.node("LayerNormalization", prefix + "/LayerNormalization", in);
   n.b.attr_i("axis", -1);
   n.b.attr_f("epsilon", static_cast<float>(eps));
   return y;
@@ -220,10 +222,12 @@ std::string soft_cap(Net& n, const std::string& p, const std::string& x, double 
 
 std::string masked_attention(Net& n, const std::string& p, const std::string& q, const std::string& k,
                              const std::string& v, int64_t hd, const std::string& mask,
-                             const std::string& dropout_prefix, float attn_dropout, int64_t merged, double softcap) {
+                             const std::string& dropout_prefix, float attn_dropout, int64_t merged, double softcap,
+                             const std::string& bias) {
   std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
   s = n.b.node("Div", p + "/Div", {s, f32(n, p + "/scale", static_cast<float>(std::sqrt(double(hd))))});
   if (softcap > 0) s = soft_cap(n, p + "/softcap", s, softcap);
+  if (!bias.empty()) s = n.b.node("Add", p + "/bias_Add", {s, bias});
   s = n.b.node("Add", p + "/mask_Add", {s, mask});
   s = n.b.node("Softmax", p + "/Softmax", {s});
   n.b.attr_i("axis", -1);

@@ -50,8 +50,9 @@ struct Net {
 // weight [out, groups, group x bits / 8], scales [out x groups], zero points) instead.
 std::string linear(Net& n, const std::string& prefix, const std::string& x, int64_t in, int64_t out,
                    bool bias = true);
-// nn.LayerNorm over the last dim.
-std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps);
+// nn.LayerNorm over the last dim; `bias` false: a LayerNorm without its bias (MPT's no_bias).
+std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps,
+                       bool bias = true);
 // RMSNorm as eager PyTorch runs it (T5LayerNorm, LlamaRMSNorm): pow, mean, add eps, rsqrt,
 // mul, mul weight; rsqrt+mul are written Sqrt+Div (same kernel count and sizes).
 std::string rms_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps);
@@ -73,13 +74,14 @@ std::string merge_heads(Net& n, const std::string& prefix, const std::string& x,
 std::string transpose_last(Net& n, const std::string& prefix, const std::string& k);
 
 // Eager attention core on split heads (BertSelfAttention, LlamaAttention): q k^T / sqrt(hd)
-// (soft-capped when softcap > 0, Gemma 2) + mask, softmax, dropout, @ v, heads merged ->
+// (soft-capped when softcap > 0, Gemma 2) [+ an additive bias, ALiBi's] + mask, softmax,
+// dropout, @ v, heads merged ->
 // [b, s, merged]. Nodes are named under `p` ("p/MatMul", "p/Div", ...), the dropout under
 // `dropout_prefix`.
 std::string masked_attention(Net& n, const std::string& p, const std::string& q, const std::string& k,
                              const std::string& v, int64_t hd, const std::string& mask,
                              const std::string& dropout_prefix, float attn_dropout, int64_t merged,
-                             double softcap = 0);
+                             double softcap = 0, const std::string& bias = "");
 // cap * tanh(x / cap) (Gemma 2's soft-capping of attention scores and logits), named under `p`.
 std::string soft_cap(Net& n, const std::string& p, const std::string& x, double cap);
 std::string f32(Net& n, const std::string& name, float v);

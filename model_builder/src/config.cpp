@@ -442,8 +442,7 @@ void read_gptj(const Reader& r, ModelConfig& c) {
 // (ln_attn, ln_mlp; num_ln_in_parallel_attn 2) and num_kv_heads KV heads, the original
 // (7B) shares one norm and one KV head (multi_query). The fused GEMM's output is laid out per
 // head ([q k v] per head) without grouping, as [q | k | v] blocks otherwise (the new
-// architecture's per-group [q.. k v] layout costs the same views). ALiBi (Falcon-RW) is not
-// built.
+// architecture's per-group [q.. k v] layout costs the same views). Falcon-RW uses ALiBi.
 void read_falcon(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"num_hidden_layers", "n_layer"}, true);
   c.hidden = r.i({"hidden_size"}, true);
@@ -463,8 +462,7 @@ void read_falcon(const Reader& r, ModelConfig& c) {
   c.rope_theta = r.f({"rope_theta"}, 10000.0);
   c.dropout = static_cast<float>(r.f({"hidden_dropout"}, 0.0));
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
-  if (r.b("alibi", false))
-    throw InputError(r.path + ": Falcon with ALiBi position biases (alibi: true) is not supported; rotary Falcon models are");
+  c.alibi = r.b("alibi", false);  // Falcon-RW
   c.qkv_bias = c.o_bias = c.mlp_bias = r.b("bias", false);
   c.layer_norm = c.dense_mlp = true;
   c.tie_embeddings = r.b("tie_word_embeddings", true);
@@ -487,6 +485,56 @@ void read_starcoder2(const Reader& r, ModelConfig& c) {
   c.dropout = static_cast<float>(r.f({"residual_dropout"}, 0.0));
   c.layer_norm = c.dense_mlp = true;
   c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
+// BLOOM: ALiBi instead of positions, a LayerNorm on the embedding, LayerNorms, a fused
+// query_key_value GEMM laid out per head (GPT-NeoX's), a biased tanh-GELU MLP (dense_h_to_4h,
+// dense_4h_to_h) in sequence, a tied LM head. apply_residual_connection_post_layernorm
+// changes which tensor the residual adds, not what runs.
+void read_bloom(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"n_layer", "num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size", "n_embed"}, true);
+  c.heads = r.i({"n_head", "num_attention_heads"}, true);
+  c.kv_heads = c.heads;
+  c.ffn = 4 * c.hidden;
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"seq_length", "max_position_embeddings"}, false, 2048);
+  c.activation = "gelu_new";  // bloom_gelu_forward: the tanh approximation
+  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
+  c.dropout = static_cast<float>(r.f({"hidden_dropout"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  c.qkv_bias = c.o_bias = true;
+  c.layer_norm = c.dense_mlp = c.fused_qkv = c.alibi = c.embedding_norm = true;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
+// MPT (MPT-7B, MPT-30B): ALiBi, LayerNorms without biases and projections without biases
+// (no_bias), one Wqkv GEMM chunked into [q | k | v], an exact-GELU MLP (up_proj, down_proj)
+// of expansion_ratio, a tied LM head. attn_config's qk_ln (off in the released models) is not
+// built; a config without ALiBi (learned positions) is refused.
+void read_mpt(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"n_layers", "num_hidden_layers"}, true);
+  c.hidden = r.i({"d_model", "hidden_size"}, true);
+  c.heads = r.i({"n_heads", "num_attention_heads"}, true);
+  c.kv_heads = c.heads;
+  c.ffn = r.i({"expansion_ratio"}, false, 4) * c.hidden;
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_seq_len"}, false, 2048);
+  c.activation = "gelu";
+  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
+  c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.0));
+  const bool no_bias = r.b("no_bias", true);
+  c.qkv_bias = c.o_bias = c.mlp_bias = c.norm_bias = !no_bias;
+  c.layer_norm = c.dense_mlp = c.fused_qkv_blocks = true;
+  c.tie_embeddings = true;
+  bool alibi = true;
+  if (auto a = r.j.find("attn_config"); a != r.j.end() && a->is_object()) {
+    const Reader ar{*a, r.path};
+    alibi = ar.b("alibi", true);
+    c.attn_dropout = static_cast<float>(ar.f({"attn_pdrop"}, 0.0));
+  }
+  if (!alibi) throw InputError(r.path + ": MPT without ALiBi (attn_config.alibi false) is not supported");
+  c.alibi = true;
 }
 
 // DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
@@ -550,6 +598,8 @@ const std::map<std::string, Family>& families() {
       {"RefinedWeb", {read_falcon, llama, builder::build_llama}},
       {"RefinedWebModel", {read_falcon, llama, builder::build_llama}},
       {"starcoder2", {read_starcoder2, llama, builder::build_llama}},
+      {"bloom", {read_bloom, llama, builder::build_llama}},
+      {"mpt", {read_mpt, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},

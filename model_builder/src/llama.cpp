@@ -5,6 +5,8 @@
 // sliding-window layers where the config has them), as HF's eager modelling code runs them.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "common.h"
 #include "families.h"
@@ -45,9 +47,24 @@ std::string partial_rotary(Net& n, const std::string& p, const std::string& x, i
   return y;
 }
 
-// A decoder norm: RMSNorm, or Phi's LayerNorm with bias.
+// A decoder norm: RMSNorm, or Phi's LayerNorm (with bias unless norm_bias says not).
 std::string norm(Net& n, const ModelConfig& c, const std::string& p, const std::string& x) {
-  return c.layer_norm ? layer_norm(n, p, x, c.hidden, c.layer_norm_eps) : rms_norm(n, p, x, c.hidden, c.layer_norm_eps);
+  return c.layer_norm ? layer_norm(n, p, x, c.hidden, c.layer_norm_eps, c.norm_bias)
+                      : rms_norm(n, p, x, c.hidden, c.layer_norm_eps);
+}
+
+// ALiBi's bias [batch, heads, 1, keys] (HF build_alibi_tensor): the positions from the
+// attention mask's cumulative sum, ((mask.cumsum(-1) - 1) * mask), times each head's slope.
+// `total` is the 1-element key length.
+std::string alibi_bias(Net& n, const ModelConfig& c, const std::string& p, const std::string& total) {
+  const std::string bk = n.b.node("Concat", p + "/mask_shape", {n.batch, total});
+  n.b.attr_i("axis", 0);
+  const std::string mask = fill(n, p + "/attention_mask", bk, kF32, 1.0);
+  std::string pos = n.b.node("CumSum", p + "/cumsum", {mask, n.b.ints(p + "/last_axis", {1}, true)});
+  pos = n.b.node("Sub", p + "/position_Sub", {pos, f32(n, p + "/one", 1.0f)});
+  pos = n.b.node("Mul", p + "/position_Mul", {pos, mask});
+  pos = n.b.node("Unsqueeze", p + "/position_4d", {pos, n.b.ints(p + "/axes12", {1, 2})});  // [b, 1, 1, keys]
+  return n.b.node("Mul", p + "/slopes_Mul", {pos, n.b.weight(p + ".slopes", {1, c.heads, 1, 1})});
 }
 
 // repeat_kv: [b, kvh, len, hd] -> [b, kvh * rep, len, hd] (expand + reshape copy); `len` is
@@ -75,7 +92,8 @@ struct Cache {
 };
 
 std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
-                      const std::string& mask, const std::string& cos, const std::string& sin, const Cache& cache) {
+                      const std::string& mask, const std::string& cos, const std::string& sin, const Cache& cache,
+                      const std::string& alibi) {
   const int64_t h = c.hidden, nh = c.heads, kvh = c.kv_heads, hd = c.head_dim;
   // Queries and keys [b, s, heads, hd] to [b, heads, s, hd]; Qwen3 normalises each head first.
   auto heads = [&](const std::string& name, const std::string& y, int64_t count) {
@@ -112,8 +130,10 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
     k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
     v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
   }
-  q = partial_rotary(n, p + "/rotary_q", q, hd, rotary_dims(c), cos, sin);
-  k = partial_rotary(n, p + "/rotary_k", k, hd, rotary_dims(c), cos, sin);
+  if (!c.alibi) {
+    q = partial_rotary(n, p + "/rotary_q", q, hd, rotary_dims(c), cos, sin);
+    k = partial_rotary(n, p + "/rotary_k", k, hd, rotary_dims(c), cos, sin);
+  }
   std::string len = n.seq;
   if (!cache.total.empty()) {
     const std::string l = std::to_string(cache.layer);
@@ -128,7 +148,8 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   }
   k = repeat_kv(n, p + "/repeat_k", k, c, len);
   v = repeat_kv(n, p + "/repeat_v", v, c, len);
-  const std::string o = masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd, c.attn_softcap);
+  const std::string o =
+      masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd, c.attn_softcap, alibi);
   return linear(n, p + ".o_proj", o, nh * hd, h, c.o_bias);
 }
 
@@ -339,6 +360,25 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
   return n.b.node("Add", p + "/residual_Add_1", {r, down});
 }
 
+// The rotary tables of `rd` rotated dims, once per forward: freqs = inv_freq[:, None] @
+// positions[None, :] over positions past .. total - 1; (cos, sin) of cat(freqs, freqs).
+std::pair<std::string, std::string> rotary_tables(Net& n, const std::string& p0, int64_t rd, const std::string& past_scalar,
+                                                  const std::string& total_scalar) {
+  const std::string pos = n.b.node("Range", p0 + "/position_ids",
+                                   {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
+                                    n.b.ints("const_one", {1}, true)});
+  const std::string posf = n.b.node("Cast", p0 + "/position_ids_float", {pos});
+  n.b.attr_i("to", kF32);
+  const std::string pos_row = n.b.node("Unsqueeze", p0 + "/position_row", {posf, n.b.ints("const_axes0b", {0})});
+  const std::string inv_freq = n.b.weight(p0 + ".rotary_emb.inv_freq", {rd / 2, 1});
+  const std::string freqs = n.b.node("MatMul", p0 + ".rotary_emb/MatMul", {inv_freq, pos_row});
+  const std::string freqs_t = n.b.node("Transpose", p0 + ".rotary_emb/Transpose", {freqs});
+  n.b.attr_ints("perm", {1, 0});
+  const std::string emb = n.b.node("Concat", p0 + ".rotary_emb/Concat", {freqs_t, freqs_t});
+  n.b.attr_i("axis", -1);
+  return {n.b.node("Cos", p0 + ".rotary_emb/Cos", {emb}), n.b.node("Sin", p0 + ".rotary_emb/Sin", {emb})};
+}
+
 }  // namespace
 
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
@@ -346,7 +386,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                       : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
   const std::string ids = n.token_input("input_ids");
   const int64_t h = c.hidden, hd = c.kv_lora_rank > 0 ? c.qk_rope_dim : rotary_dims(c);  // the rotary dims
-  if (hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
+  if (!c.alibi && hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
   const std::string p0 = "model";
   // With a KV cache the step's queries sit at positions past .. past + sequence - 1 and
   // attend to past + sequence keys.
@@ -385,21 +425,11 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   const std::string& mask = masks.causal;
   const std::string& sliding_mask = masks.sliding;
 
+  if (c.embedding_norm) x = layer_norm(n, p0 + ".word_embeddings_layernorm", x, h, c.layer_norm_eps, c.norm_bias);
+  const std::string alibi = c.alibi ? alibi_bias(n, c, p0 + ".alibi", total) : "";
   // Rotary tables, once per forward: freqs = inv_freq[:, None] @ positions[None, :].
-  const std::string pos = n.b.node("Range", p0 + "/position_ids",
-                                   {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
-                                    n.b.ints("const_one", {1}, true)});
-  const std::string posf = n.b.node("Cast", p0 + "/position_ids_float", {pos});
-  n.b.attr_i("to", kF32);
-  const std::string pos_row = n.b.node("Unsqueeze", p0 + "/position_row", {posf, n.b.ints("const_axes0b", {0})});
-  const std::string inv_freq = n.b.weight(p0 + ".rotary_emb.inv_freq", {hd / 2, 1});
-  const std::string freqs = n.b.node("MatMul", p0 + ".rotary_emb/MatMul", {inv_freq, pos_row});
-  const std::string freqs_t = n.b.node("Transpose", p0 + ".rotary_emb/Transpose", {freqs});
-  n.b.attr_ints("perm", {1, 0});
-  const std::string emb = n.b.node("Concat", p0 + ".rotary_emb/Concat", {freqs_t, freqs_t});
-  n.b.attr_i("axis", -1);
-  const std::string cos = n.b.node("Cos", p0 + ".rotary_emb/Cos", {emb});
-  const std::string sin = n.b.node("Sin", p0 + ".rotary_emb/Sin", {emb});
+  std::string cos, sin;
+  if (!c.alibi) std::tie(cos, sin) = rotary_tables(n, p0, hd, past_scalar, total_scalar);
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = p0 + ".layers." + std::to_string(l);
@@ -409,7 +439,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                          c.sliding_layers[static_cast<size_t>(l)];
     const Cache kc{l, o.kv_cache ? total : ""};
     a = c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
-                           : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc);
+                           : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc, alibi);
     x = mlp_block(n, c, p, l, x, normed, a);
   }
   x = norm(n, c, p0 + (c.layer_norm ? ".final_layernorm" : ".norm"), x);

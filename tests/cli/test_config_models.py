@@ -53,6 +53,10 @@ FLAN_T5 = {"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 256, "num_hea
            "tie_word_embeddings": False}
 # A GPTQ checkpoint's config, small: 4-bit layers (MatMulNBits), asymmetric groups of 32.
 LLAMA_GPTQ = dict(LLAMA, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False})
+# BLOOM's and MPT's structure, small: ALiBi, a normed embedding (BLOOM), no biases (MPT).
+BLOOM = {"model_type": "bloom", "hidden_size": 128, "n_head": 4, "n_layer": 2, "vocab_size": 1000}
+MPT = {"model_type": "mpt", "d_model": 128, "n_heads": 4, "n_layers": 2, "vocab_size": 1000, "no_bias": True,
+       "attn_config": {"alibi": True}}
 # DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
             "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
@@ -91,7 +95,7 @@ class ConfigModels(unittest.TestCase):
                           ("gemma2_small", GEMMA2), ("phi_small", PHI), ("neox_small", NEOX),
                           ("deepseek_small", DEEPSEEK), ("gptj_small", GPTJ), ("falcon_small", FALCON),
                           ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5),
-                          ("llama_gptq", LLAMA_GPTQ)):
+                          ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

@@ -988,11 +988,6 @@ TEST_CASE("generation: Falcon (fused QKV with one or grouped KV heads, parallel 
   // Falcon-7B's KV cache: one 64-wide KV head per layer.
   const GenerationReport r = generate(config_decoder(c7), serving(DType::bf16, 1), 512, 16, "h100");
   CHECK(r.kv_cache_bytes == doctest::Approx(32.0 * 2 * 64 * (512 + 16) * 2).epsilon(0.001));
-  // ALiBi Falcons are refused with the field named.
-  std::ifstream f(test::source_dir() + "/tests/data/falcon_7b.json");
-  nlohmann::json j = nlohmann::json::parse(f);
-  j["alibi"] = true;
-  CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), "falcon-rw"), doctest::Contains("alibi"), InputError);
 }
 
 TEST_CASE("generation: StarCoder2 (GQA with LayerNorms, biases and a dense MLP in sequence, every layer sliding)") {
@@ -1022,6 +1017,46 @@ TEST_CASE("generation: StarCoder2 (GQA with LayerNorms, biases and a dense MLP i
   const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 8192, 16, "h100");
   CHECK(r.weight_bytes == doctest::Approx(params * 2).epsilon(0.001));
   CHECK(r.kv_cache_bytes == doctest::Approx(32.0 * 2 * 512 * 4096 * 2).epsilon(0.01));
+}
+
+TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {
+  struct Case {
+    const char* file;
+    int64_t params;  // the checkpoint's, the LM head tied to the embedding
+    int64_t layer_norms;
+  };
+  // bloom-560m 559,214,592 (a LayerNorm on the embedding too), mpt-7b 6,649,286,656 (no
+  // biases anywhere), falcon-rw-1b 1,311,625,216.
+  for (const Case& k : {Case{"bloom_560m", 559214592, 2 * 24 + 2}, Case{"mpt_7b", 6649286656, 2 * 32 + 1},
+                        Case{"falcon_rw_1b", 1311625216, 2 * 24 + 1}}) {
+    INFO(k.file);
+    const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/" + k.file + ".json");
+    CHECK(c.alibi);
+    const LoadedModel m = build_model(c);
+    int64_t params = 0;
+    int rotary = 0, layer_norms = 0, bias_adds = 0;
+    for (const std::string& w : m.model.graph.initializers) {
+      const TensorInfo* t = m.model.graph.find(w);
+      if (t && t->external_data && w.rfind("lm_head", 0) != 0 && w.find("alibi.slopes") == std::string::npos)
+        params += t->num_elements();
+    }
+    for (const Node& n : m.model.graph.nodes) {
+      rotary += n.op_type == "Cos" || n.op_type == "Sin";
+      layer_norms += n.op_type == "LayerNormalization";
+      bias_adds += n.name.find("self_attn/bias_Add") != std::string::npos;
+    }
+    CHECK(params == k.params);
+    CHECK(rotary == 0);
+    CHECK(layer_norms == k.layer_norms);
+    CHECK(bias_adds == c.layers);
+    // Served, the bias is FlashAttention's (alibi_slopes): one kernel per layer, no add of it.
+    const Decoder d = config_decoder(c);
+    const Analysis pre = prepare(d.prefill, serving(DType::bf16, 1, 256));
+    CHECK(count_op(pre.kernels, "flash_attention") == c.layers);
+    CHECK(count_op(pre.kernels, "add") == 0);
+    const GenerationReport r = generate(d, serving(DType::bf16, 1), 512, 16, "h100");
+    CHECK(r.tpot_ms > r.weight_read_ms);
+  }
 }
 
 TEST_CASE("generation: GPTQ and AWQ checkpoints run their layers' projections on 4-bit weights (MatMulNBits)") {

@@ -2,7 +2,7 @@
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, T5 and mT5,
 // Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
-// GPT-NeoX, GPT-J, Falcon, StarCoder2), mixtures
+// GPT-NeoX, GPT-J, Falcon, StarCoder2, BLOOM, MPT), mixtures
 // of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
@@ -67,6 +67,13 @@ struct ModelConfig {
   bool layer_norm = false;
   bool dense_mlp = false;
   bool mlp_bias = true;
+  // ALiBi instead of rotary (BLOOM, MPT, Falcon-RW): each head's scores plus its slope times
+  // the key's position, a [batch, heads, 1, keys] bias built once per forward from the
+  // attention mask's cumulative sum, as HF builds it. BLOOM normalises the embedding
+  // (embedding_norm); MPT's LayerNorms have no bias (norm_bias).
+  bool alibi = false;
+  bool embedding_norm = false;
+  bool norm_bias = true;
   int parallel_block = 0;
   bool fused_qkv = false;
   // Phi-3 (and Phi-4): one qkv_proj GEMM whose output holds all query heads, then the key and
