@@ -537,7 +537,8 @@ void read_mpt(const Reader& r, ModelConfig& c) {
   c.alibi = true;
 }
 
-// DeepSeek-V3 (and R1, Kimi K2): multi-head latent attention, the first first_k_dense_replace
+// DeepSeek-V3 (and R1, Kimi K2; DeepSeek-V2, whose softmax router and greedy top-k cost as
+// V3's sigmoid and group-limited one): multi-head latent attention, the first first_k_dense_replace
 // layers dense, the rest top-k of n_routed_experts with n_shared_experts always on (one dense
 // SwiGLU of their combined width, ungated). Its router's sigmoid scores and group-limited
 // top-k cost as the MoE operator's routing; the multi-token-prediction layer is counted
@@ -602,6 +603,7 @@ const std::map<std::string, Family>& families() {
       {"mpt", {read_mpt, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},
+      {"deepseek_v2", {read_deepseek_v3, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},

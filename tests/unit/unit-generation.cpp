@@ -1019,6 +1019,27 @@ TEST_CASE("generation: StarCoder2 (GQA with LayerNorms, biases and a dense MLP i
   CHECK(r.kv_cache_bytes == doctest::Approx(32.0 * 2 * 512 * 4096 * 2).epsilon(0.01));
 }
 
+TEST_CASE("generation: DeepSeek-V2 is DeepSeek-V3's latent attention and experts (V2-Lite: one query projection)") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/deepseek_v2_lite.json");
+  CHECK(c.q_lora_rank == 0);  // null: q_proj
+  CHECK(c.kv_lora_rank == 512);
+  CHECK(c.experts == 64);
+  CHECK(c.shared_expert_ffn == 2 * 1408);
+  CHECK_FALSE(c.normalize_routing);
+  CHECK(c.dense_layers == std::vector<int64_t>{0});
+  // 15,706,484,224 parameters (the rotary table's inv_freq is a buffer, not one).
+  int64_t params = 0;
+  const LoadedModel m = build_model(c);
+  for (const std::string& w : m.model.graph.initializers) {
+    const TensorInfo* t = m.model.graph.find(w);
+    if (t && t->external_data && w.find("inv_freq") == std::string::npos) params += t->num_elements();
+  }
+  CHECK(params == 15706484224);
+  // Its decode step caches the latent: 512 + 64 values per token and layer.
+  const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 1024, 16, "h100");
+  CHECK(r.kv_cache_bytes == doctest::Approx(27.0 * (512 + 64) * (1024 + 16) * 2).epsilon(0.001));
+}
+
 TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {
   struct Case {
     const char* file;
