@@ -487,6 +487,39 @@ void read_starcoder2(const Reader& r, ModelConfig& c) {
   c.tie_embeddings = r.b("tie_word_embeddings", true);
 }
 
+// Granite (Granite 3.x; granitemoe: its mixture): a Llama-style decoder (a Mixtral one) whose
+// embedding, residual branches and logits are scaled by constants (embedding_multiplier,
+// residual_multiplier, 1 / logits_scaling), each a kernel of its own in eager PyTorch;
+// attention_multiplier replaces 1 / sqrt(head size), the same cost.
+void read_granite(const Reader& r, ModelConfig& c) {
+  if (c.model_type == "granitemoe") read_mixtral(r, c);
+  else read_llama(r, c);
+  c.embedding_multiplier = r.f({"embedding_multiplier"}, 1.0);
+  c.residual_multiplier = r.f({"residual_multiplier"}, 1.0);
+  const double logits_scaling = r.f({"logits_scaling"}, 1.0);
+  if (!(c.embedding_multiplier > 0) || !(c.residual_multiplier > 0) || !(logits_scaling > 0))
+    throw InputError(r.path + ": embedding_multiplier, residual_multiplier and logits_scaling must be positive");
+  c.logits_multiplier = 1.0 / logits_scaling;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
+// Cohere (Command-R, Command-R+): the attention and a SwiGLU MLP side by side on one
+// LayerNorm without bias (parallel_block 1), Q and K heads LayerNorm-ed when use_qk_norm
+// (Command-R+), the logits times logit_scale, a tied LM head. Its rotary pairs neighbouring
+// dims (as GPT-J's), the same passes.
+void read_cohere(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
+  c.layer_norm = true;
+  c.norm_bias = false;
+  c.parallel_block = 1;
+  c.qk_norm = r.b("use_qk_norm", false);
+  c.qkv_bias = c.o_bias = r.b("attention_bias", false);
+  c.logits_multiplier = r.f({"logit_scale"}, 0.0625);
+  if (!(c.logits_multiplier > 0)) throw InputError(r.path + ": logit_scale must be positive");
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
 // BLOOM: ALiBi instead of positions, a LayerNorm on the embedding, LayerNorms, a fused
 // query_key_value GEMM laid out per head (GPT-NeoX's), a biased tanh-GELU MLP (dense_h_to_4h,
 // dense_4h_to_h) in sequence, a tied LM head. apply_residual_connection_post_layernorm
@@ -600,6 +633,9 @@ const std::map<std::string, Family>& families() {
       {"RefinedWebModel", {read_falcon, llama, builder::build_llama}},
       {"starcoder2", {read_starcoder2, llama, builder::build_llama}},
       {"bloom", {read_bloom, llama, builder::build_llama}},
+      {"granite", {read_granite, llama, builder::build_llama}},
+      {"granitemoe", {read_granite, llama, builder::build_llama}},
+      {"cohere", {read_cohere, llama, builder::build_llama}},
       {"mpt", {read_mpt, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},

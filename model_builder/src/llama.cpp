@@ -99,7 +99,8 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   auto heads = [&](const std::string& name, const std::string& y, int64_t count) {
     if (!c.qk_norm) return split_heads(n, p + "/" + name, y, count, hd);
     std::string r = n.b.node("Reshape", p + "/" + name + "/Reshape", {y, n.shape_bs(p + "/" + name + "/shape", {count, hd})});
-    r = rms_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps);
+    r = c.layer_norm ? layer_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps, c.norm_bias)  // Cohere
+                     : rms_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps);
     const std::string t = n.b.node("Transpose", p + "/" + name + "/Transpose", {r});
     n.b.attr_ints("perm", {0, 2, 1, 3});
     return t;
@@ -312,34 +313,14 @@ Masks decoder_masks(Net& n, const ModelConfig& c, const std::string& p0, const s
   return m;
 }
 
-// Layer `l`'s residual adds and MLP, given its input `x`, its normed input and its attention's
-// output `a`: Phi's parallel block (attention + dense MLP of the same normed input +
-// residual); otherwise the attention's residual, the post-attention norm and the SwiGLU MLP or
-// the sparse MoE block, with Gemma's sandwich norms.
-std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_t l, const std::string& x,
-                      const std::string& normed, std::string a) {
+// The SwiGLU MLP of its normed input `f` (gate_proj, up_proj or Phi-3's gate_up_proj chunked
+// in two, the activation, down_proj), or the sparse MoE block in an MoE layer; Gemma's
+// post-feedforward norm on its output.
+std::string gated_mlp(Net& n, const ModelConfig& c, const std::string& p, int64_t l, const std::string& f) {
   const int64_t h = c.hidden;
-  // Gemma 2/3's sandwich: the attention's output normalised before the residual, and the MLP
-  // between pre- and post-feedforward norms.
-  if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
-  // The dense MLP (Phi, GPT-NeoX) of its normed input.
-  const auto dense = [&](const std::string& in) {
-    const std::string fc1 = activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", in, h, c.ffn, c.mlp_bias), c.activation);
-    return dropout(n, p + ".mlp_dropout", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, c.mlp_bias), c.dropout);
-  };
-  if (c.parallel_block > 0) {
-    const std::string in = c.parallel_block == 1 ? normed : norm(n, c, p + ".post_attention_layernorm", x);
-    const std::string both = n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".attention_dropout", a, c.dropout), dense(in)});
-    return n.b.node("Add", p + "/residual_Add", {both, x});
-  }
-  // GPT-NeoX's post_attention_dropout, StarCoder2's residual_dropout on the attention output.
-  if (c.dense_mlp) a = dropout(n, p + ".attention_dropout", a, c.dropout);
-  const std::string r = n.b.node("Add", p + "/residual_Add", {x, a});
-  const std::string f = norm(n, c, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), r);
-  if (c.dense_mlp) return n.b.node("Add", p + "/residual_Add_1", {r, dense(f)});
   const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
                       std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
-  if (sparse) return n.b.node("Add", p + "/residual_Add_1", {r, sparse_moe(n, p + ".block_sparse_moe", f, c)});
+  if (sparse) return sparse_moe(n, p + ".block_sparse_moe", f, c);
   std::string gate_in, up;
   if (c.fused_gate_up) {  // Phi-3: gate_up_proj, chunked in two along the last axis
     const std::string gu = linear(n, p + ".mlp.gate_up_proj", f, h, 2 * c.ffn, false);
@@ -357,7 +338,41 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
   const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});
   std::string down = linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false);
   if (c.sandwich_norm) down = rms_norm(n, p + ".post_feedforward_layernorm", down, h, c.layer_norm_eps);
-  return n.b.node("Add", p + "/residual_Add_1", {r, down});
+  return down;
+}
+
+// Layer `l`'s residual adds and MLP, given its input `x`, its normed input and its attention's
+// output `a`: the parallel block (Phi, GPT-NeoX, GPT-J, Falcon, Cohere: attention + MLP of
+// the same or their own normed inputs + residual); otherwise the attention's residual, the
+// post-attention norm and the MLP, with Gemma's sandwich norms and Granite's residual scale.
+std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_t l, const std::string& x,
+                      const std::string& normed, std::string a) {
+  const int64_t h = c.hidden;
+  // Gemma 2/3's sandwich: the attention's output normalised before the residual, and the MLP
+  // between pre- and post-feedforward norms.
+  if (c.sandwich_norm) a = rms_norm(n, p + ".post_attention_layernorm", a, h, c.layer_norm_eps);
+  // The MLP of its normed input: dense (Phi, GPT-NeoX, ...) or gated.
+  const auto mlp = [&](const std::string& in) {
+    if (!c.dense_mlp) return gated_mlp(n, c, p, l, in);
+    const std::string fc1 = activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", in, h, c.ffn, c.mlp_bias), c.activation);
+    return dropout(n, p + ".mlp_dropout", linear(n, p + ".mlp.fc2", fc1, c.ffn, h, c.mlp_bias), c.dropout);
+  };
+  // Granite: each branch times residual_multiplier before it joins the residual.
+  const auto scaled = [&](const std::string& y, const std::string& name) {
+    if (c.residual_multiplier <= 0) return y;
+    return n.b.node("Mul", p + "/" + name + "_residual_scale",
+                    {y, f32(n, p + "/" + name + "_residual_multiplier", static_cast<float>(c.residual_multiplier))});
+  };
+  if (c.parallel_block > 0) {
+    const std::string in = c.parallel_block == 1 ? normed : norm(n, c, p + ".post_attention_layernorm", x);
+    const std::string both = n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".attention_dropout", a, c.dropout), mlp(in)});
+    return n.b.node("Add", p + "/residual_Add", {both, x});
+  }
+  // GPT-NeoX's post_attention_dropout, StarCoder2's residual_dropout on the attention output.
+  if (c.dense_mlp) a = dropout(n, p + ".attention_dropout", a, c.dropout);
+  const std::string r = n.b.node("Add", p + "/residual_Add", {x, scaled(a, "attn")});
+  const std::string f = norm(n, c, p + (c.sandwich_norm ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"), r);
+  return n.b.node("Add", p + "/residual_Add_1", {r, scaled(mlp(f), "mlp")});
 }
 
 // The rotary tables of `rd` rotated dims, once per forward: freqs = inv_freq[:, None] @
@@ -410,8 +425,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     diag = n.b.node("Add", p0 + "/causal_diagonal", {past_scalar, n.b.ints("const_one_d", {1}, true)});
   }
   std::string x = n.b.node("Gather", p0 + ".embed_tokens/Gather", {n.b.weight(p0 + ".embed_tokens.weight", {c.vocab, h}), ids});
-  if (c.scale_embedding)  // Gemma: embeddings times sqrt(hidden)
-    x = n.b.node("Mul", p0 + ".embed_tokens/scale", {x, f32(n, p0 + "/embed_scale", std::sqrt(float(h)))});
+  if (c.scale_embedding || c.embedding_multiplier > 0)  // Gemma: embeddings times sqrt(hidden); Granite's multiplier
+    x = n.b.node("Mul", p0 + ".embed_tokens/scale",
+                 {x, f32(n, p0 + "/embed_scale", c.scale_embedding ? std::sqrt(float(h)) : float(c.embedding_multiplier))});
   if (c.mtp_module) {  // DeepSeek-V3's MTP module: [enorm(embedding), hnorm(previous hidden)] -> eh_proj
     n.b.input("hidden_states", kF32, {-1, -1, h}, {"batch", "sequence"});
     const std::string e = rms_norm(n, p0 + ".enorm", x, h, c.layer_norm_eps);
@@ -448,6 +464,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                  {x, n.b.ints("const_last_start", {-1}), n.b.ints("const_last_end", {INT64_MAX}), n.b.ints("const_axes1", {1})});
   const std::string logits = linear(n, "lm_head", x, h, c.vocab, c.head_bias);
   if (c.final_softcap > 0) soft_cap(n, "lm_head/softcap", logits, c.final_softcap);
+  if (c.logits_multiplier > 0)
+    n.b.node("Mul", "lm_head/logits_scale", {logits, f32(n, "lm_head/logits_multiplier", float(c.logits_multiplier))});
   n.rename_last("logits");
   if (o.last_logits) n.output("logits", {"batch"}, {1, c.vocab});
   else n.output("logits", {"batch", "sequence"}, {c.vocab});

@@ -1040,6 +1040,54 @@ TEST_CASE("generation: DeepSeek-V2 is DeepSeek-V3's latent attention and experts
   CHECK(r.kv_cache_bytes == doctest::Approx(27.0 * (512 + 64) * (1024 + 16) * 2).epsilon(0.001));
 }
 
+TEST_CASE("generation: Granite scales its embedding, residual branches and logits, Cohere runs SwiGLU beside attention") {
+  const auto parameters = [](const LoadedModel& m) {
+    int64_t p = 0;
+    for (const std::string& w : m.model.graph.initializers) {
+      const TensorInfo* t = m.model.graph.find(w);
+      if (t && t->external_data && w.find("inv_freq") == std::string::npos && w.rfind("lm_head", 0) != 0)
+        p += t->num_elements();
+    }
+    return p;
+  };
+  const ModelConfig g = read_hf_config(test::source_dir() + "/tests/data/granite_8b.json");
+  CHECK(g.residual_multiplier == 0.22);
+  CHECK(g.logits_multiplier == doctest::Approx(1.0 / 16));
+  const LoadedModel gm = build_model(g);
+  CHECK(parameters(gm) == 8170848256);  // granite-3.1-8b, the LM head tied
+  int residual_scales = 0, embed_scale = 0, logits_scale = 0;
+  for (const Node& n : gm.model.graph.nodes) {
+    residual_scales += n.name.find("_residual_scale") != std::string::npos;
+    embed_scale += n.name == "model.embed_tokens/scale";
+    logits_scale += n.name == "lm_head/logits_scale";
+  }
+  CHECK(residual_scales == 2 * 40);
+  CHECK(embed_scale == 1);
+  CHECK(logits_scale == 1);
+  // Eager, each scale is a kernel over the hidden states; served, the residual scales fold
+  // into the fused residual adds and norms.
+  Options eager = serving(DType::bf16, 1, 256);
+  eager.fusion = Fusion::eager;
+  CHECK(count_op(prepare(gm, eager).kernels, "mul") >= 2 * 40 + 2);
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/command_r.json");
+  CHECK(c.parallel_block == 1);
+  CHECK_FALSE(c.dense_mlp);
+  CHECK_FALSE(c.norm_bias);
+  const LoadedModel cm = build_model(c);
+  CHECK(parameters(cm) == 34980831232);  // c4ai-command-r-v01, the LM head tied
+  int layer_norms = 0, gates = 0, post_norms = 0;
+  for (const Node& n : cm.model.graph.nodes) {
+    layer_norms += n.op_type == "LayerNormalization";
+    gates += n.op_type == "MatMul" && n.name.find("mlp.gate_proj") != std::string::npos;
+    post_norms += n.name.find("post_attention_layernorm") != std::string::npos;
+  }
+  CHECK(layer_norms == 40 + 1);
+  CHECK(gates == 40);
+  CHECK(post_norms == 0);
+  const GenerationReport r = generate(config_decoder(c), serving(DType::f16, 1), 512, 16, "h100");
+  CHECK(r.tpot_ms > r.weight_read_ms);
+}
+
 TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {
   struct Case {
     const char* file;

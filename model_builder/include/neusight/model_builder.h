@@ -2,7 +2,7 @@
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, T5 and mT5,
 // Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
-// GPT-NeoX, GPT-J, Falcon, StarCoder2, BLOOM, MPT), mixtures
+// GPT-NeoX, GPT-J, Falcon, StarCoder2, BLOOM, MPT, Granite, Cohere), mixtures
 // of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
@@ -74,6 +74,13 @@ struct ModelConfig {
   bool alibi = false;
   bool embedding_norm = false;
   bool norm_bias = true;
+  // Constant scales PyTorch applies as kernels of their own (0: none): the embedding times
+  // embedding_multiplier (Granite), each residual branch times residual_multiplier before it
+  // is added (Granite), the logits times logits_multiplier (Granite's 1 / logits_scaling,
+  // Cohere's logit_scale).
+  double embedding_multiplier = 0;
+  double residual_multiplier = 0;
+  double logits_multiplier = 0;
   int parallel_block = 0;
   bool fused_qkv = false;
   // Phi-3 (and Phi-4): one qkv_proj GEMM whose output holds all query heads, then the key and
