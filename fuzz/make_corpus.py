@@ -62,6 +62,8 @@ CONFIGS = {
                 "residual_multiplier": 0.22, "logits_scaling": 8.0},
     "cohere": {"model_type": "cohere", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                "intermediate_size": 128, "vocab_size": 101, "use_qk_norm": True},
+    "gpt_bigcode": {"model_type": "gpt_bigcode", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 64,
+                    "vocab_size": 101},
     "llama_gptq": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101,
                    "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False}},

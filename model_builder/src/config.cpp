@@ -487,6 +487,21 @@ void read_starcoder2(const Reader& r, ModelConfig& c) {
   c.tie_embeddings = r.b("tie_word_embeddings", true);
 }
 
+// GPTBigCode (StarCoder, SantaCoder, WizardCoder): GPT-2's block (LayerNorms, biased
+// projections, a tanh-GELU MLP, learned positions, a tied head) with one fused c_attn whose
+// output is [q | k | v] over a single KV head (multi_query; all heads without it). HF's eager
+// MQA folds the heads into the query rows of one batched GEMM; the graph repeats the KV head
+// as Llama's do (the same FLOPs, a copy of the keys more in eager; none fused).
+void read_gpt_bigcode(const Reader& r, ModelConfig& c) {
+  read_gpt2(r, c);
+  c.max_positions = r.i({"n_positions", "max_position_embeddings"}, false, 8192);
+  c.activation = r.s({"activation_function"}, "gelu_pytorch_tanh");
+  c.kv_heads = r.b("multi_query", true) ? 1 : c.heads;
+  c.qkv_bias = c.o_bias = true;
+  c.layer_norm = c.dense_mlp = c.fused_qkv_blocks = c.learned_positions = true;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
 // Granite (Granite 3.x; granitemoe: its mixture): a Llama-style decoder (a Mixtral one) whose
 // embedding, residual branches and logits are scaled by constants (embedding_multiplier,
 // residual_multiplier, 1 / logits_scaling), each a kernel of its own in eager PyTorch;
@@ -633,6 +648,7 @@ const std::map<std::string, Family>& families() {
       {"RefinedWebModel", {read_falcon, llama, builder::build_llama}},
       {"starcoder2", {read_starcoder2, llama, builder::build_llama}},
       {"bloom", {read_bloom, llama, builder::build_llama}},
+      {"gpt_bigcode", {read_gpt_bigcode, llama, builder::build_llama}},
       {"granite", {read_granite, llama, builder::build_llama}},
       {"granitemoe", {read_granite, llama, builder::build_llama}},
       {"cohere", {read_cohere, llama, builder::build_llama}},

@@ -131,7 +131,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
     k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
     v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
   }
-  if (!c.alibi) {
+  if (!c.alibi && !c.learned_positions) {
     q = partial_rotary(n, p + "/rotary_q", q, hd, rotary_dims(c), cos, sin);
     k = partial_rotary(n, p + "/rotary_k", k, hd, rotary_dims(c), cos, sin);
   }
@@ -401,7 +401,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                       : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
   const std::string ids = n.token_input("input_ids");
   const int64_t h = c.hidden, hd = c.kv_lora_rank > 0 ? c.qk_rope_dim : rotary_dims(c);  // the rotary dims
-  if (!c.alibi && hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
+  const bool rotary = !c.alibi && !c.learned_positions;
+  if (rotary && hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
   const std::string p0 = "model";
   // With a KV cache the step's queries sit at positions past .. past + sequence - 1 and
   // attend to past + sequence keys.
@@ -445,7 +446,14 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   const std::string alibi = c.alibi ? alibi_bias(n, c, p0 + ".alibi", total) : "";
   // Rotary tables, once per forward: freqs = inv_freq[:, None] @ positions[None, :].
   std::string cos, sin;
-  if (!c.alibi) std::tie(cos, sin) = rotary_tables(n, p0, hd, past_scalar, total_scalar);
+  if (rotary) std::tie(cos, sin) = rotary_tables(n, p0, hd, past_scalar, total_scalar);
+  if (c.learned_positions) {  // GPTBigCode: x + wpe(positions past .. total - 1)
+    const std::string pos = n.b.node("Range", p0 + "/position_ids",
+                                     {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
+                                      n.b.ints("const_one", {1}, true)});
+    const std::string pe = n.b.node("Gather", p0 + ".wpe/Gather", {n.b.weight(p0 + ".wpe.weight", {c.max_positions, h}), pos});
+    x = dropout(n, p0 + ".drop", n.b.node("Add", p0 + "/position_Add", {x, pe}), c.dropout);
+  }
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = p0 + ".layers." + std::to_string(l);

@@ -61,6 +61,9 @@ MPT = {"model_type": "mpt", "d_model": 128, "n_heads": 4, "n_layers": 2, "vocab_
 GRANITE = dict(LLAMA, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0)
 COHERE = {"model_type": "cohere", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
           "num_hidden_layers": 2, "vocab_size": 1000, "use_qk_norm": True}
+# StarCoder's structure, small: learned positions, one KV head.
+BIGCODE = {"model_type": "gpt_bigcode", "n_embd": 256, "n_head": 4, "n_layer": 2, "n_positions": 512,
+           "vocab_size": 1000, "multi_query": True}
 # DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
             "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
@@ -100,7 +103,8 @@ class ConfigModels(unittest.TestCase):
                           ("deepseek_small", DEEPSEEK), ("gptj_small", GPTJ), ("falcon_small", FALCON),
                           ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5),
                           ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT),
-                          ("granite_small", GRANITE), ("cohere_small", COHERE)):
+                          ("granite_small", GRANITE), ("cohere_small", COHERE),
+                          ("bigcode_small", BIGCODE)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

@@ -1088,6 +1088,36 @@ TEST_CASE("generation: Granite scales its embedding, residual branches and logit
   CHECK(r.tpot_ms > r.weight_read_ms);
 }
 
+TEST_CASE("generation: StarCoder (GPTBigCode) adds learned positions and shares one KV head") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/starcoder_15b.json");
+  CHECK(c.learned_positions);
+  CHECK(c.kv_heads == 1);
+  CHECK(c.fused_qkv_blocks);
+  CHECK(c.ffn == 24576);
+  const LoadedModel m = build_model(c);
+  int64_t params = 0;
+  int rotary = 0, wpe = 0;
+  for (const std::string& w : m.model.graph.initializers) {
+    const TensorInfo* t = m.model.graph.find(w);
+    if (t && t->external_data && w.rfind("lm_head", 0) != 0) params += t->num_elements();
+  }
+  for (const Node& n : m.model.graph.nodes) {
+    rotary += n.op_type == "Cos" || n.op_type == "Sin";
+    wpe += n.name == "model.wpe/Gather";
+  }
+  CHECK(rotary == 0);
+  CHECK(wpe == 1);
+  // Embedding and positions, 40 layers of LayerNorms, c_attn (h -> h + 2 x 128), c_proj and the
+  // MLP, biases everywhere; the LM head tied.
+  const int64_t h = 6144, f = 24576, layer = 4 * h + (h * (h + 256) + h + 256) + (h * h + h) + (h * f + f) + (f * h + h);
+  CHECK(params == 49152 * h + 8192 * h + 40 * layer + 2 * h);
+  // One 128-wide KV head per layer in the cache; decode positions continue past the prompt.
+  const Decoder d = config_decoder(c);
+  const GenerationReport r = generate(d, serving(DType::f16, 1), 512, 16, "a100-sxm-80gb");
+  CHECK(r.kv_cache_bytes == doctest::Approx(40.0 * 2 * 128 * (512 + 16) * 2).epsilon(0.001));
+  CHECK(count_op(prepare(d.prefill, serving(DType::f16, 1, 256)).kernels, "flash_attention") == 40);
+}
+
 TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {
   struct Case {
     const char* file;

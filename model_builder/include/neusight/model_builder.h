@@ -2,7 +2,8 @@
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, T5 and mT5,
 // Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
-// GPT-NeoX, GPT-J, Falcon, StarCoder2, BLOOM, MPT, Granite, Cohere), mixtures
+// GPT-NeoX, GPT-J, Falcon, StarCoder (GPTBigCode), StarCoder2, BLOOM, MPT, Granite, Cohere),
+// mixtures
 // of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
@@ -72,6 +73,8 @@ struct ModelConfig {
   // attention mask's cumulative sum, as HF builds it. BLOOM normalises the embedding
   // (embedding_norm); MPT's LayerNorms have no bias (norm_bias).
   bool alibi = false;
+  // Learned absolute positions (GPTBigCode: wpe) added to the token embeddings, no rotary.
+  bool learned_positions = false;
   bool embedding_norm = false;
   bool norm_bias = true;
   // Constant scales PyTorch applies as kernels of their own (0: none): the embedding times
