@@ -216,7 +216,8 @@ LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const 
 std::vector<std::string> config_notes(const ModelConfig& cfg, const Options& opt) {
   std::vector<std::string> notes;
   for (const std::string& n : {opt.dtype == DType::undefined ? config_dtype_note(cfg) : std::string(),
-                               config_parallel_note(cfg, opt.parallel.tp), config_quantization_note(cfg)})
+                               config_parallel_note(cfg, opt.parallel.tp), config_quantization_note(cfg),
+                               config_multimodal_note(cfg)})
     if (!n.empty()) notes.push_back(n);
   return notes;
 }

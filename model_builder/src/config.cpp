@@ -4,6 +4,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "families.h"
@@ -229,6 +230,20 @@ void read_mixtral(const Reader& r, ModelConfig& c) {
   c.experts_per_token = r.i({"num_experts_per_tok"}, false, 2);
   c.sparse_step = 1;
   check_experts(r, c);
+}
+
+// Qwen2-VL and Qwen2.5-VL: the language model, Qwen2's (Q, K, V biases; its multimodal
+// rotary sections cost as one rotary), whose fields these configs keep at the top level (or in
+// text_config); the vision tower is not built (config_multimodal_note).
+void read_qwen2_vl(const Reader& outer, ModelConfig& c) {
+  json j = outer.j;
+  if (auto t = outer.j.find("text_config"); t != outer.j.end() && t->is_object())
+    for (auto it = t->begin(); it != t->end(); ++it) j[it.key()] = it.value();
+  const Reader r{j, outer.path};
+  read_llama(r, c);
+  c.qkv_bias = r.b("attention_bias", true);
+  c.language_model_of = c.model_type;
+  c.model_type = "qwen2";
 }
 
 // Qwen3: a Llama-style decoder with an RMSNorm over each query and key head.
@@ -639,6 +654,8 @@ const std::map<std::string, Family>& families() {
       {"qwen3", {read_qwen3, llama, builder::build_llama}},
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
+      {"qwen2_vl", {read_qwen2_vl, llama, builder::build_llama}},
+      {"qwen2_5_vl", {read_qwen2_vl, llama, builder::build_llama}},
       {"phi", {read_phi, llama, builder::build_llama}},
       {"gpt_neox", {read_gpt_neox, llama, builder::build_llama}},
       {"phi3", {read_phi3, llama, builder::build_llama}},
@@ -704,6 +721,29 @@ void read_quantization(const Reader& outer, ModelConfig& c) {
 
 namespace {
 
+// A multimodal config's language model (LLaVA, Mistral 3, PaliGemma, ...): its text_config when
+// that names a family built here, with the defaults of the HF config class where the nested
+// config leaves them out (save_pretrained writes only the fields that differ from them) and
+// the outer config's dtype and quantization. Nothing otherwise.
+std::optional<json> language_model_config(const json& j) {
+  auto t = j.find("text_config");
+  if (t == j.end() || !t->is_object()) return std::nullopt;
+  auto mt = t->find("model_type");
+  if (mt == t->end() || !mt->is_string() || !families().count(mt->get<std::string>())) return std::nullopt;
+  const std::string type = mt->get<std::string>();
+  json text = json::object();
+  if (type == "llama")  // LlamaConfig's defaults (Llama 2 7B)
+    text = {{"hidden_size", 4096}, {"intermediate_size", 11008}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+            {"vocab_size", 32000}};
+  else if (type == "mistral")  // MistralConfig's defaults (Mistral 7B)
+    text = {{"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
+            {"num_key_value_heads", 8}, {"vocab_size", 32000}, {"sliding_window", 4096}};
+  for (auto it = t->begin(); it != t->end(); ++it) text[it.key()] = it.value();
+  for (const char* k : {"torch_dtype", "quantization_config"})
+    if (!text.contains(k) && j.contains(k)) text[k] = j[k];
+  return text;
+}
+
 // The config in `j`, read from `path` (named in errors); `source` names it in the graph.
 ModelConfig config_from_json(const json& j, const std::string& path, const std::string& source) {
   if (!j.is_object()) throw InputError(path + ": config must be a JSON object");
@@ -713,8 +753,14 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
   c.model_type = r.s({"model_type"}, "");
   if (c.model_type.empty()) throw InputError(path + ": missing field 'model_type'");
   auto it = families().find(c.model_type);
-  if (it == families().end())
+  if (it == families().end()) {
+    if (auto text = language_model_config(j)) {
+      ModelConfig lm = config_from_json(*text, path + " text_config", source);
+      lm.language_model_of = c.model_type;
+      return lm;
+    }
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
+  }
   it->second.read(r, c);
   read_quantization(r, c);
   c.torch_dtype = r.s({"torch_dtype"}, "");
@@ -791,6 +837,12 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
   for (const auto& b : bad) list += (list.empty() ? "" : ", ") + b;
   return "tp=" + std::to_string(tp) + " does not divide " + c.source + "'s " + list +
          ": Megatron and vLLM refuse that split; predicted with the shards padded";
+}
+
+std::string config_multimodal_note(const ModelConfig& c) {
+  if (c.language_model_of.empty()) return "";
+  return c.source + " is a " + c.language_model_of + " model: its language model (" + c.model_type +
+         ") is predicted; its vision tower and projector are not built";
 }
 
 std::string config_quantization_note(const ModelConfig& c) {

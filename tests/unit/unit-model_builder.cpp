@@ -296,6 +296,30 @@ TEST_CASE("model_builder: a model's folder reads as its config.json, named after
   std::filesystem::remove_all(dir.parent_path());
 }
 
+TEST_CASE("model_builder: a multimodal config builds its language model and says the vision tower is not built") {
+  // LLaVA-1.5: text_config lists only what differs from LlamaConfig's defaults.
+  const ModelConfig llava = read_hf_config(test::source_dir() + "/tests/data/llava_1.5_7b.json");
+  CHECK(llava.model_type == "llama");
+  CHECK(llava.language_model_of == "llava");
+  CHECK(llava.layers == 32);
+  CHECK(llava.hidden == 4096);
+  CHECK(llava.ffn == 11008);
+  CHECK(llava.vocab == 32064);
+  CHECK(llava.torch_dtype == "float16");
+  CHECK(config_multimodal_note(llava).find("vision tower") != std::string::npos);
+  CHECK(parameters(build_model(llava)) - 64 == 6738939904);  // Vicuna-7B, vocab 32064 (less inv_freq)
+  // Qwen2-VL keeps the language model's fields at the top level: Qwen2 with Q, K, V biases.
+  const ModelConfig qvl = read_hf_config(test::source_dir() + "/tests/data/qwen2_vl_7b.json");
+  CHECK(qvl.model_type == "qwen2");
+  CHECK(qvl.language_model_of == "qwen2_vl");
+  CHECK(qvl.qkv_bias);
+  CHECK(parameters(build_model(qvl)) - 64 == 7615616512);  // Qwen2-7B's (less inv_freq)
+  CHECK(config_multimodal_note(read_hf_config(test::source_dir() + "/tests/data/falcon_7b.json")).empty());
+  // A text_config of a family not built is the outer type's error.
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "idefics3", "text_config": {"model_type": "mamba"}})", "vlm"),
+                       doctest::Contains("'idefics3' is not supported"), InputError);
+}
+
 TEST_CASE("model_builder: a missing config file or malformed config text is an input error") {
   CHECK_THROWS_AS(read_hf_config(test::source_dir() + "/no/such.json"), InputError);
   CHECK_THROWS_WITH_AS(parse_hf_config("{", "config"), "config: malformed JSON config", InputError);

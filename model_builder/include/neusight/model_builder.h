@@ -155,6 +155,9 @@ struct ModelConfig {
   bool gated_act = false;
   int64_t rel_buckets = 32;    // T5 relative-position buckets
   std::string source;        // the config file
+  // A multimodal config's model_type when this is its language model (text_config; Qwen2-VL's
+  // top-level fields): the vision tower and projector are not built (config_multimodal_note).
+  std::string language_model_of;
   // The checkpoint's stored precision (`torch_dtype`, e.g. "bfloat16"; empty when absent). The
   // graph is built in FP32 whatever it says: PyTorch's from_pretrained loads FP32 unless asked
   // (`torch_dtype=` at load time), and the measured runs of neusight-data are FP32 with
@@ -201,5 +204,8 @@ std::string config_parallel_note(const ModelConfig& config, int tp);
 // (bitsandbytes, FP8, compressed-tensors, ...): its weights are priced in the model's dtype
 // (or --dtype). Empty for GPTQ, AWQ, gpt-oss's MXFP4 and unquantized configs.
 std::string config_quantization_note(const ModelConfig& config);
+// A note for a multimodal config (LLaVA, Mistral 3, Qwen2-VL, ...) whose language model alone
+// is built. Empty otherwise.
+std::string config_multimodal_note(const ModelConfig& config);
 
 }  // namespace neusight
