@@ -186,13 +186,15 @@ std::string gelu(Net& n, const std::string& p, const std::string& x) {
 
 std::string activation(Net& n, const std::string& p, const std::string& x, const std::string& act) {
   if (act == "relu") return n.b.node("Relu", p + "/Relu", {x});
+  if (act == "relu2")  // squared ReLU (Nemotron): torch.pow(F.relu(x), 2), two kernels
+    return n.b.node("Pow", p + "/Pow", {n.b.node("Relu", p + "/Relu", {x}), f32(n, p + "/c_two", 2.0f)});
   if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return gelu_new(n, p + "/gelu", x);
   if (act == "gelu") return gelu(n, p, x);
   if (act == "silu" || act == "swish") {
     const std::string s = n.b.node("Sigmoid", p + "/Sigmoid", {x});
     return n.b.node("Mul", p + "/Mul", {x, s});
   }
-  throw InputError("activation '" + act + "' is not supported (gelu_new, gelu, relu, silu)");
+  throw InputError("activation '" + act + "' is not supported (gelu_new, gelu, relu, relu2, silu)");
 }
 
 std::string split_heads(Net& n, const std::string& p, const std::string& x, int64_t heads, int64_t hd) {

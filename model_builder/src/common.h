@@ -62,7 +62,7 @@ std::string dropout(Net& n, const std::string& prefix, const std::string& x, flo
 std::string gelu_new(Net& n, const std::string& prefix, const std::string& x);
 // F.gelu (erf form): one fused kernel in PyTorch -> com.microsoft.Gelu.
 std::string gelu(Net& n, const std::string& prefix, const std::string& x);
-// The activation named in a config ("gelu_new", "gelu", "relu", "silu"/"swish").
+// The activation named in a config ("gelu_new", "gelu", "relu", "relu2", "silu"/"swish").
 std::string activation(Net& n, const std::string& prefix, const std::string& x, const std::string& act);
 
 // [b, s, h] -> [b, heads, s, hd] (view + permute + contiguous copy: one Transpose).

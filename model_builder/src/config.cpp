@@ -517,6 +517,37 @@ void read_gpt_bigcode(const Reader& r, ModelConfig& c) {
   c.tie_embeddings = r.b("tie_word_embeddings", true);
 }
 
+// InternLM2 (InternLM2, InternLM2.5): a Llama-style decoder whose Q, K and V projections are
+// one wqkv GEMM (its output grouped per KV head, [q.. k v]; built as [q | k | v] blocks, the
+// same GEMM and views), biases where `bias` says.
+void read_internlm2(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.fused_qkv_blocks = true;
+  c.qkv_bias = c.o_bias = r.b("bias", false);
+}
+
+// OLMo 2: a Llama-style decoder with its RMSNorms after the attention and the MLP (not before),
+// and the query and key projections RMS-normalised whole before the heads split.
+void read_olmo2(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.post_norm = c.qk_norm_full = true;
+  c.qkv_bias = c.o_bias = r.b("attention_bias", false);
+}
+
+// Nemotron (Nemotron-4, Minitron): LayerNorm1P norms (a LayerNorm with bias; the + 1 on its
+// weight costs nothing), a dense squared-ReLU MLP (up_proj, relu2, down_proj) without biases
+// unless mlp_bias, partial rotary (partial_rotary_factor), grouped-query attention.
+void read_nemotron(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.activation = r.s({"hidden_act"}, "relu2");
+  c.layer_norm_eps = r.f({"norm_eps", "layer_norm_eps"}, 1e-5);
+  c.layer_norm = c.dense_mlp = true;
+  c.mlp_bias = r.b("mlp_bias", false);
+  c.qkv_bias = c.o_bias = r.b("attention_bias", false);
+  c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.5);
+  check_rotary_fraction(r, c);
+}
+
 // Granite (Granite 3.x; granitemoe: its mixture): a Llama-style decoder (a Mixtral one) whose
 // embedding, residual branches and logits are scaled by constants (embedding_multiplier,
 // residual_multiplier, 1 / logits_scaling), each a kernel of its own in eager PyTorch;
@@ -667,6 +698,9 @@ const std::map<std::string, Family>& families() {
       {"bloom", {read_bloom, llama, builder::build_llama}},
       {"gpt_bigcode", {read_gpt_bigcode, llama, builder::build_llama}},
       {"granite", {read_granite, llama, builder::build_llama}},
+      {"internlm2", {read_internlm2, llama, builder::build_llama}},
+      {"olmo2", {read_olmo2, llama, builder::build_llama}},
+      {"nemotron", {read_nemotron, llama, builder::build_llama}},
       {"granitemoe", {read_granite, llama, builder::build_llama}},
       {"cohere", {read_cohere, llama, builder::build_llama}},
       {"mpt", {read_mpt, llama, builder::build_llama}},

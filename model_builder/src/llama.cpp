@@ -97,6 +97,8 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   const int64_t h = c.hidden, nh = c.heads, kvh = c.kv_heads, hd = c.head_dim;
   // Queries and keys [b, s, heads, hd] to [b, heads, s, hd]; Qwen3 normalises each head first.
   auto heads = [&](const std::string& name, const std::string& y, int64_t count) {
+    if (c.qk_norm_full)  // OLMo 2: the whole projection normalised, then split
+      return split_heads(n, p + "/" + name, rms_norm(n, p + "." + name + "_norm", y, count * hd, c.layer_norm_eps), count, hd);
     if (!c.qk_norm) return split_heads(n, p + "/" + name, y, count, hd);
     std::string r = n.b.node("Reshape", p + "/" + name + "/Reshape", {y, n.shape_bs(p + "/" + name + "/shape", {count, hd})});
     r = c.layer_norm ? layer_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps, c.norm_bias)  // Cohere
@@ -368,6 +370,10 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
     const std::string both = n.b.node("Add", p + "/Add_attn_mlp", {dropout(n, p + ".attention_dropout", a, c.dropout), mlp(in)});
     return n.b.node("Add", p + "/residual_Add", {both, x});
   }
+  if (c.post_norm) {  // OLMo 2: x + norm(attn(x)), then r + norm(mlp(r))
+    const std::string r = n.b.node("Add", p + "/residual_Add", {x, norm(n, c, p + ".post_attention_layernorm", a)});
+    return n.b.node("Add", p + "/residual_Add_1", {r, norm(n, c, p + ".post_feedforward_layernorm", mlp(r))});
+  }
   // GPT-NeoX's post_attention_dropout, StarCoder2's residual_dropout on the attention output.
   if (c.dense_mlp) a = dropout(n, p + ".attention_dropout", a, c.dropout);
   const std::string r = n.b.node("Add", p + "/residual_Add", {x, scaled(a, "attn")});
@@ -457,7 +463,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = p0 + ".layers." + std::to_string(l);
-    const std::string normed = norm(n, c, p + ".input_layernorm", x);
+    const std::string normed = c.post_norm ? x : norm(n, c, p + ".input_layernorm", x);
     std::string a = normed;
     const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&
                          c.sliding_layers[static_cast<size_t>(l)];

@@ -64,6 +64,10 @@ COHERE = {"model_type": "cohere", "hidden_size": 256, "intermediate_size": 512, 
 # StarCoder's structure, small: learned positions, one KV head.
 BIGCODE = {"model_type": "gpt_bigcode", "n_embd": 256, "n_head": 4, "n_layer": 2, "n_positions": 512,
            "vocab_size": 1000, "multi_query": True}
+# OLMo 2's post-norms with whole-projection q/k norms, Nemotron's squared ReLU, InternLM2's wqkv, small.
+OLMO2 = dict(LLAMA, model_type="olmo2", num_key_value_heads=16)
+NEMOTRON = dict(LLAMA, model_type="nemotron", hidden_act="relu2", partial_rotary_factor=0.5)
+INTERNLM2 = dict(LLAMA, model_type="internlm2")
 # DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
             "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
@@ -104,7 +108,8 @@ class ConfigModels(unittest.TestCase):
                           ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5),
                           ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT),
                           ("granite_small", GRANITE), ("cohere_small", COHERE),
-                          ("bigcode_small", BIGCODE)):
+                          ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),
+                          ("internlm2_small", INTERNLM2)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

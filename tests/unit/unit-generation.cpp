@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "neusight/neusight.h"
@@ -1116,6 +1117,42 @@ TEST_CASE("generation: StarCoder (GPTBigCode) adds learned positions and shares 
   const GenerationReport r = generate(d, serving(DType::f16, 1), 512, 16, "a100-sxm-80gb");
   CHECK(r.kv_cache_bytes == doctest::Approx(40.0 * 2 * 128 * (512 + 16) * 2).epsilon(0.001));
   CHECK(count_op(prepare(d.prefill, serving(DType::f16, 1, 256)).kernels, "flash_attention") == 40);
+}
+
+TEST_CASE("generation: InternLM2 fuses Q, K and V, OLMo 2 normalises after, Nemotron squares its ReLU") {
+  const auto parameters = [](const LoadedModel& m) {
+    int64_t p = 0;
+    for (const std::string& w : m.model.graph.initializers) {
+      const TensorInfo* t = m.model.graph.find(w);
+      if (t && t->external_data && w.find("inv_freq") == std::string::npos) p += t->num_elements();
+    }
+    return p;
+  };
+  const auto count = [](const LoadedModel& m, const std::function<bool(const Node&)>& f) {
+    return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), f);
+  };
+  // InternLM2.5-7B: 7,737,708,544 parameters; one wqkv GEMM per layer.
+  const LoadedModel intern = build_model(read_hf_config(test::source_dir() + "/tests/data/internlm2_5_7b.json"));
+  CHECK(parameters(intern) == 7737708544);
+  CHECK(count(intern, [](const Node& n) { return n.op_type == "MatMul" && n.name.find("qkv_proj") != std::string::npos; }) == 32);
+  // OLMo-2-1124-7B: 7,298,617,344; no norm before the attention or the MLP, two after, and the
+  // whole query and key projections normalised.
+  const LoadedModel olmo = build_model(read_hf_config(test::source_dir() + "/tests/data/olmo2_7b.json"));
+  CHECK(parameters(olmo) == 7298617344);
+  CHECK(count(olmo, [](const Node& n) { return n.name.find("input_layernorm") != std::string::npos; }) == 0);
+  CHECK(count(olmo, [](const Node& n) { return n.op_type == "Pow" && n.name.find("post_") != std::string::npos; }) == 2 * 32);
+  CHECK(count(olmo, [](const Node& n) { return n.op_type == "Pow" && n.name.find("q_norm") != std::string::npos; }) == 32);
+  // Minitron-8B (Nemotron): LayerNorms, relu then pow in a dense MLP, half of each head rotated.
+  const ModelConfig nc = read_hf_config(test::source_dir() + "/tests/data/minitron_8b.json");
+  CHECK(nc.rotary_fraction == 0.5);
+  CHECK(nc.dense_mlp);
+  const LoadedModel nem = build_model(nc);
+  const int64_t h = 4096, f = 16384, layer = h * 48 * 128 + 2 * h * 8 * 128 + 48 * 128 * h + 2 * h * f + 2 * 2 * h;
+  CHECK(parameters(nem) == 2 * 256000 * h + 32 * layer + 2 * h);
+  CHECK(count(nem, [](const Node& n) { return n.op_type == "Pow" && n.name.find("mlp.act") != std::string::npos; }) == 32);
+  CHECK(count(nem, [](const Node& n) { return n.op_type == "LayerNormalization"; }) == 2 * 32 + 1);
+  const GenerationReport r = generate(config_decoder(nc), serving(DType::bf16, 1), 512, 16, "h100");
+  CHECK(r.tpot_ms > r.weight_read_ms);
 }
 
 TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {

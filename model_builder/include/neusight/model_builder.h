@@ -2,8 +2,8 @@
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, T5 and mT5,
 // Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
-// GPT-NeoX, GPT-J, Falcon, StarCoder (GPTBigCode), StarCoder2, BLOOM, MPT, Granite, Cohere),
-// mixtures
+// GPT-NeoX, GPT-J, Falcon, StarCoder (GPTBigCode), StarCoder2, BLOOM, MPT, Granite, Cohere,
+// InternLM2, OLMo 2, Nemotron), mixtures
 // of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
@@ -51,6 +51,10 @@ struct ModelConfig {
   bool tie_embeddings = false;
   // Qwen3: an RMSNorm over each head of the queries and keys before the rotary embedding.
   bool qk_norm = false;
+  // OLMo 2: an RMSNorm over the whole query and key projections (before the heads split), and
+  // the layer's norms after the attention and the MLP instead of before them (post_norm).
+  bool qk_norm_full = false;
+  bool post_norm = false;
   // Gemma 3: RMSNorms after the attention and after the MLP as well as before each
   // (post_attention_layernorm on the attention's output, pre/post_feedforward_layernorm around
   // the MLP), and the embedding scaled by sqrt(hidden).
