@@ -548,6 +548,30 @@ void read_nemotron(const Reader& r, ModelConfig& c) {
   check_rotary_fraction(r, c);
 }
 
+// OLMoE: OLMo's mixture, a Llama-style decoder whose query and key projections are
+// RMS-normalised whole (OLMo 2's q_norm / k_norm) and whose MLPs are top-k mixtures of
+// num_experts SwiGLU experts of intermediate_size (probabilities not renormalised by default).
+void read_olmoe(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.qk_norm_full = true;
+  c.experts = r.i({"num_experts"}, true);
+  c.experts_per_token = r.i({"num_experts_per_tok"}, true);
+  c.sparse_step = 1;
+  c.normalize_routing = r.b("norm_topk_prob", false);
+  c.qkv_bias = c.o_bias = r.b("attention_bias", false);
+  check_experts(r, c);
+}
+
+// Phi-3.5-MoE (phimoe): Mixtral's mixture with LayerNorms, biased Q, K, V and output
+// projections and a biased LM head; its sparsemixer routing costs as top-k.
+void read_phimoe(const Reader& r, ModelConfig& c) {
+  read_mixtral(r, c);
+  c.layer_norm_eps = r.f({"rms_norm_eps", "layer_norm_eps"}, 1e-5);
+  c.layer_norm = true;
+  c.qkv_bias = c.o_bias = r.b("attention_bias", true);
+  c.head_bias = r.b("lm_head_bias", true);
+}
+
 // Granite (Granite 3.x; granitemoe: its mixture): a Llama-style decoder (a Mixtral one) whose
 // embedding, residual branches and logits are scaled by constants (embedding_multiplier,
 // residual_multiplier, 1 / logits_scaling), each a kernel of its own in eager PyTorch;
@@ -698,6 +722,8 @@ const std::map<std::string, Family>& families() {
       {"bloom", {read_bloom, llama, builder::build_llama}},
       {"gpt_bigcode", {read_gpt_bigcode, llama, builder::build_llama}},
       {"granite", {read_granite, llama, builder::build_llama}},
+      {"olmoe", {read_olmoe, llama, builder::build_llama}},
+      {"phimoe", {read_phimoe, llama, builder::build_llama}},
       {"internlm2", {read_internlm2, llama, builder::build_llama}},
       {"olmo2", {read_olmo2, llama, builder::build_llama}},
       {"nemotron", {read_nemotron, llama, builder::build_llama}},

@@ -68,6 +68,9 @@ BIGCODE = {"model_type": "gpt_bigcode", "n_embd": 256, "n_head": 4, "n_layer": 2
 OLMO2 = dict(LLAMA, model_type="olmo2", num_key_value_heads=16)
 NEMOTRON = dict(LLAMA, model_type="nemotron", hidden_act="relu2", partial_rotary_factor=0.5)
 INTERNLM2 = dict(LLAMA, model_type="internlm2")
+# OLMoE's and Phi-3.5-MoE's mixtures, small.
+OLMOE = dict(LLAMA, model_type="olmoe", num_key_value_heads=16, num_experts=8, num_experts_per_tok=2, intermediate_size=256)
+PHIMOE = dict(LLAMA, model_type="phimoe", num_local_experts=4, num_experts_per_tok=2)
 # DeepSeek-V3's structure, small: multi-head latent attention, a dense first layer, routed and shared experts.
 DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
             "num_key_value_heads": 4, "num_hidden_layers": 3, "vocab_size": 1000, "q_lora_rank": 64,
@@ -109,7 +112,7 @@ class ConfigModels(unittest.TestCase):
                           ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT),
                           ("granite_small", GRANITE), ("cohere_small", COHERE),
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),
-                          ("internlm2_small", INTERNLM2)):
+                          ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

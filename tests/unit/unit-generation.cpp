@@ -1155,6 +1155,36 @@ TEST_CASE("generation: InternLM2 fuses Q, K and V, OLMo 2 normalises after, Nemo
   CHECK(r.tpot_ms > r.weight_read_ms);
 }
 
+TEST_CASE("generation: OLMoE and Phi-3.5-MoE route top-k of their experts (MoE operator per layer)") {
+  struct Case {
+    const char* file;
+    int64_t params;  // the checkpoint's
+    int64_t layers, layer_norms;
+  };
+  // OLMoE-1B-7B 6,919,161,856 (RMSNorms, whole q/k norms); Phi-3.5-MoE 41,873,153,344
+  // (LayerNorms, biases, a biased head).
+  for (const Case& k : {Case{"olmoe_1b_7b", 6919161856, 16, 0}, Case{"phi3.5_moe", 41873153344, 32, 2 * 32 + 1}}) {
+    INFO(k.file);
+    const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/" + k.file + ".json");
+    const LoadedModel m = build_model(c);
+    int64_t params = 0;
+    for (const std::string& w : m.model.graph.initializers) {
+      const TensorInfo* t = m.model.graph.find(w);
+      if (t && t->external_data && w.find("inv_freq") == std::string::npos) params += t->num_elements();
+    }
+    CHECK(params == k.params);
+    int moe = 0, layer_norms = 0;
+    for (const Node& n : m.model.graph.nodes) {
+      moe += n.op_type == "MoE";
+      layer_norms += n.op_type == "LayerNormalization";
+    }
+    CHECK(moe == k.layers);
+    CHECK(layer_norms == k.layer_norms);
+    const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 512, 16, "h100");
+    CHECK(r.tpot_ms > r.weight_read_ms);
+  }
+}
+
 TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {
   struct Case {
     const char* file;
