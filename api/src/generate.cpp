@@ -6,6 +6,8 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "neusight/neusight.h"
 
@@ -81,16 +83,71 @@ double unread_expert_bytes(const Graph& g, const Options& o, int64_t tokens) {
   return unread;
 }
 
-// The largest working set of one node: its activation inputs and its outputs.
-double activation_bytes(const Graph& g, const Options& o) {
-  double best = 0;
-  for (const auto& n : g.nodes) {
-    double b = 0;
-    for (const auto& i : n.inputs) {
-      const TensorInfo* t = i.empty() ? nullptr : g.find(i);
-      if (t && !t->is_initializer) b += tensor_bytes(t, o);
+// The largest working set of one kernel: the activations it reads that another kernel (or the
+// caller) wrote and those it writes that another kernel reads or the graph returns. A fused
+// kernel's intermediates are never materialised (FlashAttention's scores and probabilities, a
+// fused elementwise chain's values), and a node without a kernel (a view, an inference
+// Dropout, a KV head repeat the attention reads in place) makes no tensor of its own: its
+// output is its first activation input, seen another way.
+double activation_bytes(const Analysis& a, const Options& o) {
+  const Graph& g = a.graph;
+  std::vector<int> group(g.nodes.size(), -1);  // node -> the node its kernel is anchored at (-1: none)
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.node < 0 || static_cast<size_t>(k.node) >= group.size()) continue;
+    if (group[static_cast<size_t>(k.node)] < 0) group[static_cast<size_t>(k.node)] = k.node;
+    for (int f : k.fused_nodes)
+      if (f >= 0 && static_cast<size_t>(f) < group.size() && group[static_cast<size_t>(f)] < 0)
+        group[static_cast<size_t>(f)] = k.node;
+  }
+  std::unordered_map<std::string, std::string> root;  // an alias -> the tensor it views
+  std::unordered_map<std::string, int> producer;      // a materialised tensor -> its kernel's group
+  const auto resolve = [&](const std::string& t) {
+    auto it = root.find(t);
+    return it == root.end() ? t : it->second;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {  // nodes are in topological order
+    const Node& n = g.nodes[i];
+    if (group[i] >= 0) {
+      for (const auto& out : n.outputs)
+        if (!out.empty()) producer[out] = group[i];
+      continue;
     }
-    for (const auto& out : n.outputs) b += tensor_bytes(out.empty() ? nullptr : g.find(out), o);
+    std::string first;
+    for (const auto& in : n.inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+      if (t && !t->is_initializer) {
+        first = resolve(in);
+        break;
+      }
+    }
+    if (!first.empty())
+      for (const auto& out : n.outputs)
+        if (!out.empty()) root[out] = first;
+  }
+  std::map<int, std::set<std::string>> touched;  // group -> the materialised tensors it reads or writes
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (group[i] < 0) continue;
+    for (const auto& in : g.nodes[i].inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+      if (!t || t->is_initializer) continue;
+      const std::string r = resolve(in);
+      const TensorInfo* rt = g.find(r);
+      if (!rt || rt->is_initializer) continue;
+      auto p = producer.find(r);
+      if (p != producer.end() && p->second == group[i]) continue;
+      touched[group[i]].insert(r);
+      if (p != producer.end()) touched[p->second].insert(r);
+    }
+  }
+  for (const auto& out : g.outputs) {
+    auto p = producer.find(resolve(out));
+    if (p != producer.end()) touched[p->second].insert(p->first);
+  }
+  double best = 0;
+  for (const auto& entry : touched) {
+    const std::set<std::string>& names = entry.second;
+    double b = 0;
+    for (const auto& name : names) b += tensor_bytes(g.find(name), o);
     best = std::max(best, b);
   }
   return best;
@@ -271,7 +328,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   if (!d.tied_head_weight.empty())  // read by every step, held once: as the embedding
     a.tied_weight_bytes = gemm_weight_bytes(a.prefill.graph.find(d.tied_head_weight), options);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
-  a.activation_bytes = activation_bytes(a.prefill.graph, options);
+  a.activation_bytes = activation_bytes(a.prefill, options);
   // The cache is held as the activations are (BF16 under fp8 and fp4) unless --kv-dtype says.
   const DType kv_dtype = options.kv_dtype != DType::undefined ? options.kv_dtype
                          : options.dtype != DType::undefined ? activation_dtype(options.dtype)

@@ -605,6 +605,19 @@ void read_cohere(const Reader& r, ModelConfig& c) {
   c.tie_embeddings = r.b("tie_word_embeddings", true);
 }
 
+// Cohere 2 (Command R7B, Command A): Cohere's parallel block, three sliding-window layers with
+// rotary to one global layer without positions (sliding_window_pattern 4, or layer_types).
+void read_cohere2(const Reader& r, ModelConfig& c) {
+  if (!r.j.contains("layer_types") && !r.j.contains("sliding_window_pattern")) {
+    json j = r.j;
+    j["sliding_window_pattern"] = 4;
+    read_cohere(Reader{j, r.path}, c);
+  } else {
+    read_cohere(r, c);
+  }
+  c.rotary_sliding_only = true;
+}
+
 // BLOOM: ALiBi instead of positions, a LayerNorm on the embedding, LayerNorms, a fused
 // query_key_value GEMM laid out per head (GPT-NeoX's), a biased tanh-GELU MLP (dense_h_to_4h,
 // dense_4h_to_h) in sequence, a tied LM head. apply_residual_connection_post_layernorm
@@ -729,6 +742,7 @@ const std::map<std::string, Family>& families() {
       {"nemotron", {read_nemotron, llama, builder::build_llama}},
       {"granitemoe", {read_granite, llama, builder::build_llama}},
       {"cohere", {read_cohere, llama, builder::build_llama}},
+      {"cohere2", {read_cohere2, llama, builder::build_llama}},
       {"mpt", {read_mpt, llama, builder::build_llama}},
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},

@@ -133,7 +133,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
     k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
     v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
   }
-  if (!c.alibi && !c.learned_positions) {
+  if (!cos.empty()) {  // rotary (not ALiBi, learned positions or a NoPE layer)
     q = partial_rotary(n, p + "/rotary_q", q, hd, rotary_dims(c), cos, sin);
     k = partial_rotary(n, p + "/rotary_k", k, hd, rotary_dims(c), cos, sin);
   }
@@ -469,7 +469,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                          c.sliding_layers[static_cast<size_t>(l)];
     const Cache kc{l, o.kv_cache ? total : ""};
     a = c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
-                           : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc, alibi);
+                           : c.rotary_sliding_only && !sliding  // Cohere 2's global layers: no positions
+                               ? attention(n, p + ".self_attn", a, c, mask, "", "", kc, alibi)
+                               : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc, alibi);
     x = mlp_block(n, c, p, l, x, normed, a);
   }
   x = norm(n, c, p0 + (c.layer_norm ? ".final_layernorm" : ".norm"), x);

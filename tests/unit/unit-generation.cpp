@@ -1185,6 +1185,21 @@ TEST_CASE("generation: OLMoE and Phi-3.5-MoE route top-k of their experts (MoE o
   }
 }
 
+TEST_CASE("generation: a long prompt's activations are its largest kernel's, not FlashAttention's unmaterialised scores") {
+  const Decoder d = config_decoder(read_hf_config(test::source_dir() + "/tests/data/llama3_8b.json"));
+  const int64_t s = 8192;
+  // Served (FlashAttention, fused kernels): the MLP's gate and up outputs and their product,
+  // 3 x tokens x 14336 x 2 bytes; the 32 x 8192 x 8192 scores are never written.
+  const GenerationReport fused = generate(d, serving(DType::bf16, 1), s, 16, "h100");
+  CHECK(fused.activation_bytes == doctest::Approx(3.0 * s * 14336 * 2).epsilon(0.01));
+  // Eager attention writes them (and the probabilities): the largest working set is theirs.
+  Options eager = serving(DType::bf16, 1);
+  eager.fusion = Fusion::eager;
+  const GenerationReport unfused = generate(d, eager, s, 16, "h100");
+  CHECK(unfused.activation_bytes >= 32.0 * s * s * 2);
+  CHECK(unfused.max_batch < fused.max_batch);
+}
+
 TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {
   struct Case {
     const char* file;

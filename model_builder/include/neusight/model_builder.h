@@ -2,7 +2,7 @@
 //
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, T5 and mT5,
 // Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
-// GPT-NeoX, GPT-J, Falcon, StarCoder (GPTBigCode), StarCoder2, BLOOM, MPT, Granite, Cohere,
+// GPT-NeoX, GPT-J, Falcon, StarCoder (GPTBigCode), StarCoder2, BLOOM, MPT, Granite, Cohere 1-2,
 // InternLM2, OLMo 2, Nemotron), mixtures
 // of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
@@ -79,6 +79,8 @@ struct ModelConfig {
   bool alibi = false;
   // Learned absolute positions (GPTBigCode: wpe) added to the token embeddings, no rotary.
   bool learned_positions = false;
+  // Cohere 2: rotary on the sliding-window layers only; the global layers use no positions.
+  bool rotary_sliding_only = false;
   bool embedding_norm = false;
   bool norm_bias = true;
   // Constant scales PyTorch applies as kernels of their own (0: none): the embedding times
