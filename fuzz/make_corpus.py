@@ -68,6 +68,8 @@ CONFIGS = {
               "intermediate_size": 128, "vocab_size": 101},
     "nemotron": {"model_type": "nemotron", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                  "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101},
+    "cohere2": {"model_type": "cohere2", "num_hidden_layers": 4, "hidden_size": 64, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101, "sliding_window": 8},
     "llama_gptq": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101,
                    "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False}},

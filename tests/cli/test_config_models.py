@@ -59,6 +59,8 @@ MPT = {"model_type": "mpt", "d_model": 128, "n_heads": 4, "n_layers": 2, "vocab_
        "attn_config": {"alibi": True}}
 # Granite's scales and Cohere's parallel SwiGLU block with per-head LayerNorms, small.
 GRANITE = dict(LLAMA, model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=8.0)
+COHERE2 = {"model_type": "cohere2", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "num_hidden_layers": 4, "vocab_size": 1000, "sliding_window": 16}
 COHERE = {"model_type": "cohere", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
           "num_hidden_layers": 2, "vocab_size": 1000, "use_qk_norm": True}
 # StarCoder's structure, small: learned positions, one KV head.
@@ -110,7 +112,7 @@ class ConfigModels(unittest.TestCase):
                           ("deepseek_small", DEEPSEEK), ("gptj_small", GPTJ), ("falcon_small", FALCON),
                           ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5),
                           ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT),
-                          ("granite_small", GRANITE), ("cohere_small", COHERE),
+                          ("granite_small", GRANITE), ("cohere_small", COHERE), ("cohere2_small", COHERE2),
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE)):
             made.append(os.path.join(self.dir, name + ".json"))

@@ -1200,6 +1200,28 @@ TEST_CASE("generation: a long prompt's activations are its largest kernel's, not
   CHECK(unfused.max_batch < fused.max_batch);
 }
 
+TEST_CASE("generation: Cohere 2 rotates its sliding-window layers only, its global layers use no positions") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/command_r7b.json");
+  CHECK(c.rotary_sliding_only);
+  CHECK(c.parallel_block == 1);
+  CHECK(std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true) == 24);  // 3 of every 4
+  const LoadedModel m = build_model(c);
+  int rotated = 0;
+  for (const Node& n : m.model.graph.nodes) rotated += n.name.find("rotary_q/x1") != std::string::npos;
+  CHECK(rotated == 24);
+  // 8,028,033,024 parameters, the LM head tied (less the rotary table's inv_freq).
+  int64_t params = 0;
+  for (const std::string& w : m.model.graph.initializers) {
+    const TensorInfo* t = m.model.graph.find(w);
+    if (t && t->external_data && w.rfind("lm_head", 0) != 0 && w.find("inv_freq") == std::string::npos)
+      params += t->num_elements();
+  }
+  CHECK(params == 8028033024);
+  // A long prompt's cache: the global layers hold every token, the sliding ones the window.
+  const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 8192, 64, "h100");
+  CHECK(r.kv_cache_bytes == doctest::Approx(2.0 * 8 * 128 * 2 * (8.0 * (8192 + 64) + 24.0 * 4096)).epsilon(0.001));
+}
+
 TEST_CASE("generation: ALiBi decoders (BLOOM, MPT, Falcon-RW) bias their scores instead of rotating them") {
   struct Case {
     const char* file;
