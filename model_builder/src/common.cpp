@@ -24,12 +24,7 @@ onnx::ModelProto new_model(const ModelConfig& c, const std::string& doc) {
 }  // namespace
 
 Net::Net(const ModelConfig& c, const std::string& doc)
-    : model(new_model(c, doc)),
-      b(model.mutable_graph(), "weights.bin"),
-      weight_bits(c.weight_bits),
-      weight_group(c.weight_group),
-      weight_zero_points(c.weight_zero_points),
-      unquantized(c.unquantized) {}
+    : model(new_model(c, doc)), b(model.mutable_graph(), "weights.bin"), config(c) {}
 
 std::string Net::token_input(const std::string& name) {
   b.input(name, kI64, {-1, -1}, {"batch", "sequence"});
@@ -102,10 +97,10 @@ namespace {
 // Whether a quantized config's linear `prefix` is stored quantized: a projection inside a
 // numbered layer (GPTQ and AWQ quantize the layers' Linear modules, not the embedding, the LM
 // head or a pooler) whose name's last part is not among modules_to_not_convert.
-bool quantized_linear(const Net& n, const std::string& prefix) {
-  if (n.weight_bits <= 0) return false;
+bool quantized_linear(const ModelConfig& c, const std::string& prefix) {
+  if (c.weight_bits <= 0) return false;
   const std::string last = prefix.substr(prefix.rfind('.') + 1);
-  if (std::find(n.unquantized.begin(), n.unquantized.end(), last) != n.unquantized.end()) return false;
+  if (std::find(c.unquantized.begin(), c.unquantized.end(), last) != c.unquantized.end()) return false;
   size_t i = 0;
   while (i < prefix.size()) {
     const size_t j = std::min(prefix.find('.', i), prefix.size());
@@ -120,17 +115,18 @@ bool quantized_linear(const Net& n, const std::string& prefix) {
 
 std::string linear(Net& n, const std::string& prefix, const std::string& x, int64_t in, int64_t out, bool bias) {
   std::string y;
-  if (quantized_linear(n, prefix)) {
+  const ModelConfig& c = n.config;
+  if (quantized_linear(c, prefix)) {
     // Per-row scales (group_size -1) as 128-wide groups: MatMulNBits takes power-of-two
     // blocks, and the scales are a few percent of the packed weight either way.
-    const int64_t block = n.weight_group > 0 ? n.weight_group : 128, groups = (in + block - 1) / block;
-    std::vector<std::string> inputs = {x, n.b.weight(prefix + ".qweight", {out, groups, block * n.weight_bits / 8}, kU8),
+    const int64_t block = c.weight_group > 0 ? c.weight_group : 128, groups = (in + block - 1) / block;
+    std::vector<std::string> inputs = {x, n.b.weight(prefix + ".qweight", {out, groups, block * c.weight_bits / 8}, kU8),
                                        n.b.weight(prefix + ".scales", {out * groups})};
-    if (n.weight_zero_points) inputs.push_back(n.b.weight(prefix + ".qzeros", {out * ((groups * n.weight_bits + 7) / 8)}, kU8));
+    if (c.weight_zero_points) inputs.push_back(n.b.weight(prefix + ".qzeros", {out * ((groups * c.weight_bits + 7) / 8)}, kU8));
     y = n.b.node("MatMulNBits", prefix + "/MatMulNBits", inputs, 1, "com.microsoft");
     n.b.attr_i("K", in);
     n.b.attr_i("N", out);
-    n.b.attr_i("bits", n.weight_bits);
+    n.b.attr_i("bits", c.weight_bits);
     n.b.attr_i("block_size", block);
   } else {
     y = n.b.node("MatMul", prefix + "/MatMul", {x, n.b.weight(prefix + ".weight", {in, out})});

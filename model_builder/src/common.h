@@ -27,10 +27,8 @@ struct Net {
   // Unsqueeze of the first input, the way PyTorch exports compute them), and the scalar
   // sequence length.
   std::string batch, seq, batch_scalar, seq_scalar;
-  // The config's quantized linear weights (ModelConfig::weight_bits; 0: none), for linear().
-  int64_t weight_bits = 0, weight_group = 0;
-  bool weight_zero_points = false;
-  std::vector<std::string> unquantized;
+  // The config built (outlives the Net): linear() reads its quantized weights from it.
+  const ModelConfig& config;
 
   Net(const ModelConfig& c, const std::string& doc);
   // Declares `name` [batch, sequence] int64 and derives batch/seq from the first one.
@@ -46,7 +44,7 @@ struct Net {
 };
 
 // y = x W (+ bias): PyTorch nn.Linear / Conv1D (addmm); W stored [in, out]. Under a
-// quantized config (Net::weight_bits) a layer's projection is MatMulNBits(x, the packed
+// quantized config (ModelConfig::weight_bits) a layer's projection is MatMulNBits(x, the packed
 // weight [out, groups, group x bits / 8], scales [out x groups], zero points) instead.
 std::string linear(Net& n, const std::string& prefix, const std::string& x, int64_t in, int64_t out,
                    bool bias = true);

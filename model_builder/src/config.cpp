@@ -160,6 +160,12 @@ void read_t5(const Reader& r, ModelConfig& c) {
 
 void read_sliding_window(const Reader& r, ModelConfig& c);
 
+// Grouped-query attention: the query heads a whole multiple of the KV heads (`field`).
+void check_kv_heads(const Reader& r, const ModelConfig& c, const char* field) {
+  if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
+    throw InputError(r.path + ": num_attention_heads must be a multiple of " + field);
+}
+
 void read_llama(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"num_hidden_layers"}, true);
   c.hidden = r.i({"hidden_size"}, true);
@@ -176,8 +182,7 @@ void read_llama(const Reader& r, ModelConfig& c) {
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
   c.qkv_bias = r.b("attention_bias", c.model_type == "qwen2" || c.model_type == "qwen2_moe");
   c.tie_embeddings = r.b("tie_word_embeddings", c.model_type.rfind("gemma", 0) == 0);
-  if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
-    throw InputError(r.path + ": num_attention_heads must be a multiple of num_key_value_heads");
+  check_kv_heads(r, c, "num_key_value_heads");
   read_sliding_window(r, c);
 }
 
@@ -424,16 +429,9 @@ void read_gpt_neox(const Reader& r, ModelConfig& c) {
 // dims (rotate_every_two) where the graph pairs the two halves (rotate_half): the same
 // elementwise passes over the same elements.
 void read_gptj(const Reader& r, ModelConfig& c) {
-  c.layers = r.i({"n_layer", "num_hidden_layers"}, true);
-  c.hidden = r.i({"n_embd", "hidden_size"}, true);
-  c.heads = r.i({"n_head", "num_attention_heads"}, true);
+  read_gpt2(r, c);  // GPT-2's field names; GPTJConfig's defaults below
   c.kv_heads = c.heads;
-  c.ffn = r.i({"n_inner"}, false, 0);
-  if (c.ffn == 0) c.ffn = 4 * c.hidden;  // n_inner null: 4 x n_embd
-  c.vocab = r.i({"vocab_size"}, true);
   c.max_positions = r.i({"n_positions", "max_position_embeddings"}, false, 2048);
-  c.activation = r.s({"activation_function"}, "gelu_new");
-  c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
   c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.0));
   c.attn_dropout = static_cast<float>(r.f({"attn_pdrop"}, 0.0));
   if (c.heads > 0 && c.hidden % c.heads == 0) {
@@ -485,8 +483,7 @@ void read_falcon(const Reader& r, ModelConfig& c) {
   else c.parallel_block = r.b("parallel_attn", true) ? 1 : 0;
   if (c.kv_heads == c.heads) c.fused_qkv = true;
   else c.fused_qkv_blocks = true;
-  if (c.kv_heads <= 0 || c.heads % c.kv_heads != 0)
-    throw InputError(r.path + ": num_attention_heads must be a multiple of num_kv_heads");
+  check_kv_heads(r, c, "num_kv_heads");
 }
 
 // StarCoder2: a Llama-style decoder (grouped-query attention, rotary) with LayerNorms, biases

@@ -381,13 +381,18 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
   return n.b.node("Add", p + "/residual_Add_1", {r, scaled(mlp(f), "mlp")});
 }
 
+// The step's positions past .. total - 1 (0 .. sequence - 1 without a cache).
+std::string position_ids(Net& n, const std::string& p0, const std::string& past_scalar, const std::string& total_scalar) {
+  return n.b.node("Range", p0 + "/position_ids",
+                  {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
+                   n.b.ints("const_one", {1}, true)});
+}
+
 // The rotary tables of `rd` rotated dims, once per forward: freqs = inv_freq[:, None] @
-// positions[None, :] over positions past .. total - 1; (cos, sin) of cat(freqs, freqs).
+// positions[None, :]; (cos, sin) of cat(freqs, freqs).
 std::pair<std::string, std::string> rotary_tables(Net& n, const std::string& p0, int64_t rd, const std::string& past_scalar,
                                                   const std::string& total_scalar) {
-  const std::string pos = n.b.node("Range", p0 + "/position_ids",
-                                   {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
-                                    n.b.ints("const_one", {1}, true)});
+  const std::string pos = position_ids(n, p0, past_scalar, total_scalar);
   const std::string posf = n.b.node("Cast", p0 + "/position_ids_float", {pos});
   n.b.attr_i("to", kF32);
   const std::string pos_row = n.b.node("Unsqueeze", p0 + "/position_row", {posf, n.b.ints("const_axes0b", {0})});
@@ -454,10 +459,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   std::string cos, sin;
   if (rotary) std::tie(cos, sin) = rotary_tables(n, p0, hd, past_scalar, total_scalar);
   if (c.learned_positions) {  // GPTBigCode: x + wpe(positions past .. total - 1)
-    const std::string pos = n.b.node("Range", p0 + "/position_ids",
-                                     {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
-                                      n.b.ints("const_one", {1}, true)});
-    const std::string pe = n.b.node("Gather", p0 + ".wpe/Gather", {n.b.weight(p0 + ".wpe.weight", {c.max_positions, h}), pos});
+    const std::string pe = n.b.node("Gather", p0 + ".wpe/Gather", {n.b.weight(p0 + ".wpe.weight", {c.max_positions, h}),
+                                                                  position_ids(n, p0, past_scalar, total_scalar)});
     x = dropout(n, p0 + ".drop", n.b.node("Add", p0 + "/position_Add", {x, pe}), c.dropout);
   }
 
