@@ -665,6 +665,23 @@ void read_mpt(const Reader& r, ModelConfig& c) {
   c.alibi = true;
 }
 
+// The mixture of DeepSeek-V3's configs: the first first_k_dense_replace layers dense, the rest
+// top-k of n_routed_experts (every moe_layer_freq-th) with n_shared_experts always on (one
+// dense SwiGLU of their combined width, ungated), and num_nextn_predict_layers draft layers.
+void read_deepseek_experts(const Reader& r, ModelConfig& c) {
+  c.experts = r.i({"n_routed_experts"}, true);
+  c.experts_per_token = r.i({"num_experts_per_tok"}, true);
+  c.expert_ffn = r.i({"moe_intermediate_size"}, true);
+  c.sparse_step = r.i({"moe_layer_freq"}, false, 1);
+  c.normalize_routing = r.b("norm_topk_prob", true);
+  c.shared_expert_ffn = r.i({"n_shared_experts"}, false, 0) * c.expert_ffn;
+  c.shared_expert_gate = false;
+  const int64_t dense = r.i({"first_k_dense_replace"}, false, 0);
+  for (int64_t l = 0; l < std::min(dense, c.layers); ++l) c.dense_layers.push_back(l);
+  c.mtp_layers = r.i({"num_nextn_predict_layers"}, false, 0);
+  check_experts(r, c);
+}
+
 // DeepSeek-V3 (and R1, Kimi K2; DeepSeek-V2, whose softmax router and greedy top-k cost as
 // V3's sigmoid and group-limited one): multi-head latent attention, the first first_k_dense_replace
 // layers dense, the rest top-k of n_routed_experts with n_shared_experts always on (one dense
@@ -681,17 +698,20 @@ void read_deepseek_v3(const Reader& r, ModelConfig& c) {
   if (c.kv_lora_rank <= 0 || c.qk_nope_dim <= 0 || c.qk_rope_dim <= 0 || c.qk_rope_dim % 2 != 0 || c.v_head_dim <= 0)
     throw InputError(r.path + ": kv_lora_rank, qk_nope_head_dim, v_head_dim and an even qk_rope_head_dim must be positive");
   c.head_dim = c.qk_nope_dim + c.qk_rope_dim;
-  c.experts = r.i({"n_routed_experts"}, true);
-  c.experts_per_token = r.i({"num_experts_per_tok"}, true);
-  c.expert_ffn = r.i({"moe_intermediate_size"}, true);
-  c.sparse_step = r.i({"moe_layer_freq"}, false, 1);
-  c.normalize_routing = r.b("norm_topk_prob", true);
-  c.shared_expert_ffn = r.i({"n_shared_experts"}, false, 0) * c.expert_ffn;
-  c.shared_expert_gate = false;
-  const int64_t dense = r.i({"first_k_dense_replace"}, false, 0);
-  for (int64_t l = 0; l < std::min(dense, c.layers); ++l) c.dense_layers.push_back(l);
-  c.mtp_layers = r.i({"num_nextn_predict_layers"}, false, 0);
-  check_experts(r, c);
+  read_deepseek_experts(r, c);
+}
+
+// GLM-4.5 and GLM-4.6 (glm4_moe): DeepSeek-V3's mixture (its experts, shared experts, dense
+// first layers and draft layers, read as above) under grouped-query attention: biased q, k
+// and v projections (attention_bias), RMSNorm on each query and key head when use_qk_norm,
+// rotary on partial_rotary_factor of each head (half by default, as Glm4MoeConfig has it).
+void read_glm4_moe(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.layer_norm_eps = r.f({"rms_norm_eps"}, 1e-5);
+  c.qk_norm = r.b("use_qk_norm", false);
+  c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.5);
+  check_rotary_fraction(r, c);
+  read_deepseek_experts(r, c);
 }
 
 struct Family {
@@ -744,6 +764,8 @@ const std::map<std::string, Family>& families() {
       {"gpt_oss", {read_gpt_oss, llama, builder::build_llama}},
       {"deepseek_v3", {read_deepseek_v3, llama, builder::build_llama}},
       {"deepseek_v2", {read_deepseek_v3, llama, builder::build_llama}},
+      {"kimi_k2", {read_deepseek_v3, llama, builder::build_llama}},
+      {"glm4_moe", {read_glm4_moe, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},

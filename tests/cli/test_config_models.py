@@ -79,6 +79,14 @@ DEEPSEEK = {"model_type": "deepseek_v3", "hidden_size": 256, "intermediate_size"
             "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
             "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_shared_experts": 1,
             "first_k_dense_replace": 1, "hidden_act": "silu"}
+# GLM-4.5's structure, small: DeepSeek-V3's mixture under grouped-query attention with biased q/k/v,
+# per-head q/k norms and half-head rotary; Kimi K2 as DeepSeek-V3.
+GLM4_MOE = {"model_type": "glm4_moe", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8,
+            "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 3, "vocab_size": 1000,
+            "attention_bias": True, "use_qk_norm": True, "partial_rotary_factor": 0.5, "n_routed_experts": 8,
+            "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_shared_experts": 1,
+            "first_k_dense_replace": 1, "num_nextn_predict_layers": 1}
+KIMI_K2 = dict(DEEPSEEK, model_type="kimi_k2")
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -114,7 +122,8 @@ class ConfigModels(unittest.TestCase):
                           ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT),
                           ("granite_small", GRANITE), ("cohere_small", COHERE), ("cohere2_small", COHERE2),
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),
-                          ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE)):
+                          ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
+                          ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

@@ -1041,6 +1041,52 @@ TEST_CASE("generation: DeepSeek-V2 is DeepSeek-V3's latent attention and experts
   CHECK(r.kv_cache_bytes == doctest::Approx(27.0 * (512 + 64) * (1024 + 16) * 2).epsilon(0.001));
 }
 
+TEST_CASE("generation: GLM-4.5 is DeepSeek-V3's mixture under grouped-query attention, Kimi K2 is DeepSeek-V3") {
+  const auto parameters = [](const LoadedModel& m) {
+    int64_t p = 0;
+    for (const std::string& w : m.model.graph.initializers) {
+      const TensorInfo* t = m.model.graph.find(w);
+      if (t && t->external_data && w.find("inv_freq") == std::string::npos) p += t->num_elements();
+    }
+    return p;
+  };
+  const auto moe_nodes = [](const LoadedModel& m) {
+    int moe = 0;
+    for (const Node& n : m.model.graph.nodes) moe += n.op_type == "MoE";
+    return moe;
+  };
+  // GLM-4.5-Air: 46 layers, the first dense; 96 query heads of 128 and 8 KV heads, biased
+  // q/k/v; 128 experts of 1,408 (top 8) and one shared; its draft layer counted, not built.
+  const ModelConfig g = read_hf_config(test::source_dir() + "/tests/data/glm4_5_air.json");
+  CHECK(g.rotary_fraction == 0.5);
+  CHECK_FALSE(g.qk_norm);
+  CHECK(g.qkv_bias);
+  CHECK(g.kv_lora_rank == 0);
+  CHECK(g.dense_layers == std::vector<int64_t>{0});
+  CHECK(g.mtp_layers == 1);
+  const int64_t h = 4096, v = 151552, q = 96 * 128, kv = 8 * 128, ef = 1408;
+  const int64_t attention = h * q + q + 2 * (h * kv + kv) + q * h;
+  const int64_t moe = 128 * 3 * h * ef + 3 * h * ef + 128 * h;
+  const LoadedModel gm = build_model(g);
+  CHECK(parameters(gm) == 2 * v * h + 46 * (attention + 2 * h) + 3 * h * 10944 + 45 * moe + h);  // 106.85 B
+  CHECK(moe_nodes(gm) == 45);
+  // Its KV cache: 46 layers x 2 x 8 heads x 128.
+  const GenerationReport r = generate(config_decoder(g), serving(DType::bf16, 1), 1024, 16, "h100");
+  CHECK(r.kv_cache_bytes == doctest::Approx(46.0 * 2 * kv * (1024 + 16) * 2).epsilon(0.001));
+  CHECK(r.tpot_ms > r.weight_read_ms);
+  // Kimi K2: DeepSeek-V3's architecture at 384 experts and 64 heads, one dense layer.
+  const ModelConfig k = read_hf_config(test::source_dir() + "/tests/data/kimi_k2.json");
+  CHECK(k.kv_lora_rank == 512);
+  CHECK(k.experts == 384);
+  CHECK(k.dense_layers == std::vector<int64_t>{0});
+  const LoadedModel km = build_model(k);
+  CHECK(moe_nodes(km) == 60);
+  const int64_t kh = 7168;
+  const int64_t mla = kh * 1536 + 1536 + 1536 * 64 * 192 + kh * (512 + 64) + 512 + 512 * 64 * (128 + 128) + 64 * 128 * kh;
+  const int64_t kmoe = 384 * 3 * kh * 2048 + 3 * kh * 2048 + 384 * kh;
+  CHECK(parameters(km) == 2 * 163840 * kh + 61 * (mla + 2 * kh) + 3 * kh * 18432 + 60 * kmoe + kh);  // 1.026 T
+}
+
 TEST_CASE("generation: Granite scales its embedding, residual branches and logits, Cohere runs SwiGLU beside attention") {
   const auto parameters = [](const LoadedModel& m) {
     int64_t p = 0;
