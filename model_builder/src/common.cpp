@@ -149,7 +149,7 @@ std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, 
   return y;
 }
 
-std::string rms_norm(Net& n, const std::string& p, const std::string& x, int64_t hidden, double eps) {
+std::string rms_norm(Net& n, const std::string& p, const std::string& x, int64_t hidden, double eps, bool weighted) {
   const std::string sq = n.b.node("Pow", p + "/Pow", {x, f32(n, p + "/c_two", 2.0f)});
   const std::string var = n.b.node("ReduceMean", p + "/ReduceMean", {sq});
   n.b.attr_ints("axes", {-1});
@@ -157,6 +157,7 @@ std::string rms_norm(Net& n, const std::string& p, const std::string& x, int64_t
   const std::string ve = n.b.node("Add", p + "/Add", {var, f32(n, p + "/c_eps", static_cast<float>(eps))});
   const std::string sd = n.b.node("Sqrt", p + "/Sqrt", {ve});
   const std::string y = n.b.node("Div", p + "/Div", {x, sd});
+  if (!weighted) return y;  // Llama 4's L2Norm of its query and key heads
   return n.b.node("Mul", p + "/Mul", {n.b.weight(p + ".weight", {hidden}), y});
 }
 

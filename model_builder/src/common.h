@@ -53,7 +53,8 @@ std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, 
                        bool bias = true);
 // RMSNorm as eager PyTorch runs it (T5LayerNorm, LlamaRMSNorm): pow, mean, add eps, rsqrt,
 // mul, mul weight; rsqrt+mul are written Sqrt+Div (same kernel count and sizes).
-std::string rms_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps);
+std::string rms_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps,
+                     bool weighted = true);
 // nn.Dropout: identity in inference, a mask-and-scale kernel in training.
 std::string dropout(Net& n, const std::string& prefix, const std::string& x, float ratio);
 // HF gelu_new (tanh approximation) as eager PyTorch runs it: 8 elementwise kernels.

@@ -701,6 +701,68 @@ void read_deepseek_v3(const Reader& r, ModelConfig& c) {
   read_deepseek_experts(r, c);
 }
 
+// Llama 4 (llama4_text, the language model of a llama4 config): every
+// interleave_moe_layer_step-th layer (or those moe_layers lists) top-k of num_local_experts
+// SwiGLU experts of intermediate_size beside an always-on shared expert of the same size, the
+// rest dense MLPs of intermediate_size_mlp; every no_rope_layer_interval-th layer (or those
+// no_rope_layers marks 0) global attention without positions, its queries scaled by
+// attn_temperature_tuning, the others rotary and chunked (attention_chunk_size; null: none),
+// their query and key heads RMS-normalised without a weight when use_qk_norm. The router's
+// sigmoid of the top-k logits costs as the MoE operator's routing. Chunked attention is built
+// as a sliding window of the chunk size: the same keys for prompts up to one chunk, at most
+// twice the chunk's keys beyond, the same cache bound.
+void read_llama4(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.layer_norm_eps = r.f({"rms_norm_eps"}, 1e-5);
+  c.expert_ffn = c.ffn;
+  c.ffn = r.i({"intermediate_size_mlp"}, false, 16384);
+  c.experts = r.i({"num_local_experts"}, true);
+  c.experts_per_token = r.i({"num_experts_per_tok"}, false, 1);
+  c.normalize_routing = false;
+  c.shared_expert_ffn = c.expert_ffn;
+  c.shared_expert_gate = false;
+  c.sparse_step = r.i({"interleave_moe_layer_step"}, false, 1);
+  if (auto it = r.j.find("moe_layers"); it != r.j.end() && it->is_array()) {
+    std::vector<bool> moe(static_cast<size_t>(c.layers), false);
+    for (const auto& v : *it) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.layers)
+        throw InputError(r.path + ": moe_layers must list layer indices below num_hidden_layers");
+      moe[static_cast<size_t>(v.get<int64_t>())] = true;
+    }
+    c.sparse_step = 1;
+    for (int64_t l = 0; l < c.layers; ++l)
+      if (!moe[static_cast<size_t>(l)]) c.dense_layers.push_back(l);
+  }
+  check_experts(r, c);
+  std::vector<bool> rope(static_cast<size_t>(c.layers), true);
+  if (auto it = r.j.find("no_rope_layers"); it != r.j.end() && it->is_array() && !it->empty()) {
+    if (it->size() != rope.size())
+      throw InputError(r.path + ": no_rope_layers must mark every layer (" + std::to_string(c.layers) + ")");
+    for (size_t l = 0; l < rope.size(); ++l) {
+      const json& v = (*it)[l];
+      if (!v.is_number_integer() && !v.is_boolean()) throw InputError(r.path + ": no_rope_layers must list 0 or 1");
+      rope[l] = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
+    }
+  } else {
+    const int64_t every = r.i({"no_rope_layer_interval"}, false, 4);
+    for (int64_t l = 0; l < c.layers; ++l) rope[static_cast<size_t>(l)] = every <= 0 || (l + 1) % every != 0;
+  }
+  const auto chunk = r.j.find("attention_chunk_size");
+  const bool chunked = chunk == r.j.end() || !chunk->is_null();
+  c.sliding_window = chunked ? r.i({"attention_chunk_size"}, false, 8192) : 0;
+  if (c.sliding_window <= 0) c.sliding_window = std::max<int64_t>(c.max_positions, 1);  // rotary, unchunked
+  c.sliding_layers = rope;
+  c.rotary_sliding_only = true;
+  c.qk_norm = r.b("use_qk_norm", true);
+  c.qk_norm_rotary_only = c.qk_norm_unweighted = true;
+  const auto tuning = r.j.find("attn_temperature_tuning");  // a flag (HF), a number in Meta's originals
+  c.attn_temperature_tuning = tuning == r.j.end() || tuning->is_null() ||
+                              (tuning->is_boolean() ? tuning->get<bool>() : tuning->is_number() && tuning->get<double>() != 0);
+  c.attn_floor_scale = r.f({"floor_scale"}, 8192);
+  c.attn_scale = r.f({"attn_scale"}, 0.1);
+  if (!(c.attn_floor_scale > 0)) throw InputError(r.path + ": floor_scale must be positive");
+}
+
 // GLM-4.5 and GLM-4.6 (glm4_moe): DeepSeek-V3's mixture (its experts, shared experts, dense
 // first layers and draft layers, read as above) under grouped-query attention: biased q, k
 // and v projections (attention_bias), RMSNorm on each query and key head when use_qk_norm,
@@ -766,6 +828,7 @@ const std::map<std::string, Family>& families() {
       {"deepseek_v2", {read_deepseek_v3, llama, builder::build_llama}},
       {"kimi_k2", {read_deepseek_v3, llama, builder::build_llama}},
       {"glm4_moe", {read_glm4_moe, llama, builder::build_llama}},
+      {"llama4_text", {read_llama4, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},

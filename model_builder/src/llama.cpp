@@ -93,16 +93,19 @@ struct Cache {
 
 std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
                       const std::string& mask, const std::string& cos, const std::string& sin, const Cache& cache,
-                      const std::string& alibi) {
+                      const std::string& alibi, const std::string& q_scale = "") {
   const int64_t h = c.hidden, nh = c.heads, kvh = c.kv_heads, hd = c.head_dim;
-  // Queries and keys [b, s, heads, hd] to [b, heads, s, hd]; Qwen3 normalises each head first.
+  // Queries and keys [b, s, heads, hd] to [b, heads, s, hd]; Qwen3 normalises each head first
+  // (Llama 4 those of its rotary layers, without a weight; it normalises after the rotary,
+  // the same passes).
+  const bool head_norm = c.qk_norm && !(c.qk_norm_rotary_only && cos.empty());
   auto heads = [&](const std::string& name, const std::string& y, int64_t count) {
     if (c.qk_norm_full)  // OLMo 2: the whole projection normalised, then split
       return split_heads(n, p + "/" + name, rms_norm(n, p + "." + name + "_norm", y, count * hd, c.layer_norm_eps), count, hd);
-    if (!c.qk_norm) return split_heads(n, p + "/" + name, y, count, hd);
+    if (!head_norm) return split_heads(n, p + "/" + name, y, count, hd);
     std::string r = n.b.node("Reshape", p + "/" + name + "/Reshape", {y, n.shape_bs(p + "/" + name + "/shape", {count, hd})});
     r = c.layer_norm ? layer_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps, c.norm_bias)  // Cohere
-                     : rms_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps);
+                     : rms_norm(n, p + "." + name + "_norm", r, hd, c.layer_norm_eps, !c.qk_norm_unweighted);
     const std::string t = n.b.node("Transpose", p + "/" + name + "/Transpose", {r});
     n.b.attr_ints("perm", {0, 2, 1, 3});
     return t;
@@ -137,6 +140,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
     q = partial_rotary(n, p + "/rotary_q", q, hd, rotary_dims(c), cos, sin);
     k = partial_rotary(n, p + "/rotary_k", k, hd, rotary_dims(c), cos, sin);
   }
+  if (!q_scale.empty()) q = n.b.node("Mul", p + "/attn_temperature", {q, q_scale});  // Llama 4's NoPE layers
   std::string len = n.seq;
   if (!cache.total.empty()) {
     const std::string l = std::to_string(cache.layer);
@@ -384,8 +388,8 @@ std::string mlp_block(Net& n, const ModelConfig& c, const std::string& p, int64_
 // The step's positions past .. total - 1 (0 .. sequence - 1 without a cache).
 std::string position_ids(Net& n, const std::string& p0, const std::string& past_scalar, const std::string& total_scalar) {
   return n.b.node("Range", p0 + "/position_ids",
-                  {past_scalar.empty() ? n.b.ints("const_zero", {0}, true) : past_scalar, total_scalar,
-                   n.b.ints("const_one", {1}, true)});
+                  {past_scalar.empty() ? n.b.ints(p0 + "/position_start", {0}, true) : past_scalar, total_scalar,
+                   n.b.ints(p0 + "/position_step", {1}, true)});
 }
 
 // The rotary tables of `rd` rotated dims, once per forward: freqs = inv_freq[:, None] @
@@ -458,6 +462,21 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   // Rotary tables, once per forward: freqs = inv_freq[:, None] @ positions[None, :].
   std::string cos, sin;
   if (rotary) std::tie(cos, sin) = rotary_tables(n, p0, hd, past_scalar, total_scalar);
+  // Llama 4's query scale on its global (NoPE) layers, [1, 1, sequence, 1], once per forward:
+  // log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1.
+  std::string temperature;
+  if (c.attn_temperature_tuning && c.rotary_sliding_only) {
+    const std::string tp = p0 + "/attn_temperature";
+    const std::string pos = n.b.node("Cast", tp + "/positions", {position_ids(n, tp, past_scalar, total_scalar)});
+    n.b.attr_i("to", kF32);
+    const std::string f = n.b.node("Floor", tp + "/Floor",
+                                   {n.b.node("Div", tp + "/Div", {n.b.node("Add", tp + "/Add", {pos, f32(n, tp + "/one", 1.0f)}),
+                                                                  f32(n, tp + "/floor_scale", float(c.attn_floor_scale))})});
+    const std::string lg = n.b.node("Log", tp + "/Log", {n.b.node("Add", tp + "/Add_1", {f, f32(n, tp + "/one_1", 1.0f)})});
+    const std::string sc = n.b.node("Add", tp + "/Add_2", {n.b.node("Mul", tp + "/Mul", {lg, f32(n, tp + "/scale", float(c.attn_scale))}),
+                                                          f32(n, tp + "/one_2", 1.0f)});
+    temperature = n.b.node("Reshape", tp + "/Reshape", {sc, n.b.ints(tp + "/shape", {1, 1, -1, 1})});
+  }
   if (c.learned_positions) {  // GPTBigCode: x + wpe(positions past .. total - 1)
     const std::string pe = n.b.node("Gather", p0 + ".wpe/Gather", {n.b.weight(p0 + ".wpe.weight", {c.max_positions, h}),
                                                                   position_ids(n, p0, past_scalar, total_scalar)});
@@ -472,8 +491,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                          c.sliding_layers[static_cast<size_t>(l)];
     const Cache kc{l, o.kv_cache ? total : ""};
     a = c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
-                           : c.rotary_sliding_only && !sliding  // Cohere 2's global layers: no positions
-                               ? attention(n, p + ".self_attn", a, c, mask, "", "", kc, alibi)
+                           : c.rotary_sliding_only && !sliding  // Cohere 2's and Llama 4's global layers: no positions
+                               ? attention(n, p + ".self_attn", a, c, mask, "", "", kc, alibi, temperature)
                                : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc, alibi);
     x = mlp_block(n, c, p, l, x, normed, a);
   }

@@ -87,6 +87,13 @@ GLM4_MOE = {"model_type": "glm4_moe", "hidden_size": 256, "intermediate_size": 5
             "num_experts_per_tok": 2, "moe_intermediate_size": 64, "n_shared_experts": 1,
             "first_k_dense_replace": 1, "num_nextn_predict_layers": 1}
 KIMI_K2 = dict(DEEPSEEK, model_type="kimi_k2")
+# Llama 4's structure, small, as a llama4 config's text_config: chunked rotary layers with
+# unweighted q/k norms, a global NoPE layer with the query temperature, experts beside a shared
+# one every second layer, dense MLPs between.
+LLAMA4 = {"model_type": "llama4", "text_config": {
+    "model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128, "intermediate_size_mlp": 512,
+    "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "vocab_size": 1000, "num_local_experts": 4, "interleave_moe_layer_step": 2, "attention_chunk_size": 64}}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -123,7 +130,7 @@ class ConfigModels(unittest.TestCase):
                           ("granite_small", GRANITE), ("cohere_small", COHERE), ("cohere2_small", COHERE2),
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
-                          ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2)):
+                          ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

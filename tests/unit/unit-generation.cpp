@@ -1087,6 +1087,74 @@ TEST_CASE("generation: GLM-4.5 is DeepSeek-V3's mixture under grouped-query atte
   CHECK(parameters(km) == 2 * 163840 * kh + 61 * (mla + 2 * kh) + 3 * kh * 18432 + 60 * kmoe + kh);  // 1.026 T
 }
 
+TEST_CASE("generation: Llama 4 interleaves chunked rotary layers with global NoPE ones and routes to experts beside a shared one") {
+  const auto parameters = [](const LoadedModel& m) {
+    int64_t p = 0;
+    for (const std::string& w : m.model.graph.initializers) {
+      const TensorInfo* t = m.model.graph.find(w);
+      if (t && t->external_data && w.find("inv_freq") == std::string::npos) p += t->num_elements();
+    }
+    return p;
+  };
+  const auto count = [](const LoadedModel& m, const std::function<bool(const Node&)>& f) {
+    int k = 0;
+    for (const Node& n : m.model.graph.nodes) k += f(n);
+    return k;
+  };
+  // Llama 4 Scout (a llama4 config: its text_config): 48 layers, each top-1 of 16 experts of
+  // 8,192 beside a shared one; every fourth layer global without positions.
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/llama4_scout.json");
+  CHECK(c.language_model_of == "llama4");
+  CHECK(c.experts == 16);
+  CHECK(c.expert_ffn == 8192);
+  CHECK(c.shared_expert_ffn == 8192);
+  CHECK(c.ffn == 16384);
+  CHECK(c.sliding_window == 8192);
+  CHECK(std::count(c.sliding_layers.begin(), c.sliding_layers.end(), false) == 12);
+  CHECK_FALSE(c.sliding_layers[3]);
+  CHECK(c.sliding_layers[4]);
+  const LoadedModel m = build_model(c);
+  const int64_t h = 5120, q = 40 * 128, kv = 8 * 128;
+  const int64_t layer = h * q + 2 * h * kv + q * h + 2 * h + 16 * 3 * h * 8192 + 3 * h * 8192 + 16 * h;
+  CHECK(parameters(m) == 2 * 202048 * h + 48 * layer + h);  // 107.77 B
+  CHECK(count(m, [](const Node& n) { return n.op_type == "MoE"; }) == 48);
+  // The query and key heads of the 36 rotary layers normalised, without a weight; the 12
+  // global layers' queries scaled by the temperature.
+  CHECK(count(m, [](const Node& n) { return n.name.find("q_norm/Div") != std::string::npos; }) == 36);
+  CHECK(count(m, [](const Node& n) { return n.name.find("k_norm/Div") != std::string::npos; }) == 36);
+  CHECK(count(m, [](const Node& n) { return n.name.find("/attn_temperature") != std::string::npos && n.op_type == "Mul" &&
+                                            n.name.find("layers.") != std::string::npos; }) == 12);
+  const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 1024, 16, "h100");
+  CHECK(r.tpot_ms > r.weight_read_ms);
+  // Maverick's layout: MoE every second layer (128 experts), dense MLPs of 16,384 between; no
+  // q/k norms; an explicit no_rope_layers list.
+  std::string rope = "[";
+  for (int l = 0; l < 8; ++l) rope += std::string(l ? ", " : "") + ((l + 1) % 4 ? "1" : "0");
+  rope += "]";
+  const ModelConfig mv = parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128,
+      "intermediate_size_mlp": 512, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 64, "vocab_size": 1000, "num_local_experts": 8, "interleave_moe_layer_step": 2, "use_qk_norm": false,
+      "no_rope_layers": )" + rope + "}",
+                                         "maverick");
+  CHECK(mv.sparse_step == 2);
+  const LoadedModel mm = build_model(mv);
+  CHECK(count(mm, [](const Node& n) { return n.op_type == "MoE"; }) == 4);
+  CHECK(count(mm, [](const Node& n) { return n.name.find("q_norm") != std::string::npos; }) == 0);
+  CHECK(parameters(mm) == 2 * 1000 * 256 + 8 * (256 * 256 + 2 * 256 * 128 + 256 * 256 + 2 * 256) +
+                              4 * (8 * 3 * 256 * 128 + 3 * 256 * 128 + 8 * 256) + 4 * 3 * 256 * 512 + 256);
+  // moe_layers named explicitly; a chunk size of null: rotary layers attend to every key.
+  const ModelConfig ex = parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 1000, "num_local_experts": 4,
+      "moe_layers": [1, 2], "attention_chunk_size": null, "max_position_embeddings": 4096})",
+                                         "explicit");
+  CHECK(ex.dense_layers == std::vector<int64_t>{0, 3});
+  CHECK(ex.sliding_window == 4096);
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 1000, "num_local_experts": 4, "moe_layers": [7]})",
+                                       "bad"),
+                       doctest::Contains("moe_layers"), InputError);
+}
+
 TEST_CASE("generation: Granite scales its embedding, residual branches and logits, Cohere runs SwiGLU beside attention") {
   const auto parameters = [](const LoadedModel& m) {
     int64_t p = 0;

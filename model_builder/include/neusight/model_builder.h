@@ -79,8 +79,17 @@ struct ModelConfig {
   bool alibi = false;
   // Learned absolute positions (GPTBigCode: wpe) added to the token embeddings, no rotary.
   bool learned_positions = false;
-  // Cohere 2: rotary on the sliding-window layers only; the global layers use no positions.
+  // Cohere 2 and Llama 4: rotary on the sliding-window (Llama 4: chunked) layers only; the
+  // global layers use no positions. Llama 4 normalises each query and key head of its rotary
+  // layers only (qk_norm_rotary_only) by its root mean square, without a weight
+  // (qk_norm_unweighted), and scales the queries of its global layers by
+  // log(floor((position + 1) / attn_floor_scale) + 1) * attn_scale + 1 (attn_temperature_tuning).
   bool rotary_sliding_only = false;
+  bool qk_norm_rotary_only = false;
+  bool qk_norm_unweighted = false;
+  bool attn_temperature_tuning = false;
+  double attn_floor_scale = 8192;
+  double attn_scale = 0.1;
   bool embedding_norm = false;
   bool norm_bias = true;
   // Constant scales PyTorch applies as kernels of their own (0: none): the embedding times
