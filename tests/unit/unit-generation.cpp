@@ -16,6 +16,23 @@ using namespace neusight;
 
 namespace {
 
+// A built model's parameters: its external weights but the rotary tables' inv_freq buffer;
+// without the LM head when `head` is false (a tied head, held once).
+int64_t parameter_count(const LoadedModel& m, bool head = true) {
+  int64_t p = 0;
+  for (const std::string& w : m.model.graph.initializers) {
+    const TensorInfo* t = m.model.graph.find(w);
+    if (t && t->external_data && w.find("inv_freq") == std::string::npos && (head || w.rfind("lm_head", 0) != 0))
+      p += t->num_elements();
+  }
+  return p;
+}
+
+// The built model's nodes that `f` accepts.
+int64_t node_count(const LoadedModel& m, const std::function<bool(const Node&)>& f) {
+  return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), f);
+}
+
 ModelConfig small_llama(int64_t heads, int64_t kv_heads) {
   ModelConfig c;
   c.model_type = "llama";
@@ -1029,32 +1046,13 @@ TEST_CASE("generation: DeepSeek-V2 is DeepSeek-V3's latent attention and experts
   CHECK_FALSE(c.normalize_routing);
   CHECK(c.dense_layers == std::vector<int64_t>{0});
   // 15,706,484,224 parameters (the rotary table's inv_freq is a buffer, not one).
-  int64_t params = 0;
-  const LoadedModel m = build_model(c);
-  for (const std::string& w : m.model.graph.initializers) {
-    const TensorInfo* t = m.model.graph.find(w);
-    if (t && t->external_data && w.find("inv_freq") == std::string::npos) params += t->num_elements();
-  }
-  CHECK(params == 15706484224);
+  CHECK(parameter_count(build_model(c)) == 15706484224);
   // Its decode step caches the latent: 512 + 64 values per token and layer.
   const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 1024, 16, "h100");
   CHECK(r.kv_cache_bytes == doctest::Approx(27.0 * (512 + 64) * (1024 + 16) * 2).epsilon(0.001));
 }
 
 TEST_CASE("generation: GLM-4.5 is DeepSeek-V3's mixture under grouped-query attention, Kimi K2 is DeepSeek-V3") {
-  const auto parameters = [](const LoadedModel& m) {
-    int64_t p = 0;
-    for (const std::string& w : m.model.graph.initializers) {
-      const TensorInfo* t = m.model.graph.find(w);
-      if (t && t->external_data && w.find("inv_freq") == std::string::npos) p += t->num_elements();
-    }
-    return p;
-  };
-  const auto moe_nodes = [](const LoadedModel& m) {
-    int moe = 0;
-    for (const Node& n : m.model.graph.nodes) moe += n.op_type == "MoE";
-    return moe;
-  };
   // GLM-4.5-Air: 46 layers, the first dense; 96 query heads of 128 and 8 KV heads, biased
   // q/k/v; 128 experts of 1,408 (top 8) and one shared; its draft layer counted, not built.
   const ModelConfig g = read_hf_config(test::source_dir() + "/tests/data/glm4_5_air.json");
@@ -1068,8 +1066,8 @@ TEST_CASE("generation: GLM-4.5 is DeepSeek-V3's mixture under grouped-query atte
   const int64_t attention = h * q + q + 2 * (h * kv + kv) + q * h;
   const int64_t moe = 128 * 3 * h * ef + 3 * h * ef + 128 * h;
   const LoadedModel gm = build_model(g);
-  CHECK(parameters(gm) == 2 * v * h + 46 * (attention + 2 * h) + 3 * h * 10944 + 45 * moe + h);  // 106.85 B
-  CHECK(moe_nodes(gm) == 45);
+  CHECK(parameter_count(gm) == 2 * v * h + 46 * (attention + 2 * h) + 3 * h * 10944 + 45 * moe + h);  // 106.85 B
+  CHECK(node_count(gm, [](const Node& n) { return n.op_type == "MoE"; }) == 45);
   // Its KV cache: 46 layers x 2 x 8 heads x 128.
   const GenerationReport r = generate(config_decoder(g), serving(DType::bf16, 1), 1024, 16, "h100");
   CHECK(r.kv_cache_bytes == doctest::Approx(46.0 * 2 * kv * (1024 + 16) * 2).epsilon(0.001));
@@ -1080,27 +1078,14 @@ TEST_CASE("generation: GLM-4.5 is DeepSeek-V3's mixture under grouped-query atte
   CHECK(k.experts == 384);
   CHECK(k.dense_layers == std::vector<int64_t>{0});
   const LoadedModel km = build_model(k);
-  CHECK(moe_nodes(km) == 60);
+  CHECK(node_count(km, [](const Node& n) { return n.op_type == "MoE"; }) == 60);
   const int64_t kh = 7168;
   const int64_t mla = kh * 1536 + 1536 + 1536 * 64 * 192 + kh * (512 + 64) + 512 + 512 * 64 * (128 + 128) + 64 * 128 * kh;
   const int64_t kmoe = 384 * 3 * kh * 2048 + 3 * kh * 2048 + 384 * kh;
-  CHECK(parameters(km) == 2 * 163840 * kh + 61 * (mla + 2 * kh) + 3 * kh * 18432 + 60 * kmoe + kh);  // 1.026 T
+  CHECK(parameter_count(km) == 2 * 163840 * kh + 61 * (mla + 2 * kh) + 3 * kh * 18432 + 60 * kmoe + kh);  // 1.026 T
 }
 
 TEST_CASE("generation: Llama 4 interleaves chunked rotary layers with global NoPE ones and routes to experts beside a shared one") {
-  const auto parameters = [](const LoadedModel& m) {
-    int64_t p = 0;
-    for (const std::string& w : m.model.graph.initializers) {
-      const TensorInfo* t = m.model.graph.find(w);
-      if (t && t->external_data && w.find("inv_freq") == std::string::npos) p += t->num_elements();
-    }
-    return p;
-  };
-  const auto count = [](const LoadedModel& m, const std::function<bool(const Node&)>& f) {
-    int k = 0;
-    for (const Node& n : m.model.graph.nodes) k += f(n);
-    return k;
-  };
   // Llama 4 Scout (a llama4 config: its text_config): 48 layers, each top-1 of 16 experts of
   // 8,192 beside a shared one; every fourth layer global without positions.
   const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/llama4_scout.json");
@@ -1116,13 +1101,13 @@ TEST_CASE("generation: Llama 4 interleaves chunked rotary layers with global NoP
   const LoadedModel m = build_model(c);
   const int64_t h = 5120, q = 40 * 128, kv = 8 * 128;
   const int64_t layer = h * q + 2 * h * kv + q * h + 2 * h + 16 * 3 * h * 8192 + 3 * h * 8192 + 16 * h;
-  CHECK(parameters(m) == 2 * 202048 * h + 48 * layer + h);  // 107.77 B
-  CHECK(count(m, [](const Node& n) { return n.op_type == "MoE"; }) == 48);
+  CHECK(parameter_count(m) == 2 * 202048 * h + 48 * layer + h);  // 107.77 B
+  CHECK(node_count(m, [](const Node& n) { return n.op_type == "MoE"; }) == 48);
   // The query and key heads of the 36 rotary layers normalised, without a weight; the 12
   // global layers' queries scaled by the temperature.
-  CHECK(count(m, [](const Node& n) { return n.name.find("q_norm/Div") != std::string::npos; }) == 36);
-  CHECK(count(m, [](const Node& n) { return n.name.find("k_norm/Div") != std::string::npos; }) == 36);
-  CHECK(count(m, [](const Node& n) { return n.name.find("/attn_temperature") != std::string::npos && n.op_type == "Mul" &&
+  CHECK(node_count(m, [](const Node& n) { return n.name.find("q_norm/Div") != std::string::npos; }) == 36);
+  CHECK(node_count(m, [](const Node& n) { return n.name.find("k_norm/Div") != std::string::npos; }) == 36);
+  CHECK(node_count(m, [](const Node& n) { return n.name.find("/attn_temperature") != std::string::npos && n.op_type == "Mul" &&
                                             n.name.find("layers.") != std::string::npos; }) == 12);
   const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 1024, 16, "h100");
   CHECK(r.tpot_ms > r.weight_read_ms);
@@ -1138,9 +1123,9 @@ TEST_CASE("generation: Llama 4 interleaves chunked rotary layers with global NoP
                                          "maverick");
   CHECK(mv.sparse_step == 2);
   const LoadedModel mm = build_model(mv);
-  CHECK(count(mm, [](const Node& n) { return n.op_type == "MoE"; }) == 4);
-  CHECK(count(mm, [](const Node& n) { return n.name.find("q_norm") != std::string::npos; }) == 0);
-  CHECK(parameters(mm) == 2 * 1000 * 256 + 8 * (256 * 256 + 2 * 256 * 128 + 256 * 256 + 2 * 256) +
+  CHECK(node_count(mm, [](const Node& n) { return n.op_type == "MoE"; }) == 4);
+  CHECK(node_count(mm, [](const Node& n) { return n.name.find("q_norm") != std::string::npos; }) == 0);
+  CHECK(parameter_count(mm) == 2 * 1000 * 256 + 8 * (256 * 256 + 2 * 256 * 128 + 256 * 256 + 2 * 256) +
                               4 * (8 * 3 * 256 * 128 + 3 * 256 * 128 + 8 * 256) + 4 * 3 * 256 * 512 + 256);
   // moe_layers named explicitly; a chunk size of null: rotary layers attend to every key.
   const ModelConfig ex = parse_hf_config(R"({"model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128,
@@ -1156,20 +1141,11 @@ TEST_CASE("generation: Llama 4 interleaves chunked rotary layers with global NoP
 }
 
 TEST_CASE("generation: Granite scales its embedding, residual branches and logits, Cohere runs SwiGLU beside attention") {
-  const auto parameters = [](const LoadedModel& m) {
-    int64_t p = 0;
-    for (const std::string& w : m.model.graph.initializers) {
-      const TensorInfo* t = m.model.graph.find(w);
-      if (t && t->external_data && w.find("inv_freq") == std::string::npos && w.rfind("lm_head", 0) != 0)
-        p += t->num_elements();
-    }
-    return p;
-  };
   const ModelConfig g = read_hf_config(test::source_dir() + "/tests/data/granite_8b.json");
   CHECK(g.residual_multiplier == 0.22);
   CHECK(g.logits_multiplier == doctest::Approx(1.0 / 16));
   const LoadedModel gm = build_model(g);
-  CHECK(parameters(gm) == 8170848256);  // granite-3.1-8b, the LM head tied
+  CHECK(parameter_count(gm, false) == 8170848256);  // granite-3.1-8b, the LM head tied
   int residual_scales = 0, embed_scale = 0, logits_scale = 0;
   for (const Node& n : gm.model.graph.nodes) {
     residual_scales += n.name.find("_residual_scale") != std::string::npos;
@@ -1189,7 +1165,7 @@ TEST_CASE("generation: Granite scales its embedding, residual branches and logit
   CHECK_FALSE(c.dense_mlp);
   CHECK_FALSE(c.norm_bias);
   const LoadedModel cm = build_model(c);
-  CHECK(parameters(cm) == 34980831232);  // c4ai-command-r-v01, the LM head tied
+  CHECK(parameter_count(cm, false) == 34980831232);  // c4ai-command-r-v01, the LM head tied
   int layer_norms = 0, gates = 0, post_norms = 0;
   for (const Node& n : cm.model.graph.nodes) {
     layer_norms += n.op_type == "LayerNormalization";
@@ -1234,37 +1210,26 @@ TEST_CASE("generation: StarCoder (GPTBigCode) adds learned positions and shares 
 }
 
 TEST_CASE("generation: InternLM2 fuses Q, K and V, OLMo 2 normalises after, Nemotron squares its ReLU") {
-  const auto parameters = [](const LoadedModel& m) {
-    int64_t p = 0;
-    for (const std::string& w : m.model.graph.initializers) {
-      const TensorInfo* t = m.model.graph.find(w);
-      if (t && t->external_data && w.find("inv_freq") == std::string::npos) p += t->num_elements();
-    }
-    return p;
-  };
-  const auto count = [](const LoadedModel& m, const std::function<bool(const Node&)>& f) {
-    return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), f);
-  };
   // InternLM2.5-7B: 7,737,708,544 parameters; one wqkv GEMM per layer.
   const LoadedModel intern = build_model(read_hf_config(test::source_dir() + "/tests/data/internlm2_5_7b.json"));
-  CHECK(parameters(intern) == 7737708544);
-  CHECK(count(intern, [](const Node& n) { return n.op_type == "MatMul" && n.name.find("qkv_proj") != std::string::npos; }) == 32);
+  CHECK(parameter_count(intern) == 7737708544);
+  CHECK(node_count(intern, [](const Node& n) { return n.op_type == "MatMul" && n.name.find("qkv_proj") != std::string::npos; }) == 32);
   // OLMo-2-1124-7B: 7,298,617,344; no norm before the attention or the MLP, two after, and the
   // whole query and key projections normalised.
   const LoadedModel olmo = build_model(read_hf_config(test::source_dir() + "/tests/data/olmo2_7b.json"));
-  CHECK(parameters(olmo) == 7298617344);
-  CHECK(count(olmo, [](const Node& n) { return n.name.find("input_layernorm") != std::string::npos; }) == 0);
-  CHECK(count(olmo, [](const Node& n) { return n.op_type == "Pow" && n.name.find("post_") != std::string::npos; }) == 2 * 32);
-  CHECK(count(olmo, [](const Node& n) { return n.op_type == "Pow" && n.name.find("q_norm") != std::string::npos; }) == 32);
+  CHECK(parameter_count(olmo) == 7298617344);
+  CHECK(node_count(olmo, [](const Node& n) { return n.name.find("input_layernorm") != std::string::npos; }) == 0);
+  CHECK(node_count(olmo, [](const Node& n) { return n.op_type == "Pow" && n.name.find("post_") != std::string::npos; }) == 2 * 32);
+  CHECK(node_count(olmo, [](const Node& n) { return n.op_type == "Pow" && n.name.find("q_norm") != std::string::npos; }) == 32);
   // Minitron-8B (Nemotron): LayerNorms, relu then pow in a dense MLP, half of each head rotated.
   const ModelConfig nc = read_hf_config(test::source_dir() + "/tests/data/minitron_8b.json");
   CHECK(nc.rotary_fraction == 0.5);
   CHECK(nc.dense_mlp);
   const LoadedModel nem = build_model(nc);
   const int64_t h = 4096, f = 16384, layer = h * 48 * 128 + 2 * h * 8 * 128 + 48 * 128 * h + 2 * h * f + 2 * 2 * h;
-  CHECK(parameters(nem) == 2 * 256000 * h + 32 * layer + 2 * h);
-  CHECK(count(nem, [](const Node& n) { return n.op_type == "Pow" && n.name.find("mlp.act") != std::string::npos; }) == 32);
-  CHECK(count(nem, [](const Node& n) { return n.op_type == "LayerNormalization"; }) == 2 * 32 + 1);
+  CHECK(parameter_count(nem) == 2 * 256000 * h + 32 * layer + 2 * h);
+  CHECK(node_count(nem, [](const Node& n) { return n.op_type == "Pow" && n.name.find("mlp.act") != std::string::npos; }) == 32);
+  CHECK(node_count(nem, [](const Node& n) { return n.op_type == "LayerNormalization"; }) == 2 * 32 + 1);
   const GenerationReport r = generate(config_decoder(nc), serving(DType::bf16, 1), 512, 16, "h100");
   CHECK(r.tpot_ms > r.weight_read_ms);
 }
@@ -1281,19 +1246,9 @@ TEST_CASE("generation: OLMoE and Phi-3.5-MoE route top-k of their experts (MoE o
     INFO(k.file);
     const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/" + k.file + ".json");
     const LoadedModel m = build_model(c);
-    int64_t params = 0;
-    for (const std::string& w : m.model.graph.initializers) {
-      const TensorInfo* t = m.model.graph.find(w);
-      if (t && t->external_data && w.find("inv_freq") == std::string::npos) params += t->num_elements();
-    }
-    CHECK(params == k.params);
-    int moe = 0, layer_norms = 0;
-    for (const Node& n : m.model.graph.nodes) {
-      moe += n.op_type == "MoE";
-      layer_norms += n.op_type == "LayerNormalization";
-    }
-    CHECK(moe == k.layers);
-    CHECK(layer_norms == k.layer_norms);
+    CHECK(parameter_count(m) == k.params);
+    CHECK(node_count(m, [](const Node& n) { return n.op_type == "MoE"; }) == k.layers);
+    CHECK(node_count(m, [](const Node& n) { return n.op_type == "LayerNormalization"; }) == k.layer_norms);
     const GenerationReport r = generate(config_decoder(c), serving(DType::bf16, 1), 512, 16, "h100");
     CHECK(r.tpot_ms > r.weight_read_ms);
   }
