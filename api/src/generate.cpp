@@ -205,7 +205,8 @@ Decoder config_decoder(const ModelConfig& config) {
     d.head_dim = config.kv_lora_rank + config.qk_rope_dim;
     d.kv_tensors = 1;
   }
-  if (config.sliding_window > 0) {
+  // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
+  if (config.sliding_window > 0 && (config.max_positions <= 0 || config.sliding_window < config.max_positions)) {
     d.window = config.sliding_window;
     d.sliding_layers = std::count(config.sliding_layers.begin(), config.sliding_layers.end(), true);
   }

@@ -701,6 +701,48 @@ void read_deepseek_v3(const Reader& r, ModelConfig& c) {
   read_deepseek_experts(r, c);
 }
 
+// The rotary layers of a decoder whose other layers use no positions (Llama 4, SmolLM3):
+// no_rope_layers (1: rotary) when listed, else every no_rope_layer_interval-th layer (4 by
+// default) without. They are built as Cohere 2's are, the rotary layers as sliding-window
+// ones: `window` keys (Llama 4's chunks), or all of them (a window of max_position_embeddings).
+void read_rotary_layers(const Reader& r, ModelConfig& c, int64_t window) {
+  std::vector<bool> rope(static_cast<size_t>(c.layers), true);
+  if (auto it = r.j.find("no_rope_layers"); it != r.j.end() && it->is_array() && !it->empty()) {
+    if (it->size() != rope.size())
+      throw InputError(r.path + ": no_rope_layers must mark every layer (" + std::to_string(c.layers) + ")");
+    for (size_t l = 0; l < rope.size(); ++l) {
+      const json& v = (*it)[l];
+      if (!v.is_number_integer() && !v.is_boolean()) throw InputError(r.path + ": no_rope_layers must list 0 or 1");
+      rope[l] = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
+    }
+  } else {
+    const int64_t every = r.i({"no_rope_layer_interval"}, false, 4);
+    for (int64_t l = 0; l < c.layers; ++l) rope[static_cast<size_t>(l)] = every <= 0 || (l + 1) % every != 0;
+  }
+  c.sliding_window = window > 0 ? window : std::max<int64_t>(c.max_positions, 1);
+  c.sliding_layers = rope;
+  c.rotary_sliding_only = true;
+}
+
+// SmolLM3: Llama with every fourth layer (no_rope_layers) without positions.
+void read_smollm3(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  if (c.sliding_window > 0)
+    throw InputError(r.path + ": SmolLM3 with sliding-window layers (use_sliding_window) is not supported");
+  read_rotary_layers(r, c, 0);
+}
+
+// GLM-4 (glm4: GLM-4-0414, GLM-Z1): RMSNorms around the attention and the MLP as well as before
+// them (post_self_attn_layernorm, post_mlp_layernorm: Gemma 2's sandwich), one gate_up_proj GEMM
+// (Phi-3's), biased q/k/v (attention_bias, on by default), rotary on half of each head.
+void read_glm4(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.qkv_bias = r.b("attention_bias", true);
+  c.sandwich_norm = c.fused_gate_up = true;
+  c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.5);
+  check_rotary_fraction(r, c);
+}
+
 // Llama 4 (llama4_text, the language model of a llama4 config): every
 // interleave_moe_layer_step-th layer (or those moe_layers lists) top-k of num_local_experts
 // SwiGLU experts of intermediate_size beside an always-on shared expert of the same size, the
@@ -734,25 +776,9 @@ void read_llama4(const Reader& r, ModelConfig& c) {
       if (!moe[static_cast<size_t>(l)]) c.dense_layers.push_back(l);
   }
   check_experts(r, c);
-  std::vector<bool> rope(static_cast<size_t>(c.layers), true);
-  if (auto it = r.j.find("no_rope_layers"); it != r.j.end() && it->is_array() && !it->empty()) {
-    if (it->size() != rope.size())
-      throw InputError(r.path + ": no_rope_layers must mark every layer (" + std::to_string(c.layers) + ")");
-    for (size_t l = 0; l < rope.size(); ++l) {
-      const json& v = (*it)[l];
-      if (!v.is_number_integer() && !v.is_boolean()) throw InputError(r.path + ": no_rope_layers must list 0 or 1");
-      rope[l] = v.is_boolean() ? v.get<bool>() : v.get<int64_t>() != 0;
-    }
-  } else {
-    const int64_t every = r.i({"no_rope_layer_interval"}, false, 4);
-    for (int64_t l = 0; l < c.layers; ++l) rope[static_cast<size_t>(l)] = every <= 0 || (l + 1) % every != 0;
-  }
   const auto chunk = r.j.find("attention_chunk_size");
   const bool chunked = chunk == r.j.end() || !chunk->is_null();
-  c.sliding_window = chunked ? r.i({"attention_chunk_size"}, false, 8192) : 0;
-  if (c.sliding_window <= 0) c.sliding_window = std::max<int64_t>(c.max_positions, 1);  // rotary, unchunked
-  c.sliding_layers = rope;
-  c.rotary_sliding_only = true;
+  read_rotary_layers(r, c, chunked ? r.i({"attention_chunk_size"}, false, 8192) : 0);
   c.qk_norm = r.b("use_qk_norm", true);
   c.qk_norm_rotary_only = c.qk_norm_unweighted = true;
   const auto tuning = r.j.find("attn_temperature_tuning");  // a flag (HF), a number in Meta's originals
@@ -829,6 +855,8 @@ const std::map<std::string, Family>& families() {
       {"kimi_k2", {read_deepseek_v3, llama, builder::build_llama}},
       {"glm4_moe", {read_glm4_moe, llama, builder::build_llama}},
       {"llama4_text", {read_llama4, llama, builder::build_llama}},
+      {"smollm3", {read_smollm3, llama, builder::build_llama}},
+      {"glm4", {read_glm4, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},

@@ -94,6 +94,9 @@ LLAMA4 = {"model_type": "llama4", "text_config": {
     "model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128, "intermediate_size_mlp": 512,
     "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
     "vocab_size": 1000, "num_local_experts": 4, "interleave_moe_layer_step": 2, "attention_chunk_size": 64}}
+# GLM-4's sandwich norms with a fused gate_up GEMM, SmolLM3's NoPE layers, small.
+GLM4 = dict(LLAMA, model_type="glm4", num_key_value_heads=4)
+SMOLLM3 = dict(LLAMA, model_type="smollm3", tie_word_embeddings=True)
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -130,7 +133,8 @@ class ConfigModels(unittest.TestCase):
                           ("granite_small", GRANITE), ("cohere_small", COHERE), ("cohere2_small", COHERE2),
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
-                          ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4)):
+                          ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
+                          ("glm4_small", GLM4), ("smollm3_small", SMOLLM3)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

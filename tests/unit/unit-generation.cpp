@@ -1140,6 +1140,39 @@ TEST_CASE("generation: Llama 4 interleaves chunked rotary layers with global NoP
                        doctest::Contains("moe_layers"), InputError);
 }
 
+TEST_CASE("generation: GLM-4 runs Gemma 2's sandwich norms with one gate_up GEMM, SmolLM3 leaves every fourth layer without positions") {
+  // GLM-4-9B-0414: 40 layers of 32 query heads and 2 KV heads of 128 (biased q/k/v), four
+  // RMSNorms each, gate_up_proj of 2 x 13,696.
+  const ModelConfig g = read_hf_config(test::source_dir() + "/tests/data/glm4_9b_0414.json");
+  CHECK(g.sandwich_norm);
+  CHECK(g.fused_gate_up);
+  CHECK(g.qkv_bias);
+  CHECK(g.rotary_fraction == 0.5);
+  const LoadedModel gm = build_model(g);
+  const int64_t h = 4096, kv = 2 * 128, f = 13696;
+  const int64_t layer = h * h + h + 2 * (h * kv + kv) + h * h + h * 2 * f + f * h + 4 * h;
+  CHECK(parameter_count(gm) == 2 * 151552 * h + 40 * layer + h);  // 9.40 B
+  CHECK(node_count(gm, [](const Node& n) { return n.op_type == "Pow"; }) == 4 * 40 + 1);
+  CHECK(node_count(gm, [](const Node& n) { return n.op_type == "MatMul" && n.name.find("gate_up_proj") != std::string::npos; }) == 40);
+  // SmolLM3-3B: 36 layers, 9 of them (every fourth) without rotary; the LM head tied; no window.
+  const ModelConfig sm = read_hf_config(test::source_dir() + "/tests/data/smollm3_3b.json");
+  CHECK(sm.rotary_sliding_only);
+  CHECK(std::count(sm.sliding_layers.begin(), sm.sliding_layers.end(), false) == 9);
+  const LoadedModel smm = build_model(sm);
+  const int64_t sh = 2048, skv = 4 * 128;
+  CHECK(parameter_count(smm, false) == 128256 * sh + 36 * (2 * sh * sh + 2 * sh * skv + 3 * sh * 11008 + 2 * sh) + sh);
+  CHECK(node_count(smm, [](const Node& n) { return n.name.find("rotary_q") != std::string::npos && n.op_type == "Mul"; }) ==
+        2 * 27);
+  const GenerationReport r = generate(config_decoder(sm), serving(DType::bf16, 1), 512, 16, "h100");
+  CHECK(r.kv_cache_bytes == doctest::Approx(36.0 * 2 * skv * (512 + 16) * 2).epsilon(0.001));
+  CHECK(r.window == 0);  // the rotary layers' window of every position never binds
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "smollm3", "hidden_size": 256, "intermediate_size": 512,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 1000, "use_sliding_window": true,
+      "sliding_window": 64})",
+                                       "windowed"),
+                       doctest::Contains("sliding"), InputError);
+}
+
 TEST_CASE("generation: Granite scales its embedding, residual branches and logits, Cohere runs SwiGLU beside attention") {
   const ModelConfig g = read_hf_config(test::source_dir() + "/tests/data/granite_8b.json");
   CHECK(g.residual_multiplier == 0.22);
