@@ -251,7 +251,11 @@ void read_qwen2_vl(const Reader& outer, ModelConfig& c) {
   c.model_type = "qwen2";
 }
 
-// Qwen3: a Llama-style decoder with an RMSNorm over each query and key head.
+// Qwen3: a Llama-style decoder with an RMSNorm over each query and key head. Qwen3-VL's
+// language model (qwen3_vl_text, qwen3_vl_moe_text: the text_config of a qwen3_vl /
+// qwen3_vl_moe config) is Qwen3 (or Qwen3-MoE) whose interleaved multimodal rotary sections
+// cost as one rotary; its DeepStack adds of visual features to the first layers touch only
+// image tokens and are not built, nor is the vision tower.
 void read_qwen3(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
   c.qk_norm = true;
@@ -732,6 +736,37 @@ void read_smollm3(const Reader& r, ModelConfig& c) {
   read_rotary_layers(r, c, 0);
 }
 
+// EXAONE 4.0 (exaone4): OLMo 2's norms after the attention and the MLP (not before), an RMSNorm
+// over each query and key head, and with a sliding window three local layers to one global
+// (sliding_window_pattern: a count, or a string of L and G repeated over the layers; or
+// layer_types) whose global layers use no positions; without one every layer is global and
+// rotary.
+void read_exaone4(const Reader& outer, ModelConfig& c) {
+  json j = outer.j;
+  const auto pattern = j.find("sliding_window_pattern");
+  const auto window = j.find("sliding_window");
+  const bool windowed = window != j.end() && window->is_number_integer() && window->get<int64_t>() > 0;
+  if (!j.contains("layer_types") && windowed && j.contains("num_hidden_layers") && j["num_hidden_layers"].is_number_integer()) {
+    std::string p = "LLLG";
+    if (pattern != j.end() && pattern->is_string()) p = pattern->get<std::string>();
+    if (pattern != j.end() && pattern->is_number_integer() && pattern->get<int64_t>() > 0)
+      p = std::string(static_cast<size_t>(std::min<int64_t>(pattern->get<int64_t>(), kMaxLayers) - 1), 'L') + "G";
+    if (p.empty() || p.find_first_not_of("LG") != std::string::npos)
+      throw InputError(outer.path + ": sliding_window_pattern must be a positive count or a string of L and G");
+    const int64_t layers = std::clamp<int64_t>(j["num_hidden_layers"].get<int64_t>(), 0, kMaxLayers);
+    json types = json::array();
+    for (int64_t l = 0; l < layers; ++l)
+      types.push_back(p[static_cast<size_t>(l) % p.size()] == 'L' ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+  }
+  j.erase("sliding_window_pattern");
+  const Reader r{j, outer.path};
+  read_llama(r, c);
+  c.layer_norm_eps = r.f({"rms_norm_eps"}, 1e-5);
+  c.post_norm = c.qk_norm = true;
+  c.rotary_sliding_only = c.sliding_window > 0;
+}
+
 // GLM-4 (glm4: GLM-4-0414, GLM-Z1): RMSNorms around the attention and the MLP as well as before
 // them (post_self_attn_layernorm, post_mlp_layernorm: Gemma 2's sandwich), one gate_up_proj GEMM
 // (Phi-3's), biased q/k/v (attention_bias, on by default), rotary on half of each head.
@@ -826,6 +861,8 @@ const std::map<std::string, Family>& families() {
       {"qwen2_moe", {read_qwen2_moe, llama, builder::build_llama}},
       {"qwen3", {read_qwen3, llama, builder::build_llama}},
       {"qwen3_moe", {read_qwen3_moe, llama, builder::build_llama}},
+      {"qwen3_vl_text", {read_qwen3, llama, builder::build_llama}},
+      {"qwen3_vl_moe_text", {read_qwen3_moe, llama, builder::build_llama}},
       {"qwen2", {read_llama, llama, builder::build_llama}},
       {"qwen2_vl", {read_qwen2_vl, llama, builder::build_llama}},
       {"qwen2_5_vl", {read_qwen2_vl, llama, builder::build_llama}},
@@ -857,6 +894,7 @@ const std::map<std::string, Family>& families() {
       {"llama4_text", {read_llama4, llama, builder::build_llama}},
       {"smollm3", {read_smollm3, llama, builder::build_llama}},
       {"glm4", {read_glm4, llama, builder::build_llama}},
+      {"exaone4", {read_exaone4, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},

@@ -97,6 +97,9 @@ LLAMA4 = {"model_type": "llama4", "text_config": {
 # GLM-4's sandwich norms with a fused gate_up GEMM, SmolLM3's NoPE layers, small.
 GLM4 = dict(LLAMA, model_type="glm4", num_key_value_heads=4)
 SMOLLM3 = dict(LLAMA, model_type="smollm3", tie_word_embeddings=True)
+# EXAONE 4.0's post-norms with a local/global pattern, Qwen3-VL's language model, small.
+EXAONE4 = dict(LLAMA, model_type="exaone4", num_hidden_layers=4, sliding_window=32, sliding_window_pattern="LLLG")
+QWEN3_VL = {"model_type": "qwen3_vl", "text_config": dict(LLAMA, model_type="qwen3_vl_text")}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -134,7 +137,8 @@ class ConfigModels(unittest.TestCase):
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
-                          ("glm4_small", GLM4), ("smollm3_small", SMOLLM3)):
+                          ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
+                          ("qwen3_vl_small", QWEN3_VL)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

@@ -1173,6 +1173,58 @@ TEST_CASE("generation: GLM-4 runs Gemma 2's sandwich norms with one gate_up GEMM
                        doctest::Contains("sliding"), InputError);
 }
 
+TEST_CASE("generation: Qwen3-VL's language model is Qwen3 (and Qwen3-MoE), its vision tower named, not built") {
+  const ModelConfig dense = parse_hf_config(R"({"model_type": "qwen3_vl", "vision_config": {"depth": 27},
+      "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096, "intermediate_size": 12288,
+      "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+      "vocab_size": 151936, "rope_scaling": {"mrope_section": [24, 20, 20], "mrope_interleaved": true},
+      "tie_word_embeddings": false}})",
+                                            "qwen3-vl-8b");
+  CHECK(dense.language_model_of == "qwen3_vl");
+  CHECK(dense.qk_norm);
+  CHECK(dense.experts == 0);
+  // Qwen3-8B's 8,190,735,360 parameters: the language model of Qwen3-VL-8B.
+  const int64_t h = 4096, layer = 2 * h * 4096 + 2 * h * 1024 + 3 * h * 12288 + 2 * h + 2 * 128;
+  CHECK(parameter_count(build_model(dense)) == 2 * 151936 * h + 36 * layer + h);
+  CHECK(2 * 151936 * h + 36 * layer + h == 8190735360);
+  const ModelConfig moe = parse_hf_config(R"({"model_type": "qwen3_vl_moe", "text_config": {
+      "model_type": "qwen3_vl_moe_text", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "num_experts": 8,
+      "num_experts_per_tok": 2, "moe_intermediate_size": 64}})",
+                                          "qwen3-vl-moe");
+  CHECK(moe.language_model_of == "qwen3_vl_moe");
+  CHECK(moe.experts == 8);
+  CHECK(node_count(build_model(moe), [](const Node& n) { return n.op_type == "MoE"; }) == 2);
+}
+
+TEST_CASE("generation: EXAONE 4.0 normalises after, three local layers to one global one without positions") {
+  const std::string base = R"({"model_type": "exaone4", "hidden_size": 256, "intermediate_size": 512,
+      "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000)";
+  const ModelConfig c = parse_hf_config(base + R"(, "sliding_window": 16, "sliding_window_pattern": "LLLG"})", "exaone");
+  CHECK(c.post_norm);
+  CHECK(c.qk_norm);
+  CHECK(c.rotary_sliding_only);
+  CHECK(c.sliding_window == 16);
+  CHECK(c.sliding_layers == std::vector<bool>{true, true, true, false, true, true, true, false});
+  const LoadedModel m = build_model(c);
+  // Per layer the post-attention and post-feedforward norms and the q / k head norms; none
+  // before the attention.
+  CHECK(node_count(m, [](const Node& n) { return n.op_type == "Pow"; }) == 4 * 8 + 1);
+  CHECK(node_count(m, [](const Node& n) { return n.name.find("input_layernorm") != std::string::npos; }) == 0);
+  CHECK(node_count(m, [](const Node& n) { return n.name.find("rotary_q") != std::string::npos && n.op_type == "Mul"; }) ==
+        2 * 6);
+  // The pattern as a count, the same layers; without a window every layer global and rotary.
+  CHECK(parse_hf_config(base + R"(, "sliding_window": 16, "sliding_window_pattern": 4})", "exaone").sliding_layers ==
+        c.sliding_layers);
+  const ModelConfig global = parse_hf_config(base + R"(, "sliding_window": null})", "exaone-1.2b");
+  CHECK_FALSE(global.rotary_sliding_only);
+  CHECK(node_count(build_model(global), [](const Node& n) {
+          return n.name.find("rotary_q") != std::string::npos && n.op_type == "Mul";
+        }) == 2 * 8);
+  CHECK_THROWS_WITH_AS(parse_hf_config(base + R"(, "sliding_window": 16, "sliding_window_pattern": "LLX"})", "bad"),
+                       doctest::Contains("sliding_window_pattern"), InputError);
+}
+
 TEST_CASE("generation: Granite scales its embedding, residual branches and logits, Cohere runs SwiGLU beside attention") {
   const ModelConfig g = read_hf_config(test::source_dir() + "/tests/data/granite_8b.json");
   CHECK(g.residual_multiplier == 0.22);
