@@ -205,6 +205,14 @@ Decoder config_decoder(const ModelConfig& config) {
     d.head_dim = config.kv_lora_rank + config.qk_rope_dim;
     d.kv_tensors = 1;
   }
+  if (!config.block_pattern.empty()) {  // Mamba-2 and hybrids: keys and values in the attention layers only
+    d.layers = std::count(config.block_pattern.begin(), config.block_pattern.end(), '*');
+    d.state_layers = std::count(config.block_pattern.begin(), config.block_pattern.end(), 'M');
+    const int64_t conv_dim = config.mamba_heads * config.mamba_head_dim + 2 * config.ssm_groups * config.ssm_state;
+    d.state_elements = double(d.state_layers) * (double(config.mamba_heads) * double(config.mamba_head_dim) *
+                                                     double(config.ssm_state) +
+                                                 double(conv_dim) * double(config.conv_kernel - 1));
+  }
   // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
   if (config.sliding_window > 0 && (config.max_positions <= 0 || config.sliding_window < config.max_positions)) {
     d.window = config.sliding_window;
@@ -342,6 +350,10 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.kv_dtype = kv_dtype;
   a.kv_cache_bytes =
       double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * layer_tokens * double(a.batch) * element_bytes(kv_dtype);
+  // Mamba-2 states, in the activations' type (an FP8 --kv-dtype is the attention cache's).
+  const DType state_dtype = options.dtype != DType::undefined ? activation_dtype(options.dtype) : d.kv_dtype;
+  a.state_bytes = d.state_elements * double(a.batch) * element_bytes(state_dtype);
+  a.kv_cache_bytes += a.state_bytes;
   return a;
 }
 
@@ -528,6 +540,8 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.kv_tensors = d.kv_tensors;
   g.sliding_layers = d.sliding_layers;
   g.window = d.window;
+  g.state_layers = d.state_layers;
+  g.state_bytes = a.state_bytes;
   g.ttft_ms = r.e2e_latency_ms;
   g.ttft_low_ms = r.e2e_low();
   g.ttft_high_ms = r.e2e_high();

@@ -212,9 +212,138 @@ void lower_moe(LowerCtx& c) {
   c.out.push_back(moe_combine_kernel(c, act, rows, hidden, top_k));
 }
 
+// ai.neusight StateSpaceScan (Mamba-2; inputs X [b, L, heads, head_dim], dt [b, L, heads], A,
+// B and C [b, L, groups, state], D, dt_bias, initial state): the scan as mamba_ssm's kernels
+// run it, in the model's dtype with FP32 chunk states. One token per sequence (a decode step)
+// is selective_state_update: every head's [head_dim x state] state read, decayed, updated by
+// x B^T and written back, y = state C + D x, bound by the states' bytes. Longer sequences run
+// the chunked scan (mamba_chunk_scan_combined, chunks of chunk_size tokens): the chunks'
+// cumulative decay; each chunk's state, x^T B over the chunk (a batched GEMM of [head_dim x
+// chunk] by [chunk x state] per chunk and head); the states passed from chunk to chunk (one
+// sequential pass); C B^T within each chunk and group; and the output, the causal C B^T times x
+// within the chunk plus C times the incoming state (a batched GEMM of [chunk x (chunk / 2 +
+// state)] by [.. x head_dim] per chunk and head: the blocks above the diagonal are skipped).
+void lower_state_space_scan(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* bm = c.in(3);
+  if (!c.all_known({x, bm}) || x->shape.size() != 4 || bm->shape.size() != 4) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t b = x->shape[0].value, len = x->shape[1].value, h = x->shape[2].value, hd = x->shape[3].value;
+  const int64_t g = bm->shape[2].value, n = bm->shape[3].value;
+  if (b <= 0 || len <= 0 || h <= 0 || hd <= 0 || g <= 0 || n <= 0 || h % g != 0) {
+    c.unknown("scan shapes empty or heads not a multiple of the groups");
+    return;
+  }
+  // Every tile count below fits an int64 many times over (the bound is the scan's elements).
+  if (double(b) * double(len) * double(h) * double(std::max(hd, n)) * double(std::max<int64_t>(1, c.n.attr_i("chunk_size", 256))) > 1e17) {
+    c.unknown("scan too large");
+    return;
+  }
+  const DType act = c.dtype(x);
+  const double eb = element_bytes(act), fp32 = 4.0;
+  const double states = double(b) * double(h) * double(hd) * double(n);  // one per sequence and head
+  const double xs = double(b) * double(len) * double(h) * double(hd);
+  const double bc = double(b) * double(len) * double(g) * double(n);
+  const double dts = double(b) * double(len) * double(h);
+  auto vector_kernel = [&](const std::string& op, int64_t rows, int64_t cols, double flops, double bytes, const std::string& note) {
+    Kernel k = c.base(KernelClass::elementwise, op);
+    k.dtype = act;
+    k.rows = rows;
+    k.cols = cols;
+    k.inputs = 2;
+    k.flops = flops;
+    k.bytes = bytes;
+    k.operand_elems = {rows * cols};
+    k.note = note;
+    c.out.push_back(k);
+  };
+  if (len == 1) {
+    vector_kernel("selective_state_update", b * h, hd * n, 5.0 * states,
+                  2.0 * states * eb + 2.0 * xs * eb + 2.0 * bc * eb + 2.0 * dts * eb,
+                  "each head's state read, decayed, updated by x B^T and written back; y = state C + D x");
+    return;
+  }
+  const int64_t cs = std::max<int64_t>(1, c.n.attr_i("chunk_size", 256));
+  const int64_t chunks = (len + cs - 1) / cs;
+  const double chunk_states = double(b) * double(chunks) * double(h) * double(hd) * double(n);
+  const double cb = double(b) * double(chunks) * double(g) * double(cs) * double(cs);
+  vector_kernel("ssd_chunk_cumsum", b * h, len, 3.0 * dts, dts * eb + 2.0 * dts * fp32,
+                "dt (softplus, bias) and its cumulative decay within each chunk");
+  auto gemm = [&](const std::string& what, int64_t batch, int64_t m, int64_t nn, int64_t k, double flops, double bytes) {
+    Kernel g2 = c.base(KernelClass::gemm, "bmm");
+    g2.dtype = act;
+    g2.gemm = {batch, m, nn, k, true};
+    g2.flops = flops;
+    g2.bytes = bytes;
+    g2.operand_elems = {batch * m * k, batch * k * nn};
+    g2.a_input = g2.b_input = -1;
+    g2.note = what;
+    c.out.push_back(g2);
+  };
+  gemm("SSD chunk states: x^T B over each chunk, per head", b * chunks * h, hd, n, cs,
+       2.0 * xs * double(n), xs * eb + bc * eb + dts * fp32 + chunk_states * fp32);
+  vector_kernel("ssd_state_passing", b * h, chunks * hd * n, 2.0 * chunk_states, 2.0 * chunk_states * fp32 + states * eb,
+                "the chunk states passed on from chunk to chunk");
+  gemm("SSD C B^T within each chunk, per group", b * chunks * g, cs, cs, n, 2.0 * cb * double(n), 2.0 * bc * eb + cb * fp32);
+  const int64_t k_out = (cs + 1) / 2 + n;  // the causal half of the chunk, and the incoming state
+  gemm("SSD output: causal C B^T x within the chunk plus C times the incoming state, per head", b * chunks * h, cs, hd,
+       k_out, 2.0 * xs * double(k_out),
+       cb * fp32 + xs * eb + bc * eb + chunk_states * fp32 + dts * fp32 + xs * eb);
+}
+
+// ai.neusight CausalConv1d (x [b, L, channels], weight [channels, kernel], bias, state): the
+// causal depthwise convolution of causal_conv1d (its CUDA kernel reads the channels-last input
+// through its strides and applies SiLU in the same pass): one pass over x, each output the dot
+// product of `kernel` inputs; a decode step also reads and writes the state.
+void lower_causal_conv1d(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* w = c.in(1);
+  if (!c.all_known({x, w}) || x->shape.size() != 3 || w->shape.size() != 2) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  Kernel k = c.base(KernelClass::elementwise, "causal_conv1d");
+  rows_cols(x, k.rows, k.cols);
+  const double e = double(numel(x)), eb = element_bytes(k.dtype), taps = double(w->shape[1].value);
+  const TensorInfo* state = c.in(3);
+  const double state_bytes = state && state->fully_known() ? double(numel(state)) * eb : 0;
+  k.inputs = 1;
+  k.flops = e * (2.0 * taps + (c.n.attr_s("activation", "silu") == "silu" ? 4.0 : 0.0));
+  k.bytes = 2.0 * e * eb + double(numel(w)) * eb + 2.0 * state_bytes;
+  k.operand_elems = {static_cast<int64_t>(e)};
+  k.note = "causal depthwise convolution of " + std::to_string(static_cast<int64_t>(taps)) + " taps and its SiLU";
+  c.out.push_back(k);
+}
+
+// ai.neusight GatedRMSNorm(y, z, weight): RMSNorm of y x silu(z) over groups of group_size
+// channels, times the weight (mamba_ssm's RMSNormGated: one kernel reading y and z).
+void lower_gated_rmsnorm(LowerCtx& c) {
+  const TensorInfo* y = c.in(0);
+  if (!c.all_known({y}) || y->shape.empty()) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t channels = y->shape.back().value;
+  const int64_t group = std::clamp<int64_t>(c.n.attr_i("group_size", channels), 1, std::max<int64_t>(channels, 1));
+  Kernel k = c.base(KernelClass::layernorm, "rmsnorm");
+  const double e = double(numel(y)), eb = element_bytes(k.dtype);
+  k.rows = static_cast<int64_t>(e) / group;
+  k.cols = group;
+  k.flops = 10.0 * e;
+  k.bytes = 3.0 * e * eb + double(channels) * eb;
+  k.operand_elems = {static_cast<int64_t>(e), static_cast<int64_t>(e)};
+  k.note = "RMSNorm of y x silu(z) per group of " + std::to_string(group);
+  c.out.push_back(k);
+}
+
 }  // namespace
 
 void add_contrib_rules(RuleTable& r) {
+  r["ai.neusight:StateSpaceScan"] = lower_state_space_scan;
+  r["ai.neusight:CausalConv1d"] = lower_causal_conv1d;
+  r["ai.neusight:GatedRMSNorm"] = lower_gated_rmsnorm;
   r["com.microsoft:RotaryEmbedding"] = lower_rotary;
   r.add("", "RotaryEmbedding", lower_rotary, 23);
   r["com.microsoft:GatherBlockQuantized"] = lower_gather_block_quantized;

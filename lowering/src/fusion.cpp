@@ -629,6 +629,31 @@ void mark_free_nodes(const Graph& g, const LoweringOptions& opt, const Consumers
   }
 }
 
+// A unit-step Slice read only by the Mamba-2 mixer's kernels (ai.neusight ops; through Reshape
+// views) is a view: causal_conv1d, the chunked scan and the gated norm read their operands
+// through their strides (the splits of in_proj's output, of the convolution's).
+void mark_mixer_views(const Graph& g, const Consumers& cons, Plan& plan) {
+  std::function<bool(const std::string&)> read_by_mixer_only = [&](const std::string& t) {
+    auto it = cons.find(t);
+    if (it == cons.end() || it->second.empty()) return false;
+    for (int c : it->second) {
+      if (c < 0) return false;
+      const Node& cn = g.nodes[static_cast<size_t>(c)];
+      if (cn.domain == "ai.neusight") continue;
+      if (plan.free_reason[static_cast<size_t>(c)] == FreeReason::view && !cn.outputs.empty() && read_by_mixer_only(cn.outputs[0]))
+        continue;
+      return false;
+    }
+    return true;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& nd = g.nodes[i];
+    if (nd.op_type == "Slice" && plan.free_reason[i] == FreeReason::none && !nd.outputs.empty() && unit_step_slice(g, nd) &&
+        read_by_mixer_only(nd.outputs[0]))
+      plan.free_reason[i] = FreeReason::strided_view_read_by_elementwise;
+  }
+}
+
 // Phase 2, eager and full: strided views the readers take through their strides (transposes
 // and splits read by GEMMs, broadcast Expands, permuted operands of eager elementwise ops).
 void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
@@ -830,6 +855,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   mark_free_nodes(g, opt, cons, plan);
   if (opt.fusion == Fusion::none) return plan;
   mark_strided_views(g, opt, cons, plan);
+  mark_mixer_views(g, cons, plan);
   group_framework_kernels(g, opt, cons, plan);
   if (opt.fusion == Fusion::full) full_fusion(g, cons, plan);
   if (opt.serving_kernels && opt.mode == Mode::inference) merge_parallel_gemms(g, plan);

@@ -18,6 +18,11 @@ onnx::ModelProto new_model(const ModelConfig& c, const std::string& doc) {
   auto* ms = m.add_opset_import();  // com.microsoft.Gelu: PyTorch's one-kernel erf GELU
   ms->set_domain("com.microsoft");
   ms->set_version(1);
+  if (c.block_pattern.find('M') != std::string::npos) {  // Mamba-2's StateSpaceScan
+    auto* ns = m.add_opset_import();
+    ns->set_domain("ai.neusight");
+    ns->set_version(1);
+  }
   m.mutable_graph()->set_name(c.model_type);
   return m;
 }

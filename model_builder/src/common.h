@@ -55,6 +55,11 @@ std::string layer_norm(Net& n, const std::string& prefix, const std::string& x, 
 // mul, mul weight; rsqrt+mul are written Sqrt+Div (same kernel count and sizes).
 std::string rms_norm(Net& n, const std::string& prefix, const std::string& x, int64_t hidden, double eps,
                      bool weighted = true);
+// The Mamba-2 mixer of layer `layer` (mamba.cpp; ModelConfig::block_pattern) on its normed
+// input; with `cache` a decode step's, reading and writing the layer's convolution and scan
+// states (past_conv_state.N, past_ssm_state.N -> present_...).
+std::string mamba2_mixer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, int64_t layer,
+                         bool cache);
 // nn.Dropout: identity in inference, a mask-and-scale kernel in training.
 std::string dropout(Net& n, const std::string& prefix, const std::string& x, float ratio);
 // HF gelu_new (tanh approximation) as eager PyTorch runs it: 8 elementwise kernels.

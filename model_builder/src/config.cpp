@@ -736,6 +736,64 @@ void read_smollm3(const Reader& r, ModelConfig& c) {
   read_rotary_layers(r, c, 0);
 }
 
+// The Mamba-2 mixers' fields (Mamba2Config, NemotronHConfig's mamba_* ones).
+void read_mamba2_mixer(const Reader& r, ModelConfig& c, bool nemotron) {
+  c.mamba_heads = r.i({nemotron ? "mamba_num_heads" : "num_heads"}, true);
+  c.mamba_head_dim = r.i({nemotron ? "mamba_head_dim" : "head_dim"}, false, 64);
+  c.ssm_state = r.i({"ssm_state_size", "state_size"}, false, 128);
+  c.ssm_groups = r.i({"n_groups"}, false, nemotron ? 8 : 1);
+  c.conv_kernel = r.i({"conv_kernel"}, false, 4);
+  c.ssm_chunk = r.i({"chunk_size"}, false, 256);
+  c.mamba_conv_bias = r.b("use_conv_bias", true);
+  c.mamba_proj_bias = r.b("use_bias", false);
+  if (c.mamba_heads <= 0 || c.mamba_head_dim <= 0 || c.ssm_state <= 0 || c.ssm_groups <= 0 || c.conv_kernel < 2 ||
+      c.ssm_chunk <= 0 || c.mamba_heads % c.ssm_groups != 0)
+    throw InputError(r.path + ": Mamba-2 heads, head size, state size, chunk size, a convolution of at least 2 and groups "
+                              "dividing the heads must be positive");
+}
+
+// Mamba-2 (mamba2: state-spaces/mamba2, Mamba-Codestral): every layer an RMSNorm and a Mamba-2
+// mixer (ModelConfig::block_pattern), then norm_f and the head.
+void read_mamba2(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.layer_norm_eps = r.f({"layer_norm_epsilon", "rms_norm_eps"}, 1e-5);
+  c.tie_embeddings = r.b("tie_word_embeddings", false);
+  c.dropout = c.attn_dropout = 0.0f;
+  read_mamba2_mixer(r, c, false);
+  c.heads = c.kv_heads = c.mamba_heads;  // no attention
+  c.head_dim = c.mamba_head_dim;
+  c.block_pattern = std::string(static_cast<size_t>(std::clamp<int64_t>(c.layers, 0, kMaxLayers)), 'M');
+}
+
+// Nemotron-H (nemotron_h): hybrid_override_pattern gives each layer one block, 'M' a Mamba-2
+// mixer, '*' attention (grouped-query, without positions), '-' an MLP (up, squared ReLU, down).
+void read_nemotron_h(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  c.kv_heads = r.i({"num_key_value_heads"}, false, c.heads);
+  c.head_dim = r.i({"head_dim", "attention_head_dim"}, false, 0);
+  c.ffn = r.i({"intermediate_size"}, true);
+  c.activation = r.s({"mlp_hidden_act"}, "relu2");
+  c.mlp_bias = r.b("mlp_bias", false);
+  c.qkv_bias = c.o_bias = r.b("attention_bias", false);
+  c.layer_norm_eps = r.f({"layer_norm_epsilon", "rms_norm_eps"}, 1e-5);
+  c.tie_embeddings = r.b("tie_word_embeddings", false);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 4096);
+  c.dropout = c.attn_dropout = 0.0f;
+  check_kv_heads(r, c, "num_key_value_heads");
+  read_mamba2_mixer(r, c, true);
+  c.block_pattern = r.s({"hybrid_override_pattern"}, "");
+  if (static_cast<int64_t>(c.block_pattern.size()) != c.layers)
+    throw InputError(r.path + ": hybrid_override_pattern must give one block per layer (" + std::to_string(c.layers) + ")");
+  if (c.block_pattern.find_first_not_of("M*-") != std::string::npos)
+    throw InputError(r.path + ": hybrid_override_pattern must list M (Mamba-2), * (attention) or - (MLP) blocks; "
+                              "E (mixture of experts) is not supported");
+}
+
 // EXAONE 4.0 (exaone4): OLMo 2's norms after the attention and the MLP (not before), an RMSNorm
 // over each query and key head, and with a sliding window three local layers to one global
 // (sliding_window_pattern: a count, or a string of L and G repeated over the layers; or
@@ -895,6 +953,8 @@ const std::map<std::string, Family>& families() {
       {"smollm3", {read_smollm3, llama, builder::build_llama}},
       {"glm4", {read_glm4, llama, builder::build_llama}},
       {"exaone4", {read_exaone4, llama, builder::build_llama}},
+      {"mamba2", {read_mamba2, llama, builder::build_llama}},
+      {"nemotron_h", {read_nemotron_h, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},
@@ -986,7 +1046,8 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
   it->second.read(r, c);
   read_quantization(r, c);
   c.torch_dtype = r.s({"torch_dtype"}, "");
-  if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.vocab <= 0 || c.ffn <= 0)
+  const bool mlp = c.block_pattern.empty() || c.block_pattern.find('-') != std::string::npos;  // Mamba-2 has none
+  if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.vocab <= 0 || (mlp && c.ffn <= 0))
     throw InputError(path + ": layers, hidden size, heads, vocabulary and FFN size must be positive");
   const int64_t all_layers = c.layers + c.decoder_layers + c.mtp_layers;
   if (all_layers > kMaxLayers) throw InputError(path + ": more than " + std::to_string(kMaxLayers) + " layers");

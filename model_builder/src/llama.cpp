@@ -411,35 +411,69 @@ std::pair<std::string, std::string> rotary_tables(Net& n, const std::string& p0,
 
 }  // namespace
 
+// A decode step's cache inputs, the past keys and values of the layers that attend (every
+// layer, or a hybrid's '*' layers: a Mamba-2 layer's states are its mixer's inputs), and the
+// lengths they give: the step's queries sit at positions past .. past + sequence - 1 and attend
+// to past + sequence keys. Without a cache (or attention) the lengths are the sequence's.
+struct StepLengths {
+  std::string past_scalar, total, total_scalar, diag;
+  bool attends = false;  // some layer attends
+};
+StepLengths cache_inputs(Net& n, const ModelConfig& c, const std::string& p0, bool kv_cache) {
+  StepLengths s{"", n.seq, n.seq_scalar, "", false};
+  int64_t first = -1;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    if (!c.block_pattern.empty() && c.block_pattern[static_cast<size_t>(l)] != '*') continue;
+    if (first < 0) first = l;
+    if (!kv_cache) break;
+    if (c.kv_lora_rank > 0) {  // MLA: the latent and the rotary key, one cache tensor
+      n.b.input("past_key_values." + std::to_string(l) + ".key", kF32, {-1, 1, -1, c.kv_lora_rank + c.qk_rope_dim},
+                {"batch", "past_sequence"});
+      continue;
+    }
+    for (const char* which : {"key", "value"})
+      n.b.input("past_key_values." + std::to_string(l) + "." + which, kF32, {-1, c.kv_heads, -1, c.head_dim},
+                {"batch", "past_sequence"});
+  }
+  s.attends = first >= 0;
+  if (!kv_cache || first < 0) return s;
+  const std::string shape = n.b.node("Shape", p0 + "/past_shape", {"past_key_values." + std::to_string(first) + ".key"});
+  s.past_scalar = n.b.node("Gather", p0 + "/past_length", {shape, n.b.ints("const_idx2", {2}, true)});
+  n.b.attr_i("axis", 0);
+  s.total_scalar = n.b.node("Add", p0 + "/total_length", {s.past_scalar, n.seq_scalar});
+  s.total = n.b.node("Unsqueeze", p0 + "/total_length_1d", {s.total_scalar, n.b.ints("const_axes0t", {0})});
+  s.diag = n.b.node("Add", p0 + "/causal_diagonal", {s.past_scalar, n.b.ints("const_one_d", {1}, true)});
+  return s;
+}
+
+// Layer `l` of a hybrid or state-space decoder (ModelConfig::block_pattern): its one block, a
+// Mamba-2 mixer, attention without positions or an MLP (up, activation, down), on the layer's
+// RMS-normed input, added to the residual `x`.
+std::string hybrid_block(Net& n, const ModelConfig& c, const std::string& p, int64_t l, const std::string& x,
+                         const std::string& mask, const Cache& cache) {
+  const char kind = c.block_pattern[static_cast<size_t>(l)];
+  const int64_t h = c.hidden;
+  const std::string in = norm(n, c, p + ".norm", x);
+  std::string y;
+  if (kind == 'M') y = mamba2_mixer(n, p + ".mixer", in, c, l, !cache.total.empty());
+  else if (kind == '*') y = attention(n, p + ".mixer", in, c, mask, "", "", cache, "");
+  else
+    y = linear(n, p + ".mixer.down_proj",
+               activation(n, p + ".mixer.act", linear(n, p + ".mixer.up_proj", in, h, c.ffn, c.mlp_bias), c.activation),
+               c.ffn, h, c.mlp_bias);
+  return n.b.node("Add", p + "/residual_Add", {x, y});
+}
+
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   Net n(c, o.kv_cache ? "Llama-style decoder step with KV cache (RMSNorm, rotary, SwiGLU, grouped-query attention)"
                       : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
   const std::string ids = n.token_input("input_ids");
   const int64_t h = c.hidden, hd = c.kv_lora_rank > 0 ? c.qk_rope_dim : rotary_dims(c);  // the rotary dims
-  const bool rotary = !c.alibi && !c.learned_positions;
+  const bool rotary = !c.alibi && !c.learned_positions && c.block_pattern.empty();
   if (rotary && hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
   const std::string p0 = "model";
-  // With a KV cache the step's queries sit at positions past .. past + sequence - 1 and
-  // attend to past + sequence keys.
-  std::string past_scalar, total = n.seq, total_scalar = n.seq_scalar, diag;
-  if (o.kv_cache) {
-    for (int64_t l = 0; l < c.layers; ++l) {
-      if (c.kv_lora_rank > 0) {  // MLA: the latent and the rotary key, one cache tensor
-        n.b.input("past_key_values." + std::to_string(l) + ".key", kF32, {-1, 1, -1, c.kv_lora_rank + c.qk_rope_dim},
-                  {"batch", "past_sequence"});
-        continue;
-      }
-      for (const char* which : {"key", "value"})
-        n.b.input("past_key_values." + std::to_string(l) + "." + which, kF32, {-1, c.kv_heads, -1, c.head_dim},
-                  {"batch", "past_sequence"});
-    }
-    const std::string shape = n.b.node("Shape", p0 + "/past_shape", {"past_key_values.0.key"});
-    past_scalar = n.b.node("Gather", p0 + "/past_length", {shape, n.b.ints("const_idx2", {2}, true)});
-    n.b.attr_i("axis", 0);
-    total_scalar = n.b.node("Add", p0 + "/total_length", {past_scalar, n.seq_scalar});
-    total = n.b.node("Unsqueeze", p0 + "/total_length_1d", {total_scalar, n.b.ints("const_axes0t", {0})});
-    diag = n.b.node("Add", p0 + "/causal_diagonal", {past_scalar, n.b.ints("const_one_d", {1}, true)});
-  }
+  const StepLengths len = cache_inputs(n, c, p0, o.kv_cache);
+  const std::string &past_scalar = len.past_scalar, &total = len.total, &total_scalar = len.total_scalar;
   std::string x = n.b.node("Gather", p0 + ".embed_tokens/Gather", {n.b.weight(p0 + ".embed_tokens.weight", {c.vocab, h}), ids});
   if (c.scale_embedding || c.embedding_multiplier > 0)  // Gemma: embeddings times sqrt(hidden); Granite's multiplier
     x = n.b.node("Mul", p0 + ".embed_tokens/scale",
@@ -453,7 +487,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     x = linear(n, p0 + ".eh_proj", eh, 2 * h, h, false);
   }
 
-  const Masks masks = decoder_masks(n, c, p0, total, past_scalar, diag);
+  const Masks masks = len.attends ? decoder_masks(n, c, p0, total, past_scalar, len.diag) : Masks{};
   const std::string& mask = masks.causal;
   const std::string& sliding_mask = masks.sliding;
 
@@ -485,6 +519,10 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
 
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = p0 + ".layers." + std::to_string(l);
+    if (!c.block_pattern.empty()) {  // one block: a Mamba-2 mixer, attention or an MLP, pre-normed
+      x = hybrid_block(n, c, p, l, x, mask, Cache{l, o.kv_cache ? total : ""});
+      continue;
+    }
     const std::string normed = c.post_norm ? x : norm(n, c, p + ".input_layernorm", x);
     std::string a = normed;
     const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&

@@ -36,6 +36,8 @@ std::string num(double v, int decimals) {
 // How the cache bytes come about: "32 layers x 8 KV heads x 128 x 640 tokens x 1", a latent
 // cache's one tensor, sliding-window layers' window.
 std::string kv_cache_formula(const GenerationReport& g) {
+  if (g.layers == 0 && g.state_layers > 0)  // a state-space model: no keys and values
+    return std::to_string(g.state_layers) + " Mamba-2 layers' convolution and scan states x " + std::to_string(g.batch);
   std::string s = std::to_string(g.layers) + " layers x ";
   s += g.kv_tensors == 1 ? "a latent of " + std::to_string(g.head_dim)
                          : std::to_string(g.kv_heads) + " KV heads x " + std::to_string(g.head_dim);
@@ -43,6 +45,8 @@ std::string kv_cache_formula(const GenerationReport& g) {
   if (!g.kv_dtype.empty()) s += " in " + g.kv_dtype;
   if (g.sliding_layers > 0 && g.window > 0)
     s += "; " + std::to_string(g.sliding_layers) + " sliding-window layers keep " + std::to_string(g.window);
+  if (g.state_layers > 0)
+    s += "; and " + std::to_string(g.state_layers) + " Mamba-2 layers' states, " + num(g.state_bytes / 1e6, 1) + " MB";
   return s;
 }
 

@@ -285,9 +285,35 @@ void rule_gather_block_quantized(Ctx& c) {
   set_out(c, 0, dt, out);
 }
 
+// ai.neusight StateSpaceScan (Mamba-2's chunked scan): X [b, L, heads, head_dim], dt [b, L,
+// heads], A [heads], B and C [b, L, groups, state], D, dt_bias [heads], initial state [b,
+// heads, head_dim, state]. Outputs: Y like X; the final state [b, heads, head_dim, state].
+void rule_state_space_scan(Ctx& c) {
+  const TensorInfo* x = c.in(0);
+  const TensorInfo* bm = c.in(3);
+  if (!x) return;
+  like_input(c, 0, 0);
+  if (c.num_out() < 2) return;
+  if (!x->has_shape || x->shape.size() != 4 || !bm || !bm->has_shape || bm->shape.size() != 4) {
+    set_dtype(c, 1, x->dtype);
+    return;
+  }
+  set_out(c, 1, x->dtype, {x->shape[0], x->shape[2], x->shape[3], bm->shape[3]});
+}
+
+// ai.neusight CausalConv1d(x [b, L, channels], weight [channels, kernel], bias, state [b,
+// channels, kernel - 1]) -> y like x, the new state like the state.
+void rule_causal_conv1d(Ctx& c) {
+  like_input(c, 0, 0);
+  if (c.num_out() > 1) like_input(c, 1, 3);
+}
+
 }  // namespace
 
 void add_contrib_rules(RuleTable& t) {
+  t["ai.neusight:StateSpaceScan"] = rule_state_space_scan;
+  t["ai.neusight:CausalConv1d"] = rule_causal_conv1d;
+  t["ai.neusight:GatedRMSNorm"] = rule_first_input;
   t[ms_op("PackedAttention")] = rule_packed_attention;
   t[ms_op("PackedMultiHeadAttention")] = rule_packed_mha;
   t[ms_op("SparseAttention")] = rule_sparse_attention;

@@ -100,6 +100,13 @@ SMOLLM3 = dict(LLAMA, model_type="smollm3", tie_word_embeddings=True)
 # EXAONE 4.0's post-norms with a local/global pattern, Qwen3-VL's language model, small.
 EXAONE4 = dict(LLAMA, model_type="exaone4", num_hidden_layers=4, sliding_window=32, sliding_window_pattern="LLLG")
 QWEN3_VL = {"model_type": "qwen3_vl", "text_config": dict(LLAMA, model_type="qwen3_vl_text")}
+# Mamba-2 and Nemotron-H (Mamba-2 mixers, attention and MLP blocks), small: their scans run as
+# ai.neusight ops, which onnx.checker accepts under their domain's opset import.
+MAMBA2 = {"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 2, "num_heads": 8, "head_dim": 64,
+          "state_size": 64, "n_groups": 2, "vocab_size": 1000, "chunk_size": 64}
+NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 4, "hybrid_override_pattern": "M*M-",
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
+              "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 64, "n_groups": 2, "vocab_size": 1000}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -138,7 +145,7 @@ class ConfigModels(unittest.TestCase):
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
-                          ("qwen3_vl_small", QWEN3_VL)):
+                          ("qwen3_vl_small", QWEN3_VL), ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

@@ -85,6 +85,17 @@ struct ModelConfig {
   // (qk_norm_unweighted), and scales the queries of its global layers by
   // log(floor((position + 1) / attn_floor_scale) + 1) * attn_scale + 1 (attn_temperature_tuning).
   bool rotary_sliding_only = false;
+  // Hybrid and state-space decoders (Mamba-2, Nemotron-H): one block per layer, its kind the
+  // layer's character of block_pattern: 'M' a Mamba-2 mixer, '*' attention (no positions), '-'
+  // an MLP of ffn (up, activation, down; not gated), each after an RMSNorm and added to the
+  // residual. Empty: the usual attention + MLP layers. A Mamba-2 mixer: in_proj to z, x, B, C
+  // and dt; a causal depthwise convolution of conv_kernel over x, B and C, SiLU; the chunked
+  // state-space scan (ai.neusight StateSpaceScan, chunks of ssm_chunk) over mamba_heads heads of
+  // mamba_head_dim with a state of ssm_state per head, B and C shared by ssm_groups groups of
+  // heads; RMSNorm of y x silu(z) per group; out_proj.
+  std::string block_pattern;
+  int64_t mamba_heads = 0, mamba_head_dim = 0, ssm_state = 0, ssm_groups = 1, conv_kernel = 4, ssm_chunk = 256;
+  bool mamba_conv_bias = true, mamba_proj_bias = false;
   bool qk_norm_rotary_only = false;
   bool qk_norm_unweighted = false;
   bool attn_temperature_tuning = false;

@@ -1,0 +1,163 @@
+// unit-mamba.cpp - Mamba-2 mixers and hybrid decoders (--config mamba2, nemotron_h): the graph
+// built, the kernels of the chunked scan and of a decode step's state update, and the
+// generation's cache (per-sequence states beside the attention layers' keys and values).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <string>
+
+#include "neusight/neusight.h"
+#include "test_util.h"
+
+using namespace neusight;
+
+namespace {
+
+const char* const kMamba2 = R"({"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 4, "num_heads": 8,
+    "head_dim": 64, "state_size": 64, "n_groups": 2, "vocab_size": 1000, "chunk_size": 64})";
+const char* const kNemotronH = R"({"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 6,
+    "hybrid_override_pattern": "M-M*M-", "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+    "intermediate_size": 512, "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 64, "n_groups": 2,
+    "vocab_size": 1000, "chunk_size": 64})";
+
+Options kernel_timing(int64_t batch, int64_t seq, DType dtype = DType::bf16) {
+  Options o;
+  o.dims.batch = batch;
+  o.dims.seq = seq;
+  o.dtype = dtype;
+  o.timing = Timing::kernel;
+  return o;
+}
+
+// The kernels of the nodes whose name contains `node_part`, in order.
+std::vector<const Kernel*> kernels_of(const Analysis& a, const std::string& node_part) {
+  std::vector<const Kernel*> out;
+  for (const Kernel& k : a.kernels.kernels)
+    if (k.node >= 0 && a.graph.nodes[static_cast<size_t>(k.node)].name.find(node_part) != std::string::npos)
+      out.push_back(&k);
+  return out;
+}
+
+int64_t parameter_count(const LoadedModel& m) {
+  int64_t p = 0;
+  for (const std::string& w : m.model.graph.initializers) {
+    const TensorInfo* t = m.model.graph.find(w);
+    if (t && t->external_data) p += t->num_elements();
+  }
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("mamba: a Mamba-2 layer is in_proj, the causal convolution, the chunked scan, the gated norm and out_proj") {
+  const ModelConfig c = parse_hf_config(kMamba2, "mamba2");
+  CHECK(c.block_pattern == "MMMM");
+  const LoadedModel m = build_model(c);
+  // in_proj to z, x, B, C and dt; conv weights and bias; A_log, D, dt_bias; the gated norm's
+  // weight; out_proj; the pre-norm; embedding, head and the final norm.
+  const int64_t h = 256, inner = 8 * 64, conv = inner + 2 * 2 * 64;
+  const int64_t layer = h * (2 * inner + 2 * 2 * 64 + 8) + conv * 4 + conv + 3 * 8 + inner + inner * h + h;
+  CHECK(parameter_count(m) == 2 * 1000 * h + 4 * layer + h);
+  const Analysis a = prepare(m, kernel_timing(2, 512));
+  // The chunked scan of 512 tokens in chunks of 64: the decay's cumulative sum, the chunk
+  // states, their passing, C B^T and the output; the splits of in_proj's output are views.
+  const auto scan = kernels_of(a, "layers.0.mixer/StateSpaceScan");
+  REQUIRE(scan.size() == 5);
+  CHECK(scan[0]->op == "ssd_chunk_cumsum");
+  CHECK(scan[1]->cls == KernelClass::gemm);
+  CHECK(scan[1]->gemm.batch == 2 * 8 * 8);  // batch x chunks x heads
+  CHECK(scan[1]->gemm.m == 64);
+  CHECK(scan[1]->gemm.n == 64);
+  CHECK(scan[1]->gemm.k == 64);
+  CHECK(scan[1]->flops == doctest::Approx(2.0 * 2 * 512 * 8 * 64 * 64));
+  CHECK(scan[2]->op == "ssd_state_passing");
+  CHECK(scan[3]->gemm.batch == 2 * 8 * 2);  // C B^T per group
+  CHECK(scan[4]->gemm.k == 32 + 64);         // the causal half of the chunk and the state
+  CHECK(kernels_of(a, "layers.0.mixer/z").empty());
+  CHECK(kernels_of(a, "layers.0.mixer/xBC").empty());
+  CHECK(kernels_of(a, "layers.0.mixer.conv1d").size() == 1);
+  CHECK(kernels_of(a, "layers.0.mixer.norm").size() == 1);
+  CHECK(kernels_of(a, "layers.0.mixer.norm").front()->cls == KernelClass::layernorm);
+  // Twice the tokens: twice the scan's work (the chunks double).
+  const Analysis twice = prepare(m, kernel_timing(2, 1024));
+  CHECK(kernels_of(twice, "layers.0.mixer/StateSpaceScan")[1]->flops == doctest::Approx(2 * scan[1]->flops));
+}
+
+TEST_CASE("mamba: a decode step updates each head's state in one kernel and keeps no keys or values") {
+  const ModelConfig c = parse_hf_config(kMamba2, "mamba2");
+  const Decoder d = config_decoder(c);
+  CHECK(d.layers == 0);
+  CHECK(d.state_layers == 4);
+  const int64_t conv = 8 * 64 + 2 * 2 * 64;
+  CHECK(d.state_elements == 4.0 * (8 * 64 * 64 + conv * 3));
+  const Analysis step = prepare(d.step, kernel_timing(3, 1));
+  const auto scan = kernels_of(step, "layers.0.mixer/StateSpaceScan");
+  REQUIRE(scan.size() == 1);
+  CHECK(scan[0]->op == "selective_state_update");
+  CHECK(scan[0]->bytes >= 2.0 * 3 * 8 * 64 * 64 * 2);  // the states read and written, bf16
+  GenerationOptions g;
+  g.prompt = 512;
+  g.new_tokens = 64;
+  Options o = kernel_timing(3, 0);
+  o.fusion = Fusion::full;
+  const Report r = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve("h100"), o);
+  REQUIRE(r.generation);
+  // The cache is the states alone, whatever the length.
+  CHECK(r.generation->kv_cache_bytes == doctest::Approx(d.state_elements * 3 * 2));
+  CHECK(r.generation->state_bytes == r.generation->kv_cache_bytes);
+  g.new_tokens = 4096;
+  const Report longer = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve("h100"), o);
+  CHECK(longer.generation->kv_cache_bytes == r.generation->kv_cache_bytes);
+}
+
+TEST_CASE("mamba: Nemotron-H gives each layer one block: Mamba-2, attention without positions, or an MLP") {
+  const ModelConfig c = parse_hf_config(kNemotronH, "nemotron-h");
+  CHECK(c.block_pattern == "M-M*M-");
+  CHECK(c.activation == "relu2");
+  const LoadedModel m = build_model(c);
+  int scans = 0, attention_q = 0, rotary = 0, up = 0;
+  for (const Node& n : m.model.graph.nodes) {
+    scans += n.op_type == "StateSpaceScan";
+    attention_q += n.name.find("mixer.q_proj") != std::string::npos && n.op_type == "MatMul";
+    rotary += n.name.find("rotary") != std::string::npos;
+    up += n.name.find("mixer.up_proj") != std::string::npos && n.op_type == "MatMul";
+  }
+  CHECK(scans == 3);
+  CHECK(attention_q == 1);
+  CHECK(rotary == 0);
+  CHECK(up == 2);
+  // The cache: the one attention layer's keys and values over every token, and the three
+  // Mamba-2 layers' states.
+  const Decoder d = config_decoder(c);
+  CHECK(d.layers == 1);
+  CHECK(d.state_layers == 3);
+  GenerationOptions g;
+  g.prompt = 100;
+  g.new_tokens = 28;
+  Options o = kernel_timing(2, 0);
+  o.fusion = Fusion::full;
+  const Report r = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve("h100"), o);
+  REQUIRE(r.generation);
+  const double kv = 2.0 * 2 * 64 * 128 * 2 * 2;
+  CHECK(r.generation->kv_cache_bytes == doctest::Approx(kv + d.state_elements * 2 * 2));
+  CHECK(r.generation->tpot_ms > 0);
+  // A pattern that is not one block per layer, or names a block not built, is one clear error.
+  for (const char* bad : {R"("M-M*M")", R"("M-M*ME")"}) {
+    std::string cfg = kNemotronH;
+    cfg.replace(cfg.find(R"("M-M*M-")"), 8, bad);
+    CHECK_THROWS_WITH_AS(parse_hf_config(cfg, "bad"), doctest::Contains("hybrid_override_pattern"), InputError);
+  }
+}
+
+TEST_CASE("mamba: Mamba-Codestral-7B's 7.29 billion parameters and its decode states") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/mamba_codestral_7b.json");
+  const int64_t h = 4096, heads = 128, inner = heads * 64, gs = 8 * 128, conv = inner + 2 * gs;
+  const int64_t layer = h * (2 * inner + 2 * gs + heads) + conv * 4 + conv + 3 * heads + inner + inner * h + h;
+  const int64_t params = 2 * 32768 * h + 64 * layer + h;
+  CHECK(params == 7285403648);
+  CHECK(parameter_count(build_model(c)) == params);
+  // A sequence's states: 64 layers x (128 heads x 64 x 128 + 10,240 channels x 3), 138 MB in
+  // bf16, whatever its length.
+  const Decoder d = config_decoder(c);
+  CHECK(d.state_elements * 2 == doctest::Approx(138.1e6).epsilon(0.001));
+}
