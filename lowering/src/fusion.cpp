@@ -629,27 +629,32 @@ void mark_free_nodes(const Graph& g, const LoweringOptions& opt, const Consumers
   }
 }
 
+// Whether every reader of tensor `t` is a node `accept(index, node)` takes, or a free view
+// (Reshape, ...) whose output is read so in turn; false for a graph output or no reader.
+bool read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, const std::string& t,
+                  const std::function<bool(size_t, const Node&)>& accept) {
+  auto it = cons.find(t);
+  if (it == cons.end() || it->second.empty()) return false;
+  for (int c : it->second) {
+    if (c < 0) return false;
+    const size_t ci = static_cast<size_t>(c);
+    const Node& cn = g.nodes[ci];
+    if (accept(ci, cn)) continue;
+    if (plan.free_reason[ci] == FreeReason::view && !cn.outputs.empty() && read_only_by(g, cons, plan, cn.outputs[0], accept))
+      continue;
+    return false;
+  }
+  return true;
+}
+
 // A unit-step Slice read only by the Mamba-2 mixer's kernels (ai.neusight ops; through Reshape
 // views) is a view: causal_conv1d, the chunked scan and the gated norm read their operands
 // through their strides (the splits of in_proj's output, of the convolution's).
 void mark_mixer_views(const Graph& g, const Consumers& cons, Plan& plan) {
-  std::function<bool(const std::string&)> read_by_mixer_only = [&](const std::string& t) {
-    auto it = cons.find(t);
-    if (it == cons.end() || it->second.empty()) return false;
-    for (int c : it->second) {
-      if (c < 0) return false;
-      const Node& cn = g.nodes[static_cast<size_t>(c)];
-      if (cn.domain == "ai.neusight") continue;
-      if (plan.free_reason[static_cast<size_t>(c)] == FreeReason::view && !cn.outputs.empty() && read_by_mixer_only(cn.outputs[0]))
-        continue;
-      return false;
-    }
-    return true;
-  };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& nd = g.nodes[i];
     if (nd.op_type == "Slice" && plan.free_reason[i] == FreeReason::none && !nd.outputs.empty() && unit_step_slice(g, nd) &&
-        read_by_mixer_only(nd.outputs[0]))
+        read_only_by(g, cons, plan, nd.outputs[0], [](size_t, const Node& cn) { return cn.domain == "ai.neusight"; }))
       plan.free_reason[i] = FreeReason::strided_view_read_by_elementwise;
   }
 }
@@ -707,18 +712,10 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
   // the traces list no copy for it. A Slice so read is the same view (x[..., :n] @ W: the
   // GEMM reads the slice through its leading dimension; DeepSeek's no-rotary query part, the
   // last position a prefill's head reads).
-  std::function<bool(const std::string&)> read_by_gemm_only = [&](const std::string& t) {
-    auto it = cons.find(t);
-    if (it == cons.end() || it->second.empty()) return false;
-    for (int c : it->second) {
-      if (c < 0) return false;
-      const Node& cn = g.nodes[static_cast<size_t>(c)];
-      if (gemm_ops().count(cn.op_type) || plan.free_reason[static_cast<size_t>(c)] == FreeReason::strided_view_read_by_gemm) continue;
-      if (plan.free_reason[static_cast<size_t>(c)] == FreeReason::view && !cn.outputs.empty() && read_by_gemm_only(cn.outputs[0]))
-        continue;
-      return false;
-    }
-    return true;
+  const auto read_by_gemm_only = [&](const std::string& t) {
+    return read_only_by(g, cons, plan, t, [&](size_t c, const Node& cn) {
+      return gemm_ops().count(cn.op_type) || plan.free_reason[c] == FreeReason::strided_view_read_by_gemm;
+    });
   };
   for (size_t i = 0; i < n; ++i) {
     const Node& nd = g.nodes[i];

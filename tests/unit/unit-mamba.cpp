@@ -38,6 +38,18 @@ std::vector<const Kernel*> kernels_of(const Analysis& a, const std::string& node
   return out;
 }
 
+// The generation of `d` at batch `batch` (BF16, kernel timing, fused kernels) on the H100.
+GenerationReport generate(const Decoder& d, int64_t batch, int64_t prompt, int64_t new_tokens) {
+  GenerationOptions g;
+  g.prompt = prompt;
+  g.new_tokens = new_tokens;
+  Options o = kernel_timing(batch, 0);
+  o.fusion = Fusion::full;
+  const Report r = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve("h100"), o);
+  REQUIRE(r.generation);
+  return *r.generation;
+}
+
 int64_t parameter_count(const LoadedModel& m) {
   int64_t p = 0;
   for (const std::string& w : m.model.graph.initializers) {
@@ -95,19 +107,11 @@ TEST_CASE("mamba: a decode step updates each head's state in one kernel and keep
   REQUIRE(scan.size() == 1);
   CHECK(scan[0]->op == "selective_state_update");
   CHECK(scan[0]->bytes >= 2.0 * 3 * 8 * 64 * 64 * 2);  // the states read and written, bf16
-  GenerationOptions g;
-  g.prompt = 512;
-  g.new_tokens = 64;
-  Options o = kernel_timing(3, 0);
-  o.fusion = Fusion::full;
-  const Report r = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve("h100"), o);
-  REQUIRE(r.generation);
   // The cache is the states alone, whatever the length.
-  CHECK(r.generation->kv_cache_bytes == doctest::Approx(d.state_elements * 3 * 2));
-  CHECK(r.generation->state_bytes == r.generation->kv_cache_bytes);
-  g.new_tokens = 4096;
-  const Report longer = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve("h100"), o);
-  CHECK(longer.generation->kv_cache_bytes == r.generation->kv_cache_bytes);
+  const GenerationReport r = generate(d, 3, 512, 64);
+  CHECK(r.kv_cache_bytes == doctest::Approx(d.state_elements * 3 * 2));
+  CHECK(r.state_bytes == r.kv_cache_bytes);
+  CHECK(generate(d, 3, 512, 4096).kv_cache_bytes == r.kv_cache_bytes);
 }
 
 TEST_CASE("mamba: Nemotron-H gives each layer one block: Mamba-2, attention without positions, or an MLP") {
@@ -131,16 +135,10 @@ TEST_CASE("mamba: Nemotron-H gives each layer one block: Mamba-2, attention with
   const Decoder d = config_decoder(c);
   CHECK(d.layers == 1);
   CHECK(d.state_layers == 3);
-  GenerationOptions g;
-  g.prompt = 100;
-  g.new_tokens = 28;
-  Options o = kernel_timing(2, 0);
-  o.fusion = Fusion::full;
-  const Report r = predict_generation(prepare_generation(d, o, g), d, GpuDatabase::builtin().resolve("h100"), o);
-  REQUIRE(r.generation);
+  const GenerationReport r = generate(d, 2, 100, 28);
   const double kv = 2.0 * 2 * 64 * 128 * 2 * 2;
-  CHECK(r.generation->kv_cache_bytes == doctest::Approx(kv + d.state_elements * 2 * 2));
-  CHECK(r.generation->tpot_ms > 0);
+  CHECK(r.kv_cache_bytes == doctest::Approx(kv + d.state_elements * 2 * 2));
+  CHECK(r.tpot_ms > 0);
   // A pattern that is not one block per layer, or names a block not built, is one clear error.
   for (const char* bad : {R"("M-M*M")", R"("M-M*ME")"}) {
     std::string cfg = kNemotronH;
