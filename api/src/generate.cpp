@@ -205,6 +205,15 @@ Decoder config_decoder(const ModelConfig& config) {
     d.head_dim = config.kv_lora_rank + config.qk_rope_dim;
     d.kv_tensors = 1;
   }
+  if (const int64_t delta = std::count(config.delta_layers.begin(), config.delta_layers.end(), true); delta > 0) {
+    // Qwen3-Next: keys and values in the attention layers; the gated DeltaNet layers' states.
+    const int64_t conv_dim = 2 * config.delta_key_heads * config.delta_key_dim + config.delta_value_heads * config.delta_value_dim;
+    d.layers = config.layers - delta;
+    d.state_layers = delta;
+    d.state_elements = double(delta) * (double(config.delta_value_heads) * double(config.delta_key_dim) *
+                                            double(config.delta_value_dim) +
+                                        double(conv_dim) * double(config.conv_kernel - 1));
+  }
   if (!config.block_pattern.empty()) {  // Mamba-2 and hybrids: keys and values in the attention layers only
     d.layers = std::count(config.block_pattern.begin(), config.block_pattern.end(), '*');
     d.state_layers = std::count(config.block_pattern.begin(), config.block_pattern.end(), 'M');

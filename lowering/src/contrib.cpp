@@ -338,10 +338,87 @@ void lower_gated_rmsnorm(LowerCtx& c) {
   c.out.push_back(k);
 }
 
+// ai.neusight GatedDeltaRule (Qwen3-Next's gated DeltaNet; inputs q, k [b, L, heads, key_dim],
+// v [b, L, heads, value_dim], g, beta [b, L, heads], initial state): as flash-linear-attention
+// runs it, in the model's dtype with FP32 states. One token per sequence (a decode step) is
+// fused_recurrent_gated_delta_rule: every head's [key_dim x value_dim] state read, decayed,
+// corrected by the delta rule and written back, bound by the states' bytes. Longer sequences run
+// chunk_gated_delta_rule (chunks of chunk_size): the gate's cumulative sum; K K^T and Q K^T
+// within each chunk (a batched GEMM per chunk and head, reduction 2 x key_dim); the WY
+// representation, the triangular inverse applied to beta K and beta V (a batched GEMM per chunk
+// and head); the state recurrence, sequential over the chunks (a batched GEMM per head whose
+// reduction runs over every chunk: W h and K^T U, 2 x L); and the output, Q h plus the masked
+// Q K^T times the corrected values (a batched GEMM per chunk and head).
+void lower_gated_delta_rule(LowerCtx& c) {
+  const TensorInfo* k = c.in(1);
+  const TensorInfo* v = c.in(2);
+  if (!c.all_known({k, v}) || k->shape.size() != 4 || v->shape.size() != 4) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t b = v->shape[0].value, len = v->shape[1].value, h = v->shape[2].value, dv = v->shape[3].value;
+  const int64_t dk = k->shape[3].value;
+  const int64_t cs = std::max<int64_t>(1, c.n.attr_i("chunk_size", 64));
+  if (b <= 0 || len <= 0 || h <= 0 || dk <= 0 || dv <= 0 || k->shape[2].value != h) {
+    c.unknown("delta-rule shapes empty or key and value heads differ");
+    return;
+  }
+  if (double(b) * double(len) * double(h) * double(std::max(dk, dv)) * double(std::max(cs, std::max(dk, dv))) > 1e17) {
+    c.unknown("delta rule too large");
+    return;
+  }
+  const DType act = c.dtype(v);
+  const double eb = element_bytes(act), fp32 = 4.0;
+  const double states = double(b) * double(h) * double(dk) * double(dv);
+  const double qk = double(b) * double(len) * double(h) * double(dk), vs = double(b) * double(len) * double(h) * double(dv);
+  const double gates = double(b) * double(len) * double(h);
+  auto vector_kernel = [&](const std::string& op, int64_t rows, int64_t cols, double flops, double bytes, const std::string& note) {
+    Kernel kk = c.base(KernelClass::elementwise, op);
+    kk.dtype = act;
+    kk.rows = rows;
+    kk.cols = cols;
+    kk.inputs = 2;
+    kk.flops = flops;
+    kk.bytes = bytes;
+    kk.operand_elems = {rows * cols};
+    kk.note = note;
+    c.out.push_back(kk);
+  };
+  if (len == 1) {
+    vector_kernel("fused_recurrent_gated_delta_rule", b * h, dk * dv, 6.0 * states,
+                  2.0 * states * eb + 2.0 * qk * eb + 2.0 * vs * eb + 2.0 * gates * eb,
+                  "each head's state read, decayed, corrected by the delta rule and written back");
+    return;
+  }
+  const int64_t chunks = (len + cs - 1) / cs;
+  const double chunk_states = double(b) * double(h) * double(chunks) * double(dk) * double(dv);
+  const double tri = double(b) * double(h) * double(chunks) * double(cs) * double(cs);
+  vector_kernel("gdn_chunk_cumsum", b * h, len, gates, gates * eb + gates * fp32, "the gate's cumulative sum within each chunk");
+  auto gemm = [&](const std::string& what, int64_t batch, int64_t m, int64_t nn, int64_t kk, double bytes) {
+    Kernel g2 = c.base(KernelClass::gemm, "bmm");
+    g2.dtype = act;
+    g2.gemm = {batch, m, nn, kk, true};
+    g2.flops = 2.0 * double(batch) * double(m) * double(nn) * double(kk);
+    g2.bytes = bytes;
+    g2.operand_elems = {batch * m * kk, batch * kk * nn};
+    g2.a_input = g2.b_input = -1;
+    g2.note = what;
+    c.out.push_back(g2);
+  };
+  gemm("delta rule: K K^T and Q K^T within each chunk, per head", b * h * chunks, cs, cs, 2 * dk, 2.0 * qk * eb + 2.0 * tri * fp32);
+  gemm("delta rule: the WY representation, the chunk's triangular inverse times beta K and beta V", b * h * chunks, cs, dk + dv,
+       cs, tri * fp32 + qk * eb + vs * eb + qk * eb + vs * eb);
+  gemm("delta rule: the state recurrence over the chunks, per head", b * h, dk, dv, 2 * len,
+       qk * eb * 2 + vs * eb * 2 + chunk_states * eb + states * eb);
+  gemm("delta rule: the output, Q h plus the masked Q K^T times the corrected values, per chunk and head", b * h * chunks, cs, dv,
+       dk + cs, qk * eb + chunk_states * eb + tri * fp32 + vs * eb + vs * eb);
+}
+
 }  // namespace
 
 void add_contrib_rules(RuleTable& r) {
   r["ai.neusight:StateSpaceScan"] = lower_state_space_scan;
+  r["ai.neusight:GatedDeltaRule"] = lower_gated_delta_rule;
   r["ai.neusight:CausalConv1d"] = lower_causal_conv1d;
   r["ai.neusight:GatedRMSNorm"] = lower_gated_rmsnorm;
   r["com.microsoft:RotaryEmbedding"] = lower_rotary;

@@ -542,6 +542,7 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
 // MatMulNBits) not in any group that read the same activation through a constant weight with
 // the same reduction dim and dtype become one group, emitted at the first of them (its inputs
 // are that activation and constants, so every member's inputs exist there).
+constexpr int64_t kMinMergedGemmColumns = 16;  // narrower outputs (per-token gates) are not merged
 void merge_parallel_gemms(const Graph& g, Plan& plan) {
   std::map<std::tuple<std::string, std::string, int64_t, int>, std::vector<int>> siblings;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -565,6 +566,10 @@ void merge_parallel_gemms(const Graph& g, Plan& plan) {
       k = w->shape[0].value;
     }
     if (k <= 0 || a->shape.back().value != k) continue;
+    // A gate of a few values per token (Qwen2-MoE's and Qwen3-Next's shared_expert_gate) stays
+    // its own GEMV, as vLLM's ReplicatedLinear runs it: engines merge a layer's projections.
+    const int64_t cols = nbits ? nd.attr_i("N", 0) : w->shape.size() == 2 && w->fully_known() ? w->shape[1].value : 0;
+    if (cols < kMinMergedGemmColumns) continue;
     siblings[{nd.inputs[0], nd.op_type, k, static_cast<int>(w->dtype)}].push_back(static_cast<int>(i));
   }
   for (const auto& [key, gemms] : siblings) {

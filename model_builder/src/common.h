@@ -60,6 +60,9 @@ std::string rms_norm(Net& n, const std::string& prefix, const std::string& x, in
 // states (past_conv_state.N, past_ssm_state.N -> present_...).
 std::string mamba2_mixer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, int64_t layer,
                          bool cache);
+// The gated DeltaNet token mixer of layer `layer` (mamba.cpp; ModelConfig::delta_layers), likewise.
+std::string gated_deltanet_mixer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, int64_t layer,
+                                 bool cache);
 // nn.Dropout: identity in inference, a mask-and-scale kernel in training.
 std::string dropout(Net& n, const std::string& prefix, const std::string& x, float ratio);
 // HF gelu_new (tanh approximation) as eager PyTorch runs it: 8 elementwise kernels.

@@ -794,6 +794,37 @@ void read_nemotron_h(const Reader& r, ModelConfig& c) {
                               "E (mixture of experts) is not supported");
 }
 
+// Qwen3-Next (qwen3_next): three layers in four (layer_types "linear_attention", or all but
+// every full_attention_interval-th) mix tokens with a gated DeltaNet (ModelConfig::delta_layers),
+// the others with gated attention (an output gate per head from q_proj; per-head q / k norms;
+// rotary on partial_rotary_factor of each head); every MLP a top-k mixture with a gated shared
+// expert, as Qwen2-MoE's.
+void read_qwen3_next(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.qk_norm = c.attn_output_gate = true;
+  c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.25);
+  check_rotary_fraction(r, c);
+  read_qwen_experts(r, c, true);
+  c.shared_expert_ffn = r.i({"shared_expert_intermediate_size"}, false, 0);
+  c.delta_key_heads = r.i({"linear_num_key_heads"}, false, 16);
+  c.delta_value_heads = r.i({"linear_num_value_heads"}, false, 32);
+  c.delta_key_dim = r.i({"linear_key_head_dim"}, false, 128);
+  c.delta_value_dim = r.i({"linear_value_head_dim"}, false, 128);
+  c.conv_kernel = r.i({"linear_conv_kernel_dim"}, false, 4);
+  if (c.delta_key_heads <= 0 || c.delta_value_heads <= 0 || c.delta_key_dim <= 0 || c.delta_value_dim <= 0 ||
+      c.delta_value_heads % c.delta_key_heads != 0 || c.conv_kernel < 2)
+    throw InputError(r.path + ": linear-attention heads and sizes must be positive, the value heads a multiple of the key "
+                              "heads and linear_conv_kernel_dim at least 2");
+  c.delta_layers.assign(static_cast<size_t>(c.layers), false);
+  if (auto it = r.j.find("layer_types"); it != r.j.end() && it->is_array()) {
+    for (size_t l = 0; l < c.delta_layers.size() && l < it->size(); ++l)
+      c.delta_layers[l] = (*it)[l].is_string() && (*it)[l].get<std::string>() == "linear_attention";
+  } else {
+    const int64_t every = std::max<int64_t>(1, r.i({"full_attention_interval"}, false, 4));
+    for (int64_t l = 0; l < c.layers; ++l) c.delta_layers[static_cast<size_t>(l)] = (l + 1) % every != 0;
+  }
+}
+
 // EXAONE 4.0 (exaone4): OLMo 2's norms after the attention and the MLP (not before), an RMSNorm
 // over each query and key head, and with a sliding window three local layers to one global
 // (sliding_window_pattern: a count, or a string of L and G repeated over the layers; or
@@ -955,6 +986,7 @@ const std::map<std::string, Family>& families() {
       {"exaone4", {read_exaone4, llama, builder::build_llama}},
       {"mamba2", {read_mamba2, llama, builder::build_llama}},
       {"nemotron_h", {read_nemotron_h, llama, builder::build_llama}},
+      {"qwen3_next", {read_qwen3_next, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},

@@ -110,7 +110,7 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
     n.b.attr_ints("perm", {0, 2, 1, 3});
     return t;
   };
-  std::string q, k, v;
+  std::string q, k, v, gate;
   if (c.fused_qkv) {  // GPT-NeoX: [b, s, heads, 3 hd], per head q | k | v, views of it per role
     const std::string qkv = n.b.node("Reshape", p + "/qkv_heads",
                                      {linear(n, p + ".query_key_value", x, h, 3 * nh * hd, c.qkv_bias), n.shape_bs(p + "/qkv_shape", {nh, 3 * hd})});
@@ -131,6 +131,19 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
     q = heads("q", block("q", 0, nh), nh);
     k = heads("k", block("k", nh, nh + kvh), kvh);
     v = split_heads(n, p + "/v", block("v", nh + kvh, nh + 2 * kvh), kvh, hd);
+  } else if (c.attn_output_gate) {  // Qwen3-Next: q_proj gives each head's query and gate, [q | gate]
+    const std::string qg = n.b.node("Reshape", p + "/q_gate", {linear(n, p + ".q_proj", x, h, 2 * nh * hd, c.qkv_bias),
+                                                              n.shape_bs(p + "/q_gate_shape", {nh, 2 * hd})});
+    const auto half = [&](const std::string& name, int64_t from) {
+      const std::string sl = n.b.node("Slice", p + "/" + name + "_half", {qg, n.b.ints(p + "/" + name + "_s", {from}),
+                                                                          n.b.ints(p + "/" + name + "_e", {from + hd}),
+                                                                          n.b.ints(p + "/" + name + "_ax", {3})});
+      return n.b.node("Reshape", p + "/" + name + "_flat", {sl, n.shape_bs(p + "/" + name + "_flat_shape", {nh * hd})});
+    };
+    q = heads("q", half("q", 0), nh);
+    gate = half("gate", hd);
+    k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
+    v = split_heads(n, p + "/v", linear(n, p + ".v_proj", x, h, kvh * hd, c.qkv_bias), kvh, hd);
   } else {
     q = heads("q", linear(n, p + ".q_proj", x, h, nh * hd, c.qkv_bias), nh);
     k = heads("k", linear(n, p + ".k_proj", x, h, kvh * hd, c.qkv_bias), kvh);
@@ -155,8 +168,8 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   }
   k = repeat_kv(n, p + "/repeat_k", k, c, len);
   v = repeat_kv(n, p + "/repeat_v", v, c, len);
-  const std::string o =
-      masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd, c.attn_softcap, alibi);
+  std::string o = masked_attention(n, p, q, k, v, hd, mask, p + ".attn_dropout", c.attn_dropout, nh * hd, c.attn_softcap, alibi);
+  if (!gate.empty()) o = n.b.node("Mul", p + "/output_gate", {o, n.b.node("Sigmoid", p + "/output_gate_Sigmoid", {gate})});
   return linear(n, p + ".o_proj", o, nh * hd, h, c.o_bias);
 }
 
@@ -411,6 +424,11 @@ std::pair<std::string, std::string> rotary_tables(Net& n, const std::string& p0,
 
 }  // namespace
 
+// Whether layer `l` mixes its tokens with a gated DeltaNet (Qwen3-Next) rather than attention.
+bool delta_layer(const ModelConfig& c, int64_t l) {
+  return static_cast<size_t>(l) < c.delta_layers.size() && c.delta_layers[static_cast<size_t>(l)];
+}
+
 // A decode step's cache inputs, the past keys and values of the layers that attend (every
 // layer, or a hybrid's '*' layers: a Mamba-2 layer's states are its mixer's inputs), and the
 // lengths they give: the step's queries sit at positions past .. past + sequence - 1 and attend
@@ -423,7 +441,7 @@ StepLengths cache_inputs(Net& n, const ModelConfig& c, const std::string& p0, bo
   StepLengths s{"", n.seq, n.seq_scalar, "", false};
   int64_t first = -1;
   for (int64_t l = 0; l < c.layers; ++l) {
-    if (!c.block_pattern.empty() && c.block_pattern[static_cast<size_t>(l)] != '*') continue;
+    if ((!c.block_pattern.empty() && c.block_pattern[static_cast<size_t>(l)] != '*') || delta_layer(c, l)) continue;
     if (first < 0) first = l;
     if (!kv_cache) break;
     if (c.kv_lora_rank > 0) {  // MLA: the latent and the rotary key, one cache tensor
@@ -528,7 +546,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&
                          c.sliding_layers[static_cast<size_t>(l)];
     const Cache kc{l, o.kv_cache ? total : ""};
-    a = c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
+    a = delta_layer(c, l) ? gated_deltanet_mixer(n, p + ".linear_attn", a, c, l, o.kv_cache)
+        : c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
                            : c.rotary_sliding_only && !sliding  // Cohere 2's and Llama 4's global layers: no positions
                                ? attention(n, p + ".self_attn", a, c, mask, "", "", kc, alibi, temperature)
                                : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc, alibi);

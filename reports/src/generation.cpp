@@ -37,7 +37,7 @@ std::string num(double v, int decimals) {
 // cache's one tensor, sliding-window layers' window.
 std::string kv_cache_formula(const GenerationReport& g) {
   if (g.layers == 0 && g.state_layers > 0)  // a state-space model: no keys and values
-    return std::to_string(g.state_layers) + " Mamba-2 layers' convolution and scan states x " + std::to_string(g.batch);
+    return std::to_string(g.state_layers) + " recurrent layers' convolution and scan states x " + std::to_string(g.batch);
   std::string s = std::to_string(g.layers) + " layers x ";
   s += g.kv_tensors == 1 ? "a latent of " + std::to_string(g.head_dim)
                          : std::to_string(g.kv_heads) + " KV heads x " + std::to_string(g.head_dim);
@@ -46,7 +46,7 @@ std::string kv_cache_formula(const GenerationReport& g) {
   if (g.sliding_layers > 0 && g.window > 0)
     s += "; " + std::to_string(g.sliding_layers) + " sliding-window layers keep " + std::to_string(g.window);
   if (g.state_layers > 0)
-    s += "; and " + std::to_string(g.state_layers) + " Mamba-2 layers' states, " + num(g.state_bytes / 1e6, 1) + " MB";
+    s += "; and " + std::to_string(g.state_layers) + " recurrent layers' states, " + num(g.state_bytes / 1e6, 1) + " MB";
   return s;
 }
 

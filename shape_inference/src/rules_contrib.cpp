@@ -308,10 +308,27 @@ void rule_causal_conv1d(Ctx& c) {
   if (c.num_out() > 1) like_input(c, 1, 3);
 }
 
+// ai.neusight GatedDeltaRule(q, k [b, L, heads, key_dim], v [b, L, heads, value_dim], g, beta
+// [b, L, heads], initial state [b, heads, key_dim, value_dim]) -> output like v, the final
+// state [b, heads, key_dim, value_dim].
+void rule_gated_delta_rule(Ctx& c) {
+  const TensorInfo* k = c.in(1);
+  const TensorInfo* v = c.in(2);
+  if (!v) return;
+  like_input(c, 0, 2);
+  if (c.num_out() < 2) return;
+  if (!v->has_shape || v->shape.size() != 4 || !k || !k->has_shape || k->shape.size() != 4) {
+    set_dtype(c, 1, v->dtype);
+    return;
+  }
+  set_out(c, 1, v->dtype, {v->shape[0], v->shape[2], k->shape[3], v->shape[3]});
+}
+
 }  // namespace
 
 void add_contrib_rules(RuleTable& t) {
   t["ai.neusight:StateSpaceScan"] = rule_state_space_scan;
+  t["ai.neusight:GatedDeltaRule"] = rule_gated_delta_rule;
   t["ai.neusight:CausalConv1d"] = rule_causal_conv1d;
   t["ai.neusight:GatedRMSNorm"] = rule_first_input;
   t[ms_op("PackedAttention")] = rule_packed_attention;

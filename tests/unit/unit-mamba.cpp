@@ -1,6 +1,7 @@
-// unit-mamba.cpp - Mamba-2 mixers and hybrid decoders (--config mamba2, nemotron_h): the graph
-// built, the kernels of the chunked scan and of a decode step's state update, and the
-// generation's cache (per-sequence states beside the attention layers' keys and values).
+// unit-mamba.cpp - recurrent token mixers and the hybrid decoders built of them (--config
+// mamba2, nemotron_h, qwen3_next): the graph built, the kernels of the chunked scans and of a
+// decode step's state update, and the generation's cache (per-sequence states beside the
+// attention layers' keys and values).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -54,7 +55,7 @@ int64_t parameter_count(const LoadedModel& m) {
   int64_t p = 0;
   for (const std::string& w : m.model.graph.initializers) {
     const TensorInfo* t = m.model.graph.find(w);
-    if (t && t->external_data) p += t->num_elements();
+    if (t && t->external_data && w.find("inv_freq") == std::string::npos) p += t->num_elements();  // a buffer
   }
   return p;
 }
@@ -158,4 +159,51 @@ TEST_CASE("mamba: Mamba-Codestral-7B's 7.29 billion parameters and its decode st
   // bf16, whatever its length.
   const Decoder d = config_decoder(c);
   CHECK(d.state_elements * 2 == doctest::Approx(138.1e6).epsilon(0.001));
+}
+
+TEST_CASE("mamba: Qwen3-Next mixes three layers in four with a gated DeltaNet, the fourth with gated attention") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/qwen3_next_80b_a3b.json");
+  CHECK(std::count(c.delta_layers.begin(), c.delta_layers.end(), true) == 36);
+  CHECK_FALSE(c.delta_layers[3]);
+  CHECK(c.attn_output_gate);
+  const LoadedModel m = build_model(c);
+  // 79.67 B parameters as its structure adds up: 12 gated-attention layers (q_proj twice the
+  // heads' width, per-head q / k norms), 36 gated DeltaNet layers, 48 mixtures of 512 experts
+  // of 512 with a gated shared expert.
+  const int64_t h = 2048, keys = 16 * 128, values = 32 * 128, conv = 2 * keys + values;
+  const int64_t attention = h * 2 * 16 * 256 + 2 * h * 2 * 256 + 16 * 256 * h + 2 * 256;
+  const int64_t delta = h * (2 * keys + 2 * values) + h * 2 * 32 + conv * 4 + 2 * 32 + 128 + values * h;
+  const int64_t moe = 512 * 3 * h * 512 + 512 * h + 3 * h * 512 + h;
+  CHECK(parameter_count(m) == 2 * 151936 * h + 12 * attention + 36 * delta + 48 * (moe + 2 * h) + h);
+  int gates = 0, rules = 0;
+  for (const Node& n : m.model.graph.nodes) {
+    gates += n.name.find("output_gate_Sigmoid") != std::string::npos;
+    rules += n.op_type == "GatedDeltaRule";
+  }
+  CHECK(gates == 12);
+  CHECK(rules == 36);
+  // A prompt of 256 tokens in chunks of 64: the gate's cumulative sum and four batched GEMMs,
+  // the state recurrence one per head over every chunk.
+  const Analysis a = prepare(m, kernel_timing(1, 256));
+  const auto rule = kernels_of(a, "layers.0.linear_attn/GatedDeltaRule");
+  REQUIRE(rule.size() == 5);
+  CHECK(rule[0]->op == "gdn_chunk_cumsum");
+  CHECK(rule[3]->gemm.batch == 32);
+  CHECK(rule[3]->gemm.k == 2 * 256);
+  CHECK(rule[1]->gemm.batch == 32 * 4);
+  // A decode step: one recurrent update of every head's 128 x 128 state; the cache holds the 12
+  // attention layers' keys and values and the 36 DeltaNet layers' states.
+  const Decoder d = config_decoder(c);
+  CHECK(d.layers == 12);
+  CHECK(d.state_elements == 36.0 * (32 * 128 * 128 + conv * 3));
+  const Analysis step = prepare(d.step, [] {
+    Options o = kernel_timing(2, 1);
+    o.dims.named["past_sequence"] = 100;
+    return o;
+  }());
+  const auto update = kernels_of(step, "layers.0.linear_attn/GatedDeltaRule");
+  REQUIRE(update.size() == 1);
+  CHECK(update[0]->op == "fused_recurrent_gated_delta_rule");
+  const GenerationReport r = generate(d, 2, 100, 28);
+  CHECK(r.kv_cache_bytes == doctest::Approx(12.0 * 2 * 2 * 256 * 128 * 2 * 2 + d.state_elements * 2 * 2));
 }

@@ -105,9 +105,9 @@ struct Decoder {
   // Layers of sliding-window attention, whose cache keeps only the `window` most recent
   // tokens (as serving engines and HF's sliding-window cache keep it); 0: none.
   int64_t sliding_layers = 0, window = 0;
-  // Mamba-2 layers (a hybrid or state-space config): each sequence's convolution and scan
-  // states, `state_elements` in all, held whatever its length; `layers` counts the attention
-  // layers alone.
+  // Recurrent layers (Mamba-2, gated DeltaNet: a hybrid or state-space config): each
+  // sequence's convolution and scan states, `state_elements` in all, held whatever its length;
+  // `layers` counts the attention layers alone.
   int64_t state_layers = 0;
   double state_elements = 0;
   DType kv_dtype = DType::f32;   // the cache's stored element type (--dtype overrides it)
@@ -144,8 +144,8 @@ struct GenerationAnalysis {
   // Expert weights a decode step (one token per sequence) leaves unread: the experts its
   // tokens do not reach (mixtures of experts; 0 otherwise).
   double unread_expert_bytes = 0;
-  double kv_cache_bytes = 0;  // the attention layers' keys and values and the Mamba-2 layers' states
-  double state_bytes = 0;     // the Mamba-2 states alone
+  double kv_cache_bytes = 0;  // the attention layers' keys and values and the recurrent layers' states
+  double state_bytes = 0;     // the recurrent states alone
   DType kv_dtype = DType::f32;  // the cache's element type
   // Speculative decoding with a draft model: its decoder and its own generation (prefill and
   // plain decode steps at the same KV lengths); empty without one (a draft that costs nothing,

@@ -94,6 +94,15 @@ struct ModelConfig {
   // mamba_head_dim with a state of ssm_state per head, B and C shared by ssm_groups groups of
   // heads; RMSNorm of y x silu(z) per group; out_proj.
   std::string block_pattern;
+  // Qwen3-Next: the layers whose token mixer is a gated DeltaNet (delta_layers; the others
+  // attend): in_proj_qkvz and in_proj_ba, the causal convolution of conv_kernel over q, k and v
+  // with its SiLU, the gated delta rule (ai.neusight GatedDeltaRule) over delta_value_heads heads
+  // (the delta_key_heads query and key heads repeated to them) of delta_key_dim / delta_value_dim,
+  // the gated RMSNorm with z, out_proj. Its attention layers gate their output
+  // (attn_output_gate: q_proj also gives a gate per head; output x sigmoid(gate)).
+  std::vector<bool> delta_layers;
+  int64_t delta_key_heads = 0, delta_value_heads = 0, delta_key_dim = 0, delta_value_dim = 0;
+  bool attn_output_gate = false;
   int64_t mamba_heads = 0, mamba_head_dim = 0, ssm_state = 0, ssm_groups = 1, conv_kernel = 4, ssm_chunk = 256;
   bool mamba_conv_bias = true, mamba_proj_bias = false;
   bool qk_norm_rotary_only = false;

@@ -79,8 +79,9 @@ struct GenerationReport {
   int kv_tensors = 2;                          // 1: a latent cache (multi-head latent attention)
   std::string kv_dtype;                        // the cache's element type ("bf16", "fp8", ...)
   int64_t sliding_layers = 0, window = 0;      // layers whose cache keeps only the last `window` tokens
-  // Mamba-2 layers, whose per-sequence states (convolution and scan) the cache holds beside the
-  // attention layers' keys and values, and those states' bytes (in kv_cache_bytes).
+  // Recurrent layers (Mamba-2, gated DeltaNet), whose per-sequence states (convolution and scan)
+  // the cache holds beside the attention layers' keys and values, and those states' bytes (in
+  // kv_cache_bytes).
   int64_t state_layers = 0;
   double state_bytes = 0;
   // Tensor parallelism (--parallel tp=N): the GPUs one copy of the model runs on, their link,
