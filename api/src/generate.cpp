@@ -187,6 +187,31 @@ double interpolated_sum(const std::vector<int64_t>& x, const std::vector<double>
 
 }  // namespace
 
+namespace {
+
+// The recurrent layers of a hybrid or state-space config and each sequence's states there:
+// Mamba-2 layers (Mamba-2 and Nemotron-H's 'M' blocks, Granite 4.0-H's mamba layers) keep a
+// [head_dim x state] scan state per head, Qwen3-Next's gated DeltaNet layers a [key_dim x
+// value_dim] one per value head, both the last conv_kernel - 1 inputs of their convolution.
+// `layers` is left the attention layers' count.
+void recurrent_layers(const ModelConfig& c, Decoder& d) {
+  const int64_t mamba = std::count(c.block_pattern.begin(), c.block_pattern.end(), 'M') +
+                        std::count(c.mamba_layers.begin(), c.mamba_layers.end(), true);
+  const int64_t delta = std::count(c.delta_layers.begin(), c.delta_layers.end(), true);
+  if (mamba + delta == 0) return;
+  d.layers = c.block_pattern.empty() ? c.layers - mamba - delta
+                                     : std::count(c.block_pattern.begin(), c.block_pattern.end(), '*');
+  d.state_layers = mamba + delta;
+  const double taps = double(c.conv_kernel - 1);
+  const double mamba_conv = double(c.mamba_heads * c.mamba_head_dim + 2 * c.ssm_groups * c.ssm_state);
+  const double delta_conv = double(2 * c.delta_key_heads * c.delta_key_dim + c.delta_value_heads * c.delta_value_dim);
+  d.state_elements =
+      double(mamba) * (double(c.mamba_heads) * double(c.mamba_head_dim) * double(c.ssm_state) + mamba_conv * taps) +
+      double(delta) * (double(c.delta_value_heads) * double(c.delta_key_dim) * double(c.delta_value_dim) + delta_conv * taps);
+}
+
+}  // namespace
+
 Decoder config_decoder(const ModelConfig& config) {
   Decoder d;
   d.step = build_model(config, BuildOptions{true});  // an encoder family fails here, naming the decoders
@@ -205,23 +230,7 @@ Decoder config_decoder(const ModelConfig& config) {
     d.head_dim = config.kv_lora_rank + config.qk_rope_dim;
     d.kv_tensors = 1;
   }
-  if (const int64_t delta = std::count(config.delta_layers.begin(), config.delta_layers.end(), true); delta > 0) {
-    // Qwen3-Next: keys and values in the attention layers; the gated DeltaNet layers' states.
-    const int64_t conv_dim = 2 * config.delta_key_heads * config.delta_key_dim + config.delta_value_heads * config.delta_value_dim;
-    d.layers = config.layers - delta;
-    d.state_layers = delta;
-    d.state_elements = double(delta) * (double(config.delta_value_heads) * double(config.delta_key_dim) *
-                                            double(config.delta_value_dim) +
-                                        double(conv_dim) * double(config.conv_kernel - 1));
-  }
-  if (!config.block_pattern.empty()) {  // Mamba-2 and hybrids: keys and values in the attention layers only
-    d.layers = std::count(config.block_pattern.begin(), config.block_pattern.end(), '*');
-    d.state_layers = std::count(config.block_pattern.begin(), config.block_pattern.end(), 'M');
-    const int64_t conv_dim = config.mamba_heads * config.mamba_head_dim + 2 * config.ssm_groups * config.ssm_state;
-    d.state_elements = double(d.state_layers) * (double(config.mamba_heads) * double(config.mamba_head_dim) *
-                                                     double(config.ssm_state) +
-                                                 double(conv_dim) * double(config.conv_kernel - 1));
-  }
+  recurrent_layers(config, d);
   // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
   if (config.sliding_window > 0 && (config.max_positions <= 0 || config.sliding_window < config.max_positions)) {
     d.window = config.sliding_window;

@@ -19,7 +19,8 @@ onnx::ModelProto new_model(const ModelConfig& c, const std::string& doc) {
   ms->set_domain("com.microsoft");
   ms->set_version(1);
   if (c.block_pattern.find('M') != std::string::npos ||  // Mamba-2's and the gated DeltaNet's scans
-      std::find(c.delta_layers.begin(), c.delta_layers.end(), true) != c.delta_layers.end()) {
+      std::find(c.delta_layers.begin(), c.delta_layers.end(), true) != c.delta_layers.end() ||
+      std::find(c.mamba_layers.begin(), c.mamba_layers.end(), true) != c.mamba_layers.end()) {
     auto* ns = m.add_opset_import();
     ns->set_domain("ai.neusight");
     ns->set_version(1);

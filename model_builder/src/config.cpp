@@ -767,6 +767,54 @@ void read_mamba2(const Reader& r, ModelConfig& c) {
   c.block_pattern = std::string(static_cast<size_t>(std::clamp<int64_t>(c.layers, 0, kMaxLayers)), 'M');
 }
 
+// Granite 4.0-H (granitemoehybrid): Granite's scales and the usual two-block layers, whose
+// token mixer is a Mamba-2 mixer where layer_types says "mamba" (the mamba_* fields) and
+// attention elsewhere (without positions when position_embedding_type is "nope"); the MLP a
+// top-k mixture of num_local_experts experts of intermediate_size beside an always-on shared
+// SwiGLU of shared_intermediate_size, or (no experts) that shared MLP alone.
+void read_granite_hybrid(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.embedding_multiplier = r.f({"embedding_multiplier"}, 1.0);
+  c.residual_multiplier = r.f({"residual_multiplier"}, 1.0);
+  const double logits_scaling = r.f({"logits_scaling"}, 1.0);
+  if (!(c.embedding_multiplier > 0) || !(c.residual_multiplier > 0) || !(logits_scaling > 0))
+    throw InputError(r.path + ": embedding_multiplier, residual_multiplier and logits_scaling must be positive");
+  c.logits_multiplier = 1.0 / logits_scaling;
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+  c.no_positions = r.s({"position_embedding_type"}, "rope") == "nope";
+  const int64_t shared = r.i({"shared_intermediate_size"}, false, 0);
+  c.experts = r.i({"num_local_experts"}, false, 0);
+  if (c.experts > 0) {
+    c.expert_ffn = c.ffn;
+    c.experts_per_token = r.i({"num_experts_per_tok"}, false, 2);
+    c.sparse_step = 1;
+    c.shared_expert_ffn = shared;
+    c.shared_expert_gate = false;
+    check_experts(r, c);
+  } else if (shared > 0) {
+    c.ffn = shared;
+  }
+  c.mamba_heads = r.i({"mamba_n_heads"}, false, 128);
+  c.mamba_head_dim = r.i({"mamba_d_head"}, false, 64);
+  c.ssm_state = r.i({"mamba_d_state"}, false, 256);
+  c.ssm_groups = r.i({"mamba_n_groups"}, false, 1);
+  c.conv_kernel = r.i({"mamba_d_conv"}, false, 4);
+  c.ssm_chunk = r.i({"mamba_chunk_size"}, false, 256);
+  c.mamba_conv_bias = r.b("mamba_conv_bias", true);
+  c.mamba_proj_bias = r.b("mamba_proj_bias", false);
+  if (c.mamba_heads <= 0 || c.mamba_head_dim <= 0 || c.ssm_state <= 0 || c.ssm_groups <= 0 || c.conv_kernel < 2 ||
+      c.ssm_chunk <= 0 || c.mamba_heads % c.ssm_groups != 0)
+    throw InputError(r.path + ": Mamba-2 heads, head size, state size, chunk size, a convolution of at least 2 and groups "
+                              "dividing the heads must be positive");
+  c.mamba_layers.assign(static_cast<size_t>(c.layers), false);
+  if (auto it = r.j.find("layer_types"); it != r.j.end() && it->is_array()) {
+    if (it->size() != c.mamba_layers.size())
+      throw InputError(r.path + ": layer_types must name one type per layer (" + std::to_string(c.layers) + ")");
+    for (size_t l = 0; l < c.mamba_layers.size(); ++l)
+      c.mamba_layers[l] = (*it)[l].is_string() && (*it)[l].get<std::string>() == "mamba";
+  }
+}
+
 // Nemotron-H (nemotron_h): hybrid_override_pattern gives each layer one block, 'M' a Mamba-2
 // mixer, '*' attention (grouped-query, without positions), '-' an MLP (up, squared ReLU, down).
 void read_nemotron_h(const Reader& r, ModelConfig& c) {
@@ -987,6 +1035,7 @@ const std::map<std::string, Family>& families() {
       {"mamba2", {read_mamba2, llama, builder::build_llama}},
       {"nemotron_h", {read_nemotron_h, llama, builder::build_llama}},
       {"qwen3_next", {read_qwen3_next, llama, builder::build_llama}},
+      {"granitemoehybrid", {read_granite_hybrid, llama, builder::build_llama}},
       {"gemma", {read_gemma, llama, builder::build_llama}},
       {"gemma2", {read_gemma, llama, builder::build_llama}},
       {"gemma3_text", {read_gemma3, llama, builder::build_llama}},

@@ -428,6 +428,10 @@ std::pair<std::string, std::string> rotary_tables(Net& n, const std::string& p0,
 bool delta_layer(const ModelConfig& c, int64_t l) {
   return static_cast<size_t>(l) < c.delta_layers.size() && c.delta_layers[static_cast<size_t>(l)];
 }
+// Whether layer `l` mixes its tokens with a Mamba-2 mixer (Granite 4.0-H) rather than attention.
+bool mamba_layer(const ModelConfig& c, int64_t l) {
+  return static_cast<size_t>(l) < c.mamba_layers.size() && c.mamba_layers[static_cast<size_t>(l)];
+}
 
 // A decode step's cache inputs, the past keys and values of the layers that attend (every
 // layer, or a hybrid's '*' layers: a Mamba-2 layer's states are its mixer's inputs), and the
@@ -441,7 +445,8 @@ StepLengths cache_inputs(Net& n, const ModelConfig& c, const std::string& p0, bo
   StepLengths s{"", n.seq, n.seq_scalar, "", false};
   int64_t first = -1;
   for (int64_t l = 0; l < c.layers; ++l) {
-    if ((!c.block_pattern.empty() && c.block_pattern[static_cast<size_t>(l)] != '*') || delta_layer(c, l)) continue;
+    if ((!c.block_pattern.empty() && c.block_pattern[static_cast<size_t>(l)] != '*') || delta_layer(c, l) || mamba_layer(c, l))
+      continue;
     if (first < 0) first = l;
     if (!kv_cache) break;
     if (c.kv_lora_rank > 0) {  // MLA: the latent and the rotary key, one cache tensor
@@ -487,7 +492,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                       : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
   const std::string ids = n.token_input("input_ids");
   const int64_t h = c.hidden, hd = c.kv_lora_rank > 0 ? c.qk_rope_dim : rotary_dims(c);  // the rotary dims
-  const bool rotary = !c.alibi && !c.learned_positions && c.block_pattern.empty();
+  const bool rotary = !c.alibi && !c.learned_positions && c.block_pattern.empty() && !c.no_positions;
   if (rotary && hd % 2 != 0) throw InputError("llama: head size must be even for rotary embeddings");
   const std::string p0 = "model";
   const StepLengths len = cache_inputs(n, c, p0, o.kv_cache);
@@ -546,7 +551,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     const bool sliding = !sliding_mask.empty() && static_cast<size_t>(l) < c.sliding_layers.size() &&
                          c.sliding_layers[static_cast<size_t>(l)];
     const Cache kc{l, o.kv_cache ? total : ""};
-    a = delta_layer(c, l) ? gated_deltanet_mixer(n, p + ".linear_attn", a, c, l, o.kv_cache)
+    a = mamba_layer(c, l)   ? mamba2_mixer(n, p + ".mamba", a, c, l, o.kv_cache)
+        : delta_layer(c, l) ? gated_deltanet_mixer(n, p + ".linear_attn", a, c, l, o.kv_cache)
         : c.kv_lora_rank > 0 ? mla_attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc)
                            : c.rotary_sliding_only && !sliding  // Cohere 2's and Llama 4's global layers: no positions
                                ? attention(n, p + ".self_attn", a, c, mask, "", "", kc, alibi, temperature)

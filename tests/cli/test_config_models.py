@@ -112,6 +112,11 @@ QWEN3_NEXT = {"model_type": "qwen3_next", "hidden_size": 256, "intermediate_size
               "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,
               "shared_expert_intermediate_size": 64, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
               "linear_key_head_dim": 32, "linear_value_head_dim": 32}
+GRANITE_H = {"model_type": "granitemoehybrid", "hidden_size": 256, "intermediate_size": 128, "num_hidden_layers": 4,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+             "layer_types": ["mamba", "attention", "mamba", "mamba"], "position_embedding_type": "nope",
+             "mamba_n_heads": 8, "mamba_d_head": 32, "mamba_d_state": 32, "num_local_experts": 4,
+             "num_experts_per_tok": 2, "shared_intermediate_size": 256}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -151,7 +156,7 @@ class ConfigModels(unittest.TestCase):
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
                           ("qwen3_vl_small", QWEN3_VL), ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
-                          ("qwen3_next_small", QWEN3_NEXT)):
+                          ("qwen3_next_small", QWEN3_NEXT), ("granite_h_small", GRANITE_H)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:
                 json.dump(cfg, f)

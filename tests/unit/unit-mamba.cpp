@@ -207,3 +207,39 @@ TEST_CASE("mamba: Qwen3-Next mixes three layers in four with a gated DeltaNet, t
   const GenerationReport r = generate(d, 2, 100, 28);
   CHECK(r.kv_cache_bytes == doctest::Approx(12.0 * 2 * 2 * 256 * 128 * 2 * 2 + d.state_elements * 2 * 2));
 }
+
+TEST_CASE("mamba: Granite 4.0-H mixes tokens with Mamba-2 where layer_types says so, attention without positions elsewhere") {
+  const std::string base = R"({"model_type": "granitemoehybrid", "hidden_size": 256, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+      "layer_types": ["mamba", "mamba", "mamba", "attention"], "position_embedding_type": "nope",
+      "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_d_state": 64, "mamba_n_groups": 1, "mamba_chunk_size": 64,
+      "shared_intermediate_size": 512, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+      "logits_scaling": 4.0)";
+  // A mixture of 8 experts of 128 beside the shared SwiGLU of 512.
+  const ModelConfig c = parse_hf_config(base + R"(, "num_local_experts": 8, "num_experts_per_tok": 2})", "granite-4.0-h");
+  CHECK(c.mamba_layers == std::vector<bool>{true, true, true, false});
+  CHECK(c.no_positions);
+  CHECK(c.experts == 8);
+  CHECK(c.shared_expert_ffn == 512);
+  const LoadedModel m = build_model(c);
+  int scans = 0, moe = 0, rotary = 0, residual_scales = 0;
+  for (const Node& n : m.model.graph.nodes) {
+    scans += n.op_type == "StateSpaceScan";
+    moe += n.op_type == "MoE";
+    rotary += n.name.find("rotary") != std::string::npos;
+    residual_scales += n.name.find("_residual_scale") != std::string::npos;
+  }
+  CHECK(scans == 3);
+  CHECK(moe == 4);
+  CHECK(rotary == 0);
+  CHECK(residual_scales == 2 * 4);
+  const Decoder d = config_decoder(c);
+  CHECK(d.layers == 1);
+  CHECK(d.state_layers == 3);
+  CHECK(d.state_elements == 3.0 * (8 * 64 * 64 + (8 * 64 + 2 * 64) * 3));
+  CHECK(generate(d, 1, 64, 8).kv_cache_bytes == doctest::Approx(2.0 * 2 * 64 * 72 * 2 + d.state_elements * 2));
+  // Without experts the shared SwiGLU is the layer's MLP.
+  const ModelConfig dense = parse_hf_config(base + "}", "granite-4.0-h-micro");
+  CHECK(dense.experts == 0);
+  CHECK(dense.ffn == 512);
+}

@@ -101,6 +101,11 @@ struct ModelConfig {
   // the gated RMSNorm with z, out_proj. Its attention layers gate their output
   // (attn_output_gate: q_proj also gives a gate per head; output x sigmoid(gate)).
   std::vector<bool> delta_layers;
+  // Granite 4.0-H: the usual two-block layers whose token mixer is a Mamba-2 mixer (mamba_layers;
+  // the others attend), and attention without positions (no_positions: position_embedding_type
+  // "nope").
+  std::vector<bool> mamba_layers;
+  bool no_positions = false;
   int64_t delta_key_heads = 0, delta_value_heads = 0, delta_key_dim = 0, delta_value_dim = 0;
   bool attn_output_gate = false;
   int64_t mamba_heads = 0, mamba_head_dim = 0, ssm_state = 0, ssm_groups = 1, conv_kernel = 4, ssm_chunk = 256;
