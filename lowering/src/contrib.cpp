@@ -212,6 +212,35 @@ void lower_moe(LowerCtx& c) {
   c.out.push_back(moe_combine_kernel(c, act, rows, hidden, top_k));
 }
 
+// A streaming kernel of a recurrent mixer's scan (the state updates, cumulative sums), in `act`.
+void push_scan_vector(LowerCtx& c, DType act, const std::string& op, int64_t rows, int64_t cols, double flops, double bytes,
+                      const std::string& note) {
+  Kernel k = c.base(KernelClass::elementwise, op);
+  k.dtype = act;
+  k.rows = rows;
+  k.cols = cols;
+  k.inputs = 2;
+  k.flops = flops;
+  k.bytes = bytes;
+  k.operand_elems = {rows * cols};
+  k.note = note;
+  c.out.push_back(k);
+}
+
+// A batched GEMM of a recurrent mixer's chunked scan (no operand a node input), in `act`.
+void push_scan_gemm(LowerCtx& c, DType act, const std::string& what, int64_t batch, int64_t m, int64_t n, int64_t k,
+                    double flops, double bytes) {
+  Kernel g = c.base(KernelClass::gemm, "bmm");
+  g.dtype = act;
+  g.gemm = {batch, m, n, k, true};
+  g.flops = flops;
+  g.bytes = bytes;
+  g.operand_elems = {batch * m * k, batch * k * n};
+  g.a_input = g.b_input = -1;
+  g.note = what;
+  c.out.push_back(g);
+}
+
 // ai.neusight StateSpaceScan (Mamba-2; inputs X [b, L, heads, head_dim], dt [b, L, heads], A,
 // B and C [b, L, groups, state], D, dt_bias, initial state): the scan as mamba_ssm's kernels
 // run it, in the model's dtype with FP32 chunk states. One token per sequence (a decode step)
@@ -247,18 +276,7 @@ void lower_state_space_scan(LowerCtx& c) {
   const double xs = double(b) * double(len) * double(h) * double(hd);
   const double bc = double(b) * double(len) * double(g) * double(n);
   const double dts = double(b) * double(len) * double(h);
-  auto vector_kernel = [&](const std::string& op, int64_t rows, int64_t cols, double flops, double bytes, const std::string& note) {
-    Kernel k = c.base(KernelClass::elementwise, op);
-    k.dtype = act;
-    k.rows = rows;
-    k.cols = cols;
-    k.inputs = 2;
-    k.flops = flops;
-    k.bytes = bytes;
-    k.operand_elems = {rows * cols};
-    k.note = note;
-    c.out.push_back(k);
-  };
+  const auto vector_kernel = [&](auto&&... a) { push_scan_vector(c, act, a...); };
   if (len == 1) {
     vector_kernel("selective_state_update", b * h, hd * n, 5.0 * states,
                   2.0 * states * eb + 2.0 * xs * eb + 2.0 * bc * eb + 2.0 * dts * eb,
@@ -271,17 +289,7 @@ void lower_state_space_scan(LowerCtx& c) {
   const double cb = double(b) * double(chunks) * double(g) * double(cs) * double(cs);
   vector_kernel("ssd_chunk_cumsum", b * h, len, 3.0 * dts, dts * eb + 2.0 * dts * fp32,
                 "dt (softplus, bias) and its cumulative decay within each chunk");
-  auto gemm = [&](const std::string& what, int64_t batch, int64_t m, int64_t nn, int64_t k, double flops, double bytes) {
-    Kernel g2 = c.base(KernelClass::gemm, "bmm");
-    g2.dtype = act;
-    g2.gemm = {batch, m, nn, k, true};
-    g2.flops = flops;
-    g2.bytes = bytes;
-    g2.operand_elems = {batch * m * k, batch * k * nn};
-    g2.a_input = g2.b_input = -1;
-    g2.note = what;
-    c.out.push_back(g2);
-  };
+  const auto gemm = [&](auto&&... a) { push_scan_gemm(c, act, a...); };
   gemm("SSD chunk states: x^T B over each chunk, per head", b * chunks * h, hd, n, cs,
        2.0 * xs * double(n), xs * eb + bc * eb + dts * fp32 + chunk_states * fp32);
   vector_kernel("ssd_state_passing", b * h, chunks * hd * n, 2.0 * chunk_states, 2.0 * chunk_states * fp32 + states * eb,
@@ -372,18 +380,7 @@ void lower_gated_delta_rule(LowerCtx& c) {
   const double states = double(b) * double(h) * double(dk) * double(dv);
   const double qk = double(b) * double(len) * double(h) * double(dk), vs = double(b) * double(len) * double(h) * double(dv);
   const double gates = double(b) * double(len) * double(h);
-  auto vector_kernel = [&](const std::string& op, int64_t rows, int64_t cols, double flops, double bytes, const std::string& note) {
-    Kernel kk = c.base(KernelClass::elementwise, op);
-    kk.dtype = act;
-    kk.rows = rows;
-    kk.cols = cols;
-    kk.inputs = 2;
-    kk.flops = flops;
-    kk.bytes = bytes;
-    kk.operand_elems = {rows * cols};
-    kk.note = note;
-    c.out.push_back(kk);
-  };
+  const auto vector_kernel = [&](auto&&... a) { push_scan_vector(c, act, a...); };
   if (len == 1) {
     vector_kernel("fused_recurrent_gated_delta_rule", b * h, dk * dv, 6.0 * states,
                   2.0 * states * eb + 2.0 * qk * eb + 2.0 * vs * eb + 2.0 * gates * eb,
@@ -394,16 +391,9 @@ void lower_gated_delta_rule(LowerCtx& c) {
   const double chunk_states = double(b) * double(h) * double(chunks) * double(dk) * double(dv);
   const double tri = double(b) * double(h) * double(chunks) * double(cs) * double(cs);
   vector_kernel("gdn_chunk_cumsum", b * h, len, gates, gates * eb + gates * fp32, "the gate's cumulative sum within each chunk");
-  auto gemm = [&](const std::string& what, int64_t batch, int64_t m, int64_t nn, int64_t kk, double bytes) {
-    Kernel g2 = c.base(KernelClass::gemm, "bmm");
-    g2.dtype = act;
-    g2.gemm = {batch, m, nn, kk, true};
-    g2.flops = 2.0 * double(batch) * double(m) * double(nn) * double(kk);
-    g2.bytes = bytes;
-    g2.operand_elems = {batch * m * kk, batch * kk * nn};
-    g2.a_input = g2.b_input = -1;
-    g2.note = what;
-    c.out.push_back(g2);
+  // Every GEMM of the chunked rule does its whole shape's work.
+  const auto gemm = [&](const std::string& what, int64_t batch, int64_t m, int64_t nn, int64_t kk, double bytes) {
+    push_scan_gemm(c, act, what, batch, m, nn, kk, 2.0 * double(batch) * double(m) * double(nn) * double(kk), bytes);
   };
   gemm("delta rule: K K^T and Q K^T within each chunk, per head", b * h * chunks, cs, cs, 2 * dk, 2.0 * qk * eb + 2.0 * tri * fp32);
   gemm("delta rule: the WY representation, the chunk's triangular inverse times beta K and beta V", b * h * chunks, cs, dk + dv,

@@ -573,13 +573,8 @@ void read_phimoe(const Reader& r, ModelConfig& c) {
   c.head_bias = r.b("lm_head_bias", true);
 }
 
-// Granite (Granite 3.x; granitemoe: its mixture): a Llama-style decoder (a Mixtral one) whose
-// embedding, residual branches and logits are scaled by constants (embedding_multiplier,
-// residual_multiplier, 1 / logits_scaling), each a kernel of its own in eager PyTorch;
-// attention_multiplier replaces 1 / sqrt(head size), the same cost.
-void read_granite(const Reader& r, ModelConfig& c) {
-  if (c.model_type == "granitemoe") read_mixtral(r, c);
-  else read_llama(r, c);
+// Granite's constant scales (embedding, residual branches, logits) and its tied head.
+void read_granite_scales(const Reader& r, ModelConfig& c) {
   c.embedding_multiplier = r.f({"embedding_multiplier"}, 1.0);
   c.residual_multiplier = r.f({"residual_multiplier"}, 1.0);
   const double logits_scaling = r.f({"logits_scaling"}, 1.0);
@@ -587,6 +582,16 @@ void read_granite(const Reader& r, ModelConfig& c) {
     throw InputError(r.path + ": embedding_multiplier, residual_multiplier and logits_scaling must be positive");
   c.logits_multiplier = 1.0 / logits_scaling;
   c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
+// Granite (Granite 3.x; granitemoe: its mixture): a Llama-style decoder (a Mixtral one) whose
+// embedding, residual branches and logits are scaled by constants (embedding_multiplier,
+// residual_multiplier, 1 / logits_scaling), each a kernel of its own in eager PyTorch;
+// attention_multiplier replaces 1 / sqrt(head size), the same cost.
+void read_granite(const Reader& r, ModelConfig& c) {
+  if (c.model_type == "granitemoe") read_mixtral(r, c);
+  else read_llama(r, c);
+  read_granite_scales(r, c);
 }
 
 // Cohere (Command-R, Command-R+): the attention and a SwiGLU MLP side by side on one
@@ -736,6 +741,13 @@ void read_smollm3(const Reader& r, ModelConfig& c) {
   read_rotary_layers(r, c, 0);
 }
 
+void check_mamba2_mixer(const Reader& r, const ModelConfig& c) {
+  if (c.mamba_heads <= 0 || c.mamba_head_dim <= 0 || c.ssm_state <= 0 || c.ssm_groups <= 0 || c.conv_kernel < 2 ||
+      c.ssm_chunk <= 0 || c.mamba_heads % c.ssm_groups != 0)
+    throw InputError(r.path + ": Mamba-2 heads, head size, state size, chunk size, a convolution of at least 2 and groups "
+                              "dividing the heads must be positive");
+}
+
 // The Mamba-2 mixers' fields (Mamba2Config, NemotronHConfig's mamba_* ones).
 void read_mamba2_mixer(const Reader& r, ModelConfig& c, bool nemotron) {
   c.mamba_heads = r.i({nemotron ? "mamba_num_heads" : "num_heads"}, true);
@@ -746,10 +758,7 @@ void read_mamba2_mixer(const Reader& r, ModelConfig& c, bool nemotron) {
   c.ssm_chunk = r.i({"chunk_size"}, false, 256);
   c.mamba_conv_bias = r.b("use_conv_bias", true);
   c.mamba_proj_bias = r.b("use_bias", false);
-  if (c.mamba_heads <= 0 || c.mamba_head_dim <= 0 || c.ssm_state <= 0 || c.ssm_groups <= 0 || c.conv_kernel < 2 ||
-      c.ssm_chunk <= 0 || c.mamba_heads % c.ssm_groups != 0)
-    throw InputError(r.path + ": Mamba-2 heads, head size, state size, chunk size, a convolution of at least 2 and groups "
-                              "dividing the heads must be positive");
+  check_mamba2_mixer(r, c);
 }
 
 // Mamba-2 (mamba2: state-spaces/mamba2, Mamba-Codestral): every layer an RMSNorm and a Mamba-2
@@ -774,13 +783,7 @@ void read_mamba2(const Reader& r, ModelConfig& c) {
 // SwiGLU of shared_intermediate_size, or (no experts) that shared MLP alone.
 void read_granite_hybrid(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
-  c.embedding_multiplier = r.f({"embedding_multiplier"}, 1.0);
-  c.residual_multiplier = r.f({"residual_multiplier"}, 1.0);
-  const double logits_scaling = r.f({"logits_scaling"}, 1.0);
-  if (!(c.embedding_multiplier > 0) || !(c.residual_multiplier > 0) || !(logits_scaling > 0))
-    throw InputError(r.path + ": embedding_multiplier, residual_multiplier and logits_scaling must be positive");
-  c.logits_multiplier = 1.0 / logits_scaling;
-  c.tie_embeddings = r.b("tie_word_embeddings", true);
+  read_granite_scales(r, c);
   c.no_positions = r.s({"position_embedding_type"}, "rope") == "nope";
   const int64_t shared = r.i({"shared_intermediate_size"}, false, 0);
   c.experts = r.i({"num_local_experts"}, false, 0);
@@ -802,10 +805,7 @@ void read_granite_hybrid(const Reader& r, ModelConfig& c) {
   c.ssm_chunk = r.i({"mamba_chunk_size"}, false, 256);
   c.mamba_conv_bias = r.b("mamba_conv_bias", true);
   c.mamba_proj_bias = r.b("mamba_proj_bias", false);
-  if (c.mamba_heads <= 0 || c.mamba_head_dim <= 0 || c.ssm_state <= 0 || c.ssm_groups <= 0 || c.conv_kernel < 2 ||
-      c.ssm_chunk <= 0 || c.mamba_heads % c.ssm_groups != 0)
-    throw InputError(r.path + ": Mamba-2 heads, head size, state size, chunk size, a convolution of at least 2 and groups "
-                              "dividing the heads must be positive");
+  check_mamba2_mixer(r, c);
   c.mamba_layers.assign(static_cast<size_t>(c.layers), false);
   if (auto it = r.j.find("layer_types"); it != r.j.end() && it->is_array()) {
     if (it->size() != c.mamba_layers.size())
