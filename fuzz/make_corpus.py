@@ -88,7 +88,7 @@ CONFIGS = {
                "state_size": 16, "n_groups": 2, "vocab_size": 101, "chunk_size": 16},
     "nemotron_h": {"model_type": "nemotron_h", "hidden_size": 64, "num_hidden_layers": 3, "hybrid_override_pattern": "M*-",
                    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128, "mamba_num_heads": 4,
-                   "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 2, "vocab_size": 101},
+                   "mamba_head_dim": 32, "ssm_state_size": 16, "mamba_n_groups": 2, "vocab_size": 101},
     "qwen3_next": {"model_type": "qwen3_next", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 101,
                    "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,

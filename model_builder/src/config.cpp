@@ -748,16 +748,16 @@ void check_mamba2_mixer(const Reader& r, const ModelConfig& c) {
                               "dividing the heads must be positive");
 }
 
-// The Mamba-2 mixers' fields (Mamba2Config, NemotronHConfig's mamba_* ones).
+// The Mamba-2 mixers' fields (Mamba2Config's; NemotronHConfig's mamba_* ones and ssm_state_size).
 void read_mamba2_mixer(const Reader& r, ModelConfig& c, bool nemotron) {
   c.mamba_heads = r.i({nemotron ? "mamba_num_heads" : "num_heads"}, true);
   c.mamba_head_dim = r.i({nemotron ? "mamba_head_dim" : "head_dim"}, false, 64);
   c.ssm_state = r.i({"ssm_state_size", "state_size"}, false, 128);
-  c.ssm_groups = r.i({"n_groups"}, false, nemotron ? 8 : 1);
-  c.conv_kernel = r.i({"conv_kernel"}, false, 4);
-  c.ssm_chunk = r.i({"chunk_size"}, false, 256);
-  c.mamba_conv_bias = r.b("use_conv_bias", true);
-  c.mamba_proj_bias = r.b("use_bias", false);
+  c.ssm_groups = r.i({"mamba_n_groups", "n_groups"}, false, nemotron ? 8 : 1);
+  c.conv_kernel = r.i({"mamba_d_conv", "conv_kernel"}, false, 4);
+  c.ssm_chunk = r.i({"mamba_chunk_size", "chunk_size"}, false, 256);
+  c.mamba_conv_bias = r.b(nemotron ? "mamba_conv_bias" : "use_conv_bias", true);
+  c.mamba_proj_bias = r.b(nemotron ? "mamba_proj_bias" : "use_bias", false);
   check_mamba2_mixer(r, c);
 }
 
@@ -778,13 +778,13 @@ void read_mamba2(const Reader& r, ModelConfig& c) {
 
 // Granite 4.0-H (granitemoehybrid): Granite's scales and the usual two-block layers, whose
 // token mixer is a Mamba-2 mixer where layer_types says "mamba" (the mamba_* fields) and
-// attention elsewhere (without positions when position_embedding_type is "nope"); the MLP a
+// attention elsewhere (rotary only when position_embedding_type is "rope"); the MLP a
 // top-k mixture of num_local_experts experts of intermediate_size beside an always-on shared
 // SwiGLU of shared_intermediate_size, or (no experts) that shared MLP alone.
 void read_granite_hybrid(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
   read_granite_scales(r, c);
-  c.no_positions = r.s({"position_embedding_type"}, "rope") == "nope";
+  c.no_positions = r.s({"position_embedding_type"}, "") != "rope";  // HF rotates only under "rope"
   const int64_t shared = r.i({"shared_intermediate_size"}, false, 0);
   c.experts = r.i({"num_local_experts"}, false, 0);
   if (c.experts > 0) {
@@ -798,7 +798,12 @@ void read_granite_hybrid(const Reader& r, ModelConfig& c) {
     c.ffn = shared;
   }
   c.mamba_heads = r.i({"mamba_n_heads"}, false, 128);
-  c.mamba_head_dim = r.i({"mamba_d_head"}, false, 64);
+  // mamba_d_head "auto" (the config class's default): mamba_expand x hidden over the heads.
+  const auto d_head = r.j.find("mamba_d_head");
+  if (d_head != r.j.end() && d_head->is_string() && d_head->get<std::string>() == "auto")
+    c.mamba_head_dim = c.mamba_heads > 0 ? r.i({"mamba_expand"}, false, 2) * c.hidden / c.mamba_heads : 0;
+  else
+    c.mamba_head_dim = r.i({"mamba_d_head"}, false, 64);
   c.ssm_state = r.i({"mamba_d_state"}, false, 256);
   c.ssm_groups = r.i({"mamba_n_groups"}, false, 1);
   c.conv_kernel = r.i({"mamba_d_conv"}, false, 4);

@@ -106,7 +106,7 @@ MAMBA2 = {"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 2, "n
           "state_size": 64, "n_groups": 2, "vocab_size": 1000, "chunk_size": 64}
 NEMOTRON_H = {"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 4, "hybrid_override_pattern": "M*M-",
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 512,
-              "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 64, "n_groups": 2, "vocab_size": 1000}
+              "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 64, "mamba_n_groups": 2, "vocab_size": 1000}
 QWEN3_NEXT = {"model_type": "qwen3_next", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "vocab_size": 1000,
               "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64,

@@ -18,8 +18,8 @@ const char* const kMamba2 = R"({"model_type": "mamba2", "hidden_size": 256, "num
     "head_dim": 64, "state_size": 64, "n_groups": 2, "vocab_size": 1000, "chunk_size": 64})";
 const char* const kNemotronH = R"({"model_type": "nemotron_h", "hidden_size": 256, "num_hidden_layers": 6,
     "hybrid_override_pattern": "M-M*M-", "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "intermediate_size": 512, "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 64, "n_groups": 2,
-    "vocab_size": 1000, "chunk_size": 64})";
+    "intermediate_size": 512, "mamba_num_heads": 8, "mamba_head_dim": 64, "ssm_state_size": 64, "mamba_n_groups": 2,
+    "vocab_size": 1000, "mamba_chunk_size": 64})";
 
 Options kernel_timing(int64_t batch, int64_t seq, DType dtype = DType::bf16) {
   Options o;
@@ -242,4 +242,11 @@ TEST_CASE("mamba: Granite 4.0-H mixes tokens with Mamba-2 where layer_types says
   const ModelConfig dense = parse_hf_config(base + "}", "granite-4.0-h-micro");
   CHECK(dense.experts == 0);
   CHECK(dense.ffn == 512);
+  // mamba_d_head "auto": mamba_expand x hidden over the heads; rotary only under "rope".
+  std::string rope = base;
+  rope.replace(rope.find(R"("nope")"), 6, R"("rope")");
+  rope.replace(rope.find(R"("mamba_d_head": 64)"), 18, R"("mamba_d_head": "auto", "mamba_expand": 2)");
+  const ModelConfig r = parse_hf_config(rope + "}", "granite-rope");
+  CHECK_FALSE(r.no_positions);
+  CHECK(r.mamba_head_dim == 2 * 256 / 8);
 }
