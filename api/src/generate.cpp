@@ -185,10 +185,6 @@ double interpolated_sum(const std::vector<int64_t>& x, const std::vector<double>
   return sum;
 }
 
-}  // namespace
-
-namespace {
-
 // The recurrent layers of a hybrid or state-space config and each sequence's states there:
 // Mamba-2 layers (Mamba-2 and Nemotron-H's 'M' blocks, Granite 4.0-H's mamba layers) keep a
 // [head_dim x state] scan state per head, Qwen3-Next's gated DeltaNet layers a [key_dim x
@@ -368,7 +364,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.kv_dtype = kv_dtype;
   a.kv_cache_bytes =
       double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * layer_tokens * double(a.batch) * element_bytes(kv_dtype);
-  // Mamba-2 states, in the activations' type (an FP8 --kv-dtype is the attention cache's).
+  // Recurrent states, in the activations' type (an FP8 --kv-dtype is the attention cache's).
   const DType state_dtype = options.dtype != DType::undefined ? activation_dtype(options.dtype) : d.kv_dtype;
   a.state_bytes = d.state_elements * double(a.batch) * element_bytes(state_dtype);
   a.kv_cache_bytes += a.state_bytes;
