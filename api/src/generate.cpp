@@ -191,12 +191,14 @@ double interpolated_sum(const std::vector<int64_t>& x, const std::vector<double>
 // value_dim] one per value head, both the last conv_kernel - 1 inputs of their convolution.
 // `layers` is left the attention layers' count.
 void recurrent_layers(const ModelConfig& c, Decoder& d) {
-  const int64_t mamba = std::count(c.block_pattern.begin(), c.block_pattern.end(), 'M') +
-                        std::count(c.mamba_layers.begin(), c.mamba_layers.end(), true);
-  const int64_t delta = std::count(c.delta_layers.begin(), c.delta_layers.end(), true);
+  int64_t mamba = 0, delta = 0, attention = 0;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    mamba += mamba_layer(c, l);
+    delta += delta_layer(c, l);
+    attention += attention_layer(c, l);
+  }
   if (mamba + delta == 0) return;
-  d.layers = c.block_pattern.empty() ? c.layers - mamba - delta
-                                     : std::count(c.block_pattern.begin(), c.block_pattern.end(), '*');
+  d.layers = attention;
   d.state_layers = mamba + delta;
   const double taps = double(c.conv_kernel - 1);
   const double mamba_conv = double(c.mamba_heads * c.mamba_head_dim + 2 * c.ssm_groups * c.ssm_state);

@@ -265,8 +265,9 @@ void lower_state_space_scan(LowerCtx& c) {
     c.unknown("scan shapes empty or heads not a multiple of the groups");
     return;
   }
+  const int64_t cs = std::max<int64_t>(1, c.n.attr_i("chunk_size", 256));
   // Every tile count below fits an int64 many times over (the bound is the scan's elements).
-  if (double(b) * double(len) * double(h) * double(std::max(hd, n)) * double(std::max<int64_t>(1, c.n.attr_i("chunk_size", 256))) > 1e17) {
+  if (double(b) * double(len) * double(h) * double(std::max(hd, n)) * double(cs) > 1e17) {
     c.unknown("scan too large");
     return;
   }
@@ -283,7 +284,6 @@ void lower_state_space_scan(LowerCtx& c) {
                   "each head's state read, decayed, updated by x B^T and written back; y = state C + D x");
     return;
   }
-  const int64_t cs = std::max<int64_t>(1, c.n.attr_i("chunk_size", 256));
   const int64_t chunks = (len + cs - 1) / cs;
   const double chunk_states = double(b) * double(chunks) * double(h) * double(hd) * double(n);
   const double cb = double(b) * double(chunks) * double(g) * double(cs) * double(cs);

@@ -538,11 +538,13 @@ void full_fusion(const Graph& g, const Consumers& cons, Plan& plan) {
   f.rebuild_groups();
 }
 
+constexpr int64_t kMinMergedGemmColumns = 16;
+
 // Serving engines' merged weights (LoweringOptions::serving_kernels): MatMuls (and
 // MatMulNBits) not in any group that read the same activation through a constant weight with
 // the same reduction dim and dtype become one group, emitted at the first of them (its inputs
-// are that activation and constants, so every member's inputs exist there).
-constexpr int64_t kMinMergedGemmColumns = 16;  // narrower outputs (per-token gates) are not merged
+// are that activation and constants, so every member's inputs exist there). Outputs narrower
+// than kMinMergedGemmColumns (per-token gates) are not merged.
 void merge_parallel_gemms(const Graph& g, Plan& plan) {
   std::map<std::tuple<std::string, std::string, int64_t, int>, std::vector<int>> siblings;
   for (size_t i = 0; i < g.nodes.size(); ++i) {

@@ -18,9 +18,9 @@ onnx::ModelProto new_model(const ModelConfig& c, const std::string& doc) {
   auto* ms = m.add_opset_import();  // com.microsoft.Gelu: PyTorch's one-kernel erf GELU
   ms->set_domain("com.microsoft");
   ms->set_version(1);
-  if (c.block_pattern.find('M') != std::string::npos ||  // Mamba-2's and the gated DeltaNet's scans
-      std::find(c.delta_layers.begin(), c.delta_layers.end(), true) != c.delta_layers.end() ||
-      std::find(c.mamba_layers.begin(), c.mamba_layers.end(), true) != c.mamba_layers.end()) {
+  bool recurrent = false;  // Mamba-2's and the gated DeltaNet's scans are ai.neusight ops
+  for (int64_t l = 0; l < c.layers && !recurrent; ++l) recurrent = mamba_layer(c, l) || delta_layer(c, l);
+  if (recurrent) {
     auto* ns = m.add_opset_import();
     ns->set_domain("ai.neusight");
     ns->set_version(1);

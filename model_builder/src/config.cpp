@@ -191,32 +191,38 @@ void read_llama(const Reader& r, ModelConfig& c) {
 // sliding_window_pattern, every layer of a Mistral, Mixtral, Phi-3 or StarCoder2 config with a
 // sliding_window (null: none), or Qwen2's use_sliding_window layers (from max_window_layers
 // on, as its modelling code has it).
+// The layers `layer_types` gives `type` (one string per layer, else InputError); false when the
+// config has no layer_types list (`listed` says whether it has).
+std::vector<bool> layers_of_type(const Reader& r, const ModelConfig& c, const std::string& type, bool* listed = nullptr) {
+  std::vector<bool> of(static_cast<size_t>(std::max<int64_t>(c.layers, 0)), false);
+  auto it = r.j.find("layer_types");
+  if (listed) *listed = it != r.j.end() && it->is_array();
+  if (it == r.j.end() || !it->is_array()) return of;
+  if (it->size() != of.size())
+    throw InputError(r.path + ": layer_types must name one type per layer (" + std::to_string(c.layers) + ")");
+  for (size_t l = 0; l < of.size(); ++l) {
+    const json& t = (*it)[l];
+    if (!t.is_string()) throw InputError(r.path + ": layer_types must list strings");
+    of[l] = t.get<std::string>() == type;
+  }
+  return of;
+}
+
 void read_sliding_window(const Reader& r, ModelConfig& c) {
   const int64_t window = r.i({"sliding_window"}, false, 0);
-  std::vector<bool> sliding(static_cast<size_t>(c.layers), false);
-  bool any = false;
-  if (auto it = r.j.find("layer_types"); it != r.j.end() && it->is_array()) {
-    if (it->size() != sliding.size())
-      throw InputError(r.path + ": layer_types must name one type per layer (" + std::to_string(c.layers) + ")");
-    for (size_t l = 0; l < sliding.size(); ++l) {
-      const json& t = (*it)[l];
-      if (!t.is_string()) throw InputError(r.path + ": layer_types must list strings");
-      sliding[l] = t.get<std::string>() == "sliding_attention";
-      any = any || sliding[l];
-    }
-  } else if (const int64_t every = r.i({"sliding_window_pattern"}, false, 0); every > 0) {
-    // Gemma 3's older configs: every `every`-th layer global, the others sliding.
+  bool listed = false;
+  std::vector<bool> sliding = layers_of_type(r, c, "sliding_attention", &listed);
+  const int64_t every = listed ? 0 : r.i({"sliding_window_pattern"}, false, 0);
+  if (every > 0) {  // Gemma 3's older configs: every `every`-th layer global, the others sliding
     for (int64_t l = 0; l < c.layers; ++l) sliding[static_cast<size_t>(l)] = (l + 1) % every != 0;
-    any = every > 1 && c.layers > 0;
-  } else if (c.model_type == "mistral" || c.model_type == "mixtral" || c.model_type == "phi3" ||
-             c.model_type == "starcoder2") {
-    any = window > 0;
-    std::fill(sliding.begin(), sliding.end(), any);
-  } else if (r.b("use_sliding_window", false)) {
+  } else if (!listed && (c.model_type == "mistral" || c.model_type == "mixtral" || c.model_type == "phi3" ||
+                         c.model_type == "starcoder2")) {
+    std::fill(sliding.begin(), sliding.end(), window > 0);
+  } else if (!listed && r.b("use_sliding_window", false)) {
     const int64_t from = r.i({"max_window_layers"}, false, 0);
-    for (int64_t l = from; l < c.layers; ++l) sliding[static_cast<size_t>(l)] = any = true;
+    for (int64_t l = from; l < c.layers; ++l) sliding[static_cast<size_t>(l)] = true;
   }
-  if (!any) return;
+  if (std::find(sliding.begin(), sliding.end(), true) == sliding.end()) return;
   if (window <= 0) throw InputError(r.path + ": sliding-window layers need a positive sliding_window");
   c.sliding_window = window;
   c.sliding_layers = std::move(sliding);
@@ -811,13 +817,7 @@ void read_granite_hybrid(const Reader& r, ModelConfig& c) {
   c.mamba_conv_bias = r.b("mamba_conv_bias", true);
   c.mamba_proj_bias = r.b("mamba_proj_bias", false);
   check_mamba2_mixer(r, c);
-  c.mamba_layers.assign(static_cast<size_t>(c.layers), false);
-  if (auto it = r.j.find("layer_types"); it != r.j.end() && it->is_array()) {
-    if (it->size() != c.mamba_layers.size())
-      throw InputError(r.path + ": layer_types must name one type per layer (" + std::to_string(c.layers) + ")");
-    for (size_t l = 0; l < c.mamba_layers.size(); ++l)
-      c.mamba_layers[l] = (*it)[l].is_string() && (*it)[l].get<std::string>() == "mamba";
-  }
+  c.mamba_layers = layers_of_type(r, c, "mamba");
 }
 
 // Nemotron-H (nemotron_h): hybrid_override_pattern gives each layer one block, 'M' a Mamba-2
@@ -868,11 +868,9 @@ void read_qwen3_next(const Reader& r, ModelConfig& c) {
       c.delta_value_heads % c.delta_key_heads != 0 || c.conv_kernel < 2)
     throw InputError(r.path + ": linear-attention heads and sizes must be positive, the value heads a multiple of the key "
                               "heads and linear_conv_kernel_dim at least 2");
-  c.delta_layers.assign(static_cast<size_t>(c.layers), false);
-  if (auto it = r.j.find("layer_types"); it != r.j.end() && it->is_array()) {
-    for (size_t l = 0; l < c.delta_layers.size() && l < it->size(); ++l)
-      c.delta_layers[l] = (*it)[l].is_string() && (*it)[l].get<std::string>() == "linear_attention";
-  } else {
+  bool listed = false;
+  c.delta_layers = layers_of_type(r, c, "linear_attention", &listed);
+  if (!listed) {
     const int64_t every = std::max<int64_t>(1, r.i({"full_attention_interval"}, false, 4));
     for (int64_t l = 0; l < c.layers; ++l) c.delta_layers[static_cast<size_t>(l)] = (l + 1) % every != 0;
   }
@@ -1218,6 +1216,21 @@ std::string config_quantization_note(const ModelConfig& c) {
   if (c.quant_method.empty() || c.weight_bits > 0 || c.expert_weight_bits > 0) return "";
   return c.source + "'s quantization_config (quant_method " + c.quant_method +
          ") is not modelled: its weights are predicted in the model's dtype (GPTQ and AWQ are)";
+}
+
+bool mamba_layer(const ModelConfig& c, int64_t l) {
+  const size_t i = static_cast<size_t>(l);
+  return l >= 0 && ((i < c.block_pattern.size() && c.block_pattern[i] == 'M') || (i < c.mamba_layers.size() && c.mamba_layers[i]));
+}
+
+bool delta_layer(const ModelConfig& c, int64_t l) {
+  return l >= 0 && static_cast<size_t>(l) < c.delta_layers.size() && c.delta_layers[static_cast<size_t>(l)];
+}
+
+bool attention_layer(const ModelConfig& c, int64_t l) {
+  if (mamba_layer(c, l) || delta_layer(c, l)) return false;
+  return c.block_pattern.empty() || (l >= 0 && static_cast<size_t>(l) < c.block_pattern.size() &&
+                                     c.block_pattern[static_cast<size_t>(l)] == '*');
 }
 
 bool supports_kv_cache(const ModelConfig& c) {

@@ -424,15 +424,6 @@ std::pair<std::string, std::string> rotary_tables(Net& n, const std::string& p0,
 
 }  // namespace
 
-// Whether layer `l` mixes its tokens with a gated DeltaNet (Qwen3-Next) rather than attention.
-bool delta_layer(const ModelConfig& c, int64_t l) {
-  return static_cast<size_t>(l) < c.delta_layers.size() && c.delta_layers[static_cast<size_t>(l)];
-}
-// Whether layer `l` mixes its tokens with a Mamba-2 mixer (Granite 4.0-H) rather than attention.
-bool mamba_layer(const ModelConfig& c, int64_t l) {
-  return static_cast<size_t>(l) < c.mamba_layers.size() && c.mamba_layers[static_cast<size_t>(l)];
-}
-
 // A decode step's cache inputs, the past keys and values of the layers that attend (every
 // layer, or a hybrid's '*' layers: a Mamba-2 layer's states are its mixer's inputs), and the
 // lengths they give: the step's queries sit at positions past .. past + sequence - 1 and attend
@@ -445,8 +436,7 @@ StepLengths cache_inputs(Net& n, const ModelConfig& c, const std::string& p0, bo
   StepLengths s{"", n.seq, n.seq_scalar, "", false};
   int64_t first = -1;
   for (int64_t l = 0; l < c.layers; ++l) {
-    if ((!c.block_pattern.empty() && c.block_pattern[static_cast<size_t>(l)] != '*') || delta_layer(c, l) || mamba_layer(c, l))
-      continue;
+    if (!attention_layer(c, l)) continue;
     if (first < 0) first = l;
     if (!kv_cache) break;
     if (c.kv_lora_rank > 0) {  // MLA: the latent and the rotary key, one cache tensor

@@ -285,21 +285,27 @@ void rule_gather_block_quantized(Ctx& c) {
   set_out(c, 0, dt, out);
 }
 
+// A recurrent scan of the ai.neusight domain: output 0 like input `heads_in` ([b, L, heads, d]),
+// output 1 (the final state) [b, heads, rows_in's last dim, cols_in's last dim], all three 4-D.
+void rule_recurrent_scan(Ctx& c, size_t heads_in, size_t rows_in, size_t cols_in) {
+  const TensorInfo* x = c.in(heads_in);
+  const TensorInfo* r = c.in(rows_in);
+  const TensorInfo* k = c.in(cols_in);
+  if (!x) return;
+  like_input(c, 0, heads_in);
+  if (c.num_out() < 2) return;
+  for (const TensorInfo* t : {x, r, k})
+    if (!t || !t->has_shape || t->shape.size() != 4) {
+      set_dtype(c, 1, x->dtype);
+      return;
+    }
+  set_out(c, 1, x->dtype, {x->shape[0], x->shape[2], r->shape[3], k->shape[3]});
+}
+
 // ai.neusight StateSpaceScan (Mamba-2's chunked scan): X [b, L, heads, head_dim], dt [b, L,
 // heads], A [heads], B and C [b, L, groups, state], D, dt_bias [heads], initial state [b,
 // heads, head_dim, state]. Outputs: Y like X; the final state [b, heads, head_dim, state].
-void rule_state_space_scan(Ctx& c) {
-  const TensorInfo* x = c.in(0);
-  const TensorInfo* bm = c.in(3);
-  if (!x) return;
-  like_input(c, 0, 0);
-  if (c.num_out() < 2) return;
-  if (!x->has_shape || x->shape.size() != 4 || !bm || !bm->has_shape || bm->shape.size() != 4) {
-    set_dtype(c, 1, x->dtype);
-    return;
-  }
-  set_out(c, 1, x->dtype, {x->shape[0], x->shape[2], x->shape[3], bm->shape[3]});
-}
+void rule_state_space_scan(Ctx& c) { rule_recurrent_scan(c, 0, 0, 3); }
 
 // ai.neusight CausalConv1d(x [b, L, channels], weight [channels, kernel], bias, state [b,
 // channels, kernel - 1]) -> y like x, the new state like the state.
@@ -311,18 +317,7 @@ void rule_causal_conv1d(Ctx& c) {
 // ai.neusight GatedDeltaRule(q, k [b, L, heads, key_dim], v [b, L, heads, value_dim], g, beta
 // [b, L, heads], initial state [b, heads, key_dim, value_dim]) -> output like v, the final
 // state [b, heads, key_dim, value_dim].
-void rule_gated_delta_rule(Ctx& c) {
-  const TensorInfo* k = c.in(1);
-  const TensorInfo* v = c.in(2);
-  if (!v) return;
-  like_input(c, 0, 2);
-  if (c.num_out() < 2) return;
-  if (!v->has_shape || v->shape.size() != 4 || !k || !k->has_shape || k->shape.size() != 4) {
-    set_dtype(c, 1, v->dtype);
-    return;
-  }
-  set_out(c, 1, v->dtype, {v->shape[0], v->shape[2], k->shape[3], v->shape[3]});
-}
+void rule_gated_delta_rule(Ctx& c) { rule_recurrent_scan(c, 2, 1, 2); }
 
 }  // namespace
 

@@ -166,6 +166,11 @@ TEST_CASE("mamba: Qwen3-Next mixes three layers in four with a gated DeltaNet, t
   CHECK(std::count(c.delta_layers.begin(), c.delta_layers.end(), true) == 36);
   CHECK_FALSE(c.delta_layers[3]);
   CHECK(c.attn_output_gate);
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "qwen3_next", "hidden_size": 256, "intermediate_size": 512,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 1000, "num_experts": 4, "num_experts_per_tok": 2,
+      "moe_intermediate_size": 64, "layer_types": ["linear_attention", "full_attention"]})",
+                                       "short layer_types"),
+                       doctest::Contains("layer_types must name one type per layer"), InputError);
   const LoadedModel m = build_model(c);
   // 79.67 B parameters as its structure adds up: 12 gated-attention layers (q_proj twice the
   // heads' width, per-head q / k norms), 36 gated DeltaNet layers, 48 mixtures of 512 experts

@@ -205,6 +205,14 @@ struct ModelConfig {
   std::string torch_dtype;
 };
 
+// The token mixer of decoder layer `l`: a Mamba-2 mixer (Mamba-2 and Nemotron-H's 'M' blocks,
+// Granite 4.0-H's mamba_layers), a gated DeltaNet (Qwen3-Next's delta_layers), or attention
+// (every other layer but a hybrid's MLP-only blocks). The recurrent mixers keep per-sequence
+// states where attention keeps keys and values.
+bool mamba_layer(const ModelConfig& c, int64_t l);
+bool delta_layer(const ModelConfig& c, int64_t l);
+bool attention_layer(const ModelConfig& c, int64_t l);
+
 // Reads a config.json, or the config.json of a model's folder (a Hugging Face snapshot; the
 // model is then named after the folder). Throws InputError naming the file and the missing
 // field.
