@@ -2,6 +2,7 @@
 #include "neusight/dataset.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 
@@ -188,9 +189,29 @@ DatasetRow dataset_row(const Dataset& d, std::vector<std::string> fields) {
   return r;
 }
 
+// A column name folded for comparison: lower case, without spaces and underscores.
+std::string folded(const std::string& name) {
+  std::string out;
+  for (char c : name)
+    if (c != ' ' && c != '_') out += char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 Dataset with_header(std::vector<std::string> header, const std::string& what) {
+  // The columns read by name. One written another way ("DType", "device") would be ignored
+  // without a word and its rows predicted as FP32 or skipped: say which name it should have.
+  static const char* known[] = {"OPName",  "Latency", "Device",  "Kernel Name", "Grid x",        "Grid y",
+                                "Grid z",  "Block x", "Block y", "Block z",     "B",             "M",
+                                "N",       "K",       "H",       "dtype",       "Input_Channel", "Output_Channel",
+                                "Input_Size", "Kernel_Szie", "Padding", "Stride"};
   Dataset d;
   d.header = std::move(header);
+  for (const char* k : known) {
+    if (d.column(k) >= 0) continue;
+    for (const std::string& h : d.header)
+      if (folded(h) == folded(k))
+        throw InputError(what + ": column '" + h + "' must be named '" + k + "' (column names are case-sensitive)");
+  }
   if (d.column("OPName") < 0) throw InputError(what + ": no OPName column");
   return d;
 }

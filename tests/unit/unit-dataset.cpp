@@ -1,4 +1,5 @@
 // unit-dataset.cpp - reading the NeuSight kernel CSVs.
+#include <sstream>
 #include <doctest/doctest.h>
 
 #include "neusight/dataset.h"
@@ -53,6 +54,21 @@ TEST_CASE("dataset: malformed rows given as fields are input errors naming the r
   CHECK_THROWS_WITH_AS(dataset_from_rows({"OPName", "B", "H"}, {{"softmax", "1", "8"}, {"softmax"}}, "rows"),
                        "rows[1]: expected 3 fields, got 1", InputError);
   CHECK_THROWS_WITH_AS(dataset_from_rows({"Op"}, {}, "rows"), "rows: no OPName column", InputError);
+}
+
+TEST_CASE("dataset: a column the reader knows, written in another case or spacing, is an input error naming both") {
+  // Read as written, "DType" would leave every row FP32 and "device" would skip every row.
+  CHECK_THROWS_WITH_AS(
+      dataset_from_rows({"OPName", "B", "M", "N", "K", "DType"}, {{"linear", "1", "64", "64", "64", "bf16"}}, "rows"),
+      "rows: column 'DType' must be named 'dtype' (column names are case-sensitive)", InputError);
+  std::istringstream in("OPName,device,B,H\nsoftmax,Tesla T4,1,8\n");
+  CHECK_THROWS_WITH_AS(read_dataset(in, "in.csv"),
+                       "in.csv: column 'device' must be named 'Device' (column names are case-sensitive)", InputError);
+  std::istringstream kn("OPName,Kernel_Name,B,H\nsoftmax,k,1,8\n");
+  CHECK_THROWS_AS(read_dataset(kn, "in.csv"), InputError);
+  // The dataset's own headers and other columns pass.
+  const Dataset ok = dataset_from_rows({"OPName", "Warps per SM", "B", "H", "dtype"}, {{"softmax", "1", "2", "8", "bf16"}}, "rows");
+  CHECK(ok.rows.at(0).kernel.dtype == DType::bf16);
 }
 
 TEST_CASE("dataset: dtype names of XLA, PyTorch and ONNX as well as the short ones") {

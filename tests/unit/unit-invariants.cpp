@@ -150,7 +150,7 @@ bool not_slower(double before, double after, const Kernel&, const Gpu&) { return
 
 }  // namespace
 
-TEST_CASE("invariants: a faster spec never predicts slower (peak FLOPs, bandwidth, L2)") {
+TEST_CASE("invariants: a faster spec never predicts slower (peak FLOPs, bandwidth, L2, board power)") {
   for (Timing t : {Timing::eager, Timing::device, Timing::kernel}) {
     PrecisionOptions o;
     o.timing = t;
@@ -171,6 +171,11 @@ TEST_CASE("invariants: a faster spec never predicts slower (peak FLOPs, bandwidt
     report("L2 x2", sweep(*p, kPerGpu, 15, [](const Gpu& g) {
              Gpu h = g;
              h.l2_mb *= 2;
+             return h;
+           }, not_slower));
+    report("board power x2", sweep(*p, kPerGpu, 18, [](const Gpu& g) {
+             Gpu h = g;
+             h.board_power_w *= 2;
              return h;
            }, not_slower));
   }
