@@ -9,14 +9,7 @@
 namespace neusight {
 namespace {
 
-std::string dims_text(const Shape& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (i) out += ",";
-    out += s[i].known() ? std::to_string(s[i].value) : s[i].param.empty() ? "?" : s[i].param;
-  }
-  return out + "]";
-}
+using shape_rules::shape_text;
 
 std::string list_text(const std::vector<std::string>& v) {
   std::string out;
@@ -47,7 +40,7 @@ void apply_shape(Graph& g, const std::string& name, const std::vector<int64_t>& 
   if (t.kind != ValueKind::tensor) throw InputError("--shape " + name + ": input '" + name + "' is not a tensor");
   if (t.has_shape && t.shape.size() != dims.size())
     throw InputError("--shape " + name + "=" + text + ": input '" + name + "' has rank " +
-                     std::to_string(t.shape.size()) + " " + dims_text(t.shape) + ", not " + std::to_string(dims.size()));
+                     std::to_string(t.shape.size()) + " " + shape_text(t.shape) + ", not " + std::to_string(dims.size()));
   std::string changed;
   for (size_t i = 0; t.has_shape && i < dims.size(); ++i) {
     const Dim& d = t.shape[i];
@@ -63,7 +56,7 @@ void apply_shape(Graph& g, const std::string& name, const std::vector<int64_t>& 
   }
   if (!changed.empty())
     warnings.push_back("--shape " + name + "=" + text + " changes fixed dims of '" + name + "' " +
-                       dims_text(t.shape) + ": " + changed);
+                       shape_text(t.shape) + ": " + changed);
   t.has_shape = true;
   t.shape.clear();
   for (int64_t v : dims) t.shape.push_back(Dim::of(v));
@@ -81,7 +74,7 @@ void apply_value(Graph& g, const std::string& name, double v) {
   }
   const int64_t e = t.num_elements();
   if (e != 1)
-    throw InputError("--value " + name + ": input '" + name + "' " + dims_text(t.shape) +
+    throw InputError("--value " + name + ": input '" + name + "' " + shape_text(t.shape) +
                      " is not a single value (use --shape to bind its dims)");
   if (!is_float(t.dtype) && !(v >= -9.0e18 && v <= 9.0e18))
     throw InputError("--value " + name + ": " + std::to_string(v) + " is out of range for " + dtype_name(t.dtype));
@@ -226,7 +219,7 @@ std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b) {
   auto nothing = [&](const std::string& flag) {
     std::vector<std::string> shapes;
     for (const auto& in : graph.inputs)
-      if (const TensorInfo* t = graph.find(in); t && t->has_shape) shapes.push_back(in + " " + dims_text(t->shape));
+      if (const TensorInfo* t = graph.find(in); t && t->has_shape) shapes.push_back(in + " " + shape_text(t->shape));
     warnings.push_back(flag + " binds no input dim: no symbolic or unknown dim is left for it (inputs: " +
                        (shapes.empty() ? "none" : list_text(shapes)) + "); --shape NAME=DIMS sets any input's dims");
   };

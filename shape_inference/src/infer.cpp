@@ -62,6 +62,15 @@ int64_t norm_axis(int64_t axis, int64_t rank, const Ctx& c) {
 }
 
 // Numpy-style broadcast of two shapes.
+std::string shape_text(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i) out += ",";
+    out += s[i].known() ? std::to_string(s[i].value) : s[i].param.empty() ? "?" : s[i].param;
+  }
+  return out + "]";
+}
+
 Shape broadcast(const Shape& a, const Shape& b, const Ctx& c) {
   const size_t r = std::max(a.size(), b.size());
   Shape out(r);
@@ -74,7 +83,7 @@ Shape broadcast(const Shape& a, const Shape& b, const Ctx& c) {
       if (da->value == db->value || db->value == 1) out[i] = *da;
       else if (da->value == 1) out[i] = *db;
       else throw InputError(c.where() + ": shapes cannot broadcast (" + std::to_string(da->value) +
-                            " vs " + std::to_string(db->value) + ")");
+                            " vs " + std::to_string(db->value) + ": " + shape_text(a) + " and " + shape_text(b) + ")");
     } else if (da->known() && da->value != 1) out[i] = *da;
     else if (db->known() && db->value != 1) out[i] = *db;
     else if (!da->known() && !db->known() && da->param == db->param) out[i] = *da;
@@ -214,7 +223,7 @@ void rule_matmul(Ctx& c) {
   const Dim& kb = sb[sb.size() - 2];
   if (ka.known() && kb.known() && ka.value != kb.value)
     throw InputError(c.where() + ": inner dimensions differ (" + std::to_string(ka.value) + " vs " +
-                     std::to_string(kb.value) + ")");
+                     std::to_string(kb.value) + ": " + shape_text(a->shape) + " x " + shape_text(b->shape) + ")");
   Shape ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
   Shape s = broadcast(ba, bb, c);
   if (!va) s.push_back(sa[sa.size() - 2]);

@@ -68,6 +68,8 @@ Shape dims_of(const std::vector<int64_t>& v);
 // `rank` unknown dims (the output of a shape given only by its length); InputError above kMaxRank.
 Shape unknown_dims(int64_t rank, const Ctx& c);
 int64_t norm_axis(int64_t axis, int64_t rank, const Ctx& c);
+// "[2,?,seq,64]": a shape for error messages (symbolic dims by name, unknown ones as ?).
+std::string shape_text(const Shape& s);
 Shape broadcast(const Shape& a, const Shape& b, const Ctx& c);
 void rule_unary(Ctx& c);
 void rule_broadcast(Ctx& c, DType out_dtype, std::function<int64_t(int64_t, int64_t)> op);

@@ -123,6 +123,26 @@ TEST_CASE("shape inference: Conv / ConvTranspose / pooling windows are validated
                        doctest::Contains("out of range"), InputError);
 }
 
+TEST_CASE("shape inference: a MatMul or broadcast mismatch names both operands' shapes") {
+  // TensorRT's Polygraphy attention head: Transpose without perm reverses [seq, batch, 100], so
+  // q [seq, batch, 100] x k_T [100, batch, seq] only fits batch = 100; the operands say why.
+  test::IrGraph b;
+  b.input("q", {64, 2, 100});
+  b.input("kt", {100, 2, 64});
+  b.node("MatMul", {"q", "kt"}, {"y"});
+  b.output("y");
+  Model m;
+  m.opsets[""] = 17;
+  CHECK_THROWS_WITH_AS(infer_shapes(b.g, m), "node 'MatMul_0' (MatMul): inner dimensions differ (100 vs 2: [64,2,100] x [100,2,64])",
+                       InputError);
+  test::IrGraph a;
+  a.input("x", {2, 3});
+  a.input("z", {4, 3});
+  a.node("Add", {"x", "z"}, {"y"});
+  a.output("y");
+  CHECK_THROWS_WITH_AS(infer_shapes(a.g, m), doctest::Contains("shapes cannot broadcast (2 vs 4: [2,3] and [4,3])"), InputError);
+}
+
 // ---------------------------------------------------------------------------------------
 // Control-flow bodies: the body tensors carry inferred shapes, so their kernels are priced.
 using test::of_class;
