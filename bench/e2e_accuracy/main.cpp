@@ -350,6 +350,8 @@ int main(int argc, char** argv) {
   }
   std::map<std::string, ModelConfig> configs;
   std::map<std::string, std::map<std::string, Mean>> mean;  // [group][predictor]
+  // NeuSight's error by GPU: [group][gpu] -> (mean |error|, mean signed error) over its runs.
+  std::map<std::string, std::map<std::string, std::pair<Mean, double>>> by_gpu;
   // What-if: GEMMs on a training GPU divided by that GPU's train / test ratio ([group][gpu]).
   std::map<std::string, std::map<std::string, Mean>> consistent;
   // per class: [class][gpu] -> (pred, measured) sums over runs with per-op CSVs
@@ -411,6 +413,9 @@ int main(int argc, char** argv) {
         std::snprintf(nsb, sizeof nsb, "%11.1f", ns->e2e_latency_ms);
         std::snprintf(nse, sizeof nse, "%+7.1f", err_pct(ns->e2e_latency_ms, r.measured_ms));
         mean[group]["neusight"].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
+        auto& gpu_err = by_gpu[group][short_gpu(r.gpu_dir)];
+        gpu_err.first.add(err_pct(ns->e2e_latency_ms, r.measured_ms));
+        gpu_err.second += err_pct(ns->e2e_latency_ms, r.measured_ms);
         const bool inside = ns->e2e_low() <= r.measured_ms && r.measured_ms <= ns->e2e_high();
         std::snprintf(nsi, sizeof nsi, " %8.1f-%8.1f %3s", ns->e2e_low(), ns->e2e_high(), inside ? "yes" : "no");
         IntervalSum sum = interval_sum(*ns);
@@ -512,6 +517,22 @@ int main(int argc, char** argv) {
   std::printf("\nmean |error|          neusight            roofline\n");
   for (const char* g : {"inference", "training", "fusion"})
     std::printf("%-16s %20s %20s\n", g, mean[g]["neusight"].str().c_str(), mean[g]["roofline"].str().c_str());
+  // The worst GPU, not only the mean over GPUs of which some are near twins.
+  if (!by_gpu.empty()) {
+    std::printf("\nNeuSight by GPU: mean |error| %% (mean signed %%, runs); the worst GPU last\n");
+    for (const char* g : {"inference", "training", "fusion"}) {
+      if (!by_gpu.count(g)) continue;
+      std::printf("%-16s", g);
+      std::string worst;
+      double worst_err = -1;
+      for (const auto& [gpu, e] : by_gpu[g]) {
+        const double mean_abs = e.first.sum / e.first.n;
+        std::printf(" %s %.1f (%+.1f, %d)", gpu.c_str(), mean_abs, e.second / e.first.n, e.first.n);
+        if (mean_abs > worst_err) worst_err = mean_abs, worst = gpu;
+      }
+      std::printf("  worst %s %.1f\n", worst.c_str(), worst_err);
+    }
+  }
   if (calibrate && calibrated_runs) {
     std::printf("\n--calibrate: the runs inside the 80%% interval by the correlation between distinct kernels'\n"
                 "errors (predictor.h kKernelErrorCorrelation = %.2f):\n", kKernelErrorCorrelation);
