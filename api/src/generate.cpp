@@ -229,6 +229,8 @@ Decoder config_decoder(const ModelConfig& config) {
     d.kv_tensors = 1;
   }
   recurrent_layers(config, d);
+  // A state-space model keeps no keys or values: no heads or tensors to describe.
+  if (d.layers == 0) d.kv_heads = d.head_dim = d.kv_tensors = 0;
   // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
   if (config.sliding_window > 0 && (config.max_positions <= 0 || config.sliding_window < config.max_positions)) {
     d.window = config.sliding_window;

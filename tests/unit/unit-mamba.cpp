@@ -100,6 +100,8 @@ TEST_CASE("mamba: a decode step updates each head's state in one kernel and keep
   const ModelConfig c = parse_hf_config(kMamba2, "mamba2");
   const Decoder d = config_decoder(c);
   CHECK(d.layers == 0);
+  CHECK(d.kv_heads == 0);  // no keys or values to describe
+  CHECK(d.kv_tensors == 0);
   CHECK(d.state_layers == 4);
   const int64_t conv = 8 * 64 + 2 * 2 * 64;
   CHECK(d.state_elements == 4.0 * (8 * 64 * 64 + conv * 3));

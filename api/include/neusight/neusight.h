@@ -100,7 +100,7 @@ struct Decoder {
   std::vector<std::string> total_dims;  // symbolic dims that are past + sequence (attention_mask)
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
   // Cache tensors per layer: 2 (keys and values), 1 for multi-head latent attention (the latent
-  // with the rotary key, which serves as both).
+  // with the rotary key, which serves as both); none (and no heads) without attention layers.
   int kv_tensors = 2;
   // Layers of sliding-window attention, whose cache keeps only the `window` most recent
   // tokens (as serving engines and HF's sliding-window cache keep it); 0: none.
