@@ -99,6 +99,8 @@ CONFIGS = {
                          "layer_types": ["mamba", "attention"], "mamba_n_heads": 4, "mamba_d_head": 16,
                          "mamba_d_state": 16, "num_local_experts": 4, "num_experts_per_tok": 2,
                          "shared_intermediate_size": 64},
+    "vit": {"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "intermediate_size": 128, "image_size": 32, "patch_size": 8, "num_labels": 10},
     "llama_gptq": {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
                    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 101,
                    "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False}},

@@ -208,7 +208,10 @@ LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const 
                               std::vector<std::string>& notes) {
   LoadedModel loaded = build_model(cfg);
   loaded.model.path = "";
-  if (opt.dims.batch < 0 || opt.dims.seq < 0) throw InputError(dims_error);
+  // A vision encoder's sequence is its patches: the batch alone is asked for.
+  if (cfg.image_size > 0 && opt.dims.batch < 0)
+    throw InputError("--config of a " + cfg.model_type + " model (an image encoder) needs --batch N");
+  if (cfg.image_size <= 0 && (opt.dims.batch < 0 || opt.dims.seq < 0)) throw InputError(dims_error);
   notes = config_notes(cfg, opt);
   return loaded;
 }

@@ -234,7 +234,7 @@ std::string masked_attention(Net& n, const std::string& p, const std::string& q,
   s = n.b.node("Div", p + "/Div", {s, f32(n, p + "/scale", static_cast<float>(std::sqrt(double(hd))))});
   if (softcap > 0) s = soft_cap(n, p + "/softcap", s, softcap);
   if (!bias.empty()) s = n.b.node("Add", p + "/bias_Add", {s, bias});
-  s = n.b.node("Add", p + "/mask_Add", {s, mask});
+  if (!mask.empty()) s = n.b.node("Add", p + "/mask_Add", {s, mask});
   s = n.b.node("Softmax", p + "/Softmax", {s});
   n.b.attr_i("axis", -1);
   s = dropout(n, dropout_prefix, s, attn_dropout);

@@ -82,7 +82,7 @@ std::string transpose_last(Net& n, const std::string& prefix, const std::string&
 
 // Eager attention core on split heads (BertSelfAttention, LlamaAttention): q k^T / sqrt(hd)
 // (soft-capped when softcap > 0, Gemma 2) [+ an additive bias, ALiBi's] + mask, softmax,
-// dropout, @ v, heads merged ->
+// dropout, @ v, heads merged (no mask: mask empty) ->
 // [b, s, merged]. Nodes are named under `p` ("p/MatMul", "p/Div", ...), the dropout under
 // `dropout_prefix`.
 std::string masked_attention(Net& n, const std::string& p, const std::string& q, const std::string& k,

@@ -99,6 +99,36 @@ void read_bert(const Reader& r, ModelConfig& c) {
                                                                         : "classification";
 }
 
+// ViTConfig: ViTForImageClassification (the class token's classifier over id2label's labels) or
+// ViTModel (its pooler).
+void read_vit(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  c.ffn = r.i({"intermediate_size"}, true);
+  c.image_size = r.i({"image_size"}, false, 224);
+  c.patch_size = r.i({"patch_size"}, false, 16);
+  c.num_channels = r.i({"num_channels"}, false, 3);
+  if (c.image_size <= 0 || c.patch_size <= 0 || c.num_channels <= 0 || c.image_size % c.patch_size != 0)
+    throw InputError(r.path + ": image_size must be a positive multiple of patch_size, and num_channels positive");
+  const int64_t side = c.image_size / c.patch_size;
+  if (side > 1024) throw InputError(r.path + ": more than 1024 x 1024 patches");
+  c.max_positions = side * side + 1;
+  c.activation = r.s({"hidden_act"}, "gelu");
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-12);
+  c.dropout = static_cast<float>(r.f({"hidden_dropout_prob"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attention_probs_dropout_prob"}, 0.0));
+  c.qkv_bias = r.b("qkv_bias", true);
+  // PretrainedConfig: num_labels is the size of id2label where the config has one.
+  auto labels = r.j.find("id2label");
+  c.num_labels = labels != r.j.end() && labels->is_object() && !labels->empty() ? int64_t(labels->size())
+                                                                                 : r.i({"num_labels"}, false, 2);
+  std::string arch;
+  auto it = r.j.find("architectures");
+  if (it != r.j.end() && it->is_array() && !it->empty() && it->front().is_string()) arch = it->front().get<std::string>();
+  c.head = arch == "ViTModel" ? "pooler" : "classification";
+}
+
 void read_opt(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"num_hidden_layers"}, true);
   c.hidden = r.i({"hidden_size"}, true);
@@ -991,6 +1021,7 @@ const std::map<std::string, Family>& families() {
   static const std::map<std::string, Family> t = {
       {"gpt2", {read_gpt2, builder::build_gpt2}},
       {"bert", {read_bert, builder::build_bert}},
+      {"vit", {read_vit, builder::build_vit}},
       {"opt", {read_opt, builder::build_opt}},
       {"switch_transformers", {read_switch, builder::build_switch}},
       {"t5", {read_t5, builder::build_switch}},
@@ -1131,7 +1162,7 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
   read_quantization(r, c);
   c.torch_dtype = r.s({"torch_dtype"}, "");
   const bool mlp = c.block_pattern.empty() || c.block_pattern.find('-') != std::string::npos;  // Mamba-2 has none
-  if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || c.vocab <= 0 || (mlp && c.ffn <= 0))
+  if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || (c.vocab <= 0 && c.image_size <= 0) || (mlp && c.ffn <= 0))
     throw InputError(path + ": layers, hidden size, heads, vocabulary and FFN size must be positive");
   const int64_t all_layers = c.layers + c.decoder_layers + c.mtp_layers;
   if (all_layers > kMaxLayers) throw InputError(path + ": more than " + std::to_string(kMaxLayers) + " layers");

@@ -117,6 +117,9 @@ GRANITE_H = {"model_type": "granitemoehybrid", "hidden_size": 256, "intermediate
              "layer_types": ["mamba", "attention", "mamba", "mamba"], "position_embedding_type": "nope",
              "mamba_n_heads": 8, "mamba_d_head": 32, "mamba_d_state": 32, "num_local_experts": 4,
              "num_experts_per_tok": 2, "shared_intermediate_size": 256}
+VIT = {"model_type": "vit", "architectures": ["ViTForImageClassification"], "hidden_size": 192,
+       "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 768, "image_size": 64, "patch_size": 16,
+       "num_labels": 10}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -183,6 +186,27 @@ class ConfigModels(unittest.TestCase):
                                      [n["latency_ms"] for n in via_file["nodes"]])
                     self.assertFalse([n["name"] for n in via_cfg["nodes"]
                                       if any(k["class"] == "unknown" for k in n["kernels"])])
+
+    def test_vit_is_an_image_encoder_bound_by_the_batch_alone(self):
+        cfg = os.path.join(self.dir, "vit_small.json")
+        with open(cfg, "w") as f:
+            json.dump(VIT, f)
+        out = os.path.join(self.dir, "vit_small.onnx")
+        code, so, se = run("export", "--config", cfg, "-o", out)
+        self.assertEqual(code, 0, se)
+        ok, msg = check_onnx(out)
+        self.assertTrue(ok, msg)
+        self.assertEqual(msg.splitlines()[-1], "batch")  # pixel_values [batch, 3, 64, 64]
+        for mode in ("inference", "training"):
+            via_cfg = run_json("--config", cfg, "--batch", "4", "--gpu", GPU, "--mode", mode)
+            via_file = run_json(out, "--batch", "4", "--gpu", GPU, "--mode", mode)
+            self.assertGreater(via_cfg["e2e_latency_ms"], 0)
+            self.assertEqual(via_cfg["e2e_latency_ms"], via_file["e2e_latency_ms"])
+            self.assertEqual(via_cfg["graph_outputs"][0]["shape"], [4, 10])
+            self.assertFalse([n["name"] for n in via_cfg["nodes"] if any(k["class"] == "unknown" for k in n["kernels"])])
+        code, so, se = run("--config", cfg, "--gpu", GPU)
+        self.assertEqual(code, 2)
+        self.assertEqual(se.strip().splitlines(), ["neusight-onnx: error: --config of a vit model (an image encoder) needs --batch N"])
 
     def test_gpt3_175b_builds_instantly_without_weights(self):
         cfg = os.path.join(self.dir, "gpt3_175b.json")

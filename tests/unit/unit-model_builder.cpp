@@ -320,6 +320,42 @@ TEST_CASE("model_builder: a multimodal config builds its language model and says
                        doctest::Contains("'idefics3' is not supported"), InputError);
 }
 
+TEST_CASE("model_builder: ViT is the patch convolution, class token and positions, pre-norm layers and the class token's head") {
+  // google/vit-base-patch16-224 (ViTForImageClassification, 1000 labels in id2label): 86,567,656
+  // parameters; its ViTModel (a pooler instead of the classifier): 86,389,248.
+  std::string labels;
+  for (int i = 0; i < 1000; ++i) labels += (i ? ", \"" : "\"") + std::to_string(i) + "\": \"c" + std::to_string(i) + "\"";
+  const std::string base = R"("hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+      "image_size": 224, "patch_size": 16, "num_channels": 3, "hidden_act": "gelu", "model_type": "vit")";
+  const ModelConfig cls = parse_hf_config("{" + base + R"(, "architectures": ["ViTForImageClassification"], "id2label": {)" +
+                                              labels + "}}", "vit");
+  CHECK(cls.num_labels == 1000);
+  CHECK(cls.max_positions == 197);
+  const LoadedModel m = build_model(cls);
+  CHECK(parameters(m) == 86567656);
+  CHECK(parameters(build_model(parse_hf_config("{" + base + R"(, "architectures": ["ViTModel"]})", "vit"))) == 86389248);
+  // Batch 4: the patch convolution and the 12 layers' six projections and two attention
+  // products on 197 tokens, the classifier on the class token.
+  Options o;
+  o.dims.batch = 4;
+  const Analysis a = prepare(m, o);
+  int gemms = 0, convs = 0;
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.cls != KernelClass::gemm) continue;
+    ++gemms;
+    if (k.gemm.m == 4 * 196 && k.gemm.n == 768 && k.gemm.k == 768) ++convs;
+  }
+  CHECK(gemms == 1 + 12 * 8 + 1);
+  CHECK(convs == 1);
+  const TensorInfo* logits = a.graph.find("logits");
+  REQUIRE(logits);
+  CHECK(logits->shape.size() == 2);
+  CHECK(logits->shape[1].value == 1000);
+  // Sizes a ViT cannot have.
+  CHECK_THROWS_WITH_AS(parse_hf_config("{" + base + R"(, "patch_size": 15})", "vit"), doctest::Contains("multiple of patch_size"),
+                       InputError);
+}
+
 TEST_CASE("model_builder: a missing config file or malformed config text is an input error") {
   CHECK_THROWS_AS(read_hf_config(test::source_dir() + "/no/such.json"), InputError);
   CHECK_THROWS_WITH_AS(parse_hf_config("{", "config"), "config: malformed JSON config", InputError);

@@ -189,6 +189,9 @@ struct ModelConfig {
   bool weight_zero_points = false;
   std::vector<std::string> unquantized;
   std::string quant_method;
+  // Vision Transformer (ViT): a [batch, num_channels, image_size, image_size] image cut into
+  // patch_size patches (a strided convolution), a class token before them; 0: a token model.
+  int64_t image_size = 0, patch_size = 0, num_channels = 3;
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5)
   // T5 v1.1, mT5, Flan-T5: the feed-forward's activation gates a second projection
   // (feed_forward_proj "gated-gelu": wi_0, wi_1; HF's is_gated_act).
