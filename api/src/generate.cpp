@@ -229,6 +229,7 @@ Decoder config_decoder(const ModelConfig& config) {
     d.kv_tensors = 1;
   }
   recurrent_layers(config, d);
+  if (config.vision.layers > 0) d.image_tokens = config.vision.tokens();
   // A state-space model keeps no keys or values: no heads or tensors to describe.
   if (d.layers == 0) d.kv_heads = d.head_dim = d.kv_tensors = 0;
   // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
@@ -324,6 +325,9 @@ double expected_tokens_per_step(int64_t proposed, double acceptance) {
 GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, const GenerationOptions& gen,
                                       const Decoder* draft) {
   if (gen.prompt < 1) throw InputError("--generate: the prompt needs at least one token");
+  if (gen.prompt < d.image_tokens)
+    throw InputError("--generate: the prompt holds its image's " + std::to_string(d.image_tokens) +
+                     " tokens: it needs at least that many, got " + std::to_string(gen.prompt));
   if (gen.new_tokens < 1) throw InputError("--generate: at least one new token is needed");
   if (gen.speculative < 0 || gen.speculative > 64)
     throw InputError("--speculative: the draft proposes 1 to 64 tokens a step, got " + std::to_string(gen.speculative));
@@ -355,6 +359,11 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   if (!d.tied_head_weight.empty())  // read by every step, held once: as the embedding
     a.tied_weight_bytes = gemm_weight_bytes(a.prefill.graph.find(d.tied_head_weight), options);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
+  if (!d.prefill_is_step && !a.steps.empty()) {
+    double step = 0, step_embedding = 0;
+    weight_bytes(a.steps.front().graph, options, step, step_embedding);
+    a.prefill_only_bytes = std::max(0.0, a.weight_bytes - step);
+  }
   a.activation_bytes = activation_bytes(a.prefill, options);
   // The cache is held as the activations are (BF16 under fp8 and fp4) unless --kv-dtype says.
   const DType kv_dtype = options.kv_dtype != DType::undefined ? options.kv_dtype
@@ -496,7 +505,8 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_bw_gbps > 0)
-    g.weight_read_ms = (a.weight_bytes - a.embedding_bytes - a.unread_expert_bytes) / tp / (gpu.mem_bw_gbps * 1e9) * 1e3;
+    g.weight_read_ms = (a.weight_bytes - a.embedding_bytes - a.unread_expert_bytes - a.prefill_only_bytes) / tp /
+                       (gpu.mem_bw_gbps * 1e9) * 1e3;
   if (!(gpu.mem_gb > 0 && g.memory_per_gpu_bytes > gpu.mem_gb * kGiB)) return;
   char draft_part[64] = "";
   if (a.draft) std::snprintf(draft_part, sizeof draft_part, " + draft %.1f", draft_bytes / kGiB);

@@ -198,7 +198,11 @@ std::string activation(Net& n, const std::string& p, const std::string& x, const
     const std::string s = n.b.node("Sigmoid", p + "/Sigmoid", {x});
     return n.b.node("Mul", p + "/Mul", {x, s});
   }
-  throw InputError("activation '" + act + "' is not supported (gelu_new, gelu, relu, relu2, silu)");
+  if (act == "quick_gelu") {  // CLIP: x * sigmoid(1.702 x), three kernels
+    const std::string s = n.b.node("Sigmoid", p + "/Sigmoid", {n.b.node("Mul", p + "/Mul", {x, f32(n, p + "/c_1_702", 1.702f)})});
+    return n.b.node("Mul", p + "/Mul_1", {x, s});
+  }
+  throw InputError("activation '" + act + "' is not supported (gelu_new, gelu, relu, relu2, silu, quick_gelu)");
 }
 
 std::string split_heads(Net& n, const std::string& p, const std::string& x, int64_t heads, int64_t hd) {

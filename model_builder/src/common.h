@@ -63,13 +63,17 @@ std::string mamba2_mixer(Net& n, const std::string& p, const std::string& x, con
 // The gated DeltaNet token mixer of layer `layer` (mamba.cpp; ModelConfig::delta_layers), likewise.
 std::string gated_deltanet_mixer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, int64_t layer,
                                  bool cache);
+// LLaVA's image features (vit.cpp; ModelConfig::vision): graph input pixel_values [batch, channels,
+// side, side] through the CLIP vision tower and the projector -> [batch, image tokens, hidden].
+std::string llava_image_features(Net& n, const ModelConfig& c);
 // nn.Dropout: identity in inference, a mask-and-scale kernel in training.
 std::string dropout(Net& n, const std::string& prefix, const std::string& x, float ratio);
 // HF gelu_new (tanh approximation) as eager PyTorch runs it: 8 elementwise kernels.
 std::string gelu_new(Net& n, const std::string& prefix, const std::string& x);
 // F.gelu (erf form): one fused kernel in PyTorch -> com.microsoft.Gelu.
 std::string gelu(Net& n, const std::string& prefix, const std::string& x);
-// The activation named in a config ("gelu_new", "gelu", "relu", "relu2", "silu"/"swish").
+// The activation named in a config ("gelu_new", "gelu", "relu", "relu2", "silu"/"swish",
+// "quick_gelu").
 std::string activation(Net& n, const std::string& prefix, const std::string& x, const std::string& act);
 
 // [b, s, h] -> [b, heads, s, hd] (view + permute + contiguous copy: one Transpose).

@@ -491,6 +491,16 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   if (c.scale_embedding || c.embedding_multiplier > 0)  // Gemma: embeddings times sqrt(hidden); Granite's multiplier
     x = n.b.node("Mul", p0 + ".embed_tokens/scale",
                  {x, f32(n, p0 + "/embed_scale", c.scale_embedding ? std::sqrt(float(h)) : float(c.embedding_multiplier))});
+  if (c.vision.layers > 0 && !o.kv_cache) {
+    // LLaVA: the image's features replace its placeholder tokens' embeddings (masked_scatter;
+    // the image taken as the first tokens of each sequence, one copy of the embeddings).
+    const std::string img = llava_image_features(n, c);
+    const std::string text = n.b.node("Slice", p0 + "/text_tokens",
+                                      {x, n.b.ints(p0 + "/image_end", {c.vision.tokens()}),
+                                       n.b.ints(p0 + "/text_end", {int64_t(1) << 62}), n.b.ints(p0 + "/seq_axis", {1})});
+    x = n.b.node("Concat", p0 + "/merge_image", {img, text});
+    n.b.attr_i("axis", 1);
+  }
   if (c.mtp_module) {  // DeepSeek-V3's MTP module: [enorm(embedding), hnorm(previous hidden)] -> eh_proj
     n.b.input("hidden_states", kF32, {-1, -1, h}, {"batch", "sequence"});
     const std::string e = rms_norm(n, p0 + ".enorm", x, h, c.layer_norm_eps);

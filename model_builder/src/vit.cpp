@@ -29,7 +29,84 @@ std::string vit_layer(Net& n, const std::string& p, const std::string& x, const 
   return n.b.node("Add", p + "/output_residual_Add", {f, y});
 }
 
+// CLIPEncoderLayer: layer_norm1, self-attention (no mask; q, k, v and out projections with
+// biases) added to the input; layer_norm2, fc1, the activation, fc2 added to that.
+std::string clip_layer(Net& n, const std::string& p, const std::string& x, const ModelConfig::VisionTower& v) {
+  const int64_t h = v.hidden, nh = v.heads, hd = v.hidden / v.heads;
+  const std::string a = layer_norm(n, p + ".layer_norm1", x, h, v.layer_norm_eps);
+  const std::string s = p + ".self_attn";
+  const std::string q = split_heads(n, s + "/q", linear(n, s + ".q_proj", a, h, h), nh, hd);
+  const std::string k = split_heads(n, s + "/k", linear(n, s + ".k_proj", a, h, h), nh, hd);
+  const std::string val = split_heads(n, s + "/v", linear(n, s + ".v_proj", a, h, h), nh, hd);
+  const std::string o = linear(n, s + ".out_proj", masked_attention(n, s, q, k, val, hd, "", s + ".dropout", 0.0f, h), h, h);
+  const std::string y = n.b.node("Add", p + "/attention_residual_Add", {o, x});
+  std::string f = layer_norm(n, p + ".layer_norm2", y, h, v.layer_norm_eps);
+  f = linear(n, p + ".mlp.fc2", activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", f, h, v.ffn), v.activation), v.ffn, h);
+  return n.b.node("Add", p + "/mlp_residual_Add", {f, y});
+}
+
 }  // namespace
+
+std::string llava_image_features(Net& n, const ModelConfig& c) {
+  const ModelConfig::VisionTower& v = c.vision;
+  const int64_t h = v.hidden, side = v.image_size / v.patch_size, patches = side * side;
+  const std::string pixels = n.b.input("pixel_values", kF32, {-1, v.channels, v.image_size, v.image_size}, {"batch"});
+  // The tower's heads split over its own sequence (the class token and the patches): the Net's
+  // batch and sequence plumbing is the image's while it is built.
+  const std::string text_batch = n.batch, text_seq = n.seq;
+  const std::string shape = n.b.node("Shape", "vision_tower/input_shape", {pixels});
+  const std::string images = n.b.node("Gather", "vision_tower/batch", {shape, n.b.ints("vision_tower/idx0", {0}, true)});
+  n.b.attr_i("axis", 0);
+  n.batch = n.b.node("Unsqueeze", "vision_tower/batch_1d", {images, n.b.ints("vision_tower/axes0", {0})});
+  n.seq = n.b.ints("vision_tower/seq_1d", {patches + 1});
+
+  // CLIPVisionEmbeddings: the patch convolution (no bias), the class embedding expanded and
+  // concatenated first, the position embedding looked up (nn.Embedding) and added.
+  const std::string pe = "vision_tower.vision_model.embeddings";
+  std::string x = n.b.node("Conv", pe + ".patch_embedding/Conv",
+                           {pixels, n.b.weight(pe + ".patch_embedding.weight", {h, v.channels, v.patch_size, v.patch_size})});
+  n.b.attr_ints("kernel_shape", {v.patch_size, v.patch_size});
+  n.b.attr_ints("strides", {v.patch_size, v.patch_size});
+  const std::string flat = n.b.node("Concat", pe + "/flat_shape", {n.batch, n.b.ints(pe + "/h_patches", {h, patches})});
+  n.b.attr_i("axis", 0);
+  x = n.b.node("Transpose", pe + "/transpose", {n.b.node("Reshape", pe + "/flatten", {x, flat})});
+  n.b.attr_ints("perm", {0, 2, 1});
+  const std::string cls_shape = n.b.node("Concat", pe + "/cls_shape", {n.batch, n.b.ints(pe + "/one_h", {1, h})});
+  n.b.attr_i("axis", 0);
+  const std::string cls = n.b.node("Expand", pe + "/cls_expand", {n.b.weight(pe + ".class_embedding", {1, 1, h}), cls_shape});
+  x = n.b.node("Concat", pe + "/cat", {cls, x});
+  n.b.attr_i("axis", 1);
+  std::vector<int64_t> ids(static_cast<size_t>(patches + 1));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
+  const std::string pos = n.b.node("Gather", pe + ".position_embedding/Gather",
+                                   {n.b.weight(pe + ".position_embedding.weight", {patches + 1, h}), n.b.ints(pe + "/position_ids", ids)});
+  x = n.b.node("Add", pe + "/position_Add", {x, pos});
+  const std::string vm = "vision_tower.vision_model";
+  x = layer_norm(n, vm + ".pre_layrnorm", x, h, v.layer_norm_eps);
+  // Every layer runs (eager HF returns all hidden states); the features are one layer's output.
+  const int64_t pick = v.feature_layer;  // hidden_states[i] is layer i - 1's output
+  std::string features = pick == 0 ? x : "";
+  for (int64_t l = 0; l < v.layers; ++l) {
+    x = clip_layer(n, vm + ".encoder.layers." + std::to_string(l), x, v);
+    if (l + 1 == pick) features = x;
+  }
+  // The pooled class token's post_layernorm (computed, unused by LLaVA).
+  const std::string pooled = n.b.node("Gather", vm + "/pooled", {x, n.b.ints(vm + "/idx0b", {0}, true)});
+  n.b.attr_i("axis", 1);
+  layer_norm(n, vm + ".post_layernorm", pooled, h, v.layer_norm_eps);
+  n.batch = text_batch;
+  n.seq = text_seq;
+
+  // The "default" strategy drops the class token (a strided view the projector copies).
+  if (!v.keep_class_token) {
+    features = n.b.node("Slice", "vision_tower/select",
+                        {features, n.b.ints("vision_tower/starts", {1}), n.b.ints("vision_tower/ends", {patches + 1}),
+                         n.b.ints("vision_tower/axes1", {1})});
+  }
+  const std::string mp = "multi_modal_projector";
+  const std::string y = activation(n, mp + ".act", linear(n, mp + ".linear_1", features, h, c.hidden), v.projector_activation);
+  return linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
+}
 
 LoadedModel build_vit(const ModelConfig& c) {
   if (c.image_size <= 0 || c.patch_size <= 0 || c.num_channels <= 0 || c.image_size % c.patch_size != 0)

@@ -100,6 +100,10 @@ SMOLLM3 = dict(LLAMA, model_type="smollm3", tie_word_embeddings=True)
 # EXAONE 4.0's post-norms with a local/global pattern, Qwen3-VL's language model, small.
 EXAONE4 = dict(LLAMA, model_type="exaone4", num_hidden_layers=4, sliding_window=32, sliding_window_pattern="LLLG")
 QWEN3_VL = {"model_type": "qwen3_vl", "text_config": dict(LLAMA, model_type="qwen3_vl_text")}
+# LLaVA with a small CLIP tower: 16 image tokens among each sequence's.
+LLAVA = {"model_type": "llava", "text_config": dict(LLAMA, model_type="llama"),
+         "vision_config": {"model_type": "clip_vision_model", "hidden_size": 128, "intermediate_size": 256,
+                           "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
 # Mamba-2 and Nemotron-H (Mamba-2 mixers, attention and MLP blocks), small: their scans run as
 # ai.neusight ops, which onnx.checker accepts under their domain's opset import.
 MAMBA2 = {"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 2, "num_heads": 8, "head_dim": 64,
@@ -158,7 +162,7 @@ class ConfigModels(unittest.TestCase):
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
-                          ("qwen3_vl_small", QWEN3_VL), ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
+                          ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
                           ("qwen3_next_small", QWEN3_NEXT), ("granite_h_small", GRANITE_H)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:

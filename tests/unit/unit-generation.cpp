@@ -92,6 +92,35 @@ TEST_CASE("generation: KV-cache bytes are exactly 2 x layers x kv_heads x head_d
   }
 }
 
+TEST_CASE("generation: LLaVA's vision tower runs in the prefill alone, and a prompt holds its image's tokens") {
+  ModelConfig c = small_llama(8, 2);
+  c.language_model_of = "llava";
+  c.vision.layers = 2;
+  c.vision.hidden = 128;
+  c.vision.heads = 4;
+  c.vision.ffn = 256;
+  c.vision.image_size = 64;
+  c.vision.patch_size = 16;
+  c.vision.feature_layer = 1;
+  const Decoder d = config_decoder(c);
+  CHECK(d.image_tokens == 16);
+  CHECK(d.prefill.model.graph.find("pixel_values"));
+  CHECK_FALSE(d.step.model.graph.find("pixel_values"));
+  ModelConfig text = c;
+  text.vision = ModelConfig::VisionTower{};
+  const Decoder lm = config_decoder(text);
+  const GenerationReport with = generate(d, serving(DType::f16, 2), 40, 8, "h100");
+  const GenerationReport without = generate(lm, serving(DType::f16, 2), 40, 8, "h100");
+  CHECK(with.ttft_ms > without.ttft_ms);  // the tower and projector run first
+  CHECK(with.tpot_ms == doctest::Approx(without.tpot_ms));  // a step reads no image
+  CHECK(with.weight_bytes > without.weight_bytes);  // held all the same
+  CHECK(with.weight_read_ms == doctest::Approx(without.weight_read_ms));  // but no step reads the tower
+  GenerationOptions g;
+  g.prompt = 15;
+  g.new_tokens = 4;
+  CHECK_THROWS_WITH_AS(prepare_generation(d, serving(DType::f16, 1), g), doctest::Contains("image's 16 tokens"), InputError);
+}
+
 TEST_CASE("generation: the sequences that fit are the KV caches beside the weights and activations") {
   const Decoder d = config_decoder(small_llama(8, 2));
   const double gib = 1024.0 * 1024.0 * 1024.0;

@@ -296,7 +296,7 @@ TEST_CASE("model_builder: a model's folder reads as its config.json, named after
   std::filesystem::remove_all(dir.parent_path());
 }
 
-TEST_CASE("model_builder: a multimodal config builds its language model and says the vision tower is not built") {
+TEST_CASE("model_builder: a multimodal config builds its language model, and LLaVA's CLIP vision tower and projector") {
   // LLaVA-1.5: text_config lists only what differs from LlamaConfig's defaults.
   const ModelConfig llava = read_hf_config(test::source_dir() + "/tests/data/llava_1.5_7b.json");
   CHECK(llava.model_type == "llama");
@@ -306,8 +306,30 @@ TEST_CASE("model_builder: a multimodal config builds its language model and says
   CHECK(llava.ffn == 11008);
   CHECK(llava.vocab == 32064);
   CHECK(llava.torch_dtype == "float16");
-  CHECK(config_multimodal_note(llava).find("vision tower") != std::string::npos);
-  CHECK(parameters(build_model(llava)) - 64 == 6738939904);  // Vicuna-7B, vocab 32064 (less inv_freq)
+  // CLIP ViT-L/14 at 336 pixels (CLIPVisionConfig's defaults under the fields given): 24
+  // layers, hidden_states[-2] (the 23rd layer's output), its 576 patches without the class token.
+  CHECK(llava.vision.layers == 24);
+  CHECK(llava.vision.activation == "quick_gelu");
+  CHECK(llava.vision.feature_layer == 23);
+  CHECK(llava.vision.tokens() == 576);
+  CHECK(config_multimodal_note(llava).find("vision tower (24 CLIP layers, 336 pixels)") != std::string::npos);
+  // Vicuna-7B with vocab 32064 (6,738,939,904, less inv_freq), CLIP ViT-L/14-336's vision model
+  // (303,507,456) and the projector (1024 -> 4096 -> 4096 with biases: 20,979,712).
+  const LoadedModel full = build_model(llava);
+  CHECK(parameters(full) - 64 == 6738939904 + 303507456 + 20979712);
+  CHECK(parameters(full, "vision_tower") - 64 == 6738939904 + 20979712);
+  CHECK(full.model.graph.find("pixel_values"));
+  // A decode step runs the language model alone.
+  CHECK_FALSE(build_model(llava, BuildOptions{true}).model.graph.find("pixel_values"));
+  // Several feature layers, or a tower other than CLIP's: the language model alone, and the note says so.
+  const std::string text = R"("model_type": "llava", "text_config": {"model_type": "llama", "num_hidden_layers": 2})";
+  const ModelConfig multi = parse_hf_config("{" + text + R"(, "vision_feature_layer": [-2, -5]})", "llava");
+  CHECK(multi.vision.layers == 0);
+  CHECK(config_multimodal_note(multi).find("not built") != std::string::npos);
+  CHECK(parse_hf_config("{" + text + R"(, "vision_config": {"model_type": "siglip_vision_model"}})", "llava").vision.layers == 0);
+  CHECK(parse_hf_config("{" + text + "}", "llava").vision.layers == 24);  // LlavaConfig's default tower
+  CHECK_THROWS_WITH_AS(parse_hf_config("{" + text + R"(, "vision_feature_layer": -30})", "llava"),
+                       doctest::Contains("vision_feature_layer -30"), InputError);
   // Qwen2-VL keeps the language model's fields at the top level: Qwen2 with Q, K, V biases.
   const ModelConfig qvl = read_hf_config(test::source_dir() + "/tests/data/qwen2_vl_7b.json");
   CHECK(qvl.model_type == "qwen2");

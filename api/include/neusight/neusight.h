@@ -111,6 +111,8 @@ struct Decoder {
   int64_t state_layers = 0;
   double state_elements = 0;
   DType kv_dtype = DType::f32;   // the cache's stored element type (--dtype overrides it)
+  // The prompt tokens one image fills (LLaVA: its vision tower runs in the prefill); 0: none.
+  int64_t image_tokens = 0;
   // The initializer the LM head reads that is the token embedding's weight, held once
   // (a config's tie_word_embeddings); empty: none.
   std::string tied_head_weight;
@@ -144,6 +146,8 @@ struct GenerationAnalysis {
   // Expert weights a decode step (one token per sequence) leaves unread: the experts its
   // tokens do not reach (mixtures of experts; 0 otherwise).
   double unread_expert_bytes = 0;
+  // Weights the prefill reads and no decode step does (LLaVA's vision tower and projector).
+  double prefill_only_bytes = 0;
   double kv_cache_bytes = 0;  // the attention layers' keys and values and the recurrent layers' states
   double state_bytes = 0;     // the recurrent states alone
   DType kv_dtype = DType::f32;  // the cache's element type

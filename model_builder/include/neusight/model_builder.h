@@ -189,6 +189,25 @@ struct ModelConfig {
   bool weight_zero_points = false;
   std::vector<std::string> unquantized;
   std::string quant_method;
+  // LLaVA's vision tower and projector (layers 0: not built): a CLIP vision transformer of
+  // `layers` pre-norm layers (hidden, heads, ffn, activation) over an image of image_size
+  // pixels cut into patch_size patches with a class token, its hidden_states[feature_layer]
+  // (0: the embeddings, i: layer i - 1's output; the config's vision_feature_layer, -2, counted
+  // from the end) without the class token (strategy "default"; with it: "full"), projected to
+  // the language model's hidden size by linear_1, the
+  // projector's activation and linear_2. Each sequence holds one image's tokens() among its
+  // tokens (they replace the image placeholder's embeddings).
+  struct VisionTower {
+    int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, image_size = 0, patch_size = 0, channels = 3;
+    std::string activation = "quick_gelu", projector_activation = "gelu";
+    double layer_norm_eps = 1e-5;
+    int64_t feature_layer = 0;
+    bool keep_class_token = false;
+    int64_t tokens() const {
+      const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
+      return side * side + (keep_class_token ? 1 : 0);
+    }
+  } vision;
   // Vision Transformer (ViT): a [batch, num_channels, image_size, image_size] image cut into
   // patch_size patches (a strided convolution), a class token before them; 0: a token model.
   int64_t image_size = 0, patch_size = 0, num_channels = 3;
