@@ -62,6 +62,12 @@ struct Reader {
     auto it = j.find(key);
     return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
   }
+  // The model class the config was saved from (architectures[0]; empty when absent).
+  std::string architecture() const {
+    auto it = j.find("architectures");
+    return it != j.end() && it->is_array() && !it->empty() && it->front().is_string() ? it->front().get<std::string>()
+                                                                                     : std::string();
+  }
 };
 
 void read_gpt2(const Reader& r, ModelConfig& c) {
@@ -91,9 +97,7 @@ void read_bert(const Reader& r, ModelConfig& c) {
   c.dropout = static_cast<float>(r.f({"hidden_dropout_prob"}, 0.1));
   c.attn_dropout = static_cast<float>(r.f({"attention_probs_dropout_prob"}, 0.1));
   c.num_labels = r.i({"num_labels"}, false, 2);
-  std::string arch;
-  auto it = r.j.find("architectures");
-  if (it != r.j.end() && it->is_array() && !it->empty() && it->front().is_string()) arch = it->front().get<std::string>();
+  const std::string arch = r.architecture();
   c.head = arch == "BertForPreTraining"                                  ? "pretraining"
            : arch == "BertLMHeadModel" || arch == "BertForMaskedLM"      ? "lm"
                                                                         : "classification";
@@ -123,10 +127,7 @@ void read_vit(const Reader& r, ModelConfig& c) {
   auto labels = r.j.find("id2label");
   c.num_labels = labels != r.j.end() && labels->is_object() && !labels->empty() ? int64_t(labels->size())
                                                                                  : r.i({"num_labels"}, false, 2);
-  std::string arch;
-  auto it = r.j.find("architectures");
-  if (it != r.j.end() && it->is_array() && !it->empty() && it->front().is_string()) arch = it->front().get<std::string>();
-  c.head = arch == "ViTModel" ? "pooler" : "classification";
+  c.head = r.architecture() == "ViTModel" ? "pooler" : "classification";
 }
 
 void read_opt(const Reader& r, ModelConfig& c) {

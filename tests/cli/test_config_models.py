@@ -191,13 +191,18 @@ class ConfigModels(unittest.TestCase):
                     self.assertFalse([n["name"] for n in via_cfg["nodes"]
                                       if any(k["class"] == "unknown" for k in n["kernels"])])
 
-    def test_vit_is_an_image_encoder_bound_by_the_batch_alone(self):
-        cfg = os.path.join(self.dir, "vit_small.json")
+    def export(self, name, config):
+        """Writes `config` as NAME.json and exports it to NAME.onnx; returns both paths."""
+        cfg = os.path.join(self.dir, name + ".json")
         with open(cfg, "w") as f:
-            json.dump(VIT, f)
-        out = os.path.join(self.dir, "vit_small.onnx")
+            json.dump(config, f)
+        out = os.path.join(self.dir, name + ".onnx")
         code, so, se = run("export", "--config", cfg, "-o", out)
         self.assertEqual(code, 0, se)
+        return cfg, out
+
+    def test_vit_is_an_image_encoder_bound_by_the_batch_alone(self):
+        cfg, out = self.export("vit_small", VIT)
         ok, msg = check_onnx(out)
         self.assertTrue(ok, msg)
         self.assertEqual(msg.splitlines()[-1], "batch")  # pixel_values [batch, 3, 64, 64]
@@ -213,12 +218,7 @@ class ConfigModels(unittest.TestCase):
         self.assertEqual(se.strip().splitlines(), ["neusight-onnx: error: --config of a vit model (an image encoder) needs --batch N"])
 
     def test_gpt3_175b_builds_instantly_without_weights(self):
-        cfg = os.path.join(self.dir, "gpt3_175b.json")
-        with open(cfg, "w") as f:
-            json.dump(GPT3_175B, f)
-        out = os.path.join(self.dir, "gpt3_175b.onnx")
-        code, so, se = run("export", "--config", cfg, "-o", out)
-        self.assertEqual(code, 0, se)
+        cfg, out = self.export("gpt3_175b", GPT3_175B)
         self.assertLess(os.path.getsize(out), 50 << 20)
         self.assertEqual(os.path.getsize(os.path.join(self.dir, "gpt3_175b.weights")), 0)
         r = run_json("--config", cfg, "--batch", "1", "--seq", "2048", "--gpu", GPU)
