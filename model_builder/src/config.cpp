@@ -1142,26 +1142,35 @@ std::optional<json> language_model_config(const json& j) {
   return text;
 }
 
-// LLaVA's vision tower when it is CLIP's and one layer's features are taken (a list of layers,
-// another tower: not built, config_multimodal_note says so): vision_config over
-// CLIPVisionConfig's defaults, or LlavaConfig's default tower (CLIP ViT-L/14 at 336 pixels).
-void read_llava_vision(const json& j, const std::string& path, ModelConfig& lm) {
-  json v = {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12}, {"num_attention_heads", 12},
-            {"image_size", 224}, {"patch_size", 32}};
+// The vision tower of LLaVA (CLIP's, when one layer's features are taken) and of PaliGemma
+// (SigLIP's, without its pooling head): vision_config over CLIPVisionConfig's / SiglipVisionConfig's
+// defaults, or the outer config class's own default tower (LLaVA: CLIP ViT-L/14 at 336 pixels;
+// PaliGemma: SigLIP So400m/14 at 224). Another tower, several feature layers: not built
+// (config_multimodal_note says so).
+void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) {
+  const bool siglip = lm.language_model_of == "paligemma";
+  json v = siglip ? json{{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+                         {"num_attention_heads", 12}, {"image_size", 224}, {"patch_size", 16}}
+                  : json{{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+                         {"num_attention_heads", 12}, {"image_size", 224}, {"patch_size", 32}};
   auto given = j.find("vision_config");
   if (given == j.end() || given->is_null())
-    v = {{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24}, {"num_attention_heads", 16},
-         {"image_size", 336}, {"patch_size", 14}};
+    v = siglip ? json{{"hidden_size", 1152}, {"intermediate_size", 4096}, {"num_hidden_layers", 27},
+                      {"num_attention_heads", 16}, {"image_size", 224}, {"patch_size", 14}}
+               : json{{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24},
+                      {"num_attention_heads", 16}, {"image_size", 336}, {"patch_size", 14}};
   else if (!given->is_object()) throw InputError(path + ": field 'vision_config' must be an object");
   else
     for (auto it = given->begin(); it != given->end(); ++it) v[it.key()] = it.value();
   auto layer = j.find("vision_feature_layer");
-  if ((v.contains("model_type") && v["model_type"] != "clip_vision_model") ||
-      (layer != j.end() && !layer->is_null() && !layer->is_number_integer()))
+  if ((v.contains("model_type") && v["model_type"] != (siglip ? "siglip_vision_model" : "clip_vision_model")) ||
+      (layer != j.end() && !layer->is_null() && !layer->is_number_integer()) ||
+      (siglip && v.contains("vision_use_head") && v["vision_use_head"] == true))
     return;
   const std::string where = path + " vision_config";
   const Reader r{v, where};
   ModelConfig::VisionTower& t = lm.vision;
+  t.siglip = siglip;
   t.layers = r.i({"num_hidden_layers"}, true);
   t.hidden = r.i({"hidden_size"}, true);
   t.heads = r.i({"num_attention_heads"}, true);
@@ -1169,13 +1178,17 @@ void read_llava_vision(const json& j, const std::string& path, ModelConfig& lm) 
   t.image_size = r.i({"image_size"}, true);
   t.patch_size = r.i({"patch_size"}, true);
   t.channels = r.i({"num_channels"}, false, 3);
-  t.activation = r.s({"hidden_act"}, "quick_gelu");
-  t.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
+  t.activation = r.s({"hidden_act"}, siglip ? "gelu_pytorch_tanh" : "quick_gelu");
+  t.layer_norm_eps = r.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
   if (t.layers <= 0 || t.layers > kMaxLayers || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || t.ffn <= 0 ||
       t.channels <= 0 || t.patch_size <= 0 || t.image_size % t.patch_size != 0 || t.image_size / t.patch_size > 1024 ||
       t.image_size <= 0)
     throw InputError(path + ": vision_config: layers, hidden size (a multiple of the heads), FFN size and an image_size "
                             "that is a positive multiple of patch_size expected");
+  if (siglip) {  // the last hidden state, every patch (SigLIP has no class token)
+    t.feature_layer = t.layers;
+    return;
+  }
   const Reader outer{j, path};
   const int64_t fl = layer == j.end() || layer->is_null() ? -2 : layer->get<int64_t>();
   t.feature_layer = fl < 0 ? t.layers + 1 + fl : fl;
@@ -1202,7 +1215,7 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
     if (auto text = language_model_config(j)) {
       ModelConfig lm = config_from_json(*text, path + " text_config", source);
       lm.language_model_of = c.model_type;
-      if (c.model_type == "llava") read_llava_vision(j, path, lm);
+      if (c.model_type == "llava" || c.model_type == "paligemma") read_vision_tower(j, path, lm);
       return lm;
     }
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
@@ -1290,7 +1303,7 @@ std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
   if (c.vision.layers > 0)
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
-           " CLIP layers, " + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence, whose " +
+           (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence, whose " +
            std::to_string(c.vision.tokens()) + " tokens are among its sequence's";
   return c.source + " is a " + c.language_model_of + " model: its language model (" + c.model_type +
          ") is predicted; its vision tower and projector are not built";

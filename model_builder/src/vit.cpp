@@ -1,6 +1,8 @@
 // vit.cpp - Vision Transformer (HF ViTForImageClassification / ViTModel in eager mode): patch
 // embedding, class token and learned positions, pre-norm encoder layers, the class token's
 // classifier (or ViTModel's pooler).
+#include <cmath>
+
 #include "common.h"
 #include "families.h"
 
@@ -50,6 +52,7 @@ std::string clip_layer(Net& n, const std::string& p, const std::string& x, const
 std::string llava_image_features(Net& n, const ModelConfig& c) {
   const ModelConfig::VisionTower& v = c.vision;
   const int64_t h = v.hidden, side = v.image_size / v.patch_size, patches = side * side;
+  const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
   const std::string pixels = n.b.input("pixel_values", kF32, {-1, v.channels, v.image_size, v.image_size}, {"batch"});
   // The tower's heads split over its own sequence (the class token and the patches): the Net's
   // batch and sequence plumbing is the image's while it is built.
@@ -58,31 +61,34 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
   const std::string images = n.b.node("Gather", "vision_tower/batch", {shape, n.b.ints("vision_tower/idx0", {0}, true)});
   n.b.attr_i("axis", 0);
   n.batch = n.b.node("Unsqueeze", "vision_tower/batch_1d", {images, n.b.ints("vision_tower/axes0", {0})});
-  n.seq = n.b.ints("vision_tower/seq_1d", {patches + 1});
+  n.seq = n.b.ints("vision_tower/seq_1d", {seq});
 
-  // CLIPVisionEmbeddings: the patch convolution (no bias), the class embedding expanded and
-  // concatenated first, the position embedding looked up (nn.Embedding) and added.
+  // The embeddings: the patch convolution (CLIP's without a bias), CLIP's class embedding
+  // expanded and concatenated first, the position embedding looked up (nn.Embedding) and added.
   const std::string pe = "vision_tower.vision_model.embeddings";
-  std::string x = n.b.node("Conv", pe + ".patch_embedding/Conv",
-                           {pixels, n.b.weight(pe + ".patch_embedding.weight", {h, v.channels, v.patch_size, v.patch_size})});
+  std::vector<std::string> conv_in = {pixels, n.b.weight(pe + ".patch_embedding.weight", {h, v.channels, v.patch_size, v.patch_size})};
+  if (v.siglip) conv_in.push_back(n.b.weight(pe + ".patch_embedding.bias", {h}));
+  std::string x = n.b.node("Conv", pe + ".patch_embedding/Conv", conv_in);
   n.b.attr_ints("kernel_shape", {v.patch_size, v.patch_size});
   n.b.attr_ints("strides", {v.patch_size, v.patch_size});
   const std::string flat = n.b.node("Concat", pe + "/flat_shape", {n.batch, n.b.ints(pe + "/h_patches", {h, patches})});
   n.b.attr_i("axis", 0);
   x = n.b.node("Transpose", pe + "/transpose", {n.b.node("Reshape", pe + "/flatten", {x, flat})});
   n.b.attr_ints("perm", {0, 2, 1});
-  const std::string cls_shape = n.b.node("Concat", pe + "/cls_shape", {n.batch, n.b.ints(pe + "/one_h", {1, h})});
-  n.b.attr_i("axis", 0);
-  const std::string cls = n.b.node("Expand", pe + "/cls_expand", {n.b.weight(pe + ".class_embedding", {1, 1, h}), cls_shape});
-  x = n.b.node("Concat", pe + "/cat", {cls, x});
-  n.b.attr_i("axis", 1);
-  std::vector<int64_t> ids(static_cast<size_t>(patches + 1));
+  if (!v.siglip) {
+    const std::string cls_shape = n.b.node("Concat", pe + "/cls_shape", {n.batch, n.b.ints(pe + "/one_h", {1, h})});
+    n.b.attr_i("axis", 0);
+    const std::string cls = n.b.node("Expand", pe + "/cls_expand", {n.b.weight(pe + ".class_embedding", {1, 1, h}), cls_shape});
+    x = n.b.node("Concat", pe + "/cat", {cls, x});
+    n.b.attr_i("axis", 1);
+  }
+  std::vector<int64_t> ids(static_cast<size_t>(seq));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
   const std::string pos = n.b.node("Gather", pe + ".position_embedding/Gather",
-                                   {n.b.weight(pe + ".position_embedding.weight", {patches + 1, h}), n.b.ints(pe + "/position_ids", ids)});
+                                   {n.b.weight(pe + ".position_embedding.weight", {seq, h}), n.b.ints(pe + "/position_ids", ids)});
   x = n.b.node("Add", pe + "/position_Add", {x, pos});
   const std::string vm = "vision_tower.vision_model";
-  x = layer_norm(n, vm + ".pre_layrnorm", x, h, v.layer_norm_eps);
+  if (!v.siglip) x = layer_norm(n, vm + ".pre_layrnorm", x, h, v.layer_norm_eps);
   // Every layer runs (eager HF returns all hidden states); the features are one layer's output.
   const int64_t pick = v.feature_layer;  // hidden_states[i] is layer i - 1's output
   std::string features = pick == 0 ? x : "";
@@ -90,20 +96,26 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
     x = clip_layer(n, vm + ".encoder.layers." + std::to_string(l), x, v);
     if (l + 1 == pick) features = x;
   }
-  // The pooled class token's post_layernorm (computed, unused by LLaVA).
-  const std::string pooled = n.b.node("Gather", vm + "/pooled", {x, n.b.ints(vm + "/idx0b", {0}, true)});
-  n.b.attr_i("axis", 1);
-  layer_norm(n, vm + ".post_layernorm", pooled, h, v.layer_norm_eps);
+  if (v.siglip) {  // post_layernorm over the last hidden state: the features
+    features = layer_norm(n, vm + ".post_layernorm", x, h, v.layer_norm_eps);
+  } else {  // the pooled class token's post_layernorm (computed, unused by LLaVA)
+    const std::string pooled = n.b.node("Gather", vm + "/pooled", {x, n.b.ints(vm + "/idx0b", {0}, true)});
+    n.b.attr_i("axis", 1);
+    layer_norm(n, vm + ".post_layernorm", pooled, h, v.layer_norm_eps);
+  }
   n.batch = text_batch;
   n.seq = text_seq;
 
-  // The "default" strategy drops the class token (a strided view the projector copies).
+  const std::string mp = "multi_modal_projector";
+  if (v.siglip)  // PaliGemma: one projection, the features divided by sqrt(hidden)
+    return n.b.node("Div", mp + "/scale", {linear(n, mp + ".linear", features, h, c.hidden),
+                                           f32(n, mp + "/sqrt_hidden", static_cast<float>(std::sqrt(double(c.hidden))))});
+  // LLaVA's "default" strategy drops the class token (a strided view the projector copies).
   if (!v.keep_class_token) {
     features = n.b.node("Slice", "vision_tower/select",
                         {features, n.b.ints("vision_tower/starts", {1}), n.b.ints("vision_tower/ends", {patches + 1}),
                          n.b.ints("vision_tower/axes1", {1})});
   }
-  const std::string mp = "multi_modal_projector";
   const std::string y = activation(n, mp + ".act", linear(n, mp + ".linear_1", features, h, c.hidden), v.projector_activation);
   return linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
 }

@@ -104,6 +104,13 @@ QWEN3_VL = {"model_type": "qwen3_vl", "text_config": dict(LLAMA, model_type="qwe
 LLAVA = {"model_type": "llava", "text_config": dict(LLAMA, model_type="llama"),
          "vision_config": {"model_type": "clip_vision_model", "hidden_size": 128, "intermediate_size": 256,
                            "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
+# PaliGemma with a small SigLIP tower (no class token, one projection) before Gemma.
+PALIGEMMA = {"model_type": "paligemma",
+             "text_config": {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 512,
+                             "num_attention_heads": 4, "num_key_value_heads": 1, "num_hidden_layers": 2,
+                             "vocab_size": 1000},
+             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 128, "intermediate_size": 256,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
 # Mamba-2 and Nemotron-H (Mamba-2 mixers, attention and MLP blocks), small: their scans run as
 # ai.neusight ops, which onnx.checker accepts under their domain's opset import.
 MAMBA2 = {"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 2, "num_heads": 8, "head_dim": 64,
@@ -162,7 +169,8 @@ class ConfigModels(unittest.TestCase):
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
-                          ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
+                          ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("paligemma_small", PALIGEMMA),
+                          ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
                           ("qwen3_next_small", QWEN3_NEXT), ("granite_h_small", GRANITE_H)):
             made.append(os.path.join(self.dir, name + ".json"))
             with open(made[-1], "w") as f:

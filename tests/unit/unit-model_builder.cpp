@@ -330,6 +330,21 @@ TEST_CASE("model_builder: a multimodal config builds its language model, and LLa
   CHECK(parse_hf_config("{" + text + "}", "llava").vision.layers == 24);  // LlavaConfig's default tower
   CHECK_THROWS_WITH_AS(parse_hf_config("{" + text + R"(, "vision_feature_layer": -30})", "llava"),
                        doctest::Contains("vision_feature_layer -30"), InputError);
+  // PaliGemma-3B-224: SigLIP So400m/14 (no class token, post_layernorm over every token:
+  // 412,442,352 parameters) and one 1152 -> 2048 projection (2,361,344) before Gemma.
+  const ModelConfig pali = parse_hf_config(
+      R"({"model_type": "paligemma", "text_config": {"model_type": "gemma", "hidden_size": 2048, "intermediate_size": 16384,
+          "num_attention_heads": 8, "num_key_value_heads": 1, "num_hidden_layers": 18, "vocab_size": 257216},
+          "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
+          "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false}})",
+      "paligemma");
+  CHECK(pali.vision.siglip);
+  CHECK(pali.vision.tokens() == 256);
+  CHECK(pali.vision.activation == "gelu_pytorch_tanh");
+  ModelConfig pali_text = pali;
+  pali_text.vision = ModelConfig::VisionTower{};
+  CHECK(parameters(build_model(pali)) - parameters(build_model(pali_text)) == 412442352 + 2361344);
+  CHECK(config_multimodal_note(pali).find("27 SigLIP layers") != std::string::npos);
   // Qwen2-VL keeps the language model's fields at the top level: Qwen2 with Q, K, V biases.
   const ModelConfig qvl = read_hf_config(test::source_dir() + "/tests/data/qwen2_vl_7b.json");
   CHECK(qvl.model_type == "qwen2");

@@ -189,8 +189,8 @@ struct ModelConfig {
   bool weight_zero_points = false;
   std::vector<std::string> unquantized;
   std::string quant_method;
-  // LLaVA's vision tower and projector (layers 0: not built): a CLIP vision transformer of
-  // `layers` pre-norm layers (hidden, heads, ffn, activation) over an image of image_size
+  // LLaVA's and PaliGemma's vision tower and projector (layers 0: not built): a CLIP vision
+  // transformer of `layers` pre-norm layers (hidden, heads, ffn, activation) over an image of image_size
   // pixels cut into patch_size patches with a class token, its hidden_states[feature_layer]
   // (0: the embeddings, i: layer i - 1's output; the config's vision_feature_layer, -2, counted
   // from the end) without the class token (strategy "default"; with it: "full"), projected to
@@ -203,6 +203,10 @@ struct ModelConfig {
     double layer_norm_eps = 1e-5;
     int64_t feature_layer = 0;
     bool keep_class_token = false;
+    // PaliGemma's SigLIP tower instead: no class token or pre-norm, the patch convolution with a
+    // bias, post_layernorm over every token (the last hidden state, the features), one linear
+    // projector, the features divided by sqrt(the language model's hidden size).
+    bool siglip = false;
     int64_t tokens() const {
       const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
       return side * side + (keep_class_token ? 1 : 0);
