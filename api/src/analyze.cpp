@@ -288,7 +288,11 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   for (const auto& w : a.shapes.warnings)
     if (a.shapes.unknown_ops.empty() || w.code != WarningCode::no_shape_rule) r.warnings.push_back(w.message);
   for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
-  if (std::any_of(kernels.begin(), kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::gemm; }))
+  // The predictor's notes are about its GEMMs on CUDA cores (a power-limited clock): said where
+  // the model has such a GEMM, not for a BF16 model whose GEMMs all run on tensor cores.
+  if (std::any_of(kernels.begin(), kernels.end(), [&](const Kernel& k) {
+        return k.cls == KernelClass::gemm && math_precision(k, gpu).find("-simt") != std::string::npos;
+      }))
     for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
   const std::vector<DType> unaligned = unaligned_reads(kernels, gpu);
   for (const auto& w : gemm_math_notes(kernels, preds, unaligned, gpu, a.graph)) r.warnings.push_back(w);

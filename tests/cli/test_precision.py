@@ -402,6 +402,9 @@ class PowerLimitedGpus(unittest.TestCase):
         code, _, err = run(EXAMPLE, "--gpu", "l4,l4", "--batch", "1", "--seq", "64", "--quiet")
         self.assertEqual(code, 0)
         self.assertEqual(len([l for l in err.splitlines() if "boost clock" in l]), 1)  # said once on stderr
+        # A BF16 model's GEMMs run on tensor cores: nothing to say about the FP32 lanes' clock.
+        bf16 = run_json(EXAMPLE, "--gpu", "l4", "--batch", "1", "--seq", "64", "--dtype", "bf16")
+        self.assertFalse([w for w in bf16["warnings"] if "boost clock" in w])
         # The roofline predictor assumes the spec-sheet peak and says nothing.
         roof = run_json(EXAMPLE, "--gpu", "l4", "--batch", "1", "--seq", "64", "--predictor", "roofline")
         self.assertFalse([w for w in roof["warnings"] if "boost clock" in w])

@@ -104,8 +104,9 @@ class Predictor {
                                           const std::vector<Tiling>& tilings,
                                           const Gpu& gpu) const = 0;
   virtual std::string name() const = 0;
-  // What a report should say about predicting on this GPU (one line each), e.g. that it lies
-  // outside the ground the predictor was trained on. None by default.
+  // What a report should say about predicting this GPU's GEMMs on CUDA cores (one line each),
+  // e.g. that its power cannot hold the boost clock; reports say it where a model has such a
+  // GEMM. None by default.
   virtual std::vector<std::string> notes(const Gpu&) const { return {}; }
 };
 
