@@ -139,9 +139,9 @@ std::string short_gpu(const std::string& dir) {
 double err_pct(double pred, double meas) { return 100.0 * (pred - meas) / meas; }
 
 struct Mean {
-  double sum = 0;
+  double sum = 0, signed_sum = 0;  // of |v| and of v
   int n = 0;
-  void add(double v) { sum += std::fabs(v); ++n; }
+  void add(double v) { sum += std::fabs(v); signed_sum += v; ++n; }
   std::string str() const {
     char b[64];
     if (!n) return "   -  ";
@@ -350,8 +350,7 @@ int main(int argc, char** argv) {
   }
   std::map<std::string, ModelConfig> configs;
   std::map<std::string, std::map<std::string, Mean>> mean;  // [group][predictor]
-  // NeuSight's error by GPU: [group][gpu] -> (mean |error|, mean signed error) over its runs.
-  std::map<std::string, std::map<std::string, std::pair<Mean, double>>> by_gpu;
+  std::map<std::string, std::map<std::string, Mean>> by_gpu;  // NeuSight's error [group][gpu]
   // What-if: GEMMs on a training GPU divided by that GPU's train / test ratio ([group][gpu]).
   std::map<std::string, std::map<std::string, Mean>> consistent;
   // per class: [class][gpu] -> (pred, measured) sums over runs with per-op CSVs
@@ -413,9 +412,7 @@ int main(int argc, char** argv) {
         std::snprintf(nsb, sizeof nsb, "%11.1f", ns->e2e_latency_ms);
         std::snprintf(nse, sizeof nse, "%+7.1f", err_pct(ns->e2e_latency_ms, r.measured_ms));
         mean[group]["neusight"].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
-        auto& gpu_err = by_gpu[group][short_gpu(r.gpu_dir)];
-        gpu_err.first.add(err_pct(ns->e2e_latency_ms, r.measured_ms));
-        gpu_err.second += err_pct(ns->e2e_latency_ms, r.measured_ms);
+        by_gpu[group][short_gpu(r.gpu_dir)].add(err_pct(ns->e2e_latency_ms, r.measured_ms));
         const bool inside = ns->e2e_low() <= r.measured_ms && r.measured_ms <= ns->e2e_high();
         std::snprintf(nsi, sizeof nsi, " %8.1f-%8.1f %3s", ns->e2e_low(), ns->e2e_high(), inside ? "yes" : "no");
         IntervalSum sum = interval_sum(*ns);
@@ -526,8 +523,8 @@ int main(int argc, char** argv) {
       std::string worst;
       double worst_err = -1;
       for (const auto& [gpu, e] : by_gpu[g]) {
-        const double mean_abs = e.first.sum / e.first.n;
-        std::printf(" %s %.1f (%+.1f, %d)", gpu.c_str(), mean_abs, e.second / e.first.n, e.first.n);
+        const double mean_abs = e.sum / e.n;
+        std::printf(" %s %.1f (%+.1f, %d)", gpu.c_str(), mean_abs, e.signed_sum / e.n, e.n);
         if (mean_abs > worst_err) worst_err = mean_abs, worst = gpu;
       }
       std::printf("  worst %s %.1f\n", worst.c_str(), worst_err);

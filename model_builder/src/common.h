@@ -63,6 +63,10 @@ std::string mamba2_mixer(Net& n, const std::string& p, const std::string& x, con
 // The gated DeltaNet token mixer of layer `layer` (mamba.cpp; ModelConfig::delta_layers), likewise.
 std::string gated_deltanet_mixer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, int64_t layer,
                                  bool cache);
+// The patches an image of `image` x `image` pixels in `channels` channels is cut into by
+// `patch` x `patch` patches (at most 1024 a side); InputError naming `what` when those sizes
+// cannot be an image encoder's (vit.cpp; the ViT and vision-tower configs).
+int64_t image_patches(int64_t image, int64_t patch, int64_t channels, const std::string& what);
 // LLaVA's image features (vit.cpp; ModelConfig::vision): graph input pixel_values [batch, channels,
 // side, side] through the CLIP vision tower and the projector -> [batch, image tokens, hidden].
 std::string llava_image_features(Net& n, const ModelConfig& c);

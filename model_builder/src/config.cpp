@@ -7,6 +7,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "common.h"
 #include "families.h"
 #include "neusight/model_builder.h"
 
@@ -113,11 +114,7 @@ void read_vit(const Reader& r, ModelConfig& c) {
   c.image_size = r.i({"image_size"}, false, 224);
   c.patch_size = r.i({"patch_size"}, false, 16);
   c.num_channels = r.i({"num_channels"}, false, 3);
-  if (c.image_size <= 0 || c.patch_size <= 0 || c.num_channels <= 0 || c.image_size % c.patch_size != 0)
-    throw InputError(r.path + ": image_size must be a positive multiple of patch_size, and num_channels positive");
-  const int64_t side = c.image_size / c.patch_size;
-  if (side > 1024) throw InputError(r.path + ": more than 1024 x 1024 patches");
-  c.max_positions = side * side + 1;
+  c.max_positions = builder::image_patches(c.image_size, c.patch_size, c.num_channels, r.path) + 1;
   c.activation = r.s({"hidden_act"}, "gelu");
   c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-12);
   c.dropout = static_cast<float>(r.f({"hidden_dropout_prob"}, 0.0));
@@ -1180,11 +1177,9 @@ void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) 
   t.channels = r.i({"num_channels"}, false, 3);
   t.activation = r.s({"hidden_act"}, siglip ? "gelu_pytorch_tanh" : "quick_gelu");
   t.layer_norm_eps = r.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
-  if (t.layers <= 0 || t.layers > kMaxLayers || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || t.ffn <= 0 ||
-      t.channels <= 0 || t.patch_size <= 0 || t.image_size % t.patch_size != 0 || t.image_size / t.patch_size > 1024 ||
-      t.image_size <= 0)
-    throw InputError(path + ": vision_config: layers, hidden size (a multiple of the heads), FFN size and an image_size "
-                            "that is a positive multiple of patch_size expected");
+  if (t.layers <= 0 || t.layers > kMaxLayers || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || t.ffn <= 0)
+    throw InputError(where + ": layers, hidden size (a multiple of the heads) and FFN size expected");
+  builder::image_patches(t.image_size, t.patch_size, t.channels, where);
   if (siglip) {  // the last hidden state, every patch (SigLIP has no class token)
     t.feature_layer = t.layers;
     return;

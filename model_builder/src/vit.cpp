@@ -1,6 +1,7 @@
-// vit.cpp - Vision Transformer (HF ViTForImageClassification / ViTModel in eager mode): patch
-// embedding, class token and learned positions, pre-norm encoder layers, the class token's
-// classifier (or ViTModel's pooler).
+// vit.cpp - image encoders as eager PyTorch runs them: the Vision Transformer (HF
+// ViTForImageClassification / ViTModel: patch embedding, class token and learned positions,
+// pre-norm encoder layers, the class token's classifier or ViTModel's pooler) and the vision
+// towers of LLaVA (CLIP) and PaliGemma (SigLIP) with their projectors.
 #include <cmath>
 
 #include "common.h"
@@ -10,78 +11,108 @@ namespace neusight::builder {
 
 namespace {
 
-// ViTLayer: layernorm_before, self-attention (no mask) and its output projection added to the
-// input; layernorm_after, intermediate (activation) and output added to that.
-std::string vit_layer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
-  const int64_t h = c.hidden, nh = c.heads, hd = c.head_dim;
-  const std::string a = layer_norm(n, p + ".layernorm_before", x, h, c.layer_norm_eps);
-  const std::string s = p + ".attention.attention";
-  const std::string q = split_heads(n, s + "/q", linear(n, s + ".query", a, h, nh * hd, c.qkv_bias), nh, hd);
-  const std::string k = split_heads(n, s + "/k", linear(n, s + ".key", a, h, nh * hd, c.qkv_bias), nh, hd);
-  const std::string v = split_heads(n, s + "/v", linear(n, s + ".value", a, h, nh * hd, c.qkv_bias), nh, hd);
-  std::string o = masked_attention(n, s, q, k, v, hd, "", s + ".dropout", c.attn_dropout, nh * hd);
-  o = linear(n, p + ".attention.output.dense", o, nh * hd, h);
-  o = dropout(n, p + ".attention.output.dropout", o, c.dropout);
-  const std::string y = n.b.node("Add", p + "/attention_residual_Add", {o, x});
-  std::string f = layer_norm(n, p + ".layernorm_after", y, h, c.layer_norm_eps);
-  f = linear(n, p + ".intermediate.dense", f, h, c.ffn);
-  f = activation(n, p + ".intermediate.act", f, c.activation);
-  f = linear(n, p + ".output.dense", f, c.ffn, h);
-  f = dropout(n, p + ".output.dropout", f, c.dropout);
-  return n.b.node("Add", p + "/output_residual_Add", {f, y});
+// The pixel_values input of an image encoder: [batch, channels, image, image]. The Net's batch
+// (and sequence, the encoder's `tokens`, over which its heads split) become the image's, named
+// under `scope`, as a PyTorch export computes them from the input's shape.
+std::string image_input(Net& n, const std::string& scope, int64_t channels, int64_t image, int64_t tokens) {
+  const std::string pixels = n.b.input("pixel_values", kF32, {-1, channels, image, image}, {"batch"});
+  const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
+  const std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
+  n.b.attr_i("axis", 0);
+  n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
+  n.seq = n.b.ints(scope + "/seq_1d", {tokens});
+  return pixels;
 }
 
-// CLIPEncoderLayer: layer_norm1, self-attention (no mask; q, k, v and out projections with
-// biases) added to the input; layer_norm2, fc1, the activation, fc2 added to that.
-std::string clip_layer(Net& n, const std::string& p, const std::string& x, const ModelConfig::VisionTower& v) {
-  const int64_t h = v.hidden, nh = v.heads, hd = v.hidden / v.heads;
-  const std::string a = layer_norm(n, p + ".layer_norm1", x, h, v.layer_norm_eps);
-  const std::string s = p + ".self_attn";
-  const std::string q = split_heads(n, s + "/q", linear(n, s + ".q_proj", a, h, h), nh, hd);
-  const std::string k = split_heads(n, s + "/k", linear(n, s + ".k_proj", a, h, h), nh, hd);
-  const std::string val = split_heads(n, s + "/v", linear(n, s + ".v_proj", a, h, h), nh, hd);
-  const std::string o = linear(n, s + ".out_proj", masked_attention(n, s, q, k, val, hd, "", s + ".dropout", 0.0f, h), h, h);
+// The patch tokens of HF's vision embeddings: a `patch` convolution of stride `patch` (weights
+// under `conv`, with or without a bias) flattened to [batch, patches, hidden]; with a class token
+// (its weight named `class_token`), that token expanded over the batch and concatenated first
+// (torch.cat copies both). Nodes named under `scope`.
+std::string patch_tokens(Net& n, const std::string& scope, const std::string& pixels, const std::string& conv, bool bias,
+                         const std::string& class_token, int64_t hidden, int64_t channels, int64_t patch, int64_t patches) {
+  std::vector<std::string> in = {pixels, n.b.weight(conv + ".weight", {hidden, channels, patch, patch})};
+  if (bias) in.push_back(n.b.weight(conv + ".bias", {hidden}));
+  std::string x = n.b.node("Conv", conv + "/Conv", in);
+  n.b.attr_ints("kernel_shape", {patch, patch});
+  n.b.attr_ints("strides", {patch, patch});
+  const std::string flat = n.b.node("Concat", scope + "/flat_shape", {n.batch, n.b.ints(scope + "/h_patches", {hidden, patches})});
+  n.b.attr_i("axis", 0);
+  x = n.b.node("Transpose", scope + "/transpose", {n.b.node("Reshape", scope + "/flatten", {x, flat})});
+  n.b.attr_ints("perm", {0, 2, 1});
+  if (class_token.empty()) return x;
+  const std::string cls_shape = n.b.node("Concat", scope + "/cls_shape", {n.batch, n.b.ints(scope + "/one_h", {1, hidden})});
+  n.b.attr_i("axis", 0);
+  const std::string cls = n.b.node("Expand", scope + "/cls_expand", {n.b.weight(class_token, {1, 1, hidden}), cls_shape});
+  x = n.b.node("Concat", scope + "/cat", {cls, x});
+  n.b.attr_i("axis", 1);
+  return x;
+}
+
+// One pre-norm encoder layer: a norm, unmasked self-attention (q, k, v projections, the core
+// under `attention`) and its output projection added to the input; a norm, fc1, the activation
+// and fc2 added to that. Sizes, and the names of ViTLayer's or CLIP's and SigLIP's modules
+// (relative to the layer; a dropout of "" is no module).
+struct EncoderLayer {
+  int64_t hidden = 0, heads = 0, ffn = 0;
+  std::string activation;
+  double eps = 1e-5;
+  bool qkv_bias = true;
+  float dropout = 0, attn_dropout = 0;
+  const char *norm1, *attention, *q, *k, *v, *out, *out_dropout, *norm2, *fc1, *act, *fc2, *fc_dropout, *fc_residual;
+};
+
+EncoderLayer vit_layer(const ModelConfig& c) {
+  return {c.hidden, c.heads, c.ffn, c.activation, c.layer_norm_eps, c.qkv_bias, c.dropout, c.attn_dropout,
+          ".layernorm_before", ".attention.attention", ".query", ".key", ".value", ".attention.output.dense",
+          ".attention.output.dropout", ".layernorm_after", ".intermediate.dense", ".intermediate.act", ".output.dense",
+          ".output.dropout", "/output_residual_Add"};
+}
+
+EncoderLayer clip_layer(const ModelConfig::VisionTower& v) {
+  return {v.hidden, v.heads, v.ffn, v.activation, v.layer_norm_eps, true, 0.0f, 0.0f,
+          ".layer_norm1", ".self_attn", ".q_proj", ".k_proj", ".v_proj", ".self_attn.out_proj",
+          "", ".layer_norm2", ".mlp.fc1", ".mlp.act", ".mlp.fc2", "", "/mlp_residual_Add"};
+}
+
+std::string encoder_layer(Net& n, const std::string& p, const std::string& x, const EncoderLayer& e) {
+  const int64_t h = e.hidden, nh = e.heads, hd = e.hidden / e.heads;
+  const std::string a = layer_norm(n, p + e.norm1, x, h, e.eps);
+  const std::string s = p + e.attention;
+  const std::string q = split_heads(n, s + "/q", linear(n, s + e.q, a, h, h, e.qkv_bias), nh, hd);
+  const std::string k = split_heads(n, s + "/k", linear(n, s + e.k, a, h, h, e.qkv_bias), nh, hd);
+  const std::string v = split_heads(n, s + "/v", linear(n, s + e.v, a, h, h, e.qkv_bias), nh, hd);
+  std::string o = linear(n, p + e.out, masked_attention(n, s, q, k, v, hd, "", s + ".dropout", e.attn_dropout, h), h, h);
+  if (*e.out_dropout) o = dropout(n, p + e.out_dropout, o, e.dropout);
   const std::string y = n.b.node("Add", p + "/attention_residual_Add", {o, x});
-  std::string f = layer_norm(n, p + ".layer_norm2", y, h, v.layer_norm_eps);
-  f = linear(n, p + ".mlp.fc2", activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", f, h, v.ffn), v.activation), v.ffn, h);
-  return n.b.node("Add", p + "/mlp_residual_Add", {f, y});
+  std::string f = layer_norm(n, p + e.norm2, y, h, e.eps);
+  f = linear(n, p + e.fc2, activation(n, p + e.act, linear(n, p + e.fc1, f, h, e.ffn), e.activation), e.ffn, h);
+  if (*e.fc_dropout) f = dropout(n, p + e.fc_dropout, f, e.dropout);
+  return n.b.node("Add", p + e.fc_residual, {f, y});
 }
 
 }  // namespace
 
+int64_t image_patches(int64_t image, int64_t patch, int64_t channels, const std::string& what) {
+  if (image <= 0 || patch <= 0 || channels <= 0 || image % patch != 0 || image / patch > 1024)
+    throw InputError(what + ": image_size must be a positive multiple of patch_size (at most 1024 patches a side), "
+                            "and num_channels positive");
+  return (image / patch) * (image / patch);
+}
+
 std::string llava_image_features(Net& n, const ModelConfig& c) {
   const ModelConfig::VisionTower& v = c.vision;
-  const int64_t h = v.hidden, side = v.image_size / v.patch_size, patches = side * side;
+  const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
   const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
-  const std::string pixels = n.b.input("pixel_values", kF32, {-1, v.channels, v.image_size, v.image_size}, {"batch"});
   // The tower's heads split over its own sequence (the class token and the patches): the Net's
   // batch and sequence plumbing is the image's while it is built.
   const std::string text_batch = n.batch, text_seq = n.seq;
-  const std::string shape = n.b.node("Shape", "vision_tower/input_shape", {pixels});
-  const std::string images = n.b.node("Gather", "vision_tower/batch", {shape, n.b.ints("vision_tower/idx0", {0}, true)});
-  n.b.attr_i("axis", 0);
-  n.batch = n.b.node("Unsqueeze", "vision_tower/batch_1d", {images, n.b.ints("vision_tower/axes0", {0})});
-  n.seq = n.b.ints("vision_tower/seq_1d", {seq});
+  const std::string pixels = image_input(n, "vision_tower", v.channels, v.image_size, seq);
 
-  // The embeddings: the patch convolution (CLIP's without a bias), CLIP's class embedding
-  // expanded and concatenated first, the position embedding looked up (nn.Embedding) and added.
+  // The embeddings: the patch convolution (CLIP's without a bias), CLIP's class embedding, the
+  // position embedding looked up (nn.Embedding) and added.
   const std::string pe = "vision_tower.vision_model.embeddings";
-  std::vector<std::string> conv_in = {pixels, n.b.weight(pe + ".patch_embedding.weight", {h, v.channels, v.patch_size, v.patch_size})};
-  if (v.siglip) conv_in.push_back(n.b.weight(pe + ".patch_embedding.bias", {h}));
-  std::string x = n.b.node("Conv", pe + ".patch_embedding/Conv", conv_in);
-  n.b.attr_ints("kernel_shape", {v.patch_size, v.patch_size});
-  n.b.attr_ints("strides", {v.patch_size, v.patch_size});
-  const std::string flat = n.b.node("Concat", pe + "/flat_shape", {n.batch, n.b.ints(pe + "/h_patches", {h, patches})});
-  n.b.attr_i("axis", 0);
-  x = n.b.node("Transpose", pe + "/transpose", {n.b.node("Reshape", pe + "/flatten", {x, flat})});
-  n.b.attr_ints("perm", {0, 2, 1});
-  if (!v.siglip) {
-    const std::string cls_shape = n.b.node("Concat", pe + "/cls_shape", {n.batch, n.b.ints(pe + "/one_h", {1, h})});
-    n.b.attr_i("axis", 0);
-    const std::string cls = n.b.node("Expand", pe + "/cls_expand", {n.b.weight(pe + ".class_embedding", {1, 1, h}), cls_shape});
-    x = n.b.node("Concat", pe + "/cat", {cls, x});
-    n.b.attr_i("axis", 1);
-  }
+  std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip, v.siglip ? "" : pe + ".class_embedding",
+                               h, v.channels, v.patch_size, patches);
   std::vector<int64_t> ids(static_cast<size_t>(seq));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
   const std::string pos = n.b.node("Gather", pe + ".position_embedding/Gather",
@@ -92,8 +123,9 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
   // Every layer runs (eager HF returns all hidden states); the features are one layer's output.
   const int64_t pick = v.feature_layer;  // hidden_states[i] is layer i - 1's output
   std::string features = pick == 0 ? x : "";
+  const EncoderLayer layer = clip_layer(v);
   for (int64_t l = 0; l < v.layers; ++l) {
-    x = clip_layer(n, vm + ".encoder.layers." + std::to_string(l), x, v);
+    x = encoder_layer(n, vm + ".encoder.layers." + std::to_string(l), x, layer);
     if (l + 1 == pick) features = x;
   }
   if (v.siglip) {  // post_layernorm over the last hidden state: the features
@@ -121,43 +153,17 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
 }
 
 LoadedModel build_vit(const ModelConfig& c) {
-  if (c.image_size <= 0 || c.patch_size <= 0 || c.num_channels <= 0 || c.image_size % c.patch_size != 0)
-    throw InputError("vit: image_size must be a positive multiple of patch_size");
+  const int64_t h = c.hidden, patches = image_patches(c.image_size, c.patch_size, c.num_channels, "vit");
   Net n(c, "Vision Transformer (ViTForImageClassification)");
-  const int64_t h = c.hidden, side = c.image_size / c.patch_size, patches = side * side;
-  const std::string pixels = n.b.input("pixel_values", kF32, {-1, c.num_channels, c.image_size, c.image_size}, {"batch"});
-  // The batch from the image's shape (as a PyTorch export computes it), the sequence fixed: the
-  // class token and the patches.
-  const std::string shape = n.b.node("Shape", "input_shape", {pixels});
-  n.batch_scalar = n.b.node("Gather", "batch_size", {shape, n.b.ints("const_idx0", {0}, true)});
-  n.b.attr_i("axis", 0);
-  n.batch = n.b.node("Unsqueeze", "batch_size_1d", {n.batch_scalar, n.b.ints("const_axes0", {0})});
-  n.seq_scalar = n.b.ints("seq_len", {patches + 1}, true);
-  n.seq = n.b.ints("seq_len_1d", {patches + 1});
-
-  // Patch embedding: a patch_size convolution of stride patch_size, flattened to [b, patches, h].
-  const std::string pe = "vit.embeddings.patch_embeddings.projection";
-  std::string x = n.b.node("Conv", pe + "/Conv",
-                           {pixels, n.b.weight(pe + ".weight", {h, c.num_channels, c.patch_size, c.patch_size}),
-                            n.b.weight(pe + ".bias", {h})});
-  n.b.attr_ints("kernel_shape", {c.patch_size, c.patch_size});
-  n.b.attr_ints("strides", {c.patch_size, c.patch_size});
-  const std::string flat = n.b.node("Concat", "vit.embeddings/flat_shape", {n.batch, n.b.ints("vit/h_patches", {h, patches})});
-  n.b.attr_i("axis", 0);
-  x = n.b.node("Reshape", "vit.embeddings/flatten", {x, flat});
-  x = n.b.node("Transpose", "vit.embeddings/transpose", {x});
-  n.b.attr_ints("perm", {0, 2, 1});
-  // The class token expanded over the batch and put first (torch.cat copies both), then the
-  // learned positions.
-  const std::string cls_shape = n.b.node("Concat", "vit.embeddings/cls_shape", {n.batch, n.b.ints("vit/one_h", {1, h})});
-  n.b.attr_i("axis", 0);
-  const std::string cls = n.b.node("Expand", "vit.embeddings/cls_expand", {n.b.weight("vit.embeddings.cls_token", {1, 1, h}), cls_shape});
-  x = n.b.node("Concat", "vit.embeddings/cat", {cls, x});
-  n.b.attr_i("axis", 1);
+  const std::string pixels = image_input(n, "vit", c.num_channels, c.image_size, patches + 1);
+  // The patch embedding, the class token put first, then the learned positions.
+  std::string x = patch_tokens(n, "vit.embeddings", pixels, "vit.embeddings.patch_embeddings.projection", true,
+                               "vit.embeddings.cls_token", h, c.num_channels, c.patch_size, patches);
   x = n.b.node("Add", "vit.embeddings/position_Add", {x, n.b.weight("vit.embeddings.position_embeddings", {1, patches + 1, h})});
   x = dropout(n, "vit.embeddings.dropout", x, c.dropout);
 
-  for (int64_t l = 0; l < c.layers; ++l) x = vit_layer(n, "vit.encoder.layer." + std::to_string(l), x, c);
+  const EncoderLayer layer = vit_layer(c);
+  for (int64_t l = 0; l < c.layers; ++l) x = encoder_layer(n, "vit.encoder.layer." + std::to_string(l), x, layer);
   x = layer_norm(n, "vit.layernorm", x, h, c.layer_norm_eps);
 
   // The class token's state: the classifier (ViTForImageClassification) or the pooler (ViTModel).
