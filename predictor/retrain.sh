@@ -33,7 +33,7 @@ OUT=$2
 BIN=${NEUSIGHT_BIN:-build/bin/neusight-onnx}
 CAL=${NEUSIGHT_CALIBRATE_BIN:-build/bin/kernel_accuracy}
 PART=${PART:-all}
-HP="--seed 1 --epochs 30 --hidden 32,gemm=64 --layers 2 --ensemble 10,gemm=20 --test-rows --test-campaign bmm"
+HP="--seed 1 --epochs 30 --hidden 32,gemm=64 --layers 2 --ensemble 10,gemm=20 --test-rows"
 PAPER_HP="--seed 1 --epochs 30 --hidden 64 --layers 2 --ensemble 5 --formulation neusight-paper"
 export OPENBLAS_NUM_THREADS=1
 P4="Tesla P4"; P100="Tesla P100-PCIE-16GB"; T4="Tesla T4"; V100="Tesla V100-PCIE-32GB"; A100="NVIDIA A100-PCIE-40GB"

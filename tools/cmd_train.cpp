@@ -104,7 +104,6 @@ struct TrainRequest {
   PerClass hidden_for{}, ensemble_for{};
   int64_t max_rows = 0;
   bool test_rows = false;  // --test-rows: the devices' rows of kernels/test too
-  std::vector<std::string> test_campaign;  // --test-campaign OPS: these GEMM sweeps scaled to their GPU's test rows
   std::vector<std::string> devices, ops;
   std::vector<UtilClass> classes;
 };
@@ -130,11 +129,6 @@ TrainRequest parse_train_request(const Args& args) {
   if (!(o.lr > 0 && o.lr < 1)) throw InputError("--lr: expected a rate in (0, 1)");
   r.max_rows = args.get_int("--max-rows", 0, 0);
   r.test_rows = args.has("--test-rows");
-  if (args.has("--test-campaign")) r.test_campaign = split(args.get("--test-campaign"), ',');
-  for (const auto& op : r.test_campaign)
-    if (op != "linear" && op != "bmm")
-      throw InputError("--test-campaign: expected GEMM ops (linear, bmm), got '" + op + "'");
-  if (!r.test_campaign.empty() && !r.test_rows) throw InputError("--test-campaign needs --test-rows (the rows it scales the sweeps to)");
   // neusight (the product's) or neusight-paper (the published formulation, neusight_model.h).
   r.form = args.get("--formulation");
   if (r.form == formulation_name(Formulation::paper)) o.formulation = Formulation::paper;
@@ -185,49 +179,29 @@ std::vector<std::filesystem::path> training_files(const TrainRequest& r) {
   return files;
 }
 
-// With --test-rows: a GEMM train CSV's rows against the same GPU's rows of that op in
-// kernels/test, as campaign shape rows (dataset.h); empty where there is nothing to compare.
-// `test_sets` keeps each op's test CSV, read once for every GPU's sweep.
-std::pair<std::vector<ShapeRow>, std::vector<ShapeRow>> campaign_rows(const TrainRequest& r,
-                                                                      const std::filesystem::path& f, const Dataset& d,
-                                                                      std::map<std::string, Dataset>& test_sets) {
+// With --test-rows: the campaign ratio (dataset.h) of a GEMM train CSV against the same GPU's
+// rows of that op in kernels/test; matched = 0 where there is nothing to compare. `test_sets`
+// keeps each op's test CSV, read once for every GPU's sweep.
+CampaignRatio train_campaign_ratio(const TrainRequest& r, const std::filesystem::path& f, const Dataset& d,
+                                   std::map<std::string, Dataset>& test_sets) {
   if (!r.test_rows || f.parent_path().filename() == "test") return {};
   const std::string op = f.parent_path().filename().string();
   const auto test = std::filesystem::path(r.data) / "kernels" / "test" / (op + ".csv");
   if ((op != "linear" && op != "bmm") || !std::filesystem::exists(test)) return {};
   auto it = test_sets.find(op);
   if (it == test_sets.end()) it = test_sets.emplace(op, read_dataset(test.string())).first;
-  return {gemm_shape_rows(d, ""), gemm_shape_rows(it->second, device_of_stem(f.stem().string()))};
-}
-
-// --test-campaign: scales a GEMM sweep's latencies to its GPU's test campaign (dataset.h
-// campaign_bands, kCampaignBandRows matched rows a band); the MANIFEST line of what was done.
-std::string scale_to_test_campaign(const std::vector<ShapeRow>& sweep, const std::vector<ShapeRow>& test, Dataset& d) {
-  const std::vector<CampaignBand> bands = campaign_bands(sweep, test, kCampaignBandRows);
-  if (bands.empty()) return "";
-  for (auto& row : d.rows)
-    if (row.latency_ms > 0) row.latency_ms /= campaign_ratio_at(bands, row.kernel.flops);
-  std::string line = " divided by";
-  char b[64];
-  for (const auto& band : bands) {
-    std::snprintf(b, sizeof b, " %.2f@2^%.1f", band.ratio, band.log2_work);
-    line += b;
-  }
-  return line + " (ratio@FLOPs)\n";
+  return campaign_ratio(gemm_shape_rows(d, ""), gemm_shape_rows(it->second, device_of_stem(f.stem().string())));
 }
 
 // The samples of every file (at most --max-rows a file); `manifest_files` gets a line per file,
-// `left_out` one per train CSV left out for contradicting its GPU's test rows, `scaled` one per
-// sweep scaled to its GPU's test campaign (--test-campaign).
+// `left_out` one per train CSV left out for contradicting its GPU's test rows.
 std::vector<Sample> read_samples(const TrainRequest& r, const std::vector<std::filesystem::path>& files, bool tty,
-                                 std::ostringstream& manifest_files, std::ostringstream& left_out,
-                                 std::ostringstream& scaled) {
+                                 std::ostringstream& manifest_files, std::ostringstream& left_out) {
   std::vector<Sample> samples;
   std::map<std::string, Dataset> test_sets;
   for (const auto& f : files) {
     Dataset d = read_dataset(f.string());
-    const auto [sweep, test_of_gpu] = campaign_rows(r, f, d, test_sets);
-    const CampaignRatio cr = campaign_ratio(sweep, test_of_gpu);
+    const CampaignRatio cr = train_campaign_ratio(r, f, d, test_sets);
     if (cr.matched > 0 && (cr.ratio > kCampaignConflictRatio || cr.ratio * kCampaignConflictRatio < 1)) {
       char line[160];
       std::snprintf(line, sizeof line, " (median latency over its GPU's kernels/test rows of matched shape %.2f, %d rows)\n",
@@ -235,10 +209,6 @@ std::vector<Sample> read_samples(const TrainRequest& r, const std::vector<std::f
       left_out << "  " << std::filesystem::relative(f, std::filesystem::path(r.data)).string() << line;
       continue;
     }
-    if (cr.matched > 0 && std::find(r.test_campaign.begin(), r.test_campaign.end(),
-                                    f.parent_path().filename().string()) != r.test_campaign.end())
-      scaled << "  " << std::filesystem::relative(f, std::filesystem::path(r.data)).string()
-             << scale_to_test_campaign(sweep, test_of_gpu, d);
     // A test CSV (kernels/test) holds every GPU's rows and, for elem.csv, every elementwise
     // op: keep the chosen devices' rows of the chosen ops (before --max-rows).
     const bool test = f.parent_path().filename() == "test";
@@ -310,8 +280,8 @@ int cmd_train(const Argv& argv) {
   const bool tty = isatty(STDERR_FILENO) && !args.has("--quiet");
   const bool quiet = args.has("--quiet");
   const auto t0 = std::chrono::steady_clock::now();
-  std::ostringstream manifest_files, left_out, scaled;
-  const std::vector<Sample> samples = read_samples(r, files, tty, manifest_files, left_out, scaled);
+  std::ostringstream manifest_files, left_out;
+  const std::vector<Sample> samples = read_samples(r, files, tty, manifest_files, left_out);
 
   ModelSet m;
   std::ostringstream cmd;
@@ -329,7 +299,6 @@ int cmd_train(const Argv& argv) {
                                     " layers=" + std::to_string(o.hidden_layers) + " batch=" + std::to_string(o.batch) +
                                     " lr=" + std::to_string(o.lr) + " ensemble=" + r.ensemble_spec +
                                     " max_rows=" + std::to_string(r.max_rows) + (r.test_rows ? " test_rows=1" : "") +
-                                    (r.test_campaign.empty() ? "" : " test_campaign=" + args.get("--test-campaign")) +
                                     " device_prior=" + std::to_string(o.device_prior) +
                                     " loss=squared_log_error optimizer=adam"}};
   const std::string summary = train_classes(r, samples, tty, quiet, m);
@@ -348,9 +317,6 @@ int cmd_train(const Argv& argv) {
   if (!left_out.str().empty())
     man << "\nleft out (a GEMM sweep more than " << kCampaignConflictRatio
         << "x off its GPU's test rows, training.h kCampaignConflictRatio):\n" << left_out.str();
-  if (!scaled.str().empty())
-    man << "\nscaled to the test campaign (--test-campaign: each sweep's latency divided by its ratio to its GPU's "
-           "test rows of matched shape, by FLOPs; training.h kCampaignBandRows):\n" << scaled.str();
   write_file_atomic((std::filesystem::path(r.out) / "MANIFEST").string(), man.str());
   if (!quiet) std::printf("wrote %s/weights.json and MANIFEST in %.0f s\n", r.out.c_str(), secs);
   return 0;

@@ -100,7 +100,6 @@ const std::vector<Flag> kFlags = {
      T, "linear,bmm,add,addu,sub,mul,mulu,div,divu,pow,powu,relu,gelu,tanh,softmax,ln"},
     {"--classes", true, "CLASS[,CLASS...]", "the utilization classes trained", T, "gemm,elementwise,softmax,layernorm"},
     {"--test-rows", false, "", kTestRowsHelp.c_str(), T, ""},
-    {"--test-campaign", true, "OP[,OP...]", "with --test-rows: scale these GEMM sweeps (linear, bmm) to their GPU's test rows of matched shape (by FLOPs)", T, ""},
     {"--formulation", true, "neusight|neusight-paper", "the product's model or the published one", T, "neusight"},
 };
 

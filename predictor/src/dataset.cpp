@@ -288,66 +288,21 @@ std::vector<ShapeRow> add_shape_rows(const Dataset& d, const std::string& device
   return v;
 }
 
-namespace {
-// (log2 work, ratio) of each row of `other` with a match in `rows` (campaign_ratio).
-std::vector<std::pair<double, double>> matched_ratios(const std::vector<ShapeRow>& rows,
-                                                      const std::vector<ShapeRow>& other) {
+CampaignRatio campaign_ratio(const std::vector<ShapeRow>& rows, const std::vector<ShapeRow>& other) {
   constexpr double kTol = 0.15;  // |log ratio| per dimension
-  std::vector<std::pair<double, double>> out;
-  std::vector<double> scaled;
+  std::vector<double> ratios, scaled;
   for (const auto& t : other) {
     scaled.clear();
     for (const auto& r : rows)
       if (std::fabs(r.lb - t.lb) < kTol && std::fabs(r.lm - t.lm) < kTol && std::fabs(r.ln - t.ln) < kTol &&
           std::fabs(r.lk - t.lk) < kTol && r.work > 0)
         scaled.push_back(r.ms * t.work / r.work);
-    if (!scaled.empty() && t.work > 0) out.emplace_back(std::log2(t.work), median_in_place(scaled) / t.ms);
+    if (!scaled.empty()) ratios.push_back(median_in_place(scaled) / t.ms);
   }
-  return out;
-}
-}  // namespace
-
-CampaignRatio campaign_ratio(const std::vector<ShapeRow>& rows, const std::vector<ShapeRow>& other) {
-  std::vector<double> ratios;
-  for (const auto& m : matched_ratios(rows, other)) ratios.push_back(m.second);
   CampaignRatio out;
   out.matched = int(ratios.size());
   out.ratio = median_in_place(ratios);
   return out;
-}
-
-std::vector<CampaignBand> campaign_bands(const std::vector<ShapeRow>& rows, const std::vector<ShapeRow>& other,
-                                         int min_rows) {
-  auto m = matched_ratios(rows, other);
-  std::sort(m.begin(), m.end());
-  std::vector<CampaignBand> bands;
-  const size_t per = std::max<size_t>(1, size_t(min_rows));
-  const size_t n_bands = std::max<size_t>(1, m.size() / per);
-  std::vector<double> works, ratios;
-  for (size_t b = 0; b < n_bands && !m.empty(); ++b) {
-    const size_t lo = b * per, hi = b + 1 == n_bands ? m.size() : lo + per;
-    works.clear();
-    ratios.clear();
-    for (size_t i = lo; i < hi; ++i) {
-      works.push_back(m[i].first);
-      ratios.push_back(m[i].second);
-    }
-    bands.push_back({median_in_place(works), median_in_place(ratios), int(hi - lo)});
-  }
-  return bands;
-}
-
-double campaign_ratio_at(const std::vector<CampaignBand>& bands, double work) {
-  if (bands.empty() || work <= 0) return 1;
-  const double x = std::log2(work);
-  if (x <= bands.front().log2_work) return bands.front().ratio;
-  for (size_t i = 1; i < bands.size(); ++i)
-    if (x <= bands[i].log2_work) {
-      const CampaignBand &a = bands[i - 1], &b = bands[i];
-      const double t = b.log2_work > a.log2_work ? (x - a.log2_work) / (b.log2_work - a.log2_work) : 1;
-      return a.ratio + t * (b.ratio - a.ratio);
-    }
-  return bands.back().ratio;
 }
 
 }  // namespace neusight

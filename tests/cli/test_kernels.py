@@ -280,26 +280,6 @@ class Train(unittest.TestCase):
                 self.assertEqual("left out" in manifest, left_out, manifest)
                 if left_out:
                     self.assertRegex(manifest.split("left out")[1], r"kernels/train/linear/Tesla_T4.csv .*3\.00")
-                else:
-                    self.assertNotIn("scaled to the test campaign", manifest)
-                    # --test-campaign scales the sweep kept to its GPU's test rows (1.10 everywhere).
-                    code, _, err = run("train", "--data", data, "--out", out, "--devices", "Tesla T4", "--ops",
-                                       "linear", "--classes", "gemm", "--epochs", "1", "--hidden", "8", "--layers",
-                                       "1", "--test-rows", "--test-campaign", "linear", "--quiet")
-                    self.assertEqual(code, 0, err)
-                    with open(os.path.join(out, "MANIFEST")) as f:
-                        manifest = f.read()
-                    self.assertRegex(manifest.split("scaled to the test campaign")[1],
-                                     r"kernels/train/linear/Tesla_T4.csv divided by 1\.10@2\^")
-                    self.assertIn("test_campaign=linear", manifest)
-
-    def test_test_campaign_needs_test_rows_and_gemm_ops(self):
-        with tempfile.TemporaryDirectory() as d:
-            for args in (("--test-campaign", "bmm"), ("--test-rows", "--test-campaign", "softmax")):
-                code, _, err = run("train", "--data", fixture(), "--out", d, *args)
-                self.assertEqual(code, 2, args)
-                self.assertIn("--test-campaign", err)
-                self.assertEqual(len(err.strip().splitlines()), 1, err)
 
     def test_refuses_unseen_gpus(self):
         with tempfile.TemporaryDirectory() as d:

@@ -1,5 +1,4 @@
 // unit-dataset.cpp - reading the NeuSight kernel CSVs.
-#include <cmath>
 #include <sstream>
 #include <doctest/doctest.h>
 
@@ -136,35 +135,4 @@ TEST_CASE("dataset: campaign ratio of two sets of GEMM rows at matched shapes") 
   CHECK(none.matched == 0);
   // Consistent campaigns read 1.
   CHECK(campaign_ratio(gemm_shape_rows(test, "G"), gemm_shape_rows(test, "G")).ratio == doctest::Approx(1.0));
-}
-
-TEST_CASE("dataset: campaign bands follow a ratio that grows with the kernels' work") {
-  // A sweep that agrees with the test rows on small GEMMs and runs 1.5x slower on large ones
-  // (a clock lost under sustained dense math): bands of 4 matched rows, interpolated in log2
-  // FLOPs between their centres, constant beyond them.
-  const std::vector<std::string> header = {"OPName", "Latency", "Device", "B", "M", "N", "K"};
-  std::vector<std::vector<std::string>> test_rows, sweep_rows;
-  for (int i = 0; i < 8; ++i) {
-    const std::string b = std::to_string(1 << i);
-    const double ms = double(1 << i);
-    test_rows.push_back({"bmm", std::to_string(ms), "G", b, "512", "512", "512"});
-    sweep_rows.push_back({"bmm", std::to_string(ms * (i < 4 ? 1.0 : 1.5)), "G", b, "512", "512", "512"});
-  }
-  const auto test = gemm_shape_rows(dataset_from_rows(header, test_rows, "test"), "G");
-  const auto sweep = gemm_shape_rows(dataset_from_rows(header, sweep_rows, "sweep"), "");
-  const std::vector<CampaignBand> bands = campaign_bands(sweep, test, 4);
-  REQUIRE(bands.size() == 2);
-  CHECK(bands[0].ratio == doctest::Approx(1.0));
-  CHECK(bands[1].ratio == doctest::Approx(1.5));
-  CHECK(bands[0].rows == 4);
-  const double flops0 = 2.0 * 512 * 512 * 512;  // one batch
-  CHECK(bands[0].log2_work == doctest::Approx(std::log2(flops0) + 2));  // the median of batches 1-8: 4
-  CHECK(campaign_ratio_at(bands, flops0) == doctest::Approx(1.0));      // below the first centre
-  CHECK(campaign_ratio_at(bands, flops0 * 1024) == doctest::Approx(1.5));  // beyond the last
-  // Halfway between the centres (batch 4 and 64, log2 2 and 6): halfway between the ratios.
-  CHECK(campaign_ratio_at(bands, flops0 * 16) == doctest::Approx(1.25));
-  // Fewer matched rows than two bands' worth make one band; none make none (ratio 1).
-  CHECK(campaign_bands(sweep, test, 5).size() == 1);
-  CHECK(campaign_bands(sweep, {}, 4).empty());
-  CHECK(campaign_ratio_at({}, flops0) == 1);
 }

@@ -70,21 +70,4 @@ struct CampaignRatio {
 // 1.00: the two campaigns agree; above 1 `rows` ran slower than `other` at the same shapes.
 CampaignRatio campaign_ratio(const std::vector<ShapeRow>& rows, const std::vector<ShapeRow>& other);
 
-// The same ratio by the work of the matched rows: the matched rows of `other` in ascending work,
-// cut into bands of at least `min_rows` (the last band takes the remainder; fewer matched rows
-// than 2 x min_rows make one band), each band's median ratio at its median log2 work. The
-// dataset's GEMM sweeps diverge from their GPU's test rows as kernels grow (the T4's bmm: 0.95
-// at 2^28-2^29 FLOPs, 1.4-1.9 above 2^33; the A100's 1.0 up to 2^31, 1.2-1.25 above 2^34), as a
-// long sweep of dense kernels that lost clock to power and heat would.
-struct CampaignBand {
-  double log2_work = 0;  // the band's median log2 work
-  double ratio = 1;      // its median ratio
-  int rows = 0;
-};
-std::vector<CampaignBand> campaign_bands(const std::vector<ShapeRow>& rows, const std::vector<ShapeRow>& other,
-                                         int min_rows);
-// The ratio at `work`: linear in log2 work between the bands' centres, the end bands' ratios
-// beyond them; 1 without bands.
-double campaign_ratio_at(const std::vector<CampaignBand>& bands, double work);
-
 }  // namespace neusight

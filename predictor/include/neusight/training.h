@@ -31,12 +31,6 @@ struct Sample {
 // the unseen GPUs' kernels come from. The dataset's ratios are 1.00-1.31 for every GPU and op
 // but the P4's linear sweep (3.67 over 474 matched rows: the e2e_accuracy bench's "Kernel data").
 constexpr double kCampaignConflictRatio = 2.0;
-// With --test-campaign, a GEMM sweep that is kept is scaled to its GPU's test campaign: its
-// latencies divided by its ratio to the test rows of matched shape, by FLOPs (dataset.h
-// campaign_bands, bands of this many matched rows). The unseen GPUs' kernels are timed in
-// the test campaign; the sweeps of four of the five training GPUs ran 10-30% slower there,
-// by more as kernels grow, so learning both as they are teaches the networks a level between.
-constexpr int kCampaignBandRows = 40;
 
 // Samples of the dataset rows whose Device is one of `devices` (GPU names resolved in `db`).
 // Rows of other devices are skipped; rows with non-positive latency are skipped.
