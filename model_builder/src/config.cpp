@@ -1005,6 +1005,104 @@ void read_glm4_moe(const Reader& r, ModelConfig& c) {
   read_deepseek_experts(r, c);
 }
 
+// CLIPVisionConfig's or SiglipVisionConfig's defaults (transformers' config classes).
+json vision_defaults(bool siglip) {
+  return {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12}, {"num_attention_heads", 12},
+          {"image_size", 224}, {"patch_size", siglip ? 16 : 32}};
+}
+
+// `given` (an object, or null / absent: the defaults alone) over `defaults`; InputError naming
+// `what` when it is something else.
+json over_defaults(json defaults, const json* given, const std::string& what) {
+  if (given == nullptr || given->is_null()) return defaults;
+  if (!given->is_object()) throw InputError(what + " must be an object");
+  for (auto it = given->begin(); it != given->end(); ++it) defaults[it.key()] = it.value();
+  return defaults;
+}
+
+// A CLIP or SigLIP vision transformer's sizes from its config (`r`, over vision_defaults).
+void read_tower_fields(const Reader& r, ModelConfig::VisionTower& t, bool siglip) {
+  t.siglip = siglip;
+  t.layers = r.i({"num_hidden_layers"}, true);
+  t.hidden = r.i({"hidden_size"}, true);
+  t.heads = r.i({"num_attention_heads"}, true);
+  t.ffn = r.i({"intermediate_size"}, true);
+  t.image_size = r.i({"image_size"}, true);
+  t.patch_size = r.i({"patch_size"}, true);
+  t.channels = r.i({"num_channels"}, false, 3);
+  t.activation = r.s({"hidden_act"}, siglip ? "gelu_pytorch_tanh" : "quick_gelu");
+  t.layer_norm_eps = r.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
+  if (t.layers <= 0 || t.layers > kMaxLayers || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || t.ffn <= 0)
+    throw InputError(r.path + ": layers, hidden size (a multiple of the heads) and FFN size expected");
+  builder::image_patches(t.image_size, t.patch_size, t.channels, r.path);
+  t.feature_layer = t.layers;
+}
+
+// CLIPVisionModel / CLIPVisionModelWithProjection and SiglipVisionModel: the vision tower alone,
+// its sizes copied to the model's own fields (an image encoder: --batch binds it).
+void read_vision_model(const Reader& given, ModelConfig& c, bool siglip) {
+  const json j = over_defaults(vision_defaults(siglip), &given.j, given.path);
+  const Reader r{j, given.path};
+  read_tower_fields(r, c.vision, siglip);
+  const ModelConfig::VisionTower& t = c.vision;
+  c.layers = t.layers;
+  c.hidden = t.hidden;
+  c.heads = t.heads;
+  c.ffn = t.ffn;
+  c.activation = t.activation;
+  c.layer_norm_eps = t.layer_norm_eps;
+  c.image_size = t.image_size;
+  c.patch_size = t.patch_size;
+  c.num_channels = t.channels;
+  c.max_positions = builder::image_patches(t.image_size, t.patch_size, t.channels, r.path) + (siglip ? 0 : 1);
+  c.dropout = c.attn_dropout = 0;
+  if (siglip) {
+    c.head = r.b("vision_use_head", true) ? "map" : "none";
+  } else {
+    c.head = given.architecture() == "CLIPVisionModelWithProjection" ? "projection" : "pooler";
+    c.projection_dim = r.i({"projection_dim"}, false, 512);
+  }
+}
+void read_clip_vision(const Reader& r, ModelConfig& c) { read_vision_model(r, c, false); }
+void read_siglip_vision(const Reader& r, ModelConfig& c) { read_vision_model(r, c, true); }
+
+// CLIPModel and SiglipModel: text_config (CLIPTextConfig's or SiglipTextConfig's defaults) in
+// the model's own fields, vision_config in `vision`, both pooled and projected to projection_dim
+// (CLIP: the outer config's; SigLIP: the text head's projection_size, the text hidden size by
+// default, which SigLIP's attention-pooling head on the image side matches).
+void read_dual_encoder(const Reader& outer, ModelConfig& c, bool siglip) {
+  auto tc = outer.j.find("text_config"), vc = outer.j.find("vision_config");
+  const json text = over_defaults(
+      siglip ? json{{"vocab_size", 32000}, {"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+                    {"num_attention_heads", 12}, {"max_position_embeddings", 64}}
+             : json{{"vocab_size", 49408}, {"hidden_size", 512}, {"intermediate_size", 2048}, {"num_hidden_layers", 12},
+                    {"num_attention_heads", 8}, {"max_position_embeddings", 77}},
+      tc == outer.j.end() ? nullptr : &*tc, outer.path + ": field 'text_config'");
+  const json vision = over_defaults(vision_defaults(siglip), vc == outer.j.end() ? nullptr : &*vc,
+                                    outer.path + ": field 'vision_config'");
+  const std::string text_path = outer.path + " text_config", vision_path = outer.path + " vision_config";
+  const Reader t{text, text_path};
+  c.layers = t.i({"num_hidden_layers"}, true);
+  c.hidden = t.i({"hidden_size"}, true);
+  c.heads = t.i({"num_attention_heads"}, true);
+  c.ffn = t.i({"intermediate_size"}, true);
+  c.vocab = t.i({"vocab_size"}, true);
+  c.max_positions = t.i({"max_position_embeddings"}, true);
+  c.activation = t.s({"hidden_act"}, siglip ? "gelu_pytorch_tanh" : "quick_gelu");
+  c.layer_norm_eps = t.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
+  c.dropout = c.attn_dropout = 0;
+  read_tower_fields(Reader{vision, vision_path}, c.vision, siglip);
+  c.projection_dim = siglip ? t.i({"projection_size"}, false, c.hidden) : outer.i({"projection_dim"}, false, 512);
+  if (c.max_positions <= 0 || c.projection_dim <= 0)
+    throw InputError(outer.path + ": max_position_embeddings and the projection size must be positive");
+  if (siglip && c.projection_dim != c.vision.hidden)
+    throw InputError(outer.path + ": SigLIP's text projection_size (" + std::to_string(c.projection_dim) +
+                     ") must equal the vision hidden size (" + std::to_string(c.vision.hidden) + ")");
+  c.head = "contrastive";
+}
+void read_clip(const Reader& r, ModelConfig& c) { read_dual_encoder(r, c, false); }
+void read_siglip(const Reader& r, ModelConfig& c) { read_dual_encoder(r, c, true); }
+
 struct Family {
   std::function<void(const Reader&, ModelConfig&)> read;
   std::function<LoadedModel(const ModelConfig&)> build;
@@ -1020,6 +1118,10 @@ const std::map<std::string, Family>& families() {
       {"gpt2", {read_gpt2, builder::build_gpt2}},
       {"bert", {read_bert, builder::build_bert}},
       {"vit", {read_vit, builder::build_vit}},
+      {"clip", {read_clip, builder::build_clip}},
+      {"clip_vision_model", {read_clip_vision, builder::build_clip}},
+      {"siglip", {read_siglip, builder::build_clip}},
+      {"siglip_vision_model", {read_siglip_vision, builder::build_clip}},
       {"opt", {read_opt, builder::build_opt}},
       {"switch_transformers", {read_switch, builder::build_switch}},
       {"t5", {read_t5, builder::build_switch}},
@@ -1146,44 +1248,22 @@ std::optional<json> language_model_config(const json& j) {
 // (config_multimodal_note says so).
 void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) {
   const bool siglip = lm.language_model_of == "paligemma";
-  json v = siglip ? json{{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-                         {"num_attention_heads", 12}, {"image_size", 224}, {"patch_size", 16}}
-                  : json{{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-                         {"num_attention_heads", 12}, {"image_size", 224}, {"patch_size", 32}};
   auto given = j.find("vision_config");
-  if (given == j.end() || given->is_null())
-    v = siglip ? json{{"hidden_size", 1152}, {"intermediate_size", 4096}, {"num_hidden_layers", 27},
-                      {"num_attention_heads", 16}, {"image_size", 224}, {"patch_size", 14}}
-               : json{{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24},
-                      {"num_attention_heads", 16}, {"image_size", 336}, {"patch_size", 14}};
-  else if (!given->is_object()) throw InputError(path + ": field 'vision_config' must be an object");
-  else
-    for (auto it = given->begin(); it != given->end(); ++it) v[it.key()] = it.value();
+  json v = given == j.end() || given->is_null()
+               ? (siglip ? json{{"hidden_size", 1152}, {"intermediate_size", 4096}, {"num_hidden_layers", 27},
+                                {"num_attention_heads", 16}, {"image_size", 224}, {"patch_size", 14}}
+                         : json{{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24},
+                                {"num_attention_heads", 16}, {"image_size", 336}, {"patch_size", 14}})
+               : over_defaults(vision_defaults(siglip), &*given, path + ": field 'vision_config'");
   auto layer = j.find("vision_feature_layer");
   if ((v.contains("model_type") && v["model_type"] != (siglip ? "siglip_vision_model" : "clip_vision_model")) ||
       (layer != j.end() && !layer->is_null() && !layer->is_number_integer()) ||
       (siglip && v.contains("vision_use_head") && v["vision_use_head"] == true))
     return;
   const std::string where = path + " vision_config";
-  const Reader r{v, where};
   ModelConfig::VisionTower& t = lm.vision;
-  t.siglip = siglip;
-  t.layers = r.i({"num_hidden_layers"}, true);
-  t.hidden = r.i({"hidden_size"}, true);
-  t.heads = r.i({"num_attention_heads"}, true);
-  t.ffn = r.i({"intermediate_size"}, true);
-  t.image_size = r.i({"image_size"}, true);
-  t.patch_size = r.i({"patch_size"}, true);
-  t.channels = r.i({"num_channels"}, false, 3);
-  t.activation = r.s({"hidden_act"}, siglip ? "gelu_pytorch_tanh" : "quick_gelu");
-  t.layer_norm_eps = r.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
-  if (t.layers <= 0 || t.layers > kMaxLayers || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || t.ffn <= 0)
-    throw InputError(where + ": layers, hidden size (a multiple of the heads) and FFN size expected");
-  builder::image_patches(t.image_size, t.patch_size, t.channels, where);
-  if (siglip) {  // the last hidden state, every patch (SigLIP has no class token)
-    t.feature_layer = t.layers;
-    return;
-  }
+  read_tower_fields(Reader{v, where}, t, siglip);
+  if (siglip) return;  // the last hidden state, every patch (SigLIP has no class token)
   const Reader outer{j, path};
   const int64_t fl = layer == j.end() || layer->is_null() ? -2 : layer->get<int64_t>();
   t.feature_layer = fl < 0 ? t.layers + 1 + fl : fl;

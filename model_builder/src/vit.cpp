@@ -1,7 +1,8 @@
 // vit.cpp - image encoders as eager PyTorch runs them: the Vision Transformer (HF
 // ViTForImageClassification / ViTModel: patch embedding, class token and learned positions,
-// pre-norm encoder layers, the class token's classifier or ViTModel's pooler) and the vision
-// towers of LLaVA (CLIP) and PaliGemma (SigLIP) with their projectors.
+// pre-norm encoder layers, the class token's classifier or ViTModel's pooler), the vision
+// towers of LLaVA (CLIP) and PaliGemma (SigLIP) with their projectors, and CLIP and SigLIP
+// themselves (CLIPModel, SiglipModel: a text and an image tower compared; their vision models).
 #include <cmath>
 
 #include "common.h"
@@ -68,20 +69,25 @@ EncoderLayer vit_layer(const ModelConfig& c) {
           ".output.dropout", "/output_residual_Add"};
 }
 
-EncoderLayer clip_layer(const ModelConfig::VisionTower& v) {
-  return {v.hidden, v.heads, v.ffn, v.activation, v.layer_norm_eps, true, 0.0f, 0.0f,
+// CLIP's and SigLIP's encoder layers (vision and text alike).
+EncoderLayer clip_layer(int64_t hidden, int64_t heads, int64_t ffn, const std::string& act, double eps) {
+  return {hidden, heads, ffn, act, eps, true, 0.0f, 0.0f,
           ".layer_norm1", ".self_attn", ".q_proj", ".k_proj", ".v_proj", ".self_attn.out_proj",
           "", ".layer_norm2", ".mlp.fc1", ".mlp.act", ".mlp.fc2", "", "/mlp_residual_Add"};
 }
+EncoderLayer clip_layer(const ModelConfig::VisionTower& v) {
+  return clip_layer(v.hidden, v.heads, v.ffn, v.activation, v.layer_norm_eps);
+}
 
-std::string encoder_layer(Net& n, const std::string& p, const std::string& x, const EncoderLayer& e) {
+std::string encoder_layer(Net& n, const std::string& p, const std::string& x, const EncoderLayer& e,
+                          const std::string& mask = "") {
   const int64_t h = e.hidden, nh = e.heads, hd = e.hidden / e.heads;
   const std::string a = layer_norm(n, p + e.norm1, x, h, e.eps);
   const std::string s = p + e.attention;
   const std::string q = split_heads(n, s + "/q", linear(n, s + e.q, a, h, h, e.qkv_bias), nh, hd);
   const std::string k = split_heads(n, s + "/k", linear(n, s + e.k, a, h, h, e.qkv_bias), nh, hd);
   const std::string v = split_heads(n, s + "/v", linear(n, s + e.v, a, h, h, e.qkv_bias), nh, hd);
-  std::string o = linear(n, p + e.out, masked_attention(n, s, q, k, v, hd, "", s + ".dropout", e.attn_dropout, h), h, h);
+  std::string o = linear(n, p + e.out, masked_attention(n, s, q, k, v, hd, mask, s + ".dropout", e.attn_dropout, h), h, h);
   if (*e.out_dropout) o = dropout(n, p + e.out_dropout, o, e.dropout);
   const std::string y = n.b.node("Add", p + "/attention_residual_Add", {o, x});
   std::string f = layer_norm(n, p + e.norm2, y, h, e.eps);
@@ -99,18 +105,23 @@ int64_t image_patches(int64_t image, int64_t patch, int64_t channels, const std:
   return (image / patch) * (image / patch);
 }
 
-std::string llava_image_features(Net& n, const ModelConfig& c) {
-  const ModelConfig::VisionTower& v = c.vision;
+namespace {
+
+// A CLIP or SigLIP vision transformer (modules under `vm`, the input's shape nodes under
+// `scope`) on graph input pixel_values: the patch convolution (CLIP's without a bias), CLIP's
+// class embedding, the position embedding looked up (nn.Embedding) and added, CLIP's
+// pre_layrnorm, then every layer (eager HF returns all hidden states). The Net's batch and
+// sequence become the image's (the tower's heads split over its own tokens).
+struct TowerStates {
+  std::string last;      // the last layer's output
+  std::string features;  // hidden_states[v.feature_layer] (0: the embeddings)
+};
+TowerStates vision_transformer(Net& n, const ModelConfig::VisionTower& v, const std::string& scope,
+                               const std::string& vm) {
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
   const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
-  // The tower's heads split over its own sequence (the class token and the patches): the Net's
-  // batch and sequence plumbing is the image's while it is built.
-  const std::string text_batch = n.batch, text_seq = n.seq;
-  const std::string pixels = image_input(n, "vision_tower", v.channels, v.image_size, seq);
-
-  // The embeddings: the patch convolution (CLIP's without a bias), CLIP's class embedding, the
-  // position embedding looked up (nn.Embedding) and added.
-  const std::string pe = "vision_tower.vision_model.embeddings";
+  const std::string pixels = image_input(n, scope, v.channels, v.image_size, seq);
+  const std::string pe = vm + ".embeddings";
   std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip, v.siglip ? "" : pe + ".class_embedding",
                                h, v.channels, v.patch_size, patches);
   std::vector<int64_t> ids(static_cast<size_t>(seq));
@@ -118,23 +129,39 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
   const std::string pos = n.b.node("Gather", pe + ".position_embedding/Gather",
                                    {n.b.weight(pe + ".position_embedding.weight", {seq, h}), n.b.ints(pe + "/position_ids", ids)});
   x = n.b.node("Add", pe + "/position_Add", {x, pos});
-  const std::string vm = "vision_tower.vision_model";
   if (!v.siglip) x = layer_norm(n, vm + ".pre_layrnorm", x, h, v.layer_norm_eps);
-  // Every layer runs (eager HF returns all hidden states); the features are one layer's output.
   const int64_t pick = v.feature_layer;  // hidden_states[i] is layer i - 1's output
-  std::string features = pick == 0 ? x : "";
+  TowerStates out;
+  if (pick == 0) out.features = x;
   const EncoderLayer layer = clip_layer(v);
   for (int64_t l = 0; l < v.layers; ++l) {
     x = encoder_layer(n, vm + ".encoder.layers." + std::to_string(l), x, layer);
-    if (l + 1 == pick) features = x;
+    if (l + 1 == pick) out.features = x;
   }
-  if (v.siglip) {  // post_layernorm over the last hidden state: the features
-    features = layer_norm(n, vm + ".post_layernorm", x, h, v.layer_norm_eps);
-  } else {  // the pooled class token's post_layernorm (computed, unused by LLaVA)
-    const std::string pooled = n.b.node("Gather", vm + "/pooled", {x, n.b.ints(vm + "/idx0b", {0}, true)});
-    n.b.attr_i("axis", 1);
-    layer_norm(n, vm + ".post_layernorm", pooled, h, v.layer_norm_eps);
-  }
+  out.last = x;
+  return out;
+}
+
+// CLIP's pooled image: the class token's state through post_layernorm -> [batch, hidden].
+std::string clip_pooled(Net& n, const std::string& vm, const std::string& x, const ModelConfig::VisionTower& v) {
+  const std::string pooled = n.b.node("Gather", vm + "/pooled", {x, n.b.ints(vm + "/idx0b", {0}, true)});
+  n.b.attr_i("axis", 1);
+  return layer_norm(n, vm + ".post_layernorm", pooled, v.hidden, v.layer_norm_eps);
+}
+
+}  // namespace
+
+std::string llava_image_features(Net& n, const ModelConfig& c) {
+  const ModelConfig::VisionTower& v = c.vision;
+  const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
+  const std::string text_batch = n.batch, text_seq = n.seq;
+  const std::string vm = "vision_tower.vision_model";
+  const TowerStates states = vision_transformer(n, v, "vision_tower", vm);
+  std::string features = states.features;
+  if (v.siglip)  // post_layernorm over the last hidden state: the features
+    features = layer_norm(n, vm + ".post_layernorm", states.last, h, v.layer_norm_eps);
+  else  // the pooled class token's post_layernorm (computed, unused by LLaVA)
+    clip_pooled(n, vm, states.last, v);
   n.batch = text_batch;
   n.seq = text_seq;
 
@@ -179,6 +206,137 @@ LoadedModel build_vit(const ModelConfig& c) {
   linear(n, "classifier", first, h, c.num_labels);
   n.rename_last("logits");
   n.output("logits", {"batch"}, {c.num_labels});
+  return n.finish(c);
+}
+
+namespace {
+
+// SiglipMultiheadAttentionPoolingHead on the tokens `x`: a learned probe repeated over the batch
+// attends to them (nn.MultiheadAttention: the probe's query projection and the tokens' key and
+// value projections, packed in in_proj, the core, out_proj), then layernorm and an MLP added to
+// the attention's output; the probe's state [batch, hidden].
+std::string siglip_attention_pool(Net& n, const std::string& p, const std::string& x, const ModelConfig::VisionTower& v) {
+  const int64_t h = v.hidden, nh = v.heads, hd = h / nh;
+  const std::string reps = n.b.node("Concat", p + "/probe_repeats", {n.batch, n.b.ints(p + "/ones", {1, 1})});
+  n.b.attr_i("axis", 0);
+  const std::string probe = n.b.node("Tile", p + "/probe_repeat", {n.b.weight(p + ".probe", {1, 1, h}), reps});
+  const std::string a = p + ".attention";
+  const std::string kv = linear(n, a + ".in_proj_kv", x, h, 2 * h);
+  auto parts = n.b.node_n("Split", a + "/kv_Split", {kv, n.b.ints(a + "/kv_sizes", {h, h})}, 2);
+  n.b.attr_i("axis", 2);
+  const std::string k = split_heads(n, a + "/k", parts[0], nh, hd);
+  const std::string val = split_heads(n, a + "/v", parts[1], nh, hd);
+  // The query is the probe's one position: its heads split, and the core merges them, over it.
+  const std::string tokens = n.seq;
+  n.seq = n.b.ints(p + "/one_position", {1});
+  const std::string q = split_heads(n, a + "/q", linear(n, a + ".in_proj_q", probe, h, h), nh, hd);
+  const std::string o = linear(n, a + ".out_proj", masked_attention(n, a, q, k, val, hd, "", a + ".dropout", 0, h), h, h);
+  n.seq = tokens;
+  const std::string m = layer_norm(n, p + ".layernorm", o, h, v.layer_norm_eps);
+  const std::string f = linear(n, p + ".mlp.fc2", activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", m, h, v.ffn), v.activation),
+                               v.ffn, h);
+  const std::string y = n.b.node("Add", p + "/mlp_residual_Add", {o, f});
+  const std::string first = n.b.node("Gather", p + "/first", {y, n.b.ints(p + "/idx0", {0}, true)});
+  n.b.attr_i("axis", 1);
+  return first;
+}
+
+// CLIP's or SigLIP's text transformer (text_model) on graph input input_ids: token and position
+// embeddings, CLIP's causal mask, every layer, final_layer_norm; the pooled state: CLIP's at each
+// sequence's highest token id (its end-of-text token: the original checkpoints' eos_token_id 2
+// rule, argmax), SigLIP's at the last position through its head (a linear layer).
+std::string text_transformer(Net& n, const ModelConfig& c) {
+  const bool siglip = c.vision.siglip;
+  const int64_t h = c.hidden;
+  const std::string ids = n.token_input("input_ids");
+  const std::string te = "text_model.embeddings";
+  std::string x = n.b.node("Gather", te + ".token_embedding/Gather", {n.b.weight(te + ".token_embedding.weight", {c.vocab, h}), ids});
+  // position_ids[:, :seq], a slice of a registered buffer (a view), looked up and added.
+  const std::string pos = n.b.node("Range", te + "/position_ids", {n.b.ints(te + "/zero", {0}, true), n.seq_scalar,
+                                                                   n.b.ints(te + "/one", {1}, true)});
+  const std::string pos2 = n.b.node("Unsqueeze", te + "/position_ids_2d", {pos, n.b.ints(te + "/axes0", {0})});
+  x = n.b.node("Add", te + "/position_Add",
+               {x, n.b.node("Gather", te + ".position_embedding/Gather", {n.b.weight(te + ".position_embedding.weight",
+                                                                                     {c.max_positions, h}), pos2})});
+  std::string mask;
+  if (!siglip) {  // _create_4d_causal_attention_mask: full((seq, seq), min), zero on and below the diagonal
+    const std::string ss = n.b.node("Concat", "text_model/causal_shape", {n.seq, n.seq});
+    n.b.attr_i("axis", 0);
+    const std::string full = fill(n, "text_model/causal_full", ss, kF32, kFloatMin);
+    const std::string upper = n.b.node("Trilu", "text_model/causal_triu", {full, n.b.ints("text_model/causal_k", {1}, true)});
+    n.b.attr_i("upper", 1);
+    mask = n.b.node("Unsqueeze", "text_model/causal_mask", {upper, n.b.ints("text_model/causal_axes", {0, 1})});
+  }
+  const EncoderLayer layer = clip_layer(h, c.heads, c.ffn, c.activation, c.layer_norm_eps);
+  for (int64_t l = 0; l < c.layers; ++l) x = encoder_layer(n, "text_model.encoder.layers." + std::to_string(l), x, layer, mask);
+  x = layer_norm(n, "text_model.final_layer_norm", x, h, c.layer_norm_eps);
+  if (siglip) {
+    const std::string last = n.b.node("Gather", "text_model/last_token", {x, n.b.ints("text_model/idx_last", {-1}, true)});
+    n.b.attr_i("axis", 1);
+    return linear(n, "text_model.head", last, h, c.projection_dim);
+  }
+  const std::string eos = n.b.node("ArgMax", "text_model/eos_ArgMax", {ids});
+  n.b.attr_i("axis", -1);
+  const std::string pooled = n.b.node("GatherND", "text_model/pooled", {x, eos});
+  n.b.attr_i("batch_dims", 1);
+  return pooled;
+}
+
+// x / x.norm(p=2, dim=-1, keepdim=True).
+std::string l2_normalize(Net& n, const std::string& p, const std::string& x) {
+  const std::string norm = n.b.node("ReduceL2", p + "/norm", {x});
+  n.b.attr_ints("axes", {-1});
+  return n.b.node("Div", p + "/Div", {x, norm});
+}
+
+}  // namespace
+
+LoadedModel build_clip(const ModelConfig& c) {
+  const ModelConfig::VisionTower& v = c.vision;
+  const bool siglip = v.siglip, dual = c.head == "contrastive";
+  Net n(c, siglip ? (dual ? "SigLIP (SiglipModel)" : "SigLIP vision encoder (SiglipVisionModel)")
+                  : (dual ? "CLIP (CLIPModel)" : "CLIP vision encoder (CLIPVisionModel)"));
+  std::string text;
+  if (dual) text = text_transformer(n, c);
+  const std::string text_batch = n.batch, text_seq = n.seq;
+  const std::string vm = "vision_model";
+  const TowerStates states = vision_transformer(n, v, vm, vm);
+  std::string image;
+  if (siglip) {
+    const std::string last = layer_norm(n, vm + ".post_layernorm", states.last, v.hidden, v.layer_norm_eps);
+    if (c.head == "none") {
+      n.rename_last("last_hidden_state");
+      n.output("last_hidden_state", {"batch"}, {v.tokens(), v.hidden});
+      return n.finish(c);
+    }
+    image = siglip_attention_pool(n, vm + ".head", last, v);
+  } else {
+    image = clip_pooled(n, vm, states.last, v);
+  }
+  if (!dual) {
+    const std::string out = c.head == "projection" ? "image_embeds" : "pooler_output";
+    if (c.head == "projection") linear(n, "visual_projection", image, v.hidden, c.projection_dim, false);
+    n.rename_last(out);
+    n.output(out, {"batch"}, {c.head == "projection" ? c.projection_dim : v.hidden});
+    return n.finish(c);
+  }
+  n.batch = text_batch;
+  n.seq = text_seq;
+  if (!siglip) {
+    image = linear(n, "visual_projection", image, v.hidden, c.projection_dim, false);
+    text = linear(n, "text_projection", text, c.hidden, c.projection_dim, false);
+  }
+  image = l2_normalize(n, "image_embeds", image);
+  text = l2_normalize(n, "text_embeds", text);
+  // logits_per_text = text_embeds @ image_embeds.t() * logit_scale.exp() (+ SigLIP's
+  // logit_bias); logits_per_image, its transpose, is a view.
+  const std::string image_t = n.b.node("Transpose", "image_embeds/t", {image});
+  n.b.attr_ints("perm", {1, 0});
+  std::string logits = n.b.node("MatMul", "logits/MatMul", {text, image_t});
+  logits = n.b.node("Mul", "logits/scale", {logits, n.b.node("Exp", "logit_scale/Exp", {n.b.weight("logit_scale", {1})})});
+  if (siglip) logits = n.b.node("Add", "logits/bias", {logits, n.b.weight("logit_bias", {1})});
+  n.rename_last("logits_per_text");
+  n.output("logits_per_text", {"batch", "batch"}, {});
   return n.finish(c);
 }
 

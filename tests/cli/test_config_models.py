@@ -131,6 +131,15 @@ GRANITE_H = {"model_type": "granitemoehybrid", "hidden_size": 256, "intermediate
 VIT = {"model_type": "vit", "architectures": ["ViTForImageClassification"], "hidden_size": 192,
        "num_hidden_layers": 2, "num_attention_heads": 3, "intermediate_size": 768, "image_size": 64, "patch_size": 16,
        "num_labels": 10}
+CLIP = {"model_type": "clip", "architectures": ["CLIPModel"], "projection_dim": 64,
+        "text_config": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                        "vocab_size": 1000, "max_position_embeddings": 16},
+        "vision_config": {"hidden_size": 96, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 3,
+                          "image_size": 64, "patch_size": 16}}
+SIGLIP = {"model_type": "siglip", "text_config": {"hidden_size": 96, "intermediate_size": 128, "num_hidden_layers": 2,
+                                                  "num_attention_heads": 2, "vocab_size": 1000},
+          "vision_config": {"hidden_size": 96, "intermediate_size": 192, "num_hidden_layers": 2,
+                            "num_attention_heads": 3, "image_size": 64, "patch_size": 16}}
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -224,6 +233,32 @@ class ConfigModels(unittest.TestCase):
         code, so, se = run("--config", cfg, "--gpu", GPU)
         self.assertEqual(code, 2)
         self.assertEqual(se.strip().splitlines(), ["neusight-onnx: error: --config of a vit model (an image encoder) needs --batch N"])
+
+    def test_clip_and_siglip_compare_a_batch_of_texts_with_a_batch_of_images(self):
+        # The two towers: --batch N images and N texts of --seq tokens, logits [N, N]; the image
+        # tower alone (CLIPVisionModelWithProjection, SiglipVisionModel) is bound by --batch.
+        vision = dict(CLIP["vision_config"], model_type="clip_vision_model",
+                      architectures=["CLIPVisionModelWithProjection"], projection_dim=32)
+        siglip_vision = dict(SIGLIP["vision_config"], model_type="siglip_vision_model")
+        for name, config, args, shape in (("clip_small", CLIP, ("--seq", "16"), [3, 3]),
+                                          ("siglip_small", SIGLIP, ("--seq", "16"), [3, 3]),
+                                          ("clip_vision_small", vision, (), [3, 32]),
+                                          ("siglip_vision_small", siglip_vision, (), [3, 96])):
+            with self.subTest(config=name):
+                cfg, out = self.export(name, config)
+                ok, msg = check_onnx(out)
+                self.assertTrue(ok, msg)
+                for mode in ("inference", "training"):
+                    via_cfg = run_json("--config", cfg, "--batch", "3", *args, "--gpu", GPU, "--mode", mode)
+                    via_file = run_json(out, "--batch", "3", *args, "--gpu", GPU, "--mode", mode)
+                    self.assertGreater(via_cfg["e2e_latency_ms"], 0)
+                    self.assertEqual(via_cfg["e2e_latency_ms"], via_file["e2e_latency_ms"])
+                    self.assertEqual(via_cfg["graph_outputs"][0]["shape"], shape)
+                    self.assertFalse([n["name"] for n in via_cfg["nodes"]
+                                      if any(k["class"] == "unknown" for k in n["kernels"])])
+        code, so, se = run("--config", os.path.join(self.dir, "clip_small.json"), "--batch", "3", "--gpu", GPU)
+        self.assertEqual(code, 2)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
 
     def test_gpt3_175b_builds_instantly_without_weights(self):
         cfg, out = self.export("gpt3_175b", GPT3_175B)

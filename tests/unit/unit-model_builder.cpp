@@ -467,3 +467,54 @@ TEST_CASE("model_builder: a config's JSON text reads as its file does") {
   CHECK(b.head == a.head);
   CHECK(b.source == "config");
 }
+
+TEST_CASE("model_builder: CLIP and SigLIP are their two towers, pooled, projected and compared, or their image tower alone") {
+  // openai/clip-vit-base-patch32 (CLIPConfig's defaults): 151,277,313 parameters, of which the
+  // vision tower (CLIPVisionModel) 87,456,000 and its projection 393,216.
+  const ModelConfig clip = parse_hf_config(R"({"model_type": "clip", "architectures": ["CLIPModel"],
+      "text_config": {}, "vision_config": {}})", "clip");
+  CHECK(clip.head == "contrastive");
+  CHECK(clip.projection_dim == 512);
+  CHECK(clip.image_size == 0);  // a text tower too: --batch and --seq bind it
+  CHECK(parameters(build_model(clip)) == 151277313);
+  const std::string vision = R"({"model_type": "clip_vision_model", "architectures": [")";
+  CHECK(parameters(build_model(parse_hf_config(vision + R"(CLIPVisionModel"]})", "cv"))) == 87456000);
+  const ModelConfig proj = parse_hf_config(vision + R"(CLIPVisionModelWithProjection"]})", "cv");
+  CHECK(proj.image_size == 224);
+  CHECK(parameters(build_model(proj)) == 87456000 + 393216);
+  // SigLIP base/16 at 224 pixels (SiglipConfig's defaults): the vision tower 85,797,120 with its
+  // attention-pooling head (probe, in_proj, out_proj, layernorm, MLP) 7,087,104; the text tower
+  // (32,000 tokens, 64 positions, its head) 110,271,744; logit_scale and logit_bias.
+  const ModelConfig sig = parse_hf_config(R"({"model_type": "siglip", "text_config": {}, "vision_config": {}})", "siglip");
+  CHECK(sig.vision.siglip);
+  CHECK(sig.projection_dim == 768);
+  CHECK(parameters(build_model(sig)) == 85797120 + 7087104 + 110271744 + 2);
+  CHECK(parameters(build_model(parse_hf_config(R"({"model_type": "siglip_vision_model"})", "sv"))) == 85797120 + 7087104);
+  CHECK(parameters(build_model(parse_hf_config(R"({"model_type": "siglip_vision_model", "vision_use_head": false})", "sv"))) ==
+        85797120);
+
+  // CLIP at batch 4, 77 tokens: the text tower's causal layers (six GEMMs each, two attention
+  // products over 77 tokens), the image tower's over 50, the two projections and the logits.
+  Options o;
+  o.dims.batch = 4;
+  o.dims.seq = 77;
+  const Analysis a = prepare(build_model(clip), o);
+  int text_scores = 0, image_scores = 0, logits = 0;
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.cls != KernelClass::gemm) continue;
+    if (k.gemm.batch == 4 * 8 && k.gemm.m == 77 && k.gemm.n == 77) ++text_scores;
+    if (k.gemm.batch == 4 * 12 && k.gemm.m == 50 && k.gemm.n == 50) ++image_scores;
+    if (k.gemm.m == 4 && k.gemm.n == 4 && k.gemm.k == 512) ++logits;
+  }
+  CHECK(text_scores == 12);
+  CHECK(image_scores == 12);
+  CHECK(logits == 1);
+  const TensorInfo* out = a.graph.find("logits_per_text");
+  REQUIRE(out);
+  REQUIRE(out->shape.size() == 2);
+  CHECK(out->shape[0].value == 4);
+  CHECK(out->shape[1].value == 4);
+  // SigLIP's text projection must land in the image embedding's space.
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "siglip", "text_config": {"projection_size": 512}})", "s"),
+                       doctest::Contains("projection_size (512) must equal the vision hidden size (768)"), InputError);
+}

@@ -196,7 +196,8 @@ struct ModelConfig {
   // from the end) without the class token (strategy "default"; with it: "full"), projected to
   // the language model's hidden size by linear_1, the
   // projector's activation and linear_2. Each sequence holds one image's tokens() among its
-  // tokens (they replace the image placeholder's embeddings).
+  // tokens (they replace the image placeholder's embeddings). CLIP's and SigLIP's own image
+  // tower (language_model_of empty; model_type clip, siglip and their vision models) is one too.
   struct VisionTower {
     int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, image_size = 0, patch_size = 0, channels = 3;
     std::string activation = "quick_gelu", projector_activation = "gelu";
@@ -215,6 +216,14 @@ struct ModelConfig {
   // Vision Transformer (ViT): a [batch, num_channels, image_size, image_size] image cut into
   // patch_size patches (a strided convolution), a class token before them; 0: a token model.
   int64_t image_size = 0, patch_size = 0, num_channels = 3;
+  // CLIP and SigLIP (model_type clip, siglip: the text tower in the fields above, the image
+  // tower in `vision`; clip_vision_model, siglip_vision_model: `vision` alone, its sizes copied
+  // above). head: "contrastive" (both towers, each pooled and projected to projection_dim,
+  // L2-normalised, then image-text logits), "pooler" (CLIPVisionModel: the class token's
+  // post_layernorm), "projection" (CLIPVisionModelWithProjection: that, projected), "map"
+  // (SiglipVisionModel: attention pooling with a learned probe) or "none" (SigLIP without its
+  // head: the last hidden state).
+  int64_t projection_dim = 0;
   int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5)
   // T5 v1.1, mT5, Flan-T5: the feed-forward's activation gates a second projection
   // (feed_forward_proj "gated-gelu": wi_0, wi_1; HF's is_gated_act).
