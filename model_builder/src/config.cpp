@@ -1066,22 +1066,16 @@ void read_vision_model(const Reader& given, ModelConfig& c, bool siglip) {
 void read_clip_vision(const Reader& r, ModelConfig& c) { read_vision_model(r, c, false); }
 void read_siglip_vision(const Reader& r, ModelConfig& c) { read_vision_model(r, c, true); }
 
-// CLIPModel and SiglipModel: text_config (CLIPTextConfig's or SiglipTextConfig's defaults) in
-// the model's own fields, vision_config in `vision`, both pooled and projected to projection_dim
-// (CLIP: the outer config's; SigLIP: the text head's projection_size, the text hidden size by
-// default, which SigLIP's attention-pooling head on the image side matches).
-void read_dual_encoder(const Reader& outer, ModelConfig& c, bool siglip) {
-  auto tc = outer.j.find("text_config"), vc = outer.j.find("vision_config");
-  const json text = over_defaults(
-      siglip ? json{{"vocab_size", 32000}, {"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
-                    {"num_attention_heads", 12}, {"max_position_embeddings", 64}}
-             : json{{"vocab_size", 49408}, {"hidden_size", 512}, {"intermediate_size", 2048}, {"num_hidden_layers", 12},
-                    {"num_attention_heads", 8}, {"max_position_embeddings", 77}},
-      tc == outer.j.end() ? nullptr : &*tc, outer.path + ": field 'text_config'");
-  const json vision = over_defaults(vision_defaults(siglip), vc == outer.j.end() ? nullptr : &*vc,
-                                    outer.path + ": field 'vision_config'");
-  const std::string text_path = outer.path + " text_config", vision_path = outer.path + " vision_config";
-  const Reader t{text, text_path};
+// CLIPTextConfig's or SiglipTextConfig's defaults.
+json text_defaults(bool siglip) {
+  return siglip ? json{{"vocab_size", 32000}, {"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12},
+                       {"num_attention_heads", 12}, {"max_position_embeddings", 64}}
+                : json{{"vocab_size", 49408}, {"hidden_size", 512}, {"intermediate_size", 2048}, {"num_hidden_layers", 12},
+                       {"num_attention_heads", 8}, {"max_position_embeddings", 77}};
+}
+
+// A CLIP or SigLIP text transformer's sizes into the model's own fields (`t`, over text_defaults).
+void read_text_fields(const Reader& t, ModelConfig& c, bool siglip) {
   c.layers = t.i({"num_hidden_layers"}, true);
   c.hidden = t.i({"hidden_size"}, true);
   c.heads = t.i({"num_attention_heads"}, true);
@@ -1091,10 +1085,38 @@ void read_dual_encoder(const Reader& outer, ModelConfig& c, bool siglip) {
   c.activation = t.s({"hidden_act"}, siglip ? "gelu_pytorch_tanh" : "quick_gelu");
   c.layer_norm_eps = t.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
   c.dropout = c.attn_dropout = 0;
+  if (c.max_positions <= 0) throw InputError(t.path + ": max_position_embeddings must be positive");
+}
+
+// CLIPTextModel / CLIPTextModelWithProjection (Stable Diffusion's text encoders) and
+// SiglipTextModel: the text tower alone, pooled (and projected).
+void read_text_model(const Reader& given, ModelConfig& c, bool siglip) {
+  const json j = over_defaults(text_defaults(siglip), &given.j, given.path);
+  const Reader t{j, given.path};
+  read_text_fields(t, c, siglip);
+  c.projection_dim = t.i({siglip ? "projection_size" : "projection_dim"}, false, siglip ? c.hidden : 512);
+  if (c.projection_dim <= 0) throw InputError(given.path + ": the projection size must be positive");
+  c.head = !siglip && given.architecture() == "CLIPTextModelWithProjection" ? "projection" : "pooler";
+}
+void read_clip_text(const Reader& r, ModelConfig& c) { read_text_model(r, c, false); }
+void read_siglip_text(const Reader& r, ModelConfig& c) { read_text_model(r, c, true); }
+
+// CLIPModel and SiglipModel: text_config (CLIPTextConfig's or SiglipTextConfig's defaults) in
+// the model's own fields, vision_config in `vision`, both pooled and projected to projection_dim
+// (CLIP: the outer config's; SigLIP: the text head's projection_size, the text hidden size by
+// default, which SigLIP's attention-pooling head on the image side matches).
+void read_dual_encoder(const Reader& outer, ModelConfig& c, bool siglip) {
+  auto tc = outer.j.find("text_config"), vc = outer.j.find("vision_config");
+  const json text = over_defaults(text_defaults(siglip), tc == outer.j.end() ? nullptr : &*tc,
+                                  outer.path + ": field 'text_config'");
+  const json vision = over_defaults(vision_defaults(siglip), vc == outer.j.end() ? nullptr : &*vc,
+                                    outer.path + ": field 'vision_config'");
+  const std::string text_path = outer.path + " text_config", vision_path = outer.path + " vision_config";
+  const Reader t{text, text_path};
+  read_text_fields(t, c, siglip);
   read_tower_fields(Reader{vision, vision_path}, c.vision, siglip);
   c.projection_dim = siglip ? t.i({"projection_size"}, false, c.hidden) : outer.i({"projection_dim"}, false, 512);
-  if (c.max_positions <= 0 || c.projection_dim <= 0)
-    throw InputError(outer.path + ": max_position_embeddings and the projection size must be positive");
+  if (c.projection_dim <= 0) throw InputError(outer.path + ": the projection size must be positive");
   if (siglip && c.projection_dim != c.vision.hidden)
     throw InputError(outer.path + ": SigLIP's text projection_size (" + std::to_string(c.projection_dim) +
                      ") must equal the vision hidden size (" + std::to_string(c.vision.hidden) + ")");
@@ -1120,6 +1142,8 @@ const std::map<std::string, Family>& families() {
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},
+      {"clip_text_model", {read_clip_text, builder::build_clip_text}},
+      {"siglip_text_model", {read_siglip_text, builder::build_clip_text}},
       {"siglip", {read_siglip, builder::build_clip}},
       {"siglip_vision_model", {read_siglip_vision, builder::build_clip}},
       {"opt", {read_opt, builder::build_opt}},

@@ -245,8 +245,7 @@ std::string siglip_attention_pool(Net& n, const std::string& p, const std::strin
 // embeddings, CLIP's causal mask, every layer, final_layer_norm; the pooled state: CLIP's at each
 // sequence's highest token id (its end-of-text token: the original checkpoints' eos_token_id 2
 // rule, argmax), SigLIP's at the last position through its head (a linear layer).
-std::string text_transformer(Net& n, const ModelConfig& c) {
-  const bool siglip = c.vision.siglip;
+std::string text_transformer(Net& n, const ModelConfig& c, bool siglip) {
   const int64_t h = c.hidden;
   const std::string ids = n.token_input("input_ids");
   const std::string te = "text_model.embeddings";
@@ -291,13 +290,29 @@ std::string l2_normalize(Net& n, const std::string& p, const std::string& x) {
 
 }  // namespace
 
+LoadedModel build_clip_text(const ModelConfig& c) {
+  const bool siglip = c.model_type == "siglip_text_model";
+  Net n(c, siglip ? "SigLIP text encoder (SiglipTextModel)" : "CLIP text encoder (CLIPTextModel)");
+  std::string pooled = text_transformer(n, c, siglip);
+  std::string out = "pooler_output";
+  int64_t width = siglip ? c.projection_dim : c.hidden;
+  if (c.head == "projection") {  // CLIPTextModelWithProjection (SDXL's second text encoder)
+    linear(n, "text_projection", pooled, c.hidden, c.projection_dim, false);
+    out = "text_embeds";
+    width = c.projection_dim;
+  }
+  n.rename_last(out);
+  n.output(out, {"batch"}, {width});
+  return n.finish(c);
+}
+
 LoadedModel build_clip(const ModelConfig& c) {
   const ModelConfig::VisionTower& v = c.vision;
   const bool siglip = v.siglip, dual = c.head == "contrastive";
   Net n(c, siglip ? (dual ? "SigLIP (SiglipModel)" : "SigLIP vision encoder (SiglipVisionModel)")
                   : (dual ? "CLIP (CLIPModel)" : "CLIP vision encoder (CLIPVisionModel)"));
   std::string text;
-  if (dual) text = text_transformer(n, c);
+  if (dual) text = text_transformer(n, c, siglip);
   const std::string text_batch = n.batch, text_seq = n.seq;
   const std::string vm = "vision_model";
   const TowerStates states = vision_transformer(n, v, vm, vm);

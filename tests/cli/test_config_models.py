@@ -240,10 +240,13 @@ class ConfigModels(unittest.TestCase):
         vision = dict(CLIP["vision_config"], model_type="clip_vision_model",
                       architectures=["CLIPVisionModelWithProjection"], projection_dim=32)
         siglip_vision = dict(SIGLIP["vision_config"], model_type="siglip_vision_model")
+        text = dict(CLIP["text_config"], model_type="clip_text_model", architectures=["CLIPTextModelWithProjection"],
+                    projection_dim=48)
         for name, config, args, shape in (("clip_small", CLIP, ("--seq", "16"), [3, 3]),
                                           ("siglip_small", SIGLIP, ("--seq", "16"), [3, 3]),
                                           ("clip_vision_small", vision, (), [3, 32]),
-                                          ("siglip_vision_small", siglip_vision, (), [3, 96])):
+                                          ("siglip_vision_small", siglip_vision, (), [3, 96]),
+                                          ("clip_text_small", text, ("--seq", "16"), [3, 48])):
             with self.subTest(config=name):
                 cfg, out = self.export(name, config)
                 ok, msg = check_onnx(out)

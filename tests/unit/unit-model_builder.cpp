@@ -468,7 +468,7 @@ TEST_CASE("model_builder: a config's JSON text reads as its file does") {
   CHECK(b.source == "config");
 }
 
-TEST_CASE("model_builder: CLIP and SigLIP are their two towers, pooled, projected and compared, or their image tower alone") {
+TEST_CASE("model_builder: CLIP and SigLIP are their two towers, pooled, projected and compared, or one tower alone") {
   // openai/clip-vit-base-patch32 (CLIPConfig's defaults): 151,277,313 parameters, of which the
   // vision tower (CLIPVisionModel) 87,456,000 and its projection 393,216.
   const ModelConfig clip = parse_hf_config(R"({"model_type": "clip", "architectures": ["CLIPModel"],
@@ -514,6 +514,18 @@ TEST_CASE("model_builder: CLIP and SigLIP are their two towers, pooled, projecte
   REQUIRE(out->shape.size() == 2);
   CHECK(out->shape[0].value == 4);
   CHECK(out->shape[1].value == 4);
+  // Their text towers alone: Stable Diffusion 1.x's text encoder (CLIPTextModel, ViT-L/14's text
+  // tower) 123,060,480 parameters, SDXL's second (CLIPTextModelWithProjection, OpenCLIP bigG's)
+  // 694,659,840.
+  CHECK(parameters(build_model(parse_hf_config(R"({"model_type": "clip_text_model", "architectures": ["CLIPTextModel"],
+      "hidden_size": 768, "intermediate_size": 3072, "num_attention_heads": 12, "projection_dim": 768})", "ct"))) ==
+        123060480);
+  const ModelConfig bigg = parse_hf_config(R"({"model_type": "clip_text_model", "architectures":
+      ["CLIPTextModelWithProjection"], "hidden_size": 1280, "intermediate_size": 5120, "num_attention_heads": 20,
+      "num_hidden_layers": 32, "projection_dim": 1280, "hidden_act": "gelu"})", "ct");
+  CHECK(bigg.head == "projection");
+  CHECK(parameters(build_model(bigg)) == 694659840);
+  CHECK(parameters(build_model(parse_hf_config(R"({"model_type": "siglip_text_model"})", "st"))) == 110271744);
   // SigLIP's text projection must land in the image embedding's space.
   CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "siglip", "text_config": {"projection_size": 512}})", "s"),
                        doctest::Contains("projection_size (512) must equal the vision hidden size (768)"), InputError);

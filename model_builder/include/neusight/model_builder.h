@@ -218,7 +218,8 @@ struct ModelConfig {
   int64_t image_size = 0, patch_size = 0, num_channels = 3;
   // CLIP and SigLIP (model_type clip, siglip: the text tower in the fields above, the image
   // tower in `vision`; clip_vision_model, siglip_vision_model: `vision` alone, its sizes copied
-  // above). head: "contrastive" (both towers, each pooled and projected to projection_dim,
+  // above; clip_text_model, siglip_text_model: the text tower alone, pooled, CLIP's "projection"
+  // head projected). head: "contrastive" (both towers, each pooled and projected to projection_dim,
   // L2-normalised, then image-text logits), "pooler" (CLIPVisionModel: the class token's
   // post_layernorm), "projection" (CLIPVisionModelWithProjection: that, projected), "map"
   // (SiglipVisionModel: attention pooling with a learned probe) or "none" (SigLIP without its
