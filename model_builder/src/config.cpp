@@ -155,6 +155,9 @@ void read_t5_stack(const Reader& r, ModelConfig& c) {
   c.dropout = static_cast<float>(r.f({"dropout_rate"}, 0.1));
   c.attn_dropout = c.dropout;
   c.tie_embeddings = r.b("tie_word_embeddings", true);
+  // T5EncoderModel, MT5EncoderModel, SwitchTransformersEncoderModel: the encoder alone.
+  const std::string arch = r.architecture();
+  if (arch.size() > 12 && arch.compare(arch.size() - 12, 12, "EncoderModel") == 0) c.head = "encoder";
 }
 
 void read_switch(const Reader& r, ModelConfig& c) {

@@ -237,10 +237,12 @@ bool is_sparse(const ModelConfig& c, int64_t layer) {
 }  // namespace
 
 LoadedModel build_switch(const ModelConfig& c) {
-  Net n(c, c.experts > 0 ? "Switch Transformer encoder-decoder (SwitchTransformersForConditionalGeneration)"
-                         : "T5 encoder-decoder (T5ForConditionalGeneration)");
+  const bool encoder_only = c.head == "encoder";
+  Net n(c, c.experts > 0 ? (encoder_only ? "Switch Transformer encoder (SwitchTransformersEncoderModel)"
+                                         : "Switch Transformer encoder-decoder (SwitchTransformersForConditionalGeneration)")
+                         : (encoder_only ? "T5 encoder (T5EncoderModel)" : "T5 encoder-decoder (T5ForConditionalGeneration)"));
   const std::string ids = n.token_input("input_ids");
-  const std::string dec_ids = n.token_input("decoder_input_ids");
+  const std::string dec_ids = encoder_only ? "" : n.token_input("decoder_input_ids");
   const int64_t d = c.hidden;
   const std::string shared = n.b.weight("shared.weight", {c.vocab, d});
 
@@ -261,6 +263,12 @@ LoadedModel build_switch(const ModelConfig& c) {
   }
   x = rms_norm(n, "encoder.final_layer_norm", x, d, c.layer_norm_eps);
   const std::string enc_out = dropout(n, "encoder.dropout_1", x, c.dropout);
+  if (encoder_only) {  // T5EncoderModel (the text encoder of Flux and Stable Diffusion 3)
+    n.rename_last("last_hidden_state");
+    n.output("last_hidden_state", {"batch", "sequence"}, {d});
+    if (!enc_logs.logits.empty()) n.output(router_loss(n, "encoder", c, enc_logs), {}, {});
+    return n.finish(c);
+  }
 
   // Decoder: causal self-attention with its own relative bias, cross-attention over the
   // encoder output (zero bias + padding mask).

@@ -51,6 +51,7 @@ STARCODER2 = {"model_type": "starcoder2", "hidden_size": 256, "intermediate_size
 FLAN_T5 = {"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 256, "num_heads": 4, "num_layers": 2,
            "num_decoder_layers": 3, "vocab_size": 1000, "feed_forward_proj": "gated-gelu",
            "tie_word_embeddings": False}
+T5_ENCODER = dict(FLAN_T5, architectures=["T5EncoderModel"])
 # A GPTQ checkpoint's config, small: 4-bit layers (MatMulNBits), asymmetric groups of 32.
 LLAMA_GPTQ = dict(LLAMA, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False})
 # BLOOM's and MPT's structure, small: ALiBi, a normed embedding (BLOOM), no biases (MPT).
@@ -171,7 +172,7 @@ class ConfigModels(unittest.TestCase):
         for name, cfg in (("llama_gqa", LLAMA), ("gpt_oss_small", GPT_OSS), ("gemma3_small", GEMMA3),
                           ("gemma2_small", GEMMA2), ("phi_small", PHI), ("neox_small", NEOX),
                           ("deepseek_small", DEEPSEEK), ("gptj_small", GPTJ), ("falcon_small", FALCON),
-                          ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5),
+                          ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5), ("t5_encoder_small", T5_ENCODER),
                           ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT),
                           ("granite_small", GRANITE), ("cohere_small", COHERE), ("cohere2_small", COHERE2),
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),

@@ -281,6 +281,18 @@ TEST_CASE("model_builder: T5 and Flan-T5 are the Switch encoder-decoder without 
   nlohmann::json j = nlohmann::json::parse(f);
   j["feed_forward_proj"] = "swiglu-gelu";
   CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), "t5"), doctest::Contains("feed_forward_proj"), InputError);
+  // T5EncoderModel, the encoder alone (the text encoder of Flux and Stable Diffusion 3):
+  // google/t5-v1_1-xxl's encoder has 4,762,310,656 parameters; its output is the last hidden
+  // state, and it reads no decoder_input_ids.
+  const ModelConfig xxl = parse_hf_config(R"({"model_type": "t5", "architectures": ["T5EncoderModel"], "d_model": 4096,
+      "d_ff": 10240, "d_kv": 64, "num_heads": 64, "num_layers": 24, "vocab_size": 32128,
+      "feed_forward_proj": "gated-gelu", "tie_word_embeddings": false})", "t5xxl");
+  CHECK(xxl.head == "encoder");
+  const LoadedModel enc = build_model(xxl);
+  CHECK(parameters(enc) == 4762310656);
+  REQUIRE(enc.model.graph.outputs.size() == 1);
+  CHECK(enc.model.graph.outputs[0] == "last_hidden_state");
+  CHECK(enc.model.graph.inputs.size() == 1);
 }
 
 TEST_CASE("model_builder: a model's folder reads as its config.json, named after the folder") {

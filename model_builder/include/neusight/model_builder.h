@@ -34,7 +34,8 @@ struct ModelConfig {
   // BERT: token-type vocabulary and the head on the encoder, from `architectures`:
   // "classification" (pooler + classifier of num_labels, BertForSequenceClassification),
   // "pretraining" (pooler, masked-LM head and next-sentence head, BertForPreTraining) or
-  // "lm" (masked-LM head, BertLMHeadModel / BertForMaskedLM).
+  // "lm" (masked-LM head, BertLMHeadModel / BertForMaskedLM). T5, mT5 and Switch: "encoder"
+  // for their encoder models (T5EncoderModel: the encoder alone, its last hidden state).
   int64_t type_vocab = 0;
   int64_t num_labels = 2;
   std::string head;
