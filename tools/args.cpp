@@ -212,6 +212,9 @@ LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const 
   if (cfg.image_size > 0 && opt.dims.batch < 0)
     throw InputError("--config of a " + cfg.model_type + " model (an image encoder) needs --batch N");
   if (cfg.image_size <= 0 && (opt.dims.batch < 0 || opt.dims.seq < 0)) throw InputError(dims_error);
+  if (cfg.learned_positions && opt.dims.seq > cfg.max_positions)
+    throw InputError("--seq " + std::to_string(opt.dims.seq) + ": a " + cfg.model_type + " model has learned positions for " +
+                     std::to_string(cfg.max_positions) + " tokens (its config's position table)");
   if (!cfg.language_model_of.empty() && cfg.vision.layers > 0 && opt.dims.seq < cfg.vision.tokens())
     throw InputError("--seq " + std::to_string(opt.dims.seq) + ": each " + cfg.language_model_of + " sequence holds its image's " +
                      std::to_string(cfg.vision.tokens()) + " tokens; --seq must be at least that");

@@ -230,6 +230,7 @@ Decoder config_decoder(const ModelConfig& config) {
   }
   recurrent_layers(config, d);
   if (!config.language_model_of.empty() && config.vision.layers > 0) d.image_tokens = config.vision.tokens();
+  if (config.learned_positions) d.max_positions = config.max_positions;
   // A state-space model keeps no keys or values: no heads or tensors to describe.
   if (d.layers == 0) d.kv_heads = d.head_dim = d.kv_tensors = 0;
   // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
@@ -329,6 +330,9 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     throw InputError("--generate: the prompt holds its image's " + std::to_string(d.image_tokens) +
                      " tokens: it needs at least that many, got " + std::to_string(gen.prompt));
   if (gen.new_tokens < 1) throw InputError("--generate: at least one new token is needed");
+  if (d.max_positions > 0 && gen.prompt + gen.new_tokens > d.max_positions)
+    throw InputError("--generate: " + std::to_string(gen.prompt) + " + " + std::to_string(gen.new_tokens) +
+                     " tokens outgrow the model's " + std::to_string(d.max_positions) + " learned positions");
   if (gen.speculative < 0 || gen.speculative > 64)
     throw InputError("--speculative: the draft proposes 1 to 64 tokens a step, got " + std::to_string(gen.speculative));
   if (gen.speculative > 0 && !(gen.acceptance > 0 && gen.acceptance <= 1))

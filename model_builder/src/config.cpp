@@ -79,6 +79,7 @@ void read_gpt2(const Reader& r, ModelConfig& c) {
   if (c.ffn == 0) c.ffn = 4 * c.hidden;
   c.vocab = r.i({"vocab_size"}, true);
   c.max_positions = r.i({"n_positions", "n_ctx"}, false, 1024);
+  c.learned_positions = true;
   c.activation = r.s({"activation_function"}, "gelu_new");
   c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
   c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.1));
@@ -92,6 +93,7 @@ void read_bert(const Reader& r, ModelConfig& c) {
   c.ffn = r.i({"intermediate_size"}, true);
   c.vocab = r.i({"vocab_size"}, true);
   c.max_positions = r.i({"max_position_embeddings"}, false, 512);
+  c.learned_positions = true;
   c.type_vocab = r.i({"type_vocab_size"}, false, 2);
   c.activation = r.s({"hidden_act"}, "gelu");
   c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-12);
@@ -134,6 +136,7 @@ void read_opt(const Reader& r, ModelConfig& c) {
   c.ffn = r.i({"ffn_dim"}, true);
   c.vocab = r.i({"vocab_size"}, true);
   c.max_positions = r.i({"max_position_embeddings"}, false, 2048);
+  c.learned_positions = true;
   c.activation = r.s({"activation_function"}, "relu");
   c.dropout = static_cast<float>(r.f({"dropout"}, 0.1));
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
@@ -471,6 +474,7 @@ void read_gpt_neox(const Reader& r, ModelConfig& c) {
 // elementwise passes over the same elements.
 void read_gptj(const Reader& r, ModelConfig& c) {
   read_gpt2(r, c);  // GPT-2's field names; GPTJConfig's defaults below
+  c.learned_positions = false;  // rotary
   c.kv_heads = c.heads;
   c.max_positions = r.i({"n_positions", "max_position_embeddings"}, false, 2048);
   c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.0));
@@ -1085,6 +1089,7 @@ void read_text_fields(const Reader& t, ModelConfig& c, bool siglip) {
   c.ffn = t.i({"intermediate_size"}, true);
   c.vocab = t.i({"vocab_size"}, true);
   c.max_positions = t.i({"max_position_embeddings"}, true);
+  c.learned_positions = true;
   c.activation = t.s({"hidden_act"}, siglip ? "gelu_pytorch_tanh" : "quick_gelu");
   c.layer_norm_eps = t.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
   c.dropout = c.attn_dropout = 0;

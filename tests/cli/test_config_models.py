@@ -264,6 +264,25 @@ class ConfigModels(unittest.TestCase):
         self.assertEqual(code, 2)
         self.assertEqual(len(se.strip().splitlines()), 1, se)
 
+    def test_a_sequence_beyond_the_learned_positions_is_an_input_error(self):
+        # PyTorch's position lookup fails beyond the table: --seq, and --generate's prompt and new
+        # tokens together, say so in one line instead of predicting a model that cannot run.
+        cfg, _ = self.export("clip_positions", CLIP)  # 16 positions
+        code, so, se = run("--config", cfg, "--batch", "2", "--seq", "17", "--gpu", GPU)
+        self.assertEqual(code, 2)
+        self.assertEqual(se.strip().splitlines(),
+                         ["neusight-onnx: error: --seq 17: a clip model has learned positions for 16 tokens "
+                          "(its config's position table)"])
+        self.assertGreater(run_json("--config", cfg, "--batch", "2", "--seq", "16", "--gpu", GPU)["e2e_latency_ms"], 0)
+        bigcode = dict(BIGCODE, n_positions=64)
+        cfg, _ = self.export("bigcode_positions", bigcode)
+        code, so, se = run("--config", cfg, "--batch", "1", "--generate", "48:17", "--gpu", GPU)
+        self.assertEqual(code, 2)
+        self.assertEqual(se.strip().splitlines(),
+                         ["neusight-onnx: error: --generate: 48 + 17 tokens outgrow the model's 64 learned positions"])
+        code, so, se = run("--config", cfg, "--batch", "1", "--generate", "48:16", "--gpu", GPU)
+        self.assertEqual(code, 0, se)
+
     def test_gpt3_175b_builds_instantly_without_weights(self):
         cfg, out = self.export("gpt3_175b", GPT3_175B)
         self.assertLess(os.path.getsize(out), 50 << 20)

@@ -113,6 +113,9 @@ struct Decoder {
   DType kv_dtype = DType::f32;   // the cache's stored element type (--dtype overrides it)
   // The prompt tokens one image fills (LLaVA: its vision tower runs in the prefill); 0: none.
   int64_t image_tokens = 0;
+  // The positions a sequence may hold when they are learned (GPTBigCode's wpe): the prompt and
+  // the new tokens together; 0: no such limit (rotary, ALiBi).
+  int64_t max_positions = 0;
   // The initializer the LM head reads that is the token embedding's weight, held once
   // (a config's tie_word_embeddings); empty: none.
   std::string tied_head_weight;

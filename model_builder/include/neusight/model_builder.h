@@ -78,7 +78,9 @@ struct ModelConfig {
   // attention mask's cumulative sum, as HF builds it. BLOOM normalises the embedding
   // (embedding_norm); MPT's LayerNorms have no bias (norm_bias).
   bool alibi = false;
-  // Learned absolute positions (GPTBigCode: wpe) added to the token embeddings, no rotary.
+  // Learned absolute positions added to the token embeddings (GPT-2, BERT, OPT, CLIP's and
+  // SigLIP's text; in the Llama builder GPTBigCode's wpe, no rotary): a table of max_positions
+  // rows no sequence may outgrow (PyTorch's lookup fails beyond it).
   bool learned_positions = false;
   // Cohere 2 and Llama 4: rotary on the sliding-window (Llama 4: chunked) layers only; the
   // global layers use no positions. Llama 4 normalises each query and key head of its rotary
