@@ -1273,6 +1273,42 @@ std::optional<json> language_model_config(const json& j) {
   return text;
 }
 
+// LLaVA-NeXT's image_grid_pinpoints (LlavaNextConfig's default: 336x672, 672x336, 672x672,
+// 1008x336, 336x1008): the grid a square image as large as the largest of them is tiled into,
+// as the processor's select_best_resolution picks it (the most of the image's pixels kept, then
+// the least padding): the square pinpoint, 2 x 2 crops of 336 by default. Pinpoints that are not
+// multiples of the tower's image size are an input error (the crops would not tile them).
+void read_grid_pinpoints(const json& j, const std::string& path, ModelConfig::VisionTower& t) {
+  if (t.keep_class_token)  // pack_image_features tiles side x side features per crop
+    throw InputError(path + ": LLaVA-NeXT takes vision_feature_select_strategy default (its crops tile without the class "
+                            "token)");
+  json pins = json::array({{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}});
+  auto given = j.find("image_grid_pinpoints");
+  if (given != j.end() && !given->is_null()) pins = *given;
+  const std::string what = path + ": image_grid_pinpoints";
+  if (!pins.is_array() || pins.empty()) throw InputError(what + " must be a list of [height, width]");
+  for (const json& p : pins) {
+    if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
+      throw InputError(what + " must be a list of [height, width]");
+    const int64_t h = p[0].get<int64_t>(), w = p[1].get<int64_t>();
+    if (h <= 0 || w <= 0 || h % t.image_size != 0 || w % t.image_size != 0 || h / t.image_size > 64 || w / t.image_size > 64)
+      throw InputError(what + ": each side a multiple of the tower's image_size (" + std::to_string(t.image_size) +
+                       "), at most 64 crops");
+  }
+  // A square image of `side` pixels: each pinpoint keeps min(h, w)^2 of them (resized to fit);
+  // the most kept wins, then the smallest area.
+  int64_t best_kept = -1, best_area = 0;
+  for (const json& p : pins) {
+    const int64_t h = p[0].get<int64_t>(), w = p[1].get<int64_t>(), kept = std::min(h, w) * std::min(h, w);
+    if (kept > best_kept || (kept == best_kept && h * w < best_area)) {
+      best_kept = kept;
+      best_area = h * w;
+      t.grid_rows = h / t.image_size;
+      t.grid_cols = w / t.image_size;
+    }
+  }
+}
+
 // The vision tower of LLaVA (CLIP's, when one layer's features are taken) and of PaliGemma
 // (SigLIP's, without its pooling head): vision_config over CLIPVisionConfig's / SiglipVisionConfig's
 // defaults, or the outer config class's own default tower (LLaVA: CLIP ViT-L/14 at 336 pixels;
@@ -1307,6 +1343,7 @@ void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) 
     throw InputError(path + ": vision_feature_select_strategy must be default or full, got '" + strategy + "'");
   t.keep_class_token = strategy == "full";
   t.projector_activation = outer.s({"projector_hidden_act"}, "gelu");
+  if (lm.language_model_of == "llava_next") read_grid_pinpoints(j, path, t);
 }
 
 // The config in `j`, read from `path` (named in errors); `source` names it in the graph.
@@ -1322,7 +1359,8 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
     if (auto text = language_model_config(j)) {
       ModelConfig lm = config_from_json(*text, path + " text_config", source);
       lm.language_model_of = c.model_type;
-      if (c.model_type == "llava" || c.model_type == "paligemma") read_vision_tower(j, path, lm);
+      if (c.model_type == "llava" || c.model_type == "llava_next" || c.model_type == "paligemma")
+        read_vision_tower(j, path, lm);
       return lm;
     }
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
@@ -1410,8 +1448,11 @@ std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
   if (c.vision.layers > 0)
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
-           (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence, whose " +
-           std::to_string(c.vision.tokens()) + " tokens are among its sequence's";
+           (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence" +
+           (c.vision.crops() > 1 ? " (a square image: " + std::to_string(c.vision.grid_rows) + " x " +
+                                       std::to_string(c.vision.grid_cols) + " crops and the whole image)"
+                                 : std::string()) +
+           ", whose " + std::to_string(c.vision.tokens()) + " tokens are among its sequence's";
   return c.source + " is a " + c.language_model_of + " model: its language model (" + c.model_type +
          ") is predicted; its vision tower and projector are not built";
 }

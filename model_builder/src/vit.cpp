@@ -25,6 +25,21 @@ std::string image_input(Net& n, const std::string& scope, int64_t channels, int6
   return pixels;
 }
 
+// LLaVA-NeXT's pixel_values [batch, crops, channels, image, image] (each image's crops and its
+// whole view), viewed as [batch x crops, channels, image, image]: the Net's batch becomes the
+// crops' (named under `scope`), its sequence the tower's `tokens`.
+std::string crops_input(Net& n, const std::string& scope, int64_t channels, int64_t image, int64_t crops, int64_t tokens) {
+  const std::string pixels = n.b.input("pixel_values", kF32, {-1, crops, channels, image, image}, {"batch"});
+  const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
+  const std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
+  n.b.attr_i("axis", 0);
+  const std::string all = n.b.node("Mul", scope + "/crops", {images, n.b.ints(scope + "/crops_per_image", {crops}, true)});
+  n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {all, n.b.ints(scope + "/axes0", {0})});
+  n.seq = n.b.ints(scope + "/seq_1d", {tokens});
+  return n.b.node("Reshape", scope + "/flatten_crops",
+                  {pixels, n.b.ints(scope + "/crop_shape", {-1, channels, image, image})});
+}
+
 // The patch tokens of HF's vision embeddings: a `patch` convolution of stride `patch` (weights
 // under `conv`, with or without a bias) flattened to [batch, patches, hidden]; with a class token
 // (its weight named `class_token`), that token expanded over the batch and concatenated first
@@ -120,7 +135,8 @@ TowerStates vision_transformer(Net& n, const ModelConfig::VisionTower& v, const 
                                const std::string& vm) {
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
   const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
-  const std::string pixels = image_input(n, scope, v.channels, v.image_size, seq);
+  const std::string pixels = v.crops() > 1 ? crops_input(n, scope, v.channels, v.image_size, v.crops(), seq)
+                                           : image_input(n, scope, v.channels, v.image_size, seq);
   const std::string pe = vm + ".embeddings";
   std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip, v.siglip ? "" : pe + ".class_embedding",
                                h, v.channels, v.patch_size, patches);
@@ -151,6 +167,51 @@ std::string clip_pooled(Net& n, const std::string& vm, const std::string& x, con
 
 }  // namespace
 
+namespace {
+
+// LLaVA-NeXT's pack_image_features on the projected crops [batch x crops, side^2, hidden] (the
+// whole image's first, as the processor orders them): the grid's crops laid out as one
+// [hidden, rows x side, cols x side] feature map (view and permute: one copy), image_newline
+// appended to each of its rows (cat: a copy), flattened and transposed to tokens, after the
+// whole image's (cat: a copy) -> [batch, tokens(), hidden]. A square image fills its grid, so
+// unpad_image removes nothing.
+std::string pack_crops(Net& n, const ModelConfig& c, const std::string& projected) {
+  const ModelConfig::VisionTower& v = c.vision;
+  const int64_t h = c.hidden, side = v.image_size / v.patch_size, rows = v.grid_rows, cols = v.grid_cols;
+  const std::string p = "image_features";
+  const std::string per_image = n.b.node("Reshape", p + "/per_image",
+                                         {projected, n.b.ints(p + "/per_image_shape", {-1, v.crops(), side * side, h})});
+  const std::string whole = n.b.node("Slice", p + "/base", {per_image, n.b.ints(p + "/base_start", {0}),
+                                                            n.b.ints(p + "/base_end", {1}), n.b.ints(p + "/axis1", {1})});
+  const std::string base = n.b.node("Reshape", p + "/base_tokens", {whole, n.b.ints(p + "/base_shape", {-1, side * side, h})});
+  const std::string grid = n.b.node("Slice", p + "/grid", {per_image, n.b.ints(p + "/grid_start", {1}),
+                                                           n.b.ints(p + "/grid_end", {v.crops()}), n.b.ints(p + "/axis1b", {1})});
+  const std::string cells = n.b.node("Reshape", p + "/grid_view",
+                                     {grid, n.b.ints(p + "/grid_shape", {-1, rows, cols, side, side, h})});
+  std::string map = n.b.node("Transpose", p + "/grid_permute", {cells});
+  n.b.attr_ints("perm", {0, 5, 1, 3, 2, 4});  // [batch, hidden, rows, side, cols, side]
+  map = n.b.node("Reshape", p + "/grid_map", {map, n.b.ints(p + "/map_shape", {-1, h, rows * side, cols * side})});
+  const std::string newline_shape = n.b.node("Concat", p + "/newline_shape",
+                                             {n.b.node("Slice", p + "/batch_of_map", {n.b.node("Shape", p + "/map_dims", {map}),
+                                                                                       n.b.ints(p + "/s0", {0}), n.b.ints(p + "/s1", {1})}),
+                                              n.b.ints(p + "/newline_dims", {h, rows * side, 1})});
+  n.b.attr_i("axis", 0);
+  const std::string newline =
+      n.b.node("Expand", p + "/newline_expand",
+               {n.b.node("Reshape", p + "/newline_view", {n.b.weight("image_newline", {h}), n.b.ints(p + "/nl_shape", {1, h, 1, 1})}),
+                newline_shape});
+  map = n.b.node("Concat", p + "/newline_cat", {map, newline});
+  n.b.attr_i("axis", 3);
+  map = n.b.node("Reshape", p + "/grid_flatten", {map, n.b.ints(p + "/flat_shape", {0, h, -1})});
+  std::string tokens = n.b.node("Transpose", p + "/grid_tokens", {map});
+  n.b.attr_ints("perm", {0, 2, 1});
+  tokens = n.b.node("Concat", p + "/cat", {base, tokens});
+  n.b.attr_i("axis", 1);
+  return tokens;
+}
+
+}  // namespace
+
 std::string llava_image_features(Net& n, const ModelConfig& c) {
   const ModelConfig::VisionTower& v = c.vision;
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
@@ -176,7 +237,8 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
                          n.b.ints("vision_tower/axes1", {1})});
   }
   const std::string y = activation(n, mp + ".act", linear(n, mp + ".linear_1", features, h, c.hidden), v.projector_activation);
-  return linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
+  const std::string projected = linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
+  return v.crops() > 1 ? pack_crops(n, c, projected) : projected;
 }
 
 LoadedModel build_vit(const ModelConfig& c) {

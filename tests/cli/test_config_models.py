@@ -105,6 +105,8 @@ QWEN3_VL = {"model_type": "qwen3_vl", "text_config": dict(LLAMA, model_type="qwe
 LLAVA = {"model_type": "llava", "text_config": dict(LLAMA, model_type="llama"),
          "vision_config": {"model_type": "clip_vision_model", "hidden_size": 128, "intermediate_size": 256,
                            "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
+# LLaVA-NeXT: the same tower on a 2 x 2 grid of crops and the whole image (16 + 8 x 9 tokens).
+LLAVA_NEXT = dict(LLAVA, model_type="llava_next", image_grid_pinpoints=[[128, 64], [128, 128]])
 # PaliGemma with a small SigLIP tower (no class token, one projection) before Gemma.
 PALIGEMMA = {"model_type": "paligemma",
              "text_config": {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 512,
@@ -179,7 +181,7 @@ class ConfigModels(unittest.TestCase):
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
-                          ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("paligemma_small", PALIGEMMA),
+                          ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("llava_next_small", LLAVA_NEXT), ("paligemma_small", PALIGEMMA),
                           ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
                           ("qwen3_next_small", QWEN3_NEXT), ("granite_h_small", GRANITE_H)):
             made.append(os.path.join(self.dir, name + ".json"))

@@ -369,6 +369,42 @@ TEST_CASE("model_builder: a multimodal config builds its language model, and LLa
                        doctest::Contains("'idefics3' is not supported"), InputError);
 }
 
+TEST_CASE("model_builder: LLaVA-NeXT tiles a square image into its grid of crops beside the whole image") {
+  // llava-hf/llava-v1.6-mistral-7b-hf: Mistral 7B (32,064 tokens), CLIP ViT-L/14-336 and the
+  // projector as LLaVA-1.5's, plus image_newline: 7,566,747,648 parameters. A square image picks
+  // the 672 x 672 pinpoint: 2 x 2 crops and the whole image, 5 x 576 features packed as 576 +
+  // 48 rows of (48 + 1 newline) = 2,928 tokens.
+  const std::string cfg = R"({"model_type": "llava_next", "text_config": {"model_type": "mistral", "vocab_size": 32064},
+      "vision_config": {"hidden_size": 1024, "image_size": 336, "intermediate_size": 4096, "num_attention_heads": 16,
+                        "num_hidden_layers": 24, "patch_size": 14},
+      "image_grid_pinpoints": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]})";
+  const ModelConfig next = parse_hf_config(cfg, "llava_next");
+  CHECK(next.language_model_of == "llava_next");
+  CHECK(next.vision.grid_rows == 2);
+  CHECK(next.vision.grid_cols == 2);
+  CHECK(next.vision.crops() == 5);
+  CHECK(next.vision.tokens() == 2928);
+  const LoadedModel m = build_model(next);
+  CHECK(parameters(m) - 64 == 7566747648);  // less the rotary inv_freq buffer
+  // Prefill of one image and 100 text tokens: the tower runs on 5 crops of 577 tokens.
+  Options o;
+  o.dims.batch = 1;
+  o.dims.seq = 2928 + 100;
+  const Analysis a = prepare(m, o);
+  int tower_scores = 0;
+  for (const Kernel& k : a.kernels.kernels)
+    tower_scores += k.cls == KernelClass::gemm && k.gemm.batch == 5 * 16 && k.gemm.m == 577 && k.gemm.n == 577;
+  CHECK(tower_scores == 24);
+  // Pinpoints only taller than wide: a square image keeps most of its pixels in the 1 x 2 grid.
+  const ModelConfig tall = parse_hf_config(R"({"model_type": "llava_next", "text_config": {"model_type": "mistral"},
+      "image_grid_pinpoints": [[672, 336], [1008, 336]]})", "llava_next");
+  CHECK(tall.vision.grid_rows == 2);
+  CHECK(tall.vision.grid_cols == 1);
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "llava_next", "text_config": {"model_type": "mistral"},
+      "image_grid_pinpoints": [[500, 336]]})", "llava_next"), doctest::Contains("a multiple of the tower's image_size (336)"),
+                       InputError);
+}
+
 TEST_CASE("model_builder: ViT is the patch convolution, class token and positions, pre-norm layers and the class token's head") {
   // google/vit-base-patch16-224 (ViTForImageClassification, 1000 labels in id2label): 86,567,656
   // parameters; its ViTModel (a pooler instead of the classifier): 86,389,248.

@@ -211,9 +211,17 @@ struct ModelConfig {
     // bias, post_layernorm over every token (the last hidden state, the features), one linear
     // projector, the features divided by sqrt(the language model's hidden size).
     bool siglip = false;
+    // LLaVA-NeXT's any-resolution tiling (image_grid_pinpoints): the image resized to a grid of
+    // grid_rows x grid_cols crops of image_size, each through the tower beside the whole image
+    // resized to one crop; the crops' features laid out as one (rows x side) x (cols x side)
+    // feature map with a learned image_newline after each of its rows, after the whole image's.
+    // 0: one crop (LLaVA-1.5).
+    int64_t grid_rows = 0, grid_cols = 0;
+    int64_t crops() const { return 1 + grid_rows * grid_cols; }
     int64_t tokens() const {
       const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
-      return side * side + (keep_class_token ? 1 : 0);
+      const int64_t one = side * side + (keep_class_token ? 1 : 0);
+      return one + grid_rows * side * (grid_cols * side + 1);
     }
   } vision;
   // Vision Transformer (ViT): a [batch, num_channels, image_size, image_size] image cut into
