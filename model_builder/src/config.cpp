@@ -1027,8 +1027,9 @@ json over_defaults(json defaults, const json* given, const std::string& what) {
   return defaults;
 }
 
-// A CLIP or SigLIP vision transformer's sizes from its config (`r`, over vision_defaults).
-void read_tower_fields(const Reader& r, ModelConfig::VisionTower& t, bool siglip) {
+// A CLIP or SigLIP vision transformer's sizes from its config (`r`, over vision_defaults); returns
+// the patches an image is cut into.
+int64_t read_tower_fields(const Reader& r, ModelConfig::VisionTower& t, bool siglip) {
   t.siglip = siglip;
   t.layers = r.i({"num_hidden_layers"}, true);
   t.hidden = r.i({"hidden_size"}, true);
@@ -1041,8 +1042,8 @@ void read_tower_fields(const Reader& r, ModelConfig::VisionTower& t, bool siglip
   t.layer_norm_eps = r.f({"layer_norm_eps"}, siglip ? 1e-6 : 1e-5);
   if (t.layers <= 0 || t.layers > kMaxLayers || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || t.ffn <= 0)
     throw InputError(r.path + ": layers, hidden size (a multiple of the heads) and FFN size expected");
-  builder::image_patches(t.image_size, t.patch_size, t.channels, r.path);
   t.feature_layer = t.layers;
+  return builder::image_patches(t.image_size, t.patch_size, t.channels, r.path);
 }
 
 // CLIPVisionModel / CLIPVisionModelWithProjection and SiglipVisionModel: the vision tower alone,
@@ -1050,7 +1051,7 @@ void read_tower_fields(const Reader& r, ModelConfig::VisionTower& t, bool siglip
 void read_vision_model(const Reader& given, ModelConfig& c, bool siglip) {
   const json j = over_defaults(vision_defaults(siglip), &given.j, given.path);
   const Reader r{j, given.path};
-  read_tower_fields(r, c.vision, siglip);
+  const int64_t patches = read_tower_fields(r, c.vision, siglip);
   const ModelConfig::VisionTower& t = c.vision;
   c.layers = t.layers;
   c.hidden = t.hidden;
@@ -1061,7 +1062,7 @@ void read_vision_model(const Reader& given, ModelConfig& c, bool siglip) {
   c.image_size = t.image_size;
   c.patch_size = t.patch_size;
   c.num_channels = t.channels;
-  c.max_positions = builder::image_patches(t.image_size, t.patch_size, t.channels, r.path) + (siglip ? 0 : 1);
+  c.max_positions = patches + (siglip ? 0 : 1);
   c.dropout = c.attn_dropout = 0;
   if (siglip) {
     c.head = r.b("vision_use_head", true) ? "map" : "none";

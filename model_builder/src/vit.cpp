@@ -12,30 +12,24 @@ namespace neusight::builder {
 
 namespace {
 
-// The pixel_values input of an image encoder: [batch, channels, image, image]. The Net's batch
-// (and sequence, the encoder's `tokens`, over which its heads split) become the image's, named
-// under `scope`, as a PyTorch export computes them from the input's shape.
-std::string image_input(Net& n, const std::string& scope, int64_t channels, int64_t image, int64_t tokens) {
-  const std::string pixels = n.b.input("pixel_values", kF32, {-1, channels, image, image}, {"batch"});
+// The pixel_values input of an image encoder: [batch, channels, image, image], or LLaVA-NeXT's
+// [batch, crops, channels, image, image] (each image's crops and its whole view, when `crops` >
+// 1) viewed as [batch x crops, channels, image, image]. The Net's batch (the images', or the
+// crops') and sequence (the encoder's `tokens`, over which its heads split) become the image's,
+// named under `scope`, as a PyTorch export computes them from the input's shape.
+std::string image_input(Net& n, const std::string& scope, int64_t channels, int64_t image, int64_t tokens,
+                        int64_t crops = 1) {
+  const std::string pixels =
+      n.b.input("pixel_values", kF32,
+                crops > 1 ? std::vector<int64_t>{-1, crops, channels, image, image} : std::vector<int64_t>{-1, channels, image, image},
+                {"batch"});
   const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
-  const std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
+  std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
   n.b.attr_i("axis", 0);
+  if (crops > 1) images = n.b.node("Mul", scope + "/crops", {images, n.b.ints(scope + "/crops_per_image", {crops}, true)});
   n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
   n.seq = n.b.ints(scope + "/seq_1d", {tokens});
-  return pixels;
-}
-
-// LLaVA-NeXT's pixel_values [batch, crops, channels, image, image] (each image's crops and its
-// whole view), viewed as [batch x crops, channels, image, image]: the Net's batch becomes the
-// crops' (named under `scope`), its sequence the tower's `tokens`.
-std::string crops_input(Net& n, const std::string& scope, int64_t channels, int64_t image, int64_t crops, int64_t tokens) {
-  const std::string pixels = n.b.input("pixel_values", kF32, {-1, crops, channels, image, image}, {"batch"});
-  const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
-  const std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
-  n.b.attr_i("axis", 0);
-  const std::string all = n.b.node("Mul", scope + "/crops", {images, n.b.ints(scope + "/crops_per_image", {crops}, true)});
-  n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {all, n.b.ints(scope + "/axes0", {0})});
-  n.seq = n.b.ints(scope + "/seq_1d", {tokens});
+  if (crops <= 1) return pixels;
   return n.b.node("Reshape", scope + "/flatten_crops",
                   {pixels, n.b.ints(scope + "/crop_shape", {-1, channels, image, image})});
 }
@@ -135,8 +129,7 @@ TowerStates vision_transformer(Net& n, const ModelConfig::VisionTower& v, const 
                                const std::string& vm) {
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
   const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
-  const std::string pixels = v.crops() > 1 ? crops_input(n, scope, v.channels, v.image_size, v.crops(), seq)
-                                           : image_input(n, scope, v.channels, v.image_size, seq);
+  const std::string pixels = image_input(n, scope, v.channels, v.image_size, seq, v.crops());
   const std::string pe = vm + ".embeddings";
   std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip, v.siglip ? "" : pe + ".class_embedding",
                                h, v.channels, v.patch_size, patches);
@@ -165,16 +158,12 @@ std::string clip_pooled(Net& n, const std::string& vm, const std::string& x, con
   return layer_norm(n, vm + ".post_layernorm", pooled, v.hidden, v.layer_norm_eps);
 }
 
-}  // namespace
-
-namespace {
-
 // LLaVA-NeXT's pack_image_features on the projected crops [batch x crops, side^2, hidden] (the
 // whole image's first, as the processor orders them): the grid's crops laid out as one
 // [hidden, rows x side, cols x side] feature map (view and permute: one copy), image_newline
 // appended to each of its rows (cat: a copy), flattened and transposed to tokens, after the
 // whole image's (cat: a copy) -> [batch, tokens(), hidden]. A square image fills its grid, so
-// unpad_image removes nothing.
+// unpad_image removes nothing. The Net's batch is the images' (one a sequence) again here.
 std::string pack_crops(Net& n, const ModelConfig& c, const std::string& projected) {
   const ModelConfig::VisionTower& v = c.vision;
   const int64_t h = c.hidden, side = v.image_size / v.patch_size, rows = v.grid_rows, cols = v.grid_cols;
@@ -191,10 +180,8 @@ std::string pack_crops(Net& n, const ModelConfig& c, const std::string& projecte
   std::string map = n.b.node("Transpose", p + "/grid_permute", {cells});
   n.b.attr_ints("perm", {0, 5, 1, 3, 2, 4});  // [batch, hidden, rows, side, cols, side]
   map = n.b.node("Reshape", p + "/grid_map", {map, n.b.ints(p + "/map_shape", {-1, h, rows * side, cols * side})});
-  const std::string newline_shape = n.b.node("Concat", p + "/newline_shape",
-                                             {n.b.node("Slice", p + "/batch_of_map", {n.b.node("Shape", p + "/map_dims", {map}),
-                                                                                       n.b.ints(p + "/s0", {0}), n.b.ints(p + "/s1", {1})}),
-                                              n.b.ints(p + "/newline_dims", {h, rows * side, 1})});
+  const std::string newline_shape =
+      n.b.node("Concat", p + "/newline_shape", {n.batch, n.b.ints(p + "/newline_dims", {h, rows * side, 1})});
   n.b.attr_i("axis", 0);
   const std::string newline =
       n.b.node("Expand", p + "/newline_expand",
