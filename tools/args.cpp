@@ -215,7 +215,7 @@ LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const 
   if (cfg.learned_positions && opt.dims.seq > cfg.max_positions)
     throw InputError("--seq " + std::to_string(opt.dims.seq) + ": a " + cfg.model_type + " model has learned positions for " +
                      std::to_string(cfg.max_positions) + " tokens (its config's position table)");
-  if (!cfg.language_model_of.empty() && cfg.vision.layers > 0 && opt.dims.seq < cfg.vision.tokens())
+  if (cfg.image_in_sequence() && opt.dims.seq < cfg.vision.tokens())
     throw InputError("--seq " + std::to_string(opt.dims.seq) + ": each " + cfg.language_model_of + " sequence holds its image's " +
                      std::to_string(cfg.vision.tokens()) + " tokens; --seq must be at least that");
   notes = config_notes(cfg, opt);

@@ -229,7 +229,7 @@ Decoder config_decoder(const ModelConfig& config) {
     d.kv_tensors = 1;
   }
   recurrent_layers(config, d);
-  if (!config.language_model_of.empty() && config.vision.layers > 0) d.image_tokens = config.vision.tokens();
+  if (config.image_in_sequence()) d.image_tokens = config.vision.tokens();
   if (config.learned_positions) d.max_positions = config.max_positions;
   // A state-space model keeps no keys or values: no heads or tensors to describe.
   if (d.layers == 0) d.kv_heads = d.head_dim = d.kv_tensors = 0;

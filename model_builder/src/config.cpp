@@ -1447,7 +1447,7 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
 
 std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
-  if (c.vision.layers > 0)
+  if (c.image_in_sequence())
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
            (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence" +
            (c.vision.crops() > 1 ? " (a square image: " + std::to_string(c.vision.grid_rows) + " x " +

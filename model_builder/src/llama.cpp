@@ -491,7 +491,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   if (c.scale_embedding || c.embedding_multiplier > 0)  // Gemma: embeddings times sqrt(hidden); Granite's multiplier
     x = n.b.node("Mul", p0 + ".embed_tokens/scale",
                  {x, f32(n, p0 + "/embed_scale", c.scale_embedding ? std::sqrt(float(h)) : float(c.embedding_multiplier))});
-  if (c.vision.layers > 0 && !o.kv_cache) {
+  if (c.image_in_sequence() && !o.kv_cache) {
     // LLaVA: the image's features replace its placeholder tokens' embeddings (masked_scatter;
     // the image taken as the first tokens of each sequence, one copy of the embeddings).
     const std::string img = llava_image_features(n, c);

@@ -245,6 +245,9 @@ struct ModelConfig {
   // A multimodal config's model_type when this is its language model (text_config; Qwen2-VL's
   // top-level fields): the vision tower and projector are not built (config_multimodal_note).
   std::string language_model_of;
+  // Whether each sequence holds an image's tokens(): a multimodal config's language model whose
+  // vision tower is built (LLaVA, LLaVA-NeXT, PaliGemma), not CLIP's or SigLIP's own tower.
+  bool image_in_sequence() const { return !language_model_of.empty() && vision.layers > 0; }
   // The checkpoint's stored precision (`torch_dtype`, e.g. "bfloat16"; empty when absent). The
   // graph is built in FP32 whatever it says: PyTorch's from_pretrained loads FP32 unless asked
   // (`torch_dtype=` at load time), and the measured runs of neusight-data are FP32 with
