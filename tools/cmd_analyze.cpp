@@ -44,7 +44,7 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   if (args.has("--html")) outputs.add_text(args.get("--html"), format_html(reports));
   if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
   outputs.commit();
-  if (!args.has("--quiet")) {
+  if (!args.has("--quiet") && !outputs.writes_stdout()) {
     const bool color = stdout_is_tty() && !args.has("--no-color");
     for (size_t i = 0; i < reports.size(); ++i) std::cout << (i ? "\n" : "") << format_generation(reports[i], color);
     if (reports.size() > 1) std::cout << "\n" << format_generation_gpu_table(reports);
@@ -110,7 +110,7 @@ int cmd_analyze(const Argv& argv) {
   }
   outputs.commit();
 
-  if (!args.has("--quiet")) {
+  if (!args.has("--quiet") && !outputs.writes_stdout()) {  // '-' put a report there
     TableOptions to;
     to.top = top;
     to.color = stdout_is_tty() && !args.has("--no-color");

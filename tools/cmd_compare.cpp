@@ -60,7 +60,7 @@ int cmd_compare(const Argv& argv) {
   if (args.has("--json")) outputs.add_text(args.get("--json"), format_compare_json(c));
   if (args.has("--html")) outputs.add_text(args.get("--html"), format_compare_html(c));
   outputs.commit();
-  if (!args.has("--quiet")) {
+  if (!args.has("--quiet") && !outputs.writes_stdout()) {
     std::cout << format_compare_table(c, stdout_is_tty() && !args.has("--no-color"));
     std::cout.flush();
   }

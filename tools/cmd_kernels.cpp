@@ -8,6 +8,7 @@
 #include "neusight/dataset.h"
 #include "neusight/onnx_frontend.h"
 #include "neusight/precision.h"
+#include "outputs.h"
 #include "pipeline.h"
 
 namespace neusight::cli {
@@ -38,7 +39,9 @@ int cmd_kernels(const Argv& argv) {
   const KernelRows k = predict_kernel_rows(
       d, [&](size_t i) { return csv + ": row " + std::to_string(i + 2); }, fixed, devices, pred_name,
       args.get("--weights"), timing);
-  write_file_atomic(args.get("--out"), format_kernels_csv(d, k));
+  OutputSet out;  // a file written whole, or standard output for '-'
+  out.add_text(args.get("--out"), format_kernels_csv(d, k));
+  out.commit();
   // Rows of other GPUs are skipped (the contract); say so, so that a mismatched --gpu is seen.
   if (fixed && k.kept.size() < d.rows.size())
     std::fprintf(stderr,

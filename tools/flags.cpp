@@ -62,9 +62,9 @@ const std::vector<Flag> kFlags = {
     {"--parallel", true, "dp=N,tp=N,pp=N[,...]", "training on dp x tp x pp GPUs; inference and --generate: tp=N[,ep=N]", A, ""},
     {"--link-bw", true, "GBPS", "inter-GPU link bandwidth in GB/s (with --parallel)", A, ""},
     // Outputs of the main job and compare.
-    {"--json", true, "FILE", "write the report as JSON", A | C, ""},
-    {"--html", true, "FILE", "write a self-contained HTML report", A | C, ""},
-    {"--csv", true, "FILE", "write one CSV row per node", A, ""},
+    {"--json", true, "FILE", "write the report as JSON ('-': standard output)", A | C, ""},
+    {"--html", true, "FILE", "write a self-contained HTML report ('-': standard output)", A | C, ""},
+    {"--csv", true, "FILE", "write one CSV row per node ('-': standard output)", A, ""},
     {"--csv-kernels", false, "", "--csv writes one row per kernel", A, ""},
     {"--out", true, "ANNOTATED.onnx", "write the model with each node's latency in its doc_string", A, ""},
     {"--top", true, "N", "show the N slowest nodes; 0 shows all", A, "0"},
@@ -74,7 +74,7 @@ const std::vector<Flag> kFlags = {
     {"--no-color", false, "", "no colors on a terminal", A | C, ""},
     // kernels
     {"--csv", true, "IN.csv", "the dataset-format kernel CSV to predict", K, ""},
-    {"--out", true, "OUT.csv", "the CSV written: the rows with the predictions appended", K, ""},
+    {"--out", true, "OUT.csv", "the CSV written: the rows with the predictions appended ('-': standard output)", K, ""},
     {"--devices", true, "DIR", "device JSONs for the rows' Device names", K, ""},
     // export
     {"-o", true, "MODEL.onnx", "the ONNX file written (weights as external-data stubs)", E, ""},

@@ -16,8 +16,10 @@
 namespace neusight::cli {
 namespace {
 
+constexpr const char* kStdout = "-";
+
 std::string cannot_write(const std::string& path, int err) {
-  return path + ": cannot write output: " + std::strerror(err);
+  return (path == kStdout ? std::string("standard output") : path) + ": cannot write output: " + std::strerror(err);
 }
 
 // Writes all of `data` to `fd`; false (errno set) on failure.
@@ -47,6 +49,12 @@ OutputSet::~OutputSet() {
 std::string OutputSet::make_temp(const std::string& path, bool& direct) {
   direct = false;
   if (path.empty()) throw RuntimeError("output path is empty");
+  if (path == kStdout) {
+    if (to_stdout_) throw RuntimeError("only one output can be written to standard output ('-')");
+    to_stdout_ = true;
+    direct = true;
+    return path;
+  }
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) throw RuntimeError(path + ": is a directory, cannot write output");
@@ -90,6 +98,7 @@ void OutputSet::add_text(const std::string& path, const std::string& content) {
 void OutputSet::add(const std::string& path, const std::function<void(const std::string& tmp)>& write) {
   bool direct = false;
   const std::string tmp = make_temp(path, direct);
+  if (direct && path == kStdout) throw RuntimeError("this output is binary and needs a file path, not '-' (standard output)");
   if (direct) throw RuntimeError(path + ": not a regular file, cannot write this output there");
   staged_.push_back({path, tmp, "", false});
   try {
@@ -118,7 +127,10 @@ void OutputSet::commit() {
   for (size_t i = 0; i < staged_.size(); ++i) {
     auto& s = staged_[i];
     int err = 0;
-    if (s.is_direct) {
+    if (s.is_direct && s.path == kStdout) {
+      std::fflush(stdout);
+      if (!write_all(STDOUT_FILENO, s.direct)) err = errno;
+    } else if (s.is_direct) {
       const int fd = ::open(s.path.c_str(), O_WRONLY | O_CLOEXEC);
       if (fd < 0 || !write_all(fd, s.direct)) err = errno;
       if (fd >= 0) ::close(fd);

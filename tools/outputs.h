@@ -6,7 +6,8 @@
 // no new output file and every earlier file untouched. Destinations replaced by the final
 // renames are kept as hard-linked backups until all renames succeeded, and restored if one
 // fails. Destinations that exist and are not regular files (/dev/stdout, a FIFO) are written
-// directly at commit time: they cannot be replaced by a rename.
+// directly at commit time: they cannot be replaced by a rename. The path "-" is standard
+// output (text outputs only, at most one of them per run), as in most Unix tools.
 #pragma once
 
 #include <functional>
@@ -32,6 +33,8 @@ class OutputSet {
   // Renames every temporary file onto its destination. Throws RuntimeError naming the
   // destination that failed, after restoring the ones already replaced.
   void commit();
+  // Whether an output goes to standard output ("-"): the caller then prints no table there.
+  bool writes_stdout() const { return to_stdout_; }
 
  private:
   struct Staged {
@@ -42,6 +45,7 @@ class OutputSet {
   };
   std::string make_temp(const std::string& path, bool& direct);
   std::vector<Staged> staged_;
+  bool to_stdout_ = false;
 };
 
 }  // namespace neusight::cli

@@ -6,12 +6,15 @@ only when all of them were written. These tests make a later output fail after a
 one could be written and check that nothing appears, earlier files keep their content and
 no temporary file is left.
 """
+import csv
+import io
 import json
 import os
+import subprocess
 import tempfile
 import unittest
 
-from cli_util import EXAMPLE, run
+from cli_util import BIN, EXAMPLE, fixture, run
 
 BASE = [EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "8", "--quiet"]
 
@@ -94,6 +97,79 @@ class AllOrNothing(unittest.TestCase):
         rc, out, err = run(*BASE, "--json", "/dev/stdout")
         self.assertEqual(rc, 0, err)
         self.assertIn("e2e_latency_ms", json.loads(out))
+
+
+class StandardOutput(unittest.TestCase):
+    """'-' as a text output's path writes it to standard output, the table left out, and no
+    file named '-' appears."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.dir = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def run_in_tmp(self, *args):
+        exe = os.path.abspath(BIN) if os.sep in BIN else BIN  # it runs in another folder
+        p = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, timeout=600, cwd=self.dir)
+        return p.returncode, p.stdout, p.stderr
+
+    def test_each_text_output_alone_on_stdout(self):
+        model = os.path.abspath(EXAMPLE)
+        base = [model, "--gpu", "b200", "--batch", "1", "--seq", "8"]
+        for flag in ("--json", "--csv", "--html"):
+            with self.subTest(flag=flag):
+                rc, out, err = self.run_in_tmp(*base, flag, "-", "--json" if flag != "--json" else "--csv",
+                                               "r.other")
+                self.assertEqual(rc, 0, err)
+                self.assertEqual(sorted(os.listdir(self.dir)), ["r.other"])
+                os.unlink(os.path.join(self.dir, "r.other"))
+                if flag == "--json":
+                    self.assertIn("e2e_latency_ms", json.loads(out))  # the whole stdout is the report
+                elif flag == "--csv":
+                    rows = list(csv.DictReader(io.StringIO(out)))
+                    self.assertGreater(len(rows), 10)
+                    self.assertIn("latency_ms", rows[0])
+                else:
+                    self.assertTrue(out.lstrip().startswith("<!DOCTYPE html>"), out[:80])
+                    self.assertTrue(out.rstrip().endswith("</html>"), out[-80:])
+
+    def test_generate_and_compare_json_on_stdout(self):
+        model = os.path.abspath(EXAMPLE)
+        rc, out, err = self.run_in_tmp("compare", model, model, "--gpu", "b200", "--batch", "1", "--seq", "8",
+                                       "--json", "-")
+        self.assertEqual(rc, 0, err)
+        json.loads(out)
+        cfg = os.path.join(self.dir, "cfg.json")
+        with open(cfg, "w") as f:
+            json.dump({"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 2,
+                       "intermediate_size": 128, "vocab_size": 100}, f)
+        rc, out, err = self.run_in_tmp("--config", cfg, "--generate", "8:4", "--gpu", "b200", "--json", "-")
+        self.assertEqual(rc, 0, err)
+        json.loads(out)
+        self.assertEqual(os.listdir(self.dir), ["cfg.json"])
+
+    def test_kernels_csv_on_stdout(self):
+        src = os.path.abspath(fixture("kernels", "test", "linear.csv"))
+        rc, out, err = self.run_in_tmp("kernels", "--gpu", "from-row", "--csv", src, "--out", "-")
+        self.assertEqual(rc, 0, err)
+        rows = list(csv.DictReader(io.StringIO(out)))
+        self.assertGreater(len(rows), 0)
+        self.assertIn("pred_latency_ms", rows[0])
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def test_two_outputs_or_a_binary_one_on_stdout_are_one_error(self):
+        model = os.path.abspath(EXAMPLE)
+        base = [model, "--gpu", "b200", "--batch", "1", "--seq", "8"]
+        for extra in (["--json", "-", "--csv", "-"], ["--out", "-"], ["--json", "r.json", "--out", "-"]):
+            with self.subTest(extra=extra):
+                rc, out, err = self.run_in_tmp(*base, *extra)
+                self.assertEqual(rc, 1, err)
+                self.assertEqual(out, "")
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn("standard output", err)
+                self.assertEqual(os.listdir(self.dir), [])
 
 
 if __name__ == "__main__":
