@@ -84,6 +84,7 @@ void read_gpt2(const Reader& r, ModelConfig& c) {
   c.layer_norm_eps = r.f({"layer_norm_epsilon"}, 1e-5);
   c.dropout = static_cast<float>(r.f({"resid_pdrop"}, 0.1));
   c.attn_dropout = static_cast<float>(r.f({"attn_pdrop"}, 0.1));
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
 }
 
 void read_bert(const Reader& r, ModelConfig& c) {
@@ -142,6 +143,7 @@ void read_opt(const Reader& r, ModelConfig& c) {
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
   c.pre_norm = r.b("do_layer_norm_before", true);
   c.embed_dim = r.i({"word_embed_proj_dim"}, false, c.hidden);
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
 }
 
 // The fields of a T5 encoder-decoder stack (T5Config, SwitchTransformersConfig).
@@ -1144,9 +1146,37 @@ struct Family {
 
 LoadedModel llama(const ModelConfig& c) { return builder::build_llama(c, BuildOptions{}); }
 
+// GPT-2's KV-cache step and last-position prefill on the Llama builder: GPTBigCode's block
+// with every head in the cache. The same GEMMs (one biased c_attn, c_proj, c_fc, the second
+// c_proj), LayerNorms, learned positions and tied head as build_gpt2's forward.
+LoadedModel gpt2_step(const ModelConfig& gpt2, const BuildOptions& o) {
+  ModelConfig c = gpt2;
+  c.kv_heads = c.heads;
+  c.qkv_bias = c.o_bias = c.mlp_bias = true;
+  c.layer_norm = c.dense_mlp = c.fused_qkv_blocks = true;
+  return builder::build_llama(c, o);
+}
+
+// OPT's step: biased q, k and v projections of their own, a biased ReLU MLP (fc1, fc2),
+// LayerNorms before each block and after the last, learned positions (OPT's table has two rows
+// more than its positions: the lookup is offset by 2), the head tied. OPT-350m's layout
+// (LayerNorms after the blocks, project_in / project_out around a narrower embedding) is built
+// for forward passes only.
+LoadedModel opt_step(const ModelConfig& opt, const BuildOptions& o) {
+  if (!opt.pre_norm || (opt.embed_dim != 0 && opt.embed_dim != opt.hidden))
+    throw InputError(opt.source + ": OPT with do_layer_norm_before false or a word_embed_proj_dim other than the "
+                     "hidden size (OPT-350m) has no KV-cache decoder step; --seq predicts its forward pass");
+  ModelConfig c = opt;
+  c.kv_heads = c.heads;
+  c.qkv_bias = c.o_bias = c.mlp_bias = true;
+  c.layer_norm = c.dense_mlp = true;
+  c.max_positions = opt.max_positions + 2;
+  return builder::build_llama(c, o);
+}
+
 const std::map<std::string, Family>& families() {
   static const std::map<std::string, Family> t = {
-      {"gpt2", {read_gpt2, builder::build_gpt2}},
+      {"gpt2", {read_gpt2, builder::build_gpt2, gpt2_step}},
       {"bert", {read_bert, builder::build_bert}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
@@ -1155,7 +1185,7 @@ const std::map<std::string, Family>& families() {
       {"siglip_text_model", {read_siglip_text, builder::build_clip_text}},
       {"siglip", {read_siglip, builder::build_clip}},
       {"siglip_vision_model", {read_siglip_vision, builder::build_clip}},
-      {"opt", {read_opt, builder::build_opt}},
+      {"opt", {read_opt, builder::build_opt, opt_step}},
       {"switch_transformers", {read_switch, builder::build_switch}},
       {"t5", {read_t5, builder::build_switch}},
       {"mt5", {read_t5, builder::build_switch}},

@@ -1626,3 +1626,43 @@ TEST_CASE("generation: DeepSeek-V3's multi-head latent attention caches the late
   CHECK(h.kv_cache_bytes == g.kv_cache_bytes);
   CHECK(h.tpot_ms == doctest::Approx(g.tpot_ms));
 }
+
+TEST_CASE("generation: GPT-2 and OPT decode with learned positions, every head cached and a tied head") {
+  // GPT-2 small: 124,439,808 parameters (HF's count; the head tied to wte).
+  const ModelConfig g = read_hf_config(test::source_dir() + "/examples/gpt2-small.json");
+  CHECK(g.tie_embeddings);
+  const Decoder gd = config_decoder(g);
+  CHECK(parameter_count(gd.prefill, false) == 124439808);
+  CHECK(parameter_count(gd.step, false) == 124439808);
+  CHECK(gd.max_positions == 1024);
+  CHECK(gd.kv_heads == 12);
+  int attn_gemms = 0;  // one fused c_attn per layer, as build_gpt2's forward
+  for (const Node& n : gd.step.model.graph.nodes)
+    for (const std::string& in : n.inputs) attn_gemms += n.op_type == "MatMul" && in.find("qkv_proj.weight") != std::string::npos;
+  CHECK(attn_gemms == 12);
+  const GenerationReport gr = generate(gd, serving(DType::f16, 1), 512, 16, "a100-sxm-80gb");
+  CHECK(gr.kv_cache_bytes == doctest::Approx(12.0 * 2 * 12 * 64 * (512 + 16) * 2).epsilon(0.001));
+  CHECK(gr.weight_bytes == doctest::Approx(124439808.0 * 2).epsilon(0.001));
+
+  // OPT-125m: 125,239,296 parameters (its position table 2048 + 2 rows; the head tied).
+  const nlohmann::json opt = {{"model_type", "opt"}, {"hidden_size", 768}, {"num_hidden_layers", 12},
+                              {"num_attention_heads", 12}, {"ffn_dim", 3072}, {"vocab_size", 50272},
+                              {"max_position_embeddings", 2048}, {"do_layer_norm_before", true},
+                              {"word_embed_proj_dim", 768}};
+  const ModelConfig o = parse_hf_config(opt.dump(), "opt_125m");
+  const Decoder od = config_decoder(o);
+  CHECK(parameter_count(od.prefill, false) == 125239296);
+  CHECK(parameter_count(od.step, false) == 125239296);
+  CHECK(parameter_count(build_model(o), false) == 125239296);  // as the forward pass holds them
+  CHECK(od.max_positions == 2048);
+  int relu = 0;
+  for (const Node& n : od.step.model.graph.nodes) relu += n.op_type == "Relu";
+  CHECK(relu == 12);
+
+  // OPT-350m's post-LayerNorm blocks with project_in / project_out: forward only, one clear error.
+  nlohmann::json opt350 = opt;
+  opt350["hidden_size"] = 1024;
+  opt350["do_layer_norm_before"] = false;
+  opt350["word_embed_proj_dim"] = 512;
+  CHECK_THROWS_AS(config_decoder(parse_hf_config(opt350.dump(), "opt_350m")), InputError);
+}
