@@ -206,8 +206,6 @@ LoadedModel load_config_model(const std::string& config_path, const Options& opt
 
 LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const std::string& dims_error,
                               std::vector<std::string>& notes) {
-  LoadedModel loaded = build_model(cfg);
-  loaded.model.path = "";
   // A vision encoder's sequence is its patches: the batch alone is asked for.
   if (cfg.image_size > 0 && opt.dims.batch < 0)
     throw InputError("--config of a " + cfg.model_type + " model (an image encoder) needs --batch N");
@@ -218,6 +216,8 @@ LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const 
   if (cfg.image_in_sequence() && opt.dims.seq < cfg.vision.tokens())
     throw InputError("--seq " + std::to_string(opt.dims.seq) + ": each " + cfg.language_model_of + " sequence holds its image's " +
                      std::to_string(cfg.vision.tokens()) + " tokens; --seq must be at least that");
+  LoadedModel loaded = build_model(cfg);  // after the checks: a 175B graph is not built for nothing
+  loaded.model.path = "";
   notes = config_notes(cfg, opt);
   return loaded;
 }
