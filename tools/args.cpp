@@ -61,6 +61,19 @@ std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string&
   return {name, dims};
 }
 
+void parse_image_size(const Args& args, Options& opt) {
+  if (!args.has("--image-size")) return;
+  const std::string text = args.get("--image-size");  // N (square) or HxW
+  const size_t x = text.find_first_of("xX");
+  const std::string h = text.substr(0, x), w = x == std::string::npos ? h : text.substr(x + 1);
+  for (const std::string& part : {h, w})
+    if (part.empty() || !std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      throw InputError("--image-size: expected N or HEIGHTxWIDTH in pixels, got '" + text + "'");
+  opt.image_height = parse_int(h, "--image-size height");
+  opt.image_width = parse_int(w, "--image-size width");
+  if (opt.image_height <= 0 || opt.image_width <= 0) throw InputError("--image-size: height and width must be positive");
+}
+
 Options parse_analysis_options(const Args& args) {
   Options opt;
   opt.dims.batch = args.get_int("--batch", -1);
@@ -94,6 +107,7 @@ Options parse_analysis_options(const Args& args) {
       }
       opt.dims.values[name] = v;
     }
+  parse_image_size(args, opt);
   const std::string mode = args.get("--mode");
   if (mode != "inference" && mode != "training")
     throw InputError("--mode: expected inference or training, got '" + mode + "'");
@@ -204,8 +218,14 @@ LoadedModel load_config_model(const std::string& config_path, const Options& opt
   return load_config_model(read_hf_config(config_path), opt, dims_error, notes);
 }
 
-LoadedModel load_config_model(const ModelConfig& cfg, const Options& opt, const std::string& dims_error,
+ModelConfig with_image_size(ModelConfig cfg, const Options& opt) {
+  if (opt.image_height > 0) set_image_size(cfg, opt.image_height, opt.image_width);
+  return cfg;
+}
+
+LoadedModel load_config_model(const ModelConfig& given, const Options& opt, const std::string& dims_error,
                               std::vector<std::string>& notes) {
+  const ModelConfig cfg = with_image_size(given, opt);
   // A vision encoder's sequence is its patches: the batch alone is asked for.
   if (cfg.image_size > 0 && opt.dims.batch < 0)
     throw InputError("--config of a " + cfg.model_type + " model (an image encoder) needs --batch N");

@@ -46,9 +46,13 @@ std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string&
 // The analysis options every model-predicting subcommand shares: --batch, --seq, --dim,
 // --shape, --value, --mode, --fusion, --dtype, --predictor, --weights. Throws InputError naming the flag.
 Options parse_analysis_options(const Args& args);
+// --image-size N or HxW into opt.image_height / image_width (unset without the flag).
+void parse_image_size(const Args& args, Options& opt);
+// The config with --image-size applied (set_image_size; unchanged without it).
+ModelConfig with_image_size(ModelConfig config, const Options& opt);
 
-// The model of a Hugging Face config (no file behind it: its path is empty). Throws
-// InputError(`dims_error`) without --batch and --seq. `notes` gets config_notes' lines.
+// The model of a Hugging Face config (no file behind it: its path is empty), --image-size
+// applied. Throws InputError(`dims_error`) without --batch and --seq. `notes` gets config_notes' lines.
 LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
                               std::vector<std::string>& notes);
 LoadedModel load_config_model(const ModelConfig& config, const Options& opt, const std::string& dims_error,

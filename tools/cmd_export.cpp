@@ -18,7 +18,10 @@ int cmd_export(const Argv& argv) {
   args.get_int("--batch", 1);  // accepted (dims stay symbolic) but validated
   args.get_int("--seq", 1);
   // --kv-cache: one decoder step with past_key_values inputs (what --generate predicts).
-  const LoadedModel m = build_model(read_hf_config(args.get("--config")), BuildOptions{args.has("--kv-cache")});
+  Options image;
+  parse_image_size(args, image);
+  const LoadedModel m =
+      build_model(with_image_size(read_hf_config(args.get("--config")), image), BuildOptions{args.has("--kv-cache")});
   // Weights are external-data stubs: every initializer points into "<model>.weights", written
   // as an empty placeholder so ONNX tooling finds the file; its bytes are never materialised.
   const std::filesystem::path out_path(out);

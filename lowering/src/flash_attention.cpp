@@ -541,7 +541,14 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
   f.head_dim = q->shape[3].value;
   f.keys = scores->shape[3].value;
   f.head_dim_v = o->shape[3].value;
-  f.kv_heads = k.stored->shape.size() == 4 ? k.stored->shape[1].value : f.heads;
+  // The keys' heads as stored (grouped-query attention repeats them after): a [batch, KV heads,
+  // keys, head_dim] tensor whose heads divide the queries'. Keys stored in another layout (a
+  // [batch, keys, heads, head_dim] rotary output transposed after it, windows folded into the
+  // batch) have the queries' heads.
+  const auto& ks = k.stored->shape;
+  const bool grouped = ks.size() == 4 && ks[0].value == f.batch && ks[1].value > 0 && f.heads % ks[1].value == 0 &&
+                       ks[2].value == f.keys;
+  f.kv_heads = grouped ? ks[1].value : f.heads;
   // A mask that differs per query row is causal; one broadcast over the queries (padding)
   // or none: every key.
   for (int ni : grp.nodes) {

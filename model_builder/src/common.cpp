@@ -246,4 +246,18 @@ std::string masked_attention(Net& n, const std::string& p, const std::string& q,
   return merge_heads(n, p + "/merge", o, merged);
 }
 
+// rotate_half(x) = cat(-x2, x1); x_embed = x * cos + rotate_half(x) * sin.
+std::string rotate_half_embedding(Net& n, const std::string& p, const std::string& x, int64_t hd, const std::string& cos,
+                                  const std::string& sin) {
+  const std::string ax = n.b.ints(p + "/axis", {3});
+  const std::string x1 = n.b.node("Slice", p + "/x1", {x, n.b.ints(p + "/s0", {0}), n.b.ints(p + "/e0", {hd / 2}), ax});
+  const std::string x2 = n.b.node("Slice", p + "/x2", {x, n.b.ints(p + "/s1", {hd / 2}), n.b.ints(p + "/e1", {hd}), ax});
+  const std::string neg = n.b.node("Neg", p + "/Neg", {x2});
+  const std::string rot = n.b.node("Concat", p + "/rotate_half", {neg, x1});
+  n.b.attr_i("axis", -1);
+  const std::string a = n.b.node("Mul", p + "/Mul_cos", {x, cos});
+  const std::string b = n.b.node("Mul", p + "/Mul_sin", {rot, sin});
+  return n.b.node("Add", p + "/Add", {a, b});
+}
+
 }  // namespace neusight::builder

@@ -1,5 +1,6 @@
 // config.cpp - Hugging Face config.json -> ModelConfig, and the table of model families.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,6 +24,9 @@ constexpr int64_t kMaxConfigInt = (int64_t(1) << 31) - 1;
 constexpr int64_t kMaxLayers = 10000;
 constexpr int64_t kMaxLayerExperts = 1000000;
 constexpr int64_t kMaxExpertCapacity = int64_t(1) << 20;
+// The image a Qwen2-VL or Qwen2.5-VL config is predicted on without --image-size: 448 x 448
+// pixels, 256 tokens after the 2 x 2 merge (an assumption of this tool, not the models').
+constexpr int64_t kDefaultQwenImage = 448;
 
 struct Reader {
   const json& j;
@@ -279,9 +283,54 @@ void read_mixtral(const Reader& r, ModelConfig& c) {
   check_experts(r, c);
 }
 
+// The vision tower of Qwen2-VL (Qwen2VLVisionConfig's defaults) or Qwen2.5-VL
+// (Qwen2_5_VLVisionConfig's, with the 7B checkpoint's widths: the class's own hidden_size
+// default is the language model's) from vision_config, on a kDefaultQwenImage square image.
+void read_qwen_vision(const Reader& outer, ModelConfig& c) {
+  const bool v25 = c.language_model_of == "qwen2_5_vl";
+  auto vc = outer.j.find("vision_config");
+  const json empty = json::object();
+  const Reader v{vc != outer.j.end() && vc->is_object() ? *vc : empty, outer.path + " vision_config"};
+  ModelConfig::VisionTower& t = c.vision;
+  t.layers = v.i({"depth"}, false, 32);
+  t.hidden = v.i({v25 ? "hidden_size" : "embed_dim"}, false, 1280);
+  t.heads = v.i({"num_heads"}, false, 16);
+  t.ffn = v25 ? v.i({"intermediate_size"}, false, 3420) : t.hidden * v.i({"mlp_ratio"}, false, 4);
+  t.out_hidden = v.i({v25 ? "out_hidden_size" : "hidden_size"}, false, c.hidden);
+  t.patch_size = v.i({"patch_size", "spatial_patch_size"}, false, 14);
+  t.temporal_patch = v.i({"temporal_patch_size"}, false, 2);
+  t.merge_size = v.i({"spatial_merge_size"}, false, 2);
+  t.channels = v.i({"in_channels", "in_chans"}, false, 3);
+  t.activation = v.s({"hidden_act"}, v25 ? "silu" : "quick_gelu");
+  t.layer_norm_eps = 1e-6;
+  if (v25) {
+    t.window_size = v.i({"window_size"}, false, 112);
+    t.full_attention_layers = {7, 15, 23, 31};
+    if (auto f = v.j.find("fullatt_block_indexes"); f != v.j.end() && f->is_array()) {
+      t.full_attention_layers.clear();
+      for (const auto& l : *f) {
+        if (!l.is_number_integer()) throw InputError(v.path + ": fullatt_block_indexes must list layer indices");
+        t.full_attention_layers.push_back(l.get<int64_t>());
+      }
+    }
+  }
+  if (t.layers <= 0 || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || (t.hidden / t.heads) % 4 != 0 ||
+      t.ffn <= 0 || t.patch_size <= 0 || t.temporal_patch <= 0 || t.merge_size <= 0 || t.channels <= 0)
+    throw InputError(v.path + ": depth, widths, heads (dividing the width into heads of a multiple of 4), patch and "
+                              "merge sizes must be positive");
+  for (int64_t l : t.full_attention_layers)
+    if (l < 0 || l >= t.layers) throw InputError(v.path + ": fullatt_block_indexes must be layers of the tower");
+  if (t.out_hidden != c.hidden)
+    throw InputError(v.path + ": the merger's output (" + std::to_string(t.out_hidden) +
+                     ") must be the language model's hidden size (" + std::to_string(c.hidden) + ")");
+  if (v25 && (t.window_size <= 0 || t.window_size % (t.patch_size * t.merge_size) != 0))
+    throw InputError(v.path + ": window_size must be a positive multiple of patch_size x spatial_merge_size");
+  set_image_size(c, kDefaultQwenImage, kDefaultQwenImage);
+}
+
 // Qwen2-VL and Qwen2.5-VL: the language model, Qwen2's (Q, K, V biases; its multimodal
 // rotary sections cost as one rotary), whose fields these configs keep at the top level (or in
-// text_config); the vision tower is not built (config_multimodal_note).
+// text_config), and the vision tower (read_qwen_vision) on one image a sequence.
 void read_qwen2_vl(const Reader& outer, ModelConfig& c) {
   json j = outer.j;
   if (auto t = outer.j.find("text_config"); t != outer.j.end() && t->is_object())
@@ -291,6 +340,7 @@ void read_qwen2_vl(const Reader& outer, ModelConfig& c) {
   c.qkv_bias = r.b("attention_bias", true);
   c.language_model_of = c.model_type;
   c.model_type = "qwen2";
+  read_qwen_vision(outer, c);
 }
 
 // Qwen3: a Llama-style decoder with an RMSNorm over each query and key head. Qwen3-VL's
@@ -1475,8 +1525,40 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
          ": Megatron and vLLM refuse that split; predicted with the shards padded";
 }
 
+void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
+  ModelConfig::VisionTower& v = c.vision;
+  if (!v.qwen())
+    throw InputError("--image-size applies to Qwen2-VL and Qwen2.5-VL configs, whose processor resizes any image; " +
+                     (c.source.empty() ? std::string("this config") : c.source) +
+                     (v.layers > 0 || c.image_size > 0 ? "'s tower takes its config's image_size" : " has no vision tower"));
+  if (height <= 0 || width <= 0 || height > (1 << 16) || width > (1 << 16))
+    throw InputError("--image-size: height and width must be between 1 and 65536 pixels");
+  // smart_resize (transformers' Qwen2VLImageProcessor) with the checkpoints' min_pixels and
+  // max_pixels (preprocessor_config.json of Qwen2-VL-7B-Instruct and Qwen2.5-VL-7B-Instruct).
+  constexpr double kMinPixels = 3136, kMaxPixels = 12845056;
+  const double factor = double(v.patch_size * v.merge_size), h = double(height), w = double(width);
+  if (std::max(h, w) / std::min(h, w) > 200) throw InputError("--image-size: the aspect ratio must be at most 200");
+  double hb = std::max(factor, std::nearbyint(h / factor) * factor), wb = std::max(factor, std::nearbyint(w / factor) * factor);
+  if (hb * wb > kMaxPixels) {
+    const double beta = std::sqrt(h * w / kMaxPixels);
+    hb = std::max(factor, std::floor(h / beta / factor) * factor);
+    wb = std::max(factor, std::floor(w / beta / factor) * factor);
+  } else if (hb * wb < kMinPixels) {
+    const double beta = std::sqrt(kMinPixels / (h * w));
+    hb = std::ceil(h * beta / factor) * factor;
+    wb = std::ceil(w * beta / factor) * factor;
+  }
+  v.image_size = static_cast<int64_t>(hb);
+  v.image_width = static_cast<int64_t>(wb);
+}
+
 std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
+  if (c.image_in_sequence() && c.vision.qwen())
+    return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
+           " layers) and merger run on one image per sequence, " + std::to_string(c.vision.image_size) + " x " +
+           std::to_string(c.vision.image_width) + " pixels as its processor resizes it (--image-size), whose " +
+           std::to_string(c.vision.tokens()) + " tokens are among its sequence's";
   if (c.image_in_sequence())
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
            (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence" +

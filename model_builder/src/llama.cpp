@@ -15,20 +15,6 @@ namespace neusight::builder {
 
 namespace {
 
-// rotate_half(x) = cat(-x2, x1); x_embed = x * cos + rotate_half(x) * sin.
-std::string rotary(Net& n, const std::string& p, const std::string& x, int64_t hd, const std::string& cos,
-                   const std::string& sin) {
-  const std::string ax = n.b.ints(p + "/axis", {3});
-  const std::string x1 = n.b.node("Slice", p + "/x1", {x, n.b.ints(p + "/s0", {0}), n.b.ints(p + "/e0", {hd / 2}), ax});
-  const std::string x2 = n.b.node("Slice", p + "/x2", {x, n.b.ints(p + "/s1", {hd / 2}), n.b.ints(p + "/e1", {hd}), ax});
-  const std::string neg = n.b.node("Neg", p + "/Neg", {x2});
-  const std::string rot = n.b.node("Concat", p + "/rotate_half", {neg, x1});
-  n.b.attr_i("axis", -1);
-  const std::string a = n.b.node("Mul", p + "/Mul_cos", {x, cos});
-  const std::string b = n.b.node("Mul", p + "/Mul_sin", {rot, sin});
-  return n.b.node("Add", p + "/Add", {a, b});
-}
-
 // The rotated dims of a head: Phi's partial_rotary_factor of it (even), all of it otherwise.
 int64_t rotary_dims(const ModelConfig& c) {
   if (c.rotary_fraction >= 1) return c.head_dim;
@@ -38,11 +24,11 @@ int64_t rotary_dims(const ModelConfig& c) {
 // Rotary on the first `rd` of `hd` dims, the rest passed through (Phi: q_rot, q_pass, cat).
 std::string partial_rotary(Net& n, const std::string& p, const std::string& x, int64_t hd, int64_t rd,
                            const std::string& cos, const std::string& sin) {
-  if (rd >= hd) return rotary(n, p, x, hd, cos, sin);
+  if (rd >= hd) return rotate_half_embedding(n, p, x, hd, cos, sin);
   const std::string ax = n.b.ints(p + "/part_axis", {3});
   const std::string rot = n.b.node("Slice", p + "/x_rot", {x, n.b.ints(p + "/r0", {0}), n.b.ints(p + "/r1", {rd}), ax});
   const std::string pass = n.b.node("Slice", p + "/x_pass", {x, n.b.ints(p + "/p0", {rd}), n.b.ints(p + "/p1", {hd}), ax});
-  const std::string y = n.b.node("Concat", p + "/Concat_pass", {rotary(n, p, rot, rd, cos, sin), pass});
+  const std::string y = n.b.node("Concat", p + "/Concat_pass", {rotate_half_embedding(n, p, rot, rd, cos, sin), pass});
   n.b.attr_i("axis", -1);
   return y;
 }
@@ -202,11 +188,11 @@ std::string mla_attention(Net& n, const std::string& p, const std::string& x, co
                       : linear(n, p + ".q_proj", x, h, H * (dn + dr), false);
   q = split_heads(n, p + "/q", q, H, dn + dr);  // [b, H, s, dn + dr]
   const std::string q_nope = last_axis(n, p + "/q_nope", q, 0, dn, 4);
-  const std::string q_pe = rotary(n, p + "/rotary_q", last_axis(n, p + "/q_pe", q, dn, dn + dr, 4), dr, cos, sin);
+  const std::string q_pe = rotate_half_embedding(n, p + "/rotary_q", last_axis(n, p + "/q_pe", q, dn, dn + dr, 4), dr, cos, sin);
   const std::string kva = linear(n, p + ".kv_a_proj_with_mqa", x, h, kvr + dr, false);  // [b, s, kvr + dr]
   const std::string latent = rms_norm(n, p + ".kv_a_layernorm", last_axis(n, p + "/kv_latent", kva, 0, kvr, 3), kvr,
                                       c.layer_norm_eps);
-  const std::string k_pe = rotary(n, p + "/rotary_k", split_heads(n, p + "/k_pe", last_axis(n, p + "/k_rope", kva, kvr, kvr + dr, 3), 1, dr),
+  const std::string k_pe = rotate_half_embedding(n, p + "/rotary_k", split_heads(n, p + "/k_pe", last_axis(n, p + "/k_rope", kva, kvr, kvr + dr, 3), 1, dr),
                                   dr, cos, sin);  // [b, 1, s, dr]
   const std::string kv_b = p + ".kv_b_proj";
   if (cache.total.empty()) {
@@ -494,7 +480,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   if (c.image_in_sequence() && !o.kv_cache) {
     // LLaVA: the image's features replace its placeholder tokens' embeddings (masked_scatter;
     // the image taken as the first tokens of each sequence, one copy of the embeddings).
-    const std::string img = llava_image_features(n, c);
+    const std::string img = c.vision.qwen() ? qwen_vl_image_features(n, c) : llava_image_features(n, c);
     const std::string text = n.b.node("Slice", p0 + "/text_tokens",
                                       {x, n.b.ints(p0 + "/image_end", {c.vision.tokens()}),
                                        n.b.ints(p0 + "/text_end", {int64_t(1) << 62}), n.b.ints(p0 + "/seq_axis", {1})});

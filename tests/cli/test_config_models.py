@@ -107,6 +107,14 @@ LLAVA = {"model_type": "llava", "text_config": dict(LLAMA, model_type="llama"),
                            "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
 # LLaVA-NeXT: the same tower on a 2 x 2 grid of crops and the whole image (16 + 8 x 9 tokens).
 LLAVA_NEXT = dict(LLAVA, model_type="llava_next", image_grid_pinpoints=[[128, 64], [128, 128]])
+# Qwen2-VL and Qwen2.5-VL with small towers (Qwen2.5-VL: windows but in layer 1) on the default
+# 448-pixel image (256 tokens).
+QWEN2_VL = {"model_type": "qwen2_vl", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
+            "vision_config": {"depth": 2, "embed_dim": 128, "hidden_size": 256, "num_heads": 4, "mlp_ratio": 2}}
+QWEN25_VL = dict(QWEN2_VL, model_type="qwen2_5_vl",
+                 vision_config={"depth": 3, "hidden_size": 128, "intermediate_size": 200, "num_heads": 4,
+                                "out_hidden_size": 256, "window_size": 112, "fullatt_block_indexes": [1]})
 # PaliGemma with a small SigLIP tower (no class token, one projection) before Gemma.
 PALIGEMMA = {"model_type": "paligemma",
              "text_config": {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 512,
@@ -182,6 +190,7 @@ class ConfigModels(unittest.TestCase):
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
                           ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("llava_next_small", LLAVA_NEXT), ("paligemma_small", PALIGEMMA),
+                          ("qwen2_vl_small", QWEN2_VL), ("qwen25_vl_small", QWEN25_VL),
                           ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
                           ("qwen3_next_small", QWEN3_NEXT), ("granite_h_small", GRANITE_H)):
             made.append(os.path.join(self.dir, name + ".json"))
@@ -220,6 +229,30 @@ class ConfigModels(unittest.TestCase):
         code, so, se = run("export", "--config", cfg, "-o", out)
         self.assertEqual(code, 0, se)
         return cfg, out
+
+    def test_image_size_resizes_qwen_images_and_is_an_error_elsewhere(self):
+        cfg, _ = self.export("qwen25_image", QWEN25_VL)
+        # 300 x 500 pixels: smart_resize to 308 x 504, 22 x 36 patches, 11 x 18 = 198 tokens.
+        code, so, se = run("--config", cfg, "--batch", "1", "--seq", "198", "--gpu", GPU, "--image-size", "300x500",
+                           "--quiet")
+        self.assertEqual(code, 0, se)
+        self.assertIn("308 x 504 pixels as its processor resizes it (--image-size), whose 198 tokens", se)
+        code, so, se = run("--config", cfg, "--batch", "1", "--seq", "197", "--gpu", GPU, "--image-size", "300x500")
+        self.assertEqual(code, 2)
+        self.assertIn("holds its image's 198 tokens", se)
+        out = os.path.join(self.dir, "qwen25_308x504.onnx")
+        code, so, se = run("export", "--config", cfg, "--image-size", "300x500", "-o", out)
+        self.assertEqual(code, 0, se)
+        ok, msg = check_onnx(out)
+        self.assertTrue(ok, msg)
+        llava, _ = self.export("llava_image", LLAVA)
+        for bad, needle in (([llava], "take"), ([cfg, "--image-size", "0x5"], "positive"),
+                            ([cfg, "--image-size", "big"], "HEIGHTxWIDTH")):
+            code, so, se = run("--config", *bad[:1], "--batch", "1", "--seq", "300", "--gpu", GPU,
+                               *(bad[1:] or ["--image-size", "448"]))
+            self.assertEqual(code, 2, se)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn(needle, se)
 
     def test_vit_is_an_image_encoder_bound_by_the_batch_alone(self):
         cfg, out = self.export("vit_small", VIT)

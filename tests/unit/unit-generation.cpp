@@ -1666,3 +1666,50 @@ TEST_CASE("generation: GPT-2 and OPT decode with learned positions, every head c
   opt350["word_embed_proj_dim"] = 512;
   CHECK_THROWS_AS(config_decoder(parse_hf_config(opt350.dump(), "opt_350m")), InputError);
 }
+
+TEST_CASE("generation: Qwen2-VL and Qwen2.5-VL run their vision towers on the processor's resized image") {
+  const ModelConfig q2 = read_hf_config(test::source_dir() + "/tests/data/qwen2_vl_7b.json");
+  const ModelConfig q25 = read_hf_config(test::source_dir() + "/tests/data/qwen2_5_vl_7b.json");
+  REQUIRE(q2.vision.qwen());
+  REQUIRE(q25.vision.qwen());
+  // The default image, 448 x 448: 32 x 32 patches of 14, merged 2 x 2 into 256 tokens.
+  CHECK(q2.vision.tokens() == 256);
+  // Tower parameters (inv_freq buffers apart): the patch Conv3d 1280 x 3 x 2 x 14 x 14, 32
+  // blocks and the merger (LayerNorm or RMSNorm, 5120 -> 5120 -> 3584 with biases). Qwen2-VL's
+  // block: 2 LayerNorms, qkv 1280 -> 3840, proj, fc1 1280 -> 5120, fc2; Qwen2.5-VL's: 2 RMSNorms,
+  // qkv, proj and the gated MLP of 3420, biased.
+  const int64_t lm = 7615616512, conv = 1280 * 3 * 2 * 14 * 14;
+  const int64_t block2 = 2 * 2560 + (1280 * 3840 + 3840) + (1280 * 1280 + 1280) + (1280 * 5120 + 5120) + (5120 * 1280 + 1280);
+  const int64_t block25 = 2 * 1280 + (1280 * 3840 + 3840) + (1280 * 1280 + 1280) + 2 * (1280 * 3420 + 3420) + (3420 * 1280 + 1280);
+  const int64_t merger = (5120 * 5120 + 5120) + (5120 * 3584 + 3584);
+  CHECK(parameter_count(build_model(q2)) == lm + conv + 32 * block2 + 2560 + merger);
+  CHECK(parameter_count(build_model(q25)) == lm + conv + 32 * block25 + 1280 + merger);
+  // The processor's smart_resize: sides to multiples of 28, the area into [3136, 12845056].
+  ModelConfig r = q25;
+  set_image_size(r, 1080, 1920);
+  CHECK(r.vision.image_size == 1092);
+  CHECK(r.vision.image_width == 1932);
+  CHECK(r.vision.tokens() == 39 * 69);
+  set_image_size(r, 10, 10);
+  CHECK(r.vision.tokens() == 4);  // 56 x 56
+  set_image_size(r, 8000, 8000);
+  CHECK(r.vision.image_size == 3584);  // 3584^2 = 12845056, the bound itself
+  CHECK(r.vision.tokens() == 128 * 128);
+  ModelConfig llava = read_hf_config(test::source_dir() + "/tests/data/llava_1.5_7b.json");
+  CHECK_THROWS_AS(set_image_size(llava, 448, 448), InputError);
+  // Qwen2.5-VL attends within windows of 112 pixels (8 x 8 patches) but in layers 7, 15, 23
+  // and 31; a 1092 x 1932 image has 10 x 18 windows. Each attention is one FlashAttention
+  // kernel under full fusion, reading its queries, keys and values and writing its output once.
+  set_image_size(r, 1080, 1920);
+  const Analysis a = prepare(build_model(r), serving(DType::bf16, 1, 3000));
+  int flash = 0, windowed = 0;
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.op != "flash_attention" || k.gemm.m == 3000) continue;  // the language model's own
+    ++flash;
+    windowed += k.gemm.batch == 10 * 18 * 16;
+    const double qkvo = 4.0 * double(k.gemm.batch) * double(k.gemm.m) * 80 * 2;
+    CHECK(k.bytes == doctest::Approx(qkvo).epsilon(0.01));
+  }
+  CHECK(flash == 32);
+  CHECK(windowed == 28);
+}

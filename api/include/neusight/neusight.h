@@ -55,6 +55,10 @@ struct Options {
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;
+  // --image-size: the image a --config vision-language model whose processor resizes any image
+  // (Qwen2-VL, Qwen2.5-VL) reads, height and width in pixels before that resize; 0: the
+  // builder's default (model_builder.h set_image_size). Read where a config is built.
+  int64_t image_height = 0, image_width = 0;
 };
 
 // Runs every stage. Throws InputError / RuntimeError (graph.h).

@@ -217,8 +217,20 @@ struct ModelConfig {
     // feature map with a learned image_newline after each of its rows, after the whole image's.
     // 0: one crop (LLaVA-1.5).
     int64_t grid_rows = 0, grid_cols = 0;
+    // Qwen2-VL's and Qwen2.5-VL's tower (merge_size > 0): an image of image_size x image_width
+    // pixels (multiples of patch_size x merge_size, as the processor resizes it; set_image_size)
+    // cut into patch_size patches of temporal_patch frames (a still image repeated), every
+    // layer attending with 2D rotary positions, then merge_size x merge_size neighbouring
+    // patches concatenated and projected (PatchMerger) to out_hidden, the language model's
+    // width. Qwen2-VL: LayerNorms and an MLP of fc1, the activation and fc2. Qwen2.5-VL
+    // (window_size > 0): RMSNorms, a gated MLP (gate_proj, up_proj, down_proj), and attention
+    // within windows of window_size pixels but in full_attention_layers.
+    int64_t image_width = 0, merge_size = 0, temporal_patch = 0, out_hidden = 0, window_size = 0;
+    std::vector<int64_t> full_attention_layers;
+    bool qwen() const { return merge_size > 0; }
     int64_t crops() const { return 1 + grid_rows * grid_cols; }
     int64_t tokens() const {
+      if (qwen()) return (image_size / (patch_size * merge_size)) * (image_width / (patch_size * merge_size));
       const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
       const int64_t one = side * side + (keep_class_token ? 1 : 0);
       return one + grid_rows * side * (grid_cols * side + 1);
@@ -262,6 +274,13 @@ struct ModelConfig {
 bool mamba_layer(const ModelConfig& c, int64_t l);
 bool delta_layer(const ModelConfig& c, int64_t l);
 bool attention_layer(const ModelConfig& c, int64_t l);
+
+// The image a Qwen2-VL or Qwen2.5-VL config's tower reads: `height` x `width` pixels resized as
+// its processor does (Qwen2VLImageProcessor's smart_resize: each side rounded to a multiple of
+// patch_size x merge_size, the area then scaled into the checkpoints' preprocessor_config.json
+// bounds of 3,136 to 12,845,056 pixels, aspect kept). InputError for a config whose tower takes
+// a fixed image_size (CLIP, SigLIP, LLaVA), or none.
+void set_image_size(ModelConfig& c, int64_t height, int64_t width);
 
 // Reads a config.json, or the config.json of a model's folder (a Hugging Face snapshot; the
 // model is then named after the folder). Throws InputError naming the file and the missing
