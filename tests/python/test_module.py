@@ -102,6 +102,23 @@ class Analyze(unittest.TestCase):
         self.assertTrue(same(r["e2e_latency_ms"], want["e2e_latency_ms"]))
         self.assertTrue(same(r["nodes"], want["nodes"]))
 
+    def test_image_size_equals_cli(self):
+        # A Qwen2.5-VL config's image: an int or (height, width), as --image-size.
+        cfg = os.path.join(SOURCE, "tests", "data", "qwen2_5_vl_7b.json")
+        want = run_json("--config", cfg, "--gpu", "h100", "--batch", "1", "--seq", "300", "--dtype", "bf16",
+                        "--image-size", "300x500")
+        got = n.from_config(cfg, "h100", batch=1, seq=300, dtype="bf16", image_size=(300, 500))
+        self.assertTrue(same(got["e2e_latency_ms"], want["e2e_latency_ms"]))
+        self.assertNotEqual(got["e2e_latency_ms"], n.from_config(cfg, "h100", batch=1, seq=300, dtype="bf16")["e2e_latency_ms"])
+        gen = run_json("--config", cfg, "--gpu", "h100", "--generate", "1400:8", "--image-size", "1024")
+        self.assertTrue(same(n.generate(cfg, "h100", 1400, 8, image_size=1024)["generation"], gen["generation"]))
+        c = n.compare([cfg, cfg], "h100", batch=1, seq=1400, image_size=1024)
+        self.assertEqual(len(c["models"]), 2)
+        with self.assertRaises(TypeError):
+            n.from_config(cfg, "h100", batch=1, seq=300, image_size=(1, 2, 3))
+        with self.assertRaisesRegex(ValueError, "--image-size applies to Qwen2-VL"):
+            n.from_config(CONFIG, "h100", batch=1, seq=64, image_size=448)
+
     def test_generate_equals_cli(self):
         # A config (path and dict), the ONNX decoder exported from it, a GPU list, the serving
         # defaults and explicit options: the CLI's --generate report, key for key.
