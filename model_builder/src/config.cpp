@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -1376,11 +1377,13 @@ void read_grid_pinpoints(const json& j, const std::string& path, ModelConfig::Vi
       throw InputError(what + ": each side a multiple of the tower's image_size (" + std::to_string(t.image_size) +
                        "), at most 64 crops");
   }
+  t.pinpoints.clear();
+  for (const json& p : pins) t.pinpoints.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
   // A square image of `side` pixels: each pinpoint keeps min(h, w)^2 of them (resized to fit);
   // the most kept wins, then the smallest area.
   int64_t best_kept = -1, best_area = 0;
-  for (const json& p : pins) {
-    const int64_t h = p[0].get<int64_t>(), w = p[1].get<int64_t>(), kept = std::min(h, w) * std::min(h, w);
+  for (const auto& [h, w] : t.pinpoints) {
+    const int64_t kept = std::min(h, w) * std::min(h, w);
     if (kept > best_kept || (kept == best_kept && h * w < best_area)) {
       best_kept = kept;
       best_area = h * w;
@@ -1388,6 +1391,37 @@ void read_grid_pinpoints(const json& j, const std::string& path, ModelConfig::Vi
       t.grid_cols = w / t.image_size;
     }
   }
+}
+
+// LLaVA-NeXT's grid and unpadded feature map for an image of `height` x `width` pixels
+// (transformers' select_best_resolution, then LlavaNextProcessor._get_unpadded_features).
+void set_grid_image(ModelConfig::VisionTower& t, int64_t height, int64_t width) {
+  int64_t best_h = 0, best_w = 0;
+  double best_kept = 0, best_wasted = std::numeric_limits<double>::infinity();
+  for (const auto& [h, w] : t.pinpoints) {
+    const double scale = std::min(double(w) / double(width), double(h) / double(height));
+    const double kept = std::min(std::floor(double(width) * scale) * std::floor(double(height) * scale), double(width) * double(height));
+    const double wasted = double(w) * double(h) - kept;
+    if (kept > best_kept || (kept == best_kept && wasted < best_wasted)) {
+      best_kept = kept;
+      best_wasted = wasted;
+      best_h = h;
+      best_w = w;
+    }
+  }
+  t.grid_rows = best_h / t.image_size;
+  t.grid_cols = best_w / t.image_size;
+  const int64_t side = t.image_size / t.patch_size;
+  int64_t rows = side * t.grid_rows, cols = side * t.grid_cols;
+  if (double(width) / double(height) > double(cols) / double(rows)) {  // wider: rows padded
+    const int64_t fit = static_cast<int64_t>(std::round(double(height) * (double(cols) / double(width)) * 1e7) / 1e7);
+    rows -= 2 * ((rows - fit) / 2);
+  } else {
+    const int64_t fit = static_cast<int64_t>(std::round(double(width) * (double(rows) / double(height)) * 1e7) / 1e7);
+    cols -= 2 * ((cols - fit) / 2);
+  }
+  t.feature_rows = rows;
+  t.feature_cols = cols;
 }
 
 // The vision tower of LLaVA (CLIP's, when one layer's features are taken) and of PaliGemma
@@ -1527,12 +1561,18 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
 
 void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   ModelConfig::VisionTower& v = c.vision;
-  if (!v.qwen())
-    throw InputError("--image-size applies to Qwen2-VL and Qwen2.5-VL configs, whose processor resizes any image; " +
-                     (c.source.empty() ? std::string("this config") : c.source) +
+  if (!v.qwen() && v.pinpoints.empty())
+    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL and LLaVA-NeXT configs, whose processors take any "
+                     "image; " + (c.source.empty() ? std::string("this config") : c.source) +
                      (v.layers > 0 || c.image_size > 0 ? "'s tower takes its config's image_size" : " has no vision tower"));
   if (height <= 0 || width <= 0 || height > (1 << 16) || width > (1 << 16))
     throw InputError("--image-size: height and width must be between 1 and 65536 pixels");
+  v.given_height = height;
+  v.given_width = width;
+  if (!v.qwen()) {
+    set_grid_image(v, height, width);
+    return;
+  }
   // smart_resize (transformers' Qwen2VLImageProcessor) with the checkpoints' min_pixels and
   // max_pixels (preprocessor_config.json of Qwen2-VL-7B-Instruct and Qwen2.5-VL-7B-Instruct).
   constexpr double kMinPixels = 3136, kMaxPixels = 12845056;
@@ -1562,8 +1602,11 @@ std::string config_multimodal_note(const ModelConfig& c) {
   if (c.image_in_sequence())
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
            (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence" +
-           (c.vision.crops() > 1 ? " (a square image: " + std::to_string(c.vision.grid_rows) + " x " +
-                                       std::to_string(c.vision.grid_cols) + " crops and the whole image)"
+           (c.vision.crops() > 1 ? " (" + (c.vision.given_height > 0 ? std::to_string(c.vision.given_height) + " x " +
+                                                                           std::to_string(c.vision.given_width) + " pixels"
+                                                                     : std::string("a square image")) +
+                                       ": " + std::to_string(c.vision.grid_rows) + " x " + std::to_string(c.vision.grid_cols) +
+                                       " crops and the whole image, --image-size)"
                                  : std::string()) +
            ", whose " + std::to_string(c.vision.tokens()) + " tokens are among its sequence's";
   return c.source + " is a " + c.language_model_of + " model: its language model (" + c.model_type +

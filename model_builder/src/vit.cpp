@@ -162,8 +162,9 @@ std::string clip_pooled(Net& n, const std::string& vm, const std::string& x, con
 // whole image's first, as the processor orders them): the grid's crops laid out as one
 // [hidden, rows x side, cols x side] feature map (view and permute: one copy), image_newline
 // appended to each of its rows (cat: a copy), flattened and transposed to tokens, after the
-// whole image's (cat: a copy) -> [batch, tokens(), hidden]. A square image fills its grid, so
-// unpad_image removes nothing. The Net's batch is the images' (one a sequence) again here.
+// whole image's (cat: a copy) -> [batch, tokens(), hidden]. unpad_image (a view) first keeps
+// the centre feature_rows x feature_cols of the map an image of another aspect covers (a square
+// image on a square grid: all of it). The Net's batch is the images' (one a sequence) again here.
 std::string pack_crops(Net& n, const ModelConfig& c, const std::string& projected) {
   const ModelConfig::VisionTower& v = c.vision;
   const int64_t h = c.hidden, side = v.image_size / v.patch_size, rows = v.grid_rows, cols = v.grid_cols;
@@ -180,8 +181,14 @@ std::string pack_crops(Net& n, const ModelConfig& c, const std::string& projecte
   std::string map = n.b.node("Transpose", p + "/grid_permute", {cells});
   n.b.attr_ints("perm", {0, 5, 1, 3, 2, 4});  // [batch, hidden, rows, side, cols, side]
   map = n.b.node("Reshape", p + "/grid_map", {map, n.b.ints(p + "/map_shape", {-1, h, rows * side, cols * side})});
+  const int64_t fr = v.feature_rows > 0 ? v.feature_rows : rows * side, fc = v.feature_cols > 0 ? v.feature_cols : cols * side;
+  if (fr < rows * side || fc < cols * side) {  // unpad_image: the centre the image covers
+    const int64_t top = (rows * side - fr) / 2, left = (cols * side - fc) / 2;
+    map = n.b.node("Slice", p + "/unpad", {map, n.b.ints(p + "/unpad_start", {top, left}),
+                                           n.b.ints(p + "/unpad_end", {top + fr, left + fc}), n.b.ints(p + "/unpad_axes", {2, 3})});
+  }
   const std::string newline_shape =
-      n.b.node("Concat", p + "/newline_shape", {n.batch, n.b.ints(p + "/newline_dims", {h, rows * side, 1})});
+      n.b.node("Concat", p + "/newline_shape", {n.batch, n.b.ints(p + "/newline_dims", {h, fr, 1})});
   n.b.attr_i("axis", 0);
   const std::string newline =
       n.b.node("Expand", p + "/newline_expand",

@@ -405,6 +405,30 @@ TEST_CASE("model_builder: LLaVA-NeXT tiles a square image into its grid of crops
   CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "llava_next", "text_config": {"model_type": "mistral"},
       "image_grid_pinpoints": [[500, 336]]})", "llava_next"), doctest::Contains("a multiple of the tower's image_size (336)"),
                        InputError);
+  // Another aspect (--image-size): select_best_resolution's grid, and unpad_image's centre of
+  // the feature map. 1080 x 1920 keeps most pixels at 672 x 672 (2 x 2), whose 48 x 48 map the
+  // image covers 28 rows of: 576 + 28 x 49 = 1,948 tokens (LlavaNextProcessor's count). 300 x
+  // 1000 picks 336 x 1008 (1 x 3): 22 of 24 rows, 576 + 22 x 73 = 2,182.
+  ModelConfig wide = next;
+  set_image_size(wide, 1080, 1920);
+  CHECK(wide.vision.grid_rows == 2);
+  CHECK(wide.vision.grid_cols == 2);
+  CHECK(wide.vision.feature_rows == 28);
+  CHECK(wide.vision.feature_cols == 48);
+  CHECK(wide.vision.tokens() == 1948);
+  set_image_size(wide, 300, 1000);
+  CHECK(wide.vision.grid_rows == 1);
+  CHECK(wide.vision.grid_cols == 3);
+  CHECK(wide.vision.tokens() == 2182);
+  o.dims.seq = 2182 + 10;
+  const Analysis w = prepare(build_model(wide), o);
+  bool merged = false;  // the image's tokens and the text's, the language model's input
+  for (const Node& nd : w.graph.nodes)
+    if (nd.name == "model/merge_image")
+      if (const TensorInfo* t = w.graph.find(nd.outputs[0])) merged = t->fully_known() && t->shape[1].value == 2192;
+  CHECK(merged);
+  ModelConfig plain = parse_hf_config(R"({"model_type": "llava", "text_config": {"model_type": "mistral"}})", "llava");
+  CHECK_THROWS_WITH_AS(set_image_size(plain, 336, 336), doctest::Contains("takes its config's image_size"), InputError);
 }
 
 TEST_CASE("model_builder: ViT is the patch convolution, class token and positions, pre-norm layers and the class token's head") {

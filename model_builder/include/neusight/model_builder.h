@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "neusight/onnx_frontend.h"
@@ -215,8 +216,14 @@ struct ModelConfig {
     // grid_rows x grid_cols crops of image_size, each through the tower beside the whole image
     // resized to one crop; the crops' features laid out as one (rows x side) x (cols x side)
     // feature map with a learned image_newline after each of its rows, after the whole image's.
-    // 0: one crop (LLaVA-1.5).
+    // 0: one crop (LLaVA-1.5). pinpoints: the [height, width] resolutions the processor
+    // chooses among (image_grid_pinpoints). feature_rows x feature_cols: the grid's feature map
+    // after unpad_image crops the padding of an image of another aspect (0: the whole map).
     int64_t grid_rows = 0, grid_cols = 0;
+    std::vector<std::pair<int64_t, int64_t>> pinpoints;
+    int64_t feature_rows = 0, feature_cols = 0;
+    // The image as set_image_size was given it, before the processor (0: the builder's default).
+    int64_t given_height = 0, given_width = 0;
     // Qwen2-VL's and Qwen2.5-VL's tower (merge_size > 0): an image of image_size x image_width
     // pixels (multiples of patch_size x merge_size, as the processor resizes it; set_image_size)
     // cut into patch_size patches of temporal_patch frames (a still image repeated), every
@@ -233,7 +240,9 @@ struct ModelConfig {
       if (qwen()) return (image_size / (patch_size * merge_size)) * (image_width / (patch_size * merge_size));
       const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
       const int64_t one = side * side + (keep_class_token ? 1 : 0);
-      return one + grid_rows * side * (grid_cols * side + 1);
+      const int64_t rows = feature_rows > 0 ? feature_rows : grid_rows * side;
+      const int64_t cols = feature_cols > 0 ? feature_cols : grid_cols * side;
+      return one + (grid_rows > 0 ? rows * (cols + 1) : 0);
     }
   } vision;
   // Vision Transformer (ViT): a [batch, num_channels, image_size, image_size] image cut into
@@ -275,11 +284,14 @@ bool mamba_layer(const ModelConfig& c, int64_t l);
 bool delta_layer(const ModelConfig& c, int64_t l);
 bool attention_layer(const ModelConfig& c, int64_t l);
 
-// The image a Qwen2-VL or Qwen2.5-VL config's tower reads: `height` x `width` pixels resized as
-// its processor does (Qwen2VLImageProcessor's smart_resize: each side rounded to a multiple of
-// patch_size x merge_size, the area then scaled into the checkpoints' preprocessor_config.json
-// bounds of 3,136 to 12,845,056 pixels, aspect kept). InputError for a config whose tower takes
-// a fixed image_size (CLIP, SigLIP, LLaVA), or none.
+// The image of `height` x `width` pixels a vision-language config's tower reads, as its
+// processor prepares it. Qwen2-VL and Qwen2.5-VL: resized (Qwen2VLImageProcessor's
+// smart_resize: each side rounded to a multiple of patch_size x merge_size, the area then
+// scaled into the checkpoints' preprocessor_config.json bounds of 3,136 to 12,845,056 pixels,
+// aspect kept). LLaVA-NeXT: the pinpoint select_best_resolution picks (the most of the image's
+// pixels kept, then the least padding) sets the grid of crops, and unpad_image the part of its
+// feature map the image covers. InputError for a config whose tower takes one fixed image
+// (CLIP, SigLIP, LLaVA-1.5, PaliGemma), or none.
 void set_image_size(ModelConfig& c, int64_t height, int64_t width);
 
 // Reads a config.json, or the config.json of a model's folder (a Hugging Face snapshot; the
