@@ -415,11 +415,16 @@ void read_gpt_oss(const Reader& r, ModelConfig& c) {
 // embedding scaled by sqrt(hidden), and five sliding-window layers to one global one
 // (layer_types or sliding_window_pattern). The multimodal `gemma3` config nests these under
 // text_config: its language model is built (the vision tower and projector are not).
+// A multimodal config's vision tower into the language model's config (defined below).
+void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm);
+
 void read_gemma3(const Reader& outer, ModelConfig& c) {
   // Gemma3TextConfig's defaults for the fields a config leaves out (the multimodal configs'
   // text_config lists few), then the config's own.
   json j = {{"vocab_size", 262208}, {"head_dim", 256}, {"hidden_activation", "gelu_pytorch_tanh"},
-            {"rms_norm_eps", 1e-6}, {"sliding_window", 4096}};
+            {"rms_norm_eps", 1e-6}, {"sliding_window", 4096}, {"hidden_size", 2304}, {"intermediate_size", 9216},
+            {"num_hidden_layers", 26}, {"num_attention_heads", 8}, {"num_key_value_heads", 4},
+            {"max_position_embeddings", 131072}, {"rope_theta", 1000000.0}};
   const json* own = &outer.j;
   if (c.model_type == "gemma3") {
     auto t = outer.j.find("text_config");
@@ -433,6 +438,10 @@ void read_gemma3(const Reader& outer, ModelConfig& c) {
   c.qk_norm = true;
   c.sandwich_norm = true;
   c.scale_embedding = true;
+  if (c.model_type == "gemma3") {  // Gemma3ForConditionalGeneration: its SigLIP tower too
+    c.language_model_of = "gemma3";
+    read_vision_tower(outer.j, outer.path, c);
+  }
 }
 
 // Gemma (1) and Gemma 2: Llama-style decoders with heads of head_dim (256), a GeGLU MLP
@@ -1430,11 +1439,11 @@ void set_grid_image(ModelConfig::VisionTower& t, int64_t height, int64_t width) 
 // PaliGemma: SigLIP So400m/14 at 224). Another tower, several feature layers: not built
 // (config_multimodal_note says so).
 void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) {
-  const bool siglip = lm.language_model_of == "paligemma";
+  const bool gemma3 = lm.language_model_of == "gemma3", siglip = lm.language_model_of == "paligemma" || gemma3;
   auto given = j.find("vision_config");
   json v = given == j.end() || given->is_null()
-               ? (siglip ? json{{"hidden_size", 1152}, {"intermediate_size", 4096}, {"num_hidden_layers", 27},
-                                {"num_attention_heads", 16}, {"image_size", 224}, {"patch_size", 14}}
+               ? (siglip ? json{{"hidden_size", 1152}, {"intermediate_size", gemma3 ? 4304 : 4096}, {"num_hidden_layers", 27},
+                                {"num_attention_heads", 16}, {"image_size", gemma3 ? 896 : 224}, {"patch_size", 14}}
                          : json{{"hidden_size", 1024}, {"intermediate_size", 4096}, {"num_hidden_layers", 24},
                                 {"num_attention_heads", 16}, {"image_size", 336}, {"patch_size", 14}})
                : over_defaults(vision_defaults(siglip), &*given, path + ": field 'vision_config'");
@@ -1446,6 +1455,14 @@ void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) 
   const std::string where = path + " vision_config";
   ModelConfig::VisionTower& t = lm.vision;
   read_tower_fields(Reader{v, where}, t, siglip);
+  if (gemma3) {  // Gemma3MultiModalProjector: the patch grid average-pooled to mm_tokens_per_image
+    const Reader outer{j, path};
+    t.pooled_tokens = outer.i({"mm_tokens_per_image"}, false, 256);
+    const int64_t side = t.image_size / t.patch_size, pooled = std::llround(std::sqrt(double(t.pooled_tokens)));
+    if (pooled * pooled != t.pooled_tokens || pooled <= 0 || side % pooled != 0)
+      throw InputError(path + ": mm_tokens_per_image must be a square whose side divides the " + std::to_string(side) +
+                       " patches a side");
+  }
   if (siglip) return;  // the last hidden state, every patch (SigLIP has no class token)
   const Reader outer{j, path};
   const int64_t fl = layer == j.end() || layer->is_null() ? -2 : layer->get<int64_t>();

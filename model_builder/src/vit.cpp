@@ -221,6 +221,23 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
   n.seq = text_seq;
 
   const std::string mp = "multi_modal_projector";
+  if (v.pooled_tokens > 0) {
+    // Gemma 3: the patches as a [hidden, side, side] grid (transpose, reshape: one copy),
+    // average-pooled to the tokens' grid, flattened and transposed back, RMS-normalised
+    // (mm_soft_emb_norm) and projected by mm_input_projection_weight (a matmul, no bias).
+    const int64_t side = v.image_size / v.patch_size, pooled = std::llround(std::sqrt(double(v.pooled_tokens)));
+    std::string g = n.b.node("Transpose", mp + "/channels_first", {features});
+    n.b.attr_ints("perm", {0, 2, 1});
+    g = n.b.node("Reshape", mp + "/grid", {g, n.b.ints(mp + "/grid_shape", {-1, h, side, side})});
+    g = n.b.node("AveragePool", mp + ".avg_pool/AveragePool", {g});
+    n.b.attr_ints("kernel_shape", {side / pooled, side / pooled});
+    n.b.attr_ints("strides", {side / pooled, side / pooled});
+    g = n.b.node("Reshape", mp + "/flatten", {g, n.b.ints(mp + "/flat_shape", {-1, h, v.pooled_tokens})});
+    g = n.b.node("Transpose", mp + "/tokens", {g});
+    n.b.attr_ints("perm", {0, 2, 1});
+    g = rms_norm(n, mp + ".mm_soft_emb_norm", g, h, v.layer_norm_eps);
+    return n.b.node("MatMul", mp + "/MatMul", {g, n.b.weight(mp + ".mm_input_projection_weight", {h, c.hidden})});
+  }
   if (v.siglip)  // PaliGemma: one projection, the features divided by sqrt(hidden)
     return n.b.node("Div", mp + "/scale", {linear(n, mp + ".linear", features, h, c.hidden),
                                            f32(n, mp + "/sqrt_hidden", static_cast<float>(std::sqrt(double(c.hidden))))});

@@ -107,6 +107,11 @@ LLAVA = {"model_type": "llava", "text_config": dict(LLAMA, model_type="llama"),
                            "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
 # LLaVA-NeXT: the same tower on a 2 x 2 grid of crops and the whole image (16 + 8 x 9 tokens).
 LLAVA_NEXT = dict(LLAVA, model_type="llava_next", image_grid_pinpoints=[[128, 64], [128, 128]])
+# Gemma 3 with a small SigLIP tower whose 4 x 4 patches are average-pooled to 2 x 2 image tokens.
+GEMMA3_VL = {"model_type": "gemma3", "mm_tokens_per_image": 4,
+             "text_config": dict(GEMMA3, model_type="gemma3_text"),
+             "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 128, "intermediate_size": 256,
+                               "num_hidden_layers": 2, "num_attention_heads": 4, "image_size": 64, "patch_size": 16}}
 # Qwen2-VL and Qwen2.5-VL with small towers (Qwen2.5-VL: windows but in layer 1) on the default
 # 448-pixel image (256 tokens).
 QWEN2_VL = {"model_type": "qwen2_vl", "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 4,
@@ -190,7 +195,7 @@ class ConfigModels(unittest.TestCase):
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
                           ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("llava_next_small", LLAVA_NEXT), ("paligemma_small", PALIGEMMA),
-                          ("qwen2_vl_small", QWEN2_VL), ("qwen25_vl_small", QWEN25_VL),
+                          ("qwen2_vl_small", QWEN2_VL), ("gemma3_vl_small", GEMMA3_VL), ("qwen25_vl_small", QWEN25_VL),
                           ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
                           ("qwen3_next_small", QWEN3_NEXT), ("granite_h_small", GRANITE_H)):
             made.append(os.path.join(self.dir, name + ".json"))

@@ -813,7 +813,8 @@ TEST_CASE("generation: Gemma 3 text decoders (sandwich norms, scaled embedding, 
   const ModelConfig big = parse_hf_config(R"({"model_type": "gemma3", "torch_dtype": "bfloat16",
       "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "num_attention_heads": 32,
       "num_hidden_layers": 62, "num_key_value_heads": 16, "sliding_window": 1024},
-      "vision_config": {"hidden_size": 1152}})",
+      "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "num_attention_heads": 16,
+                        "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false}})",
                                           "gemma-3-27b");
   CHECK(big.vocab == 262208);
   CHECK(big.head_dim == 128);
@@ -1712,4 +1713,29 @@ TEST_CASE("generation: Qwen2-VL and Qwen2.5-VL run their vision towers on the pr
   }
   CHECK(flash == 32);
   CHECK(windowed == 28);
+}
+
+TEST_CASE("generation: Gemma 3 runs its SigLIP tower and average-pools the patches to 256 image tokens") {
+  // google/gemma-3-4b-it: SigLIP So400m/14 at 896 pixels (4,096 patches, 416,866,032
+  // parameters), the projector (mm_soft_emb_norm and a 1152 x 2560 matrix) and the text model
+  // (Gemma3TextConfig's 8 heads, 4 KV heads, the head tied): 4,300,079,472 parameters in all.
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/gemma3_4b.json");
+  CHECK(c.language_model_of == "gemma3");
+  CHECK(c.vision.siglip);
+  CHECK(c.vision.tokens() == 256);
+  const LoadedModel m = build_model(c);
+  CHECK(parameter_count(m, false) == 4300079472);
+  ModelConfig text = c;
+  text.vision = ModelConfig::VisionTower{};
+  CHECK(parameter_count(m, false) - parameter_count(build_model(text), false) == 416866032 + 1152 * 2560 + 1152);
+  // The pooled image: 64 x 64 patches averaged in 4 x 4 windows, one kernel; the text model
+  // reads 256 image tokens before the prompt's text.
+  const Analysis a = prepare(m, serving(DType::bf16, 1, 300));
+  int pools = 0;
+  for (const Node& nd : a.graph.nodes)
+    if (nd.op_type == "AveragePool")
+      if (const TensorInfo* t = a.graph.find(nd.outputs[0])) pools += t->fully_known() && t->shape[2].value == 16;
+  CHECK(pools == 1);
+  // A decode step runs the language model alone.
+  CHECK_FALSE(config_decoder(c).step.model.graph.find("pixel_values"));
 }

@@ -224,6 +224,9 @@ struct ModelConfig {
     int64_t feature_rows = 0, feature_cols = 0;
     // The image as set_image_size was given it, before the processor (0: the builder's default).
     int64_t given_height = 0, given_width = 0;
+    // Gemma 3's projector (SigLIP tower): the patch features average-pooled to pooled_tokens
+    // (mm_tokens_per_image: a square grid), RMS-normalised and projected by one matrix (0: none).
+    int64_t pooled_tokens = 0;
     // Qwen2-VL's and Qwen2.5-VL's tower (merge_size > 0): an image of image_size x image_width
     // pixels (multiples of patch_size x merge_size, as the processor resizes it; set_image_size)
     // cut into patch_size patches of temporal_patch frames (a still image repeated), every
@@ -239,7 +242,7 @@ struct ModelConfig {
     int64_t tokens() const {
       if (qwen()) return (image_size / (patch_size * merge_size)) * (image_width / (patch_size * merge_size));
       const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
-      const int64_t one = side * side + (keep_class_token ? 1 : 0);
+      const int64_t one = pooled_tokens > 0 ? pooled_tokens : side * side + (keep_class_token ? 1 : 0);
       const int64_t rows = feature_rows > 0 ? feature_rows : grid_rows * side;
       const int64_t cols = feature_cols > 0 ? feature_cols : grid_cols * side;
       return one + (grid_rows > 0 ? rows * (cols + 1) : 0);
