@@ -70,10 +70,11 @@ int64_t image_patches(int64_t image, int64_t patch, int64_t channels, const std:
 // LLaVA's image features (vit.cpp; ModelConfig::vision): graph input pixel_values [batch, channels,
 // side, side] through the CLIP vision tower and the projector -> [batch, image tokens, hidden].
 std::string llava_image_features(Net& n, const ModelConfig& c);
-// Qwen2-VL's and Qwen2.5-VL's image features (qwen_vl.cpp; ModelConfig::vision with merge_size):
-// graph input pixel_values [batch, patches, channels x temporal x patch x patch] through the
-// tower and its merger -> [batch, image tokens, hidden].
-std::string qwen_vl_image_features(Net& n, const ModelConfig& c);
+// Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's image features (qwen_vl.cpp; ModelConfig::vision with
+// merge_size): graph input pixel_values [batch, patches, channels x temporal x patch x patch]
+// through the tower and its merger -> [batch, image tokens, hidden]; Qwen3-VL's DeepStack
+// features (each [batch, image tokens, hidden]) into `deepstack`.
+std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std::string>* deepstack = nullptr);
 // rotate_half(x) = cat(-x2, x1) over the last of 4 axes (head_dim `hd`); x * cos + rotate_half(x)
 // * sin: the rotary embedding as HF applies it.
 std::string rotate_half_embedding(Net& n, const std::string& p, const std::string& x, int64_t hd,

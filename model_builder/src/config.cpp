@@ -284,43 +284,63 @@ void read_mixtral(const Reader& r, ModelConfig& c) {
   check_experts(r, c);
 }
 
-// The vision tower of Qwen2-VL (Qwen2VLVisionConfig's defaults) or Qwen2.5-VL
+// A list of tower layer indices (fullatt_block_indexes, deepstack_visual_indexes) into `out`
+// when the config gives one; each must be a layer of the tower.
+void read_layer_list(const Reader& v, const char* key, int64_t layers, std::vector<int64_t>& out) {
+  if (auto f = v.j.find(key); f != v.j.end() && f->is_array()) {
+    out.clear();
+    for (const auto& l : *f) {
+      if (!l.is_number_integer()) throw InputError(v.path + ": " + key + " must list layer indices");
+      out.push_back(l.get<int64_t>());
+    }
+  }
+  for (int64_t l : out)
+    if (l < 0 || l >= layers) throw InputError(v.path + ": " + key + " must be layers of the tower");
+}
+
+// The vision tower of Qwen2-VL (Qwen2VLVisionConfig's defaults), Qwen2.5-VL
 // (Qwen2_5_VLVisionConfig's, with the 7B checkpoint's widths: the class's own hidden_size
-// default is the language model's) from vision_config, on a kDefaultQwenImage square image.
+// default is the language model's) or Qwen3-VL (Qwen3VLVisionConfig's) from vision_config, on a
+// kDefaultQwenImage square image. The processor's pixel bounds are the checkpoints'
+// preprocessor_config.json values: Qwen2-VL-7B-Instruct's and Qwen2.5-VL-7B-Instruct's min_pixels
+// 3,136 and max_pixels 12,845,056; Qwen3-VL-8B-Instruct's shortest_edge 65,536 and longest_edge
+// 16,777,216 (pixel counts).
 void read_qwen_vision(const Reader& outer, ModelConfig& c) {
-  const bool v25 = c.language_model_of == "qwen2_5_vl";
+  const bool v25 = c.language_model_of == "qwen2_5_vl", v3 = c.language_model_of.rfind("qwen3_vl", 0) == 0;
   auto vc = outer.j.find("vision_config");
   const json empty = json::object();
   const Reader v{vc != outer.j.end() && vc->is_object() ? *vc : empty, outer.path + " vision_config"};
   ModelConfig::VisionTower& t = c.vision;
-  t.layers = v.i({"depth"}, false, 32);
-  t.hidden = v.i({v25 ? "hidden_size" : "embed_dim"}, false, 1280);
+  t.layers = v.i({"depth"}, false, v3 ? 27 : 32);
+  t.hidden = v.i({v25 || v3 ? "hidden_size" : "embed_dim"}, false, v3 ? 1152 : 1280);
   t.heads = v.i({"num_heads"}, false, 16);
-  t.ffn = v25 ? v.i({"intermediate_size"}, false, 3420) : t.hidden * v.i({"mlp_ratio"}, false, 4);
-  t.out_hidden = v.i({v25 ? "out_hidden_size" : "hidden_size"}, false, c.hidden);
-  t.patch_size = v.i({"patch_size", "spatial_patch_size"}, false, 14);
+  t.ffn = v25 || v3 ? v.i({"intermediate_size"}, false, v3 ? 4304 : 3420) : t.hidden * v.i({"mlp_ratio"}, false, 4);
+  t.out_hidden = v.i({v25 || v3 ? "out_hidden_size" : "hidden_size"}, false, c.hidden);
+  t.patch_size = v.i({"patch_size", "spatial_patch_size"}, false, v3 ? 16 : 14);
   t.temporal_patch = v.i({"temporal_patch_size"}, false, 2);
   t.merge_size = v.i({"spatial_merge_size"}, false, 2);
   t.channels = v.i({"in_channels", "in_chans"}, false, 3);
-  t.activation = v.s({"hidden_act"}, v25 ? "silu" : "quick_gelu");
+  t.activation = v.s({"hidden_act"}, v25 ? "silu" : v3 ? "gelu_pytorch_tanh" : "quick_gelu");
   t.layer_norm_eps = 1e-6;
+  t.min_pixels = v3 ? 65536 : 3136;
+  t.max_pixels = v3 ? 16777216 : 12845056;
   if (v25) {
     t.window_size = v.i({"window_size"}, false, 112);
     t.full_attention_layers = {7, 15, 23, 31};
-    if (auto f = v.j.find("fullatt_block_indexes"); f != v.j.end() && f->is_array()) {
-      t.full_attention_layers.clear();
-      for (const auto& l : *f) {
-        if (!l.is_number_integer()) throw InputError(v.path + ": fullatt_block_indexes must list layer indices");
-        t.full_attention_layers.push_back(l.get<int64_t>());
-      }
-    }
+    read_layer_list(v, "fullatt_block_indexes", t.layers, t.full_attention_layers);
+  }
+  if (v3) {
+    const int64_t positions = v.i({"num_position_embeddings"}, false, 2304);
+    t.position_grid = std::llround(std::sqrt(double(positions)));
+    if (t.position_grid < 2 || t.position_grid * t.position_grid != positions)
+      throw InputError(v.path + ": num_position_embeddings must be a square of at least 4");
+    t.deepstack_layers = {8, 16, 24};
+    read_layer_list(v, "deepstack_visual_indexes", t.layers, t.deepstack_layers);
   }
   if (t.layers <= 0 || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || (t.hidden / t.heads) % 4 != 0 ||
       t.ffn <= 0 || t.patch_size <= 0 || t.temporal_patch <= 0 || t.merge_size <= 0 || t.channels <= 0)
     throw InputError(v.path + ": depth, widths, heads (dividing the width into heads of a multiple of 4), patch and "
                               "merge sizes must be positive");
-  for (int64_t l : t.full_attention_layers)
-    if (l < 0 || l >= t.layers) throw InputError(v.path + ": fullatt_block_indexes must be layers of the tower");
   if (t.out_hidden != c.hidden)
     throw InputError(v.path + ": the merger's output (" + std::to_string(t.out_hidden) +
                      ") must be the language model's hidden size (" + std::to_string(c.hidden) + ")");
@@ -347,8 +367,8 @@ void read_qwen2_vl(const Reader& outer, ModelConfig& c) {
 // Qwen3: a Llama-style decoder with an RMSNorm over each query and key head. Qwen3-VL's
 // language model (qwen3_vl_text, qwen3_vl_moe_text: the text_config of a qwen3_vl /
 // qwen3_vl_moe config) is Qwen3 (or Qwen3-MoE) whose interleaved multimodal rotary sections
-// cost as one rotary; its DeepStack adds of visual features to the first layers touch only
-// image tokens and are not built, nor is the vision tower.
+// cost as one rotary; its vision tower and DeepStack are read from the outer config
+// (read_qwen_vision).
 void read_qwen3(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
   c.qk_norm = true;
@@ -1493,6 +1513,7 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
       lm.language_model_of = c.model_type;
       if (c.model_type == "llava" || c.model_type == "llava_next" || c.model_type == "paligemma")
         read_vision_tower(j, path, lm);
+      if (c.model_type == "qwen3_vl" || c.model_type == "qwen3_vl_moe") read_qwen_vision(r, lm);
       return lm;
     }
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
@@ -1579,7 +1600,7 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
 void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   ModelConfig::VisionTower& v = c.vision;
   if (!v.qwen() && v.pinpoints.empty())
-    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL and LLaVA-NeXT configs, whose processors take any "
+    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL and LLaVA-NeXT configs, whose processors take any "
                      "image; " + (c.source.empty() ? std::string("this config") : c.source) +
                      (v.layers > 0 || c.image_size > 0 ? "'s tower takes its config's image_size" : " has no vision tower"));
   if (height <= 0 || width <= 0 || height > (1 << 16) || width > (1 << 16))
@@ -1590,9 +1611,8 @@ void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
     set_grid_image(v, height, width);
     return;
   }
-  // smart_resize (transformers' Qwen2VLImageProcessor) with the checkpoints' min_pixels and
-  // max_pixels (preprocessor_config.json of Qwen2-VL-7B-Instruct and Qwen2.5-VL-7B-Instruct).
-  constexpr double kMinPixels = 3136, kMaxPixels = 12845056;
+  // smart_resize (transformers' Qwen2VLImageProcessor) with the checkpoint's pixel bounds.
+  const double kMinPixels = double(v.min_pixels), kMaxPixels = double(v.max_pixels);
   const double factor = double(v.patch_size * v.merge_size), h = double(height), w = double(width);
   if (std::max(h, w) / std::min(h, w) > 200) throw InputError("--image-size: the aspect ratio must be at most 200");
   double hb = std::max(factor, std::nearbyint(h / factor) * factor), wb = std::max(factor, std::nearbyint(w / factor) * factor);

@@ -463,6 +463,25 @@ std::string hybrid_block(Net& n, const ModelConfig& c, const std::string& p, int
   return n.b.node("Add", p + "/residual_Add", {x, y});
 }
 
+namespace {
+
+// Qwen3-VL's DeepStack after a decoder layer: the image tokens' states (each sequence's first)
+// plus the layer's visual features (HF's index, add and index_put over the image rows).
+std::string deepstack_add(Net& n, const ModelConfig& c, const std::string& p, const std::string& x,
+                          const std::string& features) {
+  const int64_t t = c.vision.tokens();
+  const std::string img = n.b.node("Slice", p + "/deepstack_image", {x, n.b.ints(p + "/ds_s", {0}), n.b.ints(p + "/ds_e", {t}),
+                                                                    n.b.ints(p + "/ds_ax", {1})});
+  const std::string text = n.b.node("Slice", p + "/deepstack_text", {x, n.b.ints(p + "/ds_ts", {t}),
+                                                                    n.b.ints(p + "/ds_te", {int64_t(1) << 62}),
+                                                                    n.b.ints(p + "/ds_tax", {1})});
+  const std::string y = n.b.node("Concat", p + "/deepstack_merge", {n.b.node("Add", p + "/deepstack_Add", {img, features}), text});
+  n.b.attr_i("axis", 1);
+  return y;
+}
+
+}  // namespace
+
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   Net n(c, o.kv_cache ? "Llama-style decoder step with KV cache (RMSNorm, rotary, SwiGLU, grouped-query attention)"
                       : "Llama-style decoder (RMSNorm, rotary, SwiGLU, grouped-query attention)");
@@ -477,10 +496,11 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   if (c.scale_embedding || c.embedding_multiplier > 0)  // Gemma: embeddings times sqrt(hidden); Granite's multiplier
     x = n.b.node("Mul", p0 + ".embed_tokens/scale",
                  {x, f32(n, p0 + "/embed_scale", c.scale_embedding ? std::sqrt(float(h)) : float(c.embedding_multiplier))});
+  std::vector<std::string> deepstack;  // Qwen3-VL's features for the image tokens of the first layers
   if (c.image_in_sequence() && !o.kv_cache) {
     // LLaVA: the image's features replace its placeholder tokens' embeddings (masked_scatter;
     // the image taken as the first tokens of each sequence, one copy of the embeddings).
-    const std::string img = c.vision.qwen() ? qwen_vl_image_features(n, c) : llava_image_features(n, c);
+    const std::string img = c.vision.qwen() ? qwen_vl_image_features(n, c, &deepstack) : llava_image_features(n, c);
     const std::string text = n.b.node("Slice", p0 + "/text_tokens",
                                       {x, n.b.ints(p0 + "/image_end", {c.vision.tokens()}),
                                        n.b.ints(p0 + "/text_end", {int64_t(1) << 62}), n.b.ints(p0 + "/seq_axis", {1})});
@@ -544,6 +564,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                                ? attention(n, p + ".self_attn", a, c, mask, "", "", kc, alibi, temperature)
                                : attention(n, p + ".self_attn", a, c, sliding ? sliding_mask : mask, cos, sin, kc, alibi);
     x = mlp_block(n, c, p, l, x, normed, a);
+    if (static_cast<size_t>(l) < deepstack.size()) x = deepstack_add(n, c, p, x, deepstack[static_cast<size_t>(l)]);
   }
   x = norm(n, c, p0 + (c.layer_norm ? ".final_layernorm" : ".norm"), x);
   if (o.last_logits)

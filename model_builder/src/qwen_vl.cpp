@@ -1,9 +1,11 @@
-// qwen_vl.cpp - the vision towers of Qwen2-VL and Qwen2.5-VL as eager PyTorch runs them
-// (transformers' Qwen2VisionTransformerPretrainedModel and Qwen2_5_VisionTransformerPretrainedModel),
-// one image a sequence: the patch embedding (a Conv3d whose kernel is its stride), 2D rotary
-// positions, the vision blocks (Qwen2.5-VL's within windows but in its full-attention layers)
-// and the PatchMerger to the language model's width.
+// qwen_vl.cpp - the vision towers of Qwen2-VL, Qwen2.5-VL and Qwen3-VL as eager PyTorch runs
+// them (transformers' Qwen2VisionTransformerPretrainedModel, Qwen2_5_VisionTransformerPretrainedModel,
+// Qwen3VLVisionModel), one image a sequence: the patch embedding (a Conv3d whose kernel is its
+// stride), Qwen3-VL's interpolated learned positions, 2D rotary positions, the vision blocks
+// (Qwen2.5-VL's within windows but in its full-attention layers), the PatchMerger to the
+// language model's width, and Qwen3-VL's DeepStack mergers.
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "common.h"
@@ -98,6 +100,61 @@ std::pair<std::string, std::string> rotary_tables(Net& n, const Tower& v, const 
   return {n.b.node("Cos", p + "/Cos", {emb}), n.b.node("Sin", p + "/Sin", {emb})};
 }
 
+// Qwen3-VL's fast_pos_embed_interpolate: the position table (position_grid^2 rows) read at the
+// four grid corners around each patch's place on it (bilinear over linspace positions), each
+// times its weight, summed, then laid out in the processor's merge-block order (a permuting copy)
+// -> [1, patches, hidden], added to every image's patch tokens.
+std::string interpolated_positions(Net& n, const Tower& v, const QwenGrid& g) {
+  const std::string p = "visual.pos_embed";
+  const int64_t side = v.position_grid, h = v.hidden, m = v.merge_size;
+  std::vector<int64_t> idx(static_cast<size_t>(4 * g.patches)), weight(idx.size());
+  auto at = [&](int64_t i, int64_t count) { return count > 1 ? double(i) * double(side - 1) / double(count - 1) : 0.0; };
+  for (int64_t r = 0; r < g.rows; ++r)
+    for (int64_t c = 0; c < g.cols; ++c) {
+      const double y = at(r, g.rows), x = at(c, g.cols);
+      const int64_t y0 = int64_t(y), x0 = int64_t(x), y1 = std::min(y0 + 1, side - 1), x1 = std::min(x0 + 1, side - 1);
+      const double dy = y - double(y0), dx = x - double(x0);
+      const int64_t corner[4] = {y0 * side + x0, y0 * side + x1, y1 * side + x0, y1 * side + x1};
+      const double w[4] = {(1 - dy) * (1 - dx), (1 - dy) * dx, dy * (1 - dx), dy * dx};
+      for (int k = 0; k < 4; ++k) {
+        const size_t i = static_cast<size_t>(k * g.patches + r * g.cols + c);
+        idx[i] = corner[k];
+        weight[i] = std::llround(w[k] * 65536.0);  // 16 fractional bits, scaled back below
+      }
+    }
+  std::string e = n.b.node("Gather", p + "/Gather", {n.b.weight(p + ".weight", {side * side, h}), n.b.ints(p + "/corners", idx)});
+  e = n.b.node("Reshape", p + "/corner_rows", {e, n.b.ints(p + "/corner_shape", {4, g.patches, h})});
+  std::string w = n.b.node("Cast", p + "/weights", {n.b.ints(p + "/weights_fixed", weight)});
+  n.b.attr_i("to", kF32);
+  w = n.b.node("Mul", p + "/weights_scale", {w, f32(n, p + "/fixed_one", 1.0f / 65536.0f)});
+  w = n.b.node("Reshape", p + "/weights_column", {w, n.b.ints(p + "/weights_shape", {4, g.patches, 1})});
+  e = n.b.node("ReduceSum", p + "/corner_sum", {n.b.node("Mul", p + "/weighted", {e, w}), n.b.ints(p + "/corner_axis", {0})});
+  n.b.attr_i("keepdims", 0);
+  e = n.b.node("Reshape", p + "/grid", {e, n.b.ints(p + "/grid_shape", {g.rows / m, m, g.cols / m, m, h})});
+  e = n.b.node("Transpose", p + "/merge_order", {e});
+  n.b.attr_ints("perm", {0, 2, 1, 3, 4});
+  return n.b.node("Reshape", p + "/tokens", {e, n.b.ints(p + "/token_shape", {1, g.patches, h})});
+}
+
+// A PatchMerger on [batch, patches, hidden]: each merged unit's patches side by side, fc1,
+// GELU, fc2 to the language model's width; the norm over each patch before (`post_shuffle`
+// false) or over the concatenated unit after (Qwen3-VL's DeepStack mergers). Qwen2.5-VL's is an
+// RMSNorm. Names under `p`: Qwen3-VL's norm / linear_fc1 / linear_fc2, else ln_q / mlp.0 / mlp.2.
+std::string patch_merger(Net& n, const std::string& p, const std::string& x, const Tower& v, const QwenGrid& g,
+                         bool post_shuffle) {
+  const int64_t h = v.hidden, wide = g.unit * h, units = g.patches / g.unit;
+  const bool v3 = v.position_grid > 0;
+  const std::string nm = p + (v3 ? ".norm" : ".ln_q");
+  auto norm = [&](const std::string& y, int64_t width) {
+    return v.window_size > 0 ? rms_norm(n, nm, y, width, v.layer_norm_eps) : layer_norm(n, nm, y, width, v.layer_norm_eps);
+  };
+  std::string y = post_shuffle ? x : norm(x, h);
+  y = n.b.node("Reshape", p + "/units", {y, n.b.ints(p + "/unit_shape", {0, units, wide})});
+  if (post_shuffle) y = norm(y, wide);
+  y = activation(n, p + (v3 ? ".act_fn" : ".mlp.1"), linear(n, p + (v3 ? ".linear_fc1" : ".mlp.0"), y, wide, wide), "gelu");
+  return linear(n, p + (v3 ? ".linear_fc2" : ".mlp.2"), y, wide, v.out_hidden);
+}
+
 // One vision block's attention: the fused qkv projection viewed as [q | k | v] blocks of heads,
 // the rotary on queries and keys, the attention core over the whole image or, with `windowed`,
 // within each window (the sequence viewed as [batch x windows, window_len]; FlashAttention's
@@ -154,15 +211,18 @@ std::string vision_block(Net& n, const std::string& p, const std::string& x, con
     const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", m, h, v.ffn), v.activation);
     f = linear(n, p + ".mlp.down_proj", n.b.node("Mul", p + ".mlp/Mul", {gate, linear(n, p + ".mlp.up_proj", m, h, v.ffn)}),
                v.ffn, h);
-  } else {  // VisionMlp: fc2(act(fc1(x)))
-    f = linear(n, p + ".mlp.fc2", activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", m, h, v.ffn), v.activation), v.ffn, h);
+  } else {  // VisionMlp: fc2(act(fc1(x))) (Qwen3-VL's linear_fc1, linear_fc2)
+    const bool v3 = v.position_grid > 0;
+    f = linear(n, p + (v3 ? ".mlp.linear_fc2" : ".mlp.fc2"),
+               activation(n, p + ".mlp.act", linear(n, p + (v3 ? ".mlp.linear_fc1" : ".mlp.fc1"), m, h, v.ffn), v.activation),
+               v.ffn, h);
   }
   return n.b.node("Add", p + "/mlp_residual_Add", {y, f});
 }
 
 }  // namespace
 
-std::string qwen_vl_image_features(Net& n, const ModelConfig& c) {
+std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std::string>* deepstack) {
   const Tower& v = c.vision;
   const QwenGrid g = qwen_grid(v);
   const int64_t h = v.hidden, units = g.patches / g.unit;
@@ -183,10 +243,13 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c) {
   const std::string pe = scope + ".patch_embed.proj";
   std::string x = n.b.node("Reshape", pe + "/volumes",
                            {pixels, n.b.ints(pe + "/volume_shape", {-1, v.channels, v.temporal_patch, v.patch_size, v.patch_size})});
-  x = n.b.node("Conv", pe + "/Conv", {x, n.b.weight(pe + ".weight", {h, v.channels, v.temporal_patch, v.patch_size, v.patch_size})});
+  std::vector<std::string> conv_in = {x, n.b.weight(pe + ".weight", {h, v.channels, v.temporal_patch, v.patch_size, v.patch_size})};
+  if (v.position_grid > 0) conv_in.push_back(n.b.weight(pe + ".bias", {h}));  // Qwen3-VL's has one
+  x = n.b.node("Conv", pe + "/Conv", conv_in);
   n.b.attr_ints("kernel_shape", {v.temporal_patch, v.patch_size, v.patch_size});
   n.b.attr_ints("strides", {v.temporal_patch, v.patch_size, v.patch_size});
   x = n.b.node("Reshape", pe + "/tokens", {x, n.shape_bs(pe + "/token_shape", {h})});
+  if (v.position_grid > 0) x = n.b.node("Add", scope + "/position_Add", {x, interpolated_positions(n, v, g)});
 
   // Qwen2.5-VL: the merged units ordered window by window (and back after the merger).
   const std::vector<int64_t> order = v.window_size > 0 ? window_order(v, g) : std::vector<int64_t>{};
@@ -196,17 +259,17 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c) {
     x = n.b.node("Reshape", scope + "/ordered", {x, n.b.ints(scope + "/ordered_shape", {0, g.patches, h})});
   }
   const auto [cos, sin] = rotary_tables(n, v, g, order);
+  auto listed = [](const std::vector<int64_t>& list, int64_t l) { return std::find(list.begin(), list.end(), l) != list.end(); };
   for (int64_t l = 0; l < v.layers; ++l) {
-    const bool full = std::find(v.full_attention_layers.begin(), v.full_attention_layers.end(), l) != v.full_attention_layers.end();
+    const bool full = listed(v.full_attention_layers, l);
     x = vision_block(n, scope + ".blocks." + std::to_string(l), x, v, g, cos, sin, v.window_size > 0 && !full);
+    if (listed(v.deepstack_layers, l) && deepstack) {  // Qwen3-VL: this layer's features for the language model
+      const auto i = std::find(v.deepstack_layers.begin(), v.deepstack_layers.end(), l) - v.deepstack_layers.begin();
+      deepstack->push_back(patch_merger(n, scope + ".deepstack_merger_list." + std::to_string(i), x, v, g, true));
+    }
   }
-
-  // PatchMerger: ln_q, each merged unit's patches side by side, mlp (Linear, GELU, Linear).
   const std::string mp = scope + ".merger";
-  x = v.window_size > 0 ? rms_norm(n, mp + ".ln_q", x, h, v.layer_norm_eps) : layer_norm(n, mp + ".ln_q", x, h, v.layer_norm_eps);
-  x = n.b.node("Reshape", mp + "/units", {x, n.b.ints(mp + "/unit_shape", {0, units, g.unit * h})});
-  x = linear(n, mp + ".mlp.2", activation(n, mp + ".mlp.1", linear(n, mp + ".mlp.0", x, g.unit * h, g.unit * h), "gelu"),
-             g.unit * h, v.out_hidden);
+  x = patch_merger(n, mp, x, v, g, false);
   if (!order.empty()) {  // reverse_indices: the units back in the image's order
     std::vector<int64_t> reverse(order.size());
     for (size_t i = 0; i < order.size(); ++i) reverse[static_cast<size_t>(order[i])] = int64_t(i);

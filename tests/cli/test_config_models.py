@@ -98,9 +98,8 @@ LLAMA4 = {"model_type": "llama4", "text_config": {
 # GLM-4's sandwich norms with a fused gate_up GEMM, SmolLM3's NoPE layers, small.
 GLM4 = dict(LLAMA, model_type="glm4", num_key_value_heads=4)
 SMOLLM3 = dict(LLAMA, model_type="smollm3", tie_word_embeddings=True)
-# EXAONE 4.0's post-norms with a local/global pattern, Qwen3-VL's language model, small.
+# EXAONE 4.0's post-norms with a local/global pattern, small.
 EXAONE4 = dict(LLAMA, model_type="exaone4", num_hidden_layers=4, sliding_window=32, sliding_window_pattern="LLLG")
-QWEN3_VL = {"model_type": "qwen3_vl", "text_config": dict(LLAMA, model_type="qwen3_vl_text")}
 # LLaVA with a small CLIP tower: 16 image tokens among each sequence's.
 LLAVA = {"model_type": "llava", "text_config": dict(LLAMA, model_type="llama"),
          "vision_config": {"model_type": "clip_vision_model", "hidden_size": 128, "intermediate_size": 256,
@@ -120,6 +119,13 @@ QWEN2_VL = {"model_type": "qwen2_vl", "hidden_size": 256, "intermediate_size": 5
 QWEN25_VL = dict(QWEN2_VL, model_type="qwen2_5_vl",
                  vision_config={"depth": 3, "hidden_size": 128, "intermediate_size": 200, "num_heads": 4,
                                 "out_hidden_size": 256, "window_size": 112, "fullatt_block_indexes": [1]})
+# Qwen3-VL with a small tower: interpolated positions (a 4 x 4 table), DeepStack after layer 0.
+QWEN3_VL = {"model_type": "qwen3_vl",
+            "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 256, "intermediate_size": 512,
+                            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64, "num_hidden_layers": 2,
+                            "vocab_size": 1000},
+            "vision_config": {"depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 4,
+                              "out_hidden_size": 256, "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}}
 # PaliGemma with a small SigLIP tower (no class token, one projection) before Gemma.
 PALIGEMMA = {"model_type": "paligemma",
              "text_config": {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 512,

@@ -1203,7 +1203,7 @@ TEST_CASE("generation: GLM-4 runs Gemma 2's sandwich norms with one gate_up GEMM
                        doctest::Contains("sliding"), InputError);
 }
 
-TEST_CASE("generation: Qwen3-VL's language model is Qwen3 (and Qwen3-MoE), its vision tower named, not built") {
+TEST_CASE("generation: Qwen3-VL's language model is Qwen3 (and Qwen3-MoE)") {
   const ModelConfig dense = parse_hf_config(R"({"model_type": "qwen3_vl", "vision_config": {"depth": 27},
       "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096, "intermediate_size": 12288,
       "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
@@ -1215,7 +1215,9 @@ TEST_CASE("generation: Qwen3-VL's language model is Qwen3 (and Qwen3-MoE), its v
   CHECK(dense.experts == 0);
   // Qwen3-8B's 8,190,735,360 parameters: the language model of Qwen3-VL-8B.
   const int64_t h = 4096, layer = 2 * h * 4096 + 2 * h * 1024 + 3 * h * 12288 + 2 * h + 2 * 128;
-  CHECK(parameter_count(build_model(dense)) == 2 * 151936 * h + 36 * layer + h);
+  ModelConfig text = dense;
+  text.vision = ModelConfig::VisionTower{};
+  CHECK(parameter_count(build_model(text)) == 2 * 151936 * h + 36 * layer + h);
   CHECK(2 * 151936 * h + 36 * layer + h == 8190735360);
   const ModelConfig moe = parse_hf_config(R"({"model_type": "qwen3_vl_moe", "text_config": {
       "model_type": "qwen3_vl_moe_text", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
@@ -1738,4 +1740,36 @@ TEST_CASE("generation: Gemma 3 runs its SigLIP tower and average-pools the patch
   CHECK(pools == 1);
   // A decode step runs the language model alone.
   CHECK_FALSE(config_decoder(c).step.model.graph.find("pixel_values"));
+}
+
+TEST_CASE("generation: Qwen3-VL adds interpolated positions to its tower and DeepStack features to the first layers") {
+  // Qwen/Qwen3-VL-8B-Instruct: Qwen3-8B (untied head: 8,190,735,360) and the tower: the patch
+  // Conv3d with a bias, a 48 x 48 position table, 27 blocks of SigLIP's widths (1152, 4304),
+  // the merger (LayerNorm 1152, 4608 -> 4608 -> 4096) and three DeepStack mergers (LayerNorm
+  // 4608): 8,767,123,696 parameters in all, the published count.
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/qwen3_vl_8b.json");
+  REQUIRE(c.vision.qwen());
+  CHECK(c.language_model_of == "qwen3_vl");
+  CHECK(c.vision.position_grid == 48);
+  CHECK(c.vision.deepstack_layers == std::vector<int64_t>{8, 16, 24});
+  CHECK(c.vision.tokens() == 196);  // 448 pixels: 28 x 28 patches of 16, merged 2 x 2
+  const LoadedModel m = build_model(c);
+  CHECK(parameter_count(m) == 8767123696);
+  const int64_t block = 2 * 2304 + (1152 * 3456 + 3456) + (1152 * 1152 + 1152) + (1152 * 4304 + 4304) + (4304 * 1152 + 1152);
+  const int64_t merger = 2304 + (4608 * 4608 + 4608) + (4608 * 4096 + 4096), deep = merger - 2304 + 2 * 4608;
+  CHECK(parameter_count(m) - 8190735360 == 1152 * 3 * 2 * 16 * 16 + 1152 + 2304 * 1152 + 27 * block + merger + 3 * deep);
+  // Each DeepStack feature is added to the image tokens after one of the first three layers;
+  // a decode step has no image.
+  const Analysis a = prepare(m, serving(DType::bf16, 1, 400));
+  int adds = 0;
+  for (const Node& nd : a.graph.nodes)
+    if (nd.name.find("/deepstack_Add") != std::string::npos)
+      if (const TensorInfo* t = a.graph.find(nd.outputs[0])) adds += t->fully_known() && t->shape[1].value == 196;
+  CHECK(adds == 3);
+  CHECK_FALSE(config_decoder(c).step.model.graph.find("pixel_values"));
+  // Its processor's pixel bounds: at least 65,536 pixels (256 x 256).
+  ModelConfig small = c;
+  set_image_size(small, 64, 64);
+  CHECK(small.vision.image_size == 256);
+  CHECK(small.vision.tokens() == 64);
 }

@@ -237,6 +237,15 @@ struct ModelConfig {
     // within windows of window_size pixels but in full_attention_layers.
     int64_t image_width = 0, merge_size = 0, temporal_patch = 0, out_hidden = 0, window_size = 0;
     std::vector<int64_t> full_attention_layers;
+    // The processor's pixel bounds (smart_resize's min_pixels, max_pixels).
+    int64_t min_pixels = 0, max_pixels = 0;
+    // Qwen3-VL (position_grid > 0): the patch convolution with a bias, learned positions on a
+    // position_grid x position_grid table bilinearly interpolated to the image's patch grid and
+    // added, gelu_pytorch_tanh MLPs named linear_fc1 / linear_fc2, and DeepStack: after each of
+    // deepstack_layers a merger of its own (norm after the 2 x 2 concatenation) whose features
+    // are added to the image tokens' states after the language model's first layers, in order.
+    int64_t position_grid = 0;
+    std::vector<int64_t> deepstack_layers;
     bool qwen() const { return merge_size > 0; }
     int64_t crops() const { return 1 + grid_rows * grid_cols; }
     int64_t tokens() const {
