@@ -75,6 +75,10 @@ std::string llava_image_features(Net& n, const ModelConfig& c);
 // through the tower and its merger -> [batch, image tokens, hidden]; Qwen3-VL's DeepStack
 // features (each [batch, image tokens, hidden]) into `deepstack`.
 std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std::string>* deepstack = nullptr);
+// Mistral 3's image features (pixtral.cpp; ModelConfig::vision with pixtral): graph input
+// pixel_values [batch, channels, height, width] through the Pixtral tower and the projector ->
+// [batch, image tokens, hidden].
+std::string pixtral_image_features(Net& n, const ModelConfig& c);
 // rotate_half(x) = cat(-x2, x1) over the last of 4 axes (head_dim `hd`); x * cos + rotate_half(x)
 // * sin: the rotary embedding as HF applies it.
 std::string rotate_half_embedding(Net& n, const std::string& p, const std::string& x, int64_t hd,

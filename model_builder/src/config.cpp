@@ -25,9 +25,10 @@ constexpr int64_t kMaxConfigInt = (int64_t(1) << 31) - 1;
 constexpr int64_t kMaxLayers = 10000;
 constexpr int64_t kMaxLayerExperts = 1000000;
 constexpr int64_t kMaxExpertCapacity = int64_t(1) << 20;
-// The image a Qwen2-VL or Qwen2.5-VL config is predicted on without --image-size: 448 x 448
-// pixels, 256 tokens after the 2 x 2 merge (an assumption of this tool, not the models').
-constexpr int64_t kDefaultQwenImage = 448;
+// The image a Qwen2-VL, Qwen2.5-VL, Qwen3-VL or Mistral 3 config (processors that take any size)
+// is predicted on without --image-size: 448 x 448 pixels (Qwen2-VL: 256 tokens after the 2 x 2
+// merge). An assumption of this tool, not the models'.
+constexpr int64_t kDefaultImage = 448;
 
 struct Reader {
   const json& j;
@@ -301,7 +302,7 @@ void read_layer_list(const Reader& v, const char* key, int64_t layers, std::vect
 // The vision tower of Qwen2-VL (Qwen2VLVisionConfig's defaults), Qwen2.5-VL
 // (Qwen2_5_VLVisionConfig's, with the 7B checkpoint's widths: the class's own hidden_size
 // default is the language model's) or Qwen3-VL (Qwen3VLVisionConfig's) from vision_config, on a
-// kDefaultQwenImage square image. The processor's pixel bounds are the checkpoints'
+// kDefaultImage square image. The processor's pixel bounds are the checkpoints'
 // preprocessor_config.json values: Qwen2-VL-7B-Instruct's and Qwen2.5-VL-7B-Instruct's min_pixels
 // 3,136 and max_pixels 12,845,056; Qwen3-VL-8B-Instruct's shortest_edge 65,536 and longest_edge
 // 16,777,216 (pixel counts).
@@ -346,7 +347,7 @@ void read_qwen_vision(const Reader& outer, ModelConfig& c) {
                      ") must be the language model's hidden size (" + std::to_string(c.hidden) + ")");
   if (v25 && (t.window_size <= 0 || t.window_size % (t.patch_size * t.merge_size) != 0))
     throw InputError(v.path + ": window_size must be a positive multiple of patch_size x spatial_merge_size");
-  set_image_size(c, kDefaultQwenImage, kDefaultQwenImage);
+  set_image_size(c, kDefaultImage, kDefaultImage);
 }
 
 // Qwen2-VL and Qwen2.5-VL: the language model, Qwen2's (Q, K, V biases; its multimodal
@@ -1498,6 +1499,45 @@ void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) 
   if (lm.language_model_of == "llava_next") read_grid_pinpoints(j, path, t);
 }
 
+// Mistral 3's Pixtral tower and projector (Mistral3Config): vision_config over Mistral Small
+// 3.1's tower (24 layers of 1024, 16 heads, a gated SiLU MLP of 4096, patches of 14, images of at
+// most 1540 pixels a side; PixtralVisionConfig's own defaults describe another model), the
+// projector's spatial_merge_size, projector_hidden_act and multimodal_projector_bias. Several
+// feature layers: not built (config_multimodal_note says so).
+void read_pixtral_vision(const json& j, const std::string& path, ModelConfig& lm) {
+  const Reader outer{j, path};
+  auto layer = j.find("vision_feature_layer");
+  if (layer != j.end() && !layer->is_null() && !layer->is_number_integer()) return;
+  auto vc = j.find("vision_config");
+  const json empty = json::object();
+  const Reader v{vc != j.end() && vc->is_object() ? *vc : empty, path + " vision_config"};
+  ModelConfig::VisionTower& t = lm.vision;
+  t.pixtral = true;
+  t.layers = v.i({"num_hidden_layers"}, false, 24);
+  t.hidden = v.i({"hidden_size"}, false, 1024);
+  t.heads = v.i({"num_attention_heads"}, false, 16);
+  t.ffn = v.i({"intermediate_size"}, false, 4096);
+  t.channels = v.i({"num_channels"}, false, 3);
+  t.patch_size = v.i({"patch_size"}, false, 14);
+  t.longest_edge = v.i({"image_size"}, false, 1540);
+  t.activation = v.s({"hidden_act"}, "silu");
+  t.layer_norm_eps = 1e-5;
+  t.merge_size = outer.i({"spatial_merge_size"}, false, 2);
+  t.projector_activation = outer.s({"projector_hidden_act"}, "gelu");
+  t.projector_bias = outer.b("multimodal_projector_bias", false);
+  t.out_hidden = lm.hidden;
+  const int64_t fl = layer == j.end() || layer->is_null() ? -1 : layer->get<int64_t>();
+  t.feature_layer = fl < 0 ? t.layers + 1 + fl : fl;
+  if (t.layers <= 0 || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || (t.hidden / t.heads) % 4 != 0 ||
+      t.ffn <= 0 || t.channels <= 0 || t.patch_size <= 0 || t.merge_size <= 0 || t.longest_edge < t.patch_size * t.merge_size)
+    throw InputError(v.path + ": layers, widths, heads (dividing the width into heads of a multiple of 4), patch and merge "
+                              "sizes must be positive, image_size at least a merged patch");
+  if (t.feature_layer < 0 || t.feature_layer > t.layers)
+    throw InputError(path + ": vision_feature_layer " + std::to_string(fl) + " is not one of the tower's " +
+                     std::to_string(t.layers + 1) + " hidden states");
+  set_image_size(lm, kDefaultImage, kDefaultImage);
+}
+
 // The config in `j`, read from `path` (named in errors); `source` names it in the graph.
 ModelConfig config_from_json(const json& j, const std::string& path, const std::string& source) {
   if (!j.is_object()) throw InputError(path + ": config must be a JSON object");
@@ -1514,6 +1554,7 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
       if (c.model_type == "llava" || c.model_type == "llava_next" || c.model_type == "paligemma")
         read_vision_tower(j, path, lm);
       if (c.model_type == "qwen3_vl" || c.model_type == "qwen3_vl_moe") read_qwen_vision(r, lm);
+      if (c.model_type == "mistral3") read_pixtral_vision(j, path, lm);
       return lm;
     }
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
@@ -1599,14 +1640,24 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
 
 void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   ModelConfig::VisionTower& v = c.vision;
-  if (!v.qwen() && v.pinpoints.empty())
-    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL and LLaVA-NeXT configs, whose processors take any "
+  if (!v.qwen() && !v.pixtral && v.pinpoints.empty())
+    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3 and LLaVA-NeXT configs, whose processors take any "
                      "image; " + (c.source.empty() ? std::string("this config") : c.source) +
                      (v.layers > 0 || c.image_size > 0 ? "'s tower takes its config's image_size" : " has no vision tower"));
   if (height <= 0 || width <= 0 || height > (1 << 16) || width > (1 << 16))
     throw InputError("--image-size: height and width must be between 1 and 65536 pixels");
   v.given_height = height;
   v.given_width = width;
+  if (v.pixtral) {  // PixtralImageProcessor: fit within longest_edge, sides up to whole patches
+    const double ratio = std::max(double(height), double(width)) / double(v.longest_edge);
+    const int64_t h = ratio > 1 ? static_cast<int64_t>(std::floor(double(height) / ratio)) : height;
+    const int64_t w = ratio > 1 ? static_cast<int64_t>(std::floor(double(width) / ratio)) : width;
+    const int64_t rows = std::max(v.merge_size, (std::max<int64_t>(h, 1) - 1) / v.patch_size + 1);
+    const int64_t cols = std::max(v.merge_size, (std::max<int64_t>(w, 1) - 1) / v.patch_size + 1);
+    v.image_size = rows * v.patch_size;
+    v.image_width = cols * v.patch_size;
+    return;
+  }
   if (!v.qwen()) {
     set_grid_image(v, height, width);
     return;
@@ -1631,7 +1682,7 @@ void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
 
 std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
-  if (c.image_in_sequence() && c.vision.qwen())
+  if (c.image_in_sequence() && (c.vision.qwen() || c.vision.pixtral))
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
            " layers) and merger run on one image per sequence, " + std::to_string(c.vision.image_size) + " x " +
            std::to_string(c.vision.image_width) + " pixels as its processor resizes it (--image-size), whose " +

@@ -500,7 +500,9 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
   if (c.image_in_sequence() && !o.kv_cache) {
     // LLaVA: the image's features replace its placeholder tokens' embeddings (masked_scatter;
     // the image taken as the first tokens of each sequence, one copy of the embeddings).
-    const std::string img = c.vision.qwen() ? qwen_vl_image_features(n, c, &deepstack) : llava_image_features(n, c);
+    const std::string img = c.vision.qwen()      ? qwen_vl_image_features(n, c, &deepstack)
+                            : c.vision.pixtral ? pixtral_image_features(n, c)
+                                               : llava_image_features(n, c);
     const std::string text = n.b.node("Slice", p0 + "/text_tokens",
                                       {x, n.b.ints(p0 + "/image_end", {c.vision.tokens()}),
                                        n.b.ints(p0 + "/text_end", {int64_t(1) << 62}), n.b.ints(p0 + "/seq_axis", {1})});

@@ -126,6 +126,10 @@ QWEN3_VL = {"model_type": "qwen3_vl",
                             "vocab_size": 1000},
             "vision_config": {"depth": 2, "hidden_size": 128, "intermediate_size": 256, "num_heads": 4,
                               "out_hidden_size": 256, "num_position_embeddings": 16, "deepstack_visual_indexes": [0]}}
+# Mistral 3 with a small Pixtral tower (the default 448-pixel image: 16 x 16 tokens).
+MISTRAL3 = {"model_type": "mistral3", "text_config": dict(LLAMA, model_type="mistral"),
+            "vision_config": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+                              "num_attention_heads": 4, "patch_size": 14, "image_size": 1540}}
 # PaliGemma with a small SigLIP tower (no class token, one projection) before Gemma.
 PALIGEMMA = {"model_type": "paligemma",
              "text_config": {"model_type": "gemma", "hidden_size": 256, "intermediate_size": 512,
@@ -201,7 +205,7 @@ class ConfigModels(unittest.TestCase):
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
                           ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("llava_next_small", LLAVA_NEXT), ("paligemma_small", PALIGEMMA),
-                          ("qwen2_vl_small", QWEN2_VL), ("gemma3_vl_small", GEMMA3_VL), ("qwen25_vl_small", QWEN25_VL),
+                          ("qwen2_vl_small", QWEN2_VL), ("mistral3_small", MISTRAL3), ("gemma3_vl_small", GEMMA3_VL), ("qwen25_vl_small", QWEN25_VL),
                           ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),
                           ("qwen3_next_small", QWEN3_NEXT), ("granite_h_small", GRANITE_H)):
             made.append(os.path.join(self.dir, name + ".json"))

@@ -1773,3 +1773,38 @@ TEST_CASE("generation: Qwen3-VL adds interpolated positions to its tower and Dee
   CHECK(small.vision.image_size == 256);
   CHECK(small.vision.tokens() == 64);
 }
+
+TEST_CASE("generation: Mistral 3 runs its Pixtral tower and merges 2 x 2 patches into each image token") {
+  // mistralai/Mistral-Small-3.1-24B-Instruct-2503: Mistral Small 24B (untied head: 23,572,403,200)
+  // and Pixtral: the patch convolution, ln_pre, 24 layers of RMSNorms, q/k/v/o and a gated MLP
+  // without biases (403,305,472), the projector's norm, merging_layer 4096 -> 1024, linear_1 and
+  // linear_2 without biases (35,652,608): 24,011,361,280 parameters, the published count.
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/mistral_small_3.1.json");
+  REQUIRE(c.vision.pixtral);
+  CHECK_FALSE(c.vision.qwen());
+  CHECK(c.language_model_of == "mistral3");
+  CHECK(c.vision.tokens() == 256);  // 448 pixels: 32 x 32 patches of 14, merged 2 x 2
+  const LoadedModel m = build_model(c);
+  CHECK(parameter_count(m) == 24011361280);
+  const int64_t layer = 4 * 1024 * 1024 + 3 * 1024 * 4096 + 2 * 1024;
+  CHECK(parameter_count(m) - 23572403200 == 1024 * 3 * 14 * 14 + 1024 + 24 * layer + 1024 + 4096 * 1024 + 1024 * 5120 +
+                                                5120 * 5120);
+  // The processor fits the image within 1540 pixels a side, whole patches: 1080 x 1920 becomes
+  // 868 x 1540, 62 x 110 patches, 31 x 55 = 1,705 tokens; an odd row of patches is dropped by
+  // the merger's unfold.
+  ModelConfig wide = c;
+  set_image_size(wide, 1080, 1920);
+  CHECK(wide.vision.image_size == 868);
+  CHECK(wide.vision.image_width == 1540);
+  CHECK(wide.vision.tokens() == 1705);
+  set_image_size(wide, 300, 300);  // 22 x 22 patches: 11 x 11 tokens
+  CHECK(wide.vision.tokens() == 121);
+  set_image_size(wide, 290, 300);  // 21 x 22 patches: the 21st row dropped
+  CHECK(wide.vision.tokens() == 110);
+  const Analysis a = prepare(build_model(wide), serving(DType::bf16, 1, 200));
+  bool merged = false;
+  for (const Node& nd : a.graph.nodes)
+    if (nd.name == "model/merge_image")
+      if (const TensorInfo* t = a.graph.find(nd.outputs[0])) merged = t->fully_known() && t->shape[1].value == 200;
+  CHECK(merged);
+}

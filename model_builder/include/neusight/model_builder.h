@@ -205,6 +205,7 @@ struct ModelConfig {
   struct VisionTower {
     int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, image_size = 0, patch_size = 0, channels = 3;
     std::string activation = "quick_gelu", projector_activation = "gelu";
+    bool projector_bias = true;  // the projector's linear_1 and linear_2 (Mistral 3: multimodal_projector_bias)
     double layer_norm_eps = 1e-5;
     int64_t feature_layer = 0;
     bool keep_class_token = false;
@@ -246,10 +247,18 @@ struct ModelConfig {
     // are added to the image tokens' states after the language model's first layers, in order.
     int64_t position_grid = 0;
     std::vector<int64_t> deepstack_layers;
-    bool qwen() const { return merge_size > 0; }
+    // Mistral 3's Pixtral tower (pixtral): an image of image_size x image_width pixels (each side
+    // a multiple of patch_size, the longer at most longest_edge pixels, as the processor resizes
+    // it), patches through RMSNorm pre-norm layers with 2D rotary positions and gated
+    // MLPs; the projector's RMSNorm, merge_size x merge_size patches unfolded and merged by one
+    // matrix, then linear_1, the activation and linear_2. Its tokens: (rows / merge) x (columns /
+    // merge).
+    bool pixtral = false;
+    int64_t longest_edge = 0;
+    bool qwen() const { return merge_size > 0 && !pixtral; }
     int64_t crops() const { return 1 + grid_rows * grid_cols; }
     int64_t tokens() const {
-      if (qwen()) return (image_size / (patch_size * merge_size)) * (image_width / (patch_size * merge_size));
+      if (merge_size > 0) return (image_size / (patch_size * merge_size)) * (image_width / (patch_size * merge_size));
       const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
       const int64_t one = pooled_tokens > 0 ? pooled_tokens : side * side + (keep_class_token ? 1 : 0);
       const int64_t rows = feature_rows > 0 ? feature_rows : grid_rows * side;
