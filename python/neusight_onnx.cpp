@@ -89,7 +89,7 @@ struct AnalysisArgs {
   py::object batch = py::none(), seq = py::none(), dims = py::none(), shapes = py::none();
   py::object mode = py::str("inference"), dtype = py::none(), fusion = py::str("eager"), timing = py::str("device");
   py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none(), attention = py::none();
-  py::object host_dispatch_us = py::none(), image_size = py::none();
+  py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
   py::object predictor = py::str("neusight"), weights = py::none();
 
   Options parse() const { return parse_argv(argv()); }
@@ -159,6 +159,7 @@ struct AnalysisArgs {
       }
     }
     if (!link_bw.is_none()) flag("--link-bw", number_text(link_bw, "link_bw", "GB/s"));
+    if (!images.is_none()) flag("--images", int_text(images, "images"));
     if (!image_size.is_none()) {  // N, or (height, width)
       if (py::isinstance<py::list>(image_size) || py::isinstance<py::tuple>(image_size)) {
         const auto hw = py::reinterpret_borrow<py::sequence>(image_size);
@@ -359,7 +360,7 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     Decoder decoder;
     std::optional<ModelConfig> target;
     if (cfg) {
-      target = cli::with_image_size(cfg->read(), opt);
+      target = cli::with_image_options(cfg->read(), opt);
       decoder = config_decoder(*target);
       notes = cli::config_notes(*target, opt);
     } else {
@@ -701,34 +702,36 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
-         py::object image_size) {
+         py::object image_size, py::object images) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
+        a.images = std::move(images);
         return from_config(config, gpu, a);
       },
       "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
-      "image_size"_a = none,
+      "image_size"_a = none, "images"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
-      "batch and seq are required; image_size (an int or (height, width)) as --image-size. Arguments and result\n"
-      "as analyze().");
+      "batch and seq are required; image_size (an int or (height, width)) as --image-size, images as --images.\n"
+      "Arguments and result as analyze().");
   m.def(
       "compare",
       [](py::object models, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
-         py::object image_size) {
+         py::object image_size, py::object images) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
                                        py::none(), predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
+        a.images = std::move(images);
         return compare(models, gpu, a, top, labels);
       },
       "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", py::kw_only(), "top"_a = 10, "labels"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
-      "image_size"_a = none,
+      "image_size"_a = none, "images"_a = none,
       "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
@@ -738,19 +741,20 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch, py::object dtype,
          py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
          py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
-         py::object host_dispatch_us, py::object image_size) {
+         py::object host_dispatch_us, py::object image_size, py::object images) {
         if (!tpot_slo.is_none() && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError("tpot_slo chooses the batch; give it without batch");
         AnalysisArgs a = analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
                                        timing, parallel, link_bw, predictor, weights, attention, host_dispatch_us);
         a.kv_dtype = std::move(kv_dtype);
         a.image_size = std::move(image_size);
+        a.images = std::move(images);
         return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
       "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none,
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
-      "host_dispatch_us"_a = none, "image_size"_a = none,
+      "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"
@@ -759,7 +763,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused).\n"
       "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
       "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
-      "them for a list of GPUs. image_size (an int or (height, width)) as --image-size.");
+      "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,
         "timing"_a = none,

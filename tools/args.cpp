@@ -62,6 +62,7 @@ std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string&
 }
 
 void parse_image_size(const Args& args, Options& opt) {
+  if (args.has("--images")) opt.images = args.get_int("--images", 1, 1);
   if (!args.has("--image-size")) return;
   const std::string text = args.get("--image-size");  // N (square) or HxW
   const size_t x = text.find_first_of("xX");
@@ -218,14 +219,15 @@ LoadedModel load_config_model(const std::string& config_path, const Options& opt
   return load_config_model(read_hf_config(config_path), opt, dims_error, notes);
 }
 
-ModelConfig with_image_size(ModelConfig cfg, const Options& opt) {
+ModelConfig with_image_options(ModelConfig cfg, const Options& opt) {
   if (opt.image_height > 0) set_image_size(cfg, opt.image_height, opt.image_width);
+  if (opt.images > 0) set_images(cfg, opt.images);
   return cfg;
 }
 
 LoadedModel load_config_model(const ModelConfig& given, const Options& opt, const std::string& dims_error,
                               std::vector<std::string>& notes) {
-  const ModelConfig cfg = with_image_size(given, opt);
+  const ModelConfig cfg = with_image_options(given, opt);
   // A vision encoder's sequence is its patches: the batch alone is asked for.
   if (cfg.image_size > 0 && opt.dims.batch < 0)
     throw InputError("--config of a " + cfg.model_type + " model (an image encoder) needs --batch N");
@@ -233,9 +235,10 @@ LoadedModel load_config_model(const ModelConfig& given, const Options& opt, cons
   if (cfg.learned_positions && opt.dims.seq > cfg.max_positions)
     throw InputError("--seq " + std::to_string(opt.dims.seq) + ": a " + cfg.model_type + " model has learned positions for " +
                      std::to_string(cfg.max_positions) + " tokens (its config's position table)");
-  if (cfg.image_in_sequence() && opt.dims.seq < cfg.vision.tokens())
-    throw InputError("--seq " + std::to_string(opt.dims.seq) + ": each " + cfg.language_model_of + " sequence holds its image's " +
-                     std::to_string(cfg.vision.tokens()) + " tokens; --seq must be at least that");
+  if (cfg.image_in_sequence() && opt.dims.seq < cfg.vision.sequence_tokens())
+    throw InputError("--seq " + std::to_string(opt.dims.seq) + ": each " + cfg.language_model_of + " sequence holds its " +
+                     (cfg.vision.images > 1 ? std::to_string(cfg.vision.images) + " images' " : std::string("image's ")) +
+                     std::to_string(cfg.vision.sequence_tokens()) + " tokens; --seq must be at least that");
   LoadedModel loaded = build_model(cfg);  // after the checks: a 175B graph is not built for nothing
   loaded.model.path = "";
   notes = config_notes(cfg, opt);

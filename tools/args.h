@@ -46,10 +46,12 @@ std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string&
 // The analysis options every model-predicting subcommand shares: --batch, --seq, --dim,
 // --shape, --value, --mode, --fusion, --dtype, --predictor, --weights. Throws InputError naming the flag.
 Options parse_analysis_options(const Args& args);
-// --image-size N or HxW into opt.image_height / image_width (unset without the flag).
+// --image-size N or HxW into opt.image_height / image_width, --images into opt.images (unset
+// without the flags).
 void parse_image_size(const Args& args, Options& opt);
-// The config with --image-size applied (set_image_size; unchanged without it).
-ModelConfig with_image_size(ModelConfig config, const Options& opt);
+// The config with --image-size and --images applied (set_image_size, set_images; unchanged
+// without them).
+ModelConfig with_image_options(ModelConfig config, const Options& opt);
 
 // The model of a Hugging Face config (no file behind it: its path is empty), --image-size
 // applied. Throws InputError(`dims_error`) without --batch and --seq. `notes` gets config_notes' lines.

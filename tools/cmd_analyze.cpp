@@ -66,8 +66,9 @@ int cmd_analyze(const Argv& argv) {
   if (!args.has("--gpu")) throw InputError("--gpu is required (see `neusight-onnx gpus`)");
 
   Options opt = parse_analysis_options(args);
-  if (opt.image_height > 0 && !args.has("--config"))
-    throw InputError("--image-size applies to --config vision-language models (an ONNX model's image dims: --dim or --shape)");
+  for (const char* f : {"--image-size", "--images"})
+    if (args.has(f) && !args.has("--config"))
+      throw InputError(std::string(f) + " applies to --config vision-language models (an ONNX model's image dims: --dim or --shape)");
   parse_parallel_options(args, opt);
   const int top = static_cast<int>(args.get_int("--top", 0, 0));
   const std::string group = args.get("--group");

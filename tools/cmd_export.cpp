@@ -21,7 +21,7 @@ int cmd_export(const Argv& argv) {
   Options image;
   parse_image_size(args, image);
   const LoadedModel m =
-      build_model(with_image_size(read_hf_config(args.get("--config")), image), BuildOptions{args.has("--kv-cache")});
+      build_model(with_image_options(read_hf_config(args.get("--config")), image), BuildOptions{args.has("--kv-cache")});
   // Weights are external-data stubs: every initializer points into "<model>.weights", written
   // as an empty placeholder so ONNX tooling finds the file; its bytes are never materialised.
   const std::filesystem::path out_path(out);

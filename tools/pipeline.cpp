@@ -299,7 +299,7 @@ Decoder load_decoder(const std::string& path, bool config, const Options& opt, s
                      ModelConfig* config_out) {
   notes.clear();
   if (!config) return onnx_decoder(load_model(path));
-  const ModelConfig cfg = with_image_size(read_hf_config(path), opt);
+  const ModelConfig cfg = with_image_options(read_hf_config(path), opt);
   if (config_out) *config_out = cfg;
   Decoder d = config_decoder(cfg);
   notes = config_notes(cfg, opt);

@@ -229,7 +229,7 @@ Decoder config_decoder(const ModelConfig& config) {
     d.kv_tensors = 1;
   }
   recurrent_layers(config, d);
-  if (config.image_in_sequence()) d.image_tokens = config.vision.tokens();
+  if (config.image_in_sequence()) d.image_tokens = config.vision.sequence_tokens();
   if (config.learned_positions) d.max_positions = config.max_positions;
   // A state-space model keeps no keys or values: no heads or tensors to describe.
   if (d.layers == 0) d.kv_heads = d.head_dim = d.kv_tensors = 0;
@@ -327,8 +327,8 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
                                       const Decoder* draft) {
   if (gen.prompt < 1) throw InputError("--generate: the prompt needs at least one token");
   if (gen.prompt < d.image_tokens)
-    throw InputError("--generate: the prompt holds its image's " + std::to_string(d.image_tokens) +
-                     " tokens: it needs at least that many, got " + std::to_string(gen.prompt));
+    throw InputError("--generate: the prompt holds " + std::to_string(d.image_tokens) +
+                     " image tokens: it needs at least that many, got " + std::to_string(gen.prompt));
   if (gen.new_tokens < 1) throw InputError("--generate: at least one new token is needed");
   if (d.max_positions > 0 && gen.prompt + gen.new_tokens > d.max_positions)
     throw InputError("--generate: " + std::to_string(gen.prompt) + " + " + std::to_string(gen.new_tokens) +

@@ -260,4 +260,10 @@ std::string rotate_half_embedding(Net& n, const std::string& p, const std::strin
   return n.b.node("Add", p + "/Add", {a, b});
 }
 
+std::string images_per_sequence(Net& n, const std::string& p, const std::string& features, int64_t images, int64_t tokens,
+                                int64_t hidden) {
+  if (images <= 1) return features;
+  return n.b.node("Reshape", p, {features, n.b.ints(p + "_shape", {-1, images * tokens, hidden})});
+}
+
 }  // namespace neusight::builder

@@ -79,6 +79,10 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std
 // pixel_values [batch, channels, height, width] through the Pixtral tower and the projector ->
 // [batch, image tokens, hidden].
 std::string pixtral_image_features(Net& n, const ModelConfig& c);
+// The image features of a sequence's `images` images, [batch x images, tokens, hidden], as
+// [batch, images x tokens, hidden] (a view); unchanged for one image.
+std::string images_per_sequence(Net& n, const std::string& p, const std::string& features, int64_t images, int64_t tokens,
+                                int64_t hidden);
 // rotate_half(x) = cat(-x2, x1) over the last of 4 axes (head_dim `hd`); x * cos + rotate_half(x)
 // * sin: the rotary embedding as HF applies it.
 std::string rotate_half_embedding(Net& n, const std::string& p, const std::string& x, int64_t hd,

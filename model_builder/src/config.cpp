@@ -1680,23 +1680,33 @@ void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   v.image_width = static_cast<int64_t>(wb);
 }
 
+void set_images(ModelConfig& c, int64_t images) {
+  if (!c.image_in_sequence())
+    throw InputError("--images applies to vision-language configs whose image tower is built; " +
+                     (c.source.empty() ? std::string("this config") : c.source) + " has none");
+  if (images < 1 || images > 256) throw InputError("--images: expected 1 to 256 images per sequence");
+  c.vision.images = images;
+}
+
 std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
+  const std::string images = c.vision.images > 1 ? std::to_string(c.vision.images) + " images per sequence (--images)"
+                                                 : std::string("one image per sequence");
   if (c.image_in_sequence() && (c.vision.qwen() || c.vision.pixtral))
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
-           " layers) and merger run on one image per sequence, " + std::to_string(c.vision.image_size) + " x " +
+           " layers) and merger run on " + images + ", " + std::to_string(c.vision.image_size) + " x " +
            std::to_string(c.vision.image_width) + " pixels as its processor resizes it (--image-size), whose " +
-           std::to_string(c.vision.tokens()) + " tokens are among its sequence's";
+           std::to_string(c.vision.sequence_tokens()) + " tokens are among its sequence's";
   if (c.image_in_sequence())
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
-           (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on one image per sequence" +
+           (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on " + images +
            (c.vision.crops() > 1 ? " (" + (c.vision.given_height > 0 ? std::to_string(c.vision.given_height) + " x " +
                                                                            std::to_string(c.vision.given_width) + " pixels"
                                                                      : std::string("a square image")) +
                                        ": " + std::to_string(c.vision.grid_rows) + " x " + std::to_string(c.vision.grid_cols) +
                                        " crops and the whole image, --image-size)"
                                  : std::string()) +
-           ", whose " + std::to_string(c.vision.tokens()) + " tokens are among its sequence's";
+           ", whose " + std::to_string(c.vision.sequence_tokens()) + " tokens are among its sequence's";
   return c.source + " is a " + c.language_model_of + " model: its language model (" + c.model_type +
          ") is predicted; its vision tower and projector are not built";
 }

@@ -469,7 +469,7 @@ namespace {
 // plus the layer's visual features (HF's index, add and index_put over the image rows).
 std::string deepstack_add(Net& n, const ModelConfig& c, const std::string& p, const std::string& x,
                           const std::string& features) {
-  const int64_t t = c.vision.tokens();
+  const int64_t t = c.vision.sequence_tokens();
   const std::string img = n.b.node("Slice", p + "/deepstack_image", {x, n.b.ints(p + "/ds_s", {0}), n.b.ints(p + "/ds_e", {t}),
                                                                     n.b.ints(p + "/ds_ax", {1})});
   const std::string text = n.b.node("Slice", p + "/deepstack_text", {x, n.b.ints(p + "/ds_ts", {t}),
@@ -504,7 +504,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                             : c.vision.pixtral ? pixtral_image_features(n, c)
                                                : llava_image_features(n, c);
     const std::string text = n.b.node("Slice", p0 + "/text_tokens",
-                                      {x, n.b.ints(p0 + "/image_end", {c.vision.tokens()}),
+                                      {x, n.b.ints(p0 + "/image_end", {c.vision.sequence_tokens()}),
                                        n.b.ints(p0 + "/text_end", {int64_t(1) << 62}), n.b.ints(p0 + "/seq_axis", {1})});
     x = n.b.node("Concat", p0 + "/merge_image", {img, text});
     n.b.attr_i("axis", 1);

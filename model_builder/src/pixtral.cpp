@@ -52,11 +52,20 @@ std::string pixtral_image_features(Net& n, const ModelConfig& c) {
   const std::string text_batch = n.batch, text_seq = n.seq;
   const std::string scope = "vision_tower";
 
-  // pixel_values [images, channels, height, width]; the tower's batch is the images'.
-  const std::string pixels = n.b.input("pixel_values", kF32, {-1, v.channels, v.image_size, v.image_width}, {"batch"});
+  // pixel_values [batch, channels, height, width] ([batch, images, ...] for several a sequence,
+  // viewed per image); the tower's batch is the images'.
+  std::string pixels = n.b.input("pixel_values", kF32,
+                                 v.images > 1 ? std::vector<int64_t>{-1, v.images, v.channels, v.image_size, v.image_width}
+                                              : std::vector<int64_t>{-1, v.channels, v.image_size, v.image_width},
+                                 {"batch"});
   const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
-  const std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
+  std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
   n.b.attr_i("axis", 0);
+  if (v.images > 1) {
+    images = n.b.node("Mul", scope + "/images", {images, n.b.ints(scope + "/images_per_sequence", {v.images}, true)});
+    pixels = n.b.node("Reshape", scope + "/per_image",
+                      {pixels, n.b.ints(scope + "/image_shape", {-1, v.channels, v.image_size, v.image_width})});
+  }
   n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
   n.seq = n.b.ints(scope + "/seq_1d", {patches});
 
@@ -96,7 +105,7 @@ std::string pixtral_image_features(Net& n, const ModelConfig& c) {
   y = linear(n, mp + ".linear_2", y, c.hidden, c.hidden, v.projector_bias);
   n.batch = text_batch;
   n.seq = text_seq;
-  return y;
+  return images_per_sequence(n, mp + "/per_sequence", y, v.images, v.tokens(), c.hidden);
 }
 
 }  // namespace neusight::builder

@@ -229,13 +229,18 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std
   const int64_t patch_dim = v.channels * v.temporal_patch * v.patch_size * v.patch_size;
   const std::string text_batch = n.batch, text_seq = n.seq;
 
-  // pixel_values: the processor's flattened patches, [images, patches, C x T x P x P] (HF's
-  // [images x patches, ...] with the images' rows apart); the tower's batch is the images'.
+  // pixel_values: the processor's flattened patches, [batch, images x patches, C x T x P x P]
+  // (HF's [images x patches, ...] with each sequence's rows apart), viewed per image; the
+  // tower's batch is the images'.
   const std::string scope = "visual";
-  const std::string pixels = n.b.input("pixel_values", kF32, {-1, g.patches, patch_dim}, {"batch"});
+  std::string pixels = n.b.input("pixel_values", kF32, {-1, v.images * g.patches, patch_dim}, {"batch"});
   const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
-  const std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
+  std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
   n.b.attr_i("axis", 0);
+  if (v.images > 1) {
+    images = n.b.node("Mul", scope + "/images", {images, n.b.ints(scope + "/images_per_sequence", {v.images}, true)});
+    pixels = n.b.node("Reshape", scope + "/per_image", {pixels, n.b.ints(scope + "/image_shape", {-1, g.patches, patch_dim})});
+  }
   n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
   n.seq = n.b.ints(scope + "/seq_1d", {g.patches});
 
@@ -265,7 +270,9 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std
     x = vision_block(n, scope + ".blocks." + std::to_string(l), x, v, g, cos, sin, v.window_size > 0 && !full);
     if (listed(v.deepstack_layers, l) && deepstack) {  // Qwen3-VL: this layer's features for the language model
       const auto i = std::find(v.deepstack_layers.begin(), v.deepstack_layers.end(), l) - v.deepstack_layers.begin();
-      deepstack->push_back(patch_merger(n, scope + ".deepstack_merger_list." + std::to_string(i), x, v, g, true));
+      const std::string ds = scope + ".deepstack_merger_list." + std::to_string(i);
+      deepstack->push_back(images_per_sequence(n, ds + "/per_sequence", patch_merger(n, ds, x, v, g, true), v.images,
+                                               v.tokens(), v.out_hidden));
     }
   }
   const std::string mp = scope + ".merger";
@@ -277,7 +284,7 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std
   }
   n.batch = text_batch;
   n.seq = text_seq;
-  return x;
+  return images_per_sequence(n, mp + "/per_sequence", x, v.images, v.tokens(), v.out_hidden);
 }
 
 }  // namespace neusight::builder

@@ -12,9 +12,9 @@ namespace neusight::builder {
 
 namespace {
 
-// The pixel_values input of an image encoder: [batch, channels, image, image], or LLaVA-NeXT's
-// [batch, crops, channels, image, image] (each image's crops and its whole view, when `crops` >
-// 1) viewed as [batch x crops, channels, image, image]. The Net's batch (the images', or the
+// The pixel_values input of an image encoder: [batch, channels, image, image], or [batch, views,
+// channels, image, image] (a sequence's images, each LLaVA-NeXT image's crops and its whole view,
+// when `crops` > 1 views) viewed as [batch x views, channels, image, image]. The Net's batch (the images', or the
 // crops') and sequence (the encoder's `tokens`, over which its heads split) become the image's,
 // named under `scope`, as a PyTorch export computes them from the input's shape.
 std::string image_input(Net& n, const std::string& scope, int64_t channels, int64_t image, int64_t tokens,
@@ -129,7 +129,7 @@ TowerStates vision_transformer(Net& n, const ModelConfig::VisionTower& v, const 
                                const std::string& vm) {
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
   const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
-  const std::string pixels = image_input(n, scope, v.channels, v.image_size, seq, v.crops());
+  const std::string pixels = image_input(n, scope, v.channels, v.image_size, seq, v.images * v.crops());
   const std::string pe = vm + ".embeddings";
   std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip, v.siglip ? "" : pe + ".class_embedding",
                                h, v.channels, v.patch_size, patches);
@@ -164,7 +164,7 @@ std::string clip_pooled(Net& n, const std::string& vm, const std::string& x, con
 // appended to each of its rows (cat: a copy), flattened and transposed to tokens, after the
 // whole image's (cat: a copy) -> [batch, tokens(), hidden]. unpad_image (a view) first keeps
 // the centre feature_rows x feature_cols of the map an image of another aspect covers (a square
-// image on a square grid: all of it). The Net's batch is the images' (one a sequence) again here.
+// image on a square grid: all of it). The Net's batch is the images' here.
 std::string pack_crops(Net& n, const ModelConfig& c, const std::string& projected) {
   const ModelConfig::VisionTower& v = c.vision;
   const int64_t h = c.hidden, side = v.image_size / v.patch_size, rows = v.grid_rows, cols = v.grid_cols;
@@ -236,11 +236,14 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
     g = n.b.node("Transpose", mp + "/tokens", {g});
     n.b.attr_ints("perm", {0, 2, 1});
     g = rms_norm(n, mp + ".mm_soft_emb_norm", g, h, v.layer_norm_eps);
-    return n.b.node("MatMul", mp + "/MatMul", {g, n.b.weight(mp + ".mm_input_projection_weight", {h, c.hidden})});
+    g = n.b.node("MatMul", mp + "/MatMul", {g, n.b.weight(mp + ".mm_input_projection_weight", {h, c.hidden})});
+    return images_per_sequence(n, "image_features/per_sequence", g, v.images, v.tokens(), c.hidden);
   }
-  if (v.siglip)  // PaliGemma: one projection, the features divided by sqrt(hidden)
-    return n.b.node("Div", mp + "/scale", {linear(n, mp + ".linear", features, h, c.hidden),
-                                           f32(n, mp + "/sqrt_hidden", static_cast<float>(std::sqrt(double(c.hidden))))});
+  if (v.siglip) {  // PaliGemma: one projection, the features divided by sqrt(hidden)
+    const std::string y = n.b.node("Div", mp + "/scale", {linear(n, mp + ".linear", features, h, c.hidden),
+                                                          f32(n, mp + "/sqrt_hidden", static_cast<float>(std::sqrt(double(c.hidden))))});
+    return images_per_sequence(n, "image_features/per_sequence", y, v.images, v.tokens(), c.hidden);
+  }
   // LLaVA's "default" strategy drops the class token (a strided view the projector copies).
   if (!v.keep_class_token) {
     features = n.b.node("Slice", "vision_tower/select",
@@ -248,8 +251,13 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
                          n.b.ints("vision_tower/axes1", {1})});
   }
   const std::string y = activation(n, mp + ".act", linear(n, mp + ".linear_1", features, h, c.hidden), v.projector_activation);
-  const std::string projected = linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
-  return v.crops() > 1 ? pack_crops(n, c, projected) : projected;
+  std::string projected = linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
+  if (v.crops() > 1) {  // packed per image: the images' batch meanwhile
+    if (v.images > 1) n.batch = n.b.node("Mul", "image_features/images", {text_batch, n.b.ints("image_features/per_seq", {v.images})});
+    projected = pack_crops(n, c, projected);
+    n.batch = text_batch;
+  }
+  return images_per_sequence(n, "image_features/per_sequence", projected, v.images, v.tokens(), c.hidden);
 }
 
 LoadedModel build_vit(const ModelConfig& c) {

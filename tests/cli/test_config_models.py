@@ -260,6 +260,26 @@ class ConfigModels(unittest.TestCase):
         self.assertEqual(code, 0, se)
         ok, msg = check_onnx(out)
         self.assertTrue(ok, msg)
+        # --images: three images a sequence, 3 x 198 tokens; the export's pixel_values hold them.
+        code, so, se = run("--config", cfg, "--batch", "1", "--seq", "594", "--gpu", GPU, "--image-size", "300x500",
+                           "--images", "3", "--quiet")
+        self.assertEqual(code, 0, se)
+        self.assertIn("3 images per sequence (--images)", se)
+        self.assertIn("whose 594 tokens", se)
+        code, so, se = run("--config", cfg, "--batch", "1", "--seq", "593", "--gpu", GPU, "--image-size", "300x500",
+                           "--images", "3")
+        self.assertEqual(code, 2)
+        self.assertIn("holds its 3 images' 594 tokens", se)
+        out3 = os.path.join(self.dir, "qwen25_3_images.onnx")
+        code, so, se = run("export", "--config", cfg, "--image-size", "300x500", "--images", "3", "-o", out3)
+        self.assertEqual(code, 0, se)
+        ok, msg = check_onnx(out3)
+        self.assertTrue(ok, msg)
+        for bad in (["--images", "0"], ["--images", "2"]):
+            target = cfg if bad[1] == "0" else self.export("llama_images", LLAMA)[0]
+            code, so, se = run("--config", target, "--batch", "1", "--seq", "600", "--gpu", GPU, *bad)
+            self.assertEqual(code, 2, se)
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
         llava, _ = self.export("llava_image", LLAVA)
         for bad, needle in (([llava], "take"), ([cfg, "--image-size", "0x5"], "positive"),
                             ([cfg, "--image-size", "big"], "HEIGHTxWIDTH")):

@@ -110,6 +110,10 @@ class Analyze(unittest.TestCase):
         got = n.from_config(cfg, "h100", batch=1, seq=300, dtype="bf16", image_size=(300, 500))
         self.assertTrue(same(got["e2e_latency_ms"], want["e2e_latency_ms"]))
         self.assertNotEqual(got["e2e_latency_ms"], n.from_config(cfg, "h100", batch=1, seq=300, dtype="bf16")["e2e_latency_ms"])
+        two = run_json("--config", cfg, "--gpu", "h100", "--batch", "1", "--seq", "400", "--dtype", "bf16",
+                       "--image-size", "300x500", "--images", "2")
+        got = n.from_config(cfg, "h100", batch=1, seq=400, dtype="bf16", image_size=(300, 500), images=2)
+        self.assertTrue(same(got["e2e_latency_ms"], two["e2e_latency_ms"]))
         gen = run_json("--config", cfg, "--gpu", "h100", "--generate", "1400:8", "--image-size", "1024")
         self.assertTrue(same(n.generate(cfg, "h100", 1400, 8, image_size=1024)["generation"], gen["generation"]))
         c = n.compare([cfg, cfg], "h100", batch=1, seq=1400, image_size=1024)

@@ -118,7 +118,7 @@ TEST_CASE("generation: LLaVA's vision tower runs in the prefill alone, and a pro
   GenerationOptions g;
   g.prompt = 15;
   g.new_tokens = 4;
-  CHECK_THROWS_WITH_AS(prepare_generation(d, serving(DType::f16, 1), g), doctest::Contains("image's 16 tokens"), InputError);
+  CHECK_THROWS_WITH_AS(prepare_generation(d, serving(DType::f16, 1), g), doctest::Contains("holds 16 image tokens"), InputError);
 }
 
 TEST_CASE("generation: the sequences that fit are the KV caches beside the weights and activations") {
@@ -1807,4 +1807,34 @@ TEST_CASE("generation: Mistral 3 runs its Pixtral tower and merges 2 x 2 patches
     if (nd.name == "model/merge_image")
       if (const TensorInfo* t = a.graph.find(nd.outputs[0])) merged = t->fully_known() && t->shape[1].value == 200;
   CHECK(merged);
+}
+
+TEST_CASE("generation: --images puts several images through the tower, their tokens one after another") {
+  // Each family's images: the tower's batch is batch x images, the language model reads
+  // images x tokens() image tokens before the text (Qwen3-VL's DeepStack features too).
+  const std::string dir = test::source_dir() + "/tests/data/";
+  for (const char* name : {"llava_1.5_7b.json", "qwen2_5_vl_7b.json", "qwen3_vl_8b.json", "gemma3_4b.json",
+                           "mistral_small_3.1.json"}) {
+    CAPTURE(name);
+    ModelConfig c = read_hf_config(dir + name);
+    const int64_t one = c.vision.tokens();
+    set_images(c, 3);
+    CHECK(c.vision.sequence_tokens() == 3 * one);
+    const Analysis a = prepare(build_model(c), serving(DType::bf16, 2, 3 * one + 5));
+    bool merged = false;
+    int deepstack = 0;
+    for (const Node& nd : a.graph.nodes) {
+      const TensorInfo* t = nd.outputs.empty() ? nullptr : a.graph.find(nd.outputs[0]);
+      if (!t || !t->fully_known()) continue;
+      if (nd.name == "model/merge_image") merged = t->shape[0].value == 2 && t->shape[1].value == 3 * one + 5;
+      if (nd.name.find("/deepstack_Add") != std::string::npos) deepstack += t->shape[1].value == 3 * one;
+    }
+    CHECK(merged);
+    CHECK(deepstack == (c.vision.deepstack_layers.empty() ? 0 : 3));
+    CHECK(config_decoder(c).image_tokens == 3 * one);
+  }
+  ModelConfig text = llama3_8b();
+  CHECK_THROWS_AS(set_images(text, 2), InputError);
+  ModelConfig llava = read_hf_config(dir + "llava_1.5_7b.json");
+  CHECK_THROWS_AS(set_images(llava, 0), InputError);
 }

@@ -59,6 +59,8 @@ struct Options {
   // (Qwen2-VL, Qwen2.5-VL) reads, height and width in pixels before that resize; 0: the
   // builder's default (model_builder.h set_image_size). Read where a config is built.
   int64_t image_height = 0, image_width = 0;
+  // --images: images in each sequence of such a model (its tower built); 0: one.
+  int64_t images = 0;
 };
 
 // Runs every stage. Throws InputError / RuntimeError (graph.h).

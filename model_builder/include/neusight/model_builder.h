@@ -255,6 +255,9 @@ struct ModelConfig {
     // merge).
     bool pixtral = false;
     int64_t longest_edge = 0;
+    // Images per sequence (--images), each through the tower: their tokens one after another
+    // before the text's. tokens() counts one image's, sequence_tokens() all of them.
+    int64_t images = 1;
     bool qwen() const { return merge_size > 0 && !pixtral; }
     int64_t crops() const { return 1 + grid_rows * grid_cols; }
     int64_t tokens() const {
@@ -265,6 +268,7 @@ struct ModelConfig {
       const int64_t cols = feature_cols > 0 ? feature_cols : grid_cols * side;
       return one + (grid_rows > 0 ? rows * (cols + 1) : 0);
     }
+    int64_t sequence_tokens() const { return images * tokens(); }
   } vision;
   // Vision Transformer (ViT): a [batch, num_channels, image_size, image_size] image cut into
   // patch_size patches (a strided convolution), a class token before them; 0: a token model.
@@ -314,6 +318,11 @@ bool attention_layer(const ModelConfig& c, int64_t l);
 // feature map the image covers. InputError for a config whose tower takes one fixed image
 // (CLIP, SigLIP, LLaVA-1.5, PaliGemma), or none.
 void set_image_size(ModelConfig& c, int64_t height, int64_t width);
+
+// `images` images in each sequence of a vision-language config whose tower is built (LLaVA,
+// LLaVA-NeXT, PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3): each through the
+// tower, their tokens first in the sequence. InputError for other configs or outside 1-256.
+void set_images(ModelConfig& c, int64_t images);
 
 // Reads a config.json, or the config.json of a model's folder (a Hugging Face snapshot; the
 // model is then named after the folder). Throws InputError naming the file and the missing
