@@ -45,7 +45,7 @@ const std::vector<Flag> kFlags = {
     {"--seq", true, "N", "sequence length (binds the second symbolic dim)", A | C | E, ""},
     {"--dim", true, "NAME=VALUE", "bind a named symbolic dim (repeatable)", A | C, ""},
     {"--images", true, "N", "images in each sequence of a --config vision-language model, each through its tower (default 1)", A | C | E, ""},
-    {"--image-size", true, "N|HxW", "the image a --config Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3 or LLaVA-NeXT model reads, in pixels, prepared as its processor does (default: 448; LLaVA-NeXT a square)", A | C | E, ""},
+    {"--image-size", true, "N|HxW", "the image a --config Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4 or LLaVA-NeXT model reads, in pixels, prepared as its processor does (default: 448; LLaVA-NeXT a square)", A | C | E, ""},
     {"--shape", true, "INPUT=1x3x224x224", "set an input's whole shape (repeatable, comma lists)", A | C, ""},
     {"--value", true, "INPUT=V", "set a scalar input's value (repeatable, comma lists)", A | C, ""},
     {"--mode", true, "inference|training", "forward pass, or forward + backward + optimizer", A | C, "inference"},

@@ -75,6 +75,10 @@ std::string llava_image_features(Net& n, const ModelConfig& c);
 // through the tower and its merger -> [batch, image tokens, hidden]; Qwen3-VL's DeepStack
 // features (each [batch, image tokens, hidden]) into `deepstack`.
 std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std::string>* deepstack = nullptr);
+// Llama 4's image features (llama4_vision.cpp; ModelConfig::vision with llama4): graph input
+// pixel_values [batch, images x tiles, channels, image, image] through the vision model and the
+// projector -> [batch, image tokens, hidden].
+std::string llama4_image_features(Net& n, const ModelConfig& c);
 // Mistral 3's image features (pixtral.cpp; ModelConfig::vision with pixtral): graph input
 // pixel_values [batch, channels, height, width] through the Pixtral tower and the projector ->
 // [batch, image tokens, hidden].

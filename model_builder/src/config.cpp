@@ -1499,6 +1499,44 @@ void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) 
   if (lm.language_model_of == "llava_next") read_grid_pinpoints(j, path, t);
 }
 
+// Llama 4's vision model and projector (Llama4Config): vision_config over Llama 4 Scout's and
+// Maverick's tower (34 layers of 1408, 16 heads, an MLP of 5632, tiles of 336 in patches of 14,
+// a pixel shuffle of 0.5 into the adapter's 4096; Llama4VisionConfig's own defaults describe no
+// released model), at most 16 tiles an image (Llama4ImageProcessor's max_patches). Another
+// vision_feature_layer than the last: not built (config_multimodal_note says so).
+void read_llama4_vision(const json& j, const std::string& path, ModelConfig& lm) {
+  auto vc = j.find("vision_config");
+  const json empty = json::object();
+  const Reader v{vc != j.end() && vc->is_object() ? *vc : empty, path + " vision_config"};
+  if (auto fl = v.j.find("vision_feature_layer");
+      fl != v.j.end() && !fl->is_null() && !(fl->is_number_integer() && fl->get<int64_t>() == -1))
+    return;
+  ModelConfig::VisionTower& t = lm.vision;
+  t.llama4 = true;
+  t.layers = v.i({"num_hidden_layers"}, false, 34);
+  t.hidden = v.i({"hidden_size"}, false, 1408);
+  t.heads = v.i({"num_attention_heads"}, false, 16);
+  t.ffn = v.i({"intermediate_size"}, false, 5632);
+  t.channels = v.i({"num_channels"}, false, 3);
+  t.image_size = v.i({"image_size"}, false, 336);
+  t.patch_size = v.i({"patch_size"}, false, 14);
+  t.layer_norm_eps = v.f({"norm_eps"}, 1e-5);
+  t.activation = v.s({"hidden_act"}, "gelu");
+  const double ratio = v.f({"pixel_shuffle_ratio"}, 0.5);
+  t.shuffle = ratio > 0 ? std::llround(1.0 / ratio) : 0;
+  t.adapter_dim = v.i({"projector_output_dim"}, false, 4096);
+  t.out_hidden = v.i({"projector_input_dim"}, false, 4096);
+  t.projector_bias = v.b("multi_modal_projector_bias", false);
+  const int64_t side = t.patch_size > 0 ? t.image_size / t.patch_size : 0;
+  if (t.layers <= 0 || t.hidden <= 0 || t.heads <= 0 || t.hidden % t.heads != 0 || (t.hidden / t.heads) % 2 != 0 ||
+      t.channels <= 0 || t.patch_size <= 0 || t.image_size % t.patch_size != 0 || t.shuffle < 1 ||
+      std::abs(1.0 / double(t.shuffle) - ratio) > 1e-9 || side % t.shuffle != 0 || t.adapter_dim <= 0 || t.out_hidden <= 0 ||
+      t.ffn != t.hidden * t.shuffle * t.shuffle)
+    throw InputError(v.path + ": layers, widths and heads must be positive, image_size whole patches, pixel_shuffle_ratio "
+                              "1 / n dividing the patches a side, and intermediate_size the hidden size x n^2 (the shuffled width)");
+  set_image_size(lm, kDefaultImage, kDefaultImage);
+}
+
 // Mistral 3's Pixtral tower and projector (Mistral3Config): vision_config over Mistral Small
 // 3.1's tower (24 layers of 1024, 16 heads, a gated SiLU MLP of 4096, patches of 14, images of at
 // most 1540 pixels a side; PixtralVisionConfig's own defaults describe another model), the
@@ -1555,6 +1593,7 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
         read_vision_tower(j, path, lm);
       if (c.model_type == "qwen3_vl" || c.model_type == "qwen3_vl_moe") read_qwen_vision(r, lm);
       if (c.model_type == "mistral3") read_pixtral_vision(j, path, lm);
+      if (c.model_type == "llama4") read_llama4_vision(j, path, lm);
       return lm;
     }
     throw InputError(path + ": model_type '" + c.model_type + "' is not supported (" + supported_list() + ")");
@@ -1640,14 +1679,37 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
 
 void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   ModelConfig::VisionTower& v = c.vision;
-  if (!v.qwen() && !v.pixtral && v.pinpoints.empty())
-    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3 and LLaVA-NeXT configs, whose processors take any "
+  if (!v.qwen() && !v.pixtral && !v.llama4 && v.pinpoints.empty())
+    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4 and LLaVA-NeXT configs, whose processors take any "
                      "image; " + (c.source.empty() ? std::string("this config") : c.source) +
                      (v.layers > 0 || c.image_size > 0 ? "'s tower takes its config's image_size" : " has no vision tower"));
   if (height <= 0 || width <= 0 || height > (1 << 16) || width > (1 << 16))
     throw InputError("--image-size: height and width must be between 1 and 65536 pixels");
   v.given_height = height;
   v.given_width = width;
+  if (v.llama4) {
+    // Llama4ImageProcessor's get_best_fit: the canvases of r x c tiles (r c <= max_tiles), each
+    // scaling the image by min(canvas / image) per side; the least upscaling when some canvas
+    // holds the image unshrunk, else the least shrinking; the fewest tiles among equals.
+    auto scale = [&](int64_t r, int64_t c) {
+      return std::min(double(c * v.image_size) / double(width), double(r * v.image_size) / double(height));
+    };
+    bool up = false;
+    for (int64_t r = 1; r <= v.max_tiles; ++r)
+      for (int64_t c = 1; r * c <= v.max_tiles; ++c) up = up || scale(r, c) >= 1;
+    double best = up ? std::numeric_limits<double>::infinity() : 0;
+    for (int64_t r = 1; r <= v.max_tiles; ++r)
+      for (int64_t c = 1; r * c <= v.max_tiles; ++c) {
+        const double sc = scale(r, c);
+        if (up != (sc >= 1)) continue;
+        if ((up ? sc < best : sc > best) || (sc == best && r * c < v.tile_rows * v.tile_cols)) {
+          best = sc;
+          v.tile_rows = r;
+          v.tile_cols = c;
+        }
+      }
+    return;
+  }
   if (v.pixtral) {  // PixtralImageProcessor: fit within longest_edge, sides up to whole patches
     const double ratio = std::max(double(height), double(width)) / double(v.longest_edge);
     const int64_t h = ratio > 1 ? static_cast<int64_t>(std::floor(double(height) / ratio)) : height;
@@ -1692,6 +1754,12 @@ std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
   const std::string images = c.vision.images > 1 ? std::to_string(c.vision.images) + " images per sequence (--images)"
                                                  : std::string("one image per sequence");
+  if (c.image_in_sequence() && c.vision.llama4)
+    return c.source + " is a " + c.language_model_of + " model: its vision model (" + std::to_string(c.vision.layers) +
+           " layers) and projector run on " + images + ", " +
+           std::to_string(c.vision.given_height) + " x " + std::to_string(c.vision.given_width) + " pixels on " + std::to_string(c.vision.tile_rows) + " x " + std::to_string(c.vision.tile_cols) + " tiles of " +
+           std::to_string(c.vision.image_size) + (c.vision.tiles() > 1 ? " and a global one" : "") +
+           " (--image-size), whose " + std::to_string(c.vision.sequence_tokens()) + " tokens are among its sequence's";
   if (c.image_in_sequence() && (c.vision.qwen() || c.vision.pixtral))
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
            " layers) and merger run on " + images + ", " + std::to_string(c.vision.image_size) + " x " +

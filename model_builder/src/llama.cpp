@@ -502,6 +502,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     // the image taken as the first tokens of each sequence, one copy of the embeddings).
     const std::string img = c.vision.qwen()      ? qwen_vl_image_features(n, c, &deepstack)
                             : c.vision.pixtral ? pixtral_image_features(n, c)
+                            : c.vision.llama4  ? llama4_image_features(n, c)
                                                : llava_image_features(n, c);
     const std::string text = n.b.node("Slice", p0 + "/text_tokens",
                                       {x, n.b.ints(p0 + "/image_end", {c.vision.sequence_tokens()}),

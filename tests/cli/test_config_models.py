@@ -94,7 +94,11 @@ KIMI_K2 = dict(DEEPSEEK, model_type="kimi_k2")
 LLAMA4 = {"model_type": "llama4", "text_config": {
     "model_type": "llama4_text", "hidden_size": 256, "intermediate_size": 128, "intermediate_size_mlp": 512,
     "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
-    "vocab_size": 1000, "num_local_experts": 4, "interleave_moe_layer_step": 2, "attention_chunk_size": 64}}
+    "vocab_size": 1000, "num_local_experts": 4, "interleave_moe_layer_step": 2, "attention_chunk_size": 64},
+    # a small vision model: 2 x 2 tiles of 32 and a global one for the 448 default, 4 x 4 patches
+    # pixel-shuffled to 2 x 2 tokens a tile
+    "vision_config": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "image_size": 32, "patch_size": 8, "projector_input_dim": 128, "projector_output_dim": 128}}
 # GLM-4's sandwich norms with a fused gate_up GEMM, SmolLM3's NoPE layers, small.
 GLM4 = dict(LLAMA, model_type="glm4", num_key_value_heads=4)
 SMOLLM3 = dict(LLAMA, model_type="smollm3", tie_word_embeddings=True)

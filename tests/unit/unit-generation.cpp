@@ -1128,7 +1128,9 @@ TEST_CASE("generation: Llama 4 interleaves chunked rotary layers with global NoP
   CHECK(std::count(c.sliding_layers.begin(), c.sliding_layers.end(), false) == 12);
   CHECK_FALSE(c.sliding_layers[3]);
   CHECK(c.sliding_layers[4]);
-  const LoadedModel m = build_model(c);
+  ModelConfig text = c;
+  text.vision = ModelConfig::VisionTower{};
+  const LoadedModel m = build_model(text);
   const int64_t h = 5120, q = 40 * 128, kv = 8 * 128;
   const int64_t layer = h * q + 2 * h * kv + q * h + 2 * h + 16 * 3 * h * 8192 + 3 * h * 8192 + 16 * h;
   CHECK(parameter_count(m) == 2 * 202048 * h + 48 * layer + h);  // 107.77 B
@@ -1837,4 +1839,45 @@ TEST_CASE("generation: --images puts several images through the tower, their tok
   CHECK_THROWS_AS(set_images(text, 2), InputError);
   ModelConfig llava = read_hf_config(dir + "llava_1.5_7b.json");
   CHECK_THROWS_AS(set_images(llava, 0), InputError);
+}
+
+TEST_CASE("generation: Llama 4 tiles each image, runs its vision model per tile and pixel-shuffles 576 patches to 144 tokens") {
+  // meta-llama/Llama-4-Scout-17B-16E-Instruct: the text model (107,769,861,120) and the vision
+  // model: the unfold patch linear (588 -> 1408, no bias), class token and positions (577 x
+  // 1408), layernorm_pre / _post, 34 layers (q/k/v/o and fc1/fc2 with biases, 2 LayerNorms),
+  // the adapter (5632 -> 4096 -> 4096, no biases) and the projector (4096 -> 5120): 108,641,793,536
+  // parameters, the published count.
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/llama4_scout.json");
+  REQUIRE(c.vision.llama4);
+  const int64_t v = 1408, layer = 4 * (v * v + v) + (v * 5632 + 5632) + (5632 * v + v) + 4 * v;
+  const int64_t tower = 588 * v + v + 577 * v + 4 * v + 34 * layer + 5632 * 4096 + 4096 * 4096;
+  CHECK(parameter_count(build_model(c)) == 107769861120 + tower + 4096 * 5120);
+  CHECK(107769861120 + tower + 4096 * 5120 == 108641793536);
+  // get_best_fit: a 336 image fills one tile; 448 upscales least onto 2 x 2 (and a global
+  // tile); 1080 x 1920 fits no canvas of at most 16 tiles unshrunk and shrinks least onto 3 x 5.
+  ModelConfig r = c;
+  set_image_size(r, 336, 336);
+  CHECK(r.vision.tiles() == 1);
+  CHECK(r.vision.tokens() == 144);
+  set_image_size(r, 448, 448);
+  CHECK(r.vision.tile_rows == 2);
+  CHECK(r.vision.tile_cols == 2);
+  CHECK(r.vision.tokens() == 5 * 144);
+  set_image_size(r, 1080, 1920);
+  CHECK(r.vision.tile_rows == 3);
+  CHECK(r.vision.tile_cols == 5);
+  CHECK(r.vision.tokens() == 16 * 144);
+  // Each tile's 577 tokens attend among themselves; the language model reads 16 x 144 image tokens.
+  const Analysis a = prepare(build_model(r), serving(DType::bf16, 1, 2400));
+  int scores = 0;
+  bool merged = false;
+  for (const Node& nd : a.graph.nodes) {
+    const TensorInfo* t = nd.outputs.empty() ? nullptr : a.graph.find(nd.outputs[0]);
+    if (!t || !t->fully_known()) continue;
+    scores += nd.name.find("vision_model.model.layers.") == 0 && nd.op_type == "Softmax" && t->shape[0].value == 16 &&
+              t->shape[2].value == 577;
+    if (nd.name == "model/merge_image") merged = t->shape[1].value == 2400;
+  }
+  CHECK(scores == 34);
+  CHECK(merged);
 }

@@ -255,6 +255,16 @@ struct ModelConfig {
     // merge).
     bool pixtral = false;
     int64_t longest_edge = 0;
+    // Llama 4's tower (llama4): each image resized onto a canvas of tile_rows x tile_cols tiles of
+    // image_size (the processor's get_best_fit among the canvases of at most max_tiles tiles), plus
+    // one global tile of the whole image when there are several; each tile's patches (and a class
+    // token, last) through LayerNorm layers with 2D rotary positions, the class token dropped,
+    // pixel-shuffled by shuffle (patches merged shuffle x shuffle into wider tokens), the adapter
+    // MLP (fc1, GELU, fc2, GELU) to adapter_dim, then the projector. Tokens per tile:
+    // (image_size / patch_size / shuffle)^2.
+    bool llama4 = false;
+    int64_t tile_rows = 1, tile_cols = 1, max_tiles = 16, shuffle = 2, adapter_dim = 0;
+    int64_t tiles() const { return tile_rows * tile_cols + (tile_rows * tile_cols > 1 ? 1 : 0); }
     // Images per sequence (--images), each through the tower: their tokens one after another
     // before the text's. tokens() counts one image's, sequence_tokens() all of them.
     int64_t images = 1;
@@ -262,6 +272,10 @@ struct ModelConfig {
     int64_t crops() const { return 1 + grid_rows * grid_cols; }
     int64_t tokens() const {
       if (merge_size > 0) return (image_size / (patch_size * merge_size)) * (image_width / (patch_size * merge_size));
+      if (llama4) {
+        const int64_t side = image_size / patch_size / shuffle;
+        return tiles() * side * side;
+      }
       const int64_t side = patch_size > 0 ? image_size / patch_size : 0;
       const int64_t one = pooled_tokens > 0 ? pooled_tokens : side * side + (keep_class_token ? 1 : 0);
       const int64_t rows = feature_rows > 0 ? feature_rows : grid_rows * side;
