@@ -1815,7 +1815,9 @@ LoadedModel build_model(const ModelConfig& c, const BuildOptions& o) {
     std::string list;
     for (const auto& [k, v] : families())
       if (v.build_step) list += (list.empty() ? "" : ", ") + k;
-    throw InputError("model_type '" + c.model_type + "' has no KV-cache decoder step (" + list + ")");
+    throw InputError("model_type '" + c.model_type + "' has no KV-cache decoder step" +
+                     (c.decoder_layers > 0 ? std::string(": it is an encoder-decoder; --generate covers decoder-only models") : "") +
+                     " (" + list + ")");
   }
   return it->second.build_step(c, o);
 }
