@@ -266,4 +266,15 @@ std::string images_per_sequence(Net& n, const std::string& p, const std::string&
   return n.b.node("Reshape", p, {features, n.b.ints(p + "_shape", {-1, images * tokens, hidden})});
 }
 
+std::string rotary_self_attention(Net& n, const std::string& s, const std::string& x, int64_t hidden, int64_t heads,
+                                  bool bias, const std::string& cos, const std::string& sin) {
+  const int64_t h = hidden, hd = hidden / heads;
+  std::string q = split_heads(n, s + "/q", linear(n, s + ".q_proj", x, h, h, bias), heads, hd);
+  std::string k = split_heads(n, s + "/k", linear(n, s + ".k_proj", x, h, h, bias), heads, hd);
+  const std::string v = split_heads(n, s + "/v", linear(n, s + ".v_proj", x, h, h, bias), heads, hd);
+  q = rotate_half_embedding(n, s + "/rotary_q", q, hd, cos, sin);
+  k = rotate_half_embedding(n, s + "/rotary_k", k, hd, cos, sin);
+  return linear(n, s + ".o_proj", masked_attention(n, s, q, k, v, hd, "", s + ".dropout", 0.0f, h), h, h, bias);
+}
+
 }  // namespace neusight::builder

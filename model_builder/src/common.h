@@ -83,6 +83,11 @@ std::string llama4_image_features(Net& n, const ModelConfig& c);
 // pixel_values [batch, channels, height, width] through the Pixtral tower and the projector ->
 // [batch, image tokens, hidden].
 std::string pixtral_image_features(Net& n, const ModelConfig& c);
+// Unmasked self-attention with a rotary embedding on the queries and keys (the vision towers of
+// Pixtral and Llama 4): q_proj, k_proj, v_proj (biased or not), the heads split, rotate_half
+// with cos / sin, the eager core, o_proj. Nodes under `s`.
+std::string rotary_self_attention(Net& n, const std::string& s, const std::string& x, int64_t hidden, int64_t heads,
+                                  bool bias, const std::string& cos, const std::string& sin);
 // The image features of a sequence's `images` images, [batch x images, tokens, hidden], as
 // [batch, images x tokens, hidden] (a view); unchanged for one image.
 std::string images_per_sequence(Net& n, const std::string& p, const std::string& features, int64_t images, int64_t tokens,

@@ -30,15 +30,9 @@ std::pair<std::string, std::string> tile_rotary(Net& n, const Tower& v, int64_t 
 // queries and keys) added to the input; post_attention_layernorm, fc1, GELU, fc2 added to that.
 std::string tile_layer(Net& n, const std::string& p, const std::string& x, const Tower& v, const std::string& cos,
                        const std::string& sin) {
-  const int64_t h = v.hidden, nh = v.heads, hd = h / nh;
+  const int64_t h = v.hidden;
   const std::string a = layer_norm(n, p + ".input_layernorm", x, h, v.layer_norm_eps);
-  const std::string s = p + ".self_attn";
-  std::string q = split_heads(n, s + "/q", linear(n, s + ".q_proj", a, h, h), nh, hd);
-  std::string k = split_heads(n, s + "/k", linear(n, s + ".k_proj", a, h, h), nh, hd);
-  const std::string val = split_heads(n, s + "/v", linear(n, s + ".v_proj", a, h, h), nh, hd);
-  q = rotate_half_embedding(n, s + "/rotary_q", q, hd, cos, sin);
-  k = rotate_half_embedding(n, s + "/rotary_k", k, hd, cos, sin);
-  const std::string o = linear(n, s + ".o_proj", masked_attention(n, s, q, k, val, hd, "", s + ".dropout", 0.0f, h), h, h);
+  const std::string o = rotary_self_attention(n, p + ".self_attn", a, h, v.heads, true, cos, sin);
   const std::string y = n.b.node("Add", p + "/attention_residual_Add", {x, o});
   const std::string m = layer_norm(n, p + ".post_attention_layernorm", y, h, v.layer_norm_eps);
   const std::string f = linear(n, p + ".mlp.fc2", activation(n, p + ".mlp.act", linear(n, p + ".mlp.fc1", m, h, v.ffn), v.activation),

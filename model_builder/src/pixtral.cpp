@@ -25,15 +25,9 @@ std::pair<std::string, std::string> pixtral_rotary(Net& n, const Tower& v, int64
 // rotary on queries and keys) added to the input; ffn_norm, the gated MLP added to that.
 std::string pixtral_layer(Net& n, const std::string& p, const std::string& x, const Tower& v, const std::string& cos,
                           const std::string& sin) {
-  const int64_t h = v.hidden, nh = v.heads, hd = h / nh;
+  const int64_t h = v.hidden;
   const std::string a = rms_norm(n, p + ".attention_norm", x, h, v.layer_norm_eps);
-  const std::string s = p + ".attention";
-  std::string q = split_heads(n, s + "/q", linear(n, s + ".q_proj", a, h, h, false), nh, hd);
-  std::string k = split_heads(n, s + "/k", linear(n, s + ".k_proj", a, h, h, false), nh, hd);
-  const std::string val = split_heads(n, s + "/v", linear(n, s + ".v_proj", a, h, h, false), nh, hd);
-  q = rotate_half_embedding(n, s + "/rotary_q", q, hd, cos, sin);
-  k = rotate_half_embedding(n, s + "/rotary_k", k, hd, cos, sin);
-  const std::string o = linear(n, s + ".o_proj", masked_attention(n, s, q, k, val, hd, "", s + ".dropout", 0.0f, h), h, h, false);
+  const std::string o = rotary_self_attention(n, p + ".attention", a, h, v.heads, false, cos, sin);
   const std::string y = n.b.node("Add", p + "/attention_residual_Add", {x, o});
   const std::string m = rms_norm(n, p + ".ffn_norm", y, h, v.layer_norm_eps);
   const std::string ff = p + ".feed_forward";
