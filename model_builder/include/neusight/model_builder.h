@@ -3,8 +3,9 @@
 // Takes: a Hugging Face style config.json (GPT-2 / GPT-3-in-GPT-2-form, BERT, OPT, T5 and mT5,
 // Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
 // GPT-NeoX, GPT-J, Falcon, StarCoder (GPTBigCode), StarCoder2, BLOOM, MPT, Granite, Cohere 1-2,
-// InternLM2, OLMo 2, Nemotron), mixtures
-// of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss, DeepSeek-V3)).
+// InternLM2, OLMo 2, Nemotron), mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss,
+// DeepSeek-V3), image encoders (ViT, CLIP, SigLIP) and vision-language models with their towers
+// (LLaVA, LLaVA-NeXT, PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
 // materialised (a 175B model builds instantly).
