@@ -1,5 +1,6 @@
 // cmd_kernels.cpp - `neusight-onnx kernels`: predict every row of a dataset-format kernel CSV.
 #include <cstdio>
+#include <iostream>
 #include <map>
 #include <optional>
 
@@ -33,8 +34,9 @@ int cmd_kernels(const Argv& argv) {
   std::optional<Gpu> fixed;
   if (!from_row) fixed = GpuDatabase::builtin().resolve(args.get("--gpu"));
 
-  const std::string csv = args.get("--csv");
-  const Dataset d = read_dataset(csv);
+  const std::string path = args.get("--csv");
+  const std::string csv = path == "-" ? "standard input" : path;  // '-': a pipe
+  const Dataset d = path == "-" ? read_dataset(std::cin, csv) : read_dataset(path);
   if (from_row && d.column("Device") < 0) throw InputError(csv + ": --gpu from-row needs a Device column");
   const KernelRows k = predict_kernel_rows(
       d, [&](size_t i) { return csv + ": row " + std::to_string(i + 2); }, fixed, devices, pred_name,

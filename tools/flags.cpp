@@ -75,7 +75,7 @@ const std::vector<Flag> kFlags = {
     {"--quiet", false, "", "print nothing on stdout", A | C | T, ""},
     {"--no-color", false, "", "no colors on a terminal", A | C, ""},
     // kernels
-    {"--csv", true, "IN.csv", "the dataset-format kernel CSV to predict", K, ""},
+    {"--csv", true, "IN.csv", "the dataset-format kernel CSV to predict ('-': standard input)", K, ""},
     {"--out", true, "OUT.csv", "the CSV written: the rows with the predictions appended ('-': standard output)", K, ""},
     {"--devices", true, "DIR", "device JSONs for the rows' Device names", K, ""},
     // export

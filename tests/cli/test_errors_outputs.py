@@ -159,6 +159,23 @@ class StandardOutput(unittest.TestCase):
         self.assertIn("pred_latency_ms", rows[0])
         self.assertEqual(os.listdir(self.dir), [])
 
+    def test_kernels_read_standard_input(self):
+        src = os.path.abspath(fixture("kernels", "test", "linear.csv"))
+        with open(src) as f:
+            text = f.read()
+        exe = os.path.abspath(BIN) if os.sep in BIN else BIN
+        p = subprocess.run([exe, "kernels", "--gpu", "from-row", "--csv", "-", "--out", "-"], input=text,
+                           capture_output=True, text=True, timeout=600, cwd=self.dir)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        want = self.run_in_tmp("kernels", "--gpu", "from-row", "--csv", src, "--out", "-")[1]
+        self.assertEqual(p.stdout, want)
+        p = subprocess.run([exe, "kernels", "--gpu", "from-row", "--csv", "-", "--out", "-"],
+                           input="OPName,Device,B,M,N,K\nlinear,Tesla T4,1,x,2,3\n", capture_output=True, text=True,
+                           timeout=600, cwd=self.dir)
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(p.stdout, "")
+        self.assertTrue(p.stderr.startswith("neusight-onnx: error: standard input:"), p.stderr)
+
     def test_two_outputs_or_a_binary_one_on_stdout_are_one_error(self):
         model = os.path.abspath(EXAMPLE)
         base = [model, "--gpu", "b200", "--batch", "1", "--seq", "8"]
