@@ -277,4 +277,24 @@ std::string rotary_self_attention(Net& n, const std::string& s, const std::strin
   return linear(n, s + ".o_proj", masked_attention(n, s, q, k, v, hd, "", s + ".dropout", 0.0f, h), h, h, bias);
 }
 
+void image_batch(Net& n, const std::string& scope, const std::string& pixels, int64_t views, int64_t tokens) {
+  const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
+  std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
+  n.b.attr_i("axis", 0);
+  if (views > 1) images = n.b.node("Mul", scope + "/views", {images, n.b.ints(scope + "/views_per_sequence", {views}, true)});
+  n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
+  n.seq = n.b.ints(scope + "/seq_1d", {tokens});
+}
+
+std::string image_input(Net& n, const std::string& scope, int64_t channels, int64_t height, int64_t width, int64_t tokens,
+                        int64_t views) {
+  const std::string pixels =
+      n.b.input("pixel_values", kF32,
+                views > 1 ? std::vector<int64_t>{-1, views, channels, height, width} : std::vector<int64_t>{-1, channels, height, width},
+                {"batch"});
+  image_batch(n, scope, pixels, views, tokens);
+  if (views <= 1) return pixels;
+  return n.b.node("Reshape", scope + "/flatten_views", {pixels, n.b.ints(scope + "/view_shape", {-1, channels, height, width})});
+}
+
 }  // namespace neusight::builder

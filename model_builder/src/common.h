@@ -67,6 +67,16 @@ std::string gated_deltanet_mixer(Net& n, const std::string& p, const std::string
 // `patch` x `patch` patches (at most 1024 a side); InputError naming `what` when those sizes
 // cannot be an image encoder's (vit.cpp; the ViT and vision-tower configs).
 int64_t image_patches(int64_t image, int64_t patch, int64_t channels, const std::string& what);
+// The Net's batch and sequence as an image encoder's, from its graph input `pixels`: the
+// input's first dim (the text's batch) times `views` (the images, crops or tiles each sequence
+// holds), and `tokens` (the encoder's sequence, over which its heads split), named under
+// `scope` as a PyTorch export computes them from the input's shape.
+void image_batch(Net& n, const std::string& scope, const std::string& pixels, int64_t views, int64_t tokens);
+// The pixel_values input of an image encoder: [batch, channels, height, width], or [batch,
+// views, channels, height, width] (a sequence's images, LLaVA-NeXT's crops, Llama 4's tiles)
+// viewed as [batch x views, channels, height, width]; image_batch's batch and sequence.
+std::string image_input(Net& n, const std::string& scope, int64_t channels, int64_t height, int64_t width, int64_t tokens,
+                        int64_t views = 1);
 // LLaVA's image features (vit.cpp; ModelConfig::vision): graph input pixel_values [batch, channels,
 // side, side] through the CLIP vision tower and the projector -> [batch, image tokens, hidden].
 std::string llava_image_features(Net& n, const ModelConfig& c);

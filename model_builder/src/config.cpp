@@ -285,6 +285,14 @@ void read_mixtral(const Reader& r, ModelConfig& c) {
   check_experts(r, c);
 }
 
+// The object under "vision_config" in `j`, or an empty one (the tower's defaults alone) when
+// there is none.
+const json& vision_config(const json& j) {
+  static const json kEmpty = json::object();
+  auto vc = j.find("vision_config");
+  return vc != j.end() && vc->is_object() ? *vc : kEmpty;
+}
+
 // A list of tower layer indices (fullatt_block_indexes, deepstack_visual_indexes) into `out`
 // when the config gives one; each must be a layer of the tower.
 void read_layer_list(const Reader& v, const char* key, int64_t layers, std::vector<int64_t>& out) {
@@ -308,9 +316,8 @@ void read_layer_list(const Reader& v, const char* key, int64_t layers, std::vect
 // 16,777,216 (pixel counts).
 void read_qwen_vision(const Reader& outer, ModelConfig& c) {
   const bool v25 = c.language_model_of == "qwen2_5_vl", v3 = c.language_model_of.rfind("qwen3_vl", 0) == 0;
-  auto vc = outer.j.find("vision_config");
-  const json empty = json::object();
-  const Reader v{vc != outer.j.end() && vc->is_object() ? *vc : empty, outer.path + " vision_config"};
+  const std::string where = outer.path + " vision_config";
+  const Reader v{vision_config(outer.j), where};
   ModelConfig::VisionTower& t = c.vision;
   t.layers = v.i({"depth"}, false, v3 ? 27 : 32);
   t.hidden = v.i({v25 || v3 ? "hidden_size" : "embed_dim"}, false, v3 ? 1152 : 1280);
@@ -1505,9 +1512,8 @@ void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) 
 // released model), at most 16 tiles an image (Llama4ImageProcessor's max_patches). Another
 // vision_feature_layer than the last: not built (config_multimodal_note says so).
 void read_llama4_vision(const json& j, const std::string& path, ModelConfig& lm) {
-  auto vc = j.find("vision_config");
-  const json empty = json::object();
-  const Reader v{vc != j.end() && vc->is_object() ? *vc : empty, path + " vision_config"};
+  const std::string where = path + " vision_config";
+  const Reader v{vision_config(j), where};
   if (auto fl = v.j.find("vision_feature_layer");
       fl != v.j.end() && !fl->is_null() && !(fl->is_number_integer() && fl->get<int64_t>() == -1))
     return;
@@ -1546,9 +1552,8 @@ void read_pixtral_vision(const json& j, const std::string& path, ModelConfig& lm
   const Reader outer{j, path};
   auto layer = j.find("vision_feature_layer");
   if (layer != j.end() && !layer->is_null() && !layer->is_number_integer()) return;
-  auto vc = j.find("vision_config");
-  const json empty = json::object();
-  const Reader v{vc != j.end() && vc->is_object() ? *vc : empty, path + " vision_config"};
+  const std::string where = path + " vision_config";
+  const Reader v{vision_config(j), where};
   ModelConfig::VisionTower& t = lm.vision;
   t.pixtral = true;
   t.layers = v.i({"num_hidden_layers"}, false, 24);
@@ -1677,6 +1682,64 @@ std::string config_parallel_note(const ModelConfig& c, int tp) {
          ": Megatron and vLLM refuse that split; predicted with the shards padded";
 }
 
+namespace {
+
+// Llama4ImageProcessor's get_best_fit: the canvases of r x c tiles (r c <= max_tiles), each
+// scaling the image by min(canvas / image) per side; the least upscaling when some canvas holds
+// the image unshrunk, else the least shrinking; the fewest tiles among equals.
+void fit_tiles(ModelConfig::VisionTower& v, int64_t height, int64_t width) {
+  auto scale = [&](int64_t r, int64_t c) {
+    return std::min(double(c * v.image_size) / double(width), double(r * v.image_size) / double(height));
+  };
+  bool up = false;
+  for (int64_t r = 1; r <= v.max_tiles; ++r)
+    for (int64_t c = 1; r * c <= v.max_tiles; ++c) up = up || scale(r, c) >= 1;
+  double best = up ? std::numeric_limits<double>::infinity() : 0;
+  for (int64_t r = 1; r <= v.max_tiles; ++r)
+    for (int64_t c = 1; r * c <= v.max_tiles; ++c) {
+      const double sc = scale(r, c);
+      if (up != (sc >= 1)) continue;
+      if ((up ? sc < best : sc > best) || (sc == best && r * c < v.tile_rows * v.tile_cols)) {
+        best = sc;
+        v.tile_rows = r;
+        v.tile_cols = c;
+      }
+    }
+}
+
+// PixtralImageProcessor: the image fit within longest_edge, its sides up to whole patches.
+void fit_longest_edge(ModelConfig::VisionTower& v, int64_t height, int64_t width) {
+  const double ratio = std::max(double(height), double(width)) / double(v.longest_edge);
+  const int64_t h = ratio > 1 ? static_cast<int64_t>(std::floor(double(height) / ratio)) : height;
+  const int64_t w = ratio > 1 ? static_cast<int64_t>(std::floor(double(width) / ratio)) : width;
+  const int64_t rows = std::max(v.merge_size, (std::max<int64_t>(h, 1) - 1) / v.patch_size + 1);
+  const int64_t cols = std::max(v.merge_size, (std::max<int64_t>(w, 1) - 1) / v.patch_size + 1);
+  v.image_size = rows * v.patch_size;
+  v.image_width = cols * v.patch_size;
+}
+
+// Qwen2VLImageProcessor's smart_resize with the checkpoint's pixel bounds: each side rounded to
+// a multiple of patch_size x merge_size, the area then scaled into [min_pixels, max_pixels].
+void smart_resize(ModelConfig::VisionTower& v, int64_t height, int64_t width) {
+  const double min_pixels = double(v.min_pixels), max_pixels = double(v.max_pixels);
+  const double factor = double(v.patch_size * v.merge_size), h = double(height), w = double(width);
+  if (std::max(h, w) / std::min(h, w) > 200) throw InputError("--image-size: the aspect ratio must be at most 200");
+  double hb = std::max(factor, std::nearbyint(h / factor) * factor), wb = std::max(factor, std::nearbyint(w / factor) * factor);
+  if (hb * wb > max_pixels) {
+    const double beta = std::sqrt(h * w / max_pixels);
+    hb = std::max(factor, std::floor(h / beta / factor) * factor);
+    wb = std::max(factor, std::floor(w / beta / factor) * factor);
+  } else if (hb * wb < min_pixels) {
+    const double beta = std::sqrt(min_pixels / (h * w));
+    hb = std::ceil(h * beta / factor) * factor;
+    wb = std::ceil(w * beta / factor) * factor;
+  }
+  v.image_size = static_cast<int64_t>(hb);
+  v.image_width = static_cast<int64_t>(wb);
+}
+
+}  // namespace
+
 void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   ModelConfig::VisionTower& v = c.vision;
   if (!v.qwen() && !v.pixtral && !v.llama4 && v.pinpoints.empty())
@@ -1687,59 +1750,10 @@ void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
     throw InputError("--image-size: height and width must be between 1 and 65536 pixels");
   v.given_height = height;
   v.given_width = width;
-  if (v.llama4) {
-    // Llama4ImageProcessor's get_best_fit: the canvases of r x c tiles (r c <= max_tiles), each
-    // scaling the image by min(canvas / image) per side; the least upscaling when some canvas
-    // holds the image unshrunk, else the least shrinking; the fewest tiles among equals.
-    auto scale = [&](int64_t r, int64_t c) {
-      return std::min(double(c * v.image_size) / double(width), double(r * v.image_size) / double(height));
-    };
-    bool up = false;
-    for (int64_t r = 1; r <= v.max_tiles; ++r)
-      for (int64_t c = 1; r * c <= v.max_tiles; ++c) up = up || scale(r, c) >= 1;
-    double best = up ? std::numeric_limits<double>::infinity() : 0;
-    for (int64_t r = 1; r <= v.max_tiles; ++r)
-      for (int64_t c = 1; r * c <= v.max_tiles; ++c) {
-        const double sc = scale(r, c);
-        if (up != (sc >= 1)) continue;
-        if ((up ? sc < best : sc > best) || (sc == best && r * c < v.tile_rows * v.tile_cols)) {
-          best = sc;
-          v.tile_rows = r;
-          v.tile_cols = c;
-        }
-      }
-    return;
-  }
-  if (v.pixtral) {  // PixtralImageProcessor: fit within longest_edge, sides up to whole patches
-    const double ratio = std::max(double(height), double(width)) / double(v.longest_edge);
-    const int64_t h = ratio > 1 ? static_cast<int64_t>(std::floor(double(height) / ratio)) : height;
-    const int64_t w = ratio > 1 ? static_cast<int64_t>(std::floor(double(width) / ratio)) : width;
-    const int64_t rows = std::max(v.merge_size, (std::max<int64_t>(h, 1) - 1) / v.patch_size + 1);
-    const int64_t cols = std::max(v.merge_size, (std::max<int64_t>(w, 1) - 1) / v.patch_size + 1);
-    v.image_size = rows * v.patch_size;
-    v.image_width = cols * v.patch_size;
-    return;
-  }
-  if (!v.qwen()) {
-    set_grid_image(v, height, width);
-    return;
-  }
-  // smart_resize (transformers' Qwen2VLImageProcessor) with the checkpoint's pixel bounds.
-  const double kMinPixels = double(v.min_pixels), kMaxPixels = double(v.max_pixels);
-  const double factor = double(v.patch_size * v.merge_size), h = double(height), w = double(width);
-  if (std::max(h, w) / std::min(h, w) > 200) throw InputError("--image-size: the aspect ratio must be at most 200");
-  double hb = std::max(factor, std::nearbyint(h / factor) * factor), wb = std::max(factor, std::nearbyint(w / factor) * factor);
-  if (hb * wb > kMaxPixels) {
-    const double beta = std::sqrt(h * w / kMaxPixels);
-    hb = std::max(factor, std::floor(h / beta / factor) * factor);
-    wb = std::max(factor, std::floor(w / beta / factor) * factor);
-  } else if (hb * wb < kMinPixels) {
-    const double beta = std::sqrt(kMinPixels / (h * w));
-    hb = std::ceil(h * beta / factor) * factor;
-    wb = std::ceil(w * beta / factor) * factor;
-  }
-  v.image_size = static_cast<int64_t>(hb);
-  v.image_width = static_cast<int64_t>(wb);
+  if (v.llama4) fit_tiles(v, height, width);
+  else if (v.pixtral) fit_longest_edge(v, height, width);
+  else if (v.qwen()) smart_resize(v, height, width);
+  else set_grid_image(v, height, width);
 }
 
 void set_images(ModelConfig& c, int64_t images) {

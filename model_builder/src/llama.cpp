@@ -465,19 +465,28 @@ std::string hybrid_block(Net& n, const ModelConfig& c, const std::string& p, int
 
 namespace {
 
-// Qwen3-VL's DeepStack after a decoder layer: the image tokens' states (each sequence's first)
-// plus the layer's visual features (HF's index, add and index_put over the image rows).
-std::string deepstack_add(Net& n, const ModelConfig& c, const std::string& p, const std::string& x,
-                          const std::string& features) {
+// Of [batch, sequence, hidden], the image tokens (each sequence's first sequence_tokens()) or
+// the text's after them: a Slice named under `p`.
+std::string sequence_part(Net& n, const ModelConfig& c, const std::string& p, const std::string& x, bool image) {
   const int64_t t = c.vision.sequence_tokens();
-  const std::string img = n.b.node("Slice", p + "/deepstack_image", {x, n.b.ints(p + "/ds_s", {0}), n.b.ints(p + "/ds_e", {t}),
-                                                                    n.b.ints(p + "/ds_ax", {1})});
-  const std::string text = n.b.node("Slice", p + "/deepstack_text", {x, n.b.ints(p + "/ds_ts", {t}),
-                                                                    n.b.ints(p + "/ds_te", {int64_t(1) << 62}),
-                                                                    n.b.ints(p + "/ds_tax", {1})});
-  const std::string y = n.b.node("Concat", p + "/deepstack_merge", {n.b.node("Add", p + "/deepstack_Add", {img, features}), text});
+  const std::string q = p + (image ? "/image_tokens" : "/text_tokens");
+  return n.b.node("Slice", q, {x, n.b.ints(q + "_start", {image ? 0 : t}), n.b.ints(q + "_end", {image ? t : int64_t(1) << 62}),
+                               n.b.ints(q + "_axis", {1})});
+}
+
+// `image` (the image tokens' states) and the text's after them, concatenated along the sequence.
+std::string with_text(Net& n, const ModelConfig& c, const std::string& p, const std::string& image, const std::string& x) {
+  const std::string y = n.b.node("Concat", p + "/merge_image", {image, sequence_part(n, c, p, x, false)});
   n.b.attr_i("axis", 1);
   return y;
+}
+
+// Qwen3-VL's DeepStack after a decoder layer: the image tokens' states plus the layer's visual
+// features (HF's index, add and index_put over the image rows).
+std::string deepstack_add(Net& n, const ModelConfig& c, const std::string& p, const std::string& x,
+                          const std::string& features) {
+  const std::string q = p + "/deepstack";
+  return with_text(n, c, q, n.b.node("Add", q + "_Add", {sequence_part(n, c, q, x, true), features}), x);
 }
 
 }  // namespace
@@ -504,11 +513,7 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                             : c.vision.pixtral ? pixtral_image_features(n, c)
                             : c.vision.llama4  ? llama4_image_features(n, c)
                                                : llava_image_features(n, c);
-    const std::string text = n.b.node("Slice", p0 + "/text_tokens",
-                                      {x, n.b.ints(p0 + "/image_end", {c.vision.sequence_tokens()}),
-                                       n.b.ints(p0 + "/text_end", {int64_t(1) << 62}), n.b.ints(p0 + "/seq_axis", {1})});
-    x = n.b.node("Concat", p0 + "/merge_image", {img, text});
-    n.b.attr_i("axis", 1);
+    x = with_text(n, c, p0, img, x);
   }
   if (c.mtp_module) {  // DeepSeek-V3's MTP module: [enorm(embedding), hnorm(previous hidden)] -> eh_proj
     n.b.input("hidden_states", kF32, {-1, -1, h}, {"batch", "sequence"});

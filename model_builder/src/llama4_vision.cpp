@@ -49,15 +49,9 @@ std::string llama4_image_features(Net& n, const ModelConfig& c) {
   const std::string text_batch = n.batch, text_seq = n.seq;
   const std::string vm = "vision_model";
 
-  // pixel_values [batch, images x tiles, channels, image, image], viewed per tile; the tower's
-  // batch is the tiles'.
-  std::string pixels = n.b.input("pixel_values", kF32, {-1, views, v.channels, v.image_size, v.image_size}, {"batch"});
-  const std::string shape = n.b.node("Shape", vm + "/input_shape", {pixels});
-  std::string tiles = n.b.node("Gather", vm + "/batch", {shape, n.b.ints(vm + "/idx0", {0}, true)});
-  n.b.attr_i("axis", 0);
-  tiles = n.b.node("Mul", vm + "/tiles", {tiles, n.b.ints(vm + "/views", {views}, true)});
-  n.batch = n.b.node("Unsqueeze", vm + "/batch_1d", {tiles, n.b.ints(vm + "/axes0", {0})});
-  n.seq = n.b.ints(vm + "/seq_1d", {patches + 1});
+  // pixel_values [batch, images x tiles, channels, image, image], viewed per tile (one tile:
+  // [batch, channels, image, image]); the tower's batch is the tiles'.
+  const std::string pixels = image_input(n, vm, v.channels, v.image_size, v.image_size, patches + 1, views);
 
   // Llama4UnfoldConvolution: nn.Unfold into [tiles, patches, C x P x P] (one copy), a linear
   // without bias; the class token appended last, the positions added, layernorm_pre.

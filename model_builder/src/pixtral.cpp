@@ -46,22 +46,8 @@ std::string pixtral_image_features(Net& n, const ModelConfig& c) {
   const std::string text_batch = n.batch, text_seq = n.seq;
   const std::string scope = "vision_tower";
 
-  // pixel_values [batch, channels, height, width] ([batch, images, ...] for several a sequence,
-  // viewed per image); the tower's batch is the images'.
-  std::string pixels = n.b.input("pixel_values", kF32,
-                                 v.images > 1 ? std::vector<int64_t>{-1, v.images, v.channels, v.image_size, v.image_width}
-                                              : std::vector<int64_t>{-1, v.channels, v.image_size, v.image_width},
-                                 {"batch"});
-  const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
-  std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
-  n.b.attr_i("axis", 0);
-  if (v.images > 1) {
-    images = n.b.node("Mul", scope + "/images", {images, n.b.ints(scope + "/images_per_sequence", {v.images}, true)});
-    pixels = n.b.node("Reshape", scope + "/per_image",
-                      {pixels, n.b.ints(scope + "/image_shape", {-1, v.channels, v.image_size, v.image_width})});
-  }
-  n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
-  n.seq = n.b.ints(scope + "/seq_1d", {patches});
+  // pixel_values, one image or a sequence's several; the tower's batch is the images'.
+  const std::string pixels = image_input(n, scope, v.channels, v.image_size, v.image_width, patches, v.images);
 
   // patch_conv (no bias), flattened and transposed to tokens, ln_pre.
   std::string x = n.b.node("Conv", scope + ".patch_conv/Conv",

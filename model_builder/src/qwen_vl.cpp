@@ -136,6 +136,11 @@ std::string interpolated_positions(Net& n, const Tower& v, const QwenGrid& g) {
   return n.b.node("Reshape", p + "/tokens", {e, n.b.ints(p + "/token_shape", {1, g.patches, h})});
 }
 
+// The tower's norm over the last `width` of `x`: Qwen2.5-VL's RMSNorm, the others' LayerNorm.
+std::string tower_norm(Net& n, const Tower& v, const std::string& p, const std::string& x, int64_t width) {
+  return v.window_size > 0 ? rms_norm(n, p, x, width, v.layer_norm_eps) : layer_norm(n, p, x, width, v.layer_norm_eps);
+}
+
 // A PatchMerger on [batch, patches, hidden]: each merged unit's patches side by side, fc1,
 // GELU, fc2 to the language model's width; the norm over each patch before (`post_shuffle`
 // false) or over the concatenated unit after (Qwen3-VL's DeepStack mergers). Qwen2.5-VL's is an
@@ -145,12 +150,9 @@ std::string patch_merger(Net& n, const std::string& p, const std::string& x, con
   const int64_t h = v.hidden, wide = g.unit * h, units = g.patches / g.unit;
   const bool v3 = v.position_grid > 0;
   const std::string nm = p + (v3 ? ".norm" : ".ln_q");
-  auto norm = [&](const std::string& y, int64_t width) {
-    return v.window_size > 0 ? rms_norm(n, nm, y, width, v.layer_norm_eps) : layer_norm(n, nm, y, width, v.layer_norm_eps);
-  };
-  std::string y = post_shuffle ? x : norm(x, h);
+  std::string y = post_shuffle ? x : tower_norm(n, v, nm, x, h);
   y = n.b.node("Reshape", p + "/units", {y, n.b.ints(p + "/unit_shape", {0, units, wide})});
-  if (post_shuffle) y = norm(y, wide);
+  if (post_shuffle) y = tower_norm(n, v, nm, y, wide);
   y = activation(n, p + (v3 ? ".act_fn" : ".mlp.1"), linear(n, p + (v3 ? ".linear_fc1" : ".mlp.0"), y, wide, wide), "gelu");
   return linear(n, p + (v3 ? ".linear_fc2" : ".mlp.2"), y, wide, v.out_hidden);
 }
@@ -199,15 +201,11 @@ std::string block_attention(Net& n, const std::string& p, const std::string& x, 
 std::string vision_block(Net& n, const std::string& p, const std::string& x, const Tower& v, const QwenGrid& g,
                          const std::string& cos, const std::string& sin, bool windowed) {
   const int64_t h = v.hidden;
-  const bool v25 = v.window_size > 0;
-  auto norm = [&](const std::string& name, const std::string& y) {
-    return v25 ? rms_norm(n, p + "." + name, y, h, v.layer_norm_eps) : layer_norm(n, p + "." + name, y, h, v.layer_norm_eps);
-  };
-  const std::string a = block_attention(n, p + ".attn", norm("norm1", x), v, g, cos, sin, windowed);
+  const std::string a = block_attention(n, p + ".attn", tower_norm(n, v, p + ".norm1", x, h), v, g, cos, sin, windowed);
   const std::string y = n.b.node("Add", p + "/attention_residual_Add", {x, a});
-  const std::string m = norm("norm2", y);
+  const std::string m = tower_norm(n, v, p + ".norm2", y, h);
   std::string f;
-  if (v25) {  // Qwen2_5_VLMLP: down(act(gate(x)) * up(x)), biased
+  if (v.window_size > 0) {  // Qwen2_5_VLMLP: down(act(gate(x)) * up(x)), biased
     const std::string gate = activation(n, p + ".mlp.act_fn", linear(n, p + ".mlp.gate_proj", m, h, v.ffn), v.activation);
     f = linear(n, p + ".mlp.down_proj", n.b.node("Mul", p + ".mlp/Mul", {gate, linear(n, p + ".mlp.up_proj", m, h, v.ffn)}),
                v.ffn, h);
@@ -234,15 +232,9 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std
   // tower's batch is the images'.
   const std::string scope = "visual";
   std::string pixels = n.b.input("pixel_values", kF32, {-1, v.images * g.patches, patch_dim}, {"batch"});
-  const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
-  std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
-  n.b.attr_i("axis", 0);
-  if (v.images > 1) {
-    images = n.b.node("Mul", scope + "/images", {images, n.b.ints(scope + "/images_per_sequence", {v.images}, true)});
+  image_batch(n, scope, pixels, v.images, g.patches);
+  if (v.images > 1)
     pixels = n.b.node("Reshape", scope + "/per_image", {pixels, n.b.ints(scope + "/image_shape", {-1, g.patches, patch_dim})});
-  }
-  n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
-  n.seq = n.b.ints(scope + "/seq_1d", {g.patches});
 
   // PatchEmbed: each patch a [C, T, P, P] volume through a Conv3d of that kernel and stride.
   const std::string pe = scope + ".patch_embed.proj";
@@ -264,13 +256,13 @@ std::string qwen_vl_image_features(Net& n, const ModelConfig& c, std::vector<std
     x = n.b.node("Reshape", scope + "/ordered", {x, n.b.ints(scope + "/ordered_shape", {0, g.patches, h})});
   }
   const auto [cos, sin] = rotary_tables(n, v, g, order);
-  auto listed = [](const std::vector<int64_t>& list, int64_t l) { return std::find(list.begin(), list.end(), l) != list.end(); };
   for (int64_t l = 0; l < v.layers; ++l) {
-    const bool full = listed(v.full_attention_layers, l);
-    x = vision_block(n, scope + ".blocks." + std::to_string(l), x, v, g, cos, sin, v.window_size > 0 && !full);
-    if (listed(v.deepstack_layers, l) && deepstack) {  // Qwen3-VL: this layer's features for the language model
-      const auto i = std::find(v.deepstack_layers.begin(), v.deepstack_layers.end(), l) - v.deepstack_layers.begin();
-      const std::string ds = scope + ".deepstack_merger_list." + std::to_string(i);
+    const auto& full = v.full_attention_layers;
+    const bool windowed = v.window_size > 0 && std::find(full.begin(), full.end(), l) == full.end();
+    x = vision_block(n, scope + ".blocks." + std::to_string(l), x, v, g, cos, sin, windowed);
+    const auto ds_at = std::find(v.deepstack_layers.begin(), v.deepstack_layers.end(), l);
+    if (ds_at != v.deepstack_layers.end() && deepstack) {  // Qwen3-VL: this layer's features for the language model
+      const std::string ds = scope + ".deepstack_merger_list." + std::to_string(ds_at - v.deepstack_layers.begin());
       deepstack->push_back(images_per_sequence(n, ds + "/per_sequence", patch_merger(n, ds, x, v, g, true), v.images,
                                                v.tokens(), v.out_hidden));
     }

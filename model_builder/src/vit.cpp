@@ -12,28 +12,6 @@ namespace neusight::builder {
 
 namespace {
 
-// The pixel_values input of an image encoder: [batch, channels, image, image], or [batch, views,
-// channels, image, image] (a sequence's images, each LLaVA-NeXT image's crops and its whole view,
-// when `crops` > 1 views) viewed as [batch x views, channels, image, image]. The Net's batch (the images', or the
-// crops') and sequence (the encoder's `tokens`, over which its heads split) become the image's,
-// named under `scope`, as a PyTorch export computes them from the input's shape.
-std::string image_input(Net& n, const std::string& scope, int64_t channels, int64_t image, int64_t tokens,
-                        int64_t crops = 1) {
-  const std::string pixels =
-      n.b.input("pixel_values", kF32,
-                crops > 1 ? std::vector<int64_t>{-1, crops, channels, image, image} : std::vector<int64_t>{-1, channels, image, image},
-                {"batch"});
-  const std::string shape = n.b.node("Shape", scope + "/input_shape", {pixels});
-  std::string images = n.b.node("Gather", scope + "/batch", {shape, n.b.ints(scope + "/idx0", {0}, true)});
-  n.b.attr_i("axis", 0);
-  if (crops > 1) images = n.b.node("Mul", scope + "/crops", {images, n.b.ints(scope + "/crops_per_image", {crops}, true)});
-  n.batch = n.b.node("Unsqueeze", scope + "/batch_1d", {images, n.b.ints(scope + "/axes0", {0})});
-  n.seq = n.b.ints(scope + "/seq_1d", {tokens});
-  if (crops <= 1) return pixels;
-  return n.b.node("Reshape", scope + "/flatten_crops",
-                  {pixels, n.b.ints(scope + "/crop_shape", {-1, channels, image, image})});
-}
-
 // The patch tokens of HF's vision embeddings: a `patch` convolution of stride `patch` (weights
 // under `conv`, with or without a bias) flattened to [batch, patches, hidden]; with a class token
 // (its weight named `class_token`), that token expanded over the batch and concatenated first
@@ -129,7 +107,7 @@ TowerStates vision_transformer(Net& n, const ModelConfig::VisionTower& v, const 
                                const std::string& vm) {
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
   const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
-  const std::string pixels = image_input(n, scope, v.channels, v.image_size, seq, v.images * v.crops());
+  const std::string pixels = image_input(n, scope, v.channels, v.image_size, v.image_size, seq, v.images * v.crops());
   const std::string pe = vm + ".embeddings";
   std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip, v.siglip ? "" : pe + ".class_embedding",
                                h, v.channels, v.patch_size, patches);
@@ -263,7 +241,7 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
 LoadedModel build_vit(const ModelConfig& c) {
   const int64_t h = c.hidden, patches = image_patches(c.image_size, c.patch_size, c.num_channels, "vit");
   Net n(c, "Vision Transformer (ViTForImageClassification)");
-  const std::string pixels = image_input(n, "vit", c.num_channels, c.image_size, patches + 1);
+  const std::string pixels = image_input(n, "vit", c.num_channels, c.image_size, c.image_size, patches + 1);
   // The patch embedding, the class token put first, then the learned positions.
   std::string x = patch_tokens(n, "vit.embeddings", pixels, "vit.embeddings.patch_embeddings.projection", true,
                                "vit.embeddings.cls_token", h, c.num_channels, c.patch_size, patches);

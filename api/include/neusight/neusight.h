@@ -55,9 +55,10 @@ struct Options {
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;
-  // --image-size: the image a --config vision-language model whose processor resizes any image
-  // (Qwen2-VL, Qwen2.5-VL) reads, height and width in pixels before that resize; 0: the
-  // builder's default (model_builder.h set_image_size). Read where a config is built.
+  // --image-size: the image a --config vision-language model whose processor takes any size
+  // (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4, LLaVA-NeXT) reads, height and width in
+  // pixels before the processor; 0: the builder's default (model_builder.h set_image_size). Read
+  // where a config is built.
   int64_t image_height = 0, image_width = 0;
   // --images: images in each sequence of such a model (its tower built); 0: one.
   int64_t images = 0;
@@ -119,8 +120,8 @@ struct Decoder {
   DType kv_dtype = DType::f32;   // the cache's stored element type (--dtype overrides it)
   // The prompt tokens one image fills (LLaVA: its vision tower runs in the prefill); 0: none.
   int64_t image_tokens = 0;
-  // The positions a sequence may hold when they are learned (GPTBigCode's wpe): the prompt and
-  // the new tokens together; 0: no such limit (rotary, ALiBi).
+  // The positions a sequence may hold when they are learned (GPT-2's, OPT's and GPTBigCode's
+  // tables): the prompt and the new tokens together; 0: no such limit (rotary, ALiBi).
   int64_t max_positions = 0;
   // The initializer the LM head reads that is the token embedding's weight, held once
   // (a config's tie_word_embeddings); empty: none.
