@@ -286,11 +286,13 @@ void read_mixtral(const Reader& r, ModelConfig& c) {
 }
 
 // The object under "vision_config" in `j`, or an empty one (the tower's defaults alone) when
-// there is none.
-const json& vision_config(const json& j) {
+// there is none; InputError naming `path` when it is something else.
+const json& vision_config(const json& j, const std::string& path) {
   static const json kEmpty = json::object();
   auto vc = j.find("vision_config");
-  return vc != j.end() && vc->is_object() ? *vc : kEmpty;
+  if (vc == j.end() || vc->is_null()) return kEmpty;
+  if (!vc->is_object()) throw InputError(path + ": field 'vision_config' must be an object");
+  return *vc;
 }
 
 // A list of tower layer indices (fullatt_block_indexes, deepstack_visual_indexes) into `out`
@@ -317,7 +319,7 @@ void read_layer_list(const Reader& v, const char* key, int64_t layers, std::vect
 void read_qwen_vision(const Reader& outer, ModelConfig& c) {
   const bool v25 = c.language_model_of == "qwen2_5_vl", v3 = c.language_model_of.rfind("qwen3_vl", 0) == 0;
   const std::string where = outer.path + " vision_config";
-  const Reader v{vision_config(outer.j), where};
+  const Reader v{vision_config(outer.j, outer.path), where};
   ModelConfig::VisionTower& t = c.vision;
   t.layers = v.i({"depth"}, false, v3 ? 27 : 32);
   t.hidden = v.i({v25 || v3 ? "hidden_size" : "embed_dim"}, false, v3 ? 1152 : 1280);
@@ -1392,44 +1394,6 @@ std::optional<json> language_model_config(const json& j) {
   return text;
 }
 
-// LLaVA-NeXT's image_grid_pinpoints (LlavaNextConfig's default: 336x672, 672x336, 672x672,
-// 1008x336, 336x1008): the grid a square image as large as the largest of them is tiled into,
-// as the processor's select_best_resolution picks it (the most of the image's pixels kept, then
-// the least padding): the square pinpoint, 2 x 2 crops of 336 by default. Pinpoints that are not
-// multiples of the tower's image size are an input error (the crops would not tile them).
-void read_grid_pinpoints(const json& j, const std::string& path, ModelConfig::VisionTower& t) {
-  if (t.keep_class_token)  // pack_image_features tiles side x side features per crop
-    throw InputError(path + ": LLaVA-NeXT takes vision_feature_select_strategy default (its crops tile without the class "
-                            "token)");
-  json pins = json::array({{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}});
-  auto given = j.find("image_grid_pinpoints");
-  if (given != j.end() && !given->is_null()) pins = *given;
-  const std::string what = path + ": image_grid_pinpoints";
-  if (!pins.is_array() || pins.empty()) throw InputError(what + " must be a list of [height, width]");
-  for (const json& p : pins) {
-    if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
-      throw InputError(what + " must be a list of [height, width]");
-    const int64_t h = p[0].get<int64_t>(), w = p[1].get<int64_t>();
-    if (h <= 0 || w <= 0 || h % t.image_size != 0 || w % t.image_size != 0 || h / t.image_size > 64 || w / t.image_size > 64)
-      throw InputError(what + ": each side a multiple of the tower's image_size (" + std::to_string(t.image_size) +
-                       "), at most 64 crops");
-  }
-  t.pinpoints.clear();
-  for (const json& p : pins) t.pinpoints.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
-  // A square image of `side` pixels: each pinpoint keeps min(h, w)^2 of them (resized to fit);
-  // the most kept wins, then the smallest area.
-  int64_t best_kept = -1, best_area = 0;
-  for (const auto& [h, w] : t.pinpoints) {
-    const int64_t kept = std::min(h, w) * std::min(h, w);
-    if (kept > best_kept || (kept == best_kept && h * w < best_area)) {
-      best_kept = kept;
-      best_area = h * w;
-      t.grid_rows = h / t.image_size;
-      t.grid_cols = w / t.image_size;
-    }
-  }
-}
-
 // LLaVA-NeXT's grid and unpadded feature map for an image of `height` x `width` pixels
 // (transformers' select_best_resolution, then LlavaNextProcessor._get_unpadded_features).
 void set_grid_image(ModelConfig::VisionTower& t, int64_t height, int64_t width) {
@@ -1459,6 +1423,36 @@ void set_grid_image(ModelConfig::VisionTower& t, int64_t height, int64_t width) 
   }
   t.feature_rows = rows;
   t.feature_cols = cols;
+}
+
+// LLaVA-NeXT's image_grid_pinpoints (LlavaNextConfig's default: 336x672, 672x336, 672x672,
+// 1008x336, 336x1008), and the grid and feature map of a square image as large as the largest
+// of them (set_grid_image): the square pinpoint, 2 x 2 crops of 336, by default. Pinpoints that are not
+// multiples of the tower's image size are an input error (the crops would not tile them).
+void read_grid_pinpoints(const json& j, const std::string& path, ModelConfig::VisionTower& t) {
+  if (t.keep_class_token)  // pack_image_features tiles side x side features per crop
+    throw InputError(path + ": LLaVA-NeXT takes vision_feature_select_strategy default (its crops tile without the class "
+                            "token)");
+  json pins = json::array({{336, 672}, {672, 336}, {672, 672}, {1008, 336}, {336, 1008}});
+  auto given = j.find("image_grid_pinpoints");
+  if (given != j.end() && !given->is_null()) pins = *given;
+  const std::string what = path + ": image_grid_pinpoints";
+  if (!pins.is_array() || pins.empty()) throw InputError(what + " must be a list of [height, width]");
+  for (const json& p : pins) {
+    if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer())
+      throw InputError(what + " must be a list of [height, width]");
+    const int64_t h = p[0].get<int64_t>(), w = p[1].get<int64_t>();
+    if (h <= 0 || w <= 0 || h % t.image_size != 0 || w % t.image_size != 0 || h / t.image_size > 64 || w / t.image_size > 64)
+      throw InputError(what + ": each side a multiple of the tower's image_size (" + std::to_string(t.image_size) +
+                       "), at most 64 crops");
+  }
+  t.pinpoints.clear();
+  int64_t side = 0;
+  for (const json& p : pins) {
+    t.pinpoints.emplace_back(p[0].get<int64_t>(), p[1].get<int64_t>());
+    side = std::max({side, t.pinpoints.back().first, t.pinpoints.back().second});
+  }
+  set_grid_image(t, side, side);  // the default image: a square as large as the largest pinpoint
 }
 
 // The vision tower of LLaVA (CLIP's, when one layer's features are taken) and of PaliGemma
@@ -1513,7 +1507,7 @@ void read_vision_tower(const json& j, const std::string& path, ModelConfig& lm) 
 // vision_feature_layer than the last: not built (config_multimodal_note says so).
 void read_llama4_vision(const json& j, const std::string& path, ModelConfig& lm) {
   const std::string where = path + " vision_config";
-  const Reader v{vision_config(j), where};
+  const Reader v{vision_config(j, path), where};
   if (auto fl = v.j.find("vision_feature_layer");
       fl != v.j.end() && !fl->is_null() && !(fl->is_number_integer() && fl->get<int64_t>() == -1))
     return;
@@ -1553,7 +1547,7 @@ void read_pixtral_vision(const json& j, const std::string& path, ModelConfig& lm
   auto layer = j.find("vision_feature_layer");
   if (layer != j.end() && !layer->is_null() && !layer->is_number_integer()) return;
   const std::string where = path + " vision_config";
-  const Reader v{vision_config(j), where};
+  const Reader v{vision_config(j, path), where};
   ModelConfig::VisionTower& t = lm.vision;
   t.pixtral = true;
   t.layers = v.i({"num_hidden_layers"}, false, 24);

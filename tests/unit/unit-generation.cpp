@@ -1839,6 +1839,15 @@ TEST_CASE("generation: --images puts several images through the tower, their tok
   CHECK_THROWS_AS(set_images(text, 2), InputError);
   ModelConfig llava = read_hf_config(dir + "llava_1.5_7b.json");
   CHECK_THROWS_AS(set_images(llava, 0), InputError);
+  // A vision_config that is not an object is one clear error, for every tower's reader.
+  for (const std::string name : {"qwen2_5_vl_7b", "qwen3_vl_8b", "mistral_small_3.1", "llama4_scout", "llava_1.5_7b",
+                                 "gemma3_4b"}) {
+    CAPTURE(name);
+    std::ifstream f(dir + name + ".json");
+    nlohmann::json j = nlohmann::json::parse(f);
+    j["vision_config"] = "large";
+    CHECK_THROWS_WITH_AS(parse_hf_config(j.dump(), name), doctest::Contains("'vision_config' must be an object"), InputError);
+  }
 }
 
 TEST_CASE("generation: Llama 4 tiles each image, runs its vision model per tile and pixel-shuffles 576 patches to 144 tokens") {

@@ -402,6 +402,9 @@ TEST_CASE("model_builder: LLaVA-NeXT tiles a square image into its grid of crops
       "image_grid_pinpoints": [[672, 336], [1008, 336]]})", "llava_next");
   CHECK(tall.vision.grid_rows == 2);
   CHECK(tall.vision.grid_cols == 1);
+  // unpad_image keeps the 24 of its 48 feature rows the square image covers: 576 + 24 x 25.
+  CHECK(tall.vision.feature_rows == 24);
+  CHECK(tall.vision.tokens() == 576 + 24 * 25);
   CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "llava_next", "text_config": {"model_type": "mistral"},
       "image_grid_pinpoints": [[500, 336]]})", "llava_next"), doctest::Contains("a multiple of the tower's image_size (336)"),
                        InputError);
