@@ -61,7 +61,7 @@ std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string&
   return {name, dims};
 }
 
-void parse_image_size(const Args& args, Options& opt) {
+void parse_image_options(const Args& args, Options& opt) {
   if (args.has("--images")) opt.images = args.get_int("--images", 1, 1);
   if (!args.has("--image-size")) return;
   const std::string text = args.get("--image-size");  // N (square) or HxW
@@ -108,7 +108,7 @@ Options parse_analysis_options(const Args& args) {
       }
       opt.dims.values[name] = v;
     }
-  parse_image_size(args, opt);
+  parse_image_options(args, opt);
   const std::string mode = args.get("--mode");
   if (mode != "inference" && mode != "training")
     throw InputError("--mode: expected inference or training, got '" + mode + "'");

@@ -48,13 +48,13 @@ std::pair<std::string, std::vector<int64_t>> parse_shape_flag(const std::string&
 Options parse_analysis_options(const Args& args);
 // --image-size N or HxW into opt.image_height / image_width, --images into opt.images (unset
 // without the flags).
-void parse_image_size(const Args& args, Options& opt);
+void parse_image_options(const Args& args, Options& opt);
 // The config with --image-size and --images applied (set_image_size, set_images; unchanged
 // without them).
 ModelConfig with_image_options(ModelConfig config, const Options& opt);
 
-// The model of a Hugging Face config (no file behind it: its path is empty), --image-size
-// applied. Throws InputError(`dims_error`) without --batch and --seq. `notes` gets config_notes' lines.
+// The model of a Hugging Face config (no file behind it: its path is empty), --image-size and
+// --images applied. Throws InputError(`dims_error`) without --batch and --seq. `notes` gets config_notes' lines.
 LoadedModel load_config_model(const std::string& config_path, const Options& opt, const std::string& dims_error,
                               std::vector<std::string>& notes);
 LoadedModel load_config_model(const ModelConfig& config, const Options& opt, const std::string& dims_error,

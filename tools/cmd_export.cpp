@@ -19,7 +19,7 @@ int cmd_export(const Argv& argv) {
   args.get_int("--seq", 1);
   // --kv-cache: one decoder step with past_key_values inputs (what --generate predicts).
   Options image;
-  parse_image_size(args, image);
+  parse_image_options(args, image);
   const LoadedModel m =
       build_model(with_image_options(read_hf_config(args.get("--config")), image), BuildOptions{args.has("--kv-cache")});
   // Weights are external-data stubs: every initializer points into "<model>.weights", written

@@ -184,6 +184,54 @@ std::string pack_crops(Net& n, const ModelConfig& c, const std::string& projecte
 
 }  // namespace
 
+namespace {
+
+// The projector on one image's tower features [images, tokens, hidden] -> [images, image tokens,
+// the language model's hidden]. Gemma 3: the patches as a [hidden, side, side] grid (transpose,
+// reshape: one copy), average-pooled to the tokens' grid, flattened and transposed back,
+// RMS-normalised (mm_soft_emb_norm) and projected by mm_input_projection_weight (a matmul, no
+// bias). PaliGemma: one projection, the features divided by sqrt(hidden). LLaVA: the class token
+// dropped by the "default" strategy (a strided view the projector copies), linear_1, the
+// activation, linear_2, and LLaVA-NeXT's crops packed (pack_crops, on the images' batch).
+std::string project_image(Net& n, const ModelConfig& c, std::string features, int64_t patches,
+                          const std::string& text_batch) {
+  const ModelConfig::VisionTower& v = c.vision;
+  const int64_t h = v.hidden;
+  const std::string mp = "multi_modal_projector";
+  if (v.pooled_tokens > 0) {
+    const int64_t side = v.image_size / v.patch_size, pooled = std::llround(std::sqrt(double(v.pooled_tokens)));
+    std::string g = n.b.node("Transpose", mp + "/channels_first", {features});
+    n.b.attr_ints("perm", {0, 2, 1});
+    g = n.b.node("Reshape", mp + "/grid", {g, n.b.ints(mp + "/grid_shape", {-1, h, side, side})});
+    g = n.b.node("AveragePool", mp + ".avg_pool/AveragePool", {g});
+    n.b.attr_ints("kernel_shape", {side / pooled, side / pooled});
+    n.b.attr_ints("strides", {side / pooled, side / pooled});
+    g = n.b.node("Reshape", mp + "/flatten", {g, n.b.ints(mp + "/flat_shape", {-1, h, v.pooled_tokens})});
+    g = n.b.node("Transpose", mp + "/tokens", {g});
+    n.b.attr_ints("perm", {0, 2, 1});
+    g = rms_norm(n, mp + ".mm_soft_emb_norm", g, h, v.layer_norm_eps);
+    return n.b.node("MatMul", mp + "/MatMul", {g, n.b.weight(mp + ".mm_input_projection_weight", {h, c.hidden})});
+  }
+  if (v.siglip)
+    return n.b.node("Div", mp + "/scale", {linear(n, mp + ".linear", features, h, c.hidden),
+                                           f32(n, mp + "/sqrt_hidden", static_cast<float>(std::sqrt(double(c.hidden))))});
+  if (!v.keep_class_token) {
+    features = n.b.node("Slice", "vision_tower/select",
+                        {features, n.b.ints("vision_tower/starts", {1}), n.b.ints("vision_tower/ends", {patches + 1}),
+                         n.b.ints("vision_tower/axes1", {1})});
+  }
+  const std::string y = activation(n, mp + ".act", linear(n, mp + ".linear_1", features, h, c.hidden), v.projector_activation);
+  std::string projected = linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
+  if (v.crops() > 1) {
+    if (v.images > 1) n.batch = n.b.node("Mul", "image_features/images", {text_batch, n.b.ints("image_features/per_seq", {v.images})});
+    projected = pack_crops(n, c, projected);
+    n.batch = text_batch;
+  }
+  return projected;
+}
+
+}  // namespace
+
 std::string llava_image_features(Net& n, const ModelConfig& c) {
   const ModelConfig::VisionTower& v = c.vision;
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
@@ -197,45 +245,8 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
     clip_pooled(n, vm, states.last, v);
   n.batch = text_batch;
   n.seq = text_seq;
-
-  const std::string mp = "multi_modal_projector";
-  if (v.pooled_tokens > 0) {
-    // Gemma 3: the patches as a [hidden, side, side] grid (transpose, reshape: one copy),
-    // average-pooled to the tokens' grid, flattened and transposed back, RMS-normalised
-    // (mm_soft_emb_norm) and projected by mm_input_projection_weight (a matmul, no bias).
-    const int64_t side = v.image_size / v.patch_size, pooled = std::llround(std::sqrt(double(v.pooled_tokens)));
-    std::string g = n.b.node("Transpose", mp + "/channels_first", {features});
-    n.b.attr_ints("perm", {0, 2, 1});
-    g = n.b.node("Reshape", mp + "/grid", {g, n.b.ints(mp + "/grid_shape", {-1, h, side, side})});
-    g = n.b.node("AveragePool", mp + ".avg_pool/AveragePool", {g});
-    n.b.attr_ints("kernel_shape", {side / pooled, side / pooled});
-    n.b.attr_ints("strides", {side / pooled, side / pooled});
-    g = n.b.node("Reshape", mp + "/flatten", {g, n.b.ints(mp + "/flat_shape", {-1, h, v.pooled_tokens})});
-    g = n.b.node("Transpose", mp + "/tokens", {g});
-    n.b.attr_ints("perm", {0, 2, 1});
-    g = rms_norm(n, mp + ".mm_soft_emb_norm", g, h, v.layer_norm_eps);
-    g = n.b.node("MatMul", mp + "/MatMul", {g, n.b.weight(mp + ".mm_input_projection_weight", {h, c.hidden})});
-    return images_per_sequence(n, "image_features/per_sequence", g, v.images, v.tokens(), c.hidden);
-  }
-  if (v.siglip) {  // PaliGemma: one projection, the features divided by sqrt(hidden)
-    const std::string y = n.b.node("Div", mp + "/scale", {linear(n, mp + ".linear", features, h, c.hidden),
-                                                          f32(n, mp + "/sqrt_hidden", static_cast<float>(std::sqrt(double(c.hidden))))});
-    return images_per_sequence(n, "image_features/per_sequence", y, v.images, v.tokens(), c.hidden);
-  }
-  // LLaVA's "default" strategy drops the class token (a strided view the projector copies).
-  if (!v.keep_class_token) {
-    features = n.b.node("Slice", "vision_tower/select",
-                        {features, n.b.ints("vision_tower/starts", {1}), n.b.ints("vision_tower/ends", {patches + 1}),
-                         n.b.ints("vision_tower/axes1", {1})});
-  }
-  const std::string y = activation(n, mp + ".act", linear(n, mp + ".linear_1", features, h, c.hidden), v.projector_activation);
-  std::string projected = linear(n, mp + ".linear_2", y, c.hidden, c.hidden);
-  if (v.crops() > 1) {  // packed per image: the images' batch meanwhile
-    if (v.images > 1) n.batch = n.b.node("Mul", "image_features/images", {text_batch, n.b.ints("image_features/per_seq", {v.images})});
-    projected = pack_crops(n, c, projected);
-    n.batch = text_batch;
-  }
-  return images_per_sequence(n, "image_features/per_sequence", projected, v.images, v.tokens(), c.hidden);
+  return images_per_sequence(n, "image_features/per_sequence", project_image(n, c, features, patches, text_batch), v.images,
+                             v.tokens(), c.hidden);
 }
 
 LoadedModel build_vit(const ModelConfig& c) {
