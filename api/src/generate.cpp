@@ -212,14 +212,18 @@ void recurrent_layers(const ModelConfig& c, Decoder& d) {
 
 Decoder config_decoder(const ModelConfig& config) {
   Decoder d;
+  // T5: the step's caches are the decoder layers' self-attention and cross-attention keys and
+  // values, of every head (build_t5_generation).
+  const bool encoder_decoder = config.decoder_layers > 0;
   d.step = build_model(config, BuildOptions{true});  // an encoder family fails here, naming the decoders
   BuildOptions prefill;
   prefill.last_logits = true;
   d.prefill = build_model(config, prefill);
   d.prefill.model.path = d.step.model.path = "";
   d.past_dim = "past_sequence";
-  d.layers = config.layers;
-  d.kv_heads = config.kv_heads;
+  d.layers = encoder_decoder ? config.decoder_layers : config.layers;
+  if (encoder_decoder) d.encoder_dim = "encoder_sequence";
+  d.kv_heads = encoder_decoder ? config.heads : config.kv_heads;
   d.head_dim = config.head_dim;
   d.kv_dtype = DType::f32;
   if (config.tie_embeddings) d.tied_head_weight = "lm_head.weight";
@@ -290,8 +294,14 @@ Decoder onnx_decoder(LoadedModel model) {
     layers.insert(std::stoll(m[1].str()));
     values = values || !split || m[2].str() == "value";
   }
-  if (layers.empty())
+  if (layers.empty()) {
+    static const std::regex cross_re(R"(past_key_values\.\d{1,6}\.(decoder|encoder)\.(key|value))");
+    for (const auto& name : g.inputs)
+      if (std::regex_match(name, cross_re))
+        throw InputError(what + ": an encoder-decoder's decode step ('" + name +
+                         "'): --generate needs its encoder too; predict it from its config.json (--config)");
     throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value or past_N inputs)");
+  }
   d.layers = static_cast<int64_t>(layers.size());
   if (!values) d.kv_tensors = 1;  // keys alone: a latent cache (MLA)
   // GroupQueryAttention layers with a local window (onnxruntime-genai's sliding-window layers).
@@ -345,13 +355,16 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
   a.prefill = prepare(d.prefill, phase_options(options, d, a.batch, gen.prompt, 0, d.prefill_is_step));
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
-  const int64_t first = gen.prompt, last = gen.prompt + gen.new_tokens - 1;
+  // The first step's cache: the prompt (a decoder), or the decoder's start token.
+  const int64_t first = d.encoder_decoder() ? 1 : gen.prompt, last = first + gen.new_tokens - 1;
   for (int j = 0; j < n; ++j) {
     const int64_t kv = n == 1 ? first : first + static_cast<int64_t>(std::llround(double(j) * double(last - first) / (n - 1)));
     if (!a.kv.empty() && a.kv.back() == kv) continue;
     a.kv.push_back(kv);
     // Speculative decoding: the step verifies the proposed tokens and the one after them.
-    a.steps.push_back(prepare(d.step, phase_options(options, d, a.batch, 1 + gen.speculative, kv, true)));
+    Options step = phase_options(options, d, a.batch, 1 + gen.speculative, kv, true);
+    if (d.encoder_decoder()) step.dims.named[d.encoder_dim] = gen.prompt;
+    a.steps.push_back(prepare(d.step, step));
   }
   if (draft) {
     GenerationOptions plain = gen;
@@ -374,8 +387,9 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
                          : options.dtype != DType::undefined ? activation_dtype(options.dtype)
                                                               : d.kv_dtype;
   // Exactly 2 (K and V; 1 for a latent cache) x layers x KV heads x head size x tokens x batch x
-  // element size; a sliding-window layer keeps at most its window of tokens.
-  const int64_t tokens = gen.prompt + gen.new_tokens;
+  // element size; a sliding-window layer keeps at most its window of tokens. An
+  // encoder-decoder's layers keep the decoder's tokens and, for cross-attention, the prompt's.
+  const int64_t tokens = d.encoder_decoder() ? 1 + gen.new_tokens + gen.prompt : gen.prompt + gen.new_tokens;
   const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
                               double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
   a.kv_dtype = kv_dtype;
@@ -461,7 +475,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
   const double decode_ms = interpolated_sum(a.kv, step_ms);
   for (const auto& [c, v] : by_class) g.decode_by_class[c] = interpolated_sum(a.kv, v);
   g.step_ms.reserve(static_cast<size_t>(a.gen.new_tokens));
-  for (int64_t j = 0; j < a.gen.new_tokens; ++j) g.step_ms.push_back(interpolate(a.kv, step_ms, a.gen.prompt + j));
+  for (int64_t j = 0; j < a.gen.new_tokens; ++j) g.step_ms.push_back(interpolate(a.kv, step_ms, a.kv.front() + j));
   g.tpot_ms = decode_ms / double(a.gen.new_tokens);
   g.tpot_last_ms = step_ms.back();
   g.total_ms = g.ttft_ms + decode_ms;
@@ -574,6 +588,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.window = d.window;
   g.state_layers = d.state_layers;
   g.state_bytes = a.state_bytes;
+  g.encoder_decoder = d.encoder_decoder();
   g.ttft_ms = r.e2e_latency_ms;
   g.ttft_low_ms = r.e2e_low();
   g.ttft_high_ms = r.e2e_high();

@@ -473,7 +473,7 @@ void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Ker
   // a kernel of their own before the attention reads the cache (vLLM's reshape_and_cache_flash);
   // otherwise the attention kernel appends them in place (flash_attn_with_kvcache).
   const bool cache_kernel = c.opt.serving_kernels && (f.appended_bytes > 0 || f.queries > 1);
-  kr.bytes = q_bytes + kv_bytes + o_bytes + (cache_kernel ? 0.0 : f.appended_bytes);
+  kr.bytes = q_bytes + kv_bytes + o_bytes + f.bias_bytes + (cache_kernel ? 0.0 : f.appended_bytes);
   const std::string cache = f.appended_bytes > 0 && !cache_kernel ? ", KV cache append in place" : "";
   if (f.queries == 1) {
     // Decode: every query row reads the whole cache once; memory-bound. One row per KV head
@@ -550,14 +550,33 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
                        ks[2].value == f.keys;
   f.kv_heads = grouped ? ks[1].value : f.heads;
   // A mask that differs per query row is causal; one broadcast over the queries (padding)
-  // or none: every key.
+  // or none: every key. A [*, heads, queries, keys] bias of its own per head is a position
+  // bias (T5's relative one), read, not a mask: the kernel computes every pair (a causal one
+  // combined into it, as T5's decoder adds, is not known to it either).
+  // The scores themselves (QK^T, scaled or capped inside the group) are no mask.
+  std::set<std::string> chain;
+  for (int ni : grp.nodes)
+    for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs) chain.insert(o);
+  bool bias = false;
+  for (int ni : grp.nodes) {
+    const Node& nd = g.nodes[static_cast<size_t>(ni)];
+    if (nd.op_type != "Add") continue;
+    for (const auto& in : nd.inputs) {
+      const TensorInfo* t = tensor(g, in);
+      if (chain.count(in) || !t || !t->fully_known() || t->shape.size() != 4 || f.heads <= 1 || f.queries <= 1 ||
+          t->shape[1].value != f.heads || t->shape[2].value != f.queries)
+        continue;
+      bias = true;
+      f.bias_bytes += double(numel(t)) * element_bytes(f.dtype);  // in the attention's dtype, as SDPA casts it
+    }
+  }
   for (int ni : grp.nodes) {
     const Node& nd = g.nodes[static_cast<size_t>(ni)];
     if (nd.op_type != "Add" && nd.op_type != "Where") continue;
     for (const auto& in : nd.inputs) {
       const TensorInfo* t = tensor(g, in);
-      if (!t || !t->fully_known() || t->shape.size() < 2 || in == qk.outputs[0]) continue;
-      if (t->shape[t->shape.size() - 2].value == f.queries && f.queries > 1) f.causal = true;
+      if (!t || !t->fully_known() || t->shape.size() < 2 || chain.count(in)) continue;
+      if (t->shape[t->shape.size() - 2].value == f.queries && f.queries > 1 && !bias) f.causal = true;
       // A sliding window (a band of the mask), also in a decode step's one-row mask.
       if (const int64_t w = mask_window(g, plan, in, f.keys - f.queries); w > 0 && (f.window == 0 || w < f.window))
         f.window = w;

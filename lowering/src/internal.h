@@ -171,6 +171,10 @@ struct FlashProblem {
   std::string what;           // note prefix, e.g. "GroupQueryAttention: "
   DType kv_dtype = DType::undefined;  // the cache's element type (undefined: `dtype`)
   DType cache_dtype() const { return kv_dtype == DType::undefined ? dtype : kv_dtype; }
+  // An additive bias of the scores with its own values per head and query row (T5's relative
+  // position bias, an SDPA float attn_mask): its bytes, which the kernel reads as it streams the
+  // scores (PyTorch's memory-efficient kernel, the one SDPA runs with such a mask).
+  double bias_bytes = 0;
 };
 // Attention runs as FlashAttention: attention_fused, 16-bit (or 8-bit) floats.
 bool flash_attention_applies(const LoweringOptions& opt, DType dt);

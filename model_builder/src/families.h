@@ -12,6 +12,11 @@ LoadedModel build_clip(const ModelConfig& c);
 LoadedModel build_clip_text(const ModelConfig& c);
 LoadedModel build_opt(const ModelConfig& c);
 LoadedModel build_switch(const ModelConfig& c);
+// T5 and mT5 generation (BuildOptions): the prefill (last_logits: the encoder over the prompt,
+// the decoder over its start token) or a decode step (kv_cache: past_key_values.N.decoder.key /
+// .value, the self-attention cache of past_sequence, and .encoder.key / .value, the
+// cross-attention keys of encoder_sequence). InputError for Switch and encoder-only configs.
+LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o);
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o);
 
 }  // namespace neusight::builder

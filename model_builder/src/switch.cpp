@@ -3,6 +3,8 @@
 // feed-forward) and Switch Transformer (SwitchTransformersForConditionalGeneration: every
 // `sparse_step`-th feed-forward replaced by a top-1 mixture of experts with a fixed capacity).
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "common.h"
 #include "families.h"
@@ -13,13 +15,17 @@ namespace {
 
 constexpr int64_t kMaxDistance = 128;  // T5 relative_attention_max_distance
 
-// T5 relative position buckets and bias from positions 0..s-1, as stored: the embedding
-// lookup's [1, q, k, heads]. PyTorch's `values.permute([2, 0, 1]).unsqueeze(0)` is a view of
-// it, no copy; see biased_scores.
-std::string position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional) {
-  const std::string ar = n.b.node("Range", p + "/arange", {n.b.ints(p + "/zero", {0}, true), n.seq_scalar,
-                                                          n.b.ints(p + "/one", {1}, true)});
-  const std::string ctx = n.b.node("Unsqueeze", p + "/context", {ar, n.b.ints(p + "/ax1", {1})});
+// T5 relative position buckets and bias, as stored: the embedding lookup's [1, q, k, heads].
+// PyTorch's `values.permute([2, 0, 1]).unsqueeze(0)` is a view of it, no copy; see
+// biased_scores. Queries and keys at positions 0..s-1 (the Net's sequence), or (`past`, a
+// decode step's cached length, and `total`, past + the step's tokens; scalars) queries at
+// past..total-1 against keys 0..total-1, as T5Attention.compute_bias does with cache_position.
+std::string position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional,
+                          const std::string& past = "", const std::string& total = "") {
+  const std::string zero = n.b.ints(p + "/zero", {0}, true), one = n.b.ints(p + "/one", {1}, true);
+  const std::string ar = n.b.node("Range", p + "/arange", {zero, total.empty() ? n.seq_scalar : total, one});
+  const std::string q_ar = past.empty() ? ar : n.b.node("Range", p + "/query_arange", {past, total, one});
+  const std::string ctx = n.b.node("Unsqueeze", p + "/context", {q_ar, n.b.ints(p + "/ax1", {1})});
   const std::string mem = n.b.node("Unsqueeze", p + "/memory", {ar, n.b.ints(p + "/ax0", {0})});
   std::string rel = n.b.node("Sub", p + "/relative_position", {mem, ctx});
   int64_t nb = c.rel_buckets;
@@ -63,13 +69,53 @@ std::string bias_view(Net& n, const std::string& p, const std::string& stored) {
   return v;
 }
 
+// The keys and values a T5Attention reads, [batch, heads, keys, d_kv]. Without `cached`:
+// projected from `kv` (its sequence the Net's). A decode step's self-attention (`cached` "decoder"):
+// the step's own, projected, after the cache's past_key_values.L.decoder.key / .value, their
+// concatenation output as present.L.decoder.key / .value; its cross-attention (`cached`
+// "encoder"): the cache's past_key_values.L.encoder.key / .value, projected once from the
+// encoder's output by the prefill (HF's EncoderDecoderCache).
+// `kv_len` (1-element): the length of `kv` where it is not the Net's sequence (a prefill's
+// cross-attention over the encoder).
+struct KeysValues {
+  std::string cached;
+  int64_t layer = 0;
+  std::string kv_len;
+};
+
+// [batch, len, heads x hd] -> [batch, heads, len, hd] for a `len` other than the Net's sequence.
+std::string split_heads_of(Net& n, const std::string& p, const std::string& x, int64_t heads, int64_t hd,
+                           const std::string& len) {
+  if (len.empty()) return split_heads(n, p, x, heads, hd);
+  const std::string shape = n.b.node("Concat", p + "/shape", {n.batch, len, n.b.ints(p + "/shape_dims", {heads, hd})});
+  n.b.attr_i("axis", 0);
+  const std::string t = n.b.node("Transpose", p + "/Transpose", {n.b.node("Reshape", p + "/Reshape", {x, shape})});
+  n.b.attr_ints("perm", {0, 2, 1, 3});
+  return t;
+}
+
 // T5Attention (no score scaling) with a precomputed bias [*, heads, q, k]; kv from `kv`.
 std::string attention(Net& n, const std::string& p, const std::string& x, const std::string& kv,
-                      const ModelConfig& c, const std::string& bias) {
+                      const ModelConfig& c, const std::string& bias, const KeysValues& cache = {}) {
   const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim, inner = nh * hd;
   const std::string q = split_heads(n, p + "/q", linear(n, p + ".q", x, d, inner, false), nh, hd);
-  const std::string k = split_heads(n, p + "/k", linear(n, p + ".k", kv, d, inner, false), nh, hd);
-  const std::string v = split_heads(n, p + "/v", linear(n, p + ".v", kv, d, inner, false), nh, hd);
+  std::string k, v;
+  const std::string past = "past_key_values." + std::to_string(cache.layer) + "." + cache.cached;
+  if (cache.cached == "encoder") {
+    k = past + ".key", v = past + ".value";
+  } else {
+    k = split_heads_of(n, p + "/k", linear(n, p + ".k", kv, d, inner, false), nh, hd, cache.kv_len);
+    v = split_heads_of(n, p + "/v", linear(n, p + ".v", kv, d, inner, false), nh, hd, cache.kv_len);
+  }
+  if (cache.cached == "decoder") {
+    for (auto* t : {&k, &v}) {
+      const std::string which = t == &k ? "key" : "value";
+      *t = n.b.node("Concat", p + "/cache_" + which, {past + "." + which, *t});
+      n.b.attr_i("axis", 2);
+      *t = n.rename_last("present." + std::to_string(cache.layer) + ".decoder." + which);
+      n.b.output(*t, kF32, {-1, nh, -1, hd}, {"batch", "total_sequence"});
+    }
+  }
   std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
   s = n.b.node("Add", p + "/bias_Add", {s, bias});
   s = n.b.node("Softmax", p + "/Softmax", {s});
@@ -214,17 +260,27 @@ std::string ff_layer(Net& n, const std::string& p, const std::string& x, const M
 }
 
 std::string attn_layer(Net& n, const std::string& p, const std::string& x, const std::string& kv_src,
-                       const ModelConfig& c, const std::string& bias, const std::string& attn_name) {
+                       const ModelConfig& c, const std::string& bias, const std::string& attn_name,
+                       const KeysValues& cache = {}) {
   const std::string h = rms_norm(n, p + ".layer_norm", x, c.hidden, c.layer_norm_eps);
-  std::string a = attention(n, p + "." + attn_name, h, kv_src.empty() ? h : kv_src, c, bias);
+  std::string a = attention(n, p + "." + attn_name, h, kv_src.empty() ? h : kv_src, c, bias, cache);
   a = dropout(n, p + ".dropout", a, c.dropout);
   return n.b.node("Add", p + "/residual_Add", {x, a});
 }
 
 // (1 - mask) * finfo.min for an all-ones mask of [b, 1, 1, s] (`axes` {1, 2}), or of
-// [b, 1, s, 1] (`axes` {1, 3}: the same values in the [b, q, k, heads] layout of the bias).
-std::string padding_mask(Net& n, const std::string& p, const std::vector<int64_t>& axes = {1, 2}) {
-  const std::string ones = fill(n, p + "/attention_mask", n.shape_bs(p + "/bs_shape", {}), kF32, 1.0);
+// [b, 1, s, 1] (`axes` {1, 3}: the same values in the [b, q, k, heads] layout of the bias);
+// s the Net's sequence, or the 1-element length `len`.
+std::string padding_mask(Net& n, const std::string& p, const std::vector<int64_t>& axes = {1, 2},
+                         const std::string& len = "") {
+  std::string shape;
+  if (len.empty()) {
+    shape = n.shape_bs(p + "/bs_shape", {});
+  } else {
+    shape = n.b.node("Concat", p + "/bs_shape", {n.batch, len});
+    n.b.attr_i("axis", 0);
+  }
+  const std::string ones = fill(n, p + "/attention_mask", shape, kF32, 1.0);
   const std::string m4 = n.b.node("Unsqueeze", p + "/mask_4d", {ones, n.b.ints(p + "/mask_axes", axes)});
   const std::string inv = n.b.node("Sub", p + "/mask_Sub", {f32(n, p + "/one", 1.0f), m4});
   return n.b.node("Mul", p + "/mask_Mul", {inv, f32(n, p + "/min", kFloatMin)});
@@ -234,19 +290,87 @@ bool is_sparse(const ModelConfig& c, int64_t layer) {
   return c.experts > 0 && (c.sparse_step == 1 || layer % c.sparse_step == 1);
 }
 
-}  // namespace
 
-LoadedModel build_switch(const ModelConfig& c) {
-  const bool encoder_only = c.head == "encoder";
-  Net n(c, c.experts > 0 ? (encoder_only ? "Switch Transformer encoder (SwitchTransformersEncoderModel)"
-                                         : "Switch Transformer encoder-decoder (SwitchTransformersForConditionalGeneration)")
-                         : (encoder_only ? "T5 encoder (T5EncoderModel)" : "T5 encoder-decoder (T5ForConditionalGeneration)"));
-  const std::string ids = n.token_input("input_ids");
-  const std::string dec_ids = encoder_only ? "" : n.token_input("decoder_input_ids");
+// Where a decoder's keys come from. A forward pass: the encoder's output, of the Net's sequence
+// as the decoder's. A generation's prefill: the encoder's output of `enc_len` (1-element) while
+// the Net's sequence is the decoder's tokens. A decode step (`step`): the KV cache, the step's
+// tokens at positions `past` .. `total` - 1 (scalars) and the encoder's cached keys of
+// `enc_len`.
+struct DecoderKeys {
+  std::string enc_out, enc_len;
+  std::string past, total;
+  bool step = false;
+};
+
+// (seq_ids[None, None, :] <= seq_ids[None, :, None]) * mask[:, None, None, :], then (1 - m) *
+// finfo.min, in the bias's stored [b, q, k, 1] layout: keys 0..k-1 against queries 0..q-1 (a
+// forward pass) or past..total-1 (a decode step).
+std::string causal_mask(Net& n, const DecoderKeys& dk) {
+  const std::string zero = n.b.ints("decoder/r0", {0}, true), one = n.b.ints("decoder/r1", {1}, true);
+  const std::string keys = n.b.node("Range", "decoder/seq_ids", {zero, dk.step ? dk.total : n.seq_scalar, one});
+  const std::string queries = dk.step ? n.b.node("Range", "decoder/query_ids", {dk.past, dk.total, one}) : keys;
+  const std::string le = n.b.node("LessOrEqual", "decoder/causal_LessOrEqual",
+                                  {n.b.node("Unsqueeze", "decoder/seq_row", {keys, n.b.ints("decoder/ax01", {0, 1})}),
+                                   n.b.node("Unsqueeze", "decoder/seq_col", {queries, n.b.ints("decoder/ax02", {0, 2})})});
+  std::string causal = n.b.node("Cast", "decoder/causal_float", {le});
+  n.b.attr_i("to", kF32);
+  causal = n.b.node("Unsqueeze", "decoder/causal_4d", {causal, n.b.ints("decoder/ax3", {3})});
+  std::string shape;
+  if (dk.step) {
+    const std::string total = n.b.node("Unsqueeze", "decoder/total_1d", {dk.total, n.b.ints("decoder/ax0t", {0})});
+    shape = n.b.node("Concat", "decoder/bs_shape", {n.batch, total});
+    n.b.attr_i("axis", 0);
+  } else {
+    shape = n.shape_bs("decoder/bs_shape", {});
+  }
+  const std::string ones = fill(n, "decoder/attention_mask", shape, kF32, 1.0);
+  const std::string ones4 = n.b.node("Unsqueeze", "decoder/mask_4d", {ones, n.b.ints("decoder/ax13", {1, 3})});
+  const std::string ext = n.b.node("Mul", "decoder/causal_Mul", {causal, ones4});
+  const std::string inv = n.b.node("Sub", "decoder/mask_Sub", {f32(n, "decoder/one", 1.0f), ext});
+  return n.b.node("Mul", "decoder/mask_Mul", {inv, f32(n, "decoder/min", kFloatMin)});
+}
+
+// The decoder stack over the token ids `ids` (causal self-attention with its own relative bias,
+// cross-attention over the encoder with a zero bias + padding mask), its final norm, the LM
+// head (tied: scaled by d_model^-0.5 first, reading the shared table as its own matrix, as
+// nn.Linear does; Switch, T5; not T5 v1.1 or mT5): logits [batch, sequence, vocab].
+std::string decoder(Net& n, const ModelConfig& c, const std::string& shared, const std::string& ids,
+                    const DecoderKeys& dk, RouterLogs& logs) {
   const int64_t d = c.hidden;
-  const std::string shared = n.b.weight("shared.weight", {c.vocab, d});
+  std::string y = n.b.node("Gather", "decoder.embed_tokens/Gather", {shared, ids});
+  y = dropout(n, "decoder.dropout", y, c.dropout);
+  const std::string mask = causal_mask(n, dk);
+  const std::string dec_bias =
+      bias_view(n, "decoder.block.0.layer.0.SelfAttention",
+                n.b.node("Add", "decoder/position_bias_Add",
+                         {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false, dk.past, dk.total), mask}));
+  const std::string enc_len = dk.enc_len.empty() ? n.seq : dk.enc_len;
+  const std::string zshape = n.b.node("Concat", "decoder/cross_bias_shape",
+                                      {n.b.ints("decoder/one_h", {1, c.heads}), n.seq, enc_len});
+  n.b.attr_i("axis", 0);
+  const std::string cross_bias =
+      n.b.node("Add", "decoder/cross_bias_Add",
+               {fill(n, "decoder/cross_bias_zeros", zshape, kF32, 0.0), padding_mask(n, "decoder_cross", {1, 2}, dk.enc_len)});
+  const int64_t dl = c.decoder_layers > 0 ? c.decoder_layers : c.layers;
+  for (int64_t l = 0; l < dl; ++l) {
+    const std::string p = "decoder.block." + std::to_string(l);
+    y = attn_layer(n, p + ".layer.0", y, "", c, dec_bias, "SelfAttention", {dk.step ? "decoder" : "", l, ""});
+    y = attn_layer(n, p + ".layer.1", y, dk.enc_out, c, cross_bias, "EncDecAttention",
+                   {dk.step ? "encoder" : "", l, dk.enc_len});
+    y = ff_layer(n, p + ".layer.2", y, c, is_sparse(c, l), logs);
+  }
+  y = rms_norm(n, "decoder.final_layer_norm", y, d, c.layer_norm_eps);
+  y = dropout(n, "decoder.dropout_1", y, c.dropout);
+  if (c.tie_embeddings)
+    y = n.b.node("Mul", "lm_head/scale_Mul", {y, f32(n, "lm_head/scale", static_cast<float>(1.0 / std::sqrt(double(d))))});
+  linear(n, "lm_head", y, d, c.vocab, false);
+  n.rename_last("logits");
+  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  return "logits";
+}
 
-  // Encoder.
+// The encoder stack over `ids` (the Net's sequence): its final norm's output.
+std::string encoder(Net& n, const ModelConfig& c, const std::string& shared, const std::string& ids, RouterLogs& logs) {
   std::string x = n.b.node("Gather", "encoder.embed_tokens/Gather", {shared, ids});
   x = dropout(n, "encoder.dropout", x, c.dropout);
   // position_bias + mask in the bias's stored [b, q, k, heads] layout, then its view.
@@ -255,67 +379,84 @@ LoadedModel build_switch(const ModelConfig& c) {
       bias_view(n, "encoder.block.0.layer.0.SelfAttention",
                 n.b.node("Add", "encoder/position_bias_Add",
                          {position_bias(n, "encoder.block.0.layer.0.SelfAttention", c, true), enc_mask}));
-  RouterLogs enc_logs, dec_logs;
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "encoder.block." + std::to_string(l);
     x = attn_layer(n, p + ".layer.0", x, "", c, enc_bias, "SelfAttention");
-    x = ff_layer(n, p + ".layer.1", x, c, is_sparse(c, l), enc_logs);
+    x = ff_layer(n, p + ".layer.1", x, c, is_sparse(c, l), logs);
   }
-  x = rms_norm(n, "encoder.final_layer_norm", x, d, c.layer_norm_eps);
-  const std::string enc_out = dropout(n, "encoder.dropout_1", x, c.dropout);
+  x = rms_norm(n, "encoder.final_layer_norm", x, c.hidden, c.layer_norm_eps);
+  return dropout(n, "encoder.dropout_1", x, c.dropout);
+}
+
+std::string model_doc(const ModelConfig& c) {
+  const bool encoder_only = c.head == "encoder";
+  return c.experts > 0 ? (encoder_only ? "Switch Transformer encoder (SwitchTransformersEncoderModel)"
+                                       : "Switch Transformer encoder-decoder (SwitchTransformersForConditionalGeneration)")
+                       : (encoder_only ? "T5 encoder (T5EncoderModel)" : "T5 encoder-decoder (T5ForConditionalGeneration)");
+}
+
+// 1-element length and its scalar of dim `axis` of `tensor`, named under `p`.
+std::pair<std::string, std::string> length_of(Net& n, const std::string& p, const std::string& tensor, int64_t axis) {
+  const std::string shape = n.b.node("Shape", p + "/shape", {tensor});
+  const std::string scalar = n.b.node("Gather", p + "/length", {shape, n.b.ints(p + "/axis", {axis}, true)});
+  n.b.attr_i("axis", 0);
+  return {n.b.node("Unsqueeze", p + "/length_1d", {scalar, n.b.ints(p + "/ax0", {0})}), scalar};
+}
+
+}  // namespace
+
+LoadedModel build_switch(const ModelConfig& c) {
+  const bool encoder_only = c.head == "encoder";
+  Net n(c, model_doc(c));
+  const std::string ids = n.token_input("input_ids");
+  const std::string dec_ids = encoder_only ? "" : n.token_input("decoder_input_ids");
+  const std::string shared = n.b.weight("shared.weight", {c.vocab, c.hidden});
+  RouterLogs enc_logs, dec_logs;
+  const std::string enc_out = encoder(n, c, shared, ids, enc_logs);
   if (encoder_only) {  // T5EncoderModel (the text encoder of Flux and Stable Diffusion 3)
     n.rename_last("last_hidden_state");
-    n.output("last_hidden_state", {"batch", "sequence"}, {d});
+    n.output("last_hidden_state", {"batch", "sequence"}, {c.hidden});
     if (!enc_logs.logits.empty()) n.output(router_loss(n, "encoder", c, enc_logs), {}, {});
     return n.finish(c);
   }
-
-  // Decoder: causal self-attention with its own relative bias, cross-attention over the
-  // encoder output (zero bias + padding mask).
-  std::string y = n.b.node("Gather", "decoder.embed_tokens/Gather", {shared, dec_ids});
-  y = dropout(n, "decoder.dropout", y, c.dropout);
-  // Causal extended mask: (seq_ids[None, None, :] <= seq_ids[None, :, None]) * mask[:, None,
-  // None, :], then (1 - m) * finfo.min; built in the bias's stored [b, q, k, 1] layout.
-  const std::string ar = n.b.node("Range", "decoder/seq_ids", {n.b.ints("decoder/r0", {0}, true), n.seq_scalar,
-                                                              n.b.ints("decoder/r1", {1}, true)});
-  const std::string le = n.b.node("LessOrEqual", "decoder/causal_LessOrEqual",
-                                  {n.b.node("Unsqueeze", "decoder/seq_row", {ar, n.b.ints("decoder/ax01", {0, 1})}),
-                                   n.b.node("Unsqueeze", "decoder/seq_col", {ar, n.b.ints("decoder/ax02", {0, 2})})});
-  std::string causal = n.b.node("Cast", "decoder/causal_float", {le});
-  n.b.attr_i("to", kF32);
-  causal = n.b.node("Unsqueeze", "decoder/causal_4d", {causal, n.b.ints("decoder/ax3", {3})});
-  const std::string ones = fill(n, "decoder/attention_mask", n.shape_bs("decoder/bs_shape", {}), kF32, 1.0);
-  const std::string ones4 = n.b.node("Unsqueeze", "decoder/mask_4d", {ones, n.b.ints("decoder/ax13", {1, 3})});
-  const std::string ext = n.b.node("Mul", "decoder/causal_Mul", {causal, ones4});
-  const std::string inv = n.b.node("Sub", "decoder/mask_Sub", {f32(n, "decoder/one", 1.0f), ext});
-  const std::string dec_mask = n.b.node("Mul", "decoder/mask_Mul", {inv, f32(n, "decoder/min", kFloatMin)});
-  const std::string dec_bias =
-      bias_view(n, "decoder.block.0.layer.0.SelfAttention",
-                n.b.node("Add", "decoder/position_bias_Add",
-                         {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false), dec_mask}));
-  const std::string zshape = n.b.node("Concat", "decoder/cross_bias_shape",
-                                      {n.b.ints("decoder/one_h", {1, c.heads}), n.seq, n.seq});
-  n.b.attr_i("axis", 0);
-  const std::string cross_bias = n.b.node("Add", "decoder/cross_bias_Add",
-                                          {fill(n, "decoder/cross_bias_zeros", zshape, kF32, 0.0), padding_mask(n, "decoder_cross")});
-  const int64_t dl = c.decoder_layers > 0 ? c.decoder_layers : c.layers;
-  for (int64_t l = 0; l < dl; ++l) {
-    const std::string p = "decoder.block." + std::to_string(l);
-    y = attn_layer(n, p + ".layer.0", y, "", c, dec_bias, "SelfAttention");
-    y = attn_layer(n, p + ".layer.1", y, enc_out, c, cross_bias, "EncDecAttention");
-    y = ff_layer(n, p + ".layer.2", y, c, is_sparse(c, l), dec_logs);
-  }
-  y = rms_norm(n, "decoder.final_layer_norm", y, d, c.layer_norm_eps);
-  y = dropout(n, "decoder.dropout_1", y, c.dropout);
-  // Tied embeddings (Switch, T5; not T5 v1.1 or mT5): scaled by d_model^-0.5 before the LM
-  // head, which reads the shared table as its own matrix (as nn.Linear does).
-  if (c.tie_embeddings)
-    y = n.b.node("Mul", "lm_head/scale_Mul", {y, f32(n, "lm_head/scale", static_cast<float>(1.0 / std::sqrt(double(d))))});
-  linear(n, "lm_head", y, d, c.vocab, false);
-  n.rename_last("logits");
-  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, "", "", "", false}, dec_logs);
   if (!enc_logs.logits.empty()) n.output(router_loss(n, "encoder", c, enc_logs), {}, {});
   if (!dec_logs.logits.empty()) n.output(router_loss(n, "decoder", c, dec_logs), {}, {});
+  return n.finish(c);
+}
+
+LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o) {
+  const std::string what = c.source.empty() ? std::string("config") : c.source;
+  if (c.head == "encoder") throw InputError(what + ": an encoder alone (" + model_doc(c) + ") generates no tokens");
+  if (c.experts > 0)
+    throw InputError(what + ": Switch Transformer's decode steps are not built (its experts run on the tokens "
+                     "routed to them, a count the graph does not know); --seq predicts its forward pass");
+  Net n(c, model_doc(c) + (o.kv_cache ? ", one decode step with the self-attention and cross-attention cache"
+                                      : ", the prefill: the encoder over the prompt and the decoder's first token"));
+  const std::string shared = n.b.weight("shared.weight", {c.vocab, c.hidden});
+  RouterLogs logs;
+  const int64_t dl = c.decoder_layers > 0 ? c.decoder_layers : c.layers;
+  if (!o.kv_cache) {
+    // generate(): the encoder reads the prompt once; the decoder starts from its start token.
+    const std::string enc_out = encoder(n, c, shared, n.token_input("input_ids"), logs);
+    const std::string enc_len = n.seq;
+    const std::string dec_ids = n.b.input("decoder_input_ids", kI64, {-1, 1}, {"batch"});
+    std::tie(n.seq, n.seq_scalar) = length_of(n, "decoder_input", dec_ids, 1);
+    decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, enc_len, "", "", false}, logs);
+    return n.finish(c);
+  }
+  const std::string dec_ids = n.token_input("decoder_input_ids");
+  for (int64_t l = 0; l < dl; ++l)
+    for (const char* part : {"decoder", "encoder"})
+      for (const char* which : {"key", "value"})
+        n.b.input("past_key_values." + std::to_string(l) + "." + part + "." + which, kF32,
+                  {-1, c.heads, -1, c.head_dim}, {"batch", std::string(part) == "decoder" ? "past_sequence" : "encoder_sequence"});
+  DecoderKeys dk;
+  dk.step = true;
+  dk.past = length_of(n, "past", "past_key_values.0.decoder.key", 2).second;
+  dk.total = n.b.node("Add", "past/total_length", {dk.past, n.seq_scalar});
+  dk.enc_len = length_of(n, "encoder_cache", "past_key_values.0.encoder.key", 2).first;
+  decoder(n, c, shared, dec_ids, dk, logs);
   return n.finish(c);
 }
 

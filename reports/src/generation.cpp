@@ -41,7 +41,11 @@ std::string kv_cache_formula(const GenerationReport& g) {
   std::string s = std::to_string(g.layers) + " layers x ";
   s += g.kv_tensors == 1 ? "a latent of " + std::to_string(g.head_dim)
                          : std::to_string(g.kv_heads) + " KV heads x " + std::to_string(g.head_dim);
-  s += " x " + std::to_string(g.prompt + g.new_tokens) + " tokens x " + std::to_string(g.batch);
+  if (g.encoder_decoder)
+    s += " x (" + std::to_string(1 + g.new_tokens) + " decoder + " + std::to_string(g.prompt) + " encoder tokens) x " +
+         std::to_string(g.batch);
+  else
+    s += " x " + std::to_string(g.prompt + g.new_tokens) + " tokens x " + std::to_string(g.batch);
   if (!g.kv_dtype.empty()) s += " in " + g.kv_dtype;
   if (g.sliding_layers > 0 && g.window > 0)
     s += "; " + std::to_string(g.sliding_layers) + " sliding-window layers keep " + std::to_string(g.window);
@@ -98,7 +102,8 @@ json generation_json(const GenerationReport& g) {
           {"weight_read_ms", finite(g.weight_read_ms)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
                         {"sliding_layers", g.sliding_layers}, {"window", g.window}, {"dtype", g.kv_dtype},
-                        {"state_layers", g.state_layers}, {"state_bytes", finite(g.state_bytes)}}},
+                        {"state_layers", g.state_layers}, {"state_bytes", finite(g.state_bytes)},
+                        {"encoder_decoder", g.encoder_decoder}}},
           {"execution", g.execution},
           {"prefill_by_class_ms", g.prefill_by_class},
           {"decode_by_class_ms", g.decode_by_class},

@@ -116,6 +116,32 @@ class Generate(unittest.TestCase):
         self.assertEqual(rc, 2, se)
         self.assertIn("past_key_values", se)
 
+    def test_t5_encoder_decoder_generation(self):
+        # A small Flan-T5: the encoder reads the prompt in the prefill, a step caches the
+        # decoder's own tokens and the encoder's keys and values.
+        t5 = os.path.join(self.dir, "flan_t5_small.json")
+        with open(t5, "w") as f:
+            json.dump({"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 256, "num_heads": 4, "num_layers": 2,
+                       "num_decoder_layers": 3, "vocab_size": 1000, "feed_forward_proj": "gated-gelu",
+                       "tie_word_embeddings": False}, f)
+        g = self.gen_json("--config", t5, "--generate", "100:10", "--batch", "2", "--gpu", "h100")["generation"]
+        self.assertTrue(g["kv_cache"]["encoder_decoder"])
+        self.assertEqual(g["kv_cache"]["layers"], 3)
+        self.assertEqual(g["kv_cache_bytes"], 2 * 3 * 4 * 32 * (1 + 10 + 100) * 2 * 4)
+        self.assertEqual([s["kv_len"] for s in g["decode_samples"]][::len(g["decode_samples"]) - 1], [1, 10])
+        rc, so, se = run("--config", t5, "--generate", "100:10", "--gpu", "h100")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("(11 decoder + 100 encoder tokens)", so)
+        # Its exported decode step alone cannot generate: one line naming --config.
+        step = os.path.join(self.dir, "t5_step.onnx")
+        rc, so, se = run("export", "--config", t5, "--kv-cache", "-o", step)
+        self.assertEqual(rc, 0, se)
+        rc, so, se = run(step, "--generate", "8:8", "--gpu", "h100")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("encoder-decoder", se)
+        self.assertIn("--config", se)
+        self.assertEqual(len([l for l in se.splitlines() if l.strip()]), 1, se)
+
     def test_json_generation_object_and_defaults(self):
         r = self.gen_json("--config", self.small, "--generate", "64:16", "--batch", "2", "--gpu", "h100")
         g = r["generation"]

@@ -135,6 +135,11 @@ class Analyze(unittest.TestCase):
             as_dict = json.load(f)
         got = n.generate(as_dict, "h100", 128, 16, batch=2, dtype="int8", parallel="tp=4,ep=4")
         self.assertTrue(same(got["generation"], want[0]["generation"]))
+        t5 = os.path.join(SOURCE, "tests", "data", "flan_t5_base.json")  # an encoder-decoder
+        want = run_json("--config", t5, "--gpu", "a100-80gb", "--generate", "256:32", "--dtype", "bf16")
+        got = n.generate(t5, "a100-80gb", 256, 32, dtype="bf16")
+        self.assertTrue(same(got, want))
+        self.assertTrue(got["generation"]["kv_cache"]["encoder_decoder"])
         with tempfile.TemporaryDirectory() as d:
             small = os.path.join(d, "small_llama.json")
             with open(small, "w") as f:

@@ -1890,3 +1890,82 @@ TEST_CASE("generation: Llama 4 tiles each image, runs its vision model per tile 
   CHECK(scores == 34);
   CHECK(merged);
 }
+
+TEST_CASE("generation: T5 encoder-decoders run the encoder in the prefill alone and cache the prompt for cross-attention") {
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/flan_t5_base.json");
+  const Decoder d = config_decoder(c);
+  CHECK(d.encoder_decoder());
+  CHECK(d.layers == 12);
+  CHECK(d.kv_heads == 12);
+  CHECK(d.head_dim == 64);
+  // The prefill holds the whole checkpoint (flan-t5-base, 247,577,856 parameters); a step the
+  // shared embedding, the decoder's 12 layers (self-attention's q, k, v and o, cross-attention's
+  // q and o: its keys and values are cached, a gated feed-forward, three RMSNorms), its
+  // relative bias and final norm, and the untied head.
+  CHECK(parameter_count(d.prefill) == 247577856);
+  const int64_t layer = 6 * 768 * 768 + 3 * 768 * 2048 + 3 * 768;
+  CHECK(parameter_count(d.step) == 2 * 32128 * 768 + 12 * layer + 32 * 12 + 768);
+  CHECK(node_count(d.step, [](const Node& n) { return n.name.rfind("encoder.", 0) == 0; }) == 0);
+  CHECK(node_count(d.step, [](const Node& n) { return n.name.find("EncDecAttention.k/") != std::string::npos; }) == 0);
+  CHECK(d.step.model.graph.inputs.size() == 1 + 12 * 4);
+  // The prefill's decoder reads its start token: one token of logits.
+  CHECK(node_count(d.prefill, [](const Node& n) { return n.name.rfind("decoder.block.", 0) == 0; }) > 0);
+  for (int64_t batch : {1, 3}) {
+    const GenerationReport g = generate(d, serving(DType::f32, batch), 200, 20, "h100");
+    // Each layer keeps K and V of the decoder's 1 + 20 tokens and of the encoder's 200.
+    CHECK(g.kv_cache_bytes == 2.0 * 12 * 12 * 64 * (1 + 20 + 200) * batch * 4);
+    CHECK(g.encoder_decoder);
+    CHECK(g.samples.front().kv_len == 1);
+    CHECK(g.samples.back().kv_len == 20);
+    CHECK(g.step_ms.size() == 20);
+    // A step streams the decoder's weights and the head, never the encoder's or the embedding.
+    const Gpu& gpu = GpuDatabase::builtin().resolve("h100");
+    CHECK(g.weight_read_ms ==
+          doctest::Approx((12.0 * layer + 32128 * 768 + 32 * 12 + 768) * 4 / (gpu.mem_bw_gbps * 1e9) * 1e3).epsilon(0.01));
+    CHECK(g.samples.front().latency_ms >= g.weight_read_ms);
+  }
+  // A longer prompt: a longer encoder pass and a longer cross-attention in every step.
+  const GenerationReport short_prompt = generate(d, serving(DType::bf16, 8), 128, 16, "h100");
+  const GenerationReport long_prompt = generate(d, serving(DType::bf16, 8), 4096, 16, "h100");
+  CHECK(long_prompt.ttft_ms > 4 * short_prompt.ttft_ms);
+  CHECK(long_prompt.samples.front().latency_ms > short_prompt.samples.front().latency_ms);
+  // Switch's experts and an encoder alone have no decode step.
+  const ModelConfig sw = parse_hf_config(R"({"model_type": "switch_transformers", "d_model": 64, "d_kv": 16,
+      "d_ff": 128, "num_heads": 4, "num_layers": 2, "vocab_size": 100, "num_experts": 4, "expert_capacity": 8})", "switch");
+  CHECK_THROWS_WITH_AS(config_decoder(sw), doctest::Contains("Switch"), InputError);
+  ModelConfig enc = c;
+  enc.head = "encoder";
+  CHECK_THROWS_WITH_AS(config_decoder(enc), doctest::Contains("generates no tokens"), InputError);
+}
+
+TEST_CASE("generation: fused attention of an encoder attends every pair, and reads a per-head position bias as no mask") {
+  // A BERT's scaled scores plus a padding mask [batch, 1, 1, keys]: every query sees every key.
+  const ModelConfig bert = parse_hf_config(R"({"model_type": "bert", "hidden_size": 256, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 512, "vocab_size": 1000})", "bert");
+  const Options o = serving(DType::bf16, 8, 128);
+  const Analysis a = prepare(build_model(bert), o);
+  CHECK(count_op(a.kernels, "flash_attention") == 2);
+  for (const Kernel& k : a.kernels.kernels)
+    if (k.op == "flash_attention") {
+      CHECK(k.flops == doctest::Approx(2.0 * 8 * 4 * 128 * 128 * (64 + 64)));
+      CHECK(k.note.find("(full)") != std::string::npos);
+    }
+  // T5's encoder adds its relative position bias [batch, heads, queries, keys]: every pair, and
+  // the bias read beside Q, K, V and O (BF16); the decoder's causal mask inside that bias is
+  // not known to the kernel either, and its cross-attention's bias (zeros plus the padding
+  // mask, as HF materialises it) is as large.
+  const ModelConfig t5 = read_hf_config(test::source_dir() + "/tests/data/flan_t5_base.json");
+  const Analysis e = prepare(build_model(t5), o);
+  int encoder = 0, decoder = 0;
+  for (const Kernel& k : e.kernels.kernels) {
+    if (k.op != "flash_attention") continue;
+    const std::string& node = e.graph.nodes[static_cast<size_t>(k.node)].name;
+    CHECK(k.flops == doctest::Approx(2.0 * 8 * 12 * 128 * 128 * (64 + 64)));
+    CHECK(k.note.find("(full)") != std::string::npos);
+    const double qkvo = 4.0 * 8 * 12 * 128 * 64 * 2;
+    CHECK(k.bytes == doctest::Approx(qkvo + 8.0 * 12 * 128 * 128 * 2));
+    (node.rfind("encoder", 0) == 0 ? encoder : decoder) += 1;
+  }
+  CHECK(encoder == 12);
+  CHECK(decoder == 2 * 12);  // self-attention and cross-attention
+}

@@ -126,6 +126,12 @@ struct Decoder {
   // The initializer the LM head reads that is the token embedding's weight, held once
   // (a config's tie_word_embeddings); empty: none.
   std::string tied_head_weight;
+  // An encoder-decoder (T5): the prefill runs the encoder over the prompt and the decoder over
+  // its start token; a step's self-attention cache holds the decoder's tokens alone (the start
+  // token and those generated: step j reads 1 + j), and its cross-attention cache the encoder's
+  // keys and values, of this symbolic dim of the step, bound to the prompt. Empty: a decoder.
+  std::string encoder_dim;
+  bool encoder_decoder() const { return !encoder_dim.empty(); }
 };
 
 // From a Hugging Face config (a decoder family with a KV-cache step; InputError otherwise).
