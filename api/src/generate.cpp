@@ -212,8 +212,8 @@ void recurrent_layers(const ModelConfig& c, Decoder& d) {
 
 Decoder config_decoder(const ModelConfig& config) {
   Decoder d;
-  // T5: the step's caches are the decoder layers' self-attention and cross-attention keys and
-  // values, of every head (build_t5_generation).
+  // T5 and Whisper: the step's caches are the decoder layers' self-attention and
+  // cross-attention keys and values, of every head (build_t5_generation, build_whisper_generation).
   const bool encoder_decoder = config.decoder_layers > 0;
   d.step = build_model(config, BuildOptions{true});  // an encoder family fails here, naming the decoders
   BuildOptions prefill;
@@ -223,10 +223,11 @@ Decoder config_decoder(const ModelConfig& config) {
   d.past_dim = "past_sequence";
   d.layers = encoder_decoder ? config.decoder_layers : config.layers;
   if (encoder_decoder) d.encoder_dim = "encoder_sequence";
+  d.encoder_tokens = config.source_positions;  // Whisper's audio positions; 0 for T5
   d.kv_heads = encoder_decoder ? config.heads : config.kv_heads;
   d.head_dim = config.head_dim;
   d.kv_dtype = DType::f32;
-  if (config.tie_embeddings) d.tied_head_weight = "lm_head.weight";
+  if (config.tie_embeddings) d.tied_head_weight = config.model_type == "whisper" ? "proj_out.weight" : "lm_head.weight";
   if (config.kv_lora_rank > 0) {  // MLA: one latent of kv_lora_rank + qk_rope per token
     d.kv_heads = 1;
     d.head_dim = config.kv_lora_rank + config.qk_rope_dim;
@@ -355,15 +356,15 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
   a.prefill = prepare(d.prefill, phase_options(options, d, a.batch, gen.prompt, 0, d.prefill_is_step));
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
-  // The first step's cache: the prompt (a decoder), or the decoder's start token.
-  const int64_t first = d.encoder_decoder() ? 1 : gen.prompt, last = first + gen.new_tokens - 1;
+  // The first step's cache: the prompt (a decoder, Whisper), or the decoder's start token (T5).
+  const int64_t first = d.prompt_encoded() ? 1 : gen.prompt, last = first + gen.new_tokens - 1;
   for (int j = 0; j < n; ++j) {
     const int64_t kv = n == 1 ? first : first + static_cast<int64_t>(std::llround(double(j) * double(last - first) / (n - 1)));
     if (!a.kv.empty() && a.kv.back() == kv) continue;
     a.kv.push_back(kv);
     // Speculative decoding: the step verifies the proposed tokens and the one after them.
     Options step = phase_options(options, d, a.batch, 1 + gen.speculative, kv, true);
-    if (d.encoder_decoder()) step.dims.named[d.encoder_dim] = gen.prompt;
+    if (d.encoder_decoder()) step.dims.named[d.encoder_dim] = d.prompt_encoded() ? gen.prompt : d.encoder_tokens;
     a.steps.push_back(prepare(d.step, step));
   }
   if (draft) {
@@ -388,8 +389,9 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
                                                               : d.kv_dtype;
   // Exactly 2 (K and V; 1 for a latent cache) x layers x KV heads x head size x tokens x batch x
   // element size; a sliding-window layer keeps at most its window of tokens. An
-  // encoder-decoder's layers keep the decoder's tokens and, for cross-attention, the prompt's.
-  const int64_t tokens = d.encoder_decoder() ? 1 + gen.new_tokens + gen.prompt : gen.prompt + gen.new_tokens;
+  // encoder-decoder's layers keep the decoder's tokens and, for cross-attention, the encoder's.
+  const int64_t tokens = d.prompt_encoded() ? 1 + gen.new_tokens + gen.prompt
+                         : gen.prompt + gen.new_tokens + (d.encoder_decoder() ? d.encoder_tokens : 0);
   const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
                               double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
   a.kv_dtype = kv_dtype;
@@ -589,6 +591,10 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.state_layers = d.state_layers;
   g.state_bytes = a.state_bytes;
   g.encoder_decoder = d.encoder_decoder();
+  if (g.encoder_decoder) {
+    g.decoder_tokens = d.prompt_encoded() ? 1 + a.gen.new_tokens : a.gen.prompt + a.gen.new_tokens;
+    g.encoder_tokens = d.prompt_encoded() ? a.gen.prompt : d.encoder_tokens;
+  }
   g.ttft_ms = r.e2e_latency_ms;
   g.ttft_low_ms = r.e2e_low();
   g.ttft_high_ms = r.e2e_high();

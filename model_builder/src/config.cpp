@@ -200,6 +200,30 @@ void read_t5(const Reader& r, ModelConfig& c) {
   if (c.rel_buckets < 2) throw InputError(r.path + ": relative_attention_num_buckets must be at least 2");
 }
 
+// WhisperConfig: encoder and decoder of one width; their heads and feed-forward sizes must
+// agree (every released checkpoint's do).
+void read_whisper(const Reader& r, ModelConfig& c) {
+  c.hidden = r.i({"d_model"}, true);
+  c.layers = r.i({"encoder_layers"}, true);
+  c.decoder_layers = r.i({"decoder_layers"}, true);
+  c.heads = r.i({"encoder_attention_heads"}, true);
+  c.ffn = r.i({"encoder_ffn_dim"}, true);
+  if (r.i({"decoder_attention_heads"}, false, c.heads) != c.heads || r.i({"decoder_ffn_dim"}, false, c.ffn) != c.ffn)
+    throw InputError(r.path + ": encoder and decoder with different heads or feed-forward sizes are not built");
+  c.vocab = r.i({"vocab_size"}, true);
+  c.mel_bins = r.i({"num_mel_bins"}, false, 80);
+  c.source_positions = r.i({"max_source_positions"}, false, 1500);
+  c.max_positions = r.i({"max_target_positions"}, false, 448);
+  c.learned_positions = true;
+  c.activation = r.s({"activation_function"}, "gelu");
+  c.layer_norm_eps = 1e-5;
+  c.dropout = static_cast<float>(r.f({"dropout"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  c.tie_embeddings = true;
+  if (c.layers == 0 || c.decoder_layers == 0 || c.mel_bins == 0 || c.source_positions == 0 || c.max_positions == 0)
+    throw InputError(r.path + ": layers, mel bins and positions must be positive");
+}
+
 void read_sliding_window(const Reader& r, ModelConfig& c);
 
 // Grouped-query attention: the query heads a whole multiple of the KV heads (`field`).
@@ -1279,6 +1303,7 @@ const std::map<std::string, Family>& families() {
       {"switch_transformers", {read_switch, builder::build_switch, builder::build_t5_generation}},
       {"t5", {read_t5, builder::build_switch, builder::build_t5_generation}},
       {"mt5", {read_t5, builder::build_switch, builder::build_t5_generation}},
+      {"whisper", {read_whisper, builder::build_whisper, builder::build_whisper_generation}},
       {"llama", {read_llama, llama, builder::build_llama}},
       {"mistral", {read_llama, llama, builder::build_llama}},
       {"mixtral", {read_mixtral, llama, builder::build_llama}},

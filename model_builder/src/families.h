@@ -17,6 +17,10 @@ LoadedModel build_switch(const ModelConfig& c);
 // .value, the self-attention cache of past_sequence, and .encoder.key / .value, the
 // cross-attention keys of encoder_sequence). InputError for Switch and encoder-only configs.
 LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o);
+LoadedModel build_whisper(const ModelConfig& c);
+// Whisper's prefill (the encoder over 30 s of audio, the decoder over the prompt's tokens) or a
+// decode step (past_key_values.N.decoder.* of past_sequence, .encoder.* of encoder_sequence).
+LoadedModel build_whisper_generation(const ModelConfig& c, const BuildOptions& o);
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o);
 
 }  // namespace neusight::builder

@@ -52,6 +52,12 @@ FLAN_T5 = {"model_type": "t5", "d_model": 128, "d_kv": 32, "d_ff": 256, "num_hea
            "num_decoder_layers": 3, "vocab_size": 1000, "feed_forward_proj": "gated-gelu",
            "tie_word_embeddings": False}
 T5_ENCODER = dict(FLAN_T5, architectures=["T5EncoderModel"])
+# Whisper's structure, small: two convolutions over log-mel frames (50 positions), an encoder
+# and a decoder with cross-attention, learned decoder positions, the head tied.
+WHISPER = {"model_type": "whisper", "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+           "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+           "decoder_ffn_dim": 128, "vocab_size": 500, "num_mel_bins": 16, "max_source_positions": 50,
+           "max_target_positions": 448}
 # A GPTQ checkpoint's config, small: 4-bit layers (MatMulNBits), asymmetric groups of 32.
 LLAMA_GPTQ = dict(LLAMA, quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 32, "sym": False})
 # BLOOM's and MPT's structure, small: ALiBi, a normed embedding (BLOOM), no biases (MPT).
@@ -202,6 +208,7 @@ class ConfigModels(unittest.TestCase):
                           ("gemma2_small", GEMMA2), ("phi_small", PHI), ("neox_small", NEOX),
                           ("deepseek_small", DEEPSEEK), ("gptj_small", GPTJ), ("falcon_small", FALCON),
                           ("starcoder2_small", STARCODER2), ("flan_t5_small", FLAN_T5), ("t5_encoder_small", T5_ENCODER),
+                          ("whisper_small", WHISPER),
                           ("llama_gptq", LLAMA_GPTQ), ("bloom_small", BLOOM), ("mpt_small", MPT),
                           ("granite_small", GRANITE), ("cohere_small", COHERE), ("cohere2_small", COHERE2),
                           ("bigcode_small", BIGCODE), ("olmo2_small", OLMO2), ("nemotron_small", NEMOTRON),

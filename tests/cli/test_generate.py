@@ -132,6 +132,19 @@ class Generate(unittest.TestCase):
         rc, so, se = run("--config", t5, "--generate", "100:10", "--gpu", "h100")
         self.assertEqual(rc, 0, se)
         self.assertIn("(11 decoder + 100 encoder tokens)", so)
+        # Whisper: the prompt is the decoder's, the encoder's audio positions are fixed.
+        whisper = os.path.join(self.dir, "whisper_small.json")
+        with open(whisper, "w") as f:
+            json.dump({"model_type": "whisper", "d_model": 64, "encoder_layers": 2, "decoder_layers": 2,
+                       "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128,
+                       "decoder_ffn_dim": 128, "vocab_size": 500, "num_mel_bins": 16, "max_source_positions": 50}, f)
+        w = self.gen_json("--config", whisper, "--generate", "4:20", "--gpu", "h100")["generation"]
+        self.assertEqual((w["kv_cache"]["decoder_tokens"], w["kv_cache"]["encoder_tokens"]), (24, 50))
+        self.assertEqual(w["kv_cache_bytes"], 2 * 2 * 4 * 16 * (4 + 20 + 50) * 4)
+        self.assertEqual(w["decode_samples"][0]["kv_len"], 4)
+        rc, so, se = run("--config", whisper, "--generate", "400:100", "--gpu", "h100")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("448 learned positions", se)
         # Its exported decode step alone cannot generate: one line naming --config.
         step = os.path.join(self.dir, "t5_step.onnx")
         rc, so, se = run("export", "--config", t5, "--kv-cache", "-o", step)

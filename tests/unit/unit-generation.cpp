@@ -1969,3 +1969,58 @@ TEST_CASE("generation: fused attention of an encoder attends every pair, and rea
   CHECK(encoder == 12);
   CHECK(decoder == 2 * 12);  // self-attention and cross-attention
 }
+
+TEST_CASE("generation: Whisper encodes 30 s of audio in the prefill and caches its 1500 positions for cross-attention") {
+  // Parameters of the checkpoints (the head tied to the token embedding, counted once):
+  // whisper-tiny 37,760,640; whisper-large-v3 1,543,490,560 (128 mel bins, 51,866 tokens).
+  const ModelConfig tiny = parse_hf_config(R"({"model_type": "whisper", "d_model": 384, "encoder_layers": 4,
+      "decoder_layers": 4, "encoder_attention_heads": 6, "decoder_attention_heads": 6, "encoder_ffn_dim": 1536,
+      "decoder_ffn_dim": 1536, "vocab_size": 51865})", "whisper-tiny");
+  CHECK(tiny.mel_bins == 80);
+  CHECK(tiny.source_positions == 1500);
+  CHECK(parameter_count(build_model(tiny)) - 51865 * 384 == 37760640);
+  const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/whisper_large_v3.json");
+  const LoadedModel forward = build_model(c);
+  CHECK(parameter_count(forward) - 51866 * 1280 == 1543490560);
+  // input_features [batch, 128 mel bins, 3000 frames] and the decoder's tokens.
+  REQUIRE(forward.model.graph.inputs.size() == 2);
+  const Decoder d = config_decoder(c);
+  CHECK(d.encoder_decoder());
+  CHECK_FALSE(d.prompt_encoded());
+  CHECK(d.encoder_tokens == 1500);
+  CHECK(d.layers == 32);
+  CHECK(d.kv_heads == 20);
+  CHECK(d.head_dim == 64);
+  CHECK(d.tied_head_weight == "proj_out.weight");
+  // A step: the decoder's layers without the cross-attention's key and value projections (the
+  // cache holds them), its embeddings, final norm and the head.
+  const int64_t h = 1280, f = 5120;
+  const int64_t layer = (4 * h * h + 3 * h) + (2 * h * h + 2 * h) + 3 * 2 * h + (h * f + f) + (f * h + h);
+  CHECK(parameter_count(d.step) - 51866 * h == 51866 * h + 448 * h + 32 * layer + 2 * h);
+  CHECK(node_count(d.step, [](const Node& n) { return n.name.rfind("model.encoder.", 0) == 0; }) == 0);
+  // Its prompt is the decoder's (the task's special tokens); every layer keeps the decoder's
+  // prompt + new tokens and the encoder's 1500 positions.
+  for (int64_t batch : {1, 4}) {
+    const GenerationReport g = generate(d, serving(DType::f16, batch), 4, 100, "h100");
+    CHECK(g.kv_cache_bytes == 2.0 * 32 * 20 * 64 * (4 + 100 + 1500) * batch * 2);
+    CHECK(g.decoder_tokens == 104);
+    CHECK(g.encoder_tokens == 1500);
+    CHECK(g.samples.front().kv_len == 4);
+    CHECK(g.samples.back().kv_len == 103);
+    CHECK(g.samples.front().latency_ms >= g.weight_read_ms);
+  }
+  // The encoder's work does not depend on the prompt: 4 or 256 prompt tokens differ by the
+  // decoder's share alone.
+  const GenerationReport four = generate(d, serving(DType::f16, 1), 4, 8, "h100");
+  const GenerationReport more = generate(d, serving(DType::f16, 1), 256, 8, "h100");
+  CHECK(more.ttft_ms > four.ttft_ms);
+  CHECK(more.ttft_ms < 1.5 * four.ttft_ms);
+  // 448 learned decoder positions hold the prompt and the new tokens.
+  GenerationOptions too_long;
+  too_long.prompt = 4;
+  too_long.new_tokens = 445;
+  CHECK_THROWS_WITH_AS(prepare_generation(d, serving(DType::f16, 1), too_long), doctest::Contains("448"), InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "whisper", "d_model": 384, "encoder_layers": 4,
+      "decoder_layers": 4, "encoder_attention_heads": 6, "decoder_attention_heads": 4, "encoder_ffn_dim": 1536,
+      "vocab_size": 100})", "w"), doctest::Contains("different heads"), InputError);
+}

@@ -126,12 +126,17 @@ struct Decoder {
   // The initializer the LM head reads that is the token embedding's weight, held once
   // (a config's tie_word_embeddings); empty: none.
   std::string tied_head_weight;
-  // An encoder-decoder (T5): the prefill runs the encoder over the prompt and the decoder over
-  // its start token; a step's self-attention cache holds the decoder's tokens alone (the start
-  // token and those generated: step j reads 1 + j), and its cross-attention cache the encoder's
-  // keys and values, of this symbolic dim of the step, bound to the prompt. Empty: a decoder.
+  // An encoder-decoder: a step's cross-attention cache holds the encoder's keys and values, of
+  // this symbolic dim of the step (empty: a decoder). T5 (`encoder_tokens` 0): the prompt is
+  // the encoder's input, the prefill runs the decoder over its start token, and the
+  // self-attention cache holds the decoder's tokens alone (step j reads 1 + j). Whisper: the
+  // encoder reads a fixed input of `encoder_tokens` positions (30 s of audio) and the prompt is
+  // the decoder's (its special tokens): step j reads PROMPT + j, as a decoder's.
   std::string encoder_dim;
+  int64_t encoder_tokens = 0;
   bool encoder_decoder() const { return !encoder_dim.empty(); }
+  // Whether the prompt is the encoder's input (T5), the decoder starting from one token.
+  bool prompt_encoded() const { return encoder_decoder() && encoder_tokens == 0; }
 };
 
 // From a Hugging Face config (a decoder family with a KV-cache step; InputError otherwise).

@@ -297,7 +297,10 @@ struct ModelConfig {
   // (SiglipVisionModel: attention pooling with a learned probe) or "none" (SigLIP without its
   // head: the last hidden state).
   int64_t projection_dim = 0;
-  int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5)
+  int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5, Whisper)
+  // Whisper: the log-mel bins of its audio input and the encoder's positions
+  // (max_source_positions: 1500 for 30 s, the input holding twice as many frames).
+  int64_t mel_bins = 0, source_positions = 0;
   // T5 v1.1, mT5, Flan-T5: the feed-forward's activation gates a second projection
   // (feed_forward_proj "gated-gelu": wi_0, wi_1; HF's is_gated_act).
   bool gated_act = false;

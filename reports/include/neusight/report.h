@@ -84,9 +84,11 @@ struct GenerationReport {
   // kv_cache_bytes).
   int64_t state_layers = 0;
   double state_bytes = 0;
-  // An encoder-decoder (T5): each layer's cache holds the decoder's 1 + new_tokens tokens and,
-  // for cross-attention, the encoder's prompt tokens.
+  // An encoder-decoder: each layer's cache holds the decoder's tokens (T5: its start token and
+  // the new ones; Whisper: the prompt and the new ones) and, for cross-attention, the encoder's
+  // (T5: the prompt's; Whisper: its audio positions).
   bool encoder_decoder = false;
+  int64_t decoder_tokens = 0, encoder_tokens = 0;
   // Tensor parallelism (--parallel tp=N): the GPUs one copy of the model runs on, their link,
   // and one GPU's memory (its 1/tp of the split weights and of the KV heads). Every time
   // above is then one GPU's, its TP all-reduces (class "collective") included, and

@@ -1,0 +1,229 @@
+// whisper.cpp - Whisper speech recognition in eager mode (HF WhisperForConditionalGeneration):
+// an encoder over 30 s of log-mel frames (two 1-D convolutions, the second of stride 2, with
+// GELU; fixed sinusoidal positions; pre-LayerNorm transformer layers) and a decoder over text
+// tokens (learned positions, causal self-attention, cross-attention over the encoder's output,
+// a GELU MLP; the head tied to the token embedding). The forward pass, a generation's prefill
+// (the encoder and the decoder over the prompt's tokens) and a decode step with the
+// self-attention and cross-attention caches.
+#include <cmath>
+
+#include "common.h"
+#include "families.h"
+
+namespace neusight::builder {
+
+namespace {
+
+// The Net's sequence set to another length while in scope: the encoder's audio positions
+// where the Net's sequence is the decoder's tokens.
+class SequenceScope {
+ public:
+  SequenceScope(Net& n, const std::string& seq, const std::string& scalar) : n_(n), seq_(n.seq), scalar_(n.seq_scalar) {
+    n.seq = seq;
+    n.seq_scalar = scalar;
+  }
+  ~SequenceScope() {
+    n_.seq = seq_;
+    n_.seq_scalar = scalar_;
+  }
+  SequenceScope(const SequenceScope&) = delete;
+  SequenceScope& operator=(const SequenceScope&) = delete;
+
+ private:
+  Net& n_;
+  std::string seq_, scalar_;
+};
+
+// The encoder's length (1-element and scalar) as constants.
+struct Length {
+  std::string len, scalar;
+};
+
+// Where an attention's keys and values come from: its own input (encoder self-attention, a
+// forward pass's decoder), the encoder's output of `enc` (a forward pass's or a prefill's
+// cross-attention), or a decode step's cache (`cached` "decoder": the step's own keys and
+// values appended to past_key_values.L.decoder.*, output as present.L.decoder.*; "encoder":
+// past_key_values.L.encoder.*, projected by the prefill).
+struct Keys {
+  std::string kv;
+  Length enc;
+  std::string cached;
+  int64_t layer = 0;
+};
+
+// WhisperAttention (eager): q_proj (biased) scaled by head_dim^-0.5, k_proj without a bias,
+// v_proj and out_proj biased; the scores plus `mask` when given, softmax, dropout, values.
+std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, const Keys& keys,
+                      const std::string& mask) {
+  const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim;
+  std::string q = linear(n, p + ".q_proj", x, d, d, true);
+  q = n.b.node("Mul", p + "/q_scale", {q, f32(n, p + "/scaling", static_cast<float>(1.0 / std::sqrt(double(hd))))});
+  q = split_heads(n, p + "/q", q, nh, hd);
+  std::string k, v;
+  const std::string past = "past_key_values." + std::to_string(keys.layer) + "." + keys.cached;
+  if (keys.cached == "encoder") {
+    k = past + ".key", v = past + ".value";
+  } else {
+    const std::string src = keys.kv.empty() ? x : keys.kv;
+    auto project = [&]() {
+      k = split_heads(n, p + "/k", linear(n, p + ".k_proj", src, d, d, false), nh, hd);
+      v = split_heads(n, p + "/v", linear(n, p + ".v_proj", src, d, d, true), nh, hd);
+    };
+    if (keys.enc.len.empty()) {
+      project();
+    } else {
+      SequenceScope scope(n, keys.enc.len, keys.enc.scalar);
+      project();
+    }
+  }
+  if (keys.cached == "decoder")
+    for (auto* t : {&k, &v}) {
+      const std::string which = t == &k ? "key" : "value";
+      *t = n.b.node("Concat", p + "/cache_" + which, {past + "." + which, *t});
+      n.b.attr_i("axis", 2);
+      *t = n.rename_last("present." + std::to_string(keys.layer) + ".decoder." + which);
+      n.b.output(*t, kF32, {-1, nh, -1, hd}, {"batch", "total_sequence"});
+    }
+  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
+  if (!mask.empty()) s = n.b.node("Add", p + "/mask_Add", {s, mask});
+  s = n.b.node("Softmax", p + "/Softmax", {s});
+  n.b.attr_i("axis", -1);
+  s = dropout(n, p + ".dropout", s, c.attn_dropout);
+  const std::string o = merge_heads(n, p + "/merge", n.b.node("MatMul", p + "/MatMul_1", {s, v}), d);
+  return linear(n, p + ".out_proj", o, d, d, true);
+}
+
+// LayerNorm, fc1, GELU, fc2, dropout, added to the residual.
+std::string mlp(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
+  const std::string h = layer_norm(n, p + ".final_layer_norm", x, c.hidden, c.layer_norm_eps);
+  std::string f = activation(n, p + ".activation_fn", linear(n, p + ".fc1", h, c.hidden, c.ffn, true), c.activation);
+  f = linear(n, p + ".fc2", f, c.ffn, c.hidden, true);
+  return n.b.node("Add", p + "/mlp_residual_Add", {x, dropout(n, p + ".dropout", f, c.dropout)});
+}
+
+// Pre-LayerNorm attention added to the residual.
+std::string attention_block(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
+                            const std::string& name, const Keys& keys, const std::string& mask) {
+  const std::string h = layer_norm(n, p + "." + name + "_layer_norm", x, c.hidden, c.layer_norm_eps);
+  const std::string a = dropout(n, p + "." + name + ".dropout_out", attention(n, p + "." + name, h, c, keys, mask), c.dropout);
+  return n.b.node("Add", p + "/" + name + "_residual_Add", {x, a});
+}
+
+// The encoder over input_features [batch, mel bins, 2 x source positions]: its output
+// [batch, source positions, d_model], with the Net's sequence the encoder's while it runs.
+std::string encoder(Net& n, const ModelConfig& c, const Length& enc) {
+  const int64_t d = c.hidden, frames = 2 * c.source_positions;
+  const std::string features = n.b.input("input_features", kF32, {-1, c.mel_bins, frames}, {"batch"});
+  auto conv = [&](const std::string& name, const std::string& x, int64_t in, int64_t stride) {
+    const std::string y = n.b.node("Conv", "model.encoder." + name + "/Conv",
+                                   {x, n.b.weight("model.encoder." + name + ".weight", {d, in, 3}),
+                                    n.b.weight("model.encoder." + name + ".bias", {d})});
+    n.b.attr_ints("kernel_shape", {3});
+    n.b.attr_ints("pads", {1, 1});
+    n.b.attr_ints("strides", {stride});
+    return activation(n, "model.encoder." + name + "/gelu", y, c.activation);
+  };
+  std::string x = conv("conv2", conv("conv1", features, c.mel_bins, 1), d, 2);
+  x = n.b.node("Transpose", "model.encoder/permute", {x});
+  n.b.attr_ints("perm", {0, 2, 1});
+  x = n.b.node("Add", "model.encoder/embed_positions_Add",
+               {x, n.b.weight("model.encoder.embed_positions.weight", {c.source_positions, d})});
+  x = dropout(n, "model.encoder.dropout", x, c.dropout);
+  SequenceScope scope(n, enc.len, enc.scalar);
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "model.encoder.layers." + std::to_string(l);
+    x = attention_block(n, p, x, c, "self_attn", {}, "");
+    x = mlp(n, p, x, c);
+  }
+  return layer_norm(n, "model.encoder.layer_norm", x, d, c.layer_norm_eps);
+}
+
+// The decoder's causal mask [batch, 1, queries, keys] as HF's _prepare_4d_causal_attention_mask
+// builds it for an all-ones attention mask: key j hidden from query i (at position past + i)
+// where j > past + i. `past` / `total`: scalars (a decode step), or empty (a forward pass).
+std::string causal_mask(Net& n, const std::string& past, const std::string& total) {
+  const std::string zero = n.b.ints("decoder/zero", {0}, true), one = n.b.ints("decoder/one", {1}, true);
+  const std::string keys = n.b.node("Range", "decoder/key_positions", {zero, total.empty() ? n.seq_scalar : total, one});
+  const std::string queries = past.empty() ? keys : n.b.node("Range", "decoder/query_positions", {past, total, one});
+  const std::string later = n.b.node("Greater", "decoder/causal_Greater",
+                                     {n.b.node("Unsqueeze", "decoder/key_row", {keys, n.b.ints("decoder/ax0", {0})}),
+                                      n.b.node("Unsqueeze", "decoder/query_col", {queries, n.b.ints("decoder/ax1", {1})})});
+  std::string m = n.b.node("Cast", "decoder/causal_float", {later});
+  n.b.attr_i("to", kF32);
+  m = n.b.node("Mul", "decoder/causal_min", {m, f32(n, "decoder/min", kFloatMin)});
+  return n.b.node("Unsqueeze", "decoder/causal_4d", {m, n.b.ints("decoder/ax01", {0, 1})});
+}
+
+// The decoder over `ids` (the Net's sequence) at positions past .. past + sequence - 1: token
+// and learned position embeddings, the layers, the final LayerNorm and the tied head (logits
+// [batch, sequence, vocab]). `enc_out` / `enc`: the encoder's output and length; a decode step
+// (`past` given) reads the caches instead.
+void decoder(Net& n, const ModelConfig& c, const std::string& ids, const std::string& enc_out, const Length& enc,
+             const std::string& past) {
+  const int64_t d = c.hidden;
+  const std::string embed = n.b.weight("model.decoder.embed_tokens.weight", {c.vocab, d});
+  std::string x = n.b.node("Gather", "model.decoder.embed_tokens/Gather", {embed, ids});
+  const std::string total = past.empty() ? "" : n.b.node("Add", "decoder/total_length", {past, n.seq_scalar});
+  const std::string zero = n.b.ints("decoder/pos_zero", {0}, true);
+  const std::string positions = n.b.node("Range", "model.decoder.embed_positions/positions",
+                                         {past.empty() ? zero : past, total.empty() ? n.seq_scalar : total,
+                                          n.b.ints("decoder/pos_one", {1}, true)});
+  x = n.b.node("Add", "model.decoder/embed_positions_Add",
+               {x, n.b.node("Gather", "model.decoder.embed_positions/Gather",
+                            {n.b.weight("model.decoder.embed_positions.weight", {c.max_positions, d}), positions})});
+  x = dropout(n, "model.decoder.dropout", x, c.dropout);
+  const std::string mask = causal_mask(n, past, total);
+  const bool step = !past.empty();
+  for (int64_t l = 0; l < c.decoder_layers; ++l) {
+    const std::string p = "model.decoder.layers." + std::to_string(l);
+    x = attention_block(n, p, x, c, "self_attn", {"", {}, step ? "decoder" : "", l}, mask);
+    x = attention_block(n, p, x, c, "encoder_attn", {enc_out, step ? Length{} : enc, step ? "encoder" : "", l}, "");
+    x = mlp(n, p, x, c);
+  }
+  x = layer_norm(n, "model.decoder.layer_norm", x, d, c.layer_norm_eps);
+  // proj_out, tied to the token embedding: its own matrix here, held once by a generation
+  // (Decoder::tied_head_weight), as every tied head.
+  linear(n, "proj_out", x, d, c.vocab, false);
+  n.rename_last("logits");
+  n.output("logits", {"batch", "sequence"}, {c.vocab});
+}
+
+Length encoder_length(Net& n, const ModelConfig& c) {
+  return {n.b.ints("encoder/length_1d", {c.source_positions}), n.b.ints("encoder/length", {c.source_positions}, true)};
+}
+
+}  // namespace
+
+LoadedModel build_whisper(const ModelConfig& c) {
+  Net n(c, "Whisper encoder-decoder (WhisperForConditionalGeneration)");
+  const std::string ids = n.token_input("decoder_input_ids");
+  const Length enc = encoder_length(n, c);
+  const std::string enc_out = encoder(n, c, enc);
+  decoder(n, c, ids, enc_out, enc, "");
+  return n.finish(c);
+}
+
+LoadedModel build_whisper_generation(const ModelConfig& c, const BuildOptions& o) {
+  Net n(c, std::string("Whisper encoder-decoder (WhisperForConditionalGeneration), ") +
+               (o.kv_cache ? "one decode step with the self-attention and cross-attention cache"
+                           : "the prefill: the encoder over 30 s of audio and the decoder over the prompt's tokens"));
+  const std::string ids = n.token_input("decoder_input_ids");
+  if (!o.kv_cache) {
+    const Length enc = encoder_length(n, c);
+    const std::string enc_out = encoder(n, c, enc);
+    decoder(n, c, ids, enc_out, enc, "");
+    return n.finish(c);
+  }
+  for (int64_t l = 0; l < c.decoder_layers; ++l)
+    for (const char* part : {"decoder", "encoder"})
+      for (const char* which : {"key", "value"})
+        n.b.input("past_key_values." + std::to_string(l) + "." + part + "." + which, kF32, {-1, c.heads, -1, c.head_dim},
+                  {"batch", std::string(part) == "decoder" ? "past_sequence" : "encoder_sequence"});
+  const std::string shape = n.b.node("Shape", "past/shape", {"past_key_values.0.decoder.key"});
+  const std::string past = n.b.node("Gather", "past/length", {shape, n.b.ints("past/axis", {2}, true)});
+  n.b.attr_i("axis", 0);
+  decoder(n, c, ids, "", {}, past);
+  return n.finish(c);
+}
+
+}  // namespace neusight::builder
