@@ -153,6 +153,22 @@ Options parse_analysis_options(const Args& args) {
   return opt;
 }
 
+namespace {
+
+// Whether `flag` of `command` names a text output (a report, the kernels' CSV), which '-' sends
+// to standard output, or an output that needs a path (an ONNX model, a folder).
+bool text_output(Command command, const std::string& flag) {
+  if (command == Command::kernels) return flag == "--out";
+  return (command == Command::analyze || command == Command::compare) &&
+         (flag == "--json" || flag == "--html" || flag == "--csv");
+}
+bool path_output(Command command, const std::string& flag) {
+  return (flag == "--out" && (command == Command::analyze || command == Command::export_model || command == Command::train)) ||
+         (flag == "-o" && command == Command::export_model);
+}
+
+}  // namespace
+
 Args::Args(const std::vector<std::string>& argv, Command command) : command_(command) {
   for (size_t i = 0; i < argv.size(); ++i) {
     const std::string& a = argv[i];
@@ -180,6 +196,16 @@ Args::Args(const std::vector<std::string>& argv, Command command) : command_(com
       positionals_.push_back(a);
     }
   }
+  // Standard output ('-') takes one text output; checked before any work is done.
+  int on_stdout = 0;
+  for (const auto& [flag, values] : values_)
+    for (const auto& v : values) {
+      if (v != "-") continue;
+      if (path_output(command, flag))
+        throw InputError(flag + ": this output is binary and needs a file path, not '-' (standard output)");
+      if (text_output(command, flag) && ++on_stdout > 1)
+        throw InputError("only one output can be written to standard output ('-')");
+    }
 }
 
 std::string Args::get(const std::string& flag) const {

@@ -182,7 +182,7 @@ class StandardOutput(unittest.TestCase):
         for extra in (["--json", "-", "--csv", "-"], ["--out", "-"], ["--json", "r.json", "--out", "-"]):
             with self.subTest(extra=extra):
                 rc, out, err = self.run_in_tmp(*base, *extra)
-                self.assertEqual(rc, 1, err)
+                self.assertEqual(rc, 2, err)  # a usage error, found before any work
                 self.assertEqual(out, "")
                 self.assertEqual(len(err.strip().splitlines()), 1, err)
                 self.assertIn("standard output", err)

@@ -105,3 +105,20 @@ TEST_CASE("cli flags: the training defaults --help shows are TrainOptions' own")
   CHECK(std::stod(t.get("--lr")) == o.lr);
   CHECK(t.get("--formulation") == formulation_name(o.formulation));
 }
+
+TEST_CASE("cli flags: standard output takes one text output, and a binary output needs a path") {
+  using neusight::cli::Args;
+  using neusight::cli::Command;
+  CHECK_NOTHROW(Args({"m.onnx", "--json", "-", "--csv", "r.csv"}, Command::analyze));
+  CHECK_NOTHROW(Args({"--csv", "-", "--gpu", "from-row", "--out", "-"}, Command::kernels));  // stdin in, stdout out
+  CHECK_THROWS_WITH_AS(Args({"m.onnx", "--json", "-", "--html", "-"}, Command::analyze),
+                       doctest::Contains("only one output"), neusight::InputError);
+  CHECK_THROWS_WITH_AS(Args({"a.onnx", "b.onnx", "--html", "-", "--json", "-"}, Command::compare),
+                       doctest::Contains("only one output"), neusight::InputError);
+  for (const auto& [args, command] :
+       {std::pair<std::vector<std::string>, Command>{{"m.onnx", "--out", "-"}, Command::analyze},
+        {{"--config", "c.json", "-o", "-"}, Command::export_model},
+        {{"--config", "c.json", "--out", "-"}, Command::export_model},
+        {{"--out", "-"}, Command::train}})
+    CHECK_THROWS_WITH_AS(Args(args, command), doctest::Contains("needs a file path"), neusight::InputError);
+}
