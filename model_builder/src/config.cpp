@@ -222,6 +222,8 @@ void read_whisper(const Reader& r, ModelConfig& c) {
   c.tie_embeddings = true;
   if (c.layers == 0 || c.decoder_layers == 0 || c.mel_bins == 0 || c.source_positions == 0 || c.max_positions == 0)
     throw InputError(r.path + ": layers, mel bins and positions must be positive");
+  // 1500 positions hold 30 s; a bound far above any checkpoint keeps the encoder's shapes sane.
+  if (c.source_positions > 65536) throw InputError(r.path + ": max_source_positions above 65,536");
 }
 
 void read_sliding_window(const Reader& r, ModelConfig& c);

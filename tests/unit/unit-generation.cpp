@@ -2023,4 +2023,7 @@ TEST_CASE("generation: Whisper encodes 30 s of audio in the prefill and caches i
   CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "whisper", "d_model": 384, "encoder_layers": 4,
       "decoder_layers": 4, "encoder_attention_heads": 6, "decoder_attention_heads": 4, "encoder_ffn_dim": 1536,
       "vocab_size": 100})", "w"), doctest::Contains("different heads"), InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "whisper", "d_model": 384, "encoder_layers": 4,
+      "decoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536, "vocab_size": 100,
+      "max_source_positions": 100000})", "w"), doctest::Contains("max_source_positions"), InputError);
 }
