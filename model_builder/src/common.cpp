@@ -224,6 +224,29 @@ std::string transpose_last(Net& n, const std::string& p, const std::string& k) {
   return t;
 }
 
+std::pair<std::string, std::string> encoder_decoder_keys(
+    Net& n, const std::string& p, const EncoderDecoderKeys& keys, int64_t heads, int64_t hd,
+    const std::function<std::pair<std::string, std::string>()>& project) {
+  const std::string past = "past_key_values." + std::to_string(keys.layer) + "." + keys.cached;
+  if (keys.cached == "encoder") return {past + ".key", past + ".value"};
+  std::pair<std::string, std::string> kv;
+  if (keys.length.len.empty()) {
+    kv = project();
+  } else {
+    SequenceScope scope(n, keys.length);
+    kv = project();
+  }
+  if (keys.cached == "decoder")
+    for (auto* t : {&kv.first, &kv.second}) {
+      const std::string which = t == &kv.first ? "key" : "value";
+      *t = n.b.node("Concat", p + "/cache_" + which, {past + "." + which, *t});
+      n.b.attr_i("axis", 2);
+      *t = n.rename_last("present." + std::to_string(keys.layer) + ".decoder." + which);
+      n.b.output(*t, kF32, {-1, heads, -1, hd}, {"batch", "total_sequence"});
+    }
+  return kv;
+}
+
 std::string soft_cap(Net& n, const std::string& p, const std::string& x, double cap) {
   const std::string c = f32(n, p + "/cap", static_cast<float>(cap));
   const std::string t = n.b.node("Tanh", p + "/Tanh", {n.b.node("Div", p + "/Div", {x, c})});

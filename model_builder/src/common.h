@@ -4,8 +4,10 @@
 // per kernel PyTorch launches where standard ONNX (opset 17) allows it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph_builder.h"
@@ -41,6 +43,32 @@ struct Net {
 
   // Shape tensor [batch, sequence, extra...] for Reshape / Expand.
   std::string shape_bs(const std::string& name, const std::vector<int64_t>& extra);
+};
+
+// A sequence's length as the graph holds it: a 1-element tensor and a scalar.
+struct SequenceLength {
+  std::string len, scalar;
+};
+
+// The Net's sequence set to `length` while in scope: an encoder's positions where the Net's
+// sequence is a decoder's tokens (Whisper's audio, a T5 prefill's prompt), so that
+// split_heads, merge_heads and shape_bs see the encoder's.
+class SequenceScope {
+ public:
+  SequenceScope(Net& n, const SequenceLength& length) : n_(n), saved_{n.seq, n.seq_scalar} {
+    n.seq = length.len;
+    n.seq_scalar = length.scalar;
+  }
+  ~SequenceScope() {
+    n_.seq = saved_.len;
+    n_.seq_scalar = saved_.scalar;
+  }
+  SequenceScope(const SequenceScope&) = delete;
+  SequenceScope& operator=(const SequenceScope&) = delete;
+
+ private:
+  Net& n_;
+  SequenceLength saved_;
 };
 
 // y = x W (+ bias): PyTorch nn.Linear / Conv1D (addmm); W stored [in, out]. Under a
@@ -123,6 +151,23 @@ std::string merge_heads(Net& n, const std::string& prefix, const std::string& x,
 // k [b, heads, s, hd] -> k^T [b, heads, hd, s] (a view in PyTorch; the matmul reads it
 // transposed).
 std::string transpose_last(Net& n, const std::string& prefix, const std::string& k);
+
+// An encoder-decoder attention's keys and values (T5, Whisper). `cached`: "" in a forward pass
+// or a prefill (projected from the attention's input by `project`, under `length` where that
+// input is not of the Net's sequence: the encoder's output read by the decoder); "decoder" in a
+// decode step's self-attention (projected, then appended to past_key_values.L.decoder.key /
+// .value, the concatenation output as present.L.decoder.*); "encoder" in a decode step's
+// cross-attention (past_key_values.L.encoder.key / .value, which the prefill projected).
+struct EncoderDecoderKeys {
+  std::string cached;
+  int64_t layer = 0;
+  SequenceLength length;
+};
+// [batch, heads, keys, head_dim] keys and values as `keys` says; `project` returns them
+// split into heads.
+std::pair<std::string, std::string> encoder_decoder_keys(
+    Net& n, const std::string& prefix, const EncoderDecoderKeys& keys, int64_t heads, int64_t head_dim,
+    const std::function<std::pair<std::string, std::string>()>& project);
 
 // Eager attention core on split heads (BertSelfAttention, LlamaAttention): q k^T / sqrt(hd)
 // (soft-capped when softcap > 0, Gemma 2) [+ an additive bias, ALiBi's] + mask, softmax,

@@ -3,8 +3,6 @@
 // feed-forward) and Switch Transformer (SwitchTransformersForConditionalGeneration: every
 // `sparse_step`-th feed-forward replaced by a top-1 mixture of experts with a fixed capacity).
 #include <cmath>
-#include <tuple>
-#include <utility>
 
 #include "common.h"
 #include "families.h"
@@ -69,53 +67,15 @@ std::string bias_view(Net& n, const std::string& p, const std::string& stored) {
   return v;
 }
 
-// The keys and values a T5Attention reads, [batch, heads, keys, d_kv]. Without `cached`:
-// projected from `kv` (its sequence the Net's). A decode step's self-attention (`cached` "decoder"):
-// the step's own, projected, after the cache's past_key_values.L.decoder.key / .value, their
-// concatenation output as present.L.decoder.key / .value; its cross-attention (`cached`
-// "encoder"): the cache's past_key_values.L.encoder.key / .value, projected once from the
-// encoder's output by the prefill (HF's EncoderDecoderCache).
-// `kv_len` (1-element): the length of `kv` where it is not the Net's sequence (a prefill's
-// cross-attention over the encoder).
-struct KeysValues {
-  std::string cached;
-  int64_t layer = 0;
-  std::string kv_len;
-};
-
-// [batch, len, heads x hd] -> [batch, heads, len, hd] for a `len` other than the Net's sequence.
-std::string split_heads_of(Net& n, const std::string& p, const std::string& x, int64_t heads, int64_t hd,
-                           const std::string& len) {
-  if (len.empty()) return split_heads(n, p, x, heads, hd);
-  const std::string shape = n.b.node("Concat", p + "/shape", {n.batch, len, n.b.ints(p + "/shape_dims", {heads, hd})});
-  n.b.attr_i("axis", 0);
-  const std::string t = n.b.node("Transpose", p + "/Transpose", {n.b.node("Reshape", p + "/Reshape", {x, shape})});
-  n.b.attr_ints("perm", {0, 2, 1, 3});
-  return t;
-}
-
 // T5Attention (no score scaling) with a precomputed bias [*, heads, q, k]; kv from `kv`.
 std::string attention(Net& n, const std::string& p, const std::string& x, const std::string& kv,
-                      const ModelConfig& c, const std::string& bias, const KeysValues& cache = {}) {
+                      const ModelConfig& c, const std::string& bias, const EncoderDecoderKeys& cache = {}) {
   const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim, inner = nh * hd;
   const std::string q = split_heads(n, p + "/q", linear(n, p + ".q", x, d, inner, false), nh, hd);
-  std::string k, v;
-  const std::string past = "past_key_values." + std::to_string(cache.layer) + "." + cache.cached;
-  if (cache.cached == "encoder") {
-    k = past + ".key", v = past + ".value";
-  } else {
-    k = split_heads_of(n, p + "/k", linear(n, p + ".k", kv, d, inner, false), nh, hd, cache.kv_len);
-    v = split_heads_of(n, p + "/v", linear(n, p + ".v", kv, d, inner, false), nh, hd, cache.kv_len);
-  }
-  if (cache.cached == "decoder") {
-    for (auto* t : {&k, &v}) {
-      const std::string which = t == &k ? "key" : "value";
-      *t = n.b.node("Concat", p + "/cache_" + which, {past + "." + which, *t});
-      n.b.attr_i("axis", 2);
-      *t = n.rename_last("present." + std::to_string(cache.layer) + ".decoder." + which);
-      n.b.output(*t, kF32, {-1, nh, -1, hd}, {"batch", "total_sequence"});
-    }
-  }
+  const auto [k, v] = encoder_decoder_keys(n, p, cache, nh, hd, [&] {
+    return std::pair{split_heads(n, p + "/k", linear(n, p + ".k", kv, d, inner, false), nh, hd),
+                     split_heads(n, p + "/v", linear(n, p + ".v", kv, d, inner, false), nh, hd)};
+  });
   std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
   s = n.b.node("Add", p + "/bias_Add", {s, bias});
   s = n.b.node("Softmax", p + "/Softmax", {s});
@@ -261,7 +221,7 @@ std::string ff_layer(Net& n, const std::string& p, const std::string& x, const M
 
 std::string attn_layer(Net& n, const std::string& p, const std::string& x, const std::string& kv_src,
                        const ModelConfig& c, const std::string& bias, const std::string& attn_name,
-                       const KeysValues& cache = {}) {
+                       const EncoderDecoderKeys& cache = {}) {
   const std::string h = rms_norm(n, p + ".layer_norm", x, c.hidden, c.layer_norm_eps);
   std::string a = attention(n, p + "." + attn_name, h, kv_src.empty() ? h : kv_src, c, bias, cache);
   a = dropout(n, p + ".dropout", a, c.dropout);
@@ -290,14 +250,13 @@ bool is_sparse(const ModelConfig& c, int64_t layer) {
   return c.experts > 0 && (c.sparse_step == 1 || layer % c.sparse_step == 1);
 }
 
-
 // Where a decoder's keys come from. A forward pass: the encoder's output, of the Net's sequence
-// as the decoder's. A generation's prefill: the encoder's output of `enc_len` (1-element) while
-// the Net's sequence is the decoder's tokens. A decode step (`step`): the KV cache, the step's
-// tokens at positions `past` .. `total` - 1 (scalars) and the encoder's cached keys of
-// `enc_len`.
+// as the decoder's. A generation's prefill: the encoder's output of length `enc` while the
+// Net's sequence is the decoder's tokens. A decode step (`step`): the KV cache, the step's
+// tokens at positions `past` .. `total` - 1 (scalars) and the encoder's cached keys of `enc`.
 struct DecoderKeys {
-  std::string enc_out, enc_len;
+  std::string enc_out;
+  SequenceLength enc;
   std::string past, total;
   bool step = false;
 };
@@ -344,19 +303,19 @@ std::string decoder(Net& n, const ModelConfig& c, const std::string& shared, con
       bias_view(n, "decoder.block.0.layer.0.SelfAttention",
                 n.b.node("Add", "decoder/position_bias_Add",
                          {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false, dk.past, dk.total), mask}));
-  const std::string enc_len = dk.enc_len.empty() ? n.seq : dk.enc_len;
+  const std::string enc_len = dk.enc.len.empty() ? n.seq : dk.enc.len;
   const std::string zshape = n.b.node("Concat", "decoder/cross_bias_shape",
                                       {n.b.ints("decoder/one_h", {1, c.heads}), n.seq, enc_len});
   n.b.attr_i("axis", 0);
   const std::string cross_bias =
       n.b.node("Add", "decoder/cross_bias_Add",
-               {fill(n, "decoder/cross_bias_zeros", zshape, kF32, 0.0), padding_mask(n, "decoder_cross", {1, 2}, dk.enc_len)});
+               {fill(n, "decoder/cross_bias_zeros", zshape, kF32, 0.0), padding_mask(n, "decoder_cross", {1, 2}, dk.enc.len)});
   const int64_t dl = c.decoder_layers > 0 ? c.decoder_layers : c.layers;
   for (int64_t l = 0; l < dl; ++l) {
     const std::string p = "decoder.block." + std::to_string(l);
-    y = attn_layer(n, p + ".layer.0", y, "", c, dec_bias, "SelfAttention", {dk.step ? "decoder" : "", l, ""});
+    y = attn_layer(n, p + ".layer.0", y, "", c, dec_bias, "SelfAttention", {dk.step ? "decoder" : "", l, {}});
     y = attn_layer(n, p + ".layer.1", y, dk.enc_out, c, cross_bias, "EncDecAttention",
-                   {dk.step ? "encoder" : "", l, dk.enc_len});
+                   {dk.step ? "encoder" : "", l, dk.enc});
     y = ff_layer(n, p + ".layer.2", y, c, is_sparse(c, l), logs);
   }
   y = rms_norm(n, "decoder.final_layer_norm", y, d, c.layer_norm_eps);
@@ -395,8 +354,8 @@ std::string model_doc(const ModelConfig& c) {
                        : (encoder_only ? "T5 encoder (T5EncoderModel)" : "T5 encoder-decoder (T5ForConditionalGeneration)");
 }
 
-// 1-element length and its scalar of dim `axis` of `tensor`, named under `p`.
-std::pair<std::string, std::string> length_of(Net& n, const std::string& p, const std::string& tensor, int64_t axis) {
+// The length of dim `axis` of `tensor`, named under `p`.
+SequenceLength length_of(Net& n, const std::string& p, const std::string& tensor, int64_t axis) {
   const std::string shape = n.b.node("Shape", p + "/shape", {tensor});
   const std::string scalar = n.b.node("Gather", p + "/length", {shape, n.b.ints(p + "/axis", {axis}, true)});
   n.b.attr_i("axis", 0);
@@ -419,7 +378,7 @@ LoadedModel build_switch(const ModelConfig& c) {
     if (!enc_logs.logits.empty()) n.output(router_loss(n, "encoder", c, enc_logs), {}, {});
     return n.finish(c);
   }
-  decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, "", "", "", false}, dec_logs);
+  decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, {}, "", "", false}, dec_logs);
   if (!enc_logs.logits.empty()) n.output(router_loss(n, "encoder", c, enc_logs), {}, {});
   if (!dec_logs.logits.empty()) n.output(router_loss(n, "decoder", c, dec_logs), {}, {});
   return n.finish(c);
@@ -439,10 +398,12 @@ LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o) {
   if (!o.kv_cache) {
     // generate(): the encoder reads the prompt once; the decoder starts from its start token.
     const std::string enc_out = encoder(n, c, shared, n.token_input("input_ids"), logs);
-    const std::string enc_len = n.seq;
+    const SequenceLength enc{n.seq, n.seq_scalar};
     const std::string dec_ids = n.b.input("decoder_input_ids", kI64, {-1, 1}, {"batch"});
-    std::tie(n.seq, n.seq_scalar) = length_of(n, "decoder_input", dec_ids, 1);
-    decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, enc_len, "", "", false}, logs);
+    {
+      SequenceScope scope(n, length_of(n, "decoder_input", dec_ids, 1));
+      decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, enc, "", "", false}, logs);
+    }
     return n.finish(c);
   }
   const std::string dec_ids = n.token_input("decoder_input_ids");
@@ -453,9 +414,9 @@ LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o) {
                   {-1, c.heads, -1, c.head_dim}, {"batch", std::string(part) == "decoder" ? "past_sequence" : "encoder_sequence"});
   DecoderKeys dk;
   dk.step = true;
-  dk.past = length_of(n, "past", "past_key_values.0.decoder.key", 2).second;
+  dk.past = length_of(n, "past", "past_key_values.0.decoder.key", 2).scalar;
   dk.total = n.b.node("Add", "past/total_length", {dk.past, n.seq_scalar});
-  dk.enc_len = length_of(n, "encoder_cache", "past_key_values.0.encoder.key", 2).first;
+  dk.enc = length_of(n, "encoder_cache", "past_key_values.0.encoder.key", 2);
   decoder(n, c, shared, dec_ids, dk, logs);
   return n.finish(c);
 }

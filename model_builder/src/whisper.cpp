@@ -14,76 +14,22 @@ namespace neusight::builder {
 
 namespace {
 
-// The Net's sequence set to another length while in scope: the encoder's audio positions
-// where the Net's sequence is the decoder's tokens.
-class SequenceScope {
- public:
-  SequenceScope(Net& n, const std::string& seq, const std::string& scalar) : n_(n), seq_(n.seq), scalar_(n.seq_scalar) {
-    n.seq = seq;
-    n.seq_scalar = scalar;
-  }
-  ~SequenceScope() {
-    n_.seq = seq_;
-    n_.seq_scalar = scalar_;
-  }
-  SequenceScope(const SequenceScope&) = delete;
-  SequenceScope& operator=(const SequenceScope&) = delete;
-
- private:
-  Net& n_;
-  std::string seq_, scalar_;
-};
-
-// The encoder's length (1-element and scalar) as constants.
-struct Length {
-  std::string len, scalar;
-};
-
-// Where an attention's keys and values come from: its own input (encoder self-attention, a
-// forward pass's decoder), the encoder's output of `enc` (a forward pass's or a prefill's
-// cross-attention), or a decode step's cache (`cached` "decoder": the step's own keys and
-// values appended to past_key_values.L.decoder.*, output as present.L.decoder.*; "encoder":
-// past_key_values.L.encoder.*, projected by the prefill).
-struct Keys {
-  std::string kv;
-  Length enc;
-  std::string cached;
-  int64_t layer = 0;
-};
-
+// Where an attention's keys and values come from: its own input (`kv` empty: encoder
+// self-attention, a decoder's), the encoder's output `kv` (cross-attention; `keys.length` its
+// positions), or a decode step's caches (encoder_decoder_keys).
 // WhisperAttention (eager): q_proj (biased) scaled by head_dim^-0.5, k_proj without a bias,
 // v_proj and out_proj biased; the scores plus `mask` when given, softmax, dropout, values.
-std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, const Keys& keys,
-                      const std::string& mask) {
+std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, const std::string& kv,
+                      const EncoderDecoderKeys& keys, const std::string& mask) {
   const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim;
   std::string q = linear(n, p + ".q_proj", x, d, d, true);
   q = n.b.node("Mul", p + "/q_scale", {q, f32(n, p + "/scaling", static_cast<float>(1.0 / std::sqrt(double(hd))))});
   q = split_heads(n, p + "/q", q, nh, hd);
-  std::string k, v;
-  const std::string past = "past_key_values." + std::to_string(keys.layer) + "." + keys.cached;
-  if (keys.cached == "encoder") {
-    k = past + ".key", v = past + ".value";
-  } else {
-    const std::string src = keys.kv.empty() ? x : keys.kv;
-    auto project = [&]() {
-      k = split_heads(n, p + "/k", linear(n, p + ".k_proj", src, d, d, false), nh, hd);
-      v = split_heads(n, p + "/v", linear(n, p + ".v_proj", src, d, d, true), nh, hd);
-    };
-    if (keys.enc.len.empty()) {
-      project();
-    } else {
-      SequenceScope scope(n, keys.enc.len, keys.enc.scalar);
-      project();
-    }
-  }
-  if (keys.cached == "decoder")
-    for (auto* t : {&k, &v}) {
-      const std::string which = t == &k ? "key" : "value";
-      *t = n.b.node("Concat", p + "/cache_" + which, {past + "." + which, *t});
-      n.b.attr_i("axis", 2);
-      *t = n.rename_last("present." + std::to_string(keys.layer) + ".decoder." + which);
-      n.b.output(*t, kF32, {-1, nh, -1, hd}, {"batch", "total_sequence"});
-    }
+  const std::string src = kv.empty() ? x : kv;
+  const auto [k, v] = encoder_decoder_keys(n, p, keys, nh, hd, [&] {
+    return std::pair{split_heads(n, p + "/k", linear(n, p + ".k_proj", src, d, d, false), nh, hd),
+                     split_heads(n, p + "/v", linear(n, p + ".v_proj", src, d, d, true), nh, hd)};
+  });
   std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
   if (!mask.empty()) s = n.b.node("Add", p + "/mask_Add", {s, mask});
   s = n.b.node("Softmax", p + "/Softmax", {s});
@@ -103,15 +49,17 @@ std::string mlp(Net& n, const std::string& p, const std::string& x, const ModelC
 
 // Pre-LayerNorm attention added to the residual.
 std::string attention_block(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
-                            const std::string& name, const Keys& keys, const std::string& mask) {
+                            const std::string& name, const std::string& kv, const EncoderDecoderKeys& keys,
+                            const std::string& mask) {
   const std::string h = layer_norm(n, p + "." + name + "_layer_norm", x, c.hidden, c.layer_norm_eps);
-  const std::string a = dropout(n, p + "." + name + ".dropout_out", attention(n, p + "." + name, h, c, keys, mask), c.dropout);
+  const std::string a =
+      dropout(n, p + "." + name + ".dropout_out", attention(n, p + "." + name, h, c, kv, keys, mask), c.dropout);
   return n.b.node("Add", p + "/" + name + "_residual_Add", {x, a});
 }
 
 // The encoder over input_features [batch, mel bins, 2 x source positions]: its output
 // [batch, source positions, d_model], with the Net's sequence the encoder's while it runs.
-std::string encoder(Net& n, const ModelConfig& c, const Length& enc) {
+std::string encoder(Net& n, const ModelConfig& c, const SequenceLength& enc) {
   const int64_t d = c.hidden, frames = 2 * c.source_positions;
   const std::string features = n.b.input("input_features", kF32, {-1, c.mel_bins, frames}, {"batch"});
   auto conv = [&](const std::string& name, const std::string& x, int64_t in, int64_t stride) {
@@ -129,10 +77,10 @@ std::string encoder(Net& n, const ModelConfig& c, const Length& enc) {
   x = n.b.node("Add", "model.encoder/embed_positions_Add",
                {x, n.b.weight("model.encoder.embed_positions.weight", {c.source_positions, d})});
   x = dropout(n, "model.encoder.dropout", x, c.dropout);
-  SequenceScope scope(n, enc.len, enc.scalar);
+  SequenceScope scope(n, enc);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.encoder.layers." + std::to_string(l);
-    x = attention_block(n, p, x, c, "self_attn", {}, "");
+    x = attention_block(n, p, x, c, "self_attn", "", {}, "");
     x = mlp(n, p, x, c);
   }
   return layer_norm(n, "model.encoder.layer_norm", x, d, c.layer_norm_eps);
@@ -158,7 +106,7 @@ std::string causal_mask(Net& n, const std::string& past, const std::string& tota
 // and learned position embeddings, the layers, the final LayerNorm and the tied head (logits
 // [batch, sequence, vocab]). `enc_out` / `enc`: the encoder's output and length; a decode step
 // (`past` given) reads the caches instead.
-void decoder(Net& n, const ModelConfig& c, const std::string& ids, const std::string& enc_out, const Length& enc,
+void decoder(Net& n, const ModelConfig& c, const std::string& ids, const std::string& enc_out, const SequenceLength& enc,
              const std::string& past) {
   const int64_t d = c.hidden;
   const std::string embed = n.b.weight("model.decoder.embed_tokens.weight", {c.vocab, d});
@@ -176,8 +124,8 @@ void decoder(Net& n, const ModelConfig& c, const std::string& ids, const std::st
   const bool step = !past.empty();
   for (int64_t l = 0; l < c.decoder_layers; ++l) {
     const std::string p = "model.decoder.layers." + std::to_string(l);
-    x = attention_block(n, p, x, c, "self_attn", {"", {}, step ? "decoder" : "", l}, mask);
-    x = attention_block(n, p, x, c, "encoder_attn", {enc_out, step ? Length{} : enc, step ? "encoder" : "", l}, "");
+    x = attention_block(n, p, x, c, "self_attn", "", {step ? "decoder" : "", l, {}}, mask);
+    x = attention_block(n, p, x, c, "encoder_attn", enc_out, {step ? "encoder" : "", l, step ? SequenceLength{} : enc}, "");
     x = mlp(n, p, x, c);
   }
   x = layer_norm(n, "model.decoder.layer_norm", x, d, c.layer_norm_eps);
@@ -188,7 +136,7 @@ void decoder(Net& n, const ModelConfig& c, const std::string& ids, const std::st
   n.output("logits", {"batch", "sequence"}, {c.vocab});
 }
 
-Length encoder_length(Net& n, const ModelConfig& c) {
+SequenceLength encoder_length(Net& n, const ModelConfig& c) {
   return {n.b.ints("encoder/length_1d", {c.source_positions}), n.b.ints("encoder/length", {c.source_positions}, true)};
 }
 
@@ -197,7 +145,7 @@ Length encoder_length(Net& n, const ModelConfig& c) {
 LoadedModel build_whisper(const ModelConfig& c) {
   Net n(c, "Whisper encoder-decoder (WhisperForConditionalGeneration)");
   const std::string ids = n.token_input("decoder_input_ids");
-  const Length enc = encoder_length(n, c);
+  const SequenceLength enc = encoder_length(n, c);
   const std::string enc_out = encoder(n, c, enc);
   decoder(n, c, ids, enc_out, enc, "");
   return n.finish(c);
@@ -209,7 +157,7 @@ LoadedModel build_whisper_generation(const ModelConfig& c, const BuildOptions& o
                            : "the prefill: the encoder over 30 s of audio and the decoder over the prompt's tokens"));
   const std::string ids = n.token_input("decoder_input_ids");
   if (!o.kv_cache) {
-    const Length enc = encoder_length(n, c);
+    const SequenceLength enc = encoder_length(n, c);
     const std::string enc_out = encoder(n, c, enc);
     decoder(n, c, ids, enc_out, enc, "");
     return n.finish(c);
