@@ -347,6 +347,7 @@ void read_qwen_vision(const Reader& outer, ModelConfig& c) {
   const std::string where = outer.path + " vision_config";
   const Reader v{vision_config(outer.j, outer.path), where};
   ModelConfig::VisionTower& t = c.vision;
+  t.kind = ModelConfig::VisionTower::Kind::qwen;
   t.layers = v.i({"depth"}, false, v3 ? 27 : 32);
   t.hidden = v.i({v25 || v3 ? "hidden_size" : "embed_dim"}, false, v3 ? 1152 : 1280);
   t.heads = v.i({"num_heads"}, false, 16);
@@ -1148,7 +1149,7 @@ json over_defaults(json defaults, const json* given, const std::string& what) {
 // A CLIP or SigLIP vision transformer's sizes from its config (`r`, over vision_defaults); returns
 // the patches an image is cut into.
 int64_t read_tower_fields(const Reader& r, ModelConfig::VisionTower& t, bool siglip) {
-  t.siglip = siglip;
+  t.kind = siglip ? ModelConfig::VisionTower::Kind::siglip : ModelConfig::VisionTower::Kind::clip;
   t.layers = r.i({"num_hidden_layers"}, true);
   t.hidden = r.i({"hidden_size"}, true);
   t.heads = r.i({"num_attention_heads"}, true);
@@ -1539,7 +1540,7 @@ void read_llama4_vision(const json& j, const std::string& path, ModelConfig& lm)
       fl != v.j.end() && !fl->is_null() && !(fl->is_number_integer() && fl->get<int64_t>() == -1))
     return;
   ModelConfig::VisionTower& t = lm.vision;
-  t.llama4 = true;
+  t.kind = ModelConfig::VisionTower::Kind::llama4;
   t.layers = v.i({"num_hidden_layers"}, false, 34);
   t.hidden = v.i({"hidden_size"}, false, 1408);
   t.heads = v.i({"num_attention_heads"}, false, 16);
@@ -1576,7 +1577,7 @@ void read_pixtral_vision(const json& j, const std::string& path, ModelConfig& lm
   const std::string where = path + " vision_config";
   const Reader v{vision_config(j, path), where};
   ModelConfig::VisionTower& t = lm.vision;
-  t.pixtral = true;
+  t.kind = ModelConfig::VisionTower::Kind::pixtral;
   t.layers = v.i({"num_hidden_layers"}, false, 24);
   t.hidden = v.i({"hidden_size"}, false, 1024);
   t.heads = v.i({"num_attention_heads"}, false, 16);
@@ -1763,7 +1764,7 @@ void smart_resize(ModelConfig::VisionTower& v, int64_t height, int64_t width) {
 
 void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   ModelConfig::VisionTower& v = c.vision;
-  if (!v.qwen() && !v.pixtral && !v.llama4 && v.pinpoints.empty())
+  if (!v.qwen() && !v.pixtral() && !v.llama4() && v.pinpoints.empty())
     throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4 and LLaVA-NeXT configs, whose processors take any "
                      "image; " + (c.source.empty() ? std::string("this config") : c.source) +
                      (v.layers > 0 || c.image_size > 0 ? "'s tower takes its config's image_size" : " has no vision tower"));
@@ -1771,8 +1772,8 @@ void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
     throw InputError("--image-size: height and width must be between 1 and 65536 pixels");
   v.given_height = height;
   v.given_width = width;
-  if (v.llama4) fit_tiles(v, height, width);
-  else if (v.pixtral) fit_longest_edge(v, height, width);
+  if (v.llama4()) fit_tiles(v, height, width);
+  else if (v.pixtral()) fit_longest_edge(v, height, width);
   else if (v.qwen()) smart_resize(v, height, width);
   else set_grid_image(v, height, width);
 }
@@ -1789,20 +1790,20 @@ std::string config_multimodal_note(const ModelConfig& c) {
   if (c.language_model_of.empty()) return "";
   const std::string images = c.vision.images > 1 ? std::to_string(c.vision.images) + " images per sequence (--images)"
                                                  : std::string("one image per sequence");
-  if (c.image_in_sequence() && c.vision.llama4)
+  if (c.image_in_sequence() && c.vision.llama4())
     return c.source + " is a " + c.language_model_of + " model: its vision model (" + std::to_string(c.vision.layers) +
            " layers) and projector run on " + images + ", " +
            std::to_string(c.vision.given_height) + " x " + std::to_string(c.vision.given_width) + " pixels on " + std::to_string(c.vision.tile_rows) + " x " + std::to_string(c.vision.tile_cols) + " tiles of " +
            std::to_string(c.vision.image_size) + (c.vision.tiles() > 1 ? " and a global one" : "") +
            " (--image-size), whose " + std::to_string(c.vision.sequence_tokens()) + " tokens are among its sequence's";
-  if (c.image_in_sequence() && (c.vision.qwen() || c.vision.pixtral))
+  if (c.image_in_sequence() && (c.vision.qwen() || c.vision.pixtral()))
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
            " layers) and merger run on " + images + ", " + std::to_string(c.vision.image_size) + " x " +
            std::to_string(c.vision.image_width) + " pixels as its processor resizes it (--image-size), whose " +
            std::to_string(c.vision.sequence_tokens()) + " tokens are among its sequence's";
   if (c.image_in_sequence())
     return c.source + " is a " + c.language_model_of + " model: its vision tower (" + std::to_string(c.vision.layers) +
-           (c.vision.siglip ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on " + images +
+           (c.vision.siglip() ? " SigLIP layers, " : " CLIP layers, ") + std::to_string(c.vision.image_size) + " pixels) and projector run on " + images +
            (c.vision.crops() > 1 ? " (" + (c.vision.given_height > 0 ? std::to_string(c.vision.given_height) + " x " +
                                                                            std::to_string(c.vision.given_width) + " pixels"
                                                                      : std::string("a square image")) +

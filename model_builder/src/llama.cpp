@@ -510,8 +510,8 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
     // LLaVA: the image's features replace its placeholder tokens' embeddings (masked_scatter;
     // the image taken as the first tokens of each sequence, one copy of the embeddings).
     const std::string img = c.vision.qwen()      ? qwen_vl_image_features(n, c, &deepstack)
-                            : c.vision.pixtral ? pixtral_image_features(n, c)
-                            : c.vision.llama4  ? llama4_image_features(n, c)
+                            : c.vision.pixtral() ? pixtral_image_features(n, c)
+                            : c.vision.llama4()  ? llama4_image_features(n, c)
                                                : llava_image_features(n, c);
     x = with_text(n, c, p0, img, x);
   }

@@ -106,17 +106,17 @@ struct TowerStates {
 TowerStates vision_transformer(Net& n, const ModelConfig::VisionTower& v, const std::string& scope,
                                const std::string& vm) {
   const int64_t h = v.hidden, patches = image_patches(v.image_size, v.patch_size, v.channels, "vision tower");
-  const int64_t seq = patches + (v.siglip ? 0 : 1);  // SigLIP has no class token
+  const int64_t seq = patches + (v.siglip() ? 0 : 1);  // SigLIP has no class token
   const std::string pixels = image_input(n, scope, v.channels, v.image_size, v.image_size, seq, v.images * v.crops());
   const std::string pe = vm + ".embeddings";
-  std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip, v.siglip ? "" : pe + ".class_embedding",
+  std::string x = patch_tokens(n, pe, pixels, pe + ".patch_embedding", v.siglip(), v.siglip() ? "" : pe + ".class_embedding",
                                h, v.channels, v.patch_size, patches);
   std::vector<int64_t> ids(static_cast<size_t>(seq));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t(i);
   const std::string pos = n.b.node("Gather", pe + ".position_embedding/Gather",
                                    {n.b.weight(pe + ".position_embedding.weight", {seq, h}), n.b.ints(pe + "/position_ids", ids)});
   x = n.b.node("Add", pe + "/position_Add", {x, pos});
-  if (!v.siglip) x = layer_norm(n, vm + ".pre_layrnorm", x, h, v.layer_norm_eps);
+  if (!v.siglip()) x = layer_norm(n, vm + ".pre_layrnorm", x, h, v.layer_norm_eps);
   const int64_t pick = v.feature_layer;  // hidden_states[i] is layer i - 1's output
   TowerStates out;
   if (pick == 0) out.features = x;
@@ -212,7 +212,7 @@ std::string project_image(Net& n, const ModelConfig& c, std::string features, in
     g = rms_norm(n, mp + ".mm_soft_emb_norm", g, h, v.layer_norm_eps);
     return n.b.node("MatMul", mp + "/MatMul", {g, n.b.weight(mp + ".mm_input_projection_weight", {h, c.hidden})});
   }
-  if (v.siglip)
+  if (v.siglip())
     return n.b.node("Div", mp + "/scale", {linear(n, mp + ".linear", features, h, c.hidden),
                                            f32(n, mp + "/sqrt_hidden", static_cast<float>(std::sqrt(double(c.hidden))))});
   if (!v.keep_class_token) {
@@ -239,7 +239,7 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
   const std::string vm = "vision_tower.vision_model";
   const TowerStates states = vision_transformer(n, v, "vision_tower", vm);
   std::string features = states.features;
-  if (v.siglip)  // post_layernorm over the last hidden state: the features
+  if (v.siglip())  // post_layernorm over the last hidden state: the features
     features = layer_norm(n, vm + ".post_layernorm", states.last, h, v.layer_norm_eps);
   else  // the pooled class token's post_layernorm (computed, unused by LLaVA)
     clip_pooled(n, vm, states.last, v);
@@ -378,7 +378,7 @@ LoadedModel build_clip_text(const ModelConfig& c) {
 
 LoadedModel build_clip(const ModelConfig& c) {
   const ModelConfig::VisionTower& v = c.vision;
-  const bool siglip = v.siglip, dual = c.head == "contrastive";
+  const bool siglip = v.siglip(), dual = c.head == "contrastive";
   Net n(c, siglip ? (dual ? "SigLIP (SiglipModel)" : "SigLIP vision encoder (SiglipVisionModel)")
                   : (dual ? "CLIP (CLIPModel)" : "CLIP vision encoder (CLIPVisionModel)"));
   std::string text;

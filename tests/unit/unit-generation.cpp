@@ -1725,7 +1725,7 @@ TEST_CASE("generation: Gemma 3 runs its SigLIP tower and average-pools the patch
   // (Gemma3TextConfig's 8 heads, 4 KV heads, the head tied): 4,300,079,472 parameters in all.
   const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/gemma3_4b.json");
   CHECK(c.language_model_of == "gemma3");
-  CHECK(c.vision.siglip);
+  CHECK(c.vision.siglip());
   CHECK(c.vision.tokens() == 256);
   const LoadedModel m = build_model(c);
   CHECK(parameter_count(m, false) == 4300079472);
@@ -1782,7 +1782,7 @@ TEST_CASE("generation: Mistral 3 runs its Pixtral tower and merges 2 x 2 patches
   // without biases (403,305,472), the projector's norm, merging_layer 4096 -> 1024, linear_1 and
   // linear_2 without biases (35,652,608): 24,011,361,280 parameters, the published count.
   const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/mistral_small_3.1.json");
-  REQUIRE(c.vision.pixtral);
+  REQUIRE(c.vision.pixtral());
   CHECK_FALSE(c.vision.qwen());
   CHECK(c.language_model_of == "mistral3");
   CHECK(c.vision.tokens() == 256);  // 448 pixels: 32 x 32 patches of 14, merged 2 x 2
@@ -1857,7 +1857,7 @@ TEST_CASE("generation: Llama 4 tiles each image, runs its vision model per tile 
   // the adapter (5632 -> 4096 -> 4096, no biases) and the projector (4096 -> 5120): 108,641,793,536
   // parameters, the published count.
   const ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/llama4_scout.json");
-  REQUIRE(c.vision.llama4);
+  REQUIRE(c.vision.llama4());
   const int64_t v = 1408, layer = 4 * (v * v + v) + (v * 5632 + 5632) + (5632 * v + v) + 4 * v;
   const int64_t tower = 588 * v + v + 577 * v + 4 * v + 34 * layer + 5632 * 4096 + 4096 * 4096;
   CHECK(parameter_count(build_model(c)) == 107769861120 + tower + 4096 * 5120);

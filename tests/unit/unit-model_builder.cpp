@@ -350,7 +350,7 @@ TEST_CASE("model_builder: a multimodal config builds its language model, and LLa
           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "intermediate_size": 4304,
           "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false}})",
       "paligemma");
-  CHECK(pali.vision.siglip);
+  CHECK(pali.vision.siglip());
   CHECK(pali.vision.tokens() == 256);
   CHECK(pali.vision.activation == "gelu_pytorch_tanh");
   ModelConfig pali_text = pali;
@@ -563,7 +563,7 @@ TEST_CASE("model_builder: CLIP and SigLIP are their two towers, pooled, projecte
   // attention-pooling head (probe, in_proj, out_proj, layernorm, MLP) 7,087,104; the text tower
   // (32,000 tokens, 64 positions, its head) 110,271,744; logit_scale and logit_bias.
   const ModelConfig sig = parse_hf_config(R"({"model_type": "siglip", "text_config": {}, "vision_config": {}})", "siglip");
-  CHECK(sig.vision.siglip);
+  CHECK(sig.vision.siglip());
   CHECK(sig.projection_dim == 768);
   CHECK(parameters(build_model(sig)) == 85797120 + 7087104 + 110271744 + 2);
   CHECK(parameters(build_model(parse_hf_config(R"({"model_type": "siglip_vision_model"})", "sv"))) == 85797120 + 7087104);

@@ -204,16 +204,23 @@ struct ModelConfig {
   // tokens (they replace the image placeholder's embeddings). CLIP's and SigLIP's own image
   // tower (language_model_of empty; model_type clip, siglip and their vision models) is one too.
   struct VisionTower {
+    // The tower's family: CLIP's (LLaVA, LLaVA-NeXT, CLIP itself), SigLIP's (PaliGemma, Gemma 3,
+    // SigLIP itself), Qwen2-VL's / Qwen2.5-VL's / Qwen3-VL's, Mistral 3's Pixtral, Llama 4's.
+    enum class Kind { clip, siglip, qwen, pixtral, llama4 };
+    Kind kind = Kind::clip;
+    bool siglip() const { return kind == Kind::siglip; }
+    bool qwen() const { return kind == Kind::qwen; }
+    bool pixtral() const { return kind == Kind::pixtral; }
+    bool llama4() const { return kind == Kind::llama4; }
     int64_t layers = 0, hidden = 0, heads = 0, ffn = 0, image_size = 0, patch_size = 0, channels = 3;
     std::string activation = "quick_gelu", projector_activation = "gelu";
     bool projector_bias = true;  // the projector's linear_1 and linear_2 (Mistral 3: multimodal_projector_bias)
     double layer_norm_eps = 1e-5;
     int64_t feature_layer = 0;
     bool keep_class_token = false;
-    // PaliGemma's SigLIP tower instead: no class token or pre-norm, the patch convolution with a
-    // bias, post_layernorm over every token (the last hidden state, the features), one linear
-    // projector, the features divided by sqrt(the language model's hidden size).
-    bool siglip = false;
+    // PaliGemma's SigLIP tower (siglip()): no class token or pre-norm, the patch convolution
+    // with a bias, post_layernorm over every token (the last hidden state, the features), one
+    // linear projector, the features divided by sqrt(the language model's hidden size).
     // LLaVA-NeXT's any-resolution tiling (image_grid_pinpoints): the image resized to a grid of
     // grid_rows x grid_cols crops of image_size, each through the tower beside the whole image
     // resized to one crop; the crops' features laid out as one (rows x side) x (cols x side)
@@ -229,7 +236,7 @@ struct ModelConfig {
     // Gemma 3's projector (SigLIP tower): the patch features average-pooled to pooled_tokens
     // (mm_tokens_per_image: a square grid), RMS-normalised and projected by one matrix (0: none).
     int64_t pooled_tokens = 0;
-    // Qwen2-VL's and Qwen2.5-VL's tower (merge_size > 0): an image of image_size x image_width
+    // Qwen2-VL's and Qwen2.5-VL's tower (qwen()): an image of image_size x image_width
     // pixels (multiples of patch_size x merge_size, as the processor resizes it; set_image_size)
     // cut into patch_size patches of temporal_patch frames (a still image repeated), every
     // layer attending with 2D rotary positions, then merge_size x merge_size neighbouring
@@ -248,32 +255,29 @@ struct ModelConfig {
     // are added to the image tokens' states after the language model's first layers, in order.
     int64_t position_grid = 0;
     std::vector<int64_t> deepstack_layers;
-    // Mistral 3's Pixtral tower (pixtral): an image of image_size x image_width pixels (each side
+    // Mistral 3's Pixtral tower (pixtral()): an image of image_size x image_width pixels (each side
     // a multiple of patch_size, the longer at most longest_edge pixels, as the processor resizes
     // it), patches through RMSNorm pre-norm layers with 2D rotary positions and gated
     // MLPs; the projector's RMSNorm, merge_size x merge_size patches unfolded and merged by one
     // matrix, then linear_1, the activation and linear_2. Its tokens: (rows / merge) x (columns /
     // merge).
-    bool pixtral = false;
     int64_t longest_edge = 0;
-    // Llama 4's tower (llama4): each image resized onto a canvas of tile_rows x tile_cols tiles of
+    // Llama 4's tower (llama4()): each image resized onto a canvas of tile_rows x tile_cols tiles of
     // image_size (the processor's get_best_fit among the canvases of at most max_tiles tiles), plus
     // one global tile of the whole image when there are several; each tile's patches (and a class
     // token, last) through LayerNorm layers with 2D rotary positions, the class token dropped,
     // pixel-shuffled by shuffle (patches merged shuffle x shuffle into wider tokens), the adapter
     // MLP (fc1, GELU, fc2, GELU) to adapter_dim, then the projector. Tokens per tile:
     // (image_size / patch_size / shuffle)^2.
-    bool llama4 = false;
     int64_t tile_rows = 1, tile_cols = 1, max_tiles = 16, shuffle = 2, adapter_dim = 0;
     int64_t tiles() const { return tile_rows * tile_cols + (tile_rows * tile_cols > 1 ? 1 : 0); }
     // Images per sequence (--images), each through the tower: their tokens one after another
     // before the text's. tokens() counts one image's, sequence_tokens() all of them.
     int64_t images = 1;
-    bool qwen() const { return merge_size > 0 && !pixtral; }
     int64_t crops() const { return 1 + grid_rows * grid_cols; }
     int64_t tokens() const {
       if (merge_size > 0) return (image_size / (patch_size * merge_size)) * (image_width / (patch_size * merge_size));
-      if (llama4) {
+      if (llama4()) {
         const int64_t side = image_size / patch_size / shuffle;
         return tiles() * side * side;
       }
