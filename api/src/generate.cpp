@@ -356,15 +356,14 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
   a.prefill = prepare(d.prefill, phase_options(options, d, a.batch, gen.prompt, 0, d.prefill_is_step));
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
-  // The first step's cache: the prompt (a decoder, Whisper), or the decoder's start token (T5).
-  const int64_t first = d.prompt_encoded() ? 1 : gen.prompt, last = first + gen.new_tokens - 1;
+  const int64_t first = d.decoder_cached(gen.prompt), last = first + gen.new_tokens - 1;
   for (int j = 0; j < n; ++j) {
     const int64_t kv = n == 1 ? first : first + static_cast<int64_t>(std::llround(double(j) * double(last - first) / (n - 1)));
     if (!a.kv.empty() && a.kv.back() == kv) continue;
     a.kv.push_back(kv);
     // Speculative decoding: the step verifies the proposed tokens and the one after them.
     Options step = phase_options(options, d, a.batch, 1 + gen.speculative, kv, true);
-    if (d.encoder_decoder()) step.dims.named[d.encoder_dim] = d.prompt_encoded() ? gen.prompt : d.encoder_tokens;
+    if (d.encoder_decoder()) step.dims.named[d.encoder_dim] = d.encoder_cached(gen.prompt);
     a.steps.push_back(prepare(d.step, step));
   }
   if (draft) {
@@ -390,8 +389,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   // Exactly 2 (K and V; 1 for a latent cache) x layers x KV heads x head size x tokens x batch x
   // element size; a sliding-window layer keeps at most its window of tokens. An
   // encoder-decoder's layers keep the decoder's tokens and, for cross-attention, the encoder's.
-  const int64_t tokens = d.prompt_encoded() ? 1 + gen.new_tokens + gen.prompt
-                         : gen.prompt + gen.new_tokens + (d.encoder_decoder() ? d.encoder_tokens : 0);
+  const int64_t tokens = d.decoder_cached(gen.prompt) + gen.new_tokens + d.encoder_cached(gen.prompt);
   const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
                               double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
   a.kv_dtype = kv_dtype;
@@ -590,10 +588,9 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.window = d.window;
   g.state_layers = d.state_layers;
   g.state_bytes = a.state_bytes;
-  g.encoder_decoder = d.encoder_decoder();
-  if (g.encoder_decoder) {
-    g.decoder_tokens = d.prompt_encoded() ? 1 + a.gen.new_tokens : a.gen.prompt + a.gen.new_tokens;
-    g.encoder_tokens = d.prompt_encoded() ? a.gen.prompt : d.encoder_tokens;
+  if (d.encoder_decoder()) {
+    g.decoder_tokens = d.decoder_cached(a.gen.prompt) + a.gen.new_tokens;
+    g.encoder_tokens = d.encoder_cached(a.gen.prompt);
   }
   g.ttft_ms = r.e2e_latency_ms;
   g.ttft_low_ms = r.e2e_low();

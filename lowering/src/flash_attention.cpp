@@ -557,31 +557,25 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
   std::set<std::string> chain;
   for (int ni : grp.nodes)
     for (const auto& o : g.nodes[static_cast<size_t>(ni)].outputs) chain.insert(o);
-  bool bias = false;
-  for (int ni : grp.nodes) {
-    const Node& nd = g.nodes[static_cast<size_t>(ni)];
-    if (nd.op_type != "Add") continue;
-    for (const auto& in : nd.inputs) {
-      const TensorInfo* t = tensor(g, in);
-      if (chain.count(in) || !t || !t->fully_known() || t->shape.size() != 4 || f.heads <= 1 || f.queries <= 1 ||
-          t->shape[1].value != f.heads || t->shape[2].value != f.queries)
-        continue;
-      bias = true;
-      f.bias_bytes += double(numel(t)) * element_bytes(f.dtype);  // in the attention's dtype, as SDPA casts it
-    }
-  }
+  bool bias = false, per_query = false;
   for (int ni : grp.nodes) {
     const Node& nd = g.nodes[static_cast<size_t>(ni)];
     if (nd.op_type != "Add" && nd.op_type != "Where") continue;
     for (const auto& in : nd.inputs) {
       const TensorInfo* t = tensor(g, in);
       if (!t || !t->fully_known() || t->shape.size() < 2 || chain.count(in)) continue;
-      if (t->shape[t->shape.size() - 2].value == f.queries && f.queries > 1 && !bias) f.causal = true;
+      if (nd.op_type == "Add" && t->shape.size() == 4 && f.heads > 1 && f.queries > 1 && t->shape[1].value == f.heads &&
+          t->shape[2].value == f.queries) {
+        bias = true;
+        f.bias_bytes += double(numel(t)) * element_bytes(f.dtype);  // in the attention's dtype, as SDPA casts it
+      }
+      per_query = per_query || (t->shape[t->shape.size() - 2].value == f.queries && f.queries > 1);
       // A sliding window (a band of the mask), also in a decode step's one-row mask.
       if (const int64_t w = mask_window(g, plan, in, f.keys - f.queries); w > 0 && (f.window == 0 || w < f.window))
         f.window = w;
     }
   }
+  f.causal = per_query && !bias;
   // Values sliced from the keys' own cache (MLA): one cache, read once, appended once.
   f.shared_kv = v.sliced && k.stored && v.stored == k.stored;
   // A cache (keys that the step appends to): --kv-dtype's element type.

@@ -41,7 +41,7 @@ std::string kv_cache_formula(const GenerationReport& g) {
   std::string s = std::to_string(g.layers) + " layers x ";
   s += g.kv_tensors == 1 ? "a latent of " + std::to_string(g.head_dim)
                          : std::to_string(g.kv_heads) + " KV heads x " + std::to_string(g.head_dim);
-  if (g.encoder_decoder)
+  if (g.encoder_decoder())
     s += " x (" + std::to_string(g.decoder_tokens) + " decoder + " + std::to_string(g.encoder_tokens) + " encoder tokens) x " +
          std::to_string(g.batch);
   else
@@ -103,7 +103,7 @@ json generation_json(const GenerationReport& g) {
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
                         {"sliding_layers", g.sliding_layers}, {"window", g.window}, {"dtype", g.kv_dtype},
                         {"state_layers", g.state_layers}, {"state_bytes", finite(g.state_bytes)},
-                        {"encoder_decoder", g.encoder_decoder}, {"decoder_tokens", g.decoder_tokens},
+                        {"encoder_decoder", g.encoder_decoder()}, {"decoder_tokens", g.decoder_tokens},
                         {"encoder_tokens", g.encoder_tokens}}},
           {"execution", g.execution},
           {"prefill_by_class_ms", g.prefill_by_class},

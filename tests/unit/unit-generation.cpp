@@ -1914,7 +1914,7 @@ TEST_CASE("generation: T5 encoder-decoders run the encoder in the prefill alone 
     const GenerationReport g = generate(d, serving(DType::f32, batch), 200, 20, "h100");
     // Each layer keeps K and V of the decoder's 1 + 20 tokens and of the encoder's 200.
     CHECK(g.kv_cache_bytes == 2.0 * 12 * 12 * 64 * (1 + 20 + 200) * batch * 4);
-    CHECK(g.encoder_decoder);
+    CHECK(g.encoder_decoder());
     CHECK(g.samples.front().kv_len == 1);
     CHECK(g.samples.back().kv_len == 20);
     CHECK(g.step_ms.size() == 20);

@@ -137,6 +137,13 @@ struct Decoder {
   bool encoder_decoder() const { return !encoder_dim.empty(); }
   // Whether the prompt is the encoder's input (T5), the decoder starting from one token.
   bool prompt_encoded() const { return encoder_decoder() && encoder_tokens == 0; }
+  // Per sequence and layer, for a prompt of `prompt` tokens: the decoder's tokens cached before
+  // the first decode step (the prompt; T5's start token), and the encoder's in the
+  // cross-attention cache (none for a decoder; T5's prompt; Whisper's audio positions).
+  int64_t decoder_cached(int64_t prompt) const { return prompt_encoded() ? 1 : prompt; }
+  int64_t encoder_cached(int64_t prompt) const {
+    return !encoder_decoder() ? 0 : prompt_encoded() ? prompt : encoder_tokens;
+  }
 };
 
 // From a Hugging Face config (a decoder family with a KV-cache step; InputError otherwise).

@@ -86,9 +86,9 @@ struct GenerationReport {
   double state_bytes = 0;
   // An encoder-decoder: each layer's cache holds the decoder's tokens (T5: its start token and
   // the new ones; Whisper: the prompt and the new ones) and, for cross-attention, the encoder's
-  // (T5: the prompt's; Whisper: its audio positions).
-  bool encoder_decoder = false;
+  // (T5: the prompt's; Whisper: its audio positions). Both 0 for a decoder.
   int64_t decoder_tokens = 0, encoder_tokens = 0;
+  bool encoder_decoder() const { return encoder_tokens > 0; }
   // Tensor parallelism (--parallel tp=N): the GPUs one copy of the model runs on, their link,
   // and one GPU's memory (its 1/tp of the split weights and of the KV heads). Every time
   // above is then one GPU's, its TP all-reduces (class "collective") included, and
