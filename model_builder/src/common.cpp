@@ -224,6 +224,18 @@ std::string transpose_last(Net& n, const std::string& p, const std::string& k) {
   return t;
 }
 
+std::string encoder_decoder_cache_inputs(Net& n, int64_t layers, int64_t heads, int64_t hd) {
+  for (int64_t l = 0; l < layers; ++l)
+    for (const char* part : {"decoder", "encoder"})
+      for (const char* which : {"key", "value"})
+        n.b.input("past_key_values." + std::to_string(l) + "." + part + "." + which, kF32, {-1, heads, -1, hd},
+                  {"batch", std::string(part) == "decoder" ? "past_sequence" : "encoder_sequence"});
+  const std::string shape = n.b.node("Shape", "past/shape", {"past_key_values.0.decoder.key"});
+  const std::string past = n.b.node("Gather", "past/length", {shape, n.b.ints("past/axis", {2}, true)});
+  n.b.attr_i("axis", 0);
+  return past;
+}
+
 std::pair<std::string, std::string> encoder_decoder_keys(
     Net& n, const std::string& p, const EncoderDecoderKeys& keys, int64_t heads, int64_t hd,
     const std::function<std::pair<std::string, std::string>()>& project) {

@@ -163,6 +163,10 @@ struct EncoderDecoderKeys {
   int64_t layer = 0;
   SequenceLength length;
 };
+// A decode step's caches: for each of `layers` decoder layers, past_key_values.L.decoder.key /
+// .value [batch, heads, past_sequence, head_dim] and .encoder.key / .value [batch, heads,
+// encoder_sequence, head_dim] as graph inputs. Returns the decoder's cached length (a scalar).
+std::string encoder_decoder_cache_inputs(Net& n, int64_t layers, int64_t heads, int64_t head_dim);
 // [batch, heads, keys, head_dim] keys and values as `keys` says; `project` returns them
 // split into heads.
 std::pair<std::string, std::string> encoder_decoder_keys(

@@ -407,14 +407,9 @@ LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o) {
     return n.finish(c);
   }
   const std::string dec_ids = n.token_input("decoder_input_ids");
-  for (int64_t l = 0; l < dl; ++l)
-    for (const char* part : {"decoder", "encoder"})
-      for (const char* which : {"key", "value"})
-        n.b.input("past_key_values." + std::to_string(l) + "." + part + "." + which, kF32,
-                  {-1, c.heads, -1, c.head_dim}, {"batch", std::string(part) == "decoder" ? "past_sequence" : "encoder_sequence"});
   DecoderKeys dk;
   dk.step = true;
-  dk.past = length_of(n, "past", "past_key_values.0.decoder.key", 2).scalar;
+  dk.past = encoder_decoder_cache_inputs(n, dl, c.heads, c.head_dim);
   dk.total = n.b.node("Add", "past/total_length", {dk.past, n.seq_scalar});
   dk.enc = length_of(n, "encoder_cache", "past_key_values.0.encoder.key", 2);
   decoder(n, c, shared, dec_ids, dk, logs);

@@ -140,37 +140,29 @@ SequenceLength encoder_length(Net& n, const ModelConfig& c) {
   return {n.b.ints("encoder/length_1d", {c.source_positions}), n.b.ints("encoder/length", {c.source_positions}, true)};
 }
 
-}  // namespace
-
-LoadedModel build_whisper(const ModelConfig& c) {
-  Net n(c, "Whisper encoder-decoder (WhisperForConditionalGeneration)");
+// The forward pass over decoder_input_ids: the encoder over the audio, the decoder over the tokens
+// (a generation's prefill is this pass over the prompt).
+LoadedModel forward(const ModelConfig& c, const std::string& doc) {
+  Net n(c, doc);
   const std::string ids = n.token_input("decoder_input_ids");
   const SequenceLength enc = encoder_length(n, c);
-  const std::string enc_out = encoder(n, c, enc);
-  decoder(n, c, ids, enc_out, enc, "");
+  decoder(n, c, ids, encoder(n, c, enc), enc, "");
   return n.finish(c);
 }
 
+constexpr const char* kWhisperDoc = "Whisper encoder-decoder (WhisperForConditionalGeneration)";
+
+}  // namespace
+
+LoadedModel build_whisper(const ModelConfig& c) { return forward(c, kWhisperDoc); }
+
 LoadedModel build_whisper_generation(const ModelConfig& c, const BuildOptions& o) {
-  Net n(c, std::string("Whisper encoder-decoder (WhisperForConditionalGeneration), ") +
-               (o.kv_cache ? "one decode step with the self-attention and cross-attention cache"
-                           : "the prefill: the encoder over 30 s of audio and the decoder over the prompt's tokens"));
+  if (!o.kv_cache)
+    return forward(c, std::string(kWhisperDoc) +
+                          ", the prefill: the encoder over 30 s of audio and the decoder over the prompt's tokens");
+  Net n(c, std::string(kWhisperDoc) + ", one decode step with the self-attention and cross-attention cache");
   const std::string ids = n.token_input("decoder_input_ids");
-  if (!o.kv_cache) {
-    const SequenceLength enc = encoder_length(n, c);
-    const std::string enc_out = encoder(n, c, enc);
-    decoder(n, c, ids, enc_out, enc, "");
-    return n.finish(c);
-  }
-  for (int64_t l = 0; l < c.decoder_layers; ++l)
-    for (const char* part : {"decoder", "encoder"})
-      for (const char* which : {"key", "value"})
-        n.b.input("past_key_values." + std::to_string(l) + "." + part + "." + which, kF32, {-1, c.heads, -1, c.head_dim},
-                  {"batch", std::string(part) == "decoder" ? "past_sequence" : "encoder_sequence"});
-  const std::string shape = n.b.node("Shape", "past/shape", {"past_key_values.0.decoder.key"});
-  const std::string past = n.b.node("Gather", "past/length", {shape, n.b.ints("past/axis", {2}, true)});
-  n.b.attr_i("axis", 0);
-  decoder(n, c, ids, "", {}, past);
+  decoder(n, c, ids, "", {}, encoder_decoder_cache_inputs(n, c.decoder_layers, c.heads, c.head_dim));
   return n.finish(c);
 }
 
