@@ -198,6 +198,10 @@ class NeusightPredictor final : public Predictor {
     // (512 rows in neusight-data's linear rows, 16 in DeepBench's): the stream prices it.
     // Batched products keep the networks, which their data covers down to single rows.
     if (!has_matrix_units(gpu, run.dtype)) return run.gemm.batch == 1 && run.gemm.m < kSimtGemvRows;
+    // A convolution runs on the convolution library's implicit-GEMM kernels, which have no GEMV
+    // path: it picks a tile as narrow as the channels (64 output channels, a 64-wide tile), so a
+    // convolution streams only where it is skinny for its own tile.
+    if (run.op == "conv") return skinny(run, t);
     return skinny(run, t) || std::any_of(offered.begin(), offered.end(), [&](const Tiling& a) { return skinny(run, a); });
   }
 

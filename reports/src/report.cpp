@@ -149,9 +149,11 @@ const char* bound_name(const KernelReport& k) {
 
 std::string math_name(const KernelReport& k, const Gpu& gpu) {
   if (k.kernel.cls == KernelClass::unknown) return "-";
-  // A GEMM predicted as a stream of its operands computes on the CUDA cores: FP16 (and FP8,
-  // widened to it) and BF16 in their own precision, other floats in FP32.
-  if (k.prediction.streamed) {
+  // A GEMV (a GEMM predicted as a stream of its operands with one output row or column: one
+  // token through a weight) computes on the CUDA cores: FP16 (and FP8, widened to it) and BF16
+  // in their own precision, other floats in FP32. A streamed GEMM of more rows runs the
+  // libraries' split-K kernels on the matrix units, as its math is priced (precision.h).
+  if (k.prediction.streamed && std::min(k.kernel.gemm.m, k.kernel.gemm.n) <= 1) {
     const DType t = k.kernel.dtype;
     if (t == DType::f16 || is_fp8(t) || is_fp4(t)) return "fp16-simt";
     if (t == DType::bf16) return "bf16-simt";

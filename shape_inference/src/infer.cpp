@@ -354,6 +354,10 @@ void rule_reshape(Ctx& c) {
       }
       if (syms.size() == 1 && kx == known) s[infer] = syms[0];
     }
+  } else if (known >= 0 && x->num_elements() >= 0 && x->num_elements() != known) {
+    // Runtimes reject it: the dims bound to the inputs do not fit a size the graph fixes.
+    throw InputError(c.where() + ": Reshape of " + std::to_string(x->num_elements()) + " elements into a fixed shape of " +
+                     std::to_string(known) + " (the graph fixes this size; the input dims bound do not fit it)");
   }
   set_out(c, 0, x->dtype, s);
   if (x->int_value) c.out(0).int_value = x->int_value;

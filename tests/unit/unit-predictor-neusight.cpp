@@ -581,6 +581,31 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
   }
 }
 
+TEST_CASE("predictor: a convolution of 64 channels runs on tensor-core tiles, one of 8 streams") {
+  // ResNet-50's 3x3 convolution of 64 channels at 56x56, batch 128, FP16: the convolution
+  // library's implicit GEMM picks a tile as narrow as the channels and has no GEMV path, so a
+  // 256-wide tile the GEMM library also offers (on which 64 columns would be skinny) does not
+  // make it a stream. With 8 output channels it is skinny for its own tile too, and streams.
+  PrecisionOptions o;
+  o.timing = Timing::kernel;
+  auto p = make_neusight_predictor("", o);
+  auto conv = [](int cout) {
+    return kernel_from_dataset("conv", {{"B", "128"}, {"Input_Channel", "64"}, {"Output_Channel", std::to_string(cout)},
+                                        {"Kernel_Szie", "3"}, {"Input_Size", "56"}, {"Stride", "1"}, {"Padding", "1"},
+                                        {"dtype", "fp16"}});
+  };
+  for (const char* name : {"h100", "b200", "l40s", "a100-80gb"}) {
+    CAPTURE(name);
+    const Gpu g = GpuDatabase::builtin().resolve(name);
+    const Kernel wide = conv(64), narrow = conv(8);
+    REQUIRE(wide.op == "conv");
+    const Prediction pw = p->predict({wide}, {tile_kernel(wide, g)}, g)[0];
+    CHECK_FALSE(pw.streamed);
+    CHECK(pw.latency_ms >= pw.roofline_ms);
+    CHECK(p->predict({narrow}, {tile_kernel(narrow, g)}, g)[0].streamed);
+  }
+}
+
 TEST_CASE("predictor: a skinny matrix-unit GEMM costs as its transpose, either side skinny") {
   // A wide activation through a few output columns (a MoE router, a LoRA down-projection, a
   // convolution's few channels) streams the activation's rows, as a few tokens through wide

@@ -177,6 +177,32 @@ TEST_CASE("reports: every format says the precision each kernel's math ran in") 
   CHECK(format_csv(r, false).find(",gemm,fp32-simt,") != std::string::npos);
 }
 
+TEST_CASE("reports: a streamed GEMM of one row is a GEMV on CUDA cores, of more rows on tensor cores") {
+  // A GEMM priced as the stream of its operands (Prediction::streamed): one token through a
+  // weight runs the libraries' GEMV on CUDA cores; 32 tokens, or a wide activation through 64
+  // output columns, their split-K or narrow-tile kernels on the matrix units.
+  Report r = model(1, 1.0);
+  r.gpu.fp16_gflops = 2250000;
+  KernelReport& k = r.nodes.front().kernels.front();
+  k.kernel.dtype = DType::f16;
+  k.prediction.streamed = true;
+  auto math = [&](int64_t m, int64_t n) {
+    k.kernel.gemm = {1, m, n, 4096};
+    const std::string csv = format_csv(r, true);
+    const size_t at = csv.find(",fp16,") + 6;
+    return csv.substr(at, csv.find(',', at) - at);
+  };
+  CHECK(math(1, 4096) == "fp16-simt");
+  CHECK(math(4096, 1) == "fp16-simt");
+  CHECK(math(32, 4096) == "fp16-tensor");
+  CHECK(math(401408, 64) == "fp16-tensor");
+  k.kernel.dtype = DType::bf16;
+  r.gpu.bf16_gflops = 2250000;
+  CHECK(format_csv(r, true).find(",bf16,bf16-tensor,") != std::string::npos);
+  k.kernel.gemm = {1, 1, 4096, 4096};
+  CHECK(format_csv(r, true).find(",bf16,bf16-simt,") != std::string::npos);
+}
+
 TEST_CASE("reports: HTML is self-contained and escapes names") {
   Report r = model(2, 1.0);
   r.nodes[1].name = "<script>alert(1)</script>";

@@ -143,6 +143,32 @@ TEST_CASE("shape inference: a MatMul or broadcast mismatch names both operands' 
   CHECK_THROWS_WITH_AS(infer_shapes(a.g, m), doctest::Contains("shapes cannot broadcast (2 vs 4: [2,3] and [4,3])"), InputError);
 }
 
+TEST_CASE("shape inference: a Reshape to a fixed shape of another size is an error naming both sizes") {
+  // A model-zoo ResNet-50 flattens to a fixed [1, 2048]: bound to batch 128 (--shape), its
+  // 262,144 pooled elements do not fit, as a runtime would refuse; a -1 or 0 target still follows.
+  Model m;
+  m.opsets[""] = 13;
+  test::IrGraph b;
+  b.input("x", {128, 2048, 1, 1});
+  b.ints("fixed", {1, 2048});
+  b.node("Reshape", {"x", "fixed"}, {"y"});
+  b.output("y");
+  CHECK_THROWS_WITH_AS(infer_shapes(b.g, m),
+                       "node 'Reshape_0' (Reshape): Reshape of 262144 elements into a fixed shape of 2048 (the graph "
+                       "fixes this size; the input dims bound do not fit it)",
+                       InputError);
+  test::IrGraph ok;
+  ok.input("x", {128, 2048, 1, 1});
+  ok.ints("flat", {0, -1});
+  ok.node("Reshape", {"x", "flat"}, {"y"});
+  ok.output("y");
+  infer_shapes(ok.g, m);
+  const TensorInfo* y = ok.g.find("y");
+  REQUIRE(y->shape.size() == 2);
+  CHECK(y->shape[0].value == 128);
+  CHECK(y->shape[1].value == 2048);
+}
+
 // ---------------------------------------------------------------------------------------
 // Control-flow bodies: the body tensors carry inferred shapes, so their kernels are priced.
 using test::of_class;
