@@ -429,8 +429,29 @@ void rule_transpose(Ctx& c) {
     for (size_t i = 0; i < r; ++i) perm.push_back(static_cast<int64_t>(r - 1 - i));
   if (perm.size() != r) throw InputError(c.where() + ": perm has wrong length");
   Shape s;
-  for (auto p : perm) s.push_back(x->shape.at(static_cast<size_t>(norm_axis(p, static_cast<int64_t>(r), c))));
+  std::vector<size_t> from;  // output axis -> input axis
+  for (auto p : perm) {
+    from.push_back(static_cast<size_t>(norm_axis(p, static_cast<int64_t>(r), c)));
+    if (std::count(from.begin(), from.end(), from.back()) > 1)
+      throw InputError(c.where() + ": perm names axis " + std::to_string(from.back()) + " twice");
+    s.push_back(x->shape.at(from.back()));
+  }
   set_out(c, 0, x->dtype, s);
+  // A known value (shape math: pads as [2, rank] turned to [rank, 2]) is permuted with it.
+  if (!x->int_value || x->num_elements() != static_cast<int64_t>(x->int_value->size())) return;
+  std::vector<int64_t> in_stride(r, 1), vals;
+  for (size_t a = r; a-- > 1;) in_stride[a - 1] = in_stride[a] * x->shape[a].value;
+  std::vector<int64_t> at(r, 0);  // the output's index, odometer order
+  for (size_t n = 0; n < x->int_value->size(); ++n) {
+    int64_t flat = 0;
+    for (size_t a = 0; a < r; ++a) flat += at[a] * in_stride[from[a]];
+    vals.push_back((*x->int_value)[static_cast<size_t>(flat)]);
+    for (size_t a = r; a-- > 0;) {
+      if (++at[a] < s[a].value) break;
+      at[a] = 0;
+    }
+  }
+  c.out(0).int_value = vals;
 }
 
 void rule_concat(Ctx& c) {
@@ -515,14 +536,18 @@ void rule_slice(Ctx& c) {
   if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
     throw InputError(c.where() + ": Slice starts/ends/axes/steps lengths differ");
   Shape s = x->shape;
-  std::vector<int64_t> vals;
-  bool slice_value = x->int_value && r == 1;
+  // Per axis, the input indices kept (every index of an axis not sliced): a known value (shape
+  // math, often 2-D: pads reshaped to [-1, 2] and reversed) is sliced along with the shape.
+  const bool has_value = x->int_value && x->num_elements() == static_cast<int64_t>(x->int_value->size());
+  std::vector<std::vector<int64_t>> kept(static_cast<size_t>(has_value ? r : 0));
+  for (int64_t a = 0; a < static_cast<int64_t>(kept.size()); ++a)
+    for (int64_t k = 0; k < x->shape[a].value; ++k) kept[a].push_back(k);
   for (size_t i = 0; i < starts.size(); ++i) {
     const int64_t a = norm_axis(axes[i], r, c);
     const int64_t step = steps[i];
     if (step == 0) throw InputError(c.where() + ": Slice step 0");
     const Dim& d = x->shape[a];
-    if (!d.known()) { s[a] = Dim{}; slice_value = false; continue; }
+    if (!d.known()) { s[a] = Dim{}; continue; }
     const int64_t n = d.value;
     int64_t st = starts[i], en = ends[i];
     if (st < 0) st += n;
@@ -538,12 +563,28 @@ void rule_slice(Ctx& c) {
       len = st > en ? static_cast<int64_t>((__int128(st) - en - step - 1) / -__int128(step)) : 0;
     }
     s[a] = Dim::of(len);
-    if (slice_value) {
-      for (int64_t k = 0; k < len; ++k) vals.push_back((*x->int_value)[static_cast<size_t>(st + k * step)]);
+    if (has_value) {
+      kept[a].clear();
+      for (int64_t k = 0; k < len; ++k) kept[a].push_back(st + k * step);
     }
   }
   set_out(c, 0, x->dtype, s);
-  if (slice_value) c.out(0).int_value = vals;
+  if (!has_value) return;
+  // The kept elements in row-major order: an odometer over the kept indices of every axis.
+  std::vector<int64_t> stride(static_cast<size_t>(r), 1), vals;
+  for (int64_t a = r - 2; a >= 0; --a) stride[a] = stride[a + 1] * x->shape[a + 1].value;
+  for (const auto& k : kept)
+    if (k.empty()) { c.out(0).int_value = vals; return; }
+  std::vector<size_t> at(static_cast<size_t>(r), 0);
+  for (;;) {
+    int64_t flat = 0;
+    for (int64_t a = 0; a < r; ++a) flat += kept[a][at[a]] * stride[a];
+    vals.push_back((*x->int_value)[static_cast<size_t>(flat)]);
+    int64_t a = r - 1;
+    while (a >= 0 && ++at[a] == kept[a].size()) at[a--] = 0;
+    if (a < 0) break;
+  }
+  c.out(0).int_value = vals;
 }
 
 void rule_reduce(Ctx& c) {

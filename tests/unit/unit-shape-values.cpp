@@ -231,6 +231,62 @@ TEST_CASE("shape values: float constants flow through arithmetic into a trip cou
   CHECK(dims(g, "R") == std::vector<int64_t>{5});
 }
 
+TEST_CASE("shape values: a 2-D value is sliced and transposed element by element") {
+  // torch.onnx's spelling of F.pad's pads (Silero VAD's STFT): [0, 64] and zeros concatenated,
+  // reshaped to [-1, 2], its rows reversed (Slice, step -1), transposed and flattened: the
+  // Pad's pads [0, 0, 0, 64] are known before the run, so the padded input's shape is too.
+  Builder b;
+  auto* x = b.g().add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {1, 512}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  b.ints("m", {2, 3}, {1, 2, 3, 4, 5, 6});
+  b.ints("minus1", {1}, {-1});
+  b.ints("to_start", {1}, {-9223372036854775807LL});
+  b.ints("ax0", {1}, {0});
+  b.ints("ax1", {1}, {1});
+  b.ints("one", {1}, {1});
+  b.ints("three", {1}, {3});
+  b.node("Slice", {"m", "minus1", "to_start", "ax0", "minus1"}, {"rows_reversed"});
+  b.node("Slice", {"m", "one", "three", "ax1"}, {"cols_1_2"});
+  b.node("Transpose", {"m"}, {"mt"});
+  auto* perm = b.node("Transpose", {"rows_reversed"}, {"rt"}).add_attribute();
+  perm->set_name("perm");
+  perm->set_type(onnx::AttributeProto::INTS);
+  perm->add_ints(1);
+  perm->add_ints(0);
+  b.ints("half", {2}, {0, 64});
+  b.ints("zeros", {2}, {0, 0});
+  auto& cat = b.node("Concat", {"half", "zeros"}, {"cat"});
+  attr_i(cat, "axis", 0);
+  b.ints("pairs", {2}, {-1, 2});
+  b.node("Reshape", {"cat", "pairs"}, {"p2"});
+  b.node("Slice", {"p2", "minus1", "to_start", "ax0", "minus1"}, {"p2r"});
+  b.node("Transpose", {"p2r"}, {"p2t"});
+  b.node("Reshape", {"p2t", "minus1"}, {"pads"});
+  auto& pad = b.node("Pad", {"x", "pads"}, {"y"});
+  auto* mode = pad.add_attribute();
+  mode->set_name("mode");
+  mode->set_type(onnx::AttributeProto::STRING);
+  mode->set_s("reflect");
+  for (const char* o : {"rows_reversed", "cols_1_2", "mt", "rt", "y"}) b.output(o);
+  Graph g = infer(b);
+  auto value = [&](const char* name) {
+    const TensorInfo* t = g.find(name);
+    REQUIRE(t->int_value);
+    return *t->int_value;
+  };
+  CHECK(dims(g, "rows_reversed") == std::vector<int64_t>{2, 3});
+  CHECK(value("rows_reversed") == std::vector<int64_t>{4, 5, 6, 1, 2, 3});
+  CHECK(dims(g, "cols_1_2") == std::vector<int64_t>{2, 2});
+  CHECK(value("cols_1_2") == std::vector<int64_t>{2, 3, 5, 6});
+  CHECK(dims(g, "mt") == std::vector<int64_t>{3, 2});
+  CHECK(value("mt") == std::vector<int64_t>{1, 4, 2, 5, 3, 6});
+  CHECK(value("rt") == std::vector<int64_t>{4, 1, 5, 2, 6, 3});
+  CHECK(value("pads") == std::vector<int64_t>{0, 0, 0, 64});
+  CHECK(dims(g, "y") == std::vector<int64_t>{1, 576});
+}
+
 TEST_CASE("shape values: a loop with a known trip count is unrolled") {
   // Loop 4 times: carried acc = Concat(acc, iter) grows by one each iteration; scan out iter.
   Builder b;
