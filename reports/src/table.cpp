@@ -66,7 +66,13 @@ void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const
   size_t name_w = 4;
   for (const NodeReport* n : rows) name_w = std::max(name_w, n->name.size());
   name_w = std::min<size_t>(name_w, 48);
-  os << st(pad("node", name_w) + " " + pad("op", 14) + " " + pad("class", 11) + " " + pad("math", 11) + " " +
+  size_t math_w = 11;  // "fp16-tensor"; "uint8-tensor" and the like widen it
+  size_t op_w = 14;    // up to "SkipSimplifiedLayerNormalization" (32)
+  for (const NodeReport* n : rows) {
+    math_w = std::max(math_w, detail::math_name(*detail::main_kernel(*n), r.gpu).size());
+    op_w = std::max(op_w, std::min<size_t>(n->op_type.size(), 32));
+  }
+  os << st(pad("node", name_w) + " " + pad("op", op_w) + " " + pad("class", 11) + " " + pad("math", math_w) + " " +
                pad("output", 20) + " " +
                pad("tile", 9) + " " + pad("waves", 6, true) + " " + pad("bound", 7) + " " + pad("util%", 6, true) +
                " " + pad("ms", 11, true) + " " + pad("%", 6, true),
@@ -79,8 +85,8 @@ void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const
     const std::string bound = detail::bound_name(m);
     const std::string share = pct(n->latency_ms, r.e2e_latency_ms);
     const bool unknown = m.kernel.cls == KernelClass::unknown;
-    os << pad(n->name, name_w) << " " << pad(n->op_type, 14) << " " << pad(kernel_class_name(m.kernel.cls), 11) << " "
-       << pad(detail::math_name(m, r.gpu), 11) << " "
+    os << pad(n->name, name_w) << " " << pad(n->op_type, op_w) << " " << pad(kernel_class_name(m.kernel.cls), 11) << " "
+       << pad(detail::math_name(m, r.gpu), math_w) << " "
        << pad(n->outputs.empty() ? "" : detail::shape_str(n->outputs.front()), 20) << " " << pad(m.tiling.tile, 9)
        << " " << pad(std::to_string(m.tiling.waves), 6, true) << " "
        << st(pad(bound, 7), bound == "compute" ? "36" : bound == "memory" ? "33" : bound == "host" ? "35" : "2") << " "

@@ -201,6 +201,11 @@ TEST_CASE("reports: a streamed GEMM of one row is a GEMV on CUDA cores, of more 
   CHECK(format_csv(r, true).find(",bf16,bf16-tensor,") != std::string::npos);
   k.kernel.gemm = {1, 1, 4096, 4096};
   CHECK(format_csv(r, true).find(",bf16,bf16-simt,") != std::string::npos);
+  // The table's math column is as wide as its longest name (a quantized ConvInteger's).
+  k.prediction.streamed = false;
+  k.kernel.dtype = DType::u8;
+  r.gpu.int8_gops = 4500000;
+  CHECK(format_table(r, TableOptions{}).find(" uint8-tensor ") != std::string::npos);
 }
 
 TEST_CASE("reports: HTML is self-contained and escapes names") {
