@@ -210,8 +210,9 @@ int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, 
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                 const Consumers& cons, std::vector<Kernel>& out);
 
-// Training (training.cpp): backward kernels in reverse order and the optimizer updates.
+// Training (training.cpp): backward kernels in reverse order and the optimizer updates; a
+// line in `warnings` when the graph has no trainable parameter (the step is its forward pass).
 void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
-                          std::vector<Kernel>& out);
+                          std::vector<Kernel>& out, std::vector<std::string>& warnings);
 
 }  // namespace neusight::lowering_detail

@@ -310,8 +310,13 @@ void add_optimizer_rules(RuleTable& r) {
 }
 
 void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
-                          std::vector<Kernel>& out) {
+                          std::vector<Kernel>& out, std::vector<std::string>& warnings) {
   const std::set<std::string> params = trainable(g);
+  if (params.empty())
+    warnings.push_back(
+        "--mode training: the graph has no trainable parameter (a float initializer of more than one element "
+        "that an op computes with; weights held in Constant nodes or inside a subgraph are not), so the step is "
+        "its forward pass alone");
   const std::set<std::string> rg = requires_grad(g, params);
   Backward bw{g, opt, rg, out};
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) bw.run(*it);

@@ -458,6 +458,22 @@ TEST_CASE("lowering: training adds GEMM gradients only where a parameter needs t
   const auto ew = of_class(kl, KernelClass::elementwise, Phase::backward);
   REQUIRE(ew.size() == 1);
   CHECK(ew[0].op == "relu_grad");
+  CHECK(kl.warnings.empty());
+}
+
+TEST_CASE("lowering: training a graph without a trainable parameter says its step is the forward pass") {
+  // Weights held in Constant nodes (a scripted export's, Silero VAD's) are no initializers: no
+  // gradient, no update, and one warning that says so.
+  IrGraph b;
+  b.input("x", {32, 64});
+  b.node("Constant", {}, {b.t("w", {64, 128})});
+  b.node("MatMul", {"x", "w"}, {b.t("y", {32, 128})});
+  const KernelList kl = lower_with(b.g, Fusion::eager, Mode::training);
+  CHECK(test::of_phase(kl, Phase::backward).empty());
+  CHECK(test::of_phase(kl, Phase::update).empty());
+  REQUIRE(kl.warnings.size() == 1);
+  CHECK(kl.warnings[0].find("no trainable parameter") != std::string::npos);
+  CHECK(lower_with(b.g, Fusion::eager, Mode::inference).warnings.empty());
 }
 
 TEST_CASE("lowering: training passes add gradients through, sums broadcast ones, dropout is two kernels") {
