@@ -757,7 +757,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
-      "a path ending in .json: a decoder, or T5 / Whisper, whose prompt is the encoder's text / the decoder's\n"
+      "a path ending in .json: a decoder, or T5 / Switch / Whisper, whose prompt is the encoder's text / the decoder's\n"
       "special tokens) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"
       "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
       "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype; tpot_slo\n"

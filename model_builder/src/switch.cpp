@@ -176,6 +176,30 @@ std::string sparse_mlp(Net& n, const std::string& p, const std::string& x, const
   return n.b.node("Mul", p + "/router_prob_Mul", {rprob, next});
 }
 
+// A generation's decoder sparse MLP (its start token, then one token per sequence and step):
+// SwitchTransformersSparseMLP runs only the experts its router mask activates, each on the
+// tokens routed to it, and a few tokens reach a few experts, so no expert's capacity slots
+// are padded out. It is priced as serving engines run a mixture, one routed MoE operator
+// (onnxruntime's com.microsoft.MoE: top-1, the output scaled by the router probability, not
+// renormalised): the lowering reads the weights of the experts the step's tokens reach on
+// average (moe_experts_reached) and runs its tokens through them. Every token is kept: a
+// step's one token per sequence never exceeds an expert's capacity. The experts' weights are
+// held stacked ([experts, in, out]; the checkpoint's experts.expert_N.wi / wo, as many).
+std::string routed_mlp(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
+  const int64_t d = c.hidden, E = c.experts;
+  const std::string rows = n.b.node("Reshape", p + "/rows", {x, n.b.ints(p + "/rows_shape", {-1, d})});
+  const std::string logits = linear(n, p + ".router.classifier", rows, d, E, false);
+  const std::string wi = n.b.weight(p + ".experts.wi", {E, d, c.ffn});
+  const std::string wo = n.b.weight(p + ".experts.wo", {E, c.ffn, d});
+  // A gated feed-forward's second input projection is the operator's FC3: act(FC1 x) * FC3 x.
+  const std::string wi_1 = c.gated_act ? n.b.weight(p + ".experts.wi_1", {E, d, c.ffn}) : std::string();
+  const std::string y = n.b.node("MoE", p + "/MoE", {x, logits, wi, "", wo, "", wi_1}, 1, "com.microsoft");
+  n.b.attr_i("k", 1);
+  n.b.attr_s("activation_type", c.activation);
+  n.b.attr_i("normalize_routing_weights", 0);
+  return y;
+}
+
 // Router z-loss and load-balancing loss over all sparse layers of a stack, as the HF model
 // computes them in every forward (output_router_logits): a scalar.
 std::string router_loss(Net& n, const std::string& p, const ModelConfig& c, const RouterLogs& logs) {
@@ -211,10 +235,13 @@ std::string router_loss(Net& n, const std::string& p, const ModelConfig& c, cons
   return n.b.node("Add", p + "/router_loss", {z, aux});
 }
 
+// `routed`: a sparse layer as routed_mlp (a generation's decoder), else sparse_mlp.
 std::string ff_layer(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, bool sparse,
-                     RouterLogs& logs) {
+                     RouterLogs& logs, bool routed = false) {
   const std::string h = rms_norm(n, p + ".layer_norm", x, c.hidden, c.layer_norm_eps);
-  std::string f = sparse ? sparse_mlp(n, p + ".mlp", h, c, logs) : dense_mlp(n, p + ".mlp", h, c);
+  std::string f = !sparse ? dense_mlp(n, p + ".mlp", h, c)
+                  : routed ? routed_mlp(n, p + ".mlp", h, c)
+                           : sparse_mlp(n, p + ".mlp", h, c, logs);
   f = dropout(n, p + ".dropout", f, c.dropout);
   return n.b.node("Add", p + "/residual_Add", {x, f});
 }
@@ -254,11 +281,13 @@ bool is_sparse(const ModelConfig& c, int64_t layer) {
 // as the decoder's. A generation's prefill: the encoder's output of length `enc` while the
 // Net's sequence is the decoder's tokens. A decode step (`step`): the KV cache, the step's
 // tokens at positions `past` .. `total` - 1 (scalars) and the encoder's cached keys of `enc`.
+// A generation's decoder (`routed`) runs its sparse layers as routed_mlp.
 struct DecoderKeys {
   std::string enc_out;
   SequenceLength enc;
   std::string past, total;
   bool step = false;
+  bool routed = false;
 };
 
 // (seq_ids[None, None, :] <= seq_ids[None, :, None]) * mask[:, None, None, :], then (1 - m) *
@@ -316,7 +345,7 @@ std::string decoder(Net& n, const ModelConfig& c, const std::string& shared, con
     y = attn_layer(n, p + ".layer.0", y, "", c, dec_bias, "SelfAttention", {dk.step ? "decoder" : "", l, {}});
     y = attn_layer(n, p + ".layer.1", y, dk.enc_out, c, cross_bias, "EncDecAttention",
                    {dk.step ? "encoder" : "", l, dk.enc});
-    y = ff_layer(n, p + ".layer.2", y, c, is_sparse(c, l), logs);
+    y = ff_layer(n, p + ".layer.2", y, c, is_sparse(c, l), logs, dk.routed);
   }
   y = rms_norm(n, "decoder.final_layer_norm", y, d, c.layer_norm_eps);
   y = dropout(n, "decoder.dropout_1", y, c.dropout);
@@ -387,9 +416,6 @@ LoadedModel build_switch(const ModelConfig& c) {
 LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o) {
   const std::string what = c.source.empty() ? std::string("config") : c.source;
   if (c.head == "encoder") throw InputError(what + ": an encoder alone (" + model_doc(c) + ") generates no tokens");
-  if (c.experts > 0)
-    throw InputError(what + ": Switch Transformer's decode steps are not built (its experts run on the tokens "
-                     "routed to them, a count the graph does not know); --seq predicts its forward pass");
   Net n(c, model_doc(c) + (o.kv_cache ? ", one decode step with the self-attention and cross-attention cache"
                                       : ", the prefill: the encoder over the prompt and the decoder's first token"));
   const std::string shared = n.b.weight("shared.weight", {c.vocab, c.hidden});
@@ -402,13 +428,14 @@ LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o) {
     const std::string dec_ids = n.b.input("decoder_input_ids", kI64, {-1, 1}, {"batch"});
     {
       SequenceScope scope(n, length_of(n, "decoder_input", dec_ids, 1));
-      decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, enc, "", "", false}, logs);
+      decoder(n, c, shared, dec_ids, DecoderKeys{enc_out, enc, "", "", false, true}, logs);
     }
     return n.finish(c);
   }
   const std::string dec_ids = n.token_input("decoder_input_ids");
   DecoderKeys dk;
   dk.step = true;
+  dk.routed = true;
   dk.past = encoder_decoder_cache_inputs(n, dl, c.heads, c.head_dim);
   dk.total = n.b.node("Add", "past/total_length", {dk.past, n.seq_scalar});
   dk.enc = length_of(n, "encoder_cache", "past_key_values.0.encoder.key", 2);

@@ -1929,13 +1929,37 @@ TEST_CASE("generation: T5 encoder-decoders run the encoder in the prefill alone 
   const GenerationReport long_prompt = generate(d, serving(DType::bf16, 8), 4096, 16, "h100");
   CHECK(long_prompt.ttft_ms > 4 * short_prompt.ttft_ms);
   CHECK(long_prompt.samples.front().latency_ms > short_prompt.samples.front().latency_ms);
-  // Switch's experts and an encoder alone have no decode step.
-  const ModelConfig sw = parse_hf_config(R"({"model_type": "switch_transformers", "d_model": 64, "d_kv": 16,
-      "d_ff": 128, "num_heads": 4, "num_layers": 2, "vocab_size": 100, "num_experts": 4, "expert_capacity": 8})", "switch");
-  CHECK_THROWS_WITH_AS(config_decoder(sw), doctest::Contains("Switch"), InputError);
+  // An encoder alone has no decode step.
   ModelConfig enc = c;
   enc.head = "encoder";
   CHECK_THROWS_WITH_AS(config_decoder(enc), doctest::Contains("generates no tokens"), InputError);
+}
+
+TEST_CASE("generation: Switch Transformer's decode steps read the experts their tokens reach") {
+  // The decoder's sparse layers (every second) run as one routed MoE operator, top-1 over the
+  // experts, the stacked experts holding the checkpoint's parameters: the prefill holds as many
+  // as the forward pass. One sequence's step reaches one expert of 8; 64 sequences nearly all.
+  const ModelConfig sw = parse_hf_config(R"({"model_type": "switch_transformers", "d_model": 256, "d_kv": 32,
+      "d_ff": 1024, "num_heads": 8, "num_layers": 4, "vocab_size": 1000, "num_experts": 8, "expert_capacity": 16,
+      "encoder_sparse_step": 2, "decoder_sparse_step": 2})", "switch");
+  const Decoder d = config_decoder(sw);
+  CHECK(d.encoder_decoder());
+  CHECK(parameter_count(d.prefill) == parameter_count(build_model(sw)));
+  const auto moe = [](const Node& n) { return n.op_type == "MoE"; };
+  CHECK(node_count(d.step, moe) == 2);
+  CHECK(node_count(d.prefill, moe) == 2);  // the decoder over its start token; the encoder keeps its eager experts
+  CHECK(node_count(d.step, [](const Node& n) { return n.name.find(".experts.expert_") != std::string::npos; }) == 0);
+  const Gpu& gpu = GpuDatabase::builtin().resolve("h100");
+  const double expert_set = 2.0 * 256 * 1024 * 4;  // wi and wo of one expert, FP32
+  const GenerationReport one = generate(d, serving(DType::f32, 1), 64, 8, "h100");
+  const GenerationReport many = generate(d, serving(DType::f32, 64), 64, 8, "h100");
+  // The bound's difference: 2 sparse layers x (experts reached by 64 tokens - 1) expert sets.
+  const double reached = 8.0 * (1 - std::pow(1 - 1.0 / 8, 64));
+  CHECK(many.weight_read_ms - one.weight_read_ms ==
+        doctest::Approx(2 * (reached - 1) * expert_set / (gpu.mem_bw_gbps * 1e9) * 1e3).epsilon(0.01));
+  CHECK(one.samples.front().latency_ms >= one.weight_read_ms);
+  CHECK(many.samples.front().latency_ms > one.samples.front().latency_ms);
+  CHECK(one.kv_cache_bytes == 2.0 * 4 * 8 * 32 * (1 + 8 + 64) * 4);
 }
 
 TEST_CASE("generation: fused attention of an encoder attends every pair, and reads a per-head position bias as no mask") {
