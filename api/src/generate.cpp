@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -37,11 +38,23 @@ double tensor_bytes(const TensorInfo* t, const Options& o) {
   return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
 }
 
+// Calls f on every node of `g` and of the graphs its nodes hold (If branches, Loop bodies: an
+// optimum merged decoder's layers are in an If), a few levels deep, with the graph holding it.
+void each_node(const Graph& g, const std::function<void(const Graph&, const Node&)>& f, int depth = 0) {
+  for (const auto& n : g.nodes) {
+    f(g, n);
+    if (depth < 8)
+      for (const auto& [name, a] : n.attributes)
+        for (const auto& sub : a.graphs)
+          if (sub) each_node(*sub, f, depth + 1);
+  }
+}
+
 // Weights: every initializer that is not a small integer constant; the embedding table is
 // an initializer read only as the data input of Gather nodes (a decode step reads a row).
 void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding) {
   std::map<std::string, bool> gather_only;
-  for (const auto& n : g.nodes)
+  each_node(g, [&](const Graph&, const Node& n) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
       if (n.inputs[i].empty()) continue;
       auto it = gather_only.find(n.inputs[i]);
@@ -49,6 +62,7 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
       if (it == gather_only.end()) gather_only[n.inputs[i]] = gather;
       else it->second = it->second && gather;
     }
+  });
   all = embedding = 0;
   for (const auto& name : g.initializers) {
     const TensorInfo* t = g.find(name);
@@ -65,21 +79,26 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
 // expert weights times the share of experts the tokens do not reach (moe_experts_reached).
 double unread_expert_bytes(const Graph& g, const Options& o, int64_t tokens) {
   double unread = 0;
-  for (const auto& n : g.nodes) {
-    if (n.op_type != "MoE" && n.op_type != "QMoE") continue;
-    const TensorInfo* router = n.inputs.size() > 1 && !n.inputs[1].empty() ? g.find(n.inputs[1]) : nullptr;
-    if (!router || router->shape.size() != 2 || !router->shape[1].known()) continue;
+  // A branch's own tensor, else the outer graph's it reads (the weights).
+  const auto find = [&](const Graph& sg, const std::string& name) {
+    const TensorInfo* t = sg.find(name);
+    return t ? t : g.find(name);
+  };
+  each_node(g, [&](const Graph& sg, const Node& n) {
+    if (n.op_type != "MoE" && n.op_type != "QMoE") return;
+    const TensorInfo* router = n.inputs.size() > 1 && !n.inputs[1].empty() ? find(sg, n.inputs[1]) : nullptr;
+    if (!router || router->shape.size() != 2 || !router->shape[1].known()) return;
     const int64_t experts = router->shape[1].value;
     const double reached = moe_experts_reached(double(tokens), experts, n.attr_i("k", 1));
     const MoeWeightInputs w = moe_weight_inputs(n.op_type);
     double b = 0;
     for (size_t weight : {w.fc1, w.fc2, w.fc3})
       for (size_t i = weight; i <= weight + (w.scales ? 1 : 0); ++i) {
-        const TensorInfo* t = i < n.inputs.size() && !n.inputs[i].empty() ? g.find(n.inputs[i]) : nullptr;
+        const TensorInfo* t = i < n.inputs.size() && !n.inputs[i].empty() ? find(sg, n.inputs[i]) : nullptr;
         if (t && t->is_initializer) b += gemm_weight_bytes(t, o);
       }
     if (experts > 0) unread += b * (1.0 - reached / double(experts));
-  }
+  });
   return unread;
 }
 
@@ -161,6 +180,7 @@ Options phase_options(const Options& base, const Decoder& d, int64_t batch, int6
   o.dims.batch = batch;
   o.dims.seq = tokens;
   if (!cache) return o;
+  if (!d.cache_branch.empty()) o.dims.values[d.cache_branch] = past > 0 ? 1.0 : 0.0;
   if (!d.past_dim.empty()) o.dims.named[d.past_dim] = past;
   for (const auto& t : d.total_dims) o.dims.named[t] = past + tokens;
   return o;
@@ -321,6 +341,9 @@ Decoder onnx_decoder(LoadedModel model) {
     const Dim& len = t->shape[1];
     if (!len.known() && !len.param.empty() && len.param != d.past_dim) d.total_dims.push_back(len.param);
   }
+  // optimum's merged decoder: `use_cache_branch` [1] chooses the branch with the cache.
+  for (const auto& name : g.inputs)
+    if (name == "use_cache_branch") d.cache_branch = name;
   d.step = std::move(model);
   d.prefill = d.step;
   d.prefill_is_step = true;

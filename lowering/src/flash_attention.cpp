@@ -80,7 +80,10 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
     if (!free && p.op_type == "Concat" && p.inputs.size() == 2 && !o.appended) {
       const TensorInfo* past = tensor(g, p.inputs[0]);
       const TensorInfo* out = tensor(g, p.outputs[0]);
-      const bool graph_input = std::find(g.inputs.begin(), g.inputs.end(), p.inputs[0]) != g.inputs.end();
+      // A graph input, or in an If branch an input of the graph around it (optimum's merged
+      // decoder: the branch with the cache reads the outer graph's past_key_values).
+      const bool graph_input = (past && past->is_graph_input) ||
+                               std::find(g.inputs.begin(), g.inputs.end(), p.inputs[0]) != g.inputs.end();
       const int64_t axis = p.attr_i("axis", 0);
       if (graph_input && past && out && out->shape.size() == 4 && (axis == 2 || axis == -2)) {
         o.absorbed.push_back(pi);

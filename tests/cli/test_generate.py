@@ -11,6 +11,7 @@ import unittest
 
 from cli_util import EXAMPLE, SOURCE, needs_shared, run, shared
 import gqa_decoder
+import merged_decoder
 
 LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
 SMALL = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
@@ -423,6 +424,25 @@ class Generate(unittest.TestCase):
         self.assertAlmostEqual(a["tpot_ms"], b["tpot_ms"], delta=0.01 * a["tpot_ms"])
         self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
         self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+
+    def test_optimum_merged_decoder_predicts_like_its_step(self):
+        # decoder_model_merged.onnx: an If on use_cache_branch between the step with its cache
+        # and the forward pass, the weights held once outside. The prefill takes the branch
+        # without the cache, each step the one with it (no condition left unknown); a step's
+        # cache Concat of the outer graph's past is appended in place, as in the plain step;
+        # the embedding, read by a Gather inside the branch, is no weight a step streams.
+        fwd, step, merged = (os.path.join(self.dir, f) for f in ("fwd.onnx", "step.onnx", "merged.onnx"))
+        for args in (("-o", fwd), ("--kv-cache", "-o", step)):
+            rc, so, se = run("export", "--config", self.small, *args)
+            self.assertEqual(rc, 0, se)
+        merged_decoder.build(fwd, step, merged)
+        a = self.gen_json(step, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100")
+        b = self.gen_json(merged, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100")
+        self.assertEqual([w for w in b["warnings"] if "If" in w], [])
+        a, b = a["generation"], b["generation"]
+        for k in ("tpot_ms", "weight_read_ms", "kv_cache_bytes"):
+            self.assertAlmostEqual(a[k], b[k], delta=0.01 * a[k], msg=k)
+        self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
 
     def test_gqa_rotary_matmulnbits_decoder_predicts_like_the_config(self):
         # The same Llama-style model as SMALL, as onnxruntime-genai exports it.

@@ -105,6 +105,9 @@ struct Decoder {
   bool prefill_is_step = false;  // one graph for both (an ONNX export): the prefill binds the past length to 0
   std::string past_dim;          // the step's symbolic past-length dim
   std::vector<std::string> total_dims;  // symbolic dims that are past + sequence (attention_mask)
+  // optimum's merged decoder (decoder_model_merged.onnx): the boolean input that chooses, in
+  // an If, the graph without a cache (the prefill: false) or with it (a step: true); empty: none.
+  std::string cache_branch;
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
   // Cache tensors per layer: 2 (keys and values), 1 for multi-head latent attention (the latent
   // with the rotary key, which serves as both); none (and no heads) without attention layers.
