@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <sstream>
 
@@ -94,6 +95,28 @@ AnnotatedWrite annotations_for(const Report& r) {
   AnnotatedWrite ann;
   ann.nodes.reserve(r.nodes.size());
   for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n), n.latency_ms});
+  // The nodes inside control-flow bodies ("<node>/<body node>"): the kernels each ran, every
+  // trip of a loop together, in the order they ran.
+  std::map<std::string, NodeReport> body;
+  std::vector<std::string> order;
+  for (const auto& n : r.nodes)
+    for (const auto& k : n.kernels) {
+      if (k.kernel.body_node.empty()) continue;
+      auto [it, fresh] = body.try_emplace(k.kernel.body_node);
+      if (fresh) order.push_back(k.kernel.body_node);
+      it->second.kernels.push_back(k);
+      it->second.latency_ms += k.prediction.latency_ms;
+    }
+  for (const auto& name : order) {
+    const NodeReport& b = body[name];
+    std::ostringstream os;
+    os << "neusight: latency_ms=" << sig(b.latency_ms) << " (" << b.kernels.size() << " kernel"
+       << (b.kernels.size() == 1 ? "" : "s") << " of its enclosing node's)";
+    for (const auto& k : b.kernels)
+      os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
+         << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile << " bound=" << k.prediction.bound();
+    ann.nodes.push_back({name, os.str(), b.latency_ms});
+  }
   ann.metadata = {{"neusight.gpu", r.gpu.name},
                   {"neusight.mode", r.mode == Mode::training ? "training" : "inference"},
                   {"neusight.dtype", dtype_name(r.dtype)},

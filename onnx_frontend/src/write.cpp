@@ -100,6 +100,53 @@ void relocate_external(onnx::TensorProto& tp, const fs::path& from_dir, const fs
   }
 }
 
+// Appends `add` to a node's doc_string on a line of its own.
+void append_doc(onnx::NodeProto& np, const std::string& add) {
+  std::string doc = np.doc_string();
+  if (!doc.empty()) doc += "\n";
+  np.set_doc_string(doc + add);
+}
+
+// The nodes of the control-flow bodies `np` (the IR's node `ir`) holds: each gets the
+// annotation of the kernels it ran, which the analysis names "<node>/<body node>" (a nested
+// body a level more), and a body node holding bodies of its own the sum of theirs. A body
+// node is matched to the IR's by an output name (unique in its graph), as its name may be
+// empty in the file. Returns the latency annotated inside `np`'s bodies.
+double annotate_bodies(onnx::NodeProto& np, const Node& ir, const std::string& prefix,
+                       const std::unordered_map<std::string, const NodeAnnotation*>& by_name, int depth) {
+  double sum = 0;
+  if (depth > 16) return sum;
+  for (auto& a : *np.mutable_attribute()) {
+    if (!a.has_g()) continue;
+    const Attribute* ia = ir.attr(a.name());
+    if (!ia || ia->graphs.empty() || !ia->graphs[0]) continue;
+    const Graph& body = *ia->graphs[0];
+    std::unordered_map<std::string, const Node*> by_output;
+    for (const auto& n : body.nodes)
+      for (const auto& o : n.outputs)
+        if (!o.empty()) by_output.emplace(o, &n);
+    for (auto& bp : *a.mutable_g()->mutable_node()) {
+      const Node* bn = nullptr;
+      for (const auto& o : bp.output())
+        if (auto it = by_output.find(o); !bn && it != by_output.end()) bn = it->second;
+      if (!bn) continue;
+      if (bp.name().empty()) bp.set_name(bn->name);
+      const std::string key = prefix + bn->name;
+      const double inner = annotate_bodies(bp, *bn, key + "/", by_name, depth + 1);
+      if (auto it = by_name.find(key); it != by_name.end()) {
+        append_doc(bp, it->second->doc);
+        sum += it->second->latency_ms;
+      } else if (inner > 0) {
+        char ms[32];
+        std::snprintf(ms, sizeof ms, "%.4g", inner);
+        append_doc(bp, std::string("neusight: latency_ms=") + ms + " (the kernels of its bodies' nodes)");
+      }
+      sum += inner;
+    }
+  }
+  return sum;
+}
+
 }  // namespace
 
 void write_proto(const ProtoHolder& proto, const std::string& out_path) {
@@ -132,7 +179,10 @@ void write_annotated(const LoadedModel& loaded, const Graph& inferred, const Ann
   // sum of its body's latency and one line per body node.
   std::unordered_map<std::string, std::vector<std::pair<std::string, const NodeAnnotation*>>> body_of;
   std::unordered_map<std::string, std::string> ir_name_by_output;
+  std::unordered_map<std::string, const Node*> ir_node;  // the nodes that hold bodies, by name
   for (const auto& n : loaded.model.graph.nodes) {
+    for (const auto& [attr, a] : n.attributes)
+      if (!a.graphs.empty()) ir_node.emplace(n.name, &n);
     const std::string& proto_name = n.inlined_from.empty() ? n.name : n.inlined_from;
     for (const auto& o : n.outputs)
       if (!o.empty()) ir_name_by_output.emplace(o, proto_name);
@@ -165,10 +215,8 @@ void write_annotated(const LoadedModel& loaded, const Graph& inferred, const Ann
       add = "neusight: latency_ms=" + fmt_ms(sum) + " (inlined function body, " + std::to_string(b->second.size()) +
             " nodes)" + lines;
     }
-    if (add.empty()) continue;
-    std::string doc = np.doc_string();
-    if (!doc.empty()) doc += "\n";
-    np.set_doc_string(doc + add);
+    if (!add.empty()) append_doc(np, add);
+    if (auto ir = ir_node.find(name); ir != ir_node.end()) annotate_bodies(np, *ir->second, name + "/", by_name, 0);
   }
 
   if (ann.write_value_info) {

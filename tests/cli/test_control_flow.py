@@ -157,6 +157,36 @@ class TestIfOnGraphInput(unittest.TestCase):
         self.assertEqual([k["class"] for k in body_kernels(r, "If")], ["gemm"])
         self.assertEqual(len(body_kernels(r, "Loop")), 2)
 
+    def test_annotated_model_carries_each_body_node_s_kernels(self):
+        # --out: Netron shows a body node's own kernels in its doc_string (a Loop's trips
+        # together), the node holding the body their sum; the branch not taken says nothing.
+        from cli_util import run
+        out = os.path.join(self.tmp.name, "annotated.onnx")
+        code, _, err = run(self.path, "--gpu", "a100", "--predictor", "roofline", "--value", "speech=1,steps=3",
+                           "--out", out, "--quiet")
+        self.assertEqual(code, 0, err)
+        check = r"""
+import sys, re, onnx
+m = onnx.load(sys.argv[1])
+onnx.checker.check_model(m)
+ms = lambda doc: float(re.search(r"latency_ms=([0-9.e+-]+)", doc).group(1))
+nodes = {n.name: n for n in m.graph.node}
+vad = nodes["vad"]
+then_g = [a.g for a in vad.attribute if a.name == "then_branch"][0]
+else_g = [a.g for a in vad.attribute if a.name == "else_branch"][0]
+mm = then_g.node[0].doc_string
+assert "1 kernel of its enclosing node's" in mm and "forward gemm" in mm, mm
+assert abs(ms(mm) - ms(vad.doc_string)) <= 1e-3 * ms(vad.doc_string), (mm, vad.doc_string)
+assert else_g.node[0].doc_string == "", else_g.node[0].doc_string
+body = [a.g for a in nodes["loop"].attribute if a.name == "body"][0]
+relu = [n for n in body.node if n.name == "body_relu"][0].doc_string
+assert "3 kernels" in relu and relu.count("forward elementwise relu") == 3, relu
+print("ok")
+"""
+        r = subprocess.run([PY, "-c", check, out], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "ok")
+
     def test_bad_value_is_one_line(self):
         from cli_util import run
         code, _, err = run(self.path, "--gpu", "a100", "--value", "speech=0.5", "--quiet")
