@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -42,6 +44,36 @@ std::vector<NodeDelta> match_nodes(const Report& base, const Report& variant) {
     if (base.nodes[it->second].op_type != variant.nodes[j].op_type) continue;
     base_used[it->second] = var_used[j] = true;
     out.push_back(delta(&base.nodes[it->second], &variant.nodes[j], "name"));
+  }
+  // A node onnxruntime's quantizer replaced (quantize_dynamic's ConvInteger / MatMulInteger,
+  // the QOperator format's QLinearConv / QLinearMatMul: the float node's name + "_quant") to
+  // the float node it replaced, either model the quantized one.
+  auto quantized_of = [](const NodeReport& q, const NodeReport& f) {
+    static const std::map<std::string, std::set<std::string>> replaces = {
+        {"ConvInteger", {"Conv"}}, {"QLinearConv", {"Conv"}}, {"MatMulInteger", {"MatMul", "Gemm"}},
+        {"QLinearMatMul", {"MatMul", "Gemm"}}};
+    auto it = replaces.find(q.op_type);
+    return it != replaces.end() && it->second.count(f.op_type) && q.name == f.name + "_quant";
+  };
+  auto stem = [](const std::string& name) {
+    return name.size() > 6 && name.compare(name.size() - 6, 6, "_quant") == 0 ? name.substr(0, name.size() - 6)
+                                                                              : std::string();
+  };
+  for (size_t j = 0; j < variant.nodes.size(); ++j) {  // the variant quantized
+    auto it = var_used[j] ? base_by_name.end() : base_by_name.find(stem(variant.nodes[j].name));
+    if (it == base_by_name.end() || base_used[it->second] || !quantized_of(variant.nodes[j], base.nodes[it->second]))
+      continue;
+    base_used[it->second] = var_used[j] = true;
+    out.push_back(delta(&base.nodes[it->second], &variant.nodes[j], "quantized"));
+  }
+  std::unordered_map<std::string, size_t> var_by_name;
+  for (size_t j = 0; j < variant.nodes.size(); ++j) var_by_name.emplace(variant.nodes[j].name, j);
+  for (size_t i = 0; i < base.nodes.size(); ++i) {  // the base quantized
+    auto it = base_used[i] ? var_by_name.end() : var_by_name.find(stem(base.nodes[i].name));
+    if (it == var_by_name.end() || var_used[it->second] || !quantized_of(base.nodes[i], variant.nodes[it->second]))
+      continue;
+    base_used[i] = var_used[it->second] = true;
+    out.push_back(delta(&base.nodes[i], &variant.nodes[it->second], "quantized"));
   }
   // The rest by position: the k-th unmatched node of an op type to the k-th of the base.
   std::map<std::string, std::deque<size_t>> free_base;
@@ -113,6 +145,7 @@ Comparison compare_reports(std::vector<std::string> models, std::vector<std::vec
       auto nodes = match_nodes(base, var);
       for (const auto& n : nodes) {
         if (n.matched_by == "name") ++d.matched_by_name;
+        else if (n.matched_by == "quantized") ++d.matched_by_quantized;
         else if (n.matched_by == "position") ++d.matched_by_position;
         else if (n.matched_by == "added") ++d.added;
         else ++d.removed;
@@ -201,16 +234,18 @@ std::string format_compare_table(const Comparison& c, bool color) {
         os << pad(cls, 12) << " " << pad(format_ms(get(c.reports[0][g])), 11, true) << " "
            << pad(format_ms(get(c.reports[m][g])), 11, true) << " " << pad(signed_ms(delta), 12, true) << "\n";
       }
-      os << "nodes matched by name " << d.matched_by_name << ", by position " << d.matched_by_position << ", added "
+      os << "nodes matched by name " << d.matched_by_name;
+      if (d.matched_by_quantized > 0) os << ", as quantized " << d.matched_by_quantized;
+      os << ", by position " << d.matched_by_position << ", added "
          << d.added << ", removed " << d.removed << "\n";
       if (!d.top_nodes.empty()) {
         size_t nw = 4;
         for (const auto& n : d.top_nodes) nw = std::max(nw, (n.name.empty() ? n.base_name : n.name).size());
         nw = std::min<size_t>(nw, 44);
-        os << pad("node", nw) << " " << pad("op", 12) << " " << pad("match", 8) << " " << pad("base ms", 11, true) << " "
+        os << pad("node", nw) << " " << pad("op", 12) << " " << pad("match", 9) << " " << pad("base ms", 11, true) << " "
            << pad("ms", 11, true) << " " << pad("delta ms", 12, true) << "\n";
         for (const auto& n : d.top_nodes)
-          os << pad(n.name.empty() ? n.base_name : n.name, nw) << " " << pad(n.op_type, 12) << " " << pad(n.matched_by, 8)
+          os << pad(n.name.empty() ? n.base_name : n.name, nw) << " " << pad(n.op_type, 12) << " " << pad(n.matched_by, 9)
              << " " << pad(format_ms(n.base_ms), 11, true) << " " << pad(format_ms(n.ms), 11, true) << " "
              << pad(signed_ms(n.delta_ms()), 12, true) << "\n";
       }
@@ -245,7 +280,8 @@ std::string format_compare_json(const Comparison& c) {
              {"update_ms", finite(r.update_ms)},
              {"totals_by_class_ms", r.totals_by_class},
              {"class_delta_ms", d.class_delta_ms},
-             {"matched", {{"name", d.matched_by_name}, {"position", d.matched_by_position}, {"added", d.added},
+             {"matched", {{"name", d.matched_by_name}, {"quantized", d.matched_by_quantized},
+                          {"position", d.matched_by_position}, {"added", d.added},
                           {"removed", d.removed}}}};
     json nodes = json::array();
     for (const auto& n : d.top_nodes)

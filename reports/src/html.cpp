@@ -435,6 +435,7 @@ std::string format_compare_html(const Comparison& c) {
          << html_escape(c.reports[0][g].gpu.name) << "</h2>\n<p class=\"sub\">" << format_ms(d.e2e_ms) << " ms against "
          << format_ms(d.base_ms) << " ms: " << num(d.speedup) << "x (80% interval " << num(d.speedup_low) << " - "
          << num(d.speedup_high) << "x). Nodes matched by name " << d.matched_by_name
+         << (d.matched_by_quantized > 0 ? ", as quantized " + std::to_string(d.matched_by_quantized) : std::string())
          << ", by position " << d.matched_by_position << ", added " << d.added << ", removed " << d.removed << ".</p>\n";
       os << "<table><thead><tr><th>class</th><th class=\"n\">delta ms</th></tr></thead><tbody>";
       for (const auto& [cl, delta] : d.class_delta_ms)

@@ -246,6 +246,37 @@ TEST_CASE("compare: nodes match by name, then by position within an op type") {
     if (d.matched_by == "position") CHECK(d.base_name == "transformer.h.0.mlp/MatMul");
 }
 
+TEST_CASE("compare: a node onnxruntime's quantizer replaced matches the float node, either way round") {
+  // quantize_dynamic writes Conv "X" as ConvInteger "X_quant" (QOperator: QLinearConv), MatMul
+  // "Y" as MatMulInteger "Y_quant"; its scale Mul is a node of its own, added.
+  Report fp = model(0, 1.0), q = model(0, 1.0);
+  fp.nodes = {node("enc/Conv", "Conv", {kernel(KernelClass::gemm, 1.0)}),
+              node("enc/MatMul", "MatMul", {kernel(KernelClass::gemm, 2.0)}),
+              node("head/Conv", "Conv", {kernel(KernelClass::gemm, 1.0)})};
+  q.nodes = {node("enc/Conv_quant", "ConvInteger", {kernel(KernelClass::gemm, 0.5)}),
+             node("enc/Conv_quant_scales_mul", "Mul", {kernel(KernelClass::elementwise, 0.1)}),
+             node("enc/MatMul_quant", "MatMulInteger", {kernel(KernelClass::gemm, 1.0)}),
+             node("other/Conv_quant", "ConvInteger", {kernel(KernelClass::gemm, 0.5)})};
+  summarize(fp);
+  summarize(q);
+  for (bool quantized_variant : {true, false}) {
+    CAPTURE(quantized_variant);
+    const auto m = quantized_variant ? match_nodes(fp, q) : match_nodes(q, fp);
+    std::map<std::string, std::string> how;  // the quantized node's name -> its match
+    for (const auto& d : m) how[quantized_variant ? (d.name.empty() ? d.base_name : d.name)
+                                                  : (d.base_name.empty() ? d.name : d.base_name)] = d.matched_by;
+    CHECK(how["enc/Conv_quant"] == "quantized");
+    CHECK(how["enc/MatMul_quant"] == "quantized");
+    // No float node "other/Conv": on its own (position pairs nodes of one op type only).
+    CHECK(how["other/Conv_quant"] == (quantized_variant ? "added" : "removed"));
+    CHECK(how["enc/Conv_quant_scales_mul"] == (quantized_variant ? "added" : "removed"));
+  }
+  const Comparison c = compare_reports({"fp32.onnx", "int8.onnx"}, {{fp}, {q}}, 10);
+  CHECK(c.at(1, 0).matched_by_quantized == 2);
+  CHECK(format_compare_table(c).find("as quantized 2") != std::string::npos);
+  CHECK(format_compare_json(c).find("\"quantized\": 2") != std::string::npos);
+}
+
 TEST_CASE("compare: fewer layers are faster, deltas per class and changed nodes") {
   const Comparison c = compare_reports({"big.onnx", "small.onnx"}, {{model(4, 1.0)}, {model(2, 1.0)}}, 3);
   const auto& d = c.at(1, 0);

@@ -20,7 +20,9 @@ struct NodeDelta {
   std::string name;        // the variant's node name ("" when removed)
   std::string base_name;   // the first model's node name ("" when added)
   std::string op_type;
-  std::string matched_by;  // "name" | "position" | "added" | "removed"
+  // "name" | "quantized" (onnxruntime's quantizer replaced it: ConvInteger "X_quant" for Conv
+  // "X", either model the quantized one) | "position" | "added" | "removed"
+  std::string matched_by;
   double base_ms = 0, ms = 0;
   double delta_ms() const { return ms - base_ms; }
 };
@@ -38,7 +40,7 @@ struct VariantDelta {
   double tokens_per_s_speedup = 0, tokens_per_s_speedup_low = 0, tokens_per_s_speedup_high = 0;
   std::map<std::string, double> class_delta_ms;  // variant - base, per kernel class
   std::vector<NodeDelta> top_nodes;            // largest |delta| first
-  int matched_by_name = 0, matched_by_position = 0, added = 0, removed = 0;
+  int matched_by_name = 0, matched_by_quantized = 0, matched_by_position = 0, added = 0, removed = 0;
 };
 
 struct Comparison {
