@@ -364,9 +364,15 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     throw InputError("--generate: the prompt holds " + std::to_string(d.image_tokens) +
                      " image tokens: it needs at least that many, got " + std::to_string(gen.prompt));
   if (gen.new_tokens < 1) throw InputError("--generate: at least one new token is needed");
-  if (d.max_positions > 0 && gen.prompt + gen.new_tokens > d.max_positions)
-    throw InputError("--generate: " + std::to_string(gen.prompt) + " + " + std::to_string(gen.new_tokens) +
-                     " tokens outgrow the model's " + std::to_string(d.max_positions) + " learned positions");
+  // Learned positions: the decoder's tokens and, where the prompt is the encoder's (BART,
+  // Marian: a table of the same size), the prompt each within the table.
+  if (d.max_positions > 0 && d.decoder_cached(gen.prompt) + gen.new_tokens > d.max_positions)
+    throw InputError("--generate: " + std::to_string(d.decoder_cached(gen.prompt)) + " + " +
+                     std::to_string(gen.new_tokens) + " tokens outgrow the model's " +
+                     std::to_string(d.max_positions) + " learned positions");
+  if (d.max_positions > 0 && d.prompt_encoded() && gen.prompt > d.max_positions)
+    throw InputError("--generate: a prompt of " + std::to_string(gen.prompt) + " tokens outgrows the encoder's " +
+                     std::to_string(d.max_positions) + " learned positions");
   if (gen.speculative < 0 || gen.speculative > 64)
     throw InputError("--speculative: the draft proposes 1 to 64 tokens a step, got " + std::to_string(gen.speculative));
   if (gen.speculative > 0 && !(gen.acceptance > 0 && gen.acceptance <= 1))

@@ -224,6 +224,20 @@ std::string transpose_last(Net& n, const std::string& p, const std::string& k) {
   return t;
 }
 
+std::string decoder_causal_mask(Net& n, const std::string& past, const std::string& total) {
+  const std::string zero = n.b.ints("decoder/zero", {0}, true), one = n.b.ints("decoder/one", {1}, true);
+  const std::string keys = n.b.node("Range", "decoder/key_positions", {zero, total.empty() ? n.seq_scalar : total, one});
+  const std::string queries = past.empty() ? keys : n.b.node("Range", "decoder/query_positions", {past, total, one});
+  const std::string later = n.b.node("Greater", "decoder/causal_Greater",
+                                     {n.b.node("Unsqueeze", "decoder/key_row", {keys, n.b.ints("decoder/ax0", {0})}),
+                                      n.b.node("Unsqueeze", "decoder/query_col", {queries, n.b.ints("decoder/ax1", {1})})});
+  std::string m = n.b.node("Cast", "decoder/causal_float", {later});
+  n.b.attr_i("to", kF32);
+  m = n.b.node("Mul", "decoder/causal_min", {m, f32(n, "decoder/min", kFloatMin)});
+  return n.b.node("Unsqueeze", "decoder/causal_4d", {m, n.b.ints("decoder/ax01", {0, 1})});
+}
+
+
 std::string encoder_decoder_cache_inputs(Net& n, int64_t layers, int64_t heads, int64_t hd) {
   for (int64_t l = 0; l < layers; ++l)
     for (const char* part : {"decoder", "encoder"})

@@ -163,6 +163,11 @@ struct EncoderDecoderKeys {
   int64_t layer = 0;
   SequenceLength length;
 };
+// An encoder-decoder's decoder causal mask [1, 1, queries, keys] as HF's
+// _prepare_4d_causal_attention_mask builds it for an all-ones attention mask (Whisper, BART,
+// Marian): key j hidden from query i (at position past + i) where j > past + i, as finfo.min.
+// `past` / `total`: scalars (a decode step), or empty (a forward pass over the Net's sequence).
+std::string decoder_causal_mask(Net& n, const std::string& past, const std::string& total);
 // A decode step's caches: for each of `layers` decoder layers, past_key_values.L.decoder.key /
 // .value [batch, heads, past_sequence, head_dim] and .encoder.key / .value [batch, heads,
 // encoder_sequence, head_dim] as graph inputs. Returns the decoder's cached length (a scalar).

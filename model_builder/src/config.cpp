@@ -226,6 +226,39 @@ void read_whisper(const Reader& r, ModelConfig& c) {
   if (c.source_positions > 65536) throw InputError(r.path + ": max_source_positions above 65,536");
 }
 
+// BartConfig and MarianConfig: encoder and decoder of one width, heads and feed-forward size
+// (every released checkpoint's agree). BART: learned positions from row 2, a LayerNorm over the
+// embeddings, GELU; Marian: sinusoidal positions (an embedding weight too) from row 0, the
+// embeddings scaled by sqrt(d_model), SiLU, and a decoder token table of its own where
+// share_encoder_decoder_embeddings is false. Both add final_logits_bias to the tied head.
+void read_bart(const Reader& r, ModelConfig& c) {
+  const bool marian = c.model_type == "marian";
+  c.hidden = r.i({"d_model"}, true);
+  c.layers = r.i({"encoder_layers"}, true);
+  c.decoder_layers = r.i({"decoder_layers"}, true);
+  c.heads = r.i({"encoder_attention_heads"}, true);
+  c.ffn = r.i({"encoder_ffn_dim"}, true);
+  if (r.i({"decoder_attention_heads"}, false, c.heads) != c.heads || r.i({"decoder_ffn_dim"}, false, c.ffn) != c.ffn)
+    throw InputError(r.path + ": encoder and decoder with different heads or feed-forward sizes are not built");
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, marian ? 512 : 1024);
+  c.learned_positions = true;
+  c.position_offset = marian ? 0 : 2;
+  c.embedding_norm = !marian;
+  c.scale_embedding = r.b("scale_embedding", marian);
+  c.activation = r.s({"activation_function"}, marian ? "swish" : "gelu");
+  c.layer_norm_eps = 1e-5;
+  c.dropout = static_cast<float>(r.f({"dropout"}, 0.1));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+  c.final_logits_bias = true;
+  if (marian && !r.b("share_encoder_decoder_embeddings", true)) c.decoder_vocab = r.i({"decoder_vocab_size"}, false, c.vocab);
+  if (c.decoder_vocab > 0 && c.tie_embeddings)
+    throw InputError(r.path + ": a decoder token table of its own tied to the head is not built");
+  if (c.layers == 0 || c.decoder_layers == 0 || c.max_positions == 0)
+    throw InputError(r.path + ": layers and positions must be positive");
+}
+
 void read_sliding_window(const Reader& r, ModelConfig& c);
 
 // Grouped-query attention: the query heads a whole multiple of the KV heads (`field`).
@@ -1307,6 +1340,8 @@ const std::map<std::string, Family>& families() {
       {"t5", {read_t5, builder::build_switch, builder::build_t5_generation}},
       {"mt5", {read_t5, builder::build_switch, builder::build_t5_generation}},
       {"whisper", {read_whisper, builder::build_whisper, builder::build_whisper_generation}},
+      {"bart", {read_bart, builder::build_bart, builder::build_bart_generation}},
+      {"marian", {read_bart, builder::build_bart, builder::build_bart_generation}},
       {"llama", {read_llama, llama, builder::build_llama}},
       {"mistral", {read_llama, llama, builder::build_llama}},
       {"mixtral", {read_mixtral, llama, builder::build_llama}},

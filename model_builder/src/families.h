@@ -18,9 +18,11 @@ LoadedModel build_switch(const ModelConfig& c);
 // cross-attention keys of encoder_sequence). InputError for Switch and encoder-only configs.
 LoadedModel build_t5_generation(const ModelConfig& c, const BuildOptions& o);
 LoadedModel build_whisper(const ModelConfig& c);
+LoadedModel build_bart(const ModelConfig& c);
 // Whisper's prefill (the encoder over 30 s of audio, the decoder over the prompt's tokens) or a
 // decode step (past_key_values.N.decoder.* of past_sequence, .encoder.* of encoder_sequence).
 LoadedModel build_whisper_generation(const ModelConfig& c, const BuildOptions& o);
+LoadedModel build_bart_generation(const ModelConfig& c, const BuildOptions& o);
 LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o);
 
 }  // namespace neusight::builder

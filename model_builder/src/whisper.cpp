@@ -86,22 +86,6 @@ std::string encoder(Net& n, const ModelConfig& c, const SequenceLength& enc) {
   return layer_norm(n, "model.encoder.layer_norm", x, d, c.layer_norm_eps);
 }
 
-// The decoder's causal mask [batch, 1, queries, keys] as HF's _prepare_4d_causal_attention_mask
-// builds it for an all-ones attention mask: key j hidden from query i (at position past + i)
-// where j > past + i. `past` / `total`: scalars (a decode step), or empty (a forward pass).
-std::string causal_mask(Net& n, const std::string& past, const std::string& total) {
-  const std::string zero = n.b.ints("decoder/zero", {0}, true), one = n.b.ints("decoder/one", {1}, true);
-  const std::string keys = n.b.node("Range", "decoder/key_positions", {zero, total.empty() ? n.seq_scalar : total, one});
-  const std::string queries = past.empty() ? keys : n.b.node("Range", "decoder/query_positions", {past, total, one});
-  const std::string later = n.b.node("Greater", "decoder/causal_Greater",
-                                     {n.b.node("Unsqueeze", "decoder/key_row", {keys, n.b.ints("decoder/ax0", {0})}),
-                                      n.b.node("Unsqueeze", "decoder/query_col", {queries, n.b.ints("decoder/ax1", {1})})});
-  std::string m = n.b.node("Cast", "decoder/causal_float", {later});
-  n.b.attr_i("to", kF32);
-  m = n.b.node("Mul", "decoder/causal_min", {m, f32(n, "decoder/min", kFloatMin)});
-  return n.b.node("Unsqueeze", "decoder/causal_4d", {m, n.b.ints("decoder/ax01", {0, 1})});
-}
-
 // The decoder over `ids` (the Net's sequence) at positions past .. past + sequence - 1: token
 // and learned position embeddings, the layers, the final LayerNorm and the tied head (logits
 // [batch, sequence, vocab]). `enc_out` / `enc`: the encoder's output and length; a decode step
@@ -120,7 +104,7 @@ void decoder(Net& n, const ModelConfig& c, const std::string& ids, const std::st
                {x, n.b.node("Gather", "model.decoder.embed_positions/Gather",
                             {n.b.weight("model.decoder.embed_positions.weight", {c.max_positions, d}), positions})});
   x = dropout(n, "model.decoder.dropout", x, c.dropout);
-  const std::string mask = causal_mask(n, past, total);
+  const std::string mask = decoder_causal_mask(n, past, total);
   const bool step = !past.empty();
   for (int64_t l = 0; l < c.decoder_layers; ++l) {
     const std::string p = "model.decoder.layers." + std::to_string(l);

@@ -1994,6 +1994,47 @@ TEST_CASE("generation: fused attention of an encoder attends every pair, and rea
   CHECK(decoder == 2 * 12);  // self-attention and cross-attention
 }
 
+TEST_CASE("generation: BART and Marian encode the prompt once and decode from their start token") {
+  // Parameters of the checkpoints, as published (the head tied to the shared embedding,
+  // counted once; final_logits_bias is a buffer): facebook/bart-base 139,420,416 (learned
+  // positions of 1024 + 2 rows); Helsinki-NLP/opus-mt-en-de 74,410,496 (the sinusoidal
+  // tables are embedding weights too).
+  const ModelConfig bart = read_hf_config(test::source_dir() + "/tests/data/bart_base.json");
+  const ModelConfig marian = read_hf_config(test::source_dir() + "/tests/data/opus_mt_en_de.json");
+  CHECK(parameter_count(build_model(bart), false) - 50265 == 139420416);
+  CHECK(parameter_count(build_model(marian), false) - 58101 == 74410496);
+  for (const ModelConfig* c : {&bart, &marian}) {
+    CAPTURE(c->model_type);
+    const Decoder d = config_decoder(*c);
+    CHECK(d.encoder_decoder());
+    CHECK(d.prompt_encoded());
+    CHECK(d.tied_head_weight == "lm_head.weight");
+    CHECK(parameter_count(d.prefill) == parameter_count(build_model(*c)));
+    CHECK(node_count(d.step, [](const Node& n) { return n.name.rfind("model.encoder.", 0) == 0; }) == 0);
+    CHECK(node_count(d.step, [](const Node& n) { return n.name.find("encoder_attn.k_proj/") != std::string::npos; }) == 0);
+    const int64_t layers = c->decoder_layers, heads = c->heads, hd = c->head_dim;
+    for (int64_t batch : {1, 4}) {
+      const GenerationReport g = generate(d, serving(DType::f16, batch), 200, 20, "h100");
+      // The decoder's start token and 20 new ones, and the encoder's 200, in every layer.
+      CHECK(g.kv_cache_bytes == 2.0 * layers * heads * hd * (1 + 20 + 200) * batch * 2);
+      CHECK(g.samples.front().kv_len == 1);
+      CHECK(g.samples.front().latency_ms >= g.weight_read_ms);
+    }
+    // A longer prompt: a longer encoder pass and cross-attention.
+    CHECK(generate(d, serving(DType::f16, 8), 500, 8, "h100").ttft_ms > generate(d, serving(DType::f16, 8), 50, 8, "h100").ttft_ms);
+    // The encoder's table holds the prompt and the decoder's its tokens, each on its own.
+    GenerationOptions g;
+    g.prompt = c->max_positions;
+    g.new_tokens = c->max_positions - 1;
+    CHECK_NOTHROW(prepare_generation(d, serving(DType::f16, 1), g));
+    g.new_tokens = c->max_positions;
+    CHECK_THROWS_WITH_AS(prepare_generation(d, serving(DType::f16, 1), g), doctest::Contains("learned positions"), InputError);
+    g.prompt = c->max_positions + 1;
+    g.new_tokens = 1;
+    CHECK_THROWS_WITH_AS(prepare_generation(d, serving(DType::f16, 1), g), doctest::Contains("the encoder's"), InputError);
+  }
+}
+
 TEST_CASE("generation: Whisper encodes 30 s of audio in the prefill and caches its 1500 positions for cross-attention") {
   // Parameters of the checkpoints (the head tied to the token embedding, counted once):
   // whisper-tiny 37,760,640; whisper-large-v3 1,543,490,560 (128 mel bins, 51,866 tokens).

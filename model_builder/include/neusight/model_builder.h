@@ -301,7 +301,14 @@ struct ModelConfig {
   // (SiglipVisionModel: attention pooling with a learned probe) or "none" (SigLIP without its
   // head: the last hidden state).
   int64_t projection_dim = 0;
-  int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5, Whisper)
+  int64_t decoder_layers = 0;  // encoder-decoder models (Switch, T5, Whisper, BART, Marian)
+  // BART and Marian: the row of the position table that position 0 reads (BART's learned table
+  // starts at row 2), a bias added to the logits (final_logits_bias, a buffer), and the
+  // decoder's own token table where the encoder's is not shared (Marian's
+  // share_encoder_decoder_embeddings false; 0: shared).
+  int64_t position_offset = 0;
+  bool final_logits_bias = false;
+  int64_t decoder_vocab = 0;
   // Whisper: the log-mel bins of its audio input and the encoder's positions
   // (max_source_positions: 1500 for 30 s, the input holding twice as many frames).
   int64_t mel_bins = 0, source_positions = 0;
