@@ -1,12 +1,16 @@
-// bart.cpp - BART and Marian encoder-decoders in eager mode (HF BartForConditionalGeneration,
-// MarianMTModel): token embeddings scaled by embed_scale plus a position table (BART's learned
-// one from row 2, Marian's sinusoidal one, an embedding weight too), BART's LayerNorm over them,
-// post-LayerNorm layers (self-attention, the decoder's cross-attention, fc1, activation, fc2,
-// each added to the residual and then normalised), the head tied to the shared embedding plus
-// final_logits_bias. The forward pass, a generation's prefill (the encoder over the prompt and
-// the decoder over its start token) and a decode step with the self-attention and
-// cross-attention caches. No attention mask is added: the all-ones mask of an unpadded batch.
+// bart.cpp - the BART family of encoder-decoders in eager mode (HF BartForConditionalGeneration,
+// MarianMTModel, MBartForConditionalGeneration, PegasusForConditionalGeneration,
+// M2M100ForConditionalGeneration: NLLB): token embeddings scaled by embed_scale plus a position
+// table (learned from row 2: BART, mBART; sinusoidal: Marian and Pegasus an embedding weight, M2M100
+// a buffer from row 2), BART's and mBART's LayerNorm over them; post-LayerNorm layers (BART,
+// Marian) or pre-LayerNorm ones with a final LayerNorm per stack (mBART, Pegasus, M2M100):
+// self-attention, the decoder's cross-attention, fc1, activation, fc2; the head tied to the
+// shared embedding, plus final_logits_bias but in M2M100. The forward pass, a generation's
+// prefill (the encoder over the prompt and the decoder over its start token) and a decode step
+// with the self-attention and cross-attention caches. No attention mask is added: the all-ones
+// mask of an unpadded batch.
 #include <cmath>
+#include <functional>
 
 #include "common.h"
 #include "families.h"
@@ -38,18 +42,28 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
   return linear(n, p + ".out_proj", o, d, d, true);
 }
 
-// Post-LayerNorm: the block's output, dropout, added to the residual, then `norm`.
-std::string post_norm(Net& n, const std::string& p, const std::string& norm, const std::string& x, const std::string& y,
-                      const ModelConfig& c) {
-  const std::string sum = n.b.node("Add", p + "/" + norm + "_residual_Add", {x, dropout(n, p + "/" + norm + "_dropout", y, c.dropout)});
-  return layer_norm(n, p + "." + norm, sum, c.hidden, c.layer_norm_eps);
+// One block added to the residual with its LayerNorm `norm`: after the sum (post-LayerNorm:
+// BART, Marian) or on the block's input (pre_norm: mBART, Pegasus, M2M100). `block` maps the
+// (normed) input to the block's output.
+std::string residual(Net& n, const std::string& p, const std::string& norm, const std::string& x, const ModelConfig& c,
+                     const std::function<std::string(const std::string&)>& block) {
+  const std::string in = c.pre_norm ? layer_norm(n, p + "." + norm, x, c.hidden, c.layer_norm_eps) : x;
+  const std::string sum =
+      n.b.node("Add", p + "/" + norm + "_residual_Add", {x, dropout(n, p + "/" + norm + "_dropout", block(in), c.dropout)});
+  return c.pre_norm ? sum : layer_norm(n, p + "." + norm, sum, c.hidden, c.layer_norm_eps);
 }
 
-// fc1, the activation, fc2; added and normalised (final_layer_norm).
+// fc1, the activation, fc2, as a residual block of final_layer_norm.
 std::string mlp(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
-  std::string f = activation(n, p + ".activation_fn", linear(n, p + ".fc1", x, c.hidden, c.ffn, true), c.activation);
-  f = linear(n, p + ".fc2", f, c.ffn, c.hidden, true);
-  return post_norm(n, p, "final_layer_norm", x, f, c);
+  return residual(n, p, "final_layer_norm", x, c, [&](const std::string& h) {
+    const std::string f = activation(n, p + ".activation_fn", linear(n, p + ".fc1", h, c.hidden, c.ffn, true), c.activation);
+    return linear(n, p + ".fc2", f, c.ffn, c.hidden, true);
+  });
+}
+
+// A pre-LayerNorm stack's final LayerNorm (`stack`.layer_norm).
+std::string stack_norm(Net& n, const ModelConfig& c, const std::string& stack, const std::string& x) {
+  return c.pre_norm ? layer_norm(n, stack + ".layer_norm", x, c.hidden, c.layer_norm_eps) : x;
 }
 
 // embed_tokens(ids) * embed_scale plus the positions past .. past + sequence - 1 (rows from
@@ -79,10 +93,11 @@ std::string encoder(Net& n, const ModelConfig& c, const std::string& shared, con
   std::string x = embed(n, c, "model.encoder", shared, ids, "", "");
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.encoder.layers." + std::to_string(l);
-    x = post_norm(n, p, "self_attn_layer_norm", x, attention(n, p + ".self_attn", x, c, "", {}, ""), c);
+    x = residual(n, p, "self_attn_layer_norm", x, c,
+                 [&](const std::string& h) { return attention(n, p + ".self_attn", h, c, "", {}, ""); });
     x = mlp(n, p, x, c);
   }
-  return x;
+  return stack_norm(n, c, "model.encoder", x);
 }
 
 // The decoder over `ids` (the Net's sequence) at positions past .. past + sequence - 1: the
@@ -100,13 +115,15 @@ void decoder(Net& n, const ModelConfig& c, const std::string& shared, const std:
   const bool step = !past.empty();
   for (int64_t l = 0; l < c.decoder_layers; ++l) {
     const std::string p = "model.decoder.layers." + std::to_string(l);
-    x = post_norm(n, p, "self_attn_layer_norm", x,
-                  attention(n, p + ".self_attn", x, c, "", {step ? "decoder" : "", l, {}}, mask), c);
-    x = post_norm(n, p, "encoder_attn_layer_norm", x,
-                  attention(n, p + ".encoder_attn", x, c, enc_out, {step ? "encoder" : "", l, step ? SequenceLength{} : enc}, ""),
-                  c);
+    x = residual(n, p, "self_attn_layer_norm", x, c, [&](const std::string& h) {
+      return attention(n, p + ".self_attn", h, c, "", {step ? "decoder" : "", l, {}}, mask);
+    });
+    x = residual(n, p, "encoder_attn_layer_norm", x, c, [&](const std::string& h) {
+      return attention(n, p + ".encoder_attn", h, c, enc_out, {step ? "encoder" : "", l, step ? SequenceLength{} : enc}, "");
+    });
     x = mlp(n, p, x, c);
   }
+  x = stack_norm(n, c, "model.decoder", x);
   // lm_head, tied to the token table: its own matrix here, held once by a generation.
   std::string logits = linear(n, "lm_head", x, d, vocab, false);
   if (c.final_logits_bias)
@@ -116,8 +133,11 @@ void decoder(Net& n, const ModelConfig& c, const std::string& shared, const std:
 }
 
 std::string model_doc(const ModelConfig& c) {
-  return c.model_type == "marian" ? "Marian encoder-decoder (MarianMTModel)"
-                                  : "BART encoder-decoder (BartForConditionalGeneration)";
+  if (c.model_type == "marian") return "Marian encoder-decoder (MarianMTModel)";
+  if (c.model_type == "mbart") return "mBART encoder-decoder (MBartForConditionalGeneration)";
+  if (c.model_type == "pegasus") return "Pegasus encoder-decoder (PegasusForConditionalGeneration)";
+  if (c.model_type == "m2m_100") return "M2M100 / NLLB encoder-decoder (M2M100ForConditionalGeneration)";
+  return "BART encoder-decoder (BartForConditionalGeneration)";
 }
 
 }  // namespace

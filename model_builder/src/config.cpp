@@ -226,13 +226,17 @@ void read_whisper(const Reader& r, ModelConfig& c) {
   if (c.source_positions > 65536) throw InputError(r.path + ": max_source_positions above 65,536");
 }
 
-// BartConfig and MarianConfig: encoder and decoder of one width, heads and feed-forward size
-// (every released checkpoint's agree). BART: learned positions from row 2, a LayerNorm over the
-// embeddings, GELU; Marian: sinusoidal positions (an embedding weight too) from row 0, the
-// embeddings scaled by sqrt(d_model), SiLU, and a decoder token table of its own where
-// share_encoder_decoder_embeddings is false. Both add final_logits_bias to the tied head.
+// The BART family's configs (BartConfig, MarianConfig, MBartConfig, PegasusConfig, M2M100Config):
+// encoder and decoder of one width, heads and feed-forward size (every released checkpoint's
+// agree). Per family as its HF model is built: post-LayerNorm layers (BART, Marian) or pre-
+// LayerNorm ones with a final LayerNorm per stack; positions learned or sinusoidal, read from
+// row 2 (BART, mBART, M2M100) or 0; a LayerNorm over the embeddings (BART, mBART);
+// final_logits_bias on the tied head (all but M2M100); Marian's decoder token table of its own
+// where share_encoder_decoder_embeddings is false.
 void read_bart(const Reader& r, ModelConfig& c) {
-  const bool marian = c.model_type == "marian";
+  const std::string& t = c.model_type;
+  const bool marian = t == "marian";
+  c.pre_norm = t == "mbart" || t == "pegasus" || t == "m2m_100";
   c.hidden = r.i({"d_model"}, true);
   c.layers = r.i({"encoder_layers"}, true);
   c.decoder_layers = r.i({"decoder_layers"}, true);
@@ -243,15 +247,15 @@ void read_bart(const Reader& r, ModelConfig& c) {
   c.vocab = r.i({"vocab_size"}, true);
   c.max_positions = r.i({"max_position_embeddings"}, false, marian ? 512 : 1024);
   c.learned_positions = true;
-  c.position_offset = marian ? 0 : 2;
-  c.embedding_norm = !marian;
+  c.position_offset = marian || t == "pegasus" ? 0 : 2;
+  c.embedding_norm = t == "bart" || t == "mbart";
   c.scale_embedding = r.b("scale_embedding", marian);
-  c.activation = r.s({"activation_function"}, marian ? "swish" : "gelu");
+  c.activation = r.s({"activation_function"}, marian ? "swish" : t == "bart" || t == "mbart" ? "gelu" : "relu");
   c.layer_norm_eps = 1e-5;
   c.dropout = static_cast<float>(r.f({"dropout"}, 0.1));
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
   c.tie_embeddings = r.b("tie_word_embeddings", true);
-  c.final_logits_bias = true;
+  c.final_logits_bias = t != "m2m_100";
   if (marian && !r.b("share_encoder_decoder_embeddings", true)) c.decoder_vocab = r.i({"decoder_vocab_size"}, false, c.vocab);
   if (c.decoder_vocab > 0 && c.tie_embeddings)
     throw InputError(r.path + ": a decoder token table of its own tied to the head is not built");
@@ -1342,6 +1346,9 @@ const std::map<std::string, Family>& families() {
       {"whisper", {read_whisper, builder::build_whisper, builder::build_whisper_generation}},
       {"bart", {read_bart, builder::build_bart, builder::build_bart_generation}},
       {"marian", {read_bart, builder::build_bart, builder::build_bart_generation}},
+      {"mbart", {read_bart, builder::build_bart, builder::build_bart_generation}},
+      {"pegasus", {read_bart, builder::build_bart, builder::build_bart_generation}},
+      {"m2m_100", {read_bart, builder::build_bart, builder::build_bart_generation}},
       {"llama", {read_llama, llama, builder::build_llama}},
       {"mistral", {read_llama, llama, builder::build_llama}},
       {"mixtral", {read_mixtral, llama, builder::build_llama}},

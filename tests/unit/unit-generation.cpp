@@ -2035,6 +2035,40 @@ TEST_CASE("generation: BART and Marian encode the prompt once and decode from th
   }
 }
 
+TEST_CASE("generation: mBART, Pegasus and M2M100 (NLLB) are the BART family with pre-LayerNorm layers") {
+  // facebook/nllb-200-distilled-600M: 615,073,792 parameters, as published (its sinusoidal
+  // position tables, 2 x 1026 rows, are buffers; no final_logits_bias).
+  const ModelConfig nllb = read_hf_config(test::source_dir() + "/tests/data/nllb_200_distilled_600m.json");
+  CHECK(nllb.pre_norm);
+  const LoadedModel m = build_model(nllb);
+  CHECK(parameter_count(m, false) - 2 * 1026 * 1024 == 615073792);
+  CHECK(node_count(m, [](const Node& n) { return n.name.rfind("final_logits_bias", 0) == 0; }) == 0);
+  // Each stack ends in its own LayerNorm; pre-LayerNorm layers norm a block's input, so a
+  // layer's first LayerNorm reads the residual stream, not an Add's output inside the layer.
+  for (const char* norm : {"model.encoder.layer_norm", "model.decoder.layer_norm"})
+    CHECK(node_count(m, [&](const Node& n) { return n.name.rfind(norm, 0) == 0; }) > 0);
+  CHECK(node_count(m, [](const Node& n) { return n.name.find("layernorm_embedding") != std::string::npos; }) == 0);
+  CHECK(generate(config_decoder(nllb), serving(DType::bf16, 4), 128, 64, "h100").tpot_ms > 0);
+  // mBART: pre-LayerNorm with the embedding LayerNorm and learned positions from row 2;
+  // Pegasus: sinusoidal positions from row 0, no embedding LayerNorm, final_logits_bias.
+  const std::string sizes = R"("d_model": 256, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
+      "decoder_attention_heads": 4, "encoder_ffn_dim": 512, "decoder_ffn_dim": 512, "vocab_size": 1000,
+      "max_position_embeddings": 128})";
+  const ModelConfig mbart = parse_hf_config(R"({"model_type": "mbart", )" + sizes, "mbart");
+  const ModelConfig pegasus = parse_hf_config(R"({"model_type": "pegasus", )" + sizes, "pegasus");
+  CHECK(mbart.pre_norm);
+  CHECK(mbart.embedding_norm);
+  CHECK(mbart.position_offset == 2);
+  CHECK(pegasus.pre_norm);
+  CHECK_FALSE(pegasus.embedding_norm);
+  CHECK(pegasus.position_offset == 0);
+  CHECK(pegasus.activation == "relu");
+  const int64_t d = 256, f = 512, attn = 4 * (d * d + d), ffn = d * f + f + f * d + d;
+  const int64_t layers = 2 * (attn + ffn + 2 * 2 * d) + 2 * (2 * attn + ffn + 3 * 2 * d) + 2 * 2 * d;  // + final norms
+  CHECK(parameter_count(build_model(pegasus), false) - 1000 == 1000 * d + 2 * 128 * d + layers);
+  CHECK(parameter_count(build_model(mbart), false) - 1000 == 1000 * d + 2 * 130 * d + layers + 2 * 2 * d);
+}
+
 TEST_CASE("generation: Whisper encodes 30 s of audio in the prefill and caches its 1500 positions for cross-attention") {
   // Parameters of the checkpoints (the head tied to the token embedding, counted once):
   // whisper-tiny 37,760,640; whisper-large-v3 1,543,490,560 (128 mel bins, 51,866 tokens).
