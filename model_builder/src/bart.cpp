@@ -19,29 +19,6 @@ namespace neusight::builder {
 
 namespace {
 
-// BartAttention (eager): q_proj scaled by head_dim^-0.5, k_proj, v_proj and out_proj, all
-// biased; the scores plus `mask` when given, softmax, dropout, the values. Keys and values as
-// `keys` says (encoder_decoder_keys): from `kv` (the encoder's output: cross-attention) or `x`.
-std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, const std::string& kv,
-                      const EncoderDecoderKeys& keys, const std::string& mask) {
-  const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim;
-  std::string q = linear(n, p + ".q_proj", x, d, d, true);
-  q = n.b.node("Mul", p + "/q_scale", {q, f32(n, p + "/scaling", static_cast<float>(1.0 / std::sqrt(double(hd))))});
-  q = split_heads(n, p + "/q", q, nh, hd);
-  const std::string src = kv.empty() ? x : kv;
-  const auto [k, v] = encoder_decoder_keys(n, p, keys, nh, hd, [&] {
-    return std::pair{split_heads(n, p + "/k", linear(n, p + ".k_proj", src, d, d, true), nh, hd),
-                     split_heads(n, p + "/v", linear(n, p + ".v_proj", src, d, d, true), nh, hd)};
-  });
-  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
-  if (!mask.empty()) s = n.b.node("Add", p + "/mask_Add", {s, mask});
-  s = n.b.node("Softmax", p + "/Softmax", {s});
-  n.b.attr_i("axis", -1);
-  s = dropout(n, p + ".dropout", s, c.attn_dropout);
-  const std::string o = merge_heads(n, p + "/merge", n.b.node("MatMul", p + "/MatMul_1", {s, v}), d);
-  return linear(n, p + ".out_proj", o, d, d, true);
-}
-
 // One block added to the residual with its LayerNorm `norm`: after the sum (post-LayerNorm:
 // BART, Marian) or on the block's input (pre_norm: mBART, Pegasus, M2M100). `block` maps the
 // (normed) input to the block's output.
@@ -94,7 +71,7 @@ std::string encoder(Net& n, const ModelConfig& c, const std::string& shared, con
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "model.encoder.layers." + std::to_string(l);
     x = residual(n, p, "self_attn_layer_norm", x, c,
-                 [&](const std::string& h) { return attention(n, p + ".self_attn", h, c, "", {}, ""); });
+                 [&](const std::string& h) { return seq2seq_attention(n, p + ".self_attn", h, c, "", {}, "", true); });
     x = mlp(n, p, x, c);
   }
   return stack_norm(n, c, "model.encoder", x);
@@ -116,10 +93,10 @@ void decoder(Net& n, const ModelConfig& c, const std::string& shared, const std:
   for (int64_t l = 0; l < c.decoder_layers; ++l) {
     const std::string p = "model.decoder.layers." + std::to_string(l);
     x = residual(n, p, "self_attn_layer_norm", x, c, [&](const std::string& h) {
-      return attention(n, p + ".self_attn", h, c, "", {step ? "decoder" : "", l, {}}, mask);
+      return seq2seq_attention(n, p + ".self_attn", h, c, "", {step ? "decoder" : "", l, {}}, mask, true);
     });
     x = residual(n, p, "encoder_attn_layer_norm", x, c, [&](const std::string& h) {
-      return attention(n, p + ".encoder_attn", h, c, enc_out, {step ? "encoder" : "", l, step ? SequenceLength{} : enc}, "");
+      return seq2seq_attention(n, p + ".encoder_attn", h, c, enc_out, {step ? "encoder" : "", l, step ? SequenceLength{} : enc}, "", true);
     });
     x = mlp(n, p, x, c);
   }

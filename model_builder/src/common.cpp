@@ -224,6 +224,27 @@ std::string transpose_last(Net& n, const std::string& p, const std::string& k) {
   return t;
 }
 
+std::string seq2seq_attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
+                              const std::string& kv, const EncoderDecoderKeys& keys, const std::string& mask,
+                              bool k_bias) {
+  const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim;
+  std::string q = linear(n, p + ".q_proj", x, d, d, true);
+  q = n.b.node("Mul", p + "/q_scale", {q, f32(n, p + "/scaling", static_cast<float>(1.0 / std::sqrt(double(hd))))});
+  q = split_heads(n, p + "/q", q, nh, hd);
+  const std::string src = kv.empty() ? x : kv;
+  const auto [k, v] = encoder_decoder_keys(n, p, keys, nh, hd, [&] {
+    return std::pair{split_heads(n, p + "/k", linear(n, p + ".k_proj", src, d, d, k_bias), nh, hd),
+                     split_heads(n, p + "/v", linear(n, p + ".v_proj", src, d, d, true), nh, hd)};
+  });
+  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
+  if (!mask.empty()) s = n.b.node("Add", p + "/mask_Add", {s, mask});
+  s = n.b.node("Softmax", p + "/Softmax", {s});
+  n.b.attr_i("axis", -1);
+  s = dropout(n, p + ".dropout", s, c.attn_dropout);
+  const std::string o = merge_heads(n, p + "/merge", n.b.node("MatMul", p + "/MatMul_1", {s, v}), d);
+  return linear(n, p + ".out_proj", o, d, d, true);
+}
+
 std::string decoder_causal_mask(Net& n, const std::string& past, const std::string& total) {
   const std::string zero = n.b.ints("decoder/zero", {0}, true), one = n.b.ints("decoder/one", {1}, true);
   const std::string keys = n.b.node("Range", "decoder/key_positions", {zero, total.empty() ? n.seq_scalar : total, one});

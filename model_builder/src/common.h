@@ -163,6 +163,13 @@ struct EncoderDecoderKeys {
   int64_t layer = 0;
   SequenceLength length;
 };
+// WhisperAttention and BartAttention (eager): q_proj scaled by head_dim^-0.5, k_proj (biased
+// where `k_bias`: BART's, not Whisper's), v_proj and out_proj biased; the scores plus `mask`
+// when given, softmax, dropout, the values. Keys and values as `keys` says
+// (encoder_decoder_keys): from `kv` (the encoder's output: cross-attention) or from `x`.
+std::string seq2seq_attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
+                              const std::string& kv, const EncoderDecoderKeys& keys, const std::string& mask,
+                              bool k_bias);
 // An encoder-decoder's decoder causal mask [1, 1, queries, keys] as HF's
 // _prepare_4d_causal_attention_mask builds it for an all-ones attention mask (Whisper, BART,
 // Marian): key j hidden from query i (at position past + i) where j > past + i, as finfo.min.

@@ -200,9 +200,9 @@ void read_t5(const Reader& r, ModelConfig& c) {
   if (c.rel_buckets < 2) throw InputError(r.path + ": relative_attention_num_buckets must be at least 2");
 }
 
-// WhisperConfig: encoder and decoder of one width; their heads and feed-forward sizes must
-// agree (every released checkpoint's do).
-void read_whisper(const Reader& r, ModelConfig& c) {
+// The sizes of a Whisper or BART-family config: encoder and decoder of one width, their heads
+// and feed-forward sizes the same (every released checkpoint's are).
+void read_encoder_decoder_sizes(const Reader& r, ModelConfig& c) {
   c.hidden = r.i({"d_model"}, true);
   c.layers = r.i({"encoder_layers"}, true);
   c.decoder_layers = r.i({"decoder_layers"}, true);
@@ -211,6 +211,11 @@ void read_whisper(const Reader& r, ModelConfig& c) {
   if (r.i({"decoder_attention_heads"}, false, c.heads) != c.heads || r.i({"decoder_ffn_dim"}, false, c.ffn) != c.ffn)
     throw InputError(r.path + ": encoder and decoder with different heads or feed-forward sizes are not built");
   c.vocab = r.i({"vocab_size"}, true);
+}
+
+// WhisperConfig (read_encoder_decoder_sizes), its audio input and positions.
+void read_whisper(const Reader& r, ModelConfig& c) {
+  read_encoder_decoder_sizes(r, c);
   c.mel_bins = r.i({"num_mel_bins"}, false, 80);
   c.source_positions = r.i({"max_source_positions"}, false, 1500);
   c.max_positions = r.i({"max_target_positions"}, false, 448);
@@ -237,14 +242,7 @@ void read_bart(const Reader& r, ModelConfig& c) {
   const std::string& t = c.model_type;
   const bool marian = t == "marian";
   c.pre_norm = t == "mbart" || t == "pegasus" || t == "m2m_100";
-  c.hidden = r.i({"d_model"}, true);
-  c.layers = r.i({"encoder_layers"}, true);
-  c.decoder_layers = r.i({"decoder_layers"}, true);
-  c.heads = r.i({"encoder_attention_heads"}, true);
-  c.ffn = r.i({"encoder_ffn_dim"}, true);
-  if (r.i({"decoder_attention_heads"}, false, c.heads) != c.heads || r.i({"decoder_ffn_dim"}, false, c.ffn) != c.ffn)
-    throw InputError(r.path + ": encoder and decoder with different heads or feed-forward sizes are not built");
-  c.vocab = r.i({"vocab_size"}, true);
+  read_encoder_decoder_sizes(r, c);
   c.max_positions = r.i({"max_position_embeddings"}, false, marian ? 512 : 1024);
   c.learned_positions = true;
   c.position_offset = marian || t == "pegasus" ? 0 : 2;

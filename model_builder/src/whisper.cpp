@@ -14,31 +14,6 @@ namespace neusight::builder {
 
 namespace {
 
-// Where an attention's keys and values come from: its own input (`kv` empty: encoder
-// self-attention, a decoder's), the encoder's output `kv` (cross-attention; `keys.length` its
-// positions), or a decode step's caches (encoder_decoder_keys).
-// WhisperAttention (eager): q_proj (biased) scaled by head_dim^-0.5, k_proj without a bias,
-// v_proj and out_proj biased; the scores plus `mask` when given, softmax, dropout, values.
-std::string attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c, const std::string& kv,
-                      const EncoderDecoderKeys& keys, const std::string& mask) {
-  const int64_t d = c.hidden, nh = c.heads, hd = c.head_dim;
-  std::string q = linear(n, p + ".q_proj", x, d, d, true);
-  q = n.b.node("Mul", p + "/q_scale", {q, f32(n, p + "/scaling", static_cast<float>(1.0 / std::sqrt(double(hd))))});
-  q = split_heads(n, p + "/q", q, nh, hd);
-  const std::string src = kv.empty() ? x : kv;
-  const auto [k, v] = encoder_decoder_keys(n, p, keys, nh, hd, [&] {
-    return std::pair{split_heads(n, p + "/k", linear(n, p + ".k_proj", src, d, d, false), nh, hd),
-                     split_heads(n, p + "/v", linear(n, p + ".v_proj", src, d, d, true), nh, hd)};
-  });
-  std::string s = n.b.node("MatMul", p + "/MatMul", {q, transpose_last(n, p + "/kT", k)});
-  if (!mask.empty()) s = n.b.node("Add", p + "/mask_Add", {s, mask});
-  s = n.b.node("Softmax", p + "/Softmax", {s});
-  n.b.attr_i("axis", -1);
-  s = dropout(n, p + ".dropout", s, c.attn_dropout);
-  const std::string o = merge_heads(n, p + "/merge", n.b.node("MatMul", p + "/MatMul_1", {s, v}), d);
-  return linear(n, p + ".out_proj", o, d, d, true);
-}
-
 // LayerNorm, fc1, GELU, fc2, dropout, added to the residual.
 std::string mlp(Net& n, const std::string& p, const std::string& x, const ModelConfig& c) {
   const std::string h = layer_norm(n, p + ".final_layer_norm", x, c.hidden, c.layer_norm_eps);
@@ -53,7 +28,7 @@ std::string attention_block(Net& n, const std::string& p, const std::string& x, 
                             const std::string& mask) {
   const std::string h = layer_norm(n, p + "." + name + "_layer_norm", x, c.hidden, c.layer_norm_eps);
   const std::string a =
-      dropout(n, p + "." + name + ".dropout_out", attention(n, p + "." + name, h, c, kv, keys, mask), c.dropout);
+      dropout(n, p + "." + name + ".dropout_out", seq2seq_attention(n, p + "." + name, h, c, kv, keys, mask, false), c.dropout);
   return n.b.node("Add", p + "/" + name + "_residual_Add", {x, a});
 }
 
