@@ -83,8 +83,10 @@ bool host_node(const Graph& g, const Node& n) {
   return true;
 }
 
+}  // namespace
+
 // GEMM-class ops whose float operands a preceding DequantizeLinear can feed in quantized form.
-const std::set<std::string>& qdq_gemm_ops() {
+static const std::set<std::string>& qdq_gemm_ops() {
   static const std::set<std::string> s = {"MatMul", "Gemm", "FusedMatMul", "Conv", "ConvTranspose"};
   return s;
 }
@@ -105,6 +107,8 @@ bool dequantize_into_gemm(const Graph& g, const Consumers& cons, const Node& nd)
   }
   return true;
 }
+
+namespace {
 
 bool is_scalar_const(const Graph& g, const std::string& name) {
   const TensorInfo* t = tensor(g, name);

@@ -40,6 +40,9 @@ const char* free_reason_text(FreeReason r);
 // Which nodes read each tensor (graph outputs are read by "-1").
 using Consumers = std::unordered_map<std::string, std::vector<int>>;
 Consumers consumers_of(const Graph& g);
+// A DequantizeLinear of an integer or FP8 tensor read only as GEMM operands (fusion.cpp):
+// under --fusion full inference it runs inside those GEMMs (FreeReason::dequantize_into_gemm).
+bool dequantize_into_gemm(const Graph& g, const Consumers& cons, const Node& nd);
 
 // The fusion plan: which nodes launch no kernel, and which nodes run together as one kernel.
 // What a group runs: a GEMM with its bias epilogue, a decomposed norm or activation

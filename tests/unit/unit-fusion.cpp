@@ -359,7 +359,12 @@ TEST_CASE("fusion: --fusion full runs a QDQ model's DequantizeLinear inside the 
   const KernelList eager = lower_with(b.g, Fusion::eager);
   CHECK(eager.kernels.size() == 4);  // eager runs every Q/DQ as its own kernel
   CHECK(of_class(eager, KernelClass::gemm).at(0).dtype == DType::f32);
+  // ... and says what a fusing engine would run, once.
+  REQUIRE(eager.warnings.size() == 1);
+  CHECK(eager.warnings[0].find("2 DequantizeLinear nodes feed GEMM operands") == 0);
+  CHECK(eager.warnings[0].find("--fusion full") != std::string::npos);
   const KernelList full = lower_with(b.g, Fusion::full);
+  CHECK(full.warnings.empty());
   CHECK(full.free_reason[1] == "dequantize runs in the GEMM (quantized operand)");
   CHECK(full.free_reason[2] == "dequantize runs in the GEMM (quantized operand)");
   REQUIRE(full.kernels.size() == 2);  // the QuantizeLinear and one int8 GEMM
