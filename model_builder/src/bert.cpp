@@ -1,5 +1,8 @@
-// bert.cpp - BERT encoder with pooler and sequence-classification head (HF
-// BertForSequenceClassification in eager mode, the form NeuSight traced and measured).
+// bert.cpp - BERT and RoBERTa / XLM-RoBERTa encoders in eager mode: HF
+// BertForSequenceClassification (the form NeuSight traced and measured), BertForPreTraining,
+// BertLMHeadModel / BertForMaskedLM, BertModel (the pooler, the embedding models' form), and
+// the RoBERTa equivalents (RobertaForSequenceClassification's head on the first token without a
+// pooler; positions counted from the padding index over the non-padding tokens).
 #include "common.h"
 #include "families.h"
 
@@ -23,36 +26,58 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
 
 }  // namespace
 
+namespace {
+
+// RoBERTa's create_position_ids_from_input_ids: mask = ids != padding_idx; positions =
+// cumsum(mask) * mask + padding_idx (the first token at padding_idx + 1), [batch, sequence].
+std::string roberta_positions(Net& n, const std::string& p, const std::string& ids, int64_t padding_idx) {
+  const std::string pad = n.b.ints(p + "/padding_idx", {padding_idx}, true);
+  std::string mask = n.b.node("Not", p + "/ne", {n.b.node("Equal", p + "/eq", {ids, pad})});
+  mask = n.b.node("Cast", p + "/mask_int", {mask});
+  n.b.attr_i("to", kI64);
+  const std::string cum = n.b.node("CumSum", p + "/cumsum", {mask, n.b.ints(p + "/axis1", {1}, true)});
+  return n.b.node("Add", p + "/plus_padding_idx", {n.b.node("Mul", p + "/masked", {cum, mask}), pad});
+}
+
+}  // namespace
+
 LoadedModel build_bert(const ModelConfig& c) {
-  Net n(c, "BERT encoder (BertForSequenceClassification)");
+  const bool roberta = c.position_offset > 0;
+  const std::string m = roberta ? "roberta" : "bert";
+  Net n(c, roberta ? "RoBERTa encoder (RobertaForSequenceClassification)" : "BERT encoder (BertForSequenceClassification)");
   const std::string ids = n.token_input("input_ids");
   const int64_t h = c.hidden;
-  const std::string bs_shape = n.shape_bs("bert/bs_shape", {});
+  const std::string bs_shape = n.shape_bs(m + "/bs_shape", {});
 
   // Embeddings: word + token type (buffered zeros) + position, LayerNorm, dropout.
-  std::string x = n.b.node("Gather", "bert.embeddings.word_embeddings/Gather",
-                           {n.b.weight("bert.embeddings.word_embeddings.weight", {c.vocab, h}), ids});
-  const std::string tt_ids = fill(n, "bert.embeddings/token_type_ids", bs_shape, kI64, 0);
-  const std::string tt = n.b.node("Gather", "bert.embeddings.token_type_embeddings/Gather",
-                                  {n.b.weight("bert.embeddings.token_type_embeddings.weight", {c.type_vocab, h}), tt_ids});
-  x = n.b.node("Add", "bert.embeddings/Add", {x, tt});
-  const std::string pos = n.b.node("Range", "bert.embeddings/position_ids",
-                                   {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
-  const std::string pos2 = n.b.node("Unsqueeze", "bert.embeddings/position_ids_2d", {pos, n.b.ints("const_axes0b", {0})});
-  const std::string pe = n.b.node("Gather", "bert.embeddings.position_embeddings/Gather",
-                                  {n.b.weight("bert.embeddings.position_embeddings.weight", {c.max_positions, h}), pos2});
-  x = n.b.node("Add", "bert.embeddings/Add_1", {x, pe});
-  x = layer_norm(n, "bert.embeddings.LayerNorm", x, h, c.layer_norm_eps);
-  x = dropout(n, "bert.embeddings.dropout", x, c.dropout);
+  std::string x = n.b.node("Gather", m + ".embeddings.word_embeddings/Gather",
+                           {n.b.weight(m + ".embeddings.word_embeddings.weight", {c.vocab, h}), ids});
+  const std::string tt_ids = fill(n, m + ".embeddings/token_type_ids", bs_shape, kI64, 0);
+  const std::string tt = n.b.node("Gather", m + ".embeddings.token_type_embeddings/Gather",
+                                  {n.b.weight(m + ".embeddings.token_type_embeddings.weight", {c.type_vocab, h}), tt_ids});
+  x = n.b.node("Add", m + ".embeddings/Add", {x, tt});
+  std::string pos;
+  if (roberta) {
+    pos = roberta_positions(n, m + ".embeddings/position_ids", ids, c.position_offset - 1);
+  } else {
+    pos = n.b.node("Range", "bert.embeddings/position_ids",
+                   {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
+    pos = n.b.node("Unsqueeze", "bert.embeddings/position_ids_2d", {pos, n.b.ints("const_axes0b", {0})});
+  }
+  const std::string pe = n.b.node("Gather", m + ".embeddings.position_embeddings/Gather",
+                                  {n.b.weight(m + ".embeddings.position_embeddings.weight", {c.max_positions + c.position_offset, h}), pos});
+  x = n.b.node("Add", m + ".embeddings/Add_1", {x, pe});
+  x = layer_norm(n, m + ".embeddings.LayerNorm", x, h, c.layer_norm_eps);
+  x = dropout(n, m + ".embeddings.dropout", x, c.dropout);
 
   // Extended attention mask from an all-ones mask: (1 - mask[:, None, None, :]) * finfo.min.
-  const std::string ones = fill(n, "bert/attention_mask", bs_shape, kF32, 1.0);
-  const std::string m4 = n.b.node("Unsqueeze", "bert/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
-  const std::string inv = n.b.node("Sub", "bert/mask_Sub", {f32(n, "bert/c_one", 1.0f), m4});
-  const std::string ext = n.b.node("Mul", "bert/mask_Mul", {inv, f32(n, "bert/c_min", kFloatMin)});
+  const std::string ones = fill(n, m + "/attention_mask", bs_shape, kF32, 1.0);
+  const std::string m4 = n.b.node("Unsqueeze", m + "/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
+  const std::string inv = n.b.node("Sub", m + "/mask_Sub", {f32(n, m + "/c_one", 1.0f), m4});
+  const std::string ext = n.b.node("Mul", m + "/mask_Mul", {inv, f32(n, m + "/c_min", kFloatMin)});
 
   for (int64_t l = 0; l < c.layers; ++l) {
-    const std::string p = "bert.encoder.layer." + std::to_string(l);
+    const std::string p = m + ".encoder.layer." + std::to_string(l);
     x = attention(n, p + ".attention", x, c, ext);
     std::string f = linear(n, p + ".intermediate.dense", x, h, c.ffn);
     f = activation(n, p + ".intermediate.act", f, c.activation);
@@ -62,14 +87,31 @@ LoadedModel build_bert(const ModelConfig& c) {
     x = layer_norm(n, p + ".output.LayerNorm", f, h, c.layer_norm_eps);
   }
   const std::string head = c.head.empty() ? "classification" : c.head;
-  if (head != "classification" && head != "pretraining" && head != "lm")
-    throw InputError("bert: head must be classification, pretraining or lm, got '" + head + "'");
+  if (head != "classification" && head != "pretraining" && head != "lm" && head != "base")
+    throw InputError("bert: head must be classification, pretraining, lm or base, got '" + head + "'");
+  if (roberta && head == "classification") {  // RobertaClassificationHead: no pooler
+    std::string t = n.b.node("Gather", "classifier/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
+    n.b.attr_i("axis", 1);
+    t = dropout(n, "classifier.dropout", t, c.dropout);
+    t = n.b.node("Tanh", "classifier/Tanh", {linear(n, "classifier.dense", t, h, h)});
+    t = dropout(n, "classifier.dropout_1", t, c.dropout);
+    linear(n, "classifier.out_proj", t, h, c.num_labels);
+    n.rename_last("logits");
+    n.output("logits", {"batch"}, {c.num_labels});
+    return n.finish(c);
+  }
   std::string pooled;
   if (head != "lm") {  // pooler: first token, dense, tanh
-    pooled = n.b.node("Gather", "bert.pooler/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
+    pooled = n.b.node("Gather", m + ".pooler/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
     n.b.attr_i("axis", 1);
-    pooled = linear(n, "bert.pooler.dense", pooled, h, h);
-    pooled = n.b.node("Tanh", "bert.pooler/Tanh", {pooled});
+    pooled = linear(n, m + ".pooler.dense", pooled, h, h);
+    pooled = n.b.node("Tanh", m + ".pooler/Tanh", {pooled});
+  }
+  if (head == "base") {  // BertModel / RobertaModel: the last hidden state and the pooled output
+    n.rename_last("pooler_output");
+    n.output("pooler_output", {"batch"}, {h});
+    n.output(x, {"batch", "sequence"}, {h});
+    return n.finish(c);
   }
   if (head == "classification") {
     pooled = dropout(n, "dropout", pooled, c.dropout);
@@ -78,11 +120,13 @@ LoadedModel build_bert(const ModelConfig& c) {
     n.output("logits", {"batch"}, {c.num_labels});
     return n.finish(c);
   }
-  // Masked-LM head: transform (dense, activation, LayerNorm) and the vocabulary decoder.
-  std::string t = linear(n, "cls.predictions.transform.dense", x, h, h);
-  t = activation(n, "cls.predictions.transform.act", t, c.activation);
-  t = layer_norm(n, "cls.predictions.transform.LayerNorm", t, h, c.layer_norm_eps);
-  linear(n, "cls.predictions.decoder", t, h, c.vocab);
+  // Masked-LM head: transform (dense, activation, LayerNorm) and the vocabulary decoder
+  // (RoBERTa's lm_head: dense, GELU, layer_norm, decoder).
+  const std::string lm = roberta ? "lm_head" : "cls.predictions";
+  std::string t = linear(n, lm + (roberta ? ".dense" : ".transform.dense"), x, h, h);
+  t = activation(n, lm + (roberta ? ".gelu" : ".transform.act"), t, roberta ? "gelu" : c.activation);
+  t = layer_norm(n, lm + (roberta ? ".layer_norm" : ".transform.LayerNorm"), t, h, c.layer_norm_eps);
+  linear(n, lm + ".decoder", t, h, c.vocab);
   n.rename_last("logits");
   n.output("logits", {"batch", "sequence"}, {c.vocab});
   if (head == "pretraining") {

@@ -108,9 +108,24 @@ void read_bert(const Reader& r, ModelConfig& c) {
   c.attn_dropout = static_cast<float>(r.f({"attention_probs_dropout_prob"}, 0.1));
   c.num_labels = r.i({"num_labels"}, false, 2);
   const std::string arch = r.architecture();
-  c.head = arch == "BertForPreTraining"                                  ? "pretraining"
-           : arch == "BertLMHeadModel" || arch == "BertForMaskedLM"      ? "lm"
-                                                                        : "classification";
+  auto ends = [&](const char* tail) {
+    const std::string t = tail;
+    return arch.size() >= t.size() && arch.compare(arch.size() - t.size(), t.size(), t) == 0;
+  };
+  c.head = ends("ForPreTraining")                          ? "pretraining"
+           : ends("LMHeadModel") || ends("ForMaskedLM")    ? "lm"
+           : arch == "BertModel" || ends("RobertaModel")   ? "base"
+                                                           : "classification";
+  // RoBERTa and XLM-RoBERTa: positions from padding_idx + 1, so the table's
+  // max_position_embeddings rows hold two fewer tokens.
+  if (c.model_type == "roberta" || c.model_type == "xlm-roberta") {
+    c.position_offset = r.i({"pad_token_id"}, false, 1) + 1;
+    if (c.max_positions <= c.position_offset)
+      throw InputError(r.path + ": max_position_embeddings must exceed pad_token_id + 1");
+    c.max_positions -= c.position_offset;
+    c.type_vocab = r.i({"type_vocab_size"}, false, 1);
+    c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
+  }
 }
 
 // ViTConfig: ViTForImageClassification (the class token's classifier over id2label's labels) or
@@ -1330,6 +1345,8 @@ const std::map<std::string, Family>& families() {
   static const std::map<std::string, Family> t = {
       {"gpt2", {read_gpt2, builder::build_gpt2, gpt2_step}},
       {"bert", {read_bert, builder::build_bert}},
+      {"roberta", {read_bert, builder::build_bert}},
+      {"xlm-roberta", {read_bert, builder::build_bert}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},

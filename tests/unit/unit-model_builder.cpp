@@ -295,6 +295,41 @@ TEST_CASE("model_builder: T5 and Flan-T5 are the Switch encoder-decoder without 
   CHECK(enc.model.graph.inputs.size() == 1);
 }
 
+TEST_CASE("model_builder: RoBERTa and XLM-RoBERTa are BERT with positions from the padding index") {
+  // The published parameter counts of the base models (encoder and pooler): bert-base-uncased
+  // 109,482,240; roberta-base 124,645,632; xlm-roberta-base 278,043,648 (514 position rows,
+  // one token type).
+  const auto sizes = [](const std::string& type, const std::string& arch, int64_t vocab, int64_t positions, int64_t types) {
+    return R"({"model_type": ")" + type + R"(", "architectures": [")" + arch + R"("], "hidden_size": 768,
+        "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": )" +
+           std::to_string(vocab) + R"(, "max_position_embeddings": )" + std::to_string(positions) +
+           R"(, "type_vocab_size": )" + std::to_string(types) + R"(, "pad_token_id": 1})";
+  };
+  const ModelConfig bert = parse_hf_config(sizes("bert", "BertModel", 30522, 512, 2), "bert-base-uncased");
+  const ModelConfig roberta = parse_hf_config(sizes("roberta", "RobertaModel", 50265, 514, 1), "roberta-base");
+  const ModelConfig xlmr = parse_hf_config(sizes("xlm-roberta", "XLMRobertaModel", 250002, 514, 1), "xlm-roberta-base");
+  CHECK(parameters(build_model(bert)) == 109482240);
+  CHECK(parameters(build_model(roberta)) == 124645632);
+  CHECK(parameters(build_model(xlmr)) == 278043648);
+  // 512 tokens fit RoBERTa's 514 rows (positions 2 .. 513), counted by a cumulative sum over
+  // the non-padding tokens.
+  CHECK(roberta.max_positions == 512);
+  const LoadedModel m = build_model(roberta);
+  const auto count = [&](const std::string& op) {
+    return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; });
+  };
+  CHECK(count("CumSum") == 1);
+  CHECK(m.model.graph.outputs.size() == 2);  // the pooled output and the last hidden state
+  // RobertaForSequenceClassification: its head on the first token, no pooler.
+  const LoadedModel cls =
+      build_model(parse_hf_config(sizes("roberta", "RobertaForSequenceClassification", 50265, 514, 1), "cls"));
+  CHECK(parameters(cls) == 124645632 - 768 * 768 - 768 + 768 * 768 + 768 + 768 * 2 + 2);
+  CHECK(std::none_of(cls.model.graph.nodes.begin(), cls.model.graph.nodes.end(),
+                     [](const Node& n) { return n.name.find("pooler") != std::string::npos; }));
+  CHECK_THROWS_WITH_AS(parse_hf_config(sizes("roberta", "RobertaModel", 50265, 2, 1), "r"),
+                       doctest::Contains("max_position_embeddings"), InputError);
+}
+
 TEST_CASE("model_builder: a model's folder reads as its config.json, named after the folder") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "neusight-unit-snapshot" / "Falcon-7B";
   std::filesystem::remove_all(dir.parent_path());
