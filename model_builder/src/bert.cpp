@@ -3,6 +3,8 @@
 // BertLMHeadModel / BertForMaskedLM, BertModel (the pooler, the embedding models' form), and
 // the RoBERTa equivalents (RobertaForSequenceClassification's head on the first token without a
 // pooler; positions counted from the padding index over the non-padding tokens).
+#include <cmath>
+
 #include "common.h"
 #include "families.h"
 
@@ -134,6 +136,71 @@ LoadedModel build_bert(const ModelConfig& c) {
     n.rename_last("seq_relationship_logits");
     n.output("seq_relationship_logits", {"batch"}, {2});
   }
+  return n.finish(c);
+}
+
+// DistilBERT (HF DistilBertModel, DistilBertForSequenceClassification, DistilBertForMaskedLM):
+// word and learned position embeddings (no token types), LayerNorm; post-LayerNorm layers
+// whose attention scales the queries by head_dim^-0.5 before the product and fills the masked
+// scores (masked_fill of an all-ones mask: a where over the scores), q_lin / k_lin / v_lin /
+// out_lin, sa_layer_norm, lin1, the activation, lin2, output_layer_norm.
+LoadedModel build_distilbert(const ModelConfig& c) {
+  Net n(c, "DistilBERT encoder (DistilBertForSequenceClassification)");
+  const std::string ids = n.token_input("input_ids");
+  const int64_t h = c.hidden, nh = c.heads, hd = c.head_dim;
+  const std::string e = "distilbert.embeddings";
+  std::string x = n.b.node("Gather", e + ".word_embeddings/Gather", {n.b.weight(e + ".word_embeddings.weight", {c.vocab, h}), ids});
+  std::string pos = n.b.node("Range", e + "/position_ids",
+                             {n.b.ints(e + "/zero", {0}, true), n.seq_scalar, n.b.ints(e + "/one", {1}, true)});
+  pos = n.b.node("Unsqueeze", e + "/position_ids_2d", {pos, n.b.ints(e + "/ax0", {0})});
+  x = n.b.node("Add", e + "/Add", {x, n.b.node("Gather", e + ".position_embeddings/Gather",
+                                             {n.b.weight(e + ".position_embeddings.weight", {c.max_positions, h}), pos})});
+  x = dropout(n, e + ".dropout", layer_norm(n, e + ".LayerNorm", x, h, c.layer_norm_eps), c.dropout);
+  // (attention_mask == 0) as [batch, 1, 1, keys]: the scores' masked_fill condition.
+  const std::string bs_shape = n.shape_bs("distilbert/bs_shape", {});
+  std::string masked = n.b.node("Equal", "distilbert/mask_Equal",
+                                {fill(n, "distilbert/attention_mask", bs_shape, kI64, 1.0), n.b.ints("distilbert/zero", {0}, true)});
+  masked = n.b.node("Unsqueeze", "distilbert/mask_4d", {masked, n.b.ints("distilbert/ax12", {1, 2})});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "distilbert.transformer.layer." + std::to_string(l);
+    const std::string a = p + ".attention";
+    std::string q = split_heads(n, a + "/q", linear(n, a + ".q_lin", x, h, h), nh, hd);
+    q = n.b.node("Div", a + "/q_scale", {q, f32(n, a + "/sqrt_hd", static_cast<float>(std::sqrt(double(hd))))});
+    const std::string k = split_heads(n, a + "/k", linear(n, a + ".k_lin", x, h, h), nh, hd);
+    const std::string v = split_heads(n, a + "/v", linear(n, a + ".v_lin", x, h, h), nh, hd);
+    std::string s = n.b.node("MatMul", a + "/MatMul", {q, transpose_last(n, a + "/kT", k)});
+    s = n.b.node("Where", a + "/masked_fill", {masked, f32(n, a + "/min", kFloatMin), s});
+    s = n.b.node("Softmax", a + "/Softmax", {s});
+    n.b.attr_i("axis", -1);
+    s = dropout(n, a + ".dropout", s, c.attn_dropout);
+    std::string o = merge_heads(n, a + "/merge", n.b.node("MatMul", a + "/MatMul_1", {s, v}), h);
+    o = linear(n, a + ".out_lin", o, h, h);
+    x = layer_norm(n, p + ".sa_layer_norm", n.b.node("Add", p + "/sa_residual_Add", {o, x}), h, c.layer_norm_eps);
+    std::string f = activation(n, p + ".ffn.activation", linear(n, p + ".ffn.lin1", x, h, c.ffn), c.activation);
+    f = dropout(n, p + ".ffn.dropout", linear(n, p + ".ffn.lin2", f, c.ffn, h), c.dropout);
+    x = layer_norm(n, p + ".output_layer_norm", n.b.node("Add", p + "/ffn_residual_Add", {f, x}), h, c.layer_norm_eps);
+  }
+  const std::string head = c.head.empty() ? "classification" : c.head;
+  if (head == "base") {  // DistilBertModel: the last hidden state (no pooler)
+    n.output(x, {"batch", "sequence"}, {h});
+    return n.finish(c);
+  }
+  if (head == "lm") {  // vocab_transform, GELU, vocab_layer_norm, vocab_projector (tied)
+    std::string t = activation(n, "activation", linear(n, "vocab_transform", x, h, h), c.activation);
+    t = layer_norm(n, "vocab_layer_norm", t, h, c.layer_norm_eps);
+    linear(n, "vocab_projector", t, h, c.vocab);
+    n.rename_last("logits");
+    n.output("logits", {"batch", "sequence"}, {c.vocab});
+    return n.finish(c);
+  }
+  if (head != "classification") throw InputError("distilbert: head must be classification, lm or base, got '" + head + "'");
+  std::string t = n.b.node("Gather", "pre_classifier/first_token", {x, n.b.ints("distilbert/idx0", {0}, true)});
+  n.b.attr_i("axis", 1);
+  t = n.b.node("Relu", "pre_classifier/Relu", {linear(n, "pre_classifier", t, h, h)});
+  t = dropout(n, "dropout", t, c.dropout);
+  linear(n, "classifier", t, h, c.num_labels);
+  n.rename_last("logits");
+  n.output("logits", {"batch"}, {c.num_labels});
   return n.finish(c);
 }
 

@@ -128,6 +128,24 @@ void read_bert(const Reader& r, ModelConfig& c) {
   }
 }
 
+// DistilBertConfig: dim, n_layers, n_heads, hidden_dim; the head by the architecture.
+void read_distilbert(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"n_layers"}, true);
+  c.hidden = r.i({"dim"}, true);
+  c.heads = r.i({"n_heads"}, true);
+  c.ffn = r.i({"hidden_dim"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 512);
+  c.learned_positions = true;
+  c.activation = r.s({"activation"}, "gelu");
+  c.layer_norm_eps = 1e-12;
+  c.dropout = static_cast<float>(r.f({"dropout"}, 0.1));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.1));
+  c.num_labels = r.i({"num_labels"}, false, 2);
+  const std::string arch = r.architecture();
+  c.head = arch == "DistilBertModel" ? "base" : arch == "DistilBertForMaskedLM" ? "lm" : "classification";
+}
+
 // ViTConfig: ViTForImageClassification (the class token's classifier over id2label's labels) or
 // ViTModel (its pooler).
 void read_vit(const Reader& r, ModelConfig& c) {
@@ -1347,6 +1365,7 @@ const std::map<std::string, Family>& families() {
       {"bert", {read_bert, builder::build_bert}},
       {"roberta", {read_bert, builder::build_bert}},
       {"xlm-roberta", {read_bert, builder::build_bert}},
+      {"distilbert", {read_distilbert, builder::build_distilbert}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},

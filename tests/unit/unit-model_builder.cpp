@@ -330,6 +330,24 @@ TEST_CASE("model_builder: RoBERTa and XLM-RoBERTa are BERT with positions from t
                        doctest::Contains("max_position_embeddings"), InputError);
 }
 
+TEST_CASE("model_builder: DistilBERT is six post-LayerNorm layers without token types or pooler") {
+  // distilbert-base-uncased (DistilBertModel): 66,362,880 parameters, as published.
+  const std::string sizes = R"("dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072, "vocab_size": 30522,
+      "max_position_embeddings": 512})";
+  const ModelConfig base = parse_hf_config(R"({"model_type": "distilbert", "architectures": ["DistilBertModel"], )" + sizes, "d");
+  CHECK(parameters(build_model(base)) == 66362880);
+  const ModelConfig cls = parse_hf_config(
+      R"({"model_type": "distilbert", "architectures": ["DistilBertForSequenceClassification"], )" + sizes, "d");
+  const LoadedModel m = build_model(cls);
+  CHECK(parameters(m) == 66362880 + 768 * 768 + 768 + 768 * 2 + 2);
+  const auto count = [&](const std::string& op) {
+    return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; });
+  };
+  CHECK(count("Where") == 6);  // each layer's masked_fill
+  CHECK(count("CumSum") == 0);  // positions 0 .. sequence - 1
+  CHECK(m.model.graph.outputs.size() == 1);
+}
+
 TEST_CASE("model_builder: a model's folder reads as its config.json, named after the folder") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "neusight-unit-snapshot" / "Falcon-7B";
   std::filesystem::remove_all(dir.parent_path());
