@@ -112,13 +112,15 @@ void read_bert(const Reader& r, ModelConfig& c) {
     const std::string t = tail;
     return arch.size() >= t.size() && arch.compare(arch.size() - t.size(), t.size(), t) == 0;
   };
+  // BertModel, RobertaModel, CamembertModel, ...: the encoder and its pooler (the embedding
+  // models' form); a task's head otherwise, a sequence classifier without an architecture.
   c.head = ends("ForPreTraining")                          ? "pretraining"
            : ends("LMHeadModel") || ends("ForMaskedLM")    ? "lm"
-           : arch == "BertModel" || ends("RobertaModel")   ? "base"
+           : ends("Model")                                 ? "base"
                                                            : "classification";
-  // RoBERTa and XLM-RoBERTa: positions from padding_idx + 1, so the table's
+  // RoBERTa, XLM-RoBERTa and CamemBERT: positions from padding_idx + 1, so the table's
   // max_position_embeddings rows hold two fewer tokens.
-  if (c.model_type == "roberta" || c.model_type == "xlm-roberta") {
+  if (c.model_type == "roberta" || c.model_type == "xlm-roberta" || c.model_type == "camembert") {
     c.position_offset = r.i({"pad_token_id"}, false, 1) + 1;
     if (c.max_positions <= c.position_offset)
       throw InputError(r.path + ": max_position_embeddings must exceed pad_token_id + 1");
@@ -1365,6 +1367,7 @@ const std::map<std::string, Family>& families() {
       {"bert", {read_bert, builder::build_bert}},
       {"roberta", {read_bert, builder::build_bert}},
       {"xlm-roberta", {read_bert, builder::build_bert}},
+      {"camembert", {read_bert, builder::build_bert}},
       {"distilbert", {read_distilbert, builder::build_distilbert}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},

@@ -328,6 +328,10 @@ TEST_CASE("model_builder: RoBERTa and XLM-RoBERTa are BERT with positions from t
                      [](const Node& n) { return n.name.find("pooler") != std::string::npos; }));
   CHECK_THROWS_WITH_AS(parse_hf_config(sizes("roberta", "RobertaModel", 50265, 2, 1), "r"),
                        doctest::Contains("max_position_embeddings"), InputError);
+  // CamemBERT is RoBERTa with its own vocabulary (camembert-base: 32,005 tokens).
+  const ModelConfig camembert = parse_hf_config(sizes("camembert", "CamembertModel", 32005, 514, 1), "camembert-base");
+  CHECK(camembert.head == "base");
+  CHECK(parameters(build_model(camembert)) == 124645632 + (32005 - 50265) * 768);
 }
 
 TEST_CASE("model_builder: DistilBERT is six post-LayerNorm layers without token types or pooler") {
