@@ -41,6 +41,21 @@ std::string roberta_positions(Net& n, const std::string& p, const std::string& i
   return n.b.node("Add", p + "/plus_padding_idx", {n.b.node("Mul", p + "/masked", {cum, mask}), pad});
 }
 
+// x[:, 0]: the first token's row of [batch, sequence, hidden] (a Gather on axis 1), named `p`.
+std::string first_token(Net& n, const std::string& p, const std::string& x, const std::string& zero) {
+  const std::string t = n.b.node("Gather", p, {x, n.b.ints(zero, {0}, true)});
+  n.b.attr_i("axis", 1);
+  return t;
+}
+
+// A sequence classifier's last linear `p` over `t`: logits [batch, num_labels], the output.
+LoadedModel classifier_logits(Net& n, const ModelConfig& c, const std::string& p, const std::string& t) {
+  linear(n, p, t, c.hidden, c.num_labels);
+  n.rename_last("logits");
+  n.output("logits", {"batch"}, {c.num_labels});
+  return n.finish(c);
+}
+
 }  // namespace
 
 LoadedModel build_bert(const ModelConfig& c) {
@@ -92,21 +107,13 @@ LoadedModel build_bert(const ModelConfig& c) {
   if (head != "classification" && head != "pretraining" && head != "lm" && head != "base")
     throw InputError("bert: head must be classification, pretraining, lm or base, got '" + head + "'");
   if (roberta && head == "classification") {  // RobertaClassificationHead: no pooler
-    std::string t = n.b.node("Gather", "classifier/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
-    n.b.attr_i("axis", 1);
-    t = dropout(n, "classifier.dropout", t, c.dropout);
+    std::string t = dropout(n, "classifier.dropout", first_token(n, "classifier/first_token", x, "const_idx0b"), c.dropout);
     t = n.b.node("Tanh", "classifier/Tanh", {linear(n, "classifier.dense", t, h, h)});
-    t = dropout(n, "classifier.dropout_1", t, c.dropout);
-    linear(n, "classifier.out_proj", t, h, c.num_labels);
-    n.rename_last("logits");
-    n.output("logits", {"batch"}, {c.num_labels});
-    return n.finish(c);
+    return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
   }
   std::string pooled;
   if (head != "lm") {  // pooler: first token, dense, tanh
-    pooled = n.b.node("Gather", m + ".pooler/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
-    n.b.attr_i("axis", 1);
-    pooled = linear(n, m + ".pooler.dense", pooled, h, h);
+    pooled = linear(n, m + ".pooler.dense", first_token(n, m + ".pooler/first_token", x, "const_idx0b"), h, h);
     pooled = n.b.node("Tanh", m + ".pooler/Tanh", {pooled});
   }
   if (head == "base") {  // BertModel / RobertaModel: the last hidden state and the pooled output
@@ -115,13 +122,7 @@ LoadedModel build_bert(const ModelConfig& c) {
     n.output(x, {"batch", "sequence"}, {h});
     return n.finish(c);
   }
-  if (head == "classification") {
-    pooled = dropout(n, "dropout", pooled, c.dropout);
-    linear(n, "classifier", pooled, h, c.num_labels);
-    n.rename_last("logits");
-    n.output("logits", {"batch"}, {c.num_labels});
-    return n.finish(c);
-  }
+  if (head == "classification") return classifier_logits(n, c, "classifier", dropout(n, "dropout", pooled, c.dropout));
   // Masked-LM head: transform (dense, activation, LayerNorm) and the vocabulary decoder
   // (RoBERTa's lm_head: dense, GELU, layer_norm, decoder).
   const std::string lm = roberta ? "lm_head" : "cls.predictions";
@@ -194,14 +195,9 @@ LoadedModel build_distilbert(const ModelConfig& c) {
     return n.finish(c);
   }
   if (head != "classification") throw InputError("distilbert: head must be classification, lm or base, got '" + head + "'");
-  std::string t = n.b.node("Gather", "pre_classifier/first_token", {x, n.b.ints("distilbert/idx0", {0}, true)});
-  n.b.attr_i("axis", 1);
-  t = n.b.node("Relu", "pre_classifier/Relu", {linear(n, "pre_classifier", t, h, h)});
-  t = dropout(n, "dropout", t, c.dropout);
-  linear(n, "classifier", t, h, c.num_labels);
-  n.rename_last("logits");
-  n.output("logits", {"batch"}, {c.num_labels});
-  return n.finish(c);
+  const std::string t = first_token(n, "pre_classifier/first_token", x, "distilbert/idx0");
+  return classifier_logits(n, c, "classifier",
+                           dropout(n, "dropout", n.b.node("Relu", "pre_classifier/Relu", {linear(n, "pre_classifier", t, h, h)}), c.dropout));
 }
 
 }  // namespace neusight::builder
