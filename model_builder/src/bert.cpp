@@ -56,43 +56,40 @@ LoadedModel classifier_logits(Net& n, const ModelConfig& c, const std::string& p
   return n.finish(c);
 }
 
-}  // namespace
 
-LoadedModel build_bert(const ModelConfig& c) {
-  const bool roberta = c.position_offset > 0;
-  const std::string m = roberta ? "roberta" : "bert";
-  Net n(c, roberta ? "RoBERTa encoder (RobertaForSequenceClassification)" : "BERT encoder (BertForSequenceClassification)");
-  const std::string ids = n.token_input("input_ids");
-  const int64_t h = c.hidden;
-  const std::string bs_shape = n.shape_bs(m + "/bs_shape", {});
-
-  // Embeddings: word + token type (buffered zeros) + position, LayerNorm, dropout.
+// BertEmbeddings under `m` at width `w` (the hidden size; ELECTRA's embedding_size): word +
+// token type (buffered zeros) + position (RoBERTa's from the padding index), LayerNorm, dropout.
+std::string bert_embeddings(Net& n, const ModelConfig& c, const std::string& m, const std::string& ids,
+                            const std::string& bs_shape, int64_t w) {
   std::string x = n.b.node("Gather", m + ".embeddings.word_embeddings/Gather",
-                           {n.b.weight(m + ".embeddings.word_embeddings.weight", {c.vocab, h}), ids});
+                           {n.b.weight(m + ".embeddings.word_embeddings.weight", {c.vocab, w}), ids});
   const std::string tt_ids = fill(n, m + ".embeddings/token_type_ids", bs_shape, kI64, 0);
   const std::string tt = n.b.node("Gather", m + ".embeddings.token_type_embeddings/Gather",
-                                  {n.b.weight(m + ".embeddings.token_type_embeddings.weight", {c.type_vocab, h}), tt_ids});
+                                  {n.b.weight(m + ".embeddings.token_type_embeddings.weight", {c.type_vocab, w}), tt_ids});
   x = n.b.node("Add", m + ".embeddings/Add", {x, tt});
   std::string pos;
-  if (roberta) {
+  if (c.position_offset > 0) {
     pos = roberta_positions(n, m + ".embeddings/position_ids", ids, c.position_offset - 1);
   } else {
-    pos = n.b.node("Range", "bert.embeddings/position_ids",
+    pos = n.b.node("Range", m + ".embeddings/position_ids",
                    {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
-    pos = n.b.node("Unsqueeze", "bert.embeddings/position_ids_2d", {pos, n.b.ints("const_axes0b", {0})});
+    pos = n.b.node("Unsqueeze", m + ".embeddings/position_ids_2d", {pos, n.b.ints("const_axes0b", {0})});
   }
   const std::string pe = n.b.node("Gather", m + ".embeddings.position_embeddings/Gather",
-                                  {n.b.weight(m + ".embeddings.position_embeddings.weight", {c.max_positions + c.position_offset, h}), pos});
+                                  {n.b.weight(m + ".embeddings.position_embeddings.weight", {c.max_positions + c.position_offset, w}), pos});
   x = n.b.node("Add", m + ".embeddings/Add_1", {x, pe});
-  x = layer_norm(n, m + ".embeddings.LayerNorm", x, h, c.layer_norm_eps);
-  x = dropout(n, m + ".embeddings.dropout", x, c.dropout);
+  x = layer_norm(n, m + ".embeddings.LayerNorm", x, w, c.layer_norm_eps);
+  return dropout(n, m + ".embeddings.dropout", x, c.dropout);
+}
 
-  // Extended attention mask from an all-ones mask: (1 - mask[:, None, None, :]) * finfo.min.
+// The extended attention mask of an all-ones mask ((1 - mask[:, None, None, :]) * finfo.min)
+// and BertLayer after BertLayer over `x`: the last hidden state. `bs_shape`: [batch, sequence].
+std::string bert_encoder(Net& n, const ModelConfig& c, const std::string& m, const std::string& bs_shape, std::string x) {
+  const int64_t h = c.hidden;
   const std::string ones = fill(n, m + "/attention_mask", bs_shape, kF32, 1.0);
   const std::string m4 = n.b.node("Unsqueeze", m + "/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
   const std::string inv = n.b.node("Sub", m + "/mask_Sub", {f32(n, m + "/c_one", 1.0f), m4});
   const std::string ext = n.b.node("Mul", m + "/mask_Mul", {inv, f32(n, m + "/c_min", kFloatMin)});
-
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = m + ".encoder.layer." + std::to_string(l);
     x = attention(n, p + ".attention", x, c, ext);
@@ -103,6 +100,19 @@ LoadedModel build_bert(const ModelConfig& c) {
     f = n.b.node("Add", p + ".output/residual_Add", {f, x});
     x = layer_norm(n, p + ".output.LayerNorm", f, h, c.layer_norm_eps);
   }
+  return x;
+}
+
+}  // namespace
+
+LoadedModel build_bert(const ModelConfig& c) {
+  const bool roberta = c.position_offset > 0;
+  const std::string m = roberta ? "roberta" : "bert";
+  Net n(c, roberta ? "RoBERTa encoder (RobertaForSequenceClassification)" : "BERT encoder (BertForSequenceClassification)");
+  const int64_t h = c.hidden;
+  const std::string ids = n.token_input("input_ids");
+  const std::string bs_shape = n.shape_bs(m + "/bs_shape", {});
+  const std::string x = bert_encoder(n, c, m, bs_shape, bert_embeddings(n, c, m, ids, bs_shape, h));
   const std::string head = c.head.empty() ? "classification" : c.head;
   if (head != "classification" && head != "pretraining" && head != "lm" && head != "base")
     throw InputError("bert: head must be classification, pretraining, lm or base, got '" + head + "'");
@@ -138,6 +148,47 @@ LoadedModel build_bert(const ModelConfig& c) {
     n.output("seq_relationship_logits", {"batch"}, {2});
   }
   return n.finish(c);
+}
+
+// ELECTRA (HF ElectraModel, ElectraForPreTraining, ElectraForSequenceClassification,
+// ElectraForMaskedLM): BERT's embeddings at embedding_size, projected to the hidden size where
+// they differ (embeddings_project), BERT's layers, no pooler; the discriminator's head (dense,
+// activation, one logit per token), ElectraClassificationHead on the first token (dense, GELU,
+// out_proj) or the generator's (dense to embedding_size, GELU, LayerNorm, the vocabulary).
+LoadedModel build_electra(const ModelConfig& c) {
+  Net n(c, "ELECTRA encoder (ElectraForPreTraining)");
+  const int64_t h = c.hidden, e = c.embed_dim > 0 ? c.embed_dim : h;
+  const std::string ids = n.token_input("input_ids");
+  const std::string bs_shape = n.shape_bs("electra/bs_shape", {});
+  std::string x = bert_embeddings(n, c, "electra", ids, bs_shape, e);
+  if (e != h) x = linear(n, "electra.embeddings_project", x, e, h);
+  x = bert_encoder(n, c, "electra", bs_shape, x);
+  const std::string head = c.head.empty() ? "pretraining" : c.head;
+  if (head == "base") {
+    n.output(x, {"batch", "sequence"}, {h});
+    return n.finish(c);
+  }
+  if (head == "pretraining") {
+    const std::string p = "discriminator_predictions";
+    const std::string t = activation(n, p + ".activation", linear(n, p + ".dense", x, h, h), c.activation);
+    linear(n, p + ".dense_prediction", t, h, 1);
+    n.rename_last("logits");
+    n.output("logits", {"batch", "sequence"}, {1});
+    return n.finish(c);
+  }
+  if (head == "lm") {
+    const std::string p = "generator_predictions";
+    std::string t = activation(n, p + ".activation", linear(n, p + ".dense", x, h, e), "gelu");
+    t = layer_norm(n, p + ".LayerNorm", t, e, c.layer_norm_eps);
+    linear(n, "generator_lm_head", t, e, c.vocab);
+    n.rename_last("logits");
+    n.output("logits", {"batch", "sequence"}, {c.vocab});
+    return n.finish(c);
+  }
+  if (head != "classification") throw InputError("electra: head must be pretraining, classification, lm or base, got '" + head + "'");
+  std::string t = dropout(n, "classifier.dropout", first_token(n, "classifier/first_token", x, "const_idx0b"), c.dropout);
+  t = activation(n, "classifier.activation", linear(n, "classifier.dense", t, h, h), "gelu");
+  return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
 }
 
 // DistilBERT (HF DistilBertModel, DistilBertForSequenceClassification, DistilBertForMaskedLM):

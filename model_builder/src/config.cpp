@@ -130,6 +130,18 @@ void read_bert(const Reader& r, ModelConfig& c) {
   }
 }
 
+// ElectraConfig: BertConfig's fields and embedding_size; the discriminator (ElectraForPreTraining)
+// unless the architecture names another head.
+void read_electra(const Reader& r, ModelConfig& c) {
+  read_bert(r, c);
+  c.embed_dim = r.i({"embedding_size"}, false, c.hidden);
+  const std::string arch = r.architecture();
+  c.head = arch == "ElectraModel"                      ? "base"
+           : arch == "ElectraForMaskedLM"              ? "lm"
+           : arch == "ElectraForSequenceClassification" ? "classification"
+                                                        : "pretraining";
+}
+
 // DistilBertConfig: dim, n_layers, n_heads, hidden_dim; the head by the architecture.
 void read_distilbert(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"n_layers"}, true);
@@ -1369,6 +1381,7 @@ const std::map<std::string, Family>& families() {
       {"xlm-roberta", {read_bert, builder::build_bert}},
       {"camembert", {read_bert, builder::build_bert}},
       {"distilbert", {read_distilbert, builder::build_distilbert}},
+      {"electra", {read_electra, builder::build_electra}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},

@@ -352,6 +352,26 @@ TEST_CASE("model_builder: DistilBERT is six post-LayerNorm layers without token 
   CHECK(m.model.graph.outputs.size() == 1);
 }
 
+TEST_CASE("model_builder: ELECTRA is BERT with narrower embeddings projected to the hidden size") {
+  // electra-small-discriminator's sizes: 128-wide embeddings, 256-wide layers; the
+  // discriminator's head scores each token.
+  const ModelConfig small = parse_hf_config(R"({"model_type": "electra", "architectures": ["ElectraForPreTraining"],
+      "embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
+      "intermediate_size": 1024, "vocab_size": 30522})", "electra-small");
+  CHECK(small.head == "pretraining");
+  const int64_t embeddings = (30522 + 512 + 2) * 128 + 2 * 128, project = 128 * 256 + 256;
+  const int64_t layer = 4 * (256 * 256 + 256) + 2 * 256 + (256 * 1024 + 1024) + (1024 * 256 + 256) + 2 * 256;
+  const int64_t head = 256 * 256 + 256 + 256 + 1;
+  const LoadedModel m = build_model(small);
+  CHECK(parameters(m) == embeddings + project + 12 * layer + head);
+  CHECK(m.model.graph.outputs.size() == 1);
+  // Equal widths need no projection; ElectraModel has no pooler.
+  const ModelConfig base = parse_hf_config(R"({"model_type": "electra", "architectures": ["ElectraModel"],
+      "embedding_size": 768, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+      "intermediate_size": 3072, "vocab_size": 30522})", "electra-base");
+  CHECK(parameters(build_model(base)) == 109482240 - (768 * 768 + 768));  // bert-base without its pooler
+}
+
 TEST_CASE("model_builder: a model's folder reads as its config.json, named after the folder") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "neusight-unit-snapshot" / "Falcon-7B";
   std::filesystem::remove_all(dir.parent_path());
