@@ -4,6 +4,7 @@
 // the RoBERTa equivalents (RobertaForSequenceClassification's head on the first token without a
 // pooler; positions counted from the padding index over the non-padding tokens).
 #include <cmath>
+#include <map>
 
 #include "common.h"
 #include "families.h"
@@ -189,6 +190,93 @@ LoadedModel build_electra(const ModelConfig& c) {
   std::string t = dropout(n, "classifier.dropout", first_token(n, "classifier/first_token", x, "const_idx0b"), c.dropout);
   t = activation(n, "classifier.activation", linear(n, "classifier.dense", t, h, h), "gelu");
   return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
+}
+
+namespace {
+
+// ALBERT's one layer whose weights every repetition reads: its linears and LayerNorms by
+// name, created once (`w`: weight name -> initializer), run under each repetition's node names.
+struct SharedLayer {
+  Net& n;
+  std::string weights;  // the layer's parameter prefix
+  std::map<std::string, std::string> w;
+  std::string weight(const std::string& name, const std::vector<int64_t>& dims) {
+    auto it = w.find(name);
+    if (it == w.end()) it = w.emplace(name, n.b.weight(weights + "." + name, dims)).first;
+    return it->second;
+  }
+  std::string linear(const std::string& p, const std::string& name, const std::string& x, int64_t in, int64_t out) {
+    const std::string y = n.b.node("MatMul", p + "." + name + "/MatMul", {x, weight(name + ".weight", {in, out})});
+    return n.b.node("Add", p + "." + name + "/Add", {y, weight(name + ".bias", {out})});
+  }
+  std::string layer_norm(const std::string& p, const std::string& name, const std::string& x, int64_t h, double eps) {
+    const std::string y = n.b.node("LayerNormalization", p + "." + name + "/LayerNormalization",
+                                   {x, weight(name + ".weight", {h}), weight(name + ".bias", {h})});
+    n.b.attr_i("axis", -1);
+    n.b.attr_f("epsilon", static_cast<float>(eps));
+    return y;
+  }
+};
+
+}  // namespace
+
+// ALBERT (HF AlbertModel, AlbertForSequenceClassification, AlbertForMaskedLM,
+// AlbertForPreTraining): BERT's embeddings at embedding_size, embedding_hidden_mapping_in to
+// the hidden size, then one layer's weights run num_hidden_layers times (the parameters held
+// once, the work done every time): attention (query, key, value, dense, LayerNorm) and the
+// feed-forward (ffn, the activation, ffn_output, full_layer_layer_norm); the pooler; the heads.
+LoadedModel build_albert(const ModelConfig& c) {
+  Net n(c, "ALBERT encoder (AlbertForSequenceClassification)");
+  const int64_t h = c.hidden, e = c.embed_dim > 0 ? c.embed_dim : h, nh = c.heads, hd = c.head_dim;
+  const std::string ids = n.token_input("input_ids");
+  const std::string bs_shape = n.shape_bs("albert/bs_shape", {});
+  std::string x = bert_embeddings(n, c, "albert", ids, bs_shape, e);
+  x = linear(n, "albert.encoder.embedding_hidden_mapping_in", x, e, h);
+  const std::string ones = fill(n, "albert/attention_mask", bs_shape, kF32, 1.0);
+  const std::string m4 = n.b.node("Unsqueeze", "albert/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
+  const std::string ext = n.b.node("Mul", "albert/mask_Mul", {n.b.node("Sub", "albert/mask_Sub", {f32(n, "albert/c_one", 1.0f), m4}),
+                                                              f32(n, "albert/c_min", kFloatMin)});
+  SharedLayer shared{n, "albert.encoder.albert_layer_groups.0.albert_layers.0", {}};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "albert.encoder.layer." + std::to_string(l);
+    const std::string a = p + ".attention";
+    const std::string q = split_heads(n, a + "/q", shared.linear(a, "attention.query", x, h, h), nh, hd);
+    const std::string k = split_heads(n, a + "/k", shared.linear(a, "attention.key", x, h, h), nh, hd);
+    const std::string v = split_heads(n, a + "/v", shared.linear(a, "attention.value", x, h, h), nh, hd);
+    std::string o = masked_attention(n, a, q, k, v, hd, ext, a + ".attention_dropout", c.attn_dropout, h);
+    o = dropout(n, a + ".output_dropout", shared.linear(a, "attention.dense", o, h, h), c.dropout);
+    x = shared.layer_norm(a, "attention.LayerNorm", n.b.node("Add", a + "/residual_Add", {x, o}), h, c.layer_norm_eps);
+    std::string f = activation(n, p + ".activation", shared.linear(p, "ffn", x, h, c.ffn), c.activation);
+    f = dropout(n, p + ".dropout", shared.linear(p, "ffn_output", f, c.ffn, h), c.dropout);
+    x = shared.layer_norm(p, "full_layer_layer_norm", n.b.node("Add", p + "/residual_Add", {f, x}), h, c.layer_norm_eps);
+  }
+  const std::string head = c.head.empty() ? "classification" : c.head;
+  if (head != "classification" && head != "pretraining" && head != "lm" && head != "base")
+    throw InputError("albert: head must be classification, pretraining, lm or base, got '" + head + "'");
+  std::string pooled;
+  if (head != "lm") {
+    pooled = linear(n, "albert.pooler", first_token(n, "albert.pooler/first_token", x, "const_idx0b"), h, h);
+    pooled = n.b.node("Tanh", "albert.pooler_activation/Tanh", {pooled});
+  }
+  if (head == "base") {
+    n.rename_last("pooler_output");
+    n.output("pooler_output", {"batch"}, {h});
+    n.output(x, {"batch", "sequence"}, {h});
+    return n.finish(c);
+  }
+  if (head == "classification") return classifier_logits(n, c, "classifier", dropout(n, "dropout", pooled, c.dropout));
+  // AlbertMLMHead: dense to embedding_size, the activation, LayerNorm, the vocabulary decoder.
+  std::string t = activation(n, "predictions.activation", linear(n, "predictions.dense", x, h, e), c.activation);
+  t = layer_norm(n, "predictions.LayerNorm", t, e, c.layer_norm_eps);
+  linear(n, "predictions.decoder", t, e, c.vocab);
+  n.rename_last("logits");
+  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  if (head == "pretraining") {  // sentence-order prediction on the pooled output
+    linear(n, "sop_classifier.classifier", pooled, h, 2);
+    n.rename_last("sop_logits");
+    n.output("sop_logits", {"batch"}, {2});
+  }
+  return n.finish(c);
 }
 
 // DistilBERT (HF DistilBertModel, DistilBertForSequenceClassification, DistilBertForMaskedLM):

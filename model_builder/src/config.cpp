@@ -142,6 +142,17 @@ void read_electra(const Reader& r, ModelConfig& c) {
                                                         : "pretraining";
 }
 
+// AlbertConfig: BertConfig's fields, embedding_size, and one group of one shared layer (every
+// released checkpoint's num_hidden_groups and inner_group_num).
+void read_albert(const Reader& r, ModelConfig& c) {
+  read_bert(r, c);
+  c.embed_dim = r.i({"embedding_size"}, false, 128);
+  c.activation = r.s({"hidden_act"}, "gelu_new");
+  c.type_vocab = r.i({"type_vocab_size"}, false, 2);
+  if (r.i({"num_hidden_groups"}, false, 1) != 1 || r.i({"inner_group_num"}, false, 1) != 1)
+    throw InputError(r.path + ": ALBERT with more than one layer group or inner layer is not built");
+}
+
 // DistilBertConfig: dim, n_layers, n_heads, hidden_dim; the head by the architecture.
 void read_distilbert(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"n_layers"}, true);
@@ -1382,6 +1393,7 @@ const std::map<std::string, Family>& families() {
       {"camembert", {read_bert, builder::build_bert}},
       {"distilbert", {read_distilbert, builder::build_distilbert}},
       {"electra", {read_electra, builder::build_electra}},
+      {"albert", {read_albert, builder::build_albert}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},

@@ -372,6 +372,24 @@ TEST_CASE("model_builder: ELECTRA is BERT with narrower embeddings projected to 
   CHECK(parameters(build_model(base)) == 109482240 - (768 * 768 + 768));  // bert-base without its pooler
 }
 
+TEST_CASE("model_builder: ALBERT holds one layer's weights and runs them on every layer") {
+  // albert-base-v2 (AlbertModel): 11,683,584 parameters, as published; its 12 layers' GEMMs
+  // all read the one shared layer's weights.
+  const ModelConfig c = parse_hf_config(R"({"model_type": "albert", "architectures": ["AlbertModel"],
+      "embedding_size": 128, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+      "intermediate_size": 3072, "vocab_size": 30000, "hidden_act": "gelu_new"})", "albert-base-v2");
+  const LoadedModel m = build_model(c);
+  CHECK(parameters(m) == 11683584);
+  const std::string query = "albert.encoder.albert_layer_groups.0.albert_layers.0.attention.query.weight";
+  const auto readers = std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), [&](const Node& n) {
+    return std::find(n.inputs.begin(), n.inputs.end(), query) != n.inputs.end();
+  });
+  CHECK(readers == 12);
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "albert", "hidden_size": 768, "num_hidden_layers": 12,
+      "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30000, "num_hidden_groups": 2})", "a"),
+                       doctest::Contains("layer group"), InputError);
+}
+
 TEST_CASE("model_builder: a model's folder reads as its config.json, named after the folder") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "neusight-unit-snapshot" / "Falcon-7B";
   std::filesystem::remove_all(dir.parent_path());
