@@ -57,17 +57,47 @@ LoadedModel classifier_logits(Net& n, const ModelConfig& c, const std::string& p
   return n.finish(c);
 }
 
+// A masked-LM head's names: the transform's dense, its activation and LayerNorm, the decoder.
+struct MlmNames {
+  const char* dense;
+  const char* act;
+  const char* norm;
+  const char* decoder;
+};
+
+// The masked-LM head over `x`: dense (hidden -> `width`), the activation `act`, LayerNorm, the
+// vocabulary decoder; logits [batch, sequence, vocab], the output.
+void mlm_logits(Net& n, const ModelConfig& c, const std::string& x, const MlmNames& names, int64_t width,
+                const std::string& act) {
+  std::string t = activation(n, names.act, linear(n, names.dense, x, c.hidden, width), act);
+  t = layer_norm(n, names.norm, t, width, c.layer_norm_eps);
+  linear(n, names.decoder, t, width, c.vocab);
+  n.rename_last("logits");
+  n.output("logits", {"batch", "sequence"}, {c.vocab});
+}
+
+// RoBERTa's (and MPNet's; ELECTRA's with GELU) classification head on the first token without
+// a pooler: dropout, dense, `act`, dropout, out_proj.
+LoadedModel first_token_classifier(Net& n, const ModelConfig& c, const std::string& x, const std::string& act) {
+  std::string t = dropout(n, "classifier.dropout", first_token(n, "classifier/first_token", x, "const_idx0b"), c.dropout);
+  const std::string d = linear(n, "classifier.dense", t, c.hidden, c.hidden);
+  t = act == "tanh" ? n.b.node("Tanh", "classifier/Tanh", {d}) : activation(n, "classifier.activation", d, act);
+  return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
+}
 
 // BertEmbeddings under `m` at width `w` (the hidden size; ELECTRA's embedding_size): word +
-// token type (buffered zeros) + position (RoBERTa's from the padding index), LayerNorm, dropout.
+// token type (buffered zeros; none where type_vocab is 0) + position (RoBERTa's from the
+// padding index), LayerNorm, dropout.
 std::string bert_embeddings(Net& n, const ModelConfig& c, const std::string& m, const std::string& ids,
                             const std::string& bs_shape, int64_t w) {
   std::string x = n.b.node("Gather", m + ".embeddings.word_embeddings/Gather",
                            {n.b.weight(m + ".embeddings.word_embeddings.weight", {c.vocab, w}), ids});
-  const std::string tt_ids = fill(n, m + ".embeddings/token_type_ids", bs_shape, kI64, 0);
-  const std::string tt = n.b.node("Gather", m + ".embeddings.token_type_embeddings/Gather",
-                                  {n.b.weight(m + ".embeddings.token_type_embeddings.weight", {c.type_vocab, w}), tt_ids});
-  x = n.b.node("Add", m + ".embeddings/Add", {x, tt});
+  if (c.type_vocab > 0) {  // MPNet has none
+    const std::string tt_ids = fill(n, m + ".embeddings/token_type_ids", bs_shape, kI64, 0);
+    const std::string tt = n.b.node("Gather", m + ".embeddings.token_type_embeddings/Gather",
+                                    {n.b.weight(m + ".embeddings.token_type_embeddings.weight", {c.type_vocab, w}), tt_ids});
+    x = n.b.node("Add", m + ".embeddings/Add", {x, tt});
+  }
   std::string pos;
   if (c.position_offset > 0) {
     pos = roberta_positions(n, m + ".embeddings/position_ids", ids, c.position_offset - 1);
@@ -117,11 +147,7 @@ LoadedModel build_bert(const ModelConfig& c) {
   const std::string head = c.head.empty() ? "classification" : c.head;
   if (head != "classification" && head != "pretraining" && head != "lm" && head != "base")
     throw InputError("bert: head must be classification, pretraining, lm or base, got '" + head + "'");
-  if (roberta && head == "classification") {  // RobertaClassificationHead: no pooler
-    std::string t = dropout(n, "classifier.dropout", first_token(n, "classifier/first_token", x, "const_idx0b"), c.dropout);
-    t = n.b.node("Tanh", "classifier/Tanh", {linear(n, "classifier.dense", t, h, h)});
-    return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
-  }
+  if (roberta && head == "classification") return first_token_classifier(n, c, x, "tanh");  // no pooler
   std::string pooled;
   if (head != "lm") {  // pooler: first token, dense, tanh
     pooled = linear(n, m + ".pooler.dense", first_token(n, m + ".pooler/first_token", x, "const_idx0b"), h, h);
@@ -136,13 +162,10 @@ LoadedModel build_bert(const ModelConfig& c) {
   if (head == "classification") return classifier_logits(n, c, "classifier", dropout(n, "dropout", pooled, c.dropout));
   // Masked-LM head: transform (dense, activation, LayerNorm) and the vocabulary decoder
   // (RoBERTa's lm_head: dense, GELU, layer_norm, decoder).
-  const std::string lm = roberta ? "lm_head" : "cls.predictions";
-  std::string t = linear(n, lm + (roberta ? ".dense" : ".transform.dense"), x, h, h);
-  t = activation(n, lm + (roberta ? ".gelu" : ".transform.act"), t, roberta ? "gelu" : c.activation);
-  t = layer_norm(n, lm + (roberta ? ".layer_norm" : ".transform.LayerNorm"), t, h, c.layer_norm_eps);
-  linear(n, lm + ".decoder", t, h, c.vocab);
-  n.rename_last("logits");
-  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  if (roberta) mlm_logits(n, c, x, {"lm_head.dense", "lm_head.gelu", "lm_head.layer_norm", "lm_head.decoder"}, h, "gelu");
+  else
+    mlm_logits(n, c, x, {"cls.predictions.transform.dense", "cls.predictions.transform.act",
+                         "cls.predictions.transform.LayerNorm", "cls.predictions.decoder"}, h, c.activation);
   if (head == "pretraining") {
     linear(n, "cls.seq_relationship", pooled, h, 2);
     n.rename_last("seq_relationship_logits");
@@ -178,18 +201,12 @@ LoadedModel build_electra(const ModelConfig& c) {
     return n.finish(c);
   }
   if (head == "lm") {
-    const std::string p = "generator_predictions";
-    std::string t = activation(n, p + ".activation", linear(n, p + ".dense", x, h, e), "gelu");
-    t = layer_norm(n, p + ".LayerNorm", t, e, c.layer_norm_eps);
-    linear(n, "generator_lm_head", t, e, c.vocab);
-    n.rename_last("logits");
-    n.output("logits", {"batch", "sequence"}, {c.vocab});
+    mlm_logits(n, c, x, {"generator_predictions.dense", "generator_predictions.activation", "generator_predictions.LayerNorm",
+                         "generator_lm_head"}, e, "gelu");
     return n.finish(c);
   }
   if (head != "classification") throw InputError("electra: head must be pretraining, classification, lm or base, got '" + head + "'");
-  std::string t = dropout(n, "classifier.dropout", first_token(n, "classifier/first_token", x, "const_idx0b"), c.dropout);
-  t = activation(n, "classifier.activation", linear(n, "classifier.dense", t, h, h), "gelu");
-  return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
+  return first_token_classifier(n, c, x, "gelu");
 }
 
 namespace {
@@ -266,16 +283,63 @@ LoadedModel build_albert(const ModelConfig& c) {
   }
   if (head == "classification") return classifier_logits(n, c, "classifier", dropout(n, "dropout", pooled, c.dropout));
   // AlbertMLMHead: dense to embedding_size, the activation, LayerNorm, the vocabulary decoder.
-  std::string t = activation(n, "predictions.activation", linear(n, "predictions.dense", x, h, e), c.activation);
-  t = layer_norm(n, "predictions.LayerNorm", t, e, c.layer_norm_eps);
-  linear(n, "predictions.decoder", t, e, c.vocab);
-  n.rename_last("logits");
-  n.output("logits", {"batch", "sequence"}, {c.vocab});
+  mlm_logits(n, c, x, {"predictions.dense", "predictions.activation", "predictions.LayerNorm", "predictions.decoder"}, e,
+             c.activation);
   if (head == "pretraining") {  // sentence-order prediction on the pooled output
     linear(n, "sop_classifier.classifier", pooled, h, 2);
     n.rename_last("sop_logits");
     n.output("sop_logits", {"batch"}, {2});
   }
+  return n.finish(c);
+}
+
+// MPNet (HF MPNetModel, the form of sentence-transformers' all-mpnet-base-v2;
+// MPNetForSequenceClassification, MPNetForMaskedLM): BERT's embeddings without token types,
+// positions from the padding index; a T5-style bidirectional relative position bias computed
+// once ([1, q, k, heads] permuted, expanded to the batch and made contiguous) and added to every
+// layer's scaled scores before the mask; BERT's layer with attn.q / k / v / o; the pooler.
+LoadedModel build_mpnet(const ModelConfig& c) {
+  Net n(c, "MPNet encoder (MPNetModel)");
+  const int64_t h = c.hidden, nh = c.heads, hd = c.head_dim;
+  const std::string ids = n.token_input("input_ids");
+  const std::string bs_shape = n.shape_bs("mpnet/bs_shape", {});
+  std::string x = bert_embeddings(n, c, "mpnet", ids, bs_shape, h);
+  const std::string ones = fill(n, "mpnet/attention_mask", bs_shape, kF32, 1.0);
+  const std::string m4 = n.b.node("Unsqueeze", "mpnet/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
+  const std::string ext = n.b.node("Mul", "mpnet/mask_Mul", {n.b.node("Sub", "mpnet/mask_Sub", {f32(n, "mpnet/c_one", 1.0f), m4}),
+                                                             f32(n, "mpnet/c_min", kFloatMin)});
+  std::string bias = n.b.node("Transpose", "mpnet.encoder/permute",
+                              {relative_position_bias(n, "mpnet.encoder", c, true)});
+  n.b.attr_ints("perm", {0, 3, 1, 2});
+  const std::string bias_shape = n.b.node("Concat", "mpnet.encoder/bias_shape",
+                                          {n.batch, n.b.ints("mpnet.encoder/heads", {nh}), n.seq, n.seq});
+  n.b.attr_i("axis", 0);
+  bias = n.b.node("Expand", "mpnet.encoder/expand_contiguous", {bias, bias_shape});
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const std::string p = "mpnet.encoder.layer." + std::to_string(l);
+    const std::string a = p + ".attention.attn";
+    const std::string q = split_heads(n, a + "/q", linear(n, a + ".q", x, h, h), nh, hd);
+    const std::string k = split_heads(n, a + "/k", linear(n, a + ".k", x, h, h), nh, hd);
+    const std::string v = split_heads(n, a + "/v", linear(n, a + ".v", x, h, h), nh, hd);
+    std::string o = masked_attention(n, a, q, k, v, hd, ext, a + ".dropout", c.attn_dropout, h, 0, bias);
+    o = dropout(n, p + ".attention.dropout", linear(n, a + ".o", o, h, h), c.dropout);
+    x = layer_norm(n, p + ".attention.LayerNorm", n.b.node("Add", p + ".attention/residual_Add", {o, x}), h, c.layer_norm_eps);
+    std::string f = activation(n, p + ".intermediate.act", linear(n, p + ".intermediate.dense", x, h, c.ffn), c.activation);
+    f = dropout(n, p + ".output.dropout", linear(n, p + ".output.dense", f, c.ffn, h), c.dropout);
+    x = layer_norm(n, p + ".output.LayerNorm", n.b.node("Add", p + ".output/residual_Add", {f, x}), h, c.layer_norm_eps);
+  }
+  const std::string head = c.head.empty() ? "base" : c.head;
+  if (head == "lm") {  // MPNetLMHead: dense, GELU, layer_norm, decoder
+    mlm_logits(n, c, x, {"lm_head.dense", "lm_head.gelu", "lm_head.layer_norm", "lm_head.decoder"}, h, "gelu");
+    return n.finish(c);
+  }
+  if (head == "classification") return first_token_classifier(n, c, x, "tanh");  // no pooler
+  if (head != "base") throw InputError("mpnet: head must be base, classification or lm, got '" + head + "'");
+  const std::string pooled = linear(n, "mpnet.pooler.dense", first_token(n, "mpnet.pooler/first_token", x, "const_idx0b"), h, h);
+  n.b.node("Tanh", "mpnet.pooler/Tanh", {pooled});
+  n.rename_last("pooler_output");
+  n.output("pooler_output", {"batch"}, {h});
+  n.output(x, {"batch", "sequence"}, {h});
   return n.finish(c);
 }
 
@@ -326,11 +390,7 @@ LoadedModel build_distilbert(const ModelConfig& c) {
     return n.finish(c);
   }
   if (head == "lm") {  // vocab_transform, GELU, vocab_layer_norm, vocab_projector (tied)
-    std::string t = activation(n, "activation", linear(n, "vocab_transform", x, h, h), c.activation);
-    t = layer_norm(n, "vocab_layer_norm", t, h, c.layer_norm_eps);
-    linear(n, "vocab_projector", t, h, c.vocab);
-    n.rename_last("logits");
-    n.output("logits", {"batch", "sequence"}, {c.vocab});
+    mlm_logits(n, c, x, {"vocab_transform", "activation", "vocab_layer_norm", "vocab_projector"}, h, c.activation);
     return n.finish(c);
   }
   if (head != "classification") throw InputError("distilbert: head must be classification, lm or base, got '" + head + "'");

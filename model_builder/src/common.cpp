@@ -245,6 +245,45 @@ std::string seq2seq_attention(Net& n, const std::string& p, const std::string& x
   return linear(n, p + ".out_proj", o, d, d, true);
 }
 
+std::string relative_position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional,
+                                   const std::string& past, const std::string& total) {
+  constexpr int64_t kMaxDistance = 128;  // relative_attention_max_distance (T5, MPNet)
+  const std::string zero = n.b.ints(p + "/zero", {0}, true), one = n.b.ints(p + "/one", {1}, true);
+  const std::string ar = n.b.node("Range", p + "/arange", {zero, total.empty() ? n.seq_scalar : total, one});
+  const std::string q_ar = past.empty() ? ar : n.b.node("Range", p + "/query_arange", {past, total, one});
+  const std::string ctx = n.b.node("Unsqueeze", p + "/context", {q_ar, n.b.ints(p + "/ax1", {1})});
+  const std::string mem = n.b.node("Unsqueeze", p + "/memory", {ar, n.b.ints(p + "/ax0", {0})});
+  std::string rel = n.b.node("Sub", p + "/relative_position", {mem, ctx});
+  int64_t nb = c.rel_buckets;
+  std::string buckets;
+  if (bidirectional) {
+    nb /= 2;
+    const std::string pos = n.b.node("Cast", p + "/positive", {n.b.node("Greater", p + "/Greater", {rel, n.b.ints(p + "/z", {0}, true)})});
+    n.b.attr_i("to", kI64);
+    buckets = n.b.node("Mul", p + "/bucket_offset", {pos, n.b.ints(p + "/half", {nb}, true)});
+    rel = n.b.node("Abs", p + "/Abs", {rel});
+  } else {
+    rel = n.b.node("Neg", p + "/Neg", {n.b.node("Min", p + "/Min", {rel, n.b.ints(p + "/z", {0}, true)})});
+  }
+  const int64_t max_exact = nb / 2;
+  const std::string small = n.b.node("Less", p + "/is_small", {rel, n.b.ints(p + "/max_exact", {max_exact}, true)});
+  std::string large = n.b.node("Cast", p + "/rel_float", {rel});
+  n.b.attr_i("to", kF32);
+  large = n.b.node("Div", p + "/Div", {large, f32(n, p + "/max_exact_f", float(max_exact))});
+  large = n.b.node("Log", p + "/Log", {large});
+  large = n.b.node("Div", p + "/Div_1", {large, f32(n, p + "/log_ratio", float(std::log(double(kMaxDistance) / max_exact)))});
+  large = n.b.node("Mul", p + "/Mul", {large, f32(n, p + "/span", float(nb - max_exact))});
+  large = n.b.node("Cast", p + "/large_long", {large});
+  n.b.attr_i("to", kI64);
+  large = n.b.node("Add", p + "/Add", {large, n.b.ints(p + "/max_exact_i", {max_exact}, true)});
+  large = n.b.node("Min", p + "/Min_1", {large, n.b.ints(p + "/last_bucket", {nb - 1}, true)});
+  std::string bucket = n.b.node("Where", p + "/Where", {small, rel, large});
+  if (!buckets.empty()) bucket = n.b.node("Add", p + "/Add_1", {buckets, bucket});
+  const std::string vals =
+      n.b.node("Gather", p + ".relative_attention_bias/Gather", {n.b.weight(p + ".relative_attention_bias.weight", {c.rel_buckets, c.heads}), bucket});
+  return n.b.node("Unsqueeze", p + "/bias_4d", {vals, n.b.ints(p + "/ax0b", {0})});
+}
+
 std::string decoder_causal_mask(Net& n, const std::string& past, const std::string& total) {
   const std::string zero = n.b.ints("decoder/zero", {0}, true), one = n.b.ints("decoder/one", {1}, true);
   const std::string keys = n.b.node("Range", "decoder/key_positions", {zero, total.empty() ? n.seq_scalar : total, one});

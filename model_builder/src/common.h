@@ -170,6 +170,14 @@ struct EncoderDecoderKeys {
 std::string seq2seq_attention(Net& n, const std::string& p, const std::string& x, const ModelConfig& c,
                               const std::string& kv, const EncoderDecoderKeys& keys, const std::string& mask,
                               bool k_bias);
+// T5's relative position buckets and bias (MPNet's are the same), as stored: the embedding
+// lookup's [1, q, k, heads] (`p`.relative_attention_bias.weight [rel_buckets, heads]); PyTorch's
+// `values.permute([2, 0, 1]).unsqueeze(0)` is a view of it. Bidirectional (an encoder) or
+// causal buckets; queries and keys at positions 0..s-1 (the Net's sequence), or (`past`, a
+// decode step's cached length, and `total`, past + the step's tokens; scalars) queries at
+// past..total-1 against keys 0..total-1, as T5Attention.compute_bias does with cache_position.
+std::string relative_position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional,
+                                   const std::string& past = "", const std::string& total = "");
 // An encoder-decoder's decoder causal mask [1, 1, queries, keys] as HF's
 // _prepare_4d_causal_attention_mask builds it for an all-ones attention mask (Whisper, BART,
 // Marian): key j hidden from query i (at position past + i) where j > past + i, as finfo.min.

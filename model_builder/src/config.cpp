@@ -153,6 +153,21 @@ void read_albert(const Reader& r, ModelConfig& c) {
     throw InputError(r.path + ": ALBERT with more than one layer group or inner layer is not built");
 }
 
+// MPNetConfig: BertConfig's fields without token types, positions from pad_token_id + 1 as
+// RoBERTa's, relative_attention_num_buckets for the position bias.
+void read_mpnet(const Reader& r, ModelConfig& c) {
+  read_bert(r, c);
+  c.type_vocab = 0;
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
+  c.rel_buckets = r.i({"relative_attention_num_buckets"}, false, 32);
+  if (c.rel_buckets < 2) throw InputError(r.path + ": relative_attention_num_buckets must be at least 2");
+  c.position_offset = r.i({"pad_token_id"}, false, 1) + 1;
+  if (c.max_positions <= c.position_offset) throw InputError(r.path + ": max_position_embeddings must exceed pad_token_id + 1");
+  c.max_positions -= c.position_offset;
+  const std::string arch = r.architecture();
+  c.head = arch == "MPNetForMaskedLM" ? "lm" : arch == "MPNetForSequenceClassification" ? "classification" : "base";
+}
+
 // DistilBertConfig: dim, n_layers, n_heads, hidden_dim; the head by the architecture.
 void read_distilbert(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"n_layers"}, true);
@@ -1394,6 +1409,7 @@ const std::map<std::string, Family>& families() {
       {"distilbert", {read_distilbert, builder::build_distilbert}},
       {"electra", {read_electra, builder::build_electra}},
       {"albert", {read_albert, builder::build_albert}},
+      {"mpnet", {read_mpnet, builder::build_mpnet}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},

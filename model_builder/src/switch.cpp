@@ -11,51 +11,6 @@ namespace neusight::builder {
 
 namespace {
 
-constexpr int64_t kMaxDistance = 128;  // T5 relative_attention_max_distance
-
-// T5 relative position buckets and bias, as stored: the embedding lookup's [1, q, k, heads].
-// PyTorch's `values.permute([2, 0, 1]).unsqueeze(0)` is a view of it, no copy; see
-// biased_scores. Queries and keys at positions 0..s-1 (the Net's sequence), or (`past`, a
-// decode step's cached length, and `total`, past + the step's tokens; scalars) queries at
-// past..total-1 against keys 0..total-1, as T5Attention.compute_bias does with cache_position.
-std::string position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional,
-                          const std::string& past = "", const std::string& total = "") {
-  const std::string zero = n.b.ints(p + "/zero", {0}, true), one = n.b.ints(p + "/one", {1}, true);
-  const std::string ar = n.b.node("Range", p + "/arange", {zero, total.empty() ? n.seq_scalar : total, one});
-  const std::string q_ar = past.empty() ? ar : n.b.node("Range", p + "/query_arange", {past, total, one});
-  const std::string ctx = n.b.node("Unsqueeze", p + "/context", {q_ar, n.b.ints(p + "/ax1", {1})});
-  const std::string mem = n.b.node("Unsqueeze", p + "/memory", {ar, n.b.ints(p + "/ax0", {0})});
-  std::string rel = n.b.node("Sub", p + "/relative_position", {mem, ctx});
-  int64_t nb = c.rel_buckets;
-  std::string buckets;
-  if (bidirectional) {
-    nb /= 2;
-    const std::string pos = n.b.node("Cast", p + "/positive", {n.b.node("Greater", p + "/Greater", {rel, n.b.ints(p + "/z", {0}, true)})});
-    n.b.attr_i("to", kI64);
-    buckets = n.b.node("Mul", p + "/bucket_offset", {pos, n.b.ints(p + "/half", {nb}, true)});
-    rel = n.b.node("Abs", p + "/Abs", {rel});
-  } else {
-    rel = n.b.node("Neg", p + "/Neg", {n.b.node("Min", p + "/Min", {rel, n.b.ints(p + "/z", {0}, true)})});
-  }
-  const int64_t max_exact = nb / 2;
-  const std::string small = n.b.node("Less", p + "/is_small", {rel, n.b.ints(p + "/max_exact", {max_exact}, true)});
-  std::string large = n.b.node("Cast", p + "/rel_float", {rel});
-  n.b.attr_i("to", kF32);
-  large = n.b.node("Div", p + "/Div", {large, f32(n, p + "/max_exact_f", float(max_exact))});
-  large = n.b.node("Log", p + "/Log", {large});
-  large = n.b.node("Div", p + "/Div_1", {large, f32(n, p + "/log_ratio", float(std::log(double(kMaxDistance) / max_exact)))});
-  large = n.b.node("Mul", p + "/Mul", {large, f32(n, p + "/span", float(nb - max_exact))});
-  large = n.b.node("Cast", p + "/large_long", {large});
-  n.b.attr_i("to", kI64);
-  large = n.b.node("Add", p + "/Add", {large, n.b.ints(p + "/max_exact_i", {max_exact}, true)});
-  large = n.b.node("Min", p + "/Min_1", {large, n.b.ints(p + "/last_bucket", {nb - 1}, true)});
-  std::string bucket = n.b.node("Where", p + "/Where", {small, rel, large});
-  if (!buckets.empty()) bucket = n.b.node("Add", p + "/Add_1", {buckets, bucket});
-  const std::string vals =
-      n.b.node("Gather", p + ".relative_attention_bias/Gather", {n.b.weight(p + ".relative_attention_bias.weight", {c.rel_buckets, c.heads}), bucket});
-  return n.b.node("Unsqueeze", p + "/bias_4d", {vals, n.b.ints(p + "/ax0b", {0})});
-}
-
 // The [*, heads, q, k] view of a bias stored [*, q, k, heads]. `position_bias + mask`
 // (first layer) keeps the permuted operand's layout (TensorIterator allocates the output in
 // the order of its first operand), so the masked bias PyTorch adds to every layer's scores
@@ -331,7 +286,7 @@ std::string decoder(Net& n, const ModelConfig& c, const std::string& shared, con
   const std::string dec_bias =
       bias_view(n, "decoder.block.0.layer.0.SelfAttention",
                 n.b.node("Add", "decoder/position_bias_Add",
-                         {position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false, dk.past, dk.total), mask}));
+                         {relative_position_bias(n, "decoder.block.0.layer.0.SelfAttention", c, false, dk.past, dk.total), mask}));
   const std::string enc_len = dk.enc.len.empty() ? n.seq : dk.enc.len;
   const std::string zshape = n.b.node("Concat", "decoder/cross_bias_shape",
                                       {n.b.ints("decoder/one_h", {1, c.heads}), n.seq, enc_len});
@@ -366,7 +321,7 @@ std::string encoder(Net& n, const ModelConfig& c, const std::string& shared, con
   const std::string enc_bias =
       bias_view(n, "encoder.block.0.layer.0.SelfAttention",
                 n.b.node("Add", "encoder/position_bias_Add",
-                         {position_bias(n, "encoder.block.0.layer.0.SelfAttention", c, true), enc_mask}));
+                         {relative_position_bias(n, "encoder.block.0.layer.0.SelfAttention", c, true), enc_mask}));
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "encoder.block." + std::to_string(l);
     x = attn_layer(n, p + ".layer.0", x, "", c, enc_bias, "SelfAttention");

@@ -390,6 +390,27 @@ TEST_CASE("model_builder: ALBERT holds one layer's weights and runs them on ever
                        doctest::Contains("layer group"), InputError);
 }
 
+TEST_CASE("model_builder: MPNet is BERT without token types, with a relative position bias on every layer") {
+  // all-mpnet-base-v2's sizes (MPNetModel): 30,527 tokens, 514 position rows, 32 buckets x 12
+  // heads of bias: bert-base's 109,482,240 + 5 x 768 tokens - 2 x 768 token types + 2 x 768
+  // positions + 384 = 109,486,464.
+  const ModelConfig c = parse_hf_config(R"({"model_type": "mpnet", "architectures": ["MPNetModel"], "hidden_size": 768,
+      "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 30527,
+      "max_position_embeddings": 514, "pad_token_id": 1})", "all-mpnet-base-v2");
+  CHECK(c.max_positions == 512);
+  const LoadedModel m = build_model(c);
+  CHECK(parameters(m) == 109486464);
+  const auto count = [&](const std::string& op) {
+    return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; });
+  };
+  CHECK(count("Expand") == 1);  // the bias, made contiguous for the batch once
+  const auto bias_reads = std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), [](const Node& n) {
+    return n.name.find("/bias_Add") != std::string::npos;
+  });
+  CHECK(bias_reads == 12);
+  CHECK(count("CumSum") == 1);  // positions from the padding index
+}
+
 TEST_CASE("model_builder: a model's folder reads as its config.json, named after the folder") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "neusight-unit-snapshot" / "Falcon-7B";
   std::filesystem::remove_all(dir.parent_path());
