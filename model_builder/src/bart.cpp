@@ -2,7 +2,8 @@
 // MarianMTModel, MBartForConditionalGeneration, PegasusForConditionalGeneration,
 // M2M100ForConditionalGeneration: NLLB): token embeddings scaled by embed_scale plus a position
 // table (learned from row 2: BART, mBART; sinusoidal: Marian and Pegasus an embedding weight, M2M100
-// a buffer from row 2), BART's and mBART's LayerNorm over them; post-LayerNorm layers (BART,
+// a buffer from row 2, its positions counted over the non-padding token ids), BART's and mBART's
+// LayerNorm over them; post-LayerNorm layers (BART,
 // Marian) or pre-LayerNorm ones with a final LayerNorm per stack (mBART, Pegasus, M2M100):
 // self-attention, the decoder's cross-attention, fc1, activation, fc2; the head tied to the
 // shared embedding, plus final_logits_bias but in M2M100. The forward pass, a generation's
@@ -52,13 +53,17 @@ std::string embed(Net& n, const ModelConfig& c, const std::string& stack, const 
   std::string x = n.b.node("Gather", stack + ".embed_tokens/Gather", {table, ids});
   const float scale = c.scale_embedding ? static_cast<float>(std::sqrt(double(d))) : 1.0f;
   x = n.b.node("Mul", stack + ".embed_tokens/embed_scale", {x, f32(n, stack + "/embed_scale", scale)});
-  const std::string first = past.empty() ? n.b.ints(stack + "/pos_zero", {0}, true) : past;
-  const std::string last = total.empty() ? n.seq_scalar : total;
-  std::string positions = n.b.node("Range", stack + ".embed_positions/positions",
-                                   {first, last, n.b.ints(stack + "/pos_one", {1}, true)});
-  if (c.position_offset > 0)
-    positions = n.b.node("Add", stack + ".embed_positions/offset",
-                         {positions, n.b.ints(stack + "/pos_offset", {c.position_offset}, true)});
+  std::string positions;
+  if (c.model_type == "m2m_100") {  // counted over the non-padding token ids
+    positions = padding_positions(n, stack + ".embed_positions", ids, c.position_offset - 1, past);
+  } else {
+    const std::string first = past.empty() ? n.b.ints(stack + "/pos_zero", {0}, true) : past;
+    const std::string last = total.empty() ? n.seq_scalar : total;
+    positions = n.b.node("Range", stack + ".embed_positions/positions", {first, last, n.b.ints(stack + "/pos_one", {1}, true)});
+    if (c.position_offset > 0)
+      positions = n.b.node("Add", stack + ".embed_positions/offset",
+                           {positions, n.b.ints(stack + "/pos_offset", {c.position_offset}, true)});
+  }
   const std::string rows = n.b.weight(stack + ".embed_positions.weight", {c.max_positions + c.position_offset, d});
   x = n.b.node("Add", stack + "/embed_positions_Add", {x, n.b.node("Gather", stack + ".embed_positions/Gather", {rows, positions})});
   if (c.embedding_norm) x = layer_norm(n, stack + ".layernorm_embedding", x, d, c.layer_norm_eps);

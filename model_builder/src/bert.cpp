@@ -31,17 +31,6 @@ std::string attention(Net& n, const std::string& p, const std::string& x, const 
 
 namespace {
 
-// RoBERTa's create_position_ids_from_input_ids: mask = ids != padding_idx; positions =
-// cumsum(mask) * mask + padding_idx (the first token at padding_idx + 1), [batch, sequence].
-std::string roberta_positions(Net& n, const std::string& p, const std::string& ids, int64_t padding_idx) {
-  const std::string pad = n.b.ints(p + "/padding_idx", {padding_idx}, true);
-  std::string mask = n.b.node("Not", p + "/ne", {n.b.node("Equal", p + "/eq", {ids, pad})});
-  mask = n.b.node("Cast", p + "/mask_int", {mask});
-  n.b.attr_i("to", kI64);
-  const std::string cum = n.b.node("CumSum", p + "/cumsum", {mask, n.b.ints(p + "/axis1", {1}, true)});
-  return n.b.node("Add", p + "/plus_padding_idx", {n.b.node("Mul", p + "/masked", {cum, mask}), pad});
-}
-
 // x[:, 0]: the first token's row of [batch, sequence, hidden] (a Gather on axis 1), named `p`.
 std::string first_token(Net& n, const std::string& p, const std::string& x, const std::string& zero) {
   const std::string t = n.b.node("Gather", p, {x, n.b.ints(zero, {0}, true)});
@@ -100,7 +89,7 @@ std::string bert_embeddings(Net& n, const ModelConfig& c, const std::string& m, 
   }
   std::string pos;
   if (c.position_offset > 0) {
-    pos = roberta_positions(n, m + ".embeddings/position_ids", ids, c.position_offset - 1);
+    pos = padding_positions(n, m + ".embeddings/position_ids", ids, c.position_offset - 1);
   } else {
     pos = n.b.node("Range", m + ".embeddings/position_ids",
                    {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});

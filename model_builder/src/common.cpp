@@ -284,6 +284,17 @@ std::string relative_position_bias(Net& n, const std::string& p, const ModelConf
   return n.b.node("Unsqueeze", p + "/bias_4d", {vals, n.b.ints(p + "/ax0b", {0})});
 }
 
+std::string padding_positions(Net& n, const std::string& p, const std::string& ids, int64_t padding_idx,
+                              const std::string& past) {
+  const std::string pad = n.b.ints(p + "/padding_idx", {padding_idx}, true);
+  std::string mask = n.b.node("Not", p + "/ne", {n.b.node("Equal", p + "/eq", {ids, pad})});
+  mask = n.b.node("Cast", p + "/mask_int", {mask});
+  n.b.attr_i("to", kI64);
+  std::string cum = n.b.node("CumSum", p + "/cumsum", {mask, n.b.ints(p + "/axis1", {1}, true)});
+  if (!past.empty()) cum = n.b.node("Add", p + "/plus_past", {cum, past});
+  return n.b.node("Add", p + "/plus_padding_idx", {n.b.node("Mul", p + "/masked", {cum, mask}), pad});
+}
+
 std::string decoder_causal_mask(Net& n, const std::string& past, const std::string& total) {
   const std::string zero = n.b.ints("decoder/zero", {0}, true), one = n.b.ints("decoder/one", {1}, true);
   const std::string keys = n.b.node("Range", "decoder/key_positions", {zero, total.empty() ? n.seq_scalar : total, one});

@@ -178,6 +178,11 @@ std::string seq2seq_attention(Net& n, const std::string& p, const std::string& x
 // past..total-1 against keys 0..total-1, as T5Attention.compute_bias does with cache_position.
 std::string relative_position_bias(Net& n, const std::string& p, const ModelConfig& c, bool bidirectional,
                                    const std::string& past = "", const std::string& total = "");
+// HF's create_position_ids_from_input_ids (RoBERTa, M2M100): mask = ids != padding_idx;
+// positions = (cumsum(mask) + past) * mask + padding_idx, the first token at padding_idx + 1
+// (+ past: a decode step's cached length, a scalar; empty: 0), [batch, sequence].
+std::string padding_positions(Net& n, const std::string& p, const std::string& ids, int64_t padding_idx,
+                              const std::string& past = "");
 // An encoder-decoder's decoder causal mask [1, 1, queries, keys] as HF's
 // _prepare_4d_causal_attention_mask builds it for an all-ones attention mask (Whisper, BART,
 // Marian): key j hidden from query i (at position past + i) where j > past + i, as finfo.min.

@@ -2048,7 +2048,12 @@ TEST_CASE("generation: mBART, Pegasus and M2M100 (NLLB) are the BART family with
   for (const char* norm : {"model.encoder.layer_norm", "model.decoder.layer_norm"})
     CHECK(node_count(m, [&](const Node& n) { return n.name.rfind(norm, 0) == 0; }) > 0);
   CHECK(node_count(m, [](const Node& n) { return n.name.find("layernorm_embedding") != std::string::npos; }) == 0);
-  CHECK(generate(config_decoder(nllb), serving(DType::bf16, 4), 128, 64, "h100").tpot_ms > 0);
+  // Positions counted over the non-padding token ids (encoder and decoder), a step's from its
+  // cached length on.
+  CHECK(node_count(m, [](const Node& n) { return n.op_type == "CumSum"; }) == 2);
+  const Decoder nd = config_decoder(nllb);
+  CHECK(node_count(nd.step, [](const Node& n) { return n.name.find("embed_positions/plus_past") != std::string::npos; }) == 1);
+  CHECK(generate(nd, serving(DType::bf16, 4), 128, 64, "h100").tpot_ms > 0);
   // mBART: pre-LayerNorm with the embedding LayerNorm and learned positions from row 2;
   // Pegasus: sinusoidal positions from row 0, no embedding LayerNorm, final_logits_bias.
   const std::string sizes = R"("d_model": 256, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
