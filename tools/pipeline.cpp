@@ -18,19 +18,22 @@ std::string sig(double ms) {
   return buf;
 }
 
+// One kernel's line of a node's text: phase, class, op, latency, tile, waves, bound, utilization.
+void kernel_line(std::ostream& os, const KernelReport& k) {
+  os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
+     << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile << " waves=" << k.tiling.waves
+     << " bound=" << k.prediction.bound() << " util=" << sig(100 * k.prediction.utilization) << "%"
+     << (k.prediction.extrapolated ? " extrapolated" : "");
+  if (!k.kernel.note.empty()) os << " (" << k.kernel.note << ")";
+}
+
 // The per-node text Netron shows in the node's properties.
 std::string node_doc(const NodeReport& n) {
   std::ostringstream os;
   os << "neusight: latency_ms=" << sig(n.latency_ms) << " (80% interval " << sig(n.latency_low_ms) << "-"
      << sig(n.latency_high_ms) << ")";
   if (!n.no_kernel.empty()) os << "\n  no kernel: " << n.no_kernel;
-  for (const auto& k : n.kernels) {
-    os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
-       << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile
-       << " waves=" << k.tiling.waves << " bound=" << k.prediction.bound()
-       << " util=" << sig(100 * k.prediction.utilization) << "%" << (k.prediction.extrapolated ? " extrapolated" : "");
-    if (!k.kernel.note.empty()) os << " (" << k.kernel.note << ")";
-  }
+  for (const auto& k : n.kernels) kernel_line(os, k);
   return os.str();
 }
 
@@ -112,9 +115,7 @@ AnnotatedWrite annotations_for(const Report& r) {
     std::ostringstream os;
     os << "neusight: latency_ms=" << sig(b.latency_ms) << " (" << b.kernels.size() << " kernel"
        << (b.kernels.size() == 1 ? "" : "s") << " of its enclosing node's)";
-    for (const auto& k : b.kernels)
-      os << "\n  " << phase_name(k.kernel.phase) << " " << kernel_class_name(k.kernel.cls) << " " << k.kernel.op
-         << " latency_ms=" << sig(k.prediction.latency_ms) << " tile=" << k.tiling.tile << " bound=" << k.prediction.bound();
+    for (const auto& k : b.kernels) kernel_line(os, k);
     ann.nodes.push_back({name, os.str(), b.latency_ms});
   }
   ann.metadata = {{"neusight.gpu", r.gpu.name},

@@ -83,10 +83,8 @@ bool host_node(const Graph& g, const Node& n) {
   return true;
 }
 
-}  // namespace
-
 // GEMM-class ops whose float operands a preceding DequantizeLinear can feed in quantized form.
-static const std::set<std::string>& qdq_gemm_ops() {
+const std::set<std::string>& qdq_gemm_ops() {
   static const std::set<std::string> s = {"MatMul", "Gemm", "FusedMatMul", "Conv", "ConvTranspose"};
   return s;
 }
@@ -107,8 +105,6 @@ bool dequantize_into_gemm(const Graph& g, const Consumers& cons, const Node& nd)
   }
   return true;
 }
-
-namespace {
 
 bool is_scalar_const(const Graph& g, const std::string& name) {
   const TensorInfo* t = tensor(g, name);
@@ -615,9 +611,13 @@ void mark_free_nodes(const Graph& g, const LoweringOptions& opt, const Consumers
   // fusions run it: the GEMM reads the quantized bytes (and computes in that precision when
   // both operands are quantized; see gemm.cpp). Marked before constant folding, which would
   // otherwise fold a weight's dequantization into float weights.
-  if (opt.fusion == Fusion::full && opt.mode == Mode::inference)
-    for (size_t i = 0; i < n; ++i)
-      if (dequantize_into_gemm(g, cons, g.nodes[i])) plan.free_reason[i] = FreeReason::dequantize_into_gemm;
+  // Priced as written otherwise (onnxruntime's CUDA kernels), they are counted for a warning.
+  if (opt.mode == Mode::inference)
+    for (size_t i = 0; i < n; ++i) {
+      if (!dequantize_into_gemm(g, cons, g.nodes[i])) continue;
+      if (opt.fusion == Fusion::full) plan.free_reason[i] = FreeReason::dequantize_into_gemm;
+      else ++plan.unfused_dequantize;
+    }
 
   // Constant folding, every mode, as onnxruntime and TensorRT do before the first run: a node
   // whose inputs are all constants (initializers, Constant, other folded nodes) runs no kernel

@@ -40,9 +40,6 @@ const char* free_reason_text(FreeReason r);
 // Which nodes read each tensor (graph outputs are read by "-1").
 using Consumers = std::unordered_map<std::string, std::vector<int>>;
 Consumers consumers_of(const Graph& g);
-// A DequantizeLinear of an integer or FP8 tensor read only as GEMM operands (fusion.cpp):
-// under --fusion full inference it runs inside those GEMMs (FreeReason::dequantize_into_gemm).
-bool dequantize_into_gemm(const Graph& g, const Consumers& cons, const Node& nd);
 
 // The fusion plan: which nodes launch no kernel, and which nodes run together as one kernel.
 // What a group runs: a GEMM with its bias epilogue, a decomposed norm or activation
@@ -71,6 +68,9 @@ struct Plan {
   std::vector<int> group_of;             // per node: index into groups or -1
   std::vector<Group> groups;
   std::unordered_map<std::string, int> producer;  // tensor -> node that writes it
+  // Inference below --fusion full: DequantizeLinear nodes that feed GEMM operands yet run as
+  // written (a fusing engine would run them inside the GEMMs).
+  int64_t unfused_dequantize = 0;
 };
 
 Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons);

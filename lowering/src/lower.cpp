@@ -528,6 +528,13 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
     top->fused_into.assign(g.nodes.size(), -1);
     top->free_reason.clear();
     for (FreeReason r : plan.free_reason) top->free_reason.push_back(free_reason_text(r));
+    // A quantize-dequantize (QDQ) model priced as written: say what a fusing engine runs.
+    const int64_t qdq = plan.unfused_dequantize;
+    if (qdq > 0)
+      warnings.push_back(std::to_string(qdq) + " DequantizeLinear node" + (qdq == 1 ? "" : "s") +
+                         " feed GEMM operands and run as written (onnxruntime's CUDA kernels); engines that fuse "
+                         "quantize-dequantize pairs (TensorRT) run those GEMMs on the quantized operands: --fusion "
+                         "full prices that");
   }
   const size_t first = out.size();
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -626,17 +633,6 @@ KernelList lower(const Graph& graph, const LoweringOptions& options) {
   l.forward(graph, fwd, -1, "", &result);
   result.kernels = fwd;
   if (options.mode == Mode::training) add_training_kernels(graph, fwd, options, result.kernels, l.warnings);
-  // A quantize-dequantize (QDQ) model priced as written: say what a fusing engine runs.
-  if (options.fusion != Fusion::full && options.mode == Mode::inference) {
-    const Consumers cons = consumers_of(graph);
-    const auto qdq = std::count_if(graph.nodes.begin(), graph.nodes.end(),
-                                   [&](const Node& n) { return dequantize_into_gemm(graph, cons, n); });
-    if (qdq > 0)
-      l.warnings.push_back(std::to_string(qdq) + " DequantizeLinear node" + (qdq == 1 ? "" : "s") +
-                           " feed GEMM operands and run as written (onnxruntime's CUDA kernels); engines that fuse "
-                           "quantize-dequantize pairs (TensorRT) run those GEMMs on the quantized operands: --fusion "
-                           "full prices that");
-  }
   result.unknown_ops.assign(l.unknown.begin(), l.unknown.end());
   for (auto& w : l.warnings)  // a body lowered once per trip says it once
     if (std::find(result.warnings.begin(), result.warnings.end(), w) == result.warnings.end())

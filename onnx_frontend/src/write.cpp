@@ -137,9 +137,7 @@ double annotate_bodies(onnx::NodeProto& np, const Node& ir, const std::string& p
         append_doc(bp, it->second->doc);
         sum += it->second->latency_ms;
       } else if (inner > 0) {
-        char ms[32];
-        std::snprintf(ms, sizeof ms, "%.4g", inner);
-        append_doc(bp, std::string("neusight: latency_ms=") + ms + " (the kernels of its bodies' nodes)");
+        append_doc(bp, "neusight: latency_ms=" + fmt_ms(inner) + " (the kernels of its bodies' nodes)");
       }
       sum += inner;
     }

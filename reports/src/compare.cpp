@@ -55,26 +55,23 @@ std::vector<NodeDelta> match_nodes(const Report& base, const Report& variant) {
     auto it = replaces.find(q.op_type);
     return it != replaces.end() && it->second.count(f.op_type) && q.name == f.name + "_quant";
   };
-  auto stem = [](const std::string& name) {
-    return name.size() > 6 && name.compare(name.size() - 6, 6, "_quant") == 0 ? name.substr(0, name.size() - 6)
-                                                                              : std::string();
+  // The nodes of `q` named X_quant to the unmatched node X of `f` they replaced.
+  auto pair_quantized = [&](const Report& q, std::vector<bool>& q_used, const Report& f, std::vector<bool>& f_used,
+                            const std::unordered_map<std::string, size_t>& f_by_name, bool q_is_variant) {
+    for (size_t i = 0; i < q.nodes.size(); ++i) {
+      const std::string& name = q.nodes[i].name;
+      if (q_used[i] || name.size() <= 6 || name.compare(name.size() - 6, 6, "_quant") != 0) continue;
+      auto it = f_by_name.find(name.substr(0, name.size() - 6));
+      if (it == f_by_name.end() || f_used[it->second] || !quantized_of(q.nodes[i], f.nodes[it->second])) continue;
+      q_used[i] = f_used[it->second] = true;
+      const NodeReport *qn = &q.nodes[i], *fn = &f.nodes[it->second];
+      out.push_back(q_is_variant ? delta(fn, qn, "quantized") : delta(qn, fn, "quantized"));
+    }
   };
-  for (size_t j = 0; j < variant.nodes.size(); ++j) {  // the variant quantized
-    auto it = var_used[j] ? base_by_name.end() : base_by_name.find(stem(variant.nodes[j].name));
-    if (it == base_by_name.end() || base_used[it->second] || !quantized_of(variant.nodes[j], base.nodes[it->second]))
-      continue;
-    base_used[it->second] = var_used[j] = true;
-    out.push_back(delta(&base.nodes[it->second], &variant.nodes[j], "quantized"));
-  }
+  pair_quantized(variant, var_used, base, base_used, base_by_name, true);
   std::unordered_map<std::string, size_t> var_by_name;
   for (size_t j = 0; j < variant.nodes.size(); ++j) var_by_name.emplace(variant.nodes[j].name, j);
-  for (size_t i = 0; i < base.nodes.size(); ++i) {  // the base quantized
-    auto it = base_used[i] ? var_by_name.end() : var_by_name.find(stem(base.nodes[i].name));
-    if (it == var_by_name.end() || var_used[it->second] || !quantized_of(base.nodes[i], variant.nodes[it->second]))
-      continue;
-    base_used[i] = var_used[it->second] = true;
-    out.push_back(delta(&base.nodes[i], &variant.nodes[it->second], "quantized"));
-  }
+  pair_quantized(base, base_used, variant, var_used, var_by_name, false);
   // The rest by position: the k-th unmatched node of an op type to the k-th of the base.
   std::map<std::string, std::deque<size_t>> free_base;
   for (size_t i = 0; i < base.nodes.size(); ++i)
