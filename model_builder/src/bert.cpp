@@ -74,6 +74,15 @@ LoadedModel first_token_classifier(Net& n, const ModelConfig& c, const std::stri
   return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
 }
 
+// BertModel, RobertaModel, AlbertModel, MPNetModel: the pooled output (the last node built)
+// and the last hidden state `x` as the graph's outputs.
+LoadedModel pooled_outputs(Net& n, const ModelConfig& c, const std::string& x) {
+  n.rename_last("pooler_output");
+  n.output("pooler_output", {"batch"}, {c.hidden});
+  n.output(x, {"batch", "sequence"}, {c.hidden});
+  return n.finish(c);
+}
+
 // BertEmbeddings under `m` at width `w` (the hidden size; ELECTRA's embedding_size): word +
 // token type (buffered zeros; none where type_vocab is 0) + position (RoBERTa's from the
 // padding index), LayerNorm, dropout.
@@ -102,14 +111,19 @@ std::string bert_embeddings(Net& n, const ModelConfig& c, const std::string& m, 
   return dropout(n, m + ".embeddings.dropout", x, c.dropout);
 }
 
-// The extended attention mask of an all-ones mask ((1 - mask[:, None, None, :]) * finfo.min)
-// and BertLayer after BertLayer over `x`: the last hidden state. `bs_shape`: [batch, sequence].
-std::string bert_encoder(Net& n, const ModelConfig& c, const std::string& m, const std::string& bs_shape, std::string x) {
-  const int64_t h = c.hidden;
+// The extended attention mask of an all-ones mask, (1 - mask[:, None, None, :]) * finfo.min,
+// named under `m`. `bs_shape`: [batch, sequence].
+std::string extended_attention_mask(Net& n, const std::string& m, const std::string& bs_shape) {
   const std::string ones = fill(n, m + "/attention_mask", bs_shape, kF32, 1.0);
   const std::string m4 = n.b.node("Unsqueeze", m + "/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
   const std::string inv = n.b.node("Sub", m + "/mask_Sub", {f32(n, m + "/c_one", 1.0f), m4});
-  const std::string ext = n.b.node("Mul", m + "/mask_Mul", {inv, f32(n, m + "/c_min", kFloatMin)});
+  return n.b.node("Mul", m + "/mask_Mul", {inv, f32(n, m + "/c_min", kFloatMin)});
+}
+
+// BertLayer after BertLayer over `x` (extended_attention_mask's mask): the last hidden state.
+std::string bert_encoder(Net& n, const ModelConfig& c, const std::string& m, const std::string& bs_shape, std::string x) {
+  const int64_t h = c.hidden;
+  const std::string ext = extended_attention_mask(n, m, bs_shape);
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = m + ".encoder.layer." + std::to_string(l);
     x = attention(n, p + ".attention", x, c, ext);
@@ -142,12 +156,7 @@ LoadedModel build_bert(const ModelConfig& c) {
     pooled = linear(n, m + ".pooler.dense", first_token(n, m + ".pooler/first_token", x, "const_idx0b"), h, h);
     pooled = n.b.node("Tanh", m + ".pooler/Tanh", {pooled});
   }
-  if (head == "base") {  // BertModel / RobertaModel: the last hidden state and the pooled output
-    n.rename_last("pooler_output");
-    n.output("pooler_output", {"batch"}, {h});
-    n.output(x, {"batch", "sequence"}, {h});
-    return n.finish(c);
-  }
+  if (head == "base") return pooled_outputs(n, c, x);  // BertModel / RobertaModel
   if (head == "classification") return classifier_logits(n, c, "classifier", dropout(n, "dropout", pooled, c.dropout));
   // Masked-LM head: transform (dense, activation, LayerNorm) and the vocabulary decoder
   // (RoBERTa's lm_head: dense, GELU, layer_norm, decoder).
@@ -238,10 +247,7 @@ LoadedModel build_albert(const ModelConfig& c) {
   const std::string bs_shape = n.shape_bs("albert/bs_shape", {});
   std::string x = bert_embeddings(n, c, "albert", ids, bs_shape, e);
   x = linear(n, "albert.encoder.embedding_hidden_mapping_in", x, e, h);
-  const std::string ones = fill(n, "albert/attention_mask", bs_shape, kF32, 1.0);
-  const std::string m4 = n.b.node("Unsqueeze", "albert/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
-  const std::string ext = n.b.node("Mul", "albert/mask_Mul", {n.b.node("Sub", "albert/mask_Sub", {f32(n, "albert/c_one", 1.0f), m4}),
-                                                              f32(n, "albert/c_min", kFloatMin)});
+  const std::string ext = extended_attention_mask(n, "albert", bs_shape);
   SharedLayer shared{n, "albert.encoder.albert_layer_groups.0.albert_layers.0", {}};
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = "albert.encoder.layer." + std::to_string(l);
@@ -264,12 +270,7 @@ LoadedModel build_albert(const ModelConfig& c) {
     pooled = linear(n, "albert.pooler", first_token(n, "albert.pooler/first_token", x, "const_idx0b"), h, h);
     pooled = n.b.node("Tanh", "albert.pooler_activation/Tanh", {pooled});
   }
-  if (head == "base") {
-    n.rename_last("pooler_output");
-    n.output("pooler_output", {"batch"}, {h});
-    n.output(x, {"batch", "sequence"}, {h});
-    return n.finish(c);
-  }
+  if (head == "base") return pooled_outputs(n, c, x);
   if (head == "classification") return classifier_logits(n, c, "classifier", dropout(n, "dropout", pooled, c.dropout));
   // AlbertMLMHead: dense to embedding_size, the activation, LayerNorm, the vocabulary decoder.
   mlm_logits(n, c, x, {"predictions.dense", "predictions.activation", "predictions.LayerNorm", "predictions.decoder"}, e,
@@ -293,10 +294,7 @@ LoadedModel build_mpnet(const ModelConfig& c) {
   const std::string ids = n.token_input("input_ids");
   const std::string bs_shape = n.shape_bs("mpnet/bs_shape", {});
   std::string x = bert_embeddings(n, c, "mpnet", ids, bs_shape, h);
-  const std::string ones = fill(n, "mpnet/attention_mask", bs_shape, kF32, 1.0);
-  const std::string m4 = n.b.node("Unsqueeze", "mpnet/mask_Unsqueeze", {ones, n.b.ints("const_axes12", {1, 2})});
-  const std::string ext = n.b.node("Mul", "mpnet/mask_Mul", {n.b.node("Sub", "mpnet/mask_Sub", {f32(n, "mpnet/c_one", 1.0f), m4}),
-                                                             f32(n, "mpnet/c_min", kFloatMin)});
+  const std::string ext = extended_attention_mask(n, "mpnet", bs_shape);
   std::string bias = n.b.node("Transpose", "mpnet.encoder/permute",
                               {relative_position_bias(n, "mpnet.encoder", c, true)});
   n.b.attr_ints("perm", {0, 3, 1, 2});
@@ -326,10 +324,7 @@ LoadedModel build_mpnet(const ModelConfig& c) {
   if (head != "base") throw InputError("mpnet: head must be base, classification or lm, got '" + head + "'");
   const std::string pooled = linear(n, "mpnet.pooler.dense", first_token(n, "mpnet.pooler/first_token", x, "const_idx0b"), h, h);
   n.b.node("Tanh", "mpnet.pooler/Tanh", {pooled});
-  n.rename_last("pooler_output");
-  n.output("pooler_output", {"batch"}, {h});
-  n.output(x, {"batch", "sequence"}, {h});
-  return n.finish(c);
+  return pooled_outputs(n, c, x);
 }
 
 // DistilBERT (HF DistilBertModel, DistilBertForSequenceClassification, DistilBertForMaskedLM):
@@ -341,16 +336,9 @@ LoadedModel build_distilbert(const ModelConfig& c) {
   Net n(c, "DistilBERT encoder (DistilBertForSequenceClassification)");
   const std::string ids = n.token_input("input_ids");
   const int64_t h = c.hidden, nh = c.heads, hd = c.head_dim;
-  const std::string e = "distilbert.embeddings";
-  std::string x = n.b.node("Gather", e + ".word_embeddings/Gather", {n.b.weight(e + ".word_embeddings.weight", {c.vocab, h}), ids});
-  std::string pos = n.b.node("Range", e + "/position_ids",
-                             {n.b.ints(e + "/zero", {0}, true), n.seq_scalar, n.b.ints(e + "/one", {1}, true)});
-  pos = n.b.node("Unsqueeze", e + "/position_ids_2d", {pos, n.b.ints(e + "/ax0", {0})});
-  x = n.b.node("Add", e + "/Add", {x, n.b.node("Gather", e + ".position_embeddings/Gather",
-                                             {n.b.weight(e + ".position_embeddings.weight", {c.max_positions, h}), pos})});
-  x = dropout(n, e + ".dropout", layer_norm(n, e + ".LayerNorm", x, h, c.layer_norm_eps), c.dropout);
-  // (attention_mask == 0) as [batch, 1, 1, keys]: the scores' masked_fill condition.
   const std::string bs_shape = n.shape_bs("distilbert/bs_shape", {});
+  std::string x = bert_embeddings(n, c, "distilbert", ids, bs_shape, h);  // no token types
+  // (attention_mask == 0) as [batch, 1, 1, keys]: the scores' masked_fill condition.
   std::string masked = n.b.node("Equal", "distilbert/mask_Equal",
                                 {fill(n, "distilbert/attention_mask", bs_shape, kI64, 1.0), n.b.ints("distilbert/zero", {0}, true)});
   masked = n.b.node("Unsqueeze", "distilbert/mask_4d", {masked, n.b.ints("distilbert/ax12", {1, 2})});

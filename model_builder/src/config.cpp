@@ -93,6 +93,15 @@ void read_gpt2(const Reader& r, ModelConfig& c) {
   c.tie_embeddings = r.b("tie_word_embeddings", true);
 }
 
+// RoBERTa's positions (XLM-RoBERTa's, CamemBERT's, MPNet's): counted from pad_token_id + 1, so
+// the table's max_position_embeddings rows hold that many fewer tokens.
+void read_padding_positions(const Reader& r, ModelConfig& c) {
+  c.position_offset = r.i({"pad_token_id"}, false, 1) + 1;
+  if (c.max_positions <= c.position_offset)
+    throw InputError(r.path + ": max_position_embeddings must exceed pad_token_id + 1");
+  c.max_positions -= c.position_offset;
+}
+
 void read_bert(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"num_hidden_layers"}, true);
   c.hidden = r.i({"hidden_size"}, true);
@@ -118,13 +127,8 @@ void read_bert(const Reader& r, ModelConfig& c) {
            : ends("LMHeadModel") || ends("ForMaskedLM")    ? "lm"
            : ends("Model")                                 ? "base"
                                                            : "classification";
-  // RoBERTa, XLM-RoBERTa and CamemBERT: positions from padding_idx + 1, so the table's
-  // max_position_embeddings rows hold two fewer tokens.
   if (c.model_type == "roberta" || c.model_type == "xlm-roberta" || c.model_type == "camembert") {
-    c.position_offset = r.i({"pad_token_id"}, false, 1) + 1;
-    if (c.max_positions <= c.position_offset)
-      throw InputError(r.path + ": max_position_embeddings must exceed pad_token_id + 1");
-    c.max_positions -= c.position_offset;
+    read_padding_positions(r, c);
     c.type_vocab = r.i({"type_vocab_size"}, false, 1);
     c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
   }
@@ -148,7 +152,6 @@ void read_albert(const Reader& r, ModelConfig& c) {
   read_bert(r, c);
   c.embed_dim = r.i({"embedding_size"}, false, 128);
   c.activation = r.s({"hidden_act"}, "gelu_new");
-  c.type_vocab = r.i({"type_vocab_size"}, false, 2);
   if (r.i({"num_hidden_groups"}, false, 1) != 1 || r.i({"inner_group_num"}, false, 1) != 1)
     throw InputError(r.path + ": ALBERT with more than one layer group or inner layer is not built");
 }
@@ -161,9 +164,7 @@ void read_mpnet(const Reader& r, ModelConfig& c) {
   c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
   c.rel_buckets = r.i({"relative_attention_num_buckets"}, false, 32);
   if (c.rel_buckets < 2) throw InputError(r.path + ": relative_attention_num_buckets must be at least 2");
-  c.position_offset = r.i({"pad_token_id"}, false, 1) + 1;
-  if (c.max_positions <= c.position_offset) throw InputError(r.path + ": max_position_embeddings must exceed pad_token_id + 1");
-  c.max_positions -= c.position_offset;
+  read_padding_positions(r, c);
   const std::string arch = r.architecture();
   c.head = arch == "MPNetForMaskedLM" ? "lm" : arch == "MPNetForSequenceClassification" ? "classification" : "base";
 }
