@@ -309,7 +309,7 @@ class NeusightPredictor final : public Predictor {
         if (s.base_ms > 0) {
           b.gemv_members.push_back(i);
           b.gemv_feats.push_back(s);
-          b.gemv_law_ms.push_back(weight_stream_ms(run, gpu, math_peak_gflops(run, run_gpu)));
+          b.gemv_law_ms.push_back(gemv_law_ms(run, gpu, run_gpu));
           continue;
         }
       }
@@ -436,6 +436,20 @@ class NeusightPredictor final : public Predictor {
       p.streamed = true;
       sd[b.gemv_members[j]] = std::hypot(interval_log_sd_at(ew, p.roofline_ms), own_sd[j]);
     }
+  }
+
+  // The weight-streaming law (precision.h) of a streamed GEMM. On matrix units with its
+  // intercept, which was measured on those libraries' split-K GEMV kernels (their partials'
+  // reduction and second launch) and which their tiled GEMMs pay as kGemmKernelFixedUs. A GEMV
+  // on CUDA cores (cuBLAS's sgemv: one launch, no split-K workspace) pays what the FP32 GEMMs
+  // beside it pay instead, the device floor off eager timing (the networks learned their fixed
+  // cost): with the intercept a one-token FP32 projection of small weights took 4.7 us where
+  // the same projection of four tokens, tiled, takes 2.7 us.
+  double gemv_law_ms(const Kernel& run, const Gpu& gpu, const Gpu& run_gpu) const {
+    const double math = math_peak_gflops(run, run_gpu);
+    if (has_matrix_units(gpu, run.dtype)) return weight_stream_ms(run, gpu, math);
+    const double law = weight_stream_ms(run, gpu, math, 0.0);
+    return device_only() ? std::hypot(o_.device_floor_ms, law) : law;
   }
 
   // Off eager timing the networks give a kernel's device time alone (the published

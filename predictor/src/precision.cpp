@@ -203,11 +203,11 @@ double memory_parallelism_ms(const Kernel& k, const Gpu& gpu) {
          k.bytes / (gpu.mem_bw_gbps * 1e6);
 }
 
-double weight_stream_ms(const Kernel& k, const Gpu& gpu, double math_gflops) {
+double weight_stream_ms(const Kernel& k, const Gpu& gpu, double math_gflops, double setup_us) {
   if (!(gpu.mem_bw_gbps > 0)) return 0;
   const double stream = k.bytes / (kWeightStreamDramFraction * gpu.mem_bw_gbps * 1e6);
   const double math = math_gflops > 0 ? k.flops / (math_gflops * 1e6) : 0;
-  return std::max(stream, math) + kWeightStreamSetupUs * 1e-3;
+  return std::max(stream, math) + setup_us * 1e-3;
 }
 
 }  // namespace neusight

@@ -328,3 +328,34 @@ TEST_CASE("invariants: a single 16-bit GEMM on matrix units never predicts much 
   CHECK(pairs > 10000);
   report("one more row", bad);
 }
+
+TEST_CASE("invariants: an FP32 GEMV on CUDA cores never predicts slower than the tiled GEMM of a few more rows") {
+  // One to three tokens run as a GEMV (a weight stream at the device floor), four and more on
+  // the networks' tiles: the seam between the two prices must not make a GEMV slower than the
+  // tiled GEMM of more rows (at most 10%, as for matrix units above). Above the seam the learned
+  // SIMT tile rule (tiling.h) answers rows below the FP32 data's smallest (512) with steps of
+  // its own, which this test does not cover.
+  auto p = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
+  std::mt19937_64 g(43);
+  std::uniform_real_distribution<double> u(6, 14);
+  size_t pairs = 0, over_2 = 0;
+  std::vector<Failure> bad;
+  for (const Gpu& gpu : GpuDatabase::builtin().all()) {
+    for (int shape = 0; shape < 60; ++shape) {
+      const int64_t n = std::llround(std::exp2(u(g))), k = std::llround(std::exp2(u(g)));
+      std::vector<Kernel> ks;
+      for (int64_t m = 1; m <= 8; ++m)
+        ks.push_back(kernel_from_dataset(
+            "linear", {{"B", "1"}, {"M", std::to_string(m)}, {"N", std::to_string(k)}, {"K", std::to_string(n)}}));
+      const auto lat = predict(*p, ks, gpu);
+      for (size_t i = 1; i < ks.size(); ++i) {
+        ++pairs;
+        if (lat[i] < lat[i - 1] * 0.98) ++over_2;
+        if (lat[i] < lat[i - 1] * 0.90 && ks[i - 1].gemm.m < 4) bad.push_back({gpu.name, ks[i], lat[i - 1], lat[i]});
+      }
+    }
+  }
+  MESSAGE("row steps checked: " << pairs << ", faster by more than 2%: " << over_2);
+  CHECK(pairs > 10000);
+  report("a GEMV against more rows", bad);
+}

@@ -99,8 +99,8 @@ constexpr double kWeightStreamSetupUs = 4.6;
 // GEMMs (whose fixed cost the networks learned) keep the floor.
 constexpr double kGemmKernelFixedUs = kWeightStreamSetupUs;
 // The law above for a GEMM (its bytes and FLOPs) on `gpu`; `math_gflops` is the rate its math
-// runs at (0: the stream alone). Milliseconds; 0 without a bandwidth.
-double weight_stream_ms(const Kernel& k, const Gpu& gpu, double math_gflops);
+// runs at (0: the stream alone); `setup_us` its intercept. Milliseconds; 0 without a bandwidth.
+double weight_stream_ms(const Kernel& k, const Gpu& gpu, double math_gflops, double setup_us = kWeightStreamSetupUs);
 
 struct PrecisionOptions {
   Timing timing = Timing::eager;
