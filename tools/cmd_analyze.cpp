@@ -31,8 +31,12 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   std::vector<std::string> notes;
   const bool config = args.has("--config");
   ModelConfig target;  // the --config model's (mtp drafts from it)
+  if (config && args.has("--encoder"))
+    throw InputError("--encoder goes with an ONNX decoder (a --config model builds its own encoder)");
   const Decoder decoder =
-      load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, notes, &target);
+      args.has("--encoder")
+          ? onnx_seq2seq_decoder(load_model(args.get("--encoder")), load_model(args.positionals()[0]), opt)
+          : load_decoder(config ? args.get("--config") : args.positionals()[0], config, opt, notes, &target);
   std::optional<Decoder> draft;
   if (!draft_path.empty()) draft = load_draft_decoder(draft_path, opt, config ? &target : nullptr);
   std::vector<Report> reports = predict_generations(decoder, opt, gen, draft ? &*draft : nullptr, gpus,
@@ -81,7 +85,7 @@ int cmd_analyze(const Argv& argv) {
     gpus.push_back(GpuDatabase::builtin().resolve(name));
   }
   if (args.has("--generate")) return run_generate(args, opt, gpus);
-  for (const char* flag : {"--speculative", "--tpot-slo"})
+  for (const char* flag : {"--speculative", "--tpot-slo", "--encoder"})
     if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
   std::vector<std::string> notes;  // a half-precision checkpoint predicted in FP32, a tp that does not divide

@@ -172,6 +172,18 @@ double activation_bytes(const Analysis& a, const Options& o) {
   return best;
 }
 
+// Binds `name` to `v` in `o` where it is a dim of `g`'s inputs (no warning for the others).
+void bind_if_input_dim(Options& o, const Graph& g, const std::string& name, int64_t v) {
+  if (name.empty()) return;
+  for (const auto& in : g.inputs)
+    if (const TensorInfo* t = g.find(in); t && t->has_shape)
+      for (const auto& dim : t->shape)
+        if (!dim.known() && dim.param == name) {
+          o.dims.named[name] = v;
+          return;
+        }
+}
+
 // Options of one phase: batch, the step's tokens and, for a graph with a cache, its length.
 Options phase_options(const Options& base, const Decoder& d, int64_t batch, int64_t tokens, int64_t past, bool cache) {
   Options o = base;
@@ -179,10 +191,27 @@ Options phase_options(const Options& base, const Decoder& d, int64_t batch, int6
   o.serving_kernels = base.fusion == Fusion::full && base.mode == Mode::inference;
   o.dims.batch = batch;
   o.dims.seq = tokens;
+  if (!d.token_dim.empty()) {  // an ONNX encoder-decoder's decoder: its tokens by name
+    o.dims.seq = -1;
+    o.dims.named[d.token_dim] = tokens;
+  }
   if (!cache) return o;
   if (!d.cache_branch.empty()) o.dims.values[d.cache_branch] = past > 0 ? 1.0 : 0.0;
   if (!d.past_dim.empty()) o.dims.named[d.past_dim] = past;
   for (const auto& t : d.total_dims) o.dims.named[t] = past + tokens;
+  return o;
+}
+
+// The prefill's options. An ONNX encoder-decoder's (one graph: the encoder, then the
+// decoder's first pass, without a cache): the encoder reads the prompt (or its features, bound
+// by the caller's dims), the decoder its start token (or, Whisper, the prompt).
+Options prefill_options(const Options& base, const Decoder& d, int64_t batch, int64_t prompt) {
+  if (d.token_dim.empty()) return phase_options(base, d, batch, prompt, 0, d.prefill_is_step);
+  Options o = phase_options(base, d, batch, d.decoder_cached(prompt), 0, true);
+  const Graph& g = d.prefill.model.graph;
+  bind_if_input_dim(o, g, d.encoder_input_dim, prompt);
+  bind_if_input_dim(o, g, d.encoder_dim, d.encoder_cached(prompt));
+  for (const auto& dim : d.encoder_bound_dims) bind_if_input_dim(o, g, dim, d.encoder_cached(prompt));
   return o;
 }
 
@@ -320,7 +349,7 @@ Decoder onnx_decoder(LoadedModel model) {
     for (const auto& name : g.inputs)
       if (std::regex_match(name, cross_re))
         throw InputError(what + ": an encoder-decoder's decode step ('" + name +
-                         "'): --generate needs its encoder too; predict it from its config.json (--config)");
+                         "'): --generate needs its encoder too (--encoder encoder_model.onnx, or its config.json with --config)");
     throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value or past_N inputs)");
   }
   d.layers = static_cast<int64_t>(layers.size());
@@ -347,6 +376,108 @@ Decoder onnx_decoder(LoadedModel model) {
   d.step = std::move(model);
   d.prefill = d.step;
   d.prefill_is_step = true;
+  return d;
+}
+
+namespace {
+
+// A symbolic dim of a graph input's axis, or "" (a fixed or unnamed dim, a missing input).
+std::string input_dim(const Graph& g, const std::string& name, size_t axis) {
+  const TensorInfo* t = g.find(name);
+  if (!t || !t->has_shape || t->shape.size() <= axis || t->shape[axis].known()) return "";
+  return t->shape[axis].param;
+}
+
+// The decoder's caches: past_key_values.N.decoder (self-attention) and .encoder
+// (cross-attention) keys and values, [batch, heads, length, head_dim].
+void seq2seq_caches(const Graph& g, const std::string& what, Decoder& d) {
+  static const std::regex re(R"(past_key_values\.(\d{1,6})\.(decoder|encoder)\.(key|value))");
+  std::set<int64_t> layers;
+  for (const auto& name : g.inputs) {
+    std::smatch m;
+    if (!std::regex_match(name, m, re)) continue;
+    const TensorInfo* t = g.find(name);
+    if (!t || !t->has_shape || t->shape.size() != 4 || !t->shape[1].known() || !t->shape[3].known() ||
+        t->shape[2].known() || t->shape[2].param.empty())
+      throw InputError(what + ": input '" + name + "' must be [batch, heads, length, head_dim] with a symbolic length");
+    std::string& dim = m[2].str() == "decoder" ? d.past_dim : d.encoder_dim;
+    if (d.kv_heads == 0) {
+      d.kv_heads = t->shape[1].value;
+      d.head_dim = t->shape[3].value;
+      d.kv_dtype = t->dtype;
+    }
+    if ((!dim.empty() && dim != t->shape[2].param) || t->shape[1].value != d.kv_heads || t->shape[3].value != d.head_dim)
+      throw InputError(what + ": the cache inputs disagree on their shape ('" + name + "')");
+    dim = t->shape[2].param;
+    layers.insert(std::stoll(m[1].str()));
+  }
+  if (d.past_dim.empty() || d.encoder_dim.empty())
+    throw InputError(what + ": --encoder takes an encoder-decoder's decoder, with past_key_values.N.decoder and "
+                     ".encoder key / value inputs (optimum's decoder_model_merged.onnx)");
+  d.layers = static_cast<int64_t>(layers.size());
+}
+
+// The encoder's length of a features encoder (Whisper): its output's second dim as `options`
+// bind its inputs.
+int64_t encoder_output_length(const LoadedModel& encoder, const std::string& output, const Options& options) {
+  Options o = options;
+  o.dims.batch = 1;
+  o.dims.seq = -1;
+  Analysis a;
+  try {
+    a = prepare(encoder, o);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--encoder: ") + e.what());
+  }
+  const TensorInfo* t = a.graph.find(output);
+  if (!t || !t->has_shape || t->shape.size() != 3 || !t->shape[1].known())
+    throw InputError("--encoder: the length of the encoder's output '" + output +
+                     "' stays unknown; bind its input dims with --dim NAME=N or --shape");
+  return t->shape[1].value;
+}
+
+}  // namespace
+
+Decoder onnx_seq2seq_decoder(LoadedModel encoder, LoadedModel decoder, const Options& options) {
+  const Graph& g = decoder.model.graph;
+  const Graph& e = encoder.model.graph;
+  const std::string what = decoder.model.path.empty() ? "decoder" : decoder.model.path;
+  const std::string ewhat = encoder.model.path.empty() ? "encoder" : encoder.model.path;
+  Decoder d;
+  seq2seq_caches(g, what, d);
+  for (const char* name : {"decoder_input_ids", "input_ids"})
+    if (d.token_dim.empty()) d.token_dim = input_dim(g, name, 1);
+  if (d.token_dim.empty())
+    throw InputError(what + ": no token input (input_ids or decoder_input_ids, [batch, symbolic length])");
+  if (!g.find("encoder_hidden_states") || std::find(g.inputs.begin(), g.inputs.end(), "encoder_hidden_states") == g.inputs.end())
+    throw InputError(what + ": no encoder_hidden_states input: --encoder takes the merged decoder "
+                     "(optimum's decoder_model_merged.onnx), whose first pass computes the cross-attention cache");
+  if (e.outputs.empty()) throw InputError(ewhat + ": the encoder has no output");
+  const std::string states = std::find(e.outputs.begin(), e.outputs.end(), "last_hidden_state") != e.outputs.end()
+                                 ? std::string("last_hidden_state")
+                                 : e.outputs.front();
+  std::map<std::string, std::string> connect{{"encoder_hidden_states", states}};
+  for (const auto& name : {std::string("encoder_hidden_states"), std::string("encoder_attention_mask")}) {
+    const std::string dim = input_dim(g, name, 1);
+    if (!dim.empty() && dim != d.encoder_dim) d.encoder_bound_dims.push_back(dim);
+  }
+  if (std::find(g.inputs.begin(), g.inputs.end(), "encoder_attention_mask") != g.inputs.end() &&
+      std::find(e.inputs.begin(), e.inputs.end(), "attention_mask") != e.inputs.end())
+    connect["encoder_attention_mask"] = "attention_mask";
+  // An encoder of token ids reads the prompt; one of features its own input.
+  for (const auto& name : e.inputs)
+    if (const TensorInfo* t = e.find(name); t && (t->dtype == DType::i64 || t->dtype == DType::i32) && name != "attention_mask") {
+      d.encoder_input_dim = input_dim(e, name, 1);
+      if (d.encoder_input_dim.empty())
+        throw InputError(ewhat + ": the encoder's token input '" + name + "' needs a symbolic length [batch, length]");
+      break;
+    }
+  if (d.encoder_input_dim.empty()) d.encoder_tokens = encoder_output_length(encoder, states, options);
+  for (const auto& name : g.inputs)
+    if (name == "use_cache_branch") d.cache_branch = name;
+  d.prefill = merge_models(encoder, decoder, connect, "encoder/", ewhat + " + " + what);
+  d.prefill.model.path = decoder.model.path;
+  d.step = std::move(decoder);
   return d;
 }
 
@@ -383,7 +514,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   GenerationAnalysis a;
   a.gen = gen;
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
-  a.prefill = prepare(d.prefill, phase_options(options, d, a.batch, gen.prompt, 0, d.prefill_is_step));
+  a.prefill = prepare(d.prefill, prefill_options(options, d, a.batch, gen.prompt));
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
   const int64_t first = d.decoder_cached(gen.prompt), last = first + gen.new_tokens - 1;
   for (int j = 0; j < n; ++j) {
@@ -393,6 +524,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     // Speculative decoding: the step verifies the proposed tokens and the one after them.
     Options step = phase_options(options, d, a.batch, 1 + gen.speculative, kv, true);
     if (d.encoder_decoder()) step.dims.named[d.encoder_dim] = d.encoder_cached(gen.prompt);
+    for (const auto& dim : d.encoder_bound_dims) bind_if_input_dim(step, d.step.model.graph, dim, d.encoder_cached(gen.prompt));
     a.steps.push_back(prepare(d.step, step));
   }
   if (draft) {

@@ -12,6 +12,7 @@ import unittest
 from cli_util import EXAMPLE, SOURCE, needs_shared, run, shared
 import gqa_decoder
 import merged_decoder
+import seq2seq_onnx
 
 LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
 SMALL = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
@@ -478,6 +479,67 @@ class Generate(unittest.TestCase):
                          [512, 512 + 65536 - 1])
         self.assertGreater(long["tpot_last_ms"], short["tpot_last_ms"])  # the cache grew
 
+
+    def test_encoder_decoder_in_two_onnx_files(self):
+        # optimum's encoder_model.onnx + decoder_model_merged.onnx (T5, BART): the prefill is the
+        # encoder over the prompt feeding the decoder's first pass over its start token; each
+        # step reads the self-attention cache of the decoder's tokens and the cross-attention
+        # cache of the prompt's.
+        enc, dec = os.path.join(self.dir, "encoder_model.onnx"), os.path.join(self.dir, "decoder_model_merged.onnx")
+        seq2seq_onnx.build(enc, dec)
+        r = {p: self.gen_json(dec, "--encoder", enc, "--generate", f"{p}:32", "--gpu", "h100") for p in (256, 512)}
+        self.assertEqual([w for w in r[512]["warnings"] if "If" in w or "unknown" in w], [])
+        g = {p: r[p]["generation"] for p in r}
+        n = seq2seq_onnx
+        self.assertEqual(g[512]["kv_cache_bytes"], 2 * n.LAYERS * n.HEADS * n.HD * ((1 + 32) + 512) * 4)
+        self.assertEqual(g[512]["kv_cache"]["encoder_tokens"], 512)
+        self.assertGreater(g[512]["ttft_ms"], 1.3 * g[256]["ttft_ms"])  # the encoder reads the prompt
+        self.assertGreater(g[512]["tpot_ms"], g[256]["tpot_ms"])  # cross-attention over it
+        # The encoder's nodes are the prefill's, before the decoder's If.
+        names = [x["name"] for x in r[512]["nodes"]]
+        self.assertEqual(names[-1], "optimum::if")
+        self.assertGreater(len(names), 40)
+        self.assertGreater(g[512]["weight_bytes"], 0)
+
+    def test_whisper_style_encoder_reads_its_features(self):
+        # An audio encoder (input_features, a stride-2 convolution): its output's length, 1500
+        # for 3000 frames, is the cross-attention cache's; the prompt is the decoder's.
+        enc, dec = os.path.join(self.dir, "encoder_model.onnx"), os.path.join(self.dir, "decoder_model_merged.onnx")
+        seq2seq_onnx.build(enc, dec, features=True)
+        rc, so, se = run(dec, "--encoder", enc, "--generate", "4:32", "--gpu", "h100")
+        self.assertEqual(rc, 2)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("--encoder", se)
+        self.assertIn("feature_size", se)
+        g = self.gen_json(dec, "--encoder", enc, "--generate", "4:32", "--gpu", "h100",
+                          "--dim", "feature_size=80", "--dim", "encoder_sequence_length=3000")["generation"]
+        n = seq2seq_onnx
+        self.assertEqual(g["kv_cache_bytes"], 2 * n.LAYERS * n.HEADS * n.HD * ((4 + 32) + 1500) * 4)
+
+    def test_encoder_flag_errors(self):
+        enc, dec = os.path.join(self.dir, "encoder_model.onnx"), os.path.join(self.dir, "decoder_model_merged.onnx")
+        seq2seq_onnx.build(enc, dec)
+        other_enc, other_dec = os.path.join(self.dir, "e16.onnx"), os.path.join(self.dir, "d16.onnx")
+        seq2seq_onnx.build(other_enc, other_dec, decoder_opset=16)
+        step = os.path.join(self.dir, "step.onnx")
+        rc, so, se = run("export", "--config", self.small, "--kv-cache", "-o", step)
+        self.assertEqual(rc, 0, se)
+        cases = [
+            ((dec, "--encoder", enc, "--batch", "1", "--seq", "8", "--gpu", "h100"), "applies to --generate"),
+            ((step, "--encoder", enc, "--generate", "8:8", "--gpu", "h100"), "past_key_values.N.decoder"),
+            ((dec, "--encoder", os.path.join(self.dir, "missing.onnx"), "--generate", "8:8", "--gpu", "h100"), "missing.onnx"),
+            ((other_dec, "--encoder", enc, "--generate", "8:8", "--gpu", "h100"), "opsets"),
+            (("--config", self.small, "--encoder", enc, "--generate", "8:8", "--gpu", "h100"), "ONNX decoder"),
+        ]
+        for args, text in cases:
+            rc, so, se = run(*args)
+            self.assertEqual(rc, 2, (args, se))
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn(text, se)
+        # The decoder alone names the flag.
+        rc, so, se = run(dec, "--generate", "8:8", "--gpu", "h100")
+        self.assertEqual(rc, 2)
+        self.assertIn("--encoder", se)
 
 if __name__ == "__main__":
     unittest.main()

@@ -137,6 +137,14 @@ struct Decoder {
   // the decoder's (its special tokens): step j reads PROMPT + j, as a decoder's.
   std::string encoder_dim;
   int64_t encoder_tokens = 0;
+  // An ONNX encoder-decoder (onnx_seq2seq_decoder): the prefill is the encoder feeding the
+  // decoder's first pass, one graph. `token_dim`: the decoder's token input's symbolic length,
+  // bound by name (its inputs need not start with the tokens); `encoder_input_dim`: the
+  // encoder's token input's length (the prompt; empty where it reads features, as Whisper's);
+  // `encoder_bound_dims`: the decoder's other dims that hold the encoder's length (its hidden
+  // states', its mask's).
+  std::string token_dim, encoder_input_dim;
+  std::vector<std::string> encoder_bound_dims;
   bool encoder_decoder() const { return !encoder_dim.empty(); }
   // Whether the prompt is the encoder's input (T5), the decoder starting from one token.
   bool prompt_encoded() const { return encoder_decoder() && encoder_tokens == 0; }
@@ -158,6 +166,14 @@ Decoder config_decoder(const ModelConfig& config);
 // which the module shares with the model (their weights counted once more here).
 // InputError when the config has none.
 Decoder mtp_decoder(const ModelConfig& config);
+// From an ONNX encoder-decoder export in two files (optimum's encoder_model.onnx and
+// decoder_model_merged.onnx: T5, BART, Marian, Whisper): the decoder's past_key_values.N.decoder
+// and .encoder inputs, its encoder_hidden_states input (fed by the encoder's first output), its
+// token input (input_ids or decoder_input_ids) and the use_cache_branch switch. An encoder of
+// token ids reads the prompt (the decoder starts from one token); an encoder of features
+// (Whisper) reads what `options`' dims bind, and its output's length is the cross-attention
+// cache's. InputError naming what is missing.
+Decoder onnx_seq2seq_decoder(LoadedModel encoder, LoadedModel decoder, const Options& options);
 // From an ONNX decoder export with past_key_values.N.key/value inputs (or onnxruntime's
 // stacked past_N, [2, batch, heads, past_length, head_dim]); InputError naming the
 // file when it has none or their shapes are not [batch, kv_heads, past, head_dim].

@@ -41,6 +41,16 @@ LoadedModel load_model_from_bytes(const std::string& bytes, const std::string& w
 LoadedModel load_model_from_proto(const onnx::ModelProto& proto, const std::string& what);
 LoadedModel load_model_from_proto(onnx::ModelProto&& proto, const std::string& what);
 
+// Two models as one graph, the first's nodes before the second's (onnx.compose.merge_models):
+// `connect` maps inputs of the second to the first's outputs that feed them (those inputs
+// disappear) or to the first's inputs that stand for them (declared once, by the first, under
+// the second's name). The first model's other values and node names that the second also uses
+// take `prefix`. The default domain's opsets must agree. `what` names the result. InputError
+// otherwise.
+LoadedModel merge_models(const LoadedModel& first, const LoadedModel& second,
+                         const std::map<std::string, std::string>& connect, const std::string& prefix,
+                         const std::string& what);
+
 // Shapes and dtypes that ONNX's own shape inference (with data propagation) gives for the
 // model when its graph inputs have the shapes in `bound` (dims already bound). Keyed by
 // tensor name, subgraph tensors included. Debian's ONNX 1.12 knows opsets <= 17 and infers
