@@ -294,39 +294,57 @@ TEST_CASE("invariants: a compute-bound GEMM follows the FLOP rate, not the bandw
   report("bandwidth / 2 (<= 1.2x slower)", bw_bound);
 }
 
+namespace {
+
+// Single GEMMs of `shapes` random weights (sides 2^lo to 2^hi) per GPU that `use` accepts, for
+// the rows `next` steps through from 1 to `max_rows`: each step to one more row that predicts
+// more than 10% faster (where `counts` says the step is checked) is a failure.
+struct RowSteps {
+  size_t pairs = 0, over_2 = 0;
+  std::vector<Failure> bad;
+};
+RowSteps row_steps(uint64_t seed, double lo, double hi, int shapes, const std::string& dtype, int64_t max_rows,
+                   const std::function<int64_t(int64_t)>& next, const std::function<bool(const Gpu&)>& use,
+                   const std::function<bool(int64_t)>& counts) {
+  auto p = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  RowSteps r;
+  for (const Gpu& gpu : GpuDatabase::builtin().all()) {
+    if (!use(gpu)) continue;
+    for (int shape = 0; shape < shapes; ++shape) {
+      const int64_t n = std::llround(std::exp2(u(g))), k = std::llround(std::exp2(u(g)));
+      std::vector<Kernel> ks;
+      for (int64_t m = 1; m <= max_rows; m = next(m))
+        ks.push_back(kernel_from_dataset("linear", {{"B", "1"},
+                                                    {"M", std::to_string(m)},
+                                                    {"N", std::to_string(k)},
+                                                    {"K", std::to_string(n)},
+                                                    {"dtype", dtype}}));
+      const auto lat = predict(*p, ks, gpu);
+      for (size_t i = 1; i < ks.size(); ++i) {
+        ++r.pairs;
+        if (lat[i] < lat[i - 1] * 0.98) ++r.over_2;
+        if (lat[i] < lat[i - 1] * 0.90 && counts(ks[i - 1].gemm.m)) r.bad.push_back({gpu.name, ks[i], lat[i - 1], lat[i]});
+      }
+    }
+  }
+  MESSAGE("row steps checked: " << r.pairs << ", faster by more than 2%: " << r.over_2);
+  return r;
+}
+
+}  // namespace
+
 TEST_CASE("invariants: a single 16-bit GEMM on matrix units never predicts much faster with more rows") {
   // More tokens through the same weights: the library runs them on whichever of its tiles is
   // fastest (tiling.h tile_alternatives), and no GEMM runs faster than its operands' stream
   // (precision.h weight-streaming law), so one more row never buys a faster kernel but at the
   // seam between a skinny GEMM's stream price and the tiled price (at most 10%).
-  auto p = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
-  std::mt19937_64 g(41);
-  std::uniform_real_distribution<double> u(8, 14);
-  size_t pairs = 0, over_2 = 0;
-  std::vector<Failure> bad;
-  for (const Gpu& gpu : GpuDatabase::builtin().all()) {
-    if (!has_matrix_units(gpu, DType::f16)) continue;
-    for (int shape = 0; shape < 6; ++shape) {
-      const int64_t n = std::llround(std::exp2(u(g))), k = std::llround(std::exp2(u(g)));
-      std::vector<Kernel> ks;
-      for (int64_t m = 1; m <= 8192; m += m < 64 ? 1 : m < 512 ? 8 : 64) {
-        ks.push_back(kernel_from_dataset("linear", {{"B", "1"},
-                                                    {"M", std::to_string(m)},
-                                                    {"N", std::to_string(k)},
-                                                    {"K", std::to_string(n)},
-                                                    {"dtype", "fp16"}}));
-      }
-      const auto lat = predict(*p, ks, gpu);
-      for (size_t i = 1; i < ks.size(); ++i) {
-        ++pairs;
-        if (lat[i] < lat[i - 1] * 0.98) ++over_2;
-        if (lat[i] < lat[i - 1] * 0.90) bad.push_back({gpu.name, ks[i], lat[i - 1], lat[i]});
-      }
-    }
-  }
-  MESSAGE("row steps checked: " << pairs << ", faster by more than 2%: " << over_2);
-  CHECK(pairs > 10000);
-  report("one more row", bad);
+  const RowSteps r = row_steps(
+      41, 8, 14, 6, "fp16", 8192, [](int64_t m) { return m + (m < 64 ? 1 : m < 512 ? 8 : 64); },
+      [](const Gpu& gpu) { return has_matrix_units(gpu, DType::f16); }, [](int64_t) { return true; });
+  CHECK(r.pairs > 10000);
+  report("one more row", r.bad);
 }
 
 TEST_CASE("invariants: an FP32 GEMV on CUDA cores never predicts slower than the tiled GEMM of a few more rows") {
@@ -335,27 +353,9 @@ TEST_CASE("invariants: an FP32 GEMV on CUDA cores never predicts slower than the
   // tiled GEMM of more rows (at most 10%, as for matrix units above). Above the seam the learned
   // SIMT tile rule (tiling.h) answers rows below the FP32 data's smallest (512) with steps of
   // its own, which this test does not cover.
-  auto p = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
-  std::mt19937_64 g(43);
-  std::uniform_real_distribution<double> u(6, 14);
-  size_t pairs = 0, over_2 = 0;
-  std::vector<Failure> bad;
-  for (const Gpu& gpu : GpuDatabase::builtin().all()) {
-    for (int shape = 0; shape < 60; ++shape) {
-      const int64_t n = std::llround(std::exp2(u(g))), k = std::llround(std::exp2(u(g)));
-      std::vector<Kernel> ks;
-      for (int64_t m = 1; m <= 8; ++m)
-        ks.push_back(kernel_from_dataset(
-            "linear", {{"B", "1"}, {"M", std::to_string(m)}, {"N", std::to_string(k)}, {"K", std::to_string(n)}}));
-      const auto lat = predict(*p, ks, gpu);
-      for (size_t i = 1; i < ks.size(); ++i) {
-        ++pairs;
-        if (lat[i] < lat[i - 1] * 0.98) ++over_2;
-        if (lat[i] < lat[i - 1] * 0.90 && ks[i - 1].gemm.m < 4) bad.push_back({gpu.name, ks[i], lat[i - 1], lat[i]});
-      }
-    }
-  }
-  MESSAGE("row steps checked: " << pairs << ", faster by more than 2%: " << over_2);
-  CHECK(pairs > 10000);
-  report("a GEMV against more rows", bad);
+  const RowSteps r = row_steps(
+      43, 6, 14, 60, "fp32", 8, [](int64_t m) { return m + 1; }, [](const Gpu&) { return true; },
+      [](int64_t m) { return m < 4; });
+  CHECK(r.pairs > 10000);
+  report("a GEMV against more rows", r.bad);
 }
