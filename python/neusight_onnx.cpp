@@ -329,7 +329,7 @@ bool is_config_arg(py::handle m) {
 }
 
 py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, py::handle speculative,
-                    py::handle tpot_slo, const AnalysisArgs& a) {
+                    py::handle tpot_slo, py::handle encoder, const AnalysisArgs& a) {
   Argv argv = a.argv();
   argv.push_back("--generate");
   argv.push_back(int_text(prompt, "prompt") + ":" + int_text(new_tokens, "new_tokens"));
@@ -352,6 +352,11 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
   ModelSource src;
   if (is_config_arg(model)) cfg = config_source(model);
   else src = model_source(model);
+  std::optional<ModelSource> enc;
+  if (!encoder.is_none()) {
+    if (cfg) throw InputError("encoder goes with an ONNX decoder (a config builds its own encoder)");
+    enc = model_source(encoder);
+  }
   std::vector<Report> reports;
   {
     py::gil_scoped_release nogil;
@@ -363,6 +368,8 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
       target = cli::with_image_options(cfg->read(), opt);
       decoder = config_decoder(*target);
       notes = cli::config_notes(*target, opt);
+    } else if (enc) {
+      decoder = onnx_seq2seq_decoder(enc->load(), src.load(), opt);
     } else {
       decoder = onnx_decoder(src.load());
     }
@@ -741,20 +748,22 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch, py::object dtype,
          py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
          py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
-         py::object host_dispatch_us, py::object image_size, py::object images) {
+         py::object host_dispatch_us, py::object image_size, py::object images, py::object encoder, py::object dims,
+         py::object shapes) {
         if (!tpot_slo.is_none() && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError("tpot_slo chooses the batch; give it without batch");
-        AnalysisArgs a = analysis_args(batch, py::none(), py::none(), py::none(), py::str("inference"), dtype, fusion,
-                                       timing, parallel, link_bw, predictor, weights, attention, host_dispatch_us);
+        AnalysisArgs a = analysis_args(batch, py::none(), dims, shapes, py::str("inference"), dtype, fusion, timing,
+                                       parallel, link_bw, predictor, weights, attention, host_dispatch_us);
         a.kv_dtype = std::move(kv_dtype);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
-        return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, a);
+        return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, encoder, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
       "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none,
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
-      "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none,
+      "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none, "encoder"_a = none, "dims"_a = none,
+      "shapes"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json: a decoder, or T5 / Switch / Whisper, whose prompt is the encoder's text / the decoder's\n"
@@ -764,7 +773,9 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused).\n"
       "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
       "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
-      "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.");
+      "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.\n"
+      "encoder: an encoder-decoder's ONNX encoder (optimum's encoder_model.onnx; `model` its\n"
+      "decoder_model_merged.onnx) as --encoder; dims / shapes as in analyze() bind its input dims (Whisper's).");
   m.def("gpus", &gpus, "The GPU database: one dict per GPU (name, aliases, spec-sheet numbers), as `gpus --json`.");
   m.def("kernels", &kernels, "rows"_a, "gpu"_a, "devices"_a = none, "predictor"_a = "neusight", "weights"_a = none,
         "timing"_a = none,

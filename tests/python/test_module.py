@@ -165,6 +165,26 @@ class Analyze(unittest.TestCase):
             with self.assertRaisesRegex(ValueError, "without batch"):
                 n.generate(small, "h100", 64, 8, batch=4, tpot_slo=0.05)
 
+    def test_generate_encoder_decoder_equals_cli(self):
+        # optimum's two files (encoder, merged decoder), T5-style and Whisper-style, as --encoder.
+        import seq2seq_onnx
+        with tempfile.TemporaryDirectory() as d:
+            enc, dec = os.path.join(d, "encoder_model.onnx"), os.path.join(d, "decoder_model_merged.onnx")
+            seq2seq_onnx.build(enc, dec)
+            want = run_json(dec, "--encoder", enc, "--gpu", "h100", "--generate", "128:16", "--batch", "2")
+            self.assertTrue(same(n.generate(dec, "h100", 128, 16, batch=2, encoder=enc), want))
+            self.assertTrue(same(n.generate(onnx.load(dec), "h100", 128, 16, batch=2, encoder=onnx.load(enc))["generation"],
+                                 want["generation"]))
+            seq2seq_onnx.build(enc, dec, features=True)
+            want = run_json(dec, "--encoder", enc, "--gpu", "h100", "--generate", "4:16", "--dim", "feature_size=80",
+                            "--dim", "encoder_sequence_length=3000")
+            got = n.generate(dec, "h100", 4, 16, encoder=enc, dims={"feature_size": 80, "encoder_sequence_length": 3000})
+            self.assertTrue(same(got, want))
+            with self.assertRaisesRegex(ValueError, "--encoder"):
+                n.generate(dec, "h100", 4, 16, encoder=enc)
+            with self.assertRaisesRegex(ValueError, "ONNX decoder"):
+                n.generate(CONFIG, "h100", 4, 16, encoder=enc)
+
     def test_report_copies_are_plain_dicts(self):
         r = n.analyze(EXAMPLE, "h100", batch=1, seq=16)
         self.assertIsInstance(r, n.Report)
