@@ -372,7 +372,7 @@ struct Lowering {
 
 // A body graph sees the enclosing graph's tensors (outer-scope names): those its nodes, the
 // bodies nested in it and its outputs read are copied in (never the whole enclosing graph).
-Graph with_outer_scope(const Graph& body, const Graph& outer) {
+Graph body_with_outer_scope(const Graph& body, const Graph& outer) {
   Graph b = body;
   auto take = [&](const std::string& name) {
     if (name.empty() || b.tensors.count(name)) return;
@@ -428,7 +428,7 @@ int64_t static_trip_count(const Graph& g, const Node& n, std::string& why) {
 }
 
 void Lowering::lower_body(const Graph& g, const Node& n, int index, const Graph& body, std::vector<Kernel>& out) {
-  Graph scoped = with_outer_scope(body, g);
+  Graph scoped = body_with_outer_scope(body, g);
   forward(scoped, out, index, n.name, nullptr);
 }
 
@@ -639,5 +639,7 @@ KernelList lower(const Graph& graph, const LoweringOptions& options) {
       result.warnings.push_back(std::move(w));
   return result;
 }
+
+Graph with_outer_scope(const Graph& body, const Graph& outer) { return lowering_detail::body_with_outer_scope(body, outer); }
 
 }  // namespace neusight

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "neusight/parallel.h"
@@ -291,89 +292,178 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& g, int tp) {
   return roles_of(g, tp, edges);
 }
 
-KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp, int ep) {
-  if (tp <= 1) return in;
-  Edges edges = graph_edges(g);
-  const std::vector<TpRole> roles = roles_of(g, tp, edges);
-  auto role_of = [&](int node) {
+namespace {
+
+// A graph whose nodes get tensor-parallel roles: the analysed graph, or an If branch of one of
+// its nodes (with the outer scope's tensors: its weights), whose kernels carry the body node's
+// name.
+struct TpScope {
+  Graph graph;
+  std::vector<TpRole> roles;
+  std::set<size_t> summed_later;
+  std::vector<const GemmShape*> fwd_gemm;       // the forward GEMM of each weight node
+  std::map<std::string, size_t> index;          // body node name -> node (branches)
+  TpScope(Graph g, int tp) : graph(std::move(g)) {
+    Edges edges = graph_edges(graph);
+    roles = roles_of(graph, tp, edges);
+    summed_later = row_outputs_summed_later(graph, roles, edges);
+    fwd_gemm.assign(graph.nodes.size(), nullptr);
+    for (size_t i = 0; i < graph.nodes.size(); ++i) index.emplace(graph.nodes[i].name, i);
+  }
+  TpRole role(int node) const {
     return node >= 0 && static_cast<size_t>(node) < roles.size() ? roles[static_cast<size_t>(node)] : TpRole::replicated;
-  };
-  // Weights held in 1/tp slices: every weight a non-replicated node reads.
-  std::set<std::string> split_weights;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (roles[i] == TpRole::replicated) continue;
-    for (const auto& name : g.nodes[i].inputs) {
-      const TensorInfo* t = name.empty() ? nullptr : g.find(name);
-      if (t && t->is_initializer && is_float(t->dtype)) split_weights.insert(name);
+  }
+};
+
+// The branch of If `n` that holds `body_node` (the one a known condition takes, else the one
+// that has a node of that name), or nullptr.
+const Graph* if_branch_of(const Graph& g, const Node& n, const std::string& body_node) {
+  const Attribute* then_b = n.attr("then_branch");
+  const Attribute* else_b = n.attr("else_branch");
+  auto graph_of = [](const Attribute* a) { return a && !a->graphs.empty() ? a->graphs[0].get() : nullptr; };
+  const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
+  if (cond && cond->int_value && cond->int_value->size() == 1) return graph_of((*cond->int_value)[0] != 0 ? then_b : else_b);
+  for (const Attribute* a : {then_b, else_b})
+    if (const Graph* b = graph_of(a))
+      for (const auto& x : b->nodes)
+        if (x.name == body_node) return b;
+  return nullptr;
+}
+
+// Each kernel's scope and node in it ({-1, -1}: a body kernel that runs whole). Scope 0 is
+// the graph; each If node whose branch kernels appear adds its branch (a known condition's:
+// optimum's merged decoders), roles computed on the branch as on a graph. Kernels of other
+// bodies (Loop, Scan, nested control flow) are counted in `whole`.
+std::vector<std::pair<int, int>> place_kernels(const Graph& g, const KernelList& in, int tp,
+                                               std::vector<std::unique_ptr<TpScope>>& scopes, size_t& whole) {
+  scopes.push_back(std::make_unique<TpScope>(g, tp));
+  std::map<int, int> if_scope;  // If node -> scope (-1: none)
+  std::vector<std::pair<int, int>> where(in.kernels.size(), {0, -1});
+  for (size_t i = 0; i < in.kernels.size(); ++i) {
+    const Kernel& k = in.kernels[i];
+    if (k.body_node.empty()) {
+      where[i] = {0, k.node};
+      continue;
+    }
+    const Node* n = k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size() ? &g.nodes[static_cast<size_t>(k.node)] : nullptr;
+    const std::string prefix = n ? n->name + "/" : std::string();
+    const std::string body_name = n && k.body_node.rfind(prefix, 0) == 0 ? k.body_node.substr(prefix.size()) : "";
+    auto it = if_scope.find(k.node);
+    if (it == if_scope.end()) {
+      const Graph* b = n && n->op_type == "If" ? if_branch_of(g, *n, body_name) : nullptr;
+      int sc = -1;
+      if (b) {
+        scopes.push_back(std::make_unique<TpScope>(with_outer_scope(*b, g), tp));
+        sc = static_cast<int>(scopes.size()) - 1;
+      }
+      it = if_scope.emplace(k.node, sc).first;
+    }
+    const TpScope* s = it->second >= 0 ? scopes[static_cast<size_t>(it->second)].get() : nullptr;
+    const auto node_it = s ? s->index.find(body_name) : std::map<std::string, size_t>::const_iterator();
+    if (s && node_it != s->index.end()) {
+      where[i] = {it->second, static_cast<int>(node_it->second)};
+    } else {
+      where[i] = {-1, -1};
+      ++whole;
     }
   }
-  // The forward GEMM of each weight node (backward kernels are derived from it).
-  std::vector<const GemmShape*> fwd_gemm(g.nodes.size(), nullptr);
-  for (const auto& k : in.kernels)
-    if (k.cls == KernelClass::gemm && k.phase == Phase::forward && k.node >= 0 &&
-        static_cast<size_t>(k.node) < fwd_gemm.size() && !fwd_gemm[static_cast<size_t>(k.node)])
-      fwd_gemm[static_cast<size_t>(k.node)] = &k.gemm;
+  return where;
+}
 
-  const std::set<size_t> summed_later = row_outputs_summed_later(g, roles, edges);
+// One kernel of node `node` of scope `s` as one GPU runs it.
+void split_kernel(Kernel& k, const TpScope& s, int node, int tp, int ep, const std::set<std::string>& split_weights) {
+  const TpRole r = s.role(node);
+  const bool moe = node >= 0 && static_cast<size_t>(node) < s.graph.nodes.size() && is_moe_op(s.graph.nodes[static_cast<size_t>(node)]);
+  if (moe && r == TpRole::row && k.phase == Phase::forward) {
+    split_expert_kernel(k, tp, ep);
+  } else if (k.phase == Phase::update) {
+    if (split_weights.count(k.weight)) shrink_vector(k, tp);
+  } else if (r == TpRole::column || r == TpRole::row) {
+    if (k.cls == KernelClass::gemm)
+      split_weight_gemm(k, s.fwd_gemm[static_cast<size_t>(node)], r == TpRole::column, tp);
+    else if (r == TpRole::column)
+      shrink_vector(k, tp);
+  } else if (r == TpRole::sharded) {
+    if (k.cls == KernelClass::gemm) {
+      const GemmShape before = k.gemm;
+      divide_first({&k.gemm.batch, &k.gemm.m, &k.gemm.n}, tp);
+      rescale_gemm(k, before);
+    } else if (k.cls != KernelClass::collective && k.cls != KernelClass::unknown) {
+      shrink_vector(k, tp);
+    }
+  }
+}
+
+}  // namespace
+
+KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp, int ep) {
+  if (tp <= 1) return in;
+  std::vector<std::unique_ptr<TpScope>> scopes;
+  size_t whole_body = 0;
+  const std::vector<std::pair<int, int>> where = place_kernels(g, in, tp, scopes, whole_body);
+  // Weights held in 1/tp slices: every weight a non-replicated node reads.
+  std::set<std::string> split_weights;
+  for (const auto& sc : scopes)
+    for (size_t i = 0; i < sc->graph.nodes.size(); ++i) {
+      if (sc->roles[i] == TpRole::replicated) continue;
+      for (const auto& name : sc->graph.nodes[i].inputs) {
+        const TensorInfo* t = name.empty() ? nullptr : sc->graph.find(name);
+        if (t && t->is_initializer && is_float(t->dtype)) split_weights.insert(name);
+      }
+    }
+  for (size_t i = 0; i < in.kernels.size(); ++i) {
+    const Kernel& k = in.kernels[i];
+    const auto [sc, node] = where[i];
+    if (sc < 0 || node < 0 || k.cls != KernelClass::gemm || k.phase != Phase::forward) continue;
+    TpScope& s = *scopes[static_cast<size_t>(sc)];
+    if (static_cast<size_t>(node) < s.fwd_gemm.size() && !s.fwd_gemm[static_cast<size_t>(node)])
+      s.fwd_gemm[static_cast<size_t>(node)] = &k.gemm;
+  }
 
   KernelList out = in;
   out.kernels.clear();
   out.kernels.reserve(in.kernels.size() + 4 * g.nodes.size() / 8);
+  if (whole_body > 0)
+    out.warnings.push_back("tensor parallelism: " + std::to_string(whole_body) +
+                           " kernels of Loop / Scan bodies or nested control flow run whole on every GPU");
   // A TP all-reduce follows the last kernel of a (node, phase) group.
-  auto close_group = [&](int node, Phase phase, DType dtype) {
-    if (node < 0 || static_cast<size_t>(node) >= g.nodes.size()) return;
-    const Node& n = g.nodes[static_cast<size_t>(node)];
-    const TpRole r = roles[static_cast<size_t>(node)];
+  auto close_group = [&](std::pair<int, int> at, int owner, Phase phase, DType dtype) {
+    const auto [sc, node] = at;
+    if (sc < 0 || node < 0 || static_cast<size_t>(node) >= scopes[static_cast<size_t>(sc)]->graph.nodes.size()) return;
+    const TpScope& s = *scopes[static_cast<size_t>(sc)];
+    const Node& n = s.graph.nodes[static_cast<size_t>(node)];
+    const TpRole r = s.roles[static_cast<size_t>(node)];
     if (phase == Phase::forward && (r == TpRole::row || r == TpRole::vocab_embedding) && !n.outputs.empty() &&
-        !summed_later.count(static_cast<size_t>(node))) {
-      const double bytes = double(numel(g.find(n.outputs[0]))) * element_bytes(dtype);
+        !s.summed_later.count(static_cast<size_t>(node))) {
+      const double bytes = double(numel(s.graph.find(n.outputs[0]))) * element_bytes(dtype);
       if (bytes > 0)
-        out.kernels.push_back(allreduce_kernel(node, phase, bytes, dtype, tp,
+        out.kernels.push_back(allreduce_kernel(owner, phase, bytes, dtype, tp,
                                                r == TpRole::row ? "row-parallel output" : "vocab-parallel embedding"));
     } else if (phase == Phase::backward && r == TpRole::column && !n.inputs.empty()) {
-      const TensorInfo* a = g.find(n.inputs[0]);
+      const TensorInfo* a = s.graph.find(n.inputs[0]);
       const double bytes = double(numel(a)) * element_bytes(dtype);
       if (a && !a->is_graph_input && bytes > 0)
-        out.kernels.push_back(allreduce_kernel(node, phase, bytes, dtype, tp, "column-parallel input gradient"));
+        out.kernels.push_back(allreduce_kernel(owner, phase, bytes, dtype, tp, "column-parallel input gradient"));
     }
   };
-  int cur_node = -1;
+  std::pair<int, int> cur{-1, -1};
+  int cur_owner = -1;
   Phase cur_phase = Phase::forward;
   DType cur_dtype = DType::f32;
-  for (const Kernel& src : in.kernels) {
-    if (src.node != cur_node || src.phase != cur_phase) {
-      close_group(cur_node, cur_phase, cur_dtype);
-      cur_node = src.node;
+  for (size_t i = 0; i < in.kernels.size(); ++i) {
+    const Kernel& src = in.kernels[i];
+    if (where[i] != cur || src.node != cur_owner || src.phase != cur_phase) {
+      close_group(cur, cur_owner, cur_phase, cur_dtype);
+      cur = where[i];
+      cur_owner = src.node;
       cur_phase = src.phase;
       cur_dtype = src.dtype;
     }
     Kernel k = src;
-    const TpRole r = role_of(k.node);
-    const bool moe = k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size() && is_moe_op(g.nodes[static_cast<size_t>(k.node)]);
-    if (moe && r == TpRole::row && k.phase == Phase::forward) {
-      split_expert_kernel(k, tp, ep);
-      out.kernels.push_back(std::move(k));
-      continue;
-    }
-    if (k.phase == Phase::update) {
-      if (split_weights.count(k.weight)) shrink_vector(k, tp);
-    } else if (r == TpRole::column || r == TpRole::row) {
-      if (k.cls == KernelClass::gemm)
-        split_weight_gemm(k, fwd_gemm[static_cast<size_t>(k.node)], r == TpRole::column, tp);
-      else if (r == TpRole::column)
-        shrink_vector(k, tp);
-    } else if (r == TpRole::sharded) {
-      if (k.cls == KernelClass::gemm) {
-        const GemmShape before = k.gemm;
-        divide_first({&k.gemm.batch, &k.gemm.m, &k.gemm.n}, tp);
-        rescale_gemm(k, before);
-      } else if (k.cls != KernelClass::collective && k.cls != KernelClass::unknown) {
-        shrink_vector(k, tp);
-      }
-    }
+    if (where[i].first >= 0) split_kernel(k, *scopes[static_cast<size_t>(where[i].first)], where[i].second, tp, ep, split_weights);
     out.kernels.push_back(std::move(k));
   }
-  close_group(cur_node, cur_phase, cur_dtype);
+  close_group(cur, cur_owner, cur_phase, cur_dtype);
   return out;
 }
 

@@ -437,13 +437,20 @@ class Generate(unittest.TestCase):
             rc, so, se = run("export", "--config", self.small, *args)
             self.assertEqual(rc, 0, se)
         merged_decoder.build(fwd, step, merged)
-        a = self.gen_json(step, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100")
-        b = self.gen_json(merged, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100")
-        self.assertEqual([w for w in b["warnings"] if "If" in w], [])
-        a, b = a["generation"], b["generation"]
-        for k in ("tpot_ms", "weight_read_ms", "kv_cache_bytes"):
-            self.assertAlmostEqual(a[k], b[k], delta=0.01 * a[k], msg=k)
-        self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
+        # Under tensor parallelism the branch's nodes take their roles as the step's own do
+        # (column- and row-parallel projections, sharded heads, an all-reduce after each row).
+        tpot = {}
+        for tp in ("1", "2"):
+            a = self.gen_json(step, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100", "--parallel", "tp=" + tp)
+            b = self.gen_json(merged, "--generate", "256:32", "--dtype", "fp16", "--gpu", "h100", "--parallel", "tp=" + tp)
+            self.assertEqual([w for w in b["warnings"] if "If" in w or "whole" in w], [])
+            a, b = a["generation"], b["generation"]
+            for k in ("tpot_ms", "weight_read_ms", "kv_cache_bytes"):
+                self.assertAlmostEqual(a[k], b[k], delta=0.01 * a[k], msg=(tp, k))
+            self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
+            self.assertEqual(a["decode_by_class_ms"].keys(), b["decode_by_class_ms"].keys())
+            tpot[tp] = b["tpot_ms"]
+        self.assertNotAlmostEqual(tpot["1"], tpot["2"], delta=0.01 * tpot["1"])
 
     def test_gqa_rotary_matmulnbits_decoder_predicts_like_the_config(self):
         # The same Llama-style model as SMALL, as onnxruntime-genai exports it.

@@ -282,6 +282,9 @@ struct KernelList {
 };
 
 KernelList lower(const Graph& graph, const LoweringOptions& options);
+// A control-flow body as its own graph: the enclosing graph's tensors it reads (outer-scope
+// names: weights, inputs), those of the bodies nested in it and of its outputs, copied in.
+Graph with_outer_scope(const Graph& body, const Graph& outer);
 
 // The (domain, op type) pairs with a lowering rule ("" = ai.onnx), sorted. If, Loop, Scan
 // and SequenceMap are lowered through their bodies and are not listed.
