@@ -169,6 +169,45 @@ void read_mpnet(const Reader& r, ModelConfig& c) {
   c.head = arch == "MPNetForMaskedLM" ? "lm" : arch == "MPNetForSequenceClassification" ? "classification" : "base";
 }
 
+// ModernBertConfig: no biases but where attention_bias, mlp_bias, norm_bias, classifier_bias and
+// decoder_bias say; every global_attn_every_n_layers-th layer (from the first) attends globally,
+// the others within local_attention tokens; a GeGLU MLP of intermediate_size.
+void read_modernbert(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  c.ffn = r.i({"intermediate_size"}, true);
+  c.vocab = r.i({"vocab_size"}, true);
+  c.max_positions = r.i({"max_position_embeddings"}, false, 8192);
+  c.layer_norm_eps = r.f({"norm_eps"}, 1e-5);
+  c.activation = r.s({"hidden_activation"}, "gelu");
+  c.qkv_bias = c.o_bias = r.b("attention_bias", false);
+  c.mlp_bias = r.b("mlp_bias", false);
+  c.norm_bias = r.b("norm_bias", false);
+  c.dropout = static_cast<float>(r.f({"mlp_dropout"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
+  c.num_labels = r.i({"num_labels"}, false, 2);
+  c.encoder_head.dense_bias = r.b("classifier_bias", false);
+  c.encoder_head.decoder_bias = r.b("decoder_bias", true);
+  c.encoder_head.activation = r.s({"classifier_activation"}, "gelu");
+  c.encoder_head.embedding_dropout = static_cast<float>(r.f({"embedding_dropout"}, 0.0));
+  c.encoder_head.classifier_dropout = static_cast<float>(r.f({"classifier_dropout"}, 0.0));
+  const std::string pooling = r.s({"classifier_pooling"}, "cls");
+  if (pooling != "cls" && pooling != "mean")
+    throw InputError(r.path + ": classifier_pooling must be cls or mean, got '" + pooling + "'");
+  c.encoder_head.mean_pooling = pooling == "mean";
+  const int64_t every = r.i({"global_attn_every_n_layers"}, false, 3);
+  c.sliding_window = r.i({"local_attention"}, false, 128);
+  if (every < 1 || c.sliding_window < 2)
+    throw InputError(r.path + ": global_attn_every_n_layers must be at least 1 and local_attention at least 2");
+  c.sliding_layers.assign(static_cast<size_t>(std::max<int64_t>(c.layers, 0)), false);
+  for (int64_t l = 0; l < c.layers; ++l) c.sliding_layers[static_cast<size_t>(l)] = l % every != 0;
+  const std::string arch = r.architecture();
+  c.head = arch == "ModernBertForMaskedLM"                   ? "lm"
+           : arch == "ModernBertForSequenceClassification" ? "classification"
+                                                           : "base";
+}
+
 // DistilBertConfig: dim, n_layers, n_heads, hidden_dim; the head by the architecture.
 void read_distilbert(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"n_layers"}, true);
@@ -1411,6 +1450,7 @@ const std::map<std::string, Family>& families() {
       {"electra", {read_electra, builder::build_electra}},
       {"albert", {read_albert, builder::build_albert}},
       {"mpnet", {read_mpnet, builder::build_mpnet}},
+      {"modernbert", {read_modernbert, builder::build_modernbert}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},

@@ -334,6 +334,55 @@ TEST_CASE("model_builder: RoBERTa and XLM-RoBERTa are BERT with positions from t
   CHECK(parameters(build_model(camembert)) == 124645632 + (32005 - 50265) * 768);
 }
 
+TEST_CASE("model_builder: ModernBERT alternates global and sliding-window attention, rotary, GeGLU, no biases") {
+  // answerdotai/ModernBERT-base (ModernBertForMaskedLM): 149,655,232 parameters as published,
+  // the decoder's weight tied to the token embeddings; ModernBertModel 149,014,272.
+  ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/modernbert_base.json");
+  CHECK(c.head == "lm");
+  auto params = [](const LoadedModel& m, const std::string& skip) {
+    int64_t n = 0;
+    for (const std::string& w : m.model.graph.initializers) {
+      const TensorInfo* t = m.model.graph.find(w);
+      if (t && t->external_data && w.find("inv_freq") == std::string::npos && w != skip) n += t->num_elements();
+    }
+    return n;
+  };
+  const LoadedModel lm = build_model(c);
+  CHECK(params(lm, "decoder.weight") == 149655232);
+  c.head = "base";
+  const LoadedModel base = build_model(c);
+  CHECK(params(base, "") == 149014272);
+  // Layers 0, 3, ..., 21 attend globally (the padding mask), the others within 128 tokens.
+  std::string global_mask, sliding_mask;
+  for (const Node& n : base.model.graph.nodes) {
+    if (n.name == "model/mask_masked_fill") global_mask = n.outputs[0];
+    if (n.name == "model/sliding_window_mask") sliding_mask = n.outputs[0];
+  }
+  int global = 0, sliding = 0;
+  for (const Node& n : base.model.graph.nodes)
+    for (const auto& in : n.inputs) {
+      global += in == global_mask;
+      sliding += in == sliding_mask;
+    }
+  // The global mask also fills the sliding one.
+  --global;
+  CHECK(global == 8);
+  CHECK(sliding == 14);
+  const auto count = [&](const std::string& op) {
+    return std::count_if(base.model.graph.nodes.begin(), base.model.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; });
+  };
+  CHECK(count("Cos") == 22);   // each layer's rotary tables
+  CHECK(count("Gelu") == 22);  // GeGLU: one GELU per layer, times the gate
+  CHECK(count("LayerNormalization") == 1 + 21 + 22 + 1);  // embeddings, attn_norm (not layer 0), mlp_norm, final
+  // The sequence classifier: mean pooling (the config's), the prediction head, the classifier.
+  c.head = "classification";
+  const LoadedModel cls = build_model(c);
+  CHECK(params(cls, "") == 149014272 + 768 * 768 + 768 + 768 * 2 + 2);
+  CHECK_THROWS_WITH_AS(parse_hf_config(R"({"model_type": "modernbert", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "intermediate_size": 96, "vocab_size": 100, "classifier_pooling": "max"})", "m"),
+                       doctest::Contains("classifier_pooling"), InputError);
+}
+
 TEST_CASE("model_builder: DistilBERT is six post-LayerNorm layers without token types or pooler") {
   // distilbert-base-uncased (DistilBertModel): 66,362,880 parameters, as published.
   const std::string sizes = R"("dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072, "vocab_size": 30522,

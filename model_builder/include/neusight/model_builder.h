@@ -41,6 +41,15 @@ struct ModelConfig {
   int64_t type_vocab = 0;
   int64_t num_labels = 2;
   std::string head;
+  // ModernBERT's heads: the prediction head's dense bias (classifier_bias) and activation
+  // (classifier_activation), the MLM decoder's bias (decoder_bias), the classifier's pooling
+  // (classifier_pooling "mean": over the tokens; "cls": the first token), and the embedding
+  // and classifier dropouts.
+  struct EncoderHead {
+    bool dense_bias = true, decoder_bias = true, mean_pooling = false;
+    std::string activation = "gelu";
+    float embedding_dropout = 0, classifier_dropout = 0;
+  } encoder_head;
   // OPT: layer norm before (true) or after each block; word embedding size when it differs
   // from the hidden size (project_in / project_out; 0 = hidden).
   bool pre_norm = true;
