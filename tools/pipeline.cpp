@@ -289,8 +289,13 @@ std::string parse_speculative(const std::string& text, GenerationOptions& gen) {
 }
 
 Options generation_options(const Args& args, Options opt) {
-  for (const char* flag : {"--seq", "--out"})
-    if (args.has(flag)) throw InputError(std::string(flag) + " does not apply to --generate (PROMPT:NEW sets the lengths)");
+  if (args.has("--seq")) throw InputError("--seq does not apply to --generate (PROMPT:NEW sets the lengths)");
+  // The prefill's nodes are in --json and --csv; a decode step's, in the step graph predicted
+  // at its past length.
+  for (const char* flag : {"--out", "--top", "--group"})
+    if (args.has(flag))
+      throw InputError(std::string(flag) + " does not apply to --generate, which prints no node table (the prefill's " +
+                       "nodes: --json, --csv; a decode step's: predict the step at its past length, --dim)");
   if (opt.mode != Mode::inference) throw InputError("--generate predicts inference, not --mode training");
   if (!args.has("--timing")) opt.timing = Timing::kernel;
   if (!args.has("--fusion")) opt.fusion = Fusion::full;

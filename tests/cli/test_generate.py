@@ -99,7 +99,9 @@ class Generate(unittest.TestCase):
             self.assertIn(needle, lines[0])
             self.assertEqual(so, "")
             self.assertFalse(os.path.exists(out))
-        for extra, needle in [(["--seq", "8"], "--seq"), (["--mode", "training"], "training")]:
+        for extra, needle in [(["--seq", "8"], "--seq"), (["--mode", "training"], "training"),
+                              (["--top", "5"], "no node table"), (["--group", "layer"], "--group"),
+                              (["--out", os.path.join(self.dir, "a.onnx")], "--out")]:
             rc, so, se = run("--config", self.small, "--generate", "8:8", "--gpu", "h100", "--json", out, *extra)
             self.assertEqual(rc, 2, se)
             self.assertIn(needle, se)
