@@ -676,7 +676,7 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
   const size_t n = g.nodes.size();
   // Strided views (eager): a Transpose read only by GEMMs (directly or through further
   // free transposes: PyTorch's permute + transpose before a matmul), an Expand read only by
-  // broadcasting elementwise ops. Consumers come later in topological order: walk backwards.
+  // broadcasting elementwise ops or as a gather's index. Consumers come later in topological order: walk backwards.
   for (size_t i = n; i-- > 0;) {
     const Node& nd = g.nodes[i];
     if (plan.free_reason[i] != FreeReason::none || nd.outputs.empty()) continue;
@@ -689,7 +689,10 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
       const Node& cn = g.nodes[static_cast<size_t>(c)];
       const std::string& op = cn.op_type;
       const bool view_chain = op == "Transpose" && plan.free_reason[static_cast<size_t>(c)] == FreeReason::strided_view_read_by_gemm;
-      if (nd.op_type == "Transpose" ? !(gemm_ops().count(op) || view_chain) : !is_broadcasting_consumer(cn)) all = false;
+      // torch.gather reads an expanded index through its strides (GatherElements' indices).
+      const bool gather_index = op == "GatherElements" && cn.inputs.size() > 1 && cn.inputs[1] == nd.outputs[0];
+      if (nd.op_type == "Transpose" ? !(gemm_ops().count(op) || view_chain) : !(is_broadcasting_consumer(cn) || gather_index))
+        all = false;
     }
     if (all) plan.free_reason[i] = nd.op_type == "Transpose" ? FreeReason::strided_view_read_by_gemm : FreeReason::broadcast_view;
   }

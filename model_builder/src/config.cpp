@@ -208,6 +208,43 @@ void read_modernbert(const Reader& r, ModelConfig& c) {
                                                            : "base";
 }
 
+// DebertaV2Config (DeBERTa-v2 and v3): BertConfig's sizes, no token types unless
+// type_vocab_size, disentangled relative attention (position_buckets, max_relative_positions,
+// pos_att_type, norm_rel_ebd) with the query and key projections shared by the positions
+// (share_att_key); the head by the architecture (a sequence classifier without one, as BERT).
+void read_deberta_v2(const Reader& r, ModelConfig& c) {
+  read_bert(r, c);
+  c.type_vocab = r.i({"type_vocab_size"}, false, 0);
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-7);
+  c.embed_dim = r.i({"embedding_size"}, false, c.hidden);
+  if (!r.b("relative_attention", false) || !r.b("share_att_key", false) || r.i({"conv_kernel_size"}, false, 0) > 0)
+    throw InputError(r.path + ": DeBERTa is built with relative_attention and share_att_key and without conv_kernel_size "
+                              "(DeBERTa-v3 and v2's base and large configs)");
+  auto& d = c.deberta;
+  d.position_input = r.b("position_biased_input", true);
+  d.buckets = r.i({"position_buckets"}, false, 0);
+  // max_relative_positions below 1 (-1 in the configs) means max_position_embeddings.
+  auto it = r.j.find("max_relative_positions");
+  d.max_relative = it != r.j.end() && it->is_number_integer() && it->get<int64_t>() >= 1 ? it->get<int64_t>() : c.max_positions;
+  d.span = d.buckets > 0 ? d.buckets : d.max_relative;
+  if (d.span < 2) throw InputError(r.path + ": DeBERTa needs position_buckets or max_relative_positions of at least 2");
+  std::string types;
+  if (auto t = r.j.find("pos_att_type"); t != r.j.end() && t->is_array()) {
+    for (const auto& e : *t)
+      if (e.is_string()) types += e.get<std::string>() + "|";
+  } else {
+    types = r.s({"pos_att_type"}, "") + "|";
+  }
+  d.c2p = types.find("c2p|") != std::string::npos;
+  d.p2c = types.find("p2c|") != std::string::npos;
+  d.norm_rel = r.s({"norm_rel_ebd"}, "none").find("layer_norm") != std::string::npos;
+  c.encoder_head.activation = r.s({"pooler_hidden_act"}, "gelu");
+  const std::string arch = r.architecture();
+  c.head = arch == "DebertaV2Model"                      ? "base"
+           : arch == "DebertaV2ForMaskedLM"              ? "lm"
+           : "classification";
+}
+
 // DistilBertConfig: dim, n_layers, n_heads, hidden_dim; the head by the architecture.
 void read_distilbert(const Reader& r, ModelConfig& c) {
   c.layers = r.i({"n_layers"}, true);
@@ -1451,6 +1488,7 @@ const std::map<std::string, Family>& families() {
       {"albert", {read_albert, builder::build_albert}},
       {"mpnet", {read_mpnet, builder::build_mpnet}},
       {"modernbert", {read_modernbert, builder::build_modernbert}},
+      {"deberta-v2", {read_deberta_v2, builder::build_deberta_v2}},
       {"vit", {read_vit, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},

@@ -24,6 +24,7 @@ LoadedModel build_electra(const ModelConfig& c);
 LoadedModel build_albert(const ModelConfig& c);
 LoadedModel build_mpnet(const ModelConfig& c);
 LoadedModel build_modernbert(const ModelConfig& c);
+LoadedModel build_deberta_v2(const ModelConfig& c);
 // Whisper's prefill (the encoder over 30 s of audio, the decoder over the prompt's tokens) or a
 // decode step (past_key_values.N.decoder.* of past_sequence, .encoder.* of encoder_sequence).
 LoadedModel build_whisper_generation(const ModelConfig& c, const BuildOptions& o);

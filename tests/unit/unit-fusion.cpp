@@ -149,6 +149,27 @@ TEST_CASE("fusion: a Transpose read only by GEMMs is a strided view in eager, a 
   CHECK(none.kernels[0].cls == KernelClass::memory);
 }
 
+TEST_CASE("fusion: an Expand read as a gather's index is a broadcast view in eager (torch.gather, DeBERTa)") {
+  IrGraph b;
+  b.input("att", {2, 12, 128, 256});
+  b.input("pos", {128, 128}, DType::i64);
+  b.node("Expand", {"pos", b.ints("shape", {2, 12, 128, 128})}, {b.t("idx", {2, 12, 128, 128}, DType::i64)});
+  Node& g = b.node("GatherElements", {"att", "idx"}, {b.t("y", {2, 12, 128, 128})});
+  g.attributes["axis"] = test::attr_int(-1);
+  const KernelList eager = lower_with(b.g, Fusion::eager);
+  REQUIRE(eager.kernels.size() == 1);
+  CHECK(eager.kernels[0].op == "gather");
+  CHECK(eager.free_reason[0] == "broadcast view");
+  // Gathered as data (not the index), the expanded tensor is materialized.
+  IrGraph c;
+  c.input("pos", {128, 128});
+  c.input("i", {2, 12, 128, 1}, DType::i64);
+  c.node("Expand", {"pos", c.ints("shape", {2, 12, 128, 128})}, {c.t("big", {2, 12, 128, 128})});
+  Node& h = c.node("GatherElements", {"big", "i"}, {c.t("y", {2, 12, 128, 1})});
+  h.attributes["axis"] = test::attr_int(-1);
+  CHECK(lower_with(c.g, Fusion::eager).kernels.size() == 2);
+}
+
 TEST_CASE("fusion: `a += b.permute(...)` reads the permuted operand through its strides in eager") {
   // T5's relative position bias: stored [1, q, k, heads], added to [1, heads, q, k] scores.
   const int64_t h = 32, s = 512;

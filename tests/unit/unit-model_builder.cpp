@@ -383,6 +383,38 @@ TEST_CASE("model_builder: ModernBERT alternates global and sliding-window attent
                        doctest::Contains("classifier_pooling"), InputError);
 }
 
+TEST_CASE("model_builder: DeBERTa-v3 adds content-to-position and position-to-content terms from bucketed relative positions") {
+  // microsoft/deberta-v3-base: 184,423,682 parameters with the sequence classifier (two
+  // labels), as published; DebertaV2Model 183,831,552 (98.4 M of them the 128,100-token table).
+  ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/deberta_v3_base.json");
+  CHECK(c.head == "classification");
+  CHECK(c.deberta.span == 256);
+  CHECK(c.deberta.max_relative == 512);
+  CHECK((c.deberta.c2p && c.deberta.p2c && c.deberta.norm_rel && !c.deberta.position_input));
+  CHECK(parameters(build_model(c)) == 184423682);
+  c.head = "base";
+  const LoadedModel base = build_model(c);
+  CHECK(parameters(base) == 183831552);
+  const auto count = [&](const std::string& op) {
+    return std::count_if(base.model.graph.nodes.begin(), base.model.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; });
+  };
+  // Per layer: q, k, v, o, intermediate and output; the relative embeddings through the key and
+  // query projections; the content, c2p, p2c and value products.
+  CHECK(count("MatMul") == 12 * (6 + 2 + 4));
+  CHECK(count("GatherElements") == 24);
+  CHECK(count("Tile") == 24);  // the projected embeddings repeated over the batch
+  CHECK(count("Log") == 1);    // the log buckets, once
+  // Only c2p: one gather a layer, the scale sqrt(3 x head_dim) becomes sqrt(2 x head_dim).
+  const std::string base_json = R"({"model_type": "deberta-v2", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 100, "relative_attention": true,
+      "share_att_key": true, "position_buckets": 32, "max_relative_positions": -1, "pos_att_type": ["c2p"])";
+  const LoadedModel c2p = build_model(parse_hf_config(base_json + "}", "d"));
+  CHECK(std::count_if(c2p.model.graph.nodes.begin(), c2p.model.graph.nodes.end(),
+                      [](const Node& n) { return n.op_type == "GatherElements"; }) == 2);
+  CHECK_THROWS_WITH_AS(parse_hf_config(base_json + R"(, "conv_kernel_size": 3})", "d"), doctest::Contains("conv_kernel_size"),
+                       InputError);
+}
+
 TEST_CASE("model_builder: DistilBERT is six post-LayerNorm layers without token types or pooler") {
   // distilbert-base-uncased (DistilBertModel): 66,362,880 parameters, as published.
   const std::string sizes = R"("dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072, "vocab_size": 30522,

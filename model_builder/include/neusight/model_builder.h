@@ -50,6 +50,16 @@ struct ModelConfig {
     std::string activation = "gelu";
     float embedding_dropout = 0, classifier_dropout = 0;
   } encoder_head;
+  // DeBERTa-v2 / v3's disentangled attention: the relative embeddings' rows (2 x span: span =
+  // position_buckets, else max_relative_positions), log buckets of relative positions beyond
+  // half the buckets (position_buckets > 0; max_relative_positions their far end), which of the
+  // content-to-position and position-to-content terms it adds (pos_att_type), the relative
+  // embeddings' LayerNorm (norm_rel_ebd), absolute positions added to the input as well
+  // (position_biased_input).
+  struct Disentangled {
+    int64_t span = 0, buckets = 0, max_relative = 0;
+    bool c2p = false, p2c = false, norm_rel = false, position_input = false;
+  } deberta;
   // OPT: layer norm before (true) or after each block; word embedding size when it differs
   // from the hidden size (project_in / project_out; 0 = hidden).
   bool pre_norm = true;
