@@ -21,6 +21,18 @@ std::string progress_bar(size_t done, size_t total) {
   return "[" + std::string(filled, '#') + std::string(width - filled, ' ') + "]";
 }
 
+// --top N with --generate: the N slowest nodes of the prefill and of the last decode step.
+std::string generation_top_nodes(const Report& r, int top, bool color) {
+  const GenerationReport& g = *r.generation;
+  Report step;
+  step.gpu = r.gpu;
+  step.nodes = g.step_nodes;
+  step.e2e_latency_ms = g.step_node_ms;
+  return format_top_nodes(r, "slowest nodes of the prefill (" + std::to_string(g.prompt) + " tokens)", top, color) + "\n" +
+         format_top_nodes(step, "slowest nodes of the last decode step (" + std::to_string(g.step_kv_len) + " cached)", top,
+                          color);
+}
+
 // --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   GenerationOptions gen = parse_generate(args.get("--generate"));
@@ -50,7 +62,11 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   outputs.commit();
   if (!args.has("--quiet") && !outputs.writes_stdout()) {
     const bool color = stdout_is_tty() && !args.has("--no-color");
-    for (size_t i = 0; i < reports.size(); ++i) std::cout << (i ? "\n" : "") << format_generation(reports[i], color);
+    const int top = static_cast<int>(args.get_int("--top", 0, 0));
+    for (size_t i = 0; i < reports.size(); ++i) {
+      std::cout << (i ? "\n" : "") << format_generation(reports[i], color);
+      if (top > 0) std::cout << "\n" << generation_top_nodes(reports[i], top, color);
+    }
     if (reports.size() > 1) std::cout << "\n" << format_generation_gpu_table(reports);
     std::cout.flush();
   }

@@ -292,10 +292,10 @@ Options generation_options(const Args& args, Options opt) {
   if (args.has("--seq")) throw InputError("--seq does not apply to --generate (PROMPT:NEW sets the lengths)");
   // The prefill's nodes are in --json and --csv; a decode step's, in the step graph predicted
   // at its past length.
-  for (const char* flag : {"--out", "--top", "--group"})
+  for (const char* flag : {"--out", "--group"})
     if (args.has(flag))
-      throw InputError(std::string(flag) + " does not apply to --generate, which prints no node table (the prefill's " +
-                       "nodes: --json, --csv; a decode step's: predict the step at its past length, --dim)");
+      throw InputError(std::string(flag) + " does not apply to --generate, which prints no node table (--top N: the N slowest nodes " +
+                       "of the prefill and of the last decode step; every node: --json, --csv)");
   if (opt.mode != Mode::inference) throw InputError("--generate predicts inference, not --mode training");
   if (!args.has("--timing")) opt.timing = Timing::kernel;
   if (!args.has("--fusion")) opt.fusion = Fusion::full;

@@ -622,6 +622,11 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
       st.high_ms = (s.e2e_high() + proposed * draft_high) / sp.tokens_per_step;
       for (auto& [c, ms] : st.by_class) ms /= sp.tokens_per_step;
     }
+    if (i + 1 == a.steps.size()) {
+      g.step_nodes = s.nodes;
+      g.step_kv_len = a.kv[i];
+      g.step_node_ms = s.e2e_latency_ms;
+    }
     step_ms.push_back(st.latency_ms);
     low_ms.push_back(st.low_ms);
     high_ms.push_back(st.high_ms);

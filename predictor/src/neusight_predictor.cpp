@@ -193,11 +193,12 @@ class NeusightPredictor final : public Predictor {
   // streaming kernel.
   bool may_stream(const Kernel& run, const Tiling& t, const Gpu& gpu, const std::vector<Tiling>& offered) const {
     if (paper_ || run.cls != KernelClass::gemm || m_.classes[int(UtilClass::elementwise)].empty()) return false;
-    // On CUDA cores: a single GEMM of fewer than kSimtGemvRows rows is a GEMV (cuBLAS's gemv
-    // kernels for PyTorch's one-token linear), far below the FP32 kernel data's smallest
-    // (512 rows in neusight-data's linear rows, 16 in DeepBench's): the stream prices it.
-    // Batched products keep the networks, which their data covers down to single rows.
-    if (!has_matrix_units(gpu, run.dtype)) return run.gemm.batch == 1 && run.gemm.m < kSimtGemvRows;
+    // On CUDA cores: a GEMM of fewer than kSimtGemvRows rows is a GEMV (cuBLAS's gemv kernels
+    // for PyTorch's one-token linear; its batched GEMV for a decode step's attention products
+    // over the cache), far below the FP32 kernel data's smallest (512 rows in neusight-data's
+    // linear rows, 7 in its batched products, whose reductions go down to 1; 16 in
+    // DeepBench's): the stream of its operands prices it.
+    if (!has_matrix_units(gpu, run.dtype)) return run.gemm.m < kSimtGemvRows;
     // A convolution runs on the convolution library's implicit-GEMM kernels, which have no GEMV
     // path: it picks a tile as narrow as the channels (64 output channels, a 64-wide tile), so a
     // convolution streams only where it is skinny for its own tile.

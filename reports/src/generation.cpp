@@ -109,6 +109,15 @@ json generation_json(const GenerationReport& g) {
           {"prefill_by_class_ms", g.prefill_by_class},
           {"decode_by_class_ms", g.decode_by_class},
           {"decode_samples", std::move(steps)}};
+  // The last predicted decode step's nodes that run kernels: where a step's time goes.
+  json step_nodes = json::array();
+  for (const auto& n : g.step_nodes)
+    if (!n.kernels.empty())
+      step_nodes.push_back({{"name", n.name},
+                            {"op_type", n.op_type},
+                            {"class", kernel_class_name(n.kernels.front().kernel.cls)},
+                            {"latency_ms", finite(n.latency_ms)}});
+  out["decode_step"] = {{"kv_len", g.step_kv_len}, {"latency_ms", finite(g.step_node_ms)}, {"nodes", std::move(step_nodes)}};
   const auto& slo = g.tpot_slo;
   if (slo.tpot_ms > 0)
     out["tpot_slo"] = {{"tpot_ms", finite(slo.tpot_ms)},

@@ -207,6 +207,16 @@ std::string format_table(const Report& r, const TableOptions& opt) {
   return os.str();
 }
 
+std::string format_top_nodes(const Report& r, const std::string& title, int top, bool color) {
+  std::ostringstream os;
+  const Style st{color};
+  os << st(title, "1") << "\n";
+  bool extrapolated = false;
+  node_rows(os, r, TableOptions{top, false, color}, st, extrapolated);
+  if (extrapolated) os << "* outside the predictor's training range (extrapolated)\n";
+  return os.str();
+}
+
 std::string format_gpu_table(const std::vector<Report>& reports) {
   std::ostringstream os;
   if (reports.empty()) return "";

@@ -581,6 +581,35 @@ TEST_CASE("predictor: a decode GEMM on matrix units streams its weights near the
   }
 }
 
+TEST_CASE("predictor: a decode step's FP32 attention products over the cache stream it near the DRAM bound") {
+  // One query row per head against a cache of L tokens (Llama-3-8B's 32 heads of 128, FP32,
+  // kernel timing): q k^T reads the keys, p v the values, each once. The FP32 batched-product
+  // data has at least 7 rows, so they are streams, as cuBLAS's batched GEMV runs them: at
+  // least their bytes over the bandwidth, at most twice that plus the launch floor; a prefill's
+  // product of as many rows as tokens stays tiled.
+  PrecisionOptions o;
+  o.timing = Timing::kernel;
+  auto p = make_neusight_predictor("", o);
+  for (const char* name : {"v100", "a100-sxm-80gb", "h100", "l4", "b200"}) {
+    CAPTURE(name);
+    const Gpu g = GpuDatabase::builtin().resolve(name);
+    for (int cache : {512, 2048, 8192}) {
+      CAPTURE(cache);
+      const std::string l = std::to_string(cache);
+      for (const Kernel& kr : {kernel_from_dataset("bmm", {{"B", "32"}, {"M", "1"}, {"N", "128"}, {"K", l}}),      // q k^T
+                               kernel_from_dataset("bmm", {{"B", "32"}, {"M", "1"}, {"N", l}, {"K", "128"}})}) {  // p v
+        const Prediction r = p->predict({kr}, {tile_kernel(kr, g)}, g)[0];
+        const double bound_ms = kr.bytes / (g.mem_bw_gbps * 1e9) * 1e3;
+        CHECK(r.streamed);
+        CHECK(r.latency_ms >= bound_ms);
+        CHECK(r.latency_ms <= 2 * bound_ms + o.device_floor_ms);
+      }
+    }
+    const Kernel prefill = kernel_from_dataset("bmm", {{"B", "32"}, {"M", "2048"}, {"N", "128"}, {"K", "2048"}});
+    CHECK_FALSE(p->predict({prefill}, {tile_kernel(prefill, g)}, g)[0].streamed);
+  }
+}
+
 TEST_CASE("predictor: a convolution of 64 channels runs on tensor-core tiles, one of 8 streams") {
   // ResNet-50's 3x3 convolution of 64 channels at 56x56, batch 128, FP16: the convolution
   // library's implicit GEMM picks a tile as narrow as the channels and has no GEMV path, so a

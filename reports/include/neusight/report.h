@@ -127,6 +127,11 @@ struct GenerationReport {
     const char* limit() const { return !met ? "none" : next_batch > 0 && next_fits ? "tpot" : "memory"; }
   } tpot_slo;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
+  // The nodes of the last decode step predicted (the longest cache; under speculative decoding
+  // the verifying step), in graph order: where a step's time goes.
+  std::vector<NodeReport> step_nodes;
+  int64_t step_kv_len = 0;
+  double step_node_ms = 0;  // that step's latency (its nodes' and extra kernels')
   std::vector<double> step_ms;          // every decode step (interpolated), for charts
   std::map<std::string, double> prefill_by_class, decode_by_class;  // ms; decode: all steps
   std::string execution;  // how it was predicted, e.g. "kernel timing, FlashAttention (--fusion full)"
@@ -190,6 +195,10 @@ struct TableOptions {
 };
 
 std::string format_table(const Report& report, const TableOptions& options);
+
+// The `top` slowest nodes of a report under a bold `title` (the node table's rows, shares of
+// its e2e latency): --generate --top prints the prefill's and a decode step's.
+std::string format_top_nodes(const Report& report, const std::string& title, int top, bool color);
 
 // The layer a node belongs to, from its name: the prefix through the first all-digit
 // component ("transformer.h.11.mlp.c_fc/MatMul" -> "transformer.h.11",
