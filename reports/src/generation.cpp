@@ -140,6 +140,32 @@ json generation_json(const GenerationReport& g) {
   return out;
 }
 
+// The slowest nodes of the last decode step predicted (the first GPU's), with their share of
+// the step: where a token's time goes.
+std::string decode_step_html(const Report& r) {
+  const GenerationReport& g = *r.generation;
+  std::vector<const NodeReport*> rows;
+  for (const auto& n : g.step_nodes)
+    if (!n.kernels.empty()) rows.push_back(&n);
+  if (rows.empty() || !(g.step_node_ms > 0)) return "";
+  std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->latency_ms > b->latency_ms; });
+  const size_t shown = std::min<size_t>(rows.size(), 15);
+  std::ostringstream os;
+  os << "<h2>Slowest nodes of a decode step</h2>\n<p class=\"sub\">" << html_escape(r.gpu.name) << ", the last step predicted ("
+     << g.step_kv_len << " tokens cached): " << format_ms(g.step_node_ms) << " ms; the " << shown << " slowest of "
+     << rows.size() << " nodes that run kernels</p>\n"
+     << "<table><thead><tr><th>node</th><th>op</th><th>class</th><th class=\"n\">ms</th><th class=\"n\">% of the step</th>"
+        "</tr></thead><tbody>\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const NodeReport& n = *rows[i];
+    os << "<tr><td>" << html_escape(n.name) << "</td><td>" << html_escape(n.op_type) << "</td><td>"
+       << kernel_class_name(n.kernels.front().kernel.cls) << "</td><td class=\"n\">" << format_ms(n.latency_ms)
+       << "</td><td class=\"n\">" << num(100 * n.latency_ms / g.step_node_ms, 1) << "</td></tr>\n";
+  }
+  os << "</tbody></table>\n";
+  return os.str();
+}
+
 std::string generation_html(const std::vector<Report>& reports) {
   std::vector<const Report*> rs;
   for (const auto& r : reports)
@@ -232,7 +258,9 @@ std::string generation_html(const std::vector<Report>& reports) {
     os << "<text x=\"" << left + pw + 8 << "\" y=\"" << top + 14 + 16 * i << "\" fill=\"" << col << "\">"
        << html_escape(rs[i]->gpu.alias()) << "</text>\n";
   }
-  os << "</svg>\n<p class=\"note\">Dots: decode steps predicted; the line between them is interpolated. The sections below are the prefill (one forward pass over the prompt).</p>\n";
+  os << "</svg>\n<p class=\"note\">Dots: decode steps predicted; the line between them is interpolated.</p>\n";
+  os << decode_step_html(*rs.front());
+  os << "<p class=\"note\">The sections below are the prefill (one forward pass over the prompt).</p>\n";
   return os.str();
 }
 

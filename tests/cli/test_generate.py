@@ -206,6 +206,10 @@ class Generate(unittest.TestCase):
         self.assertIn("Decode step latency along the generation", page)
         for gpu in ["NVIDIA H100 80GB HBM3", "NVIDIA A100 80GB PCIe"]:  # one step-latency line per GPU
             self.assertIn(gpu + "</title></polyline>", page)
+        # The first GPU's decode step, node by node (the last step predicted: 128 + 63 cached).
+        self.assertIn("Slowest nodes of a decode step", page)
+        self.assertIn("NVIDIA H100 80GB HBM3, the last step predicted (191 tokens cached)", page)
+        self.assertIn("<td>lm_head/MatMul</td>", page)
 
     def test_compare_generation_across_models_and_gpus(self):
         wide = os.path.join(self.dir, "wide_llama.json")
