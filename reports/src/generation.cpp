@@ -296,7 +296,9 @@ std::string format_generation(const Report& r, bool color) {
                    bytes_text(g.speculative.draft_weight_bytes + g.speculative.draft_kv_cache_bytes))
      << "; GPU " << num(r.gpu.mem_gb, 0) << " GB)\n";
   if (r.gpu.mem_gb > 0)
-    os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of " << g.prompt + g.new_tokens
+    os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of "
+       << (g.encoder_decoder() ? std::to_string(g.decoder_tokens) + " decoder + " + std::to_string(g.encoder_tokens) + " encoder"
+                               : std::to_string(g.prompt + g.new_tokens))
        << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
        << "% of " << (g.tp > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
   if (g.tpot_slo.tpot_ms > 0) {

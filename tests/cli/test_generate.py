@@ -547,6 +547,10 @@ class Generate(unittest.TestCase):
                           "--dim", "feature_size=80", "--dim", "encoder_sequence_length=3000")["generation"]
         n = seq2seq_onnx
         self.assertEqual(g["kv_cache_bytes"], 2 * n.LAYERS * n.HEADS * n.HD * ((4 + 32) + 1500) * 4)
+        rc, so, se = run(dec, "--encoder", enc, "--generate", "4:32", "--gpu", "h100", "--dim", "feature_size=80",
+                         "--dim", "encoder_sequence_length=3000")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("seqs (of 36 decoder + 1500 encoder tokens:", so)
 
     def test_encoder_flag_errors(self):
         enc, dec = os.path.join(self.dir, "encoder_model.onnx"), os.path.join(self.dir, "decoder_model_merged.onnx")
