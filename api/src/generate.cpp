@@ -195,6 +195,8 @@ Options phase_options(const Options& base, const Decoder& d, int64_t batch, int6
     o.dims.seq = -1;
     o.dims.named[d.token_dim] = tokens;
   }
+  if (!d.batch_dims.empty()) o.dims.batch = -1;
+  for (const auto& b : d.batch_dims) o.dims.named[b] = batch;
   if (!cache) return o;
   if (!d.cache_branch.empty()) o.dims.values[d.cache_branch] = past > 0 ? 1.0 : 0.0;
   if (!d.past_dim.empty()) o.dims.named[d.past_dim] = past;
@@ -473,6 +475,13 @@ Decoder onnx_seq2seq_decoder(LoadedModel encoder, LoadedModel decoder, const Opt
       break;
     }
   if (d.encoder_input_dim.empty()) d.encoder_tokens = encoder_output_length(encoder, states, options);
+  // The batch dims each graph names (by the first input's first axis), bound by name in both.
+  for (const Graph* x : {&g, &e})
+    for (const auto& name : x->inputs) {
+      const std::string b = input_dim(*x, name, 0);
+      if (!b.empty() && std::find(d.batch_dims.begin(), d.batch_dims.end(), b) == d.batch_dims.end()) d.batch_dims.push_back(b);
+      break;
+    }
   for (const auto& name : g.inputs)
     if (name == "use_cache_branch") d.cache_branch = name;
   d.prefill = merge_models(encoder, decoder, connect, "encoder/", ewhat + " + " + what);

@@ -93,7 +93,8 @@ std::string shape_str(const TensorInfo& t) {
 }
 
 std::string pad(const std::string& s, size_t w, bool right) {
-  if (s.size() >= w) return s.substr(0, w);
+  // Right-aligned fields are numbers: never cut (a cut number reads as another), overflow.
+  if (s.size() >= w) return right ? s : s.substr(0, w);
   return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
 }
 

@@ -8,7 +8,7 @@
 namespace neusight::detail {
 
 std::string shape_str(const TensorInfo& t);  // "[1,128,768]", symbolic names kept, "?" unknown
-std::string pad(const std::string& s, size_t width, bool right = false);  // cuts to width
+std::string pad(const std::string& s, size_t width, bool right = false);  // cuts a left-aligned s to width
 std::string fixed(double v, int decimals);
 std::string html_escape(const std::string& s);
 double finite(double x);  // NaN/inf -> 0

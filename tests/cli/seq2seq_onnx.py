@@ -53,15 +53,15 @@ class _G:
         return self.op("Add", [x, self.proj(hid, name + ".fc2", (FFN, D))])
 
 
-def _encoder(features):
+def _encoder(features, batch):
     inits = {}
     g = _G("", inits)
     if features:
-        inputs = [h.make_tensor_value_info("input_features", T.FLOAT, ["batch_size", "feature_size", "encoder_sequence_length"])]
+        inputs = [h.make_tensor_value_info("input_features", T.FLOAT, [batch, "feature_size", "encoder_sequence_length"])]
         c = g.op("Conv", ["input_features", g.weight("conv.weight", (D, FEATURES, 3))], kernel_shape=[3], strides=[2], pads=[1, 1])
         x = g.op("Transpose", [c], perm=[0, 2, 1])
     else:
-        inputs = [h.make_tensor_value_info(n, T.INT64, ["batch_size", "encoder_sequence_length"])
+        inputs = [h.make_tensor_value_info(n, T.INT64, [batch, "encoder_sequence_length"])
                   for n in ("input_ids", "attention_mask")]
         x = g.op("Gather", [g.weight("shared.weight", (VOCAB, D)), "input_ids"])
     for i in range(LAYERS):
@@ -69,7 +69,7 @@ def _encoder(features):
         x = g.attention(x, g.heads(g.proj(x, p + ".k")), g.heads(g.proj(x, p + ".v")), p + ".self")
         x = g.ffn(x, p)
     g.nodes[-1].output[0] = "last_hidden_state"
-    out = h.make_tensor_value_info("last_hidden_state", T.FLOAT, ["batch_size", "encoder_sequence_length" + (" / 2" if features else ""), D])
+    out = h.make_tensor_value_info("last_hidden_state", T.FLOAT, [batch, "encoder_sequence_length" + (" / 2" if features else ""), D])
     return h.make_graph(g.nodes, "encoder", inputs, [out], list(inits.values()))
 
 
@@ -115,7 +115,8 @@ def _decoder(features):
     return h.make_graph([node], "decoder_merged", inputs, [out], list(inits.values()))
 
 
-def build(encoder_path, decoder_path, features=False, decoder_opset=17):
-    """Writes the encoder and the merged decoder (`features`: a Whisper-style audio encoder)."""
-    onnx.save(h.make_model(_encoder(features), opset_imports=[h.make_opsetid("", 17)]), encoder_path)
+def build(encoder_path, decoder_path, features=False, decoder_opset=17, encoder_batch="batch_size"):
+    """Writes the encoder and the merged decoder (`features`: a Whisper-style audio encoder;
+    `encoder_batch`: the encoder's name for the batch dim)."""
+    onnx.save(h.make_model(_encoder(features, encoder_batch), opset_imports=[h.make_opsetid("", 17)]), encoder_path)
     onnx.save(h.make_model(_decoder(features), opset_imports=[h.make_opsetid("", decoder_opset)]), decoder_path)

@@ -532,6 +532,20 @@ class Generate(unittest.TestCase):
         self.assertEqual(names[-1], "optimum::if")
         self.assertGreater(len(names), 40)
         self.assertGreater(g[512]["weight_bytes"], 0)
+        # An encoder exported apart that names its batch dim otherwise: both bound to the batch.
+        other = os.path.join(self.dir, "encoder_b.onnx")
+        seq2seq_onnx.build(other, os.path.join(self.dir, "unused.onnx"), encoder_batch="batch")
+        b = self.gen_json(dec, "--encoder", other, "--generate", "512:32", "--gpu", "h100", "--batch", "2")
+        self.assertEqual([w for w in b["warnings"] if "binds no" in w], [])
+        self.assertEqual(b["generation"]["kv_cache_bytes"], 2 * g[512]["kv_cache_bytes"])
+        # A tiny model's batch searched per GPU: figures too wide for the GPU table's columns
+        # overflow them whole (the tokens/s interval's bounds are not cut).
+        rc, so, se = run(dec, "--encoder", enc, "--generate", "8:8", "--gpu", "h100,a100", "--tpot-slo", "0.3")
+        self.assertEqual(rc, 0, se)
+        rows = [l for l in so.splitlines() if l.startswith(("NVIDIA H100 80GB HBM3 ", "NVIDIA A100-SXM4-40GB "))]
+        self.assertEqual(len(rows), 2, so)
+        for row in rows:
+            self.assertRegex(row, r" \d+\.\d - \d+\.\d ")
 
     def test_whisper_style_encoder_reads_its_features(self):
         # An audio encoder (input_features, a stride-2 convolution): its output's length, 1500

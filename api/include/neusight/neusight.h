@@ -145,6 +145,9 @@ struct Decoder {
   // states', its mask's).
   std::string token_dim, encoder_input_dim;
   std::vector<std::string> encoder_bound_dims;
+  // The batch dims of the two graphs' inputs (each's first input's first axis), bound by name:
+  // an encoder and a decoder exported apart may name them differently.
+  std::vector<std::string> batch_dims;
   bool encoder_decoder() const { return !encoder_dim.empty(); }
   // Whether the prompt is the encoder's input (T5), the decoder starting from one token.
   bool prompt_encoded() const { return encoder_decoder() && encoder_tokens == 0; }
