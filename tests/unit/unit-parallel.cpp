@@ -1,6 +1,7 @@
 // unit-parallel.cpp - schedule arithmetic, link model, tensor-parallel sharding, iteration.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -361,4 +362,62 @@ TEST_CASE("parallel: a mixture of experts splits its experts and all-reduces onc
   o.parallel = parse_parallel("tp=4,ep=2");  // 4 experts per pair of GPUs, each split in two
   for (const auto& k : prepare(m, o).kernels.kernels)
     if (k.expert_part == Kernel::ExpertPart::up) CHECK((k.gemm.n == 32 && k.gemm.batch <= 4));
+}
+
+TEST_CASE("parallel: an If's branch takes Megatron roles as a graph of its own, Loop bodies run whole") {
+  // An MLP (column- then row-parallel, one all-reduce) inside the branch a known condition
+  // takes, its weights in the outer graph (optimum's merged decoders), shards as the same MLP
+  // outside an If; inside a Loop body it runs whole on every GPU, with a warning.
+  auto mlp = [](test::IrGraph& b, const std::string& x) {
+    b.node("MatMul", {x, "w1"}, {b.t("h", {64, 1024})});
+    b.node("Relu", {"h"}, {b.t("r", {64, 1024})});
+    b.node("MatMul", {"r", "w2"}, {b.t("y", {64, 256})});
+  };
+  test::IrGraph plain;
+  plain.input("x", {64, 256});
+  plain.w("w1", {256, 1024});
+  plain.w("w2", {1024, 256});
+  mlp(plain, "x");
+  auto branch = std::make_shared<Graph>();
+  {
+    test::IrGraph bb;
+    mlp(bb, "x");
+    *branch = bb.g;
+  }
+  test::IrGraph outer;
+  outer.input("x", {64, 256});
+  outer.w("w1", {256, 1024});
+  outer.w("w2", {1024, 256});
+  outer.ints("cond", {1});
+  Node& iff = outer.node("If", {"cond"}, {outer.t("out", {64, 256})});
+  Attribute a;
+  a.kind = Attribute::Kind::g;
+  a.graphs = {branch};
+  iff.attributes["then_branch"] = a;
+  iff.attributes["else_branch"] = a;
+  const KernelList p = shard_tensor_parallel(plain.g, test::lower_with(plain.g, Fusion::eager), 2);
+  const KernelList q = shard_tensor_parallel(outer.g, test::lower_with(outer.g, Fusion::eager), 2);
+  REQUIRE(p.kernels.size() == q.kernels.size());
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    CAPTURE(i);
+    CHECK(p.kernels[i].cls == q.kernels[i].cls);
+    CHECK(p.kernels[i].flops == q.kernels[i].flops);
+    CHECK(p.kernels[i].bytes == q.kernels[i].bytes);
+  }
+  CHECK(std::count_if(q.kernels.begin(), q.kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::collective; }) == 1);
+  CHECK(q.warnings.empty());
+  // The same MLP as a Loop body: whole on every GPU, counted in a warning.
+  test::IrGraph looped;
+  looped.input("x", {64, 256});
+  looped.w("w1", {256, 1024});
+  looped.w("w2", {1024, 256});
+  Node& loop = looped.node("Loop", {looped.ints("trips", {2}), looped.t("c", {}, DType::boolean), "x"}, {looped.t("out", {64, 256})});
+  Attribute body;
+  body.kind = Attribute::Kind::g;
+  body.graphs = {branch};
+  loop.attributes["body"] = body;
+  const KernelList whole = shard_tensor_parallel(looped.g, test::lower_with(looped.g, Fusion::eager), 2);
+  CHECK(std::none_of(whole.kernels.begin(), whole.kernels.end(), [](const Kernel& k) { return k.cls == KernelClass::collective; }));
+  REQUIRE(whole.warnings.size() == 1);
+  CHECK(whole.warnings[0].find("run whole on every GPU") != std::string::npos);
 }
