@@ -74,6 +74,14 @@ LoadedModel first_token_classifier(Net& n, const ModelConfig& c, const std::stri
   return classifier_logits(n, c, "classifier.out_proj", dropout(n, "classifier.dropout_1", t, c.dropout));
 }
 
+// A pretraining head's two-way classifier `p` on the pooled output (BERT's next-sentence
+// prediction, ALBERT's sentence order): logits [batch, 2], the output `name`.
+void pair_logits(Net& n, const std::string& p, const std::string& pooled, int64_t hidden, const std::string& name) {
+  linear(n, p, pooled, hidden, 2);
+  n.rename_last(name);
+  n.output(name, {"batch"}, {2});
+}
+
 // BertModel, RobertaModel, AlbertModel, MPNetModel: the pooled output (the last node built)
 // and the last hidden state `x` as the graph's outputs.
 LoadedModel pooled_outputs(Net& n, const ModelConfig& c, const std::string& x) {
@@ -100,8 +108,7 @@ std::string bert_embeddings(Net& n, const ModelConfig& c, const std::string& m, 
   if (c.position_offset > 0) {
     pos = padding_positions(n, m + ".embeddings/position_ids", ids, c.position_offset - 1);
   } else {
-    pos = n.b.node("Range", m + ".embeddings/position_ids",
-                   {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
+    pos = sequence_arange(n, m + ".embeddings/position_ids");
     pos = n.b.node("Unsqueeze", m + ".embeddings/position_ids_2d", {pos, n.b.ints("const_axes0b", {0})});
   }
   const std::string pe = n.b.node("Gather", m + ".embeddings.position_embeddings/Gather",
@@ -164,11 +171,7 @@ LoadedModel build_bert(const ModelConfig& c) {
   else
     mlm_logits(n, c, x, {"cls.predictions.transform.dense", "cls.predictions.transform.act",
                          "cls.predictions.transform.LayerNorm", "cls.predictions.decoder"}, h, c.activation);
-  if (head == "pretraining") {
-    linear(n, "cls.seq_relationship", pooled, h, 2);
-    n.rename_last("seq_relationship_logits");
-    n.output("seq_relationship_logits", {"batch"}, {2});
-  }
+  if (head == "pretraining") pair_logits(n, "cls.seq_relationship", pooled, h, "seq_relationship_logits");
   return n.finish(c);
 }
 
@@ -275,11 +278,7 @@ LoadedModel build_albert(const ModelConfig& c) {
   // AlbertMLMHead: dense to embedding_size, the activation, LayerNorm, the vocabulary decoder.
   mlm_logits(n, c, x, {"predictions.dense", "predictions.activation", "predictions.LayerNorm", "predictions.decoder"}, e,
              c.activation);
-  if (head == "pretraining") {  // sentence-order prediction on the pooled output
-    linear(n, "sop_classifier.classifier", pooled, h, 2);
-    n.rename_last("sop_logits");
-    n.output("sop_logits", {"batch"}, {2});
-  }
+  if (head == "pretraining") pair_logits(n, "sop_classifier.classifier", pooled, h, "sop_logits");  // sentence order
   return n.finish(c);
 }
 

@@ -86,6 +86,10 @@ std::string Net::shape_bs(const std::string& name, const std::vector<int64_t>& e
 
 std::string f32(Net& n, const std::string& name, float v) { return n.b.scalar_f(name, v); }
 
+std::string sequence_arange(Net& n, const std::string& name) {
+  return n.b.node("Range", name, {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
+}
+
 std::string fill(Net& n, const std::string& name, const std::string& shape, int elem_type, double value) {
   const std::string y = n.b.node("ConstantOfShape", name, {shape});
   auto* a = n.b.last()->add_attribute();

@@ -210,6 +210,8 @@ std::string masked_attention(Net& n, const std::string& p, const std::string& q,
 // cap * tanh(x / cap) (Gemma 2's soft-capping of attention scores and logits), named under `p`.
 std::string soft_cap(Net& n, const std::string& p, const std::string& x, double cap);
 std::string f32(Net& n, const std::string& name, float v);
+// torch.arange(sequence): the int64 positions 0 .. s-1 of the Net's sequence, named `name`.
+std::string sequence_arange(Net& n, const std::string& name);
 // ConstantOfShape(shape) filled with `value` (torch.ones / zeros / full: one fill kernel).
 std::string fill(Net& n, const std::string& name, const std::string& shape, int elem_type, double value);
 

@@ -19,8 +19,7 @@ namespace {
 std::string relative_positions(Net& n, const ModelConfig& c) {
   const std::string p = "deberta.encoder/rel_pos";
   const auto& d = c.deberta;
-  const std::string ids = n.b.node("Range", p + "/ids", {n.b.ints("const_zero", {0}, true), n.seq_scalar,
-                                                         n.b.ints("const_one", {1}, true)});
+  const std::string ids = sequence_arange(n, p + "/ids");
   const std::string q = n.b.node("Unsqueeze", p + "/q_ids", {ids, n.b.ints(p + "/axes1", {1})});
   const std::string k = n.b.node("Unsqueeze", p + "/k_ids", {ids, n.b.ints("const_axes0b", {0})});
   std::string rel = n.b.node("Sub", p + "/Sub", {q, k});
@@ -122,7 +121,7 @@ std::string deberta_embeddings(Net& n, const ModelConfig& c, const std::string& 
   const std::string m = "deberta.embeddings";
   std::string x = n.b.node("Gather", m + ".word_embeddings/Gather", {n.b.weight(m + ".word_embeddings.weight", {c.vocab, e}), ids});
   if (c.deberta.position_input) {
-    std::string pos = n.b.node("Range", m + "/position_ids", {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
+    std::string pos = sequence_arange(n, m + "/position_ids");
     pos = n.b.node("Unsqueeze", m + "/position_ids_2d", {pos, n.b.ints("const_axes0b", {0})});
     x = n.b.node("Add", m + "/Add_position", {x, n.b.node("Gather", m + ".position_embeddings/Gather",
                                                            {n.b.weight(m + ".position_embeddings.weight", {c.max_positions, e}), pos})});

@@ -40,8 +40,7 @@ LoadedModel build_gpt2(const ModelConfig& c) {
   const std::string wte = n.b.weight("transformer.wte.weight", {c.vocab, h});
   const std::string wpe = n.b.weight("transformer.wpe.weight", {c.max_positions, h});
   std::string x = n.b.node("Gather", "transformer.wte/Gather", {wte, ids});
-  const std::string pos = n.b.node("Range", "position_ids", {n.b.ints("const_zero", {0}, true), n.seq_scalar,
-                                                             n.b.ints("const_one", {1}, true)});
+  const std::string pos = sequence_arange(n, "position_ids");
   const std::string pos2 = n.b.node("Unsqueeze", "position_ids_2d", {pos, n.b.ints("const_axes0b", {0})});
   const std::string pe = n.b.node("Gather", "transformer.wpe/Gather", {wpe, pos2});
   x = n.b.node("Add", "transformer/embed_Add", {x, pe});

@@ -29,8 +29,7 @@ std::pair<std::string, std::string> modernbert_masks(Net& n, const ModelConfig& 
   n.b.attr_i("to", kBool);
   const std::string min = f32(n, m + "/c_min", kFloatMin);
   const std::string global = n.b.node("Where", m + "/mask_masked_fill", {masked, min, inverted});
-  const std::string rows = n.b.node("Range", m + "/rows", {n.b.ints("const_zero", {0}, true), n.seq_scalar,
-                                                           n.b.ints("const_one", {1}, true)});
+  const std::string rows = sequence_arange(n, m + "/rows");
   const std::string row = n.b.node("Unsqueeze", m + "/rows_Unsqueeze", {rows, n.b.ints("const_axes0b", {0})});
   const std::string col = n.b.node("Transpose", m + "/rows_T", {row});
   n.b.attr_ints("perm", {1, 0});
@@ -100,8 +99,7 @@ LoadedModel build_modernbert(const ModelConfig& c) {
   x = dropout(n, "model.embeddings.drop", layer_norm(n, "model.embeddings.norm", x, h, c.layer_norm_eps, c.norm_bias),
               c.encoder_head.embedding_dropout);
   const auto [global, sliding] = modernbert_masks(n, c, bs_shape);
-  std::string positions = n.b.node("Range", "model/position_ids", {n.b.ints("const_zero", {0}, true), n.seq_scalar,
-                                                                     n.b.ints("const_one", {1}, true)});
+  std::string positions = sequence_arange(n, "model/position_ids");
   positions = n.b.node("Cast", "model/position_ids_float", {positions});
   n.b.attr_i("to", kF32);
   positions = n.b.node("Unsqueeze", "model/position_row", {positions, n.b.ints("const_axes0b", {0})});

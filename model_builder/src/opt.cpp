@@ -77,8 +77,7 @@ LoadedModel build_opt(const ModelConfig& c) {
   const std::string ss_shape = n.b.node("Concat", p0 + "/ss_shape", {n.seq, n.seq});
   n.b.attr_i("axis", 0);
   const std::string full = fill(n, p0 + "/causal_full", ss_shape, kF32, kFloatMin);
-  const std::string ar = n.b.node("Range", p0 + "/causal_arange",
-                                  {n.b.ints("const_zero", {0}, true), n.seq_scalar, n.b.ints("const_one", {1}, true)});
+  const std::string ar = sequence_arange(n, p0 + "/causal_arange");
   const std::string ar1 = n.b.node("Add", p0 + "/causal_arange_Add", {ar, n.b.ints("const_one_1d", {1})});
   const std::string col = n.b.node("Unsqueeze", p0 + "/causal_col", {ar1, n.b.ints("const_axes1", {1})});
   const std::string lt = n.b.node("Less", p0 + "/causal_Less", {ar, col});
