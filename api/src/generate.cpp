@@ -172,6 +172,11 @@ double activation_bytes(const Analysis& a, const Options& o) {
   return best;
 }
 
+// Whether `name` is one of `g`'s graph inputs.
+bool has_input(const Graph& g, const std::string& name) {
+  return std::find(g.inputs.begin(), g.inputs.end(), name) != g.inputs.end();
+}
+
 // Binds `name` to `v` in `o` where it is a dim of `g`'s inputs (no warning for the others).
 void bind_if_input_dim(Options& o, const Graph& g, const std::string& name, int64_t v) {
   if (name.empty()) return;
@@ -204,16 +209,22 @@ Options phase_options(const Options& base, const Decoder& d, int64_t batch, int6
   return o;
 }
 
+// An encoder-decoder's dims that hold the encoder's length (its cross-attention cache's, and an
+// ONNX decoder's hidden states' and mask's), bound where `g` has them.
+void bind_encoder_lengths(Options& o, const Graph& g, const Decoder& d, int64_t prompt) {
+  if (!d.encoder_decoder()) return;
+  bind_if_input_dim(o, g, d.encoder_dim, d.encoder_cached(prompt));
+  for (const auto& dim : d.encoder_bound_dims) bind_if_input_dim(o, g, dim, d.encoder_cached(prompt));
+}
+
 // The prefill's options. An ONNX encoder-decoder's (one graph: the encoder, then the
 // decoder's first pass, without a cache): the encoder reads the prompt (or its features, bound
 // by the caller's dims), the decoder its start token (or, Whisper, the prompt).
 Options prefill_options(const Options& base, const Decoder& d, int64_t batch, int64_t prompt) {
   if (d.token_dim.empty()) return phase_options(base, d, batch, prompt, 0, d.prefill_is_step);
   Options o = phase_options(base, d, batch, d.decoder_cached(prompt), 0, true);
-  const Graph& g = d.prefill.model.graph;
-  bind_if_input_dim(o, g, d.encoder_input_dim, prompt);
-  bind_if_input_dim(o, g, d.encoder_dim, d.encoder_cached(prompt));
-  for (const auto& dim : d.encoder_bound_dims) bind_if_input_dim(o, g, dim, d.encoder_cached(prompt));
+  bind_if_input_dim(o, d.prefill.model.graph, d.encoder_input_dim, prompt);
+  bind_encoder_lengths(o, d.prefill.model.graph, d, prompt);
   return o;
 }
 
@@ -373,8 +384,7 @@ Decoder onnx_decoder(LoadedModel model) {
     if (!len.known() && !len.param.empty() && len.param != d.past_dim) d.total_dims.push_back(len.param);
   }
   // optimum's merged decoder: `use_cache_branch` [1] chooses the branch with the cache.
-  for (const auto& name : g.inputs)
-    if (name == "use_cache_branch") d.cache_branch = name;
+  if (has_input(g, "use_cache_branch")) d.cache_branch = "use_cache_branch";
   d.step = std::move(model);
   d.prefill = d.step;
   d.prefill_is_step = true;
@@ -451,7 +461,7 @@ Decoder onnx_seq2seq_decoder(LoadedModel encoder, LoadedModel decoder, const Opt
     if (d.token_dim.empty()) d.token_dim = input_dim(g, name, 1);
   if (d.token_dim.empty())
     throw InputError(what + ": no token input (input_ids or decoder_input_ids, [batch, symbolic length])");
-  if (!g.find("encoder_hidden_states") || std::find(g.inputs.begin(), g.inputs.end(), "encoder_hidden_states") == g.inputs.end())
+  if (!has_input(g, "encoder_hidden_states"))
     throw InputError(what + ": no encoder_hidden_states input: --encoder takes the merged decoder "
                      "(optimum's decoder_model_merged.onnx), whose first pass computes the cross-attention cache");
   if (e.outputs.empty()) throw InputError(ewhat + ": the encoder has no output");
@@ -463,8 +473,7 @@ Decoder onnx_seq2seq_decoder(LoadedModel encoder, LoadedModel decoder, const Opt
     const std::string dim = input_dim(g, name, 1);
     if (!dim.empty() && dim != d.encoder_dim) d.encoder_bound_dims.push_back(dim);
   }
-  if (std::find(g.inputs.begin(), g.inputs.end(), "encoder_attention_mask") != g.inputs.end() &&
-      std::find(e.inputs.begin(), e.inputs.end(), "attention_mask") != e.inputs.end())
+  if (has_input(g, "encoder_attention_mask") && has_input(e, "attention_mask"))
     connect["encoder_attention_mask"] = "attention_mask";
   // An encoder of token ids reads the prompt; one of features its own input.
   for (const auto& name : e.inputs)
@@ -482,8 +491,7 @@ Decoder onnx_seq2seq_decoder(LoadedModel encoder, LoadedModel decoder, const Opt
       if (!b.empty() && std::find(d.batch_dims.begin(), d.batch_dims.end(), b) == d.batch_dims.end()) d.batch_dims.push_back(b);
       break;
     }
-  for (const auto& name : g.inputs)
-    if (name == "use_cache_branch") d.cache_branch = name;
+  if (has_input(g, "use_cache_branch")) d.cache_branch = "use_cache_branch";
   d.prefill = merge_models(encoder, decoder, connect, "encoder/", ewhat + " + " + what);
   d.prefill.model.path = decoder.model.path;
   d.step = std::move(decoder);
@@ -532,8 +540,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     a.kv.push_back(kv);
     // Speculative decoding: the step verifies the proposed tokens and the one after them.
     Options step = phase_options(options, d, a.batch, 1 + gen.speculative, kv, true);
-    if (d.encoder_decoder()) step.dims.named[d.encoder_dim] = d.encoder_cached(gen.prompt);
-    for (const auto& dim : d.encoder_bound_dims) bind_if_input_dim(step, d.step.model.graph, dim, d.encoder_cached(gen.prompt));
+    bind_encoder_lengths(step, d.step.model.graph, d, gen.prompt);
     a.steps.push_back(prepare(d.step, step));
   }
   if (draft) {
