@@ -437,9 +437,8 @@ void Lowering::if_branches(const Graph& g, const Node& n, int index, std::vector
     if (a && !a->graphs.empty() && a->graphs[0]) lower_body(g, n, index, *a->graphs[0], ks);
   };
   // A condition known at compile time picks its branch.
-  const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
-  if (cond && cond->int_value && cond->int_value->size() == 1) {
-    const bool taken = (*cond->int_value)[0] != 0;
+  if (const int known = known_if_condition(g, n); known >= 0) {
+    const bool taken = known != 0;
     std::vector<Kernel> ks;
     lower_branch(n.attr(taken ? "then_branch" : "else_branch"), ks);
     for (Kernel k : ks) {
@@ -641,5 +640,11 @@ KernelList lower(const Graph& graph, const LoweringOptions& options) {
 }
 
 Graph with_outer_scope(const Graph& body, const Graph& outer) { return lowering_detail::body_with_outer_scope(body, outer); }
+
+int known_if_condition(const Graph& g, const Node& n) {
+  const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
+  if (!cond || !cond->int_value || cond->int_value->size() != 1) return -1;
+  return (*cond->int_value)[0] != 0 ? 1 : 0;
+}
 
 }  // namespace neusight

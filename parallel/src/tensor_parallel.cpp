@@ -298,17 +298,24 @@ namespace {
 // its nodes (with the outer scope's tensors: its weights), whose kernels carry the body node's
 // name.
 struct TpScope {
-  Graph graph;
+  Graph branch;  // a branch with its outer scope's tensors (empty for the analysed graph)
+  const Graph& graph;
   std::vector<TpRole> roles;
   std::set<size_t> summed_later;
   std::vector<const GemmShape*> fwd_gemm;       // the forward GEMM of each weight node
-  std::map<std::string, size_t> index;          // body node name -> node (branches)
-  TpScope(Graph g, int tp) : graph(std::move(g)) {
+  std::map<std::string, size_t> index;          // body node name -> node (branches only)
+  // The analysed graph, read in place (its kernels carry their node's index).
+  TpScope(const Graph& g, int tp) : graph(g) { assign_roles(tp); }
+  // A branch, held here.
+  TpScope(Graph&& b, int tp) : branch(std::move(b)), graph(branch) {
+    assign_roles(tp);
+    for (size_t i = 0; i < graph.nodes.size(); ++i) index.emplace(graph.nodes[i].name, i);
+  }
+  void assign_roles(int tp) {
     Edges edges = graph_edges(graph);
     roles = roles_of(graph, tp, edges);
     summed_later = row_outputs_summed_later(graph, roles, edges);
     fwd_gemm.assign(graph.nodes.size(), nullptr);
-    for (size_t i = 0; i < graph.nodes.size(); ++i) index.emplace(graph.nodes[i].name, i);
   }
   TpRole role(int node) const {
     return node >= 0 && static_cast<size_t>(node) < roles.size() ? roles[static_cast<size_t>(node)] : TpRole::replicated;
@@ -321,8 +328,7 @@ const Graph* if_branch_of(const Graph& g, const Node& n, const std::string& body
   const Attribute* then_b = n.attr("then_branch");
   const Attribute* else_b = n.attr("else_branch");
   auto graph_of = [](const Attribute* a) { return a && !a->graphs.empty() ? a->graphs[0].get() : nullptr; };
-  const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
-  if (cond && cond->int_value && cond->int_value->size() == 1) return graph_of((*cond->int_value)[0] != 0 ? then_b : else_b);
+  if (const int known = known_if_condition(g, n); known >= 0) return graph_of(known != 0 ? then_b : else_b);
   for (const Attribute* a : {then_b, else_b})
     if (const Graph* b = graph_of(a))
       for (const auto& x : b->nodes)

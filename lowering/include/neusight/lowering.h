@@ -282,6 +282,9 @@ struct KernelList {
 };
 
 KernelList lower(const Graph& graph, const LoweringOptions& options);
+// An If node's condition where it is known before the run (a compile-time value): 1 (the
+// then branch runs), 0 (the else branch), -1 when not known.
+int known_if_condition(const Graph& graph, const Node& if_node);
 // A control-flow body as its own graph: the enclosing graph's tensors it reads (outer-scope
 // names: weights, inputs), those of the bodies nested in it and of its outputs, copied in.
 Graph with_outer_scope(const Graph& body, const Graph& outer);
