@@ -144,16 +144,14 @@ json generation_json(const GenerationReport& g) {
 // the step: where a token's time goes.
 std::string decode_step_html(const Report& r) {
   const GenerationReport& g = *r.generation;
-  std::vector<const NodeReport*> rows;
-  for (const auto& n : g.step_nodes)
-    if (!n.kernels.empty()) rows.push_back(&n);
-  if (rows.empty() || !(g.step_node_ms > 0)) return "";
-  std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->latency_ms > b->latency_ms; });
-  const size_t shown = std::min<size_t>(rows.size(), 15);
+  const size_t all = detail::kernel_nodes(g.step_nodes).size();
+  if (all == 0 || !(g.step_node_ms > 0)) return "";
+  const std::vector<const NodeReport*> rows = detail::kernel_nodes(g.step_nodes, 15);
+  const size_t shown = rows.size();
   std::ostringstream os;
   os << "<h2>Slowest nodes of a decode step</h2>\n<p class=\"sub\">" << html_escape(r.gpu.name) << ", the last step predicted ("
      << g.step_kv_len << " tokens cached): " << format_ms(g.step_node_ms) << " ms; the " << shown << " slowest of "
-     << rows.size() << " nodes that run kernels</p>\n"
+     << all << " nodes that run kernels</p>\n"
      << "<table><thead><tr><th>node</th><th>op</th><th>class</th><th class=\"n\">ms</th><th class=\"n\">% of the step</th>"
         "</tr></thead><tbody>\n";
   for (size_t i = 0; i < shown; ++i) {

@@ -126,6 +126,17 @@ std::string html_escape(const std::string& s) {
 
 double finite(double x) { return std::isfinite(x) ? x : 0.0; }
 
+std::vector<const NodeReport*> kernel_nodes(const std::vector<NodeReport>& nodes, int top) {
+  std::vector<const NodeReport*> rows;
+  for (const auto& n : nodes)
+    if (!n.kernels.empty()) rows.push_back(&n);
+  if (top > 0) {
+    std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->latency_ms > b->latency_ms; });
+    if (rows.size() > static_cast<size_t>(top)) rows.resize(static_cast<size_t>(top));
+  }
+  return rows;
+}
+
 const KernelReport* main_kernel(const NodeReport& n) {
   const KernelReport* best = nullptr;
   for (const auto& k : n.kernels) {

@@ -56,13 +56,7 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
 }
 
 void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const Style& st, bool& extrapolated) {
-  std::vector<const NodeReport*> rows;
-  for (const auto& n : r.nodes)
-    if (!n.kernels.empty()) rows.push_back(&n);
-  if (opt.top > 0) {
-    std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->latency_ms > b->latency_ms; });
-    if (rows.size() > static_cast<size_t>(opt.top)) rows.resize(static_cast<size_t>(opt.top));
-  }
+  const std::vector<const NodeReport*> rows = detail::kernel_nodes(r.nodes, opt.top);
   size_t name_w = 4;
   for (const NodeReport* n : rows) name_w = std::max(name_w, n->name.size());
   name_w = std::min<size_t>(name_w, 48);

@@ -17,6 +17,8 @@ std::string interval_text(bool has, const std::string& low, const std::string& h
 // The kernel that stands for a node in one-line views: its slowest forward kernel (else its
 // slowest kernel); nullptr for a node without kernels.
 const KernelReport* main_kernel(const NodeReport& n);
+// The nodes that run kernels, in graph order; with `top` > 0 the `top` slowest, slowest first.
+std::vector<const NodeReport*> kernel_nodes(const std::vector<NodeReport>& nodes, int top = 0);
 bool any_extrapolated(const NodeReport& n);
 const char* bound_name(const KernelReport& k);  // "compute" | "memory" | "host" | "-" (unknown class)
 // The precision and unit the kernel's math ran in on the report's GPU (precision.h
