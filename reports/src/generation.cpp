@@ -115,7 +115,7 @@ json generation_json(const GenerationReport& g) {
     if (!n.kernels.empty())
       step_nodes.push_back({{"name", n.name},
                             {"op_type", n.op_type},
-                            {"class", kernel_class_name(n.kernels.front().kernel.cls)},
+                            {"class", kernel_class_name(detail::main_kernel(n)->kernel.cls)},
                             {"latency_ms", finite(n.latency_ms)}});
   out["decode_step"] = {{"kv_len", g.step_kv_len}, {"latency_ms", finite(g.step_node_ms)}, {"nodes", std::move(step_nodes)}};
   const auto& slo = g.tpot_slo;
@@ -157,7 +157,7 @@ std::string decode_step_html(const Report& r) {
   for (size_t i = 0; i < shown; ++i) {
     const NodeReport& n = *rows[i];
     os << "<tr><td>" << html_escape(n.name) << "</td><td>" << html_escape(n.op_type) << "</td><td>"
-       << kernel_class_name(n.kernels.front().kernel.cls) << "</td><td class=\"n\">" << format_ms(n.latency_ms)
+       << kernel_class_name(detail::main_kernel(n)->kernel.cls) << "</td><td class=\"n\">" << format_ms(n.latency_ms)
        << "</td><td class=\"n\">" << num(100 * n.latency_ms / g.step_node_ms, 1) << "</td></tr>\n";
   }
   os << "</tbody></table>\n";

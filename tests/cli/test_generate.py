@@ -511,6 +511,15 @@ class Generate(unittest.TestCase):
         self.assertGreater(total, 0.9 * step["latency_ms"])
         self.assertLessEqual(total, step["latency_ms"] * (1 + 1e-9))
         self.assertTrue(all(n["class"] for n in step["nodes"]))
+        # A node's class is its main kernel's, as the table shows it: a mixture's MoE node is a
+        # GEMM (its experts), not the top-k of its router that runs first.
+        moe = os.path.join(self.dir, "small_moe.json")
+        with open(moe, "w") as f:
+            json.dump(dict(SMALL, model_type="mixtral", num_local_experts=4, num_experts_per_tok=2), f)
+        nodes = self.gen_json("--config", moe, "--generate", "64:4", "--gpu", "h100")["generation"]["decode_step"]["nodes"]
+        experts = [n for n in nodes if n["op_type"] == "MoE"]
+        self.assertEqual(len(experts), SMALL["num_hidden_layers"])
+        self.assertEqual({n["class"] for n in experts}, {"gemm"})
 
     def test_encoder_decoder_in_two_onnx_files(self):
         # optimum's encoder_model.onnx + decoder_model_merged.onnx (T5, BART): the prefill is the
