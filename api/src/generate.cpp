@@ -611,7 +611,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
   std::vector<double> step_ms, low_ms, high_ms;
   std::map<std::string, std::vector<double>> by_class;
   for (size_t i = 0; i < a.steps.size(); ++i) {
-    const Report s = predict(a.steps[i], d.step.model, gpu, options);
+    Report s = predict(a.steps[i], d.step.model, gpu, options);
     // How many of the interpolated steps this sample stands for (interpolated_sum is linear).
     std::vector<double> unit(a.steps.size(), 0.0);
     unit[i] = 1;
@@ -639,7 +639,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
       for (auto& [c, ms] : st.by_class) ms /= sp.tokens_per_step;
     }
     if (i + 1 == a.steps.size()) {
-      g.step_nodes = s.nodes;
+      g.step_nodes = std::move(s.nodes);  // the step's nodes are not read after this
       g.step_kv_len = a.kv[i];
       g.step_node_ms = s.e2e_latency_ms;
     }
