@@ -1,5 +1,6 @@
 // cmd_compare.cpp - `neusight-onnx compare A.onnx B.onnx [...] --gpu g1,g2`: model variants
 // side by side (end-to-end latency, speed-up against the first, class deltas, changed nodes).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -12,6 +13,33 @@
 #include "neusight/neusight.h"
 
 namespace neusight::cli {
+namespace {
+
+// --encoder ENC[,ENC...]: one encoder for every ONNX model, or one per model in order, an
+// empty entry for a model without one (a --config model builds its own encoder).
+std::vector<std::string> encoder_paths(const Args& args, const std::vector<std::string>& models) {
+  std::vector<std::string> out(models.size());
+  if (!args.has("--encoder")) return out;
+  const std::vector<std::string> given = split(args.get("--encoder"), ',');
+  if (given.size() != 1 && given.size() != models.size())
+    throw InputError("--encoder: give one encoder for every ONNX model or one per model (" +
+                     std::to_string(models.size()) + "), got " + std::to_string(given.size()));
+  for (size_t m = 0; m < models.size(); ++m) {
+    const std::string& enc = given.size() == 1 ? given[0] : given[m];
+    if (enc.empty()) continue;
+    if (is_config_path(models[m])) {
+      if (given.size() == 1) continue;  // the one encoder is the ONNX models'
+      throw InputError("--encoder: " + models[m] + " is a config (it builds its own encoder); leave its entry empty");
+    }
+    out[m] = enc;
+  }
+  if (std::all_of(out.begin(), out.end(), [](const std::string& e) { return e.empty(); }))
+    throw InputError("--encoder: no ONNX model takes an encoder (a --config model builds its own)");
+  return out;
+}
+
+}  // namespace
+
 int cmd_compare(const Argv& argv) {
   Args args(argv, Command::compare);
   const auto& models = args.positionals();
@@ -19,6 +47,7 @@ int cmd_compare(const Argv& argv) {
   if (!args.has("--gpu")) throw InputError("compare: --gpu is required (see `neusight-onnx gpus`)");
   const Options opt = parse_analysis_options(args);
   const int top = static_cast<int>(args.get_int("--top", 10, 0));
+  if (args.has("--encoder") && !args.has("--generate")) throw InputError("--encoder applies to --generate PROMPT:NEW");
 
   std::vector<Gpu> gpus;
   for (const auto& name : split(args.get("--gpu"), ',')) {
@@ -31,9 +60,13 @@ int cmd_compare(const Argv& argv) {
   if (args.has("--generate")) {  // each model's generation (its prefill is what the table compares)
     const GenerationOptions gen = parse_generate(args.get("--generate"));
     const Options gopt = generation_options(args, opt);
-    for (const auto& path : models) {
+    const std::vector<std::string> encoders = encoder_paths(args, models);
+    for (size_t m = 0; m < models.size(); ++m) {
+      const std::string& path = models[m];
       std::vector<std::string> notes;
-      const Decoder decoder = load_decoder(path, is_config_path(path), gopt, notes);
+      const Decoder decoder =
+          encoders[m].empty() ? load_decoder(path, is_config_path(path), gopt, notes)
+                              : onnx_seq2seq_decoder(load_model(encoders[m]), load_model(path), gopt);
       const GenerationAnalysis analysis = prepare_generation(decoder, gopt, gen);
       std::vector<Report> per_gpu;
       for (const auto& g : gpus) {

@@ -60,6 +60,7 @@ const std::vector<Flag> kFlags = {
     {"--timing", true, "eager|device|kernel", "what the rows' measured times include (default: eager for fp32 rows, kernel for other dtypes)", K, ""},
     {"--generate", true, "PROMPT:NEW", "LLM generation: a prefill of PROMPT tokens, NEW decode steps", A | C, ""},
     {"--encoder", true, "ENCODER.onnx", "with --generate and an encoder-decoder's ONNX decoder (decoder_model_merged.onnx): its encoder, run in the prefill", A, ""},
+    {"--encoder", true, "ENC.onnx[,ENC.onnx...]", "with --generate: the encoder of the ONNX encoder-decoders' decoders, one for every ONNX model or one per model in order (empty for a --config model)", C, ""},
     {"--tpot-slo", true, "MS", "with --generate: the largest batch (that fits) whose time per output token is at most MS", A, ""},
     {"--speculative", true, "K,accept=P[,draft=M]", "with --generate: K drafted tokens a step, each accepted with P; draft model M (config, ONNX, or mtp)", A, ""},
     {"--parallel", true, "dp=N,tp=N,pp=N[,...]", "training on dp x tp x pp GPUs; inference and --generate: tp=N[,ep=N]", A, ""},

@@ -556,6 +556,49 @@ class Generate(unittest.TestCase):
         for row in rows:
             self.assertRegex(row, r" \d+\.\d - \d+\.\d ")
 
+    def test_compare_encoder_decoders_in_two_onnx_files(self):
+        # compare --encoder: one encoder for every ONNX decoder, or one per model in order with an
+        # empty entry for a --config model, which builds its own encoder.
+        enc, dec = os.path.join(self.dir, "encoder_model.onnx"), os.path.join(self.dir, "decoder_model_merged.onnx")
+        seq2seq_onnx.build(enc, dec)
+        alone = self.gen_json(dec, "--encoder", enc, "--generate", "256:32", "--gpu", "h100")["generation"]
+        out = os.path.join(self.dir, "c.json")
+        for encoders in (enc, enc + "," + enc):
+            rc, so, se = run("compare", dec, dec, "--encoder", encoders, "--generate", "256:32", "--gpu", "h100",
+                             "--json", out)
+            self.assertEqual(rc, 0, se)
+            with open(out) as f:
+                rows = json.load(f)["results"]
+            self.assertEqual(len(rows), 2)
+            for row in rows:
+                self.assertAlmostEqual(row["generation"]["ttft_ms"], alone["ttft_ms"], places=9)
+                self.assertAlmostEqual(row["generation"]["tpot_ms"], alone["tpot_ms"], places=9)
+                self.assertEqual(row["generation"]["kv_cache"]["encoder_tokens"], 256)
+        t5 = os.path.join(self.dir, "small_t5.json")
+        with open(t5, "w") as f:
+            json.dump({"model_type": "t5", "d_model": 64, "d_kv": 16, "d_ff": 256, "num_layers": 2, "num_heads": 4,
+                       "vocab_size": 1000, "feed_forward_proj": "relu"}, f)
+        for encoders in ("," + enc, enc):
+            rc, so, se = run("compare", t5, dec, "--encoder", encoders, "--generate", "256:32", "--gpu", "h100",
+                             "--json", out)
+            self.assertEqual(rc, 0, (encoders, se))
+            with open(out) as f:
+                rows = json.load(f)["results"]
+            self.assertEqual([r["generation"]["kv_cache"]["encoder_tokens"] for r in rows], [256, 256])
+        cases = [
+            ((dec, dec, "--encoder", ",".join([enc] * 3), "--generate", "8:8"), "one per model (2), got 3"),
+            ((t5, dec, "--encoder", enc + ",", "--generate", "8:8"), "builds its own encoder"),
+            ((t5, t5, "--encoder", enc, "--generate", "8:8"), "no ONNX model takes an encoder"),
+            ((dec, dec, "--encoder", enc, "--batch", "1", "--seq", "8"), "applies to --generate"),
+            ((dec, dec, "--encoder", ",", "--generate", "8:8"), "no ONNX model takes an encoder"),
+        ]
+        for args, text in cases:
+            rc, so, se = run("compare", *args, "--gpu", "h100", "--json", out + "2")
+            self.assertEqual(rc, 2, (args, se))
+            self.assertEqual(len(se.strip().splitlines()), 1, se)
+            self.assertIn(text, se)
+            self.assertFalse(os.path.exists(out + "2"))
+
     def test_whisper_style_encoder_reads_its_features(self):
         # An audio encoder (input_features, a stride-2 convolution): its output's length, 1500
         # for 3000 frames, is the cross-attention cache's; the prompt is the decoder's.
