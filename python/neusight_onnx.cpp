@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -381,12 +382,55 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
   return report_dicts(std::move(reports), opt, many);
 }
 
+// compare(generate=(prompt, new_tokens)): the argv of `compare --generate PROMPT:NEW`.
+Argv generation_argv(const AnalysisArgs& a, py::handle generate_arg) {
+  if ((!py::isinstance<py::tuple>(generate_arg) && !py::isinstance<py::list>(generate_arg)) || py::len(generate_arg) != 2)
+    type_error("generate", "a pair (prompt, new_tokens)", generate_arg);
+  Argv argv = a.argv();
+  argv.push_back("--generate");
+  argv.push_back(int_text(generate_arg[py::int_(0)], "generate prompt") + ":" +
+                 int_text(generate_arg[py::int_(1)], "generate new_tokens"));
+  return argv;
+}
+
+// compare(encoder=...): one encoder for every ONNX model, or a list with one per model (None
+// for a model without one, a config among them), as `compare --encoder`.
+std::vector<std::optional<ModelSource>> encoder_sources(py::handle encoder, const std::vector<bool>& config) {
+  std::vector<std::optional<ModelSource>> out(config.size());
+  if (encoder.is_none()) return out;
+  const bool per_model = py::isinstance<py::list>(encoder) || py::isinstance<py::tuple>(encoder);
+  if (per_model && py::len(encoder) != config.size())
+    throw InputError("encoder: give one encoder for every ONNX model or one per model (" +
+                     std::to_string(config.size()) + "), got " + std::to_string(py::len(encoder)));
+  for (size_t m = 0; m < config.size(); ++m) {
+    py::handle e = per_model ? py::handle(encoder[py::int_(m)]) : encoder;
+    if (e.is_none() || (config[m] && !per_model)) continue;
+    if (config[m]) throw InputError("encoder: model " + std::to_string(m + 1) + " is a config (it builds its own encoder); give None");
+    out[m] = model_source(e);
+  }
+  if (std::none_of(out.begin(), out.end(), [](const auto& e) { return e.has_value(); }))
+    throw InputError("encoder: no ONNX model takes an encoder (a config builds its own)");
+  return out;
+}
+
 py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py::handle top_arg,
-                   py::handle labels_arg) {
+                   py::handle labels_arg, py::handle generate_arg, py::handle encoder_arg) {
   if (!py::isinstance<py::list>(models) && !py::isinstance<py::tuple>(models))
     type_error("models", "a list of models", models);
   if (py::len(models) < 2) throw InputError("compare: give at least two models (A.onnx B.onnx ...)");
-  const Options opt = a.parse();
+  if (!encoder_arg.is_none() && generate_arg.is_none()) throw InputError("encoder applies to generate=(prompt, new_tokens)");
+  // generate=: each model's generation, as `compare --generate` (serving kernels and kernel
+  // timing unless fusion / timing say otherwise).
+  std::optional<GenerationOptions> gen;
+  Options opt;
+  if (generate_arg.is_none()) {
+    opt = a.parse();
+  } else {
+    const Argv argv = generation_argv(a, generate_arg);
+    const cli::Args args(argv, cli::Command::compare);
+    gen = cli::parse_generate(args.get("--generate"));
+    opt = cli::generation_options(args, AnalysisArgs::parse_argv(argv));
+  }
   const std::string top_text = int_text(top_arg, "top");
   const int top = static_cast<int>(cli::Args({"--top", top_text}, cli::Command::compare).get_int("--top", 10, 0));
   bool many = false;
@@ -407,6 +451,9 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
     names.push_back(!path.empty() ? path : "model" + std::to_string(items.size() + 1));
     items.push_back(std::move(it));
   }
+  std::vector<bool> is_config;
+  for (const auto& it : items) is_config.push_back(it.config.has_value());
+  const std::vector<std::optional<ModelSource>> encoders = encoder_sources(encoder_arg, is_config);
   std::vector<std::string> labels;
   if (labels_arg.is_none()) {
     labels = cli::model_labels(names);
@@ -424,7 +471,27 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
     py::gil_scoped_release nogil;
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
     std::vector<std::vector<Report>> reports;
-    for (const auto& it : items) {
+    for (size_t m = 0; gen && m < items.size(); ++m) {  // generations
+      const Item& it = items[m];
+      std::vector<std::string> notes;
+      Decoder decoder;
+      if (it.config) {
+        const ModelConfig cfg = cli::with_image_options(it.config->read(), opt);
+        decoder = config_decoder(cfg);
+        notes = cli::config_notes(cfg, opt);
+      } else {
+        decoder = encoders[m] ? onnx_seq2seq_decoder(encoders[m]->load(), it.model.load(), opt)
+                              : onnx_decoder(it.model.load());
+      }
+      const GenerationAnalysis analysis = prepare_generation(decoder, opt, *gen);
+      std::vector<Report> per_gpu;
+      for (const auto& g : gpus) {
+        per_gpu.push_back(predict_generation(analysis, decoder, g, opt));
+        per_gpu.back().warnings.insert(per_gpu.back().warnings.end(), notes.begin(), notes.end());
+      }
+      reports.push_back(std::move(per_gpu));
+    }
+    for (const auto& it : gen ? std::vector<Item>{} : items) {
       std::vector<std::string> notes;
       const std::string name = it.config && !it.config->path.empty() ? it.config->path : "config";
       const LoadedModel loaded =
@@ -728,21 +795,26 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object models, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
-         py::object image_size, py::object images) {
+         py::object image_size, py::object images, py::object generate, py::object encoder, py::object kv_dtype) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
                                        py::none(), predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
-        return compare(models, gpu, a, top, labels);
+        a.kv_dtype = std::move(kv_dtype);
+        return compare(models, gpu, a, top, labels, generate, encoder);
       },
       "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
-      "fusion"_a = "eager", "timing"_a = "device", py::kw_only(), "top"_a = 10, "labels"_a = none,
+      "fusion"_a = none, "timing"_a = none, py::kw_only(), "top"_a = 10, "labels"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
-      "image_size"_a = none, "images"_a = none,
+      "image_size"_a = none, "images"_a = none, "generate"_a = none, "encoder"_a = none, "kv_dtype"_a = none,
       "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
-      "the file names; model1, model2, ... for the others); `top` the changed nodes listed per variant.");
+      "the file names; model1, model2, ... for the others); `top` the changed nodes listed per variant.\n"
+      "generate=(prompt, new_tokens) compares the models' generations as `compare --generate` (batch, default 1;\n"
+      "fusion and timing default to a serving engine's, as in generate()); encoder: the ONNX encoder of\n"
+      "encoder-decoders in optimum's two files, one for every ONNX model or a list with one per model (None for\n"
+      "a config's), as --encoder. fusion and timing default to 'eager' and 'device' otherwise.");
   m.def(
       "generate",
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch, py::object dtype,

@@ -262,6 +262,37 @@ class OtherCommands(unittest.TestCase):
             c2 = n.compare([f.read(), EXAMPLE], "h100", batch=1, seq=64, labels=["a", "b"], top=3)
         self.assertEqual(c2["models"], ["a", "b"])
 
+    def test_compare_generations_equal_cli(self):
+        # generate=(prompt, new_tokens) as `compare --generate`, encoder= as --encoder.
+        import seq2seq_onnx
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "c.json")
+            small = os.path.join(d, "small.json")
+            with open(small, "w") as f:
+                json.dump({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+                           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}, f)
+            code, _, err = run("compare", small, CONFIG, "--gpu", "h100,l4", "--generate", "64:8", "--dtype", "fp16",
+                               "--json", out, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(out) as f:
+                want = json.load(f)
+            self.assertTrue(same(n.compare([small, CONFIG], ["h100", "l4"], generate=(64, 8), dtype="fp16"), want))
+            enc, dec = os.path.join(d, "encoder_model.onnx"), os.path.join(d, "decoder_model_merged.onnx")
+            seq2seq_onnx.build(enc, dec)
+            code, _, err = run("compare", dec, dec, "--encoder", enc, "--gpu", "h100", "--generate", "128:16",
+                               "--batch", "2", "--json", out, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(out) as f:
+                want = json.load(f)
+            self.assertTrue(same(n.compare([dec, dec], "h100", generate=(128, 16), batch=2, encoder=enc), want))
+            self.assertTrue(same(n.compare([dec, dec], "h100", generate=(128, 16), batch=2, encoder=[enc, enc]), want))
+            with self.assertRaisesRegex(ValueError, "one per model"):
+                n.compare([dec, dec], "h100", generate=(128, 16), encoder=[enc])
+            with self.assertRaisesRegex(ValueError, "applies to generate"):
+                n.compare([dec, dec], "h100", batch=1, seq=8, encoder=enc)
+            with self.assertRaises(TypeError):
+                n.compare([dec, dec], "h100", generate=128, encoder=enc)
+
     def test_kernels_equal_cli(self):
         csv_in = fixture("kernels", "test", "softmax.csv")
         with open(csv_in) as f:
