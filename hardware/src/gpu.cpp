@@ -132,6 +132,7 @@ Gpu gpu_from_db_entry(const json& j, const std::string& file) {
   g.dataset_mem_bw_gbps = num(j, "dataset_mem_bw_gbps", what, false);
   if (g.num_sm <= 0 || g.fp32_gflops <= 0 || g.mem_bw_gbps <= 0 || g.mem_gb <= 0 || g.l2_mb <= 0 || g.boost_mhz <= 0)
     throw InputError(what + ": num_sm, boost_mhz, fp32_gflops, mem_gb, mem_bw_gbps and l2_mb must be positive");
+  freeze_matrix_widths(g);
   return g;
 }
 
@@ -170,6 +171,54 @@ double Gpu::peak_gflops(DType compute) const {
     case DType::i8: case DType::u8: return int8_gops > 0 ? int8_gops : fp32_gflops;
     default: return fp32_gflops;
   }
+}
+
+namespace {
+
+// The slot of Gpu::matrix_width a GEMM dtype's math takes (-1: none).
+int matrix_width_slot(DType t) {
+  switch (t) {
+    case DType::tf32: return 0;
+    case DType::f16: return 1;
+    case DType::bf16: return 2;
+    case DType::f4e2m1: return 4;
+    case DType::i8: case DType::u8: return 5;
+    case DType::f32: case DType::undefined: return 6;
+    default: return is_fp8(t) ? 3 : -1;
+  }
+}
+
+constexpr DType kMatrixWidthDtypes[7] = {DType::tf32, DType::f16, DType::bf16, DType::f8e4m3fn,
+                                         DType::f4e2m1, DType::i8, DType::f32};
+
+// The matrix units' width for `t`: their dense peak over the FP32 lanes' rate at the boost
+// clock (the FP32 peak where the clock or the lanes are not given), to the nearest power of
+// two. The units do a power-of-two multiple of the lanes' FMAs per clock (an H100 SM 4,096
+// FP16 FLOPs to its 256 FP32 ones: 16), while the spec sheets quote the matrix peak at another
+// clock than the FP32 one (the H100 SXM5's 989 TFLOPS at 1.83 GHz, its 67 at 1.98: 14.8), and
+// two boards of one die (B200, GB200) at their own clocks.
+double live_matrix_lanes(const Gpu& g, DType t) {
+  double lane_rate = double(g.num_sm) * double(g.fp32_cores_per_sm) * 2.0 * g.boost_mhz * 1e-3;
+  if (!(lane_rate > 0)) lane_rate = g.fp32_gflops;
+  const double w = lane_rate > 0 ? g.gemm_peak_gflops(t) / lane_rate : 0.0;
+  return w > 0 ? std::exp2(std::round(std::log2(w))) : 0.0;
+}
+
+}  // namespace
+
+double Gpu::matrix_lanes(DType compute) const {
+  const int slot = matrix_width_slot(compute);
+  if (slot >= 0 && matrix_width[size_t(slot)] > 0) return matrix_width[size_t(slot)];
+  return live_matrix_lanes(*this, compute);
+}
+
+void Gpu::set_matrix_lanes(DType compute, double lanes) {
+  const int slot = matrix_width_slot(compute);
+  if (slot >= 0) matrix_width[size_t(slot)] = lanes;
+}
+
+void freeze_matrix_widths(Gpu& g) {
+  for (size_t i = 0; i < g.matrix_width.size(); ++i) g.matrix_width[i] = live_matrix_lanes(g, kMatrixWidthDtypes[i]);
 }
 
 double Gpu::gemm_peak_gflops(DType compute) const {
@@ -266,6 +315,10 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
   if (j.contains("TDP")) g.board_power_w = num(j, "TDP", path, true);
   if (j.contains("Process_Nm")) g.process_nm = num(j, "Process_Nm", path, true);
   g.source = path;
+  // The matrix units are the listed GPU's (a what-if edit of its clock or peaks runs them
+  // faster, not wider); a GPU the database lacks gets them from its own numbers.
+  freeze_matrix_widths(g);
+  if (const Gpu* known = GpuDatabase::builtin().find(g.name)) g.matrix_width = known->matrix_width;
   return g;
 }
 

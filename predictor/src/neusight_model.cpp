@@ -226,11 +226,11 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
   const bool gemm = k.cls == KernelClass::gemm;
   const bool matrix = gemm && has_matrix_units(gpu, k.dtype);
   const double simt = gemm && !matrix ? simt_sustained_fraction(gpu) : 1.0;
-  // A GEMM's math per FP32 lane-clock: 1 on the CUDA cores; on matrix units their dense peak
-  // over the FP32 peak (16 for FP16 on the A100), so that a tile's math in clocks is what the
-  // unit it runs on takes.
-  const double math_per_lane =
-      matrix && gpu.fp32_gflops > 0 ? std::max(1.0, gpu.gemm_peak_gflops(k.dtype) / gpu.fp32_gflops) : 1.0;
+  // A GEMM's math per FP32 lane-clock: 1 on the CUDA cores; on matrix units their width
+  // (Gpu::matrix_lanes: 16 for FP16 on the A100, times the sustained fraction as run), so that
+  // a tile's math in clocks is what the unit it runs on takes, whatever a what-if does to the
+  // peaks.
+  const double math_per_lane = matrix ? std::max(1.0, gpu.matrix_lanes(k.dtype)) : 1.0;
   const double peak = (gemm ? gpu.gemm_peak_gflops(k.dtype) * simt : gpu.peak_gflops(k.dtype)) * 1e9;
   const double bw = gpu.mem_bw_gbps * 1e9;              // B/s
   const double l2_bytes = std::max(feature_l2_mb * 1048576.0, 1.0);  // the L2 the inputs see

@@ -128,6 +128,8 @@ Gpu gpu_as_run(const Kernel& k, const Tiling& t, const Gpu& gpu, double port_wei
   }
   if (f == 1.0) return gpu;
   Gpu g = gpu;
+  // The units as run: their math per lane-clock at the sustained fraction too.
+  g.set_matrix_lanes(k.dtype, gpu.matrix_lanes(k.dtype) * f);
   switch (k.dtype) {
     case DType::tf32: g.tf32_gflops *= f; break;
     case DType::f16: g.fp16_gflops *= f; break;

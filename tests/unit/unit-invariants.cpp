@@ -1,5 +1,6 @@
 // unit-invariants.cpp - physical invariants of the shipped predictor, property style: random
-// kernels of every class on every GPU of the database, fixed seed. A faster spec never
+// kernels of every class on every GPU of the database, fixed seed. A faster spec (every peak
+// together or one dtype's alone, bandwidth, L2, power; a faster board of the same die) never
 // predicts slower; a GPU with every rate doubled runs 1.6-2.0x faster; a compute-bound GEMM
 // follows the FLOP rate, not the bandwidth.
 #include <doctest/doctest.h>
@@ -97,6 +98,23 @@ Gpu scale_flops(Gpu g, double f) {
   return g;
 }
 
+// One dtype's peak times f, the GPU's other rates as they are: the rate its GEMMs' math runs
+// at (a matrix unit's, or the CUDA cores' for FP32), which also changes the ratio of that
+// peak to the FP32 one.
+Gpu scale_dtype_peak(Gpu g, DType t, double f) {
+  switch (t) {
+    case DType::f32: g.fp32_gflops *= f; break;
+    case DType::tf32: g.tf32_gflops *= f; break;
+    case DType::f16: g.fp16_gflops *= f; break;
+    case DType::bf16: g.bf16_gflops *= f; break;
+    case DType::f8e4m3fn: g.fp8_gflops *= f; break;
+    case DType::f4e2m1: g.fp4_gflops *= f; break;
+    case DType::i8: g.int8_gops *= f; break;
+    default: break;
+  }
+  return g;
+}
+
 // Runs `check(before, after, kernel)` over n random kernels on every GPU; returns failures.
 struct Failure {
   std::string gpu;
@@ -126,6 +144,9 @@ void report(const char* what, const std::vector<Failure>& bad) {
   for (const auto& f : bad) ++ops[f.k.op];
   std::string hist;
   for (const auto& [o, n] : ops) hist += o + ":" + std::to_string(n) + " ";
+  std::map<std::string, int> dtypes;
+  for (const auto& f : bad) ++dtypes[dtype_name(f.k.dtype)];
+  for (const auto& [t, n] : dtypes) hist += std::string(t) + ":" + std::to_string(n) + " ";
   if (!bad.empty()) MESSAGE(std::string(what) << ": " << bad.size() << " kernels, worst ratio " << worst << " (" << hist << ")");
   for (size_t i = 0; i < bad.size() && i < 5; ++i) {
     std::ostringstream os;
@@ -158,6 +179,14 @@ TEST_CASE("invariants: a faster spec never predicts slower (peak FLOPs, bandwidt
     CAPTURE(timing_name(t));
     report("peak x2", sweep(*p, kPerGpu, 11, [](const Gpu& g) { return scale_flops(g, 2); }, not_slower));
     report("peak x1.1", sweep(*p, kPerGpu, 12, [](const Gpu& g) { return scale_flops(g, 1.1); }, not_slower));
+    // One dtype's peak alone (the tensor peak of a board that clocks its units higher, or
+    // the CUDA cores' under a tensor-core GEMM): every kernel of every dtype, never slower.
+    uint64_t seed = 40;
+    for (DType t : {DType::f32, DType::tf32, DType::f16, DType::bf16, DType::f8e4m3fn, DType::f4e2m1, DType::i8})
+      for (double f : {1.1, 2.0}) {
+        const std::string what = std::string("peak of ") + dtype_name(t) + (f > 1.5 ? " x2" : " x1.1");
+        report(what.c_str(), sweep(*p, kPerGpu, seed++, [t, f](const Gpu& g) { return scale_dtype_peak(g, t, f); }, not_slower));
+      }
     report("bandwidth x2", sweep(*p, kPerGpu, 13, [](const Gpu& g) {
              Gpu h = g;
              h.mem_bw_gbps *= 2;
@@ -179,6 +208,41 @@ TEST_CASE("invariants: a faster spec never predicts slower (peak FLOPs, bandwidt
              return h;
            }, not_slower));
   }
+}
+
+TEST_CASE("invariants: a GPU of the database at least as fast as another of its die in every rate never predicts slower") {
+  // Boards of one die and SM count (B200 and GB200, H100 SXM and H200, the A100s) whose
+  // rates (every peak, bandwidth, L2, board power) are each at least the other's: the faster
+  // board runs every kernel in at most the other's time, whatever clocks their spec sheets quote.
+  const auto& all = GpuDatabase::builtin().all();
+  auto at_least = [](const Gpu& a, const Gpu& b) {
+    return a.arch == b.arch && a.num_sm == b.num_sm && a.fp32_cores_per_sm == b.fp32_cores_per_sm &&
+           a.fp32_gflops >= b.fp32_gflops && a.tf32_gflops >= b.tf32_gflops && a.fp16_gflops >= b.fp16_gflops &&
+           a.bf16_gflops >= b.bf16_gflops && a.fp8_gflops >= b.fp8_gflops && a.fp4_gflops >= b.fp4_gflops &&
+           a.int8_gops >= b.int8_gops && a.fp32_matrix_gflops >= b.fp32_matrix_gflops &&
+           a.mem_bw_gbps >= b.mem_bw_gbps && a.l2_mb >= b.l2_mb && a.board_power_w >= b.board_power_w;
+  };
+  int pairs = 0;
+  for (Timing t : {Timing::eager, Timing::kernel}) {
+    PrecisionOptions o;
+    o.timing = t;
+    auto p = make_neusight_predictor("", o);
+    CAPTURE(timing_name(t));
+    uint64_t seed = 60;
+    for (const Gpu& slow : all)
+      for (const Gpu& fast : all) {
+        if (&slow == &fast || !at_least(fast, slow)) continue;
+        ++pairs;
+        const auto ks = random_kernels(kPerGpu, seed++);
+        const auto a = predict(*p, ks, slow), b = predict(*p, ks, fast);
+        std::vector<Failure> bad;
+        for (size_t i = 0; i < ks.size(); ++i)
+          if (!not_slower(a[i], b[i], ks[i], slow)) bad.push_back({fast.name + " against " + slow.name, ks[i], a[i], b[i]});
+        report("the faster board", bad);
+      }
+  }
+  MESSAGE("pairs of boards checked: " << pairs / 2);
+  CHECK(pairs >= 8);  // B200 / GB200, H100 SXM / H200 and the A100s at least
 }
 
 TEST_CASE("invariants: more SMs at fixed per-SM rates never predict slower (but for a GEMM's change of tile)") {

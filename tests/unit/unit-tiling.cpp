@@ -1,6 +1,8 @@
 // unit-tiling.cpp - GPU database and tile/wave arithmetic.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include "neusight/dataset.h"
 #include "neusight/gpu.h"
 #include "neusight/tiling.h"
@@ -90,15 +92,17 @@ TEST_CASE("tiling: GEMM grid arithmetic holds on every GPU and precision") {
         CHECK(t.tile == std::to_string(c.tb_m) + "x" + std::to_string(c.tb_n));
         CHECK(t.tile_flops == doctest::Approx(2.0 * c.tb_m * c.tb_n * ceil_div(shape.k, c.split_k)));
         if (shape.batch > 1) CHECK(c.split_k == 1);  // batched products are never split along k
-        // Tensor-core tiles only where the GPU has matrix units for the dtype (FP8 may use
-        // the FP16 ones); FP16 on a P100 and BF16 on a V100 or T4 run FP32 SIMT tiles.
-        const double simt = g.fp32_gflops * 1.01;
-        const bool units = dt == DType::f16    ? g.fp16_gflops > simt
-                           : dt == DType::bf16 ? g.bf16_gflops > simt
-                           : dt == DType::tf32 ? g.peak_gflops(dt) > simt
-                           : dt == DType::f8e4m3fn ? g.fp8_gflops > simt || g.fp16_gflops > simt
-                           : dt == DType::f32      ? g.fp32_matrix_gflops > 0  // CDNA's FP32 MFMA
-                                                   : false;
+        // Tensor-core tiles exactly where the GPU has matrix units for the dtype (TF32 may use
+        // FP32 ones, FP8 the FP16 ones), whatever their peak against the CUDA cores' (TF32 on
+        // a GeForce RTX 3090 runs cuBLAS's tensor-op kernels at the FP32 rate); FP16 on a P100
+        // and BF16 on a V100 or T4 run FP32 SIMT tiles.
+        const bool pre_volta = g.vendor == "nvidia" && std::atoi(g.arch.c_str() + 3) < 70;
+        const bool units = !pre_volta && (dt == DType::f16    ? g.fp16_gflops > 0
+                                          : dt == DType::bf16 ? g.bf16_gflops > 0
+                                          : dt == DType::tf32 ? g.tf32_gflops > 0 || g.fp32_matrix_gflops > 0
+                                          : dt == DType::f8e4m3fn ? g.fp8_gflops > 0 || g.fp16_gflops > 0
+                                          : dt == DType::f32      ? g.fp32_matrix_gflops > 0  // CDNA's FP32 MFMA
+                                                                  : false);
         const bool tensor = units && !TileTable::builtin().gemm_class(g.arch).tensor.empty();
         CHECK(c.tensor_core == tensor);
       }

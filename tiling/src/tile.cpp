@@ -16,25 +16,23 @@ using nlohmann::json;
 
 // True when a GEMM of dtype `t` gets tensor-core tiles: the GPU has matrix units for the
 // dtype it runs in (has_matrix_units; TF32 on FP32 matrix cores where there are no TF32 ones,
-// FP8 on FP16 ones where there are no FP8 ones) and their peak beats the SIMT rate (int8:
-// the 4x that dp4a gives). FP16 on P100 and BF16 on V100 / T4 run as FP32 SIMT GEMMs.
+// FP8 on FP16 ones where there are no FP8 ones), as the libraries run the dtype on them
+// (cuBLAS's TF32 and IMMA kernels also where their peak is the CUDA cores', as TF32 on GA10x
+// and AD10x cards): a property of the architecture, never of a rate, so that a higher peak
+// cannot move a GEMM from one unit to the other. FP16 on P100 and BF16 on V100 / T4 run as
+// FP32 SIMT GEMMs.
 bool uses_tensor_cores(DType t, const Gpu& gpu) {
-  const double simt = gpu.fp32_gflops * 1.01;
-  auto faster = [&](DType unit, double peak, double over) { return has_matrix_units(gpu, unit) && peak > over * simt; };
   switch (t) {
-    case DType::f16: return faster(t, gpu.fp16_gflops, 1);
-    case DType::bf16: return faster(t, gpu.bf16_gflops, 1);
-    case DType::tf32:
-      return (has_matrix_units(gpu, DType::tf32) || has_matrix_units(gpu, DType::f32)) && gpu.peak_gflops(t) > simt;
-    case DType::i8: case DType::u8: return faster(t, gpu.int8_gops, 4);
+    case DType::f16: case DType::bf16: return has_matrix_units(gpu, t);
+    case DType::tf32: return has_matrix_units(gpu, DType::tf32) || has_matrix_units(gpu, DType::f32);
+    case DType::i8: case DType::u8: return has_matrix_units(gpu, t);
     // FP32 on matrix units (AMD CDNA's FP32 MFMA, which rocBLAS runs FP32 GEMMs on).
     case DType::f32: case DType::undefined: return has_matrix_units(gpu, DType::f32);
     // FP4: its own tensor cores (Blackwell), else FP8's or FP16's it is upcast to.
     case DType::f4e2m1:
-      return faster(t, gpu.fp4_gflops, 1) || faster(DType::f8e4m3fn, gpu.fp8_gflops, 1) ||
-             faster(DType::f16, gpu.fp16_gflops, 1);
+      return has_matrix_units(gpu, t) || has_matrix_units(gpu, DType::f8e4m3fn) || has_matrix_units(gpu, DType::f16);
     default:
-      return dtype_bits(t) == 8 && (faster(t, gpu.fp8_gflops, 1) || faster(DType::f16, gpu.fp16_gflops, 1));
+      return dtype_bits(t) == 8 && (has_matrix_units(gpu, t) || has_matrix_units(gpu, DType::f16));
   }
 }
 
@@ -330,6 +328,17 @@ void set_split_features(const GemmCandidate& c, const GemmClass& cls, const Gpu&
   }
 }
 
+// The rate a tile's math runs at per SM (FLOP/s): the dtype's matrix peak, or FP32 SIMT without
+// one, both at the class's reference per-SM rates when it has them (GemmCost): the reference
+// FP32 rate times the matrix units' width (Gpu::matrix_lanes), so that no peak moves the choice.
+double tile_flops_per_sm(const Kernel& kr, const Gpu& gpu, const GemmCost& cost, bool tc) {
+  const double sm = gpu.num_sm;
+  const double peak_sm = gpu.gemm_peak_gflops(tc ? kr.dtype : DType::f32) * 1e9 / sm;
+  const double fp32_sm = gpu.fp32_gflops * 1e9 / sm;
+  const double width = tc ? gpu.matrix_lanes(kr.dtype) : (fp32_sm > 0 ? peak_sm / fp32_sm : 1.0);
+  return cost.ref_fp32_gflops_per_sm > 0 ? cost.ref_fp32_gflops_per_sm * 1e9 * width : peak_sm;
+}
+
 // The GEMM's tiling; with `alternatives`, on tensor-core candidates, also every offered
 // candidate's tiling at its own best split (the chosen one among them).
 Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table, std::vector<Tiling>* alternatives = nullptr) {
@@ -342,12 +351,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table, std::
   const double in_bytes = tc ? eb : 4.0;
   const double sm = gpu.num_sm;
   const GemmCost& cost = cls.cost;
-  // The rate the tile's math runs at: the dtype's matrix peak, or FP32 SIMT without one, both
-  // at the class's reference per-SM rates when it has them (GemmCost).
-  const double peak_sm = gpu.gemm_peak_gflops(tc ? kr.dtype : DType::f32) * 1e9 / sm;
-  const double fp32_sm = gpu.fp32_gflops * 1e9 / sm;
-  const double flops_sm =
-      cost.ref_fp32_gflops_per_sm > 0 && fp32_sm > 0 ? cost.ref_fp32_gflops_per_sm * 1e9 * (peak_sm / fp32_sm) : peak_sm;
+  const double flops_sm = tile_flops_per_sm(kr, gpu, cost, tc);
   const double bw = cost.ref_bw_gbps_per_sm > 0 ? cost.ref_bw_gbps_per_sm * 1e9 * sm : gpu.mem_bw_gbps * 1e9;
 
   Choice best;

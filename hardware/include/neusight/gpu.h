@@ -7,6 +7,7 @@
 // project's data files (data_dir), which the later stages read their tables from.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,15 @@ struct Gpu {
   // Peak rate of matrix products: as peak_gflops, except that FP32 GEMMs run on FP32 matrix
   // units where the GPU has them (AMD CDNA's MFMA); vector kernels never do.
   double gemm_peak_gflops(DType compute) const;
+  // The matrix units' math per FP32 lane-clock for each dtype they run: their dense peak over
+  // the lanes' FP32 rate at the boost clock (SMs x lanes x 2 x clock; 16 for FP16 on the A100,
+  // 2 for FP32 on the MI100's MFMA), the width of the units as the GPU was listed or loaded
+  // (freeze_matrix_widths). A what-if that edits a peak afterwards (the same units at a faster
+  // clock) leaves it: the tile a GEMM gets and the clocks its math takes stay, and its time
+  // falls with the peak. Entries of 0 (a Gpu never frozen) are computed from the peaks.
+  std::array<double, 7> matrix_width{};
+  double matrix_lanes(DType compute) const;
+  void set_matrix_lanes(DType compute, double lanes);  // no effect for a dtype without a slot
   const std::string& alias() const { return aliases.empty() ? name : aliases.front(); }
 };
 
@@ -82,6 +92,9 @@ struct Gpu {
 // where the vector peak counts dual issue and equals it, as the MI300X's does). NVIDIA GPUs before Volta (sm_70) have none: the P4's
 // INT8 rate is DP4A, a SIMT instruction.
 bool has_matrix_units(const Gpu& gpu, DType dtype);
+
+// Sets gpu.matrix_width from its peaks, lanes, SMs and clock (done by every loader).
+void freeze_matrix_widths(Gpu& gpu);
 
 class GpuDatabase {
  public:

@@ -52,8 +52,10 @@ Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu);
 
 // A tensor-core GEMM's other tilings: every tile the library offers for it, each at its own
 // best split-K (tile_kernel's choice among them), for a predictor that prices them all, as the
-// libraries' heuristics pick among their kernels the one they expect fastest. Empty for every
-// other kernel (SIMT GEMMs follow the learned rule; vector kernels have one tiling).
+// libraries' heuristics pick among their kernels the one they expect fastest. The cost model
+// that chooses the splits runs at the class's reference rates and the matrix units' width
+// (Gpu::matrix_lanes), so no peak changes the set. Empty for every other kernel (SIMT GEMMs
+// follow the learned rule; vector kernels have one tiling).
 std::vector<Tiling> tile_alternatives(const Kernel& kernel, const Gpu& gpu);
 
 // The DRAM bytes a kernel moves on `gpu` beyond Kernel::bytes: for each operand with
