@@ -168,6 +168,7 @@ void lower_moe(LowerCtx& c) {
     Kernel g = c.base(KernelClass::gemm, "bmm");
     g.expert_part = part;
     g.dtype = quantized ? (bits == 8 ? DType::u8 : DType::u4) : narrow ? c.opt.compute_dtype : act;
+    g.weight_only = quantized;
     const int64_t cols = n * static_cast<int64_t>(inputs.size());
     g.gemm = {active, per_expert, cols, k, true};
     g.flops = 2.0 * routed * double(cols) * double(k);

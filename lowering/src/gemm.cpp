@@ -161,9 +161,12 @@ void lower_matmul_nbits(LowerCtx& c) {
     c.unknown("shapes not inferred");
     return;
   }
+  if (bits < 2 || bits > 8)
+    throw InputError("node '" + c.n.name + "' (MatMulNBits): bits must be 2 to 8, got " + std::to_string(bits));
   const int64_t rows = numel(a) / K;
   Kernel kr = c.base(KernelClass::gemm, "linear");
   kr.dtype = bits == 8 ? DType::u8 : DType::u4;
+  kr.weight_only = true;
   kr.gemm = {1, rows, N, K};
   kr.flops = 2.0 * double(rows) * double(N) * double(K);
   const double act = element_bytes(c.dtype(a));

@@ -24,9 +24,9 @@ bool parse_timing(const std::string& s, Timing& out) {
 
 namespace {
 
-// Weight-only quantized GEMMs (MatMulNBits) carry the weights' dtype; their math runs in the
-// activations' half precision after dequantization.
-bool weight_only(DType t) { return t == DType::u4 || t == DType::i4; }
+// Weight-only quantized GEMMs (MatMulNBits, QMoE; int4 weights) carry the weights' dtype; their
+// math runs in the activations' half precision after dequantization.
+bool weight_only(const Kernel& k) { return k.weight_only || k.dtype == DType::u4 || k.dtype == DType::i4; }
 
 // The matrix units an FP8 or FP4 GEMM runs on where the GPU has none for its dtype: FP4 on
 // FP8 ones where the GPU has those, either on FP16 ones (the library upcasts, same bytes);
@@ -41,7 +41,7 @@ DType narrow_float_upcast(DType t, const Gpu& gpu) {
 
 double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return gpu.peak_gflops(k.dtype);
-  if (weight_only(k.dtype)) return gpu.fp16_gflops > 0 ? gpu.fp16_gflops : gpu.fp32_gflops;
+  if (weight_only(k)) return gpu.fp16_gflops > 0 ? gpu.fp16_gflops : gpu.fp32_gflops;
   const bool reduced = k.dtype == DType::f16 || k.dtype == DType::bf16 || is_fp8(k.dtype) || is_fp4(k.dtype);
   if (reduced && !has_matrix_units(gpu, k.dtype)) {
     if (const DType up = narrow_float_upcast(k.dtype, gpu); up != DType::undefined) return gpu.gemm_peak_gflops(up);
@@ -52,6 +52,12 @@ double math_peak_gflops(const Kernel& k, const Gpu& gpu) {
 
 Kernel kernel_as_run(const Kernel& k, const Gpu& gpu) {
   if (k.cls != KernelClass::gemm) return k;
+  if (weight_only(k)) {  // same shape and bytes, the math in half precision (FP32 without FP16 units)
+    Kernel r = k;
+    r.dtype = gpu.fp16_gflops > 0 ? DType::f16 : DType::f32;
+    r.weight_only = false;
+    return r;
+  }
   if (const DType up = narrow_float_upcast(k.dtype, gpu);
       up != DType::undefined && !has_matrix_units(gpu, k.dtype) && gpu.fp16_gflops > 0) {
     Kernel r = k;  // FP4 on FP8 tensor cores, or FP8 / FP4 on FP16 ones; same bytes

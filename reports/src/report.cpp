@@ -169,8 +169,8 @@ std::string math_name(const KernelReport& k, const Gpu& gpu) {
     const DType t = k.kernel.dtype;
     if (t == DType::f16 || is_fp8(t) || is_fp4(t)) return "fp16-simt";
     if (t == DType::bf16) return "bf16-simt";
-    // Weight-only 4-bit GEMMs dequantize to half precision on the way (precision.h).
-    if (t == DType::u4 || t == DType::i4) return "fp16-simt";
+    // Weight-only quantized GEMMs dequantize to half precision on the way (precision.h).
+    if (k.kernel.weight_only || t == DType::u4 || t == DType::i4) return "fp16-simt";
     return is_float(t) ? "fp32-simt" : "int-simt";
   }
   return math_precision(k.kernel, gpu);

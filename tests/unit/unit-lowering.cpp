@@ -384,9 +384,20 @@ TEST_CASE("lowering: quantized matmuls take their dtype and bytes from the weigh
   CHECK(k.dtype == DType::u4);
   // 4-bit weights + fp16 scales per block of 32, fp16 activations and output.
   CHECK(k.bytes == doctest::Approx(11008.0 * 4096 / 2 + 11008.0 * 128 * 2 + 4096 * 2 + 11008 * 2));
+  CHECK(k.weight_only);
   const KernelList kq = lower_with(q.g, Fusion::eager);
   REQUIRE(kq.kernels.size() == 1);
   CHECK(kq.kernels[0].dtype == DType::i8);
+  CHECK_FALSE(kq.kernels[0].weight_only);  // integer activations: the integer matrix units
+  // 8-bit weights: uint8, still weight-only (their math in half precision, precision.h); a bit
+  // count outside 2-8 is no MatMulNBits.
+  n.attributes["bits"] = test::attr_int(8);
+  const KernelList k8 = lower_with(b.g, Fusion::eager);
+  REQUIRE(k8.kernels.size() == 1);
+  CHECK(k8.kernels[0].dtype == DType::u8);
+  CHECK(k8.kernels[0].weight_only);
+  n.attributes["bits"] = test::attr_int(16);
+  CHECK_THROWS_WITH_AS(lower_with(b.g, Fusion::eager), doctest::Contains("bits must be 2 to 8, got 16"), InputError);
 }
 
 TEST_CASE("lowering: Loop and Scan repeat their body, If costs its dearer branch") {

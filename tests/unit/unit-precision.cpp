@@ -517,3 +517,32 @@ TEST_CASE("precision: FP4 runs on Blackwell's FP4 tensor cores, as FP8 on Hopper
   CHECK(h4 == doctest::Approx(h8).epsilon(0.05));
   CHECK(ms(f16, b200) / b8 > 1.6);
 }
+
+TEST_CASE("precision: a weight-only 8-bit GEMM runs its math in half precision, not on the integer units") {
+  // MatMulNBits with 8-bit weights and FP16 activations (GPTQ / RTN int8 weight-only): the
+  // weights are dequantized in the kernel, the MMAs are FP16's. A 2048-token prefill projection
+  // is compute-bound: as fast as the 4-bit one and the FP16 one within a few percent, never at
+  // the INT8 peak (twice the FP16 one on an H100).
+  const Gpu h100 = GpuDatabase::builtin().resolve("h100");
+  Kernel fp16 = linear(2048, 4096, 4096, "fp16");
+  Kernel w8 = fp16, w4 = fp16, int8 = linear(2048, 4096, 4096, "int8");
+  w8.dtype = DType::u8;
+  w8.weight_only = true;
+  w8.bytes = 2048.0 * 4096 * 2 + 4096.0 * 4096 + 2048.0 * 4096 * 2;
+  w4.dtype = DType::u4;
+  w4.weight_only = true;
+  w4.bytes = 2048.0 * 4096 * 2 + 4096.0 * 4096 / 2 + 2048.0 * 4096 * 2;
+  CHECK(math_precision(w8, h100) == "fp16-tensor");
+  CHECK(math_precision(w4, h100) == "fp16-tensor");
+  CHECK(math_peak_gflops(w8, h100) == h100.fp16_gflops);
+  PrecisionOptions o;
+  o.timing = Timing::kernel;
+  auto p = make_neusight_predictor("", o);
+  std::vector<Kernel> ks = {fp16, w8, w4, int8};
+  std::vector<Tiling> ts;
+  for (const auto& k : ks) ts.push_back(tile_kernel(k, h100));
+  const auto pr = p->predict(ks, ts, h100);
+  CHECK(pr[1].latency_ms == doctest::Approx(pr[0].latency_ms).epsilon(0.05));
+  CHECK(pr[1].latency_ms == doctest::Approx(pr[2].latency_ms).epsilon(0.05));
+  CHECK(pr[3].latency_ms < 0.7 * pr[1].latency_ms);  // W8A8 on the INT8 units is another GEMM
+}

@@ -168,6 +168,9 @@ struct Kernel {
 
   // --- details (added by the lowering stage; readers may ignore them) -------------------
   bool trans_a = false, trans_b = false;  // GEMM operand read transposed (strided view)
+  // A weight-only quantized GEMM (MatMulNBits, QMoE): `dtype` is its weights' (uint4, uint8),
+  // its math runs in the activations' half precision after they are dequantized in the kernel.
+  bool weight_only = false;
   std::string epilogue;                   // GEMM epilogue fused in: "", "bias", ...
   std::vector<int64_t> operand_elems;     // elements of each tensor operand (broadcast sizes)
   std::vector<int> fused_nodes;           // other nodes whose work this kernel also does
