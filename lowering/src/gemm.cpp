@@ -81,7 +81,7 @@ void matmul_like(LowerCtx& c, const std::string& op_hint, int a_in, int b_in) {
   for (size_t i = 0; i < r; ++i) {
     const int64_t da = i + ra >= r ? sa[i + ra - r].value : 1;
     const int64_t db = i + rb >= r ? sb[i + rb - r].value : 1;
-    batch *= std::max(da, db);
+    batch *= da == 1 ? db : da;  // broadcasting: 1 takes the other dim (0 too)
     a_batch *= da;
     b_batch *= db;
   }

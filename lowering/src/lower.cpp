@@ -519,6 +519,18 @@ void Lowering::control_flow(const Graph& g, const Node& n, int index, std::vecto
   }
 }
 
+// A kernel with nothing to write: a vector kernel over no elements, a GEMM without output rows
+// or columns.
+bool empty_output(const Kernel& k) {
+  switch (k.cls) {
+    case KernelClass::gemm: return k.gemm.batch == 0 || k.gemm.m == 0 || k.gemm.n == 0;
+    case KernelClass::elementwise: case KernelClass::softmax: case KernelClass::layernorm:
+    case KernelClass::reduce: case KernelClass::memory:
+      return k.rows == 0 || k.cols == 0;
+    default: return false;
+  }
+}
+
 void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, const std::string& owner_name,
                        KernelList* top) {
   const Consumers cons = consumers_of(g);
@@ -566,6 +578,13 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
     }
   }
   for (size_t k = first; k < out.size(); ++k) {
+    // An empty output (a dim bound to 0) launches no kernel: PyTorch's and onnxruntime's
+    // kernels return before any work when there is nothing to write, and cuBLAS when a GEMM
+    // has no rows or columns (one of no reduction still writes its output).
+    if (empty_output(out[k])) {
+      out[k].flops = 0;
+      out[k].bytes = 0;
+    }
     // vLLM's rms_norm or fused_add_rms_norm (LoweringOptions::serving_kernels), however the
     // graph spells RMSNorm:
     // described for the memory-parallelism bound of a latency-limited row kernel (precision.h

@@ -280,6 +280,9 @@ class NeusightPredictor final : public Predictor {
       }
       UtilClass c;
       if (!util_class_of(k, c) || tilings[i].tiles <= 0 || p.roofline_ms <= 0) continue;
+      // A row kernel over rows of no elements (a reduction over a dim bound to 0 writes its
+      // output and reads nothing) is its traffic: no network saw a row of length 0.
+      if (k.cls != KernelClass::gemm && (k.rows == 0 || k.cols == 0)) continue;
       // The published method prices memory-only ops (copies, gathers, concatenations) as
       // bytes / bandwidth: the roofline set above.
       if (paper_ && k.cls == KernelClass::memory) continue;

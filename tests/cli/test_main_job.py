@@ -83,6 +83,20 @@ class MainJob(unittest.TestCase):
         self.assertGreater(r["backward_ms"], r["forward_ms"])
         self.assertGreater(r["update_ms"], 0)
 
+    def test_a_dim_bound_to_zero_does_no_work(self):
+        # An empty batch launches no kernel over it (the batch-free ones remain: positions,
+        # the mask's slices; training's optimizer step), and every interval stays finite.
+        for mode in ("inference", "training"):
+            one = run_json(EXAMPLE, "--gpu", "h100", "--dim", "batch=1", "--seq", "128", "--mode", mode)
+            zero = run_json(EXAMPLE, "--gpu", "h100", "--dim", "batch=0", "--seq", "128", "--mode", mode)
+            self.assertLess(zero["e2e_latency_ms"], 0.7 * one["e2e_latency_ms"], mode)
+            self.assertLess(zero["latency_high_ms"], 3 * zero["e2e_latency_ms"], mode)
+            for n in zero["nodes"]:
+                for k in n["kernels"]:
+                    if k["class"] == "gemm" and k["phase"] == "forward" and n["name"] != "lm_head/MatMul":
+                        self.assertEqual(k["flops"], 0, n["name"])
+                    self.assertLessEqual(k["latency_high_ms"], 10 * max(k["latency_ms"], 0.01), n["name"])
+
     def test_device_json_path(self):
         r = run_json(EXAMPLE, "--gpu", fixture("device_configs", "Tesla_T4.json"),
                      "--batch", "1", "--seq", "128")
