@@ -193,8 +193,22 @@ std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b) {
     values[order[next]] = v;
     return order[next++];
   };
-  const std::string batch_name = b.batch > 0 ? assign_next(b.batch) : std::string();
-  const std::string seq_name = b.seq > 0 ? assign_next(b.seq) : std::string();
+  // --batch (--seq) given with --dim naming the dim it takes by position and by name (the
+  // first symbolic dim, named like a batch): both bind that dim, so their values must agree;
+  // otherwise the flag would move on to the next dim, a sequence length bound by --batch.
+  auto named_too = [&](int64_t v, size_t slot, const char* flag, bool (*like)(const std::string&)) {
+    if (v <= 0 || slot >= order.size() || !like(order[slot])) return std::string();
+    const auto it = b.named.find(order[slot]);
+    if (it == b.named.end()) return std::string();
+    if (it->second != v)
+      throw InputError(std::string(flag) + " " + std::to_string(v) + " and --dim " + it->first + "=" +
+                       std::to_string(it->second) + " both bind '" + it->first + "'; give one");
+    return it->first;
+  };
+  std::string batch_name = named_too(b.batch, 0, "--batch", batch_like);
+  if (batch_name.empty() && b.batch > 0) batch_name = assign_next(b.batch);
+  std::string seq_name = named_too(b.seq, 1, "--seq", sequence_like);
+  if (seq_name.empty() && b.seq > 0) seq_name = assign_next(b.seq);
   bool batch_used = !batch_name.empty(), seq_used = !seq_name.empty();
   // --batch / --seq take the first and second symbolic names by position (the CLI contract);
   // say so when another input dim is named for the flag and stays for --dim.

@@ -108,6 +108,27 @@ class ShapeFlag(unittest.TestCase):
         self.assertEqual(out_shape(r, "y_state"), [2, 2, 64])
         self.assertEqual(warnings_of(err), [])
 
+    def test_batch_and_dim_naming_the_same_dim(self):
+        # --batch and --dim batch=N both bind the first symbolic dim: agreeing, fine; differing,
+        # an error (--batch moved on to the sequence dim before). --dim naming another dim
+        # leaves --batch and --seq the first and second of the rest.
+        named = os.path.join(self.d, "named.onnx")
+        relu_model(named, [("ids", ["batch", "sequence"]), ("past", ["batch", "past_len"])])
+        r, err = self.json_and_err(named, "--gpu", "a100", "--batch", "4", "--seq", "8", "--dim", "batch=4",
+                                   "--dim", "past_len=3")
+        self.assertEqual(out_shape(r, "y_ids"), [4, 8])
+        self.assertEqual(out_shape(r, "y_past"), [4, 3])
+        self.assertEqual(warnings_of(err), [])
+        self.fails(named, "--gpu", "a100", "--batch", "2", "--seq", "8", "--dim", "batch=4",
+                   needle="--batch 2 and --dim batch=4 both bind 'batch'")
+        self.fails(named, "--gpu", "a100", "--batch", "2", "--seq", "8", "--dim", "sequence=16",
+                   needle="--seq 8 and --dim sequence=16 both bind 'sequence'")
+        first_past = os.path.join(self.d, "first_past.onnx")
+        relu_model(first_past, [("past", ["past_len", "batch"]), ("ids", ["batch", "sequence"])])
+        r, _ = self.json_and_err(first_past, "--gpu", "a100", "--dim", "past_len=5", "--batch", "2", "--seq", "7")
+        self.assertEqual(out_shape(r, "y_past"), [5, 2])
+        self.assertEqual(out_shape(r, "y_ids"), [2, 7])
+
     def test_flags_that_bind_nothing_warn(self):
         r, err = self.json_and_err(self.fixed, "--gpu", "a100", "--batch", "8")
         self.assertEqual(out_shape(r, "y_img"), [1, 3, 16, 16])  # fixed: not silently changed
