@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "neusight/model_builder.h"
 #include "neusight/precision.h"
@@ -84,7 +85,10 @@ Options parse_analysis_options(const Args& args) {
     if (eq == std::string::npos || eq == 0) throw InputError("--dim: expected NAME=VALUE, got '" + d + "'");
     const int64_t v = parse_int(d.substr(eq + 1), "--dim " + d.substr(0, eq));
     if (v < 0) throw InputError("--dim " + d + ": dims must be non-negative");
-    opt.dims.named[d.substr(0, eq)] = v;
+    auto [it, fresh] = opt.dims.named.emplace(d.substr(0, eq), v);
+    if (!fresh && it->second != v)
+      throw InputError("--dim " + it->first + ": given twice with different values (" + std::to_string(it->second) +
+                       " and " + std::to_string(v) + ")");
   }
   for (const auto& list : args.all("--shape"))
     for (const auto& item : split(list, ',')) {
@@ -166,6 +170,21 @@ bool path_output(Command command, const std::string& flag) {
   return (flag == "--out" && (command == Command::analyze || command == Command::export_model || command == Command::train)) ||
          (flag == "-o" && command == Command::export_model);
 }
+// Whether `flag` of `command` names files the run reads (comma lists: compare's encoders).
+bool path_input(Command command, const std::string& flag) {
+  return flag == "--config" || flag == "--encoder" || (command == Command::kernels && flag == "--csv");
+}
+// Flags given once per name or value, whose repeats add (--dim, --shape, --value).
+bool repeatable(const std::string& flag) { return flag == "--dim" || flag == "--shape" || flag == "--value"; }
+
+// One file's identity for comparing paths: its canonical path, or the absolute normal form of
+// one that does not exist yet.
+std::string file_key(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path abs = std::filesystem::absolute(std::filesystem::path(path), ec).lexically_normal();
+  const std::filesystem::path p = std::filesystem::weakly_canonical(abs, ec);
+  return (ec ? abs : p).string();
+}
 
 }  // namespace
 
@@ -206,6 +225,36 @@ Args::Args(const std::vector<std::string>& argv, Command command) : command_(com
       if (text_output(command, flag) && ++on_stdout > 1)
         throw InputError("only one output can be written to standard output ('-')");
     }
+  check_repeats_and_paths();
+}
+
+// A flag given twice with different values (the last won, silently); two outputs on one file
+// (one of them lost); an output on a file the run reads (the model overwritten by its
+// annotated copy). Checked before any work.
+void Args::check_repeats_and_paths() const {
+  for (const auto& [flag, values] : values_)
+    for (const auto& v : values)
+      if (!repeatable(flag) && v != values.front())
+        throw InputError(flag + ": given twice with different values ('" + values.front() + "' and '" + v + "')");
+  std::vector<std::pair<std::string, std::string>> outputs, inputs;  // (file key, "flag path")
+  for (const auto& [flag, values] : values_)
+    for (const auto& v : values) {
+      if (v != "-" && (text_output(command_, flag) || path_output(command_, flag)))
+        outputs.emplace_back(file_key(v), flag + " " + v);
+      if (path_input(command_, flag))
+        for (const auto& part : split(v, ','))
+          if (!part.empty() && part != "-") inputs.emplace_back(file_key(part), flag + " " + part);
+    }
+  for (const auto& p : positionals_) inputs.emplace_back(file_key(p), p);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      if (outputs[i].first == outputs[j].first)
+        throw InputError(outputs[i].second + " and " + outputs[j].second + " write the same file; give each its own");
+    for (const auto& in : inputs)
+      if (outputs[i].first == in.first)
+        throw InputError(outputs[i].second + ": would overwrite an input of this run (" + in.second +
+                         "); write it elsewhere");
+  }
 }
 
 std::string Args::get(const std::string& flag) const {

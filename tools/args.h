@@ -21,7 +21,8 @@ class Args {
 
   const std::vector<std::string>& positionals() const { return positionals_; }
   bool has(const std::string& flag) const { return values_.count(flag) > 0; }
-  // The last value given, else the table's default for the command ("" when none).
+  // The value given (a flag other than --dim, --shape and --value given twice must repeat
+  // it), else the table's default for the command ("" when none).
   std::string get(const std::string& flag) const;
   std::string get(const std::string& flag, const std::string& fallback) const;
   std::vector<std::string> all(const std::string& flag) const;
@@ -31,6 +32,7 @@ class Args {
   double get_double(const std::string& flag, double fallback, bool allow_zero = false) const;
 
  private:
+  void check_repeats_and_paths() const;
   Command command_;
   std::vector<std::string> positionals_;
   std::map<std::string, std::vector<std::string>> values_;

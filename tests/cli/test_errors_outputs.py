@@ -10,11 +10,12 @@ import csv
 import io
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import unittest
 
-from cli_util import BIN, EXAMPLE, fixture, run
+from cli_util import BIN, EXAMPLE, SOURCE, fixture, run
 
 BASE = [EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "8", "--quiet"]
 
@@ -43,7 +44,8 @@ class AllOrNothing(unittest.TestCase):
         bad = os.path.join(self.dir, "missing", "r.csv")
         for later in (["--csv", bad], ["--out", bad.replace(".csv", ".onnx")], ["--html", bad.replace(".csv", ".html")]):
             with self.subTest(later=later[0]):
-                rc, _, err = run(*BASE, "--json", self.p("r.json"), "--html", self.p("r.html"), *later)
+                earlier = ["--csv", self.p("r.csv")] if later[0] == "--html" else ["--html", self.p("r.html")]
+                rc, _, err = run(*BASE, "--json", self.p("r.json"), *earlier, *later)
                 self.assert_one_error(rc, err, later[1])
                 self.assertEqual(os.listdir(self.out), [], "an earlier output was left behind")
 
@@ -175,6 +177,37 @@ class StandardOutput(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
         self.assertEqual(p.stdout, "")
         self.assertTrue(p.stderr.startswith("neusight-onnx: error: standard input:"), p.stderr)
+
+    def test_outputs_on_one_file_or_on_an_input_are_one_error(self):
+        # Two outputs on one file would keep one; an output on the model it is computed from
+        # would replace it; a flag given twice with different values would drop one.
+        model = os.path.join(self.dir, "m.onnx")
+        shutil.copy(os.path.abspath(EXAMPLE), model)
+        with open(model, "rb") as f:
+            before = f.read()
+        base = [model, "--gpu", "b200", "--batch", "1", "--seq", "8"]
+        cases = [
+            (["--json", "same.out", "--csv", "./same.out"], "write the same file"),
+            (["--out", "m.onnx"], "would overwrite an input of this run"),
+            (["--json", model], "would overwrite an input of this run"),
+            (["--html", "a.html", "--html", "b.html"], "--html: given twice with different values"),
+            (["--dim", "batch=2", "--dim", "batch=3"], "--dim batch: given twice with different values (2 and 3)"),
+        ]
+        for extra, needle in cases:
+            with self.subTest(extra=extra):
+                rc, out, err = self.run_in_tmp(*base, *extra)
+                self.assertEqual(rc, 2, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(needle, err)
+                self.assertEqual(sorted(os.listdir(self.dir)), ["m.onnx"])
+        with open(model, "rb") as f:
+            self.assertEqual(f.read(), before)
+        rc, _, err = self.run_in_tmp("export", "--config", os.path.join(SOURCE, "examples", "gpt2-small.json"), "-o",
+                                     os.path.join(SOURCE, "examples", "gpt2-small.json"))
+        self.assertEqual(rc, 2, err)
+        self.assertIn("would overwrite an input", err)
+        rc, _, err = self.run_in_tmp(*base, "--batch", "1", "--quiet")  # the same value again: fine
+        self.assertEqual(rc, 0, err)
 
     def test_two_outputs_or_a_binary_one_on_stdout_are_one_error(self):
         model = os.path.abspath(EXAMPLE)
