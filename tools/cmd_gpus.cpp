@@ -11,13 +11,21 @@ namespace neusight::cli {
 int cmd_gpus(const Argv& argv) {
   Args args(argv, Command::gpus);
   const GpuDatabase db = args.has("--db") ? GpuDatabase::load(args.get("--db")) : GpuDatabase::builtin();
+  // `gpus NAME...`: those GPUs alone (names, aliases or device JSONs; an unknown name is an
+  // error with the closest ones), as the other commands resolve them.
+  std::vector<Gpu> gpus = db.all();
+  if (!args.positionals().empty()) {
+    gpus.clear();
+    for (const auto& name : args.positionals())
+      for (const auto& part : split(name, ',')) gpus.push_back(db.resolve(part));
+  }
   if (args.has("--json")) {
-    std::fputs(format_gpus_json(db).c_str(), stdout);
+    std::fputs(format_gpus_json(gpus).c_str(), stdout);
     return 0;
   }
   std::printf("%-26s %-8s %4s %9s %9s %8s %6s  %s\n", "name", "arch", "SMs", "FP32 TF", "FP16 TF", "mem GB/s",
               "L2 MB", "aliases");
-  for (const auto& g : db.all()) {
+  for (const auto& g : gpus) {
     std::string aliases;
     for (const auto& a : g.aliases) aliases += (aliases.empty() ? "" : ", ") + a;
     std::printf("%-26s %-8s %4d %9.1f %9.1f %8.0f %6.1f  %s\n", g.name.c_str(), g.arch.c_str(), g.num_sm,

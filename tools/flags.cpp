@@ -120,7 +120,7 @@ const CommandInfo kCommandInfo[] = {
      "       neusight-onnx --config HF_CONFIG.json (--batch N --seq N | --generate PROMPT:NEW) --gpu GPU [options]\n"
      "       neusight-onnx <command> [options]   (neusight-onnx <command> --help lists its options)",
      "predict a model's latency on one or more GPUs"},
-    {Command::gpus, "gpus", "gpus [--json] [--db GPUS.json]", "list the GPU database with aliases"},
+    {Command::gpus, "gpus", "gpus [GPU...] [--json] [--db GPUS.json]", "list the GPU database (or the GPUs named) with aliases"},
     {Command::export_model, "export", "export --config HF_CONFIG.json [--kv-cache] -o MODEL.onnx",
      "write the graph built from a Hugging Face config"},
     {Command::compare, "compare", "compare A.onnx B.onnx [...] --gpu GPU[,GPU...] [options]",

@@ -343,9 +343,11 @@ Gpu parse_gpu_json(const std::string& text, const std::string& what) {
   return gpu_from_json(j, what);
 }
 
-std::string format_gpus_json(const GpuDatabase& db) {
+std::string format_gpus_json(const GpuDatabase& db) { return format_gpus_json(db.all()); }
+
+std::string format_gpus_json(const std::vector<Gpu>& gpus) {
   json out = json::array();
-  for (const auto& g : db.all()) {
+  for (const auto& g : gpus) {
     json e;
     e["name"] = g.name;
     e["aliases"] = g.aliases;

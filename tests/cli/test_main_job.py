@@ -149,6 +149,14 @@ class BadInput(unittest.TestCase):
             self.assertIn(key, b200)
         code, table, _ = run("gpus")
         self.assertEqual(len(table.strip().splitlines()), len(gpus) + 1)
+        # Named GPUs alone (aliases, comma lists), in the order given; an unknown one an error.
+        code, out, err = run("gpus", "h100", "b200,gb200", "--json")
+        self.assertEqual(code, 0, err)
+        self.assertEqual([g["aliases"][0] for g in json.loads(out)], ["h100", "b200", "gb200"])
+        code, table, _ = run("gpus", "l4")
+        self.assertEqual(len(table.strip().splitlines()), 2)
+        self.assertIn("NVIDIA L4", table)
+        self.assert_input_error("gpus", "h10", needle="closest")
 
     def test_unknown_gpu(self):
         self.assert_input_error(EXAMPLE, "--gpu", "b2000", "--batch", "1", "--seq", "8", needle="unknown GPU")

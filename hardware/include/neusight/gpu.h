@@ -131,6 +131,7 @@ Gpu parse_gpu_json(const std::string& text, const std::string& what);
 
 // Every GPU of `db` as a JSON array of entries in the format of hardware/data/gpus.json.
 std::string format_gpus_json(const GpuDatabase& db);
+std::string format_gpus_json(const std::vector<Gpu>& gpus);  // those GPUs alone, in the same format
 
 // One GPU as a device JSON in the neusight-data/device_configs format (Device, Dev_Mem, Mem_Bw,
 // Num_Sm, Core_Per_SM, Freq, L2Cache, and SingleFLOPs, or for AMD SingleFLOPsVEC and
