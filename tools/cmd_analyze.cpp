@@ -58,7 +58,7 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   OutputSet outputs;  // all or none
   if (args.has("--json")) outputs.add_text(args.get("--json"), format_json(reports));
   if (args.has("--html")) outputs.add_text(args.get("--html"), format_html(reports));
-  if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
+  if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports, args.has("--csv-kernels")));
   outputs.commit();
   if (!args.has("--quiet") && !outputs.writes_stdout()) {
     const bool color = stdout_is_tty() && !args.has("--no-color");
@@ -125,8 +125,12 @@ int cmd_analyze(const Argv& argv) {
   OutputSet outputs;
   if (args.has("--json")) outputs.add_text(args.get("--json"), format_json(reports));
   if (args.has("--html")) outputs.add_text(args.get("--html"), format_html(reports));
-  if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports.front(), args.has("--csv-kernels")));
+  if (args.has("--csv")) outputs.add_text(args.get("--csv"), format_csv(reports, args.has("--csv-kernels")));
   if (args.has("--out")) {
+    // One latency per node: the model annotated for the first GPU of a list.
+    if (reports.size() > 1)
+      std::fprintf(stderr, "neusight-onnx: warning: --out annotates the model for the first GPU (%s); the other GPUs' "
+                           "latencies are in --json, --csv and --html\n", reports.front().gpu.alias().c_str());
     const AnnotatedWrite ann = annotations_for(reports.front());
     outputs.add(args.get("--out"),
                 [&](const std::string& tmp) { write_annotated(loaded, analysis.graph, ann, tmp); });

@@ -487,6 +487,24 @@ std::string format_json(const std::vector<Report>& reports) {
   return out;
 }
 
+std::string format_csv(const std::vector<Report>& reports, bool per_kernel) {
+  if (reports.size() == 1) return format_csv(reports.front(), per_kernel);
+  std::string out;
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const std::string one = format_csv(reports[i], per_kernel);
+    const std::string alias = reports[i].gpu.alias();
+    const std::string cell = alias.find_first_of(",\"\n\r") == std::string::npos ? alias : "\"" + alias + "\"";
+    size_t at = one.find('\n');
+    if (i == 0) out += "gpu," + one.substr(0, at + 1);
+    for (size_t from = at + 1; from < one.size(); from = at + 1) {
+      at = one.find('\n', from);
+      if (at == std::string::npos) at = one.size() - 1;
+      out += cell + "," + one.substr(from, at + 1 - from);
+    }
+  }
+  return out;
+}
+
 std::string format_csv(const Report& r, bool per_kernel) {
   std::ostringstream os;
   os.precision(9);

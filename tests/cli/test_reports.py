@@ -171,6 +171,24 @@ class Csv(unittest.TestCase):
                                        "unknown"))
             self.assertIn(k["bound"], ("compute", "memory", "host", "-"))
 
+    def test_gpu_list_gives_every_gpus_rows(self):
+        # A GPU list: a leading gpu column, each GPU's rows in turn, each summing to its own
+        # end-to-end latency; --out annotates for the first GPU and says so.
+        reports = run_json(EXAMPLE, "--gpu", "b200,l4", "--batch", "1", "--seq", "128")
+        with tempfile.TemporaryDirectory() as d:
+            nodes_csv, model = os.path.join(d, "n.csv"), os.path.join(d, "a.onnx")
+            code, _, err = run(EXAMPLE, "--gpu", "b200,l4", "--batch", "1", "--seq", "128", "--csv", nodes_csv,
+                               "--out", model, "--quiet")
+            self.assertEqual(code, 0, err)
+            self.assertIn("--out annotates the model for the first GPU (b200)", err)
+            with open(nodes_csv) as f:
+                rows = list(csv.DictReader(f))
+        self.assertEqual(sorted({r["gpu"] for r in rows}), ["b200", "l4"])
+        for report in reports:
+            mine = [r for r in rows if r["gpu"] == report["gpu_alias"]]
+            self.assertEqual([r["node"] for r in mine], [n["name"] for n in report["nodes"]])
+            self.assertAlmostEqual(sum(float(r["latency_ms"]) for r in mine), report["e2e_latency_ms"], delta=1e-6)
+
     def test_unwritable_csv_leaves_nothing(self):
         with tempfile.TemporaryDirectory() as d:
             code, _, err = run(*ARGS, "--csv", os.path.join(d, "missing", "n.csv"), "--quiet")

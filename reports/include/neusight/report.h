@@ -235,5 +235,8 @@ std::string format_html(const std::vector<Report>& reports);
 std::string format_ms(double ms);
 std::string format_json(const std::vector<Report>& reports);  // one object, or an array for several GPUs
 std::string format_csv(const Report& report, bool per_kernel);
+// The reports of one model on several GPUs: with more than one, each row leads with the GPU's
+// alias (a `gpu` column first), every GPU's rows in turn; one report's CSV otherwise.
+std::string format_csv(const std::vector<Report>& reports, bool per_kernel);
 
 }  // namespace neusight
