@@ -158,7 +158,7 @@ std::string timeline(const Report& r) {
   std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
     return static_cast<int>(a.first->kernel.phase) < static_cast<int>(b.first->kernel.phase);
   });
-  const double width = 980, height = 46, total = r.e2e_latency_ms > 0 ? r.e2e_latency_ms : 1;
+  const double width = 980, height = 46, total = r.share_base_ms() > 0 ? r.share_base_ms() : 1;
   std::ostringstream os;
   os << "<svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 " << width << " " << height << "\" width=\"" << width
      << "\" height=\"" << height << "\" role=\"img\">\n";
@@ -280,7 +280,7 @@ std::string node_table(const Report& r) {
        << (m ? num(100 * finite(m->prediction.utilization), 1) : "-") << "</td><td class=\"n\" data-v=\"" << fl << "\">"
        << num(fl / 1e9, 3) << "</td><td class=\"n\" data-v=\"" << by << "\">" << num(by / 1e6, 2)
        << "</td><td class=\"n\" data-v=\"" << finite(n.latency_ms) << "\">" << format_ms(n.latency_ms) << (ex ? "*" : "")
-       << "</td><td class=\"n\">" << num(r.e2e_latency_ms > 0 ? 100 * n.latency_ms / r.e2e_latency_ms : 0, 2)
+       << "</td><td class=\"n\">" << num(r.share_base_ms() > 0 ? 100 * n.latency_ms / r.share_base_ms() : 0, 2)
        << "</td></tr>\n";
   }
   os << "</tbody></table></div>\n<p class=\"note\">Click a column to sort. * = outside the predictor's training range "
@@ -324,7 +324,7 @@ std::string format_html(const std::vector<Report>& reports) {
   std::vector<Bar> bars;
   for (const auto& [c, ms] : cls)
     bars.push_back({c, {{c, ms}},
-                    format_ms(ms) + " ms (" + num(r.e2e_latency_ms > 0 ? 100 * ms / r.e2e_latency_ms : 0, 1) + "%)", ""});
+                    format_ms(ms) + " ms (" + num(r.share_base_ms() > 0 ? 100 * ms / r.share_base_ms() : 0, 1) + "%)", ""});
   os << hbar_chart(bars, "ms");
   if (r.mode == Mode::training) {
     std::vector<Bar> phases = {{"forward", {{"gemm", r.forward_ms}}, format_ms(r.forward_ms) + " ms", ""},

@@ -541,7 +541,7 @@ std::string format_csv(const Report& r, bool per_kernel) {
     const KernelReport* m = detail::main_kernel(n);
     os << q(n.name) << "," << q(n.op_type) << "," << q(n.outputs.empty() ? "" : shape_str(n.outputs.front())) << ","
        << n.kernels.size() << "," << flops << "," << bytes << "," << finite(n.latency_ms) << ","
-       << (r.e2e_latency_ms > 0 ? finite(n.latency_ms / r.e2e_latency_ms) : 0) << "," << q(layer_of(n.name)) << ","
+       << (r.share_base_ms() > 0 ? finite(n.latency_ms / r.share_base_ms()) : 0) << "," << q(layer_of(n.name)) << ","
        << (m ? kernel_class_name(m->kernel.cls) : "") << "," << (m ? detail::math_name(*m, r.gpu) : "") << ","
        << q(m ? m->tiling.tile : "") << "," << (m ? m->tiling.waves : 0) << "," << (m ? detail::bound_name(*m) : "") << ","
        << (m ? finite(m->prediction.utilization) : 0) << "," << (detail::any_extrapolated(n) ? 1 : 0) << "\n";

@@ -45,7 +45,7 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
      << "\n";
   for (const auto& [c, ms] : cls)
     os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
-       << pad(pct(ms, r.e2e_latency_ms), 6, true) << "\n";
+       << pad(pct(ms, r.share_base_ms()), 6, true) << "\n";
   if (host > 0) {
     char dispatch[32];
     std::snprintf(dispatch, sizeof dispatch, "%.2f us", r.host_dispatch_us);
@@ -77,7 +77,7 @@ void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const
     const bool ex = detail::any_extrapolated(*n);
     extrapolated = extrapolated || ex;
     const std::string bound = detail::bound_name(m);
-    const std::string share = pct(n->latency_ms, r.e2e_latency_ms);
+    const std::string share = pct(n->latency_ms, r.share_base_ms());
     const bool unknown = m.kernel.cls == KernelClass::unknown;
     os << pad(n->name, name_w) << " " << pad(n->op_type, op_w) << " " << pad(kernel_class_name(m.kernel.cls), 11) << " "
        << pad(detail::math_name(m, r.gpu), math_w) << " "
@@ -86,7 +86,7 @@ void node_rows(std::ostream& os, const Report& r, const TableOptions& opt, const
        << st(pad(bound, 7), bound == "compute" ? "36" : bound == "memory" ? "33" : bound == "host" ? "35" : "2") << " "
        << pad(unknown ? "-" : detail::fixed(100.0 * m.prediction.utilization, 1), 6, true) << " "
        << st(pad(format_ms(n->latency_ms) + (ex ? "*" : ""), 11, true),
-             r.e2e_latency_ms > 0 && n->latency_ms >= 0.05 * r.e2e_latency_ms ? "1;31" : "0")
+             r.share_base_ms() > 0 && n->latency_ms >= 0.05 * r.share_base_ms() ? "1;31" : "0")
        << " " << pad(share, 6, true) << "\n";
   }
   if (opt.top > 0)
@@ -118,7 +118,7 @@ void layer_rows(std::ostream& os, const Report& r, const TableOptions& opt, cons
     if (training)
       os << pad(format_ms(l.forward_ms), 10, true) << " " << pad(format_ms(l.backward_ms), 10, true) << " "
          << pad(format_ms(l.update_ms), 10, true) << " ";
-    os << pad(format_ms(l.latency_ms), 11, true) << " " << pad(pct(l.latency_ms, r.e2e_latency_ms), 6, true) << "\n";
+    os << pad(format_ms(l.latency_ms), 11, true) << " " << pad(pct(l.latency_ms, r.share_base_ms()), 6, true) << "\n";
   }
   if (opt.top > 0) os << "(the " << layers.size() << " slowest of " << all << " layers)\n";
 }
@@ -174,8 +174,11 @@ std::string format_table(const Report& r, const TableOptions& opt) {
   else node_rows(os, r, opt, st, extrapolated);
   if (extrapolated) os << "* outside the predictor's training range (extrapolated)\n";
   class_totals(os, r, st);
+  if (r.parallel)
+    os << "(nodes, classes and phases: one micro-batch through every stage, " << format_ms(r.share_base_ms())
+       << " ms of kernels on the GPUs, the shares of it; the iteration below)\n";
   if (r.mode == Mode::training) {
-    const double t = r.e2e_latency_ms;
+    const double t = r.share_base_ms();
     os << "\n" << st("by phase", "1") << "\n"
        << pad("forward", 12) << " " << pad(format_ms(r.forward_ms), 11, true) << " " << pad(pct(r.forward_ms, t), 6, true)
        << "\n"

@@ -71,6 +71,25 @@ class ParallelReport(unittest.TestCase):
         self.assertIn("gradient all-reduce", out)
         self.assertIn("peak memory per GPU", out)
 
+    def test_shares_are_of_the_micro_batchs_kernels_not_the_iteration(self):
+        # Nodes, classes and phases are one micro-batch through every stage; their shares add
+        # up to 100% of that (they added up to a third of the iteration), and the table says so.
+        args = (*BASE, "--batch", "8", "--parallel", "pp=4,microbatches=8")
+        code, out, err = run(*args)
+        self.assertEqual(code, 0, err)
+        self.assertIn("one micro-batch through every stage", out)
+        classes = out.split("by kernel class")[1].split("host-bound")[0].split("(nodes")[0]
+        total = sum(float(line.split()[-1]) for line in classes.strip().splitlines()[1:])
+        self.assertAlmostEqual(total, 100.0, delta=0.5)
+        phases = out.split("by phase")[1].split("end-to-end")[0]
+        self.assertAlmostEqual(sum(float(line.split()[-1]) for line in phases.strip().splitlines()), 100.0, delta=0.5)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "n.csv")
+            code, _, err = run(*args, "--csv", path, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(path) as f:
+                self.assertAlmostEqual(sum(float(r["share"]) for r in csv.DictReader(f)), 1.0, delta=1e-6)
+
     def test_memory_warning(self):
         code, out, err = run(EXAMPLE, "--gpu", "l4", "--seq", "1024", "--batch", "128", "--mode", "training",
                              "--predictor", "roofline", "--parallel", "dp=2", "--quiet")

@@ -159,6 +159,10 @@ struct Report {
   double e2e_low() const { return e2e_high_ms > 0 ? e2e_low_ms : e2e_latency_ms; }
   double e2e_high() const { return e2e_high_ms > 0 ? e2e_high_ms : e2e_latency_ms; }
   double forward_ms = 0, backward_ms = 0, update_ms = 0;
+  // What the nodes', classes' and phases' shares are of: the end-to-end latency; under
+  // --parallel training the sum of their kernels (one micro-batch through every stage), not
+  // the iteration.
+  double share_base_ms() const { return parallel ? forward_ms + backward_ms + update_ms : e2e_latency_ms; }
   std::vector<TensorInfo> graph_outputs;
   std::vector<NodeReport> nodes;          // graph order
   std::vector<KernelReport> extra_kernels;  // kernels tied to no node (collectives ...)
