@@ -398,12 +398,15 @@ int64_t body_cost_rank(const std::vector<Kernel>& ks) {
   return static_cast<int64_t>(w);
 }
 
-// Iterations of a Loop (its trip count input), Scan (the first scan input's length along
+// Iterations of a Loop (its trip count input; none when its condition is false on entry), Scan (the first scan input's length along
 // its scan axis) or SequenceMap (the input sequence's length) when known before the run;
 // -1 otherwise, with `why` saying what the prediction assumes instead.
 int64_t static_trip_count(const Graph& g, const Node& n, std::string& why) {
   int64_t trips = -1;
   if (n.op_type == "Loop") {
+    // A condition false on entry runs no iteration, whatever the trip count.
+    const TensorInfo* c = n.inputs.size() > 1 && !n.inputs[1].empty() ? g.find(n.inputs[1]) : nullptr;
+    if (c && c->int_value && c->int_value->size() == 1 && (*c->int_value)[0] == 0) return 0;
     const TensorInfo* m = n.inputs.size() > 0 && !n.inputs[0].empty() ? g.find(n.inputs[0]) : nullptr;
     if (m && m->int_value && m->int_value->size() == 1) trips = std::max<int64_t>((*m->int_value)[0], 0);
     else why = "trip count not known at compile time: body counted once";

@@ -157,6 +157,19 @@ class TestIfOnGraphInput(unittest.TestCase):
         self.assertEqual([k["class"] for k in body_kernels(r, "If")], ["gemm"])
         self.assertEqual(len(body_kernels(r, "Loop")), 2)
 
+    def test_a_loop_whose_condition_is_false_on_entry_runs_no_trip(self):
+        # Loop(M, cond): cond false on entry runs no iteration, whatever M says.
+        path = os.path.join(self.tmp.name, "loop_cond.onnx")
+        subprocess.run([PY, "-c", MAKE_IF.replace('["steps", ""]', '["steps", "go"]').replace(
+            'helper.make_tensor_value_info("steps", TensorProto.INT64, [])]',
+            'helper.make_tensor_value_info("steps", TensorProto.INT64, []), '
+            'helper.make_tensor_value_info("go", TensorProto.BOOL, [])]'), path], check=True)
+        from cli_util import run_json
+        base = (path, "--gpu", "a100", "--predictor", "roofline", "--value", "speech=0")
+        self.assertEqual(len(body_kernels(run_json(*base, "--value", "steps=5", "--value", "go=1"), "Loop")), 5)
+        self.assertEqual(body_kernels(run_json(*base, "--value", "steps=5", "--value", "go=0"), "Loop"), [])
+        self.assertEqual(body_kernels(run_json(*base, "--value", "go=0"), "Loop"), [])
+
     def test_annotated_model_carries_each_body_node_s_kernels(self):
         # --out: Netron shows a body node's own kernels in its doc_string (a Loop's trips
         # together), the node holding the body their sum; the branch not taken says nothing.
