@@ -133,7 +133,7 @@ Options parse_analysis_options(const Args& args) {
   if (dt != "auto") {
     auto parsed = parse_dtype(dt);
     if (!parsed || !(is_float(*parsed) || *parsed == DType::i8))
-      throw InputError("--dtype: expected auto, fp32, tf32, fp16, bf16, fp8, fp4 or int8, got '" + dt + "'");
+      throw InputError("--dtype: expected auto, fp32, fp64, tf32, fp16, bf16, fp8, fp4 or int8, got '" + dt + "'");
     opt.dtype = *parsed;
     if (opt.dtype == DType::i8 && opt.mode == Mode::training)
       throw InputError("--dtype int8 (INT8 weight and activation GEMMs) predicts inference; training takes a float dtype");

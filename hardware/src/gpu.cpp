@@ -160,8 +160,37 @@ std::string exe_dir() {
 
 }  // namespace
 
+namespace {
+
+// FP64 against FP32 on the CUDA cores (vector units): the architecture's FP64 FMA results per
+// clock per SM over its FP32 ones (CUDA C++ Programming Guide, "Arithmetic Instructions"
+// throughput table: GP100, GV100, GA100, GH100 and GB100/GB200 1:2; GP10x 1:32; TU10x 1:32;
+// GA10x, AD10x and GB20x 1:64). AMD from the CDNA whitepapers' vector peaks over FP32's
+// as the database counts it: CDNA 1 (MI100) 1:2, CDNA 2 (MI200) 1:1, CDNA 3 and 4 1:2 (their
+// FP32 vector peak counts dual issue).
+double fp64_vector_ratio(const Gpu& g) {
+  const std::string& a = g.arch;
+  if (g.vendor == "amd") return a == "gfx90a" ? 1.0 : 0.5;
+  if (a == "sm_60" || a == "sm_70" || a == "sm_72" || a == "sm_80" || a == "sm_90" || a == "sm_100" || a == "sm_103")
+    return 0.5;
+  if (a == "sm_61" || a == "sm_62" || a == "sm_75") return 1.0 / 32;
+  return 1.0 / 64;
+}
+
+// FP64 GEMMs on matrix units over the vector rate: A100's and H100's DMMA tensor cores and
+// CDNA 2 and 3's FP64 MFMA (their datasheets: 19.5 against 9.7 TFLOPS, 67 against 34, 45.3
+// against 22.6 per MI200 GCD, 163.4 against 81.7); 1 elsewhere (Blackwell's and CDNA 4's FP64
+// tensor peak is their vector one; MI100's FP64 MFMA runs at its vector rate).
+double fp64_matrix_ratio(const Gpu& g) {
+  const std::string& a = g.arch;
+  return a == "sm_80" || a == "sm_90" || a == "gfx90a" || a == "gfx942" ? 2.0 : 1.0;
+}
+
+}  // namespace
+
 double Gpu::peak_gflops(DType compute) const {
   switch (compute) {
+    case DType::f64: return fp32_gflops * fp64_vector_ratio(*this);
     case DType::tf32: return tf32_gflops > 0 ? tf32_gflops : (fp32_matrix_gflops > 0 ? fp32_matrix_gflops : fp32_gflops);
     case DType::f16: return fp16_gflops > 0 ? fp16_gflops : (fp16_simt_gflops > 0 ? fp16_simt_gflops : fp32_gflops);
     case DType::bf16: return bf16_gflops > 0 ? bf16_gflops : (fp16_gflops > 0 ? fp16_gflops : fp32_gflops);
@@ -223,6 +252,7 @@ void freeze_matrix_widths(Gpu& g) {
 
 double Gpu::gemm_peak_gflops(DType compute) const {
   if ((compute == DType::f32 || compute == DType::undefined) && has_matrix_units(*this, compute)) return fp32_matrix_gflops;
+  if (compute == DType::f64) return peak_gflops(compute) * fp64_matrix_ratio(*this);
   return peak_gflops(compute);
 }
 

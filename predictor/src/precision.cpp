@@ -83,7 +83,10 @@ std::string math_precision(const Kernel& k, const Gpu& gpu) {
       const Kernel run = kernel_as_run(k, gpu);
       const DType t = run.dtype == DType::undefined ? DType::f32 : run.dtype;
       if (has_matrix_units(gpu, run.dtype)) return std::string(dtype_name(t)) + (gpu.vendor == "amd" ? "-matrix" : "-tensor");
-      if (t == DType::f64) return "fp64-simt";
+      // FP64: DMMA tensor cores (A100, H100) and CDNA's FP64 MFMA where they beat the vector rate.
+      if (t == DType::f64)
+        return gpu.gemm_peak_gflops(t) > gpu.peak_gflops(t) ? (gpu.vendor == "amd" ? "fp64-matrix" : "fp64-tensor")
+                                                             : "fp64-simt";
       return is_float(t) ? "fp32-simt" : std::string(dtype_name(t)) + "-simt";
     }
     default:

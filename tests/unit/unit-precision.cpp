@@ -546,3 +546,35 @@ TEST_CASE("precision: a weight-only 8-bit GEMM runs its math in half precision, 
   CHECK(pr[1].latency_ms == doctest::Approx(pr[2].latency_ms).epsilon(0.05));
   CHECK(pr[3].latency_ms < 0.7 * pr[1].latency_ms);  // W8A8 on the INT8 units is another GEMM
 }
+
+TEST_CASE("precision: FP64 runs at the architecture's FP64 rate, on DMMA / FP64 MFMA where there are such units") {
+  // The datasheets' FP64 peaks (TFLOPS): vector, then the GEMMs' rate.
+  const GpuDatabase& db = GpuDatabase::builtin();
+  struct Row {
+    const char* gpu;
+    double vector, gemm;
+    const char* math;
+  };
+  for (const Row& r : {Row{"a100", 9.75, 19.5, "fp64-tensor"}, Row{"h100", 33.5, 66.9, "fp64-tensor"},
+                       Row{"b200", 37.2, 37.2, "fp64-simt"}, Row{"rtx4090", 1.29, 1.29, "fp64-simt"},
+                       Row{"t4", 0.253, 0.253, "fp64-simt"}, Row{"v100", 7.0, 7.0, "fp64-simt"},
+                       Row{"mi210", 22.6, 45.3, "fp64-matrix"}, Row{"mi300x", 81.7, 163.4, "fp64-matrix"}}) {
+    CAPTURE(r.gpu);
+    const Gpu g = db.resolve(r.gpu);
+    CHECK(g.peak_gflops(DType::f64) / 1000 == doctest::Approx(r.vector).epsilon(0.02));
+    CHECK(g.gemm_peak_gflops(DType::f64) / 1000 == doctest::Approx(r.gemm).epsilon(0.02));
+    Kernel k = linear(4096, 4096, 4096, "fp32");
+    k.dtype = DType::f64;
+    k.bytes *= 2;
+    CHECK(math_precision(k, g) == std::string(r.math));
+  }
+  // A consumer card's FP64 GEMM takes tens of times its FP32 one.
+  const Gpu rtx = db.resolve("rtx4090");
+  Kernel f32 = linear(4096, 4096, 4096, "fp32"), f64 = f32;
+  f64.dtype = DType::f64;
+  f64.bytes *= 2;
+  auto p = make_neusight_predictor("", PrecisionOptions{});
+  const std::vector<Kernel> ks = {f32, f64};
+  const auto pr = p->predict(ks, {tile_kernel(f32, rtx), tile_kernel(f64, rtx)}, rtx);
+  CHECK(pr[1].latency_ms > 30 * pr[0].latency_ms);
+}

@@ -69,10 +69,12 @@ struct Gpu {
   double dataset_fp32_gflops = 0;
   double dataset_mem_bw_gbps = 0;
 
-  // Peak rate for a compute precision on the matrix units (falls back to FP32 SIMT).
+  // Peak rate for a compute precision on the matrix units (falls back to FP32 SIMT; FP64: the
+  // vector units' FP64 rate, the architecture's share of the FP32 one).
   double peak_gflops(DType compute) const;
   // Peak rate of matrix products: as peak_gflops, except that FP32 GEMMs run on FP32 matrix
-  // units where the GPU has them (AMD CDNA's MFMA); vector kernels never do.
+  // units where the GPU has them (AMD CDNA's MFMA) and FP64 ones on FP64 matrix units (A100's
+  // and H100's DMMA, CDNA 2 and 3's FP64 MFMA); vector kernels never do.
   double gemm_peak_gflops(DType compute) const;
   // The matrix units' math per FP32 lane-clock for each dtype they run: their dense peak over
   // the lanes' FP32 rate at the boost clock (SMs x lanes x 2 x clock; 16 for FP16 on the A100,
