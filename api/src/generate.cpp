@@ -712,7 +712,7 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   if (a.draft) std::snprintf(draft_part, sizeof draft_part, " + draft %.1f", draft_bytes / kGiB);
   char buf[360];
   std::snprintf(buf, sizeof buf,
-                "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s), more than the %.0f GB of %s",
+                "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s), more than the %.0f GiB of %s",
                 g.memory_per_gpu_bytes / kGiB, g.tp > 1 ? " per GPU" : "", g.weight_bytes / tp / kGiB,
                 g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part, gpu.mem_gb, gpu.name.c_str());
   r.warnings.push_back(buf);

@@ -285,7 +285,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   if (gpu.mem_gb > 0 && r.peak_memory_gb > gpu.mem_gb) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "parallel: %.1f GB per GPU needed (weights, gradients, Adam state, activations) but %s has %.0f GB",
+                  "parallel: %.1f GiB per GPU needed (weights, gradients, Adam state, activations) but %s has %.0f GiB",
                   r.peak_memory_gb, gpu.name.c_str(), gpu.mem_gb);
     r.warnings.push_back(buf);
   }

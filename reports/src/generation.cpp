@@ -19,10 +19,12 @@ using nlohmann::json;
 
 namespace {
 
+// Binary units, as the GPU's memory is counted when the sequences that fit are (its listed GB
+// as GiB) and as the memory warning says it.
 std::string bytes_text(double b) {
   char buf[48];
-  if (b >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", b / 1e9);
-  else if (b >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", b / 1e6);
+  if (b >= 1073741824.0) std::snprintf(buf, sizeof buf, "%.2f GiB", b / 1073741824.0);
+  else if (b >= 1048576.0) std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
   else std::snprintf(buf, sizeof buf, "%.0f B", b);
   return buf;
 }
@@ -292,7 +294,7 @@ std::string format_generation(const Report& r, bool color) {
              ? std::string()
              : " + the draft's weights and cache " +
                    bytes_text(g.speculative.draft_weight_bytes + g.speculative.draft_kv_cache_bytes))
-     << "; GPU " << num(r.gpu.mem_gb, 0) << " GB)\n";
+     << "; GPU " << num(r.gpu.mem_gb, 0) << " GiB)\n";
   if (r.gpu.mem_gb > 0)
     os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of "
        << (g.encoder_decoder() ? std::to_string(g.decoder_tokens) + " decoder + " + std::to_string(g.encoder_tokens) + " encoder"

@@ -94,7 +94,7 @@ class ParallelReport(unittest.TestCase):
         code, out, err = run(EXAMPLE, "--gpu", "l4", "--seq", "1024", "--batch", "128", "--mode", "training",
                              "--predictor", "roofline", "--parallel", "dp=2", "--quiet")
         self.assertEqual(code, 0, err)
-        self.assertIn("GB per GPU needed", err)
+        self.assertIn("GiB per GPU needed", err)
 
     def test_bad_input_is_one_line_exit_2(self):
         cases = [

@@ -281,7 +281,7 @@ TEST_CASE("parallel: memory beyond the GPU warns") {
   REQUIRE(r.parallel);
   CHECK(r.parallel->peak_memory_gb > 24);
   bool warned = false;
-  for (const auto& w : r.warnings) warned = warned || w.find("GB per GPU") != std::string::npos;
+  for (const auto& w : r.warnings) warned = warned || w.find("GiB per GPU") != std::string::npos;
   CHECK(warned);
 }
 
