@@ -434,6 +434,7 @@ void read_llama(const Reader& r, ModelConfig& c) {
   c.dropout = 0.0f;
   c.attn_dropout = static_cast<float>(r.f({"attention_dropout"}, 0.0));
   c.qkv_bias = r.b("attention_bias", c.model_type == "qwen2" || c.model_type == "qwen2_moe");
+  c.gated_mlp_bias = r.b("mlp_bias", false);
   c.tie_embeddings = r.b("tie_word_embeddings", c.model_type.rfind("gemma", 0) == 0);
   check_kv_heads(r, c, "num_key_value_heads");
   read_sliding_window(r, c);
@@ -1215,6 +1216,21 @@ void read_qwen3_next(const Reader& r, ModelConfig& c) {
   }
 }
 
+// `j` with layer_types spelled out from a pattern of L (sliding-window) and G (global) layers
+// repeated over num_hidden_layers, where it lists none and sets a positive sliding_window.
+json with_layer_pattern(json j, const std::string& pattern) {
+  const auto window = j.find("sliding_window");
+  const bool windowed = window != j.end() && window->is_number_integer() && window->get<int64_t>() > 0;
+  if (j.contains("layer_types") || !windowed || !j.contains("num_hidden_layers") || !j["num_hidden_layers"].is_number_integer())
+    return j;
+  const int64_t layers = std::clamp<int64_t>(j["num_hidden_layers"].get<int64_t>(), 0, kMaxLayers);
+  json types = json::array();
+  for (int64_t l = 0; l < layers; ++l)
+    types.push_back(pattern[static_cast<size_t>(l) % pattern.size()] == 'L' ? "sliding_attention" : "full_attention");
+  j["layer_types"] = types;
+  return j;
+}
+
 // EXAONE 4.0 (exaone4): OLMo 2's norms after the attention and the MLP (not before), an RMSNorm
 // over each query and key head, and with a sliding window three local layers to one global
 // (sliding_window_pattern: a count, or a string of L and G repeated over the layers; or
@@ -1223,21 +1239,13 @@ void read_qwen3_next(const Reader& r, ModelConfig& c) {
 void read_exaone4(const Reader& outer, ModelConfig& c) {
   json j = outer.j;
   const auto pattern = j.find("sliding_window_pattern");
-  const auto window = j.find("sliding_window");
-  const bool windowed = window != j.end() && window->is_number_integer() && window->get<int64_t>() > 0;
-  if (!j.contains("layer_types") && windowed && j.contains("num_hidden_layers") && j["num_hidden_layers"].is_number_integer()) {
-    std::string p = "LLLG";
-    if (pattern != j.end() && pattern->is_string()) p = pattern->get<std::string>();
-    if (pattern != j.end() && pattern->is_number_integer() && pattern->get<int64_t>() > 0)
-      p = std::string(static_cast<size_t>(std::min<int64_t>(pattern->get<int64_t>(), kMaxLayers) - 1), 'L') + "G";
-    if (p.empty() || p.find_first_not_of("LG") != std::string::npos)
-      throw InputError(outer.path + ": sliding_window_pattern must be a positive count or a string of L and G");
-    const int64_t layers = std::clamp<int64_t>(j["num_hidden_layers"].get<int64_t>(), 0, kMaxLayers);
-    json types = json::array();
-    for (int64_t l = 0; l < layers; ++l)
-      types.push_back(p[static_cast<size_t>(l) % p.size()] == 'L' ? "sliding_attention" : "full_attention");
-    j["layer_types"] = types;
-  }
+  std::string p = "LLLG";
+  if (pattern != j.end() && pattern->is_string()) p = pattern->get<std::string>();
+  if (pattern != j.end() && pattern->is_number_integer() && pattern->get<int64_t>() > 0)
+    p = std::string(static_cast<size_t>(std::min<int64_t>(pattern->get<int64_t>(), kMaxLayers) - 1), 'L') + "G";
+  if (p.empty() || p.find_first_not_of("LG") != std::string::npos)
+    throw InputError(outer.path + ": sliding_window_pattern must be a positive count or a string of L and G");
+  j = with_layer_pattern(j, p);
   j.erase("sliding_window_pattern");
   const Reader r{j, outer.path};
   read_llama(r, c);
@@ -1246,15 +1254,71 @@ void read_exaone4(const Reader& outer, ModelConfig& c) {
   c.rotary_sliding_only = c.sliding_window > 0;
 }
 
-// GLM-4 (glm4: GLM-4-0414, GLM-Z1): RMSNorms around the attention and the MLP as well as before
-// them (post_self_attn_layernorm, post_mlp_layernorm: Gemma 2's sandwich), one gate_up_proj GEMM
-// (Phi-3's), biased q/k/v (attention_bias, on by default), rotary on half of each head.
-void read_glm4(const Reader& r, ModelConfig& c) {
+// GLM-4 (glm: GLM-4-9B as transformers ports it): a Llama-style decoder with biased q/k/v
+// (attention_bias, on by default), one gate_up_proj GEMM (Phi-3's) and rotary on half of each
+// head (partial_rotary_factor; pairs interleaved, the same passes).
+void read_glm(const Reader& r, ModelConfig& c) {
   read_llama(r, c);
   c.qkv_bias = r.b("attention_bias", true);
-  c.sandwich_norm = c.fused_gate_up = true;
+  c.fused_gate_up = true;
   c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.5);
   check_rotary_fraction(r, c);
+}
+
+// GLM-4 (glm4: GLM-4-0414, GLM-Z1): GLM's layers with RMSNorms around the attention and the
+// MLP as well as before them (post_self_attn_layernorm, post_mlp_layernorm: Gemma 2's sandwich).
+void read_glm4(const Reader& r, ModelConfig& c) {
+  read_glm(r, c);
+  c.sandwich_norm = true;
+}
+
+// OLMo 3 (olmo3): OLMo 2's layers, three sliding-window layers to one global (layer_types, or
+// that pattern where a sliding_window is set), rotary on both.
+void read_olmo3(const Reader& outer, ModelConfig& c) {
+  const Reader r{with_layer_pattern(outer.j, "LLLG"), outer.path};
+  read_olmo2(r, c);
+}
+
+// Seed-OSS (ByteDance): a Llama-style decoder with biased q, k and v projections
+// (attention_bias, on by default), its output projection biased where attention_out_bias says.
+void read_seed_oss(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.qkv_bias = r.b("attention_bias", true);
+  c.o_bias = r.b("attention_out_bias", false);
+}
+
+// Arcee (AFM): a Llama-style decoder whose MLP is not gated: up_proj, ReLU squared, down_proj.
+void read_arcee(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.activation = r.s({"hidden_act"}, "relu2");
+  c.dense_mlp = true;
+  c.mlp_bias = r.b("mlp_bias", false);
+}
+
+// ERNIE 4.5 (ernie4_5, the dense models): a Llama-style decoder whose projections (q, k, v, o
+// and the MLP's) carry biases where use_bias says, its head tied by default; its rotary pairs
+// interleaved dims, the same passes.
+void read_ernie4_5(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.layer_norm_eps = r.f({"rms_norm_eps"}, 1e-5);
+  c.qkv_bias = c.o_bias = c.gated_mlp_bias = r.b("use_bias", false);
+  c.tie_embeddings = r.b("tie_word_embeddings", true);
+}
+
+// StableLM (StableLM 2, StableLM-3B-4E1T, StableCode): LayerNorms with bias, rotary on
+// partial_rotary_factor of each head, q, k and v biased where use_qkv_bias, a SwiGLU MLP; the
+// attention and the MLP side by side on one norm where use_parallel_residual; each query and
+// key head LayerNorm-ed where qk_layernorm.
+void read_stablelm(const Reader& r, ModelConfig& c) {
+  read_llama(r, c);
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-5);
+  c.layer_norm = true;
+  c.rotary_fraction = r.f({"partial_rotary_factor"}, 0.25);
+  check_rotary_fraction(r, c);
+  c.qkv_bias = r.b("use_qkv_bias", false);
+  c.qk_norm = r.b("qk_layernorm", false);
+  c.parallel_block = r.b("use_parallel_residual", false) ? 1 : 0;
+  c.dropout = static_cast<float>(r.f({"hidden_dropout"}, 0.0));
 }
 
 // Llama 4 (llama4_text, the language model of a llama4 config): every
@@ -1545,6 +1609,12 @@ const std::map<std::string, Family>& families() {
       {"llama4_text", {read_llama4, llama, builder::build_llama}},
       {"smollm3", {read_smollm3, llama, builder::build_llama}},
       {"glm4", {read_glm4, llama, builder::build_llama}},
+      {"glm", {read_glm, llama, builder::build_llama}},
+      {"olmo3", {read_olmo3, llama, builder::build_llama}},
+      {"seed_oss", {read_seed_oss, llama, builder::build_llama}},
+      {"arcee", {read_arcee, llama, builder::build_llama}},
+      {"ernie4_5", {read_ernie4_5, llama, builder::build_llama}},
+      {"stablelm", {read_stablelm, llama, builder::build_llama}},
       {"exaone4", {read_exaone4, llama, builder::build_llama}},
       {"mamba2", {read_mamba2, llama, builder::build_llama}},
       {"nemotron_h", {read_nemotron_h, llama, builder::build_llama}},

@@ -328,7 +328,7 @@ std::string gated_mlp(Net& n, const ModelConfig& c, const std::string& p, int64_
   if (sparse) return sparse_moe(n, p + ".block_sparse_moe", f, c);
   std::string gate_in, up;
   if (c.fused_gate_up) {  // Phi-3: gate_up_proj, chunked in two along the last axis
-    const std::string gu = linear(n, p + ".mlp.gate_up_proj", f, h, 2 * c.ffn, false);
+    const std::string gu = linear(n, p + ".mlp.gate_up_proj", f, h, 2 * c.ffn, c.gated_mlp_bias);
     const auto half = [&](const std::string& name, int64_t from) {
       return n.b.node("Slice", p + ".mlp/" + name, {gu, n.b.ints(p + ".mlp/" + name + "_s", {from}),
                                                     n.b.ints(p + ".mlp/" + name + "_e", {from + c.ffn}), n.b.ints(p + ".mlp/" + name + "_ax", {2})});
@@ -336,12 +336,12 @@ std::string gated_mlp(Net& n, const ModelConfig& c, const std::string& p, int64_
     gate_in = half("gate", 0);
     up = half("up", c.ffn);
   } else {
-    gate_in = linear(n, p + ".mlp.gate_proj", f, h, c.ffn, false);
-    up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, false);
+    gate_in = linear(n, p + ".mlp.gate_proj", f, h, c.ffn, c.gated_mlp_bias);
+    up = linear(n, p + ".mlp.up_proj", f, h, c.ffn, c.gated_mlp_bias);
   }
   const std::string gate = activation(n, p + ".mlp.act_fn", gate_in, c.activation);
   const std::string gu = n.b.node("Mul", p + ".mlp/Mul", {gate, up});
-  std::string down = linear(n, p + ".mlp.down_proj", gu, c.ffn, h, false);
+  std::string down = linear(n, p + ".mlp.down_proj", gu, c.ffn, h, c.gated_mlp_bias);
   if (c.sandwich_norm) down = rms_norm(n, p + ".post_feedforward_layernorm", down, h, c.layer_norm_eps);
   return down;
 }

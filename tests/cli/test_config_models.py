@@ -108,6 +108,12 @@ LLAMA4 = {"model_type": "llama4", "text_config": {
 # GLM-4's sandwich norms with a fused gate_up GEMM, SmolLM3's NoPE layers, small.
 GLM4 = dict(LLAMA, model_type="glm4", num_key_value_heads=4)
 SMOLLM3 = dict(LLAMA, model_type="smollm3", tie_word_embeddings=True)
+GLM = dict(LLAMA, model_type="glm", num_key_value_heads=4)
+OLMO3 = dict(LLAMA, model_type="olmo3", num_key_value_heads=16, sliding_window=64)
+SEED_OSS = dict(LLAMA, model_type="seed_oss", attention_out_bias=True)
+ARCEE = dict(LLAMA, model_type="arcee")
+ERNIE = dict(LLAMA, model_type="ernie4_5", use_bias=True)
+STABLELM = dict(LLAMA, model_type="stablelm", use_qkv_bias=True, qk_layernorm=True, use_parallel_residual=True)
 # EXAONE 4.0's post-norms with a local/global pattern, small.
 EXAONE4 = dict(LLAMA, model_type="exaone4", num_hidden_layers=4, sliding_window=32, sliding_window_pattern="LLLG")
 # LLaVA with a small CLIP tower: 16 image tokens among each sequence's.
@@ -215,6 +221,8 @@ class ConfigModels(unittest.TestCase):
                           ("internlm2_small", INTERNLM2), ("olmoe_small", OLMOE), ("phimoe_small", PHIMOE),
                           ("glm4_moe_small", GLM4_MOE), ("kimi_k2_small", KIMI_K2), ("llama4_small", LLAMA4),
                           ("glm4_small", GLM4), ("smollm3_small", SMOLLM3), ("exaone4_small", EXAONE4),
+                          ("glm_small", GLM), ("olmo3_small", OLMO3), ("seed_oss_small", SEED_OSS),
+                          ("arcee_small", ARCEE), ("ernie_small", ERNIE), ("stablelm_small", STABLELM),
                           ("qwen3_vl_small", QWEN3_VL), ("llava_small", LLAVA), ("llava_next_small", LLAVA_NEXT), ("paligemma_small", PALIGEMMA),
                           ("qwen2_vl_small", QWEN2_VL), ("mistral3_small", MISTRAL3), ("gemma3_vl_small", GEMMA3_VL), ("qwen25_vl_small", QWEN25_VL),
                           ("mamba2_small", MAMBA2), ("nemotron_h_small", NEMOTRON_H),

@@ -1205,6 +1205,90 @@ TEST_CASE("generation: GLM-4 runs Gemma 2's sandwich norms with one gate_up GEMM
                        doctest::Contains("sliding"), InputError);
 }
 
+TEST_CASE("generation: GLM-4-9B and OLMo 3 and Seed-OSS and Arcee AFM and ERNIE 4.5 and StableLM 2 build as transformers defines them") {
+  // GLM-4-9B (glm): GLM-4-0414's layers without the sandwich norms: 9.40 B parameters.
+  const ModelConfig glm = parse_hf_config(R"({"model_type": "glm", "hidden_size": 4096, "intermediate_size": 13696,
+      "num_hidden_layers": 40, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+      "vocab_size": 151552, "attention_bias": true, "partial_rotary_factor": 0.5, "tie_word_embeddings": false})",
+                                          "glm-4-9b-chat-hf");
+  CHECK(glm.fused_gate_up);
+  CHECK_FALSE(glm.sandwich_norm);
+  CHECK(glm.rotary_fraction == 0.5);
+  {
+    const int64_t h = 4096, kv = 2 * 128, f = 13696;
+    const int64_t layer = h * h + h + 2 * (h * kv + kv) + h * h + h * 2 * f + f * h + 2 * h;
+    CHECK(parameter_count(build_model(glm)) == 2 * 151552 * h + 40 * layer + h);  // 9,399,951,360
+  }
+  // OLMo-3-7B (olmo3): OLMo 2's norms; three sliding-window layers (4,096) to one global.
+  const ModelConfig olmo3 = parse_hf_config(R"({"model_type": "olmo3", "hidden_size": 4096, "intermediate_size": 11008,
+      "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100278,
+      "sliding_window": 4096, "max_position_embeddings": 65536})",
+                                            "olmo-3-7b");
+  CHECK(olmo3.post_norm);
+  CHECK(olmo3.qk_norm_full);
+  CHECK(olmo3.sliding_window == 4096);
+  CHECK(std::count(olmo3.sliding_layers.begin(), olmo3.sliding_layers.end(), true) == 24);
+  CHECK_FALSE(olmo3.sliding_layers[3]);
+  // Seed-OSS-36B: biased q, k, v (not o): 36.15 B.
+  const ModelConfig seed = parse_hf_config(R"({"model_type": "seed_oss", "hidden_size": 5120, "intermediate_size": 27648,
+      "num_hidden_layers": 64, "num_attention_heads": 80, "num_key_value_heads": 8, "head_dim": 128,
+      "vocab_size": 155136, "attention_bias": true, "attention_out_bias": false, "mlp_bias": false,
+      "tie_word_embeddings": false})",
+                                           "seed-oss-36b");
+  {
+    const int64_t h = 5120, q = 80 * 128, kv = 8 * 128, f = 27648;
+    const int64_t layer = h * q + q + 2 * (h * kv + kv) + q * h + 3 * h * f + 2 * h;
+    CHECK(parameter_count(build_model(seed)) == 2 * 155136 * h + 64 * layer + h);  // 36,151,...
+  }
+  // Arcee AFM-4.5B: a ReLU-squared MLP without a gate: 4.62 B.
+  const ModelConfig afm = parse_hf_config(R"({"model_type": "arcee", "hidden_size": 2560, "intermediate_size": 18432,
+      "num_hidden_layers": 36, "num_attention_heads": 20, "num_key_value_heads": 4, "head_dim": 128,
+      "vocab_size": 128004, "tie_word_embeddings": false})",
+                                          "afm-4.5b");
+  CHECK(afm.dense_mlp);
+  CHECK(afm.activation == "relu2");
+  {
+    const int64_t h = 2560, kv = 4 * 128, f = 18432;
+    const int64_t layer = 2 * h * h + 2 * h * kv + 2 * h * f + 2 * h;
+    CHECK(parameter_count(build_model(afm)) == 2 * 128004 * h + 36 * layer + h);
+    CHECK(node_count(build_model(afm), [](const Node& n) { return n.name.find("gate_proj") != std::string::npos; }) == 0);
+  }
+  // ERNIE-4.5-0.3B: a tied head: 0.36 B; use_bias biases every projection.
+  const ModelConfig ernie = parse_hf_config(R"({"model_type": "ernie4_5", "hidden_size": 1024, "intermediate_size": 3072,
+      "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 128,
+      "vocab_size": 103424, "use_bias": false})",
+                                            "ernie-4.5-0.3b");
+  CHECK(ernie.tie_embeddings);
+  {
+    const int64_t h = 1024, q = 2048, kv = 256, f = 3072;
+    const int64_t layer = 2 * h * q + 2 * h * kv + 3 * h * f + 2 * h;
+    CHECK(parameter_count(build_model(ernie), false) == 103424 * h + 18 * layer + h);  // 360,748,032
+    nlohmann::json biased = nlohmann::json::parse(R"({"model_type": "ernie4_5", "hidden_size": 1024,
+        "intermediate_size": 3072, "num_hidden_layers": 18, "num_attention_heads": 16, "num_key_value_heads": 2,
+        "head_dim": 128, "vocab_size": 103424, "use_bias": true})");
+    const int64_t bias = q + 2 * kv + h + 2 * f + h;  // q, k, v, o; gate, up, down
+    CHECK(parameter_count(build_model(parse_hf_config(biased.dump(), "biased")), false) ==
+          103424 * h + 18 * (layer + bias) + h);
+  }
+  // StableLM-2-1.6B: LayerNorms with bias, biased q, k, v, rotary on a quarter of each head:
+  // 1,644,515,328 parameters, as published.
+  const ModelConfig stablelm = parse_hf_config(R"({"model_type": "stablelm", "hidden_size": 2048,
+      "intermediate_size": 5632, "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 32,
+      "vocab_size": 100352, "partial_rotary_factor": 0.25, "use_qkv_bias": true, "use_parallel_residual": false,
+      "qk_layernorm": false, "layer_norm_eps": 1e-05, "tie_word_embeddings": false})",
+                                               "stablelm-2-1_6b");
+  CHECK(stablelm.layer_norm);
+  CHECK(stablelm.rotary_fraction == 0.25);
+  CHECK(parameter_count(build_model(stablelm)) == 1644515328);
+  // Each one generates (a KV-cache step exists for every family).
+  for (const ModelConfig* c : {&glm, &olmo3, &seed, &afm, &ernie, &stablelm}) {
+    CAPTURE(c->model_type);
+    const GenerationReport r = generate(config_decoder(*c), serving(DType::bf16, 1), 256, 8, "h100");
+    CHECK(r.tpot_ms > 0);
+    CHECK(r.ttft_ms > r.tpot_ms);
+  }
+}
+
 TEST_CASE("generation: Qwen3-VL's language model is Qwen3 (and Qwen3-MoE)") {
   const ModelConfig dense = parse_hf_config(R"({"model_type": "qwen3_vl", "vision_config": {"depth": 27},
       "text_config": {"model_type": "qwen3_vl_text", "hidden_size": 4096, "intermediate_size": 12288,

@@ -94,6 +94,8 @@ struct ModelConfig {
   bool layer_norm = false;
   bool dense_mlp = false;
   bool mlp_bias = true;
+  // The gated MLP's gate, up and down projections biased (Llama's mlp_bias, ERNIE 4.5's use_bias).
+  bool gated_mlp_bias = false;
   // ALiBi instead of rotary (BLOOM, MPT, Falcon-RW): each head's scores plus its slope times
   // the key's position, a [batch, heads, 1, keys] bias built once per forward from the
   // attention mask's cumulative sum, as HF builds it. BLOOM normalises the embedding
