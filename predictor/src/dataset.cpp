@@ -49,8 +49,9 @@ int64_t col_int(const std::map<std::string, std::string>& c, const std::string& 
   if (it == c.end() || it->second.empty()) throw InputError("missing column '" + name + "'");
   char* end = nullptr;
   const double v = std::strtod(it->second.c_str(), &end);
-  if (*end != '\0' || !(v >= 0) || v > 0x1p62) throw InputError("column '" + name + "' is not a size: '" + it->second + "'");
-  return static_cast<int64_t>(std::llround(v));
+  if (*end != '\0' || !(v >= 0) || v > 0x1p62 || v != std::floor(v))
+    throw InputError("column '" + name + "' is not a size: '" + it->second + "'");
+  return static_cast<int64_t>(v);
 }
 
 // A tensor of the row's kernel: at most 2^62 elements, as shape inference allows any tensor
@@ -103,12 +104,15 @@ Kernel kernel_from_dataset(const std::string& op_name, const std::map<std::strin
   if (op_name == "linear" || op_name == "bmm") {
     k.cls = KernelClass::gemm;
     const int64_t B = col_int(c, "B"), M = col_int(c, "M"), N = col_int(c, "N"), K = col_int(c, "K");
-    const int64_t batch = op_name == "linear" ? 1 : B;
-    check_elements({double(batch), double(M), double(N)}, "left operand");
+    // linear: B batches of M rows through one weight (nn.Linear on [B, M, N]), one GEMM of
+    // B x M rows; bmm: B products.
+    const int64_t batch = op_name == "linear" ? 1 : B, rows = op_name == "linear" ? B * M : M;
+    check_elements({double(B), double(M), double(N)}, "left operand");
     check_elements({double(batch), double(N), double(K)}, "right operand");
-    check_elements({double(batch), double(M), double(K)}, "output");
-    k.gemm = {batch, M, K, N, gemm_runs_batched(op_name, B)};
-    const Work w = work_of_gemm(k.gemm, eb);
+    check_elements({double(B), double(M), double(K)}, "output");
+    k.gemm = {batch, rows, K, N, gemm_runs_batched(op_name, B)};
+    // No output (a size of 0) launches no kernel, as the lowering has it.
+    const Work w = B * M * K == 0 ? Work{} : work_of_gemm(k.gemm, eb);
     k.flops = w.flops;
     k.bytes = w.bytes;
   } else if (op_name == "softmax" || op_name == "ln") {
@@ -198,6 +202,8 @@ std::string folded(const std::string& name) {
 }
 
 Dataset with_header(std::vector<std::string> header, const std::string& what) {
+  // A spreadsheet's UTF-8 byte order mark before the first column name is no part of it.
+  if (!header.empty() && header.front().rfind("\xEF\xBB\xBF", 0) == 0) header.front().erase(0, 3);
   // The columns read by name. One written another way ("DType", "device") would be ignored
   // without a word and its rows predicted as FP32 or skipped: say which name it should have.
   static const char* known[] = {"OPName",  "Latency", "Device",  "Kernel Name", "Grid x",        "Grid y",
@@ -226,9 +232,13 @@ Dataset read_dataset(const std::string& path) {
 
 Dataset read_dataset(std::istream& in, const std::string& what) {
   std::string line;
-  if (!std::getline(in, line)) throw InputError(what + ": empty CSV");
+  size_t lineno = 0;
+  // The header is the first line with anything on it (blank lines before it are skipped).
+  do {
+    if (!std::getline(in, line)) throw InputError(what + ": empty CSV");
+    ++lineno;
+  } while (line.empty() || line == "\r");
   Dataset d = with_header(split_csv_line(line), what);
-  size_t lineno = 1;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty() || line == "\r") continue;

@@ -29,6 +29,24 @@ TEST_CASE("dataset: linear rows map M,N,K to the IR's m,k,n") {
   CHECK(r.grid[0] * r.grid[1] * r.grid[2] == 320);
 }
 
+TEST_CASE("dataset: a spreadsheet's byte order mark and blank lines before the header, sizes that are whole numbers") {
+  std::istringstream bom("\xEF\xBB\xBFOPName,B,M,N,K\r\nlinear,1,128,256,512\r\n");
+  const Dataset d = read_dataset(bom, "bom.csv");
+  REQUIRE(d.rows.size() == 1);
+  CHECK(d.rows[0].kernel.gemm.m == 128);
+  std::istringstream blank("\n\r\nOPName,B,M,N,K\nlinear,1,16.0,256,512\n");
+  CHECK(read_dataset(blank, "blank.csv").rows.at(0).kernel.gemm.m == 16);
+  std::istringstream half("OPName,B,M,N,K\nlinear,1,1.5,256,512\n");
+  CHECK_THROWS_WITH_AS(read_dataset(half, "half.csv"), "half.csv:2: column 'M' is not a size: '1.5'", InputError);
+  // linear: B batches of M rows through one weight, one GEMM of B x M rows; none of 0.
+  std::istringstream batches("OPName,B,M,N,K\nlinear,8,128,256,512\nlinear,0,128,256,512\nbmm,0,128,256,512\n");
+  const Dataset b = read_dataset(batches, "b.csv");
+  CHECK(b.rows[0].kernel.gemm.m == 8 * 128);
+  CHECK(b.rows[0].kernel.gemm.batch == 1);
+  CHECK(b.rows[1].kernel.bytes == 0);
+  CHECK(b.rows[2].kernel.flops == 0);
+}
+
 TEST_CASE("dataset: elementwise rows, scalar variants read one tensor") {
   Dataset d = read_dataset(test::fixture_dir() + "/kernels/train/addu/Tesla_T4.csv");
   REQUIRE(!d.rows.empty());
