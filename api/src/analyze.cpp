@@ -219,6 +219,12 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
   a.kernels = lower(a.graph, lo);
+  // Whole experts per GPU: more GPUs than experts would hold fractions of one.
+  if (options.parallel.active && options.parallel.ep > 1)
+    for (const Kernel& k : a.kernels.kernels)
+      if (k.expert_part != Kernel::ExpertPart::none && k.moe.experts > 0 && options.parallel.ep > k.moe.experts)
+        throw InputError("--parallel ep=" + std::to_string(options.parallel.ep) + ": more GPUs than the model's " +
+                         std::to_string(k.moe.experts) + " experts (each GPU holds whole experts)");
   if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, options.parallel.ep);
   if (options.parallel.active && options.parallel.ep > 1 &&
       std::none_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),

@@ -327,6 +327,12 @@ class Generate(unittest.TestCase):
         self.assertEqual(len(se.strip().splitlines()), 1, se)
         self.assertIn("must divide tp=4", se)
         self.assertFalse(os.path.exists(out))
+        # Whole experts per GPU: no more GPUs than Mixtral's 8 experts.
+        rc, so, se = run(*args, "--parallel", "tp=16,ep=16", "--json", out)
+        self.assertEqual(rc, 2, se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("more GPUs than the model's 8 experts", se)
+        self.assertFalse(os.path.exists(out))
         # A dense model has nothing to spread: said once, predicted as tensor parallel.
         rc, so, se = run("--config", LLAMA3_8B, "--generate", "64:4", "--gpu", "h100", "--parallel", "tp=2,ep=2")
         self.assertEqual(rc, 0, se)
