@@ -641,6 +641,9 @@ void write_annotated(py::handle model, py::handle report, py::handle path_arg) {
   const ReportHandle& h = report_handle(report, "report");
   const auto reports = h.reports;
   const Report& r = (*reports)[h.index];
+  if (r.generation)
+    throw InputError("write_annotated: a generate() report has no annotation of one graph (as --out does not apply to "
+                     "--generate); annotate an analyze() report");
   const Options opt = h.options;
   const ModelSource src = model_source(model);
   py::gil_scoped_release nogil;

@@ -185,6 +185,10 @@ class SameAsCli(unittest.TestCase):
                                "n_positions": 64}, "h100", batch=1, seq=8)
         with self.assertRaisesRegex(ValueError, "^write_annotated: the report is not of this model"):
             n.write_annotated(EXAMPLE, other, os.path.join(self.dir, "a.onnx"))
+        gen = n.generate({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+                          "num_attention_heads": 4, "vocab_size": 100}, "h100", 16, 4)
+        with self.assertRaisesRegex(ValueError, "^write_annotated: a generate\\(\\) report"):
+            n.write_annotated(EXAMPLE, gen, os.path.join(self.dir, "a.onnx"))
         self.assertFalse(os.path.exists(os.path.join(self.dir, "a.onnx")))
 
 
