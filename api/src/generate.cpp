@@ -213,6 +213,14 @@ Options phase_options(const Options& base, const Decoder& d, int64_t batch, int6
 // ONNX decoder's hidden states' and mask's), bound where `g` has them.
 void bind_encoder_lengths(Options& o, const Graph& g, const Decoder& d, int64_t prompt) {
   if (!d.encoder_decoder()) return;
+  // --shape / --value of the encoder's inputs (a features encoder's input_features) bind the
+  // prefill, which runs it; a step's graph has no such input.
+  auto keep_inputs = [&g](auto& by_input) {
+    for (auto it = by_input.begin(); it != by_input.end();)
+      it = std::find(g.inputs.begin(), g.inputs.end(), it->first) == g.inputs.end() ? by_input.erase(it) : std::next(it);
+  };
+  keep_inputs(o.dims.shapes);
+  keep_inputs(o.dims.values);
   bind_if_input_dim(o, g, d.encoder_dim, d.encoder_cached(prompt));
   for (const auto& dim : d.encoder_bound_dims) bind_if_input_dim(o, g, dim, d.encoder_cached(prompt));
 }

@@ -619,6 +619,10 @@ class Generate(unittest.TestCase):
                           "--dim", "feature_size=80", "--dim", "encoder_sequence_length=3000")["generation"]
         n = seq2seq_onnx
         self.assertEqual(g["kv_cache_bytes"], 2 * n.LAYERS * n.HEADS * n.HD * ((4 + 32) + 1500) * 4)
+        # The encoder's input bound whole (--shape, as the error suggests) predicts the same.
+        s = self.gen_json(dec, "--encoder", enc, "--generate", "4:32", "--gpu", "h100",
+                          "--shape", "input_features=1x80x3000")["generation"]
+        self.assertEqual((s["ttft_ms"], s["tpot_ms"], s["kv_cache_bytes"]), (g["ttft_ms"], g["tpot_ms"], g["kv_cache_bytes"]))
         rc, so, se = run(dec, "--encoder", enc, "--generate", "4:32", "--gpu", "h100", "--dim", "feature_size=80",
                          "--dim", "encoder_sequence_length=3000")
         self.assertEqual(rc, 0, se)
