@@ -726,13 +726,17 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   r.warnings.push_back(buf);
 }
 
+// Whether the decode step's attention runs as FlashAttention (16-bit attention under full).
+bool flash_step(const GenerationAnalysis& a) {
+  const auto& step_kernels = a.steps.front().kernels.kernels;
+  return std::any_of(step_kernels.begin(), step_kernels.end(),
+                     [](const Kernel& k) { return k.op == "flash_decode" || k.op == "flash_attention"; });
+}
+
 // How the generation was predicted: timing, attention, parallelism, speculation.
 void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& options, const Report& r, GenerationReport& g) {
   const std::string timing = r.timing.empty() ? "roofline" : r.timing + " timing";
-  // Whether the step's attention ran as FlashAttention (16-bit attention under full).
-  const auto& step_kernels = a.steps.front().kernels.kernels;
-  const bool flash = std::any_of(step_kernels.begin(), step_kernels.end(),
-                                 [](const Kernel& k) { return k.op == "flash_decode" || k.op == "flash_attention"; });
+  const bool flash = flash_step(a);
   const std::string elementwise = options.fusion == Fusion::full ? "fused kernels" : "unfused kernels";
   // The flags that chose it: --fusion, and --attention where it was given.
   std::string flags = std::string(" (--fusion ") + fusion_name(options.fusion);
@@ -793,6 +797,14 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   decode_steps(a, d, gpu, options, g);
   memory(a, d, gpu, g, r);
   execution(a, gpu, options, r, g);
+  // A --kv-dtype narrower than the attention's reads: only FlashAttention reads the cache in
+  // its own type; MatMul and Softmax attention (FP32 models, --attention unfused) read it in
+  // theirs, so the cache's memory changes and its time per token does not.
+  if (options.kv_dtype != DType::undefined && d.kv_heads > 0 && !flash_step(a))
+    r.warnings.push_back("--kv-dtype " + std::string(dtype_name(options.kv_dtype)) +
+                         " sets the cache's memory; the attention runs as MatMul and Softmax, which read the cache in "
+                         "the attention's dtype, so the time per token does not change (FlashAttention reads it "
+                         "narrow: a 16-bit model, --dtype bf16)");
   r.generation = std::move(g);
   return r;
 }

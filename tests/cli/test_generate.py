@@ -346,6 +346,14 @@ class Generate(unittest.TestCase):
         self.assertEqual((bf16["kv_cache"]["dtype"], fp8["kv_cache"]["dtype"]), ("bf16", "fp8"))
         self.assertLess(fp8["tpot_ms"], bf16["tpot_ms"])
         self.assertGreater(fp8["max_batch"], bf16["max_batch"])
+        self.assertFalse([w for w in self.gen_json(*args, "--kv-dtype", "fp8")["warnings"] if "--kv-dtype" in w])
+        # An FP32 model's attention (MatMul and Softmax) reads the cache in FP32: the memory
+        # changes, the time does not, and the report says so.
+        f32 = ("--config", self.small, "--generate", "1024:16", "--batch", "4", "--gpu", "h100")
+        plain, narrow = self.gen_json(*f32), self.gen_json(*f32, "--kv-dtype", "fp8")
+        self.assertEqual(narrow["generation"]["tpot_ms"], plain["generation"]["tpot_ms"])
+        self.assertLess(narrow["generation"]["kv_cache_bytes"], plain["generation"]["kv_cache_bytes"])
+        self.assertEqual(len([w for w in narrow["warnings"] if "--kv-dtype fp8 sets the cache's memory" in w]), 1)
         # The onnxruntime-genai form (GroupQueryAttention) reads its cache the same way.
         path = os.path.join(self.dir, "gqa_kv.onnx")
         gqa_decoder.build(path, nbits=False)
