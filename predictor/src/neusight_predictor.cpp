@@ -451,7 +451,9 @@ class NeusightPredictor final : public Predictor {
   // the same projection of four tokens, tiled, takes 2.7 us.
   double gemv_law_ms(const Kernel& run, const Gpu& gpu, const Gpu& run_gpu) const {
     const double math = math_peak_gflops(run, run_gpu);
-    if (has_matrix_units(gpu, run.dtype)) return weight_stream_ms(run, gpu, math);
+    // A library GEMM's fixed time (kGemmKernelFixedUs) is the matrix libraries'; FlashAttention
+    // of a few queries is one kernel of its own, at the device floor as its tiled form is.
+    if (has_matrix_units(gpu, run.dtype) && run.op != "flash_attention") return weight_stream_ms(run, gpu, math);
     const double law = weight_stream_ms(run, gpu, math, 0.0);
     return device_only() ? std::hypot(o_.device_floor_ms, law) : law;
   }
