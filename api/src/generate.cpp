@@ -2,6 +2,7 @@
 // per sequence reading a growing KV cache; a few decode steps predicted, the rest interpolated.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -382,6 +383,20 @@ Decoder onnx_decoder(LoadedModel model) {
     if (w <= 0) continue;
     ++d.sliding_layers;
     d.window = d.window > 0 ? std::min(d.window, w) : w;
+  }
+  // A decoder step this tool exported says its sliding-window layers in its metadata.
+  if (d.sliding_layers == 0) {
+    const auto& meta = model.model.metadata;
+    const auto w = meta.find("neusight.sliding_window"), n = meta.find("neusight.sliding_layers");
+    if (w != meta.end() && n != meta.end()) {
+      char* end_w = nullptr;
+      char* end_n = nullptr;
+      const long long window = std::strtoll(w->second.c_str(), &end_w, 10), layers = std::strtoll(n->second.c_str(), &end_n, 10);
+      if (*end_w == '\0' && *end_n == '\0' && window > 0 && layers > 0) {
+        d.window = window;
+        d.sliding_layers = layers;
+      }
+    }
   }
   d.sliding_layers = std::min(d.sliding_layers, d.layers);
   // An attention mask over past + new tokens has its own symbolic length.

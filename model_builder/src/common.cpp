@@ -71,6 +71,17 @@ std::string Net::rename_last(const std::string& name) {
 }
 
 LoadedModel Net::finish(const ModelConfig& c) {
+  // Sliding-window layers keep only their window of the KV cache, which nothing in the graph
+  // of an exported decoder step says: the model's metadata does (read by --generate).
+  const int64_t sliding = std::count(c.sliding_layers.begin(), c.sliding_layers.end(), true);
+  if (c.sliding_window > 0 && sliding > 0) {
+    for (const auto& [key, value] : {std::pair<const char*, int64_t>{"neusight.sliding_window", c.sliding_window},
+                                     std::pair<const char*, int64_t>{"neusight.sliding_layers", sliding}}) {
+      auto* p = model.add_metadata_props();
+      p->set_key(key);
+      p->set_value(std::to_string(value));
+    }
+  }
   LoadedModel lm = load_model_from_proto(std::move(model), "");
   lm.model.graph.name = c.model_type;
   return lm;

@@ -513,6 +513,7 @@ Model to_ir(const ProtoHolder& holder, const std::string& path) {
   m.path = path;
   m.ir_version = mp.ir_version();
   m.producer_name = mp.producer_name();
+  for (const auto& kv : mp.metadata_props()) m.metadata[kv.key()] = kv.value();
   for (const auto& op : mp.opset_import())
     m.opsets[op.domain() == "ai.onnx" ? "" : op.domain()] = op.version();
   if (m.opsets.empty()) m.opsets[""] = 1;

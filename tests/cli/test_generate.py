@@ -453,6 +453,18 @@ class Generate(unittest.TestCase):
         self.assertAlmostEqual(a["tpot_ms"], b["tpot_ms"], delta=0.01 * a["tpot_ms"])
         self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
         self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+        # Sliding-window layers keep their window of the cache: the export says which in its
+        # metadata (neusight.sliding_window, neusight.sliding_layers), as the graph does not.
+        windowed = os.path.join(self.dir, "windowed.json")
+        with open(windowed, "w") as f:
+            json.dump(dict(SMALL, model_type="mistral", sliding_window=256), f)
+        step = os.path.join(self.dir, "windowed_step.onnx")
+        rc, so, se = run("export", "--config", windowed, "--kv-cache", "-o", step)
+        self.assertEqual(rc, 0, se)
+        a = self.gen_json("--config", windowed, "--generate", "2048:64", "--dtype", "bf16", "--gpu", "h100")["generation"]
+        b = self.gen_json(step, "--generate", "2048:64", "--dtype", "bf16", "--gpu", "h100")["generation"]
+        self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+        self.assertEqual((b["kv_cache"]["window"], b["kv_cache"]["sliding_layers"]), (256, SMALL["num_hidden_layers"]))
 
     def test_optimum_merged_decoder_predicts_like_its_step(self):
         # decoder_model_merged.onnx: an If on use_cache_branch between the step with its cache

@@ -177,6 +177,7 @@ struct Model {
   int64_t ir_version = 0;
   std::map<std::string, int64_t> opsets;  // domain -> version ("" is ai.onnx)
   std::string producer_name;
+  std::map<std::string, std::string> metadata;  // the model's metadata_props
   std::string path;  // where it was loaded from ("" for in-memory models)
 
   int64_t opset(const std::string& domain = "") const;
