@@ -77,8 +77,9 @@ struct Gpu {
   // and H100's DMMA, CDNA 2 and 3's FP64 MFMA); vector kernels never do.
   double gemm_peak_gflops(DType compute) const;
   // The matrix units' math per FP32 lane-clock for each dtype they run: their dense peak over
-  // the lanes' FP32 rate at the boost clock (SMs x lanes x 2 x clock; 16 for FP16 on the A100,
-  // 2 for FP32 on the MI100's MFMA), the width of the units as the GPU was listed or loaded
+  // the lanes' FP32 rate at the boost clock (SMs x lanes x 2 x clock) to the nearest power of
+  // two (16 for FP16 on the A100 and H100, 2 for FP32 on the MI100's MFMA; gpu.cpp says why),
+  // the width of the units as the GPU was listed or loaded
   // (freeze_matrix_widths). A what-if that edits a peak afterwards (the same units at a faster
   // clock) leaves it: the tile a GEMM gets and the clocks its math takes stay, and its time
   // falls with the peak. Entries of 0 (a Gpu never frozen) are computed from the peaks.
