@@ -329,6 +329,19 @@ bool is_config_arg(py::handle m) {
   return py::isinstance<py::dict>(m) || (is_pathlike(m) && cli::is_config_path(fspath(m)));
 }
 
+// The decoder of a generate() or compare() model: a config's (its config into `target`, its
+// notes into `notes`), an ONNX encoder-decoder's with `enc`, or an ONNX decoder's.
+Decoder source_decoder(const std::optional<ConfigSource>& cfg, const ModelSource& src, const std::optional<ModelSource>& enc,
+                       const Options& opt, std::vector<std::string>& notes, std::optional<ModelConfig>* target = nullptr) {
+  if (cfg) {
+    const ModelConfig c = cli::with_image_options(cfg->read(), opt);
+    notes = cli::config_notes(c, opt);
+    if (target) *target = c;
+    return config_decoder(c);
+  }
+  return enc ? onnx_seq2seq_decoder(enc->load(), src.load(), opt) : onnx_decoder(src.load());
+}
+
 py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, py::handle speculative,
                     py::handle tpot_slo, py::handle encoder, const AnalysisArgs& a) {
   Argv argv = a.argv();
@@ -363,17 +376,8 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     py::gil_scoped_release nogil;
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
     std::vector<std::string> notes;
-    Decoder decoder;
     std::optional<ModelConfig> target;
-    if (cfg) {
-      target = cli::with_image_options(cfg->read(), opt);
-      decoder = config_decoder(*target);
-      notes = cli::config_notes(*target, opt);
-    } else if (enc) {
-      decoder = onnx_seq2seq_decoder(enc->load(), src.load(), opt);
-    } else {
-      decoder = onnx_decoder(src.load());
-    }
+    const Decoder decoder = source_decoder(cfg, src, enc, opt, notes, &target);
     std::optional<Decoder> draft;
     if (!draft_path.empty()) draft = cli::load_draft_decoder(draft_path, opt, target ? &*target : nullptr);
     reports = predict_generations(decoder, opt, gen, draft ? &*draft : nullptr, gpus, slo);
@@ -472,23 +476,10 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
     std::vector<std::vector<Report>> reports;
     for (size_t m = 0; gen && m < items.size(); ++m) {  // generations
-      const Item& it = items[m];
       std::vector<std::string> notes;
-      Decoder decoder;
-      if (it.config) {
-        const ModelConfig cfg = cli::with_image_options(it.config->read(), opt);
-        decoder = config_decoder(cfg);
-        notes = cli::config_notes(cfg, opt);
-      } else {
-        decoder = encoders[m] ? onnx_seq2seq_decoder(encoders[m]->load(), it.model.load(), opt)
-                              : onnx_decoder(it.model.load());
-      }
-      const GenerationAnalysis analysis = prepare_generation(decoder, opt, *gen);
-      std::vector<Report> per_gpu;
-      for (const auto& g : gpus) {
-        per_gpu.push_back(predict_generation(analysis, decoder, g, opt));
-        per_gpu.back().warnings.insert(per_gpu.back().warnings.end(), notes.begin(), notes.end());
-      }
+      const Decoder decoder = source_decoder(items[m].config, items[m].model, encoders[m], opt, notes);
+      std::vector<Report> per_gpu = predict_generations(decoder, opt, *gen, nullptr, gpus, 0);
+      for (auto& r : per_gpu) r.warnings.insert(r.warnings.end(), notes.begin(), notes.end());
       reports.push_back(std::move(per_gpu));
     }
     for (const auto& it : gen ? std::vector<Item>{} : items) {

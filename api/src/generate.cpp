@@ -217,8 +217,7 @@ void bind_encoder_lengths(Options& o, const Graph& g, const Decoder& d, int64_t 
   // --shape / --value of the encoder's inputs (a features encoder's input_features) bind the
   // prefill, which runs it; a step's graph has no such input.
   auto keep_inputs = [&g](auto& by_input) {
-    for (auto it = by_input.begin(); it != by_input.end();)
-      it = std::find(g.inputs.begin(), g.inputs.end(), it->first) == g.inputs.end() ? by_input.erase(it) : std::next(it);
+    for (auto it = by_input.begin(); it != by_input.end();) it = has_input(g, it->first) ? std::next(it) : by_input.erase(it);
   };
   keep_inputs(o.dims.shapes);
   keep_inputs(o.dims.values);

@@ -204,21 +204,19 @@ double Gpu::peak_gflops(DType compute) const {
 
 namespace {
 
-// The slot of Gpu::matrix_width a GEMM dtype's math takes (-1: none).
-int matrix_width_slot(DType t) {
-  switch (t) {
-    case DType::tf32: return 0;
-    case DType::f16: return 1;
-    case DType::bf16: return 2;
-    case DType::f4e2m1: return 4;
-    case DType::i8: case DType::u8: return 5;
-    case DType::f32: case DType::undefined: return 6;
-    default: return is_fp8(t) ? 3 : -1;
-  }
-}
-
+// The dtypes Gpu::matrix_width holds, a slot each; the others share their units' slot.
 constexpr DType kMatrixWidthDtypes[7] = {DType::tf32, DType::f16, DType::bf16, DType::f8e4m3fn,
                                          DType::f4e2m1, DType::i8, DType::f32};
+
+// The slot of Gpu::matrix_width a GEMM dtype's math takes (-1: none).
+int matrix_width_slot(DType t) {
+  if (is_fp8(t)) t = DType::f8e4m3fn;
+  if (t == DType::u8) t = DType::i8;
+  if (t == DType::undefined) t = DType::f32;
+  const auto* end = std::end(kMatrixWidthDtypes);
+  const auto* it = std::find(std::begin(kMatrixWidthDtypes), end, t);
+  return it == end ? -1 : static_cast<int>(it - std::begin(kMatrixWidthDtypes));
+}
 
 // The matrix units' width for `t`: their dense peak over the FP32 lanes' rate at the boost
 // clock (the FP32 peak where the clock or the lanes are not given), to the nearest power of
@@ -308,7 +306,8 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
   // same name when there is one, else from conservative defaults.
   g.arch = g.vendor == "amd" ? "cdna" : "sm_80";
   g.smem_per_sm_kb = 64;
-  if (const Gpu* known = GpuDatabase::builtin().find(g.name)) {
+  const Gpu* known = GpuDatabase::builtin().find(g.name);
+  if (known) {
     g.arch = known->arch;
     g.vendor = known->vendor;
     g.smem_per_sm_kb = known->smem_per_sm_kb;
@@ -347,8 +346,8 @@ Gpu gpu_from_device_json(const json& j, const std::string& path) {
   g.source = path;
   // The matrix units are the listed GPU's (a what-if edit of its clock or peaks runs them
   // faster, not wider); a GPU the database lacks gets them from its own numbers.
-  freeze_matrix_widths(g);
-  if (const Gpu* known = GpuDatabase::builtin().find(g.name)) g.matrix_width = known->matrix_width;
+  if (known) g.matrix_width = known->matrix_width;
+  else freeze_matrix_widths(g);
   return g;
 }
 

@@ -398,6 +398,12 @@ int64_t body_cost_rank(const std::vector<Kernel>& ks) {
   return static_cast<int64_t>(w);
 }
 
+// Input `i` of `n` where it is one value known before the run (a constant, a --value), else null.
+const int64_t* known_scalar(const Graph& g, const Node& n, size_t i) {
+  const TensorInfo* t = i < n.inputs.size() && !n.inputs[i].empty() ? g.find(n.inputs[i]) : nullptr;
+  return t && t->int_value && t->int_value->size() == 1 ? &(*t->int_value)[0] : nullptr;
+}
+
 // Iterations of a Loop (its trip count input; none when its condition is false on entry), Scan (the first scan input's length along
 // its scan axis) or SequenceMap (the input sequence's length) when known before the run;
 // -1 otherwise, with `why` saying what the prediction assumes instead.
@@ -405,10 +411,8 @@ int64_t static_trip_count(const Graph& g, const Node& n, std::string& why) {
   int64_t trips = -1;
   if (n.op_type == "Loop") {
     // A condition false on entry runs no iteration, whatever the trip count.
-    const TensorInfo* c = n.inputs.size() > 1 && !n.inputs[1].empty() ? g.find(n.inputs[1]) : nullptr;
-    if (c && c->int_value && c->int_value->size() == 1 && (*c->int_value)[0] == 0) return 0;
-    const TensorInfo* m = n.inputs.size() > 0 && !n.inputs[0].empty() ? g.find(n.inputs[0]) : nullptr;
-    if (m && m->int_value && m->int_value->size() == 1) trips = std::max<int64_t>((*m->int_value)[0], 0);
+    if (const int64_t* cond = known_scalar(g, n, 1); cond && *cond == 0) return 0;
+    if (const int64_t* m = known_scalar(g, n, 0)) trips = std::max<int64_t>(*m, 0);
     else why = "trip count not known at compile time: body counted once";
   } else if (n.op_type == "SequenceMap") {  // iterations = elements of the input sequence
     const TensorInfo* s = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
@@ -664,9 +668,8 @@ KernelList lower(const Graph& graph, const LoweringOptions& options) {
 Graph with_outer_scope(const Graph& body, const Graph& outer) { return lowering_detail::body_with_outer_scope(body, outer); }
 
 int known_if_condition(const Graph& g, const Node& n) {
-  const TensorInfo* cond = n.inputs.empty() || n.inputs[0].empty() ? nullptr : g.find(n.inputs[0]);
-  if (!cond || !cond->int_value || cond->int_value->size() != 1) return -1;
-  return (*cond->int_value)[0] != 0 ? 1 : 0;
+  const int64_t* cond = lowering_detail::known_scalar(g, n, 0);
+  return cond ? (*cond != 0 ? 1 : 0) : -1;
 }
 
 }  // namespace neusight

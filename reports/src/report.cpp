@@ -487,38 +487,27 @@ std::string format_json(const std::vector<Report>& reports) {
   return out;
 }
 
-std::string format_csv(const std::vector<Report>& reports, bool per_kernel) {
-  if (reports.size() == 1) return format_csv(reports.front(), per_kernel);
-  std::string out;
-  for (size_t i = 0; i < reports.size(); ++i) {
-    const std::string one = format_csv(reports[i], per_kernel);
-    const std::string alias = reports[i].gpu.alias();
-    const std::string cell = alias.find_first_of(",\"\n\r") == std::string::npos ? alias : "\"" + alias + "\"";
-    size_t at = one.find('\n');
-    if (i == 0) out += "gpu," + one.substr(0, at + 1);
-    for (size_t from = at + 1; from < one.size(); from = at + 1) {
-      at = one.find('\n', from);
-      if (at == std::string::npos) at = one.size() - 1;
-      out += cell + "," + one.substr(from, at + 1 - from);
-    }
-  }
-  return out;
+namespace {
+
+// One CSV field, quoted where it holds a separator, a quote or a line break.
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char ch : s) o += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return o + "\"";
 }
 
-std::string format_csv(const Report& r, bool per_kernel) {
-  std::ostringstream os;
-  os.precision(9);
-  auto q = [](const std::string& s) {
-    if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
-    std::string o = "\"";
-    for (char ch : s) o += ch == '"' ? std::string("\"\"") : std::string(1, ch);
-    return o + "\"";
-  };
+// A report's CSV rows (per node, or per kernel) after the header where `header`, each led by
+// `lead`: the GPU's column of a GPU list with its comma (the header's `gpu` column), or "".
+void write_csv(std::ostream& os, const Report& r, bool per_kernel, const std::string& lead, bool header) {
+  const auto q = csv_cell;
+  const char* gpu_column = lead.empty() ? "" : "gpu,";
   if (per_kernel) {
-    os << "node,op_type,class,phase,op,dtype,math,flops,bytes,tile,tiles,waves,bound,latency_ms,roofline_ms,"
-          "utilization,extrapolated\n";
+    if (header)
+      os << gpu_column << "node,op_type,class,phase,op,dtype,math,flops,bytes,tile,tiles,waves,bound,latency_ms,roofline_ms,"
+                      "utilization,extrapolated\n";
     auto row = [&](const std::string& node, const std::string& op_type, const KernelReport& k) {
-      os << q(node) << "," << q(op_type) << "," << kernel_class_name(k.kernel.cls) << ","
+      os << lead << q(node) << "," << q(op_type) << "," << kernel_class_name(k.kernel.cls) << ","
          << phase_name(k.kernel.phase) << "," << q(k.kernel.op) << "," << dtype_name(k.kernel.dtype) << ","
          << detail::math_name(k, r.gpu) << "," << finite(k.kernel.flops) << "," << finite(k.kernel.bytes) << "," << q(k.tiling.tile) << ","
          << k.tiling.tiles << "," << k.tiling.waves << "," << detail::bound_name(k) << ","
@@ -528,10 +517,11 @@ std::string format_csv(const Report& r, bool per_kernel) {
     for (const auto& n : r.nodes)
       for (const auto& k : n.kernels) row(n.name, n.op_type, k);
     for (const auto& k : r.extra_kernels) row("", "", k);
-    return os.str();
+    return;
   }
-  os << "node,op_type,output_shape,kernels,flops,bytes,latency_ms,share,layer,class,math,tile,waves,bound,"
-        "utilization,extrapolated\n";
+  if (header)
+    os << gpu_column << "node,op_type,output_shape,kernels,flops,bytes,latency_ms,share,layer,class,math,tile,waves,bound,"
+                    "utilization,extrapolated\n";
   for (const auto& n : r.nodes) {
     double flops = 0, bytes = 0;
     for (const auto& k : n.kernels) {
@@ -539,13 +529,30 @@ std::string format_csv(const Report& r, bool per_kernel) {
       bytes += finite(k.kernel.bytes);
     }
     const KernelReport* m = detail::main_kernel(n);
-    os << q(n.name) << "," << q(n.op_type) << "," << q(n.outputs.empty() ? "" : shape_str(n.outputs.front())) << ","
+    os << lead << q(n.name) << "," << q(n.op_type) << "," << q(n.outputs.empty() ? "" : shape_str(n.outputs.front())) << ","
        << n.kernels.size() << "," << flops << "," << bytes << "," << finite(n.latency_ms) << ","
        << (r.share_base_ms() > 0 ? finite(n.latency_ms / r.share_base_ms()) : 0) << "," << q(layer_of(n.name)) << ","
        << (m ? kernel_class_name(m->kernel.cls) : "") << "," << (m ? detail::math_name(*m, r.gpu) : "") << ","
        << q(m ? m->tiling.tile : "") << "," << (m ? m->tiling.waves : 0) << "," << (m ? detail::bound_name(*m) : "") << ","
        << (m ? finite(m->prediction.utilization) : 0) << "," << (detail::any_extrapolated(n) ? 1 : 0) << "\n";
   }
+}
+
+}  // namespace
+
+std::string format_csv(const std::vector<Report>& reports, bool per_kernel) {
+  if (reports.size() == 1) return format_csv(reports.front(), per_kernel);
+  std::ostringstream os;
+  os.precision(9);
+  for (size_t i = 0; i < reports.size(); ++i)
+    write_csv(os, reports[i], per_kernel, csv_cell(reports[i].gpu.alias()) + ",", i == 0);
+  return os.str();
+}
+
+std::string format_csv(const Report& r, bool per_kernel) {
+  std::ostringstream os;
+  os.precision(9);
+  write_csv(os, r, per_kernel, "", true);
   return os.str();
 }
 
