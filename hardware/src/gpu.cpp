@@ -248,6 +248,17 @@ void freeze_matrix_widths(Gpu& g) {
   for (size_t i = 0; i < g.matrix_width.size(); ++i) g.matrix_width[i] = live_matrix_lanes(g, kMatrixWidthDtypes[i]);
 }
 
+Gpu gpu_with_sms(const Gpu& gpu, int sms) {
+  Gpu g = gpu;
+  if (gpu.num_sm <= 0 || sms == gpu.num_sm) return g;
+  const double f = double(sms) / gpu.num_sm;
+  for (double* v : {&g.fp32_gflops, &g.tf32_gflops, &g.fp16_gflops, &g.bf16_gflops, &g.fp8_gflops, &g.fp4_gflops,
+                    &g.int8_gops, &g.fp16_simt_gflops, &g.fp32_matrix_gflops, &g.mem_bw_gbps, &g.board_power_w})
+    *v *= f;
+  g.num_sm = sms;
+  return g;
+}
+
 double Gpu::gemm_peak_gflops(DType compute) const {
   if ((compute == DType::f32 || compute == DType::undefined) && has_matrix_units(*this, compute)) return fp32_matrix_gflops;
   if (compute == DType::f64) return peak_gflops(compute) * fp64_matrix_ratio(*this);

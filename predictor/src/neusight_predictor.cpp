@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <iterator>
 #include <limits>
+#include <map>
+#include <tuple>
 #include <utility>
 
 #include "neusight/dataset.h"
@@ -28,6 +30,10 @@ std::vector<double> trained_l2(const ModelSet& m) {
 }
 
 class NeusightPredictor final : public Predictor {
+  // A GEMM's tilings on GPUs of its kind with fewer SMs, by shape and dtype (other_tilings).
+  using ShapeKey = std::tuple<int64_t, int64_t, int64_t, int64_t, bool, int>;
+  using TilingMemo = std::map<ShapeKey, std::vector<FewerSmTiling>>;
+
  public:
   NeusightPredictor(ModelSet m, PrecisionOptions o)
       : m_(std::move(m)), o_(o), paper_(m_.classes[0].formulation == Formulation::paper) {
@@ -49,7 +55,8 @@ class NeusightPredictor final : public Predictor {
     for (double t : trained_l2_)
       if (t >= gpu.l2_mb) l2s.push_back(t);
     if (l2s.empty()) l2s.push_back(trained_l2_.empty() ? gpu.l2_mb : trained_l2_.back());
-    std::vector<Prediction> out = predict_at(kernels, tilings, gpu, l2s.front());
+    TilingMemo memo;
+    std::vector<Prediction> out = predict_at(kernels, tilings, gpu, l2s.front(), memo);
     if (l2s.size() == 1) {
       bound_by_host(out);
       return out;
@@ -63,14 +70,14 @@ class NeusightPredictor final : public Predictor {
       // GEMMs only where they have a streaming alternative, whose inputs see the L2.
       if (c == UtilClass::gemm) {
         const auto [run, t] = as_run(kernels[i], tilings[i], gpu);
-        if (!may_stream(run, t, gpu, offered_tiles(run, t, gpu))) continue;
+        if (streams_from(run, t, gpu, offered_tiles(run, t, gpu), fewer_sm_tilings(run, gpu, memo)) == 0) continue;
       }
       idx.push_back(i);
       ks.push_back(kernels[i]);
       ts.push_back(tilings[i]);
     }
     for (size_t v = 1; v < l2s.size() && !idx.empty(); ++v) {
-      const std::vector<Prediction> o = predict_at(ks, ts, gpu, l2s[v]);
+      const std::vector<Prediction> o = predict_at(ks, ts, gpu, l2s[v], memo);
       for (size_t j = 0; j < idx.size(); ++j)
         if (o[j].latency_ms > out[idx[j]].latency_ms) out[idx[j]] = o[j];
     }
@@ -96,12 +103,12 @@ class NeusightPredictor final : public Predictor {
   }
 
   std::vector<Prediction> predict_at(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
-                                     const Gpu& gpu, double feature_l2_mb) const {
+                                     const Gpu& gpu, double feature_l2_mb, TilingMemo& memo) const {
     std::vector<Prediction> out(kernels.size());
     std::vector<double> sd(kernels.size(), 0.0);  // uncertainty in natural-log units (neusight_model.h)
     // The part of a latency the networks do not predict (FixedPart): the interval leaves it be.
     std::vector<FixedPart> fixed(kernels.size());
-    const ClassBatches b = roofline_and_features(kernels, tilings, gpu, feature_l2_mb, out);
+    const ClassBatches b = roofline_and_features(kernels, tilings, gpu, feature_l2_mb, memo, out);
     apply_networks(b, out, sd, fixed);
     // A latency-limited kernel priced by its memory parallelism alone (device or kernel timing, no
     // network): its class's spread at its roofline time, which the networks' kernels of the
@@ -181,29 +188,60 @@ class NeusightPredictor final : public Predictor {
   // smaller set, and on the MI100's traced BMMs (FP32 on matrix cores) the least of them was
   // 0.64x of the measured time where the chosen tile gives 0.81x (bench/e2e_accuracy).
   std::vector<Tiling> offered_tiles(const Kernel& run, const Tiling& t, const Gpu& gpu) const {
-    if (!o_.fastest_tile || run.cls != KernelClass::gemm || !t.config.tensor_core || run.gemm.batched ||
-        run.gemm.batch > 1 || skinny(run, t))
-      return {};
+    if (!offers_tiles(run, t)) return {};
     return tile_alternatives(run, gpu);
   }
+  bool offers_tiles(const Kernel& run, const Tiling& t) const {
+    return o_.fastest_tile && run.cls == KernelClass::gemm && t.config.tensor_core && !run.gemm.batched &&
+           run.gemm.batch <= 1 && !skinny(run, t);
+  }
 
-  // Whether a kernel (as it runs, with its tiling and offered_tiles) has the weight-streaming
-  // alternative below: a skinny GEMM on matrix units, in this formulation, with streaming
-  // networks to price it. A GEMM skinny for any tile offered is too: the library then has its
-  // streaming kernel.
-  bool may_stream(const Kernel& run, const Tiling& t, const Gpu& gpu, const std::vector<Tiling>& offered) const {
-    if (paper_ || run.cls != KernelClass::gemm || m_.classes[int(UtilClass::elementwise)].empty()) return false;
+  // A GEMM's tilings on GPUs of this one's kind with fewer SMs (tiling.h tilings_on_fewer_sms,
+  // with the tiles offered there), once per shape and dtype in a call (`memo`); none in the
+  // published formulation.
+  const std::vector<FewerSmTiling>& fewer_sm_tilings(const Kernel& run, const Gpu& gpu, TilingMemo& memo) const {
+    static const std::vector<FewerSmTiling> none;
+    if (paper_ || run.cls != KernelClass::gemm) return none;
+    const GemmShape& s = run.gemm;
+    const ShapeKey key{s.m, s.n, s.k, s.batch, s.batched, int(run.dtype)};
+    auto it = memo.find(key);
+    if (it == memo.end())
+      it = memo.emplace(key, tilings_on_fewer_sms(run, gpu, [&](const Tiling& c) { return offers_tiles(run, c); })).first;
+    return it->second;
+  }
+
+  // The fewest SMs of this GPU's kind (gpu_with_sms) on which a kernel (as it runs) has the
+  // weight-streaming alternative below, 0 where it has it on none up to this GPU's: a skinny
+  // GEMM on matrix units, in this formulation, with streaming networks to price it. A GEMM
+  // skinny for any tile offered is one: the library then has its streaming kernel. `t` and
+  // `offered` are its tilings on this GPU, `fewer` those on fewer SMs: a GPU of more SMs
+  // streams it wherever one of fewer does.
+  int streams_from(const Kernel& run, const Tiling& t, const Gpu& gpu, const std::vector<Tiling>& offered,
+                   const std::vector<FewerSmTiling>& fewer) const {
+    if (paper_ || run.cls != KernelClass::gemm || m_.classes[int(UtilClass::elementwise)].empty()) return 0;
     // On CUDA cores: a GEMM of fewer than kSimtGemvRows rows is a GEMV (cuBLAS's gemv kernels
     // for PyTorch's one-token linear; its batched GEMV for a decode step's attention products
     // over the cache), far below the FP32 kernel data's smallest (512 rows in neusight-data's
     // linear rows, 7 in its batched products, whose reductions go down to 1; 16 in
     // DeepBench's): the stream of its operands prices it.
-    if (!has_matrix_units(gpu, run.dtype)) return run.gemm.m < kSimtGemvRows;
+    if (!has_matrix_units(gpu, run.dtype)) return run.gemm.m < kSimtGemvRows ? 1 : 0;
     // A convolution runs on the convolution library's implicit-GEMM kernels, which have no GEMV
     // path: it picks a tile as narrow as the channels (64 output channels, a 64-wide tile), so a
     // convolution streams only where it is skinny for its own tile.
-    if (run.op == "conv") return skinny(run, t);
-    return skinny(run, t) || std::any_of(offered.begin(), offered.end(), [&](const Tiling& a) { return skinny(run, a); });
+    const bool conv = run.op == "conv";
+    int from = 0;
+    auto on = [&](const std::vector<int>& sms) {
+      if (!sms.empty() && (from == 0 || sms.front() < from)) from = sms.front();
+    };
+    for (const FewerSmTiling& f : fewer)
+      if (skinny(run, f.tiling)) {
+        on(f.chosen_on);
+        if (!conv) on(f.offered_on);
+      }
+    if (from == 0 && (skinny(run, t) || (!conv && std::any_of(offered.begin(), offered.end(),
+                                                              [&](const Tiling& a) { return skinny(run, a); }))))
+      from = gpu.num_sm;
+    return from;
   }
 
   // The kernel as its math runs on this GPU (precision.h) and its tiling (tiled anew when the
@@ -252,10 +290,91 @@ class NeusightPredictor final : public Predictor {
     return f;
   }
 
+  // The feature rows of kernel `i` (class `c`, as it runs `run` on tiling `t`, on `run_gpu`,
+  // its own row `f`): a GEMM's other tilings beside it, or its weight stream.
+  void add_rows(ClassBatches& b, size_t i, UtilClass c, const Kernel& run, const Tiling& t, const Gpu& run_gpu,
+                const TileFeatures& f, const Gpu& gpu, const Gpu& cuda, double feature_l2_mb, TilingMemo& memo) const {
+    const bool device = o_.timing != Timing::eager;
+    // A skinny matrix-unit GEMM is priced as its weight stream (apply_networks); the GEMM
+    // networks price the others.
+    const bool library = on_matrix_units(run, t, gpu) && run.op != "flash_attention";
+    const std::vector<Tiling> offered = offered_tiles(run, t, gpu);
+    const std::vector<FewerSmTiling>& fewer = fewer_sm_tilings(run, gpu, memo);
+    const int stream_from = streams_from(run, t, gpu, offered, fewer);
+    bool streamed = false;
+    if (stream_from > 0) {
+      const TileFeatures s = streaming_alternative(run, cuda, feature_l2_mb);
+      if (s.base_ms > 0) {
+        b.gemv_members.push_back(i);
+        b.gemv_feats.push_back(s);
+        b.gemv_law_ms.push_back(gemv_law_ms(run, gpu, run_gpu));
+        streamed = true;
+      }
+    }
+    // No library GEMM on matrix units runs faster than the weight-streaming law of its
+    // operands (precision.h): a floor for the tiled answer where the operands' stream, not
+    // the math, is the time (decode and small-batch GEMMs just above the skinny ones).
+    const double floor_ms = library ? weight_stream_ms(run, gpu, math_peak_gflops(run, run_gpu)) : 0.0;
+    auto add = [&](const TileFeatures& row, int alt) {
+      b.members[int(c)].push_back(i);
+      b.feats[int(c)].push_back(row);
+      b.library_gemm[int(c)].push_back(library);
+      b.stream_floor_ms[int(c)].push_back(floor_ms);
+      b.alternative[int(c)].push_back(alt);
+    };
+    // Another tiling, priced on this GPU's kind with `sms` SMs.
+    auto add_tiling = [&](const Tiling& alt, int sms) {
+      const Gpu on = sms == gpu.num_sm ? gpu : gpu_with_sms(gpu, sms);
+      const Gpu alt_gpu = gpu_as_run(run, alt, on, o_.operand_port_weight, o_.matrix_fraction);
+      TileFeatures fa = features(c, run, alt, alt_gpu, feature_l2_mb);
+      if (!(fa.base_ms > 0)) return;
+      fa.device_only = f.device_only;
+      if (device) fa.waves = f.waves;
+      add(fa, int(b.alternatives.size()));
+      b.alternatives.push_back(alt);
+    };
+    if (!streamed) {
+      add(f, -1);
+      // A single GEMM runs on the tile the library's heuristic expects fastest among those
+      // it offers (offered_tiles): the networks price each, the latency is the least.
+      if (library)
+        for (const Tiling& alt : offered)
+          if (!same_grid(alt, t)) add_tiling(alt, gpu.num_sm);
+    }
+    // Nor does a GEMM run slower than on a GPU of this one's kind with fewer SMs: this GPU
+    // runs each grid it gets there (tilings_on_fewer_sms) in no more waves, so each is priced
+    // on the most SMs it is chosen or offered on (below those that stream the GEMM, when this
+    // GPU does), and more SMs at the same per-SM rates never predict slower for a change of
+    // tile.
+    for (const FewerSmTiling& fs : fewer) {
+      int sms = 0;
+      for (const std::vector<int>* on : {&fs.chosen_on, &fs.offered_on}) {
+        if (on == &fs.offered_on && !library) break;
+        auto end = streamed ? std::lower_bound(on->begin(), on->end(), stream_from) : on->end();
+        if (end != on->begin()) sms = std::max(sms, *(end - 1));
+      }
+      if (sms == 0) continue;
+      if (!streamed && (same_grid(fs.tiling, t) || std::any_of(offered.begin(), offered.end(), [&](const Tiling& a) {
+                          return library && same_grid(fs.tiling, a);
+                        })))
+        continue;
+      add_tiling(fs.tiling, sms);
+    }
+    const bool tiled = !b.members[int(c)].empty() && b.members[int(c)].back() == i;
+    if (library && tiled) {
+      const TileFeatures fs = streaming_alternative(run, cuda, feature_l2_mb);
+      if (fs.base_ms > 0) {
+        b.floor_members.push_back(i);
+        b.floor_feats.push_back(fs);
+      }
+    }
+  }
+
   // Every kernel's roofline prediction into `out`, and the feature rows of those the
   // networks refine.
   ClassBatches roofline_and_features(const std::vector<Kernel>& kernels, const std::vector<Tiling>& tilings,
-                                     const Gpu& gpu, double feature_l2_mb, std::vector<Prediction>& out) const {
+                                     const Gpu& gpu, double feature_l2_mb, TilingMemo& memo,
+                                     std::vector<Prediction>& out) const {
     ClassBatches b;
     const Gpu cuda = cuda_cores(gpu);
     const bool device = o_.timing != Timing::eager;
@@ -305,53 +424,7 @@ class NeusightPredictor final : public Predictor {
       // the device floor that replaces the dispatch below; wave quantization stays in
       // base_ms (waves x per-wave time).
       if (device) f.waves = std::numeric_limits<double>::infinity();
-      // A skinny matrix-unit GEMM is priced as its weight stream alone (apply_networks); the
-      // GEMM networks price the others.
-      const std::vector<Tiling> offered = offered_tiles(run, t, gpu);
-      if (may_stream(run, t, gpu, offered)) {
-        const TileFeatures s = streaming_alternative(run, cuda, feature_l2_mb);
-        if (s.base_ms > 0) {
-          b.gemv_members.push_back(i);
-          b.gemv_feats.push_back(s);
-          b.gemv_law_ms.push_back(gemv_law_ms(run, gpu, run_gpu));
-          continue;
-        }
-      }
-      const bool library = on_matrix_units(run, t, gpu) && run.op != "flash_attention";
-      // No library GEMM on matrix units runs faster than the weight-streaming law of its
-      // operands (precision.h): a floor for the tiled answer where the operands' stream, not
-      // the math, is the time (decode and small-batch GEMMs just above the skinny ones).
-      const double floor_ms = library ? weight_stream_ms(run, gpu, math_peak_gflops(run, run_gpu)) : 0.0;
-      if (library) {
-        const TileFeatures fs = streaming_alternative(run, cuda, feature_l2_mb);
-        if (fs.base_ms > 0) {
-          b.floor_members.push_back(i);
-          b.floor_feats.push_back(fs);
-        }
-      }
-      auto add = [&](const TileFeatures& row, int alt) {
-        b.members[int(c)].push_back(i);
-        b.feats[int(c)].push_back(row);
-        b.library_gemm[int(c)].push_back(library);
-        b.stream_floor_ms[int(c)].push_back(floor_ms);
-        b.alternative[int(c)].push_back(alt);
-      };
-      add(f, -1);
-      // A single GEMM runs on the tile the library's heuristic expects fastest among those it
-      // offers (offered_tiles): the networks price each, the latency is the least.
-      if (library) {
-        for (const Tiling& alt : offered) {
-          if (alt.tile == t.tile && alt.config.split_k == t.config.split_k && alt.config.stream_k == t.config.stream_k)
-            continue;
-          const Gpu alt_gpu = gpu_as_run(run, alt, gpu, o_.operand_port_weight, o_.matrix_fraction);
-          TileFeatures fa = features(c, run, alt, alt_gpu, feature_l2_mb);
-          if (!(fa.base_ms > 0)) continue;
-          fa.device_only = f.device_only;
-          if (device) fa.waves = f.waves;
-          add(fa, int(b.alternatives.size()));
-          b.alternatives.push_back(alt);
-        }
-      }
+      add_rows(b, i, c, run, t, run_gpu, f, gpu, cuda, feature_l2_mb, memo);
     }
     return b;
   }
@@ -422,8 +495,13 @@ class NeusightPredictor final : public Predictor {
         else p.tiling.reset();
       }
     }
-    // Skinny matrix-unit GEMMs: the weight stream, in place of a tiled answer.
+    // Skinny matrix-unit GEMMs: the weight stream, in place of a tiled answer on this GPU (but
+    // for the tilings of a GPU of its kind with fewer SMs on which it does not stream, priced
+    // above).
     if (b.gemv_members.empty()) return;
+    std::vector<char> tiled(out.size(), 0);
+    for (int c = 0; c < kNumUtilClasses; ++c)
+      for (size_t i : b.members[c]) tiled[i] = 1;
     std::vector<char> extra;
     std::vector<double> own_sd;
     const std::vector<double> lat = predict_latency_ms(ew, b.gemv_feats, &extra, &own_sd);
@@ -434,6 +512,9 @@ class NeusightPredictor final : public Predictor {
       // libraries' GEMV and split-K kernels reach, below an elementwise stream's bandwidth.
       const double net = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
       const double l = std::max({p.roofline_ms, net, b.gemv_law_ms[j]});
+      if (tiled[b.gemv_members[j]] && p.latency_ms <= l) continue;
+      fixed_part[b.gemv_members[j]] = FixedPart{};
+      p.tiling.reset();
       p.latency_ms = l;
       p.utilization = p.roofline_ms / l;
       p.extrapolated = extra[j] != 0;

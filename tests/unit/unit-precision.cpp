@@ -466,13 +466,19 @@ TEST_CASE("precision: a single tensor-core GEMM runs on the fastest tile the lib
       }));
       const Prediction f = fastest->predict({k}, {t}, g)[0];
       const Prediction c = chosen->predict({k}, {t}, g)[0];
-      CHECK(!c.tiling);
+      // Without the offered tiles a GEMM is priced on its own and those it gets on fewer SMs.
+      if (c.tiling) {
+        const auto fewer = tilings_on_fewer_sms(k, g, [](const Tiling&) { return false; });
+        CHECK(std::any_of(fewer.begin(), fewer.end(), [&](const FewerSmTiling& a) { return same_grid(a.tiling, *c.tiling); }));
+      }
       CHECK(f.latency_ms <= c.latency_ms * (1 + 1e-12));
       // No offered tile is priced faster than the one taken; the one taken is reported.
       for (const Tiling& a : alts) CHECK(f.latency_ms <= chosen->predict({k}, {a}, g)[0].latency_ms * (1 + 1e-9));
       if (f.tiling) {
         ++retiled;
-        CHECK(chosen->predict({k}, {*f.tiling}, g)[0].latency_ms == doctest::Approx(f.latency_ms).epsilon(1e-9));
+        // The tile reported, as the GEMM's own, is priced no slower than reported (faster where
+        // the report priced it on the fewer SMs it is chosen on).
+        CHECK(chosen->predict({k}, {*f.tiling}, g)[0].latency_ms <= f.latency_ms * (1 + 1e-9));
       }
     }
   }

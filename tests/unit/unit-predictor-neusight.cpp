@@ -347,7 +347,7 @@ TEST_CASE("predictor: shipped weights reproduce the benchmark on the unseen A100
   // the shipped weights and the forward-in-time weights. Update them with the weights
   // (predictor/retrain.sh); a change of tiles or features without retraining fails here.
   const std::map<std::string, std::pair<double, double>> expected = {
-      {"bmm", {6.13, 16.66}},         {"linear", {6.62, 7.37}},   {"elementwise", {3.25, 6.40}},
+      {"bmm", {6.13, 16.66}},         {"linear", {6.60, 6.81}},   {"elementwise", {3.25, 6.40}},
       {"softmax", {6.37, 6.78}},      {"layernorm", {6.29, 7.71}}};
   const Gpu g = GpuDatabase::builtin().resolve("a100-80gb");
   const auto rows = test_rows(test::dataset_dir(), "NVIDIA A100 80GB PCIe", 1);

@@ -339,12 +339,12 @@ double tile_flops_per_sm(const Kernel& kr, const Gpu& gpu, const GemmCost& cost,
   return cost.ref_fp32_gflops_per_sm > 0 ? cost.ref_fp32_gflops_per_sm * 1e9 * width : peak_sm;
 }
 
-// The GEMM's tiling; with `alternatives`, on tensor-core candidates, also every offered
-// candidate's tiling at its own best split (the chosen one among them).
-Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table, std::vector<Tiling>* alternatives = nullptr) {
+// The GEMM's choice of candidate and split on `gpu` (of class `cls`); with `alternatives`, on
+// tensor-core candidates, also every offered candidate's at its own best split (the chosen one
+// among them).
+Choice choose_gemm(const Kernel& kr, const Gpu& gpu, const GemmClass& cls, bool tc,
+                   std::vector<Choice>* alternatives = nullptr) {
   const GemmShape& s = kr.gemm;
-  const GemmClass& cls = table.gemm_class(gpu.arch);
-  const bool tc = uses_tensor_cores(kr.dtype, gpu) && !cls.tensor.empty();
   const std::vector<GemmCandidate>& cands = tc ? cls.tensor : cls.simt;
   const bool batched = s.batched || s.batch > 1;
   const double eb = element_bytes(kr.dtype);
@@ -367,8 +367,7 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table, std::
       gemm_rule_split_features(c, cls, gpu, out_tiles, x);
       split = static_cast<int>(std::min<int64_t>(cls.rule.split.eval(x), s.k));
     }
-    best = Choice{&c, std::max(split, 1), false, c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
-    return finish(kr, gpu, best, tc);
+    return Choice{&c, std::max(split, 1), false, c.config.tb_k, blocks_per_sm(c, gpu, in_bytes, c.config.tb_k), 0, 0};
   }
   // Tensor cores: operands that fit in L2 are read from DRAM once whatever the tiling (the
   // tiles' re-reads hit L2); larger ones come back for the tiles that re-read them.
@@ -427,8 +426,24 @@ Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table, std::
     // split_after_tile: the tile is ranked by its unsplit time, then split as it likes best.
     mine.rank = cost.split_after_tile ? unsplit : mine.time;
     if (mine.cand && mine.rank < best.rank) best = mine;
-    if (mine.cand && tc && alternatives) alternatives->push_back(finish(kr, gpu, mine, tc));
+    if (mine.cand && tc && alternatives) alternatives->push_back(mine);
   }
+  return best;
+}
+
+bool uses_tensor_tiles(const Kernel& kr, const Gpu& gpu, const GemmClass& cls) {
+  return uses_tensor_cores(kr.dtype, gpu) && !cls.tensor.empty();
+}
+
+// The GEMM's tiling; with `alternatives`, on tensor-core candidates, also every offered
+// candidate's tiling at its own best split (the chosen one among them).
+Tiling tile_gemm(const Kernel& kr, const Gpu& gpu, const TileTable& table, std::vector<Tiling>* alternatives = nullptr) {
+  const GemmClass& cls = table.gemm_class(gpu.arch);
+  const bool tc = uses_tensor_tiles(kr, gpu, cls);
+  std::vector<Choice> alts;
+  const Choice best = choose_gemm(kr, gpu, cls, tc, alternatives ? &alts : nullptr);
+  if (alternatives)
+    for (const Choice& a : alts) alternatives->push_back(finish(kr, gpu, a, tc));
   return finish(kr, gpu, best, tc);
 }
 
@@ -654,6 +669,57 @@ Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu) { return tile_kernel(ke
 std::vector<Tiling> tile_alternatives(const Kernel& kernel, const Gpu& gpu) {
   std::vector<Tiling> out;
   if (tileable_gemm(kernel)) tile_gemm(kernel, gpu, TileTable::builtin(), &out);
+  return out;
+}
+
+bool same_grid(const Tiling& a, const Tiling& b) {
+  return a.tiles == b.tiles && a.blocks_per_sm == b.blocks_per_sm && a.config.name == b.config.name &&
+         a.config.tb_m == b.config.tb_m && a.config.tb_n == b.config.tb_n && a.config.tb_k == b.config.tb_k &&
+         a.config.split_k == b.config.split_k && a.config.stream_k == b.config.stream_k &&
+         a.config.tensor_core == b.config.tensor_core;
+}
+
+std::vector<FewerSmTiling> tilings_on_fewer_sms(const Kernel& kernel, const Gpu& gpu,
+                                                const std::function<bool(const Tiling&)>& with_alternatives) {
+  std::vector<FewerSmTiling> out;
+  if (kernel.cls != KernelClass::gemm || !tileable_gemm(kernel) || gpu.num_sm <= 1) return out;
+  // The class and the math path follow from the architecture and the dtype alone, the same on
+  // every SM count.
+  const GemmClass& cls = TileTable::builtin().gemm_class(gpu.arch);
+  const bool tc = uses_tensor_tiles(kernel, gpu, cls);
+  // Distinct choices first (a candidate, its split, stream-K and occupancy), tilings at the end.
+  std::vector<Choice> seen;
+  std::vector<std::pair<std::vector<int>, std::vector<int>>> on;  // per seen choice: chosen_on, offered_on
+  auto keep = [&](const Choice& c, int sms, bool chosen) {
+    size_t i = 0;
+    while (i < seen.size() && !(seen[i].cand == c.cand && seen[i].split == c.split && seen[i].stream_k == c.stream_k &&
+                                seen[i].tb_k == c.tb_k && seen[i].bps == c.bps))
+      ++i;
+    if (i == seen.size()) {
+      seen.push_back(c);
+      on.emplace_back();
+    }
+    std::vector<int>& list = chosen ? on[i].first : on[i].second;
+    if (list.empty() || list.back() != sms) list.push_back(sms);
+  };
+  std::vector<Choice> alts;
+  std::vector<std::pair<Choice, bool>> offers;  // with_alternatives of each chosen candidate and split
+  for (int sms = 1; sms < gpu.num_sm; ++sms) {
+    const Gpu small = gpu_with_sms(gpu, sms);
+    alts.clear();
+    const Choice chosen = choose_gemm(kernel, small, cls, tc, tc ? &alts : nullptr);
+    keep(chosen, sms, true);
+    if (alts.empty()) continue;
+    auto asked = std::find_if(offers.begin(), offers.end(), [&](const auto& o) {
+      return o.first.cand == chosen.cand && o.first.split == chosen.split && o.first.stream_k == chosen.stream_k;
+    });
+    if (asked == offers.end()) asked = offers.insert(offers.end(), {chosen, with_alternatives(finish(kernel, gpu, chosen, tc))});
+    if (!asked->second) continue;
+    for (const Choice& a : alts)
+      if (!(a.cand == chosen.cand && a.split == chosen.split && a.stream_k == chosen.stream_k)) keep(a, sms, false);
+  }
+  for (size_t i = 0; i < seen.size(); ++i)
+    out.push_back({finish(kernel, gpu, seen[i], tc), std::move(on[i].first), std::move(on[i].second)});
   return out;
 }
 

@@ -96,6 +96,11 @@ struct Gpu {
 // INT8 rate is DP4A, a SIMT instruction.
 bool has_matrix_units(const Gpu& gpu, DType dtype);
 
+// `gpu` with `sms` SMs of its own: every FLOP rate, the DRAM bandwidth and the board power
+// scaled by sms / num_sm (the per-SM rates, each SM's power and its share of the bandwidth
+// stay), the L2, the memory and everything per SM as they are.
+Gpu gpu_with_sms(const Gpu& gpu, int sms);
+
 // Sets gpu.matrix_width from its peaks, lanes, SMs and clock (done by every loader).
 void freeze_matrix_widths(Gpu& gpu);
 

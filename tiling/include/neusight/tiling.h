@@ -5,7 +5,9 @@
 // size, batch and split-K included) and waves = ceil(tiles / concurrent tiles).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,6 +59,25 @@ Tiling tile_kernel(const Kernel& kernel, const Gpu& gpu);
 // (Gpu::matrix_lanes), so no peak changes the set. Empty for every other kernel (SIMT GEMMs
 // follow the learned rule; vector kernels have one tiling).
 std::vector<Tiling> tile_alternatives(const Kernel& kernel, const Gpu& gpu);
+
+// A GEMM's tiling on the GPUs of `gpu`'s kind with fewer SMs (gpu_with_sms: the same SMs, each
+// at the same rates), and the SM counts of 1 to gpu.num_sm - 1 on which it is tile_kernel's
+// choice or (where `with_alternatives` says so of that choice) one of tile_alternatives'.
+struct FewerSmTiling {
+  Tiling tiling;                    // as it runs on those GPUs (its waves over gpu's SMs)
+  std::vector<int> chosen_on;       // ascending
+  std::vector<int> offered_on;      // ascending; the SM counts it is offered but not chosen on
+  int last() const { return std::max(chosen_on.empty() ? 0 : chosen_on.back(), offered_on.empty() ? 0 : offered_on.back()); }
+};
+// Every distinct such tiling, for a predictor that never predicts a GPU slower than one of its
+// kind with fewer SMs, whatever tile the library's heuristic picks on either: the GPU runs any
+// grid the smaller one runs, each tile at the same rate in no more waves, so the smaller GPU's
+// time for it bounds its own. Empty for every other kernel.
+std::vector<FewerSmTiling> tilings_on_fewer_sms(const Kernel& kernel, const Gpu& gpu,
+                                                const std::function<bool(const Tiling&)>& with_alternatives);
+
+// Whether two tilings are the same grid of the same kernel configuration.
+bool same_grid(const Tiling& a, const Tiling& b);
 
 // The DRAM bytes a kernel moves on `gpu` beyond Kernel::bytes: for each operand with
 // Kernel::l2_reuse entries, the largest miss_bytes among those whose footprint exceeds the
