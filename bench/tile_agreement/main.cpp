@@ -365,6 +365,7 @@ int price_rows(const std::string& path, const std::string& column, Timing timing
   TileTable scratch = TileTable::builtin();
   PrecisionOptions o;
   o.timing = timing;
+  o.fewer_sm_tilings = false;  // each tiling priced as given
   const auto predictor = make_neusight_predictor("", o);
   static const char* kWays[] = {"derived tile", "library's tile", "constant 128x128"};
   std::map<std::string, Errors[3]> by_op;

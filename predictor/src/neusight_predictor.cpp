@@ -201,7 +201,7 @@ class NeusightPredictor final : public Predictor {
   // published formulation.
   const std::vector<FewerSmTiling>& fewer_sm_tilings(const Kernel& run, const Gpu& gpu, TilingMemo& memo) const {
     static const std::vector<FewerSmTiling> none;
-    if (paper_ || run.cls != KernelClass::gemm) return none;
+    if (paper_ || !o_.fewer_sm_tilings || run.cls != KernelClass::gemm) return none;
     const GemmShape& s = run.gemm;
     const ShapeKey key{s.m, s.n, s.k, s.batch, s.batched, int(run.dtype)};
     auto it = memo.find(key);

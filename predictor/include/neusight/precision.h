@@ -124,6 +124,11 @@ struct PrecisionOptions {
   // they expect fastest; off: the tile cost model's choice alone (bench/half_precision prints
   // both).
   bool fastest_tile = true;
+  // A GEMM also priced on the tilings it gets on GPUs of its kind with fewer SMs (tiling.h
+  // tilings_on_fewer_sms), each on the most SMs it is chosen on, the least latency taken, so
+  // that more SMs never predict slower; off: the tiling given (and the tiles offered) alone,
+  // for a bench that prices one tiling against another.
+  bool fewer_sm_tilings = true;
 };
 
 // FP32 SIMT GEMMs: the rate the CUDA cores sustain, as a fraction of the spec-sheet FP32 peak.
