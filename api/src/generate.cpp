@@ -365,16 +365,46 @@ Decoder onnx_decoder(LoadedModel model) {
     layers.insert(std::stoll(m[1].str()));
     values = values || !split || m[2].str() == "value";
   }
-  if (layers.empty()) {
+  // The recurrent layers' states of a hybrid or state-space decoder step (this tool's export:
+  // past_conv_state.N for a layer's convolution, past_ssm_state.N for a Mamba-2 layer's scan,
+  // past_delta_state.N for a gated DeltaNet layer's): [batch, ...] of a fixed size, held whatever
+  // the sequence's length.
+  static const std::regex state_re(R"(past_(conv|ssm|delta)_state\.(\d{1,6}))");
+  std::set<int64_t> state_layers;
+  DType state_dtype = DType::undefined;
+  for (const auto& name : g.inputs) {
+    std::smatch m;
+    if (!std::regex_match(name, m, state_re)) continue;
+    const TensorInfo* t = g.find(name);
+    bool fixed = t && t->has_shape && t->shape.size() >= 2 && (!t->shape[0].known() || t->shape[0].value == 1);
+    double elements = 1;
+    for (size_t i = 1; fixed && i < t->shape.size(); ++i) {
+      fixed = t->shape[i].known() && t->shape[i].value > 0;
+      elements *= double(t->shape[i].value);
+    }
+    if (!fixed) throw InputError(what + ": input '" + name + "' must be [batch, ...] with every other dim a fixed size");
+    d.state_elements += elements;
+    state_layers.insert(std::stoll(m[2].str()));
+    state_dtype = t->dtype;
+  }
+  d.state_layers = static_cast<int64_t>(state_layers.size());
+  if (layers.empty() && !state_layers.empty()) {
+    // A state-space model keeps no keys or values; its states are held in their inputs' type.
+    d.layers = 0;
+    d.kv_heads = d.head_dim = d.kv_tensors = 0;
+    d.kv_dtype = state_dtype;
+  } else if (layers.empty()) {
     static const std::regex cross_re(R"(past_key_values\.\d{1,6}\.(decoder|encoder)\.(key|value))");
     for (const auto& name : g.inputs)
       if (std::regex_match(name, cross_re))
         throw InputError(what + ": an encoder-decoder's decode step ('" + name +
                          "'): --generate needs its encoder too (--encoder encoder_model.onnx, or its config.json with --config)");
-    throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value or past_N inputs)");
+    throw InputError(what + ": --generate needs a decoder with a KV cache (past_key_values.N.key / .value or past_N "
+                            "inputs) or recurrent states (past_conv_state.N, past_ssm_state.N, past_delta_state.N)");
+  } else {
+    d.layers = static_cast<int64_t>(layers.size());
+    if (!values) d.kv_tensors = 1;  // keys alone: a latent cache (MLA)
   }
-  d.layers = static_cast<int64_t>(layers.size());
-  if (!values) d.kv_tensors = 1;  // keys alone: a latent cache (MLA)
   // GroupQueryAttention layers with a local window (onnxruntime-genai's sliding-window layers).
   for (const Node& n : g.nodes) {
     if (n.op_type != "GroupQueryAttention") continue;

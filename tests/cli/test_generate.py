@@ -465,6 +465,32 @@ class Generate(unittest.TestCase):
         b = self.gen_json(step, "--generate", "2048:64", "--dtype", "bf16", "--gpu", "h100")["generation"]
         self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
         self.assertEqual((b["kv_cache"]["window"], b["kv_cache"]["sliding_layers"]), (256, SMALL["num_hidden_layers"]))
+        # Recurrent layers' states (a state-space model's alone, a hybrid's beside the cache) are
+        # the step's past_*_state.N inputs, held as the config's are.
+        for name, cfg in (("mamba2", {"model_type": "mamba2", "hidden_size": 256, "num_hidden_layers": 2,
+                                      "num_heads": 8, "head_dim": 64, "state_size": 64, "n_groups": 2,
+                                      "vocab_size": 1000, "chunk_size": 64}),
+                          ("qwen3_next", {"model_type": "qwen3_next", "hidden_size": 256, "intermediate_size": 512,
+                                          "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+                                          "head_dim": 64, "vocab_size": 1000, "num_experts": 8,
+                                          "num_experts_per_tok": 2, "moe_intermediate_size": 64,
+                                          "shared_expert_intermediate_size": 64, "linear_num_key_heads": 2,
+                                          "linear_num_value_heads": 4, "linear_key_head_dim": 32,
+                                          "linear_value_head_dim": 32})):
+            with self.subTest(model=name):
+                path = os.path.join(self.dir, name + ".json")
+                with open(path, "w") as f:
+                    json.dump(cfg, f)
+                step = os.path.join(self.dir, name + "_step.onnx")
+                rc, so, se = run("export", "--config", path, "--kv-cache", "-o", step)
+                self.assertEqual(rc, 0, se)
+                a = self.gen_json("--config", path, "--generate", "256:32", "--dtype", "bf16", "--gpu", "h100")["generation"]
+                b = self.gen_json(step, "--generate", "256:32", "--dtype", "bf16", "--gpu", "h100")["generation"]
+                self.assertGreater(b["kv_cache"]["state_bytes"], 0)
+                self.assertEqual(a["kv_cache"]["state_bytes"], b["kv_cache"]["state_bytes"])
+                self.assertEqual(a["kv_cache"]["state_layers"], b["kv_cache"]["state_layers"])
+                self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+                self.assertAlmostEqual(a["tpot_ms"], b["tpot_ms"], delta=0.02 * a["tpot_ms"])
 
     def test_optimum_merged_decoder_predicts_like_its_step(self):
         # decoder_model_merged.onnx: an If on use_cache_branch between the step with its cache

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "neusight/neusight.h"
+#include "onnx_proto.h"
 #include "test_util.h"
 
 using namespace neusight;
@@ -256,4 +257,31 @@ TEST_CASE("mamba: Granite 4.0-H mixes tokens with Mamba-2 where layer_types says
   const ModelConfig r = parse_hf_config(rope + "}", "granite-rope");
   CHECK_FALSE(r.no_positions);
   CHECK(r.mamba_head_dim == 2 * 256 / 8);
+}
+
+TEST_CASE("mamba: an exported decode step of a state-space or hybrid model generates as its config does") {
+  // `export --kv-cache` writes a recurrent layer's states as inputs (past_conv_state.N,
+  // past_ssm_state.N, past_delta_state.N): the ONNX decoder holds them as the config's does.
+  const ModelConfig qwen = read_hf_config(test::source_dir() + "/tests/data/qwen3_next_80b_a3b.json");
+  for (const ModelConfig& c : {parse_hf_config(kMamba2, "mamba2"), parse_hf_config(kNemotronH, "nemotron-h"), qwen}) {
+    CAPTURE(c.model_type);
+    const Decoder from_config = config_decoder(c);
+    const Decoder from_onnx = onnx_decoder(load_model_from_proto(from_config.step.proto->model, "step.onnx"));
+    CHECK(from_onnx.layers == from_config.layers);
+    CHECK(from_onnx.state_layers == from_config.state_layers);
+    CHECK(from_onnx.state_elements == from_config.state_elements);
+    CHECK(from_onnx.kv_tensors == from_config.kv_tensors);
+    const GenerationReport a = generate(from_config, 2, 128, 16), b = generate(from_onnx, 2, 128, 16);
+    CHECK(b.kv_cache_bytes == doctest::Approx(a.kv_cache_bytes));
+    CHECK(b.state_bytes == doctest::Approx(a.state_bytes));
+    CHECK(b.state_bytes > 0);
+    CHECK(b.tpot_ms == doctest::Approx(a.tpot_ms).epsilon(0.02));
+  }
+  // A state input must have a fixed size but for its batch.
+  onnx::ModelProto p = config_decoder(parse_hf_config(kMamba2, "mamba2")).step.proto->model;
+  for (auto& in : *p.mutable_graph()->mutable_input())
+    if (in.name() == "past_ssm_state.0") in.mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(2)->set_dim_param("s");
+  CHECK_THROWS_WITH_AS(onnx_decoder(load_model_from_proto(p, "bad.onnx")),
+                       doctest::Contains("past_ssm_state.0' must be [batch, ...] with every other dim a fixed size"),
+                       InputError);
 }
