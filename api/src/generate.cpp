@@ -331,6 +331,37 @@ Decoder mtp_decoder(const ModelConfig& config) {
   return d;
 }
 
+namespace {
+// The recurrent layers' states of a hybrid or state-space decoder step (this tool's export:
+// past_conv_state.N for a layer's convolution, past_ssm_state.N for a Mamba-2 layer's scan,
+// past_delta_state.N for a gated DeltaNet layer's): [batch, ...] of a fixed size, held whatever
+// the sequence's length. Sets d.state_layers and d.state_elements; returns the states' type
+// (undefined without any).
+DType recurrent_state_inputs(const Graph& g, const std::string& what, Decoder& d) {
+  static const std::regex state_re(R"(past_(conv|ssm|delta)_state\.(\d{1,6}))");
+  std::set<int64_t> layers;
+  DType dtype = DType::undefined;
+  for (const auto& name : g.inputs) {
+    std::smatch m;
+    if (!std::regex_match(name, m, state_re)) continue;
+    const TensorInfo* t = g.find(name);
+    bool fixed = t && t->has_shape && t->shape.size() >= 2 && (!t->shape[0].known() || t->shape[0].value == 1);
+    double elements = 1;
+    for (size_t i = 1; fixed && i < t->shape.size(); ++i) {
+      fixed = t->shape[i].known() && t->shape[i].value > 0;
+      elements *= double(t->shape[i].value);
+    }
+    if (!fixed) throw InputError(what + ": input '" + name + "' must be [batch, ...] with every other dim a fixed size");
+    d.state_elements += elements;
+    layers.insert(std::stoll(m[2].str()));
+    dtype = t->dtype;
+  }
+  d.state_layers = static_cast<int64_t>(layers.size());
+  return dtype;
+}
+
+}  // namespace
+
 Decoder onnx_decoder(LoadedModel model) {
   const Graph& g = model.model.graph;
   const std::string what = model.model.path.empty() ? "model" : model.model.path;
@@ -365,30 +396,8 @@ Decoder onnx_decoder(LoadedModel model) {
     layers.insert(std::stoll(m[1].str()));
     values = values || !split || m[2].str() == "value";
   }
-  // The recurrent layers' states of a hybrid or state-space decoder step (this tool's export:
-  // past_conv_state.N for a layer's convolution, past_ssm_state.N for a Mamba-2 layer's scan,
-  // past_delta_state.N for a gated DeltaNet layer's): [batch, ...] of a fixed size, held whatever
-  // the sequence's length.
-  static const std::regex state_re(R"(past_(conv|ssm|delta)_state\.(\d{1,6}))");
-  std::set<int64_t> state_layers;
-  DType state_dtype = DType::undefined;
-  for (const auto& name : g.inputs) {
-    std::smatch m;
-    if (!std::regex_match(name, m, state_re)) continue;
-    const TensorInfo* t = g.find(name);
-    bool fixed = t && t->has_shape && t->shape.size() >= 2 && (!t->shape[0].known() || t->shape[0].value == 1);
-    double elements = 1;
-    for (size_t i = 1; fixed && i < t->shape.size(); ++i) {
-      fixed = t->shape[i].known() && t->shape[i].value > 0;
-      elements *= double(t->shape[i].value);
-    }
-    if (!fixed) throw InputError(what + ": input '" + name + "' must be [batch, ...] with every other dim a fixed size");
-    d.state_elements += elements;
-    state_layers.insert(std::stoll(m[2].str()));
-    state_dtype = t->dtype;
-  }
-  d.state_layers = static_cast<int64_t>(state_layers.size());
-  if (layers.empty() && !state_layers.empty()) {
+  const DType state_dtype = recurrent_state_inputs(g, what, d);
+  if (layers.empty() && d.state_layers > 0) {
     // A state-space model keeps no keys or values; its states are held in their inputs' type.
     d.layers = 0;
     d.kv_heads = d.head_dim = d.kv_tensors = 0;

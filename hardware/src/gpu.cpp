@@ -248,14 +248,26 @@ void freeze_matrix_widths(Gpu& g) {
   for (size_t i = 0; i < g.matrix_width.size(); ++i) g.matrix_width[i] = live_matrix_lanes(g, kMatrixWidthDtypes[i]);
 }
 
+void set_sms(Gpu& g, const Gpu& of, int sms) {
+  if (of.num_sm <= 0) return;
+  const double f = double(sms) / of.num_sm;
+  g.fp32_gflops = of.fp32_gflops * f;
+  g.tf32_gflops = of.tf32_gflops * f;
+  g.fp16_gflops = of.fp16_gflops * f;
+  g.bf16_gflops = of.bf16_gflops * f;
+  g.fp8_gflops = of.fp8_gflops * f;
+  g.fp4_gflops = of.fp4_gflops * f;
+  g.int8_gops = of.int8_gops * f;
+  g.fp16_simt_gflops = of.fp16_simt_gflops * f;
+  g.fp32_matrix_gflops = of.fp32_matrix_gflops * f;
+  g.mem_bw_gbps = of.mem_bw_gbps * f;
+  g.board_power_w = of.board_power_w * f;
+  g.num_sm = sms;
+}
+
 Gpu gpu_with_sms(const Gpu& gpu, int sms) {
   Gpu g = gpu;
-  if (gpu.num_sm <= 0 || sms == gpu.num_sm) return g;
-  const double f = double(sms) / gpu.num_sm;
-  for (double* v : {&g.fp32_gflops, &g.tf32_gflops, &g.fp16_gflops, &g.bf16_gflops, &g.fp8_gflops, &g.fp4_gflops,
-                    &g.int8_gops, &g.fp16_simt_gflops, &g.fp32_matrix_gflops, &g.mem_bw_gbps, &g.board_power_w})
-    *v *= f;
-  g.num_sm = sms;
+  if (sms != gpu.num_sm) set_sms(g, gpu, sms);
   return g;
 }
 

@@ -1,5 +1,6 @@
 // tile.cpp - threadblock tile choice and wave count per kernel class, from tiles.json.
 #include <algorithm>
+#include <array>
 #include <map>
 #include <cmath>
 #include <fstream>
@@ -520,18 +521,27 @@ int RuleTree::eval(const double* x) const {
     return nodes[i].value;
   };
   if (roots.size() <= 1) return walk(0);
-  // Majority vote; forests are small (tens of trees), so count in a flat list.
-  std::vector<std::pair<int, int>> votes;  // (value, count)
+  // Majority vote; forests are small (tens of trees), so count in a flat list, on the stack
+  // for up to 64 distinct answers (a tile index or a split factor).
+  constexpr size_t kOnStack = 64;
+  std::array<std::pair<int, int>, kOnStack> stack_votes;  // (value, count)
+  std::vector<std::pair<int, int>> heap_votes;
+  const bool on_stack = roots.size() <= kOnStack;
+  if (!on_stack) heap_votes.resize(roots.size());
+  std::pair<int, int>* votes = on_stack ? stack_votes.data() : heap_votes.data();
+  size_t n = 0;
   for (int r : roots) {
     const int v = walk(r);
-    auto it = std::find_if(votes.begin(), votes.end(), [v](const auto& p) { return p.first == v; });
-    if (it == votes.end()) votes.emplace_back(v, 1);
-    else ++it->second;
+    size_t i = 0;
+    while (i < n && votes[i].first != v) ++i;
+    if (i == n) votes[n++] = {v, 1};
+    else ++votes[i].second;
   }
-  auto best = votes.begin();
-  for (auto it = votes.begin(); it != votes.end(); ++it)
-    if (it->second > best->second || (it->second == best->second && it->first < best->first)) best = it;
-  return best->first;
+  size_t best = 0;
+  for (size_t i = 1; i < n; ++i)
+    if (votes[i].second > votes[best].second || (votes[i].second == votes[best].second && votes[i].first < votes[best].first))
+      best = i;
+  return votes[best].first;
 }
 
 void gemm_rule_features(const GemmShape& s, const GemmClass& cls, const Gpu& gpu, int64_t out_tiles, double* x) {
@@ -704,8 +714,9 @@ std::vector<FewerSmTiling> tilings_on_fewer_sms(const Kernel& kernel, const Gpu&
   };
   std::vector<Choice> alts;
   std::vector<std::pair<Choice, bool>> offers;  // with_alternatives of each chosen candidate and split
+  Gpu small = gpu;
   for (int sms = 1; sms < gpu.num_sm; ++sms) {
-    const Gpu small = gpu_with_sms(gpu, sms);
+    set_sms(small, gpu, sms);
     alts.clear();
     const Choice chosen = choose_gemm(kernel, small, cls, tc, tc ? &alts : nullptr);
     keep(chosen, sms, true);

@@ -100,6 +100,8 @@ bool has_matrix_units(const Gpu& gpu, DType dtype);
 // scaled by sms / num_sm (the per-SM rates, each SM's power and its share of the bandwidth
 // stay), the L2, the memory and everything per SM as they are.
 Gpu gpu_with_sms(const Gpu& gpu, int sms);
+// The same in place: `g` (a copy of `of`) given `sms` SMs of `of`'s, without copying the rest.
+void set_sms(Gpu& g, const Gpu& of, int sms);
 
 // Sets gpu.matrix_width from its peaks, lanes, SMs and clock (done by every loader).
 void freeze_matrix_widths(Gpu& gpu);
