@@ -1,7 +1,12 @@
 // unit-tiling.cpp - GPU database and tile/wave arithmetic.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "neusight/dataset.h"
 #include "neusight/gpu.h"
@@ -535,4 +540,44 @@ TEST_CASE("tiling: reused operand data comes from DRAM again only where it excee
   Kernel plain = kernel(512);
   plain.l2_reuse.clear();
   CHECK(on_gpu(plain, v100).bytes == plain.bytes);
+}
+
+TEST_CASE("tiling: a GEMM's tilings on fewer SMs are tile_kernel's choice (and the offered tiles) on each smaller GPU") {
+  // tilings_on_fewer_sms against the plain definition: tile_kernel and tile_alternatives on
+  // gpu_with_sms for every SM count below the GPU's, on FP32 SIMT (learned rules), tensor-core
+  // and batched GEMMs of a few architectures.
+  const GpuDatabase& db = GpuDatabase::builtin();
+  std::mt19937_64 rng(7);
+  auto dim = [&](int lo, int hi) { return std::to_string(int64_t(std::exp2(std::uniform_real_distribution<double>(lo, hi)(rng)))); };
+  size_t checked = 0;
+  for (const char* name : {"a100-sxm4-80gb", "h100-sxm", "v100-sxm", "t4", "mi300x", "l4"}) {
+    const Gpu g = db.resolve(name);
+    for (int i = 0; i < 12; ++i) {
+      const bool batched = i % 3 == 2;
+      Kernel k = kernel_from_dataset(batched ? "bmm" : "linear", {{"B", batched ? dim(1, 6) : "1"},
+                                                                   {"M", dim(0, 13)},
+                                                                   {"N", dim(4, 14)},
+                                                                   {"K", dim(4, 14)},
+                                                                   {"dtype", i % 2 ? "bf16" : "fp32"}});
+      auto offered = [](const Tiling& t) { return t.config.tensor_core && t.config.tb_m >= 64; };
+      const auto fewer = tilings_on_fewer_sms(k, g, offered);
+      for (int sms = 1; sms < g.num_sm; ++sms) {
+        const Gpu small = gpu_with_sms(g, sms);
+        std::vector<Tiling> want{tile_kernel(k, small)};
+        if (offered(want[0]))
+          for (const Tiling& a : tile_alternatives(k, small)) want.push_back(a);
+        for (size_t w = 0; w < want.size(); ++w) {
+          ++checked;
+          auto it = std::find_if(fewer.begin(), fewer.end(), [&](const FewerSmTiling& f) { return same_grid(f.tiling, want[w]); });
+          REQUIRE(it != fewer.end());
+          const std::vector<int>& on = w == 0 ? it->chosen_on : it->offered_on;
+          // An offered tile that is also the choice is listed as chosen.
+          if (w > 0 && same_grid(want[w], want[0])) continue;
+          CHECK(std::binary_search(on.begin(), on.end(), sms));
+          CHECK(it->tiling.waves == waves_for(it->tiling.tiles, int64_t(g.num_sm) * it->tiling.blocks_per_sm));
+        }
+      }
+    }
+  }
+  CHECK(checked > 10000);
 }
