@@ -715,7 +715,7 @@ std::vector<FewerSmTiling> tilings_on_fewer_sms(const Kernel& kernel, const Gpu&
   std::vector<Choice> alts;
   std::vector<std::pair<Choice, bool>> offers;  // with_alternatives of each chosen candidate and split
   Gpu small = gpu;
-  for (int sms = 1; sms < gpu.num_sm; ++sms) {
+  for (int sms = 1; sms < std::min(gpu.num_sm, kFewerSmsScanned + 1); ++sms) {
     set_sms(small, gpu, sms);
     alts.clear();
     const Choice chosen = choose_gemm(kernel, small, cls, tc, tc ? &alts : nullptr);

@@ -72,7 +72,10 @@ struct FewerSmTiling {
 // Every distinct such tiling, for a predictor that never predicts a GPU slower than one of its
 // kind with fewer SMs, whatever tile the library's heuristic picks on either: the GPU runs any
 // grid the smaller one runs, each tile at the same rate in no more waves, so the smaller GPU's
-// time for it bounds its own. Empty for every other kernel.
+// time for it bounds its own. SM counts up to kFewerSmsScanned (a device JSON may give up to
+// 2^20; no GPU of the database has more than 304), so that the property is exact up to one
+// more than that. Empty for every other kernel.
+constexpr int kFewerSmsScanned = 1024;
 std::vector<FewerSmTiling> tilings_on_fewer_sms(const Kernel& kernel, const Gpu& gpu,
                                                 const std::function<bool(const Tiling&)>& with_alternatives);
 
