@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <random>
@@ -159,8 +160,15 @@ void report(const char* what, const std::vector<Failure>& bad) {
   CHECK(bad.empty());
 }
 
-// 34 GPUs x 320 kernels = 10,880 kernels per property and timing convention.
-constexpr size_t kPerGpu = 320;
+// 37 GPUs x 320 kernels = 11,840 kernels per property and timing convention. The sanitized
+// suite (scripts/ci_sanitize.sh), which looks for memory and undefined-behaviour errors, sets
+// NEUSIGHT_PROPERTY_KERNELS to draw fewer; the release suite checks the properties in full.
+size_t per_gpu_kernels() {
+  const char* v = std::getenv("NEUSIGHT_PROPERTY_KERNELS");
+  const long n = v ? std::strtol(v, nullptr, 10) : 0;
+  return n > 0 && n < 320 ? size_t(n) : 320;
+}
+const size_t kPerGpu = per_gpu_kernels();
 // Relative tolerance. The networks are smooth but not exactly monotone in their L2-relative
 // inputs: where a footprint crosses the L2 size they can move a latency by parts in 10^9 (a T4
 // FP16 GEMM, 6008 x 92 x 267: 0.02281113716 ms at its L2, 0.02281113728 ms at twice it).
@@ -297,7 +305,7 @@ TEST_CASE("invariants: FLOPs, bandwidth, clock (and board power) all doubled run
     }
   }
   MESSAGE("kernels checked: " << checked);
-  CHECK(checked > 2000);
+  CHECK(checked > 2000 * kPerGpu / 320);
   report("all rates x2", bad);
 }
 
