@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <string>
+#include <unordered_map>
 #include <xtensor-blas/xlinalg.hpp>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xtensor.hpp>
@@ -350,8 +353,11 @@ double interval_log_sd_at(const ClassModel& m, double roofline_ms) {
   return y[i - 1] + t * (y[i] - y[i - 1]);
 }
 
-std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
-                                       std::vector<char>* extrapolated, std::vector<double>* log_sd) {
+namespace {
+
+// The networks over distinct rows (predict_latency_ms below).
+std::vector<double> predict_distinct_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
+                                        std::vector<char>* extrapolated, std::vector<double>* log_sd) {
   const size_t n = f.size();
   std::vector<double> lat(n, 0.0);
   if (extrapolated) extrapolated->assign(n, 0);
@@ -415,6 +421,45 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
     }
   for (double& v : lat) v = std::exp(v / members);
   return lat;
+}
+
+}  // namespace
+
+std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<TileFeatures>& f,
+                                       std::vector<char>* extrapolated, std::vector<double>* log_sd) {
+  // A model repeats its kernels (a layer's GEMMs in every layer, and their tilings on fewer
+  // SMs): rows identical in every field the law reads are evaluated once.
+  std::unordered_map<std::string, size_t> seen;
+  std::vector<size_t> of(f.size());
+  std::vector<TileFeatures> distinct;
+  std::string key(sizeof(TileFeatures::x) + 3 * sizeof(double) + 1, '\0');
+  for (size_t i = 0; i < f.size(); ++i) {
+    char* p = &key[0];
+    std::memcpy(p, f[i].x, sizeof(TileFeatures::x));
+    p += sizeof(TileFeatures::x);
+    for (double v : {f[i].base_ms, f[i].overlap_ms, f[i].waves}) {
+      std::memcpy(p, &v, sizeof v);
+      p += sizeof v;
+    }
+    *p = f[i].device_only ? 1 : 0;
+    const auto [it, added] = seen.emplace(key, distinct.size());
+    if (added) distinct.push_back(f[i]);
+    of[i] = it->second;
+  }
+  if (distinct.size() == f.size()) return predict_distinct_ms(m, f, extrapolated, log_sd);
+  std::vector<char> extra;
+  std::vector<double> sd;
+  const std::vector<double> lat =
+      predict_distinct_ms(m, distinct, extrapolated ? &extra : nullptr, log_sd ? &sd : nullptr);
+  std::vector<double> out(f.size());
+  if (extrapolated) extrapolated->assign(f.size(), 0);
+  if (log_sd) log_sd->assign(f.size(), 0.0);
+  for (size_t i = 0; i < f.size(); ++i) {
+    out[i] = lat[of[i]];
+    if (extrapolated) (*extrapolated)[i] = extra[of[i]];
+    if (log_sd) (*log_sd)[i] = sd[of[i]];
+  }
+  return out;
 }
 
 const std::vector<std::string>& training_devices() {
