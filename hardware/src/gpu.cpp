@@ -251,15 +251,7 @@ void freeze_matrix_widths(Gpu& g) {
 void set_sms(Gpu& g, const Gpu& of, int sms) {
   if (of.num_sm <= 0) return;
   const double f = double(sms) / of.num_sm;
-  g.fp32_gflops = of.fp32_gflops * f;
-  g.tf32_gflops = of.tf32_gflops * f;
-  g.fp16_gflops = of.fp16_gflops * f;
-  g.bf16_gflops = of.bf16_gflops * f;
-  g.fp8_gflops = of.fp8_gflops * f;
-  g.fp4_gflops = of.fp4_gflops * f;
-  g.int8_gops = of.int8_gops * f;
-  g.fp16_simt_gflops = of.fp16_simt_gflops * f;
-  g.fp32_matrix_gflops = of.fp32_matrix_gflops * f;
+  for (double Gpu::*rate : kFlopRates) g.*rate = of.*rate * f;
   g.mem_bw_gbps = of.mem_bw_gbps * f;
   g.board_power_w = of.board_power_w * f;
   g.num_sm = sms;

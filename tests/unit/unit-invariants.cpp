@@ -93,9 +93,7 @@ std::vector<double> predict(const Predictor& p, const std::vector<Kernel>& ks, c
 
 // Every FLOP rate of a GPU (SIMT and matrix units) times f.
 Gpu scale_flops(Gpu g, double f) {
-  for (double* v : {&g.fp32_gflops, &g.tf32_gflops, &g.fp16_gflops, &g.bf16_gflops, &g.fp8_gflops, &g.fp4_gflops,
-                    &g.int8_gops, &g.fp16_simt_gflops, &g.fp32_matrix_gflops})
-    *v *= f;
+  for (double Gpu::*rate : kFlopRates) g.*rate *= f;
   return g;
 }
 

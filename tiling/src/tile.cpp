@@ -698,13 +698,14 @@ std::vector<FewerSmTiling> tilings_on_fewer_sms(const Kernel& kernel, const Gpu&
   const GemmClass& cls = TileTable::builtin().gemm_class(gpu.arch);
   const bool tc = uses_tensor_tiles(kernel, gpu, cls);
   // Distinct choices first (a candidate, its split, stream-K and occupancy), tilings at the end.
+  auto same = [](const Choice& a, const Choice& b) {
+    return a.cand == b.cand && a.split == b.split && a.stream_k == b.stream_k && a.tb_k == b.tb_k && a.bps == b.bps;
+  };
   std::vector<Choice> seen;
   std::vector<std::pair<std::vector<int>, std::vector<int>>> on;  // per seen choice: chosen_on, offered_on
   auto keep = [&](const Choice& c, int sms, bool chosen) {
     size_t i = 0;
-    while (i < seen.size() && !(seen[i].cand == c.cand && seen[i].split == c.split && seen[i].stream_k == c.stream_k &&
-                                seen[i].tb_k == c.tb_k && seen[i].bps == c.bps))
-      ++i;
+    while (i < seen.size() && !same(seen[i], c)) ++i;
     if (i == seen.size()) {
       seen.push_back(c);
       on.emplace_back();
@@ -721,13 +722,11 @@ std::vector<FewerSmTiling> tilings_on_fewer_sms(const Kernel& kernel, const Gpu&
     const Choice chosen = choose_gemm(kernel, small, cls, tc, tc ? &alts : nullptr);
     keep(chosen, sms, true);
     if (alts.empty()) continue;
-    auto asked = std::find_if(offers.begin(), offers.end(), [&](const auto& o) {
-      return o.first.cand == chosen.cand && o.first.split == chosen.split && o.first.stream_k == chosen.stream_k;
-    });
+    auto asked = std::find_if(offers.begin(), offers.end(), [&](const auto& o) { return same(o.first, chosen); });
     if (asked == offers.end()) asked = offers.insert(offers.end(), {chosen, with_alternatives(finish(kernel, gpu, chosen, tc))});
     if (!asked->second) continue;
     for (const Choice& a : alts)
-      if (!(a.cand == chosen.cand && a.split == chosen.split && a.stream_k == chosen.stream_k)) keep(a, sms, false);
+      if (!same(a, chosen)) keep(a, sms, false);
   }
   for (size_t i = 0; i < seen.size(); ++i)
     out.push_back({finish(kernel, gpu, seen[i], tc), std::move(on[i].first), std::move(on[i].second)});

@@ -96,6 +96,11 @@ struct Gpu {
 // INT8 rate is DP4A, a SIMT instruction.
 bool has_matrix_units(const Gpu& gpu, DType dtype);
 
+// Every FLOP rate of a GPU (its CUDA cores' and its matrix units'), for what scales them together.
+inline constexpr double Gpu::*kFlopRates[] = {&Gpu::fp32_gflops, &Gpu::tf32_gflops,      &Gpu::fp16_gflops,
+                                              &Gpu::bf16_gflops, &Gpu::fp8_gflops,       &Gpu::fp4_gflops,
+                                              &Gpu::int8_gops,   &Gpu::fp16_simt_gflops, &Gpu::fp32_matrix_gflops};
+
 // `gpu` with `sms` SMs of its own: every FLOP rate, the DRAM bandwidth and the board power
 // scaled by sms / num_sm (the per-SM rates, each SM's power and its share of the bandwidth
 // stay), the L2, the memory and everything per SM as they are.
