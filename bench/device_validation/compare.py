@@ -260,6 +260,7 @@ def tile_effect(binary, path):
     tool = os.path.join(os.path.dirname(os.path.abspath(binary)), "tile_agreement")
     if not os.path.exists(tool):
         print(f"tile effect: skipped ({tool} not built)")
+        print()
         return
     r = subprocess.run([tool, "--rows", path, "--column", "Latency_graph", "--timing", "kernel"],
                        capture_output=True, text=True)
@@ -271,6 +272,7 @@ def e2e(binary, d, configs, gpu, tmp):
     path = os.path.join(d, "e2e.csv")
     if not os.path.exists(path) or not os.path.isdir(configs):
         print(f"end to end: skipped ({path if not os.path.exists(path) else configs} not found)")
+        print()
         return
     runs = [r for r in read(path) if r.get("latency_ms")]
     print(f"End to end, FP32 PyTorch eager, --gpu {gpu} (training: forward + backward + SGD step)")
