@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #ifndef NEUSIGHT_INSTALL_DATA_DIR
@@ -36,6 +37,46 @@ std::string key(const std::string& s) {
   for (auto& ch : k)
     if (ch == '_' || ch == ' ') ch = '-';
   return k;
+}
+
+// The key without separators: "rtx-4090", "RTX 4090" and "rtx4090" are one name.
+std::string compact(const std::string& s) {
+  std::string k;
+  for (unsigned char ch : s)
+    if (std::isalnum(ch)) k += char(std::tolower(ch));
+  return k;
+}
+
+// The lower-case alphanumeric words of a name but the vendor and brand words.
+std::vector<std::string> model_words(const std::string& s) {
+  static const char* const brands[] = {"nvidia", "amd", "geforce", "tesla", "instinct", "radeon", "quadro"};
+  std::vector<std::string> out;
+  std::string word;
+  auto flush = [&] {
+    if (!word.empty() && std::find(std::begin(brands), std::end(brands), word) == std::end(brands)) out.push_back(word);
+    word.clear();
+  };
+  for (unsigned char ch : s) {
+    if (std::isalnum(ch)) word += char(std::tolower(ch));
+    else flush();
+  }
+  flush();
+  return out;
+}
+
+// The model numbers a user's name carries: each of its model words up to the end of its first
+// run of digits ("h100" of "H100-SXM5", "4090" of "RTX 4090", "mi300" of "MI300"), a word
+// without digits whole. A GPU whose names contain one is a closer suggestion than any
+// name a few edits away ("b100" is one edit from "h100").
+std::vector<std::string> model_numbers(const std::string& s) {
+  std::vector<std::string> out;
+  for (const std::string& word : model_words(s)) {
+    const size_t d = word.find_first_of("0123456789");
+    size_t e = d;
+    while (e < word.size() && std::isdigit(static_cast<unsigned char>(word[e]))) ++e;
+    out.push_back(d == std::string::npos ? word : word.substr(0, e));
+  }
+  return out;
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
@@ -515,7 +556,18 @@ const Gpu* GpuDatabase::find(const std::string& name) const {
     for (const auto& a : g.aliases)
       if (key(a) == k) return &g;
   }
-  return nullptr;
+  // Separators aside ("rtx-4090", "H100 SXM"): the one GPU whose name or alias it is.
+  const std::string c = compact(name);
+  if (c.empty()) return nullptr;
+  const Gpu* hit = nullptr;
+  for (const auto& g : gpus_) {
+    bool named = compact(g.name) == c;
+    for (const auto& a : g.aliases) named = named || compact(a) == c;
+    if (!named) continue;
+    if (hit && hit != &g) return nullptr;  // two GPUs: ambiguous, resolve() lists them
+    hit = &g;
+  }
+  return hit;
 }
 
 Gpu GpuDatabase::resolve(const std::string& name_or_path) const {
@@ -527,14 +579,32 @@ Gpu GpuDatabase::resolve(const std::string& name_or_path) const {
     if (!fs::exists(name_or_path, ec)) throw InputError(name_or_path + ": device JSON not found");
     return load_device_json(name_or_path);
   }
-  // Suggest the closest names.
-  std::vector<std::pair<size_t, std::string>> cands;
-  const std::string k = key(name_or_path);
-  for (const auto& g : gpus_)
-    for (const auto& a : g.aliases) cands.emplace_back(edit_distance(k, key(a)), a);
-  std::sort(cands.begin(), cands.end());
+  // Suggest the closest GPUs, each by its first alias: those whose names contain more of the
+  // name's model numbers first, then the fewest edits between the names without separators.
+  const std::vector<std::string> numbers = model_numbers(name_or_path);
+  std::string c;  // the name without separators, vendor and brand words
+  for (const auto& w : model_words(name_or_path)) c += w;
+  struct Candidate {
+    size_t missing, edits;
+    std::string alias;
+    bool operator<(const Candidate& o) const { return std::tie(missing, edits) < std::tie(o.missing, o.edits); }
+  };
+  std::vector<Candidate> cands;
+  for (const auto& g : gpus_) {
+    std::vector<std::string> names = g.aliases;
+    names.push_back(g.name);
+    Candidate best{numbers.size(), std::string::npos, g.aliases.empty() ? g.name : g.aliases.front()};
+    for (const auto& n : names) {
+      const std::string cn = compact(n);
+      size_t missing = 0;
+      for (const auto& m : numbers) missing += cn.find(m) == std::string::npos ? 1 : 0;
+      best = std::min(best, Candidate{missing, edit_distance(c, cn), best.alias});
+    }
+    cands.push_back(best);
+  }
+  std::stable_sort(cands.begin(), cands.end());
   std::string hint;
-  for (size_t i = 0; i < cands.size() && i < 3; ++i) hint += (i ? ", " : "") + cands[i].second;
+  for (size_t i = 0; i < cands.size() && i < 3; ++i) hint += (i ? ", " : "") + cands[i].alias;
   throw InputError("unknown GPU '" + name_or_path + "' (closest: " + hint + "; `neusight-onnx gpus` lists all)");
 }
 

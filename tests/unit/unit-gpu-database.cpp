@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cctype>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -103,7 +104,7 @@ TEST_CASE("gpu database: aliases are unique, short aliases lower case without ve
     CHECK(s.find("amd") == std::string::npos);
     CHECK(s.find("tesla") == std::string::npos);
   }
-  // The GPUs the project promises (CLI_CONTRACT / issue #5).
+  // The GPUs the project promises (CLI_CONTRACT).
   for (const char* a : {"p100", "v100", "v100-sxm", "v100-pcie", "t4", "a10", "a10g", "a100-40gb", "a100-80gb", "a100-sxm-80gb",
                         "a100", "a40", "a6000", "l4", "l40s", "rtx3090", "rtx4090", "rtx5090", "h100", "h100-pcie", "h100-nvl",
                         "h200", "h20", "b200", "b100", "gb200", "mi100", "mi210", "mi250x", "mi300x", "mi325x"}) {
@@ -111,6 +112,54 @@ TEST_CASE("gpu database: aliases are unique, short aliases lower case without ve
     CHECK(db.find(a) != nullptr);
   }
   CHECK(db.resolve("h100").name == "NVIDIA H100 80GB HBM3");
+}
+
+TEST_CASE("gpu database: names resolve whatever their separators; an unknown name suggests the GPUs of its model number") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  // Without separators every name and alias still names one GPU.
+  std::map<std::string, std::string> seen;
+  for (const Gpu& g : db.all()) {
+    std::set<std::string> own;
+    for (const auto& a : g.aliases) own.insert(a);
+    own.insert(g.name);
+    std::set<std::string> keys;
+    for (const auto& a : own) {
+      std::string k;
+      for (unsigned char ch : a)
+        if (std::isalnum(ch)) k += char(std::tolower(ch));
+      keys.insert(k);
+    }
+    for (const auto& k : keys) {
+      INFO(k << " of " << g.name);
+      CHECK(seen.count(k) == 0);
+      seen[k] = g.name;
+    }
+  }
+  CHECK(db.resolve("rtx-4090").name == "NVIDIA GeForce RTX 4090");
+  CHECK(db.resolve("RTX 4090").name == "NVIDIA GeForce RTX 4090");
+  CHECK(db.resolve("h100sxm").name == "NVIDIA H100 80GB HBM3");
+  CHECK(db.resolve("H100 SXM5").name == "NVIDIA H100 80GB HBM3");
+  CHECK(db.resolve("A100 SXM4 80GB").name == "NVIDIA A100-SXM4-80GB");
+  CHECK(db.resolve("h800").name == "NVIDIA H800");
+  CHECK(db.resolve("a800").name == "NVIDIA A800-SXM4-80GB");
+  CHECK(db.resolve("a30").name == "NVIDIA A30");
+  // One line naming three GPUs, the one that carries the name's model number first.
+  auto hint = [&](const std::string& name) {
+    try {
+      db.resolve(name);
+    } catch (const InputError& e) {
+      const std::string m = e.what();
+      const size_t at = m.find("closest: ");
+      return at == std::string::npos ? m : m.substr(at + 9, m.find(';', at) - at - 9);
+    }
+    return std::string("resolved");
+  };
+  CHECK(hint("4090") == "rtx4090, p100, v100");
+  CHECK(hint("NVIDIA H100").rfind("h100, ", 0) == 0);
+  CHECK(hint("mi300").rfind("mi300x, ", 0) == 0);
+  CHECK(hint("h100-hbm2e").rfind("h100", 0) == 0);
+  CHECK(hint("nvidia b300").rfind("b", 0) == 0);
+  CHECK_THROWS_AS(db.resolve("xyz"), InputError);
 }
 
 // Entries whose SM structure the database corrects against the dataset's device JSON. For them

@@ -158,7 +158,7 @@ void report(const char* what, const std::vector<Failure>& bad) {
   CHECK(bad.empty());
 }
 
-// 37 GPUs x 320 kernels = 11,840 kernels per property and timing convention. The sanitized
+// 40 GPUs x 320 kernels = 12,800 kernels per property and timing convention. The sanitized
 // suite (scripts/ci_sanitize.sh), which looks for memory and undefined-behaviour errors, sets
 // NEUSIGHT_PROPERTY_KERNELS to draw fewer; the release suite checks the properties in full.
 size_t per_gpu_kernels() {
