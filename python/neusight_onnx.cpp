@@ -335,7 +335,7 @@ Decoder source_decoder(const std::optional<ConfigSource>& cfg, const ModelSource
                        const Options& opt, std::vector<std::string>& notes, std::optional<ModelConfig>* target = nullptr) {
   if (cfg) {
     const ModelConfig c = cli::with_image_options(cfg->read(), opt);
-    notes = cli::config_notes(c, opt);
+    notes = cli::config_notes(c, opt, true);
     if (target) *target = c;
     return config_decoder(c);
   }

@@ -320,9 +320,11 @@ LoadedModel load_config_model(const ModelConfig& given, const Options& opt, cons
   return loaded;
 }
 
-std::vector<std::string> config_notes(const ModelConfig& cfg, const Options& opt) {
+std::vector<std::string> config_notes(const ModelConfig& cfg, const Options& opt, bool serving) {
   std::vector<std::string> notes;
-  for (const std::string& n : {opt.dtype == DType::undefined ? config_dtype_note(cfg) : std::string(),
+  const std::string dtype_note =
+      opt.dtype != DType::undefined ? std::string() : serving ? config_serving_dtype_note(cfg) : config_dtype_note(cfg);
+  for (const std::string& n : {dtype_note,
                                config_parallel_note(cfg, opt.parallel.tp), config_quantization_note(cfg),
                                config_multimodal_note(cfg)})
     if (!n.empty()) notes.push_back(n);

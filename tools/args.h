@@ -62,9 +62,10 @@ LoadedModel load_config_model(const std::string& config_path, const Options& opt
 LoadedModel load_config_model(const ModelConfig& config, const Options& opt, const std::string& dims_error,
                               std::vector<std::string>& notes);
 // What a report of a config's model says about the config: config_dtype_note's line when no
-// --dtype was given, config_parallel_note's under --parallel tp, config_quantization_note's,
+// --dtype was given (config_serving_dtype_note's for a generation, `serving`),
+// config_parallel_note's under --parallel tp, config_quantization_note's,
 // config_multimodal_note's (each only when not empty).
-std::vector<std::string> config_notes(const ModelConfig& config, const Options& opt);
+std::vector<std::string> config_notes(const ModelConfig& config, const Options& opt, bool serving = false);
 
 // Each distinct warning of the reports once on stderr ("neusight-onnx: warning: PREFIX..."),
 // in order; a model's own warnings come with every GPU's report.

@@ -331,7 +331,7 @@ Decoder load_decoder(const std::string& path, bool config, const Options& opt, s
   const ModelConfig cfg = with_image_options(read_hf_config(path), opt);
   if (config_out) *config_out = cfg;
   Decoder d = config_decoder(cfg);
-  notes = config_notes(cfg, opt);
+  notes = config_notes(cfg, opt, true);
   return d;
 }
 

@@ -1,6 +1,7 @@
 // generate.cpp - an LLM generation: one prefill of the prompt, then decode steps of one token
 // per sequence reading a growing KV cache; a few decode steps predicted, the rest interpolated.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -297,6 +298,7 @@ Decoder config_decoder(const ModelConfig& config) {
   d.kv_heads = encoder_decoder ? config.heads : config.kv_heads;
   d.head_dim = config.head_dim;
   d.kv_dtype = DType::f32;
+  d.serving_dtype = config_serving_dtype(config);
   if (config.tie_embeddings) d.tied_head_weight = config.model_type == "whisper" ? "proj_out.weight" : "lm_head.weight";
   if (config.kv_lora_rank > 0) {  // MLA: one latent of kv_lora_rank + qk_rope per token
     d.kv_heads = 1;
@@ -426,14 +428,18 @@ Decoder onnx_decoder(LoadedModel model) {
   if (d.sliding_layers == 0) {
     const auto& meta = model.model.metadata;
     const auto w = meta.find("neusight.sliding_window"), n = meta.find("neusight.sliding_layers");
-    if (w != meta.end() && n != meta.end()) {
-      char* end_w = nullptr;
-      char* end_n = nullptr;
-      const long long window = std::strtoll(w->second.c_str(), &end_w, 10), layers = std::strtoll(n->second.c_str(), &end_n, 10);
-      if (*end_w == '\0' && *end_n == '\0' && window > 0 && layers > 0) {
-        d.window = window;
-        d.sliding_layers = layers;
-      }
+    // A positive decimal integer below 2^62, or 0 (the pair is then ignored).
+    auto positive = [](const std::string& text) -> int64_t {
+      errno = 0;
+      char* end = nullptr;
+      const long long v = std::strtoll(text.c_str(), &end, 10);
+      return errno == 0 && end != text.c_str() && *end == '\0' && v > 0 && v < (int64_t(1) << 62) ? v : 0;
+    };
+    const int64_t window = w != meta.end() ? positive(w->second) : 0;
+    const int64_t layers = n != meta.end() ? positive(n->second) : 0;
+    if (window > 0 && layers > 0) {
+      d.window = window;
+      d.sliding_layers = layers;
     }
   }
   d.sliding_layers = std::min(d.sliding_layers, d.layers);
@@ -911,8 +917,11 @@ Report predict_generation_for_tpot(const Decoder& decoder, const Options& option
   return best;
 }
 
-std::vector<Report> predict_generations(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+std::vector<Report> predict_generations(const Decoder& decoder, const Options& given, const GenerationOptions& gen,
                                         const Decoder* draft, const std::vector<Gpu>& gpus, double tpot_slo_ms) {
+  Options options = given;
+  const bool served = options.dtype == DType::undefined && decoder.serving_dtype != DType::undefined;
+  if (served) options.dtype = decoder.serving_dtype;
   std::vector<Report> reports;
   if (tpot_slo_ms > 0) {
     std::map<int64_t, GenerationAnalysis> analyses;  // shared by the GPUs
@@ -922,6 +931,8 @@ std::vector<Report> predict_generations(const Decoder& decoder, const Options& o
     const GenerationAnalysis analysis = prepare_generation(decoder, options, gen, draft);
     for (const auto& gpu : gpus) reports.push_back(predict_generation(analysis, decoder, gpu, options));
   }
+  if (served)
+    for (Report& r : reports) r.dtype_source = DTypeSource::config;
   return reports;
 }
 

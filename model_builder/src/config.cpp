@@ -1955,6 +1955,14 @@ std::string config_dtype_note(const ModelConfig& c) {
   return c.source + " stores its weights in " + c.torch_dtype + "; predicted in fp32, as PyTorch's from_pretrained loads it by default (--dtype " + flag + " for " + c.torch_dtype + ")";
 }
 
+DType config_serving_dtype(const ModelConfig& c) { return c.torch_dtype == "bfloat16" ? DType::bf16 : DType::f16; }
+
+std::string config_serving_dtype_note(const ModelConfig& c) {
+  if (c.torch_dtype == "bfloat16" || c.torch_dtype == "float16") return "";
+  return c.source + (c.torch_dtype.empty() ? " names no torch_dtype (an FP32 checkpoint)" : " stores its weights in " + c.torch_dtype) +
+         "; served in fp16, as vLLM's --dtype auto loads such a checkpoint (--dtype fp32 to keep FP32)";
+}
+
 std::string config_parallel_note(const ModelConfig& c, int tp) {
   if (tp <= 1) return "";
   std::vector<std::string> bad;

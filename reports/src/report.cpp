@@ -19,6 +19,7 @@ const char* dtype_source_name(DTypeSource s) {
     case DTypeSource::option: return "--dtype";
     case DTypeSource::weights: return "weights";
     case DTypeSource::inputs: return "inputs";
+    case DTypeSource::config: return "config";
     case DTypeSource::fallback: break;
   }
   return "default";
@@ -26,6 +27,7 @@ const char* dtype_source_name(DTypeSource s) {
 
 std::string dtype_label(const Report& r) {
   std::string out = std::string(dtype_name(r.dtype)) + " (" + dtype_source_name(r.dtype_source);
+  if (r.dtype_source == DTypeSource::config) out += ", as vLLM's --dtype auto serves it";
   if (r.dtype_source == DTypeSource::option && narrow_weight_gemms(r.dtype))
     out += std::string(": the weights' GEMMs; the rest ") + dtype_name(activation_dtype(r.dtype));
   return out + ")";

@@ -131,7 +131,7 @@ class Generate(unittest.TestCase):
         g = self.gen_json("--config", t5, "--generate", "100:10", "--batch", "2", "--gpu", "h100")["generation"]
         self.assertTrue(g["kv_cache"]["encoder_decoder"])
         self.assertEqual(g["kv_cache"]["layers"], 3)
-        self.assertEqual(g["kv_cache_bytes"], 2 * 3 * 4 * 32 * (1 + 10 + 100) * 2 * 4)
+        self.assertEqual(g["kv_cache_bytes"], 2 * 3 * 4 * 32 * (1 + 10 + 100) * 2 * 2)  # served in fp16
         self.assertEqual([s["kv_len"] for s in g["decode_samples"]][::len(g["decode_samples"]) - 1], [1, 10])
         rc, so, se = run("--config", t5, "--generate", "100:10", "--gpu", "h100")
         self.assertEqual(rc, 0, se)
@@ -144,7 +144,7 @@ class Generate(unittest.TestCase):
                        "decoder_ffn_dim": 128, "vocab_size": 500, "num_mel_bins": 16, "max_source_positions": 50}, f)
         w = self.gen_json("--config", whisper, "--generate", "4:20", "--gpu", "h100")["generation"]
         self.assertEqual((w["kv_cache"]["decoder_tokens"], w["kv_cache"]["encoder_tokens"]), (24, 50))
-        self.assertEqual(w["kv_cache_bytes"], 2 * 2 * 4 * 16 * (4 + 20 + 50) * 4)
+        self.assertEqual(w["kv_cache_bytes"], 2 * 2 * 4 * 16 * (4 + 20 + 50) * 2)  # served in fp16
         self.assertEqual(w["decode_samples"][0]["kv_len"], 4)
         rc, so, se = run("--config", whisper, "--generate", "400:100", "--gpu", "h100")
         self.assertEqual(rc, 2, se)
@@ -162,11 +162,16 @@ class Generate(unittest.TestCase):
     def test_json_generation_object_and_defaults(self):
         r = self.gen_json("--config", self.small, "--generate", "64:16", "--batch", "2", "--gpu", "h100")
         g = r["generation"]
-        self.assertIn("not as FlashAttention, which runs 16-bit", g["execution"])  # the config's graph is FP32 (no --dtype)
+        # Served as vLLM's --dtype auto loads the checkpoint: its torch_dtype, float16.
+        self.assertEqual((r["dtype"], r["dtype_source"]), ("fp16", "config"))
+        self.assertIn("FlashAttention, fused kernels (--fusion full)", g["execution"])
         for k in KEYS:
             self.assertIn(k, g)
             self.assertGreater(g[k], 0)
-        self.assertEqual(g["kv_cache_bytes"], 2 * 2 * 2 * 64 * (64 + 16) * 2 * 4)  # FP32 graph (no --dtype)
+        self.assertEqual(g["kv_cache_bytes"], 2 * 2 * 2 * 64 * (64 + 16) * 2 * 2)
+        f32 = self.gen_json("--config", self.small, "--generate", "64:16", "--batch", "2", "--gpu", "h100", "--dtype", "fp32")
+        self.assertIn("not as FlashAttention, which runs 16-bit", f32["generation"]["execution"])
+        self.assertEqual(f32["generation"]["kv_cache_bytes"], 2 * g["kv_cache_bytes"])
         self.assertAlmostEqual(g["total_ms"], g["ttft_ms"] + 16 * g["tpot_ms"], places=6)
         self.assertAlmostEqual(g["tokens_per_s"], 2 * 16 / (g["total_ms"] / 1000), places=3)
         for k in ["ttft_ms", "tpot_ms", "total_ms"]:  # each with its 80% interval, summed as it is
@@ -188,6 +193,48 @@ class Generate(unittest.TestCase):
                           "--timing", "device")["generation"]
         self.assertIn("--fusion eager", e["execution"])
         self.assertIn("device timing", e["execution"])
+
+    def test_a_config_is_served_in_the_dtype_vllm_loads_it_in(self):
+        # vLLM's --dtype auto: a bfloat16 or float16 checkpoint in its own dtype, an FP32 one
+        # (or a config naming none) in FP16; --dtype overrides it. Not the analysis of a
+        # config (--batch --seq), which runs as PyTorch's from_pretrained loads it: FP32.
+        cases = (("bfloat16", [], "bf16", "config", None),
+                 ("float32", [], "fp16", "config", "served in fp16, as vLLM's --dtype auto"),
+                 (None, [], "fp16", "config", "names no torch_dtype"),
+                 ("bfloat16", ["--dtype", "fp32"], "fp32", "--dtype", None))
+        for torch_dtype, flags, dtype, source, note in cases:
+            with self.subTest(torch_dtype=torch_dtype, flags=flags):
+                cfg = dict(SMALL)
+                cfg.pop("torch_dtype")
+                if torch_dtype:
+                    cfg["torch_dtype"] = torch_dtype
+                path = os.path.join(self.dir, "served.json")
+                with open(path, "w") as f:
+                    json.dump(cfg, f)
+                r = self.gen_json("--config", path, "--generate", "64:8", "--gpu", "h100", *flags)
+                self.assertEqual((r["dtype"], r["dtype_source"]), (dtype, source))
+                dtype_notes = [w for w in r["warnings"] if "torch_dtype" in w or "stores its weights" in w]
+                self.assertEqual(len(dtype_notes), 1 if note else 0, dtype_notes)
+                if note:
+                    self.assertIn(note, dtype_notes[0])
+                rc, so, se = run("--config", path, "--generate", "64:8", "--gpu", "h100", *flags)
+                self.assertEqual(rc, 0, se)
+                label = "as vLLM's --dtype auto serves it" if source == "config" else "(--dtype)"
+                self.assertIn(f"new tokens, {dtype} ", so)
+                self.assertIn(label, so)
+                a = self.gen_json("--config", path, "--batch", "1", "--seq", "64", "--gpu", "h100", *flags)
+                self.assertEqual(a["dtype"], "fp32" if not flags else dtype)
+        # compare --generate serves each config in its own dtype.
+        bf16 = os.path.join(self.dir, "bf16.json")
+        with open(bf16, "w") as f:
+            json.dump({**SMALL, "torch_dtype": "bfloat16"}, f)
+        out = os.path.join(self.dir, "c.json")
+        rc, so, se = run("compare", self.small, bf16, "--generate", "64:8", "--gpu", "h100", "--json", out, "--quiet")
+        self.assertEqual(rc, 0, se)
+        with open(out) as f:
+            text = f.read()
+        self.assertIn('"fp16"', text)
+        self.assertIn('"bf16"', text)
 
     def test_terminal_gpu_list_and_html(self):
         html = os.path.join(self.dir, "g.html")
@@ -357,7 +404,7 @@ class Generate(unittest.TestCase):
         self.assertFalse([w for w in self.gen_json(*args, "--kv-dtype", "fp8")["warnings"] if "--kv-dtype" in w])
         # An FP32 model's attention (MatMul and Softmax) reads the cache in FP32: the memory
         # changes, the time does not, and the report says so.
-        f32 = ("--config", self.small, "--generate", "1024:16", "--batch", "4", "--gpu", "h100")
+        f32 = ("--config", self.small, "--generate", "1024:16", "--batch", "4", "--gpu", "h100", "--dtype", "fp32")
         plain, narrow = self.gen_json(*f32), self.gen_json(*f32, "--kv-dtype", "fp8")
         self.assertEqual(narrow["generation"]["tpot_ms"], plain["generation"]["tpot_ms"])
         self.assertLess(narrow["generation"]["kv_cache_bytes"], plain["generation"]["kv_cache_bytes"])

@@ -121,6 +121,10 @@ struct Decoder {
   int64_t state_layers = 0;
   double state_elements = 0;
   DType kv_dtype = DType::f32;   // the cache's stored element type (--dtype overrides it)
+  // The dtype a serving engine loads the checkpoint in when --dtype is not given (a config's:
+  // vLLM's --dtype auto, its torch_dtype, FP16 for an FP32 or unnamed one); undefined: the
+  // graph's own (an ONNX decoder's weights). predict_generations applies it.
+  DType serving_dtype = DType::undefined;
   // The prompt tokens one image fills (LLaVA: its vision tower runs in the prefill); 0: none.
   int64_t image_tokens = 0;
   // The positions a sequence may hold when they are learned (GPT-2's, OPT's and GPTBigCode's
@@ -227,7 +231,8 @@ Report predict_generation_for_tpot(const Decoder& decoder, const Options& option
                                    const Decoder* draft, const Gpu& gpu, double tpot_slo_ms,
                                    std::map<int64_t, GenerationAnalysis>* cache = nullptr);
 // One generation per GPU: at options.dims.batch, or (tpot_slo_ms > 0) at the batch
-// predict_generation_for_tpot finds for each.
+// predict_generation_for_tpot finds for each. Without options.dtype, in the decoder's
+// serving_dtype where it has one (the reports' dtype_source: config).
 std::vector<Report> predict_generations(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
                                         const Decoder* draft, const std::vector<Gpu>& gpus, double tpot_slo_ms = 0);
 

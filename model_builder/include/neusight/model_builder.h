@@ -404,6 +404,13 @@ bool supports_kv_cache(const ModelConfig& config);
 // (`torch_dtype` float16 / bfloat16) made without --dtype: it runs in FP32, as PyTorch loads
 // it by default, and `--dtype` names the flag for the stored precision. Empty otherwise.
 std::string config_dtype_note(const ModelConfig& config);
+// The dtype a serving engine loads the checkpoint in by default (vLLM's --dtype auto): its
+// `torch_dtype` bfloat16 or float16, FP16 for float32 or none (older configs, GPT-2's among
+// them, name none; their checkpoints are FP32).
+DType config_serving_dtype(const ModelConfig& config);
+// The note of a generation (serving) of a config whose checkpoint is not stored in 16 bits,
+// made without --dtype: served in FP16 as above, `--dtype fp32` to keep FP32. Empty otherwise.
+std::string config_serving_dtype_note(const ModelConfig& config);
 // A warning when tensor parallelism over `tp` GPUs cannot split the model as Megatron and
 // vLLM require: tp must divide the attention heads and the MLP's (and an expert's)
 // intermediate size, and the KV heads or be a multiple of them (vLLM replicates KV heads over

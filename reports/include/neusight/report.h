@@ -139,9 +139,10 @@ struct GenerationReport {
 
 // Why the model was predicted in its dtype: the --dtype option, the float dtype most of the
 // model's weights (elements) are stored in, its float inputs when it has no float weights,
-// or FP32 when it has neither.
-enum class DTypeSource { option, weights, inputs, fallback };
-const char* dtype_source_name(DTypeSource s);  // "--dtype", "weights", "inputs", "default"
+// FP32 when it has neither, or (a generation of a Hugging Face config) the dtype a serving
+// engine loads its checkpoint in (Decoder::serving_dtype).
+enum class DTypeSource { option, weights, inputs, fallback, config };
+const char* dtype_source_name(DTypeSource s);  // "--dtype", "weights", "inputs", "default", "config"
 
 struct Report {
   Gpu gpu;
