@@ -454,16 +454,43 @@ void Lowering::if_branches(const Graph& g, const Node& n, int index, std::vector
     }
     return;
   }
-  // Otherwise one branch runs; the cost is that of the dearer branch (a bound, noted).
-  std::vector<Kernel> then_k, else_k;
-  lower_branch(n.attr("then_branch"), then_k);
-  lower_branch(n.attr("else_branch"), else_k);
-  const bool pick_then = body_cost_rank(then_k) >= body_cost_rank(else_k);
+  // Otherwise one branch runs; the cost is that of the dearer branch (a bound, noted). Each
+  // branch is lowered with unknown ops and warnings of its own, and only the priced branch's
+  // are reported: the other's say nothing of what is predicted (a branch whose shapes cannot be
+  // inferred for these inputs, e.g. an input length only the other branch takes, would list
+  // every op type in it as unknown).
+  struct Branch {
+    std::vector<Kernel> ks;
+    std::set<std::string> unknown;
+    std::vector<std::string> warnings;
+  };
+  auto lower_apart = [&](const char* attr) {
+    Branch b;
+    std::swap(unknown, b.unknown);
+    std::swap(warnings, b.warnings);
+    lower_branch(n.attr(attr), b.ks);
+    std::swap(unknown, b.unknown);
+    std::swap(warnings, b.warnings);
+    return b;
+  };
+  Branch then_b = lower_apart("then_branch"), else_b = lower_apart("else_branch");
+  const bool pick_then = body_cost_rank(then_b.ks) >= body_cost_rank(else_b.ks);
+  Branch& picked = pick_then ? then_b : else_b;
+  const Branch& other = pick_then ? else_b : then_b;
+  unknown.insert(picked.unknown.begin(), picked.unknown.end());
+  for (auto& w : picked.warnings) warnings.push_back(std::move(w));
   const std::string cond_name = n.inputs.empty() ? "" : n.inputs[0];
-  warnings.push_back("If '" + n.name + "': condition '" + cond_name +
-                     "' is not known before the run, so the dearer branch (" + (pick_then ? "then" : "else") +
-                     ") is priced" + value_hint(g, source_inputs(g, cond_name)));
-  for (Kernel k : pick_then ? then_k : else_k) {
+  const auto unpriced = std::count_if(other.ks.begin(), other.ks.end(), [](const Kernel& k) { return k.cls == KernelClass::unknown; });
+  std::string ops;  // the other branch's op types without kernels, a few of them
+  for (const auto& u : other.unknown) ops += (ops.empty() ? "" : ", ") + u;
+  const std::string why =
+      unpriced > 0 ? " and " + std::to_string(unpriced) + " of its " + (pick_then ? "else" : "then") +
+                         " branch's kernels cannot be priced for these inputs (" + ops +
+                         ": shapes not inferred or no kernel rule), so the " + (pick_then ? "then" : "else") + " branch is priced"
+                   : std::string(", so the dearer branch (") + (pick_then ? "then" : "else") + ") is priced";
+  warnings.push_back("If '" + n.name + "': condition '" + cond_name + "' is not known before the run" + why +
+                     value_hint(g, source_inputs(g, cond_name)));
+  for (Kernel k : picked.ks) {
     k.note = std::string(pick_then ? "then" : "else") + " branch (the dearer one)" + (k.note.empty() ? "" : "; " + k.note);
     out.push_back(k);
   }

@@ -121,14 +121,36 @@ void rule_if(Ctx& c) {
   Graph a = *then_g, b = *else_g;
   const auto* cond = c.value(0);
   const bool pick = cond && cond->size() == 1;
-  if (!pick || (*cond)[0]) infer_subgraph(c, a);
-  if (!pick || !(*cond)[0]) infer_subgraph(c, b);
+  // With the condition unknown, a branch whose shapes are impossible for these inputs (a
+  // Reshape no element count fits, an input length only the other branch takes) is not the
+  // one that runs: the If is the other branch, and a warning says so. Both impossible (or a
+  // known condition's branch): the error stands.
+  std::string then_error, else_error;
+  auto infer_branch = [&](Graph& body, std::string& error) {
+    if (pick) return infer_subgraph(c, body);
+    try {
+      infer_subgraph(c, body);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  };
+  if (!pick || (*cond)[0]) infer_branch(a, then_error);
+  if (!pick || !(*cond)[0]) infer_branch(b, else_error);
+  if (!then_error.empty() && !else_error.empty()) throw InputError(then_error);
+  const bool only_then = !else_error.empty(), only_else = !then_error.empty();
+  if (only_then || only_else)
+    c.result.warnings.push_back({WarningCode::branch_infeasible,
+                                 "If '" + c.n.name + "': its " + (only_then ? "else" : "then") +
+                                     " branch cannot run on these inputs (" + (only_then ? else_error : then_error) +
+                                     "), so the If is its " + (only_then ? "then" : "else") + " branch"});
   for (size_t i = 0; i < c.num_out(); ++i) {
     if (pick) copy_to_out(c, i, body_out((*cond)[0] ? a : b, i));
+    else if (only_then || only_else) copy_to_out(c, i, body_out(only_then ? a : b, i));
     else copy_to_out(c, i, join(body_out(a, i), body_out(b, i)));
   }
-  // The branches that may run keep their shapes (a branch never taken stays as loaded).
-  const bool then_runs = !pick || (*cond)[0], else_runs = !pick || !(*cond)[0];
+  // The branches that may run keep their shapes (a branch never taken, or impossible for
+  // these inputs, stays as loaded).
+  const bool then_runs = (!pick || (*cond)[0]) && !only_else, else_runs = (!pick || !(*cond)[0]) && !only_then;
   if (then_runs) keep_body(c, "then_branch", std::move(a));
   if (else_runs) keep_body(c, "else_branch", std::move(b));
 }

@@ -214,3 +214,65 @@ print("ok")
 
 if __name__ == "__main__":
     unittest.main()
+
+
+# An If on a graph input whose else branch cannot run on the inputs given: it reshapes x
+# [1, 512] into rows of 300 (a length only the other branch takes, as a voice-activity
+# detector's 8 kHz branch takes 256 samples where its 16 kHz one takes 512), and holds an If
+# of its own on another graph input.
+MAKE_INFEASIBLE = r"""
+import sys, numpy as np, onnx
+from onnx import helper, TensorProto, numpy_helper
+F = TensorProto.FLOAT
+inner_then = helper.make_graph([helper.make_node("Relu", ["r"], ["a"], name="inner_relu")], "inner_then", [],
+                               [helper.make_tensor_value_info("a", F, [None, None])])
+inner_else = helper.make_graph([helper.make_node("Sigmoid", ["r"], ["b"], name="inner_sigmoid")], "inner_else", [],
+                               [helper.make_tensor_value_info("b", F, [None, None])])
+then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"], name="mm")], "then", [],
+                           [helper.make_tensor_value_info("t", F, [None, None])])
+else_g = helper.make_graph([helper.make_node("Reshape", ["x", "rows300"], ["r"], name="reshape"),
+                            helper.make_node("If", ["flag"], ["e"], name="nested", then_branch=inner_then,
+                                             else_branch=inner_else)], "else", [],
+                           [helper.make_tensor_value_info("e", F, [None, None])])
+g = helper.make_graph([helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)], "g",
+                      [helper.make_tensor_value_info("x", F, [1, 512]), helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                       helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+                      [helper.make_tensor_value_info("y", F, [None, None])],
+                      [numpy_helper.from_array(np.ones((512, 512), np.float32), "W"),
+                       numpy_helper.from_array(np.array([-1, 300], np.int64), "rows300")])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+onnx.checker.check_model(m)
+onnx.save(m, sys.argv[1])
+"""
+
+
+@unittest.skipUnless(os.path.exists(PY), "no system python with onnx")
+class TestIfBranchThatCannotRun(unittest.TestCase):
+    def test_the_other_branch_is_priced_and_the_impossible_one_says_nothing_else(self):
+        from cli_util import run
+        import json
+        with tempfile.TemporaryDirectory() as d:
+            path, out = os.path.join(d, "branch.onnx"), os.path.join(d, "r.json")
+            subprocess.run([PY, "-c", MAKE_INFEASIBLE, path], check=True)
+            code, _, err = run(path, "--gpu", "h100", "--json", out, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(out) as f:
+                r = json.load(f)
+            warns = [l for l in err.splitlines() if "warning:" in l]
+            # The shapes say why the else branch cannot run; the If's line which branch is priced.
+            self.assertEqual(len([w for w in warns if "cannot run on these inputs" in w and "'reshape'" in w]), 1, warns)
+            ifw = [w for w in warns if "If 'branch': condition 'cond'" in w]
+            self.assertEqual(len(ifw), 1, warns)
+            self.assertIn("so the then branch is priced", ifw[0])
+            # Nothing of the branch not priced: its nested If, its ops as unknown.
+            self.assertFalse([w for w in warns if "nested" in w or "unknown ops" in w], warns)
+            self.assertEqual(r["unknown_ops"], [])
+            self.assertEqual([(k["class"], k["body_node"]) for k in body_kernels(r, "If")], [("gemm", "branch/mm")])
+            self.assertEqual(r["graph_outputs"][0]["shape"], [1, 512])  # the then branch's
+            # The else branch asked for: the inputs cannot run it, one line, exit 2, no file.
+            os.remove(out)
+            code, so, err = run(path, "--gpu", "h100", "--value", "cond=0", "--json", out)
+            self.assertEqual(code, 2)
+            self.assertEqual(len(err.strip().splitlines()), 1, err)
+            self.assertIn("Reshape", err)
+            self.assertFalse(os.path.exists(out))

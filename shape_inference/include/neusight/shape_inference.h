@@ -34,6 +34,7 @@ enum class WarningCode {
   binding,              // a flag that binds nothing, a --shape that changes a fixed dim
   dims_differ_by_name,  // input dims that differ only by name
   no_shape_rule,        // op types without a shape rule (also counted in unknown_ops)
+  branch_infeasible,    // an If branch whose shapes are impossible for these inputs (the other is taken)
 };
 struct Warning {
   WarningCode code;
