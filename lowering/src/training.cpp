@@ -9,18 +9,44 @@
 namespace neusight::lowering_detail {
 namespace {
 
-// Parameters: float initializers with more than one element that some op computes with.
+// The inputs of an op that hold its learned weights: a convolution's or a GEMM's weight and
+// bias, a normalization's scale and bias (not BatchNormalization's running statistics), PRelu's
+// slope. -1 ends the list.
+const int* weight_inputs(const Node& n) {
+  static const int conv[] = {1, 2, -1}, matmul[] = {1, -1}, none[] = {-1};
+  if (n.op_type == "Conv" || n.op_type == "ConvTranspose" || n.op_type == "Gemm" || n.op_type == "BatchNormalization" ||
+      n.op_type == "LayerNormalization" || n.op_type == "InstanceNormalization" || n.op_type == "GroupNormalization")
+    return conv;
+  if (n.op_type == "MatMul" || n.op_type == "PRelu") return matmul;
+  return none;
+}
+
+// Parameters: float initializers with more than one element that some op computes with, and
+// float Constant-node values of more than one element that an op reads as its weights
+// (weight_inputs): exporters that fold weights into Constant nodes (Paddle2ONNX, some
+// tf2onnx graphs) hold every weight so. A Constant read only otherwise (a mask added to the
+// scores, a position table) stays a constant.
 std::set<std::string> trainable(const Graph& g) {
   std::set<std::string> used;
   for (const auto& n : g.nodes) {
     if (n.op_type == "Shape" || n.op_type == "Size" || n.op_type == "ConstantOfShape") continue;
     for (const auto& in : n.inputs) used.insert(in);
   }
+  auto learnable = [&](const std::string& name) {
+    const TensorInfo* t = name.empty() ? nullptr : g.find(name);
+    return t && is_float(t->dtype) && t->num_elements() > 1;
+  };
   std::set<std::string> p;
-  for (const auto& name : g.initializers) {
-    const TensorInfo* t = g.find(name);
-    if (t && is_float(t->dtype) && t->num_elements() > 1 && used.count(name)) p.insert(name);
-  }
+  for (const auto& name : g.initializers)
+    if (learnable(name) && used.count(name)) p.insert(name);
+  std::set<std::string> constants;
+  for (const auto& n : g.nodes)
+    if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1) constants.insert(n.outputs[0]);
+  for (const auto& n : g.nodes)
+    for (const int* i = weight_inputs(n); *i >= 0; ++i) {
+      const size_t k = static_cast<size_t>(*i);
+      if (k < n.inputs.size() && constants.count(n.inputs[k]) && learnable(n.inputs[k])) p.insert(n.inputs[k]);
+    }
   return p;
 }
 
@@ -315,15 +341,22 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
   if (params.empty())
     warnings.push_back(
         "--mode training: the graph has no trainable parameter (a float initializer of more than one element "
-        "that an op computes with; weights held in Constant nodes or inside a subgraph are not), so the step is "
-        "its forward pass alone");
+        "that an op computes with, or a Constant node's float values that an op reads as its weights; weights "
+        "inside a subgraph are not), so the step is its forward pass alone");
   const std::set<std::string> rg = requires_grad(g, params);
   Backward bw{g, opt, rg, out};
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) bw.run(*it);
   // Optimizer update: one elementwise pass over each parameter (AccOps: VECadd [1, numel]),
-  // reported under the first node that reads it.
-  for (const auto& name : g.initializers) {
-    if (!params.count(name)) continue;
+  // reported under the first node that reads it; initializers in their order, then the
+  // Constant-held weights in the order of their nodes.
+  std::vector<std::string> order;
+  for (const auto& name : g.initializers)
+    if (params.count(name)) order.push_back(name);
+  for (const auto& n : g.nodes)
+    if (n.op_type == "Constant" && n.outputs.size() == 1 && params.count(n.outputs[0]) &&
+        std::find(order.begin(), order.end(), n.outputs[0]) == order.end())
+      order.push_back(n.outputs[0]);
+  for (const auto& name : order) {
     const TensorInfo* t = g.find(name);
     int first = -1;
     for (size_t i = 0; i < g.nodes.size() && first < 0; ++i)

@@ -473,11 +473,10 @@ TEST_CASE("lowering: training adds GEMM gradients only where a parameter needs t
 }
 
 TEST_CASE("lowering: training a graph without a trainable parameter says its step is the forward pass") {
-  // Weights held in Constant nodes (a scripted export's, Silero VAD's) are no initializers: no
-  // gradient, no update, and one warning that says so.
+  // A product of two graph inputs: no gradient, no update, and one warning that says so.
   IrGraph b;
   b.input("x", {32, 64});
-  b.node("Constant", {}, {b.t("w", {64, 128})});
+  b.input("w", {64, 128});
   b.node("MatMul", {"x", "w"}, {b.t("y", {32, 128})});
   const KernelList kl = lower_with(b.g, Fusion::eager, Mode::training);
   CHECK(test::of_phase(kl, Phase::backward).empty());
@@ -485,6 +484,30 @@ TEST_CASE("lowering: training a graph without a trainable parameter says its ste
   REQUIRE(kl.warnings.size() == 1);
   CHECK(kl.warnings[0].find("no trainable parameter") != std::string::npos);
   CHECK(lower_with(b.g, Fusion::eager, Mode::inference).warnings.empty());
+}
+
+TEST_CASE("lowering: weights held in Constant nodes train as the ops read them; other constants stay constants") {
+  // Paddle2ONNX and scripted exports hold every weight in a Constant node: a Conv's weight and
+  // bias, a MatMul's weight are parameters (gradients, an update each); a float mask added to
+  // the result is not.
+  IrGraph b;
+  b.input("x", {8, 3, 32, 32});
+  b.node("Constant", {}, {b.t("conv_w", {16, 3, 3, 3})});
+  b.node("Constant", {}, {b.t("conv_b", {16})});
+  b.node("Conv", {"x", "conv_w", "conv_b"}, {b.t("c", {8, 16, 30, 30})});
+  b.node("Reshape", {"c", b.ints("flat", {8, 14400})}, {b.t("f", {8, 14400})});
+  b.node("Constant", {}, {b.t("fc_w", {14400, 10})});
+  b.node("MatMul", {"f", "fc_w"}, {b.t("logits", {8, 10})});
+  b.node("Constant", {}, {b.t("mask", {8, 10})});
+  b.node("Add", {"logits", "mask"}, {b.t("y", {8, 10})});
+  const KernelList kl = lower_with(b.g, Fusion::eager, Mode::training);
+  CHECK(kl.warnings.empty());
+  const auto upd = test::of_phase(kl, Phase::update);
+  std::vector<std::string> updated;
+  for (const auto& k : upd) updated.push_back(k.weight);
+  CHECK(updated == std::vector<std::string>{"conv_w", "conv_b", "fc_w"});
+  const auto grads = of_class(kl, KernelClass::gemm, Phase::backward);
+  CHECK(grads.size() >= 2);  // the MatMul's grad input and grad weight at least
 }
 
 TEST_CASE("lowering: training passes add gradients through, sums broadcast ones, dropout is two kernels") {
