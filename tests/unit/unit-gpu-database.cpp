@@ -114,7 +114,7 @@ TEST_CASE("gpu database: aliases are unique, short aliases lower case without ve
   CHECK(db.resolve("h100").name == "NVIDIA H100 80GB HBM3");
 }
 
-TEST_CASE("gpu database: names resolve whatever their separators; an unknown name suggests the GPUs of its model number") {
+TEST_CASE("gpu database: names resolve whatever their separators, and an unknown name suggests the GPUs of its model number") {
   const GpuDatabase& db = GpuDatabase::builtin();
   // Without separators every name and alias still names one GPU.
   std::map<std::string, std::string> seen;

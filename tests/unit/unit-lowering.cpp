@@ -486,7 +486,7 @@ TEST_CASE("lowering: training a graph without a trainable parameter says its ste
   CHECK(lower_with(b.g, Fusion::eager, Mode::inference).warnings.empty());
 }
 
-TEST_CASE("lowering: weights held in Constant nodes train as the ops read them; other constants stay constants") {
+TEST_CASE("lowering: weights held in Constant nodes train as the ops read them, other constants stay constants") {
   // Paddle2ONNX and scripted exports hold every weight in a Constant node: a Conv's weight and
   // bias, a MatMul's weight are parameters (gradients, an update each); a float mask added to
   // the result is not.
