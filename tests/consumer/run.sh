@@ -14,7 +14,10 @@ cmake --build "$tmp/build" >/dev/null
 out=$(env -u NEUSIGHT_DATA_DIR "$tmp/build/consumer" "$build_dir/examples/gpt2-small.onnx" b200)
 echo "$out"
 case "$out" in "NVIDIA B200 "*" $tmp/prefix/share/neusight") ;; *) echo "unexpected output: $out" >&2; exit 1 ;; esac
-"$tmp/prefix/bin/neusight-onnx" gpus | grep -q "NVIDIA B200"
+# The listing whole, then searched: `grep -q` would stop reading at the match and, under
+# pipefail, fail the pipeline on the writer's broken pipe.
+gpus=$("$tmp/prefix/bin/neusight-onnx" gpus)
+grep -q "NVIDIA B200" <<<"$gpus"
 if [ -n "$python" ]; then
   module=$(find "$tmp/prefix" -name 'neusight_onnx*.so' | head -n 1)
   [ -n "$module" ] || { echo "the Python module was not installed" >&2; exit 1; }
