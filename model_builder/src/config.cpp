@@ -1,5 +1,6 @@
 // config.cpp - Hugging Face config.json -> ModelConfig, and the table of model families.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -208,41 +209,94 @@ void read_modernbert(const Reader& r, ModelConfig& c) {
                                                            : "base";
 }
 
-// DebertaV2Config (DeBERTa-v2 and v3): BertConfig's sizes, no token types unless
-// type_vocab_size, disentangled relative attention (position_buckets, max_relative_positions,
-// pos_att_type, norm_rel_ebd) with the query and key projections shared by the positions
-// (share_att_key); the head by the architecture (a sequence classifier without one, as BERT).
-void read_deberta_v2(const Reader& r, ModelConfig& c) {
+// pos_att_type as DebertaConfig and DebertaV2Config take it: a list, or one string of types
+// separated by '|' ("c2p|p2c"), lower-cased, each stripped.
+void read_pos_att_type(const Reader& r, ModelConfig::Disentangled& d) {
+  std::vector<std::string> types;
+  if (auto t = r.j.find("pos_att_type"); t != r.j.end() && t->is_array()) {
+    for (const auto& e : *t)
+      if (e.is_string()) types.push_back(e.get<std::string>());
+  } else {
+    const std::string all = r.s({"pos_att_type"}, "");
+    for (size_t from = 0, bar = 0; from <= all.size(); from = bar + 1) {
+      bar = std::min(all.find('|', from), all.size());
+      types.push_back(all.substr(from, bar - from));
+    }
+  }
+  for (std::string t : types) {
+    std::transform(t.begin(), t.end(), t.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+    t.erase(0, t.find_first_not_of(" \t"));
+    t.erase(t.find_last_not_of(" \t") + 1);
+    d.c2p = d.c2p || t == "c2p";
+    d.p2c = d.p2c || t == "p2c";
+  }
+}
+
+// max_relative_positions: below 1 (-1 in the configs) it means max_position_embeddings.
+int64_t read_max_relative(const Reader& r, int64_t max_positions) {
+  auto it = r.j.find("max_relative_positions");
+  if (it == r.j.end() || it->is_null()) return max_positions;
+  if (!it->is_number_integer()) throw InputError(r.path + ": field 'max_relative_positions' must be an integer");
+  const int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(kMaxConfigInt) ? kMaxConfigInt + 1
+                                                                                                : it->get<int64_t>();
+  if (v > kMaxConfigInt) throw InputError(r.path + ": field 'max_relative_positions' is beyond 2^31 - 1");
+  return v >= 1 ? v : max_positions;
+}
+
+// The fields DebertaConfig and DebertaV2Config share: BertConfig's sizes, no token types unless
+// type_vocab_size, embedding_size, absolute positions unless position_biased_input is false,
+// max_relative_positions, pos_att_type and the pooler's activation.
+void read_disentangled(const Reader& r, ModelConfig& c) {
   read_bert(r, c);
   c.type_vocab = r.i({"type_vocab_size"}, false, 0);
   c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-7);
   c.embed_dim = r.i({"embedding_size"}, false, c.hidden);
+  auto& d = c.deberta;
+  d.position_input = r.b("position_biased_input", true);
+  d.max_relative = read_max_relative(r, c.max_positions);
+  read_pos_att_type(r, d);
+  c.encoder_head.activation = r.s({"pooler_hidden_act"}, "gelu");
+}
+
+// DebertaV2Config (DeBERTa-v2 and v3): disentangled relative attention (position_buckets,
+// max_relative_positions, pos_att_type, norm_rel_ebd) with the query and key projections shared
+// by the positions (share_att_key); the head by the architecture (a sequence classifier without
+// one, as BERT).
+void read_deberta_v2(const Reader& r, ModelConfig& c) {
+  read_disentangled(r, c);
   if (!r.b("relative_attention", false) || !r.b("share_att_key", false) || r.i({"conv_kernel_size"}, false, 0) > 0)
     throw InputError(r.path + ": DeBERTa is built with relative_attention and share_att_key and without conv_kernel_size "
                               "(DeBERTa-v3 and v2's base and large configs)");
   auto& d = c.deberta;
-  d.position_input = r.b("position_biased_input", true);
   d.buckets = r.i({"position_buckets"}, false, 0);
-  // max_relative_positions below 1 (-1 in the configs) means max_position_embeddings.
-  auto it = r.j.find("max_relative_positions");
-  d.max_relative = it != r.j.end() && it->is_number_integer() && it->get<int64_t>() >= 1 ? it->get<int64_t>() : c.max_positions;
   d.span = d.buckets > 0 ? d.buckets : d.max_relative;
   if (d.span < 2) throw InputError(r.path + ": DeBERTa needs position_buckets or max_relative_positions of at least 2");
-  std::string types;
-  if (auto t = r.j.find("pos_att_type"); t != r.j.end() && t->is_array()) {
-    for (const auto& e : *t)
-      if (e.is_string()) types += e.get<std::string>() + "|";
-  } else {
-    types = r.s({"pos_att_type"}, "") + "|";
-  }
-  d.c2p = types.find("c2p|") != std::string::npos;
-  d.p2c = types.find("p2c|") != std::string::npos;
   d.norm_rel = r.s({"norm_rel_ebd"}, "none").find("layer_norm") != std::string::npos;
-  c.encoder_head.activation = r.s({"pooler_hidden_act"}, "gelu");
   const std::string arch = r.architecture();
   c.head = arch == "DebertaV2Model"                      ? "base"
            : arch == "DebertaV2ForMaskedLM"              ? "lm"
            : "classification";
+}
+
+// DebertaConfig (DeBERTa v1: microsoft/deberta-base, -large, -xlarge): relative attention only
+// where relative_attention (DebertaConfig's default is false), relative positions clipped to
+// +-max_relative_positions (no buckets, no shared key: pos_proj and pos_q_proj of their own), no
+// talking heads; the head by the architecture (a sequence classifier without one, as BERT).
+// A sequence longer than max_position_embeddings runs unless absolute positions are added.
+void read_deberta(const Reader& r, ModelConfig& c) {
+  read_disentangled(r, c);
+  auto& d = c.deberta;
+  d.v1 = true;
+  d.relative = r.b("relative_attention", false);
+  d.span = d.max_relative;
+  if (r.b("talking_head", false)) throw InputError(r.path + ": DeBERTa with talking_head is not built");
+  if (d.position_input && c.max_positions < 1)
+    throw InputError(r.path + ": position_biased_input needs max_position_embeddings of at least 1");
+  if (d.relative && d.span < 1)
+    throw InputError(r.path + ": relative_attention needs max_relative_positions or max_position_embeddings of at least 1");
+  c.learned_positions = d.position_input;
+  const std::string arch = r.architecture();
+  c.head = arch == "DebertaModel" ? "base" : arch == "DebertaForMaskedLM" ? "lm" : "classification";
 }
 
 // DistilBertConfig: dim, n_layers, n_heads, hidden_dim; the head by the architecture.
@@ -263,6 +317,14 @@ void read_distilbert(const Reader& r, ModelConfig& c) {
   c.head = arch == "DistilBertModel" ? "base" : arch == "DistilBertForMaskedLM" ? "lm" : "classification";
 }
 
+// An image classifier's labels: the size of id2label where the config has one
+// (PretrainedConfig), else num_labels.
+int64_t image_labels(const Reader& r) {
+  auto labels = r.j.find("id2label");
+  return labels != r.j.end() && labels->is_object() && !labels->empty() ? int64_t(labels->size())
+                                                                         : r.i({"num_labels"}, false, 2);
+}
+
 // ViTConfig: ViTForImageClassification (the class token's classifier over id2label's labels) or
 // ViTModel (its pooler).
 void read_vit(const Reader& r, ModelConfig& c) {
@@ -279,11 +341,51 @@ void read_vit(const Reader& r, ModelConfig& c) {
   c.dropout = static_cast<float>(r.f({"hidden_dropout_prob"}, 0.0));
   c.attn_dropout = static_cast<float>(r.f({"attention_probs_dropout_prob"}, 0.0));
   c.qkv_bias = r.b("qkv_bias", true);
-  // PretrainedConfig: num_labels is the size of id2label where the config has one.
-  auto labels = r.j.find("id2label");
-  c.num_labels = labels != r.j.end() && labels->is_object() && !labels->empty() ? int64_t(labels->size())
-                                                                                 : r.i({"num_labels"}, false, 2);
+  c.num_labels = image_labels(r);
   c.head = r.architecture() == "ViTModel" ? "pooler" : "classification";
+}
+
+// DeiTConfig (the distilled DeiT checkpoints; the others are ViT configs): ViTConfig's fields
+// and the distillation token. DeiTForImageClassificationWithTeacher (the class token's and the
+// distillation token's classifiers, averaged) unless the architecture names DeiTModel (its
+// pooler) or DeiTForImageClassification (the class token's classifier).
+void read_deit(const Reader& r, ModelConfig& c) {
+  read_vit(r, c);
+  c.vit.distillation_token = true;
+  c.max_positions += 1;
+  const std::string arch = r.architecture();
+  c.head = arch == "DeiTModel" ? "pooler" : arch == "DeiTForImageClassification" ? "classification" : "distilled";
+}
+
+// Dinov2Config: ViT's sizes with an MLP of hidden_size x mlp_ratio features (use_swiglu_ffn: a
+// SwiGLU of 2/3 of them rounded up to a multiple of 8), LayerScale on every layer, the mask
+// token (use_mask_token), positions for image_size, the image predicted unless set_image_size
+// gives another. Dinov2Model (the last hidden state) unless the architecture is
+// Dinov2ForImageClassification (the class token beside the patches' mean, classified).
+void read_dinov2(const Reader& r, ModelConfig& c) {
+  c.layers = r.i({"num_hidden_layers"}, true);
+  c.hidden = r.i({"hidden_size"}, true);
+  c.heads = r.i({"num_attention_heads"}, true);
+  const double ratio = r.f({"mlp_ratio"}, 4.0);
+  if (!(ratio > 0) || double(c.hidden) * ratio > double(kMaxConfigInt))
+    throw InputError(r.path + ": mlp_ratio must be positive and hidden_size x mlp_ratio at most 2^31 - 1");
+  const int64_t features = static_cast<int64_t>(double(c.hidden) * ratio);
+  c.vit.swiglu = r.b("use_swiglu_ffn", false);
+  c.ffn = c.vit.swiglu ? (features * 2 / 3 + 7) / 8 * 8 : features;
+  c.image_size = r.i({"image_size"}, false, 224);
+  c.patch_size = r.i({"patch_size"}, false, 14);
+  c.num_channels = r.i({"num_channels"}, false, 3);
+  c.max_positions = builder::image_patches(c.image_size, c.patch_size, c.num_channels, r.path) + 1;
+  c.vit.position_grid = c.image_size / c.patch_size;
+  c.activation = r.s({"hidden_act"}, "gelu");
+  c.layer_norm_eps = r.f({"layer_norm_eps"}, 1e-6);
+  c.dropout = static_cast<float>(r.f({"hidden_dropout_prob"}, 0.0));
+  c.attn_dropout = static_cast<float>(r.f({"attention_probs_dropout_prob"}, 0.0));
+  c.qkv_bias = r.b("qkv_bias", true);
+  c.vit.layer_scale = true;
+  c.vit.mask_token = r.b("use_mask_token", true);
+  c.num_labels = image_labels(r);
+  c.head = r.architecture() == "Dinov2ForImageClassification" ? "classification" : "base";
 }
 
 void read_opt(const Reader& r, ModelConfig& c) {
@@ -1552,8 +1654,11 @@ const std::map<std::string, Family>& families() {
       {"albert", {read_albert, builder::build_albert}},
       {"mpnet", {read_mpnet, builder::build_mpnet}},
       {"modernbert", {read_modernbert, builder::build_modernbert}},
+      {"deberta", {read_deberta, builder::build_deberta_v2}},
       {"deberta-v2", {read_deberta_v2, builder::build_deberta_v2}},
       {"vit", {read_vit, builder::build_vit}},
+      {"deit", {read_deit, builder::build_vit}},
+      {"dinov2", {read_dinov2, builder::build_vit}},
       {"clip", {read_clip, builder::build_clip}},
       {"clip_vision_model", {read_clip_vision, builder::build_clip}},
       {"clip_text_model", {read_clip_text, builder::build_clip_text}},
@@ -2039,10 +2144,26 @@ void smart_resize(ModelConfig::VisionTower& v, int64_t height, int64_t width) {
 
 }  // namespace
 
+namespace {
+
+// DINOv2's image as given: whole patches each side, at most 1024 a side, the positions
+// interpolated to its grid by the builder.
+void set_dinov2_image(ModelConfig& c, int64_t height, int64_t width) {
+  const int64_t p = c.patch_size;
+  if (height <= 0 || width <= 0 || height % p != 0 || width % p != 0 || height / p > 1024 || width / p > 1024)
+    throw InputError("--image-size: a " + c.model_type + " image's height and width must be positive multiples of its patch_size (" +
+                     std::to_string(p) + " pixels), at most 1024 patches a side");
+  c.image_size = height;
+  c.vit.image_width = width;
+}
+
+}  // namespace
+
 void set_image_size(ModelConfig& c, int64_t height, int64_t width) {
   ModelConfig::VisionTower& v = c.vision;
+  if (c.vit.position_grid > 0) return set_dinov2_image(c, height, width);
   if (!v.qwen() && !v.pixtral() && !v.llama4() && v.pinpoints.empty())
-    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4 and LLaVA-NeXT configs, whose processors take any "
+    throw InputError("--image-size applies to Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4, LLaVA-NeXT and DINOv2 configs, whose processors take any "
                      "image; " + (c.source.empty() ? std::string("this config") : c.source) +
                      (v.layers > 0 || c.image_size > 0 ? "'s tower takes its config's image_size" : " has no vision tower"));
   if (height <= 0 || width <= 0 || height > (1 << 16) || width > (1 << 16))

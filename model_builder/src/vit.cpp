@@ -1,6 +1,8 @@
 // vit.cpp - image encoders as eager PyTorch runs them: the Vision Transformer (HF
 // ViTForImageClassification / ViTModel: patch embedding, class token and learned positions,
-// pre-norm encoder layers, the class token's classifier or ViTModel's pooler), the vision
+// pre-norm encoder layers, the class token's classifier or ViTModel's pooler), DeiT (a
+// distillation token beside the class token, each with its classifier) and DINOv2 (LayerScale,
+// SwiGLU MLPs, positions interpolated to the image's grid) on the same layers, the vision
 // towers of LLaVA (CLIP) and PaliGemma (SigLIP) with their projectors, and CLIP and SigLIP
 // themselves (CLIPModel, SiglipModel: a text and an image tower compared; their vision models).
 #include <cmath>
@@ -11,6 +13,14 @@
 namespace neusight::builder {
 
 namespace {
+
+// A learned token (weight `name`, [1, 1, hidden]) expanded over the batch (a view), named
+// under `scope` by `tag`.
+std::string batch_token(Net& n, const std::string& scope, const std::string& name, int64_t hidden, const std::string& tag) {
+  const std::string shape = n.b.node("Concat", scope + "/" + tag + "_shape", {n.batch, n.b.ints(scope + "/" + tag + "_one_h", {1, hidden})});
+  n.b.attr_i("axis", 0);
+  return n.b.node("Expand", scope + "/" + tag + "_expand", {n.b.weight(name, {1, 1, hidden}), shape});
+}
 
 // The patch tokens of HF's vision embeddings: a `patch` convolution of stride `patch` (weights
 // under `conv`, with or without a bias) flattened to [batch, patches, hidden]; with a class token
@@ -28,10 +38,7 @@ std::string patch_tokens(Net& n, const std::string& scope, const std::string& pi
   x = n.b.node("Transpose", scope + "/transpose", {n.b.node("Reshape", scope + "/flatten", {x, flat})});
   n.b.attr_ints("perm", {0, 2, 1});
   if (class_token.empty()) return x;
-  const std::string cls_shape = n.b.node("Concat", scope + "/cls_shape", {n.batch, n.b.ints(scope + "/one_h", {1, hidden})});
-  n.b.attr_i("axis", 0);
-  const std::string cls = n.b.node("Expand", scope + "/cls_expand", {n.b.weight(class_token, {1, 1, hidden}), cls_shape});
-  x = n.b.node("Concat", scope + "/cat", {cls, x});
+  x = n.b.node("Concat", scope + "/cat", {batch_token(n, scope, class_token, hidden, "cls"), x});
   n.b.attr_i("axis", 1);
   return x;
 }
@@ -39,7 +46,9 @@ std::string patch_tokens(Net& n, const std::string& scope, const std::string& pi
 // One pre-norm encoder layer: a norm, unmasked self-attention (q, k, v projections, the core
 // under `attention`) and its output projection added to the input; a norm, fc1, the activation
 // and fc2 added to that. Sizes, and the names of ViTLayer's or CLIP's and SigLIP's modules
-// (relative to the layer; a dropout of "" is no module).
+// (relative to the layer; a dropout of "" is no module). DINOv2's LayerScale modules scale the
+// attention's and the MLP's outputs before their residual adds (scale1, scale2; "": none), and
+// its SwiGLU MLP (swiglu) is fc1 to 2 x ffn, chunked, silu(x1) * x2, fc2.
 struct EncoderLayer {
   int64_t hidden = 0, heads = 0, ffn = 0;
   std::string activation;
@@ -47,13 +56,29 @@ struct EncoderLayer {
   bool qkv_bias = true;
   float dropout = 0, attn_dropout = 0;
   const char *norm1, *attention, *q, *k, *v, *out, *out_dropout, *norm2, *fc1, *act, *fc2, *fc_dropout, *fc_residual;
+  const char *scale1 = "", *scale2 = "";
+  bool swiglu = false;
 };
 
+// ViTLayer (DeiTLayer is the same), or Dinov2Layer: norm1, the attention, layer_scale1, norm2,
+// the MLP (fc1, activation, fc2; or weights_in, SiLU, weights_out), layer_scale2.
 EncoderLayer vit_layer(const ModelConfig& c) {
-  return {c.hidden, c.heads, c.ffn, c.activation, c.layer_norm_eps, c.qkv_bias, c.dropout, c.attn_dropout,
-          ".layernorm_before", ".attention.attention", ".query", ".key", ".value", ".attention.output.dense",
-          ".attention.output.dropout", ".layernorm_after", ".intermediate.dense", ".intermediate.act", ".output.dense",
-          ".output.dropout", "/output_residual_Add"};
+  EncoderLayer e{c.hidden, c.heads, c.ffn, c.activation, c.layer_norm_eps, c.qkv_bias, c.dropout, c.attn_dropout,
+                 ".layernorm_before", ".attention.attention", ".query", ".key", ".value", ".attention.output.dense",
+                 ".attention.output.dropout", ".layernorm_after", ".intermediate.dense", ".intermediate.act", ".output.dense",
+                 ".output.dropout", "/output_residual_Add"};
+  if (!c.vit.layer_scale) return e;
+  e.norm1 = ".norm1";
+  e.norm2 = ".norm2";
+  e.swiglu = c.vit.swiglu;
+  e.fc1 = e.swiglu ? ".mlp.weights_in" : ".mlp.fc1";
+  e.act = ".mlp.activation";
+  e.fc2 = e.swiglu ? ".mlp.weights_out" : ".mlp.fc2";
+  e.fc_dropout = "";
+  e.fc_residual = "/mlp_residual_Add";
+  e.scale1 = ".layer_scale1";
+  e.scale2 = ".layer_scale2";
+  return e;
 }
 
 // CLIP's and SigLIP's encoder layers (vision and text alike).
@@ -66,6 +91,28 @@ EncoderLayer clip_layer(const ModelConfig::VisionTower& v) {
   return clip_layer(v.hidden, v.heads, v.ffn, v.activation, v.layer_norm_eps);
 }
 
+// The layer's MLP on its normed input `f`: fc1, the activation, fc2; or the SwiGLU: fc1's output
+// chunked in two along the last axis (views), silu of the first times the second, fc2.
+std::string encoder_mlp(Net& n, const std::string& p, const std::string& f, const EncoderLayer& e) {
+  const int64_t h = e.hidden;
+  if (!e.swiglu) return linear(n, p + e.fc2, activation(n, p + e.act, linear(n, p + e.fc1, f, h, e.ffn), e.activation), e.ffn, h);
+  const std::string x = linear(n, p + e.fc1, f, h, 2 * e.ffn);
+  const auto half = [&](const std::string& name, int64_t from) {
+    const std::string q = p + ".mlp/" + name;
+    return n.b.node("Slice", q, {x, n.b.ints(q + "_s", {from}), n.b.ints(q + "_e", {from + e.ffn}), n.b.ints(q + "_ax", {2})});
+  };
+  const std::string g = n.b.node("Mul", p + ".mlp/Mul", {activation(n, p + ".mlp/silu", half("x1", 0), "silu"), half("x2", e.ffn)});
+  return linear(n, p + e.fc2, g, e.ffn, h);
+}
+
+// LayerScale: `x` times the per-channel lambda1 of the layer's `module`; `x` itself where the
+// layer has none (module "").
+std::string layer_scale(Net& n, const std::string& layer, const char* module, const std::string& x, int64_t hidden) {
+  if (!*module) return x;
+  const std::string p = layer + module;
+  return n.b.node("Mul", p + "/Mul", {x, n.b.weight(p + ".lambda1", {hidden})});
+}
+
 std::string encoder_layer(Net& n, const std::string& p, const std::string& x, const EncoderLayer& e,
                           const std::string& mask = "") {
   const int64_t h = e.hidden, nh = e.heads, hd = e.hidden / e.heads;
@@ -76,11 +123,10 @@ std::string encoder_layer(Net& n, const std::string& p, const std::string& x, co
   const std::string v = split_heads(n, s + "/v", linear(n, s + e.v, a, h, h, e.qkv_bias), nh, hd);
   std::string o = linear(n, p + e.out, masked_attention(n, s, q, k, v, hd, mask, s + ".dropout", e.attn_dropout, h), h, h);
   if (*e.out_dropout) o = dropout(n, p + e.out_dropout, o, e.dropout);
-  const std::string y = n.b.node("Add", p + "/attention_residual_Add", {o, x});
-  std::string f = layer_norm(n, p + e.norm2, y, h, e.eps);
-  f = linear(n, p + e.fc2, activation(n, p + e.act, linear(n, p + e.fc1, f, h, e.ffn), e.activation), e.ffn, h);
+  const std::string y = n.b.node("Add", p + "/attention_residual_Add", {layer_scale(n, p, e.scale1, o, h), x});
+  std::string f = encoder_mlp(n, p, layer_norm(n, p + e.norm2, y, h, e.eps), e);
   if (*e.fc_dropout) f = dropout(n, p + e.fc_dropout, f, e.dropout);
-  return n.b.node("Add", p + e.fc_residual, {f, y});
+  return n.b.node("Add", p + e.fc_residual, {layer_scale(n, p, e.scale2, f, h), y});
 }
 
 }  // namespace
@@ -249,34 +295,129 @@ std::string llava_image_features(Net& n, const ModelConfig& c) {
                              v.tokens(), c.hidden);
 }
 
-LoadedModel build_vit(const ModelConfig& c) {
-  const int64_t h = c.hidden, patches = image_patches(c.image_size, c.patch_size, c.num_channels, "vit");
-  Net n(c, "Vision Transformer (ViTForImageClassification)");
-  const std::string pixels = image_input(n, "vit", c.num_channels, c.image_size, c.image_size, patches + 1);
-  // The patch embedding, the class token put first, then the learned positions.
-  std::string x = patch_tokens(n, "vit.embeddings", pixels, "vit.embeddings.patch_embeddings.projection", true,
-                               "vit.embeddings.cls_token", h, c.num_channels, c.patch_size, patches);
-  x = n.b.node("Add", "vit.embeddings/position_Add", {x, n.b.weight("vit.embeddings.position_embeddings", {1, patches + 1, h})});
-  x = dropout(n, "vit.embeddings.dropout", x, c.dropout);
+namespace {
 
-  const EncoderLayer layer = vit_layer(c);
-  for (int64_t l = 0; l < c.layers; ++l) x = encoder_layer(n, "vit.encoder.layer." + std::to_string(l), x, layer);
-  x = layer_norm(n, "vit.layernorm", x, h, c.layer_norm_eps);
-
-  // The class token's state: the classifier (ViTForImageClassification) or the pooler (ViTModel).
-  std::string first = n.b.node("Gather", "vit/first_token", {x, n.b.ints("const_idx0b", {0}, true)});
+// Dinov2Embeddings.interpolate_pos_encoding: the table's patch rows as a [1, hidden, grid, grid]
+// image (reshape and permute; the interpolation reads it contiguous, a copy), resized bicubically
+// to rows x cols (nn.functional.interpolate, antialiased: opset 17's Resize has no antialias,
+// which changes the filter's weights, not the kernel's reads and writes), back to [1, rows x
+// cols, hidden] (permute and view), after the class token's row (torch.cat: a copy).
+std::string interpolated_positions(Net& n, const std::string& e, const std::string& table, int64_t grid, int64_t rows,
+                                   int64_t cols, int64_t h) {
+  const std::string p = e + "/interpolate_pos_encoding";
+  const auto rows_of = [&](const std::string& name, int64_t from, int64_t to) {
+    return n.b.node("Slice", p + "/" + name, {table, n.b.ints(p + "/" + name + "_s", {from}), n.b.ints(p + "/" + name + "_e", {to}),
+                                              n.b.ints(p + "/" + name + "_ax", {1})});
+  };
+  std::string g = n.b.node("Reshape", p + "/grid", {rows_of("patch_rows", 1, grid * grid + 1), n.b.ints(p + "/grid_shape", {1, grid, grid, h})});
+  g = n.b.node("Transpose", p + "/channels_first", {g});
+  n.b.attr_ints("perm", {0, 3, 1, 2});
+  g = n.b.node("Resize", p + "/Resize", {g, "", "", n.b.ints(p + "/sizes", {1, h, rows, cols})});
+  n.b.attr_s("mode", "cubic");
+  n.b.attr_s("coordinate_transformation_mode", "half_pixel");
+  n.b.attr_f("cubic_coeff_a", -0.75f);
+  g = n.b.node("Transpose", p + "/channels_last", {g});
+  n.b.attr_ints("perm", {0, 2, 3, 1});
+  g = n.b.node("Reshape", p + "/flatten", {g, n.b.ints(p + "/flat_shape", {1, rows * cols, h})});
+  const std::string pos = n.b.node("Concat", p + "/cat", {rows_of("class_row", 0, 1), g});
   n.b.attr_i("axis", 1);
+  return pos;
+}
+
+// The embeddings of ViT, DeiT and DINOv2 (modules under `m`.embeddings) for an image of rows x
+// cols patches: the class token (DeiT: and the distillation token, one torch.cat) before the
+// patch tokens, the position table added (DINOv2's interpolated where the image's grid is not
+// the table's), dropout. DINOv2's mask token is a parameter only a masked forward reads.
+std::string vit_embeddings(Net& n, const ModelConfig& c, const std::string& m, const std::string& pixels, int64_t rows,
+                           int64_t cols) {
+  const int64_t h = c.hidden, patches = rows * cols, grid = c.vit.position_grid;
+  const std::string e = m + ".embeddings", conv = e + ".patch_embeddings.projection";
+  std::string x;
+  if (c.vit.distillation_token) {
+    const std::string cls = batch_token(n, e, e + ".cls_token", h, "cls");
+    const std::string distill = batch_token(n, e, e + ".distillation_token", h, "distillation");
+    x = n.b.node("Concat", e + "/cat", {cls, distill, patch_tokens(n, e, pixels, conv, true, "", h, c.num_channels, c.patch_size, patches)});
+    n.b.attr_i("axis", 1);
+  } else {
+    x = patch_tokens(n, e, pixels, conv, true, e + ".cls_token", h, c.num_channels, c.patch_size, patches);
+  }
+  if (c.vit.mask_token) n.b.weight(e + ".mask_token", {1, h});
+  const int64_t leading = c.vit.distillation_token ? 2 : 1, table = grid > 0 ? grid * grid : patches;
+  std::string pos = n.b.weight(e + ".position_embeddings", {1, table + leading, h});
+  if (grid > 0 && (rows != grid || cols != grid)) pos = interpolated_positions(n, e, pos, grid, rows, cols, h);
+  x = n.b.node("Add", e + "/position_Add", {x, pos});
+  return dropout(n, e + ".dropout", x, c.dropout);
+}
+
+// One token's state of the final hidden states `x` ([batch, hidden]).
+std::string token_state(Net& n, const std::string& m, const std::string& x, int64_t i) {
+  const std::string t = n.b.node("Gather", m + "/token_" + std::to_string(i), {x, n.b.ints(m + "/token_idx" + std::to_string(i), {i}, true)});
+  n.b.attr_i("axis", 1);
+  return t;
+}
+
+// The head on the final hidden states `x` of `tokens` tokens: none (Dinov2Model: the last hidden
+// state), ViTModel's and DeiTModel's pooler (the class token, dense, tanh), DeiT's two
+// classifiers averaged (the class and the distillation token's), DINOv2's classifier of the
+// class token beside the patches' mean (a reduction over the patches' view, torch.cat: a copy),
+// or the class token's classifier.
+LoadedModel vit_head(Net& n, const ModelConfig& c, const std::string& m, const std::string& x, int64_t tokens) {
+  const int64_t h = c.hidden;
+  if (c.head == "base") {
+    n.rename_last("last_hidden_state");
+    n.output("last_hidden_state", {"batch"}, {tokens, h});
+    return n.finish(c);
+  }
   if (c.head == "pooler") {
-    first = linear(n, "vit.pooler.dense", first, h, h);
-    n.b.node("Tanh", "vit.pooler/Tanh", {first});
+    n.b.node("Tanh", m + ".pooler/Tanh", {linear(n, m + ".pooler.dense", token_state(n, m, x, 0), h, h)});
     n.rename_last("pooler_output");
     n.output("pooler_output", {"batch"}, {h});
     return n.finish(c);
   }
-  linear(n, "classifier", first, h, c.num_labels);
+  if (c.head == "distilled") {
+    const std::string cls = linear(n, "cls_classifier", token_state(n, m, x, 0), h, c.num_labels);
+    const std::string distill = linear(n, "distillation_classifier", token_state(n, m, x, 1), h, c.num_labels);
+    n.b.node("Div", "logits/Div", {n.b.node("Add", "logits/Add", {cls, distill}), f32(n, "logits/two", 2.0f)});
+  } else if (c.vit.layer_scale) {
+    const std::string patches = n.b.node("Slice", m + "/patch_tokens", {x, n.b.ints(m + "/patches_s", {1}), n.b.ints(m + "/patches_e", {tokens}),
+                                                                          n.b.ints(m + "/patches_ax", {1})});
+    const std::string mean = n.b.node("ReduceMean", m + "/patch_mean", {patches});
+    n.b.attr_ints("axes", {1});
+    n.b.attr_i("keepdims", 0);
+    const std::string both = n.b.node("Concat", m + "/linear_input", {token_state(n, m, x, 0), mean});
+    n.b.attr_i("axis", 1);
+    linear(n, "classifier", both, 2 * h, c.num_labels);
+  } else {
+    linear(n, "classifier", token_state(n, m, x, 0), h, c.num_labels);
+  }
   n.rename_last("logits");
   n.output("logits", {"batch"}, {c.num_labels});
   return n.finish(c);
+}
+
+std::string vit_doc(const ModelConfig& c) {
+  if (c.vit.distillation_token) return "DeiT (DeiTForImageClassificationWithTeacher)";
+  if (c.vit.layer_scale) return "DINOv2 (Dinov2Model)";
+  return "Vision Transformer (ViTForImageClassification)";
+}
+
+}  // namespace
+
+LoadedModel build_vit(const ModelConfig& c) {
+  // The base model's modules: vit, deit or dinov2 (the model_type).
+  const std::string m = c.model_type;
+  const int64_t h = c.hidden, width = c.vit.image_width > 0 ? c.vit.image_width : c.image_size;
+  image_patches(c.image_size, c.patch_size, c.num_channels, m);
+  image_patches(width, c.patch_size, c.num_channels, m);
+  const int64_t rows = c.image_size / c.patch_size, cols = width / c.patch_size;
+  const int64_t tokens = rows * cols + (c.vit.distillation_token ? 2 : 1);
+  Net n(c, vit_doc(c));
+  const std::string pixels = image_input(n, m, c.num_channels, c.image_size, width, tokens);
+  std::string x = vit_embeddings(n, c, m, pixels, rows, cols);
+  const EncoderLayer layer = vit_layer(c);
+  for (int64_t l = 0; l < c.layers; ++l) x = encoder_layer(n, m + ".encoder.layer." + std::to_string(l), x, layer);
+  x = layer_norm(n, m + ".layernorm", x, h, c.layer_norm_eps);
+  return vit_head(n, c, m, x, tokens);
 }
 
 namespace {

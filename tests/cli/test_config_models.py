@@ -7,7 +7,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cli_util import fixture, run, run_json
+from cli_util import SOURCE, fixture, run, run_json
 
 CONFIGS = sorted(glob.glob(fixture("model_configs", "*.json")))
 GPU = fixture("device_configs", "Tesla_V100-PCIE-32GB.json")
@@ -182,6 +182,11 @@ SIGLIP = {"model_type": "siglip", "text_config": {"hidden_size": 96, "intermedia
                                                   "num_attention_heads": 2, "vocab_size": 1000},
           "vision_config": {"hidden_size": 96, "intermediate_size": 192, "num_hidden_layers": 2,
                             "num_attention_heads": 3, "image_size": 64, "patch_size": 16}}
+# DeBERTa (v1), DeiT and DINOv2 as their checkpoints' configs (tests/data) give them, with the
+# dims each takes: token encoders --batch and --seq, image encoders --batch alone.
+CHECKPOINT_CONFIGS = (("deberta_base", ("--batch", "2", "--seq", "128"), "batch sequence"),
+                      ("deit_base_distilled", ("--batch", "2"), "batch"),
+                      ("dinov2_base", ("--batch", "2"), "batch"))
 GPT3_175B = {"model_type": "gpt2", "n_embd": 12288, "n_head": 96, "n_layer": 96, "n_positions": 2048,
              "vocab_size": 50257, "activation_function": "gelu_new"}
 
@@ -323,6 +328,51 @@ class ConfigModels(unittest.TestCase):
         code, so, se = run("--config", cfg, "--gpu", GPU)
         self.assertEqual(code, 2)
         self.assertEqual(se.strip().splitlines(), ["neusight-onnx: error: --config of a vit model (an image encoder) needs --batch N"])
+
+    def test_deberta_deit_and_dinov2_checkpoint_configs_predict_and_export(self):
+        for name, dims, inputs in CHECKPOINT_CONFIGS:
+            with self.subTest(config=name):
+                cfg = os.path.join(SOURCE, "tests", "data", name + ".json")
+                report = run_json("--config", cfg, *dims, "--gpu", "h100")
+                self.assertTrue(report["nodes"])
+                self.assertGreater(report["e2e_latency_ms"], 0)
+                self.assertFalse([n["name"] for n in report["nodes"] if any(k["class"] == "unknown" for k in n["kernels"])])
+                out = os.path.join(self.dir, name + ".onnx")
+                code, so, se = run("export", "--config", cfg, "-o", out)
+                self.assertEqual(code, 0, se)
+                ok, msg = check_onnx(out)
+                self.assertTrue(ok, msg)
+                self.assertEqual(msg.splitlines()[-1], inputs)
+                self.assertEqual(run_json(out, *dims, "--gpu", "h100")["e2e_latency_ms"], report["e2e_latency_ms"])
+        # DINOv2 on its processor's 224 x 224 crop: 16 x 16 patches and the class token, the
+        # positions resized to that grid; sides that are not whole patches are an input error.
+        dinov2 = os.path.join(SOURCE, "tests", "data", "dinov2_base.json")
+        crop = run_json("--config", dinov2, "--batch", "2", "--image-size", "224", "--gpu", "h100")
+        self.assertEqual(crop["graph_outputs"][0]["shape"], [2, 257, 768])
+        out = os.path.join(self.dir, "dinov2_224.onnx")
+        code, so, se = run("export", "--config", dinov2, "--image-size", "224", "-o", out)
+        self.assertEqual(code, 0, se)
+        ok, msg = check_onnx(out)
+        self.assertTrue(ok, msg)
+        code, so, se = run("--config", dinov2, "--batch", "2", "--image-size", "225", "--gpu", "h100")
+        self.assertEqual(code, 2)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("patch_size", se)
+        # DeBERTa with absolute positions beside the relative ones (DebertaConfig's default
+        # position_biased_input): both take the sequence's arange; the export stays checker-clean.
+        with open(os.path.join(SOURCE, "tests", "data", "deberta_base.json")) as f:
+            config = json.load(f)
+        cfg, out = self.export("deberta_absolute", dict(config, position_biased_input=True, num_hidden_layers=2))
+        ok, msg = check_onnx(out)
+        self.assertTrue(ok, msg)
+        # DeBERTa with talking heads is not built: one line, no output.
+        talking = os.path.join(self.dir, "deberta_talking.json")
+        with open(talking, "w") as f:
+            json.dump(dict(config, talking_head=True), f)
+        code, so, se = run("--config", talking, "--batch", "2", "--seq", "128", "--gpu", "h100")
+        self.assertEqual(code, 2)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("talking_head", se)
 
     def test_clip_and_siglip_compare_a_batch_of_texts_with_a_batch_of_images(self):
         # The two towers: --batch N images and N texts of --seq tokens, logits [N, N]; the image

@@ -415,6 +415,75 @@ TEST_CASE("model_builder: DeBERTa-v3 adds content-to-position and position-to-co
                        InputError);
 }
 
+// Nodes of type `op` in a built model.
+static int64_t count_ops(const LoadedModel& m, const std::string& op) {
+  return std::count_if(m.model.graph.nodes.begin(), m.model.graph.nodes.end(), [&](const Node& n) { return n.op_type == op; });
+}
+
+TEST_CASE("model_builder: DeBERTa (v1) projects q, k and v in one GEMM and its relative span through pos_proj and pos_q_proj") {
+  // microsoft/deberta-base (its config.json: relative_attention, pos_att_type "c2p|p2c",
+  // max_relative_positions -1, position_biased_input false). DebertaModel: 138,601,728
+  // parameters = word embeddings 50,265 x 768 (38,603,520) + the embeddings' LayerNorm 1,536 +
+  // rel_embeddings 2 x 512 x 768 (786,432) + 12 layers x 8,267,520 (in_proj 768 x 2,304 =
+  // 1,769,472, q_bias and v_bias 1,536, pos_proj 589,824, pos_q_proj 590,592, the output dense
+  // 590,592, its LayerNorm 1,536, intermediate 2,362,368, output 2,360,064, its LayerNorm 1,536),
+  // no position table. The sequence classifier (the default, two labels) adds the pooler's dense
+  // 590,592 and the classifier 1,538: 139,193,858.
+  ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/deberta_base.json");
+  CHECK(c.head == "classification");
+  CHECK((c.deberta.v1 && c.deberta.relative && c.deberta.c2p && c.deberta.p2c));
+  CHECK((!c.deberta.position_input && !c.deberta.norm_rel && !c.learned_positions));
+  CHECK(c.deberta.span == 512);
+  CHECK(c.deberta.buckets == 0);
+  CHECK(parameters(build_model(c)) == 139193858);
+  c.head = "base";
+  const LoadedModel base = build_model(c);
+  CHECK(parameters(base) == 138601728);
+  // Per layer: in_proj, q k^T, pos_proj, c2p, pos_q_proj, p2c, the values, the output dense,
+  // intermediate and output; no repeat of the projected embeddings (v2's), the keys' ids repeated
+  // once (build_relative_position); DebertaLayerNorm's two means, for 25 norms.
+  CHECK(count_ops(base, "MatMul") == 12 * 10);
+  CHECK(count_ops(base, "GatherElements") == 24);
+  CHECK(count_ops(base, "Tile") == 1);
+  CHECK(count_ops(base, "Log") == 0);
+  CHECK(count_ops(base, "LayerNormalization") == 0);
+  CHECK(count_ops(base, "ReduceMean") == 2 * 25);
+  // att_span = min(sequence, 512): the relative embeddings' 2 x span rows through pos_proj and
+  // pos_q_proj; a sequence beyond the 512 rows of max_position_embeddings runs (no position table).
+  for (const auto& [seq, rows] : {std::pair<int64_t, int64_t>{128, 256}, {600, 1024}}) {
+    Options o;
+    o.dims.batch = 1;
+    o.dims.seq = seq;
+    o.predictor = PredictorKind::roofline;
+    const Analysis a = prepare(base, o);
+    int projections = 0;
+    for (const Kernel& k : a.kernels.kernels)
+      if (k.cls == KernelClass::gemm && k.gemm.batch == 1 && k.gemm.m == rows && k.gemm.n == 768 && k.gemm.k == 768) ++projections;
+    CHECK(projections == 24);
+    const TensorInfo* out = a.graph.find("last_hidden_state");
+    REQUIRE(out);
+    REQUIRE(out->shape.size() == 3);
+    CHECK((out->shape[0].value == 1 && out->shape[1].value == seq && out->shape[2].value == 768));
+  }
+  // pos_att_type as a list, any case; one term: pos_proj alone, one gather a layer.
+  const std::string small = R"({"model_type": "deberta", "hidden_size": 64, "num_hidden_layers": 2,
+      "num_attention_heads": 2, "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64)";
+  const LoadedModel c2p = build_model(parse_hf_config(small + R"(, "relative_attention": true, "pos_att_type": ["C2P"]})", "d"));
+  CHECK(count_ops(c2p, "GatherElements") == 2);
+  CHECK(c2p.model.graph.find("deberta.encoder.layer.0.attention.self.pos_proj.weight"));
+  CHECK_FALSE(c2p.model.graph.find("deberta.encoder.layer.0.attention.self.pos_q_proj.weight"));
+  // DebertaConfig's defaults: no relative attention, absolute positions (a table of 64 rows).
+  const ModelConfig plain = parse_hf_config(small + "}", "d");
+  CHECK((!plain.deberta.relative && plain.deberta.position_input && plain.learned_positions));
+  const LoadedModel absolute = build_model(plain);
+  CHECK(count_ops(absolute, "GatherElements") == 0);
+  CHECK(absolute.model.graph.find("deberta.embeddings.position_embeddings.weight"));
+  CHECK_FALSE(absolute.model.graph.find("deberta.encoder.rel_embeddings.weight"));
+  CHECK_THROWS_WITH_AS(parse_hf_config(small + R"(, "talking_head": true})", "d"), doctest::Contains("talking_head"), InputError);
+  CHECK_THROWS_WITH_AS(parse_hf_config(small + R"(, "max_relative_positions": "all"})", "d"),
+                       doctest::Contains("'max_relative_positions' must be an integer"), InputError);
+}
+
 TEST_CASE("model_builder: DistilBERT is six post-LayerNorm layers without token types or pooler") {
   // distilbert-base-uncased (DistilBertModel): 66,362,880 parameters, as published.
   const std::string sizes = R"("dim": 768, "n_layers": 6, "n_heads": 12, "hidden_dim": 3072, "vocab_size": 30522,
@@ -665,6 +734,92 @@ TEST_CASE("model_builder: ViT is the patch convolution, class token and position
   // Sizes a ViT cannot have.
   CHECK_THROWS_WITH_AS(parse_hf_config("{" + base + R"(, "patch_size": 15})", "vit"), doctest::Contains("multiple of patch_size"),
                        InputError);
+}
+
+TEST_CASE("model_builder: DeiT is ViT with a distillation token, classified beside the class token") {
+  // facebook/deit-base-distilled-patch16-224 (DeiTForImageClassificationWithTeacher, 1000
+  // labels): 87,338,192 parameters = ViT-Base's patch convolution 590,592, class and
+  // distillation tokens 1,536, positions for 196 + 2 tokens 152,064, 12 layers x 7,087,872, the
+  // final LayerNorm 1,536, and two classifiers of 769,000. DeiTModel (the pooler instead):
+  // 86,390,784; DeiTForImageClassification (the class token's classifier): 86,569,192.
+  ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/deit_base_distilled.json");
+  CHECK(c.head == "distilled");
+  CHECK(c.vit.distillation_token);
+  CHECK(c.max_positions == 198);
+  CHECK(c.num_labels == 1000);
+  const LoadedModel m = build_model(c);
+  CHECK(parameters(m) == 87338192);
+  c.head = "pooler";
+  CHECK(parameters(build_model(c)) == 86390784);
+  c.head = "classification";
+  CHECK(parameters(build_model(c)) == 86569192);
+  // Batch 4: the patch convolution, the 12 layers' six projections and two attention products
+  // on 198 tokens, the two classifiers; logits [4, 1000].
+  Options o;
+  o.dims.batch = 4;
+  const Analysis a = prepare(m, o);
+  int gemms = 0, scores = 0;
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.cls != KernelClass::gemm) continue;
+    ++gemms;
+    if (k.gemm.batch == 4 * 12 && k.gemm.m == 198 && k.gemm.n == 198 && k.gemm.k == 64) ++scores;
+  }
+  CHECK(gemms == 1 + 12 * 8 + 2);
+  CHECK(scores == 12);
+  const TensorInfo* logits = a.graph.find("logits");
+  REQUIRE(logits);
+  REQUIRE(logits->shape.size() == 2);
+  CHECK((logits->shape[0].value == 4 && logits->shape[1].value == 1000));
+  // Its positions are for the config's image alone (DeiT interpolates only when asked).
+  CHECK_THROWS_WITH_AS(set_image_size(c, 384, 384), doctest::Contains("takes its config's image_size"), InputError);
+}
+
+TEST_CASE("model_builder: DINOv2 is ViT with LayerScale, SwiGLU where configured, positions interpolated to the image") {
+  // facebook/dinov2-base (Dinov2Model, image_size 518, patch_size 14: 37 x 37 patches):
+  // 86,580,480 parameters = the patch convolution 768 x 3 x 14 x 14 + 768 (452,352), the class
+  // and mask tokens 1,536, positions for 1,369 + 1 tokens 1,052,160, 12 layers x 7,089,408
+  // (ViT-Base's 7,087,872 and two LayerScales of 768), the final LayerNorm 1,536.
+  ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/dinov2_base.json");
+  CHECK(c.head == "base");
+  CHECK((c.vit.layer_scale && c.vit.mask_token && !c.vit.swiglu));
+  CHECK(c.ffn == 3072);
+  CHECK(c.vit.position_grid == 37);
+  const LoadedModel m = build_model(c);
+  CHECK(parameters(m) == 86580480);
+  CHECK(count_ops(m, "Resize") == 0);  // the image is the table's grid: positions as they are
+  Options o;
+  o.dims.batch = 2;
+  const auto last_state = [&](const LoadedModel& model, int64_t tokens) {
+    const Analysis a = prepare(model, o);
+    const TensorInfo* out = a.graph.find("last_hidden_state");
+    REQUIRE(out);
+    REQUIRE(out->shape.size() == 3);
+    CHECK((out->shape[0].value == 2 && out->shape[1].value == tokens && out->shape[2].value == 768));
+  };
+  last_state(m, 1370);
+  // The processor's 224 x 224 crop: 16 x 16 patches, the table bicubically resized to them.
+  ModelConfig crop = c;
+  set_image_size(crop, 224, 224);
+  const LoadedModel cropped = build_model(crop);
+  CHECK(count_ops(cropped, "Resize") == 1);
+  CHECK(parameters(cropped) == 86580480);
+  last_state(cropped, 257);
+  CHECK_THROWS_WITH_AS(set_image_size(crop, 225, 224), doctest::Contains("multiples of its patch_size"), InputError);
+  // Dinov2ForImageClassification: the class token beside the patches' mean, 2 x 768 -> 1000.
+  const std::string fields = R"({"model_type": "dinov2", "hidden_size": 768, "num_hidden_layers": 12,
+      "num_attention_heads": 12, "image_size": 518, "patch_size": 14)";
+  const ModelConfig cls = parse_hf_config(fields + R"(, "architectures": ["Dinov2ForImageClassification"], "num_labels": 1000})", "d");
+  CHECK(cls.head == "classification");
+  CHECK(parameters(build_model(cls)) == 86580480 + 1536 * 1000 + 1000);
+  // facebook/dinov2-giant: 1536 wide, 40 layers, 24 heads, a SwiGLU of (int(6144 x 2 / 3) + 7)
+  // // 8 x 8 = 4096 features: weights_in 1536 x 8192 + 8192, weights_out 4096 x 1536 + 1536;
+  // 1,136,480,768 parameters (40 layers x 28,336,640, the embeddings 3,012,096, the final
+  // LayerNorm 3,072).
+  const ModelConfig giant = parse_hf_config(R"({"model_type": "dinov2", "hidden_size": 1536, "num_hidden_layers": 40,
+      "num_attention_heads": 24, "mlp_ratio": 4, "image_size": 518, "patch_size": 14, "use_swiglu_ffn": true})", "g");
+  CHECK(giant.ffn == 4096);
+  CHECK(parameters(build_model(giant)) == 1136480768);
+  CHECK_THROWS_WITH_AS(parse_hf_config(fields + R"(, "mlp_ratio": 0})", "d"), doctest::Contains("mlp_ratio"), InputError);
 }
 
 TEST_CASE("model_builder: a missing config file or malformed config text is an input error") {

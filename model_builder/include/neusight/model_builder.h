@@ -4,8 +4,9 @@
 // Switch Transformer, Llama-style decoders (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma 1-3, Phi,
 // GPT-NeoX, GPT-J, Falcon, StarCoder (GPTBigCode), StarCoder2, BLOOM, MPT, Granite, Cohere 1-2,
 // InternLM2, OLMo 2, Nemotron), mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, gpt-oss,
-// DeepSeek-V3), image encoders (ViT, CLIP, SigLIP) and vision-language models with their towers
-// (LLaVA, LLaVA-NeXT, PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Mistral 3, Llama 4)).
+// DeepSeek-V3), image encoders (ViT, DeiT, DINOv2, CLIP, SigLIP) and vision-language models
+// with their towers (LLaVA, LLaVA-NeXT, PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL, Qwen3-VL,
+// Mistral 3, Llama 4)).
 // Gives: a LoadedModel whose graph mirrors what PyTorch runs for that model, with symbolic
 // `batch` and `sequence` input dims and weights as external-data stubs that are never
 // materialised (a 175B model builds instantly).
@@ -55,10 +56,15 @@ struct ModelConfig {
   // half the buckets (position_buckets > 0; max_relative_positions their far end), which of the
   // content-to-position and position-to-content terms it adds (pos_att_type), the relative
   // embeddings' LayerNorm (norm_rel_ebd), absolute positions added to the input as well
-  // (position_biased_input).
+  // (position_biased_input). DeBERTa (v1, model_type deberta): q, k and v from one in_proj GEMM
+  // without bias whose per-head thirds are the heads' query, key and value, q_bias and v_bias
+  // added; the relative embeddings' rows within min(sequence, max_relative) of the middle
+  // through their own pos_proj (c2p) and pos_q_proj (p2c) projections; DebertaLayerNorm (each
+  // step its own kernel); relative terms only with relative_attention.
   struct Disentangled {
     int64_t span = 0, buckets = 0, max_relative = 0;
     bool c2p = false, p2c = false, norm_rel = false, position_input = false;
+    bool v1 = false, relative = true;
   } deberta;
   // OPT: layer norm before (true) or after each block; word embedding size when it differs
   // from the hidden size (project_in / project_out; 0 = hidden).
@@ -313,6 +319,18 @@ struct ModelConfig {
   // Vision Transformer (ViT): a [batch, num_channels, image_size, image_size] image cut into
   // patch_size patches (a strided convolution), a class token before them; 0: a token model.
   int64_t image_size = 0, patch_size = 0, num_channels = 3;
+  // DeiT and DINOv2 on the ViT builder (model_type deit, dinov2). DeiT: a distillation token
+  // after the class token (its positions cover patches + 2 tokens). DINOv2: LayerScale (the
+  // attention's and the MLP's outputs times a learned per-channel lambda1 before each residual
+  // add), SwiGLU MLPs where use_swiglu_ffn (weights_in to twice ffn, silu(x1) * x2,
+  // weights_out), a mask token (a parameter a forward pass without a mask never reads), and a
+  // position table of position_grid x position_grid patches (the config's image_size), which
+  // an image of another grid (image_size x image_width, set_image_size) reads bicubically
+  // interpolated to its own. image_width 0: a square image.
+  struct VitVariant {
+    bool distillation_token = false, layer_scale = false, swiglu = false, mask_token = false;
+    int64_t position_grid = 0, image_width = 0;
+  } vit;
   // CLIP and SigLIP (model_type clip, siglip: the text tower in the fields above, the image
   // tower in `vision`; clip_vision_model, siglip_vision_model: `vision` alone, its sizes copied
   // above; clip_text_model, siglip_text_model: the text tower alone, pooled, CLIP's "projection"
@@ -365,8 +383,10 @@ bool attention_layer(const ModelConfig& c, int64_t l);
 // scaled into the checkpoints' preprocessor_config.json bounds of 3,136 to 12,845,056 pixels,
 // aspect kept). LLaVA-NeXT: the pinpoint select_best_resolution picks (the most of the image's
 // pixels kept, then the least padding) sets the grid of crops, and unpad_image the part of its
-// feature map the image covers. InputError for a config whose tower takes one fixed image
-// (CLIP, SigLIP, LLaVA-1.5, PaliGemma), or none.
+// feature map the image covers. DINOv2: the image as given (its processor crops 224 x 224;
+// each side a multiple of patch_size), its positions interpolated to that grid. InputError for
+// a config whose tower takes one fixed image (ViT, DeiT, CLIP, SigLIP, LLaVA-1.5, PaliGemma),
+// or none.
 void set_image_size(ModelConfig& c, int64_t height, int64_t width);
 
 // `images` images in each sequence of a vision-language config whose tower is built (LLaVA,
