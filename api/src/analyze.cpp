@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <tuple>
 #include <utility>
@@ -174,6 +175,70 @@ Kernel split_kv_on_gpu(const Kernel& k, const Gpu& gpu) {
   return out;
 }
 
+// Where the shapes stop being known, upstream of node k: walking up through the producers of
+// inputs whose shapes are not inferred, the earliest node (in run order) whose inputs' shapes
+// are all known (a Reshape to a shape fed at run time, a Pad of pads not known, a NonZero).
+int unknown_shape_root(const Graph& g, int k) {
+  std::map<std::string, int> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = static_cast<int>(i);
+  std::set<int> seen{k};
+  std::vector<int> stack{k};
+  int root = -1;
+  while (!stack.empty()) {
+    const int i = stack.back();
+    stack.pop_back();
+    bool inputs_known = true;
+    for (const auto& in : g.nodes[static_cast<size_t>(i)].inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+      auto it = producer.find(in);
+      if (!t || t->fully_known() || it == producer.end()) continue;
+      inputs_known = false;
+      if (seen.insert(it->second).second) stack.push_back(it->second);
+    }
+    if (inputs_known && (root < 0 || i < root)) root = i;
+  }
+  return root < 0 ? k : root;
+}
+
+// The warnings about ops left without a prediction, by reason. Op types with no shape rule or
+// no kernel rule are unknown ops; a known op whose kernel says "shapes not inferred" only sits
+// downstream of a shape not inferred, and calling it unknown would send the reader after the
+// wrong node: those are listed apart, with the node where the unknown shapes start.
+std::vector<std::string> unpriced_op_warnings(const Analysis& a, const std::set<std::string>& unknown) {
+  static const std::string kUnshaped = "shapes not inferred";
+  auto bare = [](const std::string& q) { return q.substr(q.rfind('.') == std::string::npos ? 0 : q.rfind('.') + 1); };
+  std::set<std::string> no_rule;  // bare op types with some unknown kernel for another reason
+  for (const auto& u : a.shapes.unknown_ops) no_rule.insert(bare(u));
+  std::string name, op;  // the node where the unknown shapes start, and its op type
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.cls != KernelClass::unknown) continue;
+    const bool unshaped = k.note.size() >= kUnshaped.size() &&
+                          k.note.compare(k.note.size() - kUnshaped.size(), kUnshaped.size(), kUnshaped) == 0;
+    if (!unshaped) no_rule.insert(k.op);
+    if (!unshaped || !name.empty() || k.node < 0 || static_cast<size_t>(k.node) >= a.graph.nodes.size()) continue;
+    const int root = unknown_shape_root(a.graph, k.node);
+    const Node& n = a.graph.nodes[static_cast<size_t>(root)];
+    const bool inner = root == k.node && !k.body_node.empty();
+    name = inner ? k.body_node : n.name;
+    op = inner ? k.op : n.op_type;
+  }
+  std::string unknown_list, unshaped_list;
+  for (const auto& u : unknown) {
+    std::string& list = no_rule.count(bare(u)) ? unknown_list : unshaped_list;
+    list += (list.empty() ? "" : ", ") + u;
+  }
+  std::vector<std::string> w;
+  if (!unknown_list.empty()) w.push_back("unknown ops (no shape rule or no kernels predicted): " + unknown_list);
+  // Downstream of an unknown op, the node is named without its op type (already warned of).
+  if (!unshaped_list.empty())
+    w.push_back("known ops not predicted, their shapes not inferred: " + unshaped_list +
+                (no_rule.count(op) ? " (downstream of the unknown op of node '" + name + "')"
+                                   : " (the shapes are not known before the run from node '" + name + "' (" + op + ") on)"));
+  return w;
+}
+
 }  // namespace
 
 Analysis prepare(const LoadedModel& loaded, const Options& options) {
@@ -303,11 +368,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   const std::vector<DType> unaligned = unaligned_reads(kernels, gpu);
   for (const auto& w : gemm_math_notes(kernels, preds, unaligned, gpu, a.graph)) r.warnings.push_back(w);
   r.unknown_ops.assign(unknown.begin(), unknown.end());
-  if (!r.unknown_ops.empty()) {
-    std::string list;
-    for (const auto& u : r.unknown_ops) list += (list.empty() ? "" : ", ") + u;
-    r.warnings.push_back("unknown ops (no shape rule or no kernels predicted): " + list);
-  }
+  for (auto& w : unpriced_op_warnings(a, unknown)) r.warnings.push_back(std::move(w));
   for (const auto& name : a.graph.outputs) {
     const TensorInfo* t = a.graph.find(name);
     r.graph_outputs.push_back(t ? *t : named_tensor(name));

@@ -481,8 +481,11 @@ void Lowering::if_branches(const Graph& g, const Node& n, int index, std::vector
   for (auto& w : picked.warnings) warnings.push_back(std::move(w));
   const std::string cond_name = n.inputs.empty() ? "" : n.inputs[0];
   const auto unpriced = std::count_if(other.ks.begin(), other.ks.end(), [](const Kernel& k) { return k.cls == KernelClass::unknown; });
-  std::string ops;  // the other branch's op types without kernels, a few of them
-  for (const auto& u : other.unknown) ops += (ops.empty() ? "" : ", ") + u;
+  std::string ops;  // the other branch's op types without kernels, the first three of them
+  int listed = 0;
+  for (const auto& u : other.unknown)
+    if (++listed <= 3) ops += (ops.empty() ? "" : ", ") + u;
+  if (listed > 3) ops += ", ...";
   const std::string why =
       unpriced > 0 ? " and " + std::to_string(unpriced) + " of its " + (pick_then ? "else" : "then") +
                          " branch's kernels cannot be priced for these inputs (" + ops +
@@ -631,7 +634,10 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
     if (opt.serving_kernels && kr.cls == KernelClass::elementwise && kr.op == "silu_and_mul" &&
         element_bytes(kr.dtype) == 2 && kr.cols > 0 && kr.access.bytes_per_load == 0)
       kr.access = vllm_act_and_mul_access(kr.cols);
-    if (out[k].cls == KernelClass::unknown && out[k].node >= 0 && static_cast<size_t>(out[k].node) < g.nodes.size())
+    // A body's kernel (body_node set) names its own op, counted when its body was lowered:
+    // the If / Loop / Scan that owns it is no unknown op.
+    if (out[k].cls == KernelClass::unknown && out[k].body_node.empty() && out[k].node >= 0 &&
+        static_cast<size_t>(out[k].node) < g.nodes.size())
       unknown.insert(qualified(g.nodes[static_cast<size_t>(out[k].node)]));
     if (owner >= 0) {
       const std::string inner = !out[k].body_node.empty() ? out[k].body_node

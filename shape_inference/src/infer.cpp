@@ -700,6 +700,37 @@ void rule_range(Ctx& c) {
   }
 }
 
+// Split of a tensor whose values are known (tf2onnx splits a constant pads vector into
+// scalars and concatenates them back in another order before a Pad): each output keeps its
+// part of the values, so the shapes they feed stay known.
+void split_values(Ctx& c, const TensorInfo& x, int64_t axis, const std::vector<int64_t>& split) {
+  if (!x.int_value || x.int_value->size() > kMaxValues || !x.fully_known() ||
+      x.num_elements() != static_cast<int64_t>(x.int_value->size()) || split.size() != c.num_out())
+    return;
+  const Shape& s = x.shape;
+  int64_t outer = 1, inner = 1, total = 0;
+  for (int64_t k = 0; k < axis; ++k) outer *= s[static_cast<size_t>(k)].value;
+  for (size_t k = static_cast<size_t>(axis) + 1; k < s.size(); ++k) inner *= s[k].value;
+  for (int64_t part : split) {
+    if (part < 0) return;
+    total += part;
+  }
+  const int64_t d = s[static_cast<size_t>(axis)].value;
+  if (total != d) return;
+  const std::vector<int64_t>& v = *x.int_value;
+  int64_t offset = 0;
+  for (size_t i = 0; i < split.size(); ++i) {
+    std::vector<int64_t> part;
+    part.reserve(static_cast<size_t>(outer * split[i] * inner));
+    for (int64_t o = 0; o < outer; ++o) {
+      const auto from = v.begin() + (o * d + offset) * inner;
+      part.insert(part.end(), from, from + split[i] * inner);
+    }
+    offset += split[i];
+    if (!c.n.outputs[i].empty()) c.out(i).int_value = std::move(part);
+  }
+}
+
 void rule_split(Ctx& c) {
   const TensorInfo* x = c.in(0);
   if (!x || !x->has_shape) return;
@@ -721,6 +752,7 @@ void rule_split(Ctx& c) {
     s[axis] = i < split.size() ? Dim::of(split[i]) : Dim{};
     set_out(c, i, x->dtype, s);
   }
+  split_values(c, *x, axis, split);
 }
 
 // Window attributes of Conv/ConvTranspose/pooling, validated: one entry per spatial axis (a

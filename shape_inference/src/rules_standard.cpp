@@ -307,10 +307,16 @@ void rule_rnn(Ctx& c) {
   const int64_t hidden = c.n.attr_i("hidden_size", -1);
   const int64_t dirs = c.n.attr_s("direction", "forward") == "bidirectional" ? 2 : 1;
   const bool batch_first = c.n.attr_i("layout", 0) != 0;
-  if (!x->has_shape || x->shape.size() != 3) {
+  if (!x->has_shape) {
     for (size_t i = 0; i < c.num_out(); ++i) set_dtype(c, i, x->dtype);
     return;
   }
+  // X is [seq, batch, input] (or [batch, seq, input] with layout 1) and nothing else: a
+  // runtime refuses another rank, so a shape that reaches here with one cannot run (an If
+  // branch that does so is not the one that runs, rules_control_flow.cpp rule_if).
+  if (x->shape.size() != 3)
+    throw InputError(c.where() + ": input X is " + shape_text(x->shape) + " (rank " + std::to_string(x->shape.size()) +
+                     "); " + c.n.op_type + " takes a rank-3 " + (batch_first ? "[batch, seq, input]" : "[seq, batch, input]"));
   const Dim seq = x->shape[batch_first ? 1 : 0], batch = x->shape[batch_first ? 0 : 1];
   const Dim h = hidden >= 0 ? Dim::of(hidden) : Dim{};
   if (batch_first) {

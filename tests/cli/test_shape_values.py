@@ -75,5 +75,46 @@ class ShapeValues(unittest.TestCase):
             self.assertEqual(r["graph_outputs"][0]["shape"], [2, 3])
 
 
+    def test_known_ops_downstream_of_a_runtime_shape_are_not_called_unknown(self):
+        # A Reshape to a shape fed at run time (as a Pad of pads the graph computes): the ops
+        # after it are known ops whose shapes are not inferred. The warning lists them apart
+        # from unknown ops and names the Reshape, where the shapes stop being known; an op of no
+        # known domain keeps its own warning, and the known ops after it name it.
+        F, I = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
+        nodes = [helper.make_node("Reshape", ["x", "s"], ["r"], name="reshape"),
+                 helper.make_node("Relu", ["r"], ["a"], name="relu"),
+                 helper.make_node("Sigmoid", ["a"], ["y"], name="sig"),
+                 helper.make_node("Frobnicate", ["x"], ["f"], name="frob", domain="com.example"),
+                 helper.make_node("Tanh", ["f"], ["z"], name="tanh")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [4, 8]),
+                                           helper.make_tensor_value_info("s", I, [2])],
+                              [helper.make_tensor_value_info("y", F, [None, None]),
+                               helper.make_tensor_value_info("z", F, [None, None])])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+        with tempfile.TemporaryDirectory() as d:
+            code, _, err = run(save(m, d), "--gpu", "h100", "--predictor", "roofline")
+            self.assertEqual(code, 0, err)
+            warns = [l for l in err.splitlines() if "warning:" in l]
+            unknown = [w for w in warns if "unknown ops" in w]
+            self.assertEqual(len(unknown), 1, warns)
+            self.assertIn("com.example.Frobnicate", unknown[0])
+            self.assertNotIn("Relu", unknown[0])
+            known = [w for w in warns if "known ops not predicted, their shapes not inferred" in w]
+            self.assertEqual(len(known), 1, warns)
+            self.assertIn(": Relu, Sigmoid, Tanh (", known[0])
+            self.assertIn("from node 'reshape' (Reshape) on", known[0])
+            r = run_json(save(m, d), "--gpu", "h100", "--predictor", "roofline")
+            self.assertEqual(r["unknown_ops"], ["Relu", "Sigmoid", "Tanh", "com.example.Frobnicate"])
+        # Downstream of the unknown op alone: the known ops name its node.
+        m.graph.node.remove(m.graph.node[0])
+        m.graph.node.remove(m.graph.node[0])
+        m.graph.node.remove(m.graph.node[0])
+        del m.graph.output[0]
+        with tempfile.TemporaryDirectory() as d:
+            code, _, err = run(save(m, d), "--gpu", "h100", "--predictor", "roofline")
+            self.assertEqual(code, 0, err)
+            self.assertIn("known ops not predicted, their shapes not inferred: Tanh (downstream of the unknown op of node "
+                          "'frob')", err)
+
 if __name__ == "__main__":
     unittest.main()

@@ -287,6 +287,41 @@ TEST_CASE("shape values: a 2-D value is sliced and transposed element by element
   CHECK(dims(g, "y") == std::vector<int64_t>{1, 576});
 }
 
+TEST_CASE("shape values: Split of a known value keeps each part's values") {
+  // tf2onnx's spelling of a TensorFlow Pad (M-LSD's MobileNetV2 blocks): a constant pads
+  // vector split into scalars and concatenated back in ONNX's order; the Pad's output shape
+  // is known before the run only when the parts keep their values.
+  Builder b;
+  auto* x = b.g().add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(onnx::TensorProto::FLOAT);
+  for (int64_t d : {1, 96, 256, 256}) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  b.ints("tf_pads", {8}, {0, 0, 0, 0, 0, 1, 1, 0});
+  b.ints("ones", {8}, {1, 1, 1, 1, 1, 1, 1, 1});
+  b.node("Split", {"tf_pads", "ones"}, {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7"});
+  auto& cat = b.node("Concat", {"s0", "s3", "s1", "s2", "s4", "s7", "s5", "s6"}, {"pads"});
+  attr_i(cat, "axis", 0);
+  b.node("Pad", {"x", "pads"}, {"y"});
+  // A 2-D value split along its second axis: each part takes its columns of every row.
+  b.ints("m", {2, 3}, {1, 2, 3, 4, 5, 6});
+  b.ints("cols", {2}, {1, 2});
+  auto& split = b.node("Split", {"m", "cols"}, {"left", "right"});
+  attr_i(split, "axis", 1);
+  for (const char* o : {"y", "left", "right"}) b.output(o);
+  Graph g = infer(b);
+  auto value = [&](const char* name) {
+    const TensorInfo* t = g.find(name);
+    REQUIRE(t->int_value);
+    return *t->int_value;
+  };
+  CHECK(value("s5") == std::vector<int64_t>{1});
+  CHECK(value("pads") == std::vector<int64_t>{0, 0, 0, 0, 0, 0, 1, 1});
+  CHECK(dims(g, "y") == std::vector<int64_t>{1, 96, 257, 257});
+  CHECK(value("left") == std::vector<int64_t>{1, 4});
+  CHECK(value("right") == std::vector<int64_t>{2, 3, 5, 6});
+  CHECK(dims(g, "right") == std::vector<int64_t>{2, 2});
+}
+
 TEST_CASE("shape values: a loop with a known trip count is unrolled") {
   // Loop 4 times: carried acc = Concat(acc, iter) grows by one each iteration; scan out iter.
   Builder b;

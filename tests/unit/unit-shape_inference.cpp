@@ -347,6 +347,58 @@ TEST_CASE("control-flow bodies: If branches see outer-scope tensors, a known con
   }
 }
 
+TEST_CASE("control-flow bodies: an op of a branch that is not priced is unknown, never the If that holds it") {
+  // A known condition picks a branch holding an op of no known domain: that op is listed as
+  // unknown, the If (lowered through its branch) is not.
+  test::IrGraph then_b, else_b;
+  then_b.node("Frobnicate", {"X"}, {"t_out"}, "com.example");
+  then_b.output("t_out");
+  else_b.node("Relu", {"X"}, {"e_out"});
+  else_b.output("e_out");
+  test::IrGraph b;
+  b.input("X", {8, 16});
+  b.t("c", {}, DType::boolean);
+  b.g.tensor("c").int_value = std::vector<int64_t>{1};
+  Node& iff = b.node("If", {"c"}, {"out"});
+  iff.attributes["then_branch"] = graph_attr(then_b.g);
+  iff.attributes["else_branch"] = graph_attr(else_b.g);
+  const KernelList kl = infer_lower(b.g);
+  REQUIRE(kl.kernels.size() == 1);
+  CHECK(kl.kernels[0].cls == KernelClass::unknown);
+  CHECK(kl.unknown_ops == std::vector<std::string>{"com.example.Frobnicate"});
+}
+
+TEST_CASE("shape inference: an LSTM / GRU / RNN input of a rank other than 3 cannot run") {
+  // Silero VAD's LSTM cell exported as LSTM: fed a 4-D tensor (its 8 kHz branch on a 16 kHz
+  // chunk), onnxruntime refuses it; the error names the node, the shape and the layout.
+  for (const char* op : {"LSTM", "GRU", "RNN"}) {
+    CAPTURE(op);
+    const int64_t gates = std::string(op) == "LSTM" ? 4 : std::string(op) == "GRU" ? 3 : 1;
+    test::IrGraph b;
+    b.input("x", {1, 2, 128, 2});
+    b.w("W", {1, gates * 16, 128});
+    b.w("R", {1, gates * 16, 16});
+    Node& n = b.node(op, {"x", "W", "R"}, {"y"});
+    n.attributes["hidden_size"] = test::attr_int(16);
+    b.output("y");
+    Model m;
+    m.opsets[""] = 14;
+    CHECK_THROWS_WITH_AS(infer_shapes(b.g, m),
+                         (std::string("node '") + op + "_0' (" + op + "): input X is [1,2,128,2] (rank 4); " + op +
+                          " takes a rank-3 [seq, batch, input]").c_str(),
+                         InputError);
+    test::IrGraph ok;
+    ok.input("x", {5, 2, 128});
+    ok.w("W", {1, gates * 16, 128});
+    ok.w("R", {1, gates * 16, 16});
+    Node& k = ok.node(op, {"x", "W", "R"}, {"y"});
+    k.attributes["hidden_size"] = test::attr_int(16);
+    ok.output("y");
+    infer_shapes(ok.g, m);
+    CHECK(dims_of(ok.g.find("y")) == std::vector<int64_t>{5, 1, 2, 16});
+  }
+}
+
 TEST_CASE("control-flow bodies: nested loops that expand past the kernel bound are an input error") {
   // Three nested Loops of 1000 trips around one Relu: 10^9 kernels, refused (never allocated).
   Graph inner;
