@@ -194,6 +194,32 @@ void lower_max_unpool(LowerCtx& c) {
   c.out.push_back(s);
 }
 
+// NonZero(X) -> [rank, count] int64: a count of X's nonzero elements (a reduction over X, the
+// prefix sum a stream compaction runs), then the select that writes their coordinates. The
+// count depends on the data: the bound of every element nonzero is priced, and noted.
+void lower_nonzero(LowerCtx& c) {
+  const TensorInfo* x = c.in(0);
+  if (!c.all_known({x})) {
+    c.unknown("shapes not inferred");
+    return;
+  }
+  const int64_t n = numel(x), rank = std::max<int64_t>(1, static_cast<int64_t>(x->shape.size()));
+  Kernel count = c.base(KernelClass::reduce, "nonzero_count");
+  count.rows = 1;
+  count.cols = n;
+  count.flops = double(n);
+  count.bytes = tensor_bytes(c, x) + 8;
+  count.operand_elems = {n};
+  c.out.push_back(count);
+  Kernel select = c.base(KernelClass::memory, "nonzero");
+  select.rows = rank;
+  select.cols = n;
+  select.bytes = tensor_bytes(c, x) + double(rank) * double(n) * 8;
+  select.operand_elems = {n};
+  select.note = "bound: every element nonzero (the count depends on the data)";
+  c.out.push_back(select);
+}
+
 void lower_view(LowerCtx&) {}
 
 }  // namespace
@@ -227,7 +253,7 @@ void add_memory_rules(RuleTable& r) {
   r["Trilu"] = mem("trilu", Reads::first_input);
   r["ReverseSequence"] = mem("copy", Reads::first_input);
   r["OneHot"] = mem("onehot", Reads::nothing);
-  r["NonZero"] = mem("nonzero", Reads::inputs);
+  r["NonZero"] = lower_nonzero;
   r["Unique"] = mem("unique", Reads::inputs);
   r["ConstantOfShape"] = mem("fill", Reads::nothing);
   r["EyeLike"] = mem("fill", Reads::nothing);

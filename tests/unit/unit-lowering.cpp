@@ -1092,3 +1092,20 @@ TEST_CASE("lowering: a QMoE with SwiGLU fused into fc1 reduces fc2 over the acti
     CHECK(act[0].bytes == doctest::Approx(double(rows) * 2 * f * 2 * 3));  // gate, up read; product written
   }
 }
+
+TEST_CASE("lowering: NonZero counts and selects, priced at the bound of every element nonzero") {
+  // Its output count depends on the data: the count reads the input, the select reads it again
+  // and writes rank x elements int64 coordinates at most.
+  IrGraph b;
+  b.input("x", {4, 256, 256});
+  b.node("NonZero", {"x"}, {b.t("idx", {3, 1}, DType::i64)});
+  b.g.tensor("idx").shape[1] = Dim{};  // the count, known only at run time
+  const KernelList kl = lower_with(b.g, Fusion::eager);
+  REQUIRE(kl.kernels.size() == 2);
+  const double n = 4.0 * 256 * 256;
+  CHECK(kl.kernels[0].cls == KernelClass::reduce);
+  CHECK(kl.kernels[0].bytes == 4 * n + 8);
+  CHECK(kl.kernels[1].cls == KernelClass::memory);
+  CHECK(kl.kernels[1].bytes == 4 * n + 3 * n * 8);
+  CHECK(kl.kernels[1].note.find("bound") != std::string::npos);
+}
