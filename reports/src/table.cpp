@@ -188,8 +188,12 @@ std::string format_table(const Report& r, const TableOptions& opt) {
        << "\n";
   }
   if (!r.unknown_ops.empty()) {
-    os << "\nnot predicted (" << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes")
-       << " of unknown ops, 0 ms):";
+    // Nodes without a kernel rule or without inferred shapes; kernels of a control-flow body
+    // count for no node of their own (the If or Loop holding them is predicted).
+    if (r.unpredicted_nodes > 0)
+      os << "\nnot predicted (" << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes") << ", 0 ms):";
+    else
+      os << "\nnot predicted (kernels of control-flow bodies, 0 ms):";
     for (const auto& u : r.unknown_ops) os << " " << u;
     os << "\n";
   }
