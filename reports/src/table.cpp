@@ -226,7 +226,10 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
   os << pad("gpu", w) << " " << pad("alias", 10) << " ";
   if (training) os << pad("forward ms", 11, true) << " " << pad("backward ms", 11, true) << " " << pad("update ms", 11, true) << " ";
-  os << pad("e2e ms", 11, true) << " " << pad("vs first", 9, true) << "\n";
+  // The end-to-end latency's 80% interval where the predictor gives one (not the roofline).
+  const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.e2e_high_ms > r.e2e_low_ms; });
+  os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
+     << "\n";
   const double base = reports.front().e2e_latency_ms;
   for (const auto& r : reports) {
     os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " ";
@@ -234,6 +237,7 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
       os << pad(format_ms(r.forward_ms), 11, true) << " " << pad(format_ms(r.backward_ms), 11, true) << " "
          << pad(format_ms(r.update_ms), 11, true) << " ";
     os << pad(format_ms(r.e2e_latency_ms), 11, true) << " "
+       << (interval ? pad(format_ms(r.e2e_low()) + " - " + format_ms(r.e2e_high()), 21, true) + " " : "")
        << pad(r.e2e_latency_ms > 0 ? detail::fixed(base / r.e2e_latency_ms, 2) + "x" : "-", 9, true) << "\n";
   }
   return os.str();

@@ -137,6 +137,13 @@ TEST_CASE("reports: GPU table gives speed-up against the first GPU") {
   CHECK(t.find("1.00x") != std::string::npos);
   // 4.2 ms against 6.2 ms: the second GPU runs at 0.68x the speed of the first.
   CHECK(t.find("0.68x") != std::string::npos);
+  CHECK(t.find("80% interval") == std::string::npos);  // none without the predictor's interval
+  std::vector<Report> with = rs;
+  with[1].e2e_low_ms = 3.5;
+  with[1].e2e_high_ms = 5.25;
+  const std::string ti = format_gpu_table(with);
+  CHECK(ti.find("80% interval") != std::string::npos);
+  CHECK(ti.find("3.500 - 5.250") != std::string::npos);
 }
 
 TEST_CASE("reports: CSV has one row per node or per kernel, names quoted") {
