@@ -49,9 +49,11 @@ class Table(unittest.TestCase):
         self.assertAlmostEqual(shares, 100.0, delta=0.1 * len(rows))
         # Class totals in the table equal the JSON's.
         for cls, ms in r["totals_by_class_ms"].items():
-            m = re.search(r"^" + cls + r"\s+\d+\s+([0-9.]+)\s+([0-9.]+)$", out, re.M)
+            m = re.search(r"^" + cls + r"\s+\d+\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+) - ([0-9.]+)$", out, re.M)
             self.assertIsNotNone(m, cls)
             self.assertAlmostEqual(float(m.group(1)), ms, delta=max(1e-4, 1e-3 * ms))
+            self.assertLessEqual(float(m.group(3)), float(m.group(1)))  # its 80% interval holds it
+            self.assertGreaterEqual(float(m.group(4)), float(m.group(1)))
 
     def test_top_n_is_the_n_slowest(self):
         code, out, err = run(*ARGS, "--top", "5")
@@ -104,7 +106,7 @@ class Table(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("by phase", out)
         r = run_json(*ARGS, "--mode", "training")
-        m = re.search(r"^backward\s+([0-9.]+)\s+([0-9.]+)$", out, re.M)
+        m = re.search(r"^backward\s+([0-9.]+)\s+([0-9.]+)\s+[0-9.]+ - [0-9.]+$", out, re.M)
         self.assertIsNotNone(m)
         self.assertAlmostEqual(float(m.group(1)), r["backward_ms"], delta=max(1e-4, 1e-3 * r["backward_ms"]))
         self.assertIn("bwd ms", out)
