@@ -369,6 +369,9 @@ int main(int argc, char** argv) {
     std::string gpu, group, model;
     double measured = 0;
     IntervalSum sum;
+    std::string stem;                   // the run's model, mode, sequence, batch and fusion
+    double e2e = 0, low = 0, high = 0;  // the prediction and its 80% interval
+    double roofline = 0;                // the plain roofline's
   };
   std::vector<PairRun> pair_runs;
   std::map<std::string, std::pair<Mean, Mean>> bound_mean;  // [mode] -> raw, corrected
@@ -423,7 +426,8 @@ int main(int argc, char** argv) {
           }
           ++calibrated_runs;
         }
-        pair_runs.push_back({r.gpu_dir, group, r.model, r.measured_ms, std::move(sum)});
+        pair_runs.push_back({r.gpu_dir, group, r.model, r.measured_ms, std::move(sum), r.stem, ns->e2e_latency_ms,
+                             ns->e2e_low(), ns->e2e_high(), rf.e2e_latency_ms});
         for (const std::string& k : {group, std::string("all")}) {
           cover[k].first += inside;
           ++cover[k].second;
@@ -572,6 +576,43 @@ int main(int argc, char** argv) {
           std::printf("%-16s %4d / %4d (%5.1f%%)  width x%.3f  error %.1f%%\n", k, in[k].first, in[k].second,
                       100.0 * in[k].first / in[k].second, median_of(width[k]), e / double(error[k].size()));
         }
+    }
+  }
+  if (!pair_runs.empty()) {
+    // The question of hardware sizing: how much faster one GPU runs a model than another. Every
+    // pair of runs of one model, mode, shape and fusion on two GPUs: the predicted speed-up
+    // against the measured, and its 80% interval with the two GPUs' errors taken as
+    // independent (reports' gpu_speedup_interval: each side's log deviations added in quadrature).
+    std::map<std::string, std::pair<int, int>> in;
+    std::map<std::string, std::vector<double>> width, error, roofline_error;
+    for (size_t i = 0; i < pair_runs.size(); ++i)
+      for (size_t j = 0; j < pair_runs.size(); ++j) {
+        const PairRun &a = pair_runs[i], &b = pair_runs[j];
+        if (i == j || a.stem != b.stem || a.gpu == b.gpu || a.gpu > b.gpu) continue;
+        const SpeedupInterval si = gpu_speedup_interval(a.e2e, a.low, a.high, b.e2e, b.low, b.high);
+        const double measured = a.measured / b.measured;  // > 1: the second GPU is faster
+        const bool inside = si.low <= measured && measured <= si.high;
+        for (const std::string& k : {a.group, std::string("all")}) {
+          in[k].first += inside;
+          ++in[k].second;
+          width[k].push_back(si.high / si.low);
+          error[k].push_back(std::fabs(100 * (si.speedup / measured - 1)));
+          roofline_error[k].push_back(std::fabs(100 * (a.roofline / b.roofline / measured - 1)));
+        }
+      }
+    if (!in.empty()) {
+      std::printf("\nSpeed-up of one GPU over another on the same run (model, mode, shape; the GPU table's \"vs first\"\n"
+                  "and its interval, the two GPUs' errors independent): pairs inside / pairs, median width, mean |error|\n"
+                  "of the speed-up (the roofline's beside it)\n");
+      auto mean_of = [](const std::vector<double>& v) {
+        double e = 0;
+        for (double x : v) e += x;
+        return v.empty() ? 0.0 : e / double(v.size());
+      };
+      for (const char* k : {"inference", "training", "fusion", "all"})
+        if (in.count(k))
+          std::printf("%-16s %4d / %4d (%5.1f%%)  width x%.3f  error %.1f%% (roofline %.1f%%)\n", k, in[k].first, in[k].second,
+                      100.0 * in[k].first / in[k].second, median_of(width[k]), mean_of(error[k]), mean_of(roofline_error[k]));
     }
   }
   if (!cover.empty()) {

@@ -31,6 +31,17 @@ double IntervalSum::deviation(bool upper, double rho) const {
 double IntervalSum::low_ms(double rho) const { return latency_ms_ - deviation(false, rho); }
 double IntervalSum::high_ms(double rho) const { return latency_ms_ + deviation(true, rho); }
 
+SpeedupInterval gpu_speedup_interval(double a, double a_low, double a_high, double b, double b_low, double b_high) {
+  SpeedupInterval s;
+  if (!(a > 0) || !(b > 0)) return s;
+  s.speedup = s.low = s.high = a / b;
+  // Each side's log deviation, 0 where it has no interval.
+  auto dev = [](double from, double to) { return from > 0 && to > 0 ? std::fabs(std::log(to / from)) : 0.0; };
+  s.high = s.speedup * std::exp(std::hypot(dev(a, a_high), dev(b, b_low)));
+  s.low = s.speedup * std::exp(-std::hypot(dev(a, a_low), dev(b, b_high)));
+  return s;
+}
+
 RatioInterval ratio_interval(const IntervalSum& a, const IntervalSum& b, double rho) {
   RatioInterval r;
   if (!(a.latency_ms() > 0) || !(b.latency_ms() > 0)) return r;

@@ -258,8 +258,9 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   // The end-to-end latency's 80% interval where the predictor gives one (not the roofline).
   const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.e2e_high_ms > r.e2e_low_ms; });
   os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
-     << "\n";
-  const double base = reports.front().e2e_latency_ms;
+     << (interval ? " " + pad("80% interval", 15, true) : "") << "\n";
+  const Report& first = reports.front();
+  const double base = first.e2e_latency_ms;
   for (const auto& r : reports) {
     os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " ";
     if (training)
@@ -267,7 +268,13 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
          << pad(format_ms(r.update_ms), 11, true) << " ";
     os << pad(format_ms(r.e2e_latency_ms), 11, true) << " "
        << (interval ? pad(format_ms(r.e2e_low()) + " - " + format_ms(r.e2e_high()), 21, true) + " " : "")
-       << pad(r.e2e_latency_ms > 0 ? detail::fixed(base / r.e2e_latency_ms, 2) + "x" : "-", 9, true) << "\n";
+       << pad(r.e2e_latency_ms > 0 ? detail::fixed(base / r.e2e_latency_ms, 2) + "x" : "-", 9, true);
+    // The speed-up's interval, the two GPUs' errors independent (predictor.h); none for the first.
+    const SpeedupInterval s =
+        gpu_speedup_interval(base, first.e2e_low(), first.e2e_high(), r.e2e_latency_ms, r.e2e_low(), r.e2e_high());
+    if (interval && &r != &first && s.speedup > 0)
+      os << " " << pad(detail::fixed(s.low, 2) + " - " + detail::fixed(s.high, 2), 15, true);
+    os << "\n";
   }
   return os.str();
 }

@@ -121,8 +121,12 @@ class Table(unittest.TestCase):
         self.assertTrue(rows[0].endswith("1.00x"))
         for line, rep in zip(rows, r):
             self.assertIn(rep["gpu"], line)
-            speedup = float(line.split()[-1].rstrip("x"))
+            speedup = float([w for w in line.split() if w.endswith("x")][-1].rstrip("x"))
             self.assertAlmostEqual(speedup, r[0]["e2e_latency_ms"] / rep["e2e_latency_ms"], delta=0.01)
+            if line is not rows[0]:  # the speed-up's 80% interval holds it
+                low, high = float(line.split()[-3]), float(line.split()[-1])
+                self.assertLessEqual(low, speedup)
+                self.assertGreaterEqual(high, speedup)
 
     def test_colour_and_progress_only_on_a_tty(self):
         master, slave = pty.openpty()

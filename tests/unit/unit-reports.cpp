@@ -139,11 +139,17 @@ TEST_CASE("reports: GPU table gives speed-up against the first GPU") {
   CHECK(t.find("0.68x") != std::string::npos);
   CHECK(t.find("80% interval") == std::string::npos);  // none without the predictor's interval
   std::vector<Report> with = rs;
-  with[1].e2e_low_ms = 3.5;
-  with[1].e2e_high_ms = 5.25;
+  with[1].e2e_low_ms = 5.0;
+  with[1].e2e_high_ms = 7.75;
   const std::string ti = format_gpu_table(with);
   CHECK(ti.find("80% interval") != std::string::npos);
-  CHECK(ti.find("3.500 - 5.250") != std::string::npos);
+  CHECK(ti.find("5.000 - 7.750") != std::string::npos);
+  // The speed-up 4.2 / 6.2 = 0.68 from the first (no interval) to the second: down by
+  // ln(7.75 / 6.2), up by ln(6.2 / 5.0), 0.54 - 0.84.
+  const SpeedupInterval s = gpu_speedup_interval(4.2, 4.2, 4.2, 6.2, 5.0, 7.75);
+  CHECK(s.low == doctest::Approx(4.2 / 7.75));
+  CHECK(s.high == doctest::Approx(4.2 / 5.0));
+  CHECK(ti.find("0.54 - 0.84") != std::string::npos);
 }
 
 TEST_CASE("reports: CSV has one row per node or per kernel, names quoted") {

@@ -97,6 +97,16 @@ struct RatioInterval {
 };
 RatioInterval ratio_interval(const IntervalSum& a, const IntervalSum& b, double rho = kKernelErrorCorrelation);
 
+// The 80% interval of a / b, one model's latencies predicted on two GPUs (the second GPU's
+// speed-up over the first), each with its own 80% interval [low, high]. The two GPUs' errors are
+// taken as independent: in log time a's upward and b's downward deviations add in quadrature for
+// the upper bound, a's downward and b's upward for the lower (bench/e2e_accuracy measures how
+// often the measured speed-up falls inside). Zero where either latency is not positive.
+struct SpeedupInterval {
+  double speedup = 0, low = 0, high = 0;
+};
+SpeedupInterval gpu_speedup_interval(double a, double a_low, double a_high, double b, double b_low, double b_high);
+
 class Predictor {
  public:
   virtual ~Predictor() = default;
