@@ -45,6 +45,22 @@ IntervalSum interval_sum(const Report& r) {
   return all;
 }
 
+std::map<std::string, IntervalSum> interval_sums_by(const Report& r, bool by_phase) {
+  std::map<std::string, IntervalSum> sums;
+  auto add = [&](const KernelReport& k) {
+    sums[by_phase ? phase_name(k.kernel.phase) : kernel_class_name(k.kernel.cls)].add(k.prediction);
+  };
+  for (const auto& n : r.nodes)
+    for (const auto& k : n.kernels) add(k);
+  for (const auto& k : r.extra_kernels) add(k);
+  return sums;
+}
+
+std::string interval_text(const IntervalSum& s) {
+  const double lo = s.low_ms(), hi = s.high_ms();
+  return hi > lo ? format_ms(lo) + " - " + format_ms(hi) : "";
+}
+
 void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms = r.backward_ms = r.update_ms = 0;
   r.e2e_low_ms = r.e2e_high_ms = 0;

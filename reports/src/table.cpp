@@ -26,25 +26,6 @@ bool all_digits(const std::string& s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
 }
 
-// The kernels of each kernel class (or of each phase: `by_phase`) summed with their 80%
-// intervals, as the end-to-end latency sums them (IntervalSum: kernels err partly together).
-std::map<std::string, IntervalSum> sums_by(const Report& r, bool by_phase) {
-  std::map<std::string, IntervalSum> sums;
-  auto add = [&](const KernelReport& k) {
-    sums[by_phase ? phase_name(k.kernel.phase) : kernel_class_name(k.kernel.cls)].add(k.prediction);
-  };
-  for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) add(k);
-  for (const auto& k : r.extra_kernels) add(k);
-  return sums;
-}
-
-// "low - high" of a sum, or "" where it has no interval (the roofline predictor).
-std::string interval_cell(const IntervalSum& s) {
-  const double lo = s.low_ms(), hi = s.high_ms();
-  return hi > lo ? format_ms(lo) + " - " + format_ms(hi) : "";
-}
-
 void class_totals(std::ostream& os, const Report& r, const Style& st) {
   std::vector<std::pair<std::string, double>> cls(r.totals_by_class.begin(), r.totals_by_class.end());
   std::stable_sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -59,8 +40,8 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
       if (k.prediction.host_bound) ++host, host_ms += k.prediction.latency_ms;
     }
   for (const auto& k : r.extra_kernels) ++count[kernel_class_name(k.kernel.cls)];
-  const std::map<std::string, IntervalSum> sums = sums_by(r, false);
-  const bool interval = std::any_of(sums.begin(), sums.end(), [](const auto& s) { return !interval_cell(s.second).empty(); });
+  const std::map<std::string, IntervalSum> sums = interval_sums_by(r, false);
+  const bool interval = std::any_of(sums.begin(), sums.end(), [](const auto& s) { return !interval_text(s.second).empty(); });
   os << "\n" << st("by kernel class", "1") << "\n";
   os << pad("class", 12) << " " << pad("kernels", 8, true) << " " << pad("ms", 11, true) << " " << pad("%", 6, true)
      << (interval ? " " + pad("80% interval", 21, true) : "") << "\n";
@@ -68,7 +49,7 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
     const auto s = sums.find(c);
     os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
        << pad(pct(ms, r.share_base_ms()), 6, true)
-       << (interval ? " " + pad(s == sums.end() ? "" : interval_cell(s->second), 21, true) : "") << "\n";
+       << (interval ? " " + pad(s == sums.end() ? "" : interval_text(s->second), 21, true) : "") << "\n";
   }
   if (host > 0) {
     char dispatch[32];
@@ -203,15 +184,15 @@ std::string format_table(const Report& r, const TableOptions& opt) {
        << " ms of kernels on the GPUs, the shares of it; the iteration below)\n";
   if (r.mode == Mode::training) {
     const double t = r.share_base_ms();
-    const std::map<std::string, IntervalSum> sums = sums_by(r, true);
-    const bool interval = std::any_of(sums.begin(), sums.end(), [](const auto& s) { return !interval_cell(s.second).empty(); });
+    const std::map<std::string, IntervalSum> sums = interval_sums_by(r, true);
+    const bool interval = std::any_of(sums.begin(), sums.end(), [](const auto& s) { return !interval_text(s.second).empty(); });
     os << "\n" << st("by phase", "1") << "\n"
        << pad("phase", 12) << " " << pad("ms", 11, true) << " " << pad("%", 6, true)
        << (interval ? " " + pad("80% interval", 21, true) : "") << "\n";
     for (const auto& [name, ms] : {std::pair<const char*, double>{"forward", r.forward_ms}, {"backward", r.backward_ms},
                                    {"update", r.update_ms}}) {
       const auto s = sums.find(name);
-      const std::string cell = s == sums.end() ? "" : interval_cell(s->second);
+      const std::string cell = s == sums.end() ? "" : interval_text(s->second);
       os << pad(name, 12) << " " << pad(format_ms(ms), 11, true) << " " << pad(pct(ms, t), 6, true)
          << (cell.empty() ? "" : " " + pad(cell, 21, true)) << "\n";
     }

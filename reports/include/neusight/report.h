@@ -192,6 +192,11 @@ void summarize(Report& report);
 // second form adds them, `weight` times each, to `sum`.
 IntervalSum interval_sum(const Report& report);
 void add_kernels(const Report& report, double weight, IntervalSum& sum);
+// The same per kernel class (by kernel_class_name) or per phase (by_phase: phase_name), for the
+// totals tables' intervals.
+std::map<std::string, IntervalSum> interval_sums_by(const Report& report, bool by_phase);
+// "low - high" ms of a sum's 80% interval, or "" where it has none (the roofline predictor).
+std::string interval_text(const IntervalSum& sum);
 
 struct TableOptions {
   int top = 0;            // 0: every node; N: the N slowest
