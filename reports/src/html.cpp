@@ -290,6 +290,68 @@ std::string node_table(const Report& r) {
 
 std::string page_end() { return std::string(kScript) + "</body></html>\n"; }
 
+// The time by kernel class and (training) by phase, each total with its 80% interval (kernels
+// err partly together, as for the end-to-end one).
+std::string totals_charts(const Report& r) {
+  std::ostringstream os;
+  os << "<h2>Time by kernel class</h2>\n";
+  std::vector<std::pair<std::string, double>> cls(r.totals_by_class.begin(), r.totals_by_class.end());
+  std::stable_sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  auto with_interval = [](const std::map<std::string, IntervalSum>& sums, const std::string& key) {
+    const auto it = sums.find(key);
+    const std::string t = it == sums.end() ? "" : interval_text(it->second);
+    return t.empty() ? std::string() : "; 80% interval " + t + " ms";
+  };
+  const std::map<std::string, IntervalSum> class_sums = interval_sums_by(r, false);
+  std::vector<Bar> bars;
+  for (const auto& [c, ms] : cls)
+    bars.push_back({c, {{c, ms}},
+                    format_ms(ms) + " ms (" + num(r.share_base_ms() > 0 ? 100 * ms / r.share_base_ms() : 0, 1) + "%" +
+                        with_interval(class_sums, c) + ")",
+                    ""});
+  os << hbar_chart(bars, "ms");
+  if (r.mode == Mode::training) {
+    const std::map<std::string, IntervalSum> phase_sums = interval_sums_by(r, true);
+    auto phase = [&](const char* name, const char* colour, double ms) {
+      const std::string iv = with_interval(phase_sums, name);
+      return Bar{name, {{colour, ms}}, format_ms(ms) + " ms" + (iv.empty() ? "" : " (" + iv.substr(2) + ")"), ""};
+    };
+    std::vector<Bar> phases = {phase("forward", "gemm", r.forward_ms), phase("backward", "elementwise", r.backward_ms),
+                               phase("update", "reduce", r.update_ms)};
+    os << "<h2>Training step by phase</h2>\n" << hbar_chart(phases, "ms");
+  }
+  return os.str();
+}
+
+// The GPUs of a --gpu list side by side: each one's latency by kernel class, and its speed-up
+// against the first.
+std::string gpu_comparison(const std::vector<Report>& reports, const std::vector<std::string>& classes) {
+  std::ostringstream os;
+  const Report& r = reports.front();
+  os << "<h2>GPU comparison</h2>\n" << legend(classes);
+  std::vector<Bar> gb;
+  const double base = r.e2e_latency_ms;
+  for (const auto& g : reports) {
+    // The latency and the speed-up, each with its 80% interval (the speed-up's takes the two
+    // GPUs' errors as independent, predictor.h gpu_speedup_interval).
+    const SpeedupInterval s = gpu_speedup_interval(base, r.e2e_low(), r.e2e_high(), g.e2e_latency_ms, g.e2e_low(), g.e2e_high());
+    std::string label = format_ms(g.e2e_latency_ms) + " ms";
+    if (g.e2e_high() > g.e2e_low()) label += " (" + format_ms(g.e2e_low()) + " - " + format_ms(g.e2e_high()) + ")";
+    label += ", " + num(s.speedup) + "x";
+    if (&g != &reports.front() && s.high > s.low) label += " (" + num(s.low) + " - " + num(s.high) + ")";
+    Bar b{g.gpu.name, {}, label, ""};
+    for (const auto& c : classes) {
+      auto it = g.totals_by_class.find(c);
+      if (it != g.totals_by_class.end()) b.segments.push_back({c, it->second});
+    }
+    gb.push_back(b);
+  }
+  os << hbar_chart(gb, "ms", 22)
+     << "<p class=\"note\">Each GPU's latency and its speed-up against the first, with their 80% intervals in "
+        "brackets.</p>\n";
+  return os.str();
+}
+
 }  // namespace
 
 std::string format_html(const std::vector<Report>& reports) {
@@ -317,62 +379,12 @@ std::string format_html(const std::vector<Report>& reports) {
   const auto classes = classes_of(reports);
   if (r.generation) os << detail::generation_html(reports);
 
-  // Time by kernel class.
-  os << "<h2>Time by kernel class</h2>\n";
-  std::vector<std::pair<std::string, double>> cls(r.totals_by_class.begin(), r.totals_by_class.end());
-  std::stable_sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  // Each total with its 80% interval (kernels err partly together, as for the end-to-end one).
-  auto with_interval = [](const std::map<std::string, IntervalSum>& sums, const std::string& key) {
-    const auto it = sums.find(key);
-    const std::string t = it == sums.end() ? "" : interval_text(it->second);
-    return t.empty() ? std::string() : "; 80% interval " + t + " ms";
-  };
-  const std::map<std::string, IntervalSum> class_sums = interval_sums_by(r, false);
-  std::vector<Bar> bars;
-  for (const auto& [c, ms] : cls)
-    bars.push_back({c, {{c, ms}},
-                    format_ms(ms) + " ms (" + num(r.share_base_ms() > 0 ? 100 * ms / r.share_base_ms() : 0, 1) + "%" +
-                        with_interval(class_sums, c) + ")",
-                    ""});
-  os << hbar_chart(bars, "ms");
-  if (r.mode == Mode::training) {
-    const std::map<std::string, IntervalSum> phase_sums = interval_sums_by(r, true);
-    auto phase = [&](const char* name, const char* colour, double ms) {
-      const std::string iv = with_interval(phase_sums, name);
-      return Bar{name, {{colour, ms}}, format_ms(ms) + " ms" + (iv.empty() ? "" : " (" + iv.substr(2) + ")"), ""};
-    };
-    std::vector<Bar> phases = {phase("forward", "gemm", r.forward_ms), phase("backward", "elementwise", r.backward_ms),
-                               phase("update", "reduce", r.update_ms)};
-    os << "<h2>Training step by phase</h2>\n" << hbar_chart(phases, "ms");
-  }
+  os << totals_charts(r);
 
   if (r.parallel)
     os << "<h2>Multi-GPU training</h2>\n<pre>" << html_escape(format_parallel(*r.parallel)) << "</pre>\n";
 
-  // Per-GPU comparison.
-  if (reports.size() > 1) {
-    os << "<h2>GPU comparison</h2>\n" << legend(classes);
-    std::vector<Bar> gb;
-    const double base = r.e2e_latency_ms;
-    for (const auto& g : reports) {
-      // The latency and the speed-up, each with its 80% interval (the speed-up's takes the two
-      // GPUs' errors as independent, predictor.h gpu_speedup_interval).
-      const SpeedupInterval s = gpu_speedup_interval(base, r.e2e_low(), r.e2e_high(), g.e2e_latency_ms, g.e2e_low(), g.e2e_high());
-      std::string label = format_ms(g.e2e_latency_ms) + " ms";
-      if (g.e2e_high() > g.e2e_low()) label += " (" + format_ms(g.e2e_low()) + " - " + format_ms(g.e2e_high()) + ")";
-      label += ", " + num(s.speedup) + "x";
-      if (&g != &reports.front() && s.high > s.low) label += " (" + num(s.low) + " - " + num(s.high) + ")";
-      Bar b{g.gpu.name, {}, label, ""};
-      for (const auto& c : classes) {
-        auto it = g.totals_by_class.find(c);
-        if (it != g.totals_by_class.end()) b.segments.push_back({c, it->second});
-      }
-      gb.push_back(b);
-    }
-    os << hbar_chart(gb, "ms", 22)
-       << "<p class=\"note\">Each GPU's latency and its speed-up against the first, with their 80% intervals in "
-          "brackets.</p>\n";
-  }
+  if (reports.size() > 1) os << gpu_comparison(reports, classes);
 
   // Timeline and per-layer bars.
   os << "<h2>Timeline</h2>\n" << legend(classes) << timeline(r)
