@@ -1791,7 +1791,7 @@ std::optional<json> language_model_config(const json& j) {
     text = {{"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32}, {"num_attention_heads", 32},
             {"num_key_value_heads", 8}, {"vocab_size", 32000}, {"sliding_window", 4096}};
   for (auto it = t->begin(); it != t->end(); ++it) text[it.key()] = it.value();
-  for (const char* k : {"torch_dtype", "quantization_config"})
+  for (const char* k : {"torch_dtype", "dtype", "quantization_config"})
     if (!text.contains(k) && j.contains(k)) text[k] = j[k];
   return text;
 }
@@ -2001,7 +2001,8 @@ ModelConfig config_from_json(const json& j, const std::string& path, const std::
   }
   it->second.read(r, c);
   read_quantization(r, c);
-  c.torch_dtype = r.s({"torch_dtype"}, "");
+  // transformers 4.56 and later save the checkpoint's precision as `dtype`, earlier ones as `torch_dtype`.
+  c.torch_dtype = r.s({"torch_dtype", "dtype"}, "");
   const bool mlp = c.block_pattern.empty() || c.block_pattern.find('-') != std::string::npos;  // Mamba-2 has none
   if (c.layers <= 0 || c.hidden <= 0 || c.heads <= 0 || (c.vocab <= 0 && c.image_size <= 0) || (mlp && c.ffn <= 0))
     throw InputError(path + ": layers, hidden size, heads, vocabulary and FFN size must be positive");

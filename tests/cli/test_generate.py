@@ -199,6 +199,7 @@ class Generate(unittest.TestCase):
         # (or a config naming none) in FP16; --dtype overrides it. Not the analysis of a
         # config (--batch --seq), which runs as PyTorch's from_pretrained loads it: FP32.
         cases = (("bfloat16", [], "bf16", "config", None),
+                 ("dtype:bfloat16", [], "bf16", "config", None),  # transformers 4.56+ name it dtype
                  ("float32", [], "fp16", "config", "served in fp16, as vLLM's --dtype auto"),
                  (None, [], "fp16", "config", "names no torch_dtype"),
                  ("bfloat16", ["--dtype", "fp32"], "fp32", "--dtype", None))
@@ -206,7 +207,9 @@ class Generate(unittest.TestCase):
             with self.subTest(torch_dtype=torch_dtype, flags=flags):
                 cfg = dict(SMALL)
                 cfg.pop("torch_dtype")
-                if torch_dtype:
+                if torch_dtype and torch_dtype.startswith("dtype:"):
+                    cfg["dtype"] = torch_dtype[len("dtype:"):]
+                elif torch_dtype:
                     cfg["torch_dtype"] = torch_dtype
                 path = os.path.join(self.dir, "served.json")
                 with open(path, "w") as f:

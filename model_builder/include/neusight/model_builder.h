@@ -362,10 +362,11 @@ struct ModelConfig {
   // Whether each sequence holds an image's tokens(): a multimodal config's language model whose
   // vision tower is built (LLaVA, LLaVA-NeXT, PaliGemma), not CLIP's or SigLIP's own tower.
   bool image_in_sequence() const { return !language_model_of.empty() && vision.layers > 0; }
-  // The checkpoint's stored precision (`torch_dtype`, e.g. "bfloat16"; empty when absent). The
-  // graph is built in FP32 whatever it says: PyTorch's from_pretrained loads FP32 unless asked
-  // (`torch_dtype=` at load time), and the measured runs of neusight-data are FP32 with
-  // configs that say bfloat16 (Switch). See config_dtype_note.
+  // The checkpoint's stored precision (`torch_dtype`, or `dtype` as transformers 4.56 and later
+  // save it, e.g. "bfloat16"; empty when absent). The graph is built in FP32 whatever it says:
+  // PyTorch's from_pretrained loads FP32 unless asked (`torch_dtype=` at load time), and the
+  // measured runs of neusight-data are FP32 with configs that say bfloat16 (Switch). See
+  // config_dtype_note; a generation is served in config_serving_dtype.
   std::string torch_dtype;
 };
 
