@@ -254,8 +254,16 @@ void lower_conv(LowerCtx& c) {
   }
   emit_gemm(c, "conv", s, double(numel(x)), double(numel(w)), static_cast<int>(xi), static_cast<int>(wi), note);
   Kernel& kr = c.out.back();
-  kr.dtype = dt;
-  kr.bytes = (double(numel(x)) + double(numel(w)) + double(numel(y))) * eb;
+  // --dtype int8 / fp8 in inference: a convolution of a weight runs on the narrow matrix units
+  // as TensorRT's INT8 and FP8 engines run it (its image and weights narrow, the output in the
+  // activations' dtype; emit_gemm narrowed it). FP4 and training keep convolutions 16-bit
+  // (NVFP4 and Transformer Engine's FP8 recipes quantize linear layers).
+  const DType narrow = c.opt.compute_dtype;
+  const bool narrowed = !integer && kr.dtype == narrow && (narrow == DType::i8 || is_fp8(narrow)) &&
+                        c.opt.mode == Mode::inference;
+  kr.dtype = narrowed ? narrow : dt;
+  kr.bytes = narrowed ? narrow_gemm_bytes(double(numel(x)) + double(numel(w)), double(numel(y)), narrow)
+                      : (double(numel(x)) + double(numel(w)) + double(numel(y))) * eb;
   if (!integer) {
     if (const TensorInfo* bias = c.in(2)) {
       kr.epilogue = "bias";

@@ -1109,3 +1109,30 @@ TEST_CASE("lowering: NonZero counts and selects, priced at the bound of every el
   CHECK(kl.kernels[1].bytes == 4 * n + 3 * n * 8);
   CHECK(kl.kernels[1].note.find("bound") != std::string::npos);
 }
+
+TEST_CASE("lowering: --dtype int8 and fp8 run a convolution of a weight on the narrow matrix units in inference") {
+  // As TensorRT's INT8 and FP8 engines: the image and the weights narrow, the output in the
+  // activations' FP16 (int8) or BF16 (fp8); training (Transformer Engine's FP8 recipe) keeps
+  // convolutions 16-bit.
+  IrGraph b;
+  b.input("x", {2, 64, 56, 56});
+  b.node("Conv", {"x", b.w("w", {128, 64, 3, 3})}, {b.t("y", {2, 128, 54, 54})});
+  const double x = 2.0 * 64 * 56 * 56, w = 128.0 * 64 * 9, y = 2.0 * 128 * 54 * 54;
+  for (DType narrow : {DType::i8, DType::f8e4m3fn}) {
+    CAPTURE(dtype_name(narrow));
+    LoweringOptions o;
+    o.compute_dtype = narrow;
+    const KernelList inf = lower(b.g, o);
+    REQUIRE(inf.kernels.size() == 1);
+    CHECK(inf.kernels[0].dtype == narrow);
+    CHECK(inf.kernels[0].bytes == doctest::Approx(x + w + 2 * y));
+    o.mode = Mode::training;
+    const KernelList tr = lower(b.g, o);
+    REQUIRE(!tr.kernels.empty());
+    CHECK(tr.kernels[0].dtype == activation_dtype(narrow));
+    CHECK(tr.kernels[0].bytes == doctest::Approx(2 * (x + w + y)));
+  }
+  LoweringOptions fp4;
+  fp4.compute_dtype = DType::f4e2m1;
+  CHECK(lower(b.g, fp4).kernels[0].dtype == DType::bf16);
+}
