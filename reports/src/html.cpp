@@ -85,7 +85,12 @@ struct Bar {
 };
 
 std::string hbar_chart(const std::vector<Bar>& bars, const std::string& unit, int row_h = 18) {
-  const double label_w = 250, bar_w = 620, right_w = 110, width = label_w + bar_w + right_w;
+  // The text right of the bars as wide as its longest line needs (about 7 px a character of
+  // the page's 12 px font), so that a total with its interval is never cut at the edge.
+  size_t right_chars = 0;
+  for (const auto& b : bars) right_chars = std::max(right_chars, b.right.size());
+  const double label_w = 250, bar_w = 620, right_w = std::max(110.0, 7.0 * double(right_chars) + 12),
+               width = label_w + bar_w + right_w;
   double max_total = 0;
   for (const auto& b : bars) {
     double t = 0;
