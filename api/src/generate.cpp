@@ -443,6 +443,10 @@ Decoder onnx_decoder(LoadedModel model) {
     }
   }
   d.sliding_layers = std::min(d.sliding_layers, d.layers);
+  // A decoder step this tool exported from a config says the dtype a serving engine loads its
+  // checkpoint in (its weights are FP32, as from_pretrained loads them).
+  if (const auto s = model.model.metadata.find("neusight.serving_dtype"); s != model.model.metadata.end())
+    if (const auto dt = parse_dtype(s->second); dt && is_float(*dt)) d.serving_dtype = *dt;
   // An attention mask over past + new tokens has its own symbolic length.
   for (const auto& name : g.inputs) {
     const TensorInfo* t = g.find(name);

@@ -82,6 +82,12 @@ LoadedModel Net::finish(const ModelConfig& c) {
       p->set_value(std::to_string(value));
     }
   }
+  // The graph is FP32, as from_pretrained loads it; the dtype a serving engine loads the
+  // checkpoint in (config_serving_dtype) is said beside it, so that --generate on the export
+  // serves it as --generate on the config does.
+  auto* served = model.add_metadata_props();
+  served->set_key("neusight.serving_dtype");
+  served->set_value(dtype_name(config_serving_dtype(c)));
   LoadedModel lm = load_model_from_proto(std::move(model), "");
   lm.model.graph.name = c.model_type;
   return lm;

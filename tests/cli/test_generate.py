@@ -503,6 +503,13 @@ class Generate(unittest.TestCase):
         self.assertAlmostEqual(a["tpot_ms"], b["tpot_ms"], delta=0.01 * a["tpot_ms"])
         self.assertAlmostEqual(a["ttft_ms"], b["ttft_ms"], delta=0.1 * a["ttft_ms"])
         self.assertEqual(a["kv_cache_bytes"], b["kv_cache_bytes"])
+        # Without --dtype both are served as vLLM loads the checkpoint (the config's float16):
+        # the export's weights are FP32, its metadata (neusight.serving_dtype) says so.
+        a = self.gen_json("--config", self.small, "--generate", "256:32", "--gpu", "h100")
+        b = self.gen_json(step, "--generate", "256:32", "--gpu", "h100")
+        self.assertEqual((b["dtype"], b["dtype_source"]), (a["dtype"], a["dtype_source"]))
+        self.assertEqual((b["dtype"], b["dtype_source"]), ("fp16", "config"))
+        self.assertAlmostEqual(a["generation"]["tpot_ms"], b["generation"]["tpot_ms"], delta=0.01 * a["generation"]["tpot_ms"])
         # Sliding-window layers keep their window of the cache: the export says which in its
         # metadata (neusight.sliding_window, neusight.sliding_layers), as the graph does not.
         windowed = os.path.join(self.dir, "windowed.json")
