@@ -584,11 +584,14 @@ int main(int argc, char** argv) {
     // against the measured, and its 80% interval with the two GPUs' errors taken as
     // independent (reports' gpu_speedup_interval: each side's log deviations added in quadrature).
     std::map<std::string, std::pair<int, int>> in;
-    std::map<std::string, std::vector<double>> width, error, roofline_error;
+    std::map<std::string, std::vector<double>> width;
+    std::map<std::string, Mean> error, roofline_error;
     for (size_t i = 0; i < pair_runs.size(); ++i)
-      for (size_t j = 0; j < pair_runs.size(); ++j) {
-        const PairRun &a = pair_runs[i], &b = pair_runs[j];
-        if (i == j || a.stem != b.stem || a.gpu == b.gpu || a.gpu > b.gpu) continue;
+      for (size_t j = i + 1; j < pair_runs.size(); ++j) {
+        // The GPUs in name order: the speed-up of the later over the earlier.
+        const bool ordered = pair_runs[i].gpu < pair_runs[j].gpu;
+        const PairRun &a = pair_runs[ordered ? i : j], &b = pair_runs[ordered ? j : i];
+        if (a.stem != b.stem || a.gpu == b.gpu) continue;
         const SpeedupInterval si = gpu_speedup_interval(a.e2e, a.low, a.high, b.e2e, b.low, b.high);
         const double measured = a.measured / b.measured;  // > 1: the second GPU is faster
         const bool inside = si.low <= measured && measured <= si.high;
@@ -596,23 +599,19 @@ int main(int argc, char** argv) {
           in[k].first += inside;
           ++in[k].second;
           width[k].push_back(si.high / si.low);
-          error[k].push_back(std::fabs(100 * (si.speedup / measured - 1)));
-          roofline_error[k].push_back(std::fabs(100 * (a.roofline / b.roofline / measured - 1)));
+          error[k].add(100 * (si.speedup / measured - 1));
+          roofline_error[k].add(100 * (a.roofline / b.roofline / measured - 1));
         }
       }
     if (!in.empty()) {
       std::printf("\nSpeed-up of one GPU over another on the same run (model, mode, shape; the GPU table's \"vs first\"\n"
                   "and its interval, the two GPUs' errors independent): pairs inside / pairs, median width, mean |error|\n"
                   "of the speed-up (the roofline's beside it)\n");
-      auto mean_of = [](const std::vector<double>& v) {
-        double e = 0;
-        for (double x : v) e += x;
-        return v.empty() ? 0.0 : e / double(v.size());
-      };
       for (const char* k : {"inference", "training", "fusion", "all"})
         if (in.count(k))
           std::printf("%-16s %4d / %4d (%5.1f%%)  width x%.3f  error %.1f%% (roofline %.1f%%)\n", k, in[k].first, in[k].second,
-                      100.0 * in[k].first / in[k].second, median_of(width[k]), mean_of(error[k]), mean_of(roofline_error[k]));
+                      100.0 * in[k].first / in[k].second, median_of(width[k]), error[k].sum / error[k].n,
+                      roofline_error[k].sum / roofline_error[k].n);
     }
   }
   if (!cover.empty()) {

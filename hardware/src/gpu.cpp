@@ -64,13 +64,13 @@ std::vector<std::string> model_words(const std::string& s) {
   return out;
 }
 
-// The model numbers a user's name carries: each of its model words up to the end of its first
-// run of digits ("h100" of "H100-SXM5", "4090" of "RTX 4090", "mi300" of "MI300"), a word
-// without digits whole. A GPU whose names contain one is a closer suggestion than any
-// name a few edits away ("b100" is one edit from "h100").
-std::vector<std::string> model_numbers(const std::string& s) {
+// The model numbers of a name's model words: each word up to the end of its first run of digits
+// ("h100" of "H100-SXM5", "4090" of "RTX 4090", "mi300" of "MI300"), a word without digits
+// whole. A GPU whose names contain one is a closer suggestion than any name a few edits away
+// ("b100" is one edit from "h100").
+std::vector<std::string> model_numbers(const std::vector<std::string>& words) {
   std::vector<std::string> out;
-  for (const std::string& word : model_words(s)) {
+  for (const std::string& word : words) {
     const size_t d = word.find_first_of("0123456789");
     size_t e = d;
     while (e < word.size() && std::isdigit(static_cast<unsigned char>(word[e]))) ++e;
@@ -581,9 +581,10 @@ Gpu GpuDatabase::resolve(const std::string& name_or_path) const {
   }
   // Suggest the closest GPUs, each by its first alias: those whose names contain more of the
   // name's model numbers first, then the fewest edits between the names without separators.
-  const std::vector<std::string> numbers = model_numbers(name_or_path);
+  const std::vector<std::string> words = model_words(name_or_path);
+  const std::vector<std::string> numbers = model_numbers(words);
   std::string c;  // the name without separators, vendor and brand words
-  for (const auto& w : model_words(name_or_path)) c += w;
+  for (const auto& w : words) c += w;
   struct Candidate {
     size_t missing, edits;
     std::string alias;

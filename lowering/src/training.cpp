@@ -25,8 +25,9 @@ const int* weight_inputs(const Node& n) {
 // float Constant-node values of more than one element that an op reads as its weights
 // (weight_inputs): exporters that fold weights into Constant nodes (Paddle2ONNX, some
 // tf2onnx graphs) hold every weight so. A Constant read only otherwise (a mask added to the
-// scores, a position table) stays a constant.
-std::set<std::string> trainable(const Graph& g) {
+// scores, a position table) stays a constant. In order: the initializers in theirs, then the
+// Constant-held weights in their Constant nodes'.
+std::vector<std::string> trainable(const Graph& g) {
   std::set<std::string> used;
   for (const auto& n : g.nodes) {
     if (n.op_type == "Shape" || n.op_type == "Size" || n.op_type == "ConstantOfShape") continue;
@@ -36,17 +37,18 @@ std::set<std::string> trainable(const Graph& g) {
     const TensorInfo* t = name.empty() ? nullptr : g.find(name);
     return t && is_float(t->dtype) && t->num_elements() > 1;
   };
-  std::set<std::string> p;
+  std::vector<std::string> p;
+  std::set<std::string> listed;  // each name once, whatever a malformed graph repeats
   for (const auto& name : g.initializers)
-    if (learnable(name) && used.count(name)) p.insert(name);
-  std::set<std::string> constants;
+    if (learnable(name) && used.count(name) && listed.insert(name).second) p.push_back(name);
+  std::set<std::string> weights;  // the values ops read as their weights
   for (const auto& n : g.nodes)
-    if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1) constants.insert(n.outputs[0]);
+    for (const int* i = weight_inputs(n); *i >= 0; ++i)
+      if (static_cast<size_t>(*i) < n.inputs.size()) weights.insert(n.inputs[static_cast<size_t>(*i)]);
   for (const auto& n : g.nodes)
-    for (const int* i = weight_inputs(n); *i >= 0; ++i) {
-      const size_t k = static_cast<size_t>(*i);
-      if (k < n.inputs.size() && constants.count(n.inputs[k]) && learnable(n.inputs[k])) p.insert(n.inputs[k]);
-    }
+    if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 && weights.count(n.outputs[0]) &&
+        learnable(n.outputs[0]) && listed.insert(n.outputs[0]).second)
+      p.push_back(n.outputs[0]);
   return p;
 }
 
@@ -337,7 +339,8 @@ void add_optimizer_rules(RuleTable& r) {
 
 void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
                           std::vector<Kernel>& out, std::vector<std::string>& warnings) {
-  const std::set<std::string> params = trainable(g);
+  const std::vector<std::string> order = trainable(g);
+  const std::set<std::string> params(order.begin(), order.end());
   if (params.empty())
     warnings.push_back(
         "--mode training: the graph has no trainable parameter (a float initializer of more than one element "
@@ -347,15 +350,7 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
   Backward bw{g, opt, rg, out};
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) bw.run(*it);
   // Optimizer update: one elementwise pass over each parameter (AccOps: VECadd [1, numel]),
-  // reported under the first node that reads it; initializers in their order, then the
-  // Constant-held weights in the order of their nodes.
-  std::vector<std::string> order;
-  for (const auto& name : g.initializers)
-    if (params.count(name)) order.push_back(name);
-  for (const auto& n : g.nodes)
-    if (n.op_type == "Constant" && n.outputs.size() == 1 && params.count(n.outputs[0]) &&
-        std::find(order.begin(), order.end(), n.outputs[0]) == order.end())
-      order.push_back(n.outputs[0]);
+  // reported under the first node that reads it, in trainable's order.
   for (const auto& name : order) {
     const TensorInfo* t = g.find(name);
     int first = -1;

@@ -302,24 +302,23 @@ std::string totals_charts(const Report& r) {
   os << "<h2>Time by kernel class</h2>\n";
   std::vector<std::pair<std::string, double>> cls(r.totals_by_class.begin(), r.totals_by_class.end());
   std::stable_sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
-  auto with_interval = [](const std::map<std::string, IntervalSum>& sums, const std::string& key) {
-    const auto it = sums.find(key);
-    const std::string t = it == sums.end() ? "" : interval_text(it->second);
-    return t.empty() ? std::string() : "; 80% interval " + t + " ms";
-  };
-  const std::map<std::string, IntervalSum> class_sums = interval_sums_by(r, false);
+  // "80% interval low - high ms", or "" without one.
+  auto interval = [](const std::string& range) { return range.empty() ? range : "80% interval " + range + " ms"; };
+  std::map<std::string, std::string> class_ranges = interval_ranges_by(r, false);
   std::vector<Bar> bars;
-  for (const auto& [c, ms] : cls)
+  for (const auto& [c, ms] : cls) {
+    const std::string iv = interval(class_ranges[c]);
     bars.push_back({c, {{c, ms}},
                     format_ms(ms) + " ms (" + num(r.share_base_ms() > 0 ? 100 * ms / r.share_base_ms() : 0, 1) + "%" +
-                        with_interval(class_sums, c) + ")",
+                        (iv.empty() ? "" : "; " + iv) + ")",
                     ""});
+  }
   os << hbar_chart(bars, "ms");
   if (r.mode == Mode::training) {
-    const std::map<std::string, IntervalSum> phase_sums = interval_sums_by(r, true);
+    std::map<std::string, std::string> phase_ranges = interval_ranges_by(r, true);
     auto phase = [&](const char* name, const char* colour, double ms) {
-      const std::string iv = with_interval(phase_sums, name);
-      return Bar{name, {{colour, ms}}, format_ms(ms) + " ms" + (iv.empty() ? "" : " (" + iv.substr(2) + ")"), ""};
+      const std::string iv = interval(phase_ranges[name]);
+      return Bar{name, {{colour, ms}}, format_ms(ms) + " ms" + (iv.empty() ? "" : " (" + iv + ")"), ""};
     };
     std::vector<Bar> phases = {phase("forward", "gemm", r.forward_ms), phase("backward", "elementwise", r.backward_ms),
                                phase("update", "reduce", r.update_ms)};
@@ -335,15 +334,14 @@ std::string gpu_comparison(const std::vector<Report>& reports, const std::vector
   const Report& r = reports.front();
   os << "<h2>GPU comparison</h2>\n" << legend(classes);
   std::vector<Bar> gb;
-  const double base = r.e2e_latency_ms;
   for (const auto& g : reports) {
     // The latency and the speed-up, each with its 80% interval (the speed-up's takes the two
     // GPUs' errors as independent, predictor.h gpu_speedup_interval).
-    const SpeedupInterval s = gpu_speedup_interval(base, r.e2e_low(), r.e2e_high(), g.e2e_latency_ms, g.e2e_low(), g.e2e_high());
+    const SpeedupInterval s = speedup_over(r, g);
     std::string label = format_ms(g.e2e_latency_ms) + " ms";
-    if (g.e2e_high() > g.e2e_low()) label += " (" + format_ms(g.e2e_low()) + " - " + format_ms(g.e2e_high()) + ")";
+    if (const std::string range = range_text(g.e2e_low(), g.e2e_high()); !range.empty()) label += " (" + range + ")";
     label += ", " + num(s.speedup) + "x";
-    if (&g != &reports.front() && s.high > s.low) label += " (" + num(s.low) + " - " + num(s.high) + ")";
+    if (&g != &r && s.high > s.low) label += " (" + num(s.low) + " - " + num(s.high) + ")";
     Bar b{g.gpu.name, {}, label, ""};
     for (const auto& c : classes) {
       auto it = g.totals_by_class.find(c);

@@ -45,7 +45,7 @@ IntervalSum interval_sum(const Report& r) {
   return all;
 }
 
-std::map<std::string, IntervalSum> interval_sums_by(const Report& r, bool by_phase) {
+std::map<std::string, std::string> interval_ranges_by(const Report& r, bool by_phase) {
   std::map<std::string, IntervalSum> sums;
   auto add = [&](const KernelReport& k) {
     sums[by_phase ? phase_name(k.kernel.phase) : kernel_class_name(k.kernel.cls)].add(k.prediction);
@@ -53,12 +53,18 @@ std::map<std::string, IntervalSum> interval_sums_by(const Report& r, bool by_pha
   for (const auto& n : r.nodes)
     for (const auto& k : n.kernels) add(k);
   for (const auto& k : r.extra_kernels) add(k);
-  return sums;
+  std::map<std::string, std::string> ranges;
+  for (const auto& [key, s] : sums) ranges[key] = range_text(s.low_ms(), s.high_ms());
+  return ranges;
 }
 
-std::string interval_text(const IntervalSum& s) {
-  const double lo = s.low_ms(), hi = s.high_ms();
-  return hi > lo ? format_ms(lo) + " - " + format_ms(hi) : "";
+std::string range_text(double low_ms, double high_ms) {
+  return high_ms > low_ms ? format_ms(low_ms) + " - " + format_ms(high_ms) : "";
+}
+
+SpeedupInterval speedup_over(const Report& first, const Report& r) {
+  return gpu_speedup_interval(first.e2e_latency_ms, first.e2e_low(), first.e2e_high(), r.e2e_latency_ms, r.e2e_low(),
+                              r.e2e_high());
 }
 
 void summarize(Report& r) {

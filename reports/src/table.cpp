@@ -40,17 +40,14 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
       if (k.prediction.host_bound) ++host, host_ms += k.prediction.latency_ms;
     }
   for (const auto& k : r.extra_kernels) ++count[kernel_class_name(k.kernel.cls)];
-  const std::map<std::string, IntervalSum> sums = interval_sums_by(r, false);
-  const bool interval = std::any_of(sums.begin(), sums.end(), [](const auto& s) { return !interval_text(s.second).empty(); });
+  std::map<std::string, std::string> ranges = interval_ranges_by(r, false);
+  const bool interval = std::any_of(ranges.begin(), ranges.end(), [](const auto& s) { return !s.second.empty(); });
   os << "\n" << st("by kernel class", "1") << "\n";
   os << pad("class", 12) << " " << pad("kernels", 8, true) << " " << pad("ms", 11, true) << " " << pad("%", 6, true)
      << (interval ? " " + pad("80% interval", 21, true) : "") << "\n";
-  for (const auto& [c, ms] : cls) {
-    const auto s = sums.find(c);
+  for (const auto& [c, ms] : cls)
     os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
-       << pad(pct(ms, r.share_base_ms()), 6, true)
-       << (interval ? " " + pad(s == sums.end() ? "" : interval_text(s->second), 21, true) : "") << "\n";
-  }
+       << pad(pct(ms, r.share_base_ms()), 6, true) << (interval ? " " + pad(ranges[c], 21, true) : "") << "\n";
   if (host > 0) {
     char dispatch[32];
     std::snprintf(dispatch, sizeof dispatch, "%.2f us", r.host_dispatch_us);
@@ -184,15 +181,14 @@ std::string format_table(const Report& r, const TableOptions& opt) {
        << " ms of kernels on the GPUs, the shares of it; the iteration below)\n";
   if (r.mode == Mode::training) {
     const double t = r.share_base_ms();
-    const std::map<std::string, IntervalSum> sums = interval_sums_by(r, true);
-    const bool interval = std::any_of(sums.begin(), sums.end(), [](const auto& s) { return !interval_text(s.second).empty(); });
+    std::map<std::string, std::string> ranges = interval_ranges_by(r, true);
+    const bool interval = std::any_of(ranges.begin(), ranges.end(), [](const auto& s) { return !s.second.empty(); });
     os << "\n" << st("by phase", "1") << "\n"
        << pad("phase", 12) << " " << pad("ms", 11, true) << " " << pad("%", 6, true)
        << (interval ? " " + pad("80% interval", 21, true) : "") << "\n";
     for (const auto& [name, ms] : {std::pair<const char*, double>{"forward", r.forward_ms}, {"backward", r.backward_ms},
                                    {"update", r.update_ms}}) {
-      const auto s = sums.find(name);
-      const std::string cell = s == sums.end() ? "" : interval_text(s->second);
+      const std::string& cell = ranges[name];
       os << pad(name, 12) << " " << pad(format_ms(ms), 11, true) << " " << pad(pct(ms, t), 6, true)
          << (cell.empty() ? "" : " " + pad(cell, 21, true)) << "\n";
     }
@@ -241,18 +237,16 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
      << (interval ? " " + pad("80% interval", 15, true) : "") << "\n";
   const Report& first = reports.front();
-  const double base = first.e2e_latency_ms;
   for (const auto& r : reports) {
     os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " ";
     if (training)
       os << pad(format_ms(r.forward_ms), 11, true) << " " << pad(format_ms(r.backward_ms), 11, true) << " "
          << pad(format_ms(r.update_ms), 11, true) << " ";
     os << pad(format_ms(r.e2e_latency_ms), 11, true) << " "
-       << (interval ? pad(format_ms(r.e2e_low()) + " - " + format_ms(r.e2e_high()), 21, true) + " " : "")
-       << pad(r.e2e_latency_ms > 0 ? detail::fixed(base / r.e2e_latency_ms, 2) + "x" : "-", 9, true);
-    // The speed-up's interval, the two GPUs' errors independent (predictor.h); none for the first.
-    const SpeedupInterval s =
-        gpu_speedup_interval(base, first.e2e_low(), first.e2e_high(), r.e2e_latency_ms, r.e2e_low(), r.e2e_high());
+       << (interval ? pad(range_text(r.e2e_low(), r.e2e_high()), 21, true) + " " : "");
+    // The speed-up with its interval (the two GPUs' errors independent); none for the first.
+    const SpeedupInterval s = speedup_over(first, r);
+    os << pad(r.e2e_latency_ms > 0 ? detail::fixed(first.e2e_latency_ms / r.e2e_latency_ms, 2) + "x" : "-", 9, true);
     if (interval && &r != &first && s.speedup > 0)
       os << " " << pad(detail::fixed(s.low, 2) + " - " + detail::fixed(s.high, 2), 15, true);
     os << "\n";

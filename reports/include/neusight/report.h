@@ -192,11 +192,16 @@ void summarize(Report& report);
 // second form adds them, `weight` times each, to `sum`.
 IntervalSum interval_sum(const Report& report);
 void add_kernels(const Report& report, double weight, IntervalSum& sum);
-// The same per kernel class (by kernel_class_name) or per phase (by_phase: phase_name), for the
-// totals tables' intervals.
-std::map<std::string, IntervalSum> interval_sums_by(const Report& report, bool by_phase);
-// "low - high" ms of a sum's 80% interval, or "" where it has none (the roofline predictor).
-std::string interval_text(const IntervalSum& sum);
+// The 80% interval of each kernel class's kernels summed (by kernel_class_name), or of each
+// phase's (by_phase: phase_name), as range_text: kernels err partly together, as in the
+// end-to-end latency's. For the totals tables of the terminal and the HTML page.
+std::map<std::string, std::string> interval_ranges_by(const Report& report, bool by_phase);
+// "low - high" in ms, or "" where high is not above low (no interval: the roofline predictor).
+std::string range_text(double low_ms, double high_ms);
+// The speed-up of `report` over `first` (the first's latency over this one's: another GPU, one
+// model) with its 80% interval, the two GPUs' errors independent (predictor.h
+// gpu_speedup_interval).
+SpeedupInterval speedup_over(const Report& first, const Report& report);
 
 struct TableOptions {
   int top = 0;            // 0: every node; N: the N slowest
