@@ -232,11 +232,21 @@ GpuSource gpu_source(py::handle gpu) {
 std::vector<GpuSource> gpu_sources(py::handle gpu, bool& many) {
   many = py::isinstance<py::list>(gpu) || py::isinstance<py::tuple>(gpu);
   std::vector<GpuSource> out;
+  // "all": every GPU of the database, in its order (a list of reports).
+  auto add = [&out, &many](py::handle g) {
+    GpuSource s = gpu_source(g);
+    if (s.json.empty() && s.name.find(',') == std::string::npos && GpuDatabase::names_all(s.name)) {
+      for (const Gpu& each : GpuDatabase::builtin().all()) out.push_back(GpuSource{each.name, ""});
+      many = true;
+    } else {
+      out.push_back(std::move(s));
+    }
+  };
   if (!many) {
-    out.push_back(gpu_source(gpu));
+    add(gpu);
     return out;
   }
-  for (py::handle g : gpu) out.push_back(gpu_source(g));
+  for (py::handle g : gpu) add(g);
   if (out.empty()) throw InputError("gpu: the GPU list is empty");
   return out;
 }

@@ -34,6 +34,12 @@ std::string generation_top_nodes(const Report& r, int top, bool color) {
 }
 
 // --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
+// `--gpu all` prints the GPU table alone; what it leaves out is in the files.
+std::string all_gpus_note() {
+  return "--gpu all: one row per GPU of the database; each GPU's own table is in --json, --csv and --html, or name "
+         "the GPUs\n\n";
+}
+
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   GenerationOptions gen = parse_generate(args.get("--generate"));
   if (args.has("--tpot-slo") && args.has("--batch"))
@@ -63,11 +69,13 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   if (!args.has("--quiet") && !outputs.writes_stdout()) {
     const bool color = stdout_is_tty() && !args.has("--no-color");
     const int top = static_cast<int>(args.get_int("--top", 0, 0));
-    for (size_t i = 0; i < reports.size(); ++i) {
+    const bool every_gpu = GpuDatabase::names_all(args.get("--gpu"));
+    for (size_t i = 0; i < reports.size() && !every_gpu; ++i) {
       std::cout << (i ? "\n" : "") << format_generation(reports[i], color);
       if (top > 0) std::cout << "\n" << generation_top_nodes(reports[i], top, color);
     }
-    if (reports.size() > 1) std::cout << "\n" << format_generation_gpu_table(reports);
+    if (every_gpu) std::cout << all_gpus_note();
+    if (reports.size() > 1) std::cout << (every_gpu ? "" : "\n") << format_generation_gpu_table(reports);
     std::cout.flush();
   }
   exit_now(0);
@@ -95,11 +103,7 @@ int cmd_analyze(const Argv& argv) {
   if (group != "node" && group != "layer") throw InputError("--group: expected node or layer, got '" + group + "'");
 
   // GPUs first: a typo in --gpu should fail before any model work.
-  std::vector<Gpu> gpus;
-  for (const auto& name : split(args.get("--gpu"), ',')) {
-    if (name.empty()) throw InputError("--gpu: empty GPU name in '" + args.get("--gpu") + "'");
-    gpus.push_back(GpuDatabase::builtin().resolve(name));
-  }
+  const std::vector<Gpu> gpus = GpuDatabase::builtin().resolve_list(args.get("--gpu"));
   if (args.has("--generate")) return run_generate(args, opt, gpus);
   for (const char* flag : {"--speculative", "--tpot-slo", "--encoder"})
     if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
@@ -142,12 +146,14 @@ int cmd_analyze(const Argv& argv) {
     to.top = top;
     to.color = stdout_is_tty() && !args.has("--no-color");
     to.group_layers = group == "layer";
-    for (size_t i = 0; i < reports.size(); ++i) {
+    const bool every_gpu = GpuDatabase::names_all(args.get("--gpu"));
+    for (size_t i = 0; i < reports.size() && !every_gpu; ++i) {
       if (i) std::cout << "\n";
       std::cout << format_table(reports[i], to);
       if (reports[i].parallel) std::cout << format_parallel(*reports[i].parallel);
     }
-    if (reports.size() > 1) std::cout << "\n" << format_gpu_table(reports);
+    if (every_gpu) std::cout << all_gpus_note();
+    if (reports.size() > 1) std::cout << (every_gpu ? "" : "\n") << format_gpu_table(reports);
     std::cout.flush();
   }
   exit_now(0);  // the graph, analysis and reports need no teardown

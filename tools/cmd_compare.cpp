@@ -49,11 +49,7 @@ int cmd_compare(const Argv& argv) {
   const int top = static_cast<int>(args.get_int("--top", 10, 0));
   if (args.has("--encoder") && !args.has("--generate")) throw InputError("--encoder applies to --generate PROMPT:NEW");
 
-  std::vector<Gpu> gpus;
-  for (const auto& name : split(args.get("--gpu"), ',')) {
-    if (name.empty()) throw InputError("--gpu: empty GPU name in '" + args.get("--gpu") + "'");
-    gpus.push_back(GpuDatabase::builtin().resolve(name));
-  }
+  const std::vector<Gpu> gpus = GpuDatabase::builtin().resolve_list(args.get("--gpu"));
 
   // Every model is loaded and predicted before anything is written.
   std::vector<std::vector<Report>> reports;

@@ -16,8 +16,10 @@ int cmd_gpus(const Argv& argv) {
   std::vector<Gpu> gpus = db.all();
   if (!args.positionals().empty()) {
     gpus.clear();
-    for (const auto& name : args.positionals())
-      for (const auto& part : split(name, ',')) gpus.push_back(db.resolve(part));
+    for (const auto& name : args.positionals()) {
+      const std::vector<Gpu> some = db.resolve_list(name, "gpus");
+      gpus.insert(gpus.end(), some.begin(), some.end());
+    }
   }
   if (args.has("--json")) {
     std::fputs(format_gpus_json(gpus).c_str(), stdout);

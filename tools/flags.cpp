@@ -38,7 +38,7 @@ const std::string kTestRowsHelp = test_rows_help();
 // name, takes a value, metavar, help, commands, default.
 const std::vector<Flag> kFlags = {
     // The model, its dims and the analysis options (parse_analysis_options, pipeline.h).
-    {"--gpu", true, "GPU[,GPU...]", "GPUs by name or alias (`neusight-onnx gpus`) or JSON paths (a device JSON, or one `gpus --json` entry)", A | C, ""},
+    {"--gpu", true, "GPU[,GPU...]", "GPUs by name or alias (`neusight-onnx gpus`), JSON paths (a device JSON, or one `gpus --json` entry), or all: every GPU of the database", A | C, ""},
     {"--gpu", true, "GPU|from-row", "predict the rows of this GPU (others are skipped), or from-row: each row on its Device", K, ""},
     {"--config", true, "HF_CONFIG.json", "build the model from a Hugging Face config.json (or the model folder holding it)", A | E, ""},
     {"--batch", true, "N", "batch size (binds the first symbolic dim)", A | C | E, ""},

@@ -570,6 +570,32 @@ const Gpu* GpuDatabase::find(const std::string& name) const {
   return hit;
 }
 
+bool GpuDatabase::names_all(const std::string& list) {
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    if (key(list.substr(start, end - start)) == "all") return true;
+    start = end + 1;
+  }
+  return false;
+}
+
+std::vector<Gpu> GpuDatabase::resolve_list(const std::string& list, const std::string& what) const {
+  std::vector<Gpu> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    if (name.empty()) throw InputError(what + ": empty GPU name in '" + list + "'");
+    if (key(name) == "all" && !find(name))
+      out.insert(out.end(), gpus_.begin(), gpus_.end());
+    else
+      out.push_back(resolve(name));
+    start = end + 1;
+  }
+  return out;
+}
+
 Gpu GpuDatabase::resolve(const std::string& name_or_path) const {
   if (const Gpu* g = find(name_or_path)) return *g;
   std::error_code ec;

@@ -78,6 +78,26 @@ class MainJob(unittest.TestCase):
         self.assertEqual([x["gpu_alias"] for x in r], ["b200", "h100", "t4"])
         self.assertLess(r[0]["e2e_latency_ms"], r[2]["e2e_latency_ms"])
 
+    def test_gpu_all_predicts_every_database_gpu(self):
+        names = [g["name"] for g in json.loads(run("gpus", "--json")[1])]
+        self.assertGreater(len(names), 30)
+        rs = run_json(EXAMPLE, "--gpu", "all", "--batch", "1", "--seq", "32")
+        self.assertEqual([r["gpu"] for r in rs], names)
+        # The terminal gives the GPU table alone (a row per GPU) and says where the rest is.
+        code, out, err = run(EXAMPLE, "--gpu", "All", "--batch", "1", "--seq", "32")
+        self.assertEqual(code, 0, err)
+        self.assertIn("--gpu all: one row per GPU", out)
+        self.assertNotIn("end-to-end latency", out)
+        for name in names:
+            self.assertRegex(out, r"(?m)^" + name.replace("(", r"\(").replace(")", r"\)") + r" +\S+ +[0-9.]+ ")
+        # `all` beside names: the named GPUs, then the database; `gpus all` lists it.
+        rs = run_json(EXAMPLE, "--gpu", "l4,all", "--batch", "1", "--seq", "32")
+        self.assertEqual([r["gpu"] for r in rs], ["NVIDIA L4"] + names)
+        self.assertEqual(run("gpus", "all")[1], run("gpus")[1])
+        code, _, err = run(EXAMPLE, "--gpu", "all,", "--batch", "1", "--seq", "32")
+        self.assertEqual(code, 2)
+        self.assertIn("empty GPU name", err)
+
     def test_training_mode_splits_phases(self):
         r = run_json(EXAMPLE, "--gpu", "a100", "--batch", "1", "--seq", "128", "--mode", "training")
         self.assertGreater(r["backward_ms"], r["forward_ms"])

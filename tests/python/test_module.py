@@ -77,6 +77,14 @@ class Analyze(unittest.TestCase):
                 self.assertEqual(r["model"], proto.graph.name)
                 self.assertTrue(same({**r, "model": want["model"]}, want))
 
+    def test_gpu_all_is_every_database_gpu(self):
+        names = [g["name"] for g in n.gpus()]
+        rs = n.analyze(EXAMPLE, "all", batch=1, seq=32)
+        self.assertEqual([r["gpu"] for r in rs], names)
+        self.assertTrue(same(rs, run_json(EXAMPLE, "--gpu", "all", "--batch", "1", "--seq", "32")))
+        self.assertEqual([r["gpu"] for r in n.analyze(EXAMPLE, ["l4", "ALL"], batch=1, seq=32)],
+                         ["NVIDIA L4"] + names)
+
     def test_path_like(self):
         import pathlib
         r = n.analyze(pathlib.Path(EXAMPLE), pathlib.Path(DEVICE_JSON), batch=1, seq=32)

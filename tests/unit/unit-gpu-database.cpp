@@ -162,6 +162,30 @@ TEST_CASE("gpu database: names resolve whatever their separators, and an unknown
   CHECK_THROWS_AS(db.resolve("xyz"), InputError);
 }
 
+TEST_CASE("gpu database: a GPU list resolves each name in order, all stands for the database") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  auto names = [](const std::vector<Gpu>& gpus) {
+    std::vector<std::string> out;
+    for (const Gpu& g : gpus) out.push_back(g.name);
+    return out;
+  };
+  const std::vector<std::string> every = names(db.all());
+  CHECK(names(db.resolve_list("all")) == every);
+  CHECK(names(db.resolve_list("All")) == every);
+  CHECK(names(db.resolve_list("h100,l4")) == std::vector<std::string>{"NVIDIA H100 80GB HBM3", "NVIDIA L4"});
+  std::vector<std::string> t4_then_all{"Tesla T4"};
+  t4_then_all.insert(t4_then_all.end(), every.begin(), every.end());
+  CHECK(names(db.resolve_list("t4,all")) == t4_then_all);
+  CHECK(GpuDatabase::names_all("h100,all"));
+  CHECK_FALSE(GpuDatabase::names_all("h100,l4"));
+  CHECK_FALSE(GpuDatabase::names_all("tall"));
+  for (const std::string bad : {"", ",", "h100,", ",all", "h100,,l4"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH_AS(db.resolve_list(bad), doctest::Contains("empty GPU name"), InputError);
+  }
+  CHECK_THROWS_AS(db.resolve_list("h100,xyz"), InputError);
+}
+
 // Entries whose SM structure the database corrects against the dataset's device JSON. For them
 // the totals are compared instead of Num_Sm: SMs x FP32 lanes, and as for every entry the FP32
 // rate, clock, memory, bandwidth and L2.

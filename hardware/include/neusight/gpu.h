@@ -123,6 +123,12 @@ class GpuDatabase {
   // Name, alias (case-insensitive) or path to a device JSON. Throws InputError listing the
   // closest names when nothing matches.
   Gpu resolve(const std::string& name_or_path) const;
+  // A comma-separated list of resolve()'s names in its order; `all` (any case) stands for every
+  // GPU of the database in the database's order. Throws InputError naming `what` for an empty
+  // item, and resolve()'s errors.
+  std::vector<Gpu> resolve_list(const std::string& list, const std::string& what = "--gpu") const;
+  // Whether a resolve_list() list names `all`.
+  static bool names_all(const std::string& list);
   const Gpu* find(const std::string& name) const;  // nullptr when unknown
 
  private:
