@@ -9,6 +9,7 @@
 #include <utility>
 #include <optional>
 
+#include "footprint.h"
 #include "neusight/neusight.h"
 #include "neusight/precision.h"
 
@@ -239,6 +240,22 @@ std::vector<std::string> unpriced_op_warnings(const Analysis& a, const std::set<
   return w;
 }
 
+// A run that does not fit one GPU's memory: how much it needs, and what splits it.
+std::string memory_warning(const MemoryFootprint& m, const Gpu& gpu) {
+  auto gib = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.1f", v);
+    return std::string(b);
+  };
+  std::string parts = "weights " + gib(m.weights_gib);
+  if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", Adam state " + gib(m.optimizer_gib);
+  parts += ", activations " + gib(m.activations_gib);
+  return gpu.name + ": the " + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
+         " GiB (" + parts + "), more than its " + gib(m.capacity_gib) + " GiB; the prediction assumes it fits (" +
+         std::to_string(m.gpus_to_hold()) + " such GPUs hold it split evenly: --parallel " +
+         (m.training ? "dp, tp, pp" : "tp") + ")";
+}
+
 }  // namespace
 
 Analysis prepare(const LoadedModel& loaded, const Options& options) {
@@ -296,6 +313,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                    [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
                                                                   ": the model has no mixture of experts to spread; ep changes nothing"});
+  if (!options.parallel.active) a.memory = memory_footprint(a, options, 0);
   return a;
 }
 
@@ -397,6 +415,11 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
       r.extra_kernels.push_back(std::move(kr));
   }
   summarize(r);
+  if (a.memory) {
+    r.memory = a.memory;
+    r.memory->capacity_gib = gpu.mem_gb;
+    if (!r.memory->fits()) r.warnings.push_back(memory_warning(*r.memory, gpu));
+  }
   if (par) {  // the iteration, not the sum of one micro-batch's kernels
     // The interval scales with the iteration (the micro-batch's kernels set its width).
     const double sum = r.e2e_latency_ms;

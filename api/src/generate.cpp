@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "footprint.h"
 #include "neusight/neusight.h"
 
 namespace neusight {
@@ -19,63 +20,6 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-
-// The element type a tensor is held in under the options (--dtype forces float tensors;
-// under fp8 / fp4 / int8 only the GEMMs' weight matrices are narrow, the rest BF16 / FP16: lowering.h).
-DType held_dtype(const TensorInfo& t, const Options& o) {
-  return o.dtype != DType::undefined && is_float(t.dtype) ? activation_dtype(o.dtype) : t.dtype;
-}
-
-// Bytes of a weight matrix a GEMM reads: NVFP4's 4.5 bits under --dtype fp4 (its E2M1 values
-// and one E4M3 scale per 16), a byte under fp8 and int8, otherwise as held.
-double gemm_weight_bytes(const TensorInfo* t, const Options& o) {
-  if (!t || !t->fully_known()) return 0;
-  if (narrow_weight_gemms(o.dtype) && is_float(t->dtype) && t->shape.size() >= 2)
-    return double(t->num_elements()) * narrow_operand_bytes(o.dtype);
-  return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
-}
-
-double tensor_bytes(const TensorInfo* t, const Options& o) {
-  if (!t || !t->fully_known()) return 0;
-  return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
-}
-
-// Calls f on every node of `g` and of the graphs its nodes hold (If branches, Loop bodies: an
-// optimum merged decoder's layers are in an If), a few levels deep, with the graph holding it.
-void each_node(const Graph& g, const std::function<void(const Graph&, const Node&)>& f, int depth = 0) {
-  for (const auto& n : g.nodes) {
-    f(g, n);
-    if (depth < 8)
-      for (const auto& [name, a] : n.attributes)
-        for (const auto& sub : a.graphs)
-          if (sub) each_node(*sub, f, depth + 1);
-  }
-}
-
-// Weights: every initializer that is not a small integer constant; the embedding table is
-// an initializer read only as the data input of Gather nodes (a decode step reads a row).
-void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding) {
-  std::map<std::string, bool> gather_only;
-  each_node(g, [&](const Graph&, const Node& n) {
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (n.inputs[i].empty()) continue;
-      auto it = gather_only.find(n.inputs[i]);
-      const bool gather = n.op_type == "Gather" && i == 0;
-      if (it == gather_only.end()) gather_only[n.inputs[i]] = gather;
-      else it->second = it->second && gather;
-    }
-  });
-  all = embedding = 0;
-  for (const auto& name : g.initializers) {
-    const TensorInfo* t = g.find(name);
-    if (!t || t->int_value || !(is_float(t->dtype) || t->num_elements() > 64)) continue;
-    auto it = gather_only.find(name);
-    const bool table = it != gather_only.end() && it->second;
-    const double b = table ? tensor_bytes(t, o) : gemm_weight_bytes(t, o);
-    all += b;
-    if (table) embedding += b;
-  }
-}
 
 // Expert weights a decode step of `tokens` tokens leaves unread: per MoE / QMoE node, its
 // expert weights times the share of experts the tokens do not reach (moe_experts_reached).
@@ -102,76 +46,6 @@ double unread_expert_bytes(const Graph& g, const Options& o, int64_t tokens) {
     if (experts > 0) unread += b * (1.0 - reached / double(experts));
   });
   return unread;
-}
-
-// The largest working set of one kernel: the activations it reads that another kernel (or the
-// caller) wrote and those it writes that another kernel reads or the graph returns. A fused
-// kernel's intermediates are never materialised (FlashAttention's scores and probabilities, a
-// fused elementwise chain's values), and a node without a kernel (a view, an inference
-// Dropout, a KV head repeat the attention reads in place) makes no tensor of its own: its
-// output is its first activation input, seen another way.
-double activation_bytes(const Analysis& a, const Options& o) {
-  const Graph& g = a.graph;
-  std::vector<int> group(g.nodes.size(), -1);  // node -> the node its kernel is anchored at (-1: none)
-  for (const Kernel& k : a.kernels.kernels) {
-    if (k.node < 0 || static_cast<size_t>(k.node) >= group.size()) continue;
-    if (group[static_cast<size_t>(k.node)] < 0) group[static_cast<size_t>(k.node)] = k.node;
-    for (int f : k.fused_nodes)
-      if (f >= 0 && static_cast<size_t>(f) < group.size() && group[static_cast<size_t>(f)] < 0)
-        group[static_cast<size_t>(f)] = k.node;
-  }
-  std::unordered_map<std::string, std::string> root;  // an alias -> the tensor it views
-  std::unordered_map<std::string, int> producer;      // a materialised tensor -> its kernel's group
-  const auto resolve = [&](const std::string& t) {
-    auto it = root.find(t);
-    return it == root.end() ? t : it->second;
-  };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {  // nodes are in topological order
-    const Node& n = g.nodes[i];
-    if (group[i] >= 0) {
-      for (const auto& out : n.outputs)
-        if (!out.empty()) producer[out] = group[i];
-      continue;
-    }
-    std::string first;
-    for (const auto& in : n.inputs) {
-      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
-      if (t && !t->is_initializer) {
-        first = resolve(in);
-        break;
-      }
-    }
-    if (!first.empty())
-      for (const auto& out : n.outputs)
-        if (!out.empty()) root[out] = first;
-  }
-  std::map<int, std::set<std::string>> touched;  // group -> the materialised tensors it reads or writes
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    if (group[i] < 0) continue;
-    for (const auto& in : g.nodes[i].inputs) {
-      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
-      if (!t || t->is_initializer) continue;
-      const std::string r = resolve(in);
-      const TensorInfo* rt = g.find(r);
-      if (!rt || rt->is_initializer) continue;
-      auto p = producer.find(r);
-      if (p != producer.end() && p->second == group[i]) continue;
-      touched[group[i]].insert(r);
-      if (p != producer.end()) touched[p->second].insert(r);
-    }
-  }
-  for (const auto& out : g.outputs) {
-    auto p = producer.find(resolve(out));
-    if (p != producer.end()) touched[p->second].insert(p->first);
-  }
-  double best = 0;
-  for (const auto& entry : touched) {
-    const std::set<std::string>& names = entry.second;
-    double b = 0;
-    for (const auto& name : names) b += tensor_bytes(g.find(name), o);
-    best = std::max(best, b);
-  }
-  return best;
 }
 
 // Whether `name` is one of `g`'s graph inputs.
@@ -603,6 +477,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.gen = gen;
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
   a.prefill = prepare(d.prefill, prefill_options(options, d, a.batch, gen.prompt));
+  a.prefill.memory.reset();  // the generation counts its memory itself (KV cache, serving share)
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
   const int64_t first = d.decoder_cached(gen.prompt), last = first + gen.new_tokens - 1;
   for (int j = 0; j < n; ++j) {
@@ -613,6 +488,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     Options step = phase_options(options, d, a.batch, 1 + gen.speculative, kv, true);
     bind_encoder_lengths(step, d.step.model.graph, d, gen.prompt);
     a.steps.push_back(prepare(d.step, step));
+    a.steps.back().memory.reset();
   }
   if (draft) {
     GenerationOptions plain = gen;
@@ -629,7 +505,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     weight_bytes(a.steps.front().graph, options, step, step_embedding);
     a.prefill_only_bytes = std::max(0.0, a.weight_bytes - step);
   }
-  a.activation_bytes = activation_bytes(a.prefill, options);
+  a.activation_bytes = activation_use(a.prefill, options).largest_kernel_bytes;
   // The cache is held as the activations are (BF16 under fp8 and fp4) unless --kv-dtype says.
   const DType kv_dtype = options.kv_dtype != DType::undefined ? options.kv_dtype
                          : options.dtype != DType::undefined ? activation_dtype(options.dtype)

@@ -2,6 +2,7 @@
 // table, no network (a Content-Security-Policy forbids any fetch).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 #include "neusight/compare.h"
@@ -373,7 +374,16 @@ std::string format_html(const std::vector<Report>& reports) {
        << card(format_ms(r.update_ms) + " ms", "update");
   size_t kernels = r.extra_kernels.size();
   for (const auto& n : r.nodes) kernels += n.kernels.size();
+  if (r.memory) {
+    const MemoryFootprint& m = *r.memory;
+    char total[64];
+    std::snprintf(total, sizeof total, "%.1f GiB", m.total_gib());
+    os << card(total, m.capacity_gib > 0 ? (m.fits() ? "memory, of " : "memory: does not fit ") +
+                                                std::to_string(static_cast<int>(std::lround(m.capacity_gib))) + " GiB"
+                                          : std::string("memory"));
+  }
   os << card(std::to_string(r.nodes.size()), "nodes") << card(std::to_string(kernels), "kernels") << "</div>\n";
+  if (r.memory) os << "<p class=\"note\">Memory: " << html_escape(memory_text(*r.memory)) << ".</p>\n";
   if (!r.unknown_ops.empty()) {
     os << "<p class=\"note\">Not predicted (unknown ops, counted as 0 ms):";
     for (const auto& u : r.unknown_ops) os << " " << html_escape(u);

@@ -25,6 +25,25 @@ const char* dtype_source_name(DTypeSource s) {
   return "default";
 }
 
+int MemoryFootprint::gpus_to_hold() const {
+  return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() / capacity_gib - 1e-9))) : 0;
+}
+
+std::string memory_text(const MemoryFootprint& m) {
+  auto gib = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, v < 10 ? "%.2f" : "%.1f", v);
+    return std::string(b);
+  };
+  std::string s = gib(m.total_gib()) + " GiB";
+  if (m.capacity_gib > 0) s += " of " + gib(m.capacity_gib) + " GiB";
+  s += " (weights " + gib(m.weights_gib);
+  if (m.training) s += ", gradients " + gib(m.gradients_gib) + ", Adam state " + gib(m.optimizer_gib);
+  s += ", activations " + gib(m.activations_gib) + (m.training ? " kept for the backward pass)" : " at most alive at once)");
+  if (!m.fits()) s += ": does not fit, " + std::to_string(m.gpus_to_hold()) + " such GPUs hold it";
+  return s;
+}
+
 std::string dtype_label(const Report& r) {
   std::string out = std::string(dtype_name(r.dtype)) + " (" + dtype_source_name(r.dtype_source);
   if (r.dtype_source == DTypeSource::config) out += ", as vLLM's --dtype auto serves it";
@@ -305,6 +324,14 @@ json report_json(const Report& r) {
   if (!extra.empty()) j["extra_kernels"] = std::move(extra);
   if (r.parallel) j["parallel"] = detail::parallel_json(*r.parallel);
   if (r.generation) j["generation"] = detail::generation_json(*r.generation);
+  if (r.memory) {
+    const MemoryFootprint& m = *r.memory;
+    json mem = {{"weights_gib", finite(m.weights_gib)},         {"activations_gib", finite(m.activations_gib)},
+                {"gradients_gib", finite(m.gradients_gib)},     {"optimizer_gib", finite(m.optimizer_gib)},
+                {"total_gib", finite(m.total_gib())},           {"capacity_gib", finite(m.capacity_gib)},
+                {"fits", m.fits()},                             {"gpus_to_hold", m.gpus_to_hold()}};
+    j["memory"] = std::move(mem);
+  }
   j["warnings"] = r.warnings;
   j["unknown_ops"] = r.unknown_ops;
   j["folded_nodes"] = r.folded_nodes;

@@ -211,6 +211,7 @@ std::string format_table(const Report& r, const TableOptions& opt) {
   if (r.unpredicted_nodes > 0)
     os << "; " << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes") << " not predicted";
   os << "\n";
+  if (r.memory) os << (r.memory->fits() ? "memory: " : st("memory: ", "1;31")) << memory_text(*r.memory) << "\n";
   return os.str();
 }
 
@@ -234,8 +235,10 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   if (training) os << pad("forward ms", 11, true) << " " << pad("backward ms", 11, true) << " " << pad("update ms", 11, true) << " ";
   // The end-to-end latency's 80% interval where the predictor gives one (not the roofline).
   const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.e2e_high_ms > r.e2e_low_ms; });
+  // Whether the run fits one GPU's memory (reports that count it: not --parallel, --generate).
+  const bool memory = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.memory.has_value(); });
   os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
-     << (interval ? " " + pad("80% interval", 15, true) : "") << "\n";
+     << (interval ? " " + pad("80% interval", 15, true) : "") << (memory ? "  memory" : "") << "\n";
   const Report& first = reports.front();
   for (const auto& r : reports) {
     os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " ";
@@ -247,8 +250,10 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
     // The speed-up with its interval (the two GPUs' errors independent); none for the first.
     const SpeedupInterval s = speedup_over(first, r);
     os << pad(r.e2e_latency_ms > 0 ? detail::fixed(first.e2e_latency_ms / r.e2e_latency_ms, 2) + "x" : "-", 9, true);
-    if (interval && &r != &first && s.speedup > 0)
-      os << " " << pad(detail::fixed(s.low, 2) + " - " + detail::fixed(s.high, 2), 15, true);
+    if (interval)
+      os << " " << pad(&r != &first && s.speedup > 0 ? detail::fixed(s.low, 2) + " - " + detail::fixed(s.high, 2) : "", 15, true);
+    if (r.memory)
+      os << "  " << (r.memory->fits() ? std::string("fits") : "needs " + std::to_string(r.memory->gpus_to_hold()) + " GPUs");
     os << "\n";
   }
   return os.str();

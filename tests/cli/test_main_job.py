@@ -5,7 +5,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cli_util import EXAMPLE, fixture, run, run_json
+from cli_util import EXAMPLE, SOURCE, fixture, run, run_json
 
 
 class MainJob(unittest.TestCase):
@@ -87,6 +87,7 @@ class MainJob(unittest.TestCase):
         code, out, err = run(EXAMPLE, "--gpu", "All", "--batch", "1", "--seq", "32")
         self.assertEqual(code, 0, err)
         self.assertIn("--gpu all: one row per GPU", out)
+        self.assertRegex(out, r"vs first +80% interval +memory\n")
         self.assertNotIn("end-to-end latency", out)
         for name in names:
             self.assertRegex(out, r"(?m)^" + name.replace("(", r"\(").replace(")", r"\)") + r" +\S+ +[0-9.]+ ")
@@ -97,6 +98,34 @@ class MainJob(unittest.TestCase):
         code, _, err = run(EXAMPLE, "--gpu", "all,", "--batch", "1", "--seq", "32")
         self.assertEqual(code, 2)
         self.assertIn("empty GPU name", err)
+
+    def test_memory_footprint_and_a_model_too_large_for_the_gpu(self):
+        r = run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "1024")
+        m = r["memory"]
+        for k in ("weights_gib", "activations_gib", "gradients_gib", "optimizer_gib", "total_gib", "capacity_gib"):
+            self.assertGreaterEqual(m[k], 0, k)
+        # GPT-2 small: 124M FP32 parameters and an untied LM head's 38.6M (0.6 GiB).
+        self.assertAlmostEqual(m["weights_gib"], 0.6, delta=0.05)
+        self.assertTrue(m["fits"])
+        self.assertEqual(m["gpus_to_hold"], 1)
+        self.assertAlmostEqual(m["total_gib"], m["weights_gib"] + m["activations_gib"], places=9)
+        t = run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "1024", "--mode", "training")["memory"]
+        self.assertAlmostEqual(t["gradients_gib"], t["weights_gib"], delta=0.05 * t["weights_gib"])
+        self.assertAlmostEqual(t["optimizer_gib"], 2 * t["gradients_gib"], delta=0.05 * t["optimizer_gib"])
+        self.assertGreater(t["activations_gib"], m["activations_gib"])
+        # Llama 3 70B in BF16 (131 GiB of weights) on an L4: a warning, the terminal's line, the JSON.
+        cfg = os.path.join(SOURCE, "tests", "data", "llama3_70b.json")
+        code, out, err = run("--config", cfg, "--batch", "1", "--seq", "128", "--dtype", "bf16", "--gpu", "l4")
+        self.assertEqual(code, 0, err)
+        self.assertRegex(err, r"NVIDIA L4: the forward pass needs 13\d\.\d GiB \(weights 131\.\d, activations")
+        self.assertRegex(out, r"memory: 13\d\.\d GiB of 24\.0 GiB .*: does not fit, 6 such GPUs hold it")
+        big = run_json("--config", cfg, "--batch", "1", "--seq", "128", "--dtype", "bf16", "--gpu", "l4")["memory"]
+        self.assertFalse(big["fits"])
+        self.assertEqual(big["gpus_to_hold"], 6)
+        # --parallel and --generate count their own memory per GPU.
+        self.assertNotIn("memory", run_json(EXAMPLE, "--gpu", "h100", "--batch", "4", "--seq", "128", "--mode",
+                                            "training", "--parallel", "dp=2"))
+        self.assertNotIn("memory", run_json("--config", cfg, "--generate", "16:2", "--gpu", "h100", "--dtype", "bf16"))
 
     def test_training_mode_splits_phases(self):
         r = run_json(EXAMPLE, "--gpu", "a100", "--batch", "1", "--seq", "128", "--mode", "training")

@@ -118,6 +118,11 @@ class Table(unittest.TestCase):
         table = out[out.rindex("\ngpu "):]
         rows = [l for l in table.splitlines()[2:] if l.strip()]
         self.assertEqual(len(rows), 3)
+        # The last column: whether the run fits the GPU's memory (JSON `memory`).
+        for line, rep in zip(rows, r):
+            self.assertTrue(line.endswith("  fits" if rep["memory"]["fits"] else
+                                          "  needs %d GPUs" % rep["memory"]["gpus_to_hold"]), line)
+        rows = [re.sub(r"  (fits|needs \d+ GPUs)$", "", l).rstrip() for l in rows]
         self.assertTrue(rows[0].endswith("1.00x"))
         for line, rep in zip(rows, r):
             self.assertIn(rep["gpu"], line)

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "neusight/neusight.h"
+#include "lowering_graph.h"
 #include "onnx_proto.h"
 #include "test_util.h"
 
@@ -20,4 +21,50 @@ TEST_CASE("api: analyze() on the example gives positive per-node and end-to-end 
   for (const auto& n : r.nodes) sum += n.latency_ms;
   CHECK(sum == doctest::Approx(r.e2e_latency_ms));
   CHECK(r.graph_outputs.at(0).shape.at(2).value == 50257);
+}
+
+TEST_CASE("api: memory footprint of a small MLP: weights, activations alive at once, what training keeps") {
+  // x[4,256] -> MatMul W1[256,1024] -> Relu -> MatMul W2[1024,256] -> Mul by a scalar -> out.
+  test::IrGraph b;
+  const std::string x = b.input("x", {4, 256});
+  b.node("MatMul", {x, b.w("W1", {256, 1024})}, {b.t("h", {4, 1024})});
+  b.node("Relu", {"h"}, {b.t("r", {4, 1024})});
+  b.node("MatMul", {"r", b.w("W2", {1024, 256})}, {b.t("y", {4, 256})});
+  b.node("Mul", {"y", b.w("s", {})}, {b.t("out", {4, 256})});
+  b.output("out");
+  const double KiB = 1024, GiB = 1024.0 * 1024 * 1024;
+  for (const Mode mode : {Mode::inference, Mode::training}) {
+    INFO((mode == Mode::training ? "training" : "inference"));
+    Options o;
+    o.mode = mode;
+    o.fusion = Fusion::none;
+    LoweringOptions lo;
+    lo.mode = mode;
+    lo.fusion = Fusion::none;
+    Analysis a;
+    a.graph = b.g;
+    a.kernels = lower(a.graph, lo);
+    const MemoryFootprint m = memory_footprint(a, o, 0.5);
+    CHECK(m.training == (mode == Mode::training));
+    CHECK(m.weights_gib * GiB == doctest::Approx(2 * 1024 * KiB + 4));  // W1, W2 and the scalar
+    if (mode == Mode::inference) {
+      // Alive at once: Relu reads h (16 KiB) and writes r (16 KiB); x (4 KiB) is freed after
+      // the first MatMul.
+      CHECK(m.activations_gib * GiB == doctest::Approx(32 * KiB));
+      CHECK(m.gradients_gib == 0);
+      CHECK(m.optimizer_gib == 0);
+    } else {
+      // Kept for backward: x (the first MatMul's input) and r (Relu's output, the second
+      // MatMul's input, once); the scale keeps nothing.
+      CHECK(m.activations_gib * GiB == doctest::Approx(20 * KiB));
+      CHECK(m.gradients_gib * GiB == doctest::Approx(2 * 1024 * KiB));
+      CHECK(m.optimizer_gib * GiB == doctest::Approx(4 * 1024 * KiB));  // Adam: two FP32 moments
+    }
+    CHECK(m.capacity_gib == 0.5);
+    CHECK(m.fits());
+    MemoryFootprint small = m;
+    small.capacity_gib = m.total_gib() / 2.5;
+    CHECK_FALSE(small.fits());
+    CHECK(small.gpus_to_hold() == 3);
+  }
 }

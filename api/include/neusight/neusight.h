@@ -73,8 +73,14 @@ struct Analysis {
   Graph graph;  // shapes inferred, dims bound
   KernelList kernels;
   ShapeResult shapes;
+  // One GPU's memory for the run, its capacity unset (predict sets the GPU's); none under
+  // --parallel (the plan counts each GPU's) or in a generation's analyses (it counts its own).
+  std::optional<MemoryFootprint> memory;
 };
 Analysis prepare(const LoadedModel& model, const Options& options);
+// One GPU's memory for a forward pass (inference) or a training step (report.h
+// MemoryFootprint) of an analysis made with `options`, `capacity_gib` the GPU's memory.
+MemoryFootprint memory_footprint(const Analysis& analysis, const Options& options, double capacity_gib);
 Report predict(const Analysis& analysis, const Model& model, const Gpu& gpu, const Options& options);
 
 // ---- LLM generation: a prefill, then decode steps with a KV cache -----------------------

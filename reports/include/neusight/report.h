@@ -137,6 +137,22 @@ struct GenerationReport {
   std::string execution;  // how it was predicted, e.g. "kernel timing, FlashAttention (--fusion full)"
 };
 
+// Device memory one GPU needs for the run, in GiB: the weights as held; in training their
+// gradients and an Adam optimizer's state (two FP32 moments, and an FP32 master copy of 16-bit
+// parameters: what the multi-GPU plan counts, parallel.h); and the activations: in inference
+// the most alive at once (each tensor from the kernel that writes it to the last that reads
+// it), in training all the forward pass writes (kept for the backward pass). A framework's own
+// workspace and allocator slack are not counted.
+struct MemoryFootprint {
+  bool training = false;
+  double weights_gib = 0, gradients_gib = 0, optimizer_gib = 0, activations_gib = 0;
+  double capacity_gib = 0;  // the GPU's memory (0: unknown)
+  double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
+  bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
+  // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity).
+  int gpus_to_hold() const;
+};
+
 // Why the model was predicted in its dtype: the --dtype option, the float dtype most of the
 // model's weights (elements) are stored in, its float inputs when it has no float weights,
 // FP32 when it has neither, or (a generation of a Hugging Face config) the dtype a serving
@@ -177,12 +193,20 @@ struct Report {
   std::optional<ParallelReport> parallel;
   // --generate: e2e_latency_ms, nodes and class totals are then the prefill's forward pass.
   std::optional<GenerationReport> generation;
+  // One GPU's memory for the run (absent under --parallel and --generate, whose reports count
+  // their own per GPU).
+  std::optional<MemoryFootprint> memory;
 };
 
 // The report's dtype and why, as the terminal and HTML say it: "fp16 (weights)", or under a
 // forced narrow dtype that narrows the weights' GEMMs alone (lowering.h narrow_weight_gemms)
 // "fp8 (--dtype: the weights' GEMMs; the rest bf16)".
 std::string dtype_label(const Report& r);
+
+// The footprint in one line, as the terminal and HTML say it: "12.4 GiB of 80 GiB (weights
+// 10.1, activations 2.3 at most alive at once)", and when it does not fit "... : does not fit,
+// N such GPUs hold it".
+std::string memory_text(const MemoryFootprint& m);
 
 // Fills the totals (e2e, per phase, per class, per node) from the kernels' predictions.
 void summarize(Report& report);

@@ -1,0 +1,234 @@
+// footprint.cpp - device memory of a run (footprint.h).
+#include "footprint.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+namespace neusight {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// The kernel group of each node (the node its forward kernel is anchored at; -1: none).
+std::vector<int> kernel_groups(const Analysis& a) {
+  std::vector<int> group(a.graph.nodes.size(), -1);
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.phase != Phase::forward || k.node < 0 || static_cast<size_t>(k.node) >= group.size()) continue;
+    if (group[static_cast<size_t>(k.node)] < 0) group[static_cast<size_t>(k.node)] = k.node;
+    for (int f : k.fused_nodes)
+      if (f >= 0 && static_cast<size_t>(f) < group.size() && group[static_cast<size_t>(f)] < 0)
+        group[static_cast<size_t>(f)] = k.node;
+  }
+  return group;
+}
+
+
+// What autograd keeps of the forward pass for a training step's backward pass: per node that is
+// differentiated (a backward kernel of its own), the activations its gradient formula reads, as
+// PyTorch's derivatives save them: none for ops whose gradient is linear in the output's
+// (additions, copies, views, concatenations, reductions by sum or mean, gathers of an
+// embedding, casts); the output for those whose derivative follows from it (softmax, tanh,
+// sigmoid, exp, relu, sqrt); the activation inputs for the others (products of two
+// activations, GEMMs, normalizations, gelu, powers, ...), but none for a product or quotient
+// with a one-element constant (a scale). Dropout keeps its mask, a byte per element. A tensor
+// saved by several nodes counts once (a view keeps the tensor it views).
+double saved_for_backward(const Analysis& a, const Options& o, const std::vector<int>& group,
+                          const std::function<std::string(const std::string&)>& resolve) {
+  static const std::set<std::string> keeps_nothing = {
+      "Add", "Sub", "Neg", "Concat", "Split", "Slice", "Cast", "Transpose", "Expand", "Reshape", "Flatten",
+      "Squeeze", "Unsqueeze", "Identity", "Pad", "Sum", "ReduceSum", "ReduceMean", "Gather", "Tile", "Shape",
+      "ConstantOfShape", "Range", "Where", "Trilu", "CumSum", "GatherElements", "ScatterND", "DepthToSpace",
+      "SpaceToDepth"};
+  static const std::set<std::string> keeps_output = {"Softmax", "LogSoftmax", "Tanh", "Sigmoid", "Exp", "Relu", "Sqrt"};
+  const Graph& g = a.graph;
+  std::vector<char> differentiated(g.nodes.size(), 0);
+  for (const Kernel& k : a.kernels.kernels)
+    if (k.phase == Phase::backward && k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size())
+      differentiated[static_cast<size_t>(k.node)] = 1;
+  std::set<std::string> saved;
+  double mask_bytes = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    const bool own = differentiated[i] || (group[i] >= 0 && differentiated[static_cast<size_t>(group[i])]);
+    if (!own || keeps_nothing.count(n.op_type)) continue;
+    if (n.op_type == "Dropout") {
+      const TensorInfo* t = n.inputs.empty() ? nullptr : g.find(n.inputs[0]);
+      if (t && t->fully_known()) mask_bytes += double(t->num_elements());
+      continue;
+    }
+    const bool output = keeps_output.count(n.op_type) > 0;
+    // A product or quotient with a one-element constant (a scale) needs none of its inputs.
+    if ((n.op_type == "Mul" || n.op_type == "Div") && std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) {
+          const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+          return t && (t->is_initializer || t->int_value) && t->fully_known() && t->num_elements() <= 1;
+        }))
+      continue;
+    for (const auto& name : output ? n.outputs : n.inputs) {
+      const TensorInfo* t = name.empty() ? nullptr : g.find(name);
+      if (!t || t->is_initializer || !is_float(t->dtype)) continue;
+      const std::string r = resolve(name);
+      const TensorInfo* rt = g.find(r);
+      if (rt && !rt->is_initializer) saved.insert(r);
+    }
+  }
+  double bytes = mask_bytes;
+  for (const auto& name : saved) bytes += tensor_bytes(g.find(name), o);
+  return bytes;
+}
+
+}  // namespace
+
+DType held_dtype(const TensorInfo& t, const Options& o) {
+  return o.dtype != DType::undefined && is_float(t.dtype) ? activation_dtype(o.dtype) : t.dtype;
+}
+
+double gemm_weight_bytes(const TensorInfo* t, const Options& o) {
+  if (!t || !t->fully_known()) return 0;
+  if (narrow_weight_gemms(o.dtype) && is_float(t->dtype) && t->shape.size() >= 2)
+    return double(t->num_elements()) * narrow_operand_bytes(o.dtype);
+  return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
+}
+
+double tensor_bytes(const TensorInfo* t, const Options& o) {
+  if (!t || !t->fully_known()) return 0;
+  return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
+}
+
+void each_node(const Graph& g, const std::function<void(const Graph&, const Node&)>& f, int depth) {
+  for (const auto& n : g.nodes) {
+    f(g, n);
+    if (depth < 8)
+      for (const auto& [name, a] : n.attributes)
+        for (const auto& sub : a.graphs)
+          if (sub) each_node(*sub, f, depth + 1);
+  }
+}
+
+void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding) {
+  std::map<std::string, bool> gather_only;
+  each_node(g, [&](const Graph&, const Node& n) {
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i].empty()) continue;
+      auto it = gather_only.find(n.inputs[i]);
+      const bool gather = n.op_type == "Gather" && i == 0;
+      if (it == gather_only.end()) gather_only[n.inputs[i]] = gather;
+      else it->second = it->second && gather;
+    }
+  });
+  all = embedding = 0;
+  for (const auto& name : g.initializers) {
+    const TensorInfo* t = g.find(name);
+    if (!t || t->int_value || !(is_float(t->dtype) || t->num_elements() > 64)) continue;
+    auto it = gather_only.find(name);
+    const bool table = it != gather_only.end() && it->second;
+    const double b = table ? tensor_bytes(t, o) : gemm_weight_bytes(t, o);
+    all += b;
+    if (table) embedding += b;
+  }
+}
+
+ActivationUse activation_use(const Analysis& a, const Options& o) {
+  const Graph& g = a.graph;
+  const std::vector<int> group = kernel_groups(a);
+  std::unordered_map<std::string, std::string> root;  // an alias -> the tensor it views
+  std::unordered_map<std::string, int> producer;      // a materialised tensor -> its kernel's group
+  const auto resolve = [&](const std::string& t) {
+    auto it = root.find(t);
+    return it == root.end() ? t : it->second;
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {  // nodes are in topological order
+    const Node& n = g.nodes[i];
+    if (group[i] >= 0) {
+      for (const auto& out : n.outputs)
+        if (!out.empty()) producer[out] = group[i];
+      continue;
+    }
+    std::string first;
+    for (const auto& in : n.inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+      if (t && !t->is_initializer) {
+        first = resolve(in);
+        break;
+      }
+    }
+    if (!first.empty())
+      for (const auto& out : n.outputs)
+        if (!out.empty()) root[out] = first;
+  }
+  // Each materialised tensor's life in node indices: [written, last read]; a graph input's from
+  // -1, a graph output's to the end.
+  const int end = static_cast<int>(g.nodes.size());
+  std::map<std::string, std::pair<int, int>> life;
+  std::map<int, std::set<std::string>> touched;  // group -> the materialised tensors it reads or writes
+  auto live = [&](const std::string& name, int from, int to) {
+    auto [it, fresh] = life.emplace(name, std::make_pair(from, to));
+    if (!fresh) it->second = {std::min(it->second.first, from), std::max(it->second.second, to)};
+  };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    if (group[i] < 0) continue;
+    for (const auto& in : g.nodes[i].inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+      if (!t || t->is_initializer) continue;
+      const std::string r = resolve(in);
+      const TensorInfo* rt = g.find(r);
+      if (!rt || rt->is_initializer) continue;
+      auto p = producer.find(r);
+      if (p != producer.end() && p->second == group[i]) continue;
+      touched[group[i]].insert(r);
+      if (p != producer.end()) touched[p->second].insert(r);
+      live(r, p != producer.end() ? p->second : -1, group[i]);
+    }
+  }
+  for (const auto& out : g.outputs) {
+    const std::string r = resolve(out);
+    auto p = producer.find(r);
+    if (p != producer.end()) touched[p->second].insert(p->first);
+    const TensorInfo* rt = g.find(r);
+    if (p != producer.end() || (rt && !rt->is_initializer)) live(r, p != producer.end() ? p->second : -1, end);
+  }
+  ActivationUse use;
+  use.saved_bytes = saved_for_backward(a, o, group, resolve);
+  for (const auto& entry : touched) {
+    double b = 0;
+    for (const auto& name : entry.second) b += tensor_bytes(g.find(name), o);
+    use.largest_kernel_bytes = std::max(use.largest_kernel_bytes, b);
+  }
+  // Bytes alive at each node index (shifted by one for the inputs' -1): a difference array.
+  std::vector<double> delta(g.nodes.size() + 3, 0.0);
+  for (const auto& [name, span] : life) {
+    const double b = tensor_bytes(g.find(name), o);
+    use.all_bytes += b;
+    delta[static_cast<size_t>(span.first + 1)] += b;
+    delta[static_cast<size_t>(std::max(span.first, span.second) + 2)] -= b;
+  }
+  double alive = 0;
+  for (double d : delta) use.peak_live_bytes = std::max(use.peak_live_bytes, alive += d);
+  return use;
+}
+
+MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double capacity_gib) {
+  MemoryFootprint m;
+  m.training = o.mode == Mode::training;
+  m.capacity_gib = capacity_gib;
+  double weights = 0, embedding = 0;
+  weight_bytes(a.graph, o, weights, embedding);
+  m.weights_gib = weights / kGiB;
+  const ActivationUse use = activation_use(a, o);
+  m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
+  if (m.training) {
+    // The parameters the optimizer updates (lowering: one update kernel each), their
+    // gradients in their own type, and Adam's two FP32 moments (plus an FP32 master copy of
+    // 16-bit parameters), as the multi-GPU plan counts them (parallel.h).
+    for (const Kernel& k : a.kernels.kernels) {
+      if (k.phase != Phase::update || k.weight.empty()) continue;
+      const double n = double(k.rows) * double(k.cols), eb = element_bytes(k.dtype);
+      m.gradients_gib += n * eb / kGiB;
+      m.optimizer_gib += n * (8.0 + (eb < 4 ? 4.0 : 0.0)) / kGiB;
+    }
+  }
+  return m;
+}
+
+}  // namespace neusight
