@@ -179,13 +179,24 @@ std::string format_compare_table(const Comparison& c, bool color) {
   for (const auto& m : c.models) mw = std::max(mw, m.size());
   mw = std::min<size_t>(mw, 40);
   // Model x GPU: end-to-end latency and speed-up against the first model.
-  std::string head = pad("model", mw);
+  // Each model's memory on one GPU (the same on every GPU; report.h MemoryFootprint).
+  const bool memory = c.reports[0][0].memory.has_value();
+  std::string head = pad("model", mw) + (memory ? " " + pad("memory GiB", 10, true) : "");
   for (size_t g = 0; g < gpus; ++g)
     head += " " + pad(c.reports[0][g].gpu.alias() + " ms", 24, true) + " " + pad("speed-up", 17, true);
   os << bold("end-to-end latency and speed-up against " + c.models[0] + " (80% intervals)") << "\n" << bold(head)
      << "\n";
+  std::string too_large;  // "model on gpu (needs N GPUs)", ...
   for (size_t m = 0; m < c.models.size(); ++m) {
     os << pad(c.models[m], mw);
+    const auto& mem = c.reports[m][0].memory;
+    if (memory) os << " " << pad(mem ? detail::fixed(mem->total_gib(), 2) : "-", 10, true);
+    for (size_t g = 0; g < gpus; ++g) {
+      const auto& rm = c.reports[m][g].memory;
+      if (rm && !rm->fits())
+        too_large += std::string(too_large.empty() ? "" : ", ") + c.models[m] + " on " + c.reports[m][g].gpu.alias() +
+                     " (" + std::to_string(rm->gpus_to_hold()) + " GPUs hold it)";
+    }
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
       const Report& r = c.reports[m][g];
@@ -195,6 +206,7 @@ std::string format_compare_table(const Comparison& c, bool color) {
     }
     os << "\n";
   }
+  if (!too_large.empty()) os << "does not fit one GPU's memory: " << too_large << "\n";
   if (c.reports[0][0].generation) {
     // --generate: the latency above is the prefill; the generation per model and GPU.
     os << "\n" << bold("generation: time to first token / per output token, output tokens/s (speed-up against " +
@@ -286,6 +298,7 @@ std::string format_compare_json(const Comparison& c) {
                            {"matched_by", n.matched_by}, {"base_ms", n.base_ms}, {"ms", n.ms},
                            {"delta_ms", n.delta_ms()}});
     row["top_changed_nodes"] = nodes;
+    if (r.memory) row["memory"] = detail::memory_json(*r.memory);
     if (r.generation) {
       row["generation"] = detail::generation_json(*r.generation);
       row["tokens_per_s_speedup"] = d.tokens_per_s_speedup;

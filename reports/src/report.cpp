@@ -29,6 +29,15 @@ int MemoryFootprint::gpus_to_hold() const {
   return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() / capacity_gib - 1e-9))) : 0;
 }
 
+namespace detail {
+json memory_json(const MemoryFootprint& m) {
+  return json{{"weights_gib", finite(m.weights_gib)},     {"activations_gib", finite(m.activations_gib)},
+              {"gradients_gib", finite(m.gradients_gib)}, {"optimizer_gib", finite(m.optimizer_gib)},
+              {"total_gib", finite(m.total_gib())},       {"capacity_gib", finite(m.capacity_gib)},
+              {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()}};
+}
+}  // namespace detail
+
 std::string memory_text(const MemoryFootprint& m) {
   auto gib = [](double v) {
     char b[32];
@@ -324,14 +333,7 @@ json report_json(const Report& r) {
   if (!extra.empty()) j["extra_kernels"] = std::move(extra);
   if (r.parallel) j["parallel"] = detail::parallel_json(*r.parallel);
   if (r.generation) j["generation"] = detail::generation_json(*r.generation);
-  if (r.memory) {
-    const MemoryFootprint& m = *r.memory;
-    json mem = {{"weights_gib", finite(m.weights_gib)},         {"activations_gib", finite(m.activations_gib)},
-                {"gradients_gib", finite(m.gradients_gib)},     {"optimizer_gib", finite(m.optimizer_gib)},
-                {"total_gib", finite(m.total_gib())},           {"capacity_gib", finite(m.capacity_gib)},
-                {"fits", m.fits()},                             {"gpus_to_hold", m.gpus_to_hold()}};
-    j["memory"] = std::move(mem);
-  }
+  if (r.memory) j["memory"] = detail::memory_json(*r.memory);
   j["warnings"] = r.warnings;
   j["unknown_ops"] = r.unknown_ops;
   j["folded_nodes"] = r.folded_nodes;

@@ -36,6 +36,8 @@ namespace neusight::detail {
 nlohmann::json generation_json(const GenerationReport& g);
 // The "parallel" object of the JSON report (parallel.cpp).
 nlohmann::json parallel_json(const ParallelReport& p);
+// The report's `memory` object (report.h MemoryFootprint).
+nlohmann::json memory_json(const MemoryFootprint& m);
 // The HTML section of a generation: per-step latency along it, one line per GPU (generation.cpp).
 std::string generation_html(const std::vector<Report>& reports);
 

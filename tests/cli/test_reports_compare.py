@@ -94,6 +94,12 @@ class Compare(unittest.TestCase):
                 self.assertLess(n["delta_ms"], 0)
             deltas = [abs(n["delta_ms"]) for n in top]
             self.assertEqual(deltas, sorted(deltas, reverse=True))
+        # Memory: each model's footprint (the same on both GPUs), fewer blocks less of it.
+        mem = {m: self.result(c, m, "h100")["memory"]["total_gib"] for m in c["models"]}
+        self.assertLess(mem["gpt2_6l.onnx"], mem["gpt2_12l.onnx"])
+        self.assertEqual(self.result(c, "gpt2_6l.onnx", "b200")["memory"]["total_gib"], mem["gpt2_6l.onnx"])
+        self.assertRegex(table, r"gpt2_6l\.onnx +%.2f " % mem["gpt2_6l.onnx"])
+        self.assertNotIn("does not fit", table)
         self.assertIn("gpt2_6l.onnx vs gpt2_12l.onnx on", table)
         self.assertIn("80% interval", table)
         self.assertIn("x (80% interval ", page)
