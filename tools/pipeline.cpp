@@ -129,6 +129,11 @@ AnnotatedWrite annotations_for(const Report& r) {
                   {"neusight.version", version()}};
   // The timing convention is a property of the NeuSight predictor (empty for the roofline).
   if (!r.timing.empty()) ann.metadata.emplace_back("neusight.timing", r.timing);
+  // One GPU's memory for the run (report.h MemoryFootprint) and whether the GPU holds it.
+  if (r.memory) {
+    ann.metadata.emplace_back("neusight.memory_gib", sig(r.memory->total_gib()));
+    ann.metadata.emplace_back("neusight.memory_fits", r.memory->fits() ? "true" : "false");
+  }
   return ann;
 }
 

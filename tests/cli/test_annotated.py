@@ -110,6 +110,9 @@ class Annotated(unittest.TestCase):
         # The 80% interval travels with the model.
         self.assertLessEqual(float(s["meta"]["neusight.e2e_latency_low_ms"]), float(s["meta"]["neusight.e2e_latency_ms"]))
         self.assertGreaterEqual(float(s["meta"]["neusight.e2e_latency_high_ms"]), float(s["meta"]["neusight.e2e_latency_ms"]))
+        # And the memory one B200 needs for the run.
+        self.assertGreater(float(s["meta"]["neusight.memory_gib"]), 0)
+        self.assertEqual(s["meta"]["neusight.memory_fits"], "true")
 
     @needs_shared("onnx-models")
     def test_squeezenet_with_weights_loads_and_runs_unchanged(self):
