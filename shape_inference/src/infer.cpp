@@ -782,6 +782,28 @@ int64_t window_dim(Ctx& c, __int128 o) {
   return int64_t(o);
 }
 
+__int128 floor_div(__int128 a, __int128 b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+__int128 ceil_div(__int128 a, __int128 b) { return -floor_div(-a, b); }
+
+std::string int128_text(__int128 v) {
+  return v < INT64_MIN || v > INT64_MAX ? std::string(v < 0 ? "-" : "") + "huge" : std::to_string(int64_t(v));
+}
+
+// The output extent of a sliding window along one spatial axis: floor((n - k) / stride) + 1
+// windows (ceil with ceil_mode) over an input of n (pads included) and a dilated kernel of k,
+// rounded as runtimes round (C++ division truncates toward zero: a kernel one wider than the
+// input gave 1 where onnxruntime and PyTorch give 0). No window at all (a kernel wider than
+// the padded input: a 7x7 head bound to a small image) cannot run: an input error, never an
+// unknown dim that ONNX's own inference then fills with its negative size's square.
+__int128 window_extent(Ctx& c, size_t axis, __int128 n, __int128 k, int64_t stride, bool ceil_mode) {
+  const __int128 o = (ceil_mode ? ceil_div(n - k, stride) : floor_div(n - k, stride)) + 1;
+  if (o < 1)
+    throw InputError(c.where() + ": spatial axis " + std::to_string(axis) + ": a kernel spanning " + int128_text(k) +
+                     " is wider than the padded input of " + int128_text(n) +
+                     ": no output position (runtimes refuse it)");
+  return o;
+}
+
 void rule_conv(Ctx& c) {
   const TensorInfo* x = c.in(0);
   const TensorInfo* w = c.in(1);
@@ -828,11 +850,12 @@ void rule_conv(Ctx& c) {
     } else if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") {
       o = (n + strides[i] - 1) / strides[i];
     } else if (autopad == "VALID") {
-      o = (n - k) / strides[i] + 1;
+      o = window_extent(c, i, n, k, strides[i], false);
     } else {
-      o = (n + pads[i] + pads[i + sd] - k) / strides[i] + 1;
+      o = window_extent(c, i, n + pads[i] + pads[i + sd], k, strides[i], false);
     }
-    s.push_back(o >= 0 ? Dim::of(window_dim(c, o)) : Dim{});
+    if (o < 1) throw InputError(c.where() + ": spatial axis " + std::to_string(i) + ": output size " + int128_text(o));
+    s.push_back(Dim::of(window_dim(c, o)));
   }
   set_out(c, 0, c.n.op_type == "ConvInteger" ? DType::i32 : x->dtype, s);
 }
@@ -864,13 +887,12 @@ void rule_pool(Ctx& c) {
     const __int128 n = in.value;
     __int128 o;
     if (autopad == "SAME_UPPER" || autopad == "SAME_LOWER") o = (n + strides[i] - 1) / strides[i];
-    else if (autopad == "VALID") o = (n - k) / strides[i] + 1;
+    else if (autopad == "VALID") o = window_extent(c, i, n, k, strides[i], false);
     else {
-      const __int128 num = n + pads[i] + pads[i + sd] - k;
-      o = (ceil_mode ? (num + strides[i] - 1) / strides[i] : num / strides[i]) + 1;
-      if (ceil_mode && (o - 1) * strides[i] >= n + pads[i]) --o;
+      o = window_extent(c, i, n + pads[i] + pads[i + sd], k, strides[i], ceil_mode);
+      if (ceil_mode && o > 1 && (o - 1) * strides[i] >= n + pads[i]) --o;
     }
-    s.push_back(Dim::of(window_dim(c, o < 0 ? 0 : o)));
+    s.push_back(Dim::of(window_dim(c, o)));
   }
   set_out(c, 0, x->dtype, s);
   if (c.num_out() > 1) set_out(c, 1, DType::i64, s);

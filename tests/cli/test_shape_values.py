@@ -116,5 +116,47 @@ class ShapeValues(unittest.TestCase):
             self.assertIn("known ops not predicted, their shapes not inferred: Tanh (downstream of the unknown op of node "
                           "'frob')", err)
 
+    def test_a_window_wider_than_its_input_is_one_error_and_no_output(self):
+        # faceplugin's MobileFaceNet (npm faceplugin-face-recognition-js, fr_feature.onnx) bound
+        # to a 16x16 image: its 7x7 depthwise head meets a 1x1 map. The Conv's output dims were
+        # left unknown, ONNX's own inference (the hints) then gave the Reshape after it the
+        # square of the negative size (a [1, 12800] output of a [1, 512] model) and the run
+        # succeeded; onnxruntime refuses it ("Invalid input shape"). A pool whose kernel is one
+        # wider than its input gave 1 (C++ division truncates) where onnxruntime computes 0.
+        F = onnx.TensorProto.FLOAT
+        w = numpy_helper.from_array(np.zeros((8, 1, 7, 7), np.float32), "w")
+        s = numpy_helper.from_array(np.array([1, -1], np.int64), "s")
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="head", group=8, kernel_shape=[7, 7]),
+                 helper.make_node("Reshape", ["c", "s"], ["y"], name="flat")]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 8, 7, 7])],
+                              [helper.make_tensor_value_info("y", F, [1, 8])], [w, s])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        pool = helper.make_graph([helper.make_node("AveragePool", ["x"], ["y"], name="pool", kernel_shape=[2, 2],
+                                                   strides=[2, 2])], "p",
+                                 [helper.make_tensor_value_info("x", F, [1, 8, 2, 2])],
+                                 [helper.make_tensor_value_info("y", F, None)])
+        pm = helper.make_model(pool, opset_imports=[helper.make_opsetid("", 13)])
+        with tempfile.TemporaryDirectory() as d:
+            path = save(m, d)
+            r = run_json(path, "--gpu", "h100", "--predictor", "roofline")
+            self.assertEqual(r["graph_outputs"][0]["shape"], [1, 8])
+            outs = [os.path.join(d, n) for n in ("r.json", "r.csv", "r.html", "a.onnx")]
+            pool_path = os.path.join(d, "pool.onnx")
+            onnx.save(pm, pool_path)
+            for model, shape, node in ((path, "1x8x4x4", "head"), (pool_path, "1x8x1x1", "pool")):
+                code, _, err = run(model, "--gpu", "h100", "--shape", "x=" + shape, "--json", outs[0], "--csv", outs[1],
+                                   "--html", outs[2], "--out", outs[3])
+                self.assertEqual(code, 2, err)
+                lines = [l for l in err.splitlines() if "error:" in l]
+                self.assertEqual(len(lines), 1, err)
+                self.assertIn("node '%s'" % node, lines[0])
+                self.assertIn("wider than the padded input", lines[0])
+                self.assertFalse(any(os.path.exists(o) for o in outs))
+            # A pool in ceil mode has its window where the input starts: 1 output, as PyTorch.
+            pm.graph.node[0].attribute.append(helper.make_attribute("ceil_mode", 1))
+            onnx.save(pm, pool_path)
+            r = run_json(pool_path, "--gpu", "h100", "--predictor", "roofline", "--shape", "x=1x8x1x1")
+            self.assertEqual(r["graph_outputs"][0]["shape"], [1, 8, 1, 1])
+
 if __name__ == "__main__":
     unittest.main()

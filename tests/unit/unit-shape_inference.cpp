@@ -123,6 +123,20 @@ TEST_CASE("shape inference: Conv / ConvTranspose / pooling windows are validated
                        doctest::Contains("out of range"), InputError);
 }
 
+TEST_CASE("shape inference: a window wider than its padded input has no output position") {
+  // 32 + pads 1 + 1 against a 33-wide kernel: two positions at stride 1, one at stride 2.
+  Graph g;
+  infer_window("Conv", {32, 16, 33, 33}, "pads", {1, 1, 1, 1}, &g);
+  CHECK(dims_of(g.find("y")) == std::vector<int64_t>{2, 32, 2, 2});
+  // Without the pads a 33-wide kernel has no position on 32 (the output was an unknown dim).
+  CHECK_THROWS_WITH_AS(infer_window("Conv", {32, 16, 33, 33}, "", {}), doctest::Contains("wider than the padded input"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(infer_window("Conv", {32, 16, 3, 3}, "dilations", {16, 1}),
+                       doctest::Contains("spatial axis 0: a kernel spanning 33"), InputError);
+  // A 3x3 MaxPool dilated by 16 spans 33 of the 32 (truncating division gave it one position).
+  CHECK_THROWS_WITH_AS(infer_window("MaxPool", {}, "dilations", {1, 16}), doctest::Contains("spatial axis 1"), InputError);
+}
+
 TEST_CASE("shape inference: a MatMul or broadcast mismatch names both operands' shapes") {
   // TensorRT's Polygraphy attention head: Transpose without perm reverses [seq, batch, 100], so
   // q [seq, batch, 100] x k_T [100, batch, seq] only fits batch = 100; the operands say why.
