@@ -78,6 +78,35 @@ double saved_for_backward(const Analysis& a, const Options& o, const std::vector
   return bytes;
 }
 
+// The tensors of `g` a node reads: its inputs, and for a control-flow node (If, Loop, Scan) the
+// outer tensors its bodies read by name.
+std::vector<std::string> reads(const Graph& g, const Node& n) {
+  std::vector<std::string> in = n.inputs;
+  bool bodies = false;
+  for (const auto& [name, a] : n.attributes) bodies = bodies || !a.graphs.empty();
+  if (!bodies) return in;
+  // Names the bodies read that none of them defines (as a body input, initializer or node
+  // output, nested bodies included) and the outer graph has.
+  std::set<std::string> read, local;
+  for (const auto& [name, a] : n.attributes)
+    for (const auto& sub : a.graphs) {
+      if (!sub) continue;
+      local.insert(sub->inputs.begin(), sub->inputs.end());
+      local.insert(sub->initializers.begin(), sub->initializers.end());
+      each_node(*sub, [&](const Graph& body, const Node& bn) {
+        if (&body != sub.get()) {
+          local.insert(body.inputs.begin(), body.inputs.end());
+          local.insert(body.initializers.begin(), body.initializers.end());
+        }
+        read.insert(bn.inputs.begin(), bn.inputs.end());
+        local.insert(bn.outputs.begin(), bn.outputs.end());
+      });
+    }
+  for (const auto& x : read)
+    if (!x.empty() && !local.count(x) && g.find(x)) in.push_back(x);
+  return in;
+}
+
 }  // namespace
 
 DType held_dtype(const TensorInfo& t, const Options& o) {
@@ -168,7 +197,11 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     if (group[i] < 0) continue;
-    for (const auto& in : g.nodes[i].inputs) {
+    // A control-flow body's reads by name keep their tensors alive to the node; its kernels'
+    // working sets are the body's own kernels', not the whole body's reads.
+    const std::vector<std::string> in_all = reads(g, g.nodes[i]);
+    for (size_t j = 0; j < in_all.size(); ++j) {
+      const std::string& in = in_all[j];
       const TensorInfo* t = in.empty() ? nullptr : g.find(in);
       if (!t || t->is_initializer) continue;
       const std::string r = resolve(in);
@@ -176,8 +209,10 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
       if (!rt || rt->is_initializer) continue;
       auto p = producer.find(r);
       if (p != producer.end() && p->second == group[i]) continue;
-      touched[group[i]].insert(r);
-      if (p != producer.end()) touched[p->second].insert(r);
+      if (j < g.nodes[i].inputs.size()) {
+        touched[group[i]].insert(r);
+        if (p != producer.end()) touched[p->second].insert(r);
+      }
       live(r, p != producer.end() ? p->second : -1, group[i]);
     }
   }

@@ -68,3 +68,34 @@ TEST_CASE("api: memory footprint of a small MLP: weights, activations alive at o
     CHECK(small.gpus_to_hold() == 3);
   }
 }
+
+TEST_CASE("api: memory footprint keeps a tensor an If branch reads by name alive until the If") {
+  // x -> Relu a -> Relu b -> Relu c -> If whose branches add a and c (outer tensors read by name).
+  auto branch = std::make_shared<Graph>();
+  {
+    test::IrGraph bb;
+    bb.node("Add", {bb.t("a", {256}), bb.t("c", {256})}, {bb.t("o", {256})});
+    bb.output("o");
+    *branch = bb.g;
+  }
+  test::IrGraph b;
+  b.node("Relu", {b.input("x", {256})}, {b.t("a", {256})});
+  b.node("Relu", {"a"}, {b.t("b", {256})});
+  b.node("Relu", {"b"}, {b.t("c", {256})});
+  Node& iff = b.node("If", {b.input("cond", {}, DType::boolean)}, {b.t("out", {256})});
+  Attribute g;
+  g.kind = Attribute::Kind::g;
+  g.graphs = {branch};
+  iff.attributes["then_branch"] = g;
+  iff.attributes["else_branch"] = g;
+  b.output("out");
+  Options o;
+  o.fusion = Fusion::none;
+  LoweringOptions lo;
+  lo.fusion = Fusion::none;
+  Analysis a;
+  a.graph = b.g;
+  a.kernels = lower(a.graph, lo);
+  // a (1 KiB) lives to the If, beside b and c when Relu c runs, and the condition's byte.
+  CHECK(memory_footprint(a, o, 0).activations_gib * 1024.0 * 1024 * 1024 == doctest::Approx(3 * 1024 + 1));
+}
