@@ -278,7 +278,7 @@ def e2e(binary, d, configs, gpu, tmp):
     print(f"End to end, FP32 PyTorch eager, --gpu {gpu} (training: forward + backward + SGD step)")
     print(f"  {'run':<28}{'measured':>10}" + "".join(f"{p:>22}" for p in PREDICTORS) + "   in80")
     errs = {p: {"inf": [], "train": []} for p in PREDICTORS}
-    busy = []
+    busy, memory = [], []
     for r in runs:
         with open(os.path.join(configs, r["model"] + ".json")) as f:
             cfg = json.load(f)
@@ -302,6 +302,10 @@ def e2e(binary, d, configs, gpu, tmp):
             e = (pred - meas) / meas
             errs[p][r["mode"]].append(e)
             cells += f"{pred:10.1f} {100 * e:+9.1f}%  "
+            if p == "neusight" and r.get("peak_gib") and rep.get("memory"):
+                # measure.py's step is SGD without momentum: no optimizer state.
+                m = rep["memory"]
+                memory.append((r, float(r["peak_gib"]), m["total_gib"] - m["optimizer_gib"], m))
             if p == "neusight":
                 lo, hi = rep.get("latency_low_ms"), rep.get("latency_high_ms")
                 inside = "yes" if lo is not None and lo <= meas <= hi else "no"
@@ -332,6 +336,17 @@ def e2e(binary, d, configs, gpu, tmp):
               f"signed mean {100 * statistics.mean(e):+.1f}%")
         print()
         class_table(d, busy)
+    if memory:
+        print("Memory: PyTorch's peak allocated GiB in one iteration against the report's `memory` (training: without")
+        print("the Adam state, the measured step being plain SGD); weights measured / predicted")
+        e = []
+        for r, meas, pred, m in memory:
+            e.append((pred - meas) / meas)
+            print(f"  {r['model'] + ' ' + r['mode'] + ' s' + r['seq'] + ' b' + r['batch']:<28}{meas:10.2f}{pred:10.2f}"
+                  f" {100 * e[-1]:+9.1f}%   weights {float(r.get('weights_gib') or 0):7.2f} / {m['weights_gib']:7.2f}")
+        print(f"  mean |error| {100 * statistics.mean(abs(x) for x in e):.1f}%, worst {100 * max(abs(x) for x in e):.1f}%, "
+              f"signed mean {100 * statistics.mean(e):+.1f}%")
+        print()
 
 
 def kernel_class_of(name):

@@ -28,7 +28,9 @@ prepare.py wrote (DIR/shapes.json, DIR/runs.json, DIR/configs/) and writes into 
   e2e.csv         whole models (FP32, eager attention, as the NeuSight campaign): inference =
                   forward under no_grad; training = forward with the LM loss, backward, and a
                   plain SGD step, each phase timed; kernel_ms = the GPU's busy time (union of
-                  kernel and copy intervals) in one more iteration under the profiler
+                  kernel and copy intervals) in one more iteration under the profiler; peak_gib =
+                  PyTorch's peak allocated memory in one more iteration, weights_gib its parameters'
+                  (compare.py sets them against the report's `memory`)
   llm.csv         BF16 Llama prefill and decode steps (SDPA attention, KV cache): host-clock
                   time, the GPU's busy time, its GEMMs' and fused attention's shares and the
                   attention kernel's name (which SDPA backend ran)
@@ -651,7 +653,19 @@ def llm(cfg_dir, out):
 
 # ------------------------------------------------------------------------------ end to end
 E2E_COLS = ["model", "mode", "seq", "batch", "latency_ms", "fw_ms", "bw_ms", "step_ms", "iters", "kernel_ms",
-            "kernels", "error"]
+            "kernels", "peak_gib", "weights_gib", "error"]
+
+
+def peak_gib(fn):
+    """PyTorch's peak allocated memory (GiB) over one call of fn, from a reset of the peak (the
+    model's weights, and in training the gradients still held, included); None on the CPU."""
+    if ARGS.cpu:
+        return None
+    sync()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    sync()
+    return torch.cuda.max_memory_allocated() / 2**30
 
 
 def busy_ms(fn, out):
@@ -728,6 +742,7 @@ def e2e(runs, cfg_dir, out):
         try:
             seq = r["seq"] if not ARGS.cpu else 32
             model, cfg = build_model(os.path.join(cfg_dir, r["model"] + ".json"), r["mode"])
+            row["weights_gib"] = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**30
             vocab = cfg.vocab_size
             ids = torch.randint(0, vocab, (r["batch"], seq), device=dev())
             t = Timer()
@@ -744,6 +759,7 @@ def e2e(runs, cfg_dir, out):
                         if out_of_time(5):
                             break
                     row["kernel_ms"], row["kernels"], per = busy_ms(lambda: model(input_ids=ids), out)
+                    row["peak_gib"] = peak_gib(lambda: model(input_ids=ids))
                 row.update(latency_ms=statistics.median(res), fw_ms=statistics.median(res), bw_ms=0, step_ms=0,
                            iters=len(res))
             else:
@@ -777,6 +793,7 @@ def e2e(runs, cfg_dir, out):
                     opt.step()
                     opt.zero_grad(set_to_none=True)
                 row["kernel_ms"], row["kernels"], per = busy_ms(one_step, out)
+                row["peak_gib"] = peak_gib(one_step)  # SGD without momentum: no optimizer state
                 row.update(fw_ms=statistics.median(fw), bw_ms=statistics.median(bw), step_ms=statistics.median(st),
                            iters=len(fw))
                 row["latency_ms"] = row["fw_ms"] + row["bw_ms"] + row["step_ms"]
