@@ -238,7 +238,28 @@ void rule_gemm(Ctx& c) {
   const TensorInfo* b = c.in(1);
   if (!a || !b || !a->has_shape || !b->has_shape || a->shape.size() != 2 || b->shape.size() != 2) return;
   const bool ta = c.n.attr_i("transA", 0), tb = c.n.attr_i("transB", 0);
-  set_out(c, 0, a->dtype, {a->shape[ta ? 1 : 0], b->shape[tb ? 0 : 1]});
+  // K of A against K of B, as runtimes check them: a Reshape to [1, -1] that folds the batch
+  // into K (an SSR-Net head bound to batch 8) cannot run.
+  const Dim& ka = a->shape[ta ? 0 : 1];
+  const Dim& kb = b->shape[tb ? 1 : 0];
+  if (ka.known() && kb.known() && ka.value != kb.value)
+    throw InputError(c.where() + ": inner dimensions differ (" + std::to_string(ka.value) + " vs " + std::to_string(kb.value) +
+                     ": " + shape_text(a->shape) + (ta ? " transposed" : "") + " x " + shape_text(b->shape) +
+                     (tb ? " transposed" : "") + ")");
+  const Shape out{a->shape[ta ? 1 : 0], b->shape[tb ? 0 : 1]};
+  // The bias C broadcasts to [M, N] one way: each of its dims is 1 or the output's.
+  const TensorInfo* bias = c.in(2);
+  if (bias && bias->has_shape) {
+    if (bias->shape.size() > 2) throw InputError(c.where() + ": bias C of rank " + std::to_string(bias->shape.size()));
+    for (size_t i = 0; i < bias->shape.size(); ++i) {
+      const Dim& d = bias->shape[bias->shape.size() - 1 - i];
+      const Dim& o = out[1 - i];
+      if (d.known() && o.known() && d.value != 1 && d.value != o.value)
+        throw InputError(c.where() + ": bias C " + shape_text(bias->shape) + " does not broadcast to the output " +
+                         shape_text(out));
+    }
+  }
+  set_out(c, 0, a->dtype, out);
 }
 
 void rule_layernorm(Ctx& c) {

@@ -157,6 +157,30 @@ TEST_CASE("shape inference: a MatMul or broadcast mismatch names both operands' 
   CHECK_THROWS_WITH_AS(infer_shapes(a.g, m), doctest::Contains("shapes cannot broadcast (2 vs 4: [2,3] and [4,3])"), InputError);
 }
 
+TEST_CASE("shape inference: a Gemm checks K and its bias against the output") {
+  // SSR-Net's heads (npm faceplugin-face-recognition-js, fr_gender.onnx) flatten to [1, -1]:
+  // at batch 8 the batch lands in K, which the weight does not have (onnxruntime: "GEMM:
+  // Dimension mismatch"); the Gemm gave a [1, 3] output and the run priced it.
+  Model m;
+  m.opsets[""] = 13;
+  auto gemm = [&](std::vector<int64_t> a, std::vector<int64_t> w, std::vector<int64_t> bias) {
+    test::IrGraph b;
+    b.input("a", a);
+    std::vector<std::string> in = {"a", b.w("w", w)};
+    if (!bias.empty()) in.push_back(b.w("c", bias));
+    b.node("Gemm", in, {"y"}).attributes["transB"] = test::attr_int(1);
+    b.output("y");
+    infer_shapes(b.g, m);
+    return dims_of(b.g.find("y"));
+  };
+  CHECK(gemm({8, 160}, {3, 160}, {3}) == std::vector<int64_t>{8, 3});
+  CHECK(gemm({8, 160}, {3, 160}, {8, 1}) == std::vector<int64_t>{8, 3});
+  CHECK_THROWS_WITH_AS(gemm({1, 1280}, {3, 160}, {3}),
+                       "node 'Gemm_0' (Gemm): inner dimensions differ (1280 vs 160: [1,1280] x [3,160] transposed)", InputError);
+  CHECK_THROWS_WITH_AS(gemm({8, 160}, {3, 160}, {4}), doctest::Contains("bias C [4] does not broadcast to the output [8,3]"),
+                       InputError);
+}
+
 TEST_CASE("shape inference: a Reshape to a fixed shape of another size is an error naming both sizes") {
   // A model-zoo ResNet-50 flattens to a fixed [1, 2048]: bound to batch 128 (--shape), its
   // 262,144 pooled elements do not fit, as a runtime would refuse; a -1 or 0 target still follows.
