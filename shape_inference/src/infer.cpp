@@ -489,11 +489,19 @@ void rule_concat(Ctx& c) {
   for (size_t i = 0; i < c.n.inputs.size(); ++i) {
     const TensorInfo* t = c.in(i);
     if (!t) continue;
-    if (!t->has_shape || static_cast<int64_t>(t->shape.size()) != r) { total = -1; all_values = false; continue; }
+    if (t->has_shape && static_cast<int64_t>(t->shape.size()) != r)
+      throw InputError(c.where() + ": inputs of rank " + std::to_string(r) + " " + shape_text(first->shape) + " and " +
+                       std::to_string(t->shape.size()) + " " + shape_text(t->shape));
+    if (!t->has_shape) { total = -1; all_values = false; continue; }
     const Dim& d = t->shape[axis];
     total = (total >= 0 && d.known()) ? total + d.value : -1;
-    for (int64_t k = 0; k < r; ++k)
+    for (int64_t k = 0; k < r; ++k) {
+      // Every dim but the axis is the same in each input (a U-Net's skip at an odd size is not).
+      if (k != axis && s[k].known() && t->shape[k].known() && s[k].value != t->shape[k].value)
+        throw InputError(c.where() + ": inputs differ on axis " + std::to_string(k) + " (" + shape_text(first->shape) +
+                         " and " + shape_text(t->shape) + ", concatenated on axis " + std::to_string(axis) + ")");
       if (k != axis && !s[k].known() && t->shape[k].known()) s[k] = t->shape[k];
+    }
     if (t->int_value) vals.insert(vals.end(), t->int_value->begin(), t->int_value->end());
     else all_values = false;
   }
@@ -752,6 +760,12 @@ void split_values(Ctx& c, const TensorInfo& x, int64_t axis, const std::vector<i
   }
 }
 
+std::string sizes_text(const std::vector<int64_t>& v) {
+  Shape s;
+  for (int64_t x : v) s.push_back(Dim::of(x));
+  return shape_text(s);
+}
+
 void rule_split(Ctx& c) {
   const TensorInfo* x = c.in(0);
   if (!x || !x->has_shape) return;
@@ -762,6 +776,17 @@ void rule_split(Ctx& c) {
   const bool split_unknown = split.empty() && c.has_in(1);  // sizes fed at run time
   const size_t n = c.num_out();
   const Dim& d = x->shape[axis];
+  if (!split.empty() && d.known()) {
+    // Given sizes cover the axis exactly, one per output, as runtimes check.
+    __int128 sum = 0;
+    for (int64_t v : split) {
+      if (v < 0) throw InputError(c.where() + ": split size " + std::to_string(v));
+      sum += v;
+    }
+    if (sum != d.value || split.size() != n)
+      throw InputError(c.where() + ": split sizes " + sizes_text(split) + " for " + std::to_string(n) + " outputs of axis " +
+                       std::to_string(axis) + " of " + shape_text(x->shape));
+  }
   if (split.empty() && d.known() && !split_unknown) {
     const int64_t parts = c.n.attr_i("num_outputs", static_cast<int64_t>(n));
     const int64_t each = ceil_div_safe(d.value, parts);
@@ -825,6 +850,23 @@ __int128 window_extent(Ctx& c, size_t axis, __int128 n, __int128 k, int64_t stri
   return o;
 }
 
+// The channels a convolution's weight was made for: a Conv's input has the weight's C per group
+// times group channels and its M splits into the groups; a ConvTranspose's input has the
+// weight's first dim. Runtimes refuse anything else ("Input channels C is not equal to kernel
+// channels * group"): an image of the wrong channel count bound with --shape cannot run.
+void check_conv_channels(Ctx& c, const TensorInfo& x, const TensorInfo& w, int64_t group, bool transposed) {
+  const Dim& cin = x.shape[1];
+  const Dim& wc = transposed ? w.shape[0] : w.shape[1];
+  const std::string groups = group > 1 ? " in " + std::to_string(group) + " groups" : "";
+  if (cin.known() && wc.known() && __int128(cin.value) != (transposed ? 1 : __int128(group)) * wc.value)
+    throw InputError(c.where() + ": an input of " + std::to_string(cin.value) + " channels " + shape_text(x.shape) +
+                     " for a weight " + shape_text(w.shape) + groups + " made for " +
+                     std::to_string((transposed ? 1 : group) * wc.value) + " channels");
+  if (!transposed && group > 1 && w.shape[0].known() && w.shape[0].value % group != 0)
+    throw InputError(c.where() + ": a weight " + shape_text(w.shape) + " of " + std::to_string(w.shape[0].value) +
+                     " output channels does not split into " + std::to_string(group) + " groups");
+}
+
 void rule_conv(Ctx& c) {
   const TensorInfo* x = c.in(0);
   const TensorInfo* w = c.in(1);
@@ -848,6 +890,7 @@ void rule_conv(Ctx& c) {
   Shape s{x->shape[0]};
   const int64_t group = c.n.attr_i("group", 1);
   if (group < 1 || group > kMaxDim) throw InputError(c.where() + ": group " + std::to_string(group) + " out of range");
+  check_conv_channels(c, *x, *w, group, transposed);
   if (transposed) s.push_back(w->shape[1].known() ? Dim::of(checked_mul(w->shape[1].value, group, c.where())) : Dim{});
   else s.push_back(w->shape[0]);
   auto out_pad = c.n.attr_ints("output_padding");

@@ -181,6 +181,42 @@ TEST_CASE("shape inference: a Gemm checks K and its bias against the output") {
                        InputError);
 }
 
+TEST_CASE("shape inference: channels, Concat operands and Split sizes are checked as runtimes check them") {
+  // faceplugin's fr_expression.onnx (npm faceplugin-face-recognition-js) bound to a one-channel
+  // image (--shape input=1x1x224x224) was priced as if its first 7x7 Conv had three channels.
+  Model m;
+  m.opsets[""] = 13;
+  auto conv = [&](const std::string& op, std::vector<int64_t> w, int64_t group) {
+    test::IrGraph b;
+    b.input("x", {1, 8, 16, 16});
+    b.node(op, {"x", b.w("w", w)}, {"y"}).attributes["group"] = test::attr_int(group);
+    b.output("y");
+    infer_shapes(b.g, m);
+    return dims_of(b.g.find("y"));
+  };
+  CHECK(conv("Conv", {12, 2, 3, 3}, 4) == std::vector<int64_t>{1, 12, 14, 14});
+  CHECK(conv("ConvTranspose", {8, 3, 2, 2}, 2) == std::vector<int64_t>{1, 6, 17, 17});
+  CHECK_THROWS_WITH_AS(conv("Conv", {64, 3, 7, 7}, 1),
+                       "node 'Conv_0' (Conv): an input of 8 channels [1,8,16,16] for a weight [64,3,7,7] made for 3 channels",
+                       InputError);
+  CHECK_THROWS_WITH_AS(conv("Conv", {6, 2, 3, 3}, 3), doctest::Contains("in 3 groups made for 6 channels"), InputError);
+  CHECK_THROWS_WITH_AS(conv("Conv", {6, 2, 3, 3}, 4), doctest::Contains("does not split into 4 groups"), InputError);
+  CHECK_THROWS_WITH_AS(conv("ConvTranspose", {4, 6, 2, 2}, 1), doctest::Contains("made for 4 channels"), InputError);
+  // A U-Net's skip concatenated at an odd size; a Split whose sizes miss the axis.
+  test::IrGraph c;
+  c.input("a", {1, 8, 16, 16});
+  c.input("b", {1, 8, 15, 16});
+  c.node("Concat", {"a", "b"}, {"y"}).attributes["axis"] = test::attr_int(1);
+  c.output("y");
+  CHECK_THROWS_WITH_AS(infer_shapes(c.g, m), doctest::Contains("inputs differ on axis 2 ([1,8,16,16] and [1,8,15,16]"),
+                       InputError);
+  test::IrGraph sp;
+  sp.input("x", {1, 8, 16, 16});
+  sp.node("Split", {"x", sp.ints("s", {3, 3})}, {"y", "z"}).attributes["axis"] = test::attr_int(1);
+  sp.output("y");
+  CHECK_THROWS_WITH_AS(infer_shapes(sp.g, m), doctest::Contains("split sizes [3,3] for 2 outputs of axis 1"), InputError);
+}
+
 TEST_CASE("shape inference: a Reshape to a fixed shape of another size is an error naming both sizes") {
   // A model-zoo ResNet-50 flattens to a fixed [1, 2048]: bound to batch 128 (--shape), its
   // 262,144 pooled elements do not fit, as a runtime would refuse; a -1 or 0 target still follows.
