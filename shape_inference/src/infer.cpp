@@ -1047,6 +1047,25 @@ void add_unary_rules(RuleTable& t) {
                          "InstanceNormalization", "LRN", "MeanVarianceNormalization", "CumSum", "Trilu",
                          "ReverseSequence"})
     t[op] = rule_unary;
+  // Per-channel parameters ([C]: scale and bias, BatchNormalization's running statistics too)
+  // match the input's channels, as runtimes check ("Invalid input scale: 0th dimension != C").
+  const Rule per_channel = [](Ctx& c) {
+    rule_unary(c);
+    const TensorInfo* x = c.in(0);
+    if (!x || !x->has_shape || x->shape.size() < 2 || !x->shape[1].known()) return;
+    const size_t params = c.n.op_type == "BatchNormalization" ? 5 : 3;
+    for (size_t i = 1; i < params && i < c.n.inputs.size(); ++i) {
+      const TensorInfo* p = c.in(i);
+      // (BatchNormalization before opset 9 with spatial = 0 takes [C, D1, ...] parameters.)
+      if (!p || !p->has_shape || p->shape.size() != 1 || !p->shape[0].known() || p->shape[0].value == x->shape[1].value)
+        continue;
+      static const char* const names[] = {"", "scale", "bias", "mean", "variance"};
+      throw InputError(c.where() + ": " + names[i] + " " + shape_text(p->shape) + " for the " +
+                       std::to_string(x->shape[1].value) + " channels of " + shape_text(x->shape));
+    }
+  };
+  t["InstanceNormalization"] = per_channel;
+  t["BatchNormalization"] = per_channel;
   t["Not"] = [](Ctx& c) {
     rule_unary(c);
     if (!c.num_out()) return;

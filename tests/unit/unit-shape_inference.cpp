@@ -181,7 +181,7 @@ TEST_CASE("shape inference: a Gemm checks K and its bias against the output") {
                        InputError);
 }
 
-TEST_CASE("shape inference: channels, Concat operands and Split sizes are checked as runtimes check them") {
+TEST_CASE("shape inference: channels, norm parameters, Concat operands and Split sizes are checked as runtimes check them") {
   // faceplugin's fr_expression.onnx (npm faceplugin-face-recognition-js) bound to a one-channel
   // image (--shape input=1x1x224x224) was priced as if its first 7x7 Conv had three channels.
   Model m;
@@ -210,6 +210,18 @@ TEST_CASE("shape inference: channels, Concat operands and Split sizes are checke
   c.output("y");
   CHECK_THROWS_WITH_AS(infer_shapes(c.g, m), doctest::Contains("inputs differ on axis 2 ([1,8,16,16] and [1,8,15,16]"),
                        InputError);
+  // Per-channel parameters of a normalization: the fourth of BatchNormalization's is the mean.
+  for (const char* op : {"BatchNormalization", "InstanceNormalization"}) {
+    test::IrGraph n;
+    n.input("x", {1, 8, 16, 16});
+    const bool bn = std::string(op) == "BatchNormalization";
+    std::vector<std::string> in = {"x", n.w("s", {8}), n.w("b", {8})};
+    if (bn) in.insert(in.end(), {n.w("mean", {4}), n.w("var", {8})});
+    n.node(op, in, {"y"});
+    n.output("y");
+    if (bn) CHECK_THROWS_WITH_AS(infer_shapes(n.g, m), doctest::Contains("mean [4] for the 8 channels of [1,8,16,16]"), InputError);
+    else CHECK(infer_shapes(n.g, m).unknown_ops.empty());
+  }
   test::IrGraph sp;
   sp.input("x", {1, 8, 16, 16});
   sp.node("Split", {"x", sp.ints("s", {3, 3})}, {"y", "z"}).attributes["axis"] = test::attr_int(1);
