@@ -91,7 +91,7 @@ struct AnalysisArgs {
   py::object mode = py::str("inference"), dtype = py::none(), fusion = py::str("eager"), timing = py::str("device");
   py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none(), attention = py::none();
   py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
-  py::object predictor = py::str("neusight"), weights = py::none();
+  py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none();
 
   Options parse() const { return parse_argv(argv()); }
 
@@ -138,6 +138,7 @@ struct AnalysisArgs {
       }
     }
     flag("--mode", str_arg(mode, "mode"));
+    if (!optimizer.is_none()) flag("--optimizer", str_arg(optimizer, "optimizer"));
     if (!dtype.is_none()) flag("--dtype", str_arg(dtype, "dtype"));
     if (!kv_dtype.is_none()) flag("--kv-dtype", str_arg(kv_dtype, "kv_dtype"));
     if (!fusion.is_none()) flag("--fusion", str_arg(fusion, "fusion"));
@@ -759,38 +760,41 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object model, py::object gpu, py::object batch, py::object seq, py::object dims, py::object shapes,
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
-         py::object host_dispatch_us) {
-        return analyze(model, gpu,
-                       analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
-                                     predictor, weights, attention, host_dispatch_us));
+         py::object host_dispatch_us, py::object optimizer) {
+        AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
+                                       predictor, weights, attention, host_dispatch_us);
+        a.optimizer = std::move(optimizer);
+        return analyze(model, gpu, a);
       },
       "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none, "mode"_a = "inference",
       "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
-      "host_dispatch_us"_a = none,
+      "host_dispatch_us"_a = none, "optimizer"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
       "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|\n"
       "'fp4'|'int8'; fusion 'none'|'eager'|'full'; attention None (auto)|'fused'|'unfused' as --attention; timing\n"
       "'device'|'kernel'|'eager'; host_dispatch_us as --host-dispatch-us; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
-      "[,schedule=gpipe|1f1b]' or a dict of those, with link_bw in GB/s. The GIL is released while it runs.");
+      "[,schedule=gpipe|1f1b]' or a dict of those, with link_bw in GB/s; optimizer (training) 'sgd'|'momentum'|\n"
+      "'adam' as --optimizer. The GIL is released while it runs.");
   m.def(
       "from_config",
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
-         py::object image_size, py::object images) {
+         py::object image_size, py::object images, py::object optimizer) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
+        a.optimizer = std::move(optimizer);
         return from_config(config, gpu, a);
       },
       "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
-      "image_size"_a = none, "images"_a = none,
+      "image_size"_a = none, "images"_a = none, "optimizer"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
       "batch and seq are required; image_size (an int or (height, width)) as --image-size, images as --images.\n"
       "Arguments and result as analyze().");
@@ -799,18 +803,21 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object models, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
-         py::object image_size, py::object images, py::object generate, py::object encoder, py::object kv_dtype) {
+         py::object image_size, py::object images, py::object generate, py::object encoder, py::object kv_dtype,
+         py::object optimizer) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
                                        py::none(), predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
         a.kv_dtype = std::move(kv_dtype);
+        a.optimizer = std::move(optimizer);
         return compare(models, gpu, a, top, labels, generate, encoder);
       },
       "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = none, "timing"_a = none, py::kw_only(), "top"_a = 10, "labels"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "generate"_a = none, "encoder"_a = none, "kv_dtype"_a = none,
+      "optimizer"_a = none,
       "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"

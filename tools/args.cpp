@@ -117,6 +117,13 @@ Options parse_analysis_options(const Args& args) {
   if (mode != "inference" && mode != "training")
     throw InputError("--mode: expected inference or training, got '" + mode + "'");
   opt.mode = mode == "training" ? Mode::training : Mode::inference;
+  const std::string optimizer = args.get("--optimizer");
+  if (optimizer == "sgd") opt.optimizer = Optimizer::sgd;
+  else if (optimizer == "momentum") opt.optimizer = Optimizer::momentum;
+  else if (optimizer == "adam") opt.optimizer = Optimizer::adam;
+  else throw InputError("--optimizer: expected sgd, momentum or adam, got '" + optimizer + "'");
+  if (args.has("--optimizer") && opt.mode != Mode::training)
+    throw InputError("--optimizer applies to --mode training");
   const std::string fusion = args.get("--fusion");
   if (fusion == "none") opt.fusion = Fusion::none;
   else if (fusion == "eager") opt.fusion = Fusion::eager;

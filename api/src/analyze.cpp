@@ -248,7 +248,7 @@ std::string memory_warning(const MemoryFootprint& m, const Gpu& gpu) {
     return std::string(b);
   };
   std::string parts = "weights " + gib(m.weights_gib);
-  if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", Adam state " + gib(m.optimizer_gib);
+  if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", " + m.optimizer + " state " + gib(m.optimizer_gib);
   parts += ", activations " + gib(m.activations_gib);
   return gpu.name + ": the " + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
          " GiB (" + parts + "), more than its " + gib(m.capacity_gib) + " GiB; the prediction assumes it fits (" +
@@ -297,6 +297,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.compute_dtype = options.dtype;
   lo.kv_cache_dtype = options.kv_dtype;
   lo.serving_kernels = options.serving_kernels;
+  lo.optimizer = options.optimizer;
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;

@@ -254,13 +254,15 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
   if (m.training) {
     // The parameters the optimizer updates (lowering: one update kernel each), their
-    // gradients in their own type, and Adam's two FP32 moments (plus an FP32 master copy of
-    // 16-bit parameters), as the multi-GPU plan counts them (parallel.h).
+    // gradients in their own type, and the optimizer's FP32 state (optimizer_state_bytes: none
+    // for SGD, a momentum buffer, Adam's two moments) plus an FP32 master copy of 16-bit
+    // parameters, as the multi-GPU plan counts them (parallel.h).
     for (const Kernel& k : a.kernels.kernels) {
       if (k.phase != Phase::update || k.weight.empty()) continue;
       const double n = double(k.rows) * double(k.cols), eb = element_bytes(k.dtype);
+      m.optimizer = k.op == "add" ? "sgd" : k.op;
       m.gradients_gib += n * eb / kGiB;
-      m.optimizer_gib += n * (8.0 + (eb < 4 ? 4.0 : 0.0)) / kGiB;
+      m.optimizer_gib += n * (optimizer_state_bytes(k.op) + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     }
   }
   return m;

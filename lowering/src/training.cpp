@@ -9,6 +9,22 @@
 namespace neusight::lowering_detail {
 namespace {
 
+// An optimizer's update kernel: its op (the predictor's elementwise op; SGD's is the add the
+// NeuSight method counts), its FP32 state buffers per parameter and its operations per element.
+struct UpdateWork {
+  const char* op;
+  int buffers;
+  double ops;
+};
+UpdateWork update_work(Optimizer o) {
+  switch (o) {
+    case Optimizer::momentum: return {"momentum", 1, 3};
+    case Optimizer::adam: return {"adam", 2, 14};
+    case Optimizer::sgd: break;
+  }
+  return {"add", 0, 1};
+}
+
 // The inputs of an op that hold its learned weights: a convolution's or a GEMM's weight and
 // bias, a normalization's scale and bias (not BatchNormalization's running statistics), PRelu's
 // slope. -1 ends the list.
@@ -350,7 +366,11 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
   Backward bw{g, opt, rg, out};
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) bw.run(*it);
   // Optimizer update: one elementwise pass over each parameter (AccOps: VECadd [1, numel]),
-  // reported under the first node that reads it, in trainable's order.
+  // reported under the first node that reads it, in trainable's order. SGD reads the parameter
+  // and its gradient and writes the parameter, one add per element; momentum and Adam also read
+  // and write their FP32 state (a momentum buffer; two moments) and do more per element (3 and
+  // 14 operations; Adam's include a square root and a division).
+  const UpdateWork uw = update_work(opt.optimizer);
   for (const auto& name : order) {
     const TensorInfo* t = g.find(name);
     int first = -1;
@@ -360,15 +380,15 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
     Kernel k;
     k.cls = KernelClass::elementwise;
     k.phase = Phase::update;
-    k.op = "add";
+    k.op = uw.op;
     k.node = first;
     k.dtype = opt.compute_dtype != DType::undefined ? activation_dtype(opt.compute_dtype) : t->dtype;
     k.rows = 1;
     k.cols = t->num_elements();
-    k.inputs = 2;
-    k.flops = double(k.cols);
-    k.bytes = 3.0 * double(k.cols) * element_bytes(k.dtype);
-    k.operand_elems = {k.cols, k.cols};
+    k.inputs = 2 + uw.buffers;
+    k.flops = uw.ops * double(k.cols);
+    k.bytes = (3.0 * element_bytes(k.dtype) + 2.0 * optimizer_state_bytes(uw.op)) * double(k.cols);
+    k.operand_elems.assign(static_cast<size_t>(k.inputs), k.cols);
     k.note = "weight update " + name;
     k.weight = name;
     out.push_back(k);
@@ -376,3 +396,20 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
 }
 
 }  // namespace neusight::lowering_detail
+
+namespace neusight {
+
+const char* optimizer_name(Optimizer o) {
+  switch (o) {
+    case Optimizer::sgd: return "sgd";
+    case Optimizer::momentum: return "momentum";
+    case Optimizer::adam: return "adam";
+  }
+  return "sgd";
+}
+
+double optimizer_state_bytes(const std::string& update_op) {
+  return update_op == "adam" ? 8.0 : update_op == "momentum" ? 4.0 : 0.0;
+}
+
+}  // namespace neusight

@@ -250,8 +250,9 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms;
 }
 
-// Memory per GPU: weights, gradients, Adam moments (fp32; plus an fp32 master copy when
-// training in 16 bits) and the activations of the microbatches in flight.
+// Memory per GPU: weights, gradients, the optimizer's state (optimizer_state_bytes: none for
+// SGD, a momentum buffer, Adam's two moments; plus an fp32 master copy when training in 16
+// bits) and the activations of the microbatches in flight.
 void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const WeightPlacement& w,
                   const ParallelConfig& cfg, DType compute, double eb, const Gpu& gpu, ParallelReport& r) {
   const size_t nn = g.nodes.size();
@@ -261,6 +262,13 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     if (k.phase == Phase::forward && k.cls != KernelClass::collective && in_range(k.node, nn))
       has_fwd[static_cast<size_t>(k.node)] = 1;
   r.memory_capacity_gb = gpu.mem_gb;
+  // The optimizer's FP32 state per parameter, from its update kernels (lowering.h).
+  double state = 0;
+  for (const auto& k : kernels)
+    if (k.phase == Phase::update) {
+      state = optimizer_state_bytes(k.op);
+      break;
+    }
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
     double act = 0;
@@ -277,7 +285,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     const int in_flight = cfg.schedule == PipelineSchedule::gpipe ? m : std::min(pp - s, m);
     st.weights_gb = st.params * eb / kGiB;
     st.gradients_gb = st.weights_gb;
-    st.optimizer_gb = st.params * (8.0 + (eb < 4 ? 4.0 : 0.0)) / kGiB;
+    st.optimizer_gb = st.params * (state + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     st.activations_gb = act * in_flight / kGiB;
     st.total_gb = st.weights_gb + st.gradients_gb + st.optimizer_gb + st.activations_gb;
     r.peak_memory_gb = std::max(r.peak_memory_gb, st.total_gb);
@@ -285,7 +293,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   if (gpu.mem_gb > 0 && r.peak_memory_gb > gpu.mem_gb) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
-                  "parallel: %.1f GiB per GPU needed (weights, gradients, Adam state, activations) but %s has %.0f GiB",
+                  "parallel: %.1f GiB per GPU needed (weights, gradients, optimizer state, activations) but %s has %.0f GiB",
                   r.peak_memory_gb, gpu.name.c_str(), gpu.mem_gb);
     r.warnings.push_back(buf);
   }

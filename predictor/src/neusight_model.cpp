@@ -22,7 +22,8 @@ double log2c(double v) { return std::log2(std::max(v, 1e-12)); }
 // Ops whose per-element work is a transcendental or a division (slower than one FMA per element).
 bool special_op(const std::string& op) {
   static const char* ops[] = {"pow", "gelu", "tanh", "exp", "sigmoid", "erf", "log", "sqrt", "div", "softplus",
-                              "silu", "swish", "reciprocal", "sin", "cos"};
+                              "silu", "swish", "reciprocal", "sin", "cos",
+                              "adam"};  // Adam's update: a square root and a division per element
   auto match = [&](const std::string& b) {
     for (const char* o : ops)
       if (b == o || b.rfind(std::string(o) + "_", 0) == 0) return true;

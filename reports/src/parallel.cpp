@@ -47,7 +47,7 @@ std::string format_parallel(const ParallelReport& p) {
     os << "  stage " << s << ": nodes " << st.first_node << ".." << st.last_node << " (" << st.first_name << " .. "
        << st.last_name << "), fwd " << ms(st.forward_ms) << " ms, bwd " << ms(st.backward_ms) << " ms per microbatch; "
        << "memory " << gb(st.total_gb) << " GiB = weights " << gb(st.weights_gb) << " + grads " << gb(st.gradients_gb)
-       << " + Adam " << gb(st.optimizer_gb) << " + activations " << gb(st.activations_gb) << "\n";
+       << " + optimizer " << gb(st.optimizer_gb) << " + activations " << gb(st.activations_gb) << "\n";
   }
   os << "  peak memory per GPU  " << gb(p.peak_memory_gb) << " GiB of " << gb(p.memory_capacity_gb) << " GiB\n";
   return os.str();

@@ -34,7 +34,8 @@ json memory_json(const MemoryFootprint& m) {
   return json{{"weights_gib", finite(m.weights_gib)},     {"activations_gib", finite(m.activations_gib)},
               {"gradients_gib", finite(m.gradients_gib)}, {"optimizer_gib", finite(m.optimizer_gib)},
               {"total_gib", finite(m.total_gib())},       {"capacity_gib", finite(m.capacity_gib)},
-              {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()}};
+              {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()},
+              {"optimizer", m.optimizer}};
 }
 }  // namespace detail
 
@@ -47,7 +48,9 @@ std::string memory_text(const MemoryFootprint& m) {
   std::string s = gib(m.total_gib()) + " GiB";
   if (m.capacity_gib > 0) s += " of " + gib(m.capacity_gib) + " GiB";
   s += " (weights " + gib(m.weights_gib);
-  if (m.training) s += ", gradients " + gib(m.gradients_gib) + ", Adam state " + gib(m.optimizer_gib);
+  if (m.training)
+    s += ", gradients " + gib(m.gradients_gib) + ", " + (m.optimizer.empty() ? "optimizer" : m.optimizer) + " state " +
+         gib(m.optimizer_gib);
   s += ", activations " + gib(m.activations_gib) + (m.training ? " kept for the backward pass)" : " at most alive at once)");
   if (!m.fits()) s += ": does not fit, " + std::to_string(m.gpus_to_hold()) + " such GPUs hold it";
   return s;

@@ -109,10 +109,20 @@ class MainJob(unittest.TestCase):
         self.assertTrue(m["fits"])
         self.assertEqual(m["gpus_to_hold"], 1)
         self.assertAlmostEqual(m["total_gib"], m["weights_gib"] + m["activations_gib"], places=9)
-        t = run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "1024", "--mode", "training")["memory"]
+        train = ("--gpu", "h100", "--batch", "1", "--seq", "1024", "--mode", "training")
+        t = run_json(EXAMPLE, *train)
+        self.assertEqual(t["memory"]["optimizer"], "sgd")  # the default, the NeuSight method's update
+        self.assertEqual(t["memory"]["optimizer_gib"], 0)
+        adam = run_json(EXAMPLE, *train, "--optimizer", "adam")
+        self.assertGreater(adam["update_ms"], t["update_ms"])  # also reads and writes two moments
+        self.assertEqual(adam["forward_ms"], t["forward_ms"])
+        t = adam["memory"]
         self.assertAlmostEqual(t["gradients_gib"], t["weights_gib"], delta=0.05 * t["weights_gib"])
         self.assertAlmostEqual(t["optimizer_gib"], 2 * t["gradients_gib"], delta=0.05 * t["optimizer_gib"])
         self.assertGreater(t["activations_gib"], m["activations_gib"])
+        code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "8", "--optimizer", "adam")
+        self.assertEqual(code, 2)
+        self.assertIn("--optimizer applies to --mode training", err)
         # Llama 3 70B in BF16 (131 GiB of weights) on an L4: a warning, the terminal's line, the JSON.
         cfg = os.path.join(SOURCE, "tests", "data", "llama3_70b.json")
         code, out, err = run("--config", cfg, "--batch", "1", "--seq", "128", "--dtype", "bf16", "--gpu", "l4")

@@ -14,7 +14,7 @@ BASE = [EXAMPLE, "--gpu", "a100-40gb", "--seq", "128", "--mode", "training", "--
 
 class ParallelReport(unittest.TestCase):
     def test_data_parallel_overlaps_the_gradient_all_reduce(self):
-        r = run_json(*BASE, "--batch", "8", "--parallel", "dp=4")
+        r = run_json(*BASE, "--batch", "8", "--parallel", "dp=4", "--optimizer", "adam")
         p = r["parallel"]
         self.assertEqual((p["dp"], p["tp"], p["pp"], p["gpus"]), (4, 1, 1, 4))
         self.assertEqual(p["micro_batch"], 2)

@@ -41,10 +41,23 @@ TEST_CASE("api: memory footprint of a small MLP: weights, activations alive at o
     LoweringOptions lo;
     lo.mode = mode;
     lo.fusion = Fusion::none;
+    lo.optimizer = Optimizer::adam;
     Analysis a;
     a.graph = b.g;
     a.kernels = lower(a.graph, lo);
     const MemoryFootprint m = memory_footprint(a, o, 0.5);
+    if (mode == Mode::training) {  // the optimizer's state follows its update kernels
+      LoweringOptions plain = lo;
+      plain.optimizer = Optimizer::sgd;
+      Analysis sgd = a;
+      sgd.kernels = lower(sgd.graph, plain);
+      CHECK(memory_footprint(sgd, o, 0.5).optimizer_gib == 0);
+      CHECK(memory_footprint(sgd, o, 0.5).optimizer == "sgd");
+      plain.optimizer = Optimizer::momentum;
+      sgd.kernels = lower(sgd.graph, plain);
+      CHECK(memory_footprint(sgd, o, 0.5).optimizer_gib * GiB == doctest::Approx(2 * 1024 * KiB));
+      CHECK(m.optimizer == "adam");
+    }
     CHECK(m.training == (mode == Mode::training));
     CHECK(m.weights_gib * GiB == doctest::Approx(2 * 1024 * KiB + 4));  // W1, W2 and the scalar
     if (mode == Mode::inference) {

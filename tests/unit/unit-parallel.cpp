@@ -249,6 +249,7 @@ TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   CHECK(dp.e2e_latency_ms == doctest::Approx(dp.forward_ms + dp.backward_ms + dp.update_ms + dp.parallel->dp_exposed_ms));
 
   o.parallel = parse_parallel("pp=2,microbatches=4,schedule=gpipe");
+  o.optimizer = Optimizer::adam;
   const Report pp = analyze(m, gpu, o);
   REQUIRE(pp.parallel);
   REQUIRE(pp.parallel->stages.size() == 2);
@@ -264,9 +265,10 @@ TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   CHECK(params > 124e6);
   CHECK(params < 170e6);
   CHECK(s[0].weights_gb == doctest::Approx(s[0].params * 4 / (1024.0 * 1024 * 1024)));
-  CHECK(s[0].optimizer_gb == doctest::Approx(2 * s[0].weights_gb));
+  CHECK(s[0].optimizer_gb == doctest::Approx(2 * s[0].weights_gb));  // Adam's two FP32 moments
   CHECK(pp.parallel->peak_memory_gb < gpu.mem_gb);
   CHECK(pp.warnings.empty());
+  CHECK(dp.parallel->stages[0].optimizer_gb == 0);  // plain SGD (the default) keeps no state
 }
 
 TEST_CASE("parallel: memory beyond the GPU warns") {

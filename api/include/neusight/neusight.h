@@ -53,6 +53,9 @@ struct Options {
   // measured hosts. Only with Timing::device (predict() rejects it otherwise).
   double host_dispatch_us = 0;
   ParallelConfig parallel;             // multi-GPU training (--parallel); dims.batch is then global
+  // Training: the optimizer the step updates with (--optimizer; LoweringOptions::optimizer),
+  // and whose state the memory footprint holds.
+  Optimizer optimizer = Optimizer::sgd;
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;
   // --image-size: the image a --config vision-language model whose processor takes any size

@@ -39,10 +39,20 @@ enum class Fusion { none, eager, full };
 // default attention, beside eager elementwise kernels); unfused = never.
 enum class Attention { automatic, unfused, fused };
 enum class Mode { inference, training };
+// The optimizer a training step updates its parameters with (--optimizer): plain SGD (the
+// NeuSight method's update, one add per parameter), SGD with momentum (one FP32 buffer per
+// parameter), or Adam / AdamW (two FP32 moments). One fused elementwise update per parameter
+// tensor; optimizer_state_bytes() is the state it keeps per parameter.
+enum class Optimizer { sgd, momentum, adam };
 
 const char* kernel_class_name(KernelClass c);
 const char* phase_name(Phase p);
 const char* fusion_name(Fusion f);
+const char* optimizer_name(Optimizer o);  // "sgd", "momentum", "adam"
+// The state an update kernel's optimizer keeps per parameter, in bytes (its FP32 buffers; an
+// FP32 master copy of 16-bit parameters is not included): 0 for SGD, 4 for momentum, 8 for
+// Adam, from the update kernel's op (Kernel::op of a Phase::update kernel).
+double optimizer_state_bytes(const std::string& update_op);
 
 // GEMM problem in CUTLASS words: C[m x n] = A[m x k] * B[k x n], `batch` independent
 // products. (The NeuSight dataset names these differently: its M = m, its N = k (the
@@ -268,6 +278,8 @@ struct LoweringOptions {
   // 16-bit RMSNorm runs as vLLM's rms_norm kernel (Kernel::access: one block of up to 1024
   // threads per row, 2-byte loads, a block reduction, a second pass from L1 with the weight).
   bool serving_kernels = false;
+  // Training: the optimizer whose update kernels end the step.
+  Optimizer optimizer = Optimizer::sgd;
 };
 
 struct KernelList {

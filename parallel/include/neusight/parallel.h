@@ -221,8 +221,8 @@ struct ParallelReport {
 };
 
 // Memory per GPU: parameters of its stage (1/tp of the split ones) in the compute dtype,
-// as many gradients, Adam's two fp32 moments (+ an fp32 master copy when training in 16
-// bits), and the activations of the microbatches in flight (GPipe: all m; 1F1B: pp - stage)
+// as many gradients, the optimizer's fp32 state (lowering.h optimizer_state_bytes: Adam's two
+// moments, a momentum buffer, none for SGD; + an fp32 master copy when training in 16 bits), and the activations of the microbatches in flight (GPipe: all m; 1F1B: pp - stage)
 // counted as every float tensor a forward kernel writes - an upper bound, since frameworks
 // keep only what the backward pass reads.
 //

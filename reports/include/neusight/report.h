@@ -138,13 +138,15 @@ struct GenerationReport {
 };
 
 // Device memory one GPU needs for the run, in GiB: the weights as held; in training their
-// gradients and an Adam optimizer's state (two FP32 moments, and an FP32 master copy of 16-bit
-// parameters: what the multi-GPU plan counts, parallel.h); and the activations: in inference
+// gradients and the optimizer's state (--optimizer: none for SGD, a momentum buffer, Adam's two
+// FP32 moments; and an FP32 master copy of 16-bit parameters: what the multi-GPU plan counts,
+// parallel.h); and the activations: in inference
 // the most alive at once (each tensor from the kernel that writes it to the last that reads
 // it), in training all the forward pass writes (kept for the backward pass). A framework's own
 // workspace and allocator slack are not counted.
 struct MemoryFootprint {
   bool training = false;
+  std::string optimizer;  // training: "sgd", "momentum" or "adam" (whose state optimizer_gib is)
   double weights_gib = 0, gradients_gib = 0, optimizer_gib = 0, activations_gib = 0;
   double capacity_gib = 0;  // the GPU's memory (0: unknown)
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
