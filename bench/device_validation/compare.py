@@ -303,9 +303,7 @@ def e2e(binary, d, configs, gpu, tmp):
             errs[p][r["mode"]].append(e)
             cells += f"{pred:10.1f} {100 * e:+9.1f}%  "
             if p == "neusight" and r.get("peak_gib") and rep.get("memory"):
-                # measure.py's step is SGD without momentum: no optimizer state.
-                m = rep["memory"]
-                memory.append((r, float(r["peak_gib"]), m["total_gib"] - m["optimizer_gib"], m))
+                memory.append((r, float(r["peak_gib"]), rep["memory"]["total_gib"], rep["memory"]))
             if p == "neusight":
                 lo, hi = rep.get("latency_low_ms"), rep.get("latency_high_ms")
                 inside = "yes" if lo is not None and lo <= meas <= hi else "no"
@@ -327,26 +325,25 @@ def e2e(binary, d, configs, gpu, tmp):
     print()
     if busy:
         print("GPU busy time (union of kernel intervals in one profiled iteration) against --timing kernel")
-        e = []
-        for r, meas, pred, _ in busy:
-            e.append((pred - meas) / meas)
-            print(f"  {r['model'] + ' ' + r['mode'] + ' s' + r['seq'] + ' b' + r['batch']:<28}{meas:10.1f}"
-                  f"{pred:10.1f} {100 * e[-1]:+9.1f}%")
-        print(f"  mean |error| {100 * statistics.mean(abs(x) for x in e):.1f}%, worst {100 * max(abs(x) for x in e):.1f}%, "
-              f"signed mean {100 * statistics.mean(e):+.1f}%")
-        print()
+        error_lines([(r, meas, pred, "") for r, meas, pred, _ in busy], 1)
         class_table(d, busy)
     if memory:
-        print("Memory: PyTorch's peak allocated GiB in one iteration against the report's `memory` (training: without")
-        print("the Adam state, the measured step being plain SGD); weights measured / predicted")
-        e = []
-        for r, meas, pred, m in memory:
-            e.append((pred - meas) / meas)
-            print(f"  {r['model'] + ' ' + r['mode'] + ' s' + r['seq'] + ' b' + r['batch']:<28}{meas:10.2f}{pred:10.2f}"
-                  f" {100 * e[-1]:+9.1f}%   weights {float(r.get('weights_gib') or 0):7.2f} / {m['weights_gib']:7.2f}")
-        print(f"  mean |error| {100 * statistics.mean(abs(x) for x in e):.1f}%, worst {100 * max(abs(x) for x in e):.1f}%, "
-              f"signed mean {100 * statistics.mean(e):+.1f}%")
-        print()
+        print("Memory: PyTorch's peak allocated GiB in one iteration against the report's `memory` (training with")
+        print("the default --optimizer sgd, as measured: no optimizer state); weights measured / predicted")
+        error_lines([(r, meas, pred, f"   weights {float(r.get('weights_gib') or 0):7.2f} / {m['weights_gib']:7.2f}")
+                     for r, meas, pred, m in memory], 2)
+
+
+def error_lines(items, digits):
+    """One line per (e2e row, measured, predicted, suffix) with the signed error, then the mean and worst."""
+    e = []
+    for r, meas, pred, suffix in items:
+        e.append((pred - meas) / meas)
+        print(f"  {r['model'] + ' ' + r['mode'] + ' s' + r['seq'] + ' b' + r['batch']:<28}{meas:10.{digits}f}"
+              f"{pred:10.{digits}f} {100 * e[-1]:+9.1f}%{suffix}")
+    print(f"  mean |error| {100 * statistics.mean(abs(x) for x in e):.1f}%, worst {100 * max(abs(x) for x in e):.1f}%, "
+          f"signed mean {100 * statistics.mean(e):+.1f}%")
+    print()
 
 
 def kernel_class_of(name):
