@@ -24,7 +24,6 @@ std::vector<int> kernel_groups(const Analysis& a) {
   return group;
 }
 
-
 // What autograd keeps of the forward pass for a training step's backward pass: per node that is
 // differentiated (a backward kernel of its own), the activations its gradient formula reads, as
 // PyTorch's derivatives save them: none for ops whose gradient is linear in the output's
