@@ -516,6 +516,12 @@ void rule_gather(Ctx& c) {
   if (!x || !idx || !x->has_shape || !idx->has_shape) return;
   const int64_t r = static_cast<int64_t>(x->shape.size());
   const int64_t axis = norm_axis(c.n.attr_i("axis", 0), r, c);
+  const Dim& d = x->shape[axis];
+  if (idx->int_value && d.known())
+    for (int64_t i : *idx->int_value)
+      if (i < -d.value || i >= d.value)  // runtimes refuse it ("indices element out of data bounds")
+        throw InputError(c.where() + ": index " + std::to_string(i) + " out of range for axis " + std::to_string(axis) +
+                         " of " + shape_text(x->shape));
   Shape s(x->shape.begin(), x->shape.begin() + axis);
   s.insert(s.end(), idx->shape.begin(), idx->shape.end());
   s.insert(s.end(), x->shape.begin() + axis + 1, x->shape.end());

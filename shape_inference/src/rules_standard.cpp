@@ -30,7 +30,10 @@ void rule_tile(Ctx& c) {
   const auto* rep = c.value(1);
   if (!x->has_shape) { set_dtype(c, 0, x->dtype); return; }
   Shape s = x->shape;
-  if (!rep || rep->size() != s.size()) {
+  if (rep && rep->size() != s.size())
+    throw InputError(c.where() + ": " + std::to_string(rep->size()) + " repeats for an input of rank " +
+                     std::to_string(s.size()) + " " + shape_text(s));
+  if (!rep) {
     for (auto& d : s) d = Dim{};
     set_out(c, 0, x->dtype, s);
     return;

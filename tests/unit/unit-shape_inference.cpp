@@ -229,6 +229,28 @@ TEST_CASE("shape inference: channels, norm parameters, Concat operands and Split
   CHECK_THROWS_WITH_AS(infer_shapes(sp.g, m), doctest::Contains("split sizes [3,3] for 2 outputs of axis 1"), InputError);
 }
 
+TEST_CASE("shape inference: a constant Gather index past its axis and a Tile of too few repeats are errors") {
+  // onnxruntime refuses both ("indices element out of data bounds", "'Repeats' input has
+  // incorrect number of values"); the Gather gave a shape and the Tile unknown dims.
+  Model m;
+  m.opsets[""] = 13;
+  auto run = [&](const std::string& op, std::vector<int64_t> v) {
+    test::IrGraph b;
+    b.input("x", {1, 8, 16, 16});
+    Node& n = b.node(op, {"x", b.ints("i", v)}, {"y"});
+    if (op == "Gather") n.attributes["axis"] = test::attr_int(1);
+    b.output("y");
+    infer_shapes(b.g, m);
+    return dims_of(b.g.find("y"));
+  };
+  CHECK(run("Gather", {7, -8}) == std::vector<int64_t>{1, 2, 16, 16});
+  CHECK_THROWS_WITH_AS(run("Gather", {8}), "node 'Gather_0' (Gather): index 8 out of range for axis 1 of [1,8,16,16]",
+                       InputError);
+  CHECK_THROWS_WITH_AS(run("Gather", {-9}), doctest::Contains("index -9 out of range"), InputError);
+  CHECK(run("Tile", {2, 1, 1, 2}) == std::vector<int64_t>{2, 8, 16, 32});
+  CHECK_THROWS_WITH_AS(run("Tile", {2, 2}), doctest::Contains("2 repeats for an input of rank 4 [1,8,16,16]"), InputError);
+}
+
 TEST_CASE("shape inference: a Reshape to a fixed shape of another size is an error naming both sizes") {
   // A model-zoo ResNet-50 flattens to a fixed [1, 2048]: bound to batch 128 (--shape), its
   // 262,144 pooled elements do not fit, as a runtime would refuse; a -1 or 0 target still follows.
