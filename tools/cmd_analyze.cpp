@@ -40,6 +40,31 @@ std::string all_gpus_note() {
          "the GPUs\n\n";
 }
 
+// --latency-slo MS (0 without it): the batch is searched for, so neither --batch nor a
+// generation goes with it.
+double latency_slo(const Args& args) {
+  if (!args.has("--latency-slo")) return 0;
+  if (args.has("--generate")) throw InputError("--latency-slo applies to a forward pass; a generation takes --tpot-slo MS");
+  if (args.has("--batch")) throw InputError("--latency-slo chooses the batch; give it without --batch");
+  if (args.has("--parallel")) throw InputError("--latency-slo predicts one GPU (no --parallel)");
+  return args.get_double("--latency-slo", 0);
+}
+
+// Each GPU's report at the largest batch within the latency target (api predict_for_latency_slo),
+// the batches' analyses kept in `analyses`.
+std::vector<Report> predict_within_latency(const LoadedModel& loaded, const std::vector<Gpu>& gpus, const Options& opt,
+                                           double slo_ms, const std::vector<std::string>& notes,
+                                           std::map<int64_t, Analysis>& analyses,
+                                           const std::function<void(size_t)>& before_each) {
+  std::vector<Report> reports;
+  for (const auto& g : gpus) {
+    before_each(reports.size());
+    reports.push_back(predict_for_latency_slo(loaded, opt, g, slo_ms, &analyses));
+    reports.back().warnings.insert(reports.back().warnings.end(), notes.begin(), notes.end());
+  }
+  return reports;
+}
+
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   GenerationOptions gen = parse_generate(args.get("--generate"));
   if (args.has("--tpot-slo") && args.has("--batch"))
@@ -108,19 +133,26 @@ int cmd_analyze(const Argv& argv) {
   for (const char* flag : {"--speculative", "--tpot-slo", "--encoder"})
     if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
+  const double slo = latency_slo(args);
+  if (slo > 0) opt.dims.batch = 1;  // each GPU's batch is searched for (a --config graph keeps it symbolic)
   std::vector<std::string> notes;  // a half-precision checkpoint predicted in FP32, a tp that does not divide
   const LoadedModel loaded =
       args.has("--config")
           ? load_config_model(args.get("--config"), opt, "--config needs --batch N and --seq N", notes)
           : load_model(pos[0]);
-  const Analysis analysis = prepare(loaded, opt);
+  std::map<int64_t, Analysis> slo_analyses;  // --latency-slo: every batch tried, shared by the GPUs
+  const Analysis analysis = slo > 0 ? Analysis{} : prepare(loaded, opt);
 
   const bool progress = ::isatty(2) != 0 && gpus.size() > 1 && !args.has("--quiet");
-  const std::vector<Report> reports = predict_gpus(analysis, loaded, gpus, opt, notes, [&](size_t i) {
+  auto before_each = [&](size_t i) {
     if (progress) std::fprintf(stderr, "\r%s predicting on %s (%zu/%zu)\033[K", progress_bar(i, gpus.size()).c_str(),
                                gpus[i].alias().c_str(), i + 1, gpus.size());
-  });
+  };
+  const std::vector<Report> reports = slo > 0 ? predict_within_latency(loaded, gpus, opt, slo, notes, slo_analyses, before_each)
+                                              : predict_gpus(analysis, loaded, gpus, opt, notes, before_each);
   if (progress) std::fprintf(stderr, "\r\033[K");
+  // The analysis the first GPU's report was made from (--out annotates the model with it).
+  const Analysis& first = slo > 0 ? slo_analyses.at(reports.front().latency_slo->batch) : analysis;
 
   // The reports keep their warnings (JSON, HTML), a GPU's own notes included.
   print_warnings_once(reports);
@@ -137,7 +169,7 @@ int cmd_analyze(const Argv& argv) {
                            "latencies are in --json, --csv and --html\n", reports.front().gpu.alias().c_str());
     const AnnotatedWrite ann = annotations_for(reports.front());
     outputs.add(args.get("--out"),
-                [&](const std::string& tmp) { write_annotated(loaded, analysis.graph, ann, tmp); });
+                [&](const std::string& tmp) { write_annotated(loaded, first.graph, ann, tmp); });
   }
   outputs.commit();
 

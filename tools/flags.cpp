@@ -49,6 +49,7 @@ const std::vector<Flag> kFlags = {
     {"--shape", true, "INPUT=1x3x224x224", "set an input's whole shape (repeatable, comma lists)", A | C, ""},
     {"--value", true, "INPUT=V", "set a scalar input's value (repeatable, comma lists)", A | C, ""},
     {"--mode", true, "inference|training", "forward pass, or forward + backward + optimizer", A | C, "inference"},
+    {"--latency-slo", true, "MS", "the largest batch whose end-to-end latency is at most MS and that fits each GPU's memory", A, ""},
     {"--optimizer", true, "sgd|momentum|adam", "training: the optimizer the step updates with and whose state the memory holds", A | C, "sgd"},
     {"--dtype", true, "auto|fp32|fp64|tf32|fp16|bf16|fp8|fp4|int8", "compute precision (fp8, fp4, int8: the weights' GEMMs in it, the rest BF16 (int8: FP16)); auto: the model's own", A | C, "auto"},
     {"--kv-dtype", true, "fp8|fp16|bf16|fp32", "the KV cache's element type (FlashAttention's cache reads, --generate's cache); default: the activations'", A | C, ""},

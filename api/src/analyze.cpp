@@ -433,6 +433,62 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   return r;
 }
 
+Report predict_for_latency_slo(const LoadedModel& model, const Options& given, const Gpu& gpu, double slo_ms,
+                               std::map<int64_t, Analysis>* analyses) {
+  if (!(slo_ms > 0) || !std::isfinite(slo_ms)) throw InputError("--latency-slo: expected a positive time in ms");
+  if (given.parallel.active) throw InputError("--latency-slo predicts one GPU (no --parallel)");
+  std::map<int64_t, Analysis> own;
+  std::map<int64_t, Analysis>& cache = analyses ? *analyses : own;
+  auto analysis = [&](int64_t batch) -> const Analysis& {
+    auto it = cache.find(batch);
+    if (it == cache.end()) {
+      Options o = given;
+      o.dims.batch = batch;
+      it = cache.emplace(batch, prepare(model, o)).first;
+    }
+    return it->second;
+  };
+  // The batch must bind a dim: the graph's inputs at batch 2 are not those at batch 1.
+  const Analysis& a1 = analysis(1);
+  const Analysis& a2 = analysis(2);
+  bool binds = false;
+  for (const auto& name : a1.graph.inputs) {
+    const TensorInfo *t1 = a1.graph.find(name), *t2 = a2.graph.find(name);
+    binds = binds || (t1 && t2 && t1->num_elements() != t2->num_elements());
+  }
+  if (!binds) throw InputError("--latency-slo: no input dim of the model grows with the batch (--batch binds the first symbolic dim)");
+  auto at = [&](int64_t batch) { return predict(analysis(batch), model.model, gpu, given); };
+  auto fits = [](const Report& r) { return !r.memory || r.memory->fits(); };
+  auto meets = [&](const Report& r) { return r.e2e_latency_ms <= slo_ms && fits(r); };
+  Report::LatencySlo slo;
+  slo.slo_ms = slo_ms;
+  Report best = at(1);
+  slo.met = meets(best);
+  slo.batch = 1;
+  if (slo.met) {
+    // Doubling while the batch qualifies, then bisection between the last that does (lo) and
+    // the first that does not (hi).
+    int64_t lo = 1, hi = 0;
+    auto probe = [&](int64_t batch) {
+      Report r = at(batch);
+      if (meets(r)) {
+        lo = batch;
+        best = std::move(r);
+      } else {
+        hi = batch;
+        slo.next_batch = batch;
+        slo.next_latency_ms = r.e2e_latency_ms;
+        slo.next_fits = fits(r);
+      }
+    };
+    while (hi == 0 && lo < Report::kMaxSloBatch) probe(std::min(lo * 2, Report::kMaxSloBatch));
+    while (hi > 0 && hi - lo > 1) probe(lo + (hi - lo) / 2);
+    slo.batch = lo;
+  }
+  best.latency_slo = slo;
+  return best;
+}
+
 Report analyze(const LoadedModel& model, const Gpu& gpu, const Options& options) {
   return predict(prepare(model, options), model.model, gpu, options);
 }

@@ -337,6 +337,17 @@ json report_json(const Report& r) {
   if (r.parallel) j["parallel"] = detail::parallel_json(*r.parallel);
   if (r.generation) j["generation"] = detail::generation_json(*r.generation);
   if (r.memory) j["memory"] = detail::memory_json(*r.memory);
+  if (r.latency_slo) {
+    const Report::LatencySlo& s = *r.latency_slo;
+    j["latency_slo"] = {{"slo_ms", s.slo_ms},
+                        {"met", s.met},
+                        {"batch", s.batch},
+                        {"items_per_s", s.met && r.e2e_latency_ms > 0 ? finite(double(s.batch) * 1e3 / r.e2e_latency_ms) : 0.0},
+                        {"next_batch", s.next_batch},
+                        {"next_latency_ms", finite(s.next_latency_ms)},
+                        {"next_fits", s.next_fits},
+                        {"limit", s.limit()}};
+  }
   j["warnings"] = r.warnings;
   j["unknown_ops"] = r.unknown_ops;
   j["folded_nodes"] = r.folded_nodes;

@@ -212,6 +212,7 @@ std::string format_table(const Report& r, const TableOptions& opt) {
     os << "; " << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes") << " not predicted";
   os << "\n";
   if (r.memory) os << (r.memory->fits() ? "memory: " : st("memory: ", "1;31")) << memory_text(*r.memory) << "\n";
+  if (r.latency_slo) os << st("latency target: ", "1") << latency_slo_text(r) << "\n";
   return os.str();
 }
 
@@ -225,9 +226,51 @@ std::string format_top_nodes(const Report& r, const std::string& title, int top,
   return os.str();
 }
 
+std::string latency_slo_text(const Report& r) {
+  const Report::LatencySlo& s = *r.latency_slo;
+  const std::string slo = format_ms(s.slo_ms) + " ms";
+  if (!s.met)
+    return "not met: batch 1 takes " + format_ms(r.e2e_latency_ms) + " ms" +
+           (r.e2e_latency_ms <= s.slo_ms ? " but does not fit" : "") + " (target " + slo + ")";
+  std::string t = "batch " + std::to_string(s.batch) + " within " + slo + " (" + format_ms(r.e2e_latency_ms) + " ms, " +
+                  detail::fixed(double(s.batch) * 1e3 / r.e2e_latency_ms, 1) + " items/s)";
+  if (s.next_batch > 0)
+    t += "; batch " + std::to_string(s.next_batch) +
+         (s.next_fits ? " takes " + format_ms(s.next_latency_ms) + " ms" : " does not fit the memory");
+  else
+    t += "; the search stops at batch " + std::to_string(Report::kMaxSloBatch);
+  return t;
+}
+
+// --latency-slo on a GPU list: each GPU's batch, latency and throughput at the target, and the
+// throughput against the first GPU's.
+std::string slo_gpu_table(const std::vector<Report>& reports) {
+  std::ostringstream os;
+  size_t w = 3;
+  for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
+  os << pad("gpu", w) << " " << pad("alias", 10) << " " << pad("batch", 7, true) << " " << pad("e2e ms", 11, true) << " "
+     << pad("80% interval", 21, true) << " " << pad("items/s", 11, true) << " " << pad("vs first", 9, true) << "  limit\n";
+  auto rate = [](const Report& r) {
+    return r.latency_slo->met && r.e2e_latency_ms > 0 ? double(r.latency_slo->batch) * 1e3 / r.e2e_latency_ms : 0.0;
+  };
+  const double first = rate(reports.front());
+  for (const auto& r : reports) {
+    const bool met = r.latency_slo->met;
+    os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " "
+       << pad(met ? std::to_string(r.latency_slo->batch) : "-", 7, true) << " " << pad(format_ms(r.e2e_latency_ms), 11, true)
+       << " " << pad(range_text(r.e2e_low(), r.e2e_high()), 21, true) << " "
+       << pad(met ? detail::fixed(rate(r), 1) : "-", 11, true) << " "
+       << pad(met && first > 0 ? detail::fixed(rate(r) / first, 2) + "x" : "-", 9, true) << "  "
+       << r.latency_slo->limit() << "\n";
+  }
+  return os.str();
+}
+
 std::string format_gpu_table(const std::vector<Report>& reports) {
   std::ostringstream os;
   if (reports.empty()) return "";
+  if (std::all_of(reports.begin(), reports.end(), [](const Report& r) { return r.latency_slo.has_value(); }))
+    return slo_gpu_table(reports);
   const bool training = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.mode == Mode::training; });
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());

@@ -174,3 +174,59 @@ class ShapeFlag(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LatencySlo(unittest.TestCase):
+    """--latency-slo: per GPU the largest batch within the target that fits its memory."""
+
+    def test_each_gpu_gets_the_largest_batch_within_the_target(self):
+        from cli_util import EXAMPLE
+        rs = run_json(EXAMPLE, "--seq", "128", "--latency-slo", "20", "--gpu", "h100,l4")
+        self.assertEqual(len(rs), 2)
+        for r in rs:
+            s = r["latency_slo"]
+            self.assertTrue(s["met"])
+            self.assertEqual(s["limit"], "latency")
+            self.assertLessEqual(r["e2e_latency_ms"], 20)
+            self.assertEqual(r["graph_outputs"][0]["shape"][0], s["batch"])  # the report is at that batch
+            self.assertAlmostEqual(s["items_per_s"], s["batch"] * 1e3 / r["e2e_latency_ms"], places=6)
+            self.assertEqual(s["next_batch"], s["batch"] + 1)
+            self.assertGreater(s["next_latency_ms"], 20)
+            # The same as asking for those batches.
+            at = run_json(EXAMPLE, "--seq", "128", "--batch", str(s["batch"]), "--gpu", r["gpu_alias"])
+            self.assertEqual(at["e2e_latency_ms"], r["e2e_latency_ms"])
+            above = run_json(EXAMPLE, "--seq", "128", "--batch", str(s["next_batch"]), "--gpu", r["gpu_alias"])
+            self.assertEqual(above["e2e_latency_ms"], s["next_latency_ms"])
+        self.assertGreater(rs[0]["latency_slo"]["batch"], rs[1]["latency_slo"]["batch"])  # the H100 takes more
+        code, out, err = run(EXAMPLE, "--seq", "128", "--latency-slo", "20", "--gpu", "h100,l4")
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"latency target: batch \d+ within 20\.000 ms \([0-9.]+ ms, [0-9.]+ items/s\); batch \d+ takes")
+        self.assertRegex(out, r"(?m)^NVIDIA L4 +l4 +\d+ +[0-9.]+ +[0-9.]+ - [0-9.]+ +[0-9.]+ +0\.\d\dx  latency$")
+        # A target batch 1 misses: the report at batch 1, not met.
+        r = run_json(EXAMPLE, "--seq", "128", "--latency-slo", "0.01", "--gpu", "h100")
+        self.assertFalse(r["latency_slo"]["met"])
+        self.assertEqual(r["latency_slo"]["limit"], "none")
+        self.assertEqual(r["graph_outputs"][0]["shape"][0], 1)
+
+    def test_memory_stops_the_batch_and_bad_uses_are_refused(self):
+        from cli_util import EXAMPLE, SOURCE
+        cfg = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
+        r = run_json("--config", cfg, "--seq", "2048", "--dtype", "bf16", "--latency-slo", "100000", "--gpu", "l4")
+        s = r["latency_slo"]
+        self.assertTrue(s["met"])
+        self.assertEqual(s["limit"], "memory")
+        self.assertFalse(s["next_fits"])
+        self.assertTrue(r["memory"]["fits"])
+        with tempfile.TemporaryDirectory() as d:
+            static = os.path.join(d, "static.onnx")
+            relu_model(static, [("x", [4, 8])])
+            for args, msg in (((EXAMPLE, "--seq", "8", "--batch", "2"), "without --batch"),
+                              ((static,), "no input dim of the model grows with the batch"),
+                              ((EXAMPLE, "--seq", "8", "--mode", "training", "--parallel", "dp=2"), "no --parallel"),
+                              ((EXAMPLE, "--seq", "8", "--latency-slo", "-1"), "--latency-slo")):
+                with self.subTest(args=args):
+                    extra = () if "--latency-slo" in args else ("--latency-slo", "10")
+                    code, _, err = run(*args, *extra, "--gpu", "h100")
+                    self.assertEqual(code, 2, err)
+                    self.assertIn(msg, err)
+                    self.assertEqual(len(err.strip().splitlines()), 1, err)

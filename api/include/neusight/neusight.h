@@ -81,6 +81,15 @@ struct Analysis {
   std::optional<MemoryFootprint> memory;
 };
 Analysis prepare(const LoadedModel& model, const Options& options);
+// The report on `gpu` at the largest batch (the dim options.dims.batch binds; its value is
+// ignored) whose end-to-end latency is at most `slo_ms` and whose memory fits the GPU, searched
+// by doubling from 1 and then bisection (the latency grows with the batch), up to
+// Report::kMaxSloBatch; Report::latency_slo says how it ended (not met: the report at batch 1).
+// `analyses` (may be null) keeps prepare()'s analysis of each batch for other GPUs' searches.
+// Throws InputError when the model has no dim the batch binds, and under --parallel.
+Report predict_for_latency_slo(const LoadedModel& model, const Options& options, const Gpu& gpu, double slo_ms,
+                               std::map<int64_t, Analysis>* analyses = nullptr);
+
 // One GPU's memory for a forward pass (inference) or a training step (report.h
 // MemoryFootprint) of an analysis made with `options`, `capacity_gib` the GPU's memory.
 MemoryFootprint memory_footprint(const Analysis& analysis, const Options& options, double capacity_gib);

@@ -198,6 +198,21 @@ struct Report {
   // One GPU's memory for the run (absent under --parallel and --generate, whose reports count
   // their own per GPU).
   std::optional<MemoryFootprint> memory;
+  // --latency-slo: the report is at the largest batch whose end-to-end latency is at most
+  // `slo_ms` and whose memory fits the GPU (met: batch 1 does), and the batch above it that
+  // does not: its latency and whether it fits (next_batch 0: the search's cap, kMaxSloBatch).
+  struct LatencySlo {
+    double slo_ms = 0;
+    bool met = false;
+    int64_t batch = 0;
+    int64_t next_batch = 0;
+    double next_latency_ms = 0;
+    bool next_fits = true;
+    // What stopped the search: "none" (not met), "latency", "memory" or "cap".
+    const char* limit() const { return !met ? "none" : next_batch == 0 ? "cap" : next_fits ? "latency" : "memory"; }
+  };
+  std::optional<LatencySlo> latency_slo;
+  static constexpr int64_t kMaxSloBatch = 65536;
 };
 
 // The report's dtype and why, as the terminal and HTML say it: "fp16 (weights)", or under a
@@ -257,7 +272,12 @@ struct LayerSummary {
 };
 std::vector<LayerSummary> group_by_layer(const Report& report);
 
-// One row per GPU: end-to-end latency, phases, speed-up against the first (GPU lists).
+// --latency-slo in a line: "batch 24 within 50 ms (49.1 ms, 489.0 items/s); batch 25 takes
+// 51.3 ms", or why it is not met.
+std::string latency_slo_text(const Report& report);
+
+// One row per GPU: end-to-end latency, phases, speed-up against the first (GPU lists); under
+// --latency-slo each GPU's batch, latency and throughput (items/s) against the first's.
 std::string format_gpu_table(const std::vector<Report>& reports);
 
 // --generate: the summary (TTFT, TPOT, tokens/s, memory, per-phase class breakdown) of one
