@@ -91,7 +91,17 @@ struct AnalysisArgs {
   py::object mode = py::str("inference"), dtype = py::none(), fusion = py::str("eager"), timing = py::str("device");
   py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none(), attention = py::none();
   py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
-  py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none();
+  py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none(), latency_slo = py::none();
+
+  // latency_slo in ms (0 without it), refused beside a batch or parallel as --latency-slo is.
+  double slo_ms() const {
+    if (latency_slo.is_none()) return 0;
+    if (!batch.is_none()) throw InputError("latency_slo chooses the batch; give it without batch");
+    if (!parallel.is_none()) throw InputError("latency_slo predicts one GPU (no parallel)");
+    const double v = std::stod(number_text(latency_slo, "latency_slo", "ms"));
+    if (!(v > 0)) throw InputError("latency_slo: expected a positive time in ms");
+    return v;
+  }
 
   Options parse() const { return parse_argv(argv()); }
 
@@ -286,7 +296,16 @@ py::object report_dicts(std::vector<Report> reports, const Options& opt, bool ma
   return l;
 }
 
+// The reports on every GPU: at the bound batch, or (latency_slo) each GPU's largest batch within it.
+std::vector<Report> predict_reports(const LoadedModel& loaded, const std::vector<Gpu>& gpus, const Options& opt,
+                                    double slo_ms, const std::vector<std::string>& notes) {
+  if (!(slo_ms > 0)) return cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, notes);
+  std::map<int64_t, Analysis> analyses;
+  return cli::predict_within_latency(loaded, gpus, opt, slo_ms, notes, analyses);
+}
+
 py::object analyze(py::handle model, py::handle gpu, const AnalysisArgs& a) {
+  const double slo = a.slo_ms();
   const Options opt = a.parse();
   bool many = false;
   const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
@@ -296,7 +315,7 @@ py::object analyze(py::handle model, py::handle gpu, const AnalysisArgs& a) {
     py::gil_scoped_release nogil;
     const std::vector<Gpu> gpus = resolve_all(gpu_src);  // GPUs first, as the CLI
     const LoadedModel loaded = src.load();
-    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, {});
+    reports = predict_reports(loaded, gpus, opt, slo, {});
   }
   return report_dicts(std::move(reports), opt, many);
 }
@@ -319,7 +338,9 @@ ConfigSource config_source(py::handle config) {
 }
 
 py::object from_config(py::handle config, py::handle gpu, const AnalysisArgs& a) {
-  const Options opt = a.parse();
+  const double slo = a.slo_ms();
+  Options opt = a.parse();
+  if (slo > 0) opt.dims.batch = 1;  // each GPU's batch is searched for
   bool many = false;
   const std::vector<GpuSource> gpu_src = gpu_sources(gpu, many);
   const ConfigSource cfg = config_source(config);
@@ -329,7 +350,7 @@ py::object from_config(py::handle config, py::handle gpu, const AnalysisArgs& a)
     const std::vector<Gpu> gpus = resolve_all(gpu_src);
     std::vector<std::string> notes;
     const LoadedModel loaded = cli::load_config_model(cfg.read(), opt, "--config needs --batch N and --seq N", notes);
-    reports = cli::predict_gpus(prepare(loaded, opt), loaded, gpus, opt, notes);
+    reports = predict_reports(loaded, gpus, opt, slo, notes);
   }
   return report_dicts(std::move(reports), opt, many);
 }
@@ -760,16 +781,17 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object model, py::object gpu, py::object batch, py::object seq, py::object dims, py::object shapes,
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
-         py::object host_dispatch_us, py::object optimizer) {
+         py::object host_dispatch_us, py::object optimizer, py::object latency_slo) {
         AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.optimizer = std::move(optimizer);
+        a.latency_slo = std::move(latency_slo);
         return analyze(model, gpu, a);
       },
       "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none, "mode"_a = "inference",
       "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
-      "host_dispatch_us"_a = none, "optimizer"_a = none,
+      "host_dispatch_us"_a = none, "optimizer"_a = none, "latency_slo"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
@@ -777,26 +799,29 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "'fp4'|'int8'; fusion 'none'|'eager'|'full'; attention None (auto)|'fused'|'unfused' as --attention; timing\n"
       "'device'|'kernel'|'eager'; host_dispatch_us as --host-dispatch-us; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
       "[,schedule=gpipe|1f1b]' or a dict of those, with link_bw in GB/s; optimizer (training) 'sgd'|'momentum'|\n"
-      "'adam' as --optimizer. The GIL is released while it runs.");
+      "'adam' as --optimizer; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits\n"
+      "(batch then unset). The GIL is released while it runs.");
   m.def(
       "from_config",
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
-         py::object image_size, py::object images, py::object optimizer) {
+         py::object image_size, py::object images, py::object optimizer, py::object latency_slo) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
         a.optimizer = std::move(optimizer);
+        a.latency_slo = std::move(latency_slo);
         return from_config(config, gpu, a);
       },
       "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
-      "image_size"_a = none, "images"_a = none, "optimizer"_a = none,
+      "image_size"_a = none, "images"_a = none, "optimizer"_a = none, "latency_slo"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
-      "batch and seq are required; image_size (an int or (height, width)) as --image-size, images as --images.\n"
+      "batch and seq are required (batch not with latency_slo); image_size (an int or (height, width)) as\n"
+      "--image-size, images as --images.\n"
       "Arguments and result as analyze().");
   m.def(
       "compare",

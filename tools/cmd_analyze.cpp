@@ -50,21 +50,6 @@ double latency_slo(const Args& args) {
   return args.get_double("--latency-slo", 0);
 }
 
-// Each GPU's report at the largest batch within the latency target (api predict_for_latency_slo),
-// the batches' analyses kept in `analyses`.
-std::vector<Report> predict_within_latency(const LoadedModel& loaded, const std::vector<Gpu>& gpus, const Options& opt,
-                                           double slo_ms, const std::vector<std::string>& notes,
-                                           std::map<int64_t, Analysis>& analyses,
-                                           const std::function<void(size_t)>& before_each) {
-  std::vector<Report> reports;
-  for (const auto& g : gpus) {
-    before_each(reports.size());
-    reports.push_back(predict_for_latency_slo(loaded, opt, g, slo_ms, &analyses));
-    reports.back().warnings.insert(reports.back().warnings.end(), notes.begin(), notes.end());
-  }
-  return reports;
-}
-
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   GenerationOptions gen = parse_generate(args.get("--generate"));
   if (args.has("--tpot-slo") && args.has("--batch"))

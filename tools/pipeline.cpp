@@ -94,6 +94,19 @@ std::vector<Report> predict_gpus(const Analysis& analysis, const LoadedModel& lo
   return reports;
 }
 
+std::vector<Report> predict_within_latency(const LoadedModel& loaded, const std::vector<Gpu>& gpus, const Options& opt,
+                                           double slo_ms, const std::vector<std::string>& notes,
+                                           std::map<int64_t, Analysis>& analyses,
+                                           const std::function<void(size_t)>& before_each) {
+  std::vector<Report> reports;
+  for (const auto& g : gpus) {
+    if (before_each) before_each(reports.size());
+    reports.push_back(predict_for_latency_slo(loaded, opt, g, slo_ms, &analyses));
+    reports.back().warnings.insert(reports.back().warnings.end(), notes.begin(), notes.end());
+  }
+  return reports;
+}
+
 AnnotatedWrite annotations_for(const Report& r) {
   AnnotatedWrite ann;
   ann.nodes.reserve(r.nodes.size());

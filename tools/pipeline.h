@@ -24,6 +24,14 @@ std::vector<Report> predict_gpus(const Analysis& analysis, const LoadedModel& lo
                                  const Options& opt, const std::vector<std::string>& notes,
                                  const std::function<void(size_t)>& before_each = {});
 
+// --latency-slo: each GPU's report at the largest batch within `slo_ms` that fits its memory
+// (api predict_for_latency_slo), in order; the batches' analyses kept in `analyses` (the first
+// GPU's report's for an annotated model). `notes` and `before_each` as predict_gpus's.
+std::vector<Report> predict_within_latency(const LoadedModel& loaded, const std::vector<Gpu>& gpus, const Options& opt,
+                                           double slo_ms, const std::vector<std::string>& notes,
+                                           std::map<int64_t, Analysis>& analyses,
+                                           const std::function<void(size_t)>& before_each = {});
+
 // --generate PROMPT:NEW. Throws InputError naming the flag (non-integers, counts below 1).
 GenerationOptions parse_generate(const std::string& text);
 // The options of a --generate run: as serving engines run a generation (kernel timing under

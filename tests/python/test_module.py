@@ -85,6 +85,17 @@ class Analyze(unittest.TestCase):
         self.assertEqual([r["gpu"] for r in n.analyze(EXAMPLE, ["l4", "ALL"], batch=1, seq=32)],
                          ["NVIDIA L4"] + names)
 
+    def test_optimizer_and_latency_slo_equal_the_cli(self):
+        r = n.analyze(EXAMPLE, "h100", batch=1, seq=64, mode="training", optimizer="adam")
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--mode", "training",
+                                         "--optimizer", "adam")))
+        self.assertEqual(r["memory"]["optimizer"], "adam")
+        rs = n.analyze(EXAMPLE, ["h100", "l4"], seq=128, latency_slo=20)
+        self.assertTrue(same(rs, run_json(EXAMPLE, "--gpu", "h100,l4", "--seq", "128", "--latency-slo", "20")))
+        self.assertTrue(all(x["latency_slo"]["met"] for x in rs))
+        with self.assertRaisesRegex(ValueError, "latency_slo chooses the batch"):  # an input error
+            n.analyze(EXAMPLE, "h100", batch=2, seq=128, latency_slo=20)
+
     def test_path_like(self):
         import pathlib
         r = n.analyze(pathlib.Path(EXAMPLE), pathlib.Path(DEVICE_JSON), batch=1, seq=32)
