@@ -1010,7 +1010,13 @@ void add_arithmetic_rules(RuleTable& t) {
   t["Pow"] = bin(nullptr);
   t["Sum"] = bin(nullptr);
   t["Mean"] = bin(nullptr);
-  t["PRelu"] = rule_unary;  // the slope broadcasts to X (old opsets: along the channel axis)
+  // The slope broadcasts to X (from opset 7; older ones take it along the channel axis), as
+  // onnxruntime checks; the output is X's.
+  t["PRelu"] = [](Ctx& c) {
+    rule_unary(c);
+    const TensorInfo *x = c.in(0), *slope = c.in(1);
+    if (c.opset() >= 7 && x && slope && x->has_shape && slope->has_shape) broadcast(x->shape, slope->shape, c);
+  };
   t["BitShift"] = bin(nullptr);
 }
 

@@ -101,10 +101,17 @@ void rule_resize(Ctx& c) {
     for (auto& v : a) v = norm_axis(v, r, c);
     return a;
   };
+  // Without `axes`, scales and sizes have one value per input dim (onnxruntime refuses others).
+  auto check_count = [&](size_t n, const char* what) {
+    const size_t want = axes.empty() ? static_cast<size_t>(r) : axes.size();
+    if (n != want)
+      throw InputError(c.where() + ": " + what + " has " + std::to_string(n) + " values for " +
+                       (axes.empty() ? "a rank-" + std::to_string(r) + " input" : std::to_string(want) + " axes"));
+  };
   if (!upsample && c.opset() >= 11 && c.value(3) && !c.value(3)->empty()) {
     const auto& sizes = *c.value(3);
+    check_count(sizes.size(), "sizes");
     auto a = axis_list(sizes.size());
-    if (a.size() != sizes.size()) throw InputError(c.where() + ": sizes length differs from rank");
     const std::string policy = c.n.attr_s("keep_aspect_ratio_policy", "stretch");
     if (policy == "stretch") {
       for (size_t k = 0; k < a.size(); ++k) s[a[k]] = Dim::of(sizes[k]);
@@ -131,7 +138,9 @@ void rule_resize(Ctx& c) {
   else if (const TensorInfo* st = c.in(scales_in); st && st->has_shape && st->shape.size() == 1 &&
                                                     st->shape[0].known() && st->shape[0].value > 0) {
     // Non-integral scales (e.g. 0.5): their values are not kept; use the ONNX hint.
+    check_count(static_cast<size_t>(st->shape[0].value), "scales");
   }
+  if (!scales.empty()) check_count(scales.size(), "scales");
   if (scales.empty()) {
     for (auto& d : s) d = Dim{};
     set_out(c, 0, x->dtype, s);
@@ -273,6 +282,11 @@ void rule_einsum(Ctx& c) {
       const char ch = term[k++];
       const Dim& dim = t->shape[d++];
       auto it = letter.find(ch);
+      // A label's sizes agree across the operands (1 broadcasts), as onnxruntime requires.
+      if (it != letter.end() && it->second.known() && dim.known() && it->second.value != dim.value &&
+          it->second.value != 1 && dim.value != 1)
+        throw InputError(c.where() + ": Einsum label '" + std::string(1, ch) + "' is " + std::to_string(it->second.value) +
+                         " in one operand and " + std::to_string(dim.value) + " in '" + term + "'");
       if (it == letter.end() || (!it->second.known() && dim.known()) || (it->second.known() && it->second.value == 1))
         letter[ch] = dim;
       if (!count[ch]++) order.push_back(ch);

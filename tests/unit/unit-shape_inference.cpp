@@ -251,6 +251,45 @@ TEST_CASE("shape inference: a constant Gather index past its axis and a Tile of 
   CHECK_THROWS_WITH_AS(run("Tile", {2, 2}), doctest::Contains("2 repeats for an input of rank 4 [1,8,16,16]"), InputError);
 }
 
+TEST_CASE("shape inference: a PRelu slope, Resize scales and Einsum labels that cannot apply are errors") {
+  // onnxruntime refuses each; before, PRelu and Einsum gave a shape and Resize a wrong one.
+  Model m;
+  m.opsets[""] = 13;
+  auto prelu = [&](std::vector<int64_t> slope) {
+    test::IrGraph b;
+    b.input("x", {1, 8, 16, 16});
+    b.node("PRelu", {"x", b.w("s", slope)}, {"y"});
+    b.output("y");
+    infer_shapes(b.g, m);
+    return dims_of(b.g.find("y"));
+  };
+  CHECK(prelu({8, 1, 1}) == std::vector<int64_t>{1, 8, 16, 16});
+  CHECK(prelu({1}) == std::vector<int64_t>{1, 8, 16, 16});
+  CHECK_THROWS_WITH_AS(prelu({8}), doctest::Contains("cannot broadcast (16 vs 8"), InputError);
+  auto resize = [&](std::vector<int64_t> scales) {
+    test::IrGraph b;
+    b.input("x", {1, 8, 16, 16});
+    b.node("Resize", {"x", "", b.ints("scales", scales)}, {"y"});
+    b.g.tensor("scales").dtype = DType::f32;
+    b.output("y");
+    infer_shapes(b.g, m);
+    return dims_of(b.g.find("y"));
+  };
+  CHECK(resize({1, 1, 2, 2}) == std::vector<int64_t>{1, 8, 32, 32});
+  CHECK_THROWS_WITH_AS(resize({2, 2}), doctest::Contains("scales has 2 values for a rank-4 input"), InputError);
+  auto einsum = [&](std::vector<int64_t> b_dims) {
+    test::IrGraph b;
+    b.input("a", {4, 8});
+    b.input("b", b_dims);
+    b.node("Einsum", {"a", "b"}, {"y"}).attributes["equation"] = test::attr_str("ij,jk->ik");
+    b.output("y");
+    infer_shapes(b.g, m);
+    return dims_of(b.g.find("y"));
+  };
+  CHECK(einsum({8, 5}) == std::vector<int64_t>{4, 5});
+  CHECK_THROWS_WITH_AS(einsum({6, 5}), doctest::Contains("Einsum label 'j' is 8 in one operand and 6 in 'jk'"), InputError);
+}
+
 TEST_CASE("shape inference: a Reshape to a fixed shape of another size is an error naming both sizes") {
   // A model-zoo ResNet-50 flattens to a fixed [1, 2048]: bound to batch 128 (--shape), its
   // 262,144 pooled elements do not fit, as a runtime would refuse; a -1 or 0 target still follows.
