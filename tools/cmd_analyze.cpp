@@ -33,7 +33,6 @@ std::string generation_top_nodes(const Report& r, int top, bool color) {
                           color);
 }
 
-// --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
 // `--gpu all` prints the GPU table alone; what it leaves out is in the files.
 std::string all_gpus_note() {
   return "--gpu all: one row per GPU of the database; each GPU's own table is in --json, --csv and --html, or name "
@@ -41,15 +40,15 @@ std::string all_gpus_note() {
 }
 
 // --latency-slo MS (0 without it): the batch is searched for, so neither --batch nor a
-// generation goes with it.
+// generation goes with it (predict_for_latency_slo refuses --parallel).
 double latency_slo(const Args& args) {
   if (!args.has("--latency-slo")) return 0;
   if (args.has("--generate")) throw InputError("--latency-slo applies to a forward pass; a generation takes --tpot-slo MS");
   if (args.has("--batch")) throw InputError("--latency-slo chooses the batch; give it without --batch");
-  if (args.has("--parallel")) throw InputError("--latency-slo predicts one GPU (no --parallel)");
   return args.get_double("--latency-slo", 0);
 }
 
+// --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   GenerationOptions gen = parse_generate(args.get("--generate"));
   if (args.has("--tpot-slo") && args.has("--batch"))

@@ -570,28 +570,34 @@ const Gpu* GpuDatabase::find(const std::string& name) const {
   return hit;
 }
 
-bool GpuDatabase::names_all(const std::string& list) {
+namespace {
+// The items of a comma-separated list, empty ones included ("a,,b" has three).
+std::vector<std::string> list_items(const std::string& list) {
+  std::vector<std::string> out;
   size_t start = 0;
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());
-    if (key(list.substr(start, end - start)) == "all") return true;
+    out.push_back(list.substr(start, end - start));
     start = end + 1;
   }
+  return out;
+}
+}  // namespace
+
+bool GpuDatabase::names_all(const std::string& list) {
+  for (const std::string& name : list_items(list))
+    if (key(name) == "all") return true;
   return false;
 }
 
 std::vector<Gpu> GpuDatabase::resolve_list(const std::string& list, const std::string& what) const {
   std::vector<Gpu> out;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t end = std::min(list.find(',', start), list.size());
-    const std::string name = list.substr(start, end - start);
+  for (const std::string& name : list_items(list)) {
     if (name.empty()) throw InputError(what + ": empty GPU name in '" + list + "'");
     if (key(name) == "all" && !find(name))
       out.insert(out.end(), gpus_.begin(), gpus_.end());
     else
       out.push_back(resolve(name));
-    start = end + 1;
   }
   return out;
 }

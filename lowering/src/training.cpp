@@ -7,23 +7,34 @@
 #include "internal.h"
 
 namespace neusight::lowering_detail {
-namespace {
 
-// An optimizer's update kernel: its op (the predictor's elementwise op; SGD's is the add the
-// NeuSight method counts), its FP32 state buffers per parameter and its operations per element.
+// Each optimizer's update kernel: its name, its op (the predictor's elementwise op; SGD's is
+// the add the NeuSight method counts), its FP32 state buffers per parameter and its operations
+// per element. The one table the kernels, the state they keep and the names follow.
 struct UpdateWork {
+  Optimizer optimizer;
+  const char* name;
   const char* op;
   int buffers;
   double ops;
 };
-UpdateWork update_work(Optimizer o) {
-  switch (o) {
-    case Optimizer::momentum: return {"momentum", 1, 3};
-    case Optimizer::adam: return {"adam", 2, 14};
-    case Optimizer::sgd: break;
-  }
-  return {"add", 0, 1};
+constexpr UpdateWork kUpdates[] = {{Optimizer::sgd, "sgd", "add", 0, 1},
+                                   {Optimizer::momentum, "momentum", "momentum", 1, 3},
+                                   {Optimizer::adam, "adam", "adam", 2, 14}};
+const UpdateWork& update_work(Optimizer o) {
+  for (const UpdateWork& u : kUpdates)
+    if (u.optimizer == o) return u;
+  return kUpdates[0];
 }
+// The entry whose update kernel runs `op`; nullptr for another op.
+const UpdateWork* update_of_op(const std::string& op) {
+  for (const UpdateWork& u : kUpdates)
+    if (op == u.op) return &u;
+  return nullptr;
+}
+
+namespace {
+
 
 // The inputs of an op that hold its learned weights: a convolution's or a GEMM's weight and
 // bias, a normalization's scale and bias (not BatchNormalization's running statistics), PRelu's
@@ -370,7 +381,7 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
   // and its gradient and writes the parameter, one add per element; momentum and Adam also read
   // and write their FP32 state (a momentum buffer; two moments) and do more per element (3 and
   // 14 operations; Adam's include a square root and a division).
-  const UpdateWork uw = update_work(opt.optimizer);
+  const UpdateWork& uw = update_work(opt.optimizer);
   for (const auto& name : order) {
     const TensorInfo* t = g.find(name);
     int first = -1;
@@ -399,17 +410,14 @@ void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const 
 
 namespace neusight {
 
-const char* optimizer_name(Optimizer o) {
-  switch (o) {
-    case Optimizer::sgd: return "sgd";
-    case Optimizer::momentum: return "momentum";
-    case Optimizer::adam: return "adam";
-  }
-  return "sgd";
+const char* optimizer_of_update(const std::string& update_op) {
+  const lowering_detail::UpdateWork* u = lowering_detail::update_of_op(update_op);
+  return u ? u->name : "";
 }
 
 double optimizer_state_bytes(const std::string& update_op) {
-  return update_op == "adam" ? 8.0 : update_op == "momentum" ? 4.0 : 0.0;
+  const lowering_detail::UpdateWork* u = lowering_detail::update_of_op(update_op);
+  return u ? 4.0 * u->buffers : 0.0;
 }
 
 }  // namespace neusight

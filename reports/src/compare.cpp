@@ -192,14 +192,11 @@ std::string format_compare_table(const Comparison& c, bool color) {
     const auto& mem = c.reports[m][0].memory;
     if (memory) os << " " << pad(mem ? detail::fixed(mem->total_gib(), 2) : "-", 10, true);
     for (size_t g = 0; g < gpus; ++g) {
-      const auto& rm = c.reports[m][g].memory;
-      if (rm && !rm->fits())
-        too_large += std::string(too_large.empty() ? "" : ", ") + c.models[m] + " on " + c.reports[m][g].gpu.alias() +
-                     " (" + std::to_string(rm->gpus_to_hold()) + " GPUs hold it)";
-    }
-    for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
       const Report& r = c.reports[m][g];
+      if (r.memory && !r.memory->fits())
+        too_large += std::string(too_large.empty() ? "" : ", ") + c.models[m] + " on " + r.gpu.alias() + " (" +
+                     std::to_string(r.memory->gpus_to_hold()) + " GPUs hold it)";
       os << " "
          << pad(format_ms(d.e2e_ms) + " (" + format_ms(r.e2e_low()) + "-" + format_ms(r.e2e_high()) + ")", 24, true)
          << " " << pad(speedup_text(d.speedup, d.speedup_low, d.speedup_high, m == 0), 17, true);

@@ -25,6 +25,10 @@ const char* dtype_source_name(DTypeSource s) {
   return "default";
 }
 
+double Report::slo_items_per_s() const {
+  return latency_slo && latency_slo->met && e2e_latency_ms > 0 ? double(latency_slo->batch) * 1e3 / e2e_latency_ms : 0.0;
+}
+
 int MemoryFootprint::gpus_to_hold() const {
   return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() / capacity_gib - 1e-9))) : 0;
 }
@@ -342,7 +346,7 @@ json report_json(const Report& r) {
     j["latency_slo"] = {{"slo_ms", s.slo_ms},
                         {"met", s.met},
                         {"batch", s.batch},
-                        {"items_per_s", s.met && r.e2e_latency_ms > 0 ? finite(double(s.batch) * 1e3 / r.e2e_latency_ms) : 0.0},
+                        {"items_per_s", finite(r.slo_items_per_s())},
                         {"next_batch", s.next_batch},
                         {"next_latency_ms", finite(s.next_latency_ms)},
                         {"next_fits", s.next_fits},

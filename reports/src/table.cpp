@@ -233,7 +233,7 @@ std::string latency_slo_text(const Report& r) {
     return "not met: batch 1 takes " + format_ms(r.e2e_latency_ms) + " ms" +
            (r.e2e_latency_ms <= s.slo_ms ? " but does not fit" : "") + " (target " + slo + ")";
   std::string t = "batch " + std::to_string(s.batch) + " within " + slo + " (" + format_ms(r.e2e_latency_ms) + " ms, " +
-                  detail::fixed(double(s.batch) * 1e3 / r.e2e_latency_ms, 1) + " items/s)";
+                  detail::fixed(r.slo_items_per_s(), 1) + " items/s)";
   if (s.next_batch > 0)
     t += "; batch " + std::to_string(s.next_batch) +
          (s.next_fits ? " takes " + format_ms(s.next_latency_ms) + " ms" : " does not fit the memory");
@@ -250,17 +250,14 @@ std::string slo_gpu_table(const std::vector<Report>& reports) {
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
   os << pad("gpu", w) << " " << pad("alias", 10) << " " << pad("batch", 7, true) << " " << pad("e2e ms", 11, true) << " "
      << pad("80% interval", 21, true) << " " << pad("items/s", 11, true) << " " << pad("vs first", 9, true) << "  limit\n";
-  auto rate = [](const Report& r) {
-    return r.latency_slo->met && r.e2e_latency_ms > 0 ? double(r.latency_slo->batch) * 1e3 / r.e2e_latency_ms : 0.0;
-  };
-  const double first = rate(reports.front());
+  const double first = reports.front().slo_items_per_s();
   for (const auto& r : reports) {
     const bool met = r.latency_slo->met;
     os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " "
        << pad(met ? std::to_string(r.latency_slo->batch) : "-", 7, true) << " " << pad(format_ms(r.e2e_latency_ms), 11, true)
        << " " << pad(range_text(r.e2e_low(), r.e2e_high()), 21, true) << " "
-       << pad(met ? detail::fixed(rate(r), 1) : "-", 11, true) << " "
-       << pad(met && first > 0 ? detail::fixed(rate(r) / first, 2) + "x" : "-", 9, true) << "  "
+       << pad(met ? detail::fixed(r.slo_items_per_s(), 1) : "-", 11, true) << " "
+       << pad(met && first > 0 ? detail::fixed(r.slo_items_per_s() / first, 2) + "x" : "-", 9, true) << "  "
        << r.latency_slo->limit() << "\n";
   }
   return os.str();

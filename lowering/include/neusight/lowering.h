@@ -48,10 +48,11 @@ enum class Optimizer { sgd, momentum, adam };
 const char* kernel_class_name(KernelClass c);
 const char* phase_name(Phase p);
 const char* fusion_name(Fusion f);
-const char* optimizer_name(Optimizer o);  // "sgd", "momentum", "adam"
-// The state an update kernel's optimizer keeps per parameter, in bytes (its FP32 buffers; an
-// FP32 master copy of 16-bit parameters is not included): 0 for SGD, 4 for momentum, 8 for
-// Adam, from the update kernel's op (Kernel::op of a Phase::update kernel).
+// The optimizer whose update kernel runs `update_op` (Kernel::op of a Phase::update kernel):
+// "sgd", "momentum" or "adam"; "" for another op.
+const char* optimizer_of_update(const std::string& update_op);
+// The state that optimizer keeps per parameter, in bytes (its FP32 buffers; an FP32 master
+// copy of 16-bit parameters is not included): 0 for SGD, 4 for momentum, 8 for Adam.
 double optimizer_state_bytes(const std::string& update_op);
 
 // GEMM problem in CUTLASS words: C[m x n] = A[m x k] * B[k x n], `batch` independent

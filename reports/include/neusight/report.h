@@ -212,6 +212,8 @@ struct Report {
     const char* limit() const { return !met ? "none" : next_batch == 0 ? "cap" : next_fits ? "latency" : "memory"; }
   };
   std::optional<LatencySlo> latency_slo;
+  // Its throughput at that batch (items a second); 0 when the target is not met.
+  double slo_items_per_s() const;
   static constexpr int64_t kMaxSloBatch = 65536;
 };
 
