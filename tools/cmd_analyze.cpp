@@ -113,11 +113,11 @@ int cmd_analyze(const Argv& argv) {
 
   // GPUs first: a typo in --gpu should fail before any model work.
   const std::vector<Gpu> gpus = GpuDatabase::builtin().resolve_list(args.get("--gpu"));
+  const double slo = latency_slo(args);
   if (args.has("--generate")) return run_generate(args, opt, gpus);
   for (const char* flag : {"--speculative", "--tpot-slo", "--encoder"})
     if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
-  const double slo = latency_slo(args);
   if (slo > 0) opt.dims.batch = 1;  // each GPU's batch is searched for (a --config graph keeps it symbolic)
   std::vector<std::string> notes;  // a half-precision checkpoint predicted in FP32, a tp that does not divide
   const LoadedModel loaded =

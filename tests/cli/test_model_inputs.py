@@ -223,7 +223,8 @@ class LatencySlo(unittest.TestCase):
             for args, msg in (((EXAMPLE, "--seq", "8", "--batch", "2"), "without --batch"),
                               ((static,), "no input dim of the model grows with the batch"),
                               ((EXAMPLE, "--seq", "8", "--mode", "training", "--parallel", "dp=2"), "no --parallel"),
-                              ((EXAMPLE, "--seq", "8", "--latency-slo", "-1"), "--latency-slo")):
+                              ((EXAMPLE, "--seq", "8", "--latency-slo", "-1"), "--latency-slo"),
+                              (("--config", cfg, "--generate", "16:2"), "a generation takes --tpot-slo")):
                 with self.subTest(args=args):
                     extra = () if "--latency-slo" in args else ("--latency-slo", "10")
                     code, _, err = run(*args, *extra, "--gpu", "h100")
