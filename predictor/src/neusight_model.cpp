@@ -266,6 +266,7 @@ TileFeatures tile_features(UtilClass c, const Kernel& k, const Tiling& t, const 
     const double compute_ms = sm_tiles * t_c * sms * 1e3, memory_ms = tiles * t_m * 1e3;
     f.base_ms = std::max(compute_ms, memory_ms);
     f.overlap_ms = std::min(compute_ms, memory_ms);
+    if (!matrix) f.lane_excess_ms = std::max(0.0, compute_ms * simt_lane_ratio(gpu) - f.base_ms);  // wider SMs
   } else {
     // Streaming kernels: a wave is one tile on every SM's resident slots and takes the longer
     // of one SM's compute for its tiles and their traffic at the SMs' share of the bandwidth.
@@ -333,7 +334,7 @@ double law_latency_ms(double floor, const TileFeatures& f, const double* o, doub
   const double s4 = 1.0 / (1.0 + std::exp(-o[3]));
   const double u = floor + (1 - floor) * s1 * (1 - s2 / f.waves);
   if (util) *util = u;
-  const double device = (f.base_ms + s4 * f.overlap_ms) / u;
+  const double device = (f.base_ms + s4 * f.overlap_ms) / u + (1 / u - 1) * f.lane_excess_ms;
   return f.device_only ? device : std::hypot(kMaxOverheadMs * s3, device);
 }
 
@@ -433,12 +434,12 @@ std::vector<double> predict_latency_ms(const ClassModel& m, const std::vector<Ti
   std::unordered_map<std::string, size_t> seen;
   std::vector<size_t> of(f.size());
   std::vector<TileFeatures> distinct;
-  std::string key(sizeof(TileFeatures::x) + 3 * sizeof(double) + 1, '\0');
+  std::string key(sizeof(TileFeatures::x) + 4 * sizeof(double) + 1, '\0');
   for (size_t i = 0; i < f.size(); ++i) {
     char* p = &key[0];
     std::memcpy(p, f[i].x, sizeof(TileFeatures::x));
     p += sizeof(TileFeatures::x);
-    for (double v : {f[i].base_ms, f[i].overlap_ms, f[i].waves}) {
+    for (double v : {f[i].base_ms, f[i].overlap_ms, f[i].waves, f[i].lane_excess_ms}) {
       std::memcpy(p, &v, sizeof v);
       p += sizeof v;
     }

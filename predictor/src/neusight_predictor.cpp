@@ -333,6 +333,10 @@ class NeusightPredictor final : public Predictor {
       add(fa, int(b.alternatives.size()));
       b.alternatives.push_back(alt);
     };
+    // A GEMV on CUDA cores is also priced on its tile: cuBLAS's sgemv reads the weights no
+    // slower than the tiled sgemm of a few more rows does, so the faster of the two is taken
+    // (apply_networks keeps the tiled answer where it is the shorter).
+    if (streamed && !library && !has_matrix_units(gpu, run.dtype)) add(f, -1);
     if (!streamed) {
       add(f, -1);
       // A single GEMM runs on the tile the library's heuristic expects fastest among those

@@ -1,5 +1,6 @@
 // precision.cpp - where a kernel's math runs (tensor cores or FP32 SIMT) and the timing convention.
 #include "neusight/precision.h"
+#include "neusight/neusight_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -166,13 +167,20 @@ double power_clock_fraction(const Gpu& gpu) {
   return std::min(1.0, gpu.board_power_w / lane_cycles_per_s / need);
 }
 
-double simt_sustained_fraction(const Gpu& gpu) {
-  if (gpu.vendor != "nvidia") return power_clock_fraction(gpu);
+double simt_issue_fraction(const Gpu& gpu) {
+  if (gpu.vendor != "nvidia") return 1.0;
   const bool issue_bound = gpu.fp32_cores_per_sm > 64;
   const double smem = gpu.fp32_cores_per_sm > 0
                           ? kSharedMemoryBytesPerClock / (double(gpu.fp32_cores_per_sm) * kSimtSmemBytesPerFfma)
                           : 1.0;
-  return std::min({1.0, issue_bound ? kSimtFfmaIssueShare : 1.0, smem}) * power_clock_fraction(gpu);
+  return std::min({1.0, issue_bound ? kSimtFfmaIssueShare : 1.0, smem});
+}
+
+double simt_sustained_fraction(const Gpu& gpu) { return simt_issue_fraction(gpu) * power_clock_fraction(gpu); }
+
+double simt_lane_ratio(const Gpu& gpu) {
+  if (!(gpu.fp32_cores_per_sm > 0)) return 1.0;
+  return double(gpu.fp32_cores_per_sm) * simt_issue_fraction(gpu) / double(kFeatureLanesPerSm);
 }
 
 double global_memory_latency_ms(const Gpu& gpu) {

@@ -148,7 +148,8 @@ Mat output_gradient(const Mat& out, const std::vector<Sample>& samples, const si
     const double u = fl + (1 - fl) * s1 * (1 - s2 / w);
     // The published law has no fixed cost and no overlap term (its o2, o3 stay untrained).
     const double base = s.f.base_ms + (paper ? 0.0 : s4 * s.f.overlap_ms);
-    const double fixed = paper ? 0.0 : kMaxOverheadMs * s3, device = base / u;
+    const double excess = paper ? 0.0 : s.f.lane_excess_ms;
+    const double fixed = paper ? 0.0 : kMaxOverheadMs * s3, device = base / u + (1 / u - 1) * excess;
     // The law (neusight_model.h): the root sum of squares of dispatch and device time, its
     // gradient shared between them by their shares; the published law is the device time.
     const bool bound = !paper;
@@ -158,7 +159,7 @@ Mat output_gradient(const Mat& out, const std::vector<Sample>& samples, const si
     const double dl_dp = 2.0 * res / pred / double(n);
     const double dl_dd = bound ? dl_dp * device / pred : dl_dp;  // through the device time
     const double dl_df = bound ? dl_dp * fixed / pred : dl_dp;   // through the fixed cost
-    double dl_du = dl_dd * (-base / (u * u));
+    double dl_du = dl_dd * (-(base + excess) / (u * u));
     if (bound) {
       // Where the dispatch hides the device time (its share of the prediction, hidden), the data
       // cannot say how long the kernel runs on the device: a weak prior pulls it toward its

@@ -55,7 +55,7 @@ json layer_json(const DenseLayer& L) {
 void save_model_set(const ModelSet& m, const std::string& dir) {
   json j;
   j["schema"] = kWeightsSchema;
-  j["law"] = "device_ms = (base_ms + sigmoid(o3)*overlap_ms) / u, "
+  j["law"] = "device_ms = (base_ms + sigmoid(o3)*overlap_ms) / u + (1/u - 1)*lane_excess_ms, "
              "u = floor + (1-floor)*sigmoid(o0)*(1 - sigmoid(o1)/waves); "
              "latency_ms = hypot(max_overhead_ms*sigmoid(o2), device_ms) (streaming classes: waves = infinity)";
   j["max_overhead_ms"] = kMaxOverheadMs;

@@ -224,7 +224,8 @@ TEST_CASE("precision: a half-precision GEMM on a GPU without tensor cores is pre
   CHECK(r[0].compute_bound);
   // At least the time of its FLOPs at the FP32 peak, not at the (twice as high) FP16 SIMT peak.
   CHECK(r[0].latency_ms >= h.flops / (p100.fp32_gflops * 1e6));
-  CHECK(r[0].latency_ms > 1.2 * r[0].roofline_ms);
+  // Below the roofline as the P100's large FP32 GEMMs run (0.70-0.83 of the FP32 peak).
+  CHECK(r[0].latency_ms > 1.1 * r[0].roofline_ms);
 }
 
 TEST_CASE("precision: math_precision names the unit and precision a kernel's math runs in") {

@@ -63,6 +63,13 @@ struct TileFeatures {
   // adds a learned share of it (0-1).
   double overlap_ms = 0;
   double waves = 1;
+  // SIMT GEMMs on an SM wider than the networks' reference (kFeatureLanesPerSm FP32 lanes):
+  // how much longer than base_ms the math would take on the reference SM at the same clock,
+  // max(0, compute x r - base) with r = simt_lane_ratio (0 elsewhere). The utilization the
+  // networks learned on 64-lane SMs puts a tile's time above its roofline in the SM's clocks
+  // (the pipeline's prologue and epilogue, latencies the loop does not hide), which more
+  // lanes do not shorten: the law charges (1/u - 1) on it too (law_latency_ms).
+  double lane_excess_ms = 0;
   // The law's device time alone, without the dispatch (device and kernel timing): set by the
   // predictor.
   bool device_only = false;
@@ -121,15 +128,16 @@ struct ModelSet {
 // learned constant per class (the network's weights into o2 are held at zero), and the share
 // beta = sigmoid(o3) of overlap_ms charged (a GEMM's shorter roofline time that does not
 // overlap the longer one; a streaming kernel's idle share of its last wave):
-//   device_ms  = (base_ms + beta overlap_ms) / u                  (>= base_ms >= the roofline)
+//   device_ms  = (base_ms + beta overlap_ms) / u + (1/u - 1) lane_excess_ms   (>= base_ms >= the roofline)
 //   latency_ms = sqrt(overhead^2 + device_ms^2)
 // The eager timings show the dispatch as a floor (an elementwise op 30 us on the P4, T4 and
 // A100 hosts, 38 us on the V100's; a small bmm 31-54 us; for any kernel below a few us of
 // device time: the host's launch pipelines with the device's work), so the law takes the root
 // sum of squares, a smooth maximum that the trainer's gradient reaches on both sides.
 // base_ms and overlap_ms fall as the GPU's FLOP rate or bandwidth rise and never grow with
-// its SMs at fixed per-SM rates, and the network sees no rate, so a faster GPU never
-// predicts slower.
+// its SMs at fixed per-SM rates; lane_excess_ms grows only where base_ms falls by as much
+// (memory time below the 64-lane math time), which the law charges at 1/u - 1 < 1/u; and
+// the network sees no rate, so a faster GPU never predicts slower.
 constexpr int kNetOutputs = 4;
 constexpr double kMaxOverheadMs = 0.05;
 double law_latency_ms(double floor, const TileFeatures& f, const double* o, double* util);

@@ -66,12 +66,12 @@ constexpr double kHostDispatchHighMs = 0.01258;
 // training data cannot show this (SIMT FMA draws far less power per cycle), so it is learned
 // from the training GPUs' tensor-core measurements: the fraction that makes the geometric mean
 // of predicted / measured 1 over the compute-bound FP16 GEMMs of DeepBench (kernel timing) on
-// V100 and T4, 24 rows pooled, with the shipped weights: 0.762 (each GPU alone: V100 0.86, T4
-// 0.67, a 70 W card; bench/half_precision prints the refit and the leave-one-GPU-out table).
+// V100 and T4, 24 rows pooled, with the shipped weights: 0.846 (each GPU alone: V100 0.95, T4
+// 0.75, a 70 W card; bench/half_precision prints the refit and the leave-one-GPU-out table).
 // One number for all GPUs: the spec sheets give no power limit or tensor-load clock, so the
 // spread between GPUs stays unexplained. Not fitted to any GPU the tool is validated on (the
 // A100 and newer are unseen).
-constexpr double kMatrixSustainedFraction = 0.762;
+constexpr double kMatrixSustainedFraction = 0.846;
 
 // A weight-streaming GEMM (the GEMV and split-K kernels libraries run for a few rows: an LLM's
 // decode projections) as a fraction of the spec-sheet DRAM bandwidth, and its fixed time (the
@@ -178,6 +178,15 @@ double process_energy_scale(double process_nm);
 // board power or node is unknown). In (0, 1]. Never depends on the FP32 peak itself, so a
 // higher peak always predicts faster.
 double simt_sustained_fraction(const Gpu& gpu);
+// min(kSimtFfmaIssueShare, the shared-memory share) alone (NVIDIA; 1 elsewhere).
+double simt_issue_fraction(const Gpu& gpu);
+// An SM's FFMA rate per clock over that of the 64-lane SM the GEMM networks' utilization refers
+// to (kFeatureLanesPerSm: the training GPUs but the P4): lanes x simt_issue_fraction / 64
+// (1.78 on Hopper, Ada, Blackwell, GA10x and the P4; 1 on 64-lane SMs). The law charges a SIMT
+// GEMM's time above its roofline on the math time it would take at 64 lanes, since those
+// cycles (pipeline prologue, epilogue, unhidden latencies) do not shrink with more lanes
+// (TileFeatures::lane_excess_ms). 1 when the lanes are unknown.
+double simt_lane_ratio(const Gpu& gpu);
 // The power-limited clock fraction alone (1 when unknown or not limited).
 double power_clock_fraction(const Gpu& gpu);
 
