@@ -333,10 +333,11 @@ class NeusightPredictor final : public Predictor {
       add(fa, int(b.alternatives.size()));
       b.alternatives.push_back(alt);
     };
-    // A GEMV on CUDA cores is also priced on its tile: cuBLAS's sgemv reads the weights no
-    // slower than the tiled sgemm of a few more rows does, so the faster of the two is taken
-    // (apply_networks keeps the tiled answer where it is the shorter).
-    if (streamed && !library && !has_matrix_units(gpu, run.dtype)) add(f, -1);
+    // A GEMV on CUDA cores is also priced on its tiles (its own and, below, those of fewer
+    // SMs): cuBLAS's sgemv reads the weights no slower than the tiled sgemm of a few more rows
+    // does, so the faster is taken (apply_networks keeps the tiled answer where it is shorter).
+    const bool simt_gemv = streamed && !library && !has_matrix_units(gpu, run.dtype);
+    if (simt_gemv) add(f, -1);
     if (!streamed) {
       add(f, -1);
       // A single GEMM runs on the tile the library's heuristic expects fastest among those
@@ -354,11 +355,11 @@ class NeusightPredictor final : public Predictor {
       int sms = 0;
       for (const std::vector<int>* on : {&fs.chosen_on, &fs.offered_on}) {
         if (on == &fs.offered_on && !library) break;
-        auto end = streamed ? std::lower_bound(on->begin(), on->end(), stream_from) : on->end();
+        auto end = streamed && !simt_gemv ? std::lower_bound(on->begin(), on->end(), stream_from) : on->end();
         if (end != on->begin()) sms = std::max(sms, *(end - 1));
       }
       if (sms == 0) continue;
-      if (!streamed && (same_grid(fs.tiling, t) || std::any_of(offered.begin(), offered.end(), [&](const Tiling& a) {
+      if ((!streamed || simt_gemv) && (same_grid(fs.tiling, t) || std::any_of(offered.begin(), offered.end(), [&](const Tiling& a) {
                           return library && same_grid(fs.tiling, a);
                         })))
         continue;

@@ -92,9 +92,8 @@ constexpr double kWeightStreamSetupUs = 4.6;
 // The fixed time of a library GEMM kernel on matrix units (device and kernel timing): the
 // pipeline's prologue, the epilogue's stores, launch to completion. The weight-streaming law's
 // intercept is the same quantity measured (the part of a GEMM's time its bytes do not explain),
-// and the tiled GEMMs of Vidur's A100 profiles agree: without it the ones measured under 10 us
-// were predicted at 0.69x, 10-30 us at 0.82x, 30-100 us at 0.94x; with it 1.07x, 1.03x,
-// 1.02x (bench/half_precision). Added to the tiles' time, in place of the device floor's root
+// and the tiled GEMMs of Vidur's A100 profiles agree: with it the ones measured under 10 us are
+// predicted at 1.12x, 10-30 us at 0.97x, 30-100 us at 0.96x (bench/half_precision). Added to the tiles' time, in place of the device floor's root
 // sum of squares (eager timing: on top of the dispatch); FlashAttention kernels and FP32 SIMT
 // GEMMs (whose fixed cost the networks learned) keep the floor.
 constexpr double kGemmKernelFixedUs = kWeightStreamSetupUs;
