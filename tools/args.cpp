@@ -339,13 +339,33 @@ std::vector<std::string> config_notes(const ModelConfig& cfg, const Options& opt
 }
 
 void print_warnings_once(const std::vector<Report>& reports, const std::string& prefix) {
+  // The unaligned tensor-core GEMMs of several GPUs differ only in their share of the time:
+  // one warning says it as a range, where it stood in the first GPU's warnings.
+  const Report* first = nullptr;
+  double lo = 1, hi = 0;
+  int gpus = 0;
+  for (const auto& r : reports)
+    if (r.unaligned_gemms) {
+      if (!first) first = &r;
+      lo = std::min(lo, r.unaligned_gemms->share);
+      hi = std::max(hi, r.unaligned_gemms->share);
+      ++gpus;
+    }
   std::vector<std::string> said;
   for (const auto& r : reports)
-    for (const auto& w : r.warnings)
-      if (std::find(said.begin(), said.end(), w) == said.end()) {
-        said.push_back(w);
-        std::fprintf(stderr, "neusight-onnx: warning: %s%s\n", prefix.c_str(), w.c_str());
+    for (const auto& w : r.warnings) {
+      std::string line = w;
+      if (r.unaligned_gemms && w == unaligned_gemms_warning(*r.unaligned_gemms)) {
+        if (&r != first) continue;
+        UnalignedGemms joined = *first->unaligned_gemms;
+        joined.share = lo;
+        line = unaligned_gemms_warning(joined, hi, gpus);
       }
+      if (std::find(said.begin(), said.end(), line) == said.end()) {
+        said.push_back(line);
+        std::fprintf(stderr, "neusight-onnx: warning: %s%s\n", prefix.c_str(), line.c_str());
+      }
+    }
 }
 
 }  // namespace neusight::cli

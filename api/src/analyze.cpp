@@ -97,43 +97,29 @@ std::vector<DType> unaligned_reads(const std::vector<Kernel>& kernels, const Gpu
   return out;
 }
 
-// One note for the unaligned tensor-core GEMMs (`unaligned`: unaligned_reads) where they take
-// at least 1% of the predicted time: how many, their share of it and the longest.
-std::vector<std::string> misaligned_gemm_notes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
+// The unaligned tensor-core GEMMs (`unaligned`: unaligned_reads) where they take at least 1% of
+// the predicted time: how many, their share of it and the longest.
+std::optional<UnalignedGemms> misaligned_gemms(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
                                                const std::vector<DType>& unaligned, const Graph& g) {
-  int64_t count = 0;
+  UnalignedGemms u;
   double ms = 0, total_ms = 0, longest_ms = -1;
-  std::string longest;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
     const Kernel& k = kernels[i];
     total_ms += preds[i].latency_ms;
     const DType stored = i < unaligned.size() ? unaligned[i] : DType::undefined;
     if (stored == DType::undefined) continue;
     ms += preds[i].latency_ms;
-    ++count;
+    ++u.count;
     if (!(preds[i].latency_ms > longest_ms)) continue;
     longest_ms = preds[i].latency_ms;
     const std::string node = k.node >= 0 && size_t(k.node) < g.nodes.size() ? g.nodes[size_t(k.node)].name + ": " : "";
-    longest = " (the longest: " + node + std::to_string(k.gemm.m) + "x" + std::to_string(k.gemm.k) + " by " +
-              std::to_string(k.gemm.k) + "x" + std::to_string(k.gemm.n) + " in " + dtype_name(stored) +
-              ": a multiple of " + std::to_string(int(16 / element_bytes(stored))) + " elements is aligned)";
+    u.longest = node + std::to_string(k.gemm.m) + "x" + std::to_string(k.gemm.k) + " by " + std::to_string(k.gemm.k) +
+                "x" + std::to_string(k.gemm.n) + " in " + dtype_name(stored) + ": a multiple of " +
+                std::to_string(int(16 / element_bytes(stored))) + " elements is aligned";
   }
-  if (count == 0 || !(ms >= 0.01 * total_ms)) return {};
-  char share[32];
-  std::snprintf(share, sizeof share, "%.0f%%", 100.0 * ms / total_ms);
-  return {std::to_string(count) + " tensor-core GEMM" + (count > 1 ? "s" : "") + ", " + share +
-          " of the predicted time, " + (count > 1 ? "have" : "has") +
-          " an operand or output row that is not a multiple of 16 bytes" + longest +
-          ": libraries run such GEMMs on narrow-load kernels, slower than the aligned kernels predicted here "
-          "(docs/ACCURACY.md, \"Measured on an H200\")"};
-}
-
-// The notes on how the GEMMs' math runs: dtypes without matrix units, unaligned rows.
-std::vector<std::string> gemm_math_notes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
-                                         const std::vector<DType>& unaligned, const Gpu& gpu, const Graph& g) {
-  std::vector<std::string> out = math_fallback_notes(kernels, gpu);
-  for (auto& n : misaligned_gemm_notes(kernels, preds, unaligned, g)) out.push_back(std::move(n));
-  return out;
+  if (u.count == 0 || !(ms >= 0.01 * total_ms)) return std::nullopt;
+  u.share = ms / total_ms;
+  return u;
 }
 
 TensorInfo named_tensor(const std::string& name) {
@@ -384,8 +370,10 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
         return k.cls == KernelClass::gemm && math_precision(k, gpu).find("-simt") != std::string::npos;
       }))
     for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
+  for (const auto& w : math_fallback_notes(kernels, gpu)) r.warnings.push_back(w);
   const std::vector<DType> unaligned = unaligned_reads(kernels, gpu);
-  for (const auto& w : gemm_math_notes(kernels, preds, unaligned, gpu, a.graph)) r.warnings.push_back(w);
+  r.unaligned_gemms = misaligned_gemms(kernels, preds, unaligned, a.graph);
+  if (r.unaligned_gemms) r.warnings.push_back(unaligned_gemms_warning(*r.unaligned_gemms));
   r.unknown_ops.assign(unknown.begin(), unknown.end());
   for (auto& w : unpriced_op_warnings(a, unknown)) r.warnings.push_back(std::move(w));
   for (const auto& name : a.graph.outputs) {

@@ -29,6 +29,20 @@ double Report::slo_items_per_s() const {
   return latency_slo && latency_slo->met && e2e_latency_ms > 0 ? double(latency_slo->batch) * 1e3 / e2e_latency_ms : 0.0;
 }
 
+std::string unaligned_gemms_warning(const UnalignedGemms& u, double share_high, int gpus) {
+  char share[64];
+  if (share_high > u.share && gpus > 1)
+    std::snprintf(share, sizeof share, "%.0f-%.0f%% of the predicted time on %d GPUs", 100.0 * u.share,
+                  100.0 * share_high, gpus);
+  else
+    std::snprintf(share, sizeof share, "%.0f%% of the predicted time", 100.0 * u.share);
+  return std::to_string(u.count) + " tensor-core GEMM" + (u.count > 1 ? "s" : "") + ", " + share + ", " +
+         (u.count > 1 ? "have" : "has") + " an operand or output row that is not a multiple of 16 bytes" +
+         (u.longest.empty() ? "" : " (the longest: " + u.longest + ")") +
+         ": libraries run such GEMMs on narrow-load kernels, slower than the aligned kernels predicted here "
+         "(docs/ACCURACY.md, \"Measured on an H200\")";
+}
+
 int MemoryFootprint::gpus_to_hold() const {
   return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() / capacity_gib - 1e-9))) : 0;
 }

@@ -9,7 +9,7 @@ import unittest
 import onnx
 from onnx import TensorProto, helper
 
-from cli_util import EXAMPLE, run, run_json
+from cli_util import EXAMPLE, SOURCE, run, run_json
 
 FLOAT_TYPES = {"fp32", "fp16", "bf16", "fp8", "tf32"}
 
@@ -149,6 +149,18 @@ class DtypeFlag(unittest.TestCase):
             self.assertEqual(code, 0, err)
             docs = [n.doc_string for n in onnx.load(annotated).graph.node]
             self.assertTrue(docs and all("narrow-load kernel, priced aligned" in doc for doc in docs), docs)
+            # A GPU list says it once, on stderr too; where the GPUs' shares differ, as a range.
+            code, out, err = run(path, "--gpu", "h100,a100-80gb,b200,p100")
+            self.assertEqual(code, 0, err)
+            lines = [l for l in err.splitlines() if "not a multiple of 16 bytes" in l]
+            self.assertEqual(len(lines), 1, err)
+            self.assertIn("2 tensor-core GEMMs, 100% of the predicted time, have", lines[0])
+            config = os.path.join(SOURCE, "tests", "data", "dinov2_base.json")
+            code, out, err = run("--config", config, "--batch", "8", "--gpu", "h100,l4", "--dtype", "bf16")
+            self.assertEqual(code, 0, err)
+            lines = [l for l in err.splitlines() if "not a multiple of 16 bytes" in l]
+            self.assertEqual(len(lines), 1, err)
+            self.assertRegex(lines[0], r"tensor-core GEMMs, \d+-\d+% of the predicted time on 2 GPUs, have")
             # No matrix units for FP16 on the P100: nothing to say.
             r = run_json(path, "--gpu", "p100")
             self.assertFalse([w for w in r["warnings"] if "16 bytes" in w], r["warnings"])

@@ -144,6 +144,17 @@ struct GenerationReport {
 // the most alive at once (each tensor from the kernel that writes it to the last that reads
 // it), in training all the forward pass writes (kept for the backward pass). A framework's own
 // workspace and allocator slack are not counted.
+// Tensor-core GEMMs whose operand or output rows are not a multiple of 16 bytes: libraries run
+// them on narrow-load kernels, priced here as the aligned ones (one warning per report).
+struct UnalignedGemms {
+  int64_t count = 0;
+  double share = 0;     // of the report's predicted time, 0-1
+  std::string longest;  // the longest one: "node: MxK by KxN in dtype: a multiple of E elements is aligned"
+};
+// The warning of `u`; with share_high > share (reports of several GPUs joined), the share as a
+// range over `gpus` GPUs.
+std::string unaligned_gemms_warning(const UnalignedGemms& u, double share_high = -1, int gpus = 1);
+
 struct MemoryFootprint {
   bool training = false;
   std::string optimizer;  // training: "sgd", "momentum" or "adam" (whose state optimizer_gib is)
@@ -186,6 +197,7 @@ struct Report {
   std::vector<NodeReport> nodes;          // graph order
   std::vector<KernelReport> extra_kernels;  // kernels tied to no node (collectives ...)
   std::vector<std::string> warnings;
+  std::optional<UnalignedGemms> unaligned_gemms;  // its warning is among `warnings` too
   std::vector<std::string> unknown_ops;
   int folded_nodes = 0;       // nodes computed from constants only (no kernel)
   int unpredicted_nodes = 0;  // nodes with an "unknown" kernel (no time counted)
