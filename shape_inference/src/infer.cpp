@@ -236,7 +236,12 @@ void rule_matmul(Ctx& c) {
 void rule_gemm(Ctx& c) {
   const TensorInfo* a = c.in(0);
   const TensorInfo* b = c.in(1);
-  if (!a || !b || !a->has_shape || !b->has_shape || a->shape.size() != 2 || b->shape.size() != 2) return;
+  // A and B are matrices in every opset; onnxruntime and ONNX's own inference refuse others.
+  for (const auto& [t, name] : {std::pair{a, "A"}, std::pair{b, "B"}})
+    if (t && t->has_shape && t->shape.size() != 2)
+      throw InputError(c.where() + ": " + name + " " + shape_text(t->shape) + " has rank " +
+                       std::to_string(t->shape.size()) + " (Gemm takes 2-D A and B; MatMul takes batches)");
+  if (!a || !b || !a->has_shape || !b->has_shape) return;
   const bool ta = c.n.attr_i("transA", 0), tb = c.n.attr_i("transB", 0);
   // K of A against K of B, as runtimes check them: a Reshape to [1, -1] that folds the batch
   // into K (an SSR-Net head bound to batch 8) cannot run.

@@ -179,6 +179,10 @@ TEST_CASE("shape inference: a Gemm checks K and its bias against the output") {
                        "node 'Gemm_0' (Gemm): inner dimensions differ (1280 vs 160: [1,1280] x [3,160] transposed)", InputError);
   CHECK_THROWS_WITH_AS(gemm({8, 160}, {3, 160}, {4}), doctest::Contains("bias C [4] does not broadcast to the output [8,3]"),
                        InputError);
+  // A and B are matrices: a batched operand is MatMul's, which onnxruntime refuses for Gemm.
+  CHECK_THROWS_WITH_AS(gemm({2, 8, 160}, {3, 160}, {3}), doctest::Contains("A [2,8,160] has rank 3 (Gemm takes 2-D A and B"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(gemm({8, 160}, {160}, {}), doctest::Contains("B [160] has rank 1"), InputError);
 }
 
 TEST_CASE("shape inference: channels, norm parameters, Concat operands and Split sizes are checked as runtimes check them") {
