@@ -93,9 +93,10 @@ constexpr double kWeightStreamSetupUs = 4.6;
 // pipeline's prologue, the epilogue's stores, launch to completion. The weight-streaming law's
 // intercept is the same quantity measured (the part of a GEMM's time its bytes do not explain),
 // and the tiled GEMMs of Vidur's A100 profiles agree: with it the ones measured under 10 us are
-// predicted at 1.12x, 10-30 us at 0.97x, 30-100 us at 0.96x (bench/half_precision). Added to the tiles' time, in place of the device floor's root
-// sum of squares (eager timing: on top of the dispatch); FlashAttention kernels and FP32 SIMT
-// GEMMs (whose fixed cost the networks learned) keep the floor.
+// predicted at 1.12x, 10-30 us at 0.97x, 30-100 us at 0.96x (bench/half_precision). Added to
+// the tiles' time, in place of the device floor's root sum of squares (eager timing: on top of
+// the dispatch); FlashAttention kernels and FP32 SIMT GEMMs (whose fixed cost the networks
+// learned) keep the floor.
 constexpr double kGemmKernelFixedUs = kWeightStreamSetupUs;
 // The law above for a GEMM (its bytes and FLOPs) on `gpu`; `math_gflops` is the rate its math
 // runs at (0: the stream alone); `setup_us` its intercept. Milliseconds; 0 without a bandwidth.
