@@ -9,6 +9,7 @@
 #include <utility>
 #include <optional>
 
+#include "batch_search.h"
 #include "footprint.h"
 #include "neusight/neusight.h"
 #include "neusight/precision.h"
@@ -453,26 +454,12 @@ Report predict_for_latency_slo(const LoadedModel& model, const Options& given, c
   Report best = at(1);
   slo.met = meets(best);
   slo.batch = 1;
-  if (slo.met) {
-    // Doubling while the batch qualifies, then bisection between the last that does (lo) and
-    // the first that does not (hi).
-    int64_t lo = 1, hi = 0;
-    auto probe = [&](int64_t batch) {
-      Report r = at(batch);
-      if (meets(r)) {
-        lo = batch;
-        best = std::move(r);
-      } else {
-        hi = batch;
-        slo.next_batch = batch;
-        slo.next_latency_ms = r.e2e_latency_ms;
-        slo.next_fits = fits(r);
-      }
-    };
-    while (hi == 0 && lo < Report::kMaxSloBatch) probe(std::min(lo * 2, Report::kMaxSloBatch));
-    while (hi > 0 && hi - lo > 1) probe(lo + (hi - lo) / 2);
-    slo.batch = lo;
-  }
+  auto missed = [&](int64_t batch, const Report& r) {
+    slo.next_batch = batch;
+    slo.next_latency_ms = r.e2e_latency_ms;
+    slo.next_fits = fits(r);
+  };
+  if (slo.met) slo.batch = largest_batch_meeting(best, Report::kMaxSloBatch, BatchBracket::kDouble, at, meets, missed);
   best.latency_slo = slo;
   return best;
 }

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "batch_search.h"
 #include "footprint.h"
 #include "neusight/neusight.h"
 
@@ -769,29 +770,16 @@ Report predict_generation_for_tpot(const Decoder& decoder, const Options& option
   GenerationReport::TpotSlo slo;
   slo.tpot_ms = tpot_slo_ms;
   slo.met = meets(best);
-  auto fail = [&](const Report& r) {
-    slo.next_batch = r.generation->batch;
+  auto fail = [&](int64_t batch, const Report& r) {
+    slo.next_batch = batch;
     slo.next_tpot_ms = r.generation->tpot_ms;
     slo.next_fits = fits(r);
   };
   if (slo.met) {
-    // Bisection between a batch that qualifies (lo) and one that does not (hi), up to the
-    // sequences that fit at batch 1.
+    // Up to the sequences that fit at batch 1.
     const int64_t fit1 = best.generation->max_batch;
     const int64_t cap = gpu.mem_gb > 0 ? std::max<int64_t>(fit1, 1) : 65536;
-    int64_t lo = 1, hi = cap + 1;
-    auto probe = [&](int64_t batch) {
-      Report r = at(batch);
-      if (meets(r)) {
-        lo = batch;
-        best = std::move(r);
-      } else {
-        hi = batch;
-        fail(r);
-      }
-    };
-    if (cap > 1) probe(cap);
-    while (hi - lo > 1) probe(lo + (hi - lo) / 2);
+    largest_batch_meeting(best, cap, BatchBracket::kFromCap, at, meets, fail);
   }
   best.generation->tpot_slo = slo;
   return best;
