@@ -352,10 +352,11 @@ void print_warnings_once(const std::vector<Report>& reports, const std::string& 
       ++gpus;
     }
   std::vector<std::string> said;
-  for (const auto& r : reports)
+  for (const auto& r : reports) {
+    const std::string unaligned = r.unaligned_gemms ? unaligned_gemms_warning(*r.unaligned_gemms) : std::string();
     for (const auto& w : r.warnings) {
       std::string line = w;
-      if (r.unaligned_gemms && w == unaligned_gemms_warning(*r.unaligned_gemms)) {
+      if (r.unaligned_gemms && w == unaligned) {
         if (&r != first) continue;
         UnalignedGemms joined = *first->unaligned_gemms;
         joined.share = lo;
@@ -366,6 +367,7 @@ void print_warnings_once(const std::vector<Report>& reports, const std::string& 
         std::fprintf(stderr, "neusight-onnx: warning: %s%s\n", prefix.c_str(), line.c_str());
       }
     }
+  }
 }
 
 }  // namespace neusight::cli
