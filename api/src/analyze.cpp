@@ -51,9 +51,9 @@ std::pair<DType, DTypeSource> model_dtype(const Graph& g, DType option) {
 // One note per GEMM dtype this GPU has no matrix units for (FP8 on an A100, BF16 on a V100,
 // INT8 on a P100):
 // those GEMMs are predicted in the math they run in (precision.h kernel_as_run).
-std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels, const Gpu& gpu) {
+std::vector<GpuWarning> math_fallback_notes(const std::vector<Kernel>& kernels, const Gpu& gpu) {
   std::set<DType> seen;  // the math of a float GEMM depends on its dtype and the GPU alone
-  std::vector<std::string> out;
+  std::vector<GpuWarning> out;
   for (const auto& k : kernels) {
     if (k.cls != KernelClass::gemm || !(is_float(k.dtype) || k.dtype == DType::i8) || !seen.insert(k.dtype).second) continue;
     const std::string math = math_precision(k, gpu);
@@ -61,8 +61,11 @@ std::vector<std::string> math_fallback_notes(const std::vector<Kernel>& kernels,
     // Its own matrix units, or FP32 on the CUDA cores as ever; INT8 on the CUDA cores is a fallback.
     if (math.rfind(wanted + "-", 0) == 0 && math != "int8-simt") continue;
     const std::string stored = k.dtype == DType::tf32 ? "fp32" : wanted;  // TF32 math reads FP32 operands
-    out.push_back(gpu.name + " has no " + wanted + " matrix units: " + wanted + " GEMMs are predicted as " + math +
-                  " with " + stored + " operands");
+    GpuWarning w;
+    w.kind = GpuWarning::Kind::no_matrix_units;
+    w.gpu = gpu.name;
+    w.subject = wanted + " matrix units: " + wanted + " GEMMs are predicted as " + math + " with " + stored + " operands";
+    out.push_back(std::move(w));
   }
   return out;
 }
@@ -228,7 +231,7 @@ std::vector<std::string> unpriced_op_warnings(const Analysis& a, const std::set<
 }
 
 // A run that does not fit one GPU's memory: how much it needs, and what splits it.
-std::string memory_warning(const MemoryFootprint& m, const Gpu& gpu) {
+GpuWarning memory_warning(const MemoryFootprint& m, const Gpu& gpu) {
   auto gib = [](double v) {
     char b[32];
     std::snprintf(b, sizeof b, "%.1f", v);
@@ -237,10 +240,41 @@ std::string memory_warning(const MemoryFootprint& m, const Gpu& gpu) {
   std::string parts = "weights " + gib(m.weights_gib);
   if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", " + m.optimizer + " state " + gib(m.optimizer_gib);
   parts += ", activations " + gib(m.activations_gib);
-  return gpu.name + ": the " + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
-         " GiB (" + parts + "), more than its " + gib(m.capacity_gib) + " GiB; the prediction assumes it fits (" +
-         std::to_string(m.gpus_to_hold()) + " such GPUs hold it split evenly: --parallel " +
-         (m.training ? "dp, tp, pp" : "tp") + ")";
+  GpuWarning w;
+  w.kind = GpuWarning::Kind::memory;
+  w.gpu = gpu.name;
+  w.subject = std::string("the ") + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
+              " GiB (" + parts + ")";
+  w.capacity_gib = m.capacity_gib;
+  w.gpus_to_hold = m.gpus_to_hold();
+  w.training = m.training;
+  return w;
+}
+
+// Adds a GPU's warning to a report: typed, and in words among its warnings.
+void add_gpu_warning(Report& r, GpuWarning w) {
+  r.warnings.push_back(gpu_warning_text(w));
+  r.gpu_warnings.push_back(std::move(w));
+}
+
+// What the GPU's math changes: a power-limited clock under the predictor's FP32 SIMT GEMMs
+// (said where the model has such a GEMM, not for a BF16 model whose GEMMs all run on tensor
+// cores), and GEMM dtypes without matrix units.
+void add_math_warnings(Report& r, const Predictor& predictor, const std::vector<Kernel>& kernels, const Gpu& gpu) {
+  if (std::any_of(kernels.begin(), kernels.end(), [&](const Kernel& k) {
+        return k.cls == KernelClass::gemm && math_precision(k, gpu).find("-simt") != std::string::npos;
+      }))
+    if (const double f = predictor.simt_clock_fraction(gpu); f < 0.995) {
+      GpuWarning w;
+      w.kind = GpuWarning::Kind::power_limited;
+      w.gpu = gpu.name;
+      w.power_w = gpu.board_power_w;
+      w.process_nm = gpu.process_nm;
+      w.lanes = int64_t(gpu.num_sm) * gpu.fp32_cores_per_sm;
+      w.clock_fraction = f;
+      add_gpu_warning(r, std::move(w));
+    }
+  for (auto& w : math_fallback_notes(kernels, gpu)) add_gpu_warning(r, std::move(w));
 }
 
 }  // namespace
@@ -365,13 +399,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   for (const auto& w : a.shapes.warnings)
     if (a.shapes.unknown_ops.empty() || w.code != WarningCode::no_shape_rule) r.warnings.push_back(w.message);
   for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
-  // The predictor's notes are about its GEMMs on CUDA cores (a power-limited clock): said where
-  // the model has such a GEMM, not for a BF16 model whose GEMMs all run on tensor cores.
-  if (std::any_of(kernels.begin(), kernels.end(), [&](const Kernel& k) {
-        return k.cls == KernelClass::gemm && math_precision(k, gpu).find("-simt") != std::string::npos;
-      }))
-    for (const auto& n : predictor->notes(gpu)) r.warnings.push_back(n);
-  for (const auto& w : math_fallback_notes(kernels, gpu)) r.warnings.push_back(w);
+  add_math_warnings(r, *predictor, kernels, gpu);
   const std::vector<DType> unaligned = unaligned_reads(kernels, gpu);
   r.unaligned_gemms = misaligned_gemms(kernels, preds, unaligned, a.graph);
   if (r.unaligned_gemms) r.warnings.push_back(unaligned_gemms_warning(*r.unaligned_gemms));
@@ -408,7 +436,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   if (a.memory) {
     r.memory = a.memory;
     r.memory->capacity_gib = gpu.mem_gb;
-    if (!r.memory->fits()) r.warnings.push_back(memory_warning(*r.memory, gpu));
+    if (!r.memory->fits()) add_gpu_warning(r, memory_warning(*r.memory, gpu));
   }
   if (par) {  // the iteration, not the sum of one micro-batch's kernels
     // The interval scales with the iteration (the micro-batch's kernels set its width).

@@ -659,11 +659,16 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   char draft_part[64] = "";
   if (a.draft) std::snprintf(draft_part, sizeof draft_part, " + draft %.1f", draft_bytes / kGiB);
   char buf[360];
-  std::snprintf(buf, sizeof buf,
-                "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s), more than the %.0f GiB of %s",
+  std::snprintf(buf, sizeof buf, "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s)",
                 g.memory_per_gpu_bytes / kGiB, g.tp > 1 ? " per GPU" : "", g.weight_bytes / tp / kGiB,
-                g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part, gpu.mem_gb, gpu.name.c_str());
-  r.warnings.push_back(buf);
+                g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part);
+  GpuWarning w;
+  w.kind = GpuWarning::Kind::generation_memory;
+  w.gpu = gpu.name;
+  w.subject = buf;
+  w.capacity_gib = gpu.mem_gb;
+  r.warnings.push_back(gpu_warning_text(w));
+  r.gpu_warnings.push_back(std::move(w));
 }
 
 // Whether the decode step's attention runs as FlashAttention (16-bit attention under full).

@@ -136,17 +136,7 @@ class NeusightPredictor final : public Predictor {
     return out;
   }
   std::string name() const override { return formulation_name(paper_ ? Formulation::paper : Formulation::neusight); }
-  std::vector<std::string> notes(const Gpu& gpu) const override {
-    if (paper_) return {};
-    const double f = power_clock_fraction(gpu);
-    if (!(f < 0.995)) return {};
-    char buf[320];
-    std::snprintf(buf, sizeof buf,
-                  "%s: %.0f W for %d FP32 lanes at %.0f nm is below the power that holds its boost clock under dense "
-                  "FP32 math: FP32 SIMT GEMMs are predicted at %.2f of the boost clock (precision.h)",
-                  gpu.name.c_str(), gpu.board_power_w, gpu.num_sm * gpu.fp32_cores_per_sm, gpu.process_nm, f);
-    return {buf};
-  }
+  double simt_clock_fraction(const Gpu& gpu) const override { return paper_ ? 1.0 : power_clock_fraction(gpu); }
 
  private:
   // The kernels the networks price, by class: their indices and feature rows.

@@ -43,6 +43,93 @@ std::string unaligned_gemms_warning(const UnalignedGemms& u, double share_high, 
          "(docs/ACCURACY.md, \"Measured on an H200\")";
 }
 
+namespace {
+std::string one_decimal(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f", v);
+  return b;
+}
+
+std::string power_part(const GpuWarning& w) {
+  char b[128];
+  std::snprintf(b, sizeof b, "%.0f W for %lld FP32 lanes at %.0f nm", w.power_w, static_cast<long long>(w.lanes), w.process_nm);
+  return b;
+}
+
+std::string fraction_text(double f) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", f);
+  return b;
+}
+
+const char* parallel_axes(const GpuWarning& w) { return w.training ? "dp, tp, pp" : "tp"; }
+
+// "A, B and C"
+std::string names_joined(const std::vector<const GpuWarning*>& alike) {
+  std::string out;
+  for (size_t i = 0; i < alike.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == alike.size() ? " and " : ", ") + alike[i]->gpu;
+  return out;
+}
+}  // namespace
+
+std::string gpu_warning_text(const GpuWarning& w) {
+  switch (w.kind) {
+    case GpuWarning::Kind::power_limited:
+      return w.gpu + ": " + power_part(w) +
+             " is below the power that holds its boost clock under dense FP32 math: FP32 SIMT GEMMs are predicted at " +
+             fraction_text(w.clock_fraction) + " of the boost clock (precision.h)";
+    case GpuWarning::Kind::no_matrix_units: return w.gpu + " has no " + w.subject;
+    case GpuWarning::Kind::memory:
+      return w.gpu + ": " + w.subject + ", more than its " + one_decimal(w.capacity_gib) +
+             " GiB; the prediction assumes it fits (" + std::to_string(w.gpus_to_hold) +
+             " such GPUs hold it split evenly: --parallel " + parallel_axes(w) + ")";
+    case GpuWarning::Kind::generation_memory: {
+      char b[64];
+      std::snprintf(b, sizeof b, "%.0f", w.capacity_gib);
+      return w.subject + ", more than the " + b + " GiB of " + w.gpu;
+    }
+  }
+  return w.subject;
+}
+
+std::string gpu_warnings_joined(const std::vector<const GpuWarning*>& alike) {
+  if (alike.empty()) return "";
+  const GpuWarning& w = *alike.front();
+  if (alike.size() == 1) return gpu_warning_text(w);
+  const std::string n = std::to_string(alike.size());
+  std::string each;
+  for (const GpuWarning* g : alike) {
+    each += each.empty() ? "" : ", ";
+    switch (w.kind) {
+      case GpuWarning::Kind::power_limited:
+        each += g->gpu + " " + fraction_text(g->clock_fraction) + " (" + power_part(*g) + ")";
+        break;
+      case GpuWarning::Kind::memory:
+        each += g->gpu + " " + one_decimal(g->capacity_gib) + " GiB (" + std::to_string(g->gpus_to_hold) + " hold it)";
+        break;
+      case GpuWarning::Kind::generation_memory: {
+        char b[64];
+        std::snprintf(b, sizeof b, " %.0f GiB", g->capacity_gib);
+        each += g->gpu + b;
+        break;
+      }
+      case GpuWarning::Kind::no_matrix_units: break;
+    }
+  }
+  switch (w.kind) {
+    case GpuWarning::Kind::power_limited:
+      return n + " GPUs have less power than holds their boost clock under dense FP32 math: FP32 SIMT GEMMs are "
+                 "predicted at a fraction of it (precision.h): " + each;
+    case GpuWarning::Kind::no_matrix_units: return names_joined(alike) + " have no " + w.subject;
+    case GpuWarning::Kind::memory:
+      return w.subject + ", more than the memory of " + n + " GPUs; the predictions assume it fits (split evenly: --parallel " +
+             parallel_axes(w) + "): " + each;
+    case GpuWarning::Kind::generation_memory: return w.subject + ", more than the memory of " + n + " GPUs: " + each;
+  }
+  return gpu_warning_text(w);
+}
+
 int MemoryFootprint::gpus_to_hold() const {
   return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() / capacity_gib - 1e-9))) : 0;
 }

@@ -170,6 +170,46 @@ class DtypeFlag(unittest.TestCase):
                 self.assertFalse([w for w in r["warnings"] if "16 bytes" in w], (tokens, r["warnings"]))
                 self.assertFalse([k for k in kernels(r) if "narrow-load" in k.get("note", "")])
 
+    def test_a_gpu_list_says_each_kind_of_gpu_warning_once(self):
+        # Every GPU of the database (`--gpu all`), Llama 3 70B in BF16 for 2048 + 256 tokens: the
+        # GPUs that lack BF16 matrix units, those short of its memory and those whose power
+        # cannot hold their boost clock (the FP32 SIMT GEMMs of the pre-Ampere ones among them)
+        # are each one line on stderr naming every such GPU; each GPU's report (JSON) keeps
+        # its own.
+        cfg = os.path.join(SOURCE, "tests", "data", "llama3_70b.json")
+        code, out, err = run("--config", cfg, "--generate", "2048:256", "--gpu", "all", "--quiet")
+        self.assertEqual(code, 0, err)
+        lines = err.splitlines()
+        units = [l for l in lines if "matrix units" in l]
+        self.assertEqual(len(units), 1, err)
+        self.assertRegex(units[0], r"Tesla P4, .* and Tesla T4 have no bf16 matrix units: bf16 GEMMs are predicted as fp32-simt")
+        memory = [l for l in lines if "generation needs" in l]
+        self.assertEqual(len(memory), 1, err)
+        self.assertRegex(memory[0], r"generation needs 13\d\.\d GiB \(weights 131\.\d .*\), more than the memory of \d+ GPUs: "
+                                    r"Tesla P4 8 GiB, .*NVIDIA L4 24 GiB")
+        self.assertNotIn("NVIDIA B200", memory[0])  # 180 GB hold it
+        power = [l for l in lines if "boost clock" in l]
+        self.assertEqual(len(power), 1, err)
+        self.assertRegex(power[0], r"\d GPUs have less power than holds their boost clock .*Tesla T4 0\.\d\d \(70 W for 2560 FP32 lanes")
+        reports = run_json("--config", cfg, "--generate", "2048:256", "--gpu", "l4,t4")
+        self.assertTrue(any(w.startswith("generation needs") and w.endswith("more than the 24 GiB of NVIDIA L4")
+                            for w in reports[0]["warnings"]), reports[0]["warnings"])
+        self.assertIn("Tesla T4 has no bf16 matrix units: bf16 GEMMs are predicted as fp32-simt with bf16 operands",
+                      reports[1]["warnings"])
+        # A training step too big for some GPUs of a list: one line, each GPU's memory and how
+        # many of it hold the step; one GPU alone says it as before.
+        code, out, err = run(EXAMPLE, "--gpu", "l4,h100,b200", "--batch", "64", "--seq", "1024", "--mode", "training",
+                             "--quiet")
+        self.assertEqual(code, 0, err)
+        memory = [l for l in err.splitlines() if "needs" in l]
+        self.assertEqual(len(memory), 1, err)
+        self.assertRegex(memory[0], r"the training step needs 1\d\d\.\d GiB \(weights .*\), more than the memory of 2 GPUs; "
+                                    r"the predictions assume it fits \(split evenly: --parallel dp, tp, pp\): "
+                                    r"NVIDIA L4 24\.0 GiB \(\d+ hold it\), NVIDIA H100 80GB HBM3 80\.0 GiB \(2 hold it\)$")
+        code, out, err = run(EXAMPLE, "--gpu", "l4", "--batch", "64", "--seq", "1024", "--mode", "training", "--quiet")
+        self.assertRegex(err, r"NVIDIA L4: the training step needs 1\d\d\.\d GiB \(.*\), more than its 24\.0 GiB; the prediction "
+                              r"assumes it fits \(\d+ such GPUs hold it split evenly: --parallel dp, tp, pp\)")
+
     def test_a_gpu_file_with_a_database_entry_gives_its_matrix_units(self):
         # A GPU the database lacks, described as `gpus --json` prints an entry: its BF16 peak
         # reaches the GEMMs (a device JSON has no field for it: BF16 would run on CUDA cores).

@@ -114,10 +114,10 @@ class Predictor {
                                           const std::vector<Tiling>& tilings,
                                           const Gpu& gpu) const = 0;
   virtual std::string name() const = 0;
-  // What a report should say about predicting this GPU's GEMMs on CUDA cores (one line each),
-  // e.g. that its power cannot hold the boost clock; reports say it where a model has such a
-  // GEMM. None by default.
-  virtual std::vector<std::string> notes(const Gpu&) const { return {}; }
+  // The fraction of the boost clock this predictor runs the GPU's FP32 SIMT GEMMs at (below 1
+  // on a board whose power cannot hold the clock under dense FP32 math, precision.h
+  // power_clock_fraction); reports say so where a model has such a GEMM. 1 by default.
+  virtual double simt_clock_fraction(const Gpu&) const { return 1.0; }
 };
 
 // Plain roofline: max(flops / peak, bytes / bandwidth) plus nothing else.

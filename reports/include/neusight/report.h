@@ -155,6 +155,35 @@ struct UnalignedGemms {
 // range over `gpus` GPUs.
 std::string unaligned_gemms_warning(const UnalignedGemms& u, double share_high = -1, int gpus = 1);
 
+// A warning about one GPU that the other GPUs of a list may give word for word but for the GPU
+// and its numbers (a power-limited clock, missing matrix units, a run larger than its memory).
+// A report says it as gpu_warning_text() among Report::warnings; the CLI says those of a GPU
+// list that share a kind and a subject once (gpu_warnings_joined).
+struct GpuWarning {
+  enum class Kind { power_limited, no_matrix_units, memory, generation_memory };
+  Kind kind = Kind::power_limited;
+  std::string gpu;  // the GPU's name
+  // What the GPUs of one joined line share: empty (power_limited); "bf16 matrix units: bf16
+  // GEMMs are predicted as fp32-simt with bf16 operands" (no_matrix_units); "the training step
+  // needs 148.0 GiB (weights 0.6, ...)" (memory); "generation needs 132.4 GiB (...)"
+  // (generation_memory).
+  std::string subject;
+  // power_limited: the board's power, its FP32 lanes, its process node and the fraction of the
+  // boost clock its FP32 SIMT GEMMs are predicted at.
+  double power_w = 0, process_nm = 0, clock_fraction = 1;
+  int64_t lanes = 0;
+  // The memory kinds: the GPU's memory; memory: the GPUs of it that hold the run split evenly,
+  // and the --parallel axes that split it (a training step: dp, tp, pp; a forward pass: tp).
+  double capacity_gib = 0;
+  int gpus_to_hold = 0;
+  bool training = false;
+};
+// One GPU's warning, as its report says it.
+std::string gpu_warning_text(const GpuWarning& w);
+// One line for the warnings of several GPUs of a kind and subject (`alike`, in the list's
+// order; with one, gpu_warning_text()).
+std::string gpu_warnings_joined(const std::vector<const GpuWarning*>& alike);
+
 struct MemoryFootprint {
   bool training = false;
   std::string optimizer;  // training: "sgd", "momentum" or "adam" (whose state optimizer_gib is)
@@ -198,6 +227,7 @@ struct Report {
   std::vector<KernelReport> extra_kernels;  // kernels tied to no node (collectives ...)
   std::vector<std::string> warnings;
   std::optional<UnalignedGemms> unaligned_gemms;  // its warning is among `warnings` too
+  std::vector<GpuWarning> gpu_warnings;           // theirs are among `warnings` too
   std::vector<std::string> unknown_ops;
   int folded_nodes = 0;       // nodes computed from constants only (no kernel)
   int unpredicted_nodes = 0;  // nodes with an "unknown" kernel (no time counted)
