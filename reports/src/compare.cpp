@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <map>
 #include <set>
 #include <nlohmann/json.hpp>
@@ -169,40 +170,92 @@ std::string speedup_text(double v, double low, double high, bool first) {
   return first ? s : s + " (" + detail::fixed(low, 2) + "-" + detail::fixed(high, 2) + ")";
 }
 
-}  // namespace
+// "12.3 (10.1-14.2)": a latency with its 80% interval.
+std::string latency_text(const Report& r, double ms) {
+  return format_ms(ms) + " (" + format_ms(r.e2e_low()) + "-" + format_ms(r.e2e_high()) + ")";
+}
 
-std::string format_compare_table(const Comparison& c, bool color) {
-  std::ostringstream os;
-  auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
+// "model on gpu (N GPUs hold it)" for every model and GPU whose run does not fit one GPU.
+std::string too_large_text(const Comparison& c) {
+  std::string out;
+  for (size_t m = 0; m < c.models.size(); ++m)
+    for (const Report& r : c.reports[m])
+      if (r.memory && !r.memory->fits())
+        out += std::string(out.empty() ? "" : ", ") + c.models[m] + " on " + r.gpu.alias() + " (" +
+               std::to_string(r.memory->gpus_to_hold()) + " GPUs hold it)";
+  return out;
+}
+
+// Model x GPU: a row per model, a latency and speed-up column pair per GPU.
+void table_by_model(std::ostream& os, const Comparison& c, size_t mw, const std::function<std::string(const std::string&)>& bold) {
   const size_t gpus = c.reports.front().size();
-  size_t mw = 5;
-  for (const auto& m : c.models) mw = std::max(mw, m.size());
-  mw = std::min<size_t>(mw, 40);
-  // Model x GPU: end-to-end latency and speed-up against the first model.
   // Each model's memory on one GPU (the same on every GPU; report.h MemoryFootprint).
   const bool memory = c.reports[0][0].memory.has_value();
   std::string head = pad("model", mw) + (memory ? " " + pad("memory GiB", 10, true) : "");
   for (size_t g = 0; g < gpus; ++g)
     head += " " + pad(c.reports[0][g].gpu.alias() + " ms", 24, true) + " " + pad("speed-up", 17, true);
-  os << bold("end-to-end latency and speed-up against " + c.models[0] + " (80% intervals)") << "\n" << bold(head)
-     << "\n";
-  std::string too_large;  // "model on gpu (needs N GPUs)", ...
+  os << bold(head) << "\n";
   for (size_t m = 0; m < c.models.size(); ++m) {
     os << pad(c.models[m], mw);
     const auto& mem = c.reports[m][0].memory;
     if (memory) os << " " << pad(mem ? detail::fixed(mem->total_gib(), 2) : "-", 10, true);
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
-      const Report& r = c.reports[m][g];
-      if (r.memory && !r.memory->fits())
-        too_large += std::string(too_large.empty() ? "" : ", ") + c.models[m] + " on " + r.gpu.alias() + " (" +
-                     std::to_string(r.memory->gpus_to_hold()) + " GPUs hold it)";
-      os << " "
-         << pad(format_ms(d.e2e_ms) + " (" + format_ms(r.e2e_low()) + "-" + format_ms(r.e2e_high()) + ")", 24, true)
-         << " " << pad(speedup_text(d.speedup, d.speedup_low, d.speedup_high, m == 0), 17, true);
+      os << " " << pad(latency_text(c.reports[m][g], d.e2e_ms), 24, true) << " "
+         << pad(speedup_text(d.speedup, d.speedup_low, d.speedup_high, m == 0), 17, true);
     }
     os << "\n";
   }
+}
+
+// GPU x model, for more GPUs than fit across: a row per GPU, the first model's latency, then
+// each other model's latency and speed-up; the models' memory on a line of its own.
+void table_by_gpu(std::ostream& os, const Comparison& c, const std::function<std::string(const std::string&)>& bold) {
+  const size_t gpus = c.reports.front().size();
+  if (c.reports[0][0].memory) {
+    os << "memory GiB (one GPU):";
+    for (size_t m = 0; m < c.models.size(); ++m)
+      os << (m ? ", " : " ") << c.models[m] << " "
+         << (c.reports[m][0].memory ? detail::fixed(c.reports[m][0].memory->total_gib(), 2) : std::string("-"));
+    os << "\n";
+  }
+  size_t gw = 3;
+  for (const Report& r : c.reports[0]) gw = std::max(gw, r.gpu.alias().size());
+  std::string head = pad("gpu", gw);
+  for (size_t m = 0; m < c.models.size(); ++m) {
+    const std::string label = c.models[m].size() > 21 ? c.models[m].substr(0, 20) + "~" : c.models[m];
+    head += " " + pad(label + " ms", 24, true) + (m ? " " + pad("speed-up", 17, true) : "");
+  }
+  os << bold(head) << "\n";
+  for (size_t g = 0; g < gpus; ++g) {
+    os << pad(c.reports[0][g].gpu.alias(), gw);
+    for (size_t m = 0; m < c.models.size(); ++m) {
+      const auto& d = c.at(m, g);
+      os << " " << pad(latency_text(c.reports[m][g], d.e2e_ms), 24, true);
+      if (m) os << " " << pad(speedup_text(d.speedup, d.speedup_low, d.speedup_high, false), 17, true);
+    }
+    os << "\n";
+  }
+}
+
+}  // namespace
+
+std::string format_compare_table(const Comparison& c, bool color) {
+  std::ostringstream os;
+  std::function<std::string(const std::string&)> bold = [&](const std::string& s) {
+    return color ? "\033[1m" + s + "\033[0m" : s;
+  };
+  const size_t gpus = c.reports.front().size();
+  size_t mw = 5;
+  for (const auto& m : c.models) mw = std::max(mw, m.size());
+  mw = std::min<size_t>(mw, 40);
+  // End-to-end latency and speed-up against the first model: GPUs across, or down when more
+  // than kCompareGpuColumns.
+  const bool by_gpu = gpus > kCompareGpuColumns;
+  os << bold("end-to-end latency and speed-up against " + c.models[0] + " (80% intervals)") << "\n";
+  if (by_gpu) table_by_gpu(os, c, bold);
+  else table_by_model(os, c, mw, bold);
+  const std::string too_large = too_large_text(c);
   if (!too_large.empty()) os << "does not fit one GPU's memory: " << too_large << "\n";
   if (c.reports[0][0].generation) {
     // --generate: the latency above is the prefill; the generation per model and GPU.
@@ -224,8 +277,10 @@ std::string format_compare_table(const Comparison& c, bool color) {
       }
     }
   }
+  // Class and node deltas per model and GPU (only the first GPU's when the GPUs run down).
+  const size_t delta_gpus = by_gpu ? 1 : gpus;
   for (size_t m = 1; m < c.models.size(); ++m)
-    for (size_t g = 0; g < gpus; ++g) {
+    for (size_t g = 0; g < delta_gpus; ++g) {
       const auto& d = c.at(m, g);
       os << "\n" << bold(c.models[m] + " vs " + c.models[0] + " on " + c.reports[0][g].gpu.name) << "\n";
       os << pad("class", 12) << " " << pad("base ms", 11, true) << " " << pad("ms", 11, true) << " "
@@ -256,6 +311,8 @@ std::string format_compare_table(const Comparison& c, bool color) {
              << pad(signed_ms(n.delta_ms()), 12, true) << "\n";
       }
     }
+  if (by_gpu && c.models.size() > 1)
+    os << "\nthe class and node deltas on the other " << gpus - 1 << " GPUs are in --json and --html\n";
   return os.str();
 }
 

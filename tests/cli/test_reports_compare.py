@@ -128,6 +128,29 @@ class Compare(unittest.TestCase):
         self.assertEqual(len(c["results"]), 6)
         self.assertEqual(table.count(" vs gpt2_12l.onnx on "), 4)
 
+    def test_many_gpus_run_down_the_table(self):
+        # More GPUs than fit across (here 5): one row per GPU, the first model's latency and each
+        # other model's latency and speed-up; the class and node deltas of the first GPU alone,
+        # the rest in the JSON (every model on every GPU).
+        out = os.path.join(self.tmp.name, "many.json")
+        gpus = ["b200", "h100", "l4", "a100-80gb", "mi300x"]
+        code, table, err = run("compare", self.base, self.shallow, self.narrow, "--gpu", ",".join(gpus), "--batch", "2",
+                               "--seq", "256", "--json", out)
+        self.assertEqual(code, 0, err)
+        with open(out) as f:
+            c = json.load(f)
+        self.assertEqual(len(c["results"]), 15)
+        lines = table.splitlines()
+        self.assertRegex(lines[1], r"^memory GiB \(one GPU\): gpt2_12l\.onnx [0-9.]+, gpt2_6l\.onnx [0-9.]+, gpt2_512h\.onnx")
+        self.assertRegex(lines[2], r"^gpu +gpt2_12l\.onnx ms +gpt2_6l\.onnx ms +speed-up +gpt2_512h\.onnx ms +speed-up$")
+        for i, gpu in enumerate(gpus):
+            row = lines[3 + i]
+            self.assertTrue(row.startswith(gpu + " "), row)
+            var = self.result(c, "gpt2_6l.onnx", gpu)
+            self.assertIn("%.2fx (%.2f-%.2f)" % (var["speedup"], var["speedup_low"], var["speedup_high"]), row)
+        self.assertEqual(table.count(" vs gpt2_12l.onnx on "), 2)  # the first GPU's, for each variant
+        self.assertIn("the class and node deltas on the other 4 GPUs are in --json and --html", table)
+
     def test_bad_input(self):
         code, _, err = run("compare", self.base, "--gpu", "b200", "--batch", "1", "--seq", "8")
         self.assertEqual(code, 2)

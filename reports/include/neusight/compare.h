@@ -58,6 +58,9 @@ std::vector<NodeDelta> match_nodes(const Report& base, const Report& variant);
 Comparison compare_reports(std::vector<std::string> models, std::vector<std::vector<Report>> reports,
                            int top_nodes = 10);
 
+// The GPUs a compare table puts across (each a latency and a speed-up column); more run down,
+// one row per GPU, with the class and node deltas of the first GPU alone.
+constexpr size_t kCompareGpuColumns = 3;
 std::string format_compare_table(const Comparison& c, bool color = false);
 std::string format_compare_json(const Comparison& c);
 std::string format_compare_html(const Comparison& c);
