@@ -68,7 +68,9 @@ LoadedModel load_config_model(const ModelConfig& config, const Options& opt, con
 std::vector<std::string> config_notes(const ModelConfig& config, const Options& opt, bool serving = false);
 
 // Each distinct warning of the reports once on stderr ("neusight-onnx: warning: PREFIX..."),
-// in order; a model's own warnings come with every GPU's report.
+// in order; a model's own warnings come with every GPU's report. The GPUs' own warnings of a
+// kind and subject (Report::gpu_warnings) are one line naming every such GPU, as are their
+// unaligned tensor-core GEMMs (Report::unaligned_gemms).
 void print_warnings_once(const std::vector<Report>& reports, const std::string& prefix = "");
 
 }  // namespace neusight::cli
