@@ -424,9 +424,10 @@ std::string format_html(const std::vector<Report>& reports) {
         "predicted latency; dots far below the roof run at low utilization. Black outline = extrapolated.</p>\n";
 
   os << "<h2>Nodes</h2>\n" << node_table(r);
-  if (!r.warnings.empty()) {
+  // Every GPU's warnings, those the GPUs share said once.
+  if (const std::vector<std::string> warnings = warnings_once(reports); !warnings.empty()) {
     os << "<h2>Warnings</h2><ul>";
-    for (const auto& w : r.warnings) os << "<li>" << html_escape(w) << "</li>";
+    for (const auto& w : warnings) os << "<li>" << html_escape(w) << "</li>";
     os << "</ul>\n";
   }
   os << page_end();

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <utility>
+#include <map>
 
 namespace neusight {
 using nlohmann::json;
@@ -128,6 +130,51 @@ std::string gpu_warnings_joined(const std::vector<const GpuWarning*>& alike) {
     case GpuWarning::Kind::generation_memory: return w.subject + ", more than the memory of " + n + " GPUs: " + each;
   }
   return gpu_warning_text(w);
+}
+
+std::vector<std::string> warnings_once(const std::vector<Report>& reports) {
+  // The unaligned tensor-core GEMMs of several GPUs differ only in their share of the time:
+  // one warning says it as a range, where it stood in the first GPU's warnings.
+  const Report* first = nullptr;
+  double lo = 1, hi = 0;
+  int gpus = 0;
+  for (const auto& r : reports)
+    if (r.unaligned_gemms) {
+      if (!first) first = &r;
+      lo = std::min(lo, r.unaligned_gemms->share);
+      hi = std::max(hi, r.unaligned_gemms->share);
+      ++gpus;
+    }
+  // A GPU's own warnings (power, matrix units, memory) that other GPUs of the list give alike:
+  // one line for those of a kind and subject, where the first of them stood.
+  using Key = std::pair<GpuWarning::Kind, std::string>;
+  std::map<Key, std::vector<const GpuWarning*>> alike;
+  for (const auto& r : reports)
+    for (const auto& g : r.gpu_warnings) {
+      auto& group = alike[{g.kind, g.subject}];
+      if (std::none_of(group.begin(), group.end(), [&](const GpuWarning* o) { return o->gpu == g.gpu; })) group.push_back(&g);
+    }
+  std::vector<std::string> said;
+  for (const auto& r : reports) {
+    const std::string unaligned = r.unaligned_gemms ? unaligned_gemms_warning(*r.unaligned_gemms) : std::string();
+    std::map<std::string, const GpuWarning*> own;
+    for (const auto& g : r.gpu_warnings) own.emplace(gpu_warning_text(g), &g);
+    for (const auto& w : r.warnings) {
+      std::string line = w;
+      if (r.unaligned_gemms && w == unaligned) {
+        if (&r != first) continue;
+        UnalignedGemms joined = *first->unaligned_gemms;
+        joined.share = lo;
+        line = unaligned_gemms_warning(joined, hi, gpus);
+      } else if (auto it = own.find(w); it != own.end()) {
+        const auto& group = alike[{it->second->kind, it->second->subject}];
+        if (group.front()->gpu != it->second->gpu) continue;
+        line = gpu_warnings_joined(group);
+      }
+      if (std::find(said.begin(), said.end(), line) == said.end()) said.push_back(line);
+    }
+  }
+  return said;
 }
 
 int MemoryFootprint::gpus_to_hold() const {

@@ -198,14 +198,22 @@ class DtypeFlag(unittest.TestCase):
                       reports[1]["warnings"])
         # A training step too big for some GPUs of a list: one line, each GPU's memory and how
         # many of it hold the step; one GPU alone says it as before.
-        code, out, err = run(EXAMPLE, "--gpu", "l4,h100,b200", "--batch", "64", "--seq", "1024", "--mode", "training",
-                             "--quiet")
-        self.assertEqual(code, 0, err)
+        with tempfile.TemporaryDirectory() as d:
+            page = os.path.join(d, "r.html")
+            code, out, err = run(EXAMPLE, "--gpu", "h100,l4,b200", "--batch", "64", "--seq", "1024", "--mode", "training",
+                                 "--quiet", "--html", page)
+            self.assertEqual(code, 0, err)
+            with open(page) as f:
+                html = f.read()
+        # The HTML charts the first GPU and lists every GPU's warnings as stderr says them.
+        warnings = html[html.index("<h2>Warnings</h2>"):]
+        self.assertIn("NVIDIA L4: 72 W for 7424 FP32 lanes at 4 nm is below the power", warnings)  # the L4 alone
+        self.assertEqual(warnings.count("the training step needs"), 1)
         memory = [l for l in err.splitlines() if "needs" in l]
         self.assertEqual(len(memory), 1, err)
         self.assertRegex(memory[0], r"the training step needs 1\d\d\.\d GiB \(weights .*\), more than the memory of 2 GPUs; "
                                     r"the predictions assume it fits \(split evenly: --parallel dp, tp, pp\): "
-                                    r"NVIDIA L4 24\.0 GiB \(\d+ hold it\), NVIDIA H100 80GB HBM3 80\.0 GiB \(2 hold it\)$")
+                                    r"NVIDIA H100 80GB HBM3 80\.0 GiB \(2 hold it\), NVIDIA L4 24\.0 GiB \(\d+ hold it\)$")
         code, out, err = run(EXAMPLE, "--gpu", "l4", "--batch", "64", "--seq", "1024", "--mode", "training", "--quiet")
         self.assertRegex(err, r"NVIDIA L4: the training step needs 1\d\d\.\d GiB \(.*\), more than its 24\.0 GiB; the prediction "
                               r"assumes it fits \(\d+ such GPUs hold it split evenly: --parallel dp, tp, pp\)")

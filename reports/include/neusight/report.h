@@ -332,6 +332,12 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports);
 // --parallel: the multi-GPU training section (plan_iteration's result) as terminal text.
 std::string format_parallel(const ParallelReport& report);
 
+// The distinct warnings of one model's reports on a GPU list, in order (a model's own warnings
+// come with every GPU's report): the GPUs' own warnings of a kind and subject
+// (Report::gpu_warnings) joined into one line naming every such GPU, their unaligned
+// tensor-core GEMMs (Report::unaligned_gemms) into one with the share as a range.
+std::vector<std::string> warnings_once(const std::vector<Report>& reports);
+
 // The self-contained HTML report (inline SVG and script, no network) for one model on
 // one or more GPUs; the first report is the one charted in detail.
 std::string format_html(const std::vector<Report>& reports);
