@@ -238,6 +238,52 @@ void table_by_gpu(std::ostream& os, const Comparison& c, const std::function<std
   }
 }
 
+// --generate over a few GPUs: a block per GPU, a row per model.
+void generation_by_model(std::ostream& os, const Comparison& c, size_t mw,
+                         const std::function<std::string(const std::string&)>& bold) {
+  const size_t gpus = c.reports.front().size();
+  for (size_t g = 0; g < gpus; ++g) {
+    os << bold(c.reports[0][g].gpu.name) << "\n"
+       << pad("model", mw) << " " << pad("TTFT ms", 11, true) << " " << pad("TPOT ms", 10, true) << " "
+       << pad("tokens/s", 10, true) << " " << pad("speed-up", 17, true) << "\n";
+    for (size_t m = 0; m < c.models.size(); ++m) {
+      const auto& gen = c.reports[m][g].generation;
+      if (!gen) continue;
+      const auto& d = c.at(m, g);
+      os << pad(c.models[m], mw) << " " << pad(format_ms(gen->ttft_ms), 11, true) << " "
+         << pad(format_ms(gen->tpot_ms), 10, true) << " " << pad(detail::fixed(gen->tokens_per_s, 1), 10, true) << " "
+         << pad(speedup_text(d.tokens_per_s_speedup, d.tokens_per_s_speedup_low, d.tokens_per_s_speedup_high, m == 0),
+                17, true)
+         << "\n";
+    }
+  }
+}
+
+// --generate over many GPUs: a row per GPU, each model's TTFT / TPOT and tokens/s, and the other
+// models' speed-up in tokens/s.
+void generation_by_gpu(std::ostream& os, const Comparison& c, const std::function<std::string(const std::string&)>& bold) {
+  size_t gw = 3;
+  for (const Report& r : c.reports[0]) gw = std::max(gw, r.gpu.alias().size());
+  std::string head = pad("gpu", gw);
+  for (size_t m = 0; m < c.models.size(); ++m) {
+    const std::string label = c.models[m].size() > 21 ? c.models[m].substr(0, 20) + "~" : c.models[m];
+    head += " " + pad(label + " TTFT/TPOT ms", 36, true) + " " + pad("tokens/s", 9, true) + (m ? " " + pad("speed-up", 17, true) : "");
+  }
+  os << bold(head) << "\n";
+  for (size_t g = 0; g < c.reports[0].size(); ++g) {
+    os << pad(c.reports[0][g].gpu.alias(), gw);
+    for (size_t m = 0; m < c.models.size(); ++m) {
+      const auto& gen = c.reports[m][g].generation;
+      const auto& d = c.at(m, g);
+      os << " " << pad(gen ? format_ms(gen->ttft_ms) + " / " + format_ms(gen->tpot_ms) : "-", 36, true) << " "
+         << pad(gen ? detail::fixed(gen->tokens_per_s, 1) : "-", 9, true);
+      if (m)
+        os << " " << pad(speedup_text(d.tokens_per_s_speedup, d.tokens_per_s_speedup_low, d.tokens_per_s_speedup_high, false), 17, true);
+    }
+    os << "\n";
+  }
+}
+
 }  // namespace
 
 std::string format_compare_table(const Comparison& c, bool color) {
@@ -261,21 +307,8 @@ std::string format_compare_table(const Comparison& c, bool color) {
     // --generate: the latency above is the prefill; the generation per model and GPU.
     os << "\n" << bold("generation: time to first token / per output token, output tokens/s (speed-up against " +
                        c.models[0] + ")") << "\n";
-    for (size_t g = 0; g < gpus; ++g) {
-      os << bold(c.reports[0][g].gpu.name) << "\n"
-         << pad("model", mw) << " " << pad("TTFT ms", 11, true) << " " << pad("TPOT ms", 10, true) << " "
-         << pad("tokens/s", 10, true) << " " << pad("speed-up", 17, true) << "\n";
-      for (size_t m = 0; m < c.models.size(); ++m) {
-        const auto& gen = c.reports[m][g].generation;
-        if (!gen) continue;
-        const auto& d = c.at(m, g);
-        os << pad(c.models[m], mw) << " " << pad(format_ms(gen->ttft_ms), 11, true) << " "
-           << pad(format_ms(gen->tpot_ms), 10, true) << " " << pad(detail::fixed(gen->tokens_per_s, 1), 10, true) << " "
-           << pad(speedup_text(d.tokens_per_s_speedup, d.tokens_per_s_speedup_low, d.tokens_per_s_speedup_high, m == 0),
-                  17, true)
-           << "\n";
-      }
-    }
+    if (by_gpu) generation_by_gpu(os, c, bold);
+    else generation_by_model(os, c, mw, bold);
   }
   // Class and node deltas per model and GPU (only the first GPU's when the GPUs run down).
   const size_t delta_gpus = by_gpu ? 1 : gpus;

@@ -151,6 +151,25 @@ class Compare(unittest.TestCase):
         self.assertEqual(table.count(" vs gpt2_12l.onnx on "), 2)  # the first GPU's, for each variant
         self.assertIn("the class and node deltas on the other 4 GPUs are in --json and --html", table)
 
+    def test_many_gpus_run_down_the_generation_table(self):
+        # --generate over four GPUs: one row per GPU, each model's TTFT / TPOT and tokens/s, the
+        # second's speed-up in tokens/s as the JSON has it.
+        out = os.path.join(self.tmp.name, "gen.json")
+        a, b = (os.path.join(SOURCE, "tests", "data", n + ".json") for n in ("phi3_mini", "smollm3_3b"))
+        gpus = ["h100", "l4", "b200", "mi300x"]
+        code, table, err = run("compare", a, b, "--generate", "64:8", "--gpu", ",".join(gpus), "--json", out)
+        self.assertEqual(code, 0, err)
+        with open(out) as f:
+            c = json.load(f)
+        lines = table.splitlines()
+        head = lines.index(next(l for l in lines if l.startswith("generation:"))) + 1
+        self.assertRegex(lines[head], r"^gpu +phi3_mini\.json TTFT/TPOT ms +tokens/s +smollm3_3b\.json TTFT/TPOT ms +tokens/s +speed-up$")
+        for i, gpu in enumerate(gpus):
+            row = lines[head + 1 + i]
+            self.assertTrue(row.startswith(gpu + " "), row)
+            var = self.result(c, "smollm3_3b.json", gpu)
+            self.assertIn("%.2fx" % var["tokens_per_s_speedup"], row)
+
     def test_bad_input(self):
         code, _, err = run("compare", self.base, "--gpu", "b200", "--batch", "1", "--seq", "8")
         self.assertEqual(code, 2)
