@@ -251,12 +251,6 @@ GpuWarning memory_warning(const MemoryFootprint& m, const Gpu& gpu) {
   return w;
 }
 
-// Adds a GPU's warning to a report: typed, and in words among its warnings.
-void add_gpu_warning(Report& r, GpuWarning w) {
-  r.warnings.push_back(gpu_warning_text(w));
-  r.gpu_warnings.push_back(std::move(w));
-}
-
 // What the GPU's math changes: a power-limited clock under the predictor's FP32 SIMT GEMMs
 // (said where the model has such a GEMM, not for a BF16 model whose GEMMs all run on tensor
 // cores), and GEMM dtypes without matrix units.

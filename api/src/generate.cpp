@@ -667,8 +667,7 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   w.gpu = gpu.name;
   w.subject = buf;
   w.capacity_gib = gpu.mem_gb;
-  r.warnings.push_back(gpu_warning_text(w));
-  r.gpu_warnings.push_back(std::move(w));
+  add_gpu_warning(r, std::move(w));
 }
 
 // Whether the decode step's attention runs as FlashAttention (16-bit attention under full).

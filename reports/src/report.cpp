@@ -46,21 +46,9 @@ std::string unaligned_gemms_warning(const UnalignedGemms& u, double share_high, 
 }
 
 namespace {
-std::string one_decimal(double v) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.1f", v);
-  return b;
-}
-
 std::string power_part(const GpuWarning& w) {
   char b[128];
   std::snprintf(b, sizeof b, "%.0f W for %lld FP32 lanes at %.0f nm", w.power_w, static_cast<long long>(w.lanes), w.process_nm);
-  return b;
-}
-
-std::string fraction_text(double f) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.2f", f);
   return b;
 }
 
@@ -80,17 +68,14 @@ std::string gpu_warning_text(const GpuWarning& w) {
     case GpuWarning::Kind::power_limited:
       return w.gpu + ": " + power_part(w) +
              " is below the power that holds its boost clock under dense FP32 math: FP32 SIMT GEMMs are predicted at " +
-             fraction_text(w.clock_fraction) + " of the boost clock (precision.h)";
+             detail::fixed(w.clock_fraction, 2) + " of the boost clock (precision.h)";
     case GpuWarning::Kind::no_matrix_units: return w.gpu + " has no " + w.subject;
     case GpuWarning::Kind::memory:
-      return w.gpu + ": " + w.subject + ", more than its " + one_decimal(w.capacity_gib) +
+      return w.gpu + ": " + w.subject + ", more than its " + detail::fixed(w.capacity_gib, 1) +
              " GiB; the prediction assumes it fits (" + std::to_string(w.gpus_to_hold) +
              " such GPUs hold it split evenly: --parallel " + parallel_axes(w) + ")";
-    case GpuWarning::Kind::generation_memory: {
-      char b[64];
-      std::snprintf(b, sizeof b, "%.0f", w.capacity_gib);
-      return w.subject + ", more than the " + b + " GiB of " + w.gpu;
-    }
+    case GpuWarning::Kind::generation_memory:
+      return w.subject + ", more than the " + detail::fixed(w.capacity_gib, 0) + " GiB of " + w.gpu;
   }
   return w.subject;
 }
@@ -105,17 +90,12 @@ std::string gpu_warnings_joined(const std::vector<const GpuWarning*>& alike) {
     each += each.empty() ? "" : ", ";
     switch (w.kind) {
       case GpuWarning::Kind::power_limited:
-        each += g->gpu + " " + fraction_text(g->clock_fraction) + " (" + power_part(*g) + ")";
+        each += g->gpu + " " + detail::fixed(g->clock_fraction, 2) + " (" + power_part(*g) + ")";
         break;
       case GpuWarning::Kind::memory:
-        each += g->gpu + " " + one_decimal(g->capacity_gib) + " GiB (" + std::to_string(g->gpus_to_hold) + " hold it)";
+        each += g->gpu + " " + detail::fixed(g->capacity_gib, 1) + " GiB (" + std::to_string(g->gpus_to_hold) + " hold it)";
         break;
-      case GpuWarning::Kind::generation_memory: {
-        char b[64];
-        std::snprintf(b, sizeof b, " %.0f GiB", g->capacity_gib);
-        each += g->gpu + b;
-        break;
-      }
+      case GpuWarning::Kind::generation_memory: each += g->gpu + " " + detail::fixed(g->capacity_gib, 0) + " GiB"; break;
       case GpuWarning::Kind::no_matrix_units: break;
     }
   }
@@ -130,6 +110,11 @@ std::string gpu_warnings_joined(const std::vector<const GpuWarning*>& alike) {
     case GpuWarning::Kind::generation_memory: return w.subject + ", more than the memory of " + n + " GPUs: " + each;
   }
   return gpu_warning_text(w);
+}
+
+void add_gpu_warning(Report& r, GpuWarning w) {
+  r.warnings.push_back(gpu_warning_text(w));
+  r.gpu_warnings.push_back(std::move(w));
 }
 
 std::vector<std::string> warnings_once(const std::vector<Report>& reports) {

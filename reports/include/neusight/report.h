@@ -137,13 +137,6 @@ struct GenerationReport {
   std::string execution;  // how it was predicted, e.g. "kernel timing, FlashAttention (--fusion full)"
 };
 
-// Device memory one GPU needs for the run, in GiB: the weights as held; in training their
-// gradients and the optimizer's state (--optimizer: none for SGD, a momentum buffer, Adam's two
-// FP32 moments; and an FP32 master copy of 16-bit parameters: what the multi-GPU plan counts,
-// parallel.h); and the activations: in inference
-// the most alive at once (each tensor from the kernel that writes it to the last that reads
-// it), in training all the forward pass writes (kept for the backward pass). A framework's own
-// workspace and allocator slack are not counted.
 // Tensor-core GEMMs whose operand or output rows are not a multiple of 16 bytes: libraries run
 // them on narrow-load kernels, priced here as the aligned ones (one warning per report).
 struct UnalignedGemms {
@@ -184,6 +177,13 @@ std::string gpu_warning_text(const GpuWarning& w);
 // order; with one, gpu_warning_text()).
 std::string gpu_warnings_joined(const std::vector<const GpuWarning*>& alike);
 
+// Device memory one GPU needs for the run, in GiB: the weights as held; in training their
+// gradients and the optimizer's state (--optimizer: none for SGD, a momentum buffer, Adam's two
+// FP32 moments; and an FP32 master copy of 16-bit parameters: what the multi-GPU plan counts,
+// parallel.h); and the activations: in inference
+// the most alive at once (each tensor from the kernel that writes it to the last that reads
+// it), in training all the forward pass writes (kept for the backward pass). A framework's own
+// workspace and allocator slack are not counted.
 struct MemoryFootprint {
   bool training = false;
   std::string optimizer;  // training: "sgd", "momentum" or "adam" (whose state optimizer_gib is)
@@ -331,6 +331,10 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports);
 
 // --parallel: the multi-GPU training section (plan_iteration's result) as terminal text.
 std::string format_parallel(const ParallelReport& report);
+
+// Adds a GPU's warning to a report: typed (Report::gpu_warnings), and its text among
+// Report::warnings.
+void add_gpu_warning(Report& r, GpuWarning w);
 
 // The distinct warnings of one model's reports on a GPU list, in order (a model's own warnings
 // come with every GPU's report): the GPUs' own warnings of a kind and subject
