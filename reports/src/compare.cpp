@@ -208,6 +208,17 @@ void table_by_model(std::ostream& os, const Comparison& c, size_t mw, const std:
   }
 }
 
+// The width of a column of the GPUs' aliases, and a model's name cut to fit a column head
+// (tables that run down, one row per GPU).
+size_t gpu_column_width(const Comparison& c) {
+  size_t w = 3;
+  for (const Report& r : c.reports[0]) w = std::max(w, r.gpu.alias().size());
+  return w;
+}
+std::string short_model_label(const std::string& model) {
+  return model.size() > 21 ? model.substr(0, 20) + "~" : model;
+}
+
 // GPU x model, for more GPUs than fit across: a row per GPU, the first model's latency, then
 // each other model's latency and speed-up; the models' memory on a line of its own.
 void table_by_gpu(std::ostream& os, const Comparison& c, const std::function<std::string(const std::string&)>& bold) {
@@ -219,11 +230,10 @@ void table_by_gpu(std::ostream& os, const Comparison& c, const std::function<std
          << (c.reports[m][0].memory ? detail::fixed(c.reports[m][0].memory->total_gib(), 2) : std::string("-"));
     os << "\n";
   }
-  size_t gw = 3;
-  for (const Report& r : c.reports[0]) gw = std::max(gw, r.gpu.alias().size());
+  const size_t gw = gpu_column_width(c);
   std::string head = pad("gpu", gw);
   for (size_t m = 0; m < c.models.size(); ++m) {
-    const std::string label = c.models[m].size() > 21 ? c.models[m].substr(0, 20) + "~" : c.models[m];
+    const std::string label = short_model_label(c.models[m]);
     head += " " + pad(label + " ms", 24, true) + (m ? " " + pad("speed-up", 17, true) : "");
   }
   os << bold(head) << "\n";
@@ -262,11 +272,10 @@ void generation_by_model(std::ostream& os, const Comparison& c, size_t mw,
 // --generate over many GPUs: a row per GPU, each model's TTFT / TPOT and tokens/s, and the other
 // models' speed-up in tokens/s.
 void generation_by_gpu(std::ostream& os, const Comparison& c, const std::function<std::string(const std::string&)>& bold) {
-  size_t gw = 3;
-  for (const Report& r : c.reports[0]) gw = std::max(gw, r.gpu.alias().size());
+  const size_t gw = gpu_column_width(c);
   std::string head = pad("gpu", gw);
   for (size_t m = 0; m < c.models.size(); ++m) {
-    const std::string label = c.models[m].size() > 21 ? c.models[m].substr(0, 20) + "~" : c.models[m];
+    const std::string label = short_model_label(c.models[m]);
     head += " " + pad(label + " TTFT/TPOT ms", 36, true) + " " + pad("tokens/s", 9, true) + (m ? " " + pad("speed-up", 17, true) : "");
   }
   os << bold(head) << "\n";
