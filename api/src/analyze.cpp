@@ -410,7 +410,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
     nr.name = n.name;
     nr.op_type = n.op_type;
     nr.domain = n.domain;
-    if (i < a.kernels.free_reason.size()) nr.no_kernel = a.kernels.free_reason[i];
+    if (i < a.kernels.free_reason.size()) nr.no_kernel = free_reason_text(a.kernels.free_reason[i]);
     nr.outputs.reserve(n.outputs.size());
     for (const auto& o : n.outputs) {
       if (o.empty()) continue;

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace neusight {
 namespace {
@@ -24,6 +25,18 @@ std::vector<int> kernel_groups(const Analysis& a) {
   return group;
 }
 
+// The graph's constants: its initializers and its Constant nodes' outputs (weights, never
+// activations). Values folded from constants are not among them: a bound sequence folds a
+// position lookup, a rotary table or a causal mask that a framework computes every forward.
+std::unordered_set<std::string> constants_of(const Graph& g) {
+  std::unordered_set<std::string> c(g.initializers.begin(), g.initializers.end());
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Constant" && n.domain.empty())
+      for (const auto& out : n.outputs)
+        if (!out.empty()) c.insert(out);
+  return c;
+}
+
 // What autograd keeps of the forward pass for a training step's backward pass: per node that is
 // differentiated (a backward kernel of its own), the activations its gradient formula reads, as
 // PyTorch's derivatives save them: none for ops whose gradient is linear in the output's
@@ -34,7 +47,8 @@ std::vector<int> kernel_groups(const Analysis& a) {
 // with a one-element constant (a scale). Dropout keeps its mask, a byte per element. A tensor
 // saved by several nodes counts once (a view keeps the tensor it views).
 double saved_for_backward(const Analysis& a, const Options& o, const std::vector<int>& group,
-                          const std::function<std::string(const std::string&)>& resolve) {
+                          const std::function<std::string(const std::string&)>& resolve,
+                          const std::unordered_set<std::string>& constants) {
   static const std::set<std::string> keeps_nothing = {
       "Add", "Sub", "Neg", "Concat", "Split", "Slice", "Cast", "Transpose", "Expand", "Reshape", "Flatten",
       "Squeeze", "Unsqueeze", "Identity", "Pad", "Sum", "ReduceSum", "ReduceMean", "Gather", "Tile", "Shape",
@@ -61,15 +75,14 @@ double saved_for_backward(const Analysis& a, const Options& o, const std::vector
     // A product or quotient with a one-element constant (a scale) needs none of its inputs.
     if ((n.op_type == "Mul" || n.op_type == "Div") && std::any_of(n.inputs.begin(), n.inputs.end(), [&](const std::string& in) {
           const TensorInfo* t = in.empty() ? nullptr : g.find(in);
-          return t && (t->is_initializer || t->int_value) && t->fully_known() && t->num_elements() <= 1;
+          return t && (constants.count(in) || t->int_value) && t->fully_known() && t->num_elements() <= 1;
         }))
       continue;
     for (const auto& name : output ? n.outputs : n.inputs) {
       const TensorInfo* t = name.empty() ? nullptr : g.find(name);
-      if (!t || t->is_initializer || !is_float(t->dtype)) continue;
+      if (!t || constants.count(name) || !is_float(t->dtype)) continue;
       const std::string r = resolve(name);
-      const TensorInfo* rt = g.find(r);
-      if (rt && !rt->is_initializer) saved.insert(r);
+      if (g.find(r) && !constants.count(r)) saved.insert(r);
     }
   }
   double bytes = mask_bytes;
@@ -146,20 +159,27 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
     }
   });
   all = embedding = 0;
-  for (const auto& name : g.initializers) {
+  std::set<std::string> counted;  // a name a malformed graph repeats counts once
+  const auto count = [&](const std::string& name) {
     const TensorInfo* t = g.find(name);
-    if (!t || t->int_value || !(is_float(t->dtype) || t->num_elements() > 64)) continue;
+    if (!t || t->int_value || !(is_float(t->dtype) || t->num_elements() > 64) || !counted.insert(name).second) return;
     auto it = gather_only.find(name);
     const bool table = it != gather_only.end() && it->second;
     const double b = table ? tensor_bytes(t, o) : gemm_weight_bytes(t, o);
     all += b;
     if (table) embedding += b;
-  }
+  };
+  for (const auto& name : g.initializers) count(name);
+  for (const Node& n : g.nodes)
+    if (n.op_type == "Constant" && n.domain.empty())
+      for (const auto& out : n.outputs)
+        if (!out.empty()) count(out);
 }
 
 ActivationUse activation_use(const Analysis& a, const Options& o) {
   const Graph& g = a.graph;
   const std::vector<int> group = kernel_groups(a);
+  const std::unordered_set<std::string> constants = constants_of(g);
   std::unordered_map<std::string, std::string> root;  // an alias -> the tensor it views
   std::unordered_map<std::string, int> producer;      // a materialised tensor -> its kernel's group
   const auto resolve = [&](const std::string& t) {
@@ -175,8 +195,7 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
     }
     std::string first;
     for (const auto& in : n.inputs) {
-      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
-      if (t && !t->is_initializer) {
+      if (!in.empty() && g.find(in) && !constants.count(in)) {
         first = resolve(in);
         break;
       }
@@ -201,11 +220,9 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
     const std::vector<std::string> in_all = reads(g, g.nodes[i]);
     for (size_t j = 0; j < in_all.size(); ++j) {
       const std::string& in = in_all[j];
-      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
-      if (!t || t->is_initializer) continue;
+      if (in.empty() || !g.find(in) || constants.count(in)) continue;
       const std::string r = resolve(in);
-      const TensorInfo* rt = g.find(r);
-      if (!rt || rt->is_initializer) continue;
+      if (!g.find(r) || constants.count(r)) continue;
       auto p = producer.find(r);
       if (p != producer.end() && p->second == group[i]) continue;
       if (j < g.nodes[i].inputs.size()) {
@@ -219,11 +236,10 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
     const std::string r = resolve(out);
     auto p = producer.find(r);
     if (p != producer.end()) touched[p->second].insert(p->first);
-    const TensorInfo* rt = g.find(r);
-    if (p != producer.end() || (rt && !rt->is_initializer)) live(r, p != producer.end() ? p->second : -1, end);
+    if (p != producer.end() || (g.find(r) && !constants.count(r))) live(r, p != producer.end() ? p->second : -1, end);
   }
   ActivationUse use;
-  use.saved_bytes = saved_for_backward(a, o, group, resolve);
+  use.saved_bytes = saved_for_backward(a, o, group, resolve, constants);
   for (const auto& entry : touched) {
     double b = 0;
     for (const auto& name : entry.second) b += tensor_bytes(g.find(name), o);

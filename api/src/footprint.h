@@ -26,12 +26,13 @@ double tensor_bytes(const TensorInfo* t, const Options& o);
 // Calls f on every node of `g` and of the graphs its nodes hold (If branches, Loop bodies: an
 // optimum merged decoder's layers are in an If), a few levels deep, with the graph holding it.
 void each_node(const Graph& g, const std::function<void(const Graph&, const Node&)>& f, int depth = 0);
-// Weights: every initializer that is not a small integer constant; the embedding table is
-// an initializer read only as the data input of Gather nodes (a decode step reads a row).
+// Weights: every initializer and every Constant node's output (a weight some exporters
+// write as a node) that is not a small integer constant; the embedding table is one read
+// only as the data input of Gather nodes (a decode step reads a row).
 void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding);
 
 // The forward pass's activations: the tensors a kernel writes that another kernel reads or the
-// graph returns, and the graph's inputs. A fused kernel's intermediates are never materialised
+// graph returns, and the graph's inputs; never a weight (weight_bytes). A fused kernel's intermediates are never materialised
 // (FlashAttention's scores and probabilities, a fused elementwise chain's values), and a node
 // without a kernel (a view, an inference Dropout, a KV head repeat the attention reads in
 // place) makes no tensor of its own: its output is its first activation input, seen another

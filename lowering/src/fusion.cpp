@@ -840,21 +840,6 @@ const char* group_kind_name(GroupKind k) {
   return "fused";
 }
 
-const char* free_reason_text(FreeReason r) {
-  switch (r) {
-    case FreeReason::none: return "";
-    case FreeReason::view: return "view";
-    case FreeReason::host: return "host (shape computation)";
-    case FreeReason::identity_in_inference: return "identity in inference";
-    case FreeReason::dequantize_into_gemm: return "dequantize runs in the GEMM (quantized operand)";
-    case FreeReason::constant_folded: return "constant folded";
-    case FreeReason::strided_view_read_by_gemm: return "strided view read by GEMM";
-    case FreeReason::broadcast_view: return "broadcast view";
-    case FreeReason::strided_view_read_by_elementwise: return "strided view read by elementwise";
-  }
-  return "";
-}
-
 Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons) {
   const size_t n = g.nodes.size();
   Plan plan;
@@ -1132,3 +1117,22 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
 }
 
 }  // namespace neusight::lowering_detail
+
+namespace neusight {
+
+const char* free_reason_text(FreeReason r) {
+  switch (r) {
+    case FreeReason::none: return "";
+    case FreeReason::view: return "view";
+    case FreeReason::host: return "host (shape computation)";
+    case FreeReason::identity_in_inference: return "identity in inference";
+    case FreeReason::dequantize_into_gemm: return "dequantize runs in the GEMM (quantized operand)";
+    case FreeReason::constant_folded: return "constant folded";
+    case FreeReason::strided_view_read_by_gemm: return "strided view read by GEMM";
+    case FreeReason::broadcast_view: return "broadcast view";
+    case FreeReason::strided_view_read_by_elementwise: return "strided view read by elementwise";
+  }
+  return "";
+}
+
+}  // namespace neusight

@@ -20,22 +20,6 @@ void rows_cols(const TensorInfo* t, int64_t& rows, int64_t& cols);
 bool is_integer_like(DType t);  // integer or bool
 bool is_quantized_storage(DType t);  // int8/uint8, int4/uint4 and the FP8 types
 
-// Why a node launches no kernel (none: it does, or it was fused into another node's kernel).
-enum class FreeReason {
-  none,
-  view,                      // Reshape, Squeeze, Identity, Shape, sequence references, ...
-  host,                      // shape computation on tiny integer tensors
-  identity_in_inference,     // Dropout outside training
-  dequantize_into_gemm,      // a DequantizeLinear run inside the GEMM that reads its output
-  constant_folded,           // computed from constants only, before the model runs
-  strided_view_read_by_gemm, // a Transpose / Split read by GEMMs through its strides
-  broadcast_view,            // an Expand read only by broadcasting elementwise ops
-  // A Transpose read through its strides by elementwise ops (PyTorch eager
-  // `a += b.permute(...)`): no copy; the readers pay for the strided access.
-  strided_view_read_by_elementwise,
-};
-// The words KernelList::free_reason and the reports give a reason ("" for none).
-const char* free_reason_text(FreeReason r);
 
 // Which nodes read each tensor (graph outputs are read by "-1").
 using Consumers = std::unordered_map<std::string, std::vector<int>>;

@@ -574,8 +574,7 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
   const Plan plan = make_plan(g, opt, cons);
   if (top) {
     top->fused_into.assign(g.nodes.size(), -1);
-    top->free_reason.clear();
-    for (FreeReason r : plan.free_reason) top->free_reason.push_back(free_reason_text(r));
+    top->free_reason = plan.free_reason;
     // A quantize-dequantize (QDQ) model priced as written: say what a fusing engine runs.
     const int64_t qdq = plan.unfused_dequantize;
     if (qdq > 0)

@@ -82,6 +82,32 @@ TEST_CASE("api: memory footprint of a small MLP: weights, activations alive at o
   }
 }
 
+TEST_CASE("api: memory footprint counts weights held in Constant nodes as weights, not activations") {
+  // x[4,256] -> MatMul W[256,1024] -> out, W an initializer or a Constant node's output (as
+  // some exporters write weights): the same weights, the same activations.
+  const double KiB = 1024, GiB = 1024.0 * 1024 * 1024;
+  for (const bool constant_node : {false, true}) {
+    INFO((constant_node ? "Constant node" : "initializer"));
+    test::IrGraph b;
+    const std::string x = b.input("x", {4, 256});
+    std::string w = "W";
+    if (constant_node) b.node("Constant", {}, {b.t(w, {256, 1024})});
+    else b.w(w, {256, 1024});
+    b.node("MatMul", {x, w}, {b.t("out", {4, 1024})});
+    b.output("out");
+    Options o;
+    o.fusion = Fusion::none;
+    LoweringOptions lo;
+    lo.fusion = Fusion::none;
+    Analysis a;
+    a.graph = b.g;
+    a.kernels = lower(a.graph, lo);
+    const MemoryFootprint m = memory_footprint(a, o, 0);
+    CHECK(m.weights_gib * GiB == doctest::Approx(1024 * KiB));
+    CHECK(m.activations_gib * GiB == doctest::Approx(4 * KiB + 16 * KiB));  // x and out
+  }
+}
+
 TEST_CASE("api: memory footprint keeps a tensor an If branch reads by name alive until the If") {
   // x -> Relu a -> Relu b -> Relu c -> If whose branches add a and c (outer tensors read by name).
   auto branch = std::make_shared<Graph>();

@@ -143,7 +143,7 @@ TEST_CASE("fusion: a Transpose read only by GEMMs is a strided view in eager, a 
   const KernelList eager = lower_with(b.g, Fusion::eager);
   REQUIRE(eager.kernels.size() == 1);
   CHECK(eager.kernels[0].trans_b);
-  CHECK(eager.free_reason[0] == "strided view read by GEMM");
+  CHECK(eager.free_reason[0] == FreeReason::strided_view_read_by_gemm);
   const KernelList none = lower_with(b.g, Fusion::none);
   REQUIRE(none.kernels.size() == 2);
   CHECK(none.kernels[0].cls == KernelClass::memory);
@@ -159,7 +159,7 @@ TEST_CASE("fusion: an Expand read as a gather's index is a broadcast view in eag
   const KernelList eager = lower_with(b.g, Fusion::eager);
   REQUIRE(eager.kernels.size() == 1);
   CHECK(eager.kernels[0].op == "gather");
-  CHECK(eager.free_reason[0] == "broadcast view");
+  CHECK(eager.free_reason[0] == FreeReason::broadcast_view);
   // Gathered as data (not the index), the expanded tensor is materialized.
   IrGraph c;
   c.input("pos", {128, 128});
@@ -187,7 +187,7 @@ TEST_CASE("fusion: `a += b.permute(...)` reads the permuted operand through its 
   };
   const IrGraph b = build(false);
   const KernelList eager = lower_with(b.g, Fusion::eager);
-  CHECK(eager.free_reason[0] == "strided view read by elementwise");
+  CHECK(eager.free_reason[0] == FreeReason::strided_view_read_by_elementwise);
   REQUIRE(eager.kernels.size() == 1);
   // Consecutive keys lie `heads` floats (128 bytes) apart: one 32-byte sector per element.
   // The 8 heads sharing a sector are read s * s output elements apart (the scores walk heads
@@ -208,7 +208,7 @@ TEST_CASE("fusion: `a += b.permute(...)` reads the permuted operand through its 
   // A permuted first operand fixes the output's layout instead: not a strided read of it.
   const IrGraph f = build(true);
   const KernelList first = lower_with(f.g, Fusion::eager);
-  CHECK(first.free_reason[0].empty());
+  CHECK(first.free_reason[0] == FreeReason::none);
   CHECK(first.kernels.size() == 2);
 }
 
@@ -315,12 +315,12 @@ TEST_CASE("fusion: constant subgraphs fold in inference (every fusion mode), not
   for (Fusion f : {Fusion::none, Fusion::eager}) {
     const KernelList kl = lower_with(b.g, f);
     REQUIRE(kl.kernels.size() == 1);
-    CHECK(kl.free_reason[1] == "constant folded");
+    CHECK(kl.free_reason[1] == FreeReason::constant_folded);
   }
   const KernelList full = lower_with(b.g, Fusion::full);
   REQUIRE(full.kernels.size() == 1);
-  CHECK(full.free_reason[0] == "constant folded");
-  CHECK(full.free_reason[1] == "constant folded");
+  CHECK(full.free_reason[0] == FreeReason::constant_folded);
+  CHECK(full.free_reason[1] == FreeReason::constant_folded);
   // Training keeps them (the weight's gradient flows through).
   CHECK(of_class(lower_with(b.g, Fusion::full, Mode::training), KernelClass::gemm).size() == 1);
   CHECK(lower_with(b.g, Fusion::full, Mode::training).kernels.size() > 3);
@@ -349,8 +349,8 @@ TEST_CASE("fusion: permute then transpose before a matmul are both views (PyTorc
   CHECK(e1.kernels[0].cls == KernelClass::gemm);
   CHECK(e1.kernels[0].trans_b);
   CHECK(e1.kernels[1].op == "transpose");
-  CHECK(e1.free_reason[0] == "strided view read by GEMM");
-  CHECK(e1.free_reason[1] == "strided view read by GEMM");
+  CHECK(e1.free_reason[0] == FreeReason::strided_view_read_by_gemm);
+  CHECK(e1.free_reason[1] == FreeReason::strided_view_read_by_gemm);
   // Batch 2: torch.matmul folds [2, 8] into 16 with a reshape, and the permuted k's batch
   // strides (128 * 8 * 64, 64) do not nest: a copy of k^T first, on the MatMul node.
   const IrGraph two = build(2);
@@ -363,7 +363,7 @@ TEST_CASE("fusion: permute then transpose before a matmul are both views (PyTorc
   CHECK(e2.kernels[1].gemm.batch == 16);
   CHECK_FALSE(e2.kernels[1].trans_b);  // reads the contiguous copy
   CHECK(e2.kernels[2].op == "transpose");
-  CHECK(e2.free_reason[0] == "strided view read by GEMM");
+  CHECK(e2.free_reason[0] == FreeReason::strided_view_read_by_gemm);
   // q is a graph input (contiguous): no copy. --fusion full (compiled) keeps the views.
   CHECK(lower_with(two.g, Fusion::full).kernels.size() == 2);
 }
@@ -386,8 +386,8 @@ TEST_CASE("fusion: --fusion full runs a QDQ model's DequantizeLinear inside the 
   CHECK(eager.warnings[0].find("--fusion full") != std::string::npos);
   const KernelList full = lower_with(b.g, Fusion::full);
   CHECK(full.warnings.empty());
-  CHECK(full.free_reason[1] == "dequantize runs in the GEMM (quantized operand)");
-  CHECK(full.free_reason[2] == "dequantize runs in the GEMM (quantized operand)");
+  CHECK(full.free_reason[1] == FreeReason::dequantize_into_gemm);
+  CHECK(full.free_reason[2] == FreeReason::dequantize_into_gemm);
   REQUIRE(full.kernels.size() == 2);  // the QuantizeLinear and one int8 GEMM
   const Kernel g = of_class(full, KernelClass::gemm).at(0);  // a copy: of_class returns a temporary
   CHECK(g.dtype == DType::i8);
@@ -416,7 +416,7 @@ TEST_CASE("fusion: --fusion full runs a QDQ model's DequantizeLinear inside the 
   s.node("Add", {"y", "wd"}, {s.t("z", {64, 1024})});
   s.output("z");
   const KernelList sh = lower_with(s.g, Fusion::full);
-  CHECK(sh.free_reason[0] != "dequantize runs in the GEMM (quantized operand)");
+  CHECK(sh.free_reason[0] != FreeReason::dequantize_into_gemm);
   CHECK(of_class(sh, KernelClass::gemm).at(0).bytes == doctest::Approx((64.0 * 1024 * 2 + 1024.0 * 1024) * 4));
 }
 

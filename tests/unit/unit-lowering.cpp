@@ -241,8 +241,8 @@ TEST_CASE("lowering: memory ops move bytes, same-dtype casts and views are free"
   CHECK(kl.kernels[1].bytes == 4096 * 4.0 * 2);
   CHECK(kl.kernels[3].op == "where");
   CHECK(kl.kernels[3].bytes == 1024 * 1.0 + 4096 * 4.0 + 4.0 + 4096 * 4.0);
-  CHECK(kl.free_reason[3] == "");  // the cast: no kernel, not free by plan either (a no-op)
-  CHECK(kl.free_reason[4] == "view");
+  CHECK(kl.free_reason[3] == FreeReason::none);  // the cast: no kernel, not free by plan either (a no-op)
+  CHECK(kl.free_reason[4] == FreeReason::view);
 }
 
 TEST_CASE("lowering: shape-only subgraphs run on the host and cost nothing") {
@@ -257,9 +257,9 @@ TEST_CASE("lowering: shape-only subgraphs run on the host and cost nothing") {
   for (auto mode : {Fusion::none, Fusion::eager, Fusion::full}) {
     const KernelList kl = lower_with(b.g, mode);
     CHECK(kl.kernels.empty());
-    CHECK(kl.free_reason[1] == "host (shape computation)");
-    CHECK(kl.free_reason[2] == "host (shape computation)");
-    CHECK(kl.free_reason[4] == "host (shape computation)");
+    CHECK(kl.free_reason[1] == FreeReason::host);
+    CHECK(kl.free_reason[2] == FreeReason::host);
+    CHECK(kl.free_reason[4] == FreeReason::host);
   }
 }
 
@@ -767,9 +767,9 @@ TEST_CASE("lowering: sequence ops - split/concat copy, the rest are views, Seque
     CHECK(kl.kernels[0].bytes == 2 * 24 * 4.0);
     CHECK(kl.kernels[1].op == "concat");
     CHECK(kl.kernels[1].bytes == 2 * 24 * 4.0);
-    CHECK(kl.free_reason[1] == "view");
-    CHECK(kl.free_reason[2] == "view");
-    CHECK(kl.free_reason[3] == "view");
+    CHECK(kl.free_reason[1] == FreeReason::view);
+    CHECK(kl.free_reason[2] == FreeReason::view);
+    CHECK(kl.free_reason[3] == FreeReason::view);
   }
   {
     auto body = std::make_shared<Graph>();

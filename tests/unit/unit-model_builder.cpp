@@ -172,7 +172,7 @@ TEST_CASE("model_builder: Switch adds the relative position bias through PyTorch
     for (size_t i = 0; i < a.graph.nodes.size(); ++i) {
       const std::string& name = a.graph.nodes[i].name;
       if (name.find("/permute") != std::string::npos) {
-        CHECK(a.kernels.free_reason[i] == "strided view read by elementwise");
+        CHECK(a.kernels.free_reason[i] == FreeReason::strided_view_read_by_elementwise);
       }
     }
     for (const Kernel& k : a.kernels.kernels) {

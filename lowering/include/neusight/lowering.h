@@ -283,6 +283,24 @@ struct LoweringOptions {
   Optimizer optimizer = Optimizer::sgd;
 };
 
+// Why a node launches no kernel (none: it does, or it was fused into another node's kernel).
+enum class FreeReason {
+  none,
+  view,                      // Reshape, Squeeze, Identity, Shape, sequence references, ...
+  host,                      // shape computation on tiny integer tensors
+  identity_in_inference,     // Dropout outside training
+  dequantize_into_gemm,      // a DequantizeLinear run inside the GEMM that reads its output
+  constant_folded,           // computed from constants only, before the model runs
+  strided_view_read_by_gemm, // a Transpose / Split read by GEMMs through its strides
+  broadcast_view,            // an Expand read only by broadcasting elementwise ops
+  // A Transpose read through its strides by elementwise ops (PyTorch eager
+  // `a += b.permute(...)`): no copy; the readers pay for the strided access.
+  strided_view_read_by_elementwise,
+};
+// The words the reports give a reason in ("" for none): "view", "host (shape computation)",
+// "constant folded", ...
+const char* free_reason_text(FreeReason r);
+
 struct KernelList {
   std::vector<Kernel> kernels;              // execution order: forward, backward, update
   std::vector<std::string> unknown_ops;     // op types lowered to class "unknown"
@@ -292,9 +310,8 @@ struct KernelList {
   // Per node of the graph: the node whose kernel does its work when it was fused into
   // another node's kernel, else -1.
   std::vector<int> fused_into;
-  // Per node: why it launches no kernel ("" when it does or when it was fused): "view",
-  // "host" (shape computation), "strided view read by GEMM", "constant folded", ...
-  std::vector<std::string> free_reason;
+  // Per node: why it launches no kernel (FreeReason::none when it does or when it was fused).
+  std::vector<FreeReason> free_reason;
 };
 
 KernelList lower(const Graph& graph, const LoweringOptions& options);
