@@ -230,27 +230,6 @@ std::vector<std::string> unpriced_op_warnings(const Analysis& a, const std::set<
   return w;
 }
 
-// A run that does not fit one GPU's memory: how much it needs, and what splits it.
-GpuWarning memory_warning(const MemoryFootprint& m, const Gpu& gpu) {
-  auto gib = [](double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.1f", v);
-    return std::string(b);
-  };
-  std::string parts = "weights " + gib(m.weights_gib);
-  if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", " + m.optimizer + " state " + gib(m.optimizer_gib);
-  parts += ", activations " + gib(m.activations_gib);
-  GpuWarning w;
-  w.kind = GpuWarning::Kind::memory;
-  w.gpu = gpu.name;
-  w.subject = std::string("the ") + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
-              " GiB (" + parts + ")";
-  w.capacity_gib = m.capacity_gib;
-  w.gpus_to_hold = m.gpus_to_hold();
-  w.training = m.training;
-  return w;
-}
-
 // What the GPU's math changes: a power-limited clock under the predictor's FP32 SIMT GEMMs
 // (said where the model has such a GEMM, not for a BF16 model whose GEMMs all run on tensor
 // cores), and GEMM dtypes without matrix units.
@@ -430,7 +409,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   if (a.memory) {
     r.memory = a.memory;
     r.memory->capacity_gib = gpu.mem_gb;
-    if (!r.memory->fits()) add_gpu_warning(r, memory_warning(*r.memory, gpu));
+    if (!r.memory->fits()) add_gpu_warning(r, memory_warning(*r.memory, gpu.name));
   }
   if (par) {  // the iteration, not the sum of one micro-batch's kernels
     // The interval scales with the iteration (the micro-batch's kernels set its width).

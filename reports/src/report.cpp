@@ -193,6 +193,22 @@ std::string memory_text(const MemoryFootprint& m) {
   return s;
 }
 
+GpuWarning memory_warning(const MemoryFootprint& m, const std::string& gpu) {
+  const auto gib = [](double v) { return detail::fixed(v, 1); };
+  std::string parts = "weights " + gib(m.weights_gib);
+  if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", " + m.optimizer + " state " + gib(m.optimizer_gib);
+  parts += ", activations " + gib(m.activations_gib);
+  GpuWarning w;
+  w.kind = GpuWarning::Kind::memory;
+  w.gpu = gpu;
+  w.subject = std::string("the ") + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
+              " GiB (" + parts + ")";
+  w.capacity_gib = m.capacity_gib;
+  w.gpus_to_hold = m.gpus_to_hold();
+  w.training = m.training;
+  return w;
+}
+
 std::string dtype_label(const Report& r) {
   std::string out = std::string(dtype_name(r.dtype)) + " (" + dtype_source_name(r.dtype_source);
   if (r.dtype_source == DTypeSource::config) out += ", as vLLM's --dtype auto serves it";

@@ -259,6 +259,11 @@ struct Report {
   static constexpr int64_t kMaxSloBatch = 65536;
 };
 
+// The warning of a run larger than the memory of the GPU named `gpu` (m.fits() false): what it
+// needs ("the training step needs 148.0 GiB (weights 0.6, ...)"), the GPU's memory, how many
+// such GPUs hold it.
+GpuWarning memory_warning(const MemoryFootprint& m, const std::string& gpu);
+
 // The report's dtype and why, as the terminal and HTML say it: "fp16 (weights)", or under a
 // forced narrow dtype that narrows the weights' GEMMs alone (lowering.h narrow_weight_gemms)
 // "fp8 (--dtype: the weights' GEMMs; the rest bf16)".
