@@ -123,7 +123,7 @@ struct Item {
   int launches = 1;  // identical kernels the timing covers, back to back
 };
 
-// The plain roofline at the dtype's spec-sheet peak (issue #11's comparison): the GPU's FP16
+// The plain roofline at the dtype's spec-sheet peak: the GPU's FP16
 // number for an FP16 GEMM even where the math cannot use it (P100: 2x SIMT rate, while cuBLAS
 // accumulates in FP32). The product's roofline (roofline_ms) uses the rate the math runs at.
 class DtypePeakRoofline final : public Predictor {
