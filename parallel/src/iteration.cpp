@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -15,13 +16,47 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 bool in_range(int node, size_t n) { return node >= 0 && static_cast<size_t>(node) < n; }
 
-// Float activation bytes crossing each cut position c (between node c-1 and node c).
+// The tensors of the model's data path: the float graph inputs, what a node computes from a
+// weight (the weight operand of a GEMM or convolution, a normalization's scale, the table of
+// an embedding lookup: an initializer there) and everything computed from those. The rest
+// (a mask, position ids, a rotary table: from the inputs' integers and small constants) each
+// pipeline stage computes for itself, as Megatron-LM's stages do; it crosses no cut.
+std::set<std::string> data_path(const Graph& g) {
+  std::set<std::string> path;
+  for (const auto& in : g.inputs) {
+    const TensorInfo* t = g.find(in);
+    if (t && !t->is_initializer && is_float(t->dtype)) path.insert(in);
+  }
+  auto weight = [&](const Node& n, size_t i) {
+    const TensorInfo* t = g.find(n.inputs[i]);
+    if (!t || !t->is_initializer) return false;
+    const std::string& op = n.op_type;
+    if (op == "Gather") return i == 0;
+    if (op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose") return i >= 1;
+    return op == "LayerNormalization" || op == "SimplifiedLayerNormalization" || op == "SkipLayerNormalization" ||
+           op == "RMSNormalization" || op == "BatchNormalization" || op == "GroupNormalization" ||
+           op == "InstanceNormalization";
+  };
+  for (const Node& n : g.nodes) {  // topological order
+    bool on = false;
+    for (size_t i = 0; i < n.inputs.size() && !on; ++i)
+      on = !n.inputs[i].empty() && (path.count(n.inputs[i]) || weight(n, i));
+    if (on)
+      for (const auto& o : n.outputs)
+        if (!o.empty()) path.insert(o);
+  }
+  return path;
+}
+
+// Float activation bytes of the data path (data_path) crossing each cut position c (between
+// node c-1 and node c).
 std::vector<double> crossing_bytes(const Graph& g, DType compute) {
   const size_t n = g.nodes.size();
+  const std::set<std::string> path = data_path(g);
   std::map<std::string, int> producer;
   for (size_t i = 0; i < n; ++i)
     for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty()) producer[o] = static_cast<int>(i);
+      if (!o.empty() && path.count(o)) producer[o] = static_cast<int>(i);
   std::map<std::string, int> last_use;
   for (size_t i = 0; i < n; ++i)
     for (const auto& in : g.nodes[i].inputs)
@@ -44,38 +79,86 @@ std::vector<double> crossing_bytes(const Graph& g, DType compute) {
   return cross;
 }
 
-// Cut positions 0 = c0 < c1 < ... < cp = n balancing `cum` (prefix sums of node cost),
-// preferring the cuts with the least activation traffic (layer boundaries).
-std::vector<int> choose_cuts(const std::vector<double>& cum, const std::vector<double>& cross, int pp) {
+// The cut positions nearest the balanced targets total x j / pp among `pool` (ascending cut
+// positions, at least pp - 1 of them), in order.
+std::vector<int> balanced_cuts(const std::vector<double>& cum, const std::vector<int>& pool, int pp) {
   const int n = static_cast<int>(cum.size()) - 1;
   const double total = cum[static_cast<size_t>(n)];
   std::vector<int> cuts = {0};
-  if (pp == 1) return {0, n};
-  std::vector<int> candidates;
-  for (int c = 1; c < n; ++c)
-    if (cum[static_cast<size_t>(c)] > 0 && cum[static_cast<size_t>(c)] < total) candidates.push_back(c);
-  double least = INFINITY;
-  for (int c : candidates) least = std::min(least, cross[static_cast<size_t>(c)]);
-  std::vector<int> cheap;
-  for (int c : candidates)
-    if (cross[static_cast<size_t>(c)] <= least * (1 + 1e-9) + 1) cheap.push_back(c);
-  const std::vector<int>& pool = static_cast<int>(cheap.size()) >= pp - 1 ? cheap : candidates;
-  if (static_cast<int>(pool.size()) < pp - 1)
-    throw InputError("--parallel pp=" + std::to_string(pp) + ": the model has only " +
-                     std::to_string(pool.size() + 1) + " parts with work to place on pipeline stages");
   size_t from = 0;
   for (int j = 1; j < pp; ++j) {
     const double target = total * j / pp;
     const size_t last_allowed = pool.size() - static_cast<size_t>(pp - 1 - j) - 1;
     size_t best = from;
-    for (size_t i = from; i <= last_allowed; ++i)
-      if (std::fabs(cum[static_cast<size_t>(pool[i])] - target) < std::fabs(cum[static_cast<size_t>(pool[best])] - target))
-        best = i;
+    // cum never falls along the pool: the distance falls to the nearest, then rises.
+    for (size_t i = from + 1; i <= last_allowed; ++i) {
+      const double d = std::fabs(cum[static_cast<size_t>(pool[i])] - target);
+      const double d_best = std::fabs(cum[static_cast<size_t>(pool[best])] - target);
+      if (d > d_best) break;
+      if (d < d_best) best = i;
+    }
     cuts.push_back(pool[best]);
     from = best + 1;
   }
   cuts.push_back(n);
   return cuts;
+}
+
+// A microbatch's step on the pipeline of these cuts: its slowest stage (`cum`: prefix sums of
+// node cost, forward and backward, ms) and a send each way of the most data a cut carries.
+double pipeline_step_ms(const std::vector<double>& cum, const std::vector<double>& cross, const std::vector<int>& cuts,
+                        const std::function<double(double)>& hop_ms) {
+  double slowest = 0, carried = 0;
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    slowest = std::max(slowest, cum[static_cast<size_t>(cuts[s + 1])] - cum[static_cast<size_t>(cuts[s])]);
+    if (s > 0) carried = std::max(carried, cross[static_cast<size_t>(cuts[s])]);
+  }
+  return slowest + 2 * hop_ms(carried);
+}
+
+// Steps within this fraction of the shortest count as balanced (choose_cuts).
+constexpr double kStageBalanceTolerance = 0.05;
+
+// Cut positions 0 = c0 < c1 < ... < cp = n of the pipeline stages. Frameworks place whole
+// layers (Megatron-LM, DeepSpeed): the cuts that carry the least data (`cross`, bytes), a
+// block's or layer's boundary where the residual stream alone crosses. For each bound on the
+// bytes a cut may carry (the distinct crossing sizes, ascending; 256 spread over them where
+// there are more) the cuts nearest the balanced targets among those within it, and the
+// pipeline step they give (pipeline_step_ms); the lowest bound whose step is within
+// kStageBalanceTolerance of the shortest. A decoder whose layers all read the encoder's output
+// (T5) thus cuts its decoder layers, carrying both.
+std::vector<int> choose_cuts(const std::vector<double>& cum, const std::vector<double>& cross, int pp,
+                             const std::function<double(double)>& hop_ms) {
+  const int n = static_cast<int>(cum.size()) - 1;
+  const double total = cum[static_cast<size_t>(n)];
+  if (pp == 1) return {0, n};
+  std::vector<int> candidates;
+  for (int c = 1; c < n; ++c)
+    if (cum[static_cast<size_t>(c)] > 0 && cum[static_cast<size_t>(c)] < total) candidates.push_back(c);
+  if (static_cast<int>(candidates.size()) < pp - 1)
+    throw InputError("--parallel pp=" + std::to_string(pp) + ": the model has only " +
+                     std::to_string(candidates.size() + 1) + " parts with work to place on pipeline stages");
+  std::vector<double> sizes;
+  for (int c : candidates) sizes.push_back(cross[static_cast<size_t>(c)]);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  constexpr size_t kBounds = 256;
+  std::vector<std::pair<std::vector<int>, double>> tried;  // cuts, step; bounds ascending
+  double shortest = INFINITY;
+  for (size_t k = 0; k < std::min(kBounds, sizes.size()); ++k) {
+    const double bound = sizes[sizes.size() <= kBounds ? k : k * (sizes.size() - 1) / (kBounds - 1)];
+    std::vector<int> pool;
+    for (int c : candidates)
+      if (cross[static_cast<size_t>(c)] <= bound) pool.push_back(c);
+    if (static_cast<int>(pool.size()) < pp - 1) continue;
+    std::vector<int> cuts = balanced_cuts(cum, pool, pp);
+    const double step = pipeline_step_ms(cum, cross, cuts, hop_ms);
+    shortest = std::min(shortest, step);
+    tried.emplace_back(std::move(cuts), step);
+  }
+  for (const auto& [cuts, step] : tried)
+    if (step <= shortest * (1 + kStageBalanceTolerance)) return cuts;
+  return tried.back().first;
 }
 
 // The precision of the first floating-point GEMM (undefined without one): it sets the
@@ -86,8 +169,8 @@ DType compute_dtype(const std::vector<Kernel>& kernels) {
   return DType::undefined;
 }
 
-// Pipeline stages: contiguous node ranges, balanced by forward+backward time, cut where the
-// least activation data crosses.
+// Pipeline stages: contiguous node ranges balanced by forward and backward time, cut where
+// little activation data crosses (choose_cuts).
 struct StagePlan {
   std::vector<int> cuts;      // pp + 1 cut positions
   std::vector<int> stage_of;  // per node
@@ -95,7 +178,7 @@ struct StagePlan {
 };
 
 StagePlan place_stages(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
-                       DType compute, int pp) {
+                       DType compute, int pp, const Link& link) {
   const size_t nn = g.nodes.size();
   std::vector<double> node_cost(nn, 0);
   for (size_t i = 0; i < kernels.size(); ++i)
@@ -106,7 +189,7 @@ StagePlan place_stages(const Graph& g, const std::vector<Kernel>& kernels, const
   StagePlan p;
   p.cross = crossing_bytes(g, compute);
   if (nn == 0) throw InputError("--parallel: the model has no nodes");
-  p.cuts = choose_cuts(cum, p.cross, pp);
+  p.cuts = choose_cuts(cum, p.cross, pp, [&](double bytes) { return p2p_ms(bytes, link); });
   p.stage_of.assign(nn, 0);
   for (int s = 0; s < pp; ++s)
     for (int i = p.cuts[static_cast<size_t>(s)]; i < p.cuts[static_cast<size_t>(s) + 1]; ++i)
@@ -313,21 +396,23 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   r.config = cfg;
   r.global_batch = global_batch;
   r.micro_batch = micro_batch;
+  r.tp_link = link_for(gpu, cfg.link_gbps, cfg.tp);
+  r.dp_link = link_for(gpu, cfg.link_gbps, cfg.tp * cfg.dp);
   r.link = link_for(gpu, cfg.link_gbps, cfg.dp * cfg.tp * cfg.pp);
   const DType compute = compute_dtype(kernels);
   const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
 
   // Tensor-parallel collectives get their time from the link model.
-  time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.link);
+  time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.tp_link);
 
-  const StagePlan plan = place_stages(g, kernels, preds, compute, cfg.pp);
+  const StagePlan plan = place_stages(g, kernels, preds, compute, cfg.pp, r.link);
   const WeightPlacement weights = place_weights(g, cfg.tp);
   const StageTimes times = stage_times(g, kernels, preds, plan, weights, cfg.pp, r);
 
   // Pipeline schedule, with and without the send/recv hops.
   const PipelineTiming t = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, times.hop);
   const PipelineTiming t0 = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, 0);
-  const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r.link);
+  const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r.dp_link);
   critical_stage_times(t, t0, dp, times, cfg.microbatches, r);
   stage_memory(g, kernels, weights, cfg, compute, eb, gpu, r);
   return r;

@@ -31,8 +31,21 @@ std::string format_parallel(const ParallelReport& p) {
   os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus()
      << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
      << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule) << "\n";
-  os << "  link: " << p.link.kind << " " << p.link.spec_gbps << " GB/s x " << p.link.efficiency
-     << " efficiency = " << p.link.gbps() << " GB/s per direction\n";
+  // One line per link the axes cross (tensor parallel within its group, data parallel, pipeline).
+  const auto link_text = [](const Link& l) {
+    std::ostringstream ls;
+    ls << l.kind << " " << l.spec_gbps << " GB/s x " << l.efficiency << " efficiency = " << l.gbps() << " GB/s per direction";
+    return ls.str();
+  };
+  const bool one_link = p.tp_link.kind == p.link.kind && p.tp_link.spec_gbps == p.link.spec_gbps &&
+                        p.dp_link.kind == p.link.kind && p.dp_link.spec_gbps == p.link.spec_gbps;
+  if (one_link) {
+    os << "  link: " << link_text(p.link) << "\n";
+  } else {
+    if (c.tp > 1) os << "  link, tensor parallel (" << c.tp << " GPUs): " << link_text(p.tp_link) << "\n";
+    if (c.dp > 1) os << "  link, data parallel (" << c.tp * c.dp << " GPUs spanned): " << link_text(p.dp_link) << "\n";
+    os << "  link, " << (c.pp > 1 ? "pipeline (" : "all (") << c.gpus() << " GPUs): " << link_text(p.link) << "\n";
+  }
   os << "  iteration            " << ms(p.iteration_ms) << " ms\n";
   os << "  compute (busiest)    " << ms(p.compute_ms) << " ms (tensor-parallel all-reduces " << ms(p.tp_comm_ms)
      << " ms included)\n";
@@ -55,6 +68,12 @@ std::string format_parallel(const ParallelReport& p) {
 
 nlohmann::json detail::parallel_json(const ParallelReport& p) {
   auto fin = [](double x) { return std::isfinite(x) ? x : 0.0; };
+  auto link_json = [&](const Link& l) {
+    return nlohmann::json{{"kind", l.kind},
+                          {"spec_gbps", fin(l.spec_gbps)},
+                          {"efficiency", fin(l.efficiency)},
+                          {"step_latency_us", fin(l.step_latency_us)}};
+  };
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : p.stages)
     stages.push_back({{"first_node", s.first_name},
@@ -79,10 +98,9 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"schedule", schedule_name(p.config.schedule)},
                      {"global_batch", p.global_batch},
                      {"micro_batch", p.micro_batch},
-                     {"link", {{"kind", p.link.kind},
-                               {"spec_gbps", fin(p.link.spec_gbps)},
-                               {"efficiency", fin(p.link.efficiency)},
-                               {"step_latency_us", fin(p.link.step_latency_us)}}},
+                     {"link", link_json(p.link)},
+                     {"tp_link", link_json(p.tp_link)},
+                     {"dp_link", link_json(p.dp_link)},
                      {"iteration_ms", fin(p.iteration_ms)},
                      {"compute_ms", fin(p.compute_ms)},
                      {"tp_comm_ms", fin(p.tp_comm_ms)},

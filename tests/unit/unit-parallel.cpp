@@ -271,6 +271,55 @@ TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   CHECK(dp.parallel->stages[0].optimizer_gb == 0);  // plain SGD (the default) keeps no state
 }
 
+TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual stream alone crosses") {
+  // Every layer reads the rotary tables and the causal mask, computed once from the positions:
+  // each stage computes them itself, so they cross no cut, and the cuts fall on the block
+  // boundaries through the layers (not all after the last layer's attention).
+  const ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 8, "vocab_size": 1000,
+      "max_position_embeddings": 2048, "hidden_act": "silu"})",
+                                        "llama");
+  const LoadedModel m = build_model(c);
+  Options o;
+  o.dims.batch = 8;
+  o.dims.seq = 512;
+  o.mode = Mode::training;
+  o.predictor = PredictorKind::roofline;
+  o.parallel = parse_parallel("pp=4,microbatches=4");
+  const Report r = analyze(m, GpuDatabase::builtin().resolve("h100"), o);
+  REQUIRE(r.parallel);
+  const auto& st = r.parallel->stages;
+  REQUIRE(st.size() == 4);
+  double fastest = INFINITY, slowest = 0;
+  for (const auto& s : st) {
+    fastest = std::min(fastest, s.forward_ms + s.backward_ms);
+    slowest = std::max(slowest, s.forward_ms + s.backward_ms);
+  }
+  CHECK(slowest < 1.35 * fastest);  // two layers a stage, the embedding and the head beside
+  for (size_t s = 0; s + 1 < st.size(); ++s) CHECK(st[s].send_bytes == doctest::Approx(2.0 * 512 * 256 * 4));
+}
+
+TEST_CASE("parallel: each axis crosses its own link: tensor parallel in a node, pipeline between nodes") {
+  LoadedModel m = load_model(test::example_model());
+  Options o;
+  o.dims.batch = 8;
+  o.dims.seq = 128;
+  o.mode = Mode::training;
+  o.predictor = PredictorKind::roofline;
+  const Gpu h100 = GpuDatabase::builtin().resolve("h100");  // NVLink domain of 8
+  o.parallel = parse_parallel("dp=2,tp=4,pp=2");            // 16 GPUs, two nodes
+  const Report r = analyze(m, h100, o);
+  REQUIRE(r.parallel);
+  CHECK(r.parallel->tp_link.kind == h100.nvlink);
+  CHECK(r.parallel->dp_link.kind == h100.nvlink);  // tp x dp = 8 GPUs: one node
+  CHECK(r.parallel->link.kind == "pcie");          // the stages' nodes
+  o.parallel = parse_parallel("dp=4,tp=4");
+  const Report wide = analyze(m, h100, o);
+  REQUIRE(wide.parallel);
+  CHECK(wide.parallel->tp_link.kind == h100.nvlink);
+  CHECK(wide.parallel->dp_link.kind == "pcie");  // a data-parallel group spans 16 GPUs
+}
+
 TEST_CASE("parallel: memory beyond the GPU warns") {
   LoadedModel m = load_model(test::example_model());
   Options o;

@@ -202,7 +202,14 @@ struct StageReport {
 struct ParallelReport {
   ParallelConfig config;
   int64_t global_batch = 0, micro_batch = 0;
-  Link link;
+  // The links each axis's traffic crosses, ranks placed as Megatron-LM places them (the
+  // tensor-parallel group's ranks adjacent, then data-parallel, then the pipeline stages) on
+  // nodes of one NVLink domain (Gpu::nvlink_domain) each: tensor-parallel all-reduces among
+  // the tp GPUs of a group (tp_link), gradient all-reduces over the tp x dp GPUs a
+  // data-parallel group spans (dp_link), pipeline sends between stages tp x dp GPUs apart
+  // (link: among all the run's GPUs, the slowest). Tensor parallelism within a node thus keeps
+  // NVLink when the run spans several nodes.
+  Link tp_link, dp_link, link;
   double iteration_ms = 0;
   double compute_ms = 0;         // busiest stage: kernels of all microbatches (TP all-reduces included)
   double tp_comm_ms = 0;         // TP all-reduces per GPU per iteration (on the critical path)
