@@ -350,7 +350,8 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   std::optional<ParallelReport> par;
   if (options.parallel.active && options.mode == Mode::training)
     par = plan_iteration(a.graph, kernels, preds, gpu, options.parallel, options.dims.batch,
-                         parallel_micro_batch(options.parallel, options.mode, options.dims.batch));
+                         parallel_micro_batch(options.parallel, options.mode, options.dims.batch),
+                         saved_activations(a, options));
   else if (options.parallel.active)
     time_tensor_parallel_collectives(kernels, preds, options.parallel.tp,
                                      link_for(gpu, options.parallel.link_gbps, options.parallel.tp));

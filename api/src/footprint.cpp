@@ -37,6 +37,33 @@ std::unordered_set<std::string> constants_of(const Graph& g) {
   return c;
 }
 
+// The tensor each view (the output of a node without a kernel of its own) views: its first
+// activation input's, through chains of views; a materialised tensor views itself.
+struct ViewRoots {
+  std::unordered_map<std::string, std::string> root;
+  std::string operator()(const std::string& t) const {
+    auto it = root.find(t);
+    return it == root.end() ? t : it->second;
+  }
+};
+ViewRoots view_roots(const Graph& g, const std::vector<int>& group, const std::unordered_set<std::string>& constants) {
+  ViewRoots v;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {  // nodes are in topological order
+    const Node& n = g.nodes[i];
+    if (group[i] >= 0) continue;
+    std::string first;
+    for (const auto& in : n.inputs)
+      if (!in.empty() && g.find(in) && !constants.count(in)) {
+        first = v(in);
+        break;
+      }
+    if (!first.empty())
+      for (const auto& out : n.outputs)
+        if (!out.empty()) v.root[out] = first;
+  }
+  return v;
+}
+
 // What autograd keeps of the forward pass for a training step's backward pass: per node that is
 // differentiated (a backward kernel of its own), the activations its gradient formula reads, as
 // PyTorch's derivatives save them: none for ops whose gradient is linear in the output's
@@ -45,10 +72,10 @@ std::unordered_set<std::string> constants_of(const Graph& g) {
 // sigmoid, exp, relu, sqrt); the activation inputs for the others (products of two
 // activations, GEMMs, normalizations, gelu, powers, ...), but none for a product or quotient
 // with a one-element constant (a scale). Dropout keeps its mask, a byte per element. A tensor
-// saved by several nodes counts once (a view keeps the tensor it views).
-double saved_for_backward(const Analysis& a, const Options& o, const std::vector<int>& group,
-                          const std::function<std::string(const std::string&)>& resolve,
-                          const std::unordered_set<std::string>& constants) {
+// saved by several nodes counts once, kept by the first (a view keeps the tensor it views).
+std::vector<SavedActivation> saved_for_backward(const Analysis& a, const Options& o, const std::vector<int>& group,
+                                                const ViewRoots& resolve,
+                                                const std::unordered_set<std::string>& constants) {
   static const std::set<std::string> keeps_nothing = {
       "Add", "Sub", "Neg", "Concat", "Split", "Slice", "Cast", "Transpose", "Expand", "Reshape", "Flatten",
       "Squeeze", "Unsqueeze", "Identity", "Pad", "Sum", "ReduceSum", "ReduceMean", "Gather", "Tile", "Shape",
@@ -60,15 +87,19 @@ double saved_for_backward(const Analysis& a, const Options& o, const std::vector
   for (const Kernel& k : a.kernels.kernels)
     if (k.phase == Phase::backward && k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size())
       differentiated[static_cast<size_t>(k.node)] = 1;
-  std::set<std::string> saved;
-  double mask_bytes = 0;
+  std::unordered_map<std::string, int> writer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& out : g.nodes[i].outputs)
+      if (!out.empty()) writer[out] = static_cast<int>(i);
+  std::set<std::string> seen;
+  std::vector<SavedActivation> saved;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     const bool own = differentiated[i] || (group[i] >= 0 && differentiated[static_cast<size_t>(group[i])]);
     if (!own || keeps_nothing.count(n.op_type)) continue;
     if (n.op_type == "Dropout") {
       const TensorInfo* t = n.inputs.empty() ? nullptr : g.find(n.inputs[0]);
-      if (t && t->fully_known()) mask_bytes += double(t->num_elements());
+      if (t && t->fully_known()) saved.push_back({static_cast<int>(i), static_cast<int>(i), double(t->num_elements())});
       continue;
     }
     const bool output = keeps_output.count(n.op_type) > 0;
@@ -82,12 +113,12 @@ double saved_for_backward(const Analysis& a, const Options& o, const std::vector
       const TensorInfo* t = name.empty() ? nullptr : g.find(name);
       if (!t || constants.count(name) || !is_float(t->dtype)) continue;
       const std::string r = resolve(name);
-      if (g.find(r) && !constants.count(r)) saved.insert(r);
+      if (!g.find(r) || constants.count(r) || !seen.insert(r).second) continue;
+      auto w = writer.find(r);
+      saved.push_back({static_cast<int>(i), w == writer.end() ? -1 : w->second, tensor_bytes(g.find(r), o)});
     }
   }
-  double bytes = mask_bytes;
-  for (const auto& name : saved) bytes += tensor_bytes(g.find(name), o);
-  return bytes;
+  return saved;
 }
 
 // The tensors of `g` a node reads: its inputs, and for a control-flow node (If, Loop, Scan) the
@@ -180,30 +211,12 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
   const Graph& g = a.graph;
   const std::vector<int> group = kernel_groups(a);
   const std::unordered_set<std::string> constants = constants_of(g);
-  std::unordered_map<std::string, std::string> root;  // an alias -> the tensor it views
-  std::unordered_map<std::string, int> producer;      // a materialised tensor -> its kernel's group
-  const auto resolve = [&](const std::string& t) {
-    auto it = root.find(t);
-    return it == root.end() ? t : it->second;
-  };
-  for (size_t i = 0; i < g.nodes.size(); ++i) {  // nodes are in topological order
-    const Node& n = g.nodes[i];
-    if (group[i] >= 0) {
-      for (const auto& out : n.outputs)
+  const ViewRoots resolve = view_roots(g, group, constants);
+  std::unordered_map<std::string, int> producer;  // a materialised tensor -> its kernel's group
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (group[i] >= 0)
+      for (const auto& out : g.nodes[i].outputs)
         if (!out.empty()) producer[out] = group[i];
-      continue;
-    }
-    std::string first;
-    for (const auto& in : n.inputs) {
-      if (!in.empty() && g.find(in) && !constants.count(in)) {
-        first = resolve(in);
-        break;
-      }
-    }
-    if (!first.empty())
-      for (const auto& out : n.outputs)
-        if (!out.empty()) root[out] = first;
-  }
   // Each materialised tensor's life in node indices: [written, last read]; a graph input's from
   // -1, a graph output's to the end.
   const int end = static_cast<int>(g.nodes.size());
@@ -239,7 +252,7 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
     if (p != producer.end() || (g.find(r) && !constants.count(r))) live(r, p != producer.end() ? p->second : -1, end);
   }
   ActivationUse use;
-  use.saved_bytes = saved_for_backward(a, o, group, resolve, constants);
+  for (const SavedActivation& s : saved_for_backward(a, o, group, resolve, constants)) use.saved_bytes += s.bytes;
   for (const auto& entry : touched) {
     double b = 0;
     for (const auto& name : entry.second) b += tensor_bytes(g.find(name), o);
@@ -256,6 +269,12 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
   double alive = 0;
   for (double d : delta) use.peak_live_bytes = std::max(use.peak_live_bytes, alive += d);
   return use;
+}
+
+std::vector<SavedActivation> saved_activations(const Analysis& a, const Options& o) {
+  const std::vector<int> group = kernel_groups(a);
+  const std::unordered_set<std::string> constants = constants_of(a.graph);
+  return saved_for_backward(a, o, group, view_roots(a.graph, group, constants), constants);
 }
 
 MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double capacity_gib) {

@@ -52,6 +52,10 @@ struct ActivationUse {
   double saved_bytes = 0;
 };
 ActivationUse activation_use(const Analysis& a, const Options& o);
+// The activations a training step keeps for its backward pass (ActivationUse::saved_bytes),
+// each with the node that keeps it and the node that wrote it, for the multi-GPU plan's
+// stages (parallel.h).
+std::vector<SavedActivation> saved_activations(const Analysis& a, const Options& o);
 
 
 }  // namespace neusight

@@ -336,14 +336,18 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
 // Memory per GPU: weights, gradients, the optimizer's state (optimizer_state_bytes: none for
 // SGD, a momentum buffer, Adam's two moments; plus an fp32 master copy when training in 16
 // bits) and the activations of the microbatches in flight.
-void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const WeightPlacement& w,
-                  const ParallelConfig& cfg, DType compute, double eb, const Gpu& gpu, ParallelReport& r) {
+void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const WeightPlacement& w, const StagePlan& plan,
+                  const std::vector<SavedActivation>& saved, const ParallelConfig& cfg, double eb,
+                  const Gpu& gpu, ParallelReport& r) {
   const size_t nn = g.nodes.size();
   const int m = cfg.microbatches, pp = cfg.pp;
-  std::vector<char> has_fwd(nn, 0);
-  for (const auto& k : kernels)
-    if (k.phase == Phase::forward && k.cls != KernelClass::collective && in_range(k.node, nn))
-      has_fwd[static_cast<size_t>(k.node)] = 1;
+  std::vector<double> kept(static_cast<size_t>(pp), 0);  // per stage, one microbatch
+  for (const SavedActivation& a : saved) {
+    if (!in_range(a.keeper, nn)) continue;
+    const bool split = in_range(a.writer, nn) && (w.roles[static_cast<size_t>(a.writer)] == TpRole::column ||
+                                                  w.roles[static_cast<size_t>(a.writer)] == TpRole::sharded);
+    kept[static_cast<size_t>(plan.stage_of[static_cast<size_t>(a.keeper)])] += a.bytes / (split ? cfg.tp : 1);
+  }
   r.memory_capacity_gb = gpu.mem_gb;
   // The optimizer's FP32 state per parameter, from its update kernels (lowering.h).
   double state = 0;
@@ -354,17 +358,8 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     }
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
-    double act = 0;
-    for (int i = st.first_node; i <= st.last_node; ++i) {
-      st.params += w.node_params[static_cast<size_t>(i)];
-      if (!has_fwd[static_cast<size_t>(i)]) continue;
-      const bool split = w.roles[static_cast<size_t>(i)] == TpRole::column || w.roles[static_cast<size_t>(i)] == TpRole::sharded;
-      for (const auto& o : g.nodes[static_cast<size_t>(i)].outputs) {
-        const TensorInfo* ti = o.empty() ? nullptr : g.find(o);
-        if (!ti || !is_float(ti->dtype) || ti->num_elements() <= 0) continue;
-        act += double(ti->num_elements()) * (compute == DType::undefined ? element_bytes(ti->dtype) : eb) / (split ? cfg.tp : 1);
-      }
-    }
+    for (int i = st.first_node; i <= st.last_node; ++i) st.params += w.node_params[static_cast<size_t>(i)];
+    const double act = kept[static_cast<size_t>(s)];
     const int in_flight = cfg.schedule == PipelineSchedule::gpipe ? m : std::min(pp - s, m);
     st.weights_gb = st.params * eb / kGiB;
     st.gradients_gb = st.weights_gb;
@@ -385,7 +380,8 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
 }  // namespace
 
 ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
-                              const Gpu& gpu, const ParallelConfig& cfg, int64_t global_batch, int64_t micro_batch) {
+                              const Gpu& gpu, const ParallelConfig& cfg, int64_t global_batch, int64_t micro_batch,
+                              const std::vector<SavedActivation>& saved) {
   if (cfg.dp < 1 || cfg.tp < 1 || cfg.pp < 1 || cfg.microbatches < 1)
     throw InputError("--parallel: dp, tp, pp and microbatches must be at least 1");
   if (preds.size() != kernels.size()) throw RuntimeError("plan_iteration: one prediction per kernel expected");
@@ -414,7 +410,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   const PipelineTiming t0 = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, 0);
   const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r.dp_link);
   critical_stage_times(t, t0, dp, times, cfg.microbatches, r);
-  stage_memory(g, kernels, weights, cfg, compute, eb, gpu, r);
+  stage_memory(g, kernels, weights, plan, saved, cfg, eb, gpu, r);
   return r;
 }
 

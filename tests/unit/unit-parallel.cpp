@@ -299,6 +299,27 @@ TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual strea
   for (size_t s = 0; s + 1 < st.size(); ++s) CHECK(st[s].send_bytes == doctest::Approx(2.0 * 512 * 256 * 4));
 }
 
+TEST_CASE("parallel: the stages keep the activations one GPU's training step keeps, split among them") {
+  // The multi-GPU plan counts what the backward pass reads as the single-GPU footprint does
+  // (PyTorch's derivative rules), each tensor on the stage of the node that keeps it.
+  LoadedModel m = load_model(test::example_model());
+  Options o;
+  o.dims.batch = 4;
+  o.dims.seq = 128;
+  o.mode = Mode::training;
+  o.predictor = PredictorKind::roofline;
+  const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
+  const Report one = analyze(m, gpu, o);
+  REQUIRE(one.memory);
+  o.parallel = parse_parallel("pp=2,microbatches=1");
+  const Report two = analyze(m, gpu, o);
+  REQUIRE(two.parallel);
+  const auto& st = two.parallel->stages;
+  CHECK(st[0].activations_gb + st[1].activations_gb == doctest::Approx(one.memory->activations_gib));
+  CHECK(st[0].activations_gb > 0.3 * one.memory->activations_gib);
+  CHECK(st[1].activations_gb > 0.3 * one.memory->activations_gib);
+}
+
 TEST_CASE("parallel: each axis crosses its own link: tensor parallel in a node, pipeline between nodes") {
   LoadedModel m = load_model(test::example_model());
   Options o;

@@ -227,17 +227,25 @@ struct ParallelReport {
   std::vector<std::string> warnings;
 };
 
+// An activation a training step keeps for its backward pass, as the caller counts them (the
+// api by PyTorch's derivative rules): the graph node that keeps it, the node that wrote it (-1:
+// a graph input) and its bytes on one GPU without tensor parallelism.
+struct SavedActivation {
+  int keeper = -1, writer = -1;
+  double bytes = 0;
+};
+
 // Memory per GPU: parameters of its stage (1/tp of the split ones) in the compute dtype,
 // as many gradients, the optimizer's fp32 state (lowering.h optimizer_state_bytes: Adam's two
-// moments, a momentum buffer, none for SGD; + an fp32 master copy when training in 16 bits), and the activations of the microbatches in flight (GPipe: all m; 1F1B: pp - stage)
-// counted as every float tensor a forward kernel writes - an upper bound, since frameworks
-// keep only what the backward pass reads.
+// moments, a momentum buffer, none for SGD; + an fp32 master copy when training in 16 bits),
+// and the activations of the microbatches in flight (GPipe: all m; 1F1B: pp - stage): those
+// of `saved` its stage's nodes keep, 1/tp of those a split node wrote.
 //
 // Predicts one iteration. `kernels` is the per-GPU list (after shard_tensor_parallel) at the
 // micro-batch; `preds` its predictions, collectives are filled in here. Throws InputError
 // for a configuration the graph cannot take (more stages than nodes, ...).
 ParallelReport plan_iteration(const Graph& graph, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
                               const Gpu& gpu, const ParallelConfig& config, int64_t global_batch,
-                              int64_t micro_batch);
+                              int64_t micro_batch, const std::vector<SavedActivation>& saved);
 
 }  // namespace neusight
