@@ -128,6 +128,25 @@ TEST_CASE("parallel: inference takes tensor parallelism alone") {
   CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,ep=2"), Mode::training, 8), InputError);
 }
 
+TEST_CASE("parallel: a tensor-parallel all-reduce carries the interval of the link's efficiency") {
+  Kernel ar;
+  ar.cls = KernelClass::collective;
+  ar.bytes = 64.0 * 1024 * 1024;
+  std::vector<Prediction> preds(1);
+  Link link;
+  link.kind = "nvlink4";
+  link.spec_gbps = 450;
+  time_tensor_parallel_collectives({ar}, preds, 8, link);
+  Link fast = link, slow = link;
+  fast.efficiency = kLinkEfficiencyHigh;
+  slow.efficiency = kLinkEfficiencyLow;
+  CHECK(preds[0].latency_ms == doctest::Approx(allreduce_ms(ar.bytes, 8, link)));
+  CHECK(preds[0].low_ms() == doctest::Approx(allreduce_ms(ar.bytes, 8, fast)));
+  CHECK(preds[0].high_ms() == doctest::Approx(allreduce_ms(ar.bytes, 8, slow)));
+  CHECK(preds[0].low_ms() < preds[0].latency_ms);
+  CHECK(preds[0].high_ms() > preds[0].latency_ms);
+}
+
 TEST_CASE("parallel: expected maxima of the expert placement") {
   CHECK(expected_max_standard_normal(1) == doctest::Approx(0).epsilon(1e-9));
   CHECK(expected_max_standard_normal(2) == doctest::Approx(0.5641896).epsilon(1e-5));  // 1 / sqrt(pi)

@@ -61,6 +61,9 @@ void check_inference_parallel(const ParallelConfig& config);
 // bandwidth is about 0.75-0.85 of the NVLink per-direction peak on DGX A100 / H100 systems).
 // The same for every GPU and link type.
 inline constexpr double kLinkEfficiency = 0.8;
+// The ends of that range, the bounds of a collective's 80% interval (its time at the highest
+// and the lowest efficiency): the bandwidth alone, not contention with the kernels beside it.
+inline constexpr double kLinkEfficiencyLow = 0.75, kLinkEfficiencyHigh = 0.85;
 // Latency of one ring step / one point-to-point transfer (NCCL launch + synchronisation).
 inline constexpr double kLinkStepLatencyUs = 5.0;
 
@@ -92,7 +95,8 @@ double allreduce_ms(double bytes, int n, const Link& link);
 double p2p_ms(double bytes, const Link& link);
 
 // Gives each tensor-parallel all-reduce kernel (class collective) its all-reduce time
-// (allreduce_ms) among `tp` GPUs on `link`; other predictions are left as they are.
+// (allreduce_ms) among `tp` GPUs on `link`, its 80% interval at the link's efficiency scaled
+// to kLinkEfficiencyHigh and kLinkEfficiencyLow; other predictions are left as they are.
 void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,
                                       const Link& link);
 
