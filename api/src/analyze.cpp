@@ -308,7 +308,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                    [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
                                                                   ": the model has no mixture of experts to spread; ep changes nothing"});
-  if (!options.parallel.active) a.memory = memory_footprint(a, options, 0);
+  if (!options.parallel.active || options.mode == Mode::inference) a.memory = memory_footprint(a, options, 0);
   return a;
 }
 

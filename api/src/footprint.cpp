@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -178,7 +179,7 @@ void each_node(const Graph& g, const std::function<void(const Graph&, const Node
   }
 }
 
-void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding) {
+void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding, const TensorShare& share) {
   std::map<std::string, bool> gather_only;
   each_node(g, [&](const Graph&, const Node& n) {
     for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -196,7 +197,7 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
     if (!t || t->int_value || !(is_float(t->dtype) || t->num_elements() > 64) || !counted.insert(name).second) return;
     auto it = gather_only.find(name);
     const bool table = it != gather_only.end() && it->second;
-    const double b = table ? tensor_bytes(t, o) : gemm_weight_bytes(t, o);
+    const double b = (table ? tensor_bytes(t, o) : gemm_weight_bytes(t, o)) * (share ? share(name) : 1.0);
     all += b;
     if (table) embedding += b;
   };
@@ -207,7 +208,7 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
         if (!out.empty()) count(out);
 }
 
-ActivationUse activation_use(const Analysis& a, const Options& o) {
+ActivationUse activation_use(const Analysis& a, const Options& o, const TensorShare& share) {
   const Graph& g = a.graph;
   const std::vector<int> group = kernel_groups(a);
   const std::unordered_set<std::string> constants = constants_of(g);
@@ -253,15 +254,16 @@ ActivationUse activation_use(const Analysis& a, const Options& o) {
   }
   ActivationUse use;
   for (const SavedActivation& s : saved_for_backward(a, o, group, resolve, constants)) use.saved_bytes += s.bytes;
+  const auto held = [&](const std::string& name) { return tensor_bytes(g.find(name), o) * (share ? share(name) : 1.0); };
   for (const auto& entry : touched) {
     double b = 0;
-    for (const auto& name : entry.second) b += tensor_bytes(g.find(name), o);
+    for (const auto& name : entry.second) b += held(name);
     use.largest_kernel_bytes = std::max(use.largest_kernel_bytes, b);
   }
   // Bytes alive at each node index (shifted by one for the inputs' -1): a difference array.
   std::vector<double> delta(g.nodes.size() + 3, 0.0);
   for (const auto& [name, span] : life) {
-    const double b = tensor_bytes(g.find(name), o);
+    const double b = held(name);
     use.all_bytes += b;
     delta[static_cast<size_t>(span.first + 1)] += b;
     delta[static_cast<size_t>(std::max(span.first, span.second) + 2)] -= b;
@@ -277,14 +279,38 @@ std::vector<SavedActivation> saved_activations(const Analysis& a, const Options&
   return saved_for_backward(a, o, group, view_roots(a.graph, group, constants), constants);
 }
 
+// Tensor-parallel inference (parallel.h tensor_parallel_roles): one GPU holds 1/tp of each
+// weight a split node reads (column- and row-parallel GEMMs, a vocabulary-parallel embedding,
+// sharded ops) and of each activation a column-parallel or sharded node writes (a head's
+// share of the attention, the MLP's hidden columns); the rest whole (the residual stream, the
+// norms, a row-parallel GEMM's all-reduced output).
+TensorShare tensor_parallel_share(const Graph& g, int tp) {
+  const std::vector<TpRole> roles = tensor_parallel_roles(g, tp);
+  auto split = std::make_shared<std::unordered_set<std::string>>();
+  for (size_t i = 0; i < g.nodes.size() && i < roles.size(); ++i) {
+    const Node& n = g.nodes[i];
+    if (roles[i] == TpRole::replicated) continue;
+    for (const auto& in : n.inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+      if (t && t->is_initializer) split->insert(in);
+    }
+    if (roles[i] == TpRole::column || roles[i] == TpRole::sharded)
+      for (const auto& out : n.outputs)
+        if (!out.empty()) split->insert(out);
+  }
+  return [split, tp](const std::string& name) { return split->count(name) ? 1.0 / tp : 1.0; };
+}
+
 MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double capacity_gib) {
   MemoryFootprint m;
   m.training = o.mode == Mode::training;
   m.capacity_gib = capacity_gib;
+  m.tp = o.parallel.active && !m.training ? std::max(1, o.parallel.tp) : 1;
+  const TensorShare share = m.tp > 1 ? tensor_parallel_share(a.graph, m.tp) : TensorShare{};
   double weights = 0, embedding = 0;
-  weight_bytes(a.graph, o, weights, embedding);
+  weight_bytes(a.graph, o, weights, embedding, share);
   m.weights_gib = weights / kGiB;
-  const ActivationUse use = activation_use(a, o);
+  const ActivationUse use = activation_use(a, o, share);
   m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
   if (m.training) {
     // The parameters the optimizer updates (lowering: one update kernel each), their

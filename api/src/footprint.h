@@ -29,7 +29,10 @@ void each_node(const Graph& g, const std::function<void(const Graph&, const Node
 // Weights: every initializer and every Constant node's output (a weight some exporters
 // write as a node) that is not a small integer constant; the embedding table is one read
 // only as the data input of Gather nodes (a decode step reads a row).
-void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding);
+// `share` (when given) is the part of a tensor one GPU holds (tensor parallelism: 1/tp of a
+// split one), by its name.
+using TensorShare = std::function<double(const std::string&)>;
+void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding, const TensorShare& share = {});
 
 // The forward pass's activations: the tensors a kernel writes that another kernel reads or the
 // graph returns, and the graph's inputs; never a weight (weight_bytes). A fused kernel's intermediates are never materialised
@@ -51,7 +54,7 @@ struct ActivationUse {
   // activations the gradients of the differentiated nodes read.
   double saved_bytes = 0;
 };
-ActivationUse activation_use(const Analysis& a, const Options& o);
+ActivationUse activation_use(const Analysis& a, const Options& o, const TensorShare& share = {});
 // The activations a training step keeps for its backward pass (ActivationUse::saved_bytes),
 // each with the node that keeps it and the node that wrote it, for the multi-GPU plan's
 // stages (parallel.h).

@@ -163,7 +163,7 @@ std::vector<std::string> warnings_once(const std::vector<Report>& reports) {
 }
 
 int MemoryFootprint::gpus_to_hold() const {
-  return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() / capacity_gib - 1e-9))) : 0;
+  return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() * tp / capacity_gib - 1e-9))) : 0;
 }
 
 namespace detail {
@@ -172,7 +172,7 @@ json memory_json(const MemoryFootprint& m) {
               {"gradients_gib", finite(m.gradients_gib)}, {"optimizer_gib", finite(m.optimizer_gib)},
               {"total_gib", finite(m.total_gib())},       {"capacity_gib", finite(m.capacity_gib)},
               {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()},
-              {"optimizer", m.optimizer}};
+              {"optimizer", m.optimizer},                 {"tp", m.tp}};
 }
 }  // namespace detail
 
@@ -183,8 +183,10 @@ std::string memory_text(const MemoryFootprint& m) {
     return std::string(b);
   };
   std::string s = gib(m.total_gib()) + " GiB";
+  if (m.tp > 1) s += " per GPU";
   if (m.capacity_gib > 0) s += " of " + gib(m.capacity_gib) + " GiB";
-  s += " (weights " + gib(m.weights_gib);
+  s += std::string(" (") + (m.tp > 1 ? "tensor parallel over " + std::to_string(m.tp) + ": " : "") + "weights " +
+       gib(m.weights_gib);
   if (m.training)
     s += ", gradients " + gib(m.gradients_gib) + ", " + (m.optimizer.empty() ? "optimizer" : m.optimizer) + " state " +
          gib(m.optimizer_gib);
@@ -202,7 +204,7 @@ GpuWarning memory_warning(const MemoryFootprint& m, const std::string& gpu) {
   w.kind = GpuWarning::Kind::memory;
   w.gpu = gpu;
   w.subject = std::string("the ") + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
-              " GiB (" + parts + ")";
+              " GiB" + (m.tp > 1 ? " per GPU (tensor parallel over " + std::to_string(m.tp) + ": " : " (") + parts + ")";
   w.capacity_gib = m.capacity_gib;
   w.gpus_to_hold = m.gpus_to_hold();
   w.training = m.training;

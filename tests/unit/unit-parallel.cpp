@@ -339,6 +339,29 @@ TEST_CASE("parallel: the stages keep the activations one GPU's training step kee
   CHECK(st[1].activations_gb > 0.3 * one.memory->activations_gib);
 }
 
+TEST_CASE("parallel: tensor-parallel inference reports one GPU's memory") {
+  // GPT-2 small over 4 GPUs: every GEMM weight and the token table split (the learned
+  // positions and the norms whole); the activations a head's or a column block's share.
+  LoadedModel m = load_model(test::example_model());
+  Options o;
+  o.dims.batch = 8;
+  o.dims.seq = 1024;
+  o.predictor = PredictorKind::roofline;
+  const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
+  const Report one = analyze(m, gpu, o);
+  o.parallel = parse_parallel("tp=4");
+  const Report four = analyze(m, gpu, o);
+  REQUIRE(one.memory);
+  REQUIRE(four.memory);
+  CHECK(one.memory->tp == 1);
+  CHECK(four.memory->tp == 4);
+  CHECK(four.memory->weights_gib < 0.3 * one.memory->weights_gib);
+  CHECK(four.memory->weights_gib > 0.25 * one.memory->weights_gib);
+  CHECK(four.memory->activations_gib < one.memory->activations_gib);
+  CHECK(four.memory->activations_gib > 0.25 * one.memory->activations_gib);
+  CHECK(memory_text(*four.memory).find("per GPU") != std::string::npos);
+}
+
 TEST_CASE("parallel: each axis crosses its own link: tensor parallel in a node, pipeline between nodes") {
   LoadedModel m = load_model(test::example_model());
   Options o;

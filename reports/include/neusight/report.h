@@ -189,9 +189,12 @@ struct MemoryFootprint {
   std::string optimizer;  // training: "sgd", "momentum" or "adam" (whose state optimizer_gib is)
   double weights_gib = 0, gradients_gib = 0, optimizer_gib = 0, activations_gib = 0;
   double capacity_gib = 0;  // the GPU's memory (0: unknown)
+  // Tensor-parallel inference (--parallel tp=N): the figures are one GPU's of tp.
+  int tp = 1;
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
-  // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity).
+  // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity);
+  // under tensor parallelism the tp GPUs' total.
   int gpus_to_hold() const;
 };
 
