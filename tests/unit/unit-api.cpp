@@ -23,6 +23,18 @@ TEST_CASE("api: analyze() on the example gives positive per-node and end-to-end 
   CHECK(r.graph_outputs.at(0).shape.at(2).value == 50257);
 }
 
+// The memory footprint of an unfused inference run of the graph `b` built.
+MemoryFootprint unfused_footprint(const test::IrGraph& b) {
+  Options o;
+  o.fusion = Fusion::none;
+  LoweringOptions lo;
+  lo.fusion = Fusion::none;
+  Analysis a;
+  a.graph = b.g;
+  a.kernels = lower(a.graph, lo);
+  return memory_footprint(a, o, 0);
+}
+
 TEST_CASE("api: memory footprint of a small MLP: weights, activations alive at once, what training keeps") {
   // x[4,256] -> MatMul W1[256,1024] -> Relu -> MatMul W2[1024,256] -> Mul by a scalar -> out.
   test::IrGraph b;
@@ -95,14 +107,7 @@ TEST_CASE("api: memory footprint counts weights held in Constant nodes as weight
     else b.w(w, {256, 1024});
     b.node("MatMul", {x, w}, {b.t("out", {4, 1024})});
     b.output("out");
-    Options o;
-    o.fusion = Fusion::none;
-    LoweringOptions lo;
-    lo.fusion = Fusion::none;
-    Analysis a;
-    a.graph = b.g;
-    a.kernels = lower(a.graph, lo);
-    const MemoryFootprint m = memory_footprint(a, o, 0);
+    const MemoryFootprint m = unfused_footprint(b);
     CHECK(m.weights_gib * GiB == doctest::Approx(1024 * KiB));
     CHECK(m.activations_gib * GiB == doctest::Approx(4 * KiB + 16 * KiB));  // x and out
   }
@@ -128,13 +133,6 @@ TEST_CASE("api: memory footprint keeps a tensor an If branch reads by name alive
   iff.attributes["then_branch"] = g;
   iff.attributes["else_branch"] = g;
   b.output("out");
-  Options o;
-  o.fusion = Fusion::none;
-  LoweringOptions lo;
-  lo.fusion = Fusion::none;
-  Analysis a;
-  a.graph = b.g;
-  a.kernels = lower(a.graph, lo);
   // a (1 KiB) lives to the If, beside b and c when Relu c runs, and the condition's byte.
-  CHECK(memory_footprint(a, o, 0).activations_gib * 1024.0 * 1024 * 1024 == doctest::Approx(3 * 1024 + 1));
+  CHECK(unfused_footprint(b).activations_gib * 1024.0 * 1024 * 1024 == doctest::Approx(3 * 1024 + 1));
 }

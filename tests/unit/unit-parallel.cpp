@@ -290,6 +290,17 @@ TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   CHECK(dp.parallel->stages[0].optimizer_gb == 0);  // plain SGD (the default) keeps no state
 }
 
+// Options for a roofline-priced run of `batch` x `seq` in `mode`, under `parallel`.
+Options roofline_options(int64_t batch, int64_t seq, Mode mode, const std::string& parallel) {
+  Options o;
+  o.dims.batch = batch;
+  o.dims.seq = seq;
+  o.mode = mode;
+  o.predictor = PredictorKind::roofline;
+  if (!parallel.empty()) o.parallel = parse_parallel(parallel);
+  return o;
+}
+
 TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual stream alone crosses") {
   // Every layer reads the rotary tables and the causal mask, computed once from the positions:
   // each stage computes them itself, so they cross no cut, and the cuts fall on the block
@@ -299,13 +310,7 @@ TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual strea
       "max_position_embeddings": 2048, "hidden_act": "silu"})",
                                         "llama");
   const LoadedModel m = build_model(c);
-  Options o;
-  o.dims.batch = 8;
-  o.dims.seq = 512;
-  o.mode = Mode::training;
-  o.predictor = PredictorKind::roofline;
-  o.parallel = parse_parallel("pp=4,microbatches=4");
-  const Report r = analyze(m, GpuDatabase::builtin().resolve("h100"), o);
+  const Report r = analyze(m, GpuDatabase::builtin().resolve("h100"), roofline_options(8, 512, Mode::training, "pp=4,microbatches=4"));
   REQUIRE(r.parallel);
   const auto& st = r.parallel->stages;
   REQUIRE(st.size() == 4);
@@ -322,16 +327,10 @@ TEST_CASE("parallel: the stages keep the activations one GPU's training step kee
   // The multi-GPU plan counts what the backward pass reads as the single-GPU footprint does
   // (PyTorch's derivative rules), each tensor on the stage of the node that keeps it.
   LoadedModel m = load_model(test::example_model());
-  Options o;
-  o.dims.batch = 4;
-  o.dims.seq = 128;
-  o.mode = Mode::training;
-  o.predictor = PredictorKind::roofline;
   const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
-  const Report one = analyze(m, gpu, o);
+  const Report one = analyze(m, gpu, roofline_options(4, 128, Mode::training, ""));
   REQUIRE(one.memory);
-  o.parallel = parse_parallel("pp=2,microbatches=1");
-  const Report two = analyze(m, gpu, o);
+  const Report two = analyze(m, gpu, roofline_options(4, 128, Mode::training, "pp=2,microbatches=1"));
   REQUIRE(two.parallel);
   const auto& st = two.parallel->stages;
   CHECK(st[0].activations_gb + st[1].activations_gb == doctest::Approx(one.memory->activations_gib));
@@ -343,14 +342,9 @@ TEST_CASE("parallel: tensor-parallel inference reports one GPU's memory") {
   // GPT-2 small over 4 GPUs: every GEMM weight and the token table split (the learned
   // positions and the norms whole); the activations a head's or a column block's share.
   LoadedModel m = load_model(test::example_model());
-  Options o;
-  o.dims.batch = 8;
-  o.dims.seq = 1024;
-  o.predictor = PredictorKind::roofline;
   const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
-  const Report one = analyze(m, gpu, o);
-  o.parallel = parse_parallel("tp=4");
-  const Report four = analyze(m, gpu, o);
+  const Report one = analyze(m, gpu, roofline_options(8, 1024, Mode::inference, ""));
+  const Report four = analyze(m, gpu, roofline_options(8, 1024, Mode::inference, "tp=4"));
   REQUIRE(one.memory);
   REQUIRE(four.memory);
   CHECK(one.memory->tp == 1);
@@ -364,20 +358,13 @@ TEST_CASE("parallel: tensor-parallel inference reports one GPU's memory") {
 
 TEST_CASE("parallel: each axis crosses its own link: tensor parallel in a node, pipeline between nodes") {
   LoadedModel m = load_model(test::example_model());
-  Options o;
-  o.dims.batch = 8;
-  o.dims.seq = 128;
-  o.mode = Mode::training;
-  o.predictor = PredictorKind::roofline;
-  const Gpu h100 = GpuDatabase::builtin().resolve("h100");  // NVLink domain of 8
-  o.parallel = parse_parallel("dp=2,tp=4,pp=2");            // 16 GPUs, two nodes
-  const Report r = analyze(m, h100, o);
+  const Gpu h100 = GpuDatabase::builtin().resolve("h100");                         // NVLink domain of 8
+  const Report r = analyze(m, h100, roofline_options(8, 128, Mode::training, "dp=2,tp=4,pp=2"));  // two nodes
   REQUIRE(r.parallel);
   CHECK(r.parallel->tp_link.kind == h100.nvlink);
   CHECK(r.parallel->dp_link.kind == h100.nvlink);  // tp x dp = 8 GPUs: one node
   CHECK(r.parallel->link.kind == "pcie");          // the stages' nodes
-  o.parallel = parse_parallel("dp=4,tp=4");
-  const Report wide = analyze(m, h100, o);
+  const Report wide = analyze(m, h100, roofline_options(8, 128, Mode::training, "dp=4,tp=4"));
   REQUIRE(wide.parallel);
   CHECK(wide.parallel->tp_link.kind == h100.nvlink);
   CHECK(wide.parallel->dp_link.kind == "pcie");  // a data-parallel group spans 16 GPUs
