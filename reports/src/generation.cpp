@@ -360,13 +360,18 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
   for (const auto& r : reports) {
     if (!r.generation) continue;
     const GenerationReport& g = *r.generation;
-    os << pad(r.gpu.name, w) << " " << (slo ? pad(std::to_string(g.batch), 7, true) + " " : "")
+    // A batch that misses the target (not even batch 1 meets it) is marked, as its section says.
+    const std::string batch = std::to_string(g.batch) + (g.tpot_slo.met ? "" : " (!)");
+    os << pad(r.gpu.name, w) << " " << (slo ? pad(batch, 7, true) + " " : "")
        << pad(format_ms(g.ttft_ms), 11, true) << " " << pad(format_ms(g.tpot_ms), 10, true)
        << " " << pad(format_ms(g.total_ms), 11, true) << " " << pad(num(g.tokens_per_s, 1), 10, true) << " "
        << (interval ? pad(num(g.tokens_per_s_low, 1) + " - " + num(g.tokens_per_s_high, 1), 17, true) + " " : "")
        << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << " " << pad(std::to_string(g.max_batch), 10, true)
        << "\n";
   }
+  if (slo && std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.generation && !r.generation->tpot_slo.met; }))
+    os << "(!) the TPOT target of " << format_ms(reports.front().generation->tpot_slo.tpot_ms)
+       << " ms is not met, not even at batch 1\n";
   return os.str();
 }
 

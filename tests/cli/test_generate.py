@@ -70,6 +70,12 @@ class Generate(unittest.TestCase):
         self.assertEqual(tight[0]["generation"]["batch"], 1)
         self.assertFalse(tight[0]["generation"]["tpot_slo"]["met"])
         self.assertEqual(tight[0]["generation"]["tpot_slo"]["limit"], "none")
+        # The GPU table marks the batch that misses the target, and says why below it.
+        rc, so, se = run("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100,b200",
+                         "--tpot-slo", str(one["tpot_ms"] / 2))
+        self.assertEqual(rc, 0, se)
+        self.assertRegex(so, r"NVIDIA H100 80GB HBM3 +1 \(!\) ")
+        self.assertIn("is not met, not even at batch 1", so)
         page = os.path.join(self.dir, "slo.html")
         rc, so, se = run("--config", cfg, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100",
                          "--tpot-slo", str(slo), "--html", page)
