@@ -321,6 +321,7 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
       if (k.phase != Phase::update || k.weight.empty()) continue;
       const double n = double(k.rows) * double(k.cols), eb = element_bytes(k.dtype);
       m.optimizer = optimizer_of_update(k.op);
+      m.master_weights = m.master_weights || eb < 4;
       m.gradients_gib += n * eb / kGiB;
       m.optimizer_gib += n * (optimizer_state_bytes(k.op) + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     }

@@ -172,9 +172,18 @@ json memory_json(const MemoryFootprint& m) {
               {"gradients_gib", finite(m.gradients_gib)}, {"optimizer_gib", finite(m.optimizer_gib)},
               {"total_gib", finite(m.total_gib())},       {"capacity_gib", finite(m.capacity_gib)},
               {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()},
-              {"optimizer", m.optimizer},                 {"tp", m.tp}};
+              {"optimizer", m.optimizer},                 {"tp", m.tp},
+              {"master_weights", m.master_weights}};
 }
 }  // namespace detail
+
+namespace {
+// What optimizer_gib holds, in words: "adam state", "sgd state and FP32 master weights".
+std::string optimizer_words(const MemoryFootprint& m) {
+  return (m.optimizer.empty() ? std::string("optimizer") : m.optimizer) + " state" +
+         (m.master_weights ? " and FP32 master weights" : "");
+}
+}  // namespace
 
 std::string memory_text(const MemoryFootprint& m) {
   auto gib = [](double v) {
@@ -188,7 +197,7 @@ std::string memory_text(const MemoryFootprint& m) {
   s += std::string(" (") + (m.tp > 1 ? "tensor parallel over " + std::to_string(m.tp) + ": " : "") + "weights " +
        gib(m.weights_gib);
   if (m.training)
-    s += ", gradients " + gib(m.gradients_gib) + ", " + (m.optimizer.empty() ? "optimizer" : m.optimizer) + " state " +
+    s += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " +
          gib(m.optimizer_gib);
   s += ", activations " + gib(m.activations_gib) + (m.training ? " kept for the backward pass)" : " at most alive at once)");
   if (!m.fits()) s += ": does not fit, " + std::to_string(m.gpus_to_hold()) + " such GPUs hold it";
@@ -198,7 +207,7 @@ std::string memory_text(const MemoryFootprint& m) {
 GpuWarning memory_warning(const MemoryFootprint& m, const std::string& gpu) {
   const auto gib = [](double v) { return detail::fixed(v, 1); };
   std::string parts = "weights " + gib(m.weights_gib);
-  if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", " + m.optimizer + " state " + gib(m.optimizer_gib);
+  if (m.training) parts += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " + gib(m.optimizer_gib);
   parts += ", activations " + gib(m.activations_gib);
   GpuWarning w;
   w.kind = GpuWarning::Kind::memory;

@@ -94,6 +94,26 @@ TEST_CASE("api: memory footprint of a small MLP: weights, activations alive at o
   }
 }
 
+TEST_CASE("api: 16-bit training holds an FP32 master copy beside the optimizer's state, and says so") {
+  LoadedModel m = load_model(test::example_model());
+  Options o;
+  o.dims.batch = 2;
+  o.dims.seq = 128;
+  o.mode = Mode::training;
+  o.predictor = PredictorKind::roofline;
+  const Gpu gpu = GpuDatabase::builtin().resolve("h100");
+  const Report fp32 = analyze(m, gpu, o);
+  o.dtype = DType::bf16;
+  const Report bf16 = analyze(m, gpu, o);
+  REQUIRE(fp32.memory);
+  REQUIRE(bf16.memory);
+  CHECK_FALSE(fp32.memory->master_weights);
+  CHECK(fp32.memory->optimizer_gib == 0);  // plain SGD keeps nothing
+  CHECK(bf16.memory->master_weights);
+  CHECK(bf16.memory->optimizer_gib == doctest::Approx(2 * bf16.memory->gradients_gib));  // 4 bytes a 2-byte parameter
+  CHECK(memory_text(*bf16.memory).find("sgd state and FP32 master weights") != std::string::npos);
+}
+
 TEST_CASE("api: memory footprint counts weights held in Constant nodes as weights, not activations") {
   // x[4,256] -> MatMul W[256,1024] -> out, W an initializer or a Constant node's output (as
   // some exporters write weights): the same weights, the same activations.

@@ -187,6 +187,8 @@ std::string gpu_warnings_joined(const std::vector<const GpuWarning*>& alike);
 struct MemoryFootprint {
   bool training = false;
   std::string optimizer;  // training: "sgd", "momentum" or "adam" (whose state optimizer_gib is)
+  // Training in a 16-bit dtype: optimizer_gib includes an FP32 master copy of the parameters.
+  bool master_weights = false;
   double weights_gib = 0, gradients_gib = 0, optimizer_gib = 0, activations_gib = 0;
   double capacity_gib = 0;  // the GPU's memory (0: unknown)
   // Tensor-parallel inference (--parallel tp=N): the figures are one GPU's of tp.
