@@ -73,22 +73,44 @@ std::vector<NodeDelta> match_nodes(const Report& base, const Report& variant) {
   std::unordered_map<std::string, size_t> var_by_name;
   for (size_t j = 0; j < variant.nodes.size(); ++j) var_by_name.emplace(variant.nodes[j].name, j);
   pair_quantized(base, base_used, variant, var_used, var_by_name, false);
-  // The rest by position: the k-th unmatched node of an op type to the k-th of the base.
-  std::map<std::string, std::deque<size_t>> free_base;
-  for (size_t i = 0; i < base.nodes.size(); ++i)
-    if (!base_used[i]) free_base[base.nodes[i].op_type].push_back(i);
-  for (size_t j = 0; j < variant.nodes.size(); ++j) {
-    if (var_used[j]) continue;
-    auto& q = free_base[variant.nodes[j].op_type];
-    if (q.empty()) {
-      out.push_back(delta(nullptr, &variant.nodes[j], "added"));
-      continue;
+  // The rest by position: the k-th unmatched node of an op type to the k-th of the base, first
+  // among nodes whose names agree but for their numbers (an exporter's renumbered "MatMul_12",
+  // layer 3 of a model with layers renumbered), then among those whose name has no such
+  // counterpart anywhere in the other model (a renamed node). A deeper or wider variant's
+  // extra layers, whose names the base knows by their form, are added, not paired with an
+  // unrelated leftover of the base (a dense MLP's GEMM the variant replaced by experts).
+  auto form = [](const std::string& name) {
+    std::string f;
+    for (char ch : name)
+      if (ch < '0' || ch > '9') f += ch;
+    return f;
+  };
+  std::set<std::string> base_forms, var_forms;
+  for (const auto& n : base.nodes) base_forms.insert(n.op_type + "\n" + form(n.name));
+  for (const auto& n : variant.nodes) var_forms.insert(n.op_type + "\n" + form(n.name));
+  auto pair_by_position = [&](const std::function<std::string(const NodeReport&)>& key,
+                              const std::function<bool(const NodeReport&, const std::set<std::string>&)>& eligible) {
+    std::map<std::string, std::deque<size_t>> free_base;
+    for (size_t i = 0; i < base.nodes.size(); ++i)
+      if (!base_used[i] && eligible(base.nodes[i], var_forms)) free_base[key(base.nodes[i])].push_back(i);
+    for (size_t j = 0; j < variant.nodes.size(); ++j) {
+      if (var_used[j] || !eligible(variant.nodes[j], base_forms)) continue;
+      auto& q = free_base[key(variant.nodes[j])];
+      if (q.empty()) continue;
+      const size_t i = q.front();
+      q.pop_front();
+      base_used[i] = var_used[j] = true;
+      out.push_back(delta(&base.nodes[i], &variant.nodes[j], "position"));
     }
-    const size_t i = q.front();
-    q.pop_front();
-    base_used[i] = true;
-    out.push_back(delta(&base.nodes[i], &variant.nodes[j], "position"));
-  }
+  };
+  pair_by_position([&](const NodeReport& n) { return n.op_type + "\n" + form(n.name); },
+                   [](const NodeReport&, const std::set<std::string>&) { return true; });
+  pair_by_position([](const NodeReport& n) { return n.op_type; },
+                   [&](const NodeReport& n, const std::set<std::string>& other) {
+                     return !other.count(n.op_type + "\n" + form(n.name));
+                   });
+  for (size_t j = 0; j < variant.nodes.size(); ++j)
+    if (!var_used[j]) out.push_back(delta(nullptr, &variant.nodes[j], "added"));
   for (size_t i = 0; i < base.nodes.size(); ++i)
     if (!base_used[i]) out.push_back(delta(&base.nodes[i], nullptr, "removed"));
   return out;

@@ -259,6 +259,28 @@ TEST_CASE("compare: nodes match by name, then by position within an op type") {
     if (d.matched_by == "position") CHECK(d.base_name == "transformer.h.0.mlp/MatMul");
 }
 
+TEST_CASE("compare: a deeper variant's extra layer is added, not paired with an unrelated node of the base") {
+  // The base's layer 1 runs its GEMM under another name (a mixture in place of the MLP); the
+  // variant has three MLP layers. Its layer 1 and 2 MLP GEMMs have a name form the base knows
+  // (layer 0's), so they are added; the base's odd GEMM is removed. Renumbered names
+  // ("MatMul_7" against "MatMul_9") still pair by position.
+  Report base = model(2, 1.0), deeper = model(3, 1.0);
+  base.nodes[2].name = "transformer.h.1.moe/MatMul";
+  summarize(base);
+  const auto m = match_nodes(base, deeper);
+  for (const auto& d : m) {
+    if (d.name == "transformer.h.1.mlp/MatMul" || d.name == "transformer.h.2.mlp/MatMul") CHECK(d.matched_by == "added");
+    if (d.base_name == "transformer.h.1.moe/MatMul") CHECK(d.matched_by == "removed");
+  }
+  Report a = model(1, 1.0), b = model(1, 1.0);
+  a.nodes[0].name = "MatMul_7";
+  b.nodes[0].name = "MatMul_9";
+  summarize(a);
+  summarize(b);
+  const auto r = match_nodes(a, b);
+  CHECK(std::count_if(r.begin(), r.end(), [](const NodeDelta& d) { return d.matched_by == "position"; }) == 1);
+}
+
 TEST_CASE("compare: a node onnxruntime's quantizer replaced matches the float node, either way round") {
   // quantize_dynamic writes Conv "X" as ConvInteger "X_quant" (QOperator: QLinearConv), MatMul
   // "Y" as MatMulInteger "Y_quant"; its scale Mul is a node of its own, added.

@@ -50,8 +50,10 @@ struct Comparison {
   const VariantDelta& at(size_t model, size_t gpu) const;
 };
 
-// Matches the nodes of `variant` to those of `base`: by name first, then the remaining
-// ones by position among nodes of the same op type; the rest are added or removed.
+// Matches the nodes of `variant` to those of `base`: by name first (and a node onnxruntime's
+// quantizer replaced to the float node), then the remaining ones by position among nodes of
+// the same op type whose names agree but for their numbers, then by position among the
+// renamed ones (a name whose form the other model lacks); the rest are added or removed.
 std::vector<NodeDelta> match_nodes(const Report& base, const Report& variant);
 
 // Throws InputError when the models were not predicted on the same GPUs.
