@@ -239,7 +239,7 @@ GpuSource gpu_source(py::handle gpu) {
   return s;
 }
 
-// One GPU, or a list of them (`many` says which was given).
+// One GPU, or a list of them or a comma-separated string (`many` says which was given).
 std::vector<GpuSource> gpu_sources(py::handle gpu, bool& many) {
   many = py::isinstance<py::list>(gpu) || py::isinstance<py::tuple>(gpu);
   std::vector<GpuSource> out;
@@ -255,6 +255,21 @@ std::vector<GpuSource> gpu_sources(py::handle gpu, bool& many) {
   };
   if (!many) {
     add(gpu);
+    // "h100,l4": a list, as the CLI's --gpu takes it (unless a file of that name exists).
+    if (out.size() == 1 && out[0].json.empty() && out[0].name.find(',') != std::string::npos &&
+        !std::filesystem::exists(out[0].name)) {
+      const std::string list = out[0].name;
+      out.clear();
+      many = true;
+      size_t from = 0;
+      while (from <= list.size()) {
+        const size_t comma = std::min(list.find(',', from), list.size());
+        const std::string item = list.substr(from, comma - from);
+        if (item.empty()) throw InputError("gpu: empty GPU name in '" + list + "'");
+        out.push_back(GpuSource{item, ""});
+        from = comma + 1;
+      }
+    }
     return out;
   }
   for (py::handle g : gpu) add(g);
@@ -793,7 +808,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "optimizer"_a = none, "latency_slo"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
-      "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them). Returns the CLI's\n"
+      "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them, or \"h100,l4\"). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
       "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|\n"
       "'fp4'|'int8'; fusion 'none'|'eager'|'full'; attention None (auto)|'fused'|'unfused' as --attention; timing\n"

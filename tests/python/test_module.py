@@ -93,6 +93,10 @@ class Analyze(unittest.TestCase):
         rs = n.analyze(EXAMPLE, ["h100", "l4"], seq=128, latency_slo=20)
         self.assertTrue(same(rs, run_json(EXAMPLE, "--gpu", "h100,l4", "--seq", "128", "--latency-slo", "20")))
         self.assertTrue(all(x["latency_slo"]["met"] for x in rs))
+        # A comma list as the CLI's --gpu takes it.
+        self.assertTrue(same(n.analyze(EXAMPLE, "h100,l4", seq=128, latency_slo=20), rs))
+        with self.assertRaisesRegex(ValueError, "empty GPU name"):
+            n.analyze(EXAMPLE, "h100,", batch=1, seq=64)
         with self.assertRaisesRegex(ValueError, "latency_slo chooses the batch"):  # an input error
             n.analyze(EXAMPLE, "h100", batch=2, seq=128, latency_slo=20)
 
