@@ -242,18 +242,29 @@ std::string latency_slo_text(const Report& r) {
   return t;
 }
 
+// The width of the GPU tables' alias column: the longest alias, whole (a cut alias is no
+// name the CLI takes).
+namespace {
+size_t alias_width(const std::vector<Report>& reports) {
+  size_t w = 5;
+  for (const auto& r : reports) w = std::max(w, r.gpu.alias().size());
+  return w;
+}
+}  // namespace
+
 // --latency-slo on a GPU list: each GPU's batch, latency and throughput at the target, and the
 // throughput against the first GPU's.
 std::string slo_gpu_table(const std::vector<Report>& reports) {
   std::ostringstream os;
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
-  os << pad("gpu", w) << " " << pad("alias", 10) << " " << pad("batch", 7, true) << " " << pad("e2e ms", 11, true) << " "
+  const size_t aw = alias_width(reports);
+  os << pad("gpu", w) << " " << pad("alias", aw) << " " << pad("batch", 7, true) << " " << pad("e2e ms", 11, true) << " "
      << pad("80% interval", 21, true) << " " << pad("items/s", 11, true) << " " << pad("vs first", 9, true) << "  limit\n";
   const double first = reports.front().slo_items_per_s();
   for (const auto& r : reports) {
     const bool met = r.latency_slo->met;
-    os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " "
+    os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), aw) << " "
        << pad(met ? std::to_string(r.latency_slo->batch) : "-", 7, true) << " " << pad(format_ms(r.e2e_latency_ms), 11, true)
        << " " << pad(range_text(r.e2e_low(), r.e2e_high()), 21, true) << " "
        << pad(met ? detail::fixed(r.slo_items_per_s(), 1) : "-", 11, true) << " "
@@ -271,7 +282,8 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   const bool training = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.mode == Mode::training; });
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
-  os << pad("gpu", w) << " " << pad("alias", 10) << " ";
+  const size_t aw = alias_width(reports);
+  os << pad("gpu", w) << " " << pad("alias", aw) << " ";
   if (training) os << pad("forward ms", 11, true) << " " << pad("backward ms", 11, true) << " " << pad("update ms", 11, true) << " ";
   // The end-to-end latency's 80% interval where the predictor gives one (not the roofline).
   const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.e2e_high_ms > r.e2e_low_ms; });
@@ -281,7 +293,7 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
      << (interval ? " " + pad("80% interval", 15, true) : "") << (memory ? "  memory" : "") << "\n";
   const Report& first = reports.front();
   for (const auto& r : reports) {
-    os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), 10) << " ";
+    os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), aw) << " ";
     if (training)
       os << pad(format_ms(r.forward_ms), 11, true) << " " << pad(format_ms(r.backward_ms), 11, true) << " "
          << pad(format_ms(r.update_ms), 11, true) << " ";
