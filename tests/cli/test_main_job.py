@@ -1,5 +1,6 @@
 """The main job through the real binary: table, JSON contract, annotated ONNX, bad input."""
 import json
+import re
 import os
 import subprocess
 import tempfile
@@ -91,6 +92,10 @@ class MainJob(unittest.TestCase):
         self.assertNotIn("end-to-end latency", out)
         for name in names:
             self.assertRegex(out, r"(?m)^" + name.replace("(", r"\(").replace(")", r"\)") + r" +\S+ +[0-9.]+ ")
+        # Each row's alias whole: a name --gpu takes.
+        aliases = [g["aliases"][0] for g in json.loads(run("gpus", "--json")[1])]
+        for alias in aliases:
+            self.assertRegex(out, r" " + re.escape(alias) + r" +[0-9.]+ ")
         # `all` beside names: the named GPUs, then the database; `gpus all` lists it.
         rs = run_json(EXAMPLE, "--gpu", "l4,all", "--batch", "1", "--seq", "32")
         self.assertEqual([r["gpu"] for r in rs], ["NVIDIA L4"] + names)
