@@ -255,8 +255,11 @@ std::string generation_html(const std::vector<Report>& reports) {
          << "\" r=\"3\" fill=\"" << col << "\"><title>" << html_escape(rs[i]->gpu.name) << ", KV " << smp.kv_len << ": "
          << format_ms(smp.latency_ms) << " ms (predicted)</title></circle>";
     }
-    os << "<text x=\"" << left + pw + 8 << "\" y=\"" << top + 14 + 16 * i << "\" fill=\"" << col << "\">"
-       << html_escape(rs[i]->gpu.alias()) << "</text>\n";
+    // The legend: a swatch of the line and the GPU's alias (the page's CSS sets svg text's fill).
+    const double ly = top + 10 + 16 * i;
+    os << "<line x1=\"" << left + pw + 8 << "\" y1=\"" << ly << "\" x2=\"" << left + pw + 24 << "\" y2=\"" << ly
+       << "\" stroke=\"" << col << "\" stroke-width=\"3\"/><text x=\"" << left + pw + 30 << "\" y=\"" << ly + 4
+       << "\">" << html_escape(rs[i]->gpu.alias()) << "</text>\n";
   }
   os << "</svg>\n<p class=\"note\">Dots: decode steps predicted; the line between them is interpolated.</p>\n";
   os << decode_step_html(*rs.front());
