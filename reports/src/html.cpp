@@ -44,6 +44,7 @@ table{border-collapse:collapse;font-size:12px;width:100%}th,td{padding:3px 6px;b
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}th{background:#f0f2f5;position:sticky;top:0}
 table.sortable th{cursor:pointer;user-select:none}table.sortable th:after{content:" \2195";color:#aaa}
 .wrap{max-height:560px;overflow:auto;border:1px solid #e1e5ea}.note{color:#666;font-size:12px}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}
 input.filter{margin:4px 0 8px;padding:4px 8px;width:280px}.pos{color:#b3261e}.neg{color:#1b7f3b}
 </style></head><body>
 )";
