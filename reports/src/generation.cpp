@@ -59,11 +59,6 @@ std::string kv_cache_formula(const GenerationReport& g) {
 // interval_text of a time in ms.
 std::string ms_interval(double low, double high) { return interval_text(high > low, format_ms(low), format_ms(high), " ms"); }
 
-// An HTML cell's value with its 80% interval on a second, smaller line (where there is one).
-std::string html_with_interval(const std::string& value, const std::string& low, const std::string& high, bool has) {
-  return has ? value + "<br><small>" + low + " - " + high + "</small>" : value;
-}
-
 }  // namespace
 
 namespace detail {

@@ -444,22 +444,24 @@ std::string format_compare_html(const Comparison& c) {
   // Model x GPU table.
   os << "<h2>End-to-end latency</h2>\n<table class=\"sortable\"><thead><tr><th>model</th>";
   for (size_t g = 0; g < gpus; ++g)
-    os << "<th class=\"n\">" << html_escape(c.reports[0][g].gpu.alias())
-       << " ms</th><th class=\"n\">80% interval</th><th class=\"n\">speed-up</th><th class=\"n\">80% interval</th>";
+    os << "<th class=\"n\">" << html_escape(c.reports[0][g].gpu.alias()) << " ms</th><th class=\"n\">speed-up</th>";
   os << "</tr></thead><tbody>\n";
+  // Each figure with its 80% interval below it (the first model's speed-up has none).
   for (size_t m = 0; m < c.models.size(); ++m) {
     os << "<tr><td>" << html_escape(c.models[m]) << "</td>";
     for (size_t g = 0; g < gpus; ++g) {
       const auto& d = c.at(m, g);
       const Report& r = c.reports[m][g];
-      os << "<td class=\"n\" data-v=\"" << d.e2e_ms << "\">" << format_ms(d.e2e_ms) << "</td><td class=\"n\">"
-         << format_ms(r.e2e_low()) << " - " << format_ms(r.e2e_high()) << "</td><td class=\"n\" data-v=\"" << d.speedup
-         << "\">" << num(d.speedup) << "x</td><td class=\"n\">"
-         << (m > 0 ? num(d.speedup_low) + " - " + num(d.speedup_high) : std::string()) << "</td>";
+      os << "<td class=\"n\" data-v=\"" << d.e2e_ms << "\">"
+         << detail::html_with_interval(format_ms(d.e2e_ms), format_ms(r.e2e_low()), format_ms(r.e2e_high()),
+                                       r.e2e_high() > r.e2e_low())
+         << "</td><td class=\"n\" data-v=\"" << d.speedup << "\">"
+         << detail::html_with_interval(num(d.speedup) + "x", num(d.speedup_low), num(d.speedup_high), m > 0)
+         << "</td>";
     }
     os << "</tr>\n";
   }
-  os << "</tbody></table>\n";
+  os << "</tbody></table>\n<p class=\"note\">under each figure: its 80% interval</p>\n";
   std::vector<Report> all;
   for (const auto& per : c.reports) all.insert(all.end(), per.begin(), per.end());
   const auto classes = classes_of(all);

@@ -321,6 +321,10 @@ std::string interval_text(bool has, const std::string& low, const std::string& h
   return has ? " (80% interval " + low + " - " + high + unit + ")" : std::string();
 }
 
+std::string html_with_interval(const std::string& value, const std::string& low, const std::string& high, bool has) {
+  return has ? value + "<br><small>" + low + " - " + high + "</small>" : value;
+}
+
 std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, std::isfinite(v) ? v : 0.0);

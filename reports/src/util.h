@@ -14,6 +14,8 @@ std::string html_escape(const std::string& s);
 double finite(double x);  // NaN/inf -> 0
 // " (80% interval LOW - HIGH UNIT)" for bounds already formatted, "" where `has` is false.
 std::string interval_text(bool has, const std::string& low, const std::string& high, const std::string& unit);
+// An HTML cell's value with its 80% interval on a second, smaller line (where `has`).
+std::string html_with_interval(const std::string& value, const std::string& low, const std::string& high, bool has);
 // The kernel that stands for a node in one-line views: its slowest forward kernel (else its
 // slowest kernel); nullptr for a node without kernels.
 const KernelReport* main_kernel(const NodeReport& n);
