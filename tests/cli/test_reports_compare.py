@@ -103,6 +103,9 @@ class Compare(unittest.TestCase):
         self.assertIn("gpt2_6l.onnx vs gpt2_12l.onnx on", table)
         self.assertIn("80% interval", table)
         self.assertIn("x (80% interval ", page)
+        # The page's table: each speed-up with its interval below it (none for the base).
+        self.assertRegex(page, r"[0-9.]+x<br><small>[0-9.]+ - [0-9.]+</small>")
+        self.assertNotIn("<th class=\"n\">80% interval</th>", page)
         self.assertRegex(table, r"gemm\s+[0-9.]+\s+[0-9.]+\s+-[0-9.]+")
         self.assertIn("Nodes that changed most", page)
         self.assertNotIn("https://", page)
