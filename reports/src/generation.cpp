@@ -278,7 +278,8 @@ std::string format_generation(const Report& r, bool color) {
              ? "80% interval " + format_ms(g.tpot_low_ms) + " - " + format_ms(g.tpot_high_ms) + " ms; "
              : std::string())
      << "last step " << format_ms(g.tpot_last_ms) << " ms; weights / DRAM bandwidth " << format_ms(g.weight_read_ms)
-     << " ms)\n"
+     // Speculative decoding: the bound is a verifying step's, which yields several tokens.
+     << (g.speculative.proposed > 0 ? " ms a step of " + num(g.speculative.tokens_per_step, 2) + " tokens)\n" : " ms)\n")
      << "  total                " << pad(format_ms(g.total_ms), 11, true) << " ms" << ms_interval(g.total_low_ms, g.total_high_ms)
      << "\n"
      << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true)

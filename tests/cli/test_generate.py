@@ -452,6 +452,8 @@ class Generate(unittest.TestCase):
         rc, so, se = run(*args, "--speculative", "3,accept=0.7")
         self.assertEqual(rc, 0, se)
         self.assertIn("tokens a step (3 proposed, each accepted with p 0.70", so)
+        # The weights' bound is a verifying step's, which yields several tokens.
+        self.assertRegex(so, r"weights / DRAM bandwidth [0-9.]+ ms a step of [0-9.]+ tokens\)")
         out = os.path.join(self.dir, "sp.json")
         for bad, needle in (("0,accept=0.5", "at least 1"), ("3", "accept=P"), ("3,accept=1.5", "(0, 1]"),
                             ("3,accept=0.5,foo=1", "expected K,accept=P"), ("x,accept=0.5", "--speculative K"),
