@@ -286,18 +286,11 @@ std::vector<SavedActivation> saved_activations(const Analysis& a, const Options&
 // norms, a row-parallel GEMM's all-reduced output).
 TensorShare tensor_parallel_share(const Graph& g, int tp) {
   const std::vector<TpRole> roles = tensor_parallel_roles(g, tp);
-  auto split = std::make_shared<std::unordered_set<std::string>>();
-  for (size_t i = 0; i < g.nodes.size() && i < roles.size(); ++i) {
-    const Node& n = g.nodes[i];
-    if (roles[i] == TpRole::replicated) continue;
-    for (const auto& in : n.inputs) {
-      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
-      if (t && t->is_initializer) split->insert(in);
-    }
-    if (roles[i] == TpRole::column || roles[i] == TpRole::sharded)
-      for (const auto& out : n.outputs)
+  auto split = std::make_shared<std::set<std::string>>(tensor_parallel_split_weights(g, roles));
+  for (size_t i = 0; i < g.nodes.size() && i < roles.size(); ++i)
+    if (splits_output(roles[i]))
+      for (const auto& out : g.nodes[i].outputs)
         if (!out.empty()) split->insert(out);
-  }
   return [split, tp](const std::string& name) { return split->count(name) ? 1.0 / tp : 1.0; };
 }
 

@@ -208,13 +208,12 @@ WeightPlacement place_weights(const Graph& g, int tp) {
   const size_t nn = g.nodes.size();
   WeightPlacement w;
   w.roles = tensor_parallel_roles(g, tp);
-  std::set<std::string> split_weights;
+  const std::set<std::string> split_weights = tensor_parallel_split_weights(g, w.roles);
   for (size_t i = 0; i < nn; ++i)
     for (const auto& name : g.nodes[i].inputs) {
       const TensorInfo* t = name.empty() ? nullptr : g.find(name);
       if (!t || !t->is_initializer || !is_float(t->dtype) || t->num_elements() <= 1) continue;
       if (!w.first_consumer.count(name)) w.first_consumer[name] = static_cast<int>(i);
-      if (w.roles[i] != TpRole::replicated) split_weights.insert(name);
     }
   w.node_params.assign(nn, 0);
   for (const auto& [name, node] : w.first_consumer) {
@@ -344,8 +343,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   std::vector<double> kept(static_cast<size_t>(pp), 0);  // per stage, one microbatch
   for (const SavedActivation& a : saved) {
     if (!in_range(a.keeper, nn)) continue;
-    const bool split = in_range(a.writer, nn) && (w.roles[static_cast<size_t>(a.writer)] == TpRole::column ||
-                                                  w.roles[static_cast<size_t>(a.writer)] == TpRole::sharded);
+    const bool split = in_range(a.writer, nn) && splits_output(w.roles[static_cast<size_t>(a.writer)]);
     kept[static_cast<size_t>(plan.stage_of[static_cast<size_t>(a.keeper)])] += a.bytes / (split ? cfg.tp : 1);
   }
   r.memory_capacity_gb = gpu.mem_gb;

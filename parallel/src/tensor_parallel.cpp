@@ -21,6 +21,20 @@ const char* tp_role_name(TpRole r) {
   return "replicated";
 }
 
+std::set<std::string> tensor_parallel_split_weights(const Graph& g, const std::vector<TpRole>& roles) {
+  std::set<std::string> split;
+  for (size_t i = 0; i < g.nodes.size() && i < roles.size(); ++i) {
+    if (roles[i] == TpRole::replicated) continue;
+    for (const auto& in : g.nodes[i].inputs) {
+      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
+      if (t && t->is_initializer) split.insert(in);
+    }
+  }
+  return split;
+}
+
+bool splits_output(TpRole r) { return r == TpRole::column || r == TpRole::sharded; }
+
 namespace {
 
 const TensorInfo* weight_2d(const Graph& g, const Node& n, size_t i) {

@@ -232,11 +232,7 @@ void table_by_model(std::ostream& os, const Comparison& c, size_t mw, const std:
 
 // The width of a column of the GPUs' aliases, and a model's name cut to fit a column head
 // (tables that run down, one row per GPU).
-size_t gpu_column_width(const Comparison& c) {
-  size_t w = 3;
-  for (const Report& r : c.reports[0]) w = std::max(w, r.gpu.alias().size());
-  return w;
-}
+size_t gpu_column_width(const Comparison& c) { return detail::alias_width(c.reports[0], 3); }  // "gpu"
 std::string short_model_label(const std::string& model) {
   return model.size() > 21 ? model.substr(0, 20) + "~" : model;
 }

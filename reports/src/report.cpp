@@ -321,6 +321,12 @@ std::string interval_text(bool has, const std::string& low, const std::string& h
   return has ? " (80% interval " + low + " - " + high + unit + ")" : std::string();
 }
 
+size_t alias_width(const std::vector<Report>& reports, size_t header) {
+  size_t w = header;
+  for (const auto& r : reports) w = std::max(w, r.gpu.alias().size());
+  return w;
+}
+
 std::string html_with_interval(const std::string& value, const std::string& low, const std::string& high, bool has) {
   return has ? value + "<br><small>" + low + " - " + high + "</small>" : value;
 }

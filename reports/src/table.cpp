@@ -242,23 +242,13 @@ std::string latency_slo_text(const Report& r) {
   return t;
 }
 
-// The width of the GPU tables' alias column: the longest alias, whole (a cut alias is no
-// name the CLI takes).
-namespace {
-size_t alias_width(const std::vector<Report>& reports) {
-  size_t w = 5;
-  for (const auto& r : reports) w = std::max(w, r.gpu.alias().size());
-  return w;
-}
-}  // namespace
-
 // --latency-slo on a GPU list: each GPU's batch, latency and throughput at the target, and the
 // throughput against the first GPU's.
 std::string slo_gpu_table(const std::vector<Report>& reports) {
   std::ostringstream os;
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
-  const size_t aw = alias_width(reports);
+  const size_t aw = detail::alias_width(reports, 5);  // "alias"
   os << pad("gpu", w) << " " << pad("alias", aw) << " " << pad("batch", 7, true) << " " << pad("e2e ms", 11, true) << " "
      << pad("80% interval", 21, true) << " " << pad("items/s", 11, true) << " " << pad("vs first", 9, true) << "  limit\n";
   const double first = reports.front().slo_items_per_s();
@@ -282,7 +272,7 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   const bool training = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.mode == Mode::training; });
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
-  const size_t aw = alias_width(reports);
+  const size_t aw = detail::alias_width(reports, 5);  // "alias"
   os << pad("gpu", w) << " " << pad("alias", aw) << " ";
   if (training) os << pad("forward ms", 11, true) << " " << pad("backward ms", 11, true) << " " << pad("update ms", 11, true) << " ";
   // The end-to-end latency's 80% interval where the predictor gives one (not the roofline).

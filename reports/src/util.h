@@ -22,6 +22,9 @@ const KernelReport* main_kernel(const NodeReport& n);
 // The nodes that run kernels, in graph order; with `top` > 0 the `top` slowest, slowest first.
 std::vector<const NodeReport*> kernel_nodes(const std::vector<NodeReport>& nodes, int top = 0);
 bool any_extrapolated(const NodeReport& n);
+// The width of a column of the reports' GPU aliases under a header `header` characters wide:
+// the longest alias, whole (a cut alias is no name the CLI takes).
+size_t alias_width(const std::vector<Report>& reports, size_t header);
 const char* bound_name(const KernelReport& k);  // "compute" | "memory" | "host" | "-" (unknown class)
 // The precision and unit the kernel's math ran in on the report's GPU (precision.h
 // math_precision: "fp16-tensor", "fp32-simt", "none" ...); "-" for an unknown kernel.

@@ -4,17 +4,14 @@
 #include "neusight/neusight.h"
 #include "lowering_graph.h"
 #include "onnx_proto.h"
+#include "roofline_options.h"
 #include "test_util.h"
 
 using namespace neusight;
 
 TEST_CASE("api: analyze() on the example gives positive per-node and end-to-end latencies") {
   LoadedModel m = load_model(test::example_model());
-  Options o;
-  o.dims.batch = 1;
-  o.dims.seq = 256;
-  o.predictor = PredictorKind::roofline;
-  Report r = analyze(m.proto->model, GpuDatabase::builtin().resolve("b200"), o);
+  Report r = analyze(m.proto->model, GpuDatabase::builtin().resolve("b200"), test::roofline_options(1, 256));
   CHECK(r.e2e_latency_ms > 0);
   CHECK(r.nodes.size() == m.model.graph.nodes.size());
   double sum = 0;
@@ -96,11 +93,7 @@ TEST_CASE("api: memory footprint of a small MLP: weights, activations alive at o
 
 TEST_CASE("api: 16-bit training holds an FP32 master copy beside the optimizer's state, and says so") {
   LoadedModel m = load_model(test::example_model());
-  Options o;
-  o.dims.batch = 2;
-  o.dims.seq = 128;
-  o.mode = Mode::training;
-  o.predictor = PredictorKind::roofline;
+  Options o = test::roofline_options(2, 128, Mode::training);
   const Gpu gpu = GpuDatabase::builtin().resolve("h100");
   const Report fp32 = analyze(m, gpu, o);
   o.dtype = DType::bf16;

@@ -8,6 +8,7 @@
 #include "neusight/neusight.h"
 #include "neusight/parallel.h"
 #include "lowering_graph.h"
+#include "roofline_options.h"
 #include "test_util.h"
 
 using namespace neusight;
@@ -252,12 +253,7 @@ TEST_CASE("parallel: Megatron roles and sharded kernels on GPT-2 small (12 layer
 TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
   LoadedModel m = load_model(test::example_model());
-  Options o;
-  o.dims.batch = 8;
-  o.dims.seq = 128;
-  o.mode = Mode::training;
-  o.predictor = PredictorKind::roofline;
-  o.parallel = parse_parallel("dp=2");
+  Options o = test::roofline_options(8, 128, Mode::training, "dp=2");
   const Report dp = analyze(m, gpu, o);
   REQUIRE(dp.parallel);
   CHECK(dp.parallel->micro_batch == 4);
@@ -290,17 +286,6 @@ TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   CHECK(dp.parallel->stages[0].optimizer_gb == 0);  // plain SGD (the default) keeps no state
 }
 
-// Options for a roofline-priced run of `batch` x `seq` in `mode`, under `parallel`.
-Options roofline_options(int64_t batch, int64_t seq, Mode mode, const std::string& parallel) {
-  Options o;
-  o.dims.batch = batch;
-  o.dims.seq = seq;
-  o.mode = mode;
-  o.predictor = PredictorKind::roofline;
-  if (!parallel.empty()) o.parallel = parse_parallel(parallel);
-  return o;
-}
-
 TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual stream alone crosses") {
   // Every layer reads the rotary tables and the causal mask, computed once from the positions:
   // each stage computes them itself, so they cross no cut, and the cuts fall on the block
@@ -310,7 +295,7 @@ TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual strea
       "max_position_embeddings": 2048, "hidden_act": "silu"})",
                                         "llama");
   const LoadedModel m = build_model(c);
-  const Report r = analyze(m, GpuDatabase::builtin().resolve("h100"), roofline_options(8, 512, Mode::training, "pp=4,microbatches=4"));
+  const Report r = analyze(m, GpuDatabase::builtin().resolve("h100"), test::roofline_options(8, 512, Mode::training, "pp=4,microbatches=4"));
   REQUIRE(r.parallel);
   const auto& st = r.parallel->stages;
   REQUIRE(st.size() == 4);
@@ -328,9 +313,9 @@ TEST_CASE("parallel: the stages keep the activations one GPU's training step kee
   // (PyTorch's derivative rules), each tensor on the stage of the node that keeps it.
   LoadedModel m = load_model(test::example_model());
   const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
-  const Report one = analyze(m, gpu, roofline_options(4, 128, Mode::training, ""));
+  const Report one = analyze(m, gpu, test::roofline_options(4, 128, Mode::training, ""));
   REQUIRE(one.memory);
-  const Report two = analyze(m, gpu, roofline_options(4, 128, Mode::training, "pp=2,microbatches=1"));
+  const Report two = analyze(m, gpu, test::roofline_options(4, 128, Mode::training, "pp=2,microbatches=1"));
   REQUIRE(two.parallel);
   const auto& st = two.parallel->stages;
   CHECK(st[0].activations_gb + st[1].activations_gb == doctest::Approx(one.memory->activations_gib));
@@ -343,8 +328,8 @@ TEST_CASE("parallel: tensor-parallel inference reports one GPU's memory") {
   // positions and the norms whole); the activations a head's or a column block's share.
   LoadedModel m = load_model(test::example_model());
   const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
-  const Report one = analyze(m, gpu, roofline_options(8, 1024, Mode::inference, ""));
-  const Report four = analyze(m, gpu, roofline_options(8, 1024, Mode::inference, "tp=4"));
+  const Report one = analyze(m, gpu, test::roofline_options(8, 1024, Mode::inference, ""));
+  const Report four = analyze(m, gpu, test::roofline_options(8, 1024, Mode::inference, "tp=4"));
   REQUIRE(one.memory);
   REQUIRE(four.memory);
   CHECK(one.memory->tp == 1);
@@ -359,12 +344,12 @@ TEST_CASE("parallel: tensor-parallel inference reports one GPU's memory") {
 TEST_CASE("parallel: each axis crosses its own link: tensor parallel in a node, pipeline between nodes") {
   LoadedModel m = load_model(test::example_model());
   const Gpu h100 = GpuDatabase::builtin().resolve("h100");                         // NVLink domain of 8
-  const Report r = analyze(m, h100, roofline_options(8, 128, Mode::training, "dp=2,tp=4,pp=2"));  // two nodes
+  const Report r = analyze(m, h100, test::roofline_options(8, 128, Mode::training, "dp=2,tp=4,pp=2"));  // two nodes
   REQUIRE(r.parallel);
   CHECK(r.parallel->tp_link.kind == h100.nvlink);
   CHECK(r.parallel->dp_link.kind == h100.nvlink);  // tp x dp = 8 GPUs: one node
   CHECK(r.parallel->link.kind == "pcie");          // the stages' nodes
-  const Report wide = analyze(m, h100, roofline_options(8, 128, Mode::training, "dp=4,tp=4"));
+  const Report wide = analyze(m, h100, test::roofline_options(8, 128, Mode::training, "dp=4,tp=4"));
   REQUIRE(wide.parallel);
   CHECK(wide.parallel->tp_link.kind == h100.nvlink);
   CHECK(wide.parallel->dp_link.kind == "pcie");  // a data-parallel group spans 16 GPUs
@@ -372,13 +357,7 @@ TEST_CASE("parallel: each axis crosses its own link: tensor parallel in a node, 
 
 TEST_CASE("parallel: memory beyond the GPU warns") {
   LoadedModel m = load_model(test::example_model());
-  Options o;
-  o.dims.batch = 256;
-  o.dims.seq = 1024;
-  o.mode = Mode::training;
-  o.predictor = PredictorKind::roofline;
-  o.parallel = parse_parallel("dp=2");
-  const Report r = analyze(m, GpuDatabase::builtin().resolve("l4"), o);
+  const Report r = analyze(m, GpuDatabase::builtin().resolve("l4"), test::roofline_options(256, 1024, Mode::training, "dp=2"));
   REQUIRE(r.parallel);
   CHECK(r.parallel->peak_memory_gb > 24);
   bool warned = false;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -163,6 +164,11 @@ const char* tp_role_name(TpRole r);
 // dimension that tp does not divide is padded up (Megatron pads the vocabulary the same
 // way). tp = 1: everything replicated.
 std::vector<TpRole> tensor_parallel_roles(const Graph& graph, int tp);
+// What one GPU holds 1/tp of under these roles: the initializers a split node (any role but
+// replicated) reads, and the output of a node whose role splits it (column-parallel GEMMs,
+// sharded ops; a row-parallel GEMM's output is all-reduced whole).
+std::set<std::string> tensor_parallel_split_weights(const Graph& graph, const std::vector<TpRole>& roles);
+bool splits_output(TpRole r);
 
 // The kernel list one GPU runs: kernels of split nodes shrunk by tp, TP all-reduces
 // (class collective, op "allreduce") inserted after the row-parallel / vocab-parallel
