@@ -28,7 +28,7 @@ const char* schedule_name(PipelineSchedule s) { return s == PipelineSchedule::gp
 ParallelConfig parse_parallel(const std::string& spec) {
   ParallelConfig c;
   c.active = true;
-  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,microbatches=M])");
+  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3])");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {
@@ -41,12 +41,17 @@ ParallelConfig parse_parallel(const std::string& spec) {
     else if (key == "pp") c.pp = parse_degree(key, value, spec);
     else if (key == "ep") c.ep = parse_degree(key, value, spec);
     else if (key == "microbatches" || key == "mb") c.microbatches = parse_degree(key, value, spec);
+    else if (key == "zero") {
+      if (value.size() != 1 || value[0] < '0' || value[0] > '3')
+        throw InputError("--parallel: zero must be a ZeRO stage 0, 1, 2 or 3, got '" + value + "' in '" + spec + "'");
+      c.zero = value[0] - '0';
+    }
     else if (key == "schedule") {
       if (value == "gpipe") c.schedule = PipelineSchedule::gpipe;
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule, zero)");
     }
   }
   return c;
@@ -56,6 +61,10 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
   if (mode != Mode::training) throw InputError("--parallel predicts training: add --mode training");
   if (c.ep != 1)
     throw InputError("--parallel: ep (experts spread over GPUs) is for inference and --generate; training takes dp, tp and pp");
+  if (c.zero >= 2 && c.pp > 1)
+    throw InputError("--parallel: zero=" + std::to_string(c.zero) + " with pp=" + std::to_string(c.pp) +
+                     ": ZeRO stages 2 and 3 run without pipeline parallelism, as in DeepSpeed (their gradients are "
+                     "reduce-scattered every microbatch); use zero=1 with pp, or pp=1");
   if (global_batch <= 0) throw InputError("--parallel needs --batch N (the global batch)");
   const int64_t replicas = int64_t(c.dp) * c.microbatches;
   if (global_batch % replicas != 0)
@@ -65,8 +74,9 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
 }
 
 void check_inference_parallel(const ParallelConfig& c) {
-  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1)
-    throw InputError("--parallel for inference takes tp=N alone: dp, pp and microbatches split training batches and stages (--mode training)");
+  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1 || c.zero != 0)
+    throw InputError("--parallel for inference takes tp=N alone: dp, pp, microbatches and zero split training batches, stages "
+                     "and optimizer state (--mode training)");
   if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");
   if (c.ep < 1 || c.tp % c.ep != 0)
     throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide tp=" + std::to_string(c.tp) +
@@ -119,6 +129,14 @@ double allreduce_ms(double bytes, int n, const Link& link) {
   const double one_shot = double(n - 1) * bytes * ms_per_byte + step_ms;
   return std::min({ring, two_shot, one_shot});
 }
+
+double ring_allgather_ms(double bytes, int n, const Link& link) {
+  if (n <= 1 || bytes <= 0) return 0;
+  const double steps = n - 1.0;
+  return steps / n * bytes / (link.gbps() * 1e9) * 1e3 + steps * link.step_latency_us * 1e-3;
+}
+
+double ring_reduce_scatter_ms(double bytes, int n, const Link& link) { return ring_allgather_ms(bytes, n, link); }
 
 double p2p_ms(double bytes, const Link& link) {
   if (bytes <= 0) return 0;

@@ -268,38 +268,96 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
   return t;
 }
 
-// Data parallel: each stage's gradient buckets all-reduced under its last backward.
+// One stage's passes as the data-parallel collectives see them: its forward and backward
+// kernels in order, the parameter bytes each step is the first of its node to need (ZeRO-3's
+// gathers) and the gradient bytes each backward step readies (after the last backward step of
+// its node or of any later one).
+struct StagePasses {
+  std::vector<double> fwd_ms, bwd_ms, fwd_need, bwd_need, grad;
+  double param_bytes = 0;  // the stage's parameters on one GPU (before ZeRO's sharding)
+};
+
+StagePasses stage_passes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds, const StagePlan& plan,
+                         const WeightPlacement& w, int s, double eb) {
+  const size_t nn = plan.stage_of.size();
+  StagePasses p;
+  std::vector<int> bwd_node;
+  std::set<int> fwd_seen, bwd_seen;
+  auto node_bytes = [&](int node) { return w.node_params[static_cast<size_t>(node)] * eb; };
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const Kernel& k = kernels[i];
+    if (k.phase == Phase::update || !in_range(k.node, nn) || plan.stage_of[static_cast<size_t>(k.node)] != s) continue;
+    if (k.phase == Phase::forward) {
+      p.fwd_ms.push_back(preds[i].latency_ms);
+      p.fwd_need.push_back(fwd_seen.insert(k.node).second ? node_bytes(k.node) : 0);
+    } else {
+      p.bwd_ms.push_back(preds[i].latency_ms);
+      p.bwd_need.push_back(bwd_seen.insert(k.node).second ? node_bytes(k.node) : 0);
+      bwd_node.push_back(k.node);
+    }
+  }
+  std::vector<int> last_step(nn + 1, -1);
+  for (size_t j = 0; j < bwd_node.size(); ++j) last_step[static_cast<size_t>(bwd_node[j])] = static_cast<int>(j);
+  for (size_t i = nn; i-- > 0;) last_step[i] = std::max(last_step[i], last_step[i + 1]);
+  p.grad.assign(p.bwd_ms.size() + 1, 0);
+  for (int i = plan.cuts[static_cast<size_t>(s)]; i < plan.cuts[static_cast<size_t>(s) + 1]; ++i) {
+    const double bytes = node_bytes(i);
+    if (bytes <= 0) continue;
+    p.param_bytes += bytes;
+    const int j = last_step[static_cast<size_t>(i)];
+    p.grad[j < 0 ? 0 : static_cast<size_t>(j)] += bytes;
+  }
+  if (p.bwd_ms.empty()) p.bwd_ms.push_back(0);
+  return p;
+}
+
+// Data parallel, per stage. ZeRO 0 (DDP): the gradient buckets all-reduced under the last
+// microbatch's backward. 1: reduce-scattered so, and the updated parameters all-gathered after
+// the optimizer step (in ZeRO-3's gather buckets, exposed). 2: reduce-scattered under every
+// microbatch's backward, the step's all-gather as in 1. 3: every microbatch's forward and
+// backward gather their parameters as they go (overlap_sharded), its backward reduce-scatters.
 std::vector<OverlapTiming> data_parallel(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
                                          const StagePlan& plan, const WeightPlacement& w, const ParallelConfig& cfg,
                                          double eb, const Link& link) {
-  const size_t nn = plan.stage_of.size();
-  const int pp = cfg.pp;
+  const int pp = cfg.pp, m = cfg.microbatches;
   const double bucket = cfg.bucket_mb * 1024 * 1024;
-  auto allreduce = [&](double bytes) { return ring_allreduce_ms(bytes, cfg.dp, link); };
+  const std::function<double(double)> allreduce = [&](double b) { return ring_allreduce_ms(b, cfg.dp, link); };
+  const std::function<double(double)> reduce_scatter = [&](double b) { return ring_reduce_scatter_ms(b, cfg.dp, link); };
+  const std::function<double(double)> allgather = [&](double b) { return ring_allgather_ms(b, cfg.dp, link); };
   std::vector<OverlapTiming> dp(static_cast<size_t>(pp));
   if (cfg.dp <= 1) return dp;
+  const std::vector<double> none;
   for (int s = 0; s < pp; ++s) {
-    std::vector<double> step_ms;
-    std::vector<int> step_node;
-    for (size_t i = 0; i < kernels.size(); ++i)
-      if (kernels[i].phase == Phase::backward && in_range(kernels[i].node, nn) &&
-          plan.stage_of[static_cast<size_t>(kernels[i].node)] == s) {
-        step_ms.push_back(preds[i].latency_ms);
-        step_node.push_back(kernels[i].node);
-      }
-    // A node's gradients are ready after the last backward step of it or of any later node.
-    std::vector<int> last_step(nn + 1, -1);
-    for (size_t j = 0; j < step_node.size(); ++j) last_step[static_cast<size_t>(step_node[j])] = static_cast<int>(j);
-    for (size_t i = nn; i-- > 0;) last_step[i] = std::max(last_step[i], last_step[i + 1]);
-    std::vector<double> grad(step_ms.size() + 1, 0);
-    for (int i = plan.cuts[static_cast<size_t>(s)]; i < plan.cuts[static_cast<size_t>(s) + 1]; ++i) {
-      const double bytes = w.node_params[static_cast<size_t>(i)] * eb;
-      if (bytes <= 0) continue;
-      const int j = last_step[static_cast<size_t>(i)];
-      grad[j < 0 ? 0 : static_cast<size_t>(j)] += bytes;
+    const StagePasses p = stage_passes(kernels, preds, plan, w, s, eb);
+    OverlapTiming& o = dp[static_cast<size_t>(s)];
+    if (cfg.zero == 0) {
+      o = overlap_sharded(p.bwd_ms, none, p.grad, 0, bucket, allgather, allreduce);
+      continue;
     }
-    if (step_ms.empty()) step_ms.push_back(0);
-    dp[static_cast<size_t>(s)] = overlap_allreduce(step_ms, grad, bucket, allreduce);
+    const double gather_bucket = kZeroGatherBucketParams * eb;
+    OverlapTiming per_mb = overlap_sharded(p.bwd_ms, cfg.zero >= 3 ? p.bwd_need : none, p.grad, gather_bucket, bucket,
+                                           allgather, reduce_scatter);
+    if (cfg.zero >= 3) {
+      const OverlapTiming f = overlap_sharded(p.fwd_ms, p.fwd_need, none, gather_bucket, bucket, allgather, reduce_scatter);
+      per_mb.comm_ms += f.comm_ms;
+      per_mb.exposed_ms += f.exposed_ms;
+      per_mb.gather_ms += f.gather_ms;
+      per_mb.live_gather_bytes = std::max(per_mb.live_gather_bytes, f.live_gather_bytes);
+    }
+    const int times = cfg.zero >= 2 ? m : 1;
+    o = per_mb;
+    o.comm_ms = times * per_mb.comm_ms;
+    o.exposed_ms = times * per_mb.exposed_ms;
+    o.gather_ms = times * per_mb.gather_ms;
+    o.buckets = times * per_mb.buckets;
+    if (cfg.zero <= 2) {  // the updated shards all-gathered after the step
+      for (double left = p.param_bytes; left > 0; left -= gather_bucket) {
+        const double d = allgather(std::min(left, gather_bucket));
+        o.comm_ms += d;
+        o.exposed_ms += d;
+        o.gather_ms += d;
+      }
+    }
   }
   return dp;
 }
@@ -324,6 +382,7 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   r.dp_comm_ms = dp[cs].comm_ms;
   r.dp_exposed_ms = dp[cs].exposed_ms;
   r.dp_buckets = dp[cs].buckets;
+  r.dp_gather_ms = dp[cs].gather_ms;
   r.pp_comm_ms = std::max(0.0, t.span_ms - t0.span_ms);
   r.bubble_ms = t0.bubble_ms;
   r.bubble_fraction = t0.span_ms > 0 ? t0.bubble_ms / t0.span_ms : 0;
@@ -336,8 +395,8 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
 // SGD, a momentum buffer, Adam's two moments; plus an fp32 master copy when training in 16
 // bits) and the activations of the microbatches in flight.
 void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const WeightPlacement& w, const StagePlan& plan,
-                  const std::vector<SavedActivation>& saved, const ParallelConfig& cfg, double eb,
-                  const Gpu& gpu, ParallelReport& r) {
+                  const std::vector<SavedActivation>& saved, const std::vector<OverlapTiming>& dp,
+                  const ParallelConfig& cfg, double eb, const Gpu& gpu, ParallelReport& r) {
   const size_t nn = g.nodes.size();
   const int m = cfg.microbatches, pp = cfg.pp;
   std::vector<double> kept(static_cast<size_t>(pp), 0);  // per stage, one microbatch
@@ -359,9 +418,14 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     for (int i = st.first_node; i <= st.last_node; ++i) st.params += w.node_params[static_cast<size_t>(i)];
     const double act = kept[static_cast<size_t>(s)];
     const int in_flight = cfg.schedule == PipelineSchedule::gpipe ? m : std::min(pp - s, m);
-    st.weights_gb = st.params * eb / kGiB;
-    st.gradients_gb = st.weights_gb;
-    st.optimizer_gb = st.params * (state + (eb < 4 ? 4.0 : 0.0)) / kGiB;
+    // ZeRO: 1/dp of the optimizer's state (1+), of the gradients (2+; plus the bucket being
+    // reduced) and of the parameters (3; plus the buckets gathered at once).
+    const double shards = cfg.dp > 1 ? cfg.dp : 1;
+    const double bucket = std::min(cfg.bucket_mb * 1024 * 1024, st.params * eb);
+    st.weights_gb = (cfg.zero >= 3 ? st.params * eb / shards + dp[static_cast<size_t>(s)].live_gather_bytes
+                                   : st.params * eb) / kGiB;
+    st.gradients_gb = (cfg.zero >= 2 && cfg.dp > 1 ? st.params * eb / shards + bucket : st.params * eb) / kGiB;
+    st.optimizer_gb = st.params * (state + (eb < 4 ? 4.0 : 0.0)) / (cfg.zero >= 1 ? shards : 1) / kGiB;
     st.activations_gb = act * in_flight / kGiB;
     st.total_gb = st.weights_gb + st.gradients_gb + st.optimizer_gb + st.activations_gb;
     r.peak_memory_gb = std::max(r.peak_memory_gb, st.total_gb);
@@ -408,7 +472,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   const PipelineTiming t0 = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, 0);
   const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r.dp_link);
   critical_stage_times(t, t0, dp, times, cfg.microbatches, r);
-  stage_memory(g, kernels, weights, plan, saved, cfg, eb, gpu, r);
+  stage_memory(g, kernels, weights, plan, saved, dp, cfg, eb, gpu, r);
   return r;
 }
 

@@ -93,3 +93,66 @@ PipelineTiming simulate_pipeline(const std::vector<double>& fwd, const std::vect
 }
 
 }  // namespace neusight
+
+namespace neusight {
+
+OverlapTiming overlap_sharded(const std::vector<double>& step_ms, const std::vector<double>& need_bytes,
+                              const std::vector<double>& grad_bytes, double gather_bucket_bytes,
+                              double grad_bucket_bytes, const std::function<double(double)>& gather_ms,
+                              const std::function<double(double)>& reduce_ms) {
+  // The gather buckets: their bytes and first step; each step's bucket (-1: needs none).
+  std::vector<double> bucket_bytes;
+  std::vector<size_t> first_step;
+  std::vector<int> bucket_of(step_ms.size(), -1);
+  bool open = false;
+  for (size_t i = 0; i < step_ms.size() && i < need_bytes.size(); ++i) {
+    if (!(need_bytes[i] > 0)) continue;
+    if (!open) {
+      bucket_bytes.push_back(0);
+      first_step.push_back(i);
+      open = true;
+    }
+    bucket_bytes.back() += need_bytes[i];
+    bucket_of[i] = static_cast<int>(bucket_bytes.size()) - 1;
+    if (bucket_bytes.back() >= gather_bucket_bytes) open = false;
+  }
+  OverlapTiming o;
+  for (size_t b = 0; b + 1 < bucket_bytes.size(); ++b)
+    o.live_gather_bytes = std::max(o.live_gather_bytes, bucket_bytes[b] + bucket_bytes[b + 1]);
+  if (bucket_bytes.size() == 1) o.live_gather_bytes = bucket_bytes[0];
+  double t = 0, link_free = 0, pending = 0, compute = 0;
+  std::vector<double> gathered(bucket_bytes.size(), 0);  // when each bucket's gather ends
+  auto transfer = [&](double ready, double d) {
+    link_free = std::max(ready, link_free) + d;
+    o.comm_ms += d;
+    return link_free;
+  };
+  auto gather = [&](size_t b, double ready) {
+    const double d = gather_ms(bucket_bytes[b]);
+    gathered[b] = transfer(ready, d);
+    o.gather_ms += d;
+  };
+  auto reduce = [&](double ready) {
+    transfer(ready, reduce_ms(pending));
+    ++o.buckets;
+    pending = 0;
+  };
+  if (!bucket_bytes.empty()) gather(0, 0);
+  for (size_t i = 0; i < step_ms.size(); ++i) {
+    const int b = bucket_of[i];
+    if (b >= 0 && first_step[static_cast<size_t>(b)] == i) {
+      t = std::max(t, gathered[static_cast<size_t>(b)]);
+      if (static_cast<size_t>(b) + 1 < bucket_bytes.size()) gather(static_cast<size_t>(b) + 1, t);
+    }
+    t += step_ms[i];
+    compute += step_ms[i];
+    pending += i < grad_bytes.size() ? grad_bytes[i] : 0;
+    if (pending > 0 && pending >= grad_bucket_bytes) reduce(t);
+  }
+  if (pending > 0) reduce(t);
+  o.end_ms = std::max(t, link_free);
+  o.exposed_ms = o.end_ms - compute;
+  return o;
+}
+
+}  // namespace neusight

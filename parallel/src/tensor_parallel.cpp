@@ -534,4 +534,12 @@ ExpertLoad expert_parallel_load(double tokens, int64_t experts, int64_t top_k, i
   return l;
 }
 
+KernelList shard_optimizer_updates(const KernelList& in, int dp) {
+  if (dp <= 1) return in;
+  KernelList out = in;
+  for (Kernel& k : out.kernels)
+    if (k.phase == Phase::update) shrink_vector(k, dp);
+  return out;
+}
+
 }  // namespace neusight

@@ -23,6 +23,16 @@ std::string ms(double v) {
   return buf;
 }
 
+// What each data-parallel GPU holds a share of at a ZeRO stage.
+const char* zero_text(int zero) {
+  switch (zero) {
+    case 1: return " (optimizer state sharded over dp)";
+    case 2: return " (optimizer state and gradients sharded over dp)";
+    case 3: return " (optimizer state, gradients and parameters sharded over dp)";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::string format_parallel(const ParallelReport& p) {
@@ -30,7 +40,9 @@ std::string format_parallel(const ParallelReport& p) {
   std::ostringstream os;
   os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus()
      << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
-     << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule) << "\n";
+     << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule);
+  if (c.zero > 0) os << ", ZeRO stage " << c.zero << zero_text(c.zero);
+  os << "\n";
   // One line per link the axes cross (tensor parallel within its group, data parallel, pipeline).
   const auto link_text = [](const Link& l) {
     std::ostringstream ls;
@@ -51,8 +63,12 @@ std::string format_parallel(const ParallelReport& p) {
      << " ms included)\n";
   os << "  pipeline bubble      " << ms(p.bubble_ms) << " ms (" << gb(100 * p.bubble_fraction) << "% of the pipeline)\n";
   os << "  pipeline send/recv   " << ms(p.pp_comm_ms) << " ms exposed\n";
-  os << "  gradient all-reduce  " << ms(p.dp_comm_ms) << " ms in " << p.dp_buckets << " buckets, "
-     << ms(p.dp_exposed_ms) << " ms exposed\n";
+  if (c.zero == 0)
+    os << "  gradient all-reduce  " << ms(p.dp_comm_ms) << " ms in " << p.dp_buckets << " buckets, "
+       << ms(p.dp_exposed_ms) << " ms exposed\n";
+  else
+    os << "  gradient reduce-scatter " << ms(p.dp_comm_ms - p.dp_gather_ms) << " ms in " << p.dp_buckets
+       << " buckets, parameter all-gather " << ms(p.dp_gather_ms) << " ms; " << ms(p.dp_exposed_ms) << " ms exposed\n";
   os << "  optimizer step       " << ms(p.update_ms) << " ms\n";
   os << "  communication        " << ms(p.comm_ms) << " ms, exposed " << ms(p.exposed_comm_ms) << " ms\n";
   for (size_t s = 0; s < p.stages.size(); ++s) {
@@ -96,6 +112,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"gpus", p.config.gpus()},
                      {"microbatches", p.config.microbatches},
                      {"schedule", schedule_name(p.config.schedule)},
+                     {"zero", p.config.zero},
                      {"global_batch", p.global_batch},
                      {"micro_batch", p.micro_batch},
                      {"link", link_json(p.link)},
@@ -107,6 +124,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"dp_comm_ms", fin(p.dp_comm_ms)},
                      {"dp_exposed_ms", fin(p.dp_exposed_ms)},
                      {"dp_buckets", p.dp_buckets},
+                     {"dp_gather_ms", fin(p.dp_gather_ms)},
                      {"pp_comm_ms", fin(p.pp_comm_ms)},
                      {"comm_ms", fin(p.comm_ms)},
                      {"exposed_comm_ms", fin(p.exposed_comm_ms)},

@@ -27,6 +27,27 @@ class ParallelReport(unittest.TestCase):
         for key in ("weights", "gradients", "optimizer", "activations", "total"):
             self.assertGreater(p["stages"][0]["memory_gb"][key], 0)
 
+    def test_zero_stages_shard_memory_and_change_the_collectives(self):
+        runs = {z: run_json(*BASE, "--batch", "8", "--optimizer", "adam", "--parallel", f"dp=4,zero={z}")
+                for z in range(4)}
+        mem = {z: r["parallel"]["stages"][0]["memory_gb"] for z, r in runs.items()}
+        self.assertEqual([r["parallel"]["zero"] for r in runs.values()], [0, 1, 2, 3])
+        self.assertAlmostEqual(mem[1]["optimizer"], mem[0]["optimizer"] / 4, places=6)
+        self.assertLess(mem[2]["gradients"], mem[1]["gradients"] / 2)
+        self.assertLess(mem[3]["weights"], mem[2]["weights"])
+        self.assertEqual(runs[0]["parallel"]["dp_gather_ms"], 0)
+        for z in (1, 2, 3):
+            self.assertGreater(runs[z]["parallel"]["dp_gather_ms"], 0)
+            self.assertAlmostEqual(runs[z]["e2e_latency_ms"], runs[z]["parallel"]["iteration_ms"], places=6)
+        code, out, err = run(*BASE, "--batch", "8", "--parallel", "dp=4,zero=3")
+        self.assertEqual(code, 0, err)
+        self.assertIn("ZeRO stage 3 (optimizer state, gradients and parameters sharded over dp)", out)
+        self.assertIn("gradient reduce-scatter", out)
+        self.assertIn("parameter all-gather", out)
+        code, _, err = run(*BASE, "--batch", "8", "--parallel", "tp=2,zero=1", "--quiet")
+        self.assertEqual(code, 0, err)
+        self.assertIn("dp=1: zero changes nothing", err)
+
     def test_a_tp_that_does_not_divide_a_config_model_is_named(self):
         cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
         for args, warned in ((["--batch", "1", "--seq", "16", "--parallel", "tp=3"], True),
@@ -106,6 +127,8 @@ class ParallelReport(unittest.TestCase):
             ("--batch", "4", "--parallel", "tp=2", "--link-bw", "fast"),
             ("--batch", "4", "--parallel", "tp=2", "--link-bw", "-3"),
             ("--batch", "4", "--parallel", "pp=100000"),
+            ("--batch", "4", "--parallel", "dp=2,zero=5"),
+            ("--batch", "4", "--parallel", "dp=2,pp=2,zero=3"),
         ]
         for extra in cases:
             with self.subTest(extra=extra):

@@ -69,6 +69,51 @@ TEST_CASE("parallel: gradient all-reduce overlaps the backward pass bucket by bu
   CHECK(o.exposed_ms == doctest::Approx(4));
 }
 
+TEST_CASE("parallel: with no parameters to gather, the sharded overlap is the all-reduce overlap") {
+  const std::vector<double> steps(4, 1.0), grads(4, 10.0);
+  for (double d : {1.5, 3.0}) {
+    CAPTURE(d);
+    const auto cost = [d](double) { return d; };
+    const OverlapTiming a = overlap_allreduce(steps, grads, 20, cost);
+    const OverlapTiming b = overlap_sharded(steps, {}, grads, 0, 20, cost, cost);
+    CHECK(b.comm_ms == doctest::Approx(a.comm_ms));
+    CHECK(b.end_ms == doctest::Approx(a.end_ms));
+    CHECK(b.exposed_ms == doctest::Approx(a.exposed_ms));
+    CHECK(b.buckets == a.buckets);
+    CHECK(b.gather_ms == 0);
+  }
+}
+
+TEST_CASE("parallel: ZeRO-3's gathers run a bucket ahead of the steps that need them, worked by hand") {
+  // Four 1 ms steps; steps 0 and 2 each need 10 bytes, one bucket each (10-byte buckets).
+  const std::vector<double> steps(4, 1.0), need = {10, 0, 10, 0};
+  const std::vector<double> none;
+  const auto free_reduce = [](double) { return 0.0; };
+  // Gathers of 0.5 ms: bucket 0 0-0.5, step 0 waits to 0.5 and issues bucket 1 (0.5-1.0),
+  // which is in before step 2 starts at 2.5: 0.5 ms exposed.
+  OverlapTiming o = overlap_sharded(steps, need, none, 10, 1e9, [](double) { return 0.5; }, free_reduce);
+  CHECK(o.gather_ms == doctest::Approx(1.0));
+  CHECK(o.comm_ms == doctest::Approx(1.0));
+  CHECK(o.exposed_ms == doctest::Approx(0.5));
+  CHECK(o.live_gather_bytes == doctest::Approx(20));
+  // Gathers of 3 ms: bucket 0 0-3, step 0 3-4, bucket 1 3-6, step 1 4-5, step 2 waits to 6,
+  // ends 8: 4 ms exposed.
+  o = overlap_sharded(steps, need, none, 10, 1e9, [](double) { return 3.0; }, free_reduce);
+  CHECK(o.end_ms == doctest::Approx(8));
+  CHECK(o.exposed_ms == doctest::Approx(4));
+  // One bucket for both (20 bytes a bucket): gathered once before step 0.
+  o = overlap_sharded(steps, need, none, 20, 1e9, [](double b) { return b / 10; }, free_reduce);
+  CHECK(o.gather_ms == doctest::Approx(2));
+  CHECK(o.exposed_ms == doctest::Approx(2));
+  CHECK(o.live_gather_bytes == doctest::Approx(20));
+  // Gradients share the link: step 1 readies 10 bytes at 2.5, reduced 2.5-3.5 under steps 2
+  // and 3; only the first gather's 0.5 ms is exposed.
+  o = overlap_sharded(steps, need, {0, 10, 0, 0}, 10, 10, [](double) { return 0.5; }, [](double) { return 1.0; });
+  CHECK(o.buckets == 1);
+  CHECK(o.comm_ms == doctest::Approx(2.0));
+  CHECK(o.exposed_ms == doctest::Approx(0.5));
+}
+
 TEST_CASE("parallel: ring all-reduce and point-to-point costs") {
   Link l;
   l.spec_gbps = 100;  // x 0.8 = 80 GB/s
@@ -94,6 +139,17 @@ TEST_CASE("parallel: ring all-reduce and point-to-point costs") {
   CHECK(link_for(g).kind == "pcie");
   g.pcie_gbps = 0;
   CHECK_THROWS_AS(link_for(g), InputError);
+}
+
+TEST_CASE("parallel: a ring all-gather or reduce-scatter is half a ring all-reduce") {
+  Link l;
+  l.spec_gbps = 100;
+  for (int n : {2, 4, 8}) {
+    CAPTURE(n);
+    CHECK(ring_allgather_ms(1e9, n, l) == doctest::Approx(ring_allreduce_ms(1e9, n, l) / 2));
+    CHECK(ring_reduce_scatter_ms(1e9, n, l) == doctest::Approx(ring_allgather_ms(1e9, n, l)));
+  }
+  CHECK(ring_allgather_ms(1e9, 1, l) == 0);
 }
 
 TEST_CASE("parallel: the all-reduce the libraries pick is the fastest form the link allows") {
@@ -195,7 +251,13 @@ TEST_CASE("parallel: --parallel spec parsing") {
   CHECK(c.dp == 1);
   CHECK(c.microbatches == 1);
   CHECK(c.schedule == PipelineSchedule::one_f_one_b);
-  for (const char* bad : {"", "dp=0", "dp=x", "dp=2,foo=1", "dp", "schedule=zigzag", "tp=-1", "pp=2.5"})
+  CHECK(c.zero == 0);
+  CHECK(parse_parallel("dp=8,zero=3").zero == 3);
+  CHECK(parallel_micro_batch(parse_parallel("dp=2,pp=2,zero=1"), Mode::training, 8) == 4);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,pp=2,zero=2"), Mode::training, 8), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,zero=1")), InputError);
+  for (const char* bad : {"", "dp=0", "dp=x", "dp=2,foo=1", "dp", "schedule=zigzag", "tp=-1", "pp=2.5", "zero=4", "zero=-1",
+                          "zero=", "zero=12"})
     CHECK_THROWS_AS(parse_parallel(bad), InputError);
   CHECK(parallel_micro_batch(parse_parallel("dp=2,microbatches=2"), Mode::training, 8) == 2);
   CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=3"), Mode::training, 8), InputError);
@@ -284,6 +346,45 @@ TEST_CASE("parallel: iteration on the example: DP overlap, PP stages, memory") {
   CHECK(pp.parallel->peak_memory_gb < gpu.mem_gb);
   CHECK(pp.warnings.empty());
   CHECK(dp.parallel->stages[0].optimizer_gb == 0);  // plain SGD (the default) keeps no state
+}
+
+TEST_CASE("parallel: ZeRO stages shard the optimizer state, then the gradients, then the parameters over dp") {
+  const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
+  LoadedModel m = load_model(test::example_model());
+  std::vector<Report> z;
+  for (int stage = 0; stage <= 3; ++stage) {
+    Options o = test::roofline_options(8, 128, Mode::training, "dp=4,microbatches=2,zero=" + std::to_string(stage));
+    o.optimizer = Optimizer::adam;
+    z.push_back(analyze(m, gpu, o));
+    REQUIRE(z.back().parallel);
+    CHECK(z.back().parallel->config.zero == stage);
+  }
+  const auto mem = [&](int stage) { return z[static_cast<size_t>(stage)].parallel->stages[0]; };
+  const double bucket = 25.0 / 1024;  // GiB: the gradient bucket being reduced
+  CHECK(mem(1).optimizer_gb == doctest::Approx(mem(0).optimizer_gb / 4));
+  CHECK(mem(1).gradients_gb == doctest::Approx(mem(0).gradients_gb));
+  CHECK(mem(2).gradients_gb == doctest::Approx(mem(0).gradients_gb / 4 + bucket));
+  CHECK(mem(2).weights_gb == doctest::Approx(mem(0).weights_gb));
+  // Stage 3 holds a quarter of the weights and the buckets gathered at once (50M-element
+  // buckets: GPT-2 small's 124M parameters and its LM head in a few).
+  CHECK(mem(3).weights_gb > mem(0).weights_gb / 4);
+  CHECK(mem(3).weights_gb < mem(0).weights_gb);
+  for (int s = 1; s <= 3; ++s) CHECK(mem(s).total_gb < mem(s - 1).total_gb);
+  CHECK(mem(3).activations_gb == doctest::Approx(mem(0).activations_gb));
+  // Each GPU steps a quarter of the optimizer's state.
+  CHECK(z[1].parallel->update_ms < 0.5 * z[0].parallel->update_ms);
+  // Communication: DDP all-reduces once (the last microbatch), ZeRO-1 reduce-scatters once and
+  // all-gathers the updated shards, ZeRO-2 reduce-scatters every microbatch, ZeRO-3 also
+  // gathers the parameters for every microbatch's forward and backward.
+  const ParallelReport &p0 = *z[0].parallel, &p1 = *z[1].parallel, &p2 = *z[2].parallel, &p3 = *z[3].parallel;
+  CHECK(p0.dp_gather_ms == 0);
+  CHECK(p1.dp_comm_ms - p1.dp_gather_ms == doctest::Approx(p0.dp_comm_ms / 2).epsilon(0.05));
+  CHECK(p1.dp_gather_ms > 0);
+  CHECK(p1.dp_exposed_ms >= p1.dp_gather_ms);  // the step's all-gather waits for the step
+  CHECK(p2.dp_comm_ms - p2.dp_gather_ms == doctest::Approx(2 * (p1.dp_comm_ms - p1.dp_gather_ms)));
+  CHECK(p3.dp_gather_ms > 3 * p1.dp_gather_ms);  // 2 microbatches x forward and backward
+  CHECK(p3.dp_exposed_ms < p3.dp_comm_ms);       // prefetched under the compute
+  for (const Report& r : z) CHECK(r.e2e_latency_ms == doctest::Approx(r.parallel->iteration_ms));
 }
 
 TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual stream alone crosses") {

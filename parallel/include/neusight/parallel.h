@@ -5,7 +5,8 @@
 // Gives: the per-GPU kernel list under tensor parallelism (Megatron column/row splits plus
 // their all-reduces), and the iteration time: pipeline schedule (GPipe or 1F1B) over the
 // stages, gradient all-reduce buckets overlapped with the backward pass, the bubble,
-// communication (total and exposed) and per-GPU memory.
+// communication (total and exposed) and per-GPU memory; the optimizer state, gradients and
+// parameters optionally sharded over the data-parallel GPUs (ZeRO stages 1-3, FSDP).
 //
 // Interconnect: every GPU of the job is assumed to sit on the GPU's own link (NVLink /
 // NVSwitch domain, else PCIe) at `kLinkEfficiency` of the spec-sheet per-direction
@@ -13,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -35,6 +37,15 @@ struct ParallelConfig {
   // outputs as under tensor parallelism. 1: every expert split over the tp GPUs.
   int ep = 1;
   int microbatches = 1;           // per iteration and data-parallel replica (1: no micro-batching)
+  // Training: what each data-parallel GPU holds 1/dp of, as DeepSpeed's ZeRO stages (and
+  // PyTorch FSDP, Megatron-LM's distributed optimizer) shard it. 0: nothing (DDP: every GPU
+  // holds everything, gradients all-reduced once an iteration). 1: the optimizer's state and
+  // FP32 master weights (each GPU updates its share; gradients reduce-scattered, the updated
+  // parameters all-gathered after the step). 2: also the gradients (reduce-scattered after
+  // every microbatch's backward). 3: also the parameters (FSDP FULL_SHARD: each bucket of
+  // parameters all-gathered before its forward and again before its backward, one bucket
+  // prefetched). Stages 2 and 3 take no pipeline parallelism, as in DeepSpeed.
+  int zero = 0;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double link_gbps = 0;           // per-GPU per-direction link bandwidth; 0 = the GPU database's
   double bucket_mb = 25;          // gradient bucket (PyTorch DDP default), MB = 2^20 bytes
@@ -42,19 +53,20 @@ struct ParallelConfig {
   int64_t gpus() const { return int64_t(dp) * tp * pp; }
 };
 
-// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b]" (any subset, any order;
+// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3]" (any subset, any order;
 // missing degrees are 1). Throws InputError naming the bad part.
 ParallelConfig parse_parallel(const std::string& spec);
 const char* schedule_name(PipelineSchedule s);
 
 // The batch one GPU runs per microbatch: global / (dp * microbatches). Throws InputError
-// unless `mode` is training, the global batch is given (> 0) and divides evenly.
+// unless `mode` is training, the global batch is given (> 0) and divides evenly, and for
+// ZeRO stage 2 or 3 with pipeline parallelism.
 int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
 
 // Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
 // GPUs, each running the whole batch, its experts optionally spread over ep of them. Throws
-// InputError for dp, pp or microbatches, which split training batches and stages, and for an
-// ep that does not divide tp. Training throws for ep > 1.
+// InputError for dp, pp, microbatches or zero, which split training batches, stages and
+// optimizer state, and for an ep that does not divide tp. Training throws for ep > 1.
 void check_inference_parallel(const ParallelConfig& config);
 
 // --- interconnect ------------------------------------------------------------------------
@@ -92,6 +104,11 @@ double ring_allreduce_ms(double bytes, int n, const Link& link);
 // 1 step, (n-1) x bytes). The direct forms need every GPU to reach every peer at the link's
 // bandwidth (an NVLink switch, an Infinity Fabric full mesh); over PCIe the ring alone.
 double allreduce_ms(double bytes, int n, const Link& link);
+// Ring all-gather among n GPUs of a tensor of `bytes` in all (each GPU contributes bytes / n):
+// (n-1)/n * bytes / bandwidth + (n-1) step latencies. A reduce-scatter of `bytes` moves the
+// same and takes as long: half a ring all-reduce.
+double ring_allgather_ms(double bytes, int n, const Link& link);
+double ring_reduce_scatter_ms(double bytes, int n, const Link& link);
 // One point-to-point send/receive.
 double p2p_ms(double bytes, const Link& link);
 
@@ -117,10 +134,12 @@ PipelineTiming simulate_pipeline(const std::vector<double>& stage_fwd_ms, const 
                                  int microbatches, PipelineSchedule schedule, double p2p_ms);
 
 struct OverlapTiming {
-  double comm_ms = 0;     // sum of the all-reduce times
-  double end_ms = 0;      // when the last all-reduce ends (backward starts at 0)
-  double exposed_ms = 0;  // max(0, end - backward end)
-  int buckets = 0;
+  double comm_ms = 0;     // sum of the collectives' times (gradient reductions and gathers)
+  double end_ms = 0;      // when the last one ends (the pass starts at 0)
+  double exposed_ms = 0;  // max(0, end - the pass's compute), stalls for gathers included
+  int buckets = 0;        // gradient buckets reduced
+  double gather_ms = 0;   // of comm_ms, parameter all-gathers (overlap_sharded)
+  double live_gather_bytes = 0;  // the most gathered parameter bytes held at once (a bucket and the one prefetched)
 };
 // Gradient all-reduce overlapped with the backward pass: the backward runs `steps` in
 // order (step i takes step_ms[i] and makes grad_bytes[i] bytes of gradient ready when it
@@ -151,6 +170,24 @@ OverlapTiming overlap_allreduce(const std::vector<double>& step_ms, const std::v
   return o;
 }
 
+// Parameters sharded over the data-parallel GPUs (ZeRO stage 3, FSDP) and their gradients
+// reduced beside one pass of `step_ms` (forward or backward): step i needs need_bytes[i] of
+// parameters all-gathered before it starts and readies grad_bytes[i] of gradients when it
+// ends (either list may be empty). The needs are gathered in buckets, in step order, each
+// closed once it holds at least `gather_bucket_bytes`; the first is issued at 0, each next one
+// when the steps of the one before start (one bucket prefetched), and a step waits for its
+// bucket. Gradients fill buckets of `grad_bucket_bytes` as in overlap_allreduce, each reduced
+// with reduce_ms(bytes). Every transfer takes the one link in the order it is issued.
+// With no needs this is overlap_allreduce with reduce_ms in place of the all-reduce.
+OverlapTiming overlap_sharded(const std::vector<double>& step_ms, const std::vector<double>& need_bytes,
+                              const std::vector<double>& grad_bytes, double gather_bucket_bytes,
+                              double grad_bucket_bytes, const std::function<double(double)>& gather_ms,
+                              const std::function<double(double)>& reduce_ms);
+
+// DeepSpeed's stage3_prefetch_bucket_size default: ZeRO-3 gathers parameters in buckets of at
+// least this many elements (a single larger weight is one bucket of its own).
+inline constexpr double kZeroGatherBucketParams = 5e7;
+
 // --- per-GPU work under tensor parallelism --------------------------------------------------
 enum class TpRole { replicated, column, row, sharded, vocab_embedding };
 const char* tp_role_name(TpRole r);
@@ -169,6 +206,10 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& graph, int tp);
 // sharded ops; a row-parallel GEMM's output is all-reduced whole).
 std::set<std::string> tensor_parallel_split_weights(const Graph& graph, const std::vector<TpRole>& roles);
 bool splits_output(TpRole r);
+
+// ZeRO stages 1-3: each data-parallel GPU updates 1/dp of every parameter, so the
+// optimizer's update kernels (phase update) shrink by dp; the rest is left as it is.
+KernelList shard_optimizer_updates(const KernelList& kernels, int dp);
 
 // The kernel list one GPU runs: kernels of split nodes shrunk by tp, TP all-reduces
 // (class collective, op "allreduce") inserted after the row-parallel / vocab-parallel
@@ -223,8 +264,9 @@ struct ParallelReport {
   double iteration_ms = 0;
   double compute_ms = 0;         // busiest stage: kernels of all microbatches (TP all-reduces included)
   double tp_comm_ms = 0;         // TP all-reduces per GPU per iteration (on the critical path)
-  double dp_comm_ms = 0;         // gradient all-reduce, all buckets
-  double dp_exposed_ms = 0;      // the part not hidden behind the backward pass
+  double dp_comm_ms = 0;         // data-parallel collectives: gradient all-reduce (ZeRO: reduce-scatters and gathers)
+  double dp_gather_ms = 0;       // of dp_comm_ms, ZeRO's parameter all-gathers
+  double dp_exposed_ms = 0;      // the part not hidden behind the compute (ZeRO: with the gathers after the step)
   int dp_buckets = 0;
   double pp_comm_ms = 0;         // send/recv per iteration on the critical path
   double comm_ms = 0;            // tp + dp + pp
@@ -249,7 +291,9 @@ struct SavedActivation {
 // as many gradients, the optimizer's fp32 state (lowering.h optimizer_state_bytes: Adam's two
 // moments, a momentum buffer, none for SGD; + an fp32 master copy when training in 16 bits),
 // and the activations of the microbatches in flight (GPipe: all m; 1F1B: pp - stage): those
-// of `saved` its stage's nodes keep, 1/tp of those a split node wrote.
+// of `saved` its stage's nodes keep, 1/tp of those a split node wrote. ZeRO divides the
+// optimizer's state (stage 1+), the gradients (2+, plus one gradient bucket) and the
+// parameters (3, plus the parameter buckets gathered at once) by dp.
 //
 // Predicts one iteration. `kernels` is the per-GPU list (after shard_tensor_parallel) at the
 // micro-batch; `preds` its predictions, collectives are filled in here. Throws InputError
