@@ -124,6 +124,12 @@ Options parse_analysis_options(const Args& args) {
   else throw InputError("--optimizer: expected sgd, momentum or adam, got '" + optimizer + "'");
   if (args.has("--optimizer") && opt.mode != Mode::training)
     throw InputError("--optimizer applies to --mode training");
+  const std::string recompute = args.get("--recompute");
+  if (recompute == "none") opt.recompute = Recompute::none;
+  else if (recompute == "full") opt.recompute = Recompute::full;
+  else throw InputError("--recompute: expected none or full, got '" + recompute + "'");
+  if (opt.recompute == Recompute::full && opt.mode != Mode::training)
+    throw InputError("--recompute full checkpoints a training step's activations: add --mode training");
   const std::string fusion = args.get("--fusion");
   if (fusion == "none") opt.fusion = Fusion::none;
   else if (fusion == "eager") opt.fusion = Fusion::eager;

@@ -250,7 +250,22 @@ void add_math_warnings(Report& r, const Predictor& predictor, const std::vector<
   for (auto& w : math_fallback_notes(kernels, gpu)) add_gpu_warning(r, std::move(w));
 }
 
+// --recompute full: checkpoints where the data path carries least, each segment's forward
+// run again in the backward pass (after tensor parallelism's sharding, whose all-reduces it
+// repeats). Throws InputError outside training.
+void add_recompute(Analysis& a, const Options& options) {
+  if (options.mode != Mode::training)
+    throw InputError("--recompute full checkpoints a training step's activations: add --mode training");
+  a.checkpoints = plan_checkpoints(a.graph, held_activation_dtype(options), saved_activations(a, options));
+  a.kernels = with_recompute(a.kernels, *a.checkpoints);
+  if (a.checkpoints->segments == 0)
+    a.shapes.warnings.push_back(Warning{WarningCode::binding, "--recompute full: no checkpoints keep fewer activations than "
+                                                              "the step without them; nothing is recomputed"});
+}
+
 }  // namespace
+
+const char* recompute_name(Recompute r) { return r == Recompute::full ? "full" : "none"; }
 
 Analysis prepare(const LoadedModel& loaded, const Options& options) {
   Analysis a;
@@ -313,6 +328,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                    [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
                                                                   ": the model has no mixture of experts to spread; ep changes nothing"});
+  if (options.recompute == Recompute::full) add_recompute(a, options);
   if (!options.parallel.active || options.mode == Mode::inference) a.memory = memory_footprint(a, options, 0);
   return a;
 }

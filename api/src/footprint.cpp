@@ -86,7 +86,7 @@ std::vector<SavedActivation> saved_for_backward(const Analysis& a, const Options
   const Graph& g = a.graph;
   std::vector<char> differentiated(g.nodes.size(), 0);
   for (const Kernel& k : a.kernels.kernels)
-    if (k.phase == Phase::backward && k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size())
+    if (k.phase == Phase::backward && !k.recomputed && k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size())
       differentiated[static_cast<size_t>(k.node)] = 1;
   std::unordered_map<std::string, int> writer;
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -100,7 +100,7 @@ std::vector<SavedActivation> saved_for_backward(const Analysis& a, const Options
     if (!own || keeps_nothing.count(n.op_type)) continue;
     if (n.op_type == "Dropout") {
       const TensorInfo* t = n.inputs.empty() ? nullptr : g.find(n.inputs[0]);
-      if (t && t->fully_known()) saved.push_back({static_cast<int>(i), static_cast<int>(i), double(t->num_elements())});
+      if (t && t->fully_known()) saved.push_back({static_cast<int>(i), static_cast<int>(i), double(t->num_elements()), ""});
       continue;
     }
     const bool output = keeps_output.count(n.op_type) > 0;
@@ -116,7 +116,7 @@ std::vector<SavedActivation> saved_for_backward(const Analysis& a, const Options
       const std::string r = resolve(name);
       if (!g.find(r) || constants.count(r) || !seen.insert(r).second) continue;
       auto w = writer.find(r);
-      saved.push_back({static_cast<int>(i), w == writer.end() ? -1 : w->second, tensor_bytes(g.find(r), o)});
+      saved.push_back({static_cast<int>(i), w == writer.end() ? -1 : w->second, tensor_bytes(g.find(r), o), r});
     }
   }
   return saved;
@@ -253,7 +253,7 @@ ActivationUse activation_use(const Analysis& a, const Options& o, const TensorSh
     if (p != producer.end() || (g.find(r) && !constants.count(r))) live(r, p != producer.end() ? p->second : -1, end);
   }
   ActivationUse use;
-  for (const SavedActivation& s : saved_for_backward(a, o, group, resolve, constants)) use.saved_bytes += s.bytes;
+  use.saved_bytes = peak_saved_bytes(checkpointed(a, o, saved_for_backward(a, o, group, resolve, constants)));
   const auto held = [&](const std::string& name) { return tensor_bytes(g.find(name), o) * (share ? share(name) : 1.0); };
   for (const auto& entry : touched) {
     double b = 0;
@@ -276,7 +276,16 @@ ActivationUse activation_use(const Analysis& a, const Options& o, const TensorSh
 std::vector<SavedActivation> saved_activations(const Analysis& a, const Options& o) {
   const std::vector<int> group = kernel_groups(a);
   const std::unordered_set<std::string> constants = constants_of(a.graph);
-  return saved_for_backward(a, o, group, view_roots(a.graph, group, constants), constants);
+  return checkpointed(a, o, saved_for_backward(a, o, group, view_roots(a.graph, group, constants), constants));
+}
+
+DType held_activation_dtype(const Options& o) {
+  return o.dtype != DType::undefined ? activation_dtype(o.dtype) : DType::undefined;
+}
+
+std::vector<SavedActivation> checkpointed(const Analysis& a, const Options& o, std::vector<SavedActivation> saved) {
+  if (!a.checkpoints) return saved;
+  return apply_checkpoints(a.graph, held_activation_dtype(o), saved, *a.checkpoints);
 }
 
 // Tensor-parallel inference (parallel.h tensor_parallel_roles): one GPU holds 1/tp of each
@@ -305,6 +314,7 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   m.weights_gib = weights / kGiB;
   const ActivationUse use = activation_use(a, o, share);
   m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
+  m.recompute_segments = m.training && a.checkpoints ? a.checkpoints->segments : 0;
   if (m.training) {
     // The parameters the optimizer updates (lowering: one update kernel each), their
     // gradients in their own type, and the optimizer's FP32 state (optimizer_state_bytes: none

@@ -59,6 +59,11 @@ ActivationUse activation_use(const Analysis& a, const Options& o, const TensorSh
 // each with the node that keeps it and the node that wrote it, for the multi-GPU plan's
 // stages (parallel.h).
 std::vector<SavedActivation> saved_activations(const Analysis& a, const Options& o);
+// `saved` under the analysis's activation checkpoints (parallel.h apply_checkpoints), as it is
+// without them.
+std::vector<SavedActivation> checkpointed(const Analysis& a, const Options& o, std::vector<SavedActivation> saved);
+// The type activations are held in under the options (DType::undefined: each tensor's own).
+DType held_activation_dtype(const Options& o);
 
 
 }  // namespace neusight

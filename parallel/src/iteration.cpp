@@ -16,59 +16,14 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 bool in_range(int node, size_t n) { return node >= 0 && static_cast<size_t>(node) < n; }
 
-// The tensors of the model's data path: the float graph inputs, what a node computes from a
-// weight (the weight operand of a GEMM or convolution, a normalization's scale, the table of
-// an embedding lookup: an initializer there) and everything computed from those. The rest
-// (a mask, position ids, a rotary table: from the inputs' integers and small constants) each
-// pipeline stage computes for itself, as Megatron-LM's stages do; it crosses no cut.
-std::set<std::string> data_path(const Graph& g) {
-  std::set<std::string> path;
-  for (const auto& in : g.inputs) {
-    const TensorInfo* t = g.find(in);
-    if (t && !t->is_initializer && is_float(t->dtype)) path.insert(in);
-  }
-  auto weight = [&](const Node& n, size_t i) {
-    const TensorInfo* t = g.find(n.inputs[i]);
-    if (!t || !t->is_initializer) return false;
-    const std::string& op = n.op_type;
-    if (op == "Gather") return i == 0;
-    if (op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose") return i >= 1;
-    return op == "LayerNormalization" || op == "SimplifiedLayerNormalization" || op == "SkipLayerNormalization" ||
-           op == "RMSNormalization" || op == "BatchNormalization" || op == "GroupNormalization" ||
-           op == "InstanceNormalization";
-  };
-  for (const Node& n : g.nodes) {  // topological order
-    bool on = false;
-    for (size_t i = 0; i < n.inputs.size() && !on; ++i)
-      on = !n.inputs[i].empty() && (path.count(n.inputs[i]) || weight(n, i));
-    if (on)
-      for (const auto& o : n.outputs)
-        if (!o.empty()) path.insert(o);
-  }
-  return path;
-}
-
-// Float activation bytes of the data path (data_path) crossing each cut position c (between
-// node c-1 and node c).
+// Float activation bytes of the data path (data_path_tensors) crossing each cut position c
+// (between node c-1 and node c).
 std::vector<double> crossing_bytes(const Graph& g, DType compute) {
   const size_t n = g.nodes.size();
-  const std::set<std::string> path = data_path(g);
-  std::map<std::string, int> producer;
-  for (size_t i = 0; i < n; ++i)
-    for (const auto& o : g.nodes[i].outputs)
-      if (!o.empty() && path.count(o)) producer[o] = static_cast<int>(i);
-  std::map<std::string, int> last_use;
-  for (size_t i = 0; i < n; ++i)
-    for (const auto& in : g.nodes[i].inputs)
-      if (!in.empty() && producer.count(in)) last_use[in] = static_cast<int>(i);
   std::vector<double> diff(n + 2, 0);
-  for (const auto& [name, q] : last_use) {
-    const int p = producer[name];
-    const TensorInfo* t = g.find(name);
-    if (!t || !is_float(t->dtype) || q <= p || t->num_elements() <= 0) continue;
-    const double bytes = double(t->num_elements()) * element_bytes(compute == DType::undefined ? t->dtype : compute);
-    diff[static_cast<size_t>(p) + 1] += bytes;  // crosses cuts p+1 .. q
-    diff[static_cast<size_t>(q) + 1] -= bytes;
+  for (const PathTensor& t : data_path_tensors(g, compute)) {
+    diff[static_cast<size_t>(t.producer) + 1] += t.bytes;  // crosses cuts p+1 .. q
+    diff[static_cast<size_t>(t.last_use) + 1] -= t.bytes;
   }
   std::vector<double> cross(n + 1, 0);
   double run = 0;
@@ -400,10 +355,12 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   const size_t nn = g.nodes.size();
   const int m = cfg.microbatches, pp = cfg.pp;
   std::vector<double> kept(static_cast<size_t>(pp), 0);  // per stage, one microbatch
+  std::vector<std::map<int, double>> recomputed(static_cast<size_t>(pp));  // per stage and segment
   for (const SavedActivation& a : saved) {
     if (!in_range(a.keeper, nn)) continue;
     const bool split = in_range(a.writer, nn) && splits_output(w.roles[static_cast<size_t>(a.writer)]);
-    kept[static_cast<size_t>(plan.stage_of[static_cast<size_t>(a.keeper)])] += a.bytes / (split ? cfg.tp : 1);
+    const auto stage = static_cast<size_t>(plan.stage_of[static_cast<size_t>(a.keeper)]);
+    (a.segment >= 0 ? recomputed[stage][a.segment] : kept[stage]) += a.bytes / (split ? cfg.tp : 1);
   }
   r.memory_capacity_gb = gpu.mem_gb;
   // The optimizer's FP32 state per parameter, from its update kernels (lowering.h).
@@ -417,6 +374,8 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     StageReport& st = r.stages[static_cast<size_t>(s)];
     for (int i = st.first_node; i <= st.last_node; ++i) st.params += w.node_params[static_cast<size_t>(i)];
     const double act = kept[static_cast<size_t>(s)];
+    double segment = 0;  // one segment recomputed at a time
+    for (const auto& [seg, bytes] : recomputed[static_cast<size_t>(s)]) segment = std::max(segment, bytes);
     const int in_flight = cfg.schedule == PipelineSchedule::gpipe ? m : std::min(pp - s, m);
     // ZeRO: 1/dp of the optimizer's state (1+), of the gradients (2+; plus the bucket being
     // reduced) and of the parameters (3; plus the buckets gathered at once).
@@ -426,7 +385,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
                                    : st.params * eb) / kGiB;
     st.gradients_gb = (cfg.zero >= 2 && cfg.dp > 1 ? st.params * eb / shards + bucket : st.params * eb) / kGiB;
     st.optimizer_gb = st.params * (state + (eb < 4 ? 4.0 : 0.0)) / (cfg.zero >= 1 ? shards : 1) / kGiB;
-    st.activations_gb = act * in_flight / kGiB;
+    st.activations_gb = (act * in_flight + segment) / kGiB;
     st.total_gb = st.weights_gb + st.gradients_gb + st.optimizer_gb + st.activations_gb;
     r.peak_memory_gb = std::max(r.peak_memory_gb, st.total_gb);
   }

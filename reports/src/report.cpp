@@ -173,7 +173,7 @@ json memory_json(const MemoryFootprint& m) {
               {"total_gib", finite(m.total_gib())},       {"capacity_gib", finite(m.capacity_gib)},
               {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()},
               {"optimizer", m.optimizer},                 {"tp", m.tp},
-              {"master_weights", m.master_weights}};
+              {"master_weights", m.master_weights},      {"recompute_segments", m.recompute_segments}};
 }
 }  // namespace detail
 
@@ -199,7 +199,11 @@ std::string memory_text(const MemoryFootprint& m) {
   if (m.training)
     s += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " +
          gib(m.optimizer_gib);
-  s += ", activations " + gib(m.activations_gib) + (m.training ? " kept for the backward pass)" : " at most alive at once)");
+  s += ", activations " + gib(m.activations_gib) +
+       (!m.training ? " at most alive at once)"
+                    : m.recompute_segments > 0
+                          ? " kept for the backward pass, checkpointed in " + std::to_string(m.recompute_segments) + " segments)"
+                          : " kept for the backward pass)");
   if (!m.fits()) s += ": does not fit, " + std::to_string(m.gpus_to_hold()) + " such GPUs hold it";
   return s;
 }

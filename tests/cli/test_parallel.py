@@ -140,6 +140,37 @@ class ParallelReport(unittest.TestCase):
         self.assertIn("--mode training", err)
 
 
+class Recompute(unittest.TestCase):
+    """--recompute full: activation checkpointing of a training step."""
+
+    def test_checkpointing_trades_a_forward_for_the_activations(self):
+        args = (EXAMPLE, "--gpu", "h100", "--batch", "8", "--seq", "512", "--mode", "training", "--predictor", "roofline")
+        plain = run_json(*args)
+        ckpt = run_json(*args, "--recompute", "full")
+        self.assertEqual(plain["memory"]["recompute_segments"], 0)
+        self.assertGreaterEqual(ckpt["memory"]["recompute_segments"], 2 * 12)  # GPT-2 small's 12 pre-norm layers
+        self.assertLess(ckpt["memory"]["activations_gib"], 0.3 * plain["memory"]["activations_gib"])
+        self.assertAlmostEqual(ckpt["forward_ms"], plain["forward_ms"], places=6)
+        self.assertGreater(ckpt["backward_ms"], plain["backward_ms"] + 0.5 * plain["forward_ms"])
+        recomputed = [k for n in ckpt["nodes"] for k in n["kernels"]
+                      if k["phase"] == "backward" and "recomputed forward" in k.get("note", "")]
+        self.assertTrue(recomputed)
+        code, out, err = run(*args, "--recompute", "full")
+        self.assertEqual(code, 0, err)
+        self.assertIn("checkpointed in", out)
+        # The multi-GPU plan keeps the checkpoints too.
+        pp = run_json(*args, "--recompute", "full", "--parallel", "pp=2,microbatches=2")["parallel"]
+        pp_plain = run_json(*args, "--parallel", "pp=2,microbatches=2")["parallel"]
+        self.assertLess(pp["stages"][0]["memory_gb"]["activations"], 0.5 * pp_plain["stages"][0]["memory_gb"]["activations"])
+
+    def test_bad_recompute_is_one_line(self):
+        for extra in (("--recompute", "full"), ("--mode", "training", "--recompute", "selective")):
+            with self.subTest(extra=extra):
+                code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "16", *extra)
+                self.assertEqual(code, 2, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+
+
 def traced_gemm_flops(path):
     """Forward and backward flops of every Linear / BMM kernel in a traced opgraph (one layer + LM head)."""
     out = {"forward": [], "backward": []}

@@ -90,6 +90,10 @@ class Analyze(unittest.TestCase):
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--mode", "training",
                                          "--optimizer", "adam")))
         self.assertEqual(r["memory"]["optimizer"], "adam")
+        r = n.analyze(EXAMPLE, "h100", batch=2, seq=64, mode="training", recompute="full", parallel={"dp": 2, "zero": 3})
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
+                                         "--recompute", "full", "--parallel", "dp=2,zero=3")))
+        self.assertEqual(r["parallel"]["zero"], 3)
         rs = n.analyze(EXAMPLE, ["h100", "l4"], seq=128, latency_slo=20)
         self.assertTrue(same(rs, run_json(EXAMPLE, "--gpu", "h100,l4", "--seq", "128", "--latency-slo", "20")))
         self.assertTrue(all(x["latency_slo"]["met"] for x in rs))

@@ -409,6 +409,69 @@ TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual strea
   for (size_t s = 0; s + 1 < st.size(); ++s) CHECK(st[s].send_bytes == doctest::Approx(2.0 * 512 * 256 * 4));
 }
 
+TEST_CASE("parallel: activation checkpoints fall where the residual stream alone crosses") {
+  const ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 8, "vocab_size": 1000,
+      "max_position_embeddings": 2048, "hidden_act": "silu"})",
+                                        "llama");
+  const LoadedModel m = build_model(c);
+  const Gpu gpu = GpuDatabase::builtin().resolve("h100");
+  Options o = test::roofline_options(2, 512, Mode::training, "");
+  o.recompute = Recompute::none;
+  const Report plain = analyze(m, gpu, o);
+  const Analysis a0 = prepare(m, o);
+  o.recompute = Recompute::full;
+  const Analysis a = prepare(m, o);
+  const Report ckpt = analyze(m, gpu, o);
+  REQUIRE(a.checkpoints);
+  const CheckpointPlan& p = *a.checkpoints;
+  std::string where;
+  for (int c : p.positions) where += a.graph.nodes[static_cast<size_t>(c)].name + " ";
+  CAPTURE(where);
+  // Each pre-norm layer is checkpointed at its input and at the residual add between its
+  // attention and its MLP: two segments a layer (the final norm's and the head's beside).
+  std::set<std::string> at;
+  for (int c : p.positions) at.insert(a.graph.nodes[static_cast<size_t>(c)].name);
+  for (int l = 0; l < 8; ++l)
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm"})
+      CHECK(at.count("model.layers." + std::to_string(l) + "." + norm + "/Pow"));
+  CHECK(p.segments >= 2 * 8);
+  CHECK(p.segments <= 2 * 8 + 4);
+  for (int c : p.positions) CHECK(a.graph.nodes[static_cast<size_t>(c)].name.find("causal") == std::string::npos);
+  const double residual = 2.0 * 512 * 256 * 4;
+  for (const auto& name : p.kept) CHECK(a.graph.find(name)->num_elements() * 4.0 == doctest::Approx(residual));
+  // The segments' forward runs again: the backward pass gains about one forward of the layers.
+  double recomputed = 0;
+  for (const Kernel& k : a.kernels.kernels) recomputed += k.recomputed ? k.flops : 0;
+  double forward = 0;
+  for (const Kernel& k : a0.kernels.kernels) forward += k.phase == Phase::forward ? k.flops : 0;
+  CHECK(recomputed > 0.5 * forward);
+  CHECK(recomputed < forward);
+  CHECK(ckpt.backward_ms > plain.backward_ms);
+  CHECK(ckpt.forward_ms == doctest::Approx(plain.forward_ms));
+  // The step keeps the checkpoints' tensors, what lies outside the segments (the embedding, the
+  // head and the loss) and one segment's activations at a time.
+  REQUIRE(plain.memory);
+  REQUIRE(ckpt.memory);
+  CHECK(ckpt.memory->recompute_segments == p.segments);
+  CHECK(ckpt.memory->activations_gib < 0.5 * plain.memory->activations_gib);
+  CHECK(ckpt.memory->activations_gib * (1024.0 * 1024 * 1024) > 16 * residual);
+  CHECK(ckpt.memory->weights_gib == doctest::Approx(plain.memory->weights_gib));
+  // The same plan on pipeline stages: each stage's share, one segment at a time.
+  o.parallel = parse_parallel("pp=2,microbatches=1");
+  const Report staged = analyze(m, gpu, o);
+  REQUIRE(staged.parallel);
+  const auto& st = staged.parallel->stages;
+  // Each stage holds its checkpoints and one of its segments: together more than one GPU's
+  // step (two segments at once), less than twice it.
+  CHECK(st[0].activations_gb + st[1].activations_gb < 2 * ckpt.memory->activations_gib);
+  CHECK(st[0].activations_gb + st[1].activations_gb > ckpt.memory->activations_gib);
+  // Inference refuses it.
+  o.parallel = ParallelConfig{};
+  o.mode = Mode::inference;
+  CHECK_THROWS_AS(prepare(m, o), InputError);
+}
+
 TEST_CASE("parallel: the stages keep the activations one GPU's training step keeps, split among them") {
   // The multi-GPU plan counts what the backward pass reads as the single-GPU footprint does
   // (PyTorch's derivative rules), each tensor on the stage of the node that keeps it.

@@ -30,6 +30,11 @@ class ModelProto;
 
 namespace neusight {
 
+// --recompute: none, or full activation checkpointing (Hugging Face's gradient
+// checkpointing, Megatron-LM's --recompute-granularity full).
+enum class Recompute { none, full };
+const char* recompute_name(Recompute r);  // "none" | "full"
+
 struct Options {
   DimBindings dims;
   Mode mode = Mode::inference;
@@ -56,6 +61,9 @@ struct Options {
   // Training: the optimizer the step updates with (--optimizer; LoweringOptions::optimizer),
   // and whose state the memory footprint holds.
   Optimizer optimizer = Optimizer::sgd;
+  // Training: activation checkpointing (--recompute full; parallel.h plan_checkpoints): the
+  // forward between checkpoints runs again in the backward pass, its activations not kept.
+  Recompute recompute = Recompute::none;
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;
   // --image-size: the image a --config vision-language model whose processor takes any size
@@ -79,6 +87,9 @@ struct Analysis {
   // One GPU's memory for the run, its capacity unset (predict sets the GPU's); none under
   // --parallel (the plan counts each GPU's) or in a generation's analyses (it counts its own).
   std::optional<MemoryFootprint> memory;
+  // Training under --recompute full: the checkpoints, segments and kept tensors (the kernels
+  // include each segment's recomputed forward).
+  std::optional<CheckpointPlan> checkpoints;
 };
 Analysis prepare(const LoadedModel& model, const Options& options);
 // The report on `gpu` at the largest batch (the dim options.dims.batch binds; its value is

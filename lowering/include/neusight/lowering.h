@@ -194,6 +194,9 @@ struct Kernel {
   // it, named "<node>/<body node>" (nested bodies add a level each); `node` is the node of
   // the analysed graph that holds the body.
   std::string body_node;
+  // A forward kernel run again in the backward pass under activation checkpointing (phase
+  // backward; parallel.h with_recompute): it differentiates nothing.
+  bool recomputed = false;
   // --- extensions, apart from the core above: each written by one stage for one reader ----
   std::vector<L2Reuse> l2_reuse;  // lowering -> tiling (on_gpu): L2-dependent DRAM traffic
   ThreadAccess access;            // lowering (serving kernels) or benches -> predictor (memory_parallelism_ms)

@@ -281,17 +281,66 @@ struct ParallelReport {
 
 // An activation a training step keeps for its backward pass, as the caller counts them (the
 // api by PyTorch's derivative rules): the graph node that keeps it, the node that wrote it (-1:
-// a graph input) and its bytes on one GPU without tensor parallelism.
+// a graph input), its bytes on one GPU without tensor parallelism and the tensor ("" for one
+// that is no graph tensor, a dropout's mask). `segment` >= 0: recomputed in that segment's
+// backward under activation checkpointing (apply_checkpoints), alive only then.
 struct SavedActivation {
   int keeper = -1, writer = -1;
   double bytes = 0;
+  std::string tensor;
+  int segment = -1;
 };
+
+// --- activation checkpointing (--recompute full) ---------------------------------------------
+// A float tensor of the model's data path (the float graph inputs, what a node computes from a
+// weight or from such a tensor; a mask, position ids or a rotary table are not) alive across
+// node boundaries: written by node `producer` (-1: a graph input), last read by `last_use`.
+// Its bytes in `compute` (DType::undefined: its own type).
+struct PathTensor {
+  std::string name;
+  int producer = -1, last_use = -1;
+  double bytes = 0;
+};
+std::vector<PathTensor> data_path_tensors(const Graph& graph, DType compute);
+
+// The checkpoints of a training step's forward pass, as Hugging Face's gradient checkpointing
+// and Megatron-LM's full recomputation place them: where the data path carries least (a
+// block's boundary, the residual stream alone). The forward between two consecutive
+// checkpoints is a segment: its activations are dropped, and its forward runs again in the
+// backward pass just before that segment's backward; the tensors crossing the checkpoints are
+// kept. The nodes before the first checkpoint and from the last on (embeddings, the head, the
+// loss) keep their activations and run once.
+struct CheckpointPlan {
+  std::vector<int> segment_of;  // per node: its segment, -1: none
+  int segments = 0;
+  std::vector<int> positions;   // the checkpoints (between node c-1 and c), ascending
+  std::set<std::string> kept;   // the data-path tensors crossing them
+};
+// Chooses the checkpoints from `saved` (the activations the step keeps without them): for
+// each bound on the bytes a checkpoint carries (the distinct crossing sizes, ascending, at
+// most 256 spread over them), every position within it is a checkpoint; the bound whose
+// step keeps least at its peak (the kept tensors, the activations outside segments, the
+// largest segment's) wins. No segment (segments == 0) when none keeps less than the step
+// without checkpoints.
+CheckpointPlan plan_checkpoints(const Graph& graph, DType compute, const std::vector<SavedActivation>& saved);
+// `saved` under the plan: an activation kept and written in one segment is recomputed there
+// (its segment set); the checkpoints' tensors are added as kept activations (keeper: the node
+// after the checkpoint), each tensor kept once.
+std::vector<SavedActivation> apply_checkpoints(const Graph& graph, DType compute, const std::vector<SavedActivation>& saved,
+                                               const CheckpointPlan& plan);
+// The most activation bytes alive at once: the kept ones and the largest segment's.
+double peak_saved_bytes(const std::vector<SavedActivation>& saved);
+// The kernel list with each segment's forward kernels run again in the backward pass (phase
+// backward, noted), before the first backward kernel of the segment's nodes: after tensor
+// parallelism's sharding, so that a recomputed row-parallel GEMM all-reduces again.
+KernelList with_recompute(const KernelList& kernels, const CheckpointPlan& plan);
 
 // Memory per GPU: parameters of its stage (1/tp of the split ones) in the compute dtype,
 // as many gradients, the optimizer's fp32 state (lowering.h optimizer_state_bytes: Adam's two
 // moments, a momentum buffer, none for SGD; + an fp32 master copy when training in 16 bits),
 // and the activations of the microbatches in flight (GPipe: all m; 1F1B: pp - stage): those
-// of `saved` its stage's nodes keep, 1/tp of those a split node wrote. ZeRO divides the
+// of `saved` its stage's nodes keep, 1/tp of those a split node wrote (a recomputed segment's
+// once, the stage's largest). ZeRO divides the
 // optimizer's state (stage 1+), the gradients (2+, plus one gradient bucket) and the
 // parameters (3, plus the parameter buckets gathered at once) by dp.
 //

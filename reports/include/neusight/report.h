@@ -193,6 +193,9 @@ struct MemoryFootprint {
   double capacity_gib = 0;  // the GPU's memory (0: unknown)
   // Tensor-parallel inference (--parallel tp=N): the figures are one GPU's of tp.
   int tp = 1;
+  // Training under --recompute full: the segments recomputed in the backward pass (0: none);
+  // activations_gib is then the checkpoints' tensors, the rest kept and the largest segment's.
+  int recompute_segments = 0;
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
   // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity);
