@@ -48,6 +48,14 @@ void run_pipeline(const std::string& bytes) {
   opt.fusion = Fusion::none;
   const Analysis t = prepare(loaded, opt);
   (void)predict(t, loaded.model, gpu, opt);
+  // Activation checkpointing under multi-GPU plans: pipeline stages with the optimizer sharded,
+  // and ZeRO-3's gathers.
+  opt.recompute = Recompute::full;
+  for (const char* spec : {"dp=2,pp=2,zero=1", "dp=2,zero=3"}) {
+    opt.parallel = parse_parallel(spec);
+    const Analysis p = prepare(loaded, opt);
+    (void)format_json({predict(p, loaded.model, gpu, opt)});
+  }
 }
 
 }  // namespace
