@@ -544,6 +544,7 @@ void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Option
   g.ttft_low_ms += dp.e2e_low();
   g.ttft_high_ms += dp.e2e_high();
   for (const auto& [c, ms] : dp.totals_by_class) g.prefill_by_class[c] += ms;
+  g.prefill_attention_ms += dp.attention_ms;
   sp.draft = a.draft_decoder->prefill.model.path.empty() ? a.draft_decoder->prefill.model.graph.name
                                                           : a.draft_decoder->prefill.model.path;
   sp.draft_weight_bytes = a.draft->weight_bytes - a.draft->tied_weight_bytes;
@@ -566,7 +567,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
     const double steps = interpolated_sum(a.kv, unit);
     const double per_token = sp.proposed > 0 ? 1 / sp.tokens_per_step : 1.0;
     add_kernels(s, steps * per_token, g.time);
-    GenerationStep st{a.kv[i], s.e2e_latency_ms, s.e2e_low(), s.e2e_high(), s.totals_by_class};
+    GenerationStep st{a.kv[i], s.e2e_latency_ms, s.e2e_low(), s.e2e_high(), s.totals_by_class, s.attention_ms};
     if (sp.proposed > 0) {
       double draft_ms = 0, draft_low = 0, draft_high = 0;
       if (a.draft && i < a.draft->steps.size()) {
@@ -576,6 +577,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
         draft_high = ds.e2e_high();
         add_kernels(ds, steps * proposed / sp.tokens_per_step, g.time);
         for (const auto& [c, ms] : ds.totals_by_class) st.by_class[c] += proposed * ms;
+        st.attention_ms += proposed * ds.attention_ms;
       }
       if (i == 0) {
         sp.verify_ms = s.e2e_latency_ms;
@@ -585,6 +587,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
       st.low_ms = (s.e2e_low() + proposed * draft_low) / sp.tokens_per_step;
       st.high_ms = (s.e2e_high() + proposed * draft_high) / sp.tokens_per_step;
       for (auto& [c, ms] : st.by_class) ms /= sp.tokens_per_step;
+      st.attention_ms /= sp.tokens_per_step;
     }
     if (i + 1 == a.steps.size()) {
       g.step_nodes = std::move(s.nodes);  // the step's nodes are not read after this
@@ -604,6 +607,9 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
     }
   const double decode_ms = interpolated_sum(a.kv, step_ms);
   for (const auto& [c, v] : by_class) g.decode_by_class[c] = interpolated_sum(a.kv, v);
+  std::vector<double> attention;
+  for (const auto& st : g.samples) attention.push_back(st.attention_ms);
+  g.decode_attention_ms = interpolated_sum(a.kv, attention);
   g.step_ms.reserve(static_cast<size_t>(a.gen.new_tokens));
   for (int64_t j = 0; j < a.gen.new_tokens; ++j) g.step_ms.push_back(interpolate(a.kv, step_ms, a.kv.front() + j));
   g.tpot_ms = decode_ms / double(a.gen.new_tokens);
@@ -735,6 +741,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.ttft_high_ms = r.e2e_high();
   add_kernels(r, 1, g.time);
   g.prefill_by_class = r.totals_by_class;
+  g.prefill_attention_ms = r.attention_ms;
   g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
   g.ep = g.tp > 1 ? std::max(1, options.parallel.ep) : 1;
   speculative_setup(a, gpu, options, g);

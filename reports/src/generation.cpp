@@ -105,6 +105,8 @@ json generation_json(const GenerationReport& g) {
           {"execution", g.execution},
           {"prefill_by_class_ms", g.prefill_by_class},
           {"decode_by_class_ms", g.decode_by_class},
+          {"prefill_attention_ms", finite(g.prefill_attention_ms)},
+          {"decode_attention_ms", finite(g.decode_attention_ms)},
           {"decode_samples", std::move(steps)}};
   // The last predicted decode step's nodes that run kernels: where a step's time goes.
   json step_nodes = json::array();
@@ -338,6 +340,11 @@ std::string format_generation(const Report& r, bool color) {
     os << "  " << pad(c, 12) << " " << pad(format_ms(p == g.prefill_by_class.end() ? 0 : p->second), 12, true) << " "
        << pad(format_ms(dm), 12, true) << " " << pad(num(decode > 0 ? 100 * dm / decode : 0, 1), 9, true) << "\n";
   }
+  if (g.prefill_attention_ms > 0 || g.decode_attention_ms > 0)
+    os << "  " << pad("attention", 12) << " " << pad(format_ms(g.prefill_attention_ms), 12, true) << " "
+       << pad(format_ms(g.decode_attention_ms), 12, true) << " "
+       << pad(num(decode > 0 ? 100 * g.decode_attention_ms / decode : 0, 1), 9, true)
+       << "  (FlashAttention kernels, counted in gemm and reduce above)\n";
   return os.str();
 }
 

@@ -270,6 +270,7 @@ void summarize(Report& r) {
   r.e2e_latency_ms = r.forward_ms = r.backward_ms = r.update_ms = 0;
   r.e2e_low_ms = r.e2e_high_ms = 0;
   r.totals_by_class.clear();
+  r.attention_ms = 0;
   r.folded_nodes = r.unpredicted_nodes = 0;
   IntervalSum all;  // predictor.h: one GPU's kernels err partly together
   auto add = [&](const KernelReport& k) {
@@ -281,6 +282,7 @@ void summarize(Report& r) {
       case Phase::update: r.update_ms += ms; break;
     }
     r.totals_by_class[kernel_class_name(k.kernel.cls)] += ms;
+    if (is_attention_kernel(k.kernel)) r.attention_ms += ms;
   };
   for (auto& n : r.nodes) {
     if (n.no_kernel == "constant folded") ++r.folded_nodes;
@@ -505,6 +507,7 @@ json report_json(const Report& r) {
   j["backward_ms"] = finite(r.backward_ms);
   j["update_ms"] = finite(r.update_ms);
   j["totals_by_class_ms"] = r.totals_by_class;
+  j["attention_ms"] = finite(r.attention_ms);
   json outs = json::array();
   for (const auto& t : r.graph_outputs) outs.push_back(tensor_json(t));
   j["graph_outputs"] = std::move(outs);

@@ -48,6 +48,13 @@ void class_totals(std::ostream& os, const Report& r, const Style& st) {
   for (const auto& [c, ms] : cls)
     os << pad(c, 12) << " " << pad(std::to_string(count[c]), 8, true) << " " << pad(format_ms(ms), 11, true) << " "
        << pad(pct(ms, r.share_base_ms()), 6, true) << (interval ? " " + pad(ranges[c], 21, true) : "") << "\n";
+  if (r.attention_ms > 0) {
+    int attention = 0;
+    for (const auto& n : r.nodes)
+      for (const auto& k : n.kernels) attention += is_attention_kernel(k.kernel);
+    os << pad("attention", 12) << " " << pad(std::to_string(attention), 8, true) << " " << pad(format_ms(r.attention_ms), 11, true)
+       << " " << pad(pct(r.attention_ms, r.share_base_ms()), 6, true) << "  (FlashAttention kernels, counted in their class above)\n";
+  }
   if (host > 0) {
     char dispatch[32];
     std::snprintf(dispatch, sizeof dispatch, "%.2f us", r.host_dispatch_us);

@@ -191,6 +191,18 @@ class Generate(unittest.TestCase):
             self.assertLess(s["latency_low_ms"], s["latency_ms"])
             self.assertGreater(s["latency_high_ms"], s["latency_ms"])
         self.assertEqual(r["timing"], "kernel")
+        # FlashAttention's share, apart from the classes its kernels are in (prefill gemm, decode reduce).
+        self.assertGreater(g["prefill_attention_ms"], 0)
+        self.assertLess(g["prefill_attention_ms"], g["prefill_by_class_ms"]["gemm"])
+        self.assertGreater(g["decode_attention_ms"], 0)
+        self.assertLessEqual(g["decode_attention_ms"],
+                             g["decode_by_class_ms"].get("reduce", 0) + g["decode_by_class_ms"]["gemm"] + 1e-9)
+        self.assertEqual(r["attention_ms"], g["prefill_attention_ms"])
+        flash = sum(k["latency_ms"] for n in r["nodes"] for k in n["kernels"] if k["op"] == "flash_attention")
+        self.assertAlmostEqual(r["attention_ms"], flash, places=6)
+        code, out, err = run("--config", self.small, "--generate", "64:16", "--batch", "2", "--gpu", "h100")
+        self.assertEqual(code, 0, err)
+        self.assertIn("(FlashAttention kernels, counted in gemm and reduce above)", out)
         h = self.gen_json("--config", self.small, "--generate", "64:16", "--dtype", "bf16", "--gpu", "h100")
         self.assertIn("FlashAttention, fused kernels (--fusion full)", h["generation"]["execution"])
         self.assertEqual(r["e2e_latency_ms"], g["ttft_ms"])

@@ -202,6 +202,10 @@ struct Kernel {
   ThreadAccess access;            // lowering (serving kernels) or benches -> predictor (memory_parallelism_ms)
 };
 
+// A fused attention kernel (FlashAttention: "flash_attention", class gemm; its decode form
+// over a KV cache "flash_decode", class reduce), which reports total apart from their class.
+inline bool is_attention_kernel(const Kernel& k) { return k.op == "flash_attention" || k.op == "flash_decode"; }
+
 // Work counts (useful FLOPs, compulsory bytes) of the kernel shapes, one set for the lowering
 // and the dataset reader (predictor/dataset.h): the networks are trained on the counts the
 // product computes.

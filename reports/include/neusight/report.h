@@ -46,6 +46,7 @@ struct GenerationStep {
   double latency_ms = 0;   // one step
   double low_ms = 0, high_ms = 0;  // its 80% interval (the step's e2e_low_ms / e2e_high_ms)
   std::map<std::string, double> by_class;  // ms per kernel class
+  double attention_ms = 0;                 // of those, the fused attention kernels' (Report::attention_ms)
 };
 
 struct GenerationReport {
@@ -134,6 +135,7 @@ struct GenerationReport {
   double step_node_ms = 0;  // that step's latency (its nodes' and extra kernels')
   std::vector<double> step_ms;          // every decode step (interpolated), for charts
   std::map<std::string, double> prefill_by_class, decode_by_class;  // ms; decode: all steps
+  double prefill_attention_ms = 0, decode_attention_ms = 0;          // of those, the fused attention kernels'
   std::string execution;  // how it was predicted, e.g. "kernel timing, FlashAttention (--fusion full)"
 };
 
@@ -240,6 +242,9 @@ struct Report {
   int folded_nodes = 0;       // nodes computed from constants only (no kernel)
   int unpredicted_nodes = 0;  // nodes with an "unknown" kernel (no time counted)
   std::map<std::string, double> totals_by_class;  // ms per kernel class
+  // Of those, the fused attention kernels' (lowering.h is_attention_kernel: FlashAttention in
+  // class gemm, its decode form in class reduce), which the class enum does not name.
+  double attention_ms = 0;
   // Multi-GPU training (--parallel): e2e_latency_ms is then this iteration time, while nodes
   // and phase totals are one micro-batch on the GPUs of the model-parallel group.
   std::optional<ParallelReport> parallel;
