@@ -1,5 +1,6 @@
 // footprint.cpp - device memory of a run (footprint.h).
 #include "footprint.h"
+#include "neusight/parameters.h"
 
 #include <algorithm>
 #include <map>
@@ -24,18 +25,6 @@ std::vector<int> kernel_groups(const Analysis& a) {
         group[static_cast<size_t>(f)] = k.node;
   }
   return group;
-}
-
-// The graph's constants: its initializers and its Constant nodes' outputs (weights, never
-// activations). Values folded from constants are not among them: a bound sequence folds a
-// position lookup, a rotary table or a causal mask that a framework computes every forward.
-std::unordered_set<std::string> constants_of(const Graph& g) {
-  std::unordered_set<std::string> c(g.initializers.begin(), g.initializers.end());
-  for (const Node& n : g.nodes)
-    if (n.op_type == "Constant" && n.domain.empty())
-      for (const auto& out : n.outputs)
-        if (!out.empty()) c.insert(out);
-  return c;
 }
 
 // The tensor each view (the output of a node without a kernel of its own) views: its first
@@ -211,7 +200,10 @@ void weight_bytes(const Graph& g, const Options& o, double& all, double& embeddi
 ActivationUse activation_use(const Analysis& a, const Options& o, const TensorShare& share) {
   const Graph& g = a.graph;
   const std::vector<int> group = kernel_groups(a);
-  const std::unordered_set<std::string> constants = constants_of(g);
+  // Weights, never activations (parameters.h held_values). Values folded from constants are
+  // not among them: a bound sequence folds a position lookup, a rotary table or a causal mask
+  // that a framework computes every forward.
+  const std::unordered_set<std::string> constants = held_values(g);
   const ViewRoots resolve = view_roots(g, group, constants);
   std::unordered_map<std::string, int> producer;  // a materialised tensor -> its kernel's group
   for (size_t i = 0; i < g.nodes.size(); ++i)
@@ -275,7 +267,7 @@ ActivationUse activation_use(const Analysis& a, const Options& o, const TensorSh
 
 std::vector<SavedActivation> saved_activations(const Analysis& a, const Options& o) {
   const std::vector<int> group = kernel_groups(a);
-  const std::unordered_set<std::string> constants = constants_of(a.graph);
+  const std::unordered_set<std::string> constants = held_values(a.graph);
   return checkpointed(a, o, saved_for_backward(a, o, group, view_roots(a.graph, group, constants), constants));
 }
 

@@ -23,7 +23,7 @@ void emit_gemm(const LowerCtx& c, const std::string& op, GemmShape s, double a_e
   const TensorInfo* wb = b_input >= 0 ? c.in(static_cast<size_t>(b_input)) : nullptr;
   const DType narrow = c.opt.compute_dtype;
   if (narrow_weight_gemms(narrow) && kr.dtype == activation_dtype(narrow) &&
-      ((wa && wa->is_initializer) || (wb && wb->is_initializer))) {
+      ((wa && c.held(static_cast<size_t>(a_input))) || (wb && c.held(static_cast<size_t>(b_input))))) {
     kr.dtype = narrow;
     kr.bytes = narrow_gemm_bytes(a_elems + b_elems, double(s.batch) * s.m * s.n, narrow);
   }

@@ -69,6 +69,9 @@ struct LowerCtx {
 
   const TensorInfo* in(size_t i) const;
   const TensorInfo* outp(size_t i) const;
+  // Input i is a value the graph holds (parameters.h held_values): an initializer or a Constant
+  // node's output, as exporters hold weights.
+  bool held(size_t i) const;
   DType dtype(const TensorInfo* t) const;  // compute dtype of a tensor (forced by --dtype)
   Kernel base(KernelClass cls, const std::string& op) const;
   void unknown(const std::string& why) const;  // an "unknown" kernel (op kept, zero work)

@@ -89,6 +89,17 @@ const TensorInfo* LowerCtx::in(size_t i) const {
   return g.find(n.inputs[i]);
 }
 
+bool LowerCtx::held(size_t i) const {
+  const TensorInfo* t = in(i);
+  if (!t) return false;
+  if (t->is_initializer) return true;
+  if (!plan) return false;
+  const auto it = plan->producer.find(n.inputs[i]);
+  if (it == plan->producer.end() || it->second < 0 || static_cast<size_t>(it->second) >= g.nodes.size()) return false;
+  const Node& p = g.nodes[static_cast<size_t>(it->second)];
+  return p.op_type == "Constant" && p.domain.empty();
+}
+
 const TensorInfo* LowerCtx::outp(size_t i) const {
   if (i >= n.outputs.size() || n.outputs[i].empty()) return nullptr;
   return g.find(n.outputs[i]);

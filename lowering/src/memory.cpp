@@ -55,7 +55,7 @@ void emit_memory(LowerCtx& c, const std::string& op, Reads reads) {
 
 void lower_gather(LowerCtx& c) {
   const TensorInfo* data = c.in(0);
-  const bool embedding = data && data->is_initializer && c.n.op_type == "Gather";
+  const bool embedding = data && c.held(0) && c.n.op_type == "Gather";
   emit_memory(c, embedding ? "embedding" : "gather", Reads::output);
 }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "internal.h"
+#include "neusight/parameters.h"
 
 namespace neusight::lowering_detail {
 
@@ -36,21 +37,9 @@ const UpdateWork* update_of_op(const std::string& op) {
 namespace {
 
 
-// The inputs of an op that hold its learned weights: a convolution's or a GEMM's weight and
-// bias, a normalization's scale and bias (not BatchNormalization's running statistics), PRelu's
-// slope. -1 ends the list.
-const int* weight_inputs(const Node& n) {
-  static const int conv[] = {1, 2, -1}, matmul[] = {1, -1}, none[] = {-1};
-  if (n.op_type == "Conv" || n.op_type == "ConvTranspose" || n.op_type == "Gemm" || n.op_type == "BatchNormalization" ||
-      n.op_type == "LayerNormalization" || n.op_type == "InstanceNormalization" || n.op_type == "GroupNormalization")
-    return conv;
-  if (n.op_type == "MatMul" || n.op_type == "PRelu") return matmul;
-  return none;
-}
-
 // Parameters: float initializers with more than one element that some op computes with, and
 // float Constant-node values of more than one element that an op reads as its weights
-// (weight_inputs): exporters that fold weights into Constant nodes (Paddle2ONNX, some
+// (parameters.h parameter_inputs): exporters that fold weights into Constant nodes (Paddle2ONNX, some
 // tf2onnx graphs) hold every weight so. A Constant read only otherwise (a mask added to the
 // scores, a position table) stays a constant. In order: the initializers in theirs, then the
 // Constant-held weights in their Constant nodes'.
@@ -70,8 +59,8 @@ std::vector<std::string> trainable(const Graph& g) {
     if (learnable(name) && used.count(name) && listed.insert(name).second) p.push_back(name);
   std::set<std::string> weights;  // the values ops read as their weights
   for (const auto& n : g.nodes)
-    for (const int* i = weight_inputs(n); *i >= 0; ++i)
-      if (static_cast<size_t>(*i) < n.inputs.size()) weights.insert(n.inputs[static_cast<size_t>(*i)]);
+    for (int i : parameter_inputs(n))
+      if (static_cast<size_t>(i) < n.inputs.size()) weights.insert(n.inputs[static_cast<size_t>(i)]);
   for (const auto& n : g.nodes)
     if (n.op_type == "Constant" && n.domain.empty() && n.outputs.size() == 1 && weights.count(n.outputs[0]) &&
         learnable(n.outputs[0]) && listed.insert(n.outputs[0]).second)

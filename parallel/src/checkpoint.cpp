@@ -5,14 +5,16 @@
 #include <set>
 
 #include "neusight/parallel.h"
+#include "neusight/parameters.h"
 
 namespace neusight {
 
 namespace {
 
 // The tensors of the model's data path: the float graph inputs, what a node computes from a
-// weight (the weight operand of a GEMM or convolution, a normalization's scale, the table of
-// an embedding lookup: an initializer there) and everything computed from those. The rest
+// weight (parameters.h reads_weight: the weight operand of a GEMM or convolution, a
+// normalization's scale, the table of an embedding lookup, held as an initializer or a
+// Constant node's value) and everything computed from those. The rest
 // (a mask, position ids, a rotary table: from the inputs' integers and small constants) each
 // pipeline stage computes for itself, as Megatron-LM's stages do; it crosses no cut.
 std::set<std::string> data_path(const Graph& g) {
@@ -21,16 +23,8 @@ std::set<std::string> data_path(const Graph& g) {
     const TensorInfo* t = g.find(in);
     if (t && !t->is_initializer && is_float(t->dtype)) path.insert(in);
   }
-  auto weight = [&](const Node& n, size_t i) {
-    const TensorInfo* t = g.find(n.inputs[i]);
-    if (!t || !t->is_initializer) return false;
-    const std::string& op = n.op_type;
-    if (op == "Gather") return i == 0;
-    if (op == "MatMul" || op == "Gemm" || op == "Conv" || op == "ConvTranspose") return i >= 1;
-    return op == "LayerNormalization" || op == "SimplifiedLayerNormalization" || op == "SkipLayerNormalization" ||
-           op == "RMSNormalization" || op == "BatchNormalization" || op == "GroupNormalization" ||
-           op == "InstanceNormalization";
-  };
+  const std::unordered_set<std::string> held = held_values(g);
+  auto weight = [&](const Node& n, size_t i) { return reads_weight(g, held, n, i); };
   for (const Node& n : g.nodes) {  // topological order
     bool on = false;
     for (size_t i = 0; i < n.inputs.size() && !on; ++i)

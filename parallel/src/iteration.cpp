@@ -152,22 +152,27 @@ StagePlan place_stages(const Graph& g, const std::vector<Kernel>& kernels, const
   return p;
 }
 
-// Weights: owned by the stage of their first consumer, sliced when a split node reads them.
+// Parameters (the update kernels' weights): owned by the stage of their first consumer, sliced
+// when a split node reads them.
 struct WeightPlacement {
   std::vector<TpRole> roles;                 // per node
   std::map<std::string, int> first_consumer;  // weight name -> node
   std::vector<double> node_params;           // parameters first read by each node, per GPU
 };
 
-WeightPlacement place_weights(const Graph& g, int tp) {
+WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels, int tp) {
   const size_t nn = g.nodes.size();
   WeightPlacement w;
   w.roles = tensor_parallel_roles(g, tp);
   const std::set<std::string> split_weights = tensor_parallel_split_weights(g, w.roles);
+  // The parameters: what the optimizer updates (the lowering's update kernels, one each).
+  std::set<std::string> params;
+  for (const Kernel& k : kernels)
+    if (k.phase == Phase::update && !k.weight.empty()) params.insert(k.weight);
   for (size_t i = 0; i < nn; ++i)
     for (const auto& name : g.nodes[i].inputs) {
-      const TensorInfo* t = name.empty() ? nullptr : g.find(name);
-      if (!t || !t->is_initializer || !is_float(t->dtype) || t->num_elements() <= 1) continue;
+      const TensorInfo* t = params.count(name) ? g.find(name) : nullptr;
+      if (!t || t->num_elements() <= 1) continue;
       if (!w.first_consumer.count(name)) w.first_consumer[name] = static_cast<int>(i);
     }
   w.node_params.assign(nn, 0);
@@ -423,7 +428,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.tp_link);
 
   const StagePlan plan = place_stages(g, kernels, preds, compute, cfg.pp, r.link);
-  const WeightPlacement weights = place_weights(g, cfg.tp);
+  const WeightPlacement weights = place_weights(g, kernels, cfg.tp);
   const StageTimes times = stage_times(g, kernels, preds, plan, weights, cfg.pp, r);
 
   // Pipeline schedule, with and without the send/recv hops.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "neusight/parallel.h"
+#include "neusight/parameters.h"
 
 namespace neusight {
 
@@ -22,13 +23,12 @@ const char* tp_role_name(TpRole r) {
 }
 
 std::set<std::string> tensor_parallel_split_weights(const Graph& g, const std::vector<TpRole>& roles) {
+  const std::unordered_set<std::string> held = held_values(g);
   std::set<std::string> split;
   for (size_t i = 0; i < g.nodes.size() && i < roles.size(); ++i) {
     if (roles[i] == TpRole::replicated) continue;
-    for (const auto& in : g.nodes[i].inputs) {
-      const TensorInfo* t = in.empty() ? nullptr : g.find(in);
-      if (t && t->is_initializer) split.insert(in);
-    }
+    for (const auto& in : g.nodes[i].inputs)
+      if (!in.empty() && held.count(in) && g.find(in)) split.insert(in);
   }
   return split;
 }
@@ -37,19 +37,20 @@ bool splits_output(TpRole r) { return r == TpRole::column || r == TpRole::sharde
 
 namespace {
 
-const TensorInfo* weight_2d(const Graph& g, const Node& n, size_t i) {
-  if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
+// The 2-D float weight node `n` reads at input i (parameters.h reads_weight), or nullptr.
+const TensorInfo* weight_2d(const Graph& g, const std::unordered_set<std::string>& held, const Node& n, size_t i) {
+  if (!reads_weight(g, held, n, i)) return nullptr;
   const TensorInfo* t = g.find(n.inputs[i]);
-  if (!t || !t->is_initializer || !is_float(t->dtype) || !t->fully_known() || t->shape.size() != 2) return nullptr;
+  if (!t->fully_known() || t->shape.size() != 2) return nullptr;
   return t;
 }
 
 bool is_gemm_op(const Node& n) { return n.domain.empty() && (n.op_type == "MatMul" || n.op_type == "Gemm"); }
 
 // Output width of a GEMM with a weight operand, 0 when the node has none.
-int64_t weight_out_width(const Graph& g, const Node& n) {
+int64_t weight_out_width(const Graph& g, const std::unordered_set<std::string>& held, const Node& n) {
   if (!is_gemm_op(n)) return 0;
-  const TensorInfo* w = weight_2d(g, n, 1);
+  const TensorInfo* w = weight_2d(g, held, n, 1);
   if (!w) return 0;
   const bool trans_b = n.op_type == "Gemm" && n.attr_i("transB", 0);
   return w->shape[trans_b ? 0 : 1].value;
@@ -227,6 +228,7 @@ void split_expert_kernel(Kernel& k, int tp, int ep) {
 std::vector<TpRole> roles_of(const Graph& g, int tp, Edges& edges) {
   std::vector<TpRole> roles(g.nodes.size(), TpRole::replicated);
   if (tp <= 1) return roles;
+  const std::unordered_set<std::string> held = held_values(g);
   auto& consumers = edges.consumers;
   auto& producer = edges.producer;
   // Kept whole on every GPU, as serving engines keep them: a mixture's router (the GEMM, and
@@ -242,7 +244,7 @@ std::vector<TpRole> roles_of(const Graph& g, int tp, Edges& edges) {
       if (it == producer.end()) break;
       const Node& p = g.nodes[it->second];
       whole.insert(it->second);
-      if (weight_out_width(g, p) || p.inputs.empty()) break;
+      if (weight_out_width(g, held, p) || p.inputs.empty()) break;
       t = p.inputs[0];
     }
   }
@@ -259,7 +261,7 @@ std::vector<TpRole> roles_of(const Graph& g, int tp, Edges& edges) {
   };
   std::set<int64_t> vocab_widths;
   for (const auto& n : g.nodes)
-    if (int64_t w = weight_out_width(g, n)) vocab_widths.insert(w);
+    if (int64_t w = weight_out_width(g, held, n)) vocab_widths.insert(w);
   std::set<std::string> split;
   auto is_split = [&](const std::string& t) { return !t.empty() && split.count(t) > 0; };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -274,7 +276,7 @@ std::vector<TpRole> roles_of(const Graph& g, int tp, Edges& edges) {
       // Each GPU holds 1/tp of every expert (fc1, fc3 by columns, fc2 by rows, as vLLM's
       // fused MoE under TP): the experts' work is split, the output all-reduced.
       role = TpRole::row;
-    } else if (const int64_t out = weight_out_width(g, n)) {
+    } else if (const int64_t out = weight_out_width(g, held, n)) {
       if (!n.inputs.empty() && is_split(n.inputs[0])) {
         role = TpRole::row;  // the reduction dim arrives split; the output is summed across GPUs
       } else if (normalised(n)) {
@@ -284,7 +286,7 @@ std::vector<TpRole> roles_of(const Graph& g, int tp, Edges& edges) {
         out_split = true;
       }
     } else if (n.domain.empty() && n.op_type == "Gather" && !any) {
-      const TensorInfo* table = weight_2d(g, n, 0);
+      const TensorInfo* table = weight_2d(g, held, n, 0);
       if (table && vocab_widths.count(table->shape[0].value) && table->shape[0].value >= tp)
         role = TpRole::vocab_embedding;
     } else if (any && n.op_type != "Shape" && n.op_type != "Size") {
@@ -424,12 +426,9 @@ KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp, i
   // Weights held in 1/tp slices: every weight a non-replicated node reads.
   std::set<std::string> split_weights;
   for (const auto& sc : scopes)
-    for (size_t i = 0; i < sc->graph.nodes.size(); ++i) {
-      if (sc->roles[i] == TpRole::replicated) continue;
-      for (const auto& name : sc->graph.nodes[i].inputs) {
-        const TensorInfo* t = name.empty() ? nullptr : sc->graph.find(name);
-        if (t && t->is_initializer && is_float(t->dtype)) split_weights.insert(name);
-      }
+    for (const auto& name : tensor_parallel_split_weights(sc->graph, sc->roles)) {
+      const TensorInfo* t = sc->graph.find(name);
+      if (t && is_float(t->dtype)) split_weights.insert(name);
     }
   for (size_t i = 0; i < in.kernels.size(); ++i) {
     const Kernel& k = in.kernels[i];

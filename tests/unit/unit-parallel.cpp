@@ -608,6 +608,61 @@ TEST_CASE("parallel: a mixture of experts splits its experts and all-reduces onc
     if (k.expert_part == Kernel::ExpertPart::up) CHECK((k.gemm.n == 32 && k.gemm.batch <= 4));
 }
 
+TEST_CASE("parallel: weights held in Constant nodes take Megatron roles and stage placement as initializers do") {
+  // An embedding and an MLP, its weights initializers or Constant nodes' values (Paddle2ONNX,
+  // some tf2onnx graphs): the same roles, the same per-GPU kernels, the same parameters.
+  auto build = [](bool constant_nodes) {
+    test::IrGraph b;
+    b.input("ids", {64}, DType::i64);
+    for (const auto& [name, dims] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"table", {1000, 256}}, {"w1", {256, 1024}}, {"w2", {1024, 256}}}) {
+      if (constant_nodes) b.node("Constant", {}, {b.t(name, dims)});
+      else b.w(name, dims);
+    }
+    b.node("Gather", {"table", "ids"}, {b.t("x", {64, 256})});
+    b.node("MatMul", {"x", "w1"}, {b.t("h", {64, 1024})});
+    b.node("Relu", {"h"}, {b.t("r", {64, 1024})});
+    b.node("MatMul", {"r", "w2"}, {b.t("y", {64, 256})});
+    b.output("y");
+    return b;
+  };
+  const test::IrGraph init = build(false), cons = build(true);
+  const auto roles = [](const Graph& g) {
+    std::vector<TpRole> r;
+    const auto all = tensor_parallel_roles(g, 2);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].op_type != "Constant") r.push_back(all[i]);
+    return r;
+  };
+  CHECK(roles(init.g) == std::vector<TpRole>{TpRole::replicated, TpRole::column, TpRole::sharded, TpRole::row});
+  CHECK(roles(cons.g) == roles(init.g));
+  CHECK(tensor_parallel_split_weights(cons.g, tensor_parallel_roles(cons.g, 2)) == std::set<std::string>{"w1", "w2"});
+  const KernelList p = shard_tensor_parallel(init.g, test::lower_with(init.g, Fusion::eager, Mode::training), 2);
+  const KernelList q = shard_tensor_parallel(cons.g, test::lower_with(cons.g, Fusion::eager, Mode::training), 2);
+  std::string pk, qk;
+  for (const auto& k : p.kernels) pk += k.op + "/" + std::to_string(static_cast<int>(k.phase)) + " ";
+  for (const auto& k : q.kernels) qk += k.op + "/" + std::to_string(static_cast<int>(k.phase)) + " ";
+  CAPTURE(pk);
+  CAPTURE(qk);
+  REQUIRE(p.kernels.size() == q.kernels.size());
+  for (size_t i = 0; i < p.kernels.size(); ++i) {
+    CAPTURE(i);
+    CHECK(p.kernels[i].phase == q.kernels[i].phase);
+    CHECK(p.kernels[i].flops == q.kernels[i].flops);
+    CHECK(p.kernels[i].weight == q.kernels[i].weight);
+  }
+  // The table is a parameter too: three update kernels either way.
+  CHECK(test::of_phase(q, Phase::update).size() == 3);
+  // The data path starts at the table either way: the same activations cross each position.
+  const auto crossing = [](const Graph& g) {
+    double bytes = 0;
+    for (const PathTensor& t : data_path_tensors(g, DType::undefined)) bytes += t.bytes;
+    return bytes;
+  };
+  CHECK(crossing(cons.g) > 0);
+  CHECK(crossing(cons.g) == doctest::Approx(crossing(init.g)));
+}
+
 TEST_CASE("parallel: an If's branch takes Megatron roles as a graph of its own, Loop bodies run whole") {
   // An MLP (column- then row-parallel, one all-reduce) inside the branch a known condition
   // takes, its weights in the outer graph (optimum's merged decoders), shards as the same MLP
