@@ -140,8 +140,6 @@ Options parse_analysis_options(const Args& args) {
   else if (attention == "fused") opt.attention = Attention::fused;
   else if (attention == "unfused") opt.attention = Attention::unfused;
   else throw InputError("--attention: expected auto, fused or unfused, got '" + attention + "'");
-  if (opt.attention == Attention::fused && opt.mode == Mode::training)
-    throw InputError("--attention fused predicts inference (its backward is not modelled); use it without --mode training");
   const std::string dt = args.get("--dtype");
   if (dt != "auto") {
     auto parsed = parse_dtype(dt);

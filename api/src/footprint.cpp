@@ -54,6 +54,47 @@ ViewRoots view_roots(const Graph& g, const std::vector<int>& group, const std::u
   return v;
 }
 
+// What a FlashAttention group (a flash_attention kernel and the nodes it fuses) keeps for its
+// backward pass, as flash_attn's autograd function saves it: the tensors the group reads from
+// outside (Q, K, V; a float mask) and writes for outside (O), and the log-sum-exp of each query
+// row in FP32; never the scores or probabilities, which its backward recomputes. Marks the
+// group's nodes in `member`, whose own rules then do not apply.
+void flash_saved(const Analysis& a, const Options& o, const ViewRoots& resolve,
+                 const std::unordered_set<std::string>& constants, const std::unordered_map<std::string, int>& writer,
+                 std::vector<char>& member, std::set<std::string>& seen, std::vector<SavedActivation>& saved) {
+  const Graph& g = a.graph;
+  for (const Kernel& k : a.kernels.kernels) {
+    if (k.op != "flash_attention" || k.phase != Phase::forward || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size())
+      continue;
+    std::set<int> nodes(k.fused_nodes.begin(), k.fused_nodes.end());
+    nodes.insert(k.node);
+    std::set<std::string> inside;
+    for (int m : nodes)
+      if (m >= 0 && static_cast<size_t>(m) < g.nodes.size()) {
+        member[static_cast<size_t>(m)] = 1;
+        inside.insert(g.nodes[static_cast<size_t>(m)].outputs.begin(), g.nodes[static_cast<size_t>(m)].outputs.end());
+      }
+    auto keep = [&](const std::string& name) {
+      const TensorInfo* t = name.empty() ? nullptr : g.find(name);
+      if (!t || constants.count(name) || !is_float(t->dtype)) return;
+      const std::string r = resolve(name);
+      if (!g.find(r) || constants.count(r) || !seen.insert(r).second) return;
+      auto w = writer.find(r);
+      saved.push_back({k.node, w == writer.end() ? -1 : w->second, tensor_bytes(g.find(r), o), r});
+    };
+    int last = k.node;
+    for (int m : nodes) {
+      if (m < 0 || static_cast<size_t>(m) >= g.nodes.size()) continue;
+      last = std::max(last, m);
+      for (const auto& in : g.nodes[static_cast<size_t>(m)].inputs)
+        if (!inside.count(in)) keep(in);
+    }
+    if (static_cast<size_t>(last) < g.nodes.size())
+      for (const auto& out : g.nodes[static_cast<size_t>(last)].outputs) keep(out);
+    saved.push_back({k.node, k.node, double(k.gemm.batch) * double(k.gemm.m) * 4.0, ""});  // log-sum-exp
+  }
+}
+
 // What autograd keeps of the forward pass for a training step's backward pass: per node that is
 // differentiated (a backward kernel of its own), the activations its gradient formula reads, as
 // PyTorch's derivatives save them: none for ops whose gradient is linear in the output's
@@ -83,10 +124,12 @@ std::vector<SavedActivation> saved_for_backward(const Analysis& a, const Options
       if (!out.empty()) writer[out] = static_cast<int>(i);
   std::set<std::string> seen;
   std::vector<SavedActivation> saved;
+  std::vector<char> flash(g.nodes.size(), 0);
+  flash_saved(a, o, resolve, constants, writer, flash, seen, saved);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     const bool own = differentiated[i] || (group[i] >= 0 && differentiated[static_cast<size_t>(group[i])]);
-    if (!own || keeps_nothing.count(n.op_type)) continue;
+    if (!own || flash[i] || keeps_nothing.count(n.op_type)) continue;
     if (n.op_type == "Dropout") {
       const TensorInfo* t = n.inputs.empty() ? nullptr : g.find(n.inputs[0]);
       if (t && t->fully_known()) saved.push_back({static_cast<int>(i), static_cast<int>(i), double(t->num_elements()), ""});

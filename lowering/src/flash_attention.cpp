@@ -176,7 +176,9 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
       const int64_t axis = c.attr_i("axis", -1);
       if (axis != -1 && axis != 3) return false;
       softmax = true;
-    } else if (softmax && c.op_type == "Dropout" && free) {
+    } else if (softmax && c.op_type == "Dropout") {
+      // Free in inference; in training FlashAttention drops the probabilities out in its kernel.
+      if (!free) nodes.push_back(ci);
       cur = c.outputs[0];
       continue;
     } else if (softmax && c.op_type == "MatMul" && c.inputs.size() == 2 && c.inputs[0] == cur) {
@@ -432,7 +434,9 @@ void pair_rotary_groups(const Graph& g, Plan& plan) {
 }
 
 bool attention_fused(const LoweringOptions& opt) {
-  if (opt.mode != Mode::inference) return false;
+  // Training fuses attention when asked (its backward is FlashAttention-2's, training.cpp);
+  // automatic keeps eager attention there, as the measured training runs ran it.
+  if (opt.mode != Mode::inference) return opt.attention == Attention::fused;
   return opt.attention == Attention::automatic ? opt.fusion == Fusion::full : opt.attention == Attention::fused;
 }
 

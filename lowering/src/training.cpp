@@ -2,6 +2,7 @@
 // optimizer's update kernels, following METHOD.md and the BwOps/AccOps columns of the
 // traced opgraphs in neusight-data/e2e/opgraph.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "internal.h"
@@ -269,9 +270,36 @@ struct Backward {
     if (f.op == "dropout") push(f, k, "grad of dropout");
   }
 
+  // FlashAttention-2's backward (flash_attn's _flash_attn_backward): a pass computing
+  // D = rowsum(dO * O) per query row, then one kernel per (batch x head, block of keys) that
+  // recomputes the scores and probabilities from Q, K and the saved log-sum-exp and runs five
+  // products over the visible pairs (QK^T, dP = dO V^T, dV += P^T dO, dQ += dS K, dK += dS^T Q):
+  // 2.5 times the forward's two. It reads Q, K, V, O and dO, writes dK and dV, and accumulates
+  // dQ in FP32 (read and written), beside the rows' log-sum-exp and D.
+  void flash_attention(const Kernel& f) {
+    const GemmShape& s = f.gemm;  // {batch x heads, queries, head_dim_v, the forward's reduction}
+    const double rows = double(s.batch) * double(s.m), eb = element_bytes(f.dtype);
+    Kernel d = vec(f, KernelClass::reduce, "flash_bwd_dot", 2, static_cast<int64_t>(rows), s.n);
+    d.flops = 2.0 * rows * double(s.n);
+    d.bytes = 2.0 * rows * double(s.n) * eb + rows * 4.0;
+    push(f, d, "grad of flash attention: rowsum(dO * O)");
+    Kernel k = f;
+    k.op = "flash_attention_bwd";
+    k.flops = 2.5 * f.flops;
+    k.gemm.k = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(2.5 * double(s.k))));
+    const double q_bytes = f.operand_elems.empty() ? 0.0 : double(f.operand_elems[0]) * eb;
+    k.bytes = 2.0 * f.bytes + 2.0 * q_bytes * 4.0 / eb + 2.0 * rows * 4.0;
+    k.a_input = k.b_input = -1;
+    push(f, k, "grad of flash attention (FlashAttention-2 backward: scores recomputed, 5 products)");
+  }
+
   void run(const Kernel& f) {
     if (f.node < 0 || static_cast<size_t>(f.node) >= g.nodes.size() || !node_needs(f)) return;
     const Node& n = g.nodes[static_cast<size_t>(f.node)];
+    if (f.op == "flash_attention") {
+      flash_attention(f);
+      return;
+    }
     switch (f.cls) {
       case KernelClass::gemm: gemm(f, n); break;
       case KernelClass::elementwise: elementwise(f, n); break;

@@ -334,8 +334,17 @@ class Generate(unittest.TestCase):
         self.assertEqual(self.gen_json(*base, "--attention", "auto")["e2e_latency_ms"], a)
         self.assertLess(self.gen_json(*base, "--attention", "fused")["e2e_latency_ms"], a)
         out = os.path.join(self.dir, "r.json")
-        for extra, needle in [(["--attention", "flash"], "--attention: expected auto, fused or unfused"),
-                              (["--attention", "fused", "--mode", "training"], "--attention fused predicts inference")]:
+        # Training: FlashAttention-2's forward and backward when asked, eager attention otherwise.
+        train = self.gen_json(*base, "--mode", "training")
+        flash = self.gen_json(*base, "--mode", "training", "--attention", "fused")
+        self.assertEqual(train["attention_ms"], 0)
+        ops = {k["op"] for n in flash["nodes"] for k in n["kernels"]}
+        self.assertTrue({"flash_attention", "flash_attention_bwd", "flash_bwd_dot"} <= ops)
+        self.assertNotIn("softmax", ops)
+        self.assertGreater(flash["attention_ms"], 0)
+        self.assertLess(flash["e2e_latency_ms"], train["e2e_latency_ms"])
+        self.assertLess(flash["memory"]["activations_gib"], train["memory"]["activations_gib"])
+        for extra, needle in [(["--attention", "flash"], "--attention: expected auto, fused or unfused")]:
             rc, so, se = run(*base, "--json", out, *extra)
             self.assertEqual(rc, 2, se)
             lines = [l for l in se.splitlines() if l.strip()]

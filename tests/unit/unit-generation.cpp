@@ -379,12 +379,32 @@ TEST_CASE("generation: --attention fused runs FlashAttention beside eager kernel
   const Analysis unfused = prepare(d.prefill, u);
   CHECK(count_op(unfused.kernels, "flash_attention") == 0);
   CHECK(count_op(unfused.kernels, "softmax") == 2);
-  // Training never fuses attention (its backward is not modelled as FlashAttention's).
+  // Training keeps eager attention unless asked (the measured training runs ran it eagerly).
   Options t = o;
   t.mode = Mode::training;
   t.dtype = DType::f16;
+  t.attention = Attention::automatic;
   const Analysis train = prepare(d.prefill, t);
   CHECK(count_op(train.kernels, "flash_attention") == 0);
+  // Asked (--attention fused --mode training): FlashAttention-2's forward and backward, its
+  // dropout inside the kernel; the backward 2.5 times the forward's products.
+  t.attention = Attention::fused;
+  const Analysis flash = prepare(d.prefill, t);
+  CHECK(count_op(flash.kernels, "flash_attention") == 2);
+  CHECK(count_op(flash.kernels, "flash_attention_bwd") == 2);
+  CHECK(count_op(flash.kernels, "flash_bwd_dot") == 2);
+  CHECK(count_op(flash.kernels, "softmax") == 0);
+  CHECK(count_op(flash.kernels, "softmax_grad") == 0);
+  double fwd = 0, bwd = 0;
+  for (const Kernel& k : flash.kernels.kernels) {
+    if (k.op == "flash_attention") fwd += k.flops;
+    if (k.op == "flash_attention_bwd") bwd += k.flops;
+  }
+  CHECK(bwd == doctest::Approx(2.5 * fwd));
+  // It keeps Q, K, V, O and the rows' log-sum-exp, never the scores or the probabilities.
+  REQUIRE(train.memory);
+  REQUIRE(flash.memory);
+  CHECK(flash.memory->activations_gib < train.memory->activations_gib);
 }
 
 TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel per layer") {
