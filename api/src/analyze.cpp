@@ -78,7 +78,7 @@ std::vector<GpuWarning> math_fallback_notes(const std::vector<Kernel>& kernels, 
 // FlashAttention loads its own rows (head_dim wide) and is not one. Returns the element type
 // the GEMM reads when it is one, DType::undefined otherwise.
 DType unaligned_tensor_gemm(const Kernel& k, const Gpu& gpu) {
-  if (k.cls != KernelClass::gemm || !is_float(k.dtype) || k.op == "flash_attention" || k.op == "flash_decode")
+  if (k.cls != KernelClass::gemm || !is_float(k.dtype) || is_attention_kernel(k))
     return DType::undefined;
   const DType read = k.dtype == DType::tf32 ? DType::f32 : k.dtype;  // TF32 math reads FP32 operands
   const double eb = element_bytes(read);

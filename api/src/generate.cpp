@@ -680,7 +680,7 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
 bool flash_step(const GenerationAnalysis& a) {
   const auto& step_kernels = a.steps.front().kernels.kernels;
   return std::any_of(step_kernels.begin(), step_kernels.end(),
-                     [](const Kernel& k) { return k.op == "flash_decode" || k.op == "flash_attention"; });
+                     [](const Kernel& k) { return is_attention_kernel(k); });
 }
 
 // How the generation was predicted: timing, attention, parallelism, speculation.

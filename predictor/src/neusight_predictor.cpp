@@ -287,7 +287,7 @@ class NeusightPredictor final : public Predictor {
     const bool device = o_.timing != Timing::eager;
     // A skinny matrix-unit GEMM is priced as its weight stream (apply_networks); the GEMM
     // networks price the others.
-    const bool library = on_matrix_units(run, t, gpu) && run.op != "flash_attention";
+    const bool library = on_matrix_units(run, t, gpu) && !is_flash_gemm(run);
     const std::vector<Tiling> offered = offered_tiles(run, t, gpu);
     const std::vector<FewerSmTiling>& fewer = fewer_sm_tilings(run, gpu, memo);
     const int stream_from = streams_from(run, t, gpu, offered, fewer);
@@ -529,7 +529,7 @@ class NeusightPredictor final : public Predictor {
     const double math = math_peak_gflops(run, run_gpu);
     // A library GEMM's fixed time (kGemmKernelFixedUs) is the matrix libraries'; FlashAttention
     // of a few queries is one kernel of its own, at the device floor as its tiled form is.
-    if (has_matrix_units(gpu, run.dtype) && run.op != "flash_attention") return weight_stream_ms(run, gpu, math);
+    if (has_matrix_units(gpu, run.dtype) && !is_flash_gemm(run)) return weight_stream_ms(run, gpu, math);
     const double law = weight_stream_ms(run, gpu, math, 0.0);
     return device_only() ? std::hypot(o_.device_floor_ms, law) : law;
   }

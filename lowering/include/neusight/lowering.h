@@ -205,6 +205,9 @@ struct Kernel {
 // A fused attention kernel (FlashAttention: "flash_attention", class gemm, and its training
 // backward "flash_attention_bwd" with its row pass "flash_bwd_dot"; the decode form over a KV
 // cache "flash_decode", class reduce), which reports total apart from their class.
+// FlashAttention's own GEMM-class kernels (forward and training backward), which load their
+// own head_dim-wide rows: not a library GEMM (no tile alternatives, weight stream or alignment).
+inline bool is_flash_gemm(const Kernel& k) { return k.op == "flash_attention" || k.op == "flash_attention_bwd"; }
 inline bool is_attention_kernel(const Kernel& k) {
   return k.op == "flash_attention" || k.op == "flash_decode" || k.op == "flash_attention_bwd" || k.op == "flash_bwd_dot";
 }
