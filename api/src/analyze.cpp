@@ -317,9 +317,14 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
       if (k.expert_part != Kernel::ExpertPart::none && k.moe.experts > 0 && options.parallel.ep > k.moe.experts)
         throw InputError("--parallel ep=" + std::to_string(options.parallel.ep) + ": more GPUs than the model's " +
                          std::to_string(k.moe.experts) + " experts (each GPU holds whole experts)");
-  if (options.parallel.active) a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, options.parallel.ep);
+  if (options.parallel.active)
+    a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, options.parallel.ep,
+                                      options.parallel.sequence_parallel);
   if (options.parallel.active && options.parallel.zero >= 1)
     a.kernels = shard_optimizer_updates(a.kernels, options.parallel.dp);
+  if (options.parallel.active && options.parallel.sequence_parallel && options.parallel.tp == 1)
+    a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel sp=1 splits the sequence over the tensor-parallel "
+                                                              "GPUs, and tp=1: sp changes nothing"});
   if (options.parallel.active && options.parallel.zero >= 1 && options.parallel.dp == 1)
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel zero=" + std::to_string(options.parallel.zero) +
                                                                   " shards over the data-parallel GPUs, and dp=1: zero changes nothing"});

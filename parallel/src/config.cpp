@@ -28,7 +28,7 @@ const char* schedule_name(PipelineSchedule s) { return s == PipelineSchedule::gp
 ParallelConfig parse_parallel(const std::string& spec) {
   ParallelConfig c;
   c.active = true;
-  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3])");
+  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3][,sp=0|1])");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {
@@ -41,7 +41,11 @@ ParallelConfig parse_parallel(const std::string& spec) {
     else if (key == "pp") c.pp = parse_degree(key, value, spec);
     else if (key == "ep") c.ep = parse_degree(key, value, spec);
     else if (key == "microbatches" || key == "mb") c.microbatches = parse_degree(key, value, spec);
-    else if (key == "zero") {
+    else if (key == "sp") {
+      if (value != "0" && value != "1")
+        throw InputError("--parallel: sp must be 0 or 1 (sequence parallelism beside tp), got '" + value + "' in '" + spec + "'");
+      c.sequence_parallel = value == "1";
+    } else if (key == "zero") {
       if (value.size() != 1 || value[0] < '0' || value[0] > '3')
         throw InputError("--parallel: zero must be a ZeRO stage 0, 1, 2 or 3, got '" + value + "' in '" + spec + "'");
       c.zero = value[0] - '0';
@@ -51,7 +55,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule, zero)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule, zero, sp)");
     }
   }
   return c;
@@ -74,9 +78,9 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
 }
 
 void check_inference_parallel(const ParallelConfig& c) {
-  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1 || c.zero != 0)
-    throw InputError("--parallel for inference takes tp=N alone: dp, pp, microbatches and zero split training batches, stages "
-                     "and optimizer state (--mode training)");
+  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel)
+    throw InputError("--parallel for inference takes tp=N alone: dp, pp, microbatches, zero and sp split training batches, "
+                     "stages, optimizer state and the sequence (--mode training)");
   if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");
   if (c.ep < 1 || c.tp % c.ep != 0)
     throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide tp=" + std::to_string(c.tp) +

@@ -361,9 +361,11 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   const int m = cfg.microbatches, pp = cfg.pp;
   std::vector<double> kept(static_cast<size_t>(pp), 0);  // per stage, one microbatch
   std::vector<std::map<int, double>> recomputed(static_cast<size_t>(pp));  // per stage and segment
+  const std::vector<char> sequence = cfg.sequence_parallel ? sequence_parallel_nodes(g, w.roles) : std::vector<char>();
   for (const SavedActivation& a : saved) {
     if (!in_range(a.keeper, nn)) continue;
-    const bool split = in_range(a.writer, nn) && splits_output(w.roles[static_cast<size_t>(a.writer)]);
+    const bool split = in_range(a.writer, nn) && (splits_output(w.roles[static_cast<size_t>(a.writer)]) ||
+                                                  (in_range(a.writer, sequence.size()) && sequence[static_cast<size_t>(a.writer)]));
     const auto stage = static_cast<size_t>(plan.stage_of[static_cast<size_t>(a.keeper)]);
     (a.segment >= 0 ? recomputed[stage][a.segment] : kept[stage]) += a.bytes / (split ? cfg.tp : 1);
   }

@@ -35,6 +35,15 @@ std::set<std::string> tensor_parallel_split_weights(const Graph& g, const std::v
 
 bool splits_output(TpRole r) { return r == TpRole::column || r == TpRole::sharded; }
 
+std::vector<char> sequence_parallel_nodes(const Graph& g, const std::vector<TpRole>& roles) {
+  std::vector<char> split(g.nodes.size(), 0);
+  for (const PathTensor& t : data_path_tensors(g, DType::undefined))
+    if (t.producer >= 0 && static_cast<size_t>(t.producer) < roles.size() &&
+        roles[static_cast<size_t>(t.producer)] == TpRole::replicated)
+      split[static_cast<size_t>(t.producer)] = 1;
+  return split;
+}
+
 namespace {
 
 // The 2-D float weight node `n` reads at input i (parameters.h reads_weight), or nullptr.
@@ -320,18 +329,23 @@ struct TpScope {
   std::set<size_t> summed_later;
   std::vector<const GemmShape*> fwd_gemm;       // the forward GEMM of each weight node
   std::map<std::string, size_t> index;          // body node name -> node (branches only)
+  std::vector<char> sequence_split;             // sequence parallelism: per node (empty without)
   // The analysed graph, read in place (its kernels carry their node's index).
-  TpScope(const Graph& g, int tp) : graph(g) { assign_roles(tp); }
+  TpScope(const Graph& g, int tp, bool sp) : graph(g) { assign_roles(tp, sp); }
   // A branch, held here.
-  TpScope(Graph&& b, int tp) : branch(std::move(b)), graph(branch) {
-    assign_roles(tp);
+  TpScope(Graph&& b, int tp, bool sp) : branch(std::move(b)), graph(branch) {
+    assign_roles(tp, sp);
     for (size_t i = 0; i < graph.nodes.size(); ++i) index.emplace(graph.nodes[i].name, i);
   }
-  void assign_roles(int tp) {
+  void assign_roles(int tp, bool sp) {
     Edges edges = graph_edges(graph);
     roles = roles_of(graph, tp, edges);
     summed_later = row_outputs_summed_later(graph, roles, edges);
     fwd_gemm.assign(graph.nodes.size(), nullptr);
+    if (sp) sequence_split = sequence_parallel_nodes(graph, roles);
+  }
+  bool split_along_sequence(int node) const {
+    return node >= 0 && static_cast<size_t>(node) < sequence_split.size() && sequence_split[static_cast<size_t>(node)];
   }
   TpRole role(int node) const {
     return node >= 0 && static_cast<size_t>(node) < roles.size() ? roles[static_cast<size_t>(node)] : TpRole::replicated;
@@ -356,9 +370,9 @@ const Graph* if_branch_of(const Graph& g, const Node& n, const std::string& body
 // the graph; each If node whose branch kernels appear adds its branch (a known condition's:
 // optimum's merged decoders), roles computed on the branch as on a graph. Kernels of other
 // bodies (Loop, Scan, nested control flow) are counted in `whole`.
-std::vector<std::pair<int, int>> place_kernels(const Graph& g, const KernelList& in, int tp,
+std::vector<std::pair<int, int>> place_kernels(const Graph& g, const KernelList& in, int tp, bool sp,
                                                std::vector<std::unique_ptr<TpScope>>& scopes, size_t& whole) {
-  scopes.push_back(std::make_unique<TpScope>(g, tp));
+  scopes.push_back(std::make_unique<TpScope>(g, tp, sp));
   std::map<int, int> if_scope;  // If node -> scope (-1: none)
   std::vector<std::pair<int, int>> where(in.kernels.size(), {0, -1});
   for (size_t i = 0; i < in.kernels.size(); ++i) {
@@ -375,7 +389,7 @@ std::vector<std::pair<int, int>> place_kernels(const Graph& g, const KernelList&
       const Graph* b = n && n->op_type == "If" ? if_branch_of(g, *n, body_name) : nullptr;
       int sc = -1;
       if (b) {
-        scopes.push_back(std::make_unique<TpScope>(with_outer_scope(*b, g), tp));
+        scopes.push_back(std::make_unique<TpScope>(with_outer_scope(*b, g), tp, sp));
         sc = static_cast<int>(scopes.size()) - 1;
       }
       it = if_scope.emplace(k.node, sc).first;
@@ -413,16 +427,31 @@ void split_kernel(Kernel& k, const TpScope& s, int node, int tp, int ep, const s
     } else if (k.cls != KernelClass::collective && k.cls != KernelClass::unknown) {
       shrink_vector(k, tp);
     }
+  } else if (r == TpRole::replicated && s.split_along_sequence(node) && k.cls != KernelClass::collective &&
+             k.cls != KernelClass::unknown) {
+    // Sequence parallel: this GPU's share of the tokens (a GEMM's token rows: its output rows
+    // forward, the dim of that size in a backward GEMM).
+    if (k.cls == KernelClass::gemm) {
+      const GemmShape before = k.gemm;
+      const GemmShape* f = s.fwd_gemm[static_cast<size_t>(node)];
+      const int64_t tokens = f ? f->m : k.gemm.m;
+      if (k.gemm.m == tokens) divide_first({&k.gemm.m}, tp);
+      else if (k.gemm.k == tokens) divide_first({&k.gemm.k}, tp);
+      else divide_first({&k.gemm.n, &k.gemm.m}, tp);
+      rescale_gemm(k, before);
+    } else {
+      shrink_vector(k, tp);
+    }
   }
 }
 
 }  // namespace
 
-KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp, int ep) {
+KernelList shard_tensor_parallel(const Graph& g, const KernelList& in, int tp, int ep, bool sequence_parallel) {
   if (tp <= 1) return in;
   std::vector<std::unique_ptr<TpScope>> scopes;
   size_t whole_body = 0;
-  const std::vector<std::pair<int, int>> where = place_kernels(g, in, tp, scopes, whole_body);
+  const std::vector<std::pair<int, int>> where = place_kernels(g, in, tp, sequence_parallel, scopes, whole_body);
   // Weights held in 1/tp slices: every weight a non-replicated node reads.
   std::set<std::string> split_weights;
   for (const auto& sc : scopes)

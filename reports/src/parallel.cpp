@@ -41,6 +41,7 @@ std::string format_parallel(const ParallelReport& p) {
   os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus()
      << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
      << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule);
+  if (c.sequence_parallel) os << ", sequence parallel over tp";
   if (c.zero > 0) os << ", ZeRO stage " << c.zero << zero_text(c.zero);
   os << "\n";
   // One line per link the axes cross (tensor parallel within its group, data parallel, pipeline).
@@ -113,6 +114,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"microbatches", p.config.microbatches},
                      {"schedule", schedule_name(p.config.schedule)},
                      {"zero", p.config.zero},
+                     {"sequence_parallel", p.config.sequence_parallel},
                      {"global_batch", p.global_batch},
                      {"micro_batch", p.micro_batch},
                      {"link", link_json(p.link)},

@@ -48,6 +48,16 @@ class ParallelReport(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("dp=1: zero changes nothing", err)
 
+    def test_sequence_parallel_splits_the_norms_and_their_activations(self):
+        tp = run_json(*BASE, "--batch", "4", "--parallel", "tp=4")["parallel"]
+        sp = run_json(*BASE, "--batch", "4", "--parallel", "tp=4,sp=1")["parallel"]
+        self.assertEqual((tp["sequence_parallel"], sp["sequence_parallel"]), (False, True))
+        self.assertLess(sp["stages"][0]["memory_gb"]["activations"], tp["stages"][0]["memory_gb"]["activations"])
+        self.assertAlmostEqual(sp["tp_comm_ms"], tp["tp_comm_ms"], places=6)
+        code, out, err = run(*BASE, "--batch", "4", "--parallel", "tp=4,sp=1")
+        self.assertEqual(code, 0, err)
+        self.assertIn("sequence parallel over tp", out)
+
     def test_a_tp_that_does_not_divide_a_config_model_is_named(self):
         cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
         for args, warned in ((["--batch", "1", "--seq", "16", "--parallel", "tp=3"], True),
@@ -128,6 +138,7 @@ class ParallelReport(unittest.TestCase):
             ("--batch", "4", "--parallel", "tp=2", "--link-bw", "-3"),
             ("--batch", "4", "--parallel", "pp=100000"),
             ("--batch", "4", "--parallel", "dp=2,zero=5"),
+            ("--batch", "4", "--parallel", "tp=2,sp=on"),
             ("--batch", "4", "--parallel", "dp=2,pp=2,zero=3"),
         ]
         for extra in cases:

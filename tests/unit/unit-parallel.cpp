@@ -256,8 +256,10 @@ TEST_CASE("parallel: --parallel spec parsing") {
   CHECK(parallel_micro_batch(parse_parallel("dp=2,pp=2,zero=1"), Mode::training, 8) == 4);
   CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,pp=2,zero=2"), Mode::training, 8), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,zero=1")), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,sp=1")), InputError);
+  CHECK_FALSE(parse_parallel("tp=2,sp=0").sequence_parallel);
   for (const char* bad : {"", "dp=0", "dp=x", "dp=2,foo=1", "dp", "schedule=zigzag", "tp=-1", "pp=2.5", "zero=4", "zero=-1",
-                          "zero=", "zero=12"})
+                          "zero=", "zero=12", "sp=2", "sp=yes"})
     CHECK_THROWS_AS(parse_parallel(bad), InputError);
   CHECK(parallel_micro_batch(parse_parallel("dp=2,microbatches=2"), Mode::training, 8) == 2);
   CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=3"), Mode::training, 8), InputError);
@@ -661,6 +663,40 @@ TEST_CASE("parallel: weights held in Constant nodes take Megatron roles and stag
   };
   CHECK(crossing(cons.g) > 0);
   CHECK(crossing(cons.g) == doctest::Approx(crossing(init.g)));
+}
+
+TEST_CASE("parallel: sequence parallelism splits the replicated data path over the tp GPUs, the collectives unchanged") {
+  LoadedModel m = load_model(test::example_model());
+  const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
+  Options o = test::roofline_options(4, 128, Mode::training, "tp=4");
+  const Analysis plain = prepare(m, o);
+  const Report r0 = analyze(m, gpu, o);
+  o.parallel = parse_parallel("tp=4,sp=1");
+  CHECK(o.parallel.sequence_parallel);
+  const Analysis sp = prepare(m, o);
+  const Report r1 = analyze(m, gpu, o);
+  REQUIRE(plain.kernels.kernels.size() == sp.kernels.kernels.size());
+  int norms = 0;
+  double coll0 = 0, coll1 = 0, gemm0 = 0, gemm1 = 0;
+  for (size_t i = 0; i < plain.kernels.kernels.size(); ++i) {
+    const Kernel& a = plain.kernels.kernels[i];
+    const Kernel& b = sp.kernels.kernels[i];
+    if (a.cls == KernelClass::layernorm && a.phase == Phase::forward) {
+      ++norms;
+      CHECK(b.rows * 4 == a.rows);  // a quarter of the tokens each
+      CHECK(b.cols == a.cols);
+    }
+    if (a.cls == KernelClass::collective) coll0 += a.bytes, coll1 += b.bytes;
+    if (a.cls == KernelClass::gemm) gemm0 += a.flops, gemm1 += b.flops;
+  }
+  CHECK(norms == 2 * 12 + 1);
+  CHECK(coll1 == doctest::Approx(coll0));   // each all-reduce a reduce-scatter and an all-gather
+  CHECK(gemm1 == doctest::Approx(gemm0));   // the tensor-parallel GEMMs as they were
+  REQUIRE(r0.parallel);
+  REQUIRE(r1.parallel);
+  CHECK(r1.parallel->stages[0].activations_gb < 0.8 * r0.parallel->stages[0].activations_gb);
+  CHECK(r1.parallel->iteration_ms < r0.parallel->iteration_ms);
+  CHECK(r1.parallel->config.sequence_parallel);
 }
 
 TEST_CASE("parallel: an If's branch takes Megatron roles as a graph of its own, Loop bodies run whole") {

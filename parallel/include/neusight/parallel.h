@@ -46,6 +46,11 @@ struct ParallelConfig {
   // parameters all-gathered before its forward and again before its backward, one bucket
   // prefetched). Stages 2 and 3 take no pipeline parallelism, as in DeepSpeed.
   int zero = 0;
+  // Training: Megatron-LM's sequence parallelism (--sequence-parallel) beside tensor
+  // parallelism: the data path between the tensor-parallel regions (norms, residual adds,
+  // dropout, the embedding's output) split along the sequence over the tp GPUs, each
+  // all-reduce a reduce-scatter and an all-gather (the same bytes on the link).
+  bool sequence_parallel = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double link_gbps = 0;           // per-GPU per-direction link bandwidth; 0 = the GPU database's
   double bucket_mb = 25;          // gradient bucket (PyTorch DDP default), MB = 2^20 bytes
@@ -53,7 +58,7 @@ struct ParallelConfig {
   int64_t gpus() const { return int64_t(dp) * tp * pp; }
 };
 
-// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3]" (any subset, any order;
+// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3][,sp=0|1]" (any subset, any order;
 // missing degrees are 1). Throws InputError naming the bad part.
 ParallelConfig parse_parallel(const std::string& spec);
 const char* schedule_name(PipelineSchedule s);
@@ -65,8 +70,8 @@ int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t gl
 
 // Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
 // GPUs, each running the whole batch, its experts optionally spread over ep of them. Throws
-// InputError for dp, pp, microbatches or zero, which split training batches, stages and
-// optimizer state, and for an ep that does not divide tp. Training throws for ep > 1.
+// InputError for dp, pp, microbatches, zero or sp, which split training batches, stages,
+// optimizer state and the sequence, and for an ep that does not divide tp. Training throws for ep > 1.
 void check_inference_parallel(const ParallelConfig& config);
 
 // --- interconnect ------------------------------------------------------------------------
@@ -207,6 +212,11 @@ std::vector<TpRole> tensor_parallel_roles(const Graph& graph, int tp);
 std::set<std::string> tensor_parallel_split_weights(const Graph& graph, const std::vector<TpRole>& roles);
 bool splits_output(TpRole r);
 
+// Sequence parallelism: the nodes whose kernels and outputs are split along the sequence over
+// the tp GPUs, per node: a node of the data path (data_path_tensors) that tensor parallelism
+// leaves replicated.
+std::vector<char> sequence_parallel_nodes(const Graph& graph, const std::vector<TpRole>& roles);
+
 // ZeRO stages 1-3: each data-parallel GPU updates 1/dp of every parameter, so the
 // optimizer's update kernels (phase update) shrink by dp; the rest is left as it is.
 KernelList shard_optimizer_updates(const KernelList& kernels, int dp);
@@ -216,7 +226,8 @@ KernelList shard_optimizer_updates(const KernelList& kernels, int dp);
 // forward kernels and after the column-parallel backward kernels, update kernels of split
 // weights shrunk. A mixture's expert kernels under ep > 1 (ep divides tp) are those of the
 // busiest GPU (expert_parallel_load). Identity when tp = 1.
-KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, int tp, int ep = 1);
+KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, int tp, int ep = 1,
+                                 bool sequence_parallel = false);
 
 // --- expert placement (pure, unit-tested) ---------------------------------------------------
 // Routing is uniform and independent per token (the lowering's assumption), so a GPU's load is
