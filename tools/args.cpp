@@ -127,9 +127,10 @@ Options parse_analysis_options(const Args& args) {
   const std::string recompute = args.get("--recompute");
   if (recompute == "none") opt.recompute = Recompute::none;
   else if (recompute == "full") opt.recompute = Recompute::full;
-  else throw InputError("--recompute: expected none or full, got '" + recompute + "'");
-  if (opt.recompute == Recompute::full && opt.mode != Mode::training)
-    throw InputError("--recompute full checkpoints a training step's activations: add --mode training");
+  else if (recompute == "selective") opt.recompute = Recompute::selective;
+  else throw InputError("--recompute: expected none, full or selective, got '" + recompute + "'");
+  if (opt.recompute != Recompute::none && opt.mode != Mode::training)
+    throw InputError("--recompute " + recompute + " recomputes a training step's activations: add --mode training");
   const std::string fusion = args.get("--fusion");
   if (fusion == "none") opt.fusion = Fusion::none;
   else if (fusion == "eager") opt.fusion = Fusion::eager;

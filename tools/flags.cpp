@@ -51,7 +51,7 @@ const std::vector<Flag> kFlags = {
     {"--mode", true, "inference|training", "forward pass, or forward + backward + optimizer", A | C, "inference"},
     {"--latency-slo", true, "MS", "the largest batch whose end-to-end latency is at most MS and that fits each GPU's memory", A, ""},
     {"--optimizer", true, "sgd|momentum|adam", "training: the optimizer the step updates with and whose state the memory holds", A | C, "sgd"},
-    {"--recompute", true, "none|full", "training: activation checkpointing, full: each segment's forward run again in the backward pass, its activations not kept (Hugging Face gradient checkpointing)", A | C, "none"},
+    {"--recompute", true, "none|full|selective", "training: activation checkpointing, full: each segment's forward run again in the backward pass, its activations not kept (Hugging Face gradient checkpointing); selective: the attention cores' alone (Megatron-LM)", A | C, "none"},
     {"--dtype", true, "auto|fp32|fp64|tf32|fp16|bf16|fp8|fp4|int8", "compute precision (fp8, fp4, int8: the weights' GEMMs in it, the rest BF16 (int8: FP16)); auto: the model's own", A | C, "auto"},
     {"--kv-dtype", true, "fp8|fp16|bf16|fp32", "the KV cache's element type (FlashAttention's cache reads, --generate's cache); default: the activations'", A | C, ""},
     {"--fusion", true, "none|eager|full", "kernel fusion: none, PyTorch eager, or compiled", A | C, "eager"},

@@ -255,17 +255,35 @@ void add_math_warnings(Report& r, const Predictor& predictor, const std::vector<
 // repeats). Throws InputError outside training.
 void add_recompute(Analysis& a, const Options& options) {
   if (options.mode != Mode::training)
-    throw InputError("--recompute full checkpoints a training step's activations: add --mode training");
-  a.checkpoints = plan_checkpoints(a.graph, held_activation_dtype(options), saved_activations(a, options));
+    throw InputError(std::string("--recompute ") + recompute_name(options.recompute) +
+                     " recomputes a training step's activations: add --mode training");
+  if (options.recompute == Recompute::selective) {
+    std::vector<char> flash(a.graph.nodes.size(), 0);
+    for (const Kernel& k : a.kernels.kernels)
+      if (k.op == "flash_attention")
+        for (int m : k.fused_nodes)
+          if (m >= 0 && static_cast<size_t>(m) < flash.size()) flash[static_cast<size_t>(m)] = 1;
+    for (const Kernel& k : a.kernels.kernels)
+      if (k.op == "flash_attention" && k.node >= 0 && static_cast<size_t>(k.node) < flash.size()) flash[static_cast<size_t>(k.node)] = 1;
+    a.checkpoints = plan_attention_recompute(a.graph, flash);
+  } else {
+    a.checkpoints = plan_checkpoints(a.graph, held_activation_dtype(options), saved_activations(a, options));
+  }
   a.kernels = with_recompute(a.kernels, *a.checkpoints);
   if (a.checkpoints->segments == 0)
-    a.shapes.warnings.push_back(Warning{WarningCode::binding, "--recompute full: no checkpoints keep fewer activations than "
-                                                              "the step without them; nothing is recomputed"});
+    a.shapes.warnings.push_back(Warning{
+        WarningCode::binding, options.recompute == Recompute::selective
+                                  ? "--recompute selective: no attention core keeps its scores (none, or FlashAttention's); "
+                                    "nothing is recomputed"
+                                  : "--recompute full: no checkpoints keep fewer activations than the step without them; "
+                                    "nothing is recomputed"});
 }
 
 }  // namespace
 
-const char* recompute_name(Recompute r) { return r == Recompute::full ? "full" : "none"; }
+const char* recompute_name(Recompute r) {
+  return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
+}
 
 Analysis prepare(const LoadedModel& loaded, const Options& options) {
   Analysis a;
@@ -333,7 +351,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                    [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
                                                                   ": the model has no mixture of experts to spread; ep changes nothing"});
-  if (options.recompute == Recompute::full) add_recompute(a, options);
+  if (options.recompute != Recompute::none) add_recompute(a, options);
   if (!options.parallel.active || options.mode == Mode::inference) a.memory = memory_footprint(a, options, 0);
   return a;
 }

@@ -350,6 +350,7 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   const ActivationUse use = activation_use(a, o, share);
   m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
   m.recompute_segments = m.training && a.checkpoints ? a.checkpoints->segments : 0;
+  m.recompute_attention = m.recompute_segments > 0 && a.checkpoints->positions.empty();
   if (m.training) {
     // The parameters the optimizer updates (lowering: one update kernel each), their
     // gradients in their own type, and the optimizer's FP32 state (optimizer_state_bytes: none

@@ -156,6 +156,64 @@ CheckpointPlan plan_checkpoints(const Graph& g, DType compute, const std::vector
   return plan;
 }
 
+CheckpointPlan plan_attention_recompute(const Graph& g, const std::vector<char>& flash) {
+  const size_t n = g.nodes.size();
+  CheckpointPlan plan;
+  plan.segment_of.assign(n, -1);
+  const std::unordered_set<std::string> held = held_values(g);
+  std::map<std::string, int> producer;
+  std::map<std::string, std::vector<int>> consumers;
+  for (size_t i = 0; i < n; ++i) {
+    for (const auto& o : g.nodes[i].outputs)
+      if (!o.empty()) producer[o] = static_cast<int>(i);
+    for (const auto& x : g.nodes[i].inputs)
+      if (!x.empty()) consumers[x].push_back(static_cast<int>(i));
+  }
+  auto activation = [&](const std::string& t) { return !t.empty() && !held.count(t) && producer.count(t); };
+  for (size_t si = 0; si < n; ++si) {
+    const Node& sm = g.nodes[si];
+    if (sm.op_type != "Softmax" || sm.inputs.empty() || sm.outputs.empty()) continue;
+    std::vector<int> core = {static_cast<int>(si)};
+    // Back to Q K^T through the scale and the mask (one-input-path elementwise ops).
+    std::string t = sm.inputs[0];
+    int qk = -1;
+    for (int guard = 0; guard < 6 && qk < 0; ++guard) {
+      const auto p = producer.find(t);
+      if (p == producer.end()) break;
+      const Node& pn = g.nodes[static_cast<size_t>(p->second)];
+      if (pn.op_type == "MatMul" && pn.inputs.size() == 2 && activation(pn.inputs[0]) && activation(pn.inputs[1])) qk = p->second;
+      else if ((pn.op_type == "Add" || pn.op_type == "Mul" || pn.op_type == "Div" || pn.op_type == "Where" ||
+                pn.op_type == "Tanh" || pn.op_type == "Sub") && !pn.inputs.empty()) {
+        core.push_back(p->second);
+        t = pn.op_type == "Where" && pn.inputs.size() == 3 ? pn.inputs[1] : pn.inputs[0];
+      } else break;
+    }
+    // Forward to P V through a dropout.
+    int pv = -1;
+    t = sm.outputs[0];
+    for (int guard = 0; guard < 3 && pv < 0; ++guard) {
+      const auto c = consumers.find(t);
+      if (c == consumers.end() || c->second.size() != 1) break;
+      const Node& cn = g.nodes[static_cast<size_t>(c->second[0])];
+      if (cn.op_type == "MatMul" && cn.inputs.size() == 2 && cn.inputs[0] == t && activation(cn.inputs[1])) pv = c->second[0];
+      else if (cn.op_type == "Dropout" && !cn.outputs.empty()) {
+        core.push_back(c->second[0]);
+        t = cn.outputs[0];
+      } else break;
+    }
+    if (qk < 0 || pv < 0) continue;
+    core.push_back(qk);
+    core.push_back(pv);
+    if (std::any_of(core.begin(), core.end(), [&](int m) {
+          return plan.segment_of[static_cast<size_t>(m)] >= 0 || (static_cast<size_t>(m) < flash.size() && flash[static_cast<size_t>(m)]);
+        }))
+      continue;
+    for (int m : core) plan.segment_of[static_cast<size_t>(m)] = plan.segments;
+    ++plan.segments;
+  }
+  return plan;
+}
+
 std::vector<SavedActivation> apply_checkpoints(const Graph& g, DType compute, const std::vector<SavedActivation>& saved,
                                                const CheckpointPlan& plan) {
   if (plan.segments <= 0) return saved;

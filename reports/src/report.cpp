@@ -173,7 +173,8 @@ json memory_json(const MemoryFootprint& m) {
               {"total_gib", finite(m.total_gib())},       {"capacity_gib", finite(m.capacity_gib)},
               {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()},
               {"optimizer", m.optimizer},                 {"tp", m.tp},
-              {"master_weights", m.master_weights},      {"recompute_segments", m.recompute_segments}};
+              {"master_weights", m.master_weights},      {"recompute_segments", m.recompute_segments},
+              {"recompute", m.recompute_segments == 0 ? "none" : m.recompute_attention ? "selective" : "full"}};
 }
 }  // namespace detail
 
@@ -202,7 +203,9 @@ std::string memory_text(const MemoryFootprint& m) {
   s += ", activations " + gib(m.activations_gib) +
        (!m.training ? " at most alive at once)"
                     : m.recompute_segments > 0
-                          ? " kept for the backward pass, checkpointed in " + std::to_string(m.recompute_segments) + " segments)"
+                          ? " kept for the backward pass, " +
+                                (m.recompute_attention ? std::to_string(m.recompute_segments) + " attention cores recomputed)"
+                                                       : "checkpointed in " + std::to_string(m.recompute_segments) + " segments)")
                           : " kept for the backward pass)");
   if (!m.fits()) s += ": does not fit, " + std::to_string(m.gpus_to_hold()) + " such GPUs hold it";
   return s;

@@ -174,8 +174,22 @@ class Recompute(unittest.TestCase):
         pp_plain = run_json(*args, "--parallel", "pp=2,microbatches=2")["parallel"]
         self.assertLess(pp["stages"][0]["memory_gb"]["activations"], 0.5 * pp_plain["stages"][0]["memory_gb"]["activations"])
 
+    def test_selective_recomputes_the_attention_cores(self):
+        args = (EXAMPLE, "--gpu", "h100", "--batch", "4", "--seq", "1024", "--mode", "training", "--predictor", "roofline")
+        plain = run_json(*args)
+        sel = run_json(*args, "--recompute", "selective")
+        self.assertEqual(sel["memory"]["recompute"], "selective")
+        self.assertEqual(sel["memory"]["recompute_segments"], 12)  # GPT-2 small's attention cores
+        self.assertLess(sel["memory"]["activations_gib"], plain["memory"]["activations_gib"])
+        ops = {k["op"] for n in sel["nodes"] for k in n["kernels"] if "recomputed forward" in k.get("note", "")}
+        self.assertIn("softmax", ops)
+        self.assertNotIn("linear", ops)
+        code, out, err = run(*args, "--recompute", "selective")
+        self.assertEqual(code, 0, err)
+        self.assertIn("12 attention cores recomputed", out)
+
     def test_bad_recompute_is_one_line(self):
-        for extra in (("--recompute", "full"), ("--mode", "training", "--recompute", "selective")):
+        for extra in (("--recompute", "full"), ("--recompute", "selective"), ("--mode", "training", "--recompute", "partial")):
             with self.subTest(extra=extra):
                 code, _, err = run(EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "16", *extra)
                 self.assertEqual(code, 2, err)

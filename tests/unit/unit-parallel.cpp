@@ -474,6 +474,40 @@ TEST_CASE("parallel: activation checkpoints fall where the residual stream alone
   CHECK_THROWS_AS(prepare(m, o), InputError);
 }
 
+TEST_CASE("parallel: selective recomputation drops and recomputes the attention cores alone") {
+  const ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 688,
+      "num_attention_heads": 8, "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 1000,
+      "max_position_embeddings": 4096, "hidden_act": "silu"})",
+                                        "llama");
+  const LoadedModel m = build_model(c);
+  Options o = test::roofline_options(1, 1024, Mode::training, "");
+  o.dtype = DType::bf16;
+  const Analysis plain = prepare(m, o);
+  o.recompute = Recompute::selective;
+  const Analysis sel = prepare(m, o);
+  REQUIRE(sel.checkpoints);
+  CHECK(sel.checkpoints->segments == 4);  // one core a layer
+  CHECK(sel.checkpoints->positions.empty());
+  std::map<std::string, int> recomputed;
+  for (const Kernel& k : sel.kernels.kernels)
+    if (k.recomputed) ++recomputed[k.op];
+  CHECK(recomputed["softmax"] == 4);
+  CHECK(recomputed["bmm"] == 8);       // Q K^T and P V
+  CHECK(recomputed.count("linear") == 0);  // the projections are not recomputed
+  REQUIRE(plain.memory);
+  REQUIRE(sel.memory);
+  CHECK(sel.memory->recompute_attention);
+  // The scores and probabilities of every layer but one are dropped: 4 layers x (scores, probs)
+  // of 8 heads x 1024^2 in BF16 are most of this step's activations.
+  CHECK(sel.memory->activations_gib < 0.6 * plain.memory->activations_gib);
+  // FlashAttention keeps no scores: nothing to recompute.
+  o.attention = Attention::fused;
+  const Analysis flash = prepare(m, o);
+  REQUIRE(flash.checkpoints);
+  CHECK(flash.checkpoints->segments == 0);
+  CHECK(std::none_of(flash.kernels.kernels.begin(), flash.kernels.kernels.end(), [](const Kernel& k) { return k.recomputed; }));
+}
+
 TEST_CASE("parallel: the stages keep the activations one GPU's training step keeps, split among them") {
   // The multi-GPU plan counts what the backward pass reads as the single-GPU footprint does
   // (PyTorch's derivative rules), each tensor on the stage of the node that keeps it.

@@ -30,10 +30,11 @@ class ModelProto;
 
 namespace neusight {
 
-// --recompute: none, or full activation checkpointing (Hugging Face's gradient
-// checkpointing, Megatron-LM's --recompute-granularity full).
-enum class Recompute { none, full };
-const char* recompute_name(Recompute r);  // "none" | "full"
+// --recompute: none, full activation checkpointing (Hugging Face's gradient checkpointing,
+// Megatron-LM's --recompute-granularity full), or the attention cores alone (Megatron-LM's
+// --recompute-granularity selective).
+enum class Recompute { none, full, selective };
+const char* recompute_name(Recompute r);  // "none" | "full" | "selective"
 
 struct Options {
   DimBindings dims;
@@ -62,7 +63,8 @@ struct Options {
   // and whose state the memory footprint holds.
   Optimizer optimizer = Optimizer::sgd;
   // Training: activation checkpointing (--recompute full; parallel.h plan_checkpoints): the
-  // forward between checkpoints runs again in the backward pass, its activations not kept.
+  // forward between checkpoints runs again in the backward pass, its activations not kept;
+  // selective: the attention cores alone (plan_attention_recompute).
   Recompute recompute = Recompute::none;
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;

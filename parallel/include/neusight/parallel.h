@@ -334,6 +334,13 @@ struct CheckpointPlan {
 // largest segment's) wins. No segment (segments == 0) when none keeps less than the step
 // without checkpoints.
 CheckpointPlan plan_checkpoints(const Graph& graph, DType compute, const std::vector<SavedActivation>& saved);
+// Megatron-LM's selective recomputation (--recompute-granularity selective): the segments are
+// the attention cores alone, each the nodes from the product of two activations (Q K^T)
+// through its scale, mask, Softmax and dropout to the product of the probabilities with an
+// activation (P V), whose score-sized activations are dropped and recomputed; nothing else.
+// A core with a node marked in `flash` (FlashAttention's, which keeps no scores and recomputes
+// them itself) is left out. No checkpoints (`positions`).
+CheckpointPlan plan_attention_recompute(const Graph& graph, const std::vector<char>& flash);
 // `saved` under the plan: an activation kept and written in one segment is recomputed there
 // (its segment set); the checkpoints' tensors are added as kept activations (keeper: the node
 // after the checkpoint), each tensor kept once.

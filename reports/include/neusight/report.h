@@ -197,7 +197,9 @@ struct MemoryFootprint {
   int tp = 1;
   // Training under --recompute full: the segments recomputed in the backward pass (0: none);
   // activations_gib is then the checkpoints' tensors, the rest kept and the largest segment's.
+  // Under --recompute selective (recompute_attention): the attention cores recomputed.
   int recompute_segments = 0;
+  bool recompute_attention = false;
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
   // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity);
