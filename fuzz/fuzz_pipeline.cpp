@@ -49,9 +49,15 @@ void run_pipeline(const std::string& bytes) {
   const Analysis t = prepare(loaded, opt);
   (void)predict(t, loaded.model, gpu, opt);
   // Activation checkpointing under multi-GPU plans: pipeline stages with the optimizer sharded,
-  // and ZeRO-3's gathers.
+  // ZeRO-3's gathers, and selective recomputation beside sequence parallelism and
+  // FlashAttention's backward.
   opt.recompute = Recompute::full;
-  for (const char* spec : {"dp=2,pp=2,zero=1", "dp=2,zero=3"}) {
+  for (const char* spec : {"dp=2,pp=2,zero=1", "dp=2,zero=3", "tp=2,sp=1"}) {
+    if (spec[0] == 't') {
+      opt.recompute = Recompute::selective;
+      opt.attention = Attention::fused;
+      opt.dtype = DType::bf16;
+    }
     opt.parallel = parse_parallel(spec);
     const Analysis p = prepare(loaded, opt);
     (void)format_json({predict(p, loaded.model, gpu, opt)});
