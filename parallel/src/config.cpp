@@ -28,7 +28,7 @@ const char* schedule_name(PipelineSchedule s) { return s == PipelineSchedule::gp
 ParallelConfig parse_parallel(const std::string& spec) {
   ParallelConfig c;
   c.active = true;
-  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3][,sp=0|1])");
+  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1])");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {
@@ -41,6 +41,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
     else if (key == "pp") c.pp = parse_degree(key, value, spec);
     else if (key == "ep") c.ep = parse_degree(key, value, spec);
     else if (key == "microbatches" || key == "mb") c.microbatches = parse_degree(key, value, spec);
+    else if (key == "vp") c.virtual_stages = parse_degree(key, value, spec);
     else if (key == "sp") {
       if (value != "0" && value != "1")
         throw InputError("--parallel: sp must be 0 or 1 (sequence parallelism beside tp), got '" + value + "' in '" + spec + "'");
@@ -55,7 +56,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule, zero, sp)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule, vp, zero, sp)");
     }
   }
   return c;
@@ -69,6 +70,14 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
     throw InputError("--parallel: zero=" + std::to_string(c.zero) + " with pp=" + std::to_string(c.pp) +
                      ": ZeRO stages 2 and 3 run without pipeline parallelism, as in DeepSpeed (their gradients are "
                      "reduce-scattered every microbatch); use zero=1 with pp, or pp=1");
+  if (c.virtual_stages > 1) {
+    const std::string vp = "--parallel: vp=" + std::to_string(c.virtual_stages);
+    if (c.pp <= 1) throw InputError(vp + " interleaves model chunks over pipeline GPUs: give pp=N > 1");
+    if (c.schedule == PipelineSchedule::gpipe) throw InputError(vp + " runs Megatron-LM's interleaved 1F1B schedule, not GPipe");
+    if (c.microbatches % c.pp != 0)
+      throw InputError(vp + ": the interleaved schedule runs microbatches in groups of pp=" + std::to_string(c.pp) +
+                       "; microbatches=" + std::to_string(c.microbatches) + " is not a multiple of it");
+  }
   if (global_batch <= 0) throw InputError("--parallel needs --batch N (the global batch)");
   const int64_t replicas = int64_t(c.dp) * c.microbatches;
   if (global_batch % replicas != 0)
@@ -78,7 +87,7 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
 }
 
 void check_inference_parallel(const ParallelConfig& c) {
-  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel)
+  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel || c.virtual_stages != 1)
     throw InputError("--parallel for inference takes tp=N alone: dp, pp, microbatches, zero and sp split training batches, "
                      "stages, optimizer state and the sequence (--mode training)");
   if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");

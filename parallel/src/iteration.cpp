@@ -279,7 +279,7 @@ StagePasses stage_passes(const std::vector<Kernel>& kernels, const std::vector<P
 std::vector<OverlapTiming> data_parallel(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
                                          const StagePlan& plan, const WeightPlacement& w, const ParallelConfig& cfg,
                                          double eb, const Link& link) {
-  const int pp = cfg.pp, m = cfg.microbatches;
+  const int pp = static_cast<int>(plan.cuts.size()) - 1, m = cfg.microbatches;  // pp x vp stages
   const double bucket = cfg.bucket_mb * 1024 * 1024;
   const std::function<double(double)> allreduce = [&](double b) { return ring_allreduce_ms(b, cfg.dp, link); };
   const std::function<double(double)> reduce_scatter = [&](double b) { return ring_reduce_scatter_ms(b, cfg.dp, link); };
@@ -325,28 +325,42 @@ std::vector<OverlapTiming> data_parallel(const std::vector<Kernel>& kernels, con
 // The iteration ends when the slowest stage has synchronised and stepped its optimizer; the
 // report's times are that stage's.
 void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, const std::vector<OverlapTiming>& dp,
-                          const StageTimes& times, int m, ParallelReport& r) {
-  int crit = 0;
-  double best = -1;
+                          const StageTimes& times, int m, int pp, ParallelReport& r) {
+  // Per GPU, its stages' (one each, or vp chunks interleaved): data-parallel collectives summed,
+  // the longest exposed (the chunks' reductions overlap the later chunks' backward), tensor-
+  // parallel time and optimizer steps summed.
+  const auto gpus = static_cast<size_t>(pp);
+  std::vector<OverlapTiming> gdp(gpus);
+  std::vector<double> gtp(gpus, 0), gupdate(gpus, 0);
   for (size_t s = 0; s < r.stages.size(); ++s) {
-    const double end = t.stage_end_ms[s] + dp[s].exposed_ms + r.stages[s].update_ms;
+    const size_t d = s % gpus;
+    gdp[d].comm_ms += dp[s].comm_ms;
+    gdp[d].exposed_ms = std::max(gdp[d].exposed_ms, dp[s].exposed_ms);
+    gdp[d].buckets += dp[s].buckets;
+    gdp[d].gather_ms += dp[s].gather_ms;
+    gtp[d] += times.tp_ms[s];
+    gupdate[d] += r.stages[s].update_ms;
+  }
+  size_t cs = 0;
+  double best = -1;
+  for (size_t d = 0; d < gpus; ++d) {
+    const double end = t.stage_end_ms[d] + gdp[d].exposed_ms + gupdate[d];
     if (end > best) {
       best = end;
-      crit = static_cast<int>(s);
+      cs = d;
     }
   }
-  const auto cs = static_cast<size_t>(crit);
   r.iteration_ms = best;
   r.compute_ms = *std::max_element(t.stage_busy_ms.begin(), t.stage_busy_ms.end());
-  r.tp_comm_ms = m * times.tp_ms[cs];
-  r.dp_comm_ms = dp[cs].comm_ms;
-  r.dp_exposed_ms = dp[cs].exposed_ms;
-  r.dp_buckets = dp[cs].buckets;
-  r.dp_gather_ms = dp[cs].gather_ms;
+  r.tp_comm_ms = m * gtp[cs];
+  r.dp_comm_ms = gdp[cs].comm_ms;
+  r.dp_exposed_ms = gdp[cs].exposed_ms;
+  r.dp_buckets = gdp[cs].buckets;
+  r.dp_gather_ms = gdp[cs].gather_ms;
   r.pp_comm_ms = std::max(0.0, t.span_ms - t0.span_ms);
   r.bubble_ms = t0.bubble_ms;
   r.bubble_fraction = t0.span_ms > 0 ? t0.bubble_ms / t0.span_ms : 0;
-  r.update_ms = r.stages[cs].update_ms;
+  r.update_ms = gupdate[cs];
   r.comm_ms = r.tp_comm_ms + r.dp_comm_ms + r.pp_comm_ms;
   r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms;
 }
@@ -358,7 +372,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
                   const std::vector<SavedActivation>& saved, const std::vector<OverlapTiming>& dp,
                   const ParallelConfig& cfg, double eb, const Gpu& gpu, ParallelReport& r) {
   const size_t nn = g.nodes.size();
-  const int m = cfg.microbatches, pp = cfg.pp;
+  const int m = cfg.microbatches, pp = static_cast<int>(plan.cuts.size()) - 1;  // pp x vp stages
   std::vector<double> kept(static_cast<size_t>(pp), 0);  // per stage, one microbatch
   std::vector<std::map<int, double>> recomputed(static_cast<size_t>(pp));  // per stage and segment
   const std::vector<char> sequence = cfg.sequence_parallel ? sequence_parallel_nodes(g, w.roles) : std::vector<char>();
@@ -377,13 +391,19 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
       state = optimizer_state_bytes(k.op);
       break;
     }
+  std::vector<double> gpu_gb(static_cast<size_t>(cfg.pp), 0), gpu_segment_gb(static_cast<size_t>(cfg.pp), 0);
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
     for (int i = st.first_node; i <= st.last_node; ++i) st.params += w.node_params[static_cast<size_t>(i)];
     const double act = kept[static_cast<size_t>(s)];
     double segment = 0;  // one segment recomputed at a time
     for (const auto& [seg, bytes] : recomputed[static_cast<size_t>(s)]) segment = std::max(segment, bytes);
-    const int in_flight = cfg.schedule == PipelineSchedule::gpipe ? m : std::min(pp - s, m);
+    // Microbatches in flight: GPipe all, 1F1B pp - stage; interleaved, the GPU's microbatch-
+    // chunks in flight (interleaved_in_flight) spread over its vp chunks.
+    const double in_flight =
+        cfg.virtual_stages > 1 ? double(interleaved_in_flight(s % cfg.pp, cfg.pp, cfg.virtual_stages, m)) / cfg.virtual_stages
+        : cfg.schedule == PipelineSchedule::gpipe ? m
+                                                  : std::min(pp - s, m);
     // ZeRO: 1/dp of the optimizer's state (1+), of the gradients (2+; plus the bucket being
     // reduced) and of the parameters (3; plus the buckets gathered at once).
     const double shards = cfg.dp > 1 ? cfg.dp : 1;
@@ -394,8 +414,12 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     st.optimizer_gb = st.params * (state + (eb < 4 ? 4.0 : 0.0)) / (cfg.zero >= 1 ? shards : 1) / kGiB;
     st.activations_gb = (act * in_flight + segment) / kGiB;
     st.total_gb = st.weights_gb + st.gradients_gb + st.optimizer_gb + st.activations_gb;
-    r.peak_memory_gb = std::max(r.peak_memory_gb, st.total_gb);
+    // A GPU holds its stages (vp chunks interleaved), recomputing one segment at a time.
+    const auto d = static_cast<size_t>(s % cfg.pp);
+    gpu_gb[d] += st.total_gb - segment / kGiB;
+    gpu_segment_gb[d] = std::max(gpu_segment_gb[d], segment / kGiB);
   }
+  for (size_t d = 0; d < gpu_gb.size(); ++d) r.peak_memory_gb = std::max(r.peak_memory_gb, gpu_gb[d] + gpu_segment_gb[d]);
   if (gpu.mem_gb > 0 && r.peak_memory_gb > gpu.mem_gb) {
     char buf[256];
     std::snprintf(buf, sizeof buf,
@@ -413,8 +437,8 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   if (cfg.dp < 1 || cfg.tp < 1 || cfg.pp < 1 || cfg.microbatches < 1)
     throw InputError("--parallel: dp, tp, pp and microbatches must be at least 1");
   if (preds.size() != kernels.size()) throw RuntimeError("plan_iteration: one prediction per kernel expected");
-  if (double(cfg.pp) * cfg.microbatches > 1e7)
-    throw InputError("--parallel: pp x microbatches = " + std::to_string(double(cfg.pp) * cfg.microbatches) +
+  if (double(cfg.pp) * cfg.microbatches * cfg.virtual_stages > 1e7)
+    throw InputError("--parallel: pp x microbatches x vp = " + std::to_string(double(cfg.pp) * cfg.microbatches * cfg.virtual_stages) +
                      " pipeline steps is too many to simulate (at most 10^7)");
   ParallelReport r;
   r.config = cfg;
@@ -429,15 +453,22 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   // Tensor-parallel collectives get their time from the link model.
   time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.tp_link);
 
-  const StagePlan plan = place_stages(g, kernels, preds, compute, cfg.pp, r.link);
+  // pp stages, or pp x vp model chunks interleaved over the pp GPUs (stage s on GPU s mod pp).
+  const int stages = cfg.pp * cfg.virtual_stages;
+  const StagePlan plan = place_stages(g, kernels, preds, compute, stages, r.link);
   const WeightPlacement weights = place_weights(g, kernels, cfg.tp);
-  const StageTimes times = stage_times(g, kernels, preds, plan, weights, cfg.pp, r);
+  const StageTimes times = stage_times(g, kernels, preds, plan, weights, stages, r);
+  for (size_t s = 0; s < r.stages.size(); ++s) r.stages[s].gpu = static_cast<int>(s % static_cast<size_t>(cfg.pp));
 
   // Pipeline schedule, with and without the send/recv hops.
-  const PipelineTiming t = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, times.hop);
-  const PipelineTiming t0 = simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, 0);
+  auto simulate = [&](double hop) {
+    return cfg.virtual_stages > 1 ? simulate_interleaved(times.fwd, times.bwd, cfg.pp, cfg.microbatches, hop)
+                                  : simulate_pipeline(times.fwd, times.bwd, cfg.microbatches, cfg.schedule, hop);
+  };
+  const PipelineTiming t = simulate(times.hop);
+  const PipelineTiming t0 = simulate(0);
   const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r.dp_link);
-  critical_stage_times(t, t0, dp, times, cfg.microbatches, r);
+  critical_stage_times(t, t0, dp, times, cfg.microbatches, cfg.pp, r);
   stage_memory(g, kernels, weights, plan, saved, dp, cfg, eb, gpu, r);
   return r;
 }

@@ -96,6 +96,86 @@ PipelineTiming simulate_pipeline(const std::vector<double>& fwd, const std::vect
 
 namespace neusight {
 
+int interleaved_in_flight(int gpu, int pp, int vp, int m) { return std::min((pp - gpu - 1) * 2 + (vp - 1) * pp + 1, m * vp); }
+
+PipelineTiming simulate_interleaved(const std::vector<double>& fwd, const std::vector<double>& bwd, int pp, int m,
+                                    double hop_ms) {
+  const int stages = static_cast<int>(fwd.size());
+  if (pp < 1 || stages == 0 || stages % pp != 0 || bwd.size() != fwd.size() || m < 1)
+    throw RuntimeError("simulate_interleaved: bad stage list");
+  const int vp = stages / pp, total = m * vp;
+  struct Step {
+    bool forward;
+    int mb, stage;
+  };
+  auto step = [&](int d, int k, bool forward) {
+    int chunk = (k % (pp * vp)) / pp;
+    if (!forward) chunk = vp - 1 - chunk;
+    return Step{forward, (k / (pp * vp)) * pp + k % pp, chunk * pp + d};
+  };
+  std::vector<std::vector<Step>> order(static_cast<size_t>(pp));
+  for (int d = 0; d < pp; ++d) {
+    const int warmup = std::min((pp - d - 1) * 2 + (vp - 1) * pp, total);
+    auto& o = order[static_cast<size_t>(d)];
+    for (int k = 0; k < warmup; ++k) o.push_back(step(d, k, true));
+    for (int i = 0; i < total - warmup; ++i) {
+      o.push_back(step(d, warmup + i, true));
+      o.push_back(step(d, i, false));
+    }
+    for (int k = total - warmup; k < total; ++k) o.push_back(step(d, k, false));
+  }
+  const double undone = -1;
+  std::vector<std::vector<double>> end_f(static_cast<size_t>(stages), std::vector<double>(static_cast<size_t>(m), undone));
+  std::vector<std::vector<double>> end_b = end_f;
+  std::vector<size_t> next(static_cast<size_t>(pp), 0);
+  std::vector<double> free_at(static_cast<size_t>(pp), 0);
+  size_t remaining = size_t(pp) * 2 * static_cast<size_t>(total);
+  while (remaining > 0) {
+    bool progress = false;
+    for (int d = 0; d < pp; ++d) {
+      auto& o = order[static_cast<size_t>(d)];
+      while (next[static_cast<size_t>(d)] < o.size()) {
+        const Step t = o[next[static_cast<size_t>(d)]];
+        const auto s = static_cast<size_t>(t.stage), mb = static_cast<size_t>(t.mb);
+        double ready = 0;
+        if (t.forward) {
+          if (t.stage > 0) {
+            if (end_f[s - 1][mb] < 0) break;
+            ready = end_f[s - 1][mb] + hop_ms;
+          }
+        } else {
+          if (end_f[s][mb] < 0) break;
+          ready = end_f[s][mb];
+          if (t.stage < stages - 1) {
+            if (end_b[s + 1][mb] < 0) break;
+            ready = std::max(ready, end_b[s + 1][mb] + hop_ms);
+          }
+        }
+        const double start = std::max(ready, free_at[static_cast<size_t>(d)]);
+        const double end = start + (t.forward ? fwd[s] : bwd[s]);
+        (t.forward ? end_f : end_b)[s][mb] = end;
+        free_at[static_cast<size_t>(d)] = end;
+        ++next[static_cast<size_t>(d)];
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress) throw RuntimeError("simulate_interleaved: schedule deadlocked");
+  }
+  PipelineTiming r;
+  double busiest = 0;
+  for (int d = 0; d < pp; ++d) {
+    double busy = 0;
+    for (int c = 0; c < vp; ++c) busy += m * (fwd[static_cast<size_t>(c * pp + d)] + bwd[static_cast<size_t>(c * pp + d)]);
+    r.stage_busy_ms.push_back(busy);
+    r.stage_end_ms.push_back(free_at[static_cast<size_t>(d)]);
+    r.span_ms = std::max(r.span_ms, free_at[static_cast<size_t>(d)]);
+    busiest = std::max(busiest, busy);
+  }
+  r.bubble_ms = std::max(0.0, r.span_ms - busiest);
+  return r;
+}
+
 OverlapTiming overlap_sharded(const std::vector<double>& step_ms, const std::vector<double>& need_bytes,
                               const std::vector<double>& grad_bytes, double gather_bucket_bytes,
                               double grad_bucket_bytes, const std::function<double(double)>& gather_ms,

@@ -41,6 +41,7 @@ std::string format_parallel(const ParallelReport& p) {
   os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus()
      << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
      << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule);
+  if (c.virtual_stages > 1) os << " interleaved, " << c.virtual_stages << " model chunks a GPU";
   if (c.sequence_parallel) os << ", sequence parallel over tp";
   if (c.zero > 0) os << ", ZeRO stage " << c.zero << zero_text(c.zero);
   os << "\n";
@@ -74,7 +75,9 @@ std::string format_parallel(const ParallelReport& p) {
   os << "  communication        " << ms(p.comm_ms) << " ms, exposed " << ms(p.exposed_comm_ms) << " ms\n";
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const auto& st = p.stages[s];
-    os << "  stage " << s << ": nodes " << st.first_node << ".." << st.last_node << " (" << st.first_name << " .. "
+    os << "  stage " << s;
+    if (c.virtual_stages > 1) os << " (GPU " << st.gpu << ")";
+    os << ": nodes " << st.first_node << ".." << st.last_node << " (" << st.first_name << " .. "
        << st.last_name << "), fwd " << ms(st.forward_ms) << " ms, bwd " << ms(st.backward_ms) << " ms per microbatch; "
        << "memory " << gb(st.total_gb) << " GiB = weights " << gb(st.weights_gb) << " + grads " << gb(st.gradients_gb)
        << " + optimizer " << gb(st.optimizer_gb) << " + activations " << gb(st.activations_gb) << "\n";
@@ -93,7 +96,8 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
   };
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : p.stages)
-    stages.push_back({{"first_node", s.first_name},
+    stages.push_back({{"gpu", s.gpu},
+                      {"first_node", s.first_name},
                       {"last_node", s.last_name},
                       {"nodes", s.last_node - s.first_node + 1},
                       {"forward_ms", fin(s.forward_ms)},
@@ -114,6 +118,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"microbatches", p.config.microbatches},
                      {"schedule", schedule_name(p.config.schedule)},
                      {"zero", p.config.zero},
+                     {"virtual_stages", p.config.virtual_stages},
                      {"sequence_parallel", p.config.sequence_parallel},
                      {"global_batch", p.global_batch},
                      {"micro_batch", p.micro_batch},

@@ -94,6 +94,11 @@ class ParallelReport(unittest.TestCase):
         self.assertLess(f["stages"][0]["memory_gb"]["activations"], g["stages"][0]["memory_gb"]["activations"])
         more = run_json(*BASE, "--batch", "8", "--parallel", "pp=4,microbatches=1")["parallel"]
         self.assertGreater(more["bubble_fraction"], g["bubble_fraction"])
+        # Megatron-LM's interleaved schedule: two model chunks a GPU, a smaller bubble.
+        il = run_json(*BASE, "--batch", "8", "--parallel", "pp=4,microbatches=8,vp=2")["parallel"]
+        self.assertEqual(il["virtual_stages"], 2)
+        self.assertEqual([s["gpu"] for s in il["stages"]], [0, 1, 2, 3, 0, 1, 2, 3])
+        self.assertLess(il["bubble_fraction"], f["bubble_fraction"])
 
     def test_table_prints_the_section(self):
         code, out, err = run(*BASE, "--batch", "4", "--parallel", "dp=2,pp=2,microbatches=2")
@@ -139,6 +144,8 @@ class ParallelReport(unittest.TestCase):
             ("--batch", "4", "--parallel", "pp=100000"),
             ("--batch", "4", "--parallel", "dp=2,zero=5"),
             ("--batch", "4", "--parallel", "tp=2,sp=on"),
+            ("--batch", "8", "--parallel", "pp=4,microbatches=6,vp=2"),
+            ("--batch", "8", "--parallel", "pp=2,microbatches=2,vp=0"),
             ("--batch", "4", "--parallel", "dp=2,pp=2,zero=3"),
         ]
         for extra in cases:

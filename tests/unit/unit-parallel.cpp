@@ -52,6 +52,53 @@ TEST_CASE("parallel: GPipe with send/recv hops, worked by hand") {
   CHECK(u.span_ms == doctest::Approx(7));
 }
 
+TEST_CASE("parallel: the interleaved schedule shrinks the bubble by the model chunks a GPU holds") {
+  // One chunk a GPU is 1F1B.
+  const std::vector<double> f = {1, 2, 3, 4}, b = {2, 4, 6, 8};
+  for (int m : {4, 8}) {
+    CAPTURE(m);
+    const PipelineTiming one = simulate_pipeline(f, b, m, PipelineSchedule::one_f_one_b, 0.25);
+    const PipelineTiming il = simulate_interleaved(f, b, 4, m, 0.25);
+    CHECK(il.span_ms == doctest::Approx(one.span_ms));
+    for (size_t d = 0; d < 4; ++d) CHECK(il.stage_end_ms[d] == doctest::Approx(one.stage_end_ms[d]));
+  }
+  // Equal chunks (F = 1, B = 2 each), pp = 4: the bubble is (pp - 1) chunk steps, (pp-1)/(m vp + pp - 1)
+  // of the span, as Megatron-LM's paper gives it.
+  for (int vp : {1, 2, 4}) {
+    CAPTURE(vp);
+    const std::vector<double> cf(static_cast<size_t>(4 * vp), 1.0), cb(static_cast<size_t>(4 * vp), 2.0);
+    const PipelineTiming t = simulate_interleaved(cf, cb, 4, 8, 0);
+    CHECK(t.bubble_ms / t.span_ms == doctest::Approx(3.0 / (8.0 * vp + 3.0)));
+    CHECK(t.stage_busy_ms[0] == doctest::Approx(8 * vp * 3.0));
+  }
+  // GPU 0 holds its warm-up's chunks and one more: (pp - 1) x 2 + (vp - 1) x pp + 1.
+  CHECK(interleaved_in_flight(0, 4, 2, 8) == 11);
+  CHECK(interleaved_in_flight(3, 4, 2, 8) == 5);
+  CHECK(interleaved_in_flight(0, 4, 2, 1) == 2);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("pp=4,microbatches=6,vp=2"), Mode::training, 12), InputError);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("pp=4,microbatches=8,vp=2,schedule=gpipe"), Mode::training, 8), InputError);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,vp=2"), Mode::training, 8), InputError);
+  CHECK(parallel_micro_batch(parse_parallel("pp=4,microbatches=8,vp=2"), Mode::training, 16) == 2);
+}
+
+TEST_CASE("parallel: interleaved stages on the example: chunks placed round-robin, a GPU's memory its chunks'") {
+  LoadedModel m = load_model(test::example_model());
+  const Gpu gpu = GpuDatabase::builtin().resolve("a100-40gb");
+  const Report one = analyze(m, gpu, test::roofline_options(8, 128, Mode::training, "pp=2,microbatches=4"));
+  const Report two = analyze(m, gpu, test::roofline_options(8, 128, Mode::training, "pp=2,microbatches=4,vp=2"));
+  REQUIRE(one.parallel);
+  REQUIRE(two.parallel);
+  const auto& st = two.parallel->stages;
+  REQUIRE(st.size() == 4);
+  for (size_t s = 0; s < 4; ++s) CHECK(st[s].gpu == static_cast<int>(s % 2));
+  CHECK(two.parallel->bubble_fraction < one.parallel->bubble_fraction);
+  double gpu0 = 0;
+  for (const auto& s : st)
+    if (s.gpu == 0) gpu0 += s.total_gb;
+  CHECK(two.parallel->peak_memory_gb >= gpu0 - 1e-9);
+  CHECK(two.parallel->config.virtual_stages == 2);
+}
+
 TEST_CASE("parallel: gradient all-reduce overlaps the backward pass bucket by bucket") {
   // Four 1 ms backward steps each readying 10 bytes; 20-byte buckets: issued at t=2 and t=4.
   const std::vector<double> steps(4, 1.0), grads(4, 10.0);

@@ -37,6 +37,10 @@ struct ParallelConfig {
   // outputs as under tensor parallelism. 1: every expert split over the tp GPUs.
   int ep = 1;
   int microbatches = 1;           // per iteration and data-parallel replica (1: no micro-batching)
+  // Model chunks per pipeline GPU (Megatron-LM's interleaved 1F1B schedule, vp > 1): the model
+  // cut into pp x vp stages, GPU d holding stages d, d + pp, d + 2 pp, ...; the bubble shrinks
+  // by vp for vp times the sends. 1: one stage per GPU.
+  int virtual_stages = 1;
   // Training: what each data-parallel GPU holds 1/dp of, as DeepSpeed's ZeRO stages (and
   // PyTorch FSDP, Megatron-LM's distributed optimizer) shard it. 0: nothing (DDP: every GPU
   // holds everything, gradients all-reduced once an iteration). 1: the optimizer's state and
@@ -58,14 +62,15 @@ struct ParallelConfig {
   int64_t gpus() const { return int64_t(dp) * tp * pp; }
 };
 
-// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,zero=0-3][,sp=0|1]" (any subset, any order;
+// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1]" (any subset, any order;
 // missing degrees are 1). Throws InputError naming the bad part.
 ParallelConfig parse_parallel(const std::string& spec);
 const char* schedule_name(PipelineSchedule s);
 
 // The batch one GPU runs per microbatch: global / (dp * microbatches). Throws InputError
-// unless `mode` is training, the global batch is given (> 0) and divides evenly, and for
-// ZeRO stage 2 or 3 with pipeline parallelism.
+// unless `mode` is training, the global batch is given (> 0) and divides evenly, for ZeRO
+// stage 2 or 3 with pipeline parallelism, and for vp > 1 without pp > 1, with GPipe, or with
+// microbatches that are not a multiple of pp (Megatron-LM's interleaved schedule needs them).
 int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
 
 // Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
@@ -137,6 +142,18 @@ struct PipelineTiming {
 // `p2p_ms` per activation (forward) or gradient (backward) hop between stages.
 PipelineTiming simulate_pipeline(const std::vector<double>& stage_fwd_ms, const std::vector<double>& stage_bwd_ms,
                                  int microbatches, PipelineSchedule schedule, double p2p_ms);
+
+// Megatron-LM's interleaved 1F1B schedule: `fwd` and `bwd` hold pp x vp virtual stages, stage
+// c pp + d on GPU d. Each GPU runs its microbatch-chunks in Megatron's order: forward k of
+// chunk (k mod pp vp) / pp, microbatch (k / (pp vp)) pp + k mod pp; (pp - d - 1) x 2 +
+// (vp - 1) x pp warm-up forwards, then one forward and one backward (chunks in reverse), then
+// the rest of the backwards. A virtual stage's forward waits for the one before it, its
+// backward for its forward and the one after it, each hop `p2p_ms` away. The timing is per GPU.
+PipelineTiming simulate_interleaved(const std::vector<double>& stage_fwd_ms, const std::vector<double>& stage_bwd_ms, int pp,
+                                    int microbatches, double p2p_ms);
+// Microbatch-chunks GPU `gpu` holds at once under that schedule: its warm-up forwards and the
+// one in flight, at most microbatches x vp.
+int interleaved_in_flight(int gpu, int pp, int vp, int microbatches);
 
 struct OverlapTiming {
   double comm_ms = 0;     // sum of the collectives' times (gradient reductions and gathers)
@@ -253,6 +270,7 @@ double expected_max_binomial(int64_t trials, double p, int n);
 
 // --- the iteration ---------------------------------------------------------------------------
 struct StageReport {
+  int gpu = 0;                         // the pipeline GPU holding it (stage mod pp; vp > 1: several a GPU)
   int first_node = 0, last_node = 0;   // graph node range [first, last]
   std::string first_name, last_name;
   double forward_ms = 0, backward_ms = 0, update_ms = 0;  // per microbatch (update: once)
@@ -285,7 +303,7 @@ struct ParallelReport {
   double bubble_ms = 0, bubble_fraction = 0;  // idle time of the busiest stage, and per span
   double update_ms = 0;          // optimizer step (slowest stage)
   double memory_capacity_gb = 0;
-  double peak_memory_gb = 0;     // the fullest GPU
+  double peak_memory_gb = 0;     // the fullest GPU (its stages together when vp > 1)
   std::vector<StageReport> stages;
   std::vector<std::string> warnings;
 };
