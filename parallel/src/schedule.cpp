@@ -1,5 +1,6 @@
 // schedule.cpp - pipeline schedules (GPipe, 1F1B) simulated task by task, and the bubble.
 #include <algorithm>
+#include <string>
 
 #include "neusight/parallel.h"
 
@@ -37,59 +38,82 @@ std::vector<Task> stage_order(int stage, int stages, int m, PipelineSchedule sch
   return t;
 }
 
+
+// One microbatch-chunk step of a GPU: a forward or backward of microbatch `mb` on virtual
+// stage `stage`.
+struct Step {
+  bool forward;
+  int mb, stage;
+};
+
+// Runs each GPU's steps in its order (GPU d holds the stages s with s mod pp = d): a stage's
+// forward waits for the stage before it, its backward for its forward and the stage after it,
+// each hop `hop_ms` away. The timing per GPU.
+PipelineTiming run_schedule(const std::vector<std::vector<Step>>& order, const std::vector<double>& fwd,
+                            const std::vector<double>& bwd, int m, double hop_ms, const char* who) {
+  const int pp = static_cast<int>(order.size()), stages = static_cast<int>(fwd.size());
+  const double undone = -1;
+  std::vector<std::vector<double>> end_f(static_cast<size_t>(stages), std::vector<double>(static_cast<size_t>(m), undone));
+  std::vector<std::vector<double>> end_b = end_f;
+  std::vector<size_t> next(static_cast<size_t>(pp), 0);
+  std::vector<double> free_at(static_cast<size_t>(pp), 0);
+  size_t remaining = 0;
+  for (const auto& o : order) remaining += o.size();
+  while (remaining > 0) {
+    bool progress = false;
+    for (size_t d = 0; d < order.size(); ++d) {
+      while (next[d] < order[d].size()) {
+        const Step t = order[d][next[d]];
+        const auto s = static_cast<size_t>(t.stage), mb = static_cast<size_t>(t.mb);
+        double ready = 0;
+        if (t.forward) {
+          if (t.stage > 0) {
+            if (end_f[s - 1][mb] < 0) break;
+            ready = end_f[s - 1][mb] + hop_ms;
+          }
+        } else {
+          if (end_f[s][mb] < 0) break;
+          ready = end_f[s][mb];
+          if (t.stage < stages - 1) {
+            if (end_b[s + 1][mb] < 0) break;
+            ready = std::max(ready, end_b[s + 1][mb] + hop_ms);
+          }
+        }
+        const double start = std::max(ready, free_at[d]);
+        const double end = start + (t.forward ? fwd[s] : bwd[s]);
+        (t.forward ? end_f : end_b)[s][mb] = end;
+        free_at[d] = end;
+        ++next[d];
+        --remaining;
+        progress = true;
+      }
+    }
+    if (!progress) throw RuntimeError(std::string(who) + ": schedule deadlocked");
+  }
+  PipelineTiming r;
+  double busiest = 0;
+  for (int d = 0; d < pp; ++d) {
+    double busy = 0;
+    for (int st = d; st < stages; st += pp) busy += m * (fwd[static_cast<size_t>(st)] + bwd[static_cast<size_t>(st)]);
+    r.stage_busy_ms.push_back(busy);
+    r.stage_end_ms.push_back(free_at[static_cast<size_t>(d)]);
+    r.span_ms = std::max(r.span_ms, free_at[static_cast<size_t>(d)]);
+    busiest = std::max(busiest, busy);
+  }
+  r.bubble_ms = std::max(0.0, r.span_ms - busiest);
+  return r;
+}
+
 }  // namespace
 
 PipelineTiming simulate_pipeline(const std::vector<double>& fwd, const std::vector<double>& bwd, int m,
                                  PipelineSchedule schedule, double hop_ms) {
   const int p = static_cast<int>(fwd.size());
   if (p == 0 || bwd.size() != fwd.size() || m < 1) throw RuntimeError("simulate_pipeline: bad stage list");
-  std::vector<std::vector<Task>> order(p);
-  for (int s = 0; s < p; ++s) order[s] = stage_order(s, p, m, schedule);
-  const double undone = -1;
-  std::vector<std::vector<double>> end_f(p, std::vector<double>(m, undone)), end_b = end_f;
-  std::vector<size_t> next(p, 0);
-  std::vector<double> free_at(p, 0);
-  size_t remaining = size_t(p) * 2 * m;
-  while (remaining > 0) {
-    bool progress = false;
-    for (int s = 0; s < p; ++s) {
-      while (next[s] < order[s].size()) {
-        const Task t = order[s][next[s]];
-        double ready = 0;
-        if (t.forward) {
-          if (s > 0) {
-            if (end_f[s - 1][t.mb] < 0) break;
-            ready = end_f[s - 1][t.mb] + hop_ms;
-          }
-        } else {
-          if (end_f[s][t.mb] < 0) break;
-          ready = end_f[s][t.mb];
-          if (s < p - 1) {
-            if (end_b[s + 1][t.mb] < 0) break;
-            ready = std::max(ready, end_b[s + 1][t.mb] + hop_ms);
-          }
-        }
-        const double start = std::max(ready, free_at[s]);
-        const double end = start + (t.forward ? fwd[s] : bwd[s]);
-        (t.forward ? end_f : end_b)[s][t.mb] = end;
-        free_at[s] = end;
-        ++next[s];
-        --remaining;
-        progress = true;
-      }
-    }
-    if (!progress) throw RuntimeError("simulate_pipeline: schedule deadlocked");
-  }
-  PipelineTiming r;
-  double busiest = 0;
-  for (int s = 0; s < p; ++s) {
-    r.stage_busy_ms.push_back(m * (fwd[s] + bwd[s]));
-    r.stage_end_ms.push_back(free_at[s]);
-    r.span_ms = std::max(r.span_ms, free_at[s]);
-    busiest = std::max(busiest, r.stage_busy_ms.back());
-  }
-  r.bubble_ms = std::max(0.0, r.span_ms - busiest);
-  return r;
+  std::vector<std::vector<Step>> order(static_cast<size_t>(p));
+  for (int s = 0; s < p; ++s)
+    for (const Task& t : stage_order(s, p, m, schedule)) order[static_cast<size_t>(s)].push_back({t.forward, t.mb, s});
+  return run_schedule(order, fwd, bwd, m, hop_ms, "simulate_pipeline");
 }
 
 }  // namespace neusight
@@ -104,10 +128,6 @@ PipelineTiming simulate_interleaved(const std::vector<double>& fwd, const std::v
   if (pp < 1 || stages == 0 || stages % pp != 0 || bwd.size() != fwd.size() || m < 1)
     throw RuntimeError("simulate_interleaved: bad stage list");
   const int vp = stages / pp, total = m * vp;
-  struct Step {
-    bool forward;
-    int mb, stage;
-  };
   auto step = [&](int d, int k, bool forward) {
     int chunk = (k % (pp * vp)) / pp;
     if (!forward) chunk = vp - 1 - chunk;
@@ -124,56 +144,7 @@ PipelineTiming simulate_interleaved(const std::vector<double>& fwd, const std::v
     }
     for (int k = total - warmup; k < total; ++k) o.push_back(step(d, k, false));
   }
-  const double undone = -1;
-  std::vector<std::vector<double>> end_f(static_cast<size_t>(stages), std::vector<double>(static_cast<size_t>(m), undone));
-  std::vector<std::vector<double>> end_b = end_f;
-  std::vector<size_t> next(static_cast<size_t>(pp), 0);
-  std::vector<double> free_at(static_cast<size_t>(pp), 0);
-  size_t remaining = size_t(pp) * 2 * static_cast<size_t>(total);
-  while (remaining > 0) {
-    bool progress = false;
-    for (int d = 0; d < pp; ++d) {
-      auto& o = order[static_cast<size_t>(d)];
-      while (next[static_cast<size_t>(d)] < o.size()) {
-        const Step t = o[next[static_cast<size_t>(d)]];
-        const auto s = static_cast<size_t>(t.stage), mb = static_cast<size_t>(t.mb);
-        double ready = 0;
-        if (t.forward) {
-          if (t.stage > 0) {
-            if (end_f[s - 1][mb] < 0) break;
-            ready = end_f[s - 1][mb] + hop_ms;
-          }
-        } else {
-          if (end_f[s][mb] < 0) break;
-          ready = end_f[s][mb];
-          if (t.stage < stages - 1) {
-            if (end_b[s + 1][mb] < 0) break;
-            ready = std::max(ready, end_b[s + 1][mb] + hop_ms);
-          }
-        }
-        const double start = std::max(ready, free_at[static_cast<size_t>(d)]);
-        const double end = start + (t.forward ? fwd[s] : bwd[s]);
-        (t.forward ? end_f : end_b)[s][mb] = end;
-        free_at[static_cast<size_t>(d)] = end;
-        ++next[static_cast<size_t>(d)];
-        --remaining;
-        progress = true;
-      }
-    }
-    if (!progress) throw RuntimeError("simulate_interleaved: schedule deadlocked");
-  }
-  PipelineTiming r;
-  double busiest = 0;
-  for (int d = 0; d < pp; ++d) {
-    double busy = 0;
-    for (int c = 0; c < vp; ++c) busy += m * (fwd[static_cast<size_t>(c * pp + d)] + bwd[static_cast<size_t>(c * pp + d)]);
-    r.stage_busy_ms.push_back(busy);
-    r.stage_end_ms.push_back(free_at[static_cast<size_t>(d)]);
-    r.span_ms = std::max(r.span_ms, free_at[static_cast<size_t>(d)]);
-    busiest = std::max(busiest, busy);
-  }
-  r.bubble_ms = std::max(0.0, r.span_ms - busiest);
-  return r;
+  return run_schedule(order, fwd, bwd, m, hop_ms, "simulate_interleaved");
 }
 
 OverlapTiming overlap_sharded(const std::vector<double>& step_ms, const std::vector<double>& need_bytes,
