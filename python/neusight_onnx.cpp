@@ -816,10 +816,10 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "(dims={'NAME': VALUE}); mode 'inference'|'training'; dtype None (auto)|'fp32'|'tf32'|'fp16'|'bf16'|'fp8'|\n"
       "'fp4'|'int8'; fusion 'none'|'eager'|'full'; attention None (auto)|'fused'|'unfused' as --attention; timing\n"
       "'device'|'kernel'|'eager'; host_dispatch_us as --host-dispatch-us; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
-      "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict\n"
-      "of those, with link_bw in GB/s; optimizer (training) 'sgd'|'momentum'|\n"
-      "'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as --recompute; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits\n"
-      "(batch then unset). The GIL is released while it runs.");
+      "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict of those, with link_bw in GB/s; optimizer\n"
+      "(training) 'sgd'|'momentum'|'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as\n"
+      "--recompute; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then\n"
+      "unset). The GIL is released while it runs.");
   m.def(
       "from_config",
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,

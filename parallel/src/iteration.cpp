@@ -310,13 +310,13 @@ std::vector<OverlapTiming> data_parallel(const std::vector<Kernel>& kernels, con
     o.exposed_ms = times * per_mb.exposed_ms;
     o.gather_ms = times * per_mb.gather_ms;
     o.buckets = times * per_mb.buckets;
-    if (cfg.zero <= 2) {  // the updated shards all-gathered after the step
-      for (double left = p.param_bytes; left > 0; left -= gather_bucket) {
-        const double d = allgather(std::min(left, gather_bucket));
-        o.comm_ms += d;
-        o.exposed_ms += d;
-        o.gather_ms += d;
-      }
+    if (cfg.zero <= 2 && p.param_bytes > 0 && std::isfinite(p.param_bytes)) {
+      // The updated shards all-gathered after the step, in full buckets and the rest.
+      const double full = std::floor(p.param_bytes / gather_bucket), rest = p.param_bytes - full * gather_bucket;
+      const double d = full * allgather(gather_bucket) + allgather(rest);
+      o.comm_ms += d;
+      o.exposed_ms += d;
+      o.gather_ms += d;
     }
   }
   return dp;
