@@ -151,6 +151,16 @@ double ring_allgather_ms(double bytes, int n, const Link& link) {
 
 double ring_reduce_scatter_ms(double bytes, int n, const Link& link) { return ring_allgather_ms(bytes, n, link); }
 
+double hierarchical_reduce_scatter_ms(double bytes, int n, int g, const Link& intra, const Link& inter) {
+  if (g <= 1 || n <= g) return g >= n && n > 1 ? ring_reduce_scatter_ms(bytes, n, intra) : ring_reduce_scatter_ms(bytes, n, inter);
+  return ring_reduce_scatter_ms(bytes, g, intra) + ring_reduce_scatter_ms(bytes / g, n / g, inter);
+}
+
+double hierarchical_allreduce_ms(double bytes, int n, int g, const Link& intra, const Link& inter) {
+  if (g <= 1 || n <= g) return g >= n && n > 1 ? ring_allreduce_ms(bytes, n, intra) : ring_allreduce_ms(bytes, n, inter);
+  return 2 * ring_reduce_scatter_ms(bytes, g, intra) + ring_allreduce_ms(bytes / g, n / g, inter);
+}
+
 double p2p_ms(double bytes, const Link& link) {
   if (bytes <= 0) return 0;
   return bytes / (link.gbps() * 1e9) * 1e3 + link.step_latency_us * 1e-3;

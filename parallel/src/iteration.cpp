@@ -278,12 +278,17 @@ StagePasses stage_passes(const std::vector<Kernel>& kernels, const std::vector<P
 // backward gather their parameters as they go (overlap_sharded), its backward reduce-scatters.
 std::vector<OverlapTiming> data_parallel(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
                                          const StagePlan& plan, const WeightPlacement& w, const ParallelConfig& cfg,
-                                         double eb, const Link& link) {
+                                         double eb, const ParallelReport& r) {
   const int pp = static_cast<int>(plan.cuts.size()) - 1, m = cfg.microbatches;  // pp x vp stages
   const double bucket = cfg.bucket_mb * 1024 * 1024;
-  const std::function<double(double)> allreduce = [&](double b) { return ring_allreduce_ms(b, cfg.dp, link); };
-  const std::function<double(double)> reduce_scatter = [&](double b) { return ring_reduce_scatter_ms(b, cfg.dp, link); };
-  const std::function<double(double)> allgather = [&](double b) { return ring_allgather_ms(b, cfg.dp, link); };
+  const int g = r.dp_domain_gpus;  // hierarchical across NVLink domains when > 1
+  const std::function<double(double)> allreduce = [&](double b) {
+    return hierarchical_allreduce_ms(b, cfg.dp, g, r.dp_intra_link, r.dp_link);
+  };
+  const std::function<double(double)> reduce_scatter = [&](double b) {
+    return hierarchical_reduce_scatter_ms(b, cfg.dp, g, r.dp_intra_link, r.dp_link);
+  };
+  const std::function<double(double)> allgather = reduce_scatter;
   std::vector<OverlapTiming> dp(static_cast<size_t>(pp));
   if (cfg.dp <= 1) return dp;
   const std::vector<double> none;
@@ -446,6 +451,16 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   r.micro_batch = micro_batch;
   r.tp_link = link_for(gpu, cfg.link_gbps, cfg.tp);
   r.dp_link = link_for(gpu, cfg.link_gbps, cfg.tp * cfg.dp);
+  // A data-parallel group over several NVLink domains with several of its GPUs in each (its
+  // ranks tp apart) reduces within the domains first.
+  if (cfg.link_gbps <= 0 && gpu.nvlink_domain > 0 && gpu.nvlink_gbps > 0 && cfg.tp * cfg.dp > gpu.nvlink_domain &&
+      gpu.nvlink_domain % cfg.tp == 0) {
+    const int g = std::min(cfg.dp, gpu.nvlink_domain / cfg.tp);
+    if (g > 1 && cfg.dp % g == 0) {
+      r.dp_domain_gpus = g;
+      r.dp_intra_link = link_for(gpu, 0, gpu.nvlink_domain);
+    }
+  }
   r.link = link_for(gpu, cfg.link_gbps, cfg.dp * cfg.tp * cfg.pp);
   const DType compute = compute_dtype(kernels);
   const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
@@ -467,7 +482,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   };
   const PipelineTiming t = simulate(times.hop);
   const PipelineTiming t0 = simulate(0);
-  const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r.dp_link);
+  const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r);
   critical_stage_times(t, t0, dp, times, cfg.microbatches, cfg.pp, r);
   stage_memory(g, kernels, weights, plan, saved, dp, cfg, eb, gpu, r);
   return r;

@@ -57,7 +57,13 @@ std::string format_parallel(const ParallelReport& p) {
     os << "  link: " << link_text(p.link) << "\n";
   } else {
     if (c.tp > 1) os << "  link, tensor parallel (" << c.tp << " GPUs): " << link_text(p.tp_link) << "\n";
-    if (c.dp > 1) os << "  link, data parallel (" << c.tp * c.dp << " GPUs spanned): " << link_text(p.dp_link) << "\n";
+    if (c.dp > 1) {
+      os << "  link, data parallel (" << c.tp * c.dp << " GPUs spanned): " << link_text(p.dp_link);
+      if (p.dp_domain_gpus > 1)
+        os << " across NVLink domains; hierarchical: " << p.dp_domain_gpus << " data-parallel GPUs a domain reduce on "
+           << link_text(p.dp_intra_link) << " first";
+      os << "\n";
+    }
     os << "  link, " << (c.pp > 1 ? "pipeline (" : "all (") << c.gpus() << " GPUs): " << link_text(p.link) << "\n";
   }
   os << "  iteration            " << ms(p.iteration_ms) << " ms\n";
@@ -125,6 +131,8 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"link", link_json(p.link)},
                      {"tp_link", link_json(p.tp_link)},
                      {"dp_link", link_json(p.dp_link)},
+                     {"dp_domain_gpus", p.dp_domain_gpus},
+                     {"dp_intra_link", link_json(p.dp_intra_link)},
                      {"iteration_ms", fin(p.iteration_ms)},
                      {"compute_ms", fin(p.compute_ms)},
                      {"tp_comm_ms", fin(p.tp_comm_ms)},

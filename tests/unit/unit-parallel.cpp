@@ -199,6 +199,39 @@ TEST_CASE("parallel: a ring all-gather or reduce-scatter is half a ring all-redu
   CHECK(ring_allgather_ms(1e9, 1, l) == 0);
 }
 
+TEST_CASE("parallel: a data-parallel group across NVLink domains reduces within each domain first") {
+  Link nv, pcie;
+  nv.spec_gbps = 450;
+  pcie.spec_gbps = 64;
+  const double b = 1e9;
+  CHECK(hierarchical_allreduce_ms(b, 16, 8, nv, pcie) ==
+        doctest::Approx(2 * ring_reduce_scatter_ms(b, 8, nv) + ring_allreduce_ms(b / 8, 2, pcie)));
+  CHECK(hierarchical_reduce_scatter_ms(b, 16, 8, nv, pcie) ==
+        doctest::Approx(ring_reduce_scatter_ms(b, 8, nv) + ring_reduce_scatter_ms(b / 8, 2, pcie)));
+  CHECK(hierarchical_allreduce_ms(b, 16, 1, nv, pcie) == doctest::Approx(ring_allreduce_ms(b, 16, pcie)));
+  CHECK(hierarchical_allreduce_ms(b, 8, 8, nv, pcie) == doctest::Approx(ring_allreduce_ms(b, 8, nv)));
+  CHECK(hierarchical_allreduce_ms(b, 16, 8, nv, pcie) < 0.3 * ring_allreduce_ms(b, 16, pcie));
+  // On H100s (8-GPU NVLink domains): the data-parallel peers a domain holds are 8 / tp.
+  LoadedModel m = load_model(test::example_model());
+  const Gpu gpu = GpuDatabase::builtin().resolve("h100");
+  auto plan = [&](const std::string& spec, int64_t batch) {
+    const Report r = analyze(m, gpu, test::roofline_options(batch, 128, Mode::training, spec));
+    REQUIRE(r.parallel);
+    return *r.parallel;
+  };
+  const ParallelReport flat8 = plan("dp=8", 8), two_nodes = plan("dp=16", 16), tp2 = plan("dp=8,tp=2", 8),
+                       tp8 = plan("dp=2,tp=8", 2);
+  CHECK(flat8.dp_domain_gpus == 1);  // one domain: NVLink throughout
+  CHECK(two_nodes.dp_domain_gpus == 8);
+  CHECK(two_nodes.dp_intra_link.kind == flat8.dp_link.kind);
+  CHECK(two_nodes.dp_link.kind == "pcie");
+  CHECK(tp2.dp_domain_gpus == 4);
+  CHECK(tp8.dp_domain_gpus == 1);  // each domain one tensor-parallel group: every peer is across
+  Options o = test::roofline_options(16, 128, Mode::training, "dp=16");
+  o.parallel.link_gbps = 100;  // --link-bw: one link for all
+  CHECK(analyze(m, gpu, o).parallel->dp_domain_gpus == 1);
+}
+
 TEST_CASE("parallel: the all-reduce the libraries pick is the fastest form the link allows") {
   Link nv;
   nv.kind = "nvlink4";

@@ -119,6 +119,14 @@ double allreduce_ms(double bytes, int n, const Link& link);
 // same and takes as long: half a ring all-reduce.
 double ring_allgather_ms(double bytes, int n, const Link& link);
 double ring_reduce_scatter_ms(double bytes, int n, const Link& link);
+// A collective among n GPUs spanning n / g NVLink domains, g of them in each, as NCCL runs it
+// across nodes: a reduce-scatter within each domain on `intra`, each GPU's 1/g share reduced
+// across the domains over its own way out (`inter`: one NIC a GPU, as HGX and DGX boards carry
+// them, at the link's bandwidth), an all-gather within the domain. The reduce-scatter (and the
+// all-gather) is the first half: intra reduce-scatter of `bytes`, inter reduce-scatter of
+// bytes / g; the all-reduce both halves. g <= 1: the flat ring on `inter`.
+double hierarchical_reduce_scatter_ms(double bytes, int n, int g, const Link& intra, const Link& inter);
+double hierarchical_allreduce_ms(double bytes, int n, int g, const Link& intra, const Link& inter);
 // One point-to-point send/receive.
 double p2p_ms(double bytes, const Link& link);
 
@@ -290,6 +298,11 @@ struct ParallelReport {
   // (link: among all the run's GPUs, the slowest). Tensor parallelism within a node thus keeps
   // NVLink when the run spans several nodes.
   Link tp_link, dp_link, link;
+  // A data-parallel group spanning several NVLink domains with dp_domain_gpus > 1 of its GPUs in
+  // each (dp x tp over the domain, without --link-bw) reduces hierarchically: on dp_intra_link
+  // within a domain, on dp_link across (hierarchical_allreduce_ms). 1: the flat ring on dp_link.
+  int dp_domain_gpus = 1;
+  Link dp_intra_link;
   double iteration_ms = 0;
   double compute_ms = 0;         // busiest stage: kernels of all microbatches (TP all-reduces included)
   double tp_comm_ms = 0;         // TP all-reduces per GPU per iteration (on the critical path)
