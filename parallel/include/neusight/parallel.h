@@ -3,14 +3,16 @@
 // Takes: the shape-inferred Graph, its training KernelList (lowering.h) at the per-GPU
 // micro-batch, the per-kernel predictions (predictor.h), the Gpu and a ParallelConfig.
 // Gives: the per-GPU kernel list under tensor parallelism (Megatron column/row splits plus
-// their all-reduces), and the iteration time: pipeline schedule (GPipe or 1F1B) over the
-// stages, gradient all-reduce buckets overlapped with the backward pass, the bubble,
-// communication (total and exposed) and per-GPU memory; the optimizer state, gradients and
-// parameters optionally sharded over the data-parallel GPUs (ZeRO stages 1-3, FSDP).
+// their all-reduces; the sequence split beside it), and the iteration time: pipeline schedule
+// (GPipe, 1F1B or interleaved 1F1B) over the stages, gradient all-reduce buckets overlapped
+// with the backward pass, the bubble, communication (total and exposed) and per-GPU memory;
+// the optimizer state, gradients and parameters optionally sharded over the data-parallel GPUs
+// (ZeRO stages 1-3, FSDP); activation checkpoints and the kernels they recompute.
 //
-// Interconnect: every GPU of the job is assumed to sit on the GPU's own link (NVLink /
-// NVSwitch domain, else PCIe) at `kLinkEfficiency` of the spec-sheet per-direction
-// bandwidth, plus `kLinkStepLatencyUs` per ring step or point-to-point transfer.
+// Interconnect: each axis's GPUs on the GPU's own link (NVLink / NVSwitch domain) when they fit
+// one domain, else PCIe (each GPU's way out of its node), at `kLinkEfficiency` of the
+// spec-sheet per-direction bandwidth, plus `kLinkStepLatencyUs` per ring step or
+// point-to-point transfer; a data-parallel group across domains reduces hierarchically.
 #pragma once
 
 #include <cstdint>
