@@ -52,7 +52,8 @@ std::string power_part(const GpuWarning& w) {
   return b;
 }
 
-const char* parallel_axes(const GpuWarning& w) { return w.training ? "dp, tp, pp" : "tp"; }
+// The axes that split a GPU's memory: data parallelism alone replicates it, ZeRO-3 shards it.
+const char* parallel_axes(const GpuWarning& w) { return w.training ? "tp, pp, or dp with zero=3" : "tp"; }
 
 // "A, B and C"
 std::string names_joined(const std::vector<const GpuWarning*>& alike) {
@@ -73,7 +74,8 @@ std::string gpu_warning_text(const GpuWarning& w) {
     case GpuWarning::Kind::memory:
       return w.gpu + ": " + w.subject + ", more than its " + detail::fixed(w.capacity_gib, 1) +
              " GiB; the prediction assumes it fits (" + std::to_string(w.gpus_to_hold) +
-             " such GPUs hold it split evenly: --parallel " + parallel_axes(w) + ")";
+             " such GPUs hold it split evenly: --parallel " + parallel_axes(w) + ")" +
+             (w.activations_most ? "; --recompute full or selective keeps fewer activations" : "");
     case GpuWarning::Kind::generation_memory:
       return w.subject + ", more than the " + detail::fixed(w.capacity_gib, 0) + " GiB of " + w.gpu;
   }
@@ -224,6 +226,7 @@ GpuWarning memory_warning(const MemoryFootprint& m, const std::string& gpu) {
   w.capacity_gib = m.capacity_gib;
   w.gpus_to_hold = m.gpus_to_hold();
   w.training = m.training;
+  w.activations_most = m.training && m.recompute_segments == 0 && m.activations_gib > 0.5 * m.total_gib();
   return w;
 }
 

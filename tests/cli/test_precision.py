@@ -212,11 +212,11 @@ class DtypeFlag(unittest.TestCase):
         memory = [l for l in err.splitlines() if "needs" in l]
         self.assertEqual(len(memory), 1, err)
         self.assertRegex(memory[0], r"the training step needs 1\d\d\.\d GiB \(weights .*\), more than the memory of 2 GPUs; "
-                                    r"the predictions assume it fits \(split evenly: --parallel dp, tp, pp\): "
+                                    r"the predictions assume it fits \(split evenly: --parallel tp, pp, or dp with zero=3\): "
                                     r"NVIDIA H100 80GB HBM3 80\.0 GiB \(2 hold it\), NVIDIA L4 24\.0 GiB \(\d+ hold it\)$")
         code, out, err = run(EXAMPLE, "--gpu", "l4", "--batch", "64", "--seq", "1024", "--mode", "training", "--quiet")
         self.assertRegex(err, r"NVIDIA L4: the training step needs 1\d\d\.\d GiB \(.*\), more than its 24\.0 GiB; the prediction "
-                              r"assumes it fits \(\d+ such GPUs hold it split evenly: --parallel dp, tp, pp\)")
+                              r"assumes it fits \(\d+ such GPUs hold it split evenly: --parallel tp, pp, or dp with zero=3\)")
 
     def test_a_gpu_file_with_a_database_entry_gives_its_matrix_units(self):
         # A GPU the database lacks, described as `gpus --json` prints an entry: its BF16 peak

@@ -168,10 +168,14 @@ struct GpuWarning {
   double power_w = 0, process_nm = 0, clock_fraction = 1;
   int64_t lanes = 0;
   // The memory kinds: the GPU's memory; memory: the GPUs of it that hold the run split evenly,
-  // and the --parallel axes that split it (a training step: dp, tp, pp; a forward pass: tp).
+  // and the --parallel axes that split it (a training step: tp, pp, or dp with ZeRO-3; a
+  // forward pass: tp).
   double capacity_gib = 0;
   int gpus_to_hold = 0;
   bool training = false;
+  // A training step whose activations, not checkpointed, are most of its memory: the warning
+  // names --recompute.
+  bool activations_most = false;
 };
 // One GPU's warning, as its report says it.
 std::string gpu_warning_text(const GpuWarning& w);
