@@ -486,6 +486,7 @@ json kernel_json(const KernelReport& k, const Gpu& gpu) {
     j["gemm"] = {{"batch", k.kernel.gemm.batch}, {"m", k.kernel.gemm.m}, {"n", k.kernel.gemm.n}, {"k", k.kernel.gemm.k}};
   else if (k.kernel.rows > 0)
     j["vector"] = {{"rows", k.kernel.rows}, {"cols", k.kernel.cols}};
+  if (k.kernel.recomputed) j["recomputed"] = true;
   if (!k.kernel.note.empty()) j["note"] = k.kernel.note;
   return j;
 }
@@ -653,6 +654,10 @@ void put_kernel(std::string& out, const KernelReport& k, const Gpu& gpu) {
   if (!k.kernel.body_node.empty()) {
     put_key(out, "body_node");
     put_str(out, k.kernel.body_node);
+  }
+  if (k.kernel.recomputed) {
+    put_key(out, "recomputed");
+    out += "true";
   }
   if (!k.kernel.note.empty()) {
     put_key(out, "note");

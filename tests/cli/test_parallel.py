@@ -170,9 +170,10 @@ class Recompute(unittest.TestCase):
         self.assertLess(ckpt["memory"]["activations_gib"], 0.3 * plain["memory"]["activations_gib"])
         self.assertAlmostEqual(ckpt["forward_ms"], plain["forward_ms"], places=6)
         self.assertGreater(ckpt["backward_ms"], plain["backward_ms"] + 0.5 * plain["forward_ms"])
-        recomputed = [k for n in ckpt["nodes"] for k in n["kernels"]
-                      if k["phase"] == "backward" and "recomputed forward" in k.get("note", "")]
+        recomputed = [k for n in ckpt["nodes"] for k in n["kernels"] if k.get("recomputed")]
         self.assertTrue(recomputed)
+        self.assertTrue(all(k["phase"] == "backward" and "recomputed forward" in k["note"] for k in recomputed))
+        self.assertFalse([k for n in plain["nodes"] for k in n["kernels"] if "recomputed" in k])
         code, out, err = run(*args, "--recompute", "full")
         self.assertEqual(code, 0, err)
         self.assertIn("checkpointed in", out)
