@@ -250,21 +250,22 @@ void add_math_warnings(Report& r, const Predictor& predictor, const std::vector<
   for (auto& w : math_fallback_notes(kernels, gpu)) add_gpu_warning(r, std::move(w));
 }
 
-// --recompute full: checkpoints where the data path carries least, each segment's forward
-// run again in the backward pass (after tensor parallelism's sharding, whose all-reduces it
-// repeats). Throws InputError outside training.
+// --recompute full: checkpoints where the data path carries least; selective: the attention
+// cores FlashAttention does not already recompute. Each segment's forward runs again in the
+// backward pass (after tensor parallelism's sharding, whose all-reduces it repeats). Throws
+// InputError outside training.
 void add_recompute(Analysis& a, const Options& options) {
   if (options.mode != Mode::training)
     throw InputError(std::string("--recompute ") + recompute_name(options.recompute) +
                      " recomputes a training step's activations: add --mode training");
   if (options.recompute == Recompute::selective) {
-    std::vector<char> flash(a.graph.nodes.size(), 0);
-    for (const Kernel& k : a.kernels.kernels)
-      if (k.op == "flash_attention")
-        for (int m : k.fused_nodes)
-          if (m >= 0 && static_cast<size_t>(m) < flash.size()) flash[static_cast<size_t>(m)] = 1;
-    for (const Kernel& k : a.kernels.kernels)
-      if (k.op == "flash_attention" && k.node >= 0 && static_cast<size_t>(k.node) < flash.size()) flash[static_cast<size_t>(k.node)] = 1;
+    std::vector<char> flash(a.graph.nodes.size(), 0);  // the nodes of FlashAttention kernels
+    for (const Kernel& k : a.kernels.kernels) {
+      if (k.op != "flash_attention") continue;
+      for (int m : k.fused_nodes)
+        if (m >= 0 && static_cast<size_t>(m) < flash.size()) flash[static_cast<size_t>(m)] = 1;
+      if (k.node >= 0 && static_cast<size_t>(k.node) < flash.size()) flash[static_cast<size_t>(k.node)] = 1;
+    }
     a.checkpoints = plan_attention_recompute(a.graph, flash);
   } else {
     a.checkpoints = plan_checkpoints(a.graph, held_activation_dtype(options), saved_activations(a, options));

@@ -288,7 +288,7 @@ ActivationUse activation_use(const Analysis& a, const Options& o, const TensorSh
     if (p != producer.end() || (g.find(r) && !constants.count(r))) live(r, p != producer.end() ? p->second : -1, end);
   }
   ActivationUse use;
-  use.saved_bytes = peak_saved_bytes(checkpointed(a, o, saved_for_backward(a, o, group, resolve, constants)));
+  use.saved_bytes = peak_saved_bytes(checkpointed(a, saved_for_backward(a, o, group, resolve, constants)));
   const auto held = [&](const std::string& name) { return tensor_bytes(g.find(name), o) * (share ? share(name) : 1.0); };
   for (const auto& entry : touched) {
     double b = 0;
@@ -311,16 +311,16 @@ ActivationUse activation_use(const Analysis& a, const Options& o, const TensorSh
 std::vector<SavedActivation> saved_activations(const Analysis& a, const Options& o) {
   const std::vector<int> group = kernel_groups(a);
   const std::unordered_set<std::string> constants = held_values(a.graph);
-  return checkpointed(a, o, saved_for_backward(a, o, group, view_roots(a.graph, group, constants), constants));
+  return checkpointed(a, saved_for_backward(a, o, group, view_roots(a.graph, group, constants), constants));
 }
 
 DType held_activation_dtype(const Options& o) {
   return o.dtype != DType::undefined ? activation_dtype(o.dtype) : DType::undefined;
 }
 
-std::vector<SavedActivation> checkpointed(const Analysis& a, const Options& o, std::vector<SavedActivation> saved) {
+std::vector<SavedActivation> checkpointed(const Analysis& a, std::vector<SavedActivation> saved) {
   if (!a.checkpoints) return saved;
-  return apply_checkpoints(a.graph, held_activation_dtype(o), saved, *a.checkpoints);
+  return apply_checkpoints(saved, *a.checkpoints);
 }
 
 // Tensor-parallel inference (parallel.h tensor_parallel_roles): one GPU holds 1/tp of each

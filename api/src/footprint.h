@@ -61,7 +61,7 @@ ActivationUse activation_use(const Analysis& a, const Options& o, const TensorSh
 std::vector<SavedActivation> saved_activations(const Analysis& a, const Options& o);
 // `saved` under the analysis's activation checkpoints (parallel.h apply_checkpoints), as it is
 // without them.
-std::vector<SavedActivation> checkpointed(const Analysis& a, const Options& o, std::vector<SavedActivation> saved);
+std::vector<SavedActivation> checkpointed(const Analysis& a, std::vector<SavedActivation> saved);
 // The type activations are held in under the options (DType::undefined: each tensor's own).
 DType held_activation_dtype(const Options& o);
 

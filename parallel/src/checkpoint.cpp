@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "data_path.h"
 #include "neusight/parallel.h"
 #include "neusight/parameters.h"
 
@@ -50,19 +51,17 @@ struct Choice {
 double peak_of(const std::vector<int>& positions, const std::vector<PathTensor>& tensors,
                const std::vector<SavedActivation>& saved, size_t nodes) {
   if (positions.size() < 2) return INFINITY;
-  std::vector<int> chosen_upto(nodes + 2, 0);  // checkpoints at positions <= c
-  for (int c : positions) chosen_upto[static_cast<size_t>(c)] += 1;
-  for (size_t c = 1; c < chosen_upto.size(); ++c) chosen_upto[c] += chosen_upto[c - 1];
   auto segment = [&](int node) {
     if (node < positions.front() || node >= positions.back()) return -1;
-    return chosen_upto[static_cast<size_t>(node)] - 1;
+    return static_cast<int>(std::upper_bound(positions.begin(), positions.end(), node) - positions.begin()) - 1;
   };
+  const std::vector<char> crossing = parallel_detail::crossing_any(positions, tensors, nodes);
   std::set<std::string> kept;
   double kept_bytes = 0;
-  for (const PathTensor& t : tensors)
-    if (chosen_upto[static_cast<size_t>(t.last_use)] - chosen_upto[static_cast<size_t>(t.producer)] > 0) {
-      kept.insert(t.name);
-      kept_bytes += t.bytes;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (crossing[i]) {
+      kept.insert(tensors[i].name);
+      kept_bytes += tensors[i].bytes;
     }
   std::vector<double> transient(positions.size(), 0);
   for (const SavedActivation& a : saved) {
@@ -74,6 +73,44 @@ double peak_of(const std::vector<int>& positions, const std::vector<PathTensor>&
 }
 
 }  // namespace
+
+namespace parallel_detail {
+
+std::vector<double> crossing_bytes(const std::vector<PathTensor>& tensors, size_t nodes) {
+  std::vector<double> diff(nodes + 2, 0);
+  for (const PathTensor& t : tensors) {
+    diff[static_cast<size_t>(t.producer) + 1] += t.bytes;
+    diff[static_cast<size_t>(t.last_use) + 1] -= t.bytes;
+  }
+  std::vector<double> cross(nodes + 1, 0);
+  double run = 0;
+  for (size_t c = 0; c <= nodes; ++c) {
+    run += diff[c];
+    cross[c] = run;
+  }
+  return cross;
+}
+
+std::vector<double> crossing_bounds(std::vector<double> sizes) {
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  if (sizes.size() <= kMostBounds) return sizes;
+  std::vector<double> spread;
+  for (size_t k = 0; k < kMostBounds; ++k) spread.push_back(sizes[k * (sizes.size() - 1) / (kMostBounds - 1)]);
+  return spread;
+}
+
+std::vector<char> crossing_any(const std::vector<int>& positions, const std::vector<PathTensor>& tensors, size_t nodes) {
+  std::vector<int> upto(nodes + 2, 0);  // checkpoints at positions <= c
+  for (int c : positions) upto[static_cast<size_t>(c)] += 1;
+  for (size_t c = 1; c < upto.size(); ++c) upto[c] += upto[c - 1];
+  std::vector<char> crossing(tensors.size(), 0);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    crossing[i] = upto[static_cast<size_t>(tensors[i].last_use)] - upto[static_cast<size_t>(tensors[i].producer)] > 0;
+  return crossing;
+}
+
+}  // namespace parallel_detail
 
 std::vector<PathTensor> data_path_tensors(const Graph& g, DType compute) {
   const size_t n = g.nodes.size();
@@ -99,22 +136,12 @@ std::vector<PathTensor> data_path_tensors(const Graph& g, DType compute) {
 CheckpointPlan plan_checkpoints(const Graph& g, DType compute, const std::vector<SavedActivation>& saved) {
   const size_t n = g.nodes.size();
   const std::vector<PathTensor> tensors = data_path_tensors(g, compute);
-  // Bytes crossing each position c (between node c-1 and c): a tensor crosses p+1 .. q.
-  std::vector<double> cross(n + 2, 0);
-  for (const PathTensor& t : tensors) {
-    cross[static_cast<size_t>(t.producer) + 1] += t.bytes;
-    cross[static_cast<size_t>(t.last_use) + 1] -= t.bytes;
-  }
-  for (size_t c = 1; c < cross.size(); ++c) cross[c] += cross[c - 1];
+  const std::vector<double> cross = parallel_detail::crossing_bytes(tensors, n);
   std::vector<double> sizes;
   for (size_t c = 1; c < n; ++c)
     if (cross[c] > 0) sizes.push_back(cross[c]);
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  constexpr size_t kBounds = 256;
   Choice best;
-  for (size_t k = 0; k < std::min(kBounds, sizes.size()); ++k) {
-    const double bound = sizes[sizes.size() <= kBounds ? k : k * (sizes.size() - 1) / (kBounds - 1)];
+  for (const double bound : parallel_detail::crossing_bounds(std::move(sizes))) {
     Choice c;
     for (size_t p = 1; p < n; ++p)
       if (cross[p] > 0 && cross[p] <= bound) c.positions.push_back(static_cast<int>(p));
@@ -147,12 +174,9 @@ CheckpointPlan plan_checkpoints(const Graph& g, DType compute, const std::vector
     while (s + 1 < best.positions.size() && best.positions[s + 1] <= i) ++s;
     plan.segment_of[static_cast<size_t>(i)] = static_cast<int>(s);
   }
-  for (const PathTensor& t : tensors)
-    for (int c : best.positions)
-      if (t.producer < c && c <= t.last_use) {
-        plan.kept.insert(t.name);
-        break;
-      }
+  const std::vector<char> crossing = parallel_detail::crossing_any(best.positions, tensors, n);
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (crossing[i]) plan.kept.push_back(tensors[i]);
   return plan;
 }
 
@@ -214,21 +238,22 @@ CheckpointPlan plan_attention_recompute(const Graph& g, const std::vector<char>&
   return plan;
 }
 
-std::vector<SavedActivation> apply_checkpoints(const Graph& g, DType compute, const std::vector<SavedActivation>& saved,
-                                               const CheckpointPlan& plan) {
+std::vector<SavedActivation> apply_checkpoints(const std::vector<SavedActivation>& saved, const CheckpointPlan& plan) {
   if (plan.segments <= 0) return saved;
-  const size_t n = g.nodes.size();
-  auto segment = [&](int node) { return in_range(node, n) && in_range(node, plan.segment_of.size()) ? plan.segment_of[static_cast<size_t>(node)] : -1; };
+  const size_t n = plan.segment_of.size();
+  auto segment = [&](int node) { return in_range(node, n) ? plan.segment_of[static_cast<size_t>(node)] : -1; };
+  std::set<std::string> kept;
+  for (const PathTensor& t : plan.kept) kept.insert(t.name);
   std::vector<SavedActivation> out;
   std::set<std::string> listed;
   for (SavedActivation a : saved) {
     const int s = segment(a.keeper);
     if (s >= 0 && segment(a.writer) == s) a.segment = s;
-    else if (!a.tensor.empty() && plan.kept.count(a.tensor)) listed.insert(a.tensor);
+    else if (!a.tensor.empty() && kept.count(a.tensor)) listed.insert(a.tensor);
     out.push_back(a);
   }
-  for (const PathTensor& t : data_path_tensors(g, compute)) {
-    if (!plan.kept.count(t.name) || listed.count(t.name)) continue;
+  for (const PathTensor& t : plan.kept) {
+    if (listed.count(t.name)) continue;
     // Kept by the first checkpoint it crosses: the node after it.
     const auto c = std::upper_bound(plan.positions.begin(), plan.positions.end(), t.producer);
     out.push_back({c != plan.positions.end() ? *c : t.producer + 1, t.producer, t.bytes, t.name, -1});

@@ -129,9 +129,7 @@ Link link_for(const Gpu& gpu, double override_gbps, int gpus) {
 }
 
 double ring_allreduce_ms(double bytes, int n, const Link& link) {
-  if (n <= 1 || bytes <= 0) return 0;
-  const double steps = 2.0 * (n - 1);
-  return steps / n * bytes / (link.gbps() * 1e9) * 1e3 + steps * link.step_latency_us * 1e-3;
+  return 2 * ring_reduce_scatter_ms(bytes, n, link);  // a reduce-scatter, then an all-gather
 }
 
 double allreduce_ms(double bytes, int n, const Link& link) {
@@ -152,13 +150,13 @@ double ring_allgather_ms(double bytes, int n, const Link& link) {
 double ring_reduce_scatter_ms(double bytes, int n, const Link& link) { return ring_allgather_ms(bytes, n, link); }
 
 double hierarchical_reduce_scatter_ms(double bytes, int n, int g, const Link& intra, const Link& inter) {
-  if (g <= 1 || n <= g) return g >= n && n > 1 ? ring_reduce_scatter_ms(bytes, n, intra) : ring_reduce_scatter_ms(bytes, n, inter);
+  if (n <= g) return ring_reduce_scatter_ms(bytes, n, intra);  // the group within one domain
+  if (g <= 1) return ring_reduce_scatter_ms(bytes, n, inter);
   return ring_reduce_scatter_ms(bytes, g, intra) + ring_reduce_scatter_ms(bytes / g, n / g, inter);
 }
 
 double hierarchical_allreduce_ms(double bytes, int n, int g, const Link& intra, const Link& inter) {
-  if (g <= 1 || n <= g) return g >= n && n > 1 ? ring_allreduce_ms(bytes, n, intra) : ring_allreduce_ms(bytes, n, inter);
-  return 2 * ring_reduce_scatter_ms(bytes, g, intra) + ring_allreduce_ms(bytes / g, n / g, inter);
+  return 2 * hierarchical_reduce_scatter_ms(bytes, n, g, intra, inter);  // the all-gather mirrors it
 }
 
 double p2p_ms(double bytes, const Link& link) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "data_path.h"
 #include "neusight/parallel.h"
 
 namespace neusight {
@@ -15,24 +16,6 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 bool in_range(int node, size_t n) { return node >= 0 && static_cast<size_t>(node) < n; }
-
-// Float activation bytes of the data path (data_path_tensors) crossing each cut position c
-// (between node c-1 and node c).
-std::vector<double> crossing_bytes(const Graph& g, DType compute) {
-  const size_t n = g.nodes.size();
-  std::vector<double> diff(n + 2, 0);
-  for (const PathTensor& t : data_path_tensors(g, compute)) {
-    diff[static_cast<size_t>(t.producer) + 1] += t.bytes;  // crosses cuts p+1 .. q
-    diff[static_cast<size_t>(t.last_use) + 1] -= t.bytes;
-  }
-  std::vector<double> cross(n + 1, 0);
-  double run = 0;
-  for (size_t c = 0; c <= n; ++c) {
-    run += diff[c];
-    cross[c] = run;
-  }
-  return cross;
-}
 
 // The cut positions nearest the balanced targets total x j / pp among `pool` (ascending cut
 // positions, at least pp - 1 of them), in order.
@@ -95,13 +78,9 @@ std::vector<int> choose_cuts(const std::vector<double>& cum, const std::vector<d
                      std::to_string(candidates.size() + 1) + " parts with work to place on pipeline stages");
   std::vector<double> sizes;
   for (int c : candidates) sizes.push_back(cross[static_cast<size_t>(c)]);
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
-  constexpr size_t kBounds = 256;
   std::vector<std::pair<std::vector<int>, double>> tried;  // cuts, step; bounds ascending
   double shortest = INFINITY;
-  for (size_t k = 0; k < std::min(kBounds, sizes.size()); ++k) {
-    const double bound = sizes[sizes.size() <= kBounds ? k : k * (sizes.size() - 1) / (kBounds - 1)];
+  for (const double bound : parallel_detail::crossing_bounds(std::move(sizes))) {
     std::vector<int> pool;
     for (int c : candidates)
       if (cross[static_cast<size_t>(c)] <= bound) pool.push_back(c);
@@ -142,7 +121,7 @@ StagePlan place_stages(const Graph& g, const std::vector<Kernel>& kernels, const
   std::vector<double> cum(nn + 1, 0);
   for (size_t i = 0; i < nn; ++i) cum[i + 1] = cum[i] + node_cost[i];
   StagePlan p;
-  p.cross = crossing_bytes(g, compute);
+  p.cross = parallel_detail::crossing_bytes(data_path_tensors(g, compute), g.nodes.size());
   if (nn == 0) throw InputError("--parallel: the model has no nodes");
   p.cuts = choose_cuts(cum, p.cross, pp, [&](double bytes) { return p2p_ms(bytes, link); });
   p.stage_of.assign(nn, 0);

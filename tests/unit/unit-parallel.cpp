@@ -102,33 +102,22 @@ TEST_CASE("parallel: interleaved stages on the example: chunks placed round-robi
 TEST_CASE("parallel: gradient all-reduce overlaps the backward pass bucket by bucket") {
   // Four 1 ms backward steps each readying 10 bytes; 20-byte buckets: issued at t=2 and t=4.
   const std::vector<double> steps(4, 1.0), grads(4, 10.0);
-  OverlapTiming o = overlap_allreduce(steps, grads, 20, [](double) { return 1.5; });
+  const auto overlap = [&](double bucket, const std::function<double(double)>& allreduce) {
+    return overlap_sharded(steps, {}, grads, 0, bucket, allreduce, allreduce);
+  };
+  OverlapTiming o = overlap(20, [](double) { return 1.5; });
   CHECK(o.buckets == 2);
   CHECK(o.comm_ms == doctest::Approx(3));
   CHECK(o.end_ms == doctest::Approx(5.5));   // 2-3.5, 4-5.5
   CHECK(o.exposed_ms == doctest::Approx(1.5));
+  CHECK(o.gather_ms == 0);  // no parameters to gather
   // A slow link queues the buckets: 2-5, 5-8 -> 4 ms exposed.
-  o = overlap_allreduce(steps, grads, 20, [](double) { return 3.0; });
+  o = overlap(20, [](double) { return 3.0; });
   CHECK(o.exposed_ms == doctest::Approx(4));
   // Everything in one bucket at the end: nothing overlaps.
-  o = overlap_allreduce(steps, grads, 1e9, [](double b) { return b / 10; });
+  o = overlap(1e9, [](double b) { return b / 10; });
   CHECK(o.buckets == 1);
   CHECK(o.exposed_ms == doctest::Approx(4));
-}
-
-TEST_CASE("parallel: with no parameters to gather, the sharded overlap is the all-reduce overlap") {
-  const std::vector<double> steps(4, 1.0), grads(4, 10.0);
-  for (double d : {1.5, 3.0}) {
-    CAPTURE(d);
-    const auto cost = [d](double) { return d; };
-    const OverlapTiming a = overlap_allreduce(steps, grads, 20, cost);
-    const OverlapTiming b = overlap_sharded(steps, {}, grads, 0, 20, cost, cost);
-    CHECK(b.comm_ms == doctest::Approx(a.comm_ms));
-    CHECK(b.end_ms == doctest::Approx(a.end_ms));
-    CHECK(b.exposed_ms == doctest::Approx(a.exposed_ms));
-    CHECK(b.buckets == a.buckets);
-    CHECK(b.gather_ms == 0);
-  }
 }
 
 TEST_CASE("parallel: ZeRO-3's gathers run a bucket ahead of the steps that need them, worked by hand") {
@@ -521,7 +510,7 @@ TEST_CASE("parallel: activation checkpoints fall where the residual stream alone
   CHECK(p.segments <= 2 * 8 + 4);
   for (int c : p.positions) CHECK(a.graph.nodes[static_cast<size_t>(c)].name.find("causal") == std::string::npos);
   const double residual = 2.0 * 512 * 256 * 4;
-  for (const auto& name : p.kept) CHECK(a.graph.find(name)->num_elements() * 4.0 == doctest::Approx(residual));
+  for (const PathTensor& t : p.kept) CHECK(a.graph.find(t.name)->num_elements() * 4.0 == doctest::Approx(residual));
   // The segments' forward runs again: the backward pass gains about one forward of the layers.
   double recomputed = 0;
   for (const Kernel& k : a.kernels.kernels) recomputed += k.recomputed ? k.flops : 0;

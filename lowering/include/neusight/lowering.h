@@ -202,15 +202,12 @@ struct Kernel {
   ThreadAccess access;            // lowering (serving kernels) or benches -> predictor (memory_parallelism_ms)
 };
 
-// A fused attention kernel (FlashAttention: "flash_attention", class gemm, and its training
-// backward "flash_attention_bwd" with its row pass "flash_bwd_dot"; the decode form over a KV
-// cache "flash_decode", class reduce), which reports total apart from their class.
 // FlashAttention's own GEMM-class kernels (forward and training backward), which load their
 // own head_dim-wide rows: not a library GEMM (no tile alternatives, weight stream or alignment).
 inline bool is_flash_gemm(const Kernel& k) { return k.op == "flash_attention" || k.op == "flash_attention_bwd"; }
-inline bool is_attention_kernel(const Kernel& k) {
-  return k.op == "flash_attention" || k.op == "flash_decode" || k.op == "flash_attention_bwd" || k.op == "flash_bwd_dot";
-}
+// A fused attention kernel: those, the backward's row pass "flash_bwd_dot" and the decode form
+// over a KV cache "flash_decode" (class reduce), which reports total apart from their class.
+inline bool is_attention_kernel(const Kernel& k) { return is_flash_gemm(k) || k.op == "flash_decode" || k.op == "flash_bwd_dot"; }
 
 // Work counts (useful FLOPs, compulsory bytes) of the kernel shapes, one set for the lowering
 // and the dataset reader (predictor/dataset.h): the networks are trained on the counts the

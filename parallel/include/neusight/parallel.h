@@ -173,44 +173,16 @@ struct OverlapTiming {
   double gather_ms = 0;   // of comm_ms, parameter all-gathers (overlap_sharded)
   double live_gather_bytes = 0;  // the most gathered parameter bytes held at once (a bucket and the one prefetched)
 };
-// Gradient all-reduce overlapped with the backward pass: the backward runs `steps` in
-// order (step i takes step_ms[i] and makes grad_bytes[i] bytes of gradient ready when it
-// ends); gradients fill buckets of `bucket_bytes` in that order, a full bucket (and the
-// last, partial one at the end) is issued when its last gradient is ready, and buckets
-// run one after another on the link, each taking allreduce_ms(bytes).
-template <class F>
-OverlapTiming overlap_allreduce(const std::vector<double>& step_ms, const std::vector<double>& grad_bytes,
-                                double bucket_bytes, F allreduce_ms) {
-  OverlapTiming o;
-  double t = 0, link_free = 0, pending = 0;
-  auto issue = [&](double ready) {
-    const double d = allreduce_ms(pending);
-    const double start = ready > link_free ? ready : link_free;
-    link_free = start + d;
-    o.comm_ms += d;
-    ++o.buckets;
-    pending = 0;
-  };
-  for (size_t i = 0; i < step_ms.size(); ++i) {
-    t += step_ms[i];
-    pending += i < grad_bytes.size() ? grad_bytes[i] : 0;
-    if (pending > 0 && pending >= bucket_bytes) issue(t);
-  }
-  if (pending > 0) issue(t);
-  o.end_ms = link_free > t ? link_free : t;
-  o.exposed_ms = link_free > t ? link_free - t : 0;
-  return o;
-}
-
-// Parameters sharded over the data-parallel GPUs (ZeRO stage 3, FSDP) and their gradients
-// reduced beside one pass of `step_ms` (forward or backward): step i needs need_bytes[i] of
-// parameters all-gathered before it starts and readies grad_bytes[i] of gradients when it
-// ends (either list may be empty). The needs are gathered in buckets, in step order, each
-// closed once it holds at least `gather_bucket_bytes`; the first is issued at 0, each next one
-// when the steps of the one before start (one bucket prefetched), and a step waits for its
-// bucket. Gradients fill buckets of `grad_bucket_bytes` as in overlap_allreduce, each reduced
-// with reduce_ms(bytes). Every transfer takes the one link in the order it is issued.
-// With no needs this is overlap_allreduce with reduce_ms in place of the all-reduce.
+// The data-parallel collectives beside one pass of `step_ms` (forward or backward): step i
+// needs need_bytes[i] of parameters all-gathered before it starts (ZeRO stage 3, FSDP; empty
+// otherwise) and readies grad_bytes[i] of gradients when it ends (empty in a forward pass).
+// Gradients fill buckets of `grad_bucket_bytes` in step order; a full bucket (and the last,
+// partial one at the end) is issued when its last gradient is ready and reduced with
+// reduce_ms(bytes) (DDP's all-reduce, ZeRO's reduce-scatter). The needs are gathered in
+// buckets, in step order, each closed once it holds at least `gather_bucket_bytes`; the first
+// is issued at 0, each next one when the steps of the one before start (one bucket
+// prefetched), and a step waits for its bucket. Every transfer takes the one link in the
+// order it is issued.
 OverlapTiming overlap_sharded(const std::vector<double>& step_ms, const std::vector<double>& need_bytes,
                               const std::vector<double>& grad_bytes, double gather_bucket_bytes,
                               double grad_bucket_bytes, const std::function<double(double)>& gather_ms,
@@ -358,7 +330,7 @@ struct CheckpointPlan {
   std::vector<int> segment_of;  // per node: its segment, -1: none
   int segments = 0;
   std::vector<int> positions;   // the checkpoints (between node c-1 and c), ascending
-  std::set<std::string> kept;   // the data-path tensors crossing them
+  std::vector<PathTensor> kept;  // the data-path tensors crossing them
 };
 // Chooses the checkpoints from `saved` (the activations the step keeps without them): for
 // each bound on the bytes a checkpoint carries (the distinct crossing sizes, ascending, at
@@ -377,8 +349,7 @@ CheckpointPlan plan_attention_recompute(const Graph& graph, const std::vector<ch
 // `saved` under the plan: an activation kept and written in one segment is recomputed there
 // (its segment set); the checkpoints' tensors are added as kept activations (keeper: the node
 // after the checkpoint), each tensor kept once.
-std::vector<SavedActivation> apply_checkpoints(const Graph& graph, DType compute, const std::vector<SavedActivation>& saved,
-                                               const CheckpointPlan& plan);
+std::vector<SavedActivation> apply_checkpoints(const std::vector<SavedActivation>& saved, const CheckpointPlan& plan);
 // The most activation bytes alive at once: the kept ones and the largest segment's.
 double peak_saved_bytes(const std::vector<SavedActivation>& saved);
 // The kernel list with each segment's forward kernels run again in the backward pass (phase
