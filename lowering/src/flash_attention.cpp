@@ -30,17 +30,23 @@ bool scalar_const(const Graph& g, const std::string& name) {
 // Walks from a GEMM operand back to the tensor the attention kernel reads: through free
 // views and strided transposes, the Expand of a grouped-query head repetition (repeat_kv:
 // read in place by the kernel, whose query heads share a KV head) and a KV-cache Concat
-// along the sequence of a graph input with the step's new keys or values (the kernel
-// writes the new entries into the cache in place). Collects those nodes in `absorbed` and
-// the cache's new part in `appended`.
+// along the sequence of a graph input with the step's new keys or values. Under full fusion
+// the kernel writes the new entries into the cache in place (flash_attn_with_kvcache, a
+// serving engine's paged cache): the Concat is absorbed. Under eager the cache grows as
+// Hugging Face's DynamicCache grows it, by torch.cat: a copy of the whole cache every step
+// (of the new keys into an empty one in a prompt), the Concat's own kernel, whose output the
+// attention reads. Collects the absorbed nodes in `absorbed` and the cache's new part in
+// `appended`.
 struct Operand {
   const TensorInfo* stored = nullptr;  // what the kernel reads (the whole cache for a Concat)
   const TensorInfo* appended = nullptr;
   std::vector<int> absorbed;
   bool sliced = false;  // a leading slice of the cache's last axis (MLA's values: the latent)
+  bool cache = false;   // `stored` is a KV cache (absorbed Concat or the eager one's output)
 };
 
-Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, const std::string& start) {
+Operand trace_operand(const Graph& g, const LoweringOptions& opt, const Consumers& cons, const Plan& plan,
+                      const std::string& start) {
   Operand o;
   std::string t = start;
   for (int guard = 0; guard < 16; ++guard) {
@@ -86,6 +92,11 @@ Operand trace_operand(const Graph& g, const Consumers& cons, const Plan& plan, c
                                std::find(g.inputs.begin(), g.inputs.end(), p.inputs[0]) != g.inputs.end();
       const int64_t axis = p.attr_i("axis", 0);
       if (graph_input && past && out && out->shape.size() == 4 && (axis == 2 || axis == -2)) {
+        o.cache = true;
+        if (opt.fusion != Fusion::full) {
+          o.stored = out;  // DynamicCache's torch.cat: a kernel of its own
+          return o;
+        }
         o.absorbed.push_back(pi);
         o.appended = tensor(g, p.inputs[1]);
         o.stored = out;
@@ -205,7 +216,7 @@ bool match_flash_attention(const Graph& g, const LoweringOptions& opt, const Con
     }
   }
   for (const std::string& operand : {m.inputs[1], g.nodes[static_cast<size_t>(av)].inputs[1]}) {
-    const Operand op = trace_operand(g, cons, plan, operand);
+    const Operand op = trace_operand(g, opt, cons, plan, operand);
     if (!op.stored || !op.stored->fully_known()) return false;
     nodes.insert(nodes.end(), op.absorbed.begin(), op.absorbed.end());
   }
@@ -537,8 +548,8 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
   const TensorInfo* q = tensor(g, qk.inputs[0]);
   const TensorInfo* scores = tensor(g, qk.outputs[0]);
   const TensorInfo* o = tensor(g, av.outputs[0]);
-  const Operand k = trace_operand(g, cons, plan, qk.inputs[1]);
-  const Operand v = trace_operand(g, cons, plan, av.inputs[1]);
+  const Operand k = trace_operand(g, opt, cons, plan, qk.inputs[1]);
+  const Operand v = trace_operand(g, opt, cons, plan, av.inputs[1]);
   LowerCtx c{g, opt, qk, grp.anchor, out, &plan};
   FlashProblem f;
   f.dtype = c.dtype(q);
@@ -586,7 +597,7 @@ void emit_flash_attention(const Graph& g, const LoweringOptions& opt, const Plan
   // Values sliced from the keys' own cache (MLA): one cache, read once, appended once.
   f.shared_kv = v.sliced && k.stored && v.stored == k.stored;
   // A cache (keys that the step appends to): --kv-dtype's element type.
-  if (opt.kv_cache_dtype != DType::undefined && (k.appended || v.appended)) f.kv_dtype = opt.kv_cache_dtype;
+  if (opt.kv_cache_dtype != DType::undefined && (k.cache || v.cache)) f.kv_dtype = opt.kv_cache_dtype;
   for (const Operand* op : {&k, &v})
     if (op->appended && !(f.shared_kv && op == &v))
       f.appended_bytes += double(numel(op->appended)) * element_bytes(f.cache_dtype());

@@ -480,6 +480,31 @@ TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel
   const Analysis eager = prepare(d.step, o);
   CHECK(count_op(eager.kernels, "flash_decode") == 0);
   CHECK(count_op(eager.kernels, "softmax") == 2);
+  // SDPA beside eager kernels: the attention is one kernel, but the cache still grows by
+  // DynamicCache's torch.cat (a copy of the whole cache, K and V, each step), which the
+  // attention then reads without appending to it.
+  o.attention = Attention::fused;
+  const Analysis sdpa = prepare(d.step, o);
+  CHECK(count_op(sdpa.kernels, "flash_decode") == 2);
+  int cache_copies = 0;
+  for (const Kernel& k : sdpa.kernels.kernels) {
+    // Read the 1000 cached entries and the new one, write the 1001 (batch 2, 2 KV heads of 64,
+    // FP16); the other concatenations are rotate_half's.
+    if (k.op == "concat" && k.bytes == doctest::Approx((2.0 * 2 * 1000 * 64 + 2.0 * 2 * 64 + 2.0 * 2 * 1001 * 64) * 2))
+      ++cache_copies;
+    if (k.op == "flash_decode") {
+      CHECK(k.bytes == doctest::Approx((2.0 * 2 * 2 * 1001 * 64 + 2.0 * 2 * 8 * 64) * 2));
+      CHECK(k.note.find("append") == std::string::npos);
+    }
+  }
+  CHECK(cache_copies == 2 * 2);  // K and V of each layer
+  // Full fusion appends in place: the step moves the cache once, not three times.
+  Options f = o;
+  f.fusion = Fusion::full;
+  double sdpa_bytes = 0, full_bytes = 0;
+  for (const Kernel& k : sdpa.kernels.kernels) sdpa_bytes += k.bytes;
+  for (const Kernel& k : prepare(d.step, f).kernels.kernels) full_bytes += k.bytes;
+  CHECK(sdpa_bytes - full_bytes > 2 * 2.0 * 2 * 2 * 1000 * 64 * 2 * 0.99);
 }
 
 TEST_CASE("generation: an ONNX decoder export with past_key_values inputs predicts like its config") {
