@@ -741,6 +741,25 @@ void mark_strided_views(const Graph& g, const LoweringOptions& opt, const Consum
       if (!o.empty() && !read_by_gemm_only(o)) all = false;
     if (all) plan.free_reason[i] = FreeReason::strided_view_read_by_gemm;
   }
+}
+
+// Phase 2 (continued): unit-step slices read through their strides by pointwise readers.
+void mark_slice_views(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
+  const size_t n = g.nodes.size();
+  // Eager inference: a unit-step slice read only by pointwise ops and concatenations is
+  // PyTorch's basic indexing, a view (rotate_half's x[..., :d/2] and x[..., d/2:] before
+  // torch.cat((-x2, x1))); the readers' TensorIterator walks it through its strides. In
+  // training its backward (slice_backward: zeros, then a copy) stays priced as the copy's.
+  if (opt.fusion == Fusion::eager && opt.mode == Mode::inference)
+    for (size_t i = 0; i < n; ++i) {
+      const Node& nd = g.nodes[i];
+      if (nd.op_type != "Slice" || plan.free_reason[i] != FreeReason::none || nd.outputs.empty() ||
+          !unit_step_slice(g, nd))
+        continue;
+      if (read_only_by(g, cons, plan, nd.outputs[0],
+                       [](size_t, const Node& cn) { return pointwise(cn) || cn.op_type == "Concat"; }))
+        plan.free_reason[i] = FreeReason::strided_view_read_by_elementwise;
+    }
 
   // Full fusion: a GEMM output's unit-step slice read only by pointwise ops (Phi-3's
   // gate_up_proj chunked into gate and up for silu(gate) * up) is an index into the GEMM's
@@ -851,6 +870,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   mark_free_nodes(g, opt, cons, plan);
   if (opt.fusion == Fusion::none) return plan;
   mark_strided_views(g, opt, cons, plan);
+  mark_slice_views(g, opt, cons, plan);
   mark_mixer_views(g, cons, plan);
   group_framework_kernels(g, opt, cons, plan);
   if (opt.fusion == Fusion::full) full_fusion(g, cons, plan);

@@ -170,7 +170,8 @@ LowerCtx::StridedRead LowerCtx::strided_read(size_t i) const {
   const TensorInfo* v = in(i);
   const double eb = element_bytes(dtype(v));
   r.elem_bytes = eb;
-  if (!x || !x->fully_known() || x->shape.empty()) return r;
+  // A slice's view keeps the stored order: runs of its innermost dimension, read whole.
+  if (tr.op_type != "Transpose" || !x || !x->fully_known() || x->shape.empty()) return r;
   const size_t rank = x->shape.size();
   std::vector<size_t> perm;
   if (!transpose_perm(tr, rank, perm)) return r;

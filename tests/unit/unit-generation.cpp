@@ -364,6 +364,14 @@ TEST_CASE("generation: --attention fused runs FlashAttention beside eager kernel
   CHECK(count_op(sdpa.kernels, "softmax") == 0);
   // The rest stays eager: the same norms and activations as without the fused attention.
   CHECK(count_op(sdpa.kernels, "rotary") == count_op(eager.kernels, "rotary"));
+  // rotate_half's halves are views (PyTorch's basic indexing) that its neg and cat read
+  // through their strides: no slice copies in eager inference; --fusion none copies them.
+  CHECK(count_op(eager.kernels, "slice") == 0);
+  CHECK(count_op(eager.kernels, "neg") == 2 * 2);
+  Options none = o;
+  none.fusion = Fusion::none;
+  none.attention = Attention::unfused;
+  CHECK(count_op(prepare(d.prefill, none).kernels, "slice") >= 2 * 2 * 2);  // two halves of q and k, per layer
   const Options full_options = serving(DType::f16, 2, 64);
   const Analysis full = prepare(d.prefill, full_options);
   CHECK(sdpa.kernels.kernels.size() > full.kernels.kernels.size());
