@@ -782,6 +782,47 @@ void mark_slice_views(const Graph& g, const LoweringOptions& opt, const Consumer
     }
 }
 
+// Phase 4, eager 16-bit inference (--dtype fp16 / bf16): the decomposed RMSNorms (with their
+// weight) as Hugging Face's RMSNorm modules run them, in FP32 whatever the model's dtype:
+// hidden.to(float32), pow, mean, add, rsqrt, hidden * rsqrt, .to(input dtype), weight *
+// hidden. The input is read by pow and the normalisation through an FP32 copy (a cast
+// kernel before pow), the statistics and the normalised rows are FP32, and the weight's
+// multiply reads a 16-bit copy of them (a cast kernel before it).
+void mark_fp32_norms(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
+  const DType act = activation_dtype(opt);
+  if (opt.fusion != Fusion::eager || opt.mode != Mode::inference || opt.compute_dtype == DType::undefined ||
+      !is_float(act) || dtype_bits(act) != 16)
+    return;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    Group grp;
+    if (plan.free_reason[i] != FreeReason::none || plan.group_of[i] >= 0 ||
+        !match_rmsnorm(g, cons, plan, static_cast<int>(i), grp))
+      continue;
+    std::vector<int> chain;  // the norm's nodes past a slice it reads
+    for (int m : grp.nodes)
+      if (g.nodes[static_cast<size_t>(m)].op_type != "Slice") chain.push_back(m);
+    const Node& weight = g.nodes[static_cast<size_t>(chain.back())];
+    const bool weighted = chain.size() >= 6 && weight.op_type == "Mul";
+    if (!weighted || std::any_of(chain.begin(), chain.end(), [&](int m) {
+          return plan.free_reason[static_cast<size_t>(m)] != FreeReason::none || plan.group_of[static_cast<size_t>(m)] >= 0;
+        }))
+      continue;
+    const std::string& x = g.nodes[i].inputs[0];
+    const TensorInfo* xt = tensor(g, x);
+    if (!xt || !is_float(xt->dtype) || plan.tensor_dtype.count(x)) continue;
+    const std::string& normed = g.nodes[static_cast<size_t>(chain[chain.size() - 2])].outputs[0];
+    for (size_t k = 0; k + 1 < chain.size(); ++k) {
+      const Node& nd = g.nodes[static_cast<size_t>(chain[k])];
+      plan.tensor_dtype[nd.outputs[0]] = DType::f32;
+      if (std::find(nd.inputs.begin(), nd.inputs.end(), x) != nd.inputs.end())
+        plan.read_dtype[{chain[k], x}] = DType::f32;
+    }
+    plan.read_dtype[{chain.back(), normed}] = act;
+    plan.casts_before.insert({chain.front(), {x, DType::f32}});
+    plan.casts_before.insert({chain.back(), {normed, act}});
+  }
+}
+
 // Phase 3, eager and full: the framework kernels recognised from decomposed ONNX
 // (FlashAttention and rotary under full inference, norms, addmm, activation islands).
 void group_framework_kernels(const Graph& g, const LoweringOptions& opt, const Consumers& cons, Plan& plan) {
@@ -873,6 +914,7 @@ Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons
   mark_slice_views(g, opt, cons, plan);
   mark_mixer_views(g, cons, plan);
   group_framework_kernels(g, opt, cons, plan);
+  mark_fp32_norms(g, opt, cons, plan);
   if (opt.fusion == Fusion::full) full_fusion(g, cons, plan);
   if (opt.serving_kernels && opt.mode == Mode::inference) merge_parallel_gemms(g, plan);
   return plan;

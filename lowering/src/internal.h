@@ -55,6 +55,14 @@ struct Plan {
   // Inference below --fusion full: DequantizeLinear nodes that feed GEMM operands yet run as
   // written (a fusing engine would run them inside the GEMMs).
   int64_t unfused_dequantize = 0;
+  // Eager 16-bit inference: the decomposed RMSNorms that Hugging Face's modules compute in
+  // FP32 (mark_fp32_norms). `tensor_dtype`: the dtype their kernels write, by tensor;
+  // `read_dtype`: a node's read of a tensor through a cast copy (the FP32 copy of the 16-bit
+  // input, the 16-bit copy of the FP32 result), by node and tensor; `casts_before`: the casts
+  // run before a node, the tensor and the dtype it is cast to. LowerCtx::dtype reads them.
+  std::unordered_map<std::string, DType> tensor_dtype;
+  std::map<std::pair<int, std::string>, DType> read_dtype;
+  std::multimap<int, std::pair<std::string, DType>> casts_before;
 };
 
 Plan make_plan(const Graph& g, const LoweringOptions& opt, const Consumers& cons);
@@ -98,6 +106,10 @@ struct LowerCtx {
   // GEMM (--fusion full on a quantize-dequantize model); DType::undefined otherwise.
   DType quantized_operand(size_t i) const;
 };
+
+// A cast a framework runs that the graph does not spell (Plan::casts_before): `x`, stored
+// in its writer's dtype, read and written again as `to`, a memory kernel of c's node.
+void emit_cast_copy(const LowerCtx& c, const TensorInfo* x, DType to);
 
 // Bytes of a whole tensor in its compute dtype (0 for an absent optional input).
 double tensor_bytes(const LowerCtx& c, const TensorInfo* t);

@@ -106,6 +106,10 @@ const TensorInfo* LowerCtx::outp(size_t i) const {
 }
 
 DType LowerCtx::dtype(const TensorInfo* t) const {
+  if (plan && t && !plan->tensor_dtype.empty()) {
+    if (auto it = plan->read_dtype.find({index, t->name}); it != plan->read_dtype.end()) return it->second;
+    if (auto it = plan->tensor_dtype.find(t->name); it != plan->tensor_dtype.end()) return it->second;
+  }
   if (opt.compute_dtype != DType::undefined && t && is_float(t->dtype)) return activation_dtype(opt);
   return t && t->dtype != DType::undefined ? t->dtype : DType::f32;
 }
@@ -606,6 +610,10 @@ void Lowering::forward(const Graph& g, std::vector<Kernel>& out, int owner, cons
           throw InputError("node '" + n.name + "': tensor '" + name + "' has more elements than 64 bits can count");
       }
     if (plan.free_reason[i] != FreeReason::none) continue;
+    for (auto [it, end] = plan.casts_before.equal_range(static_cast<int>(i)); it != end; ++it) {
+      const LowerCtx c{g, opt, n, static_cast<int>(i), out, &plan};
+      emit_cast_copy(c, g.find(it->second.first), it->second.second);
+    }
     if (plan.group_of[i] >= 0) {
       const Group& grp = plan.groups[static_cast<size_t>(plan.group_of[i])];
       if (top)

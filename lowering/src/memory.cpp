@@ -224,6 +224,23 @@ void lower_view(LowerCtx&) {}
 
 }  // namespace
 
+void emit_cast_copy(const LowerCtx& c, const TensorInfo* x, DType to) {
+  if (!x || !x->fully_known() || !c.plan) return;
+  // The dtype x is stored in: its writer's (Plan::tensor_dtype), else the graph's as --dtype
+  // sets it (the node's own reads of x go through the copy, so not c.dtype(x)).
+  const auto own = c.plan->tensor_dtype.find(x->name);
+  const DType from = own != c.plan->tensor_dtype.end()                               ? own->second
+                     : c.opt.compute_dtype != DType::undefined && is_float(x->dtype) ? activation_dtype(c.opt)
+                                                                                     : x->dtype;
+  Kernel k = c.base(KernelClass::memory, "cast");
+  k.dtype = to;
+  rows_cols(x, k.rows, k.cols);
+  k.bytes = double(numel(x)) * (element_bytes(from) + element_bytes(to));
+  k.operand_elems = {numel(x)};
+  k.note = std::string("cast to ") + dtype_name(to) + " that the graph does not spell (Hugging Face's RMSNorm runs in FP32)";
+  c.out.push_back(k);
+}
+
 void add_memory_rules(RuleTable& r) {
   auto mem = [](const char* name, Reads reads) {
     const std::string nm = name;

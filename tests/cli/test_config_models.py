@@ -469,7 +469,9 @@ class ConfigModels(unittest.TestCase):
         bf16 = run_json(*args, "--dtype", "bf16")
         self.assertEqual(bf16["dtype"], "bf16")
         self.assertFalse([w for w in bf16["warnings"] if "bfloat16" in w])
-        self.assertLess(bf16["e2e_latency_ms"], fp32["e2e_latency_ms"])
+        # The GEMMs run on tensor cores; at 64 tokens of a small model the whole run is set by
+        # kernel launches, which BF16 adds to (the RMSNorms' casts to FP32 and back).
+        self.assertLess(bf16["totals_by_class_ms"]["gemm"], fp32["totals_by_class_ms"]["gemm"])
         plain = os.path.join(self.dir, "llama_plain.json")
         with open(plain, "w") as f:
             json.dump(LLAMA, f)

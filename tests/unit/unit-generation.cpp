@@ -415,6 +415,39 @@ TEST_CASE("generation: --attention fused runs FlashAttention beside eager kernel
   CHECK(flash.memory->activations_gib < train.memory->activations_gib);
 }
 
+TEST_CASE("generation: eager 16-bit RMSNorms run in FP32 between two casts, as Hugging Face's modules do") {
+  const Decoder d = config_decoder(small_llama(8, 2));
+  Options o = serving(DType::bf16, 2, 64);
+  o.fusion = Fusion::eager;
+  const Analysis eager = prepare(d.prefill, o);
+  const int norms = 2 * 2 + 1;  // two per layer and the final one
+  const double rows = 2.0 * 64, elems = rows * 512;
+  int up = 0, down = 0, fp32_math = 0;
+  for (const Kernel& k : eager.kernels.kernels) {
+    if (k.op == "cast" && k.dtype == DType::f32 && k.bytes == doctest::Approx(elems * (2 + 4))) ++up;
+    if (k.op == "cast" && k.dtype == DType::bf16 && k.bytes == doctest::Approx(elems * (4 + 2))) ++down;
+    // pow and the normalisation read the FP32 copy and write FP32 (the attention's scaling
+    // divide stays BF16); the statistics are FP32.
+    if ((k.op == "pow" || k.op == "div") && k.dtype == DType::f32) {
+      ++fp32_math;
+      CHECK(k.bytes == doctest::Approx(elems * 8).epsilon(0.01));
+    }
+    if (k.op == "reducemean") CHECK(k.bytes == doctest::Approx(elems * 4 + rows * 4));
+  }
+  CHECK(up == norms);
+  CHECK(down == norms);
+  CHECK(fp32_math == 2 * norms);
+  // The weight's multiply reads the 16-bit copy: every mul stays BF16.
+  for (const Kernel& k : eager.kernels.kernels)
+    if (k.op == "mul") CHECK(k.dtype == DType::bf16);
+  // FP32 runs no casts (to(float32) of an FP32 tensor is the tensor), full fusion one kernel.
+  o.dtype = DType::f32;
+  CHECK(count_op(prepare(d.prefill, o).kernels, "cast") == 0);
+  const Analysis full = prepare(d.prefill, serving(DType::bf16, 2, 64));
+  CHECK(count_op(full.kernels, "cast") == 0);
+  CHECK(count_op(full.kernels, "rmsnorm") == norms);
+}
+
 TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel per layer") {
   const ModelConfig c = small_llama(8, 2);
   const Decoder d = config_decoder(c);
