@@ -415,9 +415,10 @@ def llm(binary, d, configs, gpu, tmp):
         return
     print(f"LLM generation, BF16, --gpu {gpu}, --timing kernel: the GPU's busy time of a prefill and of one decode step")
     print("at the cache length measured, against --generate's TTFT and last decode step. eager: --fusion eager")
-    print("(attention as MatMul + Softmax kernels); sdpa: --fusion eager --attention fused (FlashAttention beside")
-    print("eager elementwise kernels, as PyTorch's scaled_dot_product_attention runs); full: --fusion full")
-    setups = (("eager", ["--fusion", "eager"]), ("sdpa", ["--fusion", "eager", "--attention", "fused"]),
+    print("--attention unfused (attention as MatMul + Softmax kernels); sdpa: --fusion eager, whose automatic attention")
+    print("is FlashAttention beside eager elementwise kernels, as PyTorch's scaled_dot_product_attention runs;")
+    print("full: --fusion full")
+    setups = (("eager", ["--fusion", "eager", "--attention", "unfused"]), ("sdpa", ["--fusion", "eager"]),
               ("full", ["--fusion", "full"]))
     print(f"  {'run':<24}{'prefill':>9}" + "".join(f"{s:>17}" for s, _ in setups) + f"{'decode':>9}"
           + "".join(f"{s:>17}" for s, _ in setups))

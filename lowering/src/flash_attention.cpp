@@ -448,7 +448,10 @@ bool attention_fused(const LoweringOptions& opt) {
   // Training fuses attention when asked (its backward is FlashAttention-2's, training.cpp);
   // automatic keeps eager attention there, as the measured training runs ran it.
   if (opt.mode != Mode::inference) return opt.attention == Attention::fused;
-  return opt.attention == Attention::automatic ? opt.fusion == Fusion::full : opt.attention == Attention::fused;
+  // Automatic inference: fused under full fusion, and under eager as transformers' default
+  // (attn_implementation "sdpa") runs it; FlashAttention runs 16-bit only (the match checks),
+  // so FP32 eager attention stays MatMul + Softmax, as the measured FP32 runs ran it.
+  return opt.attention == Attention::automatic ? opt.fusion != Fusion::none : opt.attention == Attention::fused;
 }
 
 bool flash_attention_applies(const LoweringOptions& opt, DType dt) {

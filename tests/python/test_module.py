@@ -177,7 +177,7 @@ class Analyze(unittest.TestCase):
             want = run_json(step, "--gpu", "l40s", "--generate", "64:8", "--fusion", "eager", "--timing", "device")
             got = n.generate(step, "l40s", 64, 8, fusion="eager", timing="device")
             self.assertTrue(same(got, want))
-            self.assertIn("unfused attention", got["generation"]["execution"])
+            self.assertIn("FlashAttention, unfused kernels", got["generation"]["execution"])
             self.assertTrue(same(n.generate(onnx.load(step), "l40s", 64, 8, fusion="eager", timing="device")["generation"],
                                  want["generation"]))
             # Speculative decoding with the ONNX decoder as its own draft.

@@ -355,6 +355,12 @@ TEST_CASE("generation: --attention fused runs FlashAttention beside eager kernel
   const Decoder d = config_decoder(small_llama(8, 2));
   Options o = serving(DType::f16, 2, 64);
   o.fusion = Fusion::eager;
+  // Automatic: transformers' default, SDPA (FlashAttention at 16 bits); FP32 stays unfused.
+  CHECK(count_op(prepare(d.prefill, o).kernels, "flash_attention") == 2);
+  Options fp32 = o;
+  fp32.dtype = DType::f32;
+  CHECK(count_op(prepare(d.prefill, fp32).kernels, "flash_attention") == 0);
+  o.attention = Attention::unfused;
   const Analysis eager = prepare(d.prefill, o);
   CHECK(count_op(eager.kernels, "flash_attention") == 0);
   CHECK(count_op(eager.kernels, "softmax") == 2);
@@ -516,8 +522,10 @@ TEST_CASE("generation: --fusion full runs attention as one FlashAttention kernel
         CHECK(k.bytes == doctest::Approx((2.0 * 2 * 2 * 1001 * 64 + 2.0 * 2 * 8 * 64) * 2));
   }
   o.serving_kernels = false;
-  // Eager keeps HF's unfused attention: the cache concatenation copies, softmax separate.
+  // Eager with unfused attention (attn_implementation "eager"): the cache concatenation
+  // copies, softmax separate.
   o.fusion = Fusion::eager;
+  o.attention = Attention::unfused;
   const Analysis eager = prepare(d.step, o);
   CHECK(count_op(eager.kernels, "flash_decode") == 0);
   CHECK(count_op(eager.kernels, "softmax") == 2);
@@ -1553,6 +1561,7 @@ TEST_CASE("generation: a long prompt's activations are its largest kernel's, not
   // Eager attention writes them (and the probabilities): the largest working set is theirs.
   Options eager = serving(DType::bf16, 1);
   eager.fusion = Fusion::eager;
+  eager.attention = Attention::unfused;
   const GenerationReport unfused = generate(d, eager, s, 16, "h100");
   CHECK(unfused.activation_bytes >= 32.0 * s * s * 2);
   CHECK(unfused.max_batch < fused.max_batch);
