@@ -339,12 +339,19 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   if (options.parallel.active)
     a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, options.parallel.ep,
                                       options.parallel.sequence_parallel);
+  if (options.parallel.active && options.parallel.cp > 1) {
+    if (options.attention != Attention::fused)
+      throw InputError("--parallel cp=" + std::to_string(options.parallel.cp) +
+                       ": context parallelism passes the keys and values round a ring inside FlashAttention (Megatron-LM "
+                       "with Transformer Engine): add --attention fused");
+    a.kernels = shard_context_parallel(a.graph, a.kernels, options.parallel.cp);
+  }
   if (options.parallel.active && options.parallel.zero >= 1)
-    a.kernels = shard_optimizer_updates(a.kernels, options.parallel.dp);
+    a.kernels = shard_optimizer_updates(a.kernels, options.parallel.dp * options.parallel.cp);
   if (options.parallel.active && options.parallel.sequence_parallel && options.parallel.tp == 1)
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel sp=1 splits the sequence over the tensor-parallel "
                                                               "GPUs, and tp=1: sp changes nothing"});
-  if (options.parallel.active && options.parallel.zero >= 1 && options.parallel.dp == 1)
+  if (options.parallel.active && options.parallel.zero >= 1 && options.parallel.dp * options.parallel.cp == 1)
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel zero=" + std::to_string(options.parallel.zero) +
                                                                   " shards over the data-parallel GPUs, and dp=1: zero changes nothing"});
   if (options.parallel.active && options.parallel.ep > 1 &&

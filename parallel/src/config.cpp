@@ -28,7 +28,7 @@ const char* schedule_name(PipelineSchedule s) { return s == PipelineSchedule::gp
 ParallelConfig parse_parallel(const std::string& spec) {
   ParallelConfig c;
   c.active = true;
-  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1])");
+  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,cp=C][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1])");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {
@@ -40,6 +40,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
     else if (key == "tp") c.tp = parse_degree(key, value, spec);
     else if (key == "pp") c.pp = parse_degree(key, value, spec);
     else if (key == "ep") c.ep = parse_degree(key, value, spec);
+    else if (key == "cp") c.cp = parse_degree(key, value, spec);
     else if (key == "microbatches" || key == "mb") c.microbatches = parse_degree(key, value, spec);
     else if (key == "vp") c.virtual_stages = parse_degree(key, value, spec);
     else if (key == "sp") {
@@ -56,7 +57,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, ep, microbatches, schedule, vp, zero, sp)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, cp, ep, microbatches, schedule, vp, zero, sp)");
     }
   }
   return c;
@@ -65,7 +66,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
 int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_batch) {
   if (mode != Mode::training) throw InputError("--parallel predicts training: add --mode training");
   if (c.ep != 1)
-    throw InputError("--parallel: ep (experts spread over GPUs) is for inference and --generate; training takes dp, tp and pp");
+    throw InputError("--parallel: ep (experts spread over GPUs) is for inference and --generate; training takes dp, tp, pp and cp");
   if (c.zero >= 2 && c.pp > 1)
     throw InputError("--parallel: zero=" + std::to_string(c.zero) + " with pp=" + std::to_string(c.pp) +
                      ": ZeRO stages 2 and 3 run without pipeline parallelism, as in DeepSpeed (their gradients are "
@@ -87,9 +88,10 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
 }
 
 void check_inference_parallel(const ParallelConfig& c) {
-  if (c.dp != 1 || c.pp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel || c.virtual_stages != 1)
-    throw InputError("--parallel for inference takes tp=N alone: dp, pp, microbatches, zero and sp split training batches, "
-                     "stages, optimizer state and the sequence (--mode training)");
+  if (c.dp != 1 || c.pp != 1 || c.cp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel ||
+      c.virtual_stages != 1)
+    throw InputError("--parallel for inference takes tp=N alone: dp, pp, cp, microbatches, zero and sp split training "
+                     "batches, stages, sequences, optimizer state and the sequence's data path (--mode training)");
   if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");
   if (c.ep < 1 || c.tp % c.ep != 0)
     throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide tp=" + std::to_string(c.tp) +
@@ -102,7 +104,7 @@ void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::v
   fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
   slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective) {
+    if (kernels[i].cls == KernelClass::collective && kernels[i].op != "cp_ring") {
       preds[i] = Prediction{};
       preds[i].latency_ms = allreduce_ms(kernels[i].bytes, tp, link);
       preds[i].latency_low_ms = allreduce_ms(kernels[i].bytes, tp, fast);

@@ -166,18 +166,23 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
 // slowest send/recv between stages.
 struct StageTimes {
   std::vector<double> fwd, bwd, tp_ms;
+  std::vector<double> cp_ms, cp_transfer_ms;  // context-parallel rings: exposed, and their transfers
   double hop = 0;
 };
 
 // Sums each kernel into its stage and fills r.stages (node ranges, times, update, sends).
+// `ring_ms`: per kernel, a context-parallel ring's transfer time (time_context_parallel_rings).
 StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds,
-                       const StagePlan& plan, const WeightPlacement& w, int pp, ParallelReport& r) {
+                       const std::vector<double>& ring_ms, const StagePlan& plan, const WeightPlacement& w, int pp,
+                       ParallelReport& r) {
   const size_t nn = g.nodes.size();
   r.stages.resize(static_cast<size_t>(pp));
   StageTimes t;
   t.fwd.assign(static_cast<size_t>(pp), 0);
   t.bwd.assign(static_cast<size_t>(pp), 0);
   t.tp_ms.assign(static_cast<size_t>(pp), 0);
+  t.cp_ms.assign(static_cast<size_t>(pp), 0);
+  t.cp_transfer_ms.assign(static_cast<size_t>(pp), 0);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     int s = in_range(k.node, nn) ? plan.stage_of[static_cast<size_t>(k.node)] : -1;
@@ -191,7 +196,12 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
     }
     if (s < 0) s = 0;
     (k.phase == Phase::forward ? t.fwd : t.bwd)[static_cast<size_t>(s)] += preds[i].latency_ms;
-    if (k.cls == KernelClass::collective) t.tp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
+    if (k.cls == KernelClass::collective && k.op == "cp_ring") {
+      t.cp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
+      if (i < ring_ms.size()) t.cp_transfer_ms[static_cast<size_t>(s)] += ring_ms[i];
+    } else if (k.cls == KernelClass::collective) {
+      t.tp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
+    }
   }
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
@@ -315,7 +325,7 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   // parallel time and optimizer steps summed.
   const auto gpus = static_cast<size_t>(pp);
   std::vector<OverlapTiming> gdp(gpus);
-  std::vector<double> gtp(gpus, 0), gupdate(gpus, 0);
+  std::vector<double> gtp(gpus, 0), gupdate(gpus, 0), gcp(gpus, 0), gcp_transfer(gpus, 0);
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const size_t d = s % gpus;
     gdp[d].comm_ms += dp[s].comm_ms;
@@ -323,6 +333,8 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
     gdp[d].buckets += dp[s].buckets;
     gdp[d].gather_ms += dp[s].gather_ms;
     gtp[d] += times.tp_ms[s];
+    gcp[d] += times.cp_ms[s];
+    gcp_transfer[d] += times.cp_transfer_ms[s];
     gupdate[d] += r.stages[s].update_ms;
   }
   size_t cs = 0;
@@ -337,6 +349,8 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   r.iteration_ms = best;
   r.compute_ms = *std::max_element(t.stage_busy_ms.begin(), t.stage_busy_ms.end());
   r.tp_comm_ms = m * gtp[cs];
+  r.cp_exposed_ms = m * gcp[cs];
+  r.cp_comm_ms = m * gcp_transfer[cs];
   r.dp_comm_ms = gdp[cs].comm_ms;
   r.dp_exposed_ms = gdp[cs].exposed_ms;
   r.dp_buckets = gdp[cs].buckets;
@@ -345,8 +359,8 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   r.bubble_ms = t0.bubble_ms;
   r.bubble_fraction = t0.span_ms > 0 ? t0.bubble_ms / t0.span_ms : 0;
   r.update_ms = gupdate[cs];
-  r.comm_ms = r.tp_comm_ms + r.dp_comm_ms + r.pp_comm_ms;
-  r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms;
+  r.comm_ms = r.tp_comm_ms + r.dp_comm_ms + r.pp_comm_ms + r.cp_comm_ms;
+  r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms + r.cp_exposed_ms;
 }
 
 // Memory per GPU: weights, gradients, the optimizer's state (optimizer_state_bytes: none for
@@ -365,7 +379,7 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     const bool split = in_range(a.writer, nn) && (splits_output(w.roles[static_cast<size_t>(a.writer)]) ||
                                                   (in_range(a.writer, sequence.size()) && sequence[static_cast<size_t>(a.writer)]));
     const auto stage = static_cast<size_t>(plan.stage_of[static_cast<size_t>(a.keeper)]);
-    (a.segment >= 0 ? recomputed[stage][a.segment] : kept[stage]) += a.bytes / (split ? cfg.tp : 1);
+    (a.segment >= 0 ? recomputed[stage][a.segment] : kept[stage]) += a.bytes / (split ? cfg.tp : 1) / cfg.cp;
   }
   r.memory_capacity_gb = gpu.mem_gb;
   // The optimizer's FP32 state per parameter, from its update kernels (lowering.h).
@@ -424,34 +438,41 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   if (double(cfg.pp) * cfg.microbatches * cfg.virtual_stages > 1e7)
     throw InputError("--parallel: pp x microbatches x vp = " + std::to_string(double(cfg.pp) * cfg.microbatches * cfg.virtual_stages) +
                      " pipeline steps is too many to simulate (at most 10^7)");
+  if (cfg.cp < 1) throw InputError("--parallel: cp must be at least 1");
   ParallelReport r;
   r.config = cfg;
   r.global_batch = global_batch;
   r.micro_batch = micro_batch;
+  // The gradients' group: the data-parallel GPUs and, with context parallelism, every GPU of
+  // their context-parallel groups (the weights are replicated over both); ZeRO shards over it.
+  ParallelConfig red = cfg;
+  red.dp = cfg.dp * cfg.cp;
   r.tp_link = link_for(gpu, cfg.link_gbps, cfg.tp);
-  r.dp_link = link_for(gpu, cfg.link_gbps, cfg.tp * cfg.dp);
+  r.cp_link = link_for(gpu, cfg.link_gbps, cfg.tp * cfg.cp);
+  r.dp_link = link_for(gpu, cfg.link_gbps, cfg.tp * red.dp);
   // A data-parallel group over several NVLink domains with several of its GPUs in each (its
   // ranks tp apart) reduces within the domains first.
-  if (cfg.link_gbps <= 0 && gpu.nvlink_domain > 0 && gpu.nvlink_gbps > 0 && cfg.tp * cfg.dp > gpu.nvlink_domain &&
+  if (cfg.link_gbps <= 0 && gpu.nvlink_domain > 0 && gpu.nvlink_gbps > 0 && cfg.tp * red.dp > gpu.nvlink_domain &&
       gpu.nvlink_domain % cfg.tp == 0) {
-    const int g = std::min(cfg.dp, gpu.nvlink_domain / cfg.tp);
-    if (g > 1 && cfg.dp % g == 0) {
+    const int g = std::min(red.dp, gpu.nvlink_domain / cfg.tp);
+    if (g > 1 && red.dp % g == 0) {
       r.dp_domain_gpus = g;
       r.dp_intra_link = link_for(gpu, 0, gpu.nvlink_domain);
     }
   }
-  r.link = link_for(gpu, cfg.link_gbps, cfg.dp * cfg.tp * cfg.pp);
+  r.link = link_for(gpu, cfg.link_gbps, red.dp * cfg.tp * cfg.pp);
   const DType compute = compute_dtype(kernels);
   const double eb = element_bytes(compute == DType::undefined ? DType::f32 : compute);
 
   // Tensor-parallel collectives get their time from the link model.
   time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.tp_link);
+  const std::vector<double> rings = time_context_parallel_rings(kernels, preds, cfg.cp, r.cp_link);
 
   // pp stages, or pp x vp model chunks interleaved over the pp GPUs (stage s on GPU s mod pp).
   const int stages = cfg.pp * cfg.virtual_stages;
   const StagePlan plan = place_stages(g, kernels, preds, compute, stages, r.link);
   const WeightPlacement weights = place_weights(g, kernels, cfg.tp);
-  const StageTimes times = stage_times(g, kernels, preds, plan, weights, stages, r);
+  const StageTimes times = stage_times(g, kernels, preds, rings, plan, weights, stages, r);
   for (size_t s = 0; s < r.stages.size(); ++s) r.stages[s].gpu = static_cast<int>(s % static_cast<size_t>(cfg.pp));
 
   // Pipeline schedule, with and without the send/recv hops.
@@ -461,9 +482,9 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   };
   const PipelineTiming t = simulate(times.hop);
   const PipelineTiming t0 = simulate(0);
-  const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, cfg, eb, r);
+  const std::vector<OverlapTiming> dp = data_parallel(kernels, preds, plan, weights, red, eb, r);
   critical_stage_times(t, t0, dp, times, cfg.microbatches, cfg.pp, r);
-  stage_memory(g, kernels, weights, plan, saved, dp, cfg, eb, gpu, r);
+  stage_memory(g, kernels, weights, plan, saved, dp, red, eb, gpu, r);
   return r;
 }
 

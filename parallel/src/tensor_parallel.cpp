@@ -8,8 +8,13 @@
 
 #include "neusight/parallel.h"
 #include "neusight/parameters.h"
+#include "shard.h"
 
 namespace neusight {
+
+using parallel_detail::divide_first;
+using parallel_detail::rescale_gemm;
+using parallel_detail::shrink_vector;
 
 const char* tp_role_name(TpRole r) {
   switch (r) {
@@ -74,41 +79,6 @@ bool is_moe_op(const Node& n) { return n.domain == "com.microsoft" && (n.op_type
 bool starts_norm(const Node& n) {
   return n.op_type == "Pow" || n.op_type == "ReduceMean" || n.op_type == "LayerNormalization" ||
          n.op_type == "SimplifiedLayerNormalization" || n.op_type == "RMSNormalization";
-}
-
-// Divides one of `dims` by tp: the first that divides evenly, else the first positive one
-// rounded up (padded, as Megatron pads the vocabulary to a multiple of tp).
-bool divide_first(std::initializer_list<int64_t*> dims, int tp) {
-  for (int64_t* d : dims)
-    if (*d > 0 && *d % tp == 0) {
-      *d /= tp;
-      return true;
-    }
-  for (int64_t* d : dims)
-    if (*d > 0) {
-      *d = (*d + tp - 1) / tp;
-      return true;
-    }
-  return false;
-}
-
-double gemm_traffic(const GemmShape& s) {
-  return double(s.batch) * (double(s.m) * s.k + double(s.k) * s.n + double(s.m) * s.n);
-}
-
-// Keeps the lowering's byte conventions: bytes scale with the operands' sizes.
-void rescale_gemm(Kernel& k, const GemmShape& before) {
-  const double old_traffic = gemm_traffic(before);
-  k.flops = work_of_gemm(k.gemm, 1).flops;
-  if (old_traffic > 0) k.bytes *= gemm_traffic(k.gemm) / old_traffic;
-}
-
-void shrink_vector(Kernel& k, int tp) {
-  const bool rowwise = k.cls == KernelClass::softmax || k.cls == KernelClass::layernorm || k.cls == KernelClass::reduce;
-  if (rowwise) divide_first({&k.rows, &k.cols}, tp);
-  else divide_first({&k.cols, &k.rows}, tp);
-  k.flops /= tp;
-  k.bytes /= tp;
 }
 
 // Splits one GEMM kernel of a column- (out dim split) or row-parallel (in dim split) node.
@@ -424,6 +394,11 @@ void split_kernel(Kernel& k, const TpScope& s, int node, int tp, int ep, const s
       const GemmShape before = k.gemm;
       divide_first({&k.gemm.batch, &k.gemm.m, &k.gemm.n}, tp);
       rescale_gemm(k, before);
+      // FlashAttention's heads split: its Q and K/V operands with them (the ring of context
+      // parallelism sends this GPU's K/V).
+      if (k.gemm.batch != before.batch && (k.op == "flash_attention" || k.op == "flash_attention_bwd"))
+        for (int64_t& e : k.operand_elems)
+          e = static_cast<int64_t>(std::ceil(double(e) * double(k.gemm.batch) / double(before.batch)));
     } else if (k.cls != KernelClass::collective && k.cls != KernelClass::unknown) {
       shrink_vector(k, tp);
     }

@@ -38,7 +38,9 @@ const char* zero_text(int zero) {
 std::string format_parallel(const ParallelReport& p) {
   const auto& c = p.config;
   std::ostringstream os;
-  os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus()
+  os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp;
+  if (c.cp > 1) os << " cp=" << c.cp;
+  os << " (" << c.gpus()
      << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
      << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule);
   if (c.virtual_stages > 1) os << " interleaved, " << c.virtual_stages << " model chunks a GPU";
@@ -52,13 +54,15 @@ std::string format_parallel(const ParallelReport& p) {
     return ls.str();
   };
   const bool one_link = p.tp_link.kind == p.link.kind && p.tp_link.spec_gbps == p.link.spec_gbps &&
-                        p.dp_link.kind == p.link.kind && p.dp_link.spec_gbps == p.link.spec_gbps;
+                        p.dp_link.kind == p.link.kind && p.dp_link.spec_gbps == p.link.spec_gbps &&
+                        (c.cp <= 1 || (p.cp_link.kind == p.link.kind && p.cp_link.spec_gbps == p.link.spec_gbps));
   if (one_link) {
     os << "  link: " << link_text(p.link) << "\n";
   } else {
     if (c.tp > 1) os << "  link, tensor parallel (" << c.tp << " GPUs): " << link_text(p.tp_link) << "\n";
-    if (c.dp > 1) {
-      os << "  link, data parallel (" << c.tp * c.dp << " GPUs spanned): " << link_text(p.dp_link);
+    if (c.cp > 1) os << "  link, context parallel (" << c.tp * c.cp << " GPUs spanned): " << link_text(p.cp_link) << "\n";
+    if (c.dp * c.cp > 1) {
+      os << "  link, data parallel (" << c.tp * c.dp * c.cp << " GPUs spanned): " << link_text(p.dp_link);
       if (p.dp_domain_gpus > 1)
         os << " across NVLink domains; hierarchical: " << p.dp_domain_gpus << " data-parallel GPUs a domain reduce on "
            << link_text(p.dp_intra_link) << " first";
@@ -71,6 +75,9 @@ std::string format_parallel(const ParallelReport& p) {
      << " ms included)\n";
   os << "  pipeline bubble      " << ms(p.bubble_ms) << " ms (" << gb(100 * p.bubble_fraction) << "% of the pipeline)\n";
   os << "  pipeline send/recv   " << ms(p.pp_comm_ms) << " ms exposed\n";
+  if (c.cp > 1)
+    os << "  context-parallel ring " << ms(p.cp_comm_ms) << " ms of K/V transfers, " << ms(p.cp_exposed_ms)
+       << " ms exposed beside the attention\n";
   if (c.zero == 0)
     os << "  gradient all-reduce  " << ms(p.dp_comm_ms) << " ms in " << p.dp_buckets << " buckets, "
        << ms(p.dp_exposed_ms) << " ms exposed\n";
@@ -120,6 +127,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
   return nlohmann::json{{"dp", p.config.dp},
                      {"tp", p.config.tp},
                      {"pp", p.config.pp},
+                     {"cp", p.config.cp},
                      {"gpus", p.config.gpus()},
                      {"microbatches", p.config.microbatches},
                      {"schedule", schedule_name(p.config.schedule)},
@@ -131,6 +139,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"link", link_json(p.link)},
                      {"tp_link", link_json(p.tp_link)},
                      {"dp_link", link_json(p.dp_link)},
+                     {"cp_link", link_json(p.cp_link)},
                      {"dp_domain_gpus", p.dp_domain_gpus},
                      {"dp_intra_link", link_json(p.dp_intra_link)},
                      {"iteration_ms", fin(p.iteration_ms)},
@@ -141,6 +150,8 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"dp_buckets", p.dp_buckets},
                      {"dp_gather_ms", fin(p.dp_gather_ms)},
                      {"pp_comm_ms", fin(p.pp_comm_ms)},
+                     {"cp_comm_ms", fin(p.cp_comm_ms)},
+                     {"cp_exposed_ms", fin(p.cp_exposed_ms)},
                      {"comm_ms", fin(p.comm_ms)},
                      {"exposed_comm_ms", fin(p.exposed_comm_ms)},
                      {"bubble_ms", fin(p.bubble_ms)},

@@ -58,6 +58,35 @@ class ParallelReport(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("sequence parallel over tp", out)
 
+    def test_context_parallel_splits_the_sequence_and_rings_the_keys(self):
+        half = BASE + ["--batch", "4", "--dtype", "bf16", "--attention", "fused"]
+        one = run_json(*half, "--parallel", "tp=2")["parallel"]
+        cp = run_json(*half, "--parallel", "tp=2,cp=2")
+        p = cp["parallel"]
+        self.assertEqual((p["cp"], p["gpus"]), (2, 4))
+        self.assertGreater(p["cp_comm_ms"], 0)
+        self.assertLessEqual(p["cp_exposed_ms"], p["cp_comm_ms"])
+        self.assertIn("kind", p["cp_link"])
+        self.assertAlmostEqual(p["stages"][0]["memory_gb"]["activations"],
+                               one["stages"][0]["memory_gb"]["activations"] / 2, delta=0.01 * one["stages"][0]["memory_gb"]["activations"])
+        rings = [k for n in cp["nodes"] for k in n["kernels"] if k["op"] == "cp_ring"]
+        self.assertEqual(len(rings), 2 * 12)  # after each FlashAttention kernel, forward and backward
+        self.assertTrue(all(k["class"] == "collective" and "context-parallel ring" in k["note"] for k in rings))
+        code, out, err = run(*half, "--parallel", "tp=2,cp=2")
+        self.assertEqual(code, 0, err)
+        self.assertIn("cp=2 (4 GPUs)", out)
+        self.assertIn("context-parallel ring", out)
+        # Ring attention runs inside FlashAttention; inference takes no cp.
+        with tempfile.TemporaryDirectory() as d:
+            out_json = os.path.join(d, "r.json")
+            for args in ([*BASE, "--batch", "4", "--parallel", "cp=2"],
+                         [EXAMPLE, "--gpu", "h100", "--batch", "4", "--dtype", "bf16", "--parallel", "cp=2"]):
+                code, _, err = run(*args, "--json", out_json)
+                self.assertEqual(code, 2, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn("cp", err)
+                self.assertFalse(os.path.exists(out_json))
+
     def test_a_tp_that_does_not_divide_a_config_model_is_named(self):
         cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
         for args, warned in ((["--batch", "1", "--seq", "16", "--parallel", "tp=3"], True),

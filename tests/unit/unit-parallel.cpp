@@ -859,3 +859,75 @@ TEST_CASE("parallel: an If's branch takes Megatron roles as a graph of its own, 
   REQUIRE(whole.warnings.size() == 1);
   CHECK(whole.warnings[0].find("run whole on every GPU") != std::string::npos);
 }
+
+TEST_CASE("parallel: context parallelism runs 1/cp of the tokens, every key in the attention, its ring beside it") {
+  LoadedModel m = load_model(test::example_model());
+  const Gpu gpu = GpuDatabase::builtin().resolve("h100");
+  Options o = test::roofline_options(4, 128, Mode::training, "dp=1");
+  o.dtype = DType::bf16;
+  o.attention = Attention::fused;
+  const Analysis plain = prepare(m, o);
+  const Report r0 = analyze(m, gpu, o);
+  o.parallel = parse_parallel("cp=4");
+  CHECK(o.parallel.cp == 4);
+  CHECK(o.parallel.gpus() == 4);
+  const Analysis cp = prepare(m, o);
+  const Report r1 = analyze(m, gpu, o);
+  std::vector<Kernel> split, rings;
+  for (const Kernel& k : cp.kernels.kernels) (k.op == "cp_ring" ? rings : split).push_back(k);
+  REQUIRE(split.size() == plain.kernels.kernels.size());
+  int linears = 0, flash = 0;
+  for (size_t i = 0; i < split.size(); ++i) {
+    const Kernel& a = plain.kernels.kernels[i];
+    const Kernel& b = split[i];
+    if (a.op == "linear" && a.phase == Phase::forward) {
+      ++linears;
+      CHECK(b.gemm.m * 4 == a.gemm.m);  // a quarter of the tokens
+      CHECK(b.flops == doctest::Approx(a.flops / 4));
+    }
+    if (a.op == "flash_attention" || a.op == "flash_attention_bwd") {
+      ++flash;
+      // The local queries against every key: a quarter of the products, the K/V read whole.
+      const double kv = double(a.operand_elems[1]) * 2 * (a.op == "flash_attention_bwd" ? 2 : 1);
+      CHECK(b.flops == doctest::Approx(a.flops / 4));
+      CHECK(b.bytes == doctest::Approx(kv + (a.bytes - kv) / 4));
+    }
+    if (a.phase == Phase::update) CHECK(b.bytes == a.bytes);
+  }
+  CHECK(linears > 0);
+  CHECK(flash == 2 * 12);
+  // A ring after each: three steps of a quarter of the K/V (and their gradients backward).
+  REQUIRE(rings.size() == 2 * 12);
+  for (const Kernel& r : rings) {
+    CHECK(r.cls == KernelClass::collective);
+    const double kv = 2.0 * 4 * 12 * 128 * 64 * 2 * (r.phase == Phase::backward ? 2 : 1);  // K and V, bf16
+    CHECK(r.bytes == doctest::Approx(3 * kv / 4));
+  }
+  REQUIRE(r0.parallel);
+  REQUIRE(r1.parallel);
+  CHECK(r1.parallel->stages[0].activations_gb == doctest::Approx(r0.parallel->stages[0].activations_gb / 4).epsilon(0.01));
+  CHECK(r1.parallel->cp_comm_ms > 0);
+  CHECK(r1.parallel->cp_exposed_ms <= r1.parallel->cp_comm_ms);
+  CHECK(r1.parallel->dp_comm_ms > 0);  // the gradients reduced over the 4 GPUs of the context group
+  CHECK(r0.parallel->dp_comm_ms == 0);
+  // The kernels a quarter as long. At 512 tokens the rings' step latencies outweigh the
+  // attention blocks they hide behind, and the gradients' all-reduce the step.
+  CHECK(r1.parallel->compute_ms - r1.parallel->cp_exposed_ms < 0.5 * r0.parallel->compute_ms);
+  CHECK(r1.parallel->cp_exposed_ms > 0);
+  // Ring attention needs FlashAttention; inference takes no cp.
+  o.attention = Attention::automatic;
+  CHECK_THROWS_AS(prepare(m, o), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("cp=2")), InputError);
+}
+
+TEST_CASE("parallel: a context-parallel ring shows only what its steps take beyond the attention's blocks") {
+  Link l;
+  l.kind = "test";
+  l.spec_gbps = 125;  // 100 GB/s at 0.8
+  l.step_latency_us = 5;
+  // Three steps of 1 GB: 10.005 ms each, against 2 ms of attention a step: 3 x 8.005 exposed.
+  CHECK(cp_ring_exposed_ms(3e9, 8, 4, l) == doctest::Approx(3 * (10.005 - 2)));
+  CHECK(cp_ring_exposed_ms(3e9, 80, 4, l) == 0);  // 20 ms a step hides the transfer
+  CHECK(cp_ring_exposed_ms(3e9, 8, 1, l) == 0);
+  CHECK(cp_ring_exposed_ms(0, 8, 4, l) == 0);
+}

@@ -57,14 +57,22 @@ struct ParallelConfig {
   // dropout, the embedding's output) split along the sequence over the tp GPUs, each
   // all-reduce a reduce-scatter and an all-gather (the same bytes on the link).
   bool sequence_parallel = false;
+  // Training: context parallelism (Megatron-LM's --context-parallel-size, Transformer Engine's
+  // ring attention): every sequence split over `cp` GPUs, each holding 1/cp of its tokens (two
+  // chunks, one from each end, so that the causal mask leaves each the same work) through
+  // every layer. FlashAttention runs the local queries against every key: the K/V chunks go
+  // round the ring in cp - 1 point-to-point steps, each hidden behind one block of the
+  // attention; the backward sends the K/V chunks and their gradients. Weights are replicated
+  // over cp, their gradients reduced over the dp x cp GPUs (and ZeRO shards over those).
+  int cp = 1;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double link_gbps = 0;           // per-GPU per-direction link bandwidth; 0 = the GPU database's
   double bucket_mb = 25;          // gradient bucket (PyTorch DDP default), MB = 2^20 bytes
   bool active = false;            // set when --parallel was given (even dp=tp=pp=1)
-  int64_t gpus() const { return int64_t(dp) * tp * pp; }
+  int64_t gpus() const { return int64_t(dp) * tp * pp * cp; }
 };
 
-// Parses "dp=N,tp=N,pp=N[,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1]" (any subset, any order;
+// Parses "dp=N,tp=N,pp=N[,cp=C][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1]" (any subset, any order;
 // missing degrees are 1). Throws InputError naming the bad part.
 ParallelConfig parse_parallel(const std::string& spec);
 const char* schedule_name(PipelineSchedule s);
@@ -77,8 +85,8 @@ int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t gl
 
 // Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
 // GPUs, each running the whole batch, its experts optionally spread over ep of them. Throws
-// InputError for dp, pp, microbatches, zero or sp, which split training batches, stages,
-// optimizer state and the sequence, and for an ep that does not divide tp. Training throws for ep > 1.
+// InputError for dp, pp, cp, microbatches, zero or sp, which split training batches, stages,
+// sequences and optimizer state, and for an ep that does not divide tp. Training throws for ep > 1.
 void check_inference_parallel(const ParallelConfig& config);
 
 // --- interconnect ------------------------------------------------------------------------
@@ -228,6 +236,25 @@ KernelList shard_optimizer_updates(const KernelList& kernels, int dp);
 KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, int tp, int ep = 1,
                                  bool sequence_parallel = false);
 
+// --- per-GPU work under context parallelism --------------------------------------------------
+// The kernel list one GPU of a context-parallel group runs: every kernel of the tokens on 1/cp
+// of them (a GEMM's token rows, or its reduction where a weight's gradient sums over them;
+// FlashAttention's queries, against every key: its K/V read whole; tensor-parallel
+// all-reduces of those tokens), and after each FlashAttention kernel its ring (class
+// collective, op "cp_ring"): cp - 1 point-to-point steps of the local K/V chunk (backward:
+// K/V and their gradients). Optimizer updates, a weight's own computations and the embedding
+// table's gradient are left whole. Identity when cp = 1.
+KernelList shard_context_parallel(const Graph& graph, const KernelList& kernels, int cp);
+// The ring's time on the critical path (cp_ring_exposed_ms): its steps each overlap one
+// block (1/cp) of the attention kernel before it, so only what a step's transfer takes beyond
+// that block shows: (cp - 1) x max(0, step transfer - attention / cp).
+double cp_ring_exposed_ms(double ring_bytes, double attention_ms, int cp, const Link& link);
+// Gives each "cp_ring" kernel its exposed time beside the kernel before it, its 80% interval
+// at the link's efficiency scaled to kLinkEfficiencyHigh and kLinkEfficiencyLow; returns the
+// rings' transfer times (hidden or not) per kernel, 0 for the others.
+std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
+                                                int cp, const Link& link);
+
 // --- expert placement (pure, unit-tested) ---------------------------------------------------
 // Routing is uniform and independent per token (the lowering's assumption), so a GPU's load is
 // random and the step waits for the busiest GPU. With `experts` over `gpus` GPUs (E/gpus each)
@@ -272,6 +299,11 @@ struct ParallelReport {
   // (link: among all the run's GPUs, the slowest). Tensor parallelism within a node thus keeps
   // NVLink when the run spans several nodes.
   Link tp_link, dp_link, link;
+  // Context parallelism: the ring among the cp GPUs of a group (tp apart: Megatron-LM's order
+  // tp, cp, dp, pp), and per iteration on the critical GPU its transfers and the part of
+  // them the attention does not hide.
+  Link cp_link;
+  double cp_comm_ms = 0, cp_exposed_ms = 0;
   // A data-parallel group spanning several NVLink domains with dp_domain_gpus > 1 of its GPUs in
   // each (dp x tp over the domain, without --link-bw) reduces hierarchically: on dp_intra_link
   // within a domain, on dp_link across (hierarchical_allreduce_ms). 1: the flat ring on dp_link.
@@ -285,8 +317,8 @@ struct ParallelReport {
   double dp_exposed_ms = 0;      // the part not hidden behind the compute (ZeRO: with the gathers after the step)
   int dp_buckets = 0;
   double pp_comm_ms = 0;         // send/recv per iteration on the critical path
-  double comm_ms = 0;            // tp + dp + pp
-  double exposed_comm_ms = 0;    // tp + pp + dp exposed
+  double comm_ms = 0;            // tp + dp + pp + cp
+  double exposed_comm_ms = 0;    // tp + pp + dp exposed + cp exposed
   double bubble_ms = 0, bubble_fraction = 0;  // idle time of the busiest stage, and per span
   double update_ms = 0;          // optimizer step (slowest stage)
   double memory_capacity_gb = 0;

@@ -1,0 +1,149 @@
+// context_parallel.cpp - Megatron-LM's context parallelism on a graph's kernel list: one GPU's
+// share of every sequence, and the ring that passes the keys and values round the group.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "neusight/parallel.h"
+#include "neusight/parameters.h"
+#include "shard.h"
+
+namespace neusight {
+
+using parallel_detail::divide_first;
+using parallel_detail::rescale_gemm;
+using parallel_detail::shrink_vector;
+
+namespace {
+
+bool is_flash(const Kernel& k) { return k.op == "flash_attention" || k.op == "flash_attention_bwd"; }
+
+// The bytes of the keys and values a FlashAttention kernel reads (its second operand), and for
+// the backward also writes as their gradients.
+double flash_kv_bytes(const Kernel& k) {
+  if (k.operand_elems.size() < 2) return 0;
+  return double(k.operand_elems[1]) * element_bytes(k.dtype) * (k.op == "flash_attention_bwd" ? 2.0 : 1.0);
+}
+
+// Per node: it computes from held values alone (a weight's transpose or cast), on no tokens.
+std::vector<char> weight_only_nodes(const Graph& g) {
+  const std::unordered_set<std::string> held = held_values(g);
+  std::unordered_set<std::string> derived(held.begin(), held.end());
+  std::vector<char> only(g.nodes.size(), 0);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const Node& n = g.nodes[i];
+    bool all = !n.inputs.empty();
+    for (const auto& in : n.inputs)
+      if (!in.empty() && !derived.count(in)) all = false;
+    if (!all) continue;
+    only[i] = 1;
+    for (const auto& o : n.outputs) derived.insert(o);
+  }
+  return only;
+}
+
+// One kernel on this GPU's 1/cp of the tokens. `fwd`: its node's forward GEMM, whose rows are
+// the tokens (a backward GEMM carries them as rows, or as the reduction of a weight's gradient).
+void split_tokens(Kernel& k, const GemmShape* fwd, int cp) {
+  if (k.cls == KernelClass::gemm && is_flash(k)) {
+    // The local queries against every key: the products shrink with the queries, the K/V
+    // read (and their gradients written) stays whole.
+    const int64_t queries = k.gemm.m;
+    const double kv = flash_kv_bytes(k);
+    divide_first({&k.gemm.m}, cp);
+    const double share = queries > 0 ? double(k.gemm.m) / double(queries) : 1.0;
+    k.flops *= share;
+    k.bytes = kv + (k.bytes - kv) * share;
+  } else if (k.cls == KernelClass::gemm) {
+    const GemmShape before = k.gemm;
+    const int64_t tokens = fwd ? fwd->m : k.gemm.m;
+    if (k.gemm.m == tokens) divide_first({&k.gemm.m}, cp);
+    else if (k.gemm.k == tokens) divide_first({&k.gemm.k}, cp);
+    else if (k.gemm.n == tokens) divide_first({&k.gemm.n}, cp);
+    else divide_first({&k.gemm.batch, &k.gemm.m}, cp);
+    rescale_gemm(k, before);
+  } else if (k.cls == KernelClass::collective) {
+    k.bytes /= cp;
+    k.cols = std::max<int64_t>(1, (k.cols + cp - 1) / cp);
+  } else if (k.cls != KernelClass::unknown) {
+    shrink_vector(k, cp);
+  }
+}
+
+Kernel ring_kernel(const Kernel& attention, int cp) {
+  Kernel r;
+  r.cls = KernelClass::collective;
+  r.op = "cp_ring";
+  r.phase = attention.phase;
+  r.node = attention.node;
+  r.dtype = attention.dtype;
+  r.recomputed = attention.recomputed;
+  const double chunk = flash_kv_bytes(attention) / cp;
+  r.rows = cp - 1;
+  r.cols = static_cast<int64_t>(chunk / element_bytes(attention.dtype));
+  r.bytes = double(cp - 1) * chunk;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "context-parallel ring: %d steps of %.2f MB (%s) to the next of %d GPUs beside the attention",
+                cp - 1, chunk / 1e6, attention.phase == Phase::forward ? "K and V" : "K, V and their gradients", cp);
+  r.note = buf;
+  return r;
+}
+
+}  // namespace
+
+KernelList shard_context_parallel(const Graph& g, const KernelList& in, int cp) {
+  if (cp <= 1) return in;
+  KernelList out = in;
+  out.kernels.clear();
+  const std::vector<char> weight_only = weight_only_nodes(g);
+  std::unordered_map<int, GemmShape> fwd_gemm;  // node -> its forward GEMM (the first)
+  for (const Kernel& k : in.kernels)
+    if (k.cls == KernelClass::gemm && k.phase == Phase::forward && k.node >= 0) fwd_gemm.emplace(k.node, k.gemm);
+  for (const Kernel& k0 : in.kernels) {
+    Kernel k = k0;
+    const bool whole = k.phase == Phase::update || k.op == "embedding_grad" ||
+                       (k.node >= 0 && static_cast<size_t>(k.node) < weight_only.size() && weight_only[static_cast<size_t>(k.node)]);
+    if (!whole) {
+      auto it = fwd_gemm.find(k.node);
+      split_tokens(k, it == fwd_gemm.end() ? nullptr : &it->second, cp);
+    }
+    out.kernels.push_back(k);
+    if (!whole && k.cls == KernelClass::gemm && is_flash(k) && flash_kv_bytes(k) > 0) out.kernels.push_back(ring_kernel(k, cp));
+  }
+  return out;
+}
+
+double cp_ring_exposed_ms(double ring_bytes, double attention_ms, int cp, const Link& link) {
+  if (cp <= 1 || ring_bytes <= 0) return 0;
+  const double step = p2p_ms(ring_bytes / (cp - 1), link);
+  return (cp - 1) * std::max(0.0, step - attention_ms / cp);
+}
+
+std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
+                                                int cp, const Link& link) {
+  std::vector<double> transfer(kernels.size(), 0);
+  Link fast = link, slow = link;
+  fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
+  slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
+  for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
+    const Kernel& k = kernels[i];
+    if (k.op != "cp_ring" || cp <= 1) continue;
+    // The attention kernel it runs beside: the nearest before it of the same node and phase.
+    double attention = 0;
+    for (size_t j = i; j-- > 0;)
+      if (kernels[j].node == k.node && kernels[j].phase == k.phase && is_flash(kernels[j])) {
+        attention = preds[j].latency_ms;
+        break;
+      }
+    preds[i] = Prediction{};
+    preds[i].latency_ms = cp_ring_exposed_ms(k.bytes, attention, cp, link);
+    preds[i].latency_low_ms = cp_ring_exposed_ms(k.bytes, attention, cp, fast);
+    preds[i].latency_high_ms = cp_ring_exposed_ms(k.bytes, attention, cp, slow);
+    transfer[i] = (cp - 1) * p2p_ms(k.bytes / (cp - 1), link);
+  }
+  return transfer;
+}
+
+}  // namespace neusight

@@ -1,0 +1,47 @@
+// shard.h - shrinking one GPU's share of a kernel, shared by tensor parallelism
+// (tensor_parallel.cpp) and context parallelism (context_parallel.cpp). Internal to the
+// parallel stage.
+#pragma once
+
+#include <initializer_list>
+
+#include "neusight/lowering.h"
+
+namespace neusight::parallel_detail {
+
+// Divides one of `dims` by tp: the first that divides evenly, else the first positive one
+// rounded up (padded, as Megatron pads the vocabulary to a multiple of tp).
+inline bool divide_first(std::initializer_list<int64_t*> dims, int tp) {
+  for (int64_t* d : dims)
+    if (*d > 0 && *d % tp == 0) {
+      *d /= tp;
+      return true;
+    }
+  for (int64_t* d : dims)
+    if (*d > 0) {
+      *d = (*d + tp - 1) / tp;
+      return true;
+    }
+  return false;
+}
+
+inline double gemm_traffic(const GemmShape& s) {
+  return double(s.batch) * (double(s.m) * s.k + double(s.k) * s.n + double(s.m) * s.n);
+}
+
+// Keeps the lowering's byte conventions: bytes scale with the operands' sizes.
+inline void rescale_gemm(Kernel& k, const GemmShape& before) {
+  const double old_traffic = gemm_traffic(before);
+  k.flops = work_of_gemm(k.gemm, 1).flops;
+  if (old_traffic > 0) k.bytes *= gemm_traffic(k.gemm) / old_traffic;
+}
+
+inline void shrink_vector(Kernel& k, int tp) {
+  const bool rowwise = k.cls == KernelClass::softmax || k.cls == KernelClass::layernorm || k.cls == KernelClass::reduce;
+  if (rowwise) divide_first({&k.rows, &k.cols}, tp);
+  else divide_first({&k.cols, &k.rows}, tp);
+  k.flops /= tp;
+  k.bytes /= tp;
+}
+
+}  // namespace neusight::parallel_detail
