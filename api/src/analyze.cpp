@@ -336,9 +336,13 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
       if (k.expert_part != Kernel::ExpertPart::none && k.moe.experts > 0 && options.parallel.ep > k.moe.experts)
         throw InputError("--parallel ep=" + std::to_string(options.parallel.ep) + ": more GPUs than the model's " +
                          std::to_string(k.moe.experts) + " experts (each GPU holds whole experts)");
+  // Experts over the tensor-parallel GPUs in inference, over the data-parallel ones in training.
+  const bool training = options.mode == Mode::training;
   if (options.parallel.active)
-    a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, options.parallel.ep,
+    a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, training ? 1 : options.parallel.ep,
                                       options.parallel.sequence_parallel);
+  if (options.parallel.active && training && options.parallel.ep > 1)
+    a.kernels = shard_expert_parallel(a.graph, a.kernels, options.parallel.ep);
   if (options.parallel.active && options.parallel.cp > 1) {
     if (options.attention != Attention::fused)
       throw InputError("--parallel cp=" + std::to_string(options.parallel.cp) +
@@ -351,6 +355,12 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   if (options.parallel.active && options.parallel.sequence_parallel && options.parallel.tp == 1)
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel sp=1 splits the sequence over the tensor-parallel "
                                                               "GPUs, and tp=1: sp changes nothing"});
+  if (options.parallel.active && training && options.parallel.ep > 1 &&
+      std::none_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),
+                   [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
+    a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
+                                                                  " spreads a mixture's experts, and the model has none: "
+                                                                  "ep changes nothing"});
   if (options.parallel.active && options.parallel.zero >= 1 && options.parallel.dp * options.parallel.cp == 1)
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel zero=" + std::to_string(options.parallel.zero) +
                                                                   " shards over the data-parallel GPUs, and dp=1: zero changes nothing"});

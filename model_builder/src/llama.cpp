@@ -323,7 +323,7 @@ Masks decoder_masks(Net& n, const ModelConfig& c, const std::string& p0, const s
 // post-feedforward norm on its output.
 std::string gated_mlp(Net& n, const ModelConfig& c, const std::string& p, int64_t l, const std::string& f) {
   const int64_t h = c.hidden;
-  const bool sparse = c.experts > 0 && (l + 1) % c.sparse_step == 0 &&
+  const bool sparse = c.experts > 0 && (l + 1) % std::max<int64_t>(1, c.sparse_step) == 0 &&
                       std::find(c.dense_layers.begin(), c.dense_layers.end(), l) == c.dense_layers.end();
   if (sparse) return sparse_moe(n, p + ".block_sparse_moe", f, c);
   std::string gate_in, up;

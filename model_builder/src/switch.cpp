@@ -229,7 +229,7 @@ std::string padding_mask(Net& n, const std::string& p, const std::vector<int64_t
 }
 
 bool is_sparse(const ModelConfig& c, int64_t layer) {
-  return c.experts > 0 && (c.sparse_step == 1 || layer % c.sparse_step == 1);
+  return c.experts > 0 && (c.sparse_step <= 1 || layer % c.sparse_step == 1);
 }
 
 // Where a decoder's keys come from. A forward pass: the encoder's output, of the Net's sequence

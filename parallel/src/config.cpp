@@ -65,8 +65,10 @@ ParallelConfig parse_parallel(const std::string& spec) {
 
 int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_batch) {
   if (mode != Mode::training) throw InputError("--parallel predicts training: add --mode training");
-  if (c.ep != 1)
-    throw InputError("--parallel: ep (experts spread over GPUs) is for inference and --generate; training takes dp, tp, pp and cp");
+  if (c.ep < 1 || c.dp % c.ep != 0)
+    throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide dp=" + std::to_string(c.dp) +
+                     " in training (a mixture's experts spread over ep of the data-parallel GPUs, as Megatron-LM's "
+                     "--expert-model-parallel-size)");
   if (c.zero >= 2 && c.pp > 1)
     throw InputError("--parallel: zero=" + std::to_string(c.zero) + " with pp=" + std::to_string(c.pp) +
                      ": ZeRO stages 2 and 3 run without pipeline parallelism, as in DeepSpeed (their gradients are "
@@ -104,7 +106,7 @@ void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::v
   fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
   slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective && kernels[i].op != "cp_ring") {
+    if (kernels[i].cls == KernelClass::collective && kernels[i].op != "cp_ring" && kernels[i].op != "alltoall") {
       preds[i] = Prediction{};
       preds[i].latency_ms = allreduce_ms(kernels[i].bytes, tp, link);
       preds[i].latency_low_ms = allreduce_ms(kernels[i].bytes, tp, fast);

@@ -73,21 +73,13 @@ void split_tokens(Kernel& k, const GemmShape* fwd, int cp) {
 }
 
 Kernel ring_kernel(const Kernel& attention, int cp) {
-  Kernel r;
-  r.cls = KernelClass::collective;
-  r.op = "cp_ring";
-  r.phase = attention.phase;
-  r.node = attention.node;
-  r.dtype = attention.dtype;
-  r.recomputed = attention.recomputed;
   const double chunk = flash_kv_bytes(attention) / cp;
-  r.rows = cp - 1;
-  r.cols = static_cast<int64_t>(chunk / element_bytes(attention.dtype));
-  r.bytes = double(cp - 1) * chunk;
   char buf[200];
   std::snprintf(buf, sizeof buf, "context-parallel ring: %d steps of %.2f MB (%s) to the next of %d GPUs beside the attention",
                 cp - 1, chunk / 1e6, attention.phase == Phase::forward ? "K and V" : "K, V and their gradients", cp);
-  r.note = buf;
+  Kernel r = parallel_detail::collective_beside(attention, "cp_ring", double(cp - 1) * chunk, buf);
+  r.rows = cp - 1;
+  r.cols = static_cast<int64_t>(chunk / element_bytes(attention.dtype));
   return r;
 }
 

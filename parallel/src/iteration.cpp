@@ -137,9 +137,17 @@ struct WeightPlacement {
   std::vector<TpRole> roles;                 // per node
   std::map<std::string, int> first_consumer;  // weight name -> node
   std::vector<double> node_params;           // parameters first read by each node, per GPU
+  // Of those, a mixture's experts (training with ep > 1: E/ep of them a GPU), whose gradients
+  // are reduced (and ZeRO-sharded) over the dp/ep GPUs holding the same experts, not over dp.
+  std::vector<double> node_expert_params;
+  // The parameters as the data-parallel collectives over dp GPUs carry them: the experts'
+  // scaled so that a ring over dp moves what theirs over dp/ep moves ((n-1)/n of the bytes).
+  std::vector<double> node_comm_params;
 };
 
-WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels, int tp) {
+// A mixture's experts (the weights its node holds) over ep of the `reduce_gpus` data-parallel
+// GPUs in training: 1/ep each.
+WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels, int tp, int ep, int reduce_gpus) {
   const size_t nn = g.nodes.size();
   WeightPlacement w;
   w.roles = tensor_parallel_roles(g, tp);
@@ -155,9 +163,19 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
       if (!w.first_consumer.count(name)) w.first_consumer[name] = static_cast<int>(i);
     }
   w.node_params.assign(nn, 0);
+  w.node_expert_params.assign(nn, 0);
+  w.node_comm_params.assign(nn, 0);
+  const auto ring_share = [](double n) { return n > 1 ? (n - 1) / n : 0.0; };
+  const double expert_comm =
+      ep > 1 && reduce_gpus > 1 ? ring_share(double(reduce_gpus) / ep) / ring_share(double(reduce_gpus)) : 1.0;
   for (const auto& [name, node] : w.first_consumer) {
     const double e = double(g.find(name)->num_elements());
-    w.node_params[static_cast<size_t>(node)] += split_weights.count(name) ? e / tp : e;
+    const Node& n = g.nodes[static_cast<size_t>(node)];
+    const bool experts = ep > 1 && n.domain == "com.microsoft" && (n.op_type == "MoE" || n.op_type == "QMoE");
+    const double held = (split_weights.count(name) ? e / tp : e) / (experts ? ep : 1);
+    w.node_params[static_cast<size_t>(node)] += held;
+    if (experts) w.node_expert_params[static_cast<size_t>(node)] += held;
+    w.node_comm_params[static_cast<size_t>(node)] += experts ? held * expert_comm : held;
   }
   return w;
 }
@@ -167,6 +185,7 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
 struct StageTimes {
   std::vector<double> fwd, bwd, tp_ms;
   std::vector<double> cp_ms, cp_transfer_ms;  // context-parallel rings: exposed, and their transfers
+  std::vector<double> ep_ms;                  // expert-parallel all-to-alls
   double hop = 0;
 };
 
@@ -183,6 +202,7 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
   t.tp_ms.assign(static_cast<size_t>(pp), 0);
   t.cp_ms.assign(static_cast<size_t>(pp), 0);
   t.cp_transfer_ms.assign(static_cast<size_t>(pp), 0);
+  t.ep_ms.assign(static_cast<size_t>(pp), 0);
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     int s = in_range(k.node, nn) ? plan.stage_of[static_cast<size_t>(k.node)] : -1;
@@ -199,6 +219,8 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
     if (k.cls == KernelClass::collective && k.op == "cp_ring") {
       t.cp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
       if (i < ring_ms.size()) t.cp_transfer_ms[static_cast<size_t>(s)] += ring_ms[i];
+    } else if (k.cls == KernelClass::collective && k.op == "alltoall") {
+      t.ep_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
     } else if (k.cls == KernelClass::collective) {
       t.tp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
     }
@@ -232,7 +254,7 @@ StagePasses stage_passes(const std::vector<Kernel>& kernels, const std::vector<P
   StagePasses p;
   std::vector<int> bwd_node;
   std::set<int> fwd_seen, bwd_seen;
-  auto node_bytes = [&](int node) { return w.node_params[static_cast<size_t>(node)] * eb; };
+  auto node_bytes = [&](int node) { return w.node_comm_params[static_cast<size_t>(node)] * eb; };
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     if (k.phase == Phase::update || !in_range(k.node, nn) || plan.stage_of[static_cast<size_t>(k.node)] != s) continue;
@@ -325,7 +347,7 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   // parallel time and optimizer steps summed.
   const auto gpus = static_cast<size_t>(pp);
   std::vector<OverlapTiming> gdp(gpus);
-  std::vector<double> gtp(gpus, 0), gupdate(gpus, 0), gcp(gpus, 0), gcp_transfer(gpus, 0);
+  std::vector<double> gtp(gpus, 0), gupdate(gpus, 0), gcp(gpus, 0), gcp_transfer(gpus, 0), gep(gpus, 0);
   for (size_t s = 0; s < r.stages.size(); ++s) {
     const size_t d = s % gpus;
     gdp[d].comm_ms += dp[s].comm_ms;
@@ -335,6 +357,7 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
     gtp[d] += times.tp_ms[s];
     gcp[d] += times.cp_ms[s];
     gcp_transfer[d] += times.cp_transfer_ms[s];
+    gep[d] += times.ep_ms[s];
     gupdate[d] += r.stages[s].update_ms;
   }
   size_t cs = 0;
@@ -351,6 +374,7 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   r.tp_comm_ms = m * gtp[cs];
   r.cp_exposed_ms = m * gcp[cs];
   r.cp_comm_ms = m * gcp_transfer[cs];
+  r.ep_comm_ms = m * gep[cs];
   r.dp_comm_ms = gdp[cs].comm_ms;
   r.dp_exposed_ms = gdp[cs].exposed_ms;
   r.dp_buckets = gdp[cs].buckets;
@@ -359,8 +383,8 @@ void critical_stage_times(const PipelineTiming& t, const PipelineTiming& t0, con
   r.bubble_ms = t0.bubble_ms;
   r.bubble_fraction = t0.span_ms > 0 ? t0.bubble_ms / t0.span_ms : 0;
   r.update_ms = gupdate[cs];
-  r.comm_ms = r.tp_comm_ms + r.dp_comm_ms + r.pp_comm_ms + r.cp_comm_ms;
-  r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms + r.cp_exposed_ms;
+  r.comm_ms = r.tp_comm_ms + r.dp_comm_ms + r.pp_comm_ms + r.cp_comm_ms + r.ep_comm_ms;
+  r.exposed_comm_ms = r.tp_comm_ms + r.pp_comm_ms + r.dp_exposed_ms + r.cp_exposed_ms + r.ep_comm_ms;
 }
 
 // Memory per GPU: weights, gradients, the optimizer's state (optimizer_state_bytes: none for
@@ -392,7 +416,11 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   std::vector<double> gpu_gb(static_cast<size_t>(cfg.pp), 0), gpu_segment_gb(static_cast<size_t>(cfg.pp), 0);
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
-    for (int i = st.first_node; i <= st.last_node; ++i) st.params += w.node_params[static_cast<size_t>(i)];
+    double experts = 0;  // of st.params, a mixture's experts (sharded over dp/ep under ZeRO)
+    for (int i = st.first_node; i <= st.last_node; ++i) {
+      st.params += w.node_params[static_cast<size_t>(i)];
+      experts += w.node_expert_params[static_cast<size_t>(i)];
+    }
     const double act = kept[static_cast<size_t>(s)];
     double segment = 0;  // one segment recomputed at a time
     for (const auto& [seg, bytes] : recomputed[static_cast<size_t>(s)]) segment = std::max(segment, bytes);
@@ -403,13 +431,15 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
         : cfg.schedule == PipelineSchedule::gpipe ? m
                                                   : std::min(pp - s, m);
     // ZeRO: 1/dp of the optimizer's state (1+), of the gradients (2+; plus the bucket being
-    // reduced) and of the parameters (3; plus the buckets gathered at once).
+    // reduced) and of the parameters (3; plus the buckets gathered at once); a mixture's experts
+    // over the dp/ep GPUs that hold them.
     const double shards = cfg.dp > 1 ? cfg.dp : 1;
+    const double expert_shards = std::max(1.0, shards / std::max(1, cfg.ep));
+    const double sharded = (st.params - experts) / shards + experts / expert_shards;
     const double bucket = std::min(cfg.bucket_mb * 1024 * 1024, st.params * eb);
-    st.weights_gb = (cfg.zero >= 3 ? st.params * eb / shards + dp[static_cast<size_t>(s)].live_gather_bytes
-                                   : st.params * eb) / kGiB;
-    st.gradients_gb = (cfg.zero >= 2 && cfg.dp > 1 ? st.params * eb / shards + bucket : st.params * eb) / kGiB;
-    st.optimizer_gb = st.params * (state + (eb < 4 ? 4.0 : 0.0)) / (cfg.zero >= 1 ? shards : 1) / kGiB;
+    st.weights_gb = (cfg.zero >= 3 ? sharded * eb + dp[static_cast<size_t>(s)].live_gather_bytes : st.params * eb) / kGiB;
+    st.gradients_gb = (cfg.zero >= 2 && cfg.dp > 1 ? sharded * eb + bucket : st.params * eb) / kGiB;
+    st.optimizer_gb = (cfg.zero >= 1 ? sharded : st.params) * (state + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     st.activations_gb = (act * in_flight + segment) / kGiB;
     st.total_gb = st.weights_gb + st.gradients_gb + st.optimizer_gb + st.activations_gb;
     // A GPU holds its stages (vp chunks interleaved), recomputing one segment at a time.
@@ -449,6 +479,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   red.dp = cfg.dp * cfg.cp;
   r.tp_link = link_for(gpu, cfg.link_gbps, cfg.tp);
   r.cp_link = link_for(gpu, cfg.link_gbps, cfg.tp * cfg.cp);
+  r.ep_link = link_for(gpu, cfg.link_gbps, cfg.tp * cfg.cp * cfg.ep);
   r.dp_link = link_for(gpu, cfg.link_gbps, cfg.tp * red.dp);
   // A data-parallel group over several NVLink domains with several of its GPUs in each (its
   // ranks tp apart) reduces within the domains first.
@@ -467,11 +498,12 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
   // Tensor-parallel collectives get their time from the link model.
   time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.tp_link);
   const std::vector<double> rings = time_context_parallel_rings(kernels, preds, cfg.cp, r.cp_link);
+  time_expert_all_to_alls(kernels, preds, r.ep_link);
 
   // pp stages, or pp x vp model chunks interleaved over the pp GPUs (stage s on GPU s mod pp).
   const int stages = cfg.pp * cfg.virtual_stages;
   const StagePlan plan = place_stages(g, kernels, preds, compute, stages, r.link);
-  const WeightPlacement weights = place_weights(g, kernels, cfg.tp);
+  const WeightPlacement weights = place_weights(g, kernels, cfg.tp, cfg.ep, red.dp);
   const StageTimes times = stage_times(g, kernels, preds, rings, plan, weights, stages, r);
   for (size_t s = 0; s < r.stages.size(); ++s) r.stages[s].gpu = static_cast<int>(s % static_cast<size_t>(cfg.pp));
 

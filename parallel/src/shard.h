@@ -4,6 +4,8 @@
 #pragma once
 
 #include <initializer_list>
+#include <string>
+#include <utility>
 
 #include "neusight/lowering.h"
 
@@ -42,6 +44,22 @@ inline void shrink_vector(Kernel& k, int tp) {
   else divide_first({&k.cols, &k.rows}, tp);
   k.flops /= tp;
   k.bytes /= tp;
+}
+
+// A collective of `bytes` that runs beside kernel `at`: its node, phase, dtype and recompute.
+inline Kernel collective_beside(const Kernel& at, const std::string& op, double bytes, std::string note) {
+  Kernel c;
+  c.cls = KernelClass::collective;
+  c.op = op;
+  c.phase = at.phase;
+  c.node = at.node;
+  c.dtype = at.dtype;
+  c.recomputed = at.recomputed;
+  c.rows = 1;
+  c.cols = static_cast<int64_t>(bytes / element_bytes(at.dtype));
+  c.bytes = bytes;
+  c.note = std::move(note);
+  return c;
 }
 
 }  // namespace neusight::parallel_detail

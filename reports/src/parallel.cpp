@@ -40,6 +40,7 @@ std::string format_parallel(const ParallelReport& p) {
   std::ostringstream os;
   os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp;
   if (c.cp > 1) os << " cp=" << c.cp;
+  if (c.ep > 1) os << " ep=" << c.ep;
   os << " (" << c.gpus()
      << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
      << c.microbatches << " microbatches, schedule " << schedule_name(c.schedule);
@@ -55,12 +56,15 @@ std::string format_parallel(const ParallelReport& p) {
   };
   const bool one_link = p.tp_link.kind == p.link.kind && p.tp_link.spec_gbps == p.link.spec_gbps &&
                         p.dp_link.kind == p.link.kind && p.dp_link.spec_gbps == p.link.spec_gbps &&
-                        (c.cp <= 1 || (p.cp_link.kind == p.link.kind && p.cp_link.spec_gbps == p.link.spec_gbps));
+                        (c.cp <= 1 || (p.cp_link.kind == p.link.kind && p.cp_link.spec_gbps == p.link.spec_gbps)) &&
+                        (c.ep <= 1 || (p.ep_link.kind == p.link.kind && p.ep_link.spec_gbps == p.link.spec_gbps));
   if (one_link) {
     os << "  link: " << link_text(p.link) << "\n";
   } else {
     if (c.tp > 1) os << "  link, tensor parallel (" << c.tp << " GPUs): " << link_text(p.tp_link) << "\n";
     if (c.cp > 1) os << "  link, context parallel (" << c.tp * c.cp << " GPUs spanned): " << link_text(p.cp_link) << "\n";
+    if (c.ep > 1)
+      os << "  link, expert parallel (" << c.tp * c.cp * c.ep << " GPUs spanned): " << link_text(p.ep_link) << "\n";
     if (c.dp * c.cp > 1) {
       os << "  link, data parallel (" << c.tp * c.dp * c.cp << " GPUs spanned): " << link_text(p.dp_link);
       if (p.dp_domain_gpus > 1)
@@ -78,6 +82,7 @@ std::string format_parallel(const ParallelReport& p) {
   if (c.cp > 1)
     os << "  context-parallel ring " << ms(p.cp_comm_ms) << " ms of K/V transfers, " << ms(p.cp_exposed_ms)
        << " ms exposed beside the attention\n";
+  if (c.ep > 1) os << "  expert all-to-all     " << ms(p.ep_comm_ms) << " ms (tokens to their experts and back)\n";
   if (c.zero == 0)
     os << "  gradient all-reduce  " << ms(p.dp_comm_ms) << " ms in " << p.dp_buckets << " buckets, "
        << ms(p.dp_exposed_ms) << " ms exposed\n";
@@ -128,6 +133,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"tp", p.config.tp},
                      {"pp", p.config.pp},
                      {"cp", p.config.cp},
+                     {"ep", p.config.ep},
                      {"gpus", p.config.gpus()},
                      {"microbatches", p.config.microbatches},
                      {"schedule", schedule_name(p.config.schedule)},
@@ -140,6 +146,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"tp_link", link_json(p.tp_link)},
                      {"dp_link", link_json(p.dp_link)},
                      {"cp_link", link_json(p.cp_link)},
+                     {"ep_link", link_json(p.ep_link)},
                      {"dp_domain_gpus", p.dp_domain_gpus},
                      {"dp_intra_link", link_json(p.dp_intra_link)},
                      {"iteration_ms", fin(p.iteration_ms)},
@@ -152,6 +159,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"pp_comm_ms", fin(p.pp_comm_ms)},
                      {"cp_comm_ms", fin(p.cp_comm_ms)},
                      {"cp_exposed_ms", fin(p.cp_exposed_ms)},
+                     {"ep_comm_ms", fin(p.ep_comm_ms)},
                      {"comm_ms", fin(p.comm_ms)},
                      {"exposed_comm_ms", fin(p.exposed_comm_ms)},
                      {"bubble_ms", fin(p.bubble_ms)},

@@ -87,6 +87,30 @@ class ParallelReport(unittest.TestCase):
                 self.assertIn("cp", err)
                 self.assertFalse(os.path.exists(out_json))
 
+    def test_expert_parallel_training_spreads_the_experts_over_data_parallel_gpus(self):
+        cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "olmoe_1b_7b.json")
+        base = ["--config", cfg, "--gpu", "h100", "--mode", "training", "--dtype", "bf16", "--batch", "8", "--seq", "512",
+                "--predictor", "roofline", "--optimizer", "adam"]
+        dense = run_json(*base, "--parallel", "dp=8")["parallel"]
+        ep = run_json(*base, "--parallel", "dp=8,ep=8")
+        p = ep["parallel"]
+        self.assertEqual((p["ep"], p["gpus"]), (8, 8))
+        self.assertGreater(p["ep_comm_ms"], 0)
+        self.assertEqual(dense["ep_comm_ms"], 0)
+        self.assertLess(p["stages"][0]["memory_gb"]["weights"], dense["stages"][0]["memory_gb"]["weights"] / 3)
+        a2a = [k for n in ep["nodes"] for k in n["kernels"] if k["op"] == "alltoall"]
+        self.assertEqual(len(a2a), 4 * 16)  # dispatch and combine, forward and backward, 16 MoE layers
+        code, out, err = run(*base, "--parallel", "dp=8,ep=8")
+        self.assertEqual(code, 0, err)
+        self.assertIn("expert all-to-all", out)
+        # ep divides dp in training; a model without experts is told ep changes nothing.
+        code, _, err = run(*base, "--parallel", "dp=2,ep=4")
+        self.assertEqual(code, 2, err)
+        self.assertIn("must divide dp=2", err)
+        code, _, err = run(*BASE, "--batch", "4", "--parallel", "dp=2,ep=2", "--quiet")
+        self.assertEqual(code, 0, err)
+        self.assertIn("ep changes nothing", err)
+
     def test_a_tp_that_does_not_divide_a_config_model_is_named(self):
         cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
         for args, warned in ((["--batch", "1", "--seq", "16", "--parallel", "tp=3"], True),

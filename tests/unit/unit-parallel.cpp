@@ -251,7 +251,9 @@ TEST_CASE("parallel: inference takes tensor parallelism alone") {
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("ep=2,tp=8")));
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=8,ep=3")), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("ep=2")), InputError);
-  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,ep=2"), Mode::training, 8), InputError);
+  // Training spreads the experts over ep of the dp GPUs: ep divides dp.
+  CHECK(parallel_micro_batch(parse_parallel("dp=4,ep=2"), Mode::training, 8) == 2);
+  CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,ep=4"), Mode::training, 8), InputError);
 }
 
 TEST_CASE("parallel: a tensor-parallel all-reduce carries the interval of the link's efficiency") {
@@ -930,4 +932,56 @@ TEST_CASE("parallel: a context-parallel ring shows only what its steps take beyo
   CHECK(cp_ring_exposed_ms(3e9, 80, 4, l) == 0);  // 20 ms a step hides the transfer
   CHECK(cp_ring_exposed_ms(3e9, 8, 1, l) == 0);
   CHECK(cp_ring_exposed_ms(0, 8, 4, l) == 0);
+}
+
+TEST_CASE("parallel: expert parallelism in training runs a GPU's experts on the group's tokens, all-to-alls around them") {
+  // Mixtral's structure, small: 8 experts, top-2, two layers.
+  ModelConfig c = read_hf_config(test::source_dir() + "/tests/data/mixtral_8x7b.json");
+  c.layers = 2;
+  c.hidden = 256;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.ffn = 512;
+  c.vocab = 1000;
+  REQUIRE(c.experts == 8);
+  REQUIRE(c.experts_per_token == 2);
+  const LoadedModel m = build_model(c);
+  const Gpu gpu = GpuDatabase::builtin().resolve("h100");
+  Options o = test::roofline_options(8, 128, Mode::training, "dp=4");
+  o.dtype = DType::bf16;
+  const Analysis plain = prepare(m, o);
+  const Report r0 = analyze(m, gpu, o);
+  o.parallel = parse_parallel("dp=4,ep=4");
+  const Analysis ep = prepare(m, o);
+  const Report r1 = analyze(m, gpu, o);
+  std::vector<Kernel> a2a, rest;
+  for (const Kernel& k : ep.kernels.kernels) (k.op == "alltoall" ? a2a : rest).push_back(k);
+  REQUIRE(rest.size() == plain.kernels.kernels.size());
+  // Two a layer in each pass: dispatch and combine; each GPU's 2 tokens x top-2 x 256 wide rows
+  // x 128 positions, 3/4 of them sent.
+  REQUIRE(a2a.size() == 2 * 2 * 2);
+  for (const Kernel& k : a2a) CHECK(k.bytes == doctest::Approx(2.0 * 128 * 2 * 256 * 2 * 3 / 4));
+  double expert_flops0 = 0, expert_flops1 = 0, update0 = 0, update1 = 0;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const Kernel& a = plain.kernels.kernels[i];
+    const Kernel& b = rest[i];
+    if (a.expert_part != Kernel::ExpertPart::none && a.cls == KernelClass::gemm) {
+      expert_flops0 += a.flops, expert_flops1 += b.flops;
+      CHECK(b.gemm.batch <= 2);  // 8 / 4 experts a GPU
+    }
+    if (a.phase == Phase::update) update0 += a.bytes, update1 += b.bytes;
+  }
+  // The same routed work a GPU (the group's tokens over a quarter of the experts), more on
+  // the busiest; the experts' updates on a quarter.
+  CHECK(expert_flops1 >= expert_flops0);
+  CHECK(expert_flops1 < 1.5 * expert_flops0);
+  CHECK(update1 < update0);
+  REQUIRE(r0.parallel);
+  REQUIRE(r1.parallel);
+  CHECK(r1.parallel->ep_comm_ms > 0);
+  CHECK(r0.parallel->ep_comm_ms == 0);
+  CHECK(r1.parallel->stages[0].weights_gb < 0.6 * r0.parallel->stages[0].weights_gb);
+  // dp = ep: each expert on one GPU, its gradients reduced nowhere.
+  CHECK(r1.parallel->dp_comm_ms < r0.parallel->dp_comm_ms);
 }

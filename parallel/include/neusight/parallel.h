@@ -37,6 +37,11 @@ struct ParallelConfig {
   // share it), as vLLM's --enable-expert-parallel (ep = tp) and SGLang's --ep-size run them:
   // every GPU runs its own experts on the tokens routed to them, one all-reduce sums the
   // outputs as under tensor parallelism. 1: every expert split over the tp GPUs.
+  // Training: the experts spread over `ep` of the dp GPUs (Megatron-LM's
+  // --expert-model-parallel-size; ep divides dp): each holds E/ep whole experts and runs them
+  // on the tokens the ep GPUs' routers send it, an all-to-all dispatching the tokens before
+  // the experts and one combining them after (and two in the backward); the experts'
+  // gradients are reduced over the dp/ep GPUs holding the same experts.
   int ep = 1;
   int microbatches = 1;           // per iteration and data-parallel replica (1: no micro-batching)
   // Model chunks per pipeline GPU (Megatron-LM's interleaved 1F1B schedule, vp > 1): the model
@@ -72,13 +77,14 @@ struct ParallelConfig {
   int64_t gpus() const { return int64_t(dp) * tp * pp * cp; }
 };
 
-// Parses "dp=N,tp=N,pp=N[,cp=C][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1]" (any subset, any order;
+// Parses "dp=N,tp=N,pp=N[,cp=C][,ep=E][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1]" (any subset, any order;
 // missing degrees are 1). Throws InputError naming the bad part.
 ParallelConfig parse_parallel(const std::string& spec);
 const char* schedule_name(PipelineSchedule s);
 
 // The batch one GPU runs per microbatch: global / (dp * microbatches). Throws InputError
-// unless `mode` is training, the global batch is given (> 0) and divides evenly, for ZeRO
+// unless `mode` is training, the global batch is given (> 0) and divides evenly, for an ep
+// that does not divide dp, for ZeRO
 // stage 2 or 3 with pipeline parallelism, and for vp > 1 without pp > 1, with GPipe, or with
 // microbatches that are not a multiple of pp (Megatron-LM's interleaved schedule needs them).
 int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
@@ -255,6 +261,17 @@ double cp_ring_exposed_ms(double ring_bytes, double attention_ms, int cp, const 
 std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
                                                 int cp, const Link& link);
 
+// --- per-GPU work under expert parallelism in training -----------------------------------------
+// The kernel list one GPU of an expert-parallel group of `ep` runs: a mixture's expert kernels
+// (forward and backward) as the busiest GPU runs its E/ep experts on the group's tokens
+// (expert_parallel_load over ep times its own), an all-to-all (class collective, op
+// "alltoall": each token's top-k hidden rows, all but 1/ep of them sent) before and after the
+// experts in each pass, and the experts' weight updates on 1/ep. Identity when ep = 1.
+KernelList shard_expert_parallel(const Graph& graph, const KernelList& kernels, int ep);
+// Gives each "alltoall" kernel its time: the bytes a GPU sends, point to point at the link's
+// bandwidth (the ep - 1 transfers run at once over a switch), one step's latency.
+void time_expert_all_to_alls(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, const Link& link);
+
 // --- expert placement (pure, unit-tested) ---------------------------------------------------
 // Routing is uniform and independent per token (the lowering's assumption), so a GPU's load is
 // random and the step waits for the busiest GPU. With `experts` over `gpus` GPUs (E/gpus each)
@@ -304,6 +321,10 @@ struct ParallelReport {
   // them the attention does not hide.
   Link cp_link;
   double cp_comm_ms = 0, cp_exposed_ms = 0;
+  // Expert parallelism in training: the all-to-alls among the ep GPUs (tp apart within the
+  // data-parallel group), per iteration on the critical GPU (on the critical path).
+  Link ep_link;
+  double ep_comm_ms = 0;
   // A data-parallel group spanning several NVLink domains with dp_domain_gpus > 1 of its GPUs in
   // each (dp x tp over the domain, without --link-bw) reduces hierarchically: on dp_intra_link
   // within a domain, on dp_link across (hierarchical_allreduce_ms). 1: the flat ring on dp_link.
@@ -317,8 +338,8 @@ struct ParallelReport {
   double dp_exposed_ms = 0;      // the part not hidden behind the compute (ZeRO: with the gathers after the step)
   int dp_buckets = 0;
   double pp_comm_ms = 0;         // send/recv per iteration on the critical path
-  double comm_ms = 0;            // tp + dp + pp + cp
-  double exposed_comm_ms = 0;    // tp + pp + dp exposed + cp exposed
+  double comm_ms = 0;            // tp + dp + pp + cp + ep
+  double exposed_comm_ms = 0;    // tp + pp + dp exposed + cp exposed + ep
   double bubble_ms = 0, bubble_fraction = 0;  // idle time of the busiest stage, and per span
   double update_ms = 0;          // optimizer step (slowest stage)
   double memory_capacity_gb = 0;
