@@ -341,8 +341,6 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   if (options.parallel.active)
     a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, training ? 1 : options.parallel.ep,
                                       options.parallel.sequence_parallel);
-  if (options.parallel.active && training && options.parallel.ep > 1)
-    a.kernels = shard_expert_parallel(a.graph, a.kernels, options.parallel.ep);
   if (options.parallel.active && options.parallel.cp > 1) {
     if (options.attention != Attention::fused)
       throw InputError("--parallel cp=" + std::to_string(options.parallel.cp) +
@@ -350,6 +348,9 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                        "with Transformer Engine): add --attention fused");
     a.kernels = shard_context_parallel(a.graph, a.kernels, options.parallel.cp);
   }
+  // After the sequence split: a GPU's experts get the tokens of the group's shares.
+  if (options.parallel.active && training && options.parallel.ep > 1)
+    a.kernels = shard_expert_parallel(a.graph, a.kernels, options.parallel.ep, options.parallel.zero == 0);
   if (options.parallel.active && options.parallel.zero >= 1)
     a.kernels = shard_optimizer_updates(a.kernels, options.parallel.dp * options.parallel.cp);
   if (options.parallel.active && options.parallel.sequence_parallel && options.parallel.tp == 1)

@@ -47,6 +47,7 @@ std::vector<char> weight_only_nodes(const Graph& g) {
 // One kernel on this GPU's 1/cp of the tokens. `fwd`: its node's forward GEMM, whose rows are
 // the tokens (a backward GEMM carries them as rows, or as the reduction of a weight's gradient).
 void split_tokens(Kernel& k, const GemmShape* fwd, int cp) {
+  k.moe.tokens /= cp;  // a mixture's routing: this GPU's tokens
   if (k.cls == KernelClass::gemm && is_flash(k)) {
     // The local queries against every key: the products shrink with the queries, the K/V
     // read (and their gradients written) stays whole.

@@ -37,7 +37,9 @@ void place_group_experts(Kernel& k, int ep, int64_t tokens_per_expert) {
     k.bytes = (k.bytes - m.weight_bytes) * routed_share + weights;
     k.moe.weight_bytes = weights;
     const int64_t batch = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(busiest.reached - 1e-9)));
-    const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(busiest.routed / double(batch) - 1e-9)));
+    // Rows per expert padded to 8, as the grouped-GEMM paths pad each expert's tokens (their
+    // count varies step to step; the kernels are chosen aligned).
+    const int64_t rows = (std::max<int64_t>(1, static_cast<int64_t>(std::ceil(busiest.routed / double(batch) - 1e-9))) + 7) / 8 * 8;
     int64_t* token_dim = k.gemm.m == tokens_per_expert ? &k.gemm.m : k.gemm.k == tokens_per_expert ? &k.gemm.k : &k.gemm.n;
     *token_dim = rows;
     k.gemm.batch = batch;
@@ -58,7 +60,7 @@ Kernel all_to_all(const Kernel& expert, double bytes, int ep, const char* what) 
 
 }  // namespace
 
-KernelList shard_expert_parallel(const Graph& g, const KernelList& in, int ep) {
+KernelList shard_expert_parallel(const Graph& g, const KernelList& in, int ep, bool shrink_updates) {
   if (ep <= 1) return in;
   // The experts' weights: what a mixture node holds (its router is a GEMM of its own).
   const std::unordered_set<std::string> held = held_values(g);
@@ -95,7 +97,7 @@ KernelList shard_expert_parallel(const Graph& g, const KernelList& in, int ep) {
   for (size_t i = 0; i < in.kernels.size(); ++i) {
     Kernel k = in.kernels[i];
     if (k.phase == Phase::update) {
-      if (expert_weights.count(k.weight)) shrink_vector(k, ep);
+      if (shrink_updates && expert_weights.count(k.weight)) shrink_vector(k, ep);
       out.kernels.push_back(k);
       continue;
     }

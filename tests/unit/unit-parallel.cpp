@@ -984,4 +984,25 @@ TEST_CASE("parallel: expert parallelism in training runs a GPU's experts on the 
   CHECK(r1.parallel->stages[0].weights_gb < 0.6 * r0.parallel->stages[0].weights_gb);
   // dp = ep: each expert on one GPU, its gradients reduced nowhere.
   CHECK(r1.parallel->dp_comm_ms < r0.parallel->dp_comm_ms);
+  // ZeRO already gives each GPU 1/dp of every update, experts included (E/ep experts over the
+  // dp/ep GPUs that hold them): the same updates with and without ep.
+  const auto update_bytes = [&](const std::string& spec) {
+    Options z = o;
+    z.parallel = parse_parallel(spec);
+    double bytes = 0;
+    for (const Kernel& k : prepare(m, z).kernels.kernels)
+      if (k.phase == Phase::update) bytes += k.bytes;
+    return bytes;
+  };
+  CHECK(update_bytes("dp=4,ep=4,zero=1") == doctest::Approx(update_bytes("dp=4,zero=1")));
+  // Under context parallelism a GPU routes its share of the sequence: half the all-to-all.
+  Options cp = o;
+  cp.parallel = parse_parallel("dp=4,ep=4,cp=2");
+  cp.attention = Attention::fused;
+  double a2a_cp = 0;
+  for (const Kernel& k : prepare(m, cp).kernels.kernels)
+    if (k.op == "alltoall") a2a_cp += k.bytes;
+  double a2a_all = 0;
+  for (const Kernel& k : a2a) a2a_all += k.bytes;
+  CHECK(a2a_cp == doctest::Approx(a2a_all / 2));
 }

@@ -266,8 +266,10 @@ std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kerne
 // (forward and backward) as the busiest GPU runs its E/ep experts on the group's tokens
 // (expert_parallel_load over ep times its own), an all-to-all (class collective, op
 // "alltoall": each token's top-k hidden rows, all but 1/ep of them sent) before and after the
-// experts in each pass, and the experts' weight updates on 1/ep. Identity when ep = 1.
-KernelList shard_expert_parallel(const Graph& graph, const KernelList& kernels, int ep);
+// experts in each pass, and the experts' weight updates on 1/ep (`shrink_updates`; ZeRO's
+// sharding over the dp GPUs, shard_optimizer_updates, already gives each GPU its share of
+// them: E/ep experts over the dp/ep GPUs holding them). Identity when ep = 1.
+KernelList shard_expert_parallel(const Graph& graph, const KernelList& kernels, int ep, bool shrink_updates = true);
 // Gives each "alltoall" kernel its time: the bytes a GPU sends, point to point at the link's
 // bandwidth (the ep - 1 transfers run at once over a switch), one step's latency.
 void time_expert_all_to_alls(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, const Link& link);
