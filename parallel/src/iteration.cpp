@@ -245,7 +245,7 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
 // its node or of any later one).
 struct StagePasses {
   std::vector<double> fwd_ms, bwd_ms, fwd_need, bwd_need, grad;
-  double param_bytes = 0;  // the stage's parameters on one GPU (before ZeRO's sharding)
+  double param_bytes = 0;  // the stage's parameters on one GPU (before ZeRO's sharding), as the collectives carry them
 };
 
 StagePasses stage_passes(const std::vector<Kernel>& kernels, const std::vector<Prediction>& preds, const StagePlan& plan,

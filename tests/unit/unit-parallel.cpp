@@ -246,7 +246,7 @@ TEST_CASE("parallel: inference takes tensor parallelism alone") {
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("dp=2")), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,pp=2")), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,microbatches=2")), InputError);
-  // Experts over ep of the tp GPUs: ep divides tp; training has no ep.
+  // Experts over ep of the tp GPUs: ep divides tp (training: ep of the dp GPUs, below).
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8,ep=8")));
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("ep=2,tp=8")));
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=8,ep=3")), InputError);

@@ -92,7 +92,8 @@ int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t gl
 // Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
 // GPUs, each running the whole batch, its experts optionally spread over ep of them. Throws
 // InputError for dp, pp, cp, microbatches, zero or sp, which split training batches, stages,
-// sequences and optimizer state, and for an ep that does not divide tp. Training throws for ep > 1.
+// sequences and optimizer state, and for an ep that does not divide tp (training spreads the
+// experts over dp instead).
 void check_inference_parallel(const ParallelConfig& config);
 
 // --- interconnect ------------------------------------------------------------------------
@@ -237,8 +238,8 @@ KernelList shard_optimizer_updates(const KernelList& kernels, int dp);
 // The kernel list one GPU runs: kernels of split nodes shrunk by tp, TP all-reduces
 // (class collective, op "allreduce") inserted after the row-parallel / vocab-parallel
 // forward kernels and after the column-parallel backward kernels, update kernels of split
-// weights shrunk. A mixture's expert kernels under ep > 1 (ep divides tp) are those of the
-// busiest GPU (expert_parallel_load). Identity when tp = 1.
+// weights shrunk. A mixture's expert kernels under ep > 1 (inference: ep divides tp) are those
+// of the busiest GPU (expert_parallel_load). Identity when tp = 1.
 KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, int tp, int ep = 1,
                                  bool sequence_parallel = false);
 
