@@ -28,7 +28,7 @@ const char* schedule_name(PipelineSchedule s) { return s == PipelineSchedule::gp
 ParallelConfig parse_parallel(const std::string& spec) {
   ParallelConfig c;
   c.active = true;
-  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,cp=C][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1])");
+  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,cp=C][,ep=E][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,overlap_gather=0|1][,sp=0|1])");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {
@@ -47,6 +47,11 @@ ParallelConfig parse_parallel(const std::string& spec) {
       if (value != "0" && value != "1")
         throw InputError("--parallel: sp must be 0 or 1 (sequence parallelism beside tp), got '" + value + "' in '" + spec + "'");
       c.sequence_parallel = value == "1";
+    } else if (key == "overlap_gather") {
+      if (value != "0" && value != "1")
+        throw InputError("--parallel: overlap_gather must be 0 or 1 (ZeRO-1/2's parameter all-gather under the next forward), "
+                         "got '" + value + "' in '" + spec + "'");
+      c.overlap_gather = value == "1";
     } else if (key == "zero") {
       if (value.size() != 1 || value[0] < '0' || value[0] > '3')
         throw InputError("--parallel: zero must be a ZeRO stage 0, 1, 2 or 3, got '" + value + "' in '" + spec + "'");
@@ -57,7 +62,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, cp, ep, microbatches, schedule, vp, zero, sp)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, cp, ep, microbatches, schedule, vp, zero, overlap_gather, sp)");
     }
   }
   return c;
@@ -73,6 +78,9 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
     throw InputError("--parallel: zero=" + std::to_string(c.zero) + " with pp=" + std::to_string(c.pp) +
                      ": ZeRO stages 2 and 3 run without pipeline parallelism, as in DeepSpeed (their gradients are "
                      "reduce-scattered every microbatch); use zero=1 with pp, or pp=1");
+  if (c.overlap_gather && (c.zero < 1 || c.zero > 2))
+    throw InputError("--parallel: overlap_gather=1 runs ZeRO stage 1 or 2's parameter all-gather under the next forward; "
+                     "give zero=1 or zero=2 (stage 3 gathers before each use already)");
   if (c.virtual_stages > 1) {
     const std::string vp = "--parallel: vp=" + std::to_string(c.virtual_stages);
     if (c.pp <= 1) throw InputError(vp + " interleaves model chunks over pipeline GPUs: give pp=N > 1");

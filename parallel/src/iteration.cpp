@@ -326,7 +326,14 @@ std::vector<OverlapTiming> data_parallel(const std::vector<Kernel>& kernels, con
     o.exposed_ms = times * per_mb.exposed_ms;
     o.gather_ms = times * per_mb.gather_ms;
     o.buckets = times * per_mb.buckets;
-    if (cfg.zero <= 2 && p.param_bytes > 0 && std::isfinite(p.param_bytes)) {
+    if (cfg.zero <= 2 && cfg.overlap_gather) {
+      // The updated shards gathered under the next iteration's first forward pass, a bucket
+      // ahead of the kernels that read them (the same issue order as ZeRO-3's forward gathers).
+      const OverlapTiming f = overlap_sharded(p.fwd_ms, p.fwd_need, none, gather_bucket, bucket, allgather, reduce_scatter);
+      o.comm_ms += f.comm_ms;
+      o.exposed_ms += f.exposed_ms;
+      o.gather_ms += f.gather_ms;
+    } else if (cfg.zero <= 2 && p.param_bytes > 0 && std::isfinite(p.param_bytes)) {
       // The updated shards all-gathered after the step, in full buckets and the rest.
       const double full = std::floor(p.param_bytes / gather_bucket), rest = p.param_bytes - full * gather_bucket;
       const double d = full * allgather(gather_bucket) + allgather(rest);

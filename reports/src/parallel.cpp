@@ -47,6 +47,7 @@ std::string format_parallel(const ParallelReport& p) {
   if (c.virtual_stages > 1) os << " interleaved, " << c.virtual_stages << " model chunks a GPU";
   if (c.sequence_parallel) os << ", sequence parallel over tp";
   if (c.zero > 0) os << ", ZeRO stage " << c.zero << zero_text(c.zero);
+  if (c.overlap_gather) os << ", parameter all-gather under the next forward";
   os << "\n";
   // One line per link the axes cross (tensor parallel within its group, data parallel, pipeline).
   const auto link_text = [](const Link& l) {
@@ -138,6 +139,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"microbatches", p.config.microbatches},
                      {"schedule", schedule_name(p.config.schedule)},
                      {"zero", p.config.zero},
+                     {"overlap_gather", p.config.overlap_gather},
                      {"virtual_stages", p.config.virtual_stages},
                      {"sequence_parallel", p.config.sequence_parallel},
                      {"global_batch", p.global_batch},

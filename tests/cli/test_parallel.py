@@ -47,6 +47,14 @@ class ParallelReport(unittest.TestCase):
         code, _, err = run(*BASE, "--batch", "8", "--parallel", "tp=2,zero=1", "--quiet")
         self.assertEqual(code, 0, err)
         self.assertIn("dp=1: zero changes nothing", err)
+        # Megatron-LM's --overlap-param-gather: the same gather, less of it exposed.
+        ov = run_json(*BASE, "--batch", "8", "--optimizer", "adam", "--parallel", "dp=4,zero=1,overlap_gather=1")["parallel"]
+        self.assertTrue(ov["overlap_gather"])
+        self.assertFalse(runs[1]["parallel"]["overlap_gather"])
+        self.assertLess(ov["dp_exposed_ms"], runs[1]["parallel"]["dp_exposed_ms"])
+        code, _, err = run(*BASE, "--batch", "8", "--parallel", "dp=4,zero=3,overlap_gather=1")
+        self.assertEqual(code, 2, err)
+        self.assertIn("overlap_gather", err)
 
     def test_sequence_parallel_splits_the_norms_and_their_activations(self):
         tp = run_json(*BASE, "--batch", "4", "--parallel", "tp=4")["parallel"]

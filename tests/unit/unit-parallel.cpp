@@ -458,6 +458,19 @@ TEST_CASE("parallel: ZeRO stages shard the optimizer state, then the gradients, 
   CHECK(p3.dp_gather_ms > 3 * p1.dp_gather_ms);  // 2 microbatches x forward and backward
   CHECK(p3.dp_exposed_ms < p3.dp_comm_ms);       // prefetched under the compute
   for (const Report& r : z) CHECK(r.e2e_latency_ms == doctest::Approx(r.parallel->iteration_ms));
+  // Megatron-LM's --overlap-param-gather: ZeRO-1's all-gather under the next forward, bucket
+  // by bucket ahead of its readers: the same bytes, less of them exposed.
+  Options o = test::roofline_options(8, 128, Mode::training, "dp=4,microbatches=2,zero=1,overlap_gather=1");
+  o.optimizer = Optimizer::adam;
+  const Report ov = analyze(m, gpu, o);
+  REQUIRE(ov.parallel);
+  CHECK(ov.parallel->config.overlap_gather);
+  CHECK(ov.parallel->dp_gather_ms == doctest::Approx(p1.dp_gather_ms).epsilon(0.1));
+  CHECK(ov.parallel->dp_exposed_ms < p1.dp_exposed_ms);
+  CHECK(ov.parallel->iteration_ms < z[1].parallel->iteration_ms);
+  for (const char* bad : {"dp=4,overlap_gather=1", "dp=4,zero=3,overlap_gather=1"})
+    CHECK_THROWS_AS(parallel_micro_batch(parse_parallel(bad), Mode::training, 8), InputError);
+  CHECK_THROWS_AS(parse_parallel("dp=4,zero=1,overlap_gather=2"), InputError);
 }
 
 TEST_CASE("parallel: a Llama's stages are balanced, cut where the residual stream alone crosses") {

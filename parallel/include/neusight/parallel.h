@@ -57,6 +57,10 @@ struct ParallelConfig {
   // parameters all-gathered before its forward and again before its backward, one bucket
   // prefetched). Stages 2 and 3 take no pipeline parallelism, as in DeepSpeed.
   int zero = 0;
+  // ZeRO stages 1 and 2: the updated parameters' all-gather run under the next iteration's
+  // first forward pass, bucket by bucket ahead of the kernels that read them (Megatron-LM's
+  // --overlap-param-gather), instead of after the step, exposed (DeepSpeed's).
+  bool overlap_gather = false;
   // Training: Megatron-LM's sequence parallelism (--sequence-parallel) beside tensor
   // parallelism: the data path between the tensor-parallel regions (norms, residual adds,
   // dropout, the embedding's output) split along the sequence over the tp GPUs, each
@@ -77,7 +81,8 @@ struct ParallelConfig {
   int64_t gpus() const { return int64_t(dp) * tp * pp * cp; }
 };
 
-// Parses "dp=N,tp=N,pp=N[,cp=C][,ep=E][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,sp=0|1]" (any subset, any order;
+// Parses "dp=N,tp=N,pp=N[,cp=C][,ep=E][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,overlap_gather=0|1][,sp=0|1]"
+// (any subset, any order;
 // missing degrees are 1). Throws InputError naming the bad part.
 ParallelConfig parse_parallel(const std::string& spec);
 const char* schedule_name(PipelineSchedule s);
