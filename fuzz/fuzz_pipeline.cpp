@@ -48,11 +48,12 @@ void run_pipeline(const std::string& bytes) {
   opt.fusion = Fusion::none;
   const Analysis t = prepare(loaded, opt);
   (void)predict(t, loaded.model, gpu, opt);
-  // Activation checkpointing under multi-GPU plans: pipeline stages with the optimizer sharded,
-  // ZeRO-3's gathers beside expert parallelism, and selective recomputation beside sequence
-  // parallelism and FlashAttention's backward and its context-parallel ring.
+  // Activation checkpointing under multi-GPU plans: pipeline stages with the optimizer sharded
+  // (its gather under the next forward), ZeRO-3's gathers beside expert parallelism, and
+  // selective recomputation beside sequence parallelism and FlashAttention's backward and its
+  // context-parallel ring.
   opt.recompute = Recompute::full;
-  for (const char* spec : {"dp=2,pp=2,zero=1", "dp=2,zero=3,ep=2", "tp=2,sp=1,cp=2"}) {
+  for (const char* spec : {"dp=2,pp=2,zero=1,overlap_gather=1", "dp=2,zero=3,ep=2", "tp=2,sp=1,cp=2"}) {
     if (spec[0] == 't') {
       opt.recompute = Recompute::selective;
       opt.attention = Attention::fused;
