@@ -114,7 +114,7 @@ void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::v
   fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
   slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective && kernels[i].op != "cp_ring" && kernels[i].op != "alltoall") {
+    if (kernels[i].cls == KernelClass::collective) {
       preds[i] = Prediction{};
       preds[i].latency_ms = allreduce_ms(kernels[i].bytes, tp, link);
       preds[i].latency_low_ms = allreduce_ms(kernels[i].bytes, tp, fast);

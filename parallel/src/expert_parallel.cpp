@@ -54,7 +54,7 @@ void place_group_experts(Kernel& k, int ep, int64_t tokens_per_expert) {
 }
 
 Kernel all_to_all(const Kernel& expert, double bytes, int ep, const char* what) {
-  return parallel_detail::collective_beside(expert, "alltoall", bytes,
+  return parallel_detail::collective_beside(expert, "ep_alltoall", bytes,
                                             "expert-parallel all-to-all over " + std::to_string(ep) + " GPUs (" + what + ")");
 }
 
@@ -121,7 +121,7 @@ void time_expert_all_to_alls(const std::vector<Kernel>& kernels, std::vector<Pre
   fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
   slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective && kernels[i].op == "alltoall") {
+    if (kernels[i].cls == KernelClass::collective && kernels[i].op == "ep_alltoall") {
       preds[i] = Prediction{};
       preds[i].latency_ms = p2p_ms(kernels[i].bytes, link);
       preds[i].latency_low_ms = p2p_ms(kernels[i].bytes, fast);

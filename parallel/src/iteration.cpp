@@ -219,7 +219,7 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
     if (k.cls == KernelClass::collective && k.op == "cp_ring") {
       t.cp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
       if (i < ring_ms.size()) t.cp_transfer_ms[static_cast<size_t>(s)] += ring_ms[i];
-    } else if (k.cls == KernelClass::collective && k.op == "alltoall") {
+    } else if (k.cls == KernelClass::collective && k.op == "ep_alltoall") {
       t.ep_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
     } else if (k.cls == KernelClass::collective) {
       t.tp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
@@ -504,6 +504,7 @@ ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels
 
   // Tensor-parallel collectives get their time from the link model.
   time_tensor_parallel_collectives(kernels, preds, cfg.tp, r.tp_link);
+  // Context parallelism's rings and expert parallelism's all-to-alls then take their own times.
   const std::vector<double> rings = time_context_parallel_rings(kernels, preds, cfg.cp, r.cp_link);
   time_expert_all_to_alls(kernels, preds, r.ep_link);
 

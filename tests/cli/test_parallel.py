@@ -106,7 +106,7 @@ class ParallelReport(unittest.TestCase):
         self.assertGreater(p["ep_comm_ms"], 0)
         self.assertEqual(dense["ep_comm_ms"], 0)
         self.assertLess(p["stages"][0]["memory_gb"]["weights"], dense["stages"][0]["memory_gb"]["weights"] / 3)
-        a2a = [k for n in ep["nodes"] for k in n["kernels"] if k["op"] == "alltoall"]
+        a2a = [k for n in ep["nodes"] for k in n["kernels"] if k["op"] == "ep_alltoall"]
         self.assertEqual(len(a2a), 4 * 16)  # dispatch and combine, forward and backward, 16 MoE layers
         code, out, err = run(*base, "--parallel", "dp=8,ep=8")
         self.assertEqual(code, 0, err)

@@ -969,7 +969,7 @@ TEST_CASE("parallel: expert parallelism in training runs a GPU's experts on the 
   const Analysis ep = prepare(m, o);
   const Report r1 = analyze(m, gpu, o);
   std::vector<Kernel> a2a, rest;
-  for (const Kernel& k : ep.kernels.kernels) (k.op == "alltoall" ? a2a : rest).push_back(k);
+  for (const Kernel& k : ep.kernels.kernels) (k.op == "ep_alltoall" ? a2a : rest).push_back(k);
   REQUIRE(rest.size() == plain.kernels.kernels.size());
   // Two a layer in each pass: dispatch and combine; each GPU's 2 tokens x top-2 x 256 wide rows
   // x 128 positions, 3/4 of them sent.
@@ -1014,7 +1014,7 @@ TEST_CASE("parallel: expert parallelism in training runs a GPU's experts on the 
   cp.attention = Attention::fused;
   double a2a_cp = 0;
   for (const Kernel& k : prepare(m, cp).kernels.kernels)
-    if (k.op == "alltoall") a2a_cp += k.bytes;
+    if (k.op == "ep_alltoall") a2a_cp += k.bytes;
   double a2a_all = 0;
   for (const Kernel& k : a2a) a2a_all += k.bytes;
   CHECK(a2a_cp == doctest::Approx(a2a_all / 2));

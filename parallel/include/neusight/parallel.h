@@ -152,9 +152,11 @@ double hierarchical_allreduce_ms(double bytes, int n, int g, const Link& intra, 
 // One point-to-point send/receive.
 double p2p_ms(double bytes, const Link& link);
 
-// Gives each tensor-parallel all-reduce kernel (class collective) its all-reduce time
-// (allreduce_ms) among `tp` GPUs on `link`, its 80% interval at the link's efficiency scaled
-// to kLinkEfficiencyHigh and kLinkEfficiencyLow; other predictions are left as they are.
+// Gives each collective kernel (the tensor-parallel all-reduces, a graph's own collectives) its
+// all-reduce time (allreduce_ms) among `tp` GPUs on `link`, its 80% interval at the link's
+// efficiency scaled to kLinkEfficiencyHigh and kLinkEfficiencyLow; other predictions are left
+// as they are. Context parallelism's rings and expert parallelism's all-to-alls are timed
+// again by their own functions after it (plan_iteration).
 void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,
                                       const Link& link);
 
@@ -271,12 +273,12 @@ std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kerne
 // The kernel list one GPU of an expert-parallel group of `ep` runs: a mixture's expert kernels
 // (forward and backward) as the busiest GPU runs its E/ep experts on the group's tokens
 // (expert_parallel_load over ep times its own), an all-to-all (class collective, op
-// "alltoall": each token's top-k hidden rows, all but 1/ep of them sent) before and after the
+// "ep_alltoall": each token's top-k hidden rows, all but 1/ep of them sent) before and after the
 // experts in each pass, and the experts' weight updates on 1/ep (`shrink_updates`; ZeRO's
 // sharding over the dp GPUs, shard_optimizer_updates, already gives each GPU its share of
 // them: E/ep experts over the dp/ep GPUs holding them). Identity when ep = 1.
 KernelList shard_expert_parallel(const Graph& graph, const KernelList& kernels, int ep, bool shrink_updates = true);
-// Gives each "alltoall" kernel its time: the bytes a GPU sends, point to point at the link's
+// Gives each "ep_alltoall" kernel its time: the bytes a GPU sends, point to point at the link's
 // bandwidth (the ep - 1 transfers run at once over a switch), one step's latency.
 void time_expert_all_to_alls(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, const Link& link);
 
