@@ -356,12 +356,6 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   if (options.parallel.active && options.parallel.sequence_parallel && options.parallel.tp == 1)
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel sp=1 splits the sequence over the tensor-parallel "
                                                               "GPUs, and tp=1: sp changes nothing"});
-  if (options.parallel.active && training && options.parallel.ep > 1 &&
-      std::none_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),
-                   [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
-    a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
-                                                                  " spreads a mixture's experts, and the model has none: "
-                                                                  "ep changes nothing"});
   if (options.parallel.active && options.parallel.zero >= 1 && options.parallel.dp * options.parallel.cp == 1)
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel zero=" + std::to_string(options.parallel.zero) +
                                                                   " shards over the data-parallel GPUs, and dp=1: zero changes nothing"});

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "neusight/parallel.h"
+#include "shard.h"
 
 namespace neusight {
 
@@ -110,16 +111,9 @@ void check_inference_parallel(const ParallelConfig& c) {
 
 void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,
                                       const Link& link) {
-  Link fast = link, slow = link;
-  fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
-  slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective) {
-      preds[i] = Prediction{};
-      preds[i].latency_ms = allreduce_ms(kernels[i].bytes, tp, link);
-      preds[i].latency_low_ms = allreduce_ms(kernels[i].bytes, tp, fast);
-      preds[i].latency_high_ms = allreduce_ms(kernels[i].bytes, tp, slow);
-    }
+    if (kernels[i].cls == KernelClass::collective)
+      preds[i] = parallel_detail::link_prediction(link, [&](const Link& l) { return allreduce_ms(kernels[i].bytes, tp, l); });
 }
 
 Link link_for(const Gpu& gpu, double override_gbps, int gpus) {

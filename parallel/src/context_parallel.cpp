@@ -18,8 +18,6 @@ using parallel_detail::shrink_vector;
 
 namespace {
 
-bool is_flash(const Kernel& k) { return k.op == "flash_attention" || k.op == "flash_attention_bwd"; }
-
 // The bytes of the keys and values a FlashAttention kernel reads (its second operand), and for
 // the backward also writes as their gradients.
 double flash_kv_bytes(const Kernel& k) {
@@ -48,7 +46,7 @@ std::vector<char> weight_only_nodes(const Graph& g) {
 // the tokens (a backward GEMM carries them as rows, or as the reduction of a weight's gradient).
 void split_tokens(Kernel& k, const GemmShape* fwd, int cp) {
   k.moe.tokens /= cp;  // a mixture's routing: this GPU's tokens
-  if (k.cls == KernelClass::gemm && is_flash(k)) {
+  if (k.cls == KernelClass::gemm && is_flash_gemm(k)) {
     // The local queries against every key: the products shrink with the queries, the K/V
     // read (and their gradients written) stays whole.
     const int64_t queries = k.gemm.m;
@@ -103,7 +101,7 @@ KernelList shard_context_parallel(const Graph& g, const KernelList& in, int cp) 
       split_tokens(k, it == fwd_gemm.end() ? nullptr : &it->second, cp);
     }
     out.kernels.push_back(k);
-    if (!whole && k.cls == KernelClass::gemm && is_flash(k) && flash_kv_bytes(k) > 0) out.kernels.push_back(ring_kernel(k, cp));
+    if (!whole && k.cls == KernelClass::gemm && is_flash_gemm(k) && flash_kv_bytes(k) > 0) out.kernels.push_back(ring_kernel(k, cp));
   }
   return out;
 }
@@ -117,23 +115,17 @@ double cp_ring_exposed_ms(double ring_bytes, double attention_ms, int cp, const 
 std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
                                                 int cp, const Link& link) {
   std::vector<double> transfer(kernels.size(), 0);
-  Link fast = link, slow = link;
-  fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
-  slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
     const Kernel& k = kernels[i];
     if (k.op != "cp_ring" || cp <= 1) continue;
     // The attention kernel it runs beside: the nearest before it of the same node and phase.
     double attention = 0;
     for (size_t j = i; j-- > 0;)
-      if (kernels[j].node == k.node && kernels[j].phase == k.phase && is_flash(kernels[j])) {
+      if (kernels[j].node == k.node && kernels[j].phase == k.phase && is_flash_gemm(kernels[j])) {
         attention = preds[j].latency_ms;
         break;
       }
-    preds[i] = Prediction{};
-    preds[i].latency_ms = cp_ring_exposed_ms(k.bytes, attention, cp, link);
-    preds[i].latency_low_ms = cp_ring_exposed_ms(k.bytes, attention, cp, fast);
-    preds[i].latency_high_ms = cp_ring_exposed_ms(k.bytes, attention, cp, slow);
+    preds[i] = parallel_detail::link_prediction(link, [&](const Link& l) { return cp_ring_exposed_ms(k.bytes, attention, cp, l); });
     transfer[i] = (cp - 1) * p2p_ms(k.bytes / (cp - 1), link);
   }
   return transfer;

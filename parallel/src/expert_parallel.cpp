@@ -17,8 +17,6 @@ using parallel_detail::shrink_vector;
 
 namespace {
 
-bool moe_node(const Node& n) { return n.domain == "com.microsoft" && (n.op_type == "MoE" || n.op_type == "QMoE"); }
-
 // An expert kernel as the busiest of `ep` GPUs runs it: its E/ep experts on the tokens the ep
 // GPUs' routers send them (expert_parallel_load over ep times this GPU's tokens), in place of
 // every expert on this GPU's own tokens. `tokens_per_expert`: the lowering's rows per expert,
@@ -66,7 +64,7 @@ KernelList shard_expert_parallel(const Graph& g, const KernelList& in, int ep, b
   const std::unordered_set<std::string> held = held_values(g);
   std::set<std::string> expert_weights;
   for (const Node& n : g.nodes)
-    if (moe_node(n))
+    if (parallel_detail::is_moe_op(n))
       for (const auto& name : n.inputs)
         if (held.count(name)) expert_weights.insert(name);
   // Each mixture's expert kernels, per node and phase: the first and the last (the all-to-alls
@@ -117,16 +115,9 @@ KernelList shard_expert_parallel(const Graph& g, const KernelList& in, int ep, b
 }
 
 void time_expert_all_to_alls(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, const Link& link) {
-  Link fast = link, slow = link;
-  fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
-  slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
-    if (kernels[i].cls == KernelClass::collective && kernels[i].op == "ep_alltoall") {
-      preds[i] = Prediction{};
-      preds[i].latency_ms = p2p_ms(kernels[i].bytes, link);
-      preds[i].latency_low_ms = p2p_ms(kernels[i].bytes, fast);
-      preds[i].latency_high_ms = p2p_ms(kernels[i].bytes, slow);
-    }
+    if (kernels[i].cls == KernelClass::collective && kernels[i].op == "ep_alltoall")
+      preds[i] = parallel_detail::link_prediction(link, [&](const Link& l) { return p2p_ms(kernels[i].bytes, l); });
 }
 
 }  // namespace neusight

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "data_path.h"
+#include "shard.h"
 #include "neusight/parallel.h"
 
 namespace neusight {
@@ -171,7 +172,7 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
   for (const auto& [name, node] : w.first_consumer) {
     const double e = double(g.find(name)->num_elements());
     const Node& n = g.nodes[static_cast<size_t>(node)];
-    const bool experts = ep > 1 && n.domain == "com.microsoft" && (n.op_type == "MoE" || n.op_type == "QMoE");
+    const bool experts = ep > 1 && parallel_detail::is_moe_op(n);
     const double held = (split_weights.count(name) ? e / tp : e) / (experts ? ep : 1);
     w.node_params[static_cast<size_t>(node)] += held;
     if (experts) w.node_expert_params[static_cast<size_t>(node)] += held;

@@ -1,13 +1,15 @@
-// shard.h - shrinking one GPU's share of a kernel, shared by tensor parallelism
-// (tensor_parallel.cpp) and context parallelism (context_parallel.cpp). Internal to the
-// parallel stage.
+// shard.h - one GPU's share of a kernel and the collectives beside it, shared by tensor,
+// context and expert parallelism (tensor_parallel.cpp, context_parallel.cpp,
+// expert_parallel.cpp) and the iteration. Internal to the parallel stage.
 #pragma once
 
 #include <initializer_list>
 #include <string>
 #include <utility>
 
+#include "neusight/graph.h"
 #include "neusight/lowering.h"
+#include "neusight/parallel.h"
 
 namespace neusight::parallel_detail {
 
@@ -60,6 +62,23 @@ inline Kernel collective_beside(const Kernel& at, const std::string& op, double 
   c.bytes = bytes;
   c.note = std::move(note);
   return c;
+}
+
+// A mixture of experts operator (com.microsoft MoE, QMoE): the weights it holds are its experts'.
+inline bool is_moe_op(const Node& n) { return n.domain == "com.microsoft" && (n.op_type == "MoE" || n.op_type == "QMoE"); }
+
+// A collective's prediction from `time(link)`: on `link` for the latency, at its efficiency
+// scaled to kLinkEfficiencyHigh and kLinkEfficiencyLow for the ends of the 80% interval.
+template <class Time>
+Prediction link_prediction(const Link& link, Time time) {
+  Link fast = link, slow = link;
+  fast.efficiency = link.efficiency * kLinkEfficiencyHigh / kLinkEfficiency;
+  slow.efficiency = link.efficiency * kLinkEfficiencyLow / kLinkEfficiency;
+  Prediction p;
+  p.latency_ms = time(link);
+  p.latency_low_ms = time(fast);
+  p.latency_high_ms = time(slow);
+  return p;
 }
 
 }  // namespace neusight::parallel_detail

@@ -13,6 +13,7 @@
 namespace neusight {
 
 using parallel_detail::divide_first;
+using parallel_detail::is_moe_op;
 using parallel_detail::rescale_gemm;
 using parallel_detail::shrink_vector;
 
@@ -71,8 +72,6 @@ int64_t weight_out_width(const Graph& g, const std::unordered_set<std::string>& 
 }
 
 int64_t numel(const TensorInfo* t) { return t ? std::max<int64_t>(t->num_elements(), 0) : 0; }
-
-bool is_moe_op(const Node& n) { return n.domain == "com.microsoft" && (n.op_type == "MoE" || n.op_type == "QMoE"); }
 
 // The start of a normalization over a tensor's last axis (decomposed RMSNorm's Pow or
 // ReduceMean, or a norm operator).
@@ -396,7 +395,7 @@ void split_kernel(Kernel& k, const TpScope& s, int node, int tp, int ep, const s
       rescale_gemm(k, before);
       // FlashAttention's heads split: its Q and K/V operands with them (the ring of context
       // parallelism sends this GPU's K/V).
-      if (k.gemm.batch != before.batch && (k.op == "flash_attention" || k.op == "flash_attention_bwd"))
+      if (k.gemm.batch != before.batch && is_flash_gemm(k))
         for (int64_t& e : k.operand_elems)
           e = static_cast<int64_t>(std::ceil(double(e) * double(k.gemm.batch) / double(before.batch)));
     } else if (k.cls != KernelClass::collective && k.cls != KernelClass::unknown) {
