@@ -55,7 +55,7 @@ const std::vector<Flag> kFlags = {
     {"--dtype", true, "auto|fp32|fp64|tf32|fp16|bf16|fp8|fp4|int8", "compute precision (fp8, fp4, int8: the weights' GEMMs in it, the rest BF16 (int8: FP16)); auto: the model's own", A | C, "auto"},
     {"--kv-dtype", true, "fp8|fp16|bf16|fp32", "the KV cache's element type (FlashAttention's cache reads, --generate's cache); default: the activations'", A | C, ""},
     {"--fusion", true, "none|eager|full", "kernel fusion: none, PyTorch eager, or compiled", A | C, "eager"},
-    {"--attention", true, "auto|fused|unfused", "attention as one FlashAttention kernel (16-bit; PyTorch's scaled_dot_product_attention, Hugging Face's default; training adds FlashAttention-2's backward) or MatMul + Softmax kernels; auto: fused in inference under --fusion eager (transformers' default) and full", A | C, "auto"},
+    {"--attention", true, "auto|fused|unfused", "attention as one FlashAttention kernel (16-bit; PyTorch's scaled_dot_product_attention, Hugging Face's default; training adds FlashAttention-2's backward) or MatMul + Softmax kernels; auto: fused under --fusion eager (transformers' default, inference and training) and full", A | C, "auto"},
     {"--predictor", true, "neusight|neusight-paper|roofline", "the latency predictor", A | C | K, "neusight"},
     {"--weights", true, "DIR", "NeuSight weights folder (default: the bundled ones)", A | C | K, ""},
     {"--timing", true, "device|kernel|eager", "eager run of a framework (host-bound small kernels), GPU time alone, or each op timed alone", A | C, "device"},

@@ -342,10 +342,11 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
     a.kernels = shard_tensor_parallel(a.graph, a.kernels, options.parallel.tp, training ? 1 : options.parallel.ep,
                                       options.parallel.sequence_parallel);
   if (options.parallel.active && options.parallel.cp > 1) {
-    if (options.attention != Attention::fused)
+    if (std::none_of(a.kernels.kernels.begin(), a.kernels.kernels.end(), is_flash_gemm))
       throw InputError("--parallel cp=" + std::to_string(options.parallel.cp) +
                        ": context parallelism passes the keys and values round a ring inside FlashAttention (Megatron-LM "
-                       "with Transformer Engine): add --attention fused");
+                       "with Transformer Engine), and no attention here runs as FlashAttention (it needs 16-bit attention, "
+                       "--fusion eager or full, and not --attention unfused)");
     a.kernels = shard_context_parallel(a.graph, a.kernels, options.parallel.cp);
   }
   // After the sequence split: a GPU's experts get the tokens of the group's shares.

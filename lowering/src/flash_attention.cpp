@@ -445,12 +445,12 @@ void pair_rotary_groups(const Graph& g, Plan& plan) {
 }
 
 bool attention_fused(const LoweringOptions& opt) {
-  // Training fuses attention when asked (its backward is FlashAttention-2's, training.cpp);
-  // automatic keeps eager attention there, as the measured training runs ran it.
-  if (opt.mode != Mode::inference) return opt.attention == Attention::fused;
-  // Automatic inference: fused under full fusion, and under eager as transformers' default
-  // (attn_implementation "sdpa") runs it; FlashAttention runs 16-bit only (the match checks),
-  // so FP32 eager attention stays MatMul + Softmax, as the measured FP32 runs ran it.
+  // Automatic: fused under full fusion, and under eager as transformers' default
+  // (attn_implementation "sdpa") runs it, in inference and in training (SDPA's FlashAttention
+  // and memory-efficient kernels have backward passes; Megatron-LM and NeMo run Transformer
+  // Engine's). FlashAttention runs 16-bit only (the match checks), so FP32 attention stays
+  // MatMul + Softmax, as the measured FP32 runs ran it. Training's backward is
+  // FlashAttention-2's (training.cpp).
   return opt.attention == Attention::automatic ? opt.fusion != Fusion::none : opt.attention == Attention::fused;
 }
 

@@ -180,8 +180,8 @@ struct FlashProblem {
 };
 // Attention runs as FlashAttention: attention_fused, 16-bit (or 8-bit) floats.
 bool flash_attention_applies(const LoweringOptions& opt, DType dt);
-// Whether attention runs as one fused kernel in this configuration (inference; --attention, or
-// --fusion full when automatic), before the dtype check of flash_attention_applies.
+// Whether attention runs as one fused kernel in this configuration (--attention; automatic:
+// under --fusion eager and full), before the dtype check of flash_attention_applies.
 bool attention_fused(const LoweringOptions& opt);
 void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out);
 // Query-key pairs an attention computes: `queries` rows at the last positions of `keys`,

@@ -341,9 +341,11 @@ class Generate(unittest.TestCase):
         self.assertEqual(self.gen_json(*base, "--attention", "fused")["e2e_latency_ms"], a)
         self.assertGreater(self.gen_json(*base, "--attention", "unfused")["e2e_latency_ms"], a)
         out = os.path.join(self.dir, "r.json")
-        # Training: FlashAttention-2's forward and backward when asked, eager attention otherwise.
-        train = self.gen_json(*base, "--mode", "training")
+        # Training: FlashAttention-2's forward and backward at 16 bits (SDPA's, as transformers
+        # trains), unless asked for eager attention; auto and fused the same.
+        train = self.gen_json(*base, "--mode", "training", "--attention", "unfused")
         flash = self.gen_json(*base, "--mode", "training", "--attention", "fused")
+        self.assertEqual(self.gen_json(*base, "--mode", "training")["e2e_latency_ms"], flash["e2e_latency_ms"])
         self.assertEqual(train["attention_ms"], 0)
         ops = {k["op"] for n in flash["nodes"] for k in n["kernels"]}
         self.assertTrue({"flash_attention", "flash_attention_bwd", "flash_bwd_dot"} <= ops)

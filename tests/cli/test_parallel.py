@@ -84,10 +84,15 @@ class ParallelReport(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("cp=2 (4 GPUs)", out)
         self.assertIn("context-parallel ring", out)
-        # Ring attention runs inside FlashAttention; inference takes no cp.
+        # 16-bit attention is FlashAttention without asking (SDPA's, as transformers trains).
+        auto = run_json(*BASE, "--batch", "4", "--dtype", "bf16", "--parallel", "tp=2,cp=2")
+        self.assertEqual(auto["e2e_latency_ms"], cp["e2e_latency_ms"])
+        # Ring attention runs inside FlashAttention (FP32 or unfused attention has none);
+        # inference takes no cp.
         with tempfile.TemporaryDirectory() as d:
             out_json = os.path.join(d, "r.json")
             for args in ([*BASE, "--batch", "4", "--parallel", "cp=2"],
+                         [*BASE, "--batch", "4", "--dtype", "bf16", "--attention", "unfused", "--parallel", "cp=2"],
                          [EXAMPLE, "--gpu", "h100", "--batch", "4", "--dtype", "bf16", "--parallel", "cp=2"]):
                 code, _, err = run(*args, "--json", out_json)
                 self.assertEqual(code, 2, err)

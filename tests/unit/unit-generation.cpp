@@ -393,13 +393,23 @@ TEST_CASE("generation: --attention fused runs FlashAttention beside eager kernel
   const Analysis unfused = prepare(d.prefill, u);
   CHECK(count_op(unfused.kernels, "flash_attention") == 0);
   CHECK(count_op(unfused.kernels, "softmax") == 2);
-  // Training keeps eager attention unless asked (the measured training runs ran it eagerly).
+  // Training at 16 bits runs SDPA's FlashAttention as inference does, unless asked otherwise;
+  // FP32 and --fusion none keep MatMul + Softmax (the measured FP32 training runs).
   Options t = o;
   t.mode = Mode::training;
   t.dtype = DType::f16;
   t.attention = Attention::automatic;
+  CHECK(count_op(prepare(d.prefill, t).kernels, "flash_attention_bwd") == 2);
+  t.attention = Attention::unfused;
   const Analysis train = prepare(d.prefill, t);
   CHECK(count_op(train.kernels, "flash_attention") == 0);
+  t.attention = Attention::automatic;
+  t.dtype = DType::f32;
+  CHECK(count_op(prepare(d.prefill, t).kernels, "flash_attention") == 0);
+  t.dtype = DType::f16;
+  t.fusion = Fusion::none;
+  CHECK(count_op(prepare(d.prefill, t).kernels, "flash_attention") == 0);
+  t.fusion = o.fusion;
   // Asked (--attention fused --mode training): FlashAttention-2's forward and backward, its
   // dropout inside the kernel; the backward 2.5 times the forward's products.
   t.attention = Attention::fused;

@@ -566,6 +566,7 @@ TEST_CASE("parallel: selective recomputation drops and recomputes the attention 
   const LoadedModel m = build_model(c);
   Options o = test::roofline_options(1, 1024, Mode::training, "");
   o.dtype = DType::bf16;
+  o.attention = Attention::unfused;  // Megatron-LM's core attention without FlashAttention
   const Analysis plain = prepare(m, o);
   o.recompute = Recompute::selective;
   const Analysis sel = prepare(m, o);
@@ -929,8 +930,14 @@ TEST_CASE("parallel: context parallelism runs 1/cp of the tokens, every key in t
   // attention blocks they hide behind, and the gradients' all-reduce the step.
   CHECK(r1.parallel->compute_ms - r1.parallel->cp_exposed_ms < 0.5 * r0.parallel->compute_ms);
   CHECK(r1.parallel->cp_exposed_ms > 0);
-  // Ring attention needs FlashAttention; inference takes no cp.
+  // Ring attention needs FlashAttention: automatic attention at 16 bits is SDPA's; unfused
+  // attention, or FP32 attention however asked, has no ring to pass. Inference takes no cp.
   o.attention = Attention::automatic;
+  CHECK(prepare(m, o).kernels.kernels.size() == cp.kernels.kernels.size());
+  o.attention = Attention::unfused;
+  CHECK_THROWS_AS(prepare(m, o), InputError);
+  o.attention = Attention::fused;
+  o.dtype = DType::f32;
   CHECK_THROWS_AS(prepare(m, o), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("cp=2")), InputError);
 }

@@ -33,10 +33,11 @@ namespace neusight {
 enum class KernelClass { gemm, elementwise, softmax, layernorm, reduce, memory, collective, unknown };
 enum class Phase { forward, backward, update };
 enum class Fusion { none, eager, full };
-// How attention runs (--attention): automatic = one FlashAttention kernel under --fusion full,
-// MatMul + Softmax + MatMul kernels otherwise; fused = FlashAttention whatever the fusion (the
-// kernel PyTorch's scaled_dot_product_attention runs for 16-bit inference, Hugging Face's
-// default attention, beside eager elementwise kernels); unfused = never.
+// How attention runs (--attention): automatic = one FlashAttention kernel under --fusion eager
+// and full (the kernel PyTorch's scaled_dot_product_attention runs at 16 bits, Hugging Face's
+// default attention, in inference and training), MatMul + Softmax + MatMul kernels under
+// --fusion none; fused = FlashAttention whatever the fusion; unfused = never (Hugging Face's
+// "eager" attention). FlashAttention runs 16-bit (and 8-bit) attention only.
 enum class Attention { automatic, unfused, fused };
 enum class Mode { inference, training };
 // The optimizer a training step updates its parameters with (--optimizer): plain SGD (the
