@@ -294,7 +294,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
     if (options.mode == Mode::training) dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
     else check_inference_parallel(options.parallel);
   }
-  const std::vector<std::string> bind_warnings = bind_dims(a.graph, dims);
+  const std::vector<std::string> bind_warnings = bind_dims(a.graph, dims, &a.bound);
   // ONNX's own shape inference (the hints) costs about as much as the whole rest of the
   // analysis on a large graph, and hints only fill what the project's rules leave unknown:
   // ask for them only when some node output is still without a full shape.
@@ -479,6 +479,9 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
     r.warnings.insert(r.warnings.end(), par->warnings.begin(), par->warnings.end());
     r.parallel = std::move(par);
   }
+  // Samples a step where --batch bound a dim (--parallel: the global batch), tokens where --seq did too.
+  const int64_t samples = a.bound.batch ? options.dims.batch : 0;
+  r.throughput = step_throughput(r, samples, samples > 0 && a.bound.seq ? samples * options.dims.seq : 0);
   return r;
 }
 
@@ -506,7 +509,11 @@ Report predict_for_latency_slo(const LoadedModel& model, const Options& given, c
     binds = binds || (t1 && t2 && t1->num_elements() != t2->num_elements());
   }
   if (!binds) throw InputError("--latency-slo: no input dim of the model grows with the batch (--batch binds the first symbolic dim)");
-  auto at = [&](int64_t batch) { return predict(analysis(batch), model.model, gpu, given); };
+  auto at = [&](int64_t batch) {
+    Options o = given;
+    o.dims.batch = batch;  // the report's samples a step
+    return predict(analysis(batch), model.model, gpu, o);
+  };
   auto fits = [](const Report& r) { return !r.memory || r.memory->fits(); };
   auto meets = [&](const Report& r) { return r.e2e_latency_ms <= slo_ms && fits(r); };
   Report::LatencySlo slo;

@@ -720,6 +720,7 @@ void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& optio
 
 Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options) {
   Report r = predict(a.prefill, d.prefill.model, gpu, options);
+  r.throughput.reset();  // the generation's own rates (GenerationReport) say it
   GenerationReport g;
   g.batch = a.batch;
   g.prompt = a.gen.prompt;

@@ -384,6 +384,7 @@ std::string format_html(const std::vector<Report>& reports) {
                                           : std::string("memory"));
   }
   os << card(std::to_string(r.nodes.size()), "nodes") << card(std::to_string(kernels), "kernels") << "</div>\n";
+  if (r.throughput) os << "<p class=\"note\">Throughput: " << html_escape(throughput_text(*r.throughput, r.mode)) << ".</p>\n";
   if (r.memory) os << "<p class=\"note\">Memory: " << html_escape(memory_text(*r.memory)) << ".</p>\n";
   if (!r.unknown_ops.empty()) {
     os << "<p class=\"note\">Not predicted (unknown ops, counted as 0 ms):";

@@ -310,6 +310,57 @@ void summarize(Report& r) {
   r.e2e_high_ms = all.high_ms();
 }
 
+std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int64_t tokens) {
+  if (!(r.e2e_latency_ms > 0) || !std::isfinite(r.e2e_latency_ms)) return std::nullopt;
+  Throughput t;
+  // FLOPs by the math they run on; the GEMMs' (else every kernel's) largest share names the peak.
+  std::map<std::string, std::pair<double, double>> gemm_math, any_math;  // math -> (flops, peak GFLOP/s)
+  auto add = [&](const KernelReport& kr) {
+    const Kernel& k = kr.kernel;
+    if (!(k.flops > 0)) return;
+    t.flops += k.flops;
+    if (!k.recomputed) t.model_flops += k.flops;
+    const std::string math = math_precision(k, r.gpu);
+    for (auto* by : {&any_math, k.cls == KernelClass::gemm ? &gemm_math : nullptr}) {
+      if (!by) continue;
+      auto& [flops, peak] = (*by)[math];
+      flops += k.flops;
+      peak = std::max(peak, math_peak_gflops(k, r.gpu));
+    }
+  };
+  for (const auto& n : r.nodes)
+    for (const auto& k : n.kernels) add(k);
+  for (const auto& k : r.extra_kernels) add(k);
+  // One GPU's share of an iteration: each pipeline GPU runs its stage for every micro-batch.
+  if (r.parallel && r.parallel->config.pp > 0) {
+    const double share = double(std::max(1, r.parallel->config.microbatches)) / r.parallel->config.pp;
+    t.flops *= share;
+    t.model_flops *= share;
+  }
+  const auto& by = gemm_math.empty() ? any_math : gemm_math;
+  const auto top = std::max_element(by.begin(), by.end(), [](const auto& a, const auto& b) { return a.second.first < b.second.first; });
+  if (top != by.end()) {
+    t.peak_math = top->first;
+    t.peak_tflops = top->second.second * 1e-3;
+  }
+  // A rate over the latency, its bounds from the latency's (the low rate from the high time).
+  auto rate = [&](double work, double& value, double& low, double& high) {
+    value = work * 1e3 / r.e2e_latency_ms;
+    low = work * 1e3 / r.e2e_high();
+    high = r.e2e_low() > 0 ? work * 1e3 / r.e2e_low() : value;
+  };
+  rate(t.model_flops * 1e-12, t.tflops, t.tflops_low, t.tflops_high);
+  if (samples > 0) {
+    t.samples = samples;
+    rate(double(samples), t.samples_per_s, t.samples_per_s_low, t.samples_per_s_high);
+  }
+  if (samples > 0 && tokens > 0) {
+    t.tokens = tokens;
+    rate(double(tokens), t.tokens_per_s, t.tokens_per_s_low, t.tokens_per_s_high);
+  }
+  return t;
+}
+
 namespace detail {
 
 std::string shape_str(const TensorInfo& t) {
@@ -431,6 +482,41 @@ std::string format_ms(double ms) {
 }
 
 namespace {
+
+// A rate with three significant figures and no exponent: "0.512", "24.5", "12544".
+std::string format_rate(double v) {
+  char buf[48];
+  v = detail::finite(v);
+  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : v >= 1 ? "%.2f" : "%.3f", v);
+  return buf;
+}
+
+}  // namespace
+
+std::string throughput_text(const Throughput& t, Mode mode) {
+  auto with_interval = [](double v, double low, double high, const std::string& unit) {
+    std::string s = format_rate(v) + " " + unit;
+    if (high > low) s += " (80% interval " + format_rate(low) + " - " + format_rate(high) + ")";
+    return s;
+  };
+  std::string s;
+  if (t.samples > 0) s += with_interval(t.samples_per_s, t.samples_per_s_low, t.samples_per_s_high, "samples/s");
+  if (t.tokens > 0) s += ", " + with_interval(t.tokens_per_s, t.tokens_per_s_low, t.tokens_per_s_high, "tokens/s");
+  if (!s.empty()) s += "; ";
+  const bool training = mode == Mode::training;
+  s += format_rate(t.tflops) + " TFLOP/s" + (training ? " of model FLOPs" : "") + " a GPU";
+  if (t.flops > t.model_flops * 1.0005)
+    s += " (" + format_rate(t.tflops * t.flops / t.model_flops) + " with the recomputation)";
+  if (t.peak_tflops > 0) {
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.1f%%", 100.0 * t.utilization());
+    s += std::string(", ") + pct + " of the " + t.peak_math + " dense peak (" + format_rate(t.peak_tflops) + " TFLOP/s)" +
+         (training ? ": MFU" : "");
+  }
+  return s;
+}
+
+namespace {
 using detail::finite;
 using detail::shape_str;
 
@@ -525,6 +611,27 @@ json report_json(const Report& r) {
   if (r.parallel) j["parallel"] = detail::parallel_json(*r.parallel);
   if (r.generation) j["generation"] = detail::generation_json(*r.generation);
   if (r.memory) j["memory"] = detail::memory_json(*r.memory);
+  if (r.throughput) {
+    const Throughput& t = *r.throughput;
+    json& o = j["throughput"] = {{"flops", finite(t.flops)},
+                                 {"model_flops", finite(t.model_flops)},
+                                 {"tflops", finite(t.tflops)},
+                                 {"tflops_low", finite(t.tflops_low)},
+                                 {"tflops_high", finite(t.tflops_high)},
+                                 {"peak_math", t.peak_math},
+                                 {"peak_tflops", finite(t.peak_tflops)},
+                                 {"utilization", finite(t.utilization())}};
+    if (t.samples > 0)
+      o.update({{"samples", t.samples},
+                {"samples_per_s", finite(t.samples_per_s)},
+                {"samples_per_s_low", finite(t.samples_per_s_low)},
+                {"samples_per_s_high", finite(t.samples_per_s_high)}});
+    if (t.tokens > 0)
+      o.update({{"tokens", t.tokens},
+                {"tokens_per_s", finite(t.tokens_per_s)},
+                {"tokens_per_s_low", finite(t.tokens_per_s_low)},
+                {"tokens_per_s_high", finite(t.tokens_per_s_high)}});
+  }
   if (r.latency_slo) {
     const Report::LatencySlo& s = *r.latency_slo;
     j["latency_slo"] = {{"slo_ms", s.slo_ms},

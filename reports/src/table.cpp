@@ -218,6 +218,7 @@ std::string format_table(const Report& r, const TableOptions& opt) {
   if (r.unpredicted_nodes > 0)
     os << "; " << r.unpredicted_nodes << (r.unpredicted_nodes == 1 ? " node" : " nodes") << " not predicted";
   os << "\n";
+  if (r.throughput) os << "throughput: " << throughput_text(*r.throughput, r.mode) << "\n";
   if (r.memory) os << (r.memory->fits() ? "memory: " : st("memory: ", "1;31")) << memory_text(*r.memory) << "\n";
   if (r.latency_slo) os << st("latency target: ", "1") << latency_slo_text(r) << "\n";
   return os.str();

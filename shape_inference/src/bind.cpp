@@ -149,7 +149,7 @@ void bind_input_dims(Graph& graph, const DimBindings& b, const std::map<std::str
 
 }  // namespace
 
-std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b) {
+std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b, BoundDims* bound) {
   for (const auto& [name, v] : b.named)
     if (v < 0) throw InputError("--dim " + name + "=" + std::to_string(v) + ": dims must be non-negative");
   if (b.batch == 0 || b.batch < -1) throw InputError("--batch must be a positive integer");
@@ -237,6 +237,7 @@ std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b) {
     warnings.push_back(flag + " binds no input dim: no symbolic or unknown dim is left for it (inputs: " +
                        (shapes.empty() ? "none" : list_text(shapes)) + "); --shape NAME=DIMS sets any input's dims");
   };
+  if (bound) *bound = BoundDims{b.batch > 0 && batch_used, b.seq > 0 && seq_used};
   if (b.batch > 0 && !batch_used) nothing("--batch " + std::to_string(b.batch));
   if (b.seq > 0 && !seq_used) nothing("--seq " + std::to_string(b.seq));
   for (const auto& [name, v] : b.named)

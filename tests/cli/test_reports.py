@@ -208,5 +208,54 @@ class Csv(unittest.TestCase):
             self.assertEqual(os.listdir(d), [])
 
 
+class Throughput(unittest.TestCase):
+    def test_rates_over_the_latency_in_every_format(self):
+        r = run_json(*ARGS)
+        t = r["throughput"]
+        ms = r["e2e_latency_ms"]
+        flops = sum(k["flops"] for n in r["nodes"] for k in n["kernels"])
+        self.assertAlmostEqual(t["flops"], flops, delta=1e-6 * flops)
+        self.assertEqual((t["samples"], t["tokens"]), (1, 128))
+        self.assertAlmostEqual(t["samples_per_s"], 1e3 / ms, delta=1e-6 * t["samples_per_s"])
+        self.assertAlmostEqual(t["tokens_per_s"], 128e3 / ms, delta=1e-6 * t["tokens_per_s"])
+        self.assertAlmostEqual(t["tflops"], t["model_flops"] / ms * 1e-9, delta=1e-6 * t["tflops"])
+        for k in ("samples_per_s", "tokens_per_s", "tflops"):
+            self.assertLessEqual(t[k + "_low"], t[k])
+            self.assertGreaterEqual(t[k + "_high"], t[k])
+        self.assertGreater(t["utilization"], 0)
+        self.assertLess(t["utilization"], 1)
+        self.assertAlmostEqual(t["utilization"], t["tflops"] / t["peak_tflops"], delta=1e-9)
+        code, out, err = run(*ARGS)
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"throughput: [0-9.]+ samples/s \(80% interval [0-9.]+ - [0-9.]+\), [0-9.]+ tokens/s")
+        self.assertIn("of the " + t["peak_math"] + " dense peak", out)
+        code, html, err = run(*ARGS, "--html", "-")
+        self.assertEqual(code, 0, err)
+        self.assertIn("Throughput: ", html)
+
+    def test_training_reports_model_flops_utilization(self):
+        base = (EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "128", "--mode", "training", "--dtype", "bf16")
+        plain = run_json(*base)["throughput"]
+        re_ = run_json(*base, "--recompute", "full")["throughput"]
+        self.assertEqual(plain["peak_math"], "bf16-tensor")
+        self.assertGreater(re_["flops"], re_["model_flops"])
+        self.assertAlmostEqual(re_["model_flops"], plain["model_flops"], delta=1e-6 * plain["model_flops"])
+        code, out, err = run(*base, "--recompute", "full")
+        self.assertEqual(code, 0, err)
+        self.assertIn("TFLOP/s of model FLOPs a GPU", out)
+        self.assertIn("with the recomputation", out)
+        self.assertIn(": MFU", out)
+
+    def test_no_samples_without_a_bound_batch_and_no_block_in_a_generation(self):
+        t = run_json(EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x64")["throughput"]
+        self.assertNotIn("samples", t)
+        self.assertNotIn("tokens_per_s", t)
+        self.assertGreater(t["tflops"], 0)
+        llama = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
+        g = run_json("--config", llama, "--gpu", "h100", "--generate", "32:4")
+        self.assertNotIn("throughput", g)
+        self.assertGreater(g["generation"]["tokens_per_s"], 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -149,3 +149,62 @@ TEST_CASE("api: memory footprint keeps a tensor an If branch reads by name alive
   // a (1 KiB) lives to the If, beside b and c when Relu c runs, and the condition's byte.
   CHECK(unfused_footprint(b).activations_gib * 1024.0 * 1024 * 1024 == doctest::Approx(3 * 1024 + 1));
 }
+
+TEST_CASE("api: the throughput is the step's FLOPs and samples over its latency, below the math's peak") {
+  LoadedModel m = load_model(test::example_model());
+  const GpuDatabase& db = GpuDatabase::builtin();
+  for (const Mode mode : {Mode::inference, Mode::training})
+    for (const DType dt : {DType::f32, DType::bf16})
+      for (const std::string gpu : {"v100", "a100-80gb", "h100", "l4", "b200", "mi300x"}) {
+        CAPTURE(gpu);
+        CAPTURE(static_cast<int>(mode));
+        CAPTURE(static_cast<int>(dt));
+        Options o = test::roofline_options(4, 256, mode);
+        o.predictor = PredictorKind::neusight;
+        o.dtype = dt;
+        const Report r = analyze(m, db.resolve(gpu), o);
+        REQUIRE(r.throughput);
+        const Throughput& t = *r.throughput;
+        double flops = 0;
+        for (const auto& n : r.nodes)
+          for (const auto& k : n.kernels) flops += k.kernel.flops;
+        CHECK(t.flops == doctest::Approx(flops));
+        CHECK(t.model_flops == t.flops);  // nothing recomputed
+        CHECK(t.tflops == doctest::Approx(flops * 1e-9 / r.e2e_latency_ms));
+        CHECK(t.samples == 4);
+        CHECK(t.tokens == 4 * 256);
+        CHECK(t.tokens_per_s == doctest::Approx(4 * 256 * 1e3 / r.e2e_latency_ms));
+        CHECK(t.samples_per_s_low <= t.samples_per_s);
+        CHECK(t.samples_per_s <= t.samples_per_s_high);
+        // No prediction beats the peak of the math its GEMMs run on (the GEMMs of this model
+        // carry most of its FLOPs); BF16 on a V100 runs on the CUDA cores in FP32.
+        CHECK(t.peak_math.find(dt == DType::bf16 && gpu != "v100" ? "bf16" : "fp32") == 0);
+        CHECK(t.utilization() > 0.01);
+        CHECK(t.utilization() < 1.0);
+      }
+  // Recomputed kernels count in the hardware FLOPs, not in the model FLOPs (MFU).
+  Options o = test::roofline_options(4, 256, Mode::training);
+  o.recompute = Recompute::full;
+  const Report re = analyze(m, db.resolve("h100"), o);
+  REQUIRE(re.throughput);
+  CHECK(re.throughput->flops > 1.1 * re.throughput->model_flops);
+  o.recompute = Recompute::none;
+  const Report plain = analyze(m, db.resolve("h100"), o);
+  REQUIRE(plain.throughput);
+  CHECK(re.throughput->model_flops == doctest::Approx(plain.throughput->model_flops));
+  // --parallel: one GPU's share of an iteration (each pipeline GPU its stage of every
+  // micro-batch), samples the global batch.
+  const Report par = analyze(m, db.resolve("h100"), test::roofline_options(8, 256, Mode::training, "dp=2,pp=2,microbatches=4"));
+  REQUIRE(par.throughput);
+  REQUIRE(par.parallel);
+  CHECK(par.throughput->samples == 8);
+  CHECK(par.throughput->model_flops == doctest::Approx(plain.throughput->model_flops / 2).epsilon(0.02));
+  // A batch no dim takes (--shape fixed the input) gives no samples a second.
+  Options fixed = test::roofline_options(4, 256);
+  fixed.dims.shapes["input_ids"] = {2, 64};
+  const Report f = analyze(m, db.resolve("h100"), fixed);
+  REQUIRE(f.throughput);
+  CHECK(f.throughput->samples == 0);
+  CHECK(f.throughput->tokens == 0);
+  CHECK(f.throughput->tflops > 0);
+}

@@ -218,6 +218,27 @@ struct MemoryFootprint {
 enum class DTypeSource { option, weights, inputs, fallback, config };
 const char* dtype_source_name(DTypeSource s);  // "--dtype", "weights", "inputs", "default", "config"
 
+// What a run does with one GPU (Report::throughput): its FLOPs in the step the latency times
+// (inference: the forward pass; training: forward, backward and update; --parallel training:
+// one GPU's share of an iteration) over that latency, against the dense spec-sheet peak of the
+// math most of its GEMM FLOPs run on (precision.h math_precision / math_peak_gflops; not the
+// power-limited clock). In training the utilization is the model FLOPs utilization (MFU, as
+// PaLM defines it): kernels that --recompute runs again count in `flops`, not in it. Rates
+// carry the latency's 80% interval (the low rate from its high bound).
+struct Throughput {
+  double flops = 0;        // one GPU's kernels in one step, recomputation included
+  double model_flops = 0;  // the same without the recomputed kernels
+  double tflops = 0, tflops_low = 0, tflops_high = 0;  // model_flops over the latency, TFLOP/s
+  std::string peak_math;   // "bf16-tensor", "fp32-simt", ...
+  double peak_tflops = 0;  // that math's dense peak on the GPU
+  double utilization() const { return peak_tflops > 0 ? tflops / peak_tflops : 0; }
+  // Samples a step (all GPUs: --parallel's global batch) where --batch bound an input dim, and
+  // tokens (samples x --seq) where --seq did too; 0: not known, no rate.
+  int64_t samples = 0, tokens = 0;
+  double samples_per_s = 0, samples_per_s_low = 0, samples_per_s_high = 0;
+  double tokens_per_s = 0, tokens_per_s_low = 0, tokens_per_s_high = 0;
+};
+
 struct Report {
   Gpu gpu;
   std::string model_name;
@@ -273,6 +294,8 @@ struct Report {
     const char* limit() const { return !met ? "none" : next_batch == 0 ? "cap" : next_fits ? "latency" : "memory"; }
   };
   std::optional<LatencySlo> latency_slo;
+  // Set by step_throughput (absent under --generate, whose report has its own rates).
+  std::optional<Throughput> throughput;
   // Its throughput at that batch (items a second); 0 when the target is not met.
   double slo_items_per_s() const;
   static constexpr int64_t kMaxSloBatch = 65536;
@@ -295,6 +318,12 @@ std::string memory_text(const MemoryFootprint& m);
 
 // Fills the totals (e2e, per phase, per class, per node) from the kernels' predictions.
 void summarize(Report& report);
+
+// The report's Throughput after summarize (and the parallel plan): `samples` and `tokens` a
+// step (0: unknown). Under --parallel training the kernels (one micro-batch through every
+// stage of one GPU's model-parallel share) count microbatches / pp times. Empty when the
+// latency is 0.
+std::optional<Throughput> step_throughput(const Report& report, int64_t samples, int64_t tokens);
 
 // Every kernel of the report (its nodes' and the extra ones) as one sum with its interval
 // (predictor.h IntervalSum): summarize's e2e bounds, and compare's speed-up interval. The
@@ -372,6 +401,10 @@ std::string format_html(const std::vector<Report>& reports);
 
 // Short "x.xxx" latency text used by every text format.
 std::string format_ms(double ms);
+// The throughput in one line, as the terminal and HTML say it: "24.5 samples/s (80% interval
+// 20.1 - 29.3), 12544 tokens/s; 312 TFLOP/s, 31.5% of the bf16-tensor dense peak (989 TFLOP/s)",
+// in training "... of model FLOPs ... (MFU)".
+std::string throughput_text(const Throughput& t, Mode mode);
 std::string format_json(const std::vector<Report>& reports);  // one object, or an array for several GPUs
 std::string format_csv(const Report& report, bool per_kernel);
 // The reports of one model on several GPUs: with more than one, each row leads with the GPU's

@@ -46,11 +46,17 @@ struct ShapeResult {
   std::vector<std::string> unknown_ops;  // op types with no shape rule (still inferred as far as possible)
 };
 
+// Which of --batch and --seq bound an input dim (bind_dims; false where not given).
+struct BoundDims {
+  bool batch = false, seq = false;
+};
+
 // Binds dims (and --value values) on the graph inputs. Returns warnings: a flag that binds
 // nothing, a --shape that changes a fixed dim. Throws InputError naming the input and axis
 // of every input dim that stays unbound (with the --shape line that binds them), for
 // negative values, a --shape or --value naming no graph input, and a --shape of the wrong rank.
-std::vector<std::string> bind_dims(Graph& graph, const DimBindings& bindings);
+// `bound` (optional) says which of --batch and --seq bound a dim.
+std::vector<std::string> bind_dims(Graph& graph, const DimBindings& bindings, BoundDims* bound = nullptr);
 
 // Infers shapes in place (graph must be topologically sorted, as the frontend leaves it).
 // `hints` (optional, e.g. onnx_shape_hints() of the frontend) fill what the project's own
