@@ -43,6 +43,8 @@ void run_pipeline(const std::string& bytes) {
   const Analysis a = prepare(loaded, opt);
   Report r = predict(a, loaded.model, gpu, opt);
   (void)format_json({r});
+  (void)format_table(r, TableOptions{});
+  (void)format_html({r});
   // Training lowers backward and update kernels too.
   opt.mode = Mode::training;
   opt.fusion = Fusion::none;

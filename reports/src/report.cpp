@@ -505,7 +505,7 @@ std::string throughput_text(const Throughput& t, Mode mode) {
   if (!s.empty()) s += "; ";
   const bool training = mode == Mode::training;
   s += format_rate(t.tflops) + " TFLOP/s" + (training ? " of model FLOPs" : "") + " a GPU";
-  if (t.flops > t.model_flops * 1.0005)
+  if (t.model_flops > 0 && t.flops > t.model_flops * 1.0005)
     s += " (" + format_rate(t.tflops * t.flops / t.model_flops) + " with the recomputation)";
   if (t.peak_tflops > 0) {
     char pct[32];
