@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -75,6 +76,29 @@ void parse_image_options(const Args& args, Options& opt) {
   opt.image_width = parse_int(w, "--image-size width");
   if (opt.image_height <= 0 || opt.image_width <= 0) throw InputError("--image-size: height and width must be positive");
 }
+
+namespace {
+
+// A token count: a number with an optional K, M, B (or G) or T suffix ("300B", "1.5T", "1e12").
+double parse_token_count(const std::string& text) {
+  std::string s = text;
+  double scale = 1;
+  if (!s.empty()) {
+    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+    const double by = c == 'K' ? 1e3 : c == 'M' ? 1e6 : (c == 'B' || c == 'G') ? 1e9 : c == 'T' ? 1e12 : 0;
+    if (by > 0) {
+      scale = by;
+      s.pop_back();
+    }
+  }
+  char* end = nullptr;
+  const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end) * scale;
+  if (s.empty() || *end != '\0' || !(v >= 1) || !std::isfinite(v))
+    throw InputError("--train-tokens: expected a token count such as 1e12, 300B or 15T, got '" + text + "'");
+  return v;
+}
+
+}  // namespace
 
 Options parse_analysis_options(const Args& args) {
   Options opt;
@@ -166,6 +190,10 @@ Options parse_analysis_options(const Args& args) {
   if (!parse_timing(timing, opt.timing))
     throw InputError("--timing: expected device, kernel or eager, got '" + timing + "'");
   opt.host_dispatch_us = args.get_double("--host-dispatch-us", 0);
+  if (args.has("--train-tokens")) {
+    if (opt.mode != Mode::training) throw InputError("--train-tokens applies to --mode training");
+    opt.train_tokens = parse_token_count(args.get("--train-tokens"));
+  }
   return opt;
 }
 

@@ -50,6 +50,7 @@ const std::vector<Flag> kFlags = {
     {"--value", true, "INPUT=V", "set a scalar input's value (repeatable, comma lists)", A | C, ""},
     {"--mode", true, "inference|training", "forward pass, or forward + backward + optimizer", A | C, "inference"},
     {"--latency-slo", true, "MS", "the largest batch whose end-to-end latency is at most MS and that fits each GPU's memory", A, ""},
+    {"--train-tokens", true, "N", "training: the tokens to train on (1e12, 300B, 15T): the time to train and the GPU-hours at the step's tokens/s", A, ""},
     {"--optimizer", true, "sgd|momentum|adam", "training: the optimizer the step updates with and whose state the memory holds", A | C, "sgd"},
     {"--recompute", true, "none|full|selective", "training: activation checkpointing, full: each segment's forward run again in the backward pass, its activations not kept (Hugging Face gradient checkpointing); selective: the attention cores' alone (Megatron-LM)", A | C, "none"},
     {"--dtype", true, "auto|fp32|fp64|tf32|fp16|bf16|fp8|fp4|int8", "compute precision (fp8, fp4, int8: the weights' GEMMs in it, the rest BF16 (int8: FP16)); auto: the model's own", A | C, "auto"},

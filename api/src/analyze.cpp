@@ -387,6 +387,23 @@ PrecisionOptions precision_options(const Options& options) {
   return precision;
 }
 
+namespace {
+
+// The report's throughput: samples a step where --batch bound a dim (--parallel: the global
+// batch), tokens where --seq did too; --train-tokens needs those tokens, in training.
+std::optional<Throughput> report_throughput(const Report& r, const Analysis& a, const Options& options) {
+  const int64_t samples = a.bound.batch ? options.dims.batch : 0;
+  const int64_t tokens = samples > 0 && a.bound.seq ? samples * options.dims.seq : 0;
+  if (options.train_tokens > 0 && (options.mode != Mode::training || tokens == 0))
+    throw InputError(options.mode != Mode::training
+                         ? "--train-tokens applies to --mode training"
+                         : "--train-tokens needs the tokens of a step: --batch and --seq binding the model's batch and "
+                           "sequence dims");
+  return step_throughput(r, samples, tokens, options.train_tokens);
+}
+
+}  // namespace
+
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
   std::unique_ptr<Predictor> predictor = make_predictor(options.predictor, options.weights_dir, precision_options(options));
   // The kernels' memory traffic on this GPU (tiling.h on_gpu): a copy only when some
@@ -479,9 +496,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
     r.warnings.insert(r.warnings.end(), par->warnings.begin(), par->warnings.end());
     r.parallel = std::move(par);
   }
-  // Samples a step where --batch bound a dim (--parallel: the global batch), tokens where --seq did too.
-  const int64_t samples = a.bound.batch ? options.dims.batch : 0;
-  r.throughput = step_throughput(r, samples, samples > 0 && a.bound.seq ? samples * options.dims.seq : 0);
+  r.throughput = report_throughput(r, a, options);
   return r;
 }
 

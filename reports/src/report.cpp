@@ -310,7 +310,7 @@ void summarize(Report& r) {
   r.e2e_high_ms = all.high_ms();
 }
 
-std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int64_t tokens) {
+std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int64_t tokens, double train_tokens) {
   if (!(r.e2e_latency_ms > 0) || !std::isfinite(r.e2e_latency_ms)) return std::nullopt;
   Throughput t;
   // FLOPs by the math they run on; the GEMMs' (else every kernel's) largest share names the peak.
@@ -357,6 +357,16 @@ std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int6
   if (samples > 0 && tokens > 0) {
     t.tokens = tokens;
     rate(double(tokens), t.tokens_per_s, t.tokens_per_s_low, t.tokens_per_s_high);
+  }
+  if (r.parallel) t.gpus = r.parallel->config.gpus();
+  if (train_tokens > 0 && t.tokens > 0) {
+    // Whole steps: the last one runs however few tokens it has left.
+    const double steps = std::ceil(train_tokens / double(t.tokens)), day_ms = 86400e3;
+    t.train_tokens = train_tokens;
+    t.train_days = steps * r.e2e_latency_ms / day_ms;
+    t.train_days_low = steps * r.e2e_low() / day_ms;
+    t.train_days_high = steps * r.e2e_high() / day_ms;
+    t.gpu_hours = t.train_days * 24 * t.gpus;
   }
   return t;
 }
@@ -513,6 +523,16 @@ std::string throughput_text(const Throughput& t, Mode mode) {
     s += std::string(", ") + pct + " of the " + t.peak_math + " dense peak (" + format_rate(t.peak_tflops) + " TFLOP/s)" +
          (training ? ": MFU" : "");
   }
+  if (t.train_tokens > 0) {
+    const double v = t.train_tokens;
+    const std::string tokens = v >= 1e12 ? format_rate(v / 1e12) + "T"
+                               : v >= 1e9 ? format_rate(v / 1e9) + "B"
+                               : v >= 1e6 ? format_rate(v / 1e6) + "M"
+                                          : format_rate(v);
+    s += "; " + tokens + " tokens in " +
+         with_interval(t.train_days, t.train_days_low, t.train_days_high, "days") + " on " + std::to_string(t.gpus) +
+         (t.gpus == 1 ? " GPU, " : " GPUs, ") + format_rate(t.gpu_hours) + " GPU-hours";
+  }
   return s;
 }
 
@@ -631,6 +651,13 @@ json report_json(const Report& r) {
                 {"tokens_per_s", finite(t.tokens_per_s)},
                 {"tokens_per_s_low", finite(t.tokens_per_s_low)},
                 {"tokens_per_s_high", finite(t.tokens_per_s_high)}});
+    o["gpus"] = t.gpus;
+    if (t.train_tokens > 0)
+      o.update({{"train_tokens", finite(t.train_tokens)},
+                {"train_days", finite(t.train_days)},
+                {"train_days_low", finite(t.train_days_low)},
+                {"train_days_high", finite(t.train_days_high)},
+                {"gpu_hours", finite(t.gpu_hours)}});
   }
   if (r.latency_slo) {
     const Report::LatencySlo& s = *r.latency_slo;

@@ -246,6 +246,36 @@ class Throughput(unittest.TestCase):
         self.assertIn("with the recomputation", out)
         self.assertIn(": MFU", out)
 
+    def test_time_to_train_on_a_token_count(self):
+        base = (EXAMPLE, "--gpu", "h100", "--batch", "8", "--seq", "256", "--mode", "training", "--parallel", "dp=2")
+        r = run_json(*base, "--train-tokens", "2.5B")
+        t = r["throughput"]
+        steps = -(-2.5e9 // (8 * 256))
+        self.assertEqual((t["train_tokens"], t["gpus"]), (2.5e9, 2))
+        self.assertAlmostEqual(t["train_days"], steps * r["e2e_latency_ms"] / 86400e3, delta=1e-9 * t["train_days"])
+        self.assertAlmostEqual(t["gpu_hours"], t["train_days"] * 48, delta=1e-9 * t["gpu_hours"])
+        self.assertLessEqual(t["train_days_low"], t["train_days"])
+        self.assertGreaterEqual(t["train_days_high"], t["train_days"])
+        self.assertEqual(run_json(*base, "--train-tokens", "2500000000")["throughput"]["train_days"], t["train_days"])
+        code, out, err = run(*base, "--train-tokens", "2.5B")
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"2\.50B tokens in [0-9.]+ days \(80% interval [0-9.]+ - [0-9.]+\) on 2 GPUs, [0-9.]+ GPU-hours")
+        self.assertNotIn("train_days", run_json(*base)["throughput"])
+        with tempfile.TemporaryDirectory() as d:
+            out_json = os.path.join(d, "r.json")
+            for args, needle in [((*base, "--train-tokens", "12X"), "--train-tokens: expected a token count"),
+                                 ((*base, "--train-tokens", "0"), "--train-tokens: expected a token count"),
+                                 ((EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--train-tokens", "1e9"),
+                                  "--train-tokens applies to --mode training"),
+                                 ((EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x64", "--mode", "training",
+                                   "--train-tokens", "1e9"), "--train-tokens needs the tokens of a step")]:
+                code, so, se = run(*args, "--json", out_json)
+                self.assertEqual(code, 2, se)
+                lines = [l for l in se.splitlines() if l.strip()]
+                self.assertEqual(len(lines), 1, se)
+                self.assertIn(needle, lines[0])
+                self.assertFalse(os.path.exists(out_json))
+
     def test_no_samples_without_a_bound_batch_and_no_block_in_a_generation(self):
         t = run_json(EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x64")["throughput"]
         self.assertNotIn("samples", t)

@@ -1,6 +1,8 @@
 // unit-api.cpp - the public analyze() entry point end to end.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "neusight/neusight.h"
 #include "lowering_graph.h"
 #include "onnx_proto.h"
@@ -199,6 +201,26 @@ TEST_CASE("api: the throughput is the step's FLOPs and samples over its latency,
   REQUIRE(par.parallel);
   CHECK(par.throughput->samples == 8);
   CHECK(par.throughput->model_flops == doctest::Approx(plain.throughput->model_flops / 2).epsilon(0.02));
+  // --train-tokens: whole steps of the step's tokens at its latency (and its interval), on
+  // the plan's GPUs.
+  Options train = test::roofline_options(8, 256, Mode::training, "dp=2,pp=2,microbatches=4");
+  train.train_tokens = 1e9;
+  const Report days = analyze(m, db.resolve("h100"), train);
+  REQUIRE(days.throughput);
+  const Throughput& d = *days.throughput;
+  const double steps = std::ceil(1e9 / (8 * 256));
+  CHECK(d.gpus == 4);
+  CHECK(d.train_days == doctest::Approx(steps * days.e2e_latency_ms / 86400e3));
+  CHECK(d.gpu_hours == doctest::Approx(d.train_days * 24 * 4));
+  CHECK(d.train_days_low <= d.train_days * (1 + 1e-12));  // the roofline gives no interval
+  CHECK(d.train_days_high >= d.train_days * (1 - 1e-12));
+  // It needs the step's tokens, in training.
+  train.parallel = ParallelConfig{};
+  train.dims.shapes["input_ids"] = {2, 64};
+  CHECK_THROWS_AS(analyze(m, db.resolve("h100"), train), InputError);
+  Options infer = test::roofline_options(4, 256);
+  infer.train_tokens = 1e9;
+  CHECK_THROWS_AS(analyze(m, db.resolve("h100"), infer), InputError);
   // A batch no dim takes (--shape fixed the input) gives no samples a second.
   Options fixed = test::roofline_options(4, 256);
   fixed.dims.shapes["input_ids"] = {2, 64};

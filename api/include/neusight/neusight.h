@@ -75,6 +75,9 @@ struct Options {
   int64_t image_height = 0, image_width = 0;
   // --images: images in each sequence of such a model (its tower built); 0: one.
   int64_t images = 0;
+  // --train-tokens: training, the tokens to train on (Throughput::train_tokens); 0: none.
+  // predict() throws InputError when the step's tokens are not known (--batch and --seq).
+  double train_tokens = 0;
 };
 
 // Runs every stage. Throws InputError / RuntimeError (graph.h).

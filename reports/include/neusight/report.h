@@ -237,6 +237,11 @@ struct Throughput {
   int64_t samples = 0, tokens = 0;
   double samples_per_s = 0, samples_per_s_low = 0, samples_per_s_high = 0;
   double tokens_per_s = 0, tokens_per_s_low = 0, tokens_per_s_high = 0;
+  // --train-tokens: the run at this step's tokens/s on `gpus` GPUs (0 tokens: not asked).
+  double train_tokens = 0;
+  int gpus = 1;
+  double train_days = 0, train_days_low = 0, train_days_high = 0;
+  double gpu_hours = 0;
 };
 
 struct Report {
@@ -321,9 +326,10 @@ void summarize(Report& report);
 
 // The report's Throughput after summarize (and the parallel plan): `samples` and `tokens` a
 // step (0: unknown). Under --parallel training the kernels (one micro-batch through every
-// stage of one GPU's model-parallel share) count microbatches / pp times. Empty when the
-// latency is 0.
-std::optional<Throughput> step_throughput(const Report& report, int64_t samples, int64_t tokens);
+// stage of one GPU's model-parallel share) count microbatches / pp times. `train_tokens` > 0
+// (with tokens > 0) adds the time to train on them. Empty when the latency is 0.
+std::optional<Throughput> step_throughput(const Report& report, int64_t samples, int64_t tokens,
+                                          double train_tokens = 0);
 
 // Every kernel of the report (its nodes' and the extra ones) as one sum with its interval
 // (predictor.h IntervalSum): summarize's e2e bounds, and compare's speed-up interval. The
