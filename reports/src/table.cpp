@@ -287,8 +287,12 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.e2e_high_ms > r.e2e_low_ms; });
   // Whether the run fits one GPU's memory (reports that count it: not --parallel, --generate).
   const bool memory = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.memory.has_value(); });
+  // The share of the GEMMs' dense peak the step runs at (training: model FLOPs, MFU).
+  const bool peak = std::any_of(reports.begin(), reports.end(),
+                                [](const Report& r) { return r.throughput && r.throughput->peak_tflops > 0; });
   os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
-     << (interval ? " " + pad("80% interval", 15, true) : "") << (memory ? "  memory" : "") << "\n";
+     << (interval ? " " + pad("80% interval", 15, true) : "") << (peak ? " " + pad(training ? "MFU" : "peak", 6, true) : "")
+     << (memory ? "  memory" : "") << "\n";
   const Report& first = reports.front();
   for (const auto& r : reports) {
     os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), aw) << " ";
@@ -302,6 +306,8 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
     os << pad(r.e2e_latency_ms > 0 ? detail::fixed(first.e2e_latency_ms / r.e2e_latency_ms, 2) + "x" : "-", 9, true);
     if (interval)
       os << " " << pad(&r != &first && s.speedup > 0 ? detail::fixed(s.low, 2) + " - " + detail::fixed(s.high, 2) : "", 15, true);
+    if (peak)
+      os << " " << pad(r.throughput && r.throughput->peak_tflops > 0 ? detail::fixed(100 * r.throughput->utilization(), 1) + "%" : "-", 6, true);
     if (r.memory)
       os << "  " << (r.memory->fits() ? std::string("fits") : "needs " + std::to_string(r.memory->gpus_to_hold()) + " GPUs");
     os << "\n";

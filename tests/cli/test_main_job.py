@@ -88,7 +88,7 @@ class MainJob(unittest.TestCase):
         code, out, err = run(EXAMPLE, "--gpu", "All", "--batch", "1", "--seq", "32")
         self.assertEqual(code, 0, err)
         self.assertIn("--gpu all: one row per GPU", out)
-        self.assertRegex(out, r"vs first +80% interval +memory\n")
+        self.assertRegex(out, r"vs first +80% interval +peak +memory\n")
         self.assertNotIn("end-to-end latency", out)
         for name in names:
             self.assertRegex(out, r"(?m)^" + name.replace("(", r"\(").replace(")", r"\)") + r" +\S+ +[0-9.]+ ")

@@ -123,6 +123,10 @@ class Table(unittest.TestCase):
             self.assertTrue(line.endswith("  fits" if rep["memory"]["fits"] else
                                           "  needs %d GPUs" % rep["memory"]["gpus_to_hold"]), line)
         rows = [re.sub(r"  (fits|needs \d+ GPUs)$", "", l).rstrip() for l in rows]
+        # Before it, the share of the dense peak the step runs at (JSON throughput.utilization).
+        for line, rep in zip(rows, r):
+            self.assertTrue(line.endswith(" %.1f%%" % (100 * rep["throughput"]["utilization"])), line)
+        rows = [re.sub(r" +[0-9.]+%$", "", l) for l in rows]
         self.assertTrue(rows[0].endswith("1.00x"))
         for line, rep in zip(rows, r):
             self.assertIn(rep["gpu"], line)
