@@ -92,7 +92,7 @@ struct AnalysisArgs {
   py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none(), attention = py::none();
   py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
   py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none(), latency_slo = py::none();
-  py::object recompute = py::none();
+  py::object recompute = py::none(), train_tokens = py::none();
 
   // latency_slo in ms (0 without it), refused beside a batch or parallel as --latency-slo is.
   double slo_ms() const {
@@ -151,6 +151,9 @@ struct AnalysisArgs {
     flag("--mode", str_arg(mode, "mode"));
     if (!optimizer.is_none()) flag("--optimizer", str_arg(optimizer, "optimizer"));
     if (!recompute.is_none()) flag("--recompute", str_arg(recompute, "recompute"));
+    if (!train_tokens.is_none())
+      flag("--train-tokens", py::isinstance<py::str>(train_tokens) ? train_tokens.cast<std::string>()
+                                                                   : number_text(train_tokens, "train_tokens", "tokens"));
     if (!dtype.is_none()) flag("--dtype", str_arg(dtype, "dtype"));
     if (!kv_dtype.is_none()) flag("--kv-dtype", str_arg(kv_dtype, "kv_dtype"));
     if (!fusion.is_none()) flag("--fusion", str_arg(fusion, "fusion"));
@@ -798,18 +801,21 @@ PYBIND11_MODULE(neusight_onnx, m) {
       [](py::object model, py::object gpu, py::object batch, py::object seq, py::object dims, py::object shapes,
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
-         py::object host_dispatch_us, py::object optimizer, py::object latency_slo, py::object recompute) {
+         py::object host_dispatch_us, py::object optimizer, py::object latency_slo, py::object recompute,
+         py::object train_tokens) {
         AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
         a.latency_slo = std::move(latency_slo);
+        a.train_tokens = std::move(train_tokens);
         return analyze(model, gpu, a);
       },
       "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none, "mode"_a = "inference",
       "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
+      "train_tokens"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them, or \"h100,l4\"). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
@@ -819,13 +825,15 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict of those, with link_bw in GB/s; optimizer\n"
       "(training) 'sgd'|'momentum'|'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as\n"
       "--recompute; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then\n"
-      "unset). The GIL is released while it runs.");
+      "unset); train_tokens (training; a number or '15T') as --train-tokens. The report's 'throughput' holds\n"
+      "samples/s, tokens/s, TFLOP/s and the share of the peak (MFU). The GIL is released while it runs.");
   m.def(
       "from_config",
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
-         py::object image_size, py::object images, py::object optimizer, py::object latency_slo, py::object recompute) {
+         py::object image_size, py::object images, py::object optimizer, py::object latency_slo, py::object recompute,
+         py::object train_tokens) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
@@ -833,12 +841,14 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
         a.latency_slo = std::move(latency_slo);
+        a.train_tokens = std::move(train_tokens);
         return from_config(config, gpu, a);
       },
       "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
+      "train_tokens"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
       "batch and seq are required (batch not with latency_slo); image_size (an int or (height, width)) as\n"
       "--image-size, images as --images.\n"

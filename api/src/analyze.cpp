@@ -389,11 +389,13 @@ PrecisionOptions precision_options(const Options& options) {
 
 namespace {
 
-// The report's throughput: samples a step where --batch bound a dim (--parallel: the global
-// batch), tokens where --seq did too; --train-tokens needs those tokens, in training.
+// The report's throughput: samples a step where a batch was bound (--parallel training: the
+// global batch, whose micro-batch the graph runs), tokens where a sequence length was too;
+// --train-tokens needs those tokens, in training.
 std::optional<Throughput> report_throughput(const Report& r, const Analysis& a, const Options& options) {
-  const int64_t samples = a.bound.batch ? options.dims.batch : 0;
-  const int64_t tokens = samples > 0 && a.bound.seq ? samples * options.dims.seq : 0;
+  const bool global = options.parallel.active && options.mode == Mode::training && options.dims.batch > 0;
+  const int64_t samples = a.bound.batch > 0 ? (global ? options.dims.batch : a.bound.batch) : 0;
+  const int64_t tokens = samples > 0 && a.bound.seq > 0 ? samples * a.bound.seq : 0;
   if (options.train_tokens > 0 && (options.mode != Mode::training || tokens == 0))
     throw InputError(options.mode != Mode::training
                          ? "--train-tokens applies to --mode training"

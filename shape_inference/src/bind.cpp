@@ -147,6 +147,16 @@ void bind_input_dims(Graph& graph, const DimBindings& b, const std::map<std::str
                      (hint.empty() ? "" : "; " + hint));
 }
 
+// --batch / --seq where they bound a dim, else a bound symbolic dim named like one.
+BoundDims bound_dims(const DimBindings& b, bool batch_used, bool seq_used, const std::map<std::string, int64_t>& values) {
+  auto named = [&](bool (*like)(const std::string&)) -> int64_t {
+    for (const auto& [name, v] : values)
+      if (like(name)) return v;
+    return 0;
+  };
+  return BoundDims{b.batch > 0 && batch_used ? b.batch : named(batch_like), b.seq > 0 && seq_used ? b.seq : named(sequence_like)};
+}
+
 }  // namespace
 
 std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b, BoundDims* bound) {
@@ -237,7 +247,7 @@ std::vector<std::string> bind_dims(Graph& graph, const DimBindings& b, BoundDims
     warnings.push_back(flag + " binds no input dim: no symbolic or unknown dim is left for it (inputs: " +
                        (shapes.empty() ? "none" : list_text(shapes)) + "); --shape NAME=DIMS sets any input's dims");
   };
-  if (bound) *bound = BoundDims{b.batch > 0 && batch_used, b.seq > 0 && seq_used};
+  if (bound) *bound = bound_dims(b, batch_used, seq_used, values);
   if (b.batch > 0 && !batch_used) nothing("--batch " + std::to_string(b.batch));
   if (b.seq > 0 && !seq_used) nothing("--seq " + std::to_string(b.seq));
   for (const auto& [name, v] : b.named)

@@ -271,8 +271,9 @@ class Throughput(unittest.TestCase):
                                  ((*base, "--train-tokens", "0"), "--train-tokens: expected a token count"),
                                  ((EXAMPLE, "--gpu", "h100", "--batch", "1", "--seq", "64", "--train-tokens", "1e9"),
                                   "--train-tokens applies to --mode training"),
-                                 ((EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x64", "--mode", "training",
-                                   "--train-tokens", "1e9"), "--train-tokens needs the tokens of a step")]:
+                                 (("--config", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                                                            "dinov2_base.json"), "--gpu", "h100", "--batch", "2", "--mode",
+                                   "training", "--train-tokens", "1e9"), "--train-tokens needs the tokens of a step")]:
                 code, so, se = run(*args, "--json", out_json)
                 self.assertEqual(code, 2, se)
                 lines = [l for l in se.splitlines() if l.strip()]
@@ -280,11 +281,11 @@ class Throughput(unittest.TestCase):
                 self.assertIn(needle, lines[0])
                 self.assertFalse(os.path.exists(out_json))
 
-    def test_no_samples_without_a_bound_batch_and_no_block_in_a_generation(self):
+    def test_samples_from_named_dims_and_no_block_in_a_generation(self):
+        # --shape (or --dim) on dims named batch and sequence: the same samples and tokens.
         t = run_json(EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x64")["throughput"]
-        self.assertNotIn("samples", t)
-        self.assertNotIn("tokens_per_s", t)
-        self.assertGreater(t["tflops"], 0)
+        self.assertEqual((t["samples"], t["tokens"]), (2, 128))
+        self.assertEqual(run_json(EXAMPLE, "--gpu", "h100", "--dim", "batch=2", "--dim", "sequence=64")["throughput"]["tokens"], 128)
         llama = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
         g = run_json("--config", llama, "--gpu", "h100", "--generate", "32:4")
         self.assertNotIn("throughput", g)

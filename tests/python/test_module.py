@@ -94,6 +94,14 @@ class Analyze(unittest.TestCase):
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
                                          "--recompute", "full", "--parallel", "dp=2,zero=3")))
         self.assertEqual(r["parallel"]["zero"], 3)
+        # train_tokens as --train-tokens: a count or the CLI's text.
+        r = n.analyze(EXAMPLE, "h100", batch=2, seq=64, mode="training", train_tokens=2e9)
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
+                                         "--train-tokens", "2B")))
+        self.assertGreater(r["throughput"]["train_days"], 0)
+        self.assertTrue(same(n.analyze(EXAMPLE, "h100", batch=2, seq=64, mode="training", train_tokens="2B"), r))
+        with self.assertRaisesRegex(ValueError, "--train-tokens applies to --mode training"):
+            n.analyze(EXAMPLE, "h100", batch=2, seq=64, train_tokens=2e9)
         rs = n.analyze(EXAMPLE, ["h100", "l4"], seq=128, latency_slo=20)
         self.assertTrue(same(rs, run_json(EXAMPLE, "--gpu", "h100,l4", "--seq", "128", "--latency-slo", "20")))
         self.assertTrue(all(x["latency_slo"]["met"] for x in rs))

@@ -214,19 +214,26 @@ TEST_CASE("api: the throughput is the step's FLOPs and samples over its latency,
   CHECK(d.gpu_hours == doctest::Approx(d.train_days * 24 * 4));
   CHECK(d.train_days_low <= d.train_days * (1 + 1e-12));  // the roofline gives no interval
   CHECK(d.train_days_high >= d.train_days * (1 - 1e-12));
-  // It needs the step's tokens, in training.
-  train.parallel = ParallelConfig{};
-  train.dims.shapes["input_ids"] = {2, 64};
-  CHECK_THROWS_AS(analyze(m, db.resolve("h100"), train), InputError);
+  // It needs the step's tokens (a ViT's batch has images, not tokens), in training.
+  const LoadedModel vit = build_model(parse_hf_config(R"({"model_type": "vit", "hidden_size": 192, "num_hidden_layers": 2,
+      "num_attention_heads": 3, "intermediate_size": 768, "image_size": 224, "patch_size": 16, "num_channels": 3})", "vit"));
+  Options images = test::roofline_options(2, -1, Mode::training);
+  const Report v = analyze(vit, db.resolve("h100"), images);
+  REQUIRE(v.throughput);
+  CHECK(v.throughput->samples == 2);
+  CHECK(v.throughput->tokens == 0);
+  images.train_tokens = 1e9;
+  CHECK_THROWS_AS(analyze(vit, db.resolve("h100"), images), InputError);
   Options infer = test::roofline_options(4, 256);
   infer.train_tokens = 1e9;
   CHECK_THROWS_AS(analyze(m, db.resolve("h100"), infer), InputError);
-  // A batch no dim takes (--shape fixed the input) gives no samples a second.
+  // --shape sets the batch and sequence dims by name: its samples and tokens.
   Options fixed = test::roofline_options(4, 256);
+  fixed.dims.batch = fixed.dims.seq = -1;
   fixed.dims.shapes["input_ids"] = {2, 64};
   const Report f = analyze(m, db.resolve("h100"), fixed);
   REQUIRE(f.throughput);
-  CHECK(f.throughput->samples == 0);
-  CHECK(f.throughput->tokens == 0);
+  CHECK(f.throughput->samples == 2);
+  CHECK(f.throughput->tokens == 2 * 64);
   CHECK(f.throughput->tflops > 0);
 }

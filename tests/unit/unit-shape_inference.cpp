@@ -78,6 +78,51 @@ TEST_CASE("shape inference: --batch / --seq bind by position and say where a dim
   CHECK(bind_dims(g, b).empty());
 }
 
+TEST_CASE("shape inference: the batch and sequence length bound, for a report's samples and tokens") {
+  auto graph = [](std::vector<Dim> dims) {
+    Graph g;
+    g.inputs = {"input"};
+    TensorInfo& t = g.tensor("input");
+    t.dtype = DType::f32;
+    t.has_shape = true;
+    t.shape = std::move(dims);
+    return g;
+  };
+  // --batch / --seq where they bind a dim, whatever its name.
+  Graph g = graph({Dim::sym("n"), Dim::sym("t"), Dim::of(100)});
+  DimBindings b;
+  b.batch = 8;
+  b.seq = 4;
+  BoundDims bound;
+  bind_dims(g, b, &bound);
+  CHECK(bound.batch == 8);
+  CHECK(bound.seq == 4);
+  // --dim or --shape on dims named like a batch and a sequence.
+  g = graph({Dim::sym("batch_size"), Dim::sym("sequence_length"), Dim::of(100)});
+  DimBindings named;
+  named.named = {{"batch_size", 2}, {"sequence_length", 16}};
+  bind_dims(g, named, &bound);
+  CHECK(bound.batch == 2);
+  CHECK(bound.seq == 16);
+  g = graph({Dim::sym("batch"), Dim::sym("sequence"), Dim::of(100)});
+  DimBindings shaped;
+  shaped.shapes["input"] = {3, 7, 100};
+  bind_dims(g, shaped, &bound);
+  CHECK(bound.batch == 3);
+  CHECK(bound.seq == 7);
+  // Fixed dims, or --batch that binds nothing, or dims named otherwise: not known.
+  g = graph({Dim::of(1), Dim::of(3), Dim::of(224)});
+  bind_dims(g, b, &bound);
+  CHECK(bound.batch == 0);
+  CHECK(bound.seq == 0);
+  g = graph({Dim::sym("height"), Dim::of(3)});
+  DimBindings h;
+  h.named = {{"height", 224}};
+  bind_dims(g, h, &bound);
+  CHECK(bound.batch == 0);
+  CHECK(bound.seq == 0);
+}
+
 namespace {
 std::vector<int64_t> dims_of(const TensorInfo* t) {
   std::vector<int64_t> v;

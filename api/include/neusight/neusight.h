@@ -95,7 +95,7 @@ struct Analysis {
   // Training under --recompute full: the checkpoints, segments and kept tensors (the kernels
   // include each segment's recomputed forward).
   std::optional<CheckpointPlan> checkpoints;
-  BoundDims bound;  // whether --batch and --seq bound input dims (a report's samples and tokens)
+  BoundDims bound;  // the batch and sequence length bound on the inputs (a report's samples and tokens)
 };
 Analysis prepare(const LoadedModel& model, const Options& options);
 // The report on `gpu` at the largest batch (the dim options.dims.batch binds; its value is

@@ -46,16 +46,18 @@ struct ShapeResult {
   std::vector<std::string> unknown_ops;  // op types with no shape rule (still inferred as far as possible)
 };
 
-// Which of --batch and --seq bound an input dim (bind_dims; false where not given).
+// The batch and sequence length bound on the inputs (bind_dims): --batch / --seq where they
+// bound a dim, else the value --dim or --shape gave a symbolic dim named like one ("batch",
+// "batch_size", "sequence", "seq_len", ...); 0 where none is known.
 struct BoundDims {
-  bool batch = false, seq = false;
+  int64_t batch = 0, seq = 0;
 };
 
 // Binds dims (and --value values) on the graph inputs. Returns warnings: a flag that binds
 // nothing, a --shape that changes a fixed dim. Throws InputError naming the input and axis
 // of every input dim that stays unbound (with the --shape line that binds them), for
 // negative values, a --shape or --value naming no graph input, and a --shape of the wrong rank.
-// `bound` (optional) says which of --batch and --seq bound a dim.
+// `bound` (optional) receives the batch and sequence length bound.
 std::vector<std::string> bind_dims(Graph& graph, const DimBindings& bindings, BoundDims* bound = nullptr);
 
 // Infers shapes in place (graph must be topologically sorted, as the frontend leaves it).
