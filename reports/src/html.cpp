@@ -375,6 +375,13 @@ std::string format_html(const std::vector<Report>& reports) {
        << card(format_ms(r.update_ms) + " ms", "update");
   size_t kernels = r.extra_kernels.size();
   for (const auto& n : r.nodes) kernels += n.kernels.size();
+  if (r.throughput && r.throughput->tokens > 0)
+    os << card(detail::fixed(r.throughput->tokens_per_s, 0), "tokens/s");
+  else if (r.throughput && r.throughput->samples > 0)
+    os << card(detail::fixed(r.throughput->samples_per_s, r.throughput->samples_per_s >= 100 ? 0 : 2), "samples/s");
+  if (r.throughput && r.throughput->peak_tflops > 0)
+    os << card(detail::fixed(100 * r.throughput->utilization(), 1) + "%",
+               r.mode == Mode::training ? "MFU (" + r.throughput->peak_math + " peak)" : "of the " + r.throughput->peak_math + " peak");
   if (r.memory) {
     const MemoryFootprint& m = *r.memory;
     char total[64];

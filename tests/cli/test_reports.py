@@ -236,6 +236,8 @@ class Throughput(unittest.TestCase):
         code, html, err = run(*ARGS, "--html", "-")
         self.assertEqual(code, 0, err)
         self.assertIn("Throughput: ", html)
+        self.assertIn("<b>%d</b>" % round(t["tokens_per_s"]), html)  # the cards: tokens/s and the share of the peak
+        self.assertIn("<b>%.1f%%</b>" % (100 * t["utilization"]), html)
 
     def test_training_reports_model_flops_utilization(self):
         base = (EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "128", "--mode", "training", "--dtype", "bf16")
