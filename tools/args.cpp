@@ -93,8 +93,8 @@ double parse_token_count(const std::string& text) {
   }
   char* end = nullptr;
   const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end) * scale;
-  if (s.empty() || *end != '\0' || !(v >= 1) || !std::isfinite(v))
-    throw InputError("--train-tokens: expected a token count such as 1e12, 300B or 15T, got '" + text + "'");
+  if (s.empty() || *end != '\0' || !(v >= 1 && v <= 1e18))
+    throw InputError("--train-tokens: expected a token count from 1 to 1e18, such as 1e12, 300B or 15T, got '" + text + "'");
   return v;
 }
 

@@ -497,7 +497,7 @@ namespace {
 std::string format_rate(double v) {
   char buf[48];
   v = detail::finite(v);
-  std::snprintf(buf, sizeof buf, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : v >= 1 ? "%.2f" : "%.3f", v);
+  std::snprintf(buf, sizeof buf, v >= 1e15 ? "%.3g" : v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : v >= 1 ? "%.2f" : "%.3f", v);
   return buf;
 }
 
