@@ -557,10 +557,21 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
                   GenerationReport& g) {
   auto& sp = g.speculative;
   const double proposed = double(sp.proposed);
-  std::vector<double> step_ms, low_ms, high_ms;
+  std::vector<double> step_ms, low_ms, high_ms, step_bytes;
   std::map<std::string, std::vector<double>> by_class;
+  // The DRAM bytes a report's kernels move (collectives cross links, not DRAM).
+  auto dram_bytes = [](const Report& r) {
+    double b = 0;
+    for (const auto& n : r.nodes)
+      for (const auto& k : n.kernels)
+        if (k.kernel.cls != KernelClass::collective) b += k.kernel.bytes;
+    for (const auto& k : r.extra_kernels)
+      if (k.kernel.cls != KernelClass::collective) b += k.kernel.bytes;
+    return b;
+  };
   for (size_t i = 0; i < a.steps.size(); ++i) {
     Report s = predict(a.steps[i], d.step.model, gpu, options);
+    double bytes = dram_bytes(s);
     // How many of the interpolated steps this sample stands for (interpolated_sum is linear).
     std::vector<double> unit(a.steps.size(), 0.0);
     unit[i] = 1;
@@ -572,6 +583,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
       double draft_ms = 0, draft_low = 0, draft_high = 0;
       if (a.draft && i < a.draft->steps.size()) {
         const Report ds = predict(a.draft->steps[i], a.draft_decoder->step.model, gpu, options);
+        bytes += proposed * dram_bytes(ds);
         draft_ms = ds.e2e_latency_ms;
         draft_low = ds.e2e_low();
         draft_high = ds.e2e_high();
@@ -595,6 +607,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
       g.step_node_ms = s.e2e_latency_ms;
     }
     step_ms.push_back(st.latency_ms);
+    step_bytes.push_back(sp.proposed > 0 ? bytes / sp.tokens_per_step : bytes);
     low_ms.push_back(st.low_ms);
     high_ms.push_back(st.high_ms);
     for (const auto& [c, ms] : st.by_class) by_class[c];
@@ -613,6 +626,10 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
   g.step_ms.reserve(static_cast<size_t>(a.gen.new_tokens));
   for (int64_t j = 0; j < a.gen.new_tokens; ++j) g.step_ms.push_back(interpolate(a.kv, step_ms, a.kv.front() + j));
   g.tpot_ms = decode_ms / double(a.gen.new_tokens);
+  const double decode_bytes = interpolated_sum(a.kv, step_bytes);
+  g.decode_bytes_per_token = decode_bytes / double(a.gen.new_tokens);
+  g.decode_gbps = decode_ms > 0 ? decode_bytes / (decode_ms * 1e-3) * 1e-9 : 0;
+  g.decode_mbu = gpu.mem_bw_gbps > 0 ? g.decode_gbps / gpu.mem_bw_gbps : 0;
   g.tpot_last_ms = step_ms.back();
   g.total_ms = g.ttft_ms + decode_ms;
   const double tokens = double(a.batch) * double(a.gen.new_tokens);
@@ -720,8 +737,13 @@ void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& optio
 
 Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options) {
   Report r = predict(a.prefill, d.prefill.model, gpu, options);
-  r.throughput.reset();  // the generation's own rates (GenerationReport) say it
   GenerationReport g;
+  if (r.throughput) {  // the generation's own rates say the rest
+    g.prefill_tflops = r.throughput->tflops;
+    g.prefill_peak_tflops = r.throughput->peak_tflops;
+    g.prefill_peak_math = r.throughput->peak_math;
+  }
+  r.throughput.reset();
   g.batch = a.batch;
   g.prompt = a.gen.prompt;
   g.new_tokens = a.gen.new_tokens;

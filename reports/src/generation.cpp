@@ -97,6 +97,13 @@ json generation_json(const GenerationReport& g) {
           {"memory_per_gpu_bytes", finite(g.memory_per_gpu_bytes)},
           {"max_batch", g.max_batch},
           {"weight_read_ms", finite(g.weight_read_ms)},
+          {"prefill_tflops", finite(g.prefill_tflops)},
+          {"prefill_peak_math", g.prefill_peak_math},
+          {"prefill_peak_tflops", finite(g.prefill_peak_tflops)},
+          {"prefill_mfu", finite(g.prefill_mfu())},
+          {"decode_bytes_per_token", finite(g.decode_bytes_per_token)},
+          {"decode_gbps", finite(g.decode_gbps)},
+          {"decode_mbu", finite(g.decode_mbu)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
                         {"sliding_layers", g.sliding_layers}, {"window", g.window}, {"dtype", g.kv_dtype},
                         {"state_layers", g.state_layers}, {"state_bytes", finite(g.state_bytes)},
@@ -266,6 +273,22 @@ std::string generation_html(const std::vector<Report>& reports) {
 
 }  // namespace detail
 
+namespace {
+
+// "  utilization  prefill 45.2% of the bf16-tensor dense peak (MFU), decode 3021 GB/s a GPU, 63.0% of its DRAM
+// bandwidth (MBU)\n"; empty when neither is known.
+std::string utilization_line(const GenerationReport& g) {
+  std::string parts;
+  if (g.prefill_peak_tflops > 0)
+    parts = "prefill " + num(100 * g.prefill_mfu(), 1) + "% of the " + g.prefill_peak_math + " dense peak (MFU)";
+  if (g.decode_mbu > 0)
+    parts += (parts.empty() ? "" : ", ") + std::string("decode ") + num(g.decode_gbps, 0) + " GB/s" +
+             (g.tp > 1 ? " a GPU" : "") + ", " + num(100 * g.decode_mbu, 1) + "% of the DRAM bandwidth (MBU)";
+  return parts.empty() ? std::string() : "  utilization          " + parts + "\n";
+}
+
+}  // namespace
+
 std::string format_generation(const Report& r, bool color) {
   if (!r.generation) return "";
   const GenerationReport& g = *r.generation;
@@ -288,6 +311,7 @@ std::string format_generation(const Report& r, bool color) {
      << interval_text(g.tokens_per_s_high > g.tokens_per_s_low, num(g.tokens_per_s_low, 1), num(g.tokens_per_s_high, 1),
                       "")
      << "\n"
+     << utilization_line(g)
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
      << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes)

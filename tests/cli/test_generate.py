@@ -191,6 +191,19 @@ class Generate(unittest.TestCase):
             self.assertLess(s["latency_low_ms"], s["latency_ms"])
             self.assertGreater(s["latency_high_ms"], s["latency_ms"])
         self.assertEqual(r["timing"], "kernel")
+        self.assertNotIn("throughput", r)  # the generation's own rates say it
+        # How hard each phase works the GPU: the prefill's share of the dense peak (MFU), the decode
+        # steps' DRAM bytes per token over the time per token against the bandwidth (MBU); neither
+        # above 1, and a token reads at least every weight a step reads.
+        self.assertEqual(g["prefill_peak_math"], "fp16-tensor")
+        self.assertGreater(g["prefill_mfu"], 0)
+        self.assertLess(g["prefill_mfu"], 1)
+        self.assertAlmostEqual(g["prefill_mfu"], g["prefill_tflops"] / g["prefill_peak_tflops"], delta=1e-9)
+        self.assertAlmostEqual(g["decode_gbps"], g["decode_bytes_per_token"] / g["tpot_ms"] * 1e-6,
+                               delta=1e-6 * g["decode_gbps"])
+        self.assertGreater(g["decode_mbu"], 0)
+        self.assertLess(g["decode_mbu"], 1)
+        self.assertGreaterEqual(g["decode_bytes_per_token"], g["weight_read_ms"] * g["decode_gbps"] / g["decode_mbu"] * 1e6)
         # FlashAttention's share, apart from the classes its kernels are in (prefill gemm, decode reduce).
         self.assertGreater(g["prefill_attention_ms"], 0)
         self.assertLess(g["prefill_attention_ms"], g["prefill_by_class_ms"]["gemm"])

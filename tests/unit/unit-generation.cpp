@@ -2320,3 +2320,23 @@ TEST_CASE("generation: Whisper encodes 30 s of audio in the prefill and caches i
       "decoder_layers": 4, "encoder_attention_heads": 6, "encoder_ffn_dim": 1536, "vocab_size": 100,
       "max_source_positions": 100000})", "w"), doctest::Contains("max_source_positions"), InputError);
 }
+
+TEST_CASE("generation: the prefill's share of the peak and the decode's of the bandwidth stay below 1") {
+  // Every kernel is priced at or above its roofline, so neither utilization can reach 1,
+  // whatever the GPU, batch or precision; a decode step reads at least its weights.
+  const Decoder d = config_decoder(small_llama(8, 2));
+  for (const std::string gpu : {"t4", "a100-80gb", "h100", "h200", "l4", "b200", "mi300x"})
+    for (const DType dt : {DType::f16, DType::bf16, DType::f8e4m3fn})
+      for (const int64_t batch : {1, 16, 256}) {
+        CAPTURE(gpu);
+        CAPTURE(batch);
+        CAPTURE(static_cast<int>(dt));
+        const GenerationReport g = generate(d, serving(dt, batch), 256, 32, gpu, 3);
+        CHECK(g.prefill_mfu() > 0);
+        CHECK(g.prefill_mfu() < 1);
+        CHECK(g.decode_mbu > 0);
+        CHECK(g.decode_mbu < 1);
+        const double bw = GpuDatabase::builtin().resolve(gpu).mem_bw_gbps;
+        CHECK(g.decode_bytes_per_token >= g.weight_read_ms * 1e-3 * bw * 1e9 * (1 - 1e-9));
+      }
+}

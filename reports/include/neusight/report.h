@@ -76,6 +76,15 @@ struct GenerationReport {
   // experts, the experts its tokens do not reach on average) over the DRAM bandwidth: what no
   // decode step can beat.
   double weight_read_ms = 0;
+  // How hard each phase works its GPU (one GPU's, under tp): the prefill's model FLOPs over
+  // the time to first token against the dense peak of its GEMMs' math (MFU, report.h
+  // Throughput), and the DRAM bytes the decode steps' kernels move per output token over the
+  // time per token (weights, the KV cache, activations; collectives are not DRAM traffic)
+  // against the spec bandwidth (MBU, model bandwidth utilization).
+  double prefill_tflops = 0, prefill_peak_tflops = 0;
+  std::string prefill_peak_math;
+  double decode_bytes_per_token = 0, decode_gbps = 0, decode_mbu = 0;
+  double prefill_mfu() const { return prefill_peak_tflops > 0 ? prefill_tflops / prefill_peak_tflops : 0; }
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
   int kv_tensors = 2;                          // 1: a latent cache (multi-head latent attention)
   std::string kv_dtype;                        // the cache's element type ("bf16", "fp8", ...)
