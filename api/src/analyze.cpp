@@ -344,10 +344,10 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   if (options.parallel.active && options.parallel.cp > 1) {
     if (std::none_of(a.kernels.kernels.begin(), a.kernels.kernels.end(), is_flash_gemm))
       throw InputError("--parallel cp=" + std::to_string(options.parallel.cp) +
-                       ": context parallelism passes the keys and values round a ring inside FlashAttention (Megatron-LM "
-                       "with Transformer Engine), and no attention here runs as FlashAttention (it needs 16-bit attention, "
+                       ": context parallelism exchanges the sequence around FlashAttention (Transformer Engine's ring or "
+                       "all-to-all), and no attention here runs as FlashAttention (it needs 16-bit attention, "
                        "--fusion eager or full, and not --attention unfused)");
-    a.kernels = shard_context_parallel(a.graph, a.kernels, options.parallel.cp);
+    a.kernels = shard_context_parallel(a.graph, a.kernels, options.parallel.cp, options.parallel.cp_comm);
   }
   // After the sequence split: a GPU's experts get the tokens of the group's shares.
   if (options.parallel.active && training && options.parallel.ep > 1)

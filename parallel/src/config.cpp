@@ -25,11 +25,12 @@ int parse_degree(const std::string& key, const std::string& value, const std::st
 }  // namespace
 
 const char* schedule_name(PipelineSchedule s) { return s == PipelineSchedule::gpipe ? "gpipe" : "1f1b"; }
+const char* cp_comm_name(CpComm c) { return c == CpComm::a2a ? "a2a" : "p2p"; }
 
 ParallelConfig parse_parallel(const std::string& spec) {
   ParallelConfig c;
   c.active = true;
-  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,cp=C][,ep=E][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,overlap_gather=0|1][,sp=0|1])");
+  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,cp=C[,cp_comm=p2p|a2a]][,ep=E][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,overlap_gather=0|1][,sp=0|1])");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {
@@ -42,6 +43,11 @@ ParallelConfig parse_parallel(const std::string& spec) {
     else if (key == "pp") c.pp = parse_degree(key, value, spec);
     else if (key == "ep") c.ep = parse_degree(key, value, spec);
     else if (key == "cp") c.cp = parse_degree(key, value, spec);
+    else if (key == "cp_comm") {
+      if (value == "p2p" || value == "ring") c.cp_comm = CpComm::p2p;
+      else if (value == "a2a" || value == "ulysses") c.cp_comm = CpComm::a2a;
+      else throw InputError("--parallel: cp_comm must be p2p (ring attention) or a2a (Ulysses all-to-all), got '" + value + "' in '" + spec + "'");
+    }
     else if (key == "microbatches" || key == "mb") c.microbatches = parse_degree(key, value, spec);
     else if (key == "vp") c.virtual_stages = parse_degree(key, value, spec);
     else if (key == "sp") {
@@ -63,7 +69,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, cp, ep, microbatches, schedule, vp, zero, overlap_gather, sp)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, cp, cp_comm, ep, microbatches, schedule, vp, zero, overlap_gather, sp)");
     }
   }
   return c;
@@ -90,6 +96,9 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
       throw InputError(vp + ": the interleaved schedule runs microbatches in groups of pp=" + std::to_string(c.pp) +
                        "; microbatches=" + std::to_string(c.microbatches) + " is not a multiple of it");
   }
+  if (c.cp_comm != CpComm::p2p && c.cp <= 1)
+    throw InputError("--parallel: cp_comm=" + std::string(cp_comm_name(c.cp_comm)) +
+                     " chooses how a context-parallel group exchanges the sequence: give cp=C > 1");
   if (global_batch <= 0) throw InputError("--parallel needs --batch N (the global batch)");
   const int64_t replicas = int64_t(c.dp) * c.microbatches;
   if (global_batch % replicas != 0)

@@ -44,9 +44,18 @@ std::vector<char> weight_only_nodes(const Graph& g) {
 
 // One kernel on this GPU's 1/cp of the tokens. `fwd`: its node's forward GEMM, whose rows are
 // the tokens (a backward GEMM carries them as rows, or as the reduction of a weight's gradient).
-void split_tokens(Kernel& k, const GemmShape* fwd, int cp) {
+// Under Ulysses (a2a) FlashAttention runs every token of 1/cp of the heads instead.
+void split_tokens(Kernel& k, const GemmShape* fwd, int cp, CpComm comm) {
   k.moe.tokens /= cp;  // a mixture's routing: this GPU's tokens
-  if (k.cls == KernelClass::gemm && is_flash_gemm(k)) {
+  if (k.cls == KernelClass::gemm && is_flash_gemm(k) && comm == CpComm::a2a) {
+    // Every query and key of 1/cp of the (batch x head) pairs: all of it 1/cp.
+    const GemmShape before = k.gemm;
+    divide_first({&k.gemm.batch, &k.gemm.m}, cp);
+    const double share = before.batch * before.m > 0 ? double(k.gemm.batch * k.gemm.m) / double(before.batch * before.m) : 1.0;
+    k.flops *= share;
+    k.bytes *= share;
+    for (auto& e : k.operand_elems) e = static_cast<int64_t>(std::llround(double(e) * share));
+  } else if (k.cls == KernelClass::gemm && is_flash_gemm(k)) {
     // The local queries against every key: the products shrink with the queries, the K/V
     // read (and their gradients written) stays whole.
     const int64_t queries = k.gemm.m;
@@ -71,6 +80,16 @@ void split_tokens(Kernel& k, const GemmShape* fwd, int cp) {
   }
 }
 
+// Ulysses' all-to-all beside a FlashAttention kernel (before it or after it): of the local
+// tokens' tensors it re-shards (the whole attention's `elems`, 1/cp of them a GPU's), the
+// (cp - 1) / cp a GPU sends.
+Kernel alltoall_kernel(const Kernel& attention, double elems, int cp, const char* what) {
+  const double bytes = elems / cp * double(cp - 1) / cp * element_bytes(attention.dtype);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "context-parallel all-to-all (Ulysses) over %d GPUs: %s, %.2f MB sent", cp, what, bytes / 1e6);
+  return parallel_detail::collective_beside(attention, "cp_alltoall", bytes, buf);
+}
+
 Kernel ring_kernel(const Kernel& attention, int cp) {
   const double chunk = flash_kv_bytes(attention) / cp;
   char buf[200];
@@ -84,7 +103,7 @@ Kernel ring_kernel(const Kernel& attention, int cp) {
 
 }  // namespace
 
-KernelList shard_context_parallel(const Graph& g, const KernelList& in, int cp) {
+KernelList shard_context_parallel(const Graph& g, const KernelList& in, int cp, CpComm comm) {
   if (cp <= 1) return in;
   KernelList out = in;
   out.kernels.clear();
@@ -96,12 +115,22 @@ KernelList shard_context_parallel(const Graph& g, const KernelList& in, int cp) 
     Kernel k = k0;
     const bool whole = k.phase == Phase::update || k.op == "embedding_grad" ||
                        (k.node >= 0 && static_cast<size_t>(k.node) < weight_only.size() && weight_only[static_cast<size_t>(k.node)]);
+    const bool attention = !whole && k.cls == KernelClass::gemm && is_flash_gemm(k) && flash_kv_bytes(k) > 0;
+    // The whole attention's Q (and O, the same size) and K + V elements, for Ulysses' exchanges.
+    const double q = attention && !k.operand_elems.empty() ? double(k.operand_elems[0]) : 0;
+    const double kv = attention && k.operand_elems.size() > 1 ? double(k.operand_elems[1]) : 0;
+    const bool fwd = k.phase == Phase::forward;
+    if (attention && comm == CpComm::a2a)
+      out.kernels.push_back(alltoall_kernel(k, fwd ? q + kv : q, cp, fwd ? "Q, K and V to 1/cp of the heads" : "the output's gradient to 1/cp of the heads"));
     if (!whole) {
       auto it = fwd_gemm.find(k.node);
-      split_tokens(k, it == fwd_gemm.end() ? nullptr : &it->second, cp);
+      split_tokens(k, it == fwd_gemm.end() ? nullptr : &it->second, cp, comm);
     }
     out.kernels.push_back(k);
-    if (!whole && k.cls == KernelClass::gemm && is_flash_gemm(k) && flash_kv_bytes(k) > 0) out.kernels.push_back(ring_kernel(k, cp));
+    if (attention && comm == CpComm::a2a)
+      out.kernels.push_back(alltoall_kernel(k, fwd ? q : q + kv, cp, fwd ? "the output back to the local tokens" : "the gradients of Q, K and V back to the local tokens"));
+    else if (attention)
+      out.kernels.push_back(ring_kernel(k, cp));
   }
   return out;
 }
@@ -117,6 +146,11 @@ std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kerne
   std::vector<double> transfer(kernels.size(), 0);
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
     const Kernel& k = kernels[i];
+    if (k.op == "cp_alltoall" && cp > 1) {  // on the critical path whole
+      preds[i] = parallel_detail::link_prediction(link, [&](const Link& l) { return p2p_ms(k.bytes, l); });
+      transfer[i] = p2p_ms(k.bytes, link);
+      continue;
+    }
     if (k.op != "cp_ring" || cp <= 1) continue;
     // The attention kernel it runs beside: the nearest before it of the same node and phase.
     double attention = 0;

@@ -185,7 +185,7 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
 // slowest send/recv between stages.
 struct StageTimes {
   std::vector<double> fwd, bwd, tp_ms;
-  std::vector<double> cp_ms, cp_transfer_ms;  // context-parallel rings: exposed, and their transfers
+  std::vector<double> cp_ms, cp_transfer_ms;  // context-parallel rings or all-to-alls: exposed, and their transfers
   std::vector<double> ep_ms;                  // expert-parallel all-to-alls
   double hop = 0;
 };
@@ -217,7 +217,7 @@ StageTimes stage_times(const Graph& g, const std::vector<Kernel>& kernels, const
     }
     if (s < 0) s = 0;
     (k.phase == Phase::forward ? t.fwd : t.bwd)[static_cast<size_t>(s)] += preds[i].latency_ms;
-    if (k.cls == KernelClass::collective && k.op == "cp_ring") {
+    if (k.cls == KernelClass::collective && (k.op == "cp_ring" || k.op == "cp_alltoall")) {
       t.cp_ms[static_cast<size_t>(s)] += preds[i].latency_ms;
       if (i < ring_ms.size()) t.cp_transfer_ms[static_cast<size_t>(s)] += ring_ms[i];
     } else if (k.cls == KernelClass::collective && k.op == "ep_alltoall") {

@@ -39,7 +39,7 @@ std::string format_parallel(const ParallelReport& p) {
   const auto& c = p.config;
   std::ostringstream os;
   os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp;
-  if (c.cp > 1) os << " cp=" << c.cp;
+  if (c.cp > 1) os << " cp=" << c.cp << (c.cp_comm == CpComm::a2a ? " (all-to-all)" : "");
   if (c.ep > 1) os << " ep=" << c.ep;
   os << " (" << c.gpus()
      << " GPUs), global batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x "
@@ -80,7 +80,10 @@ std::string format_parallel(const ParallelReport& p) {
      << " ms included)\n";
   os << "  pipeline bubble      " << ms(p.bubble_ms) << " ms (" << gb(100 * p.bubble_fraction) << "% of the pipeline)\n";
   os << "  pipeline send/recv   " << ms(p.pp_comm_ms) << " ms exposed\n";
-  if (c.cp > 1)
+  if (c.cp > 1 && c.cp_comm == CpComm::a2a)
+    os << "  context all-to-all    " << ms(p.cp_comm_ms) << " ms (Ulysses: the attention's heads and back), "
+       << ms(p.cp_exposed_ms) << " ms exposed\n";
+  else if (c.cp > 1)
     os << "  context-parallel ring " << ms(p.cp_comm_ms) << " ms of K/V transfers, " << ms(p.cp_exposed_ms)
        << " ms exposed beside the attention\n";
   if (c.ep > 1) os << "  expert all-to-all     " << ms(p.ep_comm_ms) << " ms (tokens to their experts and back)\n";
@@ -134,6 +137,7 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"tp", p.config.tp},
                      {"pp", p.config.pp},
                      {"cp", p.config.cp},
+                     {"cp_comm", cp_comm_name(p.config.cp_comm)},
                      {"ep", p.config.ep},
                      {"gpus", p.config.gpus()},
                      {"microbatches", p.config.microbatches},

@@ -84,6 +84,17 @@ class ParallelReport(unittest.TestCase):
         self.assertEqual(code, 0, err)
         self.assertIn("cp=2 (4 GPUs)", out)
         self.assertIn("context-parallel ring", out)
+        # Ulysses: an all-to-all either side of each attention, forward and backward, exposed.
+        u = run_json(*half, "--parallel", "tp=2,cp=2,cp_comm=a2a")
+        self.assertEqual(u["parallel"]["cp_comm"], "a2a")
+        self.assertEqual(p["cp_comm"], "p2p")
+        a2a = [k for n in u["nodes"] for k in n["kernels"] if k["op"] == "cp_alltoall"]
+        self.assertEqual(len(a2a), 4 * 12)
+        self.assertAlmostEqual(u["parallel"]["cp_exposed_ms"], u["parallel"]["cp_comm_ms"], delta=1e-9)
+        code, out, err = run(*half, "--parallel", "tp=2,cp=2,cp_comm=a2a")
+        self.assertEqual(code, 0, err)
+        self.assertIn("cp=2 (all-to-all)", out)
+        self.assertIn("context all-to-all", out)
         # 16-bit attention is FlashAttention without asking (SDPA's, as transformers trains).
         auto = run_json(*BASE, "--batch", "4", "--dtype", "bf16", "--parallel", "tp=2,cp=2")
         self.assertEqual(auto["e2e_latency_ms"], cp["e2e_latency_ms"])
@@ -93,6 +104,8 @@ class ParallelReport(unittest.TestCase):
             out_json = os.path.join(d, "r.json")
             for args in ([*BASE, "--batch", "4", "--parallel", "cp=2"],
                          [*BASE, "--batch", "4", "--dtype", "bf16", "--attention", "unfused", "--parallel", "cp=2"],
+                         [*half, "--parallel", "tp=2,cp=2,cp_comm=ring2"],
+                         [*half, "--parallel", "tp=2,cp_comm=a2a"],
                          [EXAMPLE, "--gpu", "h100", "--batch", "4", "--dtype", "bf16", "--parallel", "cp=2"]):
                 code, _, err = run(*args, "--json", out_json)
                 self.assertEqual(code, 2, err)

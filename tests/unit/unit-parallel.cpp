@@ -1026,3 +1026,50 @@ TEST_CASE("parallel: expert parallelism in training runs a GPU's experts on the 
   for (const Kernel& k : a2a) a2a_all += k.bytes;
   CHECK(a2a_cp == doctest::Approx(a2a_all / 2));
 }
+
+TEST_CASE("parallel: Ulysses context parallelism runs 1/cp of the heads on every token, an all-to-all either side") {
+  LoadedModel m = load_model(test::example_model());
+  const Gpu gpu = GpuDatabase::builtin().resolve("h100");
+  Options o = test::roofline_options(4, 128, Mode::training, "dp=1");
+  o.dtype = DType::bf16;
+  const Analysis plain = prepare(m, o);
+  o.parallel = parse_parallel("cp=4,cp_comm=a2a");
+  CHECK(o.parallel.cp_comm == CpComm::a2a);
+  const Analysis a2a = prepare(m, o);
+  std::vector<Kernel> split, exchanges;
+  for (const Kernel& k : a2a.kernels.kernels) (k.op == "cp_alltoall" ? exchanges : split).push_back(k);
+  CHECK(std::none_of(a2a.kernels.kernels.begin(), a2a.kernels.kernels.end(), [](const Kernel& k) { return k.op == "cp_ring"; }));
+  REQUIRE(split.size() == plain.kernels.kernels.size());
+  double q = 0, kv = 0;
+  int flash = 0;
+  for (size_t i = 0; i < split.size(); ++i) {
+    const Kernel& a = plain.kernels.kernels[i];
+    const Kernel& b = split[i];
+    if (!is_flash_gemm(a)) continue;
+    ++flash;
+    // Every query of a quarter of the heads: a quarter of everything, K/V included.
+    CHECK(b.flops == doctest::Approx(a.flops / 4));
+    CHECK(b.bytes == doctest::Approx(a.bytes / 4));
+    CHECK(b.gemm.m == a.gemm.m);
+    CHECK(b.gemm.batch * 4 == a.gemm.batch);
+    q = double(a.operand_elems[0]);
+    kv = double(a.operand_elems[1]);
+  }
+  CHECK(flash == 2 * 12);
+  // Two a layer forward (Q, K, V in; the output back) and two backward (the output's gradient
+  // in; the gradients of Q, K and V back): each GPU sends 3/4 of its quarter of the tokens'.
+  REQUIRE(exchanges.size() == 4 * 12);
+  double sent = 0;
+  for (const Kernel& e : exchanges) {
+    CHECK(e.cls == KernelClass::collective);
+    sent += e.bytes;
+  }
+  CHECK(sent == doctest::Approx(12 * 2 * (q + kv + q) / 4 * 3 / 4 * 2));  // bf16
+  const Report r = analyze(m, gpu, o);
+  REQUIRE(r.parallel);
+  CHECK(r.parallel->cp_comm_ms > 0);
+  CHECK(r.parallel->cp_exposed_ms == doctest::Approx(r.parallel->cp_comm_ms));  // on the critical path
+  CHECK_THROWS_AS(parse_parallel("cp=2,cp_comm=mesh"), InputError);
+  o.parallel = parse_parallel("dp=2,cp_comm=a2a");
+  CHECK_THROWS_AS(prepare(m, o), InputError);  // no context-parallel group to exchange over
+}

@@ -30,6 +30,10 @@ namespace neusight {
 
 enum class PipelineSchedule { gpipe, one_f_one_b };
 
+// Context parallelism's exchange (ParallelConfig::cp_comm).
+enum class CpComm { p2p, a2a };
+const char* cp_comm_name(CpComm c);  // "p2p" | "a2a"
+
 struct ParallelConfig {
   int dp = 1, tp = 1, pp = 1;
   // Inference and --generate: a mixture's experts spread over `ep` of the tp GPUs (whole
@@ -74,6 +78,12 @@ struct ParallelConfig {
   // attention; the backward sends the K/V chunks and their gradients. Weights are replicated
   // over cp, their gradients reduced over the dp x cp GPUs (and ZeRO shards over those).
   int cp = 1;
+  // How the context-parallel group exchanges the sequence (Transformer Engine's cp_comm_type):
+  // p2p, the ring above; a2a, DeepSpeed-Ulysses: an all-to-all before each attention turns the
+  // local tokens' Q, K and V of every head into every token's of 1/cp of the heads, the
+  // attention runs on those, and an all-to-all turns its output back (the backward mirrors
+  // them); the transfers are on the critical path.
+  CpComm cp_comm = CpComm::p2p;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   double link_gbps = 0;           // per-GPU per-direction link bandwidth; 0 = the GPU database's
   double bucket_mb = 25;          // gradient bucket (PyTorch DDP default), MB = 2^20 bytes
@@ -258,14 +268,19 @@ KernelList shard_tensor_parallel(const Graph& graph, const KernelList& kernels, 
 // collective, op "cp_ring"): cp - 1 point-to-point steps of the local K/V chunk (backward:
 // K/V and their gradients). Optimizer updates, a weight's own computations and the embedding
 // table's gradient are left whole. Identity when cp = 1.
-KernelList shard_context_parallel(const Graph& graph, const KernelList& kernels, int cp);
+// CpComm::a2a (Ulysses): FlashAttention runs every query of 1/cp of the heads (its products,
+// Q, K, V and O all 1/cp), an all-to-all (op "cp_alltoall") before it (Q, K and V; backward:
+// the output's gradient) and one after it (the output; backward: the gradients of Q, K and
+// V), each sending (cp - 1) / cp of the local tokens' tensors.
+KernelList shard_context_parallel(const Graph& graph, const KernelList& kernels, int cp, CpComm comm = CpComm::p2p);
 // The ring's time on the critical path (cp_ring_exposed_ms): its steps each overlap one
 // block (1/cp) of the attention kernel before it, so only what a step's transfer takes beyond
 // that block shows: (cp - 1) x max(0, step transfer - attention / cp).
 double cp_ring_exposed_ms(double ring_bytes, double attention_ms, int cp, const Link& link);
 // Gives each "cp_ring" kernel its exposed time beside the kernel before it, its 80% interval
-// at the link's efficiency scaled to kLinkEfficiencyHigh and kLinkEfficiencyLow; returns the
-// rings' transfer times (hidden or not) per kernel, 0 for the others.
+// at the link's efficiency scaled to kLinkEfficiencyHigh and kLinkEfficiencyLow, and each
+// "cp_alltoall" its transfer (exposed whole); returns the transfer times (hidden or not) per
+// kernel, 0 for the others.
 std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
                                                 int cp, const Link& link);
 
