@@ -53,9 +53,9 @@ void run_pipeline(const std::string& bytes) {
   // Activation checkpointing under multi-GPU plans: pipeline stages with the optimizer sharded
   // (its gather under the next forward), ZeRO-3's gathers beside expert parallelism, and
   // selective recomputation beside sequence parallelism and FlashAttention's backward and its
-  // context-parallel ring.
+  // context-parallel ring, or Ulysses' all-to-alls.
   opt.recompute = Recompute::full;
-  for (const char* spec : {"dp=2,pp=2,zero=1,overlap_gather=1", "dp=2,zero=3,ep=2", "tp=2,sp=1,cp=2"}) {
+  for (const char* spec : {"dp=2,pp=2,zero=1,overlap_gather=1", "dp=2,zero=3,ep=2", "tp=2,sp=1,cp=2", "tp=2,cp=2,cp_comm=a2a"}) {
     if (spec[0] == 't') {
       opt.recompute = Recompute::selective;
       opt.attention = Attention::fused;
