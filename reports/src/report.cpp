@@ -310,7 +310,7 @@ void summarize(Report& r) {
   r.e2e_high_ms = all.high_ms();
 }
 
-std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int64_t tokens, double train_tokens) {
+std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int64_t tokens, int gpus, double train_tokens) {
   if (!(r.e2e_latency_ms > 0) || !std::isfinite(r.e2e_latency_ms)) return std::nullopt;
   Throughput t;
   // FLOPs by the math they run on; the GEMMs' (else every kernel's) largest share names the peak.
@@ -358,7 +358,7 @@ std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int6
     t.tokens = tokens;
     rate(double(tokens), t.tokens_per_s, t.tokens_per_s_low, t.tokens_per_s_high);
   }
-  if (r.parallel) t.gpus = r.parallel->config.gpus();
+  t.gpus = std::max(1, gpus);
   if (train_tokens > 0 && t.tokens > 0) {
     // Whole steps: the last one runs however few tokens it has left.
     const double steps = std::ceil(train_tokens / double(t.tokens)), day_ms = 86400e3;

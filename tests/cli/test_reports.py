@@ -229,6 +229,11 @@ class Throughput(unittest.TestCase):
         self.assertGreater(t["utilization"], 0)
         self.assertLess(t["utilization"], 1)
         self.assertAlmostEqual(t["utilization"], t["tflops"] / t["peak_tflops"], delta=1e-9)
+        self.assertEqual(t["gpus"], 1)
+        # Tensor-parallel inference: the samples of the group of tp GPUs, the FLOPs of one of them.
+        tp = run_json(*ARGS, "--parallel", "tp=2")["throughput"]
+        self.assertEqual((tp["gpus"], tp["samples"]), (2, 1))
+        self.assertLess(tp["model_flops"], 0.6 * t["model_flops"])
         code, out, err = run(*ARGS)
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"throughput: [0-9.]+ samples/s \(80% interval [0-9.]+ - [0-9.]+\), [0-9.]+ tokens/s")

@@ -335,9 +335,10 @@ void summarize(Report& report);
 
 // The report's Throughput after summarize (and the parallel plan): `samples` and `tokens` a
 // step (0: unknown). Under --parallel training the kernels (one micro-batch through every
-// stage of one GPU's model-parallel share) count microbatches / pp times. `train_tokens` > 0
-// (with tokens > 0) adds the time to train on them. Empty when the latency is 0.
-std::optional<Throughput> step_throughput(const Report& report, int64_t samples, int64_t tokens,
+// stage of one GPU's model-parallel share) count microbatches / pp times. `gpus`: the GPUs
+// the step runs on (--parallel's, tensor-parallel inference's tp). `train_tokens` > 0 (with
+// tokens > 0) adds the time to train on them. Empty when the latency is 0.
+std::optional<Throughput> step_throughput(const Report& report, int64_t samples, int64_t tokens, int gpus = 1,
                                           double train_tokens = 0);
 
 // Every kernel of the report (its nodes' and the extra ones) as one sum with its interval
