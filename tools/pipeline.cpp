@@ -147,6 +147,15 @@ AnnotatedWrite annotations_for(const Report& r) {
     ann.metadata.emplace_back("neusight.memory_gib", sig(r.memory->total_gib()));
     ann.metadata.emplace_back("neusight.memory_fits", r.memory->fits() ? "true" : "false");
   }
+  // What the step does with a GPU (report.h Throughput): TFLOP/s and the share of the peak
+  // (MFU in training), samples/s and tokens/s where they are known.
+  if (r.throughput) {
+    const Throughput& t = *r.throughput;
+    ann.metadata.emplace_back("neusight.tflops", sig(t.tflops));
+    if (t.peak_tflops > 0) ann.metadata.emplace_back("neusight.peak_utilization", sig(t.utilization()));
+    if (t.samples > 0) ann.metadata.emplace_back("neusight.samples_per_s", sig(t.samples_per_s));
+    if (t.tokens > 0) ann.metadata.emplace_back("neusight.tokens_per_s", sig(t.tokens_per_s));
+  }
   return ann;
 }
 

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from cli_util import EXAMPLE, needs_shared, run, shared
+from cli_util import EXAMPLE, needs_shared, run, run_json, shared
 
 PY = "/usr/bin/python3"
 NODE = shutil.which("node")
@@ -161,6 +161,11 @@ class Annotated(unittest.TestCase):
         self.assert_netron_ready(s)
         self.assertEqual(s["meta"]["neusight.mode"], "training")
         self.assertGreater(s["kernel_docs"], 0.5 * s["nodes"])
+        # The throughput travels too: the JSON report's, to the figures the metadata keeps.
+        t = run_json(EXAMPLE, "--gpu", "b200", "--batch", "1", "--seq", "128", "--mode", "training")["throughput"]
+        for key, value in (("tflops", t["tflops"]), ("peak_utilization", t["utilization"]),
+                           ("samples_per_s", t["samples_per_s"]), ("tokens_per_s", t["tokens_per_s"])):
+            self.assertAlmostEqual(float(s["meta"]["neusight." + key]), value, delta=1e-3 * value)
 
     def test_timing_metadata_only_for_the_neusight_predictor(self):
         _, s = self.annotate(EXAMPLE, "--batch", "1", "--seq", "16")
