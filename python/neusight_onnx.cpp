@@ -395,7 +395,7 @@ Decoder source_decoder(const std::optional<ConfigSource>& cfg, const ModelSource
 }
 
 py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::handle new_tokens, py::handle speculative,
-                    py::handle tpot_slo, py::handle encoder, const AnalysisArgs& a) {
+                    py::handle tpot_slo, py::handle ttft_slo, py::handle encoder, const AnalysisArgs& a) {
   Argv argv = a.argv();
   argv.push_back("--generate");
   argv.push_back(int_text(prompt, "prompt") + ":" + int_text(new_tokens, "new_tokens"));
@@ -407,8 +407,12 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
     argv.push_back("--tpot-slo");
     argv.push_back(number_text(tpot_slo, "tpot_slo", "ms"));
   }
+  if (!ttft_slo.is_none()) {
+    argv.push_back("--ttft-slo");
+    argv.push_back(number_text(ttft_slo, "ttft_slo", "ms"));
+  }
   const cli::Args args(argv, cli::Command::analyze);
-  const double slo = args.has("--tpot-slo") ? args.get_double("--tpot-slo", 0) : 0;
+  const ServingTargets slo{args.get_double("--tpot-slo", 0), args.get_double("--ttft-slo", 0)};
   GenerationOptions gen = cli::parse_generate(args.get("--generate"));
   const std::string draft_path = args.has("--speculative") ? cli::parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = cli::generation_options(args, AnalysisArgs::parse_argv(argv));
@@ -530,7 +534,7 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
     for (size_t m = 0; gen && m < items.size(); ++m) {  // generations
       std::vector<std::string> notes;
       const Decoder decoder = source_decoder(items[m].config, items[m].model, encoders[m], opt, notes);
-      std::vector<Report> per_gpu = predict_generations(decoder, opt, *gen, nullptr, gpus, 0);
+      std::vector<Report> per_gpu = predict_generations(decoder, opt, *gen, nullptr, gpus);
       for (auto& r : per_gpu) r.warnings.insert(r.warnings.end(), notes.begin(), notes.end());
       reports.push_back(std::move(per_gpu));
     }
@@ -887,28 +891,30 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
          py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
          py::object host_dispatch_us, py::object image_size, py::object images, py::object encoder, py::object dims,
-         py::object shapes) {
-        if (!tpot_slo.is_none() && !batch.is_none() && int_text(batch, "batch") != "1")
-          throw neusight::InputError("tpot_slo chooses the batch; give it without batch");
+         py::object shapes, py::object ttft_slo) {
+        if ((!tpot_slo.is_none() || !ttft_slo.is_none()) && !batch.is_none() && int_text(batch, "batch") != "1")
+          throw neusight::InputError(std::string(tpot_slo.is_none() ? "ttft_slo" : "tpot_slo") +
+                                     " chooses the batch; give it without batch");
         AnalysisArgs a = analysis_args(batch, py::none(), dims, shapes, py::str("inference"), dtype, fusion, timing,
                                        parallel, link_bw, predictor, weights, attention, host_dispatch_us);
         a.kv_dtype = std::move(kv_dtype);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
-        return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, encoder, a);
+        return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, ttft_slo, encoder, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
       "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none,
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none, "encoder"_a = none, "dims"_a = none,
-      "shapes"_a = none,
+      "shapes"_a = none, "ttft_slo"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json: a decoder, or T5 / Switch / Whisper, whose prompt is the encoder's text / the decoder's\n"
       "special tokens) or an ONNX decoder with past_key_values inputs (path, bytes or ModelProto). As\n"
       "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
       "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype; tpot_slo\n"
-      "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused).\n"
+      "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused);\n"
+      "ttft_slo (ms) as --ttft-slo, the same for the time to first token (both given: both met).\n"
       "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
       "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
       "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.\n"

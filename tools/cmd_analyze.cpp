@@ -51,8 +51,9 @@ double latency_slo(const Args& args) {
 // --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
   GenerationOptions gen = parse_generate(args.get("--generate"));
-  if (args.has("--tpot-slo") && args.has("--batch"))
-    throw InputError("--tpot-slo chooses the batch; give it without --batch");
+  for (const char* flag : {"--tpot-slo", "--ttft-slo"})
+    if (args.has(flag) && args.has("--batch"))
+      throw InputError(std::string(flag) + " chooses the batch; give it without --batch");
   const std::string draft_path = args.has("--speculative") ? parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = generation_options(args, base);
   std::vector<std::string> notes;
@@ -67,7 +68,7 @@ int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& 
   std::optional<Decoder> draft;
   if (!draft_path.empty()) draft = load_draft_decoder(draft_path, opt, config ? &target : nullptr);
   std::vector<Report> reports = predict_generations(decoder, opt, gen, draft ? &*draft : nullptr, gpus,
-                                                    args.has("--tpot-slo") ? args.get_double("--tpot-slo", 0) : 0);
+                                                    ServingTargets{args.get_double("--tpot-slo", 0), args.get_double("--ttft-slo", 0)});
   for (auto& r : reports) r.warnings.insert(r.warnings.end(), notes.begin(), notes.end());
   print_warnings_once(reports);
   OutputSet outputs;  // all or none
@@ -115,7 +116,7 @@ int cmd_analyze(const Argv& argv) {
   const std::vector<Gpu> gpus = GpuDatabase::builtin().resolve_list(args.get("--gpu"));
   const double slo = latency_slo(args);
   if (args.has("--generate")) return run_generate(args, opt, gpus);
-  for (const char* flag : {"--speculative", "--tpot-slo", "--encoder"})
+  for (const char* flag : {"--speculative", "--tpot-slo", "--ttft-slo", "--encoder"})
     if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
   if (slo > 0) opt.dims.batch = 1;  // each GPU's batch is searched for (a --config graph keeps it symbolic)

@@ -63,7 +63,7 @@ int cmd_compare(const Argv& argv) {
       const Decoder decoder =
           encoders[m].empty() ? load_decoder(path, is_config_path(path), gopt, notes)
                               : onnx_seq2seq_decoder(load_model(encoders[m]), load_model(path), gopt);
-      std::vector<Report> per_gpu = predict_generations(decoder, gopt, gen, nullptr, gpus, 0);
+      std::vector<Report> per_gpu = predict_generations(decoder, gopt, gen, nullptr, gpus);
       for (auto& r : per_gpu) r.warnings.insert(r.warnings.end(), notes.begin(), notes.end());
       print_warnings_once(per_gpu, path + ": ");
       reports.push_back(std::move(per_gpu));

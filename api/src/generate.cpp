@@ -783,10 +783,11 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   return r;
 }
 
-Report predict_generation_for_tpot(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
-                                   const Decoder* draft, const Gpu& gpu, double tpot_slo_ms,
-                                   std::map<int64_t, GenerationAnalysis>* cache) {
-  if (!(tpot_slo_ms > 0)) throw InputError("--tpot-slo: the target time per output token must be above 0 ms");
+Report predict_generation_for_targets(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+                                      const Decoder* draft, const Gpu& gpu, const ServingTargets& targets,
+                                      std::map<int64_t, GenerationAnalysis>* cache) {
+  if (!(targets.tpot_ms >= 0) || !(targets.ttft_ms >= 0) || !targets.any())
+    throw InputError("--tpot-slo / --ttft-slo: the target times must be above 0 ms");
   std::map<int64_t, GenerationAnalysis> own;
   std::map<int64_t, GenerationAnalysis>& analyses = cache ? *cache : own;
   auto at = [&](int64_t batch) {
@@ -799,14 +800,19 @@ Report predict_generation_for_tpot(const Decoder& decoder, const Options& option
   // A batch qualifies when it meets the target and its sequences fit beside the weights and
   // its own activations (which grow with it; unknown memory: always).
   auto fits = [&](const Report& r) { return !(gpu.mem_gb > 0) || r.generation->max_batch >= r.generation->batch; };
-  auto meets = [&](const Report& r) { return r.generation->tpot_ms <= tpot_slo_ms && fits(r); };
+  auto over_tpot = [&](const Report& r) { return targets.tpot_ms > 0 && r.generation->tpot_ms > targets.tpot_ms; };
+  auto over_ttft = [&](const Report& r) { return targets.ttft_ms > 0 && r.generation->ttft_ms > targets.ttft_ms; };
+  auto meets = [&](const Report& r) { return !over_tpot(r) && !over_ttft(r) && fits(r); };
   Report best = at(1);
   GenerationReport::TpotSlo slo;
-  slo.tpot_ms = tpot_slo_ms;
+  slo.tpot_ms = targets.tpot_ms;
+  slo.ttft_ms = targets.ttft_ms;
   slo.met = meets(best);
   auto fail = [&](int64_t batch, const Report& r) {
     slo.next_batch = batch;
     slo.next_tpot_ms = r.generation->tpot_ms;
+    slo.next_ttft_ms = r.generation->ttft_ms;
+    slo.next_over_tpot = over_tpot(r);
     slo.next_fits = fits(r);
   };
   if (slo.met) {
@@ -820,15 +826,15 @@ Report predict_generation_for_tpot(const Decoder& decoder, const Options& option
 }
 
 std::vector<Report> predict_generations(const Decoder& decoder, const Options& given, const GenerationOptions& gen,
-                                        const Decoder* draft, const std::vector<Gpu>& gpus, double tpot_slo_ms) {
+                                        const Decoder* draft, const std::vector<Gpu>& gpus, const ServingTargets& targets) {
   Options options = given;
   const bool served = options.dtype == DType::undefined && decoder.serving_dtype != DType::undefined;
   if (served) options.dtype = decoder.serving_dtype;
   std::vector<Report> reports;
-  if (tpot_slo_ms > 0) {
+  if (targets.any()) {
     std::map<int64_t, GenerationAnalysis> analyses;  // shared by the GPUs
     for (const auto& gpu : gpus)
-      reports.push_back(predict_generation_for_tpot(decoder, options, gen, draft, gpu, tpot_slo_ms, &analyses));
+      reports.push_back(predict_generation_for_targets(decoder, options, gen, draft, gpu, targets, &analyses));
   } else {
     const GenerationAnalysis analysis = prepare_generation(decoder, options, gen, draft);
     for (const auto& gpu : gpus) reports.push_back(predict_generation(analysis, decoder, gpu, options));

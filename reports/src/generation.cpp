@@ -63,6 +63,16 @@ std::string ms_interval(double low, double high) { return interval_text(high > l
 
 namespace detail {
 
+// "whose time per output token is at most 50.000 ms (--tpot-slo) and whose time to first token
+// is at most 2000.0 ms (--ttft-slo)": the targets a generation's batch was chosen for.
+std::string targets_text(const GenerationReport::TpotSlo& t) {
+  std::string s;
+  if (t.tpot_ms > 0) s = "whose time per output token is at most " + format_ms(t.tpot_ms) + " ms (--tpot-slo)";
+  if (t.ttft_ms > 0)
+    s += std::string(s.empty() ? "" : " and ") + "whose time to first token is at most " + format_ms(t.ttft_ms) + " ms (--ttft-slo)";
+  return s;
+}
+
 json generation_json(const GenerationReport& g) {
   json steps = json::array();
   for (const auto& s : g.samples)
@@ -125,12 +135,14 @@ json generation_json(const GenerationReport& g) {
                             {"latency_ms", finite(n.latency_ms)}});
   out["decode_step"] = {{"kv_len", g.step_kv_len}, {"latency_ms", finite(g.step_node_ms)}, {"nodes", std::move(step_nodes)}};
   const auto& slo = g.tpot_slo;
-  if (slo.tpot_ms > 0)
+  if (slo.active())
     out["tpot_slo"] = {{"tpot_ms", finite(slo.tpot_ms)},
+                       {"ttft_ms", finite(slo.ttft_ms)},
                        {"met", slo.met},
                        {"batch", g.batch},
                        {"next_batch", slo.next_batch},
                        {"next_tpot_ms", finite(slo.next_tpot_ms)},
+                       {"next_ttft_ms", finite(slo.next_ttft_ms)},
                        {"limit", slo.limit()}};
   const auto& sp = g.speculative;
   if (sp.proposed > 0)
@@ -177,12 +189,11 @@ std::string generation_html(const std::vector<Report>& reports) {
   if (rs.empty()) return "";
   const GenerationReport& g0 = *rs.front()->generation;
   std::ostringstream os;
-  const bool slo = g0.tpot_slo.tpot_ms > 0;  // the batch was chosen per GPU
+  const bool slo = g0.tpot_slo.active();  // the batch was chosen per GPU
   os << "<h2>Generation</h2>\n<p class=\"sub\">" << (slo ? std::string() : "batch " + std::to_string(g0.batch) + ", ")
      << "prompt " << g0.prompt << " tokens, " << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
   if (slo)
-    os << "<p class=\"sub\">batch per GPU: the largest whose time per output token is at most "
-       << format_ms(g0.tpot_slo.tpot_ms) << " ms (--tpot-slo)</p>\n";
+    os << "<p class=\"sub\">batch per GPU: the largest " << html_escape(targets_text(g0.tpot_slo)) << "</p>\n";
   os << "<table><thead><tr><th>gpu</th>" << (slo ? "<th class=\"n\">batch</th>" : "")
      << "<th class=\"n\">TTFT ms</th><th class=\"n\">TPOT ms</th>"
         "<th class=\"n\">last TPOT ms</th><th class=\"n\">total ms</th><th class=\"n\">tokens/s</th>"
@@ -275,6 +286,33 @@ std::string generation_html(const std::vector<Report>& reports) {
 
 namespace {
 
+// "  TPOT target   50.000 ms (batch 12 meets it, batch 13 takes 52.100 ms)\n" and its TTFT twin,
+// for each target the batch was chosen for.
+std::string target_lines(const GenerationReport& g) {
+  const auto& slo = g.tpot_slo;
+  std::ostringstream os;
+  auto line = [&](const char* name, double target, double value, double next, const char* unit, const char* key) {
+    if (!(target > 0)) return;
+    os << "  " << name << " target          " << pad(format_ms(target), 11, true) << " ms (";
+    const std::string limit = slo.limit();
+    if (!slo.met)
+      os << "not met: batch 1 takes " << format_ms(value) << " ms" << unit
+         << (value <= target ? (slo.tpot_ms > 0 && slo.ttft_ms > 0 ? " but misses the other target or does not fit" : " but does not fit")
+                             : "")
+         << ")\n";
+    else if (limit == key)
+      os << "batch " << g.batch << " meets it, batch " << slo.next_batch << " takes " << format_ms(next) << " ms)\n";
+    else if (limit == "memory")
+      os << "met by batch " << g.batch << ", the most sequences that fit beside their activations)\n";
+    else
+      os << "batch " << g.batch << " meets it with " << format_ms(value) << " ms" << unit << "; the other target stops batch "
+         << slo.next_batch << ")\n";
+  };
+  line("TPOT", slo.tpot_ms, g.tpot_ms, slo.next_tpot_ms, " a token", "tpot");
+  line("TTFT", slo.ttft_ms, g.ttft_ms, slo.next_ttft_ms, " to the first token", "ttft");
+  return os.str();
+}
+
 // "  utilization  prefill 45.2% of the bf16-tensor dense peak (MFU), decode 3021 GB/s a GPU, 63.0% of its DRAM
 // bandwidth (MBU)\n"; empty when neither is known.
 std::string utilization_line(const GenerationReport& g) {
@@ -326,14 +364,7 @@ std::string format_generation(const Report& r, bool color) {
                                : std::to_string(g.prompt + g.new_tokens))
        << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
        << "% of " << (g.tp > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
-  if (g.tpot_slo.tpot_ms > 0) {
-    const auto& slo = g.tpot_slo;
-    os << "  TPOT target          " << pad(format_ms(slo.tpot_ms), 11, true) << " ms (";
-    if (!slo.met) os << "not met: batch 1 takes " << format_ms(g.tpot_ms) << " ms a token" << (g.tpot_ms <= slo.tpot_ms ? " but does not fit" : "") << ")\n";
-    else if (std::string(slo.limit()) == "tpot")
-      os << "batch " << g.batch << " meets it, batch " << slo.next_batch << " takes " << format_ms(slo.next_tpot_ms) << " ms)\n";
-    else os << "met by batch " << g.batch << ", the most sequences that fit beside their activations)\n";
-  }
+  os << target_lines(g);
   if (g.tp > 1)
     os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link << "; "
        << bytes_text(g.memory_per_gpu_bytes) << " per GPU; times and the bound are one GPU's)\n";
@@ -376,7 +407,7 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
   std::ostringstream os;
   size_t w = 3;
   for (const auto& r : reports) w = std::max(w, r.gpu.name.size());
-  const bool slo = !reports.empty() && reports.front().generation && reports.front().generation->tpot_slo.tpot_ms > 0;
+  const bool slo = !reports.empty() && reports.front().generation && reports.front().generation->tpot_slo.active();
   // The tokens/s interval where the predictor gives one (not the roofline).
   const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) {
     return r.generation && r.generation->tokens_per_s_high > r.generation->tokens_per_s_low;
@@ -403,9 +434,14 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
        << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << " " << pad(std::to_string(g.max_batch), 10, true)
        << "\n";
   }
-  if (missed)
-    os << "(misses): the TPOT target of " << format_ms(reports.front().generation->tpot_slo.tpot_ms)
-       << " ms is not met, not even at batch 1\n";
+  if (missed) {
+    const auto& t = reports.front().generation->tpot_slo;
+    os << "(misses): " << (t.tpot_ms > 0 && t.ttft_ms > 0 ? "the targets (" : "the ")
+       << (t.tpot_ms > 0 ? "TPOT" + std::string(t.ttft_ms > 0 ? " " : " target of ") + format_ms(t.tpot_ms) + " ms" : "")
+       << (t.tpot_ms > 0 && t.ttft_ms > 0 ? ", " : "")
+       << (t.ttft_ms > 0 ? "TTFT" + std::string(t.tpot_ms > 0 ? " " : " target of ") + format_ms(t.ttft_ms) + " ms" : "")
+       << (t.tpot_ms > 0 && t.ttft_ms > 0 ? ") are" : " is") << " not met, not even at batch 1\n";
+  }
   return os.str();
 }
 

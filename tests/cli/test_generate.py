@@ -93,6 +93,43 @@ class Generate(unittest.TestCase):
         self.assertEqual(rc, 2, se)
         self.assertIn("applies to --generate", se)
 
+    def test_ttft_slo_alone_and_beside_the_tpot_slo(self):
+        # The largest batch whose time to first token is within the target; with both targets,
+        # the largest within both: the smaller of the two batches, as both times grow with it.
+        base = ("--config", LLAMA3_8B, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100")
+        one = self.gen_json(*base)["generation"]
+        ttft, tpot = 20 * one["ttft_ms"], 2.5 * one["tpot_ms"]
+        r = self.gen_json(*base, "--ttft-slo", str(ttft))["generation"]
+        t = r["tpot_slo"]
+        self.assertTrue(t["met"])
+        self.assertEqual((t["limit"], t["ttft_ms"], t["tpot_ms"]), ("ttft", ttft, 0))
+        self.assertLessEqual(r["ttft_ms"], ttft)
+        self.assertGreater(t["next_ttft_ms"], ttft)
+        self.assertGreater(r["batch"], 1)
+        by_tpot = self.gen_json(*base, "--tpot-slo", str(tpot))["generation"]["batch"]
+        both = self.gen_json(*base, "--tpot-slo", str(tpot), "--ttft-slo", str(ttft))["generation"]
+        self.assertEqual(both["batch"], min(by_tpot, r["batch"]))
+        self.assertEqual(both["tpot_slo"]["limit"], "tpot" if by_tpot < r["batch"] else "ttft")
+        rc, so, se = run(*base, "--tpot-slo", str(tpot), "--ttft-slo", str(ttft))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("TPOT target", so)
+        self.assertIn("TTFT target", so)
+        # Not met at batch 1 on either GPU: the GPU table says which targets.
+        rc, so, se = run("--config", LLAMA3_8B, "--generate", "512:32", "--dtype", "bf16", "--gpu", "h100,b200",
+                         "--tpot-slo", str(one["tpot_ms"] / 2), "--ttft-slo", str(one["ttft_ms"] / 2))
+        self.assertEqual(rc, 0, se)
+        self.assertIn("the targets (TPOT ", so)
+        self.assertIn(") are not met, not even at batch 1", so)
+        for args, needle in [(("--batch", "4", "--ttft-slo", "10"), "--ttft-slo chooses the batch"),
+                             (("--ttft-slo", "0"), "positive"), (("--ttft-slo", "x"), "--ttft-slo")]:
+            rc, so, se = run(*base, *args)
+            self.assertEqual(rc, 2, se)
+            self.assertIn(needle, se)
+            self.assertEqual(len([l for l in se.splitlines() if l.strip()]), 1, se)
+        rc, so, se = run("--config", LLAMA3_8B, "--batch", "1", "--seq", "64", "--gpu", "h100", "--ttft-slo", "10")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("applies to --generate", se)
+
     def test_bad_input_is_one_line_exit_2_and_no_file(self):
         out = os.path.join(self.dir, "r.json")
         for spec, needle in [("0:5", "prompt"), ("5:0", "new token"), ("abc", "PROMPT:NEW"), ("12", "PROMPT:NEW"),

@@ -197,6 +197,8 @@ class Analyze(unittest.TestCase):
             # A latency target: the batch searched per GPU, as --tpot-slo.
             want = run_json("--config", small, "--gpu", "h100,l40s", "--generate", "64:8", "--tpot-slo", "0.05")
             self.assertTrue(same(n.generate(small, ["h100", "l40s"], 64, 8, tpot_slo=0.05), want))
+            want = run_json("--config", small, "--gpu", "h100", "--generate", "64:8", "--ttft-slo", "0.5", "--tpot-slo", "0.05")
+            self.assertTrue(same(n.generate(small, "h100", 64, 8, tpot_slo=0.05, ttft_slo=0.5), want))
             with self.assertRaisesRegex(ValueError, "without batch"):
                 n.generate(small, "h100", 64, 8, batch=4, tpot_slo=0.05)
 

@@ -255,21 +255,30 @@ GenerationAnalysis prepare_generation(const Decoder& decoder, const Options& opt
 Report predict_generation(const GenerationAnalysis& analysis, const Decoder& decoder, const Gpu& gpu,
                           const Options& options);
 
-// --tpot-slo: the generation at the largest batch whose mean time per output token is at most
-// `tpot_slo_ms` on `gpu`, searched (bisection; TPOT grows with the batch) from 1 up to the
-// sequences that fit at batch 1 (GenerationReport::max_batch; 65536 when the GPU's memory is
-// unknown). options.dims.batch is ignored. The report's GenerationReport::tpot_slo says the
-// target, whether any batch meets it (else the report is batch 1's), and the next batch's
-// TPOT (or that the memory stopped the search). `cache` keeps the analyses by batch between
-// GPUs (they do not depend on the GPU).
-Report predict_generation_for_tpot(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
-                                   const Decoder* draft, const Gpu& gpu, double tpot_slo_ms,
-                                   std::map<int64_t, GenerationAnalysis>* cache = nullptr);
-// One generation per GPU: at options.dims.batch, or (tpot_slo_ms > 0) at the batch
-// predict_generation_for_tpot finds for each. Without options.dtype, in the decoder's
+// Serving targets a generation's batch is chosen for (--tpot-slo, --ttft-slo; 0: none): the
+// mean time per output token and the time to the first token, in ms.
+struct ServingTargets {
+  double tpot_ms = 0, ttft_ms = 0;
+  bool any() const { return tpot_ms > 0 || ttft_ms > 0; }
+};
+
+// --tpot-slo / --ttft-slo: the generation at the largest batch whose mean time per output
+// token and time to the first token are within `targets` on `gpu`, searched (bisection; both
+// grow with the batch) from 1 up to the sequences that fit at batch 1
+// (GenerationReport::max_batch; 65536 when the GPU's memory is unknown). options.dims.batch is
+// ignored. The report's GenerationReport::tpot_slo says the targets, whether any batch meets
+// them (else the report is batch 1's), and the next batch's TPOT and TTFT (or that the memory
+// stopped the search). `cache` keeps the analyses by batch between GPUs (they do not depend
+// on the GPU).
+Report predict_generation_for_targets(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
+                                      const Decoder* draft, const Gpu& gpu, const ServingTargets& targets,
+                                      std::map<int64_t, GenerationAnalysis>* cache = nullptr);
+// One generation per GPU: at options.dims.batch, or (targets.any()) at the batch
+// predict_generation_for_targets finds for each. Without options.dtype, in the decoder's
 // serving_dtype where it has one (the reports' dtype_source: config).
 std::vector<Report> predict_generations(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
-                                        const Decoder* draft, const std::vector<Gpu>& gpus, double tpot_slo_ms = 0);
+                                        const Decoder* draft, const std::vector<Gpu>& gpus,
+                                        const ServingTargets& targets = {});
 
 const char* version();
 

@@ -124,17 +124,23 @@ struct GenerationReport {
     double draft_weight_bytes = 0, draft_kv_cache_bytes = 0;
     std::string draft;  // the draft model ("" without one)
   } speculative;
-  // --tpot-slo: the target the batch was chosen for (0: none), whether batch `batch` meets it
-  // and fits (false: not even batch 1 does), and the batch above it that does not: its TPOT
-  // and whether its sequences fit (next_batch 0: `batch` is the most that fit at batch 1).
+  // --tpot-slo / --ttft-slo: the serving targets the batch was chosen for (0: none), whether
+  // batch `batch` meets them and fits (false: not even batch 1 does), and the batch above it
+  // that does not: its TPOT and TTFT, whether its TPOT is over its target, and whether its
+  // sequences fit (next_batch 0: `batch` is the most that fit at batch 1).
   struct TpotSlo {
-    double tpot_ms = 0;
+    double tpot_ms = 0, ttft_ms = 0;
     bool met = false;
     int64_t next_batch = 0;
-    double next_tpot_ms = 0;
+    double next_tpot_ms = 0, next_ttft_ms = 0;
+    bool next_over_tpot = false;
     bool next_fits = true;
-    // What stopped the search: "none" (not met), "tpot" (the next batch's TPOT) or "memory".
-    const char* limit() const { return !met ? "none" : next_batch > 0 && next_fits ? "tpot" : "memory"; }
+    bool active() const { return tpot_ms > 0 || ttft_ms > 0; }
+    // What stopped the search: "none" (not met), "tpot" or "ttft" (the next batch's time per
+    // output token or to the first token) or "memory".
+    const char* limit() const {
+      return !met ? "none" : next_batch > 0 && next_fits ? (next_over_tpot ? "tpot" : "ttft") : "memory";
+    }
   } tpot_slo;
   std::vector<GenerationStep> samples;  // the decode steps predicted; the others interpolated linearly
   // The nodes of the last decode step predicted (the longest cache; under speculative decoding
