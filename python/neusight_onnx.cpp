@@ -92,7 +92,7 @@ struct AnalysisArgs {
   py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none(), attention = py::none();
   py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
   py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none(), latency_slo = py::none();
-  py::object recompute = py::none(), train_tokens = py::none();
+  py::object recompute = py::none(), train_tokens = py::none(), gpu_cost = py::none();
 
   // latency_slo in ms (0 without it), refused beside a batch or parallel as --latency-slo is.
   double slo_ms() const {
@@ -151,6 +151,17 @@ struct AnalysisArgs {
     flag("--mode", str_arg(mode, "mode"));
     if (!optimizer.is_none()) flag("--optimizer", str_arg(optimizer, "optimizer"));
     if (!recompute.is_none()) flag("--recompute", str_arg(recompute, "recompute"));
+    if (!gpu_cost.is_none()) {
+      // A number (every GPU) or {name: USD}, as --gpu-cost USD or NAME=USD,...
+      std::string text;
+      if (py::isinstance<py::dict>(gpu_cost)) {
+        for (auto [k, v] : py::reinterpret_borrow<py::dict>(gpu_cost))
+          text += (text.empty() ? "" : ",") + str_arg(k, "gpu_cost key") + "=" + number_text(v, "gpu_cost value", "USD");
+      } else {
+        text = number_text(gpu_cost, "gpu_cost", "USD a GPU-hour");
+      }
+      flag("--gpu-cost", text);
+    }
     if (!train_tokens.is_none())
       flag("--train-tokens", py::isinstance<py::str>(train_tokens) ? train_tokens.cast<std::string>()
                                                                    : number_text(train_tokens, "train_tokens", "tokens"));
@@ -806,20 +817,21 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
          py::object host_dispatch_us, py::object optimizer, py::object latency_slo, py::object recompute,
-         py::object train_tokens) {
+         py::object train_tokens, py::object gpu_cost) {
         AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
         a.latency_slo = std::move(latency_slo);
         a.train_tokens = std::move(train_tokens);
+        a.gpu_cost = std::move(gpu_cost);
         return analyze(model, gpu, a);
       },
       "model"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "shapes"_a = none, "mode"_a = "inference",
       "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
-      "train_tokens"_a = none,
+      "train_tokens"_a = none, "gpu_cost"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them, or \"h100,l4\"). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
@@ -829,15 +841,16 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict of those, with link_bw in GB/s; optimizer\n"
       "(training) 'sgd'|'momentum'|'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as\n"
       "--recompute; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then\n"
-      "unset); train_tokens (training; a number or '15T') as --train-tokens. The report's 'throughput' holds\n"
-      "samples/s, tokens/s, TFLOP/s and the share of the peak (MFU). The GIL is released while it runs.");
+      "unset); train_tokens (training; a number or '15T') as --train-tokens; gpu_cost (USD a GPU-hour, or\n"
+      "{gpu: USD}) as --gpu-cost. The report's 'throughput' holds samples/s, tokens/s, TFLOP/s, the share of the\n"
+      "peak (MFU) and the costs. The GIL is released while it runs.");
   m.def(
       "from_config",
       [](py::object config, py::object gpu, py::object batch, py::object seq, py::object dims, py::object mode,
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
          py::object image_size, py::object images, py::object optimizer, py::object latency_slo, py::object recompute,
-         py::object train_tokens) {
+         py::object train_tokens, py::object gpu_cost) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
@@ -846,13 +859,14 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.recompute = std::move(recompute);
         a.latency_slo = std::move(latency_slo);
         a.train_tokens = std::move(train_tokens);
+        a.gpu_cost = std::move(gpu_cost);
         return from_config(config, gpu, a);
       },
       "config"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
-      "train_tokens"_a = none,
+      "train_tokens"_a = none, "gpu_cost"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
       "batch and seq are required (batch not with latency_slo); image_size (an int or (height, width)) as\n"
       "--image-size, images as --images.\n"
@@ -891,7 +905,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
          py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
          py::object host_dispatch_us, py::object image_size, py::object images, py::object encoder, py::object dims,
-         py::object shapes, py::object ttft_slo) {
+         py::object shapes, py::object ttft_slo, py::object gpu_cost) {
         if ((!tpot_slo.is_none() || !ttft_slo.is_none()) && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError(std::string(tpot_slo.is_none() ? "ttft_slo" : "tpot_slo") +
                                      " chooses the batch; give it without batch");
@@ -900,13 +914,14 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.kv_dtype = std::move(kv_dtype);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
+        a.gpu_cost = std::move(gpu_cost);
         return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, ttft_slo, encoder, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
       "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none,
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none, "encoder"_a = none, "dims"_a = none,
-      "shapes"_a = none, "ttft_slo"_a = none,
+      "shapes"_a = none, "ttft_slo"_a = none, "gpu_cost"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json: a decoder, or T5 / Switch / Whisper, whose prompt is the encoder's text / the decoder's\n"
@@ -914,7 +929,8 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "serving engines run (kernel timing, fused kernels) unless fusion / timing say otherwise; parallel\n"
       "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype; tpot_slo\n"
       "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused);\n"
-      "ttft_slo (ms) as --ttft-slo, the same for the time to first token (both given: both met).\n"
+      "ttft_slo (ms) as --ttft-slo, the same for the time to first token (both given: both met); gpu_cost as in\n"
+      "analyze() (the generation's usd_per_m_tokens).\n"
       "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
       "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
       "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.\n"

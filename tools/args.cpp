@@ -98,6 +98,30 @@ double parse_token_count(const std::string& text) {
   return v;
 }
 
+// --gpu-cost: "2.49" (every GPU) or "h100=2.49,b200=5.2" (by name or alias, resolved as
+// --gpu resolves them), in US dollars a GPU-hour.
+std::map<std::string, double> parse_gpu_cost(const std::string& text) {
+  std::map<std::string, double> out;
+  for (const auto& item : split(text, ',')) {
+    const auto eq = item.rfind('=');
+    const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? item : item.substr(eq + 1);
+    char* end = nullptr;
+    const double usd = value.empty() ? 0 : std::strtod(value.c_str(), &end);
+    if (value.empty() || *end != '\0' || !(usd > 0) || !std::isfinite(usd) || (eq != std::string::npos && name.empty()))
+      throw InputError("--gpu-cost: expected USD a GPU-hour or GPU=USD,..., got '" + item + "'");
+    std::string key;
+    try {
+      key = name.empty() ? "" : GpuDatabase::builtin().resolve(name).name;
+    } catch (const InputError& e) {
+      throw InputError(std::string("--gpu-cost: ") + e.what());
+    }
+    if (!out.emplace(key, usd).second)
+      throw InputError("--gpu-cost: " + (key.empty() ? std::string("more than one price for every GPU") : key + " priced twice"));
+  }
+  return out;
+}
+
 }  // namespace
 
 Options parse_analysis_options(const Args& args) {
@@ -190,6 +214,7 @@ Options parse_analysis_options(const Args& args) {
   if (!parse_timing(timing, opt.timing))
     throw InputError("--timing: expected device, kernel or eager, got '" + timing + "'");
   opt.host_dispatch_us = args.get_double("--host-dispatch-us", 0);
+  if (args.has("--gpu-cost")) opt.gpu_cost_per_hour = parse_gpu_cost(args.get("--gpu-cost"));
   if (args.has("--train-tokens")) {
     if (opt.mode != Mode::training) throw InputError("--train-tokens applies to --mode training");
     opt.train_tokens = parse_token_count(args.get("--train-tokens"));

@@ -50,6 +50,7 @@ const std::vector<Flag> kFlags = {
     {"--value", true, "INPUT=V", "set a scalar input's value (repeatable, comma lists)", A | C, ""},
     {"--mode", true, "inference|training", "forward pass, or forward + backward + optimizer", A | C, "inference"},
     {"--latency-slo", true, "MS", "the largest batch whose end-to-end latency is at most MS and that fits each GPU's memory", A, ""},
+    {"--gpu-cost", true, "USD|GPU=USD,...", "what one GPU costs an hour in US dollars (one price for every GPU, or per GPU name or alias): the reports add the cost of a million tokens, of a training run (--train-tokens) and of a generation's output", A, ""},
     {"--train-tokens", true, "N", "training: the tokens to train on (1e12, 300B, 15T): the time to train and the GPU-hours at the step's tokens/s", A, ""},
     {"--optimizer", true, "sgd|momentum|adam", "training: the optimizer the step updates with and whose state the memory holds", A | C, "sgd"},
     {"--recompute", true, "none|full|selective", "training: activation checkpointing, full: each segment's forward run again in the backward pass, its activations not kept (Hugging Face gradient checkpointing); selective: the attention cores' alone (Megatron-LM)", A | C, "none"},

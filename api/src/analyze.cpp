@@ -402,7 +402,7 @@ std::optional<Throughput> report_throughput(const Report& r, const Analysis& a, 
                          : "--train-tokens needs the tokens of a step: --batch and --seq binding the model's batch and "
                            "sequence dims");
   return step_throughput(r, samples, tokens, options.parallel.active ? static_cast<int>(options.parallel.gpus()) : 1,
-                         options.train_tokens);
+                         options.train_tokens, options.gpu_cost(r.gpu));
 }
 
 }  // namespace

@@ -769,6 +769,13 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.ep = g.tp > 1 ? std::max(1, options.parallel.ep) : 1;
   speculative_setup(a, gpu, options, g);
   decode_steps(a, d, gpu, options, g);
+  if (const double usd = options.gpu_cost(gpu); usd > 0 && g.tokens_per_s > 0) {
+    const double usd_per_s = usd * g.tp / 3600;
+    g.usd_per_gpu_hour = usd;
+    g.usd_per_m_tokens = usd_per_s / g.tokens_per_s * 1e6;
+    g.usd_per_m_tokens_low = g.tokens_per_s_high > 0 ? usd_per_s / g.tokens_per_s_high * 1e6 : g.usd_per_m_tokens;
+    g.usd_per_m_tokens_high = g.tokens_per_s_low > 0 ? usd_per_s / g.tokens_per_s_low * 1e6 : g.usd_per_m_tokens;
+  }
   memory(a, d, gpu, g, r);
   execution(a, gpu, options, r, g);
   // A --kv-dtype narrower than the attention's reads: only FlashAttention reads the cache in

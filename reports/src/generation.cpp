@@ -114,6 +114,10 @@ json generation_json(const GenerationReport& g) {
           {"decode_bytes_per_token", finite(g.decode_bytes_per_token)},
           {"decode_gbps", finite(g.decode_gbps)},
           {"decode_mbu", finite(g.decode_mbu)},
+          {"usd_per_gpu_hour", finite(g.usd_per_gpu_hour)},
+          {"usd_per_m_tokens", finite(g.usd_per_m_tokens)},
+          {"usd_per_m_tokens_low", finite(g.usd_per_m_tokens_low)},
+          {"usd_per_m_tokens_high", finite(g.usd_per_m_tokens_high)},
           {"kv_cache", {{"layers", g.layers}, {"kv_heads", g.kv_heads}, {"head_dim", g.head_dim}, {"tensors", g.kv_tensors},
                         {"sliding_layers", g.sliding_layers}, {"window", g.window}, {"dtype", g.kv_dtype},
                         {"state_layers", g.state_layers}, {"state_bytes", finite(g.state_bytes)},
@@ -349,6 +353,12 @@ std::string format_generation(const Report& r, bool color) {
      << interval_text(g.tokens_per_s_high > g.tokens_per_s_low, num(g.tokens_per_s_low, 1), num(g.tokens_per_s_high, 1),
                       "")
      << "\n"
+     << (g.usd_per_m_tokens > 0
+             ? "  cost                 " + pad(format_usd(g.usd_per_m_tokens), 11, true) + " per 1M output tokens" +
+                   interval_text(g.usd_per_m_tokens_high > g.usd_per_m_tokens_low, format_usd(g.usd_per_m_tokens_low),
+                                 format_usd(g.usd_per_m_tokens_high), "") +
+                   " at " + format_usd(g.usd_per_gpu_hour) + " a GPU-hour" + (g.tp > 1 ? " x " + std::to_string(g.tp) + " GPUs" : "") + "\n"
+             : std::string())
      << utilization_line(g)
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
@@ -416,11 +426,14 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
   const bool missed = slo && std::any_of(reports.begin(), reports.end(),
                                          [](const Report& r) { return r.generation && !r.generation->tpot_slo.met; });
   const size_t bw = missed ? 14 : 7;
+  // The cost of a million output tokens where --gpu-cost prices the GPUs.
+  const bool cost = std::any_of(reports.begin(), reports.end(),
+                                [](const Report& r) { return r.generation && r.generation->usd_per_m_tokens > 0; });
   os << pad("gpu", w) << " " << (slo ? pad("batch", bw, true) + " " : "") << pad("TTFT ms", 11, true) << " "
      << pad("TPOT ms", 10, true) << " "
      << pad("total ms", 11, true) << " " << pad("tokens/s", 10, true) << " "
      << (interval ? pad("80% interval", 17, true) + " " : "") << pad("vs first", 9, true) << " "
-     << pad("fits seqs", 10, true) << "\n";
+     << (cost ? pad("$/1M tok", 9, true) + " " : "") << pad("fits seqs", 10, true) << "\n";
   const double base = reports.empty() || !reports.front().generation ? 0 : reports.front().generation->tokens_per_s;
   for (const auto& r : reports) {
     if (!r.generation) continue;
@@ -431,8 +444,9 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
        << pad(format_ms(g.ttft_ms), 11, true) << " " << pad(format_ms(g.tpot_ms), 10, true)
        << " " << pad(format_ms(g.total_ms), 11, true) << " " << pad(num(g.tokens_per_s, 1), 10, true) << " "
        << (interval ? pad(num(g.tokens_per_s_low, 1) + " - " + num(g.tokens_per_s_high, 1), 17, true) + " " : "")
-       << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << " " << pad(std::to_string(g.max_batch), 10, true)
-       << "\n";
+       << pad(num(base > 0 ? g.tokens_per_s / base : 0, 2) + "x", 9, true) << " "
+       << (cost ? pad(g.usd_per_m_tokens > 0 ? format_usd(g.usd_per_m_tokens) : "-", 9, true) + " " : "")
+       << pad(std::to_string(g.max_batch), 10, true) << "\n";
   }
   if (missed) {
     const auto& t = reports.front().generation->tpot_slo;

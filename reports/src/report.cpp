@@ -310,7 +310,8 @@ void summarize(Report& r) {
   r.e2e_high_ms = all.high_ms();
 }
 
-std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int64_t tokens, int gpus, double train_tokens) {
+std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int64_t tokens, int gpus, double train_tokens,
+                                          double usd_per_gpu_hour) {
   if (!(r.e2e_latency_ms > 0) || !std::isfinite(r.e2e_latency_ms)) return std::nullopt;
   Throughput t;
   // FLOPs by the math they run on; the GEMMs' (else every kernel's) largest share names the peak.
@@ -367,6 +368,18 @@ std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int6
     t.train_days_low = steps * r.e2e_low() / day_ms;
     t.train_days_high = steps * r.e2e_high() / day_ms;
     t.gpu_hours = t.train_days * 24 * t.gpus;
+  }
+  if (usd_per_gpu_hour > 0) {
+    // The run's cost a second over its rate: the high cost from the low rate.
+    const double usd_per_s = usd_per_gpu_hour * t.gpus / 3600;
+    t.usd_per_gpu_hour = usd_per_gpu_hour;
+    if (t.tokens_per_s > 0) {
+      t.usd_per_m_tokens = usd_per_s / t.tokens_per_s * 1e6;
+      t.usd_per_m_tokens_low = usd_per_s / t.tokens_per_s_high * 1e6;
+      t.usd_per_m_tokens_high = usd_per_s / t.tokens_per_s_low * 1e6;
+    }
+    if (t.samples_per_s > 0) t.usd_per_k_samples = usd_per_s / t.samples_per_s * 1e3;
+    t.train_usd = t.gpu_hours * usd_per_gpu_hour;
   }
   return t;
 }
@@ -503,6 +516,16 @@ std::string format_rate(double v) {
 
 }  // namespace
 
+std::string format_usd(double v) {
+  char buf[48];
+  v = detail::finite(v);
+  if (v >= 1e6) std::snprintf(buf, sizeof buf, "$%.3gM", v / 1e6);
+  else if (v >= 1e4) std::snprintf(buf, sizeof buf, "$%.0fk", v / 1e3);
+  else if (v >= 1) std::snprintf(buf, sizeof buf, "$%.2f", v);
+  else std::snprintf(buf, sizeof buf, "$%.3g", v);
+  return buf;
+}
+
 std::string throughput_text(const Throughput& t, Mode mode) {
   auto with_interval = [](double v, double low, double high, const std::string& unit) {
     std::string s = format_rate(v) + " " + unit;
@@ -532,6 +555,15 @@ std::string throughput_text(const Throughput& t, Mode mode) {
     s += "; " + tokens + " tokens in " +
          with_interval(t.train_days, t.train_days_low, t.train_days_high, "days") + " on " + std::to_string(t.gpus) +
          (t.gpus == 1 ? " GPU, " : " GPUs, ") + format_rate(t.gpu_hours) + " GPU-hours";
+    if (t.train_usd > 0) s += ", " + format_usd(t.train_usd);
+  }
+  if (t.usd_per_m_tokens > 0) {
+    s += "; " + format_usd(t.usd_per_m_tokens) + " per 1M tokens";
+    if (t.usd_per_m_tokens_high > t.usd_per_m_tokens_low)
+      s += " (80% interval " + format_usd(t.usd_per_m_tokens_low) + " - " + format_usd(t.usd_per_m_tokens_high) + ")";
+    s += " at " + format_usd(t.usd_per_gpu_hour) + " a GPU-hour";
+  } else if (t.usd_per_k_samples > 0) {
+    s += "; " + format_usd(t.usd_per_k_samples) + " per 1k samples at " + format_usd(t.usd_per_gpu_hour) + " a GPU-hour";
   }
   return s;
 }
@@ -652,6 +684,13 @@ json report_json(const Report& r) {
                 {"tokens_per_s_low", finite(t.tokens_per_s_low)},
                 {"tokens_per_s_high", finite(t.tokens_per_s_high)}});
     o["gpus"] = t.gpus;
+    if (t.usd_per_gpu_hour > 0)
+      o.update({{"usd_per_gpu_hour", finite(t.usd_per_gpu_hour)},
+                {"usd_per_m_tokens", finite(t.usd_per_m_tokens)},
+                {"usd_per_m_tokens_low", finite(t.usd_per_m_tokens_low)},
+                {"usd_per_m_tokens_high", finite(t.usd_per_m_tokens_high)},
+                {"usd_per_k_samples", finite(t.usd_per_k_samples)},
+                {"train_usd", finite(t.train_usd)}});
     if (t.train_tokens > 0)
       o.update({{"train_tokens", finite(t.train_tokens)},
                 {"train_days", finite(t.train_days)},

@@ -93,6 +93,21 @@ class Generate(unittest.TestCase):
         self.assertEqual(rc, 2, se)
         self.assertIn("applies to --generate", se)
 
+    def test_gpu_cost_of_the_output_tokens(self):
+        base = ("--config", self.small, "--generate", "64:16", "--batch", "4")
+        rs = self.gen_json(*base, "--gpu", "h100,b200", "--gpu-cost", "h100=2,b200=6", "--parallel", "tp=2")
+        for r, usd in zip(rs, (2, 6)):
+            g = r["generation"]
+            want = usd * 2 / 3600 / g["tokens_per_s"] * 1e6  # tp=2: two GPUs' hours
+            self.assertAlmostEqual(g["usd_per_m_tokens"], want, delta=1e-9 * want)
+            self.assertLess(g["usd_per_m_tokens_low"], g["usd_per_m_tokens"])
+            self.assertGreater(g["usd_per_m_tokens_high"], g["usd_per_m_tokens"])
+        rc, so, se = run(*base, "--gpu", "h100,b200", "--gpu-cost", "h100=2,b200=6", "--parallel", "tp=2")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("$/1M tok", so)
+        self.assertIn("per 1M output tokens", so)
+        self.assertEqual(self.gen_json(*base, "--gpu", "h100")["generation"]["usd_per_m_tokens"], 0)
+
     def test_ttft_slo_alone_and_beside_the_tpot_slo(self):
         # The largest batch whose time to first token is within the target; with both targets,
         # the largest within both: the smaller of the two batches, as both times grow with it.

@@ -288,6 +288,34 @@ class Throughput(unittest.TestCase):
                 self.assertIn(needle, lines[0])
                 self.assertFalse(os.path.exists(out_json))
 
+    def test_gpu_cost_prices_the_tokens_and_the_training_run(self):
+        base = (EXAMPLE, "--batch", "8", "--seq", "256", "--mode", "training", "--parallel", "dp=2", "--train-tokens", "1B")
+        rs = run_json(*base, "--gpu", "h100,b200", "--gpu-cost", "h100=2.5,B200=5")
+        for r, usd in zip(rs, (2.5, 5.0)):
+            t = r["throughput"]
+            self.assertEqual(t["usd_per_gpu_hour"], usd)
+            want = usd * 2 / 3600 / t["tokens_per_s"] * 1e6  # two GPUs a million tokens
+            self.assertAlmostEqual(t["usd_per_m_tokens"], want, delta=1e-9 * want)
+            self.assertLessEqual(t["usd_per_m_tokens_low"], t["usd_per_m_tokens"])
+            self.assertGreaterEqual(t["usd_per_m_tokens_high"], t["usd_per_m_tokens"])
+            self.assertAlmostEqual(t["train_usd"], t["gpu_hours"] * usd, delta=1e-9 * t["train_usd"])
+        # One price for every GPU; none: no cost.
+        one = run_json(*base, "--gpu", "h100", "--gpu-cost", "2.5")["throughput"]
+        self.assertEqual(one["usd_per_m_tokens"], rs[0]["throughput"]["usd_per_m_tokens"])
+        self.assertNotIn("usd_per_m_tokens", run_json(*base, "--gpu", "h100")["throughput"])
+        code, out, err = run(*base, "--gpu", "h100", "--gpu-cost", "2.5")
+        self.assertEqual(code, 0, err)
+        self.assertRegex(out, r"GPU-hours, \$[0-9.]+; \$[0-9.]+ per 1M tokens \(80% interval \$[0-9.]+ - \$[0-9.]+\) at \$2.50 a GPU-hour")
+        with tempfile.TemporaryDirectory() as d:
+            out_json = os.path.join(d, "r.json")
+            for bad, needle in [("abc", "--gpu-cost: expected"), ("h100=", "--gpu-cost: expected"), ("0", "--gpu-cost: expected"),
+                                ("h100=2,h100-sxm=3", "priced twice"), ("nogpu=3", "--gpu-cost: unknown GPU")]:
+                code, _, err = run(*base, "--gpu", "h100", "--gpu-cost", bad, "--json", out_json)
+                self.assertEqual(code, 2, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(needle, err)
+                self.assertFalse(os.path.exists(out_json))
+
     def test_samples_from_named_dims_and_no_block_in_a_generation(self):
         # --shape (or --dim) on dims named batch and sequence: the same samples and tokens.
         t = run_json(EXAMPLE, "--gpu", "h100", "--shape", "input_ids=2x64")["throughput"]

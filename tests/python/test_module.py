@@ -94,6 +94,12 @@ class Analyze(unittest.TestCase):
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
                                          "--recompute", "full", "--parallel", "dp=2,zero=3")))
         self.assertEqual(r["parallel"]["zero"], 3)
+        # gpu_cost as --gpu-cost: one price, or one per GPU.
+        r = n.analyze(EXAMPLE, ["h100", "b200"], batch=2, seq=64, gpu_cost={"h100": 2.5, "b200": 5})
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100,b200", "--batch", "2", "--seq", "64",
+                                         "--gpu-cost", "h100=2.5,b200=5")))
+        self.assertTrue(same(n.analyze(EXAMPLE, "h100", batch=2, seq=64, gpu_cost=2.5),
+                             run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--gpu-cost", "2.5")))
         # train_tokens as --train-tokens: a count or the CLI's text.
         r = n.analyze(EXAMPLE, "h100", batch=2, seq=64, mode="training", train_tokens=2e9)
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",

@@ -78,6 +78,15 @@ struct Options {
   // --train-tokens: training, the tokens to train on (Throughput::train_tokens); 0: none.
   // predict() throws InputError when the step's tokens are not known (--batch and --seq).
   double train_tokens = 0;
+  // --gpu-cost: what one GPU costs an hour (USD), by GPU name (Gpu::name; "" for every GPU
+  // not named); the reports add the cost of their work (Throughput, GenerationReport).
+  std::map<std::string, double> gpu_cost_per_hour;
+  // The hourly cost of `gpu` (0 when none is given).
+  double gpu_cost(const Gpu& gpu) const {
+    auto it = gpu_cost_per_hour.find(gpu.name);
+    if (it == gpu_cost_per_hour.end()) it = gpu_cost_per_hour.find("");
+    return it == gpu_cost_per_hour.end() ? 0.0 : it->second;
+  }
 };
 
 // Runs every stage. Throws InputError / RuntimeError (graph.h).

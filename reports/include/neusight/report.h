@@ -84,6 +84,9 @@ struct GenerationReport {
   double prefill_tflops = 0, prefill_peak_tflops = 0;
   std::string prefill_peak_math;
   double decode_bytes_per_token = 0, decode_gbps = 0, decode_mbu = 0;
+  // --gpu-cost: one GPU's hourly cost (USD; 0: not given) and the cost of a million output
+  // tokens at tokens_per_s on the tp GPUs, with its 80% interval (from tokens/s's).
+  double usd_per_gpu_hour = 0, usd_per_m_tokens = 0, usd_per_m_tokens_low = 0, usd_per_m_tokens_high = 0;
   double prefill_mfu() const { return prefill_peak_tflops > 0 ? prefill_tflops / prefill_peak_tflops : 0; }
   int64_t layers = 0, kv_heads = 0, head_dim = 0;
   int kv_tensors = 2;                          // 1: a latent cache (multi-head latent attention)
@@ -257,6 +260,13 @@ struct Throughput {
   int gpus = 1;
   double train_days = 0, train_days_low = 0, train_days_high = 0;
   double gpu_hours = 0;
+  // --gpu-cost: one GPU's hourly cost (USD; 0: not given), the cost of a million tokens (or,
+  // without tokens, a thousand samples) at this rate on `gpus` GPUs, with its 80% interval,
+  // and of the training run (--train-tokens).
+  double usd_per_gpu_hour = 0;
+  double usd_per_m_tokens = 0, usd_per_m_tokens_low = 0, usd_per_m_tokens_high = 0;
+  double usd_per_k_samples = 0;
+  double train_usd = 0;
 };
 
 struct Report {
@@ -345,7 +355,7 @@ void summarize(Report& report);
 // the step runs on (--parallel's, tensor-parallel inference's tp). `train_tokens` > 0 (with
 // tokens > 0) adds the time to train on them. Empty when the latency is 0.
 std::optional<Throughput> step_throughput(const Report& report, int64_t samples, int64_t tokens, int gpus = 1,
-                                          double train_tokens = 0);
+                                          double train_tokens = 0, double usd_per_gpu_hour = 0);
 
 // Every kernel of the report (its nodes' and the extra ones) as one sum with its interval
 // (predictor.h IntervalSum): summarize's e2e bounds, and compare's speed-up interval. The
@@ -423,6 +433,8 @@ std::string format_html(const std::vector<Report>& reports);
 
 // Short "x.xxx" latency text used by every text format.
 std::string format_ms(double ms);
+// "$2.49", "$0.0123", "$12k", "$1.99M": a cost in US dollars.
+std::string format_usd(double usd);
 // The throughput in one line, as the terminal and HTML say it: "24.5 samples/s (80% interval
 // 20.1 - 29.3), 12544 tokens/s; 312 TFLOP/s, 31.5% of the bf16-tensor dense peak (989 TFLOP/s)",
 // in training "... of model FLOPs ... (MFU)".
