@@ -379,6 +379,8 @@ std::string format_html(const std::vector<Report>& reports) {
     os << card(detail::fixed(r.throughput->tokens_per_s, 0), "tokens/s");
   else if (r.throughput && r.throughput->samples > 0)
     os << card(detail::fixed(r.throughput->samples_per_s, r.throughput->samples_per_s >= 100 ? 0 : 2), "samples/s");
+  if (r.throughput && r.throughput->usd_per_m_tokens > 0)
+    os << card(format_usd(r.throughput->usd_per_m_tokens), "per 1M tokens at " + format_usd(r.throughput->usd_per_gpu_hour) + " a GPU-hour");
   if (r.throughput && r.throughput->peak_tflops > 0)
     os << card(detail::fixed(100 * r.throughput->utilization(), 1) + "%",
                r.mode == Mode::training ? "MFU (" + r.throughput->peak_math + " peak)" : "of the " + r.throughput->peak_math + " peak");

@@ -290,8 +290,15 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   // The share of the GEMMs' dense peak the step runs at (training: model FLOPs, MFU).
   const bool peak = std::any_of(reports.begin(), reports.end(),
                                 [](const Report& r) { return r.throughput && r.throughput->peak_tflops > 0; });
+  // The cost of a million tokens (else a thousand samples) where --gpu-cost prices the GPUs.
+  const bool tokens_cost = std::any_of(reports.begin(), reports.end(),
+                                       [](const Report& r) { return r.throughput && r.throughput->usd_per_m_tokens > 0; });
+  const bool samples_cost = !tokens_cost && std::any_of(reports.begin(), reports.end(), [](const Report& r) {
+    return r.throughput && r.throughput->usd_per_k_samples > 0;
+  });
   os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
      << (interval ? " " + pad("80% interval", 15, true) : "") << (peak ? " " + pad(training ? "MFU" : "peak", 6, true) : "")
+     << (tokens_cost ? " " + pad("$/1M tok", 9, true) : samples_cost ? " " + pad("$/1k smp", 9, true) : "")
      << (memory ? "  memory" : "") << "\n";
   const Report& first = reports.front();
   for (const auto& r : reports) {
@@ -308,6 +315,10 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
       os << " " << pad(&r != &first && s.speedup > 0 ? detail::fixed(s.low, 2) + " - " + detail::fixed(s.high, 2) : "", 15, true);
     if (peak)
       os << " " << pad(r.throughput && r.throughput->peak_tflops > 0 ? detail::fixed(100 * r.throughput->utilization(), 1) + "%" : "-", 6, true);
+    if (tokens_cost || samples_cost) {
+      const double usd = !r.throughput ? 0 : tokens_cost ? r.throughput->usd_per_m_tokens : r.throughput->usd_per_k_samples;
+      os << " " << pad(usd > 0 ? format_usd(usd) : "-", 9, true);
+    }
     if (r.memory)
       os << "  " << (r.memory->fits() ? std::string("fits") : "needs " + std::to_string(r.memory->gpus_to_hold()) + " GPUs");
     os << "\n";

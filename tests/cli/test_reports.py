@@ -303,6 +303,14 @@ class Throughput(unittest.TestCase):
         one = run_json(*base, "--gpu", "h100", "--gpu-cost", "2.5")["throughput"]
         self.assertEqual(one["usd_per_m_tokens"], rs[0]["throughput"]["usd_per_m_tokens"])
         self.assertNotIn("usd_per_m_tokens", run_json(*base, "--gpu", "h100")["throughput"])
+        code, out, err = run(*base, "--gpu", "h100,b200", "--gpu-cost", "h100=2.5,B200=5")
+        self.assertEqual(code, 0, err)
+        self.assertIn("$/1M tok", out)  # the GPU table's column
+        for r in rs:
+            self.assertRegex(out, r"(?m)^" + re.escape(r["gpu"]) + r" .* \$[0-9.]+\s*$")
+        code, html, err = run(*base, "--gpu", "h100", "--gpu-cost", "2.5", "--html", "-")
+        self.assertEqual(code, 0, err)
+        self.assertIn("per 1M tokens at $2.50 a GPU-hour", html)
         code, out, err = run(*base, "--gpu", "h100", "--gpu-cost", "2.5")
         self.assertEqual(code, 0, err)
         self.assertRegex(out, r"GPU-hours, \$[0-9.]+; \$[0-9.]+ per 1M tokens \(80% interval \$[0-9.]+ - \$[0-9.]+\) at \$2.50 a GPU-hour")
