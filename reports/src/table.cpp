@@ -296,9 +296,15 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   const bool samples_cost = !tokens_cost && std::any_of(reports.begin(), reports.end(), [](const Report& r) {
     return r.throughput && r.throughput->usd_per_k_samples > 0;
   });
+  // --train-tokens: the run's days on each GPU kind (and its cost where priced).
+  const bool run_days = std::any_of(reports.begin(), reports.end(),
+                                    [](const Report& r) { return r.throughput && r.throughput->train_days > 0; });
+  const bool run_cost = std::any_of(reports.begin(), reports.end(),
+                                    [](const Report& r) { return r.throughput && r.throughput->train_usd > 0; });
   os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
      << (interval ? " " + pad("80% interval", 15, true) : "") << (peak ? " " + pad(training ? "MFU" : "peak", 6, true) : "")
      << (tokens_cost ? " " + pad("$/1M tok", 9, true) : samples_cost ? " " + pad("$/1k smp", 9, true) : "")
+     << (run_days ? " " + pad("run days", 9, true) : "") << (run_cost ? " " + pad("run $", 9, true) : "")
      << (memory ? "  memory" : "") << "\n";
   const Report& first = reports.front();
   for (const auto& r : reports) {
@@ -319,6 +325,10 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
       const double usd = !r.throughput ? 0 : tokens_cost ? r.throughput->usd_per_m_tokens : r.throughput->usd_per_k_samples;
       os << " " << pad(usd > 0 ? format_usd(usd) : "-", 9, true);
     }
+    if (run_days)
+      os << " " << pad(r.throughput && r.throughput->train_days > 0 ? detail::fixed(r.throughput->train_days, r.throughput->train_days >= 10 ? 1 : 2) : "-", 9, true);
+    if (run_cost)
+      os << " " << pad(r.throughput && r.throughput->train_usd > 0 ? format_usd(r.throughput->train_usd) : "-", 9, true);
     if (r.memory)
       os << "  " << (r.memory->fits() ? std::string("fits") : "needs " + std::to_string(r.memory->gpus_to_hold()) + " GPUs");
     os << "\n";

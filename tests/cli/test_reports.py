@@ -305,9 +305,13 @@ class Throughput(unittest.TestCase):
         self.assertNotIn("usd_per_m_tokens", run_json(*base, "--gpu", "h100")["throughput"])
         code, out, err = run(*base, "--gpu", "h100,b200", "--gpu-cost", "h100=2.5,B200=5")
         self.assertEqual(code, 0, err)
-        self.assertIn("$/1M tok", out)  # the GPU table's column
+        self.assertIn("$/1M tok", out)  # the GPU table's columns: the cost of tokens, the run's days and cost
+        self.assertRegex(out, r"run days +run \$")
         for r in rs:
-            self.assertRegex(out, r"(?m)^" + re.escape(r["gpu"]) + r" .* \$[0-9.]+\s*$")
+            t = r["throughput"]
+            row = re.search(r"(?m)^" + re.escape(r["gpu"]) + r" .*$", out.split("\ngpu ")[-1]).group(0).split()
+            self.assertEqual(row[-1], "$%.2f" % t["train_usd"])
+            self.assertAlmostEqual(float(row[-2]), t["train_days"], delta=0.01)
         code, html, err = run(*base, "--gpu", "h100", "--gpu-cost", "2.5", "--html", "-")
         self.assertEqual(code, 0, err)
         self.assertIn("per 1M tokens at $2.50 a GPU-hour", html)
