@@ -147,8 +147,8 @@ std::vector<double> time_context_parallel_rings(const std::vector<Kernel>& kerne
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i) {
     const Kernel& k = kernels[i];
     if (k.op == "cp_alltoall" && cp > 1) {  // on the critical path whole
-      preds[i] = parallel_detail::link_prediction(link, [&](const Link& l) { return p2p_ms(k.bytes, l); });
-      transfer[i] = p2p_ms(k.bytes, link);
+      preds[i] = parallel_detail::all_to_all_prediction(k.bytes, link);
+      transfer[i] = preds[i].latency_ms;
       continue;
     }
     if (k.op != "cp_ring" || cp <= 1) continue;

@@ -117,7 +117,7 @@ KernelList shard_expert_parallel(const Graph& g, const KernelList& in, int ep, b
 void time_expert_all_to_alls(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, const Link& link) {
   for (size_t i = 0; i < kernels.size() && i < preds.size(); ++i)
     if (kernels[i].cls == KernelClass::collective && kernels[i].op == "ep_alltoall")
-      preds[i] = parallel_detail::link_prediction(link, [&](const Link& l) { return p2p_ms(kernels[i].bytes, l); });
+      preds[i] = parallel_detail::all_to_all_prediction(kernels[i].bytes, link);
 }
 
 }  // namespace neusight

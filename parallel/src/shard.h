@@ -81,4 +81,10 @@ Prediction link_prediction(const Link& link, Time time) {
   return p;
 }
 
+// An all-to-all in which each GPU sends `bytes` (expert parallelism's dispatch and combine,
+// Ulysses' re-sharding): the time to send them point to point, on the critical path.
+inline Prediction all_to_all_prediction(double bytes, const Link& link) {
+  return link_prediction(link, [&](const Link& l) { return p2p_ms(bytes, l); });
+}
+
 }  // namespace neusight::parallel_detail
