@@ -562,11 +562,9 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
   // The DRAM bytes a report's kernels move (collectives cross links, not DRAM).
   auto dram_bytes = [](const Report& r) {
     double b = 0;
-    for (const auto& n : r.nodes)
-      for (const auto& k : n.kernels)
-        if (k.kernel.cls != KernelClass::collective) b += k.kernel.bytes;
-    for (const auto& k : r.extra_kernels)
+    for_each_kernel(r, [&](const KernelReport& k) {
       if (k.kernel.cls != KernelClass::collective) b += k.kernel.bytes;
+    });
     return b;
   };
   for (size_t i = 0; i < a.steps.size(); ++i) {
@@ -770,11 +768,11 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   speculative_setup(a, gpu, options, g);
   decode_steps(a, d, gpu, options, g);
   if (const double usd = options.gpu_cost(gpu); usd > 0 && g.tokens_per_s > 0) {
-    const double usd_per_s = usd * g.tp / 3600;
+    const UsdRange c = usd_per_m_tokens(usd, g.tp, g.tokens_per_s, g.tokens_per_s_low, g.tokens_per_s_high);
     g.usd_per_gpu_hour = usd;
-    g.usd_per_m_tokens = usd_per_s / g.tokens_per_s * 1e6;
-    g.usd_per_m_tokens_low = g.tokens_per_s_high > 0 ? usd_per_s / g.tokens_per_s_high * 1e6 : g.usd_per_m_tokens;
-    g.usd_per_m_tokens_high = g.tokens_per_s_low > 0 ? usd_per_s / g.tokens_per_s_low * 1e6 : g.usd_per_m_tokens;
+    g.usd_per_m_tokens = c.usd;
+    g.usd_per_m_tokens_low = c.low;
+    g.usd_per_m_tokens_high = c.high;
   }
   memory(a, d, gpu, g, r);
   execution(a, gpu, options, r, g);

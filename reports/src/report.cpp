@@ -239,9 +239,7 @@ std::string dtype_label(const Report& r) {
 }
 
 void add_kernels(const Report& r, double weight, IntervalSum& sum) {
-  for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) sum.add(k.prediction, weight);
-  for (const auto& k : r.extra_kernels) sum.add(k.prediction, weight);
+  for_each_kernel(r, [&](const KernelReport& k) { sum.add(k.prediction, weight); });
 }
 
 IntervalSum interval_sum(const Report& r) {
@@ -252,12 +250,9 @@ IntervalSum interval_sum(const Report& r) {
 
 std::map<std::string, std::string> interval_ranges_by(const Report& r, bool by_phase) {
   std::map<std::string, IntervalSum> sums;
-  auto add = [&](const KernelReport& k) {
+  for_each_kernel(r, [&](const KernelReport& k) {
     sums[by_phase ? phase_name(k.kernel.phase) : kernel_class_name(k.kernel.cls)].add(k.prediction);
-  };
-  for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) add(k);
-  for (const auto& k : r.extra_kernels) add(k);
+  });
   std::map<std::string, std::string> ranges;
   for (const auto& [key, s] : sums) ranges[key] = range_text(s.low_ms(), s.high_ms());
   return ranges;
@@ -316,7 +311,7 @@ std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int6
   Throughput t;
   // FLOPs by the math they run on; the GEMMs' (else every kernel's) largest share names the peak.
   std::map<std::string, std::pair<double, double>> gemm_math, any_math;  // math -> (flops, peak GFLOP/s)
-  auto add = [&](const KernelReport& kr) {
+  for_each_kernel(r, [&](const KernelReport& kr) {
     const Kernel& k = kr.kernel;
     if (!(k.flops > 0)) return;
     t.flops += k.flops;
@@ -328,10 +323,7 @@ std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int6
       flops += k.flops;
       peak = std::max(peak, math_peak_gflops(k, r.gpu));
     }
-  };
-  for (const auto& n : r.nodes)
-    for (const auto& k : n.kernels) add(k);
-  for (const auto& k : r.extra_kernels) add(k);
+  });
   // One GPU's share of an iteration: each pipeline GPU runs its stage for every micro-batch.
   if (r.parallel && r.parallel->config.pp > 0) {
     const double share = double(std::max(1, r.parallel->config.microbatches)) / r.parallel->config.pp;
@@ -370,18 +362,24 @@ std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int6
     t.gpu_hours = t.train_days * 24 * t.gpus;
   }
   if (usd_per_gpu_hour > 0) {
-    // The run's cost a second over its rate: the high cost from the low rate.
-    const double usd_per_s = usd_per_gpu_hour * t.gpus / 3600;
     t.usd_per_gpu_hour = usd_per_gpu_hour;
-    if (t.tokens_per_s > 0) {
-      t.usd_per_m_tokens = usd_per_s / t.tokens_per_s * 1e6;
-      t.usd_per_m_tokens_low = usd_per_s / t.tokens_per_s_high * 1e6;
-      t.usd_per_m_tokens_high = usd_per_s / t.tokens_per_s_low * 1e6;
-    }
-    if (t.samples_per_s > 0) t.usd_per_k_samples = usd_per_s / t.samples_per_s * 1e3;
+    const UsdRange c = usd_per_m_tokens(usd_per_gpu_hour, t.gpus, t.tokens_per_s, t.tokens_per_s_low, t.tokens_per_s_high);
+    t.usd_per_m_tokens = c.usd;
+    t.usd_per_m_tokens_low = c.low;
+    t.usd_per_m_tokens_high = c.high;
+    if (t.samples_per_s > 0) t.usd_per_k_samples = usd_per_gpu_hour * t.gpus / 3600 / t.samples_per_s * 1e3;
     t.train_usd = t.gpu_hours * usd_per_gpu_hour;
   }
   return t;
+}
+
+UsdRange usd_per_m_tokens(double usd_per_gpu_hour, int gpus, double tokens_per_s, double tokens_per_s_low,
+                          double tokens_per_s_high) {
+  if (!(tokens_per_s > 0)) return {};
+  const double usd_per_s = usd_per_gpu_hour * gpus / 3600;
+  const double usd = usd_per_s / tokens_per_s * 1e6;
+  return {usd, tokens_per_s_high > 0 ? usd_per_s / tokens_per_s_high * 1e6 : usd,
+          tokens_per_s_low > 0 ? usd_per_s / tokens_per_s_low * 1e6 : usd};
 }
 
 namespace detail {

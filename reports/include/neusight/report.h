@@ -357,6 +357,15 @@ void summarize(Report& report);
 std::optional<Throughput> step_throughput(const Report& report, int64_t samples, int64_t tokens, int gpus = 1,
                                           double train_tokens = 0, double usd_per_gpu_hour = 0);
 
+// Calls f(const KernelReport&) for every kernel of the report: its nodes' in graph order, then
+// the extra ones.
+template <class F>
+void for_each_kernel(const Report& report, F f) {
+  for (const auto& n : report.nodes)
+    for (const auto& k : n.kernels) f(k);
+  for (const auto& k : report.extra_kernels) f(k);
+}
+
 // Every kernel of the report (its nodes' and the extra ones) as one sum with its interval
 // (predictor.h IntervalSum): summarize's e2e bounds, and compare's speed-up interval. The
 // second form adds them, `weight` times each, to `sum`.
@@ -433,6 +442,14 @@ std::string format_html(const std::vector<Report>& reports);
 
 // Short "x.xxx" latency text used by every text format.
 std::string format_ms(double ms);
+// The cost of a million tokens at `tokens_per_s` on `gpus` GPUs of `usd_per_gpu_hour` each,
+// its bounds from the rate's (the high cost from the low rate; a rate bound of 0 gives the
+// cost itself). All 0 when the rate is not positive.
+struct UsdRange {
+  double usd = 0, low = 0, high = 0;
+};
+UsdRange usd_per_m_tokens(double usd_per_gpu_hour, int gpus, double tokens_per_s, double tokens_per_s_low,
+                          double tokens_per_s_high);
 // "$2.49", "$0.0123", "$12k", "$1.99M": a cost in US dollars.
 std::string format_usd(double usd);
 // The throughput in one line, as the terminal and HTML say it: "24.5 samples/s (80% interval
