@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
 #include "neusight/report.h"
@@ -287,25 +288,35 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
   const bool interval = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.e2e_high_ms > r.e2e_low_ms; });
   // Whether the run fits one GPU's memory (reports that count it: not --parallel, --generate).
   const bool memory = std::any_of(reports.begin(), reports.end(), [](const Report& r) { return r.memory.has_value(); });
-  // The share of the GEMMs' dense peak the step runs at (training: model FLOPs, MFU).
-  const bool peak = std::any_of(reports.begin(), reports.end(),
-                                [](const Report& r) { return r.throughput && r.throughput->peak_tflops > 0; });
-  // The cost of a million tokens (else a thousand samples) where --gpu-cost prices the GPUs.
-  const bool tokens_cost = std::any_of(reports.begin(), reports.end(),
-                                       [](const Report& r) { return r.throughput && r.throughput->usd_per_m_tokens > 0; });
-  const bool samples_cost = !tokens_cost && std::any_of(reports.begin(), reports.end(), [](const Report& r) {
-    return r.throughput && r.throughput->usd_per_k_samples > 0;
-  });
-  // --train-tokens: the run's days on each GPU kind (and its cost where priced).
-  const bool run_days = std::any_of(reports.begin(), reports.end(),
-                                    [](const Report& r) { return r.throughput && r.throughput->train_days > 0; });
-  const bool run_cost = std::any_of(reports.begin(), reports.end(),
-                                    [](const Report& r) { return r.throughput && r.throughput->train_usd > 0; });
+  // Columns from the reports' throughput, each shown where some report has a value for it ("":
+  // none): the share of the GEMMs' dense peak (training: model FLOPs, MFU); where --gpu-cost
+  // prices the GPUs, the cost of a million tokens (else a thousand samples); --train-tokens:
+  // the run's days, and its cost where priced.
+  struct Column {
+    std::string header;
+    size_t width;
+    std::function<std::string(const Throughput&)> cell;
+  };
+  std::vector<Column> columns;
+  auto add_column = [&](Column c) {
+    if (std::any_of(reports.begin(), reports.end(), [&](const Report& r) { return r.throughput && !c.cell(*r.throughput).empty(); }))
+      columns.push_back(std::move(c));
+  };
+  add_column({training ? "MFU" : "peak", 6, [](const Throughput& t) {
+    return t.peak_tflops > 0 ? detail::fixed(100 * t.utilization(), 1) + "%" : std::string();
+  }});
+  const size_t before_cost = columns.size();
+  add_column({"$/1M tok", 9, [](const Throughput& t) { return t.usd_per_m_tokens > 0 ? format_usd(t.usd_per_m_tokens) : std::string(); }});
+  if (columns.size() == before_cost)
+    add_column({"$/1k smp", 9, [](const Throughput& t) { return t.usd_per_k_samples > 0 ? format_usd(t.usd_per_k_samples) : std::string(); }});
+  add_column({"run days", 9, [](const Throughput& t) {
+    return t.train_days > 0 ? detail::fixed(t.train_days, t.train_days >= 10 ? 1 : 2) : std::string();
+  }});
+  add_column({"run $", 9, [](const Throughput& t) { return t.train_usd > 0 ? format_usd(t.train_usd) : std::string(); }});
   os << pad("e2e ms", 11, true) << " " << (interval ? pad("80% interval", 21, true) + " " : "") << pad("vs first", 9, true)
-     << (interval ? " " + pad("80% interval", 15, true) : "") << (peak ? " " + pad(training ? "MFU" : "peak", 6, true) : "")
-     << (tokens_cost ? " " + pad("$/1M tok", 9, true) : samples_cost ? " " + pad("$/1k smp", 9, true) : "")
-     << (run_days ? " " + pad("run days", 9, true) : "") << (run_cost ? " " + pad("run $", 9, true) : "")
-     << (memory ? "  memory" : "") << "\n";
+     << (interval ? " " + pad("80% interval", 15, true) : "");
+  for (const Column& c : columns) os << " " << pad(c.header, c.width, true);
+  os << (memory ? "  memory" : "") << "\n";
   const Report& first = reports.front();
   for (const auto& r : reports) {
     os << pad(r.gpu.name, w) << " " << pad(r.gpu.alias(), aw) << " ";
@@ -319,16 +330,10 @@ std::string format_gpu_table(const std::vector<Report>& reports) {
     os << pad(r.e2e_latency_ms > 0 ? detail::fixed(first.e2e_latency_ms / r.e2e_latency_ms, 2) + "x" : "-", 9, true);
     if (interval)
       os << " " << pad(&r != &first && s.speedup > 0 ? detail::fixed(s.low, 2) + " - " + detail::fixed(s.high, 2) : "", 15, true);
-    if (peak)
-      os << " " << pad(r.throughput && r.throughput->peak_tflops > 0 ? detail::fixed(100 * r.throughput->utilization(), 1) + "%" : "-", 6, true);
-    if (tokens_cost || samples_cost) {
-      const double usd = !r.throughput ? 0 : tokens_cost ? r.throughput->usd_per_m_tokens : r.throughput->usd_per_k_samples;
-      os << " " << pad(usd > 0 ? format_usd(usd) : "-", 9, true);
+    for (const Column& c : columns) {
+      const std::string text = r.throughput ? c.cell(*r.throughput) : std::string();
+      os << " " << pad(text.empty() ? "-" : text, c.width, true);
     }
-    if (run_days)
-      os << " " << pad(r.throughput && r.throughput->train_days > 0 ? detail::fixed(r.throughput->train_days, r.throughput->train_days >= 10 ? 1 : 2) : "-", 9, true);
-    if (run_cost)
-      os << " " << pad(r.throughput && r.throughput->train_usd > 0 ? format_usd(r.throughput->train_usd) : "-", 9, true);
     if (r.memory)
       os << "  " << (r.memory->fits() ? std::string("fits") : "needs " + std::to_string(r.memory->gpus_to_hold()) + " GPUs");
     os << "\n";
