@@ -449,12 +449,15 @@ std::string format_generation_gpu_table(const std::vector<Report>& reports) {
        << pad(std::to_string(g.max_batch), 10, true) << "\n";
   }
   if (missed) {
+    // "the TPOT target of 5.000 ms is", or with both "the targets (TPOT 5.000 ms, TTFT 10.000 ms) are".
     const auto& t = reports.front().generation->tpot_slo;
-    os << "(misses): " << (t.tpot_ms > 0 && t.ttft_ms > 0 ? "the targets (" : "the ")
-       << (t.tpot_ms > 0 ? "TPOT" + std::string(t.ttft_ms > 0 ? " " : " target of ") + format_ms(t.tpot_ms) + " ms" : "")
-       << (t.tpot_ms > 0 && t.ttft_ms > 0 ? ", " : "")
-       << (t.ttft_ms > 0 ? "TTFT" + std::string(t.tpot_ms > 0 ? " " : " target of ") + format_ms(t.ttft_ms) + " ms" : "")
-       << (t.tpot_ms > 0 && t.ttft_ms > 0 ? ") are" : " is") << " not met, not even at batch 1\n";
+    const bool both = t.tpot_ms > 0 && t.ttft_ms > 0;
+    auto target = [&](const char* name, double ms) {
+      return ms > 0 ? std::string(name) + (both ? " " : " target of ") + format_ms(ms) + " ms" : std::string();
+    };
+    const std::string tpot = target("TPOT", t.tpot_ms), ttft = target("TTFT", t.ttft_ms);
+    os << "(misses): " << (both ? "the targets (" + tpot + ", " + ttft + ") are" : "the " + tpot + ttft + " is")
+       << " not met, not even at batch 1\n";
   }
   return os.str();
 }
