@@ -16,6 +16,14 @@
 
 namespace neusight::cli {
 
+std::optional<double> parse_number(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(v)) return std::nullopt;
+  return v;
+}
+
 int64_t parse_int(const std::string& text, const std::string& what) {
   if (text.empty()) throw InputError(what + ": expected an integer, got nothing");
   errno = 0;
@@ -91,9 +99,9 @@ double parse_token_count(const std::string& text) {
       s.pop_back();
     }
   }
-  char* end = nullptr;
-  const double v = s.empty() ? 0 : std::strtod(s.c_str(), &end) * scale;
-  if (s.empty() || *end != '\0' || !(v >= 1 && v <= 1e18))
+  const std::optional<double> n = parse_number(s);
+  const double v = n ? *n * scale : 0;
+  if (!(v >= 1 && v <= 1e18))
     throw InputError("--train-tokens: expected a token count from 1 to 1e18, such as 1e12, 300B or 15T, got '" + text + "'");
   return v;
 }
@@ -106,9 +114,8 @@ std::map<std::string, double> parse_gpu_cost(const std::string& text) {
     const auto eq = item.rfind('=');
     const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
     const std::string value = eq == std::string::npos ? item : item.substr(eq + 1);
-    char* end = nullptr;
-    const double usd = value.empty() ? 0 : std::strtod(value.c_str(), &end);
-    if (value.empty() || *end != '\0' || !(usd > 0) || !std::isfinite(usd) || (eq != std::string::npos && name.empty()))
+    const double usd = parse_number(value).value_or(0);
+    if (!(usd > 0) || (eq != std::string::npos && name.empty()))
       throw InputError("--gpu-cost: expected USD a GPU-hour or GPU=USD,..., got '" + item + "'");
     std::string key;
     try {
@@ -154,9 +161,9 @@ Options parse_analysis_options(const Args& args) {
       if (text == "true" || text == "false") {
         v = text == "true" ? 1 : 0;
       } else {
-        char* end = nullptr;
-        v = std::strtod(text.c_str(), &end);
-        if (*end != '\0' || !std::isfinite(v)) throw InputError("--value " + name + ": expected a number, got '" + text + "'");
+        const std::optional<double> n = parse_number(text);
+        if (!n) throw InputError("--value " + name + ": expected a number, got '" + text + "'");
+        v = *n;
       }
       opt.dims.values[name] = v;
     }
@@ -347,9 +354,8 @@ int64_t Args::get_int(const std::string& flag, int64_t fallback, int64_t min) co
 double Args::get_double(const std::string& flag, double fallback, bool allow_zero) const {
   if (!has(flag)) return fallback;
   const std::string s = get(flag);
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || *end != '\0' || !(v > 0 || (allow_zero && v == 0)) || !std::isfinite(v))
+  const double v = parse_number(s).value_or(-1);
+  if (!(v > 0 || (allow_zero && v == 0)))
     throw InputError(flag + ": expected a " + (allow_zero ? "non-negative" : "positive") + " number, got '" + s + "'");
   return v;
 }

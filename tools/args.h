@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@ class Args {
 };
 
 int64_t parse_int(const std::string& text, const std::string& what);
+// `text` as a number when all of it is one and it is finite (strtod's syntax), else nothing.
+std::optional<double> parse_number(const std::string& text);
 std::vector<std::string> split(const std::string& s, char sep);
 bool stdout_is_tty();
 

@@ -295,10 +295,9 @@ std::string parse_speculative(const std::string& text, GenerationOptions& gen) {
       count = true;
     } else if (eq != std::string::npos && part.substr(0, eq) == "accept") {
       if (accept) throw InputError("--speculative: accept= given twice in '" + text + "'");
-      char* end = nullptr;
       const std::string v = part.substr(eq + 1);
-      gen.acceptance = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(gen.acceptance > 0 && gen.acceptance <= 1))
+      gen.acceptance = parse_number(v).value_or(0);
+      if (!(gen.acceptance > 0 && gen.acceptance <= 1))
         throw InputError("--speculative: accept must be a probability in (0, 1], got '" + v + "'");
       accept = true;
     } else if (eq != std::string::npos && part.substr(0, eq) == "draft") {
