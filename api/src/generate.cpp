@@ -473,11 +473,25 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     throw InputError("--speculative: the acceptance is a probability in (0, 1]");
   if (draft && gen.speculative == 0) throw InputError("--speculative: a draft model needs a count of proposed tokens");
   if (options.mode != Mode::inference) throw InputError("--generate predicts inference (no --mode training)");
-  if (options.parallel.active) check_inference_parallel(options.parallel);
+  if (options.parallel.active) check_inference_parallel(options.parallel, true);
   GenerationAnalysis a;
   a.gen = gen;
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
-  a.prefill = prepare(d.prefill, prefill_options(options, d, a.batch, gen.prompt));
+  a.pp = options.parallel.active ? std::max(1, options.parallel.pp) : 1;
+  if (a.pp > 1 && (gen.speculative > 0 || draft))
+    throw InputError("--speculative with --parallel pp: speculative decoding is predicted on one pipeline stage "
+                     "(vLLM runs it without pipeline parallelism)");
+  // Serving engines place whole layers on the stages (vLLM: at least one a stage).
+  if (a.pp > 1 && d.layers + d.state_layers > 0 && a.pp > d.layers + d.state_layers)
+    throw InputError("--parallel pp=" + std::to_string(a.pp) + ": the model has " +
+                     std::to_string(d.layers + d.state_layers) + " layers, and a pipeline stage holds at least one");
+  // The phases run one microbatch of the pipeline's (the whole batch without one), each
+  // analysed as one GPU group's whole model: the stages are cut from its nodes' times.
+  a.microbatches = static_cast<int>(std::min<int64_t>(a.pp, a.batch));
+  a.micro_batch = (a.batch + a.microbatches - 1) / a.microbatches;
+  Options base = options;
+  base.parallel.pp = 1;
+  a.prefill = prepare(d.prefill, prefill_options(base, d, a.micro_batch, gen.prompt));
   a.prefill.memory.reset();  // the generation counts its memory itself (KV cache, serving share)
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
   const int64_t first = d.decoder_cached(gen.prompt), last = first + gen.new_tokens - 1;
@@ -486,7 +500,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     if (!a.kv.empty() && a.kv.back() == kv) continue;
     a.kv.push_back(kv);
     // Speculative decoding: the step verifies the proposed tokens and the one after them.
-    Options step = phase_options(options, d, a.batch, 1 + gen.speculative, kv, true);
+    Options step = phase_options(base, d, a.micro_batch, 1 + gen.speculative, kv, true);
     bind_encoder_lengths(step, d.step.model.graph, d, gen.prompt);
     a.steps.push_back(prepare(d.step, step));
     a.steps.back().memory.reset();
@@ -500,13 +514,13 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
   if (!d.tied_head_weight.empty())  // read by every step, held once: as the embedding
     a.tied_weight_bytes = gemm_weight_bytes(a.prefill.graph.find(d.tied_head_weight), options);
-  a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.batch);
+  a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.micro_batch);
   if (!d.prefill_is_step && !a.steps.empty()) {
     double step = 0, step_embedding = 0;
     weight_bytes(a.steps.front().graph, options, step, step_embedding);
     a.prefill_only_bytes = std::max(0.0, a.weight_bytes - step);
   }
-  a.activation_bytes = activation_use(a.prefill, options).largest_kernel_bytes;
+  a.activation_bytes = activation_use(a.prefill, base).largest_kernel_bytes;
   // The cache is held as the activations are (BF16 under fp8 and fp4) unless --kv-dtype says.
   const DType kv_dtype = options.kv_dtype != DType::undefined ? options.kv_dtype
                          : options.dtype != DType::undefined ? activation_dtype(options.dtype)
@@ -528,6 +542,47 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
 }
 
 namespace {
+
+// One phase (the prefill, a decode step) of one microbatch, `r` its report, on the pipeline:
+// the stages cut from its nodes' times, the longest send between them on `link`, and the
+// pipeline's time for every microbatch.
+struct PipelinedPhase {
+  double ms = 0;     // the pipeline's time
+  double scale = 1;  // ms over the microbatch's time through every stage (r's)
+  std::vector<double> stage_ms;
+  double hop_ms = 0;
+  std::vector<int> cuts;
+};
+
+PipelinedPhase pipelined(const Analysis& an, const Report& r, const Link& link, int pp, int microbatches, bool prefill) {
+  std::vector<double> node_ms(r.nodes.size());
+  double sum = 0;
+  for (size_t i = 0; i < r.nodes.size(); ++i) sum += node_ms[i] = r.nodes[i].latency_ms;
+  // Kernels tied to no node spread over the stages as the nodes' time does.
+  if (sum > 0 && r.e2e_latency_ms > sum)
+    for (double& t : node_ms) t *= r.e2e_latency_ms / sum;
+  const InferenceStages st = inference_stages(an.graph, an.kernels.kernels, node_ms, pp, link);
+  PipelinedPhase p;
+  p.stage_ms = st.stage_ms;
+  p.cuts = st.cuts;
+  p.hop_ms = p2p_ms(st.send_bytes, link);
+  p.ms = prefill ? pipelined_prefill_ms(p.stage_ms, p.hop_ms, microbatches)
+                 : pipelined_step_ms(p.stage_ms, p.hop_ms, microbatches);
+  p.scale = r.e2e_latency_ms > 0 ? p.ms / r.e2e_latency_ms : 1.0;
+  return p;
+}
+
+// A phase's classes on one GPU of the pipeline: its stage's kernels for every microbatch, the
+// stages' mean (microbatches / pp of one microbatch's through every stage), and "pipeline" the
+// rest of the phase's time: the stages' idle time and their sends.
+void pipeline_classes(std::map<std::string, double>& by_class, double& attention_ms, double phase_ms, int microbatches,
+                      int pp) {
+  const double share = double(microbatches) / double(pp);
+  double busy = 0;
+  for (auto& [c, ms] : by_class) busy += ms *= share;
+  attention_ms *= share;
+  by_class["pipeline"] = std::max(0.0, phase_ms - busy);
+}
 
 // Speculative decoding's fixed part: the tokens a step yields and, with a draft model, its
 // prefill (added to the first token) and its memory.
@@ -554,7 +609,7 @@ void speculative_setup(const GenerationAnalysis& a, const Gpu& gpu, const Option
 // The sampled decode steps (under speculative decoding: a verifying step and its drafts per
 // token yielded), then every step interpolated, TPOT, total and tokens/s.
 void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options,
-                  GenerationReport& g) {
+                  const Link& pp_link, GenerationReport& g) {
   auto& sp = g.speculative;
   const double proposed = double(sp.proposed);
   std::vector<double> step_ms, low_ms, high_ms, step_bytes;
@@ -575,8 +630,20 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
     unit[i] = 1;
     const double steps = interpolated_sum(a.kv, unit);
     const double per_token = sp.proposed > 0 ? 1 / sp.tokens_per_step : 1.0;
-    add_kernels(s, steps * per_token, g.time);
+    // Pipeline parallelism: one GPU runs its stage's kernels for every microbatch a round.
+    const double gpu_share = a.pp > 1 ? double(a.microbatches) / double(a.pp) : 1.0;
+    add_kernels(s, steps * per_token * gpu_share, g.time);
     GenerationStep st{a.kv[i], s.e2e_latency_ms, s.e2e_low(), s.e2e_high(), s.totals_by_class, s.attention_ms};
+    if (a.pp > 1) {
+      const PipelinedPhase p = pipelined(a.steps[i], s, pp_link, a.pp, a.microbatches, false);
+      st.latency_ms = p.ms;
+      st.low_ms *= p.scale;
+      st.high_ms *= p.scale;
+      pipeline_classes(st.by_class, st.attention_ms, p.ms, a.microbatches, a.pp);
+      bytes *= gpu_share;
+      g.step_stage_ms = p.stage_ms;  // the last sample's stays
+      g.step_hop_ms = p.hop_ms;
+    }
     if (sp.proposed > 0) {
       double draft_ms = 0, draft_low = 0, draft_high = 0;
       if (a.draft && i < a.draft->steps.size()) {
@@ -651,7 +718,30 @@ double kv_share_of(int64_t kv_heads, double tp) {
 // Memory: the whole and one GPU's (tensor parallel: 1/tp of the weights, Megatron splitting
 // every GEMM weight and the vocabulary; the norms' vectors, replicated, are negligible), the
 // sequences that fit, and a warning when one GPU's memory is short.
-void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, GenerationReport& g, Report& r) {
+// The weights the fullest pipeline stage holds: every weight a node of the stage reads (a tied
+// LM head's table on the first stage and on the last, as vLLM keeps them); weights read by no
+// top-level node (a control-flow body's) spread evenly.
+double stage_weight_bytes(const GenerationAnalysis& a, const Options& options, const std::vector<int>& cuts) {
+  const Graph& g = a.prefill.graph;
+  const int pp = static_cast<int>(cuts.size()) - 1;
+  std::map<std::string, std::set<int>> stages_of;
+  for (int s = 0; s < pp; ++s)
+    for (int i = cuts[static_cast<size_t>(s)]; i < cuts[static_cast<size_t>(s) + 1]; ++i)
+      for (const auto& name : g.nodes[static_cast<size_t>(i)].inputs) stages_of[name].insert(s);
+  double fullest = 0;
+  for (int s = 0; s < pp; ++s) {
+    double all = 0, embedding = 0;
+    weight_bytes(g, options, all, embedding, [&](const std::string& name) {
+      auto it = stages_of.find(name);
+      return it == stages_of.end() ? 1.0 / pp : it->second.count(s) ? 1.0 : 0.0;
+    });
+    fullest = std::max(fullest, all);
+  }
+  return fullest;
+}
+
+void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options,
+            const std::vector<int>& stage_cuts, GenerationReport& g, Report& r) {
   const auto& sp = g.speculative;
   g.kv_cache_bytes = a.kv_cache_bytes;
   g.kv_dtype = dtype_name(a.kv_dtype);
@@ -661,16 +751,22 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   g.activation_bytes = a.activation_bytes;
   g.memory_bytes = held + a.kv_cache_bytes + a.activation_bytes + sp.draft_weight_bytes + sp.draft_kv_cache_bytes;
   const double tp = double(g.tp);
-  const double kv_share = kv_share_of(d.kv_heads, tp);
+  // Pipeline stages: the fullest stage's weights, and its layers' share of the cache (vLLM
+  // splits the layers evenly).
+  const double stage_held = a.pp > 1 ? stage_weight_bytes(a, options, stage_cuts) : held;
+  const double layer_share = a.pp <= 1 ? 1.0
+                             : d.layers > 0 ? std::ceil(double(d.layers) / a.pp) / double(d.layers)
+                                            : 1.0 / a.pp;
+  const double kv_share = kv_share_of(d.kv_heads, tp) * layer_share;
   const double draft_kv_share = a.draft ? kv_share_of(a.draft_decoder->kv_heads, tp) : 1.0 / tp;
   const double draft_bytes = sp.draft_weight_bytes / tp + sp.draft_kv_cache_bytes * draft_kv_share;
-  g.memory_per_gpu_bytes = held / tp + a.kv_cache_bytes * kv_share + a.activation_bytes + draft_bytes;
+  g.memory_per_gpu_bytes = stage_held / tp + a.kv_cache_bytes * kv_share + a.activation_bytes + draft_bytes;
   // Capacity: the KV cache one more sequence adds against what the weights and the activations
   // leave of the engine's share of the memory (an engine bounds the tokens of a step, so its
   // activations do not grow with the sequences it holds).
   const double per_sequence = (a.kv_cache_bytes * kv_share + sp.draft_kv_cache_bytes * draft_kv_share) / double(a.batch);
   const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB -
-                      (held + sp.draft_weight_bytes) / tp - a.activation_bytes;
+                      (stage_held + sp.draft_weight_bytes) / tp - a.activation_bytes;
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_bw_gbps > 0)
@@ -681,7 +777,7 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, Gener
   if (a.draft) std::snprintf(draft_part, sizeof draft_part, " + draft %.1f", draft_bytes / kGiB);
   char buf[360];
   std::snprintf(buf, sizeof buf, "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s)",
-                g.memory_per_gpu_bytes / kGiB, g.tp > 1 ? " per GPU" : "", g.weight_bytes / tp / kGiB,
+                g.memory_per_gpu_bytes / kGiB, g.gpus() > 1 ? " per GPU" : "", stage_held / tp / kGiB,
                 g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part);
   GpuWarning w;
   w.kind = GpuWarning::Kind::generation_memory;
@@ -722,6 +818,9 @@ void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& optio
     g.execution += ", tensor parallel over " + std::to_string(g.tp) + " GPUs";
     if (g.ep > 1) g.execution += ", experts over " + std::to_string(g.ep) + " of them";
   }
+  if (g.pp > 1)
+    g.execution += ", pipeline parallel over " + std::to_string(g.pp) + " stages (" + std::to_string(g.microbatches) +
+                   (g.microbatches > 1 ? " microbatches" : " microbatch") + ")";
   const auto& sp = g.speculative;
   if (sp.proposed > 0) {
     char buf[160];
@@ -733,7 +832,9 @@ void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& optio
 
 }  // namespace
 
-Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options) {
+Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& given) {
+  Options options = given;  // the phases' analyses: one stage group's whole model
+  options.parallel.pp = 1;
   Report r = predict(a.prefill, d.prefill.model, gpu, options);
   GenerationReport g;
   if (r.throughput) {  // the generation's own rates say the rest
@@ -760,21 +861,43 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   g.ttft_ms = r.e2e_latency_ms;
   g.ttft_low_ms = r.e2e_low();
   g.ttft_high_ms = r.e2e_high();
-  add_kernels(r, 1, g.time);
   g.prefill_by_class = r.totals_by_class;
   g.prefill_attention_ms = r.attention_ms;
   g.tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
   g.ep = g.tp > 1 ? std::max(1, options.parallel.ep) : 1;
+  g.pp = a.pp;
+  g.microbatches = a.microbatches;
+  g.micro_batch = a.micro_batch;
+  Link pp_link;
+  std::vector<int> stage_cuts;
+  if (g.pp > 1) {
+    // Stages tp GPUs apart: within one NVLink domain while all tp x pp GPUs fit in it.
+    pp_link = link_for(gpu, options.parallel.link_gbps, g.tp * g.pp);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", pp_link.kind.c_str(), pp_link.spec_gbps,
+                  pp_link.efficiency);
+    g.pp_link = buf;
+    const PipelinedPhase p = pipelined(a.prefill, r, pp_link, g.pp, g.microbatches, true);
+    g.ttft_ms = p.ms;
+    g.ttft_low_ms *= p.scale;
+    g.ttft_high_ms *= p.scale;
+    g.prefill_stage_ms = p.stage_ms;
+    g.prefill_hop_ms = p.hop_ms;
+    stage_cuts = p.cuts;
+    pipeline_classes(g.prefill_by_class, g.prefill_attention_ms, p.ms, g.microbatches, g.pp);
+    g.prefill_tflops *= double(g.microbatches) / double(g.pp) / p.scale;  // one GPU's FLOPs over TTFT
+  }
+  add_kernels(r, g.pp > 1 ? double(g.microbatches) / double(g.pp) : 1.0, g.time);
   speculative_setup(a, gpu, options, g);
-  decode_steps(a, d, gpu, options, g);
+  decode_steps(a, d, gpu, options, pp_link, g);
   if (const double usd = options.gpu_cost(gpu); usd > 0 && g.tokens_per_s > 0) {
-    const UsdRange c = usd_per_m_tokens(usd, g.tp, g.tokens_per_s, g.tokens_per_s_low, g.tokens_per_s_high);
+    const UsdRange c = usd_per_m_tokens(usd, g.gpus(), g.tokens_per_s, g.tokens_per_s_low, g.tokens_per_s_high);
     g.usd_per_gpu_hour = usd;
     g.usd_per_m_tokens = c.usd;
     g.usd_per_m_tokens_low = c.low;
     g.usd_per_m_tokens_high = c.high;
   }
-  memory(a, d, gpu, g, r);
+  memory(a, d, gpu, options, stage_cuts, g, r);
   execution(a, gpu, options, r, g);
   // A --kv-dtype narrower than the attention's reads: only FlashAttention reads the cache in
   // its own type; MatMul and Softmax attention (FP32 models, --attention unfused) read it in

@@ -107,12 +107,16 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
   return global_batch / replicas;
 }
 
-void check_inference_parallel(const ParallelConfig& c) {
-  if (c.dp != 1 || c.pp != 1 || c.cp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel ||
-      c.virtual_stages != 1)
-    throw InputError("--parallel for inference takes tp=N alone: dp, pp, cp, microbatches, zero and sp split training "
-                     "batches, stages, sequences, optimizer state and the sequence's data path (--mode training)");
+void check_inference_parallel(const ParallelConfig& c, bool pipeline) {
+  if (c.pp != 1 && !pipeline)
+    throw InputError("--parallel for inference takes tp=N alone: pipeline stages (pp) are predicted for a generation "
+                     "(--generate) and for training (--mode training)");
+  if (c.dp != 1 || c.cp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel || c.virtual_stages != 1)
+    throw InputError(std::string("--parallel for inference takes tp=N") + (pipeline ? " and pp=N" : "") +
+                     " alone: dp, cp, microbatches, zero and sp split training batches, sequences, optimizer state and "
+                     "the sequence's data path (--mode training)");
   if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");
+  if (c.pp < 1) throw InputError("--parallel: pp must be at least 1");
   if (c.ep < 1 || c.tp % c.ep != 0)
     throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide tp=" + std::to_string(c.tp) +
                      " (the experts spread over ep of the tensor-parallel GPUs; ep=tp as vLLM's --enable-expert-parallel)");

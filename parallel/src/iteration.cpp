@@ -467,6 +467,49 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
 
 }  // namespace
 
+InferenceStages inference_stages(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<double>& node_ms,
+                                 int pp, const Link& link) {
+  const size_t nn = g.nodes.size();
+  if (nn == 0) throw InputError("--parallel: the model has no nodes");
+  if (pp < 1) throw InputError("--parallel: pp must be at least 1");
+  std::vector<double> cum(nn + 1, 0);
+  for (size_t i = 0; i < nn; ++i) cum[i + 1] = cum[i] + (i < node_ms.size() ? node_ms[i] : 0.0);
+  const std::vector<double> cross =
+      parallel_detail::crossing_bytes(data_path_tensors(g, compute_dtype(kernels)), nn);
+  InferenceStages st;
+  // choose_cuts prices a cut's two sends (a training step's activation and its gradient); the
+  // forward-only pipeline sends once, which orders the candidate cuts the same way.
+  st.cuts = choose_cuts(cum, cross, pp, [&](double bytes) { return p2p_ms(bytes, link); });
+  for (int s = 0; s < pp; ++s) {
+    const auto from = static_cast<size_t>(st.cuts[static_cast<size_t>(s)]);
+    const auto to = static_cast<size_t>(st.cuts[static_cast<size_t>(s) + 1]);
+    st.stage_ms.push_back(cum[to] - cum[from]);
+    if (s > 0) st.send_bytes = std::max(st.send_bytes, cross[from]);
+  }
+  return st;
+}
+
+double pipelined_prefill_ms(const std::vector<double>& stage_ms, double hop_ms, int microbatches) {
+  if (stage_ms.empty()) return 0;
+  double sum = 0, slowest = 0;
+  for (double t : stage_ms) {
+    sum += t;
+    slowest = std::max(slowest, t);
+  }
+  return sum + double(stage_ms.size() - 1) * hop_ms + double(std::max(microbatches, 1) - 1) * slowest;
+}
+
+double pipelined_step_ms(const std::vector<double>& stage_ms, double hop_ms, int microbatches) {
+  if (stage_ms.empty()) return 0;
+  double sum = 0, slowest = 0;
+  for (double t : stage_ms) {
+    sum += t;
+    slowest = std::max(slowest, t);
+  }
+  const double one_token = sum + (stage_ms.size() > 1 ? double(stage_ms.size()) * hop_ms : 0.0);
+  return std::max(one_token, double(std::max(microbatches, 1)) * slowest);
+}
+
 ParallelReport plan_iteration(const Graph& g, const std::vector<Kernel>& kernels, std::vector<Prediction>& preds,
                               const Gpu& gpu, const ParallelConfig& cfg, int64_t global_batch, int64_t micro_batch,
                               const std::vector<SavedActivation>& saved) {

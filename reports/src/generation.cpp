@@ -59,6 +59,22 @@ std::string kv_cache_formula(const GenerationReport& g) {
 // interval_text of a time in ms.
 std::string ms_interval(double low, double high) { return interval_text(high > low, format_ms(low), format_ms(high), " ms"); }
 
+// Pipeline parallelism: the stages, microbatches, link, and one microbatch's stage times.
+json pipeline_json(const GenerationReport& g) {
+  auto finite_all = [](std::vector<double> v) {
+    for (double& x : v) x = finite(x);
+    return v;
+  };
+  return {{"stages", g.pp},
+          {"microbatches", g.microbatches},
+          {"micro_batch", g.micro_batch},
+          {"link", g.pp_link},
+          {"prefill_stage_ms", finite_all(g.prefill_stage_ms)},
+          {"step_stage_ms", finite_all(g.step_stage_ms)},
+          {"prefill_send_ms", finite(g.prefill_hop_ms)},
+          {"step_send_ms", finite(g.step_hop_ms)}};
+}
+
 }  // namespace
 
 namespace detail {
@@ -104,6 +120,8 @@ json generation_json(const GenerationReport& g) {
           {"memory_bytes", finite(g.memory_bytes)},
           {"tensor_parallel", g.tp},
           {"expert_parallel", g.ep},
+          {"pipeline_parallel", g.pp},
+          {"gpus", g.gpus()},
           {"memory_per_gpu_bytes", finite(g.memory_per_gpu_bytes)},
           {"max_batch", g.max_batch},
           {"weight_read_ms", finite(g.weight_read_ms)},
@@ -148,6 +166,7 @@ json generation_json(const GenerationReport& g) {
                        {"next_tpot_ms", finite(slo.next_tpot_ms)},
                        {"next_ttft_ms", finite(slo.next_ttft_ms)},
                        {"limit", slo.limit()}};
+  if (g.pp > 1) out["pipeline"] = pipeline_json(g);
   const auto& sp = g.speculative;
   if (sp.proposed > 0)
     out["speculative"] = {{"proposed", sp.proposed},
@@ -325,7 +344,7 @@ std::string utilization_line(const GenerationReport& g) {
     parts = "prefill " + num(100 * g.prefill_mfu(), 1) + "% of the " + g.prefill_peak_math + " dense peak (MFU)";
   if (g.decode_mbu > 0)
     parts += (parts.empty() ? "" : ", ") + std::string("decode ") + num(g.decode_gbps, 0) + " GB/s" +
-             (g.tp > 1 ? " a GPU" : "") + ", " + num(100 * g.decode_mbu, 1) + "% of the DRAM bandwidth (MBU)";
+             (g.gpus() > 1 ? " a GPU" : "") + ", " + num(100 * g.decode_mbu, 1) + "% of the DRAM bandwidth (MBU)";
   return parts.empty() ? std::string() : "  utilization          " + parts + "\n";
 }
 
@@ -357,7 +376,7 @@ std::string format_generation(const Report& r, bool color) {
              ? "  cost                 " + pad(format_usd(g.usd_per_m_tokens), 11, true) + " per 1M output tokens" +
                    interval_text(g.usd_per_m_tokens_high > g.usd_per_m_tokens_low, format_usd(g.usd_per_m_tokens_low),
                                  format_usd(g.usd_per_m_tokens_high), "") +
-                   " at " + format_usd(g.usd_per_gpu_hour) + " a GPU-hour" + (g.tp > 1 ? " x " + std::to_string(g.tp) + " GPUs" : "") + "\n"
+                   " at " + format_usd(g.usd_per_gpu_hour) + " a GPU-hour" + (g.gpus() > 1 ? " x " + std::to_string(g.gpus()) + " GPUs" : "") + "\n"
              : std::string())
      << utilization_line(g)
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
@@ -373,11 +392,29 @@ std::string format_generation(const Report& r, bool color) {
        << (g.encoder_decoder() ? std::to_string(g.decoder_tokens) + " decoder + " + std::to_string(g.encoder_tokens) + " encoder"
                                : std::to_string(g.prompt + g.new_tokens))
        << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
-       << "% of " << (g.tp > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
+       << "% of " << (g.gpus() > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
   os << target_lines(g);
   if (g.tp > 1)
-    os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link << "; "
-       << bytes_text(g.memory_per_gpu_bytes) << " per GPU; times and the bound are one GPU's)\n";
+    os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link
+       << (g.pp > 1 ? ")\n" : "; " + bytes_text(g.memory_per_gpu_bytes) + " per GPU; times and the bound are one GPU's)\n");
+  if (g.pp > 1) {
+    // Each stage's time, or past eight stages their range.
+    auto stages = [](const std::vector<double>& ms) {
+      if (ms.size() > 8) {
+        const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());
+        return format_ms(*lo) + " to " + format_ms(*hi);
+      }
+      std::string t;
+      for (double v : ms) t += (t.empty() ? "" : " / ") + format_ms(v);
+      return t;
+    };
+    os << "  pipeline parallel    " << pad(std::to_string(g.pp) + " stages", 11, true) << " (" << g.pp_link << "; "
+       << g.microbatches << (g.microbatches > 1 ? " microbatches" : " microbatch") << " of up to " << g.micro_batch
+       << (g.micro_batch > 1 ? " sequences" : " sequence") << "; " << bytes_text(g.memory_per_gpu_bytes)
+       << " per GPU, the fullest stage's; one microbatch's stages: prefill " << stages(g.prefill_stage_ms)
+       << " ms, decode step " << stages(g.step_stage_ms) << " ms; classes are one GPU's, 'pipeline' its idle time and "
+       << "sends)\n";
+  }
   if (g.speculative.proposed > 0) {
     const auto& sp = g.speculative;
     os << "  speculative          " << pad(num(sp.tokens_per_step, 2) + " tokens", 11, true) << " a step (" << sp.proposed

@@ -452,12 +452,50 @@ class Generate(unittest.TestCase):
             self.assertIn(f"tensor parallel over {tp} GPUs", g["execution"])
             prev = g
         out = os.path.join(self.dir, "r.json")
-        for spec in ("dp=2", "tp=2,pp=2"):
+        for spec in ("dp=2", "tp=2,pp=2,microbatches=4"):
             rc, so, se = run("--config", LLAMA3_8B, "--generate", "8:8", "--gpu", "h100", "--parallel", spec, "--json", out)
             self.assertEqual(rc, 2, se)
             self.assertEqual(len(se.strip().splitlines()), 1, se)
-            self.assertIn("tp=N alone", se)
+            self.assertIn("tp=N and pp=N alone", se)
             self.assertFalse(os.path.exists(out))
+
+    def test_pipeline_parallel_generation(self):
+        # Llama 3 8B on 2 x 2 GPUs, vLLM's --tensor-parallel-size 2 --pipeline-parallel-size 2:
+        # 16 sequences as two microbatches of 8, each stage serving both a decode round.
+        args = ("--config", LLAMA3_8B, "--generate", "512:32", "--gpu", "h100", "--batch", "16", "--gpu-cost", "2")
+        tp = self.gen_json(*args, "--parallel", "tp=2")["generation"]
+        half = self.gen_json("--config", LLAMA3_8B, "--generate", "512:32", "--gpu", "h100", "--batch", "8",
+                             "--parallel", "tp=2")["generation"]
+        g = self.gen_json(*args, "--parallel", "tp=2,pp=2")["generation"]
+        self.assertEqual((g["tensor_parallel"], g["pipeline_parallel"], g["gpus"]), (2, 2, 4))
+        p = g["pipeline"]
+        self.assertEqual((p["stages"], p["microbatches"], p["micro_batch"]), (2, 2, 8))
+        self.assertEqual(len(p["prefill_stage_ms"]), 2)
+        self.assertIn("pipeline parallel over 2 stages (2 microbatches)", g["execution"])
+        # A round is at least one microbatch's step through both stages.
+        self.assertGreaterEqual(g["tpot_ms"], half["tpot_ms"])
+        self.assertLess(g["tpot_ms"], 1.2 * half["tpot_ms"])
+        # Each GPU holds about half of what a tp=2 GPU holds; the cost counts four GPUs' hours.
+        self.assertLess(g["memory_per_gpu_bytes"], 0.6 * tp["memory_per_gpu_bytes"])
+        self.assertAlmostEqual(g["usd_per_m_tokens"], 2 * 4 / 3600 / g["tokens_per_s"] * 1e6,
+                               delta=1e-9 * g["usd_per_m_tokens"])
+        self.assertAlmostEqual(sum(g["prefill_by_class_ms"].values()), g["ttft_ms"], delta=1e-6 * g["ttft_ms"])
+        rc, so, se = run(*args, "--parallel", "tp=2,pp=2")
+        self.assertEqual(rc, 0, se)
+        self.assertIn("pipeline parallel", so)
+        self.assertIn("x 4 GPUs", so)
+        # Outside a generation pipeline stages are training's: one line, exit 2, no file.
+        out = os.path.join(self.dir, "pp.json")
+        rc, so, se = run("--config", LLAMA3_8B, "--batch", "2", "--seq", "64", "--gpu", "h100", "--parallel", "pp=2",
+                         "--json", out)
+        self.assertEqual(rc, 2, se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertIn("--generate", se)
+        self.assertFalse(os.path.exists(out))
+        rc, so, se = run(*args, "--parallel", "pp=2", "--speculative", "3", "--json", out)
+        self.assertEqual(rc, 2, se)
+        self.assertEqual(len(se.strip().splitlines()), 1, se)
+        self.assertFalse(os.path.exists(out))
 
     def test_expert_parallel_generation(self):
         # Mixtral (8 experts, top-2) on 4 GPUs: each expert split 4 ways, or 2 whole experts per GPU.

@@ -198,6 +198,12 @@ class Analyze(unittest.TestCase):
             spec = f"2,accept=0.6,draft={step}"
             want = run_json("--config", small, "--gpu", "h100", "--generate", "64:8", "--speculative", spec)
             self.assertTrue(same(n.generate(small, "h100", 64, 8, speculative=spec), want))
+            # Pipeline stages (vLLM's --pipeline-parallel-size) beside tensor parallelism.
+            want = run_json("--config", small, "--gpu", "h100,l40s", "--generate", "64:8", "--batch", "4",
+                            "--parallel", "tp=2,pp=2")
+            got = n.generate(small, ["h100", "l40s"], 64, 8, batch=4, parallel={"tp": 2, "pp": 2})
+            self.assertTrue(same(got, want))
+            self.assertEqual(got[0]["generation"]["pipeline"]["microbatches"], 2)
             want = run_json("--config", small, "--gpu", "h100", "--generate", "64:8", "--kv-dtype", "fp8")
             self.assertTrue(same(n.generate(small, "h100", 64, 8, kv_dtype="fp8"), want))
             # A latency target: the batch searched per GPU, as --tpot-slo.

@@ -32,7 +32,7 @@ DTYPES = [None, "fp32", "tf32", "fp16", "bf16", "fp8", "fp4", "int8", "int4", "x
 FUSIONS = [None, "none", "eager", "full", "x", 0]
 TIMINGS = [None, "device", "kernel", "eager", "x"]
 PARALLEL = [None, "tp=2", "dp=2,tp=2,pp=2", "pp=2,microbatches=4,schedule=1f1b", "tp=0", "tp=-1",
-            "tp=99999999999", "tp=2,ep=2", {"tp": 2}, {"tp": "x"}, {"zz": 1}, "garbage", 3]
+            "tp=99999999999", "tp=2,ep=2", {"tp": 2}, {"tp": "x"}, {"zz": 1}, "garbage", 3, "tp=2,pp=2", "pp=3"]
 LINK_BW = [None, 100, 900.5, 0, -5, NAN, INF, "x"]
 PREDICTORS = ["neusight", "roofline", "neusight-paper", "x", None]
 WEIGHTS = [None, "/no/such/weights", 3]

@@ -247,6 +247,60 @@ TEST_CASE("generation: decode TPOT at batch 1 is at least the weights over DRAM 
   }
 }
 
+TEST_CASE("generation: pipeline stages keep the model's time per token and split its memory") {
+  ModelConfig c = small_llama(8, 2);
+  c.layers = 8;
+  const Decoder d = config_decoder(c);
+  auto with = [&](int64_t batch, const std::string& spec) {
+    Options o = serving(DType::bf16, batch);
+    if (!spec.empty()) {
+      o.parallel = parse_parallel(spec);
+      o.parallel.active = true;
+    }
+    return generate(d, o, 256, 16, "h100");
+  };
+  // A batch of one is one microbatch: its token crosses both stages and a send each way.
+  const GenerationReport one = with(1, ""), one_pp = with(1, "pp=2");
+  CHECK(one_pp.microbatches == 1);
+  CHECK(one_pp.tpot_ms > one.tpot_ms);
+  CHECK(one_pp.tpot_ms < 1.05 * one.tpot_ms);
+  CHECK(one_pp.ttft_ms > one.ttft_ms);
+  CHECK(one_pp.ttft_ms < 1.05 * one.ttft_ms);
+  // Eight sequences over two stages: two microbatches of four, each stage serving both a round,
+  // so a round is at least one microbatch's whole step, within the slower stage's imbalance.
+  const GenerationReport four = with(4, ""), eight_pp = with(8, "pp=2");
+  CHECK(eight_pp.microbatches == 2);
+  CHECK(eight_pp.micro_batch == 4);
+  CHECK(eight_pp.gpus() == 2);
+  CHECK(eight_pp.tpot_ms >= four.tpot_ms);
+  CHECK(eight_pp.tpot_ms < 1.25 * four.tpot_ms);
+  REQUIRE(eight_pp.prefill_stage_ms.size() == 2);
+  REQUIRE(eight_pp.step_stage_ms.size() == 2);
+  // The classes are one GPU's, "pipeline" the rest: they add up to the phase.
+  double prefill = 0, decode = 0;
+  for (const auto& [cls, ms] : eight_pp.prefill_by_class) prefill += ms;
+  for (const auto& [cls, ms] : eight_pp.decode_by_class) decode += ms;
+  CHECK(prefill == doctest::Approx(eight_pp.ttft_ms));
+  CHECK(decode == doctest::Approx(eight_pp.total_ms - eight_pp.ttft_ms));
+  CHECK(eight_pp.prefill_by_class.at("pipeline") > 0);
+  // Memory: a GPU holds about half the weights and half the layers' cache.
+  const GenerationReport eight = with(8, "");
+  CHECK(eight_pp.kv_cache_bytes == eight.kv_cache_bytes);
+  CHECK(eight_pp.memory_per_gpu_bytes < 0.75 * eight.memory_per_gpu_bytes);
+  CHECK(eight_pp.memory_per_gpu_bytes > 0.4 * eight.memory_per_gpu_bytes);
+  CHECK(eight_pp.max_batch > eight.max_batch);
+  // Speculative decoding is predicted on one stage.
+  Options o = serving(DType::bf16, 8);
+  o.parallel = parse_parallel("pp=2");
+  o.parallel.active = true;
+  GenerationOptions g;
+  g.prompt = 64;
+  g.new_tokens = 4;
+  g.speculative = 3;
+  g.acceptance = 0.7;
+  CHECK_THROWS_AS(prepare_generation(d, o, g), InputError);
+}
+
 TEST_CASE("generation: interpolated decode steps agree with predicting every step") {
   const Decoder d = config_decoder(small_llama(8, 2));
   const GenerationReport few = generate(d, serving(DType::f16, 2), 300, 48, "h100");

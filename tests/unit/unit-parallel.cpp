@@ -241,10 +241,13 @@ TEST_CASE("parallel: the all-reduce the libraries pick is the fastest form the l
   CHECK(allreduce_ms(1e6, 1, nv) == 0);
 }
 
-TEST_CASE("parallel: inference takes tensor parallelism alone") {
+TEST_CASE("parallel: inference takes tensor parallelism alone, a generation pipeline stages too") {
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8")));
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("dp=2")), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,pp=2")), InputError);
+  CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=2,pp=2"), true));
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("pp=2,dp=2"), true), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("pp=2,microbatches=4"), true), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,microbatches=2")), InputError);
   // Experts over ep of the tp GPUs: ep divides tp (training: ep of the dp GPUs, below).
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8,ep=8")));
@@ -254,6 +257,26 @@ TEST_CASE("parallel: inference takes tensor parallelism alone") {
   // Training spreads the experts over ep of the dp GPUs: ep divides dp.
   CHECK(parallel_micro_batch(parse_parallel("dp=4,ep=2"), Mode::training, 8) == 2);
   CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,ep=4"), Mode::training, 8), InputError);
+}
+
+TEST_CASE("parallel: a serving pipeline's prefill and decode round, worked by hand") {
+  // Stages of 3 and 5 ms, a send of 1 ms. Two microbatches: the prefill's second one leaves
+  // the first stage at 6 and the second at 6 + 1 + 5 = 12 (the first one's 3 + 1 + 5 = 9 ends
+  // before), so 3 + 5 + 1 + 5 = 14; a decode round is one token's 8 ms and two sends (to the
+  // second stage, back to the first) against the slower stage serving both microbatches, 10.
+  CHECK(pipelined_prefill_ms({3, 5}, 1, 2) == doctest::Approx(14));
+  CHECK(pipelined_step_ms({3, 5}, 1, 2) == doctest::Approx(10));
+  CHECK(pipelined_step_ms({3, 5}, 0.5, 2) == doctest::Approx(10));  // the slower stage's 2 x 5
+  CHECK(pipelined_step_ms({3, 5}, 2, 2) == doctest::Approx(12));    // one token's 8 + 2 x 2
+  // One microbatch (a batch of one): the stages one after another, the pipeline a cost.
+  CHECK(pipelined_prefill_ms({3, 5}, 1, 1) == doctest::Approx(9));
+  CHECK(pipelined_step_ms({3, 5}, 1, 1) == doctest::Approx(10));
+  // Four equal stages, four microbatches: the fill (pp - 1) and the microbatches.
+  CHECK(pipelined_prefill_ms({2, 2, 2, 2}, 0, 4) == doctest::Approx(14));
+  CHECK(pipelined_step_ms({2, 2, 2, 2}, 0, 4) == doctest::Approx(8));
+  // One stage: no sends.
+  CHECK(pipelined_step_ms({7}, 3, 1) == doctest::Approx(7));
+  CHECK(pipelined_prefill_ms({7}, 3, 1) == doctest::Approx(7));
 }
 
 TEST_CASE("parallel: a tensor-parallel all-reduce carries the interval of the link's efficiency") {

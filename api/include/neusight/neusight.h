@@ -234,6 +234,10 @@ Decoder onnx_decoder(LoadedModel model);
 struct GenerationAnalysis {
   GenerationOptions gen;
   int64_t batch = 1;
+  // Pipeline parallelism (--parallel pp): stages, and the batch's microbatches of at most
+  // micro_batch sequences, whose prefill and decode steps the analyses below are.
+  int pp = 1, microbatches = 1;
+  int64_t micro_batch = 1;
   Analysis prefill;
   std::vector<int64_t> kv;        // past length of each sampled decode step
   std::vector<Analysis> steps;
@@ -256,8 +260,9 @@ struct GenerationAnalysis {
   std::shared_ptr<const GenerationAnalysis> draft;
 };
 // Throws InputError for a prompt or new-token count below 1 (or a batch below 1), and for a
-// speculative count below 0 or an acceptance outside (0, 1] (with a count). `draft`: the
-// draft model of speculative decoding (it runs the same batch and options).
+// speculative count below 0 or an acceptance outside (0, 1] (with a count), and for
+// speculative decoding under pipeline parallelism. `draft`: the draft model of speculative
+// decoding (it runs the same batch and options).
 GenerationAnalysis prepare_generation(const Decoder& decoder, const Options& options, const GenerationOptions& gen,
                                       const Decoder* draft = nullptr);
 // The prefill's report (nodes, classes, e2e = the prefill) with Report::generation filled.

@@ -104,12 +104,13 @@ const char* schedule_name(PipelineSchedule s);
 // microbatches that are not a multiple of pp (Megatron-LM's interleaved schedule needs them).
 int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
 
-// Inference (and --generate) takes tensor parallelism alone: one copy of the model over tp
-// GPUs, each running the whole batch, its experts optionally spread over ep of them. Throws
-// InputError for dp, pp, cp, microbatches, zero or sp, which split training batches, stages,
-// sequences and optimizer state, and for an ep that does not divide tp (training spreads the
-// experts over dp instead).
-void check_inference_parallel(const ParallelConfig& config);
+// Inference takes tensor parallelism alone: one copy of the model over tp GPUs, each running
+// the whole batch, its experts optionally spread over ep of them; --generate
+// (`pipeline` true) also pipeline parallelism, pp stages of tp GPUs each (vLLM's
+// --pipeline-parallel-size). Throws InputError for dp, cp, microbatches, zero or sp (and pp
+// where `pipeline` is false), which split training batches, sequences, optimizer state and
+// stages, and for an ep that does not divide tp (training spreads the experts over dp instead).
+void check_inference_parallel(const ParallelConfig& config, bool pipeline = false);
 
 // --- interconnect ------------------------------------------------------------------------
 // Achievable fraction of the link's spec bandwidth for large NCCL transfers (nccl-tests bus
@@ -169,6 +170,32 @@ double p2p_ms(double bytes, const Link& link);
 // again by their own functions after it (plan_iteration).
 void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,
                                       const Link& link);
+
+// --- pipeline parallelism in inference (--generate with pp) ----------------------------------
+// The stages of an inference graph over pp GPUs, placed as training places them: contiguous
+// node ranges balanced by the nodes' predicted times `node_ms` (one per graph node), cut where
+// the least activation data of `kernels`' compute type crosses (a layer's boundary, the
+// residual stream alone). Throws InputError when the graph has fewer parts with work than
+// stages.
+struct InferenceStages {
+  std::vector<int> cuts;         // pp + 1 node positions: stage s holds nodes [cuts[s], cuts[s + 1])
+  std::vector<double> stage_ms;  // per stage: its nodes' time
+  double send_bytes = 0;         // the most activation bytes a cut carries
+};
+InferenceStages inference_stages(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<double>& node_ms,
+                                 int pp, const Link& link);
+
+// vLLM's pipeline-parallel serving: a batch over m microbatches (its virtual engines, one per
+// stage; m = min(pp, batch)), each with its own sequences, the stages working on different
+// microbatches at once. `hop_ms`: one send between stages.
+// The prefill: the m microbatches through the stages one after another (a forward-only
+// pipeline's fill), the last one's first token after the stages' sum, pp - 1 hops and
+// m - 1 times the slowest stage.
+double pipelined_prefill_ms(const std::vector<double>& stage_ms, double hop_ms, int microbatches);
+// A decode round, in which every microbatch gains a token: one microbatch's token crosses
+// every stage and its sampled token returns to the first (pp hops) before its next step, and
+// each stage serves all m microbatches a round: the longer of the two.
+double pipelined_step_ms(const std::vector<double>& stage_ms, double hop_ms, int microbatches);
 
 // --- schedule arithmetic (pure, unit-tested) -----------------------------------------------
 // Idle fraction of a pipeline with equal stages and no communication: (pp-1)/(m+pp-1).

@@ -110,6 +110,21 @@ struct GenerationReport {
   int ep = 1;  // --parallel ep=N: a mixture's experts spread over N of the tp GPUs (the busiest GPU's times)
   std::string link;
   double memory_per_gpu_bytes = 0;
+  // Pipeline parallelism (--parallel pp=N, vLLM's --pipeline-parallel-size): pp stages of tp
+  // GPUs each, the batch over `microbatches` microbatches of at most `micro_batch` sequences
+  // (one per stage, as vLLM's virtual engines, at most the batch). TTFT and each decode step
+  // are then the pipeline's (parallel.h pipelined_prefill_ms, pipelined_step_ms); a class's
+  // time is one GPU's, its stage's kernels for every microbatch (the stages' mean), and
+  // "pipeline" the rest: the stages' idle time and their sends. Memory is the fullest stage's
+  // GPU's. The stages' times for one microbatch: the prefill's and the last sampled step's,
+  // and the longest send between stages (pp_link).
+  int pp = 1;
+  int microbatches = 1;
+  int64_t micro_batch = 0;
+  int gpus() const { return tp * pp; }  // the GPUs one copy of the model runs on
+  std::string pp_link;
+  std::vector<double> prefill_stage_ms, step_stage_ms;
+  double prefill_hop_ms = 0, step_hop_ms = 0;
   // The share of a GPU's memory a serving engine takes for weights, KV cache and activations
   // (vLLM's default gpu_memory_utilization, 0.9).
   static constexpr double kServingMemoryFraction = 0.9;
@@ -305,7 +320,8 @@ struct Report {
   // Multi-GPU training (--parallel): e2e_latency_ms is then this iteration time, while nodes
   // and phase totals are one micro-batch on the GPUs of the model-parallel group.
   std::optional<ParallelReport> parallel;
-  // --generate: e2e_latency_ms, nodes and class totals are then the prefill's forward pass.
+  // --generate: e2e_latency_ms, nodes and class totals are then the prefill's forward pass
+  // (under pipeline parallelism one microbatch's, through every stage).
   std::optional<GenerationReport> generation;
   // One GPU's memory for the run (absent under --parallel and --generate, whose reports count
   // their own per GPU).
