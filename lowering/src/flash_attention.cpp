@@ -475,6 +475,8 @@ double attention_pairs(int64_t queries, int64_t keys, bool causal, int64_t windo
 void emit_flash_kernel(const LowerCtx& c, const FlashProblem& f, std::vector<Kernel>& out) {
   Kernel kr = c.base(KernelClass::gemm, "flash_attention");
   kr.dtype = f.dtype;
+  kr.heads = f.heads;
+  kr.kv_heads = f.kv_heads;
   const double eb = element_bytes(f.dtype);
   const int64_t bh = f.batch * f.heads;
   // Causal: query i (at position keys - queries + i) sees keys - queries + i + 1 keys, the

@@ -120,6 +120,12 @@ KernelList shard_context_parallel(const Graph& g, const KernelList& in, int cp, 
     const double q = attention && !k.operand_elems.empty() ? double(k.operand_elems[0]) : 0;
     const double kv = attention && k.operand_elems.size() > 1 ? double(k.operand_elems[1]) : 0;
     const bool fwd = k.phase == Phase::forward;
+    // Ulysses re-shards whole heads over the group: Transformer Engine's a2a asks that cp
+    // divide a GPU's query heads and its KV heads.
+    if (attention && comm == CpComm::a2a && (k.heads % cp != 0 || k.kv_heads % cp != 0))
+      throw InputError("--parallel cp=" + std::to_string(cp) + ",cp_comm=a2a: Ulysses spreads whole heads over the cp GPUs, and a "
+                       "GPU's attention has " + std::to_string(k.heads) + " query and " + std::to_string(k.kv_heads) +
+                       " KV heads (after tp): cp must divide both (cp_comm=p2p, the ring, takes any)");
     if (attention && comm == CpComm::a2a)
       out.kernels.push_back(alltoall_kernel(k, fwd ? q + kv : q, cp, fwd ? "Q, K and V to 1/cp of the heads" : "the output's gradient to 1/cp of the heads"));
     if (!whole) {

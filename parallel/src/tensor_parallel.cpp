@@ -395,9 +395,13 @@ void split_kernel(Kernel& k, const TpScope& s, int node, int tp, int ep, const s
       rescale_gemm(k, before);
       // FlashAttention's heads split: its Q and K/V operands with them (the ring of context
       // parallelism sends this GPU's K/V).
-      if (k.gemm.batch != before.batch && is_flash_gemm(k))
+      if (k.gemm.batch != before.batch && is_flash_gemm(k)) {
         for (int64_t& e : k.operand_elems)
           e = static_cast<int64_t>(std::ceil(double(e) * double(k.gemm.batch) / double(before.batch)));
+        // A GPU's heads: 1/tp of them, a KV head never split (fewer than tp: one each).
+        k.heads = (k.heads + tp - 1) / tp;
+        k.kv_heads = (k.kv_heads + tp - 1) / tp;
+      }
     } else if (k.cls != KernelClass::collective && k.cls != KernelClass::unknown) {
       shrink_vector(k, tp);
     }

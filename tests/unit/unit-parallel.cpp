@@ -1095,4 +1095,22 @@ TEST_CASE("parallel: Ulysses context parallelism runs 1/cp of the heads on every
   CHECK_THROWS_AS(parse_parallel("cp=2,cp_comm=mesh"), InputError);
   o.parallel = parse_parallel("dp=2,cp_comm=a2a");
   CHECK_THROWS_AS(prepare(m, o), InputError);  // no context-parallel group to exchange over
+  // Whole heads over the group: cp divides a GPU's query heads and its KV heads (8 and 2 here;
+  // under tp=2, 4 and 1). The ring takes any.
+  const LoadedModel llama = build_model(parse_hf_config(R"({"model_type": "llama", "hidden_size": 256,
+      "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2,
+      "vocab_size": 1000, "hidden_act": "silu"})", "llama"));
+  Options lo = test::roofline_options(2, 128, Mode::training, "cp=2,cp_comm=a2a");
+  lo.dtype = DType::bf16;
+  const Analysis two = prepare(llama, lo);
+  for (const Kernel& k : two.kernels.kernels)
+    if (is_flash_gemm(k)) CHECK((k.heads == 8 && k.kv_heads == 2));
+  for (const char* spec : {"cp=4,cp_comm=a2a", "tp=2,cp=2,cp_comm=a2a"}) {
+    lo.parallel = parse_parallel(spec);
+    CHECK_THROWS_AS(prepare(llama, lo), InputError);
+  }
+  lo.parallel = parse_parallel("tp=2,cp=2");
+  const Analysis ring = prepare(llama, lo);
+  for (const Kernel& k : ring.kernels.kernels)
+    if (is_flash_gemm(k)) CHECK((k.heads == 4 && k.kv_heads == 1));
 }

@@ -191,6 +191,9 @@ struct Kernel {
   // parameter needs.
   int a_input = -1, b_input = -1;
   int64_t steps = 1;                      // recurrent kernels: which step (1-based) this is
+  // FlashAttention kernels (is_attention_kernel): the attention's query and KV heads, one GPU's
+  // under tensor parallelism (0: not known).
+  int64_t heads = 0, kv_heads = 0;
   // Kernels of a control-flow body (If branch, Loop / Scan body): the body node that runs
   // it, named "<node>/<body node>" (nested bodies add a level each); `node` is the node of
   // the analysed graph that holds the body.
