@@ -787,6 +787,13 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
   add_gpu_warning(r, std::move(w));
 }
 
+// "nvlink4, 450 GB/s x 0.80 per direction": a link as the report names it.
+std::string link_text(const Link& link) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", link.kind.c_str(), link.spec_gbps, link.efficiency);
+  return buf;
+}
+
 // Whether the decode step's attention runs as FlashAttention (16-bit attention under full).
 bool flash_step(const GenerationAnalysis& a) {
   const auto& step_kernels = a.steps.front().kernels.kernels;
@@ -811,10 +818,7 @@ void execution(const GenerationAnalysis& a, const Gpu& gpu, const Options& optio
   else
     g.execution = timing + ", unfused attention, " + elementwise + flags;
   if (g.tp > 1) {
-    const Link link = link_for(gpu, options.parallel.link_gbps, g.tp);
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", link.kind.c_str(), link.spec_gbps, link.efficiency);
-    g.link = buf;
+    g.link = link_text(link_for(gpu, options.parallel.link_gbps, g.tp));
     g.execution += ", tensor parallel over " + std::to_string(g.tp) + " GPUs";
     if (g.ep > 1) g.execution += ", experts over " + std::to_string(g.ep) + " of them";
   }
@@ -873,10 +877,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   if (g.pp > 1) {
     // Stages tp GPUs apart: within one NVLink domain while all tp x pp GPUs fit in it.
     pp_link = link_for(gpu, options.parallel.link_gbps, g.tp * g.pp);
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "%s, %.0f GB/s x %.2f per direction", pp_link.kind.c_str(), pp_link.spec_gbps,
-                  pp_link.efficiency);
-    g.pp_link = buf;
+    g.pp_link = link_text(pp_link);
     const PipelinedPhase p = pipelined(a.prefill, r, pp_link, g.pp, g.microbatches, true);
     g.ttft_ms = p.ms;
     g.ttft_low_ms *= p.scale;

@@ -489,23 +489,29 @@ InferenceStages inference_stages(const Graph& g, const std::vector<Kernel>& kern
   return st;
 }
 
-double pipelined_prefill_ms(const std::vector<double>& stage_ms, double hop_ms, int microbatches) {
-  if (stage_ms.empty()) return 0;
+namespace {
+
+// The stages' sum and the slowest of them.
+std::pair<double, double> sum_and_slowest(const std::vector<double>& stage_ms) {
   double sum = 0, slowest = 0;
   for (double t : stage_ms) {
     sum += t;
     slowest = std::max(slowest, t);
   }
+  return {sum, slowest};
+}
+
+}  // namespace
+
+double pipelined_prefill_ms(const std::vector<double>& stage_ms, double hop_ms, int microbatches) {
+  if (stage_ms.empty()) return 0;
+  const auto [sum, slowest] = sum_and_slowest(stage_ms);
   return sum + double(stage_ms.size() - 1) * hop_ms + double(std::max(microbatches, 1) - 1) * slowest;
 }
 
 double pipelined_step_ms(const std::vector<double>& stage_ms, double hop_ms, int microbatches) {
   if (stage_ms.empty()) return 0;
-  double sum = 0, slowest = 0;
-  for (double t : stage_ms) {
-    sum += t;
-    slowest = std::max(slowest, t);
-  }
+  const auto [sum, slowest] = sum_and_slowest(stage_ms);
   const double one_token = sum + (stage_ms.size() > 1 ? double(stage_ms.size()) * hop_ms : 0.0);
   return std::max(one_token, double(std::max(microbatches, 1)) * slowest);
 }
