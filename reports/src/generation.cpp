@@ -411,9 +411,10 @@ std::string format_generation(const Report& r, bool color) {
     os << "  pipeline parallel    " << pad(std::to_string(g.pp) + " stages", 11, true) << " (" << g.pp_link << "; "
        << g.microbatches << (g.microbatches > 1 ? " microbatches" : " microbatch") << " of up to " << g.micro_batch
        << (g.micro_batch > 1 ? " sequences" : " sequence") << "; " << bytes_text(g.memory_per_gpu_bytes)
-       << " per GPU, the fullest stage's; one microbatch's stages: prefill " << stages(g.prefill_stage_ms)
-       << " ms, decode step " << stages(g.step_stage_ms) << " ms; classes are one GPU's, 'pipeline' its idle time and "
-       << "sends)\n";
+       << " per GPU, the fullest stage's)\n"
+       << "  stages               " << pad("", 11) << " (one microbatch: prefill " << stages(g.prefill_stage_ms)
+       << " ms, decode step " << stages(g.step_stage_ms) << " ms; the classes below are one GPU's, 'pipeline' its idle "
+       << "time and sends)\n";
   }
   if (g.speculative.proposed > 0) {
     const auto& sp = g.speculative;
