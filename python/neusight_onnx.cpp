@@ -92,7 +92,7 @@ struct AnalysisArgs {
   py::object parallel = py::none(), link_bw = py::none(), kv_dtype = py::none(), attention = py::none();
   py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
   py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none(), latency_slo = py::none();
-  py::object recompute = py::none(), train_tokens = py::none(), gpu_cost = py::none();
+  py::object recompute = py::none(), train_tokens = py::none(), gpu_cost = py::none(), lora = py::none();
 
   // latency_slo in ms (0 without it), refused beside a batch or parallel as --latency-slo is.
   double slo_ms() const {
@@ -151,6 +151,10 @@ struct AnalysisArgs {
     flag("--mode", str_arg(mode, "mode"));
     if (!optimizer.is_none()) flag("--optimizer", str_arg(optimizer, "optimizer"));
     if (!recompute.is_none()) flag("--recompute", str_arg(recompute, "recompute"));
+    if (!lora.is_none())  // a rank, or 'R,targets=REGEX' as --lora
+      flag("--lora", py::isinstance<py::int_>(lora) && !py::isinstance<py::bool_>(lora)
+                         ? std::to_string(lora.cast<int64_t>())
+                         : str_arg(lora, "lora"));
     if (!gpu_cost.is_none()) {
       // A number (every GPU) or {name: USD}, as --gpu-cost USD or NAME=USD,...
       std::string text;
@@ -817,11 +821,12 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
          py::object host_dispatch_us, py::object optimizer, py::object latency_slo, py::object recompute,
-         py::object train_tokens, py::object gpu_cost) {
+         py::object train_tokens, py::object gpu_cost, py::object lora) {
         AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
+        a.lora = std::move(lora);
         a.latency_slo = std::move(latency_slo);
         a.train_tokens = std::move(train_tokens);
         a.gpu_cost = std::move(gpu_cost);
@@ -831,7 +836,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
-      "train_tokens"_a = none, "gpu_cost"_a = none,
+      "train_tokens"_a = none, "gpu_cost"_a = none, "lora"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them, or \"h100,l4\"). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
@@ -840,7 +845,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "'device'|'kernel'|'eager'; host_dispatch_us as --host-dispatch-us; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
       "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict of those, with link_bw in GB/s; optimizer\n"
       "(training) 'sgd'|'momentum'|'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as\n"
-      "--recompute; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then\n"
+      "--recompute; lora (training) a rank or 'R,targets=REGEX' as --lora; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then\n"
       "unset); train_tokens (training; a number or '15T') as --train-tokens; gpu_cost (USD a GPU-hour, or\n"
       "{gpu: USD}) as --gpu-cost. The report's 'throughput' holds samples/s, tokens/s, TFLOP/s, the share of the\n"
       "peak (MFU) and the costs. The GIL is released while it runs.");
@@ -850,13 +855,14 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
          py::object image_size, py::object images, py::object optimizer, py::object latency_slo, py::object recompute,
-         py::object train_tokens, py::object gpu_cost) {
+         py::object train_tokens, py::object gpu_cost, py::object lora) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
+        a.lora = std::move(lora);
         a.latency_slo = std::move(latency_slo);
         a.train_tokens = std::move(train_tokens);
         a.gpu_cost = std::move(gpu_cost);
@@ -866,7 +872,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
-      "train_tokens"_a = none, "gpu_cost"_a = none,
+      "train_tokens"_a = none, "gpu_cost"_a = none, "lora"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
       "batch and seq are required (batch not with latency_slo); image_size (an int or (height, width)) as\n"
       "--image-size, images as --images.\n"

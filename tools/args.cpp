@@ -131,6 +131,26 @@ std::map<std::string, double> parse_gpu_cost(const std::string& text) {
 
 }  // namespace
 
+// --lora R[,targets=all|REGEX]: LoRA adapters of rank R (training only).
+void parse_lora(const Args& args, Options& opt) {
+  if (!args.has("--lora")) return;
+  const std::string spec = args.get("--lora");
+  const std::vector<std::string> parts = split(spec, ',');
+  if (parts.empty() || parts[0].empty()) throw InputError("--lora: expected R[,targets=all|REGEX], got '" + spec + "'");
+  opt.lora.rank = parse_int(parts[0], "--lora");
+  if (opt.lora.rank < 1 || opt.lora.rank > 65536)
+    throw InputError("--lora: the rank is 1 to 65536, got '" + parts[0] + "'");
+  // The rest is the targets (a pattern may hold commas).
+  const size_t comma = spec.find(',');
+  if (comma != std::string::npos) {
+    const std::string rest = spec.substr(comma + 1);
+    if (rest.rfind("targets=", 0) != 0 || rest.size() == 8)
+      throw InputError("--lora: expected R[,targets=all|REGEX], got '" + spec + "'");
+    opt.lora.targets = rest.substr(8);
+  }
+  if (opt.mode != Mode::training) throw InputError("--lora trains low-rank adapters: add --mode training");
+}
+
 Options parse_analysis_options(const Args& args) {
   Options opt;
   opt.dims.batch = args.get_int("--batch", -1);
@@ -179,6 +199,7 @@ Options parse_analysis_options(const Args& args) {
   else throw InputError("--optimizer: expected sgd, momentum or adam, got '" + optimizer + "'");
   if (args.has("--optimizer") && opt.mode != Mode::training)
     throw InputError("--optimizer applies to --mode training");
+  parse_lora(args, opt);
   const std::string recompute = args.get("--recompute");
   if (recompute == "none") opt.recompute = Recompute::none;
   else if (recompute == "full") opt.recompute = Recompute::full;

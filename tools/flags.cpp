@@ -53,6 +53,7 @@ const std::vector<Flag> kFlags = {
     {"--gpu-cost", true, "USD|GPU=USD,...", "what one GPU costs an hour in US dollars (one price for every GPU, or per GPU name or alias): the reports add the cost of a million tokens, of a training run (--train-tokens) and of a generation's output", A, ""},
     {"--train-tokens", true, "N", "training: the tokens to train on (1e12, 300B, 15T): the time to train and the GPU-hours at the step's tokens/s", A, ""},
     {"--optimizer", true, "sgd|momentum|adam", "training: the optimizer the step updates with and whose state the memory holds", A | C, "sgd"},
+    {"--lora", true, "R[,targets=all|REGEX]", "training: low-rank adapters of rank R (Hugging Face PEFT's LoRA) on every linear layer but the output head, or on those whose weight name matches REGEX (q_proj|v_proj); the model's own parameters frozen", A | C, ""},
     {"--recompute", true, "none|full|selective", "training: activation checkpointing, full: each segment's forward run again in the backward pass, its activations not kept (Hugging Face gradient checkpointing); selective: the attention cores' alone (Megatron-LM)", A | C, "none"},
     {"--dtype", true, "auto|fp32|fp64|tf32|fp16|bf16|fp8|fp4|int8", "compute precision (fp8, fp4, int8: the weights' GEMMs in it, the rest BF16 (int8: FP16)); auto: the model's own", A | C, "auto"},
     {"--kv-dtype", true, "fp8|fp16|bf16|fp32", "the KV cache's element type (FlashAttention's cache reads, --generate's cache); default: the activations'", A | C, ""},

@@ -326,6 +326,12 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.kv_cache_dtype = options.kv_dtype;
   lo.serving_kernels = options.serving_kernels;
   lo.optimizer = options.optimizer;
+  if (options.lora.rank > 0 && options.mode != Mode::training)
+    throw InputError("--lora trains low-rank adapters: add --mode training");
+  if (options.lora.rank > 0 && options.parallel.active)
+    throw InputError("--lora with --parallel: a multi-GPU step places the parameters the optimizer updates, and LoRA's "
+                     "frozen weights are not among them; --lora predicts one GPU's step");
+  lo.lora = options.lora;
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;

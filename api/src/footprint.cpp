@@ -351,6 +351,7 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
   m.recompute_segments = m.training && a.checkpoints ? a.checkpoints->segments : 0;
   m.recompute_attention = m.recompute_segments > 0 && a.checkpoints->positions.empty();
+  m.lora_rank = m.training ? o.lora.rank : 0;
   if (m.training) {
     // The parameters the optimizer updates (lowering: one update kernel each), their
     // gradients in their own type, and the optimizer's FP32 state (optimizer_state_bytes: none
@@ -361,6 +362,7 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
       const double n = double(k.rows) * double(k.cols), eb = element_bytes(k.dtype);
       m.optimizer = optimizer_of_update(k.op);
       m.master_weights = m.master_weights || eb < 4;
+      m.trainable_params += n;
       m.gradients_gib += n * eb / kGiB;
       m.optimizer_gib += n * (optimizer_state_bytes(k.op) + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     }

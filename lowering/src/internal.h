@@ -212,9 +212,29 @@ int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, 
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                 const Consumers& cons, std::vector<Kernel>& out);
 
+// LoRA (lora.cpp, lowering.h LoraOptions): the adapted linear layers, node -> its weight.
+struct LoraTargets {
+  int64_t rank = 0;
+  std::map<int, std::string> weight_of_node;
+  bool adapts(const Kernel& forward_gemm) const;
+};
+// Throws InputError for a targets pattern that is no regular expression or that matches no
+// linear layer's weight. Rank 0: no targets.
+LoraTargets lora_targets(const Graph& g, const std::vector<Kernel>& fwd, const LoraOptions& lora);
+// The forward kernels with each adapted GEMM's adapter kernels after it.
+std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const LoraTargets& t, const LoweringOptions& opt);
+// The adapter's backward kernels of the adapted forward GEMM `f` (its x's share of the input
+// gradient where `input_needs_grad`).
+void lora_backward(const Kernel& f, bool input_needs_grad, const LoweringOptions& opt, int64_t rank,
+                   std::vector<Kernel>& out);
+// The adapters' parameters in forward order: name (the weight's + ".lora_A" / ".lora_B") and
+// elements.
+std::vector<std::pair<std::string, int64_t>> lora_parameters(const std::vector<Kernel>& fwd, const LoraTargets& t);
+
 // Training (training.cpp): backward kernels in reverse order and the optimizer updates; a
 // line in `warnings` when the graph has no trainable parameter (the step is its forward pass).
+// With LoRA targets every graph parameter is frozen and the adapters train.
 void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
-                          std::vector<Kernel>& out, std::vector<std::string>& warnings);
+                          const LoraTargets& lora, std::vector<Kernel>& out, std::vector<std::string>& warnings);
 
 }  // namespace neusight::lowering_detail

@@ -708,8 +708,10 @@ KernelList lower(const Graph& graph, const LoweringOptions& options) {
   std::vector<Kernel> fwd;
   fwd.reserve(graph.nodes.size());
   l.forward(graph, fwd, -1, "", &result);
-  result.kernels = fwd;
-  if (options.mode == Mode::training) add_training_kernels(graph, fwd, options, result.kernels, l.warnings);
+  const LoraTargets lora =
+      options.mode == Mode::training ? lora_targets(graph, fwd, options.lora) : LoraTargets{};
+  result.kernels = with_lora_forward(fwd, lora, options);
+  if (options.mode == Mode::training) add_training_kernels(graph, fwd, options, lora, result.kernels, l.warnings);
   result.unknown_ops.assign(l.unknown.begin(), l.unknown.end());
   for (auto& w : l.warnings)  // a body lowered once per trip says it once
     if (std::find(result.warnings.begin(), result.warnings.end(), w) == result.warnings.end())

@@ -89,6 +89,7 @@ struct Backward {
   const LoweringOptions& opt;
   const std::set<std::string>& rg;
   std::vector<Kernel>& out;
+  const LoraTargets& lora;
 
   bool needs(const Node& n, int input) const {
     return input >= 0 && static_cast<size_t>(input) < n.inputs.size() && rg.count(n.inputs[static_cast<size_t>(input)]);
@@ -294,7 +295,13 @@ struct Backward {
   }
 
   void run(const Kernel& f) {
-    if (f.node < 0 || static_cast<size_t>(f.node) >= g.nodes.size() || !node_needs(f)) return;
+    if (f.node < 0 || static_cast<size_t>(f.node) >= g.nodes.size()) return;
+    // An adapted layer's adapters train whatever its inputs need (the first one's x does not).
+    if (lora.adapts(f)) {
+      const bool x_needs = f.a_input >= 0 ? needs(g.nodes[static_cast<size_t>(f.node)], f.a_input) : node_needs(f);
+      lora_backward(f, x_needs, opt, lora.rank, out);
+    }
+    if (!node_needs(f)) return;
     const Node& n = g.nodes[static_cast<size_t>(f.node)];
     if (f.op == "flash_attention") {
       flash_attention(f);
@@ -381,45 +388,72 @@ void add_optimizer_rules(RuleTable& r) {
   r["Adam"] = [](LowerCtx& c) { lower_optimizer(c, "adam", 2, 14); };
 }
 
+// The optimizer's update of one parameter of `elems` elements held in `dtype` (the compute
+// dtype when forced), reported under `node`.
+Kernel update_kernel(const LoweringOptions& opt, const std::string& name, int64_t elems, DType dtype, int node) {
+  const UpdateWork& uw = update_work(opt.optimizer);
+  Kernel k;
+  k.cls = KernelClass::elementwise;
+  k.phase = Phase::update;
+  k.op = uw.op;
+  k.node = node;
+  k.dtype = opt.compute_dtype != DType::undefined ? activation_dtype(opt.compute_dtype) : dtype;
+  k.rows = 1;
+  k.cols = elems;
+  k.inputs = 2 + uw.buffers;
+  k.flops = uw.ops * double(k.cols);
+  k.bytes = (3.0 * element_bytes(k.dtype) + 2.0 * optimizer_state_bytes(uw.op)) * double(k.cols);
+  k.operand_elems.assign(static_cast<size_t>(k.inputs), k.cols);
+  k.note = "weight update " + name;
+  k.weight = name;
+  return k;
+}
+
+// LoRA: the adapters' updates, each under its layer's node, in the layer's dtype.
+void add_adapter_updates(const std::vector<Kernel>& fwd, const LoweringOptions& opt, const LoraTargets& lora,
+                         std::vector<Kernel>& out) {
+  size_t next = 0;
+  const auto params = lora_parameters(fwd, lora);
+  for (const Kernel& f : fwd) {
+    if (!lora.adapts(f)) continue;
+    for (int i = 0; i < 2 && next < params.size(); ++i, ++next)
+      out.push_back(update_kernel(opt, params[next].first, params[next].second, f.dtype, f.node));
+  }
+}
+
 void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,
-                          std::vector<Kernel>& out, std::vector<std::string>& warnings) {
-  const std::vector<std::string> order = trainable(g);
-  const std::set<std::string> params(order.begin(), order.end());
-  if (params.empty())
+                          const LoraTargets& lora, std::vector<Kernel>& out, std::vector<std::string>& warnings) {
+  const bool adapters = lora.rank > 0;
+  // Under LoRA the graph's parameters are frozen: what needs a gradient is what the adapted
+  // layers' outputs (their adapters' sums) reach.
+  std::vector<std::string> order = adapters ? std::vector<std::string>{} : trainable(g);
+  std::set<std::string> seeds(order.begin(), order.end());
+  for (const auto& [node, weight] : lora.weight_of_node)
+    for (const auto& o : g.nodes[static_cast<size_t>(node)].outputs) seeds.insert(o);
+  if (seeds.empty())
     warnings.push_back(
         "--mode training: the graph has no trainable parameter (a float initializer of more than one element "
         "that an op computes with, or a Constant node's float values that an op reads as its weights; weights "
         "inside a subgraph are not), so the step is its forward pass alone");
-  const std::set<std::string> rg = requires_grad(g, params);
-  Backward bw{g, opt, rg, out};
+  const std::set<std::string> rg = requires_grad(g, seeds);
+  Backward bw{g, opt, rg, out, lora};
   for (auto it = fwd.rbegin(); it != fwd.rend(); ++it) bw.run(*it);
+  if (adapters) {
+    add_adapter_updates(fwd, opt, lora, out);
+    return;
+  }
   // Optimizer update: one elementwise pass over each parameter (AccOps: VECadd [1, numel]),
   // reported under the first node that reads it, in trainable's order. SGD reads the parameter
   // and its gradient and writes the parameter, one add per element; momentum and Adam also read
   // and write their FP32 state (a momentum buffer; two moments) and do more per element (3 and
   // 14 operations; Adam's include a square root and a division).
-  const UpdateWork& uw = update_work(opt.optimizer);
   for (const auto& name : order) {
     const TensorInfo* t = g.find(name);
     int first = -1;
     for (size_t i = 0; i < g.nodes.size() && first < 0; ++i)
       if (std::find(g.nodes[i].inputs.begin(), g.nodes[i].inputs.end(), name) != g.nodes[i].inputs.end())
         first = static_cast<int>(i);
-    Kernel k;
-    k.cls = KernelClass::elementwise;
-    k.phase = Phase::update;
-    k.op = uw.op;
-    k.node = first;
-    k.dtype = opt.compute_dtype != DType::undefined ? activation_dtype(opt.compute_dtype) : t->dtype;
-    k.rows = 1;
-    k.cols = t->num_elements();
-    k.inputs = 2 + uw.buffers;
-    k.flops = uw.ops * double(k.cols);
-    k.bytes = (3.0 * element_bytes(k.dtype) + 2.0 * optimizer_state_bytes(uw.op)) * double(k.cols);
-    k.operand_elems.assign(static_cast<size_t>(k.inputs), k.cols);
-    k.note = "weight update " + name;
-    k.weight = name;
-    out.push_back(k);
+    out.push_back(update_kernel(opt, name, t->num_elements(), t->dtype, first));
   }
 }
 

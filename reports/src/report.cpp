@@ -176,7 +176,9 @@ json memory_json(const MemoryFootprint& m) {
               {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()},
               {"optimizer", m.optimizer},                 {"tp", m.tp},
               {"master_weights", m.master_weights},      {"recompute_segments", m.recompute_segments},
-              {"recompute", m.recompute_segments == 0 ? "none" : m.recompute_attention ? "selective" : "full"}};
+              {"recompute", m.recompute_segments == 0 ? "none" : m.recompute_attention ? "selective" : "full"},
+              {"trainable_params", finite(m.trainable_params)},
+              {"lora_rank", m.lora_rank}};
 }
 }  // namespace detail
 
@@ -201,7 +203,10 @@ std::string memory_text(const MemoryFootprint& m) {
        gib(m.weights_gib);
   if (m.training)
     s += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " +
-         gib(m.optimizer_gib);
+         gib(m.optimizer_gib) +
+         (m.lora_rank > 0 ? " of LoRA's rank-" + std::to_string(m.lora_rank) + " adapters (" +
+                                detail::fixed(m.trainable_params / 1e6, 1) + "M parameters; the model's frozen)"
+                          : "");
   s += ", activations " + gib(m.activations_gib) +
        (!m.training ? " at most alive at once)"
                     : m.recompute_segments > 0

@@ -94,6 +94,14 @@ class Analyze(unittest.TestCase):
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
                                          "--recompute", "full", "--parallel", "dp=2,zero=3")))
         self.assertEqual(r["parallel"]["zero"], 3)
+        # lora as --lora: a rank, or a rank and its targets.
+        r = n.analyze(EXAMPLE, "h100", batch=2, seq=64, mode="training", lora=8)
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
+                                         "--lora", "8")))
+        self.assertEqual(r["memory"]["lora_rank"], 8)
+        r = n.analyze(EXAMPLE, "h100", batch=2, seq=64, mode="training", lora="4,targets=attn")
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
+                                         "--lora", "4,targets=attn")))
         # gpu_cost as --gpu-cost: one price, or one per GPU.
         r = n.analyze(EXAMPLE, ["h100", "b200"], batch=2, seq=64, gpu_cost={"h100": 2.5, "b200": 5})
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100,b200", "--batch", "2", "--seq", "64",

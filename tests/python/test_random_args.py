@@ -85,7 +85,8 @@ class RandomArguments(unittest.TestCase):
     def analysis_pools(self):
         return {"gpu": GPUS, "batch": SIZES, "seq": SIZES, "dims": DIMS, "mode": MODES, "dtype": DTYPES,
                 "fusion": FUSIONS, "timing": TIMINGS, "predictor": PREDICTORS, "weights": WEIGHTS,
-                "attention": ATTENTION, "host_dispatch_us": DISPATCH, "parallel": PARALLEL, "link_bw": LINK_BW}
+                "attention": ATTENTION, "host_dispatch_us": DISPATCH, "parallel": PARALLEL, "link_bw": LINK_BW,
+                "lora": [None, 8, "4,targets=attn", "0", -3, "x", "8,targets=(", True, 2.5]}
 
     def run_calls(self, fn, valid, pools, check=None):
         """CALLS calls of fn on mutations of `valid`; some must succeed (the unmutated ones)."""
@@ -115,7 +116,7 @@ class RandomArguments(unittest.TestCase):
     def test_compare(self):
         models = self.models()
         pools = self.analysis_pools()
-        for key in ("parallel", "link_bw"):
+        for key in ("parallel", "link_bw", "lora"):
             pools.pop(key)
         pools.update(models=[[self.pick(models) for _ in range(k)] for k in (0, 1, 2, 2, 3)] + [EXAMPLE, None, 3],
                      top=TOPS, labels=[None, [], ["a", "b"], ["a", "b", "c", "d"], "ab", [1, 2]])

@@ -196,3 +196,71 @@ TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.co
   for (const auto& k : full.kernels) full_bytes += k.bytes;
   CHECK(full_bytes < eager_bytes);
 }
+
+TEST_CASE("lowering: LoRA freezes the model and trains rank-r adapters beside its linear layers") {
+  // A two-layer Llama: seven linear layers a layer (q, k, v, o, gate, up, down) and the head.
+  ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
+      "hidden_act": "silu"})", "llama");
+  LoadedModel m = build_model(c);
+  Graph g = m.model.graph;
+  DimBindings b;
+  b.batch = 2;
+  b.seq = 64;
+  bind_dims(g, b);
+  infer_shapes(g, m.model);
+  LoweringOptions o;
+  o.mode = Mode::training;
+  o.opset = m.model.opset();
+  o.optimizer = Optimizer::adam;
+  const KernelList full = lower(g, o);
+  o.lora.rank = 8;
+  const KernelList lora = lower(g, o);
+  const int64_t tokens = 2 * 64, r = 8;
+  // Every linear layer's weight but the head's (dims: q 256->256, k and v 256->64, o 256->256,
+  // gate and up 256->512, down 512->256): A [in x r] and B [r x out], updated and nothing else.
+  const int64_t per_layer = r * ((256 + 256) + 2 * (256 + 64) + (256 + 256) + 2 * (256 + 512) + (512 + 256));
+  double trained = 0;
+  int updates = 0;
+  for (const Kernel& k : lora.kernels)
+    if (k.phase == Phase::update) {
+      trained += double(k.cols);
+      ++updates;
+      CHECK(k.weight.find(".lora_") != std::string::npos);
+    }
+  CHECK(updates == 2 * 7 * 2);
+  CHECK(trained == doctest::Approx(double(2 * per_layer)));
+  // Forward: two adapter GEMMs, a scale and an add per adapted layer, the base kernels as they were.
+  int fwd_a = 0, fwd_b = 0, bwd_lora = 0, first_dx = 0;
+  for (const Kernel& k : lora.kernels) {
+    if (k.phase == Phase::forward && k.op == "lora_a") {
+      ++fwd_a;
+      CHECK(k.gemm.m == tokens);
+      CHECK(k.gemm.n == r);
+    }
+    if (k.phase == Phase::forward && k.op == "lora_b") ++fwd_b;
+    if (k.phase == Phase::backward && (k.op == "lora_a" || k.op == "lora_b")) ++bwd_lora;
+    if (k.phase == Phase::backward && k.note.find("grad input through LoRA") != std::string::npos) ++first_dx;
+  }
+  CHECK(fwd_a == 14);
+  CHECK(fwd_b == 14);
+  // Backward: dB, the gradient of x A and dA each; the input's share where x needs a gradient
+  // (not the first layer's q, k and v, which read the frozen embedding's output).
+  CHECK(first_dx == 14 - 3);
+  CHECK(bwd_lora == 3 * 14 + first_dx);
+  // No gradient of a frozen weight: the base layers' backward GEMMs are their input gradients
+  // alone, so the step has fewer GEMM FLOPs than full fine-tuning's, and its forward more.
+  CHECK(test::gemm_flops(lora, Phase::backward) < test::gemm_flops(full, Phase::backward));
+  CHECK(test::gemm_flops(lora, Phase::forward) > test::gemm_flops(full, Phase::forward));
+  for (const Kernel& k : lora.kernels) CHECK(k.note.find("grad weight") == std::string::npos);
+  // Names: q_proj and v_proj alone (PEFT's default for Llama).
+  o.lora.targets = "q_proj|v_proj";
+  const KernelList qv = lower(g, o);
+  int qv_updates = 0;
+  for (const Kernel& k : qv.kernels) qv_updates += k.phase == Phase::update;
+  CHECK(qv_updates == 2 * 2 * 2);
+  o.lora.targets = "(unclosed";
+  CHECK_THROWS_AS(lower(g, o), InputError);
+  o.lora.targets = "no_such_weight";
+  CHECK_THROWS_AS(lower(g, o), InputError);
+}

@@ -66,6 +66,9 @@ struct Options {
   // forward between checkpoints runs again in the backward pass, its activations not kept;
   // selective: the attention cores alone (plan_attention_recompute).
   Recompute recompute = Recompute::none;
+  // Training with low-rank adapters (--lora; LoweringOptions::lora): the model's parameters
+  // frozen, the adapters' alone updated and held with gradients and optimizer state.
+  LoraOptions lora;
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;
   // --image-size: the image a --config vision-language model whose processor takes any size

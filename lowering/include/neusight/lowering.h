@@ -269,6 +269,19 @@ inline double narrow_gemm_bytes(double operand_elems, double output_elems, DType
   return operand_elems * narrow_operand_bytes(compute) + output_elems * element_bytes(activation_dtype(compute));
 }
 
+// Low-rank adaptation (LoRA, Hu et al. 2021) as Hugging Face PEFT trains it: every parameter
+// of the graph frozen (no gradient, no optimizer state), and beside each targeted linear layer
+// (a GEMM of a 2-D float weight) a pair A [in x rank], B [rank x out] in the compute dtype:
+// y = x W + s (x A) B, two GEMMs, a scale and an add forward; backward the scale, dB, the
+// gradient of x A, dA and, where x needs a gradient, its share of dx and the add; the
+// optimizer updates A and B alone. `targets`: "all" (PEFT's all-linear: every linear layer
+// but the output head, the last GEMM on its path) or a regular expression (ECMAScript) that
+// a targeted weight's initializer name contains a match of ("q_proj|v_proj").
+struct LoraOptions {
+  int64_t rank = 0;
+  std::string targets = "all";
+};
+
 struct LoweringOptions {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
@@ -295,6 +308,8 @@ struct LoweringOptions {
   bool serving_kernels = false;
   // Training: the optimizer whose update kernels end the step.
   Optimizer optimizer = Optimizer::sgd;
+  // Training with low-rank adapters (--lora): LoraOptions below; rank 0: every parameter trains.
+  LoraOptions lora;
 };
 
 // Why a node launches no kernel (none: it does, or it was fused into another node's kernel).

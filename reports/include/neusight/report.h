@@ -237,6 +237,10 @@ struct MemoryFootprint {
   // Under --recompute selective (recompute_attention): the attention cores recomputed.
   int recompute_segments = 0;
   bool recompute_attention = false;
+  // Training: the parameters the optimizer updates (under --lora the adapters' alone) and the
+  // adapters' rank (0: no LoRA).
+  double trainable_params = 0;
+  int64_t lora_rank = 0;
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
   // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity);

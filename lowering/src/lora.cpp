@@ -1,0 +1,186 @@
+// lora.cpp - low-rank adapters (LoRA, Hu et al. 2021, as Hugging Face PEFT trains them) on a
+// training step: the base weights frozen, a rank-r pair A [in x r], B [r x out] beside each
+// targeted linear layer, y = x W + s (x A) B.
+#include <algorithm>
+#include <regex>
+
+#include "internal.h"
+
+namespace neusight::lowering_detail {
+
+namespace {
+
+// A forward GEMM of a 2-D initializer (a linear layer's weight): that weight's name, else "".
+std::string linear_weight(const Graph& g, const Kernel& k) {
+  if (k.cls != KernelClass::gemm || k.phase != Phase::forward || k.b_input < 0 || is_flash_gemm(k) || k.node < 0 ||
+      static_cast<size_t>(k.node) >= g.nodes.size() || !k.body_node.empty())
+    return "";
+  const Node& n = g.nodes[static_cast<size_t>(k.node)];
+  if (static_cast<size_t>(k.b_input) >= n.inputs.size()) return "";
+  const std::string& w = n.inputs[static_cast<size_t>(k.b_input)];
+  const TensorInfo* t = w.empty() ? nullptr : g.find(w);
+  return t && t->is_initializer && is_float(t->dtype) && t->shape.size() == 2 && t->num_elements() > 1 ? w : "";
+}
+
+// Per node: some GEMM runs at or after it on the data path (its outputs reach a GEMM node).
+std::vector<char> feeds_a_gemm(const Graph& g, const std::vector<Kernel>& fwd) {
+  std::vector<char> gemm_node(g.nodes.size(), 0), feeds(g.nodes.size(), 0);
+  for (const Kernel& k : fwd)
+    if (k.cls == KernelClass::gemm && k.node >= 0 && static_cast<size_t>(k.node) < g.nodes.size())
+      gemm_node[static_cast<size_t>(k.node)] = 1;
+  std::map<std::string, std::vector<size_t>> readers;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const auto& in : g.nodes[i].inputs)
+      if (!in.empty()) readers[in].push_back(i);
+  for (size_t i = g.nodes.size(); i-- > 0;) {
+    bool any = false;
+    for (const auto& out : g.nodes[i].outputs) {
+      auto it = readers.find(out);
+      if (it == readers.end()) continue;
+      for (size_t r : it->second) any = any || (r > i && (gemm_node[r] || feeds[r]));
+    }
+    feeds[i] = any;
+  }
+  return feeds;
+}
+
+GemmShape adapter_shape(int64_t batch, int64_t m, int64_t n, int64_t k) {
+  return GemmShape{batch, m, n, k, false};
+}
+
+// A GEMM kernel of the adapter beside the forward GEMM `f`: its shape, in f's dtype.
+Kernel adapter_gemm(const Kernel& f, Phase phase, const GemmShape& s, const std::string& op, const std::string& note) {
+  Kernel k;
+  k.cls = KernelClass::gemm;
+  k.phase = phase;
+  k.op = op;
+  k.dtype = f.dtype;
+  k.node = f.node;
+  k.gemm = s;
+  const Work w = work_of_gemm(s, element_bytes(k.dtype));
+  k.flops = w.flops;
+  k.bytes = w.bytes;
+  k.operand_elems = {s.batch * s.m * s.k, s.batch * s.k * s.n};
+  k.note = note;
+  return k;
+}
+
+// An elementwise kernel of `rows` x `cols` reading `inputs` tensors of that size.
+Kernel adapter_vector(const Kernel& f, Phase phase, const std::string& op, int inputs, int64_t rows, int64_t cols,
+                      const std::string& note) {
+  Kernel k;
+  k.cls = KernelClass::elementwise;
+  k.phase = phase;
+  k.op = op;
+  k.dtype = f.dtype;
+  k.node = f.node;
+  k.rows = rows;
+  k.cols = cols;
+  k.inputs = inputs;
+  const Work w = work_of_elementwise(double(rows) * double(cols), inputs, 1, element_bytes(k.dtype));
+  k.flops = w.flops;
+  k.bytes = w.bytes;
+  k.operand_elems.assign(static_cast<size_t>(inputs), rows * cols);
+  k.note = note;
+  return k;
+}
+
+// f's tokens (rows), input and output features.
+struct LinearDims {
+  int64_t tokens = 0, in = 0, out = 0;
+};
+LinearDims dims_of(const Kernel& f) {
+  return {f.gemm.batch * f.gemm.m, f.gemm.k, f.gemm.n};
+}
+
+}  // namespace
+
+LoraTargets lora_targets(const Graph& g, const std::vector<Kernel>& fwd, const LoraOptions& lora) {
+  LoraTargets t;
+  if (lora.rank <= 0) return t;
+  const bool all = lora.targets.empty() || lora.targets == "all";
+  std::regex pattern;
+  if (!all) {
+    try {
+      pattern = std::regex(lora.targets, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw InputError("--lora targets=" + lora.targets + ": not a regular expression (" + e.what() + ")");
+    }
+  }
+  const std::vector<char> feeds = all ? feeds_a_gemm(g, fwd) : std::vector<char>{};
+  for (const Kernel& k : fwd) {
+    const std::string w = linear_weight(g, k);
+    if (w.empty()) continue;
+    // PEFT's "all-linear": every linear layer but the output head (the last GEMM on its path).
+    if (all ? !feeds[static_cast<size_t>(k.node)] : !std::regex_search(w, pattern)) continue;
+    t.weight_of_node.emplace(k.node, w);
+  }
+  if (t.weight_of_node.empty())
+    throw InputError(
+        all ? std::string("--lora: the graph has no linear layer (a GEMM of a 2-D float weight) before its "
+                          "output head to adapt")
+            : "--lora targets=" + lora.targets + ": no linear layer's weight name matches");
+  t.rank = lora.rank;
+  return t;
+}
+
+bool LoraTargets::adapts(const Kernel& f) const {
+  return f.cls == KernelClass::gemm && f.phase == Phase::forward && f.b_input >= 0 && !is_flash_gemm(f) &&
+         f.body_node.empty() && weight_of_node.count(f.node) != 0;
+}
+
+std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const LoraTargets& t,
+                                      const LoweringOptions& opt) {
+  if (t.rank <= 0) return fwd;
+  std::vector<Kernel> out;
+  out.reserve(fwd.size() + 4 * t.weight_of_node.size());
+  for (const Kernel& f : fwd) {
+    out.push_back(f);
+    if (!t.adapts(f)) continue;
+    const LinearDims d = dims_of(f);
+    const int64_t r = t.rank;
+    out.push_back(adapter_gemm(f, Phase::forward, adapter_shape(1, d.tokens, r, d.in), "lora_a",
+                               "LoRA: x A (rank " + std::to_string(r) + ")"));
+    out.push_back(adapter_gemm(f, Phase::forward, adapter_shape(1, d.tokens, d.out, r), "lora_b", "LoRA: (x A) B"));
+    // PEFT: result + lora_B(lora_A(x)) * scaling, a multiply and an add (one kernel fused).
+    if (opt.fusion == Fusion::full) {
+      out.push_back(
+          adapter_vector(f, Phase::forward, "add", 2, d.tokens, d.out, "LoRA: scaled and added to the output"));
+    } else {
+      out.push_back(adapter_vector(f, Phase::forward, "mul", 1, d.tokens, d.out, "LoRA: scaled"));
+      out.push_back(adapter_vector(f, Phase::forward, "add", 2, d.tokens, d.out, "LoRA: added to the output"));
+    }
+  }
+  return out;
+}
+
+void lora_backward(const Kernel& f, bool input_needs_grad, const LoweringOptions& opt, int64_t rank,
+                   std::vector<Kernel>& out) {
+  const LinearDims d = dims_of(f);
+  const int64_t r = rank;
+  const Phase b = Phase::backward;
+  // The output's gradient scaled (the forward's multiply; fused into the add's gradient under full).
+  if (opt.fusion != Fusion::full)
+    out.push_back(adapter_vector(f, b, "mul", 1, d.tokens, d.out, "grad of LoRA's scaling"));
+  out.push_back(adapter_gemm(f, b, adapter_shape(1, r, d.out, d.tokens), "lora_b", "grad LoRA B: (x A)^T dy"));
+  out.push_back(adapter_gemm(f, b, adapter_shape(1, d.tokens, r, d.out), "lora_b", "grad of x A: dy B^T"));
+  out.push_back(adapter_gemm(f, b, adapter_shape(1, d.in, r, d.tokens), "lora_a", "grad LoRA A: x^T d(x A)"));
+  if (!input_needs_grad) return;
+  out.push_back(
+      adapter_gemm(f, b, adapter_shape(1, d.tokens, d.in, r), "lora_a", "grad input through LoRA: d(x A) A^T"));
+  out.push_back(adapter_vector(f, b, "add", 2, d.tokens, d.in, "grad input: the base layer's and LoRA's summed"));
+}
+
+std::vector<std::pair<std::string, int64_t>> lora_parameters(const std::vector<Kernel>& fwd, const LoraTargets& t) {
+  std::vector<std::pair<std::string, int64_t>> p;
+  for (const Kernel& f : fwd) {
+    if (!t.adapts(f)) continue;
+    const LinearDims d = dims_of(f);
+    const std::string& w = t.weight_of_node.at(f.node);
+    p.emplace_back(w + ".lora_A", d.in * t.rank);
+    p.emplace_back(w + ".lora_B", t.rank * d.out);
+  }
+  return p;
+}
+
+}  // namespace neusight::lowering_detail

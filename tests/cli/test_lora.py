@@ -1,0 +1,62 @@
+"""--lora: low-rank adapters on a training step, through the real binary."""
+import os
+import tempfile
+import unittest
+
+from cli_util import EXAMPLE, SOURCE, run, run_json
+
+LLAMA3_8B = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
+BASE = ["--config", LLAMA3_8B, "--batch", "2", "--seq", "512", "--gpu", "h100", "--mode", "training", "--dtype",
+        "bf16", "--optimizer", "adam"]
+
+
+class LoraTest(unittest.TestCase):
+    def test_adapters_train_the_model_frozen(self):
+        full = run_json(*BASE)
+        lora = run_json(*BASE, "--lora", "16")
+        qv = run_json(*BASE, "--lora", "16,targets=q_proj|v_proj")
+        # Llama 3 8B, rank 16 on every linear layer but the head: 41.9M parameters (PEFT's
+        # figure); on q_proj and v_proj: 6.8M.
+        self.assertEqual(lora["memory"]["trainable_params"], 41943040)
+        self.assertEqual(qv["memory"]["trainable_params"], 6815744)
+        self.assertEqual(lora["memory"]["lora_rank"], 16)
+        self.assertEqual(full["memory"]["lora_rank"], 0)
+        self.assertGreater(full["memory"]["trainable_params"], 8.0e9)
+        # Gradients and Adam's state for the adapters alone; the frozen weights held as before.
+        self.assertAlmostEqual(lora["memory"]["gradients_gib"], 41943040 * 2 / 2**30, places=6)
+        self.assertEqual(lora["memory"]["weights_gib"], full["memory"]["weights_gib"])
+        self.assertLess(lora["memory"]["total_gib"], full["memory"]["total_gib"])
+        # No frozen weight's gradient: a shorter backward pass and optimizer step.
+        self.assertLess(lora["backward_ms"], full["backward_ms"])
+        self.assertLess(lora["update_ms"], full["update_ms"])
+        self.assertLess(qv["e2e_latency_ms"], lora["e2e_latency_ms"])
+        ops = {k["op"] for n in lora["nodes"] for k in n["kernels"]}
+        self.assertTrue({"lora_a", "lora_b"} <= ops)
+        rc, out, err = run(*BASE, "--lora", "16")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("LoRA's rank-16 adapters (41.9M parameters; the model's frozen)", out)
+
+    def test_bad_lora_is_one_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "r.json")
+            for args, needle in [
+                    ([*BASE[:-6], "--lora", "16"], "add --mode training"),
+                    ([*BASE, "--lora", "0"], "rank is 1 to 65536"),
+                    ([*BASE, "--lora", "x"], "--lora"),
+                    ([*BASE, "--lora", "8,heads=2"], "R[,targets=all|REGEX]"),
+                    ([*BASE, "--lora", "8,targets=("], "not a regular expression"),
+                    ([*BASE, "--lora", "8,targets=no_such_proj"], "no linear layer's weight name matches"),
+                    ([*BASE, "--lora", "8", "--parallel", "dp=2"], "--lora with --parallel")]:
+                rc, so, se = run(*args, "--json", out)
+                self.assertEqual(rc, 2, (args, se))
+                lines = [l for l in se.splitlines() if l.strip()]
+                self.assertEqual(len(lines), 1, se)
+                self.assertIn(needle, lines[0])
+                self.assertFalse(os.path.exists(out))
+        # An ONNX graph: its linear layers by structure.
+        r = run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training", "--lora", "8")
+        self.assertGreater(r["memory"]["trainable_params"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
