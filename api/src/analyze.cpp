@@ -328,9 +328,10 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.optimizer = options.optimizer;
   if (options.lora.rank > 0 && options.mode != Mode::training)
     throw InputError("--lora trains low-rank adapters: add --mode training");
-  if (options.lora.rank > 0 && options.parallel.active)
-    throw InputError("--lora with --parallel: a multi-GPU step places the parameters the optimizer updates, and LoRA's "
-                     "frozen weights are not among them; --lora predicts one GPU's step");
+  if (options.lora.rank > 0 && options.parallel.active &&
+      (options.parallel.tp > 1 || options.parallel.cp > 1 || options.parallel.ep > 1))
+    throw InputError("--lora with --parallel takes dp, pp and ZeRO: the adapters of a layer split over tp, cp or ep GPUs "
+                     "are not modelled");
   lo.lora = options.lora;
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)

@@ -363,6 +363,7 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
       m.optimizer = optimizer_of_update(k.op);
       m.master_weights = m.master_weights || eb < 4;
       m.trainable_params += n;
+      if (!a.graph.find(k.weight)) m.weights_gib += n * eb / kGiB;  // LoRA's adapters: held beside the graph's
       m.gradients_gib += n * eb / kGiB;
       m.optimizer_gib += n * (optimizer_state_bytes(k.op) + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     }

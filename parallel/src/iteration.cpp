@@ -144,6 +144,9 @@ struct WeightPlacement {
   // The parameters as the data-parallel collectives over dp GPUs carry them: the experts'
   // scaled so that a ring over dp moves what theirs over dp/ep moves ((n-1)/n of the bytes).
   std::vector<double> node_comm_params;
+  // Weights held and not updated (a LoRA step's frozen model), first read by each node, per
+  // GPU: no gradient, no optimizer state.
+  std::vector<double> node_frozen;
 };
 
 // A mixture's experts (the weights its node holds) over ep of the `reduce_gpus` data-parallel
@@ -178,6 +181,25 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
     if (experts) w.node_expert_params[static_cast<size_t>(node)] += held;
     w.node_comm_params[static_cast<size_t>(node)] += experts ? held * expert_comm : held;
   }
+  // Parameters that are no graph tensor (LoRA's adapters): under their update kernel's node.
+  for (const Kernel& k : kernels)
+    if (k.phase == Phase::update && !k.weight.empty() && !g.find(k.weight) && in_range(k.node, nn)) {
+      w.node_params[static_cast<size_t>(k.node)] += double(k.rows) * double(k.cols);
+      w.node_comm_params[static_cast<size_t>(k.node)] += double(k.rows) * double(k.cols);
+    }
+  // Float weights the optimizer does not update: held whole (or split) at their first reader.
+  w.node_frozen.assign(nn, 0);
+  std::set<std::string> frozen;
+  for (const auto& name : g.initializers) {
+    const TensorInfo* t = g.find(name);
+    if (t && is_float(t->dtype) && t->num_elements() > 1 && !params.count(name)) frozen.insert(name);
+  }
+  for (size_t i = 0; i < nn; ++i)
+    for (const auto& name : g.nodes[i].inputs)
+      if (frozen.erase(name)) {
+        const double e = double(g.find(name)->num_elements());
+        w.node_frozen[i] += split_weights.count(name) ? e / tp : e;
+      }
   return w;
 }
 
@@ -256,15 +278,17 @@ StagePasses stage_passes(const std::vector<Kernel>& kernels, const std::vector<P
   std::vector<int> bwd_node;
   std::set<int> fwd_seen, bwd_seen;
   auto node_bytes = [&](int node) { return w.node_comm_params[static_cast<size_t>(node)] * eb; };
+  // ZeRO-3 gathers the frozen weights a step reads too (FSDP shards every parameter).
+  auto gathered = [&](int node) { return node_bytes(node) + w.node_frozen[static_cast<size_t>(node)] * eb; };
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     if (k.phase == Phase::update || !in_range(k.node, nn) || plan.stage_of[static_cast<size_t>(k.node)] != s) continue;
     if (k.phase == Phase::forward) {
       p.fwd_ms.push_back(preds[i].latency_ms);
-      p.fwd_need.push_back(fwd_seen.insert(k.node).second ? node_bytes(k.node) : 0);
+      p.fwd_need.push_back(fwd_seen.insert(k.node).second ? gathered(k.node) : 0);
     } else {
       p.bwd_ms.push_back(preds[i].latency_ms);
-      p.bwd_need.push_back(bwd_seen.insert(k.node).second ? node_bytes(k.node) : 0);
+      p.bwd_need.push_back(bwd_seen.insert(k.node).second ? gathered(k.node) : 0);
       bwd_node.push_back(k.node);
     }
   }
@@ -425,9 +449,11 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
     double experts = 0;  // of st.params, a mixture's experts (sharded over dp/ep under ZeRO)
+    double frozen = 0;   // weights held and not updated
     for (int i = st.first_node; i <= st.last_node; ++i) {
       st.params += w.node_params[static_cast<size_t>(i)];
       experts += w.node_expert_params[static_cast<size_t>(i)];
+      frozen += w.node_frozen[static_cast<size_t>(i)];
     }
     const double act = kept[static_cast<size_t>(s)];
     double segment = 0;  // one segment recomputed at a time
@@ -445,7 +471,9 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     const double expert_shards = std::max(1.0, shards / std::max(1, cfg.ep));
     const double sharded = (st.params - experts) / shards + experts / expert_shards;
     const double bucket = std::min(cfg.bucket_mb * 1024 * 1024, st.params * eb);
-    st.weights_gb = (cfg.zero >= 3 ? sharded * eb + dp[static_cast<size_t>(s)].live_gather_bytes : st.params * eb) / kGiB;
+    // Frozen weights are held as parameters are (ZeRO-3, FSDP: 1/dp of them too).
+    st.weights_gb = (cfg.zero >= 3 ? (sharded + frozen / shards) * eb + dp[static_cast<size_t>(s)].live_gather_bytes
+                                   : (st.params + frozen) * eb) / kGiB;
     st.gradients_gb = (cfg.zero >= 2 && cfg.dp > 1 ? sharded * eb + bucket : st.params * eb) / kGiB;
     st.optimizer_gb = (cfg.zero >= 1 ? sharded : st.params) * (state + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     st.activations_gb = (act * in_flight + segment) / kGiB;

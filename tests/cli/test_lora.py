@@ -24,7 +24,9 @@ class LoraTest(unittest.TestCase):
         self.assertGreater(full["memory"]["trainable_params"], 8.0e9)
         # Gradients and Adam's state for the adapters alone; the frozen weights held as before.
         self.assertAlmostEqual(lora["memory"]["gradients_gib"], 41943040 * 2 / 2**30, places=6)
-        self.assertEqual(lora["memory"]["weights_gib"], full["memory"]["weights_gib"])
+        # The frozen model's weights and the adapters' beside them.
+        self.assertAlmostEqual(lora["memory"]["weights_gib"] - full["memory"]["weights_gib"],
+                               41943040 * 2 / 2**30, places=6)
         self.assertLess(lora["memory"]["total_gib"], full["memory"]["total_gib"])
         # No frozen weight's gradient: a shorter backward pass and optimizer step.
         self.assertLess(lora["backward_ms"], full["backward_ms"])
@@ -36,6 +38,20 @@ class LoraTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("LoRA's rank-16 adapters (41.9M parameters; the model's frozen)", out)
 
+    def test_data_parallel_adapters(self):
+        # Two GPUs: each holds the frozen model whole and all-reduces the adapters' gradients alone;
+        # ZeRO-3 (FSDP) shards and gathers the frozen weights too.
+        one = run_json(*BASE, "--lora", "16")
+        dp = run_json(*BASE[:2], "--batch", "4", *BASE[4:], "--lora", "16", "--parallel", "dp=2")["parallel"]
+        st = dp["stages"][0]["memory_gb"]
+        self.assertAlmostEqual(st["weights"], one["memory"]["weights_gib"], delta=1e-6)
+        self.assertAlmostEqual(st["gradients"], one["memory"]["gradients_gib"], delta=1e-6)
+        self.assertGreater(dp["dp_comm_ms"], 0)
+        self.assertLess(dp["dp_comm_ms"], 2.0)  # 84 MB, not the model's 16 GB
+        z3 = run_json(*BASE[:2], "--batch", "4", *BASE[4:], "--lora", "16", "--parallel", "dp=2,zero=3")["parallel"]
+        self.assertLess(z3["stages"][0]["memory_gb"]["weights"], 0.75 * st["weights"])
+        self.assertGreater(z3["dp_gather_ms"], 10 * dp["dp_comm_ms"])
+
     def test_bad_lora_is_one_line(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
@@ -46,7 +62,7 @@ class LoraTest(unittest.TestCase):
                     ([*BASE, "--lora", "8,heads=2"], "R[,targets=all|REGEX]"),
                     ([*BASE, "--lora", "8,targets=("], "not a regular expression"),
                     ([*BASE, "--lora", "8,targets=no_such_proj"], "no linear layer's weight name matches"),
-                    ([*BASE, "--lora", "8", "--parallel", "dp=2"], "--lora with --parallel")]:
+                    ([*BASE, "--lora", "8", "--parallel", "tp=2"], "--lora with --parallel takes dp, pp and ZeRO")]:
                 rc, so, se = run(*args, "--json", out)
                 self.assertEqual(rc, 2, (args, se))
                 lines = [l for l in se.splitlines() if l.strip()]
