@@ -50,6 +50,16 @@ void run_pipeline(const std::string& bytes) {
   opt.fusion = Fusion::none;
   const Analysis t = prepare(loaded, opt);
   (void)predict(t, loaded.model, gpu, opt);
+  // LoRA's adapters on the linear layers, on one GPU and sharded over two (a graph without a
+  // linear layer is an input error, and the runs below go on).
+  try {
+    Options lora = opt;
+    lora.lora.rank = 4;
+    (void)predict(prepare(loaded, lora), loaded.model, gpu, lora);
+    lora.parallel = parse_parallel("dp=2,zero=3");
+    (void)format_json({predict(prepare(loaded, lora), loaded.model, gpu, lora)});
+  } catch (const InputError&) {
+  }
   // Activation checkpointing under multi-GPU plans: pipeline stages with the optimizer sharded
   // (its gather under the next forward), ZeRO-3's gathers beside expert parallelism, and
   // selective recomputation beside sequence parallelism and FlashAttention's backward and its
