@@ -50,13 +50,14 @@ void run_pipeline(const std::string& bytes) {
   opt.fusion = Fusion::none;
   const Analysis t = prepare(loaded, opt);
   (void)predict(t, loaded.model, gpu, opt);
-  // LoRA's adapters on the linear layers, on one GPU and sharded over two (a graph without a
+  // LoRA's adapters on the linear layers, on one GPU and (QLoRA) sharded over two (a graph without a
   // linear layer is an input error, and the runs below go on).
   try {
     Options lora = opt;
     lora.lora.rank = 4;
     (void)predict(prepare(loaded, lora), loaded.model, gpu, lora);
     lora.parallel = parse_parallel("dp=2,zero=3");
+    lora.lora.nf4_base = true;  // QLoRA's NF4 weights, sharded and gathered
     (void)format_json({predict(prepare(loaded, lora), loaded.model, gpu, lora)});
   } catch (const InputError&) {
   }

@@ -131,22 +131,29 @@ std::map<std::string, double> parse_gpu_cost(const std::string& text) {
 
 }  // namespace
 
-// --lora R[,targets=all|REGEX]: LoRA adapters of rank R (training only).
+// --lora R[,base=nf4][,targets=all|REGEX]: LoRA adapters of rank R (training only); the
+// targets last, as a pattern may hold commas.
 void parse_lora(const Args& args, Options& opt) {
   if (!args.has("--lora")) return;
   const std::string spec = args.get("--lora");
-  const std::vector<std::string> parts = split(spec, ',');
-  if (parts.empty() || parts[0].empty()) throw InputError("--lora: expected R[,targets=all|REGEX], got '" + spec + "'");
-  opt.lora.rank = parse_int(parts[0], "--lora");
-  if (opt.lora.rank < 1 || opt.lora.rank > 65536)
-    throw InputError("--lora: the rank is 1 to 65536, got '" + parts[0] + "'");
-  // The rest is the targets (a pattern may hold commas).
-  const size_t comma = spec.find(',');
-  if (comma != std::string::npos) {
+  const std::string usage = "--lora: expected R[,base=nf4][,targets=all|REGEX], got '" + spec + "'";
+  size_t comma = spec.find(',');
+  const std::string rank = spec.substr(0, comma);
+  if (rank.empty()) throw InputError(usage);
+  opt.lora.rank = parse_int(rank, "--lora");
+  if (opt.lora.rank < 1 || opt.lora.rank > 65536) throw InputError("--lora: the rank is 1 to 65536, got '" + rank + "'");
+  while (comma != std::string::npos) {
     const std::string rest = spec.substr(comma + 1);
-    if (rest.rfind("targets=", 0) != 0 || rest.size() == 8)
-      throw InputError("--lora: expected R[,targets=all|REGEX], got '" + spec + "'");
-    opt.lora.targets = rest.substr(8);
+    if (rest.rfind("targets=", 0) == 0) {
+      if (rest.size() == 8) throw InputError(usage);
+      opt.lora.targets = rest.substr(8);
+      break;
+    }
+    const size_t next = spec.find(',', comma + 1);
+    const std::string item = spec.substr(comma + 1, next == std::string::npos ? std::string::npos : next - comma - 1);
+    if (item != "base=nf4") throw InputError(usage);
+    opt.lora.nf4_base = true;
+    comma = next;
   }
   if (opt.mode != Mode::training) throw InputError("--lora trains low-rank adapters: add --mode training");
 }

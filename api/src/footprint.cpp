@@ -343,11 +343,23 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   m.training = o.mode == Mode::training;
   m.capacity_gib = capacity_gib;
   m.tp = o.parallel.active && !m.training ? std::max(1, o.parallel.tp) : 1;
-  const TensorShare share = m.tp > 1 ? tensor_parallel_share(a.graph, m.tp) : TensorShare{};
+  const TensorShare tp_share = m.tp > 1 ? tensor_parallel_share(a.graph, m.tp) : TensorShare{};
+  // QLoRA: the weights its dequantize kernels expand are held in NF4.
+  std::map<std::string, double> nf4;  // name -> NF4 bytes over the bytes held otherwise
+  for (const Kernel& k : a.kernels.kernels)
+    if (k.phase == Phase::forward && k.op == kNf4DequantizeOp && !k.weight.empty()) {
+      const TensorInfo* t = a.graph.find(k.weight);
+      if (t) nf4[k.weight] = kNf4BitsPerParameter / 8.0 / element_bytes(held_dtype(*t, o));
+    }
+  const TensorShare share = nf4.empty() ? tp_share : TensorShare([&](const std::string& name) {
+    auto it = nf4.find(name);
+    return (tp_share ? tp_share(name) : 1.0) * (it == nf4.end() ? 1.0 : it->second);
+  });
+  m.lora_nf4 = !nf4.empty();
   double weights = 0, embedding = 0;
   weight_bytes(a.graph, o, weights, embedding, share);
   m.weights_gib = weights / kGiB;
-  const ActivationUse use = activation_use(a, o, share);
+  const ActivationUse use = activation_use(a, o, tp_share);
   m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
   m.recompute_segments = m.training && a.checkpoints ? a.checkpoints->segments : 0;
   m.recompute_attention = m.recompute_segments > 0 && a.checkpoints->positions.empty();

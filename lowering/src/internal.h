@@ -216,8 +216,14 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
 struct LoraTargets {
   int64_t rank = 0;
   std::map<int, std::string> weight_of_node;
+  // QLoRA: the linear layers whose weights are held in NF4 (every one but the head), node -> weight.
+  std::map<int, std::string> nf4_of_node;
   bool adapts(const Kernel& forward_gemm) const;
+  // `f` is a forward GEMM of an NF4 weight.
+  bool dequantizes(const Kernel& f) const;
 };
+// QLoRA's dequantize kernel of the NF4 weight of the forward GEMM `f`, in `phase`.
+Kernel nf4_dequantize(const Kernel& f, const std::string& weight, Phase phase);
 // Throws InputError for a targets pattern that is no regular expression or that matches no
 // linear layer's weight. Rank 0: no targets.
 LoraTargets lora_targets(const Graph& g, const std::vector<Kernel>& fwd, const LoraOptions& lora);

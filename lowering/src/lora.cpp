@@ -107,10 +107,13 @@ LoraTargets lora_targets(const Graph& g, const std::vector<Kernel>& fwd, const L
       throw InputError("--lora targets=" + lora.targets + ": not a regular expression (" + e.what() + ")");
     }
   }
-  const std::vector<char> feeds = all ? feeds_a_gemm(g, fwd) : std::vector<char>{};
+  const std::vector<char> feeds = feeds_a_gemm(g, fwd);
   for (const Kernel& k : fwd) {
     const std::string w = linear_weight(g, k);
     if (w.empty()) continue;
+    // bitsandbytes quantizes every linear layer but the head (transformers keeps the last
+    // module in its own precision).
+    if (lora.nf4_base && feeds[static_cast<size_t>(k.node)]) t.nf4_of_node.emplace(k.node, w);
     // PEFT's "all-linear": every linear layer but the output head (the last GEMM on its path).
     if (all ? !feeds[static_cast<size_t>(k.node)] : !std::regex_search(w, pattern)) continue;
     t.weight_of_node.emplace(k.node, w);
@@ -124,6 +127,33 @@ LoraTargets lora_targets(const Graph& g, const std::vector<Kernel>& fwd, const L
   return t;
 }
 
+bool LoraTargets::dequantizes(const Kernel& f) const {
+  return f.cls == KernelClass::gemm && f.phase == Phase::forward && f.b_input >= 0 && !is_flash_gemm(f) &&
+         f.body_node.empty() && nf4_of_node.count(f.node) != 0;
+}
+
+Kernel nf4_dequantize(const Kernel& f, const std::string& weight, Phase phase) {
+  // bitsandbytes' kDequantizeBlockwise: reads the packed 4-bit values and their scales, writes
+  // the weight in the compute dtype for the GEMM (one element an output, a table lookup and a
+  // multiply).
+  const int64_t elems = f.gemm.k * f.gemm.n;
+  Kernel k;
+  k.cls = KernelClass::elementwise;
+  k.phase = phase;
+  k.op = kNf4DequantizeOp;
+  k.dtype = f.dtype;
+  k.node = f.node;
+  k.rows = f.gemm.n;
+  k.cols = f.gemm.k;
+  k.inputs = 1;
+  k.flops = 2.0 * double(elems);
+  k.bytes = double(elems) * (kNf4BitsPerParameter / 8.0 + element_bytes(f.dtype));
+  k.operand_elems = {elems};
+  k.weight = weight;
+  k.note = "QLoRA: the NF4 weight dequantized to " + std::string(dtype_name(f.dtype));
+  return k;
+}
+
 bool LoraTargets::adapts(const Kernel& f) const {
   return f.cls == KernelClass::gemm && f.phase == Phase::forward && f.b_input >= 0 && !is_flash_gemm(f) &&
          f.body_node.empty() && weight_of_node.count(f.node) != 0;
@@ -135,6 +165,7 @@ std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const Lora
   std::vector<Kernel> out;
   out.reserve(fwd.size() + 4 * t.weight_of_node.size());
   for (const Kernel& f : fwd) {
+    if (t.dequantizes(f)) out.push_back(nf4_dequantize(f, t.nf4_of_node.at(f.node), Phase::forward));
     out.push_back(f);
     if (!t.adapts(f)) continue;
     const LinearDims d = dims_of(f);

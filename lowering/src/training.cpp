@@ -303,6 +303,9 @@ struct Backward {
     }
     if (!node_needs(f)) return;
     const Node& n = g.nodes[static_cast<size_t>(f.node)];
+    // QLoRA: the input's gradient reads the weight dequantized again.
+    if (lora.dequantizes(f) && f.a_input >= 0 && needs(n, f.a_input))
+      out.push_back(nf4_dequantize(f, lora.nf4_of_node.at(f.node), Phase::backward));
     if (f.op == "flash_attention") {
       flash_attention(f);
       return;

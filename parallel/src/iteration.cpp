@@ -145,8 +145,12 @@ struct WeightPlacement {
   // scaled so that a ring over dp moves what theirs over dp/ep moves ((n-1)/n of the bytes).
   std::vector<double> node_comm_params;
   // Weights held and not updated (a LoRA step's frozen model), first read by each node, per
-  // GPU: no gradient, no optimizer state.
-  std::vector<double> node_frozen;
+  // GPU: no gradient, no optimizer state. In elements of the compute dtype, and (QLoRA's NF4
+  // weights, lowering.h kNf4BitsPerParameter) in bytes.
+  std::vector<double> node_frozen, node_frozen_nf4_bytes;
+  double frozen_bytes(int node, double eb) const {
+    return node_frozen[static_cast<size_t>(node)] * eb + node_frozen_nf4_bytes[static_cast<size_t>(node)];
+  }
 };
 
 // A mixture's experts (the weights its node holds) over ep of the `reduce_gpus` data-parallel
@@ -187,18 +191,23 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
       w.node_params[static_cast<size_t>(k.node)] += double(k.rows) * double(k.cols);
       w.node_comm_params[static_cast<size_t>(k.node)] += double(k.rows) * double(k.cols);
     }
-  // Float weights the optimizer does not update: held whole (or split) at their first reader.
+  // Float weights the optimizer does not update: held whole (or split) at their first reader;
+  // those QLoRA dequantizes in NF4.
   w.node_frozen.assign(nn, 0);
-  std::set<std::string> frozen;
+  w.node_frozen_nf4_bytes.assign(nn, 0);
+  std::set<std::string> frozen, nf4;
   for (const auto& name : g.initializers) {
     const TensorInfo* t = g.find(name);
     if (t && is_float(t->dtype) && t->num_elements() > 1 && !params.count(name)) frozen.insert(name);
   }
+  for (const Kernel& k : kernels)
+    if (k.phase == Phase::forward && k.op == kNf4DequantizeOp) nf4.insert(k.weight);
   for (size_t i = 0; i < nn; ++i)
     for (const auto& name : g.nodes[i].inputs)
       if (frozen.erase(name)) {
-        const double e = double(g.find(name)->num_elements());
-        w.node_frozen[i] += split_weights.count(name) ? e / tp : e;
+        const double e = double(g.find(name)->num_elements()) / (split_weights.count(name) ? tp : 1);
+        if (nf4.count(name)) w.node_frozen_nf4_bytes[i] += e * kNf4BitsPerParameter / 8.0;
+        else w.node_frozen[i] += e;
       }
   return w;
 }
@@ -279,7 +288,7 @@ StagePasses stage_passes(const std::vector<Kernel>& kernels, const std::vector<P
   std::set<int> fwd_seen, bwd_seen;
   auto node_bytes = [&](int node) { return w.node_comm_params[static_cast<size_t>(node)] * eb; };
   // ZeRO-3 gathers the frozen weights a step reads too (FSDP shards every parameter).
-  auto gathered = [&](int node) { return node_bytes(node) + w.node_frozen[static_cast<size_t>(node)] * eb; };
+  auto gathered = [&](int node) { return node_bytes(node) + w.frozen_bytes(node, eb); };
   for (size_t i = 0; i < kernels.size(); ++i) {
     const Kernel& k = kernels[i];
     if (k.phase == Phase::update || !in_range(k.node, nn) || plan.stage_of[static_cast<size_t>(k.node)] != s) continue;
@@ -449,11 +458,11 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
   for (int s = 0; s < pp; ++s) {
     StageReport& st = r.stages[static_cast<size_t>(s)];
     double experts = 0;  // of st.params, a mixture's experts (sharded over dp/ep under ZeRO)
-    double frozen = 0;   // weights held and not updated
+    double frozen = 0;   // bytes of weights held and not updated
     for (int i = st.first_node; i <= st.last_node; ++i) {
       st.params += w.node_params[static_cast<size_t>(i)];
       experts += w.node_expert_params[static_cast<size_t>(i)];
-      frozen += w.node_frozen[static_cast<size_t>(i)];
+      frozen += w.frozen_bytes(i, eb);
     }
     const double act = kept[static_cast<size_t>(s)];
     double segment = 0;  // one segment recomputed at a time
@@ -472,8 +481,8 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
     const double sharded = (st.params - experts) / shards + experts / expert_shards;
     const double bucket = std::min(cfg.bucket_mb * 1024 * 1024, st.params * eb);
     // Frozen weights are held as parameters are (ZeRO-3, FSDP: 1/dp of them too).
-    st.weights_gb = (cfg.zero >= 3 ? (sharded + frozen / shards) * eb + dp[static_cast<size_t>(s)].live_gather_bytes
-                                   : (st.params + frozen) * eb) / kGiB;
+    st.weights_gb = (cfg.zero >= 3 ? sharded * eb + frozen / shards + dp[static_cast<size_t>(s)].live_gather_bytes
+                                   : st.params * eb + frozen) / kGiB;
     st.gradients_gb = (cfg.zero >= 2 && cfg.dp > 1 ? sharded * eb + bucket : st.params * eb) / kGiB;
     st.optimizer_gb = (cfg.zero >= 1 ? sharded : st.params) * (state + (eb < 4 ? 4.0 : 0.0)) / kGiB;
     st.activations_gb = (act * in_flight + segment) / kGiB;

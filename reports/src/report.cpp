@@ -178,7 +178,8 @@ json memory_json(const MemoryFootprint& m) {
               {"master_weights", m.master_weights},      {"recompute_segments", m.recompute_segments},
               {"recompute", m.recompute_segments == 0 ? "none" : m.recompute_attention ? "selective" : "full"},
               {"trainable_params", finite(m.trainable_params)},
-              {"lora_rank", m.lora_rank}};
+              {"lora_rank", m.lora_rank},
+              {"lora_nf4", m.lora_nf4}};
 }
 }  // namespace detail
 
@@ -205,7 +206,8 @@ std::string memory_text(const MemoryFootprint& m) {
     s += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " +
          gib(m.optimizer_gib) +
          (m.lora_rank > 0 ? " of LoRA's rank-" + std::to_string(m.lora_rank) + " adapters (" +
-                                detail::fixed(m.trainable_params / 1e6, 1) + "M parameters; the model's frozen)"
+                                detail::fixed(m.trainable_params / 1e6, 1) + "M parameters; the model's frozen" +
+                                (m.lora_nf4 ? ", its linear layers' in NF4: QLoRA)" : ")")
                           : "");
   s += ", activations " + gib(m.activations_gib) +
        (!m.training ? " at most alive at once)"

@@ -38,6 +38,24 @@ class LoraTest(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("LoRA's rank-16 adapters (41.9M parameters; the model's frozen)", out)
 
+    def test_qlora_holds_the_linear_layers_in_nf4(self):
+        lora = run_json(*BASE, "--lora", "16")
+        q = run_json(*BASE, "--lora", "16,base=nf4,targets=q_proj|v_proj")
+        self.assertTrue(q["memory"]["lora_nf4"])
+        self.assertFalse(lora["memory"]["lora_nf4"])
+        # Llama 3 8B: 6.98B parameters in its linear layers but the head, at 4.127 bits instead of 16.
+        linear = 32 * (4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336)
+        saved = linear * (2 - 4.127 / 8) / 2**30
+        adapters_delta = (lora["memory"]["trainable_params"] - q["memory"]["trainable_params"]) * 2 / 2**30
+        self.assertAlmostEqual(lora["memory"]["weights_gib"] - q["memory"]["weights_gib"], saved + adapters_delta,
+                               delta=0.01)
+        # The dequantize kernels cost time: forward and the input gradients.
+        dq = [k for n in q["nodes"] for k in n["kernels"] if k["op"] == "dequantize_nf4"]
+        self.assertEqual(len(dq), 7 * 32 + 7 * 31 + 4)
+        rc, out, err = run(*BASE, "--lora", "16,base=nf4")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("its linear layers' in NF4: QLoRA", out)
+
     def test_data_parallel_adapters(self):
         # Two GPUs: each holds the frozen model whole and all-reduces the adapters' gradients alone;
         # ZeRO-3 (FSDP) shards and gathers the frozen weights too.
@@ -59,7 +77,8 @@ class LoraTest(unittest.TestCase):
                     ([*BASE[:-6], "--lora", "16"], "add --mode training"),
                     ([*BASE, "--lora", "0"], "rank is 1 to 65536"),
                     ([*BASE, "--lora", "x"], "--lora"),
-                    ([*BASE, "--lora", "8,heads=2"], "R[,targets=all|REGEX]"),
+                    ([*BASE, "--lora", "8,heads=2"], "R[,base=nf4][,targets=all|REGEX]"),
+                    ([*BASE, "--lora", "8,base=int4"], "R[,base=nf4][,targets=all|REGEX]"),
                     ([*BASE, "--lora", "8,targets=("], "not a regular expression"),
                     ([*BASE, "--lora", "8,targets=no_such_proj"], "no linear layer's weight name matches"),
                     ([*BASE, "--lora", "8", "--parallel", "tp=2"], "--lora with --parallel takes dp, pp and ZeRO")]:

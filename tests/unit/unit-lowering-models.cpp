@@ -259,6 +259,20 @@ TEST_CASE("lowering: LoRA freezes the model and trains rank-r adapters beside it
   int qv_updates = 0;
   for (const Kernel& k : qv.kernels) qv_updates += k.phase == Phase::update;
   CHECK(qv_updates == 2 * 2 * 2);
+  // QLoRA: every linear layer's weight but the head's in NF4, whatever the adapters' targets,
+  // dequantized before its forward GEMM and before its input's gradient where x needs one.
+  o.lora.nf4_base = true;
+  const KernelList q = lower(g, o);
+  int fwd_dq = 0, bwd_dq = 0;
+  for (const Kernel& k : q.kernels) {
+    if (k.op != kNf4DequantizeOp) continue;
+    (k.phase == Phase::forward ? fwd_dq : bwd_dq) += 1;
+    CHECK(k.bytes == doctest::Approx(double(k.rows) * double(k.cols) * (kNf4BitsPerParameter / 8 + 4)));
+  }
+  CHECK(fwd_dq == 14);
+  CHECK(bwd_dq == 14 - 3);  // the first layer's q, k and v read the embedding's output
+  CHECK(kNf4BitsPerParameter == doctest::Approx(4.127).epsilon(1e-3));  // QLoRA's 4 + 0.127 bits
+  o.lora.nf4_base = false;
   o.lora.targets = "(unclosed";
   CHECK_THROWS_AS(lower(g, o), InputError);
   o.lora.targets = "no_such_weight";

@@ -162,7 +162,9 @@ struct Kernel {
   double flops = 0;    // useful floating-point operations
   double bytes = 0;    // bytes read + written from/to memory at minimum
   std::string note;    // free text for reports (e.g. "bias epilogue", unknown op type)
-  std::string weight;  // update-phase kernels: the parameter (initializer) they update
+  // Update-phase kernels: the parameter (initializer) they update; LoRA's NF4 dequantize
+  // kernels (kNf4DequantizeOp): the frozen weight they expand.
+  std::string weight;
   // A mixture of experts' kernels (MoE / QMoE): the experts' up projections (fc1, fc3), their
   // down projection (fc2), their activation; none for the routing, the weighted sum and the
   // rest. Tensor parallelism splits each expert along its intermediate dim by these.
@@ -277,10 +279,21 @@ inline double narrow_gemm_bytes(double operand_elems, double output_elems, DType
 // optimizer updates A and B alone. `targets`: "all" (PEFT's all-linear: every linear layer
 // but the output head, the last GEMM on its path) or a regular expression (ECMAScript) that
 // a targeted weight's initializer name contains a match of ("q_proj|v_proj").
+//
+// QLoRA (Dettmers et al. 2023; `base=nf4`, bitsandbytes' load_in_4bit with double
+// quantization): every linear layer's weight but the head's held as 4-bit NormalFloat with
+// its block scales, kNf4BitsPerParameter a parameter, and expanded to the compute dtype by a
+// dequantize kernel (kNf4DequantizeOp) before each GEMM that reads it: the forward and the
+// input's gradient.
 struct LoraOptions {
   int64_t rank = 0;
   std::string targets = "all";
+  bool nf4_base = false;
 };
+// 4 bits, and the absmax of each 64-value block quantized to 8 bits with an FP32 scale per 256
+// blocks (QLoRA's double quantization: 8/64 + 32/(64 x 256) = 0.127 bits).
+inline constexpr double kNf4BitsPerParameter = 4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0);
+inline constexpr const char* kNf4DequantizeOp = "dequantize_nf4";
 
 struct LoweringOptions {
   Mode mode = Mode::inference;

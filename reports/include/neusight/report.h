@@ -241,6 +241,7 @@ struct MemoryFootprint {
   // adapters' rank (0: no LoRA).
   double trainable_params = 0;
   int64_t lora_rank = 0;
+  bool lora_nf4 = false;  // QLoRA: the linear layers' frozen weights held in NF4
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
   // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity);
