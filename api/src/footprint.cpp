@@ -126,10 +126,28 @@ std::vector<SavedActivation> saved_for_backward(const Analysis& a, const Options
   std::vector<SavedActivation> saved;
   std::vector<char> flash(g.nodes.size(), 0);
   flash_saved(a, o, resolve, constants, writer, flash, seen, saved);
+  // LoRA: a frozen layer's GEMM keeps nothing (autograd saves its input for the weight's
+  // gradient alone); an adapted one's adapter keeps x (for dA) and x A (for dB).
+  std::vector<char> frozen_gemm(g.nodes.size(), 0);
+  std::vector<double> adapter_bytes(g.nodes.size(), 0);
+  if (o.lora.rank > 0)
+    for (const Kernel& k : a.kernels.kernels) {
+      if (k.phase != Phase::forward || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size()) continue;
+      const Node& n = g.nodes[static_cast<size_t>(k.node)];
+      if (k.op == "lora_a")
+        adapter_bytes[static_cast<size_t>(k.node)] = double(k.gemm.m) * double(k.gemm.n) * element_bytes(k.dtype);
+      else if (k.cls == KernelClass::gemm && k.b_input >= 0 && static_cast<size_t>(k.b_input) < n.inputs.size() &&
+               constants.count(n.inputs[static_cast<size_t>(k.b_input)]))
+        frozen_gemm[static_cast<size_t>(k.node)] = 1;
+    }
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const Node& n = g.nodes[i];
     const bool own = differentiated[i] || (group[i] >= 0 && differentiated[static_cast<size_t>(group[i])]);
     if (!own || flash[i] || keeps_nothing.count(n.op_type)) continue;
+    if (frozen_gemm[i]) {
+      if (adapter_bytes[i] <= 0) continue;
+      saved.push_back({static_cast<int>(i), static_cast<int>(i), adapter_bytes[i], ""});
+    }
     if (n.op_type == "Dropout") {
       const TensorInfo* t = n.inputs.empty() ? nullptr : g.find(n.inputs[0]);
       if (t && t->fully_known()) saved.push_back({static_cast<int>(i), static_cast<int>(i), double(t->num_elements()), ""});

@@ -32,6 +32,9 @@ class LoraTest(unittest.TestCase):
         self.assertLess(lora["backward_ms"], full["backward_ms"])
         self.assertLess(lora["update_ms"], full["update_ms"])
         self.assertLess(qv["e2e_latency_ms"], lora["e2e_latency_ms"])
+        # A frozen layer keeps no input for its weight's gradient; an adapter keeps x and x A.
+        self.assertLess(qv["memory"]["activations_gib"], 0.95 * lora["memory"]["activations_gib"])
+        self.assertLessEqual(lora["memory"]["activations_gib"], full["memory"]["activations_gib"])
         ops = {k["op"] for n in lora["nodes"] for k in n["kernels"]}
         self.assertTrue({"lora_a", "lora_b"} <= ops)
         rc, out, err = run(*BASE, "--lora", "16")
