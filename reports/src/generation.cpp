@@ -105,6 +105,7 @@ json generation_json(const GenerationReport& g) {
           {"tpot_last_ms", finite(g.tpot_last_ms)},
           {"total_ms", finite(g.total_ms)},
           {"tokens_per_s", finite(g.tokens_per_s)},
+          {"requests_per_s", finite(g.requests_per_s())},
           {"ttft_low_ms", finite(g.ttft_low_ms)},
           {"ttft_high_ms", finite(g.ttft_high_ms)},
           {"tpot_low_ms", finite(g.tpot_low_ms)},
@@ -371,7 +372,7 @@ std::string format_generation(const Report& r, bool color) {
      << "  output tokens/s      " << pad(num(g.tokens_per_s, 1), 11, true)
      << interval_text(g.tokens_per_s_high > g.tokens_per_s_low, num(g.tokens_per_s_low, 1), num(g.tokens_per_s_high, 1),
                       "")
-     << "\n"
+     << "; " << num(g.requests_per_s(), 2) << " requests/s (the batch's sequences over the total)\n"
      << (g.usd_per_m_tokens > 0
              ? "  cost                 " + pad(format_usd(g.usd_per_m_tokens), 11, true) + " per 1M output tokens" +
                    interval_text(g.usd_per_m_tokens_high > g.usd_per_m_tokens_low, format_usd(g.usd_per_m_tokens_low),

@@ -480,6 +480,8 @@ class Generate(unittest.TestCase):
         self.assertAlmostEqual(g["usd_per_m_tokens"], 2 * 4 / 3600 / g["tokens_per_s"] * 1e6,
                                delta=1e-9 * g["usd_per_m_tokens"])
         self.assertAlmostEqual(sum(g["prefill_by_class_ms"].values()), g["ttft_ms"], delta=1e-6 * g["ttft_ms"])
+        # Requests a second: the batch's 16 sequences over the total.
+        self.assertAlmostEqual(g["requests_per_s"], 16 / (g["total_ms"] / 1000), delta=1e-9 * g["requests_per_s"])
         rc, so, se = run(*args, "--parallel", "tp=2,pp=2")
         self.assertEqual(rc, 0, se)
         self.assertIn("pipeline parallel", so)

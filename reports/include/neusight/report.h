@@ -56,6 +56,8 @@ struct GenerationReport {
   double tpot_last_ms = 0;  // the last decode step (longest cache)
   double total_ms = 0;      // prefill + every decode step
   double tokens_per_s = 0;  // batch x new tokens / total
+  // The batch's sequences over the total: requests served a second at this batch.
+  double requests_per_s() const { return new_tokens > 0 ? tokens_per_s / double(new_tokens) : 0; }
   // 80% intervals of the four above: the prefill's and every decode step's bounds added up as
   // errors that move together (the same kernels' predictions make them all), tokens/s from the
   // total's bounds.
