@@ -54,7 +54,9 @@ Kernel adapter_gemm(const Kernel& f, Phase phase, const GemmShape& s, const std:
   k.cls = KernelClass::gemm;
   k.phase = phase;
   k.op = op;
-  k.dtype = f.dtype;
+  // Under --dtype fp8 / fp4 / int8 the frozen layer's GEMM runs narrow; the adapters run in the
+  // activations' dtype, as PEFT's nn.Linear adapters do beside Transformer Engine's layers.
+  k.dtype = narrow_weight_gemms(f.dtype) ? activation_dtype(f.dtype) : f.dtype;
   k.node = f.node;
   k.gemm = s;
   const Work w = work_of_gemm(s, element_bytes(k.dtype));
@@ -72,7 +74,7 @@ Kernel adapter_vector(const Kernel& f, Phase phase, const std::string& op, int i
   k.cls = KernelClass::elementwise;
   k.phase = phase;
   k.op = op;
-  k.dtype = f.dtype;
+  k.dtype = narrow_weight_gemms(f.dtype) ? activation_dtype(f.dtype) : f.dtype;
   k.node = f.node;
   k.rows = rows;
   k.cols = cols;
@@ -141,16 +143,16 @@ Kernel nf4_dequantize(const Kernel& f, const std::string& weight, Phase phase) {
   k.cls = KernelClass::elementwise;
   k.phase = phase;
   k.op = kNf4DequantizeOp;
-  k.dtype = f.dtype;
+  k.dtype = narrow_weight_gemms(f.dtype) ? activation_dtype(f.dtype) : f.dtype;
   k.node = f.node;
   k.rows = f.gemm.n;
   k.cols = f.gemm.k;
   k.inputs = 1;
   k.flops = 2.0 * double(elems);
-  k.bytes = double(elems) * (kNf4BitsPerParameter / 8.0 + element_bytes(f.dtype));
+  k.bytes = double(elems) * (kNf4BitsPerParameter / 8.0 + element_bytes(k.dtype));
   k.operand_elems = {elems};
   k.weight = weight;
-  k.note = "QLoRA: the NF4 weight dequantized to " + std::string(dtype_name(f.dtype));
+  k.note = "QLoRA: the NF4 weight dequantized to " + std::string(dtype_name(k.dtype));
   return k;
 }
 

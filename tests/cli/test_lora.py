@@ -73,6 +73,12 @@ class LoraTest(unittest.TestCase):
         self.assertLess(z3["stages"][0]["memory_gb"]["weights"], 0.75 * st["weights"])
         self.assertGreater(z3["dp_gather_ms"], 10 * dp["dp_comm_ms"])
 
+    def test_adapters_run_in_the_activations_dtype_beside_narrow_layers(self):
+        # Under --dtype fp8 the frozen layers' GEMMs run FP8 W8A8; PEFT's adapters stay BF16.
+        r = run_json(*BASE[:-4], "--dtype", "fp8", "--lora", "8")
+        dtypes = {k["dtype"] for n in r["nodes"] for k in n["kernels"] if k["op"] in ("lora_a", "lora_b")}
+        self.assertEqual(dtypes, {"bf16"})
+
     def test_bad_lora_is_one_line(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
