@@ -318,6 +318,16 @@ class OtherCommands(unittest.TestCase):
         with open(EXAMPLE, "rb") as f:
             c2 = n.compare([f.read(), EXAMPLE], "h100", batch=1, seq=64, labels=["a", "b"], top=3)
         self.assertEqual(c2["models"], ["a", "b"])
+        # Training options as the CLI's: LoRA adapters under activation checkpointing.
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "c.json")
+            code, _, err = run("compare", EXAMPLE, CONFIG, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode",
+                               "training", "--lora", "8", "--recompute", "full", "--json", out, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(out) as f:
+                want = json.load(f)
+        c3 = n.compare([EXAMPLE, CONFIG], "h100", batch=2, seq=64, mode="training", lora=8, recompute="full")
+        self.assertTrue(same(c3, want))
 
     def test_compare_generations_equal_cli(self):
         # generate=(prompt, new_tokens) as `compare --generate`, encoder= as --encoder.
