@@ -740,6 +740,24 @@ double stage_weight_bytes(const GenerationAnalysis& a, const Options& options, c
   return fullest;
 }
 
+// The longest sequence (prompt and new tokens) whose cache fits `budget` bytes, a sequence's
+// share of the room on a GPU over its share of the cache: each token adds its keys and values
+// to the full-attention layers, and to the sliding-window layers up to their window; the
+// recurrent states stay one size. At most the learned positions; 0 when the states alone do
+// not fit; the caches held whole (`budget` already divided by the GPU's share).
+int64_t longest_sequence(const Decoder& d, const GenerationAnalysis& a, double budget) {
+  const double row = double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * element_bytes(a.kv_dtype);
+  const double full = row * double(d.layers - d.sliding_layers), sliding = row * double(d.sliding_layers);
+  const double left = budget - a.state_bytes / double(a.batch);
+  if (left <= 0) return 0;
+  if (full + sliding <= 0) return 0;  // a state-space model's memory does not grow with it
+  double tokens = left / (full + sliding);
+  if (d.window > 0 && sliding > 0 && tokens > double(d.window))
+    tokens = full > 0 ? (left - double(d.window) * sliding) / full : 1e15;
+  if (d.max_positions > 0) tokens = std::min(tokens, double(d.max_positions));
+  return static_cast<int64_t>(std::max(0.0, std::floor(std::min(tokens, 1e15))));
+}
+
 void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options,
             const std::vector<int>& stage_cuts, GenerationReport& g, Report& r) {
   const auto& sp = g.speculative;
@@ -769,6 +787,11 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
                       (stage_held + sp.draft_weight_bytes) / tp - a.activation_bytes;
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
+  if (gpu.mem_gb > 0 && room > 0 && !a.draft && !d.encoder_decoder())
+  {
+    g.max_tokens = longest_sequence(d, a, room / double(a.batch) / kv_share);
+    g.max_tokens_positions = d.max_positions > 0 && g.max_tokens == d.max_positions;
+  }
   if (gpu.mem_bw_gbps > 0)
     g.weight_read_ms = (a.weight_bytes - a.embedding_bytes - a.unread_expert_bytes - a.prefill_only_bytes) / tp /
                        (gpu.mem_bw_gbps * 1e9) * 1e3;

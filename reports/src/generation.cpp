@@ -125,6 +125,8 @@ json generation_json(const GenerationReport& g) {
           {"gpus", g.gpus()},
           {"memory_per_gpu_bytes", finite(g.memory_per_gpu_bytes)},
           {"max_batch", g.max_batch},
+          {"max_tokens", g.max_tokens},
+          {"max_tokens_positions", g.max_tokens_positions},
           {"weight_read_ms", finite(g.weight_read_ms)},
           {"prefill_tflops", finite(g.prefill_tflops)},
           {"prefill_peak_math", g.prefill_peak_math},
@@ -394,6 +396,10 @@ std::string format_generation(const Report& r, bool color) {
                                : std::to_string(g.prompt + g.new_tokens))
        << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
        << "% of " << (g.gpus() > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
+  if (r.gpu.mem_gb > 0 && g.max_tokens > 0)
+    os << "  longest sequence     " << pad(std::to_string(g.max_tokens) + " tokens", 11, true) << " (prompt and new "
+       << "tokens whose KV cache fits at batch " << g.batch << " beside the same weights and activations"
+       << (g.max_tokens_positions ? "; the model's learned positions bound it" : "") << ")\n";
   os << target_lines(g);
   if (g.tp > 1)
     os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link

@@ -459,6 +459,23 @@ class Generate(unittest.TestCase):
             self.assertIn("tp=N and pp=N alone", se)
             self.assertFalse(os.path.exists(out))
 
+    def test_longest_sequence_that_fits(self):
+        # Llama 3 8B (full attention everywhere): the cache of max_batch sequences of 1280 tokens is
+        # what 8 sequences of max_tokens hold.
+        g = self.gen_json("--config", LLAMA3_8B, "--generate", "1024:256", "--batch", "8", "--gpu", "h100")["generation"]
+        self.assertAlmostEqual(g["max_tokens"] * 8, g["max_batch"] * 1280, delta=1280 + 8)
+        self.assertFalse(g["max_tokens_positions"])
+        # Gemma 2 9B: half its layers keep a 4096-token window, so a long sequence costs less a token.
+        gemma = os.path.join(SOURCE, "tests", "data", "gemma2_9b.json")
+        g = self.gen_json("--config", gemma, "--generate", "1024:256", "--batch", "8", "--gpu", "h100")["generation"]
+        self.assertGreater(g["max_tokens"] * 8, 1.5 * g["max_batch"] * 1280)
+        # GPT-2 Large: its 1024 learned positions bound it first.
+        gpt2 = os.path.join(SOURCE, "tests", "data", "neusight-data", "model_configs", "gpt2_large.json")
+        if os.path.exists(gpt2):
+            g = self.gen_json("--config", gpt2, "--generate", "512:64", "--gpu", "h100")["generation"]
+            self.assertEqual(g["max_tokens"], 1024)
+            self.assertTrue(g["max_tokens_positions"])
+
     def test_pipeline_parallel_generation(self):
         # Llama 3 8B on 2 x 2 GPUs, vLLM's --tensor-parallel-size 2 --pipeline-parallel-size 2:
         # 16 sequences as two microbatches of 8, each stage serving both a decode round.

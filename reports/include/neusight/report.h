@@ -134,6 +134,11 @@ struct GenerationReport {
   // and this batch's activations, at kServingMemoryFraction of its capacity, as a serving
   // engine sizes its cache; 0 when the rest alone does not fit or the memory is unknown.
   int64_t max_batch = 0;
+  // The longest sequence (prompt + new tokens) whose KV cache fits at this batch beside the
+  // same weights and activations, at most the learned positions (a decoder's; 0: unknown, an
+  // encoder-decoder or a draft model's generation, or the memory is short even without a cache).
+  int64_t max_tokens = 0;
+  bool max_tokens_positions = false;  // max_tokens is the learned positions, not the memory
   // Speculative decoding (--speculative): tokens proposed per step (0: plain decoding), their
   // acceptance, the tokens a step yields, and at the first sampled step the verifying step's
   // time and one draft step's (0 without a draft model). TPOT, total and tokens/s are then per
