@@ -351,6 +351,24 @@ std::string utilization_line(const GenerationReport& g) {
   return parts.empty() ? std::string() : "  utilization          " + parts + "\n";
 }
 
+// "  fits ..." and "  longest sequence ...": the sequences a GPU's memory holds, and the longest
+// one at this batch (empty for a GPU of unknown memory).
+std::string capacity_lines(const Report& r) {
+  const GenerationReport& g = *r.generation;
+  if (!(r.gpu.mem_gb > 0)) return "";
+  std::ostringstream os;
+  os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of "
+     << (g.encoder_decoder() ? std::to_string(g.decoder_tokens) + " decoder + " + std::to_string(g.encoder_tokens) + " encoder"
+                             : std::to_string(g.prompt + g.new_tokens))
+     << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
+     << "% of " << (g.gpus() > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
+  if (g.max_tokens > 0)
+    os << "  longest sequence     " << pad(std::to_string(g.max_tokens) + " tokens", 11, true) << " (prompt and new "
+       << "tokens whose KV cache fits at batch " << g.batch << " beside the same weights and activations"
+       << (g.max_tokens_positions ? "; the model's learned positions bound it" : "") << ")\n";
+  return os.str();
+}
+
 }  // namespace
 
 std::string format_generation(const Report& r, bool color) {
@@ -390,16 +408,7 @@ std::string format_generation(const Report& r, bool color) {
              : " + the draft's weights and cache " +
                    bytes_text(g.speculative.draft_weight_bytes + g.speculative.draft_kv_cache_bytes))
      << "; GPU " << num(r.gpu.mem_gb, 0) << " GiB)\n";
-  if (r.gpu.mem_gb > 0)
-    os << "  fits                 " << pad(std::to_string(g.max_batch) + " seqs", 11, true) << " (of "
-       << (g.encoder_decoder() ? std::to_string(g.decoder_tokens) + " decoder + " + std::to_string(g.encoder_tokens) + " encoder"
-                               : std::to_string(g.prompt + g.new_tokens))
-       << " tokens: their KV caches beside the weights and activations in " << num(100 * GenerationReport::kServingMemoryFraction, 0)
-       << "% of " << (g.gpus() > 1 ? "each GPU's" : "the GPU's") << " memory)\n";
-  if (r.gpu.mem_gb > 0 && g.max_tokens > 0)
-    os << "  longest sequence     " << pad(std::to_string(g.max_tokens) + " tokens", 11, true) << " (prompt and new "
-       << "tokens whose KV cache fits at batch " << g.batch << " beside the same weights and activations"
-       << (g.max_tokens_positions ? "; the model's learned positions bound it" : "") << ")\n";
+  os << capacity_lines(r);
   os << target_lines(g);
   if (g.tp > 1)
     os << "  tensor parallel      " << pad(std::to_string(g.tp) + " GPUs", 11, true) << " (" << g.link
