@@ -48,34 +48,35 @@ GemmShape adapter_shape(int64_t batch, int64_t m, int64_t n, int64_t k) {
   return GemmShape{batch, m, n, k, false};
 }
 
-// A GEMM kernel of the adapter beside the forward GEMM `f`: its shape, in f's dtype.
-Kernel adapter_gemm(const Kernel& f, Phase phase, const GemmShape& s, const std::string& op, const std::string& note) {
+// A kernel of the adapter beside the forward GEMM `f`, under f's node: in the activations'
+// dtype (under --dtype fp8 / fp4 / int8 the frozen layer's GEMM runs narrow, the adapters as
+// PEFT's nn.Linear adapters run beside Transformer Engine's layers).
+Kernel adapter_kernel(const Kernel& f, KernelClass cls, Phase phase, const std::string& op, const std::string& note) {
   Kernel k;
-  k.cls = KernelClass::gemm;
+  k.cls = cls;
   k.phase = phase;
   k.op = op;
-  // Under --dtype fp8 / fp4 / int8 the frozen layer's GEMM runs narrow; the adapters run in the
-  // activations' dtype, as PEFT's nn.Linear adapters do beside Transformer Engine's layers.
   k.dtype = narrow_weight_gemms(f.dtype) ? activation_dtype(f.dtype) : f.dtype;
   k.node = f.node;
+  k.note = note;
+  return k;
+}
+
+// An adapter GEMM of shape `s`.
+Kernel adapter_gemm(const Kernel& f, Phase phase, const GemmShape& s, const std::string& op, const std::string& note) {
+  Kernel k = adapter_kernel(f, KernelClass::gemm, phase, op, note);
   k.gemm = s;
   const Work w = work_of_gemm(s, element_bytes(k.dtype));
   k.flops = w.flops;
   k.bytes = w.bytes;
   k.operand_elems = {s.batch * s.m * s.k, s.batch * s.k * s.n};
-  k.note = note;
   return k;
 }
 
 // An elementwise kernel of `rows` x `cols` reading `inputs` tensors of that size.
 Kernel adapter_vector(const Kernel& f, Phase phase, const std::string& op, int inputs, int64_t rows, int64_t cols,
                       const std::string& note) {
-  Kernel k;
-  k.cls = KernelClass::elementwise;
-  k.phase = phase;
-  k.op = op;
-  k.dtype = narrow_weight_gemms(f.dtype) ? activation_dtype(f.dtype) : f.dtype;
-  k.node = f.node;
+  Kernel k = adapter_kernel(f, KernelClass::elementwise, phase, op, note);
   k.rows = rows;
   k.cols = cols;
   k.inputs = inputs;
@@ -83,7 +84,6 @@ Kernel adapter_vector(const Kernel& f, Phase phase, const std::string& op, int i
   k.flops = w.flops;
   k.bytes = w.bytes;
   k.operand_elems.assign(static_cast<size_t>(inputs), rows * cols);
-  k.note = note;
   return k;
 }
 
@@ -139,12 +139,7 @@ Kernel nf4_dequantize(const Kernel& f, const std::string& weight, Phase phase) {
   // the weight in the compute dtype for the GEMM (one element an output, a table lookup and a
   // multiply).
   const int64_t elems = f.gemm.k * f.gemm.n;
-  Kernel k;
-  k.cls = KernelClass::elementwise;
-  k.phase = phase;
-  k.op = kNf4DequantizeOp;
-  k.dtype = narrow_weight_gemms(f.dtype) ? activation_dtype(f.dtype) : f.dtype;
-  k.node = f.node;
+  Kernel k = adapter_kernel(f, KernelClass::elementwise, phase, kNf4DequantizeOp, "");
   k.rows = f.gemm.n;
   k.cols = f.gemm.k;
   k.inputs = 1;
