@@ -364,11 +364,9 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   const TensorShare tp_share = m.tp > 1 ? tensor_parallel_share(a.graph, m.tp) : TensorShare{};
   // QLoRA: the weights its dequantize kernels expand are held in NF4.
   std::map<std::string, double> nf4;  // name -> NF4 bytes over the bytes held otherwise
-  for (const Kernel& k : a.kernels.kernels)
-    if (k.phase == Phase::forward && k.op == kNf4DequantizeOp && !k.weight.empty()) {
-      const TensorInfo* t = a.graph.find(k.weight);
-      if (t) nf4[k.weight] = kNf4BitsPerParameter / 8.0 / element_bytes(held_dtype(*t, o));
-    }
+  for (const std::string& name : nf4_weights(a.kernels.kernels))
+    if (const TensorInfo* t = a.graph.find(name))
+      nf4[name] = kNf4BitsPerParameter / 8.0 / element_bytes(held_dtype(*t, o));
   const TensorShare share = nf4.empty() ? tp_share : TensorShare([&](const std::string& name) {
     auto it = nf4.find(name);
     return (tp_share ? tp_share(name) : 1.0) * (it == nf4.end() ? 1.0 : it->second);

@@ -715,9 +715,6 @@ double kv_share_of(int64_t kv_heads, double tp) {
   return kv_heads > 0 ? std::ceil(double(kv_heads) / tp) / double(kv_heads) : 1.0 / tp;
 }
 
-// Memory: the whole and one GPU's (tensor parallel: 1/tp of the weights, Megatron splitting
-// every GEMM weight and the vocabulary; the norms' vectors, replicated, are negligible), the
-// sequences that fit, and a warning when one GPU's memory is short.
 // The weights the fullest pipeline stage holds: every weight a node of the stage reads (a tied
 // LM head's table on the first stage and on the last, as vLLM keeps them); weights read by no
 // top-level node (a control-flow body's) spread evenly.
@@ -758,6 +755,10 @@ int64_t longest_sequence(const Decoder& d, const GenerationAnalysis& a, double b
   return static_cast<int64_t>(std::max(0.0, std::floor(std::min(tokens, 1e15))));
 }
 
+// Memory: the whole and one GPU's (tensor parallel: 1/tp of the weights, Megatron splitting
+// every GEMM weight and the vocabulary; the norms' vectors, replicated, are negligible;
+// pipeline parallel: the fullest stage's), the sequences that fit, the longest one, and a
+// warning when one GPU's memory is short.
 void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const Options& options,
             const std::vector<int>& stage_cuts, GenerationReport& g, Report& r) {
   const auto& sp = g.speculative;
@@ -787,8 +788,7 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
                       (stage_held + sp.draft_weight_bytes) / tp - a.activation_bytes;
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
-  if (gpu.mem_gb > 0 && room > 0 && !a.draft && !d.encoder_decoder())
-  {
+  if (gpu.mem_gb > 0 && room > 0 && !a.draft && !d.encoder_decoder()) {
     g.max_tokens = longest_sequence(d, a, room / double(a.batch) / kv_share);
     g.max_tokens_positions = d.max_positions > 0 && g.max_tokens == d.max_positions;
   }

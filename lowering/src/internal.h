@@ -233,9 +233,15 @@ std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const Lora
 // gradient where `input_needs_grad`).
 void lora_backward(const Kernel& f, bool input_needs_grad, const LoweringOptions& opt, int64_t rank,
                    std::vector<Kernel>& out);
-// The adapters' parameters in forward order: name (the weight's + ".lora_A" / ".lora_B") and
-// elements.
-std::vector<std::pair<std::string, int64_t>> lora_parameters(const std::vector<Kernel>& fwd, const LoraTargets& t);
+// The adapters' parameters in forward order: name (the weight's + ".lora_A" / ".lora_B"),
+// elements, and the adapted layer's node and dtype.
+struct AdapterParameter {
+  std::string name;
+  int64_t elems = 0;
+  int node = -1;
+  DType dtype = DType::undefined;
+};
+std::vector<AdapterParameter> lora_parameters(const std::vector<Kernel>& fwd, const LoraTargets& t);
 
 // Training (training.cpp): backward kernels in reverse order and the optimizer updates; a
 // line in `warnings` when the graph has no trainable parameter (the step is its forward pass).

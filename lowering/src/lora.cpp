@@ -3,6 +3,7 @@
 // targeted linear layer, y = x W + s (x A) B.
 #include <algorithm>
 #include <regex>
+#include <set>
 
 #include "internal.h"
 
@@ -10,11 +11,16 @@ namespace neusight::lowering_detail {
 
 namespace {
 
+// A forward GEMM of the analysed graph's node that reads its second operand from an input of
+// that node (a linear layer's GEMM, whatever the operand holds).
+bool layer_gemm(const Kernel& k) {
+  return k.cls == KernelClass::gemm && k.phase == Phase::forward && k.b_input >= 0 && !is_flash_gemm(k) &&
+         k.body_node.empty();
+}
+
 // A forward GEMM of a 2-D initializer (a linear layer's weight): that weight's name, else "".
 std::string linear_weight(const Graph& g, const Kernel& k) {
-  if (k.cls != KernelClass::gemm || k.phase != Phase::forward || k.b_input < 0 || is_flash_gemm(k) || k.node < 0 ||
-      static_cast<size_t>(k.node) >= g.nodes.size() || !k.body_node.empty())
-    return "";
+  if (!layer_gemm(k) || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size()) return "";
   const Node& n = g.nodes[static_cast<size_t>(k.node)];
   if (static_cast<size_t>(k.b_input) >= n.inputs.size()) return "";
   const std::string& w = n.inputs[static_cast<size_t>(k.b_input)];
@@ -42,10 +48,6 @@ std::vector<char> feeds_a_gemm(const Graph& g, const std::vector<Kernel>& fwd) {
     feeds[i] = any;
   }
   return feeds;
-}
-
-GemmShape adapter_shape(int64_t batch, int64_t m, int64_t n, int64_t k) {
-  return GemmShape{batch, m, n, k, false};
 }
 
 // A kernel of the adapter beside the forward GEMM `f`, under f's node: in the activations'
@@ -130,8 +132,7 @@ LoraTargets lora_targets(const Graph& g, const std::vector<Kernel>& fwd, const L
 }
 
 bool LoraTargets::dequantizes(const Kernel& f) const {
-  return f.cls == KernelClass::gemm && f.phase == Phase::forward && f.b_input >= 0 && !is_flash_gemm(f) &&
-         f.body_node.empty() && nf4_of_node.count(f.node) != 0;
+  return layer_gemm(f) && nf4_of_node.count(f.node) != 0;
 }
 
 Kernel nf4_dequantize(const Kernel& f, const std::string& weight, Phase phase) {
@@ -152,8 +153,7 @@ Kernel nf4_dequantize(const Kernel& f, const std::string& weight, Phase phase) {
 }
 
 bool LoraTargets::adapts(const Kernel& f) const {
-  return f.cls == KernelClass::gemm && f.phase == Phase::forward && f.b_input >= 0 && !is_flash_gemm(f) &&
-         f.body_node.empty() && weight_of_node.count(f.node) != 0;
+  return layer_gemm(f) && weight_of_node.count(f.node) != 0;
 }
 
 std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const LoraTargets& t,
@@ -167,9 +167,9 @@ std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const Lora
     if (!t.adapts(f)) continue;
     const LinearDims d = dims_of(f);
     const int64_t r = t.rank;
-    out.push_back(adapter_gemm(f, Phase::forward, adapter_shape(1, d.tokens, r, d.in), "lora_a",
+    out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, r, d.in}, "lora_a",
                                "LoRA: x A (rank " + std::to_string(r) + ")"));
-    out.push_back(adapter_gemm(f, Phase::forward, adapter_shape(1, d.tokens, d.out, r), "lora_b", "LoRA: (x A) B"));
+    out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b", "LoRA: (x A) B"));
     // PEFT: result + lora_B(lora_A(x)) * scaling, a multiply and an add (one kernel fused).
     if (opt.fusion == Fusion::full) {
       out.push_back(
@@ -190,25 +190,35 @@ void lora_backward(const Kernel& f, bool input_needs_grad, const LoweringOptions
   // The output's gradient scaled (the forward's multiply; fused into the add's gradient under full).
   if (opt.fusion != Fusion::full)
     out.push_back(adapter_vector(f, b, "mul", 1, d.tokens, d.out, "grad of LoRA's scaling"));
-  out.push_back(adapter_gemm(f, b, adapter_shape(1, r, d.out, d.tokens), "lora_b", "grad LoRA B: (x A)^T dy"));
-  out.push_back(adapter_gemm(f, b, adapter_shape(1, d.tokens, r, d.out), "lora_b", "grad of x A: dy B^T"));
-  out.push_back(adapter_gemm(f, b, adapter_shape(1, d.in, r, d.tokens), "lora_a", "grad LoRA A: x^T d(x A)"));
+  out.push_back(adapter_gemm(f, b, GemmShape{1, r, d.out, d.tokens}, "lora_b", "grad LoRA B: (x A)^T dy"));
+  out.push_back(adapter_gemm(f, b, GemmShape{1, d.tokens, r, d.out}, "lora_b", "grad of x A: dy B^T"));
+  out.push_back(adapter_gemm(f, b, GemmShape{1, d.in, r, d.tokens}, "lora_a", "grad LoRA A: x^T d(x A)"));
   if (!input_needs_grad) return;
-  out.push_back(
-      adapter_gemm(f, b, adapter_shape(1, d.tokens, d.in, r), "lora_a", "grad input through LoRA: d(x A) A^T"));
+  out.push_back(adapter_gemm(f, b, GemmShape{1, d.tokens, d.in, r}, "lora_a", "grad input through LoRA: d(x A) A^T"));
   out.push_back(adapter_vector(f, b, "add", 2, d.tokens, d.in, "grad input: the base layer's and LoRA's summed"));
 }
 
-std::vector<std::pair<std::string, int64_t>> lora_parameters(const std::vector<Kernel>& fwd, const LoraTargets& t) {
-  std::vector<std::pair<std::string, int64_t>> p;
+std::vector<AdapterParameter> lora_parameters(const std::vector<Kernel>& fwd, const LoraTargets& t) {
+  std::vector<AdapterParameter> p;
   for (const Kernel& f : fwd) {
     if (!t.adapts(f)) continue;
     const LinearDims d = dims_of(f);
     const std::string& w = t.weight_of_node.at(f.node);
-    p.emplace_back(w + ".lora_A", d.in * t.rank);
-    p.emplace_back(w + ".lora_B", t.rank * d.out);
+    p.push_back({w + ".lora_A", d.in * t.rank, f.node, f.dtype});
+    p.push_back({w + ".lora_B", t.rank * d.out, f.node, f.dtype});
   }
   return p;
 }
 
 }  // namespace neusight::lowering_detail
+
+namespace neusight {
+
+std::set<std::string> nf4_weights(const std::vector<Kernel>& kernels) {
+  std::set<std::string> names;
+  for (const Kernel& k : kernels)
+    if (k.phase == Phase::forward && k.op == kNf4DequantizeOp && !k.weight.empty()) names.insert(k.weight);
+  return names;
+}
+
+}  // namespace neusight

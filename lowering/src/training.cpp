@@ -415,13 +415,8 @@ Kernel update_kernel(const LoweringOptions& opt, const std::string& name, int64_
 // LoRA: the adapters' updates, each under its layer's node, in the layer's dtype.
 void add_adapter_updates(const std::vector<Kernel>& fwd, const LoweringOptions& opt, const LoraTargets& lora,
                          std::vector<Kernel>& out) {
-  size_t next = 0;
-  const auto params = lora_parameters(fwd, lora);
-  for (const Kernel& f : fwd) {
-    if (!lora.adapts(f)) continue;
-    for (int i = 0; i < 2 && next < params.size(); ++i, ++next)
-      out.push_back(update_kernel(opt, params[next].first, params[next].second, f.dtype, f.node));
-  }
+  for (const AdapterParameter& p : lora_parameters(fwd, lora))
+    out.push_back(update_kernel(opt, p.name, p.elems, p.dtype, p.node));
 }
 
 void add_training_kernels(const Graph& g, const std::vector<Kernel>& fwd, const LoweringOptions& opt,

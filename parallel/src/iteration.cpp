@@ -160,10 +160,15 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
   WeightPlacement w;
   w.roles = tensor_parallel_roles(g, tp);
   const std::set<std::string> split_weights = tensor_parallel_split_weights(g, w.roles);
-  // The parameters: what the optimizer updates (the lowering's update kernels, one each).
+  // The parameters: what the optimizer updates (the lowering's update kernels, one each);
+  // those that are no graph tensor (LoRA's adapters) go under their update kernel's node.
   std::set<std::string> params;
+  std::vector<const Kernel*> adapters;
   for (const Kernel& k : kernels)
-    if (k.phase == Phase::update && !k.weight.empty()) params.insert(k.weight);
+    if (k.phase == Phase::update && !k.weight.empty()) {
+      params.insert(k.weight);
+      if (!g.find(k.weight) && in_range(k.node, nn)) adapters.push_back(&k);
+    }
   for (size_t i = 0; i < nn; ++i)
     for (const auto& name : g.nodes[i].inputs) {
       const TensorInfo* t = params.count(name) ? g.find(name) : nullptr;
@@ -185,23 +190,20 @@ WeightPlacement place_weights(const Graph& g, const std::vector<Kernel>& kernels
     if (experts) w.node_expert_params[static_cast<size_t>(node)] += held;
     w.node_comm_params[static_cast<size_t>(node)] += experts ? held * expert_comm : held;
   }
-  // Parameters that are no graph tensor (LoRA's adapters): under their update kernel's node.
-  for (const Kernel& k : kernels)
-    if (k.phase == Phase::update && !k.weight.empty() && !g.find(k.weight) && in_range(k.node, nn)) {
-      w.node_params[static_cast<size_t>(k.node)] += double(k.rows) * double(k.cols);
-      w.node_comm_params[static_cast<size_t>(k.node)] += double(k.rows) * double(k.cols);
-    }
+  for (const Kernel* k : adapters) {
+    w.node_params[static_cast<size_t>(k->node)] += double(k->rows) * double(k->cols);
+    w.node_comm_params[static_cast<size_t>(k->node)] += double(k->rows) * double(k->cols);
+  }
   // Float weights the optimizer does not update: held whole (or split) at their first reader;
   // those QLoRA dequantizes in NF4.
   w.node_frozen.assign(nn, 0);
   w.node_frozen_nf4_bytes.assign(nn, 0);
-  std::set<std::string> frozen, nf4;
+  std::set<std::string> frozen;
   for (const auto& name : g.initializers) {
     const TensorInfo* t = g.find(name);
     if (t && is_float(t->dtype) && t->num_elements() > 1 && !params.count(name)) frozen.insert(name);
   }
-  for (const Kernel& k : kernels)
-    if (k.phase == Phase::forward && k.op == kNf4DequantizeOp) nf4.insert(k.weight);
+  const std::set<std::string> nf4 = nf4_weights(kernels);
   for (size_t i = 0; i < nn; ++i)
     for (const auto& name : g.nodes[i].inputs)
       if (frozen.erase(name)) {

@@ -109,12 +109,11 @@ std::string format_parallel(const ParallelReport& p) {
 }
 
 nlohmann::json detail::parallel_json(const ParallelReport& p) {
-  auto fin = [](double x) { return std::isfinite(x) ? x : 0.0; };
   auto link_json = [&](const Link& l) {
     return nlohmann::json{{"kind", l.kind},
-                          {"spec_gbps", fin(l.spec_gbps)},
-                          {"efficiency", fin(l.efficiency)},
-                          {"step_latency_us", fin(l.step_latency_us)}};
+                          {"spec_gbps", finite(l.spec_gbps)},
+                          {"efficiency", finite(l.efficiency)},
+                          {"step_latency_us", finite(l.step_latency_us)}};
   };
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : p.stages)
@@ -122,17 +121,17 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                       {"first_node", s.first_name},
                       {"last_node", s.last_name},
                       {"nodes", s.last_node - s.first_node + 1},
-                      {"forward_ms", fin(s.forward_ms)},
-                      {"backward_ms", fin(s.backward_ms)},
-                      {"update_ms", fin(s.update_ms)},
-                      {"send_bytes", fin(s.send_bytes)},
-                      {"params", fin(s.params)},
+                      {"forward_ms", finite(s.forward_ms)},
+                      {"backward_ms", finite(s.backward_ms)},
+                      {"update_ms", finite(s.update_ms)},
+                      {"send_bytes", finite(s.send_bytes)},
+                      {"params", finite(s.params)},
                       {"memory_gb",
-                       {{"weights", fin(s.weights_gb)},
-                        {"gradients", fin(s.gradients_gb)},
-                        {"optimizer", fin(s.optimizer_gb)},
-                        {"activations", fin(s.activations_gb)},
-                        {"total", fin(s.total_gb)}}}});
+                       {{"weights", finite(s.weights_gb)},
+                        {"gradients", finite(s.gradients_gb)},
+                        {"optimizer", finite(s.optimizer_gb)},
+                        {"activations", finite(s.activations_gb)},
+                        {"total", finite(s.total_gb)}}}});
   return nlohmann::json{{"dp", p.config.dp},
                      {"tp", p.config.tp},
                      {"pp", p.config.pp},
@@ -155,24 +154,24 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                      {"ep_link", link_json(p.ep_link)},
                      {"dp_domain_gpus", p.dp_domain_gpus},
                      {"dp_intra_link", link_json(p.dp_intra_link)},
-                     {"iteration_ms", fin(p.iteration_ms)},
-                     {"compute_ms", fin(p.compute_ms)},
-                     {"tp_comm_ms", fin(p.tp_comm_ms)},
-                     {"dp_comm_ms", fin(p.dp_comm_ms)},
-                     {"dp_exposed_ms", fin(p.dp_exposed_ms)},
+                     {"iteration_ms", finite(p.iteration_ms)},
+                     {"compute_ms", finite(p.compute_ms)},
+                     {"tp_comm_ms", finite(p.tp_comm_ms)},
+                     {"dp_comm_ms", finite(p.dp_comm_ms)},
+                     {"dp_exposed_ms", finite(p.dp_exposed_ms)},
                      {"dp_buckets", p.dp_buckets},
-                     {"dp_gather_ms", fin(p.dp_gather_ms)},
-                     {"pp_comm_ms", fin(p.pp_comm_ms)},
-                     {"cp_comm_ms", fin(p.cp_comm_ms)},
-                     {"cp_exposed_ms", fin(p.cp_exposed_ms)},
-                     {"ep_comm_ms", fin(p.ep_comm_ms)},
-                     {"comm_ms", fin(p.comm_ms)},
-                     {"exposed_comm_ms", fin(p.exposed_comm_ms)},
-                     {"bubble_ms", fin(p.bubble_ms)},
-                     {"bubble_fraction", fin(p.bubble_fraction)},
-                     {"update_ms", fin(p.update_ms)},
-                     {"memory_capacity_gb", fin(p.memory_capacity_gb)},
-                     {"peak_memory_gb", fin(p.peak_memory_gb)},
+                     {"dp_gather_ms", finite(p.dp_gather_ms)},
+                     {"pp_comm_ms", finite(p.pp_comm_ms)},
+                     {"cp_comm_ms", finite(p.cp_comm_ms)},
+                     {"cp_exposed_ms", finite(p.cp_exposed_ms)},
+                     {"ep_comm_ms", finite(p.ep_comm_ms)},
+                     {"comm_ms", finite(p.comm_ms)},
+                     {"exposed_comm_ms", finite(p.exposed_comm_ms)},
+                     {"bubble_ms", finite(p.bubble_ms)},
+                     {"bubble_fraction", finite(p.bubble_fraction)},
+                     {"update_ms", finite(p.update_ms)},
+                     {"memory_capacity_gb", finite(p.memory_capacity_gb)},
+                     {"peak_memory_gb", finite(p.peak_memory_gb)},
                      {"stages", stages}};
 }
 

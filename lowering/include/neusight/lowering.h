@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -294,6 +295,8 @@ struct LoraOptions {
 // blocks (QLoRA's double quantization: 8/64 + 32/(64 x 256) = 0.127 bits).
 inline constexpr double kNf4BitsPerParameter = 4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0);
 inline constexpr const char* kNf4DequantizeOp = "dequantize_nf4";
+// The weights a kernel list holds in NF4: those its forward dequantize kernels expand.
+std::set<std::string> nf4_weights(const std::vector<Kernel>& kernels);
 
 struct LoweringOptions {
   Mode mode = Mode::inference;
