@@ -15,6 +15,7 @@
 #include "batch_search.h"
 #include "footprint.h"
 #include "neusight/neusight.h"
+#include "positions.h"
 
 namespace neusight {
 namespace {
@@ -331,6 +332,7 @@ Decoder onnx_decoder(LoadedModel model) {
   }
   // optimum's merged decoder: `use_cache_branch` [1] chooses the branch with the cache.
   if (has_input(g, "use_cache_branch")) d.cache_branch = "use_cache_branch";
+  d.max_positions = learned_positions(g);
   d.step = std::move(model);
   d.prefill = d.step;
   d.prefill_is_step = true;

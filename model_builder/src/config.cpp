@@ -1638,7 +1638,7 @@ LoadedModel opt_step(const ModelConfig& opt, const BuildOptions& o) {
   c.kv_heads = c.heads;
   c.qkv_bias = c.o_bias = c.mlp_bias = true;
   c.layer_norm = c.dense_mlp = true;
-  c.max_positions = opt.max_positions + 2;
+  c.position_offset = 2;
   return builder::build_llama(c, o);
 }
 

@@ -548,9 +548,12 @@ LoadedModel build_llama(const ModelConfig& c, const BuildOptions& o) {
                                                           f32(n, tp + "/one_2", 1.0f)});
     temperature = n.b.node("Reshape", tp + "/Reshape", {sc, n.b.ints(tp + "/shape", {1, 1, -1, 1})});
   }
-  if (c.learned_positions) {  // GPTBigCode: x + wpe(positions past .. total - 1)
-    const std::string pe = n.b.node("Gather", p0 + ".wpe/Gather", {n.b.weight(p0 + ".wpe.weight", {c.max_positions, h}),
-                                                                  position_ids(n, p0, past_scalar, total_scalar)});
+  if (c.learned_positions) {  // GPTBigCode: x + wpe(positions past .. total - 1); OPT's rows offset by 2
+    std::string pos = position_ids(n, p0, past_scalar, total_scalar);
+    if (c.position_offset > 0)
+      pos = n.b.node("Add", p0 + "/position_offset_Add", {pos, n.b.ints(p0 + "/position_offset", {c.position_offset}, true)});
+    const std::string pe =
+        n.b.node("Gather", p0 + ".wpe/Gather", {n.b.weight(p0 + ".wpe.weight", {c.max_positions + c.position_offset, h}), pos});
     x = dropout(n, p0 + ".drop", n.b.node("Add", p0 + "/position_Add", {x, pe}), c.dropout);
   }
 

@@ -758,6 +758,11 @@ class Generate(unittest.TestCase):
         self.assertEqual((g["kv_cache"]["layers"], g["kv_cache"]["kv_heads"], g["kv_cache"]["head_dim"]), (5, 4, 8))
         self.assertEqual(g["kv_cache_bytes"], 2 * 5 * 4 * 8 * (32 + 16) * 2 * 4)
         self.assertGreater(g["tpot_last_ms"], 0)
+        # Its EmbedLayerNormalization's position table has 512 rows: no longer sequence fits.
+        self.assertEqual((g["max_tokens"], g["max_tokens_positions"]), (512, True))
+        rc, _, se = run(model, "--generate", "500:13", "--gpu", "h100")
+        self.assertEqual(rc, 2, se)
+        self.assertEqual(se.strip(), "neusight-onnx: error: --generate: 500 + 13 tokens outgrow the model's 512 learned positions")
 
     def test_long_generation_predicts_as_few_steps_as_a_short_one(self):
         # The analysis time is the prefill plus the decode steps actually predicted (a few, the

@@ -1907,6 +1907,13 @@ TEST_CASE("generation: GPT-2 and OPT decode with learned positions, every head c
   for (const Node& n : od.step.model.graph.nodes) relu += n.op_type == "Relu";
   CHECK(relu == 12);
 
+  // The same decoder steps as ONNX graphs: the positions are read off their tables (GPT-2's
+  // Range of positions into wpe; OPT's offset by 2 into a table of 2050 rows), none for rotary.
+  CHECK(onnx_decoder(load_model_from_proto(gd.step.proto->model, "gpt2.onnx")).max_positions == 1024);
+  CHECK(onnx_decoder(load_model_from_proto(od.step.proto->model, "opt.onnx")).max_positions == 2048);
+  const Decoder rotary = onnx_decoder(load_model_from_proto(config_decoder(small_llama(8, 2)).step.proto->model, "l.onnx"));
+  CHECK(rotary.max_positions == 0);
+
   // OPT-350m's post-LayerNorm blocks with project_in / project_out: forward only, one clear error.
   nlohmann::json opt350 = opt;
   opt350["hidden_size"] = 1024;
