@@ -45,6 +45,16 @@ void run_pipeline(const std::string& bytes) {
   (void)format_json({r});
   (void)format_table(r, TableOptions{});
   (void)format_html({r});
+  // A pipeline-parallel forward pass over tensor-parallel stages (a graph with fewer parts than
+  // stages is an input error, and the runs below go on).
+  try {
+    Options pipe = opt;
+    pipe.parallel = parse_parallel("tp=2,pp=2");
+    const Report pr = predict(prepare(loaded, pipe), loaded.model, gpu, pipe);
+    (void)format_json({pr});
+    (void)format_table(pr, TableOptions{});
+  } catch (const InputError&) {
+  }
   // Training lowers backward and update kernels too.
   opt.mode = Mode::training;
   opt.fusion = Fusion::none;

@@ -13,6 +13,7 @@
 #include "footprint.h"
 #include "neusight/neusight.h"
 #include "neusight/precision.h"
+#include "pipeline.h"
 
 #ifndef NEUSIGHT_VERSION
 #define NEUSIGHT_VERSION "0.0.0"
@@ -291,8 +292,18 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   a.graph = loaded.model.graph;
   DimBindings dims = options.dims;  // --parallel training: the graph runs one GPU's micro-batch
   if (options.parallel.active) {
-    if (options.mode == Mode::training) dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
-    else check_inference_parallel(options.parallel);
+    if (options.mode == Mode::training) {
+      dims.batch = parallel_micro_batch(options.parallel, options.mode, dims.batch);
+    } else {
+      check_inference_parallel(options.parallel);
+      if (options.parallel.microbatches_given && dims.batch <= 0)
+        throw InputError("--parallel: microbatches=" + std::to_string(options.parallel.microbatches) +
+                         " split the batch: give --batch N");
+      if (dims.batch > 0) {  // a pipeline's microbatch (parallel.h inference_microbatches)
+        const int64_t m = inference_microbatches(options.parallel, dims.batch);
+        dims.batch = (dims.batch + m - 1) / m;
+      }
+    }
   }
   const std::vector<std::string> bind_warnings = bind_dims(a.graph, dims, &a.bound);
   // ONNX's own shape inference (the hints) costs about as much as the whole rest of the
@@ -400,7 +411,9 @@ namespace {
 // global batch, whose micro-batch the graph runs), tokens where a sequence length was too;
 // --train-tokens needs those tokens, in training.
 std::optional<Throughput> report_throughput(const Report& r, const Analysis& a, const Options& options) {
-  const bool global = options.parallel.active && options.mode == Mode::training && options.dims.batch > 0;
+  // --parallel training, and a pipeline's microbatches: the global batch, whose micro-batch the graph runs.
+  const bool global = options.parallel.active && options.dims.batch > 0 &&
+                      (options.mode == Mode::training || (options.parallel.pp > 1 && a.bound.batch > 0));
   const int64_t samples = a.bound.batch > 0 ? (global ? options.dims.batch : a.bound.batch) : 0;
   const int64_t tokens = samples > 0 && a.bound.seq > 0 ? samples * a.bound.seq : 0;
   if (options.train_tokens > 0 && (options.mode != Mode::training || tokens == 0))
@@ -410,6 +423,30 @@ std::optional<Throughput> report_throughput(const Report& r, const Analysis& a, 
                            "sequence dims");
   return step_throughput(r, samples, tokens, options.parallel.active ? static_cast<int>(options.parallel.gpus()) : 1,
                          options.train_tokens, options.gpu_cost(r.gpu));
+}
+
+// One GPU's memory of the run and, for a pipeline-parallel forward pass (inference, pp > 1),
+// the pipeline of its microbatches, each GPU then holding its stage's weights; the memory
+// warning where one GPU's does not fit.
+std::optional<ParallelReport> memory_and_pipeline(const Analysis& a, const Gpu& gpu, const Options& options, Report& r) {
+  if (a.memory) {
+    r.memory = a.memory;
+    r.memory->capacity_gib = gpu.mem_gb;
+  }
+  std::optional<ParallelReport> pipeline;
+  if (options.parallel.active && options.mode == Mode::inference && options.parallel.pp > 1) {
+    // A batch no dim binds runs whole (one microbatch).
+    const int m = a.bound.batch > 0 ? inference_microbatches(options.parallel, options.dims.batch) : 1;
+    pipeline = pipeline_forward(a, r, gpu, options, m);
+    if (r.memory) {
+      double fullest = 0;
+      for (const StageReport& st : pipeline->stages) fullest = std::max(fullest, st.weights_gb);
+      r.memory->weights_gib = fullest;
+      r.memory->pp = options.parallel.pp;
+    }
+  }
+  if (r.memory && !r.memory->fits()) add_gpu_warning(r, memory_warning(*r.memory, gpu.name));
+  return pipeline;
 }
 
 }  // namespace
@@ -492,11 +529,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
       r.extra_kernels.push_back(std::move(kr));
   }
   summarize(r);
-  if (a.memory) {
-    r.memory = a.memory;
-    r.memory->capacity_gib = gpu.mem_gb;
-    if (!r.memory->fits()) add_gpu_warning(r, memory_warning(*r.memory, gpu.name));
-  }
+  if (auto pipeline = memory_and_pipeline(a, gpu, options, r)) par = std::move(pipeline);
   if (par) {  // the iteration, not the sum of one micro-batch's kernels
     // The interval scales with the iteration (the micro-batch's kernels set its width).
     const double sum = r.e2e_latency_ms;

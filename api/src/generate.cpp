@@ -15,6 +15,7 @@
 #include "batch_search.h"
 #include "footprint.h"
 #include "neusight/neusight.h"
+#include "pipeline.h"
 #include "positions.h"
 
 namespace neusight {
@@ -545,35 +546,6 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
 
 namespace {
 
-// One phase (the prefill, a decode step) of one microbatch, `r` its report, on the pipeline:
-// the stages cut from its nodes' times, the longest send between them on `link`, and the
-// pipeline's time for every microbatch.
-struct PipelinedPhase {
-  double ms = 0;     // the pipeline's time
-  double scale = 1;  // ms over the microbatch's time through every stage (r's)
-  std::vector<double> stage_ms;
-  double hop_ms = 0;
-  std::vector<int> cuts;
-};
-
-PipelinedPhase pipelined(const Analysis& an, const Report& r, const Link& link, int pp, int microbatches, bool prefill) {
-  std::vector<double> node_ms(r.nodes.size());
-  double sum = 0;
-  for (size_t i = 0; i < r.nodes.size(); ++i) sum += node_ms[i] = r.nodes[i].latency_ms;
-  // Kernels tied to no node spread over the stages as the nodes' time does.
-  if (sum > 0 && r.e2e_latency_ms > sum)
-    for (double& t : node_ms) t *= r.e2e_latency_ms / sum;
-  const InferenceStages st = inference_stages(an.graph, an.kernels.kernels, node_ms, pp, link);
-  PipelinedPhase p;
-  p.stage_ms = st.stage_ms;
-  p.cuts = st.cuts;
-  p.hop_ms = p2p_ms(st.send_bytes, link);
-  p.ms = prefill ? pipelined_prefill_ms(p.stage_ms, p.hop_ms, microbatches)
-                 : pipelined_step_ms(p.stage_ms, p.hop_ms, microbatches);
-  p.scale = r.e2e_latency_ms > 0 ? p.ms / r.e2e_latency_ms : 1.0;
-  return p;
-}
-
 // A phase's classes on one GPU of the pipeline: its stage's kernels for every microbatch, the
 // stages' mean (microbatches / pp of one microbatch's through every stage), and "pipeline" the
 // rest of the phase's time: the stages' idle time and their sends.
@@ -717,28 +689,6 @@ double kv_share_of(int64_t kv_heads, double tp) {
   return kv_heads > 0 ? std::ceil(double(kv_heads) / tp) / double(kv_heads) : 1.0 / tp;
 }
 
-// The weights the fullest pipeline stage holds: every weight a node of the stage reads (a tied
-// LM head's table on the first stage and on the last, as vLLM keeps them); weights read by no
-// top-level node (a control-flow body's) spread evenly.
-double stage_weight_bytes(const GenerationAnalysis& a, const Options& options, const std::vector<int>& cuts) {
-  const Graph& g = a.prefill.graph;
-  const int pp = static_cast<int>(cuts.size()) - 1;
-  std::map<std::string, std::set<int>> stages_of;
-  for (int s = 0; s < pp; ++s)
-    for (int i = cuts[static_cast<size_t>(s)]; i < cuts[static_cast<size_t>(s) + 1]; ++i)
-      for (const auto& name : g.nodes[static_cast<size_t>(i)].inputs) stages_of[name].insert(s);
-  double fullest = 0;
-  for (int s = 0; s < pp; ++s) {
-    double all = 0, embedding = 0;
-    weight_bytes(g, options, all, embedding, [&](const std::string& name) {
-      auto it = stages_of.find(name);
-      return it == stages_of.end() ? 1.0 / pp : it->second.count(s) ? 1.0 : 0.0;
-    });
-    fullest = std::max(fullest, all);
-  }
-  return fullest;
-}
-
 // The longest sequence (prompt and new tokens) whose cache fits `budget` bytes, a sequence's
 // share of the room on a GPU over its share of the cache: each token adds its keys and values
 // to the full-attention layers, and to the sliding-window layers up to their window; the
@@ -774,7 +724,8 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
   const double tp = double(g.tp);
   // Pipeline stages: the fullest stage's weights, and its layers' share of the cache (vLLM
   // splits the layers evenly).
-  const double stage_held = a.pp > 1 ? stage_weight_bytes(a, options, stage_cuts) : held;
+  const std::vector<double> stages = a.pp > 1 ? stage_weight_bytes(a.prefill.graph, options, stage_cuts) : std::vector<double>{};
+  const double stage_held = stages.empty() ? held : *std::max_element(stages.begin(), stages.end());
   const double layer_share = a.pp <= 1 ? 1.0
                              : d.layers > 0 ? std::ceil(double(d.layers) / a.pp) / double(d.layers)
                                             : 1.0 / a.pp;

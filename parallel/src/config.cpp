@@ -48,7 +48,10 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "a2a" || value == "ulysses") c.cp_comm = CpComm::a2a;
       else throw InputError("--parallel: cp_comm must be p2p (ring attention) or a2a (Ulysses all-to-all), got '" + value + "' in '" + spec + "'");
     }
-    else if (key == "microbatches" || key == "mb") c.microbatches = parse_degree(key, value, spec);
+    else if (key == "microbatches" || key == "mb") {
+      c.microbatches = parse_degree(key, value, spec);
+      c.microbatches_given = true;
+    }
     else if (key == "vp") c.virtual_stages = parse_degree(key, value, spec);
     else if (key == "sp") {
       if (value != "0" && value != "1")
@@ -107,19 +110,33 @@ int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_
   return global_batch / replicas;
 }
 
-void check_inference_parallel(const ParallelConfig& c, bool pipeline) {
-  if (c.pp != 1 && !pipeline)
-    throw InputError("--parallel for inference takes tp=N alone: pipeline stages (pp) are predicted for a generation "
-                     "(--generate) and for training (--mode training)");
-  if (c.dp != 1 || c.cp != 1 || c.microbatches != 1 || c.zero != 0 || c.sequence_parallel || c.virtual_stages != 1)
-    throw InputError(std::string("--parallel for inference takes tp=N") + (pipeline ? " and pp=N" : "") +
-                     " alone: dp, cp, microbatches, zero and sp split training batches, sequences, optimizer state and "
-                     "the sequence's data path (--mode training)");
+void check_inference_parallel(const ParallelConfig& c, bool generation) {
+  if (c.dp != 1 || c.cp != 1 || c.zero != 0 || c.sequence_parallel || c.virtual_stages != 1)
+    throw InputError("--parallel for inference takes tp=N and pp=N (with microbatches=M) alone: dp, cp, zero, sp and vp "
+                     "split training batches, sequences, optimizer state, the sequence's data path and stages "
+                     "(--mode training)");
   if (c.tp < 1) throw InputError("--parallel: tp must be at least 1");
   if (c.pp < 1) throw InputError("--parallel: pp must be at least 1");
+  if (c.microbatches_given && generation)
+    throw InputError("--parallel: microbatches with --generate: a pipeline-parallel generation runs min(pp, batch) "
+                     "microbatches, as vLLM's virtual engines");
+  if (c.microbatches_given && c.pp == 1)
+    throw InputError("--parallel: microbatches=" + std::to_string(c.microbatches) +
+                     " split a batch over pipeline stages: give pp=N > 1");
   if (c.ep < 1 || c.tp % c.ep != 0)
     throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide tp=" + std::to_string(c.tp) +
                      " (the experts spread over ep of the tensor-parallel GPUs; ep=tp as vLLM's --enable-expert-parallel)");
+}
+
+int inference_microbatches(const ParallelConfig& c, int64_t batch) {
+  if (c.pp <= 1 || batch < 1) return 1;
+  if (c.microbatches_given && batch % c.microbatches != 0)
+    throw InputError("--parallel: batch " + std::to_string(batch) + " does not divide into microbatches=" +
+                     std::to_string(c.microbatches));
+  const int64_t m = c.microbatches_given ? c.microbatches : std::min<int64_t>(c.pp, batch);
+  // Microbatches of ceil(batch / m) samples: as many as that size needs.
+  const int64_t size = (batch + m - 1) / m;
+  return static_cast<int>((batch + size - 1) / size);
 }
 
 void time_tensor_parallel_collectives(const std::vector<Kernel>& kernels, std::vector<Prediction>& preds, int tp,

@@ -406,7 +406,8 @@ std::string format_html(const std::vector<Report>& reports) {
   os << totals_charts(r);
 
   if (r.parallel)
-    os << "<h2>Multi-GPU training</h2>\n<pre>" << html_escape(format_parallel(*r.parallel)) << "</pre>\n";
+    os << "<h2>Multi-GPU " << (r.parallel->inference ? "inference" : "training") << "</h2>\n<pre>"
+       << html_escape(format_parallel(*r.parallel)) << "</pre>\n";
 
   if (reports.size() > 1) os << gpu_comparison(reports, classes);
 

@@ -1,4 +1,5 @@
-// parallel.cpp - the multi-GPU training section of a report: terminal text and JSON.
+// parallel.cpp - the multi-GPU section of a report (training; a pipeline-parallel forward pass):
+// terminal text and JSON.
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -35,7 +36,47 @@ const char* zero_text(int zero) {
 
 }  // namespace
 
+namespace {
+
+std::string link_text(const Link& l) {
+  std::ostringstream ls;
+  ls << l.kind << " " << l.spec_gbps << " GB/s x " << l.efficiency << " efficiency = " << l.gbps() << " GB/s per direction";
+  return ls.str();
+}
+
+// A pipeline-parallel forward pass: the microbatches through the stages, no backward.
+std::string format_parallel_inference(const ParallelReport& p) {
+  const auto& c = p.config;
+  std::ostringstream os;
+  os << "\nparallel inference: tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus() << " GPUs), batch " << p.global_batch
+     << ", micro-batch " << p.micro_batch << " x " << c.microbatches
+     << (c.microbatches > 1 ? " microbatches" : " microbatch") << " through the stages one after another\n";
+  if (c.tp > 1 && (p.tp_link.kind != p.link.kind || p.tp_link.spec_gbps != p.link.spec_gbps))
+    os << "  link, tensor parallel (" << c.tp << " GPUs): " << link_text(p.tp_link) << "\n"
+       << "  link, pipeline (" << c.gpus() << " GPUs): " << link_text(p.link) << "\n";
+  else
+    os << "  link: " << link_text(p.link) << "\n";
+  os << "  latency              " << ms(p.iteration_ms) << " ms (the last microbatch out of the last stage)\n";
+  os << "  compute (busiest)    " << ms(p.compute_ms) << " ms";
+  if (c.tp > 1) os << " (tensor-parallel all-reduces " << ms(p.tp_comm_ms) << " ms included)";
+  os << "\n";
+  os << "  pipeline fill        " << ms(p.bubble_ms) << " ms idle on the busiest GPU (" << gb(100 * p.bubble_fraction)
+     << "% of the latency)\n";
+  os << "  pipeline send/recv   " << ms(p.pp_comm_ms) << " ms exposed\n";
+  for (size_t s = 0; s < p.stages.size(); ++s) {
+    const auto& st = p.stages[s];
+    os << "  stage " << s << ": nodes " << st.first_node << ".." << st.last_node << " (" << st.first_name << " .. "
+       << st.last_name << "), " << ms(st.forward_ms) << " ms per microbatch; memory " << gb(st.total_gb)
+       << " GiB = weights " << gb(st.weights_gb) << " + activations " << gb(st.activations_gb) << "\n";
+  }
+  os << "  peak memory per GPU  " << gb(p.peak_memory_gb) << " GiB of " << gb(p.memory_capacity_gb) << " GiB\n";
+  return os.str();
+}
+
+}  // namespace
+
 std::string format_parallel(const ParallelReport& p) {
+  if (p.inference) return format_parallel_inference(p);
   const auto& c = p.config;
   std::ostringstream os;
   os << "\nparallel training: dp=" << c.dp << " tp=" << c.tp << " pp=" << c.pp;
@@ -50,11 +91,6 @@ std::string format_parallel(const ParallelReport& p) {
   if (c.overlap_gather) os << ", parameter all-gather under the next forward";
   os << "\n";
   // One line per link the axes cross (tensor parallel within its group, data parallel, pipeline).
-  const auto link_text = [](const Link& l) {
-    std::ostringstream ls;
-    ls << l.kind << " " << l.spec_gbps << " GB/s x " << l.efficiency << " efficiency = " << l.gbps() << " GB/s per direction";
-    return ls.str();
-  };
   const bool one_link = p.tp_link.kind == p.link.kind && p.tp_link.spec_gbps == p.link.spec_gbps &&
                         p.dp_link.kind == p.link.kind && p.dp_link.spec_gbps == p.link.spec_gbps &&
                         (c.cp <= 1 || (p.cp_link.kind == p.link.kind && p.cp_link.spec_gbps == p.link.spec_gbps)) &&
@@ -132,7 +168,8 @@ nlohmann::json detail::parallel_json(const ParallelReport& p) {
                         {"optimizer", finite(s.optimizer_gb)},
                         {"activations", finite(s.activations_gb)},
                         {"total", finite(s.total_gb)}}}});
-  return nlohmann::json{{"dp", p.config.dp},
+  return nlohmann::json{{"mode", p.inference ? "inference" : "training"},
+                     {"dp", p.config.dp},
                      {"tp", p.config.tp},
                      {"pp", p.config.pp},
                      {"cp", p.config.cp},

@@ -53,7 +53,7 @@ std::string power_part(const GpuWarning& w) {
 }
 
 // The axes that split a GPU's memory: data parallelism alone replicates it, ZeRO-3 shards it.
-const char* parallel_axes(const GpuWarning& w) { return w.training ? "tp, pp, or dp with zero=3" : "tp"; }
+const char* parallel_axes(const GpuWarning& w) { return w.training ? "tp, pp, or dp with zero=3" : "tp or pp"; }
 
 // "A, B and C"
 std::string names_joined(const std::vector<const GpuWarning*>& alike) {
@@ -165,7 +165,7 @@ std::vector<std::string> warnings_once(const std::vector<Report>& reports) {
 }
 
 int MemoryFootprint::gpus_to_hold() const {
-  return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() * tp / capacity_gib - 1e-9))) : 0;
+  return capacity_gib > 0 ? std::max(1, static_cast<int>(std::ceil(total_gib() * tp * pp / capacity_gib - 1e-9))) : 0;
 }
 
 namespace detail {
@@ -174,7 +174,7 @@ json memory_json(const MemoryFootprint& m) {
               {"gradients_gib", finite(m.gradients_gib)}, {"optimizer_gib", finite(m.optimizer_gib)},
               {"total_gib", finite(m.total_gib())},       {"capacity_gib", finite(m.capacity_gib)},
               {"fits", m.fits()},                         {"gpus_to_hold", m.gpus_to_hold()},
-              {"optimizer", m.optimizer},                 {"tp", m.tp},
+              {"optimizer", m.optimizer},                 {"tp", m.tp}, {"pp", m.pp},
               {"master_weights", m.master_weights},      {"recompute_segments", m.recompute_segments},
               {"recompute", m.recompute_segments == 0 ? "none" : m.recompute_attention ? "selective" : "full"},
               {"trainable_params", finite(m.trainable_params)},
@@ -189,6 +189,14 @@ std::string optimizer_words(const MemoryFootprint& m) {
   return (m.optimizer.empty() ? std::string("optimizer") : m.optimizer) + " state" +
          (m.master_weights ? " and FP32 master weights" : "");
 }
+// How one GPU's share is split off in inference: "tensor parallel over 2, pipeline stage of 4
+// (the fullest): "; "" on one GPU.
+std::string split_words(const MemoryFootprint& m) {
+  std::string s;
+  if (m.tp > 1) s = "tensor parallel over " + std::to_string(m.tp);
+  if (m.pp > 1) s += (s.empty() ? "" : ", ") + std::string("the fullest of ") + std::to_string(m.pp) + " pipeline stages";
+  return s.empty() ? s : s + ": ";
+}
 }  // namespace
 
 std::string memory_text(const MemoryFootprint& m) {
@@ -198,10 +206,9 @@ std::string memory_text(const MemoryFootprint& m) {
     return std::string(b);
   };
   std::string s = gib(m.total_gib()) + " GiB";
-  if (m.tp > 1) s += " per GPU";
+  if (m.tp > 1 || m.pp > 1) s += " per GPU";
   if (m.capacity_gib > 0) s += " of " + gib(m.capacity_gib) + " GiB";
-  s += std::string(" (") + (m.tp > 1 ? "tensor parallel over " + std::to_string(m.tp) + ": " : "") + "weights " +
-       gib(m.weights_gib);
+  s += " (" + split_words(m) + "weights " + gib(m.weights_gib);
   if (m.training)
     s += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " +
          gib(m.optimizer_gib) +
@@ -229,7 +236,7 @@ GpuWarning memory_warning(const MemoryFootprint& m, const std::string& gpu) {
   w.kind = GpuWarning::Kind::memory;
   w.gpu = gpu;
   w.subject = std::string("the ") + (m.training ? "training step" : "forward pass") + " needs " + gib(m.total_gib()) +
-              " GiB" + (m.tp > 1 ? " per GPU (tensor parallel over " + std::to_string(m.tp) + ": " : " (") + parts + ")";
+              " GiB" + (m.tp > 1 || m.pp > 1 ? " per GPU (" : " (") + split_words(m) + parts + ")";
   w.capacity_gib = m.capacity_gib;
   w.gpus_to_hold = m.gpus_to_hold();
   w.training = m.training;

@@ -237,6 +237,67 @@ class ParallelReport(unittest.TestCase):
         self.assertIn("--mode training", err)
 
 
+class InferencePipeline(unittest.TestCase):
+    """--parallel pp=N without --mode training: a forward pass's microbatches through the stages."""
+    ARGS = [EXAMPLE, "--gpu", "h100", "--seq", "1024", "--dtype", "bf16", "--quiet"]
+
+    def test_microbatches_fill_the_stages(self):
+        one = run_json(*self.ARGS, "--batch", "8")
+        pp = run_json(*self.ARGS, "--batch", "8", "--parallel", "pp=2")
+        p = pp["parallel"]
+        self.assertEqual((p["mode"], p["pp"], p["microbatches"], p["micro_batch"], p["global_batch"]),
+                         ("inference", 2, 2, 4, 8))
+        self.assertEqual(len(p["stages"]), 2)
+        stages = [s["forward_ms"] for s in p["stages"]]
+        hop = p["pp_comm_ms"]  # one send between the two stages
+        # The fill: both stages for the first microbatch, then the slower one for the second.
+        self.assertAlmostEqual(pp["e2e_latency_ms"], sum(stages) + max(stages) + hop, delta=1e-6)
+        self.assertAlmostEqual(p["iteration_ms"], pp["e2e_latency_ms"], delta=1e-9)
+        self.assertAlmostEqual(p["bubble_ms"], pp["e2e_latency_ms"] - 2 * max(stages) - hop, delta=1e-6)
+        # Faster than one GPU (kernels long enough that the host's dispatch does not set the
+        # pace), slower than two GPUs' perfect split; each GPU holds a stage's weights.
+        self.assertLess(pp["e2e_latency_ms"], one["e2e_latency_ms"])
+        self.assertGreater(pp["e2e_latency_ms"], one["e2e_latency_ms"] / 2)
+        self.assertEqual(pp["memory"]["pp"], 2)
+        self.assertLess(pp["memory"]["weights_gib"], 0.7 * one["memory"]["weights_gib"])
+        self.assertAlmostEqual(pp["memory"]["weights_gib"], max(s["memory_gb"]["weights"] for s in p["stages"]), delta=1e-9)
+        self.assertEqual(pp["throughput"]["samples"], 8)
+        # More microbatches: a shorter fill.
+        four = run_json(*self.ARGS, "--batch", "8", "--parallel", "pp=2,microbatches=4")["parallel"]
+        self.assertEqual((four["microbatches"], four["micro_batch"]), (4, 2))
+        self.assertLess(four["bubble_fraction"], p["bubble_fraction"])
+        # With tensor parallelism inside each stage: 4 GPUs, all-reduces on the busiest stage.
+        tp = run_json(*self.ARGS, "--batch", "8", "--parallel", "tp=2,pp=2")["parallel"]
+        self.assertEqual((tp["tp"], tp["gpus"]), (2, 4))
+        self.assertGreater(tp["tp_comm_ms"], 0)
+
+    def test_terminal_and_html_name_the_pipeline(self):
+        code, out, err = run(*self.ARGS[:-1], "--batch", "4", "--parallel", "pp=2")
+        self.assertEqual(code, 0, err)
+        self.assertIn("parallel inference: tp=1 pp=2 (2 GPUs), batch 4, micro-batch 2 x 2 microbatches", out)
+        self.assertIn("the fullest of 2 pipeline stages", out)
+        self.assertEqual(out.count("ms per microbatch; memory"), 2)
+        with tempfile.TemporaryDirectory() as d:
+            html = os.path.join(d, "r.html")
+            code, _, err = run(*self.ARGS, "--batch", "4", "--parallel", "pp=2", "--html", html, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(html) as f:
+                self.assertIn("<h2>Multi-GPU inference</h2>", f.read())
+
+    def test_bad_pipelines_are_one_line(self):
+        for extra, line in (
+                (["--batch", "8", "--parallel", "pp=2,microbatches=3"], "batch 8 does not divide into microbatches=3"),
+                (["--batch", "8", "--parallel", "microbatches=2"], "give pp=N > 1"),
+                (["--parallel", "pp=2,microbatches=2"], "give --batch N"),
+                (["--batch", "8", "--parallel", "pp=2,dp=2"], "takes tp=N and pp=N"),
+                (["--batch", "8", "--parallel", "pp=100000"], "pp=100000")):
+            with self.subTest(extra=extra):
+                code, _, err = run(*self.ARGS, *extra)
+                self.assertEqual(code, 2, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(line, err)
+
+
 class Recompute(unittest.TestCase):
     """--recompute full: activation checkpointing of a training step."""
 

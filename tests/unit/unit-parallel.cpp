@@ -244,10 +244,21 @@ TEST_CASE("parallel: the all-reduce the libraries pick is the fastest form the l
 TEST_CASE("parallel: inference takes tensor parallelism alone, a generation pipeline stages too") {
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8")));
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("dp=2")), InputError);
-  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,pp=2")), InputError);
+  CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=2,pp=2")));
+  CHECK_NOTHROW(check_inference_parallel(parse_parallel("pp=2,microbatches=4")));
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("microbatches=4")), InputError);  // no stages to fill
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=2,pp=2"), true));
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("pp=2,dp=2"), true), InputError);
-  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("pp=2,microbatches=4"), true), InputError);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("pp=2,microbatches=4"), true), InputError);  // vLLM's own
+  // A forward pass's microbatches: as given (dividing the batch), else min(pp, batch) of
+  // ceil(batch / min(pp, batch)) samples, as few as that size needs.
+  CHECK(inference_microbatches(parse_parallel("pp=4"), 8) == 4);
+  CHECK(inference_microbatches(parse_parallel("pp=4"), 2) == 2);
+  CHECK(inference_microbatches(parse_parallel("pp=4"), 6) == 3);  // 4 of 2 samples would leave one empty
+  CHECK(inference_microbatches(parse_parallel("pp=3"), 8) == 3);  // 3, 3 and 2 samples
+  CHECK(inference_microbatches(parse_parallel("pp=2,microbatches=8"), 8) == 8);
+  CHECK(inference_microbatches(parse_parallel("tp=2"), 8) == 1);
+  CHECK_THROWS_AS(inference_microbatches(parse_parallel("pp=2,microbatches=3"), 8), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,microbatches=2")), InputError);
   // Experts over ep of the tp GPUs: ep divides tp (training: ep of the dp GPUs, below).
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8,ep=8")));

@@ -48,6 +48,7 @@ struct ParallelConfig {
   // gradients are reduced over the dp/ep GPUs holding the same experts.
   int ep = 1;
   int microbatches = 1;           // per iteration and data-parallel replica (1: no micro-batching)
+  bool microbatches_given = false;  // microbatches=M was in the spec (inference: else min(pp, batch))
   // Model chunks per pipeline GPU (Megatron-LM's interleaved 1F1B schedule, vp > 1): the model
   // cut into pp x vp stages, GPU d holding stages d, d + pp, d + 2 pp, ...; the bubble shrinks
   // by vp for vp times the sends. 1: one stage per GPU.
@@ -104,13 +105,20 @@ const char* schedule_name(PipelineSchedule s);
 // microbatches that are not a multiple of pp (Megatron-LM's interleaved schedule needs them).
 int64_t parallel_micro_batch(const ParallelConfig& config, Mode mode, int64_t global_batch);
 
-// Inference takes tensor parallelism alone: one copy of the model over tp GPUs, each running
-// the whole batch, its experts optionally spread over ep of them; --generate
-// (`pipeline` true) also pipeline parallelism, pp stages of tp GPUs each (vLLM's
-// --pipeline-parallel-size). Throws InputError for dp, cp, microbatches, zero or sp (and pp
-// where `pipeline` is false), which split training batches, sequences, optimizer state and
-// stages, and for an ep that does not divide tp (training spreads the experts over dp instead).
-void check_inference_parallel(const ParallelConfig& config, bool pipeline = false);
+// Inference takes tensor and pipeline parallelism: one copy of the model over tp x pp GPUs, pp
+// stages of tp GPUs each (vLLM's --pipeline-parallel-size), its experts optionally spread over
+// ep of a stage's tp GPUs; a forward pass splits its batch into microbatches (microbatches=M,
+// else inference_microbatches' default), a generation (`generation` true) into vLLM's
+// min(pp, batch). Throws InputError for dp, cp, zero, sp or vp, which split training batches,
+// sequences, optimizer state and stages, for microbatches without pp or in a generation, and
+// for an ep that does not divide tp (training spreads the experts over dp instead).
+void check_inference_parallel(const ParallelConfig& config, bool generation = false);
+// The microbatches a pipeline-parallel forward pass of `batch` samples runs: microbatches=M as
+// given (M dividing the batch), else min(pp, batch) of ceil(batch / min(pp, batch)) samples
+// (as few as that size needs; the last may hold fewer, priced as full), every stage then busy
+// once the pipeline fills, as vLLM's virtual engines; 1 without pp. Throws InputError for an
+// M that does not divide the batch.
+int inference_microbatches(const ParallelConfig& config, int64_t batch);
 
 // --- interconnect ------------------------------------------------------------------------
 // Achievable fraction of the link's spec bandwidth for large NCCL transfers (nccl-tests bus
@@ -359,6 +367,9 @@ struct StageReport {
 
 struct ParallelReport {
   ParallelConfig config;
+  // A pipeline-parallel forward pass (inference): no backward, gradients or optimizer; the
+  // stages' forward_ms and the memory of their weights and one microbatch's activations.
+  bool inference = false;
   int64_t global_batch = 0, micro_batch = 0;
   // The links each axis's traffic crosses, ranks placed as Megatron-LM places them (the
   // tensor-parallel group's ranks adjacent, then data-parallel, then the pipeline stages) on

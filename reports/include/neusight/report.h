@@ -237,8 +237,9 @@ struct MemoryFootprint {
   bool master_weights = false;
   double weights_gib = 0, gradients_gib = 0, optimizer_gib = 0, activations_gib = 0;
   double capacity_gib = 0;  // the GPU's memory (0: unknown)
-  // Tensor-parallel inference (--parallel tp=N): the figures are one GPU's of tp.
-  int tp = 1;
+  // Tensor-parallel inference (--parallel tp=N): the figures are one GPU's of tp. Pipeline
+  // parallel (pp=N): weights_gib is the fullest stage's, activations one microbatch's.
+  int tp = 1, pp = 1;
   // Training under --recompute full: the segments recomputed in the backward pass (0: none);
   // activations_gib is then the checkpoints' tensors, the rest kept and the largest segment's.
   // Under --recompute selective (recompute_attention): the attention cores recomputed.
