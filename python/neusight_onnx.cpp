@@ -94,11 +94,10 @@ struct AnalysisArgs {
   py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none(), latency_slo = py::none();
   py::object recompute = py::none(), train_tokens = py::none(), gpu_cost = py::none(), lora = py::none();
 
-  // latency_slo in ms (0 without it), refused beside a batch or parallel as --latency-slo is.
+  // latency_slo in ms (0 without it), refused beside a batch as --latency-slo is.
   double slo_ms() const {
     if (latency_slo.is_none()) return 0;
     if (!batch.is_none()) throw InputError("latency_slo chooses the batch; give it without batch");
-    if (!parallel.is_none()) throw InputError("latency_slo predicts one GPU (no parallel)");
     const double v = std::stod(number_text(latency_slo, "latency_slo", "ms"));
     if (!(v > 0)) throw InputError("latency_slo: expected a positive time in ms");
     return v;

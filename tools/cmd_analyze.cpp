@@ -40,7 +40,7 @@ std::string all_gpus_note() {
 }
 
 // --latency-slo MS (0 without it): the batch is searched for, so neither --batch nor a
-// generation goes with it (predict_for_latency_slo refuses --parallel).
+// generation goes with it (predict_for_latency_slo refuses --parallel training).
 double latency_slo(const Args& args) {
   if (!args.has("--latency-slo")) return 0;
   if (args.has("--generate")) throw InputError("--latency-slo applies to a forward pass; a generation takes --tpot-slo MS");

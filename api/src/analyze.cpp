@@ -546,7 +546,9 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
 Report predict_for_latency_slo(const LoadedModel& model, const Options& given, const Gpu& gpu, double slo_ms,
                                std::map<int64_t, Analysis>* analyses) {
   if (!(slo_ms > 0) || !std::isfinite(slo_ms)) throw InputError("--latency-slo: expected a positive time in ms");
-  if (given.parallel.active) throw InputError("--latency-slo predicts one GPU (no --parallel)");
+  if (given.parallel.active && (given.mode == Mode::training || given.parallel.microbatches_given))
+    throw InputError("--latency-slo with --parallel takes inference's tp and pp alone (the batch it searches sets a "
+                     "pipeline's microbatches)");
   std::map<int64_t, Analysis> own;
   std::map<int64_t, Analysis>& cache = analyses ? *analyses : own;
   auto analysis = [&](int64_t batch) -> const Analysis& {
@@ -558,9 +560,17 @@ Report predict_for_latency_slo(const LoadedModel& model, const Options& given, c
     }
     return it->second;
   };
-  // The batch must bind a dim: the graph's inputs at batch 2 are not those at batch 1.
-  const Analysis& a1 = analysis(1);
-  const Analysis& a2 = analysis(2);
+  // The batch must bind a dim: the graph's inputs at batch 2 are not those at batch 1 (on one
+  // GPU: a pipeline runs both as microbatches of one).
+  std::optional<Analysis> one_gpu[2];
+  for (int64_t batch = 1; given.parallel.active && batch <= 2; ++batch) {
+    Options o = given;
+    o.parallel = ParallelConfig{};
+    o.dims.batch = batch;
+    one_gpu[batch - 1] = prepare(model, o);
+  }
+  const Analysis& a1 = one_gpu[0] ? *one_gpu[0] : analysis(1);
+  const Analysis& a2 = one_gpu[1] ? *one_gpu[1] : analysis(2);
   bool binds = false;
   for (const auto& name : a1.graph.inputs) {
     const TensorInfo *t1 = a1.graph.find(name), *t2 = a2.graph.find(name);

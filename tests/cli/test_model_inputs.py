@@ -208,6 +208,24 @@ class LatencySlo(unittest.TestCase):
         self.assertEqual(r["latency_slo"]["limit"], "none")
         self.assertEqual(r["graph_outputs"][0]["shape"][0], 1)
 
+    def test_multi_gpu_inference_searches_the_global_batch(self):
+        # Tensor and pipeline parallel: the largest global batch within the target, as asking
+        # for it and the next one with --batch gives.
+        from cli_util import EXAMPLE
+        base = (EXAMPLE, "--seq", "1024", "--dtype", "bf16", "--gpu", "h100")
+        one = run_json(*base, "--latency-slo", "10")["latency_slo"]
+        for spec in ("tp=2", "pp=2", "tp=2,pp=2"):
+            with self.subTest(spec=spec):
+                r = run_json(*base, "--latency-slo", "10", "--parallel", spec)
+                s = r["latency_slo"]
+                self.assertTrue(s["met"])
+                self.assertGreater(s["batch"], one["batch"])
+                at = run_json(*base, "--batch", str(s["batch"]), "--parallel", spec)
+                self.assertEqual(at["e2e_latency_ms"], r["e2e_latency_ms"])
+                above = run_json(*base, "--batch", str(s["next_batch"]), "--parallel", spec)
+                self.assertEqual(above["e2e_latency_ms"], s["next_latency_ms"])
+                self.assertGreater(s["next_latency_ms"], 10)
+
     def test_memory_stops_the_batch_and_bad_uses_are_refused(self):
         from cli_util import EXAMPLE, SOURCE
         cfg = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
@@ -222,7 +240,8 @@ class LatencySlo(unittest.TestCase):
             relu_model(static, [("x", [4, 8])])
             for args, msg in (((EXAMPLE, "--seq", "8", "--batch", "2"), "without --batch"),
                               ((static,), "no input dim of the model grows with the batch"),
-                              ((EXAMPLE, "--seq", "8", "--mode", "training", "--parallel", "dp=2"), "no --parallel"),
+                              ((EXAMPLE, "--seq", "8", "--mode", "training", "--parallel", "dp=2"), "tp and pp alone"),
+                              ((EXAMPLE, "--seq", "8", "--parallel", "pp=2,microbatches=2"), "tp and pp alone"),
                               ((EXAMPLE, "--seq", "8", "--latency-slo", "-1"), "--latency-slo"),
                               (("--config", cfg, "--generate", "16:2"), "a generation takes --tpot-slo")):
                 with self.subTest(args=args):

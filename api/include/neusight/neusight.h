@@ -115,7 +115,8 @@ Analysis prepare(const LoadedModel& model, const Options& options);
 // by doubling from 1 and then bisection (the latency grows with the batch), up to
 // Report::kMaxSloBatch; Report::latency_slo says how it ended (not met: the report at batch 1).
 // `analyses` (may be null) keeps prepare()'s analysis of each batch for other GPUs' searches.
-// Throws InputError when the model has no dim the batch binds, and under --parallel.
+// Throws InputError when the model has no dim the batch binds, and under --parallel training
+// (inference's tp and pp search the global batch; microbatches=M is refused: the batch sets them).
 Report predict_for_latency_slo(const LoadedModel& model, const Options& options, const Gpu& gpu, double slo_ms,
                                std::map<int64_t, Analysis>* analyses = nullptr);
 
