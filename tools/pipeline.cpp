@@ -110,7 +110,17 @@ std::vector<Report> predict_within_latency(const LoadedModel& loaded, const std:
 AnnotatedWrite annotations_for(const Report& r) {
   AnnotatedWrite ann;
   ann.nodes.reserve(r.nodes.size());
-  for (const auto& n : r.nodes) ann.nodes.push_back({n.name, node_doc(n), n.latency_ms});
+  // Under pipeline parallelism each node says its stage and the GPU that runs it.
+  std::vector<std::string> stage_of(r.nodes.size());
+  const size_t stages = r.parallel ? r.parallel->stages.size() : 0;
+  for (size_t s = 0; stages > 1 && s < stages; ++s) {
+    const StageReport& st = r.parallel->stages[s];
+    for (int i = std::max(st.first_node, 0); i <= st.last_node && static_cast<size_t>(i) < stage_of.size(); ++i)
+      stage_of[static_cast<size_t>(i)] = "\n  pipeline stage " + std::to_string(s) + " of " + std::to_string(stages) +
+                                         " (pipeline GPU " + std::to_string(st.gpu) + ")";
+  }
+  for (size_t i = 0; i < r.nodes.size(); ++i)
+    ann.nodes.push_back({r.nodes[i].name, node_doc(r.nodes[i]) + stage_of[i], r.nodes[i].latency_ms});
   // The nodes inside control-flow bodies ("<node>/<body node>"): the kernels each ran, every
   // trip of a loop together, in the order they ran.
   std::map<std::string, NodeReport> body;
@@ -140,6 +150,14 @@ AnnotatedWrite annotations_for(const Report& r) {
                   {"neusight.e2e_latency_high_ms", sig(r.e2e_high_ms)},
                   {"neusight.predictor", r.predictor},
                   {"neusight.version", version()}};
+  // Several GPUs: the split (the e2e latency is the iteration's, or the pipeline's).
+  if (r.parallel) {
+    const ParallelConfig& c = r.parallel->config;
+    ann.metadata.emplace_back("neusight.parallel", "dp=" + std::to_string(c.dp) + ",tp=" + std::to_string(c.tp) +
+                                                       ",pp=" + std::to_string(c.pp) +
+                                                       ",microbatches=" + std::to_string(c.microbatches));
+    ann.metadata.emplace_back("neusight.gpus", std::to_string(c.gpus()));
+  }
   // The timing convention is a property of the NeuSight predictor (empty for the roofline).
   if (!r.timing.empty()) ann.metadata.emplace_back("neusight.timing", r.timing);
   // One GPU's memory for the run (report.h MemoryFootprint) and whether the GPU holds it.

@@ -64,10 +64,12 @@ tensors = [o for n in b.graph.node for o in n.output if o]
 docs = [n for n in b.graph.node if "neusight: latency_ms=" in n.doc_string]
 kernel_docs = [n for n in b.graph.node if " tile=" in n.doc_string and " waves=" in n.doc_string and " bound=" in n.doc_string]
 meta = {p.key: p.value for p in b.metadata_props}
+stages = sorted({line.split(" of ")[0].strip() for n in b.graph.node for line in n.doc_string.splitlines()
+                 if line.strip().startswith("pipeline stage ")})
 locations = sorted({e.value for t in b.graph.initializer for e in t.external_data if e.key == "location"})
 print(json.dumps({"tensors": len(tensors), "shaped": sum(1 for t in tensors if t in shaped),
                   "nodes": len(b.graph.node), "docs": len(docs), "kernel_docs": len(kernel_docs),
-                  "meta": meta, "locations": locations}))
+                  "meta": meta, "locations": locations, "stages": stages}))
 """
 
 
@@ -166,6 +168,16 @@ class Annotated(unittest.TestCase):
         for key, value in (("tflops", t["tflops"]), ("peak_utilization", t["utilization"]),
                            ("samples_per_s", t["samples_per_s"]), ("tokens_per_s", t["tokens_per_s"])):
             self.assertAlmostEqual(float(s["meta"]["neusight." + key]), value, delta=1e-3 * value)
+
+    def test_pipeline_stages_are_on_their_nodes(self):
+        # Each node says the pipeline stage that runs it; the metadata the split.
+        _, s = self.annotate(EXAMPLE, "--batch", "4", "--seq", "128", "--parallel", "tp=2,pp=2")
+        self.assert_netron_ready(s)
+        self.assertEqual(s["stages"], ["pipeline stage 0", "pipeline stage 1"])
+        self.assertEqual((s["meta"]["neusight.parallel"], s["meta"]["neusight.gpus"]), ("dp=1,tp=2,pp=2,microbatches=2", "4"))
+        _, s = self.annotate(EXAMPLE, "--batch", "4", "--seq", "128", out_dir="one")
+        self.assertEqual(s["stages"], [])
+        self.assertNotIn("neusight.parallel", s["meta"])
 
     def test_timing_metadata_only_for_the_neusight_predictor(self):
         _, s = self.annotate(EXAMPLE, "--batch", "1", "--seq", "16")
