@@ -882,9 +882,9 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
          py::object image_size, py::object images, py::object generate, py::object encoder, py::object kv_dtype,
-         py::object optimizer, py::object recompute, py::object lora) {
-        AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, py::none(),
-                                       py::none(), predictor, weights, attention, host_dispatch_us);
+         py::object optimizer, py::object recompute, py::object lora, py::object parallel, py::object link_bw) {
+        AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel,
+                                       link_bw, predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
         a.images = std::move(images);
         a.kv_dtype = std::move(kv_dtype);
@@ -897,7 +897,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "fusion"_a = none, "timing"_a = none, py::kw_only(), "top"_a = 10, "labels"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "generate"_a = none, "encoder"_a = none, "kv_dtype"_a = none,
-      "optimizer"_a = none, "recompute"_a = none, "lora"_a = none,
+      "optimizer"_a = none, "recompute"_a = none, "lora"_a = none, "parallel"_a = none, "link_bw"_a = none,
       "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
@@ -906,7 +906,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "fusion and timing default to a serving engine's, as in generate()); encoder: the ONNX encoder of\n"
       "encoder-decoders in optimum's two files, one for every ONNX model or a list with one per model (None for\n"
       "a config's), as --encoder. fusion and timing default to 'eager' and 'device' otherwise. optimizer,\n"
-      "recompute and lora (training) as in analyze().");
+      "recompute and lora (training), parallel and link_bw (every model on the same GPUs) as in analyze().");
   m.def(
       "generate",
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch, py::object dtype,

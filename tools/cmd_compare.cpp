@@ -45,7 +45,8 @@ int cmd_compare(const Argv& argv) {
   const auto& models = args.positionals();
   if (models.size() < 2) throw InputError("compare: give at least two models (A.onnx B.onnx ...)");
   if (!args.has("--gpu")) throw InputError("compare: --gpu is required (see `neusight-onnx gpus`)");
-  const Options opt = parse_analysis_options(args);
+  Options opt = parse_analysis_options(args);
+  parse_parallel_options(args, opt);  // every model on the same GPUs of each kind
   const int top = static_cast<int>(args.get_int("--top", 10, 0));
   if (args.has("--encoder") && !args.has("--generate")) throw InputError("--encoder applies to --generate PROMPT:NEW");
 

@@ -863,6 +863,10 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
     stage_cuts = p.cuts;
     pipeline_classes(g.prefill_by_class, g.prefill_attention_ms, p.ms, g.microbatches, g.pp);
     g.prefill_tflops *= double(g.microbatches) / double(g.pp) / p.scale;  // one GPU's FLOPs over TTFT
+    // The report's latency is the prefill's: its microbatches through the stages.
+    r.e2e_latency_ms = p.ms;
+    r.e2e_low_ms *= p.scale;
+    r.e2e_high_ms *= p.scale;
   }
   add_kernels(r, g.pp > 1 ? double(g.microbatches) / double(g.pp) : 1.0, g.time);
   speculative_setup(a, gpu, options, g);

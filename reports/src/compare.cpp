@@ -142,10 +142,12 @@ Comparison compare_reports(std::vector<std::string> models, std::vector<std::vec
       d.speedup = d.e2e_ms > 0 ? d.base_ms / d.e2e_ms : 0;
       d.speedup_low = d.speedup_high = d.speedup;
       if (m > 0 && d.speedup > 0) {
+        // The kernels' sums' interval, about the latencies' ratio (under --parallel the latency
+        // is a pipeline's or an iteration's, not the sum of one micro-batch's kernels).
         const RatioInterval ri = ratio_interval(base_sums[g], interval_sum(var));
         if (ri.ratio > 0) {
-          d.speedup_low = finite(ri.low);
-          d.speedup_high = finite(ri.high);
+          d.speedup_low = finite(d.speedup * ri.low / ri.ratio);
+          d.speedup_high = finite(d.speedup * ri.high / ri.ratio);
         }
       }
       if (base.generation && var.generation && base.generation->tokens_per_s > 0) {
@@ -313,6 +315,33 @@ void generation_by_gpu(std::ostream& os, const Comparison& c, const std::functio
 
 }  // namespace
 
+namespace {
+
+// Under --parallel, the GPUs each model runs on (one copy of the model; dp replicas with it):
+// "" on one GPU.
+std::string multi_gpu_line(const Report& r) {
+  int dp = 1, tp = 1, pp = 1, cp = 1;
+  if (r.parallel) {
+    dp = r.parallel->config.dp;
+    cp = r.parallel->config.cp;
+    tp = r.parallel->config.tp;
+    pp = r.parallel->config.pp;
+  } else if (r.generation) {
+    tp = r.generation->tp;
+    pp = r.generation->pp;
+  } else if (r.memory) {
+    tp = r.memory->tp;
+  }
+  const int gpus = dp * tp * pp * cp;
+  if (gpus <= 1) return "";
+  std::string split;
+  for (const auto& [axis, n] : {std::pair<const char*, int>{"dp", dp}, {"tp", tp}, {"pp", pp}, {"cp", cp}})
+    if (n > 1) split += std::string(split.empty() ? "" : ", ") + axis + "=" + std::to_string(n);
+  return "each model on " + std::to_string(gpus) + " GPUs of each kind (" + split + "); memory is one GPU's\n";
+}
+
+}  // namespace
+
 std::string format_compare_table(const Comparison& c, bool color) {
   std::ostringstream os;
   std::function<std::string(const std::string&)> bold = [&](const std::string& s) {
@@ -326,6 +355,7 @@ std::string format_compare_table(const Comparison& c, bool color) {
   // than kCompareGpuColumns.
   const bool by_gpu = gpus > kCompareGpuColumns;
   os << bold("end-to-end latency and speed-up against " + c.models[0] + " (80% intervals)") << "\n";
+  os << multi_gpu_line(c.reports[0][0]);
   if (by_gpu) table_by_gpu(os, c, bold);
   else table_by_model(os, c, mw, bold);
   const std::string too_large = too_large_text(c);

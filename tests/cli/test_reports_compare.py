@@ -5,7 +5,7 @@ import os
 import tempfile
 import unittest
 
-from cli_util import SOURCE, run
+from cli_util import SOURCE, run, run_json
 
 GPUS = "b200,h100"
 
@@ -109,6 +109,27 @@ class Compare(unittest.TestCase):
         self.assertRegex(table, r"gemm\s+[0-9.]+\s+[0-9.]+\s+-[0-9.]+")
         self.assertIn("Nodes that changed most", page)
         self.assertNotIn("https://", page)
+
+    def test_every_model_on_the_same_multi_gpu_split(self):
+        # --parallel: each model's latency is what the main job predicts with it, the table says
+        # the split, and a shallower model is still faster.
+        c, table, _ = self.compare(self.base, self.shallow, extra=("--parallel", "tp=2,pp=2", "--quiet"))
+        self.assertEqual(table, "")
+        code, table, err = run("compare", self.base, self.shallow, "--gpu", GPUS, "--batch", "2", "--seq", "256",
+                               "--parallel", "tp=2,pp=2")
+        self.assertEqual(code, 0, err)
+        self.assertIn("each model on 4 GPUs of each kind (tp=2, pp=2); memory is one GPU's", table)
+        for model, path in (("gpt2_12l.onnx", self.base), ("gpt2_6l.onnx", self.shallow)):
+            for gpu in GPUS.split(","):
+                one = run_json(path, "--gpu", gpu, "--batch", "2", "--seq", "256", "--parallel", "tp=2,pp=2")
+                self.assertEqual(self.result(c, model, gpu)["e2e_latency_ms"], one["e2e_latency_ms"], (model, gpu))
+        self.assertLess(self.result(c, "gpt2_6l.onnx", "h100")["e2e_latency_ms"],
+                        self.result(c, "gpt2_12l.onnx", "h100")["e2e_latency_ms"])
+        # The speed-up's interval (the kernels' correlated errors) is about the pipelines' ratio.
+        for gpu in GPUS.split(","):
+            r = self.result(c, "gpt2_6l.onnx", gpu)
+            self.assertLess(r["speedup_low"], r["speedup"])
+            self.assertGreater(r["speedup_high"], r["speedup"])
 
     def test_narrower_hidden_shrinks_matched_nodes(self):
         c, _, _ = self.compare(self.base, self.narrow, extra=("--top", "5"))

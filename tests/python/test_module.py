@@ -328,6 +328,16 @@ class OtherCommands(unittest.TestCase):
                 want = json.load(f)
         c3 = n.compare([EXAMPLE, CONFIG], "h100", batch=2, seq=64, mode="training", lora=8, recompute="full")
         self.assertTrue(same(c3, want))
+        # Every model on the same GPUs: parallel and link_bw as --parallel and --link-bw.
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "c.json")
+            code, _, err = run("compare", EXAMPLE, CONFIG, "--gpu", "h100", "--batch", "4", "--seq", "64", "--parallel",
+                               "tp=2,pp=2", "--link-bw", "100", "--json", out, "--quiet")
+            self.assertEqual(code, 0, err)
+            with open(out) as f:
+                want = json.load(f)
+        c4 = n.compare([EXAMPLE, CONFIG], "h100", batch=4, seq=64, parallel={"tp": 2, "pp": 2}, link_bw=100)
+        self.assertTrue(same(c4, want))
 
     def test_compare_generations_equal_cli(self):
         # generate=(prompt, new_tokens) as `compare --generate`, encoder= as --encoder.

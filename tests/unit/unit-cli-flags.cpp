@@ -77,7 +77,7 @@ TEST_CASE("cli flags: one row per flag and command, values and switches parse as
       CHECK(a.positionals().empty());
     }
   }
-  CHECK_THROWS_AS(Args({"--parallel", "dp=2"}, Command::compare), InputError);
+  CHECK_THROWS_AS(Args({"--latency-slo", "5"}, Command::compare), InputError);
   CHECK_THROWS_AS(Args({"--quiet=1"}, Command::analyze), InputError);
   CHECK_THROWS_AS(Args({"--gpu"}, Command::analyze), InputError);
   // kernels: no default timing; each row's dtype chooses (eager for FP32, kernel for others).
