@@ -76,7 +76,8 @@ std::vector<int> choose_cuts(const std::vector<double>& cum, const std::vector<d
     if (cum[static_cast<size_t>(c)] > 0 && cum[static_cast<size_t>(c)] < total) candidates.push_back(c);
   if (static_cast<int>(candidates.size()) < pp - 1)
     throw InputError("--parallel pp=" + std::to_string(pp) + ": the model has only " +
-                     std::to_string(candidates.size() + 1) + " parts with work to place on pipeline stages");
+                     std::to_string(candidates.size() + 1) + (candidates.empty() ? " part" : " parts") +
+                     " with work to place on pipeline stages");
   std::vector<double> sizes;
   for (int c : candidates) sizes.push_back(cross[static_cast<size_t>(c)]);
   std::vector<std::pair<std::vector<int>, double>> tried;  // cuts, step; bounds ascending
