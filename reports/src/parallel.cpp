@@ -48,9 +48,13 @@ std::string link_text(const Link& l) {
 std::string format_parallel_inference(const ParallelReport& p) {
   const auto& c = p.config;
   std::ostringstream os;
-  os << "\nparallel inference: tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus() << " GPUs), batch " << p.global_batch
-     << ", micro-batch " << p.micro_batch << " x " << c.microbatches
-     << (c.microbatches > 1 ? " microbatches" : " microbatch") << " through the stages one after another\n";
+  os << "\nparallel inference: tp=" << c.tp << " pp=" << c.pp << " (" << c.gpus() << " GPUs), ";
+  if (p.global_batch > 0)
+    os << "batch " << p.global_batch << ", micro-batch " << p.micro_batch << " x " << c.microbatches
+       << (c.microbatches > 1 ? " microbatches" : " microbatch");
+  else
+    os << "the model's own batch as one microbatch (--batch binds no dim)";
+  os << (c.microbatches > 1 ? " through the stages one after another\n" : " through the stages\n");
   if (c.tp > 1 && (p.tp_link.kind != p.link.kind || p.tp_link.spec_gbps != p.link.spec_gbps))
     os << "  link, tensor parallel (" << c.tp << " GPUs): " << link_text(p.tp_link) << "\n"
        << "  link, pipeline (" << c.gpus() << " GPUs): " << link_text(p.link) << "\n";
