@@ -913,7 +913,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
          py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
          py::object host_dispatch_us, py::object image_size, py::object images, py::object encoder, py::object dims,
-         py::object shapes, py::object ttft_slo, py::object gpu_cost) {
+         py::object shapes, py::object ttft_slo, py::object gpu_cost, py::object lora) {
         if ((!tpot_slo.is_none() || !ttft_slo.is_none()) && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError(std::string(tpot_slo.is_none() ? "ttft_slo" : "tpot_slo") +
                                      " chooses the batch; give it without batch");
@@ -923,13 +923,14 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.image_size = std::move(image_size);
         a.images = std::move(images);
         a.gpu_cost = std::move(gpu_cost);
+        a.lora = std::move(lora);
         return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, ttft_slo, encoder, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
       "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none,
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none, "encoder"_a = none, "dims"_a = none,
-      "shapes"_a = none, "ttft_slo"_a = none, "gpu_cost"_a = none,
+      "shapes"_a = none, "ttft_slo"_a = none, "gpu_cost"_a = none, "lora"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json: a decoder, or T5 / Switch / Whisper, whose prompt is the encoder's text / the decoder's\n"
@@ -938,7 +939,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype; tpot_slo\n"
       "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused);\n"
       "ttft_slo (ms) as --ttft-slo, the same for the time to first token (both given: both met); gpu_cost as in\n"
-      "analyze() (the generation's usd_per_m_tokens).\n"
+      "analyze() (the generation's usd_per_m_tokens); lora as --lora (the adapters served unmerged).\n"
       "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
       "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
       "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.\n"

@@ -131,8 +131,8 @@ std::map<std::string, double> parse_gpu_cost(const std::string& text) {
 
 }  // namespace
 
-// --lora R[,base=nf4][,targets=all|REGEX]: LoRA adapters of rank R (training only); the
-// targets last, as a pattern may hold commas.
+// --lora R[,base=nf4][,targets=all|REGEX]: LoRA adapters of rank R (trained with --mode
+// training, served unmerged otherwise); the targets last, as a pattern may hold commas.
 void parse_lora(const Args& args, Options& opt) {
   if (!args.has("--lora")) return;
   const std::string spec = args.get("--lora");
@@ -155,7 +155,6 @@ void parse_lora(const Args& args, Options& opt) {
     opt.lora.nf4_base = true;
     comma = next;
   }
-  if (opt.mode != Mode::training) throw InputError("--lora trains low-rank adapters: add --mode training");
 }
 
 Options parse_analysis_options(const Args& args) {

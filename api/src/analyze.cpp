@@ -337,8 +337,9 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.kv_cache_dtype = options.kv_dtype;
   lo.serving_kernels = options.serving_kernels;
   lo.optimizer = options.optimizer;
-  if (options.lora.rank > 0 && options.mode != Mode::training)
-    throw InputError("--lora trains low-rank adapters: add --mode training");
+  if (options.lora.rank > 0 && options.mode != Mode::training && options.parallel.active)
+    throw InputError("--lora in inference serves the adapters on one GPU: without --parallel (the adapters are not "
+                     "placed on tensor-parallel shards or pipeline stages)");
   if (options.lora.rank > 0 && options.parallel.active &&
       (options.parallel.tp > 1 || options.parallel.cp > 1 || options.parallel.ep > 1))
     throw InputError("--lora with --parallel takes dp, pp and ZeRO: the adapters of a layer split over tp, cp or ep GPUs "

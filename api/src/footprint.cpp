@@ -229,6 +229,18 @@ void each_node(const Graph& g, const std::function<void(const Graph&, const Node
   }
 }
 
+double lora_adapter_bytes(const std::vector<Kernel>& kernels, double* params) {
+  double bytes = 0, n = 0;
+  for (const Kernel& k : kernels) {
+    if (k.phase != Phase::forward || k.cls != KernelClass::gemm || (k.op != "lora_a" && k.op != "lora_b")) continue;
+    const double elems = double(k.gemm.k) * double(k.gemm.n);  // x A: [in x rank]; (x A) B: [rank x out]
+    n += elems;
+    bytes += elems * element_bytes(k.dtype);
+  }
+  if (params) *params = n;
+  return bytes;
+}
+
 void weight_bytes(const Graph& g, const Options& o, double& all, double& embedding, const TensorShare& share) {
   std::map<std::string, bool> gather_only;
   each_node(g, [&](const Graph&, const Node& n) {
@@ -379,7 +391,10 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   m.activations_gib = (m.training ? use.saved_bytes : use.peak_live_bytes) / kGiB;
   m.recompute_segments = m.training && a.checkpoints ? a.checkpoints->segments : 0;
   m.recompute_attention = m.recompute_segments > 0 && a.checkpoints->positions.empty();
-  m.lora_rank = m.training ? o.lora.rank : 0;
+  m.lora_rank = o.lora.rank;
+  if (!m.training && o.lora.rank > 0) {  // served unmerged: the adapters beside the weights
+    m.weights_gib += lora_adapter_bytes(a.kernels.kernels, &m.adapter_params) / kGiB;
+  }
   if (m.training) {
     // The parameters the optimizer updates (lowering: one update kernel each), their
     // gradients in their own type, and the optimizer's FP32 state (optimizer_state_bytes: none

@@ -477,6 +477,9 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   if (draft && gen.speculative == 0) throw InputError("--speculative: a draft model needs a count of proposed tokens");
   if (options.mode != Mode::inference) throw InputError("--generate predicts inference (no --mode training)");
   if (options.parallel.active) check_inference_parallel(options.parallel, true);
+  if (options.lora.nf4_base)
+    throw InputError("--lora base=nf4 with --generate: a serving engine's 4-bit weights are a quantized checkpoint "
+                     "(GPTQ, AWQ: --config), not QLoRA's NF4; --lora R serves the adapters beside the model's weights");
   GenerationAnalysis a;
   a.gen = gen;
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
@@ -515,12 +518,14 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     a.draft = std::make_shared<const GenerationAnalysis>(prepare_generation(*draft, options, plain));
   }
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
+  a.weight_bytes += lora_adapter_bytes(a.prefill.kernels.kernels);  // --lora: served unmerged
   if (!d.tied_head_weight.empty())  // read by every step, held once: as the embedding
     a.tied_weight_bytes = gemm_weight_bytes(a.prefill.graph.find(d.tied_head_weight), options);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.micro_batch);
   if (!d.prefill_is_step && !a.steps.empty()) {
     double step = 0, step_embedding = 0;
     weight_bytes(a.steps.front().graph, options, step, step_embedding);
+    step += lora_adapter_bytes(a.steps.front().kernels.kernels);
     a.prefill_only_bytes = std::max(0.0, a.weight_bytes - step);
   }
   a.activation_bytes = activation_use(a.prefill, base).largest_kernel_bytes;

@@ -216,6 +216,13 @@ void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, co
 struct LoraTargets {
   int64_t rank = 0;
   std::map<int, std::string> weight_of_node;
+  // A serving engine's GEMM over concatenated weights (Q, K, V; gate, up), under its first
+  // node: the adapted members and their output columns together (vLLM's sliced adapters, one
+  // shrink over every slice's A, one expand into every slice). Absent: the GEMM's own.
+  struct Slices {
+    int64_t count = 1, columns = 0;
+  };
+  std::map<int, Slices> slices_of_node;
   // QLoRA: the linear layers whose weights are held in NF4 (every one but the head), node -> weight.
   std::map<int, std::string> nf4_of_node;
   bool adapts(const Kernel& forward_gemm) const;

@@ -28,6 +28,20 @@ std::string linear_weight(const Graph& g, const Kernel& k) {
   return t && t->is_initializer && is_float(t->dtype) && t->shape.size() == 2 && t->num_elements() > 1 ? w : "";
 }
 
+// A member of a GEMM over concatenated weights (a node of `merged`'s fused_nodes): the 2-D
+// float initializer it multiplies by and its output columns ([in, out] for MatMul; Gemm's B,
+// transposed by transB), or "" for a node that is no such GEMM.
+std::string member_weight(const Graph& g, int node, int64_t& columns) {
+  if (node < 0 || static_cast<size_t>(node) >= g.nodes.size()) return "";
+  const Node& n = g.nodes[static_cast<size_t>(node)];
+  if ((n.op_type != "MatMul" && n.op_type != "Gemm") || n.inputs.size() < 2) return "";
+  const TensorInfo* t = g.find(n.inputs[1]);
+  if (!t || !t->is_initializer || !is_float(t->dtype) || t->shape.size() != 2 || !t->fully_known()) return "";
+  const bool trans_b = n.op_type == "Gemm" && n.attr_i("transB", 0) != 0;
+  columns = t->shape[trans_b ? 0 : 1].value;
+  return n.inputs[1];
+}
+
 // Per node: some GEMM runs at or after it on the data path (its outputs reach a GEMM node).
 std::vector<char> feeds_a_gemm(const Graph& g, const std::vector<Kernel>& fwd) {
   std::vector<char> gemm_node(g.nodes.size(), 0), feeds(g.nodes.size(), 0);
@@ -112,15 +126,39 @@ LoraTargets lora_targets(const Graph& g, const std::vector<Kernel>& fwd, const L
     }
   }
   const std::vector<char> feeds = feeds_a_gemm(g, fwd);
+  // PEFT's "all-linear": every linear layer but the output head (the last GEMM on its path).
+  const auto targeted = [&](int node, const std::string& w) {
+    return all ? feeds[static_cast<size_t>(node)] != 0 : std::regex_search(w, pattern);
+  };
   for (const Kernel& k : fwd) {
     const std::string w = linear_weight(g, k);
     if (w.empty()) continue;
     // bitsandbytes quantizes every linear layer but the head (transformers keeps the last
     // module in its own precision).
     if (lora.nf4_base && feeds[static_cast<size_t>(k.node)]) t.nf4_of_node.emplace(k.node, w);
-    // PEFT's "all-linear": every linear layer but the output head (the last GEMM on its path).
-    if (all ? !feeds[static_cast<size_t>(k.node)] : !std::regex_search(w, pattern)) continue;
-    t.weight_of_node.emplace(k.node, w);
+    // A GEMM over concatenated weights (serving kernels): each member its own adapter.
+    LoraTargets::Slices sl{0, 0};
+    std::string first;
+    int64_t own = 0;
+    if (!member_weight(g, k.node, own).empty() && targeted(k.node, w)) sl = {1, own}, first = w;
+    bool merged = false;
+    for (int m : k.fused_nodes) {
+      int64_t columns = 0;
+      const std::string mw = member_weight(g, m, columns);
+      if (mw.empty()) continue;
+      merged = true;
+      if (!targeted(m, mw)) continue;
+      ++sl.count;
+      sl.columns += columns;
+      if (first.empty()) first = mw;
+    }
+    if (!merged) {
+      if (targeted(k.node, w)) t.weight_of_node.emplace(k.node, w);
+      continue;
+    }
+    if (sl.count == 0) continue;
+    t.weight_of_node.emplace(k.node, first);
+    t.slices_of_node.emplace(k.node, sl);
   }
   if (t.weight_of_node.empty())
     throw InputError(
@@ -165,9 +203,25 @@ std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const Lora
     if (t.dequantizes(f)) out.push_back(nf4_dequantize(f, t.nf4_of_node.at(f.node), Phase::forward));
     out.push_back(f);
     if (!t.adapts(f)) continue;
-    const LinearDims d = dims_of(f);
+    LinearDims d = dims_of(f);
     const int64_t r = t.rank;
-    out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, r, d.in}, "lora_a",
+    int64_t shrink = r;  // the columns of x A: every adapted slice's rank
+    if (const auto sl = t.slices_of_node.find(f.node); sl != t.slices_of_node.end()) {
+      shrink = sl->second.count * r;
+      d.out = sl->second.columns;
+    }
+    if (opt.serving_kernels) {
+      // vLLM's punica kernels: lora_shrink (x A over every slice) and lora_expand, which adds
+      // (x A) B into the layer's output in place (a read and a write of those columns).
+      out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
+                                 "LoRA: x A (rank " + std::to_string(r) + "; vLLM's lora_shrink)"));
+      Kernel expand = adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b",
+                                   "LoRA: (x A) B added into the output (vLLM's lora_expand)");
+      expand.bytes += 2.0 * double(d.tokens) * double(d.out) * element_bytes(expand.dtype);
+      out.push_back(std::move(expand));
+      continue;
+    }
+    out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
                                "LoRA: x A (rank " + std::to_string(r) + ")"));
     out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b", "LoRA: (x A) B"));
     // PEFT: result + lora_B(lora_A(x)) * scaling, a multiply and an add (one kernel fused).

@@ -708,8 +708,9 @@ KernelList lower(const Graph& graph, const LoweringOptions& options) {
   std::vector<Kernel> fwd;
   fwd.reserve(graph.nodes.size());
   l.forward(graph, fwd, -1, "", &result);
-  const LoraTargets lora =
-      options.mode == Mode::training ? lora_targets(graph, fwd, options.lora) : LoraTargets{};
+  // LoRA's adapters: trained beside the frozen model, or in inference served unmerged (PEFT's
+  // forward before merge_and_unload, vLLM's --enable-lora).
+  const LoraTargets lora = lora_targets(graph, fwd, options.lora);
   result.kernels = with_lora_forward(fwd, lora, options);
   if (options.mode == Mode::training) add_training_kernels(graph, fwd, options, lora, result.kernels, l.warnings);
   result.unknown_ops.assign(l.unknown.begin(), l.unknown.end());

@@ -179,6 +179,7 @@ json memory_json(const MemoryFootprint& m) {
               {"recompute", m.recompute_segments == 0 ? "none" : m.recompute_attention ? "selective" : "full"},
               {"trainable_params", finite(m.trainable_params)},
               {"lora_rank", m.lora_rank},
+              {"adapter_params", finite(m.adapter_params)},
               {"lora_nf4", m.lora_nf4}};
 }
 }  // namespace detail
@@ -209,6 +210,9 @@ std::string memory_text(const MemoryFootprint& m) {
   if (m.tp > 1 || m.pp > 1) s += " per GPU";
   if (m.capacity_gib > 0) s += " of " + gib(m.capacity_gib) + " GiB";
   s += " (" + split_words(m) + "weights " + gib(m.weights_gib);
+  if (!m.training && m.lora_rank > 0)
+    s += " with LoRA's rank-" + std::to_string(m.lora_rank) + " adapters unmerged (" +
+         detail::fixed(m.adapter_params / 1e6, 1) + "M parameters" + (m.lora_nf4 ? "; the model's linear layers in NF4)" : ")");
   if (m.training)
     s += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " +
          gib(m.optimizer_gib) +

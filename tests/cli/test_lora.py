@@ -1,4 +1,4 @@
-"""--lora: low-rank adapters on a training step, through the real binary."""
+"""--lora: low-rank adapters on a training step, and served unmerged in inference, through the real binary."""
 import os
 import tempfile
 import unittest
@@ -79,11 +79,42 @@ class LoraTest(unittest.TestCase):
         dtypes = {k["dtype"] for n in r["nodes"] for k in n["kernels"] if k["op"] in ("lora_a", "lora_b")}
         self.assertEqual(dtypes, {"bf16"})
 
+    def test_inference_serves_the_adapters_unmerged(self):
+        # Without --mode training the adapters run forward beside the frozen model (PEFT before
+        # merge_and_unload): two GEMMs, a scale and an add per adapted layer; their weights held.
+        inf = BASE[:-6] + ["--dtype", "bf16"]
+        plain = run_json(*inf)
+        lora = run_json(*inf, "--lora", "16")
+        self.assertEqual(lora["memory"]["adapter_params"], 41943040)
+        self.assertEqual(lora["memory"]["lora_rank"], 16)
+        self.assertAlmostEqual(lora["memory"]["weights_gib"] - plain["memory"]["weights_gib"], 41943040 * 2 / 2**30,
+                               places=6)
+        self.assertGreater(lora["e2e_latency_ms"], plain["e2e_latency_ms"])
+        self.assertEqual(lora["backward_ms"], 0)
+        ops = [k["op"] for n in lora["nodes"] for k in n["kernels"]]
+        self.assertEqual(ops.count("lora_a"), 7 * 32)
+        rc, out, err = run(*inf, "--lora", "16")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("with LoRA's rank-16 adapters unmerged (41.9M parameters)", out)
+        # Served by vLLM (--generate): one shrink and one expand per merged GEMM's slices (Q, K, V
+        # and gate, up), the parameters PEFT counts; every decode step reads the adapters too.
+        gen = ["--config", LLAMA3_8B, "--generate", "256:32", "--batch", "4", "--gpu", "h100", "--dtype", "bf16"]
+        g0 = run_json(*gen)["generation"]
+        g = run_json(*gen, "--lora", "16")["generation"]
+        qv = run_json(*gen, "--lora", "16,targets=q_proj|v_proj")["generation"]
+        self.assertEqual(g["weight_bytes"] - g0["weight_bytes"], 41943040 * 2)
+        self.assertEqual(qv["weight_bytes"] - g0["weight_bytes"], 6815744 * 2)
+        self.assertGreater(g["tpot_ms"], qv["tpot_ms"])
+        self.assertGreater(qv["tpot_ms"], g0["tpot_ms"])
+        self.assertGreater(g["ttft_ms"], g0["ttft_ms"])
+
     def test_bad_lora_is_one_line(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
             for args, needle in [
-                    ([*BASE[:-6], "--lora", "16"], "add --mode training"),
+                    ([*BASE[:-6], "--lora", "16", "--parallel", "tp=2"], "--lora in inference serves the adapters on one GPU"),
+                    (["--config", LLAMA3_8B, "--generate", "64:8", "--gpu", "h100", "--lora", "16,base=nf4"],
+                     "--lora base=nf4 with --generate"),
                     ([*BASE, "--lora", "0"], "rank is 1 to 65536"),
                     ([*BASE, "--lora", "x"], "--lora"),
                     ([*BASE, "--lora", "8,heads=2"], "R[,base=nf4][,targets=all|REGEX]"),

@@ -184,6 +184,11 @@ class Analyze(unittest.TestCase):
             as_dict = json.load(f)
         got = n.generate(as_dict, "h100", 128, 16, batch=2, dtype="int8", parallel="tp=4,ep=4")
         self.assertTrue(same(got["generation"], want[0]["generation"]))
+        # LoRA adapters served unmerged, as --lora.
+        llama = os.path.join(SOURCE, "tests", "data", "llama3_8b.json")
+        want = run_json("--config", llama, "--gpu", "h100", "--generate", "128:16", "--dtype", "bf16", "--lora",
+                        "8,targets=q_proj")
+        self.assertTrue(same(n.generate(llama, "h100", 128, 16, dtype="bf16", lora="8,targets=q_proj"), want))
         t5 = os.path.join(SOURCE, "tests", "data", "flan_t5_base.json")  # an encoder-decoder
         want = run_json("--config", t5, "--gpu", "a100-80gb", "--generate", "256:32", "--dtype", "bf16")
         got = n.generate(t5, "a100-80gb", 256, 32, dtype="bf16")

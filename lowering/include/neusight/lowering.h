@@ -277,7 +277,9 @@ inline double narrow_gemm_bytes(double operand_elems, double output_elems, DType
 // (a GEMM of a 2-D float weight) a pair A [in x rank], B [rank x out] in the compute dtype:
 // y = x W + s (x A) B, two GEMMs, a scale and an add forward; backward the scale, dB, the
 // gradient of x A, dA and, where x needs a gradient, its share of dx and the add; the
-// optimizer updates A and B alone. `targets`: "all" (PEFT's all-linear: every linear layer
+// optimizer updates A and B alone. In inference the same pairs run forward beside the frozen
+// model, unmerged (PEFT before merge_and_unload; vLLM's --enable-lora). `targets`: "all"
+// (PEFT's all-linear: every linear layer
 // but the output head, the last GEMM on its path) or a regular expression (ECMAScript) that
 // a targeted weight's initializer name contains a match of ("q_proj|v_proj").
 //
@@ -324,7 +326,8 @@ struct LoweringOptions {
   bool serving_kernels = false;
   // Training: the optimizer whose update kernels end the step.
   Optimizer optimizer = Optimizer::sgd;
-  // Training with low-rank adapters (--lora): LoraOptions below; rank 0: every parameter trains.
+  // Low-rank adapters (--lora): LoraOptions above, trained or (inference) served unmerged;
+  // rank 0: none (training: every parameter trains).
   LoraOptions lora;
 };
 

@@ -249,6 +249,8 @@ struct MemoryFootprint {
   // adapters' rank (0: no LoRA).
   double trainable_params = 0;
   int64_t lora_rank = 0;
+  // Inference under --lora: the adapters served unmerged beside the model (in weights_gib).
+  double adapter_params = 0;
   bool lora_nf4 = false;  // QLoRA: the linear layers' frozen weights held in NF4
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
