@@ -55,6 +55,15 @@ void run_pipeline(const std::string& bytes) {
     (void)format_table(pr, TableOptions{});
   } catch (const InputError&) {
   }
+  // LoRA adapters served unmerged over tensor-parallel GPUs (a graph without a linear layer is
+  // an input error).
+  try {
+    Options served = opt;
+    served.lora.rank = 4;
+    served.parallel = parse_parallel("tp=2");
+    (void)format_json({predict(prepare(loaded, served), loaded.model, gpu, served)});
+  } catch (const InputError&) {
+  }
   // Training lowers backward and update kernels too.
   opt.mode = Mode::training;
   opt.fusion = Fusion::none;

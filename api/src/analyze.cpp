@@ -281,6 +281,17 @@ void add_recompute(Analysis& a, const Options& options) {
                                     "nothing is recomputed"});
 }
 
+// LoRA beside --parallel: training's adapters over dp, pp and ZeRO; inference's over tp.
+void check_lora_parallel(const Options& options) {
+  if (options.lora.rank <= 0 || !options.parallel.active) return;
+  if (options.mode != Mode::training && (options.parallel.pp > 1 || options.lora.nf4_base))
+    throw InputError("--lora in inference takes --parallel tp alone, without base=nf4 (the adapters are not placed on "
+                     "pipeline stages; NF4 weights are not sharded)");
+  if (options.mode == Mode::training && (options.parallel.tp > 1 || options.parallel.cp > 1 || options.parallel.ep > 1))
+    throw InputError("--lora with --parallel takes dp, pp and ZeRO: the adapters of a layer split over tp, cp or ep GPUs "
+                     "are not modelled");
+}
+
 }  // namespace
 
 const char* recompute_name(Recompute r) {
@@ -337,18 +348,13 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.kv_cache_dtype = options.kv_dtype;
   lo.serving_kernels = options.serving_kernels;
   lo.optimizer = options.optimizer;
-  if (options.lora.rank > 0 && options.mode != Mode::training && options.parallel.active)
-    throw InputError("--lora in inference serves the adapters on one GPU: without --parallel (the adapters are not "
-                     "placed on tensor-parallel shards or pipeline stages)");
-  if (options.lora.rank > 0 && options.parallel.active &&
-      (options.parallel.tp > 1 || options.parallel.cp > 1 || options.parallel.ep > 1))
-    throw InputError("--lora with --parallel takes dp, pp and ZeRO: the adapters of a layer split over tp, cp or ep GPUs "
-                     "are not modelled");
+  check_lora_parallel(options);
   lo.lora = options.lora;
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
   a.kernels = lower(a.graph, lo);
+  a.lora_bytes = lora_adapter_bytes(a.kernels.kernels);  // one copy of the model's, before tp splits them
   // Whole experts per GPU: more GPUs than experts would hold fractions of one.
   if (options.parallel.active && options.parallel.ep > 1)
     for (const Kernel& k : a.kernels.kernels)

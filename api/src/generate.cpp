@@ -518,14 +518,16 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
     a.draft = std::make_shared<const GenerationAnalysis>(prepare_generation(*draft, options, plain));
   }
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
-  a.weight_bytes += lora_adapter_bytes(a.prefill.kernels.kernels);  // --lora: served unmerged
+  // --lora: the adapters served unmerged, one copy's; a GPU's under tp from its own kernels.
+  a.weight_bytes += a.prefill.lora_bytes;
+  a.lora_bytes_per_gpu = lora_adapter_bytes(a.prefill.kernels.kernels);
   if (!d.tied_head_weight.empty())  // read by every step, held once: as the embedding
     a.tied_weight_bytes = gemm_weight_bytes(a.prefill.graph.find(d.tied_head_weight), options);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.micro_batch);
   if (!d.prefill_is_step && !a.steps.empty()) {
     double step = 0, step_embedding = 0;
     weight_bytes(a.steps.front().graph, options, step, step_embedding);
-    step += lora_adapter_bytes(a.steps.front().kernels.kernels);
+    step += a.steps.front().lora_bytes;
     a.prefill_only_bytes = std::max(0.0, a.weight_bytes - step);
   }
   a.activation_bytes = activation_use(a.prefill, base).largest_kernel_bytes;
@@ -737,13 +739,16 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
   const double kv_share = kv_share_of(d.kv_heads, tp) * layer_share;
   const double draft_kv_share = a.draft ? kv_share_of(a.draft_decoder->kv_heads, tp) : 1.0 / tp;
   const double draft_bytes = sp.draft_weight_bytes / tp + sp.draft_kv_cache_bytes * draft_kv_share;
-  g.memory_per_gpu_bytes = stage_held / tp + a.kv_cache_bytes * kv_share + a.activation_bytes + draft_bytes;
+  // The adapters a GPU holds: vLLM keeps the A of column-parallel layers and the B of
+  // row-parallel ones whole on every GPU.
+  const double held_per_gpu = (stage_held - a.prefill.lora_bytes) / tp + a.lora_bytes_per_gpu;
+  g.memory_per_gpu_bytes = held_per_gpu + a.kv_cache_bytes * kv_share + a.activation_bytes + draft_bytes;
   // Capacity: the KV cache one more sequence adds against what the weights and the activations
   // leave of the engine's share of the memory (an engine bounds the tokens of a step, so its
   // activations do not grow with the sequences it holds).
   const double per_sequence = (a.kv_cache_bytes * kv_share + sp.draft_kv_cache_bytes * draft_kv_share) / double(a.batch);
-  const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB -
-                      (stage_held + sp.draft_weight_bytes) / tp - a.activation_bytes;
+  const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB - held_per_gpu -
+                      sp.draft_weight_bytes / tp - a.activation_bytes;
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_gb > 0 && room > 0 && !a.draft && !d.encoder_decoder()) {
@@ -758,7 +763,7 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
   if (a.draft) std::snprintf(draft_part, sizeof draft_part, " + draft %.1f", draft_bytes / kGiB);
   char buf[360];
   std::snprintf(buf, sizeof buf, "generation needs %.1f GiB%s (weights %.1f + KV cache %.1f + activations %.1f%s)",
-                g.memory_per_gpu_bytes / kGiB, g.gpus() > 1 ? " per GPU" : "", stage_held / tp / kGiB,
+                g.memory_per_gpu_bytes / kGiB, g.gpus() > 1 ? " per GPU" : "", held_per_gpu / kGiB,
                 g.kv_cache_bytes * kv_share / kGiB, g.activation_bytes / kGiB, draft_part);
   GpuWarning w;
   w.kind = GpuWarning::Kind::generation_memory;

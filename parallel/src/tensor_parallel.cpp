@@ -376,10 +376,32 @@ std::vector<std::pair<int, int>> place_kernels(const Graph& g, const KernelList&
 }
 
 // One kernel of node `node` of scope `s` as one GPU runs it.
+// A LoRA adapter's forward kernel beside a tensor-parallel layer, as vLLM shards its LoRA
+// layers: beside a column-parallel layer A is whole (every GPU computes x A) and B holds the
+// GPU's output columns (its expand and add over them); beside a row-parallel layer A holds the
+// GPU's input rows, so x A is partial, and B is whole: (x_i A_i) B added into the partial
+// output sums to (x A) B in the layer's own all-reduce.
+bool split_lora_kernel(Kernel& k, bool column, int tp) {
+  const bool a = k.op == "lora_a", b = k.op == "lora_b";
+  if (k.phase != Phase::forward || k.note.rfind("LoRA:", 0) != 0) return false;
+  if (k.cls == KernelClass::gemm && (a || b)) {
+    const GemmShape before = k.gemm;
+    if (a && !column) divide_first({&k.gemm.k}, tp);
+    if (b && column) divide_first({&k.gemm.n}, tp);
+    rescale_gemm(k, before);
+    k.operand_elems = {k.gemm.batch * k.gemm.m * k.gemm.k, k.gemm.batch * k.gemm.k * k.gemm.n};
+  } else if (column && k.cls == KernelClass::elementwise) {
+    shrink_vector(k, tp);
+  }
+  return true;
+}
+
 void split_kernel(Kernel& k, const TpScope& s, int node, int tp, int ep, const std::set<std::string>& split_weights) {
   const TpRole r = s.role(node);
   const bool moe = node >= 0 && static_cast<size_t>(node) < s.graph.nodes.size() && is_moe_op(s.graph.nodes[static_cast<size_t>(node)]);
-  if (moe && r == TpRole::row && k.phase == Phase::forward) {
+  if ((r == TpRole::column || r == TpRole::row) && split_lora_kernel(k, r == TpRole::column, tp)) {
+    return;
+  } else if (moe && r == TpRole::row && k.phase == Phase::forward) {
     split_expert_kernel(k, tp, ep);
   } else if (k.phase == Phase::update) {
     if (split_weights.count(k.weight)) shrink_vector(k, tp);

@@ -107,12 +107,22 @@ class LoraTest(unittest.TestCase):
         self.assertGreater(g["tpot_ms"], qv["tpot_ms"])
         self.assertGreater(qv["tpot_ms"], g0["tpot_ms"])
         self.assertGreater(g["ttft_ms"], g0["ttft_ms"])
+        # Tensor parallel as vLLM shards its LoRA layers: beside a column-parallel layer A whole and B
+        # split, beside a row-parallel one A split and B whole: a GPU holds 28,311,552 of the
+        # 41,943,040 parameters at tp=2.
+        t0 = run_json(*gen, "--parallel", "tp=2")["generation"]
+        t = run_json(*gen, "--parallel", "tp=2", "--lora", "16")["generation"]
+        self.assertEqual(t["memory_per_gpu_bytes"] - t0["memory_per_gpu_bytes"], 28311552 * 2)
+        self.assertEqual(t["weight_bytes"] - t0["weight_bytes"], 41943040 * 2)
+        self.assertLess(t["tpot_ms"], g["tpot_ms"])
+        self.assertEqual(run_json(*inf, "--lora", "16", "--parallel", "tp=2")["memory"]["adapter_params"], 28311552)
 
     def test_bad_lora_is_one_line(self):
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.json")
             for args, needle in [
-                    ([*BASE[:-6], "--lora", "16", "--parallel", "tp=2"], "--lora in inference serves the adapters on one GPU"),
+                    ([*BASE[:-6], "--lora", "16", "--parallel", "tp=2,pp=2"], "--lora in inference takes --parallel tp alone"),
+                    ([*BASE[:-6], "--lora", "16,base=nf4", "--parallel", "tp=2"], "without base=nf4"),
                     (["--config", LLAMA3_8B, "--generate", "64:8", "--gpu", "h100", "--lora", "16,base=nf4"],
                      "--lora base=nf4 with --generate"),
                     ([*BASE, "--lora", "0"], "rank is 1 to 65536"),

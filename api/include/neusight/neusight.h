@@ -108,6 +108,9 @@ struct Analysis {
   // include each segment's recomputed forward).
   std::optional<CheckpointPlan> checkpoints;
   BoundDims bound;  // the batch and sequence length bound on the inputs (a report's samples and tokens)
+  // --lora: the adapters' bytes on one copy of the model (tensor parallelism then splits some
+  // of them over the GPUs); 0 without adapters.
+  double lora_bytes = 0;
 };
 Analysis prepare(const LoadedModel& model, const Options& options);
 // The report on `gpu` at the largest batch (the dim options.dims.batch binds; its value is
@@ -255,6 +258,7 @@ struct GenerationAnalysis {
   // Weights the prefill reads and no decode step does (LLaVA's vision tower and projector).
   double prefill_only_bytes = 0;
   double kv_cache_bytes = 0;  // the attention layers' keys and values and the recurrent layers' states
+  double lora_bytes_per_gpu = 0;  // --lora: the adapters one GPU holds (Analysis::lora_bytes is one copy's)
   double state_bytes = 0;     // the recurrent states alone
   DType kv_dtype = DType::f32;  // the cache's element type
   // Speculative decoding with a draft model: its decoder and its own generation (prefill and
