@@ -131,12 +131,13 @@ std::map<std::string, double> parse_gpu_cost(const std::string& text) {
 
 }  // namespace
 
-// --lora R[,base=nf4][,targets=all|REGEX]: LoRA adapters of rank R (trained with --mode
-// training, served unmerged otherwise); the targets last, as a pattern may hold commas.
+// --lora R[,base=nf4][,adapters=N][,targets=all|REGEX]: LoRA adapters of rank R (trained with
+// --mode training, served unmerged otherwise, N of them at once); the targets last, as a
+// pattern may hold commas.
 void parse_lora(const Args& args, Options& opt) {
   if (!args.has("--lora")) return;
   const std::string spec = args.get("--lora");
-  const std::string usage = "--lora: expected R[,base=nf4][,targets=all|REGEX], got '" + spec + "'";
+  const std::string usage = "--lora: expected R[,base=nf4][,adapters=N][,targets=all|REGEX], got '" + spec + "'";
   size_t comma = spec.find(',');
   const std::string rank = spec.substr(0, comma);
   if (rank.empty()) throw InputError(usage);
@@ -151,8 +152,15 @@ void parse_lora(const Args& args, Options& opt) {
     }
     const size_t next = spec.find(',', comma + 1);
     const std::string item = spec.substr(comma + 1, next == std::string::npos ? std::string::npos : next - comma - 1);
-    if (item != "base=nf4") throw InputError(usage);
-    opt.lora.nf4_base = true;
+    if (item.rfind("adapters=", 0) == 0) {
+      opt.lora.adapters = parse_int(item.substr(9), "--lora adapters");
+      if (opt.lora.adapters < 1 || opt.lora.adapters > 65536)
+        throw InputError("--lora: adapters is 1 to 65536, got '" + item.substr(9) + "'");
+    } else if (item == "base=nf4") {
+      opt.lora.nf4_base = true;
+    } else {
+      throw InputError(usage);
+    }
     comma = next;
   }
 }

@@ -349,12 +349,16 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   lo.serving_kernels = options.serving_kernels;
   lo.optimizer = options.optimizer;
   check_lora_parallel(options);
+  if (options.lora.adapters > 1 && options.mode == Mode::training)
+    throw InputError("--lora adapters=" + std::to_string(options.lora.adapters) +
+                     " serves several adapters at once: inference (training trains one)");
   lo.lora = options.lora;
+  lo.lora.sequences = a.bound.batch;  // each sequence's tokens use one adapter
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
   a.kernels = lower(a.graph, lo);
-  a.lora_bytes = lora_adapter_bytes(a.kernels.kernels);  // one copy of the model's, before tp splits them
+  a.lora_bytes = lora_adapter_bytes(a.kernels.kernels, options.lora.adapters);  // one copy's, before tp splits them
   // Whole experts per GPU: more GPUs than experts would hold fractions of one.
   if (options.parallel.active && options.parallel.ep > 1)
     for (const Kernel& k : a.kernels.kernels)

@@ -229,11 +229,13 @@ void each_node(const Graph& g, const std::function<void(const Graph&, const Node
   }
 }
 
-double lora_adapter_bytes(const std::vector<Kernel>& kernels, double* params) {
+double lora_adapter_bytes(const std::vector<Kernel>& kernels, int64_t adapters, double* params) {
   double bytes = 0, n = 0;
   for (const Kernel& k : kernels) {
     if (k.phase != Phase::forward || k.cls != KernelClass::gemm || (k.op != "lora_a" && k.op != "lora_b")) continue;
-    const double elems = double(k.gemm.k) * double(k.gemm.n);  // x A: [in x rank]; (x A) B: [rank x out]
+    // x A: [in x rank]; (x A) B: [rank x out]; of each adapter held (a grouped GEMM's groups
+    // are the adapters its tokens reach).
+    const double elems = double(k.gemm.k) * double(k.gemm.n) * double(std::max<int64_t>(adapters, 1));
     n += elems;
     bytes += elems * element_bytes(k.dtype);
   }
@@ -393,7 +395,8 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   m.recompute_attention = m.recompute_segments > 0 && a.checkpoints->positions.empty();
   m.lora_rank = o.lora.rank;
   if (!m.training && o.lora.rank > 0) {  // served unmerged: the adapters beside the weights
-    m.weights_gib += lora_adapter_bytes(a.kernels.kernels, &m.adapter_params) / kGiB;
+    m.weights_gib += lora_adapter_bytes(a.kernels.kernels, o.lora.adapters, &m.adapter_params) / kGiB;
+    m.lora_adapters = o.lora.adapters;
   }
   if (m.training) {
     // The parameters the optimizer updates (lowering: one update kernel each), their

@@ -24,8 +24,9 @@ double gemm_weight_bytes(const TensorInfo* t, const Options& o);
 // Bytes of a tensor as held; 0 for an unknown shape.
 double tensor_bytes(const TensorInfo* t, const Options& o);
 // The LoRA adapters' bytes among `kernels` (--lora: each forward lora_a / lora_b kernel's
-// A [in x rank] or B [rank x out], in its dtype), their parameters into `params` when given.
-double lora_adapter_bytes(const std::vector<Kernel>& kernels, double* params = nullptr);
+// A [in x rank] or B [rank x out], in its dtype, once per adapter held: `adapters`), their
+// parameters into `params` when given.
+double lora_adapter_bytes(const std::vector<Kernel>& kernels, int64_t adapters = 1, double* params = nullptr);
 // Calls f on every node of `g` and of the graphs its nodes hold (If branches, Loop bodies: an
 // optimum merged decoder's layers are in an If), a few levels deep, with the graph holding it.
 void each_node(const Graph& g, const std::function<void(const Graph&, const Node&)>& f, int depth = 0);

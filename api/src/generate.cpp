@@ -520,7 +520,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   weight_bytes(a.prefill.graph, options, a.weight_bytes, a.embedding_bytes);
   // --lora: the adapters served unmerged, one copy's; a GPU's under tp from its own kernels.
   a.weight_bytes += a.prefill.lora_bytes;
-  a.lora_bytes_per_gpu = lora_adapter_bytes(a.prefill.kernels.kernels);
+  a.lora_bytes_per_gpu = lora_adapter_bytes(a.prefill.kernels.kernels, options.lora.adapters);
   if (!d.tied_head_weight.empty())  // read by every step, held once: as the embedding
     a.tied_weight_bytes = gemm_weight_bytes(a.prefill.graph.find(d.tied_head_weight), options);
   a.unread_expert_bytes = unread_expert_bytes(a.prefill.graph, options, a.micro_batch);

@@ -2,6 +2,7 @@
 // training step: the base weights frozen, a rank-r pair A [in x r], B [r x out] beside each
 // targeted linear layer, y = x W + s (x A) B.
 #include <algorithm>
+#include <cmath>
 #include <regex>
 #include <set>
 
@@ -210,20 +211,42 @@ std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const Lora
       shrink = sl->second.count * r;
       d.out = sl->second.columns;
     }
+    // Several adapters served at once: the tokens grouped by the adapters they reach, each
+    // group's GEMM reading its adapter's weights (a grouped GEMM; vLLM's SGMV kernels).
+    const int64_t groups =
+        opt.lora.adapters <= 1
+            ? 1
+            : std::max<int64_t>(1, std::llround(lora_adapters_reached(
+                                       opt.lora.adapters, opt.lora.sequences > 0 ? std::min(opt.lora.sequences, d.tokens)
+                                                                                 : d.tokens)));
+    const int64_t rows = (d.tokens + groups - 1) / groups;
+    const auto grouped = [&](Kernel k) {
+      if (groups <= 1) return k;
+      const GemmShape before = k.gemm;
+      k.gemm.batch = groups;
+      k.gemm.m = rows;
+      k.gemm.batched = true;
+      const Work w = work_of_gemm(k.gemm, element_bytes(k.dtype));
+      k.flops = w.flops;
+      k.bytes += w.bytes - work_of_gemm(before, element_bytes(k.dtype)).bytes;
+      k.operand_elems = {groups * rows * k.gemm.k, groups * k.gemm.k * k.gemm.n};
+      k.note += " over " + std::to_string(groups) + " of " + std::to_string(opt.lora.adapters) + " adapters";
+      return k;
+    };
     if (opt.serving_kernels) {
       // vLLM's punica kernels: lora_shrink (x A over every slice) and lora_expand, which adds
       // (x A) B into the layer's output in place (a read and a write of those columns).
-      out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
-                                 "LoRA: x A (rank " + std::to_string(r) + "; vLLM's lora_shrink)"));
-      Kernel expand = adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b",
-                                   "LoRA: (x A) B added into the output (vLLM's lora_expand)");
+      out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
+                                         "LoRA: x A (rank " + std::to_string(r) + "; vLLM's lora_shrink)")));
+      Kernel expand = grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b",
+                                           "LoRA: (x A) B added into the output (vLLM's lora_expand)"));
       expand.bytes += 2.0 * double(d.tokens) * double(d.out) * element_bytes(expand.dtype);
       out.push_back(std::move(expand));
       continue;
     }
-    out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
-                               "LoRA: x A (rank " + std::to_string(r) + ")"));
-    out.push_back(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b", "LoRA: (x A) B"));
+    out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
+                                       "LoRA: x A (rank " + std::to_string(r) + ")")));
+    out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b", "LoRA: (x A) B")));
     // PEFT: result + lora_B(lora_A(x)) * scaling, a multiply and an add (one kernel fused).
     if (opt.fusion == Fusion::full) {
       out.push_back(
@@ -267,6 +290,13 @@ std::vector<AdapterParameter> lora_parameters(const std::vector<Kernel>& fwd, co
 }  // namespace neusight::lowering_detail
 
 namespace neusight {
+
+double lora_adapters_reached(int64_t adapters, int64_t sequences) {
+  if (adapters <= 1 || sequences <= 1) return 1;
+  const double n = double(adapters);
+  const double reached = n * (1.0 - std::pow(1.0 - 1.0 / n, double(sequences)));
+  return std::clamp(reached, 1.0, std::min(n, double(sequences)));
+}
 
 std::set<std::string> nf4_weights(const std::vector<Kernel>& kernels) {
   std::set<std::string> names;

@@ -180,6 +180,7 @@ json memory_json(const MemoryFootprint& m) {
               {"trainable_params", finite(m.trainable_params)},
               {"lora_rank", m.lora_rank},
               {"adapter_params", finite(m.adapter_params)},
+              {"lora_adapters", m.lora_adapters},
               {"lora_nf4", m.lora_nf4}};
 }
 }  // namespace detail
@@ -212,7 +213,9 @@ std::string memory_text(const MemoryFootprint& m) {
   s += " (" + split_words(m) + "weights " + gib(m.weights_gib);
   if (!m.training && m.lora_rank > 0)
     s += " with LoRA's rank-" + std::to_string(m.lora_rank) + " adapters unmerged (" +
-         detail::fixed(m.adapter_params / 1e6, 1) + "M parameters" + (m.lora_nf4 ? "; the model's linear layers in NF4)" : ")");
+         (m.lora_adapters > 1 ? std::to_string(m.lora_adapters) + " adapters, " : std::string("")) +
+         detail::fixed(m.adapter_params / 1e6, 1) + "M parameters" +
+         (m.lora_nf4 ? "; the model's linear layers in NF4)" : ")");
   if (m.training)
     s += ", gradients " + gib(m.gradients_gib) + ", " + optimizer_words(m) + " " +
          gib(m.optimizer_gib) +

@@ -107,6 +107,16 @@ class LoraTest(unittest.TestCase):
         self.assertGreater(g["tpot_ms"], qv["tpot_ms"])
         self.assertGreater(qv["tpot_ms"], g0["tpot_ms"])
         self.assertGreater(g["ttft_ms"], g0["ttft_ms"])
+        # Several adapters at once (vLLM's --max-loras): each held, each decode step's sequences
+        # reaching about N (1 - (1 - 1/N)^batch) of them, a grouped GEMM reading each one's A or B.
+        g4 = run_json(*gen, "--lora", "16,adapters=4")["generation"]
+        g64 = run_json(*gen, "--lora", "16,adapters=64")["generation"]
+        self.assertEqual(g4["weight_bytes"] - g0["weight_bytes"], 4 * 41943040 * 2)
+        self.assertGreater(g4["tpot_ms"], g["tpot_ms"])
+        self.assertGreater(g64["tpot_ms"], g4["tpot_ms"])
+        rc, out, err = run(*inf, "--lora", "16,adapters=4")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("with LoRA's rank-16 adapters unmerged (4 adapters, 167.8M parameters)", out)
         # Tensor parallel as vLLM shards its LoRA layers: beside a column-parallel layer A whole and B
         # split, beside a row-parallel one A split and B whole: a GPU holds 28,311,552 of the
         # 41,943,040 parameters at tp=2.
@@ -126,9 +136,11 @@ class LoraTest(unittest.TestCase):
                     (["--config", LLAMA3_8B, "--generate", "64:8", "--gpu", "h100", "--lora", "16,base=nf4"],
                      "--lora base=nf4 with --generate"),
                     ([*BASE, "--lora", "0"], "rank is 1 to 65536"),
+                    ([*BASE, "--lora", "8,adapters=4"], "serves several adapters at once: inference"),
+                    ([*BASE[:-6], "--lora", "8,adapters=0"], "adapters is 1 to 65536"),
                     ([*BASE, "--lora", "x"], "--lora"),
-                    ([*BASE, "--lora", "8,heads=2"], "R[,base=nf4][,targets=all|REGEX]"),
-                    ([*BASE, "--lora", "8,base=int4"], "R[,base=nf4][,targets=all|REGEX]"),
+                    ([*BASE, "--lora", "8,heads=2"], "R[,base=nf4][,adapters=N][,targets=all|REGEX]"),
+                    ([*BASE, "--lora", "8,base=int4"], "R[,base=nf4][,adapters=N][,targets=all|REGEX]"),
                     ([*BASE, "--lora", "8,targets=("], "not a regular expression"),
                     ([*BASE, "--lora", "8,targets=no_such_proj"], "no linear layer's weight name matches"),
                     ([*BASE, "--lora", "8", "--parallel", "tp=2"], "--lora with --parallel takes dp, pp and ZeRO")]:

@@ -197,6 +197,52 @@ TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.co
   CHECK(full_bytes < eager_bytes);
 }
 
+TEST_CASE("lowering: served LoRA adapters run forward alone, grouped by the adapters the tokens reach") {
+  // Of N adapters drawn uniformly by B sequences: N (1 - (1 - 1/N)^B).
+  CHECK(lora_adapters_reached(1, 32) == 1);
+  CHECK(lora_adapters_reached(8, 1) == 1);
+  CHECK(lora_adapters_reached(4, 2) == doctest::Approx(1.75));  // 4 (1 - 9/16)
+  CHECK(lora_adapters_reached(1000, 3) == doctest::Approx(2.997).epsilon(1e-3));
+  CHECK(lora_adapters_reached(4, 64) == doctest::Approx(4.0).epsilon(1e-6));
+  ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
+      "hidden_act": "silu"})", "llama");
+  LoadedModel m = build_model(c);
+  Graph g = m.model.graph;
+  DimBindings b;
+  b.batch = 4;
+  b.seq = 16;
+  bind_dims(g, b);
+  infer_shapes(g, m.model);
+  LoweringOptions o;
+  o.opset = m.model.opset();
+  o.lora.rank = 8;
+  o.lora.sequences = 4;
+  const KernelList one = lower(g, o);
+  int a = 0, other_phase = 0;
+  for (const Kernel& k : one.kernels) {
+    other_phase += k.phase != Phase::forward;
+    if (k.op != "lora_a") continue;
+    ++a;
+    CHECK(k.gemm.batch == 1);
+    CHECK(k.gemm.m == 64);
+    CHECK(k.gemm.n == 8);
+  }
+  CHECK(a == 14);
+  CHECK(other_phase == 0);
+  // Four adapters for four sequences: about 2.7 reached (rounded to 3), each group a third of
+  // the tokens, each reading its adapter's A.
+  o.lora.adapters = 4;
+  const KernelList four = lower(g, o);
+  for (const Kernel& k : four.kernels) {
+    if (k.op != "lora_a") continue;
+    CHECK(k.gemm.batch == 3);
+    CHECK(k.gemm.m == 22);  // ceil(64 / 3)
+    CHECK(k.gemm.batched);
+    CHECK(k.note.find("over 3 of 4 adapters") != std::string::npos);
+  }
+}
+
 TEST_CASE("lowering: LoRA freezes the model and trains rank-r adapters beside its linear layers") {
   // A two-layer Llama: seven linear layers a layer (q, k, v, o, gate, up, down) and the head.
   ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,

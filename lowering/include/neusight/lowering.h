@@ -292,7 +292,16 @@ struct LoraOptions {
   int64_t rank = 0;
   std::string targets = "all";
   bool nf4_base = false;
+  // Inference: the adapters served at once (vLLM's --max-loras), each sequence using one drawn
+  // uniformly; `sequences` the sequences a kernel's tokens belong to (the bound batch; 0: one
+  // per token). The adapters a GEMM's tokens reach run as a grouped GEMM (vLLM's SGMV / punica
+  // kernels), each reading its own A or B.
+  int64_t adapters = 1;
+  int64_t sequences = 0;
 };
+// Of `adapters` drawn uniformly by `sequences` sequences, the distinct ones expected:
+// adapters x (1 - (1 - 1 / adapters)^sequences), at least 1 and at most either.
+double lora_adapters_reached(int64_t adapters, int64_t sequences);
 // 4 bits, and the absmax of each 64-value block quantized to 8 bits with an FP32 scale per 256
 // blocks (QLoRA's double quantization: 8/64 + 32/(64 x 256) = 0.127 bits).
 inline constexpr double kNf4BitsPerParameter = 4.0 + 8.0 / 64.0 + 32.0 / (64.0 * 256.0);

@@ -249,8 +249,10 @@ struct MemoryFootprint {
   // adapters' rank (0: no LoRA).
   double trainable_params = 0;
   int64_t lora_rank = 0;
-  // Inference under --lora: the adapters served unmerged beside the model (in weights_gib).
+  // Inference under --lora: the adapters served unmerged beside the model (in weights_gib),
+  // all `lora_adapters` of them.
   double adapter_params = 0;
+  int64_t lora_adapters = 1;
   bool lora_nf4 = false;  // QLoRA: the linear layers' frozen weights held in NF4
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
