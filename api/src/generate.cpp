@@ -725,6 +725,11 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
   g.kv_dtype = dtype_name(a.kv_dtype);
   const double held = a.weight_bytes - a.tied_weight_bytes;  // a tied LM head is the embedding
   g.weight_bytes = held;
+  if (options.lora.rank > 0) {
+    g.lora_bytes = a.prefill.lora_bytes;
+    g.lora_rank = options.lora.rank;
+    g.lora_adapters = options.lora.adapters;
+  }
   g.embedding_bytes = a.embedding_bytes;
   g.activation_bytes = a.activation_bytes;
   g.memory_bytes = held + a.kv_cache_bytes + a.activation_bytes + sp.draft_weight_bytes + sp.draft_kv_cache_bytes;

@@ -116,6 +116,7 @@ json generation_json(const GenerationReport& g) {
           {"tokens_per_s_high", finite(g.tokens_per_s_high)},
           {"kv_cache_bytes", finite(g.kv_cache_bytes)},
           {"weight_bytes", finite(g.weight_bytes)},
+          {"lora", {{"rank", g.lora_rank}, {"adapters", g.lora_adapters}, {"bytes", finite(g.lora_bytes)}}},
           {"embedding_bytes", finite(g.embedding_bytes)},
           {"activation_bytes", finite(g.activation_bytes)},
           {"memory_bytes", finite(g.memory_bytes)},
@@ -402,7 +403,12 @@ std::string format_generation(const Report& r, bool color) {
      << utilization_line(g)
      << "  KV cache             " << pad(bytes_text(g.kv_cache_bytes), 11, true) << " (" << kv_cache_formula(g) << ")\n"
      << "  memory               " << pad(bytes_text(g.memory_bytes), 11, true) << " (weights "
-     << bytes_text(g.weight_bytes) << " + KV cache + activations " << bytes_text(g.activation_bytes)
+     << bytes_text(g.weight_bytes)
+     << (g.lora_rank > 0 ? " with " + (g.lora_adapters > 1 ? std::to_string(g.lora_adapters) : std::string("a")) +
+                               " rank-" + std::to_string(g.lora_rank) + " LoRA adapter" +
+                               (g.lora_adapters > 1 ? "s" : "") + " of " + bytes_text(g.lora_bytes)
+                         : std::string())
+     << " + KV cache + activations " << bytes_text(g.activation_bytes)
      << (g.speculative.draft.empty()
              ? std::string()
              : " + the draft's weights and cache " +

@@ -112,6 +112,11 @@ class LoraTest(unittest.TestCase):
         g4 = run_json(*gen, "--lora", "16,adapters=4")["generation"]
         g64 = run_json(*gen, "--lora", "16,adapters=64")["generation"]
         self.assertEqual(g4["weight_bytes"] - g0["weight_bytes"], 4 * 41943040 * 2)
+        self.assertEqual(g4["lora"], {"rank": 16, "adapters": 4, "bytes": 4 * 41943040 * 2})
+        self.assertEqual(g0["lora"]["rank"], 0)
+        rc, out, err = run(*gen, "--lora", "16,adapters=4")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("with 4 rank-16 LoRA adapters of 320.0 MiB", out)
         self.assertGreater(g4["tpot_ms"], g["tpot_ms"])
         self.assertGreater(g64["tpot_ms"], g4["tpot_ms"])
         rc, out, err = run(*inf, "--lora", "16,adapters=4")

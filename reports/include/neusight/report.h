@@ -74,6 +74,10 @@ struct GenerationReport {
   // a decode step reads the rest), the largest activation working set of one prefill kernel, and
   // their sum.
   double kv_cache_bytes = 0, weight_bytes = 0, embedding_bytes = 0, activation_bytes = 0, memory_bytes = 0;
+  // --lora: the adapters served unmerged among the weights (their bytes, rank and count; 0
+  // rank: none).
+  double lora_bytes = 0;
+  int64_t lora_rank = 0, lora_adapters = 0;
   // The weights a decode step reads (all but the embedding table and, in a mixture of
   // experts, the experts its tokens do not reach on average) over the DRAM bandwidth: what no
   // decode step can beat.
