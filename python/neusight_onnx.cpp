@@ -93,6 +93,7 @@ struct AnalysisArgs {
   py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
   py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none(), latency_slo = py::none();
   py::object recompute = py::none(), train_tokens = py::none(), gpu_cost = py::none(), lora = py::none();
+  py::object prefix_cached = py::none();
 
   // latency_slo in ms (0 without it), refused beside a batch as --latency-slo is.
   double slo_ms() const {
@@ -154,6 +155,7 @@ struct AnalysisArgs {
       flag("--lora", py::isinstance<py::int_>(lora) && !py::isinstance<py::bool_>(lora)
                          ? std::to_string(lora.cast<int64_t>())
                          : str_arg(lora, "lora"));
+    if (!prefix_cached.is_none()) flag("--prefix-cached", int_text(prefix_cached, "prefix_cached"));
     if (!gpu_cost.is_none()) {
       // A number (every GPU) or {name: USD}, as --gpu-cost USD or NAME=USD,...
       std::string text;
@@ -427,7 +429,7 @@ py::object generate(py::handle model, py::handle gpu, py::handle prompt, py::han
   }
   const cli::Args args(argv, cli::Command::analyze);
   const ServingTargets slo{args.get_double("--tpot-slo", 0), args.get_double("--ttft-slo", 0)};
-  GenerationOptions gen = cli::parse_generate(args.get("--generate"));
+  GenerationOptions gen = cli::parse_generation(args);
   const std::string draft_path = args.has("--speculative") ? cli::parse_speculative(args.get("--speculative"), gen) : "";
   const Options opt = cli::generation_options(args, AnalysisArgs::parse_argv(argv));
   bool many = false;
@@ -502,7 +504,7 @@ py::object compare(py::handle models, py::handle gpu, const AnalysisArgs& a, py:
   } else {
     const Argv argv = generation_argv(a, generate_arg);
     const cli::Args args(argv, cli::Command::compare);
-    gen = cli::parse_generate(args.get("--generate"));
+    gen = cli::parse_generation(args);
     opt = cli::generation_options(args, AnalysisArgs::parse_argv(argv));
   }
   const std::string top_text = int_text(top_arg, "top");
@@ -913,7 +915,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
          py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
          py::object host_dispatch_us, py::object image_size, py::object images, py::object encoder, py::object dims,
-         py::object shapes, py::object ttft_slo, py::object gpu_cost, py::object lora) {
+         py::object shapes, py::object ttft_slo, py::object gpu_cost, py::object lora, py::object prefix_cached) {
         if ((!tpot_slo.is_none() || !ttft_slo.is_none()) && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError(std::string(tpot_slo.is_none() ? "ttft_slo" : "tpot_slo") +
                                      " chooses the batch; give it without batch");
@@ -924,13 +926,14 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.images = std::move(images);
         a.gpu_cost = std::move(gpu_cost);
         a.lora = std::move(lora);
+        a.prefix_cached = std::move(prefix_cached);
         return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, ttft_slo, encoder, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
       "timing"_a = none, "parallel"_a = none, py::kw_only(), "speculative"_a = none, "kv_dtype"_a = none,
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none, "encoder"_a = none, "dims"_a = none,
-      "shapes"_a = none, "ttft_slo"_a = none, "gpu_cost"_a = none, "lora"_a = none,
+      "shapes"_a = none, "ttft_slo"_a = none, "gpu_cost"_a = none, "lora"_a = none, "prefix_cached"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json: a decoder, or T5 / Switch / Whisper, whose prompt is the encoder's text / the decoder's\n"
@@ -939,7 +942,8 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "'tp=N[,ep=M]'; speculative 'K,accept=P[,draft=MODEL]' as --speculative; kv_dtype as --kv-dtype; tpot_slo\n"
       "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused);\n"
       "ttft_slo (ms) as --ttft-slo, the same for the time to first token (both given: both met); gpu_cost as in\n"
-      "analyze() (the generation's usd_per_m_tokens); lora as --lora (the adapters served unmerged).\n"
+      "analyze() (the generation's usd_per_m_tokens); lora as --lora (the adapters served unmerged);\n"
+      "prefix_cached as --prefix-cached (the prompt's first tokens cached, held once).\n"
       "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
       "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
       "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.\n"

@@ -50,7 +50,7 @@ double latency_slo(const Args& args) {
 
 // --generate: a prefill of the prompt, then decode steps with a KV cache (neusight.h).
 int run_generate(const Args& args, const Options& base, const std::vector<Gpu>& gpus) {
-  GenerationOptions gen = parse_generate(args.get("--generate"));
+  GenerationOptions gen = parse_generation(args);
   for (const char* flag : {"--tpot-slo", "--ttft-slo"})
     if (args.has(flag) && args.has("--batch"))
       throw InputError(std::string(flag) + " chooses the batch; give it without --batch");
@@ -116,7 +116,7 @@ int cmd_analyze(const Argv& argv) {
   const std::vector<Gpu> gpus = GpuDatabase::builtin().resolve_list(args.get("--gpu"));
   const double slo = latency_slo(args);
   if (args.has("--generate")) return run_generate(args, opt, gpus);
-  for (const char* flag : {"--speculative", "--tpot-slo", "--ttft-slo", "--encoder"})
+  for (const char* flag : {"--speculative", "--tpot-slo", "--ttft-slo", "--encoder", "--prefix-cached"})
     if (args.has(flag)) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
   if (slo > 0) opt.dims.batch = 1;  // each GPU's batch is searched for (a --config graph keeps it symbolic)

@@ -48,14 +48,15 @@ int cmd_compare(const Argv& argv) {
   Options opt = parse_analysis_options(args);
   parse_parallel_options(args, opt);  // every model on the same GPUs of each kind
   const int top = static_cast<int>(args.get_int("--top", 10, 0));
-  if (args.has("--encoder") && !args.has("--generate")) throw InputError("--encoder applies to --generate PROMPT:NEW");
+  for (const char* flag : {"--encoder", "--prefix-cached"})
+    if (args.has(flag) && !args.has("--generate")) throw InputError(std::string(flag) + " applies to --generate PROMPT:NEW");
 
   const std::vector<Gpu> gpus = GpuDatabase::builtin().resolve_list(args.get("--gpu"));
 
   // Every model is loaded and predicted before anything is written.
   std::vector<std::vector<Report>> reports;
   if (args.has("--generate")) {  // each model's generation (its prefill is what the table compares)
-    const GenerationOptions gen = parse_generate(args.get("--generate"));
+    const GenerationOptions gen = parse_generation(args);
     const Options gopt = generation_options(args, opt);
     const std::vector<std::string> encoders = encoder_paths(args, models);
     for (size_t m = 0; m < models.size(); ++m) {

@@ -67,6 +67,7 @@ const std::vector<Flag> kFlags = {
     {"--generate", true, "PROMPT:NEW", "LLM generation: a prefill of PROMPT tokens, NEW decode steps", A | C, ""},
     {"--encoder", true, "ENCODER.onnx", "with --generate and an encoder-decoder's ONNX decoder (decoder_model_merged.onnx): its encoder, run in the prefill", A, ""},
     {"--encoder", true, "ENC.onnx[,ENC.onnx...]", "with --generate: the encoder of the ONNX encoder-decoders' decoders, one for every ONNX model or one per model in order (empty for a --config model)", C, ""},
+    {"--prefix-cached", true, "C", "with --generate: the first C tokens of every prompt are cached already (vLLM's prefix caching of a shared system prompt), held once; the prefill computes the rest", A | C, ""},
     {"--tpot-slo", true, "MS", "with --generate: the largest batch (that fits) whose time per output token is at most MS", A, ""},
     {"--ttft-slo", true, "MS", "with --generate: the largest batch (that fits) whose time to first token is at most MS (with --tpot-slo: both)", A, ""},
     {"--speculative", true, "K,accept=P[,draft=M]", "with --generate: K drafted tokens a step, each accepted with P; draft model M (config, ONNX, or mtp)", A, ""},

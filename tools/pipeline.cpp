@@ -290,6 +290,12 @@ std::string format_kernels_csv(const Dataset& d, const KernelRows& k) {
   return os.str();
 }
 
+GenerationOptions parse_generation(const Args& args) {
+  GenerationOptions g = parse_generate(args.get("--generate"));
+  if (args.has("--prefix-cached")) g.cached_prefix = args.get_int("--prefix-cached", 0, 1);
+  return g;
+}
+
 GenerationOptions parse_generate(const std::string& text) {
   const auto colon = text.find(':');
   if (colon == std::string::npos || text.find(':', colon + 1) != std::string::npos)

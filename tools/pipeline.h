@@ -34,6 +34,8 @@ std::vector<Report> predict_within_latency(const LoadedModel& loaded, const std:
 
 // --generate PROMPT:NEW. Throws InputError naming the flag (non-integers, counts below 1).
 GenerationOptions parse_generate(const std::string& text);
+// --generate PROMPT:NEW with --prefix-cached C. Throws InputError naming the flag.
+GenerationOptions parse_generation(const Args& args);
 // The options of a --generate run: as serving engines run a generation (kernel timing under
 // CUDA graphs, --fusion full) unless --timing / --fusion were given, batch 1 unless --batch.
 // Throws InputError for flags that do not apply (--seq, --out, --parallel, --mode training).

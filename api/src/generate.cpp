@@ -185,6 +185,14 @@ Decoder config_decoder(const ModelConfig& config) {
   recurrent_layers(config, d);
   if (config.image_in_sequence()) d.image_tokens = config.vision.sequence_tokens();
   if (config.learned_positions) d.max_positions = config.max_positions;
+  if (!encoder_decoder)
+    d.cached_prefill = [config] {
+      BuildOptions o{true};
+      o.last_logits = true;
+      LoadedModel m = build_model(config, o);
+      m.model.path = "";
+      return m;
+    };
   // A state-space model keeps no keys or values: no heads or tensors to describe.
   if (d.layers == 0) d.kv_heads = d.head_dim = d.kv_tensors = 0;
   // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
@@ -454,8 +462,10 @@ double expected_tokens_per_step(int64_t proposed, double acceptance) {
   return (1.0 - std::pow(a, double(proposed + 1))) / (1.0 - a);
 }
 
-GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, const GenerationOptions& gen,
-                                      const Decoder* draft) {
+namespace {
+
+// The generation's requests and options that no analysis can run: one clear line each.
+void check_generation(const Decoder& d, const Options& options, const GenerationOptions& gen, const Decoder* draft) {
   if (gen.prompt < 1) throw InputError("--generate: the prompt needs at least one token");
   if (gen.prompt < d.image_tokens)
     throw InputError("--generate: the prompt holds " + std::to_string(d.image_tokens) +
@@ -477,9 +487,22 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   if (draft && gen.speculative == 0) throw InputError("--speculative: a draft model needs a count of proposed tokens");
   if (options.mode != Mode::inference) throw InputError("--generate predicts inference (no --mode training)");
   if (options.parallel.active) check_inference_parallel(options.parallel, true);
+  if (gen.cached_prefix < 0 || (gen.cached_prefix > 0 && gen.cached_prefix >= gen.prompt))
+    throw InputError("--prefix-cached: " + std::to_string(gen.cached_prefix) + " cached tokens of a " +
+                     std::to_string(gen.prompt) + "-token prompt; at least one token is left for the prefill");
+  if (gen.cached_prefix > 0 && (d.encoder_decoder() || d.image_tokens > 0 || d.layers == 0 || d.state_layers > 0))
+    throw InputError("--prefix-cached: a decoder-only text model's prompt prefix (not an encoder-decoder's, a model's "
+                     "with recurrent states or one whose prompt holds images)");
   if (options.lora.nf4_base)
     throw InputError("--lora base=nf4 with --generate: a serving engine's 4-bit weights are a quantized checkpoint "
                      "(GPTQ, AWQ: --config), not QLoRA's NF4; --lora R serves the adapters beside the model's weights");
+}
+
+}  // namespace
+
+GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, const GenerationOptions& gen,
+                                      const Decoder* draft) {
+  check_generation(d, options, gen, draft);
   GenerationAnalysis a;
   a.gen = gen;
   a.batch = options.dims.batch > 0 ? options.dims.batch : 1;
@@ -497,7 +520,14 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.micro_batch = (a.batch + a.microbatches - 1) / a.microbatches;
   Options base = options;
   base.parallel.pp = 1;
-  a.prefill = prepare(d.prefill, prefill_options(base, d, a.micro_batch, gen.prompt));
+  if (gen.cached_prefix > 0) {
+    // The prompt's uncached tokens against the cached prefix: a step of that many tokens.
+    const LoadedModel cached = d.cached_prefill ? d.cached_prefill() : LoadedModel{};
+    a.prefill = prepare(d.cached_prefill ? cached : d.step,
+                        phase_options(base, d, a.micro_batch, gen.prompt - gen.cached_prefix, gen.cached_prefix, true));
+  } else {
+    a.prefill = prepare(d.prefill, prefill_options(base, d, a.micro_batch, gen.prompt));
+  }
   a.prefill.memory.reset();  // the generation counts its memory itself (KV cache, serving share)
   const int n = static_cast<int>(std::min<int64_t>(std::max(gen.samples, 2), gen.new_tokens));
   const int64_t first = d.decoder_cached(gen.prompt), last = first + gen.new_tokens - 1;
@@ -542,8 +572,14 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
                               double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
   a.kv_dtype = kv_dtype;
-  a.kv_cache_bytes =
-      double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * layer_tokens * double(a.batch) * element_bytes(kv_dtype);
+  const double row = double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * element_bytes(kv_dtype);
+  a.kv_cache_bytes = row * layer_tokens * double(a.batch);
+  // A cached prefix is held once for the batch on the full-attention layers (its blocks shared,
+  // as vLLM shares them; a sliding window's are the sequences' own).
+  if (gen.cached_prefix > 0) {
+    a.kv_shared_bytes = row * double(d.layers - d.sliding_layers) * double(gen.cached_prefix);
+    a.kv_cache_bytes -= a.kv_shared_bytes * double(a.batch - 1);
+  }
   // Recurrent states, in the activations' type (an FP8 --kv-dtype is the attention cache's).
   const DType state_dtype = options.dtype != DType::undefined ? activation_dtype(options.dtype) : d.kv_dtype;
   a.state_bytes = d.state_elements * double(a.batch) * element_bytes(state_dtype);
@@ -751,9 +787,11 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
   // Capacity: the KV cache one more sequence adds against what the weights and the activations
   // leave of the engine's share of the memory (an engine bounds the tokens of a step, so its
   // activations do not grow with the sequences it holds).
-  const double per_sequence = (a.kv_cache_bytes * kv_share + sp.draft_kv_cache_bytes * draft_kv_share) / double(a.batch);
+  // A cached prefix is held once whatever the batch: beside the weights, not per sequence.
+  const double per_sequence =
+      ((a.kv_cache_bytes - a.kv_shared_bytes) * kv_share + sp.draft_kv_cache_bytes * draft_kv_share) / double(a.batch);
   const double room = GenerationReport::kServingMemoryFraction * gpu.mem_gb * kGiB - held_per_gpu -
-                      sp.draft_weight_bytes / tp - a.activation_bytes;
+                      sp.draft_weight_bytes / tp - a.activation_bytes - a.kv_shared_bytes * kv_share;
   if (gpu.mem_gb > 0 && per_sequence > 0 && room > 0)
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_gb > 0 && room > 0 && !a.draft && !d.encoder_decoder()) {
@@ -840,6 +878,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
   r.throughput.reset();
   g.batch = a.batch;
   g.prompt = a.gen.prompt;
+  g.cached_prefix = a.gen.cached_prefix;
   g.new_tokens = a.gen.new_tokens;
   g.layers = d.layers;
   g.kv_heads = d.kv_heads;

@@ -100,6 +100,7 @@ json generation_json(const GenerationReport& g) {
   json out = {{"batch", g.batch},
           {"prompt_tokens", g.prompt},
           {"new_tokens", g.new_tokens},
+          {"cached_prefix", g.cached_prefix},
           {"ttft_ms", finite(g.ttft_ms)},
           {"tpot_ms", finite(g.tpot_ms)},
           {"tpot_last_ms", finite(g.tpot_last_ms)},
@@ -377,7 +378,8 @@ std::string format_generation(const Report& r, bool color) {
   const GenerationReport& g = *r.generation;
   auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
   std::ostringstream os;
-  os << bold("generation on " + r.gpu.name) << ": batch " << g.batch << ", prompt " << g.prompt << " tokens, "
+  os << bold("generation on " + r.gpu.name) << ": batch " << g.batch << ", prompt " << g.prompt << " tokens"
+     << (g.cached_prefix > 0 ? " (the first " + std::to_string(g.cached_prefix) + " cached, held once)" : "") << ", "
      << g.new_tokens << " new tokens, " << dtype_label(r) << " (" << g.execution << ")\n";
   os << "  time to first token  " << pad(format_ms(g.ttft_ms), 11, true) << " ms" << ms_interval(g.ttft_low_ms, g.ttft_high_ms)
      << "\n"

@@ -459,6 +459,37 @@ class Generate(unittest.TestCase):
             self.assertIn(line, se)
             self.assertFalse(os.path.exists(out))
 
+    def test_a_cached_prefix_is_prefilled_no_more_and_held_once(self):
+        # --prefix-cached C: the prompt's first C tokens are in the cache (vLLM's prefix caching
+        # of a shared system prompt); the prefill computes the other P - C against them, and the
+        # prefix's keys and values are held once for the batch.
+        base = ("--config", LLAMA3_8B, "--gpu", "h100", "--dtype", "bf16", "--batch", "16")
+        full = self.gen_json(*base, "--generate", "2048:256")["generation"]
+        cached = self.gen_json(*base, "--generate", "2048:256", "--prefix-cached", "1536")["generation"]
+        short = self.gen_json(*base, "--generate", "512:256")["generation"]
+        self.assertEqual(cached["cached_prefix"], 1536)
+        self.assertLess(cached["ttft_ms"], 0.5 * full["ttft_ms"])
+        self.assertGreater(cached["ttft_ms"], short["ttft_ms"])  # its 512 tokens attend to 2048
+        self.assertAlmostEqual(cached["tpot_ms"], full["tpot_ms"], delta=1e-9)  # the same cache to read
+        per_token = 2 * 32 * 8 * 128 * 2  # K and V, 32 layers, 8 KV heads of 128, BF16
+        self.assertEqual(full["kv_cache_bytes"], 16 * (2048 + 256) * per_token)
+        self.assertEqual(cached["kv_cache_bytes"], (16 * (512 + 256) + 1536) * per_token)
+        self.assertGreater(cached["max_batch"], 2 * full["max_batch"])
+        rc, out, err = run(*base, "--generate", "2048:256", "--prefix-cached", "1536")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("prompt 2048 tokens (the first 1536 cached, held once)", out)
+        t5 = os.path.join(SOURCE, "tests", "data", "flan_t5_base.json")
+        for args, line in ((("--generate", "64:8", "--prefix-cached", "64"), "at least one token is left"),
+                           (("--batch", "2", "--seq", "16", "--prefix-cached", "3"), "applies to --generate"),
+                           (("--generate", "64:8", "--prefix-cached", "0"), "--prefix-cached")):
+            with self.subTest(args=args):
+                rc, _, se = run("--config", LLAMA3_8B, "--gpu", "h100", *args)
+                self.assertEqual(rc, 2, se)
+                self.assertIn(line, se)
+        rc, _, se = run("--config", t5, "--gpu", "h100", "--generate", "64:8", "--prefix-cached", "8")
+        self.assertEqual(rc, 2, se)
+        self.assertIn("decoder-only", se)
+
     def test_longest_sequence_that_fits(self):
         # Llama 3 8B (full attention everywhere): the cache of max_batch sequences of 1280 tokens is
         # what 8 sequences of max_tokens hold.

@@ -189,6 +189,8 @@ class Analyze(unittest.TestCase):
         want = run_json("--config", llama, "--gpu", "h100", "--generate", "128:16", "--dtype", "bf16", "--lora",
                         "8,targets=q_proj")
         self.assertTrue(same(n.generate(llama, "h100", 128, 16, dtype="bf16", lora="8,targets=q_proj"), want))
+        want = run_json("--config", llama, "--gpu", "h100", "--generate", "128:16", "--prefix-cached", "96")
+        self.assertTrue(same(n.generate(llama, "h100", 128, 16, prefix_cached=96), want))
         t5 = os.path.join(SOURCE, "tests", "data", "flan_t5_base.json")  # an encoder-decoder
         want = run_json("--config", t5, "--gpu", "a100-80gb", "--generate", "256:32", "--dtype", "bf16")
         got = n.generate(t5, "a100-80gb", 256, 32, dtype="bf16")

@@ -9,6 +9,7 @@
 // Link with the `neusight::neusight` CMake target (find_package(neusight)).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -143,6 +144,10 @@ struct GenerationOptions {
   // expected_tokens_per_step() tokens. 0: plain decoding.
   int64_t speculative = 0;
   double acceptance = 0;
+  // Prefix caching (--prefix-cached, vLLM's automatic prefix caching): the first
+  // `cached_prefix` tokens of every prompt (a shared system prompt) are in the cache already,
+  // held once for the batch; the prefill computes the rest against them. 0: none.
+  int64_t cached_prefix = 0;
 };
 // (1 - a^(k+1)) / (1 - a) for k proposed tokens at acceptance a (k + 1 at a = 1; 1 at k = 0).
 double expected_tokens_per_step(int64_t proposed, double acceptance);
@@ -181,6 +186,10 @@ struct Decoder {
   // The positions a sequence may hold when they are learned (GPT-2's, OPT's and GPTBigCode's
   // tables): the prompt and the new tokens together; 0: no such limit (rotary, ALiBi).
   int64_t max_positions = 0;
+  // A config decoder's prefill over a prompt whose first tokens are cached (--prefix-cached):
+  // the step graph with the last position's logits alone, built when asked for. Empty for an
+  // ONNX decoder, whose step graph serves.
+  std::function<LoadedModel()> cached_prefill;
   // The initializer the LM head reads that is the token embedding's weight, held once
   // (a config's tie_word_embeddings); empty: none.
   std::string tied_head_weight;
@@ -258,6 +267,7 @@ struct GenerationAnalysis {
   // Weights the prefill reads and no decode step does (LLaVA's vision tower and projector).
   double prefill_only_bytes = 0;
   double kv_cache_bytes = 0;  // the attention layers' keys and values and the recurrent layers' states
+  double kv_shared_bytes = 0;  // of them, a cached prefix's, held once for the batch (--prefix-cached)
   double lora_bytes_per_gpu = 0;  // --lora: the adapters one GPU holds (Analysis::lora_bytes is one copy's)
   double state_bytes = 0;     // the recurrent states alone
   DType kv_dtype = DType::f32;  // the cache's element type

@@ -51,6 +51,7 @@ struct GenerationStep {
 
 struct GenerationReport {
   int64_t batch = 0, prompt = 0, new_tokens = 0;
+  int64_t cached_prefix = 0;  // prompt tokens already cached, held once for the batch (--prefix-cached)
   double ttft_ms = 0;       // time to first token: the prefill
   double tpot_ms = 0;       // time per output token: mean decode step
   double tpot_last_ms = 0;  // the last decode step (longest cache)
