@@ -197,6 +197,23 @@ TEST_CASE("lowering: --fusion full groups GPT-2's pointwise chains like torch.co
   CHECK(full_bytes < eager_bytes);
 }
 
+// A two-layer Llama (hidden 256, 8 heads of which 2 KV, MLP 512) bound at batch x seq, its
+// shapes inferred; its opset into `opset`.
+Graph small_llama_graph(int64_t batch, int64_t seq, int64_t& opset) {
+  const ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
+      "hidden_act": "silu"})", "llama");
+  const LoadedModel m = build_model(c);
+  Graph g = m.model.graph;
+  DimBindings b;
+  b.batch = batch;
+  b.seq = seq;
+  bind_dims(g, b);
+  infer_shapes(g, m.model);
+  opset = m.model.opset();
+  return g;
+}
+
 TEST_CASE("lowering: served LoRA adapters run forward alone, grouped by the adapters the tokens reach") {
   // Of N adapters drawn uniformly by B sequences: N (1 - (1 - 1/N)^B).
   CHECK(lora_adapters_reached(1, 32) == 1);
@@ -204,18 +221,8 @@ TEST_CASE("lowering: served LoRA adapters run forward alone, grouped by the adap
   CHECK(lora_adapters_reached(4, 2) == doctest::Approx(1.75));  // 4 (1 - 9/16)
   CHECK(lora_adapters_reached(1000, 3) == doctest::Approx(2.997).epsilon(1e-3));
   CHECK(lora_adapters_reached(4, 64) == doctest::Approx(4.0).epsilon(1e-6));
-  ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-      "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
-      "hidden_act": "silu"})", "llama");
-  LoadedModel m = build_model(c);
-  Graph g = m.model.graph;
-  DimBindings b;
-  b.batch = 4;
-  b.seq = 16;
-  bind_dims(g, b);
-  infer_shapes(g, m.model);
   LoweringOptions o;
-  o.opset = m.model.opset();
+  const Graph g = small_llama_graph(4, 16, o.opset);
   o.lora.rank = 8;
   o.lora.sequences = 4;
   const KernelList one = lower(g, o);
@@ -245,19 +252,9 @@ TEST_CASE("lowering: served LoRA adapters run forward alone, grouped by the adap
 
 TEST_CASE("lowering: LoRA freezes the model and trains rank-r adapters beside its linear layers") {
   // A two-layer Llama: seven linear layers a layer (q, k, v, o, gate, up, down) and the head.
-  ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
-      "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 1000,
-      "hidden_act": "silu"})", "llama");
-  LoadedModel m = build_model(c);
-  Graph g = m.model.graph;
-  DimBindings b;
-  b.batch = 2;
-  b.seq = 64;
-  bind_dims(g, b);
-  infer_shapes(g, m.model);
   LoweringOptions o;
+  const Graph g = small_llama_graph(2, 64, o.opset);
   o.mode = Mode::training;
-  o.opset = m.model.opset();
   o.optimizer = Optimizer::adam;
   const KernelList full = lower(g, o);
   o.lora.rank = 8;
