@@ -884,7 +884,8 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object dtype, py::object fusion, py::object timing, py::object top, py::object labels,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
          py::object image_size, py::object images, py::object generate, py::object encoder, py::object kv_dtype,
-         py::object optimizer, py::object recompute, py::object lora, py::object parallel, py::object link_bw) {
+         py::object optimizer, py::object recompute, py::object lora, py::object parallel, py::object link_bw,
+         py::object prefix_cached) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel,
                                        link_bw, predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
@@ -893,6 +894,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
         a.lora = std::move(lora);
+        a.prefix_cached = std::move(prefix_cached);
         return compare(models, gpu, a, top, labels, generate, encoder);
       },
       "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
@@ -900,6 +902,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "generate"_a = none, "encoder"_a = none, "kv_dtype"_a = none,
       "optimizer"_a = none, "recompute"_a = none, "lora"_a = none, "parallel"_a = none, "link_bw"_a = none,
+      "prefix_cached"_a = none,
       "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
@@ -908,7 +911,8 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "fusion and timing default to a serving engine's, as in generate()); encoder: the ONNX encoder of\n"
       "encoder-decoders in optimum's two files, one for every ONNX model or a list with one per model (None for\n"
       "a config's), as --encoder. fusion and timing default to 'eager' and 'device' otherwise. optimizer,\n"
-      "recompute and lora (training), parallel and link_bw (every model on the same GPUs) as in analyze().");
+      "recompute and lora (training), parallel and link_bw (every model on the same GPUs) as in analyze();\n"
+      "prefix_cached (with generate) as in generate().");
   m.def(
       "generate",
       [](py::object model, py::object gpu, py::object prompt, py::object new_tokens, py::object batch, py::object dtype,

@@ -493,6 +493,8 @@ void check_generation(const Decoder& d, const Options& options, const Generation
   if (gen.cached_prefix > 0 && (d.encoder_decoder() || d.image_tokens > 0 || d.layers == 0 || d.state_layers > 0))
     throw InputError("--prefix-cached: a decoder-only text model's prompt prefix (not an encoder-decoder's, a model's "
                      "with recurrent states or one whose prompt holds images)");
+  if (options.lora.rank > 0 && options.parallel.active && options.parallel.pp > 1)
+    throw InputError("--lora with --generate takes --parallel tp alone (the adapters are not placed on pipeline stages)");
   if (options.lora.nf4_base)
     throw InputError("--lora base=nf4 with --generate: a serving engine's 4-bit weights are a quantized checkpoint "
                      "(GPTQ, AWQ: --config), not QLoRA's NF4; --lora R serves the adapters beside the model's weights");

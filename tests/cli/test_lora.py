@@ -138,6 +138,8 @@ class LoraTest(unittest.TestCase):
             for args, needle in [
                     ([*BASE[:-6], "--lora", "16", "--parallel", "tp=2,pp=2"], "--lora in inference takes --parallel tp alone"),
                     ([*BASE[:-6], "--lora", "16,base=nf4", "--parallel", "tp=2"], "without base=nf4"),
+                    (["--config", LLAMA3_8B, "--generate", "64:8", "--batch", "2", "--gpu", "h100", "--lora", "16",
+                      "--parallel", "pp=2"], "--lora with --generate takes --parallel tp alone"),
                     (["--config", LLAMA3_8B, "--generate", "64:8", "--gpu", "h100", "--lora", "16,base=nf4"],
                      "--lora base=nf4 with --generate"),
                     ([*BASE, "--lora", "0"], "rank is 1 to 65536"),
