@@ -219,7 +219,9 @@ std::string generation_html(const std::vector<Report>& reports) {
   std::ostringstream os;
   const bool slo = g0.tpot_slo.active();  // the batch was chosen per GPU
   os << "<h2>Generation</h2>\n<p class=\"sub\">" << (slo ? std::string() : "batch " + std::to_string(g0.batch) + ", ")
-     << "prompt " << g0.prompt << " tokens, " << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
+     << "prompt " << g0.prompt << " tokens"
+     << (g0.cached_prefix > 0 ? " (the first " + std::to_string(g0.cached_prefix) + " cached, held once)" : "") << ", "
+     << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
   if (slo)
     os << "<p class=\"sub\">batch per GPU: the largest " << html_escape(targets_text(g0.tpot_slo)) << "</p>\n";
   os << "<table><thead><tr><th>gpu</th>" << (slo ? "<th class=\"n\">batch</th>" : "")
