@@ -459,6 +459,18 @@ class Generate(unittest.TestCase):
             self.assertIn(line, se)
             self.assertFalse(os.path.exists(out))
 
+    def test_an_onnx_decoders_cumsum_positions_are_read_off_the_graph(self):
+        # OPT as Hugging Face exports it: positions from a CumSum of the mask, less 1, the cached
+        # ones sliced off, 2 added before the lookup into a table of 32 + 2 rows: 32 positions.
+        import opt_positions_decoder
+        path = os.path.join(self.dir, "opt_positions.onnx")
+        opt_positions_decoder.build(path, positions=32)
+        g = self.gen_json(path, "--generate", "16:8", "--gpu", "h100")["generation"]
+        self.assertEqual((g["max_tokens"], g["max_tokens_positions"]), (32, True))
+        rc, _, se = run(path, "--generate", "30:4", "--gpu", "h100")
+        self.assertEqual(rc, 2, se)
+        self.assertEqual(se.strip(), "neusight-onnx: error: --generate: 30 + 4 tokens outgrow the model's 32 learned positions")
+
     def test_a_cached_prefix_is_prefilled_no_more_and_held_once(self):
         # --prefix-cached C: the prompt's first C tokens are in the cache (vLLM's prefix caching
         # of a shared system prompt); the prefill computes the other P - C against them, and the
