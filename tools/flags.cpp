@@ -71,7 +71,7 @@ const std::vector<Flag> kFlags = {
     {"--tpot-slo", true, "MS", "with --generate: the largest batch (that fits) whose time per output token is at most MS", A, ""},
     {"--ttft-slo", true, "MS", "with --generate: the largest batch (that fits) whose time to first token is at most MS (with --tpot-slo: both)", A, ""},
     {"--speculative", true, "K,accept=P[,draft=M]", "with --generate: K drafted tokens a step, each accepted with P; draft model M (config, ONNX, or mtp)", A, ""},
-    {"--parallel", true, "dp=N,tp=N,pp=N[,...]", "training on dp x tp x pp (x cp) GPUs (keys: dp, tp, pp, cp, cp_comm=p2p|a2a, ep, microbatches, schedule=gpipe|1f1b, vp, zero=0-3, overlap_gather, sp), experts over ep of the dp GPUs; inference and --generate: tp=N[,ep=N][,pp=N] (pipeline stages; inference also microbatches=M)", A | C, ""},
+    {"--parallel", true, "dp=N,tp=N,pp=N[,...]", "training on dp x tp x pp (x cp) GPUs (keys: dp, tp, pp, cp, cp_comm=p2p|a2a, ep, microbatches, schedule=gpipe|1f1b, vp, zero=0-3, overlap_gather, sp), experts over ep of the dp GPUs; inference and --generate: tp=N[,ep=N][,pp=N[,pp_split=even|balanced]] (pipeline stages; inference also microbatches=M)", A | C, ""},
     {"--link-bw", true, "GBPS", "inter-GPU link bandwidth in GB/s (with --parallel)", A | C, ""},
     // Outputs of the main job and compare.
     {"--json", true, "FILE", "write the report as JSON ('-': standard output)", A | C, ""},

@@ -522,6 +522,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   a.micro_batch = (a.batch + a.microbatches - 1) / a.microbatches;
   Options base = options;
   base.parallel.pp = 1;
+  base.parallel.even_layers = false;  // the stages are cut after the analyses (pipelined)
   if (gen.cached_prefix > 0) {
     // The prompt's uncached tokens against the cached prefix: a step of that many tokens.
     const LoadedModel cached = d.cached_prefill ? d.cached_prefill() : LoadedModel{};
@@ -654,7 +655,7 @@ void decode_steps(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu,
     add_kernels(s, steps * per_token * gpu_share, g.time);
     GenerationStep st{a.kv[i], s.e2e_latency_ms, s.e2e_low(), s.e2e_high(), s.totals_by_class, s.attention_ms};
     if (a.pp > 1) {
-      const PipelinedPhase p = pipelined(a.steps[i], s, pp_link, a.pp, a.microbatches, false);
+      const PipelinedPhase p = pipelined(a.steps[i], s, pp_link, a.pp, a.microbatches, false, options.parallel.even_layers);
       st.latency_ms = p.ms;
       st.low_ms *= p.scale;
       st.high_ms *= p.scale;
@@ -910,7 +911,7 @@ Report predict_generation(const GenerationAnalysis& a, const Decoder& d, const G
     // Stages tp GPUs apart: within one NVLink domain while all tp x pp GPUs fit in it.
     pp_link = link_for(gpu, options.parallel.link_gbps, g.tp * g.pp);
     g.pp_link = link_text(pp_link);
-    const PipelinedPhase p = pipelined(a.prefill, r, pp_link, g.pp, g.microbatches, true);
+    const PipelinedPhase p = pipelined(a.prefill, r, pp_link, g.pp, g.microbatches, true, options.parallel.even_layers);
     g.ttft_ms = p.ms;
     g.ttft_low_ms *= p.scale;
     g.ttft_high_ms *= p.scale;

@@ -12,14 +12,15 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
-PipelinedPhase pipelined(const Analysis& an, const Report& r, const Link& link, int pp, int microbatches, bool prefill) {
+PipelinedPhase pipelined(const Analysis& an, const Report& r, const Link& link, int pp, int microbatches, bool prefill,
+                         bool even_layers) {
   std::vector<double> node_ms(r.nodes.size());
   double sum = 0;
   for (size_t i = 0; i < r.nodes.size(); ++i) sum += node_ms[i] = r.nodes[i].latency_ms;
   // Kernels tied to no node spread over the stages as the nodes' time does.
   if (sum > 0 && r.e2e_latency_ms > sum)
     for (double& t : node_ms) t *= r.e2e_latency_ms / sum;
-  const InferenceStages st = inference_stages(an.graph, an.kernels.kernels, node_ms, pp, link);
+  const InferenceStages st = inference_stages(an.graph, an.kernels.kernels, node_ms, pp, link, even_layers);
   PipelinedPhase p;
   p.stage_ms = st.stage_ms;
   p.cuts = st.cuts;
@@ -90,7 +91,7 @@ ParallelReport pipeline_forward(const Analysis& a, const Report& r, const Gpu& g
   // Megatron's rank order: a stage's tp GPUs adjacent, the stages tp apart.
   p.tp_link = p.dp_link = p.cp_link = p.ep_link = p.dp_intra_link = link_for(gpu, c.link_gbps, c.tp);
   p.link = link_for(gpu, c.link_gbps, c.tp * c.pp);
-  const PipelinedPhase ph = pipelined(a, r, p.link, c.pp, microbatches, true);
+  const PipelinedPhase ph = pipelined(a, r, p.link, c.pp, microbatches, true, c.even_layers);
   p.iteration_ms = ph.ms;
   const double tp = double(c.tp);
   const std::vector<double> weights = stage_weight_bytes(a.graph, options, ph.cuts);

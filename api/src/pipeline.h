@@ -25,7 +25,10 @@ struct PipelinedPhase {
 };
 // `prefill`: the microbatches one after another through the stages (a forward pass, a
 // prefill; parallel.h pipelined_prefill_ms); else a decode round (pipelined_step_ms).
-PipelinedPhase pipelined(const Analysis& an, const Report& r, const Link& link, int pp, int microbatches, bool prefill);
+// `even_layers`: vLLM's even split of the layers (parallel.h inference_stages), else stages
+// balanced by time.
+PipelinedPhase pipelined(const Analysis& an, const Report& r, const Link& link, int pp, int microbatches, bool prefill,
+                         bool even_layers = false);
 
 // The weight bytes each stage of `cuts` holds under `options` (one GPU's before tensor
 // parallelism): every weight a node of the stage reads (a tied LM head's table on the first

@@ -30,7 +30,7 @@ const char* cp_comm_name(CpComm c) { return c == CpComm::a2a ? "a2a" : "p2p"; }
 ParallelConfig parse_parallel(const std::string& spec) {
   ParallelConfig c;
   c.active = true;
-  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,cp=C[,cp_comm=p2p|a2a]][,ep=E][,microbatches=M][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,overlap_gather=0|1][,sp=0|1])");
+  if (spec.empty()) throw InputError("--parallel: empty spec (expected dp=N,tp=N,pp=N[,cp=C[,cp_comm=p2p|a2a]][,ep=E][,microbatches=M][,pp_split=even|balanced][,schedule=gpipe|1f1b][,vp=V][,zero=0-3][,overlap_gather=0|1][,sp=0|1])");
   std::stringstream ss(spec);
   std::string part;
   while (std::getline(ss, part, ',')) {
@@ -48,7 +48,11 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "a2a" || value == "ulysses") c.cp_comm = CpComm::a2a;
       else throw InputError("--parallel: cp_comm must be p2p (ring attention) or a2a (Ulysses all-to-all), got '" + value + "' in '" + spec + "'");
     }
-    else if (key == "microbatches" || key == "mb") {
+    else if (key == "pp_split") {
+      if (value != "even" && value != "balanced")
+        throw InputError("--parallel: pp_split must be even or balanced, got '" + value + "'");
+      c.even_layers = value == "even";
+    } else if (key == "microbatches" || key == "mb") {
       c.microbatches = parse_degree(key, value, spec);
       c.microbatches_given = true;
     }
@@ -72,7 +76,7 @@ ParallelConfig parse_parallel(const std::string& spec) {
       else if (value == "1f1b") c.schedule = PipelineSchedule::one_f_one_b;
       else throw InputError("--parallel: schedule must be gpipe or 1f1b, got '" + value + "'");
     } else {
-      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, cp, cp_comm, ep, microbatches, schedule, vp, zero, overlap_gather, sp)");
+      throw InputError("--parallel: unknown key '" + key + "' (expected dp, tp, pp, cp, cp_comm, ep, microbatches, pp_split, schedule, vp, zero, overlap_gather, sp)");
     }
   }
   return c;
@@ -80,6 +84,9 @@ ParallelConfig parse_parallel(const std::string& spec) {
 
 int64_t parallel_micro_batch(const ParallelConfig& c, Mode mode, int64_t global_batch) {
   if (mode != Mode::training) throw InputError("--parallel predicts training: add --mode training");
+  if (c.even_layers)
+    throw InputError("--parallel: pp_split=even splits an inference's or a generation's layers as vLLM does; training's "
+                     "stages are balanced by their predicted time");
   if (c.ep < 1 || c.dp % c.ep != 0)
     throw InputError("--parallel: ep=" + std::to_string(c.ep) + " must divide dp=" + std::to_string(c.dp) +
                      " in training (a mixture's experts spread over ep of the data-parallel GPUs, as Megatron-LM's "
@@ -120,6 +127,8 @@ void check_inference_parallel(const ParallelConfig& c, bool generation) {
   if (c.microbatches_given && generation)
     throw InputError("--parallel: microbatches with --generate: a pipeline-parallel generation runs min(pp, batch) "
                      "microbatches, as vLLM's virtual engines");
+  if (c.even_layers && c.pp == 1)
+    throw InputError("--parallel: pp_split=even splits the layers over pipeline stages: give pp=N > 1");
   if (c.microbatches_given && c.pp == 1)
     throw InputError("--parallel: microbatches=" + std::to_string(c.microbatches) +
                      " split a batch over pipeline stages: give pp=N > 1");

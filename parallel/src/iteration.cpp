@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "data_path.h"
@@ -507,8 +508,44 @@ void stage_memory(const Graph& g, const std::vector<Kernel>& kernels, const Weig
 
 }  // namespace
 
+std::vector<int> node_layers(const Graph& g) {
+  static const std::regex layer_re(R"((?:^|[./])(?:layers|h|layer|blocks)[._](\d{1,6})(?:[./_]|$))");
+  std::vector<int> layer(g.nodes.size(), -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    std::smatch m;
+    if (std::regex_search(g.nodes[i].name, m, layer_re)) layer[i] = std::stoi(m[1].str());
+  }
+  return layer;
+}
+
+namespace {
+
+// vLLM's even split (get_pp_indices): layers / pp a stage, the remainder one each to the stages
+// before the last; a stage begins at the first node of its first layer, the nodes before layer
+// 0 on the first stage and those after the last layer on the last.
+std::vector<int> even_layer_cuts(const Graph& g, int pp) {
+  const std::vector<int> layer = node_layers(g);
+  const int layers = 1 + *std::max_element(layer.begin(), layer.end());
+  if (layers < pp)
+    throw InputError("--parallel pp=" + std::to_string(pp) + " pp_split=even: the graph names " + std::to_string(layers) +
+                     " layers (layers.N, h.N, layer.N, blocks.N), and each stage holds at least one");
+  std::vector<int> per(static_cast<size_t>(pp), layers / pp);
+  for (int i = 2; i < layers % pp + 2; ++i) ++per[static_cast<size_t>(pp - i)];
+  std::vector<int> cuts{0};
+  int first = 0;
+  for (int s = 1; s < pp; ++s) {
+    first += per[static_cast<size_t>(s - 1)];
+    const auto at = std::find(layer.begin(), layer.end(), first);
+    cuts.push_back(static_cast<int>(at - layer.begin()));
+  }
+  cuts.push_back(static_cast<int>(g.nodes.size()));
+  return cuts;
+}
+
+}  // namespace
+
 InferenceStages inference_stages(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<double>& node_ms,
-                                 int pp, const Link& link) {
+                                 int pp, const Link& link, bool even_layers) {
   const size_t nn = g.nodes.size();
   if (nn == 0) throw InputError("--parallel: the model has no nodes");
   if (pp < 1) throw InputError("--parallel: pp must be at least 1");
@@ -519,7 +556,8 @@ InferenceStages inference_stages(const Graph& g, const std::vector<Kernel>& kern
   InferenceStages st;
   // choose_cuts prices a cut's two sends (a training step's activation and its gradient); the
   // forward-only pipeline sends once, which orders the candidate cuts the same way.
-  st.cuts = choose_cuts(cum, cross, pp, [&](double bytes) { return p2p_ms(bytes, link); });
+  st.cuts = even_layers && pp > 1 ? even_layer_cuts(g, pp)
+                                  : choose_cuts(cum, cross, pp, [&](double bytes) { return p2p_ms(bytes, link); });
   for (int s = 0; s < pp; ++s) {
     const auto from = static_cast<size_t>(st.cuts[static_cast<size_t>(s)]);
     const auto to = static_cast<size_t>(st.cuts[static_cast<size_t>(s) + 1]);

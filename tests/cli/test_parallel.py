@@ -284,6 +284,34 @@ class InferencePipeline(unittest.TestCase):
             with open(html) as f:
                 self.assertIn("<h2>Multi-GPU inference</h2>", f.read())
 
+    def test_even_layer_split_as_vllm(self):
+        # pp_split=even: Llama 3 8B's 32 layers 8 a stage (the embedding on the first, the LM head
+        # on the last, which is then the slowest), where the default balances the stages' time.
+        cfg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "llama3_8b.json")
+        args = ("--config", cfg, "--gpu", "h100", "--dtype", "bf16", "--batch", "8", "--seq", "1024")
+        even = run_json(*args, "--parallel", "pp=4,pp_split=even")["parallel"]
+        balanced = run_json(*args, "--parallel", "pp=4")["parallel"]
+        firsts = [s["first_node"] for s in even["stages"]]
+        self.assertTrue(firsts[1].startswith("model.layers.8."), firsts)
+        self.assertTrue(firsts[2].startswith("model.layers.16."), firsts)
+        self.assertTrue(firsts[3].startswith("model.layers.24."), firsts)
+        self.assertEqual(even["stages"][3]["last_node"], "lm_head/MatMul")
+        stage_ms = [s["forward_ms"] for s in even["stages"]]
+        self.assertEqual(max(stage_ms), stage_ms[3])
+        self.assertGreaterEqual(even["iteration_ms"], balanced["iteration_ms"])
+        # A generation's decode round waits for the head's stage too.
+        gen = ("--config", cfg, "--gpu", "h100", "--dtype", "bf16", "--generate", "512:64", "--batch", "16")
+        ge = run_json(*gen, "--parallel", "pp=4,pp_split=even")["generation"]
+        gb = run_json(*gen, "--parallel", "pp=4")["generation"]
+        self.assertGreater(ge["tpot_ms"], gb["tpot_ms"])
+        for spec, line in (("pp_split=even", "give pp=N > 1"), ("pp=2,pp_split=odd", "even or balanced")):
+            code, _, err = run(*args, "--parallel", spec)
+            self.assertEqual(code, 2, err)
+            self.assertIn(line, err)
+        code, _, err = run(*args, "--mode", "training", "--parallel", "pp=2,pp_split=even")
+        self.assertEqual(code, 2, err)
+        self.assertIn("training's stages are balanced", err)
+
     def test_bad_pipelines_are_one_line(self):
         for extra, line in (
                 (["--batch", "8", "--parallel", "pp=2,microbatches=3"], "batch 8 does not divide into microbatches=3"),

@@ -259,6 +259,9 @@ TEST_CASE("parallel: inference takes tensor parallelism alone, a generation pipe
   CHECK(inference_microbatches(parse_parallel("pp=2,microbatches=8"), 8) == 8);
   CHECK(inference_microbatches(parse_parallel("tp=2"), 8) == 1);
   CHECK_THROWS_AS(inference_microbatches(parse_parallel("pp=2,microbatches=3"), 8), InputError);
+  CHECK(parse_parallel("pp=2,pp_split=even").even_layers);
+  CHECK_FALSE(parse_parallel("pp=2,pp_split=balanced").even_layers);
+  CHECK_THROWS_AS(check_inference_parallel(parse_parallel("pp_split=even")), InputError);
   CHECK_THROWS_AS(check_inference_parallel(parse_parallel("tp=2,microbatches=2")), InputError);
   // Experts over ep of the tp GPUs: ep divides tp (training: ep of the dp GPUs, below).
   CHECK_NOTHROW(check_inference_parallel(parse_parallel("tp=8,ep=8")));
@@ -268,6 +271,38 @@ TEST_CASE("parallel: inference takes tensor parallelism alone, a generation pipe
   // Training spreads the experts over ep of the dp GPUs: ep divides dp.
   CHECK(parallel_micro_batch(parse_parallel("dp=4,ep=2"), Mode::training, 8) == 2);
   CHECK_THROWS_AS(parallel_micro_batch(parse_parallel("dp=2,ep=4"), Mode::training, 8), InputError);
+}
+
+TEST_CASE("parallel: pp_split=even cuts vLLM's even layer split, the remainder before the last stage") {
+  Graph named;
+  for (const char* n : {"embed/Gather", "model.layers.0.attn/MatMul", "model.layers.0/Add", "transformer.h.1.mlp/MatMul",
+                        "encoder.layer.2/Add", "blocks_3/Mul", "lm_head/MatMul", "h.4", "layers10x"}) {
+    Node node;
+    node.name = n;
+    named.nodes.push_back(node);
+  }
+  CHECK(node_layers(named) == std::vector<int>{-1, 0, 0, 1, 2, 3, -1, 4, -1});
+  // A 10-layer Llama over 4 stages: 2, 3, 3, 2 layers (vLLM's get_pp_indices: 10 / 4 = 2 each,
+  // the remainder 2 to the stages before the last).
+  ModelConfig c = parse_hf_config(R"({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+      "num_attention_heads": 8, "num_key_value_heads": 2, "num_hidden_layers": 10, "vocab_size": 1000})", "llama");
+  const LoadedModel m = build_model(c);
+  Options o;
+  o.dims.batch = 1;
+  o.dims.seq = 64;
+  const Analysis a = prepare(m, o);
+  const std::vector<double> node_ms(a.graph.nodes.size(), 1.0);
+  const InferenceStages st = inference_stages(a.graph, a.kernels.kernels, node_ms, 4, Link{}, true);
+  const std::vector<int> layer = node_layers(a.graph);
+  REQUIRE(st.cuts.size() == 5);
+  CHECK(st.cuts.front() == 0);
+  CHECK(st.cuts.back() == static_cast<int>(a.graph.nodes.size()));
+  const int first_layer[] = {0, 2, 5, 8};
+  for (int s = 1; s < 4; ++s) {
+    CHECK(layer[static_cast<size_t>(st.cuts[static_cast<size_t>(s)])] == first_layer[s]);
+    CHECK(layer[static_cast<size_t>(st.cuts[static_cast<size_t>(s)] - 1)] < first_layer[s]);
+  }
+  CHECK_THROWS_AS(inference_stages(a.graph, a.kernels.kernels, node_ms, 11, Link{}, true), InputError);
 }
 
 TEST_CASE("parallel: a serving pipeline's prefill and decode round, worked by hand") {

@@ -49,6 +49,11 @@ struct ParallelConfig {
   int ep = 1;
   int microbatches = 1;           // per iteration and data-parallel replica (1: no micro-batching)
   bool microbatches_given = false;  // microbatches=M was in the spec (inference: else min(pp, batch))
+  // Inference and --generate: the layers split evenly over the pipeline stages (pp_split=even,
+  // vLLM's default: layers / pp each, the remainder to the stages before the last, the
+  // embedding on the first and the LM head on the last) instead of stages balanced by their
+  // predicted time (pp_split=balanced, what VLLM_PP_LAYER_PARTITION sets by hand).
+  bool even_layers = false;
   // Model chunks per pipeline GPU (Megatron-LM's interleaved 1F1B schedule, vp > 1): the model
   // cut into pp x vp stages, GPU d holding stages d, d + pp, d + 2 pp, ...; the bubble shrinks
   // by vp for vp times the sends. 1: one stage per GPU.
@@ -191,7 +196,12 @@ struct InferenceStages {
   double send_bytes = 0;         // the most activation bytes a cut carries
 };
 InferenceStages inference_stages(const Graph& g, const std::vector<Kernel>& kernels, const std::vector<double>& node_ms,
-                                 int pp, const Link& link);
+                                 int pp, const Link& link, bool even_layers = false);
+// With `even_layers`: the stages hold vLLM's even split of the decoder layers (a node's layer
+// read from its name: "layers.N.", "h.N.", "layer.N.", "blocks.N."); InputError when the graph
+// names fewer layers than stages.
+// The layer index of each node by its name (-1 for a node of no layer).
+std::vector<int> node_layers(const Graph& g);
 
 // vLLM's pipeline-parallel serving: a batch over m microbatches (its virtual engines, one per
 // stage; m = min(pp, batch)), each with its own sequences, the stages working on different
