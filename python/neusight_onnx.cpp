@@ -846,8 +846,8 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "'device'|'kernel'|'eager'; host_dispatch_us as --host-dispatch-us; parallel 'dp=N,tp=N,pp=N[,microbatches=M]\n"
       "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict of those, with link_bw in GB/s; optimizer\n"
       "(training) 'sgd'|'momentum'|'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as\n"
-      "--recompute; lora (training) a rank or 'R,targets=REGEX' as --lora; latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then\n"
-      "unset); train_tokens (training; a number or '15T') as --train-tokens; gpu_cost (USD a GPU-hour, or\n"
+      "--recompute; lora a rank or 'R[,adapters=N][,targets=REGEX]' as --lora (trained, or in inference served);\n"
+      "latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then unset); train_tokens (training; a number or '15T') as --train-tokens; gpu_cost (USD a GPU-hour, or\n"
       "{gpu: USD}) as --gpu-cost. The report's 'throughput' holds samples/s, tokens/s, TFLOP/s, the share of the\n"
       "peak (MFU) and the costs. The GIL is released while it runs.");
   m.def(
@@ -911,7 +911,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "fusion and timing default to a serving engine's, as in generate()); encoder: the ONNX encoder of\n"
       "encoder-decoders in optimum's two files, one for every ONNX model or a list with one per model (None for\n"
       "a config's), as --encoder. fusion and timing default to 'eager' and 'device' otherwise. optimizer,\n"
-      "recompute and lora (training), parallel and link_bw (every model on the same GPUs) as in analyze();\n"
+      "recompute, lora, parallel and link_bw (every model on the same GPUs) as in analyze();\n"
       "prefix_cached (with generate) as in generate().");
   m.def(
       "generate",
