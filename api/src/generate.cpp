@@ -799,6 +799,11 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
     g.max_batch = static_cast<int64_t>(std::min(std::floor(room / per_sequence), 1e15));
   if (gpu.mem_gb > 0 && room > 0 && !a.draft && !d.encoder_decoder()) {
     g.max_tokens = longest_sequence(d, a, room / double(a.batch) / kv_share);
+    // A cached prefix is held apart from the room: a sequence holds it and its own tokens.
+    if (a.gen.cached_prefix > 0 && g.max_tokens > 0) {
+      g.max_tokens += a.gen.cached_prefix;
+      if (d.max_positions > 0) g.max_tokens = std::min(g.max_tokens, d.max_positions);
+    }
     g.max_tokens_positions = d.max_positions > 0 && g.max_tokens == d.max_positions;
   }
   if (gpu.mem_bw_gbps > 0)

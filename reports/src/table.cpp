@@ -186,7 +186,8 @@ std::string format_table(const Report& r, const TableOptions& opt) {
   class_totals(os, r, st);
   if (r.parallel)
     os << "(nodes, classes and phases: one micro-batch through every stage, " << format_ms(r.share_base_ms())
-       << " ms of kernels on the GPUs, the shares of it; the iteration below)\n";
+       << " ms of kernels on the GPUs, the shares of it; the " << (r.parallel->inference ? "pipeline" : "iteration")
+       << " below)\n";
   if (r.mode == Mode::training) {
     const double t = r.share_base_ms();
     std::map<std::string, std::string> ranges = interval_ranges_by(r, true);

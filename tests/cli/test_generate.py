@@ -487,6 +487,8 @@ class Generate(unittest.TestCase):
         self.assertEqual(full["kv_cache_bytes"], 16 * (2048 + 256) * per_token)
         self.assertEqual(cached["kv_cache_bytes"], (16 * (512 + 256) + 1536) * per_token)
         self.assertGreater(cached["max_batch"], 2 * full["max_batch"])
+        # The longest sequence: the prefix and the sequence's own tokens in its share of the room.
+        self.assertGreater(cached["max_tokens"], full["max_tokens"])
         rc, out, err = run(*base, "--generate", "2048:256", "--prefix-cached", "1536")
         self.assertEqual(rc, 0, err)
         self.assertIn("prompt 2048 tokens (the first 1536 cached, held once)", out)

@@ -277,6 +277,7 @@ class InferencePipeline(unittest.TestCase):
         self.assertIn("parallel inference: tp=1 pp=2 (2 GPUs), batch 4, micro-batch 2 x 2 microbatches", out)
         self.assertIn("the fullest of 2 pipeline stages", out)
         self.assertEqual(out.count("ms per microbatch; memory"), 2)
+        self.assertIn("the shares of it; the pipeline below)", out)
         with tempfile.TemporaryDirectory() as d:
             html = os.path.join(d, "r.html")
             code, _, err = run(*self.ARGS, "--batch", "4", "--parallel", "pp=2", "--html", html, "--quiet")
