@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <unordered_map>
@@ -185,14 +186,18 @@ Decoder config_decoder(const ModelConfig& config) {
   recurrent_layers(config, d);
   if (config.image_in_sequence()) d.image_tokens = config.vision.sequence_tokens();
   if (config.learned_positions) d.max_positions = config.max_positions;
-  if (!encoder_decoder)
-    d.cached_prefill = [config] {
-      BuildOptions o{true};
-      o.last_logits = true;
-      LoadedModel m = build_model(config, o);
-      m.model.path = "";
-      return m;
+  if (!encoder_decoder) {
+    auto built = std::make_shared<std::pair<std::once_flag, LoadedModel>>();
+    d.cached_prefill = [config, built]() -> const LoadedModel& {
+      std::call_once(built->first, [&] {
+        BuildOptions o{true};
+        o.last_logits = true;
+        built->second = build_model(config, o);
+        built->second.model.path = "";
+      });
+      return built->second;
     };
+  }
   // A state-space model keeps no keys or values: no heads or tensors to describe.
   if (d.layers == 0) d.kv_heads = d.head_dim = d.kv_tensors = 0;
   // A window of at least the model's positions (SmolLM3's rotary layers) never binds.
@@ -464,6 +469,12 @@ double expected_tokens_per_step(int64_t proposed, double acceptance) {
 
 namespace {
 
+// The bytes one token adds to one attention layer's cache: its keys and values (one latent
+// for MLA) of every KV head, in `t`.
+double kv_token_bytes(const Decoder& d, DType t) {
+  return double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * element_bytes(t);
+}
+
 // The generation's requests and options that no analysis can run: one clear line each.
 void check_generation(const Decoder& d, const Options& options, const GenerationOptions& gen, const Decoder* draft) {
   if (gen.prompt < 1) throw InputError("--generate: the prompt needs at least one token");
@@ -525,8 +536,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   base.parallel.even_layers = false;  // the stages are cut after the analyses (pipelined)
   if (gen.cached_prefix > 0) {
     // The prompt's uncached tokens against the cached prefix: a step of that many tokens.
-    const LoadedModel cached = d.cached_prefill ? d.cached_prefill() : LoadedModel{};
-    a.prefill = prepare(d.cached_prefill ? cached : d.step,
+    a.prefill = prepare(d.cached_prefill ? d.cached_prefill() : d.step,
                         phase_options(base, d, a.micro_batch, gen.prompt - gen.cached_prefix, gen.cached_prefix, true));
   } else {
     a.prefill = prepare(d.prefill, prefill_options(base, d, a.micro_batch, gen.prompt));
@@ -575,7 +585,7 @@ GenerationAnalysis prepare_generation(const Decoder& d, const Options& options, 
   const double layer_tokens = double(d.layers - d.sliding_layers) * double(tokens) +
                               double(d.sliding_layers) * double(d.window > 0 ? std::min(tokens, d.window) : tokens);
   a.kv_dtype = kv_dtype;
-  const double row = double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * element_bytes(kv_dtype);
+  const double row = kv_token_bytes(d, kv_dtype);
   a.kv_cache_bytes = row * layer_tokens * double(a.batch);
   // A cached prefix is held once for the batch on the full-attention layers (its blocks shared,
   // as vLLM shares them; a sliding window's are the sequences' own).
@@ -741,7 +751,7 @@ double kv_share_of(int64_t kv_heads, double tp) {
 // recurrent states stay one size. At most the learned positions; 0 when the states alone do
 // not fit; the caches held whole (`budget` already divided by the GPU's share).
 int64_t longest_sequence(const Decoder& d, const GenerationAnalysis& a, double budget) {
-  const double row = double(d.kv_tensors) * double(d.kv_heads) * double(d.head_dim) * element_bytes(a.kv_dtype);
+  const double row = kv_token_bytes(d, a.kv_dtype);
   const double full = row * double(d.layers - d.sliding_layers), sliding = row * double(d.sliding_layers);
   const double left = budget - a.state_bytes / double(a.batch);
   if (left <= 0) return 0;

@@ -50,11 +50,9 @@ double stage_share(const std::map<std::string, std::set<int>>& stages_of, const 
   return it == stages_of.end() ? 1.0 / pp : it->second.count(s) ? 1.0 : 0.0;
 }
 
-}  // namespace
-
-std::vector<double> stage_weight_bytes(const Graph& g, const Options& options, const std::vector<int>& cuts) {
-  const int pp = static_cast<int>(cuts.size()) - 1;
-  const auto stages_of = stages_reading(g, cuts);
+// The weight bytes each of the `pp` stages holds (stage_weight_bytes).
+std::vector<double> weight_bytes_by_stage(const Graph& g, const Options& options,
+                                          const std::map<std::string, std::set<int>>& stages_of, int pp) {
   std::vector<double> bytes;
   for (int s = 0; s < pp; ++s) {
     double all = 0, embedding = 0;
@@ -63,8 +61,6 @@ std::vector<double> stage_weight_bytes(const Graph& g, const Options& options, c
   }
   return bytes;
 }
-
-namespace {
 
 // The parameters (elements of the float initializers weight_bytes counts) stage `s` holds.
 double stage_parameters(const Graph& g, const std::map<std::string, std::set<int>>& stages_of, int s, int pp) {
@@ -78,6 +74,10 @@ double stage_parameters(const Graph& g, const std::map<std::string, std::set<int
 }
 
 }  // namespace
+
+std::vector<double> stage_weight_bytes(const Graph& g, const Options& options, const std::vector<int>& cuts) {
+  return weight_bytes_by_stage(g, options, stages_reading(g, cuts), static_cast<int>(cuts.size()) - 1);
+}
 
 ParallelReport pipeline_forward(const Analysis& a, const Report& r, const Gpu& gpu, const Options& options,
                                 int microbatches) {
@@ -94,8 +94,8 @@ ParallelReport pipeline_forward(const Analysis& a, const Report& r, const Gpu& g
   const PipelinedPhase ph = pipelined(a, r, p.link, c.pp, microbatches, true, c.even_layers);
   p.iteration_ms = ph.ms;
   const double tp = double(c.tp);
-  const std::vector<double> weights = stage_weight_bytes(a.graph, options, ph.cuts);
   const auto stages_of = stages_reading(a.graph, ph.cuts);
+  const std::vector<double> weights = weight_bytes_by_stage(a.graph, options, stages_of, c.pp);
   const double activations = r.memory ? r.memory->activations_gib : 0.0;
   size_t busiest = 0;
   std::vector<double> collective_ms;

@@ -76,6 +76,7 @@ Kernel adapter_kernel(const Kernel& f, KernelClass cls, Phase phase, const std::
   k.dtype = narrow_weight_gemms(f.dtype) ? activation_dtype(f.dtype) : f.dtype;
   k.node = f.node;
   k.note = note;
+  k.lora_adapter = true;
   return k;
 }
 
@@ -180,6 +181,7 @@ Kernel nf4_dequantize(const Kernel& f, const std::string& weight, Phase phase) {
   // multiply).
   const int64_t elems = f.gemm.k * f.gemm.n;
   Kernel k = adapter_kernel(f, KernelClass::elementwise, phase, kNf4DequantizeOp, "");
+  k.lora_adapter = false;  // the frozen weight's, not the adapter's
   k.rows = f.gemm.n;
   k.cols = f.gemm.k;
   k.inputs = 1;
@@ -233,20 +235,19 @@ std::vector<Kernel> with_lora_forward(const std::vector<Kernel>& fwd, const Lora
       k.note += " over " + std::to_string(groups) + " of " + std::to_string(opt.lora.adapters) + " adapters";
       return k;
     };
-    if (opt.serving_kernels) {
-      // vLLM's punica kernels: lora_shrink (x A over every slice) and lora_expand, which adds
-      // (x A) B into the layer's output in place (a read and a write of those columns).
-      out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
-                                         "LoRA: x A (rank " + std::to_string(r) + "; vLLM's lora_shrink)")));
-      Kernel expand = grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b",
-                                           "LoRA: (x A) B added into the output (vLLM's lora_expand)"));
-      expand.bytes += 2.0 * double(d.tokens) * double(d.out) * element_bytes(expand.dtype);
-      out.push_back(std::move(expand));
+    // Under serving kernels vLLM's punica kernels: lora_shrink (x A over every slice) and
+    // lora_expand, which adds (x A) B into the layer's output in place (a read and a write of
+    // those columns); otherwise PEFT's two GEMMs, then the scale and the add.
+    const bool punica = opt.serving_kernels;
+    out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
+                                       "LoRA: x A (rank " + std::to_string(r) + (punica ? "; vLLM's lora_shrink)" : ")"))));
+    out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b",
+                                       punica ? "LoRA: (x A) B added into the output (vLLM's lora_expand)"
+                                              : "LoRA: (x A) B")));
+    if (punica) {
+      out.back().bytes += 2.0 * double(d.tokens) * double(d.out) * element_bytes(out.back().dtype);
       continue;
     }
-    out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, shrink, d.in}, "lora_a",
-                                       "LoRA: x A (rank " + std::to_string(r) + ")")));
-    out.push_back(grouped(adapter_gemm(f, Phase::forward, GemmShape{1, d.tokens, d.out, r}, "lora_b", "LoRA: (x A) B")));
     // PEFT: result + lora_B(lora_A(x)) * scaling, a multiply and an add (one kernel fused).
     if (opt.fusion == Fusion::full) {
       out.push_back(

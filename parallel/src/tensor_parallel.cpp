@@ -382,8 +382,8 @@ std::vector<std::pair<int, int>> place_kernels(const Graph& g, const KernelList&
 // GPU's input rows, so x A is partial, and B is whole: (x_i A_i) B added into the partial
 // output sums to (x A) B in the layer's own all-reduce.
 bool split_lora_kernel(Kernel& k, bool column, int tp) {
+  if (!k.lora_adapter || k.phase != Phase::forward) return false;
   const bool a = k.op == "lora_a", b = k.op == "lora_b";
-  if (k.phase != Phase::forward || k.note.rfind("LoRA:", 0) != 0) return false;
   if (k.cls == KernelClass::gemm && (a || b)) {
     const GemmShape before = k.gemm;
     if (a && !column) divide_first({&k.gemm.k}, tp);

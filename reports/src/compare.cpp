@@ -313,10 +313,6 @@ void generation_by_gpu(std::ostream& os, const Comparison& c, const std::functio
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Under --parallel, the GPUs each model runs on (one copy of the model; dp replicas with it):
 // "" on one GPU.
 std::string multi_gpu_line(const Report& r) {

@@ -75,6 +75,12 @@ json pipeline_json(const GenerationReport& g) {
           {"step_send_ms", finite(g.step_hop_ms)}};
 }
 
+// "prompt P tokens", with the cached prefix (--prefix-cached) where there is one.
+std::string prompt_text(const GenerationReport& g) {
+  return "prompt " + std::to_string(g.prompt) + " tokens" +
+         (g.cached_prefix > 0 ? " (the first " + std::to_string(g.cached_prefix) + " cached, held once)" : "");
+}
+
 }  // namespace
 
 namespace detail {
@@ -219,9 +225,7 @@ std::string generation_html(const std::vector<Report>& reports) {
   std::ostringstream os;
   const bool slo = g0.tpot_slo.active();  // the batch was chosen per GPU
   os << "<h2>Generation</h2>\n<p class=\"sub\">" << (slo ? std::string() : "batch " + std::to_string(g0.batch) + ", ")
-     << "prompt " << g0.prompt << " tokens"
-     << (g0.cached_prefix > 0 ? " (the first " + std::to_string(g0.cached_prefix) + " cached, held once)" : "") << ", "
-     << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
+     << prompt_text(g0) << ", " << g0.new_tokens << " new tokens; " << html_escape(g0.execution) << "</p>\n";
   if (slo)
     os << "<p class=\"sub\">batch per GPU: the largest " << html_escape(targets_text(g0.tpot_slo)) << "</p>\n";
   os << "<table><thead><tr><th>gpu</th>" << (slo ? "<th class=\"n\">batch</th>" : "")
@@ -380,8 +384,7 @@ std::string format_generation(const Report& r, bool color) {
   const GenerationReport& g = *r.generation;
   auto bold = [&](const std::string& s) { return color ? "\033[1m" + s + "\033[0m" : s; };
   std::ostringstream os;
-  os << bold("generation on " + r.gpu.name) << ": batch " << g.batch << ", prompt " << g.prompt << " tokens"
-     << (g.cached_prefix > 0 ? " (the first " + std::to_string(g.cached_prefix) + " cached, held once)" : "") << ", "
+  os << bold("generation on " + r.gpu.name) << ": batch " << g.batch << ", " << prompt_text(g) << ", "
      << g.new_tokens << " new tokens, " << dtype_label(r) << " (" << g.execution << ")\n";
   os << "  time to first token  " << pad(format_ms(g.ttft_ms), 11, true) << " ms" << ms_interval(g.ttft_low_ms, g.ttft_high_ms)
      << "\n"

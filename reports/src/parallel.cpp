@@ -34,10 +34,6 @@ const char* zero_text(int zero) {
   return "";
 }
 
-}  // namespace
-
-namespace {
-
 std::string link_text(const Link& l) {
   std::ostringstream ls;
   ls << l.kind << " " << l.spec_gbps << " GB/s x " << l.efficiency << " efficiency = " << l.gbps() << " GB/s per direction";

@@ -191,8 +191,8 @@ std::string optimizer_words(const MemoryFootprint& m) {
   return (m.optimizer.empty() ? std::string("optimizer") : m.optimizer) + " state" +
          (m.master_weights ? " and FP32 master weights" : "");
 }
-// How one GPU's share is split off in inference: "tensor parallel over 2, pipeline stage of 4
-// (the fullest): "; "" on one GPU.
+// How one GPU's share is split off in inference: "tensor parallel over 2, the fullest of 4
+// pipeline stages: "; "" on one GPU.
 std::string split_words(const MemoryFootprint& m) {
   std::string s;
   if (m.tp > 1) s = "tensor parallel over " + std::to_string(m.tp);

@@ -187,9 +187,9 @@ struct Decoder {
   // tables): the prompt and the new tokens together; 0: no such limit (rotary, ALiBi).
   int64_t max_positions = 0;
   // A config decoder's prefill over a prompt whose first tokens are cached (--prefix-cached):
-  // the step graph with the last position's logits alone, built when asked for. Empty for an
-  // ONNX decoder, whose step graph serves.
-  std::function<LoadedModel()> cached_prefill;
+  // the step graph with the last position's logits alone, built the first time it is asked for
+  // and kept (copies of the decoder share it). Empty for an ONNX decoder, whose step graph serves.
+  std::function<const LoadedModel&()> cached_prefill;
   // The initializer the LM head reads that is the token embedding's weight, held once
   // (a config's tie_word_embeddings); empty: none.
   std::string tied_head_weight;

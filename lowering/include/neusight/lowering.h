@@ -159,6 +159,9 @@ struct Kernel {
   // Norm kernels (layernorm class): also add a residual and write the sum (onnxruntime's
   // SkipLayerNormalization, a residual add fused into the norm under --fusion full).
   bool residual_add = false;
+  // A LoRA adapter's kernel beside the frozen linear layer of `node` (--lora): its GEMMs
+  // (op lora_a, lora_b) and its scale and add; not QLoRA's dequantize of the frozen weight.
+  bool lora_adapter = false;
 
   double flops = 0;    // useful floating-point operations
   double bytes = 0;    // bytes read + written from/to memory at minimum
