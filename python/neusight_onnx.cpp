@@ -93,7 +93,7 @@ struct AnalysisArgs {
   py::object host_dispatch_us = py::none(), image_size = py::none(), images = py::none();
   py::object predictor = py::str("neusight"), weights = py::none(), optimizer = py::none(), latency_slo = py::none();
   py::object recompute = py::none(), train_tokens = py::none(), gpu_cost = py::none(), lora = py::none();
-  py::object prefix_cached = py::none();
+  py::object prefix_cached = py::none(), sparsity = py::none();
 
   // latency_slo in ms (0 without it), refused beside a batch as --latency-slo is.
   double slo_ms() const {
@@ -156,6 +156,7 @@ struct AnalysisArgs {
                          ? std::to_string(lora.cast<int64_t>())
                          : str_arg(lora, "lora"));
     if (!prefix_cached.is_none()) flag("--prefix-cached", int_text(prefix_cached, "prefix_cached"));
+    if (!sparsity.is_none()) flag("--sparsity", str_arg(sparsity, "sparsity"));
     if (!gpu_cost.is_none()) {
       // A number (every GPU) or {name: USD}, as --gpu-cost USD or NAME=USD,...
       std::string text;
@@ -822,12 +823,13 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object mode, py::object dtype, py::object fusion, py::object timing, py::object parallel,
          py::object link_bw, py::object predictor, py::object weights, py::object attention,
          py::object host_dispatch_us, py::object optimizer, py::object latency_slo, py::object recompute,
-         py::object train_tokens, py::object gpu_cost, py::object lora) {
+         py::object train_tokens, py::object gpu_cost, py::object lora, py::object sparsity) {
         AnalysisArgs a = analysis_args(batch, seq, dims, shapes, mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
         a.lora = std::move(lora);
+        a.sparsity = std::move(sparsity);
         a.latency_slo = std::move(latency_slo);
         a.train_tokens = std::move(train_tokens);
         a.gpu_cost = std::move(gpu_cost);
@@ -837,7 +839,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "dtype"_a = none, "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(),
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
-      "train_tokens"_a = none, "gpu_cost"_a = none, "lora"_a = none,
+      "train_tokens"_a = none, "gpu_cost"_a = none, "lora"_a = none, "sparsity"_a = none,
       "Predicts `model` (a path, bytes of a serialized ModelProto, or an onnx.ModelProto) on `gpu` (a name, an\n"
       "alias, a device-JSON path, a dict in that format or a gpus() entry; or a list of them, or \"h100,l4\"). Returns the CLI's\n"
       "--json report as a dict, or a list of them for a list of GPUs. batch/seq/dims bind symbolic dims\n"
@@ -847,6 +849,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict of those, with link_bw in GB/s; optimizer\n"
       "(training) 'sgd'|'momentum'|'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as\n"
       "--recompute; lora a rank or 'R[,adapters=N][,targets=REGEX]' as --lora (trained, or in inference served);\n"
+      "sparsity '2:4[,targets=REGEX]' as --sparsity (the linear layers' weights pruned 2:4, inference);\n"
       "latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then unset); train_tokens (training; a number or '15T') as --train-tokens; gpu_cost (USD a GPU-hour, or\n"
       "{gpu: USD}) as --gpu-cost. The report's 'throughput' holds samples/s, tokens/s, TFLOP/s, the share of the\n"
       "peak (MFU) and the costs. The GIL is released while it runs.");
@@ -856,7 +859,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object dtype, py::object fusion, py::object timing, py::object parallel, py::object link_bw,
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
          py::object image_size, py::object images, py::object optimizer, py::object latency_slo, py::object recompute,
-         py::object train_tokens, py::object gpu_cost, py::object lora) {
+         py::object train_tokens, py::object gpu_cost, py::object lora, py::object sparsity) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel, link_bw,
                                        predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
@@ -864,6 +867,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.optimizer = std::move(optimizer);
         a.recompute = std::move(recompute);
         a.lora = std::move(lora);
+        a.sparsity = std::move(sparsity);
         a.latency_slo = std::move(latency_slo);
         a.train_tokens = std::move(train_tokens);
         a.gpu_cost = std::move(gpu_cost);
@@ -873,7 +877,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "fusion"_a = "eager", "timing"_a = "device", "parallel"_a = none, py::kw_only(), "link_bw"_a = none,
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "optimizer"_a = none, "latency_slo"_a = none, "recompute"_a = none,
-      "train_tokens"_a = none, "gpu_cost"_a = none, "lora"_a = none,
+      "train_tokens"_a = none, "gpu_cost"_a = none, "lora"_a = none, "sparsity"_a = none,
       "Predicts the model of a Hugging Face config (a config.json path or a dict) like `neusight-onnx --config`;\n"
       "batch and seq are required (batch not with latency_slo); image_size (an int or (height, width)) as\n"
       "--image-size, images as --images.\n"
@@ -885,7 +889,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object predictor, py::object weights, py::object attention, py::object host_dispatch_us,
          py::object image_size, py::object images, py::object generate, py::object encoder, py::object kv_dtype,
          py::object optimizer, py::object recompute, py::object lora, py::object parallel, py::object link_bw,
-         py::object prefix_cached) {
+         py::object prefix_cached, py::object sparsity) {
         AnalysisArgs a = analysis_args(batch, seq, dims, py::none(), mode, dtype, fusion, timing, parallel,
                                        link_bw, predictor, weights, attention, host_dispatch_us);
         a.image_size = std::move(image_size);
@@ -895,6 +899,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.recompute = std::move(recompute);
         a.lora = std::move(lora);
         a.prefix_cached = std::move(prefix_cached);
+        a.sparsity = std::move(sparsity);
         return compare(models, gpu, a, top, labels, generate, encoder);
       },
       "models"_a, "gpu"_a, "batch"_a = none, "seq"_a = none, "dims"_a = none, "mode"_a = "inference", "dtype"_a = none,
@@ -902,7 +907,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "predictor"_a = "neusight", "weights"_a = none, "attention"_a = none, "host_dispatch_us"_a = none,
       "image_size"_a = none, "images"_a = none, "generate"_a = none, "encoder"_a = none, "kv_dtype"_a = none,
       "optimizer"_a = none, "recompute"_a = none, "lora"_a = none, "parallel"_a = none, "link_bw"_a = none,
-      "prefix_cached"_a = none,
+      "prefix_cached"_a = none, "sparsity"_a = none,
       "Compares model variants across GPUs like `neusight-onnx compare`: `models` holds at least two models\n"
       "(paths, bytes or ModelProtos; a config dict or a path ending in .json is a Hugging Face config), `gpu`\n"
       "one GPU or a list. Returns the `compare --json` object as a dict. `labels` names the models (default:\n"
@@ -911,7 +916,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "fusion and timing default to a serving engine's, as in generate()); encoder: the ONNX encoder of\n"
       "encoder-decoders in optimum's two files, one for every ONNX model or a list with one per model (None for\n"
       "a config's), as --encoder. fusion and timing default to 'eager' and 'device' otherwise. optimizer,\n"
-      "recompute, lora, parallel and link_bw (every model on the same GPUs) as in analyze();\n"
+      "recompute, lora, sparsity, parallel and link_bw (every model on the same GPUs) as in analyze();\n"
       "prefix_cached (with generate) as in generate().");
   m.def(
       "generate",
@@ -919,7 +924,8 @@ PYBIND11_MODULE(neusight_onnx, m) {
          py::object fusion, py::object timing, py::object parallel, py::object speculative, py::object kv_dtype,
          py::object link_bw, py::object predictor, py::object weights, py::object tpot_slo, py::object attention,
          py::object host_dispatch_us, py::object image_size, py::object images, py::object encoder, py::object dims,
-         py::object shapes, py::object ttft_slo, py::object gpu_cost, py::object lora, py::object prefix_cached) {
+         py::object shapes, py::object ttft_slo, py::object gpu_cost, py::object lora, py::object prefix_cached,
+         py::object sparsity) {
         if ((!tpot_slo.is_none() || !ttft_slo.is_none()) && !batch.is_none() && int_text(batch, "batch") != "1")
           throw neusight::InputError(std::string(tpot_slo.is_none() ? "ttft_slo" : "tpot_slo") +
                                      " chooses the batch; give it without batch");
@@ -931,6 +937,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
         a.gpu_cost = std::move(gpu_cost);
         a.lora = std::move(lora);
         a.prefix_cached = std::move(prefix_cached);
+        a.sparsity = std::move(sparsity);
         return generate(model, gpu, prompt, new_tokens, speculative, tpot_slo, ttft_slo, encoder, a);
       },
       "model"_a, "gpu"_a, "prompt"_a, "new_tokens"_a, "batch"_a = 1, "dtype"_a = none, "fusion"_a = none,
@@ -938,6 +945,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "link_bw"_a = none, "predictor"_a = "neusight", "weights"_a = none, "tpot_slo"_a = none, "attention"_a = none,
       "host_dispatch_us"_a = none, "image_size"_a = none, "images"_a = none, "encoder"_a = none, "dims"_a = none,
       "shapes"_a = none, "ttft_slo"_a = none, "gpu_cost"_a = none, "lora"_a = none, "prefix_cached"_a = none,
+      "sparsity"_a = none,
       "Predicts an LLM generation like `neusight-onnx --generate PROMPT:NEW`: a prefill of `prompt` tokens, then\n"
       "`new_tokens` decode steps with a KV cache, for `batch` sequences. `model` is a Hugging Face config (a dict or\n"
       "a path ending in .json: a decoder, or T5 / Switch / Whisper, whose prompt is the encoder's text / the decoder's\n"
@@ -947,7 +955,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "(ms) as --tpot-slo: per GPU the largest batch that fits with a mean TPOT of at most it (batch then unused);\n"
       "ttft_slo (ms) as --ttft-slo, the same for the time to first token (both given: both met); gpu_cost as in\n"
       "analyze() (the generation's usd_per_m_tokens); lora as --lora (the adapters served unmerged);\n"
-      "prefix_cached as --prefix-cached (the prompt's first tokens cached, held once).\n"
+      "prefix_cached as --prefix-cached (the prompt's first tokens cached, held once); sparsity as in analyze().\n"
       "Returns the CLI's --json report (its 'generation' object: ttft_ms, tpot_ms, tokens_per_s, each with\n"
       "its 80% interval (ttft_low_ms, ttft_high_ms, ...), kv_cache_bytes, memory_bytes, ...), or a list of\n"
       "them for a list of GPUs. image_size (an int or (height, width)) as --image-size, images as --images.\n"

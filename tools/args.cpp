@@ -165,6 +165,24 @@ void parse_lora(const Args& args, Options& opt) {
   }
 }
 
+// --sparsity 2:4[,targets=all|REGEX]: the linear layers' weights pruned 2:4; the targets last,
+// as a pattern may hold commas.
+void parse_sparsity(const Args& args, Options& opt) {
+  if (!args.has("--sparsity")) return;
+  const std::string spec = args.get("--sparsity");
+  const size_t comma = spec.find(',');
+  const std::string pattern = spec.substr(0, comma);
+  if (pattern != "2:4")
+    throw InputError("--sparsity: expected 2:4[,targets=all|REGEX] (2:4 structured sparsity is the pattern GPUs "
+                     "run), got '" + spec + "'");
+  opt.sparsity.two_four = true;
+  if (comma == std::string::npos) return;
+  const std::string rest = spec.substr(comma + 1);
+  if (rest.rfind("targets=", 0) != 0 || rest.size() == 8)
+    throw InputError("--sparsity: expected 2:4[,targets=all|REGEX], got '" + spec + "'");
+  opt.sparsity.targets = rest.substr(8);
+}
+
 Options parse_analysis_options(const Args& args) {
   Options opt;
   opt.dims.batch = args.get_int("--batch", -1);
@@ -214,6 +232,7 @@ Options parse_analysis_options(const Args& args) {
   if (args.has("--optimizer") && opt.mode != Mode::training)
     throw InputError("--optimizer applies to --mode training");
   parse_lora(args, opt);
+  parse_sparsity(args, opt);
   const std::string recompute = args.get("--recompute");
   if (recompute == "none") opt.recompute = Recompute::none;
   else if (recompute == "full") opt.recompute = Recompute::full;

@@ -158,6 +158,7 @@ AnnotatedWrite annotations_for(const Report& r) {
                                                        ",microbatches=" + std::to_string(c.microbatches));
     ann.metadata.emplace_back("neusight.gpus", std::to_string(c.gpus()));
   }
+  if (r.sparsity) ann.metadata.emplace_back("neusight.sparsity", sparsity_label(r));
   // The timing convention is a property of the NeuSight predictor (empty for the roofline).
   if (!r.timing.empty()) ann.metadata.emplace_back("neusight.timing", r.timing);
   // One GPU's memory for the run (report.h MemoryFootprint) and whether the GPU holds it.

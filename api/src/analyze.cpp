@@ -282,6 +282,16 @@ void add_recompute(Analysis& a, const Options& options) {
 }
 
 // LoRA beside --parallel: training's adapters over dp, pp and ZeRO; inference's over tp.
+// --sparsity 2:4 prices inference; its weights are not placed on pipeline stages.
+void check_sparsity(const Options& options) {
+  if (!options.sparsity.two_four) return;
+  if (options.mode == Mode::training)
+    throw InputError("--sparsity 2:4 prices a pruned model's inference (--mode training would train the dense weights "
+                     "and mask them, as the pruning recipes do)");
+  if (options.parallel.active && options.parallel.pp > 1)
+    throw InputError("--sparsity 2:4 takes --parallel tp alone (the compressed weights are not placed on pipeline stages)");
+}
+
 void check_lora_parallel(const Options& options) {
   if (options.lora.rank <= 0 || !options.parallel.active) return;
   if (options.mode != Mode::training && (options.parallel.pp > 1 || options.lora.nf4_base))
@@ -354,11 +364,15 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                      " serves several adapters at once: inference (training trains one)");
   lo.lora = options.lora;
   lo.lora.sequences = a.bound.batch;  // each sequence's tokens use one adapter
+  check_sparsity(options);
+  lo.sparsity = options.sparsity;
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
   a.kernels = lower(a.graph, lo);
   a.lora_bytes = lora_adapter_bytes(a.kernels.kernels, options.lora.adapters);  // one copy's, before tp splits them
+  const std::vector<std::string> sparse_weights = a.kernels.sparse_weights;
+  a.sparse_saved_bytes = sparse_2_4_saved_bytes(a.graph, sparse_weights, options);
   // Whole experts per GPU: more GPUs than experts would hold fractions of one.
   if (options.parallel.active && options.parallel.ep > 1)
     for (const Kernel& k : a.kernels.kernels)
@@ -394,6 +408,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                    [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
                                                                   ": the model has no mixture of experts to spread; ep changes nothing"});
+  a.kernels.sparse_weights = sparse_weights;
   if (options.recompute != Recompute::none) add_recompute(a, options);
   if (!options.parallel.active || options.mode == Mode::inference) a.memory = memory_footprint(a, options, 0);
   return a;
@@ -438,11 +453,14 @@ std::optional<Throughput> report_throughput(const Report& r, const Analysis& a, 
 
 // One GPU's memory of the run and, for a pipeline-parallel forward pass (inference, pp > 1),
 // the pipeline of its microbatches, each GPU then holding its stage's weights; the memory
-// warning where one GPU's does not fit.
-std::optional<ParallelReport> memory_and_pipeline(const Analysis& a, const Gpu& gpu, const Options& options, Report& r) {
+// warning where one GPU's does not fit. `dense_held_bytes`: 2:4-pruned weights this GPU holds
+// dense (one copy's; tp splits them).
+std::optional<ParallelReport> memory_and_pipeline(const Analysis& a, const Gpu& gpu, const Options& options, Report& r,
+                                                  double dense_held_bytes) {
   if (a.memory) {
     r.memory = a.memory;
     r.memory->capacity_gib = gpu.mem_gb;
+    r.memory->weights_gib += dense_held_bytes / std::max(1, r.memory->tp) / (1024.0 * 1024.0 * 1024.0);
   }
   std::optional<ParallelReport> pipeline;
   if (options.parallel.active && options.mode == Mode::inference && options.parallel.pp > 1) {
@@ -460,6 +478,65 @@ std::optional<ParallelReport> memory_and_pipeline(const Analysis& a, const Gpu& 
   return pipeline;
 }
 
+// --sparsity 2:4: each pruned GEMM whose math has sparse matrix units here (precision.h
+// runs_sparse_2_4) priced there too, its weight read compressed, and run that way where it is
+// the faster (TensorRT's builder times both and keeps the faster; a sparse GEMM a few tokens
+// long gains only the compressed weight's bytes). `kernels`, `tilings` and `preds` become the
+// kernels as they run; the pruned GEMMs left dense are counted in `dense` (no sparse units for
+// their math, the first's in `dense_dtype`) and `slower` (dense is faster).
+void run_sparse_2_4(const Predictor& predictor, const Gpu& gpu, std::vector<Kernel>& kernels,
+                    std::vector<Tiling>& tilings, std::vector<Prediction>& preds, int& dense, DType& dense_dtype,
+                    int& slower) {
+  dense = slower = 0;
+  const Gpu sparse_gpu = sparse_2_4_gpu(gpu);
+  std::vector<size_t> idx;
+  std::vector<Kernel> ks;
+  std::vector<Tiling> ts;
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    Kernel& k = kernels[i];
+    if (!k.sparse_2_4) continue;
+    if (!runs_sparse_2_4(k, gpu)) {
+      k.sparse_2_4 = false;
+      if (dense++ == 0) dense_dtype = kernel_as_run(k, gpu).dtype;
+      continue;
+    }
+    idx.push_back(i);
+    ks.push_back(sparse_2_4_as_run(k));
+    ts.push_back(tile_kernel(ks.back(), sparse_gpu));
+  }
+  if (idx.empty()) return;
+  const std::vector<Prediction> sp = predictor.predict(ks, ts, sparse_gpu);
+  for (size_t j = 0; j < idx.size(); ++j) {
+    const size_t i = idx[j];
+    if (!(sp[j].latency_ms < preds[i].latency_ms)) {
+      kernels[i].sparse_2_4 = false;
+      kernels[i].note += std::string(kernels[i].note.empty() ? "" : "; ") + "2:4 weight run dense (faster here)";
+      ++slower;
+      continue;
+    }
+    kernels[i] = std::move(ks[j]);
+    tilings[i] = sp[j].tiling ? *sp[j].tiling : ts[j];
+    preds[i] = sp[j];
+  }
+}
+
+// What a report says of the `pruned` 2:4 GEMMs left dense on `gpu` (run_sparse_2_4): a GPU
+// warning for those without sparse units (`dense`, of math `dtype`), a line for those faster dense.
+void add_sparse_2_4_notes(Report& r, const Gpu& gpu, int pruned, int dense, DType dtype, int slower) {
+  if (dense > 0) {
+    GpuWarning w;
+    w.kind = GpuWarning::Kind::no_matrix_units;
+    w.gpu = gpu.name;
+    w.subject = std::string("sparse matrix units for ") + dtype_name(dtype) + " GEMMs: the " + std::to_string(dense) +
+                " 2:4-pruned GEMMs run dense (sparse tensor cores take TF32, FP16, BF16, FP8 and INT8 from Ampere on; "
+                "AMD's sparse MFMA 16- and 8-bit from CDNA 3)";
+    add_gpu_warning(r, std::move(w));
+  }
+  if (slower > 0)
+    r.warnings.push_back("--sparsity 2:4: " + std::to_string(slower) + " of the " + std::to_string(pruned) +
+                         " pruned GEMMs run dense on " + gpu.name + ", where that is faster");
+}
+
 }  // namespace
 
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
@@ -467,8 +544,11 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   // The kernels' memory traffic on this GPU (tiling.h on_gpu): a copy only when some
   // operand's reused data does not fit in this GPU's L2.
   std::vector<Kernel> adjusted;
-  if (std::any_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),
-                  [&](const Kernel& k) { return l2_miss_bytes(k, gpu) > 0 || k.op == "flash_decode"; })) {
+  const int pruned = static_cast<int>(std::count_if(a.kernels.kernels.begin(), a.kernels.kernels.end(),
+                                                    [](const Kernel& k) { return k.sparse_2_4; }));
+  if (pruned > 0 || std::any_of(a.kernels.kernels.begin(), a.kernels.kernels.end(), [&](const Kernel& k) {
+        return l2_miss_bytes(k, gpu) > 0 || k.op == "flash_decode";
+      })) {
     adjusted.reserve(a.kernels.kernels.size());
     for (const auto& k : a.kernels.kernels) adjusted.push_back(split_kv_on_gpu(on_gpu(k, gpu), gpu));
   }
@@ -477,6 +557,9 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   tilings.reserve(kernels.size());
   for (const auto& k : kernels) tilings.push_back(tile_kernel(k, gpu));
   std::vector<Prediction> preds = predictor->predict(kernels, tilings, gpu);
+  int sparse_dense = 0, sparse_slower = 0;
+  DType dense_dtype = DType::undefined;
+  if (pruned > 0) run_sparse_2_4(*predictor, gpu, adjusted, tilings, preds, sparse_dense, dense_dtype, sparse_slower);
   // The tile each latency belongs to (a tensor-core GEMM runs on the library's fastest).
   for (size_t i = 0; i < preds.size(); ++i)
     if (preds[i].tiling) tilings[i] = *preds[i].tiling;
@@ -507,6 +590,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
     if (a.shapes.unknown_ops.empty() || w.code != WarningCode::no_shape_rule) r.warnings.push_back(w.message);
   for (const auto& w : a.kernels.warnings) r.warnings.push_back(w);
   add_math_warnings(r, *predictor, kernels, gpu);
+  add_sparse_2_4_notes(r, gpu, pruned, sparse_dense, dense_dtype, sparse_slower);
   const std::vector<DType> unaligned = unaligned_reads(kernels, gpu);
   r.unaligned_gemms = misaligned_gemms(kernels, preds, unaligned, a.graph);
   if (r.unaligned_gemms) r.warnings.push_back(unaligned_gemms_warning(*r.unaligned_gemms));
@@ -540,7 +624,18 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
       r.extra_kernels.push_back(std::move(kr));
   }
   summarize(r);
-  if (auto pipeline = memory_and_pipeline(a, gpu, options, r)) par = std::move(pipeline);
+  // Pruned weights no GEMM runs sparse here are held dense.
+  const double dense_held = pruned > 0 && !holds_sparse_2_4(a, gpu) ? a.sparse_saved_bytes : 0.0;
+  if (pruned > 0) {
+    SparsityReport s;
+    s.targets = options.sparsity.targets.empty() ? "all" : options.sparsity.targets;
+    s.pruned_gemms = pruned;
+    s.sparse_gemms = pruned - sparse_dense - sparse_slower;
+    s.weights_saved_gib = (a.sparse_saved_bytes - dense_held) / std::max(1, options.parallel.active ? options.parallel.tp : 1) /
+                          (1024.0 * 1024.0 * 1024.0);
+    r.sparsity = s;
+  }
+  if (auto pipeline = memory_and_pipeline(a, gpu, options, r, dense_held)) par = std::move(pipeline);
   if (par) {  // the iteration, not the sum of one micro-batch's kernels
     // The interval scales with the iteration (the micro-batch's kernels set its width).
     const double sum = r.e2e_latency_ms;

@@ -1,5 +1,6 @@
 // footprint.cpp - device memory of a run (footprint.h).
 #include "footprint.h"
+#include "neusight/precision.h"
 #include "neusight/parameters.h"
 
 #include <algorithm>
@@ -219,6 +220,26 @@ double tensor_bytes(const TensorInfo* t, const Options& o) {
   return double(t->num_elements()) * element_bytes(held_dtype(*t, o));
 }
 
+double sparse_2_4_saved_bytes(const Graph& g, const std::vector<std::string>& weights, const Options& o,
+                              std::map<std::string, double>* factor) {
+  double saved = 0;
+  for (const std::string& name : weights) {
+    const TensorInfo* t = g.find(name);
+    const double dense = gemm_weight_bytes(t, o);
+    if (!(dense > 0)) continue;
+    const double eb = dense / double(t->num_elements());
+    const double f = sparse_2_4_bytes_per_element(eb) / eb;
+    saved += dense * (1 - f);
+    if (factor) (*factor)[name] = f;
+  }
+  return saved;
+}
+
+bool holds_sparse_2_4(const Analysis& a, const Gpu& gpu) {
+  return std::any_of(a.kernels.kernels.begin(), a.kernels.kernels.end(),
+                     [&](const Kernel& k) { return runs_sparse_2_4(k, gpu); });
+}
+
 void each_node(const Graph& g, const std::function<void(const Graph&, const Node&)>& f, int depth) {
   for (const auto& n : g.nodes) {
     f(g, n);
@@ -377,15 +398,18 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
   m.tp = o.parallel.active && !m.training ? std::max(1, o.parallel.tp) : 1;
   const TensorShare tp_share = m.tp > 1 ? tensor_parallel_share(a.graph, m.tp) : TensorShare{};
   // QLoRA: the weights its dequantize kernels expand are held in NF4.
-  std::map<std::string, double> nf4;  // name -> NF4 bytes over the bytes held otherwise
+  std::map<std::string, double> nf4;  // name -> bytes held over gemm_weight_bytes (NF4; 2:4 below)
   for (const std::string& name : nf4_weights(a.kernels.kernels))
     if (const TensorInfo* t = a.graph.find(name))
       nf4[name] = kNf4BitsPerParameter / 8.0 / element_bytes(held_dtype(*t, o));
+  // --sparsity 2:4: the pruned weights held compressed (predict() adds them back on a GPU that
+  // runs them dense).
+  sparse_2_4_saved_bytes(a.graph, a.kernels.sparse_weights, o, &nf4);
   const TensorShare share = nf4.empty() ? tp_share : TensorShare([&](const std::string& name) {
     auto it = nf4.find(name);
     return (tp_share ? tp_share(name) : 1.0) * (it == nf4.end() ? 1.0 : it->second);
   });
-  m.lora_nf4 = !nf4.empty();
+  m.lora_nf4 = !nf4_weights(a.kernels.kernels).empty();
   double weights = 0, embedding = 0;
   weight_bytes(a.graph, o, weights, embedding, share);
   m.weights_gib = weights / kGiB;

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "neusight/neusight.h"
 
@@ -27,6 +30,14 @@ double tensor_bytes(const TensorInfo* t, const Options& o);
 // A [in x rank] or B [rank x out], in its dtype, once per adapter held: `adapters`), their
 // parameters into `params` when given.
 double lora_adapter_bytes(const std::vector<Kernel>& kernels, int64_t adapters = 1, double* params = nullptr);
+// --sparsity 2:4: the bytes the 2:4 compression (lowering.h sparse_2_4_bytes_per_element) of the
+// weights named saves against their gemm_weight_bytes; their factor, compressed over dense, by
+// name into `factor` when given.
+double sparse_2_4_saved_bytes(const Graph& g, const std::vector<std::string>& weights, const Options& o,
+                              std::map<std::string, double>* factor = nullptr);
+// Whether `gpu` holds the analysis's 2:4-pruned weights compressed: some pruned GEMM's math has
+// sparse matrix units there (precision.h runs_sparse_2_4); else they are held dense.
+bool holds_sparse_2_4(const Analysis& a, const Gpu& gpu);
 // Calls f on every node of `g` and of the graphs its nodes hold (If branches, Loop bodies: an
 // optimum merged decoder's layers are in an If), a few levels deep, with the graph holding it.
 void each_node(const Graph& g, const std::function<void(const Graph&, const Node&)>& f, int depth = 0);

@@ -772,7 +772,9 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
   const auto& sp = g.speculative;
   g.kv_cache_bytes = a.kv_cache_bytes;
   g.kv_dtype = dtype_name(a.kv_dtype);
-  const double held = a.weight_bytes - a.tied_weight_bytes;  // a tied LM head is the embedding
+  // --sparsity 2:4: the pruned weights held compressed where this GPU runs them sparse.
+  const double sparse_saved = holds_sparse_2_4(a.prefill, gpu) ? a.prefill.sparse_saved_bytes : 0.0;
+  const double held = a.weight_bytes - a.tied_weight_bytes - sparse_saved;  // a tied LM head is the embedding
   g.weight_bytes = held;
   if (options.lora.rank > 0) {
     g.lora_bytes = a.prefill.lora_bytes;
@@ -817,7 +819,7 @@ void memory(const GenerationAnalysis& a, const Decoder& d, const Gpu& gpu, const
     g.max_tokens_positions = d.max_positions > 0 && g.max_tokens == d.max_positions;
   }
   if (gpu.mem_bw_gbps > 0)
-    g.weight_read_ms = (a.weight_bytes - a.embedding_bytes - a.unread_expert_bytes - a.prefill_only_bytes) / tp /
+    g.weight_read_ms = (a.weight_bytes - sparse_saved - a.embedding_bytes - a.unread_expert_bytes - a.prefill_only_bytes) / tp /
                        (gpu.mem_bw_gbps * 1e9) * 1e3;
   if (!(gpu.mem_gb > 0 && g.memory_per_gpu_bytes > gpu.mem_gb * kGiB)) return;
   char draft_part[64] = "";

@@ -212,6 +212,24 @@ int slice_read_only_by(const Graph& g, const Consumers& cons, const Plan& plan, 
 void emit_group(const Graph& g, const LoweringOptions& opt, const Plan& plan, const Group& grp,
                 const Consumers& cons, std::vector<Kernel>& out);
 
+// Linear layers (lora.cpp), which LoRA adapts and 2:4 sparsity prunes:
+// A forward GEMM of the analysed graph's node that reads its second operand from an input of
+// that node (a linear layer's GEMM, whatever the operand holds).
+bool layer_gemm(const Kernel& k);
+// A forward GEMM of a 2-D float initializer (a linear layer's weight): that weight's name, else "".
+std::string linear_weight(const Graph& g, const Kernel& k);
+// A member of a GEMM over concatenated weights (a node of its fused_nodes): the 2-D float
+// initializer it multiplies by and its output columns, or "" for a node that is no such GEMM.
+std::string member_weight(const Graph& g, int node, int64_t& columns);
+// Per node: some GEMM runs at or after it on the data path (its outputs reach a GEMM node):
+// false for an output head.
+std::vector<char> feeds_a_gemm(const Graph& g, const std::vector<Kernel>& fwd);
+
+// 2:4 sparsity (sparsity.cpp, lowering.h SparsityOptions): marks the pruned linear layers'
+// forward GEMMs (Kernel::sparse_2_4) and returns their weights' names. Throws InputError for a
+// targets pattern that is no regular expression or that matches no linear layer's weight.
+std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& kernels, const SparsityOptions& s);
+
 // LoRA (lora.cpp, lowering.h LoraOptions): the adapted linear layers, node -> its weight.
 struct LoraTargets {
   int64_t rank = 0;

@@ -10,8 +10,6 @@
 
 namespace neusight::lowering_detail {
 
-namespace {
-
 // A forward GEMM of the analysed graph's node that reads its second operand from an input of
 // that node (a linear layer's GEMM, whatever the operand holds).
 bool layer_gemm(const Kernel& k) {
@@ -64,6 +62,8 @@ std::vector<char> feeds_a_gemm(const Graph& g, const std::vector<Kernel>& fwd) {
   }
   return feeds;
 }
+
+namespace {
 
 // A kernel of the adapter beside the forward GEMM `f`, under f's node: in the activations'
 // dtype (under --dtype fp8 / fp4 / int8 the frozen layer's GEMM runs narrow, the adapters as

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <utility>
 
 namespace neusight {
 
@@ -83,7 +85,9 @@ std::string math_precision(const Kernel& k, const Gpu& gpu) {
     case KernelClass::gemm: {
       const Kernel run = kernel_as_run(k, gpu);
       const DType t = run.dtype == DType::undefined ? DType::f32 : run.dtype;
-      if (has_matrix_units(gpu, run.dtype)) return std::string(dtype_name(t)) + (gpu.vendor == "amd" ? "-matrix" : "-tensor");
+      if (has_matrix_units(gpu, run.dtype))
+        return std::string(dtype_name(t)) + (gpu.vendor == "amd" ? "-matrix" : "-tensor") +
+               (runs_sparse_2_4(k, gpu) ? "-2:4" : "");
       // FP64: DMMA tensor cores (A100, H100) and CDNA's FP64 MFMA where they beat the vector rate.
       if (t == DType::f64)
         return gpu.gemm_peak_gflops(t) > gpu.peak_gflops(t) ? (gpu.vendor == "amd" ? "fp64-matrix" : "fp64-tensor")
@@ -102,7 +106,42 @@ double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu) {
   if (wm <= 0 || wn <= 0 || gpu.num_sm <= 0 || gpu.boost_mhz <= 0) return 0;
   const double flops_per_clock = gpu.gemm_peak_gflops(k.dtype) * 1e3 / (double(gpu.num_sm) * gpu.boost_mhz);
   const double eb = element_bytes(k.dtype);
-  return flops_per_clock * (wm + wn) * eb / (2 * wm * wn * kSharedMemoryBytesPerClock);
+  const double operands = runs_sparse_2_4(k, gpu) ? wm + wn / 2 : wm + wn;
+  return flops_per_clock * operands * eb / (2 * wm * wn * kSharedMemoryBytesPerClock);
+}
+
+bool has_sparse_matrix_units(const Gpu& gpu, DType dtype) {
+  if (!has_matrix_units(gpu, dtype)) return false;
+  const bool half = dtype == DType::f16 || dtype == DType::bf16;
+  const bool byte = dtype == DType::i8 || dtype == DType::u8 || is_fp8(dtype);
+  if (gpu.vendor == "amd") return (gpu.arch == "gfx942" || gpu.arch == "gfx950") && (half || byte);
+  if (gpu.arch.rfind("sm_", 0) != 0 || std::atoi(gpu.arch.c_str() + 3) < 80) return false;
+  return half || byte || dtype == DType::tf32 || dtype == DType::f4e2m1;
+}
+
+bool runs_sparse_2_4(const Kernel& k, const Gpu& gpu) {
+  return k.sparse_2_4 && k.cls == KernelClass::gemm && has_sparse_matrix_units(gpu, kernel_as_run(k, gpu).dtype);
+}
+
+Kernel sparse_2_4_as_run(const Kernel& k) {
+  Kernel r = k;
+  const double eb = narrow_weight_gemms(k.dtype) ? narrow_operand_bytes(k.dtype) : element_bytes(k.dtype);
+  const double weight = double(k.gemm.k) * double(k.gemm.n);
+  r.bytes = std::max(k.bytes - weight * (eb - sparse_2_4_bytes_per_element(eb)), 0.5 * k.bytes);
+  return r;
+}
+
+Gpu sparse_2_4_gpu(const Gpu& gpu) {
+  Gpu g = gpu;
+  const std::pair<double Gpu::*, DType> peaks[] = {{&Gpu::tf32_gflops, DType::tf32}, {&Gpu::fp16_gflops, DType::f16},
+                                                   {&Gpu::bf16_gflops, DType::bf16}, {&Gpu::fp8_gflops, DType::f8e4m3fn},
+                                                   {&Gpu::int8_gops, DType::i8},     {&Gpu::fp4_gflops, DType::f4e2m1}};
+  for (const auto& [peak, t] : peaks) {
+    if (!has_sparse_matrix_units(gpu, t)) continue;
+    g.set_matrix_lanes(t, gpu.matrix_lanes(t) * 2);
+    g.*peak *= 2;
+  }
+  return g;
 }
 
 namespace {

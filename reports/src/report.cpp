@@ -256,7 +256,15 @@ std::string dtype_label(const Report& r) {
   if (r.dtype_source == DTypeSource::config) out += ", as vLLM's --dtype auto serves it";
   if (r.dtype_source == DTypeSource::option && narrow_weight_gemms(r.dtype))
     out += std::string(": the weights' GEMMs; the rest ") + dtype_name(activation_dtype(r.dtype));
+  if (r.sparsity) out += "; " + sparsity_label(r);
   return out + ")";
+}
+
+std::string sparsity_label(const Report& r) {
+  if (!r.sparsity) return "";
+  const SparsityReport& s = *r.sparsity;
+  return "2:4 sparse: " + std::to_string(s.sparse_gemms) + " of " + std::to_string(s.pruned_gemms) + " pruned GEMMs on " +
+         (r.gpu.vendor == "amd" ? "sparse matrix cores" : "sparse tensor cores");
 }
 
 void add_kernels(const Report& r, double weight, IntervalSum& sum) {
@@ -337,7 +345,10 @@ std::optional<Throughput> step_throughput(const Report& r, int64_t samples, int6
     if (!(k.flops > 0)) return;
     t.flops += k.flops;
     if (!k.recomputed) t.model_flops += k.flops;
-    const std::string math = math_precision(k, r.gpu);
+    // A 2:4 sparse GEMM's FLOPs count against its math's dense peak, as the share of the peak
+    // (MFU) is quoted.
+    std::string math = math_precision(k, r.gpu);
+    if (const size_t sparse = math.rfind("-2:4"); sparse != std::string::npos) math.erase(sparse);
     for (auto* by : {&any_math, k.cls == KernelClass::gemm ? &gemm_math : nullptr}) {
       if (!by) continue;
       auto& [flops, peak] = (*by)[math];
@@ -644,6 +655,7 @@ json kernel_json(const KernelReport& k, const Gpu& gpu) {
   else if (k.kernel.rows > 0)
     j["vector"] = {{"rows", k.kernel.rows}, {"cols", k.kernel.cols}};
   if (k.kernel.recomputed) j["recomputed"] = true;
+  if (k.kernel.sparse_2_4) j["sparse_2_4"] = true;
   if (!k.kernel.note.empty()) j["note"] = k.kernel.note;
   return j;
 }
@@ -682,6 +694,12 @@ json report_json(const Report& r) {
   if (r.parallel) j["parallel"] = detail::parallel_json(*r.parallel);
   if (r.generation) j["generation"] = detail::generation_json(*r.generation);
   if (r.memory) j["memory"] = detail::memory_json(*r.memory);
+  if (r.sparsity)
+    j["sparsity"] = {{"pattern", "2:4"},
+                     {"targets", r.sparsity->targets},
+                     {"pruned_gemms", r.sparsity->pruned_gemms},
+                     {"sparse_gemms", r.sparsity->sparse_gemms},
+                     {"weights_saved_gib", finite(r.sparsity->weights_saved_gib)}};
   if (r.throughput) {
     const Throughput& t = *r.throughput;
     json& o = j["throughput"] = {{"flops", finite(t.flops)},

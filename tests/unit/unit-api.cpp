@@ -1,9 +1,12 @@
 // unit-api.cpp - the public analyze() entry point end to end.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "neusight/neusight.h"
+#include "neusight/precision.h"
 #include "lowering_graph.h"
 #include "onnx_proto.h"
 #include "roofline_options.h"
@@ -236,4 +239,51 @@ TEST_CASE("api: the throughput is the step's FLOPs and samples over its latency,
   CHECK(f.throughput->samples == 2);
   CHECK(f.throughput->tokens == 2 * 64);
   CHECK(f.throughput->tflops > 0);
+}
+
+TEST_CASE("api: --sparsity 2:4 never predicts slower, and at most twice as fast, on every GPU") {
+  LoadedModel m = load_model(test::example_model());
+  for (const Gpu& gpu : GpuDatabase::builtin().all()) {
+    CAPTURE(gpu.name);
+    for (const int64_t batch : {1, 8}) {
+      Options o = test::roofline_options(batch, 512);
+      o.predictor = PredictorKind::neusight;
+      o.dtype = DType::bf16;
+      o.timing = Timing::kernel;
+      const Report dense = analyze(m, gpu, o);
+      o.sparsity.two_four = true;
+      const Report sparse = analyze(m, gpu, o);
+      REQUIRE(sparse.sparsity);
+      CHECK(sparse.sparsity->pruned_gemms == 12 * 4);  // GPT-2's four linear layers a block; not the head
+      CHECK(sparse.e2e_latency_ms <= dense.e2e_latency_ms);
+      CHECK(sparse.e2e_latency_ms >= 0.5 * dense.e2e_latency_ms);
+      REQUIRE(sparse.memory);
+      REQUIRE(dense.memory);
+      const bool units = has_sparse_matrix_units(gpu, DType::bf16);
+      if (!units) {
+        // No sparse units for its math: dense, held dense, and a warning says so.
+        CHECK(sparse.e2e_latency_ms == doctest::Approx(dense.e2e_latency_ms));
+        CHECK(sparse.sparsity->sparse_gemms == 0);
+        CHECK(sparse.memory->weights_gib == doctest::Approx(dense.memory->weights_gib));
+        CHECK(std::any_of(sparse.warnings.begin(), sparse.warnings.end(),
+                          [](const std::string& w) { return w.find("no sparse matrix units") != std::string::npos; }));
+      } else {
+        CHECK(sparse.sparsity->sparse_gemms > 0);
+        CHECK(sparse.memory->weights_gib < dense.memory->weights_gib);
+        CHECK(sparse.memory->weights_gib == doctest::Approx(dense.memory->weights_gib - sparse.sparsity->weights_saved_gib));
+      }
+      // Each pruned GEMM: never slower than its dense self, at most twice as fast.
+      std::map<std::string, double> dense_ms;
+      for (const auto& n : dense.nodes)
+        for (const auto& k : n.kernels)
+          if (k.kernel.cls == KernelClass::gemm) dense_ms[n.name] += k.prediction.latency_ms;
+      for (const auto& n : sparse.nodes)
+        for (const auto& k : n.kernels) {
+          if (!k.kernel.sparse_2_4) continue;
+          CHECK(units);
+          CHECK(k.prediction.latency_ms <= dense_ms[n.name]);
+          CHECK(k.prediction.latency_ms >= 0.5 * dense_ms[n.name] * (1 - 1e-9));
+        }
+    }
+  }
 }

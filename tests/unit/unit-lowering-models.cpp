@@ -4,6 +4,7 @@
 // updates).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -320,4 +321,50 @@ TEST_CASE("lowering: LoRA freezes the model and trains rank-r adapters beside it
   CHECK_THROWS_AS(lower(g, o), InputError);
   o.lora.targets = "no_such_weight";
   CHECK_THROWS_AS(lower(g, o), InputError);
+}
+
+TEST_CASE("lowering: --sparsity 2:4 marks the linear layers but the head, or those a pattern names") {
+  // A two-layer Llama: seven linear layers a layer (q, k, v, o, gate, up, down) and the head.
+  LoweringOptions o;
+  const Graph g = small_llama_graph(2, 64, o.opset);
+  const KernelList dense = lower(g, o);
+  o.sparsity.two_four = true;
+  const KernelList all = lower(g, o);
+  REQUIRE(all.kernels.size() == dense.kernels.size());
+  int marked = 0;
+  for (size_t i = 0; i < all.kernels.size(); ++i) {
+    const Kernel& k = all.kernels[i];
+    // The work counts stay the dense GEMM's: the GPU decides whether it runs sparse.
+    CHECK(k.flops == dense.kernels[i].flops);
+    CHECK(k.bytes == dense.kernels[i].bytes);
+    if (!k.sparse_2_4) continue;
+    ++marked;
+    CHECK(k.cls == KernelClass::gemm);
+    CHECK(g.nodes[static_cast<size_t>(k.node)].name.find("lm_head") == std::string::npos);
+  }
+  CHECK(marked == 2 * 7);
+  CHECK(all.sparse_weights.size() == 2 * 7);
+  CHECK(dense.sparse_weights.empty());
+  o.sparsity.targets = "mlp";
+  const KernelList mlp = lower(g, o);
+  CHECK(std::count_if(mlp.kernels.begin(), mlp.kernels.end(), [](const Kernel& k) { return k.sparse_2_4; }) == 2 * 3);
+  o.sparsity.targets = "no_such_layer";
+  CHECK_THROWS_AS(lower(g, o), InputError);
+  o.sparsity.targets = "(";
+  CHECK_THROWS_AS(lower(g, o), InputError);
+  // Serving kernels' GEMMs over concatenated weights (Q, K, V; gate, up): pruned when every
+  // member is.
+  o.serving_kernels = true;
+  o.fusion = Fusion::full;
+  o.sparsity.targets = "all";
+  const KernelList merged = lower(g, o);
+  int merged_marked = 0;
+  for (const Kernel& k : merged.kernels) merged_marked += k.sparse_2_4;
+  CHECK(merged_marked == 2 * 4);  // qkv, o, gate+up, down
+  CHECK(merged.sparse_weights.size() == 2 * 7);
+  o.sparsity.targets = "q_proj|o_proj";
+  const KernelList partial = lower(g, o);
+  int partial_marked = 0;
+  for (const Kernel& k : partial.kernels) partial_marked += k.sparse_2_4;
+  CHECK(partial_marked == 2);  // o alone: q's GEMM also reads k and v
 }

@@ -585,3 +585,39 @@ TEST_CASE("precision: FP64 runs at the architecture's FP64 rate, on DMMA / FP64 
   const auto pr = p->predict(ks, {tile_kernel(f32, rtx), tile_kernel(f64, rtx)}, rtx);
   CHECK(pr[1].latency_ms > 30 * pr[0].latency_ms);
 }
+
+TEST_CASE("precision: 2:4 sparsity runs on sparse matrix units from Ampere and CDNA 3, at twice the peak") {
+  const GpuDatabase& db = GpuDatabase::builtin();
+  for (const char* name : {"a100", "a10", "l4", "h100", "b200", "rtx5090"}) {
+    CAPTURE(name);
+    const Gpu g = db.resolve(name);
+    CHECK(has_sparse_matrix_units(g, DType::bf16));
+    CHECK(has_sparse_matrix_units(g, DType::tf32));
+    CHECK_FALSE(has_sparse_matrix_units(g, DType::f32));
+    const Gpu s = sparse_2_4_gpu(g);
+    CHECK(s.bf16_gflops == doctest::Approx(2 * g.bf16_gflops));
+    CHECK(s.matrix_lanes(DType::bf16) == doctest::Approx(2 * g.matrix_lanes(DType::bf16)));
+    CHECK(s.fp32_gflops == g.fp32_gflops);
+    CHECK(s.mem_bw_gbps == g.mem_bw_gbps);
+  }
+  CHECK(has_sparse_matrix_units(db.resolve("h100"), DType::f8e4m3fn));
+  CHECK_FALSE(has_sparse_matrix_units(db.resolve("a100"), DType::f8e4m3fn));  // no FP8 units
+  CHECK(has_sparse_matrix_units(db.resolve("b200"), DType::f4e2m1));
+  for (const char* name : {"v100", "t4", "p100", "mi100", "mi250"}) {
+    CAPTURE(name);
+    const Gpu g = db.resolve(name);
+    CHECK_FALSE(has_sparse_matrix_units(g, DType::f16));
+    CHECK(sparse_2_4_gpu(g).fp16_gflops == g.fp16_gflops);
+  }
+  CHECK(has_sparse_matrix_units(db.resolve("mi300x"), DType::bf16));
+  CHECK_FALSE(has_sparse_matrix_units(db.resolve("mi300x"), DType::tf32));
+  // The weight (k x n) read compressed: half its values and a 2-bit index of each.
+  Kernel k = linear(64, 4096, 4096, "bf16");
+  k.sparse_2_4 = true;
+  const Kernel run = sparse_2_4_as_run(k);
+  CHECK(k.bytes - run.bytes == doctest::Approx(4096.0 * 4096.0 * (2 - 1.125)));
+  CHECK(runs_sparse_2_4(k, db.resolve("h100")));
+  CHECK_FALSE(runs_sparse_2_4(k, db.resolve("v100")));
+  CHECK(math_precision(k, db.resolve("h100")) == "bf16-tensor-2:4");
+  CHECK(math_precision(k, db.resolve("v100")) == "fp32-simt");
+}

@@ -70,6 +70,10 @@ struct Options {
   // Training with low-rank adapters (--lora; LoweringOptions::lora): the model's parameters
   // frozen, the adapters' alone updated and held with gradients and optimizer state.
   LoraOptions lora;
+  // --sparsity 2:4 (LoweringOptions::sparsity): the linear layers' weights pruned 2:4, in
+  // inference; each pruned GEMM runs on sparse matrix units where the GPU has them for its
+  // math and where that is the faster (precision.h runs_sparse_2_4), its weight held compressed.
+  SparsityOptions sparsity;
   // LoweringOptions::serving_kernels (set by --generate under --fusion full).
   bool serving_kernels = false;
   // --image-size: the image a --config vision-language model whose processor takes any size
@@ -112,6 +116,9 @@ struct Analysis {
   // --lora: the adapters' bytes on one copy of the model (tensor parallelism then splits some
   // of them over the GPUs); 0 without adapters.
   double lora_bytes = 0;
+  // --sparsity 2:4: the weight bytes the pruned weights' compression saves on one copy of the
+  // model (held compressed where the GPU runs them sparse); 0 without.
+  double sparse_saved_bytes = 0;
 };
 Analysis prepare(const LoadedModel& model, const Options& options);
 // The report on `gpu` at the largest batch (the dim options.dims.batch binds; its value is

@@ -162,6 +162,11 @@ struct Kernel {
   // A LoRA adapter's kernel beside the frozen linear layer of `node` (--lora): its GEMMs
   // (op lora_a, lora_b) and its scale and add; not QLoRA's dequantize of the frozen weight.
   bool lora_adapter = false;
+  // A linear layer's GEMM whose weight is pruned 2:4 (--sparsity 2:4; SparsityOptions): two of
+  // every four consecutive weights along the reduction are zero. `flops` and `bytes` stay the
+  // dense GEMM's; where the GPU has sparse matrix units for the dtype the predictor runs it
+  // there (precision.h sparse_2_4_kernel), else it runs dense.
+  bool sparse_2_4 = false;
 
   double flops = 0;    // useful floating-point operations
   double bytes = 0;    // bytes read + written from/to memory at minimum
@@ -312,6 +317,22 @@ inline constexpr const char* kNf4DequantizeOp = "dequantize_nf4";
 // The weights a kernel list holds in NF4: those its forward dequantize kernels expand.
 std::set<std::string> nf4_weights(const std::vector<Kernel>& kernels);
 
+// 2:4 structured sparsity (NVIDIA's sparse tensor cores since Ampere, cuSPARSELt; PyTorch's
+// to_sparse_semi_structured; TensorRT's --sparsity): of every four consecutive weights along a
+// linear layer's reduction two are zero, held compressed as the two kept values and a 2-bit
+// index of each (the PTX ISA's sparse mma metadata), and the matrix units skip the zeros:
+// twice the dense peak for the same useful work. `targets`: "all" (every linear layer but the
+// output head, the layers SparseGPT and Wanda prune) or a regular expression (ECMAScript) that a
+// pruned weight's initializer name contains a match of. A GEMM over concatenated weights
+// (serving kernels) is pruned when all its members are.
+struct SparsityOptions {
+  bool two_four = false;
+  std::string targets = "all";
+};
+// Bytes per element of a weight held 2:4-compressed whose dense elements take `dense_bytes`:
+// half the values and a 2-bit index per kept value.
+inline double sparse_2_4_bytes_per_element(double dense_bytes) { return 0.5 * dense_bytes + 0.5 * 0.25; }
+
 struct LoweringOptions {
   Mode mode = Mode::inference;
   Fusion fusion = Fusion::eager;
@@ -341,6 +362,8 @@ struct LoweringOptions {
   // Low-rank adapters (--lora): LoraOptions above, trained or (inference) served unmerged;
   // rank 0: none (training: every parameter trains).
   LoraOptions lora;
+  // --sparsity 2:4: the linear layers whose weights are pruned 2:4 (inference).
+  SparsityOptions sparsity;
 };
 
 // Why a node launches no kernel (none: it does, or it was fused into another node's kernel).
@@ -372,6 +395,8 @@ struct KernelList {
   std::vector<int> fused_into;
   // Per node: why it launches no kernel (FreeReason::none when it does or when it was fused).
   std::vector<FreeReason> free_reason;
+  // --sparsity 2:4: the weights (initializer names) of the pruned linear layers.
+  std::vector<std::string> sparse_weights;
 };
 
 KernelList lower(const Graph& graph, const LoweringOptions& options);

@@ -209,15 +209,36 @@ Kernel kernel_as_run(const Kernel& k, const Gpu& gpu);
 // cores for its dtype, which accumulates in FP32); streaming kernels (elementwise, softmax,
 // norms, reductions) compute in FP32 on CUDA cores whatever their storage dtype ("fp32-simt";
 // "fp64-simt" for double, "int-simt" for integer and boolean data); kernels that only move
-// bytes (memory, collectives): "none".
+// bytes (memory, collectives): "none". A 2:4-pruned GEMM on sparse matrix units
+// (runs_sparse_2_4) adds "-2:4" ("bf16-tensor-2:4").
 std::string math_precision(const Kernel& k, const Gpu& gpu);
+
+// 2:4 structured sparsity (lowering.h SparsityOptions, Kernel::sparse_2_4).
+// Whether the GPU has sparse matrix units for `dtype`: NVIDIA's sparse tensor cores from
+// Ampere on (compute capability 8.0 and newer: TF32, FP16, BF16, INT8, and FP8 / FP4 where the
+// GPU has those units; the A100, H100 and B200 datasheets list each sparse peak at twice the
+// dense one) and AMD CDNA 3 and 4's sparse MFMA (gfx942, gfx950: FP16, BF16, FP8, INT8);
+// none on Volta, Turing or CDNA 1 and 2.
+bool has_sparse_matrix_units(const Gpu& gpu, DType dtype);
+// A 2:4-pruned GEMM whose math (kernel_as_run) has sparse matrix units on this GPU.
+bool runs_sparse_2_4(const Kernel& k, const Gpu& gpu);
+// Such a GEMM as it runs there: its weight (B, k x n) read compressed
+// (lowering.h sparse_2_4_bytes_per_element).
+Kernel sparse_2_4_as_run(const Kernel& k);
+// The GPU as a sparse GEMM sees it: each matrix peak with sparse units doubled, and the
+// units' math per lane-clock with it (the zeros skipped, twice the useful work a clock); the
+// rest as it is.
+Gpu sparse_2_4_gpu(const Gpu& gpu);
 
 // Operand delivery of tensor-core GEMMs. Per k step a warp tile (wm x wn) reads (wm + wn)
 // operand elements from shared memory for 2 wm wn FLOPs, through a port of
 // kSharedMemoryBytesPerClock per SM (32 banks x 4 B on every NVIDIA GPU since Kepler; AMD's
 // LDS alike). The fraction of that port the tensor cores need at their dense peak is
 //   d = (peak / (SMs x clock)) x (wm + wn) x element_bytes / (2 wm wn x 128)
-// (V100, T4: 0.25 with 64x64 warp tiles; A100: 0.5; H100 about 0.6).
+// (V100, T4: 0.25 with 64x64 warp tiles; A100: 0.5; H100 about 0.6). A 2:4 sparse GEMM
+// (runs_sparse_2_4, on sparse_2_4_gpu's doubled peak) reads a clock's share of its weight
+// compressed, as many bytes as a dense clock's, and twice the activation's: (2 wm + wn) in
+// place of 2 (wm + wn), the weight on the n side.
 constexpr double kSharedMemoryBytesPerClock = 128;
 // d of a GEMM kernel with its tiling on a GPU; 0 for kernels not on matrix units.
 double operand_port_demand(const Kernel& k, const Tiling& t, const Gpu& gpu);

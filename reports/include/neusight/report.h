@@ -306,6 +306,16 @@ struct Throughput {
   double train_usd = 0;
 };
 
+// --sparsity 2:4 (lowering.h SparsityOptions): the pruned linear layers' GEMMs and how many of
+// them run on sparse matrix units on this GPU (the rest dense: no sparse units for their math,
+// or dense is faster there), and the weight memory their compression saves on one GPU.
+struct SparsityReport {
+  std::string targets = "all";
+  int pruned_gemms = 0;
+  int sparse_gemms = 0;
+  double weights_saved_gib = 0;
+};
+
 struct Report {
   Gpu gpu;
   std::string model_name;
@@ -348,6 +358,7 @@ struct Report {
   // One GPU's memory for the run (absent under --parallel and --generate, whose reports count
   // their own per GPU).
   std::optional<MemoryFootprint> memory;
+  std::optional<SparsityReport> sparsity;  // --sparsity 2:4
   // --latency-slo: the report is at the largest batch whose end-to-end latency is at most
   // `slo_ms` and whose memory fits the GPU (met: batch 1 does), and the batch above it that
   // does not: its latency and whether it fits (next_batch 0: the search's cap, kMaxSloBatch).
@@ -378,6 +389,8 @@ GpuWarning memory_warning(const MemoryFootprint& m, const std::string& gpu);
 // forced narrow dtype that narrows the weights' GEMMs alone (lowering.h narrow_weight_gemms)
 // "fp8 (--dtype: the weights' GEMMs; the rest bf16)".
 std::string dtype_label(const Report& r);
+// "2:4 sparse: 224 of 224 pruned GEMMs on sparse tensor cores" (SparsityReport), "" without.
+std::string sparsity_label(const Report& r);
 
 // The footprint in one line, as the terminal and HTML say it: "12.4 GiB of 80 GiB (weights
 // 10.1, activations 2.3 at most alive at once)", and when it does not fit "... : does not fit,
