@@ -869,6 +869,10 @@ void put_kernel(std::string& out, const KernelReport& k, const Gpu& gpu) {
     put_key(out, "recomputed");
     out += "true";
   }
+  if (k.kernel.sparse_2_4) {
+    put_key(out, "sparse_2_4");
+    out += "true";
+  }
   if (!k.kernel.note.empty()) {
     put_key(out, "note");
     put_str(out, k.kernel.note);
