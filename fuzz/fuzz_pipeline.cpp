@@ -64,6 +64,16 @@ void run_pipeline(const std::string& bytes) {
     (void)format_json({predict(prepare(loaded, served), loaded.model, gpu, served)});
   } catch (const InputError&) {
   }
+  // Linear layers pruned 2:4 (sparse tensor cores where the GPU has them) over tensor-parallel
+  // GPUs, in BF16 (a graph without a linear layer is an input error).
+  try {
+    Options pruned = opt;
+    pruned.sparsity.two_four = true;
+    pruned.dtype = DType::bf16;
+    pruned.parallel = parse_parallel("tp=2");
+    (void)format_json({predict(prepare(loaded, pruned), loaded.model, gpu, pruned)});
+  } catch (const InputError&) {
+  }
   // Training lowers backward and update kernels too.
   opt.mode = Mode::training;
   opt.fusion = Fusion::none;

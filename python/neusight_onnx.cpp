@@ -849,7 +849,7 @@ PYBIND11_MODULE(neusight_onnx, m) {
       "[,schedule=gpipe|1f1b][,vp=V][,zero=1|2|3][,sp=1]' or a dict of those, with link_bw in GB/s; optimizer\n"
       "(training) 'sgd'|'momentum'|'adam' as --optimizer; recompute (training) 'none'|'full'|'selective' as\n"
       "--recompute; lora a rank or 'R[,adapters=N][,targets=REGEX]' as --lora (trained, or in inference served);\n"
-      "sparsity '2:4[,targets=REGEX]' as --sparsity (the linear layers' weights pruned 2:4, inference);\n"
+      "sparsity '2:4[,targets=REGEX]' or 'auto' as --sparsity (linear layers' weights pruned 2:4, inference);\n"
       "latency_slo (ms) as --latency-slo: per GPU the largest batch within it that fits (batch then unset); train_tokens (training; a number or '15T') as --train-tokens; gpu_cost (USD a GPU-hour, or\n"
       "{gpu: USD}) as --gpu-cost. The report's 'throughput' holds samples/s, tokens/s, TFLOP/s, the share of the\n"
       "peak (MFU) and the costs. The GIL is released while it runs.");

@@ -165,16 +165,20 @@ void parse_lora(const Args& args, Options& opt) {
   }
 }
 
-// --sparsity 2:4[,targets=all|REGEX]: the linear layers' weights pruned 2:4; the targets last,
-// as a pattern may hold commas.
+// --sparsity 2:4[,targets=all|REGEX] | auto: the linear layers' weights pruned 2:4 (auto: those
+// whose values show it); the targets last, as a pattern may hold commas.
 void parse_sparsity(const Args& args, Options& opt) {
   if (!args.has("--sparsity")) return;
   const std::string spec = args.get("--sparsity");
   const size_t comma = spec.find(',');
   const std::string pattern = spec.substr(0, comma);
+  if (pattern == "auto" && comma == std::string::npos) {
+    opt.sparsity.from_weights = true;
+    return;
+  }
   if (pattern != "2:4")
-    throw InputError("--sparsity: expected 2:4[,targets=all|REGEX] (2:4 structured sparsity is the pattern GPUs "
-                     "run), got '" + spec + "'");
+    throw InputError("--sparsity: expected 2:4[,targets=all|REGEX] or auto (2:4 structured sparsity is the pattern "
+                     "GPUs run), got '" + spec + "'");
   opt.sparsity.two_four = true;
   if (comma == std::string::npos) return;
   const std::string rest = spec.substr(comma + 1);

@@ -282,9 +282,46 @@ void add_recompute(Analysis& a, const Options& options) {
 }
 
 // LoRA beside --parallel: training's adapters over dp, pp and ZeRO; inference's over tp.
+// --sparsity auto: the weights of the graph's GEMMs (MatMul's and Gemm's B, 2-D float
+// initializers) whose inline values are pruned 2:4 along the reduction, as TensorRT's
+// --sparsity=enable finds them; a line in `warnings` when none is (saying how many are
+// external, never read). Otherwise `s` as given.
+SparsityOptions resolve_sparsity(const LoadedModel& loaded, const Graph& g, SparsityOptions s,
+                                 std::vector<Warning>& warnings) {
+  if (!s.from_weights) return s;
+  int checked = 0, external = 0;
+  std::set<std::string> seen;
+  for (const Node& n : g.nodes) {
+    if ((n.op_type != "MatMul" && n.op_type != "Gemm") || !n.domain.empty() || n.inputs.size() < 2) continue;
+    const TensorInfo* w = g.find(n.inputs[1]);
+    if (!w || !w->is_initializer || !is_float(w->dtype) || w->shape.size() != 2 || !seen.insert(w->name).second)
+      continue;
+    if (w->external_data) {
+      ++external;
+      continue;
+    }
+    // MatMul's B is [K, N]; Gemm's [N, K] under transB.
+    const int axis = n.op_type == "Gemm" && n.attr_i("transB", 0) != 0 ? 1 : 0;
+    const std::optional<bool> pruned = initializer_pruned_2_4(loaded, w->name, axis);
+    if (!pruned) continue;
+    ++checked;
+    if (*pruned) s.weights.insert(w->name);
+  }
+  s.two_four = !s.weights.empty();
+  if (!s.two_four)
+    warnings.push_back(Warning{WarningCode::binding,
+                               "--sparsity auto: no GEMM weight is pruned 2:4 (" + std::to_string(checked) +
+                                   " checked" +
+                                   (external > 0 ? ", " + std::to_string(external) +
+                                                       " in external data, never read: --sparsity 2:4 says they are"
+                                                 : std::string()) +
+                                   "); the model runs dense"});
+  return s;
+}
+
 // --sparsity 2:4 prices inference; its weights are not placed on pipeline stages.
 void check_sparsity(const Options& options) {
-  if (!options.sparsity.two_four) return;
+  if (!options.sparsity.two_four && !options.sparsity.from_weights) return;
   if (options.mode == Mode::training)
     throw InputError("--sparsity 2:4 prices a pruned model's inference (--mode training would train the dense weights "
                      "and mask them, as the pruning recipes do)");
@@ -307,6 +344,35 @@ void check_lora_parallel(const Options& options) {
 const char* recompute_name(Recompute r) {
   return r == Recompute::full ? "full" : r == Recompute::selective ? "selective" : "none";
 }
+
+namespace {
+
+// The lowering's options for `options` on the analysis's bound graph (--sparsity auto reads the
+// model's weights; its warning joins the shapes').
+LoweringOptions lowering_options(const LoadedModel& loaded, const Options& options, Analysis& a) {
+  LoweringOptions lo;
+  lo.mode = options.mode;
+  lo.fusion = options.fusion;
+  lo.attention = options.attention;
+  lo.compute_dtype = options.dtype;
+  lo.kv_cache_dtype = options.kv_dtype;
+  lo.serving_kernels = options.serving_kernels;
+  lo.optimizer = options.optimizer;
+  check_lora_parallel(options);
+  if (options.lora.adapters > 1 && options.mode == Mode::training)
+    throw InputError("--lora adapters=" + std::to_string(options.lora.adapters) +
+                     " serves several adapters at once: inference (training trains one)");
+  lo.lora = options.lora;
+  lo.lora.sequences = a.bound.batch;  // each sequence's tokens use one adapter
+  check_sparsity(options);
+  lo.sparsity = resolve_sparsity(loaded, a.graph, options.sparsity, a.shapes.warnings);
+  lo.opset = loaded.model.opset();
+  for (const auto& [domain, version] : loaded.model.opsets)
+    if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
+  return lo;
+}
+
+}  // namespace
 
 Analysis prepare(const LoadedModel& loaded, const Options& options) {
   Analysis a;
@@ -350,26 +416,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   std::vector<Warning> warnings;
   for (const auto& w : bind_warnings) warnings.push_back(Warning{WarningCode::binding, w});
   a.shapes.warnings.insert(a.shapes.warnings.begin(), warnings.begin(), warnings.end());
-  LoweringOptions lo;
-  lo.mode = options.mode;
-  lo.fusion = options.fusion;
-  lo.attention = options.attention;
-  lo.compute_dtype = options.dtype;
-  lo.kv_cache_dtype = options.kv_dtype;
-  lo.serving_kernels = options.serving_kernels;
-  lo.optimizer = options.optimizer;
-  check_lora_parallel(options);
-  if (options.lora.adapters > 1 && options.mode == Mode::training)
-    throw InputError("--lora adapters=" + std::to_string(options.lora.adapters) +
-                     " serves several adapters at once: inference (training trains one)");
-  lo.lora = options.lora;
-  lo.lora.sequences = a.bound.batch;  // each sequence's tokens use one adapter
-  check_sparsity(options);
-  lo.sparsity = options.sparsity;
-  lo.opset = loaded.model.opset();
-  for (const auto& [domain, version] : loaded.model.opsets)
-    if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;
-  a.kernels = lower(a.graph, lo);
+  a.kernels = lower(a.graph, lowering_options(loaded, options, a));
   a.lora_bytes = lora_adapter_bytes(a.kernels.kernels, options.lora.adapters);  // one copy's, before tp splits them
   const std::vector<std::string> sparse_weights = a.kernels.sparse_weights;
   a.sparse_saved_bytes = sparse_2_4_saved_bytes(a.graph, sparse_weights, options);
@@ -537,6 +584,18 @@ void add_sparse_2_4_notes(Report& r, const Gpu& gpu, int pruned, int dense, DTyp
                          " pruned GEMMs run dense on " + gpu.name + ", where that is faster");
 }
 
+// The report's SparsityReport: `sparse` of the `pruned` GEMMs on sparse units, the weights one
+// GPU holds compressed (none where `dense_held` says they are held dense).
+SparsityReport sparsity_report(const Analysis& a, const Options& options, int pruned, int sparse, double dense_held) {
+  SparsityReport s;
+  s.targets = options.sparsity.from_weights ? "auto" : options.sparsity.targets.empty() ? "all" : options.sparsity.targets;
+  s.pruned_gemms = pruned;
+  s.sparse_gemms = sparse;
+  const int tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
+  s.weights_saved_gib = (a.sparse_saved_bytes - dense_held) / tp / (1024.0 * 1024.0 * 1024.0);
+  return s;
+}
+
 }  // namespace
 
 Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Options& options) {
@@ -626,15 +685,7 @@ Report predict(const Analysis& a, const Model& model, const Gpu& gpu, const Opti
   summarize(r);
   // Pruned weights no GEMM runs sparse here are held dense.
   const double dense_held = pruned > 0 && !holds_sparse_2_4(a, gpu) ? a.sparse_saved_bytes : 0.0;
-  if (pruned > 0) {
-    SparsityReport s;
-    s.targets = options.sparsity.targets.empty() ? "all" : options.sparsity.targets;
-    s.pruned_gemms = pruned;
-    s.sparse_gemms = pruned - sparse_dense - sparse_slower;
-    s.weights_saved_gib = (a.sparse_saved_bytes - dense_held) / std::max(1, options.parallel.active ? options.parallel.tp : 1) /
-                          (1024.0 * 1024.0 * 1024.0);
-    r.sparsity = s;
-  }
+  if (pruned > 0) r.sparsity = sparsity_report(a, options, pruned, pruned - sparse_dense - sparse_slower, dense_held);
   if (auto pipeline = memory_and_pipeline(a, gpu, options, r, dense_held)) par = std::move(pipeline);
   if (par) {  // the iteration, not the sum of one micro-batch's kernels
     // The interval scales with the iteration (the micro-batch's kernels set its width).

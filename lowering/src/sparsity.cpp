@@ -10,9 +10,10 @@ namespace neusight::lowering_detail {
 std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& kernels, const SparsityOptions& s) {
   std::vector<std::string> names;
   if (!s.two_four) return names;
-  const bool all = s.targets.empty() || s.targets == "all";
+  const bool named = !s.weights.empty();
+  const bool all = !named && (s.targets.empty() || s.targets == "all");
   std::regex pattern;
-  if (!all) {
+  if (!all && !named) {
     try {
       pattern = std::regex(s.targets, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
@@ -26,6 +27,7 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
   // SparseGPT's and Wanda's 2:4 recipes prune every linear layer of the blocks and keep the
   // output head dense.
   const auto pruned = [&](int node, const std::string& w) {
+    if (named) return s.weights.count(w) != 0;
     return all ? feeds[static_cast<size_t>(node)] != 0 : std::regex_search(w, pattern);
   };
   std::set<std::string> seen;
@@ -54,6 +56,7 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
     for (const std::string& name : weights)
       if (seen.insert(name).second) names.push_back(name);
   }
+  if (names.empty() && named) return names;  // --sparsity auto: pruned weights no linear layer reads
   if (names.empty())
     throw InputError(all ? std::string("--sparsity 2:4: the graph has no linear layer (a GEMM of a 2-D float weight) "
                                        "before its output head to prune")

@@ -1,4 +1,5 @@
 """--sparsity 2:4: pruned linear layers on sparse tensor cores, through the real binary."""
+import json
 import os
 import subprocess
 import sys
@@ -79,6 +80,65 @@ class SparsityTest(unittest.TestCase):
             p = subprocess.run([sys.executable, "-c", script, out], capture_output=True, text=True)
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertIn("2:4 sparse: 48 of 48 pruned GEMMs", p.stdout)
+
+    def test_auto_finds_the_pruned_weights_in_the_model(self):
+        # An MLP with fp16 weights inline: MatMul's B [K, N] pruned along K (axis 0), Gemm's
+        # transposed B [N, K] along K (axis 1), a dense head; and the same model unpruned.
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        def write(path, pruned, wrong_axis=False):
+            rng = np.random.default_rng(0)
+            w1 = rng.standard_normal((512, 2048)).astype(np.float16)
+            w2 = rng.standard_normal((512, 2048)).astype(np.float16)
+            w3 = rng.standard_normal((512, 64)).astype(np.float16)
+            if pruned:
+                w1.reshape(128, 4, 2048)[:, :2, :] = 0
+                w2.reshape(512, 512, 4)[:, :, 1:3] = 0
+            if wrong_axis:  # zeros along the output dim: no pattern along the reduction
+                w1 = rng.standard_normal((512, 2048)).astype(np.float16)
+                w1.reshape(512, 512, 4)[:, :, :2] = 0
+            nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="fc1"),
+                     helper.make_node("Relu", ["h"], ["r"], name="act"),
+                     helper.make_node("Gemm", ["r", "w2"], ["g"], name="fc2", transB=1),
+                     helper.make_node("MatMul", ["g", "w3"], ["y"], name="head")]
+            g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch", 512])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", 64])],
+                                  [numpy_helper.from_array(w, n) for w, n in ((w1, "w1"), (w2, "w2"), (w3, "w3"))])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+            onnx.checker.check_model(m)
+            onnx.save(m, path)
+
+        with tempfile.TemporaryDirectory() as d:
+            dense, pruned, wrong = (os.path.join(d, f) for f in ("dense.onnx", "pruned.onnx", "wrong.onnx"))
+            write(dense, False)
+            write(pruned, True)
+            write(wrong, True, wrong_axis=True)
+            args = ["--gpu", "a100", "--batch", "8192", "--sparsity", "auto"]
+            r = run_json(pruned, *args)
+            self.assertEqual(r["sparsity"]["targets"], "auto")
+            self.assertEqual(r["sparsity"]["pruned_gemms"], 2)
+            by_node = {n["name"]: n["kernels"][0] for n in r["nodes"]}
+            self.assertEqual(by_node["fc1"]["math"], "fp16-tensor-2:4")
+            self.assertEqual(by_node["fc2"]["math"], "fp16-tensor-2:4")
+            self.assertEqual(by_node["head"]["math"], "fp16-tensor")
+            # fc1's pruned columns along the wrong axis: fc2 alone.
+            self.assertEqual(run_json(wrong, *args)["sparsity"]["pruned_gemms"], 1)
+            rc, _, err = run(dense, *args)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("--sparsity auto: no GEMM weight is pruned 2:4 (3 checked); the model runs dense", err)
+            # compare: the pruned variant against the dense one, each as its weights say.
+            with tempfile.TemporaryDirectory() as o:
+                out = os.path.join(o, "c.json")
+                rc, _, err = run("compare", dense, pruned, *args, "--json", out)
+                self.assertEqual(rc, 0, err)
+                with open(out) as f:
+                    c = json.load(f)
+            speedup = {r["model"]: r["speedup"] for r in c["results"]}
+            self.assertEqual(speedup["dense.onnx"], 1.0)
+            self.assertGreater(speedup["pruned.onnx"], 1.2)
+            self.assertLess(speedup["pruned.onnx"], 2.0)
 
     def test_bad_input_is_one_line_and_no_file(self):
         cases = [(["--sparsity", "2:8"], "expected 2:4"),

@@ -324,10 +324,13 @@ std::set<std::string> nf4_weights(const std::vector<Kernel>& kernels);
 // twice the dense peak for the same useful work. `targets`: "all" (every linear layer but the
 // output head, the layers SparseGPT and Wanda prune) or a regular expression (ECMAScript) that a
 // pruned weight's initializer name contains a match of. A GEMM over concatenated weights
-// (serving kernels) is pruned when all its members are.
+// (serving kernels) is pruned when all its members are. `weights`, when not empty, names the
+// pruned weights instead (--sparsity auto: those whose values carry the pattern, the head's too).
 struct SparsityOptions {
   bool two_four = false;
   std::string targets = "all";
+  bool from_weights = false;  // --sparsity auto: the analysis fills `weights` from the model's values
+  std::set<std::string> weights;
 };
 // Bytes per element of a weight held 2:4-compressed whose dense elements take `dense_bytes`:
 // half the values and a 2-bit index per kept value.

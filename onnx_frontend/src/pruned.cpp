@@ -1,0 +1,76 @@
+// pruned.cpp - whether an inline weight's values carry the 2:4 pattern sparse tensor cores run.
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+#include "onnx_proto.h"
+
+namespace neusight {
+
+namespace {
+
+// Per element i of `tp` (n elements): is it zero (either sign)? Empty when its values are not
+// inline in a supported float type.
+std::function<bool(int64_t)> zero_test(const onnx::TensorProto& tp, int64_t n) {
+  const auto dt = tp.data_type();
+  const bool half = dt == onnx::TensorProto::FLOAT16 || dt == onnx::TensorProto::BFLOAT16;
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) return {};
+  if (tp.has_raw_data()) {
+    const std::string& raw = tp.raw_data();
+    const size_t width = half ? 2 : dt == onnx::TensorProto::FLOAT ? 4 : dt == onnx::TensorProto::DOUBLE ? 8 : 0;
+    if (width == 0 || raw.size() != static_cast<size_t>(n) * width) return {};
+    const char* p = raw.data();
+    if (width == 2)
+      return [p](int64_t i) {
+        uint16_t x;
+        std::memcpy(&x, p + 2 * i, 2);
+        return (x & 0x7fffu) == 0;
+      };
+    if (width == 4)
+      return [p](int64_t i) {
+        uint32_t x;
+        std::memcpy(&x, p + 4 * i, 4);
+        return (x & 0x7fffffffu) == 0;
+      };
+    return [p](int64_t i) {
+      uint64_t x;
+      std::memcpy(&x, p + 8 * i, 8);
+      return (x & 0x7fffffffffffffffull) == 0;
+    };
+  }
+  if (dt == onnx::TensorProto::FLOAT && tp.float_data_size() == n)
+    return [&tp](int64_t i) { return tp.float_data(static_cast<int>(i)) == 0.0f; };
+  if (dt == onnx::TensorProto::DOUBLE && tp.double_data_size() == n)
+    return [&tp](int64_t i) { return tp.double_data(static_cast<int>(i)) == 0.0; };
+  if (half && tp.int32_data_size() == n)  // one 16-bit value in each int32 (ONNX's layout)
+    return [&tp](int64_t i) { return (static_cast<uint32_t>(tp.int32_data(static_cast<int>(i))) & 0x7fffu) == 0; };
+  return {};
+}
+
+}  // namespace
+
+std::optional<bool> initializer_pruned_2_4(const LoadedModel& loaded, const std::string& name, int axis) {
+  if (!loaded.proto || (axis != 0 && axis != 1)) return std::nullopt;
+  for (const onnx::TensorProto& tp : loaded.proto->model.graph().initializer()) {
+    if (tp.name() != name) continue;
+    if (tp.dims_size() != 2 || tp.dims(0) <= 0 || tp.dims(1) <= 0) return std::nullopt;
+    const int64_t rows = tp.dims(0), cols = tp.dims(1);
+    if (rows > (int64_t(1) << 40) / cols) return std::nullopt;
+    const std::function<bool(int64_t)> zero = zero_test(tp, rows * cols);
+    if (!zero) return std::nullopt;
+    const int64_t along = axis == 0 ? rows : cols, across = axis == 0 ? cols : rows;
+    if (along % 4 != 0) return false;
+    // Element j of group g along the axis, at position c across it.
+    const int64_t step = axis == 0 ? cols : 1, stride = axis == 0 ? 1 : cols;
+    for (int64_t c = 0; c < across; ++c)
+      for (int64_t g = 0; g < along; g += 4) {
+        int zeros = 0;
+        for (int64_t j = 0; j < 4; ++j) zeros += zero(c * stride + (g + j) * step);
+        if (zeros < 2) return false;
+      }
+    return true;
+  }
+  return std::nullopt;
+}
+
+}  // namespace neusight
