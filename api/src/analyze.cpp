@@ -281,7 +281,6 @@ void add_recompute(Analysis& a, const Options& options) {
                                     "nothing is recomputed"});
 }
 
-// LoRA beside --parallel: training's adapters over dp, pp and ZeRO; inference's over tp.
 // --sparsity auto: the weights of the graph's GEMMs (MatMul's and Gemm's B, 2-D float
 // initializers) whose inline values are pruned 2:4 along the reduction, as TensorRT's
 // --sparsity=enable finds them; a line in `warnings` when none is (saying how many are
@@ -319,16 +318,17 @@ SparsityOptions resolve_sparsity(const LoadedModel& loaded, const Graph& g, Spar
   return s;
 }
 
-// --sparsity 2:4 prices inference; its weights are not placed on pipeline stages.
+// --sparsity prices inference; its weights are not placed on pipeline stages.
 void check_sparsity(const Options& options) {
   if (!options.sparsity.two_four && !options.sparsity.from_weights) return;
   if (options.mode == Mode::training)
-    throw InputError("--sparsity 2:4 prices a pruned model's inference (--mode training would train the dense weights "
+    throw InputError("--sparsity prices a pruned model's inference (--mode training would train the dense weights "
                      "and mask them, as the pruning recipes do)");
   if (options.parallel.active && options.parallel.pp > 1)
-    throw InputError("--sparsity 2:4 takes --parallel tp alone (the compressed weights are not placed on pipeline stages)");
+    throw InputError("--sparsity takes --parallel tp alone (the compressed weights are not placed on pipeline stages)");
 }
 
+// LoRA beside --parallel: training's adapters over dp, pp and ZeRO; inference's over tp.
 void check_lora_parallel(const Options& options) {
   if (options.lora.rank <= 0 || !options.parallel.active) return;
   if (options.mode != Mode::training && (options.parallel.pp > 1 || options.lora.nf4_base))
@@ -508,6 +508,7 @@ std::optional<ParallelReport> memory_and_pipeline(const Analysis& a, const Gpu& 
     r.memory = a.memory;
     r.memory->capacity_gib = gpu.mem_gb;
     r.memory->weights_gib += dense_held_bytes / std::max(1, r.memory->tp) / (1024.0 * 1024.0 * 1024.0);
+    if (dense_held_bytes > 0) r.memory->sparse_2_4_gib = 0;
   }
   std::optional<ParallelReport> pipeline;
   if (options.parallel.active && options.mode == Mode::inference && options.parallel.pp > 1) {

@@ -221,8 +221,9 @@ double tensor_bytes(const TensorInfo* t, const Options& o) {
 }
 
 double sparse_2_4_saved_bytes(const Graph& g, const std::vector<std::string>& weights, const Options& o,
-                              std::map<std::string, double>* factor) {
+                              std::map<std::string, double>* factor, double* compressed) {
   double saved = 0;
+  if (compressed) *compressed = 0;
   for (const std::string& name : weights) {
     const TensorInfo* t = g.find(name);
     const double dense = gemm_weight_bytes(t, o);
@@ -231,6 +232,7 @@ double sparse_2_4_saved_bytes(const Graph& g, const std::vector<std::string>& we
     const double f = sparse_2_4_bytes_per_element(eb) / eb;
     saved += dense * (1 - f);
     if (factor) (*factor)[name] = f;
+    if (compressed) *compressed += dense * f;
   }
   return saved;
 }
@@ -404,12 +406,14 @@ MemoryFootprint memory_footprint(const Analysis& a, const Options& o, double cap
       nf4[name] = kNf4BitsPerParameter / 8.0 / element_bytes(held_dtype(*t, o));
   // --sparsity 2:4: the pruned weights held compressed (predict() adds them back on a GPU that
   // runs them dense).
-  sparse_2_4_saved_bytes(a.graph, a.kernels.sparse_weights, o, &nf4);
+  double compressed = 0;
+  sparse_2_4_saved_bytes(a.graph, a.kernels.sparse_weights, o, &nf4, &compressed);
   const TensorShare share = nf4.empty() ? tp_share : TensorShare([&](const std::string& name) {
     auto it = nf4.find(name);
     return (tp_share ? tp_share(name) : 1.0) * (it == nf4.end() ? 1.0 : it->second);
   });
   m.lora_nf4 = !nf4_weights(a.kernels.kernels).empty();
+  m.sparse_2_4_gib = compressed / m.tp / kGiB;
   double weights = 0, embedding = 0;
   weight_bytes(a.graph, o, weights, embedding, share);
   m.weights_gib = weights / kGiB;

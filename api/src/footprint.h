@@ -32,9 +32,9 @@ double tensor_bytes(const TensorInfo* t, const Options& o);
 double lora_adapter_bytes(const std::vector<Kernel>& kernels, int64_t adapters = 1, double* params = nullptr);
 // --sparsity 2:4: the bytes the 2:4 compression (lowering.h sparse_2_4_bytes_per_element) of the
 // weights named saves against their gemm_weight_bytes; their factor, compressed over dense, by
-// name into `factor` when given.
+// name into `factor` and their compressed bytes into `compressed` when given.
 double sparse_2_4_saved_bytes(const Graph& g, const std::vector<std::string>& weights, const Options& o,
-                              std::map<std::string, double>* factor = nullptr);
+                              std::map<std::string, double>* factor = nullptr, double* compressed = nullptr);
 // Whether `gpu` holds the analysis's 2:4-pruned weights compressed: some pruned GEMM's math has
 // sparse matrix units there (precision.h runs_sparse_2_4); else they are held dense.
 bool holds_sparse_2_4(const Analysis& a, const Gpu& gpu);

@@ -181,7 +181,8 @@ json memory_json(const MemoryFootprint& m) {
               {"lora_rank", m.lora_rank},
               {"adapter_params", finite(m.adapter_params)},
               {"lora_adapters", m.lora_adapters},
-              {"lora_nf4", m.lora_nf4}};
+              {"lora_nf4", m.lora_nf4},
+              {"sparse_2_4_gib", finite(m.sparse_2_4_gib)}};
 }
 }  // namespace detail
 
@@ -211,6 +212,7 @@ std::string memory_text(const MemoryFootprint& m) {
   if (m.tp > 1 || m.pp > 1) s += " per GPU";
   if (m.capacity_gib > 0) s += " of " + gib(m.capacity_gib) + " GiB";
   s += " (" + split_words(m) + "weights " + gib(m.weights_gib);
+  if (m.sparse_2_4_gib > 0) s += ", " + gib(m.sparse_2_4_gib) + " of them 2:4-compressed";
   if (!m.training && m.lora_rank > 0)
     s += " with LoRA's rank-" + std::to_string(m.lora_rank) + " adapters unmerged (" +
          (m.lora_adapters > 1 ? std::to_string(m.lora_adapters) + " adapters, " : std::string("")) +

@@ -102,6 +102,11 @@ class Analyze(unittest.TestCase):
         r = n.analyze(EXAMPLE, "h100", batch=2, seq=64, mode="training", lora="4,targets=attn")
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100", "--batch", "2", "--seq", "64", "--mode", "training",
                                          "--lora", "4,targets=attn")))
+        # sparsity as --sparsity.
+        r = n.analyze(EXAMPLE, ["a100", "v100"], batch=2, seq=64, dtype="bf16", sparsity="2:4,targets=mlp")
+        self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "a100,v100", "--batch", "2", "--seq", "64", "--dtype", "bf16",
+                                         "--sparsity", "2:4,targets=mlp")))
+        self.assertEqual([x["sparsity"]["sparse_gemms"] for x in r], [24, 0])
         # gpu_cost as --gpu-cost: one price, or one per GPU.
         r = n.analyze(EXAMPLE, ["h100", "b200"], batch=2, seq=64, gpu_cost={"h100": 2.5, "b200": 5})
         self.assertTrue(same(r, run_json(EXAMPLE, "--gpu", "h100,b200", "--batch", "2", "--seq", "64",

@@ -86,7 +86,8 @@ class RandomArguments(unittest.TestCase):
         return {"gpu": GPUS, "batch": SIZES, "seq": SIZES, "dims": DIMS, "mode": MODES, "dtype": DTYPES,
                 "fusion": FUSIONS, "timing": TIMINGS, "predictor": PREDICTORS, "weights": WEIGHTS,
                 "attention": ATTENTION, "host_dispatch_us": DISPATCH, "parallel": PARALLEL, "link_bw": LINK_BW,
-                "lora": [None, 8, "4,targets=attn", "0", -3, "x", "8,targets=(", True, 2.5]}
+                "lora": [None, 8, "4,targets=attn", "0", -3, "x", "8,targets=(", True, 2.5],
+                "sparsity": [None, "2:4", "auto", "2:4,targets=attn", "2:8", 3, "2:4,targets=(", True]}
 
     def run_calls(self, fn, valid, pools, check=None):
         """CALLS calls of fn on mutations of `valid`; some must succeed (the unmutated ones)."""

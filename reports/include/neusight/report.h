@@ -259,6 +259,8 @@ struct MemoryFootprint {
   double adapter_params = 0;
   int64_t lora_adapters = 1;
   bool lora_nf4 = false;  // QLoRA: the linear layers' frozen weights held in NF4
+  // --sparsity 2:4: the GiB of weights_gib held 2:4-compressed (those the GPU runs sparse); 0: none.
+  double sparse_2_4_gib = 0;
   double total_gib() const { return weights_gib + gradients_gib + optimizer_gib + activations_gib; }
   bool fits() const { return !(capacity_gib > 0) || total_gib() <= capacity_gib; }
   // GPUs of this capacity that hold it together, were it split evenly (0: unknown capacity);
