@@ -282,7 +282,8 @@ void add_recompute(Analysis& a, const Options& options) {
 }
 
 // --sparsity auto: the weights of the graph's GEMMs (MatMul's and Gemm's B, 2-D float
-// initializers) whose inline values are pruned 2:4 along the reduction, as TensorRT's
+// initializers; a convolution's of one group) whose inline values are pruned 2:4 along the
+// reduction, as TensorRT's
 // --sparsity=enable finds them; a line in `warnings` when none is (saying how many are
 // external, never read). Otherwise `s` as given.
 SparsityOptions resolve_sparsity(const LoadedModel& loaded, const Graph& g, SparsityOptions s,
@@ -291,16 +292,19 @@ SparsityOptions resolve_sparsity(const LoadedModel& loaded, const Graph& g, Spar
   int checked = 0, external = 0;
   std::set<std::string> seen;
   for (const Node& n : g.nodes) {
-    if ((n.op_type != "MatMul" && n.op_type != "Gemm") || !n.domain.empty() || n.inputs.size() < 2) continue;
+    const bool conv = n.op_type == "Conv" && n.attr_i("group", 1) == 1;
+    if ((n.op_type != "MatMul" && n.op_type != "Gemm" && !conv) || !n.domain.empty() || n.inputs.size() < 2) continue;
     const TensorInfo* w = g.find(n.inputs[1]);
-    if (!w || !w->is_initializer || !is_float(w->dtype) || w->shape.size() != 2 || !seen.insert(w->name).second)
+    if (!w || !w->is_initializer || !is_float(w->dtype) || (conv ? w->shape.size() < 3 : w->shape.size() != 2) ||
+        !seen.insert(w->name).second)
       continue;
     if (w->external_data) {
       ++external;
       continue;
     }
-    // MatMul's B is [K, N]; Gemm's [N, K] under transB.
-    const int axis = n.op_type == "Gemm" && n.attr_i("transB", 0) != 0 ? 1 : 0;
+    // MatMul's B is [K, N]; Gemm's [N, K] under transB; a convolution's [Cout, Cin, ...] pruned
+    // along its input channels.
+    const int axis = conv || (n.op_type == "Gemm" && n.attr_i("transB", 0) != 0) ? 1 : 0;
     const std::optional<bool> pruned = initializer_pruned_2_4(loaded, w->name, axis);
     if (!pruned) continue;
     ++checked;

@@ -224,7 +224,10 @@ double sparse_2_4_saved_bytes(const Graph& g, const std::vector<std::string>& we
                               std::map<std::string, double>* factor, double* compressed) {
   double saved = 0;
   if (compressed) *compressed = 0;
+  // The weights the footprint holds (weight_bytes): a value computed from constants is not one.
+  const std::unordered_set<std::string> held = held_values(g);
   for (const std::string& name : weights) {
+    if (!held.count(name)) continue;
     const TensorInfo* t = g.find(name);
     const double dense = gemm_weight_bytes(t, o);
     if (!(dense > 0)) continue;

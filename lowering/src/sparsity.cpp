@@ -1,5 +1,5 @@
-// sparsity.cpp - 2:4 structured sparsity (lowering.h SparsityOptions): which linear layers'
-// forward GEMMs read a weight pruned 2:4.
+// sparsity.cpp - 2:4 structured sparsity (lowering.h SparsityOptions): which linear layers' and
+// convolutions' forward GEMMs read a weight pruned 2:4.
 #include <regex>
 #include <set>
 
@@ -7,9 +7,47 @@
 
 namespace neusight::lowering_detail {
 
-std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& kernels, const SparsityOptions& s) {
+namespace {
+
+// The weight of a forward GEMM that can run 2:4 sparse, or "": a linear layer's (2-D float
+// initializer) or a convolution's (float initializer of rank 3 or more, one group, not
+// transposed), its reduction a whole number of groups of four (a linear layer's input
+// features, a convolution's input channels, along which NVIDIA's ASP and TensorRT prune).
+// A weight is an initializer, or a value computed from constants alone (`folded`: the nodes the
+// lowering folded; weight-stripped models build their weights with ConstantOfShape).
+std::string prunable_weight(const Graph& g, const Kernel& k, const std::set<std::string>& folded) {
+  if (!layer_gemm(k) || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size()) return "";
+  const Node& n = g.nodes[static_cast<size_t>(k.node)];
+  const bool conv = n.op_type == "Conv" && n.domain.empty();
+  if (!conv && (n.op_type == "MatMul" || n.op_type == "Gemm") && k.gemm.k % 4 == 0) {
+    if (std::string w = linear_weight(g, k); !w.empty()) return w;
+  }
+  if (static_cast<size_t>(k.b_input) >= n.inputs.size() || (conv && (n.attr_i("group", 1) != 1 || k.b_input != 1)))
+    return "";
+  if (!conv && (n.op_type != "MatMul" && n.op_type != "Gemm")) return "";
+  const TensorInfo* w = g.find(n.inputs[static_cast<size_t>(k.b_input)]);
+  if (!w || !is_float(w->dtype) || !w->fully_known() || !(w->is_initializer || folded.count(w->name))) return "";
+  if (!conv) return w->shape.size() == 2 && k.gemm.k % 4 == 0 ? w->name : "";
+  return w->shape.size() >= 3 && w->shape[1].value % 4 == 0 ? w->name : "";
+}
+
+// The outputs of the nodes the lowering folded (computed from constants alone).
+std::set<std::string> folded_values(const Graph& g, const std::vector<FreeReason>& free_reason) {
+  std::set<std::string> out;
+  for (size_t i = 0; i < g.nodes.size() && i < free_reason.size(); ++i)
+    if (free_reason[i] == FreeReason::constant_folded)
+      for (const std::string& o : g.nodes[i].outputs)
+        if (!o.empty()) out.insert(o);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& kernels, const SparsityOptions& s,
+                                         const std::vector<FreeReason>& free_reason) {
   std::vector<std::string> names;
   if (!s.two_four) return names;
+  const std::set<std::string> folded = folded_values(g, free_reason);
   const bool named = !s.weights.empty();
   const bool all = !named && (s.targets.empty() || s.targets == "all");
   std::regex pattern;
@@ -33,7 +71,7 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
   std::set<std::string> seen;
   for (Kernel& k : kernels) {
     if (k.lora_adapter) continue;
-    const std::string w = linear_weight(g, k);
+    const std::string w = prunable_weight(g, k, folded);
     if (w.empty()) continue;
     // A GEMM over concatenated weights is pruned when every member is (one compressed matrix).
     std::vector<std::string> weights;
@@ -58,9 +96,9 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
   }
   if (names.empty() && named) return names;  // --sparsity auto: pruned weights no linear layer reads
   if (names.empty())
-    throw InputError(all ? std::string("--sparsity 2:4: the graph has no linear layer (a GEMM of a 2-D float weight) "
-                                       "before its output head to prune")
-                         : "--sparsity targets=" + s.targets + ": no linear layer's weight name matches");
+    throw InputError(all ? std::string("--sparsity 2:4: the graph has no linear layer or convolution before its output "
+                                       "head to prune (a GEMM of a float weight whose reduction is a multiple of 4)")
+                         : "--sparsity targets=" + s.targets + ": no prunable layer's weight name matches");
   return names;
 }
 

@@ -50,24 +50,28 @@ std::function<bool(int64_t)> zero_test(const onnx::TensorProto& tp, int64_t n) {
 }  // namespace
 
 std::optional<bool> initializer_pruned_2_4(const LoadedModel& loaded, const std::string& name, int axis) {
-  if (!loaded.proto || (axis != 0 && axis != 1)) return std::nullopt;
+  if (!loaded.proto || axis < 0) return std::nullopt;
   for (const onnx::TensorProto& tp : loaded.proto->model.graph().initializer()) {
     if (tp.name() != name) continue;
-    if (tp.dims_size() != 2 || tp.dims(0) <= 0 || tp.dims(1) <= 0) return std::nullopt;
-    const int64_t rows = tp.dims(0), cols = tp.dims(1);
-    if (rows > (int64_t(1) << 40) / cols) return std::nullopt;
-    const std::function<bool(int64_t)> zero = zero_test(tp, rows * cols);
+    if (axis >= tp.dims_size()) return std::nullopt;
+    // The tensor as [outer, along, inner] about the axis.
+    int64_t outer = 1, along = tp.dims(axis), inner = 1, n = 1;
+    for (int i = 0; i < tp.dims_size(); ++i) {
+      if (tp.dims(i) <= 0 || tp.dims(i) > (int64_t(1) << 40) / n) return std::nullopt;
+      n *= tp.dims(i);
+      if (i < axis) outer *= tp.dims(i);
+      if (i > axis) inner *= tp.dims(i);
+    }
+    const std::function<bool(int64_t)> zero = zero_test(tp, n);
     if (!zero) return std::nullopt;
-    const int64_t along = axis == 0 ? rows : cols, across = axis == 0 ? cols : rows;
     if (along % 4 != 0) return false;
-    // Element j of group g along the axis, at position c across it.
-    const int64_t step = axis == 0 ? cols : 1, stride = axis == 0 ? 1 : cols;
-    for (int64_t c = 0; c < across; ++c)
-      for (int64_t g = 0; g < along; g += 4) {
-        int zeros = 0;
-        for (int64_t j = 0; j < 4; ++j) zeros += zero(c * stride + (g + j) * step);
-        if (zeros < 2) return false;
-      }
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i)
+        for (int64_t g = 0; g < along; g += 4) {
+          int zeros = 0;
+          for (int64_t j = 0; j < 4; ++j) zeros += zero((o * along + g + j) * inner + i);
+          if (zeros < 2) return false;
+        }
     return true;
   }
   return std::nullopt;
