@@ -422,8 +422,7 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
   a.shapes.warnings.insert(a.shapes.warnings.begin(), warnings.begin(), warnings.end());
   a.kernels = lower(a.graph, lowering_options(loaded, options, a));
   a.lora_bytes = lora_adapter_bytes(a.kernels.kernels, options.lora.adapters);  // one copy's, before tp splits them
-  const std::vector<std::string> sparse_weights = a.kernels.sparse_weights;
-  a.sparse_saved_bytes = sparse_2_4_saved_bytes(a.graph, sparse_weights, options);
+  a.sparse_saved_bytes = sparse_2_4_saved_bytes(a.graph, a.kernels.sparse_weights, options);
   // Whole experts per GPU: more GPUs than experts would hold fractions of one.
   if (options.parallel.active && options.parallel.ep > 1)
     for (const Kernel& k : a.kernels.kernels)
@@ -459,7 +458,6 @@ Analysis prepare(const LoadedModel& loaded, const Options& options) {
                    [](const Kernel& k) { return k.expert_part != Kernel::ExpertPart::none; }))
     a.shapes.warnings.push_back(Warning{WarningCode::binding, "--parallel ep=" + std::to_string(options.parallel.ep) +
                                                                   ": the model has no mixture of experts to spread; ep changes nothing"});
-  a.kernels.sparse_weights = sparse_weights;
   if (options.recompute != Recompute::none) add_recompute(a, options);
   if (!options.parallel.active || options.mode == Mode::inference) a.memory = memory_footprint(a, options, 0);
   return a;
@@ -511,7 +509,7 @@ std::optional<ParallelReport> memory_and_pipeline(const Analysis& a, const Gpu& 
   if (a.memory) {
     r.memory = a.memory;
     r.memory->capacity_gib = gpu.mem_gb;
-    r.memory->weights_gib += dense_held_bytes / std::max(1, r.memory->tp) / (1024.0 * 1024.0 * 1024.0);
+    r.memory->weights_gib += dense_held_bytes / std::max(1, r.memory->tp) / kGiB;
     if (dense_held_bytes > 0) r.memory->sparse_2_4_gib = 0;
   }
   std::optional<ParallelReport> pipeline;
@@ -597,7 +595,7 @@ SparsityReport sparsity_report(const Analysis& a, const Options& options, int pr
   s.pruned_gemms = pruned;
   s.sparse_gemms = sparse;
   const int tp = options.parallel.active ? std::max(1, options.parallel.tp) : 1;
-  s.weights_saved_gib = (a.sparse_saved_bytes - dense_held) / tp / (1024.0 * 1024.0 * 1024.0);
+  s.weights_saved_gib = (a.sparse_saved_bytes - dense_held) / tp / kGiB;
   return s;
 }
 

@@ -13,7 +13,6 @@
 namespace neusight {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The kernel group of each node (the node its forward kernel is anchored at; -1: none).
 std::vector<int> kernel_groups(const Analysis& a) {

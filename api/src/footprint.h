@@ -16,6 +16,8 @@
 
 namespace neusight {
 
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;  // bytes in the GiB the reports count memory in
+
 // The element type a tensor is held in under the options (--dtype forces float tensors;
 // under fp8 / fp4 / int8 only the GEMMs' weight matrices are narrow, the rest BF16 / FP16:
 // lowering.h).

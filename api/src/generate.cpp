@@ -22,7 +22,6 @@
 namespace neusight {
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 
 // Expert weights a decode step of `tokens` tokens leaves unread: per MoE / QMoE node, its

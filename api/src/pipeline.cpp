@@ -9,7 +9,6 @@
 
 namespace neusight {
 namespace {
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 }  // namespace
 
 PipelinedPhase pipelined(const Analysis& an, const Report& r, const Link& link, int pp, int microbatches, bool prefill,
