@@ -227,18 +227,25 @@ SGEMM = re.compile(r"sgemm_(\d+)x(\d+)")
 
 
 def tiles(binary, rows, cols, tmp):
-    """Derived tile vs the library's: cuBLAS is column-major, so its MxN tag is (output
-    columns) x (output rows) of the row-major product; our tile is ROWSxCOLS."""
+    """Derived tile vs the library's: cuBLAS is column-major, so its sgemm_AxB tag is (output
+    columns) x (output rows) of the row-major product, while the xmma kernels' tilesizeAxB is
+    (output rows) x (output columns), as their launch grids count tiles (grid x = rows / A,
+    grid y = columns / B); our tile is ROWSxCOLS."""
     out = predict_kernels(binary, rows, cols, tmp, "neusight", "eager")
     n = same = same_area = base = 0
     lib_counts = {}
     for r in out:
         if r["OPName"] not in ("bmm", "linear") or not r.get("tile"):
             continue
-        m = TILE.search(r.get("Kernel Name", "")) or SGEMM.search(r.get("Kernel Name", ""))
-        if not m:
-            continue
-        lib = (int(m.group(2)), int(m.group(1)))  # rows x cols
+        name = r.get("Kernel Name", "")
+        m = TILE.search(name)
+        if m:
+            lib = (int(m.group(1)), int(m.group(2)))  # rows x cols
+        else:
+            m = SGEMM.search(name)
+            if not m:
+                continue
+            lib = (int(m.group(2)), int(m.group(1)))  # rows x cols
         ours = tuple(int(v) for v in r["tile"].split("x"))
         n += 1
         same += ours == lib

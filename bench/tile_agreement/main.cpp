@@ -2,7 +2,8 @@
 //
 // Reads every GEMM row of neusight-data/kernels/{train,test}/{linear,bmm}*, takes the
 // library's threadblock tile from the kernel name (cuBLAS `sgemm_AxB`: A along the output
-// columns, B along the rows; `tilesizeMxN`) and its grid size from Grid x*y*z, and compares
+// columns, B along the rows; xmma's `tilesizeAxB`: A along the rows, B along the columns, as
+// the launch grid's x and y count them) and its grid size from Grid x*y*z, and compares
 // them with tile_kernel() on the row's GPU from the built-in database. Prints per GPU and split
 // the share of rows where the tile and the tile count agree, and the baseline "always that
 // GPU's most common tile" (its count computed with that tile, no split-K).
@@ -67,9 +68,9 @@ bool library_tile(const std::string& name, int64_t& m, int64_t& n) {
     m = std::stoll(mt[2]);
     return true;
   }
-  if (std::regex_search(name, mt, tilesize)) {
-    n = std::stoll(mt[1]);
-    m = std::stoll(mt[2]);
+  if (std::regex_search(name, mt, tilesize)) {  // grid x counts tiles of A rows, grid y of B columns
+    m = std::stoll(mt[1]);
+    n = std::stoll(mt[2]);
     return true;
   }
   return false;

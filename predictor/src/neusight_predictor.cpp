@@ -153,6 +153,9 @@ class NeusightPredictor final : public Predictor {
     // offers (tile_alternatives), consecutive in `members`.
     std::vector<int> alternative[kNumUtilClasses];
     std::vector<Tiling> alternatives;
+    // Per alternative: the SM count of the GPU of this kind it is priced on where that GPU has
+    // fewer SMs (a bound, tilings_on_fewer_sms), 0 where it is a tile the library offers here.
+    std::vector<int> alternative_fewer_sms;
     // Library GEMMs on matrix units that are not skinny: the stream of their operands (the
     // skinny ones' price, streaming_alternative), below which no tiling runs.
     std::vector<size_t> floor_members;
@@ -322,6 +325,7 @@ class NeusightPredictor final : public Predictor {
       if (device) fa.waves = f.waves;
       add(fa, int(b.alternatives.size()));
       b.alternatives.push_back(alt);
+      b.alternative_fewer_sms.push_back(sms == gpu.num_sm ? 0 : sms);
     };
     // A GEMV on CUDA cores is also priced on its tiles (its own and, below, those of fewer
     // SMs): cuBLAS's sgemv reads the weights no slower than the tiled sgemm of a few more rows
@@ -446,6 +450,8 @@ class NeusightPredictor final : public Predictor {
     const ClassModel& ew = m_.classes[int(UtilClass::elementwise)];
     // The operands' stream of each tiled library GEMM, priced as a skinny GEMM's (below).
     std::vector<double> stream_ms(out.size(), 0.0);
+    // Per kernel: priced on a tiling the library runs on this GPU (not only on fewer SMs').
+    std::vector<char> own_tiled(out.size(), 0);
     if (!b.floor_members.empty()) {
       const std::vector<double> lat = predict_latency_ms(ew, b.floor_feats);
       for (size_t j = 0; j < b.floor_members.size(); ++j)
@@ -462,6 +468,14 @@ class NeusightPredictor final : public Predictor {
       // A kernel with alternative tilings takes the fastest (its members are consecutive).
       std::vector<double> bound;  // per member: the kernel's bounds before the networks
       for (size_t j = 0; j < b.members[c].size(); ++j) bound.push_back(out[b.members[c][j]].latency_ms);
+      // The tile the prediction reports is the one the library runs on this GPU: the cost
+      // model's (the tiling given, first), unless another tile it offers is priced faster by
+      // more than the networks' own spread on the given one (a closer price is a tie the
+      // networks do not resolve, and the cost model's tile vocabulary knows what cuBLAS and
+      // CUTLASS prefer). The latency is the least price whatever the tile; the bounds of GPUs
+      // with fewer SMs may price the kernel faster but are not a tile it runs here.
+      double report_best = 0;
+      bool report_seen = false;
       for (size_t j = 0; j < b.members[c].size(); ++j) {
         Prediction& p = out[b.members[c][j]];
         const bool first = j == 0 || b.members[c][j - 1] != b.members[c][j];
@@ -477,6 +491,16 @@ class NeusightPredictor final : public Predictor {
         // memory-parallelism time, set above).
         const double latency =
             std::max({l, p.roofline_ms, bound[j], b.stream_floor_ms[c][j], stream_ms[b.members[c][j]]});
+        const int alt = b.alternative[c][j];
+        const int fewer_sms = alt >= 0 ? b.alternative_fewer_sms[size_t(alt)] : 0;
+        if (first) report_seen = false;
+        if (fewer_sms == 0 && (alt < 0 || !report_seen || latency < report_best)) {
+          report_best = alt < 0 ? latency * std::exp(-own_sd[j]) : latency;
+          report_seen = true;
+          own_tiled[b.members[c][j]] = 1;
+          if (alt >= 0) p.tiling = b.alternatives[size_t(alt)];
+          else p.tiling.reset();
+        }
         if (!first && !(latency < p.latency_ms)) continue;
         p.latency_ms = latency;
         p.utilization = p.roofline_ms / p.latency_ms;
@@ -485,9 +509,7 @@ class NeusightPredictor final : public Predictor {
         fixed_part[b.members[c][j]] = fixed > 0 ? FixedPart{fixed, true, class_sd}
                                       : device_only() ? FixedPart{o_.device_floor_ms, false, class_sd}
                                                       : FixedPart{};
-        const int alt = b.alternative[c][j];
-        if (alt >= 0) p.tiling = b.alternatives[size_t(alt)];
-        else p.tiling.reset();
+        p.fewer_sm_bound = fewer_sms;
       }
     }
     // Skinny matrix-unit GEMMs: the weight stream, in place of a tiled answer on this GPU (but
@@ -507,9 +529,14 @@ class NeusightPredictor final : public Predictor {
       // libraries' GEMV and split-K kernels reach, below an elementwise stream's bandwidth.
       const double net = device_only() ? std::hypot(o_.device_floor_ms, lat[j]) : lat[j];
       const double l = std::max({p.roofline_ms, net, b.gemv_law_ms[j]});
-      if (tiled[b.gemv_members[j]] && p.latency_ms <= l) continue;
+      if (tiled[b.gemv_members[j]] && p.latency_ms <= l) {
+        // Bounded by a tiling of a GPU with fewer SMs, it still streams here.
+        if (!own_tiled[b.gemv_members[j]]) p.streamed = true;
+        continue;
+      }
       fixed_part[b.gemv_members[j]] = FixedPart{};
       p.tiling.reset();
+      p.fewer_sm_bound = 0;
       p.latency_ms = l;
       p.utilization = p.roofline_ms / l;
       p.extrapolated = extra[j] != 0;

@@ -39,10 +39,15 @@ struct Prediction {
   // A skinny GEMM on matrix units predicted as a GEMV-style stream of its operands
   // (neusight_predictor.cpp: the weight-streaming law) instead of tensor-core tiles.
   bool streamed = false;
-  // Set where the kernel was priced on another of the library's tiles than the tiling given
+  // Set where the library runs the kernel on another of its tiles than the tiling given
   // (tiling.h tile_alternatives: a tensor-core GEMM runs on the candidate predicted fastest, as
-  // the libraries' heuristics pick it); the tiling the latency belongs to.
+  // the libraries' heuristics pick it): that tiling, whose tile and waves reports show.
   std::optional<Tiling> tiling;
+  // Where the latency is the bound of a GPU of this one's kind with fewer SMs (tiling.h
+  // tilings_on_fewer_sms: this GPU runs the grid the library chooses there in no more waves,
+  // so it is no slower), that GPU's SM count; 0 where the latency is the tile's own. The tile
+  // reported stays the one the library runs here.
+  int fewer_sm_bound = 0;
 };
 
 // The 80% interval of a sum of one GPU's kernel latencies (a node, a model, a training
