@@ -281,47 +281,6 @@ void add_recompute(Analysis& a, const Options& options) {
                                     "nothing is recomputed"});
 }
 
-// --sparsity auto: the weights of the graph's GEMMs (MatMul's and Gemm's B, 2-D float
-// initializers; a convolution's of one group) whose inline values are pruned 2:4 along the
-// reduction, as TensorRT's
-// --sparsity=enable finds them; a line in `warnings` when none is (saying how many are
-// external, never read). Otherwise `s` as given.
-SparsityOptions resolve_sparsity(const LoadedModel& loaded, const Graph& g, SparsityOptions s,
-                                 std::vector<Warning>& warnings) {
-  if (!s.from_weights) return s;
-  int checked = 0, external = 0;
-  std::set<std::string> seen;
-  for (const Node& n : g.nodes) {
-    const bool conv = n.op_type == "Conv" && n.attr_i("group", 1) == 1;
-    if ((n.op_type != "MatMul" && n.op_type != "Gemm" && !conv) || !n.domain.empty() || n.inputs.size() < 2) continue;
-    const TensorInfo* w = g.find(n.inputs[1]);
-    if (!w || !w->is_initializer || !is_float(w->dtype) || (conv ? w->shape.size() < 3 : w->shape.size() != 2) ||
-        !seen.insert(w->name).second)
-      continue;
-    if (w->external_data) {
-      ++external;
-      continue;
-    }
-    // MatMul's B is [K, N]; Gemm's [N, K] under transB; a convolution's [Cout, Cin, ...] pruned
-    // along its input channels.
-    const int axis = conv || (n.op_type == "Gemm" && n.attr_i("transB", 0) != 0) ? 1 : 0;
-    const std::optional<bool> pruned = initializer_pruned_2_4(loaded, w->name, axis);
-    if (!pruned) continue;
-    ++checked;
-    if (*pruned) s.weights.insert(w->name);
-  }
-  s.two_four = !s.weights.empty();
-  if (!s.two_four)
-    warnings.push_back(Warning{WarningCode::binding,
-                               "--sparsity auto: no GEMM weight is pruned 2:4 (" + std::to_string(checked) +
-                                   " checked" +
-                                   (external > 0 ? ", " + std::to_string(external) +
-                                                       " in external data, never read: --sparsity 2:4 says they are"
-                                                 : std::string()) +
-                                   "); the model runs dense"});
-  return s;
-}
-
 // --sparsity prices inference; its weights are not placed on pipeline stages.
 void check_sparsity(const Options& options) {
   if (!options.sparsity.two_four && !options.sparsity.from_weights) return;
@@ -369,7 +328,13 @@ LoweringOptions lowering_options(const LoadedModel& loaded, const Options& optio
   lo.lora = options.lora;
   lo.lora.sequences = a.bound.batch;  // each sequence's tokens use one adapter
   check_sparsity(options);
-  lo.sparsity = resolve_sparsity(loaded, a.graph, options.sparsity, a.shapes.warnings);
+  lo.sparsity = options.sparsity;
+  if (options.sparsity.from_weights) {  // --sparsity auto: the weights whose values show the pattern
+    lo.sparsity.two_four = true;
+    lo.sparsity.pruned_values = [&loaded](const std::string& name, int axis) {
+      return initializer_pruned_2_4(loaded, name, axis);
+    };
+  }
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)
     if (!domain.empty() && domain != "ai.onnx") lo.opsets[domain] = version;

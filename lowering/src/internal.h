@@ -228,9 +228,10 @@ std::vector<char> feeds_a_gemm(const Graph& g, const std::vector<Kernel>& fwd);
 // 2:4 sparsity (sparsity.cpp, lowering.h SparsityOptions): marks the pruned linear layers' and
 // convolutions' forward GEMMs (Kernel::sparse_2_4) and returns their weights' names (a weight
 // an initializer or computed from constants: the nodes `free_reason` says were folded). Throws
-// InputError for a targets pattern that is no regular expression or that matches no such weight.
+// InputError for a targets pattern that is no regular expression or that matches no such weight;
+// --sparsity auto (SparsityOptions::pruned_values) finding no pruned weight adds a line to `warnings`.
 std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& kernels, const SparsityOptions& s,
-                                         const std::vector<FreeReason>& free_reason);
+                                         const std::vector<FreeReason>& free_reason, std::vector<std::string>& warnings);
 
 // LoRA (lora.cpp, lowering.h LoraOptions): the adapted linear layers, node -> its weight.
 struct LoraTargets {

@@ -714,7 +714,7 @@ KernelList lower(const Graph& graph, const LoweringOptions& options) {
   result.kernels = with_lora_forward(fwd, lora, options);
   if (options.mode == Mode::training) add_training_kernels(graph, fwd, options, lora, result.kernels, l.warnings);
   if (options.sparsity.two_four)
-    result.sparse_weights = mark_sparse_2_4(graph, result.kernels, options.sparsity, result.free_reason);
+    result.sparse_weights = mark_sparse_2_4(graph, result.kernels, options.sparsity, result.free_reason, l.warnings);
   result.unknown_ops.assign(l.unknown.begin(), l.unknown.end());
   for (auto& w : l.warnings)  // a body lowered once per trip says it once
     if (std::find(result.warnings.begin(), result.warnings.end(), w) == result.warnings.end())

@@ -1,5 +1,7 @@
 // sparsity.cpp - 2:4 structured sparsity (lowering.h SparsityOptions): which linear layers' and
 // convolutions' forward GEMMs read a weight pruned 2:4.
+#include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -9,27 +11,65 @@ namespace neusight::lowering_detail {
 
 namespace {
 
-// The weight of a forward GEMM that can run 2:4 sparse, or "": a linear layer's (2-D float
+// The axis of a weight, input `input` of GEMM node `n`, along which its GEMM reduces (and
+// NVIDIA's ASP and TensorRT prune): a convolution's input channels (1); MatMul's B [K, N] down
+// its columns (0), its A [M, K] along its rows (1); Gemm's alike, transA and transB flipping them.
+int reduction_axis(const Node& n, size_t input) {
+  if (n.op_type == "Conv") return 1;
+  const bool gemm = n.op_type == "Gemm";
+  if (input == 0) return gemm && n.attr_i("transA", 0) != 0 ? 0 : 1;
+  return gemm && n.attr_i("transB", 0) != 0 ? 1 : 0;
+}
+
+struct PrunableWeight {
+  std::string name;  // "" for none
+  int axis = 0;      // reduction_axis
+};
+
+// The weight of a forward GEMM that can run 2:4 sparse, or none: a linear layer's (2-D float
 // initializer) or a convolution's (float initializer of rank 3 or more, one group, not
 // transposed), its reduction a whole number of groups of four (a linear layer's input
 // features, a convolution's input channels, along which NVIDIA's ASP and TensorRT prune).
 // A weight is an initializer, or a value computed from constants alone (`folded`: the nodes the
 // lowering folded; weight-stripped models build their weights with ConstantOfShape).
-std::string prunable_weight(const Graph& g, const Kernel& k, const std::set<std::string>& folded) {
-  if (!layer_gemm(k) || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size()) return "";
+PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<std::string>& folded) {
+  if (!layer_gemm(k) || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size()) return {};
   const Node& n = g.nodes[static_cast<size_t>(k.node)];
   const bool conv = n.op_type == "Conv" && n.domain.empty();
+  const size_t input = static_cast<size_t>(k.b_input);
   if (!conv && (n.op_type == "MatMul" || n.op_type == "Gemm") && k.gemm.k % 4 == 0) {
-    if (std::string w = linear_weight(g, k); !w.empty()) return w;
+    if (std::string w = linear_weight(g, k); !w.empty()) return {w, reduction_axis(n, input)};
   }
-  if (static_cast<size_t>(k.b_input) >= n.inputs.size() || (conv && (n.attr_i("group", 1) != 1 || k.b_input != 1)))
-    return "";
-  if (!conv && (n.op_type != "MatMul" && n.op_type != "Gemm")) return "";
-  const TensorInfo* w = g.find(n.inputs[static_cast<size_t>(k.b_input)]);
-  if (!w || !is_float(w->dtype) || !w->fully_known() || !(w->is_initializer || folded.count(w->name))) return "";
-  if (!conv) return w->shape.size() == 2 && k.gemm.k % 4 == 0 ? w->name : "";
-  return w->shape.size() >= 3 && w->shape[1].value % 4 == 0 ? w->name : "";
+  if (input >= n.inputs.size() || (conv && (n.attr_i("group", 1) != 1 || k.b_input != 1))) return {};
+  if (!conv && (n.op_type != "MatMul" && n.op_type != "Gemm")) return {};
+  const TensorInfo* w = g.find(n.inputs[input]);
+  if (!w || !is_float(w->dtype) || !w->fully_known() || !(w->is_initializer || folded.count(w->name))) return {};
+  if (!conv) return w->shape.size() == 2 && k.gemm.k % 4 == 0 ? PrunableWeight{w->name, reduction_axis(n, input)} : PrunableWeight{};
+  return w->shape.size() >= 3 && w->shape[1].value % 4 == 0 ? PrunableWeight{w->name, 1} : PrunableWeight{};
 }
+
+// --sparsity auto: SparsityOptions::pruned_values asked once per weight, with what it found.
+struct ValueScan {
+  const SparsityOptions& s;
+  std::map<std::string, std::optional<bool>> seen;
+  int checked = 0, unread = 0;
+  bool pruned(const std::string& w, int axis) {
+    auto it = seen.find(w);
+    if (it == seen.end()) {
+      it = seen.emplace(w, s.pruned_values(w, axis)).first;
+      ++(it->second ? checked : unread);
+    }
+    return it->second.value_or(false);
+  }
+  std::string none_pruned() const {
+    return "--sparsity auto: no GEMM weight is pruned 2:4 (" + std::to_string(checked) + " checked" +
+           (unread > 0 ? ", " + std::to_string(unread) +
+                             " whose values are not in the file (external data or computed), never read: --sparsity 2:4 "
+                             "says they are"
+                       : std::string()) +
+           "); the model runs dense";
+  }
+};
 
 // The outputs of the nodes the lowering folded (computed from constants alone).
 std::set<std::string> folded_values(const Graph& g, const std::vector<FreeReason>& free_reason) {
@@ -44,14 +84,14 @@ std::set<std::string> folded_values(const Graph& g, const std::vector<FreeReason
 }  // namespace
 
 std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& kernels, const SparsityOptions& s,
-                                         const std::vector<FreeReason>& free_reason) {
+                                         const std::vector<FreeReason>& free_reason, std::vector<std::string>& warnings) {
   std::vector<std::string> names;
   if (!s.two_four) return names;
   const std::set<std::string> folded = folded_values(g, free_reason);
-  const bool named = !s.weights.empty();
-  const bool all = !named && (s.targets.empty() || s.targets == "all");
+  const bool from_values = static_cast<bool>(s.pruned_values);
+  const bool all = !from_values && (s.targets.empty() || s.targets == "all");
   std::regex pattern;
-  if (!all && !named) {
+  if (!all && !from_values) {
     try {
       pattern = std::regex(s.targets, std::regex::ECMAScript);
     } catch (const std::regex_error& e) {
@@ -62,31 +102,32 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
   for (const Kernel& k : kernels)
     if (k.phase == Phase::forward) fwd.push_back(k);
   const std::vector<char> feeds = feeds_a_gemm(g, fwd);
+  ValueScan scan{s, {}, 0, 0};
   // SparseGPT's and Wanda's 2:4 recipes prune every linear layer of the blocks and keep the
   // output head dense.
-  const auto pruned = [&](int node, const std::string& w) {
-    if (named) return s.weights.count(w) != 0;
+  const auto pruned = [&](int node, const std::string& w, int axis) {
+    if (from_values) return scan.pruned(w, axis);
     return all ? feeds[static_cast<size_t>(node)] != 0 : std::regex_search(w, pattern);
   };
   std::set<std::string> seen;
   for (Kernel& k : kernels) {
     if (k.lora_adapter) continue;
-    const std::string w = prunable_weight(g, k, folded);
-    if (w.empty()) continue;
+    const PrunableWeight w = prunable_weight(g, k, folded);
+    if (w.name.empty()) continue;
     // A GEMM over concatenated weights is pruned when every member is (one compressed matrix).
     std::vector<std::string> weights;
     int64_t columns = 0;
-    if (!member_weight(g, k.node, columns).empty()) weights.push_back(w);
-    bool every = weights.empty() || pruned(k.node, w);
+    if (!member_weight(g, k.node, columns).empty()) weights.push_back(w.name);
+    bool every = weights.empty() || pruned(k.node, w.name, w.axis);
     for (int m : k.fused_nodes) {
       const std::string mw = member_weight(g, m, columns);
       if (mw.empty()) continue;
       weights.push_back(mw);
-      every = every && pruned(m, mw);
+      every = every && pruned(m, mw, reduction_axis(g.nodes[static_cast<size_t>(m)], 1));
     }
     if (weights.empty()) {
-      if (!pruned(k.node, w)) continue;
-      weights.push_back(w);
+      if (!pruned(k.node, w.name, w.axis)) continue;
+      weights.push_back(w.name);
     } else if (!every) {
       continue;
     }
@@ -94,7 +135,10 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
     for (const std::string& name : weights)
       if (seen.insert(name).second) names.push_back(name);
   }
-  if (names.empty() && named) return names;  // --sparsity auto: pruned weights no linear layer reads
+  if (names.empty() && from_values) {
+    warnings.push_back(scan.none_pruned());
+    return names;
+  }
   if (names.empty())
     throw InputError(all ? std::string("--sparsity 2:4: the graph has no linear layer or convolution before its output "
                                        "head to prune (a GEMM of a float weight whose reduction is a multiple of 4)")

@@ -368,3 +368,43 @@ TEST_CASE("lowering: --sparsity 2:4 marks the linear layers but the head, or tho
   for (const Kernel& k : partial.kernels) partial_marked += k.sparse_2_4;
   CHECK(partial_marked == 2);  // o alone: q's GEMM also reads k and v
 }
+
+TEST_CASE("lowering: --sparsity auto asks the weights' values, once each, along their reduction, the head's too") {
+  LoweringOptions o;
+  const Graph g = small_llama_graph(2, 64, o.opset);
+  std::map<std::string, int> asked;
+  std::set<int> axes;
+  o.sparsity.two_four = true;
+  o.sparsity.from_weights = true;
+  // The MLPs' and the head's weights show the pattern; nothing else does.
+  o.sparsity.pruned_values = [&](const std::string& name, int axis) -> std::optional<bool> {
+    ++asked[name];
+    axes.insert(axis);
+    return name.find("mlp") != std::string::npos || name.find("lm_head") != std::string::npos;
+  };
+  const KernelList k = lower(g, o);
+  CHECK(asked.size() == 2 * 7 + 1);
+  for (const auto& [name, n] : asked) CHECK(n == 1);
+  CHECK(axes == std::set<int>{0});  // MatMul's B [K, N]: down its columns
+  CHECK(k.sparse_weights.size() == 2 * 3 + 1);
+  CHECK(k.warnings.empty());
+  // The serving engine's merged gate-up GEMM: pruned, both members being; merged QKV not.
+  o.serving_kernels = true;
+  o.fusion = Fusion::full;
+  const KernelList merged = lower(g, o);
+  CHECK(std::count_if(merged.kernels.begin(), merged.kernels.end(), [](const Kernel& x) { return x.sparse_2_4; }) ==
+        2 * 2 + 1);
+  // None pruned, some values not in hand: one warning, no error, nothing marked.
+  o.serving_kernels = false;
+  o.fusion = Fusion::eager;
+  o.sparsity.pruned_values = [](const std::string& name, int) -> std::optional<bool> {
+    if (name.find("down") != std::string::npos) return std::nullopt;
+    return false;
+  };
+  const KernelList none = lower(g, o);
+  CHECK(none.sparse_weights.empty());
+  CHECK(std::none_of(none.kernels.begin(), none.kernels.end(), [](const Kernel& x) { return x.sparse_2_4; }));
+  REQUIRE(none.warnings.size() == 1);
+  CHECK(none.warnings[0].find("no GEMM weight is pruned 2:4 (13 checked, 2 whose values are not in the file") !=
+        std::string::npos);
+}

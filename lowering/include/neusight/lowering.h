@@ -22,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -324,13 +326,19 @@ std::set<std::string> nf4_weights(const std::vector<Kernel>& kernels);
 // twice the dense peak for the same useful work. `targets`: "all" (every linear layer but the
 // output head, the layers SparseGPT and Wanda prune) or a regular expression (ECMAScript) that a
 // pruned weight's initializer name contains a match of. A GEMM over concatenated weights
-// (serving kernels) is pruned when all its members are. `weights`, when not empty, names the
-// pruned weights instead (--sparsity auto: those whose values carry the pattern, the head's too).
+// (serving kernels) is pruned when all its members are.
 struct SparsityOptions {
   bool two_four = false;
   std::string targets = "all";
-  bool from_weights = false;  // --sparsity auto: the analysis fills `weights` from the model's values
-  std::set<std::string> weights;
+  // --sparsity auto: the weights whose values carry the pattern are pruned (the head's too),
+  // `targets` unused. The caller that reads the model's values sets `two_four` and
+  // `pruned_values(name, axis)`: whether the weight `name` has two zeros in every four along
+  // `axis` (0: down its columns, MatMul's B [K, N]; 1: along its rows, Gemm's B under transB
+  // [N, K] and a convolution's [Cout, Cin, ...] input channels), nullopt where its values are
+  // not in hand (external data, values computed in the graph). The lowering asks it of every
+  // weight it could run sparse and warns when none is pruned.
+  bool from_weights = false;
+  std::function<std::optional<bool>(const std::string& name, int axis)> pruned_values;
 };
 // Bytes per element of a weight held 2:4-compressed whose dense elements take `dense_bytes`:
 // half the values and a 2-bit index per kept value.
