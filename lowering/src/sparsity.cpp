@@ -44,7 +44,10 @@ PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<s
   if (!conv && (n.op_type != "MatMul" && n.op_type != "Gemm")) return {};
   const TensorInfo* w = g.find(n.inputs[input]);
   if (!w || !is_float(w->dtype) || !w->fully_known() || !(w->is_initializer || folded.count(w->name))) return {};
-  if (!conv) return w->shape.size() == 2 && k.gemm.k % 4 == 0 ? PrunableWeight{w->name, reduction_axis(n, input)} : PrunableWeight{};
+  if (!conv) {
+    if (w->shape.size() != 2 || k.gemm.k % 4 != 0) return {};
+    return {w->name, reduction_axis(n, input)};
+  }
   return w->shape.size() >= 3 && w->shape[1].value % 4 == 0 ? PrunableWeight{w->name, 1} : PrunableWeight{};
 }
 
