@@ -30,6 +30,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -402,6 +403,47 @@ int price_rows(const std::string& path, const std::string& column, Timing timing
   return 0;
 }
 
+// --shown-tile: how far the tile a report shows is from the tiling its latency is priced on.
+// A tensor-core GEMM's latency is the least price over the tiles the library offers (and the
+// bounds of GPUs of its kind with fewer SMs); the tile shown is the cost model's unless an
+// offered one is priced faster by more than the networks' own spread (predictor.h
+// Prediction::tiling). For random BF16 projections (seed fixed) on five GPUs: how often the
+// cost model's tile is shown, and the shown tile's own price (on it alone) over the latency.
+int shown_tile_gap() {
+  PrecisionOptions alone{Timing::kernel};
+  alone.fastest_tile = false;
+  alone.fewer_sm_tilings = false;
+  const auto bare = make_neusight_predictor("", alone);
+  const auto full = make_neusight_predictor("", PrecisionOptions{Timing::kernel});
+  const int64_t dims[] = {1, 8, 16, 64, 128, 256, 512, 1024, 2048, 4096, 5120, 8192, 11008, 14336, 16384, 28672};
+  const size_t n_dims = sizeof(dims) / sizeof(dims[0]);
+  std::printf("BF16 linear GEMMs, 400 random shapes a GPU (dims of LLM projections; the streamed ones left out), "
+              "kernel timing;\ntile shown: the cost model's or another offered; the shown tile's own price over the "
+              "latency (median, 90th percentile, largest)\n%-10s %5s %11s %8s %7s %6s %6s\n",
+              "gpu", "GEMMs", "cost model", "another", "median", "p90", "max");
+  for (const char* name : {"a100-80gb", "h100", "l40s", "b200", "mi300x"}) {
+    const Gpu g = GpuDatabase::builtin().resolve(name);
+    std::mt19937 rng(7);
+    std::vector<double> gaps;
+    int own = 0, other = 0;
+    for (int i = 0; i < 400; ++i) {
+      auto pick = [&] { return std::to_string(dims[rng() % n_dims]); };
+      const Kernel k =
+          kernel_from_dataset("linear", {{"B", "1"}, {"M", pick()}, {"N", pick()}, {"K", pick()}, {"dtype", "bf16"}});
+      const Tiling t = tile_kernel(k, g);
+      const Prediction f = full->predict({k}, {t}, g)[0];
+      if (f.streamed) continue;
+      gaps.push_back(bare->predict({k}, {f.tiling ? *f.tiling : t}, g)[0].latency_ms / f.latency_ms);
+      ++(f.tiling ? other : own);
+    }
+    if (gaps.empty()) continue;
+    std::sort(gaps.begin(), gaps.end());
+    std::printf("%-10s %5zu %11d %8d %7.3f %6.3f %6.3f\n", name, gaps.size(), own, other, gaps[gaps.size() / 2],
+                gaps[gaps.size() * 9 / 10], gaps.back());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -422,10 +464,12 @@ int main(int argc, char** argv) {
     else if (a == "--rows" && i + 1 < argc) rows_csv = argv[++i];
     else if (a == "--column" && i + 1 < argc) column = argv[++i];
     else if (a == "--timing" && i + 1 < argc) timing = argv[++i];
+    else if (a == "--shown-tile") return shown_tile_gap();
     else {
       std::fprintf(stderr, "usage: tile_agreement [--shared DIR] [--tiles tiles.json] [--fit [--class NAME] [--write tiles.json]] [--dump rows.csv]\n"
                    "       tile_agreement --dump-features FILE [--class NAME,...]\n"
-                   "       tile_agreement --rows FILE.csv [--column NAME] [--timing eager|device|kernel]\n");
+                   "       tile_agreement --rows FILE.csv [--column NAME] [--timing eager|device|kernel]\n"
+                   "       tile_agreement --shown-tile\n");
       return 2;
     }
   }
