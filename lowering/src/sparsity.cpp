@@ -1,9 +1,11 @@
 // sparsity.cpp - 2:4 structured sparsity (lowering.h SparsityOptions): which linear layers' and
 // convolutions' forward GEMMs read a weight pruned 2:4.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <regex>
 #include <set>
+#include <unordered_map>
 
 #include "internal.h"
 
@@ -24,7 +26,28 @@ int reduction_axis(const Node& n, size_t input) {
 struct PrunableWeight {
   std::string name;  // "" for none
   int axis = 0;      // reduction_axis
+  // Whether a zero of the stored values is a zero weight: false for a quantized weight whose
+  // zero point is not known to be 0 (--sparsity auto then cannot read the pattern from it).
+  bool zero_is_zero = true;
 };
+
+// The initializer a quantize-dequantize model stores a weight in: `tensor` written by a
+// DequantizeLinear of an integer or FP8 initializer (INT8 as TensorRT runs 2:4 sparse GEMMs;
+// the GEMM reads the dequantized values, or, under --fusion full, the stored ones). Empty name
+// for any other tensor.
+PrunableWeight dequantized_initializer(const Graph& g, const std::unordered_map<std::string, size_t>& producer,
+                                       const std::string& tensor) {
+  const auto it = producer.find(tensor);
+  if (it == producer.end()) return {};
+  const Node& dq = g.nodes[it->second];
+  if (dq.op_type != "DequantizeLinear" || dq.inputs.empty()) return {};
+  const TensorInfo* q = g.find(dq.inputs[0]);
+  if (!q || !q->is_initializer || !q->fully_known() || is_float(q->dtype)) return {};
+  const TensorInfo* zp = dq.inputs.size() > 2 && !dq.inputs[2].empty() ? g.find(dq.inputs[2]) : nullptr;
+  const bool zero = !zp || (zp->int_value && std::all_of(zp->int_value->begin(), zp->int_value->end(),
+                                                         [](int64_t v) { return v == 0; }));
+  return {q->name, 0, zero};
+}
 
 // The weight of a forward GEMM that can run 2:4 sparse, or none: a linear layer's (2-D float
 // initializer) or a convolution's (float initializer of rank 3 or more, one group, not
@@ -32,7 +55,8 @@ struct PrunableWeight {
 // features, a convolution's input channels, along which NVIDIA's ASP and TensorRT prune).
 // A weight is an initializer, or a value computed from constants alone (`folded`: the nodes the
 // lowering folded; weight-stripped models build their weights with ConstantOfShape).
-PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<std::string>& folded) {
+PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<std::string>& folded,
+                               const std::unordered_map<std::string, size_t>& producer) {
   if (!layer_gemm(k) || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size()) return {};
   const Node& n = g.nodes[static_cast<size_t>(k.node)];
   const bool conv = n.op_type == "Conv" && n.domain.empty();
@@ -43,12 +67,16 @@ PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<s
   if (input >= n.inputs.size() || (conv && (n.attr_i("group", 1) != 1 || k.b_input != 1))) return {};
   if (!conv && (n.op_type != "MatMul" && n.op_type != "Gemm")) return {};
   const TensorInfo* w = g.find(n.inputs[input]);
-  if (!w || !is_float(w->dtype) || !w->fully_known() || !(w->is_initializer || folded.count(w->name))) return {};
-  if (!conv) {
-    if (w->shape.size() != 2 || k.gemm.k % 4 != 0) return {};
-    return {w->name, reduction_axis(n, input)};
+  if (!w || !is_float(w->dtype) || !w->fully_known()) return {};
+  PrunableWeight out{w->name, conv ? 1 : reduction_axis(n, input), true};
+  if (!w->is_initializer && !folded.count(w->name)) {
+    const PrunableWeight stored = dequantized_initializer(g, producer, w->name);
+    if (stored.name.empty()) return {};
+    out.name = stored.name;
+    out.zero_is_zero = stored.zero_is_zero;
   }
-  return w->shape.size() >= 3 && w->shape[1].value % 4 == 0 ? PrunableWeight{w->name, 1} : PrunableWeight{};
+  if (!conv) return w->shape.size() == 2 && k.gemm.k % 4 == 0 ? out : PrunableWeight{};
+  return w->shape.size() >= 3 && w->shape[1].value % 4 == 0 ? out : PrunableWeight{};
 }
 
 // --sparsity auto: SparsityOptions::pruned_values asked once per weight, with what it found.
@@ -56,10 +84,10 @@ struct ValueScan {
   const SparsityOptions& s;
   std::map<std::string, std::optional<bool>> seen;
   int checked = 0, unread = 0;
-  bool pruned(const std::string& w, int axis) {
+  bool pruned(const std::string& w, int axis, bool readable = true) {
     auto it = seen.find(w);
     if (it == seen.end()) {
-      it = seen.emplace(w, s.pruned_values(w, axis)).first;
+      it = seen.emplace(w, readable ? s.pruned_values(w, axis) : std::nullopt).first;
       ++(it->second ? checked : unread);
     }
     return it->second.value_or(false);
@@ -67,8 +95,8 @@ struct ValueScan {
   std::string none_pruned() const {
     return "--sparsity auto: no GEMM weight is pruned 2:4 (" + std::to_string(checked) + " checked" +
            (unread > 0 ? ", " + std::to_string(unread) +
-                             " whose values are not in the file (external data or computed), never read: --sparsity 2:4 "
-                             "says they are"
+                             " whose values are not in the file (external data, computed, or quantized with a zero "
+                             "point not known to be 0), never read: --sparsity 2:4 says they are"
                        : std::string()) +
            "); the model runs dense";
   }
@@ -91,6 +119,10 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
   std::vector<std::string> names;
   if (!s.two_four) return names;
   const std::set<std::string> folded = folded_values(g, free_reason);
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (const std::string& o : g.nodes[i].outputs)
+      if (!o.empty()) producer.emplace(o, i);
   const bool from_values = static_cast<bool>(s.pruned_values);
   const bool all = !from_values && (s.targets.empty() || s.targets == "all");
   std::regex pattern;
@@ -108,20 +140,20 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
   ValueScan scan{s, {}, 0, 0};
   // SparseGPT's and Wanda's 2:4 recipes prune every linear layer of the blocks and keep the
   // output head dense.
-  const auto pruned = [&](int node, const std::string& w, int axis) {
-    if (from_values) return scan.pruned(w, axis);
+  const auto pruned = [&](int node, const std::string& w, int axis, bool readable = true) {
+    if (from_values) return scan.pruned(w, axis, readable);
     return all ? feeds[static_cast<size_t>(node)] != 0 : std::regex_search(w, pattern);
   };
   std::set<std::string> seen;
   for (Kernel& k : kernels) {
     if (k.lora_adapter) continue;
-    const PrunableWeight w = prunable_weight(g, k, folded);
+    const PrunableWeight w = prunable_weight(g, k, folded, producer);
     if (w.name.empty()) continue;
     // A GEMM over concatenated weights is pruned when every member is (one compressed matrix).
     std::vector<std::string> weights;
     int64_t columns = 0;
     if (!member_weight(g, k.node, columns).empty()) weights.push_back(w.name);
-    bool every = weights.empty() || pruned(k.node, w.name, w.axis);
+    bool every = weights.empty() || pruned(k.node, w.name, w.axis, w.zero_is_zero);
     for (int m : k.fused_nodes) {
       const std::string mw = member_weight(g, m, columns);
       if (mw.empty()) continue;
@@ -129,7 +161,7 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
       every = every && pruned(m, mw, reduction_axis(g.nodes[static_cast<size_t>(m)], 1));
     }
     if (weights.empty()) {
-      if (!pruned(k.node, w.name, w.axis)) continue;
+      if (!pruned(k.node, w.name, w.axis, w.zero_is_zero)) continue;
       weights.push_back(w.name);
     } else if (!every) {
       continue;

@@ -10,16 +10,26 @@ namespace neusight {
 namespace {
 
 // Per element i of `tp` (n elements): is it zero (either sign)? Empty when its values are not
-// inline in a supported float type.
+// inline in a supported type: FP32, FP16, BF16, FP64, and the byte-wide types quantized weights
+// are stored in (INT8, UINT8: a stored 0; the FP8 types: +0 and, where it is zero, -0).
 std::function<bool(int64_t)> zero_test(const onnx::TensorProto& tp, int64_t n) {
   const auto dt = tp.data_type();
   const bool half = dt == onnx::TensorProto::FLOAT16 || dt == onnx::TensorProto::BFLOAT16;
+  // FP8 (ONNX 1.14's data types 17-20, which Debian's ONNX 1.12 headers do not name):
+  // E4M3FN (17) and E5M2 (19) have a negative zero (0x80); their FNUZ forms (18, 20) spend
+  // 0x80 on NaN.
+  const bool fp8_signed_zero = dt == 17 || dt == 19;
+  const bool byte = dt == onnx::TensorProto::INT8 || dt == onnx::TensorProto::UINT8 || (dt >= 17 && dt <= 20);
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) return {};
   if (tp.has_raw_data()) {
     const std::string& raw = tp.raw_data();
-    const size_t width = half ? 2 : dt == onnx::TensorProto::FLOAT ? 4 : dt == onnx::TensorProto::DOUBLE ? 8 : 0;
+    const size_t width = byte ? 1 : half ? 2 : dt == onnx::TensorProto::FLOAT ? 4 : dt == onnx::TensorProto::DOUBLE ? 8 : 0;
     if (width == 0 || raw.size() != static_cast<size_t>(n) * width) return {};
     const char* p = raw.data();
+    if (width == 1) {
+      const uint8_t mask = fp8_signed_zero ? 0x7f : 0xff;
+      return [p, mask](int64_t i) { return (static_cast<uint8_t>(p[i]) & mask) == 0; };
+    }
     if (width == 2)
       return [p](int64_t i) {
         uint16_t x;
@@ -44,6 +54,10 @@ std::function<bool(int64_t)> zero_test(const onnx::TensorProto& tp, int64_t n) {
     return [&tp](int64_t i) { return tp.double_data(static_cast<int>(i)) == 0.0; };
   if (half && tp.int32_data_size() == n)  // one 16-bit value in each int32 (ONNX's layout)
     return [&tp](int64_t i) { return (static_cast<uint32_t>(tp.int32_data(static_cast<int>(i))) & 0x7fffu) == 0; };
+  if (byte && tp.int32_data_size() == n) {  // one byte-wide value in each int32, likewise
+    const uint32_t mask = fp8_signed_zero ? 0x7fu : dt == onnx::TensorProto::INT8 ? 0xffffffffu : 0xffu;
+    return [&tp, mask](int64_t i) { return (static_cast<uint32_t>(tp.int32_data(static_cast<int>(i))) & mask) == 0; };
+  }
   return {};
 }
 

@@ -122,3 +122,48 @@ TEST_CASE("frontend: merge_models feeds the second model from the first, renamin
   CHECK_THROWS_WITH_AS(merge_models(first, load_model_from_proto(add_model(17), "s"), {{"H", "Y"}}, "enc/", "m"),
                        doctest::Contains("no input or output 'Y'"), InputError);
 }
+
+TEST_CASE("frontend: initializer_pruned_2_4 reads float and byte-wide quantized weights along the axis") {
+  // A [8, 4] weight: rows 0-1 of every four rows zero (pruned along axis 0, not along axis 1).
+  auto model = [](int data_type, bool raw, uint8_t zero_byte) {
+    onnx::ModelProto m;
+    m.set_ir_version(8);
+    m.add_opset_import()->set_version(17);
+    auto* g = m.mutable_graph();
+    auto* x = g->add_input();
+    x->set_name("X");
+    x->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+    g->add_output()->set_name("X");
+    onnx::TensorProto* w = g->add_initializer();
+    w->set_name("w");
+    w->set_data_type(data_type);
+    w->add_dims(8);
+    w->add_dims(4);
+    std::string bytes;
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 4; ++c) {
+        const uint8_t v = r % 4 < 2 ? zero_byte : uint8_t(0x11 + r + c);
+        if (raw) bytes.push_back(static_cast<char>(v));
+        else w->add_int32_data(data_type == onnx::TensorProto::INT8 ? int32_t(int8_t(v)) : int32_t(v));
+      }
+    if (raw) w->set_raw_data(bytes);
+    return load_model_from_proto(m, "m");
+  };
+  const int kFloat8E4M3FN = 17, kFloat8E4M3FNUZ = 18;
+  for (bool raw : {true, false}) {
+    CAPTURE(raw);
+    const LoadedModel i8 = model(onnx::TensorProto::INT8, raw, 0);
+    CHECK(initializer_pruned_2_4(i8, "w", 0) == std::optional<bool>(true));
+    CHECK(initializer_pruned_2_4(i8, "w", 1) == std::optional<bool>(false));
+    CHECK(initializer_pruned_2_4(model(onnx::TensorProto::UINT8, raw, 0), "w", 0) == std::optional<bool>(true));
+    // FP8 E4M3FN: -0 (0x80) is a zero; E4M3FNUZ spends 0x80 on NaN.
+    CHECK(initializer_pruned_2_4(model(kFloat8E4M3FN, raw, 0x80), "w", 0) == std::optional<bool>(true));
+    CHECK(initializer_pruned_2_4(model(kFloat8E4M3FNUZ, raw, 0x80), "w", 0) == std::optional<bool>(false));
+    CHECK(initializer_pruned_2_4(model(kFloat8E4M3FNUZ, raw, 0), "w", 0) == std::optional<bool>(true));
+  }
+  // Another name, an axis out of range, a type it does not read: no answer.
+  const LoadedModel i8 = model(onnx::TensorProto::INT8, true, 0);
+  CHECK(!initializer_pruned_2_4(i8, "v", 0));
+  CHECK(!initializer_pruned_2_4(i8, "w", 2));
+  CHECK(!initializer_pruned_2_4(model(onnx::TensorProto::INT16, false, 0), "w", 0));
+}

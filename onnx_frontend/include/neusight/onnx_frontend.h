@@ -59,7 +59,8 @@ LoadedModel merge_models(const LoadedModel& first, const LoadedModel& second,
 // Never throws for a bad model (returns what was inferred before the failure).
 std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, const Graph& bound);
 
-// Whether the values of initializer `name` (float: FP32, FP16, BF16, FP64) are pruned 2:4 along
+// Whether the values of initializer `name` (float: FP32, FP16, BF16, FP64; or a quantized
+// weight's stored INT8, UINT8 or FP8 values, a stored 0 taken as a zero weight) are pruned 2:4 along
 // `axis` (a GEMM weight's reduction dim: a MatMul B's rows, a convolution's input channels):
 // of every four consecutive elements along it at least two are zero (the pattern sparse tensor
 // cores run; the dim a multiple of 4). nullopt when the model holds no such initializer with
