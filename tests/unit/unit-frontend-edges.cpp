@@ -8,15 +8,21 @@ using namespace neusight;
 
 namespace {
 
-onnx::ModelProto two_node_model(bool reversed, bool dangling) {
+// An opset-17 model whose graph has one FP32 input X (no shape yet) and nothing else.
+onnx::ModelProto model_with_input_x() {
   onnx::ModelProto m;
   m.set_ir_version(8);
   m.add_opset_import()->set_version(17);
-  auto* g = m.mutable_graph();
-  auto* x = g->add_input();
+  auto* x = m.mutable_graph()->add_input();
   x->set_name("X");
-  auto* tt = x->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(1);
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  return m;
+}
+
+onnx::ModelProto two_node_model(bool reversed, bool dangling) {
+  onnx::ModelProto m = model_with_input_x();
+  auto* g = m.mutable_graph();
+  auto* tt = g->mutable_input(0)->mutable_type()->mutable_tensor_type();
   tt->mutable_shape()->add_dim()->set_dim_param("batch");
   tt->mutable_shape()->add_dim()->set_dim_value(8);
   g->add_output()->set_name("Z");
@@ -126,13 +132,8 @@ TEST_CASE("frontend: merge_models feeds the second model from the first, renamin
 TEST_CASE("frontend: initializer_pruned_2_4 reads float and byte-wide quantized weights along the axis") {
   // A [8, 4] weight: rows 0-1 of every four rows zero (pruned along axis 0, not along axis 1).
   auto model = [](int data_type, bool raw, uint8_t zero_byte) {
-    onnx::ModelProto m;
-    m.set_ir_version(8);
-    m.add_opset_import()->set_version(17);
+    onnx::ModelProto m = model_with_input_x();
     auto* g = m.mutable_graph();
-    auto* x = g->add_input();
-    x->set_name("X");
-    x->mutable_type()->mutable_tensor_type()->set_elem_type(1);
     g->add_output()->set_name("X");
     onnx::TensorProto* w = g->add_initializer();
     w->set_name("w");
