@@ -41,8 +41,12 @@ PrunableWeight dequantized_initializer(const Graph& g, const std::unordered_map<
   if (it == producer.end()) return {};
   const Node& dq = g.nodes[it->second];
   if (dq.op_type != "DequantizeLinear" || dq.inputs.empty()) return {};
+  // The byte-wide stored types (is_quantized_storage's but the 4-bit ones, whose GEMMs the
+  // predictor runs as weight-only): INT8, UINT8 and FP8.
   const TensorInfo* q = g.find(dq.inputs[0]);
-  if (!q || !q->is_initializer || !q->fully_known() || is_float(q->dtype)) return {};
+  if (!q || !q->is_initializer || !q->fully_known() ||
+      !(q->dtype == DType::i8 || q->dtype == DType::u8 || is_fp8(q->dtype)))
+    return {};
   const TensorInfo* zp = dq.inputs.size() > 2 && !dq.inputs[2].empty() ? g.find(dq.inputs[2]) : nullptr;
   const bool zero = !zp || (zp->int_value && std::all_of(zp->int_value->begin(), zp->int_value->end(),
                                                          [](int64_t v) { return v == 0; }));
@@ -68,7 +72,7 @@ PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<s
   if (!conv && (n.op_type != "MatMul" && n.op_type != "Gemm")) return {};
   const TensorInfo* w = g.find(n.inputs[input]);
   if (!w || !is_float(w->dtype) || !w->fully_known()) return {};
-  PrunableWeight out{w->name, conv ? 1 : reduction_axis(n, input), true};
+  PrunableWeight out{w->name, reduction_axis(n, input), true};
   if (!w->is_initializer && !folded.count(w->name)) {
     const PrunableWeight stored = dequantized_initializer(g, producer, w->name);
     if (stored.name.empty()) return {};

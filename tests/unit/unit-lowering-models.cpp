@@ -408,3 +408,45 @@ TEST_CASE("lowering: --sparsity auto asks the weights' values, once each, along 
   CHECK(none.warnings[0].find("no GEMM weight is pruned 2:4 (13 checked, 2 whose values are not in the file") !=
         std::string::npos);
 }
+
+TEST_CASE("lowering: --sparsity takes a quantize-dequantize model's INT8 and FP8 weights by their stored initializers") {
+  // fc0 reads an FP8 weight, fc1 an INT8 one whose zero point is 3, fc2 (the head) an INT8 one
+  // with no zero point; each through DequantizeLinear.
+  test::IrGraph b;
+  std::string x = b.input("x", {64, 1024});
+  const DType stored[] = {DType::f8e4m3fn, DType::i8, DType::i8};
+  const int64_t cols[] = {1024, 1024, 64};
+  for (int i = 0; i < 3; ++i) {
+    const std::string q = b.w("w" + std::to_string(i) + "_q", {1024, cols[i]}, stored[i]);
+    std::vector<std::string> dq_in = {q, b.w("w" + std::to_string(i) + "_s", {}, DType::f32)};
+    if (i == 1) dq_in.push_back(b.ints("w1_z", {3}));
+    const std::string d = b.t("w" + std::to_string(i) + "_d", {1024, cols[i]});
+    b.node("DequantizeLinear", dq_in, {d});
+    const std::string y = b.t("h" + std::to_string(i), {64, cols[i]});
+    b.node("MatMul", {x, d}, {y});
+    x = y;
+  }
+  b.output(x);
+  LoweringOptions o;
+  o.sparsity.two_four = true;
+  const KernelList told = lower(b.g, o);
+  CHECK(told.sparse_weights == std::vector<std::string>{"w0_q", "w1_q"});  // the head stays dense
+  // auto: every prunable weight asked by its stored name along its reduction, but fc1's, whose
+  // stored zeros are no zero weights.
+  std::map<std::string, int> asked;
+  o.sparsity.from_weights = true;
+  o.sparsity.pruned_values = [&](const std::string& name, int axis) -> std::optional<bool> {
+    asked[name] += 1 + 10 * axis;
+    return true;
+  };
+  const KernelList found = lower(b.g, o);
+  CHECK(asked == std::map<std::string, int>{{"w0_q", 1}, {"w2_q", 1}});
+  CHECK(found.sparse_weights == std::vector<std::string>{"w0_q", "w2_q"});
+  o.sparsity.pruned_values = [](const std::string&, int) -> std::optional<bool> { return false; };
+  const KernelList none = lower(b.g, o);
+  // Beside the lowering's note on the DequantizeLinear nodes run as written: one line.
+  CHECK(std::count_if(none.warnings.begin(), none.warnings.end(), [](const std::string& w) {
+          return w.find("--sparsity auto: no GEMM weight is pruned 2:4 (2 checked, 1 whose values are not in the "
+                        "file") == 0;
+        }) == 1);
+}
