@@ -334,6 +334,7 @@ LoweringOptions lowering_options(const LoadedModel& loaded, const Options& optio
     lo.sparsity.pruned_values = [&loaded](const std::string& name, int axis) {
       return initializer_pruned_2_4(loaded, name, axis);
     };
+    lo.sparsity.zero_values = [&loaded](const std::string& name) { return initializer_all_zero(loaded, name); };
   }
   lo.opset = loaded.model.opset();
   for (const auto& [domain, version] : loaded.model.opsets)

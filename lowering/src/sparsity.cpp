@@ -36,7 +36,7 @@ struct PrunableWeight {
 // the GEMM reads the dequantized values, or, under --fusion full, the stored ones). Empty name
 // for any other tensor.
 PrunableWeight dequantized_initializer(const Graph& g, const std::unordered_map<std::string, size_t>& producer,
-                                       const std::string& tensor) {
+                                       const SparsityOptions& s, const std::string& tensor) {
   const auto it = producer.find(tensor);
   if (it == producer.end()) return {};
   const Node& dq = g.nodes[it->second];
@@ -48,8 +48,13 @@ PrunableWeight dequantized_initializer(const Graph& g, const std::unordered_map<
       !(q->dtype == DType::i8 || q->dtype == DType::u8 || is_fp8(q->dtype)))
     return {};
   const TensorInfo* zp = dq.inputs.size() > 2 && !dq.inputs[2].empty() ? g.find(dq.inputs[2]) : nullptr;
-  const bool zero = !zp || (zp->int_value && std::all_of(zp->int_value->begin(), zp->int_value->end(),
-                                                         [](int64_t v) { return v == 0; }));
+  // The zero point's values: the graph's where it keeps them, else the model's (a per-channel
+  // zero point too long for the graph to keep; one that is computed stays unknown).
+  bool zero = !zp;
+  if (zp && zp->int_value)
+    zero = std::all_of(zp->int_value->begin(), zp->int_value->end(), [](int64_t v) { return v == 0; });
+  else if (zp && zp->is_initializer && s.zero_values)
+    zero = s.zero_values(zp->name).value_or(false);
   return {q->name, 0, zero};
 }
 
@@ -60,7 +65,7 @@ PrunableWeight dequantized_initializer(const Graph& g, const std::unordered_map<
 // A weight is an initializer, or a value computed from constants alone (`folded`: the nodes the
 // lowering folded; weight-stripped models build their weights with ConstantOfShape).
 PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<std::string>& folded,
-                               const std::unordered_map<std::string, size_t>& producer) {
+                               const std::unordered_map<std::string, size_t>& producer, const SparsityOptions& s) {
   if (!layer_gemm(k) || k.node < 0 || static_cast<size_t>(k.node) >= g.nodes.size()) return {};
   const Node& n = g.nodes[static_cast<size_t>(k.node)];
   const bool conv = n.op_type == "Conv" && n.domain.empty();
@@ -74,7 +79,7 @@ PrunableWeight prunable_weight(const Graph& g, const Kernel& k, const std::set<s
   if (!w || !is_float(w->dtype) || !w->fully_known()) return {};
   PrunableWeight out{w->name, reduction_axis(n, input), true};
   if (!w->is_initializer && !folded.count(w->name)) {
-    const PrunableWeight stored = dequantized_initializer(g, producer, w->name);
+    const PrunableWeight stored = dequantized_initializer(g, producer, s, w->name);
     if (stored.name.empty()) return {};
     out.name = stored.name;
     out.zero_is_zero = stored.zero_is_zero;
@@ -151,7 +156,7 @@ std::vector<std::string> mark_sparse_2_4(const Graph& g, std::vector<Kernel>& ke
   std::set<std::string> seen;
   for (Kernel& k : kernels) {
     if (k.lora_adapter) continue;
-    const PrunableWeight w = prunable_weight(g, k, folded, producer);
+    const PrunableWeight w = prunable_weight(g, k, folded, producer, s);
     if (w.name.empty()) continue;
     // A GEMM over concatenated weights is pruned when every member is (one compressed matrix).
     std::vector<std::string> weights;

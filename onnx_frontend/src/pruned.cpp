@@ -61,18 +61,47 @@ std::function<bool(int64_t)> zero_test(const onnx::TensorProto& tp, int64_t n) {
   return {};
 }
 
+// The initializer `name` of the model's main graph, or null.
+const onnx::TensorProto* find_initializer(const LoadedModel& loaded, const std::string& name) {
+  if (!loaded.proto) return nullptr;
+  for (const onnx::TensorProto& tp : loaded.proto->model.graph().initializer())
+    if (tp.name() == name) return &tp;
+  return nullptr;
+}
+
+// Elements of `tp`, 0 when a dim is not positive or the count passes 2^40.
+int64_t element_count(const onnx::TensorProto& tp) {
+  int64_t n = 1;
+  for (int i = 0; i < tp.dims_size(); ++i) {
+    if (tp.dims(i) <= 0 || tp.dims(i) > (int64_t(1) << 40) / n) return 0;
+    n *= tp.dims(i);
+  }
+  return n;
+}
+
 }  // namespace
 
+std::optional<bool> initializer_all_zero(const LoadedModel& loaded, const std::string& name) {
+  const onnx::TensorProto* tp = find_initializer(loaded, name);
+  if (!tp) return std::nullopt;
+  const int64_t n = element_count(*tp);
+  const std::function<bool(int64_t)> zero = n > 0 ? zero_test(*tp, n) : std::function<bool(int64_t)>();
+  if (!zero) return std::nullopt;
+  for (int64_t i = 0; i < n; ++i)
+    if (!zero(i)) return false;
+  return true;
+}
+
 std::optional<bool> initializer_pruned_2_4(const LoadedModel& loaded, const std::string& name, int axis) {
-  if (!loaded.proto || axis < 0) return std::nullopt;
-  for (const onnx::TensorProto& tp : loaded.proto->model.graph().initializer()) {
-    if (tp.name() != name) continue;
+  if (axis < 0) return std::nullopt;
+  if (const onnx::TensorProto* found = find_initializer(loaded, name)) {
+    const onnx::TensorProto& tp = *found;
     if (axis >= tp.dims_size()) return std::nullopt;
     // The tensor as [outer, along, inner] about the axis.
-    int64_t outer = 1, along = tp.dims(axis), inner = 1, n = 1;
+    const int64_t n = element_count(tp), along = tp.dims(axis);
+    if (n == 0) return std::nullopt;
+    int64_t outer = 1, inner = 1;
     for (int i = 0; i < tp.dims_size(); ++i) {
-      if (tp.dims(i) <= 0 || tp.dims(i) > (int64_t(1) << 40) / n) return std::nullopt;
-      n *= tp.dims(i);
       if (i < axis) outer *= tp.dims(i);
       if (i > axis) inner *= tp.dims(i);
     }

@@ -236,6 +236,44 @@ class SparsityTest(unittest.TestCase):
             self.assertEqual(rc, 0, err)
             self.assertIn("no sparse matrix units for fp32 GEMMs: the 2 2:4-pruned GEMMs run dense", err)
 
+    def test_auto_reads_a_long_per_channel_zero_point(self):
+        # A per-channel INT8 QDQ projection of 4,104 output channels (an LLM's MLP is wider):
+        # auto reads its zero point's 4,104 values, all 0 (pruned) or one of them 3 (not read).
+        import numpy as np
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+
+        def write(path, shifted):
+            k, n = 1024, 4104
+            w = np.random.default_rng(3).integers(-127, 127, size=(k, n)).astype(np.int8)
+            w.reshape(k // 4, 4, n)[:, :2] = 0
+            zp = np.zeros(n, np.int8)
+            zp[-1] = 3 if shifted else 0
+            inits = [numpy_helper.from_array(w, "w_q"), numpy_helper.from_array(np.full(n, 0.01, np.float32), "w_s"),
+                     numpy_helper.from_array(zp, "w_z"), numpy_helper.from_array(np.array(0.02, np.float32), "a_s"),
+                     numpy_helper.from_array(np.array(0, np.int8), "a_z")]
+            nodes = [helper.make_node("QuantizeLinear", ["x", "a_s", "a_z"], ["xq"]),
+                     helper.make_node("DequantizeLinear", ["xq", "a_s", "a_z"], ["xd"]),
+                     helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w_d"], axis=1),
+                     helper.make_node("MatMul", ["xd", "w_d"], ["y"], name="fc")]
+            g = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", k])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", n])], inits)
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+            onnx.checker.check_model(m)
+            onnx.save(m, path)
+
+        with tempfile.TemporaryDirectory() as d:
+            path, shifted = os.path.join(d, "q.onnx"), os.path.join(d, "zp.onnx")
+            write(path, False)
+            write(shifted, True)
+            full = ["--gpu", "h100", "--batch", "8192", "--fusion", "full", "--sparsity", "auto"]
+            r = run_json(path, *full)
+            self.assertEqual(r["sparsity"]["sparse_gemms"], 1)
+            self.assertEqual([n["kernels"][0]["math"] for n in r["nodes"] if n["name"] == "fc"], ["int8-tensor-2:4"])
+            rc, _, err = run(shifted, *full, "--json", os.path.join(d, "r.json"))
+            self.assertEqual(rc, 0, err)
+            self.assertIn("no GEMM weight is pruned 2:4 (0 checked, 1 whose values are not in the file", err)
+
     def test_bad_input_is_one_line_and_no_file(self):
         cases = [(["--sparsity", "2:8"], "expected 2:4"),
                  (["--sparsity", "2:4,targets=("], "not a regular expression"),

@@ -168,3 +168,33 @@ TEST_CASE("frontend: initializer_pruned_2_4 reads float and byte-wide quantized 
   CHECK(!initializer_pruned_2_4(i8, "w", 2));
   CHECK(!initializer_pruned_2_4(model(onnx::TensorProto::INT16, false, 0), "w", 0));
 }
+
+TEST_CASE("frontend: initializer_all_zero reads a per-channel zero point of any length") {
+  // A zero point of 5,000 channels (longer than the graph keeps values of), raw or int32_data.
+  auto model = [](int data_type, bool raw, int nonzero_at) {
+    onnx::ModelProto m = model_with_input_x();
+    auto* g = m.mutable_graph();
+    g->add_output()->set_name("X");
+    onnx::TensorProto* z = g->add_initializer();
+    z->set_name("z");
+    z->set_data_type(data_type);
+    z->add_dims(5000);
+    std::string bytes(5000, '\0');
+    if (nonzero_at >= 0) bytes[static_cast<size_t>(nonzero_at)] = 3;
+    if (raw) {
+      z->set_raw_data(bytes);
+    } else {
+      for (char c : bytes) z->add_int32_data(c);
+    }
+    return load_model_from_proto(m, "m");
+  };
+  const int kFloat8E4M3FN = 17;
+  for (bool raw : {true, false}) {
+    CAPTURE(raw);
+    CHECK(initializer_all_zero(model(onnx::TensorProto::INT8, raw, -1), "z") == std::optional<bool>(true));
+    CHECK(initializer_all_zero(model(onnx::TensorProto::UINT8, raw, 4999), "z") == std::optional<bool>(false));
+    CHECK(initializer_all_zero(model(kFloat8E4M3FN, raw, -1), "z") == std::optional<bool>(true));
+  }
+  CHECK(!initializer_all_zero(model(onnx::TensorProto::INT8, true, -1), "w"));
+  CHECK(!initializer_all_zero(model(onnx::TensorProto::INT16, false, -1), "z"));
+}

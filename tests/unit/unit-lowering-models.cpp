@@ -450,3 +450,42 @@ TEST_CASE("lowering: --sparsity takes a quantize-dequantize model's INT8 and FP8
                         "file") == 0;
         }) == 1);
 }
+
+TEST_CASE("lowering: --sparsity auto asks the model whether a long per-channel zero point is 0") {
+  // A weight of 5,000 output channels with a per-channel zero point: the graph keeps no values
+  // of a tensor that long, so whether its stored zeros are zero weights is asked of the model.
+  test::IrGraph b;
+  const std::string x = b.input("x", {64, 1024});
+  const std::string q = b.w("w_q", {1024, 5000}, DType::i8);
+  const std::string d = b.t("w_d", {1024, 5000});
+  b.node("DequantizeLinear", {q, b.w("w_s", {5000}, DType::f32), b.w("w_z", {5000}, DType::i8)}, {d})
+      .attributes["axis"] = test::attr_int(1);
+  const std::string y = b.t("y", {64, 5000});
+  b.node("MatMul", {x, d}, {y});
+  b.output(y);
+  LoweringOptions o;
+  o.sparsity.two_four = true;
+  o.sparsity.from_weights = true;
+  std::vector<std::string> asked;
+  o.sparsity.pruned_values = [&](const std::string& name, int) -> std::optional<bool> {
+    asked.push_back(name);
+    return true;
+  };
+  // Not asked: the weight's values are not read, and the warning counts it.
+  const KernelList unknown = lower(b.g, o);
+  CHECK(asked.empty());
+  CHECK(unknown.sparse_weights.empty());
+  for (const std::optional<bool> zero : {std::optional<bool>(true), std::optional<bool>(false), std::optional<bool>()}) {
+    CAPTURE(zero.has_value());
+    asked.clear();
+    std::vector<std::string> zp_asked;
+    o.sparsity.zero_values = [&](const std::string& name) {
+      zp_asked.push_back(name);
+      return zero;
+    };
+    const KernelList k = lower(b.g, o);
+    CHECK(zp_asked == std::vector<std::string>{"w_z"});
+    CHECK(asked == (zero == true ? std::vector<std::string>{"w_q"} : std::vector<std::string>{}));
+    CHECK(k.sparse_weights == asked);
+  }
+}

@@ -339,6 +339,11 @@ struct SparsityOptions {
   // weight it could run sparse and warns when none is pruned.
   bool from_weights = false;
   std::function<std::optional<bool>(const std::string& name, int axis)> pruned_values;
+  // `zero_values(name)`: whether every value of initializer `name` is zero, nullopt where they
+  // are not in hand. Asked of a quantized weight's zero point whose values the graph does not
+  // keep (the IR keeps small integer tensors alone: a per-channel zero point of more than
+  // 4,096 output channels), since a stored 0 is a zero weight only where the zero point is 0.
+  std::function<std::optional<bool>(const std::string& name)> zero_values;
 };
 // Bytes per element of a weight held 2:4-compressed whose dense elements take `dense_bytes`:
 // half the values and a 2-bit index per kept value.

@@ -67,6 +67,11 @@ std::map<std::string, TensorInfo> onnx_shape_hints(const LoadedModel& loaded, co
 // its values inline (external data is never read).
 std::optional<bool> initializer_pruned_2_4(const LoadedModel& loaded, const std::string& name, int axis);
 
+// Whether every value of initializer `name` is zero (the types of initializer_pruned_2_4: a
+// quantized weight's zero point is stored in its weight's type). nullopt when the model holds no
+// such initializer with its values inline.
+std::optional<bool> initializer_all_zero(const LoadedModel& loaded, const std::string& name);
+
 // Annotations for the written copy.
 struct NodeAnnotation {
   std::string node_name;
