@@ -475,7 +475,8 @@ TEST_CASE("lowering: --sparsity auto asks the model whether a long per-channel z
   const KernelList unknown = lower(b.g, o);
   CHECK(asked.empty());
   CHECK(unknown.sparse_weights.empty());
-  for (const std::optional<bool> zero : {std::optional<bool>(true), std::optional<bool>(false), std::optional<bool>()}) {
+  using Answer = std::optional<bool>;
+  for (const Answer zero : {Answer(true), Answer(false), Answer()}) {
     CAPTURE(zero.has_value());
     asked.clear();
     std::vector<std::string> zp_asked;
