@@ -720,7 +720,15 @@ Report predict_for_latency_slo(const LoadedModel& model, const Options& given, c
     slo.next_latency_ms = r.e2e_latency_ms;
     slo.next_fits = fits(r);
   };
-  if (slo.met) slo.batch = largest_batch_meeting(best, Report::kMaxSloBatch, BatchBracket::kDouble, at, meets, missed);
+  // How far a batch is from the target (at most 1 where it meets it): its latency over the
+  // target, and its memory over the GPU's. The search places its probes by it.
+  auto score = [&](const Report& r) {
+    double s = r.e2e_latency_ms / slo_ms;
+    if (r.memory && r.memory->capacity_gib > 0) s = std::max(s, r.memory->total_gib() / r.memory->capacity_gib);
+    return s;
+  };
+  if (slo.met)
+    slo.batch = largest_batch_meeting(best, Report::kMaxSloBatch, BatchBracket::kDouble, at, meets, missed, score);
   best.latency_slo = slo;
   return best;
 }

@@ -985,6 +985,17 @@ Report predict_generation_for_targets(const Decoder& decoder, const Options& opt
   auto over_tpot = [&](const Report& r) { return targets.tpot_ms > 0 && r.generation->tpot_ms > targets.tpot_ms; };
   auto over_ttft = [&](const Report& r) { return targets.ttft_ms > 0 && r.generation->ttft_ms > targets.ttft_ms; };
   auto meets = [&](const Report& r) { return !over_tpot(r) && !over_ttft(r) && fits(r); };
+  // How far a batch is from the targets (at most 1 where it meets them): each time over its
+  // target, and the batch over the sequences that fit beside it (where memory is known). The
+  // search places its probes by it.
+  auto score = [&](const Report& r) {
+    const GenerationReport& g = *r.generation;
+    double s = 0;
+    if (targets.tpot_ms > 0) s = std::max(s, g.tpot_ms / targets.tpot_ms);
+    if (targets.ttft_ms > 0) s = std::max(s, g.ttft_ms / targets.ttft_ms);
+    if (gpu.mem_gb > 0) s = std::max(s, double(g.batch) / double(std::max<int64_t>(g.max_batch, 1)));
+    return s;
+  };
   Report best = at(1);
   GenerationReport::TpotSlo slo;
   slo.tpot_ms = targets.tpot_ms;
@@ -1001,7 +1012,7 @@ Report predict_generation_for_targets(const Decoder& decoder, const Options& opt
     // Up to the sequences that fit at batch 1.
     const int64_t fit1 = best.generation->max_batch;
     const int64_t cap = gpu.mem_gb > 0 ? std::max<int64_t>(fit1, 1) : 65536;
-    largest_batch_meeting(best, cap, BatchBracket::kFromCap, at, meets, fail);
+    largest_batch_meeting(best, cap, BatchBracket::kFromCap, at, meets, fail, score);
   }
   best.generation->tpot_slo = slo;
   return best;
