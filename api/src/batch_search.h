@@ -35,12 +35,9 @@ int64_t largest_batch_meeting(Report& best, int64_t cap, BatchBracket bracket, A
                               Missed&& missed, Score&& score = nullptr) {
   constexpr bool kScored = !std::is_same_v<std::decay_t<Score>, std::nullptr_t>;
   int64_t lo = 1, hi = bracket == BatchBracket::kDouble ? 0 : cap + 1;  // hi 0: no miss yet
+  // The scores of the bracket's two ends (a probe sets the high end before the search narrows).
   double s_lo = 0, s_hi = 0;
-  bool have_lo = false, have_hi = false;
-  if constexpr (kScored) {
-    s_lo = score(best);
-    have_lo = true;
-  }
+  if constexpr (kScored) s_lo = score(best);
   auto probe = [&](int64_t batch) {
     Report r = at(batch);
     [[maybe_unused]] double s = 0;
@@ -48,12 +45,10 @@ int64_t largest_batch_meeting(Report& best, int64_t cap, BatchBracket bracket, A
     if (meets(r)) {
       lo = batch;
       s_lo = s;
-      have_lo = kScored;
       best = std::move(r);
     } else {
       hi = batch;
       s_hi = s;
-      have_hi = kScored;
       missed(batch, r);
     }
   };
@@ -69,7 +64,7 @@ int64_t largest_batch_meeting(Report& best, int64_t cap, BatchBracket bracket, A
   for (int64_t w = hi - lo; w > 1; w = (w + 1) / 2) budget += 2;
   while (hi > 0 && hi - lo > 1) {
     int64_t next = lo + (hi - lo) / 2;
-    if (budget-- > 0 && have_lo && have_hi && s_lo <= 1 && s_hi > 1 && s_hi > s_lo) {
+    if (kScored && budget-- > 0 && s_lo <= 1 && s_hi > 1) {
       const double x = double(lo) + (1 - s_lo) * double(hi - lo) / (s_hi - s_lo);
       next = std::clamp<int64_t>(static_cast<int64_t>(x), lo + 1, hi - 1);
     }

@@ -1,6 +1,9 @@
 // unit-frontend-edges.cpp - dangling edges, nodes out of order, ONNX hints never override rules.
 #include <doctest/doctest.h>
 
+#include <string>
+#include <vector>
+
 #include "onnx_proto.h"
 #include "neusight/shape_inference.h"
 
@@ -17,6 +20,26 @@ onnx::ModelProto model_with_input_x() {
   x->set_name("X");
   x->mutable_type()->mutable_tensor_type()->set_elem_type(1);
   return m;
+}
+
+// model_with_input_x() holding one initializer `name` of a byte-wide type with the given
+// values: as raw_data, or one value in each int32_data (INT8 sign-extended, as ONNX stores it).
+LoadedModel model_with_byte_initializer(const std::string& name, int data_type, const std::vector<int64_t>& dims,
+                                        const std::string& bytes, bool raw) {
+  onnx::ModelProto m = model_with_input_x();
+  auto* g = m.mutable_graph();
+  g->add_output()->set_name("X");
+  onnx::TensorProto* t = g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(data_type);
+  for (int64_t d : dims) t->add_dims(d);
+  if (raw) {
+    t->set_raw_data(bytes);
+  } else {
+    for (char c : bytes)
+      t->add_int32_data(data_type == onnx::TensorProto::INT8 ? int32_t(int8_t(c)) : int32_t(uint8_t(c)));
+  }
+  return load_model_from_proto(m, "m");
 }
 
 onnx::ModelProto two_node_model(bool reversed, bool dangling) {
@@ -132,23 +155,10 @@ TEST_CASE("frontend: merge_models feeds the second model from the first, renamin
 TEST_CASE("frontend: initializer_pruned_2_4 reads float and byte-wide quantized weights along the axis") {
   // A [8, 4] weight: rows 0-1 of every four rows zero (pruned along axis 0, not along axis 1).
   auto model = [](int data_type, bool raw, uint8_t zero_byte) {
-    onnx::ModelProto m = model_with_input_x();
-    auto* g = m.mutable_graph();
-    g->add_output()->set_name("X");
-    onnx::TensorProto* w = g->add_initializer();
-    w->set_name("w");
-    w->set_data_type(data_type);
-    w->add_dims(8);
-    w->add_dims(4);
     std::string bytes;
     for (int r = 0; r < 8; ++r)
-      for (int c = 0; c < 4; ++c) {
-        const uint8_t v = r % 4 < 2 ? zero_byte : uint8_t(0x11 + r + c);
-        if (raw) bytes.push_back(static_cast<char>(v));
-        else w->add_int32_data(data_type == onnx::TensorProto::INT8 ? int32_t(int8_t(v)) : int32_t(v));
-      }
-    if (raw) w->set_raw_data(bytes);
-    return load_model_from_proto(m, "m");
+      for (int c = 0; c < 4; ++c) bytes.push_back(static_cast<char>(r % 4 < 2 ? zero_byte : uint8_t(0x11 + r + c)));
+    return model_with_byte_initializer("w", data_type, {8, 4}, bytes, raw);
   };
   const int kFloat8E4M3FN = 17, kFloat8E4M3FNUZ = 18;
   for (bool raw : {true, false}) {
@@ -172,21 +182,9 @@ TEST_CASE("frontend: initializer_pruned_2_4 reads float and byte-wide quantized 
 TEST_CASE("frontend: initializer_all_zero reads a per-channel zero point of any length") {
   // A zero point of 5,000 channels (longer than the graph keeps values of), raw or int32_data.
   auto model = [](int data_type, bool raw, int nonzero_at) {
-    onnx::ModelProto m = model_with_input_x();
-    auto* g = m.mutable_graph();
-    g->add_output()->set_name("X");
-    onnx::TensorProto* z = g->add_initializer();
-    z->set_name("z");
-    z->set_data_type(data_type);
-    z->add_dims(5000);
     std::string bytes(5000, '\0');
     if (nonzero_at >= 0) bytes[static_cast<size_t>(nonzero_at)] = 3;
-    if (raw) {
-      z->set_raw_data(bytes);
-    } else {
-      for (char c : bytes) z->add_int32_data(c);
-    }
-    return load_model_from_proto(m, "m");
+    return model_with_byte_initializer("z", data_type, {5000}, bytes, raw);
   };
   const int kFloat8E4M3FN = 17;
   for (bool raw : {true, false}) {
