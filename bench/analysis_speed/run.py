@@ -12,6 +12,7 @@ For GPT-style graphs at GPT-3 175B width (hidden 12288, 96 heads, sequence 2048)
   * parse:    protobuf parse of the same file alone (in-process, analysis_speed_stages)
   * stages:   load / prepare (bind, shapes, lowering) / predict / json, in-process
   * weights:  reading the shipped NeuSight weights file (predictor/weights), in-process
+  * tiles:    reading the tile table (tiling/data/tiles.json), in-process
   * onnx:     Debian python3-onnx on the same file: onnx.load(path, load_external_data=False)
               and onnx.shape_inference.infer_shapes (the latter is "bare shape inference")
 and prints ms, ms per 1,000 nodes, peak RSS (getrusage of each child process) and ratios.
@@ -109,6 +110,7 @@ def main():
                 "parse_ms": st["parse_ms"], "load_ms": st["load_ms"], "prepare_ms": st["prepare_ms"],
                 "predict_ms": st["predict_ms"], "json_ms": st["json_ms"], "predictor": st["predictor"],
                 "weights_ms": st["weights_ms"], "weights_mb": st["weights_bytes"] / 1e6,
+                "tiles_ms": st["tiles_ms"], "tiles_mb": st["tiles_bytes"] / 1e6,
                 "onnx_load_ms": statistics.median(r["load_ms"] for r in onnx_runs),
                 "onnx_infer_ms": statistics.median(r["infer_ms"] for r in onnx_runs),
                 "onnx_infer_wall_ms": statistics.median(r["infer_wall_ms"] for r in onnx_runs),
@@ -149,6 +151,8 @@ def main():
           f"(target < 300), predicted e2e {big['e2e_latency_ms']:.3f} ms")
     print(f"weights load: {statistics.median(r['weights_ms'] for r in rows):.2f} ms CPU "
           f"(predictor/weights/weights.json, {big['weights_mb']:.2f} MB)")
+    print(f"tile table load: {statistics.median(r['tiles_ms'] for r in rows):.2f} ms CPU "
+          f"(tiling/data/tiles.json, {big['tiles_mb']:.2f} MB)")
     return 0
 
 

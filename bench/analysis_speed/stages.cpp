@@ -5,8 +5,9 @@
 // Stages: protobuf parse alone (read bytes + ModelProto parse), load (parse + IR + checks),
 // prepare (bind dims, shape inference, lowering), predict (tiling + prediction), json
 // (report text), weights (reading the shipped NeuSight weights file, which every NeuSight
-// prediction does once). Each figure is the median of N repeats, in milliseconds of process CPU
-// time (stable on a busy machine; equal to wall time on an idle one, all single-threaded).
+// prediction does once), tiles (reading the tile table, tiling/data/tiles.json, which every
+// run that tiles a kernel does once). Each figure is the median of N repeats, in milliseconds of
+// process CPU time (stable on a busy machine; equal to wall time on an idle one, all single-threaded).
 // run.py (same folder) adds the whole CLI, peak RSS and ONNX's own shape inference.
 #include <algorithm>
 #include <filesystem>
@@ -22,6 +23,7 @@
 
 #include "neusight/neusight.h"
 #include "neusight/neusight_model.h"
+#include "tile_table.h"
 
 namespace {
 
@@ -62,10 +64,12 @@ int main(int argc, char** argv) {
   }
   try {
     const neusight::Gpu gpu = neusight::GpuDatabase::builtin().resolve(gpu_name);
-    std::vector<double> parse, load, prep, pred, json, weights;
+    std::vector<double> parse, load, prep, pred, json, weights, tiles;
     size_t nodes = 0, kernels = 0, json_bytes = 0;
     const std::string weights_dir = neusight::data_dir() + "/weights";
     const auto weights_bytes = std::filesystem::file_size(weights_dir + "/weights.json");
+    const std::string tiles_path = neusight::data_dir() + "/tiles.json";
+    const auto tiles_bytes = std::filesystem::file_size(tiles_path);
     double e2e = 0;
     for (int r = 0; r < repeat; ++r) {
       double t0 = cpu_ms();
@@ -91,6 +95,13 @@ int main(int argc, char** argv) {
       t0 = cpu_ms();
       const neusight::ModelSet w = neusight::load_model_set(weights_dir);
       weights.push_back(cpu_ms() - t0);
+      t0 = cpu_ms();
+      {
+        std::ifstream f(tiles_path, std::ios::binary);
+        const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+        const neusight::TileTable table = neusight::TileTable::parse(text, tiles_path);
+        tiles.push_back(cpu_ms() - t0);
+      }
       nodes = loaded.model.graph.nodes.size();
       kernels = a.kernels.kernels.size();
       e2e = rep.e2e_latency_ms;
@@ -98,9 +109,11 @@ int main(int argc, char** argv) {
     }
     std::printf("{\"nodes\": %zu, \"kernels\": %zu, \"parse_ms\": %.3f, \"load_ms\": %.3f, \"prepare_ms\": %.3f, "
                 "\"predict_ms\": %.3f, \"json_ms\": %.3f, \"json_bytes\": %zu, \"weights_ms\": %.3f, "
-                "\"weights_bytes\": %zu, \"predictor\": \"%s\", \"e2e_latency_ms\": %.6f}\n",
+                "\"weights_bytes\": %zu, \"tiles_ms\": %.3f, \"tiles_bytes\": %zu, \"predictor\": \"%s\", "
+                "\"e2e_latency_ms\": %.6f}\n",
                 nodes, kernels, median(parse), median(load), median(prep), median(pred), median(json), json_bytes,
-                median(weights), size_t(weights_bytes), predictor_kind_name(opt.predictor), e2e);
+                median(weights), size_t(weights_bytes), median(tiles), size_t(tiles_bytes),
+                predictor_kind_name(opt.predictor), e2e);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "analysis_speed_stages: %s\n", e.what());
     return 1;

@@ -420,9 +420,9 @@ TEST_CASE("tiling: learned rules are parsed and checked") {
                             {"name": "w", "tb": [32, 128, 8], "warp": [32, 32, 8], "stages": 2, "threads": 128,
                              "regs_per_thread": 120, "efficiency": 1}],
                    "tensor": [],
-                   "rule": {"single_tile": [{"f":2,"t":10.0,"l":1,"r":2},{"leaf":"s"},{"leaf":"w"}],
-                            "batched_tile": [{"leaf":"s"}],
-                            "split": [{"f":7,"t":12.0,"l":1,"r":2},{"leaf":1},{"leaf":4}]}}},
+                   "rule": {"single_tile": [[2,10.0,1,2],["s"],["w"]],
+                            "batched_tile": [["s"]],
+                            "split": [[7,12.0,1,2],[1],[4]]}}},
     "elementwise": {"threads": 128, "elements_per_thread": 4},
     "softmax": {"warp_max_cols": 1024, "warps_per_block": 4, "two_rows_max_cols": 128},
     "layernorm": {"rows_per_block": 1}})";
@@ -438,7 +438,7 @@ TEST_CASE("tiling: learned rules are parsed and checked") {
   CHECK(long_k.tiles == 2 * 2 * 4);
   CHECK(tile_kernel(gemm_kernel(3, 64, 256, 65536, DType::f32, "bmm"), g, t).config.name == "s");
   // Without a batched_tile tree, batched products keep the cost model (never split along k).
-  const TileTable no_batched = TileTable::parse(broken_rule(ok, "[{\"leaf\":\"s\"}]", "[]"), "t.json");
+  const TileTable no_batched = TileTable::parse(broken_rule(ok, "[[\"s\"]]", "[]"), "t.json");
   CHECK(no_batched.gemm_class("sm_70").rule.batched_tile.empty());
   CHECK(tile_kernel(gemm_kernel(3, 64, 256, 65536, DType::f32, "bmm"), g, no_batched).config.split_k == 1);
   auto broken = [&](const std::string& from, const std::string& to) {
@@ -446,61 +446,68 @@ TEST_CASE("tiling: learned rules are parsed and checked") {
     s.replace(s.find(from), from.size(), to);
     return s;
   };
-  CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"leaf\":\"w\"}", "{\"leaf\":\"x\"}"), "t.json"),
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[\"w\"]", "[\"x\"]"), "t.json"),
                        doctest::Contains("not a simt candidate"), InputError);
-  CHECK_THROWS_WITH_AS(TileTable::parse(broken("\"l\":1,\"r\":2}", "\"l\":0,\"r\":2}"), "t.json"),
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[2,10.0,1,2]", "[2,10.0,0,2]"), "t.json"),
                        doctest::Contains("later nodes"), InputError);
-  CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"f\":2,", "{\"f\":50,"), "t.json"), doctest::Contains("feature index"),
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[2,10.0", "[50,10.0"), "t.json"), doctest::Contains("feature index"),
                        InputError);
   // Features 8 + 2i, 9 + 2i describe the class's i-th distinct simt tile: two tiles here, so 12 is out of range.
-  CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"f\":2,", "{\"f\":12,"), "t.json"),
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[2,10.0", "[12,10.0"), "t.json"),
                        doctest::Contains("beyond the class's 2 simt tiles"), InputError);
   {
     // Feature 9: padding efficiency of tile s (64 x 64), 1 when m and n are multiples of 64.
-    const TileTable pad = TileTable::parse(broken("{\"f\":2,\"t\":10.0", "{\"f\":9,\"t\":0.999"), "t.json");
+    const TileTable pad = TileTable::parse(broken("[2,10.0", "[9,0.999"), "t.json");
     CHECK(tile_kernel(gemm_kernel(1, 128, 64, 512), g, pad).config.name == "w");
     CHECK(tile_kernel(gemm_kernel(1, 100, 64, 512), g, pad).config.name == "s");
     // Feature 8: last-wave fill of tile s; 80 SMs x 8 blocks of 64 threads per SM (120 registers) = 640 per wave.
-    const TileTable fill = TileTable::parse(broken("{\"f\":2,\"t\":10.0", "{\"f\":8,\"t\":0.999"), "t.json");
+    const TileTable fill = TileTable::parse(broken("[2,10.0", "[8,0.999"), "t.json");
     CHECK(tile_kernel(gemm_kernel(1, 64 * 640, 64, 512), g, fill).config.name == "w");  // exactly one full wave
     CHECK(tile_kernel(gemm_kernel(1, 64 * 641, 64, 512), g, fill).config.name == "s");
   }
-  CHECK_THROWS_WITH_AS(TileTable::parse(broken("{\"leaf\":4}", "{\"leaf\":0}"), "t.json"),
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[4]", "[0]"), "t.json"),
                        doctest::Contains("split factor"), InputError);
+  // A node is [feature, threshold, left, right] or [leaf]; objects (and other lengths) are refused.
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[2,10.0,1,2]", "{\"f\":2,\"t\":10.0,\"l\":1,\"r\":2}"), "t.json"),
+                       doctest::Contains("node 0: must be [feature, threshold, left, right] or [leaf]"), InputError);
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[2,10.0,1,2]", "[2,10.0,1]"), "t.json"),
+                       doctest::Contains("node 0: must be"), InputError);
+  CHECK_THROWS_WITH_AS(TileTable::parse(broken("[2,10.0,1,2]", "[2,\"10\",1,2]"), "t.json"),
+                       doctest::Contains("threshold must be a number"), InputError);
   {
     // The split tree's own features start after the per-tile ones (8 + 2 x 2 tiles = 12): 17 is the
     // chosen candidate's blocks per SM on the V100 (s: 8, 64 threads x 120 registers; w: 4).
-    const std::string split_tree = "\"split\": [{\"f\":7,\"t\":12.0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":4}]";
+    const std::string split_tree = "\"split\": [[7,12.0,1,2],[1],[4]]";
     const TileTable bps = TileTable::parse(
-        broken(split_tree, "\"split\": [{\"f\":17,\"t\":6,\"l\":1,\"r\":2},{\"leaf\":2},{\"leaf\":3}]"), "t.json");
+        broken(split_tree, "\"split\": [[17,6,1,2],[2],[3]]"), "t.json");
     CHECK(tile_kernel(gemm_kernel(1, 64, 64, 512), g, bps).config.split_k == 3);     // tile s
     CHECK(tile_kernel(gemm_kernel(1, 64, 256, 65536), g, bps).config.split_k == 2);  // tile w
     // 19: last-wave fill of the output tiles split 2 ways; tile s: 80 SMs x 8 blocks = 640 per wave.
     const TileTable fill2 = TileTable::parse(
-        broken(split_tree, "\"split\": [{\"f\":19,\"t\":0.999,\"l\":1,\"r\":2},{\"leaf\":3},{\"leaf\":2}]"), "t.json");
+        broken(split_tree, "\"split\": [[19,0.999,1,2],[3],[2]]"), "t.json");
     CHECK(tile_kernel(gemm_kernel(1, 64 * 320, 64, 512), g, fill2).config.split_k == 2);  // 640 tiles: full
     CHECK(tile_kernel(gemm_kernel(1, 64 * 321, 64, 512), g, fill2).config.split_k == 3);
     // 12 + 10 split features: 22 is out of range for the split tree, and 12 for a tile tree.
-    CHECK_THROWS_WITH_AS(TileTable::parse(broken(split_tree, "\"split\": [{\"f\":22,\"t\":0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":4}]"), "t.json"),
+    CHECK_THROWS_WITH_AS(TileTable::parse(broken(split_tree, "\"split\": [[22,0,1,2],[1],[4]]"), "t.json"),
                          doctest::Contains("beyond the class's 2 simt tiles"), InputError);
     // A forest (a list of trees, node indices per tree) votes; ties go to the smaller factor.
     const TileTable forest = TileTable::parse(
-        broken(split_tree, "\"split\": [[{\"f\":2,\"t\":10.0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":4}], [{\"leaf\":4}],"
-                           " [{\"f\":2,\"t\":10.0,\"l\":1,\"r\":2},{\"leaf\":1},{\"leaf\":5}]]"), "t.json");
+        broken(split_tree, "\"split\": [[[2,10.0,1,2],[1],[4]], [[4]],"
+                           " [[2,10.0,1,2],[1],[5]]]"), "t.json");
     CHECK(forest.gemm_class("sm_70").rule.split.roots.size() == 3);
     CHECK(tile_kernel(gemm_kernel(1, 64, 64, 512), g, forest).config.split_k == 1);       // votes 1, 4, 1
     CHECK(tile_kernel(gemm_kernel(1, 64, 256, 65536), g, forest).config.split_k == 4);    // votes 4, 4, 5
-    const TileTable tie = TileTable::parse(broken(split_tree, "\"split\": [[{\"leaf\":3}], [{\"leaf\":2}]]"), "t.json");
+    const TileTable tie = TileTable::parse(broken(split_tree, "\"split\": [[[3]], [[2]]]"), "t.json");
     CHECK(tile_kernel(gemm_kernel(1, 64, 256, 65536), g, tie).config.split_k == 2);
-    CHECK_THROWS_WITH_AS(TileTable::parse(broken(split_tree, "\"split\": [[{\"leaf\":3}], []]"), "t.json"),
+    CHECK_THROWS_WITH_AS(TileTable::parse(broken(split_tree, "\"split\": [[[3]], []]"), "t.json"),
                          doctest::Contains("non-empty list"), InputError);
   }
-  const std::string single_tree = "\"single_tile\": [{\"f\":2,\"t\":10.0,\"l\":1,\"r\":2},{\"leaf\":\"s\"},{\"leaf\":\"w\"}]";
+  const std::string single_tree = "\"single_tile\": [[2,10.0,1,2],[\"s\"],[\"w\"]]";
   const TileTable no_single = TileTable::parse(broken(single_tree, "\"single_tile\": []"), "t.json");
   CHECK(no_single.gemm_class("sm_70").rule.present());  // batched products still follow their tree
   CHECK(tile_kernel(gemm_kernel(3, 64, 256, 65536, DType::f32, "bmm"), g, no_single).config.name == "s");
   CHECK_THROWS_WITH_AS(
-      TileTable::parse(broken_rule(broken(single_tree, "\"single_tile\": []"), "[{\"leaf\":\"s\"}]", "[]"), "t.json"),
+      TileTable::parse(broken_rule(broken(single_tree, "\"single_tile\": []"), "[[\"s\"]]", "[]"), "t.json"),
       doctest::Contains("must not both be empty"), InputError);
 }
 

@@ -142,29 +142,29 @@ def build(X, y, idx, depth, feats, max_depth, rnd=None, max_features=0):
 
 
 def flatten(node, out):
-    """Preorder list of nodes: {"f","t","l","r"} (x[f] < t goes to l) or {"leaf"}."""
+    """Preorder list of nodes: [f, t, l, r] (x[f] < t goes to node l, else to node r) or [leaf]."""
     me = len(out)
     if "f" not in node:
-        out.append({"leaf": node["leaf"]})
+        out.append([node["leaf"]])
         return me
     out.append(None)
     l = flatten(node["l"], out)
     r = flatten(node["r"], out)
-    out[me] = {"f": node["f"], "t": node["t"], "l": l, "r": r}
+    out[me] = [node["f"], node["t"], l, r]
     return me
 
 
 def predict(nodes, x):
     """Leaf of one tree (a list of nodes) or majority vote of a forest (a list of trees; ties go to
     the smaller leaf, as RuleTree::eval in tile.cpp; only split forests, whose leaves are numbers)."""
-    if nodes and isinstance(nodes[0], list):
+    if nodes and isinstance(nodes[0][0], list):
         votes = collections.Counter(predict(t, x) for t in nodes)
         return max(votes.items(), key=lambda kv: (kv[1], -kv[0]))[0]
     i = 0
-    while "leaf" not in nodes[i]:
-        nd = nodes[i]
-        i = nd["l"] if x[nd["f"]] < nd["t"] else nd["r"]
-    return nodes[i]["leaf"]
+    while len(nodes[i]) == 4:
+        f, t, l, r = nodes[i]
+        i = l if x[f] < t else r
+    return nodes[i][0]
 
 
 def load(entry, op):
@@ -278,7 +278,7 @@ def main():
         rule = {"about": "learned from the %s train/ rows of neusight-data/kernels (%d linear, %d bmm) by "
                          "tiling/data/fit_gemm_rules.py%s; CART trees, max depth %d (single_tile) / %d (batched_tile) / %d (split), min leaf %d; split: majority vote "
                          "(ties: the smaller factor) of %d trees, each on %.0f%% of the rows%s; nodes (per tree): "
-                         "{f, t, l, r} goes to l when feature f < t, {leaf} = simt candidate or split factor; an empty tile tree leaves those products to the cost model"
+                         "[f, t, l, r] goes to node l when feature f < t, else to node r; [leaf] = simt candidate or split factor; an empty tile tree leaves those products to the cost model"
                          % (dev, len(lin), len(bmm), " --single %s --batched %s" % (a.single, a.batched), MAX_DEPTH["single_tile"],
                             MAX_DEPTH["batched_tile"], MAX_DEPTH["split"], MIN_LEAF, SPLIT_TREES, 100 * SPLIT_SUBSAMPLE,
                             " and %d of the features per node" % SPLIT_MAX_FEATURES if SPLIT_MAX_FEATURES else ""),
@@ -298,14 +298,14 @@ def main():
             rule[key] = trees[key]
         if trees["split"]:
             ok = sum(predict(trees["split"], r["split_x"][r["cand"]]) == r["gz"] for r in lin)
-            forest = isinstance(trees["split"][0], list)
+            forest = isinstance(trees["split"][0][0], list)
             print("%s split: %s, in-sample agreement given the library tile %.1f%%" % (
                 cls, "%d trees, %d nodes" % (len(trees["split"]), sum(map(len, trees["split"]))) if forest
                 else "%d nodes" % len(trees["split"]), 100.0 * ok / len(lin)))
         rule["split"] = trees["split"]
         # one node per line in the file
         for key in ("single_tile", "batched_tile", "split"):
-            forest = rule[key] and isinstance(rule[key][0], list)
+            forest = rule[key] and isinstance(rule[key][0][0], list)
             for ti, tree in enumerate(rule[key] if forest else [rule[key]]):
                 for i, nd in enumerate(tree):
                     tag = "@@%s.%s.%d.%d@@" % (cls, key, ti, i)

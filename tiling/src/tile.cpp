@@ -118,7 +118,10 @@ GemmCost parse_cost(const json& j, const std::string& what) {
   return c;
 }
 
-// Appends one tree (a list of nodes, indices relative to it) to t.
+// Appends one tree (a list of nodes, indices relative to it) to t. A node is an array: [f, t, l, r]
+// (feature f < threshold t goes to node l, else to node r) or [leaf] (a candidate name in a tile
+// tree, a split factor in a split tree). Arrays, not objects: the file holds about 15,000 nodes
+// and every run reads them.
 void parse_one_tree(const json& j, const std::string& what, bool tile_leaves, RuleTree& t) {
   if (!j.is_array() || j.empty()) throw InputError(what + ": must be a non-empty list of nodes");
   const int n = static_cast<int>(j.size());
@@ -129,36 +132,30 @@ void parse_one_tree(const json& j, const std::string& what, bool tile_leaves, Ru
     const json& nd = j[i];
     // The error context is built only on an error: trees have thousands of nodes.
     auto fail = [&](const std::string& why) { throw InputError(what + " node " + std::to_string(i) + ": " + why); };
-    if (!nd.is_object()) fail("must be an object");
+    if (!nd.is_array() || (nd.size() != 1 && nd.size() != 4)) fail("must be [feature, threshold, left, right] or [leaf]");
     RuleTree::Node node;
-    if (auto leaf = nd.find("leaf"); leaf != nd.end()) {
+    if (nd.size() == 1) {
+      const json& leaf = nd[0];
       if (tile_leaves) {
-        if (!leaf->is_string()) fail("'leaf' must be a candidate name");
-        node.label = leaf->get<std::string>();
+        if (!leaf.is_string()) fail("a leaf must be a candidate name");
+        node.label = leaf.get<std::string>();
       } else {
-        if (!leaf->is_number_integer() || leaf->get<int64_t>() < 1 || leaf->get<int64_t>() > 4096)
-          fail("'leaf' must be a split factor 1-4096");
-        node.value = leaf->get<int>();
+        if (!leaf.is_number_integer() || leaf.get<int64_t>() < 1 || leaf.get<int64_t>() > 4096)
+          fail("a leaf must be a split factor 1-4096");
+        node.value = leaf.get<int>();
       }
     } else {
-      const json* f[4];
-      const char* names[4] = {"f", "t", "l", "r"};
-      for (int k = 0; k < 4; ++k) {
-        auto it = nd.find(names[k]);
-        if (it == nd.end()) fail(std::string("missing field '") + names[k] + "'");
-        f[k] = &*it;
-      }
-      if (!f[0]->is_number_integer() || f[0]->get<int64_t>() < 0 || f[0]->get<int64_t>() >= kGemmRuleFeatures)
-        fail("'f' must be a feature index 0-" + std::to_string(kGemmRuleFeatures - 1));
-      if (!f[1]->is_number()) fail("'t' must be a number");
+      if (!nd[0].is_number_integer() || nd[0].get<int64_t>() < 0 || nd[0].get<int64_t>() >= kGemmRuleFeatures)
+        fail("the feature index must be 0-" + std::to_string(kGemmRuleFeatures - 1));
+      if (!nd[1].is_number()) fail("the threshold must be a number");
       // Children come after their parent: no cycles, every walk ends at a leaf.
-      for (const json* c : {f[2], f[3]})
-        if (!c->is_number_integer() || c->get<int64_t>() <= i || c->get<int64_t>() >= n)
-          fail("'l' and 'r' must index later nodes of the list");
-      node.feature = f[0]->get<int>();
-      node.threshold = f[1]->get<double>();
-      node.left = base + f[2]->get<int>();
-      node.right = base + f[3]->get<int>();
+      for (size_t c : {size_t(2), size_t(3)})
+        if (!nd[c].is_number_integer() || nd[c].get<int64_t>() <= i || nd[c].get<int64_t>() >= n)
+          fail("left and right must index later nodes of the list");
+      node.feature = nd[0].get<int>();
+      node.threshold = nd[1].get<double>();
+      node.left = base + nd[2].get<int>();
+      node.right = base + nd[3].get<int>();
     }
     t.nodes.push_back(std::move(node));
   }
@@ -169,7 +166,8 @@ RuleTree parse_tree(const json& j, const std::string& what, bool tile_leaves) {
   if (!j.is_array()) throw InputError(what + ": must be a list of nodes");
   RuleTree t;
   if (j.empty()) return t;
-  if (!j[0].is_array()) {
+  // A tree's first node is an array of scalars; a forest's first tree an array of nodes.
+  if (!j[0].is_array() || j[0].empty() || !j[0][0].is_array()) {
     parse_one_tree(j, what, tile_leaves, t);
     return t;
   }
