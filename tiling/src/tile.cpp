@@ -132,7 +132,8 @@ void parse_one_tree(const json& j, const std::string& what, bool tile_leaves, Ru
     const json& nd = j[i];
     // The error context is built only on an error: trees have thousands of nodes.
     auto fail = [&](const std::string& why) { throw InputError(what + " node " + std::to_string(i) + ": " + why); };
-    if (!nd.is_array() || (nd.size() != 1 && nd.size() != 4)) fail("must be [feature, threshold, left, right] or [leaf]");
+    if (!nd.is_array() || (nd.size() != 1 && nd.size() != 4))
+      fail("must be [feature, threshold, left, right] or [leaf]");
     RuleTree::Node node;
     if (nd.size() == 1) {
       const json& leaf = nd[0];
