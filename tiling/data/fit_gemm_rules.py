@@ -154,10 +154,15 @@ def flatten(node, out):
     return me
 
 
+def is_forest(nodes):
+    """A forest is a list of trees; a tree a list of nodes ([f, t, l, r] or [leaf])."""
+    return bool(nodes) and isinstance(nodes[0][0], list)
+
+
 def predict(nodes, x):
     """Leaf of one tree (a list of nodes) or majority vote of a forest (a list of trees; ties go to
     the smaller leaf, as RuleTree::eval in tile.cpp; only split forests, whose leaves are numbers)."""
-    if nodes and isinstance(nodes[0][0], list):
+    if is_forest(nodes):
         votes = collections.Counter(predict(t, x) for t in nodes)
         return max(votes.items(), key=lambda kv: (kv[1], -kv[0]))[0]
     i = 0
@@ -298,14 +303,14 @@ def main():
             rule[key] = trees[key]
         if trees["split"]:
             ok = sum(predict(trees["split"], r["split_x"][r["cand"]]) == r["gz"] for r in lin)
-            forest = isinstance(trees["split"][0][0], list)
+            forest = is_forest(trees["split"])
             print("%s split: %s, in-sample agreement given the library tile %.1f%%" % (
                 cls, "%d trees, %d nodes" % (len(trees["split"]), sum(map(len, trees["split"]))) if forest
                 else "%d nodes" % len(trees["split"]), 100.0 * ok / len(lin)))
         rule["split"] = trees["split"]
         # one node per line in the file
         for key in ("single_tile", "batched_tile", "split"):
-            forest = rule[key] and isinstance(rule[key][0][0], list)
+            forest = is_forest(rule[key])
             for ti, tree in enumerate(rule[key] if forest else [rule[key]]):
                 for i, nd in enumerate(tree):
                     tag = "@@%s.%s.%d.%d@@" % (cls, key, ti, i)

@@ -127,7 +127,6 @@ void parse_one_tree(const json& j, const std::string& what, bool tile_leaves, Ru
   const int n = static_cast<int>(j.size());
   const int base = static_cast<int>(t.nodes.size());
   t.roots.push_back(base);
-  t.nodes.reserve(static_cast<size_t>(base + n));  // a no-op in a forest, reserved whole
   for (int i = 0; i < n; ++i) {
     const json& nd = j[i];
     // The error context is built only on an error: trees have thousands of nodes.
@@ -168,13 +167,15 @@ RuleTree parse_tree(const json& j, const std::string& what, bool tile_leaves) {
   RuleTree t;
   if (j.empty()) return t;
   // A tree's first node is an array of scalars; a forest's first tree an array of nodes.
-  if (!j[0].is_array() || j[0].empty() || !j[0][0].is_array()) {
+  const bool forest = j[0].is_array() && !j[0].empty() && j[0][0].is_array();
+  size_t nodes = forest ? 0 : j.size();
+  if (forest)
+    for (const json& tree : j) nodes += tree.is_array() ? tree.size() : 0;
+  t.nodes.reserve(nodes);  // once, for every tree of a forest
+  if (!forest) {
     parse_one_tree(j, what, tile_leaves, t);
     return t;
   }
-  size_t nodes = 0;
-  for (const json& tree : j) nodes += tree.is_array() ? tree.size() : 0;
-  t.nodes.reserve(nodes);  // once for the forest, not once per tree
   for (size_t i = 0; i < j.size(); ++i) parse_one_tree(j[i], what + " tree " + std::to_string(i), tile_leaves, t);
   return t;
 }
